@@ -1,0 +1,481 @@
+/*
+ * flashjit.h -- the whole public API of flashjit.
+ *
+ * flashjit generates fused attention kernels (Q.K^T -> online softmax -> P.V)
+ * at run time: it renders CUDA source from Lua-templated files, specialised
+ * for one variant (head dim, tiles, warps, stages, swizzle, softmax path, MMA
+ * family, causal mask, dtypes), compiles it with NVRTC, caches the cubin in
+ * memory and on disk, and launches it through the CUDA Driver API.
+ *
+ * Conventions
+ *  - Every fallible call returns an fj_status; FJ_OK is 0.  Results come back
+ *    through trailing out-parameters, which are left untouched on failure.
+ *  - fj_errmsg(ctx) gives the detailed message of the calling thread's last
+ *    failure on that context (NVRTC log, Lua traceback, CUDA error name with
+ *    the failing call).
+ *  - Objects come in create/destroy pairs; destroy accepts NULL.
+ *  - A context is thread-safe: any number of threads may use one context.
+ *  - Nothing here prints, exits or aborts; diagnostics go to the optional log
+ *    callback of fj_ctx_opts.
+ *  - Device pointers are plain `void *` (CUdeviceptr values, or the pointers
+ *    that the CUDA runtime or PyTorch hand out: the context works in the
+ *    device's primary context, so they can be passed straight in).
+ */
+#ifndef FLASHJIT_H
+#define FLASHJIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define FJ_API __attribute__((visibility("default")))
+#else
+#define FJ_API
+#endif
+
+#define FJ_VERSION_MAJOR 0
+#define FJ_VERSION_MINOR 1
+#define FJ_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                              */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The one list of status codes.  Values are explicit and only ever appended,
+ * so that a number seen in a log keeps its meaning across versions.
+ */
+#define FJ_STATUS_MAP(X)                                                     \
+  X(OK, 0, "success")                                                        \
+  X(ERR_INVALID_ARG, 1, "invalid argument")                                  \
+  X(ERR_UNSUPPORTED, 2, "unsupported variant or problem")                    \
+  X(ERR_RESOURCES, 3, "variant exceeds a hardware limit")                    \
+  X(ERR_NO_DEVICE, 4, "no CUDA device or driver")                            \
+  X(ERR_COMPILE_ONLY, 5, "operation needs a GPU context")                    \
+  X(ERR_CUDA, 6, "CUDA driver call failed")                                  \
+  X(ERR_COMPILE, 7, "kernel compilation failed")                             \
+  X(ERR_TEMPLATE, 8, "template rendering failed")                            \
+  X(ERR_LAYOUT, 9, "fragment layout probe failed")                           \
+  X(ERR_IO, 10, "file system error")                                         \
+  X(ERR_NOMEM, 11, "out of memory")                                          \
+  X(ERR_NOT_FOUND, 12, "not found")                                          \
+  X(ERR_TUNE, 13, "autotuning failed")
+
+typedef enum fj_status {
+#define FJ_STATUS_ENUM_(name, value, text) FJ_##name = value,
+  FJ_STATUS_MAP(FJ_STATUS_ENUM_)
+#undef FJ_STATUS_ENUM_
+} fj_status;
+
+/* A short, static description of a status ("invalid argument").  Unknown
+ * values give "unknown status".  Never NULL. */
+FJ_API const char *fj_status_str(fj_status status);
+
+/* "0.1.0".  Static. */
+FJ_API const char *fj_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Context                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct fj_ctx fj_ctx;
+
+typedef enum fj_log_level {
+  FJ_LOG_DEBUG = 0,
+  FJ_LOG_INFO = 1,
+  FJ_LOG_WARN = 2
+} fj_log_level;
+
+/* Receives the library's diagnostics (for example "disk cache is read-only:
+ * using memory only").  Called from whichever thread made the call; the
+ * message is only valid during the call. */
+typedef void (*fj_log_fn)(void *user, fj_log_level level, const char *msg);
+
+typedef struct fj_ctx_opts {
+  /* CUDA device ordinal, or -1 for a compile-only context that needs no GPU
+   * and no driver: render, compile and inspect only. Default 0. */
+  int device;
+  /* Target architecture, "sm_XY" or "sm_XYa".  NULL: the device's own
+   * (sm_90a on compute capability 9.0).  Required when device is -1. */
+  const char *arch;
+  /* Disk cache directory.  NULL: $FLASHJIT_CACHE_DIR, else
+   * $XDG_CACHE_HOME/flashjit, else ~/.cache/flashjit. */
+  const char *cache_dir;
+  /* 0 keeps the cache in memory only.  Default 1. */
+  int disk_cache;
+  /* 1 compiles every kernel in a child process, so that a crash of NVRTC
+   * becomes FJ_ERR_COMPILE instead of taking the caller down.  Default 0;
+   * tuning sweeps isolate their compiles regardless. */
+  int isolate_compile;
+  /* Optional diagnostics sink and its user pointer. */
+  fj_log_fn log;
+  void *log_user;
+} fj_ctx_opts;
+
+/* Fills opts with the defaults described above. */
+FJ_API void fj_ctx_opts_init(fj_ctx_opts *opts);
+
+/*
+ * Creates a context.  opts may be NULL for the defaults.  On a GPU context
+ * the driver (libcuda.so.1) is loaded on first need and the device's primary
+ * context is retained.  Errors: FJ_ERR_INVALID_ARG (bad arch string),
+ * FJ_ERR_NO_DEVICE (no driver or no such device), FJ_ERR_CUDA, FJ_ERR_NOMEM.
+ * On failure *ctx is set to NULL and, where a message exists, it is available
+ * from fj_errmsg(NULL).
+ */
+FJ_API fj_status fj_ctx_create(fj_ctx **ctx, const fj_ctx_opts *opts);
+
+/* Destroys a context, its kernels and modules.  NULL is a no-op.  No other
+ * thread may use the context during or after this call. */
+FJ_API void fj_ctx_destroy(fj_ctx *ctx);
+
+/*
+ * The detailed message of the calling thread's last failed call on ctx
+ * (ctx NULL: of the last failed fj_ctx_create on this thread).  Empty if
+ * that call succeeded.  Valid until the thread's next call into flashjit.
+ */
+FJ_API const char *fj_errmsg(const fj_ctx *ctx);
+
+/* The target architecture of the context ("sm_90a").  Static for the
+ * lifetime of ctx. */
+FJ_API const char *fj_ctx_arch(const fj_ctx *ctx);
+
+/* 1 when the context has a GPU, 0 for a compile-only context. */
+FJ_API int fj_ctx_has_device(const fj_ctx *ctx);
+
+typedef struct fj_device_info {
+  char name[96];            /* "NVIDIA H200" */
+  int ordinal;
+  int cc_major, cc_minor;   /* compute capability */
+  int sm_count;
+  int smem_optin_bytes;     /* largest dynamic shared memory per block */
+  int driver_version;       /* e.g. 13000 */
+} fj_device_info;
+
+/* Facts about the context's device.  FJ_ERR_COMPILE_ONLY on a compile-only
+ * context. */
+FJ_API fj_status fj_device_get(fj_ctx *ctx, fj_device_info *info);
+
+/* ------------------------------------------------------------------------ */
+/* Variants: one point in the specialisation space                           */
+/* ------------------------------------------------------------------------ */
+
+typedef enum fj_dtype {
+  FJ_F16 = 1,
+  FJ_BF16 = 2,
+  FJ_E4M3 = 3,  /* K/V only: one byte per element, per-(batch, head) scale */
+  FJ_F32 = 4    /* host-side conversion only */
+} fj_dtype;
+
+typedef enum fj_mma {
+  FJ_MMA_WMMA = 1,  /* nvcuda::wmma 16x16x16 fragments */
+  FJ_MMA_SYNC = 2,  /* mma.sync.m16n8k16 via inline PTX */
+  FJ_MMA_WGMMA = 3  /* wgmma on sm_90a */
+} fj_mma;
+
+typedef enum fj_softmax {
+  FJ_SOFTMAX_SMEM = 1,  /* store S to shared memory, softmax there */
+  FJ_SOFTMAX_REGS = 2   /* softmax on the accumulator fragments via the LUT */
+} fj_softmax;
+
+typedef enum fj_swizzle {
+  FJ_SWIZZLE_NONE = 1,
+  FJ_SWIZZLE_PAD = 2,  /* pad each shared-memory row by 16 bytes */
+  FJ_SWIZZLE_XOR = 3   /* XOR-permute 16-byte chunks within a row */
+} fj_swizzle;
+
+/* Causal masking.  Query row i may see key j when
+ *   TOP_LEFT:     j <= i                      (PyTorch's is_causal)
+ *   BOTTOM_RIGHT: j <= i + seq_kv - seq_q     (FlashAttention >= 2.1)
+ * The two agree when seq_q == seq_kv.  A row that sees no key gives zeros
+ * in O and -inf in the log-sum-exp. */
+typedef enum fj_causal {
+  FJ_CAUSAL_NONE = 0,
+  FJ_CAUSAL_TOP_LEFT = 1,
+  FJ_CAUSAL_BOTTOM_RIGHT = 2
+} fj_causal;
+
+typedef struct fj_variant {
+  int head_dim;          /* 32..256 */
+  int tile_m;            /* query rows per thread block */
+  int tile_n;            /* key rows per inner iteration */
+  int warps;             /* warps per thread block */
+  int stages;            /* 1 = synchronous loads, 2-3 = cp.async ring */
+  fj_swizzle swizzle;
+  fj_softmax softmax;
+  fj_mma mma;
+  fj_causal causal;
+  fj_dtype dtype;        /* Q and O (and K/V unless kv_dtype says otherwise) */
+  fj_dtype kv_dtype;     /* K and V; 0 means the same as dtype */
+} fj_variant;
+
+/* Fills v with the library's default variant for a head dim, dtype and
+ * causal mode (the heuristic that fj_attention_fwd falls back on). */
+FJ_API void fj_variant_default(fj_variant *v, int head_dim, fj_dtype dtype,
+                               fj_causal causal);
+
+/*
+ * Checks a variant against the generator's rules and the context's
+ * architecture without compiling it.  FJ_ERR_INVALID_ARG for a value out of
+ * range, FJ_ERR_UNSUPPORTED for an axis value not implemented,
+ * FJ_ERR_RESOURCES for a combination that needs more shared memory or
+ * registers than the target has; the message names the axis, the value and
+ * the limit.
+ */
+FJ_API fj_status fj_variant_check(fj_ctx *ctx, const fj_variant *v);
+
+/* Writes the variant's canonical name (also the kernel's symbol), e.g.
+ * "fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_nc_f16".  Returns the length it
+ * needs, as snprintf does. */
+FJ_API int fj_variant_name(const fj_variant *v, char *buf, size_t size);
+
+/* Names of enumeration values as the CLI spells them ("bf16", "xor",
+ * "regs", "mma", "bottom-right").  Static; "?" for unknown values. */
+FJ_API const char *fj_dtype_name(fj_dtype d);
+FJ_API const char *fj_mma_name(fj_mma m);
+FJ_API const char *fj_softmax_name(fj_softmax s);
+FJ_API const char *fj_swizzle_name(fj_swizzle s);
+FJ_API const char *fj_causal_name(fj_causal c);
+
+/* ------------------------------------------------------------------------ */
+/* Kernels: rendered, compiled, cached                                       */
+/* ------------------------------------------------------------------------ */
+
+typedef struct fj_kernel fj_kernel;
+
+typedef enum fj_cache_origin {
+  FJ_CACHE_MISS = 0,    /* compiled by this call */
+  FJ_CACHE_MEMORY = 1,  /* found in this context's memory cache */
+  FJ_CACHE_DISK = 2     /* loaded from the disk cache */
+} fj_cache_origin;
+
+typedef struct fj_resources {
+  int registers;           /* per thread */
+  int shared_static;       /* bytes of static shared memory */
+  int shared_dynamic;      /* bytes of dynamic shared memory per launch */
+  int spill_store_bytes;
+  int spill_load_bytes;
+  int local_bytes;         /* stack frame per thread */
+  int threads;             /* per block */
+  int barriers;
+  size_t cubin_bytes;
+  size_t ptx_bytes;
+  double compile_ms;       /* NVRTC wall time when it was compiled */
+  fj_cache_origin cache;   /* how this fj_kernel_get found it */
+} fj_resources;
+
+/*
+ * Renders, compiles (or fetches from the caches) and returns the kernel of a
+ * variant.  The kernel belongs to ctx and stays valid until ctx is
+ * destroyed; do not free it.  On a GPU context the module is not loaded
+ * until the kernel is first launched.  Errors: those of fj_variant_check,
+ * FJ_ERR_TEMPLATE, FJ_ERR_COMPILE (with the NVRTC log in fj_errmsg).
+ */
+FJ_API fj_status fj_kernel_get(fj_ctx *ctx, const fj_variant *v,
+                               fj_kernel **kernel);
+
+/* The rendered CUDA source, NUL-terminated; *len gets its length if len is
+ * not NULL.  Owned by the kernel. */
+FJ_API const char *fj_kernel_source(const fj_kernel *k, size_t *len);
+/* The PTX NVRTC produced, NUL-terminated.  Owned by the kernel. */
+FJ_API const char *fj_kernel_ptx(const fj_kernel *k, size_t *len);
+/* The cubin for the context's arch.  Owned by the kernel. */
+FJ_API const void *fj_kernel_cubin(const fj_kernel *k, size_t *len);
+/* NVRTC's log, including ptxas's resource lines.  Owned by the kernel. */
+FJ_API const char *fj_kernel_log(const fj_kernel *k);
+/* The kernel's symbol name (the variant's canonical name). */
+FJ_API const char *fj_kernel_name(const fj_kernel *k);
+/* Registers, shared memory, spills, sizes, compile time, cache origin. */
+FJ_API void fj_kernel_resources(const fj_kernel *k, fj_resources *res);
+
+/* ------------------------------------------------------------------------ */
+/* Attention forward                                                         */
+/* ------------------------------------------------------------------------ */
+
+typedef enum fj_order {
+  FJ_BHSD = 0,  /* [batch][heads][seq][head_dim] */
+  FJ_BSHD = 1   /* [batch][seq][heads][head_dim] */
+} fj_order;
+
+typedef struct fj_problem {
+  int batch;
+  int heads_q;
+  int heads_kv;       /* divides heads_q: GQA / MQA */
+  int seq_q;
+  int seq_kv;
+  int head_dim;
+  fj_dtype dtype;     /* Q and O */
+  fj_dtype kv_dtype;  /* 0: same as dtype; FJ_E4M3 for FP8 K/V */
+  fj_causal causal;
+  float scale;        /* softmax scale; 0 means 1/sqrt(head_dim) */
+  /* Element strides (not bytes) of batch, head and sequence position; the
+   * head dimension is contiguous. */
+  int64_t q_stride[3];
+  int64_t k_stride[3];
+  int64_t v_stride[3];
+  int64_t o_stride[3];
+  /* FP8 K/V only: device pointers to float scales, one per (batch, kv head),
+   * batch-major: k = k_fp8 * k_scale[b * heads_kv + h]. */
+  const void *k_scale;
+  const void *v_scale;
+} fj_problem;
+
+/* Fills p for contiguous tensors in the given order, with dtype for all of
+ * Q, K, V, O, no causal mask and the default scale. */
+FJ_API void fj_problem_init(fj_problem *p, int batch, int heads_q,
+                            int heads_kv, int seq_q, int seq_kv,
+                            int head_dim, fj_dtype dtype, fj_order order);
+
+/*
+ * Validates a problem: positive sizes, heads_kv dividing heads_q, supported
+ * head dim and dtypes, non-negative strides.  The message names the field,
+ * its value and the limit.
+ */
+FJ_API fj_status fj_problem_check(fj_ctx *ctx, const fj_problem *p);
+
+typedef enum fj_choice {
+  FJ_CHOICE_HEURISTIC = 0,
+  FJ_CHOICE_TUNED = 1
+} fj_choice;
+
+/* The variant fj_attention_fwd would use for p, and where it came from. */
+FJ_API fj_status fj_attention_variant(fj_ctx *ctx, const fj_problem *p,
+                                      fj_variant *v, fj_choice *from);
+
+/*
+ * O = softmax(scale * Q K^T [masked]) V for every (batch, head).
+ * q, k, v, o are device pointers laid out as p's strides say; lse, if not
+ * NULL, receives the natural-log sum-exp of each row as float32,
+ * [batch][heads_q][seq_q] contiguous.  stream is a CUstream / cudaStream_t
+ * (NULL: the legacy default stream).  The call is asynchronous like a kernel
+ * launch.  Picks the variant (tuning database, else the heuristic),
+ * compiles or fetches it, and launches it.
+ */
+FJ_API fj_status fj_attention_fwd(fj_ctx *ctx, const fj_problem *p,
+                                  const void *q, const void *k, const void *v,
+                                  void *o, float *lse, void *stream);
+
+/* As fj_attention_fwd, with the variant given (its head_dim, dtypes and
+ * causal mode must match the problem). */
+FJ_API fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
+                                          const fj_variant *v, const void *q,
+                                          const void *k, const void *v_ptr,
+                                          void *o, float *lse, void *stream);
+
+/*
+ * Float64 reference on the host, for checking.  q, k, v are host arrays in
+ * p's dtypes and strides (FP8 K/V: the scales are host arrays too);
+ * out receives O in float64 for rows [row_begin, row_end) of every
+ * (batch, head), [batch][heads_q][row_end-row_begin][head_dim]; out_lse, if
+ * not NULL, the matching log-sum-exp values.
+ */
+FJ_API fj_status fj_reference_fwd(const fj_problem *p, const void *q,
+                                  const void *k, const void *v,
+                                  const float *k_scale, const float *v_scale,
+                                  int row_begin, int row_end, double *out,
+                                  double *out_lse);
+
+/* Converts n host values between dtypes (float32 <-> f16, bf16, e4m3) with
+ * round-to-nearest-even.  FJ_ERR_INVALID_ARG for an unknown pair. */
+FJ_API fj_status fj_convert(fj_dtype to, void *dst, fj_dtype from,
+                            const void *src, size_t n);
+
+/* ------------------------------------------------------------------------ */
+/* The fragment-layout table (the LUT)                                       */
+/* ------------------------------------------------------------------------ */
+
+typedef enum fj_frag {
+  FJ_FRAG_WMMA_ACC_F32 = 1,    /* accumulator, 16x16x16, float */
+  FJ_FRAG_WMMA_A_F16_ROW = 2,  /* matrix_a, half, row_major */
+  FJ_FRAG_WMMA_B_F16_COL = 3,  /* matrix_b, half, col_major */
+  FJ_FRAG_WMMA_B_F16_ROW = 4,  /* matrix_b, half, row_major */
+  FJ_FRAG_WMMA_A_BF16_ROW = 5, /* matrix_a, bf16, row_major */
+  FJ_FRAG_WMMA_B_BF16_COL = 6,
+  FJ_FRAG_WMMA_B_BF16_ROW = 7
+} fj_frag;
+
+#define FJ_FRAG_COUNT 7
+#define FJ_LUT_MAX_SLOTS 16
+
+typedef enum fj_lut_origin {
+  FJ_LUT_PROBED = 1,    /* measured on this device by this process */
+  FJ_LUT_CACHED = 2,    /* measured on this device earlier, read from disk */
+  FJ_LUT_REFERENCE = 3  /* compile-only context: the table seen on an H200,
+                           not observed here */
+} fj_lut_origin;
+
+typedef struct fj_lut {
+  fj_frag frag;
+  int rows, cols;        /* the tile: 16 x 16 */
+  int lanes;             /* 32 */
+  int slots;             /* elements per lane (fragment num_elements) */
+  /* map[lane][slot] = row * cols + col of the tile element in that slot */
+  uint16_t map[32][FJ_LUT_MAX_SLOTS];
+  fj_lut_origin origin;
+  char device[96];       /* device the table was measured on */
+} fj_lut;
+
+/*
+ * The register layout of a fragment kind.  On a GPU context the first call
+ * per kind runs a probe kernel (or reads an earlier probe of the same
+ * device, arch and driver from the disk cache), inverts what it stored and
+ * checks that it covers the tile (the accumulator: each element exactly
+ * once).  A compile-only context returns the reference table, marked so.
+ * Errors: FJ_ERR_LAYOUT when the probe's result is not a valid layout.
+ */
+FJ_API fj_status fj_layout_get(fj_ctx *ctx, fj_frag frag, fj_lut *lut);
+
+/* "wmma_acc_f32", "wmma_a_f16_row", ...  Static; "?" for unknown. */
+FJ_API const char *fj_frag_name(fj_frag frag);
+
+/* ------------------------------------------------------------------------ */
+/* Cache                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* The disk cache directory, or NULL when the context caches in memory only
+ * (disabled, or the directory could not be used). */
+FJ_API const char *fj_cache_dir(const fj_ctx *ctx);
+
+typedef struct fj_cache_stats {
+  uint64_t memory_hits;
+  uint64_t disk_hits;
+  uint64_t misses;
+  uint64_t disk_writes;
+  uint64_t disk_rejects;  /* entries found corrupt, truncated or stale */
+  uint64_t disk_errors;   /* failed writes */
+  int disk_enabled;
+} fj_cache_stats;
+
+/* This context's counters since it was created. */
+FJ_API void fj_cache_stats_get(fj_ctx *ctx, fj_cache_stats *stats);
+
+typedef struct fj_cache_entry {
+  const char *file;     /* file name inside the cache directory */
+  const char *kind;     /* "kernel", "lut" */
+  const char *label;    /* the variant name or fragment kind */
+  uint64_t bytes;       /* file size */
+  int64_t mtime;        /* seconds since the epoch */
+  int valid;            /* 0 if the entry is corrupt or truncated */
+} fj_cache_entry;
+
+/* Called once per entry; return non-zero to stop.  The entry's strings are
+ * only valid during the call. */
+typedef int (*fj_cache_visit_fn)(void *user, const fj_cache_entry *entry);
+
+/* Visits the disk cache's entries in file-name order. */
+FJ_API fj_status fj_cache_list(fj_ctx *ctx, fj_cache_visit_fn fn, void *user);
+
+/* Removes every entry (and stray temporary file) from the disk cache.  The
+ * memory cache is kept: kernels already handed out stay valid.  *removed
+ * (optional) gets the number of files removed. */
+FJ_API fj_status fj_cache_clear(fj_ctx *ctx, int *removed);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHJIT_H */

@@ -1,0 +1,310 @@
+/*
+ * attention.c -- the attention forward: problem validation, the choice of
+ * variant, and the launch.  The kernel parameter block below is mirrored by
+ * fj::Params in templates/common.cuh, whose static_assert checks the size
+ * the host passes in.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct fj_kparams {
+  const void *q, *k, *v;
+  void *o;
+  float *lse;
+  const void *k_scale, *v_scale;
+  long long q_stride[3], k_stride[3], v_stride[3], o_stride[3];
+  int batch, heads_q, heads_kv, seq_q, seq_kv, group, causal_offset;
+  float scale_log2;
+} fj_kparams;
+
+size_t fj__kparams_size(void)
+{
+  return sizeof(fj_kparams);
+}
+
+/* ---- problems ------------------------------------------------------------------- */
+
+static void contiguous(int64_t s[3], int heads, int seq, int d,
+                       fj_order order)
+{
+  if (order == FJ_BSHD) {
+    s[0] = (int64_t)seq * heads * d;
+    s[1] = d;
+    s[2] = (int64_t)heads * d;
+  } else {
+    s[0] = (int64_t)heads * seq * d;
+    s[1] = (int64_t)seq * d;
+    s[2] = d;
+  }
+}
+
+void fj_problem_init(fj_problem *p, int batch, int heads_q, int heads_kv,
+                     int seq_q, int seq_kv, int head_dim, fj_dtype dtype,
+                     fj_order order)
+{
+  memset(p, 0, sizeof *p);
+  p->batch = batch;
+  p->heads_q = heads_q;
+  p->heads_kv = heads_kv;
+  p->seq_q = seq_q;
+  p->seq_kv = seq_kv;
+  p->head_dim = head_dim;
+  p->dtype = dtype;
+  contiguous(p->q_stride, heads_q, seq_q, head_dim, order);
+  contiguous(p->o_stride, heads_q, seq_q, head_dim, order);
+  contiguous(p->k_stride, heads_kv, seq_kv, head_dim, order);
+  contiguous(p->v_stride, heads_kv, seq_kv, head_dim, order);
+}
+
+static fj_status check_positive(const fj_ctx *ctx, const char *field,
+                                int value, int max)
+{
+  if (value >= 1 && value <= max)
+    return FJ_OK;
+  return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "%s %d is invalid: must be in 1..%d", field, value, max);
+}
+
+static fj_status check_strides(const fj_ctx *ctx, const char *name,
+                               const int64_t s[3])
+{
+  static const char *const dims[] = {"batch", "head", "seq"};
+  for (int i = 0; i < 3; i++)
+    if (s[i] < 0)
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                      "%s_stride[%d] (%s) = %lld is negative", name, i,
+                      dims[i], (long long)s[i]);
+  return FJ_OK;
+}
+
+static fj_status check_sizes(const fj_ctx *ctx, const fj_problem *p)
+{
+  /* batch and heads become grid dimensions (at most 65535). */
+  fj_status st = check_positive(ctx, "batch", p->batch, 65535);
+  if (st == FJ_OK)
+    st = check_positive(ctx, "heads_q", p->heads_q, 65535);
+  if (st == FJ_OK)
+    st = check_positive(ctx, "heads_kv", p->heads_kv, p->heads_q);
+  if (st == FJ_OK)
+    st = check_positive(ctx, "seq_q", p->seq_q, 1 << 30);
+  if (st == FJ_OK)
+    st = check_positive(ctx, "seq_kv", p->seq_kv, 1 << 30);
+  if (st == FJ_OK && p->heads_q % p->heads_kv != 0)
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "heads_kv %d does not divide heads_q %d (GQA needs "
+                  "heads_q = k * heads_kv)",
+                  p->heads_kv, p->heads_q);
+  return st;
+}
+
+fj_status fj_problem_check(fj_ctx *ctx, const fj_problem *p)
+{
+  if (!p)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "problem is NULL");
+  fj_status st = check_sizes(ctx, p);
+  if (st != FJ_OK)
+    return st;
+  /* The variant rules say what head dims, dtypes and masks exist. */
+  fj_variant v;
+  fj_variant_default(&v, p->head_dim, p->dtype, p->causal);
+  v.kv_dtype = p->kv_dtype;
+  if ((st = fj__variant_validate(ctx, &v)) != FJ_OK)
+    return st;
+  if (!isfinite(p->scale))
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "scale %g is not finite",
+                    (double)p->scale);
+  const char *names[] = {"q", "k", "v", "o"};
+  const int64_t *strides[] = {p->q_stride, p->k_stride, p->v_stride,
+                              p->o_stride};
+  for (int i = 0; i < 4 && st == FJ_OK; i++)
+    st = check_strides(ctx, names[i], strides[i]);
+  if (st == FJ_OK && fj__kv_dtype(&v) == FJ_E4M3 &&
+      (!p->k_scale || !p->v_scale))
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "kv_dtype e4m3 needs k_scale and v_scale");
+  return st;
+}
+
+/* ---- choosing a variant ----------------------------------------------------------- */
+
+fj_status fj__choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
+                     fj_choice *from)
+{
+  fj_variant_default(v, p->head_dim, p->dtype, p->causal);
+  v->kv_dtype = p->kv_dtype == p->dtype ? 0 : p->kv_dtype;
+  if (from)
+    *from = FJ_CHOICE_HEURISTIC;
+  (void)ctx;
+  return FJ_OK;
+}
+
+fj_status fj_attention_variant(fj_ctx *ctx, const fj_problem *p,
+                               fj_variant *v, fj_choice *from)
+{
+  if (!ctx || !p || !v)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "fj_attention_variant: NULL argument");
+  fj__clear_error(ctx);
+  fj_status st = fj_problem_check(ctx, p);
+  return st == FJ_OK ? fj__choose(ctx, p, v, from) : st;
+}
+
+/* ---- launching ------------------------------------------------------------------- */
+
+static fj_status check_match(const fj_ctx *ctx, const fj_problem *p,
+                             const fj_variant *v)
+{
+  fj_dtype pkv = p->kv_dtype ? p->kv_dtype : p->dtype;
+  if (v->head_dim != p->head_dim || v->dtype != p->dtype ||
+      fj__kv_dtype(v) != pkv || v->causal != p->causal)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "variant (head_dim %d, dtype %s, kv %s, causal %s) does "
+                    "not match the problem (head_dim %d, dtype %s, kv %s, "
+                    "causal %s)",
+                    v->head_dim, fj_dtype_name(v->dtype),
+                    fj_dtype_name(fj__kv_dtype(v)), fj_causal_name(v->causal),
+                    p->head_dim, fj_dtype_name(p->dtype), fj_dtype_name(pkv),
+                    fj_causal_name(p->causal));
+  return FJ_OK;
+}
+
+/* The kernels move rows in 16-byte pieces: base pointers 16-byte aligned,
+ * every stride a whole number of 16-byte pieces. */
+static fj_status check_alignment(const fj_ctx *ctx, const char *name,
+                                 const void *ptr, const int64_t s[3],
+                                 fj_dtype dtype)
+{
+  int per16 = 16 / fj__dtype_bytes(dtype);
+  if (!ptr)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "%s is NULL", name);
+  if ((uintptr_t)ptr % 16 != 0)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "%s = %p is not 16-byte aligned: the vectorised loads "
+                    "need it",
+                    name, ptr);
+  for (int i = 0; i < 3; i++)
+    if (s[i] % per16 != 0)
+      return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                      "%s_stride[%d] = %lld is not a multiple of %d elements "
+                      "(16 bytes): the vectorised loads need it",
+                      name, i, (long long)s[i], per16);
+  return FJ_OK;
+}
+
+static fj_status check_pointers(const fj_ctx *ctx, const fj_problem *p,
+                                const void *q, const void *k, const void *v,
+                                const void *o)
+{
+  fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
+  fj_status st = check_alignment(ctx, "q", q, p->q_stride, p->dtype);
+  if (st == FJ_OK)
+    st = check_alignment(ctx, "k", k, p->k_stride, kv);
+  if (st == FJ_OK)
+    st = check_alignment(ctx, "v", v, p->v_stride, kv);
+  if (st == FJ_OK)
+    st = check_alignment(ctx, "o", o, p->o_stride, p->dtype);
+  return st;
+}
+
+static void fill_params(fj_kparams *kp, const fj_problem *p, const void *q,
+                        const void *k, const void *v, void *o, float *lse)
+{
+  memset(kp, 0, sizeof *kp);
+  kp->q = q;
+  kp->k = k;
+  kp->v = v;
+  kp->o = o;
+  kp->lse = lse;
+  kp->k_scale = p->k_scale;
+  kp->v_scale = p->v_scale;
+  for (int i = 0; i < 3; i++) {
+    kp->q_stride[i] = p->q_stride[i];
+    kp->k_stride[i] = p->k_stride[i];
+    kp->v_stride[i] = p->v_stride[i];
+    kp->o_stride[i] = p->o_stride[i];
+  }
+  kp->batch = p->batch;
+  kp->heads_q = p->heads_q;
+  kp->heads_kv = p->heads_kv;
+  kp->seq_q = p->seq_q;
+  kp->seq_kv = p->seq_kv;
+  kp->group = p->heads_q / p->heads_kv;
+  kp->causal_offset =
+      p->causal == FJ_CAUSAL_BOTTOM_RIGHT ? p->seq_kv - p->seq_q : 0;
+  double scale = p->scale != 0.f ? (double)p->scale : 1.0 / sqrt(p->head_dim);
+  kp->scale_log2 = (float)(scale * 1.4426950408889634);
+}
+
+/* The kernel and its function, built and loaded if needed; ctx->lock held
+ * and the CUDA context entered. */
+static fj_status ready_kernel(fj_ctx *ctx, const fj_variant *v,
+                              fj_kernel **k, void **fn)
+{
+  fj_status st = fj__variant_kernel(ctx, v, k);
+  return st == FJ_OK ? fj__kernel_function(ctx, *k, fn) : st;
+}
+
+static fj_status launch(fj_ctx *ctx, const fj_problem *p, const fj_variant *v,
+                        const void *q, const void *k, const void *vp, void *o,
+                        float *lse, void *stream)
+{
+  fj_kernel *kern;
+  void *fn;
+  fj_status st = fj__cu_enter(ctx);
+  if (st != FJ_OK)
+    return st;
+  pthread_mutex_lock(&ctx->lock);
+  st = ready_kernel(ctx, v, &kern, &fn);
+  pthread_mutex_unlock(&ctx->lock);
+  if (st == FJ_OK) {
+    fj_kparams kp;
+    fill_params(&kp, p, q, k, vp, o, lse);
+    void *args[] = {&kp};
+    unsigned rows = (unsigned)kern->meta.rows_per_block;
+    fj_launch l = {fn,
+                   {((unsigned)p->seq_q + rows - 1) / rows,
+                    (unsigned)p->heads_q, (unsigned)p->batch},
+                   {(unsigned)kern->meta.threads, 1, 1},
+                   (unsigned)kern->meta.smem_bytes,
+                   stream,
+                   args};
+    st = fj__cu_launch(ctx, &l);
+  }
+  fj__cu_leave(ctx);
+  return st;
+}
+
+fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
+                                   const fj_variant *v, const void *q,
+                                   const void *k, const void *vp, void *o,
+                                   float *lse, void *stream)
+{
+  if (!ctx || !p || !v)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "fj_attention_fwd: NULL context, problem or variant");
+  fj__clear_error(ctx);
+  fj_status st = fj_problem_check(ctx, p);
+  if (st == FJ_OK)
+    st = check_match(ctx, p, v);
+  if (st == FJ_OK)
+    st = check_pointers(ctx, p, q, k, vp, o);
+  if (st == FJ_OK && !ctx->has_device)
+    st = fj__fail(ctx, FJ_ERR_COMPILE_ONLY,
+                  "cannot launch on a compile-only context (arch %s)",
+                  ctx->arch);
+  return st == FJ_OK ? launch(ctx, p, v, q, k, vp, o, lse, stream) : st;
+}
+
+fj_status fj_attention_fwd(fj_ctx *ctx, const fj_problem *p, const void *q,
+                           const void *k, const void *v, void *o, float *lse,
+                           void *stream)
+{
+  fj_variant var;
+  fj_status st = fj_attention_variant(ctx, p, &var, NULL);
+  if (st != FJ_OK)
+    return st;
+  return fj_attention_fwd_variant(ctx, p, &var, q, k, v, o, lse, stream);
+}

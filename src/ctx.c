@@ -1,0 +1,332 @@
+/*
+ * ctx.c -- the context: options, target architecture, device, the
+ * per-thread error messages and the log callback.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- status text ---------------------------------------------------------- */
+
+const char *fj_status_str(fj_status status)
+{
+  switch (status) {
+#define FJ_STATUS_CASE_(name, value, text) \
+  case FJ_##name:                          \
+    return text;
+    FJ_STATUS_MAP(FJ_STATUS_CASE_)
+#undef FJ_STATUS_CASE_
+  }
+  return "unknown status";
+}
+
+const char *fj_version(void)
+{
+  return "0.1.0";
+}
+
+/* ---- per-thread messages ---------------------------------------------------
+ * A context is shared by threads, so its "last message" is kept per thread:
+ * a thread reading fj_errmsg sees its own failure, never another thread's.
+ * Each thread holds one message, tagged with the serial of the context it
+ * belongs to (serial 0: fj_ctx_create).
+ */
+
+typedef struct fj_tls_msg {
+  uint64_t serial;
+  fj_buf text;
+} fj_tls_msg;
+
+static pthread_key_t msg_key;
+static pthread_once_t msg_once = PTHREAD_ONCE_INIT;
+static uint64_t next_serial = 1;
+static pthread_mutex_t serial_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void msg_free(void *p)
+{
+  fj_tls_msg *m = p;
+  fj__buf_free(&m->text);
+  free(m);
+}
+
+static void msg_key_create(void)
+{
+  pthread_key_create(&msg_key, msg_free);
+}
+
+static fj_tls_msg *thread_msg(int create)
+{
+  pthread_once(&msg_once, msg_key_create);
+  fj_tls_msg *m = pthread_getspecific(msg_key);
+  if (!m && create) {
+    m = calloc(1, sizeof *m);
+    if (m && pthread_setspecific(msg_key, m) != 0) {
+      free(m);
+      m = NULL;
+    }
+  }
+  return m;
+}
+
+static uint64_t serial_of(const fj_ctx *ctx)
+{
+  return ctx ? ctx->serial : 0;
+}
+
+void fj__clear_error(const fj_ctx *ctx)
+{
+  fj_tls_msg *m = thread_msg(0);
+  if (m && m->serial == serial_of(ctx) && m->text.data) {
+    m->text.len = 0;
+    m->text.data[0] = '\0';
+  }
+}
+
+fj_status fj__fail(const fj_ctx *ctx, fj_status status, const char *fmt, ...)
+{
+  fj_tls_msg *m = thread_msg(1);
+  if (!m)
+    return status;
+  m->serial = serial_of(ctx);
+  m->text.len = 0;
+  va_list ap;
+  va_start(ap, fmt);
+  fj__buf_vappendf(&m->text, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+void fj__fail_more(const fj_ctx *ctx, const char *fmt, ...)
+{
+  fj_tls_msg *m = thread_msg(1);
+  if (!m || m->serial != serial_of(ctx))
+    return;
+  fj__buf_append(&m->text, "\n", 1);
+  va_list ap;
+  va_start(ap, fmt);
+  fj__buf_vappendf(&m->text, fmt, ap);
+  va_end(ap);
+}
+
+const char *fj_errmsg(const fj_ctx *ctx)
+{
+  fj_tls_msg *m = thread_msg(0);
+  if (!m || m->serial != serial_of(ctx) || !m->text.data)
+    return "";
+  return m->text.data;
+}
+
+void fj__log(const fj_ctx *ctx, fj_log_level level, const char *fmt, ...)
+{
+  if (!ctx || !ctx->opts.log)
+    return;
+  char text[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  ctx->opts.log(ctx->opts.log_user, level, text);
+}
+
+/* ---- architecture ---------------------------------------------------------- */
+
+int fj__parse_arch(const char *arch, int *sm, int *specific)
+{
+  if (!arch || strncmp(arch, "sm_", 3) != 0)
+    return -1;
+  const char *p = arch + 3;
+  int n = 0, digits = 0;
+  while (isdigit((unsigned char)*p) && digits < 4) {
+    n = n * 10 + (*p++ - '0');
+    digits++;
+  }
+  int a = 0;
+  if (*p == 'a') {
+    a = 1;
+    p++;
+  }
+  if (digits < 2 || *p != '\0')
+    return -1;
+  *sm = n;
+  *specific = a;
+  return 0;
+}
+
+int fj__smem_limit(const fj_ctx *ctx)
+{
+  if (ctx->has_device)
+    return ctx->dev.smem_optin_bytes;
+  /* Opt-in limits per block from the CUDA programming guide's table of
+   * compute capabilities, for compile-only contexts. */
+  switch (ctx->sm) {
+  case 80:
+  case 87:
+    return 163 * 1024;
+  case 90:
+  case 100:
+  case 103:
+  case 110:
+    return 227 * 1024;
+  case 75:
+    return 64 * 1024;
+  default:
+    return 99 * 1024;
+  }
+}
+
+/* ---- context --------------------------------------------------------------- */
+
+void fj_ctx_opts_init(fj_ctx_opts *opts)
+{
+  memset(opts, 0, sizeof *opts);
+  opts->device = 0;
+  opts->disk_cache = 1;
+}
+
+static fj_status check_arch(const fj_ctx *ctx, const char *arch)
+{
+  int sm, specific;
+  if (fj__parse_arch(arch, &sm, &specific) != 0)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "invalid arch '%s': expected sm_XY or sm_XYa, e.g. sm_80, "
+                    "sm_90a",
+                    arch);
+  if (sm < 75 || sm > 130)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "arch '%s' is out of range: NVRTC 13 targets sm_75 and "
+                    "newer",
+                    arch);
+  if (specific && sm < 90)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "arch '%s': arch-specific ('a') targets start at sm_90a",
+                    arch);
+  (void)ctx;
+  return FJ_OK;
+}
+
+static fj_status set_arch(fj_ctx *ctx, const char *arch)
+{
+  if (!arch) {
+    /* A GPU context defaults to the device's own target; on compute
+     * capability 9.0 the arch-specific one, so that wgmma is available. */
+    snprintf(ctx->arch, sizeof ctx->arch, "sm_%d%d%s", ctx->dev.cc_major,
+             ctx->dev.cc_minor, ctx->dev.cc_major == 9 ? "a" : "");
+  } else {
+    fj_status st = check_arch(ctx, arch);
+    if (st != FJ_OK)
+      return st;
+    snprintf(ctx->arch, sizeof ctx->arch, "%s", arch);
+  }
+  fj__parse_arch(ctx->arch, &ctx->sm, &ctx->arch_specific);
+  if (!ctx->has_device)
+    return FJ_OK;
+  int dev_sm = ctx->dev.cc_major * 10 + ctx->dev.cc_minor;
+  /* A cubin runs on its own major version at an equal or newer minor; an
+   * arch-specific one only on exactly its own compute capability. */
+  int runs = ctx->sm / 10 == dev_sm / 10 && ctx->sm <= dev_sm &&
+             (!ctx->arch_specific || ctx->sm == dev_sm);
+  if (!runs)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "arch '%s' cannot run on device %d (%s, compute "
+                    "capability %d.%d)",
+                    ctx->arch, ctx->dev.ordinal, ctx->dev.name,
+                    ctx->dev.cc_major, ctx->dev.cc_minor);
+  return FJ_OK;
+}
+
+static fj_status ctx_init(fj_ctx *ctx, const fj_ctx_opts *opts)
+{
+  if (opts->device < -1)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "device %d is invalid: use an ordinal >= 0, or -1 for a "
+                    "compile-only context",
+                    opts->device);
+  if (opts->device == -1 && !opts->arch)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "a compile-only context (device -1) needs an arch, e.g. "
+                    "sm_90a");
+  ctx->opts = *opts;
+  ctx->opts.arch = NULL;
+  ctx->opts.cache_dir = NULL;
+  if (opts->device >= 0) {
+    fj_status st = fj__cu_open_device(ctx);
+    if (st != FJ_OK)
+      return st;
+    ctx->has_device = 1;
+  }
+  fj_status st = set_arch(ctx, opts->arch);
+  if (st != FJ_OK)
+    return st;
+  if (opts->cache_dir && !(ctx->opts.cache_dir = fj__strdup(opts->cache_dir)))
+    return fj__fail(NULL, FJ_ERR_NOMEM, "out of memory");
+  return fj__cache_open(ctx);
+}
+
+fj_status fj_ctx_create(fj_ctx **out, const fj_ctx_opts *opts)
+{
+  fj__clear_error(NULL);
+  if (!out)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG, "fj_ctx_create: ctx is NULL");
+  *out = NULL;
+  fj_ctx_opts defaults;
+  if (!opts) {
+    fj_ctx_opts_init(&defaults);
+    opts = &defaults;
+  }
+  fj_ctx *ctx = calloc(1, sizeof *ctx);
+  if (!ctx)
+    return fj__fail(NULL, FJ_ERR_NOMEM, "out of memory");
+  pthread_mutex_init(&ctx->lock, NULL);
+  /* Serial 0 until the context exists for the caller: messages of a failed
+   * creation belong to fj_errmsg(NULL). */
+  fj_status st = ctx_init(ctx, opts);
+  if (st != FJ_OK) {
+    fj_ctx_destroy(ctx);
+    return st;
+  }
+  pthread_mutex_lock(&serial_lock);
+  ctx->serial = next_serial++;
+  pthread_mutex_unlock(&serial_lock);
+  *out = ctx;
+  return FJ_OK;
+}
+
+void fj_ctx_destroy(fj_ctx *ctx)
+{
+  if (!ctx)
+    return;
+  fj__kmap_free(ctx->kernels);
+  fj__tpl_close(ctx->tpl);
+  fj__cache_close(ctx->cache);
+  if (ctx->has_device)
+    fj__cu_close_device(ctx);
+  free((char *)ctx->opts.cache_dir);
+  pthread_mutex_destroy(&ctx->lock);
+  free(ctx);
+}
+
+const char *fj_ctx_arch(const fj_ctx *ctx)
+{
+  return ctx ? ctx->arch : "";
+}
+
+int fj_ctx_has_device(const fj_ctx *ctx)
+{
+  return ctx && ctx->has_device;
+}
+
+fj_status fj_device_get(fj_ctx *ctx, fj_device_info *info)
+{
+  if (!ctx || !info)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "fj_device_get: NULL argument");
+  fj__clear_error(ctx);
+  if (!ctx->has_device)
+    return fj__fail(ctx, FJ_ERR_COMPILE_ONLY,
+                    "compile-only context (arch %s) has no device",
+                    ctx->arch);
+  *info = ctx->dev;
+  return FJ_OK;
+}

@@ -1,0 +1,282 @@
+/*
+ * driver.c -- the CUDA Driver API, reached through dlopen("libcuda.so.1")
+ * so that compile-only use needs no driver at all.  Every call goes through
+ * FJ_CU_TRY, which turns a failure into FJ_ERR_CUDA with the error's name,
+ * the call and the place.  The library works in the device's primary
+ * context, pushed around each use, so device pointers from the CUDA runtime
+ * or PyTorch are valid here.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cuda.h>
+
+#include "internal.h"
+
+/* The entry points we use, by their ABI names (cuda.h maps several API names
+ * to _v2 symbols with macros, so the table spells the symbols out). */
+typedef struct cu_api {
+  CUresult (*init)(unsigned);
+  CUresult (*driverGetVersion)(int *);
+  CUresult (*deviceGetCount)(int *);
+  CUresult (*deviceGet)(CUdevice *, int);
+  CUresult (*deviceGetName)(char *, int, CUdevice);
+  CUresult (*deviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
+  CUresult (*primaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*primaryCtxRelease)(CUdevice);
+  CUresult (*ctxPushCurrent)(CUcontext);
+  CUresult (*ctxPopCurrent)(CUcontext *);
+  CUresult (*ctxSynchronize)(void);
+  CUresult (*moduleLoadData)(CUmodule *, const void *);
+  CUresult (*moduleUnload)(CUmodule);
+  CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*funcSetAttribute)(CUfunction, CUfunction_attribute, int);
+  CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, unsigned, unsigned, CUstream, void **,
+                           void **);
+  CUresult (*memAlloc)(CUdeviceptr *, size_t);
+  CUresult (*memFree)(CUdeviceptr);
+  CUresult (*memcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*memcpyHtoD)(CUdeviceptr, const void *, size_t);
+  CUresult (*getErrorName)(CUresult, const char **);
+  CUresult (*getErrorString)(CUresult, const char **);
+} cu_api;
+
+static cu_api cu;
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+static fj_status cu_status = FJ_ERR_NO_DEVICE;
+static char cu_why[512];
+
+static const struct {
+  const char *symbol;
+  size_t offset;
+} cu_symbols[] = {
+#define FJ_CU_SYM_(field, sym) {sym, offsetof(cu_api, field)}
+    FJ_CU_SYM_(init, "cuInit"),
+    FJ_CU_SYM_(driverGetVersion, "cuDriverGetVersion"),
+    FJ_CU_SYM_(deviceGetCount, "cuDeviceGetCount"),
+    FJ_CU_SYM_(deviceGet, "cuDeviceGet"),
+    FJ_CU_SYM_(deviceGetName, "cuDeviceGetName"),
+    FJ_CU_SYM_(deviceGetAttribute, "cuDeviceGetAttribute"),
+    FJ_CU_SYM_(primaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+    FJ_CU_SYM_(primaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
+    FJ_CU_SYM_(ctxPushCurrent, "cuCtxPushCurrent_v2"),
+    FJ_CU_SYM_(ctxPopCurrent, "cuCtxPopCurrent_v2"),
+    FJ_CU_SYM_(ctxSynchronize, "cuCtxSynchronize"),
+    FJ_CU_SYM_(moduleLoadData, "cuModuleLoadData"),
+    FJ_CU_SYM_(moduleUnload, "cuModuleUnload"),
+    FJ_CU_SYM_(moduleGetFunction, "cuModuleGetFunction"),
+    FJ_CU_SYM_(funcSetAttribute, "cuFuncSetAttribute"),
+    FJ_CU_SYM_(launchKernel, "cuLaunchKernel"),
+    FJ_CU_SYM_(memAlloc, "cuMemAlloc_v2"),
+    FJ_CU_SYM_(memFree, "cuMemFree_v2"),
+    FJ_CU_SYM_(memcpyDtoH, "cuMemcpyDtoH_v2"),
+    FJ_CU_SYM_(memcpyHtoD, "cuMemcpyHtoD_v2"),
+    FJ_CU_SYM_(getErrorName, "cuGetErrorName"),
+    FJ_CU_SYM_(getErrorString, "cuGetErrorString"),
+#undef FJ_CU_SYM_
+};
+
+static void cu_load(void)
+{
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    snprintf(cu_why, sizeof cu_why,
+             "no NVIDIA driver: dlopen(libcuda.so.1) failed: %s", dlerror());
+    return;
+  }
+  for (size_t i = 0; i < FJ_ARRAY_LEN(cu_symbols); i++) {
+    void *fn = dlsym(h, cu_symbols[i].symbol);
+    if (!fn) {
+      snprintf(cu_why, sizeof cu_why,
+               "libcuda.so.1 lacks %s: the driver is too old",
+               cu_symbols[i].symbol);
+      return;
+    }
+    memcpy((char *)&cu + cu_symbols[i].offset, &fn, sizeof fn);
+  }
+  CUresult r = cu.init(0);
+  if (r != CUDA_SUCCESS) {
+    const char *name = "?";
+    cu.getErrorName(r, &name);
+    snprintf(cu_why, sizeof cu_why, "cuInit(0) failed: %s (%d)", name,
+             (int)r);
+    return;
+  }
+  cu_status = FJ_OK;
+}
+
+fj_status fj__cu_init(const fj_ctx *ctx)
+{
+  pthread_once(&cu_once, cu_load);
+  if (cu_status != FJ_OK)
+    return fj__fail(ctx, cu_status, "%s", cu_why);
+  return FJ_OK;
+}
+
+static fj_status cu_fail(const fj_ctx *ctx, CUresult r, const char *call,
+                         const char *file, int line)
+{
+  const char *name = "?", *text = "?";
+  cu.getErrorName(r, &name);
+  cu.getErrorString(r, &text);
+  return fj__fail(ctx, FJ_ERR_CUDA, "%s failed: %s (%s) at %s:%d", call, name,
+                  text, file, line);
+}
+
+#define FJ_CU_TRY(ctx, call)                                      \
+  do {                                                            \
+    CUresult r_ = (call);                                         \
+    if (r_ != CUDA_SUCCESS)                                       \
+      return cu_fail((ctx), r_, #call, __FILE__, __LINE__);       \
+  } while (0)
+
+static fj_status device_attr(const fj_ctx *ctx, CUdevice d,
+                             CUdevice_attribute a, int *out)
+{
+  FJ_CU_TRY(ctx, cu.deviceGetAttribute(out, a, d));
+  return FJ_OK;
+}
+
+static fj_status device_info(fj_ctx *ctx, CUdevice d)
+{
+  fj_device_info *info = &ctx->dev;
+  FJ_CU_TRY(ctx, cu.deviceGetName(info->name, (int)sizeof info->name, d));
+  FJ_CU_TRY(ctx, cu.driverGetVersion(&info->driver_version));
+  fj_status st = device_attr(ctx, d,
+                             CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                             &info->cc_major);
+  if (st == FJ_OK)
+    st = device_attr(ctx, d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                     &info->cc_minor);
+  if (st == FJ_OK)
+    st = device_attr(ctx, d, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                     &info->sm_count);
+  if (st == FJ_OK)
+    st = device_attr(ctx, d,
+                     CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                     &info->smem_optin_bytes);
+  return st;
+}
+
+fj_status fj__cu_open_device(fj_ctx *ctx)
+{
+  fj_status st = fj__cu_init(ctx);
+  if (st != FJ_OK)
+    return st;
+  int count = 0;
+  FJ_CU_TRY(ctx, cu.deviceGetCount(&count));
+  if (ctx->opts.device >= count)
+    return fj__fail(ctx, FJ_ERR_NO_DEVICE,
+                    "device %d does not exist: %d CUDA device(s) present",
+                    ctx->opts.device, count);
+  CUdevice d;
+  FJ_CU_TRY(ctx, cu.deviceGet(&d, ctx->opts.device));
+  ctx->dev.ordinal = ctx->opts.device;
+  st = device_info(ctx, d);
+  if (st != FJ_OK)
+    return st;
+  CUcontext pctx;
+  FJ_CU_TRY(ctx, cu.primaryCtxRetain(&pctx, d));
+  ctx->cu_ctx = pctx;
+  return FJ_OK;
+}
+
+void fj__cu_close_device(fj_ctx *ctx)
+{
+  CUdevice d;
+  if (ctx->cu_ctx && cu.deviceGet(&d, ctx->dev.ordinal) == CUDA_SUCCESS)
+    cu.primaryCtxRelease(d);
+  ctx->cu_ctx = NULL;
+}
+
+fj_status fj__cu_enter(const fj_ctx *ctx)
+{
+  if (!ctx->has_device)
+    return fj__fail(ctx, FJ_ERR_COMPILE_ONLY,
+                    "this needs a GPU context; the context is compile-only "
+                    "(arch %s)",
+                    ctx->arch);
+  FJ_CU_TRY(ctx, cu.ctxPushCurrent((CUcontext)ctx->cu_ctx));
+  return FJ_OK;
+}
+
+void fj__cu_leave(const fj_ctx *ctx)
+{
+  CUcontext old;
+  (void)ctx;
+  cu.ctxPopCurrent(&old);
+}
+
+fj_status fj__cu_module_load(const fj_ctx *ctx, const void *cubin,
+                             void **module)
+{
+  CUmodule m;
+  FJ_CU_TRY(ctx, cu.moduleLoadData(&m, cubin));
+  *module = m;
+  return FJ_OK;
+}
+
+fj_status fj__cu_function(const fj_ctx *ctx, void *module, const char *symbol,
+                          unsigned smem_bytes, void **function)
+{
+  CUfunction f;
+  FJ_CU_TRY(ctx, cu.moduleGetFunction(&f, (CUmodule)module, symbol));
+  /* Above 48 KB a kernel must ask for its dynamic shared memory. */
+  if (smem_bytes > 48 * 1024)
+    FJ_CU_TRY(ctx, cu.funcSetAttribute(
+                       f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                       (int)smem_bytes));
+  *function = f;
+  return FJ_OK;
+}
+
+void fj__cu_module_unload(void *module)
+{
+  if (module)
+    cu.moduleUnload((CUmodule)module);
+}
+
+fj_status fj__cu_launch(const fj_ctx *ctx, const fj_launch *l)
+{
+  FJ_CU_TRY(ctx, cu.launchKernel((CUfunction)l->function, l->grid[0],
+                                 l->grid[1], l->grid[2], l->block[0],
+                                 l->block[1], l->block[2], l->smem_bytes,
+                                 (CUstream)l->stream, l->args, NULL));
+  return FJ_OK;
+}
+
+fj_status fj__cu_alloc(const fj_ctx *ctx, size_t bytes, uint64_t *dptr)
+{
+  CUdeviceptr p;
+  FJ_CU_TRY(ctx, cu.memAlloc(&p, bytes));
+  *dptr = (uint64_t)p;
+  return FJ_OK;
+}
+
+void fj__cu_free(uint64_t dptr)
+{
+  if (dptr)
+    cu.memFree((CUdeviceptr)dptr);
+}
+
+fj_status fj__cu_copy_to_host(const fj_ctx *ctx, void *dst, uint64_t src,
+                              size_t bytes)
+{
+  FJ_CU_TRY(ctx, cu.memcpyDtoH(dst, (CUdeviceptr)src, bytes));
+  return FJ_OK;
+}
+
+fj_status fj__cu_copy_to_device(const fj_ctx *ctx, uint64_t dst,
+                                const void *src, size_t bytes)
+{
+  FJ_CU_TRY(ctx, cu.memcpyHtoD((CUdeviceptr)dst, src, bytes));
+  return FJ_OK;
+}
+
+fj_status fj__cu_sync(const fj_ctx *ctx)
+{
+  FJ_CU_TRY(ctx, cu.ctxSynchronize());
+  return FJ_OK;
+}

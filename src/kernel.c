@@ -1,0 +1,310 @@
+/*
+ * kernel.c -- from template parameters to a loaded kernel: the memory cache
+ * (template + parameters -> kernel), then the disk cache (keyed by the
+ * rendered source, NVRTC options, arch, NVRTC version and format), then
+ * NVRTC.  Kernels live as long as their context.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+enum { KMAP_BUCKETS = 512 };
+
+typedef struct kentry {
+  char *key;
+  fj_kernel *kernel;
+  struct kentry *next;
+} kentry;
+
+struct fj_kmap {
+  kentry *buckets[KMAP_BUCKETS];
+};
+
+/* ---- the memory cache ----------------------------------------------------------- */
+
+/* The memory-cache key: the template name and every parameter, in the order
+ * given (callers always build parameters in one fixed order). */
+static int memory_key(fj_buf *key, const char *name, const fj_param *p,
+                      size_t n)
+{
+  int bad = fj__buf_appendf(key, "%s", name);
+  for (size_t i = 0; i < n && !bad; i++) {
+    if (p[i].type == FJ_PARAM_STR)
+      bad = fj__buf_appendf(key, "|%s=%s", p[i].key, p[i].s);
+    else if (p[i].type == FJ_PARAM_LUT)
+      bad = fj__buf_appendf(key, "|%s=%016llx", p[i].key,
+                            (unsigned long long)fj__hash64(p[i].lut->map,
+                                                           sizeof p[i].lut->map));
+    else
+      bad = fj__buf_appendf(key, "|%s=%lld", p[i].key, p[i].i);
+  }
+  return bad;
+}
+
+static fj_kernel *kmap_find(const fj_kmap *m, const fj_buf *key)
+{
+  if (!m)
+    return NULL;
+  for (kentry *e = m->buckets[fj__hash64(key->data, key->len) % KMAP_BUCKETS];
+       e; e = e->next)
+    if (strcmp(e->key, key->data) == 0)
+      return e->kernel;
+  return NULL;
+}
+
+static int kmap_insert(fj_ctx *ctx, fj_buf *key, fj_kernel *k)
+{
+  if (!ctx->kernels && !(ctx->kernels = calloc(1, sizeof *ctx->kernels)))
+    return -1;
+  kentry *e = malloc(sizeof *e);
+  if (!e)
+    return -1;
+  size_t b = fj__hash64(key->data, key->len) % KMAP_BUCKETS;
+  e->key = fj__buf_take(key);
+  e->kernel = k;
+  e->next = ctx->kernels->buckets[b];
+  ctx->kernels->buckets[b] = e;
+  return 0;
+}
+
+void fj__kmap_free(fj_kmap *m)
+{
+  if (!m)
+    return;
+  for (size_t b = 0; b < KMAP_BUCKETS; b++)
+    for (kentry *e = m->buckets[b], *next; e; e = next) {
+      next = e->next;
+      fj__kernel_free(e->kernel);
+      free(e->key);
+      free(e);
+    }
+  free(m);
+}
+
+void fj__kernel_free(fj_kernel *k)
+{
+  if (!k)
+    return;
+  fj__cu_module_unload(k->module);
+  fj__compiled_free(&k->out);
+  free(k->source);
+  free(k);
+}
+
+/* ---- disk payload: log, PTX, cubin, compile time --------------------------------- */
+
+static int pack(const fj_compiled *c, fj_buf *out)
+{
+  const void *parts[] = {c->log, c->ptx, c->cubin};
+  uint64_t sizes[] = {strlen(c->log), c->ptx_len, c->cubin_len};
+  for (size_t i = 0; i < 3; i++)
+    if (fj__buf_append(out, &sizes[i], sizeof sizes[i]) ||
+        fj__buf_append(out, parts[i], (size_t)sizes[i]))
+      return -1;
+  return fj__buf_append(out, &c->ms, sizeof c->ms);
+}
+
+static int unpack_part(const char **p, const char *end, char **out,
+                       size_t *len)
+{
+  uint64_t n;
+  if ((size_t)(end - *p) < sizeof n)
+    return -1;
+  memcpy(&n, *p, sizeof n);
+  *p += sizeof n;
+  if (n > (uint64_t)(end - *p) || !(*out = malloc((size_t)n + 1)))
+    return -1;
+  memcpy(*out, *p, (size_t)n);
+  (*out)[n] = '\0';
+  *p += n;
+  if (len)
+    *len = (size_t)n;
+  return 0;
+}
+
+static int unpack(const void *payload, size_t len, fj_compiled *c)
+{
+  const char *p = payload, *end = p + len;
+  char *cubin = NULL;
+  if (unpack_part(&p, end, &c->log, NULL) ||
+      unpack_part(&p, end, &c->ptx, &c->ptx_len) ||
+      unpack_part(&p, end, &cubin, &c->cubin_len) ||
+      (size_t)(end - p) != sizeof c->ms) {
+    free(cubin);
+    fj__compiled_free(c);
+    return -1;
+  }
+  c->cubin = cubin;
+  memcpy(&c->ms, p, sizeof c->ms);
+  return 0;
+}
+
+/* ---- building ---------------------------------------------------------------------- */
+
+fj_status fj__check_smem(const fj_ctx *ctx, const fj_kmeta *meta)
+{
+  int limit = fj__smem_limit(ctx);
+  if (meta->smem_bytes <= limit)
+    return FJ_OK;
+  return fj__fail(ctx, FJ_ERR_RESOURCES,
+                  "%s needs %d bytes of shared memory per block; %s allows "
+                  "%d (over by %d): use smaller tiles",
+                  meta->symbol, meta->smem_bytes, ctx->arch, limit,
+                  meta->smem_bytes - limit);
+}
+
+/* Disk cache, else NVRTC (storing the result). */
+static fj_status fetch_or_compile(fj_ctx *ctx, fj_kernel *k)
+{
+  char src_hash[33];
+  fj_cache_key key;
+  fj__hash_hex(k->source, k->source_len, src_hash);
+  fj__cache_key(&key, "kernel", ctx->arch, src_hash, k->meta.symbol);
+  void *payload = NULL;
+  size_t len = 0;
+  if (fj__cache_load(ctx, "kernel", &key, &payload, &len)) {
+    int ok = unpack(payload, len, &k->out) == 0;
+    free(payload);
+    if (ok) {
+      k->res.cache = FJ_CACHE_DISK;
+      return FJ_OK;
+    }
+  }
+  fj_status st = fj__compile(ctx, k->meta.symbol, k->source, ctx->arch,
+                             ctx->opts.isolate_compile, &k->out);
+  if (st != FJ_OK)
+    return st;
+  k->res.cache = FJ_CACHE_MISS;
+  fj_buf b = {0};
+  if (pack(&k->out, &b) == 0)
+    fj__cache_store(ctx, "kernel", k->meta.symbol, &key, b.data, b.len);
+  fj__buf_free(&b);
+  return FJ_OK;
+}
+
+static void fill_resources(fj_kernel *k)
+{
+  fj_resources *r = &k->res;
+  fj__parse_resources(k->out.log, r);
+  r->shared_dynamic = k->meta.smem_bytes;
+  r->threads = k->meta.threads;
+  r->cubin_bytes = k->out.cubin_len;
+  r->ptx_bytes = k->out.ptx_len;
+  r->compile_ms = k->out.ms;
+}
+
+static fj_status build_new(fj_ctx *ctx, const char *name,
+                           const fj_param *params, size_t n, fj_kernel **out)
+{
+  fj_kernel *k = calloc(1, sizeof *k);
+  if (!k)
+    return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  fj_buf src = {0};
+  fj_status st = fj__render(ctx, name, params, n, &src, &k->meta);
+  if (st == FJ_OK)
+    st = fj__check_smem(ctx, &k->meta);
+  k->source_len = src.len;
+  k->source = fj__buf_take(&src);
+  if (st == FJ_OK && !k->source)
+    st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  if (st == FJ_OK)
+    st = fetch_or_compile(ctx, k);
+  if (st != FJ_OK) {
+    fj__kernel_free(k);
+    return st;
+  }
+  fill_resources(k);
+  fj__cache_count(ctx, k->res.cache);
+  *out = k;
+  return FJ_OK;
+}
+
+fj_status fj__kernel_build(fj_ctx *ctx, const char *name,
+                           const fj_param *params, size_t n, fj_kernel **out)
+{
+  fj_buf key = {0};
+  if (memory_key(&key, name, params, n)) {
+    fj__buf_free(&key);
+    return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  }
+  fj_kernel *k = kmap_find(ctx->kernels, &key);
+  if (k) {
+    k->res.cache = FJ_CACHE_MEMORY;
+    fj__cache_count(ctx, FJ_CACHE_MEMORY);
+    fj__buf_free(&key);
+    *out = k;
+    return FJ_OK;
+  }
+  fj_status st = build_new(ctx, name, params, n, &k);
+  if (st == FJ_OK && kmap_insert(ctx, &key, k) != 0) {
+    fj__kernel_free(k);
+    st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  }
+  fj__buf_free(&key);
+  if (st == FJ_OK)
+    *out = k;
+  return st;
+}
+
+fj_status fj__kernel_symbol(fj_ctx *ctx, fj_kernel *k, const char *symbol,
+                            void **function)
+{
+  if (!k->module) {
+    fj_status st = fj__cu_module_load(ctx, k->out.cubin, &k->module);
+    if (st != FJ_OK)
+      return st;
+  }
+  return fj__cu_function(ctx, k->module, symbol,
+                         (unsigned)k->meta.smem_bytes, function);
+}
+
+fj_status fj__kernel_function(fj_ctx *ctx, fj_kernel *k, void **function)
+{
+  if (!k->function) {
+    fj_status st = fj__kernel_symbol(ctx, k, k->meta.symbol, &k->function);
+    if (st != FJ_OK)
+      return st;
+  }
+  *function = k->function;
+  return FJ_OK;
+}
+
+/* ---- public getters ------------------------------------------------------------------ */
+
+const char *fj_kernel_source(const fj_kernel *k, size_t *len)
+{
+  if (len)
+    *len = k->source_len;
+  return k->source;
+}
+
+const char *fj_kernel_ptx(const fj_kernel *k, size_t *len)
+{
+  if (len)
+    *len = k->out.ptx_len;
+  return k->out.ptx;
+}
+
+const void *fj_kernel_cubin(const fj_kernel *k, size_t *len)
+{
+  if (len)
+    *len = k->out.cubin_len;
+  return k->out.cubin;
+}
+
+const char *fj_kernel_log(const fj_kernel *k)
+{
+  return k->out.log ? k->out.log : "";
+}
+
+const char *fj_kernel_name(const fj_kernel *k)
+{
+  return k->meta.symbol;
+}
+
+void fj_kernel_resources(const fj_kernel *k, fj_resources *res)
+{
+  *res = k->res;
+}

@@ -1,0 +1,281 @@
+/*
+ * layout.c -- the fragment-layout table (the LUT).
+ *
+ * The CUDA guide leaves the mapping from a WMMA fragment's elements to tile
+ * positions unspecified, so flashjit observes it: templates/lut_probe.cu
+ * tags every slot (or every tile element), one warp stores or loads the
+ * fragment, and this file inverts what comes back into map[lane][slot] =
+ * row * 16 + col, checks that it covers the tile, and caches it per device,
+ * arch and driver -- in the context and on disk.  The first use on a device
+ * probes every kind at once (one module, one launch per kind).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+enum { PROBE_FLOATS = 513 };
+
+static const char *const frag_names[FJ_FRAG_COUNT + 1] = {
+    "?",          "wmma_acc_f32",  "wmma_a_f16_row", "wmma_b_f16_col",
+    "wmma_b_f16_row", "wmma_a_bf16_row", "wmma_b_bf16_col", "wmma_b_bf16_row",
+};
+
+const char *fj_frag_name(fj_frag frag)
+{
+  return frag >= 1 && frag <= FJ_FRAG_COUNT ? frag_names[frag] : "?";
+}
+
+static int is_accumulator(fj_frag frag)
+{
+  return frag == FJ_FRAG_WMMA_ACC_F32;
+}
+
+/* ---- validation ---------------------------------------------------------------- */
+
+int fj__lut_validate(const fj_lut *lut, char *buf, size_t size)
+{
+  int tile = lut->rows * lut->cols;
+  int seen[256] = {0};
+  if (lut->slots < 1 || lut->slots > FJ_LUT_MAX_SLOTS || tile != 256) {
+    snprintf(buf, size, "%s: %d slots per lane for a %dx%d tile",
+             fj_frag_name(lut->frag), lut->slots, lut->rows, lut->cols);
+    return -1;
+  }
+  for (int lane = 0; lane < 32; lane++)
+    for (int s = 0; s < lut->slots; s++) {
+      int e = lut->map[lane][s];
+      if (e >= tile) {
+        snprintf(buf, size, "%s: lane %d slot %d holds element %d, outside "
+                            "the %d-element tile",
+                 fj_frag_name(lut->frag), lane, s, e, tile);
+        return -1;
+      }
+      seen[e]++;
+    }
+  /* An accumulator holds each element exactly once (32 lanes x 8 slots);
+   * an operand fragment may hold copies, but must cover every element. */
+  for (int e = 0; e < tile; e++) {
+    int bad = is_accumulator(lut->frag) ? seen[e] != 1 : seen[e] < 1;
+    if (bad) {
+      snprintf(buf, size, "%s: tile element (%d, %d) is held %d times",
+               fj_frag_name(lut->frag), e / lut->cols, e % lut->cols,
+               seen[e]);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* ---- the reference tables ------------------------------------------------------ */
+
+/* What an H200 (sm_90) showed for the accumulator and the half matrix_a
+ * fragment (../shared/DESIGN.md): with g = lane / 4, t = lane % 4, slot i
+ * holds row g + 8 * ((i >> 1) & 1), col 2t + (i & 1) + 8 * (i >> 2); the
+ * operand's slots 8-15 repeat 0-7.  Used only where nothing can be
+ * observed (a compile-only context). */
+static int reference_element(int lane, int slot)
+{
+  int g = lane / 4, t = lane % 4, i = slot % 8;
+  int row = g + 8 * ((i >> 1) & 1);
+  int col = 2 * t + (i & 1) + 8 * (i >> 2);
+  return row * 16 + col;
+}
+
+void fj__lut_reference(fj_frag frag, fj_lut *lut)
+{
+  memset(lut, 0, sizeof *lut);
+  lut->frag = frag;
+  lut->rows = lut->cols = 16;
+  lut->lanes = 32;
+  lut->slots = is_accumulator(frag) ? 8 : 16;
+  lut->origin = FJ_LUT_REFERENCE;
+  snprintf(lut->device, sizeof lut->device, "reference (NVIDIA H200)");
+  for (int lane = 0; lane < 32; lane++)
+    for (int s = 0; s < lut->slots; s++)
+      lut->map[lane][s] = (uint16_t)reference_element(lane, s);
+}
+
+static int has_reference(fj_frag frag)
+{
+  return frag == FJ_FRAG_WMMA_ACC_F32 || frag == FJ_FRAG_WMMA_A_F16_ROW;
+}
+
+/* ---- probing --------------------------------------------------------------------- */
+
+/* Turns one probe's output into a table. */
+static int invert(fj_frag frag, const float *out, fj_lut *lut, char *why,
+                  size_t size)
+{
+  memset(lut, 0, sizeof *lut);
+  lut->frag = frag;
+  lut->rows = lut->cols = 16;
+  lut->lanes = 32;
+  lut->slots = (int)out[512];
+  if (lut->slots < 1 || lut->slots > FJ_LUT_MAX_SLOTS) {
+    snprintf(why, size, "%s: the probe reports %d elements per lane",
+             fj_frag_name(frag), lut->slots);
+    return -1;
+  }
+  if (is_accumulator(frag)) {
+    int filled[32][FJ_LUT_MAX_SLOTS] = {{0}};
+    for (int e = 0; e < 256; e++) {
+      int tag = (int)out[e], lane = tag / 32, slot = tag % 32;
+      if (out[e] != (float)tag || tag < 0 || lane >= 32 || slot >= lut->slots ||
+          filled[lane][slot]++) {
+        snprintf(why, size, "%s: tile element (%d, %d) holds tag %g, which "
+                            "is no (lane, slot) or appears twice",
+                 fj_frag_name(frag), e / 16, e % 16, (double)out[e]);
+        return -1;
+      }
+      lut->map[lane][slot] = (uint16_t)e;
+    }
+  } else {
+    for (int lane = 0; lane < 32; lane++)
+      for (int s = 0; s < lut->slots; s++) {
+        float v = out[lane * 16 + s];
+        if (v < 0 || v > 255 || v != floorf(v)) {
+          snprintf(why, size, "%s: lane %d slot %d holds %g, no tile element",
+                   fj_frag_name(frag), lane, s, (double)v);
+          return -1;
+        }
+        lut->map[lane][s] = (uint16_t)v;
+      }
+  }
+  return fj__lut_validate(lut, why, size);
+}
+
+static fj_status run_probe(fj_ctx *ctx, fj_kernel *k, fj_frag frag,
+                           uint64_t dout, fj_lut *lut)
+{
+  char symbol[64], why[256];
+  snprintf(symbol, sizeof symbol, "fj_probe_%s", fj_frag_name(frag));
+  void *fn;
+  fj_status st = fj__kernel_symbol(ctx, k, symbol, &fn);
+  if (st != FJ_OK)
+    return st;
+  void *args[] = {&dout};
+  fj_launch l = {fn, {1, 1, 1}, {32, 1, 1}, 0, NULL, args};
+  float out[PROBE_FLOATS];
+  if ((st = fj__cu_launch(ctx, &l)) != FJ_OK ||
+      (st = fj__cu_sync(ctx)) != FJ_OK ||
+      (st = fj__cu_copy_to_host(ctx, out, dout, sizeof out)) != FJ_OK)
+    return st;
+  if (invert(frag, out, lut, why, sizeof why) != 0)
+    return fj__fail(ctx, FJ_ERR_LAYOUT, "fragment layout probe on %s: %s",
+                    ctx->dev.name, why);
+  lut->origin = FJ_LUT_PROBED;
+  snprintf(lut->device, sizeof lut->device, "%s", ctx->dev.name);
+  return FJ_OK;
+}
+
+static fj_status probe_all(fj_ctx *ctx, fj_kernel *k, fj_lut *luts)
+{
+  fj_status st = fj__cu_enter(ctx);
+  if (st != FJ_OK)
+    return st;
+  uint64_t dout = 0;
+  st = fj__cu_alloc(ctx, PROBE_FLOATS * sizeof(float), &dout);
+  for (int f = 1; f <= FJ_FRAG_COUNT && st == FJ_OK; f++)
+    st = run_probe(ctx, k, (fj_frag)f, dout, &luts[f]);
+  fj__cu_free(dout);
+  fj__cu_leave(ctx);
+  return st;
+}
+
+/* ---- caching --------------------------------------------------------------------- */
+
+static void lut_key(const fj_ctx *ctx, const fj_kernel *probe,
+                    fj_cache_key *key)
+{
+  char src_hash[33], extra[256];
+  fj__hash_hex(probe->source, probe->source_len, src_hash);
+  snprintf(extra, sizeof extra, "device=%s\ncc=%d.%d\ndriver=%d",
+           ctx->dev.name, ctx->dev.cc_major, ctx->dev.cc_minor,
+           ctx->dev.driver_version);
+  fj__cache_key(key, "lut", ctx->arch, src_hash, extra);
+}
+
+static int load_cached(fj_ctx *ctx, const fj_cache_key *key, fj_lut *luts)
+{
+  void *payload = NULL;
+  size_t len = 0;
+  char why[256];
+  if (!fj__cache_load(ctx, "lut", key, &payload, &len))
+    return 0;
+  int ok = len == sizeof(fj_lut) * FJ_FRAG_COUNT;
+  if (ok)
+    memcpy(&luts[1], payload, len);
+  for (int f = 1; ok && f <= FJ_FRAG_COUNT; f++) {
+    ok = luts[f].frag == (fj_frag)f &&
+         fj__lut_validate(&luts[f], why, sizeof why) == 0;
+    luts[f].origin = FJ_LUT_CACHED;
+  }
+  free(payload);
+  return ok;
+}
+
+static fj_status probe_device(fj_ctx *ctx)
+{
+  fj_param params[] = {
+      {"arch", FJ_PARAM_STR, 0, ctx->arch, NULL},
+      {"version", FJ_PARAM_STR, 0, fj_version(), NULL},
+  };
+  fj_kernel *k;
+  fj_status st = fj__kernel_build(ctx, "lut_probe.cu", params,
+                                  FJ_ARRAY_LEN(params), &k);
+  if (st != FJ_OK)
+    return st;
+  fj_cache_key key;
+  fj_lut luts[FJ_FRAG_COUNT + 1];
+  lut_key(ctx, k, &key);
+  if (!load_cached(ctx, &key, luts)) {
+    if ((st = probe_all(ctx, k, luts)) != FJ_OK)
+      return st;
+    fj__cache_store(ctx, "lut", ctx->dev.name, &key, &luts[1],
+                    sizeof(fj_lut) * FJ_FRAG_COUNT);
+  }
+  for (int f = 1; f <= FJ_FRAG_COUNT; f++) {
+    ctx->luts[f] = luts[f];
+    ctx->lut_ready[f] = 1;
+  }
+  return FJ_OK;
+}
+
+fj_status fj__layout_locked(fj_ctx *ctx, fj_frag frag, fj_lut *lut)
+{
+  if (frag < 1 || frag > FJ_FRAG_COUNT)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "fragment kind %d is invalid: 1..%d", (int)frag,
+                    FJ_FRAG_COUNT);
+  if (!ctx->lut_ready[frag]) {
+    if (!ctx->has_device) {
+      if (!has_reference(frag))
+        return fj__fail(ctx, FJ_ERR_COMPILE_ONLY,
+                        "%s has no reference table: probe it on a GPU "
+                        "context",
+                        fj_frag_name(frag));
+      fj__lut_reference(frag, &ctx->luts[frag]);
+      ctx->lut_ready[frag] = 1;
+    } else {
+      fj_status st = probe_device(ctx);
+      if (st != FJ_OK)
+        return st;
+    }
+  }
+  *lut = ctx->luts[frag];
+  return FJ_OK;
+}
+
+fj_status fj_layout_get(fj_ctx *ctx, fj_frag frag, fj_lut *lut)
+{
+  if (!ctx || !lut)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "fj_layout_get: NULL argument");
+  fj__clear_error(ctx);
+  pthread_mutex_lock(&ctx->lock);
+  fj_status st = fj__layout_locked(ctx, frag, lut);
+  pthread_mutex_unlock(&ctx->lock);
+  return st;
+}

@@ -1,0 +1,175 @@
+/*
+ * util.c -- small helpers every module needs: growable buffers, file reads,
+ * directory creation, a monotonic clock and hashing (xxHash from Debian's
+ * libxxhash-dev, inlined).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "internal.h"
+
+int fj__buf_reserve(fj_buf *b, size_t extra)
+{
+  size_t need = b->len + extra + 1;
+  if (need <= b->cap)
+    return 0;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap < need)
+    cap *= 2;
+  char *p = realloc(b->data, cap);
+  if (!p)
+    return -1;
+  b->data = p;
+  b->cap = cap;
+  return 0;
+}
+
+int fj__buf_append(fj_buf *b, const void *data, size_t len)
+{
+  if (fj__buf_reserve(b, len))
+    return -1;
+  if (len)
+    memcpy(b->data + b->len, data, len);
+  b->len += len;
+  b->data[b->len] = '\0';
+  return 0;
+}
+
+int fj__buf_vappendf(fj_buf *b, const char *fmt, va_list ap)
+{
+  va_list again;
+  va_copy(again, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  if (n < 0 || fj__buf_reserve(b, (size_t)n)) {
+    va_end(again);
+    return -1;
+  }
+  vsnprintf(b->data + b->len, (size_t)n + 1, fmt, again);
+  va_end(again);
+  b->len += (size_t)n;
+  return 0;
+}
+
+int fj__buf_appendf(fj_buf *b, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = fj__buf_vappendf(b, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+void fj__buf_free(fj_buf *b)
+{
+  free(b->data);
+  b->data = NULL;
+  b->len = b->cap = 0;
+}
+
+char *fj__buf_take(fj_buf *b)
+{
+  if (!b->data && fj__buf_reserve(b, 0))
+    return NULL;
+  char *p = b->data;
+  b->data = NULL;
+  b->len = b->cap = 0;
+  return p;
+}
+
+char *fj__strdup(const char *s)
+{
+  return s ? fj__memdup(s, strlen(s) + 1) : NULL;
+}
+
+void *fj__memdup(const void *p, size_t n)
+{
+  void *q = malloc(n ? n : 1);
+  if (q && n)
+    memcpy(q, p, n);
+  return q;
+}
+
+double fj__now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+char *fj__file_read(const char *path, size_t *len)
+{
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  fj_buf b = {0};
+  char chunk[65536];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+    if (fj__buf_append(&b, chunk, n)) {
+      fj__buf_free(&b);
+      fclose(f);
+      errno = ENOMEM;
+      return NULL;
+    }
+  }
+  int failed = ferror(f);
+  fclose(f);
+  if (failed) {
+    fj__buf_free(&b);
+    errno = EIO;
+    return NULL;
+  }
+  if (len)
+    *len = b.len;
+  return fj__buf_take(&b);
+}
+
+int fj__mkdirs(const char *path)
+{
+  char tmp[4096];
+  size_t n = strlen(path);
+  if (n == 0 || n >= sizeof tmp) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  memcpy(tmp, path, n + 1);
+  /* Create each prefix in turn; EEXIST is the normal case when several
+   * processes race to create the same directory. */
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/')
+      continue;
+    *p = '\0';
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+      return -1;
+    *p = '/';
+  }
+  if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+    return -1;
+  struct stat st;
+  if (stat(tmp, &st) != 0)
+    return -1;
+  if (!S_ISDIR(st.st_mode)) {
+    errno = ENOTDIR;
+    return -1;
+  }
+  return 0;
+}
+
+void fj__hash_hex(const void *data, size_t len, char out[33])
+{
+  XXH128_hash_t h = XXH3_128bits(data, len);
+  snprintf(out, 33, "%016llx%016llx", (unsigned long long)h.high64,
+           (unsigned long long)h.low64);
+}
+
+uint64_t fj__hash64(const void *data, size_t len)
+{
+  return XXH3_64bits(data, len);
+}

@@ -1,0 +1,60 @@
+{#
+  common.cuh: pieces every attention template shares -- the header comment
+  naming the variant, the kernel parameter block (which must match
+  fj_kparams in src/attention.c byte for byte; params_bytes is its size as
+  the host sees it), the element type and its conversions.
+#}
+// flashjit generated kernel: {{ symbol }}
+// variant: head_dim={{ head_dim }} tile_m={{ tile_m }} tile_n={{ tile_n }} warps={{ warps }} stages={{ stages }} swizzle={{ swizzle }} softmax={{ softmax }} mma={{ mma }} causal={{ causal }} dtype={{ dtype }} kv_dtype={{ kv_dtype }}
+// target: {{ arch }}; rendered by flashjit {{ version }} from templates/{{ template }}
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <mma.h>
+
+namespace fj {
+
+struct Params {
+  const void *q, *k, *v;
+  void *o;
+  float *lse;               // nullable: [batch][heads_q][seq_q]
+  const float *k_scale;     // FP8 K/V: [batch][heads_kv]
+  const float *v_scale;
+  long long q_stride[3], k_stride[3], v_stride[3], o_stride[3];  // b, h, s
+  int batch, heads_q, heads_kv, seq_q, seq_kv;
+  int group;                // heads_q / heads_kv
+  int causal_offset;        // key j visible to row i when j <= i + offset
+  float scale_log2;         // softmax scale * log2(e)
+};
+static_assert(sizeof(Params) == {{ params_bytes }}, "host and device disagree on the parameter block");
+
+{% if dtype == "f16" then %}
+typedef __half elem_t;
+__device__ __forceinline__ elem_t to_elem(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ float from_elem(elem_t x) { return __half2float(x); }
+{% else %}
+typedef __nv_bfloat16 elem_t;
+__device__ __forceinline__ elem_t to_elem(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ float from_elem(elem_t x) { return __bfloat162float(x); }
+{% end %}
+
+// -inf without <math.h> (NVRTC has no INFINITY macro of its own).
+#define FJ_NEG_INF (__int_as_float(0xff800000u))
+
+__device__ __forceinline__ float warp_max(float x) {
+  for (int m = 16; m > 0; m >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, m));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int m = 16; m > 0; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
+// 2^x through the SFU; exp2(-inf) is 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+}  // namespace fj

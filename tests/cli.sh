@@ -1,0 +1,93 @@
+#!/bin/sh
+# cli.sh FLASHJIT -- the command-line contract: every bad input exits 2 with
+# one line naming the bad value and what is allowed; good input works with no
+# GPU (emit, lut --arch, cache); run says clearly when there is no GPU.
+FJ=$1
+fails=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# expect CODE TEXT ARGS...: exit status CODE and TEXT on stderr, in one line
+# when CODE is 2; never a crash.
+expect() {
+  want=$1 text=$2
+  shift 2
+  "$FJ" "$@" >"$tmp/out" 2>"$tmp/err"
+  code=$?
+  lines=$(wc -l <"$tmp/err")
+  if [ "$code" != "$want" ]; then
+    fail "flashjit $*: exit $code, want $want; stderr: $(cat "$tmp/err")"
+  elif ! grep -qF -- "$text" "$tmp/err" "$tmp/out"; then
+    fail "flashjit $*: output lacks '$text': $(cat "$tmp/err" "$tmp/out")"
+  elif [ "$want" = 2 ] && [ "$lines" != 1 ]; then
+    fail "flashjit $*: $lines lines on stderr, want 1: $(cat "$tmp/err")"
+  else
+    echo "ok   flashjit $* -> $code"
+  fi
+}
+
+expect 2 "usage: flashjit"
+expect 0 "emit" --help
+expect 0 "--tile-m" emit --help
+expect 0 "flashjit 0." --version
+expect 2 "unknown command 'bogus'" bogus
+expect 2 "unknown option '--bogus'" emit --bogus
+expect 2 "unknown option '--shape'" emit --shape 1,1,1,64
+expect 2 "head_dim 7 is invalid: one of 32, 64, 96, 128, 160, 192, 256" emit --head-dim 7
+expect 2 "tile_m -16 is invalid: must be a multiple of 16 in 16..256" emit --tile-m -16
+expect 2 "tile_n 0 is invalid" emit --tile-n=0
+expect 2 "invalid value 'abc' for --tile-m: expected an integer" emit --tile-m abc
+expect 2 "option --head-dim needs a value" emit --head-dim
+expect 2 "invalid arch 'sm_1': expected sm_XY or sm_XYa" emit --arch sm_1
+expect 2 "invalid value 'zigzag' for --swizzle: one of none, pad, xor" emit --swizzle zigzag
+expect 2 "invalid value 'f64' for --dtype: one of f16, bf16" emit --dtype f64
+expect 2 "mma wgmma is not implemented yet" emit --mma wgmma
+expect 2 "warps 3 is not implemented" emit --warps 3
+expect 2 "over by" emit --head-dim 256 --tile-m 256 --tile-n 256 --warps 8
+expect 2 "invalid value 'nothing' for --what" emit --what nothing
+expect 2 "option --check takes no value" run --check=yes --shape 1,1,1,64
+expect 2 "invalid value '1,8,x,64' for --shape: expected B,H,S,D" run --shape 1,8,x,64
+expect 2 "invalid value '1,8,512' for --shape" run --shape 1,8,512
+expect 2 "invalid value '1,8,0,64' for --shape" run --shape 1,8,0,64
+expect 2 "--shape B,H,S,D is required" run
+expect 2 "head_dim 7 is invalid" run --shape 1,8,512,7
+expect 2 "heads_kv 3 does not divide heads_q 8" run --shape 1,8,512,64 --heads-kv 3
+expect 2 "--head-dim 128 contradicts --shape's D = 64" run --shape 1,8,64,64 --head-dim 128
+expect 2 "expected one of dir, ls, stats, clear (not 'bogus')" cache bogus
+expect 2 "unexpected argument 'extra'" cache ls extra
+
+# Good input, no GPU needed.
+expect 0 "" cache clear
+"$FJ" emit --what resources >"$tmp/res" || fail "emit --what resources"
+for key in registers shared_bytes spill_store_bytes spill_load_bytes local_bytes cubin_bytes compile_ms; do
+  grep -q "^$key=[0-9.]*$" "$tmp/res" || fail "resources lack $key: $(cat "$tmp/res")"
+done
+grep -q "^cache=miss$" "$tmp/res" || fail "first emit is not a miss"
+grep -q "^spill_store_bytes=0$" "$tmp/res" || fail "the default variant spills"
+"$FJ" emit --what resources | grep -q "^cache=hit$" || fail "second emit is not a hit"
+"$FJ" emit --head-dim 128 --dtype bf16 --causal --arch sm_80 | grep -q "^// flashjit generated kernel: fj_attn_d128_m64_n64_w4_s1_pad_smem_wmma_tl_bf16" \
+  || fail "emit source lacks its header"
+"$FJ" emit --what ptx --arch sm_90 | grep -q "wmma.mma.sync" || fail "PTX lacks wmma.mma"
+"$FJ" emit --what cubin -o "$tmp/k.cubin" && head -c 4 "$tmp/k.cubin" | grep -q "ELF" || fail "cubin is no ELF file"
+"$FJ" emit --what log | grep -q "ptxas info" || fail "log lacks ptxas lines"
+"$FJ" lut --arch sm_90a --frag wmma_acc_f32 >"$tmp/lut" || fail "lut --arch"
+grep -q "reference table" "$tmp/lut" && grep -q "^   5: ( 1, 2) ( 1, 3) ( 9, 2) ( 9, 3) ( 1,10) ( 1,11) ( 9,10) ( 9,11)$" "$tmp/lut" \
+  || fail "lut lane 5 is not as expected: $(sed -n 3,8p "$tmp/lut")"
+expect 2 "unknown fragment kind 'nope'" lut --arch sm_90a --frag nope
+"$FJ" cache dir | grep -qF "$FLASHJIT_CACHE_DIR" || fail "cache dir"
+"$FJ" cache ls | grep -q "kernel .*fj_attn_d64" || fail "cache ls"
+"$FJ" cache stats | grep -q "^kernels=[1-9]" || fail "cache stats: $("$FJ" cache stats)"
+"$FJ" cache clear | grep -q "removed [1-9]" || fail "cache clear"
+
+# run: on a machine without a GPU it says so (exit 1); with one it runs.
+if "$FJ" run --shape 1,2,64,64 >"$tmp/out" 2>"$tmp/err"; then
+  grep -q "TFLOP/s" "$tmp/out" || fail "run printed no timing"
+else
+  grep -q "no NVIDIA driver\|no CUDA device\|CUDA" "$tmp/err" || fail "run without GPU: $(cat "$tmp/err")"
+  echo "ok   flashjit run without a GPU -> $(cat "$tmp/err")"
+fi
+
+[ "$fails" = 0 ] && echo "cli: all passed" || echo "cli: $fails failed"
+[ "$fails" = 0 ]

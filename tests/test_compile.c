@@ -1,0 +1,132 @@
+/*
+ * test_compile.c -- NVRTC without a GPU: attention kernels for sm_80 and
+ * sm_90, the compile log on failure, a compiler crash contained in a child
+ * process, and the resource report.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/internal.h"
+#include "runner.h"
+
+static int check_kernel(fj_ctx *ctx, const fj_variant *v, const char *sm)
+{
+  fj_kernel *k;
+  CHECK_OK(ctx, fj_kernel_get(ctx, v, &k));
+  size_t cubin_len = 0, ptx_len = 0;
+  const unsigned char *cubin = fj_kernel_cubin(k, &cubin_len);
+  const char *ptx = fj_kernel_ptx(k, &ptx_len);
+  CHECK(cubin_len > 1000 && memcmp(cubin, "\177ELF", 4) == 0);
+  CHECK(ptx_len == strlen(ptx));
+  CHECK(strstr(ptx, sm));
+  CHECK(strstr(ptx, "wmma.mma.sync"));
+  CHECK(strstr(ptx, fj_kernel_name(k)));
+  CHECK(strstr(fj_kernel_log(k), "ptxas info"));
+  fj_resources r;
+  fj_kernel_resources(k, &r);
+  CHECK(r.registers > 16 && r.registers <= 255);
+  CHECK(r.threads == 32 * v->warps);
+  CHECK(r.shared_dynamic > 16384);
+  CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+  CHECK(r.cubin_bytes == cubin_len && r.ptx_bytes == ptx_len);
+  CHECK(r.compile_ms > 0 && r.cache == FJ_CACHE_MISS);
+  return 0;
+}
+
+int test_compile_sm80_sm90(void)
+{
+  static const char *const archs[][2] = {{"sm_80", ".target sm_80"},
+                                         {"sm_90", ".target sm_90"}};
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a][0], NULL);
+    CHECK(ctx);
+    fj_variant v;
+    fj_variant_default(&v, 64, FJ_F16, FJ_CAUSAL_NONE);
+    CHECK(check_kernel(ctx, &v, archs[a][1]) == 0);
+    fj_variant_default(&v, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT);
+    CHECK(check_kernel(ctx, &v, archs[a][1]) == 0);
+    fj_ctx_destroy(ctx);
+  }
+  return 0;
+}
+
+int test_compile_error_log(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90", NULL);
+  CHECK(ctx);
+  const char *src = "extern \"C\" __global__ void k(float *x) {\n"
+                    "  x[0] = undefined_thing;\n}\n";
+  for (int isolate = 0; isolate < 2; isolate++) {
+    fj_compiled out = {0};
+    CHECK_ST(ctx, fj__compile(ctx, "bad.cu", src, "sm_90", isolate, &out),
+             FJ_ERR_COMPILE);
+    CHECK_MSG(ctx, "failed to compile bad.cu for sm_90");
+    CHECK_MSG(ctx, "bad.cu(2)");
+    CHECK_MSG(ctx, "identifier \"undefined_thing\" is undefined");
+    CHECK(out.cubin == NULL);
+  }
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* NVRTC 13.0 crashes on this file for sm_90a (nvcc and ptxas compile it):
+ * in a child process the crash becomes an error naming the signal, and the
+ * caller lives on to compile the next kernel. */
+int test_compile_isolated_crash(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  char path[4300];
+  snprintf(path, sizeof path, "%s/nvrtc-13.0-wgmma-crash.cu", fjt_data_dir());
+  char *src = fj__file_read(path, NULL);
+  CHECK(src);
+  fj_compiled out = {0};
+  fj_status st = fj__compile(ctx, "crash.cu", src, "sm_90a", 1, &out);
+  if (st == FJ_OK) {
+    /* A later NVRTC may have fixed it; 13.0 must still crash. */
+    printf("NVRTC %s compiled the crash anchor\n", fj__nvrtc_version());
+    CHECK(strcmp(fj__nvrtc_version(), "13.0") != 0);
+    fj__compiled_free(&out);
+  } else {
+    CHECK_ST(ctx, st, FJ_ERR_COMPILE);
+    CHECK_MSG(ctx, "NVRTC crashed while compiling crash.cu");
+    CHECK_MSG(ctx, "signal 11");
+  }
+  free(src);
+  /* Isolated and in-process compiles of a good kernel agree. */
+  const char *good = "extern \"C\" __global__ void k(float *x) { x[threadIdx.x] *= 2.f; }\n";
+  fj_compiled a = {0}, b = {0};
+  CHECK_OK(ctx, fj__compile(ctx, "good.cu", good, "sm_90a", 1, &a));
+  CHECK_OK(ctx, fj__compile(ctx, "good.cu", good, "sm_90a", 0, &b));
+  CHECK(a.cubin_len == b.cubin_len && a.cubin_len > 0);
+  CHECK(strcmp(a.ptx, b.ptx) == 0 && strstr(a.log, "ptxas info"));
+  CHECK(a.ms > 0);
+  fj__compiled_free(&a);
+  fj__compiled_free(&b);
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+int test_resources_parse(void)
+{
+  const char *log =
+      "ptxas info    : 0 bytes gmem\n"
+      "ptxas info    : Compiling entry function 'fj_attn' for 'sm_90a'\n"
+      "ptxas info    : Function properties for fj_attn\n"
+      "ptxas         .     24 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+      "ptxas info    : Used 168 registers, used 1 barriers, 2048 bytes smem, 400 bytes cmem[0]\n"
+      "ptxas info    : Compile time = 16.970 ms\n";
+  fj_resources r;
+  memset(&r, 0, sizeof r);
+  fj__parse_resources(log, &r);
+  CHECK(r.registers == 168);
+  CHECK(r.barriers == 1);
+  CHECK(r.shared_static == 2048);
+  CHECK(r.local_bytes == 24);
+  CHECK(r.spill_store_bytes == 8);
+  CHECK(r.spill_load_bytes == 12);
+  memset(&r, 0, sizeof r);
+  fj__parse_resources("", &r);
+  CHECK(r.registers == 0 && r.shared_static == 0);
+  return 0;
+}

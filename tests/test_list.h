@@ -1,0 +1,44 @@
+/*
+ * test_list.h -- every test, once.  TEST(name, label): label cpu runs
+ * everywhere (CI); gpu needs a device and exits 77 (skipped) without one.
+ * tests/CMakeLists.txt reads this file to register each test with ctest.
+ */
+/* template.c and render.lua */
+TEST(render_golden, cpu)
+TEST(render_stable, cpu)
+TEST(render_params, cpu)
+TEST(sandbox_os, cpu)
+TEST(sandbox_io, cpu)
+TEST(sandbox_require, cpu)
+TEST(sandbox_load, cpu)
+TEST(sandbox_endless_loop, cpu)
+TEST(sandbox_memory, cpu)
+TEST(template_errors, cpu)
+TEST(template_override_dir, cpu)
+/* compile.c */
+TEST(compile_sm80_sm90, cpu)
+TEST(compile_error_log, cpu)
+TEST(compile_isolated_crash, cpu)
+TEST(resources_parse, cpu)
+/* cache.c */
+TEST(cache_hit_miss, cpu)
+TEST(cache_corrupt_entry, cpu)
+TEST(cache_truncated_entry, cpu)
+TEST(cache_unwritable_dir, cpu)
+TEST(cache_processes, cpu)
+TEST(cache_list_clear, cpu)
+/* errors and validation */
+TEST(errors_ctx, cpu)
+TEST(errors_variant, cpu)
+TEST(errors_problem, cpu)
+TEST(errors_launch, cpu)
+TEST(errors_thread_local, cpu)
+/* layout.c, reference.c */
+TEST(lut_reference, cpu)
+TEST(lut_validate, cpu)
+TEST(convert_formats, cpu)
+TEST(reference_small, cpu)
+/* on a GPU */
+TEST(gpu_lut_probe, gpu)
+TEST(gpu_attention_matrix, gpu)
+TEST(gpu_attention_auto, gpu)

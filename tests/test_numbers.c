@@ -1,0 +1,135 @@
+/*
+ * test_numbers.c -- the layout tables' validation, the host number formats
+ * and the float64 reference, all on the CPU.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/internal.h"
+#include "runner.h"
+
+int test_lut_reference(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  fj_lut acc, a;
+  CHECK_OK(ctx, fj_layout_get(ctx, FJ_FRAG_WMMA_ACC_F32, &acc));
+  CHECK(acc.origin == FJ_LUT_REFERENCE && acc.slots == 8);
+  /* g = lane / 4, t = lane % 4: lane 5 (g 1, t 1), slot 6 -> (9, 10). */
+  CHECK(acc.map[5][6] == 9 * 16 + 10);
+  CHECK(acc.map[0][0] == 0 && acc.map[0][1] == 1 && acc.map[0][2] == 8 * 16);
+  CHECK_OK(ctx, fj_layout_get(ctx, FJ_FRAG_WMMA_A_F16_ROW, &a));
+  CHECK(a.slots == 16);
+  for (int lane = 0; lane < 32; lane++)
+    for (int s = 0; s < 8; s++) {
+      CHECK(a.map[lane][s] == acc.map[lane][s]);
+      CHECK(a.map[lane][s + 8] == a.map[lane][s]);
+    }
+  /* Nothing is known of the B operand without a GPU. */
+  fj_lut b;
+  CHECK_ST(ctx, fj_layout_get(ctx, FJ_FRAG_WMMA_B_F16_COL, &b), FJ_ERR_COMPILE_ONLY);
+  CHECK_MSG(ctx, "wmma_b_f16_col has no reference table");
+  CHECK(!strcmp(fj_frag_name(FJ_FRAG_WMMA_B_BF16_ROW), "wmma_b_bf16_row"));
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+int test_lut_validate(void)
+{
+  fj_lut lut;
+  char why[256];
+  fj__lut_reference(FJ_FRAG_WMMA_ACC_F32, &lut);
+  CHECK(fj__lut_validate(&lut, why, sizeof why) == 0);
+  /* Two slots on one element: not a bijection. */
+  lut.map[3][1] = lut.map[3][0];
+  CHECK(fj__lut_validate(&lut, why, sizeof why) != 0);
+  CHECK(strstr(why, "wmma_acc_f32: tile element"));
+  CHECK(strstr(why, "is held 2 times") || strstr(why, "is held 0 times"));
+  fj__lut_reference(FJ_FRAG_WMMA_ACC_F32, &lut);
+  lut.map[31][7] = 256;
+  CHECK(fj__lut_validate(&lut, why, sizeof why) != 0);
+  CHECK(strstr(why, "lane 31 slot 7 holds element 256, outside"));
+  /* An operand may repeat elements but must cover the tile. */
+  fj__lut_reference(FJ_FRAG_WMMA_A_F16_ROW, &lut);
+  CHECK(fj__lut_validate(&lut, why, sizeof why) == 0);
+  for (int s = 0; s < 16; s++)
+    lut.map[0][s] = 1;
+  CHECK(fj__lut_validate(&lut, why, sizeof why) != 0);
+  CHECK(strstr(why, "(0, 0) is held 0 times"));
+  return 0;
+}
+
+int test_convert_formats(void)
+{
+  /* f16: exact values, round to nearest even, overflow, subnormals. */
+  CHECK(fj__float_to_half(1.0f) == 0x3c00);
+  CHECK(fj__float_to_half(-2.0f) == 0xc000);
+  CHECK(fj__float_to_half(65504.0f) == 0x7bff);
+  CHECK(fj__float_to_half(65520.0f) == 0x7c00);
+  CHECK(fj__float_to_half(1.0f + 1.0f / 2048) == 0x3c00);      /* tie: even */
+  CHECK(fj__float_to_half(1.0f + 3.0f / 2048) == 0x3c02);      /* tie: even */
+  CHECK(fj__float_to_half(5.960464477539063e-08f) == 0x0001);  /* 2^-24 */
+  CHECK(fj__half_to_float(0x0001) == 5.960464477539063e-08f);
+  CHECK(isnan(fj__half_to_float(fj__float_to_half(NAN))));
+  for (uint32_t h = 0; h < 0x7c00; h += 7)
+    CHECK(fj__float_to_half(fj__half_to_float((uint16_t)h)) == h);
+  /* bf16 */
+  CHECK(fj__float_to_bf16(1.0f) == 0x3f80);
+  CHECK(fj__float_to_bf16(1.0f + 1.0f / 256) == 0x3f80);       /* tie: even */
+  CHECK(fj__bf16_to_float(0x4049) == 3.140625f);
+  /* e4m3: 448 is the largest finite value; it saturates. */
+  CHECK(fj__float_to_e4m3(448.0f) == 0x7e);
+  CHECK(fj__float_to_e4m3(1000.0f) == 0x7e);
+  CHECK(fj__float_to_e4m3(-1.0f) == 0xb8);
+  CHECK(fj__e4m3_to_float(0x01) == 0.001953125f);              /* 2^-9 */
+  CHECK(isnan(fj__e4m3_to_float(0x7f)));
+  for (int c = 0; c < 0x7f; c++)
+    CHECK(fj__float_to_e4m3(fj__e4m3_to_float((uint8_t)c)) == c);
+  /* through the public entry point */
+  float in[3] = {0.5f, -3.0f, 1e-3f}, back[3];
+  uint16_t h[3];
+  CHECK(fj_convert(FJ_BF16, h, FJ_F32, in, 3) == FJ_OK);
+  CHECK(fj_convert(FJ_F32, back, FJ_BF16, h, 3) == FJ_OK);
+  CHECK(back[0] == 0.5f && back[1] == -3.0f && fabsf(back[2] - 1e-3f) < 1e-5f);
+  CHECK(fj_convert((fj_dtype)9, h, FJ_F32, in, 3) == FJ_ERR_INVALID_ARG);
+  return 0;
+}
+
+/* Cases with known answers: one key gives V; equal scores give the mean of
+ * V; a causal row sees only the keys up to its diagonal. */
+int test_reference_small(void)
+{
+  enum { S = 3, D = 32 };
+  fj_problem p;
+  fj_problem_init(&p, 1, 1, 1, S, S, D, FJ_F16, FJ_BHSD);
+  uint16_t q[S * D], k[S * D], v[S * D];
+  float f[S * D];
+  for (int i = 0; i < S * D; i++)
+    f[i] = 0.0f;
+  fj_convert(FJ_F16, q, FJ_F32, f, S * D);
+  fj_convert(FJ_F16, k, FJ_F32, f, S * D);
+  for (int i = 0; i < S * D; i++)
+    f[i] = (float)(i / D + 1);  /* V row j holds j + 1 */
+  fj_convert(FJ_F16, v, FJ_F32, f, S * D);
+  double out[S * D], lse[S];
+  CHECK(fj_reference_fwd(&p, q, k, v, NULL, NULL, 0, S, out, lse) == FJ_OK);
+  for (int e = 0; e < D; e++)
+    CHECK(fabs(out[e] - 2.0) < 1e-12);            /* mean of 1, 2, 3 */
+  CHECK(fabs(lse[0] - log(3.0)) < 1e-12);
+  p.causal = FJ_CAUSAL_TOP_LEFT;
+  CHECK(fj_reference_fwd(&p, q, k, v, NULL, NULL, 0, S, out, lse) == FJ_OK);
+  CHECK(fabs(out[0] - 1.0) < 1e-12);              /* row 0 sees key 0 */
+  CHECK(fabs(out[D] - 1.5) < 1e-12);              /* row 1: keys 0, 1 */
+  CHECK(fabs(out[2 * D] - 2.0) < 1e-12);
+  /* Bottom-right with seq_q > seq_kv: the first row sees nothing. */
+  fj_problem_init(&p, 1, 1, 1, S, S - 1, D, FJ_F16, FJ_BHSD);
+  p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+  CHECK(fj_reference_fwd(&p, q, k, v, NULL, NULL, 0, S, out, lse) == FJ_OK);
+  CHECK(out[0] == 0.0 && isinf(lse[0]) && lse[0] < 0);
+  CHECK(fabs(out[D] - 1.0) < 1e-12);
+  /* Rows outside the problem are refused. */
+  CHECK(fj_reference_fwd(&p, q, k, v, NULL, NULL, 0, S + 1, out, lse) ==
+        FJ_ERR_INVALID_ARG);
+  return 0;
+}

@@ -1,0 +1,294 @@
+/*
+ * test_template.c -- rendering: golden files, byte stability, the sandbox
+ * (no os, io, require, load; an instruction limit; a memory cap) and how
+ * template errors are reported.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../src/internal.h"
+#include "runner.h"
+
+/* Renders a variant's source without compiling it. */
+static fj_status render_variant(fj_ctx *ctx, const fj_variant *v, fj_buf *out)
+{
+  char symbol[128];
+  fj_param params[24];
+  fj_kmeta meta;
+  size_t n = fj__variant_params(ctx, v, symbol, params, 24);
+  return fj__render(ctx, "attention_wmma.cu", params, n, out, &meta);
+}
+
+static void golden_variants(fj_variant v[3])
+{
+  fj_variant_default(&v[0], 64, FJ_F16, FJ_CAUSAL_NONE);
+  fj_variant_default(&v[1], 128, FJ_BF16, FJ_CAUSAL_TOP_LEFT);
+  fj_variant_default(&v[2], 96, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT);
+  v[2].warps = 8;
+  v[2].tile_m = 128;
+  v[2].tile_n = 32;
+  v[2].swizzle = FJ_SWIZZLE_NONE;
+}
+
+/* FJ_UPDATE_GOLDEN=1 rewrites the files from the current templates. */
+int test_render_golden(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  fj_variant v[3];
+  golden_variants(v);
+  for (int i = 0; i < 3; i++) {
+    fj_buf src = {0};
+    CHECK_OK(ctx, render_variant(ctx, &v[i], &src));
+    char name[128], path[4300];
+    fj_variant_name(&v[i], name, sizeof name);
+    snprintf(path, sizeof path, "%s/golden/%s.cu", fjt_data_dir(), name);
+    if (getenv("FJ_UPDATE_GOLDEN")) {
+      CHECK(fjt_write_file(path, src.data, src.len) == 0);
+    } else {
+      size_t len = 0;
+      char *want = fj__file_read(path, &len);
+      if (!want)
+        fprintf(stderr, "missing golden %s (FJ_UPDATE_GOLDEN=1 makes it)\n",
+                path);
+      CHECK(want);
+      if (len != src.len || memcmp(want, src.data, len) != 0)
+        fprintf(stderr, "%s differs from the rendering (%zu vs %zu bytes)\n",
+                path, len, src.len);
+      CHECK(len == src.len && memcmp(want, src.data, len) == 0);
+      free(want);
+    }
+    fj__buf_free(&src);
+  }
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* Two contexts (two Lua states) render byte-identical text. */
+int test_render_stable(void)
+{
+  fj_ctx *a = fjt_ctx("sm_90a", NULL), *b = fjt_ctx("sm_90a", NULL);
+  CHECK(a && b);
+  fj_variant v[3];
+  golden_variants(v);
+  for (int i = 0; i < 3; i++) {
+    fj_buf x = {0}, y = {0}, z = {0};
+    CHECK_OK(a, render_variant(a, &v[i], &x));
+    CHECK_OK(b, render_variant(b, &v[i], &y));
+    CHECK_OK(a, render_variant(a, &v[i], &z));
+    CHECK(x.len == y.len && memcmp(x.data, y.data, x.len) == 0);
+    CHECK(x.len == z.len && memcmp(x.data, z.data, x.len) == 0);
+    fj__buf_free(&x);
+    fj__buf_free(&y);
+    fj__buf_free(&z);
+  }
+  fj_ctx_destroy(a);
+  fj_ctx_destroy(b);
+  return 0;
+}
+
+/* The parameters reach the source: the header names the variant, tile sizes
+ * change the code, and the meta table sizes the launch. */
+int test_render_params(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_80", NULL);
+  CHECK(ctx);
+  fj_variant v;
+  fj_variant_default(&v, 64, FJ_BF16, FJ_CAUSAL_TOP_LEFT);
+  fj_buf a = {0}, b = {0};
+  CHECK_OK(ctx, render_variant(ctx, &v, &a));
+  CHECK(strstr(a.data, "// flashjit generated kernel: "
+                       "fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_tl_bf16"));
+  CHECK(strstr(a.data, "target: sm_80"));
+  CHECK(strstr(a.data, "typedef __nv_bfloat16 elem_t;"));
+  CHECK(strstr(a.data, "p.causal_offset"));
+  v.tile_n = 32;
+  v.causal = FJ_CAUSAL_NONE;
+  char symbol[128];
+  fj_param params[24];
+  fj_kmeta meta;
+  size_t n = fj__variant_params(ctx, &v, symbol, params, 24);
+  CHECK_OK(ctx, fj__render(ctx, "attention_wmma.cu", params, n, &b, &meta));
+  CHECK(!strstr(b.data, "p.causal_offset"));
+  CHECK(meta.threads == 128 && meta.rows_per_block == 64);
+  CHECK(meta.smem_bytes > 0 && strcmp(meta.symbol, symbol) == 0);
+  fj__buf_free(&a);
+  fj__buf_free(&b);
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* ---- the sandbox, through a template directory of our own ------------------- */
+
+/* A template directory holding the real renderer plus one test template;
+ * FLASHJIT_TEMPLATE_DIR points the next context at it. */
+static int template_dir(const char *name, const char *text)
+{
+  const char *dir = fjt_tmpdir();
+  char path[4300];
+  size_t len = 0;
+  const char *renderer = fj__template_text("render.lua", &len);
+  snprintf(path, sizeof path, "%s/render.lua", dir);
+  if (!renderer || fjt_write_file(path, renderer, len))
+    return -1;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  if (fjt_write_file(path, text, strlen(text)))
+    return -1;
+  return setenv("FLASHJIT_TEMPLATE_DIR", dir, 1);
+}
+
+/* Renders `text` as template `name`; returns the status, message in ctx. */
+static fj_status render_text(fj_ctx **ctx, const char *name, const char *text)
+{
+  if (template_dir(name, text) != 0)
+    return FJ_ERR_IO;
+  fj_ctx_destroy(*ctx);
+  *ctx = fjt_ctx("sm_90a", NULL);
+  if (!*ctx)
+    return FJ_ERR_IO;
+  fj_param p = {"answer", FJ_PARAM_INT, 42, NULL, NULL};
+  fj_buf out = {0};
+  fj_kmeta meta;
+  fj_status st = fj__render(*ctx, name, &p, 1, &out, &meta);
+  fj__buf_free(&out);
+  return st;
+}
+
+int test_sandbox_os(void)
+{
+  fj_ctx *ctx = NULL;
+  CHECK_ST(ctx, render_text(&ctx, "evil.cu", "x\n{% os.execute('touch /tmp/fj-pwned') %}\n"),
+           FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "evil.cu:2:");
+  CHECK_MSG(ctx, "global 'os'");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+int test_sandbox_io(void)
+{
+  fj_ctx *ctx = NULL;
+  CHECK_ST(ctx, render_text(&ctx, "evil.cu", "{{ io.open('/etc/passwd'):read('a') }}"),
+           FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "global 'io'");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+int test_sandbox_require(void)
+{
+  fj_ctx *ctx = NULL;
+  CHECK_ST(ctx, render_text(&ctx, "evil.cu", "{% local os = require('os') %}"),
+           FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "global 'require'");
+  /* Nor can a template reach the renderer's own globals. */
+  CHECK_ST(ctx, render_text(&ctx, "evil.cu", "{% local f = dofile or loadfile or _G.load %}"),
+           FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "_G");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+int test_sandbox_load(void)
+{
+  fj_ctx *ctx = NULL;
+  CHECK_ST(ctx, render_text(&ctx, "evil.cu", "{% load('return 1')() %}"),
+           FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "global 'load'");
+  CHECK_ST(ctx, render_text(&ctx, "evil.cu", "{{ string.dump(tostring) }}"),
+           FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "dump");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+int test_sandbox_endless_loop(void)
+{
+  fj_ctx *ctx = NULL;
+  CHECK_ST(ctx, render_text(&ctx, "loop.cu", "a\nb\n{% while true do end %}\n"),
+           FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "instruction limit");
+  CHECK_MSG(ctx, "loop.cu:3:");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+int test_sandbox_memory(void)
+{
+  fj_ctx *ctx = NULL;
+  CHECK_ST(ctx, render_text(&ctx, "big.cu",
+                            "{% local t = {} for i = 1, 100000 do "
+                            "t[i] = string.rep('x', 65536) .. i end %}"),
+           FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "memory limit");
+  /* The state survives the error: the same context renders again (and
+   * fails the same way, not worse). */
+  fj_buf out = {0};
+  fj_kmeta meta;
+  CHECK_ST(ctx, fj__render(ctx, "big.cu", NULL, 0, &out, &meta), FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "memory limit");
+  fj__buf_free(&out);
+  unsetenv("FLASHJIT_TEMPLATE_DIR");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+int test_template_errors(void)
+{
+  fj_ctx *ctx = NULL;
+  /* A Lua syntax error reports the template's own line. */
+  CHECK_ST(ctx, render_text(&ctx, "syntax.cu", "one\ntwo\n{% if then %}\n"),
+           FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "syntax.cu:3:");
+  /* A misspelt parameter is an error, not the text "nil". */
+  CHECK_ST(ctx, render_text(&ctx, "typo.cu", "\n{{ anwser }}"), FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "{{ anwser }} is nil");
+  CHECK_MSG(ctx, "typo.cu:2:");
+  /* A runtime error carries a traceback. */
+  CHECK_ST(ctx, render_text(&ctx, "rt.cu", "{% local x = nil; x.y = 1 %}"),
+           FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "stack traceback");
+  /* An unclosed tag names its line. */
+  CHECK_ST(ctx, render_text(&ctx, "open.cu", "a\n{{ answer\n"), FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "open.cu:2: unclosed");
+  /* refuse() is a clean "unsupported" with the template's reason. */
+  CHECK_ST(ctx, render_text(&ctx, "no.cu", "{% refuse('tile_m 48 is too odd') %}"),
+           FJ_ERR_UNSUPPORTED);
+  CHECK(strcmp(fj_errmsg(ctx), "tile_m 48 is too odd") == 0);
+  /* A missing template. */
+  CHECK_ST(ctx, render_text(&ctx, "x.cu", "{{ include('nope.cu') }}"), FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "template 'nope.cu' not found");
+  unsetenv("FLASHJIT_TEMPLATE_DIR");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* The override directory is read; tags alone on a line leave no blank line;
+ * values print as the C code needs them. */
+int test_template_override_dir(void)
+{
+  fj_ctx *ctx = NULL;
+  const char *text =
+      "begin\n"
+      "{% for i = 1, 3 do %}\n"
+      "  {% if i ~= 2 then %}\n"
+      "row {{ i }} {{ answer / 8 }} {{ answer // 8 }} {{ i == 1 }}\n"
+      "  {% end %}\n"
+      "{% end %}\n"
+      "{# a note #}\n"
+      "end {{ 0.1 }}\n";
+  CHECK_OK(ctx, render_text(&ctx, "ok.cu", text));
+  fj_param p = {"answer", FJ_PARAM_INT, 42, NULL, NULL};
+  fj_buf out = {0};
+  fj_kmeta meta;
+  CHECK_OK(ctx, fj__render(ctx, "ok.cu", &p, 1, &out, &meta));
+  const char *want = "begin\nrow 1 5.25 5 true\nrow 3 5.25 5 false\nend 0.1\n";
+  if (strcmp(out.data, want) != 0)
+    fprintf(stderr, "rendered:\n%s\nwanted:\n%s\n", out.data, want);
+  CHECK(strcmp(out.data, want) == 0);
+  fj__buf_free(&out);
+  unsetenv("FLASHJIT_TEMPLATE_DIR");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
