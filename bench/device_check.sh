@@ -13,6 +13,7 @@ if [ "$root" != /work/main ] && [ ! -e /work/main ]; then
   mkdir -p /work && ln -s "$root" /work/main
 fi
 export FLASHJIT_CACHE_DIR=/tmp/fj-cache FJT_DATA_DIR=/work/main/tests/data
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 cd /work/main/build || exit 1
 summary="$out/summary.txt"
 : >"$summary"
