@@ -1,8 +1,8 @@
 #!/bin/bash
 # device_check.sh [COMMIT] -- everything one device call checks, from the
-# repository root with build/ carried: the GPU tests, compute-sanitizer on a
-# GPU test, the demo, and timed, checked runs of the CLI.  Full logs go to
-# $OUT; the summary is printed last.
+# repository root with build/ carried: the GPU tests, compute-sanitizer, the
+# demo, checked runs of the CLI and variant sweeps.  Logs go to $OUT (at most
+# eight files come back); the summary is printed last.
 set -u
 out=${OUT:-/tmp/fj-out}
 mkdir -p "$out"
@@ -18,32 +18,60 @@ cd /work/main/build || exit 1
 summary="$out/summary.txt"
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
+part() { [ -z "${PARTS:-}" ] || [[ " $PARTS " == *" $1 "* ]]; }
 
 note "commit ${1:-unknown}; $(date -u +%Y-%m-%dT%H:%MZ)"
 note "$(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader)"
 
 # 1. GPU tests (ctest label gpu), verbose so every case's error is logged.
-ctest -L gpu -V --timeout 900 >"$out/ctest_gpu.log" 2>&1
-note "ctest -L gpu: exit $? ($(grep -c ' ok$' "$out/ctest_gpu.log") ok lines, $(grep -c 'FAIL' "$out/ctest_gpu.log") FAIL lines)"
-grep -E "tests passed|cases passed|matches the reference|slots 0-7" "$out/ctest_gpu.log" | tee -a "$summary"
-awk '/rel_err=/ {split($0, a, "rel_err="); split(a[2], b, " "); if (b[1] + 0 > m) m = b[1] + 0} END {print "largest rel_err over the GPU cases: " m}' "$out/ctest_gpu.log" | tee -a "$summary"
+if part tests; then
+  ctest -L gpu -V --timeout 900 >"$out/ctest_gpu.log" 2>&1
+  note "ctest -L gpu: exit $? ($(grep -c ' ok$' "$out/ctest_gpu.log") ok cases, $(grep -c 'FAIL' "$out/ctest_gpu.log") FAIL lines)"
+  grep -E "tests passed|cases passed|cross product:|prepared|matches the reference|max rel_err" "$out/ctest_gpu.log" | sed 's/^[0-9]*: //' | tee -a "$summary"
+fi
 
-# 2. compute-sanitizer on the LUT probe and the automatic-variant test.
-for tool in memcheck racecheck; do
-  for t in gpu_lut_probe gpu_attention_auto; do
-    compute-sanitizer --tool $tool --error-exitcode 9 ./tests/fj_tests $t >"$out/san_${tool}_$t.log" 2>&1
-    note "compute-sanitizer --tool $tool fj_tests $t: exit $? ($(grep -m1 'ERROR SUMMARY' "$out/san_${tool}_$t.log" | sed 's/=* //'))"
+# 2. compute-sanitizer: one variant per (stages, swizzle, softmax), the probe.
+if part sanitize; then
+  for tool in memcheck racecheck; do
+    for t in gpu_sanitize_set gpu_lut_probe; do
+      compute-sanitizer --tool $tool --error-exitcode 9 ./tests/fj_tests $t >>"$out/sanitizer.log" 2>&1
+      note "compute-sanitizer --tool $tool fj_tests $t: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer.log" | tail -1 | sed 's/=* //'))"
+    done
   done
-done
+fi
 
-# 3. The demo, then timed runs with --check (median of --iters, events).
-./flashjit-demo >"$out/demo.log" 2>&1
-note "demo: exit $?; $(tail -1 "$out/demo.log")"
-./flashjit lut >"$out/lut.log" 2>&1
-for args in "1,8,512,64" "1,8,512,64 --causal" "2,8,2048,64" "2,8,2048,64 --causal" \
-            "2,8,2048,128" "2,8,2048,128 --dtype bf16" "4,16,4096,128"; do
-  ./flashjit run --shape $args --check --iters 30 >"$out/run.log" 2>&1
-  rc=$?
-  note "run --shape $args: exit $rc | $(grep -E '^variant' "$out/run.log" | cut -c10-) | $(grep -E '^time' "$out/run.log") | $(grep -oE 'rel_err=[^ ]+|PASS|FAIL' "$out/run.log" | tr '\n' ' ')"
-  cat "$out/run.log" >>"$out/runs.log"
-done
+# 3. The demo and checked runs of the default variants (median of --iters).
+if part runs; then
+  ./flashjit-demo >"$out/runs.log" 2>&1
+  note "demo: exit $?; $(tail -1 "$out/runs.log")"
+  for args in "1,8,512,64" "1,8,512,64 --causal" "2,8,2048,64" "2,8,2048,64 --causal" \
+              "2,8,2048,128" "2,8,2048,128 --dtype bf16" "4,16,4096,128" \
+              "2,8,1024,128 --kv-dtype e4m3" "2,16,1024,64 --heads-kv 2 --causal"; do
+    ./flashjit run --shape $args --check --iters 30 >"$out/run.tmp" 2>&1
+    rc=$?
+    note "run --shape $args: exit $rc | $(grep -E '^variant' "$out/run.tmp" | cut -c10-) | $(grep -oE 'median [0-9.]+ us|[0-9.]+ TFLOP/s' "$out/run.tmp" | tr '\n' ' ')| $(grep -oE 'rel_err=[^ ]+|PASS|FAIL' "$out/run.tmp" | head -2 | tr '\n' ' ')"
+    cat "$out/run.tmp" >>"$out/runs.log"
+  done
+  rm -f "$out/run.tmp"
+fi
+
+# 4. Sweeps: every tile/warps/stages/swizzle/softmax combination, timed
+#    (shapes one per line in $SWEEPS; PARTS="tests sanitize runs sweeps"
+#    selects parts).
+if part sweeps; then
+  while IFS= read -r args; do
+    [ -n "$args" ] || continue
+    echo "== run --sweep --shape $args" >>"$out/sweeps.log"
+    ./flashjit run --sweep --shape $args --iters 10 --workers 16 >"$out/sweep.tmp" 2>/dev/null
+    cat "$out/sweep.tmp" >>"$out/sweeps.log"
+    best=$(grep '^fastest' "$out/sweep.tmp")
+    s2=$(grep -E '_s1_pad_smem_' "$out/sweep.tmp" | grep -E '_m64_n64_w4_' | awk '{print $2}')
+    s3=$(grep -E '_s2_pad_regs_' "$out/sweep.tmp" | grep -E '_m64_n64_w4_' | awk '{print $2}')
+    note "sweep $args: ${best:-none} | stage-2 (m64 n64 s1 pad smem) ${s2:-?} us | stage-3 (m64 n64 s2 pad regs) ${s3:-?} us"
+  done <<<"${SWEEPS:-1,8,512,64
+1,8,512,64 --causal
+2,8,2048,64
+2,8,2048,64 --causal
+2,8,2048,128}"
+  rm -f "$out/sweep.tmp"
+fi

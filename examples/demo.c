@@ -144,12 +144,18 @@ static int run_and_check(fj_ctx *ctx, const fj_problem *p)
   int bad = st != FJ_OK || ce != cudaSuccess;
   if (bad)
     fprintf(stderr, "demo: %s %s\n", fj_errmsg(ctx), cudaGetErrorString(ce));
+  /* The reference is [batch][head][row][dim]; O is laid out as p says. */
   fj_reference_fwd(p, q, k, v, NULL, NULL, 0, p->seq_q, ref, NULL);
   double d2 = 0, r2 = 0;
   int nonfinite = 0;
   for (size_t i = 0; i < nq; i++) {
+    size_t d = i % (size_t)p->head_dim, row = i / (size_t)p->head_dim;
+    size_t s = row % (size_t)p->seq_q, bh = row / (size_t)p->seq_q;
+    size_t b = bh / (size_t)p->heads_q, h = bh % (size_t)p->heads_q;
+    size_t at = b * (size_t)p->o_stride[0] + h * (size_t)p->o_stride[1] +
+                s * (size_t)p->o_stride[2] + d;
     float f;
-    fj_convert(FJ_F32, &f, p->dtype, &o[i], 1);
+    fj_convert(FJ_F32, &f, p->dtype, &o[at], 1);
     double x = f;
     nonfinite += !isfinite(x);
     d2 += (x - ref[i]) * (x - ref[i]);

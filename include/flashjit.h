@@ -292,6 +292,31 @@ FJ_API const char *fj_kernel_name(const fj_kernel *k);
 /* Registers, shared memory, spills, sizes, compile time, cache origin. */
 FJ_API void fj_kernel_resources(const fj_kernel *k, fj_resources *res);
 
+/* Progress of long work: `done` of `total` steps finished.  Called on the
+ * thread that made the call. */
+typedef void (*fj_progress_fn)(void *user, size_t done, size_t total);
+
+typedef struct fj_prepare_opts {
+  int workers;              /* compiler processes at once; 0: one per CPU,
+                               at most 16 */
+  fj_progress_fn progress;  /* optional, once per compiled variant */
+  void *user;
+} fj_prepare_opts;
+
+/*
+ * Makes many variants ready ahead of use (a cache warm-up, or a tuning
+ * sweep): renders each, takes what the memory and disk caches hold, and
+ * compiles the rest with NVRTC in child processes, several at once, so that
+ * a compiler crash fails one variant, not the caller.  The kernels then come
+ * from fj_kernel_get or a launch without compiling.  each (optional, n
+ * entries) gets every variant's status.  Returns FJ_OK when all succeeded,
+ * else the first failure's status; fj_errmsg names how many failed and the
+ * first failure.  opts may be NULL.
+ */
+FJ_API fj_status fj_kernel_prepare(fj_ctx *ctx, const fj_variant *variants,
+                                   size_t n, const fj_prepare_opts *opts,
+                                   fj_status *each);
+
 /* ------------------------------------------------------------------------ */
 /* Attention forward                                                         */
 /* ------------------------------------------------------------------------ */

@@ -135,6 +135,8 @@ fj_status fj__choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
 {
   fj_variant_default(v, p->head_dim, p->dtype, p->causal);
   v->kv_dtype = p->kv_dtype == p->dtype ? 0 : p->kv_dtype;
+  if (v->kv_dtype == FJ_E4M3)
+    v->stages = 1;  /* FP8 K/V are dequantised as they load */
   if (from)
     *from = FJ_CHOICE_HEURISTIC;
   (void)ctx;

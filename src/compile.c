@@ -158,7 +158,13 @@ static void compile_here(const char *name, const char *src, const char *arch,
   nvrtcDestroyProgram(&prog);
 }
 
-/* ---- compiling in a child process ------------------------------------------ */
+/* ---- compiling in child processes ------------------------------------------
+ * Each child compiles one source and writes its result to a pipe: status,
+ * time, then message, log, PTX and cubin as length-prefixed blobs; then it
+ * exits.  The parent runs up to `workers` children at once from one thread,
+ * reading every pipe as data arrives (poll), so that no child blocks on a
+ * full pipe, and parses a child's bytes once it has closed its end.
+ */
 
 static int write_all(int fd, const void *p, size_t n)
 {
@@ -180,7 +186,8 @@ static int write_blob(int fd, const void *p, uint64_t n)
   return write_all(fd, &n, sizeof n) || (n && write_all(fd, p, (size_t)n));
 }
 
-/* In the child: compile, then send status, time and the four blobs. */
+/* In the child: compile, send, exit without running the parent's atexit
+ * handlers. */
 static void child_main(int fd, const char *name, const char *src,
                        const char *arch)
 {
@@ -197,116 +204,195 @@ static void child_main(int fd, const char *name, const char *src,
   _exit(bad ? 3 : 0);
 }
 
-/* Reads exactly n bytes, waiting at most until deadline (ms, monotonic). */
-static int read_all(int fd, void *p, size_t n, double deadline)
+typedef struct child {
+  pid_t pid;
+  int fd;          /* -1 once the child has closed its end */
+  size_t index;    /* the job it compiles */
+  double deadline;
+  fj_buf bytes;    /* everything it sent */
+} child;
+
+static int take(const char **p, const char *end, void *dst, size_t n)
 {
-  char *c = p;
-  while (n > 0) {
-    int left = (int)(deadline - fj__now_ms());
-    struct pollfd pfd = {fd, POLLIN, 0};
-    if (left <= 0 || poll(&pfd, 1, left) <= 0) {
-      if (errno == EINTR && left > 0)
-        continue;
-      errno = ETIMEDOUT;
-      return -1;
-    }
-    ssize_t r = read(fd, c, n);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      return -1;
-    c += r;
-    n -= (size_t)r;
-  }
+  if ((size_t)(end - *p) < n)
+    return -1;
+  memcpy(dst, *p, n);
+  *p += n;
   return 0;
 }
 
-static int read_blob(int fd, char **out, size_t *len, double deadline)
+static int take_blob(const char **p, const char *end, char **out, size_t *len)
 {
   uint64_t n;
-  if (read_all(fd, &n, sizeof n, deadline) || n > ((uint64_t)1 << 32))
+  if (take(p, end, &n, sizeof n) || n > (uint64_t)(end - *p))
     return -1;
-  *out = malloc((size_t)n + 1);
-  if (!*out || read_all(fd, *out, (size_t)n, deadline))
+  if (!(*out = malloc((size_t)n + 1)))
     return -1;
+  memcpy(*out, *p, (size_t)n);
   (*out)[n] = '\0';
+  *p += n;
   if (len)
     *len = (size_t)n;
   return 0;
 }
 
-static int read_job(int fd, job *j)
+/* Parses what a child sent into j; -1 if it is incomplete. */
+static int parse_child(const fj_buf *b, job *j)
 {
-  double deadline = fj__now_ms() + CHILD_TIMEOUT_MS;
+  const char *p = b->data, *end = b->data + b->len;
   int32_t st;
   char *msg = NULL, *cubin = NULL;
   size_t msg_len = 0;
-  if (read_all(fd, &st, sizeof st, deadline) ||
-      read_all(fd, &j->out.ms, sizeof j->out.ms, deadline) ||
-      read_blob(fd, &msg, &msg_len, deadline) ||
-      read_blob(fd, &j->out.log, NULL, deadline) ||
-      read_blob(fd, &j->out.ptx, &j->out.ptx_len, deadline) ||
-      read_blob(fd, &cubin, &j->out.cubin_len, deadline)) {
-    free(msg);
-    free(cubin);
-    return -1;
-  }
+  int bad = !p || take(&p, end, &st, sizeof st) ||
+            take(&p, end, &j->out.ms, sizeof j->out.ms) ||
+            take_blob(&p, end, &msg, &msg_len) ||
+            take_blob(&p, end, &j->out.log, NULL) ||
+            take_blob(&p, end, &j->out.ptx, &j->out.ptx_len) ||
+            take_blob(&p, end, &cubin, &j->out.cubin_len);
   j->out.cubin = cubin;
-  j->status = (fj_status)st;
-  fj__buf_append(&j->msg, msg, msg_len);
+  if (!bad) {
+    j->status = (fj_status)st;
+    fj__buf_append(&j->msg, msg, msg_len);
+  }
   free(msg);
-  return 0;
+  return bad ? -1 : 0;
 }
 
-static void child_verdict(pid_t pid, int got_all, const char *name, job *j)
+/* Reaps a child and turns what it sent (or how it died) into its result. */
+static void child_finish(child *c, const char *name, job *j)
 {
   int ws = 0;
-  if (!got_all)
-    kill(pid, SIGKILL);
-  while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
+  if (c->fd >= 0) {  /* stopped early: timed out */
+    kill(c->pid, SIGKILL);
+    close(c->fd);
+  }
+  while (waitpid(c->pid, &ws, 0) < 0 && errno == EINTR)
     ;
-  if (got_all && WIFEXITED(ws) && WEXITSTATUS(ws) == 0)
+  int parsed = c->fd < 0 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0 &&
+               parse_child(&c->bytes, j) == 0;
+  fj__buf_free(&c->bytes);
+  if (parsed)
     return;
   fj__compiled_free(&j->out);
   j->status = FJ_ERR_COMPILE;
   j->msg.len = 0;
-  if (WIFSIGNALED(ws))
+  if (WIFSIGNALED(ws) && c->fd < 0)
     fj__buf_appendf(&j->msg, "NVRTC crashed while compiling %s: the "
                              "compiler process was killed by signal %d (%s)",
                     name, WTERMSIG(ws), strsignal(WTERMSIG(ws)));
   else
     fj__buf_appendf(&j->msg, "the compiler process for %s %s", name,
-                    got_all ? "exited with an error"
-                            : "sent no result in time and was stopped");
+                    c->fd >= 0 ? "sent no result in time and was stopped"
+                               : "exited without a result");
 }
 
-static void compile_isolated(const char *name, const char *src,
-                             const char *arch, job *j)
+static int child_start(child *c, size_t index, const fj_compile_job *jb)
 {
   int fds[2];
-  if (pipe(fds) != 0) {
-    j->status = FJ_ERR_COMPILE;
-    fj__buf_appendf(&j->msg, "pipe() failed: %s", strerror(errno));
-    return;
-  }
+  if (pipe(fds) != 0)
+    return -1;
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
-    child_main(fds[1], name, src, arch);
+    child_main(fds[1], jb->name, jb->src, jb->arch);
   }
   close(fds[1]);
   if (pid < 0) {
     close(fds[0]);
-    j->status = FJ_ERR_COMPILE;
-    fj__buf_appendf(&j->msg, "fork() failed: %s", strerror(errno));
-    return;
+    return -1;
   }
-  double t0 = fj__now_ms();
-  int got_all = read_job(fds[0], j) == 0;
-  close(fds[0]);
-  child_verdict(pid, got_all, name, j);
-  if (j->status == FJ_OK && j->out.ms <= 0)
-    j->out.ms = fj__now_ms() - t0;
+  memset(c, 0, sizeof *c);
+  c->pid = pid;
+  c->fd = fds[0];
+  c->index = index;
+  c->deadline = fj__now_ms() + CHILD_TIMEOUT_MS;
+  return 0;
+}
+
+/* Reads what is there; 1 when the child has closed its end. */
+static int child_read(child *c)
+{
+  char chunk[65536];
+  ssize_t r = read(c->fd, chunk, sizeof chunk);
+  if (r < 0 && errno == EINTR)
+    return 0;
+  if (r > 0)
+    return fj__buf_append(&c->bytes, chunk, (size_t)r) ? -1 : 0;
+  close(c->fd);
+  c->fd = -1;
+  return 1;
+}
+
+static void job_done(fj_compile_job *jb, job *j)
+{
+  jb->status = j->status;
+  jb->out = j->out;
+  jb->message = j->status == FJ_OK ? NULL : fj__buf_take(&j->msg);
+  fj__buf_free(&j->msg);
+}
+
+/* Waits for output from the running children; finishes those done. */
+static size_t service(child *run, size_t *nrun, fj_compile_job *jobs)
+{
+  struct pollfd pfd[64];
+  double now = fj__now_ms(), next = now + 1000;
+  for (size_t i = 0; i < *nrun; i++) {
+    pfd[i].fd = run[i].fd;
+    pfd[i].events = POLLIN;
+    pfd[i].revents = 0;
+    if (run[i].deadline < next)
+      next = run[i].deadline;
+  }
+  poll(pfd, (nfds_t)*nrun, next > now ? (int)(next - now) + 1 : 0);
+  size_t finished = 0;
+  now = fj__now_ms();
+  for (size_t i = 0; i < *nrun;) {
+    child *c = &run[i];
+    int closed = (pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) ? child_read(c) : 0;
+    if (closed == 0 && now < c->deadline) {
+      i++;
+      continue;
+    }
+    job j = {FJ_OK, {0}, {0}};
+    fj_compile_job *jb = &jobs[c->index];
+    child_finish(c, jb->name, &j);
+    job_done(jb, &j);
+    run[i] = run[--*nrun];
+    pfd[i] = pfd[*nrun];
+    finished++;
+  }
+  return finished;
+}
+
+void fj__compile_many(fj_compile_job *jobs, size_t n, int workers,
+                      fj_progress_fn progress, void *user)
+{
+  child run[64];
+  size_t nrun = 0, next = 0, done = 0;
+  if (workers < 1)
+    workers = 1;
+  if (workers > 64)
+    workers = 64;
+  while (done < n) {
+    while (nrun < (size_t)workers && next < n) {
+      if (child_start(&run[nrun], next, &jobs[next]) == 0) {
+        jobs[next].status = FJ_OK;
+        nrun++;
+      } else {
+        fj_buf m = {0};
+        fj__buf_appendf(&m, "cannot start a compiler process: %s",
+                        strerror(errno));
+        jobs[next].status = FJ_ERR_COMPILE;
+        jobs[next].message = fj__buf_take(&m);
+        done++;
+      }
+      next++;
+    }
+    size_t finished = nrun ? service(run, &nrun, jobs) : 0;
+    done += finished;
+    if (finished && progress)
+      progress(user, done, n);
+  }
 }
 
 /* ---- entry points ----------------------------------------------------------- */
@@ -315,10 +401,17 @@ fj_status fj__compile(const fj_ctx *ctx, const char *name, const char *src,
                       const char *arch, int isolate, fj_compiled *out)
 {
   job j = {FJ_OK, {0}, {0}};
-  if (isolate)
-    compile_isolated(name, src, arch, &j);
-  else
+  if (isolate) {
+    fj_compile_job jb = {name, src, arch, FJ_OK, NULL, {0}};
+    fj__compile_many(&jb, 1, 1, NULL, NULL);
+    j.status = jb.status;
+    j.out = jb.out;
+    if (jb.message)
+      fj__buf_appendf(&j.msg, "%s", jb.message);
+    free(jb.message);
+  } else {
     compile_here(name, src, arch, &j);
+  }
   if (j.status != FJ_OK) {
     fj__compiled_free(&j.out);
     fj_status st = fj__fail(ctx, j.status, "%s",
@@ -341,27 +434,45 @@ void fj__compiled_free(fj_compiled *c)
 
 /* ---- the resource report ------------------------------------------------------ */
 
-/* The integer just before `what` in the log ("128 bytes smem" -> 128). */
-static int number_before(const char *log, const char *what)
+/* The integer just before `what` on a line ("128 bytes smem" -> 128);
+ * keeps *out when the line lacks it. */
+static void number_before(const char *line, const char *end, const char *what,
+                          int *out)
 {
-  const char *p = strstr(log, what);
-  if (!p)
-    return 0;
-  while (p > log && p[-1] == ' ')
-    p--;
-  while (p > log && p[-1] >= '0' && p[-1] <= '9')
-    p--;
-  return atoi(p);
+  size_t n = strlen(what);
+  for (const char *p = line; p + n <= end; p++) {
+    if (memcmp(p, what, n) != 0)
+      continue;
+    const char *q = p;
+    while (q > line && q[-1] == ' ')
+      q--;
+    const char *digits = q;
+    while (digits > line && digits[-1] >= '0' && digits[-1] <= '9')
+      digits--;
+    if (digits < q) {
+      *out = atoi(digits);
+      return;
+    }
+  }
 }
 
+/* Reads the lines ptxas -v writes ("ptxas info : Used 80 registers, used 1
+ * barriers, 1024 bytes smem" and "ptxas . 0 bytes stack frame, 0 bytes
+ * spill stores, 0 bytes spill loads"), ignoring compiler warnings. */
 void fj__parse_resources(const char *log, fj_resources *res)
 {
-  if (!log)
-    return;
-  res->registers = number_before(log, "registers");
-  res->barriers = number_before(log, "barriers");
-  res->shared_static = number_before(log, "bytes smem");
-  res->local_bytes = number_before(log, "bytes stack frame");
-  res->spill_store_bytes = number_before(log, "bytes spill stores");
-  res->spill_load_bytes = number_before(log, "bytes spill loads");
+  for (const char *line = log; line && *line;) {
+    const char *end = strchr(line, '\n');
+    if (!end)
+      end = line + strlen(line);
+    if (strncmp(line, "ptxas", 5) == 0) {
+      number_before(line, end, " registers", &res->registers);
+      number_before(line, end, " barriers", &res->barriers);
+      number_before(line, end, " bytes smem", &res->shared_static);
+      number_before(line, end, " bytes stack frame", &res->local_bytes);
+      number_before(line, end, " bytes spill stores", &res->spill_store_bytes);
+      number_before(line, end, " bytes spill loads", &res->spill_load_bytes);
+    }
+    line = *end ? end + 1 : end;
+  }
 }

@@ -183,6 +183,21 @@ typedef struct fj_nvrtc_opts {
 void fj__nvrtc_options(const char *arch, fj_nvrtc_opts *o);
 /* "13.0" ("unknown" if NVRTC cannot say). */
 const char *fj__nvrtc_version(void);
+/* One compile of a batch (fj__compile_many): inputs, then the result;
+ * message is malloc'd on failure. */
+typedef struct fj_compile_job {
+  const char *name;
+  const char *src;
+  const char *arch;
+  fj_status status;
+  char *message;
+  fj_compiled out;
+} fj_compile_job;
+
+/* Compiles n sources, each in a child process, up to `workers` at once;
+ * progress (optional) is called from this thread as jobs finish. */
+void fj__compile_many(fj_compile_job *jobs, size_t n, int workers,
+                      fj_progress_fn progress, void *user);
 /* Compiles src for arch; isolate runs NVRTC in a child process. */
 fj_status fj__compile(const fj_ctx *ctx, const char *name, const char *src,
                       const char *arch, int isolate, fj_compiled *out);
@@ -238,6 +253,25 @@ fj_status fj__kernel_build(fj_ctx *ctx, const char *template_name,
                            const fj_param *params, size_t nparams,
                            fj_kernel **out);
 void fj__kernel_free(fj_kernel *k);
+
+/* One kernel of a batch: the template and parameters in, the kernel (or a
+ * failed status, message on the thread) out.  A status other than FJ_OK on
+ * entry skips the item. */
+typedef struct fj_build {
+  const char *template_name;
+  const fj_param *params;
+  size_t nparams;
+  fj_kernel *kernel;
+  fj_status status;
+  char *message;  /* malloc'd copy of a failure's message */
+} fj_build;
+
+/* fj__kernel_build for many at once: renders under ctx->lock, compiles
+ * what the caches lack in up to `workers` child processes without holding
+ * the lock, then stores the results.  Called without the lock. */
+fj_status fj__kernel_build_many(fj_ctx *ctx, fj_build *builds, size_t n,
+                                int workers, fj_progress_fn progress,
+                                void *user);
 /* FJ_ERR_RESOURCES when the rendered kernel needs more shared memory than
  * the target allows per block. */
 fj_status fj__check_smem(const fj_ctx *ctx, const fj_kmeta *meta);
@@ -254,10 +288,21 @@ fj_status fj__choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
 
 /* Axis rules and what is implemented; the message names axis and limit. */
 fj_status fj__variant_validate(const fj_ctx *ctx, const fj_variant *v);
-/* The template parameters of a variant (up to max entries); symbol receives
- * the variant's name, which the parameters point to. */
-size_t fj__variant_params(const fj_ctx *ctx, const fj_variant *v,
-                          char symbol[128], fj_param *params, size_t max);
+
+/* The template parameters of a variant, with the storage they point to. */
+typedef struct fj_vparams {
+  const char *template_name;
+  char symbol[128];
+  fj_lut luts[4];  /* accumulator, A, B col_major (K), B row_major (V) */
+  fj_param p[24];
+  size_t n;
+} fj_vparams;
+
+/* Fills out for v; variants that read the layout tables (softmax regs,
+ * swizzle xor) fetch them, which probes the device on first use.
+ * ctx->lock held. */
+fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
+                             fj_vparams *out);
 /* Validates and builds a variant's kernel; ctx->lock held. */
 fj_status fj__variant_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k);
 /* kv_dtype with 0 resolved to dtype. */

@@ -155,48 +155,10 @@ fj_status fj__check_smem(const fj_ctx *ctx, const fj_kmeta *meta)
                   meta->smem_bytes - limit);
 }
 
-/* Disk cache, else NVRTC (storing the result). */
-static fj_status fetch_or_compile(fj_ctx *ctx, fj_kernel *k)
-{
-  char src_hash[33];
-  fj_cache_key key;
-  fj__hash_hex(k->source, k->source_len, src_hash);
-  fj__cache_key(&key, "kernel", ctx->arch, src_hash, k->meta.symbol);
-  void *payload = NULL;
-  size_t len = 0;
-  if (fj__cache_load(ctx, "kernel", &key, &payload, &len)) {
-    int ok = unpack(payload, len, &k->out) == 0;
-    free(payload);
-    if (ok) {
-      k->res.cache = FJ_CACHE_DISK;
-      return FJ_OK;
-    }
-  }
-  fj_status st = fj__compile(ctx, k->meta.symbol, k->source, ctx->arch,
-                             ctx->opts.isolate_compile, &k->out);
-  if (st != FJ_OK)
-    return st;
-  k->res.cache = FJ_CACHE_MISS;
-  fj_buf b = {0};
-  if (pack(&k->out, &b) == 0)
-    fj__cache_store(ctx, "kernel", k->meta.symbol, &key, b.data, b.len);
-  fj__buf_free(&b);
-  return FJ_OK;
-}
-
-static void fill_resources(fj_kernel *k)
-{
-  fj_resources *r = &k->res;
-  fj__parse_resources(k->out.log, r);
-  r->shared_dynamic = k->meta.smem_bytes;
-  r->threads = k->meta.threads;
-  r->cubin_bytes = k->out.cubin_len;
-  r->ptx_bytes = k->out.ptx_len;
-  r->compile_ms = k->out.ms;
-}
-
-static fj_status build_new(fj_ctx *ctx, const char *name,
-                           const fj_param *params, size_t n, fj_kernel **out)
+/* Renders a kernel's source and checks it fits; not compiled yet. */
+static fj_status kernel_render(fj_ctx *ctx, const char *name,
+                               const fj_param *params, size_t n,
+                               fj_kernel **out)
 {
   fj_kernel *k = calloc(1, sizeof *k);
   if (!k)
@@ -209,43 +171,211 @@ static fj_status build_new(fj_ctx *ctx, const char *name,
   k->source = fj__buf_take(&src);
   if (st == FJ_OK && !k->source)
     st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
-  if (st == FJ_OK)
-    st = fetch_or_compile(ctx, k);
   if (st != FJ_OK) {
     fj__kernel_free(k);
     return st;
   }
-  fill_resources(k);
-  fj__cache_count(ctx, k->res.cache);
   *out = k;
   return FJ_OK;
+}
+
+static void disk_key(const fj_ctx *ctx, const fj_kernel *k, fj_cache_key *key)
+{
+  char src_hash[33];
+  fj__hash_hex(k->source, k->source_len, src_hash);
+  fj__cache_key(key, "kernel", ctx->arch, src_hash, k->meta.symbol);
+}
+
+/* 1 when the disk cache had the kernel's cubin, PTX and log. */
+static int from_disk(fj_ctx *ctx, fj_kernel *k, const fj_cache_key *key)
+{
+  void *payload = NULL;
+  size_t len = 0;
+  if (!fj__cache_load(ctx, "kernel", key, &payload, &len))
+    return 0;
+  int ok = unpack(payload, len, &k->out) == 0;
+  free(payload);
+  if (ok)
+    k->res.cache = FJ_CACHE_DISK;
+  return ok;
+}
+
+static void to_disk(fj_ctx *ctx, fj_kernel *k, const fj_cache_key *key)
+{
+  fj_buf b = {0};
+  k->res.cache = FJ_CACHE_MISS;
+  if (pack(&k->out, &b) == 0)
+    fj__cache_store(ctx, "kernel", k->meta.symbol, key, b.data, b.len);
+  fj__buf_free(&b);
+}
+
+/* Fills the resource report and counts how the kernel was found. */
+static void finish(fj_ctx *ctx, fj_kernel *k)
+{
+  fj_resources *r = &k->res;
+  fj__parse_resources(k->out.log, r);
+  r->shared_dynamic = k->meta.smem_bytes;
+  r->threads = k->meta.threads;
+  r->cubin_bytes = k->out.cubin_len;
+  r->ptx_bytes = k->out.ptx_len;
+  r->compile_ms = k->out.ms;
+  fj__cache_count(ctx, r->cache);
+}
+
+/* Inserts a finished kernel under key, unless another thread got there
+ * first: then that one is kept and k freed.  Returns the kept one. */
+static fj_kernel *keep(fj_ctx *ctx, fj_buf *key, fj_kernel *k)
+{
+  fj_kernel *there = kmap_find(ctx->kernels, key);
+  if (there) {
+    fj__kernel_free(k);
+    return there;
+  }
+  if (kmap_insert(ctx, key, k) != 0) {
+    fj__kernel_free(k);
+    return NULL;
+  }
+  return k;
 }
 
 fj_status fj__kernel_build(fj_ctx *ctx, const char *name,
                            const fj_param *params, size_t n, fj_kernel **out)
 {
   fj_buf key = {0};
-  if (memory_key(&key, name, params, n)) {
-    fj__buf_free(&key);
-    return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
-  }
-  fj_kernel *k = kmap_find(ctx->kernels, &key);
-  if (k) {
+  fj_kernel *k = NULL;
+  fj_status st = memory_key(&key, name, params, n)
+                     ? fj__fail(ctx, FJ_ERR_NOMEM, "out of memory")
+                     : FJ_OK;
+  if (st == FJ_OK && (k = kmap_find(ctx->kernels, &key)) != NULL) {
     k->res.cache = FJ_CACHE_MEMORY;
     fj__cache_count(ctx, FJ_CACHE_MEMORY);
-    fj__buf_free(&key);
-    *out = k;
-    return FJ_OK;
-  }
-  fj_status st = build_new(ctx, name, params, n, &k);
-  if (st == FJ_OK && kmap_insert(ctx, &key, k) != 0) {
-    fj__kernel_free(k);
-    st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  } else if (st == FJ_OK && (st = kernel_render(ctx, name, params, n, &k)) == FJ_OK) {
+    fj_cache_key dk;
+    disk_key(ctx, k, &dk);
+    if (!from_disk(ctx, k, &dk)) {
+      st = fj__compile(ctx, k->meta.symbol, k->source, ctx->arch,
+                       ctx->opts.isolate_compile, &k->out);
+      if (st == FJ_OK)
+        to_disk(ctx, k, &dk);
+    }
+    if (st == FJ_OK) {
+      finish(ctx, k);
+      if (!(k = keep(ctx, &key, k)))
+        st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+    } else {
+      fj__kernel_free(k);
+    }
   }
   fj__buf_free(&key);
   if (st == FJ_OK)
     *out = k;
   return st;
+}
+
+/* ---- building many at once ----------------------------------------------------------- */
+
+typedef struct batch_item {
+  fj_build *b;
+  fj_buf key;
+  fj_kernel *k;
+  fj_cache_key dk;
+} batch_item;
+
+static void failed(fj_ctx *ctx, fj_build *b, fj_status st)
+{
+  b->status = st;
+  free(b->message);
+  b->message = fj__strdup(fj_errmsg(ctx));
+}
+
+/* Phase 1, locked: memory hits, rendering, disk hits.  Returns how many
+ * items still need NVRTC, gathered into jobs. */
+static size_t batch_prepare(fj_ctx *ctx, batch_item *it, size_t n,
+                            fj_compile_job *jobs, size_t *job_of)
+{
+  size_t njobs = 0;
+  for (size_t i = 0; i < n; i++) {
+    fj_build *b = it[i].b;
+    if (b->status != FJ_OK)
+      continue;
+    if (memory_key(&it[i].key, b->template_name, b->params, b->nparams)) {
+      failed(ctx, b, fj__fail(ctx, FJ_ERR_NOMEM, "out of memory"));
+      continue;
+    }
+    if ((b->kernel = kmap_find(ctx->kernels, &it[i].key)) != NULL)
+      continue;
+    fj_status st = kernel_render(ctx, b->template_name, b->params, b->nparams,
+                                 &it[i].k);
+    if (st != FJ_OK) {
+      failed(ctx, b, st);
+      continue;
+    }
+    disk_key(ctx, it[i].k, &it[i].dk);
+    if (from_disk(ctx, it[i].k, &it[i].dk))
+      continue;
+    fj_compile_job j = {it[i].k->meta.symbol, it[i].k->source, ctx->arch,
+                        FJ_OK, NULL, {0}};
+    jobs[njobs] = j;
+    job_of[njobs++] = i;
+  }
+  return njobs;
+}
+
+/* Phase 3, locked: results into kernels, the disk cache and the map. */
+static void batch_finish(fj_ctx *ctx, batch_item *it, size_t n,
+                         fj_compile_job *jobs, const size_t *job_of,
+                         size_t njobs)
+{
+  for (size_t j = 0; j < njobs; j++) {
+    batch_item *x = &it[job_of[j]];
+    x->k->out = jobs[j].out;
+    if (jobs[j].status == FJ_OK) {
+      to_disk(ctx, x->k, &x->dk);
+    } else {
+      failed(ctx, x->b, fj__fail(ctx, jobs[j].status, "%s",
+                                 jobs[j].message ? jobs[j].message : "?"));
+      fj__kernel_free(x->k);
+      x->k = NULL;
+    }
+    free(jobs[j].message);
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (it[i].k) {
+      finish(ctx, it[i].k);
+      if (!(it[i].b->kernel = keep(ctx, &it[i].key, it[i].k)))
+        failed(ctx, it[i].b, fj__fail(ctx, FJ_ERR_NOMEM, "out of memory"));
+    }
+    fj__buf_free(&it[i].key);
+  }
+}
+
+fj_status fj__kernel_build_many(fj_ctx *ctx, fj_build *builds, size_t n,
+                                int workers, fj_progress_fn progress,
+                                void *user)
+{
+  batch_item *it = calloc(n ? n : 1, sizeof *it);
+  fj_compile_job *jobs = calloc(n ? n : 1, sizeof *jobs);
+  size_t *job_of = calloc(n ? n : 1, sizeof *job_of);
+  if (!it || !jobs || !job_of) {
+    free(it);
+    free(jobs);
+    free(job_of);
+    return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  }
+  for (size_t i = 0; i < n; i++)
+    it[i].b = &builds[i];
+  pthread_mutex_lock(&ctx->lock);
+  size_t njobs = batch_prepare(ctx, it, n, jobs, job_of);
+  pthread_mutex_unlock(&ctx->lock);
+  /* NVRTC runs in children while the context stays usable. */
+  fj__compile_many(jobs, njobs, workers, progress, user);
+  pthread_mutex_lock(&ctx->lock);
+  batch_finish(ctx, it, n, jobs, job_of, njobs);
+  pthread_mutex_unlock(&ctx->lock);
+  free(it);
+  free(jobs);
+  free(job_of);
+  return FJ_OK;
 }
 
 fj_status fj__kernel_symbol(fj_ctx *ctx, fj_kernel *k, const char *symbol,

@@ -71,17 +71,35 @@ int fj__lut_validate(const fj_lut *lut, char *buf, size_t size)
 
 /* ---- the reference tables ------------------------------------------------------ */
 
-/* What an H200 (sm_90) showed for the accumulator and the half matrix_a
- * fragment (../shared/DESIGN.md): with g = lane / 4, t = lane % 4, slot i
- * holds row g + 8 * ((i >> 1) & 1), col 2t + (i & 1) + 8 * (i >> 2); the
- * operand's slots 8-15 repeat 0-7.  Used only where nothing can be
- * observed (a compile-only context). */
-static int reference_element(int lane, int slot)
+static int is_operand_b(fj_frag frag)
+{
+  return frag == FJ_FRAG_WMMA_B_F16_COL || frag == FJ_FRAG_WMMA_B_F16_ROW ||
+         frag == FJ_FRAG_WMMA_B_BF16_COL || frag == FJ_FRAG_WMMA_B_BF16_ROW;
+}
+
+/* What the probe showed on an NVIDIA H200 (sm_90, driver 580.159.04), used
+ * only where nothing can be observed (a compile-only context).  With
+ * g = lane / 4, t = lane % 4 and i = slot % 8:
+ *   accumulator and matrix_a:  (row, col) = (g + 8((i >> 1) & 1),
+ *                                            2t + (i & 1) + 8(i >> 2))
+ *   matrix_b (k, n), either memory order: (2t + (i & 1) + 8((i >> 1) & 1),
+ *                                          g + 8(i >> 2))
+ * The half operands hold 16 slots whose 8-15 repeat 0-7; the bf16 operands
+ * and the accumulator hold 8. */
+static int reference_element(fj_frag frag, int lane, int slot)
 {
   int g = lane / 4, t = lane % 4, i = slot % 8;
-  int row = g + 8 * ((i >> 1) & 1);
-  int col = 2 * t + (i & 1) + 8 * (i >> 2);
-  return row * 16 + col;
+  int low = 8 * ((i >> 1) & 1), high = 8 * (i >> 2);
+  if (is_operand_b(frag))
+    return (2 * t + (i & 1) + low) * 16 + g + high;
+  return (g + low) * 16 + 2 * t + (i & 1) + high;
+}
+
+static int reference_slots(fj_frag frag)
+{
+  int half = frag == FJ_FRAG_WMMA_A_F16_ROW || frag == FJ_FRAG_WMMA_B_F16_COL ||
+             frag == FJ_FRAG_WMMA_B_F16_ROW;
+  return half ? 16 : 8;
 }
 
 void fj__lut_reference(fj_frag frag, fj_lut *lut)
@@ -90,17 +108,12 @@ void fj__lut_reference(fj_frag frag, fj_lut *lut)
   lut->frag = frag;
   lut->rows = lut->cols = 16;
   lut->lanes = 32;
-  lut->slots = is_accumulator(frag) ? 8 : 16;
+  lut->slots = reference_slots(frag);
   lut->origin = FJ_LUT_REFERENCE;
   snprintf(lut->device, sizeof lut->device, "reference (NVIDIA H200)");
   for (int lane = 0; lane < 32; lane++)
     for (int s = 0; s < lut->slots; s++)
-      lut->map[lane][s] = (uint16_t)reference_element(lane, s);
-}
-
-static int has_reference(fj_frag frag)
-{
-  return frag == FJ_FRAG_WMMA_ACC_F32 || frag == FJ_FRAG_WMMA_A_F16_ROW;
+      lut->map[lane][s] = (uint16_t)reference_element(frag, lane, s);
 }
 
 /* ---- probing --------------------------------------------------------------------- */
@@ -252,11 +265,6 @@ fj_status fj__layout_locked(fj_ctx *ctx, fj_frag frag, fj_lut *lut)
                     FJ_FRAG_COUNT);
   if (!ctx->lut_ready[frag]) {
     if (!ctx->has_device) {
-      if (!has_reference(frag))
-        return fj__fail(ctx, FJ_ERR_COMPILE_ONLY,
-                        "%s has no reference table: probe it on a GPU "
-                        "context",
-                        fj_frag_name(frag));
       fj__lut_reference(frag, &ctx->luts[frag]);
       ctx->lut_ready[frag] = 1;
     } else {

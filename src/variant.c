@@ -4,7 +4,9 @@
  * limit), and the template parameters of a variant.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -96,11 +98,11 @@ void fj_variant_default(fj_variant *v, int head_dim, fj_dtype dtype,
   memset(v, 0, sizeof *v);
   v->head_dim = head_dim;
   v->tile_m = 64;
-  v->tile_n = 64;
+  v->tile_n = head_dim > 128 ? 32 : 64;
   v->warps = 4;
-  v->stages = 1;
+  v->stages = 2;
   v->swizzle = FJ_SWIZZLE_PAD;
-  v->softmax = FJ_SOFTMAX_SMEM;
+  v->softmax = FJ_SOFTMAX_REGS;
   v->mma = FJ_MMA_WMMA;
   v->causal = causal;
   v->dtype = dtype;
@@ -174,16 +176,14 @@ static fj_status check_axes(const fj_ctx *ctx, const fj_variant *v)
   return st == FJ_OK ? check_enums(ctx, v) : st;
 }
 
-/* Axis values that are valid but not generated (yet). */
+/* Axis values that are valid but not generated (yet).  The templates add
+ * the rules that depend on combinations (refuse() in templates/). */
 static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
 {
   if (v->mma != FJ_MMA_WMMA)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "mma %s is not implemented yet: wmma is",
                     fj_mma_name(v->mma));
-  if (fj__kv_dtype(v) == FJ_E4M3)
-    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                    "kv_dtype e4m3 is not implemented yet: f16 and bf16 are");
   if (v->warps != 4 && v->warps != 8)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "warps %d is not implemented: 4 or 8", v->warps);
@@ -208,33 +208,65 @@ static const char *template_of(const fj_variant *v)
   return "attention_wmma.cu";
 }
 
-size_t fj__variant_params(const fj_ctx *ctx, const fj_variant *v,
-                          char symbol[128], fj_param *p, size_t max)
+/* The fragment kinds a variant's element type uses. */
+static void frags_of(fj_dtype d, fj_frag out[4])
 {
-  fj_variant_name(v, symbol, 128);
-  fj_param all[] = {
-      {"template", FJ_PARAM_STR, 0, template_of(v), NULL},
-      {"symbol", FJ_PARAM_STR, 0, symbol, NULL},
-      {"arch", FJ_PARAM_STR, 0, ctx->arch, NULL},
-      {"sm", FJ_PARAM_INT, ctx->sm, NULL, NULL},
-      {"version", FJ_PARAM_STR, 0, fj_version(), NULL},
-      {"params_bytes", FJ_PARAM_INT, (long long)fj__kparams_size(), NULL,
-       NULL},
-      {"head_dim", FJ_PARAM_INT, v->head_dim, NULL, NULL},
-      {"tile_m", FJ_PARAM_INT, v->tile_m, NULL, NULL},
-      {"tile_n", FJ_PARAM_INT, v->tile_n, NULL, NULL},
-      {"warps", FJ_PARAM_INT, v->warps, NULL, NULL},
-      {"stages", FJ_PARAM_INT, v->stages, NULL, NULL},
-      {"swizzle", FJ_PARAM_STR, 0, fj_swizzle_name(v->swizzle), NULL},
-      {"softmax", FJ_PARAM_STR, 0, fj_softmax_name(v->softmax), NULL},
-      {"mma", FJ_PARAM_STR, 0, fj_mma_name(v->mma), NULL},
-      {"causal", FJ_PARAM_STR, 0, fj_causal_name(v->causal), NULL},
-      {"dtype", FJ_PARAM_STR, 0, fj_dtype_name(v->dtype), NULL},
-      {"kv_dtype", FJ_PARAM_STR, 0, fj_dtype_name(fj__kv_dtype(v)), NULL},
-  };
-  size_t n = FJ_ARRAY_LEN(all) < max ? FJ_ARRAY_LEN(all) : max;
-  memcpy(p, all, n * sizeof *p);
-  return n;
+  int bf = d == FJ_BF16;
+  out[0] = FJ_FRAG_WMMA_ACC_F32;
+  out[1] = bf ? FJ_FRAG_WMMA_A_BF16_ROW : FJ_FRAG_WMMA_A_F16_ROW;
+  out[2] = bf ? FJ_FRAG_WMMA_B_BF16_COL : FJ_FRAG_WMMA_B_F16_COL;
+  out[3] = bf ? FJ_FRAG_WMMA_B_BF16_ROW : FJ_FRAG_WMMA_B_F16_ROW;
+}
+
+static void add(fj_vparams *o, const char *key, fj_param_type type,
+                long long i, const char *s, const fj_lut *lut)
+{
+  fj_param p = {key, type, i, s, lut};
+  if (o->n < FJ_ARRAY_LEN(o->p))
+    o->p[o->n++] = p;
+}
+
+static fj_status add_luts(fj_ctx *ctx, const fj_variant *v, fj_vparams *o)
+{
+  static const char *const keys[4] = {"lut_acc", "lut_a", "lut_bk", "lut_bv"};
+  fj_frag frags[4];
+  frags_of(v->dtype, frags);
+  for (int i = 0; i < 4; i++) {
+    fj_status st = fj__layout_locked(ctx, frags[i], &o->luts[i]);
+    if (st != FJ_OK)
+      return st;
+    add(o, keys[i], FJ_PARAM_LUT, 0, NULL, &o->luts[i]);
+  }
+  return FJ_OK;
+}
+
+fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
+                             fj_vparams *o)
+{
+  memset(o, 0, sizeof *o);
+  o->template_name = template_of(v);
+  fj_variant_name(v, o->symbol, sizeof o->symbol);
+  add(o, "template", FJ_PARAM_STR, 0, o->template_name, NULL);
+  add(o, "symbol", FJ_PARAM_STR, 0, o->symbol, NULL);
+  add(o, "arch", FJ_PARAM_STR, 0, ctx->arch, NULL);
+  add(o, "sm", FJ_PARAM_INT, ctx->sm, NULL, NULL);
+  add(o, "version", FJ_PARAM_STR, 0, fj_version(), NULL);
+  add(o, "params_bytes", FJ_PARAM_INT, (long long)fj__kparams_size(), NULL, NULL);
+  add(o, "head_dim", FJ_PARAM_INT, v->head_dim, NULL, NULL);
+  add(o, "tile_m", FJ_PARAM_INT, v->tile_m, NULL, NULL);
+  add(o, "tile_n", FJ_PARAM_INT, v->tile_n, NULL, NULL);
+  add(o, "warps", FJ_PARAM_INT, v->warps, NULL, NULL);
+  add(o, "stages", FJ_PARAM_INT, v->stages, NULL, NULL);
+  add(o, "swizzle", FJ_PARAM_STR, 0, fj_swizzle_name(v->swizzle), NULL);
+  add(o, "softmax", FJ_PARAM_STR, 0, fj_softmax_name(v->softmax), NULL);
+  add(o, "mma", FJ_PARAM_STR, 0, fj_mma_name(v->mma), NULL);
+  add(o, "causal", FJ_PARAM_STR, 0, fj_causal_name(v->causal), NULL);
+  add(o, "dtype", FJ_PARAM_STR, 0, fj_dtype_name(v->dtype), NULL);
+  add(o, "kv_dtype", FJ_PARAM_STR, 0, fj_dtype_name(fj__kv_dtype(v)), NULL);
+  /* Every variant reads the layout tables (for its fragment loads, and the
+   * register softmax for its shuffles); the source is the same wherever the
+   * tables are. */
+  return add_luts(ctx, v, o);
 }
 
 /* Validates, renders and builds a variant's kernel; ctx->lock held. */
@@ -243,10 +275,10 @@ fj_status fj__variant_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
   fj_status st = fj__variant_validate(ctx, v);
   if (st != FJ_OK)
     return st;
-  char symbol[128];
-  fj_param params[24];
-  size_t n = fj__variant_params(ctx, v, symbol, params, FJ_ARRAY_LEN(params));
-  return fj__kernel_build(ctx, template_of(v), params, n, k);
+  fj_vparams vp;
+  st = fj__variant_params(ctx, v, &vp);
+  return st == FJ_OK ? fj__kernel_build(ctx, vp.template_name, vp.p, vp.n, k)
+                     : st;
 }
 
 fj_status fj_kernel_get(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
@@ -268,14 +300,92 @@ fj_status fj_variant_check(fj_ctx *ctx, const fj_variant *v)
   fj_status st = fj__variant_validate(ctx, v);
   if (st != FJ_OK)
     return st;
-  char symbol[128];
-  fj_param params[24];
-  size_t n = fj__variant_params(ctx, v, symbol, params, FJ_ARRAY_LEN(params));
+  fj_vparams vp;
   fj_buf src = {0};
   fj_kmeta meta;
   pthread_mutex_lock(&ctx->lock);
-  st = fj__render(ctx, template_of(v), params, n, &src, &meta);
+  st = fj__variant_params(ctx, v, &vp);
+  if (st == FJ_OK)
+    st = fj__render(ctx, vp.template_name, vp.p, vp.n, &src, &meta);
   pthread_mutex_unlock(&ctx->lock);
   fj__buf_free(&src);
   return st == FJ_OK ? fj__check_smem(ctx, &meta) : st;
+}
+
+/* ---- many variants at once ------------------------------------------------------------ */
+
+static int default_workers(void)
+{
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > 16 ? 16 : (int)n;
+}
+
+/* Validation and parameters for every variant, under the lock (the layout
+ * tables may be probed on the way). */
+static void batch_params(fj_ctx *ctx, const fj_variant *vs, size_t n,
+                         fj_vparams *vp, fj_build *b)
+{
+  pthread_mutex_lock(&ctx->lock);
+  for (size_t i = 0; i < n; i++) {
+    fj_status st = fj__variant_validate(ctx, &vs[i]);
+    if (st == FJ_OK)
+      st = fj__variant_params(ctx, &vs[i], &vp[i]);
+    b[i].template_name = vp[i].template_name;
+    b[i].params = vp[i].p;
+    b[i].nparams = vp[i].n;
+    b[i].status = st;
+    if (st != FJ_OK)
+      b[i].message = fj__strdup(fj_errmsg(ctx));
+  }
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+/* Statuses out, failures counted, the first one's message kept. */
+static fj_status batch_report(fj_ctx *ctx, const fj_variant *vs, fj_build *b,
+                              size_t n, fj_status *each)
+{
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (each)
+      each[i] = b[i].status;
+    if (b[i].status != FJ_OK && bad++ == 0)
+      first = i;
+  }
+  fj_status st = FJ_OK;
+  if (bad) {
+    char name[160];
+    fj_variant_name(&vs[first], name, sizeof name);
+    st = fj__fail(ctx, b[first].status, "%zu of %zu variants failed; the "
+                  "first, %s: %s", bad, n, name,
+                  b[first].message ? b[first].message : "?");
+  }
+  for (size_t i = 0; i < n; i++)
+    free(b[i].message);
+  return st;
+}
+
+fj_status fj_kernel_prepare(fj_ctx *ctx, const fj_variant *variants, size_t n,
+                            const fj_prepare_opts *opts, fj_status *each)
+{
+  if (!ctx || (!variants && n))
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "fj_kernel_prepare: NULL context or variants");
+  fj__clear_error(ctx);
+  fj_vparams *vp = calloc(n ? n : 1, sizeof *vp);
+  fj_build *b = calloc(n ? n : 1, sizeof *b);
+  if (!vp || !b) {
+    free(vp);
+    free(b);
+    return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  }
+  batch_params(ctx, variants, n, vp, b);
+  int workers = opts && opts->workers > 0 ? opts->workers : default_workers();
+  fj_status st = fj__kernel_build_many(ctx, b, n, workers,
+                                       opts ? opts->progress : NULL,
+                                       opts ? opts->user : NULL);
+  if (st == FJ_OK)
+    st = batch_report(ctx, variants, b, n, each);
+  free(vp);
+  free(b);
+  return st;
 }

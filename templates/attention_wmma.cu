@@ -1,120 +1,457 @@
 {#
-  attention_wmma.cu: the WMMA attention family.
+  attention_wmma.cu: the WMMA attention family (16x16x16 fragments).
 
-  softmax = "smem" is the seeds' Stage-2 flow.  Per key tile the block runs
-  three phases separated by barriers, every intermediate in shared memory:
-    A  S = Q K^T       16x16 WMMA tiles spread over the warps, S stored as float
-    B  online softmax  one warp per row: running max m and sum l, P = exp2(S - m)
-                       stored in the element type, O's row rescaled by
-                       exp2(m_old - m_new)
-    C  O += P V        16x16 WMMA output tiles, accumulators loaded from and
-                       stored back to O in shared memory
-  and at the end O / l is written out (zeros where l = 0: no visible key).
+  One thread block covers tile_m query rows of one (batch, head) and walks
+  the key/value tiles (tile_n rows each) that its rows may see.  Two softmax
+  paths:
+
+  softmax = "smem", the seeds' Stage-2: per key tile three phases separated
+  by block barriers, every intermediate in shared memory --
+    A  S = Q K^T       16x16 tiles spread over the warps, S stored as float
+    B  online softmax  a warp per row: running max m and sum l, P = exp2(S - m)
+                       in the element type, O's row rescaled by exp2(m_old - m)
+    C  O += P V        16x16 output tiles, accumulators loaded from and stored
+                       back to O in shared memory
+
+  softmax = "regs", the seeds' Stage-3: each warp owns 16 query rows; S, P and
+  O stay in accumulator fragments.  Which slot of a fragment holds which
+  (row, col), which lanes share a row (the shuffle masks of the row max and
+  sum) and whether P can feed P.V straight from registers all come from the
+  probed layout table (lut.lua), never from an assumed layout.
+
+  K and V move through a ring of `stages` shared buffers: 1 loads them
+  synchronously, 2-3 prefetch the next tiles with 16-byte cp.async copies.
+  swizzle "pad" adds 16 bytes to each shared row; "xor" permutes the 16-byte
+  chunks of a row by the row number, and fragments are then loaded element
+  by element from the probed operand layouts (load_matrix_sync reads only
+  plain strided tiles).  FP8 (e4m3) K/V are dequantised to the element type
+  as they load (exactly: every e4m3 value is a half and a bf16 value); their
+  per-(batch, head) scales multiply the softmax scale and the output.
 #}
 {%
-  local D, BM, BN, W = head_dim, tile_m, tile_n, warps
+  local L = import("lut.lua")
+  local D, BM, BN, W, S = head_dim, tile_m, tile_n, warps, stages
   local THREADS = 32 * W
-  if D % 16 ~= 0 then refuse(("head_dim %d: the WMMA family needs a multiple of 16"):format(D)) end
-  if BM % 16 ~= 0 or BN % 16 ~= 0 then
-    refuse(("tile_m %d / tile_n %d: the WMMA family needs multiples of 16"):format(BM, BN))
+  local regs, xor, fp8 = softmax == "regs", swizzle == "xor", kv_dtype == "e4m3"
+  local causal_mask = causal ~= "none"
+  local function no(fmt, ...) refuse(fmt:format(...)) end
+
+  if D % 16 ~= 0 then no("head_dim %d: the WMMA family needs a multiple of 16", D) end
+  if BM % 16 ~= 0 or BN % 16 ~= 0 then no("tile_m %d / tile_n %d: the WMMA family needs multiples of 16", BM, BN) end
+  if regs and BM ~= 16 * W then
+    no("softmax regs: tile_m %d must be 16 x warps = %d (each warp owns 16 query rows)", BM, 16 * W)
   end
-  if softmax ~= "smem" then refuse(("softmax %s is not implemented in the WMMA family yet"):format(softmax)) end
-  if stages ~= 1 then refuse(("stages %d is not implemented in the WMMA family yet (1 is)"):format(stages)) end
-  if swizzle == "xor" then refuse("swizzle xor is not implemented in the WMMA family yet (none, pad are)") end
+  if S > 1 and sm < 80 then no("stages %d needs cp.async (sm_80 or newer); the target is %s", S, arch) end
+  if S > 3 then no("stages %d is not implemented: 1, 2 or 3", S) end
+  if fp8 and S > 1 then
+    no("kv_dtype e4m3 is dequantised as it loads, so it takes stages 1 (not %d)", S)
+  end
 
-  -- Row strides (in elements) of the shared-memory tiles.  "pad" adds 16
-  -- bytes to each row so that consecutive rows start in different banks.
-  local pad = swizzle == "pad"
-  local LDQ = D + (pad and 8 or 0)     -- Q, K, V rows: elem_t
-  local LDS = BN + (pad and 4 or 0)    -- S rows: float
-  local LDP = BN + (pad and 8 or 0)    -- P rows: elem_t
-  local LDO = D + (pad and 4 or 0)     -- O rows: float
+  -- Shared tiles of Q, K, V: row stride LD elements; "pad" adds 16 bytes.
+  -- "xor" permutes chunk c of row r to c ^ (r & XM), XM + 1 the largest power
+  -- of two (at most 8) that divides the chunks per row.
+  local CHUNKS = D // 8
+  local XW = 1
+  while XW < 8 and CHUNKS % (XW * 2) == 0 do XW = XW * 2 end
+  local XM = XW - 1
+  local LD = D + (swizzle == "pad" and 8 or 0)
+  local LDS = BN + (swizzle == "none" and 0 or 4)   -- S rows (float)
+  local LDP = BN + (swizzle == "none" and 0 or 8)   -- P rows (elem_t)
+  local LDO = D + (swizzle == "none" and 0 or 4)    -- O rows (float)
 
-  -- Shared-memory plan: each region 128-byte aligned (WMMA wants 32).
+  -- What the layout tables allow.  softmax regs and swizzle xor cannot work
+  -- without separable tables and refuse; the other variants fall back to
+  -- load_matrix_sync.
+  local acc, rows, qa, kb, vb, p_from
+  local tables_ok = true
+  local function table_of(lut, what)
+    local info, why = L.analyse(lut, what)
+    if not info then
+      if regs or xor then no("%s: %s", regs and "softmax regs" or "swizzle xor", why) end
+      tables_ok = false
+    end
+    return info
+  end
+  acc = table_of(lut_acc, "the accumulator")
+  qa = table_of(lut_a, "matrix_a")
+  kb = table_of(lut_bk, "matrix_b (col_major)")
+  vb = table_of(lut_bv, "matrix_b (row_major)")
+  if regs then
+    local why
+    rows, why = L.rows(acc, "the accumulator")
+    if not rows then no("softmax regs: %s", why) end
+    p_from = L.a_from_acc(qa, acc)
+  end
+  local p_in_regs = regs and p_from ~= nil
+
+  -- Registers of the regs path per thread: O, S, and Q when it stays in
+  -- registers; refused when even without Q it cannot fit.
+  local a_regs = dtype == "f16" and 8 or 4
+  local o_regs, s_regs, q_regs = (D // 16) * 8, (BN // 16) * 8, (D // 16) * a_regs
+  local QREGS = regs and o_regs + s_regs + q_regs + 40 <= 200
+  if regs and o_regs + s_regs + 40 > 255 then
+    no("softmax regs with head_dim %d and tile_n %d needs about %d registers per thread for O and S; the limit is 255 (over by %d): use a smaller tile_n or softmax smem",
+       D, BN, o_regs + s_regs + 40, o_regs + s_regs + 40 - 255)
+  end
+
+  -- The shared-memory plan, each region 128-byte aligned.
   local plan, offset = {}, 0
-  local function region(name, bytes)
-    plan[#plan + 1] = { name = name, offset = offset, bytes = bytes }
+  local function region(name, bytes, ty)
+    plan[#plan + 1] = { name = name, offset = offset, bytes = bytes, ty = ty }
     offset = offset + (bytes + 127) // 128 * 128
   end
-  region("q", BM * LDQ * 2)
-  region("k", BN * LDQ * 2)
-  region("v", BN * LDQ * 2)
-  region("s", BM * LDS * 4)
-  region("p", BM * LDP * 2)
-  region("o", BM * LDO * 4)
-  region("m", BM * 4)
-  region("l", BM * 4)
+  region("q", BM * LD * 2, "elem_t")
+  region("k", S * BN * LD * 2, "elem_t")
+  region("v", S * BN * LD * 2, "elem_t")
+  if not regs then
+    region("s", BM * LDS * 4, "float")
+    region("p", BM * LDP * 2, "elem_t")
+    region("o", BM * LDO * 4, "float")
+    region("m", BM * 4, "float")
+    region("l", BM * 4, "float")
+  elseif not p_in_regs then
+    region("p", W * 16 * LDP * 2, "elem_t")
+  end
   meta.symbol = symbol
   meta.threads = THREADS
   meta.smem_bytes = offset
   meta.rows_per_block = BM
-  local CHUNKS = D // 8   -- 16-byte chunks per row
-  local causal_mask = causal ~= "none"
+
+  -- Operand fragments are loaded with one ldmatrix.x4 wherever the probed
+  -- layout is what ldmatrix produces (L.ldmatrix checks it lane by lane):
+  -- it reads any row layout, swizzled or not, and on sm_90 load_matrix_sync
+  -- of bf16 compiles to plain loads and movmatrix transposes instead.
+  -- Otherwise load_matrix_sync, or under xor element by element.
+  local ldm = {}
+  if tables_ok then
+    ldm.q, ldm.k, ldm.v = L.ldmatrix(qa, false), L.ldmatrix(kb, true), L.ldmatrix(vb, false)
+  end
+  -- The per-lane row and column of an ldmatrix source address: lanes 8i..8i+7
+  -- give the rows of the 8x8 quadrant that fills register i.
+  local function ldm_lane(plan, name)
+    local qr, qc = 0, 0
+    for i = 0, 3 do
+      qr = qr | (plan.quad[i][1] << i)
+      qc = qc | (plan.quad[i][2] << i)
+    end
+    return ("const int %s_r = ((%d >> (lane >> 3)) & 1) * 8 + (lane & 7), %s_c = ((%d >> (lane >> 3)) & 1) * 8;")
+      :format(name, qr, name, qc)
+  end
+  local function ldm_load(frag, info, plan, name, tile, r0, c0, off)
+    local out = {
+      ("{ unsigned r_[4]; fj::ldmatrix_x4%s(r_, %s + %s(%s + %s_r, %s + %s_c));")
+        :format(plan.trans and "_trans" or "", tile, off or "fj::tile_off", r0, name, c0, name) }
+    for i = 0, 3 do
+      local s = plan.quad[i][3]
+      out[#out + 1] = ("fj::split(r_[%d], %s.x[%d], %s.x[%d]);"):format(i, frag, s, frag, s + 1)
+    end
+    for s = 0, info.slots - 1 do
+      if info.dup[s] then out[#out + 1] = ("%s.x[%d] = %s.x[%d];"):format(frag, s, frag, info.dup[s]) end
+    end
+    return table.concat(out, " ") .. " }"
+  end
+
+  -- Element by element: `info` the operand's table, tile a swizzled shared
+  -- tile, (r0, c0) the tile position of the fragment's logical (0, 0),
+  -- `br`/`bc` the lane's base; transposed for a col_major B (logical (k, n)
+  -- is tile (n, k)).
+  local function manual_load(frag, info, tile, r0, c0, br, bc, transposed)
+    local out = {}
+    for _, pr in ipairs(L.pairs(info, transposed)) do
+      local s = pr[1]
+      local dr, dc = info.drow[s], info.dcol[s]
+      local r, c
+      if transposed then
+        r = ("%s + %s + %d"):format(r0, bc, dc); c = ("%s + %s + %d"):format(c0, br, dr)
+      else
+        r = ("%s + %s + %d"):format(r0, br, dr); c = ("%s + %s + %d"):format(c0, bc, dc)
+      end
+      if #pr == 2 then
+        out[#out + 1] = ("{ const elem2_t e = *reinterpret_cast<const elem2_t *>(%s + fj::tile_off(%s, %s)); %s.x[%d] = e.x; %s.x[%d] = e.y; }")
+          :format(tile, r, c, frag, s, frag, pr[2])
+      else
+        out[#out + 1] = ("%s.x[%d] = %s[fj::tile_off(%s, %s)];"):format(frag, s, tile, r, c)
+      end
+    end
+    for s = 0, info.slots - 1 do
+      if info.dup[s] then out[#out + 1] = ("%s.x[%d] = %s.x[%d];"):format(frag, s, frag, info.dup[s]) end
+    end
+    return table.concat(out, "\n        ")
+  end
+
+  -- Fragment loads from the Q, K and V tiles (ldm LD): load_matrix_sync, or
+  -- element by element under xor.
+  local function load_q(frag, tile, r0, c0)
+    if ldm.q then return ldm_load(frag, qa, ldm.q, "lq", tile, r0, c0) end
+    if xor then return manual_load(frag, qa, tile, r0, c0, "qa_r", "qa_c", false) end
+    return ("wmma::load_matrix_sync(%s, %s + (%s) * %d + %s, %d);"):format(frag, tile, r0, LD, c0, LD)
+  end
+  local function load_k(frag, tile, n0, k0)   -- B = K^T: logical (k, n) = K[n][k]
+    if ldm.k then return ldm_load(frag, kb, ldm.k, "lk", tile, n0, k0) end
+    if xor then return manual_load(frag, kb, tile, n0, k0, "kb_k", "kb_n", true) end
+    return ("wmma::load_matrix_sync(%s, %s + (%s) * %d + %s, %d);"):format(frag, tile, n0, LD, k0, LD)
+  end
+  local function load_v(frag, tile, k0, n0)   -- B = V: logical (k, n) = V[k][n]
+    if ldm.v then return ldm_load(frag, vb, ldm.v, "lv", tile, k0, n0) end
+    if xor then return manual_load(frag, vb, tile, k0, n0, "vb_k", "vb_n", false) end
+    return ("wmma::load_matrix_sync(%s, %s + (%s) * %d + %s, %d);"):format(frag, tile, k0, LD, n0, LD)
+  end
+  local function load_p(frag, tile, r0, c0)   -- A = P from its (unswizzled) tile
+    if ldm.q then return ldm_load(frag, qa, ldm.q, "lq", tile, r0, c0, "fj::p_off") end
+    return ("wmma::load_matrix_sync(%s, %s + (%s) * %d + %s, %d);"):format(frag, tile, r0, LDP, c0, LDP)
+  end
 %}
 {{ include("common.cuh") }}
+{% if fp8 then %}
+#include <cuda_fp8.h>
+{% end %}
 // shared memory: {{ offset }} bytes{% for _, r in ipairs(plan) do %}; {{ r.name }} @{{ r.offset }}{% end %}
+
+{% if tables_ok then %}
+// Fragment layouts from the layout tables: each lane's base (row | col << 4);
+// slot s adds a compile-time delta.
+__constant__ unsigned char fj_base_acc[32] = { {{ L.base_bytes(acc) }} };
+__constant__ unsigned char fj_base_a[32] = { {{ L.base_bytes(qa) }} };
+__constant__ unsigned char fj_base_bk[32] = { {{ L.base_bytes(kb) }} };
+__constant__ unsigned char fj_base_bv[32] = { {{ L.base_bytes(vb) }} };
+{% end %}
 
 namespace fj {
 
-// Copies rows [row0, row0 + ROWS) of one head into a shared tile with row
-// stride LD; rows at or past `rows` are zero-filled (sequence tails).
-template <int ROWS, int LD>
+{% if dtype == "f16" then %}
+typedef __half2 elem2_t;
+__device__ __forceinline__ elem2_t to_elem2(float a, float b) { return __floats2half2_rn(a, b); }
+{% else %}
+typedef __nv_bfloat162 elem2_t;
+__device__ __forceinline__ elem2_t to_elem2(float a, float b) { return __floats2bfloat162_rn(a, b); }
+{% end %}
+
+// Element offset of (r, c) in a P tile.
+__device__ __forceinline__ int p_off(int r, int c) { return r * {{ LDP }} + c; }
+
+// Element offset of (r, c) in a Q, K or V tile.
+__device__ __forceinline__ int tile_off(int r, int c) {
+{% if xor then %}
+  return r * {{ LD }} + ((((c >> 3) ^ (r & {{ XM }})) << 3) | (c & 7));
+{% else %}
+  return r * {{ LD }} + c;
+{% end %}
+}
+
+{% if ldm.q or ldm.k or ldm.v then %}
+// ldmatrix: lane l names the row of 8x8 matrix l / 8 that it loads.
+__device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const elem_t *row) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned r[4], const elem_t *row) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+// The two 16-bit halves of a register: the lower is the first element.
+template <typename T> __device__ __forceinline__ void split(unsigned r, T &lo, T &hi) {
+  const elem2_t e = *reinterpret_cast<const elem2_t *>(&r);
+  lo = e.x;
+  hi = e.y;
+}
+{% end %}
+{% if S > 1 then %}
+// 16-byte global -> shared copy; src_bytes 0 writes zeros (sequence tails).
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(s), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
+}
+{% end %}
+
+// Copies rows [row0, row0 + ROWS) of one head (row stride `stride`
+// elements) into a shared tile; rows at or past `rows` become zeros.
+template <int ROWS>
 __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long long stride,
                                           int row0, int rows) {
   for (int i = threadIdx.x; i < ROWS * {{ CHUNKS }}; i += {{ THREADS }}) {
-    int r = i / {{ CHUNKS }}, c = i % {{ CHUNKS }};
+    const int r = i / {{ CHUNKS }}, c = i % {{ CHUNKS }};
+    elem_t *d = dst + tile_off(r, c * 8);
+    const bool in = row0 + r < rows;
+{% if S > 1 then %}
+    cp_async16(d, in ? src + (long long)(row0 + r) * stride + c * 8 : src, in ? 16 : 0);
+{% else %}
     uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (row0 + r < rows) val = *reinterpret_cast<const uint4 *>(src + (long long)(row0 + r) * stride + c * 8);
-    *reinterpret_cast<uint4 *>(dst + r * LD + c * 8) = val;
+    if (in) val = *reinterpret_cast<const uint4 *>(src + (long long)(row0 + r) * stride + c * 8);
+    *reinterpret_cast<uint4 *>(d) = val;
+{% end %}
   }
 }
+{% if fp8 then %}
+
+// FP8 e4m3 rows: 16 bytes of global memory become two 16-byte chunks of
+// elem_t in shared memory.  The conversion is exact.
+template <int ROWS>
+__device__ __forceinline__ void load_tile_fp8(elem_t *dst, const unsigned char *src, long long stride,
+                                              int row0, int rows) {
+  for (int i = threadIdx.x; i < ROWS * {{ D // 16 }}; i += {{ THREADS }}) {
+    const int r = i / {{ D // 16 }}, c = i % {{ D // 16 }};
+    uint4 raw = make_uint4(0u, 0u, 0u, 0u);
+    if (row0 + r < rows) raw = *reinterpret_cast<const uint4 *>(src + (long long)(row0 + r) * stride + c * 16);
+    const unsigned short *pairs = reinterpret_cast<const unsigned short *>(&raw);
+    __align__(16) elem_t out[16];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const __half2 h2 = __half2(__nv_cvt_fp8x2_to_halfraw2(pairs[e], __NV_E4M3));
+{% if dtype == "f16" then %}
+      out[2 * e] = __low2half(h2);
+      out[2 * e + 1] = __high2half(h2);
+{% else %}
+      out[2 * e] = __float2bfloat16_rn(__low2float(h2));
+      out[2 * e + 1] = __float2bfloat16_rn(__high2float(h2));
+{% end %}
+    }
+    *reinterpret_cast<uint4 *>(dst + tile_off(r, c * 16)) = reinterpret_cast<const uint4 *>(out)[0];
+    *reinterpret_cast<uint4 *>(dst + tile_off(r, c * 16 + 8)) = reinterpret_cast<const uint4 *>(out)[1];
+  }
+}
+{% end %}
 
 }  // namespace fj
 
-extern "C" __global__ void __launch_bounds__({{ THREADS }})
+{%
+  local kv_t = fp8 and "unsigned char" or "elem_t"
+  local load_kv = fp8 and "fj::load_tile_fp8" or "fj::load_tile"
+%}
+// Minimum one block per multiprocessor: without it ptxas keeps a register
+// budget of its own and spills long-lived values (seen at 96 registers for
+// head_dim 32) instead of using the registers it may have.
+extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {{ symbol }}(const fj::Params p) {
   using namespace nvcuda;
   using fj::elem_t;
+  using fj::elem2_t;
+  typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::row_major> frag_a;
+  typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::col_major> frag_bk;
+  typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::row_major> frag_bv;
+  typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
   extern __shared__ __align__(128) unsigned char smem[];
 {% for _, r in ipairs(plan) do %}
-{%   local ty = (r.name == "s" or r.name == "o" or r.name == "m" or r.name == "l") and "float" or "elem_t" %}
-  {{ ty }} *const s_{{ r.name }} = reinterpret_cast<{{ ty }} *>(smem + {{ r.offset }});
+  {{ r.ty }} *const s_{{ r.name }} = reinterpret_cast<{{ r.ty }} *>(smem + {{ r.offset }});
 {% end %}
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  (void)warp; (void)lane;
   // Heaviest causal blocks (the last rows) first.
   const int m0 = (gridDim.x - 1 - blockIdx.x) * {{ BM }};
   const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
   const elem_t *q = static_cast<const elem_t *>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
-  const elem_t *k = static_cast<const elem_t *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
-  const elem_t *v = static_cast<const elem_t *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1];
-
-  fj::load_tile<{{ BM }}, {{ LDQ }}>(s_q, q, p.q_stride[2], m0, p.seq_q);
-  for (int i = threadIdx.x; i < {{ BM * LDO }}; i += {{ THREADS }}) s_o[i] = 0.f;
-  for (int i = threadIdx.x; i < {{ BM }}; i += {{ THREADS }}) { s_m[i] = FJ_NEG_INF; s_l[i] = 0.f; }
+  const {{ kv_t }} *k = static_cast<const {{ kv_t }} *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
+  const {{ kv_t }} *v = static_cast<const {{ kv_t }} *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1];
+{% if fp8 then %}
+  const float k_scale = p.k_scale[b * p.heads_kv + hk], v_scale = p.v_scale[b * p.heads_kv + hk];
+  const float sl2 = p.scale_log2 * k_scale;
+{% else %}
+  const float sl2 = p.scale_log2;
+{% end %}
+{% if tables_ok then %}
+  const int qa_r = fj_base_a[lane] & 15, qa_c = fj_base_a[lane] >> 4;
+  const int kb_k = fj_base_bk[lane] & 15, kb_n = fj_base_bk[lane] >> 4;
+  const int vb_k = fj_base_bv[lane] & 15, vb_n = fj_base_bv[lane] >> 4;
+  (void)qa_r; (void)qa_c; (void)kb_k; (void)kb_n; (void)vb_k; (void)vb_n;
+{% end %}
+{% if ldm.q then %}
+  {{ ldm_lane(ldm.q, "lq") }}
+{% end %}
+{% if ldm.k then %}
+  {{ ldm_lane(ldm.k, "lk") }}
+{% end %}
+{% if ldm.v then %}
+  {{ ldm_lane(ldm.v, "lv") }}
+{% end %}
 
   // Keys this block can see: all of them, or up to its last row's diagonal.
   int n_end = p.seq_kv;
 {% if causal_mask then %}
-  n_end = min(n_end, min(m0 + {{ BM }}, p.seq_q) - 1 + p.causal_offset + 1);
+  n_end = min(n_end, min(m0 + {{ BM }}, p.seq_q) + p.causal_offset);
 {% end %}
-  for (int n0 = 0; n0 < n_end; n0 += {{ BN }}) {
-    __syncthreads();  // the previous tile's phase C is done with K, V, P
-    fj::load_tile<{{ BN }}, {{ LDQ }}>(s_k, k, p.k_stride[2], n0, p.seq_kv);
-    fj::load_tile<{{ BN }}, {{ LDQ }}>(s_v, v, p.v_stride[2], n0, p.seq_kv);
+  const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
+
+  fj::load_tile<{{ BM }}>(s_q, q, p.q_stride[2], m0, p.seq_q);
+{% if S > 1 then %}
+  fj::cp_async_commit();
+  // Prologue: the first {{ S - 1 }} K/V tiles in flight, one group each
+  // (empty groups keep the count uniform).
+#pragma unroll
+  for (int t = 0; t < {{ S - 1 }}; ++t) {
+    if (t < ntiles) {
+      {{ load_kv }}<{{ BN }}>(s_k + t * {{ BN * LD }}, k, p.k_stride[2], t * {{ BN }}, p.seq_kv);
+      {{ load_kv }}<{{ BN }}>(s_v + t * {{ BN * LD }}, v, p.v_stride[2], t * {{ BN }}, p.seq_kv);
+    }
+    fj::cp_async_commit();
+  }
+  fj::cp_async_wait<{{ S - 1 }}>();  // Q has landed
+{% end %}
+{% if not regs then %}
+  for (int i = threadIdx.x; i < {{ BM * LDO }}; i += {{ THREADS }}) s_o[i] = 0.f;
+  for (int i = threadIdx.x; i < {{ BM }}; i += {{ THREADS }}) { s_m[i] = FJ_NEG_INF; s_l[i] = 0.f; }
+{% else %}
+  // This warp's 16 query rows, in registers.
+  const int wr = warp * 16;
+  const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
+  frag_c o[{{ D // 16 }}];
+#pragma unroll
+  for (int d = 0; d < {{ D // 16 }}; ++d) wmma::fill_fragment(o[d], 0.f);
+{%   for c = 1, #rows.classes do %}
+  float row_m{{ c }} = FJ_NEG_INF, row_l{{ c }} = 0.f;  // row acc_r + {{ rows.classes[c].drow }}
+{%   end %}
+{% end %}
+  __syncthreads();
+{% if QREGS then %}
+  frag_a qf[{{ D // 16 }}];
+#pragma unroll
+  for (int kk = 0; kk < {{ D // 16 }}; ++kk) {
+    {{ load_q("qf[kk]", "s_q", "wr", "kk * 16") }}
+  }
+{% end %}
+
+  for (int t = 0; t < ntiles; ++t) {
+    const int n0 = t * {{ BN }};
+{% if S == 1 then %}
+    if (t > 0) __syncthreads();  // the previous tile is no longer read
+    {{ load_kv }}<{{ BN }}>(s_k, k, p.k_stride[2], n0, p.seq_kv);
+    {{ load_kv }}<{{ BN }}>(s_v, v, p.v_stride[2], n0, p.seq_kv);
     __syncthreads();
+    const elem_t *kt = s_k, *vt = s_v;
+{% else %}
+    {
+      const int nt = t + {{ S - 1 }};
+      if (nt < ntiles) {
+        {{ load_kv }}<{{ BN }}>(s_k + (nt % {{ S }}) * {{ BN * LD }}, k, p.k_stride[2], nt * {{ BN }}, p.seq_kv);
+        {{ load_kv }}<{{ BN }}>(s_v + (nt % {{ S }}) * {{ BN * LD }}, v, p.v_stride[2], nt * {{ BN }}, p.seq_kv);
+      }
+      fj::cp_async_commit();
+      fj::cp_async_wait<{{ S - 1 }}>();  // tile t has landed
+      __syncthreads();
+    }
+    const elem_t *kt = s_k + (t % {{ S }}) * {{ BN * LD }}, *vt = s_v + (t % {{ S }}) * {{ BN * LD }};
+{% end %}
+    // Masks only where a key is past the end or above some row's diagonal.
+    const bool need_mask = n0 + {{ BN }} > p.seq_kv{% if causal_mask then %} || n0 + {{ BN - 1 }} > m0 + p.causal_offset{% end %};
+    (void)need_mask;
+{% if not regs then %}
 
     // Phase A: S = Q K^T.
-    for (int t = warp; t < {{ (BM // 16) * (BN // 16) }}; t += {{ W }}) {
-      const int i = t / {{ BN // 16 }}, j = t % {{ BN // 16 }};
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    for (int tt = warp; tt < {{ (BM // 16) * (BN // 16) }}; tt += {{ W }}) {
+      const int i = tt / {{ BN // 16 }}, j = tt % {{ BN // 16 }};
+      frag_c acc;
       wmma::fill_fragment(acc, 0.f);
 #pragma unroll
       for (int kk = 0; kk < {{ D // 16 }}; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::col_major> bt;
-        wmma::load_matrix_sync(a, s_q + i * 16 * {{ LDQ }} + kk * 16, {{ LDQ }});
-        wmma::load_matrix_sync(bt, s_k + j * 16 * {{ LDQ }} + kk * 16, {{ LDQ }});
+        frag_a a;
+        frag_bk bt;
+        {{ load_q("a", "s_q", "i * 16", "kk * 16") }}
+        {{ load_k("bt", "kt", "j * 16", "kk * 16") }}
         wmma::mma_sync(acc, a, bt, acc);
       }
       wmma::store_matrix_sync(s_s + i * 16 * {{ LDS }} + j * 16, acc, {{ LDS }}, wmma::mem_row_major);
@@ -124,15 +461,16 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }})
     // Phase B: online softmax, one warp per row.
     for (int r = warp; r < {{ BM }}; r += {{ W }}) {
       const int row = m0 + r;
+      (void)row;
       float x[{{ (BN + 31) // 32 }}];
       float mx = FJ_NEG_INF;
 #pragma unroll
-      for (int t = 0; t < {{ (BN + 31) // 32 }}; ++t) {
-        const int c = lane + 32 * t, j = n0 + c;
+      for (int u = 0; u < {{ (BN + 31) // 32 }}; ++u) {
+        const int c = lane + 32 * u, j = n0 + c;
         float s = FJ_NEG_INF;
-        if (c < {{ BN }} && j < p.seq_kv{% if causal_mask then %} && j <= row + p.causal_offset{% end %})
-          s = s_s[r * {{ LDS }} + c] * p.scale_log2;
-        x[t] = s;
+        if (c < {{ BN }} && (!need_mask || (j < p.seq_kv{% if causal_mask then %} && j <= row + p.causal_offset{% end %})))
+          s = s_s[r * {{ LDS }} + c] * sl2;
+        x[u] = s;
         mx = fmaxf(mx, s);
       }
       mx = fj::warp_max(mx);
@@ -142,9 +480,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }})
       const float m_use = m_new == FJ_NEG_INF ? 0.f : m_new;
       float sum = 0.f;
 #pragma unroll
-      for (int t = 0; t < {{ (BN + 31) // 32 }}; ++t) {
-        const int c = lane + 32 * t;
-        const float e = fj::fast_exp2(x[t] - m_use);
+      for (int u = 0; u < {{ (BN + 31) // 32 }}; ++u) {
+        const int c = lane + 32 * u;
+        const float e = fj::fast_exp2(x[u] - m_use);
         if (c < {{ BN }}) s_p[r * {{ LDP }} + c] = fj::to_elem(e);
         sum += e;
       }
@@ -157,33 +495,153 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }})
     __syncthreads();
 
     // Phase C: O += P V.
-    for (int t = warp; t < {{ (BM // 16) * (D // 16) }}; t += {{ W }}) {
-      const int i = t / {{ D // 16 }}, d = t % {{ D // 16 }};
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    for (int tt = warp; tt < {{ (BM // 16) * (D // 16) }}; tt += {{ W }}) {
+      const int i = tt / {{ D // 16 }}, d = tt % {{ D // 16 }};
+      frag_c acc;
       wmma::load_matrix_sync(acc, s_o + i * 16 * {{ LDO }} + d * 16, {{ LDO }}, wmma::mem_row_major);
 #pragma unroll
       for (int kk = 0; kk < {{ BN // 16 }}; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::row_major> bv;
-        wmma::load_matrix_sync(a, s_p + i * 16 * {{ LDP }} + kk * 16, {{ LDP }});
-        wmma::load_matrix_sync(bv, s_v + kk * 16 * {{ LDQ }} + d * 16, {{ LDQ }});
+        frag_a a;
+        frag_bv bv;
+        {{ load_p("a", "s_p", "i * 16", "kk * 16") }}
+        {{ load_v("bv", "vt", "kk * 16", "d * 16") }}
         wmma::mma_sync(acc, a, bv, acc);
       }
       wmma::store_matrix_sync(s_o + i * 16 * {{ LDO }} + d * 16, acc, {{ LDO }}, wmma::mem_row_major);
     }
-  }
-  __syncthreads();
+{% else %}
 
+    // S = Q K^T for this warp's 16 rows.
+    frag_c sc[{{ BN // 16 }}];
+#pragma unroll
+    for (int j = 0; j < {{ BN // 16 }}; ++j) wmma::fill_fragment(sc[j], 0.f);
+#pragma unroll
+    for (int kk = 0; kk < {{ D // 16 }}; ++kk) {
+{%   if not QREGS then %}
+      frag_a qk;
+      {{ load_q("qk", "s_q", "wr", "kk * 16") }}
+{%   end %}
+#pragma unroll
+      for (int j = 0; j < {{ BN // 16 }}; ++j) {
+        frag_bk bt;
+        {{ load_k("bt", "kt", "j * 16", "kk * 16") }}
+        wmma::mma_sync(sc[j], {{ QREGS and "qf[kk]" or "qk" }}, bt, sc[j]);
+      }
+    }
+
+    // Softmax on the fragments: scale, mask, row max over the lane's slots
+    // and the lanes that share the row (XOR {{ table.concat(rows.masks, ", ") }}).
+{%   for c = 1, #rows.classes do %}
+    float mx{{ c }} = FJ_NEG_INF;
+{%   end %}
+#pragma unroll
+    for (int j = 0; j < {{ BN // 16 }}; ++j) {
+{%   for i = 0, acc.slots - 1 do %}
+      {
+        float s = sc[j].x[{{ i }}] * sl2;
+        if (need_mask) {
+          const int row = m0 + wr + acc_r + {{ acc.drow[i] }}, col = n0 + j * 16 + acc_c + {{ acc.dcol[i] }};
+          (void)row;
+          if (col >= p.seq_kv{% if causal_mask then %} || col > row + p.causal_offset{% end %}) s = FJ_NEG_INF;
+        }
+        sc[j].x[{{ i }}] = s;
+        mx{{ rows.class_of[i] }} = fmaxf(mx{{ rows.class_of[i] }}, s);
+      }
+{%   end %}
+    }
+{%   for c = 1, #rows.classes do %}
+{%     for _, m in ipairs(rows.masks) do %}
+    mx{{ c }} = fmaxf(mx{{ c }}, __shfl_xor_sync(0xffffffffu, mx{{ c }}, {{ m }}));
+{%     end %}
+    const float mn{{ c }} = fmaxf(row_m{{ c }}, mx{{ c }});
+    const float mu{{ c }} = mn{{ c }} == FJ_NEG_INF ? 0.f : mn{{ c }};
+    const float alpha{{ c }} = fj::fast_exp2(row_m{{ c }} - mu{{ c }});
+    row_m{{ c }} = mn{{ c }};
+    float sum{{ c }} = 0.f;
+{%   end %}
+#pragma unroll
+    for (int j = 0; j < {{ BN // 16 }}; ++j) {
+{%   for i = 0, acc.slots - 1 do %}
+      sc[j].x[{{ i }}] = fj::fast_exp2(sc[j].x[{{ i }}] - mu{{ rows.class_of[i] }});
+      sum{{ rows.class_of[i] }} += sc[j].x[{{ i }}];
+{%   end %}
+    }
+{%   for c = 1, #rows.classes do %}
+{%     for _, m in ipairs(rows.masks) do %}
+    sum{{ c }} += __shfl_xor_sync(0xffffffffu, sum{{ c }}, {{ m }});
+{%     end %}
+    row_l{{ c }} = row_l{{ c }} * alpha{{ c }} + sum{{ c }};
+{%   end %}
+#pragma unroll
+    for (int d = 0; d < {{ D // 16 }}; ++d) {
+{%   for i = 0, acc.slots - 1 do %}
+      o[d].x[{{ i }}] *= alpha{{ rows.class_of[i] }};
+{%   end %}
+    }
+
+    // O += P V, P taken from S's fragments.
+{%   if p_in_regs then %}
+    // The probe shows each A-operand slot holding the element of an
+    // accumulator slot of the same lane: P never leaves registers.
+{%   else %}
+    // The A-operand layout differs from the accumulator's: P goes through
+    // this warp's shared tile, written element by element from the table.
+    elem_t *pw = s_p + warp * {{ 16 * LDP }};
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < {{ BN // 16 }}; ++j) {
+{%     for i = 0, acc.slots - 1 do %}
+      pw[(acc_r + {{ acc.drow[i] }}) * {{ LDP }} + j * 16 + acc_c + {{ acc.dcol[i] }}] = fj::to_elem(sc[j].x[{{ i }}]);
+{%     end %}
+    }
+    __syncwarp();
+{%   end %}
+#pragma unroll
+    for (int kk = 0; kk < {{ BN // 16 }}; ++kk) {
+      frag_a pa;
+{%   if p_in_regs then %}
+{%     for _, pr in ipairs(L.pairs(qa, false)) do %}
+{%       if #pr == 2 then %}
+      { const elem2_t e = fj::to_elem2(sc[kk].x[{{ p_from[pr[1]] }}], sc[kk].x[{{ p_from[pr[2]] }}]); pa.x[{{ pr[1] }}] = e.x; pa.x[{{ pr[2] }}] = e.y; }
+{%       else %}
+      pa.x[{{ pr[1] }}] = fj::to_elem(sc[kk].x[{{ p_from[pr[1]] }}]);
+{%       end %}
+{%     end %}
+{%     for s = 0, qa.slots - 1 do if qa.dup[s] then %}
+      pa.x[{{ s }}] = pa.x[{{ qa.dup[s] }}];
+{%     end end %}
+{%   else %}
+      {{ load_p("pa", "pw", "0", "kk * 16") }}
+{%   end %}
+#pragma unroll
+      for (int d = 0; d < {{ D // 16 }}; ++d) {
+        frag_bv bv;
+        {{ load_v("bv", "vt", "kk * 16", "d * 16") }}
+        wmma::mma_sync(o[d], pa, bv, o[d]);
+      }
+    }
+{% end %}
+{% if S > 1 then %}
+    __syncthreads();  // tile t's buffers are refilled next iteration
+{% end %}
+  }
+{% if S > 1 then %}
+  fj::cp_async_wait<0>();
+{% end %}
+
+  elem_t *o_out = static_cast<elem_t *>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+{% if not regs then %}
+  __syncthreads();
   // O = O / l, 16 bytes per store; log-sum-exp in natural log.
-  elem_t *o = static_cast<elem_t *>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
   for (int i = threadIdx.x; i < {{ BM * CHUNKS }}; i += {{ THREADS }}) {
     const int r = i / {{ CHUNKS }}, c = i % {{ CHUNKS }};
     if (m0 + r >= p.seq_q) continue;
-    const float l = s_l[r], inv = l > 0.f ? 1.f / l : 0.f;
+    const float l = s_l[r];
+    const float inv = l > 0.f ? {{ fp8 and "v_scale" or "1.f" }} / l : 0.f;
     __align__(16) elem_t out[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) out[e] = fj::to_elem(s_o[r * {{ LDO }} + c * 8 + e] * inv);
-    *reinterpret_cast<uint4 *>(o + (long long)(m0 + r) * p.o_stride[2] + c * 8) =
+    *reinterpret_cast<uint4 *>(o_out + (long long)(m0 + r) * p.o_stride[2] + c * 8) =
         *reinterpret_cast<const uint4 *>(out);
   }
   if (p.lse) {
@@ -194,4 +652,43 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }})
           l > 0.f ? (s_m[r] + __log2f(l)) * 0.69314718056f : FJ_NEG_INF;
     }
   }
+{% else %}
+  // O = O / l from the fragments: pairs of neighbouring columns per store.
+{%   for c = 1, #rows.classes do %}
+  const float inv{{ c }} = row_l{{ c }} > 0.f ? {{ fp8 and "v_scale" or "1.f" }} / row_l{{ c }} : 0.f;
+{%   end %}
+#pragma unroll
+  for (int d = 0; d < {{ D // 16 }}; ++d) {
+{%   for _, pr in ipairs(L.pairs(acc, false)) do %}
+{%     local s = pr[1] %}
+    {
+      const int row = m0 + wr + acc_r + {{ acc.drow[s] }}, col = d * 16 + acc_c + {{ acc.dcol[s] }};
+      if (row < p.seq_q) {
+        elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
+{%     if #pr == 2 then %}
+        *reinterpret_cast<elem2_t *>(dst) = fj::to_elem2(o[d].x[{{ s }}] * inv{{ rows.class_of[s] }},
+                                                         o[d].x[{{ pr[2] }}] * inv{{ rows.class_of[s] }});
+{%     else %}
+        *dst = fj::to_elem(o[d].x[{{ s }}] * inv{{ rows.class_of[s] }});
+{%     end %}
+      }
+    }
+{%   end %}
+  }
+  if (p.lse) {
+    // One lane per row group writes: the lowest lane of the group.
+    int leader = lane;
+{%   for _, v in ipairs(rows.offsets) do %}
+    leader = min(leader, lane ^ {{ v }});
+{%   end %}
+{%   for c = 1, #rows.classes do %}
+    {
+      const int row = m0 + wr + acc_r + {{ rows.classes[c].drow }};
+      if (lane == leader && row < p.seq_q)
+        p.lse[((long long)b * p.heads_q + h) * p.seq_q + row] =
+            row_l{{ c }} > 0.f ? (row_m{{ c }} + __log2f(row_l{{ c }})) * 0.69314718056f : FJ_NEG_INF;
+    }
+{%   end %}
+  }
+{% end %}
 }

@@ -6,11 +6,14 @@
 --   {# note #}   a comment, dropped
 -- A line that holds nothing but a {% %} or {# #} tag (and blanks) vanishes
 -- whole, so control flow does not leave empty lines in the output.
+-- "{{", "{%" and "{#" always open a tag: CUDA text that needs the characters
+-- puts a blank between them, as in inline PTX "{ %0, %1 }".
 --
 -- A template compiles to a Lua function whose line numbers are those of the
 -- template, so an error reads "attention.cu:57: ...".  It runs in a sandbox:
 -- an environment built from an allow-list (no io, os, require, load, debug,
--- dofile, print, getmetatable), loaded as text only; the C side adds an
+-- dofile, print, getmetatable), loaded as text only; Lua helpers come in
+-- through import(), sandboxed the same way.  The C side adds an
 -- instruction-count limit and a memory cap.
 --
 -- This chunk receives the C function `source(name) -> text | nil, why` and
@@ -155,6 +158,15 @@ local function sandbox(params, meta)
   -- refuse("why") ends rendering with a clean "unsupported" error (no
   -- traceback): the template says what it cannot generate and why.
   env.refuse = function(why) error(setmetatable({ why = why }, refusal), 0) end
+  -- import(name) runs a Lua helper file of templates/ (text only) in this
+  -- sandbox and returns what it returns.
+  env.import = function(name)
+    local text, why = source(name)
+    if not text then error(format("module '%s' not found: %s", name, why), 2) end
+    local chunk, err = load(text, "=" .. name, "t", env)
+    if not chunk then error(err, 0) end
+    return chunk()
+  end
   -- include(name [, extra]) renders another template in a sandbox of its own
   -- that sees the same parameters (plus extra) and the same meta table.
   env.include = function(name, extra)

@@ -45,7 +45,8 @@ expect 2 "invalid value 'zigzag' for --swizzle: one of none, pad, xor" emit --sw
 expect 2 "invalid value 'f64' for --dtype: one of f16, bf16" emit --dtype f64
 expect 2 "mma wgmma is not implemented yet" emit --mma wgmma
 expect 2 "warps 3 is not implemented" emit --warps 3
-expect 2 "over by" emit --head-dim 256 --tile-m 256 --tile-n 256 --warps 8
+expect 2 "over by" emit --head-dim 256 --tile-m 256 --tile-n 256 --warps 8 --softmax smem
+expect 2 "softmax regs: tile_m 128 must be 16 x warps = 64" emit --softmax regs --tile-m 128 --warps 4
 expect 2 "invalid value 'nothing' for --what" emit --what nothing
 expect 2 "option --check takes no value" run --check=yes --shape 1,1,1,64
 expect 2 "invalid value '1,8,x,64' for --shape: expected B,H,S,D" run --shape 1,8,x,64
@@ -67,7 +68,7 @@ done
 grep -q "^cache=miss$" "$tmp/res" || fail "first emit is not a miss"
 grep -q "^spill_store_bytes=0$" "$tmp/res" || fail "the default variant spills"
 "$FJ" emit --what resources | grep -q "^cache=hit$" || fail "second emit is not a hit"
-"$FJ" emit --head-dim 128 --dtype bf16 --causal --arch sm_80 | grep -q "^// flashjit generated kernel: fj_attn_d128_m64_n64_w4_s1_pad_smem_wmma_tl_bf16" \
+"$FJ" emit --head-dim 128 --dtype bf16 --causal --softmax smem --stages 1 --arch sm_80 | grep -q "^// flashjit generated kernel: fj_attn_d128_m64_n64_w4_s1_pad_smem_wmma_tl_bf16" \
   || fail "emit source lacks its header"
 "$FJ" emit --what ptx --arch sm_90 | grep -q "wmma.mma.sync" || fail "PTX lacks wmma.mma"
 "$FJ" emit --what cubin -o "$tmp/k.cubin" && head -c 4 "$tmp/k.cubin" | grep -q "ELF" || fail "cubin is no ELF file"

@@ -110,6 +110,7 @@ int test_compile_isolated_crash(void)
 int test_resources_parse(void)
 {
   const char *log =
+      "k.cu(3): warning #177-D: 12 registers of variable \"row\" unused\n"
       "ptxas info    : 0 bytes gmem\n"
       "ptxas info    : Compiling entry function 'fj_attn' for 'sm_90a'\n"
       "ptxas info    : Function properties for fj_attn\n"

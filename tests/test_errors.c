@@ -80,6 +80,7 @@ static void kv_bf16(fj_variant *v) { v->kv_dtype = FJ_BF16; }
 static void causal_7(fj_variant *v) { v->causal = (fj_causal)7; }
 static void too_big(fj_variant *v)
 {
+  v->softmax = FJ_SOFTMAX_SMEM;
   v->head_dim = 256;
   v->tile_m = 256;
   v->tile_n = 256;

@@ -1,9 +1,11 @@
 /*
  * test_gpu.c -- tests that need a GPU (label gpu; they skip, exit 77, where
  * there is none): the fragment-layout probe, and attention forward against
- * the float64 reference over dtypes, head dims, masks, layouts and sequence
- * lengths that are not multiples of the tiles.  Output and log-sum-exp are
- * poisoned with NaN before every run; inputs are fresh random normals.
+ * the float64 reference across the variant space: every axis value, the
+ * cross product head_dim x dtype x causal x softmax x stages, sequence
+ * lengths that are not multiples of the tiles, GQA, FP8 K/V, large logits,
+ * rows that see no key.  Output and log-sum-exp are poisoned with NaN
+ * before every run; inputs are fresh random normals.
  */
 #include <math.h>
 #include <pthread.h>
@@ -44,17 +46,14 @@ int test_gpu_lut_probe(void)
     print_lut_rows(l, 4);
   }
   /* What the reference says the H200 showed; reported, not required. */
-  fj_lut ref;
-  fj__lut_reference(FJ_FRAG_WMMA_ACC_F32, &ref);
-  printf("accumulator matches the reference table: %s\n",
-         memcmp(ref.map, first[FJ_FRAG_WMMA_ACC_F32].map, sizeof ref.map) ? "no" : "yes");
-  int same = 1;
-  for (int lane = 0; lane < 32; lane++)
-    for (int s = 0; s < 8; s++)
-      same &= first[FJ_FRAG_WMMA_A_F16_ROW].map[lane][s] ==
-              first[FJ_FRAG_WMMA_ACC_F32].map[lane][s];
-  printf("matrix_a (f16) slots 0-7 hold the accumulator's elements: %s\n",
-         same ? "yes" : "no");
+  for (int f = 1; f <= FJ_FRAG_COUNT; f++) {
+    fj_lut ref;
+    fj__lut_reference((fj_frag)f, &ref);
+    int same = ref.slots == first[f].slots &&
+               !memcmp(ref.map, first[f].map, sizeof ref.map);
+    printf("%s matches the reference table: %s\n", fj_frag_name((fj_frag)f),
+           same ? "yes" : "no");
+  }
   fj_ctx_destroy(ctx);
   /* A second context on the same cache reads the probe from disk. */
   CHECK(fjt_gpu_ctx(dir, &ctx) == 0);
@@ -68,16 +67,22 @@ int test_gpu_lut_probe(void)
   return 0;
 }
 
-/* ---- attention against the reference ------------------------------------------ */
+/* ---- one attention case --------------------------------------------------------- */
 
 typedef struct gpu_case {
   fj_problem p;
-  uint16_t *q, *k, *v, *o;      /* host copies, in the problem's dtype */
-  float *lse;
-  size_t nq, nk, nlse;
-  void *dq, *dk, *dv, *dout;
+  float input_scale;           /* Q is multiplied by it (large logits) */
+  void *q, *k, *v, *o;         /* host copies, in the problem's dtypes */
+  float *lse, *ks, *vs;        /* FP8 scales, host */
+  size_t nq, nk, nlse, qbytes, kvbytes;
+  void *dq, *dk, *dv, *dout, *dks, *dvs;
   float *dlse;
 } gpu_case;
+
+typedef struct errors {
+  double rel, lse_max;
+  size_t nonfinite, empty_rows_nonzero;
+} errors;
 
 static double normal(uint64_t *s)
 {
@@ -89,12 +94,12 @@ static double normal(uint64_t *s)
   return sqrt(-2 * log(u[0])) * cos(6.283185307179586 * u[1]);
 }
 
-static uint16_t *random_tensor(fj_dtype dt, size_t n, uint64_t *seed)
+static void *random_tensor(fj_dtype dt, size_t n, float scale, uint64_t *seed)
 {
   float *f = malloc(n * sizeof *f);
-  uint16_t *out = malloc(n * sizeof *out);
+  void *out = malloc(n * 2);
   for (size_t i = 0; i < n; i++)
-    f[i] = (float)normal(seed);
+    f[i] = (float)normal(seed) * scale;
   fj_convert(dt, out, FJ_F32, f, n);
   free(f);
   return out;
@@ -105,42 +110,62 @@ static size_t span(const int64_t s[3], int b, int h, int seq, int d)
   return (size_t)((b - 1) * s[0] + (h - 1) * s[1] + (seq - 1) * s[2] + d);
 }
 
+static int upload(void **dev, const void *host, size_t bytes)
+{
+  return cudaMalloc(dev, bytes) != cudaSuccess ||
+         cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess;
+}
+
 static int case_setup(gpu_case *c, uint64_t *seed)
 {
   fj_problem *p = &c->p;
+  fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
   c->nq = span(p->q_stride, p->batch, p->heads_q, p->seq_q, p->head_dim);
   c->nk = span(p->k_stride, p->batch, p->heads_kv, p->seq_kv, p->head_dim);
   c->nlse = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
-  c->q = random_tensor(p->dtype, c->nq, seed);
-  c->k = random_tensor(p->dtype, c->nk, seed);
-  c->v = random_tensor(p->dtype, c->nk, seed);
-  c->o = malloc(c->nq * 2);
+  c->qbytes = c->nq * 2;
+  c->kvbytes = c->nk * (size_t)(kv == FJ_E4M3 ? 1 : 2);
+  c->q = random_tensor(p->dtype, c->nq, c->input_scale ? c->input_scale : 1, seed);
+  /* FP8 K/V: values spread over the format's range, with per-head scales
+   * that bring them back to unit size. */
+  c->k = random_tensor(kv, c->nk, kv == FJ_E4M3 ? 40.f : 1.f, seed);
+  c->v = random_tensor(kv, c->nk, kv == FJ_E4M3 ? 40.f : 1.f, seed);
+  c->o = malloc(c->qbytes);
   c->lse = malloc(c->nlse * sizeof(float));
-  int bad = cudaMalloc(&c->dq, c->nq * 2) || cudaMalloc(&c->dk, c->nk * 2) ||
-            cudaMalloc(&c->dv, c->nk * 2) || cudaMalloc(&c->dout, c->nq * 2) ||
+  int bad = upload(&c->dq, c->q, c->qbytes) || upload(&c->dk, c->k, c->kvbytes) ||
+            upload(&c->dv, c->v, c->kvbytes) ||
+            cudaMalloc(&c->dout, c->qbytes) ||
             cudaMalloc((void **)&c->dlse, c->nlse * sizeof(float));
-  bad = bad || cudaMemcpy(c->dq, c->q, c->nq * 2, cudaMemcpyHostToDevice) ||
-        cudaMemcpy(c->dk, c->k, c->nk * 2, cudaMemcpyHostToDevice) ||
-        cudaMemcpy(c->dv, c->v, c->nk * 2, cudaMemcpyHostToDevice);
+  if (kv == FJ_E4M3) {
+    size_t ns = (size_t)p->batch * (size_t)p->heads_kv;
+    c->ks = malloc(ns * sizeof(float));
+    c->vs = malloc(ns * sizeof(float));
+    for (size_t i = 0; i < ns; i++) {
+      c->ks[i] = (float)(0.02 + 0.01 * (double)(i % 3));
+      c->vs[i] = (float)(0.03 - 0.005 * (double)(i % 4));
+    }
+    bad = bad || upload(&c->dks, c->ks, ns * sizeof(float)) ||
+          upload(&c->dvs, c->vs, ns * sizeof(float));
+    p->k_scale = c->dks;
+    p->v_scale = c->dvs;
+  }
   /* Poison: 0xff bytes are NaN in f16, bf16 and float32. */
-  bad = bad || cudaMemset(c->dout, 0xff, c->nq * 2) ||
-        cudaMemset(c->dlse, 0xff, c->nlse * sizeof(float));
-  return bad;
+  return bad || cudaMemset(c->dout, 0xff, c->qbytes) ||
+         cudaMemset(c->dlse, 0xff, c->nlse * sizeof(float));
 }
 
 static void case_free(gpu_case *c)
 {
-  cudaFree(c->dq);
-  cudaFree(c->dk);
-  cudaFree(c->dv);
-  cudaFree(c->dout);
-  cudaFree(c->dlse);
-  free(c->q);
-  free(c->k);
-  free(c->v);
-  free(c->o);
-  free(c->lse);
+  void *dev[] = {c->dq, c->dk, c->dv, c->dout, c->dlse, c->dks, c->dvs};
+  void *host[] = {c->q, c->k, c->v, c->o, c->lse, c->ks, c->vs};
+  for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) {
+    cudaFree(dev[i]);
+    free(host[i]);
+  }
+  memset(c, 0, sizeof *c);
 }
+
+/* ---- the reference, on several threads ----------------------------------------------- */
 
 typedef struct ref_job {
   const gpu_case *c;
@@ -152,15 +177,20 @@ typedef struct ref_job {
 static void *ref_thread(void *arg)
 {
   ref_job *j = arg;
-  j->st = fj_reference_fwd(&j->c->p, j->c->q, j->c->k, j->c->v, NULL, NULL,
-                           j->r0, j->r1, j->out, j->lse);
+  j->st = fj_reference_fwd(&j->c->p, j->c->q, j->c->k, j->c->v, j->c->ks,
+                           j->c->vs, j->r0, j->r1, j->out, j->lse);
   return NULL;
 }
 
-typedef struct errors {
-  double rel, lse_max;
-  size_t nonfinite;
-} errors;
+static float out_at(const gpu_case *c, int b, int h, int row, int x)
+{
+  const fj_problem *p = &c->p;
+  size_t at = (size_t)(b * p->o_stride[0] + h * p->o_stride[1] +
+                       row * p->o_stride[2] + x);
+  float f;
+  fj_convert(FJ_F32, &f, p->dtype, (const uint16_t *)c->o + at, 1);
+  return f;
+}
 
 /* Compares rows [r0, r1) of O and LSE with their reference. */
 static void compare(const gpu_case *c, const ref_job *j, errors *e,
@@ -172,31 +202,30 @@ static void compare(const gpu_case *c, const ref_job *j, errors *e,
     for (int h = 0; h < p->heads_q; h++)
       for (int r = 0; r < rows; r++) {
         size_t ri = (size_t)(b * p->heads_q + h) * (size_t)rows + (size_t)r;
-        size_t base = (size_t)(b * p->o_stride[0] + h * p->o_stride[1] +
-                               (j->r0 + r) * p->o_stride[2]);
+        double want_lse = j->lse[ri];
+        int empty = isinf(want_lse) && want_lse < 0;
         for (int x = 0; x < dim; x++) {
-          float f;
-          fj_convert(FJ_F32, &f, p->dtype, &c->o[base + (size_t)x], 1);
-          double want = j->out[ri * (size_t)dim + (size_t)x], got = f;
+          double got = out_at(c, b, h, j->r0 + r, x);
+          double want = j->out[ri * (size_t)dim + (size_t)x];
           e->nonfinite += isfinite(got) ? 0u : 1u;
+          e->empty_rows_nonzero += empty && got != 0.0 ? 1u : 0u;
           *d2 += (got - want) * (got - want);
           *r2 += want * want;
         }
-        double want = j->lse[ri];
         double got = c->lse[(size_t)(b * p->heads_q + h) * (size_t)p->seq_q +
                             (size_t)(j->r0 + r)];
-        if (isinf(want) && want < 0)
+        if (empty)
           e->nonfinite += isinf(got) && got < 0 ? 0u : 1u;
         else if (!isfinite(got))
           e->nonfinite++;
         else
-          e->lse_max = fmax(e->lse_max, fabs(got - want));
+          e->lse_max = fmax(e->lse_max, fabs(got - want_lse));
       }
 }
 
-enum { REF_THREADS = 8 };
+enum { REF_THREADS = 16 };
 
-static int check_case(gpu_case *c, errors *e)
+static int check_case(const gpu_case *c, errors *e)
 {
   const fj_problem *p = &c->p;
   ref_job jobs[REF_THREADS];
@@ -226,15 +255,13 @@ static int check_case(gpu_case *c, errors *e)
   return bad;
 }
 
-/* Runs one case with a variant (NULL: the library's choice) and checks it. */
-static int run_case(fj_ctx *ctx, gpu_case *c, const fj_variant *v,
-                    void *stream, uint64_t *seed, const char *label)
+/* Launches a case with a variant (NULL: the library's choice) and copies O
+ * and the log-sum-exp back. */
+static int launch_case(fj_ctx *ctx, gpu_case *c, const fj_variant *v,
+                       void *stream, const char *label)
 {
-  errors e;
-  if (case_setup(c, seed)) {
-    fprintf(stderr, "%s: CUDA setup failed\n", label);
-    return 1;
-  }
+  cudaMemset(c->dout, 0xff, c->qbytes);
+  cudaMemset(c->dlse, 0xff, c->nlse * sizeof(float));
   fj_status st = v ? fj_attention_fwd_variant(ctx, &c->p, v, c->dq, c->dk,
                                               c->dv, c->dout, c->dlse, stream)
                    : fj_attention_fwd(ctx, &c->p, c->dq, c->dk, c->dv,
@@ -243,20 +270,93 @@ static int run_case(fj_ctx *ctx, gpu_case *c, const fj_variant *v,
   if (ce == cudaSuccess)
     ce = cudaDeviceSynchronize();
   if (st != FJ_OK || ce != cudaSuccess) {
-    fprintf(stderr, "%s: %s %s\n", label, fj_errmsg(ctx),
-            cudaGetErrorString(ce));
+    fprintf(stderr, "%s: %s %s\n", label, fj_errmsg(ctx), cudaGetErrorString(ce));
+    return 1;
+  }
+  cudaMemcpy(c->o, c->dout, c->qbytes, cudaMemcpyDeviceToHost);
+  cudaMemcpy(c->lse, c->dlse, c->nlse * sizeof(float), cudaMemcpyDeviceToHost);
+  return 0;
+}
+
+/* The largest relative error per axis value, for the summary. */
+static double worst[64];
+static const char *worst_name[64];
+static int nworst;
+
+static void note_worst(const char *axis, double rel)
+{
+  for (int i = 0; i < nworst; i++)
+    if (!strcmp(worst_name[i], axis)) {
+      worst[i] = fmax(worst[i], rel);
+      return;
+    }
+  if (nworst < 64) {
+    worst_name[nworst] = axis;
+    worst[nworst++] = rel;
+  }
+}
+
+static void print_worst(void)
+{
+  for (int i = 0; i < nworst; i++)
+    printf("max rel_err %-22s %.2e\n", worst_name[i], worst[i]);
+  nworst = 0;
+}
+
+static int verdict(const gpu_case *c, const errors *e, const char *label)
+{
+  fj_dtype kv = c->p.kv_dtype ? c->p.kv_dtype : c->p.dtype;
+  double limit = kv == FJ_E4M3 ? 3e-2 : 1e-2;
+  int bad = e->nonfinite != 0 || e->empty_rows_nonzero != 0 ||
+            !(e->rel < limit) || !(e->lse_max < 1e-2);
+  printf("%-76s rel_err=%.2e lse_err=%.1e nonfinite=%zu %s\n", label, e->rel,
+         e->lse_max, e->nonfinite + e->empty_rows_nonzero, bad ? "FAIL" : "ok");
+  return bad;
+}
+
+/* Runs one case with a variant (NULL: the library's choice) and checks it
+ * against the reference; the case's inputs are made here and freed. */
+static int run_case(fj_ctx *ctx, gpu_case *c, const fj_variant *v,
+                    void *stream, uint64_t *seed, const char *label,
+                    const char *axis)
+{
+  errors e;
+  if (case_setup(c, seed)) {
+    fprintf(stderr, "%s: CUDA setup failed\n", label);
     case_free(c);
     return 1;
   }
-  cudaMemcpy(c->o, c->dout, c->nq * 2, cudaMemcpyDeviceToHost);
-  cudaMemcpy(c->lse, c->dlse, c->nlse * sizeof(float), cudaMemcpyDeviceToHost);
-  int bad = check_case(c, &e);
-  bad |= e.nonfinite != 0 || !(e.rel < 1e-2) || !(e.lse_max < 1e-2);
-  printf("%-72s rel_err=%.2e lse_max_err=%.1e nonfinite=%zu %s\n", label,
-         e.rel, e.lse_max, e.nonfinite, bad ? "FAIL" : "ok");
+  int bad = launch_case(ctx, c, v, stream, label) || check_case(c, &e);
+  if (!bad) {
+    bad = verdict(c, &e, label);
+    note_worst(axis, e.rel);
+  }
   case_free(c);
   return bad;
 }
+
+static void variant_label(char *buf, size_t size, const fj_variant *v,
+                          const fj_problem *p, const char *extra)
+{
+  char name[128];
+  fj_variant_name(v, name, sizeof name);
+  snprintf(buf, size, "%s sq=%d skv=%d h=%d/%d%s", name, p->seq_q, p->seq_kv,
+           p->heads_q, p->heads_kv, extra);
+}
+
+/* Compiles a set of variants up front, 16 compiler processes at once. */
+static int prepare(fj_ctx *ctx, const fj_variant *vs, size_t n)
+{
+  fj_prepare_opts o = {16, NULL, NULL};
+  double t0 = fj__now_ms();
+  fj_status st = fj_kernel_prepare(ctx, vs, n, &o, NULL);
+  printf("prepared %zu variants in %.1f s\n", n, (fj__now_ms() - t0) / 1e3);
+  if (st != FJ_OK)
+    fprintf(stderr, "%s\n", fj_errmsg(ctx));
+  return st != FJ_OK;
+}
+
+/* ---- the vertical slice's matrix: dtype x head dim x mask x layout x seq ---------- */
 
 static const int seq_cases[][2] = {{1, 1},     {17, 17},  {100, 100},
                                    {1000, 1000}, {17, 100}, {100, 17},
@@ -287,14 +387,13 @@ int test_gpu_attention_matrix(void)
             c.p.causal = masks[m];
             fj_variant v;
             fj_variant_default(&v, dims[d], dtypes[a], masks[m]);
-            char label[160], name[128];
-            fj_variant_name(&v, name, sizeof name);
-            snprintf(label, sizeof label, "%s %s sq=%d skv=%d", name,
-                     order ? "bshd" : "bhsd", sq, skv);
-            failed += run_case(ctx, &c, &v, NULL, &seed, label);
+            char label[200];
+            variant_label(label, sizeof label, &v, &c.p, order ? " bshd" : " bhsd");
+            failed += run_case(ctx, &c, &v, NULL, &seed, label, "default");
             cases++;
           }
   printf("%d of %d cases passed\n", cases - failed, cases);
+  print_worst();
   fj_ctx_destroy(ctx);
   return failed != 0;
 }
@@ -314,13 +413,297 @@ int test_gpu_attention_auto(void)
   fj_problem_init(&c.p, 2, 8, 2, 512, 512, 64, FJ_F16, FJ_BSHD);
   c.p.scale = 0.3f;
   int failed = run_case(ctx, &c, NULL, stream, &seed,
-                        "auto (2,8/2,512,64) f16 bshd scale=0.3, own stream");
+                        "auto (2,8/2,512,64) f16 bshd scale=0.3, own stream", "auto");
   memset(&c, 0, sizeof c);
   fj_problem_init(&c.p, 1, 4, 4, 333, 1025, 128, FJ_BF16, FJ_BHSD);
   c.p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
   failed += run_case(ctx, &c, NULL, stream, &seed,
-                     "auto (1,4,333/1025,128) bf16 bottom-right, own stream");
+                     "auto (1,4,333/1025,128) bf16 bottom-right, own stream", "auto");
   cudaStreamDestroy(stream);
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
+/* ---- the kernel family: the cross product ------------------------------------------- */
+
+static const int all_dims[] = {32, 64, 96, 128, 160, 192, 256};
+static const fj_causal all_masks[] = {FJ_CAUSAL_NONE, FJ_CAUSAL_TOP_LEFT,
+                                      FJ_CAUSAL_BOTTOM_RIGHT};
+
+/* The default tiles for a head dim and softmax path, with the given stages. */
+static void family_variant(fj_variant *v, int d, fj_dtype dt, fj_causal m,
+                           fj_softmax sm, int stages)
+{
+  fj_variant_default(v, d, dt, m);
+  v->softmax = sm;
+  v->stages = stages;
+  if (sm == FJ_SOFTMAX_REGS) {
+    v->warps = 4;
+    v->tile_m = 64;
+    v->tile_n = d > 128 ? 32 : 64;
+  } else {
+    v->tile_m = 64;
+    v->tile_n = d > 128 ? 32 : 64;
+  }
+}
+
+static int cross_index(size_t i, fj_variant *v)
+{
+  /* i over dims(7) x dtypes(2) x masks(3) x softmax(2) x stages(3) */
+  size_t st = i % 3, sm = (i / 3) % 2, m = (i / 6) % 3, dt = (i / 18) % 2,
+         d = i / 36;
+  if (d >= 7)
+    return 0;
+  family_variant(v, all_dims[d], dt ? FJ_BF16 : FJ_F16, all_masks[m],
+                 sm ? FJ_SOFTMAX_REGS : FJ_SOFTMAX_SMEM, (int)st + 1);
+  return 1;
+}
+
+/* Compares two runs' outputs on one case: max |a - b| / max |a|. */
+static double output_diff(const gpu_case *c, const void *other)
+{
+  double diff = 0, top = 0;
+  for (size_t i = 0; i < c->nq; i++) {
+    float a, b;
+    fj_convert(FJ_F32, &a, c->p.dtype, (const uint16_t *)c->o + i, 1);
+    fj_convert(FJ_F32, &b, c->p.dtype, (const uint16_t *)other + i, 1);
+    if (isnan(a) || isnan(b))
+      continue;
+    diff = fmax(diff, fabs((double)a - (double)b));
+    top = fmax(top, fabs((double)a));
+  }
+  return top > 0 ? diff / top : diff;
+}
+
+/* smem and regs on the same inputs (two shapes), each checked against the
+ * reference and against each other. */
+static int cross_pair(fj_ctx *ctx, const fj_variant *smem, const fj_variant *regs,
+                      uint64_t *seed, double *worst_pair)
+{
+  static const int shapes[2][4] = {{65, 127, 2, 1}, {127, 65, 4, 2}};
+  int failed = 0;
+  for (int s = 0; s < 2; s++) {
+    gpu_case c;
+    memset(&c, 0, sizeof c);
+    fj_problem_init(&c.p, 1, shapes[s][2], shapes[s][3], shapes[s][0],
+                    shapes[s][1], smem->head_dim, smem->dtype, (fj_order)s);
+    c.p.causal = smem->causal;
+    if (case_setup(&c, seed)) {
+      case_free(&c);
+      return 1;
+    }
+    errors e;
+    char label[200];
+    void *first = malloc(c.qbytes);
+    for (int path = 0; path < 2; path++) {
+      const fj_variant *v = path ? regs : smem;
+      variant_label(label, sizeof label, v, &c.p, s ? " bshd" : " bhsd");
+      int bad = launch_case(ctx, &c, v, NULL, label) || check_case(&c, &e);
+      bad = bad || verdict(&c, &e, label);
+      note_worst(path ? "softmax=regs" : "softmax=smem", e.rel);
+      failed += bad;
+      if (path == 0)
+        memcpy(first, c.o, c.qbytes);
+    }
+    double d = output_diff(&c, first);
+    *worst_pair = fmax(*worst_pair, d);
+    if (!(d < 1e-2)) {
+      printf("regs and smem disagree: max diff %.2e of max |O|\n", d);
+      failed++;
+    }
+    free(first);
+    case_free(&c);
+  }
+  return failed;
+}
+
+int test_gpu_family_cross(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  fj_variant vs[252];
+  size_t n = 0;
+  for (size_t i = 0; cross_index(i, &vs[n]); i++)
+    n++;
+  CHECK(n == 252);
+  CHECK(prepare(ctx, vs, n) == 0);
+  uint64_t seed = 4242;
+  int failed = 0;
+  double worst_pair = 0;
+  /* Groups of six: smem with stages 1-3, then regs with stages 1-3. */
+  for (size_t g = 0; g < n; g += 6)
+    for (size_t st = 0; st < 3; st++)
+      failed += cross_pair(ctx, &vs[g + st], &vs[g + 3 + st], &seed, &worst_pair);
+  printf("cross product: %zu variants x 2 shapes, %d failures; regs vs smem "
+         "max diff %.2e of max |O|\n",
+         n, failed, worst_pair);
+  print_worst();
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
+/* ---- every axis value at least once ---------------------------------------------------- */
+
+typedef struct axis_case {
+  const char *axis;
+  int d, tile_m, tile_n, warps, stages;
+  fj_swizzle swz;
+  fj_softmax sm;
+  fj_dtype dt, kv;
+  fj_causal m;
+  int b, hq, hkv, sq, skv;
+  float input_scale;
+} axis_case;
+
+static const axis_case axis_cases[] = {
+    {"swizzle=none", 64, 64, 64, 4, 2, FJ_SWIZZLE_NONE, FJ_SOFTMAX_SMEM, FJ_F16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 130, 200, 0},
+    {"swizzle=none", 128, 64, 64, 4, 3, FJ_SWIZZLE_NONE, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 200, 130, 0},
+    {"swizzle=pad", 96, 64, 32, 4, 1, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 1, 100, 300, 0},
+    {"swizzle=xor", 64, 64, 64, 4, 1, FJ_SWIZZLE_XOR, FJ_SOFTMAX_SMEM, FJ_BF16, 0, FJ_CAUSAL_NONE, 2, 2, 1, 129, 129, 0},
+    {"swizzle=xor", 128, 64, 64, 4, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_TOP_LEFT, 1, 4, 2, 257, 257, 0},
+    {"swizzle=xor", 96, 64, 32, 4, 3, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 70, 333, 0},
+    {"swizzle=xor", 32, 64, 64, 4, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_SMEM, FJ_F16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 300, 100, 0},
+    {"swizzle=xor", 160, 64, 32, 4, 1, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 90, 90, 0},
+    {"swizzle=xor", 192, 64, 32, 4, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_SMEM, FJ_BF16, 0, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 90, 90, 0},
+    {"warps=8", 64, 128, 64, 8, 2, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 300, 300, 0},
+    {"warps=8", 128, 64, 64, 8, 1, FJ_SWIZZLE_PAD, FJ_SOFTMAX_SMEM, FJ_BF16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 200, 200, 0},
+    {"tile_n=16", 64, 64, 16, 4, 2, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 100, 100, 0},
+    {"tile_n=16", 64, 32, 16, 4, 1, FJ_SWIZZLE_PAD, FJ_SOFTMAX_SMEM, FJ_F16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 50, 70, 0},
+    {"tile_n=128", 64, 64, 128, 4, 2, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 300, 300, 0},
+    {"tile_n=48", 64, 64, 48, 4, 1, FJ_SWIZZLE_PAD, FJ_SOFTMAX_SMEM, FJ_F16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 100, 100, 0},
+    {"tile_m=16", 64, 16, 64, 4, 2, FJ_SWIZZLE_PAD, FJ_SOFTMAX_SMEM, FJ_F16, 0, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 100, 100, 0},
+    {"tile_m=128", 64, 128, 32, 4, 3, FJ_SWIZZLE_PAD, FJ_SOFTMAX_SMEM, FJ_BF16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 300, 300, 0},
+    {"gqa=8:1", 128, 64, 64, 4, 2, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_TOP_LEFT, 2, 16, 2, 200, 200, 0},
+    {"gqa=8:1", 64, 64, 64, 4, 1, FJ_SWIZZLE_PAD, FJ_SOFTMAX_SMEM, FJ_BF16, 0, FJ_CAUSAL_NONE, 1, 8, 1, 100, 150, 0},
+    {"kv=e4m3", 64, 64, 64, 4, 1, FJ_SWIZZLE_PAD, FJ_SOFTMAX_SMEM, FJ_F16, FJ_E4M3, FJ_CAUSAL_NONE, 2, 2, 2, 200, 200, 0},
+    {"kv=e4m3", 128, 64, 64, 4, 1, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_BF16, FJ_E4M3, FJ_CAUSAL_TOP_LEFT, 2, 4, 2, 200, 300, 0},
+    {"kv=e4m3", 256, 64, 32, 4, 1, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, FJ_E4M3, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 100, 100, 0},
+    {"kv=e4m3", 96, 64, 32, 4, 1, FJ_SWIZZLE_NONE, FJ_SOFTMAX_SMEM, FJ_BF16, FJ_E4M3, FJ_CAUSAL_NONE, 1, 2, 1, 65, 65, 0},
+    {"inputs x30", 64, 64, 64, 4, 2, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 300, 300, 30},
+    {"inputs x30", 128, 64, 64, 4, 1, FJ_SWIZZLE_PAD, FJ_SOFTMAX_SMEM, FJ_BF16, 0, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 300, 300, 30},
+    {"inputs x30", 256, 64, 32, 4, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 200, 250, 30},
+    {"no visible key", 64, 64, 64, 4, 2, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 300, 40, 0},
+    {"no visible key", 128, 64, 32, 4, 1, FJ_SWIZZLE_PAD, FJ_SOFTMAX_SMEM, FJ_BF16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 250, 1, 0},
+};
+
+static void axis_variant(const axis_case *a, fj_variant *v)
+{
+  fj_variant_default(v, a->d, a->dt, a->m);
+  v->tile_m = a->tile_m;
+  v->tile_n = a->tile_n;
+  v->warps = a->warps;
+  v->stages = a->stages;
+  v->swizzle = a->swz;
+  v->softmax = a->sm;
+  v->kv_dtype = a->kv == a->dt ? 0 : a->kv;
+}
+
+int test_gpu_family_axes(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  size_t n = sizeof axis_cases / sizeof axis_cases[0];
+  fj_variant vs[64];
+  for (size_t i = 0; i < n; i++)
+    axis_variant(&axis_cases[i], &vs[i]);
+  CHECK(prepare(ctx, vs, n) == 0);
+  uint64_t seed = 99;
+  int failed = 0;
+  for (size_t i = 0; i < n; i++) {
+    const axis_case *a = &axis_cases[i];
+    gpu_case c;
+    memset(&c, 0, sizeof c);
+    fj_problem_init(&c.p, a->b, a->hq, a->hkv, a->sq, a->skv, a->d, a->dt,
+                    (fj_order)(i % 2));
+    c.p.causal = a->m;
+    c.p.kv_dtype = a->kv;
+    c.input_scale = a->input_scale;
+    char label[200];
+    variant_label(label, sizeof label, &vs[i], &c.p, i % 2 ? " bshd" : " bhsd");
+    failed += run_case(ctx, &c, &vs[i], NULL, &seed, label, a->axis);
+  }
+  print_worst();
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
+/* ---- sequence lengths on the default variants ------------------------------------------- */
+
+int test_gpu_family_seqlens(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  static const int lens[] = {1, 17, 63, 64, 65, 127, 1000, 4097};
+  static const int pairs[][2] = {{63, 4097}, {4097, 63}, {1000, 65}, {65, 1000}};
+  uint64_t seed = 5;
+  int failed = 0;
+  for (int d = 0; d < 2; d++)
+    for (int dt = 0; dt < 2; dt++)
+      for (int m = 0; m < 3; m++) {
+        int dim = d ? 128 : 64;
+        fj_dtype dtype = dt ? FJ_BF16 : FJ_F16;
+        size_t nl = sizeof lens / sizeof lens[0];
+        size_t np = sizeof pairs / sizeof pairs[0];
+        for (size_t i = 0; i < nl + np; i++) {
+          int sq = i < nl ? lens[i] : pairs[i - nl][0];
+          int skv = i < nl ? lens[i] : pairs[i - nl][1];
+          gpu_case c;
+          memset(&c, 0, sizeof c);
+          fj_problem_init(&c.p, 1, 2, 1, sq, skv, dim, dtype, (fj_order)(i % 2));
+          c.p.causal = all_masks[m];
+          fj_variant v;
+          fj_attention_variant(ctx, &c.p, &v, NULL);
+          char label[200];
+          variant_label(label, sizeof label, &v, &c.p, "");
+          failed += run_case(ctx, &c, NULL, NULL, &seed, label, "seq lengths");
+        }
+      }
+  print_worst();
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
+/* ---- one variant per (stages, swizzle, softmax), for compute-sanitizer ------------------- */
+
+int test_gpu_sanitize_set(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  fj_variant vs[18];
+  size_t n = 0;
+  for (int st = 1; st <= 3; st++)
+    for (int sw = FJ_SWIZZLE_NONE; sw <= FJ_SWIZZLE_XOR; sw++)
+      for (int sm = FJ_SOFTMAX_SMEM; sm <= FJ_SOFTMAX_REGS; sm++) {
+        fj_variant *v = &vs[n++];
+        fj_variant_default(v, 64, (st + sw) % 2 ? FJ_BF16 : FJ_F16,
+                           FJ_CAUSAL_BOTTOM_RIGHT);
+        v->stages = st;
+        v->swizzle = (fj_swizzle)sw;
+        v->softmax = (fj_softmax)sm;
+        v->tile_m = 64;
+        v->tile_n = 32;
+        v->warps = 4;
+      }
+  CHECK(prepare(ctx, vs, n) == 0);
+  uint64_t seed = 3;
+  int failed = 0;
+  for (size_t i = 0; i < n; i++) {
+    gpu_case c;
+    memset(&c, 0, sizeof c);
+    fj_problem_init(&c.p, 1, 2, 1, 70, 130, 64, vs[i].dtype, FJ_BSHD);
+    c.p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    char label[200];
+    variant_label(label, sizeof label, &vs[i], &c.p, "");
+    failed += run_case(ctx, &c, &vs[i], NULL, &seed, label, "sanitize set");
+  }
   fj_ctx_destroy(ctx);
   return failed != 0;
 }

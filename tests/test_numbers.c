@@ -26,10 +26,17 @@ int test_lut_reference(void)
       CHECK(a.map[lane][s] == acc.map[lane][s]);
       CHECK(a.map[lane][s + 8] == a.map[lane][s]);
     }
-  /* Nothing is known of the B operand without a GPU. */
+  /* B (k, n): lane 5 (g 1, t 1) slot 3 -> (2 + 1 + 8, 1) = (11, 1). */
   fj_lut b;
-  CHECK_ST(ctx, fj_layout_get(ctx, FJ_FRAG_WMMA_B_F16_COL, &b), FJ_ERR_COMPILE_ONLY);
-  CHECK_MSG(ctx, "wmma_b_f16_col has no reference table");
+  CHECK_OK(ctx, fj_layout_get(ctx, FJ_FRAG_WMMA_B_F16_COL, &b));
+  CHECK(b.slots == 16 && b.map[5][3] == 11 * 16 + 1 && b.map[5][11] == b.map[5][3]);
+  CHECK_OK(ctx, fj_layout_get(ctx, FJ_FRAG_WMMA_B_BF16_ROW, &b));
+  CHECK(b.slots == 8 && b.map[5][3] == 11 * 16 + 1);
+  char why[256];
+  for (int f = 1; f <= FJ_FRAG_COUNT; f++) {
+    CHECK_OK(ctx, fj_layout_get(ctx, (fj_frag)f, &b));
+    CHECK(fj__lut_validate(&b, why, sizeof why) == 0);
+  }
   CHECK(!strcmp(fj_frag_name(FJ_FRAG_WMMA_B_BF16_ROW), "wmma_b_bf16_row"));
   fj_ctx_destroy(ctx);
   return 0;

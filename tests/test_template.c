@@ -13,21 +13,31 @@
 /* Renders a variant's source without compiling it. */
 static fj_status render_variant(fj_ctx *ctx, const fj_variant *v, fj_buf *out)
 {
-  char symbol[128];
-  fj_param params[24];
+  fj_vparams vp;
   fj_kmeta meta;
-  size_t n = fj__variant_params(ctx, v, symbol, params, 24);
-  return fj__render(ctx, "attention_wmma.cu", params, n, out, &meta);
+  fj_status st = fj__variant_params(ctx, v, &vp);
+  return st == FJ_OK ? fj__render(ctx, vp.template_name, vp.p, vp.n, out, &meta)
+                     : st;
 }
 
+/* Three variants that between them use every code path of the template:
+ * Stage-2 with synchronous loads, Stage-3 with LUT-driven ldmatrix loads
+ * under xor, Stage-2 with a three-stage cp.async ring and FP8 K/V off. */
 static void golden_variants(fj_variant v[3])
 {
   fj_variant_default(&v[0], 64, FJ_F16, FJ_CAUSAL_NONE);
+  v[0].softmax = FJ_SOFTMAX_SMEM;
+  v[0].stages = 1;
   fj_variant_default(&v[1], 128, FJ_BF16, FJ_CAUSAL_TOP_LEFT);
+  v[1].softmax = FJ_SOFTMAX_REGS;
+  v[1].swizzle = FJ_SWIZZLE_XOR;
+  v[1].stages = 2;
   fj_variant_default(&v[2], 96, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT);
+  v[2].softmax = FJ_SOFTMAX_SMEM;
   v[2].warps = 8;
   v[2].tile_m = 128;
   v[2].tile_n = 32;
+  v[2].stages = 3;
   v[2].swizzle = FJ_SWIZZLE_NONE;
 }
 
@@ -96,6 +106,8 @@ int test_render_params(void)
   CHECK(ctx);
   fj_variant v;
   fj_variant_default(&v, 64, FJ_BF16, FJ_CAUSAL_TOP_LEFT);
+  v.softmax = FJ_SOFTMAX_SMEM;
+  v.stages = 1;
   fj_buf a = {0}, b = {0};
   CHECK_OK(ctx, render_variant(ctx, &v, &a));
   CHECK(strstr(a.data, "// flashjit generated kernel: "
@@ -105,14 +117,13 @@ int test_render_params(void)
   CHECK(strstr(a.data, "p.causal_offset"));
   v.tile_n = 32;
   v.causal = FJ_CAUSAL_NONE;
-  char symbol[128];
-  fj_param params[24];
+  fj_vparams vp;
   fj_kmeta meta;
-  size_t n = fj__variant_params(ctx, &v, symbol, params, 24);
-  CHECK_OK(ctx, fj__render(ctx, "attention_wmma.cu", params, n, &b, &meta));
+  CHECK_OK(ctx, fj__variant_params(ctx, &v, &vp));
+  CHECK_OK(ctx, fj__render(ctx, vp.template_name, vp.p, vp.n, &b, &meta));
   CHECK(!strstr(b.data, "p.causal_offset"));
   CHECK(meta.threads == 128 && meta.rows_per_block == 64);
-  CHECK(meta.smem_bytes > 0 && strcmp(meta.symbol, symbol) == 0);
+  CHECK(meta.smem_bytes > 0 && strcmp(meta.symbol, vp.symbol) == 0);
   fj__buf_free(&a);
   fj__buf_free(&b);
   fj_ctx_destroy(ctx);

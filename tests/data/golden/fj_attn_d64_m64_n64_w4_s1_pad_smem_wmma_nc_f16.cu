@@ -49,27 +49,73 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 // shared memory: 72192 bytes; q @0; k @9216; v @18432; s @27648; p @45056; o @54272; m @71680; l @71936
 
+// Fragment layouts from the layout tables: each lane's base (row | col << 4);
+// slot s adds a compile-time delta.
+__constant__ unsigned char fj_base_acc[32] = { 0, 32, 64, 96, 1, 33, 65, 97, 2, 34, 66, 98, 3, 35, 67, 99, 4, 36, 68, 100, 5, 37, 69, 101, 6, 38, 70, 102, 7, 39, 71, 103 };
+__constant__ unsigned char fj_base_a[32] = { 0, 32, 64, 96, 1, 33, 65, 97, 2, 34, 66, 98, 3, 35, 67, 99, 4, 36, 68, 100, 5, 37, 69, 101, 6, 38, 70, 102, 7, 39, 71, 103 };
+__constant__ unsigned char fj_base_bk[32] = { 0, 2, 4, 6, 16, 18, 20, 22, 32, 34, 36, 38, 48, 50, 52, 54, 64, 66, 68, 70, 80, 82, 84, 86, 96, 98, 100, 102, 112, 114, 116, 118 };
+__constant__ unsigned char fj_base_bv[32] = { 0, 2, 4, 6, 16, 18, 20, 22, 32, 34, 36, 38, 48, 50, 52, 54, 64, 66, 68, 70, 80, 82, 84, 86, 96, 98, 100, 102, 112, 114, 116, 118 };
+
 namespace fj {
 
-// Copies rows [row0, row0 + ROWS) of one head into a shared tile with row
-// stride LD; rows at or past `rows` are zero-filled (sequence tails).
-template <int ROWS, int LD>
+typedef __half2 elem2_t;
+__device__ __forceinline__ elem2_t to_elem2(float a, float b) { return __floats2half2_rn(a, b); }
+
+// Element offset of (r, c) in a P tile.
+__device__ __forceinline__ int p_off(int r, int c) { return r * 72 + c; }
+
+// Element offset of (r, c) in a Q, K or V tile.
+__device__ __forceinline__ int tile_off(int r, int c) {
+  return r * 72 + c;
+}
+
+// ldmatrix: lane l names the row of 8x8 matrix l / 8 that it loads.
+__device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const elem_t *row) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned r[4], const elem_t *row) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+// The two 16-bit halves of a register: the lower is the first element.
+template <typename T> __device__ __forceinline__ void split(unsigned r, T &lo, T &hi) {
+  const elem2_t e = *reinterpret_cast<const elem2_t *>(&r);
+  lo = e.x;
+  hi = e.y;
+}
+
+// Copies rows [row0, row0 + ROWS) of one head (row stride `stride`
+// elements) into a shared tile; rows at or past `rows` become zeros.
+template <int ROWS>
 __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long long stride,
                                           int row0, int rows) {
   for (int i = threadIdx.x; i < ROWS * 8; i += 128) {
-    int r = i / 8, c = i % 8;
+    const int r = i / 8, c = i % 8;
+    elem_t *d = dst + tile_off(r, c * 8);
+    const bool in = row0 + r < rows;
     uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (row0 + r < rows) val = *reinterpret_cast<const uint4 *>(src + (long long)(row0 + r) * stride + c * 8);
-    *reinterpret_cast<uint4 *>(dst + r * LD + c * 8) = val;
+    if (in) val = *reinterpret_cast<const uint4 *>(src + (long long)(row0 + r) * stride + c * 8);
+    *reinterpret_cast<uint4 *>(d) = val;
   }
 }
 
 }  // namespace fj
 
-extern "C" __global__ void __launch_bounds__(128)
+// Minimum one block per multiprocessor: without it ptxas keeps a register
+// budget of its own and spills long-lived values (seen at 96 registers for
+// head_dim 32) instead of using the registers it may have.
+extern "C" __global__ void __launch_bounds__(128, 1)
 fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_nc_f16(const fj::Params p) {
   using namespace nvcuda;
   using fj::elem_t;
+  using fj::elem2_t;
+  typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::row_major> frag_a;
+  typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::col_major> frag_bk;
+  typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::row_major> frag_bv;
+  typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
   extern __shared__ __align__(128) unsigned char smem[];
   elem_t *const s_q = reinterpret_cast<elem_t *>(smem + 0);
   elem_t *const s_k = reinterpret_cast<elem_t *>(smem + 9216);
@@ -81,36 +127,53 @@ fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_nc_f16(const fj::Params p) {
   float *const s_l = reinterpret_cast<float *>(smem + 71936);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  (void)warp; (void)lane;
   // Heaviest causal blocks (the last rows) first.
   const int m0 = (gridDim.x - 1 - blockIdx.x) * 64;
   const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
   const elem_t *q = static_cast<const elem_t *>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
   const elem_t *k = static_cast<const elem_t *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
   const elem_t *v = static_cast<const elem_t *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1];
-
-  fj::load_tile<64, 72>(s_q, q, p.q_stride[2], m0, p.seq_q);
-  for (int i = threadIdx.x; i < 4352; i += 128) s_o[i] = 0.f;
-  for (int i = threadIdx.x; i < 64; i += 128) { s_m[i] = FJ_NEG_INF; s_l[i] = 0.f; }
+  const float sl2 = p.scale_log2;
+  const int qa_r = fj_base_a[lane] & 15, qa_c = fj_base_a[lane] >> 4;
+  const int kb_k = fj_base_bk[lane] & 15, kb_n = fj_base_bk[lane] >> 4;
+  const int vb_k = fj_base_bv[lane] & 15, vb_n = fj_base_bv[lane] >> 4;
+  (void)qa_r; (void)qa_c; (void)kb_k; (void)kb_n; (void)vb_k; (void)vb_n;
+  const int lq_r = ((10 >> (lane >> 3)) & 1) * 8 + (lane & 7), lq_c = ((12 >> (lane >> 3)) & 1) * 8;
+  const int lk_r = ((12 >> (lane >> 3)) & 1) * 8 + (lane & 7), lk_c = ((10 >> (lane >> 3)) & 1) * 8;
+  const int lv_r = ((10 >> (lane >> 3)) & 1) * 8 + (lane & 7), lv_c = ((12 >> (lane >> 3)) & 1) * 8;
 
   // Keys this block can see: all of them, or up to its last row's diagonal.
   int n_end = p.seq_kv;
-  for (int n0 = 0; n0 < n_end; n0 += 64) {
-    __syncthreads();  // the previous tile's phase C is done with K, V, P
-    fj::load_tile<64, 72>(s_k, k, p.k_stride[2], n0, p.seq_kv);
-    fj::load_tile<64, 72>(s_v, v, p.v_stride[2], n0, p.seq_kv);
+  const int ntiles = n_end > 0 ? (n_end + 63) / 64 : 0;
+
+  fj::load_tile<64>(s_q, q, p.q_stride[2], m0, p.seq_q);
+  for (int i = threadIdx.x; i < 4352; i += 128) s_o[i] = 0.f;
+  for (int i = threadIdx.x; i < 64; i += 128) { s_m[i] = FJ_NEG_INF; s_l[i] = 0.f; }
+  __syncthreads();
+
+  for (int t = 0; t < ntiles; ++t) {
+    const int n0 = t * 64;
+    if (t > 0) __syncthreads();  // the previous tile is no longer read
+    fj::load_tile<64>(s_k, k, p.k_stride[2], n0, p.seq_kv);
+    fj::load_tile<64>(s_v, v, p.v_stride[2], n0, p.seq_kv);
     __syncthreads();
+    const elem_t *kt = s_k, *vt = s_v;
+    // Masks only where a key is past the end or above some row's diagonal.
+    const bool need_mask = n0 + 64 > p.seq_kv;
+    (void)need_mask;
 
     // Phase A: S = Q K^T.
-    for (int t = warp; t < 16; t += 4) {
-      const int i = t / 4, j = t % 4;
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    for (int tt = warp; tt < 16; tt += 4) {
+      const int i = tt / 4, j = tt % 4;
+      frag_c acc;
       wmma::fill_fragment(acc, 0.f);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::col_major> bt;
-        wmma::load_matrix_sync(a, s_q + i * 16 * 72 + kk * 16, 72);
-        wmma::load_matrix_sync(bt, s_k + j * 16 * 72 + kk * 16, 72);
+        frag_a a;
+        frag_bk bt;
+        { unsigned r_[4]; fj::ldmatrix_x4(r_, s_q + fj::tile_off(i * 16 + lq_r, kk * 16 + lq_c)); fj::split(r_[0], a.x[0], a.x[1]); fj::split(r_[1], a.x[2], a.x[3]); fj::split(r_[2], a.x[4], a.x[5]); fj::split(r_[3], a.x[6], a.x[7]); a.x[8] = a.x[0]; a.x[9] = a.x[1]; a.x[10] = a.x[2]; a.x[11] = a.x[3]; a.x[12] = a.x[4]; a.x[13] = a.x[5]; a.x[14] = a.x[6]; a.x[15] = a.x[7]; }
+        { unsigned r_[4]; fj::ldmatrix_x4(r_, kt + fj::tile_off(j * 16 + lk_r, kk * 16 + lk_c)); fj::split(r_[0], bt.x[0], bt.x[1]); fj::split(r_[1], bt.x[2], bt.x[3]); fj::split(r_[2], bt.x[4], bt.x[5]); fj::split(r_[3], bt.x[6], bt.x[7]); bt.x[8] = bt.x[0]; bt.x[9] = bt.x[1]; bt.x[10] = bt.x[2]; bt.x[11] = bt.x[3]; bt.x[12] = bt.x[4]; bt.x[13] = bt.x[5]; bt.x[14] = bt.x[6]; bt.x[15] = bt.x[7]; }
         wmma::mma_sync(acc, a, bt, acc);
       }
       wmma::store_matrix_sync(s_s + i * 16 * 68 + j * 16, acc, 68, wmma::mem_row_major);
@@ -120,15 +183,16 @@ fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_nc_f16(const fj::Params p) {
     // Phase B: online softmax, one warp per row.
     for (int r = warp; r < 64; r += 4) {
       const int row = m0 + r;
+      (void)row;
       float x[2];
       float mx = FJ_NEG_INF;
 #pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        const int c = lane + 32 * t, j = n0 + c;
+      for (int u = 0; u < 2; ++u) {
+        const int c = lane + 32 * u, j = n0 + c;
         float s = FJ_NEG_INF;
-        if (c < 64 && j < p.seq_kv)
-          s = s_s[r * 68 + c] * p.scale_log2;
-        x[t] = s;
+        if (c < 64 && (!need_mask || (j < p.seq_kv)))
+          s = s_s[r * 68 + c] * sl2;
+        x[u] = s;
         mx = fmaxf(mx, s);
       }
       mx = fj::warp_max(mx);
@@ -138,9 +202,9 @@ fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_nc_f16(const fj::Params p) {
       const float m_use = m_new == FJ_NEG_INF ? 0.f : m_new;
       float sum = 0.f;
 #pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        const int c = lane + 32 * t;
-        const float e = fj::fast_exp2(x[t] - m_use);
+      for (int u = 0; u < 2; ++u) {
+        const int c = lane + 32 * u;
+        const float e = fj::fast_exp2(x[u] - m_use);
         if (c < 64) s_p[r * 72 + c] = fj::to_elem(e);
         sum += e;
       }
@@ -153,33 +217,34 @@ fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_nc_f16(const fj::Params p) {
     __syncthreads();
 
     // Phase C: O += P V.
-    for (int t = warp; t < 16; t += 4) {
-      const int i = t / 4, d = t % 4;
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    for (int tt = warp; tt < 16; tt += 4) {
+      const int i = tt / 4, d = tt % 4;
+      frag_c acc;
       wmma::load_matrix_sync(acc, s_o + i * 16 * 68 + d * 16, 68, wmma::mem_row_major);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::row_major> bv;
-        wmma::load_matrix_sync(a, s_p + i * 16 * 72 + kk * 16, 72);
-        wmma::load_matrix_sync(bv, s_v + kk * 16 * 72 + d * 16, 72);
+        frag_a a;
+        frag_bv bv;
+        { unsigned r_[4]; fj::ldmatrix_x4(r_, s_p + fj::p_off(i * 16 + lq_r, kk * 16 + lq_c)); fj::split(r_[0], a.x[0], a.x[1]); fj::split(r_[1], a.x[2], a.x[3]); fj::split(r_[2], a.x[4], a.x[5]); fj::split(r_[3], a.x[6], a.x[7]); a.x[8] = a.x[0]; a.x[9] = a.x[1]; a.x[10] = a.x[2]; a.x[11] = a.x[3]; a.x[12] = a.x[4]; a.x[13] = a.x[5]; a.x[14] = a.x[6]; a.x[15] = a.x[7]; }
+        { unsigned r_[4]; fj::ldmatrix_x4_trans(r_, vt + fj::tile_off(kk * 16 + lv_r, d * 16 + lv_c)); fj::split(r_[0], bv.x[0], bv.x[1]); fj::split(r_[1], bv.x[2], bv.x[3]); fj::split(r_[2], bv.x[4], bv.x[5]); fj::split(r_[3], bv.x[6], bv.x[7]); bv.x[8] = bv.x[0]; bv.x[9] = bv.x[1]; bv.x[10] = bv.x[2]; bv.x[11] = bv.x[3]; bv.x[12] = bv.x[4]; bv.x[13] = bv.x[5]; bv.x[14] = bv.x[6]; bv.x[15] = bv.x[7]; }
         wmma::mma_sync(acc, a, bv, acc);
       }
       wmma::store_matrix_sync(s_o + i * 16 * 68 + d * 16, acc, 68, wmma::mem_row_major);
     }
   }
-  __syncthreads();
 
+  elem_t *o_out = static_cast<elem_t *>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+  __syncthreads();
   // O = O / l, 16 bytes per store; log-sum-exp in natural log.
-  elem_t *o = static_cast<elem_t *>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
   for (int i = threadIdx.x; i < 512; i += 128) {
     const int r = i / 8, c = i % 8;
     if (m0 + r >= p.seq_q) continue;
-    const float l = s_l[r], inv = l > 0.f ? 1.f / l : 0.f;
+    const float l = s_l[r];
+    const float inv = l > 0.f ? 1.f / l : 0.f;
     __align__(16) elem_t out[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) out[e] = fj::to_elem(s_o[r * 68 + c * 8 + e] * inv);
-    *reinterpret_cast<uint4 *>(o + (long long)(m0 + r) * p.o_stride[2] + c * 8) =
+    *reinterpret_cast<uint4 *>(o_out + (long long)(m0 + r) * p.o_stride[2] + c * 8) =
         *reinterpret_cast<const uint4 *>(out);
   }
   if (p.lse) {

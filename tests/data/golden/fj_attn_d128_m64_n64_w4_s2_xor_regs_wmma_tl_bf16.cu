@@ -1,0 +1,429 @@
+// flashjit generated kernel: fj_attn_d128_m64_n64_w4_s2_xor_regs_wmma_tl_bf16
+// variant: head_dim=128 tile_m=64 tile_n=64 warps=4 stages=2 swizzle=xor softmax=regs mma=wmma causal=top-left dtype=bf16 kv_dtype=bf16
+// target: sm_90a; rendered by flashjit 0.1.0 from templates/attention_wmma.cu
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <mma.h>
+
+namespace fj {
+
+struct Params {
+  const void *q, *k, *v;
+  void *o;
+  float *lse;               // nullable: [batch][heads_q][seq_q]
+  const float *k_scale;     // FP8 K/V: [batch][heads_kv]
+  const float *v_scale;
+  long long q_stride[3], k_stride[3], v_stride[3], o_stride[3];  // b, h, s
+  int batch, heads_q, heads_kv, seq_q, seq_kv;
+  int group;                // heads_q / heads_kv
+  int causal_offset;        // key j visible to row i when j <= i + offset
+  float scale_log2;         // softmax scale * log2(e)
+};
+static_assert(sizeof(Params) == 184, "host and device disagree on the parameter block");
+
+typedef __nv_bfloat16 elem_t;
+__device__ __forceinline__ elem_t to_elem(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ float from_elem(elem_t x) { return __bfloat162float(x); }
+
+// -inf without <math.h> (NVRTC has no INFINITY macro of its own).
+#define FJ_NEG_INF (__int_as_float(0xff800000u))
+
+__device__ __forceinline__ float warp_max(float x) {
+  for (int m = 16; m > 0; m >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, m));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int m = 16; m > 0; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
+// 2^x through the SFU; exp2(-inf) is 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+}  // namespace fj
+
+// shared memory: 81920 bytes; q @0; k @16384; v @49152
+
+// Fragment layouts from the layout tables: each lane's base (row | col << 4);
+// slot s adds a compile-time delta.
+__constant__ unsigned char fj_base_acc[32] = { 0, 32, 64, 96, 1, 33, 65, 97, 2, 34, 66, 98, 3, 35, 67, 99, 4, 36, 68, 100, 5, 37, 69, 101, 6, 38, 70, 102, 7, 39, 71, 103 };
+__constant__ unsigned char fj_base_a[32] = { 0, 32, 64, 96, 1, 33, 65, 97, 2, 34, 66, 98, 3, 35, 67, 99, 4, 36, 68, 100, 5, 37, 69, 101, 6, 38, 70, 102, 7, 39, 71, 103 };
+__constant__ unsigned char fj_base_bk[32] = { 0, 2, 4, 6, 16, 18, 20, 22, 32, 34, 36, 38, 48, 50, 52, 54, 64, 66, 68, 70, 80, 82, 84, 86, 96, 98, 100, 102, 112, 114, 116, 118 };
+__constant__ unsigned char fj_base_bv[32] = { 0, 2, 4, 6, 16, 18, 20, 22, 32, 34, 36, 38, 48, 50, 52, 54, 64, 66, 68, 70, 80, 82, 84, 86, 96, 98, 100, 102, 112, 114, 116, 118 };
+
+namespace fj {
+
+typedef __nv_bfloat162 elem2_t;
+__device__ __forceinline__ elem2_t to_elem2(float a, float b) { return __floats2bfloat162_rn(a, b); }
+
+// Element offset of (r, c) in a P tile.
+__device__ __forceinline__ int p_off(int r, int c) { return r * 72 + c; }
+
+// Element offset of (r, c) in a Q, K or V tile.
+__device__ __forceinline__ int tile_off(int r, int c) {
+  return r * 128 + ((((c >> 3) ^ (r & 7)) << 3) | (c & 7));
+}
+
+// ldmatrix: lane l names the row of 8x8 matrix l / 8 that it loads.
+__device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const elem_t *row) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned r[4], const elem_t *row) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+// The two 16-bit halves of a register: the lower is the first element.
+template <typename T> __device__ __forceinline__ void split(unsigned r, T &lo, T &hi) {
+  const elem2_t e = *reinterpret_cast<const elem2_t *>(&r);
+  lo = e.x;
+  hi = e.y;
+}
+// 16-byte global -> shared copy; src_bytes 0 writes zeros (sequence tails).
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(s), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
+}
+
+// Copies rows [row0, row0 + ROWS) of one head (row stride `stride`
+// elements) into a shared tile; rows at or past `rows` become zeros.
+template <int ROWS>
+__device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long long stride,
+                                          int row0, int rows) {
+  for (int i = threadIdx.x; i < ROWS * 16; i += 128) {
+    const int r = i / 16, c = i % 16;
+    elem_t *d = dst + tile_off(r, c * 8);
+    const bool in = row0 + r < rows;
+    cp_async16(d, in ? src + (long long)(row0 + r) * stride + c * 8 : src, in ? 16 : 0);
+  }
+}
+
+}  // namespace fj
+
+// Minimum one block per multiprocessor: without it ptxas keeps a register
+// budget of its own and spills long-lived values (seen at 96 registers for
+// head_dim 32) instead of using the registers it may have.
+extern "C" __global__ void __launch_bounds__(128, 1)
+fj_attn_d128_m64_n64_w4_s2_xor_regs_wmma_tl_bf16(const fj::Params p) {
+  using namespace nvcuda;
+  using fj::elem_t;
+  using fj::elem2_t;
+  typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::row_major> frag_a;
+  typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::col_major> frag_bk;
+  typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::row_major> frag_bv;
+  typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
+  extern __shared__ __align__(128) unsigned char smem[];
+  elem_t *const s_q = reinterpret_cast<elem_t *>(smem + 0);
+  elem_t *const s_k = reinterpret_cast<elem_t *>(smem + 16384);
+  elem_t *const s_v = reinterpret_cast<elem_t *>(smem + 49152);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  (void)warp; (void)lane;
+  // Heaviest causal blocks (the last rows) first.
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * 64;
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
+  const elem_t *q = static_cast<const elem_t *>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
+  const elem_t *k = static_cast<const elem_t *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
+  const elem_t *v = static_cast<const elem_t *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1];
+  const float sl2 = p.scale_log2;
+  const int qa_r = fj_base_a[lane] & 15, qa_c = fj_base_a[lane] >> 4;
+  const int kb_k = fj_base_bk[lane] & 15, kb_n = fj_base_bk[lane] >> 4;
+  const int vb_k = fj_base_bv[lane] & 15, vb_n = fj_base_bv[lane] >> 4;
+  (void)qa_r; (void)qa_c; (void)kb_k; (void)kb_n; (void)vb_k; (void)vb_n;
+  const int lq_r = ((10 >> (lane >> 3)) & 1) * 8 + (lane & 7), lq_c = ((12 >> (lane >> 3)) & 1) * 8;
+  const int lk_r = ((12 >> (lane >> 3)) & 1) * 8 + (lane & 7), lk_c = ((10 >> (lane >> 3)) & 1) * 8;
+  const int lv_r = ((10 >> (lane >> 3)) & 1) * 8 + (lane & 7), lv_c = ((12 >> (lane >> 3)) & 1) * 8;
+
+  // Keys this block can see: all of them, or up to its last row's diagonal.
+  int n_end = p.seq_kv;
+  n_end = min(n_end, min(m0 + 64, p.seq_q) + p.causal_offset);
+  const int ntiles = n_end > 0 ? (n_end + 63) / 64 : 0;
+
+  fj::load_tile<64>(s_q, q, p.q_stride[2], m0, p.seq_q);
+  fj::cp_async_commit();
+  // Prologue: the first 1 K/V tiles in flight, one group each
+  // (empty groups keep the count uniform).
+#pragma unroll
+  for (int t = 0; t < 1; ++t) {
+    if (t < ntiles) {
+      fj::load_tile<64>(s_k + t * 8192, k, p.k_stride[2], t * 64, p.seq_kv);
+      fj::load_tile<64>(s_v + t * 8192, v, p.v_stride[2], t * 64, p.seq_kv);
+    }
+    fj::cp_async_commit();
+  }
+  fj::cp_async_wait<1>();  // Q has landed
+  // This warp's 16 query rows, in registers.
+  const int wr = warp * 16;
+  const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
+  frag_c o[8];
+#pragma unroll
+  for (int d = 0; d < 8; ++d) wmma::fill_fragment(o[d], 0.f);
+  float row_m1 = FJ_NEG_INF, row_l1 = 0.f;  // row acc_r + 0
+  float row_m2 = FJ_NEG_INF, row_l2 = 0.f;  // row acc_r + 8
+  __syncthreads();
+  frag_a qf[8];
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    { unsigned r_[4]; fj::ldmatrix_x4(r_, s_q + fj::tile_off(wr + lq_r, kk * 16 + lq_c)); fj::split(r_[0], qf[kk].x[0], qf[kk].x[1]); fj::split(r_[1], qf[kk].x[2], qf[kk].x[3]); fj::split(r_[2], qf[kk].x[4], qf[kk].x[5]); fj::split(r_[3], qf[kk].x[6], qf[kk].x[7]); }
+  }
+
+  for (int t = 0; t < ntiles; ++t) {
+    const int n0 = t * 64;
+    {
+      const int nt = t + 1;
+      if (nt < ntiles) {
+        fj::load_tile<64>(s_k + (nt % 2) * 8192, k, p.k_stride[2], nt * 64, p.seq_kv);
+        fj::load_tile<64>(s_v + (nt % 2) * 8192, v, p.v_stride[2], nt * 64, p.seq_kv);
+      }
+      fj::cp_async_commit();
+      fj::cp_async_wait<1>();  // tile t has landed
+      __syncthreads();
+    }
+    const elem_t *kt = s_k + (t % 2) * 8192, *vt = s_v + (t % 2) * 8192;
+    // Masks only where a key is past the end or above some row's diagonal.
+    const bool need_mask = n0 + 64 > p.seq_kv || n0 + 63 > m0 + p.causal_offset;
+    (void)need_mask;
+
+    // S = Q K^T for this warp's 16 rows.
+    frag_c sc[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) wmma::fill_fragment(sc[j], 0.f);
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        frag_bk bt;
+        { unsigned r_[4]; fj::ldmatrix_x4(r_, kt + fj::tile_off(j * 16 + lk_r, kk * 16 + lk_c)); fj::split(r_[0], bt.x[0], bt.x[1]); fj::split(r_[1], bt.x[2], bt.x[3]); fj::split(r_[2], bt.x[4], bt.x[5]); fj::split(r_[3], bt.x[6], bt.x[7]); }
+        wmma::mma_sync(sc[j], qf[kk], bt, sc[j]);
+      }
+    }
+
+    // Softmax on the fragments: scale, mask, row max over the lane's slots
+    // and the lanes that share the row (XOR 1, 2).
+    float mx1 = FJ_NEG_INF;
+    float mx2 = FJ_NEG_INF;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      {
+        float s = sc[j].x[0] * sl2;
+        if (need_mask) {
+          const int row = m0 + wr + acc_r + 0, col = n0 + j * 16 + acc_c + 0;
+          (void)row;
+          if (col >= p.seq_kv || col > row + p.causal_offset) s = FJ_NEG_INF;
+        }
+        sc[j].x[0] = s;
+        mx1 = fmaxf(mx1, s);
+      }
+      {
+        float s = sc[j].x[1] * sl2;
+        if (need_mask) {
+          const int row = m0 + wr + acc_r + 0, col = n0 + j * 16 + acc_c + 1;
+          (void)row;
+          if (col >= p.seq_kv || col > row + p.causal_offset) s = FJ_NEG_INF;
+        }
+        sc[j].x[1] = s;
+        mx1 = fmaxf(mx1, s);
+      }
+      {
+        float s = sc[j].x[2] * sl2;
+        if (need_mask) {
+          const int row = m0 + wr + acc_r + 8, col = n0 + j * 16 + acc_c + 0;
+          (void)row;
+          if (col >= p.seq_kv || col > row + p.causal_offset) s = FJ_NEG_INF;
+        }
+        sc[j].x[2] = s;
+        mx2 = fmaxf(mx2, s);
+      }
+      {
+        float s = sc[j].x[3] * sl2;
+        if (need_mask) {
+          const int row = m0 + wr + acc_r + 8, col = n0 + j * 16 + acc_c + 1;
+          (void)row;
+          if (col >= p.seq_kv || col > row + p.causal_offset) s = FJ_NEG_INF;
+        }
+        sc[j].x[3] = s;
+        mx2 = fmaxf(mx2, s);
+      }
+      {
+        float s = sc[j].x[4] * sl2;
+        if (need_mask) {
+          const int row = m0 + wr + acc_r + 0, col = n0 + j * 16 + acc_c + 8;
+          (void)row;
+          if (col >= p.seq_kv || col > row + p.causal_offset) s = FJ_NEG_INF;
+        }
+        sc[j].x[4] = s;
+        mx1 = fmaxf(mx1, s);
+      }
+      {
+        float s = sc[j].x[5] * sl2;
+        if (need_mask) {
+          const int row = m0 + wr + acc_r + 0, col = n0 + j * 16 + acc_c + 9;
+          (void)row;
+          if (col >= p.seq_kv || col > row + p.causal_offset) s = FJ_NEG_INF;
+        }
+        sc[j].x[5] = s;
+        mx1 = fmaxf(mx1, s);
+      }
+      {
+        float s = sc[j].x[6] * sl2;
+        if (need_mask) {
+          const int row = m0 + wr + acc_r + 8, col = n0 + j * 16 + acc_c + 8;
+          (void)row;
+          if (col >= p.seq_kv || col > row + p.causal_offset) s = FJ_NEG_INF;
+        }
+        sc[j].x[6] = s;
+        mx2 = fmaxf(mx2, s);
+      }
+      {
+        float s = sc[j].x[7] * sl2;
+        if (need_mask) {
+          const int row = m0 + wr + acc_r + 8, col = n0 + j * 16 + acc_c + 9;
+          (void)row;
+          if (col >= p.seq_kv || col > row + p.causal_offset) s = FJ_NEG_INF;
+        }
+        sc[j].x[7] = s;
+        mx2 = fmaxf(mx2, s);
+      }
+    }
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn1 = fmaxf(row_m1, mx1);
+    const float mu1 = mn1 == FJ_NEG_INF ? 0.f : mn1;
+    const float alpha1 = fj::fast_exp2(row_m1 - mu1);
+    row_m1 = mn1;
+    float sum1 = 0.f;
+    mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 1));
+    mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 2));
+    const float mn2 = fmaxf(row_m2, mx2);
+    const float mu2 = mn2 == FJ_NEG_INF ? 0.f : mn2;
+    const float alpha2 = fj::fast_exp2(row_m2 - mu2);
+    row_m2 = mn2;
+    float sum2 = 0.f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      sc[j].x[0] = fj::fast_exp2(sc[j].x[0] - mu1);
+      sum1 += sc[j].x[0];
+      sc[j].x[1] = fj::fast_exp2(sc[j].x[1] - mu1);
+      sum1 += sc[j].x[1];
+      sc[j].x[2] = fj::fast_exp2(sc[j].x[2] - mu2);
+      sum2 += sc[j].x[2];
+      sc[j].x[3] = fj::fast_exp2(sc[j].x[3] - mu2);
+      sum2 += sc[j].x[3];
+      sc[j].x[4] = fj::fast_exp2(sc[j].x[4] - mu1);
+      sum1 += sc[j].x[4];
+      sc[j].x[5] = fj::fast_exp2(sc[j].x[5] - mu1);
+      sum1 += sc[j].x[5];
+      sc[j].x[6] = fj::fast_exp2(sc[j].x[6] - mu2);
+      sum2 += sc[j].x[6];
+      sc[j].x[7] = fj::fast_exp2(sc[j].x[7] - mu2);
+      sum2 += sc[j].x[7];
+    }
+    sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
+    sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
+    row_l1 = row_l1 * alpha1 + sum1;
+    sum2 += __shfl_xor_sync(0xffffffffu, sum2, 1);
+    sum2 += __shfl_xor_sync(0xffffffffu, sum2, 2);
+    row_l2 = row_l2 * alpha2 + sum2;
+#pragma unroll
+    for (int d = 0; d < 8; ++d) {
+      o[d].x[0] *= alpha1;
+      o[d].x[1] *= alpha1;
+      o[d].x[2] *= alpha2;
+      o[d].x[3] *= alpha2;
+      o[d].x[4] *= alpha1;
+      o[d].x[5] *= alpha1;
+      o[d].x[6] *= alpha2;
+      o[d].x[7] *= alpha2;
+    }
+
+    // O += P V, P taken from S's fragments.
+    // The probe shows each A-operand slot holding the element of an
+    // accumulator slot of the same lane: P never leaves registers.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      frag_a pa;
+      { const elem2_t e = fj::to_elem2(sc[kk].x[0], sc[kk].x[1]); pa.x[0] = e.x; pa.x[1] = e.y; }
+      { const elem2_t e = fj::to_elem2(sc[kk].x[2], sc[kk].x[3]); pa.x[2] = e.x; pa.x[3] = e.y; }
+      { const elem2_t e = fj::to_elem2(sc[kk].x[4], sc[kk].x[5]); pa.x[4] = e.x; pa.x[5] = e.y; }
+      { const elem2_t e = fj::to_elem2(sc[kk].x[6], sc[kk].x[7]); pa.x[6] = e.x; pa.x[7] = e.y; }
+#pragma unroll
+      for (int d = 0; d < 8; ++d) {
+        frag_bv bv;
+        { unsigned r_[4]; fj::ldmatrix_x4_trans(r_, vt + fj::tile_off(kk * 16 + lv_r, d * 16 + lv_c)); fj::split(r_[0], bv.x[0], bv.x[1]); fj::split(r_[1], bv.x[2], bv.x[3]); fj::split(r_[2], bv.x[4], bv.x[5]); fj::split(r_[3], bv.x[6], bv.x[7]); }
+        wmma::mma_sync(o[d], pa, bv, o[d]);
+      }
+    }
+    __syncthreads();  // tile t's buffers are refilled next iteration
+  }
+  fj::cp_async_wait<0>();
+
+  elem_t *o_out = static_cast<elem_t *>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+  // O = O / l from the fragments: pairs of neighbouring columns per store.
+  const float inv1 = row_l1 > 0.f ? 1.f / row_l1 : 0.f;
+  const float inv2 = row_l2 > 0.f ? 1.f / row_l2 : 0.f;
+#pragma unroll
+  for (int d = 0; d < 8; ++d) {
+    {
+      const int row = m0 + wr + acc_r + 0, col = d * 16 + acc_c + 0;
+      if (row < p.seq_q) {
+        elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
+        *reinterpret_cast<elem2_t *>(dst) = fj::to_elem2(o[d].x[0] * inv1,
+                                                         o[d].x[1] * inv1);
+      }
+    }
+    {
+      const int row = m0 + wr + acc_r + 8, col = d * 16 + acc_c + 0;
+      if (row < p.seq_q) {
+        elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
+        *reinterpret_cast<elem2_t *>(dst) = fj::to_elem2(o[d].x[2] * inv2,
+                                                         o[d].x[3] * inv2);
+      }
+    }
+    {
+      const int row = m0 + wr + acc_r + 0, col = d * 16 + acc_c + 8;
+      if (row < p.seq_q) {
+        elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
+        *reinterpret_cast<elem2_t *>(dst) = fj::to_elem2(o[d].x[4] * inv1,
+                                                         o[d].x[5] * inv1);
+      }
+    }
+    {
+      const int row = m0 + wr + acc_r + 8, col = d * 16 + acc_c + 8;
+      if (row < p.seq_q) {
+        elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
+        *reinterpret_cast<elem2_t *>(dst) = fj::to_elem2(o[d].x[6] * inv2,
+                                                         o[d].x[7] * inv2);
+      }
+    }
+  }
+  if (p.lse) {
+    // One lane per row group writes: the lowest lane of the group.
+    int leader = lane;
+    leader = min(leader, lane ^ 1);
+    leader = min(leader, lane ^ 2);
+    leader = min(leader, lane ^ 3);
+    {
+      const int row = m0 + wr + acc_r + 0;
+      if (lane == leader && row < p.seq_q)
+        p.lse[((long long)b * p.heads_q + h) * p.seq_q + row] =
+            row_l1 > 0.f ? (row_m1 + __log2f(row_l1)) * 0.69314718056f : FJ_NEG_INF;
+    }
+    {
+      const int row = m0 + wr + acc_r + 8;
+      if (lane == leader && row < p.seq_q)
+        p.lse[((long long)b * p.heads_q + h) * p.seq_q + row] =
+            row_l2 > 0.f ? (row_m2 + __log2f(row_l2)) * 0.69314718056f : FJ_NEG_INF;
+    }
+  }
+}

@@ -1,0 +1,286 @@
+// flashjit generated kernel: fj_attn_d96_m128_n32_w8_s3_none_smem_wmma_br_f16
+// variant: head_dim=96 tile_m=128 tile_n=32 warps=8 stages=3 swizzle=none softmax=smem mma=wmma causal=bottom-right dtype=f16 kv_dtype=f16
+// target: sm_90a; rendered by flashjit 0.1.0 from templates/attention_wmma.cu
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <mma.h>
+
+namespace fj {
+
+struct Params {
+  const void *q, *k, *v;
+  void *o;
+  float *lse;               // nullable: [batch][heads_q][seq_q]
+  const float *k_scale;     // FP8 K/V: [batch][heads_kv]
+  const float *v_scale;
+  long long q_stride[3], k_stride[3], v_stride[3], o_stride[3];  // b, h, s
+  int batch, heads_q, heads_kv, seq_q, seq_kv;
+  int group;                // heads_q / heads_kv
+  int causal_offset;        // key j visible to row i when j <= i + offset
+  float scale_log2;         // softmax scale * log2(e)
+};
+static_assert(sizeof(Params) == 184, "host and device disagree on the parameter block");
+
+typedef __half elem_t;
+__device__ __forceinline__ elem_t to_elem(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ float from_elem(elem_t x) { return __half2float(x); }
+
+// -inf without <math.h> (NVRTC has no INFINITY macro of its own).
+#define FJ_NEG_INF (__int_as_float(0xff800000u))
+
+__device__ __forceinline__ float warp_max(float x) {
+  for (int m = 16; m > 0; m >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, m));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int m = 16; m > 0; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
+// 2^x through the SFU; exp2(-inf) is 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+}  // namespace fj
+
+// shared memory: 136192 bytes; q @0; k @24576; v @43008; s @61440; p @77824; o @86016; m @135168; l @135680
+
+// Fragment layouts from the layout tables: each lane's base (row | col << 4);
+// slot s adds a compile-time delta.
+__constant__ unsigned char fj_base_acc[32] = { 0, 32, 64, 96, 1, 33, 65, 97, 2, 34, 66, 98, 3, 35, 67, 99, 4, 36, 68, 100, 5, 37, 69, 101, 6, 38, 70, 102, 7, 39, 71, 103 };
+__constant__ unsigned char fj_base_a[32] = { 0, 32, 64, 96, 1, 33, 65, 97, 2, 34, 66, 98, 3, 35, 67, 99, 4, 36, 68, 100, 5, 37, 69, 101, 6, 38, 70, 102, 7, 39, 71, 103 };
+__constant__ unsigned char fj_base_bk[32] = { 0, 2, 4, 6, 16, 18, 20, 22, 32, 34, 36, 38, 48, 50, 52, 54, 64, 66, 68, 70, 80, 82, 84, 86, 96, 98, 100, 102, 112, 114, 116, 118 };
+__constant__ unsigned char fj_base_bv[32] = { 0, 2, 4, 6, 16, 18, 20, 22, 32, 34, 36, 38, 48, 50, 52, 54, 64, 66, 68, 70, 80, 82, 84, 86, 96, 98, 100, 102, 112, 114, 116, 118 };
+
+namespace fj {
+
+typedef __half2 elem2_t;
+__device__ __forceinline__ elem2_t to_elem2(float a, float b) { return __floats2half2_rn(a, b); }
+
+// Element offset of (r, c) in a P tile.
+__device__ __forceinline__ int p_off(int r, int c) { return r * 32 + c; }
+
+// Element offset of (r, c) in a Q, K or V tile.
+__device__ __forceinline__ int tile_off(int r, int c) {
+  return r * 96 + c;
+}
+
+// ldmatrix: lane l names the row of 8x8 matrix l / 8 that it loads.
+__device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const elem_t *row) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned r[4], const elem_t *row) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+// The two 16-bit halves of a register: the lower is the first element.
+template <typename T> __device__ __forceinline__ void split(unsigned r, T &lo, T &hi) {
+  const elem2_t e = *reinterpret_cast<const elem2_t *>(&r);
+  lo = e.x;
+  hi = e.y;
+}
+// 16-byte global -> shared copy; src_bytes 0 writes zeros (sequence tails).
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(s), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
+}
+
+// Copies rows [row0, row0 + ROWS) of one head (row stride `stride`
+// elements) into a shared tile; rows at or past `rows` become zeros.
+template <int ROWS>
+__device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long long stride,
+                                          int row0, int rows) {
+  for (int i = threadIdx.x; i < ROWS * 12; i += 256) {
+    const int r = i / 12, c = i % 12;
+    elem_t *d = dst + tile_off(r, c * 8);
+    const bool in = row0 + r < rows;
+    cp_async16(d, in ? src + (long long)(row0 + r) * stride + c * 8 : src, in ? 16 : 0);
+  }
+}
+
+}  // namespace fj
+
+// Minimum one block per multiprocessor: without it ptxas keeps a register
+// budget of its own and spills long-lived values (seen at 96 registers for
+// head_dim 32) instead of using the registers it may have.
+extern "C" __global__ void __launch_bounds__(256, 1)
+fj_attn_d96_m128_n32_w8_s3_none_smem_wmma_br_f16(const fj::Params p) {
+  using namespace nvcuda;
+  using fj::elem_t;
+  using fj::elem2_t;
+  typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::row_major> frag_a;
+  typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::col_major> frag_bk;
+  typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::row_major> frag_bv;
+  typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
+  extern __shared__ __align__(128) unsigned char smem[];
+  elem_t *const s_q = reinterpret_cast<elem_t *>(smem + 0);
+  elem_t *const s_k = reinterpret_cast<elem_t *>(smem + 24576);
+  elem_t *const s_v = reinterpret_cast<elem_t *>(smem + 43008);
+  float *const s_s = reinterpret_cast<float *>(smem + 61440);
+  elem_t *const s_p = reinterpret_cast<elem_t *>(smem + 77824);
+  float *const s_o = reinterpret_cast<float *>(smem + 86016);
+  float *const s_m = reinterpret_cast<float *>(smem + 135168);
+  float *const s_l = reinterpret_cast<float *>(smem + 135680);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  (void)warp; (void)lane;
+  // Heaviest causal blocks (the last rows) first.
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * 128;
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
+  const elem_t *q = static_cast<const elem_t *>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
+  const elem_t *k = static_cast<const elem_t *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
+  const elem_t *v = static_cast<const elem_t *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1];
+  const float sl2 = p.scale_log2;
+  const int qa_r = fj_base_a[lane] & 15, qa_c = fj_base_a[lane] >> 4;
+  const int kb_k = fj_base_bk[lane] & 15, kb_n = fj_base_bk[lane] >> 4;
+  const int vb_k = fj_base_bv[lane] & 15, vb_n = fj_base_bv[lane] >> 4;
+  (void)qa_r; (void)qa_c; (void)kb_k; (void)kb_n; (void)vb_k; (void)vb_n;
+  const int lq_r = ((10 >> (lane >> 3)) & 1) * 8 + (lane & 7), lq_c = ((12 >> (lane >> 3)) & 1) * 8;
+  const int lk_r = ((12 >> (lane >> 3)) & 1) * 8 + (lane & 7), lk_c = ((10 >> (lane >> 3)) & 1) * 8;
+  const int lv_r = ((10 >> (lane >> 3)) & 1) * 8 + (lane & 7), lv_c = ((12 >> (lane >> 3)) & 1) * 8;
+
+  // Keys this block can see: all of them, or up to its last row's diagonal.
+  int n_end = p.seq_kv;
+  n_end = min(n_end, min(m0 + 128, p.seq_q) + p.causal_offset);
+  const int ntiles = n_end > 0 ? (n_end + 31) / 32 : 0;
+
+  fj::load_tile<128>(s_q, q, p.q_stride[2], m0, p.seq_q);
+  fj::cp_async_commit();
+  // Prologue: the first 2 K/V tiles in flight, one group each
+  // (empty groups keep the count uniform).
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+    if (t < ntiles) {
+      fj::load_tile<32>(s_k + t * 3072, k, p.k_stride[2], t * 32, p.seq_kv);
+      fj::load_tile<32>(s_v + t * 3072, v, p.v_stride[2], t * 32, p.seq_kv);
+    }
+    fj::cp_async_commit();
+  }
+  fj::cp_async_wait<2>();  // Q has landed
+  for (int i = threadIdx.x; i < 12288; i += 256) s_o[i] = 0.f;
+  for (int i = threadIdx.x; i < 128; i += 256) { s_m[i] = FJ_NEG_INF; s_l[i] = 0.f; }
+  __syncthreads();
+
+  for (int t = 0; t < ntiles; ++t) {
+    const int n0 = t * 32;
+    {
+      const int nt = t + 2;
+      if (nt < ntiles) {
+        fj::load_tile<32>(s_k + (nt % 3) * 3072, k, p.k_stride[2], nt * 32, p.seq_kv);
+        fj::load_tile<32>(s_v + (nt % 3) * 3072, v, p.v_stride[2], nt * 32, p.seq_kv);
+      }
+      fj::cp_async_commit();
+      fj::cp_async_wait<2>();  // tile t has landed
+      __syncthreads();
+    }
+    const elem_t *kt = s_k + (t % 3) * 3072, *vt = s_v + (t % 3) * 3072;
+    // Masks only where a key is past the end or above some row's diagonal.
+    const bool need_mask = n0 + 32 > p.seq_kv || n0 + 31 > m0 + p.causal_offset;
+    (void)need_mask;
+
+    // Phase A: S = Q K^T.
+    for (int tt = warp; tt < 16; tt += 8) {
+      const int i = tt / 2, j = tt % 2;
+      frag_c acc;
+      wmma::fill_fragment(acc, 0.f);
+#pragma unroll
+      for (int kk = 0; kk < 6; ++kk) {
+        frag_a a;
+        frag_bk bt;
+        { unsigned r_[4]; fj::ldmatrix_x4(r_, s_q + fj::tile_off(i * 16 + lq_r, kk * 16 + lq_c)); fj::split(r_[0], a.x[0], a.x[1]); fj::split(r_[1], a.x[2], a.x[3]); fj::split(r_[2], a.x[4], a.x[5]); fj::split(r_[3], a.x[6], a.x[7]); a.x[8] = a.x[0]; a.x[9] = a.x[1]; a.x[10] = a.x[2]; a.x[11] = a.x[3]; a.x[12] = a.x[4]; a.x[13] = a.x[5]; a.x[14] = a.x[6]; a.x[15] = a.x[7]; }
+        { unsigned r_[4]; fj::ldmatrix_x4(r_, kt + fj::tile_off(j * 16 + lk_r, kk * 16 + lk_c)); fj::split(r_[0], bt.x[0], bt.x[1]); fj::split(r_[1], bt.x[2], bt.x[3]); fj::split(r_[2], bt.x[4], bt.x[5]); fj::split(r_[3], bt.x[6], bt.x[7]); bt.x[8] = bt.x[0]; bt.x[9] = bt.x[1]; bt.x[10] = bt.x[2]; bt.x[11] = bt.x[3]; bt.x[12] = bt.x[4]; bt.x[13] = bt.x[5]; bt.x[14] = bt.x[6]; bt.x[15] = bt.x[7]; }
+        wmma::mma_sync(acc, a, bt, acc);
+      }
+      wmma::store_matrix_sync(s_s + i * 16 * 32 + j * 16, acc, 32, wmma::mem_row_major);
+    }
+    __syncthreads();
+
+    // Phase B: online softmax, one warp per row.
+    for (int r = warp; r < 128; r += 8) {
+      const int row = m0 + r;
+      (void)row;
+      float x[1];
+      float mx = FJ_NEG_INF;
+#pragma unroll
+      for (int u = 0; u < 1; ++u) {
+        const int c = lane + 32 * u, j = n0 + c;
+        float s = FJ_NEG_INF;
+        if (c < 32 && (!need_mask || (j < p.seq_kv && j <= row + p.causal_offset)))
+          s = s_s[r * 32 + c] * sl2;
+        x[u] = s;
+        mx = fmaxf(mx, s);
+      }
+      mx = fj::warp_max(mx);
+      const float m_old = s_m[r], m_new = fmaxf(m_old, mx);
+      // While a row has seen only masked keys its max is -inf; subtracting 0
+      // instead keeps exp2 at 0 rather than NaN.
+      const float m_use = m_new == FJ_NEG_INF ? 0.f : m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int u = 0; u < 1; ++u) {
+        const int c = lane + 32 * u;
+        const float e = fj::fast_exp2(x[u] - m_use);
+        if (c < 32) s_p[r * 32 + c] = fj::to_elem(e);
+        sum += e;
+      }
+      sum = fj::warp_sum(sum);
+      const float alpha = fj::fast_exp2(m_old - m_use);
+      for (int d = lane; d < 96; d += 32) s_o[r * 96 + d] *= alpha;
+      __syncwarp();
+      if (lane == 0) { s_m[r] = m_new; s_l[r] = s_l[r] * alpha + sum; }
+    }
+    __syncthreads();
+
+    // Phase C: O += P V.
+    for (int tt = warp; tt < 48; tt += 8) {
+      const int i = tt / 6, d = tt % 6;
+      frag_c acc;
+      wmma::load_matrix_sync(acc, s_o + i * 16 * 96 + d * 16, 96, wmma::mem_row_major);
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        frag_a a;
+        frag_bv bv;
+        { unsigned r_[4]; fj::ldmatrix_x4(r_, s_p + fj::p_off(i * 16 + lq_r, kk * 16 + lq_c)); fj::split(r_[0], a.x[0], a.x[1]); fj::split(r_[1], a.x[2], a.x[3]); fj::split(r_[2], a.x[4], a.x[5]); fj::split(r_[3], a.x[6], a.x[7]); a.x[8] = a.x[0]; a.x[9] = a.x[1]; a.x[10] = a.x[2]; a.x[11] = a.x[3]; a.x[12] = a.x[4]; a.x[13] = a.x[5]; a.x[14] = a.x[6]; a.x[15] = a.x[7]; }
+        { unsigned r_[4]; fj::ldmatrix_x4_trans(r_, vt + fj::tile_off(kk * 16 + lv_r, d * 16 + lv_c)); fj::split(r_[0], bv.x[0], bv.x[1]); fj::split(r_[1], bv.x[2], bv.x[3]); fj::split(r_[2], bv.x[4], bv.x[5]); fj::split(r_[3], bv.x[6], bv.x[7]); bv.x[8] = bv.x[0]; bv.x[9] = bv.x[1]; bv.x[10] = bv.x[2]; bv.x[11] = bv.x[3]; bv.x[12] = bv.x[4]; bv.x[13] = bv.x[5]; bv.x[14] = bv.x[6]; bv.x[15] = bv.x[7]; }
+        wmma::mma_sync(acc, a, bv, acc);
+      }
+      wmma::store_matrix_sync(s_o + i * 16 * 96 + d * 16, acc, 96, wmma::mem_row_major);
+    }
+    __syncthreads();  // tile t's buffers are refilled next iteration
+  }
+  fj::cp_async_wait<0>();
+
+  elem_t *o_out = static_cast<elem_t *>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+  __syncthreads();
+  // O = O / l, 16 bytes per store; log-sum-exp in natural log.
+  for (int i = threadIdx.x; i < 1536; i += 256) {
+    const int r = i / 12, c = i % 12;
+    if (m0 + r >= p.seq_q) continue;
+    const float l = s_l[r];
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    __align__(16) elem_t out[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) out[e] = fj::to_elem(s_o[r * 96 + c * 8 + e] * inv);
+    *reinterpret_cast<uint4 *>(o_out + (long long)(m0 + r) * p.o_stride[2] + c * 8) =
+        *reinterpret_cast<const uint4 *>(out);
+  }
+  if (p.lse) {
+    for (int r = threadIdx.x; r < 128; r += 256) {
+      if (m0 + r >= p.seq_q) continue;
+      const float l = s_l[r];
+      p.lse[((long long)b * p.heads_q + h) * p.seq_q + m0 + r] =
+          l > 0.f ? (s_m[r] + __log2f(l)) * 0.69314718056f : FJ_NEG_INF;
+    }
+  }
+}

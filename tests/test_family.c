@@ -1,0 +1,264 @@
+/*
+ * test_family.c -- the kernel family without a GPU: a sample of the variant
+ * space compiled for sm_80 and sm_90 (the resource gate: every default
+ * variant has zero spills), the refusals of combinations that cannot work,
+ * and what the generator does when a layout table is not what it needs.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/internal.h"
+#include "runner.h"
+
+static const int dims[] = {32, 64, 96, 128, 160, 192, 256};
+
+/* Variant i of a sample spread over every axis: each head dim with both
+ * softmax paths, stages 1-3, the three swizzles, both dtypes, the three
+ * masks, 4 and 8 warps, tiles from 16 to 128, and FP8 K/V. */
+static void sample(size_t i, fj_variant *v)
+{
+  int d = dims[i % 7];
+  fj_dtype dt = (i / 7) % 2 ? FJ_BF16 : FJ_F16;
+  fj_causal m = (fj_causal)((i / 3) % 3);
+  fj_variant_default(v, d, dt, m);
+  v->softmax = (i / 2) % 2 ? FJ_SOFTMAX_REGS : FJ_SOFTMAX_SMEM;
+  v->stages = 1 + (int)(i % 3);
+  v->swizzle = (fj_swizzle)(1 + (i / 4) % 3);
+  v->warps = i % 5 == 4 ? 8 : 4;
+  v->tile_n = d > 128 ? 32 : (i % 4 == 1 ? 128 : i % 4 == 2 ? 16 : 64);
+  v->tile_m = v->softmax == FJ_SOFTMAX_REGS ? 16 * v->warps
+                                            : (i % 6 == 5 ? 32 : 64);
+  if (i % 11 == 3) {  /* FP8 K/V: dequantised on load, one stage */
+    v->kv_dtype = FJ_E4M3;
+    v->stages = 1;
+  }
+}
+
+static void print_line(const fj_variant *v, fj_status st, fj_kernel *k,
+                       fj_ctx *ctx)
+{
+  char name[160];
+  fj_variant_name(v, name, sizeof name);
+  if (st != FJ_OK) {
+    printf("%-58s refused (%s)\n", name, fj_status_str(st));
+    return;
+  }
+  fj_resources r;
+  fj_kernel_resources(k, &r);
+  printf("%-58s %s regs=%3d smem=%6d spill=%d/%d\n", name, fj_ctx_arch(ctx),
+         r.registers, r.shared_static + r.shared_dynamic, r.spill_store_bytes,
+         r.spill_load_bytes);
+}
+
+/* The sample, then every default variant (head dim x dtype x mask), which
+ * must compile with no spills. */
+static int family_sample(const char *arch)
+{
+  enum { SAMPLE = 48, DEFAULTS = 7 * 2 * 3 };
+  fj_ctx *ctx = fjt_ctx(arch, NULL);
+  CHECK(ctx);
+  fj_variant vs[SAMPLE + DEFAULTS];
+  fj_status st[SAMPLE + DEFAULTS];
+  for (size_t i = 0; i < SAMPLE; i++)
+    sample(i, &vs[i]);
+  for (size_t i = 0; i < DEFAULTS; i++)
+    fj_variant_default(&vs[SAMPLE + i], dims[i / 6], i % 2 ? FJ_BF16 : FJ_F16,
+                       (fj_causal)((i / 2) % 3));
+  fj_prepare_opts o = {2, NULL, NULL};
+  fj_kernel_prepare(ctx, vs, SAMPLE + DEFAULTS, &o, st);
+  int compiled = 0, axes_seen[8][4] = {{0}};
+  for (size_t i = 0; i < SAMPLE + DEFAULTS; i++) {
+    fj_kernel *k = NULL;
+    if (st[i] == FJ_OK)
+      CHECK_OK(ctx, fj_kernel_get(ctx, &vs[i], &k));
+    print_line(&vs[i], st[i], k, ctx);
+    /* Refusals in the sample are resource limits only (sm_80's smaller
+     * shared memory); everything else, and every default, must compile. */
+    CHECK(st[i] == FJ_OK || (st[i] == FJ_ERR_RESOURCES && i < SAMPLE));
+    if (st[i] != FJ_OK)
+      continue;
+    compiled += i < SAMPLE;
+    axes_seen[0][vs[i].softmax]++;
+    axes_seen[1][vs[i].stages]++;
+    axes_seen[2][vs[i].swizzle]++;
+    axes_seen[3][vs[i].causal]++;
+    axes_seen[4][vs[i].dtype]++;
+    fj_resources r;
+    fj_kernel_resources(k, &r);
+    if (i >= SAMPLE)
+      CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+  }
+  printf("%s: %d of %d sampled variants compiled\n", arch, compiled, SAMPLE);
+  CHECK(compiled >= 40);
+  for (int a = 1; a <= 3; a++)
+    CHECK(axes_seen[1][a] && axes_seen[2][a]);
+  CHECK(axes_seen[0][1] && axes_seen[0][2] && axes_seen[3][0] &&
+        axes_seen[3][1] && axes_seen[3][2] && axes_seen[4][1] && axes_seen[4][2]);
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+int test_family_sample_sm80(void)
+{
+  return family_sample("sm_80");
+}
+
+int test_family_sample_sm90(void)
+{
+  return family_sample("sm_90");
+}
+
+/* ---- refusals ------------------------------------------------------------------ */
+
+static int refused(fj_ctx *ctx, const fj_variant *v, fj_status want,
+                   const char *text)
+{
+  CHECK_ST(ctx, fj_variant_check(ctx, v), want);
+  CHECK_MSG(ctx, text);
+  return 0;
+}
+
+int test_family_refusals(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  fj_variant v;
+  fj_variant_default(&v, 64, FJ_F16, FJ_CAUSAL_NONE);
+  v.softmax = FJ_SOFTMAX_REGS;
+  v.tile_m = 128;
+  v.warps = 4;
+  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED,
+                "softmax regs: tile_m 128 must be 16 x warps = 64") == 0);
+  fj_variant_default(&v, 64, FJ_F16, FJ_CAUSAL_NONE);
+  v.kv_dtype = FJ_E4M3;
+  v.stages = 2;
+  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED,
+                "kv_dtype e4m3 is dequantised as it loads, so it takes stages 1 (not 2)") == 0);
+  fj_variant_default(&v, 64, FJ_F16, FJ_CAUSAL_NONE);
+  v.stages = 4;
+  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "stages 4 is not implemented: 1, 2 or 3") == 0);
+  fj_variant_default(&v, 256, FJ_F16, FJ_CAUSAL_NONE);
+  v.softmax = FJ_SOFTMAX_REGS;
+  v.tile_m = 64;
+  v.warps = 4;
+  v.tile_n = 256;
+  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED,
+                "needs about 296 registers per thread for O and S; the limit is 255 (over by 41)") == 0);
+  fj_variant_default(&v, 128, FJ_F16, FJ_CAUSAL_NONE);
+  v.softmax = FJ_SOFTMAX_SMEM;
+  v.stages = 3;
+  v.tile_n = 128;
+  CHECK(refused(ctx, &v, FJ_ERR_RESOURCES, "sm_90a allows 232448 (over by") == 0);
+  fj_ctx_destroy(ctx);
+  /* cp.async needs sm_80. */
+  ctx = fjt_ctx("sm_75", NULL);
+  CHECK(ctx);
+  fj_variant_default(&v, 64, FJ_F16, FJ_CAUSAL_NONE);
+  v.softmax = FJ_SOFTMAX_SMEM;
+  v.stages = 2;
+  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "stages 2 needs cp.async (sm_80 or newer); the target is sm_75") == 0);
+  fj_ctx_destroy(ctx);
+  /* FP8 rows move in 16-byte pieces: strides in multiples of 16 elements. */
+  ctx = fjt_ctx("sm_90a", NULL);
+  fj_problem p;
+  fj_problem_init(&p, 1, 2, 2, 64, 64, 64, FJ_F16, FJ_BHSD);
+  p.kv_dtype = FJ_E4M3;
+  static float scale[2];
+  p.k_scale = p.v_scale = scale;
+  p.k_stride[2] = 72;
+  static _Alignas(16) char buf[64];
+  CHECK_ST(ctx, fj_attention_fwd(ctx, &p, buf, buf, buf, buf, NULL, NULL), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "k_stride[2] = 72 is not a multiple of 16 elements");
+  p.k_stride[2] = 64;
+  p.k_scale = NULL;
+  CHECK_ST(ctx, fj_problem_check(ctx, &p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "kv_dtype e4m3 needs k_scale and v_scale");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* ---- when the layout table is not what the generator needs ---------------------------- */
+
+/* Renders a regs variant with one of its tables edited by `edit`. */
+static fj_status render_edited(fj_ctx *ctx, int table, void (*edit)(fj_lut *),
+                               fj_buf *out)
+{
+  fj_variant v;
+  fj_variant_default(&v, 64, FJ_F16, FJ_CAUSAL_TOP_LEFT);
+  v.softmax = FJ_SOFTMAX_REGS;
+  v.swizzle = FJ_SWIZZLE_XOR;
+  v.tile_m = 64;
+  v.warps = 4;
+  fj_vparams vp;
+  fj_kmeta meta;
+  fj_status st = fj__variant_params(ctx, &v, &vp);
+  if (st != FJ_OK)
+    return st;
+  edit(&vp.luts[table]);
+  return fj__render(ctx, vp.template_name, vp.p, vp.n, out, &meta);
+}
+
+/* Lane 5 holds slots 0 and 3 the other way round: still a valid table, but
+ * not base + delta. */
+static void not_separable(fj_lut *l)
+{
+  uint16_t t = l->map[5][0];
+  l->map[5][0] = l->map[5][3];
+  l->map[5][3] = t;
+}
+
+/* The A operand laid out like B (k, n): valid and separable, but its slots
+ * do not hold the accumulator's elements. */
+static void a_like_b(fj_lut *l)
+{
+  fj__lut_reference(FJ_FRAG_WMMA_B_F16_COL, l);
+  l->frag = FJ_FRAG_WMMA_A_F16_ROW;
+}
+
+/* B's first two slots swapped: separable, but not what ldmatrix yields. */
+static void not_ldmatrix(fj_lut *l)
+{
+  for (int lane = 0; lane < 32; lane++) {
+    uint16_t t = l->map[lane][0];
+    l->map[lane][0] = l->map[lane][1];
+    l->map[lane][1] = t;
+    l->map[lane][8] = l->map[lane][0];
+    l->map[lane][9] = l->map[lane][1];
+  }
+}
+
+int test_family_lut_disagrees(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  fj_buf src = {0};
+  /* Not separable: refused, with the reason and the table's device. */
+  CHECK_ST(ctx, render_edited(ctx, 0, not_separable, &src), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "softmax regs: the accumulator (wmma_acc_f32 on reference (NVIDIA H200)) "
+                 "is not separable: lane 5 slot");
+  /* A does not hold S's elements: P goes through shared memory. */
+  CHECK_OK(ctx, render_edited(ctx, 1, a_like_b, &src));
+  CHECK(strstr(src.data, "P goes through"));
+  CHECK(!strstr(src.data, "P never leaves registers"));
+  fj_compiled out = {0};
+  CHECK_OK(ctx, fj__compile(ctx, "p_smem.cu", src.data, "sm_90a", 0, &out));
+  fj__compiled_free(&out);
+  /* The unedited tables: P stays in registers, fragments come by ldmatrix. */
+  fj_variant v;
+  fj_variant_default(&v, 64, FJ_F16, FJ_CAUSAL_TOP_LEFT);
+  v.softmax = FJ_SOFTMAX_REGS;
+  v.swizzle = FJ_SWIZZLE_XOR;
+  fj_kernel *k;
+  CHECK_OK(ctx, fj_kernel_get(ctx, &v, &k));
+  CHECK(strstr(fj_kernel_source(k, NULL), "P never leaves registers"));
+  CHECK(strstr(fj_kernel_source(k, NULL), "fj::ldmatrix_x4_trans(r_, vt"));
+  /* B not in ldmatrix's layout: loaded element by element, and it compiles. */
+  CHECK_OK(ctx, render_edited(ctx, 2, not_ldmatrix, &src));
+  CHECK(strstr(src.data, "bt.x[0] = kt[fj::tile_off("));
+  CHECK(!strstr(src.data, "ldmatrix_x4(r_, kt"));
+  CHECK_OK(ctx, fj__compile(ctx, "elementwise.cu", src.data, "sm_90a", 0, &out));
+  fj__compiled_free(&out);
+  fj__buf_free(&src);
+  fj_ctx_destroy(ctx);
+  return 0;
+}
