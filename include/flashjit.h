@@ -214,7 +214,10 @@ typedef struct fj_variant {
 } fj_variant;
 
 /* Fills v with the library's default variant for a head dim, dtype and
- * causal mode (the heuristic that fj_attention_fwd falls back on). */
+ * causal mode: a portable choice that fits every target from sm_80 on.
+ * fj_attention_variant gives the choice fj_attention_fwd makes for a
+ * problem on a context's device (which may differ, e.g. larger tiles where
+ * the device has the shared memory, or one stage for FP8 K/V). */
 FJ_API void fj_variant_default(fj_variant *v, int head_dim, fj_dtype dtype,
                                fj_causal causal);
 

@@ -92,14 +92,24 @@ int fj_variant_name(const fj_variant *v, char *buf, size_t size)
 
 /* ---- defaults ------------------------------------------------------------------- */
 
+/* The defaults come from sweeps of every tile/warps/stages/swizzle/softmax
+ * combination on an H200 (docs/PERF.md): register softmax with a two-stage
+ * cp.async ring everywhere; 4 warps over 64 rows for head dims up to 64,
+ * 8 warps over 128 rows above, key tiles as large as sm_80's 163 KB of
+ * shared memory allows. */
 void fj_variant_default(fj_variant *v, int head_dim, fj_dtype dtype,
                         fj_causal causal)
 {
+  int small = head_dim <= 64;
   memset(v, 0, sizeof *v);
   v->head_dim = head_dim;
-  v->tile_m = 64;
-  v->tile_n = head_dim > 128 ? 32 : 64;
-  v->warps = 4;
+  v->tile_m = small ? 64 : 128;
+  v->tile_n = small ? 128 : head_dim > 192 ? 32 : 64;
+  /* bf16 at head_dim 160 with 64-key tiles reaches 255 registers and
+   * spills (8 bytes on sm_90, 52 on sm_80); 32-key tiles do not. */
+  if (dtype == FJ_BF16 && head_dim == 160)
+    v->tile_n = 32;
+  v->warps = small ? 4 : 8;
   v->stages = 2;
   v->swizzle = FJ_SWIZZLE_PAD;
   v->softmax = FJ_SOFTMAX_REGS;

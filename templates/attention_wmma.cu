@@ -88,7 +88,7 @@
   -- registers; refused when even without Q it cannot fit.
   local a_regs = dtype == "f16" and 8 or 4
   local o_regs, s_regs, q_regs = (D // 16) * 8, (BN // 16) * 8, (D // 16) * a_regs
-  local QREGS = regs and o_regs + s_regs + q_regs + 40 <= 200
+  local QREGS = regs and D <= 128 and o_regs + s_regs + q_regs + 40 <= 200
   if regs and o_regs + s_regs + 40 > 255 then
     no("softmax regs with head_dim %d and tile_n %d needs about %d registers per thread for O and S; the limit is 255 (over by %d): use a smaller tile_n or softmax smem",
        D, BN, o_regs + s_regs + 40, o_regs + s_regs + 40 - 255)
@@ -531,19 +531,21 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 
     // Softmax on the fragments: scale, mask, row max over the lane's slots
     // and the lanes that share the row (XOR {{ table.concat(rows.masks, ", ") }}).
+    // Per row, the first column of this tile (counted from the lane's
+    // base) that the row may not see: the sequence end or the diagonal.
 {%   for c = 1, #rows.classes do %}
     float mx{{ c }} = FJ_NEG_INF;
+    int lim{{ c }} = p.seq_kv - n0 - acc_c;
+{%     if causal_mask then %}
+    lim{{ c }} = min(lim{{ c }}, m0 + wr + acc_r + {{ rows.classes[c].drow }} + p.causal_offset + 1 - n0 - acc_c);
+{%     end %}
 {%   end %}
 #pragma unroll
     for (int j = 0; j < {{ BN // 16 }}; ++j) {
 {%   for i = 0, acc.slots - 1 do %}
       {
         float s = sc[j].x[{{ i }}] * sl2;
-        if (need_mask) {
-          const int row = m0 + wr + acc_r + {{ acc.drow[i] }}, col = n0 + j * 16 + acc_c + {{ acc.dcol[i] }};
-          (void)row;
-          if (col >= p.seq_kv{% if causal_mask then %} || col > row + p.causal_offset{% end %}) s = FJ_NEG_INF;
-        }
+        if (need_mask && j * 16 + {{ acc.dcol[i] }} >= lim{{ rows.class_of[i] }}) s = FJ_NEG_INF;
         sc[j].x[{{ i }}] = s;
         mx{{ rows.class_of[i] }} = fmaxf(mx{{ rows.class_of[i] }}, s);
       }

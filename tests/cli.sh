@@ -68,7 +68,7 @@ done
 grep -q "^cache=miss$" "$tmp/res" || fail "first emit is not a miss"
 grep -q "^spill_store_bytes=0$" "$tmp/res" || fail "the default variant spills"
 "$FJ" emit --what resources | grep -q "^cache=hit$" || fail "second emit is not a hit"
-"$FJ" emit --head-dim 128 --dtype bf16 --causal --softmax smem --stages 1 --arch sm_80 | grep -q "^// flashjit generated kernel: fj_attn_d128_m64_n64_w4_s1_pad_smem_wmma_tl_bf16" \
+"$FJ" emit --head-dim 128 --dtype bf16 --causal --softmax smem --stages 1 --tile-m 64 --tile-n 64 --warps 4 --arch sm_80 | grep -q "^// flashjit generated kernel: fj_attn_d128_m64_n64_w4_s1_pad_smem_wmma_tl_bf16" \
   || fail "emit source lacks its header"
 "$FJ" emit --what ptx --arch sm_90 | grep -q "wmma.mma.sync" || fail "PTX lacks wmma.mma"
 "$FJ" emit --what cubin -o "$tmp/k.cubin" && head -c 4 "$tmp/k.cubin" | grep -q "ELF" || fail "cubin is no ELF file"

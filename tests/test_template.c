@@ -111,7 +111,7 @@ int test_render_params(void)
   fj_buf a = {0}, b = {0};
   CHECK_OK(ctx, render_variant(ctx, &v, &a));
   CHECK(strstr(a.data, "// flashjit generated kernel: "
-                       "fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_tl_bf16"));
+                       "fj_attn_d64_m64_n128_w4_s1_pad_smem_wmma_tl_bf16"));
   CHECK(strstr(a.data, "target: sm_80"));
   CHECK(strstr(a.data, "typedef __nv_bfloat16 elem_t;"));
   CHECK(strstr(a.data, "p.causal_offset"));

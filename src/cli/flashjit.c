@@ -973,8 +973,10 @@ static void sweep_time_line(const cli *c, fj_ctx *ctx, run_data *d,
   if (st == FJ_OK)
     st = time_variant(ctx, d, v, 2, iters, &t);
   if (st != FJ_OK) {
+    /* The batch compile kept no message per variant: ask again. */
     char why[160];
-    snprintf(why, sizeof why, "%s", fj_errmsg(ctx));
+    int rechecked = fj_variant_check(ctx, v) != FJ_OK;
+    snprintf(why, sizeof why, "%s", rechecked ? fj_errmsg(ctx) : fj_status_str(st));
     why[strcspn(why, "\n")] = '\0';
     printf("%-56s refused: %s\n", name, why);
     return;

@@ -1,5 +1,5 @@
-// flashjit generated kernel: fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_nc_f16
-// variant: head_dim=64 tile_m=64 tile_n=64 warps=4 stages=1 swizzle=pad softmax=smem mma=wmma causal=none dtype=f16 kv_dtype=f16
+// flashjit generated kernel: fj_attn_d64_m64_n128_w4_s1_pad_smem_wmma_nc_f16
+// variant: head_dim=64 tile_m=64 tile_n=128 warps=4 stages=1 swizzle=pad softmax=smem mma=wmma causal=none dtype=f16 kv_dtype=f16
 // target: sm_90a; rendered by flashjit 0.1.0 from templates/attention_wmma.cu
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -47,7 +47,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 }  // namespace fj
 
-// shared memory: 72192 bytes; q @0; k @9216; v @18432; s @27648; p @45056; o @54272; m @71680; l @71936
+// shared memory: 115200 bytes; q @0; k @9216; v @27648; s @46080; p @79872; o @97280; m @114688; l @114944
 
 // Fragment layouts from the layout tables: each lane's base (row | col << 4);
 // slot s adds a compile-time delta.
@@ -62,7 +62,7 @@ typedef __half2 elem2_t;
 __device__ __forceinline__ elem2_t to_elem2(float a, float b) { return __floats2half2_rn(a, b); }
 
 // Element offset of (r, c) in a P tile.
-__device__ __forceinline__ int p_off(int r, int c) { return r * 72 + c; }
+__device__ __forceinline__ int p_off(int r, int c) { return r * 136 + c; }
 
 // Element offset of (r, c) in a Q, K or V tile.
 __device__ __forceinline__ int tile_off(int r, int c) {
@@ -108,7 +108,7 @@ __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long l
 // budget of its own and spills long-lived values (seen at 96 registers for
 // head_dim 32) instead of using the registers it may have.
 extern "C" __global__ void __launch_bounds__(128, 1)
-fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_nc_f16(const fj::Params p) {
+fj_attn_d64_m64_n128_w4_s1_pad_smem_wmma_nc_f16(const fj::Params p) {
   using namespace nvcuda;
   using fj::elem_t;
   using fj::elem2_t;
@@ -119,12 +119,12 @@ fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_nc_f16(const fj::Params p) {
   extern __shared__ __align__(128) unsigned char smem[];
   elem_t *const s_q = reinterpret_cast<elem_t *>(smem + 0);
   elem_t *const s_k = reinterpret_cast<elem_t *>(smem + 9216);
-  elem_t *const s_v = reinterpret_cast<elem_t *>(smem + 18432);
-  float *const s_s = reinterpret_cast<float *>(smem + 27648);
-  elem_t *const s_p = reinterpret_cast<elem_t *>(smem + 45056);
-  float *const s_o = reinterpret_cast<float *>(smem + 54272);
-  float *const s_m = reinterpret_cast<float *>(smem + 71680);
-  float *const s_l = reinterpret_cast<float *>(smem + 71936);
+  elem_t *const s_v = reinterpret_cast<elem_t *>(smem + 27648);
+  float *const s_s = reinterpret_cast<float *>(smem + 46080);
+  elem_t *const s_p = reinterpret_cast<elem_t *>(smem + 79872);
+  float *const s_o = reinterpret_cast<float *>(smem + 97280);
+  float *const s_m = reinterpret_cast<float *>(smem + 114688);
+  float *const s_l = reinterpret_cast<float *>(smem + 114944);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   (void)warp; (void)lane;
@@ -145,7 +145,7 @@ fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_nc_f16(const fj::Params p) {
 
   // Keys this block can see: all of them, or up to its last row's diagonal.
   int n_end = p.seq_kv;
-  const int ntiles = n_end > 0 ? (n_end + 63) / 64 : 0;
+  const int ntiles = n_end > 0 ? (n_end + 127) / 128 : 0;
 
   fj::load_tile<64>(s_q, q, p.q_stride[2], m0, p.seq_q);
   for (int i = threadIdx.x; i < 4352; i += 128) s_o[i] = 0.f;
@@ -153,19 +153,19 @@ fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_nc_f16(const fj::Params p) {
   __syncthreads();
 
   for (int t = 0; t < ntiles; ++t) {
-    const int n0 = t * 64;
+    const int n0 = t * 128;
     if (t > 0) __syncthreads();  // the previous tile is no longer read
-    fj::load_tile<64>(s_k, k, p.k_stride[2], n0, p.seq_kv);
-    fj::load_tile<64>(s_v, v, p.v_stride[2], n0, p.seq_kv);
+    fj::load_tile<128>(s_k, k, p.k_stride[2], n0, p.seq_kv);
+    fj::load_tile<128>(s_v, v, p.v_stride[2], n0, p.seq_kv);
     __syncthreads();
     const elem_t *kt = s_k, *vt = s_v;
     // Masks only where a key is past the end or above some row's diagonal.
-    const bool need_mask = n0 + 64 > p.seq_kv;
+    const bool need_mask = n0 + 128 > p.seq_kv;
     (void)need_mask;
 
     // Phase A: S = Q K^T.
-    for (int tt = warp; tt < 16; tt += 4) {
-      const int i = tt / 4, j = tt % 4;
+    for (int tt = warp; tt < 32; tt += 4) {
+      const int i = tt / 8, j = tt % 8;
       frag_c acc;
       wmma::fill_fragment(acc, 0.f);
 #pragma unroll
@@ -176,7 +176,7 @@ fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_nc_f16(const fj::Params p) {
         { unsigned r_[4]; fj::ldmatrix_x4(r_, kt + fj::tile_off(j * 16 + lk_r, kk * 16 + lk_c)); fj::split(r_[0], bt.x[0], bt.x[1]); fj::split(r_[1], bt.x[2], bt.x[3]); fj::split(r_[2], bt.x[4], bt.x[5]); fj::split(r_[3], bt.x[6], bt.x[7]); bt.x[8] = bt.x[0]; bt.x[9] = bt.x[1]; bt.x[10] = bt.x[2]; bt.x[11] = bt.x[3]; bt.x[12] = bt.x[4]; bt.x[13] = bt.x[5]; bt.x[14] = bt.x[6]; bt.x[15] = bt.x[7]; }
         wmma::mma_sync(acc, a, bt, acc);
       }
-      wmma::store_matrix_sync(s_s + i * 16 * 68 + j * 16, acc, 68, wmma::mem_row_major);
+      wmma::store_matrix_sync(s_s + i * 16 * 132 + j * 16, acc, 132, wmma::mem_row_major);
     }
     __syncthreads();
 
@@ -184,14 +184,14 @@ fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_nc_f16(const fj::Params p) {
     for (int r = warp; r < 64; r += 4) {
       const int row = m0 + r;
       (void)row;
-      float x[2];
+      float x[4];
       float mx = FJ_NEG_INF;
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
+      for (int u = 0; u < 4; ++u) {
         const int c = lane + 32 * u, j = n0 + c;
         float s = FJ_NEG_INF;
-        if (c < 64 && (!need_mask || (j < p.seq_kv)))
-          s = s_s[r * 68 + c] * sl2;
+        if (c < 128 && (!need_mask || (j < p.seq_kv)))
+          s = s_s[r * 132 + c] * sl2;
         x[u] = s;
         mx = fmaxf(mx, s);
       }
@@ -202,10 +202,10 @@ fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_nc_f16(const fj::Params p) {
       const float m_use = m_new == FJ_NEG_INF ? 0.f : m_new;
       float sum = 0.f;
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
+      for (int u = 0; u < 4; ++u) {
         const int c = lane + 32 * u;
         const float e = fj::fast_exp2(x[u] - m_use);
-        if (c < 64) s_p[r * 72 + c] = fj::to_elem(e);
+        if (c < 128) s_p[r * 136 + c] = fj::to_elem(e);
         sum += e;
       }
       sum = fj::warp_sum(sum);
@@ -222,7 +222,7 @@ fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_nc_f16(const fj::Params p) {
       frag_c acc;
       wmma::load_matrix_sync(acc, s_o + i * 16 * 68 + d * 16, 68, wmma::mem_row_major);
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
+      for (int kk = 0; kk < 8; ++kk) {
         frag_a a;
         frag_bv bv;
         { unsigned r_[4]; fj::ldmatrix_x4(r_, s_p + fj::p_off(i * 16 + lq_r, kk * 16 + lq_c)); fj::split(r_[0], a.x[0], a.x[1]); fj::split(r_[1], a.x[2], a.x[3]); fj::split(r_[2], a.x[4], a.x[5]); fj::split(r_[3], a.x[6], a.x[7]); a.x[8] = a.x[0]; a.x[9] = a.x[1]; a.x[10] = a.x[2]; a.x[11] = a.x[3]; a.x[12] = a.x[4]; a.x[13] = a.x[5]; a.x[14] = a.x[6]; a.x[15] = a.x[7]; }

@@ -1,5 +1,5 @@
-// flashjit generated kernel: fj_attn_d128_m64_n64_w4_s2_xor_regs_wmma_tl_bf16
-// variant: head_dim=128 tile_m=64 tile_n=64 warps=4 stages=2 swizzle=xor softmax=regs mma=wmma causal=top-left dtype=bf16 kv_dtype=bf16
+// flashjit generated kernel: fj_attn_d128_m128_n64_w8_s2_xor_regs_wmma_tl_bf16
+// variant: head_dim=128 tile_m=128 tile_n=64 warps=8 stages=2 swizzle=xor softmax=regs mma=wmma causal=top-left dtype=bf16 kv_dtype=bf16
 // target: sm_90a; rendered by flashjit 0.1.0 from templates/attention_wmma.cu
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -47,7 +47,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 }  // namespace fj
 
-// shared memory: 81920 bytes; q @0; k @16384; v @49152
+// shared memory: 98304 bytes; q @0; k @32768; v @65536
 
 // Fragment layouts from the layout tables: each lane's base (row | col << 4);
 // slot s adds a compile-time delta.
@@ -101,7 +101,7 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 template <int ROWS>
 __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long long stride,
                                           int row0, int rows) {
-  for (int i = threadIdx.x; i < ROWS * 16; i += 128) {
+  for (int i = threadIdx.x; i < ROWS * 16; i += 256) {
     const int r = i / 16, c = i % 16;
     elem_t *d = dst + tile_off(r, c * 8);
     const bool in = row0 + r < rows;
@@ -114,8 +114,8 @@ __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long l
 // Minimum one block per multiprocessor: without it ptxas keeps a register
 // budget of its own and spills long-lived values (seen at 96 registers for
 // head_dim 32) instead of using the registers it may have.
-extern "C" __global__ void __launch_bounds__(128, 1)
-fj_attn_d128_m64_n64_w4_s2_xor_regs_wmma_tl_bf16(const fj::Params p) {
+extern "C" __global__ void __launch_bounds__(256, 1)
+fj_attn_d128_m128_n64_w8_s2_xor_regs_wmma_tl_bf16(const fj::Params p) {
   using namespace nvcuda;
   using fj::elem_t;
   using fj::elem2_t;
@@ -125,13 +125,13 @@ fj_attn_d128_m64_n64_w4_s2_xor_regs_wmma_tl_bf16(const fj::Params p) {
   typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
   extern __shared__ __align__(128) unsigned char smem[];
   elem_t *const s_q = reinterpret_cast<elem_t *>(smem + 0);
-  elem_t *const s_k = reinterpret_cast<elem_t *>(smem + 16384);
-  elem_t *const s_v = reinterpret_cast<elem_t *>(smem + 49152);
+  elem_t *const s_k = reinterpret_cast<elem_t *>(smem + 32768);
+  elem_t *const s_v = reinterpret_cast<elem_t *>(smem + 65536);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   (void)warp; (void)lane;
   // Heaviest causal blocks (the last rows) first.
-  const int m0 = (gridDim.x - 1 - blockIdx.x) * 64;
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * 128;
   const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
   const elem_t *q = static_cast<const elem_t *>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
   const elem_t *k = static_cast<const elem_t *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
@@ -147,10 +147,10 @@ fj_attn_d128_m64_n64_w4_s2_xor_regs_wmma_tl_bf16(const fj::Params p) {
 
   // Keys this block can see: all of them, or up to its last row's diagonal.
   int n_end = p.seq_kv;
-  n_end = min(n_end, min(m0 + 64, p.seq_q) + p.causal_offset);
+  n_end = min(n_end, min(m0 + 128, p.seq_q) + p.causal_offset);
   const int ntiles = n_end > 0 ? (n_end + 63) / 64 : 0;
 
-  fj::load_tile<64>(s_q, q, p.q_stride[2], m0, p.seq_q);
+  fj::load_tile<128>(s_q, q, p.q_stride[2], m0, p.seq_q);
   fj::cp_async_commit();
   // Prologue: the first 1 K/V tiles in flight, one group each
   // (empty groups keep the count uniform).
@@ -211,87 +211,61 @@ fj_attn_d128_m64_n64_w4_s2_xor_regs_wmma_tl_bf16(const fj::Params p) {
 
     // Softmax on the fragments: scale, mask, row max over the lane's slots
     // and the lanes that share the row (XOR 1, 2).
+    // Per row, the first column of this tile (counted from the lane's
+    // base) that the row may not see: the sequence end or the diagonal.
     float mx1 = FJ_NEG_INF;
+    int lim1 = p.seq_kv - n0 - acc_c;
+    lim1 = min(lim1, m0 + wr + acc_r + 0 + p.causal_offset + 1 - n0 - acc_c);
     float mx2 = FJ_NEG_INF;
+    int lim2 = p.seq_kv - n0 - acc_c;
+    lim2 = min(lim2, m0 + wr + acc_r + 8 + p.causal_offset + 1 - n0 - acc_c);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       {
         float s = sc[j].x[0] * sl2;
-        if (need_mask) {
-          const int row = m0 + wr + acc_r + 0, col = n0 + j * 16 + acc_c + 0;
-          (void)row;
-          if (col >= p.seq_kv || col > row + p.causal_offset) s = FJ_NEG_INF;
-        }
+        if (need_mask && j * 16 + 0 >= lim1) s = FJ_NEG_INF;
         sc[j].x[0] = s;
         mx1 = fmaxf(mx1, s);
       }
       {
         float s = sc[j].x[1] * sl2;
-        if (need_mask) {
-          const int row = m0 + wr + acc_r + 0, col = n0 + j * 16 + acc_c + 1;
-          (void)row;
-          if (col >= p.seq_kv || col > row + p.causal_offset) s = FJ_NEG_INF;
-        }
+        if (need_mask && j * 16 + 1 >= lim1) s = FJ_NEG_INF;
         sc[j].x[1] = s;
         mx1 = fmaxf(mx1, s);
       }
       {
         float s = sc[j].x[2] * sl2;
-        if (need_mask) {
-          const int row = m0 + wr + acc_r + 8, col = n0 + j * 16 + acc_c + 0;
-          (void)row;
-          if (col >= p.seq_kv || col > row + p.causal_offset) s = FJ_NEG_INF;
-        }
+        if (need_mask && j * 16 + 0 >= lim2) s = FJ_NEG_INF;
         sc[j].x[2] = s;
         mx2 = fmaxf(mx2, s);
       }
       {
         float s = sc[j].x[3] * sl2;
-        if (need_mask) {
-          const int row = m0 + wr + acc_r + 8, col = n0 + j * 16 + acc_c + 1;
-          (void)row;
-          if (col >= p.seq_kv || col > row + p.causal_offset) s = FJ_NEG_INF;
-        }
+        if (need_mask && j * 16 + 1 >= lim2) s = FJ_NEG_INF;
         sc[j].x[3] = s;
         mx2 = fmaxf(mx2, s);
       }
       {
         float s = sc[j].x[4] * sl2;
-        if (need_mask) {
-          const int row = m0 + wr + acc_r + 0, col = n0 + j * 16 + acc_c + 8;
-          (void)row;
-          if (col >= p.seq_kv || col > row + p.causal_offset) s = FJ_NEG_INF;
-        }
+        if (need_mask && j * 16 + 8 >= lim1) s = FJ_NEG_INF;
         sc[j].x[4] = s;
         mx1 = fmaxf(mx1, s);
       }
       {
         float s = sc[j].x[5] * sl2;
-        if (need_mask) {
-          const int row = m0 + wr + acc_r + 0, col = n0 + j * 16 + acc_c + 9;
-          (void)row;
-          if (col >= p.seq_kv || col > row + p.causal_offset) s = FJ_NEG_INF;
-        }
+        if (need_mask && j * 16 + 9 >= lim1) s = FJ_NEG_INF;
         sc[j].x[5] = s;
         mx1 = fmaxf(mx1, s);
       }
       {
         float s = sc[j].x[6] * sl2;
-        if (need_mask) {
-          const int row = m0 + wr + acc_r + 8, col = n0 + j * 16 + acc_c + 8;
-          (void)row;
-          if (col >= p.seq_kv || col > row + p.causal_offset) s = FJ_NEG_INF;
-        }
+        if (need_mask && j * 16 + 8 >= lim2) s = FJ_NEG_INF;
         sc[j].x[6] = s;
         mx2 = fmaxf(mx2, s);
       }
       {
         float s = sc[j].x[7] * sl2;
-        if (need_mask) {
-          const int row = m0 + wr + acc_r + 8, col = n0 + j * 16 + acc_c + 9;
-          (void)row;
-          if (col >= p.seq_kv || col > row + p.causal_offset) s = FJ_NEG_INF;
-        }
+        if (need_mask && j * 16 + 9 >= lim2) s = FJ_NEG_INF;
         sc[j].x[7] = s;
         mx2 = fmaxf(mx2, s);
       }
