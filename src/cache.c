@@ -361,24 +361,31 @@ static int visit_entry(const fj_cache *c, const char *name,
   return fn(user, &e);
 }
 
+/* The disk cache's file names, for listing and clearing. */
+static fj_status cache_names(fj_ctx *ctx, int temps, char ***names, size_t *n)
+{
+  fj_cache *c = ctx->cache;
+  if (!c->enabled)
+    return fj__fail(ctx, FJ_ERR_NOT_FOUND, "the disk cache is disabled");
+  if (dir_names(c->dir, temps, names, n) != 0)
+    return fj__fail(ctx, FJ_ERR_IO, "cannot read %s: %s", c->dir,
+                    strerror(errno));
+  return FJ_OK;
+}
+
 fj_status fj_cache_list(fj_ctx *ctx, fj_cache_visit_fn fn, void *user)
 {
   if (!ctx || !fn)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG, "fj_cache_list: NULL argument");
   fj__clear_error(ctx);
-  fj_cache *c = ctx->cache;
-  if (!c->enabled)
-    return fj__fail(ctx, FJ_ERR_NOT_FOUND, "the disk cache is disabled");
   size_t n = 0;
   char **names = NULL;
-  if (dir_names(c->dir, 0, &names, &n) != 0)
-    return fj__fail(ctx, FJ_ERR_IO, "cannot read %s: %s", c->dir,
-                    strerror(errno));
-  for (size_t i = 0; i < n; i++)
-    if (visit_entry(c, names[i], fn, user))
+  fj_status st = cache_names(ctx, 0, &names, &n);
+  for (size_t i = 0; st == FJ_OK && i < n; i++)
+    if (visit_entry(ctx->cache, names[i], fn, user))
       break;
   free_names(names, n);
-  return FJ_OK;
+  return st;
 }
 
 fj_status fj_cache_clear(fj_ctx *ctx, int *removed)
@@ -387,15 +394,12 @@ fj_status fj_cache_clear(fj_ctx *ctx, int *removed)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG, "fj_cache_clear: ctx is NULL");
   fj__clear_error(ctx);
   fj_cache *c = ctx->cache;
-  if (!c->enabled)
-    return fj__fail(ctx, FJ_ERR_NOT_FOUND, "the disk cache is disabled");
   size_t n = 0;
   char **names = NULL;
-  if (dir_names(c->dir, 1, &names, &n) != 0)
-    return fj__fail(ctx, FJ_ERR_IO, "cannot read %s: %s", c->dir,
-                    strerror(errno));
+  fj_status st = cache_names(ctx, 1, &names, &n);
+  if (st != FJ_OK)
+    return st;
   int count = 0;
-  fj_status st = FJ_OK;
   for (size_t i = 0; i < n; i++) {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", c->dir, names[i]);

@@ -187,10 +187,15 @@ static int write_blob(int fd, const void *p, uint64_t n)
 }
 
 /* In the child: compile, send, exit without running the parent's atexit
- * handlers. */
+ * handlers.  Crash signals get their default action first: the host may
+ * have installed handlers of its own (a Python fault handler, a sanitizer)
+ * that must not run here, and the parent reads the signal a crash sends. */
 static void child_main(int fd, const char *name, const char *src,
                        const char *arch)
 {
+  static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+  for (size_t i = 0; i < FJ_ARRAY_LEN(crash_signals); i++)
+    signal(crash_signals[i], SIG_DFL);
   job j = {FJ_OK, {0}, {0}};
   compile_here(name, src, arch, &j);
   int32_t st = (int32_t)j.status;

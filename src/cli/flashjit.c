@@ -521,21 +521,34 @@ static void sweep_line(fj_ctx *ctx, const fj_variant *v, fj_status st)
          r.spill_load_bytes, r.local_bytes, r.compile_ms);
 }
 
-static int emit_sweep(cli *c, fj_ctx *ctx)
+/* The sweep's variants, compiled in parallel; *st gets each one's status.
+ * Returns how many (0 when out of memory). */
+static size_t sweep_prepare(const cli *c, fj_ctx *ctx, fj_variant **vs,
+                            fj_status **st)
 {
   size_t n = sweep_variants(c, NULL);
-  fj_variant *vs = calloc(n, sizeof *vs);
-  fj_status *st = calloc(n, sizeof *st);
-  if (!vs || !st) {
-    free(vs);
-    free(st);
-    return EXIT_FAIL;
+  *vs = calloc(n, sizeof **vs);
+  *st = calloc(n, sizeof **st);
+  if (!*vs || !*st) {
+    free(*vs);
+    free(*st);
+    return 0;
   }
-  sweep_variants(c, vs);
+  sweep_variants(c, *vs);
   fj_prepare_opts o = {c->workers, sweep_progress, NULL};
-  fj_kernel_prepare(ctx, vs, n, &o, st);
+  fj_kernel_prepare(ctx, *vs, n, &o, *st);
   if (isatty(STDERR_FILENO))
     fputc('\n', stderr);
+  return n;
+}
+
+static int emit_sweep(cli *c, fj_ctx *ctx)
+{
+  fj_variant *vs;
+  fj_status *st;
+  size_t n = sweep_prepare(c, ctx, &vs, &st);
+  if (!n)
+    return EXIT_FAIL;
   for (size_t i = 0; i < n; i++)
     sweep_line(ctx, &vs[i], st[i]);
   free(vs);
@@ -996,19 +1009,11 @@ static void sweep_time_line(const cli *c, fj_ctx *ctx, run_data *d,
 
 static int run_sweep(const cli *c, fj_ctx *ctx, run_data *d)
 {
-  size_t n = sweep_variants(c, NULL);
-  fj_variant *vs = calloc(n, sizeof *vs), best;
-  fj_status *st = calloc(n, sizeof *st);
-  if (!vs || !st) {
-    free(vs);
-    free(st);
+  fj_variant *vs, best;
+  fj_status *st;
+  size_t n = sweep_prepare(c, ctx, &vs, &st);
+  if (!n)
     return EXIT_FAIL;
-  }
-  sweep_variants(c, vs);
-  fj_prepare_opts o = {c->workers, sweep_progress, NULL};
-  fj_kernel_prepare(ctx, vs, n, &o, st);
-  if (isatty(STDERR_FILENO))
-    fputc('\n', stderr);
   double best_ms = INFINITY;
   for (size_t i = 0; i < n; i++)
     sweep_time_line(c, ctx, d, &vs[i], st[i], c->iters > 0 ? c->iters : 10,
@@ -1044,6 +1049,22 @@ static int run_validate(cli *c, const fj_problem *p)
   return rc;
 }
 
+/* A timed (and, with --check, checked) run of one variant, or a sweep. */
+static int run_on_device(cli *c, fj_ctx *ctx, run_data *d)
+{
+  CUDA_TRY(cudaSetDevice(c->device));
+  int rc = run_alloc(d, c->seed ? c->seed : 1);
+  if (rc)
+    return rc;
+  if (c->sweep)
+    return run_sweep(c, ctx, d);
+  double rel;
+  if ((rc = run_report(c, ctx, d)) == 0 && (rc = run_timed(c, ctx, d)) == 0 &&
+      c->check)
+    rc = check_variant(c, ctx, d, c->variant_given ? &c->v : NULL, 0, &rel);
+  return rc;
+}
+
 static int cmd_run(cli *c)
 {
   if (!c->shape_given)
@@ -1056,19 +1077,7 @@ static int cmd_run(cli *c)
   fj_ctx *ctx;
   if (rc || (rc = open_ctx(c, c->device, NULL, &ctx)) != 0)
     return rc;
-  {
-    CUDA_TRY(cudaSetDevice(c->device));
-    rc = run_alloc(&d, c->seed ? c->seed : 1);
-    double rel;
-    if (!rc && c->sweep)
-      rc = run_sweep(c, ctx, &d);
-    else if (!rc)
-      rc = run_report(c, ctx, &d);
-    if (!rc && !c->sweep)
-      rc = run_timed(c, ctx, &d);
-    if (!rc && c->check && !c->sweep)
-      rc = check_variant(c, ctx, &d, c->variant_given ? &c->v : NULL, 0, &rel);
-  }
+  rc = run_on_device(c, ctx, &d);
   run_free(&d);
   fj_ctx_destroy(ctx);
   return rc;
