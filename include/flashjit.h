@@ -413,6 +413,69 @@ FJ_API fj_status fj_convert(fj_dtype to, void *dst, fj_dtype from,
                             const void *src, size_t n);
 
 /* ------------------------------------------------------------------------ */
+/* Autotuning                                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct fj_tune_opts {
+  int iters;               /* timed launches per candidate; default 10 */
+  int warmup;              /* untimed launches first; default 2 */
+  int workers;             /* compiler processes at once; 0: one per CPU, at
+                              most 16 */
+  int save;                /* 1 (default): record the winner in the tuning
+                              database */
+  fj_progress_fn progress; /* optional: steps done of total (compiles, then
+                              timings) */
+  void *user;
+} fj_tune_opts;
+
+typedef struct fj_tune_report {
+  int candidates;      /* variants enumerated */
+  int refused;         /* refused before compiling (resources, rules) */
+  int failed;          /* failed to compile or to launch */
+  int wrong;           /* output differed from the default variant's */
+  int timed;           /* candidates that ran and could win */
+  double best_ms;      /* median time of the winner */
+  double default_ms;   /* median time of the heuristic's variant */
+  double compile_s;    /* wall time compiling */
+  double total_s;      /* wall time of the whole tune */
+} fj_tune_report;
+
+/* Fills opts with the defaults above. */
+FJ_API void fj_tune_opts_init(fj_tune_opts *opts);
+
+/*
+ * Tunes one problem class on the context's device: enumerates the variants
+ * for p (tile sizes, warps, stages, swizzle, softmax path), drops those the
+ * rules or the device's limits refuse, compiles the rest in child processes
+ * in parallel, runs each on random inputs, checks its output against the
+ * default variant's (relative error under 1e-2), and picks the fastest by
+ * median time; exact ties go to the candidate enumerated first.  The winner
+ * goes into the tuning database (tune.json in the cache directory, written
+ * atomically) under the device, arch, driver and the problem class (head
+ * dim, dtypes, causal mode, sequence-length bucket, GQA ratio), where
+ * fj_attention_fwd finds it.  best and report may be NULL.  Needs a GPU
+ * context; allocates its own inputs (about 4 x the problem's size).
+ */
+FJ_API fj_status fj_tune(fj_ctx *ctx, const fj_problem *p,
+                         const fj_tune_opts *opts, fj_variant *best,
+                         fj_tune_report *report);
+
+typedef struct fj_tune_entry {
+  const char *key;      /* device|arch|driver|problem class */
+  fj_variant variant;
+  double ms;            /* the winner's median time when tuned */
+  double default_ms;    /* the heuristic's, for comparison */
+  const char *shape;    /* the problem tuned on, "B,Hq/Hkv,Sq/Skv,D" */
+  const char *date;     /* ISO 8601, UTC */
+} fj_tune_entry;
+
+typedef int (*fj_tune_visit_fn)(void *user, const fj_tune_entry *entry);
+
+/* Visits the tuning database's entries in key order (FJ_ERR_NOT_FOUND if
+ * there is none).  The entry's strings are valid during the call only. */
+FJ_API fj_status fj_tune_list(fj_ctx *ctx, fj_tune_visit_fn fn, void *user);
+
+/* ------------------------------------------------------------------------ */
 /* The fragment-layout table (the LUT)                                       */
 /* ------------------------------------------------------------------------ */
 

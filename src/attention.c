@@ -130,8 +130,7 @@ fj_status fj_problem_check(fj_ctx *ctx, const fj_problem *p)
 
 /* ---- choosing a variant ----------------------------------------------------------- */
 
-fj_status fj__choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
-                     fj_choice *from)
+void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
 {
   fj_variant_default(v, p->head_dim, p->dtype, p->causal);
   v->kv_dtype = p->kv_dtype == p->dtype ? 0 : p->kv_dtype;
@@ -141,8 +140,17 @@ fj_status fj__choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
    * Hopper has it (and runs it 16% faster on the H200), sm_80 does not. */
   if (v->head_dim > 192 && v->stages == 2 && fj__smem_limit(ctx) >= 210 * 1024)
     v->tile_n = 64;
+}
+
+fj_status fj__choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
+                     fj_choice *from)
+{
+  fj__heuristic(ctx, p, v);
+  pthread_mutex_lock(&ctx->lock);
+  int tuned = fj__tune_lookup(ctx, p, v);
+  pthread_mutex_unlock(&ctx->lock);
   if (from)
-    *from = FJ_CHOICE_HEURISTIC;
+    *from = tuned ? FJ_CHOICE_TUNED : FJ_CHOICE_HEURISTIC;
   return FJ_OK;
 }
 

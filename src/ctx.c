@@ -299,6 +299,7 @@ void fj_ctx_destroy(fj_ctx *ctx)
   if (!ctx)
     return;
   fj__kmap_free(ctx->kernels);
+  fj__tunedb_free(ctx->tunedb);
   fj__tpl_close(ctx->tpl);
   fj__cache_close(ctx->cache);
   if (ctx->has_device)

@@ -39,6 +39,12 @@ typedef struct cu_api {
   CUresult (*memFree)(CUdeviceptr);
   CUresult (*memcpyDtoH)(void *, CUdeviceptr, size_t);
   CUresult (*memcpyHtoD)(CUdeviceptr, const void *, size_t);
+  CUresult (*memsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*eventCreate)(CUevent *, unsigned);
+  CUresult (*eventRecord)(CUevent, CUstream);
+  CUresult (*eventSynchronize)(CUevent);
+  CUresult (*eventElapsedTime)(float *, CUevent, CUevent);
+  CUresult (*eventDestroy)(CUevent);
   CUresult (*getErrorName)(CUresult, const char **);
   CUresult (*getErrorString)(CUresult, const char **);
 } cu_api;
@@ -73,6 +79,13 @@ static const struct {
     FJ_CU_SYM_(memFree, "cuMemFree_v2"),
     FJ_CU_SYM_(memcpyDtoH, "cuMemcpyDtoH_v2"),
     FJ_CU_SYM_(memcpyHtoD, "cuMemcpyHtoD_v2"),
+    FJ_CU_SYM_(memsetD8, "cuMemsetD8_v2"),
+    FJ_CU_SYM_(eventCreate, "cuEventCreate"),
+    FJ_CU_SYM_(eventRecord, "cuEventRecord"),
+    FJ_CU_SYM_(eventSynchronize, "cuEventSynchronize"),
+    /* the first version, which every driver since CUDA 4 exports */
+    FJ_CU_SYM_(eventElapsedTime, "cuEventElapsedTime"),
+    FJ_CU_SYM_(eventDestroy, "cuEventDestroy_v2"),
     FJ_CU_SYM_(getErrorName, "cuGetErrorName"),
     FJ_CU_SYM_(getErrorString, "cuGetErrorString"),
 #undef FJ_CU_SYM_
@@ -278,5 +291,39 @@ fj_status fj__cu_copy_to_device(const fj_ctx *ctx, uint64_t dst,
 fj_status fj__cu_sync(const fj_ctx *ctx)
 {
   FJ_CU_TRY(ctx, cu.ctxSynchronize());
+  return FJ_OK;
+}
+
+fj_status fj__cu_memset(const fj_ctx *ctx, uint64_t dst, unsigned char byte,
+                        size_t bytes)
+{
+  FJ_CU_TRY(ctx, cu.memsetD8((CUdeviceptr)dst, byte, bytes));
+  return FJ_OK;
+}
+
+fj_status fj__cu_event_create(const fj_ctx *ctx, void **event)
+{
+  CUevent e;
+  FJ_CU_TRY(ctx, cu.eventCreate(&e, CU_EVENT_DEFAULT));
+  *event = e;
+  return FJ_OK;
+}
+
+void fj__cu_event_destroy(void *event)
+{
+  if (event)
+    cu.eventDestroy((CUevent)event);
+}
+
+fj_status fj__cu_event_record(const fj_ctx *ctx, void *event, void *stream)
+{
+  FJ_CU_TRY(ctx, cu.eventRecord((CUevent)event, (CUstream)stream));
+  return FJ_OK;
+}
+
+fj_status fj__cu_event_ms(const fj_ctx *ctx, void *start, void *end, float *ms)
+{
+  FJ_CU_TRY(ctx, cu.eventSynchronize((CUevent)end));
+  FJ_CU_TRY(ctx, cu.eventElapsedTime(ms, (CUevent)start, (CUevent)end));
   return FJ_OK;
 }

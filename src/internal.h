@@ -68,6 +68,7 @@ struct fj_ctx {
   fj_kmap *kernels; /* variant -> kernel */
   fj_lut luts[FJ_FRAG_COUNT + 1];
   int lut_ready[FJ_FRAG_COUNT + 1];
+  void *tunedb;     /* the tuning database's entries (json_t), read once */
 };
 
 /* Records a failure on the calling thread and returns status. */
@@ -118,6 +119,13 @@ fj_status fj__cu_copy_to_host(const fj_ctx *ctx, void *dst, uint64_t src,
 fj_status fj__cu_copy_to_device(const fj_ctx *ctx, uint64_t dst,
                                 const void *src, size_t bytes);
 fj_status fj__cu_sync(const fj_ctx *ctx);
+fj_status fj__cu_memset(const fj_ctx *ctx, uint64_t dst, unsigned char byte,
+                        size_t bytes);
+fj_status fj__cu_event_create(const fj_ctx *ctx, void **event);
+void fj__cu_event_destroy(void *event);
+fj_status fj__cu_event_record(const fj_ctx *ctx, void *event, void *stream);
+/* Waits for `end`, then the milliseconds between the two events. */
+fj_status fj__cu_event_ms(const fj_ctx *ctx, void *start, void *end, float *ms);
 
 /* ---- template.c: the Lua renderer -------------------------------------- */
 
@@ -280,9 +288,18 @@ fj_status fj__check_smem(const fj_ctx *ctx, const fj_kmeta *meta);
 
 /* sizeof the kernel parameter block, checked by the template. */
 size_t fj__kparams_size(void);
+/* The heuristic's variant for a problem on the context's target. */
+void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v);
 /* The variant for a problem: the tuning database, else the heuristic. */
 fj_status fj__choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
                      fj_choice *from);
+
+/* ---- tune.c --------------------------------------------------------------------- */
+
+/* 1 and the tuned variant in *v when the database has the problem's class;
+ * ctx->lock held. */
+int fj__tune_lookup(fj_ctx *ctx, const fj_problem *p, fj_variant *v);
+void fj__tunedb_free(void *db);
 
 /* ---- variant.c ----------------------------------------------------------- */
 

@@ -262,3 +262,61 @@ int test_family_lut_disagrees(void)
   fj_ctx_destroy(ctx);
   return 0;
 }
+
+/* ---- the tuning database --------------------------------------------------------------- */
+
+typedef struct tune_seen {
+  int n;
+  fj_variant v;
+  double ms, default_ms;
+  char key[256];
+} tune_seen;
+
+static int tune_visit(void *user, const fj_tune_entry *e)
+{
+  tune_seen *s = user;
+  if (s->n++ == 0) {
+    s->v = e->variant;
+    s->ms = e->ms;
+    s->default_ms = e->default_ms;
+    snprintf(s->key, sizeof s->key, "%s", e->key);
+  }
+  return 0;
+}
+
+int test_tune_database(void)
+{
+  const char *dir = fjt_tmpdir();
+  fj_ctx *ctx = fjt_ctx("sm_90a", dir);
+  CHECK(ctx);
+  tune_seen s = {0};
+  CHECK_ST(ctx, fj_tune_list(ctx, tune_visit, &s), FJ_ERR_NOT_FOUND);
+  CHECK_MSG(ctx, "no tuning database");
+  /* An entry as fj_tune writes it. */
+  const char *db =
+      "{\"format\": 1, \"entries\": {\"NVIDIA H200|sm_90a|13000|d128|f16|kv=f16|"
+      "causal=none|q=2^12|k=2^12|gqa=1\": {\"variant\": {\"tile_m\": 128, "
+      "\"tile_n\": 64, \"warps\": 8, \"stages\": 3, \"swizzle\": \"xor\", "
+      "\"softmax\": \"regs\", \"mma\": \"wmma\"}, \"ms\": 2.25, "
+      "\"default_ms\": 2.5, \"shape\": \"4,16/16,4096/4096,128\", "
+      "\"date\": \"2026-11-22T15:00:00Z\"}}}";
+  char path[4300];
+  snprintf(path, sizeof path, "%s/tune.json", dir);
+  CHECK(fjt_write_file(path, db, strlen(db)) == 0);
+  CHECK_OK(ctx, fj_tune_list(ctx, tune_visit, &s));
+  CHECK(s.n == 1 && s.v.tile_m == 128 && s.v.tile_n == 64 && s.v.warps == 8);
+  CHECK(s.v.stages == 3 && s.v.swizzle == FJ_SWIZZLE_XOR && s.v.softmax == FJ_SOFTMAX_REGS);
+  CHECK(s.ms == 2.25 && s.default_ms == 2.5 && strstr(s.key, "|d128|f16|"));
+  /* A damaged file lists as empty rather than failing. */
+  CHECK(fjt_write_file(path, "{not json", 9) == 0);
+  memset(&s, 0, sizeof s);
+  CHECK_OK(ctx, fj_tune_list(ctx, tune_visit, &s));
+  CHECK(s.n == 0);
+  /* Tuning needs a device. */
+  fj_problem p;
+  fj_problem_init(&p, 1, 2, 2, 64, 64, 64, FJ_F16, FJ_BHSD);
+  CHECK_ST(ctx, fj_tune(ctx, &p, NULL, NULL, NULL), FJ_ERR_COMPILE_ONLY);
+  CHECK_MSG(ctx, "needs a GPU context");
+  fj_ctx_destroy(ctx);
+  return 0;
+}

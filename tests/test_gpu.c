@@ -707,3 +707,46 @@ int test_gpu_sanitize_set(void)
   fj_ctx_destroy(ctx);
   return failed != 0;
 }
+
+/* ---- the tuner ---------------------------------------------------------------------------- */
+
+int test_gpu_tune(void)
+{
+  const char *dir = fjt_tmpdir();
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(dir, &ctx);
+  if (rc)
+    return rc;
+  fj_problem p;
+  fj_problem_init(&p, 1, 4, 4, 256, 256, 64, FJ_BF16, FJ_BHSD);
+  p.causal = FJ_CAUSAL_TOP_LEFT;
+  fj_tune_opts o;
+  fj_tune_opts_init(&o);
+  o.iters = 3;
+  o.workers = 16;
+  fj_variant best;
+  fj_tune_report r;
+  CHECK_OK(ctx, fj_tune(ctx, &p, &o, &best, &r));
+  char name[160];
+  fj_variant_name(&best, name, sizeof name);
+  printf("tuned %s: %.3f ms (default %.3f ms); %d candidates, %d refused, %d failed, "
+         "%d wrong, %d timed; compile %.1f s, total %.1f s\n",
+         name, r.best_ms, r.default_ms, r.candidates, r.refused, r.failed, r.wrong,
+         r.timed, r.compile_s, r.total_s);
+  CHECK(r.timed > 1 && r.best_ms > 0 && r.best_ms <= r.default_ms);
+  CHECK(r.failed == 0 && r.wrong == 0);
+  fj_ctx_destroy(ctx);
+  /* A new context finds the winner in the database and computes with it. */
+  CHECK(fjt_gpu_ctx(dir, &ctx) == 0);
+  fj_variant chosen;
+  fj_choice from;
+  CHECK_OK(ctx, fj_attention_variant(ctx, &p, &chosen, &from));
+  CHECK(from == FJ_CHOICE_TUNED && memcmp(&chosen, &best, sizeof best) == 0);
+  uint64_t seed = 11;
+  gpu_case c;
+  memset(&c, 0, sizeof c);
+  c.p = p;
+  int failed = run_case(ctx, &c, NULL, NULL, &seed, "tuned variant, checked", "tuned");
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}

@@ -43,6 +43,8 @@ TEST(family_sample_sm80, cpu)
 TEST(family_sample_sm90, cpu)
 TEST(family_refusals, cpu)
 TEST(family_lut_disagrees, cpu)
+/* tune.c */
+TEST(tune_database, cpu)
 /* on a GPU */
 TEST(gpu_lut_probe, gpu)
 TEST(gpu_attention_matrix, gpu)
@@ -51,3 +53,4 @@ TEST(gpu_family_cross, gpu)
 TEST(gpu_family_axes, gpu)
 TEST(gpu_family_seqlens, gpu)
 TEST(gpu_sanitize_set, gpu)
+TEST(gpu_tune, gpu)

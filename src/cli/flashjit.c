@@ -28,8 +28,10 @@ enum {
   CMD_RUN = 2,
   CMD_LUT = 4,
   CMD_CACHE = 8,
+  CMD_TUNE = 16,
   CMD_VARIANT = CMD_EMIT | CMD_RUN,
-  CMD_ALL = 15
+  CMD_PROBLEM = CMD_RUN | CMD_TUNE,
+  CMD_ALL = 31
 };
 
 typedef struct cli {
@@ -65,6 +67,9 @@ typedef struct cli {
   int seed;
   /* lut */
   const char *frag;
+  /* tune */
+  int show;
+  int no_save;
 } cli;
 
 /* ---- messages ----------------------------------------------------------------- */
@@ -272,11 +277,11 @@ static const flag_def flags[] = {
      "smem | regs"},
     {"mma", 1, CMD_VARIANT, set_name, OFF(v.mma), NAMES(mmas),
      "wmma | mma | wgmma"},
-    {"causal", 2, CMD_VARIANT, set_causal, OFF(v.causal), NAMES(causals),
+    {"causal", 2, CMD_VARIANT | CMD_TUNE, set_causal, OFF(v.causal), NAMES(causals),
      "causal mask; --causal=bottom-right for FlashAttention's alignment"},
-    {"dtype", 1, CMD_VARIANT, set_name, OFF(v.dtype), NAMES(dtypes),
+    {"dtype", 1, CMD_VARIANT | CMD_TUNE, set_name, OFF(v.dtype), NAMES(dtypes),
      "f16 | bf16 (Q, O; K, V unless --kv-dtype)"},
-    {"kv-dtype", 1, CMD_VARIANT, set_name, OFF(v.kv_dtype), NAMES(kv_dtypes),
+    {"kv-dtype", 1, CMD_VARIANT | CMD_TUNE, set_name, OFF(v.kv_dtype), NAMES(kv_dtypes),
      "f16 | bf16 | e4m3"},
     {"arch", 1, CMD_EMIT | CMD_LUT, set_string, OFF(arch), NULL, 0,
      "target, sm_XY or sm_XYa (emit: default sm_90a)"},
@@ -286,23 +291,27 @@ static const flag_def flags[] = {
     {"sweep", 0, CMD_EMIT | CMD_RUN, set_switch, OFF(sweep), NULL, 0,
      "every tile/warps/stages/swizzle/softmax combination not fixed by a "
      "flag: compiled (emit) or timed (run), one line each"},
-    {"workers", 1, CMD_EMIT | CMD_RUN, set_int, OFF(workers), NULL, 0,
+    {"workers", 1, CMD_EMIT | CMD_RUN | CMD_TUNE, set_int, OFF(workers), NULL, 0,
      "compiler processes at once for --sweep (default: one per CPU)"},
-    {"shape", 1, CMD_RUN, set_shape, 0, NULL, 0, "B,H,S,D"},
-    {"seq-kv", 1, CMD_RUN, set_int, OFF(seq_kv), NULL, 0,
+    {"shape", 1, CMD_PROBLEM, set_shape, 0, NULL, 0, "B,H,S,D"},
+    {"seq-kv", 1, CMD_PROBLEM, set_int, OFF(seq_kv), NULL, 0,
      "key/value length (default S)"},
-    {"heads-kv", 1, CMD_RUN, set_int, OFF(heads_kv), NULL, 0,
+    {"heads-kv", 1, CMD_PROBLEM, set_int, OFF(heads_kv), NULL, 0,
      "K/V heads, dividing H (GQA; default H)"},
-    {"layout", 1, CMD_RUN, set_name, OFF(order), NAMES(layouts), "bhsd | bshd"},
+    {"layout", 1, CMD_PROBLEM, set_name, OFF(order), NAMES(layouts), "bhsd | bshd"},
     {"check", 0, CMD_RUN, set_switch, OFF(check), NULL, 0,
      "compare with the float64 reference"},
-    {"iters", 1, CMD_RUN, set_int, OFF(iters), NULL, 0, "timed runs (20)"},
+    {"iters", 1, CMD_PROBLEM, set_int, OFF(iters), NULL, 0, "timed runs (20)"},
     {"warmup", 1, CMD_RUN, set_int, OFF(warmup), NULL, 0,
      "untimed runs after the first (3)"},
     {"seed", 1, CMD_RUN, set_int, OFF(seed), NULL, 0, "input seed (1)"},
     {"frag", 1, CMD_LUT, set_string, OFF(frag), NULL, 0,
      "one fragment kind (default: all)"},
-    {"device", 1, CMD_RUN | CMD_LUT, set_int, OFF(device), NULL, 0,
+    {"show", 0, CMD_TUNE, set_switch, OFF(show), NULL, 0,
+     "list the tuning database instead of tuning"},
+    {"no-save", 0, CMD_TUNE, set_switch, OFF(no_save), NULL, 0,
+     "tune without recording the winner"},
+    {"device", 1, CMD_PROBLEM | CMD_LUT, set_int, OFF(device), NULL, 0,
      "CUDA device ordinal (0)"},
     {"cache-dir", 1, CMD_ALL, set_string, OFF(cache_dir), NULL, 0,
      "disk cache directory"},
@@ -1201,6 +1210,121 @@ static int cmd_cache(cli *c)
   return rc;
 }
 
+/* ---- tune ------------------------------------------------------------------------------------ */
+
+typedef struct tune_progress_state {
+  double start;
+} tune_progress_state;
+
+static double wall_s(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* A bar with an ETA on a terminal; a plain line every tenth otherwise. */
+static void tune_progress(void *user, size_t done, size_t total)
+{
+  tune_progress_state *s = user;
+  double elapsed = wall_s() - s->start, frac = total ? (double)done / (double)total : 1;
+  double eta = frac > 0 ? elapsed / frac - elapsed : 0;
+  if (isatty(STDERR_FILENO)) {
+    char bar[41];
+    int fill = (int)(frac * 40);
+    for (int i = 0; i < 40; i++)
+      bar[i] = i < fill ? '#' : '.';
+    bar[40] = '\0';
+    fprintf(stderr, "\rtuning [%s] %zu/%zu %s, %.0f s left   ", bar, done, total,
+            done * 2 <= total ? "compiling" : "timing", eta);
+  } else if (total && (done * 10 / total != (done - 1) * 10 / total || done == total)) {
+    fprintf(stderr, "tuning: %zu/%zu steps, %.0f s elapsed, about %.0f s left\n",
+            done, total, elapsed, eta);
+  }
+}
+
+static int show_entry(void *user, const fj_tune_entry *e)
+{
+  (void)user;
+  const fj_variant *v = &e->variant;
+  printf("%s\n    m%d n%d w%d s%d %s %s %s: %.3f ms (heuristic %.3f ms, %.2fx) "
+         "tuned on %s, %s\n",
+         e->key, v->tile_m, v->tile_n, v->warps, v->stages,
+         fj_swizzle_name(v->swizzle), fj_softmax_name(v->softmax),
+         fj_mma_name(v->mma), e->ms, e->default_ms,
+         e->ms > 0 ? e->default_ms / e->ms : 0, e->shape ? e->shape : "?",
+         e->date ? e->date : "?");
+  return 0;
+}
+
+static int tune_show(cli *c)
+{
+  fj_ctx *ctx;
+  int rc = open_ctx(c, -1, "sm_90a", &ctx);
+  if (rc)
+    return rc;
+  fj_status st = fj_tune_list(ctx, show_entry, NULL);
+  if (st != FJ_OK)
+    rc = fj_error(c, ctx, st);
+  fj_ctx_destroy(ctx);
+  return rc;
+}
+
+static void tune_print(const run_data *d, const fj_variant *best,
+                       const fj_tune_report *r, fj_ctx *ctx, int saved)
+{
+  char name[160], heur[160];
+  fj_variant h;
+  fj_variant_name(best, name, sizeof name);
+  fj_attention_variant(ctx, &d->p, &h, NULL);
+  fj_variant_name(&h, heur, sizeof heur);
+  printf("best:      %s %.3f ms (%.1f TFLOP/s)\n", name, r->best_ms,
+         tflops(&d->p, r->best_ms));
+  printf("heuristic: %.3f ms (%.1f TFLOP/s): the best is %.2fx faster\n",
+         r->default_ms, tflops(&d->p, r->default_ms), r->default_ms / r->best_ms);
+  printf("candidates %d: refused %d, failed %d, wrong output %d, timed %d\n",
+         r->candidates, r->refused, r->failed, r->wrong, r->timed);
+  printf("compile %.1f s, total %.1f s%s%s\n", r->compile_s, r->total_s,
+         saved ? "; recorded in " : "", saved ? fj_cache_dir(ctx) : "");
+  (void)heur;
+}
+
+static int cmd_tune(cli *c)
+{
+  if (c->show)
+    return tune_show(c);
+  if (!c->shape_given)
+    return usage_error(c, "--shape B,H,S,D is required (or --show)");
+  run_data d;
+  memset(&d, 0, sizeof d);
+  c->variant_given = 0;
+  int rc = run_problem(c, &d);
+  if (!rc)
+    rc = run_validate(c, &d.p);
+  fj_ctx *ctx;
+  if (rc || (rc = open_ctx(c, c->device, NULL, &ctx)) != 0)
+    return rc;
+  tune_progress_state ps = {wall_s()};
+  fj_tune_opts o;
+  fj_tune_opts_init(&o);
+  o.iters = c->iters > 0 ? c->iters : 10;
+  o.workers = c->workers;
+  o.save = !c->no_save;
+  o.progress = tune_progress;
+  o.user = &ps;
+  fj_variant best;
+  fj_tune_report r;
+  fj_status st = fj_tune(ctx, &d.p, &o, &best, &r);
+  if (isatty(STDERR_FILENO))
+    fputc('\n', stderr);
+  if (st != FJ_OK)
+    rc = fj_error(c, ctx, st);
+  else
+    tune_print(&d, &best, &r, ctx, o.save && fj_cache_dir(ctx));
+  fj_ctx_destroy(ctx);
+  return rc;
+}
+
 /* ---- main ---------------------------------------------------------------------------------- */
 
 static const struct {
@@ -1219,6 +1343,9 @@ static const struct {
      "print the fragment-layout table (probed on the GPU; --arch gives the "
      "reference)"},
     {"cache", CMD_CACHE, cmd_cache, "dir | ls | stats | clear"},
+    {"tune", CMD_TUNE, cmd_tune,
+     "autotune a problem class on the GPU and record the winner (--show "
+     "lists the database)"},
 };
 
 static void print_help(const char *cmd)
@@ -1289,7 +1416,7 @@ int main(int argc, char **argv)
   cli_defaults(&c);
   if (argc < 2)
     return usage_error(&c, "usage: flashjit <command> [options]; commands: "
-                           "emit, run, lut, cache (see flashjit --help)");
+                           "emit, run, lut, cache, tune (see flashjit --help)");
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "help") ||
       !strcmp(argv[1], "-h")) {
     print_help(argc > 2 ? argv[2] : NULL);
@@ -1308,6 +1435,6 @@ int main(int argc, char **argv)
         return rc < 0 ? 0 : rc;
       return commands[i].fn(&c);
     }
-  return usage_error(&c, "unknown command '%s': one of emit, run, lut, cache",
+  return usage_error(&c, "unknown command '%s': one of emit, run, lut, cache, tune",
                      argv[1]);
 }

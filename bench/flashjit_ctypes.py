@@ -1,0 +1,143 @@
+"""A thin ctypes binding over include/flashjit.h, for the benchmarks.
+
+It loads libflashjit.so (cmake -DFLASHJIT_SHARED=ON) and mirrors the public
+structs field for field.  Device pointers are integers (tensor.data_ptr()),
+and the context works in the device's primary context, which is also
+PyTorch's, so tensors pass straight through.
+"""
+import ctypes as C
+import os
+
+F16, BF16, E4M3, F32 = 1, 2, 3, 4
+CAUSAL_NONE, CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT = 0, 1, 2
+BHSD, BSHD = 0, 1
+
+LOG_FN = C.CFUNCTYPE(None, C.c_void_p, C.c_int, C.c_char_p)
+PROGRESS_FN = C.CFUNCTYPE(None, C.c_void_p, C.c_size_t, C.c_size_t)
+
+
+class CtxOpts(C.Structure):
+    _fields_ = [("device", C.c_int), ("arch", C.c_char_p), ("cache_dir", C.c_char_p),
+                ("disk_cache", C.c_int), ("isolate_compile", C.c_int),
+                ("log", LOG_FN), ("log_user", C.c_void_p)]
+
+
+class Variant(C.Structure):
+    _fields_ = [(n, C.c_int) for n in ("head_dim", "tile_m", "tile_n", "warps", "stages",
+                                       "swizzle", "softmax", "mma", "causal", "dtype",
+                                       "kv_dtype")]
+
+
+class Problem(C.Structure):
+    _fields_ = [("batch", C.c_int), ("heads_q", C.c_int), ("heads_kv", C.c_int),
+                ("seq_q", C.c_int), ("seq_kv", C.c_int), ("head_dim", C.c_int),
+                ("dtype", C.c_int), ("kv_dtype", C.c_int), ("causal", C.c_int),
+                ("scale", C.c_float), ("q_stride", C.c_int64 * 3),
+                ("k_stride", C.c_int64 * 3), ("v_stride", C.c_int64 * 3),
+                ("o_stride", C.c_int64 * 3), ("k_scale", C.c_void_p),
+                ("v_scale", C.c_void_p)]
+
+
+class Resources(C.Structure):
+    _fields_ = [("registers", C.c_int), ("shared_static", C.c_int),
+                ("shared_dynamic", C.c_int), ("spill_store_bytes", C.c_int),
+                ("spill_load_bytes", C.c_int), ("local_bytes", C.c_int),
+                ("threads", C.c_int), ("barriers", C.c_int), ("cubin_bytes", C.c_size_t),
+                ("ptx_bytes", C.c_size_t), ("compile_ms", C.c_double), ("cache", C.c_int)]
+
+
+class TuneOpts(C.Structure):
+    _fields_ = [("iters", C.c_int), ("warmup", C.c_int), ("workers", C.c_int),
+                ("save", C.c_int), ("progress", PROGRESS_FN), ("user", C.c_void_p)]
+
+
+class TuneReport(C.Structure):
+    _fields_ = [("candidates", C.c_int), ("refused", C.c_int), ("failed", C.c_int),
+                ("wrong", C.c_int), ("timed", C.c_int), ("best_ms", C.c_double),
+                ("default_ms", C.c_double), ("compile_s", C.c_double),
+                ("total_s", C.c_double)]
+
+
+def load(path=None):
+    path = path or os.environ.get("FLASHJIT_LIB", "build/libflashjit.so")
+    lib = C.CDLL(os.path.abspath(path))
+    P, VP = C.POINTER, C.c_void_p
+    sig = {
+        "fj_ctx_opts_init": (None, [P(CtxOpts)]),
+        "fj_ctx_create": (C.c_int, [P(VP), P(CtxOpts)]),
+        "fj_ctx_destroy": (None, [VP]),
+        "fj_errmsg": (C.c_char_p, [VP]),
+        "fj_problem_init": (None, [P(Problem)] + [C.c_int] * 8),
+        "fj_attention_fwd": (C.c_int, [VP, P(Problem), VP, VP, VP, VP, VP, VP]),
+        "fj_attention_fwd_variant": (C.c_int, [VP, P(Problem), P(Variant), VP, VP, VP,
+                                               VP, VP, VP]),
+        "fj_attention_variant": (C.c_int, [VP, P(Problem), P(Variant), P(C.c_int)]),
+        "fj_variant_name": (C.c_int, [P(Variant), C.c_char_p, C.c_size_t]),
+        "fj_kernel_get": (C.c_int, [VP, P(Variant), P(VP)]),
+        "fj_kernel_resources": (None, [VP, P(Resources)]),
+        "fj_tune_opts_init": (None, [P(TuneOpts)]),
+        "fj_tune": (C.c_int, [VP, P(Problem), P(TuneOpts), P(Variant), P(TuneReport)]),
+    }
+    for name, (res, args) in sig.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    return lib
+
+
+class Flashjit:
+    """A context on a device, and the calls the benchmarks make."""
+
+    def __init__(self, lib, device=0, cache_dir=None):
+        self.lib = lib
+        o = CtxOpts()
+        lib.fj_ctx_opts_init(C.byref(o))
+        o.device = device
+        if cache_dir:
+            o.cache_dir = cache_dir.encode()
+        self.ctx = C.c_void_p()
+        self.check(lib.fj_ctx_create(C.byref(self.ctx), C.byref(o)), None)
+
+    def check(self, status, ctx="self"):
+        if status != 0:
+            msg = self.lib.fj_errmsg(self.ctx if ctx == "self" else None)
+            raise RuntimeError(f"flashjit status {status}: {msg.decode(errors='replace')}")
+
+    def close(self):
+        self.lib.fj_ctx_destroy(self.ctx)
+
+    def problem(self, B, H, Hkv, Sq, Skv, D, dtype=F16, causal=CAUSAL_NONE, order=BHSD):
+        p = Problem()
+        self.lib.fj_problem_init(C.byref(p), B, H, Hkv, Sq, Skv, D, dtype, order)
+        p.causal = causal
+        return p
+
+    def variant(self, p):
+        v, frm = Variant(), C.c_int()
+        self.check(self.lib.fj_attention_variant(self.ctx, C.byref(p), C.byref(v), C.byref(frm)))
+        buf = C.create_string_buffer(160)
+        self.lib.fj_variant_name(C.byref(v), buf, 160)
+        return v, buf.value.decode(), ("tuned" if frm.value == 1 else "heuristic")
+
+    def fwd(self, p, q, k, v, o, lse=None, stream=0):
+        self.check(self.lib.fj_attention_fwd(self.ctx, C.byref(p), q.data_ptr(), k.data_ptr(),
+                                             v.data_ptr(), o.data_ptr(),
+                                             lse.data_ptr() if lse is not None else None,
+                                             stream or None))
+
+    def resources(self, variant):
+        k = C.c_void_p()
+        self.check(self.lib.fj_kernel_get(self.ctx, C.byref(variant), C.byref(k)))
+        r = Resources()
+        self.lib.fj_kernel_resources(k, C.byref(r))
+        return r
+
+    def tune(self, p, iters=10):
+        o = TuneOpts()
+        self.lib.fj_tune_opts_init(C.byref(o))
+        o.iters = iters
+        best, rep = Variant(), TuneReport()
+        self.check(self.lib.fj_tune(self.ctx, C.byref(p), C.byref(o), C.byref(best),
+                                    C.byref(rep)))
+        buf = C.create_string_buffer(160)
+        self.lib.fj_variant_name(C.byref(best), buf, 160)
+        return buf.value.decode(), rep

@@ -1,0 +1,261 @@
+"""flashjit beside PyTorch SDPA (flash, cuDNN, efficient) on one GPU, in one process.
+
+Every case runs each implementation on the same random inputs (normal, never
+zeros), timed with CUDA events after warm-up, median of --iters runs; FLOPs
+are 4*B*H*Sq*Skv*D, half for causal.  flashjit's output is compared with
+PyTorch's math backend in float32 on the same inputs (the first two heads).  Also measured: the
+small shape per call under CUDA-graph replay and from the host, and the cost
+of being a JIT (cold compile, disk hit to launch, memory-hit dispatch, a full
+tune).  Writes sdpa_compare.json and sdpa_compare.png to $OUT (or --out).
+
+Run on the GPU machine from the repository root, with build/ configured with
+-DFLASHJIT_SHARED=ON:  python3 bench/sdpa_compare.py [--quick] [--tune]
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import flashjit_ctypes as fjc  # noqa: E402
+
+BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION}
+
+
+def bench(fn, iters, warm=5):
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e))
+    return statistics.median(ts)
+
+
+def flops(B, H, S, Skv, D, causal):
+    return 4 * B * H * S * Skv * D / (2 if causal else 1)
+
+
+def case(fj, B, H, S, D, causal, dtype, iters):
+    tdt = torch.float16 if dtype == fjc.F16 else torch.bfloat16
+    dev = torch.device("cuda")
+    q = torch.randn(B, H, S, D, device=dev, dtype=tdt)
+    k, v = torch.randn_like(q), torch.randn_like(q)
+    o = torch.full_like(q, float("nan"))
+    p = fj.problem(B, H, H, S, S, D, dtype, fjc.CAUSAL_TOP_LEFT if causal else fjc.CAUSAL_NONE)
+    _, name, origin = fj.variant(p)
+    stream = torch.cuda.current_stream().cuda_stream
+    row = dict(B=B, H=H, S=S, D=D, causal=causal, dtype=str(tdt).split(".")[-1],
+               variant=name, choice=origin)
+    fl = flops(B, H, S, S, D, causal)
+    fj.fwd(p, q, k, v, o, stream=stream)  # compile or fetch, outside the timing
+    torch.cuda.synchronize()
+    ms = bench(lambda: fj.fwd(p, q, k, v, o, stream=stream), iters)
+    row["flashjit_us"], row["flashjit_tflops"] = round(ms * 1e3, 1), round(fl / ms / 1e9, 1)
+    # The float32 reference on the first two heads (the math backend holds
+    # B*H*S*S floats, 34 GB at 16k tokens over all heads).
+    with sdpa_kernel([SDPBackend.MATH]):
+        ref = F.scaled_dot_product_attention(q[:, :2].float(), k[:, :2].float(),
+                                             v[:, :2].float(), is_causal=causal)
+    row["flashjit_rel_err"] = float((o[:, :2].float() - ref).norm() / ref.norm())
+    row["flashjit_nan"] = int(torch.isnan(o).sum())
+    del ref
+    for bname, be in BACKENDS.items():
+        try:
+            with sdpa_kernel([be]):
+                f = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+                ms = bench(f, iters)
+            row[bname + "_us"], row[bname + "_tflops"] = round(ms * 1e3, 1), round(fl / ms / 1e9, 1)
+        except RuntimeError as ex:
+            row[bname + "_us"] = row[bname + "_tflops"] = None
+            row[bname + "_err"] = str(ex).splitlines()[0][:80]
+    torch_best = min(row[b + "_us"] for b in BACKENDS if row.get(b + "_us"))
+    row["ratio_vs_best"] = round(torch_best / row["flashjit_us"], 3)
+    row["ratio_vs_flash"] = round(row["flash_us"] / row["flashjit_us"], 3) if row.get("flash_us") else None
+    del q, k, v, o
+    return row
+
+
+def print_row(r):
+    def f(x):
+        return "    -  " if x is None else f"{x:7.1f}"
+    print(f"{r['B']:3d} {r['H']:3d} {r['S']:6d} {r['D']:4d} {'C' if r['causal'] else 'N'} "
+          f"{r['dtype']:8s} fj {f(r['flashjit_us'])}us {f(r['flashjit_tflops'])}TF | "
+          + " | ".join(f"{b} {f(r.get(b + '_us'))}us {f(r.get(b + '_tflops'))}TF" for b in BACKENDS)
+          + f" | fj/best {r['ratio_vs_best']:.2f} fj/flash {r['ratio_vs_flash'] or 0:.2f}"
+          f" | err {r['flashjit_rel_err']:.1e} | {r['variant']} ({r['choice']})", flush=True)
+
+
+def small_shape_latency(fj, iters):
+    """(1,8,512,64) f16: per call under CUDA-graph replay, and from the host."""
+    dev = torch.device("cuda")
+    q = torch.randn(1, 8, 512, 64, device=dev, dtype=torch.float16)
+    k, v, o = torch.randn_like(q), torch.randn_like(q), torch.empty_like(q)
+    p = fj.problem(1, 8, 8, 512, 512, 64)
+    out = {}
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fj.fwd(p, q, k, v, o, stream=s.cuda_stream)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        for _ in range(100):
+            fj.fwd(p, q, k, v, o, stream=s.cuda_stream)
+    out["flashjit_graph_us"] = bench(g.replay, 20) / 100 * 1e3
+    for name, be in BACKENDS.items():
+        with sdpa_kernel([be]):
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    F.scaled_dot_product_attention(q, k, v)
+            torch.cuda.synchronize()
+            g2 = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g2, stream=s):
+                for _ in range(100):
+                    F.scaled_dot_product_attention(q, k, v)
+            out[name + "_graph_us"] = bench(g2.replay, 20) / 100 * 1e3
+            out[name + "_eager_us"] = bench(lambda: F.scaled_dot_product_attention(q, k, v), iters) * 1e3
+    out["flashjit_eager_us"] = bench(lambda: fj.fwd(p, q, k, v, o), iters) * 1e3
+    # Host cost of a memory-hit call: many calls, one synchronize at the end.
+    n = 2000
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fj.fwd(p, q, k, v, o)
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    out["flashjit_host_us_per_call"] = (t1 - t0) / n * 1e6
+    return out
+
+
+def jit_costs(lib, quick):
+    """Cold compiles into an empty cache, then a disk hit to a launchable kernel."""
+    out = {}
+    with tempfile.TemporaryDirectory() as d:
+        fj = fjc.Flashjit(lib, cache_dir=d)
+        shapes = [(64, fjc.F16, 0), (128, fjc.F16, 0), (128, fjc.BF16, 1), (256, fjc.F16, 0),
+                  (32, fjc.F16, 1), (96, fjc.BF16, 0), (160, fjc.F16, 1), (192, fjc.F16, 0)]
+        compile_ms = []
+        for D, dt, c in shapes[:3] if quick else shapes:
+            p = fj.problem(1, 2, 2, 128, 128, D, dt, c)
+            var, _, _ = fj.variant(p)
+            compile_ms.append(fj.resources(var).compile_ms)
+        out["cold_compile_ms"] = compile_ms
+        out["cold_compile_ms_median"] = statistics.median(compile_ms)
+        fj.close()
+        # A new context on the warm cache: render, read the entry, load, launch.
+        fj = fjc.Flashjit(lib, cache_dir=d)
+        q = torch.randn(1, 2, 128, 64, device="cuda", dtype=torch.float16)
+        k, v, o = torch.randn_like(q), torch.randn_like(q), torch.empty_like(q)
+        p = fj.problem(1, 2, 2, 128, 128, 64)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fj.fwd(p, q, k, v, o)
+        torch.cuda.synchronize()
+        out["disk_hit_to_first_result_ms"] = (time.perf_counter() - t0) * 1e3
+        fj.close()
+    return out
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    sweep = [r for r in rows if r.get("sweep")]
+    dims = sorted({r["D"] for r in sweep})
+    fig, axes = plt.subplots(1, len(dims), figsize=(5 * len(dims), 4), squeeze=False)
+    for ax, D in zip(axes[0], dims):
+        for causal, style in ((False, "-"), (True, "--")):
+            rs = sorted((r for r in sweep if r["D"] == D and r["causal"] == causal), key=lambda r: r["S"])
+            for key, color in (("flashjit", "C3"), ("flash", "C0"), ("cudnn", "C2"), ("efficient", "C7")):
+                ax.plot([r["S"] for r in rs], [r.get(key + "_tflops") or 0 for r in rs], style,
+                        color=color, marker="o", label=f"{key}{' causal' if causal else ''}")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"H200, fp16, head dim {D}, 16k tokens")
+        ax.set_xlabel("sequence length")
+        ax.set_ylabel("TFLOP/s")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="the seeds' shapes only")
+    ap.add_argument("--tune", action="store_true",
+                    help="tune (4,16,4096,128) first and time the full tune")
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    a = ap.parse_args()
+    props = torch.cuda.get_device_properties(0)
+    print("device", props.name, "torch", torch.__version__, "cudnn", torch.backends.cudnn.version())
+    lib = fjc.load()
+    torch.zeros(1, device="cuda")  # PyTorch makes the primary context current
+    fj = fjc.Flashjit(lib)
+    result = {"device": props.name, "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+              "commit": os.environ.get("COMMIT", "?")}
+    if a.tune:
+        p = fj.problem(4, 16, 16, 4096, 4096, 128)
+        t0 = time.perf_counter()
+        best, rep = fj.tune(p)
+        result["tune_4_16_4096_128"] = dict(best=best, wall_s=time.perf_counter() - t0,
+                                            candidates=rep.candidates, refused=rep.refused,
+                                            failed=rep.failed, wrong=rep.wrong, timed=rep.timed,
+                                            best_ms=rep.best_ms, default_ms=rep.default_ms,
+                                            compile_s=rep.compile_s)
+        print("tune (4,16,4096,128):", result["tune_4_16_4096_128"], flush=True)
+    cases = [(1, 8, 512, 64, False, fjc.F16), (1, 8, 512, 64, True, fjc.F16),
+             (2, 8, 2048, 64, False, fjc.F16), (2, 8, 2048, 64, True, fjc.F16),
+             (2, 8, 2048, 128, False, fjc.F16)]
+    sweep = []
+    if not a.quick:
+        for D in (64, 128, 256):
+            for causal in (False, True):
+                for S in (512, 1024, 2048, 4096, 8192, 16384):
+                    sweep.append((16384 // S, 2048 // D, S, D, causal, fjc.F16))
+        cases += [(4, 16, 4096, 128, False, fjc.BF16), (4, 16, 4096, 128, True, fjc.BF16)]
+    rows = []
+    print("B   H   S      D    c dtype    times per implementation, ratios, error, variant")
+    for c in cases + sweep:
+        r = case(fj, *c, iters=a.iters)
+        r["sweep"] = c in sweep
+        rows.append(r)
+        print_row(r)
+    result["cases"] = rows
+    result["small_shape"] = small_shape_latency(fj, a.iters)
+    print("small shape (1,8,512,64):", {k: round(v, 2) for k, v in result["small_shape"].items()})
+    fj.close()
+    result["jit"] = jit_costs(lib, a.quick)
+    print("jit:", result["jit"])
+    for D in (64, 128, 256):
+        for causal in (False, True):
+            rs = [r for r in rows if r["sweep"] and r["D"] == D and r["causal"] == causal and r["S"] >= 2048]
+            if rs:
+                g = math.exp(sum(math.log(r["ratio_vs_flash"]) for r in rs) / len(rs))
+                print(f"geomean flashjit/flash, D={D} {'causal' if causal else 'non-causal'}, S>=2048: {g:.3f}")
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "sdpa_compare.json"), "w") as fh:
+        json.dump(result, fh, indent=1)
+    plot(rows, os.path.join(a.out, "sdpa_compare.png"))
+
+
+if __name__ == "__main__":
+    main()
