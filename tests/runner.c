@@ -4,7 +4,9 @@
  * `fj_tests --label cpu` runs a whole label in this process.
  */
 #define _XOPEN_SOURCE 700
+#include <execinfo.h>
 #include <ftw.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -113,9 +115,25 @@ static int run(size_t i)
   return rc;
 }
 
+/* A crashing test prints where (ctest shows it with --output-on-failure). */
+static void on_crash(int sig)
+{
+  void *frames[64];
+  int n = backtrace(frames, 64);
+  static const char head[] = "test crashed; backtrace:\n";
+  write(2, head, sizeof head - 1);
+  backtrace_symbols_fd(frames, n, 2);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 int main(int argc, char **argv)
 {
   size_t n = sizeof tests / sizeof tests[0];
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  signal(SIGSEGV, on_crash);
+  signal(SIGBUS, on_crash);
+  signal(SIGABRT, on_crash);
   if (argc < 2) {
     for (size_t i = 0; i < n; i++)
       printf("%s %s\n", tests[i].label, tests[i].name);
