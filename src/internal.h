@@ -300,6 +300,9 @@ fj_status fj__choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
  * ctx->lock held. */
 int fj__tune_lookup(fj_ctx *ctx, const fj_problem *p, fj_variant *v);
 void fj__tunedb_free(void *db);
+/* Records a tuning result for p's class (fj_tune's last step). */
+fj_status fj__tune_record(fj_ctx *ctx, const fj_problem *p,
+                          const fj_variant *v, double ms, double default_ms);
 
 /* ---- variant.c ----------------------------------------------------------- */
 

@@ -92,7 +92,7 @@ void fj__tunedb_free(void *db)
 
 static json_t *variant_json(const fj_variant *v)
 {
-  return json_pack("{s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:s}", "tile_m",
+  return json_pack("{s:i, s:i, s:i, s:i, s:s, s:s, s:s}", "tile_m",
                    v->tile_m, "tile_n", v->tile_n, "warps", v->warps,
                    "stages", v->stages, "swizzle", fj_swizzle_name(v->swizzle),
                    "softmax", fj_softmax_name(v->softmax), "mma",
@@ -480,22 +480,29 @@ static fj_status measure(tune_run *t, const fj_variant *vs, const fj_status *ok,
   return FJ_OK;
 }
 
-static fj_status save(tune_run *t, const fj_variant *v, const fj_tune_report *r)
+fj_status fj__tune_record(fj_ctx *ctx, const fj_problem *p,
+                          const fj_variant *v, double ms, double default_ms)
 {
   char key[512], date[32], shape[96];
-  const fj_problem *p = t->p;
-  class_key(t->ctx, p, key, sizeof key);
+  class_key(ctx, p, key, sizeof key);
   now_iso(date, sizeof date);
   snprintf(shape, sizeof shape, "%d,%d/%d,%d/%d,%d", p->batch, p->heads_q,
            p->heads_kv, p->seq_q, p->seq_kv, p->head_dim);
   json_t *e = json_pack("{s:o, s:f, s:f, s:s, s:s}", "variant", variant_json(v),
-                        "ms", r->best_ms, "default_ms", r->default_ms,
-                        "shape", shape, "date", date);
-  pthread_mutex_lock(&t->ctx->lock);
-  fj_status st = db_store(t->ctx, key, e);
-  pthread_mutex_unlock(&t->ctx->lock);
+                        "ms", ms, "default_ms", default_ms, "shape", shape,
+                        "date", date);
+  if (!e)
+    return fj__fail(ctx, FJ_ERR_NOMEM, "cannot build the tuning entry");
+  pthread_mutex_lock(&ctx->lock);
+  fj_status st = db_store(ctx, key, e);
+  pthread_mutex_unlock(&ctx->lock);
   json_decref(e);
   return st;
+}
+
+static fj_status save(tune_run *t, const fj_variant *v, const fj_tune_report *r)
+{
+  return fj__tune_record(t->ctx, t->p, v, r->best_ms, r->default_ms);
 }
 
 static fj_status tune_body(tune_run *t, fj_variant *best, fj_tune_report *r)

@@ -10,6 +10,7 @@
 #include "../src/internal.h"
 #include "runner.h"
 
+
 static const int dims[] = {32, 64, 96, 128, 160, 192, 256};
 
 /* Variant i of a sample spread over every axis: each head dim with both
@@ -312,6 +313,22 @@ int test_tune_database(void)
   memset(&s, 0, sizeof s);
   CHECK_OK(ctx, fj_tune_list(ctx, tune_visit, &s));
   CHECK(s.n == 0);
+  /* What fj_tune records, read back: the write path merges under a lock. */
+  fj_problem rec;
+  fj_problem_init(&rec, 2, 8, 2, 1024, 2048, 96, FJ_BF16, FJ_BSHD);
+  rec.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+  fj_variant rv;
+  fj_variant_default(&rv, 96, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT);
+  rv.stages = 3;
+  rv.swizzle = FJ_SWIZZLE_NONE;
+  CHECK_OK(ctx, fj__tune_record(ctx, &rec, &rv, 1.5, 1.75));
+  memset(&s, 0, sizeof s);
+  CHECK_OK(ctx, fj_tune_list(ctx, tune_visit, &s));
+  CHECK(s.n == 1 && s.ms == 1.5 && s.default_ms == 1.75);
+  CHECK(strstr(s.key, "|d96|bf16|kv=bf16|causal=bottom-right|q=2^10|k=2^11|gqa=4"));
+  CHECK(s.v.tile_m == rv.tile_m && s.v.tile_n == rv.tile_n && s.v.warps == rv.warps &&
+        s.v.stages == 3 && s.v.swizzle == FJ_SWIZZLE_NONE && s.v.softmax == rv.softmax &&
+        s.v.mma == FJ_MMA_WMMA);
   /* Tuning needs a device. */
   fj_problem p;
   fj_problem_init(&p, 1, 2, 2, 64, 64, 64, FJ_F16, FJ_BHSD);
