@@ -44,18 +44,28 @@ fi
 if part runs; then
   ./flashjit-demo >"$out/runs.log" 2>&1
   note "demo: exit $?; $(tail -1 "$out/runs.log")"
+  ./flashjit lut >>"$out/runs.log" 2>&1
   for args in "1,8,512,64" "1,8,512,64 --causal" "2,8,2048,64" "2,8,2048,64 --causal" \
               "2,8,2048,128" "2,8,2048,128 --dtype bf16" "4,16,4096,128" \
               "2,8,1024,128 --kv-dtype e4m3" "2,16,1024,64 --heads-kv 2 --causal"; do
     ./flashjit run --shape $args --check --iters 30 >"$out/run.tmp" 2>&1
     rc=$?
-    note "run --shape $args: exit $rc | $(grep -E '^variant' "$out/run.tmp" | cut -c10-) | $(grep -oE 'median [0-9.]+ us|[0-9.]+ TFLOP/s' "$out/run.tmp" | tr '\n' ' ')| $(grep -oE 'rel_err=[^ ]+|PASS|FAIL' "$out/run.tmp" | head -2 | tr '\n' ' ')"
+    note "run --shape $args: exit $rc | $(grep -E '^variant' "$out/run.tmp" | cut -c10-) | $(grep -oE 'median [0-9.]+ us|[0-9.]+ TFLOP/s|[0-9.]+ us per call' "$out/run.tmp" | tr '\n' ' ')| $(grep -oE 'rel_err=[^ ]+|PASS|FAIL' "$out/run.tmp" | head -2 | tr '\n' ' ')"
     cat "$out/run.tmp" >>"$out/runs.log"
   done
   rm -f "$out/run.tmp"
 fi
 
-# 4. Sweeps: every tile/warps/stages/swizzle/softmax combination, timed
+# 4. flashjit beside PyTorch SDPA (bench/sdpa_compare.py, needs build/ made
+#    with -DFLASHJIT_SHARED=ON), after tuning (4,16,4096,128).
+if part bench; then
+  (cd /work/main && FLASHJIT_LIB=build/libflashjit.so PYTHONUNBUFFERED=1 COMMIT=${1:-unknown} \
+     python3 bench/sdpa_compare.py --tune --out "$out" >"$out/sdpa_compare.log" 2>&1)
+  note "sdpa_compare: exit $?"
+  grep -E "^tune|^small shape|^jit|^geomean" "$out/sdpa_compare.log" | tee -a "$summary"
+fi
+
+# 5. Sweeps: every tile/warps/stages/swizzle/softmax combination, timed
 #    (shapes one per line in $SWEEPS; PARTS="tests sanitize runs sweeps"
 #    selects parts).
 if part sweeps; then

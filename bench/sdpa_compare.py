@@ -130,15 +130,17 @@ def small_shape_latency(fj, iters):
             out[name + "_graph_us"] = bench(g2.replay, 20) / 100 * 1e3
             out[name + "_eager_us"] = bench(lambda: F.scaled_dot_product_attention(q, k, v), iters) * 1e3
     out["flashjit_eager_us"] = bench(lambda: fj.fwd(p, q, k, v, o), iters) * 1e3
-    # Host cost of a memory-hit call: many calls, one synchronize at the end.
-    n = 2000
+    # Host cost of a memory-hit call through ctypes: 128 calls queued (fewer
+    # than the launch queue holds, so the host never waits), best of five.
+    best = float("inf")
+    for _ in range(5):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(128):
+            fj.fwd(p, q, k, v, o)
+        best = min(best, (time.perf_counter() - t0) / 128 * 1e6)
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fj.fwd(p, q, k, v, o)
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    out["flashjit_host_us_per_call"] = (t1 - t0) / n * 1e6
+    out["flashjit_host_us_per_call_ctypes"] = best
     return out
 
 
@@ -157,16 +159,24 @@ def jit_costs(lib, quick):
         out["cold_compile_ms"] = compile_ms
         out["cold_compile_ms_median"] = statistics.median(compile_ms)
         fj.close()
-        # A new context on the warm cache: render, read the entry, load, launch.
+        # A new context on the warm cache.  Its first launch creates the Lua
+        # state and reads the layout tables; a later first launch of another
+        # variant renders it, reads the entry, loads the module and launches.
         fj = fjc.Flashjit(lib, cache_dir=d)
-        q = torch.randn(1, 2, 128, 64, device="cuda", dtype=torch.float16)
-        k, v, o = torch.randn_like(q), torch.randn_like(q), torch.empty_like(q)
-        p = fj.problem(1, 2, 2, 128, 128, 64)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fj.fwd(p, q, k, v, o)
-        torch.cuda.synchronize()
-        out["disk_hit_to_first_result_ms"] = (time.perf_counter() - t0) * 1e3
+
+        def first_call(D, dt, c):
+            tdt = torch.float16 if dt == fjc.F16 else torch.bfloat16
+            q = torch.randn(1, 2, 128, D, device="cuda", dtype=tdt)
+            k, v, o = torch.randn_like(q), torch.randn_like(q), torch.empty_like(q)
+            p = fj.problem(1, 2, 2, 128, 128, D, dt, c)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fj.fwd(p, q, k, v, o)
+            torch.cuda.synchronize()
+            return (time.perf_counter() - t0) * 1e3
+
+        out["disk_hit_first_launch_of_context_ms"] = first_call(64, fjc.F16, 0)
+        out["disk_hit_first_launch_of_variant_ms"] = first_call(128, fjc.BF16, 1)
         fj.close()
     return out
 

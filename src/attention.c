@@ -142,15 +142,54 @@ void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
     v->tile_n = 64;
 }
 
+static int log2_floor(int n)
+{
+  int b = 0;
+  while ((1 << (b + 1)) <= n)
+    b++;
+  return b;
+}
+
+/* What the choice depends on: the tuning database's problem class. */
+static void pick_key(const fj_problem *p, int key[7])
+{
+  key[0] = p->head_dim;
+  key[1] = (int)p->dtype;
+  key[2] = (int)(p->kv_dtype ? p->kv_dtype : p->dtype);
+  key[3] = (int)p->causal;
+  key[4] = log2_floor(p->seq_q);
+  key[5] = log2_floor(p->seq_kv);
+  key[6] = p->heads_q / p->heads_kv;
+}
+
+void fj__picks_clear(fj_ctx *ctx)
+{
+  ctx->npicks = 0;
+}
+
 fj_status fj__choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
                      fj_choice *from)
 {
-  fj__heuristic(ctx, p, v);
+  int key[7];
+  pick_key(p, key);
   pthread_mutex_lock(&ctx->lock);
-  int tuned = fj__tune_lookup(ctx, p, v);
+  for (int i = 0; i < ctx->npicks; i++)
+    if (!memcmp(ctx->picks[i].key, key, sizeof key)) {
+      *v = ctx->picks[i].v;
+      if (from)
+        *from = ctx->picks[i].from;
+      pthread_mutex_unlock(&ctx->lock);
+      return FJ_OK;
+    }
+  fj__heuristic(ctx, p, v);
+  fj_choice c = fj__tune_lookup(ctx, p, v) ? FJ_CHOICE_TUNED : FJ_CHOICE_HEURISTIC;
+  fj_pick *pk = &ctx->picks[ctx->npicks < FJ_HOT ? ctx->npicks++ : FJ_HOT - 1];
+  memcpy(pk->key, key, sizeof key);
+  pk->v = *v;
+  pk->from = c;
   pthread_mutex_unlock(&ctx->lock);
   if (from)
-    *from = tuned ? FJ_CHOICE_TUNED : FJ_CHOICE_HEURISTIC;
+    *from = c;
   return FJ_OK;
 }
 
@@ -252,12 +291,28 @@ static void fill_params(fj_kparams *kp, const fj_problem *p, const void *q,
 }
 
 /* The kernel and its function, built and loaded if needed; ctx->lock held
- * and the CUDA context entered. */
+ * and the CUDA context entered.  The launches of the last few variants
+ * are remembered as they are (variant in, function out), so that a launch
+ * that repeats one costs a comparison, not a parameter build. */
 static fj_status ready_kernel(fj_ctx *ctx, const fj_variant *v,
                               fj_kernel **k, void **fn)
 {
+  for (int i = 0; i < ctx->nhot; i++)
+    if (!memcmp(&ctx->hot[i].v, v, sizeof *v)) {
+      *k = ctx->hot[i].kernel;
+      *fn = ctx->hot[i].function;
+      return FJ_OK;
+    }
   fj_status st = fj__variant_kernel(ctx, v, k);
-  return st == FJ_OK ? fj__kernel_function(ctx, *k, fn) : st;
+  if (st == FJ_OK)
+    st = fj__kernel_function(ctx, *k, fn);
+  if (st == FJ_OK) {
+    fj_hot *h = &ctx->hot[ctx->nhot < FJ_HOT ? ctx->nhot++ : FJ_HOT - 1];
+    h->v = *v;
+    h->kernel = *k;
+    h->function = *fn;
+  }
+  return st;
 }
 
 static fj_status launch(fj_ctx *ctx, const fj_problem *p, const fj_variant *v,
@@ -290,6 +345,22 @@ static fj_status launch(fj_ctx *ctx, const fj_problem *p, const fj_variant *v,
   return st;
 }
 
+/* The checks every launch makes, then the launch. */
+static fj_status checked_launch(fj_ctx *ctx, const fj_problem *p,
+                                const fj_variant *v, const void *q,
+                                const void *k, const void *vp, void *o,
+                                float *lse, void *stream)
+{
+  fj_status st = check_match(ctx, p, v);
+  if (st == FJ_OK)
+    st = check_pointers(ctx, p, q, k, vp, o);
+  if (st == FJ_OK && !ctx->has_device)
+    st = fj__fail(ctx, FJ_ERR_COMPILE_ONLY,
+                  "cannot launch on a compile-only context (arch %s)",
+                  ctx->arch);
+  return st == FJ_OK ? launch(ctx, p, v, q, k, vp, o, lse, stream) : st;
+}
+
 fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
                                    const fj_variant *v, const void *q,
                                    const void *k, const void *vp, void *o,
@@ -300,15 +371,8 @@ fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
                     "fj_attention_fwd: NULL context, problem or variant");
   fj__clear_error(ctx);
   fj_status st = fj_problem_check(ctx, p);
-  if (st == FJ_OK)
-    st = check_match(ctx, p, v);
-  if (st == FJ_OK)
-    st = check_pointers(ctx, p, q, k, vp, o);
-  if (st == FJ_OK && !ctx->has_device)
-    st = fj__fail(ctx, FJ_ERR_COMPILE_ONLY,
-                  "cannot launch on a compile-only context (arch %s)",
-                  ctx->arch);
-  return st == FJ_OK ? launch(ctx, p, v, q, k, vp, o, lse, stream) : st;
+  return st == FJ_OK ? checked_launch(ctx, p, v, q, k, vp, o, lse, stream)
+                     : st;
 }
 
 fj_status fj_attention_fwd(fj_ctx *ctx, const fj_problem *p, const void *q,
@@ -317,7 +381,6 @@ fj_status fj_attention_fwd(fj_ctx *ctx, const fj_problem *p, const void *q,
 {
   fj_variant var;
   fj_status st = fj_attention_variant(ctx, p, &var, NULL);
-  if (st != FJ_OK)
-    return st;
-  return fj_attention_fwd_variant(ctx, p, &var, q, k, v, o, lse, stream);
+  return st == FJ_OK ? checked_launch(ctx, p, &var, q, k, v, o, lse, stream)
+                     : st;
 }

@@ -53,6 +53,20 @@ typedef struct fj_cache fj_cache;
 typedef struct fj_tpl fj_tpl;
 typedef struct fj_kmap fj_kmap;
 
+/* The dispatch caches of fj_attention_fwd (attention.c): a launch that
+ * finds its kernel here skips parameters, rendering keys and the map. */
+enum { FJ_HOT = 16 };
+typedef struct fj_hot {
+  fj_variant v;
+  struct fj_kernel *kernel;
+  void *function;
+} fj_hot;
+typedef struct fj_pick {
+  int key[7];  /* head dim, dtypes, mask, sequence buckets, GQA ratio */
+  fj_variant v;
+  fj_choice from;
+} fj_pick;
+
 struct fj_ctx {
   uint64_t serial;  /* identifies the context in thread-local messages */
   pthread_mutex_t lock;
@@ -69,6 +83,10 @@ struct fj_ctx {
   fj_lut luts[FJ_FRAG_COUNT + 1];
   int lut_ready[FJ_FRAG_COUNT + 1];
   void *tunedb;     /* the tuning database's entries (json_t), read once */
+  fj_hot hot[FJ_HOT];   /* variant -> loaded kernel, most recent first */
+  int nhot;
+  fj_pick picks[FJ_HOT]; /* problem class -> chosen variant */
+  int npicks;
 };
 
 /* Records a failure on the calling thread and returns status. */
@@ -300,6 +318,8 @@ fj_status fj__choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
  * ctx->lock held. */
 int fj__tune_lookup(fj_ctx *ctx, const fj_problem *p, fj_variant *v);
 void fj__tunedb_free(void *db);
+/* Forgets the chosen variants (the database changed); ctx->lock held. */
+void fj__picks_clear(fj_ctx *ctx);
 /* Records a tuning result for p's class (fj_tune's last step). */
 fj_status fj__tune_record(fj_ctx *ctx, const fj_problem *p,
                           const fj_variant *v, double ms, double default_ms);

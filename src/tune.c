@@ -495,6 +495,7 @@ fj_status fj__tune_record(fj_ctx *ctx, const fj_problem *p,
     return fj__fail(ctx, FJ_ERR_NOMEM, "cannot build the tuning entry");
   pthread_mutex_lock(&ctx->lock);
   fj_status st = db_store(ctx, key, e);
+  fj__picks_clear(ctx);
   pthread_mutex_unlock(&ctx->lock);
   json_decref(e);
   return st;
