@@ -213,19 +213,9 @@ static int write_entry(int fd, const entry_header *h, const char *kind,
   const void *parts[] = {h, kind, label, key, payload};
   size_t sizes[] = {sizeof *h, h->kind_len, h->label_len, h->key_len,
                     (size_t)h->payload_len};
-  for (size_t i = 0; i < FJ_ARRAY_LEN(parts); i++) {
-    const char *p = parts[i];
-    size_t left = sizes[i];
-    while (left > 0) {
-      ssize_t w = write(fd, p, left);
-      if (w < 0 && errno == EINTR)
-        continue;
-      if (w <= 0)
-        return -1;
-      p += w;
-      left -= (size_t)w;
-    }
-  }
+  for (size_t i = 0; i < FJ_ARRAY_LEN(parts); i++)
+    if (fj__write_all(fd, parts[i], sizes[i]) != 0)
+      return -1;
   return 0;
 }
 

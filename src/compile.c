@@ -166,24 +166,9 @@ static void compile_here(const char *name, const char *src, const char *arch,
  * full pipe, and parses a child's bytes once it has closed its end.
  */
 
-static int write_all(int fd, const void *p, size_t n)
-{
-  const char *c = p;
-  while (n > 0) {
-    ssize_t w = write(fd, c, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return -1;
-    c += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
 static int write_blob(int fd, const void *p, uint64_t n)
 {
-  return write_all(fd, &n, sizeof n) || (n && write_all(fd, p, (size_t)n));
+  return fj__write_all(fd, &n, sizeof n) || (n && fj__write_all(fd, p, (size_t)n));
 }
 
 /* In the child: compile, send, exit without running the parent's atexit
@@ -200,8 +185,8 @@ static void child_main(int fd, const char *name, const char *src,
   compile_here(name, src, arch, &j);
   int32_t st = (int32_t)j.status;
   const char *log = j.out.log ? j.out.log : "";
-  int bad = write_all(fd, &st, sizeof st) ||
-            write_all(fd, &j.out.ms, sizeof j.out.ms) ||
+  int bad = fj__write_all(fd, &st, sizeof st) ||
+            fj__write_all(fd, &j.out.ms, sizeof j.out.ms) ||
             write_blob(fd, j.msg.data, j.msg.len) ||
             write_blob(fd, log, strlen(log)) ||
             write_blob(fd, j.out.ptx, j.out.ptx_len) ||

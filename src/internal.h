@@ -39,6 +39,8 @@ char *fj__buf_take(fj_buf *b);
 char *fj__strdup(const char *s);
 void *fj__memdup(const void *p, size_t n);
 double fj__now_ms(void);
+/* write() until done (EINTR retried); 0 on success, -1 with errno. */
+int fj__write_all(int fd, const void *data, size_t len);
 /* Reads a whole file; NULL with errno set on failure. */
 char *fj__file_read(const char *path, size_t *len);
 /* mkdir -p; 0 on success, -1 with errno. */

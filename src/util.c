@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -94,6 +95,21 @@ void *fj__memdup(const void *p, size_t n)
   if (q && n)
     memcpy(q, p, n);
   return q;
+}
+
+int fj__write_all(int fd, const void *data, size_t len)
+{
+  const char *p = data;
+  while (len > 0) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return -1;
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
 }
 
 double fj__now_ms(void)
