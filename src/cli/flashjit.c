@@ -1098,17 +1098,25 @@ static int run_on_device(cli *c, fj_ctx *ctx, run_data *d)
   return rc;
 }
 
+/* The problem of --shape and friends, checked without a GPU, and a context
+ * on the device (run and tune). */
+static int problem_on_device(cli *c, run_data *d, fj_ctx **ctx)
+{
+  memset(d, 0, sizeof *d);
+  int rc = run_problem(c, d);
+  if (!rc)
+    rc = run_validate(c, &d->p);
+  return rc ? rc : open_ctx(c, c->device, NULL, ctx);
+}
+
 static int cmd_run(cli *c)
 {
   if (!c->shape_given)
     return usage_error(c, "--shape B,H,S,D is required");
   run_data d;
-  memset(&d, 0, sizeof d);
-  int rc = run_problem(c, &d);
-  if (!rc)
-    rc = run_validate(c, &d.p);
   fj_ctx *ctx;
-  if (rc || (rc = open_ctx(c, c->device, NULL, &ctx)) != 0)
+  int rc = problem_on_device(c, &d, &ctx);
+  if (rc)
     return rc;
   rc = run_on_device(c, ctx, &d);
   run_free(&d);
@@ -1320,13 +1328,10 @@ static int cmd_tune(cli *c)
   if (!c->shape_given)
     return usage_error(c, "--shape B,H,S,D is required (or --show)");
   run_data d;
-  memset(&d, 0, sizeof d);
-  c->variant_given = 0;
-  int rc = run_problem(c, &d);
-  if (!rc)
-    rc = run_validate(c, &d.p);
   fj_ctx *ctx;
-  if (rc || (rc = open_ctx(c, c->device, NULL, &ctx)) != 0)
+  c->variant_given = 0;
+  int rc = problem_on_device(c, &d, &ctx);
+  if (rc)
     return rc;
   tune_progress_state ps = {wall_s()};
   fj_tune_opts o;
