@@ -56,13 +56,36 @@ if part runs; then
   rm -f "$out/run.tmp"
 fi
 
+# 3b. Checked runs of the mma family over its axes (the library's own GPU
+#     tests cover it in depth; these are quick and print the times).
+if part mma; then
+  ./tests/fj_tests gpu_lut_probe >"$out/mma_runs.log" 2>&1
+  note "gpu_lut_probe: exit $?; $(grep -c 'matches the reference table: yes' "$out/mma_runs.log") of 12 tables as the reference"
+  while IFS= read -r args; do
+    [ -n "$args" ] || continue
+    ./flashjit run --mma mma --softmax regs $args --check --iters 20 >"$out/run.tmp" 2>&1
+    rc=$?
+    note "mma run $args: exit $rc | $(grep -E '^variant' "$out/run.tmp" | cut -c10-) | $(grep -oE 'median [0-9.]+ us|[0-9.]+ TFLOP/s' "$out/run.tmp" | tr '\n' ' ')| $(grep -oE 'rel_err=[^ ]+|PASS|FAIL|error.*' "$out/run.tmp" | head -2 | tr '\n' ' ')"
+    cat "$out/run.tmp" >>"$out/mma_runs.log"
+  done <<<"${MMA_RUNS:---shape 1,8,512,64
+--shape 1,8,512,64 --causal
+--shape 2,8,2048,64 --causal --tile-m 128 --warps 8 --tile-n 64
+--shape 2,8,2048,128 --tile-m 128 --warps 8 --tile-n 64
+--shape 2,8,2048,128 --dtype bf16 --causal=bottom-right --seq-kv 1000 --tile-m 128 --warps 4 --tile-n 32
+--shape 1,4,1000,256 --tile-m 64 --warps 4 --tile-n 32 --swizzle xor --stages 3
+--shape 2,16,777,96 --heads-kv 2 --causal --swizzle none --stages 1
+--shape 2,8,1024,128 --kv-dtype e4m3 --stages 1
+--shape 1,4,4097,32 --causal --tile-m 128 --warps 4 --tile-n 128 --layout bshd}"
+  rm -f "$out/run.tmp"
+fi
+
 # 4. flashjit beside PyTorch SDPA (bench/sdpa_compare.py, needs build/ made
 #    with -DFLASHJIT_SHARED=ON), after tuning (4,16,4096,128).
 if part bench; then
   (cd /work/main && FLASHJIT_LIB=build/libflashjit.so PYTHONUNBUFFERED=1 COMMIT=${1:-unknown} \
-     python3 bench/sdpa_compare.py --tune --out "$out" >"$out/sdpa_compare.log" 2>&1)
+     python3 bench/sdpa_compare.py ${BENCH_ARGS:---tune} --out "$out" >"$out/sdpa_compare.log" 2>&1)
   note "sdpa_compare: exit $?"
-  grep -E "^tune|^small shape|^jit|^geomean" "$out/sdpa_compare.log" | tee -a "$summary"
+  grep -E "^tune|^small shape|^jit|^geomean|fj/flash" "$out/sdpa_compare.log" | cut -c1-250 | tee -a "$summary"
 fi
 
 # 5. Sweeps: every tile/warps/stages/swizzle/softmax combination, timed

@@ -212,6 +212,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="the seeds' shapes only")
     ap.add_argument("--tune", action="store_true",
                     help="tune (4,16,4096,128) first and time the full tune")
+    ap.add_argument("--sweep-only", action="store_true",
+                    help="only the sweep's rows at S >= 2048 (no small shape, no JIT costs)")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
@@ -235,13 +237,17 @@ def main():
     cases = [(1, 8, 512, 64, False, fjc.F16), (1, 8, 512, 64, True, fjc.F16),
              (2, 8, 2048, 64, False, fjc.F16), (2, 8, 2048, 64, True, fjc.F16),
              (2, 8, 2048, 128, False, fjc.F16)]
+    if a.sweep_only:
+        cases = []
     sweep = []
     if not a.quick:
         for D in (64, 128, 256):
             for causal in (False, True):
                 for S in (512, 1024, 2048, 4096, 8192, 16384):
-                    sweep.append((16384 // S, 2048 // D, S, D, causal, fjc.F16))
-        cases += [(4, 16, 4096, 128, False, fjc.BF16), (4, 16, 4096, 128, True, fjc.BF16)]
+                    if S >= 2048 or not a.sweep_only:
+                        sweep.append((16384 // S, 2048 // D, S, D, causal, fjc.F16))
+        if not a.sweep_only:
+            cases += [(4, 16, 4096, 128, False, fjc.BF16), (4, 16, 4096, 128, True, fjc.BF16)]
     rows = []
     print("B   H   S      D    c dtype    times per implementation, ratios, error, variant")
     for c in cases + sweep:
@@ -250,11 +256,13 @@ def main():
         rows.append(r)
         print_row(r)
     result["cases"] = rows
-    result["small_shape"] = small_shape_latency(fj, a.iters)
-    print("small shape (1,8,512,64):", {k: round(v, 2) for k, v in result["small_shape"].items()})
+    if not a.sweep_only:
+        result["small_shape"] = small_shape_latency(fj, a.iters)
+        print("small shape (1,8,512,64):", {k: round(v, 2) for k, v in result["small_shape"].items()})
     fj.close()
-    result["jit"] = jit_costs(lib, a.quick)
-    print("jit:", result["jit"])
+    if not a.sweep_only:
+        result["jit"] = jit_costs(lib, a.quick)
+        print("jit:", result["jit"])
     for D in (64, 128, 256):
         for causal in (False, True):
             rs = [r for r in rows if r["sweep"] and r["D"] == D and r["causal"] == causal and r["S"] >= 2048]

@@ -486,10 +486,20 @@ typedef enum fj_frag {
   FJ_FRAG_WMMA_B_F16_ROW = 4,  /* matrix_b, half, row_major */
   FJ_FRAG_WMMA_A_BF16_ROW = 5, /* matrix_a, bf16, row_major */
   FJ_FRAG_WMMA_B_BF16_COL = 6,
-  FJ_FRAG_WMMA_B_BF16_ROW = 7
+  FJ_FRAG_WMMA_B_BF16_ROW = 7,
+  /* mma.sync.m16n8k16, as the mma family loads and uses it.  Each table is
+   * a 16x16 tile of 8 slots per lane: slots 0-3 the first n8 (or k8) half,
+   * 4-7 the second.  ldmatrix moves 16-bit elements whatever their type, so
+   * the operand tables serve f16 and bf16 alike; the accumulators are
+   * probed through the mma of each input type. */
+  FJ_FRAG_MMA_ACC_F16 = 8,     /* f32 accumulator of two f16 mma (n 0-7, 8-15) */
+  FJ_FRAG_MMA_ACC_BF16 = 9,    /* the same, bf16 inputs */
+  FJ_FRAG_MMA_A = 10,          /* A (m x k) by ldmatrix.x4 from row-major rows */
+  FJ_FRAG_MMA_B_COL = 11,      /* B (k x n) by ldmatrix.x4 from n-major rows (K) */
+  FJ_FRAG_MMA_B_ROW = 12       /* B (k x n) by ldmatrix.x4.trans from k-major rows (V) */
 } fj_frag;
 
-#define FJ_FRAG_COUNT 7
+#define FJ_FRAG_COUNT 12
 #define FJ_LUT_MAX_SLOTS 16
 
 typedef enum fj_lut_origin {

@@ -130,12 +130,32 @@ fj_status fj_problem_check(fj_ctx *ctx, const fj_problem *p)
 
 /* ---- choosing a variant ----------------------------------------------------------- */
 
+/* The mma family where the target has mma.sync m16n8k16 (sm_80 on): 8
+ * warps over 128 rows, one 16-row slice each, with key tiles as large as
+ * the registers allow. */
+static void mma_choice(const fj_ctx *ctx, fj_variant *v)
+{
+  int d = v->head_dim;
+  v->mma = FJ_MMA_SYNC;
+  v->softmax = FJ_SOFTMAX_REGS;
+  v->swizzle = FJ_SWIZZLE_PAD;
+  v->warps = 8;
+  v->tile_m = 128;
+  v->tile_n = d <= 64 ? 64 : d <= 128 ? 64 : 32;
+  if (d > 192 && v->stages == 2 && fj__smem_limit(ctx) >= 210 * 1024)
+    v->tile_n = 64;
+}
+
 void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
 {
   fj_variant_default(v, p->head_dim, p->dtype, p->causal);
   v->kv_dtype = p->kv_dtype == p->dtype ? 0 : p->kv_dtype;
   if (v->kv_dtype == FJ_E4M3)
     v->stages = 1;  /* FP8 K/V are dequantised as they load */
+  if (ctx->sm >= 80) {
+    mma_choice(ctx, v);
+    return;
+  }
   /* head_dim 256 with 64-row key tiles needs 203 KB of shared memory:
    * Hopper has it (and runs it 16% faster on the H200), sm_80 does not. */
   if (v->head_dim > 192 && v->stages == 2 && fj__smem_limit(ctx) >= 210 * 1024)

@@ -8,6 +8,12 @@
  * row * 16 + col, checks that it covers the tile, and caches it per device,
  * arch and driver -- in the context and on disk.  The first use on a device
  * probes every kind at once (one module, one launch per kind).
+ *
+ * The mma.sync kinds (sm_80 and newer) are what the mma family's own loads
+ * and instruction produce (templates/mma_frag.cuh, shared with the probe):
+ * operand tables from ldmatrix of tagged tiles, accumulator tables from an
+ * mma whose product encodes each element's position, then checked against
+ * two products of small integers computed here.
  */
 #include <math.h>
 #include <stdio.h>
@@ -16,11 +22,14 @@
 
 #include "internal.h"
 
-enum { PROBE_FLOATS = 513 };
+/* out[0..511]: the table; out[512]: slots per lane; out[513..1024]: the
+ * mma accumulators' check products (K-style B, then V-style B). */
+enum { PROBE_FLOATS = 1025, PROBE_CHECK = 513 };
 
 static const char *const frag_names[FJ_FRAG_COUNT + 1] = {
     "?",          "wmma_acc_f32",  "wmma_a_f16_row", "wmma_b_f16_col",
     "wmma_b_f16_row", "wmma_a_bf16_row", "wmma_b_bf16_col", "wmma_b_bf16_row",
+    "mma_acc_f16", "mma_acc_bf16", "mma_a", "mma_b_col", "mma_b_row",
 };
 
 const char *fj_frag_name(fj_frag frag)
@@ -30,7 +39,19 @@ const char *fj_frag_name(fj_frag frag)
 
 static int is_accumulator(fj_frag frag)
 {
-  return frag == FJ_FRAG_WMMA_ACC_F32;
+  return frag == FJ_FRAG_WMMA_ACC_F32 || frag == FJ_FRAG_MMA_ACC_F16 ||
+         frag == FJ_FRAG_MMA_ACC_BF16;
+}
+
+static int is_mma(fj_frag frag)
+{
+  return frag >= FJ_FRAG_MMA_ACC_F16 && frag <= FJ_FRAG_MMA_B_ROW;
+}
+
+/* mma.sync m16n8k16 with bf16 needs sm_80; so do the mma tables. */
+static int available(const fj_ctx *ctx, fj_frag frag)
+{
+  return !is_mma(frag) || ctx->sm >= 80;
 }
 
 /* ---- validation ---------------------------------------------------------------- */
@@ -74,7 +95,8 @@ int fj__lut_validate(const fj_lut *lut, char *buf, size_t size)
 static int is_operand_b(fj_frag frag)
 {
   return frag == FJ_FRAG_WMMA_B_F16_COL || frag == FJ_FRAG_WMMA_B_F16_ROW ||
-         frag == FJ_FRAG_WMMA_B_BF16_COL || frag == FJ_FRAG_WMMA_B_BF16_ROW;
+         frag == FJ_FRAG_WMMA_B_BF16_COL || frag == FJ_FRAG_WMMA_B_BF16_ROW ||
+         frag == FJ_FRAG_MMA_B_COL || frag == FJ_FRAG_MMA_B_ROW;
 }
 
 /* What the probe showed on an NVIDIA H200 (sm_90, driver 580.159.04), used
@@ -85,7 +107,9 @@ static int is_operand_b(fj_frag frag)
  *   matrix_b (k, n), either memory order: (2t + (i & 1) + 8((i >> 1) & 1),
  *                                          g + 8(i >> 2))
  * The half operands hold 16 slots whose 8-15 repeat 0-7; the bf16 operands
- * and the accumulator hold 8. */
+ * and the accumulator hold 8.  The mma kinds (8 slots) follow the same
+ * formulas, as the PTX ISA's fragment figures for m16n8k16 and ldmatrix
+ * give them for the loads of templates/mma_frag.cuh. */
 static int reference_element(fj_frag frag, int lane, int slot)
 {
   int g = lane / 4, t = lane % 4, i = slot % 8;
@@ -118,6 +142,36 @@ void fj__lut_reference(fj_frag frag, fj_lut *lut)
 
 /* ---- probing --------------------------------------------------------------------- */
 
+/* The inputs of the probe's check products (templates/lut_probe.cu). */
+static double probe_a(int m, int k) { return (m * 7 + k * 3) % 11 - 5; }
+static double probe_b(int k, int n) { return (k * 5 + n * 13) % 9 - 4; }
+
+/* An mma accumulator table is right only if the products land where it
+ * says: every slot of both check products equals the exact sum. */
+static int check_products(const fj_lut *lut, const float *out, char *why,
+                          size_t size)
+{
+  static const char *const style[2] = {"K-style (n-major) B",
+                                       "V-style (k-major) B"};
+  for (int p = 0; p < 2; p++)
+    for (int lane = 0; lane < 32; lane++)
+      for (int s = 0; s < lut->slots; s++) {
+        int e = lut->map[lane][s], m = e / 16, n = e % 16;
+        double want = 0;
+        for (int k = 0; k < 16; k++)
+          want += probe_a(m, k) * probe_b(k, n);
+        float got = out[PROBE_CHECK + p * 256 + lane * 8 + s];
+        if ((double)got != want) {
+          snprintf(why, size, "%s: with a %s, lane %d slot %d (element "
+                              "(%d, %d) by the table) holds %g, not %g",
+                   fj_frag_name(lut->frag), style[p], lane, s, m, n,
+                   (double)got, want);
+          return -1;
+        }
+      }
+  return 0;
+}
+
 /* Turns one probe's output into a table. */
 static int invert(fj_frag frag, const float *out, fj_lut *lut, char *why,
                   size_t size)
@@ -132,7 +186,7 @@ static int invert(fj_frag frag, const float *out, fj_lut *lut, char *why,
              fj_frag_name(frag), lut->slots);
     return -1;
   }
-  if (is_accumulator(frag)) {
+  if (frag == FJ_FRAG_WMMA_ACC_F32) {
     int filled[32][FJ_LUT_MAX_SLOTS] = {{0}};
     for (int e = 0; e < 256; e++) {
       int tag = (int)out[e], lane = tag / 32, slot = tag % 32;
@@ -157,7 +211,10 @@ static int invert(fj_frag frag, const float *out, fj_lut *lut, char *why,
         lut->map[lane][s] = (uint16_t)v;
       }
   }
-  return fj__lut_validate(lut, why, size);
+  if (fj__lut_validate(lut, why, size) != 0)
+    return -1;
+  return is_mma(frag) && is_accumulator(frag) ? check_products(lut, out, why, size)
+                                              : 0;
 }
 
 static fj_status run_probe(fj_ctx *ctx, fj_kernel *k, fj_frag frag,
@@ -192,7 +249,10 @@ static fj_status probe_all(fj_ctx *ctx, fj_kernel *k, fj_lut *luts)
   uint64_t dout = 0;
   st = fj__cu_alloc(ctx, PROBE_FLOATS * sizeof(float), &dout);
   for (int f = 1; f <= FJ_FRAG_COUNT && st == FJ_OK; f++)
-    st = run_probe(ctx, k, (fj_frag)f, dout, &luts[f]);
+    if (available(ctx, (fj_frag)f))
+      st = run_probe(ctx, k, (fj_frag)f, dout, &luts[f]);
+    else
+      fj__lut_reference((fj_frag)f, &luts[f]);  /* never handed out */
   fj__cu_free(dout);
   fj__cu_leave(ctx);
   return st;
@@ -235,6 +295,7 @@ static fj_status probe_device(fj_ctx *ctx)
   fj_param params[] = {
       {"arch", FJ_PARAM_STR, 0, ctx->arch, NULL},
       {"version", FJ_PARAM_STR, 0, fj_version(), NULL},
+      {"sm", FJ_PARAM_INT, ctx->sm, NULL, NULL},
   };
   fj_kernel *k;
   fj_status st = fj__kernel_build(ctx, "lut_probe.cu", params,
@@ -263,6 +324,11 @@ fj_status fj__layout_locked(fj_ctx *ctx, fj_frag frag, fj_lut *lut)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "fragment kind %d is invalid: 1..%d", (int)frag,
                     FJ_FRAG_COUNT);
+  if (!available(ctx, frag))
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "fragment kind %s needs mma.sync m16n8k16 (sm_80 or "
+                    "newer); the target is %s",
+                    fj_frag_name(frag), ctx->arch);
   if (!ctx->lut_ready[frag]) {
     if (!ctx->has_device) {
       fj__lut_reference(frag, &ctx->luts[frag]);

@@ -190,10 +190,14 @@ static fj_status check_axes(const fj_ctx *ctx, const fj_variant *v)
  * the rules that depend on combinations (refuse() in templates/). */
 static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
 {
-  if (v->mma != FJ_MMA_WMMA)
+  if (v->mma == FJ_MMA_WGMMA)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                    "mma %s is not implemented yet: wmma is",
-                    fj_mma_name(v->mma));
+                    "mma wgmma is not implemented yet: wmma and mma are");
+  if (v->mma == FJ_MMA_SYNC && ctx->sm < 80)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "mma mma (mma.sync m16n8k16) needs sm_80 or newer; the "
+                    "target is %s",
+                    ctx->arch);
   if (v->warps != 4 && v->warps != 8)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "warps %d is not implemented: 4 or 8", v->warps);
@@ -214,14 +218,20 @@ fj_status fj__variant_validate(const fj_ctx *ctx, const fj_variant *v)
 
 static const char *template_of(const fj_variant *v)
 {
-  (void)v;
-  return "attention_wmma.cu";
+  return v->mma == FJ_MMA_SYNC ? "attention_mma.cu" : "attention_wmma.cu";
 }
 
-/* The fragment kinds a variant's element type uses. */
-static void frags_of(fj_dtype d, fj_frag out[4])
+/* The fragment kinds a variant's family and element type use. */
+static void frags_of(const fj_variant *v, fj_frag out[4])
 {
-  int bf = d == FJ_BF16;
+  int bf = v->dtype == FJ_BF16;
+  if (v->mma == FJ_MMA_SYNC) {
+    out[0] = bf ? FJ_FRAG_MMA_ACC_BF16 : FJ_FRAG_MMA_ACC_F16;
+    out[1] = FJ_FRAG_MMA_A;
+    out[2] = FJ_FRAG_MMA_B_COL;
+    out[3] = FJ_FRAG_MMA_B_ROW;
+    return;
+  }
   out[0] = FJ_FRAG_WMMA_ACC_F32;
   out[1] = bf ? FJ_FRAG_WMMA_A_BF16_ROW : FJ_FRAG_WMMA_A_F16_ROW;
   out[2] = bf ? FJ_FRAG_WMMA_B_BF16_COL : FJ_FRAG_WMMA_B_F16_COL;
@@ -240,7 +250,7 @@ static fj_status add_luts(fj_ctx *ctx, const fj_variant *v, fj_vparams *o)
 {
   static const char *const keys[4] = {"lut_acc", "lut_a", "lut_bk", "lut_bv"};
   fj_frag frags[4];
-  frags_of(v->dtype, frags);
+  frags_of(v, frags);
   for (int i = 0; i < 4; i++) {
     fj_status st = fj__layout_locked(ctx, frags[i], &o->luts[i]);
     if (st != FJ_OK)

@@ -218,25 +218,8 @@ __constant__ unsigned char fj_base_bv[32] = { {{ L.base_bytes(vb) }} };
 
 namespace fj {
 
-{% if dtype == "f16" then %}
-typedef __half2 elem2_t;
-__device__ __forceinline__ elem2_t to_elem2(float a, float b) { return __floats2half2_rn(a, b); }
-{% else %}
-typedef __nv_bfloat162 elem2_t;
-__device__ __forceinline__ elem2_t to_elem2(float a, float b) { return __floats2bfloat162_rn(a, b); }
-{% end %}
-
 // Element offset of (r, c) in a P tile.
 __device__ __forceinline__ int p_off(int r, int c) { return r * {{ LDP }} + c; }
-
-// Element offset of (r, c) in a Q, K or V tile.
-__device__ __forceinline__ int tile_off(int r, int c) {
-{% if xor then %}
-  return r * {{ LD }} + ((((c >> 3) ^ (r & {{ XM }})) << 3) | (c & 7));
-{% else %}
-  return r * {{ LD }} + c;
-{% end %}
-}
 
 {% if ldm.q or ldm.k or ldm.v then %}
 // ldmatrix: lane l names the row of 8x8 matrix l / 8 that it loads.
@@ -257,67 +240,9 @@ template <typename T> __device__ __forceinline__ void split(unsigned r, T &lo, T
   hi = e.y;
 }
 {% end %}
-{% if S > 1 then %}
-// 16-byte global -> shared copy; src_bytes 0 writes zeros (sequence tails).
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
-  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(s), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
-}
-{% end %}
-
-// Copies rows [row0, row0 + ROWS) of one head (row stride `stride`
-// elements) into a shared tile; rows at or past `rows` become zeros.
-template <int ROWS>
-__device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long long stride,
-                                          int row0, int rows) {
-  for (int i = threadIdx.x; i < ROWS * {{ CHUNKS }}; i += {{ THREADS }}) {
-    const int r = i / {{ CHUNKS }}, c = i % {{ CHUNKS }};
-    elem_t *d = dst + tile_off(r, c * 8);
-    const bool in = row0 + r < rows;
-{% if S > 1 then %}
-    cp_async16(d, in ? src + (long long)(row0 + r) * stride + c * 8 : src, in ? 16 : 0);
-{% else %}
-    uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (in) val = *reinterpret_cast<const uint4 *>(src + (long long)(row0 + r) * stride + c * 8);
-    *reinterpret_cast<uint4 *>(d) = val;
-{% end %}
-  }
-}
-{% if fp8 then %}
-
-// FP8 e4m3 rows: 16 bytes of global memory become two 16-byte chunks of
-// elem_t in shared memory.  The conversion is exact.
-template <int ROWS>
-__device__ __forceinline__ void load_tile_fp8(elem_t *dst, const unsigned char *src, long long stride,
-                                              int row0, int rows) {
-  for (int i = threadIdx.x; i < ROWS * {{ D // 16 }}; i += {{ THREADS }}) {
-    const int r = i / {{ D // 16 }}, c = i % {{ D // 16 }};
-    uint4 raw = make_uint4(0u, 0u, 0u, 0u);
-    if (row0 + r < rows) raw = *reinterpret_cast<const uint4 *>(src + (long long)(row0 + r) * stride + c * 16);
-    const unsigned short *pairs = reinterpret_cast<const unsigned short *>(&raw);
-    __align__(16) elem_t out[16];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const __half2 h2 = __half2(__nv_cvt_fp8x2_to_halfraw2(pairs[e], __NV_E4M3));
-{% if dtype == "f16" then %}
-      out[2 * e] = __low2half(h2);
-      out[2 * e + 1] = __high2half(h2);
-{% else %}
-      out[2 * e] = __float2bfloat16_rn(__low2float(h2));
-      out[2 * e + 1] = __float2bfloat16_rn(__high2float(h2));
-{% end %}
-    }
-    *reinterpret_cast<uint4 *>(dst + tile_off(r, c * 16)) = reinterpret_cast<const uint4 *>(out)[0];
-    *reinterpret_cast<uint4 *>(dst + tile_off(r, c * 16 + 8)) = reinterpret_cast<const uint4 *>(out)[1];
-  }
-}
-{% end %}
-
 }  // namespace fj
+
+{{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S, fp8 = fp8 }) }}
 
 {%
   local kv_t = fp8 and "unsigned char" or "elem_t"

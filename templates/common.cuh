@@ -2,7 +2,7 @@
   common.cuh: pieces every attention template shares -- the header comment
   naming the variant, the kernel parameter block (which must match
   fj_kparams in src/attention.c byte for byte; params_bytes is its size as
-  the host sees it), the element type and its conversions.
+  the host sees it), the element type, its pairs and their conversions.
 #}
 // flashjit generated kernel: {{ symbol }}
 // variant: head_dim={{ head_dim }} tile_m={{ tile_m }} tile_n={{ tile_n }} warps={{ warps }} stages={{ stages }} swizzle={{ swizzle }} softmax={{ softmax }} mma={{ mma }} causal={{ causal }} dtype={{ dtype }} kv_dtype={{ kv_dtype }}
@@ -29,11 +29,15 @@ static_assert(sizeof(Params) == {{ params_bytes }}, "host and device disagree on
 
 {% if dtype == "f16" then %}
 typedef __half elem_t;
+typedef __half2 elem2_t;
 __device__ __forceinline__ elem_t to_elem(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ elem2_t to_elem2(float a, float b) { return __floats2half2_rn(a, b); }
 __device__ __forceinline__ float from_elem(elem_t x) { return __half2float(x); }
 {% else %}
 typedef __nv_bfloat16 elem_t;
+typedef __nv_bfloat162 elem2_t;
 __device__ __forceinline__ elem_t to_elem(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ elem2_t to_elem2(float a, float b) { return __floats2bfloat162_rn(a, b); }
 __device__ __forceinline__ float from_elem(elem_t x) { return __bfloat162float(x); }
 {% end %}
 

@@ -12,6 +12,19 @@
   column-major as the fragment expects; after load_matrix_sync every lane
   writes its slots: out[lane * 16 + slot] is the (row, col) it holds.
   All tags are integers below 1024, exact in float, half and bf16.
+
+  mma.sync (sm_80 and newer), through mma_frag.cuh -- the very loads and
+  instruction the mma family runs:
+    operands: the tile holds row * 16 + col of the logical matrix (A: m x k,
+      B: k x n; K-style B stored n-major, V-style k-major); after ldmatrix
+      out[lane * 16 + slot] is the (row, col) the slot holds;
+    accumulators: A and B loaded the same way, A[m][0] = m, A[m][1] = 1,
+      B[0][n] = 16, B[1][n] = n and zeros elsewhere, so each slot of
+      D = A . B holds 16 m + n: out[lane * 16 + slot] is its (row, col).
+      Then two products of small integers (fj_probe_a, fj_probe_b below; the
+      host has the same formulas) through K-style and V-style B:
+      out[513 + lane * 8 + slot] and out[769 + lane * 8 + slot], which the
+      host checks against the table, element by element.
 #}
 {% meta.symbol = "fj_probe_wmma_acc_f32"; meta.threads = 32; meta.smem_bytes = 0; meta.rows_per_block = 0 %}
 // flashjit fragment-layout probe for {{ arch }}; rendered by flashjit {{ version }}
@@ -52,4 +65,81 @@ extern "C" __global__ void fj_probe_wmma_{{ name }}(float *out) {
   for (int i = 0; i < f.num_elements; ++i) out[threadIdx.x * 16 + i] = {{ from }}(f.x[i]);
   if (threadIdx.x == 0) out[512] = (float)f.num_elements;
 }
+{% end %}
+{% if sm >= 80 then %}
+
+{{ include("mma_frag.cuh") }}
+
+// The check products' inputs; src/layout.c has the same formulas.
+__device__ __forceinline__ float fj_probe_a(int m, int k) { return (float)((m * 7 + k * 3) % 11 - 5); }
+__device__ __forceinline__ float fj_probe_b(int k, int n) { return (float)((k * 5 + n * 13) % 9 - 4); }
+
+// Writes the 8 slots of r[4] (two 16-bit elements each, the lower first).
+__device__ __forceinline__ void fj_probe_put(float *out, const unsigned r[4]) {
+  for (int i = 0; i < 4; ++i) {
+    const __half *e = reinterpret_cast<const __half *>(&r[i]);
+    out[threadIdx.x * 16 + 2 * i] = __half2float(e[0]);
+    out[threadIdx.x * 16 + 2 * i + 1] = __half2float(e[1]);
+  }
+  if (threadIdx.x == 0) out[512] = 8.f;
+}
+
+extern "C" __global__ void fj_probe_mma_a(float *out) {
+  __shared__ __align__(16) __half tile[256];
+  for (int e = threadIdx.x; e < 256; e += 32) tile[e] = __float2half((float)e);
+  __syncwarp();
+  unsigned r[4];
+  fj::ldsm_x4(r, tile + fj::ldm_row_rm(threadIdx.x) * 16 + fj::ldm_col_rm(threadIdx.x));
+  fj_probe_put(out, r);
+}
+
+extern "C" __global__ void fj_probe_mma_b_col(float *out) {
+  __shared__ __align__(16) __half tile[256];
+  // Stored (n, k) holds logical B's (k, n).
+  for (int e = threadIdx.x; e < 256; e += 32) tile[e] = __float2half((float)((e % 16) * 16 + e / 16));
+  __syncwarp();
+  unsigned r[4];
+  fj::ldsm_x4(r, tile + fj::ldm_row_nm(threadIdx.x) * 16 + fj::ldm_col_nm(threadIdx.x));
+  fj_probe_put(out, r);
+}
+
+extern "C" __global__ void fj_probe_mma_b_row(float *out) {
+  __shared__ __align__(16) __half tile[256];
+  for (int e = threadIdx.x; e < 256; e += 32) tile[e] = __float2half((float)e);
+  __syncwarp();
+  unsigned r[4];
+  fj::ldsm_x4_t(r, tile + fj::ldm_row_rm(threadIdx.x) * 16 + fj::ldm_col_rm(threadIdx.x));
+  fj_probe_put(out, r);
+}
+{%   for _, t in ipairs({ { "f16", "__half", "__float2half" }, { "bf16", "__nv_bfloat16", "__float2bfloat16" } }) do %}
+{%     local name, ty, to = t[1], t[2], t[3] %}
+
+extern "C" __global__ void fj_probe_mma_acc_{{ name }}(float *out) {
+  __shared__ __align__(16) {{ ty }} a[256], bk[256], bv[256];
+  const int lane = threadIdx.x;
+  unsigned ra[4], rb[4];
+  for (int round = 0; round < 3; ++round) {
+    // Round 0 the encoding product, rounds 1-2 the checks (K-, V-style B).
+    for (int e = lane; e < 256; e += 32) {
+      const int r = e / 16, c = e % 16;
+      a[e] = {{ to }}(round ? fj_probe_a(r, c) : c == 0 ? (float)r : c == 1 ? 1.f : 0.f);
+      // bk stored (n, k) = (r, c); bv stored (k, n) = (r, c).
+      bk[e] = {{ to }}(round ? fj_probe_b(c, r) : c == 0 ? 16.f : c == 1 ? (float)r : 0.f);
+      bv[e] = {{ to }}(round ? fj_probe_b(r, c) : r == 0 ? 16.f : r == 1 ? (float)c : 0.f);
+    }
+    __syncwarp();
+    fj::ldsm_x4(ra, a + fj::ldm_row_rm(lane) * 16 + fj::ldm_col_rm(lane));
+    if (round < 2) fj::ldsm_x4(rb, bk + fj::ldm_row_nm(lane) * 16 + fj::ldm_col_nm(lane));
+    else fj::ldsm_x4_t(rb, bv + fj::ldm_row_rm(lane) * 16 + fj::ldm_col_rm(lane));
+    float c[8] = { 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f };
+    fj::mma_tile_{{ name }}(c, ra, rb);
+    for (int s = 0; s < 8; ++s) {
+      if (round == 0) out[lane * 16 + s] = c[s];
+      else out[513 + (round - 1) * 256 + lane * 8 + s] = c[s];
+    }
+    __syncwarp();
+  }
+  if (lane == 0) out[512] = 8.f;
+}
+{%   end %}
 {% end %}

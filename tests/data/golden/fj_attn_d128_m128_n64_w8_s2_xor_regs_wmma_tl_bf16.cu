@@ -22,7 +22,9 @@ struct Params {
 static_assert(sizeof(Params) == 184, "host and device disagree on the parameter block");
 
 typedef __nv_bfloat16 elem_t;
+typedef __nv_bfloat162 elem2_t;
 __device__ __forceinline__ elem_t to_elem(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ elem2_t to_elem2(float a, float b) { return __floats2bfloat162_rn(a, b); }
 __device__ __forceinline__ float from_elem(elem_t x) { return __bfloat162float(x); }
 
 // -inf without <math.h> (NVRTC has no INFINITY macro of its own).
@@ -58,16 +60,8 @@ __constant__ unsigned char fj_base_bv[32] = { 0, 2, 4, 6, 16, 18, 20, 22, 32, 34
 
 namespace fj {
 
-typedef __nv_bfloat162 elem2_t;
-__device__ __forceinline__ elem2_t to_elem2(float a, float b) { return __floats2bfloat162_rn(a, b); }
-
 // Element offset of (r, c) in a P tile.
 __device__ __forceinline__ int p_off(int r, int c) { return r * 72 + c; }
-
-// Element offset of (r, c) in a Q, K or V tile.
-__device__ __forceinline__ int tile_off(int r, int c) {
-  return r * 128 + ((((c >> 3) ^ (r & 7)) << 3) | (c & 7));
-}
 
 // ldmatrix: lane l names the row of 8x8 matrix l / 8 that it loads.
 __device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const elem_t *row) {
@@ -86,6 +80,15 @@ template <typename T> __device__ __forceinline__ void split(unsigned r, T &lo, T
   lo = e.x;
   hi = e.y;
 }
+}  // namespace fj
+
+namespace fj {
+
+// Element offset of (r, c) in a Q, K or V tile.
+__device__ __forceinline__ int tile_off(int r, int c) {
+  return r * 128 + ((((c >> 3) ^ (r & 7)) << 3) | (c & 7));
+}
+
 // 16-byte global -> shared copy; src_bytes 0 writes zeros (sequence tails).
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
   const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
@@ -110,6 +113,7 @@ __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long l
 }
 
 }  // namespace fj
+
 
 // Minimum one block per multiprocessor: without it ptxas keeps a register
 // budget of its own and spills long-lived values (seen at 96 registers for

@@ -1,0 +1,372 @@
+{#
+  attention_mma.cu: the mma.sync family (m16n8k16, inline PTX), FlashAttention-2
+  style.
+
+  One thread block covers tile_m query rows of one (batch, head); each warp
+  owns 16 of them (or 32: two 16-row slices that share every K and V
+  fragment it loads).  Per key tile:
+    S = Q K^T   Q fragments stay in registers for the whole walk (when they
+                fit), K fragments come from shared memory by ldmatrix.x4;
+    softmax     on the accumulators: raw row max through the lanes that share
+                a row, p = 2^(s * scale - max * scale) as one FMA and one ex2,
+                per-lane partial row sums (reduced across lanes once, at the
+                end), O rescaled by 2^(old max - new max);
+    O += P V    P converted in registers into the A operand (the accumulator
+                of S holds exactly what an A fragment needs, lane for lane),
+                V fragments by ldmatrix.x4.trans.
+  K and V arrive through a ring of `stages` shared buffers (cp.async for 2-3),
+  laid out plain, padded (+16 bytes a row) or XOR-swizzled by 16-byte chunk.
+  Key tiles wholly above the causal diagonal are never loaded; masks apply
+  only to tiles that cross the diagonal or the sequence end.
+
+  Every register-level fact comes from the probed tables of the mma kinds
+  (lut.lua): which (row, col) an accumulator slot holds (output addresses,
+  masks), which lanes share a row (the XOR shuffles), and which accumulator
+  slot feeds each A slot of P.  The probe runs the same loads and the same
+  instruction (mma_frag.cuh) and checks its products, so the tables describe
+  this kernel's fragments.
+#}
+{%
+  local L = import("lut.lua")
+  local D, BM, BN, W, S = head_dim, tile_m, tile_n, warps, stages
+  local THREADS = 32 * W
+  local fp8 = kv_dtype == "e4m3"
+  local causal_mask = causal ~= "none"
+  local function no(fmt, ...) refuse(fmt:format(...)) end
+
+  if softmax ~= "regs" then
+    no("softmax %s: the mma family keeps the softmax in registers (softmax regs); smem is the wmma family's", softmax)
+  end
+  if D % 16 ~= 0 then no("head_dim %d: the mma family needs a multiple of 16", D) end
+  if BN % 16 ~= 0 then no("tile_n %d: the mma family needs a multiple of 16", BN) end
+  local MR = BM // (16 * W)
+  if BM % (16 * W) ~= 0 or MR < 1 or MR > 2 then
+    no("tile_m %d with warps %d: each warp owns 16 or 32 rows, so tile_m is %d or %d", BM, W, 16 * W, 32 * W)
+  end
+  if S > 3 then no("stages %d is not implemented: 1, 2 or 3", S) end
+  if fp8 and S > 1 then
+    no("kv_dtype e4m3 is dequantised as it loads, so it takes stages 1 (not %d)", S)
+  end
+
+  -- Registers per thread: O (MR x D/2 floats) and S (MR x BN/2) live across
+  -- the softmax; Q (MR x D/4) stays resident when the total allows.
+  local o_regs, s_regs, q_regs = MR * D // 2, MR * BN // 2, MR * D // 4
+  if o_regs + s_regs + 40 > 255 then
+    no("head_dim %d, tile_n %d and %d rows per warp need about %d registers per thread for O and S; the limit is 255 (over by %d): use a smaller tile_n or tile_m",
+       D, BN, 16 * MR, o_regs + s_regs + 40, o_regs + s_regs + 40 - 255)
+  end
+  local QREGS = o_regs + s_regs + q_regs + 40 <= 224
+
+  -- The layout tables.
+  local function need(info, why, what)
+    if not info then no("the mma family: %s", why) end
+    return info
+  end
+  local acc = need(L.analyse(lut_acc, "the mma accumulator"))
+  local qa = need(L.analyse(lut_a, "the mma A operand"))
+  local rows = need(L.rows(acc, "the mma accumulator"))
+  local p_from = L.a_from_acc(qa, acc)
+  if not p_from then
+    no("the mma family: the probed A operand (%s) does not take P from the accumulator (%s) lane for lane; P would have to go through shared memory", lut_a.frag, lut_acc.frag)
+  end
+  local NC = #rows.classes
+
+  -- Shared tiles: Q, then the K and V rings.  "xor" permutes chunk c of row
+  -- r to c ^ (r & XM), XM + 1 the largest power of two (at most 8) dividing
+  -- the chunks per row.
+  local CHUNKS = D // 8
+  local XW = 1
+  while XW < 8 and CHUNKS % (XW * 2) == 0 do XW = XW * 2 end
+  local XM = XW - 1
+  local LD = D + (swizzle == "pad" and 8 or 0)
+  local plan, offset = {}, 0
+  local function region(name, bytes)
+    plan[#plan + 1] = { name = name, offset = offset, bytes = bytes }
+    offset = offset + (bytes + 127) // 128 * 128
+  end
+  region("q", BM * LD * 2)
+  region("k", S * BN * LD * 2)
+  region("v", S * BN * LD * 2)
+  meta.symbol = symbol
+  meta.threads = THREADS
+  meta.smem_bytes = offset
+  meta.rows_per_block = BM
+
+  local T = dtype
+  local kv_t = fp8 and "unsigned char" or "elem_t"
+  local load_kv = fp8 and "fj::load_tile_fp8" or "fj::load_tile"
+%}
+{{ include("common.cuh") }}
+{% if fp8 then %}
+#include <cuda_fp8.h>
+{% end %}
+// shared memory: {{ offset }} bytes{% for _, r in ipairs(plan) do %}; {{ r.name }} @{{ r.offset }}{% end %}
+
+// From the accumulator table: each lane's base (row | col << 4); slot s adds
+// (drow, dcol) = {% for s = 0, acc.slots - 1 do %}({{ acc.drow[s] }}, {{ acc.dcol[s] }}){{ s < acc.slots - 1 and " " or "" }}{% end %}.
+__constant__ unsigned char fj_base_acc[32] = { {{ L.base_bytes(acc) }} };
+
+{{ include("mma_frag.cuh") }}
+{{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S, fp8 = fp8 }) }}
+
+namespace fj {
+// Two floats as the A-operand register of two 16-bit elements (the first low).
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  const elem2_t e = to_elem2(lo, hi);
+  return *reinterpret_cast<const unsigned *>(&e);
+}
+}  // namespace fj
+
+// Minimum one block per multiprocessor, so that ptxas budgets registers for
+// O, S and Q instead of spilling.
+extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
+{{ symbol }}(const fj::Params p) {
+  using fj::elem_t;
+  extern __shared__ __align__(128) unsigned char smem[];
+{% for _, r in ipairs(plan) do %}
+  elem_t *const s_{{ r.name }} = reinterpret_cast<elem_t *>(smem + {{ r.offset }});
+{% end %}
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // Heaviest causal blocks (the last rows) first.
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * {{ BM }};
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
+  const elem_t *q = static_cast<const elem_t *>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
+  const {{ kv_t }} *k = static_cast<const {{ kv_t }} *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
+  const {{ kv_t }} *v = static_cast<const {{ kv_t }} *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1];
+{% if fp8 then %}
+  const float k_scale = p.k_scale[b * p.heads_kv + hk], v_scale = p.v_scale[b * p.heads_kv + hk];
+  const float sl2 = p.scale_log2 * k_scale;
+{% else %}
+  const float sl2 = p.scale_log2;
+{% end %}
+  const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
+  // ldmatrix source rows and columns of this lane (mma_frag.cuh).
+  const int rm_r = fj::ldm_row_rm(lane), rm_c = fj::ldm_col_rm(lane);
+  const int nm_r = fj::ldm_row_nm(lane), nm_c = fj::ldm_col_nm(lane);
+
+  // Keys this block can see: all of them, or up to its last row's diagonal.
+  int n_end = p.seq_kv;
+{% if causal_mask then %}
+  n_end = min(n_end, min(m0 + {{ BM }}, p.seq_q) + p.causal_offset);
+{% end %}
+  const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
+
+  fj::load_tile<{{ BM }}>(s_q, q, p.q_stride[2], m0, p.seq_q);
+{% if S > 1 then %}
+  fj::cp_async_commit();
+  // Prologue: the first {{ S - 1 }} K/V tiles in flight, one group each
+  // (empty groups keep the count uniform).
+#pragma unroll
+  for (int t = 0; t < {{ S - 1 }}; ++t) {
+    if (t < ntiles) {
+      {{ load_kv }}<{{ BN }}>(s_k + t * {{ BN * LD }}, k, p.k_stride[2], t * {{ BN }}, p.seq_kv);
+      {{ load_kv }}<{{ BN }}>(s_v + t * {{ BN * LD }}, v, p.v_stride[2], t * {{ BN }}, p.seq_kv);
+    }
+    fj::cp_async_commit();
+  }
+  fj::cp_async_wait<{{ S - 1 }}>();  // Q has landed
+{% end %}
+  __syncthreads();
+
+  // This warp's rows: wr + 16 mi + (the accumulator's row), mi < {{ MR }}.
+  const int wr = warp * {{ 16 * MR }};
+  float o[{{ MR }}][{{ D // 16 }}][8];
+  float row_m[{{ MR }}][{{ NC }}], row_l[{{ MR }}][{{ NC }}];
+#pragma unroll
+  for (int mi = 0; mi < {{ MR }}; ++mi) {
+#pragma unroll
+    for (int d = 0; d < {{ D // 16 }}; ++d)
+#pragma unroll
+      for (int s = 0; s < 8; ++s) o[mi][d][s] = 0.f;
+#pragma unroll
+    for (int c = 0; c < {{ NC }}; ++c) { row_m[mi][c] = FJ_NEG_INF; row_l[mi][c] = 0.f; }
+  }
+{% if QREGS then %}
+  unsigned qf[{{ MR }}][{{ D // 16 }}][4];
+#pragma unroll
+  for (int mi = 0; mi < {{ MR }}; ++mi)
+#pragma unroll
+    for (int kk = 0; kk < {{ D // 16 }}; ++kk)
+      fj::ldsm_x4(qf[mi][kk], s_q + fj::tile_off(wr + mi * 16 + rm_r, kk * 16 + rm_c));
+{% end %}
+
+  for (int t = 0; t < ntiles; ++t) {
+    const int n0 = t * {{ BN }};
+{% if S == 1 then %}
+    if (t > 0) __syncthreads();  // the previous tile is no longer read
+    {{ load_kv }}<{{ BN }}>(s_k, k, p.k_stride[2], n0, p.seq_kv);
+    {{ load_kv }}<{{ BN }}>(s_v, v, p.v_stride[2], n0, p.seq_kv);
+    __syncthreads();
+    const elem_t *kt = s_k, *vt = s_v;
+{% else %}
+    {
+      const int nt = t + {{ S - 1 }};
+      if (nt < ntiles) {
+        {{ load_kv }}<{{ BN }}>(s_k + (nt % {{ S }}) * {{ BN * LD }}, k, p.k_stride[2], nt * {{ BN }}, p.seq_kv);
+        {{ load_kv }}<{{ BN }}>(s_v + (nt % {{ S }}) * {{ BN * LD }}, v, p.v_stride[2], nt * {{ BN }}, p.seq_kv);
+      }
+      fj::cp_async_commit();
+      fj::cp_async_wait<{{ S - 1 }}>();  // tile t has landed
+      __syncthreads();
+    }
+    const elem_t *kt = s_k + (t % {{ S }}) * {{ BN * LD }}, *vt = s_v + (t % {{ S }}) * {{ BN * LD }};
+{% end %}
+    // Masks only where a key is past the end or above some row's diagonal.
+    const bool need_mask = n0 + {{ BN }} > p.seq_kv{% if causal_mask then %} || n0 + {{ BN - 1 }} > m0 + p.causal_offset{% end %};
+
+    // S = Q K^T.
+    float sc[{{ MR }}][{{ BN // 16 }}][8];
+#pragma unroll
+    for (int mi = 0; mi < {{ MR }}; ++mi)
+#pragma unroll
+      for (int j = 0; j < {{ BN // 16 }}; ++j)
+#pragma unroll
+        for (int s = 0; s < 8; ++s) sc[mi][j][s] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < {{ D // 16 }}; ++kk) {
+{% if not QREGS then %}
+      unsigned qk[{{ MR }}][4];
+#pragma unroll
+      for (int mi = 0; mi < {{ MR }}; ++mi)
+        fj::ldsm_x4(qk[mi], s_q + fj::tile_off(wr + mi * 16 + rm_r, kk * 16 + rm_c));
+{% end %}
+#pragma unroll
+      for (int j = 0; j < {{ BN // 16 }}; ++j) {
+        unsigned kf[4];
+        fj::ldsm_x4(kf, kt + fj::tile_off(j * 16 + nm_r, kk * 16 + nm_c));
+#pragma unroll
+        for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_{{ T }}(sc[mi][j], {{ QREGS and "qf[mi][kk]" or "qk[mi]" }}, kf);
+      }
+    }
+
+    // Online softmax per row class (slots sharing a row), rows reduced over
+    // the lanes XOR {{ table.concat(rows.masks, ", ") }}.
+#pragma unroll
+    for (int mi = 0; mi < {{ MR }}; ++mi) {
+      // Per row, the first column of this tile (counted from the lane's base)
+      // that the row may not see: the sequence end or the diagonal.
+{% for c = 1, NC do %}
+      float mx{{ c }} = FJ_NEG_INF;
+      int lim{{ c }} = p.seq_kv - n0 - acc_c;
+{%   if causal_mask then %}
+      lim{{ c }} = min(lim{{ c }}, m0 + wr + mi * 16 + acc_r + {{ rows.classes[c].drow }} + p.causal_offset + 1 - n0 - acc_c);
+{%   end %}
+{% end %}
+      if (need_mask) {
+#pragma unroll
+        for (int j = 0; j < {{ BN // 16 }}; ++j) {
+{% for i = 0, acc.slots - 1 do %}
+          if (j * 16 + {{ acc.dcol[i] }} >= lim{{ rows.class_of[i] }}) sc[mi][j][{{ i }}] = FJ_NEG_INF;
+{% end %}
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < {{ BN // 16 }}; ++j) {
+{% for i = 0, acc.slots - 1 do %}
+        mx{{ rows.class_of[i] }} = fmaxf(mx{{ rows.class_of[i] }}, sc[mi][j][{{ i }}]);
+{% end %}
+      }
+{% for c = 1, NC do %}
+{%   for _, m in ipairs(rows.masks) do %}
+      mx{{ c }} = fmaxf(mx{{ c }}, __shfl_xor_sync(0xffffffffu, mx{{ c }}, {{ m }}));
+{%   end %}
+      const float mn{{ c }} = fmaxf(row_m[mi][{{ c - 1 }}], mx{{ c }});
+      // A row that has seen only masked keys keeps max -inf; subtracting 0
+      // instead keeps exp2 at 0 rather than NaN.
+      const float mu{{ c }} = mn{{ c }} == FJ_NEG_INF ? 0.f : mn{{ c }} * sl2;
+      const float alpha{{ c }} = fj::fast_exp2(row_m[mi][{{ c - 1 }}] * sl2 - mu{{ c }});
+      row_m[mi][{{ c - 1 }}] = mn{{ c }};
+      float sum{{ c }} = 0.f;
+{% end %}
+#pragma unroll
+      for (int j = 0; j < {{ BN // 16 }}; ++j) {
+{% for i = 0, acc.slots - 1 do %}
+        sc[mi][j][{{ i }}] = fj::fast_exp2(fmaf(sc[mi][j][{{ i }}], sl2, -mu{{ rows.class_of[i] }}));
+        sum{{ rows.class_of[i] }} += sc[mi][j][{{ i }}];
+{% end %}
+      }
+{% for c = 1, NC do %}
+      row_l[mi][{{ c - 1 }}] = row_l[mi][{{ c - 1 }}] * alpha{{ c }} + sum{{ c }};
+{% end %}
+#pragma unroll
+      for (int d = 0; d < {{ D // 16 }}; ++d) {
+{% for i = 0, acc.slots - 1 do %}
+        o[mi][d][{{ i }}] *= alpha{{ rows.class_of[i] }};
+{% end %}
+      }
+    }
+
+    // O += P V: A slot s of P's fragment is accumulator slot{% for s = 0, qa.slots - 1 do if p_from[s] then %} {{ s }}<-{{ p_from[s] }}{% end end %}.
+#pragma unroll
+    for (int kk = 0; kk < {{ BN // 16 }}; ++kk) {
+      unsigned pa[{{ MR }}][4];
+#pragma unroll
+      for (int mi = 0; mi < {{ MR }}; ++mi) {
+{% for r = 0, 3 do %}
+        pa[mi][{{ r }}] = fj::pack2(sc[mi][kk][{{ p_from[2 * r] }}], sc[mi][kk][{{ p_from[2 * r + 1] }}]);
+{% end %}
+      }
+#pragma unroll
+      for (int d = 0; d < {{ D // 16 }}; ++d) {
+        unsigned vf[4];
+        fj::ldsm_x4_t(vf, vt + fj::tile_off(kk * 16 + rm_r, d * 16 + rm_c));
+#pragma unroll
+        for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_{{ T }}(o[mi][d], pa[mi], vf);
+      }
+    }
+{% if S > 1 then %}
+    __syncthreads();  // tile t's buffers are refilled next iteration
+{% end %}
+  }
+{% if S > 1 then %}
+  fj::cp_async_wait<0>();
+{% end %}
+
+  // The row sums, so far per lane, over the lanes that share each row; then
+  // O = O / l, pairs of neighbouring columns per store.
+  elem_t *o_out = static_cast<elem_t *>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+  // One lane per row group writes the log-sum-exp: the group's lowest.
+  int leader = lane;
+{% for _, x in ipairs(rows.offsets) do %}
+  leader = min(leader, lane ^ {{ x }});
+{% end %}
+#pragma unroll
+  for (int mi = 0; mi < {{ MR }}; ++mi) {
+{% for c = 1, NC do %}
+    float l{{ c }} = row_l[mi][{{ c - 1 }}];
+{%   for _, m in ipairs(rows.masks) do %}
+    l{{ c }} += __shfl_xor_sync(0xffffffffu, l{{ c }}, {{ m }});
+{%   end %}
+    const float inv{{ c }} = l{{ c }} > 0.f ? {{ fp8 and "v_scale" or "1.f" }} / l{{ c }} : 0.f;
+{% end %}
+#pragma unroll
+    for (int d = 0; d < {{ D // 16 }}; ++d) {
+{% for _, pr in ipairs(L.pairs(acc, false)) do %}
+{%   local s = pr[1] %}
+      {
+        const int row = m0 + wr + mi * 16 + acc_r + {{ acc.drow[s] }}, col = d * 16 + acc_c + {{ acc.dcol[s] }};
+        if (row < p.seq_q) {
+          elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
+{%   if #pr == 2 then %}
+          *reinterpret_cast<fj::elem2_t *>(dst) = fj::to_elem2(o[mi][d][{{ s }}] * inv{{ rows.class_of[s] }},
+                                                               o[mi][d][{{ pr[2] }}] * inv{{ rows.class_of[s] }});
+{%   else %}
+          *dst = fj::to_elem(o[mi][d][{{ s }}] * inv{{ rows.class_of[s] }});
+{%   end %}
+        }
+      }
+{% end %}
+    }
+    if (p.lse) {
+{% for c = 1, NC do %}
+      {
+        const int row = m0 + wr + mi * 16 + acc_r + {{ rows.classes[c].drow }};
+        if (lane == leader && row < p.seq_q)
+          p.lse[((long long)b * p.heads_q + h) * p.seq_q + row] =
+              l{{ c }} > 0.f ? (row_m[mi][{{ c - 1 }}] * sl2 + __log2f(l{{ c }})) * 0.69314718056f : FJ_NEG_INF;
+      }
+{% end %}
+    }
+  }
+}

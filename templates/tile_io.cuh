@@ -1,0 +1,83 @@
+{#
+  tile_io.cuh: global -> shared copies of Q, K and V tiles, shared by the
+  attention families.  The including template passes
+    LD      the row stride of a shared tile in elements (padding included),
+    XM      the XOR mask of the "xor" swizzle (chunk c of row r is stored at
+            c ^ (r & XM)),
+    THREADS the block's threads, S the stages (> 1: cp.async), fp8 (K/V in
+            e4m3, dequantised as they load).
+  A tile row holds head_dim elements, head_dim / 8 chunks of 16 bytes.
+#}
+{% local CHUNKS = head_dim // 8 %}
+namespace fj {
+
+// Element offset of (r, c) in a Q, K or V tile.
+__device__ __forceinline__ int tile_off(int r, int c) {
+{% if swizzle == "xor" then %}
+  return r * {{ LD }} + ((((c >> 3) ^ (r & {{ XM }})) << 3) | (c & 7));
+{% else %}
+  return r * {{ LD }} + c;
+{% end %}
+}
+{% if S > 1 then %}
+
+// 16-byte global -> shared copy; src_bytes 0 writes zeros (sequence tails).
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(s), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
+}
+{% end %}
+
+// Copies rows [row0, row0 + ROWS) of one head (row stride `stride`
+// elements) into a shared tile; rows at or past `rows` become zeros.
+template <int ROWS>
+__device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long long stride,
+                                          int row0, int rows) {
+  for (int i = threadIdx.x; i < ROWS * {{ CHUNKS }}; i += {{ THREADS }}) {
+    const int r = i / {{ CHUNKS }}, c = i % {{ CHUNKS }};
+    elem_t *d = dst + tile_off(r, c * 8);
+    const bool in = row0 + r < rows;
+{% if S > 1 then %}
+    cp_async16(d, in ? src + (long long)(row0 + r) * stride + c * 8 : src, in ? 16 : 0);
+{% else %}
+    uint4 val = make_uint4(0u, 0u, 0u, 0u);
+    if (in) val = *reinterpret_cast<const uint4 *>(src + (long long)(row0 + r) * stride + c * 8);
+    *reinterpret_cast<uint4 *>(d) = val;
+{% end %}
+  }
+}
+{% if fp8 then %}
+
+// FP8 e4m3 rows: 16 bytes of global memory become two 16-byte chunks of
+// elem_t in shared memory.  The conversion is exact.
+template <int ROWS>
+__device__ __forceinline__ void load_tile_fp8(elem_t *dst, const unsigned char *src, long long stride,
+                                              int row0, int rows) {
+  for (int i = threadIdx.x; i < ROWS * {{ head_dim // 16 }}; i += {{ THREADS }}) {
+    const int r = i / {{ head_dim // 16 }}, c = i % {{ head_dim // 16 }};
+    uint4 raw = make_uint4(0u, 0u, 0u, 0u);
+    if (row0 + r < rows) raw = *reinterpret_cast<const uint4 *>(src + (long long)(row0 + r) * stride + c * 16);
+    const unsigned short *pairs = reinterpret_cast<const unsigned short *>(&raw);
+    __align__(16) elem_t out[16];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const __half2 h2 = __half2(__nv_cvt_fp8x2_to_halfraw2(pairs[e], __NV_E4M3));
+{% if dtype == "f16" then %}
+      out[2 * e] = __low2half(h2);
+      out[2 * e + 1] = __high2half(h2);
+{% else %}
+      out[2 * e] = __float2bfloat16_rn(__low2float(h2));
+      out[2 * e + 1] = __float2bfloat16_rn(__high2float(h2));
+{% end %}
+    }
+    *reinterpret_cast<uint4 *>(dst + tile_off(r, c * 16)) = reinterpret_cast<const uint4 *>(out)[0];
+    *reinterpret_cast<uint4 *>(dst + tile_off(r, c * 16 + 8)) = reinterpret_cast<const uint4 *>(out)[1];
+  }
+}
+{% end %}
+
+}  // namespace fj
