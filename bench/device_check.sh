@@ -25,7 +25,7 @@ note "$(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperat
 
 # 1. GPU tests (ctest label gpu), verbose so every case's error is logged.
 if part tests; then
-  ctest -L gpu -V --timeout 900 >"$out/ctest_gpu.log" 2>&1
+  ctest -L gpu -R "${TESTS:-.}" -V --timeout 900 >"$out/ctest_gpu.log" 2>&1
   note "ctest -L gpu: exit $? ($(grep -c ' ok$' "$out/ctest_gpu.log") ok cases, $(grep -c 'FAIL' "$out/ctest_gpu.log") FAIL lines)"
   grep -E "tests passed|cases passed|cross product:|prepared|matches the reference|max rel_err" "$out/ctest_gpu.log" | sed 's/^[0-9]*: //' | tee -a "$summary"
 fi

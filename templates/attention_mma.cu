@@ -55,7 +55,11 @@
     no("head_dim %d, tile_n %d and %d rows per warp need about %d registers per thread for O and S; the limit is 255 (over by %d): use a smaller tile_n or tile_m",
        D, BN, 16 * MR, o_regs + s_regs + 40, o_regs + s_regs + 40 - 255)
   end
-  local QREGS = o_regs + s_regs + q_regs + 40 <= 224
+  -- With 3 or more stages the ring holds the next tile early enough to
+  -- pipeline S(t + 1) beside the softmax of tile t, if both S fit.
+  local PIPE = S >= 3 and o_regs + 2 * s_regs + 40 <= 240
+  local live = o_regs + s_regs * (PIPE and 2 or 1)
+  local QREGS = live + q_regs + 40 <= 224
 
   -- The layout tables.
   local function need(info, why, what)
@@ -91,6 +95,16 @@
   meta.threads = THREADS
   meta.smem_bytes = offset
   meta.rows_per_block = BM
+
+  -- The shared address of the 16x16 fragment at tile (r0, c0) for this
+  -- lane: unswizzled, the lane's part is one register and the rest an
+  -- immediate; under xor the chunk index needs the row.
+  local function addr(base, lane, r0, c0)
+    if swizzle == "xor" then
+      return ("%s + 2 * fj::tile_off(%s + %s_r, %s + %s_c)"):format(base, r0, lane, c0, lane)
+    end
+    return ("%s + %s_off + 2 * ((%s) * %d + %s)"):format(base, lane, r0, LD, c0)
+  end
 
   local T = dtype
   local kv_t = fp8 and "unsigned char" or "elem_t"
@@ -144,6 +158,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   // ldmatrix source rows and columns of this lane (mma_frag.cuh).
   const int rm_r = fj::ldm_row_rm(lane), rm_c = fj::ldm_col_rm(lane);
   const int nm_r = fj::ldm_row_nm(lane), nm_c = fj::ldm_col_nm(lane);
+  const unsigned rm_off = 2 * (rm_r * {{ LD }} + rm_c), nm_off = 2 * (nm_r * {{ LD }} + nm_c);
+  const unsigned sq_u = fj::smem_addr(s_q), sk_u = fj::smem_addr(s_k), sv_u = fj::smem_addr(s_v);
+  (void)rm_off; (void)nm_off;
 
   // Keys this block can see: all of them, or up to its last row's diagonal.
   int n_end = p.seq_kv;
@@ -165,7 +182,11 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     }
     fj::cp_async_commit();
   }
+{%   if PIPE then %}
+  fj::cp_async_wait<{{ S - 2 }}>();  // Q and tile 0 have landed
+{%   else %}
   fj::cp_async_wait<{{ S - 1 }}>();  // Q has landed
+{%   end %}
 {% end %}
   __syncthreads();
 
@@ -182,24 +203,173 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 #pragma unroll
     for (int c = 0; c < {{ NC }}; ++c) { row_m[mi][c] = FJ_NEG_INF; row_l[mi][c] = 0.f; }
   }
+{%
+  -- The three steps of a key tile, as macros (each call emits its text).
+  -- qk: dst = Q K^T from the K tile at shared address kbuf.
+  local function qk(dst, kbuf)
+%}
+#pragma unroll
+    for (int mi = 0; mi < {{ MR }}; ++mi)
+#pragma unroll
+      for (int j = 0; j < {{ BN // 16 }}; ++j)
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {{ dst }}[mi][j][s] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < {{ D // 16 }}; ++kk) {
+{%   if not QREGS then %}
+      unsigned qk[{{ MR }}][4];
+#pragma unroll
+      for (int mi = 0; mi < {{ MR }}; ++mi)
+        fj::ldsm_x4(qk[mi], {{ addr("sq_u", "rm", "wr + mi * 16", "kk * 16") }});
+{%   end %}
+#pragma unroll
+      for (int j = 0; j < {{ BN // 16 }}; ++j) {
+        unsigned kf[4];
+        fj::ldsm_x4(kf, {{ addr(kbuf, "nm", "j * 16", "kk * 16") }});
+#pragma unroll
+        for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_{{ T }}({{ dst }}[mi][j], {{ QREGS and "qf[mi][kk]" or "qk[mi]" }}, kf);
+      }
+    }
+{%
+  end
+  -- softmax: online softmax of src (the tile at key n0), per row class
+  -- (slots sharing a row), rows reduced over the lanes XOR masks.  mask:
+  -- "branch" masks only where need_mask says a key is out of reach,
+  -- "always" masks without a branch (every column's test is right anyway).
+  local function softmax(src, mask)
+%}
+#pragma unroll
+    for (int mi = 0; mi < {{ MR }}; ++mi) {
+      // Per row, the first column of this tile (counted from the lane's base)
+      // that the row may not see: the sequence end or the diagonal.
+{%   for c = 1, NC do %}
+      float mx{{ c }} = FJ_NEG_INF;
+      int lim{{ c }} = p.seq_kv - n0 - acc_c;
+{%     if causal_mask then %}
+      lim{{ c }} = min(lim{{ c }}, m0 + wr + mi * 16 + acc_r + {{ rows.classes[c].drow }} + p.causal_offset + 1 - n0 - acc_c);
+{%     end %}
+{%   end %}
+      {{ mask == "branch" and "if (need_mask) " or "" }}{
+#pragma unroll
+        for (int j = 0; j < {{ BN // 16 }}; ++j) {
+{%   for i = 0, acc.slots - 1 do %}
+          if (j * 16 + {{ acc.dcol[i] }} >= lim{{ rows.class_of[i] }}) {{ src }}[mi][j][{{ i }}] = FJ_NEG_INF;
+{%   end %}
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < {{ BN // 16 }}; ++j) {
+{%   for i = 0, acc.slots - 1 do %}
+        mx{{ rows.class_of[i] }} = fmaxf(mx{{ rows.class_of[i] }}, {{ src }}[mi][j][{{ i }}]);
+{%   end %}
+      }
+{%   for c = 1, NC do %}
+{%     for _, m in ipairs(rows.masks) do %}
+      mx{{ c }} = fmaxf(mx{{ c }}, __shfl_xor_sync(0xffffffffu, mx{{ c }}, {{ m }}));
+{%     end %}
+      const float mn{{ c }} = fmaxf(row_m[mi][{{ c - 1 }}], mx{{ c }});
+      // A row that has seen only masked keys keeps max -inf; subtracting 0
+      // instead keeps exp2 at 0 rather than NaN.
+      const float mu{{ c }} = mn{{ c }} == FJ_NEG_INF ? 0.f : mn{{ c }} * sl2;
+      const float alpha{{ c }} = fj::fast_exp2(row_m[mi][{{ c - 1 }}] * sl2 - mu{{ c }});
+      row_m[mi][{{ c - 1 }}] = mn{{ c }};
+      float sum{{ c }} = 0.f;
+{%   end %}
+#pragma unroll
+      for (int j = 0; j < {{ BN // 16 }}; ++j) {
+{%   for i = 0, acc.slots - 1 do %}
+        {{ src }}[mi][j][{{ i }}] = fj::fast_exp2(fmaf({{ src }}[mi][j][{{ i }}], sl2, -mu{{ rows.class_of[i] }}));
+        sum{{ rows.class_of[i] }} += {{ src }}[mi][j][{{ i }}];
+{%   end %}
+      }
+{%   for c = 1, NC do %}
+      row_l[mi][{{ c - 1 }}] = row_l[mi][{{ c - 1 }}] * alpha{{ c }} + sum{{ c }};
+{%   end %}
+#pragma unroll
+      for (int d = 0; d < {{ D // 16 }}; ++d) {
+{%   for i = 0, acc.slots - 1 do %}
+        o[mi][d][{{ i }}] *= alpha{{ rows.class_of[i] }};
+{%   end %}
+      }
+    }
+{%
+  end
+  -- pv: O += P V, P from src in registers, V from the tile at vbuf.
+  local function pv(src, vbuf)
+%}
+    // A slot s of P's fragment is accumulator slot{% for s = 0, qa.slots - 1 do if p_from[s] then %} {{ s }}<-{{ p_from[s] }}{% end end %}.
+#pragma unroll
+    for (int kk = 0; kk < {{ BN // 16 }}; ++kk) {
+      unsigned pa[{{ MR }}][4];
+#pragma unroll
+      for (int mi = 0; mi < {{ MR }}; ++mi) {
+{%   for r = 0, 3 do %}
+        pa[mi][{{ r }}] = fj::pack2({{ src }}[mi][kk][{{ p_from[2 * r] }}], {{ src }}[mi][kk][{{ p_from[2 * r + 1] }}]);
+{%   end %}
+      }
+#pragma unroll
+      for (int d = 0; d < {{ D // 16 }}; ++d) {
+        unsigned vf[4];
+        fj::ldsm_x4_t(vf, {{ addr(vbuf, "rm", "kk * 16", "d * 16") }});
+#pragma unroll
+        for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_{{ T }}(o[mi][d], pa[mi], vf);
+      }
+    }
+{% end %}
 {% if QREGS then %}
   unsigned qf[{{ MR }}][{{ D // 16 }}][4];
 #pragma unroll
   for (int mi = 0; mi < {{ MR }}; ++mi)
 #pragma unroll
     for (int kk = 0; kk < {{ D // 16 }}; ++kk)
-      fj::ldsm_x4(qf[mi][kk], s_q + fj::tile_off(wr + mi * 16 + rm_r, kk * 16 + rm_c));
+      fj::ldsm_x4(qf[mi][kk], {{ addr("sq_u", "rm", "wr + mi * 16", "kk * 16") }});
 {% end %}
+{% if PIPE then %}
+
+  // Software pipeline: the ring holds tile t + 1 while tile t computes, so
+  // S(t + 1) = Q K(t + 1) is issued beside the softmax of S(t) and P(t) V(t);
+  // the tensor cores work while the softmax's arithmetic runs.  (Past the
+  // last tile S(t + 1) reads a stale buffer and is discarded.)
+  float sc[{{ MR }}][{{ BN // 16 }}][8];
+  {
+{%   qk("sc", "sk_u") %}
+  }
+  for (int t = 0; t < ntiles; ++t) {
+    const int n0 = t * {{ BN }};
+    fj::cp_async_wait<{{ S - 3 }}>();  // tile t + 1 has landed
+    __syncthreads();                    // ... for every thread; tile t - 1 is free
+    {
+      const int nt = t + {{ S - 1 }};
+      if (nt < ntiles) {
+        {{ load_kv }}<{{ BN }}>(s_k + (nt % {{ S }}) * {{ BN * LD }}, k, p.k_stride[2], nt * {{ BN }}, p.seq_kv);
+        {{ load_kv }}<{{ BN }}>(s_v + (nt % {{ S }}) * {{ BN * LD }}, v, p.v_stride[2], nt * {{ BN }}, p.seq_kv);
+      }
+      fj::cp_async_commit();
+    }
+    const unsigned kn = sk_u + ((t + 1) % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
+    float sn[{{ MR }}][{{ BN // 16 }}][8];
+{%   qk("sn", "kn") %}
+{%   softmax("sc", "always") %}
+{%   pv("sc", "vt") %}
+#pragma unroll
+    for (int mi = 0; mi < {{ MR }}; ++mi)
+#pragma unroll
+      for (int j = 0; j < {{ BN // 16 }}; ++j)
+#pragma unroll
+        for (int s = 0; s < 8; ++s) sc[mi][j][s] = sn[mi][j][s];
+  }
+  fj::cp_async_wait<0>();
+{% else %}
 
   for (int t = 0; t < ntiles; ++t) {
     const int n0 = t * {{ BN }};
-{% if S == 1 then %}
+{%   if S == 1 then %}
     if (t > 0) __syncthreads();  // the previous tile is no longer read
     {{ load_kv }}<{{ BN }}>(s_k, k, p.k_stride[2], n0, p.seq_kv);
     {{ load_kv }}<{{ BN }}>(s_v, v, p.v_stride[2], n0, p.seq_kv);
     __syncthreads();
-    const elem_t *kt = s_k, *vt = s_v;
-{% else %}
+    const unsigned kt = sk_u, vt = sv_u;
+{%   else %}
     {
       const int nt = t + {{ S - 1 }};
       if (nt < ntiles) {
@@ -210,117 +380,22 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       fj::cp_async_wait<{{ S - 1 }}>();  // tile t has landed
       __syncthreads();
     }
-    const elem_t *kt = s_k + (t % {{ S }}) * {{ BN * LD }}, *vt = s_v + (t % {{ S }}) * {{ BN * LD }};
-{% end %}
+    const unsigned kt = sk_u + (t % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
+{%   end %}
     // Masks only where a key is past the end or above some row's diagonal.
     const bool need_mask = n0 + {{ BN }} > p.seq_kv{% if causal_mask then %} || n0 + {{ BN - 1 }} > m0 + p.causal_offset{% end %};
 
-    // S = Q K^T.
     float sc[{{ MR }}][{{ BN // 16 }}][8];
-#pragma unroll
-    for (int mi = 0; mi < {{ MR }}; ++mi)
-#pragma unroll
-      for (int j = 0; j < {{ BN // 16 }}; ++j)
-#pragma unroll
-        for (int s = 0; s < 8; ++s) sc[mi][j][s] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < {{ D // 16 }}; ++kk) {
-{% if not QREGS then %}
-      unsigned qk[{{ MR }}][4];
-#pragma unroll
-      for (int mi = 0; mi < {{ MR }}; ++mi)
-        fj::ldsm_x4(qk[mi], s_q + fj::tile_off(wr + mi * 16 + rm_r, kk * 16 + rm_c));
-{% end %}
-#pragma unroll
-      for (int j = 0; j < {{ BN // 16 }}; ++j) {
-        unsigned kf[4];
-        fj::ldsm_x4(kf, kt + fj::tile_off(j * 16 + nm_r, kk * 16 + nm_c));
-#pragma unroll
-        for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_{{ T }}(sc[mi][j], {{ QREGS and "qf[mi][kk]" or "qk[mi]" }}, kf);
-      }
-    }
-
-    // Online softmax per row class (slots sharing a row), rows reduced over
-    // the lanes XOR {{ table.concat(rows.masks, ", ") }}.
-#pragma unroll
-    for (int mi = 0; mi < {{ MR }}; ++mi) {
-      // Per row, the first column of this tile (counted from the lane's base)
-      // that the row may not see: the sequence end or the diagonal.
-{% for c = 1, NC do %}
-      float mx{{ c }} = FJ_NEG_INF;
-      int lim{{ c }} = p.seq_kv - n0 - acc_c;
-{%   if causal_mask then %}
-      lim{{ c }} = min(lim{{ c }}, m0 + wr + mi * 16 + acc_r + {{ rows.classes[c].drow }} + p.causal_offset + 1 - n0 - acc_c);
-{%   end %}
-{% end %}
-      if (need_mask) {
-#pragma unroll
-        for (int j = 0; j < {{ BN // 16 }}; ++j) {
-{% for i = 0, acc.slots - 1 do %}
-          if (j * 16 + {{ acc.dcol[i] }} >= lim{{ rows.class_of[i] }}) sc[mi][j][{{ i }}] = FJ_NEG_INF;
-{% end %}
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < {{ BN // 16 }}; ++j) {
-{% for i = 0, acc.slots - 1 do %}
-        mx{{ rows.class_of[i] }} = fmaxf(mx{{ rows.class_of[i] }}, sc[mi][j][{{ i }}]);
-{% end %}
-      }
-{% for c = 1, NC do %}
-{%   for _, m in ipairs(rows.masks) do %}
-      mx{{ c }} = fmaxf(mx{{ c }}, __shfl_xor_sync(0xffffffffu, mx{{ c }}, {{ m }}));
-{%   end %}
-      const float mn{{ c }} = fmaxf(row_m[mi][{{ c - 1 }}], mx{{ c }});
-      // A row that has seen only masked keys keeps max -inf; subtracting 0
-      // instead keeps exp2 at 0 rather than NaN.
-      const float mu{{ c }} = mn{{ c }} == FJ_NEG_INF ? 0.f : mn{{ c }} * sl2;
-      const float alpha{{ c }} = fj::fast_exp2(row_m[mi][{{ c - 1 }}] * sl2 - mu{{ c }});
-      row_m[mi][{{ c - 1 }}] = mn{{ c }};
-      float sum{{ c }} = 0.f;
-{% end %}
-#pragma unroll
-      for (int j = 0; j < {{ BN // 16 }}; ++j) {
-{% for i = 0, acc.slots - 1 do %}
-        sc[mi][j][{{ i }}] = fj::fast_exp2(fmaf(sc[mi][j][{{ i }}], sl2, -mu{{ rows.class_of[i] }}));
-        sum{{ rows.class_of[i] }} += sc[mi][j][{{ i }}];
-{% end %}
-      }
-{% for c = 1, NC do %}
-      row_l[mi][{{ c - 1 }}] = row_l[mi][{{ c - 1 }}] * alpha{{ c }} + sum{{ c }};
-{% end %}
-#pragma unroll
-      for (int d = 0; d < {{ D // 16 }}; ++d) {
-{% for i = 0, acc.slots - 1 do %}
-        o[mi][d][{{ i }}] *= alpha{{ rows.class_of[i] }};
-{% end %}
-      }
-    }
-
-    // O += P V: A slot s of P's fragment is accumulator slot{% for s = 0, qa.slots - 1 do if p_from[s] then %} {{ s }}<-{{ p_from[s] }}{% end end %}.
-#pragma unroll
-    for (int kk = 0; kk < {{ BN // 16 }}; ++kk) {
-      unsigned pa[{{ MR }}][4];
-#pragma unroll
-      for (int mi = 0; mi < {{ MR }}; ++mi) {
-{% for r = 0, 3 do %}
-        pa[mi][{{ r }}] = fj::pack2(sc[mi][kk][{{ p_from[2 * r] }}], sc[mi][kk][{{ p_from[2 * r + 1] }}]);
-{% end %}
-      }
-#pragma unroll
-      for (int d = 0; d < {{ D // 16 }}; ++d) {
-        unsigned vf[4];
-        fj::ldsm_x4_t(vf, vt + fj::tile_off(kk * 16 + rm_r, d * 16 + rm_c));
-#pragma unroll
-        for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_{{ T }}(o[mi][d], pa[mi], vf);
-      }
-    }
-{% if S > 1 then %}
+{%   qk("sc", "kt") %}
+{%   softmax("sc", "branch") %}
+{%   pv("sc", "vt") %}
+{%   if S > 1 then %}
     __syncthreads();  // tile t's buffers are refilled next iteration
-{% end %}
+{%   end %}
   }
-{% if S > 1 then %}
+{%   if S > 1 then %}
   fj::cp_async_wait<0>();
+{%   end %}
 {% end %}
 
   // The row sums, so far per lane, over the lanes that share each row; then

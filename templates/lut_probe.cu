@@ -89,7 +89,7 @@ extern "C" __global__ void fj_probe_mma_a(float *out) {
   for (int e = threadIdx.x; e < 256; e += 32) tile[e] = __float2half((float)e);
   __syncwarp();
   unsigned r[4];
-  fj::ldsm_x4(r, tile + fj::ldm_row_rm(threadIdx.x) * 16 + fj::ldm_col_rm(threadIdx.x));
+  fj::ldsm_x4(r, fj::smem_addr(tile + fj::ldm_row_rm(threadIdx.x) * 16 + fj::ldm_col_rm(threadIdx.x)));
   fj_probe_put(out, r);
 }
 
@@ -99,7 +99,7 @@ extern "C" __global__ void fj_probe_mma_b_col(float *out) {
   for (int e = threadIdx.x; e < 256; e += 32) tile[e] = __float2half((float)((e % 16) * 16 + e / 16));
   __syncwarp();
   unsigned r[4];
-  fj::ldsm_x4(r, tile + fj::ldm_row_nm(threadIdx.x) * 16 + fj::ldm_col_nm(threadIdx.x));
+  fj::ldsm_x4(r, fj::smem_addr(tile + fj::ldm_row_nm(threadIdx.x) * 16 + fj::ldm_col_nm(threadIdx.x)));
   fj_probe_put(out, r);
 }
 
@@ -108,7 +108,7 @@ extern "C" __global__ void fj_probe_mma_b_row(float *out) {
   for (int e = threadIdx.x; e < 256; e += 32) tile[e] = __float2half((float)e);
   __syncwarp();
   unsigned r[4];
-  fj::ldsm_x4_t(r, tile + fj::ldm_row_rm(threadIdx.x) * 16 + fj::ldm_col_rm(threadIdx.x));
+  fj::ldsm_x4_t(r, fj::smem_addr(tile + fj::ldm_row_rm(threadIdx.x) * 16 + fj::ldm_col_rm(threadIdx.x)));
   fj_probe_put(out, r);
 }
 {%   for _, t in ipairs({ { "f16", "__half", "__float2half" }, { "bf16", "__nv_bfloat16", "__float2bfloat16" } }) do %}
@@ -128,9 +128,9 @@ extern "C" __global__ void fj_probe_mma_acc_{{ name }}(float *out) {
       bv[e] = {{ to }}(round ? fj_probe_b(r, c) : r == 0 ? 16.f : r == 1 ? (float)c : 0.f);
     }
     __syncwarp();
-    fj::ldsm_x4(ra, a + fj::ldm_row_rm(lane) * 16 + fj::ldm_col_rm(lane));
-    if (round < 2) fj::ldsm_x4(rb, bk + fj::ldm_row_nm(lane) * 16 + fj::ldm_col_nm(lane));
-    else fj::ldsm_x4_t(rb, bv + fj::ldm_row_rm(lane) * 16 + fj::ldm_col_rm(lane));
+    fj::ldsm_x4(ra, fj::smem_addr(a + fj::ldm_row_rm(lane) * 16 + fj::ldm_col_rm(lane)));
+    if (round < 2) fj::ldsm_x4(rb, fj::smem_addr(bk + fj::ldm_row_nm(lane) * 16 + fj::ldm_col_nm(lane)));
+    else fj::ldsm_x4_t(rb, fj::smem_addr(bv + fj::ldm_row_rm(lane) * 16 + fj::ldm_col_rm(lane)));
     float c[8] = { 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f };
     fj::mma_tile_{{ name }}(c, ra, rb);
     for (int s = 0; s < 8; ++s) {

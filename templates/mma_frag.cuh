@@ -27,13 +27,16 @@ __device__ __forceinline__ int ldm_col_rm(int lane) { return (lane >> 4) << 3; }
 __device__ __forceinline__ int ldm_row_nm(int lane) { return (lane & 7) | ((lane >> 4) << 3); }
 __device__ __forceinline__ int ldm_col_nm(int lane) { return lane & 8; }
 
-__device__ __forceinline__ void ldsm_x4(unsigned r[4], const void *p) {
-  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+// Shared-space addresses (32-bit), so that the constant part of a fragment's
+// position folds into the instruction's immediate offset.
+__device__ __forceinline__ unsigned smem_addr(const void *p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void ldsm_x4(unsigned r[4], unsigned a) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
-__device__ __forceinline__ void ldsm_x4_t(unsigned r[4], const void *p) {
-  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+__device__ __forceinline__ void ldsm_x4_t(unsigned r[4], unsigned a) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }

@@ -34,6 +34,33 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 
 // Copies rows [row0, row0 + ROWS) of one head (row stride `stride`
 // elements) into a shared tile; rows at or past `rows` become zeros.
+{% local PER = THREADS // CHUNKS %}
+{% if THREADS % CHUNKS == 0 and (swizzle ~= "xor" or PER % (XM + 1) == 0) then %}
+// Thread i copies chunk i % {{ CHUNKS }} of rows i / {{ CHUNKS }} + {{ PER }} n: a row's swizzle
+// repeats every {{ PER }} rows, so every copy after the first is a constant
+// offset in shared memory and a pointer step in global memory.
+template <int ROWS>
+__device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long long stride,
+                                          int row0, int rows) {
+  const int r = threadIdx.x / {{ CHUNKS }}, c = threadIdx.x % {{ CHUNKS }};
+  elem_t *d = dst + tile_off(r, c * 8);
+  const elem_t *g = src + (long long)(row0 + r) * stride + c * 8;
+  const long long step = stride * {{ PER }};
+#pragma unroll
+  for (int n = 0; n < (ROWS + {{ PER - 1 }}) / {{ PER }}; ++n) {
+    if (ROWS % {{ PER }} != 0 && r + n * {{ PER }} >= ROWS) break;
+    const bool in = row0 + r + n * {{ PER }} < rows;
+{%   if S > 1 then %}
+    cp_async16(d + n * {{ PER * LD }}, in ? g : src, in ? 16 : 0);
+{%   else %}
+    uint4 val = make_uint4(0u, 0u, 0u, 0u);
+    if (in) val = *reinterpret_cast<const uint4 *>(g);
+    *reinterpret_cast<uint4 *>(d + n * {{ PER * LD }}) = val;
+{%   end %}
+    g += step;
+  }
+}
+{% else %}
 template <int ROWS>
 __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long long stride,
                                           int row0, int rows) {
@@ -41,15 +68,16 @@ __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long l
     const int r = i / {{ CHUNKS }}, c = i % {{ CHUNKS }};
     elem_t *d = dst + tile_off(r, c * 8);
     const bool in = row0 + r < rows;
-{% if S > 1 then %}
+{%   if S > 1 then %}
     cp_async16(d, in ? src + (long long)(row0 + r) * stride + c * 8 : src, in ? 16 : 0);
-{% else %}
+{%   else %}
     uint4 val = make_uint4(0u, 0u, 0u, 0u);
     if (in) val = *reinterpret_cast<const uint4 *>(src + (long long)(row0 + r) * stride + c * 8);
     *reinterpret_cast<uint4 *>(d) = val;
-{% end %}
+{%   end %}
   }
 }
+{% end %}
 {% if fp8 then %}
 
 // FP8 e4m3 rows: 16 bytes of global memory become two 16-byte chunks of

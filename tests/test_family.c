@@ -109,6 +109,61 @@ int test_family_sample_sm90(void)
   return family_sample("sm_90");
 }
 
+/* The mma family: what the library picks on its own for every head dim x
+ * dtype x mask (zero spills, on sm_80 and sm_90), and a sample of the
+ * family's shapes, pipelined (3 stages) or not. */
+static int mma_choices(const char *arch)
+{
+  enum { PICKS = 7 * 2 * 3, SAMPLE = 8 };
+  static const int shapes[SAMPLE][5] = {  /* d, tile_m, tile_n, warps, stages */
+      {64, 128, 128, 8, 3}, {64, 128, 64, 4, 3}, {128, 128, 64, 8, 3}, {128, 128, 64, 4, 2},
+      {256, 128, 32, 8, 3}, {96, 64, 32, 4, 1}, {160, 128, 32, 8, 2}, {32, 128, 128, 4, 2}};
+  fj_ctx *ctx = fjt_ctx(arch, NULL);
+  CHECK(ctx);
+  fj_variant vs[PICKS + SAMPLE];
+  fj_status st[PICKS + SAMPLE];
+  for (size_t i = 0; i < PICKS; i++) {
+    fj_problem p;
+    fj_problem_init(&p, 2, 8, 8, 2048, 2048, dims[i / 6], i % 2 ? FJ_BF16 : FJ_F16, FJ_BHSD);
+    p.causal = (fj_causal)((i / 2) % 3);
+    CHECK_OK(ctx, fj_attention_variant(ctx, &p, &vs[i], NULL));
+    CHECK(vs[i].mma == FJ_MMA_SYNC);
+  }
+  for (size_t i = 0; i < SAMPLE; i++) {
+    fj_variant *v = &vs[PICKS + i];
+    fj_variant_default(v, shapes[i][0], i % 2 ? FJ_BF16 : FJ_F16, (fj_causal)(i % 3));
+    v->mma = FJ_MMA_SYNC;
+    v->swizzle = (fj_swizzle)(FJ_SWIZZLE_NONE + (int)(i % 3));
+    v->tile_m = shapes[i][1];
+    v->tile_n = shapes[i][2];
+    v->warps = shapes[i][3];
+    v->stages = shapes[i][4];
+  }
+  fj_prepare_opts o = {2, NULL, NULL};
+  fj_kernel_prepare(ctx, vs, PICKS + SAMPLE, &o, st);
+  for (size_t i = 0; i < PICKS + SAMPLE; i++) {
+    fj_kernel *k = NULL;
+    if (st[i] == FJ_OK)
+      CHECK_OK(ctx, fj_kernel_get(ctx, &vs[i], &k));
+    print_line(&vs[i], st[i], k, ctx);
+    /* sm_80's 163 KB refuses the largest pipelined sample; nothing else. */
+    CHECK(st[i] == FJ_OK || (st[i] == FJ_ERR_RESOURCES && i >= PICKS));
+    if (st[i] != FJ_OK)
+      continue;
+    fj_resources r;
+    fj_kernel_resources(k, &r);
+    if (i < PICKS)
+      CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+  }
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+int test_family_mma_sm80_sm90(void)
+{
+  return mma_choices("sm_80") || mma_choices("sm_90");
+}
+
 /* ---- refusals ------------------------------------------------------------------ */
 
 static int refused(fj_ctx *ctx, const fj_variant *v, fj_status want,
@@ -158,6 +213,28 @@ int test_family_refusals(void)
   v.softmax = FJ_SOFTMAX_SMEM;
   v.stages = 2;
   CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "stages 2 needs cp.async (sm_80 or newer); the target is sm_75") == 0);
+  v.mma = FJ_MMA_SYNC;
+  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "mma mma (mma.sync m16n8k16) needs sm_80 or newer; the target is sm_75") == 0);
+  fj_lut lut;
+  CHECK_ST(ctx, fj_layout_get(ctx, FJ_FRAG_MMA_A, &lut), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "fragment kind mma_a needs mma.sync m16n8k16 (sm_80 or newer); the target is sm_75");
+  fj_ctx_destroy(ctx);
+  /* The mma family's own rules. */
+  ctx = fjt_ctx("sm_90", NULL);
+  fj_variant_default(&v, 64, FJ_F16, FJ_CAUSAL_NONE);
+  v.mma = FJ_MMA_SYNC;
+  v.softmax = FJ_SOFTMAX_SMEM;
+  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "softmax smem: the mma family keeps the softmax in registers") == 0);
+  v.softmax = FJ_SOFTMAX_REGS;
+  v.tile_m = 64;
+  v.warps = 8;
+  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "tile_m 64 with warps 8: each warp owns 16 or 32 rows, so tile_m is 128 or 256") == 0);
+  fj_variant_default(&v, 256, FJ_F16, FJ_CAUSAL_NONE);
+  v.mma = FJ_MMA_SYNC;
+  v.tile_m = 128;
+  v.warps = 4;
+  v.tile_n = 64;
+  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "32 rows per warp need about 360 registers per thread for O and S; the limit is 255 (over by 105)") == 0);
   fj_ctx_destroy(ctx);
   /* FP8 rows move in 16-byte pieces: strides in multiples of 16 elements. */
   ctx = fjt_ctx("sm_90a", NULL);

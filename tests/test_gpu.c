@@ -588,9 +588,10 @@ static const axis_case axis_cases[] = {
     {"no visible key", 128, 64, 32, 4, 1, FJ_SWIZZLE_PAD, FJ_SOFTMAX_SMEM, FJ_BF16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 250, 1, 0},
 };
 
-static void axis_variant(const axis_case *a, fj_variant *v)
+static void axis_variant(const axis_case *a, fj_mma mma, fj_variant *v)
 {
   fj_variant_default(v, a->d, a->dt, a->m);
+  v->mma = mma;
   v->tile_m = a->tile_m;
   v->tile_n = a->tile_n;
   v->warps = a->warps;
@@ -600,21 +601,22 @@ static void axis_variant(const axis_case *a, fj_variant *v)
   v->kv_dtype = a->kv == a->dt ? 0 : a->kv;
 }
 
-int test_gpu_family_axes(void)
+/* Every case of a table with one family, each checked against the reference. */
+static int run_axes(const axis_case *cases, size_t n, fj_mma mma)
 {
   fj_ctx *ctx;
   int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
   if (rc)
     return rc;
-  size_t n = sizeof axis_cases / sizeof axis_cases[0];
   fj_variant vs[64];
+  CHECK(n <= 64);
   for (size_t i = 0; i < n; i++)
-    axis_variant(&axis_cases[i], &vs[i]);
+    axis_variant(&cases[i], mma, &vs[i]);
   CHECK(prepare(ctx, vs, n) == 0);
   uint64_t seed = 99;
   int failed = 0;
   for (size_t i = 0; i < n; i++) {
-    const axis_case *a = &axis_cases[i];
+    const axis_case *a = &cases[i];
     gpu_case c;
     memset(&c, 0, sizeof c);
     fj_problem_init(&c.p, a->b, a->hq, a->hkv, a->sq, a->skv, a->d, a->dt,
@@ -626,6 +628,100 @@ int test_gpu_family_axes(void)
     variant_label(label, sizeof label, &vs[i], &c.p, i % 2 ? " bshd" : " bhsd");
     failed += run_case(ctx, &c, &vs[i], NULL, &seed, label, a->axis);
   }
+  print_worst();
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
+int test_gpu_family_axes(void)
+{
+  return run_axes(axis_cases, sizeof axis_cases / sizeof axis_cases[0],
+                  FJ_MMA_WMMA);
+}
+
+/* ---- the mma family: every axis value, and its cross product ---------------------------- */
+
+/* tile_m / warps: 16 rows per warp (m64 w4, m128 w8) or 32 (m128 w4); with
+ * 3 stages the family pipelines S(t + 1) beside the softmax where the
+ * registers allow (m128 w8 at head_dim <= 128 here). */
+static const axis_case mma_cases[] = {
+    {"mma swizzle=none", 64, 64, 64, 4, 2, FJ_SWIZZLE_NONE, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 130, 200, 0},
+    {"mma swizzle=pad", 96, 128, 32, 8, 3, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 1, 100, 300, 0},
+    {"mma swizzle=xor", 128, 128, 64, 8, 3, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_TOP_LEFT, 1, 4, 2, 257, 257, 0},
+    {"mma swizzle=xor", 32, 128, 128, 4, 1, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_NONE, 2, 2, 1, 129, 129, 0},
+    {"mma swizzle=xor", 160, 64, 32, 4, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 90, 90, 0},
+    {"mma 32 rows/warp", 64, 128, 128, 4, 2, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 300, 300, 0},
+    {"mma 32 rows/warp", 128, 128, 64, 4, 3, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 200, 333, 0},
+    {"mma 32 rows/warp", 64, 128, 64, 4, 3, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 333, 200, 0},
+    {"mma pipelined", 64, 128, 128, 8, 3, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_TOP_LEFT, 2, 2, 2, 1000, 1000, 0},
+    {"mma pipelined", 256, 128, 32, 8, 3, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 300, 500, 0},
+    {"mma pipelined", 128, 128, 64, 8, 3, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 1, 65, 0},
+    {"mma tile_n=16", 64, 64, 16, 4, 2, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 100, 100, 0},
+    {"mma tile_n=48", 192, 64, 48, 4, 1, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 100, 100, 0},
+    {"mma gqa=8:1", 128, 128, 64, 8, 2, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_TOP_LEFT, 2, 16, 2, 200, 200, 0},
+    {"mma gqa=8:1", 64, 64, 64, 4, 3, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_NONE, 1, 8, 1, 100, 150, 0},
+    {"mma kv=e4m3", 64, 64, 64, 4, 1, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_F16, FJ_E4M3, FJ_CAUSAL_NONE, 2, 2, 2, 200, 200, 0},
+    {"mma kv=e4m3", 256, 64, 32, 4, 1, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, FJ_E4M3, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 100, 100, 0},
+    {"mma inputs x30", 64, 128, 64, 8, 3, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 300, 300, 30},
+    {"mma inputs x30", 256, 64, 32, 4, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 200, 250, 30},
+    {"mma no visible key", 64, 128, 64, 8, 3, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 300, 40, 0},
+    {"mma no visible key", 128, 64, 32, 4, 1, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 250, 1, 0},
+};
+
+int test_gpu_mma_axes(void)
+{
+  return run_axes(mma_cases, sizeof mma_cases / sizeof mma_cases[0], FJ_MMA_SYNC);
+}
+
+/* head_dim x dtype x causal x stages, the tiles and swizzle rotating
+ * through the family's shapes; two problems each (65 x 127 BHSD, 127 x 65
+ * BSHD with GQA 2:1), checked against the reference. */
+static int mma_cross_index(size_t i, fj_variant *v)
+{
+  static const int tiles[3][2] = {{64, 4}, {128, 8}, {128, 4}};
+  size_t st = i % 3, m = (i / 3) % 3, dt = (i / 9) % 2, d = i / 18;
+  if (d >= 7)
+    return 0;
+  int dim = all_dims[d];
+  fj_variant_default(v, dim, dt ? FJ_BF16 : FJ_F16, all_masks[m]);
+  v->mma = FJ_MMA_SYNC;
+  v->softmax = FJ_SOFTMAX_REGS;
+  v->stages = (int)st + 1;
+  size_t shape = (i / 2) % (dim > 128 ? 2 : 3);  /* 32 rows per warp up to 128 */
+  v->tile_m = tiles[shape][0];
+  v->warps = tiles[shape][1];
+  v->tile_n = dim > 128 ? 32 : 64;
+  v->swizzle = (fj_swizzle)(FJ_SWIZZLE_NONE + (int)(i % 3));
+  return 1;
+}
+
+int test_gpu_mma_cross(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  fj_variant vs[126];
+  size_t n = 0;
+  for (size_t i = 0; n < 126 && mma_cross_index(i, &vs[n]); i++)
+    n++;
+  CHECK(n == 126);
+  CHECK(prepare(ctx, vs, n) == 0);
+  static const int shapes[2][4] = {{65, 127, 2, 2}, {127, 65, 4, 2}};
+  uint64_t seed = 2468;
+  int failed = 0;
+  for (size_t i = 0; i < n; i++)
+    for (int s = 0; s < 2; s++) {
+      gpu_case c;
+      memset(&c, 0, sizeof c);
+      fj_problem_init(&c.p, 1, shapes[s][2], shapes[s][3], shapes[s][0],
+                      shapes[s][1], vs[i].head_dim, vs[i].dtype, (fj_order)s);
+      c.p.causal = vs[i].causal;
+      char label[200];
+      variant_label(label, sizeof label, &vs[i], &c.p, s ? " bshd" : " bhsd");
+      failed += run_case(ctx, &c, &vs[i], NULL, &seed, label, "mma cross");
+    }
+  printf("mma cross product: %zu variants x 2 shapes, %d failures\n", n, failed);
   print_worst();
   fj_ctx_destroy(ctx);
   return failed != 0;
