@@ -101,14 +101,22 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 
 // Copies rows [row0, row0 + ROWS) of one head (row stride `stride`
 // elements) into a shared tile; rows at or past `rows` become zeros.
+// Thread i copies chunk i % 16 of rows i / 16 + 16 n: a row's swizzle
+// repeats every 16 rows, so every copy after the first is a constant
+// offset in shared memory and a pointer step in global memory.
 template <int ROWS>
 __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long long stride,
                                           int row0, int rows) {
-  for (int i = threadIdx.x; i < ROWS * 16; i += 256) {
-    const int r = i / 16, c = i % 16;
-    elem_t *d = dst + tile_off(r, c * 8);
-    const bool in = row0 + r < rows;
-    cp_async16(d, in ? src + (long long)(row0 + r) * stride + c * 8 : src, in ? 16 : 0);
+  const int r = threadIdx.x / 16, c = threadIdx.x % 16;
+  elem_t *d = dst + tile_off(r, c * 8);
+  const elem_t *g = src + (long long)(row0 + r) * stride + c * 8;
+  const long long step = stride * 16;
+#pragma unroll
+  for (int n = 0; n < (ROWS + 15) / 16; ++n) {
+    if (ROWS % 16 != 0 && r + n * 16 >= ROWS) break;
+    const bool in = row0 + r + n * 16 < rows;
+    cp_async16(d + n * 2048, in ? g : src, in ? 16 : 0);
+    g += step;
   }
 }
 

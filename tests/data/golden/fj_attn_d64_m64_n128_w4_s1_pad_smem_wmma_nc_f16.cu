@@ -91,16 +91,24 @@ __device__ __forceinline__ int tile_off(int r, int c) {
 
 // Copies rows [row0, row0 + ROWS) of one head (row stride `stride`
 // elements) into a shared tile; rows at or past `rows` become zeros.
+// Thread i copies chunk i % 8 of rows i / 8 + 16 n: a row's swizzle
+// repeats every 16 rows, so every copy after the first is a constant
+// offset in shared memory and a pointer step in global memory.
 template <int ROWS>
 __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long long stride,
                                           int row0, int rows) {
-  for (int i = threadIdx.x; i < ROWS * 8; i += 128) {
-    const int r = i / 8, c = i % 8;
-    elem_t *d = dst + tile_off(r, c * 8);
-    const bool in = row0 + r < rows;
+  const int r = threadIdx.x / 8, c = threadIdx.x % 8;
+  elem_t *d = dst + tile_off(r, c * 8);
+  const elem_t *g = src + (long long)(row0 + r) * stride + c * 8;
+  const long long step = stride * 16;
+#pragma unroll
+  for (int n = 0; n < (ROWS + 15) / 16; ++n) {
+    if (ROWS % 16 != 0 && r + n * 16 >= ROWS) break;
+    const bool in = row0 + r + n * 16 < rows;
     uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (in) val = *reinterpret_cast<const uint4 *>(src + (long long)(row0 + r) * stride + c * 8);
-    *reinterpret_cast<uint4 *>(d) = val;
+    if (in) val = *reinterpret_cast<const uint4 *>(g);
+    *reinterpret_cast<uint4 *>(d + n * 1152) = val;
+    g += step;
   }
 }
 
