@@ -55,9 +55,9 @@
     no("head_dim %d, tile_n %d and %d rows per warp need about %d registers per thread for O and S; the limit is 255 (over by %d): use a smaller tile_n or tile_m",
        D, BN, 16 * MR, o_regs + s_regs + 40, o_regs + s_regs + 40 - 255)
   end
-  -- With 3 or more stages the ring holds the next tile early enough to
-  -- pipeline S(t + 1) beside the softmax of tile t, if both S fit.
-  local PIPE = S >= 3 and o_regs + 2 * s_regs + 40 <= 240
+  -- With 2 or more stages K can run a tile ahead of V, so S(t + 1) is
+  -- computed beside the softmax of tile t -- if both S fit in registers.
+  local PIPE = S >= 2 and o_regs + 2 * s_regs + 40 <= 240
   local live = o_regs + s_regs * (PIPE and 2 or 1)
   local QREGS = live + q_regs + 40 <= 224
 
@@ -170,7 +170,21 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
 
   fj::load_tile<{{ BM }}>(s_q, q, p.q_stride[2], m0, p.seq_q);
-{% if S > 1 then %}
+{% if PIPE then %}
+  // Prologue of the pipeline: group P = {Q, K(0)}, then groups g_i =
+  // {K(i + 1), V(i)} for i < {{ S - 1 }} (empty ones keep the count uniform).
+  if (ntiles > 0) {{ load_kv }}<{{ BN }}>(s_k, k, p.k_stride[2], 0, p.seq_kv);
+  fj::cp_async_commit();
+#pragma unroll
+  for (int i = 0; i < {{ S - 1 }}; ++i) {
+    if (i + 1 < ntiles)
+      {{ load_kv }}<{{ BN }}>(s_k + ((i + 1) % {{ S }}) * {{ BN * LD }}, k, p.k_stride[2], (i + 1) * {{ BN }}, p.seq_kv);
+    if (i < ntiles)
+      {{ load_kv }}<{{ BN }}>(s_v + i * {{ BN * LD }}, v, p.v_stride[2], i * {{ BN }}, p.seq_kv);
+    fj::cp_async_commit();
+  }
+  fj::cp_async_wait<{{ S - 1 }}>();  // Q and K(0) have landed
+{% elseif S > 1 then %}
   fj::cp_async_commit();
   // Prologue: the first {{ S - 1 }} K/V tiles in flight, one group each
   // (empty groups keep the count uniform).
@@ -182,11 +196,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     }
     fj::cp_async_commit();
   }
-{%   if PIPE then %}
-  fj::cp_async_wait<{{ S - 2 }}>();  // Q and tile 0 have landed
-{%   else %}
   fj::cp_async_wait<{{ S - 1 }}>();  // Q has landed
-{%   end %}
 {% end %}
   __syncthreads();
 
@@ -326,24 +336,26 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
 {% if PIPE then %}
 
-  // Software pipeline: the ring holds tile t + 1 while tile t computes, so
-  // S(t + 1) = Q K(t + 1) is issued beside the softmax of S(t) and P(t) V(t);
-  // the tensor cores work while the softmax's arithmetic runs.  (Past the
-  // last tile S(t + 1) reads a stale buffer and is discarded.)
+  // Software pipeline: S(t + 1) = Q K(t + 1) is issued beside the softmax
+  // of S(t) and P(t) V(t), so the tensor cores work while the softmax's
+  // arithmetic runs.  K runs one tile ahead of V: iteration t waits for
+  // g_t = {K(t + 1), V(t)} and refills the buffers of K(t) and V(t - 1)
+  // with g_{t + {{ S - 1 }}}.  (Past the last tile S(t + 1) reads a stale
+  // buffer and is discarded.)
   float sc[{{ MR }}][{{ BN // 16 }}][8];
   {
 {%   qk("sc", "sk_u") %}
   }
   for (int t = 0; t < ntiles; ++t) {
     const int n0 = t * {{ BN }};
-    fj::cp_async_wait<{{ S - 3 }}>();  // tile t + 1 has landed
-    __syncthreads();                    // ... for every thread; tile t - 1 is free
+    fj::cp_async_wait<{{ S - 2 }}>();  // g_t has landed
+    __syncthreads();                    // ... for every thread; K(t), V(t - 1) are free
     {
-      const int nt = t + {{ S - 1 }};
-      if (nt < ntiles) {
-        {{ load_kv }}<{{ BN }}>(s_k + (nt % {{ S }}) * {{ BN * LD }}, k, p.k_stride[2], nt * {{ BN }}, p.seq_kv);
-        {{ load_kv }}<{{ BN }}>(s_v + (nt % {{ S }}) * {{ BN * LD }}, v, p.v_stride[2], nt * {{ BN }}, p.seq_kv);
-      }
+      const int i = t + {{ S - 1 }};
+      if (i + 1 < ntiles)
+        {{ load_kv }}<{{ BN }}>(s_k + ((i + 1) % {{ S }}) * {{ BN * LD }}, k, p.k_stride[2], (i + 1) * {{ BN }}, p.seq_kv);
+      if (i < ntiles)
+        {{ load_kv }}<{{ BN }}>(s_v + (i % {{ S }}) * {{ BN * LD }}, v, p.v_stride[2], i * {{ BN }}, p.seq_kv);
       fj::cp_async_commit();
     }
     const unsigned kn = sk_u + ((t + 1) % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
