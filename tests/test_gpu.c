@@ -765,7 +765,7 @@ int test_gpu_family_seqlens(void)
   return failed != 0;
 }
 
-/* ---- one variant per (stages, swizzle, softmax), for compute-sanitizer ------------------- */
+/* ---- one variant per (stages, swizzle, softmax) and family, for compute-sanitizer ---------- */
 
 int test_gpu_sanitize_set(void)
 {
@@ -773,7 +773,7 @@ int test_gpu_sanitize_set(void)
   int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
   if (rc)
     return rc;
-  fj_variant vs[18];
+  fj_variant vs[27];
   size_t n = 0;
   for (int st = 1; st <= 3; st++)
     for (int sw = FJ_SWIZZLE_NONE; sw <= FJ_SWIZZLE_XOR; sw++)
@@ -788,6 +788,21 @@ int test_gpu_sanitize_set(void)
         v->tile_n = 32;
         v->warps = 4;
       }
+  /* The mma family per (stages, swizzle): 16 rows per warp (pipelined from
+   * 2 stages) and 32 rows per warp. */
+  for (int st = 1; st <= 3; st++)
+    for (int sw = FJ_SWIZZLE_NONE; sw <= FJ_SWIZZLE_XOR; sw++) {
+      fj_variant *v = &vs[n++];
+      fj_variant_default(v, 64, (st + sw) % 2 ? FJ_BF16 : FJ_F16,
+                         FJ_CAUSAL_BOTTOM_RIGHT);
+      v->mma = FJ_MMA_SYNC;
+      v->softmax = FJ_SOFTMAX_REGS;
+      v->stages = st;
+      v->swizzle = (fj_swizzle)sw;
+      v->tile_m = 128;
+      v->tile_n = 32;
+      v->warps = (st + sw) % 2 ? 8 : 4;
+    }
   CHECK(prepare(ctx, vs, n) == 0);
   uint64_t seed = 3;
   int failed = 0;
