@@ -106,6 +106,33 @@
     return ("%s + %s_off + 2 * ((%s) * %d + %s)"):format(base, lane, r0, LD, c0)
   end
 
+  -- A balanced tree of a two-argument operation over terms, as one
+  -- expression; class_terms: the slots of row class c over the tile (or,
+  -- with j_var, over the 16 columns j_var).
+  local function tree(op, terms)
+    while #terms > 1 do
+      local next = {}
+      for i = 1, #terms, 2 do
+        if terms[i + 1] == nil then next[#next + 1] = terms[i]
+        elseif op == "add" then next[#next + 1] = ("(%s + %s)"):format(terms[i], terms[i + 1])
+        else next[#next + 1] = ("%s(%s, %s)"):format(op, terms[i], terms[i + 1]) end
+      end
+      terms = next
+    end
+    return terms[1]
+  end
+  local function class_terms(src, c, j_var)
+    local terms = {}
+    for j = 0, j_var and 0 or BN // 16 - 1 do
+      for _, i in ipairs(rows.classes[c].slots) do
+        terms[#terms + 1] = ("%s[mi][%s][%d]"):format(src, j_var or tostring(j), i)
+      end
+    end
+    return terms
+  end
+  local tree_depth = 0
+  while (1 << tree_depth) < (BN // 16) * #rows.classes[1].slots do tree_depth = tree_depth + 1 end
+
   local T = dtype
   local kv_t = fp8 and "unsigned char" or "elem_t"
   local load_kv = fp8 and "fj::load_tile_fp8" or "fj::load_tile"
@@ -254,7 +281,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       // Per row, the first column of this tile (counted from the lane's base)
       // that the row may not see: the sequence end or the diagonal.
 {%   for c = 1, NC do %}
-      float mx{{ c }} = FJ_NEG_INF;
+      float mx{{ c }};
       int lim{{ c }} = p.seq_kv - n0 - acc_c;
 {%     if causal_mask then %}
       lim{{ c }} = min(lim{{ c }}, m0 + wr + mi * 16 + acc_r + {{ rows.classes[c].drow }} + p.causal_offset + 1 - n0 - acc_c);
@@ -268,12 +295,11 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {%   end %}
         }
       }
-#pragma unroll
-      for (int j = 0; j < {{ BN // 16 }}; ++j) {
-{%   for i = 0, acc.slots - 1 do %}
-        mx{{ rows.class_of[i] }} = fmaxf(mx{{ rows.class_of[i] }}, {{ src }}[mi][j][{{ i }}]);
+      // The row max as a balanced tree (depth {{ tree_depth }}), not a chain; the sum
+      // below as a tree per 16 columns.
+{%   for c = 1, NC do %}
+      mx{{ c }} = {{ tree("fmaxf", class_terms(src, c)) }};
 {%   end %}
-      }
 {%   for c = 1, NC do %}
 {%     for _, m in ipairs(rows.masks) do %}
       mx{{ c }} = fmaxf(mx{{ c }}, __shfl_xor_sync(0xffffffffu, mx{{ c }}, {{ m }}));
@@ -290,7 +316,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       for (int j = 0; j < {{ BN // 16 }}; ++j) {
 {%   for i = 0, acc.slots - 1 do %}
         {{ src }}[mi][j][{{ i }}] = fj::fast_exp2(fmaf({{ src }}[mi][j][{{ i }}], sl2, -mu{{ rows.class_of[i] }}));
-        sum{{ rows.class_of[i] }} += {{ src }}[mi][j][{{ i }}];
+{%   end %}
+{%   for c = 1, NC do %}
+        sum{{ c }} += {{ tree("add", class_terms(src, c, "j")) }};
 {%   end %}
         // P as the A operand at once (half the registers of S): A slot s
         // is accumulator slot{% for s = 0, qa.slots - 1 do if p_from[s] then %} {{ s }}<-{{ p_from[s] }}{% end end %}.
