@@ -130,13 +130,21 @@ fj_status fj_problem_check(fj_ctx *ctx, const fj_problem *p)
 
 /* ---- choosing a variant ----------------------------------------------------------- */
 
+/* Whether 128-row blocks would be fewer than the device's multiprocessors
+ * (never on a compile-only context). */
+static int few_blocks(const fj_ctx *ctx, const fj_problem *p)
+{
+  long blocks = (long)p->batch * p->heads_q * ((p->seq_q + 127) / 128);
+  return ctx->has_device && blocks < ctx->dev.sm_count;
+}
+
 /* The mma family where the target has mma.sync m16n8k16 (sm_80 on), with
  * the shapes that ran fastest in the H200 sweeps of docs/PERF.md (S = 4096
  * and 16384, causal and not): up to head_dim 128 each of 4 warps owns 32
  * rows (K and V fragments serve two row slices); above, 8 warps own 16 rows
  * each and the S(t + 1) pipeline runs.  All fit sm_80's shared memory
  * except head_dim 256 with 64-key tiles, taken only where it fits. */
-static void mma_choice(const fj_ctx *ctx, fj_variant *v)
+static void mma_choice(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
 {
   int d = v->head_dim;
   v->mma = FJ_MMA_SYNC;
@@ -147,6 +155,12 @@ static void mma_choice(const fj_ctx *ctx, fj_variant *v)
   v->swizzle = d <= 64 ? FJ_SWIZZLE_XOR : FJ_SWIZZLE_PAD;
   if (d > 192 && !(v->stages == 2 && fj__smem_limit(ctx) >= 210 * 1024))
     v->tile_n = 32;
+  /* Fewer 128-row blocks than multiprocessors: 64-row blocks of 4 warps,
+   * 16 rows each, twice as many blocks. */
+  if (few_blocks(ctx, p)) {
+    v->tile_m = 64;
+    v->warps = 4;
+  }
 }
 
 void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
@@ -156,7 +170,7 @@ void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
   if (v->kv_dtype == FJ_E4M3)
     v->stages = 1;  /* FP8 K/V are dequantised as they load */
   if (ctx->sm >= 80) {
-    mma_choice(ctx, v);
+    mma_choice(ctx, p, v);
     return;
   }
   /* sm_75: the WMMA family. */
@@ -174,8 +188,9 @@ static int log2_floor(int n)
   return b;
 }
 
-/* What the choice depends on: the tuning database's problem class. */
-static void pick_key(const fj_problem *p, int key[7])
+/* What the choice depends on: the tuning database's problem class, and
+ * whether 128-row blocks would leave multiprocessors idle. */
+static void pick_key(const fj_ctx *ctx, const fj_problem *p, int key[8])
 {
   key[0] = p->head_dim;
   key[1] = (int)p->dtype;
@@ -184,6 +199,7 @@ static void pick_key(const fj_problem *p, int key[7])
   key[4] = log2_floor(p->seq_q);
   key[5] = log2_floor(p->seq_kv);
   key[6] = p->heads_q / p->heads_kv;
+  key[7] = few_blocks(ctx, p);
 }
 
 void fj__picks_clear(fj_ctx *ctx)
@@ -194,8 +210,8 @@ void fj__picks_clear(fj_ctx *ctx)
 fj_status fj__choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
                      fj_choice *from)
 {
-  int key[7];
-  pick_key(p, key);
+  int key[8];
+  pick_key(ctx, p, key);
   pthread_mutex_lock(&ctx->lock);
   for (int i = 0; i < ctx->npicks; i++)
     if (!memcmp(ctx->picks[i].key, key, sizeof key)) {

@@ -64,7 +64,8 @@ typedef struct fj_hot {
   void *function;
 } fj_hot;
 typedef struct fj_pick {
-  int key[7];  /* head dim, dtypes, mask, sequence buckets, GQA ratio */
+  int key[8];  /* head dim, dtypes, mask, sequence buckets, GQA ratio,
+                  fewer 128-row blocks than multiprocessors */
   fj_variant v;
   fj_choice from;
 } fj_pick;
