@@ -213,11 +213,12 @@ typedef struct fj_variant {
   fj_dtype kv_dtype;     /* K and V; 0 means the same as dtype */
 } fj_variant;
 
-/* Fills v with the library's default variant for a head dim, dtype and
- * causal mode: a portable choice that fits every target from sm_80 on.
- * fj_attention_variant gives the choice fj_attention_fwd makes for a
- * problem on a context's device (which may differ, e.g. larger tiles where
- * the device has the shared memory, or one stage for FP8 K/V). */
+/* Fills v with the WMMA family's default variant for a head dim, dtype and
+ * causal mode: register softmax, a portable choice that fits every target
+ * from sm_80 on.  fj_attention_variant gives the choice fj_attention_fwd
+ * makes for a problem on a context's device: on sm_80 and newer the mma
+ * family (mma.sync) with its own tiles, on sm_75 this default; one stage
+ * for FP8 K/V; a tuned entry where the tuning database has one. */
 FJ_API void fj_variant_default(fj_variant *v, int head_dim, fj_dtype dtype,
                                fj_causal causal);
 
