@@ -155,6 +155,9 @@ static void mma_choice(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
   v->swizzle = d <= 64 ? FJ_SWIZZLE_XOR : FJ_SWIZZLE_PAD;
   if (d > 192 && !(v->stages == 2 && fj__smem_limit(ctx) >= 210 * 1024))
     v->tile_n = 32;
+  /* Causal head dims up to 64: a third stage ran 5% faster (S = 4096). */
+  if (d <= 64 && v->causal != FJ_CAUSAL_NONE && v->stages == 2)
+    v->stages = 3;
   /* Fewer 128-row blocks than multiprocessors: 64-row blocks of 4 warps,
    * 16 rows each, twice as many blocks. */
   if (few_blocks(ctx, p)) {
