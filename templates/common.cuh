@@ -7,9 +7,15 @@
 // flashjit generated kernel: {{ symbol }}
 // variant: head_dim={{ head_dim }} tile_m={{ tile_m }} tile_n={{ tile_n }} warps={{ warps }} stages={{ stages }} swizzle={{ swizzle }} softmax={{ softmax }} mma={{ mma }} causal={{ causal }} dtype={{ dtype }} kv_dtype={{ kv_dtype }}
 // target: {{ arch }}; rendered by flashjit {{ version }} from templates/{{ template }}
+{# Only the headers a kernel uses: each costs NVRTC parse time (mma.h about
+   30 ms a compile). #}
 #include <cuda_fp16.h>
+{% if dtype == "bf16" or mma == "wmma" then %}
 #include <cuda_bf16.h>
+{% end %}
+{% if mma == "wmma" then %}
 #include <mma.h>
+{% end %}
 
 namespace fj {
 
