@@ -1162,8 +1162,9 @@ static int cmd_lut(cli *c)
       continue;
     fj_lut l;
     fj_status st = fj_layout_get(ctx, (fj_frag)f, &l);
-    if (st == FJ_ERR_COMPILE_ONLY && !c->frag)
-      continue;  /* no reference for this kind; the others still print */
+    if ((st == FJ_ERR_COMPILE_ONLY || st == FJ_ERR_UNSUPPORTED) && !c->frag)
+      continue;  /* no table for this kind here (no reference, or an mma
+                    kind before sm_80); the others still print */
     if (st != FJ_OK)
       rc = fj_error(c, ctx, st);
     else
