@@ -214,6 +214,8 @@ def main():
                     help="tune (4,16,4096,128) first and time the full tune")
     ap.add_argument("--sweep-only", action="store_true",
                     help="only the sweep's rows at S >= 2048 (no small shape, no JIT costs)")
+    ap.add_argument("--jit-only", action="store_true",
+                    help="only the cost of being a JIT (cold compiles, disk hits)")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
@@ -237,10 +239,10 @@ def main():
     cases = [(1, 8, 512, 64, False, fjc.F16), (1, 8, 512, 64, True, fjc.F16),
              (2, 8, 2048, 64, False, fjc.F16), (2, 8, 2048, 64, True, fjc.F16),
              (2, 8, 2048, 128, False, fjc.F16)]
-    if a.sweep_only:
+    if a.sweep_only or a.jit_only:
         cases = []
     sweep = []
-    if not a.quick:
+    if not a.quick and not a.jit_only:
         for D in (64, 128, 256):
             for causal in (False, True):
                 for S in (512, 1024, 2048, 4096, 8192, 16384):
@@ -256,7 +258,7 @@ def main():
         rows.append(r)
         print_row(r)
     result["cases"] = rows
-    if not a.sweep_only:
+    if not a.sweep_only and not a.jit_only:
         result["small_shape"] = small_shape_latency(fj, a.iters)
         print("small shape (1,8,512,64):", {k: round(v, 2) for k, v in result["small_shape"].items()})
     fj.close()
@@ -272,7 +274,8 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "sdpa_compare.json"), "w") as fh:
         json.dump(result, fh, indent=1)
-    plot(rows, os.path.join(a.out, "sdpa_compare.png"))
+    if rows:
+        plot(rows, os.path.join(a.out, "sdpa_compare.png"))
 
 
 if __name__ == "__main__":

@@ -90,6 +90,8 @@ struct fj_ctx {
   int nhot;
   fj_pick picks[FJ_HOT]; /* problem class -> chosen variant */
   int npicks;
+  long renders;     /* templates rendered (the render index saves some) */
+  char templates_hash[33]; /* the built-in templates, "" until needed */
 };
 
 /* Records a failure on the calling thread and returns status. */

@@ -2,7 +2,9 @@
  * test_cache.c -- the disk cache: hits and misses across contexts, corrupt
  * and truncated entries (misses that get rewritten), a directory that
  * cannot be used, several processes compiling into one directory at once,
- * listing and clearing.
+ * listing and clearing, and the render index (a disk hit without a
+ * render).  Every kernel leaves two entries: kind "kernel" (the cubin) and
+ * kind "render" (the index).
  */
 #include <dirent.h>
 #include <stdlib.h>
@@ -53,7 +55,8 @@ static int origin_of(fj_ctx *ctx, int head_dim)
   return (int)r.cache;
 }
 
-/* Counts files in dir: entries (*.fjc) and temporaries (.tmp-*). */
+/* Counts files in dir: entries (*.fjc) and temporaries (.tmp-*); first
+ * gets the path of the first entry. */
 static void count_files(const char *dir, int *entries, int *temps,
                         char *first, size_t size)
 {
@@ -86,12 +89,13 @@ int test_cache_hit_miss(void)
   CHECK(origin_of(c, 64) == FJ_CACHE_MISS);
   fj_cache_stats s;
   fj_cache_stats_get(a, &s);
-  CHECK(s.misses == 1 && s.memory_hits == 1 && s.disk_writes == 1);
+  CHECK(s.misses == 1 && s.memory_hits == 1 && s.disk_writes == 2);
   fj_cache_stats_get(b, &s);
   CHECK(s.disk_hits == 1 && s.misses == 0 && s.disk_writes == 0);
+  CHECK(b->renders == 0);  /* the render index had the source */
   int entries, temps;
   count_files(dir, &entries, &temps, NULL, 0);
-  CHECK(entries == 2 && temps == 0);
+  CHECK(entries == 4 && temps == 0);
   CHECK(warning[0] == '\0');
   fj_ctx_destroy(a);
   fj_ctx_destroy(b);
@@ -99,8 +103,21 @@ int test_cache_hit_miss(void)
   return 0;
 }
 
-/* Damages the only entry of dir with fn, then expects a miss that rewrites
- * the entry, and a clean hit after that. */
+typedef struct find_kind {
+  const char *kind;
+  char file[256];
+} find_kind;
+
+static int find_visit(void *user, const fj_cache_entry *e)
+{
+  find_kind *f = user;
+  if (e->valid && !strcmp(e->kind, f->kind))
+    snprintf(f->file, sizeof f->file, "%s", e->file);
+  return 0;
+}
+
+/* Damages the kernel entry of dir with fn, then expects a miss that
+ * rewrites the entry, and a clean hit after that. */
 static int damaged_entry_is_rewritten(void (*damage)(const char *path))
 {
   const char *dir = fjt_tmpdir();
@@ -108,8 +125,12 @@ static int damaged_entry_is_rewritten(void (*damage)(const char *path))
   CHECK(origin_of(a, 64) == FJ_CACHE_MISS);
   char path[4300];
   int entries, temps;
-  count_files(dir, &entries, &temps, path, sizeof path);
-  CHECK(entries == 1);
+  count_files(dir, &entries, &temps, NULL, 0);
+  CHECK(entries == 2);
+  find_kind f = {"kernel", ""};
+  CHECK_OK(a, fj_cache_list(a, find_visit, &f));
+  CHECK(f.file[0]);
+  snprintf(path, sizeof path, "%s/%s", dir, f.file);
   damage(path);
   fj_ctx *b = logged_ctx("sm_90", dir);
   CHECK(origin_of(b, 64) == FJ_CACHE_MISS);
@@ -216,7 +237,7 @@ int test_cache_processes(void)
   }
   int entries, temps;
   count_files(dir, &entries, &temps, NULL, 0);
-  CHECK(entries == 2 && temps == 0);
+  CHECK(entries == 4 && temps == 0);
   fj_ctx *ctx = logged_ctx("sm_90", dir);
   CHECK(origin_of(ctx, 64) == FJ_CACHE_DISK);
   CHECK(origin_of(ctx, 128) == FJ_CACHE_DISK);
@@ -249,10 +270,10 @@ int test_cache_list_clear(void)
   CHECK(fjt_write_file(stray, "partial", 7) == 0);
   seen s = {0};
   CHECK_OK(ctx, fj_cache_list(ctx, visit, &s));
-  CHECK(s.entries == 2 && s.valid == 2 && s.kernels == 2);
+  CHECK(s.entries == 4 && s.valid == 4 && s.kernels == 2);
   int removed = -1;
   CHECK_OK(ctx, fj_cache_clear(ctx, &removed));
-  CHECK(removed == 3);
+  CHECK(removed == 5);
   memset(&s, 0, sizeof s);
   CHECK_OK(ctx, fj_cache_list(ctx, visit, &s));
   CHECK(s.entries == 0);
@@ -265,5 +286,54 @@ int test_cache_list_clear(void)
   CHECK_ST(mem, fj_cache_list(mem, visit, &s), FJ_ERR_NOT_FOUND);
   CHECK_MSG(mem, "disk cache is disabled");
   fj_ctx_destroy(mem);
+  return 0;
+}
+
+/* The render index: a second context finds the kernel on disk without
+ * rendering, with the same source; a damaged index entry only costs the
+ * render; templates from FLASHJIT_TEMPLATE_DIR are always rendered. */
+int test_cache_render_index(void)
+{
+  const char *dir = fjt_tmpdir();
+  fj_ctx *a = logged_ctx("sm_90", dir);
+  fj_variant v;
+  fj_variant_default(&v, 128, FJ_BF16, FJ_CAUSAL_TOP_LEFT);
+  fj_kernel *ka, *kb;
+  CHECK_OK(a, fj_kernel_get(a, &v, &ka));
+  CHECK(a->renders == 1);
+  fj_ctx *b = logged_ctx("sm_90", dir);
+  CHECK_OK(b, fj_kernel_get(b, &v, &kb));
+  fj_resources r;
+  fj_kernel_resources(kb, &r);
+  CHECK(r.cache == FJ_CACHE_DISK && b->renders == 0);
+  size_t la, lb;
+  const char *sa = fj_kernel_source(ka, &la), *sb = fj_kernel_source(kb, &lb);
+  CHECK(la == lb && memcmp(sa, sb, la) == 0);
+  CHECK(r.threads == 256 && r.shared_dynamic > 0);
+  find_kind f = {"render", ""};
+  CHECK_OK(b, fj_cache_list(b, find_visit, &f));
+  CHECK(f.file[0]);
+  char path[4300];
+  snprintf(path, sizeof path, "%s/%s", dir, f.file);
+  flip_byte(path);
+  fj_ctx *c = logged_ctx("sm_90", dir);
+  CHECK_OK(c, fj_kernel_get(c, &v, &kb));
+  fj_kernel_resources(kb, &r);
+  CHECK(r.cache == FJ_CACHE_DISK && c->renders == 1);
+  /* A copy of the built-in templates as an override directory. */
+  const char *tdir = fjt_tmpdir();
+  for (size_t i = 0; i < fj__embedded_count; i++) {
+    snprintf(path, sizeof path, "%s/%s", tdir, fj__embedded[i].name);
+    CHECK(fjt_write_file(path, fj__embedded[i].data, fj__embedded[i].len) == 0);
+  }
+  setenv("FLASHJIT_TEMPLATE_DIR", tdir, 1);
+  fj_ctx *d = logged_ctx("sm_90", dir);
+  CHECK_OK(d, fj_kernel_get(d, &v, &kb));
+  unsetenv("FLASHJIT_TEMPLATE_DIR");
+  CHECK(d->renders == 1);
+  fj_ctx_destroy(a);
+  fj_ctx_destroy(b);
+  fj_ctx_destroy(c);
+  fj_ctx_destroy(d);
   return 0;
 }
