@@ -527,7 +527,9 @@ typedef struct fj_lut {
  * device, arch and driver from the disk cache), inverts what it stored and
  * checks that it covers the tile (the accumulator: each element exactly
  * once).  A compile-only context returns the reference table, marked so.
- * Errors: FJ_ERR_LAYOUT when the probe's result is not a valid layout.
+ * Errors: FJ_ERR_LAYOUT when the probe's result is not a valid layout;
+ * FJ_ERR_UNSUPPORTED for a kind the target cannot run (bf16 and mma.sync
+ * kinds before sm_80).
  */
 FJ_API fj_status fj_layout_get(fj_ctx *ctx, fj_frag frag, fj_lut *lut);
 

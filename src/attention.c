@@ -172,15 +172,9 @@ void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
   v->kv_dtype = p->kv_dtype == p->dtype ? 0 : p->kv_dtype;
   if (v->kv_dtype == FJ_E4M3)
     v->stages = 1;  /* FP8 K/V are dequantised as they load */
-  if (ctx->sm >= 80) {
+  /* Before sm_80 the WMMA family's defaults stand as they are. */
+  if (ctx->sm >= 80)
     mma_choice(ctx, p, v);
-    return;
-  }
-  /* sm_75: the WMMA family. */
-  /* head_dim 256 with 64-row key tiles needs 203 KB of shared memory:
-   * Hopper has it (and runs it 16% faster on the H200), sm_80 does not. */
-  if (v->head_dim > 192 && v->stages == 2 && fj__smem_limit(ctx) >= 210 * 1024)
-    v->tile_n = 64;
 }
 
 static int log2_floor(int n)

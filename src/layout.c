@@ -48,10 +48,16 @@ static int is_mma(fj_frag frag)
   return frag >= FJ_FRAG_MMA_ACC_F16 && frag <= FJ_FRAG_MMA_B_ROW;
 }
 
-/* mma.sync m16n8k16 with bf16 needs sm_80; so do the mma tables. */
+static int is_bf16_wmma(fj_frag frag)
+{
+  return frag == FJ_FRAG_WMMA_A_BF16_ROW || frag == FJ_FRAG_WMMA_B_BF16_COL ||
+         frag == FJ_FRAG_WMMA_B_BF16_ROW;
+}
+
+/* bf16 fragments and mma.sync m16n8k16 need sm_80; so do their tables. */
 static int available(const fj_ctx *ctx, fj_frag frag)
 {
-  return !is_mma(frag) || ctx->sm >= 80;
+  return (!is_mma(frag) && !is_bf16_wmma(frag)) || ctx->sm >= 80;
 }
 
 /* ---- validation ---------------------------------------------------------------- */
@@ -326,8 +332,8 @@ fj_status fj__layout_locked(fj_ctx *ctx, fj_frag frag, fj_lut *lut)
                     FJ_FRAG_COUNT);
   if (!available(ctx, frag))
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                    "fragment kind %s needs mma.sync m16n8k16 (sm_80 or "
-                    "newer); the target is %s",
+                    "fragment kind %s needs sm_80 or newer (bf16 fragments, "
+                    "mma.sync m16n8k16); the target is %s",
                     fj_frag_name(frag), ctx->arch);
   if (!ctx->lut_ready[frag]) {
     if (!ctx->has_device) {

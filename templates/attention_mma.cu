@@ -134,8 +134,6 @@
   while (1 << tree_depth) < (BN // 16) * #rows.classes[1].slots do tree_depth = tree_depth + 1 end
 
   local T = dtype
-  local kv_t = fp8 and "unsigned char" or "elem_t"
-  local load_kv = fp8 and "fj::load_tile_fp8" or "fj::load_tile"
 %}
 {{ include("common.cuh") }}
 {% if fp8 then %}
@@ -173,8 +171,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const int m0 = (gridDim.x - 1 - blockIdx.x) * {{ BM }};
   const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
   const elem_t *q = static_cast<const elem_t *>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
-  const {{ kv_t }} *k = static_cast<const {{ kv_t }} *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
-  const {{ kv_t }} *v = static_cast<const {{ kv_t }} *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1];
+  const fj::kv_t *k = static_cast<const fj::kv_t *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
+  const fj::kv_t *v = static_cast<const fj::kv_t *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1];
 {% if fp8 then %}
   const float k_scale = p.k_scale[b * p.heads_kv + hk], v_scale = p.v_scale[b * p.heads_kv + hk];
   const float sl2 = p.scale_log2 * k_scale;
@@ -200,30 +198,17 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% if PIPE then %}
   // Prologue of the pipeline: group P = {Q, K(0)}, then groups g_i =
   // {K(i + 1), V(i)} for i < {{ S - 1 }} (empty ones keep the count uniform).
-  if (ntiles > 0) {{ load_kv }}<{{ BN }}>(s_k, k, p.k_stride[2], 0, p.seq_kv);
+  if (ntiles > 0) fj::ring_load(s_k, k, p.k_stride[2], 0, p.seq_kv);
   fj::cp_async_commit();
 #pragma unroll
   for (int i = 0; i < {{ S - 1 }}; ++i) {
-    if (i + 1 < ntiles)
-      {{ load_kv }}<{{ BN }}>(s_k + ((i + 1) % {{ S }}) * {{ BN * LD }}, k, p.k_stride[2], (i + 1) * {{ BN }}, p.seq_kv);
-    if (i < ntiles)
-      {{ load_kv }}<{{ BN }}>(s_v + i * {{ BN * LD }}, v, p.v_stride[2], i * {{ BN }}, p.seq_kv);
+    if (i + 1 < ntiles) fj::ring_load(s_k, k, p.k_stride[2], i + 1, p.seq_kv);
+    if (i < ntiles) fj::ring_load(s_v, v, p.v_stride[2], i, p.seq_kv);
     fj::cp_async_commit();
   }
   fj::cp_async_wait<{{ S - 1 }}>();  // Q and K(0) have landed
-{% elseif S > 1 then %}
-  fj::cp_async_commit();
-  // Prologue: the first {{ S - 1 }} K/V tiles in flight, one group each
-  // (empty groups keep the count uniform).
-#pragma unroll
-  for (int t = 0; t < {{ S - 1 }}; ++t) {
-    if (t < ntiles) {
-      {{ load_kv }}<{{ BN }}>(s_k + t * {{ BN * LD }}, k, p.k_stride[2], t * {{ BN }}, p.seq_kv);
-      {{ load_kv }}<{{ BN }}>(s_v + t * {{ BN * LD }}, v, p.v_stride[2], t * {{ BN }}, p.seq_kv);
-    }
-    fj::cp_async_commit();
-  }
-  fj::cp_async_wait<{{ S - 1 }}>();  // Q has landed
+{% else %}
+  fj::kv_start(s_k, s_v, k, v, p.k_stride[2], p.v_stride[2], p.seq_kv, ntiles);
 {% end %}
   __syncthreads();
 
@@ -378,10 +363,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     __syncthreads();                    // ... for every thread; K(t), V(t - 1) are free
     {
       const int i = t + {{ S - 1 }};
-      if (i + 1 < ntiles)
-        {{ load_kv }}<{{ BN }}>(s_k + ((i + 1) % {{ S }}) * {{ BN * LD }}, k, p.k_stride[2], (i + 1) * {{ BN }}, p.seq_kv);
-      if (i < ntiles)
-        {{ load_kv }}<{{ BN }}>(s_v + (i % {{ S }}) * {{ BN * LD }}, v, p.v_stride[2], i * {{ BN }}, p.seq_kv);
+      if (i + 1 < ntiles) fj::ring_load(s_k, k, p.k_stride[2], i + 1, p.seq_kv);
+      if (i < ntiles) fj::ring_load(s_v, v, p.v_stride[2], i, p.seq_kv);
       fj::cp_async_commit();
     }
     const unsigned kn = sk_u + ((t + 1) % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
@@ -402,25 +385,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 
   for (int t = 0; t < ntiles; ++t) {
     const int n0 = t * {{ BN }};
-{%   if S == 1 then %}
-    if (t > 0) __syncthreads();  // the previous tile is no longer read
-    {{ load_kv }}<{{ BN }}>(s_k, k, p.k_stride[2], n0, p.seq_kv);
-    {{ load_kv }}<{{ BN }}>(s_v, v, p.v_stride[2], n0, p.seq_kv);
-    __syncthreads();
-    const unsigned kt = sk_u, vt = sv_u;
-{%   else %}
-    {
-      const int nt = t + {{ S - 1 }};
-      if (nt < ntiles) {
-        {{ load_kv }}<{{ BN }}>(s_k + (nt % {{ S }}) * {{ BN * LD }}, k, p.k_stride[2], nt * {{ BN }}, p.seq_kv);
-        {{ load_kv }}<{{ BN }}>(s_v + (nt % {{ S }}) * {{ BN * LD }}, v, p.v_stride[2], nt * {{ BN }}, p.seq_kv);
-      }
-      fj::cp_async_commit();
-      fj::cp_async_wait<{{ S - 1 }}>();  // tile t has landed
-      __syncthreads();
-    }
+    fj::kv_ready(s_k, s_v, k, v, p.k_stride[2], p.v_stride[2], p.seq_kv, t, ntiles);
     const unsigned kt = sk_u + (t % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
-{%   end %}
     // Masks only where a key is past the end or above some row's diagonal.
     const bool need_mask = n0 + {{ BN }} > p.seq_kv{% if causal_mask then %} || n0 + {{ BN - 1 }} > m0 + p.causal_offset{% end %};
 

@@ -244,10 +244,6 @@ template <typename T> __device__ __forceinline__ void split(unsigned r, T &lo, T
 
 {{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S, fp8 = fp8 }) }}
 
-{%
-  local kv_t = fp8 and "unsigned char" or "elem_t"
-  local load_kv = fp8 and "fj::load_tile_fp8" or "fj::load_tile"
-%}
 // Minimum one block per multiprocessor: without it ptxas keeps a register
 // budget of its own and spills long-lived values (seen at 96 registers for
 // head_dim 32) instead of using the registers it may have.
@@ -271,8 +267,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const int m0 = (gridDim.x - 1 - blockIdx.x) * {{ BM }};
   const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
   const elem_t *q = static_cast<const elem_t *>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
-  const {{ kv_t }} *k = static_cast<const {{ kv_t }} *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
-  const {{ kv_t }} *v = static_cast<const {{ kv_t }} *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1];
+  const fj::kv_t *k = static_cast<const fj::kv_t *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
+  const fj::kv_t *v = static_cast<const fj::kv_t *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1];
 {% if fp8 then %}
   const float k_scale = p.k_scale[b * p.heads_kv + hk], v_scale = p.v_scale[b * p.heads_kv + hk];
   const float sl2 = p.scale_log2 * k_scale;
@@ -303,20 +299,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
 
   fj::load_tile<{{ BM }}>(s_q, q, p.q_stride[2], m0, p.seq_q);
-{% if S > 1 then %}
-  fj::cp_async_commit();
-  // Prologue: the first {{ S - 1 }} K/V tiles in flight, one group each
-  // (empty groups keep the count uniform).
-#pragma unroll
-  for (int t = 0; t < {{ S - 1 }}; ++t) {
-    if (t < ntiles) {
-      {{ load_kv }}<{{ BN }}>(s_k + t * {{ BN * LD }}, k, p.k_stride[2], t * {{ BN }}, p.seq_kv);
-      {{ load_kv }}<{{ BN }}>(s_v + t * {{ BN * LD }}, v, p.v_stride[2], t * {{ BN }}, p.seq_kv);
-    }
-    fj::cp_async_commit();
-  }
-  fj::cp_async_wait<{{ S - 1 }}>();  // Q has landed
-{% end %}
+  fj::kv_start(s_k, s_v, k, v, p.k_stride[2], p.v_stride[2], p.seq_kv, ntiles);
 {% if not regs then %}
   for (int i = threadIdx.x; i < {{ BM * LDO }}; i += {{ THREADS }}) s_o[i] = 0.f;
   for (int i = threadIdx.x; i < {{ BM }}; i += {{ THREADS }}) { s_m[i] = FJ_NEG_INF; s_l[i] = 0.f; }
@@ -342,25 +325,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 
   for (int t = 0; t < ntiles; ++t) {
     const int n0 = t * {{ BN }};
-{% if S == 1 then %}
-    if (t > 0) __syncthreads();  // the previous tile is no longer read
-    {{ load_kv }}<{{ BN }}>(s_k, k, p.k_stride[2], n0, p.seq_kv);
-    {{ load_kv }}<{{ BN }}>(s_v, v, p.v_stride[2], n0, p.seq_kv);
-    __syncthreads();
-    const elem_t *kt = s_k, *vt = s_v;
-{% else %}
-    {
-      const int nt = t + {{ S - 1 }};
-      if (nt < ntiles) {
-        {{ load_kv }}<{{ BN }}>(s_k + (nt % {{ S }}) * {{ BN * LD }}, k, p.k_stride[2], nt * {{ BN }}, p.seq_kv);
-        {{ load_kv }}<{{ BN }}>(s_v + (nt % {{ S }}) * {{ BN * LD }}, v, p.v_stride[2], nt * {{ BN }}, p.seq_kv);
-      }
-      fj::cp_async_commit();
-      fj::cp_async_wait<{{ S - 1 }}>();  // tile t has landed
-      __syncthreads();
-    }
+    fj::kv_ready(s_k, s_v, k, v, p.k_stride[2], p.v_stride[2], p.seq_kv, t, ntiles);
     const elem_t *kt = s_k + (t % {{ S }}) * {{ BN * LD }}, *vt = s_v + (t % {{ S }}) * {{ BN * LD }};
-{% end %}
     // Masks only where a key is past the end or above some row's diagonal.
     const bool need_mask = n0 + {{ BN }} > p.seq_kv{% if causal_mask then %} || n0 + {{ BN - 1 }} > m0 + p.causal_offset{% end %};
     (void)need_mask;

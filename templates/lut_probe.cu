@@ -51,6 +51,7 @@ extern "C" __global__ void fj_probe_wmma_acc_f32(float *out) {
 %}
 {% for _, o in ipairs(operands) do %}
 {%   local name, use, ty, order, to, from = unpack(o) %}
+{%   if ty == "__half" or sm >= 80 then  -- bf16 fragments need sm_80 %}
 
 extern "C" __global__ void fj_probe_wmma_{{ name }}(float *out) {
   __shared__ __align__(32) {{ ty }} tile[256];
@@ -65,6 +66,7 @@ extern "C" __global__ void fj_probe_wmma_{{ name }}(float *out) {
   for (int i = 0; i < f.num_elements; ++i) out[threadIdx.x * 16 + i] = {{ from }}(f.x[i]);
   if (threadIdx.x == 0) out[512] = (float)f.num_elements;
 }
+{%   end %}
 {% end %}
 {% if sm >= 80 then %}
 
@@ -84,33 +86,28 @@ __device__ __forceinline__ void fj_probe_put(float *out, const unsigned r[4]) {
   if (threadIdx.x == 0) out[512] = 8.f;
 }
 
-extern "C" __global__ void fj_probe_mma_a(float *out) {
-  __shared__ __align__(16) __half tile[256];
-  for (int e = threadIdx.x; e < 256; e += 32) tile[e] = __float2half((float)e);
-  __syncwarp();
-  unsigned r[4];
-  fj::ldsm_x4(r, fj::smem_addr(tile + fj::ldm_row_rm(threadIdx.x) * 16 + fj::ldm_col_rm(threadIdx.x)));
-  fj_probe_put(out, r);
-}
+{%
+  -- The operand probes: the tag each stored element holds (B stored
+  -- n-major holds logical (k, n) at stored (n, k)), and the load the
+  -- kernels use for that operand.
+  local operand_probes = {
+    { "a", "e", "ldsm_x4", "rm" },
+    { "b_col", "(e % 16) * 16 + e / 16", "ldsm_x4", "nm" },
+    { "b_row", "e", "ldsm_x4_t", "rm" },
+  }
+%}
+{%   for _, o in ipairs(operand_probes) do %}
+{%     local name, tag, load, lanes = unpack(o) %}
 
-extern "C" __global__ void fj_probe_mma_b_col(float *out) {
+extern "C" __global__ void fj_probe_mma_{{ name }}(float *out) {
   __shared__ __align__(16) __half tile[256];
-  // Stored (n, k) holds logical B's (k, n).
-  for (int e = threadIdx.x; e < 256; e += 32) tile[e] = __float2half((float)((e % 16) * 16 + e / 16));
+  for (int e = threadIdx.x; e < 256; e += 32) tile[e] = __float2half((float)({{ tag }}));
   __syncwarp();
   unsigned r[4];
-  fj::ldsm_x4(r, fj::smem_addr(tile + fj::ldm_row_nm(threadIdx.x) * 16 + fj::ldm_col_nm(threadIdx.x)));
+  fj::{{ load }}(r, fj::smem_addr(tile + fj::ldm_row_{{ lanes }}(threadIdx.x) * 16 + fj::ldm_col_{{ lanes }}(threadIdx.x)));
   fj_probe_put(out, r);
 }
-
-extern "C" __global__ void fj_probe_mma_b_row(float *out) {
-  __shared__ __align__(16) __half tile[256];
-  for (int e = threadIdx.x; e < 256; e += 32) tile[e] = __float2half((float)e);
-  __syncwarp();
-  unsigned r[4];
-  fj::ldsm_x4_t(r, fj::smem_addr(tile + fj::ldm_row_rm(threadIdx.x) * 16 + fj::ldm_col_rm(threadIdx.x)));
-  fj_probe_put(out, r);
-}
+{%   end %}
 {%   for _, t in ipairs({ { "f16", "__half", "__float2half" }, { "bf16", "__nv_bfloat16", "__float2bfloat16" } }) do %}
 {%     local name, ty, to = t[1], t[2], t[3] %}
 

@@ -7,6 +7,9 @@
     THREADS the block's threads, S the stages (> 1: cp.async), fp8 (K/V in
             e4m3, dequantised as they load).
   A tile row holds head_dim elements, head_dim / 8 chunks of 16 bytes.
+  K and V move through rings of S slots of tile_n rows: key tile t lives in
+  slot t % S.  kv_start and kv_ready run the plain ring (K and V of a tile
+  together); ring_load serves templates that schedule K and V apart.
 #}
 {% local CHUNKS = head_dim // 8 %}
 namespace fj {
@@ -107,5 +110,55 @@ __device__ __forceinline__ void load_tile_fp8(elem_t *dst, const unsigned char *
   }
 }
 {% end %}
+
+// K and V rows as stored in global memory.
+typedef {{ fp8 and "unsigned char" or "elem_t" }} kv_t;
+
+// Key tile t of one head's K or V into its slot of a ring.
+__device__ __forceinline__ void ring_load(elem_t *ring, const kv_t *src, long long stride,
+                                          int t, int rows) {
+  {{ fp8 and "load_tile_fp8" or "load_tile" }}<{{ tile_n }}>(ring + (t % {{ S }}) * {{ tile_n * LD }}, src, stride, t * {{ tile_n }}, rows);
+}
+
+// After Q's copies have been issued: tiles 0 .. {{ S - 2 }} of K and V in
+// flight, one cp.async group each (empty groups keep the count uniform),
+// and Q landed.
+__device__ __forceinline__ void kv_start(elem_t *s_k, elem_t *s_v, const kv_t *k, const kv_t *v,
+                                         long long ks, long long vs, int rows, int ntiles) {
+{% if S > 1 then %}
+  cp_async_commit();  // Q's group
+#pragma unroll
+  for (int t = 0; t < {{ S - 1 }}; ++t) {
+    if (t < ntiles) {
+      ring_load(s_k, k, ks, t, rows);
+      ring_load(s_v, v, vs, t, rows);
+    }
+    cp_async_commit();
+  }
+  cp_async_wait<{{ S - 1 }}>();
+{% end %}
+}
+
+// Key tile t's K and V resident and visible to the whole block.  One stage
+// copies them once the previous tile is no longer read; more stages start
+// tile t + {{ S - 1 }} and wait for tile t.  Before a slot is refilled the
+// caller synchronises (at the end of each iteration).
+__device__ __forceinline__ void kv_ready(elem_t *s_k, elem_t *s_v, const kv_t *k, const kv_t *v,
+                                         long long ks, long long vs, int rows, int t, int ntiles) {
+{% if S == 1 then %}
+  if (t > 0) __syncthreads();
+  ring_load(s_k, k, ks, t, rows);
+  ring_load(s_v, v, vs, t, rows);
+{% else %}
+  const int nt = t + {{ S - 1 }};
+  if (nt < ntiles) {
+    ring_load(s_k, k, ks, nt, rows);
+    ring_load(s_v, v, vs, nt, rows);
+  }
+  cp_async_commit();
+  cp_async_wait<{{ S - 1 }}>();
+{% end %}
+  __syncthreads();
+}
 
 }  // namespace fj

@@ -77,9 +77,9 @@ grep -q "^spill_store_bytes=0$" "$tmp/res" || fail "the default variant spills"
 grep -q "reference table" "$tmp/lut" && grep -q "^   5: ( 1, 2) ( 1, 3) ( 9, 2) ( 9, 3) ( 1,10) ( 1,11) ( 9,10) ( 9,11)$" "$tmp/lut" \
   || fail "lut lane 5 is not as expected: $(sed -n 3,8p "$tmp/lut")"
 "$FJ" lut --arch sm_75 >"$tmp/lut75" || fail "lut --arch sm_75 fails"
-grep -q "^fragment wmma_b_bf16_row" "$tmp/lut75" && ! grep -q "^fragment mma_" "$tmp/lut75" \
-  || fail "lut --arch sm_75 should list the 7 WMMA tables and skip the mma ones"
-expect 2 "fragment kind mma_a needs mma.sync m16n8k16 (sm_80 or newer); the target is sm_75" lut --arch sm_75 --frag mma_a
+grep -q "^fragment wmma_b_f16_row" "$tmp/lut75" && ! grep -q -e "^fragment mma_" -e "bf16" "$tmp/lut75" \
+  || fail "lut --arch sm_75 should list the 4 f16 WMMA tables and skip the bf16 and mma ones"
+expect 2 "fragment kind mma_a needs sm_80 or newer (bf16 fragments, mma.sync m16n8k16); the target is sm_75" lut --arch sm_75 --frag mma_a
 expect 2 "unknown fragment kind 'nope'" lut --arch sm_90a --frag nope
 "$FJ" cache dir | grep -qF "$FLASHJIT_CACHE_DIR" || fail "cache dir"
 "$FJ" cache ls | grep -q "kernel .*fj_attn_d64" || fail "cache ls"

@@ -1,7 +1,7 @@
 /*
  * test_compile.c -- NVRTC without a GPU: attention kernels for sm_80 and
- * sm_90, the compile log on failure, a compiler crash contained in a child
- * process, and the resource report.
+ * sm_90, the layout probe module, the compile log on failure, a compiler
+ * crash contained in a child process, and the resource report.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +45,36 @@ int test_compile_sm80_sm90(void)
     CHECK(check_kernel(ctx, &v, archs[a][1]) == 0);
     fj_variant_default(&v, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT);
     CHECK(check_kernel(ctx, &v, archs[a][1]) == 0);
+    fj_ctx_destroy(ctx);
+  }
+  return 0;
+}
+
+/* The layout probe module compiles wherever it may run: every probe kernel
+ * from sm_80 on; on sm_75 only the f16 WMMA ones (bf16 fragments and
+ * mma.sync m16n8k16 need sm_80). */
+int test_compile_lut_probe(void)
+{
+  static const char *const archs[] = {"sm_75", "sm_80", "sm_90"};
+  for (int a = 0; a < 3; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx);
+    fj_param params[] = {
+        {"arch", FJ_PARAM_STR, 0, ctx->arch, NULL},
+        {"version", FJ_PARAM_STR, 0, fj_version(), NULL},
+        {"sm", FJ_PARAM_INT, ctx->sm, NULL, NULL},
+    };
+    fj_kernel *k;
+    CHECK_OK(ctx, fj__kernel_build(ctx, "lut_probe.cu", params, 3, &k));
+    const char *ptx = fj_kernel_ptx(k, NULL);
+    for (int f = 1; f <= FJ_FRAG_COUNT; f++) {
+      char symbol[64];
+      snprintf(symbol, sizeof symbol, "fj_probe_%s", fj_frag_name((fj_frag)f));
+      const char *name = fj_frag_name((fj_frag)f);
+      int needs_80 = !strncmp(name, "mma_", 4) || strstr(name, "bf16");
+      CHECK(!strstr(ptx, symbol) == (needs_80 && ctx->sm < 80));
+    }
+    CHECK(strstr(ptx, "mma.sync.aligned.m16n8k16") == NULL || ctx->sm >= 80);
     fj_ctx_destroy(ctx);
   }
   return 0;

@@ -219,7 +219,7 @@ int test_family_refusals(void)
   CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "mma mma (mma.sync m16n8k16) needs sm_80 or newer; the target is sm_75") == 0);
   fj_lut lut;
   CHECK_ST(ctx, fj_layout_get(ctx, FJ_FRAG_MMA_A, &lut), FJ_ERR_UNSUPPORTED);
-  CHECK_MSG(ctx, "fragment kind mma_a needs mma.sync m16n8k16 (sm_80 or newer); the target is sm_75");
+  CHECK_MSG(ctx, "fragment kind mma_a needs sm_80 or newer (bf16 fragments, mma.sync m16n8k16); the target is sm_75");
   fj_ctx_destroy(ctx);
   /* The mma family's own rules. */
   ctx = fjt_ctx("sm_90", NULL);

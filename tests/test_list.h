@@ -17,6 +17,7 @@ TEST(template_errors, cpu)
 TEST(template_override_dir, cpu)
 /* compile.c */
 TEST(compile_sm80_sm90, cpu)
+TEST(compile_lut_probe, cpu)
 TEST(compile_error_log, cpu)
 TEST(compile_isolated_crash, cpu)
 TEST(resources_parse, cpu)

@@ -1163,8 +1163,8 @@ static int cmd_lut(cli *c)
     fj_lut l;
     fj_status st = fj_layout_get(ctx, (fj_frag)f, &l);
     if ((st == FJ_ERR_COMPILE_ONLY || st == FJ_ERR_UNSUPPORTED) && !c->frag)
-      continue;  /* no table for this kind here (no reference, or an mma
-                    kind before sm_80); the others still print */
+      continue;  /* no table for this kind here (no reference, or a kind
+                    that needs sm_80); the others still print */
     if (st != FJ_OK)
       rc = fj_error(c, ctx, st);
     else

@@ -120,6 +120,48 @@ __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long l
   }
 }
 
+// K and V rows as stored in global memory.
+typedef elem_t kv_t;
+
+// Key tile t of one head's K or V into its slot of a ring.
+__device__ __forceinline__ void ring_load(elem_t *ring, const kv_t *src, long long stride,
+                                          int t, int rows) {
+  load_tile<64>(ring + (t % 2) * 8192, src, stride, t * 64, rows);
+}
+
+// After Q's copies have been issued: tiles 0 .. 0 of K and V in
+// flight, one cp.async group each (empty groups keep the count uniform),
+// and Q landed.
+__device__ __forceinline__ void kv_start(elem_t *s_k, elem_t *s_v, const kv_t *k, const kv_t *v,
+                                         long long ks, long long vs, int rows, int ntiles) {
+  cp_async_commit();  // Q's group
+#pragma unroll
+  for (int t = 0; t < 1; ++t) {
+    if (t < ntiles) {
+      ring_load(s_k, k, ks, t, rows);
+      ring_load(s_v, v, vs, t, rows);
+    }
+    cp_async_commit();
+  }
+  cp_async_wait<1>();
+}
+
+// Key tile t's K and V resident and visible to the whole block.  One stage
+// copies them once the previous tile is no longer read; more stages start
+// tile t + 1 and wait for tile t.  Before a slot is refilled the
+// caller synchronises (at the end of each iteration).
+__device__ __forceinline__ void kv_ready(elem_t *s_k, elem_t *s_v, const kv_t *k, const kv_t *v,
+                                         long long ks, long long vs, int rows, int t, int ntiles) {
+  const int nt = t + 1;
+  if (nt < ntiles) {
+    ring_load(s_k, k, ks, nt, rows);
+    ring_load(s_v, v, vs, nt, rows);
+  }
+  cp_async_commit();
+  cp_async_wait<1>();
+  __syncthreads();
+}
+
 }  // namespace fj
 
 
@@ -146,8 +188,8 @@ fj_attn_d128_m128_n64_w8_s2_xor_regs_wmma_tl_bf16(const fj::Params p) {
   const int m0 = (gridDim.x - 1 - blockIdx.x) * 128;
   const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
   const elem_t *q = static_cast<const elem_t *>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
-  const elem_t *k = static_cast<const elem_t *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
-  const elem_t *v = static_cast<const elem_t *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1];
+  const fj::kv_t *k = static_cast<const fj::kv_t *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
+  const fj::kv_t *v = static_cast<const fj::kv_t *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1];
   const float sl2 = p.scale_log2;
   const int qa_r = fj_base_a[lane] & 15, qa_c = fj_base_a[lane] >> 4;
   const int kb_k = fj_base_bk[lane] & 15, kb_n = fj_base_bk[lane] >> 4;
@@ -163,18 +205,7 @@ fj_attn_d128_m128_n64_w8_s2_xor_regs_wmma_tl_bf16(const fj::Params p) {
   const int ntiles = n_end > 0 ? (n_end + 63) / 64 : 0;
 
   fj::load_tile<128>(s_q, q, p.q_stride[2], m0, p.seq_q);
-  fj::cp_async_commit();
-  // Prologue: the first 1 K/V tiles in flight, one group each
-  // (empty groups keep the count uniform).
-#pragma unroll
-  for (int t = 0; t < 1; ++t) {
-    if (t < ntiles) {
-      fj::load_tile<64>(s_k + t * 8192, k, p.k_stride[2], t * 64, p.seq_kv);
-      fj::load_tile<64>(s_v + t * 8192, v, p.v_stride[2], t * 64, p.seq_kv);
-    }
-    fj::cp_async_commit();
-  }
-  fj::cp_async_wait<1>();  // Q has landed
+  fj::kv_start(s_k, s_v, k, v, p.k_stride[2], p.v_stride[2], p.seq_kv, ntiles);
   // This warp's 16 query rows, in registers.
   const int wr = warp * 16;
   const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
@@ -192,16 +223,7 @@ fj_attn_d128_m128_n64_w8_s2_xor_regs_wmma_tl_bf16(const fj::Params p) {
 
   for (int t = 0; t < ntiles; ++t) {
     const int n0 = t * 64;
-    {
-      const int nt = t + 1;
-      if (nt < ntiles) {
-        fj::load_tile<64>(s_k + (nt % 2) * 8192, k, p.k_stride[2], nt * 64, p.seq_kv);
-        fj::load_tile<64>(s_v + (nt % 2) * 8192, v, p.v_stride[2], nt * 64, p.seq_kv);
-      }
-      fj::cp_async_commit();
-      fj::cp_async_wait<1>();  // tile t has landed
-      __syncthreads();
-    }
+    fj::kv_ready(s_k, s_v, k, v, p.k_stride[2], p.v_stride[2], p.seq_kv, t, ntiles);
     const elem_t *kt = s_k + (t % 2) * 8192, *vt = s_v + (t % 2) * 8192;
     // Masks only where a key is past the end or above some row's diagonal.
     const bool need_mask = n0 + 64 > p.seq_kv || n0 + 63 > m0 + p.causal_offset;

@@ -112,6 +112,34 @@ __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long l
   }
 }
 
+// K and V rows as stored in global memory.
+typedef elem_t kv_t;
+
+// Key tile t of one head's K or V into its slot of a ring.
+__device__ __forceinline__ void ring_load(elem_t *ring, const kv_t *src, long long stride,
+                                          int t, int rows) {
+  load_tile<128>(ring + (t % 1) * 9216, src, stride, t * 128, rows);
+}
+
+// After Q's copies have been issued: tiles 0 .. -1 of K and V in
+// flight, one cp.async group each (empty groups keep the count uniform),
+// and Q landed.
+__device__ __forceinline__ void kv_start(elem_t *s_k, elem_t *s_v, const kv_t *k, const kv_t *v,
+                                         long long ks, long long vs, int rows, int ntiles) {
+}
+
+// Key tile t's K and V resident and visible to the whole block.  One stage
+// copies them once the previous tile is no longer read; more stages start
+// tile t + 0 and wait for tile t.  Before a slot is refilled the
+// caller synchronises (at the end of each iteration).
+__device__ __forceinline__ void kv_ready(elem_t *s_k, elem_t *s_v, const kv_t *k, const kv_t *v,
+                                         long long ks, long long vs, int rows, int t, int ntiles) {
+  if (t > 0) __syncthreads();
+  ring_load(s_k, k, ks, t, rows);
+  ring_load(s_v, v, vs, t, rows);
+  __syncthreads();
+}
+
 }  // namespace fj
 
 
@@ -143,8 +171,8 @@ fj_attn_d64_m64_n128_w4_s1_pad_smem_wmma_nc_f16(const fj::Params p) {
   const int m0 = (gridDim.x - 1 - blockIdx.x) * 64;
   const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
   const elem_t *q = static_cast<const elem_t *>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
-  const elem_t *k = static_cast<const elem_t *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
-  const elem_t *v = static_cast<const elem_t *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1];
+  const fj::kv_t *k = static_cast<const fj::kv_t *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
+  const fj::kv_t *v = static_cast<const fj::kv_t *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1];
   const float sl2 = p.scale_log2;
   const int qa_r = fj_base_a[lane] & 15, qa_c = fj_base_a[lane] >> 4;
   const int kb_k = fj_base_bk[lane] & 15, kb_n = fj_base_bk[lane] >> 4;
@@ -159,17 +187,15 @@ fj_attn_d64_m64_n128_w4_s1_pad_smem_wmma_nc_f16(const fj::Params p) {
   const int ntiles = n_end > 0 ? (n_end + 127) / 128 : 0;
 
   fj::load_tile<64>(s_q, q, p.q_stride[2], m0, p.seq_q);
+  fj::kv_start(s_k, s_v, k, v, p.k_stride[2], p.v_stride[2], p.seq_kv, ntiles);
   for (int i = threadIdx.x; i < 4352; i += 128) s_o[i] = 0.f;
   for (int i = threadIdx.x; i < 64; i += 128) { s_m[i] = FJ_NEG_INF; s_l[i] = 0.f; }
   __syncthreads();
 
   for (int t = 0; t < ntiles; ++t) {
     const int n0 = t * 128;
-    if (t > 0) __syncthreads();  // the previous tile is no longer read
-    fj::load_tile<128>(s_k, k, p.k_stride[2], n0, p.seq_kv);
-    fj::load_tile<128>(s_v, v, p.v_stride[2], n0, p.seq_kv);
-    __syncthreads();
-    const elem_t *kt = s_k, *vt = s_v;
+    fj::kv_ready(s_k, s_v, k, v, p.k_stride[2], p.v_stride[2], p.seq_kv, t, ntiles);
+    const elem_t *kt = s_k + (t % 1) * 9216, *vt = s_v + (t % 1) * 9216;
     // Masks only where a key is past the end or above some row's diagonal.
     const bool need_mask = n0 + 128 > p.seq_kv;
     (void)need_mask;
