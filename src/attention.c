@@ -8,21 +8,51 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include <stdlib.h>
 
-typedef struct fj_kparams {
-  const void *q, *k, *v;
-  void *o;
-  float *lse;
-  const void *k_scale, *v_scale;
-  long long q_stride[3], k_stride[3], v_stride[3], o_stride[3];
-  int batch, heads_q, heads_kv, seq_q, seq_kv, group, causal_offset;
-  float scale_log2;
-} fj_kparams;
+#include "attention.h"
+#include "ctx.h"
+#include "driver.h"
+#include "kernel.h"
+#include "kparams.h"
+#include "tunedb.h"
+#include "variant.h"
 
-size_t fj__kparams_size(void)
+/* The dispatch caches of fj_attention_fwd: a launch that finds its kernel
+ * here skips parameters, rendering keys and the kernel map; a problem
+ * whose class was seen skips the heuristic and the tuning database. */
+enum { FJ_HOT = 16 };
+typedef struct fj_hot {
+  fj_variant v;
+  fj_kernel *kernel;
+  void *function;
+} fj_hot;
+typedef struct fj_pick {
+  int key[8];  /* head dim, dtypes, mask, sequence buckets, GQA ratio,
+                  fewer 128-row blocks than multiprocessors */
+  fj_variant v;
+  fj_choice from;
+} fj_pick;
+
+struct fj_dispatch {
+  fj_hot hot[FJ_HOT];   /* variant -> loaded kernel, most recent first */
+  int nhot;
+  fj_pick picks[FJ_HOT]; /* problem class -> chosen variant */
+  int npicks;
+  unsigned generation;  /* of the tuning database the picks came from */
+};
+
+void fj__dispatch_free(fj_dispatch *d)
 {
-  return sizeof(fj_kparams);
+  free(d);
+}
+
+/* The context's dispatch caches, created on first use; ctx->lock held. */
+static fj_dispatch *dispatch(fj_ctx *ctx)
+{
+  if (!ctx->dispatch)
+    ctx->dispatch = calloc(1, sizeof *ctx->dispatch);
+  return ctx->dispatch;
 }
 
 /* ---- problems ------------------------------------------------------------------- */
@@ -199,31 +229,33 @@ static void pick_key(const fj_ctx *ctx, const fj_problem *p, int key[8])
   key[7] = few_blocks(ctx, p);
 }
 
-void fj__picks_clear(fj_ctx *ctx)
-{
-  ctx->npicks = 0;
-}
-
 fj_status fj__choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
                      fj_choice *from)
 {
   int key[8];
   pick_key(ctx, p, key);
   pthread_mutex_lock(&ctx->lock);
-  for (int i = 0; i < ctx->npicks; i++)
-    if (!memcmp(ctx->picks[i].key, key, sizeof key)) {
-      *v = ctx->picks[i].v;
+  fj_dispatch *d = dispatch(ctx);
+  if (d && d->generation != ctx->tunedb_generation) {
+    d->npicks = 0;  /* the tuning database changed since these were chosen */
+    d->generation = ctx->tunedb_generation;
+  }
+  for (int i = 0; d && i < d->npicks; i++)
+    if (!memcmp(d->picks[i].key, key, sizeof key)) {
+      *v = d->picks[i].v;
       if (from)
-        *from = ctx->picks[i].from;
+        *from = d->picks[i].from;
       pthread_mutex_unlock(&ctx->lock);
       return FJ_OK;
     }
   fj__heuristic(ctx, p, v);
   fj_choice c = fj__tune_lookup(ctx, p, v) ? FJ_CHOICE_TUNED : FJ_CHOICE_HEURISTIC;
-  fj_pick *pk = &ctx->picks[ctx->npicks < FJ_HOT ? ctx->npicks++ : FJ_HOT - 1];
-  memcpy(pk->key, key, sizeof key);
-  pk->v = *v;
-  pk->from = c;
+  if (d) {
+    fj_pick *pk = &d->picks[d->npicks < FJ_HOT ? d->npicks++ : FJ_HOT - 1];
+    memcpy(pk->key, key, sizeof key);
+    pk->v = *v;
+    pk->from = c;
+  }
   pthread_mutex_unlock(&ctx->lock);
   if (from)
     *from = c;
@@ -334,17 +366,18 @@ static void fill_params(fj_kparams *kp, const fj_problem *p, const void *q,
 static fj_status ready_kernel(fj_ctx *ctx, const fj_variant *v,
                               fj_kernel **k, void **fn)
 {
-  for (int i = 0; i < ctx->nhot; i++)
-    if (!memcmp(&ctx->hot[i].v, v, sizeof *v)) {
-      *k = ctx->hot[i].kernel;
-      *fn = ctx->hot[i].function;
+  fj_dispatch *d = dispatch(ctx);
+  for (int i = 0; d && i < d->nhot; i++)
+    if (!memcmp(&d->hot[i].v, v, sizeof *v)) {
+      *k = d->hot[i].kernel;
+      *fn = d->hot[i].function;
       return FJ_OK;
     }
   fj_status st = fj__variant_kernel(ctx, v, k);
   if (st == FJ_OK)
     st = fj__kernel_function(ctx, *k, fn);
-  if (st == FJ_OK) {
-    fj_hot *h = &ctx->hot[ctx->nhot < FJ_HOT ? ctx->nhot++ : FJ_HOT - 1];
+  if (st == FJ_OK && d) {
+    fj_hot *h = &d->hot[d->nhot < FJ_HOT ? d->nhot++ : FJ_HOT - 1];
     h->v = *v;
     h->kernel = *k;
     h->function = *fn;

@@ -19,7 +19,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "cache.h"
+#include "compile.h"
+#include "ctx.h"
+#include "util.h"
 
 #define ENTRY_MAGIC "FJCACHE1"
 #define ENTRY_SUFFIX ".fjc"

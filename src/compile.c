@@ -19,7 +19,9 @@
 
 #include <nvrtc.h>
 
-#include "internal.h"
+#include "compile.h"
+#include "ctx.h"
+#include "util.h"
 
 #ifndef FJ_CUDA_INCLUDE_DIR
 #define FJ_CUDA_INCLUDE_DIR "/usr/local/cuda/include"

@@ -1,13 +1,15 @@
 /*
- * ctx.c -- the context: options, target architecture, device, the
- * per-thread error messages and the log callback.
+ * ctx.c -- what every module needs of the context: the per-thread error
+ * messages, the log callback, the target architecture and its limits.
+ * Creating and destroying a context is lifecycle.c's (the top layer).
  */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "ctx.h"
+#include "util.h"
 
 /* ---- status text ---------------------------------------------------------- */
 
@@ -69,6 +71,13 @@ static fj_tls_msg *thread_msg(int create)
     }
   }
   return m;
+}
+
+void fj__ctx_serial(fj_ctx *ctx)
+{
+  pthread_mutex_lock(&serial_lock);
+  ctx->serial = next_serial++;
+  pthread_mutex_unlock(&serial_lock);
 }
 
 static uint64_t serial_of(const fj_ctx *ctx)
@@ -177,15 +186,6 @@ int fj__smem_limit(const fj_ctx *ctx)
   }
 }
 
-/* ---- context --------------------------------------------------------------- */
-
-void fj_ctx_opts_init(fj_ctx_opts *opts)
-{
-  memset(opts, 0, sizeof *opts);
-  opts->device = 0;
-  opts->disk_cache = 1;
-}
-
 static fj_status check_arch(const fj_ctx *ctx, const char *arch)
 {
   int sm, specific;
@@ -207,7 +207,7 @@ static fj_status check_arch(const fj_ctx *ctx, const char *arch)
   return FJ_OK;
 }
 
-static fj_status set_arch(fj_ctx *ctx, const char *arch)
+fj_status fj__ctx_set_arch(fj_ctx *ctx, const char *arch)
 {
   if (!arch) {
     /* A GPU context defaults to the device's own target; on compute
@@ -237,77 +237,7 @@ static fj_status set_arch(fj_ctx *ctx, const char *arch)
   return FJ_OK;
 }
 
-static fj_status ctx_init(fj_ctx *ctx, const fj_ctx_opts *opts)
-{
-  if (opts->device < -1)
-    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
-                    "device %d is invalid: use an ordinal >= 0, or -1 for a "
-                    "compile-only context",
-                    opts->device);
-  if (opts->device == -1 && !opts->arch)
-    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
-                    "a compile-only context (device -1) needs an arch, e.g. "
-                    "sm_90a");
-  ctx->opts = *opts;
-  ctx->opts.arch = NULL;
-  ctx->opts.cache_dir = NULL;
-  if (opts->device >= 0) {
-    fj_status st = fj__cu_open_device(ctx);
-    if (st != FJ_OK)
-      return st;
-    ctx->has_device = 1;
-  }
-  fj_status st = set_arch(ctx, opts->arch);
-  if (st != FJ_OK)
-    return st;
-  if (opts->cache_dir && !(ctx->opts.cache_dir = fj__strdup(opts->cache_dir)))
-    return fj__fail(NULL, FJ_ERR_NOMEM, "out of memory");
-  return fj__cache_open(ctx);
-}
-
-fj_status fj_ctx_create(fj_ctx **out, const fj_ctx_opts *opts)
-{
-  fj__clear_error(NULL);
-  if (!out)
-    return fj__fail(NULL, FJ_ERR_INVALID_ARG, "fj_ctx_create: ctx is NULL");
-  *out = NULL;
-  fj_ctx_opts defaults;
-  if (!opts) {
-    fj_ctx_opts_init(&defaults);
-    opts = &defaults;
-  }
-  fj_ctx *ctx = calloc(1, sizeof *ctx);
-  if (!ctx)
-    return fj__fail(NULL, FJ_ERR_NOMEM, "out of memory");
-  pthread_mutex_init(&ctx->lock, NULL);
-  /* Serial 0 until the context exists for the caller: messages of a failed
-   * creation belong to fj_errmsg(NULL). */
-  fj_status st = ctx_init(ctx, opts);
-  if (st != FJ_OK) {
-    fj_ctx_destroy(ctx);
-    return st;
-  }
-  pthread_mutex_lock(&serial_lock);
-  ctx->serial = next_serial++;
-  pthread_mutex_unlock(&serial_lock);
-  *out = ctx;
-  return FJ_OK;
-}
-
-void fj_ctx_destroy(fj_ctx *ctx)
-{
-  if (!ctx)
-    return;
-  fj__kmap_free(ctx->kernels);
-  fj__tunedb_free(ctx->tunedb);
-  fj__tpl_close(ctx->tpl);
-  fj__cache_close(ctx->cache);
-  if (ctx->has_device)
-    fj__cu_close_device(ctx);
-  free((char *)ctx->opts.cache_dir);
-  pthread_mutex_destroy(&ctx->lock);
-  free(ctx);
-}
+/* ---- facts about a context ------------------------------------------------ */
 
 const char *fj_ctx_arch(const fj_ctx *ctx)
 {

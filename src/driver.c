@@ -12,7 +12,9 @@
 
 #include <cuda.h>
 
-#include "internal.h"
+#include "ctx.h"
+#include "driver.h"
+#include "util.h"
 
 /* The entry points we use, by their ABI names (cuda.h maps several API names
  * to _v2 symbols with macros, so the table spells the symbols out). */

@@ -14,7 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cache.h"
+#include "compile.h"
+#include "ctx.h"
+#include "driver.h"
+#include "kernel.h"
+#include "template.h"
+#include "util.h"
 
 enum { KMAP_BUCKETS = 512 };
 

@@ -20,7 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cache.h"
+#include "ctx.h"
+#include "driver.h"
+#include "kernel.h"
+#include "layout.h"
+#include "template.h"
+#include "util.h"
 
 /* out[0..511]: the table; out[512]: slots per lane; out[513..1024]: the
  * mma accumulators' check products (K-style B, then V-style B). */

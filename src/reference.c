@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "ctx.h"
+#include "reference.h"
 
 /* ---- formats ------------------------------------------------------------------- */
 

@@ -19,7 +19,9 @@
 #include <lua.h>
 #include <lualib.h>
 
-#include "internal.h"
+#include "ctx.h"
+#include "template.h"
+#include "util.h"
 
 enum {
   TPL_MEM_LIMIT = 256 << 20,       /* bytes the Lua state may hold */

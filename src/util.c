@@ -14,7 +14,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "internal.h"
+#include "util.h"
 
 int fj__buf_reserve(fj_buf *b, size_t extra)
 {

@@ -8,7 +8,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "ctx.h"
+#include "kernel.h"
+#include "kparams.h"
+#include "layout.h"
+#include "template.h"
+#include "util.h"
+#include "variant.h"
 
 /* ---- names --------------------------------------------------------------------- */
 
@@ -271,7 +277,7 @@ fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
   add(o, "arch", FJ_PARAM_STR, 0, ctx->arch, NULL);
   add(o, "sm", FJ_PARAM_INT, ctx->sm, NULL, NULL);
   add(o, "version", FJ_PARAM_STR, 0, fj_version(), NULL);
-  add(o, "params_bytes", FJ_PARAM_INT, (long long)fj__kparams_size(), NULL, NULL);
+  add(o, "params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_kparams), NULL, NULL);
   add(o, "head_dim", FJ_PARAM_INT, v->head_dim, NULL, NULL);
   add(o, "tile_m", FJ_PARAM_INT, v->tile_m, NULL, NULL);
   add(o, "tile_n", FJ_PARAM_INT, v->tile_n, NULL, NULL);

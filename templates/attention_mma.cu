@@ -28,10 +28,10 @@
 #}
 {%
   local L = import("lut.lua")
+  local mrule = import("mask.lua").new(causal)
   local D, BM, BN, W, S = head_dim, tile_m, tile_n, warps, stages
   local THREADS = 32 * W
   local fp8 = kv_dtype == "e4m3"
-  local causal_mask = causal ~= "none"
   local function no(fmt, ...) refuse(fmt:format(...)) end
 
   if softmax ~= "regs" then
@@ -106,36 +106,26 @@
     return ("%s + %s_off + 2 * ((%s) * %d + %s)"):format(base, lane, r0, LD, c0)
   end
 
-  -- A balanced tree of a two-argument operation over terms, as one
-  -- expression; class_terms: the slots of row class c over the tile (or,
-  -- with j_var, over the 16 columns j_var).
-  local function tree(op, terms)
-    while #terms > 1 do
-      local next = {}
-      for i = 1, #terms, 2 do
-        if terms[i + 1] == nil then next[#next + 1] = terms[i]
-        elseif op == "add" then next[#next + 1] = ("(%s + %s)"):format(terms[i], terms[i + 1])
-        else next[#next + 1] = ("%s(%s, %s)"):format(op, terms[i], terms[i + 1]) end
-      end
-      terms = next
-    end
-    return terms[1]
+  -- How the shared pieces (softmax_regs.cuh, epilogue_regs.cuh) reach this
+  -- family's registers: MR row slices of 16 rows per warp.
+  local frag = {
+    acc = acc, rows = rows, MR = MR, mask = "always", mrule = mrule,
+    row0 = function(mi) return ("m0 + wr + %s * 16 + acc_r"):format(mi) end,
+    c0 = "acc_c", n0 = "n0", sl2 = "sl2",
+    m = function(mi, c) return ("row_m[%s][%d]"):format(mi, c - 1) end,
+    l = function(mi, c) return ("row_l[%s][%d]"):format(mi, c - 1) end,
+  }
+  local function with(t, extra)
+    local c = {}
+    for k, v in pairs(t) do c[k] = v end
+    for k, v in pairs(extra) do c[k] = v end
+    return c
   end
-  local function class_terms(src, c, j_var)
-    local terms = {}
-    for j = 0, j_var and 0 or BN // 16 - 1 do
-      for _, i in ipairs(rows.classes[c].slots) do
-        terms[#terms + 1] = ("%s[mi][%s][%d]"):format(src, j_var or tostring(j), i)
-      end
-    end
-    return terms
-  end
-  local tree_depth = 0
-  while (1 << tree_depth) < (BN // 16) * #rows.classes[1].slots do tree_depth = tree_depth + 1 end
 
   local T = dtype
 %}
 {{ include("common.cuh") }}
+{{ include("block.cuh", { BM = BM }) }}
 {% if fp8 then %}
 #include <cuda_fp8.h>
 {% end %}
@@ -167,14 +157,13 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // Heaviest causal blocks (the last rows) first.
-  const int m0 = (gridDim.x - 1 - blockIdx.x) * {{ BM }};
-  const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
-  const elem_t *q = static_cast<const elem_t *>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
-  const fj::kv_t *k = static_cast<const fj::kv_t *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
-  const fj::kv_t *v = static_cast<const fj::kv_t *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1];
+  const fj::Block blk = fj::block_of(p);
+  const int m0 = blk.m0;
+  const elem_t *q = fj::head_rows<const elem_t>(p.q, p.q_stride, blk.b, blk.h);
+  const fj::kv_t *k = fj::head_rows<const fj::kv_t>(p.k, p.k_stride, blk.b, blk.hk);
+  const fj::kv_t *v = fj::head_rows<const fj::kv_t>(p.v, p.v_stride, blk.b, blk.hk);
 {% if fp8 then %}
-  const float k_scale = p.k_scale[b * p.heads_kv + hk], v_scale = p.v_scale[b * p.heads_kv + hk];
+  const float k_scale = p.k_scale[blk.b * p.heads_kv + blk.hk], v_scale = p.v_scale[blk.b * p.heads_kv + blk.hk];
   const float sl2 = p.scale_log2 * k_scale;
 {% else %}
   const float sl2 = p.scale_log2;
@@ -188,10 +177,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   (void)rm_off; (void)nm_off;
 
   // Keys this block can see: all of them, or up to its last row's diagonal.
-  int n_end = p.seq_kv;
-{% if causal_mask then %}
-  n_end = min(n_end, min(m0 + {{ BM }}, p.seq_q) + p.causal_offset);
-{% end %}
+  const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
   const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
 
   fj::load_tile<{{ BM }}>(s_q, q, p.q_stride[2], m0, p.seq_q);
@@ -254,73 +240,15 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     }
 {%
   end
-  -- softmax: online softmax of src (the tile at key n0) into pk, P packed
-  -- as A-operand registers, per row class
-  -- (slots sharing a row), rows reduced over the lanes XOR masks.  mask:
-  -- "branch" masks only where need_mask says a key is out of reach,
-  -- "always" masks without a branch (every column's test is right anyway).
+  -- softmax: the online softmax of src (softmax_regs.cuh), P packed as
+  -- A-operand registers pk inside it, O rescaled.
   local function softmax(src, mask)
 %}
-#pragma unroll
-    for (int mi = 0; mi < {{ MR }}; ++mi) {
-      // Per row, the first column of this tile (counted from the lane's base)
-      // that the row may not see: the sequence end or the diagonal.
-{%   for c = 1, NC do %}
-      float mx{{ c }};
-      int lim{{ c }} = p.seq_kv - n0 - acc_c;
-{%     if causal_mask then %}
-      lim{{ c }} = min(lim{{ c }}, m0 + wr + mi * 16 + acc_r + {{ rows.classes[c].drow }} + p.causal_offset + 1 - n0 - acc_c);
-{%     end %}
-{%   end %}
-      {{ mask == "branch" and "if (need_mask) " or "" }}{
-#pragma unroll
-        for (int j = 0; j < {{ BN // 16 }}; ++j) {
-{%   for i = 0, acc.slots - 1 do %}
-          if (j * 16 + {{ acc.dcol[i] }} >= lim{{ rows.class_of[i] }}) {{ src }}[mi][j][{{ i }}] = FJ_NEG_INF;
-{%   end %}
-        }
-      }
-      // The row max as a balanced tree (depth {{ tree_depth }}), not a chain; the sum
-      // below as a tree per 16 columns.
-{%   for c = 1, NC do %}
-      mx{{ c }} = {{ tree("fmaxf", class_terms(src, c)) }};
-{%   end %}
-{%   for c = 1, NC do %}
-{%     for _, m in ipairs(rows.masks) do %}
-      mx{{ c }} = fmaxf(mx{{ c }}, __shfl_xor_sync(0xffffffffu, mx{{ c }}, {{ m }}));
-{%     end %}
-      const float mn{{ c }} = fmaxf(row_m[mi][{{ c - 1 }}], mx{{ c }});
-      // A row that has seen only masked keys keeps max -inf; subtracting 0
-      // instead keeps exp2 at 0 rather than NaN.
-      const float mu{{ c }} = mn{{ c }} == FJ_NEG_INF ? 0.f : mn{{ c }} * sl2;
-      const float alpha{{ c }} = fj::fast_exp2(row_m[mi][{{ c - 1 }}] * sl2 - mu{{ c }});
-      row_m[mi][{{ c - 1 }}] = mn{{ c }};
-      float sum{{ c }} = 0.f;
-{%   end %}
-#pragma unroll
-      for (int j = 0; j < {{ BN // 16 }}; ++j) {
-{%   for i = 0, acc.slots - 1 do %}
-        {{ src }}[mi][j][{{ i }}] = fj::fast_exp2(fmaf({{ src }}[mi][j][{{ i }}], sl2, -mu{{ rows.class_of[i] }}));
-{%   end %}
-{%   for c = 1, NC do %}
-        sum{{ c }} += {{ tree("add", class_terms(src, c, "j")) }};
-{%   end %}
-        // P as the A operand at once (half the registers of S): A slot s
-        // is accumulator slot{% for s = 0, qa.slots - 1 do if p_from[s] then %} {{ s }}<-{{ p_from[s] }}{% end end %}.
-{%   for r = 0, 3 do %}
-        pk[mi][j][{{ r }}] = fj::pack2({{ src }}[mi][j][{{ p_from[2 * r] }}], {{ src }}[mi][j][{{ p_from[2 * r + 1] }}]);
-{%   end %}
-      }
-{%   for c = 1, NC do %}
-      row_l[mi][{{ c - 1 }}] = row_l[mi][{{ c - 1 }}] * alpha{{ c }} + sum{{ c }};
-{%   end %}
-#pragma unroll
-      for (int d = 0; d < {{ D // 16 }}; ++d) {
-{%   for i = 0, acc.slots - 1 do %}
-        o[mi][d][{{ i }}] *= alpha{{ rows.class_of[i] }};
-{%   end %}
-      }
-    }
+{{ include("softmax_regs.cuh", with(frag, {
+     NJ = BN // 16, mask = mask,
+     S = function(mi, j, i) return ("%s[%s][%s][%d]"):format(src, mi, j, i) end,
+     rescale = { ND = D // 16, O = function(mi, d, i) return ("o[%s][%s][%d]"):format(mi, d, i) end },
+     pack = { from = p_from, P = function(mi, j, r) return ("pk[%s][%s][%d]"):format(mi, j, r) end } })) }}
 {%
   end
   -- pv: O += P V, P from pk in registers, V from the tile at vbuf.
@@ -388,7 +316,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     fj::kv_ready(s_k, s_v, k, v, p.k_stride[2], p.v_stride[2], p.seq_kv, t, ntiles);
     const unsigned kt = sk_u + (t % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
     // Masks only where a key is past the end or above some row's diagonal.
-    const bool need_mask = n0 + {{ BN }} > p.seq_kv{% if causal_mask then %} || n0 + {{ BN - 1 }} > m0 + p.causal_offset{% end %};
+    const bool need_mask = {{ mrule.tile_partial("n0", BN, "m0") }};
 
     float sc[{{ MR }}][{{ BN // 16 }}][8];
 {%   qk("sc", "kt") %}
@@ -405,49 +333,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
 
   // The row sums, so far per lane, over the lanes that share each row; then
-  // O = O / l, pairs of neighbouring columns per store.
-  elem_t *o_out = static_cast<elem_t *>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
-  // One lane per row group writes the log-sum-exp: the group's lowest.
-  int leader = lane;
-{% for _, x in ipairs(rows.offsets) do %}
-  leader = min(leader, lane ^ {{ x }});
-{% end %}
-#pragma unroll
-  for (int mi = 0; mi < {{ MR }}; ++mi) {
-{% for c = 1, NC do %}
-    float l{{ c }} = row_l[mi][{{ c - 1 }}];
-{%   for _, m in ipairs(rows.masks) do %}
-    l{{ c }} += __shfl_xor_sync(0xffffffffu, l{{ c }}, {{ m }});
-{%   end %}
-    const float inv{{ c }} = l{{ c }} > 0.f ? {{ fp8 and "v_scale" or "1.f" }} / l{{ c }} : 0.f;
-{% end %}
-#pragma unroll
-    for (int d = 0; d < {{ D // 16 }}; ++d) {
-{% for _, pr in ipairs(L.pairs(acc, false)) do %}
-{%   local s = pr[1] %}
-      {
-        const int row = m0 + wr + mi * 16 + acc_r + {{ acc.drow[s] }}, col = d * 16 + acc_c + {{ acc.dcol[s] }};
-        if (row < p.seq_q) {
-          elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
-{%   if #pr == 2 then %}
-          *reinterpret_cast<fj::elem2_t *>(dst) = fj::to_elem2(o[mi][d][{{ s }}] * inv{{ rows.class_of[s] }},
-                                                               o[mi][d][{{ pr[2] }}] * inv{{ rows.class_of[s] }});
-{%   else %}
-          *dst = fj::to_elem(o[mi][d][{{ s }}] * inv{{ rows.class_of[s] }});
-{%   end %}
-        }
-      }
-{% end %}
-    }
-    if (p.lse) {
-{% for c = 1, NC do %}
-      {
-        const int row = m0 + wr + mi * 16 + acc_r + {{ rows.classes[c].drow }};
-        if (lane == leader && row < p.seq_q)
-          p.lse[((long long)b * p.heads_q + h) * p.seq_q + row] =
-              l{{ c }} > 0.f ? (row_m[mi][{{ c - 1 }}] * sl2 + __log2f(l{{ c }})) * 0.69314718056f : FJ_NEG_INF;
-      }
-{% end %}
-    }
-  }
+  // O = O / l and the log-sum-exp (epilogue_regs.cuh).
+  elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h);
+{{ include("epilogue_regs.cuh", with(frag, {
+     ND = D // 16, out_scale = fp8 and "v_scale" or "1.f",
+     O = function(mi, d, i) return ("o[%s][%s][%d]"):format(mi, d, i) end })) }}
 }

@@ -30,10 +30,10 @@
 #}
 {%
   local L = import("lut.lua")
+  local mrule = import("mask.lua").new(causal)
   local D, BM, BN, W, S = head_dim, tile_m, tile_n, warps, stages
   local THREADS = 32 * W
   local regs, xor, fp8 = softmax == "regs", swizzle == "xor", kv_dtype == "e4m3"
-  local causal_mask = causal ~= "none"
   local function no(fmt, ...) refuse(fmt:format(...)) end
 
   if D % 16 ~= 0 then no("head_dim %d: the WMMA family needs a multiple of 16", D) end
@@ -83,6 +83,20 @@
     p_from = L.a_from_acc(qa, acc)
   end
   local p_in_regs = regs and p_from ~= nil
+  -- How the shared pieces (softmax_regs.cuh, epilogue_regs.cuh) reach the
+  -- regs path's fragments: one slice of 16 rows per warp.
+  local frag = regs and {
+    acc = acc, rows = rows, MR = 1, mrule = mrule, c0 = "acc_c", n0 = "n0", sl2 = "sl2",
+    row0 = function(mi) return "m0 + wr + acc_r" end,
+    m = function(mi, c) return ("row_m[%s][%d]"):format(mi, c - 1) end,
+    l = function(mi, c) return ("row_l[%s][%d]"):format(mi, c - 1) end,
+  }
+  local function with(t, extra)
+    local c = {}
+    for k, v in pairs(t) do c[k] = v end
+    for k, v in pairs(extra) do c[k] = v end
+    return c
+  end
 
   -- Registers of the regs path per thread: O, S, and Q when it stays in
   -- registers; refused when even without Q it cannot fit.
@@ -202,6 +216,7 @@
   end
 %}
 {{ include("common.cuh") }}
+{{ include("block.cuh", { BM = BM }) }}
 {% if fp8 then %}
 #include <cuda_fp8.h>
 {% end %}
@@ -263,14 +278,13 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   (void)warp; (void)lane;
-  // Heaviest causal blocks (the last rows) first.
-  const int m0 = (gridDim.x - 1 - blockIdx.x) * {{ BM }};
-  const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
-  const elem_t *q = static_cast<const elem_t *>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
-  const fj::kv_t *k = static_cast<const fj::kv_t *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
-  const fj::kv_t *v = static_cast<const fj::kv_t *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1];
+  const fj::Block blk = fj::block_of(p);
+  const int m0 = blk.m0;
+  const elem_t *q = fj::head_rows<const elem_t>(p.q, p.q_stride, blk.b, blk.h);
+  const fj::kv_t *k = fj::head_rows<const fj::kv_t>(p.k, p.k_stride, blk.b, blk.hk);
+  const fj::kv_t *v = fj::head_rows<const fj::kv_t>(p.v, p.v_stride, blk.b, blk.hk);
 {% if fp8 then %}
-  const float k_scale = p.k_scale[b * p.heads_kv + hk], v_scale = p.v_scale[b * p.heads_kv + hk];
+  const float k_scale = p.k_scale[blk.b * p.heads_kv + blk.hk], v_scale = p.v_scale[blk.b * p.heads_kv + blk.hk];
   const float sl2 = p.scale_log2 * k_scale;
 {% else %}
   const float sl2 = p.scale_log2;
@@ -292,10 +306,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
 
   // Keys this block can see: all of them, or up to its last row's diagonal.
-  int n_end = p.seq_kv;
-{% if causal_mask then %}
-  n_end = min(n_end, min(m0 + {{ BM }}, p.seq_q) + p.causal_offset);
-{% end %}
+  const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
   const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
 
   fj::load_tile<{{ BM }}>(s_q, q, p.q_stride[2], m0, p.seq_q);
@@ -310,9 +321,10 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   frag_c o[{{ D // 16 }}];
 #pragma unroll
   for (int d = 0; d < {{ D // 16 }}; ++d) wmma::fill_fragment(o[d], 0.f);
-{%   for c = 1, #rows.classes do %}
-  float row_m{{ c }} = FJ_NEG_INF, row_l{{ c }} = 0.f;  // row acc_r + {{ rows.classes[c].drow }}
-{%   end %}
+  // Running max (raw scores) and sum of each row class: rows acc_r +{% for c = 1, #rows.classes do %} {{ rows.classes[c].drow }}{% end %}.
+  float row_m[1][{{ #rows.classes }}], row_l[1][{{ #rows.classes }}];
+#pragma unroll
+  for (int c = 0; c < {{ #rows.classes }}; ++c) { row_m[0][c] = FJ_NEG_INF; row_l[0][c] = 0.f; }
 {% end %}
   __syncthreads();
 {% if QREGS then %}
@@ -328,7 +340,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     fj::kv_ready(s_k, s_v, k, v, p.k_stride[2], p.v_stride[2], p.seq_kv, t, ntiles);
     const elem_t *kt = s_k + (t % {{ S }}) * {{ BN * LD }}, *vt = s_v + (t % {{ S }}) * {{ BN * LD }};
     // Masks only where a key is past the end or above some row's diagonal.
-    const bool need_mask = n0 + {{ BN }} > p.seq_kv{% if causal_mask then %} || n0 + {{ BN - 1 }} > m0 + p.causal_offset{% end %};
+    const bool need_mask = {{ mrule.tile_partial("n0", BN, "m0") }};
     (void)need_mask;
 {% if not regs then %}
 
@@ -359,7 +371,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       for (int u = 0; u < {{ (BN + 31) // 32 }}; ++u) {
         const int c = lane + 32 * u, j = n0 + c;
         float s = FJ_NEG_INF;
-        if (c < {{ BN }} && (!need_mask || (j < p.seq_kv{% if causal_mask then %} && j <= row + p.causal_offset{% end %})))
+        if (c < {{ BN }} && (!need_mask || ({{ mrule.visible("row", "j") }})))
           s = s_s[r * {{ LDS }} + c] * sl2;
         x[u] = s;
         mx = fmaxf(mx, s);
@@ -420,57 +432,11 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       }
     }
 
-    // Softmax on the fragments: scale, mask, row max over the lane's slots
-    // and the lanes that share the row (XOR {{ table.concat(rows.masks, ", ") }}).
-    // Per row, the first column of this tile (counted from the lane's
-    // base) that the row may not see: the sequence end or the diagonal.
-{%   for c = 1, #rows.classes do %}
-    float mx{{ c }} = FJ_NEG_INF;
-    int lim{{ c }} = p.seq_kv - n0 - acc_c;
-{%     if causal_mask then %}
-    lim{{ c }} = min(lim{{ c }}, m0 + wr + acc_r + {{ rows.classes[c].drow }} + p.causal_offset + 1 - n0 - acc_c);
-{%     end %}
-{%   end %}
-#pragma unroll
-    for (int j = 0; j < {{ BN // 16 }}; ++j) {
-{%   for i = 0, acc.slots - 1 do %}
-      {
-        float s = sc[j].x[{{ i }}] * sl2;
-        if (need_mask && j * 16 + {{ acc.dcol[i] }} >= lim{{ rows.class_of[i] }}) s = FJ_NEG_INF;
-        sc[j].x[{{ i }}] = s;
-        mx{{ rows.class_of[i] }} = fmaxf(mx{{ rows.class_of[i] }}, s);
-      }
-{%   end %}
-    }
-{%   for c = 1, #rows.classes do %}
-{%     for _, m in ipairs(rows.masks) do %}
-    mx{{ c }} = fmaxf(mx{{ c }}, __shfl_xor_sync(0xffffffffu, mx{{ c }}, {{ m }}));
-{%     end %}
-    const float mn{{ c }} = fmaxf(row_m{{ c }}, mx{{ c }});
-    const float mu{{ c }} = mn{{ c }} == FJ_NEG_INF ? 0.f : mn{{ c }};
-    const float alpha{{ c }} = fj::fast_exp2(row_m{{ c }} - mu{{ c }});
-    row_m{{ c }} = mn{{ c }};
-    float sum{{ c }} = 0.f;
-{%   end %}
-#pragma unroll
-    for (int j = 0; j < {{ BN // 16 }}; ++j) {
-{%   for i = 0, acc.slots - 1 do %}
-      sc[j].x[{{ i }}] = fj::fast_exp2(sc[j].x[{{ i }}] - mu{{ rows.class_of[i] }});
-      sum{{ rows.class_of[i] }} += sc[j].x[{{ i }}];
-{%   end %}
-    }
-{%   for c = 1, #rows.classes do %}
-{%     for _, m in ipairs(rows.masks) do %}
-    sum{{ c }} += __shfl_xor_sync(0xffffffffu, sum{{ c }}, {{ m }});
-{%     end %}
-    row_l{{ c }} = row_l{{ c }} * alpha{{ c }} + sum{{ c }};
-{%   end %}
-#pragma unroll
-    for (int d = 0; d < {{ D // 16 }}; ++d) {
-{%   for i = 0, acc.slots - 1 do %}
-      o[d].x[{{ i }}] *= alpha{{ rows.class_of[i] }};
-{%   end %}
-    }
+    // The online softmax on the fragments (softmax_regs.cuh), O rescaled.
+{{ include("softmax_regs.cuh", with(frag, {
+     NJ = BN // 16, mask = "branch",
+     S = function(mi, j, i) return ("sc[%s].x[%d]"):format(j, i) end,
+     rescale = { ND = D // 16, O = function(mi, d, i) return ("o[%s].x[%d]"):format(d, i) end } })) }}
 
     // O += P V, P taken from S's fragments.
 {%   if p_in_regs then %}
@@ -522,7 +488,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   fj::cp_async_wait<0>();
 {% end %}
 
-  elem_t *o_out = static_cast<elem_t *>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+  elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h);
 {% if not regs then %}
   __syncthreads();
   // O = O / l, 16 bytes per store; log-sum-exp in natural log.
@@ -541,47 +507,14 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     for (int r = threadIdx.x; r < {{ BM }}; r += {{ THREADS }}) {
       if (m0 + r >= p.seq_q) continue;
       const float l = s_l[r];
-      p.lse[((long long)b * p.heads_q + h) * p.seq_q + m0 + r] =
+      p.lse[((long long)blk.b * p.heads_q + blk.h) * p.seq_q + m0 + r] =
           l > 0.f ? (s_m[r] + __log2f(l)) * 0.69314718056f : FJ_NEG_INF;
     }
   }
 {% else %}
-  // O = O / l from the fragments: pairs of neighbouring columns per store.
-{%   for c = 1, #rows.classes do %}
-  const float inv{{ c }} = row_l{{ c }} > 0.f ? {{ fp8 and "v_scale" or "1.f" }} / row_l{{ c }} : 0.f;
-{%   end %}
-#pragma unroll
-  for (int d = 0; d < {{ D // 16 }}; ++d) {
-{%   for _, pr in ipairs(L.pairs(acc, false)) do %}
-{%     local s = pr[1] %}
-    {
-      const int row = m0 + wr + acc_r + {{ acc.drow[s] }}, col = d * 16 + acc_c + {{ acc.dcol[s] }};
-      if (row < p.seq_q) {
-        elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
-{%     if #pr == 2 then %}
-        *reinterpret_cast<elem2_t *>(dst) = fj::to_elem2(o[d].x[{{ s }}] * inv{{ rows.class_of[s] }},
-                                                         o[d].x[{{ pr[2] }}] * inv{{ rows.class_of[s] }});
-{%     else %}
-        *dst = fj::to_elem(o[d].x[{{ s }}] * inv{{ rows.class_of[s] }});
-{%     end %}
-      }
-    }
-{%   end %}
-  }
-  if (p.lse) {
-    // One lane per row group writes: the lowest lane of the group.
-    int leader = lane;
-{%   for _, v in ipairs(rows.offsets) do %}
-    leader = min(leader, lane ^ {{ v }});
-{%   end %}
-{%   for c = 1, #rows.classes do %}
-    {
-      const int row = m0 + wr + acc_r + {{ rows.classes[c].drow }};
-      if (lane == leader && row < p.seq_q)
-        p.lse[((long long)b * p.heads_q + h) * p.seq_q + row] =
-            row_l{{ c }} > 0.f ? (row_m{{ c }} + __log2f(row_l{{ c }})) * 0.69314718056f : FJ_NEG_INF;
-    }
-{%   end %}
-  }
+  // O = O / l and the log-sum-exp from the fragments (epilogue_regs.cuh).
+{{ include("epilogue_regs.cuh", with(frag, {
+     ND = D // 16, out_scale = fp8 and "v_scale" or "1.f",
+     O = function(mi, d, i) return ("o[%s].x[%d]"):format(d, i) end })) }}
 {% end %}
 }

@@ -13,7 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../src/internal.h"
+#include "template.h"
+#include "util.h"
 #include "runner.h"
 
 static char warning[1024];

@@ -6,7 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/internal.h"
+#include "compile.h"
+#include "ctx.h"
+#include "kernel.h"
+#include "template.h"
+#include "util.h"
 #include "runner.h"
 
 static int check_kernel(fj_ctx *ctx, const fj_variant *v, const char *sm)

@@ -7,7 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/internal.h"
+#include "compile.h"
+#include "layout.h"
+#include "template.h"
+#include "tunedb.h"
+#include "util.h"
+#include "variant.h"
 #include "runner.h"
 
 

@@ -14,7 +14,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "../src/internal.h"
+#include "layout.h"
+#include "util.h"
 #include "runner.h"
 
 /* ---- the layout probe ------------------------------------------------------ */

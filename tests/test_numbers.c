@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/internal.h"
+#include "layout.h"
+#include "reference.h"
 #include "runner.h"
 
 int test_lut_reference(void)

@@ -7,7 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../src/internal.h"
+#include "template.h"
+#include "util.h"
+#include "variant.h"
 #include "runner.h"
 
 /* Renders a variant's source without compiling it. */
@@ -20,10 +22,12 @@ static fj_status render_variant(fj_ctx *ctx, const fj_variant *v, fj_buf *out)
                      : st;
 }
 
-/* Three variants that between them use every code path of the template:
+/* Variants that between them use every code path of the templates: WMMA
  * Stage-2 with synchronous loads, Stage-3 with LUT-driven ldmatrix loads
- * under xor, Stage-2 with a three-stage cp.async ring and FP8 K/V off. */
-static void golden_variants(fj_variant v[3])
+ * under xor, Stage-2 with a three-stage cp.async ring; the mma family's
+ * pick for head dim 128 (pipelined, causal bottom-right, bf16). */
+enum { NGOLDEN = 4 };
+static void golden_variants(fj_variant v[NGOLDEN])
 {
   fj_variant_default(&v[0], 64, FJ_F16, FJ_CAUSAL_NONE);
   v[0].softmax = FJ_SOFTMAX_SMEM;
@@ -39,6 +43,10 @@ static void golden_variants(fj_variant v[3])
   v[2].tile_n = 32;
   v[2].stages = 3;
   v[2].swizzle = FJ_SWIZZLE_NONE;
+  fj_variant_default(&v[3], 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT);
+  v[3].mma = FJ_MMA_SYNC;
+  v[3].tile_m = 128;
+  v[3].warps = 4;
 }
 
 /* FJ_UPDATE_GOLDEN=1 rewrites the files from the current templates. */
@@ -46,9 +54,9 @@ int test_render_golden(void)
 {
   fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
   CHECK(ctx);
-  fj_variant v[3];
+  fj_variant v[NGOLDEN];
   golden_variants(v);
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < NGOLDEN; i++) {
     fj_buf src = {0};
     CHECK_OK(ctx, render_variant(ctx, &v[i], &src));
     char name[128], path[4300];
@@ -80,9 +88,9 @@ int test_render_stable(void)
 {
   fj_ctx *a = fjt_ctx("sm_90a", NULL), *b = fjt_ctx("sm_90a", NULL);
   CHECK(a && b);
-  fj_variant v[3];
+  fj_variant v[NGOLDEN];
   golden_variants(v);
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < NGOLDEN; i++) {
     fj_buf x = {0}, y = {0}, z = {0};
     CHECK_OK(a, render_variant(a, &v[i], &x));
     CHECK_OK(b, render_variant(b, &v[i], &y));

@@ -49,6 +49,32 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 }  // namespace fj
 
+namespace fj {
+
+struct Block {
+  int m0;  // first query row
+  int h;   // query head
+  int hk;  // its KV head
+  int b;   // batch index
+};
+
+__device__ __forceinline__ Block block_of(const Params &p) {
+  Block blk;
+  blk.m0 = (gridDim.x - 1 - blockIdx.x) * 128;
+  blk.h = blockIdx.y;
+  blk.b = blockIdx.z;
+  blk.hk = blk.h / p.group;
+  return blk;
+}
+
+// Row 0 of one head of a tensor with strides (batch, head, seq).
+template <typename T>
+__device__ __forceinline__ T *head_rows(const void *base, const long long *stride, int b, int h) {
+  return static_cast<T *>(const_cast<void *>(base)) + b * stride[0] + h * stride[1];
+}
+
+}  // namespace fj
+
 // shared memory: 98304 bytes; q @0; k @32768; v @65536
 
 // Fragment layouts from the layout tables: each lane's base (row | col << 4);
@@ -184,12 +210,11 @@ fj_attn_d128_m128_n64_w8_s2_xor_regs_wmma_tl_bf16(const fj::Params p) {
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   (void)warp; (void)lane;
-  // Heaviest causal blocks (the last rows) first.
-  const int m0 = (gridDim.x - 1 - blockIdx.x) * 128;
-  const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
-  const elem_t *q = static_cast<const elem_t *>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
-  const fj::kv_t *k = static_cast<const fj::kv_t *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
-  const fj::kv_t *v = static_cast<const fj::kv_t *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1];
+  const fj::Block blk = fj::block_of(p);
+  const int m0 = blk.m0;
+  const elem_t *q = fj::head_rows<const elem_t>(p.q, p.q_stride, blk.b, blk.h);
+  const fj::kv_t *k = fj::head_rows<const fj::kv_t>(p.k, p.k_stride, blk.b, blk.hk);
+  const fj::kv_t *v = fj::head_rows<const fj::kv_t>(p.v, p.v_stride, blk.b, blk.hk);
   const float sl2 = p.scale_log2;
   const int qa_r = fj_base_a[lane] & 15, qa_c = fj_base_a[lane] >> 4;
   const int kb_k = fj_base_bk[lane] & 15, kb_n = fj_base_bk[lane] >> 4;
@@ -200,8 +225,7 @@ fj_attn_d128_m128_n64_w8_s2_xor_regs_wmma_tl_bf16(const fj::Params p) {
   const int lv_r = ((10 >> (lane >> 3)) & 1) * 8 + (lane & 7), lv_c = ((12 >> (lane >> 3)) & 1) * 8;
 
   // Keys this block can see: all of them, or up to its last row's diagonal.
-  int n_end = p.seq_kv;
-  n_end = min(n_end, min(m0 + 128, p.seq_q) + p.causal_offset);
+  const int n_end = min(p.seq_kv, min(m0 + 128, p.seq_q) + p.causal_offset);
   const int ntiles = n_end > 0 ? (n_end + 63) / 64 : 0;
 
   fj::load_tile<128>(s_q, q, p.q_stride[2], m0, p.seq_q);
@@ -212,8 +236,10 @@ fj_attn_d128_m128_n64_w8_s2_xor_regs_wmma_tl_bf16(const fj::Params p) {
   frag_c o[8];
 #pragma unroll
   for (int d = 0; d < 8; ++d) wmma::fill_fragment(o[d], 0.f);
-  float row_m1 = FJ_NEG_INF, row_l1 = 0.f;  // row acc_r + 0
-  float row_m2 = FJ_NEG_INF, row_l2 = 0.f;  // row acc_r + 8
+  // Running max (raw scores) and sum of each row class: rows acc_r + 0 8.
+  float row_m[1][2], row_l[1][2];
+#pragma unroll
+  for (int c = 0; c < 2; ++c) { row_m[0][c] = FJ_NEG_INF; row_l[0][c] = 0.f; }
   __syncthreads();
   frag_a qf[8];
 #pragma unroll
@@ -243,117 +269,76 @@ fj_attn_d128_m128_n64_w8_s2_xor_regs_wmma_tl_bf16(const fj::Params p) {
       }
     }
 
-    // Softmax on the fragments: scale, mask, row max over the lane's slots
-    // and the lanes that share the row (XOR 1, 2).
-    // Per row, the first column of this tile (counted from the lane's
-    // base) that the row may not see: the sequence end or the diagonal.
-    float mx1 = FJ_NEG_INF;
-    int lim1 = p.seq_kv - n0 - acc_c;
-    lim1 = min(lim1, m0 + wr + acc_r + 0 + p.causal_offset + 1 - n0 - acc_c);
-    float mx2 = FJ_NEG_INF;
-    int lim2 = p.seq_kv - n0 - acc_c;
-    lim2 = min(lim2, m0 + wr + acc_r + 8 + p.causal_offset + 1 - n0 - acc_c);
+    // The online softmax on the fragments (softmax_regs.cuh), O rescaled.
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      {
-        float s = sc[j].x[0] * sl2;
-        if (need_mask && j * 16 + 0 >= lim1) s = FJ_NEG_INF;
-        sc[j].x[0] = s;
-        mx1 = fmaxf(mx1, s);
+    for (int mi = 0; mi < 1; ++mi) {
+      // Per row, the first column of this tile (counted from the lane's
+      // first) that the row may not see: the sequence end or the diagonal.
+      const int lim1 = min(p.seq_kv - n0 - acc_c, m0 + wr + acc_r + 0 + p.causal_offset + 1 - n0 - acc_c);
+      const int lim2 = min(p.seq_kv - n0 - acc_c, m0 + wr + acc_r + 8 + p.causal_offset + 1 - n0 - acc_c);
+      if (need_mask) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (j * 16 + 0 >= lim1) sc[j].x[0] = FJ_NEG_INF;
+          if (j * 16 + 1 >= lim1) sc[j].x[1] = FJ_NEG_INF;
+          if (j * 16 + 0 >= lim2) sc[j].x[2] = FJ_NEG_INF;
+          if (j * 16 + 1 >= lim2) sc[j].x[3] = FJ_NEG_INF;
+          if (j * 16 + 8 >= lim1) sc[j].x[4] = FJ_NEG_INF;
+          if (j * 16 + 9 >= lim1) sc[j].x[5] = FJ_NEG_INF;
+          if (j * 16 + 8 >= lim2) sc[j].x[6] = FJ_NEG_INF;
+          if (j * 16 + 9 >= lim2) sc[j].x[7] = FJ_NEG_INF;
+        }
       }
-      {
-        float s = sc[j].x[1] * sl2;
-        if (need_mask && j * 16 + 1 >= lim1) s = FJ_NEG_INF;
-        sc[j].x[1] = s;
-        mx1 = fmaxf(mx1, s);
+      // The row max as a balanced tree (depth 4), then across the lanes
+      // that share the row (XOR 1, 2).
+      float mx1 = fmaxf(fmaxf(fmaxf(fmaxf(sc[0].x[0], sc[0].x[1]), fmaxf(sc[0].x[4], sc[0].x[5])), fmaxf(fmaxf(sc[1].x[0], sc[1].x[1]), fmaxf(sc[1].x[4], sc[1].x[5]))), fmaxf(fmaxf(fmaxf(sc[2].x[0], sc[2].x[1]), fmaxf(sc[2].x[4], sc[2].x[5])), fmaxf(fmaxf(sc[3].x[0], sc[3].x[1]), fmaxf(sc[3].x[4], sc[3].x[5]))));
+      float mx2 = fmaxf(fmaxf(fmaxf(fmaxf(sc[0].x[2], sc[0].x[3]), fmaxf(sc[0].x[6], sc[0].x[7])), fmaxf(fmaxf(sc[1].x[2], sc[1].x[3]), fmaxf(sc[1].x[6], sc[1].x[7]))), fmaxf(fmaxf(fmaxf(sc[2].x[2], sc[2].x[3]), fmaxf(sc[2].x[6], sc[2].x[7])), fmaxf(fmaxf(sc[3].x[2], sc[3].x[3]), fmaxf(sc[3].x[6], sc[3].x[7]))));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float mn1 = fmaxf(row_m[mi][0], mx1);
+      // A row that has seen only hidden keys keeps max -inf; subtracting 0
+      // instead keeps exp2 at 0 rather than NaN.
+      const float mu1 = mn1 == FJ_NEG_INF ? 0.f : mn1 * sl2;
+      const float alpha1 = fj::fast_exp2(row_m[mi][0] * sl2 - mu1);
+      row_m[mi][0] = mn1;
+      float sum1 = 0.f;
+      mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 1));
+      mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 2));
+      const float mn2 = fmaxf(row_m[mi][1], mx2);
+      // A row that has seen only hidden keys keeps max -inf; subtracting 0
+      // instead keeps exp2 at 0 rather than NaN.
+      const float mu2 = mn2 == FJ_NEG_INF ? 0.f : mn2 * sl2;
+      const float alpha2 = fj::fast_exp2(row_m[mi][1] * sl2 - mu2);
+      row_m[mi][1] = mn2;
+      float sum2 = 0.f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        sc[j].x[0] = fj::fast_exp2(fmaf(sc[j].x[0], sl2, -mu1));
+        sc[j].x[1] = fj::fast_exp2(fmaf(sc[j].x[1], sl2, -mu1));
+        sc[j].x[2] = fj::fast_exp2(fmaf(sc[j].x[2], sl2, -mu2));
+        sc[j].x[3] = fj::fast_exp2(fmaf(sc[j].x[3], sl2, -mu2));
+        sc[j].x[4] = fj::fast_exp2(fmaf(sc[j].x[4], sl2, -mu1));
+        sc[j].x[5] = fj::fast_exp2(fmaf(sc[j].x[5], sl2, -mu1));
+        sc[j].x[6] = fj::fast_exp2(fmaf(sc[j].x[6], sl2, -mu2));
+        sc[j].x[7] = fj::fast_exp2(fmaf(sc[j].x[7], sl2, -mu2));
+        sum1 += ((sc[j].x[0] + sc[j].x[1]) + (sc[j].x[4] + sc[j].x[5]));
+        sum2 += ((sc[j].x[2] + sc[j].x[3]) + (sc[j].x[6] + sc[j].x[7]));
       }
-      {
-        float s = sc[j].x[2] * sl2;
-        if (need_mask && j * 16 + 0 >= lim2) s = FJ_NEG_INF;
-        sc[j].x[2] = s;
-        mx2 = fmaxf(mx2, s);
-      }
-      {
-        float s = sc[j].x[3] * sl2;
-        if (need_mask && j * 16 + 1 >= lim2) s = FJ_NEG_INF;
-        sc[j].x[3] = s;
-        mx2 = fmaxf(mx2, s);
-      }
-      {
-        float s = sc[j].x[4] * sl2;
-        if (need_mask && j * 16 + 8 >= lim1) s = FJ_NEG_INF;
-        sc[j].x[4] = s;
-        mx1 = fmaxf(mx1, s);
-      }
-      {
-        float s = sc[j].x[5] * sl2;
-        if (need_mask && j * 16 + 9 >= lim1) s = FJ_NEG_INF;
-        sc[j].x[5] = s;
-        mx1 = fmaxf(mx1, s);
-      }
-      {
-        float s = sc[j].x[6] * sl2;
-        if (need_mask && j * 16 + 8 >= lim2) s = FJ_NEG_INF;
-        sc[j].x[6] = s;
-        mx2 = fmaxf(mx2, s);
-      }
-      {
-        float s = sc[j].x[7] * sl2;
-        if (need_mask && j * 16 + 9 >= lim2) s = FJ_NEG_INF;
-        sc[j].x[7] = s;
-        mx2 = fmaxf(mx2, s);
+      row_l[mi][0] = row_l[mi][0] * alpha1 + sum1;
+      row_l[mi][1] = row_l[mi][1] * alpha2 + sum2;
+#pragma unroll
+      for (int d = 0; d < 8; ++d) {
+        o[d].x[0] *= alpha1;
+        o[d].x[1] *= alpha1;
+        o[d].x[2] *= alpha2;
+        o[d].x[3] *= alpha2;
+        o[d].x[4] *= alpha1;
+        o[d].x[5] *= alpha1;
+        o[d].x[6] *= alpha2;
+        o[d].x[7] *= alpha2;
       }
     }
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float mn1 = fmaxf(row_m1, mx1);
-    const float mu1 = mn1 == FJ_NEG_INF ? 0.f : mn1;
-    const float alpha1 = fj::fast_exp2(row_m1 - mu1);
-    row_m1 = mn1;
-    float sum1 = 0.f;
-    mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 1));
-    mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 2));
-    const float mn2 = fmaxf(row_m2, mx2);
-    const float mu2 = mn2 == FJ_NEG_INF ? 0.f : mn2;
-    const float alpha2 = fj::fast_exp2(row_m2 - mu2);
-    row_m2 = mn2;
-    float sum2 = 0.f;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      sc[j].x[0] = fj::fast_exp2(sc[j].x[0] - mu1);
-      sum1 += sc[j].x[0];
-      sc[j].x[1] = fj::fast_exp2(sc[j].x[1] - mu1);
-      sum1 += sc[j].x[1];
-      sc[j].x[2] = fj::fast_exp2(sc[j].x[2] - mu2);
-      sum2 += sc[j].x[2];
-      sc[j].x[3] = fj::fast_exp2(sc[j].x[3] - mu2);
-      sum2 += sc[j].x[3];
-      sc[j].x[4] = fj::fast_exp2(sc[j].x[4] - mu1);
-      sum1 += sc[j].x[4];
-      sc[j].x[5] = fj::fast_exp2(sc[j].x[5] - mu1);
-      sum1 += sc[j].x[5];
-      sc[j].x[6] = fj::fast_exp2(sc[j].x[6] - mu2);
-      sum2 += sc[j].x[6];
-      sc[j].x[7] = fj::fast_exp2(sc[j].x[7] - mu2);
-      sum2 += sc[j].x[7];
-    }
-    sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
-    sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
-    row_l1 = row_l1 * alpha1 + sum1;
-    sum2 += __shfl_xor_sync(0xffffffffu, sum2, 1);
-    sum2 += __shfl_xor_sync(0xffffffffu, sum2, 2);
-    row_l2 = row_l2 * alpha2 + sum2;
-#pragma unroll
-    for (int d = 0; d < 8; ++d) {
-      o[d].x[0] *= alpha1;
-      o[d].x[1] *= alpha1;
-      o[d].x[2] *= alpha2;
-      o[d].x[3] *= alpha2;
-      o[d].x[4] *= alpha1;
-      o[d].x[5] *= alpha1;
-      o[d].x[6] *= alpha2;
-      o[d].x[7] *= alpha2;
-    }
+
 
     // O += P V, P taken from S's fragments.
     // The probe shows each A-operand slot holding the element of an
@@ -376,62 +361,72 @@ fj_attn_d128_m128_n64_w8_s2_xor_regs_wmma_tl_bf16(const fj::Params p) {
   }
   fj::cp_async_wait<0>();
 
-  elem_t *o_out = static_cast<elem_t *>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
-  // O = O / l from the fragments: pairs of neighbouring columns per store.
-  const float inv1 = row_l1 > 0.f ? 1.f / row_l1 : 0.f;
-  const float inv2 = row_l2 > 0.f ? 1.f / row_l2 : 0.f;
+  elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h);
+  // O = O / l and the log-sum-exp from the fragments (epilogue_regs.cuh).
+  // One lane per row group writes the log-sum-exp: the group's lowest.
+  int leader = lane;
+  leader = min(leader, lane ^ 1);
+  leader = min(leader, lane ^ 2);
+  leader = min(leader, lane ^ 3);
 #pragma unroll
-  for (int d = 0; d < 8; ++d) {
-    {
-      const int row = m0 + wr + acc_r + 0, col = d * 16 + acc_c + 0;
-      if (row < p.seq_q) {
-        elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
-        *reinterpret_cast<elem2_t *>(dst) = fj::to_elem2(o[d].x[0] * inv1,
-                                                         o[d].x[1] * inv1);
+  for (int mi = 0; mi < 1; ++mi) {
+    float l1 = row_l[mi][0];
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    float l2 = row_l[mi][1];
+    l2 += __shfl_xor_sync(0xffffffffu, l2, 1);
+    l2 += __shfl_xor_sync(0xffffffffu, l2, 2);
+    const float inv2 = l2 > 0.f ? 1.f / l2 : 0.f;
+#pragma unroll
+    for (int d = 0; d < 8; ++d) {
+      {
+        const int row = m0 + wr + acc_r + 0, col = d * 16 + acc_c + 0;
+        if (row < p.seq_q) {
+          elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
+          *reinterpret_cast<fj::elem2_t *>(dst) = fj::to_elem2(o[d].x[0] * inv1,
+                                                               o[d].x[1] * inv1);
+        }
+      }
+      {
+        const int row = m0 + wr + acc_r + 8, col = d * 16 + acc_c + 0;
+        if (row < p.seq_q) {
+          elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
+          *reinterpret_cast<fj::elem2_t *>(dst) = fj::to_elem2(o[d].x[2] * inv2,
+                                                               o[d].x[3] * inv2);
+        }
+      }
+      {
+        const int row = m0 + wr + acc_r + 0, col = d * 16 + acc_c + 8;
+        if (row < p.seq_q) {
+          elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
+          *reinterpret_cast<fj::elem2_t *>(dst) = fj::to_elem2(o[d].x[4] * inv1,
+                                                               o[d].x[5] * inv1);
+        }
+      }
+      {
+        const int row = m0 + wr + acc_r + 8, col = d * 16 + acc_c + 8;
+        if (row < p.seq_q) {
+          elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
+          *reinterpret_cast<fj::elem2_t *>(dst) = fj::to_elem2(o[d].x[6] * inv2,
+                                                               o[d].x[7] * inv2);
+        }
       }
     }
-    {
-      const int row = m0 + wr + acc_r + 8, col = d * 16 + acc_c + 0;
-      if (row < p.seq_q) {
-        elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
-        *reinterpret_cast<elem2_t *>(dst) = fj::to_elem2(o[d].x[2] * inv2,
-                                                         o[d].x[3] * inv2);
+    if (p.lse) {
+      {
+        const int row = m0 + wr + acc_r + 0;
+        if (lane == leader && row < p.seq_q)
+          p.lse[((long long)blk.b * p.heads_q + blk.h) * p.seq_q + row] =
+              l1 > 0.f ? (row_m[mi][0] * sl2 + __log2f(l1)) * 0.69314718056f : FJ_NEG_INF;
       }
-    }
-    {
-      const int row = m0 + wr + acc_r + 0, col = d * 16 + acc_c + 8;
-      if (row < p.seq_q) {
-        elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
-        *reinterpret_cast<elem2_t *>(dst) = fj::to_elem2(o[d].x[4] * inv1,
-                                                         o[d].x[5] * inv1);
-      }
-    }
-    {
-      const int row = m0 + wr + acc_r + 8, col = d * 16 + acc_c + 8;
-      if (row < p.seq_q) {
-        elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
-        *reinterpret_cast<elem2_t *>(dst) = fj::to_elem2(o[d].x[6] * inv2,
-                                                         o[d].x[7] * inv2);
+      {
+        const int row = m0 + wr + acc_r + 8;
+        if (lane == leader && row < p.seq_q)
+          p.lse[((long long)blk.b * p.heads_q + blk.h) * p.seq_q + row] =
+              l2 > 0.f ? (row_m[mi][1] * sl2 + __log2f(l2)) * 0.69314718056f : FJ_NEG_INF;
       }
     }
   }
-  if (p.lse) {
-    // One lane per row group writes: the lowest lane of the group.
-    int leader = lane;
-    leader = min(leader, lane ^ 1);
-    leader = min(leader, lane ^ 2);
-    leader = min(leader, lane ^ 3);
-    {
-      const int row = m0 + wr + acc_r + 0;
-      if (lane == leader && row < p.seq_q)
-        p.lse[((long long)b * p.heads_q + h) * p.seq_q + row] =
-            row_l1 > 0.f ? (row_m1 + __log2f(row_l1)) * 0.69314718056f : FJ_NEG_INF;
-    }
-    {
-      const int row = m0 + wr + acc_r + 8;
-      if (lane == leader && row < p.seq_q)
-        p.lse[((long long)b * p.heads_q + h) * p.seq_q + row] =
-            row_l2 > 0.f ? (row_m2 + __log2f(row_l2)) * 0.69314718056f : FJ_NEG_INF;
-    }
-  }
+
 }

@@ -49,6 +49,32 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 }  // namespace fj
 
+namespace fj {
+
+struct Block {
+  int m0;  // first query row
+  int h;   // query head
+  int hk;  // its KV head
+  int b;   // batch index
+};
+
+__device__ __forceinline__ Block block_of(const Params &p) {
+  Block blk;
+  blk.m0 = (gridDim.x - 1 - blockIdx.x) * 128;
+  blk.h = blockIdx.y;
+  blk.b = blockIdx.z;
+  blk.hk = blk.h / p.group;
+  return blk;
+}
+
+// Row 0 of one head of a tensor with strides (batch, head, seq).
+template <typename T>
+__device__ __forceinline__ T *head_rows(const void *base, const long long *stride, int b, int h) {
+  return static_cast<T *>(const_cast<void *>(base)) + b * stride[0] + h * stride[1];
+}
+
+}  // namespace fj
+
 // shared memory: 136192 bytes; q @0; k @24576; v @43008; s @61440; p @77824; o @86016; m @135168; l @135680
 
 // Fragment layouts from the layout tables: each lane's base (row | col << 4);
@@ -181,12 +207,11 @@ fj_attn_d96_m128_n32_w8_s3_none_smem_wmma_br_f16(const fj::Params p) {
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   (void)warp; (void)lane;
-  // Heaviest causal blocks (the last rows) first.
-  const int m0 = (gridDim.x - 1 - blockIdx.x) * 128;
-  const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
-  const elem_t *q = static_cast<const elem_t *>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
-  const fj::kv_t *k = static_cast<const fj::kv_t *>(p.k) + b * p.k_stride[0] + hk * p.k_stride[1];
-  const fj::kv_t *v = static_cast<const fj::kv_t *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1];
+  const fj::Block blk = fj::block_of(p);
+  const int m0 = blk.m0;
+  const elem_t *q = fj::head_rows<const elem_t>(p.q, p.q_stride, blk.b, blk.h);
+  const fj::kv_t *k = fj::head_rows<const fj::kv_t>(p.k, p.k_stride, blk.b, blk.hk);
+  const fj::kv_t *v = fj::head_rows<const fj::kv_t>(p.v, p.v_stride, blk.b, blk.hk);
   const float sl2 = p.scale_log2;
   const int qa_r = fj_base_a[lane] & 15, qa_c = fj_base_a[lane] >> 4;
   const int kb_k = fj_base_bk[lane] & 15, kb_n = fj_base_bk[lane] >> 4;
@@ -197,8 +222,7 @@ fj_attn_d96_m128_n32_w8_s3_none_smem_wmma_br_f16(const fj::Params p) {
   const int lv_r = ((10 >> (lane >> 3)) & 1) * 8 + (lane & 7), lv_c = ((12 >> (lane >> 3)) & 1) * 8;
 
   // Keys this block can see: all of them, or up to its last row's diagonal.
-  int n_end = p.seq_kv;
-  n_end = min(n_end, min(m0 + 128, p.seq_q) + p.causal_offset);
+  const int n_end = min(p.seq_kv, min(m0 + 128, p.seq_q) + p.causal_offset);
   const int ntiles = n_end > 0 ? (n_end + 31) / 32 : 0;
 
   fj::load_tile<128>(s_q, q, p.q_stride[2], m0, p.seq_q);
@@ -287,7 +311,7 @@ fj_attn_d96_m128_n32_w8_s3_none_smem_wmma_br_f16(const fj::Params p) {
   }
   fj::cp_async_wait<0>();
 
-  elem_t *o_out = static_cast<elem_t *>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+  elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h);
   __syncthreads();
   // O = O / l, 16 bytes per store; log-sum-exp in natural log.
   for (int i = threadIdx.x; i < 1536; i += 256) {
@@ -305,7 +329,7 @@ fj_attn_d96_m128_n32_w8_s3_none_smem_wmma_br_f16(const fj::Params p) {
     for (int r = threadIdx.x; r < 128; r += 256) {
       if (m0 + r >= p.seq_q) continue;
       const float l = s_l[r];
-      p.lse[((long long)b * p.heads_q + h) * p.seq_q + m0 + r] =
+      p.lse[((long long)blk.b * p.heads_q + blk.h) * p.seq_q + m0 + r] =
           l > 0.f ? (s_m[r] + __log2f(l)) * 0.69314718056f : FJ_NEG_INF;
     }
   }

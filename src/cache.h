@@ -1,0 +1,39 @@
+/*
+ * cache.h -- the disk cache: single-file entries (header, key text, label,
+ * checksum, payload) written atomically, keyed by everything an entry
+ * depends on, the compiler's identity included; and the context's hit and
+ * miss counters.
+ */
+#ifndef FJ_CACHE_H
+#define FJ_CACHE_H
+
+#include <stddef.h>
+
+#include "ctx.h"
+
+/* Bumped whenever the cache file format, the kernel ABI or the meaning of a
+ * rendered template changes, so that older disk entries become misses. */
+#define FJ_FORMAT_VERSION 2
+
+typedef struct fj_cache_key {
+  char text[512];  /* everything the entry depends on */
+  char hex[33];    /* XXH3-128 of text: the file name */
+} fj_cache_key;
+
+/* The key of an entry of `kind` for arch: the source's hash, NVRTC's
+ * version and options, the format version, and `extra`. */
+void fj__cache_key(fj_cache_key *key, const char *kind, const char *arch,
+                   const char *source_hash, const char *extra);
+fj_status fj__cache_open(fj_ctx *ctx);
+void fj__cache_close(fj_cache *c);
+/* 1 and the payload (malloc'd) on a valid hit; 0 on a miss, which also
+ * covers corrupt, truncated and stale entries. */
+int fj__cache_load(fj_ctx *ctx, const char *kind, const fj_cache_key *key,
+                   void **payload, size_t *len);
+/* Writes atomically (temp file + rename); failures are logged, counted and
+ * otherwise ignored: the cache is an optimisation. */
+void fj__cache_store(fj_ctx *ctx, const char *kind, const char *label,
+                     const fj_cache_key *key, const void *payload, size_t len);
+void fj__cache_count(fj_ctx *ctx, fj_cache_origin origin);
+
+#endif /* FJ_CACHE_H */

@@ -1,0 +1,56 @@
+/*
+ * compile.h -- NVRTC: the options, one compile (in this process or a child
+ * one), many compiles in parallel children, and the resource report read
+ * from ptxas's log.
+ */
+#ifndef FJ_COMPILE_H
+#define FJ_COMPILE_H
+
+#include <stddef.h>
+
+#include "ctx.h"
+
+typedef struct fj_compiled {
+  char *log;
+  char *ptx;
+  size_t ptx_len;
+  void *cubin;
+  size_t cubin_len;
+  double ms;
+} fj_compiled;
+
+typedef struct fj_nvrtc_opts {
+  char arch[48];
+  const char *argv[12];
+  int argc;
+} fj_nvrtc_opts;
+
+/* The options passed to NVRTC for arch. */
+void fj__nvrtc_options(const char *arch, fj_nvrtc_opts *o);
+/* "13.0" ("unknown" if NVRTC cannot say). */
+const char *fj__nvrtc_version(void);
+
+/* One compile of a batch (fj__compile_many): inputs, then the result;
+ * message is malloc'd on failure. */
+typedef struct fj_compile_job {
+  const char *name;
+  const char *src;
+  const char *arch;
+  fj_status status;
+  char *message;
+  fj_compiled out;
+} fj_compile_job;
+
+/* Compiles n sources, each in a child process, up to `workers` at once;
+ * progress (optional) is called from this thread as jobs finish. */
+void fj__compile_many(fj_compile_job *jobs, size_t n, int workers,
+                      fj_progress_fn progress, void *user);
+/* Compiles src for arch; isolate runs NVRTC in a child process. */
+fj_status fj__compile(const fj_ctx *ctx, const char *name, const char *src,
+                      const char *arch, int isolate, fj_compiled *out);
+void fj__compiled_free(fj_compiled *c);
+/* Reads registers, barriers, shared memory, spills and stack frame from a
+ * ptxas -v log. */
+void fj__parse_resources(const char *log, fj_resources *res);
+
+#endif /* FJ_COMPILE_H */

@@ -1,0 +1,61 @@
+/*
+ * ctx.h -- the context every module receives, the per-thread error
+ * messages, the log, and facts about the target architecture.  The
+ * context's parts that belong to one module are opaque pointers here,
+ * owned and freed by that module (lifecycle.c opens and closes them all).
+ */
+#ifndef FJ_CTX_H
+#define FJ_CTX_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "flashjit.h"
+
+typedef struct fj_cache fj_cache;       /* cache.c */
+typedef struct fj_tpl fj_tpl;           /* template.c */
+typedef struct fj_kmap fj_kmap;         /* kernel.c */
+typedef struct fj_dispatch fj_dispatch; /* attention.c */
+
+struct fj_ctx {
+  uint64_t serial;  /* identifies the context in thread-local messages */
+  pthread_mutex_t lock;
+  fj_ctx_opts opts;
+  char arch[16];    /* "sm_90a" */
+  int sm;           /* 90 */
+  int arch_specific; /* 1 for the "a" targets */
+  int has_device;
+  fj_device_info dev;
+  void *cu_ctx;     /* CUcontext: the device's primary context */
+  fj_tpl *tpl;      /* Lua state, created on first render */
+  fj_cache *cache;
+  fj_kmap *kernels; /* variant -> kernel */
+  fj_lut luts[FJ_FRAG_COUNT + 1];   /* layout.c: the tables, once known */
+  int lut_ready[FJ_FRAG_COUNT + 1];
+  void *tunedb;     /* tunedb.c: the database's entries (json_t), read once */
+  unsigned tunedb_generation; /* tunedb.c: bumped by every recorded result */
+  fj_dispatch *dispatch; /* attention.c: what recent launches chose */
+  long renders;     /* templates rendered (the render index saves some) */
+  char templates_hash[33]; /* the built-in templates, "" until needed */
+};
+
+/* Records a failure on the calling thread and returns status. */
+fj_status fj__fail(const fj_ctx *ctx, fj_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Appends a further line to the calling thread's current message. */
+void fj__fail_more(const fj_ctx *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Clears the calling thread's message for ctx (called on entry). */
+void fj__clear_error(const fj_ctx *ctx);
+/* Sets the serial that tags ctx's messages (once it is handed out). */
+void fj__ctx_serial(fj_ctx *ctx);
+void fj__log(const fj_ctx *ctx, fj_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Parses "sm_XY" / "sm_XYa"; 0 on success. */
+int fj__parse_arch(const char *arch, int *sm, int *specific);
+/* Chooses and checks ctx->arch (the device's own when arch is NULL). */
+fj_status fj__ctx_set_arch(fj_ctx *ctx, const char *arch);
+/* Largest dynamic shared memory per block on the context's target. */
+int fj__smem_limit(const fj_ctx *ctx);
+
+#endif /* FJ_CTX_H */

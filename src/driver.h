@@ -1,0 +1,54 @@
+/*
+ * driver.h -- the CUDA Driver API, reached through dlopen so that
+ * compile-only use needs no driver.  Every failure becomes FJ_ERR_CUDA with
+ * the error's name, the call and the place.  Callers bracket device work
+ * with fj__cu_enter / fj__cu_leave (the device's primary context).
+ */
+#ifndef FJ_DRIVER_H
+#define FJ_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctx.h"
+
+typedef struct fj_launch {
+  void *function;        /* CUfunction */
+  unsigned grid[3];
+  unsigned block[3];
+  unsigned smem_bytes;
+  void *stream;
+  void **args;
+} fj_launch;
+
+/* Loads libcuda.so.1 and the entry points (once per process). */
+fj_status fj__cu_init(const fj_ctx *ctx);
+/* Retains the primary context of ctx->opts.device and fills ctx->dev. */
+fj_status fj__cu_open_device(fj_ctx *ctx);
+void fj__cu_close_device(fj_ctx *ctx);
+/* Make the primary context current on this thread / restore the old one. */
+fj_status fj__cu_enter(const fj_ctx *ctx);
+void fj__cu_leave(const fj_ctx *ctx);
+fj_status fj__cu_module_load(const fj_ctx *ctx, const void *cubin,
+                             void **module);
+/* Looks up a kernel and raises its dynamic shared memory limit if needed. */
+fj_status fj__cu_function(const fj_ctx *ctx, void *module, const char *symbol,
+                          unsigned smem_bytes, void **function);
+void fj__cu_module_unload(void *module);
+fj_status fj__cu_launch(const fj_ctx *ctx, const fj_launch *l);
+fj_status fj__cu_alloc(const fj_ctx *ctx, size_t bytes, uint64_t *dptr);
+void fj__cu_free(uint64_t dptr);
+fj_status fj__cu_copy_to_host(const fj_ctx *ctx, void *dst, uint64_t src,
+                              size_t bytes);
+fj_status fj__cu_copy_to_device(const fj_ctx *ctx, uint64_t dst,
+                                const void *src, size_t bytes);
+fj_status fj__cu_sync(const fj_ctx *ctx);
+fj_status fj__cu_memset(const fj_ctx *ctx, uint64_t dst, unsigned char byte,
+                        size_t bytes);
+fj_status fj__cu_event_create(const fj_ctx *ctx, void **event);
+void fj__cu_event_destroy(void *event);
+fj_status fj__cu_event_record(const fj_ctx *ctx, void *event, void *stream);
+/* Waits for `end`, then the milliseconds between the two events. */
+fj_status fj__cu_event_ms(const fj_ctx *ctx, void *start, void *end, float *ms);
+
+#endif /* FJ_DRIVER_H */

@@ -1,0 +1,62 @@
+/*
+ * kernel.h -- from a template and its parameters to a kernel: the memory
+ * cache, the render index, the disk cache, NVRTC; then the module and
+ * function, loaded on first launch.  Kernels live as long as their context.
+ */
+#ifndef FJ_KERNEL_H
+#define FJ_KERNEL_H
+
+#include <stddef.h>
+
+#include "compile.h"
+#include "ctx.h"
+#include "template.h"
+
+struct fj_kernel {
+  fj_variant variant;
+  fj_kmeta meta;
+  char *source;
+  size_t source_len;
+  fj_compiled out;
+  fj_resources res;
+  void *module;    /* CUmodule, loaded on first launch */
+  void *function;  /* CUfunction */
+};
+
+void fj__kmap_free(fj_kmap *m);
+/* The kernel's function (meta.symbol), loading its module on first use.
+ * The caller has entered the CUDA context. */
+fj_status fj__kernel_function(fj_ctx *ctx, fj_kernel *k, void **function);
+/* Another function of the same module (the probe module has several). */
+fj_status fj__kernel_symbol(fj_ctx *ctx, fj_kernel *k, const char *symbol,
+                            void **function);
+/* Compile-and-cache for any template, shared by attention kernels and the
+ * layout probe: renders name with params, then memory/disk/NVRTC. */
+fj_status fj__kernel_build(fj_ctx *ctx, const char *template_name,
+                           const fj_param *params, size_t nparams,
+                           fj_kernel **out);
+void fj__kernel_free(fj_kernel *k);
+
+/* One kernel of a batch: the template and parameters in, the kernel (or a
+ * failed status, message on the thread) out.  A status other than FJ_OK on
+ * entry skips the item. */
+typedef struct fj_build {
+  const char *template_name;
+  const fj_param *params;
+  size_t nparams;
+  fj_kernel *kernel;
+  fj_status status;
+  char *message;  /* malloc'd copy of a failure's message */
+} fj_build;
+
+/* fj__kernel_build for many at once: renders under ctx->lock, compiles
+ * what the caches lack in up to `workers` child processes without holding
+ * the lock, then stores the results.  Called without the lock. */
+fj_status fj__kernel_build_many(fj_ctx *ctx, fj_build *builds, size_t n,
+                                int workers, fj_progress_fn progress,
+                                void *user);
+/* FJ_ERR_RESOURCES when the rendered kernel needs more shared memory than
+ * the target allows per block. */
+fj_status fj__check_smem(const fj_ctx *ctx, const fj_kmeta *meta);
+
+#endif /* FJ_KERNEL_H */

@@ -1,0 +1,33 @@
+/*
+ * kparams.h -- the parameter block every attention kernel receives, the
+ * ABI between the host and templates/common.cuh's fj::Params (whose
+ * static_assert checks the size the host renders into it).  Families that
+ * load tiles through TMA take the tensor maps as further parameters.
+ */
+#ifndef FJ_KPARAMS_H
+#define FJ_KPARAMS_H
+
+#include <stdint.h>
+
+typedef struct fj_kparams {
+  const void *q, *k, *v;
+  void *o;
+  float *lse;
+  const void *k_scale, *v_scale;
+  long long q_stride[3], k_stride[3], v_stride[3], o_stride[3];
+  int batch, heads_q, heads_kv, seq_q, seq_kv, group, causal_offset;
+  float scale_log2;
+} fj_kparams;
+
+/* CUtensorMap: 128 opaque bytes, 64-byte aligned (cuda.h's own type is not
+ * needed by the modules that only pass maps along). */
+typedef struct fj_tmap {
+  _Alignas(64) uint64_t opaque[16];
+} fj_tmap;
+
+/* The tensor maps of a TMA kernel: Q, K, V, in that order. */
+typedef struct fj_tmaps {
+  fj_tmap q, k, v;
+} fj_tmaps;
+
+#endif /* FJ_KPARAMS_H */

@@ -1,0 +1,20 @@
+/*
+ * layout.h -- the fragment-layout tables (the LUT): probed on the device
+ * by templates/lut_probe.cu, validated, cached per device, arch and driver;
+ * the reference tables for compile-only contexts.
+ */
+#ifndef FJ_LAYOUT_H
+#define FJ_LAYOUT_H
+
+#include <stddef.h>
+
+#include "ctx.h"
+
+/* fj_layout_get with ctx->lock held. */
+fj_status fj__layout_locked(fj_ctx *ctx, fj_frag frag, fj_lut *lut);
+/* Checks that a table covers the tile; message in buf on failure. */
+int fj__lut_validate(const fj_lut *lut, char *buf, size_t size);
+/* The reference table of a fragment kind (what the H200 showed). */
+void fj__lut_reference(fj_frag frag, fj_lut *lut);
+
+#endif /* FJ_LAYOUT_H */

@@ -1,0 +1,96 @@
+/*
+ * lifecycle.c -- creating and destroying a context: the top of the
+ * library's layers, the one file that opens and closes every module's part
+ * of a context (driver, cache, templates, kernels, tuning database,
+ * dispatch caches).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.h"
+#include "cache.h"
+#include "ctx.h"
+#include "driver.h"
+#include "kernel.h"
+#include "template.h"
+#include "tunedb.h"
+#include "util.h"
+
+void fj_ctx_opts_init(fj_ctx_opts *opts)
+{
+  memset(opts, 0, sizeof *opts);
+  opts->device = 0;
+  opts->disk_cache = 1;
+}
+
+static fj_status ctx_init(fj_ctx *ctx, const fj_ctx_opts *opts)
+{
+  if (opts->device < -1)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "device %d is invalid: use an ordinal >= 0, or -1 for a "
+                    "compile-only context",
+                    opts->device);
+  if (opts->device == -1 && !opts->arch)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "a compile-only context (device -1) needs an arch, e.g. "
+                    "sm_90a");
+  ctx->opts = *opts;
+  ctx->opts.arch = NULL;
+  ctx->opts.cache_dir = NULL;
+  if (opts->device >= 0) {
+    fj_status st = fj__cu_open_device(ctx);
+    if (st != FJ_OK)
+      return st;
+    ctx->has_device = 1;
+  }
+  fj_status st = fj__ctx_set_arch(ctx, opts->arch);
+  if (st != FJ_OK)
+    return st;
+  if (opts->cache_dir && !(ctx->opts.cache_dir = fj__strdup(opts->cache_dir)))
+    return fj__fail(NULL, FJ_ERR_NOMEM, "out of memory");
+  return fj__cache_open(ctx);
+}
+
+fj_status fj_ctx_create(fj_ctx **out, const fj_ctx_opts *opts)
+{
+  fj__clear_error(NULL);
+  if (!out)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG, "fj_ctx_create: ctx is NULL");
+  *out = NULL;
+  fj_ctx_opts defaults;
+  if (!opts) {
+    fj_ctx_opts_init(&defaults);
+    opts = &defaults;
+  }
+  fj_ctx *ctx = calloc(1, sizeof *ctx);
+  if (!ctx)
+    return fj__fail(NULL, FJ_ERR_NOMEM, "out of memory");
+  pthread_mutex_init(&ctx->lock, NULL);
+  /* Serial 0 until the context exists for the caller: messages of a failed
+   * creation belong to fj_errmsg(NULL). */
+  fj_status st = ctx_init(ctx, opts);
+  if (st != FJ_OK) {
+    fj_ctx_destroy(ctx);
+    return st;
+  }
+  fj__ctx_serial(ctx);
+  *out = ctx;
+  return FJ_OK;
+}
+
+void fj_ctx_destroy(fj_ctx *ctx)
+{
+  if (!ctx)
+    return;
+  fj__kmap_free(ctx->kernels);
+  fj__tunedb_free(ctx->tunedb);
+  fj__dispatch_free(ctx->dispatch);
+  fj__tpl_close(ctx->tpl);
+  fj__cache_close(ctx->cache);
+  if (ctx->has_device)
+    fj__cu_close_device(ctx);
+  free((char *)ctx->opts.cache_dir);
+  pthread_mutex_destroy(&ctx->lock);
+  free(ctx);
+}
+

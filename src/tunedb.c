@@ -1,0 +1,240 @@
+/*
+ * tunedb.c -- the tuning database: one JSON file (jansson, from Debian) in
+ * the cache directory, {"format": 1, "entries": {key: entry}}, the key
+ * naming the device, arch, driver and problem class.  Writes take a lock
+ * file, merge into what is on disk, and rename a temporary into place.
+ * The attention forward looks entries up; the tuner (tune.c) records them.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "ctx.h"
+#include "tunedb.h"
+#include "util.h"
+#include "variant.h"
+
+#define DB_FORMAT 1
+#define DB_FILE "tune.json"
+
+/* ---- problem classes ------------------------------------------------------------ */
+
+static int bucket(int n)
+{
+  int b = 0;
+  while ((1 << (b + 1)) <= n)
+    b++;
+  return b;
+}
+
+/* device|arch|driver|d128|f16|kv=f16|causal=none|q=2^11|k=2^11|gqa=1 */
+static void class_key(const fj_ctx *ctx, const fj_problem *p, char *out,
+                      size_t size)
+{
+  fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
+  snprintf(out, size, "%s|%s|%d|d%d|%s|kv=%s|causal=%s|q=2^%d|k=2^%d|gqa=%d",
+           ctx->dev.name, ctx->arch, ctx->dev.driver_version, p->head_dim,
+           fj_dtype_name(p->dtype), fj_dtype_name(kv),
+           fj_causal_name(p->causal), bucket(p->seq_q), bucket(p->seq_kv),
+           p->heads_q / p->heads_kv);
+}
+
+/* ---- the database ------------------------------------------------------------------ */
+
+static int db_path(const fj_ctx *ctx, char *out, size_t size)
+{
+  const char *dir = fj_cache_dir(ctx);
+  if (!dir)
+    return -1;
+  snprintf(out, size, "%s/%s", dir, DB_FILE);
+  return 0;
+}
+
+/* The file's entries object, or a new empty one if there is no valid file. */
+static json_t *db_read(const char *path)
+{
+  json_error_t err;
+  json_t *root = path ? json_load_file(path, 0, &err) : NULL;
+  json_t *entries = root ? json_object_get(root, "entries") : NULL;
+  if (!json_is_object(entries) ||
+      json_integer_value(json_object_get(root, "format")) != DB_FORMAT)
+    entries = NULL;
+  json_t *out = entries ? json_incref(entries) : json_object();
+  json_decref(root);
+  return out;
+}
+
+static json_t *db_entries(fj_ctx *ctx)
+{
+  if (!ctx->tunedb) {
+    char path[4200];
+    ctx->tunedb = db_read(db_path(ctx, path, sizeof path) == 0 ? path : NULL);
+  }
+  return ctx->tunedb;
+}
+
+void fj__tunedb_free(void *db)
+{
+  json_decref(db);
+}
+
+static json_t *variant_json(const fj_variant *v)
+{
+  return json_pack("{s:i, s:i, s:i, s:i, s:s, s:s, s:s}", "tile_m",
+                   v->tile_m, "tile_n", v->tile_n, "warps", v->warps,
+                   "stages", v->stages, "swizzle", fj_swizzle_name(v->swizzle),
+                   "softmax", fj_softmax_name(v->softmax), "mma",
+                   fj_mma_name(v->mma));
+}
+
+static int name_value(const char *s, const char *const *names, int n)
+{
+  for (int i = 0; i < n; i++)
+    if (s && !strcmp(s, names[i]))
+      return i + 1;
+  return 0;
+}
+
+/* Reads an entry's variant onto v (which holds the problem's head dim,
+ * dtypes and mask); 0 on success. */
+static int variant_from_json(json_t *j, fj_variant *v)
+{
+  static const char *const swizzles[] = {"none", "pad", "xor"};
+  static const char *const softmaxes[] = {"smem", "regs"};
+  static const char *const mmas[] = {"wmma", "mma", "wgmma"};
+  const char *swz = NULL, *sm = NULL, *mma = NULL;
+  if (json_unpack(j, "{s:i, s:i, s:i, s:i, s:s, s:s, s:s}", "tile_m",
+                  &v->tile_m, "tile_n", &v->tile_n, "warps", &v->warps,
+                  "stages", &v->stages, "swizzle", &swz, "softmax", &sm,
+                  "mma", &mma) != 0)
+    return -1;
+  v->swizzle = (fj_swizzle)name_value(swz, swizzles, 3);
+  v->softmax = (fj_softmax)name_value(sm, softmaxes, 2);
+  v->mma = (fj_mma)name_value(mma, mmas, 3);
+  return v->swizzle && v->softmax && v->mma ? 0 : -1;
+}
+
+int fj__tune_lookup(fj_ctx *ctx, const fj_problem *p, fj_variant *v)
+{
+  char key[512];
+  if (!ctx->has_device)
+    return 0;
+  class_key(ctx, p, key, sizeof key);
+  json_t *e = json_object_get(db_entries(ctx), key);
+  fj_variant tuned = *v;
+  if (!e || variant_from_json(json_object_get(e, "variant"), &tuned) != 0 ||
+      fj__variant_validate(ctx, &tuned) != FJ_OK)
+    return 0;
+  *v = tuned;
+  return 1;
+}
+
+static void now_iso(char *out, size_t size)
+{
+  time_t t = time(NULL);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(out, size, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* Merges one entry into the file under a lock, atomically. */
+static fj_status db_store(fj_ctx *ctx, const char *key, json_t *entry)
+{
+  json_object_set(db_entries(ctx), key, entry);
+  char path[4200], lock[4300], tmp[4300];
+  if (db_path(ctx, path, sizeof path) != 0)
+    return FJ_OK;  /* memory only: kept in the context */
+  snprintf(lock, sizeof lock, "%s.lock", path);
+  snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
+  int fd = open(lock, O_CREAT | O_RDWR, 0644);
+  if (fd < 0 || flock(fd, LOCK_EX) != 0) {
+    fj__log(ctx, FJ_LOG_WARN, "cannot lock %s (%s): tuning result kept in "
+                              "memory only", lock, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return FJ_OK;
+  }
+  json_t *entries = db_read(path);
+  json_object_set(entries, key, entry);
+  json_t *root = json_pack("{s:i, s:o}", "format", DB_FORMAT, "entries", entries);
+  int bad = json_dump_file(root, tmp, JSON_INDENT(1) | JSON_SORT_KEYS) != 0 ||
+            rename(tmp, path) != 0;
+  if (bad) {
+    fj__log(ctx, FJ_LOG_WARN, "cannot write %s (%s): tuning result kept in "
+                              "memory only", path, strerror(errno));
+    unlink(tmp);
+  }
+  json_decref(root);
+  flock(fd, LOCK_UN);
+  close(fd);
+  return FJ_OK;
+}
+
+static int key_cmp(const void *a, const void *b)
+{
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+fj_status fj_tune_list(fj_ctx *ctx, fj_tune_visit_fn fn, void *user)
+{
+  if (!ctx || !fn)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "fj_tune_list: NULL argument");
+  fj__clear_error(ctx);
+  char path[4200];
+  if (db_path(ctx, path, sizeof path) != 0 || access(path, R_OK) != 0)
+    return fj__fail(ctx, FJ_ERR_NOT_FOUND, "no tuning database (%s)",
+                    fj_cache_dir(ctx) ? path : "the disk cache is disabled");
+  json_t *entries = db_read(path);
+  const char **keys = calloc(json_object_size(entries) + 1, sizeof *keys);
+  size_t n = 0;
+  const char *key;
+  json_t *e;
+  json_object_foreach(entries, key, e)
+    keys[n++] = key;
+  qsort(keys, n, sizeof *keys, key_cmp);
+  for (size_t i = 0; i < n; i++) {
+    e = json_object_get(entries, keys[i]);
+    fj_tune_entry te;
+    memset(&te, 0, sizeof te);
+    te.key = keys[i];
+    variant_from_json(json_object_get(e, "variant"), &te.variant);
+    te.ms = json_real_value(json_object_get(e, "ms"));
+    te.default_ms = json_real_value(json_object_get(e, "default_ms"));
+    te.shape = json_string_value(json_object_get(e, "shape"));
+    te.date = json_string_value(json_object_get(e, "date"));
+    if (fn(user, &te))
+      break;
+  }
+  free(keys);
+  json_decref(entries);
+  return FJ_OK;
+}
+
+fj_status fj__tune_record(fj_ctx *ctx, const fj_problem *p,
+                          const fj_variant *v, double ms, double default_ms)
+{
+  char key[512], date[32], shape[96];
+  class_key(ctx, p, key, sizeof key);
+  now_iso(date, sizeof date);
+  snprintf(shape, sizeof shape, "%d,%d/%d,%d/%d,%d", p->batch, p->heads_q,
+           p->heads_kv, p->seq_q, p->seq_kv, p->head_dim);
+  json_t *e = json_pack("{s:o, s:f, s:f, s:s, s:s}", "variant", variant_json(v),
+                        "ms", ms, "default_ms", default_ms, "shape", shape,
+                        "date", date);
+  if (!e)
+    return fj__fail(ctx, FJ_ERR_NOMEM, "cannot build the tuning entry");
+  pthread_mutex_lock(&ctx->lock);
+  fj_status st = db_store(ctx, key, e);
+  ctx->tunedb_generation++;  /* the dispatch caches' choices are stale */
+  pthread_mutex_unlock(&ctx->lock);
+  json_decref(e);
+  return st;
+}
+

@@ -1,0 +1,37 @@
+/*
+ * variant.h -- the specialisation space: each axis's rules (messages name
+ * the axis, the value and the limit), and a variant's template parameters
+ * and kernel.
+ */
+#ifndef FJ_VARIANT_H
+#define FJ_VARIANT_H
+
+#include <stddef.h>
+
+#include "ctx.h"
+#include "kernel.h"
+#include "template.h"
+
+/* Axis rules and what is implemented; the message names axis and limit. */
+fj_status fj__variant_validate(const fj_ctx *ctx, const fj_variant *v);
+
+/* The template parameters of a variant, with the storage they point to. */
+typedef struct fj_vparams {
+  const char *template_name;
+  char symbol[128];
+  fj_lut luts[4];  /* accumulator, A, B col_major (K), B row_major (V) */
+  fj_param p[24];
+  size_t n;
+} fj_vparams;
+
+/* Fills out for v; variants that read the layout tables fetch them, which
+ * probes the device on first use.  ctx->lock held. */
+fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
+                             fj_vparams *out);
+/* Validates and builds a variant's kernel; ctx->lock held. */
+fj_status fj__variant_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k);
+/* kv_dtype with 0 resolved to dtype. */
+fj_dtype fj__kv_dtype(const fj_variant *v);
+int fj__dtype_bytes(fj_dtype d);
+
+#endif /* FJ_VARIANT_H */

@@ -1,0 +1,32 @@
+{#
+  block.cuh: the problem -> thread block mapping every attention family
+  shares.  A grid is (row tiles, query heads, batch); block x takes the row
+  tile counted from the end, so the heaviest causal tiles (the last rows,
+  which see the most keys) start first.  Under GQA query head h reads KV head
+  h / group.  Parameters: BM, the query rows one block covers.
+#}
+namespace fj {
+
+struct Block {
+  int m0;  // first query row
+  int h;   // query head
+  int hk;  // its KV head
+  int b;   // batch index
+};
+
+__device__ __forceinline__ Block block_of(const Params &p) {
+  Block blk;
+  blk.m0 = (gridDim.x - 1 - blockIdx.x) * {{ BM }};
+  blk.h = blockIdx.y;
+  blk.b = blockIdx.z;
+  blk.hk = blk.h / p.group;
+  return blk;
+}
+
+// Row 0 of one head of a tensor with strides (batch, head, seq).
+template <typename T>
+__device__ __forceinline__ T *head_rows(const void *base, const long long *stride, int b, int h) {
+  return static_cast<T *>(const_cast<void *>(base)) + b * stride[0] + h * stride[1];
+}
+
+}  // namespace fj

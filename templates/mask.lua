@@ -1,0 +1,54 @@
+-- mask.lua: which keys a query row may see, as C expressions -- the one
+-- rule every attention family applies.  Row i (absolute, in the query
+-- sequence) sees key j when
+--   j < p.seq_kv                      always (the sequence end), and
+--   j <= i + p.causal_offset          under a causal mask (the offset is 0
+--                                     for top-left, seq_kv - seq_q for
+--                                     bottom-right; the host sets it).
+-- A family asks three things of the rule: how far a block of rows reaches
+-- (so tiles past it are never loaded), whether a key tile needs per-element
+-- masking at all, and, per row, the first column it may not see.
+--
+--   local mask = import("mask.lua").new(causal)
+--   mask.keys_end(last)          exclusive end of the keys that rows < last
+--                                may see
+--   mask.tile_partial(n0, bn, m) true when some key of tile [n0, n0 + bn)
+--                                is hidden from some row >= m
+--   mask.row_limit(row, n0, c0)  the first column, counted from n0 + c0,
+--                                that `row` may not see
+--   mask.visible(row, key)       one element's test
+
+local M = {}
+
+function M.new(causal)
+  local R = { causal = causal ~= "none" }
+
+  function R.keys_end(last)
+    if not R.causal then return "p.seq_kv" end
+    return ("min(p.seq_kv, min(%s, p.seq_q) + p.causal_offset)"):format(last)
+  end
+
+  function R.tile_partial(n0, bn, m)
+    local t = ("%s + %d > p.seq_kv"):format(n0, bn)
+    if R.causal then
+      t = t .. (" || %s + %d > %s + p.causal_offset"):format(n0, bn - 1, m)
+    end
+    return t
+  end
+
+  function R.row_limit(row, n0, c0)
+    local lim = ("p.seq_kv - %s - %s"):format(n0, c0)
+    if not R.causal then return lim end
+    return ("min(%s, %s + p.causal_offset + 1 - %s - %s)"):format(lim, row, n0, c0)
+  end
+
+  function R.visible(row, key)
+    local v = ("%s < p.seq_kv"):format(key)
+    if R.causal then v = v .. (" && %s <= %s + p.causal_offset"):format(key, row) end
+    return v
+  end
+
+  return R
+end
+
+return M

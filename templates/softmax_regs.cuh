@@ -1,0 +1,119 @@
+{#
+  softmax_regs.cuh: one step of the online softmax on accumulator registers,
+  shared by every family that keeps S in registers (mma, wgmma, wmma regs).
+  For each of MR row slices of 16 rows and NJ tiles of 16 columns:
+    mask     hidden keys (mask.lua's rule) become -inf: "none", "always"
+             (no branch: every column's test is right anyway) or "branch"
+             (only where the C bool `need_mask` holds);
+    max      the raw row max as a balanced tree over the lane's slots, then
+             the XOR shuffles of the lanes that share the row (rows.masks);
+    exp      p = 2^(s * sl2 - max * sl2): one FMA and one ex2 per element;
+             a row that has seen only hidden keys keeps max -inf, and then
+             subtracts 0 so that exp2 gives 0, never NaN;
+    sum      per-lane partial row sums (the lanes are reduced once, in the
+             epilogue), as a tree per 16 columns;
+    pack     optional: P of tile j as A-operand registers while it is hot,
+             register r = pack.P(mi, j, r) holding the two 16-bit elements of
+             A slots 2r and 2r + 1, which are accumulator slots
+             pack.from[2r] and pack.from[2r + 1] of the same lane (the
+             probed tables say so: lut.lua's a_from_acc);
+    rescale  O *= 2^(old max - new max), or (rescale = nil) the factors left
+             in `alpha(mi, c)` for a caller that must wait before touching O.
+  Which slot holds which (row, column), and which lanes share a row, come
+  from the probed accumulator table (acc, rows: lut.lua), never from an
+  assumed layout.  Expressions in: S(mi, j, i), m(mi, c), l(mi, c),
+  row0(mi) (the absolute row of the lane's first slot in slice mi), c0 (its
+  column in a tile), n0 (the tile's first key), sl2.
+#}
+{%
+  local NC = #rows.classes
+  local function tree(op, terms)
+    while #terms > 1 do
+      local nxt = {}
+      for i = 1, #terms, 2 do
+        if terms[i + 1] == nil then nxt[#nxt + 1] = terms[i]
+        elseif op == "add" then nxt[#nxt + 1] = ("(%s + %s)"):format(terms[i], terms[i + 1])
+        else nxt[#nxt + 1] = ("%s(%s, %s)"):format(op, terms[i], terms[i + 1]) end
+      end
+      terms = nxt
+    end
+    return terms[1]
+  end
+  -- The slots of row class c over every tile, or over tile j only.
+  local function class_terms(c, j)
+    local js, terms = { j }, {}
+    if not j then
+      for jj = 0, NJ - 1 do js[#js + 1] = tostring(jj) end
+    end
+    for _, jj in ipairs(js) do
+      for _, i in ipairs(rows.classes[c].slots) do
+        terms[#terms + 1] = S("mi", jj, i)
+      end
+    end
+    return terms
+  end
+  local depth = 0
+  while (1 << depth) < NJ * #rows.classes[1].slots do depth = depth + 1 end
+%}
+#pragma unroll
+    for (int mi = 0; mi < {{ MR }}; ++mi) {
+{% if mask ~= "none" then %}
+      // Per row, the first column of this tile (counted from the lane's
+      // first) that the row may not see: the sequence end or the diagonal.
+{%   for c = 1, NC do %}
+      const int lim{{ c }} = {{ mrule.row_limit(("%s + %d"):format(row0("mi"), rows.classes[c].drow), n0, c0) }};
+{%   end %}
+      {{ mask == "branch" and "if (need_mask) " or "" }}{
+#pragma unroll
+        for (int j = 0; j < {{ NJ }}; ++j) {
+{%   for i = 0, acc.slots - 1 do %}
+          if (j * 16 + {{ acc.dcol[i] }} >= lim{{ rows.class_of[i] }}) {{ S("mi", "j", i) }} = FJ_NEG_INF;
+{%   end %}
+        }
+      }
+{% end %}
+      // The row max as a balanced tree (depth {{ depth }}), then across the lanes
+      // that share the row (XOR {{ table.concat(rows.masks, ", ") }}).
+{% for c = 1, NC do %}
+      float mx{{ c }} = {{ tree("fmaxf", class_terms(c)) }};
+{% end %}
+{% for c = 1, NC do %}
+{%   for _, x in ipairs(rows.masks) do %}
+      mx{{ c }} = fmaxf(mx{{ c }}, __shfl_xor_sync(0xffffffffu, mx{{ c }}, {{ x }}));
+{%   end %}
+      const float mn{{ c }} = fmaxf({{ m("mi", c) }}, mx{{ c }});
+      // A row that has seen only hidden keys keeps max -inf; subtracting 0
+      // instead keeps exp2 at 0 rather than NaN.
+      const float mu{{ c }} = mn{{ c }} == FJ_NEG_INF ? 0.f : mn{{ c }} * {{ sl2 }};
+      {{ rescale and "const float alpha" .. c or alpha("mi", c) }} = fj::fast_exp2({{ m("mi", c) }} * {{ sl2 }} - mu{{ c }});
+      {{ m("mi", c) }} = mn{{ c }};
+      float sum{{ c }} = 0.f;
+{% end %}
+#pragma unroll
+      for (int j = 0; j < {{ NJ }}; ++j) {
+{% for i = 0, acc.slots - 1 do %}
+        {{ S("mi", "j", i) }} = fj::fast_exp2(fmaf({{ S("mi", "j", i) }}, {{ sl2 }}, -mu{{ rows.class_of[i] }}));
+{% end %}
+{% for c = 1, NC do %}
+        sum{{ c }} += {{ tree("add", class_terms(c, "j")) }};
+{% end %}
+{% if pack then %}
+        // P as the A operand at once (half the registers of S): A slot s
+        // is accumulator slot{% for x = 0, 7 do if pack.from[x] then %} {{ x }}<-{{ pack.from[x] }}{% end end %}.
+{%   for r = 0, 3 do %}
+        {{ pack.P("mi", "j", r) }} = fj::pack2({{ S("mi", "j", pack.from[2 * r]) }}, {{ S("mi", "j", pack.from[2 * r + 1]) }});
+{%   end %}
+{% end %}
+      }
+{% for c = 1, NC do %}
+      {{ l("mi", c) }} = {{ l("mi", c) }} * {{ rescale and "alpha" .. c or alpha("mi", c) }} + sum{{ c }};
+{% end %}
+{% if rescale then %}
+#pragma unroll
+      for (int d = 0; d < {{ rescale.ND }}; ++d) {
+{%   for i = 0, acc.slots - 1 do %}
+        {{ rescale.O("mi", "d", i) }} *= alpha{{ rows.class_of[i] }};
+{%   end %}
+      }
+{% end %}
+    }
