@@ -1,0 +1,157 @@
+/*
+ * cli.h -- what the files of the flashjit command-line tool share: the parsed
+ * command line, the problem of `run` and `tune`, and the helpers that more
+ * than one subcommand calls.
+ */
+#ifndef FLASHJIT_CLI_H
+#define FLASHJIT_CLI_H
+
+#include <stddef.h>
+
+#include <cuda_runtime_api.h>
+
+#include "flashjit.h"
+
+/* Exit status: 0 success, 1 failure (a check that FAILs, a compile error,
+ * no GPU), 2 bad input (unknown flag, bad value, a refused variant). */
+enum { EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+enum {
+  CMD_EMIT = 1,
+  CMD_RUN = 2,
+  CMD_LUT = 4,
+  CMD_CACHE = 8,
+  CMD_TUNE = 16,
+  CMD_VARIANT = CMD_EMIT | CMD_RUN,
+  CMD_PROBLEM = CMD_RUN | CMD_TUNE,
+  CMD_ALL = 31
+};
+
+typedef struct cli {
+  const char *cmd_name;
+  unsigned cmd;
+  const char *action;     /* cache dir|ls|stats|clear */
+  /* variant */
+  fj_variant v;
+  int variant_given;      /* any variant flag seen */
+  int head_dim_given;
+  /* context */
+  const char *arch;
+  int device;
+  const char *cache_dir;
+  int no_disk_cache;
+  int isolate;
+  int verbose;
+  /* emit */
+  const char *what;
+  const char *out_file;
+  int sweep;
+  int workers;
+  unsigned long long given;  /* bit i: flags[i] appeared */
+  /* run */
+  int shape[4];           /* B, H, S, D */
+  int shape_given;
+  int seq_kv;
+  int heads_kv;
+  fj_order order;
+  int check;
+  int iters;
+  int warmup;
+  int seed;
+  /* lut */
+  const char *frag;
+  /* tune */
+  int show;
+  int no_save;
+} cli;
+
+/* The offset of a cli field, for the flag and sweep-axis tables. */
+#define OFF(field_) offsetof(cli, field_)
+
+/* The problem of `run` and `tune` and, for `run`, its buffers. */
+typedef struct run_data {
+  fj_problem p;
+  size_t nq, nk, no;          /* elements */
+  void *hq, *hk, *hv, *ho;    /* host, in the problem's dtypes */
+  void *dq, *dk, *dv, *dout;  /* device */
+  float *dlse, *hlse;
+  float *hks, *hvs, *dks, *dvs;  /* FP8 K/V scales */
+  size_t esize, kvsize;
+  int nranges, ranges[3][2];     /* rows the check covers */
+  double *ref[3], *ref_lse[3];   /* their reference */
+} run_data;
+
+/* ---- cli_args.c: the command line ------------------------------------------------ */
+
+/* Parses argv: 0 to run c->cmd, -1 after help/version, else the exit status. */
+int cli_parse(cli *c, int argc, char **argv);
+
+/* Prints "flashjit CMD: message" on stderr; returns EXIT_USAGE. */
+int cli_usage_error(const cli *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Reports a library failure: bad input exits 2, anything else 1. */
+int cli_fj_error(const cli *c, const fj_ctx *ctx, fj_status st);
+
+/* Whether --name appeared on the command line. */
+int cli_flag_given(const cli *c, const char *name);
+
+/* Opens a context (device, or arch compile-only); 0 or the exit status. */
+int cli_open_ctx(cli *c, int device, const char *arch, fj_ctx **ctx);
+
+/* ---- cli_emit.c: emit, and the sweep that run shares ------------------------------ */
+
+/* flashjit emit: one variant's source, PTX, cubin, resources or log. */
+int cli_cmd_emit(cli *c);
+
+/* Compiles the sweep's variants in parallel; their count (0: out of memory). */
+size_t cli_sweep_prepare(const cli *c, fj_ctx *ctx, fj_variant **vs,
+                         fj_status **st);
+
+/* ---- cli_problem.c: the problem, its inputs and the reference check ---------------- */
+
+/* Reports a failed CUDA runtime call; returns EXIT_FAIL. */
+int cli_cuda_failed(const char *what, cudaError_t e);
+
+#define CUDA_TRY(call)                   \
+  do {                                   \
+    cudaError_t e_ = (call);             \
+    if (e_ != cudaSuccess)               \
+      return cli_cuda_failed(#call, e_); \
+  } while (0)
+
+/* The problem of --shape, checked with no GPU, and a context on the device. */
+int cli_problem_on_device(cli *c, run_data *d, fj_ctx **ctx);
+
+/* Random inputs from seed, on the host and on the current device. */
+int cli_run_alloc(run_data *d, int seed);
+
+/* Frees what cli_run_alloc and the check allocated. */
+void cli_run_free(run_data *d);
+
+/* One launch: variant v, or the library's choice when v is NULL. */
+fj_status cli_launch_one(fj_ctx *ctx, run_data *d, const fj_variant *v,
+                         float *lse);
+
+/* Runs v and compares it with the float64 reference; 0 on PASS. */
+int cli_check_variant(const cli *c, fj_ctx *ctx, run_data *d,
+                      const fj_variant *v, int quiet, double *rel_out);
+
+/* The problem's rate in TFLOP/s at ms milliseconds a call. */
+double cli_tflops(const fj_problem *p, double ms);
+
+/* ---- the other subcommands, one file each ----------------------------------------- */
+
+/* flashjit run (cli_run.c): time a variant on the GPU, check it, or sweep. */
+int cli_cmd_run(cli *c);
+
+/* flashjit tune (cli_tune.c): autotune a problem, or list the database. */
+int cli_cmd_tune(cli *c);
+
+/* flashjit cache (cli_cache.c): dir, ls, stats or clear the disk cache. */
+int cli_cmd_cache(cli *c);
+
+/* flashjit lut (cli_lut.c): print the fragment-layout tables. */
+int cli_cmd_lut(cli *c);
+
+#endif

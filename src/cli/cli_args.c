@@ -1,0 +1,436 @@
+/*
+ * cli_args.c -- the command line of the flashjit tool: the flag table, its
+ * value parsers and checks, the defaults, the help, the error messages and
+ * the context every subcommand opens.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* ---- messages ----------------------------------------------------------------- */
+
+int cli_usage_error(const cli *c, const char *fmt, ...)
+{
+  va_list ap;
+  fprintf(stderr, "flashjit%s%s: ", c->cmd_name ? " " : "",
+          c->cmd_name ? c->cmd_name : "");
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  return EXIT_USAGE;
+}
+
+/* Reports a library failure: bad input exits 2, anything else 1. */
+int cli_fj_error(const cli *c, const fj_ctx *ctx, fj_status st)
+{
+  const char *msg = fj_errmsg(ctx);
+  fprintf(stderr, "flashjit %s: %s\n", c->cmd_name ? c->cmd_name : "",
+          *msg ? msg : fj_status_str(st));
+  int bad_input = st == FJ_ERR_INVALID_ARG || st == FJ_ERR_UNSUPPORTED ||
+                  st == FJ_ERR_RESOURCES;
+  return bad_input ? EXIT_USAGE : EXIT_FAIL;
+}
+
+static void log_stderr(void *user, fj_log_level level, const char *msg)
+{
+  const cli *c = user;
+  if (level >= FJ_LOG_WARN || c->verbose)
+    fprintf(stderr, "flashjit: %s%s\n", level >= FJ_LOG_WARN ? "warning: " : "",
+            msg);
+}
+
+/* ---- value parsers --------------------------------------------------------------- */
+
+static int parse_int(const char *s, int *out)
+{
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < INT_MIN || v > INT_MAX)
+    return -1;
+  *out = (int)v;
+  return 0;
+}
+
+typedef struct name_value {
+  const char *name;
+  int value;
+} name_value;
+
+static int parse_name(const name_value *table, size_t n, const char *s,
+                      int *out)
+{
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(table[i].name, s) == 0) {
+      *out = table[i].value;
+      return 0;
+    }
+  return -1;
+}
+
+static const name_value dtypes[] = {{"f16", FJ_F16}, {"bf16", FJ_BF16}};
+static const name_value kv_dtypes[] = {
+    {"f16", FJ_F16}, {"bf16", FJ_BF16}, {"e4m3", FJ_E4M3}};
+static const name_value swizzles[] = {
+    {"none", FJ_SWIZZLE_NONE}, {"pad", FJ_SWIZZLE_PAD}, {"xor", FJ_SWIZZLE_XOR}};
+static const name_value softmaxes[] = {
+    {"smem", FJ_SOFTMAX_SMEM}, {"regs", FJ_SOFTMAX_REGS}};
+static const name_value mmas[] = {
+    {"wmma", FJ_MMA_WMMA}, {"mma", FJ_MMA_SYNC}, {"wgmma", FJ_MMA_WGMMA}};
+static const name_value causals[] = {{"top-left", FJ_CAUSAL_TOP_LEFT},
+                                     {"bottom-right", FJ_CAUSAL_BOTTOM_RIGHT},
+                                     {"none", FJ_CAUSAL_NONE}};
+static const name_value layouts[] = {{"bhsd", FJ_BHSD}, {"bshd", FJ_BSHD}};
+
+/* ---- flags ------------------------------------------------------------------------- */
+
+typedef struct flag_def flag_def;
+typedef int (*flag_fn)(cli *c, const flag_def *f, const char *value);
+
+struct flag_def {
+  const char *name;
+  int needs_value;  /* 1: --flag V or --flag=V; 0: a switch; 2: --flag[=V] */
+  unsigned cmds;
+  flag_fn fn;
+  size_t offset;    /* of the int field, for set_int */
+  const name_value *names;
+  size_t nnames;
+  const char *help;
+};
+
+static int *field(cli *c, const flag_def *f)
+{
+  return (int *)(void *)((char *)c + f->offset);
+}
+
+static int bad_value(const cli *c, const flag_def *f, const char *value,
+                     const char *allowed)
+{
+  return cli_usage_error(c, "invalid value '%s' for --%s: %s", value,
+                         f->name, allowed);
+}
+
+static int set_int(cli *c, const flag_def *f, const char *value)
+{
+  if (parse_int(value, field(c, f)) != 0)
+    return bad_value(c, f, value, "expected an integer");
+  if (f->cmds == CMD_VARIANT)
+    c->variant_given = 1;
+  return 0;
+}
+
+static int set_name(cli *c, const flag_def *f, const char *value)
+{
+  if (parse_name(f->names, f->nnames, value, field(c, f)) == 0) {
+    if (f->cmds == CMD_VARIANT)
+      c->variant_given = 1;
+    return 0;
+  }
+  char allowed[128] = "one of";
+  for (size_t i = 0; i < f->nnames; i++)
+    snprintf(allowed + strlen(allowed), sizeof allowed - strlen(allowed),
+             "%s %s", i ? "," : "", f->names[i].name);
+  return bad_value(c, f, value, allowed);
+}
+
+static int set_switch(cli *c, const flag_def *f, const char *value)
+{
+  (void)value;
+  *field(c, f) = 1;
+  return 0;
+}
+
+static int set_head_dim(cli *c, const flag_def *f, const char *value)
+{
+  c->head_dim_given = 1;
+  return set_int(c, f, value);
+}
+
+/* --causal alone means PyTorch's top-left alignment. */
+static int set_causal(cli *c, const flag_def *f, const char *value)
+{
+  if (!value) {
+    c->v.causal = FJ_CAUSAL_TOP_LEFT;
+    return 0;
+  }
+  return set_name(c, f, value);
+}
+
+static int set_shape(cli *c, const flag_def *f, const char *value)
+{
+  int n = 0;
+  const char *p = value;
+  char part[32];
+  while (n < 4) {
+    size_t len = strcspn(p, ",");
+    if (len == 0 || len >= sizeof part)
+      break;
+    memcpy(part, p, len);
+    part[len] = '\0';
+    if (parse_int(part, &c->shape[n]) != 0 || c->shape[n] < 1)
+      break;
+    n++;
+    p += len;
+    if (*p != ',')
+      break;
+    p++;
+  }
+  if (n != 4 || *p)
+    return bad_value(c, f, value,
+                     "expected B,H,S,D: four positive integers, e.g. 1,8,512,64");
+  c->shape_given = 1;
+  return 0;
+}
+
+static int set_string(cli *c, const flag_def *f, const char *value)
+{
+  const char **slot = (const char **)(void *)((char *)c + f->offset);
+  *slot = value;
+  return 0;
+}
+
+#define NAMES(t) t, sizeof(t) / sizeof((t)[0])
+
+static const flag_def flags[] = {
+    {"head-dim", 1, CMD_VARIANT, set_head_dim, OFF(v.head_dim), NULL, 0,
+     "head dimension (32, 64, 96, 128, 160, 192, 256)"},
+    {"tile-m", 1, CMD_VARIANT, set_int, OFF(v.tile_m), NULL, 0,
+     "query rows per block"},
+    {"tile-n", 1, CMD_VARIANT, set_int, OFF(v.tile_n), NULL, 0,
+     "key rows per iteration"},
+    {"warps", 1, CMD_VARIANT, set_int, OFF(v.warps), NULL, 0, "warps per block"},
+    {"stages", 1, CMD_VARIANT, set_int, OFF(v.stages), NULL, 0,
+     "1 = synchronous loads, 2-3 = cp.async ring"},
+    {"swizzle", 1, CMD_VARIANT, set_name, OFF(v.swizzle), NAMES(swizzles),
+     "none | pad | xor"},
+    {"softmax", 1, CMD_VARIANT, set_name, OFF(v.softmax), NAMES(softmaxes),
+     "smem | regs"},
+    {"mma", 1, CMD_VARIANT, set_name, OFF(v.mma), NAMES(mmas),
+     "wmma | mma | wgmma"},
+    {"causal", 2, CMD_VARIANT | CMD_TUNE, set_causal, OFF(v.causal), NAMES(causals),
+     "causal mask; --causal=bottom-right for FlashAttention's alignment"},
+    {"dtype", 1, CMD_VARIANT | CMD_TUNE, set_name, OFF(v.dtype), NAMES(dtypes),
+     "f16 | bf16 (Q, O; K, V unless --kv-dtype)"},
+    {"kv-dtype", 1, CMD_VARIANT | CMD_TUNE, set_name, OFF(v.kv_dtype), NAMES(kv_dtypes),
+     "f16 | bf16 | e4m3"},
+    {"arch", 1, CMD_EMIT | CMD_LUT, set_string, OFF(arch), NULL, 0,
+     "target, sm_XY or sm_XYa (emit: default sm_90a)"},
+    {"what", 1, CMD_EMIT, set_string, OFF(what), NULL, 0,
+     "source | ptx | cubin | resources | log"},
+    {"o", 1, CMD_EMIT, set_string, OFF(out_file), NULL, 0, "write to FILE"},
+    {"sweep", 0, CMD_EMIT | CMD_RUN, set_switch, OFF(sweep), NULL, 0,
+     "every tile/warps/stages/swizzle/softmax combination not fixed by a "
+     "flag: compiled (emit) or timed (run), one line each"},
+    {"workers", 1, CMD_EMIT | CMD_RUN | CMD_TUNE, set_int, OFF(workers), NULL, 0,
+     "compiler processes at once for --sweep (default: one per CPU)"},
+    {"shape", 1, CMD_PROBLEM, set_shape, 0, NULL, 0, "B,H,S,D"},
+    {"seq-kv", 1, CMD_PROBLEM, set_int, OFF(seq_kv), NULL, 0,
+     "key/value length (default S)"},
+    {"heads-kv", 1, CMD_PROBLEM, set_int, OFF(heads_kv), NULL, 0,
+     "K/V heads, dividing H (GQA; default H)"},
+    {"layout", 1, CMD_PROBLEM, set_name, OFF(order), NAMES(layouts), "bhsd | bshd"},
+    {"check", 0, CMD_RUN, set_switch, OFF(check), NULL, 0,
+     "compare with the float64 reference"},
+    {"iters", 1, CMD_PROBLEM, set_int, OFF(iters), NULL, 0, "timed runs (20)"},
+    {"warmup", 1, CMD_RUN, set_int, OFF(warmup), NULL, 0,
+     "untimed runs after the first (3)"},
+    {"seed", 1, CMD_RUN, set_int, OFF(seed), NULL, 0, "input seed (1)"},
+    {"frag", 1, CMD_LUT, set_string, OFF(frag), NULL, 0,
+     "one fragment kind (default: all)"},
+    {"show", 0, CMD_TUNE, set_switch, OFF(show), NULL, 0,
+     "list the tuning database instead of tuning"},
+    {"no-save", 0, CMD_TUNE, set_switch, OFF(no_save), NULL, 0,
+     "tune without recording the winner"},
+    {"device", 1, CMD_PROBLEM | CMD_LUT, set_int, OFF(device), NULL, 0,
+     "CUDA device ordinal (0)"},
+    {"cache-dir", 1, CMD_ALL, set_string, OFF(cache_dir), NULL, 0,
+     "disk cache directory"},
+    {"no-disk-cache", 0, CMD_ALL, set_switch, OFF(no_disk_cache), NULL, 0,
+     "cache in memory only"},
+    {"isolate", 0, CMD_EMIT | CMD_RUN, set_switch, OFF(isolate), NULL, 0,
+     "compile in a child process"},
+    {"verbose", 0, CMD_ALL, set_switch, OFF(verbose), NULL, 0,
+     "print the library's log"},
+};
+
+static const flag_def *find_flag(const char *name, size_t len)
+{
+  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+    if (strlen(flags[i].name) == len && strncmp(flags[i].name, name, len) == 0)
+      return &flags[i];
+  return NULL;
+}
+
+int cli_flag_given(const cli *c, const char *name)
+{
+  const flag_def *f = find_flag(name, strlen(name));
+  return f && (c->given >> (f - flags)) & 1;
+}
+
+/* Parses one flag at argv[*i]; advances *i past its value. */
+static int parse_flag(cli *c, int argc, char **argv, int *i)
+{
+  const char *arg = argv[*i];
+  const char *name = arg + (arg[1] == '-' ? 2 : 1);
+  const char *eq = strchr(name, '=');
+  size_t len = eq ? (size_t)(eq - name) : strlen(name);
+  const flag_def *f = find_flag(name, len);
+  if (!f || !(f->cmds & c->cmd))
+    return cli_usage_error(c, "unknown option '%s' (see 'flashjit %s --help')",
+                           arg, c->cmd_name);
+  const char *value = eq ? eq + 1 : NULL;
+  if (f->needs_value == 1 && !value) {
+    if (*i + 1 >= argc)
+      return cli_usage_error(c, "option --%s needs a value: %s", f->name,
+                             f->help);
+    value = argv[++*i];
+  }
+  if (f->needs_value == 0 && value)
+    return cli_usage_error(c, "option --%s takes no value", f->name);
+  c->given |= 1ull << (f - flags);
+  return f->fn(c, f, value);
+}
+
+static void print_flags(unsigned cmd)
+{
+  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+    if (flags[i].cmds & cmd)
+      printf("  --%-15s %s\n", flags[i].name, flags[i].help);
+}
+
+/* ---- context ------------------------------------------------------------------------ */
+
+int cli_open_ctx(cli *c, int device, const char *arch, fj_ctx **ctx)
+{
+  fj_ctx_opts o;
+  fj_ctx_opts_init(&o);
+  o.device = device;
+  o.arch = arch;
+  o.cache_dir = c->cache_dir;
+  o.disk_cache = !c->no_disk_cache;
+  o.isolate_compile = c->isolate;
+  o.log = log_stderr;
+  o.log_user = c;
+  fj_status st = fj_ctx_create(ctx, &o);
+  return st == FJ_OK ? 0 : cli_fj_error(c, NULL, st);
+}
+
+/* ---- commands, help, defaults ----------------------------------------------------- */
+
+/* Each subcommand's name, its bit in flag_def.cmds (what main() dispatches
+ * on) and its line in the help. */
+static const struct {
+  const char *name;
+  unsigned cmd;
+  const char *synopsis;
+} commands[] = {
+    {"emit", CMD_EMIT,
+     "render and compile a variant; print its source, PTX, cubin, resources "
+     "or log (no GPU needed)"},
+    {"run", CMD_RUN,
+     "run attention on the GPU: time it, and with --check compare it with "
+     "the float64 reference"},
+    {"lut", CMD_LUT,
+     "print the fragment-layout table (probed on the GPU; --arch gives the "
+     "reference)"},
+    {"cache", CMD_CACHE, "dir | ls | stats | clear"},
+    {"tune", CMD_TUNE,
+     "autotune a problem class on the GPU and record the winner (--show "
+     "lists the database)"},
+};
+
+static void print_help(const char *cmd)
+{
+  printf("usage: flashjit <command> [options]   (flashjit %s)\n\n", fj_version());
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+    if (cmd && strcmp(cmd, commands[i].name) != 0)
+      continue;
+    printf("  %-6s %s\n", commands[i].name, commands[i].synopsis);
+    if (cmd)
+      print_flags(commands[i].cmd);
+  }
+  if (!cmd)
+    printf("\n'flashjit <command> --help' lists a command's options.\n");
+}
+
+static void cli_defaults(cli *c)
+{
+  memset(c, 0, sizeof *c);
+  fj_variant_default(&c->v, 64, FJ_F16, FJ_CAUSAL_NONE);
+  c->warmup = 3;
+  c->order = FJ_BHSD;
+}
+
+/* The default variant for the head dim, dtype and mask asked for, with the
+ * variant flags that were given on top. */
+static void apply_defaults(cli *c)
+{
+  fj_variant given = c->v;
+  fj_variant_default(&c->v, given.head_dim, given.dtype, given.causal);
+  static const char *const axes[] = {"tile-m", "tile-n", "warps", "stages",
+                                     "swizzle", "softmax", "mma", "kv-dtype"};
+  if (given.kv_dtype == FJ_E4M3)
+    c->v.stages = 1;  /* as the library's own choice does */
+  for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++) {
+    const flag_def *f = find_flag(axes[i], strlen(axes[i]));
+    if (cli_flag_given(c, axes[i]))
+      *field(c, f) = *(const int *)(const void *)((const char *)&given +
+                                                  (f->offset - OFF(v)));
+  }
+}
+
+/* The flags after the command name; -1 when --help printed the help. */
+static int parse_args(cli *c, int argc, char **argv)
+{
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      print_help(c->cmd_name);
+      return -1;
+    }
+    if (a[0] == '-' && a[1]) {
+      int rc = parse_flag(c, argc, argv, &i);
+      if (rc)
+        return rc;
+    } else if (c->cmd == CMD_CACHE && !c->action) {
+      c->action = a;
+    } else {
+      return cli_usage_error(c, "unexpected argument '%s'", a);
+    }
+  }
+  apply_defaults(c);
+  return 0;
+}
+
+int cli_parse(cli *c, int argc, char **argv)
+{
+  cli_defaults(c);
+  if (argc < 2)
+    return cli_usage_error(c, "usage: flashjit <command> [options]; "
+                              "commands: emit, run, lut, cache, tune (see "
+                              "flashjit --help)");
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "help") ||
+      !strcmp(argv[1], "-h")) {
+    print_help(argc > 2 ? argv[2] : NULL);
+    return -1;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("flashjit %s\n", fj_version());
+    return -1;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (!strcmp(argv[1], commands[i].name)) {
+      c->cmd_name = commands[i].name;
+      c->cmd = commands[i].cmd;
+      return parse_args(c, argc, argv);
+    }
+  return cli_usage_error(
+      c, "unknown command '%s': one of emit, run, lut, cache, tune", argv[1]);
+}

@@ -1,0 +1,60 @@
+/*
+ * cli_lut.c -- `flashjit lut`: prints the fragment-layout tables, probed on
+ * the GPU, or the reference tables of an --arch.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char *origin_text(fj_lut_origin o)
+{
+  switch (o) {
+  case FJ_LUT_PROBED: return "probed on this device now";
+  case FJ_LUT_CACHED: return "from the cache (probed on this device earlier)";
+  case FJ_LUT_REFERENCE: return "reference table (compile-only: not observed)";
+  }
+  return "?";
+}
+
+static void print_lut(const fj_lut *l)
+{
+  printf("fragment %s: %dx%d tile, %d slots per lane; %s; device %s\n",
+         fj_frag_name(l->frag), l->rows, l->cols, l->slots,
+         origin_text(l->origin), l->device);
+  printf("lane: (row,col) of slot 0..%d\n", l->slots - 1);
+  for (int lane = 0; lane < 32; lane++) {
+    printf("%4d:", lane);
+    for (int s = 0; s < l->slots; s++)
+      printf(" (%2d,%2d)", l->map[lane][s] / l->cols, l->map[lane][s] % l->cols);
+    printf("\n");
+  }
+}
+
+int cli_cmd_lut(cli *c)
+{
+  fj_ctx *ctx;
+  int rc = cli_open_ctx(c, c->arch ? -1 : c->device, c->arch, &ctx);
+  if (rc)
+    return rc;
+  int shown = 0;
+  for (int f = 1; f <= FJ_FRAG_COUNT && !rc; f++) {
+    if (c->frag && strcmp(c->frag, fj_frag_name((fj_frag)f)) != 0)
+      continue;
+    fj_lut l;
+    fj_status st = fj_layout_get(ctx, (fj_frag)f, &l);
+    if ((st == FJ_ERR_COMPILE_ONLY || st == FJ_ERR_UNSUPPORTED) && !c->frag)
+      continue;  /* no table for this kind here (no reference, or a kind
+                    that needs sm_80); the others still print */
+    if (st != FJ_OK)
+      rc = cli_fj_error(c, ctx, st);
+    else
+      print_lut(&l);
+    shown++;
+  }
+  if (!shown && !rc)
+    rc = cli_usage_error(c, "unknown fragment kind '%s'", c->frag);
+  fj_ctx_destroy(ctx);
+  return rc;
+}
+

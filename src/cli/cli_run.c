@@ -1,0 +1,218 @@
+/*
+ * cli_run.c -- `flashjit run`: runs attention on the GPU and times it (and
+ * with --check compares it with the reference), or with --sweep times every
+ * variant of the sweep on the problem.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+static fj_status run_once(const cli *c, fj_ctx *ctx, run_data *d, float *lse)
+{
+  return cli_launch_one(ctx, d, c->variant_given ? &c->v : NULL, lse);
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+typedef struct timing {
+  double median_ms, min_ms;
+} timing;
+
+/* Median and minimum of `iters` launches of v (NULL: the library's
+ * choice), each between two events, after `warmup` untimed ones. */
+static fj_status time_variant(fj_ctx *ctx, run_data *d, const fj_variant *v,
+                              int warmup, int iters, timing *t)
+{
+  cudaEvent_t e0, e1;
+  float *ms = calloc((size_t)iters, sizeof *ms);
+  if (!ms || cudaEventCreate(&e0) != cudaSuccess ||
+      cudaEventCreate(&e1) != cudaSuccess) {
+    free(ms);
+    return FJ_ERR_NOMEM;
+  }
+  fj_status st = FJ_OK;
+  for (int i = 0; i < warmup && st == FJ_OK; i++)
+    st = cli_launch_one(ctx, d, v, NULL);
+  for (int i = 0; i < iters && st == FJ_OK; i++) {
+    cudaEventRecord(e0, NULL);
+    st = cli_launch_one(ctx, d, v, NULL);
+    cudaEventRecord(e1, NULL);
+    cudaEventSynchronize(e1);
+    cudaEventElapsedTime(&ms[i], e0, e1);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  qsort(ms, (size_t)iters, sizeof *ms, cmp_float);
+  t->median_ms = ms[iters / 2];
+  t->min_ms = ms[0];
+  free(ms);
+  return st;
+}
+
+/* Host time per call: launches queued without waiting, fewer than the
+ * launch queue holds, after the kernel is in the memory cache; the best of
+ * five rounds.  Includes cuLaunchKernel. */
+static double host_us_per_call(fj_ctx *ctx, run_data *d, const fj_variant *v)
+{
+  enum { CALLS = 128, ROUNDS = 5 };
+  double best = INFINITY;
+  for (int r = 0; r < ROUNDS; r++) {
+    cudaDeviceSynchronize();
+    struct timespec a, z;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (int i = 0; i < CALLS; i++)
+      cli_launch_one(ctx, d, v, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &z);
+    double us = ((double)(z.tv_sec - a.tv_sec) * 1e9 +
+                 (double)(z.tv_nsec - a.tv_nsec)) / 1e3 / CALLS;
+    best = us < best ? us : best;
+  }
+  cudaDeviceSynchronize();
+  return best;
+}
+
+static int run_timed(const cli *c, fj_ctx *ctx, run_data *d)
+{
+  int iters = c->iters > 0 ? c->iters : 20;
+  timing t;
+  fj_status st = time_variant(ctx, d, c->variant_given ? &c->v : NULL,
+                              c->warmup, iters, &t);
+  if (st != FJ_OK)
+    return cli_fj_error(c, ctx, st);
+  CUDA_TRY(cudaGetLastError());
+  printf("time: median %.1f us, min %.1f us over %d runs; %.1f TFLOP/s\n",
+         t.median_ms * 1e3, t.min_ms * 1e3, iters,
+         cli_tflops(&d->p, t.median_ms));
+  printf("host: %.2f us per call (memory hit, cuLaunchKernel included)\n",
+         host_us_per_call(ctx, d, c->variant_given ? &c->v : NULL));
+  return 0;
+}
+
+static int run_report(cli *c, fj_ctx *ctx, run_data *d)
+{
+  fj_variant v = c->v;
+  fj_choice from = FJ_CHOICE_HEURISTIC;
+  fj_status st = c->variant_given ? fj_problem_check(ctx, &d->p)
+                                  : fj_attention_variant(ctx, &d->p, &v, &from);
+  if (st != FJ_OK)
+    return cli_fj_error(c, ctx, st);
+  char name[160];
+  fj_variant_name(&v, name, sizeof name);
+  fj_device_info info;
+  fj_device_get(ctx, &info);
+  printf("device: %s (%s)\nproblem: B=%d H=%d Hkv=%d Sq=%d Skv=%d D=%d %s "
+         "causal=%s layout=%s\nvariant: %s (%s)\n",
+         info.name, fj_ctx_arch(ctx), d->p.batch, d->p.heads_q,
+         d->p.heads_kv, d->p.seq_q, d->p.seq_kv, d->p.head_dim,
+         fj_dtype_name(d->p.dtype), fj_causal_name(d->p.causal),
+         c->order == FJ_BSHD ? "bshd" : "bhsd", name,
+         c->variant_given ? "given" : from == FJ_CHOICE_TUNED ? "tuned"
+                                                              : "heuristic");
+  struct timespec a, z;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  st = run_once(c, ctx, d, NULL);
+  if (st != FJ_OK)
+    return cli_fj_error(c, ctx, st);
+  CUDA_TRY(cudaDeviceSynchronize());
+  clock_gettime(CLOCK_MONOTONIC, &z);
+  printf("first call (compile or cache fetch, load, run): %.1f ms\n",
+         (double)(z.tv_sec - a.tv_sec) * 1e3 +
+             (double)(z.tv_nsec - a.tv_nsec) * 1e-6);
+  return 0;
+}
+
+/* run --sweep: every combination emit --sweep would compile, timed on this
+ * problem (and checked with --check), one line each, the fastest last. */
+static void sweep_time_line(const cli *c, fj_ctx *ctx, run_data *d,
+                            const fj_variant *v, fj_status st, int iters,
+                            double *best_ms, fj_variant *best)
+{
+  char name[160];
+  fj_variant_name(v, name, sizeof name);
+  timing t;
+  if (st == FJ_OK)
+    st = time_variant(ctx, d, v, 2, iters, &t);
+  if (st != FJ_OK) {
+    /* The batch compile kept no message per variant: ask again. */
+    char why[160];
+    int rechecked = fj_variant_check(ctx, v) != FJ_OK;
+    snprintf(why, sizeof why, "%s", rechecked ? fj_errmsg(ctx) : fj_status_str(st));
+    why[strcspn(why, "\n")] = '\0';
+    printf("%-56s refused: %s\n", name, why);
+    return;
+  }
+  double rel = 0;
+  int fail = c->check ? cli_check_variant(c, ctx, d, v, 1, &rel) : 0;
+  printf("%-56s %9.1f us %7.1f TFLOP/s", name, t.median_ms * 1e3,
+         cli_tflops(&d->p, t.median_ms));
+  if (c->check)
+    printf("  rel_err=%.2e %s", rel, fail ? "FAIL" : "ok");
+  printf("\n");
+  if (!fail && t.median_ms < *best_ms) {
+    *best_ms = t.median_ms;
+    *best = *v;
+  }
+}
+
+static int run_sweep(const cli *c, fj_ctx *ctx, run_data *d)
+{
+  fj_variant *vs, best;
+  fj_status *st;
+  size_t n = cli_sweep_prepare(c, ctx, &vs, &st);
+  if (!n)
+    return EXIT_FAIL;
+  double best_ms = INFINITY;
+  for (size_t i = 0; i < n; i++)
+    sweep_time_line(c, ctx, d, &vs[i], st[i], c->iters > 0 ? c->iters : 10,
+                    &best_ms, &best);
+  if (isfinite(best_ms)) {
+    char name[160];
+    fj_variant_name(&best, name, sizeof name);
+    printf("fastest: %s %.1f us %.1f TFLOP/s\n", name, best_ms * 1e3,
+           cli_tflops(&d->p, best_ms));
+  }
+  free(vs);
+  free(st);
+  return 0;
+}
+
+/* A timed (and, with --check, checked) run of one variant, or a sweep. */
+static int run_on_device(cli *c, fj_ctx *ctx, run_data *d)
+{
+  CUDA_TRY(cudaSetDevice(c->device));
+  int rc = cli_run_alloc(d, c->seed ? c->seed : 1);
+  if (rc)
+    return rc;
+  if (c->sweep)
+    return run_sweep(c, ctx, d);
+  double rel;
+  if ((rc = run_report(c, ctx, d)) == 0 && (rc = run_timed(c, ctx, d)) == 0 &&
+      c->check)
+    rc = cli_check_variant(c, ctx, d, c->variant_given ? &c->v : NULL, 0,
+                           &rel);
+  return rc;
+}
+
+int cli_cmd_run(cli *c)
+{
+  if (!c->shape_given)
+    return cli_usage_error(c, "--shape B,H,S,D is required");
+  run_data d;
+  fj_ctx *ctx;
+  int rc = cli_problem_on_device(c, &d, &ctx);
+  if (rc)
+    return rc;
+  rc = run_on_device(c, ctx, &d);
+  cli_run_free(&d);
+  fj_ctx_destroy(ctx);
+  return rc;
+}
+
