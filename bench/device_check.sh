@@ -23,6 +23,47 @@ part() { [ -z "${PARTS:-}" ] || [[ " $PARTS " == *" $1 "* ]]; }
 note "commit ${1:-unknown}; $(date -u +%Y-%m-%dT%H:%MZ)"
 note "$(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader)"
 
+# 0. The wgmma family first, each step under a timeout: the probe of its
+#    layout tables, then its axes and cross product.  WGMMA_DEBUG=1 renders
+#    from a copy of templates/ whose mbarrier waits trap after 2^26 tries,
+#    so a wrong phase fails the launch instead of hanging the GPU.
+if part wgmma; then
+  tdir=""
+  if [ "${WGMMA_DEBUG:-0}" = 1 ]; then
+    tdir=/tmp/fj-templates-debug
+    rm -rf "$tdir" && cp -r /work/main/templates "$tdir"
+    sed -i 's/WGMMA_SPIN_LIMIT or 0/1 << 26/' "$tdir/attention_wgmma.cu"
+  fi
+  for t in gpu_lut_probe gpu_wgmma_axes gpu_wgmma_cross; do
+    FLASHJIT_TEMPLATE_DIR=$tdir timeout ${WGMMA_TIMEOUT:-240} ./tests/fj_tests $t >"$out/wgmma_$t.log" 2>&1
+    rc=$?
+    note "wgmma $t: exit $rc ($(grep -c ' ok$' "$out/wgmma_$t.log") ok, $(grep -c 'FAIL' "$out/wgmma_$t.log") FAIL lines)"
+    grep -E "wgmma.*(matches|holds|probe)|cross product|max rel_err|error|FAIL|check failed" "$out/wgmma_$t.log" | head -12 | tee -a "$summary"
+    [ $rc = 0 ] || break
+  done
+fi
+
+# 0b. Before and after the architecture step: the mma family's picks, as
+#     explicit variants, timed by the landed build (build-base/, carried
+#     beside build/) and by this one, alternately, in one call.
+if part ab && [ -x /work/main/build-base/flashjit ]; then
+  while IFS= read -r args; do
+    [ -n "$args" ] || continue
+    : >"$out/ab.tmp"
+    for b in build-base build build-base build; do
+      ms=$(/work/main/$b/flashjit run $args --iters 50 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+      echo "$b ${ms:-?}" >>"$out/ab.tmp"
+    done
+    note "ab $args: before $(awk '$1 == "build-base" {print $2}' "$out/ab.tmp" | tr '\n' ' ')us | after $(awk '$1 == "build" {print $2}' "$out/ab.tmp" | tr '\n' ' ')us"
+    rm -f "$out/ab.tmp"
+  done <<<"${AB_RUNS:---shape 4,32,4096,64 --mma mma --tile-m 128 --warps 4 --tile-n 128 --swizzle xor --stages 2
+--shape 4,32,4096,64 --causal --mma mma --tile-m 128 --warps 4 --tile-n 128 --swizzle xor --stages 3
+--shape 4,16,4096,128 --mma mma --tile-m 128 --warps 4 --tile-n 64 --swizzle pad --stages 2
+--shape 4,16,4096,128 --causal --mma mma --tile-m 128 --warps 4 --tile-n 64 --swizzle pad --stages 2
+--shape 4,8,4096,256 --mma mma --tile-m 128 --warps 8 --tile-n 64 --swizzle pad --stages 2
+--shape 4,8,4096,256 --causal --mma mma --tile-m 128 --warps 8 --tile-n 64 --swizzle pad --stages 2}"
+fi
+
 # 1. GPU tests (ctest label gpu), verbose so every case's error is logged.
 if part tests; then
   ctest -L gpu -R "${TESTS:-.}" -V --timeout 900 >"$out/ctest_gpu.log" 2>&1

@@ -50,16 +50,21 @@ def flops(B, H, S, Skv, D, causal):
     return 4 * B * H * S * Skv * D / (2 if causal else 1)
 
 
-def case(fj, B, H, S, D, causal, dtype, iters):
+def case(fj, B, H, S, D, causal, dtype, iters, Hkv=None):
+    """One shape, every implementation on the same inputs.  Hkv < H is GQA
+    (SDPA with enable_gqa=True, flashjit's heads_kv)."""
+    Hkv = Hkv or H
     tdt = torch.float16 if dtype == fjc.F16 else torch.bfloat16
     dev = torch.device("cuda")
     q = torch.randn(B, H, S, D, device=dev, dtype=tdt)
-    k, v = torch.randn_like(q), torch.randn_like(q)
+    k = torch.randn(B, Hkv, S, D, device=dev, dtype=tdt)
+    v = torch.randn_like(k)
     o = torch.full_like(q, float("nan"))
-    p = fj.problem(B, H, H, S, S, D, dtype, fjc.CAUSAL_TOP_LEFT if causal else fjc.CAUSAL_NONE)
+    gqa = dict(enable_gqa=True) if Hkv != H else {}
+    p = fj.problem(B, H, Hkv, S, S, D, dtype, fjc.CAUSAL_TOP_LEFT if causal else fjc.CAUSAL_NONE)
     _, name, origin = fj.variant(p)
     stream = torch.cuda.current_stream().cuda_stream
-    row = dict(B=B, H=H, S=S, D=D, causal=causal, dtype=str(tdt).split(".")[-1],
+    row = dict(B=B, H=H, Hkv=Hkv, S=S, D=D, causal=causal, dtype=str(tdt).split(".")[-1],
                variant=name, choice=origin)
     fl = flops(B, H, S, S, D, causal)
     fj.fwd(p, q, k, v, o, stream=stream)  # compile or fetch, outside the timing
@@ -69,15 +74,18 @@ def case(fj, B, H, S, D, causal, dtype, iters):
     # The float32 reference on the first two heads (the math backend holds
     # B*H*S*S floats, 34 GB at 16k tokens over all heads).
     with sdpa_kernel([SDPBackend.MATH]):
-        ref = F.scaled_dot_product_attention(q[:, :2].float(), k[:, :2].float(),
-                                             v[:, :2].float(), is_causal=causal)
+        g = H // Hkv  # query heads 0-1 read KV head 0 (or 0-1 without GQA)
+        kv = slice(0, 1) if g > 1 else slice(0, 2)
+        ref = F.scaled_dot_product_attention(q[:, :2].float(), k[:, kv].float(),
+                                             v[:, kv].float(), is_causal=causal,
+                                             **(dict(enable_gqa=True) if g > 1 else {}))
     row["flashjit_rel_err"] = float((o[:, :2].float() - ref).norm() / ref.norm())
     row["flashjit_nan"] = int(torch.isnan(o).sum())
     del ref
     for bname, be in BACKENDS.items():
         try:
             with sdpa_kernel([be]):
-                f = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+                f = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa)  # noqa: E731
                 ms = bench(f, iters)
             row[bname + "_us"], row[bname + "_tflops"] = round(ms * 1e3, 1), round(fl / ms / 1e9, 1)
         except RuntimeError as ex:
@@ -86,6 +94,7 @@ def case(fj, B, H, S, D, causal, dtype, iters):
     torch_best = min(row[b + "_us"] for b in BACKENDS if row.get(b + "_us"))
     row["ratio_vs_best"] = round(torch_best / row["flashjit_us"], 3)
     row["ratio_vs_flash"] = round(row["flash_us"] / row["flashjit_us"], 3) if row.get("flash_us") else None
+    row["ratio_vs_cudnn"] = round(row["cudnn_us"] / row["flashjit_us"], 3) if row.get("cudnn_us") else None
     del q, k, v, o
     return row
 
@@ -93,10 +102,11 @@ def case(fj, B, H, S, D, causal, dtype, iters):
 def print_row(r):
     def f(x):
         return "    -  " if x is None else f"{x:7.1f}"
-    print(f"{r['B']:3d} {r['H']:3d} {r['S']:6d} {r['D']:4d} {'C' if r['causal'] else 'N'} "
+    print(f"{r['B']:3d} {r['H']:3d}/{r['Hkv']:<3d} {r['S']:6d} {r['D']:4d} {'C' if r['causal'] else 'N'} "
           f"{r['dtype']:8s} fj {f(r['flashjit_us'])}us {f(r['flashjit_tflops'])}TF | "
           + " | ".join(f"{b} {f(r.get(b + '_us'))}us {f(r.get(b + '_tflops'))}TF" for b in BACKENDS)
           + f" | fj/best {r['ratio_vs_best']:.2f} fj/flash {r['ratio_vs_flash'] or 0:.2f}"
+          f" fj/cudnn {r['ratio_vs_cudnn'] or 0:.2f}"
           f" | err {r['flashjit_rel_err']:.1e} | {r['variant']} ({r['choice']})", flush=True)
 
 
@@ -250,10 +260,11 @@ def main():
                         sweep.append((16384 // S, 2048 // D, S, D, causal, fjc.F16))
         if not a.sweep_only:
             cases += [(4, 16, 4096, 128, False, fjc.BF16), (4, 16, 4096, 128, True, fjc.BF16)]
+    gqa_cases = [] if a.jit_only else [(1, 32, 8192, 128, True, fjc.BF16, 8)]
     rows = []
-    print("B   H   S      D    c dtype    times per implementation, ratios, error, variant")
-    for c in cases + sweep:
-        r = case(fj, *c, iters=a.iters)
+    print("B   H/Hkv   S      D    c dtype    times per implementation, ratios, error, variant")
+    for c in cases + sweep + gqa_cases:
+        r = case(fj, *c[:6], iters=a.iters, Hkv=c[6] if len(c) > 6 else None)
         r["sweep"] = c in sweep
         rows.append(r)
         print_row(r)
@@ -270,7 +281,11 @@ def main():
             rs = [r for r in rows if r["sweep"] and r["D"] == D and r["causal"] == causal and r["S"] >= 2048]
             if rs:
                 g = math.exp(sum(math.log(r["ratio_vs_flash"]) for r in rs) / len(rs))
-                print(f"geomean flashjit/flash, D={D} {'causal' if causal else 'non-causal'}, S>=2048: {g:.3f}")
+                gc = math.exp(sum(math.log(r["ratio_vs_cudnn"]) for r in rs) / len(rs))
+                tf = [r["flashjit_tflops"] for r in rs]
+                print(f"geomean D={D} {'causal' if causal else 'non-causal'}, S>=2048: "
+                      f"flashjit/flash {g:.3f}, cudnn-time/flashjit-time {gc:.3f}; "
+                      f"flashjit {min(tf):.0f}-{max(tf):.0f} TF ({min(tf) / 786:.2f}-{max(tf) / 786:.2f} of a bf16 GEMM's 786)")
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "sdpa_compare.json"), "w") as fh:
         json.dump(result, fh, indent=1)

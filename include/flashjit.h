@@ -497,10 +497,18 @@ typedef enum fj_frag {
   FJ_FRAG_MMA_ACC_BF16 = 9,    /* the same, bf16 inputs */
   FJ_FRAG_MMA_A = 10,          /* A (m x k) by ldmatrix.x4 from row-major rows */
   FJ_FRAG_MMA_B_COL = 11,      /* B (k x n) by ldmatrix.x4 from n-major rows (K) */
-  FJ_FRAG_MMA_B_ROW = 12       /* B (k x n) by ldmatrix.x4.trans from k-major rows (V) */
+  FJ_FRAG_MMA_B_ROW = 12,      /* B (k x n) by ldmatrix.x4.trans from k-major rows (V) */
+  /* wgmma.mma_async m64nNk16 (sm_90a), as the wgmma family issues it.  A
+   * warpgroup's accumulator is four warps' 16-row slices; each table is
+   * warp 0's 16x16 corner (8 slots per lane), and the probe checks that
+   * every warp w holds rows 16w + the same pattern and that column group
+   * j of 16 (registers 8j..8j + 7) repeats it 16j columns on. */
+  FJ_FRAG_WGMMA_ACC_F16 = 13,  /* f32 accumulator, f16 inputs */
+  FJ_FRAG_WGMMA_ACC_BF16 = 14, /* the same, bf16 inputs */
+  FJ_FRAG_WGMMA_A = 15         /* A (m64 x k16) from registers (the RS form) */
 } fj_frag;
 
-#define FJ_FRAG_COUNT 12
+#define FJ_FRAG_COUNT 15
 #define FJ_LUT_MAX_SLOTS 16
 
 typedef enum fj_lut_origin {
@@ -529,7 +537,7 @@ typedef struct fj_lut {
  * once).  A compile-only context returns the reference table, marked so.
  * Errors: FJ_ERR_LAYOUT when the probe's result is not a valid layout;
  * FJ_ERR_UNSUPPORTED for a kind the target cannot run (bf16 and mma.sync
- * kinds before sm_80).
+ * kinds before sm_80, wgmma kinds anywhere but sm_90a).
  */
 FJ_API fj_status fj_layout_get(fj_ctx *ctx, fj_frag frag, fj_lut *lut);
 

@@ -28,8 +28,8 @@ typedef struct fj_hot {
   void *function;
 } fj_hot;
 typedef struct fj_pick {
-  int key[8];  /* head dim, dtypes, mask, sequence buckets, GQA ratio,
-                  fewer 128-row blocks than multiprocessors */
+  int key[9];  /* head dim, dtypes, mask, sequence buckets, GQA ratio,
+                  fewer 128-row blocks than multiprocessors, TMA fits */
   fj_variant v;
   fj_choice from;
 } fj_pick;
@@ -196,7 +196,44 @@ static void mma_choice(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
   }
 }
 
-void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
+/* Whether the wgmma family can take the problem: sm_90a, head dims in
+ * panels of 64, the same dtype for K/V, and strides TMA can encode (none
+ * zero where the extent is above 1). */
+static int wgmma_fits(const fj_ctx *ctx, const fj_problem *p)
+{
+  if (ctx->sm != 90 || !ctx->arch_specific || p->head_dim % 64 != 0 ||
+      (p->kv_dtype && p->kv_dtype != p->dtype))
+    return 0;
+  const int64_t *s[4] = {p->q_stride, p->k_stride, p->v_stride, p->o_stride};
+  int ext[4][3] = {{p->batch, p->heads_q, p->seq_q},
+                   {p->batch, p->heads_kv, p->seq_kv},
+                   {p->batch, p->heads_kv, p->seq_kv},
+                   {p->batch, p->heads_q, p->seq_q}};
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 3; j++)
+      if (s[i][j] == 0 && ext[i][j] > 1)
+        return 0;
+  return 1;
+}
+
+/* The wgmma family (sm_90a) with FlashAttention-3's tile shapes as the
+ * starting point: two consumer warpgroups of 64 rows (three at head dim
+ * 64), key tiles as large as registers and shared memory allow, two
+ * stages. */
+static void wgmma_choice(const fj_problem *p, fj_variant *v)
+{
+  int d = v->head_dim;
+  v->mma = FJ_MMA_WGMMA;
+  v->softmax = FJ_SOFTMAX_REGS;
+  v->swizzle = FJ_SWIZZLE_XOR;
+  v->stages = 2;
+  v->tile_m = d == 64 ? 192 : 128;
+  v->warps = d == 64 ? 16 : 12;
+  v->tile_n = d == 64 ? 128 : d == 128 ? (p->causal ? 128 : 176)
+                                       : d == 192 ? 96 : 80;
+}
+
+void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
 {
   fj_variant_default(v, p->head_dim, p->dtype, p->causal);
   v->kv_dtype = p->kv_dtype == p->dtype ? 0 : p->kv_dtype;
@@ -205,6 +242,13 @@ void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
   /* Before sm_80 the WMMA family's defaults stand as they are. */
   if (ctx->sm >= 80)
     mma_choice(ctx, p, v);
+}
+
+void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
+{
+  fj__heuristic_sync(ctx, p, v);
+  if (wgmma_fits(ctx, p))
+    wgmma_choice(p, v);
 }
 
 static int log2_floor(int n)
@@ -217,7 +261,7 @@ static int log2_floor(int n)
 
 /* What the choice depends on: the tuning database's problem class, and
  * whether 128-row blocks would leave multiprocessors idle. */
-static void pick_key(const fj_ctx *ctx, const fj_problem *p, int key[8])
+static void pick_key(const fj_ctx *ctx, const fj_problem *p, int key[9])
 {
   key[0] = p->head_dim;
   key[1] = (int)p->dtype;
@@ -227,12 +271,13 @@ static void pick_key(const fj_ctx *ctx, const fj_problem *p, int key[8])
   key[5] = log2_floor(p->seq_kv);
   key[6] = p->heads_q / p->heads_kv;
   key[7] = few_blocks(ctx, p);
+  key[8] = wgmma_fits(ctx, p);
 }
 
 fj_status fj__choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
                      fj_choice *from)
 {
-  int key[8];
+  int key[9];
   pick_key(ctx, p, key);
   pthread_mutex_lock(&ctx->lock);
   fj_dispatch *d = dispatch(ctx);
@@ -385,22 +430,62 @@ static fj_status ready_kernel(fj_ctx *ctx, const fj_variant *v,
   return st;
 }
 
+/* One rank-4 tensor map (head dim, sequence, heads, batch) of a tensor
+ * with element strides s, boxes of 64 columns by `rows` rows in the 128-byte
+ * swizzle.  A dimension of extent 1 may have any stride; TMA wants one it
+ * can encode. */
+static fj_status tensor_map(const fj_ctx *ctx, const void *base, fj_dtype dt,
+                            const int64_t s[3], int d, int seq, int heads,
+                            int batch, int rows, fj_tmap *out)
+{
+  int64_t esz = fj__dtype_bytes(dt);
+  fj_tmap_desc m = {(uint64_t)(uintptr_t)base, dt, 4, {d, seq, heads, batch},
+                    {s[2] * esz, s[1] * esz, s[0] * esz}, {64, rows, 1, 1},
+                    128};
+  for (int i = 0; i < 3; i++)
+    if (m.dims[i + 1] == 1 && m.strides[i] == 0)
+      m.strides[i] = 16;
+  return fj__cu_tensor_map(ctx, &m, out);
+}
+
+/* The tensor maps of a TMA kernel: Q in boxes of the block's rows, K and V
+ * in boxes of tile_n rows. */
+static fj_status tensor_maps(const fj_ctx *ctx, const fj_problem *p,
+                             const fj_variant *v, const fj_kernel *kern,
+                             const void *q, const void *k, const void *vp,
+                             fj_tmaps *maps)
+{
+  fj_status st = tensor_map(ctx, q, p->dtype, p->q_stride, p->head_dim,
+                            p->seq_q, p->heads_q, p->batch,
+                            kern->meta.rows_per_block, &maps->q);
+  if (st == FJ_OK)
+    st = tensor_map(ctx, k, p->dtype, p->k_stride, p->head_dim, p->seq_kv,
+                    p->heads_kv, p->batch, v->tile_n, &maps->k);
+  if (st == FJ_OK)
+    st = tensor_map(ctx, vp, p->dtype, p->v_stride, p->head_dim, p->seq_kv,
+                    p->heads_kv, p->batch, v->tile_n, &maps->v);
+  return st;
+}
+
 static fj_status launch(fj_ctx *ctx, const fj_problem *p, const fj_variant *v,
                         const void *q, const void *k, const void *vp, void *o,
                         float *lse, void *stream)
 {
   fj_kernel *kern;
   void *fn;
+  fj_kparams kp;
+  fj_tmaps maps;
+  void *args[] = {&kp, &maps};
   fj_status st = fj__cu_enter(ctx);
   if (st != FJ_OK)
     return st;
   pthread_mutex_lock(&ctx->lock);
   st = ready_kernel(ctx, v, &kern, &fn);
   pthread_mutex_unlock(&ctx->lock);
+  if (st == FJ_OK && kern->meta.tma)
+    st = tensor_maps(ctx, p, v, kern, q, k, vp, &maps);
   if (st == FJ_OK) {
-    fj_kparams kp;
     fill_params(&kp, p, q, k, vp, o, lse);
-    void *args[] = {&kp};
     unsigned rows = (unsigned)kern->meta.rows_per_block;
     fj_launch l = {fn,
                    {((unsigned)p->seq_q + rows - 1) / rows,

@@ -14,6 +14,7 @@
 
 #include "ctx.h"
 #include "driver.h"
+#include "kparams.h"
 #include "util.h"
 
 /* The entry points we use, by their ABI names (cuda.h maps several API names
@@ -50,6 +51,16 @@ typedef struct cu_api {
   CUresult (*getErrorName)(CUresult, const char **);
   CUresult (*getErrorString)(CUresult, const char **);
 } cu_api;
+
+/* Tensor maps (CUDA 12.0 and newer drivers): looked up on its own, so that
+ * an older driver still runs every family that does not use TMA. */
+typedef CUresult (*tensor_map_fn)(CUtensorMap *, CUtensorMapDataType,
+                                  cuuint32_t, void *, const cuuint64_t *,
+                                  const cuuint64_t *, const cuuint32_t *,
+                                  const cuuint32_t *, CUtensorMapInterleave,
+                                  CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                  CUtensorMapFloatOOBfill);
+static tensor_map_fn cu_tensor_map_encode;
 
 static cu_api cu;
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
@@ -111,6 +122,7 @@ static void cu_load(void)
     }
     memcpy((char *)&cu + cu_symbols[i].offset, &fn, sizeof fn);
   }
+  cu_tensor_map_encode = (tensor_map_fn)dlsym(h, "cuTensorMapEncodeTiled");
   CUresult r = cu.init(0);
   if (r != CUDA_SUCCESS) {
     const char *name = "?";
@@ -327,5 +339,37 @@ fj_status fj__cu_event_ms(const fj_ctx *ctx, void *start, void *end, float *ms)
 {
   FJ_CU_TRY(ctx, cu.eventSynchronize((CUevent)end));
   FJ_CU_TRY(ctx, cu.eventElapsedTime(ms, (CUevent)start, (CUevent)end));
+  return FJ_OK;
+}
+
+fj_status fj__cu_tensor_map(const fj_ctx *ctx, const fj_tmap_desc *d,
+                            fj_tmap *out)
+{
+  _Static_assert(sizeof(fj_tmap) == sizeof(CUtensorMap),
+                 "fj_tmap must be a CUtensorMap");
+  if (!cu_tensor_map_encode)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "the driver has no cuTensorMapEncodeTiled (TMA needs a "
+                    "CUDA 12 driver)");
+  cuuint64_t dims[5], strides[4];
+  cuuint32_t box[5], ones[5] = {1, 1, 1, 1, 1};
+  for (int i = 0; i < d->rank; i++) {
+    dims[i] = (cuuint64_t)d->dims[i];
+    box[i] = (cuuint32_t)d->box[i];
+    if (i + 1 < d->rank)
+      strides[i] = (cuuint64_t)d->strides[i];
+  }
+  CUtensorMapDataType type = d->dtype == FJ_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  CUtensorMapSwizzle sw = d->swizzle_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                          : d->swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                   : CU_TENSOR_MAP_SWIZZLE_32B;
+  /* Out-of-bounds elements (sequence tails) are filled with zeros. */
+  FJ_CU_TRY(ctx, cu_tensor_map_encode(
+                     (CUtensorMap *)out, type, (cuuint32_t)d->rank,
+                     (void *)(uintptr_t)d->base, dims, strides, box, ones,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, sw,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
   return FJ_OK;
 }

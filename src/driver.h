@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "ctx.h"
+#include "kparams.h"
 
 typedef struct fj_launch {
   void *function;        /* CUfunction */
@@ -50,5 +51,21 @@ void fj__cu_event_destroy(void *event);
 fj_status fj__cu_event_record(const fj_ctx *ctx, void *event, void *stream);
 /* Waits for `end`, then the milliseconds between the two events. */
 fj_status fj__cu_event_ms(const fj_ctx *ctx, void *start, void *end, float *ms);
+
+/* A tiled tensor map (TMA): rank 1..5, dims and box in elements (dim 0
+ * contiguous), strides[i] the byte stride of dim i + 1, f16 or bf16,
+ * swizzle_bytes 32, 64 or 128; out-of-bounds elements read as zeros. */
+typedef struct fj_tmap_desc {
+  uint64_t base;
+  fj_dtype dtype;
+  int rank;
+  int64_t dims[5];
+  int64_t strides[4];
+  int box[5];
+  int swizzle_bytes;
+} fj_tmap_desc;
+
+fj_status fj__cu_tensor_map(const fj_ctx *ctx, const fj_tmap_desc *d,
+                            fj_tmap *out);
 
 #endif /* FJ_DRIVER_H */

@@ -339,7 +339,7 @@ fj_status fj__kernel_build(fj_ctx *ctx, const char *name,
     disk_key(ctx, k, &dk);
     if (!from_disk(ctx, k, &dk)) {
       st = fj__compile(ctx, k->meta.symbol, k->source, ctx->arch,
-                       ctx->opts.isolate_compile, &k->out);
+                       ctx->opts.isolate_compile || k->meta.isolate, &k->out);
       if (st == FJ_OK)
         to_disk(ctx, k, &dk);
     }

@@ -29,13 +29,21 @@
 #include "util.h"
 
 /* out[0..511]: the table; out[512]: slots per lane; out[513..1024]: the
- * mma accumulators' check products (K-style B, then V-style B). */
-enum { PROBE_FLOATS = 1025, PROBE_CHECK = 513 };
+ * mma accumulators' check products (K-style B, then V-style B).  The wgmma
+ * kinds (one warpgroup) write out[round * 8192 + thread * 64 + register]
+ * and the slots at out[32768]. */
+enum {
+  PROBE_FLOATS = 32769,
+  PROBE_CHECK = 513,
+  WG_ROUND = 8192,
+  WG_SLOTS = 32768
+};
 
 static const char *const frag_names[FJ_FRAG_COUNT + 1] = {
     "?",          "wmma_acc_f32",  "wmma_a_f16_row", "wmma_b_f16_col",
     "wmma_b_f16_row", "wmma_a_bf16_row", "wmma_b_bf16_col", "wmma_b_bf16_row",
     "mma_acc_f16", "mma_acc_bf16", "mma_a", "mma_b_col", "mma_b_row",
+    "wgmma_acc_f16", "wgmma_acc_bf16", "wgmma_a",
 };
 
 const char *fj_frag_name(fj_frag frag)
@@ -46,7 +54,13 @@ const char *fj_frag_name(fj_frag frag)
 static int is_accumulator(fj_frag frag)
 {
   return frag == FJ_FRAG_WMMA_ACC_F32 || frag == FJ_FRAG_MMA_ACC_F16 ||
-         frag == FJ_FRAG_MMA_ACC_BF16;
+         frag == FJ_FRAG_MMA_ACC_BF16 || frag == FJ_FRAG_WGMMA_ACC_F16 ||
+         frag == FJ_FRAG_WGMMA_ACC_BF16;
+}
+
+static int is_wgmma(fj_frag frag)
+{
+  return frag >= FJ_FRAG_WGMMA_ACC_F16 && frag <= FJ_FRAG_WGMMA_A;
 }
 
 static int is_mma(fj_frag frag)
@@ -60,9 +74,12 @@ static int is_bf16_wmma(fj_frag frag)
          frag == FJ_FRAG_WMMA_B_BF16_ROW;
 }
 
-/* bf16 fragments and mma.sync m16n8k16 need sm_80; so do their tables. */
+/* bf16 fragments and mma.sync m16n8k16 need sm_80; so do their tables.
+ * wgmma exists only on sm_90a. */
 static int available(const fj_ctx *ctx, fj_frag frag)
 {
+  if (is_wgmma(frag))
+    return ctx->sm == 90 && ctx->arch_specific;
   return (!is_mma(frag) && !is_bf16_wmma(frag)) || ctx->sm >= 80;
 }
 
@@ -184,6 +201,146 @@ static int check_products(const fj_lut *lut, const float *out, char *why,
   return 0;
 }
 
+/* ---- the wgmma kinds: a warpgroup's m64n128 accumulator ------------------ */
+
+static void table_init(fj_lut *lut, fj_frag frag, int slots)
+{
+  memset(lut, 0, sizeof *lut);
+  lut->frag = frag;
+  lut->rows = lut->cols = 16;
+  lut->lanes = 32;
+  lut->slots = slots;
+}
+
+/* Where thread t's register i sits in the warpgroup's tile, by warp 0's
+ * table: warp w holds rows 16w on, register group i / 8 columns 16 (i / 8)
+ * on. */
+static void wg_position(const fj_lut *lut, int t, int i, int *row, int *col)
+{
+  int e = lut->map[t % 32][i % 8];
+  *row = e / 16 + 16 * (t / 32);
+  *col = e % 16 + 16 * (i / 8);
+}
+
+static int wg_integer(float v, int lo, int hi)
+{
+  return v == floorf(v) && v >= (float)lo && v < (float)hi;
+}
+
+/* The products of rounds 2 (K-style B) and 3 (V-style B, MN-major, two
+ * panels): every register equals the exact sum over k < 64. */
+static int wg_check_products(const fj_lut *lut, const float *out, char *why,
+                             size_t size)
+{
+  static const char *const style[2] = {"K-major B", "MN-major B (two panels)"};
+  for (int p = 0; p < 2; p++)
+    for (int t = 0; t < 128; t++)
+      for (int i = 0; i < 64; i++) {
+        int m, n;
+        wg_position(lut, t, i, &m, &n);
+        double want = 0;
+        for (int k = 0; k < 64; k++)
+          want += probe_a(m, k) * probe_b(k, n);
+        float got = out[(2 + p) * WG_ROUND + t * 64 + i];
+        if ((double)got != want) {
+          snprintf(why, size, "%s: with a %s, thread %d register %d (element "
+                              "(%d, %d) by the table) holds %g, not %g",
+                   fj_frag_name(lut->frag), style[p], t, i, m, n, (double)got,
+                   want);
+          return -1;
+        }
+      }
+  return 0;
+}
+
+/* Rounds 0 and 1 hold each register's row and column: warp 0's first 16
+ * columns become the table, every other register must follow it. */
+static int invert_wgmma_acc(fj_frag frag, const float *out, fj_lut *lut,
+                            char *why, size_t size)
+{
+  table_init(lut, frag, 8);
+  for (int t = 0; t < 128; t++)
+    for (int i = 0; i < 64; i++) {
+      float r = out[t * 64 + i], c = out[WG_ROUND + t * 64 + i];
+      if (!wg_integer(r, 0, 64) || !wg_integer(c, 0, 128)) {
+        snprintf(why, size, "%s: thread %d register %d holds (%g, %g), no "
+                            "element of the 64x128 tile",
+                 fj_frag_name(frag), t, i, (double)r, (double)c);
+        return -1;
+      }
+      if (t < 32 && i < 8) {
+        if (r >= 16 || c >= 16) {
+          snprintf(why, size, "%s: lane %d register %d holds (%g, %g), "
+                              "outside warp 0's first 16x16 corner",
+                   fj_frag_name(frag), t, i, (double)r, (double)c);
+          return -1;
+        }
+        lut->map[t][i] = (uint16_t)(r * 16 + c);
+      }
+    }
+  if (fj__lut_validate(lut, why, size) != 0)
+    return -1;
+  for (int t = 0; t < 128; t++)
+    for (int i = 0; i < 64; i++) {
+      int r, c;
+      wg_position(lut, t, i, &r, &c);
+      if ((float)r != out[t * 64 + i] || (float)c != out[WG_ROUND + t * 64 + i]) {
+        snprintf(why, size, "%s: thread %d register %d holds (%g, %g), not "
+                            "(%d, %d) as warp 0's table repeated by warp and "
+                            "column group says",
+                 fj_frag_name(frag), t, i, (double)out[t * 64 + i],
+                 (double)out[WG_ROUND + t * 64 + i], r, c);
+        return -1;
+      }
+    }
+  return wg_check_products(lut, out, why, size);
+}
+
+/* D = A . I: columns 0-15 of D hold A, whose slot s of thread t was tagged
+ * t * 8 + s; the accumulator table (already validated) says where each D
+ * register sits, so where each tag landed is where that A slot sits. */
+static int invert_wgmma_a(const float *out, const fj_lut *acc, fj_lut *lut,
+                          char *why, size_t size)
+{
+  int pos[128][8], seen[128][8] = {{0}};
+  table_init(lut, FJ_FRAG_WGMMA_A, 8);
+  for (int t = 0; t < 128; t++)
+    for (int i = 0; i < 32; i++) {
+      int r, c;
+      wg_position(acc, t, i, &r, &c);
+      float v = out[t * 64 + i];
+      if (c >= 16 ? v != 0.f : !wg_integer(v, 0, 1024)) {
+        snprintf(why, size, "wgmma_a: thread %d register %d (element (%d, "
+                            "%d)) holds %g, no tag",
+                 t, i, r, c, (double)v);
+        return -1;
+      }
+      if (c >= 16)
+        continue;
+      int tag = (int)v;
+      if (seen[tag / 8][tag % 8]++) {
+        snprintf(why, size, "wgmma_a: thread %d slot %d appears twice",
+                 tag / 8, tag % 8);
+        return -1;
+      }
+      pos[tag / 8][tag % 8] = r * 16 + c;
+    }
+  for (int t = 0; t < 128; t++)
+    for (int s = 0; s < 8; s++) {
+      int want = pos[t % 32][s] + 16 * 16 * (t / 32);
+      if (!seen[t][s] || pos[t][s] != want) {
+        snprintf(why, size, "wgmma_a: thread %d slot %d is %s, not warp 0's "
+                            "lane %d slot %d shifted by %d rows",
+                 t, s, seen[t][s] ? "elsewhere" : "missing", t % 32, s,
+                 16 * (t / 32));
+        return -1;
+      }
+      if (t < 32)
+        lut->map[t][s] = (uint16_t)pos[t][s];
+    }
+  return fj__lut_validate(lut, why, size);
+}
+
 /* Turns one probe's output into a table. */
 static int invert(fj_frag frag, const float *out, fj_lut *lut, char *why,
                   size_t size)
@@ -229,8 +386,25 @@ static int invert(fj_frag frag, const float *out, fj_lut *lut, char *why,
                                               : 0;
 }
 
+/* The table of one kind from its probe's output; luts holds the kinds
+ * probed before (the wgmma A operand reads through the accumulator's). */
+static int decode(fj_frag frag, const float *out, const fj_lut *luts,
+                  fj_lut *lut, char *why, size_t size)
+{
+  if (is_wgmma(frag) && out[WG_SLOTS] != 8.f) {
+    snprintf(why, size, "%s: the probe did not finish (out[%d] = %g)",
+             fj_frag_name(frag), WG_SLOTS, (double)out[WG_SLOTS]);
+    return -1;
+  }
+  if (frag == FJ_FRAG_WGMMA_A)
+    return invert_wgmma_a(out, &luts[FJ_FRAG_WGMMA_ACC_F16], lut, why, size);
+  if (is_wgmma(frag))
+    return invert_wgmma_acc(frag, out, lut, why, size);
+  return invert(frag, out, lut, why, size);
+}
+
 static fj_status run_probe(fj_ctx *ctx, fj_kernel *k, fj_frag frag,
-                           uint64_t dout, fj_lut *lut)
+                           uint64_t dout, fj_lut *luts)
 {
   char symbol[64], why[256];
   snprintf(symbol, sizeof symbol, "fj_probe_%s", fj_frag_name(frag));
@@ -239,13 +413,22 @@ static fj_status run_probe(fj_ctx *ctx, fj_kernel *k, fj_frag frag,
   if (st != FJ_OK)
     return st;
   void *args[] = {&dout};
-  fj_launch l = {fn, {1, 1, 1}, {32, 1, 1}, 0, NULL, args};
-  float out[PROBE_FLOATS];
-  if ((st = fj__cu_launch(ctx, &l)) != FJ_OK ||
+  fj_launch l = {fn, {1, 1, 1}, {is_wgmma(frag) ? 128u : 32u, 1, 1}, 0,
+                 NULL, args};
+  fj_lut *lut = &luts[frag];
+  float *out = malloc(PROBE_FLOATS * sizeof *out);
+  if (!out)
+    return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  if ((st = fj__cu_memset(ctx, dout, 0xff, PROBE_FLOATS * sizeof *out)) != FJ_OK ||
+      (st = fj__cu_launch(ctx, &l)) != FJ_OK ||
       (st = fj__cu_sync(ctx)) != FJ_OK ||
-      (st = fj__cu_copy_to_host(ctx, out, dout, sizeof out)) != FJ_OK)
+      (st = fj__cu_copy_to_host(ctx, out, dout, PROBE_FLOATS * sizeof *out)) != FJ_OK) {
+    free(out);
     return st;
-  if (invert(frag, out, lut, why, sizeof why) != 0)
+  }
+  int bad = decode(frag, out, luts, lut, why, sizeof why);
+  free(out);
+  if (bad)
     return fj__fail(ctx, FJ_ERR_LAYOUT, "fragment layout probe on %s: %s",
                     ctx->dev.name, why);
   lut->origin = FJ_LUT_PROBED;
@@ -262,7 +445,7 @@ static fj_status probe_all(fj_ctx *ctx, fj_kernel *k, fj_lut *luts)
   st = fj__cu_alloc(ctx, PROBE_FLOATS * sizeof(float), &dout);
   for (int f = 1; f <= FJ_FRAG_COUNT && st == FJ_OK; f++)
     if (available(ctx, (fj_frag)f))
-      st = run_probe(ctx, k, (fj_frag)f, dout, &luts[f]);
+      st = run_probe(ctx, k, (fj_frag)f, dout, luts);
     else
       fj__lut_reference((fj_frag)f, &luts[f]);  /* never handed out */
   fj__cu_free(dout);

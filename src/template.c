@@ -315,6 +315,8 @@ static void read_meta(lua_State *L, int idx, fj_kmeta *m)
   m->threads = meta_int(L, idx, "threads");
   m->smem_bytes = meta_int(L, idx, "smem_bytes");
   m->rows_per_block = meta_int(L, idx, "rows_per_block");
+  m->tma = meta_int(L, idx, "tma");
+  m->isolate = meta_int(L, idx, "isolate");
 }
 
 static int render_protected(lua_State *L)

@@ -42,6 +42,8 @@ typedef struct fj_kmeta {
   int smem_bytes;
   int rows_per_block;  /* query rows one block covers */
   int tma;             /* 1: the kernel takes tensor maps after its Params */
+  int isolate;         /* 1: compile in a child process even when the context
+                          compiles in-process (code NVRTC may crash on) */
 } fj_kmeta;
 
 /* Renders templates/<name> with params into *out.  FJ_ERR_TEMPLATE with the

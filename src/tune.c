@@ -196,21 +196,47 @@ static fj_status time_one(tune_run *t, const fj_variant *v, double *median)
   return st;
 }
 
+/* The wgmma family's space (sm_90a): 1-3 consumer warpgroups, key tiles of
+ * 64 to 256, 2-4 stages; the template refuses what does not fit. */
+static size_t wgmma_candidates(const fj_variant *base, fj_variant *out,
+                               size_t n, size_t max)
+{
+  static const int tn[] = {64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256};
+  for (int c = 1; c <= 3; c++)
+    for (size_t b = 0; b < sizeof tn / sizeof tn[0]; b++)
+      for (int st = 2; st <= 4 && n < max; st++) {
+        fj_variant v = *base;
+        v.mma = FJ_MMA_WGMMA;
+        v.softmax = FJ_SOFTMAX_REGS;
+        v.swizzle = FJ_SWIZZLE_XOR;
+        v.tile_m = 64 * c;
+        v.warps = 4 * (c + 1);
+        v.tile_n = tn[b];
+        v.stages = st;
+        if (memcmp(&v, &out[0], sizeof v) != 0)
+          out[n++] = v;
+      }
+  return n;
+}
+
 /* The candidates: the heuristic's choice first (ties go to it), then every
- * tile/warps/stages/swizzle/softmax combination. */
+ * tile/warps/stages/swizzle/softmax combination of the family without TMA,
+ * then, on sm_90a, the wgmma family's space. */
 static size_t candidates(fj_ctx *ctx, const fj_problem *p, fj_variant *out,
                          size_t max)
 {
   static const int tm[] = {64, 128}, tn[] = {32, 64, 128}, w[] = {4, 8};
   size_t n = 0;
+  fj_variant base;
   fj__heuristic(ctx, p, &out[n++]);
+  fj__heuristic_sync(ctx, p, &base);
   for (int a = 0; a < 2; a++)
     for (int b = 0; b < 3; b++)
       for (int c = 0; c < 2; c++)
         for (int st = 1; st <= 3; st++)
           for (int sw = FJ_SWIZZLE_NONE; sw <= FJ_SWIZZLE_XOR; sw++)
             for (int sm = FJ_SOFTMAX_SMEM; sm <= FJ_SOFTMAX_REGS && n < max; sm++) {
-              fj_variant v = out[0];
+              fj_variant v = base;
               v.tile_m = tm[a];
               v.tile_n = tn[b];
               v.warps = w[c];
@@ -220,6 +246,8 @@ static size_t candidates(fj_ctx *ctx, const fj_problem *p, fj_variant *out,
               if (memcmp(&v, &out[0], sizeof v) != 0)
                 out[n++] = v;
             }
+  if (out[0].mma == FJ_MMA_WGMMA)
+    n = wgmma_candidates(&out[0], out, n, max);
   return n;
 }
 
@@ -285,7 +313,7 @@ static fj_status save(tune_run *t, const fj_variant *v, const fj_tune_report *r)
 
 static fj_status tune_body(tune_run *t, fj_variant *best, fj_tune_report *r)
 {
-  enum { MAX = 256 };
+  enum { MAX = 384 };
   fj_variant *vs = calloc(MAX, sizeof *vs);
   fj_status *ok = calloc(MAX, sizeof *ok);
   if (!vs || !ok) {

@@ -194,11 +194,32 @@ static fj_status check_axes(const fj_ctx *ctx, const fj_variant *v)
 
 /* Axis values that are valid but not generated (yet).  The templates add
  * the rules that depend on combinations (refuse() in templates/). */
+/* The wgmma family: sm_90a only; a producer warpgroup and 1-3 consumer
+ * warpgroups; tiles in the 128-byte swizzle TMA writes.  The template adds
+ * the rules that depend on tiles and resources. */
+static fj_status check_wgmma(const fj_ctx *ctx, const fj_variant *v)
+{
+  if (ctx->sm != 90 || !ctx->arch_specific)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "mma wgmma (wgmma.mma_async, TMA) needs sm_90a; the "
+                    "target is %s",
+                    ctx->arch);
+  if (v->warps != 8 && v->warps != 12 && v->warps != 16)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "warps %d is not implemented for mma wgmma: 8, 12 or 16 "
+                    "(a producer warpgroup and 1-3 consumer warpgroups)",
+                    v->warps);
+  if (fj__kv_dtype(v) == FJ_E4M3)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "kv_dtype e4m3 is not implemented for mma wgmma: use mma "
+                    "mma or wmma");
+  return FJ_OK;
+}
+
 static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
 {
   if (v->mma == FJ_MMA_WGMMA)
-    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                    "mma wgmma is not implemented yet: wmma and mma are");
+    return check_wgmma(ctx, v);
   if (v->mma == FJ_MMA_SYNC && ctx->sm < 80)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "mma mma (mma.sync m16n8k16) needs sm_80 or newer; the "
@@ -224,24 +245,34 @@ fj_status fj__variant_validate(const fj_ctx *ctx, const fj_variant *v)
 
 static const char *template_of(const fj_variant *v)
 {
-  return v->mma == FJ_MMA_SYNC ? "attention_mma.cu" : "attention_wmma.cu";
+  return v->mma == FJ_MMA_WGMMA  ? "attention_wgmma.cu"
+         : v->mma == FJ_MMA_SYNC ? "attention_mma.cu"
+                                 : "attention_wmma.cu";
 }
 
-/* The fragment kinds a variant's family and element type use. */
-static void frags_of(const fj_variant *v, fj_frag out[4])
+/* The fragment kinds a variant's family and element type use: how many
+ * (the wgmma family reads B from shared memory through descriptors, which
+ * the probe's check products cover, so it has no B tables). */
+static int frags_of(const fj_variant *v, fj_frag out[4])
 {
   int bf = v->dtype == FJ_BF16;
+  if (v->mma == FJ_MMA_WGMMA) {
+    out[0] = bf ? FJ_FRAG_WGMMA_ACC_BF16 : FJ_FRAG_WGMMA_ACC_F16;
+    out[1] = FJ_FRAG_WGMMA_A;
+    return 2;
+  }
   if (v->mma == FJ_MMA_SYNC) {
     out[0] = bf ? FJ_FRAG_MMA_ACC_BF16 : FJ_FRAG_MMA_ACC_F16;
     out[1] = FJ_FRAG_MMA_A;
     out[2] = FJ_FRAG_MMA_B_COL;
     out[3] = FJ_FRAG_MMA_B_ROW;
-    return;
+    return 4;
   }
   out[0] = FJ_FRAG_WMMA_ACC_F32;
   out[1] = bf ? FJ_FRAG_WMMA_A_BF16_ROW : FJ_FRAG_WMMA_A_F16_ROW;
   out[2] = bf ? FJ_FRAG_WMMA_B_BF16_COL : FJ_FRAG_WMMA_B_F16_COL;
   out[3] = bf ? FJ_FRAG_WMMA_B_BF16_ROW : FJ_FRAG_WMMA_B_F16_ROW;
+  return 4;
 }
 
 static void add(fj_vparams *o, const char *key, fj_param_type type,
@@ -256,8 +287,8 @@ static fj_status add_luts(fj_ctx *ctx, const fj_variant *v, fj_vparams *o)
 {
   static const char *const keys[4] = {"lut_acc", "lut_a", "lut_bk", "lut_bv"};
   fj_frag frags[4];
-  frags_of(v, frags);
-  for (int i = 0; i < 4; i++) {
+  int n = frags_of(v, frags);
+  for (int i = 0; i < n; i++) {
     fj_status st = fj__layout_locked(ctx, frags[i], &o->luts[i]);
     if (st != FJ_OK)
       return st;

@@ -25,8 +25,27 @@
       host has the same formulas) through K-style and V-style B:
       out[513 + lane * 8 + slot] and out[769 + lane * 8 + slot], which the
       host checks against the table, element by element.
+
+  wgmma (sm_90a), through wgmma.cuh -- the descriptors, swizzle and
+  instructions the wgmma family issues; one warpgroup (128 threads), m64n128
+  accumulators d[16][8] per thread, written as out[round * 8192 + thread *
+  64 + register]:
+    accumulators: A (64 x 64, K-major) and B (128 x 64 K-style, or 64 x 128
+      MN-major V-style: two panels) in 128-byte-swizzled shared memory.
+      Round 0: A[m][0] = m, B[0][n] = 1, so every register holds its row;
+      round 1: A[m][0] = 1, B[0][n] = n: its column; rounds 2 and 3: the
+      check products of small integers over k < 64 (four k16 steps, the
+      descriptor advanced as the kernels advance it) through K-style and
+      V-style B.  The host builds the table from rounds 0-1 and checks
+      every warp, every column group and both products.
+    A from registers: thread t's 8 16-bit slots hold t * 8 + slot, B is the
+      identity (k < 16), so columns 0-15 of D = A . B hold A itself; the host
+      maps each register back through the accumulator table.
+    out[32768] = 8, the slots per lane of a table.
 #}
 {% meta.symbol = "fj_probe_wmma_acc_f32"; meta.threads = 32; meta.smem_bytes = 0; meta.rows_per_block = 0 %}
+{# NVRTC 13.0's PTX compiler can crash on wgmma code: compile it apart. #}
+{% meta.isolate = sm == 90 and arch:sub(-1) == "a" and 1 or 0 %}
 // flashjit fragment-layout probe for {{ arch }}; rendered by flashjit {{ version }}
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -139,4 +158,82 @@ extern "C" __global__ void fj_probe_mma_acc_{{ name }}(float *out) {
   if (lane == 0) out[512] = 8.f;
 }
 {%   end %}
+{% end %}
+{% if sm == 90 and arch:sub(-1) == "a" then %}
+
+{{ include("wgmma.cuh", { spin_limit = 0, forms = {
+     { t = "f16", n = 128, a = "ss", tb = 0 }, { t = "f16", n = 128, a = "ss", tb = 1 },
+     { t = "bf16", n = 128, a = "ss", tb = 0 }, { t = "bf16", n = 128, a = "ss", tb = 1 },
+     { t = "f16", n = 64, a = "rs", tb = 0 } } }) }}
+
+// A shared address the compiler cannot fold into a constant: NVRTC 13.0's
+// PTX compiler crashes on wgmma whose descriptors are all constants.
+__device__ __forceinline__ unsigned fj_probe_addr(const void *p) {
+  unsigned a = (unsigned)__cvta_generic_to_shared(p), b;
+  asm volatile("mov.b32 %0, %1;" : "=r"(b) : "r"(a));
+  return b;
+}
+{%   for _, t in ipairs({ { "f16", "__half", "__float2half" }, { "bf16", "__nv_bfloat16", "__float2bfloat16" } }) do %}
+{%     local name, ty, to = t[1], t[2], t[3] %}
+
+extern "C" __global__ void __launch_bounds__(128) fj_probe_wgmma_acc_{{ name }}(float *out) {
+  // A: 64 rows (m) x 64 (k), one panel.  bk: 128 rows (n) x 64 (k), one
+  // panel.  bv: 64 rows (k) x 128 (n), two panels of 64 columns.
+  __shared__ __align__(1024) {{ ty }} a[64 * 64], bk[128 * 64], bv[2 * 64 * 64];
+  const int t = threadIdx.x;
+  const unsigned sa = fj_probe_addr(a), sbk = fj_probe_addr(bk), sbv = fj_probe_addr(bv);
+  float d[8][8];
+  for (int round = 0; round < 4; ++round) {
+    for (int e = t; e < 128 * 64; e += 128) {
+      const int r = e / 64, c = e % 64;  // bk: stored (n, k) = (r, c)
+      float vk = round == 0 ? (c == 0 ? 1.f : 0.f) : round == 1 ? (c == 0 ? (float)r : 0.f) : fj_probe_b(c, r);
+      bk[fj::sw128(r, c) / 2] = {{ to }}(vk);
+      if (r < 64) {  // a: (m, k) = (r, c); bv: (k, n) = (r, c + 64 panel)
+        const float va = round == 0 ? (c == 0 ? (float)r : 0.f) : round == 1 ? (c == 0 ? 1.f : 0.f) : fj_probe_a(r, c);
+        a[fj::sw128(r, c) / 2] = {{ to }}(va);
+        bv[fj::sw128(r, c) / 2] = {{ to }}(fj_probe_b(r, c));
+        bv[(64 * 128 + fj::sw128(r, c)) / 2] = {{ to }}(fj_probe_b(r, c + 64));
+      }
+    }
+    fj::fence_async_smem();
+    __syncthreads();
+    fj::wg_fence();
+    for (int kk = 0; kk < 4; ++kk) {
+      const unsigned long long da = fj::wg_desc(sa + kk * 32, 16, 1024);
+      if (round < 3)
+        fj::wg_ss_{{ name }}_128(d, da, fj::wg_desc(sbk + kk * 32, 16, 1024), kk);
+      else
+        fj::wg_ss_{{ name }}_128_t(d, da, fj::wg_desc(sbv + kk * 2048, 64 * 128, 1024), kk);
+    }
+    fj::wg_commit();
+    fj::wg_wait<0>();
+    for (int i = 0; i < 64; ++i) out[round * 8192 + t * 64 + i] = d[i / 8][i % 8];
+    __syncthreads();
+  }
+  if (t == 0) out[32768] = 8.f;
+}
+{%   end %}
+
+extern "C" __global__ void __launch_bounds__(128) fj_probe_wgmma_a(float *out) {
+  __shared__ __align__(1024) __half bk[64 * 64];  // stored (n, k): the identity for k < 16
+  const int t = threadIdx.x;
+  for (int e = t; e < 64 * 64; e += 128) {
+    const int r = e / 64, c = e % 64;
+    bk[fj::sw128(r, c) / 2] = __float2half(r == c && c < 16 ? 1.f : 0.f);
+  }
+  unsigned ra[4];
+  for (int j = 0; j < 4; ++j) {
+    const __half2 h = __floats2half2_rn((float)(t * 8 + 2 * j), (float)(t * 8 + 2 * j + 1));
+    ra[j] = *reinterpret_cast<const unsigned *>(&h);
+  }
+  fj::fence_async_smem();
+  __syncthreads();
+  float d[4][8];
+  fj::wg_fence();
+  fj::wg_rs_f16_64(d, ra, fj::wg_desc(fj_probe_addr(bk), 16, 1024), 0);
+  fj::wg_commit();
+  fj::wg_wait<0>();
+  for (int i = 0; i < 32; ++i) out[t * 64 + i] = d[i / 8][i % 8];
+  if (t == 0) out[32768] = 8.f;
+}
 {% end %}

@@ -59,8 +59,8 @@ int test_compile_sm80_sm90(void)
  * mma.sync m16n8k16 need sm_80). */
 int test_compile_lut_probe(void)
 {
-  static const char *const archs[] = {"sm_75", "sm_80", "sm_90"};
-  for (int a = 0; a < 3; a++) {
+  static const char *const archs[] = {"sm_75", "sm_80", "sm_90", "sm_90a"};
+  for (int a = 0; a < 4; a++) {
     fj_ctx *ctx = fjt_ctx(archs[a], NULL);
     CHECK(ctx);
     fj_param params[] = {
@@ -76,9 +76,12 @@ int test_compile_lut_probe(void)
       snprintf(symbol, sizeof symbol, "fj_probe_%s", fj_frag_name((fj_frag)f));
       const char *name = fj_frag_name((fj_frag)f);
       int needs_80 = !strncmp(name, "mma_", 4) || strstr(name, "bf16");
-      CHECK(!strstr(ptx, symbol) == (needs_80 && ctx->sm < 80));
+      int needs_90a = !strncmp(name, "wgmma_", 6);
+      int missing = needs_90a ? a != 3 : needs_80 && ctx->sm < 80;
+      CHECK((strstr(ptx, symbol) == NULL) == missing);
     }
     CHECK(strstr(ptx, "mma.sync.aligned.m16n8k16") == NULL || ctx->sm >= 80);
+    CHECK((strstr(ptx, "wgmma.mma_async") == NULL) == (a != 3));
     fj_ctx_destroy(ctx);
   }
   return 0;

@@ -102,7 +102,7 @@ int test_errors_variant(void)
   CHECK(refuse(ctx, warps_3, FJ_ERR_UNSUPPORTED, "warps 3 is not implemented") == 0);
   CHECK(refuse(ctx, stages_9, FJ_ERR_INVALID_ARG, "stages 9 is invalid") == 0);
   CHECK(refuse(ctx, swizzle_9, FJ_ERR_INVALID_ARG, "swizzle 9 is invalid") == 0);
-  CHECK(refuse(ctx, mma_wgmma, FJ_ERR_UNSUPPORTED, "mma wgmma is not implemented") == 0);
+  CHECK(refuse(ctx, mma_wgmma, FJ_ERR_UNSUPPORTED, "warps 4 is not implemented for mma wgmma: 8, 12 or 16") == 0);
   CHECK(refuse(ctx, dtype_f32, FJ_ERR_INVALID_ARG, "dtype f32 is invalid") == 0);
   CHECK(refuse(ctx, kv_bf16, FJ_ERR_INVALID_ARG, "kv_dtype bf16 is invalid with dtype f16") == 0);
   CHECK(refuse(ctx, causal_7, FJ_ERR_INVALID_ARG, "causal 7 is invalid") == 0);

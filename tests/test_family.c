@@ -171,6 +171,121 @@ int test_family_mma_sm80_sm90(void)
   return mma_choices("sm_80") || mma_choices("sm_90");
 }
 
+/* The wgmma family on sm_90a: the library's pick for every head dim it
+ * takes x dtype x mask, and a sample of its other shapes (one and three
+ * consumer warpgroups, 3 and 4 stages, the smallest and largest key
+ * tiles).  Each compiles with no spills and no serialised wgmma, and its
+ * PTX holds the Hopper instructions: wgmma, TMA, setmaxnreg (where there
+ * are two or more consumer warpgroups). */
+int test_family_wgmma_sm90a(void)
+{
+  enum { PICKS = 4 * 2 * 3, SAMPLE = 6 };
+  static const int wdims[] = {64, 128, 192, 256};
+  static const int shapes[SAMPLE][5] = {  /* d, tile_m, tile_n, warps, stages */
+      {128, 64, 128, 8, 3}, {64, 192, 128, 16, 4}, {64, 64, 256, 8, 2},
+      {128, 128, 64, 12, 4}, {256, 128, 64, 12, 2}, {192, 128, 64, 12, 3}};
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  fj_variant vs[PICKS + SAMPLE];
+  fj_status st[PICKS + SAMPLE];
+  for (size_t i = 0; i < PICKS; i++) {
+    fj_problem p;
+    fj_problem_init(&p, 2, 8, 8, 2048, 2048, wdims[i / 6], i % 2 ? FJ_BF16 : FJ_F16, FJ_BSHD);
+    p.causal = (fj_causal)((i / 2) % 3);
+    CHECK_OK(ctx, fj_attention_variant(ctx, &p, &vs[i], NULL));
+    CHECK(vs[i].mma == FJ_MMA_WGMMA);
+  }
+  for (size_t i = 0; i < SAMPLE; i++) {
+    fj_variant *v = &vs[PICKS + i];
+    fj_variant_default(v, shapes[i][0], i % 2 ? FJ_BF16 : FJ_F16, (fj_causal)(i % 3));
+    v->mma = FJ_MMA_WGMMA;
+    v->swizzle = FJ_SWIZZLE_XOR;
+    v->tile_m = shapes[i][1];
+    v->tile_n = shapes[i][2];
+    v->warps = shapes[i][3];
+    v->stages = shapes[i][4];
+  }
+  fj_prepare_opts o = {2, NULL, NULL};
+  fj_kernel_prepare(ctx, vs, PICKS + SAMPLE, &o, st);
+  for (size_t i = 0; i < PICKS + SAMPLE; i++) {
+    fj_kernel *k = NULL;
+    if (st[i] == FJ_OK)
+      CHECK_OK(ctx, fj_kernel_get(ctx, &vs[i], &k));
+    print_line(&vs[i], st[i], k, ctx);
+    CHECK(st[i] == FJ_OK);
+    fj_resources r;
+    fj_kernel_resources(k, &r);
+    CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+    const char *ptx = fj_kernel_ptx(k, NULL), *log = fj_kernel_log(k);
+    CHECK(strstr(ptx, "wgmma.mma_async") && strstr(ptx, "cp.async.bulk.tensor"));
+    CHECK(vs[i].warps == 8 || strstr(ptx, "setmaxnreg.inc"));
+    if (strstr(log, "serialized") || strstr(log, "setmaxnreg' ignored"))
+      printf("%s", log);
+    CHECK(!strstr(log, "serialized") && !strstr(log, "setmaxnreg' ignored"));
+  }
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* The wgmma family's rules, each refusal naming the value and the limit. */
+int test_family_wgmma_refusals(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  fj_variant v;
+  fj_variant_default(&v, 128, FJ_F16, FJ_CAUSAL_NONE);
+  v.mma = FJ_MMA_WGMMA;
+  v.swizzle = FJ_SWIZZLE_XOR;
+  v.tile_m = 128;
+  v.warps = 12;
+  v.tile_n = 128;
+  CHECK_OK(ctx, fj_variant_check(ctx, &v));
+  v.warps = 4;
+  CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "warps 4 is not implemented for mma wgmma: 8, 12 or 16");
+  v.warps = 16;
+  CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "tile_m 128 with warps 16: each of the 3 consumer warpgroups owns 64 rows, so tile_m is 192");
+  v.warps = 12;
+  v.swizzle = FJ_SWIZZLE_PAD;
+  CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "swizzle pad: the wgmma family reads tiles in the 128-byte XOR swizzle");
+  v.swizzle = FJ_SWIZZLE_XOR;
+  v.stages = 1;
+  CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "stages 1: the wgmma family takes 2, 3 or 4");
+  v.stages = 2;
+  v.tile_n = 256;
+  CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "head_dim 128 and tile_n 256 need about");
+  v.tile_n = 176;
+  v.stages = 3;
+  CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_RESOURCES);
+  CHECK_MSG(ctx, "sm_90a allows 232448 (over by");
+  fj_variant_default(&v, 96, FJ_F16, FJ_CAUSAL_NONE);
+  v.mma = FJ_MMA_WGMMA;
+  v.swizzle = FJ_SWIZZLE_XOR;
+  v.tile_m = 128;
+  v.warps = 12;
+  CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "head_dim 96 is not implemented for the wgmma family: 64, 128, 192 or 256");
+  v.head_dim = 128;
+  v.kv_dtype = FJ_E4M3;
+  CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "kv_dtype e4m3 is not implemented for mma wgmma");
+  fj_ctx_destroy(ctx);
+  /* wgmma exists on sm_90a only. */
+  ctx = fjt_ctx("sm_90", NULL);
+  CHECK(ctx);
+  v.kv_dtype = 0;
+  CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "mma wgmma (wgmma.mma_async, TMA) needs sm_90a; the target is sm_90");
+  fj_lut lut;
+  CHECK_ST(ctx, fj_layout_get(ctx, FJ_FRAG_WGMMA_A, &lut), FJ_ERR_UNSUPPORTED);
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
 /* ---- refusals ------------------------------------------------------------------ */
 
 static int refused(fj_ctx *ctx, const fj_variant *v, fj_status want,

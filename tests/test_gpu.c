@@ -728,6 +728,151 @@ int test_gpu_mma_cross(void)
   return failed != 0;
 }
 
+/* ---- the wgmma family (sm_90a): every axis value, and its cross product ------------------ */
+
+/* Whether the device runs the wgmma family (exit 77, skipped, if not). */
+static int wgmma_device(fj_ctx **ctx)
+{
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), ctx);
+  if (rc)
+    return rc;
+  if (strcmp(fj_ctx_arch(*ctx), "sm_90a") != 0) {
+    printf("skipped: the wgmma family needs sm_90a; this device is %s\n",
+           fj_ctx_arch(*ctx));
+    fj_ctx_destroy(*ctx);
+    return 77;
+  }
+  return 0;
+}
+
+/* tile_m = 64 x consumer warpgroups, warps = 4 x (warpgroups + 1). */
+static const axis_case wgmma_cases[] = {
+    {"wgmma d64 3 warpgroups", 64, 192, 128, 16, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 400, 400, 0},
+    {"wgmma d64 tile_n=192", 64, 128, 192, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 333, 333, 0},
+    {"wgmma d64 tile_n=256", 64, 64, 256, 8, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 300, 700, 0},
+    {"wgmma d128 tile_n=176", 128, 128, 176, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 500, 500, 0},
+    {"wgmma d128 1 warpgroup", 128, 64, 128, 8, 3, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 1, 200, 300, 0},
+    {"wgmma d192", 192, 128, 96, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 300, 300, 0},
+    {"wgmma d256 tile_n=80", 256, 128, 80, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 257, 257, 0},
+    {"wgmma d256 tile_n=64", 256, 128, 64, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 200, 333, 0},
+    {"wgmma stages=3", 128, 128, 128, 12, 3, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 300, 700, 0},
+    {"wgmma stages=4", 64, 128, 128, 12, 4, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_NONE, 2, 2, 2, 700, 700, 0},
+    {"wgmma tile_n=64", 128, 128, 64, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 129, 129, 0},
+    {"wgmma gqa=8:1", 128, 128, 128, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_TOP_LEFT, 2, 16, 2, 300, 300, 0},
+    {"wgmma gqa=8:1", 64, 192, 128, 16, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_NONE, 1, 8, 1, 100, 150, 0},
+    {"wgmma inputs x30", 128, 128, 176, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 300, 300, 30},
+    {"wgmma inputs x30", 256, 128, 80, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 200, 250, 30},
+    {"wgmma no visible key", 128, 128, 128, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 300, 40, 0},
+    {"wgmma no visible key", 64, 192, 128, 16, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 250, 1, 0},
+    {"wgmma seq 1", 128, 128, 176, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 1, 1, 0},
+    {"wgmma seq 4097", 128, 128, 128, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 4097, 4097, 0},
+};
+
+int test_gpu_wgmma_axes(void)
+{
+  fj_ctx *ctx;
+  int rc = wgmma_device(&ctx);
+  if (rc)
+    return rc;
+  fj_ctx_destroy(ctx);
+  return run_axes(wgmma_cases, sizeof wgmma_cases / sizeof wgmma_cases[0],
+                  FJ_MMA_WGMMA);
+}
+
+/* head_dim x dtype x causal x stages (2-4), with the consumer warpgroups
+ * (1-3) and key tiles rotating where registers and shared memory allow;
+ * two problems each, checked against the reference. */
+static int wgmma_cross_index(size_t i, fj_variant *v)
+{
+  static const int wdims[] = {64, 128, 192, 256};
+  /* per head dim: { tile_m, warps, tile_n } choices that fit 2-4 stages */
+  static const int shapes[4][3][3] = {
+      {{192, 16, 128}, {128, 12, 128}, {64, 8, 192}},
+      {{128, 12, 128}, {64, 8, 64}, {128, 12, 96}},
+      {{128, 12, 64}, {64, 8, 64}, {128, 12, 48}},
+      {{128, 12, 48}, {64, 8, 32}, {128, 12, 32}}};
+  size_t st = i % 3, m = (i / 3) % 3, dt = (i / 9) % 2, d = i / 18;
+  if (d >= 4)
+    return 0;
+  fj_variant_default(v, wdims[d], dt ? FJ_BF16 : FJ_F16, all_masks[m]);
+  v->mma = FJ_MMA_WGMMA;
+  v->softmax = FJ_SOFTMAX_REGS;
+  v->swizzle = FJ_SWIZZLE_XOR;
+  v->stages = (int)st + 2;
+  const int *s = shapes[d][(i / 2) % 3];
+  v->tile_m = s[0];
+  v->warps = s[1];
+  v->tile_n = s[2];
+  return 1;
+}
+
+int test_gpu_wgmma_cross(void)
+{
+  fj_ctx *ctx;
+  int rc = wgmma_device(&ctx);
+  if (rc)
+    return rc;
+  fj_variant vs[72];
+  size_t n = 0;
+  for (size_t i = 0; n < 72 && wgmma_cross_index(i, &vs[n]); i++)
+    n++;
+  CHECK(n == 72);
+  CHECK(prepare(ctx, vs, n) == 0);
+  static const int shapes[2][4] = {{65, 127, 2, 2}, {130, 65, 4, 2}};
+  uint64_t seed = 1357;
+  int failed = 0;
+  for (size_t i = 0; i < n; i++)
+    for (int s = 0; s < 2; s++) {
+      gpu_case c;
+      memset(&c, 0, sizeof c);
+      fj_problem_init(&c.p, 1, shapes[s][2], shapes[s][3], shapes[s][0],
+                      shapes[s][1], vs[i].head_dim, vs[i].dtype, (fj_order)s);
+      c.p.causal = vs[i].causal;
+      char label[200];
+      variant_label(label, sizeof label, &vs[i], &c.p, s ? " bshd" : " bhsd");
+      failed += run_case(ctx, &c, &vs[i], NULL, &seed, label, "wgmma cross");
+    }
+  printf("wgmma cross product: %zu variants x 2 shapes, %d failures\n", n, failed);
+  print_worst();
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
+/* One wgmma variant per (head dim, stages, causal), small problems with
+ * tails, for compute-sanitizer (memcheck, racecheck, synccheck). */
+int test_gpu_sanitize_wgmma(void)
+{
+  fj_ctx *ctx;
+  int rc = wgmma_device(&ctx);
+  if (rc)
+    return rc;
+  fj_variant vs[36];
+  size_t n = 0;
+  for (size_t i = 0; n < 36; i++) {
+    fj_variant v;
+    if (!wgmma_cross_index(i, &v))
+      break;
+    if (v.dtype == FJ_BF16)
+      continue;  /* one variant per (head dim, stages, causal) */
+    vs[n++] = v;
+  }
+  CHECK(n == 36);
+  CHECK(prepare(ctx, vs, n) == 0);
+  uint64_t seed = 17;
+  int failed = 0;
+  for (size_t i = 0; i < n; i++) {
+    gpu_case c;
+    memset(&c, 0, sizeof c);
+    fj_problem_init(&c.p, 1, 2, 1, 70, 130, vs[i].head_dim, vs[i].dtype, FJ_BSHD);
+    c.p.causal = vs[i].causal;
+    char label[200];
+    variant_label(label, sizeof label, &vs[i], &c.p, "");
+    failed += run_case(ctx, &c, &vs[i], NULL, &seed, label, "sanitize wgmma");
+  }
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
 /* ---- sequence lengths on the default variants ------------------------------------------- */
 
 int test_gpu_family_seqlens(void)

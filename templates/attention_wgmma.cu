@@ -1,0 +1,372 @@
+{#
+  attention_wgmma.cu: the Hopper family (sm_90a), FlashAttention-3 style.
+
+  A thread block covers tile_m = 64 x C query rows of one (batch, head) with
+  C consumer warpgroups and one producer warpgroup (warps = 4 (C + 1)):
+    producer   one thread issues TMA loads: Q once, then K and V tile by
+               tile into rings of `stages` slots.  Each slot has a "full"
+               mbarrier (the producer's arrival plus the tile's bytes) and
+               an "empty" one (one arrival per consumer warp); the
+               producer's registers go to the consumers (setmaxnreg).
+    consumers  each owns 64 rows.  S = Q K^T by wgmma from shared memory
+               (both operands K-major), the online softmax on the S
+               registers (softmax_regs.cuh), P converted in registers into
+               the A operand, O += P V by wgmma with A from registers and V
+               read MN-major (transposed) from shared memory.
+  Overlap: S(t) = Q K(t) is issued before O += P(t - 1) V(t - 1), so the
+  softmax of tile t runs while the tensor cores finish tile t - 1; O is
+  rescaled once that product has landed.
+  Tiles arrive in shared memory as panels of 64 columns in the 128-byte
+  swizzle (wgmma.cuh); sequence tails come from the TMA's zero fill, and
+  only tiles that cross the sequence end or the causal diagonal are
+  masked.  Which (row, column) each accumulator register holds, which lanes
+  share a row and how S becomes the A operand come from the probed wgmma
+  tables (lut.lua); the probe ran these very instructions and descriptors.
+#}
+{%
+  local L = import("lut.lua")
+  local mrule = import("mask.lua").new(causal)
+  local D, BM, BN, S = head_dim, tile_m, tile_n, stages
+  local C = warps // 4 - 1          -- consumer warpgroups
+  local THREADS = 32 * warps
+  local PANELS = D // 64
+  local OVERLAP = true
+  local function no(fmt, ...) refuse(fmt:format(...)) end
+
+  if softmax ~= "regs" then
+    no("softmax %s: the wgmma family keeps the softmax in registers (softmax regs)", softmax)
+  end
+  if swizzle ~= "xor" then
+    no("swizzle %s: the wgmma family reads tiles in the 128-byte XOR swizzle that TMA writes (swizzle xor)", swizzle)
+  end
+  if D % 64 ~= 0 then
+    no("head_dim %d is not implemented for the wgmma family: 64, 128, 192 or 256 (tiles are panels of 64 columns)", D)
+  end
+  if BM ~= 64 * C then
+    no("tile_m %d with warps %d: each of the %d consumer warpgroups owns 64 rows, so tile_m is %d", BM, warps, C, 64 * C)
+  end
+  if BN % 16 ~= 0 or BN > 256 then
+    no("tile_n %d: the wgmma family needs a multiple of 16 up to 256 (wgmma's N)", BN)
+  end
+  if S < 2 or S > 4 then no("stages %d: the wgmma family takes 2, 3 or 4", S) end
+
+  -- Registers: the producer gives its registers to the consumers.  Per
+  -- consumer thread O (D/2), S (BN/2) and P (BN/4) stay live.
+  local REGS = ({ [1] = { 0, 255 }, [2] = { 24, 240 }, [3] = { 32, 160 } })[C]
+  local need = D // 2 + BN // 2 + BN // 4 + 24
+  if need > REGS[2] then
+    no("head_dim %d and tile_n %d need about %d registers per consumer thread for O, S and P; %d consumer warpgroups have %d (over by %d): use a smaller tile_n or fewer warps",
+       D, BN, need, C, REGS[2], need - REGS[2])
+  end
+
+  -- The layout tables: the accumulator and the register A operand.
+  local function need_table(info, why)
+    if not info then no("the wgmma family: %s", why) end
+    return info
+  end
+  local acc = need_table(L.analyse(lut_acc, "the wgmma accumulator"))
+  local qa = need_table(L.analyse(lut_a, "the wgmma A operand"))
+  local rows = need_table(L.rows(acc, "the wgmma accumulator"))
+  local p_from = L.a_from_acc(qa, acc)
+  if not p_from then
+    no("the wgmma family: the probed A operand (%s) does not take P from the accumulator (%s) lane for lane", lut_a.frag, lut_acc.frag)
+  end
+  local NC = #rows.classes
+
+  -- Shared memory: Q, the K and V rings (each slot PANELS panels of 128-byte
+  -- rows, 1024-byte aligned), then the barriers; 1024 bytes of slack to
+  -- align the base.
+  local plan, offset = {}, 0
+  local function region(name, bytes, align)
+    offset = (offset + align - 1) // align * align
+    plan[#plan + 1] = { name = name, offset = offset, bytes = bytes }
+    offset = offset + bytes
+    return plan[#plan].offset
+  end
+  local Q_PANEL, KV_PANEL = BM * 128, BN * 128
+  local KV_SLOT = PANELS * KV_PANEL
+  local OFF_Q = region("q", PANELS * Q_PANEL, 1024)
+  local OFF_K = region("k", S * KV_SLOT, 1024)
+  local OFF_V = region("v", S * KV_SLOT, 1024)
+  local OFF_BAR = region("barriers", 8 * (1 + 4 * S), 8)
+  meta.symbol = symbol
+  meta.threads = THREADS
+  meta.smem_bytes = offset + 1024
+  meta.rows_per_block = BM
+  meta.tma = 1
+  meta.isolate = 1  -- NVRTC 13.0's PTX compiler can crash on wgmma code
+
+  local T = dtype
+  local frag = {
+    acc = acc, rows = rows, MR = 1, mrule = mrule, c0 = "acc_c", n0 = "n0", sl2 = "sl2",
+    row0 = function(mi) return "m0 + wr + acc_r" end,
+    m = function(mi, c) return ("row_m[%s][%d]"):format(mi, c - 1) end,
+    l = function(mi, c) return ("row_l[%s][%d]"):format(mi, c - 1) end,
+  }
+  local function with(t, extra)
+    local c = {}
+    for k, v in pairs(t) do c[k] = v end
+    for k, v in pairs(extra) do c[k] = v end
+    return c
+  end
+%}
+{{ include("common.cuh") }}
+{{ include("block.cuh", { BM = BM }) }}
+{{ include("wgmma.cuh", { spin_limit = WGMMA_SPIN_LIMIT or 0, forms = {
+     { t = T, n = BN, a = "ss", tb = 0 }, { t = T, n = D, a = "rs", tb = 1 } } }) }}
+// shared memory: {{ meta.smem_bytes }} bytes{% for _, r in ipairs(plan) do %}; {{ r.name }} @{{ r.offset }}{% end %} (+ alignment)
+// registers: producer {{ REGS[1] > 0 and REGS[1] or "as compiled" }}, consumers {{ REGS[2] }}
+
+// From the accumulator table: each lane's base (row | col << 4); slot s adds
+// (drow, dcol) = {% for s = 0, acc.slots - 1 do %}({{ acc.drow[s] }}, {{ acc.dcol[s] }}){{ s < acc.slots - 1 and " " or "" }}{% end %}; register 8j + s of
+// a warp's slice sits 16j columns on.
+__constant__ unsigned char fj_base_acc[32] = { {{ L.base_bytes(acc) }} };
+
+namespace fj {
+// A tensor map (CUtensorMap): 128 opaque bytes the host encodes.
+struct __align__(64) TensorMap { unsigned long long opaque[16]; };
+struct TensorMaps { TensorMap q, k, v; };
+
+// Two floats as the A-operand register of two 16-bit elements (the first low).
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  const elem2_t e = to_elem2(lo, hi);
+  return *reinterpret_cast<const unsigned *>(&e);
+}
+
+// The shared-space base, rounded up to 1024 bytes (the swizzle's period), as
+// a value the compiler cannot fold: NVRTC 13.0's PTX compiler crashes on
+// wgmma whose descriptors are constants.
+__device__ __forceinline__ unsigned smem_base(const void *p) {
+  unsigned a = (unsigned)__cvta_generic_to_shared(p), b;
+  asm volatile("mov.b32 %0, %1;" : "=r"(b) : "r"(a));
+  return (b + 1023u) & ~1023u;
+}
+}  // namespace fj
+
+extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
+{{ symbol }}(const fj::Params p, const __grid_constant__ fj::TensorMaps maps) {
+  using fj::elem_t;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const unsigned base = fj::smem_base(smem);
+  const unsigned sq = base + {{ OFF_Q }}, sk = base + {{ OFF_K }}, sv = base + {{ OFF_V }};
+  // Barriers: Q's, then full K, empty K, full V, empty V per slot.
+  const unsigned bar_q = base + {{ OFF_BAR }};
+#define FJ_FULL_K(i) (bar_q + 8u * (1u + (i)))
+#define FJ_EMPTY_K(i) (bar_q + 8u * (1u + {{ S }}u + (i)))
+#define FJ_FULL_V(i) (bar_q + 8u * (1u + {{ 2 * S }}u + (i)))
+#define FJ_EMPTY_V(i) (bar_q + 8u * (1u + {{ 3 * S }}u + (i)))
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
+  const fj::Block blk = fj::block_of(p);
+  const int m0 = blk.m0;
+  // Keys this block can see: all of them, or up to its last row's diagonal.
+  const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
+  const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
+
+  if (threadIdx.x == 0) {
+    fj::mbar_init(bar_q, 1);
+#pragma unroll
+    for (int i = 0; i < {{ S }}; ++i) {
+      fj::mbar_init(FJ_FULL_K(i), 1);
+      fj::mbar_init(FJ_EMPTY_K(i), {{ 4 * C }});
+      fj::mbar_init(FJ_FULL_V(i), 1);
+      fj::mbar_init(FJ_EMPTY_V(i), {{ 4 * C }});
+    }
+    fj::mbar_init_fence();
+  }
+  __syncthreads();
+
+  // Each warpgroup's role is one branch of this if/else, so that ptxas
+  // applies setmaxnreg (it ignores it otherwise).
+  if (wg == 0) {
+    // ---- producer: one thread issues every load --------------------------
+{% if REGS[1] > 0 then %}
+    fj::regs_down<{{ REGS[1] }}>();
+{% end %}
+    if (warp == 0 && lane == 0) {
+      const void *mq = &maps.q, *mk = &maps.k, *mv = &maps.v;
+      fj::mbar_expect(bar_q, {{ BM * D * 2 }}u);
+#pragma unroll
+      for (int pn = 0; pn < {{ PANELS }}; ++pn)
+        fj::tma_load4(sq + pn * {{ Q_PANEL }}, mq, bar_q, pn * 64, m0, blk.h, blk.b);
+      for (int t = 0; t < ntiles; ++t) {
+        const int slot = t % {{ S }};
+        const unsigned ph = (unsigned)(t / {{ S }}) & 1u;
+        // A slot is free once every consumer warp has released it; in the
+        // first round the "preceding phase" test passes at once.
+        fj::mbar_wait(FJ_EMPTY_K(slot), ph ^ 1u);
+        fj::mbar_expect(FJ_FULL_K(slot), {{ BN * D * 2 }}u);
+#pragma unroll
+        for (int pn = 0; pn < {{ PANELS }}; ++pn)
+          fj::tma_load4(sk + slot * {{ KV_SLOT }} + pn * {{ KV_PANEL }}, mk, FJ_FULL_K(slot), pn * 64, t * {{ BN }}, blk.hk, blk.b);
+        fj::mbar_wait(FJ_EMPTY_V(slot), ph ^ 1u);
+        fj::mbar_expect(FJ_FULL_V(slot), {{ BN * D * 2 }}u);
+#pragma unroll
+        for (int pn = 0; pn < {{ PANELS }}; ++pn)
+          fj::tma_load4(sv + slot * {{ KV_SLOT }} + pn * {{ KV_PANEL }}, mv, FJ_FULL_V(slot), pn * 64, t * {{ BN }}, blk.hk, blk.b);
+      }
+    }
+  } else {
+  // ---- consumers ----------------------------------------------------------
+{% if REGS[1] > 0 then %}
+  fj::regs_up<{{ REGS[2] }}>();
+{% end %}
+  const int cw = wg - 1;                       // this consumer warpgroup
+  const int wr = cw * 64 + (warp % 4) * 16;    // this warp's first row in the tile
+  const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
+  const float sl2 = p.scale_log2;
+  // Descriptors: Q's 64 rows of this warpgroup (K-major, k16 steps 32 bytes
+  // apart within a panel), K (K-major) and V (MN-major, panels
+  // {{ KV_PANEL }} bytes apart) of a ring slot.
+  const unsigned qa = sq + cw * 64 * 128;
+#define FJ_Q_DESC(kk) fj::wg_desc(qa + ((kk) / 4) * {{ Q_PANEL }} + ((kk) % 4) * 32, 16, 1024)
+#define FJ_K_DESC(slot, kk) fj::wg_desc(sk + (slot) * {{ KV_SLOT }} + ((kk) / 4) * {{ KV_PANEL }} + ((kk) % 4) * 32, 16, 1024)
+#define FJ_V_DESC(slot, kk) fj::wg_desc(sv + (slot) * {{ KV_SLOT }} + (kk) * 2048, {{ KV_PANEL }}, 1024)
+
+  float o[{{ D // 16 }}][8];
+  float s[{{ BN // 16 }}][8];
+  unsigned pk[{{ BN // 16 }}][4];
+  float row_m[1][{{ NC }}], row_l[1][{{ NC }}];
+#pragma unroll
+  for (int d = 0; d < {{ D // 16 }}; ++d)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[d][i] = 0.f;
+#pragma unroll
+  for (int c = 0; c < {{ NC }}; ++c) { row_m[0][c] = FJ_NEG_INF; row_l[0][c] = 0.f; }
+{%
+  -- S = Q K(slot)^T, issued (not waited for).
+  local function qk(slot)
+%}
+    fj::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < {{ D // 16 }}; ++kk) fj::wg_ss_{{ T }}_{{ BN }}(s, FJ_Q_DESC(kk), FJ_K_DESC({{ slot }}, kk), kk);
+    fj::wg_commit();
+{%
+  end
+  -- O += P V(slot), issued.
+  local function pv(slot)
+%}
+    fj::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < {{ BN // 16 }}; ++kk) fj::wg_rs_{{ T }}_{{ D }}_t(o, pk[kk], FJ_V_DESC({{ slot }}, kk), 1);
+    fj::wg_commit();
+{%
+  end
+  -- Compiler fences on registers a wgmma owns (wgmma.cuh's wg_hold).
+  local function hold(name, n)
+%}
+#pragma unroll
+    for (int j = 0; j < {{ n }}; ++j)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) fj::wg_hold({{ name }}[j][i]);
+{%
+  end
+  -- The online softmax of S for the tile at n0; rescale: O now, or
+  -- (false) the factors kept in alpha for after the pending P V.
+  local function softmax(rescale)
+%}
+    const bool need_mask = {{ mrule.tile_partial("n0", BN, "m0 + cw * 64") }};
+{{ include("softmax_regs.cuh", with(frag, {
+     NJ = BN // 16, mask = "branch",
+     S = function(mi, j, i) return ("s[%s][%d]"):format(j, i) end,
+     alpha = function(mi, c) return ("alpha[%d]"):format(c - 1) end,
+     rescale = rescale and { ND = D // 16, O = function(mi, d, i) return ("o[%s][%d]"):format(d, i) end } or nil })) }}
+{%
+  end
+  -- P as A-operand registers: register r of k-step j holds A slots 2r and
+  -- 2r + 1, which are accumulator slots p_from[2r] and p_from[2r + 1] of
+  -- S's tile j (lut.lua).
+  local function pack()
+%}
+#pragma unroll
+    for (int j = 0; j < {{ BN // 16 }}; ++j) {
+{%   for r = 0, 3 do %}
+      pk[j][{{ r }}] = fj::pack2(s[j][{{ p_from[2 * r] }}], s[j][{{ p_from[2 * r + 1] }}]);
+{%   end %}
+    }
+{% end %}
+
+  fj::mbar_wait(bar_q, 0u);
+  if (ntiles > 0) {
+    // Tile 0: S, the softmax, P.
+    const int n0 = 0;
+    fj::mbar_wait(FJ_FULL_K(0), 0u);
+{% qk("0") %}
+    fj::wg_wait<0>();
+{% hold("s", BN // 16) %}
+    __syncwarp();
+    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_K(0));
+{% softmax(true) %}
+{% pack() %}
+  }
+  for (int t = 1; t < ntiles; ++t) {
+    const int n0 = t * {{ BN }};
+    const int slot = t % {{ S }}, prev = (t - 1) % {{ S }};
+    const unsigned ph = (unsigned)(t / {{ S }}) & 1u, pph = (unsigned)((t - 1) / {{ S }}) & 1u;
+{% if OVERLAP then %}
+    // S(t) and O += P(t - 1) V(t - 1) in flight together; the softmax of
+    // S(t) runs while the second finishes.
+    fj::mbar_wait(FJ_FULL_K(slot), ph);
+{% qk("slot") %}
+    fj::mbar_wait(FJ_FULL_V(prev), pph);
+{% pv("prev") %}
+    fj::wg_wait<1>();
+{% hold("s", BN // 16) %}
+    __syncwarp();
+    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_K(slot));
+    float alpha[{{ NC }}];
+{% softmax(false) %}
+    fj::wg_wait<0>();
+{% hold("o", D // 16) %}
+    __syncwarp();
+    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_V(prev));
+#pragma unroll
+    for (int d = 0; d < {{ D // 16 }}; ++d) {
+{%   for i = 0, acc.slots - 1 do %}
+      o[d][{{ i }}] *= alpha[{{ rows.class_of[i] - 1 }}];
+{%   end %}
+    }
+{% pack() %}
+{% else %}
+    // One product at a time: O += P(t - 1) V(t - 1), then S(t).
+    fj::mbar_wait(FJ_FULL_V(prev), pph);
+{% pv("prev") %}
+    fj::wg_wait<0>();
+{% hold("o", D // 16) %}
+    __syncwarp();
+    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_V(prev));
+    fj::mbar_wait(FJ_FULL_K(slot), ph);
+{% qk("slot") %}
+    fj::wg_wait<0>();
+{% hold("s", BN // 16) %}
+    __syncwarp();
+    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_K(slot));
+{% softmax(true) %}
+{% pack() %}
+{% end %}
+  }
+  if (ntiles > 0) {
+    // The last tile's O += P V.
+    const int last = (ntiles - 1) % {{ S }};
+    fj::mbar_wait(FJ_FULL_V(last), (unsigned)((ntiles - 1) / {{ S }}) & 1u);
+{% pv("last") %}
+    fj::wg_wait<0>();
+{% hold("o", D // 16) %}
+    __syncwarp();
+    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_V(last));
+  }
+
+  // O = O / l and the log-sum-exp (epilogue_regs.cuh).
+  elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h);
+{{ include("epilogue_regs.cuh", with(frag, {
+     ND = D // 16, out_scale = "1.f",
+     O = function(mi, d, i) return ("o[%s][%d]"):format(d, i) end })) }}
+  }
+#undef FJ_FULL_K
+#undef FJ_EMPTY_K
+#undef FJ_FULL_V
+#undef FJ_EMPTY_V
+#undef FJ_Q_DESC
+#undef FJ_K_DESC
+#undef FJ_V_DESC
+}

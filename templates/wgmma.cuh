@@ -1,0 +1,141 @@
+{#
+  wgmma.cuh: Hopper's own machinery in inline PTX (sm_90a), shared by the
+  layout probe (lut_probe.cu) and the wgmma family (attention_wgmma.cu), so
+  that the tables and check products the probe reads back describe exactly
+  the instructions and descriptors the kernels issue.
+
+  Tiles live in shared memory as panels of 64 16-bit columns: a panel of R
+  rows is R x 128 bytes, 1024-byte aligned, in the 128-byte swizzle (16-byte
+  chunk c of row r stored at chunk c ^ (r % 8)) -- what a TMA box of 64 x R
+  with CU_TENSOR_MAP_SWIZZLE_128B writes, and what a wgmma descriptor of
+  layout type 1 reads.  Descriptors (64 bits): start address >> 4 in bits
+  0-13, leading byte offset >> 4 in 16-29, stride byte offset >> 4 in
+  32-45, layout type in 62-63 (1: 128-byte swizzle).
+    K-major (Q as A, K as B): 8-row groups 1024 bytes apart (the stride
+      offset); a k16 step is 32 bytes further along the row.
+    MN-major (V as B, transposed): the 64-column panels `panel` bytes apart
+      (the leading offset), 8-row groups along k 1024 bytes apart (the
+      stride offset); a k16 step is 16 rows, 2048 bytes, on.
+  Parameters: forms, the wgmma wrappers to emit, each
+    { t = "f16" | "bf16", n = N, a = "ss" | "rs", tb = 0 | 1 };
+  spin_limit, 0 or the tries after which an mbarrier wait traps.
+#}
+namespace fj {
+
+// Byte offset of element (r, c) in a 128-byte-swizzled panel (c < 64).
+__device__ __forceinline__ unsigned sw128(int r, int c) {
+  return (unsigned)(r * 128 + ((((c >> 3) ^ (r & 7)) << 4) | ((c & 7) << 1)));
+}
+
+// A shared-memory matrix descriptor, 128-byte swizzle.
+__device__ __forceinline__ unsigned long long wg_desc(unsigned saddr, unsigned lead, unsigned stride) {
+  return (unsigned long long)((saddr & 0x3FFFFu) >> 4) | ((unsigned long long)(lead >> 4) << 16) |
+         ((unsigned long long)(stride >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+}
+// Keeps the compiler from moving register work on an accumulator across
+// the wgmma that owns it (it cannot see the asynchrony).
+__device__ __forceinline__ void wg_hold(float &x) { asm volatile("" : "+f"(x) :: "memory"); }
+__device__ __forceinline__ void wg_hold(unsigned &x) { asm volatile("" : "+r"(x) :: "memory"); }
+
+// Generic-proxy writes to shared memory, made visible to wgmma and TMA.
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// ---- mbarriers (shared-space addresses) ----
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also expects `bytes` of transactions (a TMA load's).
+__device__ __forceinline__ void mbar_expect(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+__device__ __forceinline__ unsigned mbar_test(unsigned bar, unsigned parity) {
+  unsigned done;
+  asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
+               : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done;
+}
+// Waits for the phase of parity `parity` to complete.
+{% if spin_limit > 0 then %}
+// A wait that never ends is a bug (a phase or byte count wrong): this build
+// traps after {{ spin_limit }} tries, so the launch fails instead of hanging.
+// (The trap costs registers: ptxas then serialises wgmma and spills, so
+// only debugging builds have it.)
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  for (unsigned i = 0; !mbar_test(bar, parity); ++i)
+    if (i == {{ spin_limit }}u) __trap();
+}
+{% else %}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  while (!mbar_test(bar, parity)) {
+  }
+}
+{% end %}
+
+// ---- TMA: a box of a rank-4 tensor map into shared memory ----
+__device__ __forceinline__ void tma_load4(unsigned dst, const void *map, unsigned bar, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, { %2, %3, %4, %5 }], [%6];\n"
+               :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar) : "memory");
+}
+
+// ---- registers moved between warpgroups ----
+template <int N> __device__ __forceinline__ void regs_up() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N));
+}
+template <int N> __device__ __forceinline__ void regs_down() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N));
+}
+
+// ---- named barriers: ids 1.. (0 is __syncthreads') ----
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+{%
+  -- wgmma.mma_async m64nNk16 with f32 accumulators d[N / 16][8] (register
+  -- i of the instruction is d[i / 8][i % 8]); scale_d 0 overwrites d.
+  local function operands(n, first)
+    local out = {}
+    for i = 0, n // 2 - 1 do out[#out + 1] = "%" .. (first + i) end
+    return table.concat(out, ", ")
+  end
+  local function outputs(n)
+    local out = {}
+    for i = 0, n // 2 - 1 do out[#out + 1] = ('"+f"(d[%d][%d])'):format(i // 8, i % 8) end
+    return table.concat(out, ", ")
+  end
+%}
+{% for _, f in ipairs(forms) do %}
+{%   local N, R = f.n, f.n // 2 %}
+{%   if f.a == "ss" then %}
+__device__ __forceinline__ void wg_ss_{{ f.t }}_{{ N }}{{ f.tb == 1 and "_t" or "" }}(float (&d)[{{ N // 16 }}][8], unsigned long long da, unsigned long long db, int scale_d) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %{{ R + 2 }}, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n{{ N }}k16.f32.{{ f.t }}.{{ f.t }} { {{ operands(N, 0) }} }, %{{ R }}, %{{ R + 1 }}, p, 1, 1, 0, {{ f.tb }}; }\n"
+               : {{ outputs(N) }}
+               : "l"(da), "l"(db), "r"(scale_d));
+}
+{%   else %}
+__device__ __forceinline__ void wg_rs_{{ f.t }}_{{ N }}{{ f.tb == 1 and "_t" or "" }}(float (&d)[{{ N // 16 }}][8], const unsigned (&a)[4], unsigned long long db, int scale_d) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %{{ R + 5 }}, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n{{ N }}k16.f32.{{ f.t }}.{{ f.t }} { {{ operands(N, 0) }} }, { %{{ R }}, %{{ R + 1 }}, %{{ R + 2 }}, %{{ R + 3 }} }, %{{ R + 4 }}, p, 1, 1, {{ f.tb }}; }\n"
+               : {{ outputs(N) }}
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+{%   end %}
+{% end %}
+
+}  // namespace fj
