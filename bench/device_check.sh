@@ -149,3 +149,30 @@ if part sweeps; then
 2,8,2048,128}"
   rm -f "$out/sweep.tmp"
 fi
+
+# 6. Template A/B: the library's choice rendered from templates/ and from
+#    copies with one switch flipped (ALT: "name|sed expression" per line),
+#    each shape timed with every copy in turn, in one call.
+if part alt; then
+  alts=("default|")
+  while IFS= read -r a; do [ -n "$a" ] && alts+=("$a"); done <<<"${ALT:-no-pingpong|s/local PINGPONG = C >= 2 and D <= 128/local PINGPONG = false/
+not-persistent|s/local PERSISTENT = true/local PERSISTENT = false/}"
+  for a in "${alts[@]}"; do
+    name=${a%%|*} expr=${a#*|}
+    rm -rf "/tmp/fj-alt-$name" && cp -r /work/main/templates "/tmp/fj-alt-$name"
+    [ -z "$expr" ] || sed -i "$expr" "/tmp/fj-alt-$name/attention_wgmma.cu"
+  done
+  while IFS= read -r args; do
+    [ -n "$args" ] || continue
+    line="alt $args:"
+    for a in "${alts[@]}"; do
+      name=${a%%|*}
+      ms=$(FLASHJIT_TEMPLATE_DIR=/tmp/fj-alt-$name ./flashjit run $args --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+      line="$line $name ${ms:-?}"
+    done
+    note "$line us"
+  done <<<"${ALT_RUNS:---shape 4,16,4096,128
+--shape 4,16,4096,128 --causal
+--shape 8,32,2048,64
+--shape 2,8,8192,256 --causal}"
+fi

@@ -467,6 +467,30 @@ static fj_status tensor_maps(const fj_ctx *ctx, const fj_problem *p,
   return st;
 }
 
+/* The grid: (row tiles, heads, batch), or for a persistent kernel one
+ * block per multiprocessor, at most one per work tile. */
+static fj_status grid(const fj_ctx *ctx, const fj_problem *p,
+                      const fj_kmeta *m, unsigned g[3])
+{
+  unsigned rows = (unsigned)m->rows_per_block;
+  unsigned tiles_m = ((unsigned)p->seq_q + rows - 1) / rows;
+  if (!m->persistent) {
+    g[0] = tiles_m;
+    g[1] = (unsigned)p->heads_q;
+    g[2] = (unsigned)p->batch;
+    return FJ_OK;
+  }
+  uint64_t total = (uint64_t)tiles_m * (uint64_t)p->heads_q * (uint64_t)p->batch;
+  if (total > INT32_MAX)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "%llu work tiles of %u rows: a persistent kernel counts "
+                    "at most %d",
+                    (unsigned long long)total, rows, INT32_MAX);
+  g[0] = (unsigned)(total < (uint64_t)ctx->dev.sm_count ? total
+                                                        : (uint64_t)ctx->dev.sm_count);
+  return FJ_OK;
+}
+
 static fj_status launch(fj_ctx *ctx, const fj_problem *p, const fj_variant *v,
                         const void *q, const void *k, const void *vp, void *o,
                         float *lse, void *stream)
@@ -486,15 +510,11 @@ static fj_status launch(fj_ctx *ctx, const fj_problem *p, const fj_variant *v,
     st = tensor_maps(ctx, p, v, kern, q, k, vp, &maps);
   if (st == FJ_OK) {
     fill_params(&kp, p, q, k, vp, o, lse);
-    unsigned rows = (unsigned)kern->meta.rows_per_block;
-    fj_launch l = {fn,
-                   {((unsigned)p->seq_q + rows - 1) / rows,
-                    (unsigned)p->heads_q, (unsigned)p->batch},
-                   {(unsigned)kern->meta.threads, 1, 1},
-                   (unsigned)kern->meta.smem_bytes,
-                   stream,
-                   args};
-    st = fj__cu_launch(ctx, &l);
+    fj_launch l = {fn, {1, 1, 1}, {(unsigned)kern->meta.threads, 1, 1},
+                   (unsigned)kern->meta.smem_bytes, stream, args};
+    st = grid(ctx, p, &kern->meta, l.grid);
+    if (st == FJ_OK)
+      st = fj__cu_launch(ctx, &l);
   }
   fj__cu_leave(ctx);
   return st;

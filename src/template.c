@@ -316,6 +316,7 @@ static void read_meta(lua_State *L, int idx, fj_kmeta *m)
   m->smem_bytes = meta_int(L, idx, "smem_bytes");
   m->rows_per_block = meta_int(L, idx, "rows_per_block");
   m->tma = meta_int(L, idx, "tma");
+  m->persistent = meta_int(L, idx, "persistent");
   m->isolate = meta_int(L, idx, "isolate");
 }
 

@@ -42,6 +42,8 @@ typedef struct fj_kmeta {
   int smem_bytes;
   int rows_per_block;  /* query rows one block covers */
   int tma;             /* 1: the kernel takes tensor maps after its Params */
+  int persistent;      /* 1: a grid of at most one block per multiprocessor
+                          walks the row tiles x heads x batch */
   int isolate;         /* 1: compile in a child process even when the context
                           compiles in-process (code NVRTC may crash on) */
 } fj_kmeta;

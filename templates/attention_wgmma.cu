@@ -15,7 +15,12 @@
                read MN-major (transposed) from shared memory.
   Overlap: S(t) = Q K(t) is issued before O += P(t - 1) V(t - 1), so the
   softmax of tile t runs while the tensor cores finish tile t - 1; O is
-  rescaled once that product has landed.
+  rescaled once that product has landed.  With two or more consumer
+  warpgroups they take turns to issue their products (ping-pong, named
+  barriers), so one warpgroup's softmax runs under another's products.
+  The grid is persistent: one block per multiprocessor walks the work tiles
+  (block.cuh's order), and the producer loads the next tile's Q and K/V
+  while the consumers finish the last products and the epilogue of this one.
   Tiles arrive in shared memory as panels of 64 columns in the 128-byte
   swizzle (wgmma.cuh); sequence tails come from the TMA's zero fill, and
   only tiles that cross the sequence end or the causal diagonal are
@@ -30,7 +35,12 @@
   local C = warps // 4 - 1          -- consumer warpgroups
   local THREADS = 32 * warps
   local PANELS = D // 64
-  local OVERLAP = true
+  -- A persistent grid of one block per multiprocessor walks the work tiles;
+  -- consumer warpgroups take turns to issue their products (ping-pong)
+  -- where there are two or more and O leaves room (FlashAttention-3 turns
+  -- it off above head dim 128).
+  local PERSISTENT = true
+  local PINGPONG = C >= 2 and D <= 128
   local function no(fmt, ...) refuse(fmt:format(...)) end
 
   if softmax ~= "regs" then
@@ -88,12 +98,13 @@
   local OFF_Q = region("q", PANELS * Q_PANEL, 1024)
   local OFF_K = region("k", S * KV_SLOT, 1024)
   local OFF_V = region("v", S * KV_SLOT, 1024)
-  local OFF_BAR = region("barriers", 8 * (1 + 4 * S), 8)
+  local OFF_BAR = region("barriers", 8 * (2 + 4 * S), 8)
   meta.symbol = symbol
   meta.threads = THREADS
   meta.smem_bytes = offset + 1024
   meta.rows_per_block = BM
   meta.tma = 1
+  meta.persistent = PERSISTENT and 1 or 0
   meta.isolate = 1  -- NVRTC 13.0's PTX compiler can crash on wgmma code
 
   local T = dtype
@@ -149,22 +160,30 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   extern __shared__ __align__(1024) unsigned char smem[];
   const unsigned base = fj::smem_base(smem);
   const unsigned sq = base + {{ OFF_Q }}, sk = base + {{ OFF_K }}, sv = base + {{ OFF_V }};
-  // Barriers: Q's, then full K, empty K, full V, empty V per slot.
-  const unsigned bar_q = base + {{ OFF_BAR }};
-#define FJ_FULL_K(i) (bar_q + 8u * (1u + (i)))
-#define FJ_EMPTY_K(i) (bar_q + 8u * (1u + {{ S }}u + (i)))
-#define FJ_FULL_V(i) (bar_q + 8u * (1u + {{ 2 * S }}u + (i)))
-#define FJ_EMPTY_V(i) (bar_q + 8u * (1u + {{ 3 * S }}u + (i)))
-
+  // Barriers: Q full and Q empty, then full K, empty K, full V, empty V per
+  // ring slot.  The ring runs on across the work tiles a block takes: K/V
+  // tile number `it` (counted over the block's life) lives in slot it % S
+  // with phase parity (it / S) & 1.
+  const unsigned bar_q = base + {{ OFF_BAR }}, q_empty = bar_q + 8u;
+#define FJ_FULL_K(i) (bar_q + 8u * (2u + (i)))
+#define FJ_EMPTY_K(i) (bar_q + 8u * (2u + {{ S }}u + (i)))
+#define FJ_FULL_V(i) (bar_q + 8u * (2u + {{ 2 * S }}u + (i)))
+#define FJ_EMPTY_V(i) (bar_q + 8u * (2u + {{ 3 * S }}u + (i)))
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
-  const fj::Block blk = fj::block_of(p);
-  const int m0 = blk.m0;
-  // Keys this block can see: all of them, or up to its last row's diagonal.
-  const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
-  const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
+{% if PERSISTENT then %}
+  // A persistent grid (block.cuh's tile order): every warpgroup walks the
+  // same tiles, so producer and consumers agree without talking.
+  const int total = fj::tiles_total(p);
+#define FJ_TILES for (int tile = blockIdx.x, k = 0; tile < total; tile += gridDim.x, ++k)
+#define FJ_BLOCK fj::tile_of(p, tile)
+{% else %}
+#define FJ_TILES for (int tile = 0, k = 0; tile < 1; ++tile, ++k)
+#define FJ_BLOCK fj::block_of(p)
+{% end %}
 
   if (threadIdx.x == 0) {
     fj::mbar_init(bar_q, 1);
+    fj::mbar_init(q_empty, {{ 4 * C }});
 #pragma unroll
     for (int i = 0; i < {{ S }}; ++i) {
       fj::mbar_init(FJ_FULL_K(i), 1);
@@ -185,25 +204,34 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
     if (warp == 0 && lane == 0) {
       const void *mq = &maps.q, *mk = &maps.k, *mv = &maps.v;
-      fj::mbar_expect(bar_q, {{ BM * D * 2 }}u);
-#pragma unroll
-      for (int pn = 0; pn < {{ PANELS }}; ++pn)
-        fj::tma_load4(sq + pn * {{ Q_PANEL }}, mq, bar_q, pn * 64, m0, blk.h, blk.b);
-      for (int t = 0; t < ntiles; ++t) {
-        const int slot = t % {{ S }};
-        const unsigned ph = (unsigned)(t / {{ S }}) & 1u;
-        // A slot is free once every consumer warp has released it; in the
-        // first round the "preceding phase" test passes at once.
-        fj::mbar_wait(FJ_EMPTY_K(slot), ph ^ 1u);
-        fj::mbar_expect(FJ_FULL_K(slot), {{ BN * D * 2 }}u);
-#pragma unroll
-        for (int pn = 0; pn < {{ PANELS }}; ++pn)
-          fj::tma_load4(sk + slot * {{ KV_SLOT }} + pn * {{ KV_PANEL }}, mk, FJ_FULL_K(slot), pn * 64, t * {{ BN }}, blk.hk, blk.b);
-        fj::mbar_wait(FJ_EMPTY_V(slot), ph ^ 1u);
-        fj::mbar_expect(FJ_FULL_V(slot), {{ BN * D * 2 }}u);
+      unsigned it = 0;
+      FJ_TILES {
+        const fj::Block blk = FJ_BLOCK;
+        const int m0 = blk.m0;
+        const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
+        const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
+        // Q's buffer is free once every consumer warp has finished its last
+        // S of the previous work tile (at once for the first).
+        fj::mbar_wait(q_empty, ((unsigned)k & 1u) ^ 1u);
+        fj::mbar_expect(bar_q, {{ BM * D * 2 }}u);
 #pragma unroll
         for (int pn = 0; pn < {{ PANELS }}; ++pn)
-          fj::tma_load4(sv + slot * {{ KV_SLOT }} + pn * {{ KV_PANEL }}, mv, FJ_FULL_V(slot), pn * 64, t * {{ BN }}, blk.hk, blk.b);
+          fj::tma_load4(sq + pn * {{ Q_PANEL }}, mq, bar_q, pn * 64, m0, blk.h, blk.b);
+        for (int t = 0; t < ntiles; ++t, ++it) {
+          const unsigned slot = it % {{ S }}u, ph = (it / {{ S }}u) & 1u;
+          // A slot is free once every consumer warp has released it; in the
+          // first round the "preceding phase" test passes at once.
+          fj::mbar_wait(FJ_EMPTY_K(slot), ph ^ 1u);
+          fj::mbar_expect(FJ_FULL_K(slot), {{ BN * D * 2 }}u);
+#pragma unroll
+          for (int pn = 0; pn < {{ PANELS }}; ++pn)
+            fj::tma_load4(sk + slot * {{ KV_SLOT }} + pn * {{ KV_PANEL }}, mk, FJ_FULL_K(slot), pn * 64, t * {{ BN }}, blk.hk, blk.b);
+          fj::mbar_wait(FJ_EMPTY_V(slot), ph ^ 1u);
+          fj::mbar_expect(FJ_FULL_V(slot), {{ BN * D * 2 }}u);
+#pragma unroll
+          for (int pn = 0; pn < {{ PANELS }}; ++pn)
+            fj::tma_load4(sv + slot * {{ KV_SLOT }} + pn * {{ KV_PANEL }}, mv, FJ_FULL_V(slot), pn * 64, t * {{ BN }}, blk.hk, blk.b);
+        }
       }
     }
   } else {
@@ -222,17 +250,23 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 #define FJ_Q_DESC(kk) fj::wg_desc(qa + ((kk) / 4) * {{ Q_PANEL }} + ((kk) % 4) * 32, 16, 1024)
 #define FJ_K_DESC(slot, kk) fj::wg_desc(sk + (slot) * {{ KV_SLOT }} + ((kk) / 4) * {{ KV_PANEL }} + ((kk) % 4) * 32, 16, 1024)
 #define FJ_V_DESC(slot, kk) fj::wg_desc(sv + (slot) * {{ KV_SLOT }} + (kk) * 2048, {{ KV_PANEL }}, 1024)
+{% if PINGPONG then %}
+  // Ping-pong: the consumer warpgroups take turns to issue their products
+  // (named barrier 1 + w is warpgroup w's turn), so one's softmax runs
+  // while another's products occupy the tensor cores.  Warpgroup 0 starts.
+  if (cw == {{ C - 1 }}) fj::bar_arrive(1, {{ 256 }});
+#define FJ_TURN_TAKE() fj::bar_sync(1 + cw, 256)
+#define FJ_TURN_PASS() fj::bar_arrive(1 + (cw + 1) % {{ C }}, 256)
+{% else %}
+#define FJ_TURN_TAKE() ((void)0)
+#define FJ_TURN_PASS() ((void)0)
+{% end %}
 
   float o[{{ D // 16 }}][8];
   float s[{{ BN // 16 }}][8];
   unsigned pk[{{ BN // 16 }}][4];
   float row_m[1][{{ NC }}], row_l[1][{{ NC }}];
-#pragma unroll
-  for (int d = 0; d < {{ D // 16 }}; ++d)
-#pragma unroll
-    for (int i = 0; i < 8; ++i) o[d][i] = 0.f;
-#pragma unroll
-  for (int c = 0; c < {{ NC }}; ++c) { row_m[0][c] = FJ_NEG_INF; row_l[0][c] = 0.f; }
+  unsigned it = 0;
 {%
   -- S = Q K(slot)^T, issued (not waited for).
   local function qk(slot)
@@ -284,77 +318,91 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       pk[j][{{ r }}] = fj::pack2(s[j][{{ p_from[2 * r] }}], s[j][{{ p_from[2 * r + 1] }}]);
 {%   end %}
     }
+{%
+  end
+  -- A ring slot released by this warp (its part of the product is done).
+  local function release(bar)
+%}
+    __syncwarp();
+    if (lane == 0) fj::mbar_arrive({{ bar }});
 {% end %}
 
-  fj::mbar_wait(bar_q, 0u);
-  if (ntiles > 0) {
+  FJ_TILES {
+  const fj::Block blk = FJ_BLOCK;
+  const int m0 = blk.m0;
+  // Keys this block can see: all of them, or up to its last row's diagonal.
+  const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
+  const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
+#pragma unroll
+  for (int d = 0; d < {{ D // 16 }}; ++d)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[d][i] = 0.f;
+#pragma unroll
+  for (int c = 0; c < {{ NC }}; ++c) { row_m[0][c] = FJ_NEG_INF; row_l[0][c] = 0.f; }
+
+  fj::mbar_wait(bar_q, (unsigned)k & 1u);
+  if (ntiles == 0) {
+{% release("q_empty") %}
+  } else {
     // Tile 0: S, the softmax, P.
     const int n0 = 0;
-    fj::mbar_wait(FJ_FULL_K(0), 0u);
-{% qk("0") %}
+    const unsigned slot = it % {{ S }}u;
+    fj::mbar_wait(FJ_FULL_K(slot), (it / {{ S }}u) & 1u);
+    FJ_TURN_TAKE();
+{% qk("slot") %}
+    FJ_TURN_PASS();
     fj::wg_wait<0>();
 {% hold("s", BN // 16) %}
-    __syncwarp();
-    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_K(0));
+{% release("FJ_EMPTY_K(slot)") %}
+    if (ntiles == 1) {
+{% release("q_empty") %}
+    }
 {% softmax(true) %}
 {% pack() %}
   }
   for (int t = 1; t < ntiles; ++t) {
     const int n0 = t * {{ BN }};
-    const int slot = t % {{ S }}, prev = (t - 1) % {{ S }};
-    const unsigned ph = (unsigned)(t / {{ S }}) & 1u, pph = (unsigned)((t - 1) / {{ S }}) & 1u;
-{% if OVERLAP then %}
+    const unsigned cur = it + t, prev = cur - 1;
+    const unsigned slot = cur % {{ S }}u, pslot = prev % {{ S }}u;
     // S(t) and O += P(t - 1) V(t - 1) in flight together; the softmax of
     // S(t) runs while the second finishes.
-    fj::mbar_wait(FJ_FULL_K(slot), ph);
+    fj::mbar_wait(FJ_FULL_K(slot), (cur / {{ S }}u) & 1u);
+    FJ_TURN_TAKE();
 {% qk("slot") %}
-    fj::mbar_wait(FJ_FULL_V(prev), pph);
-{% pv("prev") %}
+    fj::mbar_wait(FJ_FULL_V(pslot), (prev / {{ S }}u) & 1u);
+{% pv("pslot") %}
+    FJ_TURN_PASS();
     fj::wg_wait<1>();
 {% hold("s", BN // 16) %}
-    __syncwarp();
-    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_K(slot));
+{% release("FJ_EMPTY_K(slot)") %}
+    if (t == ntiles - 1) {
+{% release("q_empty") %}
+    }
     float alpha[{{ NC }}];
 {% softmax(false) %}
     fj::wg_wait<0>();
 {% hold("o", D // 16) %}
-    __syncwarp();
-    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_V(prev));
+{% release("FJ_EMPTY_V(pslot)") %}
 #pragma unroll
     for (int d = 0; d < {{ D // 16 }}; ++d) {
-{%   for i = 0, acc.slots - 1 do %}
+{% for i = 0, acc.slots - 1 do %}
       o[d][{{ i }}] *= alpha[{{ rows.class_of[i] - 1 }}];
-{%   end %}
+{% end %}
     }
 {% pack() %}
-{% else %}
-    // One product at a time: O += P(t - 1) V(t - 1), then S(t).
-    fj::mbar_wait(FJ_FULL_V(prev), pph);
-{% pv("prev") %}
-    fj::wg_wait<0>();
-{% hold("o", D // 16) %}
-    __syncwarp();
-    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_V(prev));
-    fj::mbar_wait(FJ_FULL_K(slot), ph);
-{% qk("slot") %}
-    fj::wg_wait<0>();
-{% hold("s", BN // 16) %}
-    __syncwarp();
-    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_K(slot));
-{% softmax(true) %}
-{% pack() %}
-{% end %}
   }
   if (ntiles > 0) {
     // The last tile's O += P V.
-    const int last = (ntiles - 1) % {{ S }};
-    fj::mbar_wait(FJ_FULL_V(last), (unsigned)((ntiles - 1) / {{ S }}) & 1u);
-{% pv("last") %}
+    const unsigned last = it + ntiles - 1, lslot = last % {{ S }}u;
+    fj::mbar_wait(FJ_FULL_V(lslot), (last / {{ S }}u) & 1u);
+    FJ_TURN_TAKE();
+{% pv("lslot") %}
+    FJ_TURN_PASS();
     fj::wg_wait<0>();
 {% hold("o", D // 16) %}
-    __syncwarp();
-    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_V(last));
+{% release("FJ_EMPTY_V(lslot)") %}
   }
+  it += ntiles;
 
   // O = O / l and the log-sum-exp (epilogue_regs.cuh).
   elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h);
@@ -362,6 +410,11 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
      ND = D // 16, out_scale = "1.f",
      O = function(mi, d, i) return ("o[%s][%d]"):format(d, i) end })) }}
   }
+  }
+#undef FJ_TILES
+#undef FJ_BLOCK
+#undef FJ_TURN_TAKE
+#undef FJ_TURN_PASS
 #undef FJ_FULL_K
 #undef FJ_EMPTY_K
 #undef FJ_FULL_V

@@ -182,7 +182,7 @@ int test_family_wgmma_sm90a(void)
   enum { PICKS = 4 * 2 * 3, SAMPLE = 6 };
   static const int wdims[] = {64, 128, 192, 256};
   static const int shapes[SAMPLE][5] = {  /* d, tile_m, tile_n, warps, stages */
-      {128, 64, 128, 8, 3}, {64, 192, 128, 16, 4}, {64, 64, 256, 8, 2},
+      {128, 64, 128, 8, 3}, {64, 192, 128, 16, 4}, {64, 64, 192, 8, 2},
       {128, 128, 64, 12, 4}, {256, 128, 64, 12, 2}, {192, 128, 64, 12, 3}};
   fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
   CHECK(ctx);

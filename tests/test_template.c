@@ -25,8 +25,9 @@ static fj_status render_variant(fj_ctx *ctx, const fj_variant *v, fj_buf *out)
 /* Variants that between them use every code path of the templates: WMMA
  * Stage-2 with synchronous loads, Stage-3 with LUT-driven ldmatrix loads
  * under xor, Stage-2 with a three-stage cp.async ring; the mma family's
- * pick for head dim 128 (pipelined, causal bottom-right, bf16). */
-enum { NGOLDEN = 4 };
+ * pick for head dim 128 (pipelined, causal bottom-right, bf16); the wgmma
+ * family's pick for head dim 128 (two consumer warpgroups, ping-pong). */
+enum { NGOLDEN = 5 };
 static void golden_variants(fj_variant v[NGOLDEN])
 {
   fj_variant_default(&v[0], 64, FJ_F16, FJ_CAUSAL_NONE);
@@ -47,6 +48,12 @@ static void golden_variants(fj_variant v[NGOLDEN])
   v[3].mma = FJ_MMA_SYNC;
   v[3].tile_m = 128;
   v[3].warps = 4;
+  fj_variant_default(&v[4], 128, FJ_F16, FJ_CAUSAL_NONE);
+  v[4].mma = FJ_MMA_WGMMA;
+  v[4].swizzle = FJ_SWIZZLE_XOR;
+  v[4].tile_m = 128;
+  v[4].warps = 12;
+  v[4].tile_n = 176;
 }
 
 /* FJ_UPDATE_GOLDEN=1 rewrites the files from the current templates. */

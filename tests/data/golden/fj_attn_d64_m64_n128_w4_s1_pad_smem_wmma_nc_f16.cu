@@ -67,6 +67,21 @@ __device__ __forceinline__ Block block_of(const Params &p) {
   return blk;
 }
 
+// The work tiles of a persistent grid, and tile i of its order.
+__device__ __forceinline__ int tiles_total(const Params &p) {
+  return (p.seq_q + 63) / 64 * p.heads_q * p.batch;
+}
+
+__device__ __forceinline__ Block tile_of(const Params &p, int i) {
+  const int nm = (p.seq_q + 63) / 64, hb = i / nm;
+  Block blk;
+  blk.m0 = (nm - 1 - (i - hb * nm)) * 64;
+  blk.h = hb % p.heads_q;
+  blk.b = hb / p.heads_q;
+  blk.hk = blk.h / p.group;
+  return blk;
+}
+
 // Row 0 of one head of a tensor with strides (batch, head, seq).
 template <typename T>
 __device__ __forceinline__ T *head_rows(const void *base, const long long *stride, int b, int h) {
