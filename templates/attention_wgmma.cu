@@ -35,11 +35,13 @@
   local C = warps // 4 - 1          -- consumer warpgroups
   local THREADS = 32 * warps
   local PANELS = D // 64
-  -- A persistent grid of one block per multiprocessor walks the work tiles;
+  -- A persistent grid of one block per multiprocessor walks the work tiles
+  -- (without a causal mask: with one, the tiles' work differs and the
+  -- hardware's own block scheduling balances it better than a static walk);
   -- consumer warpgroups take turns to issue their products (ping-pong)
   -- where there are two or more and O leaves room (FlashAttention-3 turns
   -- it off above head dim 128).
-  local PERSISTENT = true
+  local PERSISTENT = causal == "none"
   local PINGPONG = C >= 2 and D <= 128
   local function no(fmt, ...) refuse(fmt:format(...)) end
 

@@ -43,7 +43,8 @@ expect 2 "option --head-dim needs a value" emit --head-dim
 expect 2 "invalid arch 'sm_1': expected sm_XY or sm_XYa" emit --arch sm_1
 expect 2 "invalid value 'zigzag' for --swizzle: one of none, pad, xor" emit --swizzle zigzag
 expect 2 "invalid value 'f64' for --dtype: one of f16, bf16" emit --dtype f64
-expect 2 "warps 4 is not implemented for mma wgmma: 8, 12 or 16" emit --mma wgmma
+expect 2 "warps 4 is not implemented for mma wgmma: 8, 12 or 16" emit --mma wgmma --warps 4
+expect 0 "wgmma.mma_async" emit --mma wgmma --head-dim 128 --what ptx --arch sm_90a
 expect 2 "warps 3 is not implemented" emit --warps 3
 expect 2 "over by" emit --head-dim 256 --tile-m 256 --tile-n 256 --warps 8 --softmax smem
 expect 2 "softmax regs: tile_m 128 must be 16 x warps = 64" emit --softmax regs --tile-m 128 --warps 4

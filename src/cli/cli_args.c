@@ -384,6 +384,16 @@ static void apply_defaults(cli *c)
       *field(c, f) = *(const int *)(const void *)((const char *)&given +
                                                   (f->offset - OFF(v)));
   }
+  /* The wgmma family reads tiles only in the 128-byte swizzle, and its
+   * usual shape is two consumer warpgroups of 64 rows. */
+  if (c->v.mma == FJ_MMA_WGMMA) {
+    if (!cli_flag_given(c, "swizzle"))
+      c->v.swizzle = FJ_SWIZZLE_XOR;
+    if (!cli_flag_given(c, "tile-m") && !cli_flag_given(c, "warps")) {
+      c->v.tile_m = 128;
+      c->v.warps = 12;
+    }
+  }
 }
 
 /* The flags after the command name; -1 when --help printed the help. */

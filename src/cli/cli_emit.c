@@ -102,9 +102,38 @@ static const sweep_axis sweep_axes[] = {
 };
 enum { SWEEP_AXES = sizeof sweep_axes / sizeof sweep_axes[0] };
 
+/* The wgmma family's space: consumer warpgroups (tile_m and warps move
+ * together), key tiles and stages, each unless fixed by a flag. */
+static size_t wgmma_sweep(const cli *c, fj_variant *out)
+{
+  static const int groups[3][2] = {{64, 8}, {128, 12}, {192, 16}};
+  static const int tn[] = {64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256};
+  int fix_m = cli_flag_given(c, "tile-m") || cli_flag_given(c, "warps");
+  int fix_n = cli_flag_given(c, "tile-n"), fix_s = cli_flag_given(c, "stages");
+  size_t n = 0;
+  for (int g = 0; g < (fix_m ? 1 : 3); g++)
+    for (size_t b = 0; b < (fix_n ? 1 : sizeof tn / sizeof tn[0]); b++)
+      for (int s = 2; s <= (fix_s ? 2 : 4); s++, n++) {
+        if (!out)
+          continue;
+        out[n] = c->v;
+        if (!fix_m) {
+          out[n].tile_m = groups[g][0];
+          out[n].warps = groups[g][1];
+        }
+        if (!fix_n)
+          out[n].tile_n = tn[b];
+        if (!fix_s)
+          out[n].stages = s;
+      }
+  return n;
+}
+
 /* All combinations, written into out (NULL: only counted). */
 static size_t sweep_variants(const cli *c, fj_variant *out)
 {
+  if (c->v.mma == FJ_MMA_WGMMA)
+    return wgmma_sweep(c, out);
   size_t n = 1, count[SWEEP_AXES];
   for (size_t a = 0; a < SWEEP_AXES; a++) {
     count[a] = cli_flag_given(c, sweep_axes[a].flag)
