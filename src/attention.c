@@ -216,11 +216,11 @@ static int wgmma_fits(const fj_ctx *ctx, const fj_problem *p)
   return 1;
 }
 
-/* The wgmma family (sm_90a) with FlashAttention-3's tile shapes as the
- * starting point: two consumer warpgroups of 64 rows (three at head dim
- * 64), key tiles as large as registers and shared memory allow, two
- * stages. */
-static void wgmma_choice(const fj_problem *p, fj_variant *v)
+/* The wgmma family (sm_90a): two consumer warpgroups of 64 rows (three at
+ * head dim 64), key tiles as large as registers and shared memory allow,
+ * two stages -- FlashAttention-3's shapes, with the key tiles the H200
+ * sweeps of docs/PERF.md preferred (192 at head dim 128). */
+static void wgmma_choice(fj_variant *v)
 {
   int d = v->head_dim;
   v->mma = FJ_MMA_WGMMA;
@@ -229,8 +229,7 @@ static void wgmma_choice(const fj_problem *p, fj_variant *v)
   v->stages = 2;
   v->tile_m = d == 64 ? 192 : 128;
   v->warps = d == 64 ? 16 : 12;
-  v->tile_n = d == 64 ? 128 : d == 128 ? (p->causal ? 128 : 176)
-                                       : d == 192 ? 96 : 80;
+  v->tile_n = d == 64 ? 128 : d == 128 ? 192 : d == 192 ? 96 : 80;
 }
 
 void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
@@ -248,7 +247,7 @@ void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
 {
   fj__heuristic_sync(ctx, p, v);
   if (wgmma_fits(ctx, p))
-    wgmma_choice(p, v);
+    wgmma_choice(v);
 }
 
 static int log2_floor(int n)
@@ -468,7 +467,7 @@ static fj_status tensor_maps(const fj_ctx *ctx, const fj_problem *p,
 }
 
 /* The grid: (row tiles, heads, batch), or for a persistent kernel one
- * block per multiprocessor, at most one per work tile. */
+ * block per multiprocessor, at most one per pair of work tiles. */
 static fj_status grid(const fj_ctx *ctx, const fj_problem *p,
                       const fj_kmeta *m, unsigned g[3])
 {
@@ -480,11 +479,13 @@ static fj_status grid(const fj_ctx *ctx, const fj_problem *p,
     g[2] = (unsigned)p->batch;
     return FJ_OK;
   }
-  uint64_t total = (uint64_t)tiles_m * (uint64_t)p->heads_q * (uint64_t)p->batch;
+  /* The kernel walks the row tiles of each head in pairs (block.cuh). */
+  uint64_t total = (uint64_t)((tiles_m + 1) / 2) * (uint64_t)p->heads_q *
+                   (uint64_t)p->batch;
   if (total > INT32_MAX)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                    "%llu work tiles of %u rows: a persistent kernel counts "
-                    "at most %d",
+                    "%llu pairs of work tiles of %u rows: a persistent kernel "
+                    "counts at most %d",
                     (unsigned long long)total, rows, INT32_MAX);
   g[0] = (unsigned)(total < (uint64_t)ctx->dev.sm_count ? total
                                                         : (uint64_t)ctx->dev.sm_count);

@@ -36,12 +36,11 @@
   local THREADS = 32 * warps
   local PANELS = D // 64
   -- A persistent grid of one block per multiprocessor walks the work tiles
-  -- (without a causal mask: with one, the tiles' work differs and the
-  -- hardware's own block scheduling balances it better than a static walk);
+  -- in pairs of equal causal work (block.cuh);
   -- consumer warpgroups take turns to issue their products (ping-pong)
   -- where there are two or more and O leaves room (FlashAttention-3 turns
   -- it off above head dim 128).
-  local PERSISTENT = causal == "none"
+  local PERSISTENT = true
   local PINGPONG = C >= 2 and D <= 128
   local function no(fmt, ...) refuse(fmt:format(...)) end
 
@@ -175,12 +174,14 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% if PERSISTENT then %}
   // A persistent grid (block.cuh's tile order): every warpgroup walks the
   // same tiles, so producer and consumers agree without talking.
-  const int total = fj::tiles_total(p);
-#define FJ_TILES for (int tile = blockIdx.x, k = 0; tile < total; tile += gridDim.x, ++k)
-#define FJ_BLOCK fj::tile_of(p, tile)
+  const int total = fj::pairs_total(p);
+  int k = 0;  // work tiles this block has started
+#define FJ_TILES for (int pair = blockIdx.x; pair < total; pair += gridDim.x) for (int half = 0; half < 2; ++half)
+#define FJ_BLOCK(blk) if (!fj::tile_of(p, pair, half, blk)) continue
 {% else %}
-#define FJ_TILES for (int tile = 0, k = 0; tile < 1; ++tile, ++k)
-#define FJ_BLOCK fj::block_of(p)
+  int k = 0;
+#define FJ_TILES for (int once = 0; once < 1; ++once)
+#define FJ_BLOCK(blk) blk = fj::block_of(p)
 {% end %}
 
   if (threadIdx.x == 0) {
@@ -208,13 +209,15 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       const void *mq = &maps.q, *mk = &maps.k, *mv = &maps.v;
       unsigned it = 0;
       FJ_TILES {
-        const fj::Block blk = FJ_BLOCK;
+        fj::Block blk;
+        FJ_BLOCK(blk);
+        const unsigned kq = (unsigned)k++;
         const int m0 = blk.m0;
         const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
         const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
         // Q's buffer is free once every consumer warp has finished its last
         // S of the previous work tile (at once for the first).
-        fj::mbar_wait(q_empty, ((unsigned)k & 1u) ^ 1u);
+        fj::mbar_wait(q_empty, (kq & 1u) ^ 1u);
         fj::mbar_expect(bar_q, {{ BM * D * 2 }}u);
 #pragma unroll
         for (int pn = 0; pn < {{ PANELS }}; ++pn)
@@ -330,7 +333,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
 
   FJ_TILES {
-  const fj::Block blk = FJ_BLOCK;
+  fj::Block blk;
+  FJ_BLOCK(blk);
+  const unsigned kq = (unsigned)k++;
   const int m0 = blk.m0;
   // Keys this block can see: all of them, or up to its last row's diagonal.
   const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
@@ -342,7 +347,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 #pragma unroll
   for (int c = 0; c < {{ NC }}; ++c) { row_m[0][c] = FJ_NEG_INF; row_l[0][c] = 0.f; }
 
-  fj::mbar_wait(bar_q, (unsigned)k & 1u);
+  fj::mbar_wait(bar_q, kq & 1u);
   if (ntiles == 0) {
 {% release("q_empty") %}
   } else {

@@ -65,19 +65,28 @@ __device__ __forceinline__ Block block_of(const Params &p) {
   return blk;
 }
 
-// The work tiles of a persistent grid, and tile i of its order.
-__device__ __forceinline__ int tiles_total(const Params &p) {
-  return (p.seq_q + 127) / 128 * p.heads_q * p.batch;
+// A persistent grid walks the row tiles of each (batch, head) in pairs: the
+// last with the first, the second last with the second, ... so that under a
+// causal mask every pair holds the same work, and a static walk (block k
+// takes pairs k, k + gridDim.x, ...) balances the multiprocessors.  Pairs
+// of one head are consecutive, so the blocks working at one time share its
+// K and V in L2.
+__device__ __forceinline__ int pairs_total(const Params &p) {
+  return ((p.seq_q + 127) / 128 + 1) / 2 * p.heads_q * p.batch;
 }
 
-__device__ __forceinline__ Block tile_of(const Params &p, int i) {
-  const int nm = (p.seq_q + 127) / 128, hb = i / nm;
-  Block blk;
-  blk.m0 = (nm - 1 - (i - hb * nm)) * 128;
+// Half h of pair i (the heavier tile first); false for the missing partner
+// of the middle tile when the row tiles are odd in number.
+__device__ __forceinline__ bool tile_of(const Params &p, int i, int h, Block &blk) {
+  const int nm = (p.seq_q + 127) / 128, np = (nm + 1) / 2;
+  const int hb = i / np, j = i - hb * np;
+  const int mb = h ? j : nm - 1 - j;
+  if (h && mb == nm - 1 - j) return false;
+  blk.m0 = mb * 128;
   blk.h = hb % p.heads_q;
   blk.b = hb / p.heads_q;
   blk.hk = blk.h / p.group;
-  return blk;
+  return true;
 }
 
 // Row 0 of one head of a tensor with strides (batch, head, seq).
@@ -224,9 +233,10 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
   // A persistent grid (block.cuh's tile order): every warpgroup walks the
   // same tiles, so producer and consumers agree without talking.
-  const int total = fj::tiles_total(p);
-#define FJ_TILES for (int tile = blockIdx.x, k = 0; tile < total; tile += gridDim.x, ++k)
-#define FJ_BLOCK fj::tile_of(p, tile)
+  const int total = fj::pairs_total(p);
+  int k = 0;  // work tiles this block has started
+#define FJ_TILES for (int pair = blockIdx.x; pair < total; pair += gridDim.x) for (int half = 0; half < 2; ++half)
+#define FJ_BLOCK(blk) if (!fj::tile_of(p, pair, half, blk)) continue
 
   if (threadIdx.x == 0) {
     fj::mbar_init(bar_q, 1);
@@ -251,13 +261,15 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
       const void *mq = &maps.q, *mk = &maps.k, *mv = &maps.v;
       unsigned it = 0;
       FJ_TILES {
-        const fj::Block blk = FJ_BLOCK;
+        fj::Block blk;
+        FJ_BLOCK(blk);
+        const unsigned kq = (unsigned)k++;
         const int m0 = blk.m0;
         const int n_end = p.seq_kv;
         const int ntiles = n_end > 0 ? (n_end + 175) / 176 : 0;
         // Q's buffer is free once every consumer warp has finished its last
         // S of the previous work tile (at once for the first).
-        fj::mbar_wait(q_empty, ((unsigned)k & 1u) ^ 1u);
+        fj::mbar_wait(q_empty, (kq & 1u) ^ 1u);
         fj::mbar_expect(bar_q, 32768u);
 #pragma unroll
         for (int pn = 0; pn < 2; ++pn)
@@ -307,7 +319,9 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
   unsigned it = 0;
 
   FJ_TILES {
-  const fj::Block blk = FJ_BLOCK;
+  fj::Block blk;
+  FJ_BLOCK(blk);
+  const unsigned kq = (unsigned)k++;
   const int m0 = blk.m0;
   // Keys this block can see: all of them, or up to its last row's diagonal.
   const int n_end = p.seq_kv;
@@ -319,7 +333,7 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
 #pragma unroll
   for (int c = 0; c < 2; ++c) { row_m[0][c] = FJ_NEG_INF; row_l[0][c] = 0.f; }
 
-  fj::mbar_wait(bar_q, (unsigned)k & 1u);
+  fj::mbar_wait(bar_q, kq & 1u);
   if (ntiles == 0) {
     __syncwarp();
     if (lane == 0) fj::mbar_arrive(q_empty);

@@ -67,19 +67,28 @@ __device__ __forceinline__ Block block_of(const Params &p) {
   return blk;
 }
 
-// The work tiles of a persistent grid, and tile i of its order.
-__device__ __forceinline__ int tiles_total(const Params &p) {
-  return (p.seq_q + 127) / 128 * p.heads_q * p.batch;
+// A persistent grid walks the row tiles of each (batch, head) in pairs: the
+// last with the first, the second last with the second, ... so that under a
+// causal mask every pair holds the same work, and a static walk (block k
+// takes pairs k, k + gridDim.x, ...) balances the multiprocessors.  Pairs
+// of one head are consecutive, so the blocks working at one time share its
+// K and V in L2.
+__device__ __forceinline__ int pairs_total(const Params &p) {
+  return ((p.seq_q + 127) / 128 + 1) / 2 * p.heads_q * p.batch;
 }
 
-__device__ __forceinline__ Block tile_of(const Params &p, int i) {
-  const int nm = (p.seq_q + 127) / 128, hb = i / nm;
-  Block blk;
-  blk.m0 = (nm - 1 - (i - hb * nm)) * 128;
+// Half h of pair i (the heavier tile first); false for the missing partner
+// of the middle tile when the row tiles are odd in number.
+__device__ __forceinline__ bool tile_of(const Params &p, int i, int h, Block &blk) {
+  const int nm = (p.seq_q + 127) / 128, np = (nm + 1) / 2;
+  const int hb = i / np, j = i - hb * np;
+  const int mb = h ? j : nm - 1 - j;
+  if (h && mb == nm - 1 - j) return false;
+  blk.m0 = mb * 128;
   blk.h = hb % p.heads_q;
   blk.b = hb / p.heads_q;
   blk.hk = blk.h / p.group;
-  return blk;
+  return true;
 }
 
 // Row 0 of one head of a tensor with strides (batch, head, seq).
