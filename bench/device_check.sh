@@ -34,7 +34,7 @@ if part wgmma; then
     rm -rf "$tdir" && cp -r /work/main/templates "$tdir"
     sed -i 's/WGMMA_SPIN_LIMIT or 0/1 << 26/' "$tdir/attention_wgmma.cu"
   fi
-  for t in gpu_lut_probe gpu_wgmma_axes gpu_wgmma_cross; do
+  for t in gpu_lut_probe gpu_wgmma_axes gpu_wgmma_cross gpu_wgmma_seqlens; do
     FLASHJIT_TEMPLATE_DIR=$tdir timeout ${WGMMA_TIMEOUT:-240} ./tests/fj_tests $t >"$out/wgmma_$t.log" 2>&1
     rc=$?
     note "wgmma $t: exit $rc ($(grep -c ' ok$' "$out/wgmma_$t.log") ok, $(grep -c 'FAIL' "$out/wgmma_$t.log") FAIL lines)"
@@ -73,10 +73,11 @@ fi
 
 # 2. compute-sanitizer: one variant per (stages, swizzle, softmax), the probe.
 if part sanitize; then
-  for tool in memcheck racecheck; do
-    for t in gpu_sanitize_set gpu_lut_probe; do
-      compute-sanitizer --tool $tool --error-exitcode 9 ./tests/fj_tests $t >>"$out/sanitizer.log" 2>&1
-      note "compute-sanitizer --tool $tool fj_tests $t: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer.log" | tail -1 | sed 's/=* //'))"
+  for tool in memcheck racecheck synccheck; do
+    for t in ${SANITIZE_TESTS:-gpu_sanitize_set gpu_sanitize_wgmma gpu_lut_probe}; do
+      [ $tool = synccheck ] && [ $t != gpu_sanitize_wgmma ] && continue
+      timeout ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 ./tests/fj_tests $t >>"$out/sanitizer.log" 2>&1
+      note "compute-sanitizer --tool $tool fj_tests $t: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY' "$out/sanitizer.log" | tail -1 | sed 's/=* //'))"
     done
   done
 fi

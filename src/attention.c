@@ -246,7 +246,9 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
 void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
 {
   fj__heuristic_sync(ctx, p, v);
-  if (wgmma_fits(ctx, p))
+  /* Problems too small to give every multiprocessor a 128-row block keep
+   * the mma family's 64-row blocks. */
+  if (wgmma_fits(ctx, p) && !few_blocks(ctx, p))
     wgmma_choice(v);
 }
 

@@ -875,12 +875,11 @@ int test_gpu_sanitize_wgmma(void)
 
 /* ---- sequence lengths on the default variants ------------------------------------------- */
 
-int test_gpu_family_seqlens(void)
+/* Every sequence length and unequal pair, head dims 64 and 128, both
+ * dtypes, three masks: with the library's choice (wgmma false), or with
+ * the wgmma family's own picks forced (wgmma true; skipped off sm_90a). */
+static int seqlens(fj_ctx *ctx, int wgmma)
 {
-  fj_ctx *ctx;
-  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
-  if (rc)
-    return rc;
   static const int lens[] = {1, 17, 63, 64, 65, 127, 1000, 4097};
   static const int pairs[][2] = {{63, 4097}, {4097, 63}, {1000, 65}, {65, 1000}};
   uint64_t seed = 5;
@@ -901,12 +900,43 @@ int test_gpu_family_seqlens(void)
           c.p.causal = all_masks[m];
           fj_variant v;
           fj_attention_variant(ctx, &c.p, &v, NULL);
+          if (wgmma) {
+            v.mma = FJ_MMA_WGMMA;
+            v.softmax = FJ_SOFTMAX_REGS;
+            v.swizzle = FJ_SWIZZLE_XOR;
+            v.stages = 2;
+            v.tile_m = d ? 128 : 192;
+            v.warps = d ? 12 : 16;
+            v.tile_n = d ? 192 : 128;
+          }
           char label[200];
           variant_label(label, sizeof label, &v, &c.p, "");
-          failed += run_case(ctx, &c, NULL, NULL, &seed, label, "seq lengths");
+          failed += run_case(ctx, &c, wgmma ? &v : NULL, NULL, &seed, label,
+                             wgmma ? "wgmma seq lengths" : "seq lengths");
         }
       }
   print_worst();
+  return failed;
+}
+
+int test_gpu_family_seqlens(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  int failed = seqlens(ctx, 0);
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
+int test_gpu_wgmma_seqlens(void)
+{
+  fj_ctx *ctx;
+  int rc = wgmma_device(&ctx);
+  if (rc)
+    return rc;
+  int failed = seqlens(ctx, 1);
   fj_ctx_destroy(ctx);
   return failed != 0;
 }

@@ -67,23 +67,32 @@ __device__ __forceinline__ Block block_of(const Params &p) {
   return blk;
 }
 
-// A persistent grid walks the row tiles of each (batch, head) in pairs: the
-// last with the first, the second last with the second, ... so that under a
-// causal mask every pair holds the same work, and a static walk (block k
-// takes pairs k, k + gridDim.x, ...) balances the multiprocessors.  Pairs
-// of one head are consecutive, so the blocks working at one time share its
-// K and V in L2.
+// A persistent grid walks units of work: first the pairs of row tiles of
+// each (batch, head) -- the last with the first, the second last with the
+// second, ... -- which under a causal mask all hold the same work, then,
+// when the row tiles are odd in number, each head's middle tile alone.  A
+// static walk (block k takes units k, k + gridDim.x, ...) then balances the
+// multiprocessors, and the pairs of one head are consecutive, so the blocks
+// working at one time share its K and V in L2.
 __device__ __forceinline__ int pairs_total(const Params &p) {
   return ((p.seq_q + 127) / 128 + 1) / 2 * p.heads_q * p.batch;
 }
 
-// Half h of pair i (the heavier tile first); false for the missing partner
-// of the middle tile when the row tiles are odd in number.
-__device__ __forceinline__ bool tile_of(const Params &p, int i, int h, Block &blk) {
-  const int nm = (p.seq_q + 127) / 128, np = (nm + 1) / 2;
-  const int hb = i / np, j = i - hb * np;
-  const int mb = h ? j : nm - 1 - j;
-  if (h && mb == nm - 1 - j) return false;
+// Half h of unit u (the heavier tile first); false where a unit has no
+// second half.
+__device__ __forceinline__ bool tile_of(const Params &p, int u, int h, Block &blk) {
+  const int nm = (p.seq_q + 127) / 128, full = nm / 2;
+  const int paired = full * p.heads_q * p.batch;
+  int hb, mb;
+  if (u < paired) {
+    hb = u / full;
+    const int j = u - hb * full;
+    mb = h ? j : nm - 1 - j;
+  } else {
+    if (h) return false;
+    hb = u - paired;
+    mb = full;  // the middle tile
+  }
   blk.m0 = mb * 128;
   blk.h = hb % p.heads_q;
   blk.b = hb / p.heads_q;
