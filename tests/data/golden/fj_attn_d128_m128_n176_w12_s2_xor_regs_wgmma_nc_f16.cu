@@ -77,21 +77,16 @@ __device__ __forceinline__ int pairs_total(const Params &p) {
 }
 
 // Half h of unit u (the heavier tile first); false where a unit has no
-// second half.
+// second half.  One division: units below `paired` are pairs, the rest
+// each head's middle tile (full == the pairs a head has).
 __device__ __forceinline__ bool tile_of(const Params &p, int u, int h, Block &blk) {
   const int nm = (p.seq_q + 127) / 128, full = nm / 2;
   const int paired = full * p.heads_q * p.batch;
-  int hb, mb;
-  if (u < paired) {
-    hb = u / full;
-    const int j = u - hb * full;
-    mb = h ? j : nm - 1 - j;
-  } else {
-    if (h) return false;
-    hb = u - paired;
-    mb = full;  // the middle tile
-  }
-  blk.m0 = mb * 128;
+  const bool single = u >= paired;
+  if (single && h) return false;
+  const int per = single ? 1 : full, base = single ? paired : 0;
+  const int hb = (u - base) / per, j = u - base - hb * per;
+  blk.m0 = (single ? full : h ? j : nm - 1 - j) * 128;
   blk.h = hb % p.heads_q;
   blk.b = hb / p.heads_q;
   blk.hk = blk.h / p.group;
