@@ -53,12 +53,15 @@ static int inspect(fj_ctx *ctx, const fj_variant *v, int show_source)
   fj_kernel_resources(k, &r);
   const char *ptx = fj_kernel_ptx(k, NULL);
   printf("  %-52s %-7s regs=%3d smem=%6d spills=%d/%d compile=%6.1f ms %s; "
-         "PTX: %d wmma.mma, %d mma.sync\n",
+         "PTX: %d wmma.mma, %d mma.sync, %d wgmma.mma_async, %d "
+         "cp.async.bulk.tensor\n",
          fj_kernel_name(k), fj_ctx_arch(ctx), r.registers,
          r.shared_static + r.shared_dynamic, r.spill_store_bytes,
          r.spill_load_bytes, r.compile_ms,
          r.cache == FJ_CACHE_MISS ? "(compiled)" : "(cached)",
-         count_lines(ptx, "wmma.mma"), count_lines(ptx, "\tmma.sync"));
+         count_lines(ptx, "wmma.mma"), count_lines(ptx, "\tmma.sync"),
+         count_lines(ptx, "wgmma.mma_async"),
+         count_lines(ptx, "cp.async.bulk.tensor"));
   if (show_source)
     print_head(fj_kernel_source(k, NULL), 4);
   return 0;
@@ -79,11 +82,17 @@ static int compile_only(void)
       fprintf(stderr, "demo: %s\n", fj_errmsg(NULL));
       return 1;
     }
+    /* What fj_attention_fwd would launch for two problems on this target:
+     * the wgmma family on sm_90a, the mma family on sm_80. */
+    fj_problem p;
     fj_variant v;
-    fj_variant_default(&v, 64, FJ_F16, FJ_CAUSAL_NONE);
-    bad |= inspect(ctx, &v, a == 0);
-    fj_variant_default(&v, 128, FJ_BF16, FJ_CAUSAL_TOP_LEFT);
-    bad |= inspect(ctx, &v, 0);
+    fj_problem_init(&p, 4, 16, 16, 4096, 4096, 64, FJ_F16, FJ_BHSD);
+    bad |= fj_attention_variant(ctx, &p, &v, NULL) != FJ_OK ||
+           inspect(ctx, &v, a == 0);
+    fj_problem_init(&p, 4, 32, 8, 4096, 4096, 128, FJ_BF16, FJ_BSHD);
+    p.causal = FJ_CAUSAL_TOP_LEFT;
+    bad |= fj_attention_variant(ctx, &p, &v, NULL) != FJ_OK ||
+           inspect(ctx, &v, 0);
     fj_ctx_destroy(ctx);
   }
   return bad;

@@ -216,7 +216,9 @@ typedef struct fj_variant {
 /* Fills v with the WMMA family's default variant for a head dim, dtype and
  * causal mode: register softmax, a portable choice that fits every target
  * from sm_80 on.  fj_attention_variant gives the choice fj_attention_fwd
- * makes for a problem on a context's device: on sm_80 and newer the mma
+ * makes for a problem on a context's device: on sm_90a the wgmma family
+ * (head dims 64/128/192/256, f16/bf16 K/V, problems with at least one
+ * 128-row block per multiprocessor), else on sm_80 and newer the mma
  * family (mma.sync) with its own tiles, on sm_75 this default; one stage
  * for FP8 K/V; a tuned entry where the tuning database has one. */
 FJ_API void fj_variant_default(fj_variant *v, int head_dim, fj_dtype dtype,
