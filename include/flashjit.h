@@ -17,6 +17,13 @@
  *  - A context is thread-safe: any number of threads may use one context.
  *  - Nothing here prints, exits or aborts; diagnostics go to the optional log
  *    callback of fj_ctx_opts.
+ *  - A NULL pointer never crashes a call.  Where a pointer is required, a
+ *    call returning fj_status gives FJ_ERR_INVALID_ARG and the message
+ *    "function: argument is NULL" (in fj_errmsg(NULL) when the context
+ *    itself is NULL); a void call does nothing; a getter gives NULL (and a
+ *    length of 0), or "" where it is documented never to be NULL.  Each
+ *    function says which pointers may be NULL.  Pointers that are not NULL
+ *    must point to what they claim: that cannot be checked.
  *  - Device pointers are plain `void *` (CUdeviceptr values, or the pointers
  *    that the CUDA runtime or PyTorch hand out: the context works in the
  *    device's primary context, so they can be passed straight in).
@@ -102,8 +109,10 @@ typedef struct fj_ctx_opts {
   /* Target architecture, "sm_XY" or "sm_XYa".  NULL: the device's own
    * (sm_90a on compute capability 9.0).  Required when device is -1. */
   const char *arch;
-  /* Disk cache directory.  NULL: $FLASHJIT_CACHE_DIR, else
-   * $XDG_CACHE_HOME/flashjit, else ~/.cache/flashjit. */
+  /* Disk cache directory, at most 4095 bytes.  NULL: $FLASHJIT_CACHE_DIR,
+   * else $XDG_CACHE_HOME/flashjit, else ~/.cache/flashjit.  Entries are
+   * read without blocking or following links: a file there that is not a
+   * regular file of a plausible size is a miss, never a hang. */
   const char *cache_dir;
   /* 0 keeps the cache in memory only.  Default 1. */
   int disk_cache;
@@ -116,14 +125,15 @@ typedef struct fj_ctx_opts {
   void *log_user;
 } fj_ctx_opts;
 
-/* Fills opts with the defaults described above. */
+/* Fills opts with the defaults described above.  NULL: does nothing. */
 FJ_API void fj_ctx_opts_init(fj_ctx_opts *opts);
 
 /*
  * Creates a context.  opts may be NULL for the defaults.  On a GPU context
  * the driver (libcuda.so.1) is loaded on first need and the device's primary
- * context is retained.  Errors: FJ_ERR_INVALID_ARG (bad arch string),
- * FJ_ERR_NO_DEVICE (no driver or no such device), FJ_ERR_CUDA, FJ_ERR_NOMEM.
+ * context is retained.  Errors: FJ_ERR_INVALID_ARG (ctx NULL, bad arch
+ * string, device below -1, cache_dir over 4095 bytes), FJ_ERR_NO_DEVICE
+ * (no driver or no such device), FJ_ERR_CUDA, FJ_ERR_NOMEM.
  * On failure *ctx is set to NULL and, where a message exists, it is available
  * from fj_errmsg(NULL).
  */
@@ -134,17 +144,19 @@ FJ_API fj_status fj_ctx_create(fj_ctx **ctx, const fj_ctx_opts *opts);
 FJ_API void fj_ctx_destroy(fj_ctx *ctx);
 
 /*
- * The detailed message of the calling thread's last failed call on ctx
- * (ctx NULL: of the last failed fj_ctx_create on this thread).  Empty if
- * that call succeeded.  Valid until the thread's next call into flashjit.
+ * The detailed message of the calling thread's last failed call on ctx.
+ * ctx NULL: of the thread's last failed call without a context --
+ * fj_ctx_create, fj_reference_fwd, fj_convert, or any call that was given
+ * a NULL context.  Empty if that call succeeded.  Never NULL.  Valid until
+ * the thread's next call into flashjit.
  */
 FJ_API const char *fj_errmsg(const fj_ctx *ctx);
 
 /* The target architecture of the context ("sm_90a").  Static for the
- * lifetime of ctx. */
+ * lifetime of ctx; "" for a NULL ctx. */
 FJ_API const char *fj_ctx_arch(const fj_ctx *ctx);
 
-/* 1 when the context has a GPU, 0 for a compile-only context. */
+/* 1 when the context has a GPU, 0 for a compile-only context (or NULL). */
 FJ_API int fj_ctx_has_device(const fj_ctx *ctx);
 
 typedef struct fj_device_info {
@@ -157,7 +169,7 @@ typedef struct fj_device_info {
 } fj_device_info;
 
 /* Facts about the context's device.  FJ_ERR_COMPILE_ONLY on a compile-only
- * context. */
+ * context; ctx and info must not be NULL. */
 FJ_API fj_status fj_device_get(fj_ctx *ctx, fj_device_info *info);
 
 /* ------------------------------------------------------------------------ */
@@ -220,7 +232,9 @@ typedef struct fj_variant {
  * (head dims 64/128/192/256, f16/bf16 K/V, problems with at least one
  * 128-row block per multiprocessor), else on sm_80 and newer the mma
  * family (mma.sync) with its own tiles, on sm_75 this default; one stage
- * for FP8 K/V; a tuned entry where the tuning database has one. */
+ * for FP8 K/V; a tuned entry where the tuning database has one.  v NULL:
+ * does nothing.  Values out of range are kept as given, for
+ * fj_variant_check to refuse. */
 FJ_API void fj_variant_default(fj_variant *v, int head_dim, fj_dtype dtype,
                                fj_causal causal);
 
@@ -236,7 +250,9 @@ FJ_API fj_status fj_variant_check(fj_ctx *ctx, const fj_variant *v);
 
 /* Writes the variant's canonical name (also the kernel's symbol), e.g.
  * "fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_nc_f16".  Returns the length it
- * needs, as snprintf does. */
+ * needs, as snprintf does: buf NULL or size 0 only measures (nothing is
+ * written whatever size says).  -1 for a NULL v.  Values out of range are
+ * named "?". */
 FJ_API int fj_variant_name(const fj_variant *v, char *buf, size_t size);
 
 /* Names of enumeration values as the CLI spells them ("bf16", "xor",
@@ -279,23 +295,29 @@ typedef struct fj_resources {
  * variant.  The kernel belongs to ctx and stays valid until ctx is
  * destroyed; do not free it.  On a GPU context the module is not loaded
  * until the kernel is first launched.  Errors: those of fj_variant_check,
- * FJ_ERR_TEMPLATE, FJ_ERR_COMPILE (with the NVRTC log in fj_errmsg).
+ * FJ_ERR_TEMPLATE, FJ_ERR_COMPILE (with the NVRTC log in fj_errmsg).  No
+ * argument may be NULL.
  */
 FJ_API fj_status fj_kernel_get(fj_ctx *ctx, const fj_variant *v,
                                fj_kernel **kernel);
 
 /* The rendered CUDA source, NUL-terminated; *len gets its length if len is
- * not NULL.  Owned by the kernel. */
+ * not NULL.  Owned by the kernel.  k NULL: NULL, and *len 0. */
 FJ_API const char *fj_kernel_source(const fj_kernel *k, size_t *len);
-/* The PTX NVRTC produced, NUL-terminated.  Owned by the kernel. */
+/* The PTX NVRTC produced, NUL-terminated.  Owned by the kernel.  k NULL:
+ * NULL, and *len 0. */
 FJ_API const char *fj_kernel_ptx(const fj_kernel *k, size_t *len);
-/* The cubin for the context's arch.  Owned by the kernel. */
+/* The cubin for the context's arch.  Owned by the kernel.  k NULL: NULL,
+ * and *len 0. */
 FJ_API const void *fj_kernel_cubin(const fj_kernel *k, size_t *len);
-/* NVRTC's log, including ptxas's resource lines.  Owned by the kernel. */
+/* NVRTC's log, including ptxas's resource lines.  Owned by the kernel.
+ * Never NULL: "" when there is none, or for a NULL k. */
 FJ_API const char *fj_kernel_log(const fj_kernel *k);
-/* The kernel's symbol name (the variant's canonical name). */
+/* The kernel's symbol name (the variant's canonical name).  Never NULL: ""
+ * for a NULL k. */
 FJ_API const char *fj_kernel_name(const fj_kernel *k);
-/* Registers, shared memory, spills, sizes, compile time, cache origin. */
+/* Registers, shared memory, spills, sizes, compile time, cache origin.
+ * Does nothing when k or res is NULL. */
 FJ_API void fj_kernel_resources(const fj_kernel *k, fj_resources *res);
 
 /* Progress of long work: `done` of `total` steps finished.  Called on the
@@ -304,7 +326,7 @@ typedef void (*fj_progress_fn)(void *user, size_t done, size_t total);
 
 typedef struct fj_prepare_opts {
   int workers;              /* compiler processes at once; 0: one per CPU,
-                               at most 16 */
+                               at most 16; negative: FJ_ERR_INVALID_ARG */
   fj_progress_fn progress;  /* optional, once per compiled variant */
   void *user;
 } fj_prepare_opts;
@@ -317,7 +339,9 @@ typedef struct fj_prepare_opts {
  * from fj_kernel_get or a launch without compiling.  each (optional, n
  * entries) gets every variant's status.  Returns FJ_OK when all succeeded,
  * else the first failure's status; fj_errmsg names how many failed and the
- * first failure.  opts may be NULL.
+ * first failure.  opts may be NULL; variants only when n is 0.  n is at
+ * most 65536 (a larger n, such as a negative count turned size_t, is
+ * FJ_ERR_INVALID_ARG).
  */
 FJ_API fj_status fj_kernel_prepare(fj_ctx *ctx, const fj_variant *variants,
                                    size_t n, const fj_prepare_opts *opts,
@@ -344,7 +368,9 @@ typedef struct fj_problem {
   fj_causal causal;
   float scale;        /* softmax scale; 0 means 1/sqrt(head_dim) */
   /* Element strides (not bytes) of batch, head and sequence position; the
-   * head dimension is contiguous. */
+   * head dimension is contiguous.  A stride of 0 in Q, K or V broadcasts
+   * along that dimension (as torch's expand() makes: inputs are only
+   * read); O's rows must not overlap. */
   int64_t q_stride[3];
   int64_t k_stride[3];
   int64_t v_stride[3];
@@ -356,15 +382,26 @@ typedef struct fj_problem {
 } fj_problem;
 
 /* Fills p for contiguous tensors in the given order, with dtype for all of
- * Q, K, V, O, no causal mask and the default scale. */
+ * Q, K, V, O, no causal mask and the default scale.  p NULL: does nothing.
+ * An order that is neither FJ_BHSD nor FJ_BSHD gets no layout guessed: the
+ * strides are left 0, and fj_problem_check refuses the problem, saying
+ * that they were never set (unless every batch, head and sequence extent
+ * is 1, where no layout is needed). */
 FJ_API void fj_problem_init(fj_problem *p, int batch, int heads_q,
                             int heads_kv, int seq_q, int seq_kv,
                             int head_dim, fj_dtype dtype, fj_order order);
 
 /*
- * Validates a problem: positive sizes, heads_kv dividing heads_q, supported
- * head dim and dtypes, non-negative strides.  The message names the field,
- * its value and the limit.
+ * Validates a problem: positive sizes (batch and heads at most 65535,
+ * sequences at most 2^30), heads_kv dividing heads_q, a head dim and dtypes
+ * the context's target supports, a known mask, a finite scale, FP8 scales
+ * for e4m3 K/V, and strides: none negative, not all 0 (fj_problem_init's
+ * unknown order), every tensor's last element within signed 64-bit byte
+ * offsets (what the kernels index with), and O's rows apart -- from the
+ * smallest stride out, each dimension of extent above 1 steps past all
+ * the elements inside it (rows that interleave without meeting are
+ * refused too).  The message names the field, its value and the limit.
+ * ctx and p must not be NULL.
  */
 FJ_API fj_status fj_problem_check(fj_ctx *ctx, const fj_problem *p);
 
@@ -373,7 +410,8 @@ typedef enum fj_choice {
   FJ_CHOICE_TUNED = 1
 } fj_choice;
 
-/* The variant fj_attention_fwd would use for p, and where it came from. */
+/* The variant fj_attention_fwd would use for p, and where it came from
+ * (from may be NULL; ctx, p and v may not). */
 FJ_API fj_status fj_attention_variant(fj_ctx *ctx, const fj_problem *p,
                                       fj_variant *v, fj_choice *from);
 
@@ -384,14 +422,16 @@ FJ_API fj_status fj_attention_variant(fj_ctx *ctx, const fj_problem *p,
  * [batch][heads_q][seq_q] contiguous.  stream is a CUstream / cudaStream_t
  * (NULL: the legacy default stream).  The call is asynchronous like a kernel
  * launch.  Picks the variant (tuning database, else the heuristic),
- * compiles or fetches it, and launches it.
+ * compiles or fetches it, and launches it.  lse and stream may be NULL;
+ * the rest may not (FJ_ERR_INVALID_ARG naming the argument).
  */
 FJ_API fj_status fj_attention_fwd(fj_ctx *ctx, const fj_problem *p,
                                   const void *q, const void *k, const void *v,
                                   void *o, float *lse, void *stream);
 
 /* As fj_attention_fwd, with the variant given (its head_dim, dtypes and
- * causal mode must match the problem). */
+ * causal mode must match the problem; a NULL v is named "v (the variant)",
+ * a NULL v_ptr "v"). */
 FJ_API fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
                                           const fj_variant *v, const void *q,
                                           const void *k, const void *v_ptr,
@@ -402,7 +442,11 @@ FJ_API fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
  * p's dtypes and strides (FP8 K/V: the scales are host arrays too);
  * out receives O in float64 for rows [row_begin, row_end) of every
  * (batch, head), [batch][heads_q][row_end-row_begin][head_dim]; out_lse, if
- * not NULL, the matching log-sum-exp values.
+ * not NULL, the matching log-sum-exp values.  Before any memory is touched
+ * it checks what fj_problem_check checks without a context (sizes, head
+ * dim 1..256, dtypes, mask, scale, strides), 0 <= row_begin <= row_end <=
+ * seq_q, that p, q, k, v and out are not NULL, and the scales for e4m3
+ * K/V: FJ_ERR_INVALID_ARG, with the message in fj_errmsg(NULL).
  */
 FJ_API fj_status fj_reference_fwd(const fj_problem *p, const void *q,
                                   const void *k, const void *v,
@@ -411,7 +455,8 @@ FJ_API fj_status fj_reference_fwd(const fj_problem *p, const void *q,
                                   double *out_lse);
 
 /* Converts n host values between dtypes (float32 <-> f16, bf16, e4m3) with
- * round-to-nearest-even.  FJ_ERR_INVALID_ARG for an unknown pair. */
+ * round-to-nearest-even.  FJ_ERR_INVALID_ARG for an unknown dtype, or a
+ * NULL dst or src with n above 0; the message is in fj_errmsg(NULL). */
 FJ_API fj_status fj_convert(fj_dtype to, void *dst, fj_dtype from,
                             const void *src, size_t n);
 
@@ -420,8 +465,9 @@ FJ_API fj_status fj_convert(fj_dtype to, void *dst, fj_dtype from,
 /* ------------------------------------------------------------------------ */
 
 typedef struct fj_tune_opts {
-  int iters;               /* timed launches per candidate; default 10 */
-  int warmup;              /* untimed launches first; default 2 */
+  int iters;               /* timed launches per candidate, at most 256;
+                              default (and 0) 10 */
+  int warmup;              /* untimed launches first, 0 or more; default 2 */
   int workers;             /* compiler processes at once; 0: one per CPU, at
                               most 16 */
   int save;                /* 1 (default): record the winner in the tuning
@@ -443,7 +489,7 @@ typedef struct fj_tune_report {
   double total_s;      /* wall time of the whole tune */
 } fj_tune_report;
 
-/* Fills opts with the defaults above. */
+/* Fills opts with the defaults above.  NULL: does nothing. */
 FJ_API void fj_tune_opts_init(fj_tune_opts *opts);
 
 /*
@@ -456,8 +502,10 @@ FJ_API void fj_tune_opts_init(fj_tune_opts *opts);
  * goes into the tuning database (tune.json in the cache directory, written
  * atomically) under the device, arch, driver and the problem class (head
  * dim, dtypes, causal mode, sequence-length bucket, GQA ratio), where
- * fj_attention_fwd finds it.  best and report may be NULL.  Needs a GPU
- * context; allocates its own inputs (about 4 x the problem's size).
+ * fj_attention_fwd finds it.  best, report and opts may be NULL; options
+ * out of range (negative counts, iters over 256) are FJ_ERR_INVALID_ARG.
+ * Needs a GPU context; allocates its own inputs (about 4 x the problem's
+ * size).
  */
 FJ_API fj_status fj_tune(fj_ctx *ctx, const fj_problem *p,
                          const fj_tune_opts *opts, fj_variant *best,
@@ -475,7 +523,9 @@ typedef struct fj_tune_entry {
 typedef int (*fj_tune_visit_fn)(void *user, const fj_tune_entry *entry);
 
 /* Visits the tuning database's entries in key order (FJ_ERR_NOT_FOUND if
- * there is none).  The entry's strings are valid during the call only. */
+ * there is none).  A file that is damaged, not a regular file, or over 64
+ * MiB lists as empty (and is logged).  The entry's strings are valid
+ * during the call only. */
 FJ_API fj_status fj_tune_list(fj_ctx *ctx, fj_tune_visit_fn fn, void *user);
 
 /* ------------------------------------------------------------------------ */
@@ -551,7 +601,7 @@ FJ_API const char *fj_frag_name(fj_frag frag);
 /* ------------------------------------------------------------------------ */
 
 /* The disk cache directory, or NULL when the context caches in memory only
- * (disabled, or the directory could not be used). */
+ * (disabled, or the directory could not be used), or ctx is NULL. */
 FJ_API const char *fj_cache_dir(const fj_ctx *ctx);
 
 typedef struct fj_cache_stats {
@@ -559,33 +609,39 @@ typedef struct fj_cache_stats {
   uint64_t disk_hits;
   uint64_t misses;
   uint64_t disk_writes;
-  uint64_t disk_rejects;  /* entries found corrupt, truncated or stale */
+  uint64_t disk_rejects;  /* entries found corrupt, truncated or stale, or
+                             no regular file of at most 256 MiB (a FIFO, a
+                             link, a directory) */
   uint64_t disk_errors;   /* failed writes */
   int disk_enabled;
 } fj_cache_stats;
 
-/* This context's counters since it was created. */
+/* This context's counters since it was created.  Does nothing when ctx or
+ * stats is NULL. */
 FJ_API void fj_cache_stats_get(fj_ctx *ctx, fj_cache_stats *stats);
 
 typedef struct fj_cache_entry {
   const char *file;     /* file name inside the cache directory */
   const char *kind;     /* "kernel", "lut" */
   const char *label;    /* the variant name or fragment kind */
-  uint64_t bytes;       /* file size */
+  uint64_t bytes;       /* file size (a symbolic link's own) */
   int64_t mtime;        /* seconds since the epoch */
-  int valid;            /* 0 if the entry is corrupt or truncated */
+  int valid;            /* 0 if the entry is corrupt or truncated, or no
+                           regular file of at most 256 MiB */
 } fj_cache_entry;
 
 /* Called once per entry; return non-zero to stop.  The entry's strings are
  * only valid during the call. */
 typedef int (*fj_cache_visit_fn)(void *user, const fj_cache_entry *entry);
 
-/* Visits the disk cache's entries in file-name order. */
+/* Visits the disk cache's entries in file-name order.  Files are read
+ * without blocking and without following links.  ctx and fn must not be
+ * NULL; FJ_ERR_NOT_FOUND when the disk cache is disabled. */
 FJ_API fj_status fj_cache_list(fj_ctx *ctx, fj_cache_visit_fn fn, void *user);
 
 /* Removes every entry (and stray temporary file) from the disk cache.  The
  * memory cache is kept: kernels already handed out stay valid.  *removed
- * (optional) gets the number of files removed. */
+ * (optional: removed may be NULL) gets the number of files removed. */
 FJ_API fj_status fj_cache_clear(fj_ctx *ctx, int *removed);
 
 #ifdef __cplusplus

@@ -15,6 +15,7 @@
 #include "driver.h"
 #include "kernel.h"
 #include "kparams.h"
+#include "reference.h"
 #include "tunedb.h"
 #include "variant.h"
 
@@ -57,16 +58,26 @@ static fj_dispatch *dispatch(fj_ctx *ctx)
 
 /* ---- problems ------------------------------------------------------------------- */
 
+/* a * b * c, or INT64_MAX where that overflows: sizes that large are
+ * refused by fj_problem_check, which then names them. */
+static int64_t product(int64_t a, int64_t b, int64_t c)
+{
+  int64_t ab, abc;
+  if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, &abc))
+    return INT64_MAX;
+  return abc;
+}
+
 static void contiguous(int64_t s[3], int heads, int seq, int d,
                        fj_order order)
 {
   if (order == FJ_BSHD) {
-    s[0] = (int64_t)seq * heads * d;
+    s[0] = product(seq, heads, d);
     s[1] = d;
-    s[2] = (int64_t)heads * d;
+    s[2] = product(heads, d, 1);
   } else {
-    s[0] = (int64_t)heads * seq * d;
-    s[1] = (int64_t)seq * d;
+    s[0] = product(heads, seq, d);
+    s[1] = product(seq, d, 1);
     s[2] = d;
   }
 }
@@ -75,6 +86,8 @@ void fj_problem_init(fj_problem *p, int batch, int heads_q, int heads_kv,
                      int seq_q, int seq_kv, int head_dim, fj_dtype dtype,
                      fj_order order)
 {
+  if (!p)
+    return;
   memset(p, 0, sizeof *p);
   p->batch = batch;
   p->heads_q = heads_q;
@@ -83,79 +96,33 @@ void fj_problem_init(fj_problem *p, int batch, int heads_q, int heads_kv,
   p->seq_kv = seq_kv;
   p->head_dim = head_dim;
   p->dtype = dtype;
+  /* An unknown order gets no layout guessed for it: the strides stay 0,
+   * which fj_problem_check refuses with the reason. */
+  if (order != FJ_BHSD && order != FJ_BSHD)
+    return;
   contiguous(p->q_stride, heads_q, seq_q, head_dim, order);
   contiguous(p->o_stride, heads_q, seq_q, head_dim, order);
   contiguous(p->k_stride, heads_kv, seq_kv, head_dim, order);
   contiguous(p->v_stride, heads_kv, seq_kv, head_dim, order);
 }
 
-static fj_status check_positive(const fj_ctx *ctx, const char *field,
-                                int value, int max)
-{
-  if (value >= 1 && value <= max)
-    return FJ_OK;
-  return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                  "%s %d is invalid: must be in 1..%d", field, value, max);
-}
-
-static fj_status check_strides(const fj_ctx *ctx, const char *name,
-                               const int64_t s[3])
-{
-  static const char *const dims[] = {"batch", "head", "seq"};
-  for (int i = 0; i < 3; i++)
-    if (s[i] < 0)
-      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                      "%s_stride[%d] (%s) = %lld is negative", name, i,
-                      dims[i], (long long)s[i]);
-  return FJ_OK;
-}
-
-static fj_status check_sizes(const fj_ctx *ctx, const fj_problem *p)
-{
-  /* batch and heads become grid dimensions (at most 65535). */
-  fj_status st = check_positive(ctx, "batch", p->batch, 65535);
-  if (st == FJ_OK)
-    st = check_positive(ctx, "heads_q", p->heads_q, 65535);
-  if (st == FJ_OK)
-    st = check_positive(ctx, "heads_kv", p->heads_kv, p->heads_q);
-  if (st == FJ_OK)
-    st = check_positive(ctx, "seq_q", p->seq_q, 1 << 30);
-  if (st == FJ_OK)
-    st = check_positive(ctx, "seq_kv", p->seq_kv, 1 << 30);
-  if (st == FJ_OK && p->heads_q % p->heads_kv != 0)
-    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                  "heads_kv %d does not divide heads_q %d (GQA needs "
-                  "heads_q = k * heads_kv)",
-                  p->heads_kv, p->heads_q);
-  return st;
-}
-
+/* The checks that need no context come from reference.c, shared with
+ * fj_reference_fwd; the target's rules (head dims, dtypes on this arch)
+ * are the variant rules of the default variant. */
 fj_status fj_problem_check(fj_ctx *ctx, const fj_problem *p)
 {
-  if (!p)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "problem is NULL");
-  fj_status st = check_sizes(ctx, p);
+  if (!ctx || !p)
+    return fj__null_arg(ctx, "fj_problem_check", ctx ? "p" : "ctx");
+  fj__clear_error(ctx);
+  fj_status st = fj__problem_check_common(ctx, p);
   if (st != FJ_OK)
     return st;
-  /* The variant rules say what head dims, dtypes and masks exist. */
   fj_variant v;
   fj_variant_default(&v, p->head_dim, p->dtype, p->causal);
   v.kv_dtype = p->kv_dtype;
   if ((st = fj__variant_validate(ctx, &v)) != FJ_OK)
     return st;
-  if (!isfinite(p->scale))
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "scale %g is not finite",
-                    (double)p->scale);
-  const char *names[] = {"q", "k", "v", "o"};
-  const int64_t *strides[] = {p->q_stride, p->k_stride, p->v_stride,
-                              p->o_stride};
-  for (int i = 0; i < 4 && st == FJ_OK; i++)
-    st = check_strides(ctx, names[i], strides[i]);
-  if (st == FJ_OK && fj__kv_dtype(&v) == FJ_E4M3 &&
-      (!p->k_scale || !p->v_scale))
-    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                  "kv_dtype e4m3 needs k_scale and v_scale");
-  return st;
+  return fj__check_scales(ctx, p, p->k_scale, p->v_scale);
 }
 
 /* ---- choosing a variant ----------------------------------------------------------- */
@@ -317,8 +284,8 @@ fj_status fj_attention_variant(fj_ctx *ctx, const fj_problem *p,
                                fj_variant *v, fj_choice *from)
 {
   if (!ctx || !p || !v)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "fj_attention_variant: NULL argument");
+    return fj__null_arg(ctx, "fj_attention_variant",
+                        !ctx ? "ctx" : !p ? "p" : "v");
   fj__clear_error(ctx);
   fj_status st = fj_problem_check(ctx, p);
   return st == FJ_OK ? fj__choose(ctx, p, v, from) : st;
@@ -550,8 +517,8 @@ fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
                                    float *lse, void *stream)
 {
   if (!ctx || !p || !v)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "fj_attention_fwd: NULL context, problem or variant");
+    return fj__null_arg(ctx, "fj_attention_fwd_variant",
+                        !ctx ? "ctx" : !p ? "p" : "v (the variant)");
   fj__clear_error(ctx);
   fj_status st = fj_problem_check(ctx, p);
   return st == FJ_OK ? checked_launch(ctx, p, v, q, k, vp, o, lse, stream)
@@ -563,6 +530,8 @@ fj_status fj_attention_fwd(fj_ctx *ctx, const fj_problem *p, const void *q,
                            void *stream)
 {
   fj_variant var;
+  if (!ctx || !p)
+    return fj__null_arg(ctx, "fj_attention_fwd", ctx ? "p" : "ctx");
   fj_status st = fj_attention_variant(ctx, p, &var, NULL);
   return st == FJ_OK ? checked_launch(ctx, p, &var, q, k, v, o, lse, stream)
                      : st;

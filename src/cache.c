@@ -6,6 +6,11 @@
  * never see each other's partial writes.  Anything wrong with an entry --
  * bad magic, other format, truncation, checksum, a different key behind the
  * same name -- makes it a miss; the caller compiles and rewrites it.
+ * Files are read bounded and without blocking: anything in the directory
+ * that is not a regular file of a plausible size (a FIFO, a link, a
+ * device, a 2 GB file) is refused before its contents are read, and a
+ * header's lengths are checked against the file's size before anything is
+ * allocated for them.
  *
  * The memory cache of kernels lives in kernel.c; this file also keeps the
  * context's hit/miss counters.
@@ -27,6 +32,8 @@
 #define ENTRY_MAGIC "FJCACHE1"
 #define ENTRY_SUFFIX ".fjc"
 #define TEMP_PREFIX ".tmp-"
+/* The largest entry read: a kernel's cubin, PTX and log take a few MB. */
+#define ENTRY_MAX ((uint64_t)256 << 20)
 
 typedef struct entry_header {
   char magic[8];
@@ -71,6 +78,10 @@ fj_status fj__cache_open(fj_ctx *ctx)
   ctx->cache = c;
   if (!ctx->opts.disk_cache)
     return FJ_OK;
+  if (ctx->opts.cache_dir && strlen(ctx->opts.cache_dir) >= sizeof c->dir)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "cache_dir is %zu bytes long: at most %zu",
+                    strlen(ctx->opts.cache_dir), sizeof c->dir - 1);
   if (ctx->opts.cache_dir)
     snprintf(c->dir, sizeof c->dir, "%s", ctx->opts.cache_dir);
   else if (default_dir(c->dir, sizeof c->dir) != 0) {
@@ -119,6 +130,8 @@ void fj__cache_count(fj_ctx *ctx, fj_cache_origin origin)
 
 void fj_cache_stats_get(fj_ctx *ctx, fj_cache_stats *stats)
 {
+  if (!ctx || !stats)
+    return;
   pthread_mutex_lock(&ctx->lock);
   *stats = ctx->cache->stats;
   pthread_mutex_unlock(&ctx->lock);
@@ -150,27 +163,73 @@ static void entry_path(const fj_cache *c, const char *hex, char *out,
   snprintf(out, size, "%s/%s%s", c->dir, hex, ENTRY_SUFFIX);
 }
 
-/* Checks a whole entry in memory; fills the pointers into it on success. */
-static int entry_parse(const char *data, size_t len, const char **kind,
-                       const char **label, const char **key,
-                       const char **payload, entry_header *h)
+/* An entry read and checked: its header and pointers into body. */
+typedef struct entry_file {
+  entry_header h;
+  char *body;  /* malloc'd: kind, label, key text, payload */
+  const char *kind, *label, *key, *payload;
+} entry_file;
+
+/* Checks a header against its file's size before anything is allocated:
+ * every length within the file and, summed, exactly the rest of it.  Each
+ * is at most ENTRY_MAX, so the sum cannot wrap around. */
+static int header_fits(const entry_header *h, uint64_t size)
 {
-  if (len < sizeof *h)
+  uint64_t body = size - sizeof *h;
+  return memcmp(h->magic, ENTRY_MAGIC, 8) == 0 &&
+         h->format == FJ_FORMAT_VERSION && h->kind_len <= body &&
+         h->label_len <= body && h->key_len <= body &&
+         h->payload_len <= body &&
+         (uint64_t)h->kind_len + h->label_len + h->key_len + h->payload_len ==
+             body;
+}
+
+/* The body after a header that fits, checked against its checksum; NULL
+ * if it cannot be read or is not what the header says (*why is changed
+ * only when memory ran out: otherwise the entry is corrupt). */
+static char *body_read(int fd, const entry_header *h, const char **why)
+{
+  size_t len = (size_t)(h->payload_len + h->kind_len + h->label_len +
+                        h->key_len);
+  char *body = malloc(len + 1);
+  if (!body) {
+    *why = "cannot be read (out of memory)";
+    return NULL;
+  }
+  if (fj__read_all(fd, body, len) != 0 ||
+      fj__hash64(body, len) != h->checksum) {
+    free(body);
+    return NULL;
+  }
+  return body;
+}
+
+/* Reads and checks the entry at path.  0 on success; else -1 with why
+ * saying what is wrong with the file, or empty when there is no file. */
+static int entry_read(const char *path, entry_file *e, char *why, size_t n)
+{
+  const char *reason = "is corrupt or stale";
+  uint64_t size = 0;
+  memset(e, 0, sizeof *e);
+  why[0] = '\0';
+  int fd = fj__open_file(path, ENTRY_MAX, &size);
+  if (fd < 0) {
+    if (errno != ENOENT)
+      fj__open_why(errno, size, ENTRY_MAX, why, n);
     return -1;
-  memcpy(h, data, sizeof *h);
-  if (memcmp(h->magic, ENTRY_MAGIC, 8) != 0 || h->format != FJ_FORMAT_VERSION)
+  }
+  if (size >= sizeof e->h && fj__read_all(fd, &e->h, sizeof e->h) == 0 &&
+      header_fits(&e->h, size))
+    e->body = body_read(fd, &e->h, &reason);
+  close(fd);
+  if (!e->body) {
+    snprintf(why, n, "%s", reason);
     return -1;
-  uint64_t body = (uint64_t)h->kind_len + h->label_len + h->key_len +
-                  h->payload_len;
-  if (body != len - sizeof *h)
-    return -1;
-  const char *p = data + sizeof *h;
-  if (fj__hash64(p, (size_t)body) != h->checksum)
-    return -1;
-  *kind = p;
-  *label = p + h->kind_len;
-  *key = *label + h->label_len;
-  *payload = *key + h->key_len;
+  }
+  e->kind = e->body;
+  e->label = e->kind + e->h.kind_len;
+  e->key = e->label + e->h.label_len;
+  e->payload = e->key + e->h.key_len;
   return 0;
 }
 
@@ -185,27 +244,29 @@ int fj__cache_load(fj_ctx *ctx, const char *kind, const fj_cache_key *key,
   fj_cache *c = ctx->cache;
   if (!c->enabled)
     return 0;
-  char path[4200];
+  char path[4200], why[128];
   entry_path(c, key->hex, path, sizeof path);
-  size_t n = 0;
-  char *data = fj__file_read(path, &n);
-  if (!data)
-    return 0;
-  const char *k, *label, *text, *pl;
-  entry_header h;
-  int ok = entry_parse(data, n, &k, &label, &text, &pl, &h) == 0 &&
-           field_is(k, h.kind_len, kind) &&
-           field_is(text, h.key_len, key->text);
-  if (ok && (*payload = fj__memdup(pl, (size_t)h.payload_len)) != NULL)
-    *len = (size_t)h.payload_len;
-  else {
+  entry_file e;
+  int ok = entry_read(path, &e, why, sizeof why) == 0;
+  if (!ok && !why[0])
+    return 0;  /* no entry: a plain miss */
+  if (ok && !(field_is(e.kind, e.h.kind_len, kind) &&
+              field_is(e.key, e.h.key_len, key->text))) {
     ok = 0;
-    c->stats.disk_rejects++;
-    fj__log(ctx, FJ_LOG_WARN, "cache entry %s is corrupt or stale: ignored",
-            path);
+    snprintf(why, sizeof why, "is corrupt or stale");
   }
-  free(data);
-  return ok;
+  if (ok) {
+    /* The payload moves to the front of the body, which the caller
+     * frees: no second copy of a cubin. */
+    *len = (size_t)e.h.payload_len;
+    memmove(e.body, e.payload, *len);
+    *payload = e.body;
+    return 1;
+  }
+  free(e.body);
+  c->stats.disk_rejects++;
+  fj__log(ctx, FJ_LOG_WARN, "cache entry %s %s: ignored", path, why);
+  return 0;
 }
 
 /* ---- writing ------------------------------------------------------------------- */
@@ -260,7 +321,7 @@ void fj__cache_store(fj_ctx *ctx, const char *kind, const char *label,
                                                   __ATOMIC_RELAXED),
            key->hex);
   entry_path(c, key->hex, path, sizeof path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   int bad = fd < 0 || write_entry(fd, &h, kind, label, key->text, payload);
   int err = errno;
   if (fd >= 0 && close(fd) != 0 && !bad) {
@@ -330,28 +391,27 @@ static void free_names(char **names, size_t n)
   free(names);
 }
 
+/* One entry for the visitor: its size and time as the directory has them
+ * (lstat: a link is not followed), valid only if it reads as an entry. */
 static int visit_entry(const fj_cache *c, const char *name,
                        fj_cache_visit_fn fn, void *user)
 {
-  char path[4200];
+  char path[4200], why[128];
   snprintf(path, sizeof path, "%s/%s", c->dir, name);
   struct stat st;
-  if (stat(path, &st) != 0)
-    return 0;
-  size_t n = 0;
-  char *data = fj__file_read(path, &n);
-  const char *kind, *label, *key, *payload;
-  entry_header h;
+  if (lstat(path, &st) != 0)
+    return 0;  /* removed since the directory was read */
+  entry_file e;
   char kind_s[32] = "?", label_s[256] = "?";
-  fj_cache_entry e = {name, kind_s, label_s, (uint64_t)st.st_size,
-                      (int64_t)st.st_mtime, 0};
-  if (data && entry_parse(data, n, &kind, &label, &key, &payload, &h) == 0) {
-    snprintf(kind_s, sizeof kind_s, "%.*s", (int)h.kind_len, kind);
-    snprintf(label_s, sizeof label_s, "%.*s", (int)h.label_len, label);
-    e.valid = 1;
+  fj_cache_entry ce = {name, kind_s, label_s, (uint64_t)st.st_size,
+                       (int64_t)st.st_mtime, 0};
+  if (entry_read(path, &e, why, sizeof why) == 0) {
+    snprintf(kind_s, sizeof kind_s, "%.*s", (int)e.h.kind_len, e.kind);
+    snprintf(label_s, sizeof label_s, "%.*s", (int)e.h.label_len, e.label);
+    ce.valid = 1;
+    free(e.body);
   }
-  free(data);
-  return fn(user, &e);
+  return fn(user, &ce);
 }
 
 /* The disk cache's file names, for listing and clearing. */
@@ -369,7 +429,7 @@ static fj_status cache_names(fj_ctx *ctx, int temps, char ***names, size_t *n)
 fj_status fj_cache_list(fj_ctx *ctx, fj_cache_visit_fn fn, void *user)
 {
   if (!ctx || !fn)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "fj_cache_list: NULL argument");
+    return fj__null_arg(ctx, "fj_cache_list", ctx ? "fn" : "ctx");
   fj__clear_error(ctx);
   size_t n = 0;
   char **names = NULL;
@@ -384,7 +444,7 @@ fj_status fj_cache_list(fj_ctx *ctx, fj_cache_visit_fn fn, void *user)
 fj_status fj_cache_clear(fj_ctx *ctx, int *removed)
 {
   if (!ctx)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "fj_cache_clear: ctx is NULL");
+    return fj__null_arg(NULL, "fj_cache_clear", "ctx");
   fj__clear_error(ctx);
   fj_cache *c = ctx->cache;
   size_t n = 0;

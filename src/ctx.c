@@ -108,6 +108,11 @@ fj_status fj__fail(const fj_ctx *ctx, fj_status status, const char *fmt, ...)
   return status;
 }
 
+fj_status fj__null_arg(const fj_ctx *ctx, const char *fn, const char *arg)
+{
+  return fj__fail(ctx, FJ_ERR_INVALID_ARG, "%s: %s is NULL", fn, arg);
+}
+
 void fj__fail_more(const fj_ctx *ctx, const char *fmt, ...)
 {
   fj_tls_msg *m = thread_msg(1);
@@ -252,7 +257,7 @@ int fj_ctx_has_device(const fj_ctx *ctx)
 fj_status fj_device_get(fj_ctx *ctx, fj_device_info *info)
 {
   if (!ctx || !info)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "fj_device_get: NULL argument");
+    return fj__null_arg(ctx, "fj_device_get", ctx ? "info" : "ctx");
   fj__clear_error(ctx);
   if (!ctx->has_device)
     return fj__fail(ctx, FJ_ERR_COMPILE_ONLY,

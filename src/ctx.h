@@ -42,6 +42,9 @@ struct fj_ctx {
 /* Records a failure on the calling thread and returns status. */
 fj_status fj__fail(const fj_ctx *ctx, fj_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* FJ_ERR_INVALID_ARG for a NULL argument, "fn: arg is NULL" (ctx NULL:
+ * the message of calls without a context, fj_errmsg(NULL)). */
+fj_status fj__null_arg(const fj_ctx *ctx, const char *fn, const char *arg);
 /* Appends a further line to the calling thread's current message. */
 void fj__fail_more(const fj_ctx *ctx, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -488,38 +488,41 @@ fj_status fj__kernel_function(fj_ctx *ctx, fj_kernel *k, void **function)
 
 /* ---- public getters ------------------------------------------------------------------ */
 
+/* A NULL kernel has nothing: NULL and a length of 0, "" for the strings
+ * documented as never NULL. */
 const char *fj_kernel_source(const fj_kernel *k, size_t *len)
 {
   if (len)
-    *len = k->source_len;
-  return k->source;
+    *len = k ? k->source_len : 0;
+  return k ? k->source : NULL;
 }
 
 const char *fj_kernel_ptx(const fj_kernel *k, size_t *len)
 {
   if (len)
-    *len = k->out.ptx_len;
-  return k->out.ptx;
+    *len = k ? k->out.ptx_len : 0;
+  return k ? k->out.ptx : NULL;
 }
 
 const void *fj_kernel_cubin(const fj_kernel *k, size_t *len)
 {
   if (len)
-    *len = k->out.cubin_len;
-  return k->out.cubin;
+    *len = k ? k->out.cubin_len : 0;
+  return k ? k->out.cubin : NULL;
 }
 
 const char *fj_kernel_log(const fj_kernel *k)
 {
-  return k->out.log ? k->out.log : "";
+  return k && k->out.log ? k->out.log : "";
 }
 
 const char *fj_kernel_name(const fj_kernel *k)
 {
-  return k->meta.symbol;
+  return k ? k->meta.symbol : "";
 }
 
 void fj_kernel_resources(const fj_kernel *k, fj_resources *res)
 {
-  *res = k->res;
+  if (k && res)
+    *res = k->res;
 }

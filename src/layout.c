@@ -541,7 +541,7 @@ fj_status fj__layout_locked(fj_ctx *ctx, fj_frag frag, fj_lut *lut)
 fj_status fj_layout_get(fj_ctx *ctx, fj_frag frag, fj_lut *lut)
 {
   if (!ctx || !lut)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "fj_layout_get: NULL argument");
+    return fj__null_arg(ctx, "fj_layout_get", ctx ? "lut" : "ctx");
   fj__clear_error(ctx);
   pthread_mutex_lock(&ctx->lock);
   fj_status st = fj__layout_locked(ctx, frag, lut);

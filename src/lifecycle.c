@@ -18,6 +18,8 @@
 
 void fj_ctx_opts_init(fj_ctx_opts *opts)
 {
+  if (!opts)
+    return;
   memset(opts, 0, sizeof *opts);
   opts->device = 0;
   opts->disk_cache = 1;
@@ -55,7 +57,7 @@ fj_status fj_ctx_create(fj_ctx **out, const fj_ctx_opts *opts)
 {
   fj__clear_error(NULL);
   if (!out)
-    return fj__fail(NULL, FJ_ERR_INVALID_ARG, "fj_ctx_create: ctx is NULL");
+    return fj__null_arg(NULL, "fj_ctx_create", "ctx");
   *out = NULL;
   fj_ctx_opts defaults;
   if (!opts) {

@@ -1,9 +1,11 @@
 /*
  * reference.c -- host-side number formats (f16, bf16, e4m3 with
- * round-to-nearest-even) and the float64 attention reference that tests,
- * the CLI and embedders check kernels against.
+ * round-to-nearest-even), the checks of a problem that need no context
+ * (fj_problem_check adds the target's rules), and the float64 attention
+ * reference that tests, the CLI and embedders check kernels against.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,14 +127,24 @@ static float to_float(fj_dtype d, const void *src, size_t i)
   return NAN;
 }
 
+static int known_dtype(fj_dtype d)
+{
+  return d >= FJ_F16 && d <= FJ_F32;
+}
+
 fj_status fj_convert(fj_dtype to, void *dst, fj_dtype from, const void *src,
                      size_t n)
 {
-  int known = (to >= FJ_F16 && to <= FJ_F32) && (from >= FJ_F16 && from <= FJ_F32);
-  if (!known || (!dst && n) || (!src && n))
+  fj__clear_error(NULL);
+  if (!known_dtype(from) || !known_dtype(to))
     return fj__fail(NULL, FJ_ERR_INVALID_ARG,
-                    "fj_convert: unknown dtype pair %d -> %d or NULL buffer",
-                    (int)from, (int)to);
+                    "fj_convert: %s %d is invalid: f16 (%d), bf16 (%d), e4m3 "
+                    "(%d) or f32 (%d)",
+                    known_dtype(from) ? "to" : "from",
+                    (int)(known_dtype(from) ? to : from), (int)FJ_F16,
+                    (int)FJ_BF16, (int)FJ_E4M3, (int)FJ_F32);
+  if (n && (!dst || !src))
+    return fj__null_arg(NULL, "fj_convert", dst ? "src" : "dst");
   for (size_t i = 0; i < n; i++) {
     float f = to_float(from, src, i);
     switch (to) {
@@ -143,6 +155,215 @@ fj_status fj_convert(fj_dtype to, void *dst, fj_dtype from, const void *src,
     }
   }
   return FJ_OK;
+}
+
+/* ---- checking a problem ----------------------------------------------------------
+ * What fj_problem_check and fj_reference_fwd both demand of a problem,
+ * before anything reads a tensor: the kernels and the reference index
+ * with the same strides, so a problem one of them would run out of bounds
+ * on is refused by both.
+ */
+
+int fj__dtype_bytes(fj_dtype d)
+{
+  return d == FJ_E4M3 ? 1 : d == FJ_F32 ? 4 : 2;
+}
+
+/* A dtype's name, or its number where it has none ("f32", "99"). */
+static const char *dtype_text(fj_dtype d, char buf[16])
+{
+  if (known_dtype(d))
+    return fj_dtype_name(d);
+  snprintf(buf, 16, "%d", (int)d);
+  return buf;
+}
+
+fj_status fj__check_types(const fj_ctx *ctx, fj_dtype dtype, fj_dtype kv,
+                          fj_causal causal)
+{
+  char a[16], b[16];
+  if (causal < FJ_CAUSAL_NONE || causal > FJ_CAUSAL_BOTTOM_RIGHT)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "causal %d is invalid: none, top-left or bottom-right",
+                    (int)causal);
+  if (dtype != FJ_F16 && dtype != FJ_BF16)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "dtype %s is invalid for Q and O: f16 or bf16",
+                    dtype_text(dtype, a));
+  if (kv != dtype && kv != FJ_E4M3)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "kv_dtype %s is invalid with dtype %s: the same as dtype, "
+                    "or e4m3",
+                    dtype_text(kv, a), dtype_text(dtype, b));
+  return FJ_OK;
+}
+
+static fj_status check_positive(const fj_ctx *ctx, const char *field,
+                                int value, int max)
+{
+  if (value >= 1 && value <= max)
+    return FJ_OK;
+  return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "%s %d is invalid: must be in 1..%d", field, value, max);
+}
+
+static fj_status check_sizes(const fj_ctx *ctx, const fj_problem *p)
+{
+  /* batch and heads become grid dimensions (at most 65535); no kernel has
+   * a head dim above 256 (the target's rules say which exist). */
+  fj_status st = check_positive(ctx, "batch", p->batch, 65535);
+  if (st == FJ_OK)
+    st = check_positive(ctx, "heads_q", p->heads_q, 65535);
+  if (st == FJ_OK)
+    st = check_positive(ctx, "heads_kv", p->heads_kv, p->heads_q);
+  if (st == FJ_OK)
+    st = check_positive(ctx, "seq_q", p->seq_q, 1 << 30);
+  if (st == FJ_OK)
+    st = check_positive(ctx, "seq_kv", p->seq_kv, 1 << 30);
+  if (st == FJ_OK)
+    st = check_positive(ctx, "head_dim", p->head_dim, 256);
+  if (st == FJ_OK && p->heads_q % p->heads_kv != 0)
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "heads_kv %d does not divide heads_q %d (GQA needs "
+                  "heads_q = k * heads_kv)",
+                  p->heads_kv, p->heads_q);
+  return st;
+}
+
+/* One tensor of a problem, as the stride checks see it. */
+typedef struct tensor {
+  const char *name;  /* "q" */
+  const int64_t *s;  /* element strides of batch, head, seq */
+  int ext[3];        /* extents of batch, head, seq */
+  int esize;         /* bytes per element */
+} tensor;
+
+static const char *const dim_names[3] = {"batch", "head", "seq"};
+
+static void tensors_of(const fj_problem *p, tensor t[4])
+{
+  int qo = fj__dtype_bytes(p->dtype);
+  int kv = fj__dtype_bytes(p->kv_dtype ? p->kv_dtype : p->dtype);
+  tensor all[4] = {{"q", p->q_stride, {p->batch, p->heads_q, p->seq_q}, qo},
+                   {"k", p->k_stride, {p->batch, p->heads_kv, p->seq_kv}, kv},
+                   {"v", p->v_stride, {p->batch, p->heads_kv, p->seq_kv}, kv},
+                   {"o", p->o_stride, {p->batch, p->heads_q, p->seq_q}, qo}};
+  memcpy(t, all, sizeof all);
+}
+
+static fj_status check_negative(const fj_ctx *ctx, const tensor *t)
+{
+  for (int i = 0; i < 3; i++)
+    if (t->s[i] < 0)
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                      "%s_stride[%d] (%s) = %lld is negative", t->name, i,
+                      dim_names[i], (long long)t->s[i]);
+  return FJ_OK;
+}
+
+/* Every stride 0 while some extent is above 1: what fj_problem_init leaves
+ * for an unknown order.  No layout worth running is all broadcasts. */
+static int strides_unset(const tensor t[4])
+{
+  int set = 0, wide = 0;
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 3; j++) {
+      set |= t[i].s[j] != 0;
+      wide |= t[i].ext[j] > 1;
+    }
+  return !set && wide;
+}
+
+/* The byte offset of the tensor's last element must fit in a signed 64-bit
+ * integer: the kernels and the reference index with those. */
+static fj_status check_span(const fj_ctx *ctx, const tensor *t, int head_dim)
+{
+  int64_t end = (int64_t)head_dim * t->esize;
+  for (int i = 0; i < 3; i++) {
+    int64_t step;
+    if (__builtin_mul_overflow(t->s[i], (int64_t)(t->ext[i] - 1) * t->esize,
+                               &step) ||
+        __builtin_add_overflow(end, step, &end))
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                      "%s_stride[%d] (%s) = %lld with extent %d: the byte "
+                      "offset of %s's last element would overflow 64 bits "
+                      "(the kernels index with signed 64-bit offsets)",
+                      t->name, i, dim_names[i], (long long)t->s[i], t->ext[i],
+                      t->name);
+  }
+  return FJ_OK;
+}
+
+/* O's rows must lie apart, or two blocks write one place at once.  Taken
+ * from the smallest stride out, each dimension of extent above 1 must step
+ * past all the elements inside it.  (Rows that interleave without meeting
+ * are refused too: no kernel writes such a layout.)  Q, K and V are only
+ * read: a stride of 0 there broadcasts, as torch's expand() does. */
+static fj_status check_rows_apart(const fj_ctx *ctx, const tensor *t,
+                                  int head_dim)
+{
+  int order[3] = {0, 1, 2};
+  for (int i = 1; i < 3; i++)
+    for (int j = i; j > 0 && t->s[order[j]] < t->s[order[j - 1]]; j--) {
+      int x = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = x;
+    }
+  int64_t inside = head_dim;
+  for (int n = 0; n < 3; n++) {
+    int i = order[n];
+    if (t->ext[i] <= 1)
+      continue;
+    if (t->s[i] < inside)
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                      "%s_stride[%d] (%s) = %lld with extent %d is less than "
+                      "the %lld elements inside each step: rows of O would "
+                      "overlap",
+                      t->name, i, dim_names[i], (long long)t->s[i], t->ext[i],
+                      (long long)inside);
+    inside += (int64_t)(t->ext[i] - 1) * t->s[i];  /* check_span bounds it */
+  }
+  return FJ_OK;
+}
+
+static fj_status check_strides(const fj_ctx *ctx, const fj_problem *p)
+{
+  tensor t[4];
+  tensors_of(p, t);
+  fj_status st = FJ_OK;
+  for (int i = 0; i < 4 && st == FJ_OK; i++)
+    st = check_negative(ctx, &t[i]);
+  if (st == FJ_OK && strides_unset(t))
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "the strides of q, k, v and o are all 0: never set "
+                  "(fj_problem_init leaves them 0 for an order that is "
+                  "neither FJ_BHSD nor FJ_BSHD)");
+  for (int i = 0; i < 4 && st == FJ_OK; i++)
+    st = check_span(ctx, &t[i], p->head_dim);
+  return st == FJ_OK ? check_rows_apart(ctx, &t[3], p->head_dim) : st;
+}
+
+fj_status fj__problem_check_common(const fj_ctx *ctx, const fj_problem *p)
+{
+  fj_status st = check_sizes(ctx, p);
+  if (st == FJ_OK)
+    st = fj__check_types(ctx, p->dtype, p->kv_dtype ? p->kv_dtype : p->dtype,
+                         p->causal);
+  if (st == FJ_OK && !isfinite(p->scale))
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG, "scale %g is not finite",
+                  (double)p->scale);
+  return st == FJ_OK ? check_strides(ctx, p) : st;
+}
+
+fj_status fj__check_scales(const fj_ctx *ctx, const fj_problem *p,
+                           const void *k_scale, const void *v_scale)
+{
+  fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
+  if (kv != FJ_E4M3 || (k_scale && v_scale))
+    return FJ_OK;
+  return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "kv_dtype e4m3 needs k_scale and v_scale: %s is NULL",
+                  k_scale ? "v_scale" : "k_scale");
 }
 
 /* ---- the float64 reference ------------------------------------------------------- */
@@ -194,24 +415,54 @@ static void ref_row(const ref_head *h, int row, double scale, double *s,
     *lse = sum > 0 ? mx + log(sum) : -HUGE_VAL;
 }
 
+static fj_status check_rows(int row_begin, int row_end, int seq_q)
+{
+  if (row_begin < 0 || row_begin > seq_q)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "fj_reference_fwd: row_begin %d is invalid: must be in "
+                    "0..seq_q %d",
+                    row_begin, seq_q);
+  if (row_end < row_begin || row_end > seq_q)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "fj_reference_fwd: row_end %d is invalid: must be in "
+                    "row_begin %d..seq_q %d",
+                    row_end, row_begin, seq_q);
+  return FJ_OK;
+}
+
+/* Everything checked before a tensor is touched. */
+static fj_status reference_check(const fj_problem *p, const void *q,
+                                 const void *k, const void *v,
+                                 const float *k_scale, const float *v_scale,
+                                 int row_begin, int row_end, const double *out)
+{
+  const char *null = !p ? "p" : !q ? "q" : !k ? "k" : !v ? "v" : !out ? "out"
+                                                                      : NULL;
+  if (null)
+    return fj__null_arg(NULL, "fj_reference_fwd", null);
+  fj_status st = fj__problem_check_common(NULL, p);
+  if (st == FJ_OK)
+    st = check_rows(row_begin, row_end, p->seq_q);
+  return st == FJ_OK ? fj__check_scales(NULL, p, k_scale, v_scale) : st;
+}
+
 fj_status fj_reference_fwd(const fj_problem *p, const void *q, const void *k,
                            const void *v, const float *k_scale,
                            const float *v_scale, int row_begin, int row_end,
                            double *out, double *out_lse)
 {
-  if (!p || !q || !k || !v || !out || row_begin < 0 || row_end > p->seq_q ||
-      row_begin > row_end || p->heads_kv < 1 || p->heads_q % p->heads_kv)
-    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
-                    "fj_reference_fwd: bad arguments (rows %d..%d of %d)",
-                    row_begin, row_end, p ? p->seq_q : 0);
+  fj__clear_error(NULL);
+  fj_status st = reference_check(p, q, k, v, k_scale, v_scale, row_begin,
+                                 row_end, out);
+  if (st != FJ_OK)
+    return st;
   fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
-  if (kv == FJ_E4M3 && (!k_scale || !v_scale))
-    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
-                    "fj_reference_fwd: e4m3 K/V need host scales");
   double scale = p->scale != 0.f ? (double)p->scale : 1.0 / sqrt(p->head_dim);
   double *s = malloc(sizeof *s * (size_t)p->seq_kv);
   if (!s)
-    return fj__fail(NULL, FJ_ERR_NOMEM, "out of memory");
+    return fj__fail(NULL, FJ_ERR_NOMEM,
+                    "fj_reference_fwd: out of memory for %d scores",
+                    p->seq_kv);
   int rows = row_end - row_begin, group = p->heads_q / p->heads_kv;
   for (int b = 0; b < p->batch; b++)
     for (int hq = 0; hq < p->heads_q; hq++) {

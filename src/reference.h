@@ -1,12 +1,15 @@
 /*
  * reference.h -- host number formats: f16, bf16 and e4m3 to and from float
- * with round-to-nearest-even (the float64 attention reference itself is
- * public: fj_reference_fwd).
+ * with round-to-nearest-even; the checks of a problem that need no context,
+ * shared by fj_problem_check and the float64 reference (which is public:
+ * fj_reference_fwd).
  */
 #ifndef FJ_REFERENCE_H
 #define FJ_REFERENCE_H
 
 #include <stdint.h>
+
+#include "ctx.h"
 
 float fj__half_to_float(uint16_t h);
 uint16_t fj__float_to_half(float f);
@@ -14,5 +17,22 @@ float fj__bf16_to_float(uint16_t h);
 uint16_t fj__float_to_bf16(float f);
 float fj__e4m3_to_float(uint8_t v);
 uint8_t fj__float_to_e4m3(float f);
+int fj__dtype_bytes(fj_dtype d);
+
+/* The element types and the mask: f16 or bf16 for Q and O, K and V the
+ * same or e4m3 (kv_dtype resolved: never 0), a known causal mode.  The
+ * message names the field and its value. */
+fj_status fj__check_types(const fj_ctx *ctx, fj_dtype dtype, fj_dtype kv_dtype,
+                          fj_causal causal);
+/* Everything about a problem that needs no context: sizes, the head dim's
+ * range, types, mask, scale, strides (none negative, not all left 0 by
+ * fj_problem_init's unknown order), every tensor's last element within
+ * 64-bit byte offsets, and O's rows apart.  ctx only says whose message it
+ * is (NULL: fj_errmsg(NULL)). */
+fj_status fj__problem_check_common(const fj_ctx *ctx, const fj_problem *p);
+/* FP8 K/V need both scale arrays (the problem's on the device, or the
+ * reference's on the host). */
+fj_status fj__check_scales(const fj_ctx *ctx, const fj_problem *p,
+                           const void *k_scale, const void *v_scale);
 
 #endif /* FJ_REFERENCE_H */

@@ -24,6 +24,8 @@
 
 void fj_tune_opts_init(fj_tune_opts *o)
 {
+  if (!o)
+    return;
   memset(o, 0, sizeof *o);
   o->iters = 10;
   o->warmup = 2;
@@ -41,6 +43,31 @@ typedef struct tune_run {
   void *compare_fn, *e0, *e1;
   size_t done, total;    /* progress steps */
 } tune_run;
+
+/* The most timed launches per candidate (time_one keeps them on the
+ * stack). */
+enum { ITERS_MAX = 256 };
+
+/* Options that mean nothing are refused, not replaced: 0 iters is the
+ * documented default, a negative count or one over the limit an error. */
+static fj_status check_opts(const fj_ctx *ctx, const fj_tune_opts *o)
+{
+  if (o->iters < 0 || o->iters > ITERS_MAX)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "fj_tune: iters %d is invalid: must be in 0..%d (0: the "
+                    "default, 10)",
+                    o->iters, ITERS_MAX);
+  if (o->warmup < 0)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "fj_tune: warmup %d is invalid: must be 0 or more",
+                    o->warmup);
+  if (o->workers < 0)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "fj_tune: workers %d is invalid: 0 (one per CPU, at most "
+                    "16) or more",
+                    o->workers);
+  return FJ_OK;
+}
 
 static size_t span(const int64_t s[3], int b, int h, int seq, int d)
 {
@@ -175,10 +202,8 @@ static int cmp_float(const void *a, const void *b)
 /* Median of `iters` launches between events, after `warmup` more. */
 static fj_status time_one(tune_run *t, const fj_variant *v, double *median)
 {
-  int iters = t->o->iters > 0 ? t->o->iters : 10;
-  float ms[256];
-  if (iters > 256)
-    iters = 256;
+  int iters = t->o->iters > 0 ? t->o->iters : 10;  /* check_opts: <= 256 */
+  float ms[ITERS_MAX] = {0};  /* a failed launch leaves the rest unset */
   fj_status st = FJ_OK;
   for (int i = 0; i < t->o->warmup && st == FJ_OK; i++)
     st = launch(t, v, t->out);
@@ -353,12 +378,15 @@ fj_status fj_tune(fj_ctx *ctx, const fj_problem *p, const fj_tune_opts *opts,
   fj_tune_report r;
   memset(&r, 0, sizeof r);
   if (!ctx || !p)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "fj_tune: NULL context or problem");
+    return fj__null_arg(ctx, "fj_tune", ctx ? "p" : "ctx");
   fj__clear_error(ctx);
   if (!opts) {
     fj_tune_opts_init(&defaults);
     opts = &defaults;
   }
+  fj_status st = check_opts(ctx, opts);
+  if (st != FJ_OK)
+    return st;
   tune_run t = {ctx, p, *p, opts, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL,
                 NULL, 0, 0};
   double t0 = fj__now_ms();
@@ -367,7 +395,7 @@ fj_status fj_tune(fj_ctx *ctx, const fj_problem *p, const fj_tune_opts *opts,
   fj_problem check = *p;
   if (check.kv_dtype == FJ_E4M3)
     check.k_scale = check.v_scale = placeholder;
-  fj_status st = fj_problem_check(ctx, &check);
+  st = fj_problem_check(ctx, &check);
   if (st == FJ_OK && (st = fj__cu_enter(ctx)) == FJ_OK) {
     if ((st = inputs_make(&t)) == FJ_OK && (st = compare_kernel(&t)) == FJ_OK &&
         (st = fj__cu_event_create(ctx, &t.e0)) == FJ_OK &&

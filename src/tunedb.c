@@ -4,6 +4,8 @@
  * naming the device, arch, driver and problem class.  Writes take a lock
  * file, merge into what is on disk, and rename a temporary into place.
  * The attention forward looks entries up; the tuner (tune.c) records them.
+ * The file is read as the cache's entries are (util.c's bounded reads): a
+ * FIFO, a link or a file over DB_MAX is ignored, never waited on.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +25,8 @@
 
 #define DB_FORMAT 1
 #define DB_FILE "tune.json"
+/* The largest database read: an entry takes about 300 bytes. */
+#define DB_MAX ((uint64_t)64 << 20)
 
 /* ---- problem classes ------------------------------------------------------------ */
 
@@ -57,11 +61,20 @@ static int db_path(const fj_ctx *ctx, char *out, size_t size)
   return 0;
 }
 
-/* The file's entries object, or a new empty one if there is no valid file. */
-static json_t *db_read(const char *path)
+/* The file's entries object, or a new empty one if there is no valid file
+ * (a file that cannot be read is logged: it is ignored, not waited on). */
+static json_t *db_read(const fj_ctx *ctx, const char *path)
 {
   json_error_t err;
-  json_t *root = path ? json_load_file(path, 0, &err) : NULL;
+  size_t len = 0;
+  char *text = path ? fj__file_read(path, DB_MAX, &len) : NULL;
+  if (path && !text && errno != ENOENT) {
+    char why[128];
+    fj__open_why(errno, len, DB_MAX, why, sizeof why);
+    fj__log(ctx, FJ_LOG_WARN, "tuning database %s %s: ignored", path, why);
+  }
+  json_t *root = text ? json_loadb(text, len, 0, &err) : NULL;
+  free(text);
   json_t *entries = root ? json_object_get(root, "entries") : NULL;
   if (!json_is_object(entries) ||
       json_integer_value(json_object_get(root, "format")) != DB_FORMAT)
@@ -75,7 +88,8 @@ static json_t *db_entries(fj_ctx *ctx)
 {
   if (!ctx->tunedb) {
     char path[4200];
-    ctx->tunedb = db_read(db_path(ctx, path, sizeof path) == 0 ? path : NULL);
+    ctx->tunedb =
+        db_read(ctx, db_path(ctx, path, sizeof path) == 0 ? path : NULL);
   }
   return ctx->tunedb;
 }
@@ -144,6 +158,24 @@ static void now_iso(char *out, size_t size)
   strftime(out, size, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* Writes root to a new file at tmp: whatever was there (a stale temporary,
+ * a link, a FIFO) is removed, not written through or waited on. */
+static int db_dump(const json_t *root, const char *tmp)
+{
+  unlink(tmp);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return -1;
+  int bad = json_dumpfd(root, fd, JSON_INDENT(1) | JSON_SORT_KEYS) != 0;
+  int err = errno;
+  if (close(fd) != 0 && !bad) {
+    bad = 1;
+    err = errno;
+  }
+  errno = err;
+  return bad ? -1 : 0;
+}
+
 /* Merges one entry into the file under a lock, atomically. */
 static fj_status db_store(fj_ctx *ctx, const char *key, json_t *entry)
 {
@@ -153,7 +185,7 @@ static fj_status db_store(fj_ctx *ctx, const char *key, json_t *entry)
     return FJ_OK;  /* memory only: kept in the context */
   snprintf(lock, sizeof lock, "%s.lock", path);
   snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-  int fd = open(lock, O_CREAT | O_RDWR, 0644);
+  int fd = open(lock, O_CREAT | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0 || flock(fd, LOCK_EX) != 0) {
     fj__log(ctx, FJ_LOG_WARN, "cannot lock %s (%s): tuning result kept in "
                               "memory only", lock, strerror(errno));
@@ -161,11 +193,10 @@ static fj_status db_store(fj_ctx *ctx, const char *key, json_t *entry)
       close(fd);
     return FJ_OK;
   }
-  json_t *entries = db_read(path);
+  json_t *entries = db_read(ctx, path);
   json_object_set(entries, key, entry);
   json_t *root = json_pack("{s:i, s:o}", "format", DB_FORMAT, "entries", entries);
-  int bad = json_dump_file(root, tmp, JSON_INDENT(1) | JSON_SORT_KEYS) != 0 ||
-            rename(tmp, path) != 0;
+  int bad = db_dump(root, tmp) != 0 || rename(tmp, path) != 0;
   if (bad) {
     fj__log(ctx, FJ_LOG_WARN, "cannot write %s (%s): tuning result kept in "
                               "memory only", path, strerror(errno));
@@ -185,14 +216,20 @@ static int key_cmp(const void *a, const void *b)
 fj_status fj_tune_list(fj_ctx *ctx, fj_tune_visit_fn fn, void *user)
 {
   if (!ctx || !fn)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "fj_tune_list: NULL argument");
+    return fj__null_arg(ctx, "fj_tune_list", ctx ? "fn" : "ctx");
   fj__clear_error(ctx);
   char path[4200];
   if (db_path(ctx, path, sizeof path) != 0 || access(path, R_OK) != 0)
     return fj__fail(ctx, FJ_ERR_NOT_FOUND, "no tuning database (%s)",
                     fj_cache_dir(ctx) ? path : "the disk cache is disabled");
-  json_t *entries = db_read(path);
-  const char **keys = calloc(json_object_size(entries) + 1, sizeof *keys);
+  json_t *entries = db_read(ctx, path);
+  size_t count = json_object_size(entries);
+  const char **keys = calloc(count + 1, sizeof *keys);
+  if (!keys) {
+    json_decref(entries);
+    return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory for %zu tuning entries",
+                    count);
+  }
   size_t n = 0;
   const char *key;
   json_t *e;

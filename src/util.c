@@ -1,9 +1,11 @@
 /*
- * util.c -- small helpers every module needs: growable buffers, file reads,
- * directory creation, a monotonic clock and hashing (xxHash from Debian's
- * libxxhash-dev, inlined).
+ * util.c -- small helpers every module needs: growable buffers, bounded
+ * file reads that neither block nor follow links, directory creation, a
+ * monotonic clock and hashing (xxHash from Debian's libxxhash-dev,
+ * inlined).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,32 +121,78 @@ double fj__now_ms(void)
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-char *fj__file_read(const char *path, size_t *len)
+int fj__open_file(const char *path, uint64_t max, uint64_t *size)
 {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  fj_buf b = {0};
-  char chunk[65536];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-    if (fj__buf_append(&b, chunk, n)) {
-      fj__buf_free(&b);
-      fclose(f);
-      errno = ENOMEM;
-      return NULL;
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  struct stat st;
+  int err = fstat(fd, &st) != 0 ? errno : 0;
+  *size = err ? 0 : (uint64_t)st.st_size;
+  if (!err && !S_ISREG(st.st_mode))
+    err = EINVAL;
+  else if (!err && *size > max)
+    err = EFBIG;
+  if (err) {
+    close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
+void fj__open_why(int err, uint64_t size, uint64_t max, char *buf, size_t n)
+{
+  if (err == ELOOP)
+    snprintf(buf, n, "is a symbolic link");
+  else if (err == EINVAL)
+    snprintf(buf, n, "is not a regular file");
+  else if (err == EFBIG)
+    snprintf(buf, n, "is %llu bytes, over the limit of %llu",
+             (unsigned long long)size, (unsigned long long)max);
+  else
+    snprintf(buf, n, "cannot be read (%s)", strerror(err));
+}
+
+int fj__read_all(int fd, void *data, size_t len)
+{
+  char *p = data;
+  while (len > 0) {
+    ssize_t r = read(fd, p, len);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0) {
+      if (r == 0)
+        errno = EIO;
+      return -1;
     }
+    p += r;
+    len -= (size_t)r;
   }
-  int failed = ferror(f);
-  fclose(f);
-  if (failed) {
-    fj__buf_free(&b);
-    errno = EIO;
+  return 0;
+}
+
+char *fj__file_read(const char *path, uint64_t max, size_t *len)
+{
+  uint64_t size = 0;
+  int fd = fj__open_file(path, max, &size);
+  if (fd < 0) {
+    if (errno == EFBIG && len)
+      *len = (size_t)size;
     return NULL;
   }
+  char *data = malloc((size_t)size + 1);
+  int err = !data ? ENOMEM : fj__read_all(fd, data, (size_t)size) ? errno : 0;
+  close(fd);
+  if (err) {
+    free(data);
+    errno = err;
+    return NULL;
+  }
+  data[size] = '\0';
   if (len)
-    *len = b.len;
-  return fj__buf_take(&b);
+    *len = (size_t)size;
+  return data;
 }
 
 int fj__mkdirs(const char *path)

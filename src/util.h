@@ -32,8 +32,23 @@ void *fj__memdup(const void *p, size_t n);
 double fj__now_ms(void);
 /* write() until done (EINTR retried); 0 on success, -1 with errno. */
 int fj__write_all(int fd, const void *data, size_t len);
-/* Reads a whole file; NULL with errno set on failure. */
-char *fj__file_read(const char *path, size_t *len);
+/* Opens a file for reading only if it is a regular file of at most max
+ * bytes, without blocking (a FIFO) and without following a symbolic link
+ * in its last component: files of the cache directory may be anything.
+ * Returns the descriptor (close-on-exec) and the file's size in *size; -1
+ * with errno ELOOP for a link, EINVAL for anything but a regular file,
+ * EFBIG for one over max (*size then holds its size), or open's own. */
+int fj__open_file(const char *path, uint64_t max, uint64_t *size);
+/* What fj__open_file's errno means for a message about the file ("is a
+ * symbolic link", "is 2147483648 bytes, over the limit of 268435456"). */
+void fj__open_why(int err, uint64_t size, uint64_t max, char *buf,
+                  size_t n);
+/* read() exactly len bytes (EINTR retried); 0 on success, -1 with errno
+ * (EIO when the file ends first). */
+int fj__read_all(int fd, void *data, size_t len);
+/* Reads a whole file as fj__open_file allows it, NUL-terminated; NULL with
+ * errno set on failure (EFBIG: *len holds the file's size). */
+char *fj__file_read(const char *path, uint64_t max, size_t *len);
 /* mkdir -p; 0 on success, -1 with errno. */
 int fj__mkdirs(const char *path);
 /* 128-bit XXH3 of data, as 32 lowercase hex digits + NUL. */

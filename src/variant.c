@@ -12,6 +12,7 @@
 #include "kernel.h"
 #include "kparams.h"
 #include "layout.h"
+#include "reference.h"
 #include "template.h"
 #include "util.h"
 #include "variant.h"
@@ -79,14 +80,13 @@ fj_dtype fj__kv_dtype(const fj_variant *v)
   return v->kv_dtype ? v->kv_dtype : v->dtype;
 }
 
-int fj__dtype_bytes(fj_dtype d)
-{
-  return d == FJ_E4M3 ? 1 : d == FJ_F32 ? 4 : 2;
-}
-
 int fj_variant_name(const fj_variant *v, char *buf, size_t size)
 {
   char kv[16] = "";
+  if (!v)
+    return -1;
+  if (!buf)
+    size = 0;  /* snprintf's measuring call: nothing is written */
   if (fj__kv_dtype(v) != v->dtype)
     snprintf(kv, sizeof kv, "_kv%s", fj_dtype_name(fj__kv_dtype(v)));
   return snprintf(buf, size, "fj_attn_d%d_m%d_n%d_w%d_s%d_%s_%s_%s_%s_%s%s",
@@ -107,6 +107,8 @@ void fj_variant_default(fj_variant *v, int head_dim, fj_dtype dtype,
                         fj_causal causal)
 {
   int small = head_dim <= 64;
+  if (!v)
+    return;
   memset(v, 0, sizeof *v);
   v->head_dim = head_dim;
   v->tile_m = small ? 64 : 128;
@@ -158,21 +160,7 @@ static fj_status check_enums(const fj_ctx *ctx, const fj_variant *v)
   if (v->mma < FJ_MMA_WMMA || v->mma > FJ_MMA_WGMMA)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "mma %d is invalid: wmma, mma or wgmma", (int)v->mma);
-  if (v->causal < FJ_CAUSAL_NONE || v->causal > FJ_CAUSAL_BOTTOM_RIGHT)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "causal %d is invalid: none, top-left or bottom-right",
-                    (int)v->causal);
-  if (v->dtype != FJ_F16 && v->dtype != FJ_BF16)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "dtype %s is invalid for Q and O: f16 or bf16",
-                    fj_dtype_name(v->dtype));
-  fj_dtype kv = fj__kv_dtype(v);
-  if (kv != v->dtype && kv != FJ_E4M3)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "kv_dtype %s is invalid with dtype %s: the same as dtype, "
-                    "or e4m3",
-                    fj_dtype_name(kv), fj_dtype_name(v->dtype));
-  return FJ_OK;
+  return fj__check_types(ctx, v->dtype, fj__kv_dtype(v), v->causal);
 }
 
 static fj_status check_axes(const fj_ctx *ctx, const fj_variant *v)
@@ -192,8 +180,6 @@ static fj_status check_axes(const fj_ctx *ctx, const fj_variant *v)
   return st == FJ_OK ? check_enums(ctx, v) : st;
 }
 
-/* Axis values that are valid but not generated (yet).  The templates add
- * the rules that depend on combinations (refuse() in templates/). */
 /* The wgmma family: sm_90a only; a producer warpgroup and 1-3 consumer
  * warpgroups; tiles in the 128-byte swizzle TMA writes.  The template adds
  * the rules that depend on tiles and resources. */
@@ -216,6 +202,8 @@ static fj_status check_wgmma(const fj_ctx *ctx, const fj_variant *v)
   return FJ_OK;
 }
 
+/* Axis values that are valid but not generated (yet).  The templates add
+ * the rules that depend on combinations (refuse() in templates/). */
 static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
 {
   if (v->mma == FJ_MMA_WGMMA)
@@ -341,7 +329,8 @@ fj_status fj__variant_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
 fj_status fj_kernel_get(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
 {
   if (!ctx || !v || !k)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "fj_kernel_get: NULL argument");
+    return fj__null_arg(ctx, "fj_kernel_get",
+                        !ctx ? "ctx" : !v ? "v" : "kernel");
   fj__clear_error(ctx);
   pthread_mutex_lock(&ctx->lock);
   fj_status st = fj__variant_kernel(ctx, v, k);
@@ -352,7 +341,7 @@ fj_status fj_kernel_get(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
 fj_status fj_variant_check(fj_ctx *ctx, const fj_variant *v)
 {
   if (!ctx || !v)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "fj_variant_check: NULL argument");
+    return fj__null_arg(ctx, "fj_variant_check", ctx ? "v" : "ctx");
   fj__clear_error(ctx);
   fj_status st = fj__variant_validate(ctx, v);
   if (st != FJ_OK)
@@ -370,6 +359,10 @@ fj_status fj_variant_check(fj_ctx *ctx, const fj_variant *v)
 }
 
 /* ---- many variants at once ------------------------------------------------------------ */
+
+/* The most variants one call prepares: a tuning sweep has a few hundred;
+ * far more is a negative count that became a size_t. */
+enum { PREPARE_MAX = 65536 };
 
 static int default_workers(void)
 {
@@ -425,9 +418,18 @@ fj_status fj_kernel_prepare(fj_ctx *ctx, const fj_variant *variants, size_t n,
                             const fj_prepare_opts *opts, fj_status *each)
 {
   if (!ctx || (!variants && n))
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "fj_kernel_prepare: NULL context or variants");
+    return fj__null_arg(ctx, "fj_kernel_prepare", ctx ? "variants" : "ctx");
   fj__clear_error(ctx);
+  if (n > PREPARE_MAX)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "fj_kernel_prepare: n = %zu variants is more than one "
+                    "call takes (at most %d)",
+                    n, PREPARE_MAX);
+  if (opts && opts->workers < 0)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "fj_kernel_prepare: workers %d is invalid: 0 (one per "
+                    "CPU, at most 16) or more",
+                    opts->workers);
   fj_vparams *vp = calloc(n ? n : 1, sizeof *vp);
   fj_build *b = calloc(n ? n : 1, sizeof *b);
   if (!vp || !b) {

@@ -10,6 +10,7 @@
 
 #include "ctx.h"
 #include "kernel.h"
+#include "reference.h"
 #include "template.h"
 
 /* Axis rules and what is implemented; the message names axis and limit. */
@@ -32,6 +33,5 @@ fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
 fj_status fj__variant_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k);
 /* kv_dtype with 0 resolved to dtype. */
 fj_dtype fj__kv_dtype(const fj_variant *v);
-int fj__dtype_bytes(fj_dtype d);
 
 #endif /* FJ_VARIANT_H */

@@ -150,7 +150,7 @@ static int damaged_entry_is_rewritten(void (*damage)(const char *path))
 static void flip_byte(const char *path)
 {
   size_t len;
-  char *data = fj__file_read(path, &len);
+  char *data = fj__file_read(path, (uint64_t)1 << 30, &len);
   data[len - 100] ^= 0x5a;
   fjt_write_file(path, data, len);
   free(data);
@@ -159,7 +159,7 @@ static void flip_byte(const char *path)
 static void truncate_half(const char *path)
 {
   size_t len;
-  char *data = fj__file_read(path, &len);
+  char *data = fj__file_read(path, (uint64_t)1 << 30, &len);
   fjt_write_file(path, data, len / 2);
   free(data);
 }

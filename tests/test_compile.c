@@ -115,7 +115,7 @@ int test_compile_isolated_crash(void)
   CHECK(ctx);
   char path[4300];
   snprintf(path, sizeof path, "%s/nvrtc-13.0-wgmma-crash.cu", fjt_data_dir());
-  char *src = fj__file_read(path, NULL);
+  char *src = fj__file_read(path, (uint64_t)1 << 30, NULL);
   CHECK(src);
   fj_compiled out = {0};
   fj_status st = fj__compile(ctx, "crash.cu", src, "sm_90a", 1, &out);

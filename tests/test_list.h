@@ -50,6 +50,11 @@ TEST(family_refusals, cpu)
 TEST(family_lut_disagrees, cpu)
 /* tune.c */
 TEST(tune_database, cpu)
+/* hostile input: the C API, problems, the disk cache (test_hardening.c) */
+TEST(api_null_corpus, cpu)
+TEST(reference_bad_problems, cpu)
+TEST(problem_check_corpus, cpu)
+TEST(cache_hostile_files, cpu)
 /* on a GPU */
 TEST(gpu_lut_probe, gpu)
 TEST(gpu_attention_matrix, gpu)
