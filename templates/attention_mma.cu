@@ -62,17 +62,7 @@
   local QREGS = live + q_regs + 40 <= 224
 
   -- The layout tables.
-  local function need(info, why, what)
-    if not info then no("the mma family: %s", why) end
-    return info
-  end
-  local acc = need(L.analyse(lut_acc, "the mma accumulator"))
-  local qa = need(L.analyse(lut_a, "the mma A operand"))
-  local rows = need(L.rows(acc, "the mma accumulator"))
-  local p_from = L.a_from_acc(qa, acc)
-  if not p_from then
-    no("the mma family: the probed A operand (%s) does not take P from the accumulator (%s) lane for lane; P would have to go through shared memory", lut_a.frag, lut_acc.frag)
-  end
+  local acc, qa, rows, p_from = L.softmax_tables(lut_acc, lut_a, "mma", refuse)
   local NC = #rows.classes
 
   -- Shared tiles: Q, then the K and V rings.  "xor" permutes chunk c of row
@@ -108,19 +98,12 @@
 
   -- How the shared pieces (softmax_regs.cuh, epilogue_regs.cuh) reach this
   -- family's registers: MR row slices of 16 rows per warp.
-  local frag = {
+  local PC = import("pieces.lua")
+  local with = PC.with
+  local frag = PC.regs{
     acc = acc, rows = rows, MR = MR, mask = "always", mrule = mrule,
     row0 = function(mi) return ("m0 + wr + %s * 16 + acc_r"):format(mi) end,
-    c0 = "acc_c", n0 = "n0", sl2 = "sl2",
-    m = function(mi, c) return ("row_m[%s][%d]"):format(mi, c - 1) end,
-    l = function(mi, c) return ("row_l[%s][%d]"):format(mi, c - 1) end,
   }
-  local function with(t, extra)
-    local c = {}
-    for k, v in pairs(t) do c[k] = v end
-    for k, v in pairs(extra) do c[k] = v end
-    return c
-  end
 
   local T = dtype
 %}

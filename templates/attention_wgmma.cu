@@ -71,17 +71,7 @@
   end
 
   -- The layout tables: the accumulator and the register A operand.
-  local function need_table(info, why)
-    if not info then no("the wgmma family: %s", why) end
-    return info
-  end
-  local acc = need_table(L.analyse(lut_acc, "the wgmma accumulator"))
-  local qa = need_table(L.analyse(lut_a, "the wgmma A operand"))
-  local rows = need_table(L.rows(acc, "the wgmma accumulator"))
-  local p_from = L.a_from_acc(qa, acc)
-  if not p_from then
-    no("the wgmma family: the probed A operand (%s) does not take P from the accumulator (%s) lane for lane", lut_a.frag, lut_acc.frag)
-  end
+  local acc, qa, rows, p_from = L.softmax_tables(lut_acc, lut_a, "wgmma", refuse)
   local NC = #rows.classes
 
   -- Shared memory: Q, the K and V rings (each slot PANELS panels of 128-byte
@@ -109,18 +99,12 @@
   meta.isolate = 1  -- NVRTC 13.0's PTX compiler can crash on wgmma code
 
   local T = dtype
-  local frag = {
-    acc = acc, rows = rows, MR = 1, mrule = mrule, c0 = "acc_c", n0 = "n0", sl2 = "sl2",
+  local PC = import("pieces.lua")
+  local with = PC.with
+  local frag = PC.regs{
+    acc = acc, rows = rows, MR = 1, mrule = mrule,
     row0 = function(mi) return "m0 + wr + acc_r" end,
-    m = function(mi, c) return ("row_m[%s][%d]"):format(mi, c - 1) end,
-    l = function(mi, c) return ("row_l[%s][%d]"):format(mi, c - 1) end,
   }
-  local function with(t, extra)
-    local c = {}
-    for k, v in pairs(t) do c[k] = v end
-    for k, v in pairs(extra) do c[k] = v end
-    return c
-  end
 %}
 {{ include("common.cuh") }}
 {{ include("block.cuh", { BM = BM }) }}

@@ -85,18 +85,12 @@
   local p_in_regs = regs and p_from ~= nil
   -- How the shared pieces (softmax_regs.cuh, epilogue_regs.cuh) reach the
   -- regs path's fragments: one slice of 16 rows per warp.
-  local frag = regs and {
-    acc = acc, rows = rows, MR = 1, mrule = mrule, c0 = "acc_c", n0 = "n0", sl2 = "sl2",
+  local PC = import("pieces.lua")
+  local with = PC.with
+  local frag = regs and PC.regs{
+    acc = acc, rows = rows, MR = 1, mrule = mrule,
     row0 = function(mi) return "m0 + wr + acc_r" end,
-    m = function(mi, c) return ("row_m[%s][%d]"):format(mi, c - 1) end,
-    l = function(mi, c) return ("row_l[%s][%d]"):format(mi, c - 1) end,
   }
-  local function with(t, extra)
-    local c = {}
-    for k, v in pairs(t) do c[k] = v end
-    for k, v in pairs(extra) do c[k] = v end
-    return c
-  end
 
   -- Registers of the regs path per thread: O, S, and Q when it stays in
   -- registers; refused when even without Q it cannot fit.

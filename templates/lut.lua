@@ -171,6 +171,26 @@ function M.a_from_acc(a, acc)
   return from
 end
 
+-- The tables a register softmax with P in registers needs, each checked:
+-- the accumulator and the A operand (analysed), the accumulator's row
+-- classes and the A slot -> accumulator slot mapping of P.  refuse(why)
+-- ends the render where one does not hold; family names the kernels in it.
+function M.softmax_tables(lut_acc, lut_a, family, refuse)
+  local function need(info, why)
+    if not info then refuse(("the %s family: %s"):format(family, why)) end
+    return info
+  end
+  local acc = need(M.analyse(lut_acc, ("the %s accumulator"):format(family)))
+  local qa = need(M.analyse(lut_a, ("the %s A operand"):format(family)))
+  local rows = need(M.rows(acc, ("the %s accumulator"):format(family)))
+  local p_from = M.a_from_acc(qa, acc)
+  if not p_from then
+    refuse(("the %s family: the probed A operand (%s) does not take P from the accumulator (%s) lane for lane; P would have to go through shared memory")
+      :format(family, lut_a.frag, lut_acc.frag))
+  end
+  return acc, qa, rows, p_from
+end
+
 -- Pairs of distinct slots (s, s + 1) that hold neighbouring elements of one
 -- row at an even column in every lane: one 4-byte access instead of two.
 -- `transposed` swaps rows and columns (a col_major B operand as stored).

@@ -1,0 +1,31 @@
+-- pieces.lua: how a family describes its registers to the shared device
+-- pieces (softmax_regs.cuh, epilogue_regs.cuh), which receive these fields
+-- through include():
+--   acc, rows    the analysed accumulator table and its row classes (lut.lua)
+--   MR           row slices of 16 rows per warp
+--   mrule        the mask rule (mask.lua)
+--   row0(mi)     the absolute row of the lane's first slot in slice mi
+--   m(mi, c), l(mi, c)   the running max and sum of row class c
+--   c0, n0, sl2  the lane's first column in a tile, the tile's first key,
+--                the softmax scale in log2 units
+-- regs{...} fills the fields every family names the same way; with(t, x)
+-- is t with x's fields added, for one include's own parameters.
+
+local M = {}
+
+function M.with(t, extra)
+  local c = {}
+  for k, v in pairs(t) do c[k] = v end
+  for k, v in pairs(extra) do c[k] = v end
+  return c
+end
+
+function M.regs(fields)
+  return M.with({
+    c0 = "acc_c", n0 = "n0", sl2 = "sl2",
+    m = function(mi, c) return ("row_m[%s][%d]"):format(mi, c - 1) end,
+    l = function(mi, c) return ("row_l[%s][%d]"):format(mi, c - 1) end,
+  }, fields)
+end
+
+return M
