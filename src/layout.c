@@ -119,6 +119,16 @@ int fj__lut_validate(const fj_lut *lut, char *buf, size_t size)
   return 0;
 }
 
+/* An empty 16x16 table of a kind, 32 lanes. */
+static void table_init(fj_lut *lut, fj_frag frag, int slots)
+{
+  memset(lut, 0, sizeof *lut);
+  lut->frag = frag;
+  lut->rows = lut->cols = 16;
+  lut->lanes = 32;
+  lut->slots = slots;
+}
+
 /* ---- the reference tables ------------------------------------------------------ */
 
 static int is_operand_b(fj_frag frag)
@@ -157,11 +167,7 @@ static int reference_slots(fj_frag frag)
 
 void fj__lut_reference(fj_frag frag, fj_lut *lut)
 {
-  memset(lut, 0, sizeof *lut);
-  lut->frag = frag;
-  lut->rows = lut->cols = 16;
-  lut->lanes = 32;
-  lut->slots = reference_slots(frag);
+  table_init(lut, frag, reference_slots(frag));
   lut->origin = FJ_LUT_REFERENCE;
   snprintf(lut->device, sizeof lut->device, "reference (NVIDIA H200)");
   for (int lane = 0; lane < 32; lane++)
@@ -202,15 +208,6 @@ static int check_products(const fj_lut *lut, const float *out, char *why,
 }
 
 /* ---- the wgmma kinds: a warpgroup's m64n128 accumulator ------------------ */
-
-static void table_init(fj_lut *lut, fj_frag frag, int slots)
-{
-  memset(lut, 0, sizeof *lut);
-  lut->frag = frag;
-  lut->rows = lut->cols = 16;
-  lut->lanes = 32;
-  lut->slots = slots;
-}
 
 /* Where thread t's register i sits in the warpgroup's tile, by warp 0's
  * table: warp w holds rows 16w on, register group i / 8 columns 16 (i / 8)
@@ -345,11 +342,7 @@ static int invert_wgmma_a(const float *out, const fj_lut *acc, fj_lut *lut,
 static int invert(fj_frag frag, const float *out, fj_lut *lut, char *why,
                   size_t size)
 {
-  memset(lut, 0, sizeof *lut);
-  lut->frag = frag;
-  lut->rows = lut->cols = 16;
-  lut->lanes = 32;
-  lut->slots = (int)out[512];
+  table_init(lut, frag, (int)out[512]);
   if (lut->slots < 1 || lut->slots > FJ_LUT_MAX_SLOTS) {
     snprintf(why, size, "%s: the probe reports %d elements per lane",
              fj_frag_name(frag), lut->slots);

@@ -105,6 +105,20 @@
     acc = acc, rows = rows, MR = 1, mrule = mrule,
     row0 = function(mi) return "m0 + wr + acc_r" end,
   }
+  -- The head of a work tile, the same in the producer and the consumers
+  -- (they must agree on every tile and count): the block, the number of
+  -- work tiles started before it (kq, for Q's phase), the keys it sees.
+  local function tile_head()
+%}
+        fj::Block blk;
+        FJ_BLOCK(blk);
+        const unsigned kq = (unsigned)k++;
+        const int m0 = blk.m0;
+        // Keys this block can see: all of them, or up to its last row's diagonal.
+        const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
+        const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
+{%
+  end
 %}
 {{ include("common.cuh") }}
 {{ include("block.cuh", { BM = BM }) }}
@@ -129,13 +143,9 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
   return *reinterpret_cast<const unsigned *>(&e);
 }
 
-// The shared-space base, rounded up to 1024 bytes (the swizzle's period), as
-// a value the compiler cannot fold: NVRTC 13.0's PTX compiler crashes on
-// wgmma whose descriptors are constants.
+// The shared-space base, rounded up to 1024 bytes (the swizzle's period).
 __device__ __forceinline__ unsigned smem_base(const void *p) {
-  unsigned a = (unsigned)__cvta_generic_to_shared(p), b;
-  asm volatile("mov.b32 %0, %1;" : "=r"(b) : "r"(a));
-  return (b + 1023u) & ~1023u;
+  return (smem_opaque(p) + 1023u) & ~1023u;
 }
 }  // namespace fj
 
@@ -193,12 +203,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       const void *mq = &maps.q, *mk = &maps.k, *mv = &maps.v;
       unsigned it = 0;
       FJ_TILES {
-        fj::Block blk;
-        FJ_BLOCK(blk);
-        const unsigned kq = (unsigned)k++;
-        const int m0 = blk.m0;
-        const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
-        const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
+{% tile_head() %}
         // Q's buffer is free once every consumer warp has finished its last
         // S of the previous work tile (at once for the first).
         fj::mbar_wait(q_empty, (kq & 1u) ^ 1u);
@@ -317,13 +322,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
 
   FJ_TILES {
-  fj::Block blk;
-  FJ_BLOCK(blk);
-  const unsigned kq = (unsigned)k++;
-  const int m0 = blk.m0;
-  // Keys this block can see: all of them, or up to its last row's diagonal.
-  const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
-  const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
+{% tile_head() %}
 #pragma unroll
   for (int d = 0; d < {{ D // 16 }}; ++d)
 #pragma unroll

@@ -166,13 +166,6 @@ extern "C" __global__ void fj_probe_mma_acc_{{ name }}(float *out) {
      { t = "bf16", n = 128, a = "ss", tb = 0 }, { t = "bf16", n = 128, a = "ss", tb = 1 },
      { t = "f16", n = 64, a = "rs", tb = 0 } } }) }}
 
-// A shared address the compiler cannot fold into a constant: NVRTC 13.0's
-// PTX compiler crashes on wgmma whose descriptors are all constants.
-__device__ __forceinline__ unsigned fj_probe_addr(const void *p) {
-  unsigned a = (unsigned)__cvta_generic_to_shared(p), b;
-  asm volatile("mov.b32 %0, %1;" : "=r"(b) : "r"(a));
-  return b;
-}
 {%   for _, t in ipairs({ { "f16", "__half", "__float2half" }, { "bf16", "__nv_bfloat16", "__float2bfloat16" } }) do %}
 {%     local name, ty, to = t[1], t[2], t[3] %}
 
@@ -181,7 +174,7 @@ extern "C" __global__ void __launch_bounds__(128) fj_probe_wgmma_acc_{{ name }}(
   // panel.  bv: 64 rows (k) x 128 (n), two panels of 64 columns.
   __shared__ __align__(1024) {{ ty }} a[64 * 64], bk[128 * 64], bv[2 * 64 * 64];
   const int t = threadIdx.x;
-  const unsigned sa = fj_probe_addr(a), sbk = fj_probe_addr(bk), sbv = fj_probe_addr(bv);
+  const unsigned sa = fj::smem_opaque(a), sbk = fj::smem_opaque(bk), sbv = fj::smem_opaque(bv);
   float d[8][8];
   for (int round = 0; round < 4; ++round) {
     for (int e = t; e < 128 * 64; e += 128) {
@@ -230,7 +223,7 @@ extern "C" __global__ void __launch_bounds__(128) fj_probe_wgmma_a(float *out) {
   __syncthreads();
   float d[4][8];
   fj::wg_fence();
-  fj::wg_rs_f16_64(d, ra, fj::wg_desc(fj_probe_addr(bk), 16, 1024), 0);
+  fj::wg_rs_f16_64(d, ra, fj::wg_desc(fj::smem_opaque(bk), 16, 1024), 0);
   fj::wg_commit();
   fj::wg_wait<0>();
   for (int i = 0; i < 32; ++i) out[t * 64 + i] = d[i / 8][i % 8];

@@ -114,6 +114,37 @@ int test_family_sample_sm90(void)
   return family_sample("sm_90");
 }
 
+/* The library's pick for every head dim x dtype x mask of a 2 x 8 x 2048
+ * problem (which must be of family `mma`), then a sample of other shapes
+ * of that family, shapes[i] = {d, tile_m, tile_n, warps, stages}; the
+ * sample's swizzle rotates, or is xor for the wgmma family. */
+static int picks_and_sample(fj_ctx *ctx, const int *pdims, size_t ndims,
+                            fj_order order, fj_mma mma,
+                            const int (*shapes)[5], size_t nsample,
+                            fj_variant *vs)
+{
+  size_t picks = ndims * 6;
+  for (size_t i = 0; i < picks; i++) {
+    fj_problem p;
+    fj_problem_init(&p, 2, 8, 8, 2048, 2048, pdims[i / 6], i % 2 ? FJ_BF16 : FJ_F16, order);
+    p.causal = (fj_causal)((i / 2) % 3);
+    CHECK_OK(ctx, fj_attention_variant(ctx, &p, &vs[i], NULL));
+    CHECK(vs[i].mma == mma);
+  }
+  for (size_t i = 0; i < nsample; i++) {
+    fj_variant *v = &vs[picks + i];
+    fj_variant_default(v, shapes[i][0], i % 2 ? FJ_BF16 : FJ_F16, (fj_causal)(i % 3));
+    v->mma = mma;
+    v->swizzle = mma == FJ_MMA_WGMMA ? FJ_SWIZZLE_XOR
+                                     : (fj_swizzle)(FJ_SWIZZLE_NONE + (int)(i % 3));
+    v->tile_m = shapes[i][1];
+    v->tile_n = shapes[i][2];
+    v->warps = shapes[i][3];
+    v->stages = shapes[i][4];
+  }
+  return 0;
+}
+
 /* The mma family: what the library picks on its own for every head dim x
  * dtype x mask (compiled for sm_80 and sm_90, spills at most 128 bytes),
  * and a sample of the family's shapes, pipelined or not. */
@@ -127,23 +158,7 @@ static int mma_choices(const char *arch)
   CHECK(ctx);
   fj_variant vs[PICKS + SAMPLE];
   fj_status st[PICKS + SAMPLE];
-  for (size_t i = 0; i < PICKS; i++) {
-    fj_problem p;
-    fj_problem_init(&p, 2, 8, 8, 2048, 2048, dims[i / 6], i % 2 ? FJ_BF16 : FJ_F16, FJ_BHSD);
-    p.causal = (fj_causal)((i / 2) % 3);
-    CHECK_OK(ctx, fj_attention_variant(ctx, &p, &vs[i], NULL));
-    CHECK(vs[i].mma == FJ_MMA_SYNC);
-  }
-  for (size_t i = 0; i < SAMPLE; i++) {
-    fj_variant *v = &vs[PICKS + i];
-    fj_variant_default(v, shapes[i][0], i % 2 ? FJ_BF16 : FJ_F16, (fj_causal)(i % 3));
-    v->mma = FJ_MMA_SYNC;
-    v->swizzle = (fj_swizzle)(FJ_SWIZZLE_NONE + (int)(i % 3));
-    v->tile_m = shapes[i][1];
-    v->tile_n = shapes[i][2];
-    v->warps = shapes[i][3];
-    v->stages = shapes[i][4];
-  }
+  CHECK(picks_and_sample(ctx, dims, 7, FJ_BHSD, FJ_MMA_SYNC, shapes, SAMPLE, vs) == 0);
   fj_prepare_opts o = {2, NULL, NULL};
   fj_kernel_prepare(ctx, vs, PICKS + SAMPLE, &o, st);
   for (size_t i = 0; i < PICKS + SAMPLE; i++) {
@@ -188,23 +203,7 @@ int test_family_wgmma_sm90a(void)
   CHECK(ctx);
   fj_variant vs[PICKS + SAMPLE];
   fj_status st[PICKS + SAMPLE];
-  for (size_t i = 0; i < PICKS; i++) {
-    fj_problem p;
-    fj_problem_init(&p, 2, 8, 8, 2048, 2048, wdims[i / 6], i % 2 ? FJ_BF16 : FJ_F16, FJ_BSHD);
-    p.causal = (fj_causal)((i / 2) % 3);
-    CHECK_OK(ctx, fj_attention_variant(ctx, &p, &vs[i], NULL));
-    CHECK(vs[i].mma == FJ_MMA_WGMMA);
-  }
-  for (size_t i = 0; i < SAMPLE; i++) {
-    fj_variant *v = &vs[PICKS + i];
-    fj_variant_default(v, shapes[i][0], i % 2 ? FJ_BF16 : FJ_F16, (fj_causal)(i % 3));
-    v->mma = FJ_MMA_WGMMA;
-    v->swizzle = FJ_SWIZZLE_XOR;
-    v->tile_m = shapes[i][1];
-    v->tile_n = shapes[i][2];
-    v->warps = shapes[i][3];
-    v->stages = shapes[i][4];
-  }
+  CHECK(picks_and_sample(ctx, wdims, 4, FJ_BSHD, FJ_MMA_WGMMA, shapes, SAMPLE, vs) == 0);
   fj_prepare_opts o = {2, NULL, NULL};
   fj_kernel_prepare(ctx, vs, PICKS + SAMPLE, &o, st);
   for (size_t i = 0; i < PICKS + SAMPLE; i++) {

@@ -674,6 +674,29 @@ int test_gpu_mma_axes(void)
   return run_axes(mma_cases, sizeof mma_cases / sizeof mma_cases[0], FJ_MMA_SYNC);
 }
 
+/* A cross product's variants on two problems each, shapes[s] = {seq_q,
+ * seq_kv, heads_q, heads_kv}, the first BHSD, the second BSHD; returns the
+ * failures and prints "<axis> product: ...". */
+static int cross_run(fj_ctx *ctx, const fj_variant *vs, size_t n,
+                     const int shapes[2][4], uint64_t seed, const char *axis)
+{
+  int failed = 0;
+  for (size_t i = 0; i < n; i++)
+    for (int s = 0; s < 2; s++) {
+      gpu_case c;
+      memset(&c, 0, sizeof c);
+      fj_problem_init(&c.p, 1, shapes[s][2], shapes[s][3], shapes[s][0],
+                      shapes[s][1], vs[i].head_dim, vs[i].dtype, (fj_order)s);
+      c.p.causal = vs[i].causal;
+      char label[200];
+      variant_label(label, sizeof label, &vs[i], &c.p, s ? " bshd" : " bhsd");
+      failed += run_case(ctx, &c, &vs[i], NULL, &seed, label, axis);
+    }
+  printf("%s product: %zu variants x 2 shapes, %d failures\n", axis, n, failed);
+  print_worst();
+  return failed;
+}
+
 /* head_dim x dtype x causal x stages, the tiles and swizzle rotating
  * through the family's shapes; two problems each (65 x 127 BHSD, 127 x 65
  * BSHD with GQA 2:1), checked against the reference. */
@@ -709,21 +732,7 @@ int test_gpu_mma_cross(void)
   CHECK(n == 126);
   CHECK(prepare(ctx, vs, n) == 0);
   static const int shapes[2][4] = {{65, 127, 2, 2}, {127, 65, 4, 2}};
-  uint64_t seed = 2468;
-  int failed = 0;
-  for (size_t i = 0; i < n; i++)
-    for (int s = 0; s < 2; s++) {
-      gpu_case c;
-      memset(&c, 0, sizeof c);
-      fj_problem_init(&c.p, 1, shapes[s][2], shapes[s][3], shapes[s][0],
-                      shapes[s][1], vs[i].head_dim, vs[i].dtype, (fj_order)s);
-      c.p.causal = vs[i].causal;
-      char label[200];
-      variant_label(label, sizeof label, &vs[i], &c.p, s ? " bshd" : " bhsd");
-      failed += run_case(ctx, &c, &vs[i], NULL, &seed, label, "mma cross");
-    }
-  printf("mma cross product: %zu variants x 2 shapes, %d failures\n", n, failed);
-  print_worst();
+  int failed = cross_run(ctx, vs, n, shapes, 2468, "mma cross");
   fj_ctx_destroy(ctx);
   return failed != 0;
 }
@@ -819,21 +828,7 @@ int test_gpu_wgmma_cross(void)
   CHECK(n == 72);
   CHECK(prepare(ctx, vs, n) == 0);
   static const int shapes[2][4] = {{65, 127, 2, 2}, {130, 65, 4, 2}};
-  uint64_t seed = 1357;
-  int failed = 0;
-  for (size_t i = 0; i < n; i++)
-    for (int s = 0; s < 2; s++) {
-      gpu_case c;
-      memset(&c, 0, sizeof c);
-      fj_problem_init(&c.p, 1, shapes[s][2], shapes[s][3], shapes[s][0],
-                      shapes[s][1], vs[i].head_dim, vs[i].dtype, (fj_order)s);
-      c.p.causal = vs[i].causal;
-      char label[200];
-      variant_label(label, sizeof label, &vs[i], &c.p, s ? " bshd" : " bhsd");
-      failed += run_case(ctx, &c, &vs[i], NULL, &seed, label, "wgmma cross");
-    }
-  printf("wgmma cross product: %zu variants x 2 shapes, %d failures\n", n, failed);
-  print_worst();
+  int failed = cross_run(ctx, vs, n, shapes, 1357, "wgmma cross");
   fj_ctx_destroy(ctx);
   return failed != 0;
 }

@@ -122,7 +122,14 @@ template <int N> __device__ __forceinline__ void wg_wait() {
 // Keeps the compiler from moving register work on an accumulator across
 // the wgmma that owns it (it cannot see the asynchrony).
 __device__ __forceinline__ void wg_hold(float &x) { asm volatile("" : "+f"(x) :: "memory"); }
-__device__ __forceinline__ void wg_hold(unsigned &x) { asm volatile("" : "+r"(x) :: "memory"); }
+
+// A shared-space address the compiler cannot fold into a constant: NVRTC
+// 13.0's PTX compiler crashes on wgmma whose descriptors are constants.
+__device__ __forceinline__ unsigned smem_opaque(const void *p) {
+  unsigned a = (unsigned)__cvta_generic_to_shared(p), b;
+  asm volatile("mov.b32 %0, %1;" : "=r"(b) : "r"(a));
+  return b;
+}
 
 // Generic-proxy writes to shared memory, made visible to wgmma and TMA.
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -209,13 +216,9 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
   return *reinterpret_cast<const unsigned *>(&e);
 }
 
-// The shared-space base, rounded up to 1024 bytes (the swizzle's period), as
-// a value the compiler cannot fold: NVRTC 13.0's PTX compiler crashes on
-// wgmma whose descriptors are constants.
+// The shared-space base, rounded up to 1024 bytes (the swizzle's period).
 __device__ __forceinline__ unsigned smem_base(const void *p) {
-  unsigned a = (unsigned)__cvta_generic_to_shared(p), b;
-  asm volatile("mov.b32 %0, %1;" : "=r"(b) : "r"(a));
-  return (b + 1023u) & ~1023u;
+  return (smem_opaque(p) + 1023u) & ~1023u;
 }
 }  // namespace fj
 
@@ -269,6 +272,7 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
         FJ_BLOCK(blk);
         const unsigned kq = (unsigned)k++;
         const int m0 = blk.m0;
+        // Keys this block can see: all of them, or up to its last row's diagonal.
         const int n_end = p.seq_kv;
         const int ntiles = n_end > 0 ? (n_end + 175) / 176 : 0;
         // Q's buffer is free once every consumer warp has finished its last
@@ -323,13 +327,13 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
   unsigned it = 0;
 
   FJ_TILES {
-  fj::Block blk;
-  FJ_BLOCK(blk);
-  const unsigned kq = (unsigned)k++;
-  const int m0 = blk.m0;
-  // Keys this block can see: all of them, or up to its last row's diagonal.
-  const int n_end = p.seq_kv;
-  const int ntiles = n_end > 0 ? (n_end + 175) / 176 : 0;
+        fj::Block blk;
+        FJ_BLOCK(blk);
+        const unsigned kq = (unsigned)k++;
+        const int m0 = blk.m0;
+        // Keys this block can see: all of them, or up to its last row's diagonal.
+        const int n_end = p.seq_kv;
+        const int ntiles = n_end > 0 ? (n_end + 175) / 176 : 0;
 #pragma unroll
   for (int d = 0; d < 8; ++d)
 #pragma unroll
