@@ -74,7 +74,7 @@ fi
 # 2. compute-sanitizer: one variant per (stages, swizzle, softmax), the probe.
 if part sanitize; then
   for tool in memcheck racecheck synccheck; do
-    for t in ${SANITIZE_TESTS:-gpu_sanitize_set gpu_sanitize_wgmma gpu_lut_probe}; do
+    for t in ${SANITIZE_TESTS:-gpu_sanitize_set gpu_sanitize_wgmma gpu_sanitize_serving gpu_lut_probe}; do
       [ $tool = synccheck ] && [ $t != gpu_sanitize_wgmma ] && continue
       timeout ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 ./tests/fj_tests $t >>"$out/sanitizer.log" 2>&1
       note "compute-sanitizer --tool $tool fj_tests $t: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY' "$out/sanitizer.log" | tail -1 | sed 's/=* //'))"
@@ -128,6 +128,26 @@ if part bench; then
      python3 bench/sdpa_compare.py ${BENCH_ARGS:---tune} --out "$out" >"$out/sdpa_compare.log" 2>&1)
   note "sdpa_compare: exit $?"
   grep -E "^tune|^small shape|^jit|^geomean|fj/flash" "$out/sdpa_compare.log" | cut -c1-250 | tee -a "$summary"
+fi
+
+# 4b. Serving shapes (decode, GQA, split-KV) beside SDPA and a copy
+#     (bench/serving_compare.py).
+if part serving; then
+  (cd /work/main && FLASHJIT_LIB=build/libflashjit.so PYTHONUNBUFFERED=1 \
+     python3 bench/serving_compare.py ${SERVING_ARGS:-} --out "$out" >"$out/serving_compare.log" 2>&1)
+  note "serving_compare: exit $?"
+  grep -E "^serving|Error|error" "$out/serving_compare.log" | cut -c1-300 | tee -a "$summary"
+fi
+
+# 4c. Any commands, one per line in $CMDS, run from build/ (exploration:
+#     ncu kernel times, flag sweeps); each one's output goes to cmds.log.
+if part cmds; then
+  while IFS= read -r cmd; do
+    [ -n "$cmd" ] || continue
+    echo "== $cmd" >>"$out/cmds.log"
+    timeout ${CMD_TIMEOUT:-120} bash -c "$cmd" >>"$out/cmds.log" 2>&1
+    note "cmd $cmd: exit $?"
+  done <<<"${CMDS:-}"
 fi
 
 # 5. Sweeps: every tile/warps/stages/swizzle/softmax combination, timed

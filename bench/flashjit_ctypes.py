@@ -19,13 +19,13 @@ PROGRESS_FN = C.CFUNCTYPE(None, C.c_void_p, C.c_size_t, C.c_size_t)
 class CtxOpts(C.Structure):
     _fields_ = [("device", C.c_int), ("arch", C.c_char_p), ("cache_dir", C.c_char_p),
                 ("disk_cache", C.c_int), ("isolate_compile", C.c_int),
-                ("log", LOG_FN), ("log_user", C.c_void_p)]
+                ("log", LOG_FN), ("log_user", C.c_void_p), ("sm_count", C.c_int)]
 
 
 class Variant(C.Structure):
     _fields_ = [(n, C.c_int) for n in ("head_dim", "tile_m", "tile_n", "warps", "stages",
                                        "swizzle", "softmax", "mma", "causal", "dtype",
-                                       "kv_dtype")]
+                                       "kv_dtype", "pack_gqa", "split_kv")]
 
 
 class Problem(C.Structure):
@@ -35,7 +35,15 @@ class Problem(C.Structure):
                 ("scale", C.c_float), ("q_stride", C.c_int64 * 3),
                 ("k_stride", C.c_int64 * 3), ("v_stride", C.c_int64 * 3),
                 ("o_stride", C.c_int64 * 3), ("k_scale", C.c_void_p),
-                ("v_scale", C.c_void_p)]
+                ("v_scale", C.c_void_p), ("splits", C.c_int)]
+
+
+class Plan(C.Structure):
+    _fields_ = [("variant", Variant), ("choice", C.c_int), ("splits", C.c_int),
+                ("rows", C.c_int), ("grid", C.c_uint * 3), ("threads", C.c_uint),
+                ("smem_bytes", C.c_uint), ("blocks_per_sm", C.c_int), ("sm_count", C.c_int),
+                ("combine_grid", C.c_uint * 3), ("combine_threads", C.c_uint),
+                ("workspace_bytes", C.c_size_t)]
 
 
 class Resources(C.Structure):
@@ -72,6 +80,7 @@ def load(path=None):
         "fj_attention_fwd_variant": (C.c_int, [VP, P(Problem), P(Variant), VP, VP, VP,
                                                VP, VP, VP]),
         "fj_attention_variant": (C.c_int, [VP, P(Problem), P(Variant), P(C.c_int)]),
+        "fj_attention_plan": (C.c_int, [VP, P(Problem), P(Plan)]),
         "fj_variant_name": (C.c_int, [P(Variant), C.c_char_p, C.c_size_t]),
         "fj_kernel_get": (C.c_int, [VP, P(Variant), P(VP)]),
         "fj_kernel_resources": (None, [VP, P(Resources)]),
@@ -117,6 +126,13 @@ class Flashjit:
         buf = C.create_string_buffer(160)
         self.lib.fj_variant_name(C.byref(v), buf, 160)
         return v, buf.value.decode(), ("tuned" if frm.value == 1 else "heuristic")
+
+    def plan(self, p):
+        pl = Plan()
+        self.check(self.lib.fj_attention_plan(self.ctx, C.byref(p), C.byref(pl)))
+        buf = C.create_string_buffer(160)
+        self.lib.fj_variant_name(C.byref(pl.variant), buf, 160)
+        return pl, buf.value.decode()
 
     def fwd(self, p, q, k, v, o, lse=None, stream=0):
         self.check(self.lib.fj_attention_fwd(self.ctx, C.byref(p), q.data_ptr(), k.data_ptr(),

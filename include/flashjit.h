@@ -123,6 +123,12 @@ typedef struct fj_ctx_opts {
   /* Optional diagnostics sink and its user pointer. */
   fj_log_fn log;
   void *log_user;
+  /* Compile-only contexts: the multiprocessors that plans (fj_attention_plan)
+   * count on, 1..1024.  0 (default): the largest part of the target's
+   * architecture (132 for sm_90: H100/H200 SXM; 108 for sm_80: A100; see
+   * fj_attention_plan).  A GPU context uses its device's count and
+   * refuses any other value. */
+  int sm_count;
 } fj_ctx_opts;
 
 /* Fills opts with the defaults described above.  NULL: does nothing. */
@@ -223,9 +229,21 @@ typedef struct fj_variant {
   fj_causal causal;
   fj_dtype dtype;        /* Q and O (and K/V unless kv_dtype says otherwise) */
   fj_dtype kv_dtype;     /* K and V; 0 means the same as dtype */
+  /* 1: GQA packing (mma family).  The heads_q / heads_kv query heads that
+   * share a KV head become rows of one tile -- row r is query position
+   * r / group of head kv_head * group + r % group -- so that K and V are
+   * read once per KV head.  For few query positions (decode, speculative
+   * decode, small chunks).  0: one query head per block.  Named "_gqa". */
+  int pack_gqa;
+  /* 1: split-KV (mma family).  Each block covers one of fj_plan.splits key
+   * ranges and writes float32 partial rows and their log-sum-exp to a
+   * workspace; a combine kernel merges them in a fixed order (so results do
+   * not depend on timing).  For grids that would not fill the GPU.  Named
+   * "_split". */
+  int split_kv;
 } fj_variant;
 
-/* Fills v with the WMMA family's default variant for a head dim, dtype and
+/* Fills v (pack_gqa and split_kv 0) with the WMMA family's default variant for a head dim, dtype and
  * causal mode: register softmax, a portable choice that fits every target
  * from sm_80 on.  fj_attention_variant gives the choice fj_attention_fwd
  * makes for a problem on a context's device: on sm_90a the wgmma family
@@ -249,7 +267,8 @@ FJ_API void fj_variant_default(fj_variant *v, int head_dim, fj_dtype dtype,
 FJ_API fj_status fj_variant_check(fj_ctx *ctx, const fj_variant *v);
 
 /* Writes the variant's canonical name (also the kernel's symbol), e.g.
- * "fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_nc_f16".  Returns the length it
+ * "fj_attn_d64_m64_n64_w4_s1_pad_smem_wmma_nc_f16" (then "_gqa" and
+ * "_split" where those are set).  Returns the length it
  * needs, as snprintf does: buf NULL or size 0 only measures (nothing is
  * written whatever size says).  -1 for a NULL v.  Values out of range are
  * named "?". */
@@ -379,7 +398,14 @@ typedef struct fj_problem {
    * batch-major: k = k_fp8 * k_scale[b * heads_kv + h]. */
   const void *k_scale;
   const void *v_scale;
+  /* Split-KV: the key ranges each row tile is split into, merged by a
+   * combine kernel.  0 (fj_problem_init's): the library's choice
+   * (fj_attention_plan); 1: never split; 2..FJ_SPLITS_MAX: exactly that
+   * many (ranges past the last key are empty and merge as nothing). */
+  int splits;
 } fj_problem;
+
+#define FJ_SPLITS_MAX 256
 
 /* Fills p for contiguous tensors in the given order, with dtype for all of
  * Q, K, V, O, no causal mask and the default scale.  p NULL: does nothing.
@@ -395,7 +421,7 @@ FJ_API void fj_problem_init(fj_problem *p, int batch, int heads_q,
  * Validates a problem: positive sizes (batch and heads at most 65535,
  * sequences at most 2^30), heads_kv dividing heads_q, a head dim and dtypes
  * the context's target supports, a known mask, a finite scale, FP8 scales
- * for e4m3 K/V, and strides: none negative, not all 0 (fj_problem_init's
+ * for e4m3 K/V, splits 0..FJ_SPLITS_MAX, and strides: none negative, not all 0 (fj_problem_init's
  * unknown order), every tensor's last element within signed 64-bit byte
  * offsets (what the kernels index with), and O's rows apart -- from the
  * smallest stride out, each dimension of extent above 1 steps past all
@@ -416,6 +442,53 @@ FJ_API fj_status fj_attention_variant(fj_ctx *ctx, const fj_problem *p,
                                       fj_variant *v, fj_choice *from);
 
 /*
+ * What fj_attention_fwd launches for a problem: the attention kernel's
+ * variant and grid, and for split-KV the number of key ranges, the combine
+ * kernel's grid and the workspace it needs.
+ *
+ * The choice: problems with few query rows per KV head (seq_q x group at
+ * most 128 and seq_q at most 16: decode, speculative decode) take the mma
+ * family with GQA packing; others the family the context's target runs
+ * best (fj_variant_default).  Splits (problem.splits 0): none when the
+ * grid already fills the multiprocessors (0.8 of a wave or more);
+ * otherwise the fewest (for decode shapes, or 16 key tiles or more; none for 4 or
+ * fewer), at most 128 and at most the key tiles, whose
+ * waves are at least 85% as full as the best count's -- FlashAttention's
+ * rule, with the blocks each multiprocessor holds (shared memory, and 255
+ * registers a thread) counted.  A compile-only context plans for
+ * fj_ctx_opts.sm_count multiprocessors, or its architecture's largest
+ * part (sm_80 108, sm_86 84, sm_89 128, sm_90 132, sm_100 148, sm_120
+ * 170; others 132).  Renders the kernel (for its shared memory) but does
+ * not compile it.  ctx, p and plan may not be NULL.
+ */
+typedef struct fj_plan {
+  fj_variant variant;      /* the attention kernel */
+  fj_choice from;          /* heuristic or tuned */
+  int splits;              /* key ranges per row tile; 1: no combine */
+  int rows;                /* rows the kernel's tiles cover per (batch, KV
+                              head) when packed (seq_q x group), else per
+                              (batch, query head) (seq_q) */
+  unsigned grid[3];        /* the attention kernel's grid */
+  unsigned threads;        /* its block */
+  unsigned smem_bytes;     /* its dynamic shared memory */
+  int blocks_per_sm;       /* how many of its blocks a multiprocessor holds
+                              (what the split rule counted) */
+  int sm_count;            /* the multiprocessors planned for */
+  unsigned combine_grid[3];    /* splits > 1: the combine kernel's grid */
+  unsigned combine_threads;
+  size_t workspace_bytes;  /* splits > 1: float32 partial rows and their
+                              log-sum-exp (0 otherwise) */
+} fj_plan;
+
+FJ_API fj_status fj_attention_plan(fj_ctx *ctx, const fj_problem *p,
+                                   fj_plan *plan);
+
+/* The workspace fj_attention_fwd_plan needs for p: plan.workspace_bytes
+ * (0 when the library's choice does not split). */
+FJ_API fj_status fj_attention_workspace_size(fj_ctx *ctx, const fj_problem *p,
+                                             size_t *bytes);
+
+/*
  * O = softmax(scale * Q K^T [masked]) V for every (batch, head).
  * q, k, v, o are device pointers laid out as p's strides say; lse, if not
  * NULL, receives the natural-log sum-exp of each row as float32,
@@ -429,9 +502,28 @@ FJ_API fj_status fj_attention_fwd(fj_ctx *ctx, const fj_problem *p,
                                   const void *q, const void *k, const void *v,
                                   void *o, float *lse, void *stream);
 
+/*
+ * Runs a plan (from fj_attention_plan for the same problem; its variant and
+ * splits may be changed: a split variant runs with 1 or more splits, an
+ * unsplit one with 1).  workspace: device memory of at least
+ * plan->workspace_bytes, 16-byte aligned, used only by this call's kernels
+ * in stream order -- a caller that captures CUDA graphs passes its own.
+ * NULL: the context's, one per stream, grown as needed and freed with the
+ * context (never while a captured graph may still use it); while the
+ * stream is being captured it cannot grow, and a call that needs more than
+ * that stream's workspace already holds fails with FJ_ERR_INVALID_ARG
+ * saying so.  workspace_bytes is ignored for a NULL workspace.
+ */
+FJ_API fj_status fj_attention_fwd_plan(fj_ctx *ctx, const fj_problem *p,
+                                       const fj_plan *plan, const void *q,
+                                       const void *k, const void *v, void *o,
+                                       float *lse, void *workspace,
+                                       size_t workspace_bytes, void *stream);
+
 /* As fj_attention_fwd, with the variant given (its head_dim, dtypes and
  * causal mode must match the problem; a NULL v is named "v (the variant)",
- * a NULL v_ptr "v"). */
+ * a NULL v_ptr "v").  A split_kv variant splits as problem.splits says (0:
+ * the plan's rule); an unsplit one refuses splits above 1. */
 FJ_API fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
                                           const fj_variant *v, const void *q,
                                           const void *k, const void *v_ptr,

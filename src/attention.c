@@ -15,9 +15,11 @@
 #include "driver.h"
 #include "kernel.h"
 #include "kparams.h"
+#include "plan.h"
 #include "reference.h"
 #include "tunedb.h"
 #include "variant.h"
+#include "workspace.h"
 
 /* The dispatch caches of fj_attention_fwd: a launch that finds its kernel
  * here skips parameters, rendering keys and the kernel map; a problem
@@ -28,16 +30,26 @@ typedef struct fj_hot {
   fj_kernel *kernel;
   void *function;
 } fj_hot;
+enum { FJ_KEY = 8 };
 typedef struct fj_pick {
-  int key[9];  /* head dim, dtypes, mask, sequence buckets, GQA ratio,
-                  fewer 128-row blocks than multiprocessors, TMA fits */
+  int key[FJ_KEY];  /* head dim, dtypes, mask, sequence buckets, GQA ratio,
+                       the heuristic's class (plan.c) */
   fj_variant v;
+  fj_kmeta meta;    /* what v's template said of its kernel */
   fj_choice from;
 } fj_pick;
+/* The split-KV combine kernels, by head dim and dtype. */
+typedef struct fj_hot_combine {
+  int head_dim;
+  fj_dtype dtype;
+  void *function;
+} fj_hot_combine;
 
 struct fj_dispatch {
   fj_hot hot[FJ_HOT];   /* variant -> loaded kernel, most recent first */
   int nhot;
+  fj_hot_combine combine[FJ_HOT];
+  int ncombine;
   fj_pick picks[FJ_HOT]; /* problem class -> chosen variant */
   int npicks;
   unsigned generation;  /* of the tuning database the picks came from */
@@ -127,103 +139,6 @@ fj_status fj_problem_check(fj_ctx *ctx, const fj_problem *p)
 
 /* ---- choosing a variant ----------------------------------------------------------- */
 
-/* Whether 128-row blocks would be fewer than the device's multiprocessors
- * (never on a compile-only context). */
-static int few_blocks(const fj_ctx *ctx, const fj_problem *p)
-{
-  long blocks = (long)p->batch * p->heads_q * ((p->seq_q + 127) / 128);
-  return ctx->has_device && blocks < ctx->dev.sm_count;
-}
-
-/* The mma family where the target has mma.sync m16n8k16 (sm_80 on), with
- * the shapes that ran fastest in the H200 sweeps of docs/PERF.md (S = 4096
- * and 16384, causal and not): up to head_dim 128 each of 4 warps owns 32
- * rows (K and V fragments serve two row slices); above, 8 warps own 16 rows
- * each and the S(t + 1) pipeline runs.  All fit sm_80's shared memory
- * except head_dim 256 with 64-key tiles, taken only where it fits. */
-static void mma_choice(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
-{
-  int d = v->head_dim;
-  v->mma = FJ_MMA_SYNC;
-  v->softmax = FJ_SOFTMAX_REGS;
-  v->tile_m = 128;
-  v->warps = d <= 128 ? 4 : 8;
-  v->tile_n = d <= 64 ? 128 : 64;
-  v->swizzle = d <= 64 ? FJ_SWIZZLE_XOR : FJ_SWIZZLE_PAD;
-  if (d > 192 && !(v->stages == 2 && fj__smem_limit(ctx) >= 210 * 1024))
-    v->tile_n = 32;
-  /* Causal head dims up to 64: a third stage ran 5% faster (S = 4096). */
-  if (d <= 64 && v->causal != FJ_CAUSAL_NONE && v->stages == 2)
-    v->stages = 3;
-  /* Fewer 128-row blocks than multiprocessors: 64-row blocks of 4 warps,
-   * 16 rows each, twice as many blocks. */
-  if (few_blocks(ctx, p)) {
-    v->tile_m = 64;
-    v->warps = 4;
-  }
-}
-
-/* Whether the wgmma family can take the problem: sm_90a, head dims in
- * panels of 64, the same dtype for K/V, and strides TMA can encode (none
- * zero where the extent is above 1). */
-static int wgmma_fits(const fj_ctx *ctx, const fj_problem *p)
-{
-  if (ctx->sm != 90 || !ctx->arch_specific || p->head_dim % 64 != 0 ||
-      (p->kv_dtype && p->kv_dtype != p->dtype))
-    return 0;
-  const int64_t *s[4] = {p->q_stride, p->k_stride, p->v_stride, p->o_stride};
-  int ext[4][3] = {{p->batch, p->heads_q, p->seq_q},
-                   {p->batch, p->heads_kv, p->seq_kv},
-                   {p->batch, p->heads_kv, p->seq_kv},
-                   {p->batch, p->heads_q, p->seq_q}};
-  for (int i = 0; i < 4; i++)
-    for (int j = 0; j < 3; j++)
-      if (s[i][j] == 0 && ext[i][j] > 1)
-        return 0;
-  return 1;
-}
-
-/* The wgmma family (sm_90a): two consumer warpgroups of 64 rows (three at
- * head dim 64), key tiles as large as registers and shared memory allow,
- * two stages -- FlashAttention-3's shapes, with the key tiles the H200
- * sweeps of docs/PERF.md preferred. */
-static void wgmma_choice(fj_variant *v)
-{
-  int d = v->head_dim;
-  v->mma = FJ_MMA_WGMMA;
-  v->softmax = FJ_SOFTMAX_REGS;
-  v->swizzle = FJ_SWIZZLE_XOR;
-  v->stages = 2;
-  v->tile_m = d == 64 ? 192 : 128;
-  v->warps = d == 64 ? 16 : 12;
-  /* Head dim 128: 192-key tiles ran fastest; with a causal mask ptxas
-   * spills 8 bytes there, so 176. */
-  v->tile_n = d == 64    ? 128
-              : d == 128 ? (v->causal ? 176 : 192)
-              : d == 192 ? 96
-                         : 80;
-}
-
-void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
-{
-  fj_variant_default(v, p->head_dim, p->dtype, p->causal);
-  v->kv_dtype = p->kv_dtype == p->dtype ? 0 : p->kv_dtype;
-  if (v->kv_dtype == FJ_E4M3)
-    v->stages = 1;  /* FP8 K/V are dequantised as they load */
-  /* Before sm_80 the WMMA family's defaults stand as they are. */
-  if (ctx->sm >= 80)
-    mma_choice(ctx, p, v);
-}
-
-void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
-{
-  fj__heuristic_sync(ctx, p, v);
-  /* Problems too small to give every multiprocessor a 128-row block keep
-   * the mma family's 64-row blocks. */
-  if (wgmma_fits(ctx, p) && !few_blocks(ctx, p))
-    wgmma_choice(v);
-}
-
 static int log2_floor(int n)
 {
   int b = 0;
@@ -233,8 +148,8 @@ static int log2_floor(int n)
 }
 
 /* What the choice depends on: the tuning database's problem class, and
- * whether 128-row blocks would leave multiprocessors idle. */
-static void pick_key(const fj_ctx *ctx, const fj_problem *p, int key[9])
+ * the heuristic's own distinctions (plan.c). */
+static void pick_key(const fj_ctx *ctx, const fj_problem *p, int key[FJ_KEY])
 {
   key[0] = p->head_dim;
   key[1] = (int)p->dtype;
@@ -243,14 +158,15 @@ static void pick_key(const fj_ctx *ctx, const fj_problem *p, int key[9])
   key[4] = log2_floor(p->seq_q);
   key[5] = log2_floor(p->seq_kv);
   key[6] = p->heads_q / p->heads_kv;
-  key[7] = few_blocks(ctx, p);
-  key[8] = wgmma_fits(ctx, p);
+  key[7] = fj__plan_class(ctx, p);
 }
 
-fj_status fj__choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
-                     fj_choice *from)
+/* The variant for p (the tuning database, else the heuristic) and what its
+ * template says of its kernel (rendered once per problem class). */
+static fj_status choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
+                        fj_choice *from, fj_kmeta *meta)
 {
-  int key[9];
+  int key[FJ_KEY];
   pick_key(ctx, p, key);
   pthread_mutex_lock(&ctx->lock);
   fj_dispatch *d = dispatch(ctx);
@@ -261,22 +177,63 @@ fj_status fj__choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
   for (int i = 0; d && i < d->npicks; i++)
     if (!memcmp(d->picks[i].key, key, sizeof key)) {
       *v = d->picks[i].v;
+      *meta = d->picks[i].meta;
       if (from)
         *from = d->picks[i].from;
       pthread_mutex_unlock(&ctx->lock);
       return FJ_OK;
     }
   fj__heuristic(ctx, p, v);
-  fj_choice c = fj__tune_lookup(ctx, p, v) ? FJ_CHOICE_TUNED : FJ_CHOICE_HEURISTIC;
-  if (d) {
+  /* Splits asked for need the family the heuristic chose for them. */
+  fj_choice c = p->splits < 2 && fj__tune_lookup(ctx, p, v)
+                    ? FJ_CHOICE_TUNED
+                    : FJ_CHOICE_HEURISTIC;
+  fj_status st = fj__variant_meta(ctx, v, meta);
+  if (st == FJ_OK && d) {
     fj_pick *pk = &d->picks[d->npicks < FJ_HOT ? d->npicks++ : FJ_HOT - 1];
     memcpy(pk->key, key, sizeof key);
     pk->v = *v;
+    pk->meta = *meta;
     pk->from = c;
   }
   pthread_mutex_unlock(&ctx->lock);
   if (from)
     *from = c;
+  return st;
+}
+
+/* The plan of the chosen variant: split-KV where the problem asks for
+ * splits or, on the mma family, where the split rule wants more than one. */
+static fj_status plan_problem(fj_ctx *ctx, const fj_problem *p, fj_plan *plan)
+{
+  fj_variant v;
+  fj_kmeta meta;
+  fj_choice from;
+  fj_status st = choose(ctx, p, &v, &from, &meta);
+  if (st != FJ_OK)
+    return st;
+  if (p->splits >= 2 && v.mma != FJ_MMA_SYNC)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "splits %d: split-KV is implemented for mma mma (sm_80 "
+                    "and newer); the target %s runs mma %s",
+                    p->splits, ctx->arch, fj_mma_name(v.mma));
+  /* The rule is tried for decode shapes, and for others with 16 key tiles
+   * or more (shorter walks gain less than the combine costs). */
+  int tuned_split = v.split_kv;
+  int long_kv = (p->seq_kv + v.tile_n - 1) / v.tile_n >= 16;
+  if (v.mma == FJ_MMA_SYNC &&
+      (p->splits >= 2 || (p->splits == 0 && (fj__decode_rows(p) || long_kv))))
+    v.split_kv = 1;
+  if ((st = fj__plan_fill(ctx, p, &v, &meta, plan)) != FJ_OK)
+    return st;
+  if (plan->splits == 1 && p->splits == 0 && v.split_kv && !tuned_split) {
+    /* The rule wants no split: the one-kernel variant, unless tuned so. */
+    fj_variant one = v;
+    one.split_kv = 0;
+    if ((st = fj__plan_fill(ctx, p, &one, &meta, plan)) != FJ_OK)
+      return st;
+  }
+  plan->from = from;
   return FJ_OK;
 }
 
@@ -287,8 +244,44 @@ fj_status fj_attention_variant(fj_ctx *ctx, const fj_problem *p,
     return fj__null_arg(ctx, "fj_attention_variant",
                         !ctx ? "ctx" : !p ? "p" : "v");
   fj__clear_error(ctx);
+  fj_plan plan;
   fj_status st = fj_problem_check(ctx, p);
-  return st == FJ_OK ? fj__choose(ctx, p, v, from) : st;
+  if (st == FJ_OK)
+    st = plan_problem(ctx, p, &plan);
+  if (st == FJ_OK) {
+    *v = plan.variant;
+    if (from)
+      *from = plan.from;
+  }
+  return st;
+}
+
+fj_status fj_attention_plan(fj_ctx *ctx, const fj_problem *p, fj_plan *plan)
+{
+  if (!ctx || !p || !plan)
+    return fj__null_arg(ctx, "fj_attention_plan",
+                        !ctx ? "ctx" : !p ? "p" : "plan");
+  fj__clear_error(ctx);
+  fj_plan out;
+  fj_status st = fj_problem_check(ctx, p);
+  if (st == FJ_OK)
+    st = plan_problem(ctx, p, &out);
+  if (st == FJ_OK)
+    *plan = out;
+  return st;
+}
+
+fj_status fj_attention_workspace_size(fj_ctx *ctx, const fj_problem *p,
+                                      size_t *bytes)
+{
+  if (!ctx || !p || !bytes)
+    return fj__null_arg(ctx, "fj_attention_workspace_size",
+                        !ctx ? "ctx" : !p ? "p" : "bytes");
+  fj_plan plan;
+  fj_status st = fj_attention_plan(ctx, p, &plan);
+  if (st == FJ_OK)
+    *bytes = plan.workspace_bytes;
+  return st;
 }
 
 /* ---- launching ------------------------------------------------------------------- */
@@ -375,6 +368,7 @@ static void fill_params(fj_kparams *kp, const fj_problem *p, const void *q,
       p->causal == FJ_CAUSAL_BOTTOM_RIGHT ? p->seq_kv - p->seq_q : 0;
   double scale = p->scale != 0.f ? (double)p->scale : 1.0 / sqrt(p->head_dim);
   kp->scale_log2 = (float)(scale * 1.4426950408889634);
+  kp->splits = 1;
 }
 
 /* The kernel and its function, built and loaded if needed; ctx->lock held
@@ -398,6 +392,49 @@ static fj_status ready_kernel(fj_ctx *ctx, const fj_variant *v,
     fj_hot *h = &d->hot[d->nhot < FJ_HOT ? d->nhot++ : FJ_HOT - 1];
     h->v = *v;
     h->kernel = *k;
+    h->function = *fn;
+  }
+  return st;
+}
+
+fj_status fj__combine_kernel(fj_ctx *ctx, int head_dim, fj_dtype dtype,
+                             fj_kernel **k)
+{
+  char symbol[64];
+  snprintf(symbol, sizeof symbol, "fj_combine_d%d_%s", head_dim,
+           fj_dtype_name(dtype));
+  fj_param params[] = {
+      {"template", FJ_PARAM_STR, 0, "combine.cu", NULL},
+      {"symbol", FJ_PARAM_STR, 0, symbol, NULL},
+      {"arch", FJ_PARAM_STR, 0, ctx->arch, NULL},
+      {"sm", FJ_PARAM_INT, ctx->sm, NULL, NULL},
+      {"version", FJ_PARAM_STR, 0, fj_version(), NULL},
+      {"params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_kparams), NULL, NULL},
+      {"head_dim", FJ_PARAM_INT, head_dim, NULL, NULL},
+      {"dtype", FJ_PARAM_STR, 0, fj_dtype_name(dtype), NULL},
+  };
+  return fj__kernel_build(ctx, "combine.cu", params, FJ_ARRAY_LEN(params), k);
+}
+
+/* The split-KV combine kernel's function, built and loaded if needed;
+ * ctx->lock held and the CUDA context entered. */
+static fj_status ready_combine(fj_ctx *ctx, const fj_variant *v, void **fn)
+{
+  fj_dispatch *d = dispatch(ctx);
+  for (int i = 0; d && i < d->ncombine; i++)
+    if (d->combine[i].head_dim == v->head_dim && d->combine[i].dtype == v->dtype) {
+      *fn = d->combine[i].function;
+      return FJ_OK;
+    }
+  fj_kernel *k;
+  fj_status st = fj__combine_kernel(ctx, v->head_dim, v->dtype, &k);
+  if (st == FJ_OK)
+    st = fj__kernel_function(ctx, k, fn);
+  if (st == FJ_OK && d) {
+    fj_hot_combine *h =
+        &d->combine[d->ncombine < FJ_HOT ? d->ncombine++ : FJ_HOT - 1];
+    h->head_dim = v->head_dim;
+    h->dtype = v->dtype;
     h->function = *fn;
   }
   return st;
@@ -440,56 +477,75 @@ static fj_status tensor_maps(const fj_ctx *ctx, const fj_problem *p,
   return st;
 }
 
-/* The grid: (row tiles, heads, batch), or for a persistent kernel one
- * block per multiprocessor, at most one per pair of work tiles. */
-static fj_status grid(const fj_ctx *ctx, const fj_problem *p,
-                      const fj_kmeta *m, unsigned g[3])
+/* The split-KV partials: the caller's workspace, or the context's for the
+ * stream. */
+static fj_status workspace(fj_ctx *ctx, const fj_plan *plan, void *ws,
+                           size_t ws_bytes, void *stream, fj_kparams *kp)
 {
-  unsigned rows = (unsigned)m->rows_per_block;
-  unsigned tiles_m = ((unsigned)p->seq_q + rows - 1) / rows;
-  if (!m->persistent) {
-    g[0] = tiles_m;
-    g[1] = (unsigned)p->heads_q;
-    g[2] = (unsigned)p->batch;
-    return FJ_OK;
-  }
-  /* The kernel walks the row tiles of each head in pairs (block.cuh). */
-  uint64_t total = (uint64_t)((tiles_m + 1) / 2) * (uint64_t)p->heads_q *
-                   (uint64_t)p->batch;
-  if (total > INT32_MAX)
-    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                    "%llu pairs of work tiles of %u rows: a persistent kernel "
-                    "counts at most %d",
-                    (unsigned long long)total, rows, INT32_MAX);
-  g[0] = (unsigned)(total < (uint64_t)ctx->dev.sm_count ? total
-                                                        : (uint64_t)ctx->dev.sm_count);
+  uint64_t base = (uint64_t)(uintptr_t)ws;
+  fj_status st = FJ_OK;
+  if (!ws)
+    st = fj__workspace(ctx, stream, plan->workspace_bytes, &base);
+  else if (ws_bytes < plan->workspace_bytes)
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "workspace_bytes %zu is too small: %d splits need %zu",
+                  ws_bytes, plan->splits, plan->workspace_bytes);
+  else if (base % 16)
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "workspace %p is not 16-byte aligned", ws);
+  if (st != FJ_OK)
+    return st;
+  size_t floats_o = plan->workspace_bytes / sizeof(float) /
+                    ((size_t)plan->variant.head_dim + 1) *
+                    (size_t)plan->variant.head_dim;
+  kp->splits = plan->splits;
+  kp->o_part = (float *)(uintptr_t)base;
+  kp->lse_part = kp->o_part + floats_o;
   return FJ_OK;
 }
 
+/* Runs variant v with `splits` key ranges: the attention kernel, and for a
+ * split variant the combine after it, on one stream. */
 static fj_status launch(fj_ctx *ctx, const fj_problem *p, const fj_variant *v,
-                        const void *q, const void *k, const void *vp, void *o,
-                        float *lse, void *stream)
+                        int splits, const void *q, const void *k,
+                        const void *vp, void *o, float *lse, void *ws,
+                        size_t ws_bytes, void *stream)
 {
   fj_kernel *kern;
-  void *fn;
+  void *fn, *combine_fn = NULL;
   fj_kparams kp;
   fj_tmaps maps;
+  fj_plan plan;
   void *args[] = {&kp, &maps};
   fj_status st = fj__cu_enter(ctx);
   if (st != FJ_OK)
     return st;
   pthread_mutex_lock(&ctx->lock);
   st = ready_kernel(ctx, v, &kern, &fn);
+  if (st == FJ_OK && v->split_kv)
+    st = ready_combine(ctx, v, &combine_fn);
   pthread_mutex_unlock(&ctx->lock);
+  fj_problem pp = *p;
+  pp.splits = splits;
+  if (st == FJ_OK)
+    st = fj__plan_fill(ctx, &pp, v, &kern->meta, &plan);
   if (st == FJ_OK && kern->meta.tma)
     st = tensor_maps(ctx, p, v, kern, q, k, vp, &maps);
   if (st == FJ_OK) {
     fill_params(&kp, p, q, k, vp, o, lse);
-    fj_launch l = {fn, {1, 1, 1}, {(unsigned)kern->meta.threads, 1, 1},
-                   (unsigned)kern->meta.smem_bytes, stream, args};
-    st = grid(ctx, p, &kern->meta, l.grid);
-    if (st == FJ_OK)
-      st = fj__cu_launch(ctx, &l);
+    if (v->split_kv)
+      st = workspace(ctx, &plan, ws, ws_bytes, stream, &kp);
+  }
+  if (st == FJ_OK) {
+    fj_launch l = {fn, {plan.grid[0], plan.grid[1], plan.grid[2]},
+                   {plan.threads, 1, 1}, plan.smem_bytes, stream, args};
+    st = fj__cu_launch(ctx, &l);
+  }
+  if (st == FJ_OK && v->split_kv) {
+    fj_launch l = {combine_fn,
+                   {plan.combine_grid[0], plan.combine_grid[1], plan.combine_grid[2]},
+                   {plan.combine_threads, 1, 1}, 0, stream, args};
+    st = fj__cu_launch(ctx, &l);
   }
   fj__cu_leave(ctx);
   return st;
@@ -497,9 +553,10 @@ static fj_status launch(fj_ctx *ctx, const fj_problem *p, const fj_variant *v,
 
 /* The checks every launch makes, then the launch. */
 static fj_status checked_launch(fj_ctx *ctx, const fj_problem *p,
-                                const fj_variant *v, const void *q,
-                                const void *k, const void *vp, void *o,
-                                float *lse, void *stream)
+                                const fj_variant *v, int splits,
+                                const void *q, const void *k, const void *vp,
+                                void *o, float *lse, void *ws,
+                                size_t ws_bytes, void *stream)
 {
   fj_status st = check_match(ctx, p, v);
   if (st == FJ_OK)
@@ -508,7 +565,9 @@ static fj_status checked_launch(fj_ctx *ctx, const fj_problem *p,
     st = fj__fail(ctx, FJ_ERR_COMPILE_ONLY,
                   "cannot launch on a compile-only context (arch %s)",
                   ctx->arch);
-  return st == FJ_OK ? launch(ctx, p, v, q, k, vp, o, lse, stream) : st;
+  return st == FJ_OK ? launch(ctx, p, v, splits, q, k, vp, o, lse, ws,
+                              ws_bytes, stream)
+                     : st;
 }
 
 fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
@@ -521,7 +580,29 @@ fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
                         !ctx ? "ctx" : !p ? "p" : "v (the variant)");
   fj__clear_error(ctx);
   fj_status st = fj_problem_check(ctx, p);
-  return st == FJ_OK ? checked_launch(ctx, p, v, q, k, vp, o, lse, stream)
+  return st == FJ_OK ? checked_launch(ctx, p, v, p->splits, q, k, vp, o, lse,
+                                      NULL, 0, stream)
+                     : st;
+}
+
+fj_status fj_attention_fwd_plan(fj_ctx *ctx, const fj_problem *p,
+                                const fj_plan *plan, const void *q,
+                                const void *k, const void *v, void *o,
+                                float *lse, void *workspace,
+                                size_t workspace_bytes, void *stream)
+{
+  if (!ctx || !p || !plan)
+    return fj__null_arg(ctx, "fj_attention_fwd_plan",
+                        !ctx ? "ctx" : !p ? "p" : "plan");
+  fj__clear_error(ctx);
+  fj_status st = fj_problem_check(ctx, p);
+  if (st == FJ_OK && (plan->splits < 1 || plan->splits > FJ_SPLITS_MAX))
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "plan->splits %d is invalid: 1..%d", plan->splits,
+                  FJ_SPLITS_MAX);
+  return st == FJ_OK ? checked_launch(ctx, p, &plan->variant, plan->splits,
+                                      q, k, v, o, lse, workspace,
+                                      workspace_bytes, stream)
                      : st;
 }
 
@@ -529,10 +610,14 @@ fj_status fj_attention_fwd(fj_ctx *ctx, const fj_problem *p, const void *q,
                            const void *k, const void *v, void *o, float *lse,
                            void *stream)
 {
-  fj_variant var;
   if (!ctx || !p)
     return fj__null_arg(ctx, "fj_attention_fwd", ctx ? "p" : "ctx");
-  fj_status st = fj_attention_variant(ctx, p, &var, NULL);
-  return st == FJ_OK ? checked_launch(ctx, p, &var, q, k, v, o, lse, stream)
+  fj__clear_error(ctx);
+  fj_plan plan;
+  fj_status st = fj_problem_check(ctx, p);
+  if (st == FJ_OK)
+    st = plan_problem(ctx, p, &plan);
+  return st == FJ_OK ? checked_launch(ctx, p, &plan.variant, plan.splits, q,
+                                      k, v, o, lse, NULL, 0, stream)
                      : st;
 }

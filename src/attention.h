@@ -1,21 +1,19 @@
 /*
- * attention.h -- the attention forward: the heuristic's variant for a
- * problem, the choice (tuning database, else the heuristic), and the
- * dispatch caches that make a repeated launch cheap.
+ * attention.h -- the attention forward: the choice (tuning database, else
+ * the heuristic of plan.c), the plan, the launches, and the dispatch
+ * caches that make a repeated launch cheap.  Its public functions are in
+ * flashjit.h.
  */
 #ifndef FJ_ATTENTION_H
 #define FJ_ATTENTION_H
 
 #include "ctx.h"
+#include "kernel.h"
 
-/* The heuristic's variant for a problem on the context's target. */
-void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v);
-/* Its choice among the families without TMA (wmma, mma): the tuner's
- * starting point for their space. */
-void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v);
-/* The variant for a problem: the tuning database, else the heuristic. */
-fj_status fj__choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
-                     fj_choice *from);
 void fj__dispatch_free(fj_dispatch *d);
+/* The split-KV combine kernel of a head dim and dtype (templates/combine.cu),
+ * built or fetched like any kernel; ctx->lock held. */
+fj_status fj__combine_kernel(fj_ctx *ctx, int head_dim, fj_dtype dtype,
+                             fj_kernel **k);
 
 #endif /* FJ_ATTENTION_H */

@@ -191,6 +191,24 @@ int fj__smem_limit(const fj_ctx *ctx)
   }
 }
 
+int fj__sm_count(const fj_ctx *ctx)
+{
+  if (ctx->has_device)
+    return ctx->dev.sm_count;
+  if (ctx->opts.sm_count > 0)
+    return ctx->opts.sm_count;
+  /* The largest part of each architecture (flashjit.h, fj_attention_plan). */
+  switch (ctx->sm) {
+  case 80: return 108;   /* A100 */
+  case 86: return 84;    /* RTX 3090, A40 */
+  case 89: return 128;   /* RTX 4090 */
+  case 90: return 132;   /* H100, H200 SXM */
+  case 100: return 148;  /* B200 */
+  case 120: return 170;  /* RTX 5090 */
+  default: return 132;
+  }
+}
+
 static fj_status check_arch(const fj_ctx *ctx, const char *arch)
 {
   int sm, specific;

@@ -16,6 +16,7 @@ typedef struct fj_cache fj_cache;       /* cache.c */
 typedef struct fj_tpl fj_tpl;           /* template.c */
 typedef struct fj_kmap fj_kmap;         /* kernel.c */
 typedef struct fj_dispatch fj_dispatch; /* attention.c */
+typedef struct fj_wspace fj_wspace;     /* workspace.c */
 
 struct fj_ctx {
   uint64_t serial;  /* identifies the context in thread-local messages */
@@ -35,6 +36,7 @@ struct fj_ctx {
   void *tunedb;     /* tunedb.c: the database's entries (json_t), read once */
   unsigned tunedb_generation; /* tunedb.c: bumped by every recorded result */
   fj_dispatch *dispatch; /* attention.c: what recent launches chose */
+  fj_wspace *workspaces; /* workspace.c: device memory per stream */
   long renders;     /* templates rendered (the render index saves some) */
   char templates_hash[33]; /* the built-in templates, "" until needed */
 };
@@ -60,5 +62,8 @@ int fj__parse_arch(const char *arch, int *sm, int *specific);
 fj_status fj__ctx_set_arch(fj_ctx *ctx, const char *arch);
 /* Largest dynamic shared memory per block on the context's target. */
 int fj__smem_limit(const fj_ctx *ctx);
+/* Multiprocessors: the device's, else fj_ctx_opts.sm_count, else the
+ * largest part of the target's architecture. */
+int fj__sm_count(const fj_ctx *ctx);
 
 #endif /* FJ_CTX_H */

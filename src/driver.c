@@ -39,6 +39,7 @@ typedef struct cu_api {
                            unsigned, unsigned, unsigned, CUstream, void **,
                            void **);
   CUresult (*memAlloc)(CUdeviceptr *, size_t);
+  CUresult (*streamIsCapturing)(CUstream, CUstreamCaptureStatus *);
   CUresult (*memFree)(CUdeviceptr);
   CUresult (*memcpyDtoH)(void *, CUdeviceptr, size_t);
   CUresult (*memcpyHtoD)(CUdeviceptr, const void *, size_t);
@@ -89,6 +90,7 @@ static const struct {
     FJ_CU_SYM_(funcSetAttribute, "cuFuncSetAttribute"),
     FJ_CU_SYM_(launchKernel, "cuLaunchKernel"),
     FJ_CU_SYM_(memAlloc, "cuMemAlloc_v2"),
+    FJ_CU_SYM_(streamIsCapturing, "cuStreamIsCapturing"),
     FJ_CU_SYM_(memFree, "cuMemFree_v2"),
     FJ_CU_SYM_(memcpyDtoH, "cuMemcpyDtoH_v2"),
     FJ_CU_SYM_(memcpyHtoD, "cuMemcpyHtoD_v2"),
@@ -286,6 +288,14 @@ void fj__cu_free(uint64_t dptr)
 {
   if (dptr)
     cu.memFree((CUdeviceptr)dptr);
+}
+
+fj_status fj__cu_capturing(const fj_ctx *ctx, void *stream, int *capturing)
+{
+  CUstreamCaptureStatus s = CU_STREAM_CAPTURE_STATUS_NONE;
+  FJ_CU_TRY(ctx, cu.streamIsCapturing((CUstream)stream, &s));
+  *capturing = s != CU_STREAM_CAPTURE_STATUS_NONE;
+  return FJ_OK;
 }
 
 fj_status fj__cu_copy_to_host(const fj_ctx *ctx, void *dst, uint64_t src,

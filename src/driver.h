@@ -39,6 +39,8 @@ void fj__cu_module_unload(void *module);
 fj_status fj__cu_launch(const fj_ctx *ctx, const fj_launch *l);
 fj_status fj__cu_alloc(const fj_ctx *ctx, size_t bytes, uint64_t *dptr);
 void fj__cu_free(uint64_t dptr);
+/* Whether work on stream is being captured into a CUDA graph. */
+fj_status fj__cu_capturing(const fj_ctx *ctx, void *stream, int *capturing);
 fj_status fj__cu_copy_to_host(const fj_ctx *ctx, void *dst, uint64_t src,
                               size_t bytes);
 fj_status fj__cu_copy_to_device(const fj_ctx *ctx, uint64_t dst,

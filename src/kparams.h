@@ -17,6 +17,9 @@ typedef struct fj_kparams {
   long long q_stride[3], k_stride[3], v_stride[3], o_stride[3];
   int batch, heads_q, heads_kv, seq_q, seq_kv, group, causal_offset;
   float scale_log2;
+  int splits;        /* split-KV: key ranges per row tile (1: none) */
+  float *o_part;     /* split-KV: [splits][batch][heads_q][seq_q][head_dim] */
+  float *lse_part;   /* split-KV: [splits][batch][heads_q][seq_q] */
 } fj_kparams;
 
 /* CUtensorMap: 128 opaque bytes, 64-byte aligned (cuda.h's own type is not

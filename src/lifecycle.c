@@ -15,6 +15,7 @@
 #include "template.h"
 #include "tunedb.h"
 #include "util.h"
+#include "workspace.h"
 
 void fj_ctx_opts_init(fj_ctx_opts *opts)
 {
@@ -36,6 +37,11 @@ static fj_status ctx_init(fj_ctx *ctx, const fj_ctx_opts *opts)
     return fj__fail(NULL, FJ_ERR_INVALID_ARG,
                     "a compile-only context (device -1) needs an arch, e.g. "
                     "sm_90a");
+  if (opts->sm_count < 0 || opts->sm_count > 1024)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "sm_count %d is invalid: 0 (the device's, or the "
+                    "architecture's largest part) or 1..1024",
+                    opts->sm_count);
   ctx->opts = *opts;
   ctx->opts.arch = NULL;
   ctx->opts.cache_dir = NULL;
@@ -44,6 +50,11 @@ static fj_status ctx_init(fj_ctx *ctx, const fj_ctx_opts *opts)
     if (st != FJ_OK)
       return st;
     ctx->has_device = 1;
+    if (opts->sm_count && opts->sm_count != ctx->dev.sm_count)
+      return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                      "sm_count %d is invalid on a GPU context: device %d "
+                      "has %d multiprocessors (leave it 0)",
+                      opts->sm_count, opts->device, ctx->dev.sm_count);
   }
   fj_status st = fj__ctx_set_arch(ctx, opts->arch);
   if (st != FJ_OK)
@@ -84,6 +95,7 @@ void fj_ctx_destroy(fj_ctx *ctx)
 {
   if (!ctx)
     return;
+  fj__workspace_free(ctx);
   fj__kmap_free(ctx->kernels);
   fj__tunedb_free(ctx->tunedb);
   fj__dispatch_free(ctx->dispatch);

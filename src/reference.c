@@ -352,6 +352,11 @@ fj_status fj__problem_check_common(const fj_ctx *ctx, const fj_problem *p)
   if (st == FJ_OK && !isfinite(p->scale))
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG, "scale %g is not finite",
                   (double)p->scale);
+  if (st == FJ_OK && (p->splits < 0 || p->splits > FJ_SPLITS_MAX))
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "splits %d is invalid: 0 (the library's choice), 1 (none) "
+                  "or 2..%d",
+                  p->splits, FJ_SPLITS_MAX);
   return st == FJ_OK ? check_strides(ctx, p) : st;
 }
 

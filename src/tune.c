@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention.h"
 #include "ctx.h"
 #include "driver.h"
 #include "kernel.h"
+#include "plan.h"
 #include "tunedb.h"
 #include "util.h"
 #include "variant.h"

@@ -101,11 +101,12 @@ void fj__tunedb_free(void *db)
 
 static json_t *variant_json(const fj_variant *v)
 {
-  return json_pack("{s:i, s:i, s:i, s:i, s:s, s:s, s:s}", "tile_m",
-                   v->tile_m, "tile_n", v->tile_n, "warps", v->warps,
-                   "stages", v->stages, "swizzle", fj_swizzle_name(v->swizzle),
-                   "softmax", fj_softmax_name(v->softmax), "mma",
-                   fj_mma_name(v->mma));
+  return json_pack("{s:i, s:i, s:i, s:i, s:s, s:s, s:s, s:i, s:i}",
+                   "tile_m", v->tile_m, "tile_n", v->tile_n, "warps",
+                   v->warps, "stages", v->stages, "swizzle",
+                   fj_swizzle_name(v->swizzle), "softmax",
+                   fj_softmax_name(v->softmax), "mma", fj_mma_name(v->mma),
+                   "pack_gqa", v->pack_gqa, "split_kv", v->split_kv);
 }
 
 static int name_value(const char *s, const char *const *names, int n)
@@ -124,10 +125,13 @@ static int variant_from_json(json_t *j, fj_variant *v)
   static const char *const softmaxes[] = {"smem", "regs"};
   static const char *const mmas[] = {"wmma", "mma", "wgmma"};
   const char *swz = NULL, *sm = NULL, *mma = NULL;
-  if (json_unpack(j, "{s:i, s:i, s:i, s:i, s:s, s:s, s:s}", "tile_m",
-                  &v->tile_m, "tile_n", &v->tile_n, "warps", &v->warps,
-                  "stages", &v->stages, "swizzle", &swz, "softmax", &sm,
-                  "mma", &mma) != 0)
+  /* pack_gqa and split_kv are absent from databases written before them. */
+  v->pack_gqa = v->split_kv = 0;
+  if (json_unpack(j, "{s:i, s:i, s:i, s:i, s:s, s:s, s:s, s?i, s?i}",
+                  "tile_m", &v->tile_m, "tile_n", &v->tile_n, "warps",
+                  &v->warps, "stages", &v->stages, "swizzle", &swz,
+                  "softmax", &sm, "mma", &mma, "pack_gqa", &v->pack_gqa,
+                  "split_kv", &v->split_kv) != 0)
     return -1;
   v->swizzle = (fj_swizzle)name_value(swz, swizzles, 3);
   v->softmax = (fj_softmax)name_value(sm, softmaxes, 2);

@@ -89,11 +89,12 @@ int fj_variant_name(const fj_variant *v, char *buf, size_t size)
     size = 0;  /* snprintf's measuring call: nothing is written */
   if (fj__kv_dtype(v) != v->dtype)
     snprintf(kv, sizeof kv, "_kv%s", fj_dtype_name(fj__kv_dtype(v)));
-  return snprintf(buf, size, "fj_attn_d%d_m%d_n%d_w%d_s%d_%s_%s_%s_%s_%s%s",
+  return snprintf(buf, size, "fj_attn_d%d_m%d_n%d_w%d_s%d_%s_%s_%s_%s_%s%s%s%s",
                   v->head_dim, v->tile_m, v->tile_n, v->warps, v->stages,
                   fj_swizzle_name(v->swizzle), fj_softmax_name(v->softmax),
                   fj_mma_name(v->mma), causal_short(v->causal),
-                  fj_dtype_name(v->dtype), kv);
+                  fj_dtype_name(v->dtype), kv, v->pack_gqa ? "_gqa" : "",
+                  v->split_kv ? "_split" : "");
 }
 
 /* ---- defaults ------------------------------------------------------------------- */
@@ -151,6 +152,12 @@ static fj_status check_range(const fj_ctx *ctx, const char *axis, int value,
 
 static fj_status check_enums(const fj_ctx *ctx, const fj_variant *v)
 {
+  if (v->pack_gqa != 0 && v->pack_gqa != 1)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "pack_gqa %d is invalid: 0 or 1",
+                    v->pack_gqa);
+  if (v->split_kv != 0 && v->split_kv != 1)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "split_kv %d is invalid: 0 or 1",
+                    v->split_kv);
   if (v->swizzle < FJ_SWIZZLE_NONE || v->swizzle > FJ_SWIZZLE_XOR)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "swizzle %d is invalid: none, pad or xor", (int)v->swizzle);
@@ -206,6 +213,11 @@ static fj_status check_wgmma(const fj_ctx *ctx, const fj_variant *v)
  * the rules that depend on combinations (refuse() in templates/). */
 static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
 {
+  if ((v->pack_gqa || v->split_kv) && v->mma != FJ_MMA_SYNC)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "%s is implemented for mma mma only (the mma.sync "
+                    "family); this variant is mma %s",
+                    v->pack_gqa ? "pack_gqa" : "split_kv", fj_mma_name(v->mma));
   if (v->mma == FJ_MMA_WGMMA)
     return check_wgmma(ctx, v);
   if (v->mma == FJ_MMA_SYNC && ctx->sm < 80)
@@ -308,6 +320,8 @@ fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
   add(o, "causal", FJ_PARAM_STR, 0, fj_causal_name(v->causal), NULL);
   add(o, "dtype", FJ_PARAM_STR, 0, fj_dtype_name(v->dtype), NULL);
   add(o, "kv_dtype", FJ_PARAM_STR, 0, fj_dtype_name(fj__kv_dtype(v)), NULL);
+  add(o, "pack_gqa", FJ_PARAM_BOOL, v->pack_gqa, NULL, NULL);
+  add(o, "split_kv", FJ_PARAM_BOOL, v->split_kv, NULL, NULL);
   /* Every variant reads the layout tables (for its fragment loads, and the
    * register softmax for its shuffles); the source is the same wherever the
    * tables are. */
@@ -338,24 +352,30 @@ fj_status fj_kernel_get(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
   return st;
 }
 
-fj_status fj_variant_check(fj_ctx *ctx, const fj_variant *v)
+fj_status fj__variant_meta(fj_ctx *ctx, const fj_variant *v, fj_kmeta *meta)
 {
-  if (!ctx || !v)
-    return fj__null_arg(ctx, "fj_variant_check", ctx ? "v" : "ctx");
-  fj__clear_error(ctx);
   fj_status st = fj__variant_validate(ctx, v);
   if (st != FJ_OK)
     return st;
   fj_vparams vp;
   fj_buf src = {0};
-  fj_kmeta meta;
-  pthread_mutex_lock(&ctx->lock);
   st = fj__variant_params(ctx, v, &vp);
   if (st == FJ_OK)
-    st = fj__render(ctx, vp.template_name, vp.p, vp.n, &src, &meta);
-  pthread_mutex_unlock(&ctx->lock);
+    st = fj__render(ctx, vp.template_name, vp.p, vp.n, &src, meta);
   fj__buf_free(&src);
-  return st == FJ_OK ? fj__check_smem(ctx, &meta) : st;
+  return st == FJ_OK ? fj__check_smem(ctx, meta) : st;
+}
+
+fj_status fj_variant_check(fj_ctx *ctx, const fj_variant *v)
+{
+  if (!ctx || !v)
+    return fj__null_arg(ctx, "fj_variant_check", ctx ? "v" : "ctx");
+  fj__clear_error(ctx);
+  fj_kmeta meta;
+  pthread_mutex_lock(&ctx->lock);
+  fj_status st = fj__variant_meta(ctx, v, &meta);
+  pthread_mutex_unlock(&ctx->lock);
+  return st;
 }
 
 /* ---- many variants at once ------------------------------------------------------------ */

@@ -29,6 +29,9 @@ typedef struct fj_vparams {
  * probes the device on first use.  ctx->lock held. */
 fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
                              fj_vparams *out);
+/* Validates and renders a variant (no compile): what its template says of
+ * its kernel, checked against the target's shared memory; ctx->lock held. */
+fj_status fj__variant_meta(fj_ctx *ctx, const fj_variant *v, fj_kmeta *meta);
 /* Validates and builds a variant's kernel; ctx->lock held. */
 fj_status fj__variant_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k);
 /* kv_dtype with 0 resolved to dtype. */

@@ -19,6 +19,13 @@
   Key tiles wholly above the causal diagonal are never loaded; masks apply
   only to tiles that cross the diagonal or the sequence end.
 
+  Two axes serve few query rows (decode).  pack_gqa: the grid counts KV
+  heads, and tile row R is query position R / group of the KV head's query
+  head R % group, so K and V are read once for all of them.  split_kv: the
+  p.splits blocks of one row tile each take an equal share of its key
+  tiles and write O / l and the log-sum-exp as float32 partials
+  (p.o_part, p.lse_part), which combine.cu merges.
+
   Every register-level fact comes from the probed tables of the mma kinds
   (lut.lua): which (row, col) an accumulator slot holds (output addresses,
   masks), which lanes share a row (the XOR shuffles), and which accumulator
@@ -28,7 +35,8 @@
 #}
 {%
   local L = import("lut.lua")
-  local mrule = import("mask.lua").new(causal)
+  local PACK, SPLIT = pack_gqa, split_kv
+  local mrule = import("mask.lua").new(causal, PACK)
   local D, BM, BN, W, S = head_dim, tile_m, tile_n, warps, stages
   local THREADS = 32 * W
   local fp8 = kv_dtype == "e4m3"
@@ -106,9 +114,38 @@
   }
 
   local T = dtype
+
+  -- Split-KV: key tiles are counted from the block's range (kv0 on), the
+  -- loads end at kv_rows.  KVROWS and N0 name what the walk uses.
+  local KVROWS = SPLIT and "kv_rows" or "p.seq_kv"
+  local N0 = SPLIT and ("kv0 + t * %d"):format(BN) or ("t * %d"):format(BN)
+
+  -- Where a row's output goes (epilogue_regs.cuh): the default (one head's
+  -- rows of O) unless rows are packed or the block writes partials.
+  local out
+  if PACK or SPLIT then
+    local rows_end = PACK and "p.seq_q * p.group" or "p.seq_q"
+    local function head(r) return PACK and ("blk.h + (%s) %% p.group"):format(r) or "blk.h" end
+    local function pos(r) return PACK and ("(%s) / p.group"):format(r) or r end
+    -- The row's index in [batch][heads_q][seq_q].
+    local function flat(r)
+      return ("((long long)blk.b * p.heads_q + %s) * p.seq_q + %s"):format(head(r), pos(r))
+    end
+    out = { valid = function(r) return ("%s < %s"):format(r, rows_end) end }
+    if SPLIT then
+      out.f32, out.lse_always = true, true
+      out.ptr = function(r) return ("p.o_part + (part0 + %s) * %d"):format(flat(r), D) end
+      out.lse = function(r) return ("p.lse_part[part0 + %s]"):format(flat(r)) end
+    else
+      out.ptr = function(r)
+        return ("o_out + (long long)((%s) %% p.group) * p.o_stride[1] + (long long)((%s) / p.group) * p.o_stride[2]"):format(r, r)
+      end
+      out.lse = function(r) return ("p.lse[%s]"):format(flat(r)) end
+    end
+  end
 %}
 {{ include("common.cuh") }}
-{{ include("block.cuh", { BM = BM }) }}
+{{ include("block.cuh", { BM = BM, PACK = PACK, SPLIT = SPLIT }) }}
 {% if fp8 then %}
 #include <cuda_fp8.h>
 {% end %}
@@ -161,23 +198,40 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 
   // Keys this block can see: all of them, or up to its last row's diagonal.
   const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
+{% if SPLIT then %}
+  const int all_tiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
+  // This block's share: range blk.split of p.splits, in whole key tiles
+  // (empty where the splits outnumber the tiles); K and V start at kv0.
+  const int per_split = (all_tiles + p.splits - 1) / p.splits;
+  const int t_begin = min(all_tiles, blk.split * per_split);
+  const int ntiles = min(all_tiles, t_begin + per_split) - t_begin;
+  const int kv0 = t_begin * {{ BN }}, kv_rows = p.seq_kv - kv0;
+  k += (long long)kv0 * p.k_stride[2];
+  v += (long long)kv0 * p.v_stride[2];
+  const long long part0 = (long long)blk.split * p.batch * p.heads_q * p.seq_q;
+{% else %}
   const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
+{% end %}
 
+{% if PACK then %}
+  fj::load_tile_packed<{{ BM }}>(s_q, q, p.q_stride[1], p.q_stride[2], p.group, m0, p.seq_q * p.group);
+{% else %}
   fj::load_tile<{{ BM }}>(s_q, q, p.q_stride[2], m0, p.seq_q);
+{% end %}
 {% if PIPE then %}
   // Prologue of the pipeline: group P = {Q, K(0)}, then groups g_i =
   // {K(i + 1), V(i)} for i < {{ S - 1 }} (empty ones keep the count uniform).
-  if (ntiles > 0) fj::ring_load(s_k, k, p.k_stride[2], 0, p.seq_kv);
+  if (ntiles > 0) fj::ring_load(s_k, k, p.k_stride[2], 0, {{ KVROWS }});
   fj::cp_async_commit();
 #pragma unroll
   for (int i = 0; i < {{ S - 1 }}; ++i) {
-    if (i + 1 < ntiles) fj::ring_load(s_k, k, p.k_stride[2], i + 1, p.seq_kv);
-    if (i < ntiles) fj::ring_load(s_v, v, p.v_stride[2], i, p.seq_kv);
+    if (i + 1 < ntiles) fj::ring_load(s_k, k, p.k_stride[2], i + 1, {{ KVROWS }});
+    if (i < ntiles) fj::ring_load(s_v, v, p.v_stride[2], i, {{ KVROWS }});
     fj::cp_async_commit();
   }
   fj::cp_async_wait<{{ S - 1 }}>();  // Q and K(0) have landed
 {% else %}
-  fj::kv_start(s_k, s_v, k, v, p.k_stride[2], p.v_stride[2], p.seq_kv, ntiles);
+  fj::kv_start(s_k, s_v, k, v, p.k_stride[2], p.v_stride[2], {{ KVROWS }}, ntiles);
 {% end %}
   __syncthreads();
 
@@ -269,13 +323,13 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {%   qk("sc", "sk_u") %}
   }
   for (int t = 0; t < ntiles; ++t) {
-    const int n0 = t * {{ BN }};
+    const int n0 = {{ N0 }};
     fj::cp_async_wait<{{ S - 2 }}>();  // g_t has landed
     __syncthreads();                    // ... for every thread; K(t), V(t - 1) are free
     {
       const int i = t + {{ S - 1 }};
-      if (i + 1 < ntiles) fj::ring_load(s_k, k, p.k_stride[2], i + 1, p.seq_kv);
-      if (i < ntiles) fj::ring_load(s_v, v, p.v_stride[2], i, p.seq_kv);
+      if (i + 1 < ntiles) fj::ring_load(s_k, k, p.k_stride[2], i + 1, {{ KVROWS }});
+      if (i < ntiles) fj::ring_load(s_v, v, p.v_stride[2], i, {{ KVROWS }});
       fj::cp_async_commit();
     }
     const unsigned kn = sk_u + ((t + 1) % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
@@ -295,8 +349,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% else %}
 
   for (int t = 0; t < ntiles; ++t) {
-    const int n0 = t * {{ BN }};
-    fj::kv_ready(s_k, s_v, k, v, p.k_stride[2], p.v_stride[2], p.seq_kv, t, ntiles);
+    const int n0 = {{ N0 }};
+    fj::kv_ready(s_k, s_v, k, v, p.k_stride[2], p.v_stride[2], {{ KVROWS }}, t, ntiles);
     const unsigned kt = sk_u + (t % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
     // Masks only where a key is past the end or above some row's diagonal.
     const bool need_mask = {{ mrule.tile_partial("n0", BN, "m0") }};
@@ -317,8 +371,10 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 
   // The row sums, so far per lane, over the lanes that share each row; then
   // O = O / l and the log-sum-exp (epilogue_regs.cuh).
+{% if not SPLIT then %}
   elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h);
+{% end %}
 {{ include("epilogue_regs.cuh", with(frag, {
-     ND = D // 16, out_scale = fp8 and "v_scale" or "1.f",
+     ND = D // 16, out_scale = fp8 and "v_scale" or "1.f", out = out,
      O = function(mi, d, i) return ("o[%s][%s][%d]"):format(mi, d, i) end })) }}
 }

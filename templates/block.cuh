@@ -4,8 +4,11 @@
   tile counted from the end, so the heaviest causal tiles (the last rows,
   which see the most keys) start first.  A persistent grid (one block per
   multiprocessor) walks the same work tiles in pairs of equal causal work
-  (tile_of).  Under GQA query head h reads KV head h / group.  Parameters: BM, the query rows one
-  block covers.
+  (tile_of).  Under GQA query head h reads KV head h / group.  Parameters:
+  BM, the query rows one block covers; PACK (GQA packing: grid y counts KV
+  heads, and blk.h is the first of the KV head's query heads); SPLIT
+  (split-KV: p.splits consecutive blocks share a row tile, blk.split
+  telling which key range is theirs).
 #}
 namespace fj {
 
@@ -14,14 +17,28 @@ struct Block {
   int h;   // query head
   int hk;  // its KV head
   int b;   // batch index
+{% if SPLIT then %}
+  int split;  // which of p.splits key ranges
+{% end %}
 };
 
 __device__ __forceinline__ Block block_of(const Params &p) {
   Block blk;
+{% if SPLIT then %}
+  blk.split = blockIdx.x % p.splits;
+  blk.m0 = (gridDim.x / p.splits - 1 - blockIdx.x / p.splits) * {{ BM }};
+{% else %}
   blk.m0 = (gridDim.x - 1 - blockIdx.x) * {{ BM }};
+{% end %}
+{% if PACK then %}
+  blk.hk = blockIdx.y;
+  blk.h = blk.hk * p.group;
+  blk.b = blockIdx.z;
+{% else %}
   blk.h = blockIdx.y;
   blk.b = blockIdx.z;
   blk.hk = blk.h / p.group;
+{% end %}
   return blk;
 }
 

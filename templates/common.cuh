@@ -1,11 +1,13 @@
 {#
-  common.cuh: pieces every attention template shares -- the header comment
-  naming the variant, the kernel parameter block (which must match
+  common.cuh: pieces every attention template (and the split-KV combine)
+  shares -- the header comment naming the variant, the kernel parameter block (which must match
   fj_kparams in src/attention.c byte for byte; params_bytes is its size as
   the host sees it), the element type, its pairs and their conversions.
 #}
 // flashjit generated kernel: {{ symbol }}
-// variant: head_dim={{ head_dim }} tile_m={{ tile_m }} tile_n={{ tile_n }} warps={{ warps }} stages={{ stages }} swizzle={{ swizzle }} softmax={{ softmax }} mma={{ mma }} causal={{ causal }} dtype={{ dtype }} kv_dtype={{ kv_dtype }}
+{% if tile_m then %}
+// variant: head_dim={{ head_dim }} tile_m={{ tile_m }} tile_n={{ tile_n }} warps={{ warps }} stages={{ stages }} swizzle={{ swizzle }} softmax={{ softmax }} mma={{ mma }} causal={{ causal }} dtype={{ dtype }} kv_dtype={{ kv_dtype }}{{ pack_gqa and " pack_gqa" or "" }}{{ split_kv and " split_kv" or "" }}
+{% end %}
 // target: {{ arch }}; rendered by flashjit {{ version }} from templates/{{ template }}
 {# Only the headers a kernel uses: each costs NVRTC parse time (mma.h about
    30 ms a compile). #}
@@ -30,6 +32,9 @@ struct Params {
   int group;                // heads_q / heads_kv
   int causal_offset;        // key j visible to row i when j <= i + offset
   float scale_log2;         // softmax scale * log2(e)
+  int splits;               // split-KV: key ranges per row tile
+  float *o_part;            // split-KV: [splits][batch][heads_q][seq_q][head_dim]
+  float *lse_part;          // split-KV: [splits][batch][heads_q][seq_q]
 };
 static_assert(sizeof(Params) == {{ params_bytes }}, "host and device disagree on the parameter block");
 

@@ -9,9 +9,20 @@
   slices of ND tiles of 16 columns, m(mi, c) and l(mi, c) (raw running max
   and sum of row class c), row0(mi) and c0 (the lane's first slot), sl2,
   out_scale; the block is `blk` (block.cuh) and the output rows start at
-  `o_out`.
+  `o_out`.  A family whose rows are not one head's positions (GQA packing)
+  or that writes split-KV partials passes `out`, functions of a row
+  expression: valid(r) (C bool), ptr(r) (the row's first element), lse(r)
+  (the lvalue of its log-sum-exp), f32 (write float32, not elem_t) and
+  lse_always (no `if (p.lse)`).
 #}
-{% local NC, L = #rows.classes, import("lut.lua") %}
+{%
+  local NC, L = #rows.classes, import("lut.lua")
+  local out = out or {
+    valid = function(r) return ("%s < p.seq_q"):format(r) end,
+    ptr = function(r) return ("o_out + (long long)%s * p.o_stride[2]"):format(r) end,
+    lse = function(r) return ("p.lse[((long long)blk.b * p.heads_q + blk.h) * p.seq_q + %s]"):format(r) end,
+  }
+%}
   // One lane per row group writes the log-sum-exp: the group's lowest.
   int leader = lane;
 {% for _, x in ipairs(rows.offsets) do %}
@@ -32,24 +43,34 @@
 {%   local s = pr[1] %}
       {
         const int row = {{ row0("mi") }} + {{ acc.drow[s] }}, col = d * 16 + {{ c0 }} + {{ acc.dcol[s] }};
-        if (row < p.seq_q) {
-          elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
-{%   if #pr == 2 then %}
+        if ({{ out.valid("row") }}) {
+{%   if out.f32 then %}
+          float *dst = {{ out.ptr("row") }} + col;
+{%     if #pr == 2 then %}
+          *reinterpret_cast<float2 *>(dst) = make_float2({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }},
+                                                         {{ O("mi", "d", pr[2]) }} * inv{{ rows.class_of[s] }});
+{%     else %}
+          *dst = {{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }};
+{%     end %}
+{%   else %}
+          elem_t *dst = {{ out.ptr("row") }} + col;
+{%     if #pr == 2 then %}
           *reinterpret_cast<fj::elem2_t *>(dst) = fj::to_elem2({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }},
                                                                {{ O("mi", "d", pr[2]) }} * inv{{ rows.class_of[s] }});
-{%   else %}
+{%     else %}
           *dst = fj::to_elem({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }});
+{%     end %}
 {%   end %}
         }
       }
 {% end %}
     }
-    if (p.lse) {
+    {{ out.lse_always and "" or "if (p.lse) " }}{
 {% for c = 1, NC do %}
       {
         const int row = {{ row0("mi") }} + {{ rows.classes[c].drow }};
-        if (lane == leader && row < p.seq_q)
-          p.lse[((long long)blk.b * p.heads_q + blk.h) * p.seq_q + row] =
+        if (lane == leader && {{ out.valid("row") }})
+          {{ out.lse("row") }} =
               l{{ c }} > 0.f ? ({{ m("mi", c) }} * {{ sl2 }} + __log2f(l{{ c }})) * 0.69314718056f : FJ_NEG_INF;
       }
 {% end %}

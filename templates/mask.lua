@@ -9,7 +9,11 @@
 -- (so tiles past it are never loaded), whether a key tile needs per-element
 -- masking at all, and, per row, the first column it may not see.
 --
---   local mask = import("mask.lua").new(causal)
+-- Under GQA packing (attention_mma.cu's pack_gqa) the rows of a tile are
+-- packed rows R = position * group + head in group: the rule then applies
+-- to the position R / p.group.
+--
+--   local mask = import("mask.lua").new(causal, packed)
 --   mask.keys_end(last)          exclusive end of the keys that rows < last
 --                                may see
 --   mask.tile_partial(n0, bn, m) true when some key of tile [n0, n0 + bn)
@@ -20,18 +24,26 @@
 
 local M = {}
 
-function M.new(causal)
+function M.new(causal, packed)
   local R = { causal = causal ~= "none" }
+  -- The query position of a (packed) row, and the end of the positions of
+  -- rows before `last`.
+  local function pos(row)
+    return packed and ("(%s) / p.group"):format(row) or row
+  end
+  local function pos_end(last)
+    return packed and ("((%s) - 1) / p.group + 1"):format(last) or last
+  end
 
   function R.keys_end(last)
     if not R.causal then return "p.seq_kv" end
-    return ("min(p.seq_kv, min(%s, p.seq_q) + p.causal_offset)"):format(last)
+    return ("min(p.seq_kv, min(%s, p.seq_q) + p.causal_offset)"):format(pos_end(last))
   end
 
   function R.tile_partial(n0, bn, m)
     local t = ("%s + %d > p.seq_kv"):format(n0, bn)
     if R.causal then
-      t = t .. (" || %s + %d > %s + p.causal_offset"):format(n0, bn - 1, m)
+      t = t .. (" || %s + %d > %s + p.causal_offset"):format(n0, bn - 1, pos(m))
     end
     return t
   end
@@ -39,12 +51,12 @@ function M.new(causal)
   function R.row_limit(row, n0, c0)
     local lim = ("p.seq_kv - %s - %s"):format(n0, c0)
     if not R.causal then return lim end
-    return ("min(%s, %s + p.causal_offset + 1 - %s - %s)"):format(lim, row, n0, c0)
+    return ("min(%s, %s + p.causal_offset + 1 - %s - %s)"):format(lim, pos(row), n0, c0)
   end
 
   function R.visible(row, key)
     local v = ("%s < p.seq_kv"):format(key)
-    if R.causal then v = v .. (" && %s <= %s + p.causal_offset"):format(key, row) end
+    if R.causal then v = v .. (" && %s <= %s + p.causal_offset"):format(key, pos(row)) end
     return v
   end
 

@@ -81,6 +81,29 @@ __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long l
   }
 }
 {% end %}
+{% if pack_gqa then %}
+
+// GQA-packed rows (pack_gqa): tile row r is packed row R = row0 + r, query
+// position R / group of head R % group counted from `src`'s head; packed
+// rows at or past `rows` become zeros.
+template <int ROWS>
+__device__ __forceinline__ void load_tile_packed(elem_t *dst, const elem_t *src, long long head_stride,
+                                                 long long seq_stride, int group, int row0, int rows) {
+  for (int i = threadIdx.x; i < ROWS * {{ CHUNKS }}; i += {{ THREADS }}) {
+    const int r = i / {{ CHUNKS }}, c = i % {{ CHUNKS }}, R = row0 + r;
+    elem_t *d = dst + tile_off(r, c * 8);
+    const bool in = R < rows;
+    const elem_t *g = src + (long long)(R % group) * head_stride + (long long)(R / group) * seq_stride + c * 8;
+{%   if S > 1 then %}
+    cp_async16(d, in ? g : src, in ? 16 : 0);
+{%   else %}
+    uint4 val = make_uint4(0u, 0u, 0u, 0u);
+    if (in) val = *reinterpret_cast<const uint4 *>(g);
+    *reinterpret_cast<uint4 *>(d) = val;
+{%   end %}
+  }
+}
+{% end %}
 {% if fp8 then %}
 
 // FP8 e4m3 rows: 16 bytes of global memory become two 16-byte chunks of

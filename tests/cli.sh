@@ -60,6 +60,30 @@ expect 2 "--head-dim 128 contradicts --shape's D = 64" run --shape 1,8,64,64 --h
 expect 2 "expected one of dir, ls, stats, clear (not 'bogus')" cache bogus
 expect 2 "unexpected argument 'extra'" cache ls extra
 
+# plan: what the library would launch, no GPU; refusals name value and limit.
+expect 2 "invalid value '0' for --splits: expected auto or an integer in 1..256" plan --shape 1,32,1,128 --heads-kv 8 --splits 0
+expect 2 "invalid value '300' for --splits" plan --shape 1,32,1,128 --splits 300
+expect 2 "sm_count 5000 is invalid: 0 (the device's, or the architecture's largest part) or 1..1024" plan --shape 1,8,1,64 --sms 5000
+expect 2 "splits 4: split-KV is implemented for mma mma (sm_80 and newer); the target sm_75 runs mma wmma" plan --shape 1,8,1,64 --arch sm_75 --splits 4
+expect 2 "seq_kv 0 is invalid" plan --shape 1,8,1,64 --seq-kv 0
+expect 2 "heads_kv 0 is invalid" plan --shape 1,8,1,64 --heads-kv 0
+expect 2 "unknown option '--tile-m'" plan --shape 1,8,1,64 --tile-m 64
+"$FJ" plan --shape 1,32,1,128 --heads-kv 8 --seq-kv 4096 >"$tmp/plan" || fail "plan decode"
+for kv in "pack_gqa=1" "rows=4" "mma=mma" "sm_count=132" "combine=fj_combine_d128_f16"; do
+  grep -qx "$kv" "$tmp/plan" || fail "decode plan lacks $kv: $(tr '\n' ' ' <"$tmp/plan")"
+done
+splits=$(sed -n 's/^splits=//p' "$tmp/plan")
+[ "${splits:-1}" -gt 1 ] && grep -qx "grid=$splits,8,1" "$tmp/plan" \
+  && grep -qx "workspace_bytes=$((splits * 32 * 129 * 4))" "$tmp/plan" \
+  || fail "decode plan: splits $splits, grid and workspace do not agree: $(tr '\n' ' ' <"$tmp/plan")"
+"$FJ" plan --shape 1,32,1,128 --heads-kv 8 --seq-kv 4096 --sms 16 | grep -qx "splits=4" \
+  || fail "plan for 16 multiprocessors: $("$FJ" plan --shape 1,32,1,128 --heads-kv 8 --seq-kv 4096 --sms 16 | tr '\n' ' ')"
+"$FJ" plan --shape 64,32,1,128 --heads-kv 8 --seq-kv 4096 --dtype bf16 >"$tmp/plan" || fail "plan batched decode"
+grep -qx "splits=1" "$tmp/plan" && grep -qx "grid=1,8,64" "$tmp/plan" && grep -qx "workspace_bytes=0" "$tmp/plan" \
+  || fail "batched decode plan: $(tr '\n' ' ' <"$tmp/plan")"
+"$FJ" plan --shape 4,16,4096,128 | grep -qx "mma=wgmma" || fail "prefill plan is not wgmma"
+"$FJ" plan --shape 2,8,100,64 --heads-kv 8 --splits 7 | grep -qx "grid=14,8,2" || fail "forced splits: grid"
+
 # Good input, no GPU needed.
 expect 0 "" cache clear
 "$FJ" emit --what resources >"$tmp/res" || fail "emit --what resources"

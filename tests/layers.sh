@@ -6,11 +6,11 @@
 layers="util
 ctx kparams
 driver template compile reference
-cache
+cache workspace
 kernel
 layout
 variant
-tunedb
+tunedb plan
 attention
 tune
 lifecycle"

@@ -1032,3 +1032,190 @@ int test_gpu_tune(void)
   fj_ctx_destroy(ctx);
   return failed != 0;
 }
+
+/* ---- serving shapes: GQA packing and split-KV ------------------------------------ */
+
+/* One decode-shaped case through the library's plan (splits as given: 0
+ * auto), checked against the reference; the label shows the plan. */
+static int serving_case(fj_ctx *ctx, int b, int hq, int hkv, int sq, int skv,
+                        int d, fj_dtype dt, fj_causal m, int splits,
+                        fj_order order, uint64_t *seed, const char *axis)
+{
+  gpu_case c;
+  memset(&c, 0, sizeof c);
+  fj_problem_init(&c.p, b, hq, hkv, sq, skv, d, dt, order);
+  c.p.causal = m;
+  c.p.splits = splits;
+  fj_plan plan;
+  if (fj_attention_plan(ctx, &c.p, &plan) != FJ_OK) {
+    fprintf(stderr, "plan (%d,%d/%d,%d/%d,%d): %s\n", b, hq, hkv, sq, skv, d,
+            fj_errmsg(ctx));
+    return 1;
+  }
+  /* What the plan promises: packing for grouped decode, the splits asked. */
+  int want_pack = hq > hkv && sq * (hq / hkv) <= 128 && sq <= 16;
+  if (plan.variant.pack_gqa != want_pack || (splits && plan.splits != splits)) {
+    fprintf(stderr, "plan: pack_gqa %d (want %d), splits %d (want %d)\n",
+            plan.variant.pack_gqa, want_pack, plan.splits, splits);
+    return 1;
+  }
+  char name[160], label[300];
+  fj_variant_name(&plan.variant, name, sizeof name);
+  snprintf(label, sizeof label, "%s (%d,%d/%d,%d/%d) splits=%d%s", name, b, hq,
+           hkv, sq, skv, plan.splits, order == FJ_BSHD ? " bshd" : "");
+  return run_case(ctx, &c, NULL, NULL, seed, label, axis);
+}
+
+int test_gpu_serving_decode(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  static const int groups[][2] = {{8, 8}, {32, 8}, {32, 4}, {32, 1}};
+  static const int sqs[] = {1, 4, 16};
+  static const int skvs[] = {1, 17, 4096, 32768};
+  static const int dims[] = {64, 128, 256};
+  static const int splits[] = {0, 1, 3, 64};
+  uint64_t seed = 99;
+  int failed = 0, cases = 0;
+  /* Every (GQA, seq_q, seq_kv), the other axes turning over with it. */
+  for (int g = 0; g < 4; g++)
+    for (int s = 0; s < 3; s++)
+      for (int k = 0; k < 4; k++, cases++) {
+        int i = cases;
+        int batch = skvs[k] >= 32768 ? 1 : 1 + i % 3;
+        failed += serving_case(ctx, batch, groups[g][0], groups[g][1], sqs[s],
+                               skvs[k], dims[i % 3], i % 2 ? FJ_BF16 : FJ_F16,
+                               i % 4 == 1   ? FJ_CAUSAL_BOTTOM_RIGHT
+                               : i % 4 == 3 ? FJ_CAUSAL_TOP_LEFT
+                                            : FJ_CAUSAL_NONE,
+                               splits[(i / 3) % 4], (fj_order)(i % 2), &seed,
+                               "decode");
+      }
+  /* Split counts 1 to 64 on one decode shape, and ranges that are empty
+   * (more splits than key tiles) or fully masked (top-left causal with
+   * few queries: most keys are past every row's diagonal). */
+  static const int counts[] = {1, 2, 3, 5, 8, 16, 31, 64};
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++, cases++)
+    failed += serving_case(ctx, 2, 32, 8, 1, 4096, 128, FJ_BF16,
+                           FJ_CAUSAL_NONE, counts[i], FJ_BHSD, &seed, "splits");
+  failed += serving_case(ctx, 1, 8, 8, 1, 17, 128, FJ_F16, FJ_CAUSAL_NONE, 64,
+                         FJ_BHSD, &seed, "splits");
+  failed += serving_case(ctx, 1, 32, 8, 16, 4096, 128, FJ_F16,
+                         FJ_CAUSAL_TOP_LEFT, 16, FJ_BSHD, &seed, "splits");
+  failed += serving_case(ctx, 1, 32, 8, 16, 17, 64, FJ_BF16,
+                         FJ_CAUSAL_BOTTOM_RIGHT, 8, FJ_BHSD, &seed, "splits");
+  /* A long prefill-shaped problem that the rule splits (few row tiles,
+   * many key tiles). */
+  failed += serving_case(ctx, 1, 4, 4, 100, 32768, 128, FJ_F16,
+                         FJ_CAUSAL_BOTTOM_RIGHT, 0, FJ_BHSD, &seed, "splits");
+  cases += 4;
+  printf("%d of %d cases passed\n", cases - failed, cases);
+  print_worst();
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
+/* Split-KV under CUDA-graph capture: the context's workspace after a run
+ * outside the capture, a caller's workspace through fj_attention_fwd_plan,
+ * and a clear refusal where the context would have to allocate while
+ * capturing.  Replays must reproduce the eager result bit for bit. */
+int test_gpu_serving_graph(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  uint64_t seed = 5;
+  gpu_case c;
+  memset(&c, 0, sizeof c);
+  fj_problem_init(&c.p, 2, 32, 8, 1, 4096, 128, FJ_BF16, FJ_BHSD);
+  CHECK(case_setup(&c, &seed) == 0);
+  fj_plan plan;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &c.p, &plan));
+  CHECK(plan.splits > 1 && plan.workspace_bytes > 0);
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s) == cudaSuccess);
+  /* Eager, twice: split-KV merges in a fixed order. */
+  CHECK(launch_case(ctx, &c, NULL, s, "eager") == 0);
+  void *eager = malloc(c.qbytes);
+  memcpy(eager, c.o, c.qbytes);
+  CHECK(launch_case(ctx, &c, NULL, s, "eager again") == 0);
+  CHECK(memcmp(eager, c.o, c.qbytes) == 0);
+  /* Captured with the context's workspace (grown by the eager runs). */
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CHECK(cudaMemset(c.dout, 0xff, c.qbytes) == cudaSuccess);
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+  fj_status st = fj_attention_fwd(ctx, &c.p, c.dq, c.dk, c.dv, c.dout, c.dlse, s);
+  CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
+  CHECK_OK(ctx, st);
+  CHECK(cudaGraphInstantiate(&ge, g, 0) == cudaSuccess);
+  CHECK(cudaGraphLaunch(ge, s) == cudaSuccess && cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(cudaMemcpy(c.o, c.dout, c.qbytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(memcmp(eager, c.o, c.qbytes) == 0);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  /* A new stream has no workspace yet: refused while capturing. */
+  cudaStream_t s2;
+  CHECK(cudaStreamCreate(&s2) == cudaSuccess);
+  CHECK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeGlobal) == cudaSuccess);
+  st = fj_attention_fwd(ctx, &c.p, c.dq, c.dk, c.dv, c.dout, c.dlse, s2);
+  CHECK(cudaStreamEndCapture(s2, &g) == cudaSuccess);
+  CHECK_ST(ctx, st, FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "being captured");
+  printf("refused while capturing: %s\n", fj_errmsg(ctx));
+  cudaGraphDestroy(g);
+  /* The caller's workspace, on that stream, captured. */
+  void *ws;
+  CHECK(cudaMalloc(&ws, plan.workspace_bytes) == cudaSuccess);
+  CHECK_ST(ctx, fj_attention_fwd_plan(ctx, &c.p, &plan, c.dq, c.dk, c.dv, c.dout,
+                                      c.dlse, ws, plan.workspace_bytes - 1, s2),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "too small");
+  CHECK(cudaMemset(c.dout, 0xff, c.qbytes) == cudaSuccess);
+  CHECK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeGlobal) == cudaSuccess);
+  st = fj_attention_fwd_plan(ctx, &c.p, &plan, c.dq, c.dk, c.dv, c.dout, c.dlse,
+                             ws, plan.workspace_bytes, s2);
+  CHECK(cudaStreamEndCapture(s2, &g) == cudaSuccess);
+  CHECK_OK(ctx, st);
+  CHECK(cudaGraphInstantiate(&ge, g, 0) == cudaSuccess);
+  CHECK(cudaGraphLaunch(ge, s2) == cudaSuccess && cudaStreamSynchronize(s2) == cudaSuccess);
+  CHECK(cudaMemcpy(c.o, c.dout, c.qbytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(memcmp(eager, c.o, c.qbytes) == 0);
+  printf("split-KV (%d splits, %zu workspace bytes): eager, captured with the "
+         "context's and with a caller's workspace: identical\n",
+         plan.splits, plan.workspace_bytes);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaFree(ws);
+  free(eager);
+  case_free(&c);
+  cudaStreamDestroy(s);
+  cudaStreamDestroy(s2);
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* A small set for compute-sanitizer (memcheck, racecheck): GQA packing
+ * with and without split-KV, empty and fully masked ranges, both layouts. */
+int test_gpu_sanitize_serving(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  uint64_t seed = 8;
+  int failed = 0;
+  failed += serving_case(ctx, 1, 8, 2, 3, 130, 64, FJ_F16,
+                         FJ_CAUSAL_BOTTOM_RIGHT, 5, FJ_BSHD, &seed, "sanitize");
+  failed += serving_case(ctx, 2, 4, 4, 1, 77, 128, FJ_BF16, FJ_CAUSAL_NONE, 3,
+                         FJ_BHSD, &seed, "sanitize");
+  failed += serving_case(ctx, 1, 16, 2, 4, 200, 64, FJ_BF16,
+                         FJ_CAUSAL_TOP_LEFT, 64, FJ_BHSD, &seed, "sanitize");
+  failed += serving_case(ctx, 2, 8, 1, 1, 300, 64, FJ_F16, FJ_CAUSAL_NONE, 1,
+                         FJ_BSHD, &seed, "sanitize");
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}

@@ -26,8 +26,9 @@ static fj_status render_variant(fj_ctx *ctx, const fj_variant *v, fj_buf *out)
  * Stage-2 with synchronous loads, Stage-3 with LUT-driven ldmatrix loads
  * under xor, Stage-2 with a three-stage cp.async ring; the mma family's
  * pick for head dim 128 (pipelined, causal bottom-right, bf16); the wgmma
- * family's pick for head dim 128 (two consumer warpgroups, ping-pong). */
-enum { NGOLDEN = 5 };
+ * family's pick for head dim 128 (two consumer warpgroups, ping-pong);
+ * the decode pick (GQA packing and split-KV, causal bottom-right). */
+enum { NGOLDEN = 6 };
 static void golden_variants(fj_variant v[NGOLDEN])
 {
   fj_variant_default(&v[0], 64, FJ_F16, FJ_CAUSAL_NONE);
@@ -54,6 +55,13 @@ static void golden_variants(fj_variant v[NGOLDEN])
   v[4].tile_m = 128;
   v[4].warps = 12;
   v[4].tile_n = 176;
+  fj_variant_default(&v[5], 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT);
+  v[5].mma = FJ_MMA_SYNC;
+  v[5].tile_m = 64;
+  v[5].warps = 4;
+  v[5].tile_n = 64;
+  v[5].pack_gqa = 1;
+  v[5].split_kv = 1;
 }
 
 /* FJ_UPDATE_GOLDEN=1 rewrites the files from the current templates. */

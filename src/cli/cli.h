@@ -22,9 +22,10 @@ enum {
   CMD_LUT = 4,
   CMD_CACHE = 8,
   CMD_TUNE = 16,
+  CMD_PLAN = 32,
   CMD_VARIANT = CMD_EMIT | CMD_RUN,
-  CMD_PROBLEM = CMD_RUN | CMD_TUNE,
-  CMD_ALL = 31
+  CMD_PROBLEM = CMD_RUN | CMD_TUNE | CMD_PLAN,
+  CMD_ALL = 63
 };
 
 typedef struct cli {
@@ -53,6 +54,8 @@ typedef struct cli {
   int shape_given;
   int seq_kv;
   int heads_kv;
+  int splits;             /* fj_problem.splits: 0 auto */
+  int sms;                /* plan: multiprocessors of a compile-only target */
   fj_order order;
   int check;
   int iters;
@@ -120,6 +123,9 @@ int cli_cuda_failed(const char *what, cudaError_t e);
       return cli_cuda_failed(#call, e_); \
   } while (0)
 
+/* The problem of --shape and friends (not checked); 0 or the exit status. */
+int cli_problem(cli *c, fj_problem *p);
+
 /* The problem of --shape, checked with no GPU, and a context on the device. */
 int cli_problem_on_device(cli *c, run_data *d, fj_ctx **ctx);
 
@@ -153,5 +159,8 @@ int cli_cmd_cache(cli *c);
 
 /* flashjit lut (cli_lut.c): print the fragment-layout tables. */
 int cli_cmd_lut(cli *c);
+
+/* flashjit plan (cli_plan.c): what the library would launch, no GPU. */
+int cli_cmd_plan(cli *c);
 
 #endif

@@ -189,6 +189,26 @@ static int set_shape(cli *c, const flag_def *f, const char *value)
   return 0;
 }
 
+/* A variant switch (--pack-gqa, --split-kv). */
+static int set_variant_switch(cli *c, const flag_def *f, const char *value)
+{
+  c->variant_given = 1;
+  return set_switch(c, f, value);
+}
+
+/* --splits N | auto. */
+static int set_splits(cli *c, const flag_def *f, const char *value)
+{
+  if (!strcmp(value, "auto")) {
+    c->splits = 0;
+    return 0;
+  }
+  if (parse_int(value, &c->splits) != 0 || c->splits < 1 ||
+      c->splits > FJ_SPLITS_MAX)
+    return bad_value(c, f, value, "expected auto or an integer in 1..256");
+  return 0;
+}
+
 static int set_string(cli *c, const flag_def *f, const char *value)
 {
   const char **slot = (const char **)(void *)((char *)c + f->offset);
@@ -214,14 +234,14 @@ static const flag_def flags[] = {
      "smem | regs"},
     {"mma", 1, CMD_VARIANT, set_name, OFF(v.mma), NAMES(mmas),
      "wmma | mma | wgmma"},
-    {"causal", 2, CMD_VARIANT | CMD_TUNE, set_causal, OFF(v.causal), NAMES(causals),
+    {"causal", 2, CMD_VARIANT | CMD_TUNE | CMD_PLAN, set_causal, OFF(v.causal), NAMES(causals),
      "causal mask; --causal=bottom-right for FlashAttention's alignment"},
-    {"dtype", 1, CMD_VARIANT | CMD_TUNE, set_name, OFF(v.dtype), NAMES(dtypes),
+    {"dtype", 1, CMD_VARIANT | CMD_TUNE | CMD_PLAN, set_name, OFF(v.dtype), NAMES(dtypes),
      "f16 | bf16 (Q, O; K, V unless --kv-dtype)"},
-    {"kv-dtype", 1, CMD_VARIANT | CMD_TUNE, set_name, OFF(v.kv_dtype), NAMES(kv_dtypes),
+    {"kv-dtype", 1, CMD_VARIANT | CMD_TUNE | CMD_PLAN, set_name, OFF(v.kv_dtype), NAMES(kv_dtypes),
      "f16 | bf16 | e4m3"},
-    {"arch", 1, CMD_EMIT | CMD_LUT, set_string, OFF(arch), NULL, 0,
-     "target, sm_XY or sm_XYa (emit: default sm_90a)"},
+    {"arch", 1, CMD_EMIT | CMD_LUT | CMD_PLAN, set_string, OFF(arch), NULL, 0,
+     "target, sm_XY or sm_XYa (emit, plan: default sm_90a)"},
     {"what", 1, CMD_EMIT, set_string, OFF(what), NULL, 0,
      "source | ptx | cubin | resources | log"},
     {"o", 1, CMD_EMIT, set_string, OFF(out_file), NULL, 0, "write to FILE"},
@@ -230,12 +250,21 @@ static const flag_def flags[] = {
      "flag: compiled (emit) or timed (run), one line each"},
     {"workers", 1, CMD_EMIT | CMD_RUN | CMD_TUNE, set_int, OFF(workers), NULL, 0,
      "compiler processes at once for --sweep (default: one per CPU)"},
+    {"pack-gqa", 0, CMD_VARIANT, set_variant_switch, OFF(v.pack_gqa), NULL, 0,
+     "GQA packing: the query heads of a KV head as rows of one tile (mma)"},
+    {"split-kv", 0, CMD_VARIANT, set_variant_switch, OFF(v.split_kv), NULL, 0,
+     "split-KV: key ranges over several blocks, then a combine (mma)"},
     {"shape", 1, CMD_PROBLEM, set_shape, 0, NULL, 0, "B,H,S,D"},
     {"seq-kv", 1, CMD_PROBLEM, set_int, OFF(seq_kv), NULL, 0,
      "key/value length (default S)"},
     {"heads-kv", 1, CMD_PROBLEM, set_int, OFF(heads_kv), NULL, 0,
      "K/V heads, dividing H (GQA; default H)"},
     {"layout", 1, CMD_PROBLEM, set_name, OFF(order), NAMES(layouts), "bhsd | bshd"},
+    {"splits", 1, CMD_RUN | CMD_PLAN, set_splits, OFF(splits), NULL, 0,
+     "N | auto: key splits (split-KV) per row tile, 1..256 (default auto)"},
+    {"sms", 1, CMD_PLAN, set_int, OFF(sms), NULL, 0,
+     "N: multiprocessors to plan for without a GPU (default: the arch's "
+     "largest part)"},
     {"check", 0, CMD_RUN, set_switch, OFF(check), NULL, 0,
      "compare with the float64 reference"},
     {"iters", 1, CMD_PROBLEM, set_int, OFF(iters), NULL, 0, "timed runs (20)"},
@@ -249,7 +278,7 @@ static const flag_def flags[] = {
     {"no-save", 0, CMD_TUNE, set_switch, OFF(no_save), NULL, 0,
      "tune without recording the winner"},
     {"device", 1, CMD_PROBLEM | CMD_LUT, set_int, OFF(device), NULL, 0,
-     "CUDA device ordinal (0)"},
+     "CUDA device ordinal (0; plan: plan for that device instead of --arch)"},
     {"cache-dir", 1, CMD_ALL, set_string, OFF(cache_dir), NULL, 0,
      "disk cache directory"},
     {"no-disk-cache", 0, CMD_ALL, set_switch, OFF(no_disk_cache), NULL, 0,
@@ -316,6 +345,7 @@ int cli_open_ctx(cli *c, int device, const char *arch, fj_ctx **ctx)
   o.cache_dir = c->cache_dir;
   o.disk_cache = !c->no_disk_cache;
   o.isolate_compile = c->isolate;
+  o.sm_count = device < 0 ? c->sms : 0;
   o.log = log_stderr;
   o.log_user = c;
   fj_status st = fj_ctx_create(ctx, &o);
@@ -344,6 +374,9 @@ static const struct {
     {"tune", CMD_TUNE,
      "autotune a problem class on the GPU and record the winner (--show "
      "lists the database)"},
+    {"plan", CMD_PLAN,
+     "print what the library would launch for a problem: variant, grid, "
+     "splits, GQA packing, workspace (no GPU needed)"},
 };
 
 static void print_help(const char *cmd)
@@ -375,7 +408,8 @@ static void apply_defaults(cli *c)
   fj_variant given = c->v;
   fj_variant_default(&c->v, given.head_dim, given.dtype, given.causal);
   static const char *const axes[] = {"tile-m", "tile-n", "warps", "stages",
-                                     "swizzle", "softmax", "mma", "kv-dtype"};
+                                     "swizzle", "softmax", "mma", "kv-dtype",
+                                     "pack-gqa", "split-kv"};
   if (given.kv_dtype == FJ_E4M3)
     c->v.stages = 1;  /* as the library's own choice does */
   for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++) {
@@ -424,7 +458,7 @@ int cli_parse(cli *c, int argc, char **argv)
   cli_defaults(c);
   if (argc < 2)
     return cli_usage_error(c, "usage: flashjit <command> [options]; "
-                              "commands: emit, run, lut, cache, tune (see "
+                              "commands: emit, run, plan, lut, cache, tune (see "
                               "flashjit --help)");
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "help") ||
       !strcmp(argv[1], "-h")) {
@@ -442,5 +476,6 @@ int cli_parse(cli *c, int argc, char **argv)
       return parse_args(c, argc, argv);
     }
   return cli_usage_error(
-      c, "unknown command '%s': one of emit, run, lut, cache, tune", argv[1]);
+      c, "unknown command '%s': one of emit, run, plan, lut, cache, tune",
+      argv[1]);
 }

@@ -276,11 +276,14 @@ int cli_check_variant(const cli *c, fj_ctx *ctx, run_data *d,
   return pass ? 0 : EXIT_FAIL;
 }
 
-static int run_problem(cli *c, run_data *d)
+int cli_problem(cli *c, fj_problem *p)
 {
-  fj_problem *p = &d->p;
   int b = c->shape[0], h = c->shape[1], s = c->shape[2], dim = c->shape[3];
-  int hkv = c->heads_kv ? c->heads_kv : h, skv = c->seq_kv ? c->seq_kv : s;
+  if (!c->shape_given)
+    return cli_usage_error(c, "--shape B,H,S,D is required");
+  /* Given values are taken as given: fj_problem_check names bad ones. */
+  int hkv = cli_flag_given(c, "heads-kv") ? c->heads_kv : h;
+  int skv = cli_flag_given(c, "seq-kv") ? c->seq_kv : s;
   if (c->head_dim_given && c->v.head_dim != dim)
     return cli_usage_error(c, "--head-dim %d contradicts --shape's D = %d",
                            c->v.head_dim, dim);
@@ -288,6 +291,7 @@ static int run_problem(cli *c, run_data *d)
   fj_problem_init(p, b, h, hkv, s, skv, dim, c->v.dtype, c->order);
   p->causal = c->v.causal;
   p->kv_dtype = c->v.kv_dtype;
+  p->splits = c->splits;
   return 0;
 }
 
@@ -316,7 +320,7 @@ static int run_validate(cli *c, const fj_problem *p)
 int cli_problem_on_device(cli *c, run_data *d, fj_ctx **ctx)
 {
   memset(d, 0, sizeof *d);
-  int rc = run_problem(c, d);
+  int rc = cli_problem(c, &d->p);
   if (!rc)
     rc = run_validate(c, &d->p);
   return rc ? rc : cli_open_ctx(c, c->device, NULL, ctx);

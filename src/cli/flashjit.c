@@ -17,6 +17,7 @@ int main(int argc, char **argv)
   case CMD_LUT: return cli_cmd_lut(&c);
   case CMD_CACHE: return cli_cmd_cache(&c);
   case CMD_TUNE: return cli_cmd_tune(&c);
+  case CMD_PLAN: return cli_cmd_plan(&c);
   }
   return EXIT_FAIL;  /* cli_parse sets one of the commands above */
 }

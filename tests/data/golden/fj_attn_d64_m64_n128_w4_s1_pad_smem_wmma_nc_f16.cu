@@ -18,8 +18,11 @@ struct Params {
   int group;                // heads_q / heads_kv
   int causal_offset;        // key j visible to row i when j <= i + offset
   float scale_log2;         // softmax scale * log2(e)
+  int splits;               // split-KV: key ranges per row tile
+  float *o_part;            // split-KV: [splits][batch][heads_q][seq_q][head_dim]
+  float *lse_part;          // split-KV: [splits][batch][heads_q][seq_q]
 };
-static_assert(sizeof(Params) == 184, "host and device disagree on the parameter block");
+static_assert(sizeof(Params) == 208, "host and device disagree on the parameter block");
 
 typedef __half elem_t;
 typedef __half2 elem2_t;

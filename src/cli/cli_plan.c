@@ -1,0 +1,69 @@
+/*
+ * cli_plan.c -- flashjit plan: what fj_attention_fwd would launch for a
+ * problem, one key=value a line, with no GPU (a compile-only context for
+ * --arch, planning for --sms multiprocessors) or for --device's GPU.
+ */
+#include <stdio.h>
+
+#include "cli.h"
+
+static void print_grid(const char *key, const unsigned g[3])
+{
+  printf("%s=%u,%u,%u\n", key, g[0], g[1], g[2]);
+}
+
+int cli_cmd_plan(cli *c)
+{
+  fj_problem p;
+  int rc = cli_problem(c, &p);
+  if (rc)
+    return rc;
+  int on_device = cli_flag_given(c, "device");
+  if (on_device && (cli_flag_given(c, "arch") || cli_flag_given(c, "sms")))
+    return cli_usage_error(c, "--device plans for that GPU: it takes no "
+                              "--arch or --sms");
+  fj_ctx *ctx;
+  rc = cli_open_ctx(c, on_device ? c->device : -1,
+                    on_device ? NULL : c->arch ? c->arch : "sm_90a", &ctx);
+  if (rc)
+    return rc;
+  /* FP8 scales are launch arguments; only their presence is checked. */
+  static const float placeholder[1];
+  if (p.kv_dtype == FJ_E4M3)
+    p.k_scale = p.v_scale = placeholder;
+  fj_plan plan;
+  fj_status st = fj_attention_plan(ctx, &p, &plan);
+  if (st != FJ_OK) {
+    rc = cli_fj_error(c, ctx, st);
+    fj_ctx_destroy(ctx);
+    return rc;
+  }
+  char name[160];
+  fj_variant_name(&plan.variant, name, sizeof name);
+  const fj_variant *v = &plan.variant;
+  printf("problem=%d,%d/%d,%d/%d,%d\n", p.batch, p.heads_q, p.heads_kv,
+         p.seq_q, p.seq_kv, p.head_dim);
+  printf("arch=%s\n", fj_ctx_arch(ctx));
+  printf("sm_count=%d\n", plan.sm_count);
+  printf("sm_count_from=%s\n", on_device                ? "device"
+                               : cli_flag_given(c, "sms") ? "--sms"
+                                                          : "arch (assumed)");
+  printf("variant=%s\n", name);
+  printf("from=%s\n", plan.from == FJ_CHOICE_TUNED ? "tuned" : "heuristic");
+  printf("mma=%s\n", fj_mma_name(v->mma));
+  printf("pack_gqa=%d\n", v->pack_gqa);
+  printf("rows=%d\n", plan.rows);
+  print_grid("grid", plan.grid);
+  printf("threads=%u\n", plan.threads);
+  printf("smem_bytes=%u\n", plan.smem_bytes);
+  printf("blocks_per_sm=%d\n", plan.blocks_per_sm);
+  printf("splits=%d\n", plan.splits);
+  if (v->split_kv) {
+    printf("combine=fj_combine_d%d_%s\n", v->head_dim, fj_dtype_name(v->dtype));
+    print_grid("combine_grid", plan.combine_grid);
+    printf("combine_threads=%u\n", plan.combine_threads);
+  }
+  printf("workspace_bytes=%zu\n", plan.workspace_bytes);
+  fj_ctx_destroy(ctx);
+  return 0;
+}

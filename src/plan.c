@@ -1,0 +1,274 @@
+/*
+ * plan.c -- what to launch for a problem: the heuristic's variant (family,
+ * tiles, GQA packing), the number of key splits, the grids and the
+ * workspace.  Pure arithmetic on the problem, the target and what the
+ * kernel's template said of itself (threads, shared memory); nothing here
+ * touches a device.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "ctx.h"
+#include "plan.h"
+#include "template.h"
+#include "variant.h"
+
+/* ---- the heuristic's variant ---------------------------------------------------- */
+
+/* Whether 128-row blocks would be fewer than the multiprocessors (the
+ * device's, or on a compile-only context those it plans for). */
+static int few_blocks(const fj_ctx *ctx, const fj_problem *p)
+{
+  long blocks = (long)p->batch * p->heads_q * ((p->seq_q + 127) / 128);
+  return blocks < fj__sm_count(ctx);
+}
+
+int fj__decode_rows(const fj_problem *p)
+{
+  long rows = (long)p->seq_q * (p->heads_q / p->heads_kv);
+  if (p->seq_q > 16 || rows > 128)
+    return 0;
+  return rows <= 64 ? 64 : 128;
+}
+
+/* The mma family where the target has mma.sync m16n8k16 (sm_80 on), with
+ * the shapes that ran fastest in the H200 sweeps of docs/PERF.md (S = 4096
+ * and 16384, causal and not): up to head_dim 128 each of 4 warps owns 32
+ * rows (K and V fragments serve two row slices); above, 8 warps own 16 rows
+ * each and the S(t + 1) pipeline runs.  All fit sm_80's shared memory
+ * except head_dim 256 with 64-key tiles, taken only where it fits. */
+static void mma_choice(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
+{
+  int d = v->head_dim;
+  v->mma = FJ_MMA_SYNC;
+  v->softmax = FJ_SOFTMAX_REGS;
+  v->tile_m = 128;
+  v->warps = d <= 128 ? 4 : 8;
+  v->tile_n = d <= 64 ? 128 : 64;
+  v->swizzle = d <= 64 ? FJ_SWIZZLE_XOR : FJ_SWIZZLE_PAD;
+  if (d > 192 && !(v->stages == 2 && fj__smem_limit(ctx) >= 210 * 1024))
+    v->tile_n = 32;
+  /* Causal head dims up to 64: a third stage ran 5% faster (S = 4096). */
+  if (d <= 64 && v->causal != FJ_CAUSAL_NONE && v->stages == 2)
+    v->stages = 3;
+  /* Fewer 128-row blocks than multiprocessors: 64-row blocks of 4 warps,
+   * 16 rows each, twice as many blocks. */
+  if (few_blocks(ctx, p)) {
+    v->tile_m = 64;
+    v->warps = 4;
+  }
+}
+
+/* Few query rows per KV head (fj__decode_rows): the query heads of a KV
+ * head packed into the rows of one tile, 16 rows a warp (one slice), the
+ * XOR swizzle, and
+ * the largest key tiles with which ptxas keeps the packed, split kernel
+ * free of spills on sm_90 (128 keys at head dim 64 and below, 32 at 160
+ * and 256, else 64; 32 where 64 does not fit the shared memory). */
+static void decode_choice(const fj_ctx *ctx, const fj_problem *p,
+                          fj_variant *v)
+{
+  int rows = fj__decode_rows(p), d = v->head_dim;
+  v->pack_gqa = p->heads_q > p->heads_kv;
+  v->tile_m = rows;
+  v->warps = rows / 16;
+  v->tile_n = d <= 64 ? 128 : d == 160 || d == 256 ? 32 : 64;
+  /* XOR: 257 us against pad's 273 on the H200 (64, 32/8, 1/4096, 128);
+   * at head dims 192 and 256 ptxas spills with it. */
+  v->swizzle = d >= 192 ? FJ_SWIZZLE_PAD : FJ_SWIZZLE_XOR;
+  int ld = d + (v->swizzle == FJ_SWIZZLE_PAD ? 8 : 0);
+  if ((rows + 2 * v->stages * v->tile_n) * ld * 2 > fj__smem_limit(ctx))
+    v->tile_n = 32;
+}
+
+/* Whether the wgmma family can take the problem: sm_90a, head dims in
+ * panels of 64, the same dtype for K/V, and strides TMA can encode (none
+ * zero where the extent is above 1). */
+static int wgmma_fits(const fj_ctx *ctx, const fj_problem *p)
+{
+  if (ctx->sm != 90 || !ctx->arch_specific || p->head_dim % 64 != 0 ||
+      (p->kv_dtype && p->kv_dtype != p->dtype))
+    return 0;
+  const int64_t *s[4] = {p->q_stride, p->k_stride, p->v_stride, p->o_stride};
+  int ext[4][3] = {{p->batch, p->heads_q, p->seq_q},
+                   {p->batch, p->heads_kv, p->seq_kv},
+                   {p->batch, p->heads_kv, p->seq_kv},
+                   {p->batch, p->heads_q, p->seq_q}};
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 3; j++)
+      if (s[i][j] == 0 && ext[i][j] > 1)
+        return 0;
+  return 1;
+}
+
+/* The wgmma family (sm_90a): two consumer warpgroups of 64 rows (three at
+ * head dim 64), key tiles as large as registers and shared memory allow,
+ * two stages -- FlashAttention-3's shapes, with the key tiles the H200
+ * sweeps of docs/PERF.md preferred. */
+static void wgmma_choice(fj_variant *v)
+{
+  int d = v->head_dim;
+  v->mma = FJ_MMA_WGMMA;
+  v->softmax = FJ_SOFTMAX_REGS;
+  v->swizzle = FJ_SWIZZLE_XOR;
+  v->stages = 2;
+  v->tile_m = d == 64 ? 192 : 128;
+  v->warps = d == 64 ? 16 : 12;
+  /* Head dim 128: 192-key tiles ran fastest; with a causal mask ptxas
+   * spills 8 bytes there, so 176. */
+  v->tile_n = d == 64    ? 128
+              : d == 128 ? (v->causal ? 176 : 192)
+              : d == 192 ? 96
+                         : 80;
+}
+
+void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
+{
+  fj_variant_default(v, p->head_dim, p->dtype, p->causal);
+  v->kv_dtype = p->kv_dtype == p->dtype ? 0 : p->kv_dtype;
+  if (v->kv_dtype == FJ_E4M3)
+    v->stages = 1;  /* FP8 K/V are dequantised as they load */
+  /* Before sm_80 the WMMA family's defaults stand, with synchronous loads
+   * (cp.async is sm_80's). */
+  if (ctx->sm < 80) {
+    v->stages = 1;
+    return;
+  }
+  mma_choice(ctx, p, v);
+  if (fj__decode_rows(p))
+    decode_choice(ctx, p, v);
+}
+
+void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
+{
+  fj__heuristic_sync(ctx, p, v);
+  /* Problems too small to give every multiprocessor a 128-row block keep
+   * the mma family's 64-row blocks; decode shapes and asked-for splits
+   * keep its packing and split-KV. */
+  if (wgmma_fits(ctx, p) && !few_blocks(ctx, p) && !fj__decode_rows(p) &&
+      p->splits < 2)
+    wgmma_choice(v);
+}
+
+int fj__plan_class(const fj_ctx *ctx, const fj_problem *p)
+{
+  return few_blocks(ctx, p) | wgmma_fits(ctx, p) << 1 |
+         fj__decode_rows(p) << 2 | (p->splits >= 2) << 10;
+}
+
+/* ---- splits, grids, workspace ------------------------------------------------------ */
+
+/* Blocks of a kernel one multiprocessor holds: by shared memory (the
+ * per-block limit plus the 1 KB the driver reserves is the
+ * multiprocessor's), threads (2048), and registers (65536, counting 255 a
+ * thread: launch bounds of one block let ptxas take them all). */
+static int blocks_per_sm(const fj_ctx *ctx, unsigned threads, unsigned smem)
+{
+  int warps = (int)(threads + 31) / 32;
+  int by_smem = (fj__smem_limit(ctx) + 1024) / ((int)smem + 1024);
+  int by_threads = 2048 / (int)threads, by_regs = 65536 / (warps * 32 * 256);
+  int n = by_smem < by_threads ? by_smem : by_threads;
+  n = n < by_regs ? n : by_regs;
+  return n < 1 ? 1 : n;
+}
+
+/* FlashAttention's rule: no split when the grid fills 80% of a wave or
+ * the keys are 4 tiles or fewer; otherwise, of the counts up to 128 and the key tiles that change the
+ * tiles per split, the smallest whose waves are at least 85% as full as
+ * the best count's. */
+static int split_rule(long blocks, int slots, int tiles_kv)
+{
+  if (blocks >= 0.8 * slots || tiles_kv <= 4)
+    return 1;
+  int top = tiles_kv < 128 ? tiles_kv : 128;
+  double eff[129] = {0}, best = 0;
+  for (int s = 1; s <= top; s++) {
+    int eligible = s == 1 || (tiles_kv + s - 1) / s != (tiles_kv + s - 2) / (s - 1);
+    if (!eligible)
+      continue;
+    double waves = (double)blocks * s / slots;
+    eff[s] = waves / ceil(waves);
+    best = eff[s] > best ? eff[s] : best;
+  }
+  for (int s = 1; s <= top; s++)
+    if (eff[s] >= 0.85 * best)
+      return s;
+  return 1;
+}
+
+fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
+                        const fj_variant *v, const fj_kmeta *m,
+                        fj_plan *plan)
+{
+  int group = p->heads_q / p->heads_kv;
+  int rows = v->pack_gqa ? p->seq_q * group : p->seq_q;
+  unsigned per = (unsigned)m->rows_per_block;
+  uint64_t tiles_m = ((uint64_t)rows + per - 1) / per;
+  plan->variant = *v;
+  plan->rows = rows;
+  plan->threads = (unsigned)m->threads;
+  plan->smem_bytes = (unsigned)m->smem_bytes;
+  plan->sm_count = fj__sm_count(ctx);
+  plan->blocks_per_sm = blocks_per_sm(ctx, plan->threads, plan->smem_bytes);
+  plan->splits = 1;
+  memset(plan->grid, 0, sizeof plan->grid);
+  memset(plan->combine_grid, 0, sizeof plan->combine_grid);
+  plan->combine_threads = 0;
+  plan->workspace_bytes = 0;
+  if (p->splits > 1 && !v->split_kv)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "splits %d: the variant has no split-KV (split_kv 0); "
+                    "use splits 0 or 1, or a split_kv variant",
+                    p->splits);
+  if (m->persistent) {
+    /* The kernel walks the row tiles of each head in pairs (block.cuh). */
+    uint64_t total = (tiles_m + 1) / 2 * (uint64_t)p->heads_q * (uint64_t)p->batch;
+    if (total > INT32_MAX)
+      return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                      "%llu pairs of work tiles of %u rows: a persistent "
+                      "kernel counts at most %d",
+                      (unsigned long long)total, per, INT32_MAX);
+    uint64_t sms = (uint64_t)plan->sm_count;
+    plan->grid[0] = (unsigned)(total < sms ? total : sms);
+    plan->grid[1] = plan->grid[2] = 1;
+    return FJ_OK;
+  }
+  long heads = v->pack_gqa ? p->heads_kv : p->heads_q;
+  if (v->split_kv) {
+    int tiles_kv = (p->seq_kv + v->tile_n - 1) / v->tile_n;
+    long blocks = (long)tiles_m * heads * p->batch;
+    plan->splits = p->splits >= 1 ? p->splits
+                                  : split_rule(blocks, plan->sm_count * plan->blocks_per_sm,
+                                               tiles_kv);
+  }
+  uint64_t gx = tiles_m * (uint64_t)plan->splits;
+  if (gx > INT32_MAX)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "%llu row tiles of %u rows x %d splits: a grid counts "
+                    "at most %d blocks across",
+                    (unsigned long long)tiles_m, per, plan->splits, INT32_MAX);
+  plan->grid[0] = (unsigned)gx;
+  plan->grid[1] = (unsigned)heads;
+  plan->grid[2] = (unsigned)p->batch;
+  if (!v->split_kv)
+    return FJ_OK;
+  /* The combine: 4 rows a block of 128 threads (combine.cu). */
+  uint64_t all = (uint64_t)p->batch * (uint64_t)p->heads_q * (uint64_t)p->seq_q;
+  if ((all + 3) / 4 > INT32_MAX)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "%llu rows: the split-KV combine takes at most %llu",
+                    (unsigned long long)all, (unsigned long long)INT32_MAX * 4);
+  plan->combine_grid[0] = (unsigned)((all + 3) / 4);
+  plan->combine_grid[1] = plan->combine_grid[2] = 1;
+  plan->combine_threads = 128;
+  uint64_t floats;
+  if (__builtin_mul_overflow(all * (uint64_t)plan->splits,
+                             (uint64_t)p->head_dim + 1, &floats) ||
+      floats > SIZE_MAX / sizeof(float))
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "splits %d over %llu rows need a workspace past what "
+                    "64-bit sizes count",
+                    plan->splits, (unsigned long long)all);
+  plan->workspace_bytes = (size_t)floats * sizeof(float);
+  return FJ_OK;
+}

@@ -1,0 +1,31 @@
+/*
+ * plan.h -- what to launch for a problem: the heuristic's variant, and
+ * from a variant and its kernel's shape the splits, grids and workspace
+ * (fj_plan).  Arithmetic only; attention.c adds the tuning database and
+ * the launches.
+ */
+#ifndef FJ_PLAN_H
+#define FJ_PLAN_H
+
+#include "ctx.h"
+#include "template.h"
+
+/* The heuristic's variant for a problem on the context's target. */
+void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v);
+/* Its choice among the families without TMA (wmma, mma): the tuner's
+ * starting point for their space. */
+void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v);
+/* The rows of a decode-shaped problem's tile (64 or 128: the packed rows,
+ * seq_q x group, fit one), or 0 for any other problem. */
+int fj__decode_rows(const fj_problem *p);
+/* What the heuristic's choice depends on beyond the tuning database's
+ * problem class, as one number (for the dispatch caches' keys). */
+int fj__plan_class(const fj_ctx *ctx, const fj_problem *p);
+/* The plan of variant v for p, its kernel's template having said m: splits
+ * (problem.splits, else the rule), grids, workspace.  The caller fills
+ * plan->from. */
+fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
+                        const fj_variant *v, const fj_kmeta *m,
+                        fj_plan *plan);
+
+#endif /* FJ_PLAN_H */
