@@ -903,6 +903,7 @@ static int seqlens(fj_ctx *ctx, int wgmma)
             v.tile_m = d ? 128 : 192;
             v.warps = d ? 12 : 16;
             v.tile_n = d ? 192 : 128;
+            v.pack_gqa = v.split_kv = 0;  /* the mma family's axes */
           }
           char label[200];
           variant_label(label, sizeof label, &v, &c.p, "");
