@@ -421,8 +421,8 @@ FJ_API void fj_problem_init(fj_problem *p, int batch, int heads_q,
  * Validates a problem: positive sizes (batch and heads at most 65535,
  * sequences at most 2^30), heads_kv dividing heads_q, a head dim and dtypes
  * the context's target supports, a known mask, a finite scale, FP8 scales
- * for e4m3 K/V, splits 0..FJ_SPLITS_MAX, and strides: none negative, not all 0 (fj_problem_init's
- * unknown order), every tensor's last element within signed 64-bit byte
+ * for e4m3 K/V, splits 0..FJ_SPLITS_MAX, and strides: none negative,
+ * not all 0 (fj_problem_init's unknown order), every tensor's last element within signed 64-bit byte
  * offsets (what the kernels index with), and O's rows apart -- from the
  * smallest stride out, each dimension of extent above 1 steps past all
  * the elements inside it (rows that interleave without meeting are
