@@ -15,7 +15,6 @@ Run on the GPU machine from the repository root, with build/ configured with
 import argparse
 import json
 import os
-import statistics
 import sys
 
 import torch
@@ -24,6 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flashjit_ctypes as fjc  # noqa: E402
+from sdpa_compare import bench  # noqa: E402  (median of CUDA-event timings)
 
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
@@ -37,21 +37,6 @@ CASES = [
     (32, 32, 32, 1, 2048, 128, "bf16"),
     (64, 32, 8, 1, 4096, 64, "bf16"),
 ]
-
-
-def bench(fn, iters, warm=10):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e))
-    return statistics.median(ts)
 
 
 def graph_time(fn, iters, reps=20):
@@ -90,7 +75,7 @@ def case(fj, B, H, Hkv, Sq, Skv, D, dt, iters):
         fj.fwd(p, q, k, v, o, stream=torch.cuda.current_stream().cuda_stream)
     run()
     torch.cuda.synchronize()
-    ms = bench(run, iters)
+    ms = bench(run, iters, warm=10)
     row["flashjit_us"] = round(ms * 1e3, 1)
     row["flashjit_gbs"] = round(kv_bytes / ms / 1e6, 1)
     row["flashjit_graph_us"] = round(graph_time(run, iters) * 1e3, 1)

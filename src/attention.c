@@ -243,11 +243,8 @@ fj_status fj_attention_variant(fj_ctx *ctx, const fj_problem *p,
   if (!ctx || !p || !v)
     return fj__null_arg(ctx, "fj_attention_variant",
                         !ctx ? "ctx" : !p ? "p" : "v");
-  fj__clear_error(ctx);
   fj_plan plan;
-  fj_status st = fj_problem_check(ctx, p);
-  if (st == FJ_OK)
-    st = plan_problem(ctx, p, &plan);
+  fj_status st = fj_attention_plan(ctx, p, &plan);
   if (st == FJ_OK) {
     *v = plan.variant;
     if (from)
@@ -478,9 +475,10 @@ static fj_status tensor_maps(const fj_ctx *ctx, const fj_problem *p,
 }
 
 /* The split-KV partials: the caller's workspace, or the context's for the
- * stream. */
-static fj_status workspace(fj_ctx *ctx, const fj_plan *plan, void *ws,
-                           size_t ws_bytes, void *stream, fj_kparams *kp)
+ * stream; O's partial rows first, then their log-sum-exp. */
+static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
+                           const fj_plan *plan, void *ws, size_t ws_bytes,
+                           void *stream, fj_kparams *kp)
 {
   uint64_t base = (uint64_t)(uintptr_t)ws;
   fj_status st = FJ_OK;
@@ -495,27 +493,31 @@ static fj_status workspace(fj_ctx *ctx, const fj_plan *plan, void *ws,
                   "workspace %p is not 16-byte aligned", ws);
   if (st != FJ_OK)
     return st;
-  size_t floats_o = plan->workspace_bytes / sizeof(float) /
-                    ((size_t)plan->variant.head_dim + 1) *
-                    (size_t)plan->variant.head_dim;
+  size_t rows = (size_t)plan->splits * (size_t)p->batch *
+                (size_t)p->heads_q * (size_t)p->seq_q;
   kp->splits = plan->splits;
   kp->o_part = (float *)(uintptr_t)base;
-  kp->lse_part = kp->o_part + floats_o;
+  kp->lse_part = kp->o_part + rows * (size_t)p->head_dim;
   return FJ_OK;
 }
 
-/* Runs variant v with `splits` key ranges: the attention kernel, and for a
- * split variant the combine after it, on one stream. */
-static fj_status launch(fj_ctx *ctx, const fj_problem *p, const fj_variant *v,
-                        int splits, const void *q, const void *k,
-                        const void *vp, void *o, float *lse, void *ws,
-                        size_t ws_bytes, void *stream)
+/* Runs a plan: the attention kernel, and for a split variant the combine
+ * after it, on one stream.  `fresh`: the plan was made for this call
+ * (fj_attention_fwd) and is used as it is while the kernel's threads and
+ * shared memory agree with it; otherwise (a caller's plan, or a variant
+ * with a split count) only its variant and splits are taken and the rest
+ * is planned again from the kernel. */
+static fj_status launch(fj_ctx *ctx, const fj_problem *p,
+                        const fj_plan *given, int fresh, const void *q,
+                        const void *k, const void *vp, void *o, float *lse,
+                        void *ws, size_t ws_bytes, void *stream)
 {
   fj_kernel *kern;
   void *fn, *combine_fn = NULL;
   fj_kparams kp;
   fj_tmaps maps;
-  fj_plan plan;
+  fj_plan plan = *given;
+  const fj_variant *v = &given->variant;
   void *args[] = {&kp, &maps};
   fj_status st = fj__cu_enter(ctx);
   if (st != FJ_OK)
@@ -526,15 +528,16 @@ static fj_status launch(fj_ctx *ctx, const fj_problem *p, const fj_variant *v,
     st = ready_combine(ctx, v, &combine_fn);
   pthread_mutex_unlock(&ctx->lock);
   fj_problem pp = *p;
-  pp.splits = splits;
-  if (st == FJ_OK)
+  pp.splits = given->splits;
+  if (st == FJ_OK && (!fresh || kern->meta.threads != (int)plan.threads ||
+                      kern->meta.smem_bytes != (int)plan.smem_bytes))
     st = fj__plan_fill(ctx, &pp, v, &kern->meta, &plan);
   if (st == FJ_OK && kern->meta.tma)
     st = tensor_maps(ctx, p, v, kern, q, k, vp, &maps);
   if (st == FJ_OK) {
     fill_params(&kp, p, q, k, vp, o, lse);
     if (v->split_kv)
-      st = workspace(ctx, &plan, ws, ws_bytes, stream, &kp);
+      st = workspace(ctx, p, &plan, ws, ws_bytes, stream, &kp);
   }
   if (st == FJ_OK) {
     fj_launch l = {fn, {plan.grid[0], plan.grid[1], plan.grid[2]},
@@ -553,19 +556,19 @@ static fj_status launch(fj_ctx *ctx, const fj_problem *p, const fj_variant *v,
 
 /* The checks every launch makes, then the launch. */
 static fj_status checked_launch(fj_ctx *ctx, const fj_problem *p,
-                                const fj_variant *v, int splits,
+                                const fj_plan *plan, int fresh,
                                 const void *q, const void *k, const void *vp,
                                 void *o, float *lse, void *ws,
                                 size_t ws_bytes, void *stream)
 {
-  fj_status st = check_match(ctx, p, v);
+  fj_status st = check_match(ctx, p, &plan->variant);
   if (st == FJ_OK)
     st = check_pointers(ctx, p, q, k, vp, o);
   if (st == FJ_OK && !ctx->has_device)
     st = fj__fail(ctx, FJ_ERR_COMPILE_ONLY,
                   "cannot launch on a compile-only context (arch %s)",
                   ctx->arch);
-  return st == FJ_OK ? launch(ctx, p, v, splits, q, k, vp, o, lse, ws,
+  return st == FJ_OK ? launch(ctx, p, plan, fresh, q, k, vp, o, lse, ws,
                               ws_bytes, stream)
                      : st;
 }
@@ -579,8 +582,9 @@ fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
     return fj__null_arg(ctx, "fj_attention_fwd_variant",
                         !ctx ? "ctx" : !p ? "p" : "v (the variant)");
   fj__clear_error(ctx);
+  fj_plan plan = {.variant = *v, .splits = p->splits};
   fj_status st = fj_problem_check(ctx, p);
-  return st == FJ_OK ? checked_launch(ctx, p, v, p->splits, q, k, vp, o, lse,
+  return st == FJ_OK ? checked_launch(ctx, p, &plan, 0, q, k, vp, o, lse,
                                       NULL, 0, stream)
                      : st;
 }
@@ -600,9 +604,8 @@ fj_status fj_attention_fwd_plan(fj_ctx *ctx, const fj_problem *p,
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
                   "plan->splits %d is invalid: 1..%d", plan->splits,
                   FJ_SPLITS_MAX);
-  return st == FJ_OK ? checked_launch(ctx, p, &plan->variant, plan->splits,
-                                      q, k, v, o, lse, workspace,
-                                      workspace_bytes, stream)
+  return st == FJ_OK ? checked_launch(ctx, p, plan, 0, q, k, v, o, lse,
+                                      workspace, workspace_bytes, stream)
                      : st;
 }
 
@@ -617,7 +620,7 @@ fj_status fj_attention_fwd(fj_ctx *ctx, const fj_problem *p, const void *q,
   fj_status st = fj_problem_check(ctx, p);
   if (st == FJ_OK)
     st = plan_problem(ctx, p, &plan);
-  return st == FJ_OK ? checked_launch(ctx, p, &plan.variant, plan.splits, q,
-                                      k, v, o, lse, NULL, 0, stream)
+  return st == FJ_OK ? checked_launch(ctx, p, &plan, 1, q, k, v, o, lse, NULL,
+                                      0, stream)
                      : st;
 }

@@ -126,10 +126,9 @@
   if PACK or SPLIT then
     local rows_end = PACK and "p.seq_q * p.group" or "p.seq_q"
     local function head(r) return PACK and ("blk.h + (%s) %% p.group"):format(r) or "blk.h" end
-    local function pos(r) return PACK and ("(%s) / p.group"):format(r) or r end
     -- The row's index in [batch][heads_q][seq_q].
     local function flat(r)
-      return ("((long long)blk.b * p.heads_q + %s) * p.seq_q + %s"):format(head(r), pos(r))
+      return ("((long long)blk.b * p.heads_q + %s) * p.seq_q + %s"):format(head(r), mrule.pos(r))
     end
     out = { valid = function(r) return ("%s < %s"):format(r, rows_end) end }
     if SPLIT then
@@ -138,7 +137,7 @@
       out.lse = function(r) return ("p.lse_part[part0 + %s]"):format(flat(r)) end
     else
       out.ptr = function(r)
-        return ("o_out + (long long)((%s) %% p.group) * p.o_stride[1] + (long long)((%s) / p.group) * p.o_stride[2]"):format(r, r)
+        return ("o_out + (long long)((%s) %% p.group) * p.o_stride[1] + (long long)(%s) * p.o_stride[2]"):format(r, mrule.pos(r))
       end
       out.lse = function(r) return ("p.lse[%s]"):format(flat(r)) end
     end

@@ -22,6 +22,9 @@
     ptr = function(r) return ("o_out + (long long)%s * p.o_stride[2]"):format(r) end,
     lse = function(r) return ("p.lse[((long long)blk.b * p.heads_q + blk.h) * p.seq_q + %s]"):format(r) end,
   }
+  -- What is stored: one element, a pair, and their conversions from float.
+  local T = out.f32 and { one = "float", two = "float2", make1 = "", make2 = "make_float2" }
+                     or { one = "elem_t", two = "fj::elem2_t", make1 = "fj::to_elem", make2 = "fj::to_elem2" }
 %}
   // One lane per row group writes the log-sum-exp: the group's lowest.
   int leader = lane;
@@ -44,22 +47,12 @@
       {
         const int row = {{ row0("mi") }} + {{ acc.drow[s] }}, col = d * 16 + {{ c0 }} + {{ acc.dcol[s] }};
         if ({{ out.valid("row") }}) {
-{%   if out.f32 then %}
-          float *dst = {{ out.ptr("row") }} + col;
-{%     if #pr == 2 then %}
-          *reinterpret_cast<float2 *>(dst) = make_float2({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }},
-                                                         {{ O("mi", "d", pr[2]) }} * inv{{ rows.class_of[s] }});
-{%     else %}
-          *dst = {{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }};
-{%     end %}
-{%   else %}
-          elem_t *dst = {{ out.ptr("row") }} + col;
-{%     if #pr == 2 then %}
-          *reinterpret_cast<fj::elem2_t *>(dst) = fj::to_elem2({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }},
+          {{ T.one }} *dst = {{ out.ptr("row") }} + col;
+{%   if #pr == 2 then %}
+          *reinterpret_cast<{{ T.two }} *>(dst) = {{ T.make2 }}({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }},
                                                                {{ O("mi", "d", pr[2]) }} * inv{{ rows.class_of[s] }});
-{%     else %}
-          *dst = fj::to_elem({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }});
-{%     end %}
+{%   else %}
+          *dst = {{ T.make1 }}({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }});
 {%   end %}
         }
       }

@@ -21,6 +21,7 @@
 --   mask.row_limit(row, n0, c0)  the first column, counted from n0 + c0,
 --                                that `row` may not see
 --   mask.visible(row, key)       one element's test
+--   mask.pos(row)                the query position of a (packed) row
 
 local M = {}
 
@@ -34,6 +35,8 @@ function M.new(causal, packed)
   local function pos_end(last)
     return packed and ("((%s) - 1) / p.group + 1"):format(last) or last
   end
+
+  R.pos = pos
 
   function R.keys_end(last)
     if not R.causal then return "p.seq_kv" end

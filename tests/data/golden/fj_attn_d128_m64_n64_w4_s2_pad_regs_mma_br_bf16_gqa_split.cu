@@ -516,7 +516,7 @@ fj_attn_d128_m64_n64_w4_s2_pad_regs_mma_br_bf16_gqa_split(const fj::Params p) {
         if (row < p.seq_q * p.group) {
           float *dst = p.o_part + (part0 + ((long long)blk.b * p.heads_q + blk.h + (row) % p.group) * p.seq_q + (row) / p.group) * 128 + col;
           *reinterpret_cast<float2 *>(dst) = make_float2(o[mi][d][0] * inv1,
-                                                         o[mi][d][1] * inv1);
+                                                               o[mi][d][1] * inv1);
         }
       }
       {
@@ -524,7 +524,7 @@ fj_attn_d128_m64_n64_w4_s2_pad_regs_mma_br_bf16_gqa_split(const fj::Params p) {
         if (row < p.seq_q * p.group) {
           float *dst = p.o_part + (part0 + ((long long)blk.b * p.heads_q + blk.h + (row) % p.group) * p.seq_q + (row) / p.group) * 128 + col;
           *reinterpret_cast<float2 *>(dst) = make_float2(o[mi][d][2] * inv2,
-                                                         o[mi][d][3] * inv2);
+                                                               o[mi][d][3] * inv2);
         }
       }
       {
@@ -532,7 +532,7 @@ fj_attn_d128_m64_n64_w4_s2_pad_regs_mma_br_bf16_gqa_split(const fj::Params p) {
         if (row < p.seq_q * p.group) {
           float *dst = p.o_part + (part0 + ((long long)blk.b * p.heads_q + blk.h + (row) % p.group) * p.seq_q + (row) / p.group) * 128 + col;
           *reinterpret_cast<float2 *>(dst) = make_float2(o[mi][d][4] * inv1,
-                                                         o[mi][d][5] * inv1);
+                                                               o[mi][d][5] * inv1);
         }
       }
       {
@@ -540,7 +540,7 @@ fj_attn_d128_m64_n64_w4_s2_pad_regs_mma_br_bf16_gqa_split(const fj::Params p) {
         if (row < p.seq_q * p.group) {
           float *dst = p.o_part + (part0 + ((long long)blk.b * p.heads_q + blk.h + (row) % p.group) * p.seq_q + (row) / p.group) * 128 + col;
           *reinterpret_cast<float2 *>(dst) = make_float2(o[mi][d][6] * inv2,
-                                                         o[mi][d][7] * inv2);
+                                                               o[mi][d][7] * inv2);
         }
       }
     }
