@@ -10,7 +10,7 @@ import os
 
 F16, BF16, E4M3, F32 = 1, 2, 3, 4
 CAUSAL_NONE, CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT = 0, 1, 2
-BHSD, BSHD = 0, 1
+BHSD, BSHD, THD = 0, 1, 2
 
 LOG_FN = C.CFUNCTYPE(None, C.c_void_p, C.c_int, C.c_char_p)
 PROGRESS_FN = C.CFUNCTYPE(None, C.c_void_p, C.c_size_t, C.c_size_t)
@@ -25,7 +25,8 @@ class CtxOpts(C.Structure):
 class Variant(C.Structure):
     _fields_ = [(n, C.c_int) for n in ("head_dim", "tile_m", "tile_n", "warps", "stages",
                                        "swizzle", "softmax", "mma", "causal", "dtype",
-                                       "kv_dtype", "pack_gqa", "split_kv")]
+                                       "kv_dtype", "pack_gqa", "split_kv", "varlen",
+                                       "paged")]
 
 
 class Problem(C.Structure):
@@ -35,7 +36,10 @@ class Problem(C.Structure):
                 ("scale", C.c_float), ("q_stride", C.c_int64 * 3),
                 ("k_stride", C.c_int64 * 3), ("v_stride", C.c_int64 * 3),
                 ("o_stride", C.c_int64 * 3), ("k_scale", C.c_void_p),
-                ("v_scale", C.c_void_p), ("splits", C.c_int)]
+                ("v_scale", C.c_void_p), ("splits", C.c_int),
+                ("cu_seqlens_q", C.c_void_p), ("cu_seqlens_kv", C.c_void_p),
+                ("seqused_kv", C.c_void_p), ("block_table", C.c_void_p),
+                ("max_pages", C.c_int), ("page_size", C.c_int), ("num_pages", C.c_int)]
 
 
 class Plan(C.Structure):
@@ -133,6 +137,11 @@ class Flashjit:
         buf = C.create_string_buffer(160)
         self.lib.fj_variant_name(C.byref(pl.variant), buf, 160)
         return pl, buf.value.decode()
+
+    def fwd_variant(self, p, variant, q, k, v, o, lse=None, stream=0):
+        self.check(self.lib.fj_attention_fwd_variant(
+            self.ctx, C.byref(p), C.byref(variant), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+            o.data_ptr(), lse.data_ptr() if lse is not None else None, stream or None))
 
     def fwd(self, p, q, k, v, o, lse=None, stream=0):
         self.check(self.lib.fj_attention_fwd(self.ctx, C.byref(p), q.data_ptr(), k.data_ptr(),

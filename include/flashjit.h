@@ -241,9 +241,18 @@ typedef struct fj_variant {
    * not depend on timing).  For grids that would not fill the GPU.  Named
    * "_split". */
   int split_kv;
+  /* 1: variable lengths (mma family): each sequence's lengths and first
+   * rows come from the problem's cu_seqlens_q, cu_seqlens_kv and
+   * seqused_kv (device arrays read by the kernel); blocks past a
+   * sequence's end return at once.  Set from the problem, not tuned.
+   * Named "_vl". */
+  int varlen;
+  /* 1: paged K/V (mma family): key rows are found through the problem's
+   * block table.  Set from the problem, not tuned.  Named "_paged". */
+  int paged;
 } fj_variant;
 
-/* Fills v (pack_gqa and split_kv 0) with the WMMA family's default variant for a head dim, dtype and
+/* Fills v (pack_gqa, split_kv, varlen and paged 0) with the WMMA family's default variant for a head dim, dtype and
  * causal mode: register softmax, a portable choice that fits every target
  * from sm_80 on.  fj_attention_variant gives the choice fj_attention_fwd
  * makes for a problem on a context's device: on sm_90a the wgmma family
@@ -372,7 +381,9 @@ FJ_API fj_status fj_kernel_prepare(fj_ctx *ctx, const fj_variant *variants,
 
 typedef enum fj_order {
   FJ_BHSD = 0,  /* [batch][heads][seq][head_dim] */
-  FJ_BSHD = 1   /* [batch][seq][heads][head_dim] */
+  FJ_BSHD = 1,  /* [batch][seq][heads][head_dim] */
+  FJ_THD = 2    /* [tokens][heads][head_dim]: the sequences packed one after
+                   another (batch strides 0), for cu_seqlens_q/_kv */
 } fj_order;
 
 typedef struct fj_problem {
@@ -403,13 +414,50 @@ typedef struct fj_problem {
    * (fj_attention_plan); 1: never split; 2..FJ_SPLITS_MAX: exactly that
    * many (ranges past the last key are empty and merge as nothing). */
   int splits;
+  /* Variable-length batches.  All NULL: every sequence has seq_q queries
+   * and seq_kv keys.  Otherwise device arrays of int32, and seq_q and
+   * seq_kv are upper bounds of the lengths (they size the grid and the
+   * log-sum-exp); a length may be 0.
+   *   cu_seqlens_q[batch + 1]: sequence b's queries are rows
+   *     cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of Q and O, counted in
+   *     q_stride[2] and o_stride[2]; their batch strides must be 0
+   *     (FJ_THD: the tokens of all sequences packed);
+   *   cu_seqlens_kv[batch + 1]: the same for K and V;
+   *   seqused_kv[batch]: sequence b sees its first seqused_kv[b] keys
+   *     (taking precedence over cu_seqlens_kv's lengths: a cache with
+   *     room to grow).
+   * The log-sum-exp keeps its [batch][heads_q][seq_q] layout; entries past
+   * a sequence's end are not written.  Causal masks align each sequence's
+   * own ends (bottom-right: its last query sees its last key).  The
+   * kernels clamp a length to 0..seq_q (seq_kv) and read nothing past it;
+   * fj_problem_check_lengths checks host copies of the arrays. */
+  const int32_t *cu_seqlens_q;
+  const int32_t *cu_seqlens_kv;
+  const int32_t *seqused_kv;
+  /* A paged KV cache: block_table non-NULL.  K and V are num_pages pages
+   * of page_size tokens: k_stride[0] and v_stride[0] step a page, [1] a
+   * head, [2] a token within the page.  The [num_pages][page_size]
+   * [heads_kv][head_dim] layout of vLLM and FlashInfer (NHD) has strides
+   * {page_size * heads_kv * head_dim, head_dim, heads_kv * head_dim}.
+   * Key j of sequence b is token j % page_size of page
+   * block_table[b * max_pages + j / page_size]; the sequence's keys number
+   * seqused_kv[b] (NULL: seq_kv each), and cu_seqlens_kv must be NULL.
+   * A table entry outside 0..num_pages - 1 is read as page 0, never past
+   * the cache (fj_problem_check_lengths reports it). */
+  const int32_t *block_table;  /* device int32[batch][max_pages] */
+  int max_pages;  /* the table's columns; max_pages * page_size >= seq_kv */
+  int page_size;  /* tokens a page: a power of two, 1..FJ_PAGE_SIZE_MAX */
+  int num_pages;  /* pages in K and in V */
 } fj_problem;
+
+#define FJ_PAGE_SIZE_MAX 4096
 
 #define FJ_SPLITS_MAX 256
 
 /* Fills p for contiguous tensors in the given order, with dtype for all of
  * Q, K, V, O, no causal mask and the default scale.  p NULL: does nothing.
- * An order that is neither FJ_BHSD nor FJ_BSHD gets no layout guessed: the
+ * FJ_THD (packed tokens) leaves the varlen arrays for the caller to set.
+ * An order that is none of FJ_BHSD, FJ_BSHD, FJ_THD gets no layout guessed: the
  * strides are left 0, and fj_problem_check refuses the problem, saying
  * that they were never set (unless every batch, head and sequence extent
  * is 1, where no layout is needed). */
@@ -421,7 +469,10 @@ FJ_API void fj_problem_init(fj_problem *p, int batch, int heads_q,
  * Validates a problem: positive sizes (batch and heads at most 65535,
  * sequences at most 2^30), heads_kv dividing heads_q, a head dim and dtypes
  * the context's target supports, a known mask, a finite scale, FP8 scales
- * for e4m3 K/V, splits 0..FJ_SPLITS_MAX, and strides: none negative,
+ * for e4m3 K/V, splits 0..FJ_SPLITS_MAX, the varlen and paged fields
+ * consistent (batch strides 0 with cu_seqlens, a power-of-two page size,
+ * a block table long enough for seq_kv, no cu_seqlens_kv with pages; the
+ * arrays themselves are device memory: see fj_problem_check_lengths), and strides: none negative,
  * not all 0 (fj_problem_init's unknown order), every tensor's last element within signed 64-bit byte
  * offsets (what the kernels index with), and O's rows apart -- from the
  * smallest stride out, each dimension of extent above 1 steps past all
@@ -430,6 +481,18 @@ FJ_API void fj_problem_init(fj_problem *p, int batch, int heads_q,
  * ctx and p must not be NULL.
  */
 FJ_API fj_status fj_problem_check(fj_ctx *ctx, const fj_problem *p);
+
+/*
+ * Checks the index arrays of a varlen or paged problem, given as HOST
+ * copies in p (cu_seqlens_q, cu_seqlens_kv, seqused_kv, block_table): the
+ * prefix sums start at 0 or more and never decrease, every length is
+ * within seq_q / seq_kv, and every table entry a sequence uses is a page
+ * in 0..num_pages - 1.  The kernels cannot report these (they clamp
+ * instead): a caller that wants the check runs it on the host before
+ * uploading.  FJ_ERR_INVALID_ARG with the first bad entry, its index and
+ * the limit in fj_errmsg(NULL); FJ_OK for a problem with no arrays.
+ */
+FJ_API fj_status fj_problem_check_lengths(const fj_problem *p);
 
 typedef enum fj_choice {
   FJ_CHOICE_HEURISTIC = 0,
@@ -538,7 +601,12 @@ FJ_API fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
  * it checks what fj_problem_check checks without a context (sizes, head
  * dim 1..256, dtypes, mask, scale, strides), 0 <= row_begin <= row_end <=
  * seq_q, that p, q, k, v and out are not NULL, and the scales for e4m3
- * K/V: FJ_ERR_INVALID_ARG, with the message in fj_errmsg(NULL).
+ * K/V: FJ_ERR_INVALID_ARG, with the message in fj_errmsg(NULL).  For a
+ * varlen or paged problem, p's cu_seqlens_q, cu_seqlens_kv, seqused_kv
+ * and block_table are host arrays here, checked first as
+ * fj_problem_check_lengths checks them; rows are counted within each
+ * sequence, and a row past its sequence's end gets O = 0 and a NaN
+ * log-sum-exp (it has no output).
  */
 FJ_API fj_status fj_reference_fwd(const fj_problem *p, const void *q,
                                   const void *k, const void *v,

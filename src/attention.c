@@ -38,10 +38,11 @@ typedef struct fj_pick {
   fj_kmeta meta;    /* what v's template said of its kernel */
   fj_choice from;
 } fj_pick;
-/* The split-KV combine kernels, by head dim and dtype. */
+/* The split-KV combine kernels, by head dim, dtype and varlen. */
 typedef struct fj_hot_combine {
   int head_dim;
   fj_dtype dtype;
+  int varlen;
   void *function;
 } fj_hot_combine;
 
@@ -83,8 +84,8 @@ static int64_t product(int64_t a, int64_t b, int64_t c)
 static void contiguous(int64_t s[3], int heads, int seq, int d,
                        fj_order order)
 {
-  if (order == FJ_BSHD) {
-    s[0] = product(seq, heads, d);
+  if (order == FJ_BSHD || order == FJ_THD) {
+    s[0] = order == FJ_THD ? 0 : product(seq, heads, d);
     s[1] = d;
     s[2] = product(heads, d, 1);
   } else {
@@ -110,7 +111,7 @@ void fj_problem_init(fj_problem *p, int batch, int heads_q, int heads_kv,
   p->dtype = dtype;
   /* An unknown order gets no layout guessed for it: the strides stay 0,
    * which fj_problem_check refuses with the reason. */
-  if (order != FJ_BHSD && order != FJ_BSHD)
+  if (order != FJ_BHSD && order != FJ_BSHD && order != FJ_THD)
     return;
   contiguous(p->q_stride, heads_q, seq_q, head_dim, order);
   contiguous(p->o_stride, heads_q, seq_q, head_dim, order);
@@ -185,7 +186,8 @@ static fj_status choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
     }
   fj__heuristic(ctx, p, v);
   /* Splits asked for need the family the heuristic chose for them. */
-  fj_choice c = p->splits < 2 && fj__tune_lookup(ctx, p, v)
+  fj_choice c = p->splits < 2 && !v->varlen && !v->paged &&
+                       fj__tune_lookup(ctx, p, v)
                     ? FJ_CHOICE_TUNED
                     : FJ_CHOICE_HEURISTIC;
   fj_status st = fj__variant_meta(ctx, v, meta);
@@ -297,6 +299,15 @@ static fj_status check_match(const fj_ctx *ctx, const fj_problem *p,
                     fj_dtype_name(fj__kv_dtype(v)), fj_causal_name(v->causal),
                     p->head_dim, fj_dtype_name(p->dtype), fj_dtype_name(pkv),
                     fj_causal_name(p->causal));
+  if (v->paged != fj__problem_paged(p) ||
+      (fj__problem_varlen(p) && !v->varlen))
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "variant (varlen %d, paged %d) does not match the "
+                    "problem (%s, %s): a varlen problem needs a varlen "
+                    "variant, a paged one a paged variant",
+                    v->varlen, v->paged,
+                    fj__problem_varlen(p) ? "varlen" : "fixed lengths",
+                    fj__problem_paged(p) ? "paged" : "dense K/V");
   return FJ_OK;
 }
 
@@ -366,6 +377,14 @@ static void fill_params(fj_kparams *kp, const fj_problem *p, const void *q,
   double scale = p->scale != 0.f ? (double)p->scale : 1.0 / sqrt(p->head_dim);
   kp->scale_log2 = (float)(scale * 1.4426950408889634);
   kp->splits = 1;
+  kp->cu_seqlens_q = p->cu_seqlens_q;
+  kp->cu_seqlens_kv = p->cu_seqlens_kv;
+  kp->seqused_kv = p->seqused_kv;
+  kp->block_table = p->block_table;
+  kp->max_pages = p->max_pages;
+  kp->num_pages = p->num_pages;
+  while (p->page_size > 1 << kp->page_shift)
+    kp->page_shift++;
 }
 
 /* The kernel and its function, built and loaded if needed; ctx->lock held
@@ -394,12 +413,11 @@ static fj_status ready_kernel(fj_ctx *ctx, const fj_variant *v,
   return st;
 }
 
-fj_status fj__combine_kernel(fj_ctx *ctx, int head_dim, fj_dtype dtype,
-                             fj_kernel **k)
+fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
 {
   char symbol[64];
-  snprintf(symbol, sizeof symbol, "fj_combine_d%d_%s", head_dim,
-           fj_dtype_name(dtype));
+  snprintf(symbol, sizeof symbol, "fj_combine_d%d_%s%s", v->head_dim,
+           fj_dtype_name(v->dtype), v->varlen ? "_vl" : "");
   fj_param params[] = {
       {"template", FJ_PARAM_STR, 0, "combine.cu", NULL},
       {"symbol", FJ_PARAM_STR, 0, symbol, NULL},
@@ -407,8 +425,9 @@ fj_status fj__combine_kernel(fj_ctx *ctx, int head_dim, fj_dtype dtype,
       {"sm", FJ_PARAM_INT, ctx->sm, NULL, NULL},
       {"version", FJ_PARAM_STR, 0, fj_version(), NULL},
       {"params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_kparams), NULL, NULL},
-      {"head_dim", FJ_PARAM_INT, head_dim, NULL, NULL},
-      {"dtype", FJ_PARAM_STR, 0, fj_dtype_name(dtype), NULL},
+      {"head_dim", FJ_PARAM_INT, v->head_dim, NULL, NULL},
+      {"dtype", FJ_PARAM_STR, 0, fj_dtype_name(v->dtype), NULL},
+      {"varlen", FJ_PARAM_BOOL, v->varlen, NULL, NULL},
   };
   return fj__kernel_build(ctx, "combine.cu", params, FJ_ARRAY_LEN(params), k);
 }
@@ -419,12 +438,13 @@ static fj_status ready_combine(fj_ctx *ctx, const fj_variant *v, void **fn)
 {
   fj_dispatch *d = dispatch(ctx);
   for (int i = 0; d && i < d->ncombine; i++)
-    if (d->combine[i].head_dim == v->head_dim && d->combine[i].dtype == v->dtype) {
+    if (d->combine[i].head_dim == v->head_dim &&
+        d->combine[i].dtype == v->dtype && d->combine[i].varlen == v->varlen) {
       *fn = d->combine[i].function;
       return FJ_OK;
     }
   fj_kernel *k;
-  fj_status st = fj__combine_kernel(ctx, v->head_dim, v->dtype, &k);
+  fj_status st = fj__combine_kernel(ctx, v, &k);
   if (st == FJ_OK)
     st = fj__kernel_function(ctx, k, fn);
   if (st == FJ_OK && d) {
@@ -432,6 +452,7 @@ static fj_status ready_combine(fj_ctx *ctx, const fj_variant *v, void **fn)
         &d->combine[d->ncombine < FJ_HOT ? d->ncombine++ : FJ_HOT - 1];
     h->head_dim = v->head_dim;
     h->dtype = v->dtype;
+    h->varlen = v->varlen;
     h->function = *fn;
   }
   return st;

@@ -11,9 +11,9 @@
 #include "kernel.h"
 
 void fj__dispatch_free(fj_dispatch *d);
-/* The split-KV combine kernel of a head dim and dtype (templates/combine.cu),
- * built or fetched like any kernel; ctx->lock held. */
-fj_status fj__combine_kernel(fj_ctx *ctx, int head_dim, fj_dtype dtype,
-                             fj_kernel **k);
+/* The split-KV combine kernel of a split variant (templates/combine.cu:
+ * its head dim, dtype and varlen), built or fetched like any kernel;
+ * ctx->lock held. */
+fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k);
 
 #endif /* FJ_ATTENTION_H */

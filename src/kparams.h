@@ -20,6 +20,12 @@ typedef struct fj_kparams {
   int splits;        /* split-KV: key ranges per row tile (1: none) */
   float *o_part;     /* split-KV: [splits][batch][heads_q][seq_q][head_dim] */
   float *lse_part;   /* split-KV: [splits][batch][heads_q][seq_q] */
+  /* Varlen and paged problems (fj_problem's arrays; NULL where absent). */
+  const int32_t *cu_seqlens_q, *cu_seqlens_kv, *seqused_kv, *block_table;
+  int max_pages;     /* the block table's columns */
+  int page_shift;    /* log2(page_size) */
+  int num_pages;
+  int pad_;
 } fj_kparams;
 
 /* CUtensorMap: 128 opaque bytes, 64-byte aligned (cuda.h's own type is not

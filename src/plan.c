@@ -23,6 +23,17 @@ static int few_blocks(const fj_ctx *ctx, const fj_problem *p)
   return blocks < fj__sm_count(ctx);
 }
 
+int fj__problem_varlen(const fj_problem *p)
+{
+  return p->cu_seqlens_q || p->cu_seqlens_kv || p->seqused_kv ||
+         p->block_table;
+}
+
+int fj__problem_paged(const fj_problem *p)
+{
+  return p->block_table != NULL;
+}
+
 int fj__decode_rows(const fj_problem *p)
 {
   long rows = (long)p->seq_q * (p->heads_q / p->heads_kv);
@@ -64,7 +75,8 @@ static void mma_choice(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
  * XOR swizzle, and
  * the largest key tiles with which ptxas keeps the packed, split kernel
  * free of spills on sm_90 (128 keys at head dim 64 and below, 32 at 160
- * and 256, else 64; 32 where 64 does not fit the shared memory). */
+ * and 256, else 64; 64 for paged K/V; 32 where 64 does not fit the
+ * shared memory). */
 static void decode_choice(const fj_ctx *ctx, const fj_problem *p,
                           fj_variant *v)
 {
@@ -73,6 +85,9 @@ static void decode_choice(const fj_ctx *ctx, const fj_problem *p,
   v->tile_m = rows;
   v->warps = rows / 16;
   v->tile_n = d <= 64 ? 128 : d == 160 || d == 256 ? 32 : 64;
+  /* Paged rows each find their page: at 128 keys ptxas spills (d64). */
+  if (v->paged && v->tile_n > 64)
+    v->tile_n = 64;
   /* XOR: 257 us against pad's 273 on the H200 (64, 32/8, 1/4096, 128);
    * at head dims 192 and 256 ptxas spills with it. */
   v->swizzle = d >= 192 ? FJ_SWIZZLE_PAD : FJ_SWIZZLE_XOR;
@@ -82,12 +97,13 @@ static void decode_choice(const fj_ctx *ctx, const fj_problem *p,
 }
 
 /* Whether the wgmma family can take the problem: sm_90a, head dims in
- * panels of 64, the same dtype for K/V, and strides TMA can encode (none
+ * panels of 64, the same dtype for K/V, fixed lengths (varlen and paged
+ * K/V are the mma family's for now), and strides TMA can encode (none
  * zero where the extent is above 1). */
 static int wgmma_fits(const fj_ctx *ctx, const fj_problem *p)
 {
   if (ctx->sm != 90 || !ctx->arch_specific || p->head_dim % 64 != 0 ||
-      (p->kv_dtype && p->kv_dtype != p->dtype))
+      (p->kv_dtype && p->kv_dtype != p->dtype) || fj__problem_varlen(p))
     return 0;
   const int64_t *s[4] = {p->q_stride, p->k_stride, p->v_stride, p->o_stride};
   int ext[4][3] = {{p->batch, p->heads_q, p->seq_q},
@@ -126,6 +142,8 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
 {
   fj_variant_default(v, p->head_dim, p->dtype, p->causal);
   v->kv_dtype = p->kv_dtype == p->dtype ? 0 : p->kv_dtype;
+  v->varlen = fj__problem_varlen(p);
+  v->paged = fj__problem_paged(p);
   if (v->kv_dtype == FJ_E4M3)
     v->stages = 1;  /* FP8 K/V are dequantised as they load */
   /* Before sm_80 the WMMA family's defaults stand, with synchronous loads
@@ -135,8 +153,17 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
     return;
   }
   mma_choice(ctx, p, v);
-  if (fj__decode_rows(p))
+  if (fj__decode_rows(p)) {
     decode_choice(ctx, p, v);
+  } else if (v->varlen) {
+    /* Varlen blocks keep their sequence's lengths and first rows live:
+     * with two 16-row slices a warp ptxas spills 12-44 bytes at head
+     * dims 64-256 (sm_90), with one it does not; above 192, 32-key
+     * tiles. */
+    v->warps = v->tile_m / 16;
+    if (v->head_dim > 192)
+      v->tile_n = 32;
+  }
 }
 
 void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
@@ -153,7 +180,8 @@ void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
 int fj__plan_class(const fj_ctx *ctx, const fj_problem *p)
 {
   return few_blocks(ctx, p) | wgmma_fits(ctx, p) << 1 |
-         fj__decode_rows(p) << 2 | (p->splits >= 2) << 10;
+         fj__decode_rows(p) << 2 | (p->splits >= 2) << 10 |
+         fj__problem_varlen(p) << 11 | fj__problem_paged(p) << 12;
 }
 
 /* ---- splits, grids, workspace ------------------------------------------------------ */

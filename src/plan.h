@@ -18,6 +18,11 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v);
 /* The rows of a decode-shaped problem's tile (64 or 128: the packed rows,
  * seq_q x group, fit one), or 0 for any other problem. */
 int fj__decode_rows(const fj_problem *p);
+/* Whether a problem has variable lengths (any of cu_seqlens_q,
+ * cu_seqlens_kv, seqused_kv, or a block table), and paged K/V: the
+ * variant axes varlen and paged it needs. */
+int fj__problem_varlen(const fj_problem *p);
+int fj__problem_paged(const fj_problem *p);
 /* What the heuristic's choice depends on beyond the tuning database's
  * problem class, as one number (for the dispatch caches' keys). */
 int fj__plan_class(const fj_ctx *ctx, const fj_problem *p);

@@ -234,20 +234,35 @@ static fj_status check_sizes(const fj_ctx *ctx, const fj_problem *p)
 typedef struct tensor {
   const char *name;  /* "q" */
   const int64_t *s;  /* element strides of batch, head, seq */
-  int ext[3];        /* extents of batch, head, seq */
+  int64_t ext[3];    /* extents of batch, head, seq */
   int esize;         /* bytes per element */
 } tensor;
 
 static const char *const dim_names[3] = {"batch", "head", "seq"};
 
+/* The extents the strides must serve.  Varlen tensors are one run of
+ * rows, at most batch x the longest sequence; paged K and V are pages
+ * of page_size rows. */
 static void tensors_of(const fj_problem *p, tensor t[4])
 {
   int qo = fj__dtype_bytes(p->dtype);
   int kv = fj__dtype_bytes(p->kv_dtype ? p->kv_dtype : p->dtype);
-  tensor all[4] = {{"q", p->q_stride, {p->batch, p->heads_q, p->seq_q}, qo},
-                   {"k", p->k_stride, {p->batch, p->heads_kv, p->seq_kv}, kv},
-                   {"v", p->v_stride, {p->batch, p->heads_kv, p->seq_kv}, kv},
-                   {"o", p->o_stride, {p->batch, p->heads_q, p->seq_q}, qo}};
+  int64_t qb = p->batch, qs = p->seq_q, kb = p->batch, ks = p->seq_kv;
+  if (p->cu_seqlens_q) {
+    qb = 1;
+    qs = (int64_t)p->batch * p->seq_q;
+  }
+  if (p->block_table) {
+    kb = p->num_pages;
+    ks = p->page_size;
+  } else if (p->cu_seqlens_kv) {
+    kb = 1;
+    ks = (int64_t)p->batch * p->seq_kv;
+  }
+  tensor all[4] = {{"q", p->q_stride, {qb, p->heads_q, qs}, qo},
+                   {"k", p->k_stride, {kb, p->heads_kv, ks}, kv},
+                   {"v", p->v_stride, {kb, p->heads_kv, ks}, kv},
+                   {"o", p->o_stride, {qb, p->heads_q, qs}, qo}};
   memcpy(t, all, sizeof all);
 }
 
@@ -281,15 +296,15 @@ static fj_status check_span(const fj_ctx *ctx, const tensor *t, int head_dim)
   int64_t end = (int64_t)head_dim * t->esize;
   for (int i = 0; i < 3; i++) {
     int64_t step;
-    if (__builtin_mul_overflow(t->s[i], (int64_t)(t->ext[i] - 1) * t->esize,
+    if (__builtin_mul_overflow(t->s[i], (t->ext[i] - 1) * t->esize,
                                &step) ||
         __builtin_add_overflow(end, step, &end))
       return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                      "%s_stride[%d] (%s) = %lld with extent %d: the byte "
+                      "%s_stride[%d] (%s) = %lld with extent %lld: the byte "
                       "offset of %s's last element would overflow 64 bits "
                       "(the kernels index with signed 64-bit offsets)",
-                      t->name, i, dim_names[i], (long long)t->s[i], t->ext[i],
-                      t->name);
+                      t->name, i, dim_names[i], (long long)t->s[i],
+                      (long long)t->ext[i], t->name);
   }
   return FJ_OK;
 }
@@ -316,12 +331,12 @@ static fj_status check_rows_apart(const fj_ctx *ctx, const tensor *t,
       continue;
     if (t->s[i] < inside)
       return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                      "%s_stride[%d] (%s) = %lld with extent %d is less than "
+                      "%s_stride[%d] (%s) = %lld with extent %lld is less than "
                       "the %lld elements inside each step: rows of O would "
                       "overlap",
-                      t->name, i, dim_names[i], (long long)t->s[i], t->ext[i],
-                      (long long)inside);
-    inside += (int64_t)(t->ext[i] - 1) * t->s[i];  /* check_span bounds it */
+                      t->name, i, dim_names[i], (long long)t->s[i],
+                      (long long)t->ext[i], (long long)inside);
+    inside += (t->ext[i] - 1) * t->s[i];  /* check_span bounds it */
   }
   return FJ_OK;
 }
@@ -343,6 +358,64 @@ static fj_status check_strides(const fj_ctx *ctx, const fj_problem *p)
   return st == FJ_OK ? check_rows_apart(ctx, &t[3], p->head_dim) : st;
 }
 
+/* The varlen and paged fields agree with each other and with the strides
+ * (the arrays' contents are fj_problem_check_lengths's). */
+static fj_status check_seqs(const fj_ctx *ctx, const fj_problem *p)
+{
+  if (p->cu_seqlens_q && (p->q_stride[0] || p->o_stride[0]))
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s_stride[0] (batch) = %lld with cu_seqlens_q: a "
+                    "sequence's rows start at row cu_seqlens_q[b], so the "
+                    "batch stride must be 0 (FJ_THD)",
+                    p->q_stride[0] ? "q" : "o",
+                    (long long)(p->q_stride[0] ? p->q_stride[0] : p->o_stride[0]));
+  if (!p->block_table) {
+    if (p->page_size || p->max_pages || p->num_pages)
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                      "%s %d without a block_table: paged K/V need "
+                      "block_table (or leave page_size, max_pages and "
+                      "num_pages 0)",
+                      p->page_size ? "page_size" : p->max_pages ? "max_pages"
+                                                                : "num_pages",
+                      p->page_size ? p->page_size : p->max_pages ? p->max_pages
+                                                                 : p->num_pages);
+    if (p->cu_seqlens_kv && (p->k_stride[0] || p->v_stride[0]))
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                      "%s_stride[0] (batch) = %lld with cu_seqlens_kv: a "
+                      "sequence's keys start at row cu_seqlens_kv[b], so the "
+                      "batch stride must be 0 (FJ_THD)",
+                      p->k_stride[0] ? "k" : "v",
+                      (long long)(p->k_stride[0] ? p->k_stride[0] : p->v_stride[0]));
+    return FJ_OK;
+  }
+  if (p->cu_seqlens_kv)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "cu_seqlens_kv with a block_table: paged keys are found "
+                    "through the table; give their lengths in seqused_kv");
+  if (p->page_size < 1 || p->page_size > FJ_PAGE_SIZE_MAX ||
+      (p->page_size & (p->page_size - 1)))
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "page_size %d is invalid: a power of two in 1..%d",
+                    p->page_size, FJ_PAGE_SIZE_MAX);
+  if (p->max_pages < 1 || p->num_pages < 1)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s %d is invalid: a paged cache has at least one page",
+                    p->max_pages < 1 ? "max_pages" : "num_pages",
+                    p->max_pages < 1 ? p->max_pages : p->num_pages);
+  if ((int64_t)p->max_pages * p->page_size < p->seq_kv)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "block table too short: max_pages %d x page_size %d = "
+                    "%lld keys, less than seq_kv %d",
+                    p->max_pages, p->page_size,
+                    (long long)p->max_pages * p->page_size, p->seq_kv);
+  if ((int64_t)p->batch * p->max_pages > INT32_MAX)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "batch %d x max_pages %d entries: a block table holds "
+                    "at most %d",
+                    p->batch, p->max_pages, INT32_MAX);
+  return FJ_OK;
+}
+
 fj_status fj__problem_check_common(const fj_ctx *ctx, const fj_problem *p)
 {
   fj_status st = check_sizes(ctx, p);
@@ -357,6 +430,8 @@ fj_status fj__problem_check_common(const fj_ctx *ctx, const fj_problem *p)
                   "splits %d is invalid: 0 (the library's choice), 1 (none) "
                   "or 2..%d",
                   p->splits, FJ_SPLITS_MAX);
+  if (st == FJ_OK)
+    st = check_seqs(ctx, p);
   return st == FJ_OK ? check_strides(ctx, p) : st;
 }
 
@@ -376,7 +451,10 @@ fj_status fj__check_scales(const fj_ctx *ctx, const fj_problem *p,
 typedef struct ref_head {
   const fj_problem *p;
   const void *q, *k, *v;
-  int64_t qoff, koff, voff;   /* element offsets of this (batch, head) */
+  int64_t qoff;               /* element offset of this head's row 0 */
+  int64_t koff, voff;         /* of key 0 (paged: of page 0's head) */
+  const int32_t *pages;       /* paged: this sequence's row of the table */
+  int len_kv, causal_off;     /* this sequence's keys and mask offset */
   double kscale, vscale;
   fj_dtype kv;
 } ref_head;
@@ -386,23 +464,30 @@ static double elem(fj_dtype d, const void *base, int64_t i)
   return (double)to_float(d, base, (size_t)i);
 }
 
+/* Where key j of the head starts in K (s: k_stride, off: koff) or V. */
+static int64_t key_at(const ref_head *h, const int64_t s[3], int64_t off, int j)
+{
+  if (!h->pages)
+    return off + (int64_t)j * s[2];
+  int ps = h->p->page_size;
+  return off + (int64_t)h->pages[j / ps] * s[0] + (int64_t)(j % ps) * s[2];
+}
+
 /* One output row: O[row] and its log-sum-exp, over the keys it may see. */
 static void ref_row(const ref_head *h, int row, double scale, double *s,
                     double *out, double *lse)
 {
   const fj_problem *p = h->p;
-  int d = p->head_dim, last = p->seq_kv - 1;
-  if (p->causal != FJ_CAUSAL_NONE) {
-    int off = p->causal == FJ_CAUSAL_BOTTOM_RIGHT ? p->seq_kv - p->seq_q : 0;
-    if (row + off < last)
-      last = row + off;
-  }
+  int d = p->head_dim, last = h->len_kv - 1;
+  if (p->causal != FJ_CAUSAL_NONE && row + h->causal_off < last)
+    last = row + h->causal_off;
   double mx = -HUGE_VAL;
   for (int j = 0; j <= last; j++) {
     double acc = 0;
+    int64_t kj = key_at(h, p->k_stride, h->koff, j);
     for (int e = 0; e < d; e++)
       acc += elem(p->dtype, h->q, h->qoff + (int64_t)row * p->q_stride[2] + e) *
-             elem(h->kv, h->k, h->koff + (int64_t)j * p->k_stride[2] + e);
+             elem(h->kv, h->k, kj + e);
     s[j] = acc * h->kscale * scale;
     mx = s[j] > mx ? s[j] : mx;
   }
@@ -410,14 +495,83 @@ static void ref_row(const ref_head *h, int row, double scale, double *s,
   double sum = 0;
   for (int j = 0; j <= last; j++) {
     double w = exp(s[j] - mx);
+    int64_t vj = key_at(h, p->v_stride, h->voff, j);
     sum += w;
     for (int e = 0; e < d; e++)
-      out[e] += w * elem(h->kv, h->v, h->voff + (int64_t)j * p->v_stride[2] + e);
+      out[e] += w * elem(h->kv, h->v, vj + e);
   }
   for (int e = 0; e < d && sum > 0; e++)
     out[e] *= h->vscale / sum;
   if (lse)
     *lse = sum > 0 ? mx + log(sum) : -HUGE_VAL;
+}
+
+/* ---- varlen and paged index arrays -------------------------------------------- */
+
+/* A prefix-sum array: starts at 0 or more, never decreases, and each
+ * step (a sequence's length) is at most max. */
+static fj_status check_prefix(const char *name, const int32_t *cu, int batch,
+                              int max, const char *max_name)
+{
+  if (cu[0] < 0)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "%s[0] = %d is negative: the first sequence starts at "
+                    "row 0 or later",
+                    name, cu[0]);
+  for (int b = 0; b < batch; b++) {
+    int64_t len = (int64_t)cu[b + 1] - cu[b];
+    if (len < 0)
+      return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                      "%s is not increasing: %s[%d] = %d < %s[%d] = %d", name,
+                      name, b + 1, cu[b + 1], name, b, cu[b]);
+    if (len > max)
+      return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                      "%s: sequence %d has %lld rows, more than %s %d", name,
+                      b, (long long)len, max_name, max);
+  }
+  return FJ_OK;
+}
+
+/* Sequence b's keys: seqused_kv, else cu_seqlens_kv's step, else seq_kv. */
+static int kv_len(const fj_problem *p, int b)
+{
+  if (p->seqused_kv)
+    return p->seqused_kv[b];
+  if (p->cu_seqlens_kv)
+    return p->cu_seqlens_kv[b + 1] - p->cu_seqlens_kv[b];
+  return p->seq_kv;
+}
+
+fj_status fj_problem_check_lengths(const fj_problem *p)
+{
+  fj__clear_error(NULL);
+  if (!p)
+    return fj__null_arg(NULL, "fj_problem_check_lengths", "p");
+  fj_status st = fj__problem_check_common(NULL, p);
+  if (st == FJ_OK && p->cu_seqlens_q)
+    st = check_prefix("cu_seqlens_q", p->cu_seqlens_q, p->batch, p->seq_q,
+                      "seq_q");
+  if (st == FJ_OK && p->cu_seqlens_kv)
+    st = check_prefix("cu_seqlens_kv", p->cu_seqlens_kv, p->batch, p->seq_kv,
+                      "seq_kv");
+  for (int b = 0; st == FJ_OK && p->seqused_kv && b < p->batch; b++)
+    if (p->seqused_kv[b] < 0 || p->seqused_kv[b] > p->seq_kv)
+      st = fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "seqused_kv[%d] = %d is invalid: must be in 0..seq_kv %d",
+                    b, p->seqused_kv[b], p->seq_kv);
+  for (int b = 0; st == FJ_OK && p->block_table && b < p->batch; b++) {
+    int used = (kv_len(p, b) + p->page_size - 1) / p->page_size;
+    const int32_t *row = p->block_table + (int64_t)b * p->max_pages;
+    for (int i = 0; i < used; i++)
+      if (row[i] < 0 || row[i] >= p->num_pages) {
+        st = fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                      "block_table[%d][%d] = %d is not a page: must be in "
+                      "0..num_pages - 1 = %d",
+                      b, i, row[i], p->num_pages - 1);
+        break;
+      }
+  }
+  return st;
 }
 
 static fj_status check_rows(int row_begin, int row_end, int seq_q)
@@ -445,7 +599,7 @@ static fj_status reference_check(const fj_problem *p, const void *q,
                                                                       : NULL;
   if (null)
     return fj__null_arg(NULL, "fj_reference_fwd", null);
-  fj_status st = fj__problem_check_common(NULL, p);
+  fj_status st = fj_problem_check_lengths(p);
   if (st == FJ_OK)
     st = check_rows(row_begin, row_end, p->seq_q);
   return st == FJ_OK ? fj__check_scales(NULL, p, k_scale, v_scale) : st;
@@ -469,21 +623,48 @@ fj_status fj_reference_fwd(const fj_problem *p, const void *q, const void *k,
                     "fj_reference_fwd: out of memory for %d scores",
                     p->seq_kv);
   int rows = row_end - row_begin, group = p->heads_q / p->heads_kv;
-  for (int b = 0; b < p->batch; b++)
+  int bottom_right = p->causal == FJ_CAUSAL_BOTTOM_RIGHT;
+  for (int b = 0; b < p->batch; b++) {
+    /* This sequence: its queries and their first row, its keys. */
+    int len_q = p->seq_q;
+    int64_t q0 = (int64_t)b * p->q_stride[0];
+    if (p->cu_seqlens_q) {
+      len_q = p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b];
+      q0 = (int64_t)p->cu_seqlens_q[b] * p->q_stride[2];
+    }
+    int len_kv = kv_len(p, b);
+    int64_t k0 = (int64_t)b * p->k_stride[0], v0 = (int64_t)b * p->v_stride[0];
+    if (p->block_table) {
+      k0 = v0 = 0;
+    } else if (p->cu_seqlens_kv) {
+      k0 = (int64_t)p->cu_seqlens_kv[b] * p->k_stride[2];
+      v0 = (int64_t)p->cu_seqlens_kv[b] * p->v_stride[2];
+    }
     for (int hq = 0; hq < p->heads_q; hq++) {
       int hk = hq / group;
       ref_head h = {p, q, k, v,
-                    b * p->q_stride[0] + hq * p->q_stride[1],
-                    b * p->k_stride[0] + hk * p->k_stride[1],
-                    b * p->v_stride[0] + hk * p->v_stride[1],
+                    q0 + hq * p->q_stride[1],
+                    k0 + hk * p->k_stride[1],
+                    v0 + hk * p->v_stride[1],
+                    p->block_table ? p->block_table + (int64_t)b * p->max_pages
+                                   : NULL,
+                    len_kv, bottom_right ? len_kv - len_q : 0,
                     kv == FJ_E4M3 ? (double)k_scale[b * p->heads_kv + hk] : 1.0,
                     kv == FJ_E4M3 ? (double)v_scale[b * p->heads_kv + hk] : 1.0, kv};
       size_t base = ((size_t)b * (size_t)p->heads_q + (size_t)hq) * (size_t)rows;
-      for (int r = 0; r < rows; r++)
-        ref_row(&h, row_begin + r, scale, s,
-                out + (base + (size_t)r) * (size_t)p->head_dim,
-                out_lse ? out_lse + base + (size_t)r : NULL);
+      for (int r = 0; r < rows; r++) {
+        double *o = out + (base + (size_t)r) * (size_t)p->head_dim;
+        double *l = out_lse ? out_lse + base + (size_t)r : NULL;
+        if (row_begin + r < len_q) {
+          ref_row(&h, row_begin + r, scale, s, o, l);
+        } else {  /* past the sequence's end: no such row */
+          memset(o, 0, sizeof *o * (size_t)p->head_dim);
+          if (l)
+            *l = NAN;
+        }
+      }
     }
+  }
   free(s);
   return FJ_OK;
 }

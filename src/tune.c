@@ -396,6 +396,12 @@ fj_status fj_tune(fj_ctx *ctx, const fj_problem *p, const fj_tune_opts *opts,
   if (check.kv_dtype == FJ_E4M3)
     check.k_scale = check.v_scale = placeholder;
   st = fj_problem_check(ctx, &check);
+  /* The tuner makes its own dense inputs; a varlen or paged problem's
+   * arrays are the caller's. */
+  if (st == FJ_OK && fj__problem_varlen(p))
+    st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                  "tuning a varlen or paged problem is not implemented: "
+                  "tune the dense problem of its longest sequence");
   if (st == FJ_OK && (st = fj__cu_enter(ctx)) == FJ_OK) {
     if ((st = inputs_make(&t)) == FJ_OK && (st = compare_kernel(&t)) == FJ_OK &&
         (st = fj__cu_event_create(ctx, &t.e0)) == FJ_OK &&

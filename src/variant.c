@@ -89,12 +89,13 @@ int fj_variant_name(const fj_variant *v, char *buf, size_t size)
     size = 0;  /* snprintf's measuring call: nothing is written */
   if (fj__kv_dtype(v) != v->dtype)
     snprintf(kv, sizeof kv, "_kv%s", fj_dtype_name(fj__kv_dtype(v)));
-  return snprintf(buf, size, "fj_attn_d%d_m%d_n%d_w%d_s%d_%s_%s_%s_%s_%s%s%s%s",
+  return snprintf(buf, size, "fj_attn_d%d_m%d_n%d_w%d_s%d_%s_%s_%s_%s_%s%s%s%s%s%s",
                   v->head_dim, v->tile_m, v->tile_n, v->warps, v->stages,
                   fj_swizzle_name(v->swizzle), fj_softmax_name(v->softmax),
                   fj_mma_name(v->mma), causal_short(v->causal),
                   fj_dtype_name(v->dtype), kv, v->pack_gqa ? "_gqa" : "",
-                  v->split_kv ? "_split" : "");
+                  v->split_kv ? "_split" : "", v->varlen ? "_vl" : "",
+                  v->paged ? "_paged" : "");
 }
 
 /* ---- defaults ------------------------------------------------------------------- */
@@ -158,6 +159,12 @@ static fj_status check_enums(const fj_ctx *ctx, const fj_variant *v)
   if (v->split_kv != 0 && v->split_kv != 1)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG, "split_kv %d is invalid: 0 or 1",
                     v->split_kv);
+  if (v->varlen != 0 && v->varlen != 1)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "varlen %d is invalid: 0 or 1",
+                    v->varlen);
+  if (v->paged != 0 && v->paged != 1)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "paged %d is invalid: 0 or 1",
+                    v->paged);
   if (v->swizzle < FJ_SWIZZLE_NONE || v->swizzle > FJ_SWIZZLE_XOR)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "swizzle %d is invalid: none, pad or xor", (int)v->swizzle);
@@ -213,11 +220,13 @@ static fj_status check_wgmma(const fj_ctx *ctx, const fj_variant *v)
  * the rules that depend on combinations (refuse() in templates/). */
 static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
 {
-  if ((v->pack_gqa || v->split_kv) && v->mma != FJ_MMA_SYNC)
+  const char *axis = v->pack_gqa ? "pack_gqa" : v->split_kv ? "split_kv"
+                    : v->varlen ? "varlen" : v->paged ? "paged" : NULL;
+  if (axis && v->mma != FJ_MMA_SYNC)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "%s is implemented for mma mma only (the mma.sync "
                     "family); this variant is mma %s",
-                    v->pack_gqa ? "pack_gqa" : "split_kv", fj_mma_name(v->mma));
+                    axis, fj_mma_name(v->mma));
   if (v->mma == FJ_MMA_WGMMA)
     return check_wgmma(ctx, v);
   if (v->mma == FJ_MMA_SYNC && ctx->sm < 80)
@@ -322,6 +331,8 @@ fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
   add(o, "kv_dtype", FJ_PARAM_STR, 0, fj_dtype_name(fj__kv_dtype(v)), NULL);
   add(o, "pack_gqa", FJ_PARAM_BOOL, v->pack_gqa, NULL, NULL);
   add(o, "split_kv", FJ_PARAM_BOOL, v->split_kv, NULL, NULL);
+  add(o, "varlen", FJ_PARAM_BOOL, v->varlen, NULL, NULL);
+  add(o, "paged", FJ_PARAM_BOOL, v->paged, NULL, NULL);
   /* Every variant reads the layout tables (for its fragment loads, and the
    * register softmax for its shuffles); the source is the same wherever the
    * tables are. */

@@ -21,7 +21,7 @@ typedef struct fj_vparams {
   const char *template_name;
   char symbol[128];
   fj_lut luts[4];  /* accumulator, A, B col_major (K), B row_major (V) */
-  fj_param p[24];
+  fj_param p[32];
   size_t n;
 } fj_vparams;
 

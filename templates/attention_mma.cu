@@ -26,6 +26,12 @@
   tiles and write O / l and the log-sum-exp as float32 partials
   (p.o_part, p.lse_part), which combine.cu merges.
 
+  Two axes serve batches of unequal sequences.  varlen: each block reads
+  its sequence's lengths and first rows (fj::seq_of) and returns at once
+  past its end; the mask uses the sequence's own lengths.  paged: key rows
+  are tokens of pages found through the block table (tile_io.cuh's
+  load_tile_paged), one table entry per row loaded.
+
   Every register-level fact comes from the probed tables of the mma kinds
   (lut.lua): which (row, col) an accumulator slot holds (output addresses,
   masks), which lanes share a row (the XOR shuffles), and which accumulator
@@ -35,8 +41,12 @@
 #}
 {%
   local L = import("lut.lua")
-  local PACK, SPLIT = pack_gqa, split_kv
-  local mrule = import("mask.lua").new(causal, PACK)
+  local PACK, SPLIT, PAGED = pack_gqa, split_kv, paged
+  local VL = varlen or paged
+  -- A varlen block's sequence lengths and mask offset are locals.
+  local LEN_Q, LEN_KV = VL and "len_q" or "p.seq_q", VL and "len_kv" or "p.seq_kv"
+  local mrule = import("mask.lua").new(causal, PACK,
+                                       VL and { q = "len_q", kv = "len_kv", off = "causal_off" } or nil)
   local D, BM, BN, W, S = head_dim, tile_m, tile_n, warps, stages
   local THREADS = 32 * W
   local fp8 = kv_dtype == "e4m3"
@@ -52,6 +62,9 @@
     no("tile_m %d with warps %d: each warp owns 16 or 32 rows, so tile_m is %d or %d", BM, W, 16 * W, 32 * W)
   end
   if S > 3 then no("stages %d is not implemented: 1, 2 or 3", S) end
+  if fp8 and PAGED then
+    no("kv_dtype e4m3 with paged K/V is not implemented: f16 or bf16 pages")
+  end
   if fp8 and S > 1 then
     no("kv_dtype e4m3 is dequantised as it loads, so it takes stages 1 (not %d)", S)
   end
@@ -117,14 +130,15 @@
 
   -- Split-KV: key tiles are counted from the block's range (kv0 on), the
   -- loads end at kv_rows.  KVROWS and N0 name what the walk uses.
-  local KVROWS = SPLIT and "kv_rows" or "p.seq_kv"
+  local KVROWS = SPLIT and "kv_rows" or LEN_KV
   local N0 = SPLIT and ("kv0 + t * %d"):format(BN) or ("t * %d"):format(BN)
 
   -- Where a row's output goes (epilogue_regs.cuh): the default (one head's
-  -- rows of O) unless rows are packed or the block writes partials.
+  -- rows of O) unless rows are packed, the block writes partials or the
+  -- sequence has its own length.
   local out
-  if PACK or SPLIT then
-    local rows_end = PACK and "p.seq_q * p.group" or "p.seq_q"
+  if PACK or SPLIT or VL then
+    local rows_end = PACK and LEN_Q .. " * p.group" or LEN_Q
     local function head(r) return PACK and ("blk.h + (%s) %% p.group"):format(r) or "blk.h" end
     -- The row's index in [batch][heads_q][seq_q].
     local function flat(r)
@@ -135,10 +149,13 @@
       out.f32, out.lse_always = true, true
       out.ptr = function(r) return ("p.o_part + (part0 + %s) * %d"):format(flat(r), D) end
       out.lse = function(r) return ("p.lse_part[part0 + %s]"):format(flat(r)) end
-    else
+    elseif PACK then
       out.ptr = function(r)
         return ("o_out + (long long)((%s) %% p.group) * p.o_stride[1] + (long long)(%s) * p.o_stride[2]"):format(r, mrule.pos(r))
       end
+      out.lse = function(r) return ("p.lse[%s]"):format(flat(r)) end
+    else
+      out.ptr = function(r) return ("o_out + (long long)(%s) * p.o_stride[2]"):format(r) end
       out.lse = function(r) return ("p.lse[%s]"):format(flat(r)) end
     end
   end
@@ -178,9 +195,29 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const fj::Block blk = fj::block_of(p);
   const int m0 = blk.m0;
+{% if VL then %}
+  // This block's sequence; blocks past its end have nothing to do.
+  const fj::Seq seq = fj::seq_of(p, blk.b);
+  const int len_q = seq.len_q, len_kv = seq.len_kv;
+  const int causal_off = {{ causal == "bottom-right" and "len_kv - len_q" or "0" }};
+  (void)causal_off;
+  if (m0 >= {{ PACK and "len_q * p.group" or "len_q" }}) return;
+  const elem_t *q = fj::head_rows<const elem_t>(p.q, p.q_stride, blk.b, blk.h) + seq.q_row0 * p.q_stride[2];
+{%   if PAGED then %}
+  const int *pages = p.block_table + (long long)blk.b * p.max_pages;
+  fj::KvSrc ksrc = {static_cast<const fj::kv_t *>(p.k) + blk.hk * p.k_stride[1], p.k_stride[2],
+                    p.k_stride[0], pages, p.page_shift, 0, p.num_pages - 1};
+  fj::KvSrc vsrc = {static_cast<const fj::kv_t *>(p.v) + blk.hk * p.v_stride[1], p.v_stride[2],
+                    p.v_stride[0], pages, p.page_shift, 0, p.num_pages - 1};
+{%   else %}
+  fj::KvSrc ksrc = {fj::head_rows<const fj::kv_t>(p.k, p.k_stride, blk.b, blk.hk) + seq.kv_row0 * p.k_stride[2], p.k_stride[2]};
+  fj::KvSrc vsrc = {fj::head_rows<const fj::kv_t>(p.v, p.v_stride, blk.b, blk.hk) + seq.kv_row0 * p.v_stride[2], p.v_stride[2]};
+{%   end %}
+{% else %}
   const elem_t *q = fj::head_rows<const elem_t>(p.q, p.q_stride, blk.b, blk.h);
-  const fj::kv_t *k = fj::head_rows<const fj::kv_t>(p.k, p.k_stride, blk.b, blk.hk);
-  const fj::kv_t *v = fj::head_rows<const fj::kv_t>(p.v, p.v_stride, blk.b, blk.hk);
+  fj::KvSrc ksrc = {fj::head_rows<const fj::kv_t>(p.k, p.k_stride, blk.b, blk.hk), p.k_stride[2]};
+  fj::KvSrc vsrc = {fj::head_rows<const fj::kv_t>(p.v, p.v_stride, blk.b, blk.hk), p.v_stride[2]};
+{% end %}
 {% if fp8 then %}
   const float k_scale = p.k_scale[blk.b * p.heads_kv + blk.hk], v_scale = p.v_scale[blk.b * p.heads_kv + blk.hk];
   const float sl2 = p.scale_log2 * k_scale;
@@ -204,33 +241,37 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const int per_split = (all_tiles + p.splits - 1) / p.splits;
   const int t_begin = min(all_tiles, blk.split * per_split);
   const int ntiles = min(all_tiles, t_begin + per_split) - t_begin;
-  const int kv0 = t_begin * {{ BN }}, kv_rows = p.seq_kv - kv0;
-  k += (long long)kv0 * p.k_stride[2];
-  v += (long long)kv0 * p.v_stride[2];
+  const int kv0 = t_begin * {{ BN }}, kv_rows = {{ LEN_KV }} - kv0;
+{% if PAGED then %}
+  ksrc.first = vsrc.first = kv0;
+{% else %}
+  ksrc.base += (long long)kv0 * ksrc.stride;
+  vsrc.base += (long long)kv0 * vsrc.stride;
+{% end %}
   const long long part0 = (long long)blk.split * p.batch * p.heads_q * p.seq_q;
 {% else %}
   const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
 {% end %}
 
 {% if PACK then %}
-  fj::load_tile_packed<{{ BM }}>(s_q, q, p.q_stride[1], p.q_stride[2], p.group, m0, p.seq_q * p.group);
+  fj::load_tile_packed<{{ BM }}>(s_q, q, p.q_stride[1], p.q_stride[2], p.group, m0, {{ LEN_Q }} * p.group);
 {% else %}
-  fj::load_tile<{{ BM }}>(s_q, q, p.q_stride[2], m0, p.seq_q);
+  fj::load_tile<{{ BM }}>(s_q, q, p.q_stride[2], m0, {{ LEN_Q }});
 {% end %}
 {% if PIPE then %}
   // Prologue of the pipeline: group P = {Q, K(0)}, then groups g_i =
   // {K(i + 1), V(i)} for i < {{ S - 1 }} (empty ones keep the count uniform).
-  if (ntiles > 0) fj::ring_load(s_k, k, p.k_stride[2], 0, {{ KVROWS }});
+  if (ntiles > 0) fj::ring_load(s_k, ksrc, 0, {{ KVROWS }});
   fj::cp_async_commit();
 #pragma unroll
   for (int i = 0; i < {{ S - 1 }}; ++i) {
-    if (i + 1 < ntiles) fj::ring_load(s_k, k, p.k_stride[2], i + 1, {{ KVROWS }});
-    if (i < ntiles) fj::ring_load(s_v, v, p.v_stride[2], i, {{ KVROWS }});
+    if (i + 1 < ntiles) fj::ring_load(s_k, ksrc, i + 1, {{ KVROWS }});
+    if (i < ntiles) fj::ring_load(s_v, vsrc, i, {{ KVROWS }});
     fj::cp_async_commit();
   }
   fj::cp_async_wait<{{ S - 1 }}>();  // Q and K(0) have landed
 {% else %}
-  fj::kv_start(s_k, s_v, k, v, p.k_stride[2], p.v_stride[2], {{ KVROWS }}, ntiles);
+  fj::kv_start(s_k, s_v, ksrc, vsrc, {{ KVROWS }}, ntiles);
 {% end %}
   __syncthreads();
 
@@ -327,8 +368,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     __syncthreads();                    // ... for every thread; K(t), V(t - 1) are free
     {
       const int i = t + {{ S - 1 }};
-      if (i + 1 < ntiles) fj::ring_load(s_k, k, p.k_stride[2], i + 1, {{ KVROWS }});
-      if (i < ntiles) fj::ring_load(s_v, v, p.v_stride[2], i, {{ KVROWS }});
+      if (i + 1 < ntiles) fj::ring_load(s_k, ksrc, i + 1, {{ KVROWS }});
+      if (i < ntiles) fj::ring_load(s_v, vsrc, i, {{ KVROWS }});
       fj::cp_async_commit();
     }
     const unsigned kn = sk_u + ((t + 1) % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
@@ -349,7 +390,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 
   for (int t = 0; t < ntiles; ++t) {
     const int n0 = {{ N0 }};
-    fj::kv_ready(s_k, s_v, k, v, p.k_stride[2], p.v_stride[2], {{ KVROWS }}, t, ntiles);
+    fj::kv_ready(s_k, s_v, ksrc, vsrc, {{ KVROWS }}, t, ntiles);
     const unsigned kt = sk_u + (t % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
     // Masks only where a key is past the end or above some row's diagonal.
     const bool need_mask = {{ mrule.tile_partial("n0", BN, "m0") }};
@@ -371,7 +412,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   // The row sums, so far per lane, over the lanes that share each row; then
   // O = O / l and the log-sum-exp (epilogue_regs.cuh).
 {% if not SPLIT then %}
-  elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h);
+  elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h){{ VL and " + seq.q_row0 * p.o_stride[2]" or "" }};
 {% end %}
 {{ include("epilogue_regs.cuh", with(frag, {
      ND = D // 16, out_scale = fp8 and "v_scale" or "1.f", out = out,

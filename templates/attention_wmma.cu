@@ -304,7 +304,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
 
   fj::load_tile<{{ BM }}>(s_q, q, p.q_stride[2], m0, p.seq_q);
-  fj::kv_start(s_k, s_v, k, v, p.k_stride[2], p.v_stride[2], p.seq_kv, ntiles);
+  const fj::KvSrc ksrc = {k, p.k_stride[2]}, vsrc = {v, p.v_stride[2]};
+  fj::kv_start(s_k, s_v, ksrc, vsrc, p.seq_kv, ntiles);
 {% if not regs then %}
   for (int i = threadIdx.x; i < {{ BM * LDO }}; i += {{ THREADS }}) s_o[i] = 0.f;
   for (int i = threadIdx.x; i < {{ BM }}; i += {{ THREADS }}) { s_m[i] = FJ_NEG_INF; s_l[i] = 0.f; }
@@ -331,7 +332,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 
   for (int t = 0; t < ntiles; ++t) {
     const int n0 = t * {{ BN }};
-    fj::kv_ready(s_k, s_v, k, v, p.k_stride[2], p.v_stride[2], p.seq_kv, t, ntiles);
+    fj::kv_ready(s_k, s_v, ksrc, vsrc, p.seq_kv, t, ntiles);
     const elem_t *kt = s_k + (t % {{ S }}) * {{ BN * LD }}, *vt = s_v + (t % {{ S }}) * {{ BN * LD }};
     // Masks only where a key is past the end or above some row's diagonal.
     const bool need_mask = {{ mrule.tile_partial("n0", BN, "m0") }};

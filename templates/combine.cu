@@ -7,8 +7,10 @@
     O   = sum_s exp(lse_s - lse) O_s   in split order, the same every run,
   and writes O in the output's dtype and strides, and the LSE if asked.  A
   range that saw no key (lse_s = -inf) adds nothing; a row no range saw
-  gets O = 0 and LSE -inf, as the one-kernel path gives.
-  Parameters: head_dim, dtype, symbol.
+  gets O = 0 and LSE -inf, as the one-kernel path gives.  For varlen
+  problems (varlen) a row past its sequence's end is no row: skipped, and
+  O's rows start at the sequence's first.
+  Parameters: head_dim, dtype, varlen, symbol.
 #}
 {%
   local D = head_dim
@@ -33,6 +35,17 @@ extern "C" __global__ void __launch_bounds__({{ 32 * ROWS }})
   const long long f = (long long)blockIdx.x * {{ ROWS }} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (f >= rows) return;
+  // f = (b * heads_q + h) * seq_q + row.
+  const int row = (int)(f % p.seq_q);
+  const long long bh = f / p.seq_q;
+  const int h = (int)(bh % p.heads_q), b = (int)(bh / p.heads_q);
+{% if varlen then %}
+  const fj::Seq seq = fj::seq_of(p, b);
+  if (row >= seq.len_q) return;
+  const long long row0 = seq.q_row0;
+{% else %}
+  const long long row0 = 0;
+{% end %}
   const float *lse_s = p.lse_part + f;
   float mx = FJ_NEG_INF;
   for (int s = lane; s < p.splits; s += 32) mx = fmaxf(mx, lse_s[s * rows]);
@@ -77,11 +90,7 @@ extern "C" __global__ void __launch_bounds__({{ 32 * ROWS }})
     }
   }
 
-  // f = (b * heads_q + h) * seq_q + row.
-  const int row = (int)(f % p.seq_q);
-  const long long bh = f / p.seq_q;
-  const int h = (int)(bh % p.heads_q), b = (int)(bh / p.heads_q);
-  fj::elem_t *dst = static_cast<fj::elem_t *>(p.o) + b * p.o_stride[0] + h * p.o_stride[1] + (long long)row * p.o_stride[2];
+  fj::elem_t *dst = static_cast<fj::elem_t *>(p.o) + b * p.o_stride[0] + h * p.o_stride[1] + (row0 + row) * p.o_stride[2];
 #pragma unroll
   for (int i = 0; i < {{ PER }}; ++i)
     if ({{ GUARD }}) dst[lane + 32 * i] = fj::to_elem(acc[i]);

@@ -6,7 +6,7 @@
 #}
 // flashjit generated kernel: {{ symbol }}
 {% if tile_m then %}
-// variant: head_dim={{ head_dim }} tile_m={{ tile_m }} tile_n={{ tile_n }} warps={{ warps }} stages={{ stages }} swizzle={{ swizzle }} softmax={{ softmax }} mma={{ mma }} causal={{ causal }} dtype={{ dtype }} kv_dtype={{ kv_dtype }}{{ pack_gqa and " pack_gqa" or "" }}{{ split_kv and " split_kv" or "" }}
+// variant: head_dim={{ head_dim }} tile_m={{ tile_m }} tile_n={{ tile_n }} warps={{ warps }} stages={{ stages }} swizzle={{ swizzle }} softmax={{ softmax }} mma={{ mma }} causal={{ causal }} dtype={{ dtype }} kv_dtype={{ kv_dtype }}{{ pack_gqa and " pack_gqa" or "" }}{{ split_kv and " split_kv" or "" }}{{ varlen and " varlen" or "" }}{{ paged and " paged" or "" }}
 {% end %}
 // target: {{ arch }}; rendered by flashjit {{ version }} from templates/{{ template }}
 {# Only the headers a kernel uses: each costs NVRTC parse time (mma.h about
@@ -35,6 +35,11 @@ struct Params {
   int splits;               // split-KV: key ranges per row tile
   float *o_part;            // split-KV: [splits][batch][heads_q][seq_q][head_dim]
   float *lse_part;          // split-KV: [splits][batch][heads_q][seq_q]
+  // Varlen (cu_seqlens_q / _kv: [batch + 1] prefix sums, seqused_kv:
+  // [batch] key counts) and paged K/V (block_table: [batch][max_pages]
+  // page numbers, pages of 2^page_shift keys); NULL where absent.
+  const int *cu_seqlens_q, *cu_seqlens_kv, *seqused_kv, *block_table;
+  int max_pages, page_shift, num_pages, pad_;
 };
 static_assert(sizeof(Params) == {{ params_bytes }}, "host and device disagree on the parameter block");
 
@@ -52,6 +57,37 @@ __device__ __forceinline__ elem2_t to_elem2(float a, float b) { return __floats2
 __device__ __forceinline__ float from_elem(elem_t x) { return __bfloat162float(x); }
 {% end %}
 
+{% if varlen or paged then %}
+// One sequence of a varlen or paged batch: its lengths, clamped to the
+// problem's bounds (a bad array never moves a block past them), and the
+// first rows of its queries and keys.
+struct Seq {
+  int len_q, len_kv;
+  long long q_row0, kv_row0;
+};
+
+__device__ __forceinline__ Seq seq_of(const Params &p, int b) {
+  Seq s;
+  s.len_q = p.seq_q;
+  s.len_kv = p.seq_kv;
+  s.q_row0 = s.kv_row0 = 0;
+  if (p.cu_seqlens_q) {
+    const int a = p.cu_seqlens_q[b];
+    s.q_row0 = max(a, 0);
+    s.len_q = p.cu_seqlens_q[b + 1] - a;
+  }
+  if (p.cu_seqlens_kv) {
+    const int a = p.cu_seqlens_kv[b];
+    s.kv_row0 = max(a, 0);
+    s.len_kv = p.cu_seqlens_kv[b + 1] - a;
+  }
+  if (p.seqused_kv) s.len_kv = p.seqused_kv[b];
+  s.len_q = min(max(s.len_q, 0), p.seq_q);
+  s.len_kv = min(max(s.len_kv, 0), p.seq_kv);
+  return s;
+}
+
+{% end %}
 // -inf without <math.h> (NVRTC has no INFINITY macro of its own).
 #define FJ_NEG_INF (__int_as_float(0xff800000u))
 

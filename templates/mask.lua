@@ -11,9 +11,12 @@
 --
 -- Under GQA packing (attention_mma.cu's pack_gqa) the rows of a tile are
 -- packed rows R = position * group + head in group: the rule then applies
--- to the position R / p.group.
+-- to the position R / p.group.  A varlen or paged kernel passes `lens`,
+-- the names of its sequence's lengths and offset ({ q = "len_q", kv =
+-- "len_kv", off = "causal_off" }) in place of p.seq_q, p.seq_kv and
+-- p.causal_offset.
 --
---   local mask = import("mask.lua").new(causal, packed)
+--   local mask = import("mask.lua").new(causal, packed, lens)
 --   mask.keys_end(last)          exclusive end of the keys that rows < last
 --                                may see
 --   mask.tile_partial(n0, bn, m) true when some key of tile [n0, n0 + bn)
@@ -25,8 +28,10 @@
 
 local M = {}
 
-function M.new(causal, packed)
+function M.new(causal, packed, lens)
   local R = { causal = causal ~= "none" }
+  local Q, KV, OFF = "p.seq_q", "p.seq_kv", "p.causal_offset"
+  if lens then Q, KV, OFF = lens.q, lens.kv, lens.off end
   -- The query position of a (packed) row, and the end of the positions of
   -- rows before `last`.
   local function pos(row)
@@ -39,27 +44,27 @@ function M.new(causal, packed)
   R.pos = pos
 
   function R.keys_end(last)
-    if not R.causal then return "p.seq_kv" end
-    return ("min(p.seq_kv, min(%s, p.seq_q) + p.causal_offset)"):format(pos_end(last))
+    if not R.causal then return KV end
+    return ("min(%s, min(%s, %s) + %s)"):format(KV, pos_end(last), Q, OFF)
   end
 
   function R.tile_partial(n0, bn, m)
-    local t = ("%s + %d > p.seq_kv"):format(n0, bn)
+    local t = ("%s + %d > %s"):format(n0, bn, KV)
     if R.causal then
-      t = t .. (" || %s + %d > %s + p.causal_offset"):format(n0, bn - 1, pos(m))
+      t = t .. (" || %s + %d > %s + %s"):format(n0, bn - 1, pos(m), OFF)
     end
     return t
   end
 
   function R.row_limit(row, n0, c0)
-    local lim = ("p.seq_kv - %s - %s"):format(n0, c0)
+    local lim = ("%s - %s - %s"):format(KV, n0, c0)
     if not R.causal then return lim end
-    return ("min(%s, %s + p.causal_offset + 1 - %s - %s)"):format(lim, pos(row), n0, c0)
+    return ("min(%s, %s + %s + 1 - %s - %s)"):format(lim, pos(row), OFF, n0, c0)
   end
 
   function R.visible(row, key)
-    local v = ("%s < p.seq_kv"):format(key)
-    if R.causal then v = v .. (" && %s <= %s + p.causal_offset"):format(key, pos(row)) end
+    local v = ("%s < %s"):format(key, KV)
+    if R.causal then v = v .. (" && %s <= %s + %s"):format(key, pos(row), OFF) end
     return v
   end
 

@@ -9,7 +9,9 @@
   A tile row holds head_dim elements, head_dim / 8 chunks of 16 bytes.
   K and V move through rings of S slots of tile_n rows: key tile t lives in
   slot t % S.  kv_start and kv_ready run the plain ring (K and V of a tile
-  together); ring_load serves templates that schedule K and V apart.
+  together); ring_load serves templates that schedule K and V apart.  A
+  KvSrc says where one head's key rows are: rows of one stride, or (paged)
+  tokens of pages found through a row of the block table.
 #}
 {% local CHUNKS = head_dim // 8 %}
 namespace fj {
@@ -137,24 +139,96 @@ __device__ __forceinline__ void load_tile_fp8(elem_t *dst, const unsigned char *
 // K and V rows as stored in global memory.
 typedef {{ fp8 and "unsigned char" or "elem_t" }} kv_t;
 
+// Where key row j of one head of K (or V) is.
+struct KvSrc {
+  const kv_t *base;   // row 0 (paged: token 0 of page 0)
+  long long stride;   // between rows (paged: tokens of a page)
+{% if paged then %}
+  long long page_stride;
+  const int *pages;   // this sequence's row of the block table
+  int shift;          // log2(page size)
+  int first;          // key index of row 0 (a split's first key)
+  int last_page;      // num_pages - 1: entries are clamped to it
+{% end %}
+};
+{% if paged then %}
+
+// Paged key rows: row j is key first + j, token (first + j) % 2^shift of
+// page pages[(first + j) >> shift]; rows at or past `rows` become zeros.
+// Each thread's page numbers are read first, all at once, so that their
+// latencies overlap instead of each holding up its row's copy.
+{%   if THREADS % CHUNKS == 0 then %}
+template <int ROWS>
+__device__ __forceinline__ void load_tile_paged(elem_t *dst, const KvSrc &s, int row0, int rows) {
+  constexpr int N = (ROWS + {{ PER - 1 }}) / {{ PER }};
+  const int r = threadIdx.x / {{ CHUNKS }}, c = threadIdx.x % {{ CHUNKS }};
+  const int mask = (1 << s.shift) - 1;
+  int page[N];
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    const int j = row0 + r + n * {{ PER }};
+    const bool in = (ROWS % {{ PER }} == 0 || r + n * {{ PER }} < ROWS) && j < rows;
+    page[n] = in ? min(max(__ldg(s.pages + ((s.first + j) >> s.shift)), 0), s.last_page) : -1;
+  }
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    if (ROWS % {{ PER }} != 0 && r + n * {{ PER }} >= ROWS) break;
+    const int key = s.first + row0 + r + n * {{ PER }};
+    const bool in = page[n] >= 0;
+    const elem_t *g = s.base + page[n] * s.page_stride + (long long)(key & mask) * s.stride + c * 8;
+    elem_t *d = dst + tile_off(r + n * {{ PER }}, c * 8);
+{%     if S > 1 then %}
+    cp_async16(d, in ? g : s.base, in ? 16 : 0);
+{%     else %}
+    uint4 val = make_uint4(0u, 0u, 0u, 0u);
+    if (in) val = *reinterpret_cast<const uint4 *>(g);
+    *reinterpret_cast<uint4 *>(d) = val;
+{%     end %}
+  }
+}
+{%   else %}
+template <int ROWS>
+__device__ __forceinline__ void load_tile_paged(elem_t *dst, const KvSrc &s, int row0, int rows) {
+  for (int i = threadIdx.x; i < ROWS * {{ CHUNKS }}; i += {{ THREADS }}) {
+    const int r = i / {{ CHUNKS }}, c = i % {{ CHUNKS }}, j = row0 + r;
+    elem_t *d = dst + tile_off(r, c * 8);
+    const bool in = j < rows;
+    const int key = s.first + j;
+    const int page = in ? min(max(__ldg(s.pages + (key >> s.shift)), 0), s.last_page) : 0;
+    const elem_t *g = s.base + page * s.page_stride + (long long)(key & ((1 << s.shift) - 1)) * s.stride + c * 8;
+{%     if S > 1 then %}
+    cp_async16(d, in ? g : s.base, in ? 16 : 0);
+{%     else %}
+    uint4 val = make_uint4(0u, 0u, 0u, 0u);
+    if (in) val = *reinterpret_cast<const uint4 *>(g);
+    *reinterpret_cast<uint4 *>(d) = val;
+{%     end %}
+  }
+}
+{%   end %}
+{% end %}
+
 // Key tile t of one head's K or V into its slot of a ring.
-__device__ __forceinline__ void ring_load(elem_t *ring, const kv_t *src, long long stride,
-                                          int t, int rows) {
-  {{ fp8 and "load_tile_fp8" or "load_tile" }}<{{ tile_n }}>(ring + (t % {{ S }}) * {{ tile_n * LD }}, src, stride, t * {{ tile_n }}, rows);
+__device__ __forceinline__ void ring_load(elem_t *ring, const KvSrc &src, int t, int rows) {
+{% if paged then %}
+  load_tile_paged<{{ tile_n }}>(ring + (t % {{ S }}) * {{ tile_n * LD }}, src, t * {{ tile_n }}, rows);
+{% else %}
+  {{ fp8 and "load_tile_fp8" or "load_tile" }}<{{ tile_n }}>(ring + (t % {{ S }}) * {{ tile_n * LD }}, src.base, src.stride, t * {{ tile_n }}, rows);
+{% end %}
 }
 
 // After Q's copies have been issued: tiles 0 .. {{ S - 2 }} of K and V in
 // flight, one cp.async group each (empty groups keep the count uniform),
 // and Q landed.
-__device__ __forceinline__ void kv_start(elem_t *s_k, elem_t *s_v, const kv_t *k, const kv_t *v,
-                                         long long ks, long long vs, int rows, int ntiles) {
+__device__ __forceinline__ void kv_start(elem_t *s_k, elem_t *s_v, const KvSrc &k, const KvSrc &v,
+                                         int rows, int ntiles) {
 {% if S > 1 then %}
   cp_async_commit();  // Q's group
 #pragma unroll
   for (int t = 0; t < {{ S - 1 }}; ++t) {
     if (t < ntiles) {
-      ring_load(s_k, k, ks, t, rows);
-      ring_load(s_v, v, vs, t, rows);
+      ring_load(s_k, k, t, rows);
+      ring_load(s_v, v, t, rows);
     }
     cp_async_commit();
   }
@@ -166,17 +240,17 @@ __device__ __forceinline__ void kv_start(elem_t *s_k, elem_t *s_v, const kv_t *k
 // copies them once the previous tile is no longer read; more stages start
 // tile t + {{ S - 1 }} and wait for tile t.  Before a slot is refilled the
 // caller synchronises (at the end of each iteration).
-__device__ __forceinline__ void kv_ready(elem_t *s_k, elem_t *s_v, const kv_t *k, const kv_t *v,
-                                         long long ks, long long vs, int rows, int t, int ntiles) {
+__device__ __forceinline__ void kv_ready(elem_t *s_k, elem_t *s_v, const KvSrc &k, const KvSrc &v,
+                                         int rows, int t, int ntiles) {
 {% if S == 1 then %}
   if (t > 0) __syncthreads();
-  ring_load(s_k, k, ks, t, rows);
-  ring_load(s_v, v, vs, t, rows);
+  ring_load(s_k, k, t, rows);
+  ring_load(s_v, v, t, rows);
 {% else %}
   const int nt = t + {{ S - 1 }};
   if (nt < ntiles) {
-    ring_load(s_k, k, ks, nt, rows);
-    ring_load(s_v, v, vs, nt, rows);
+    ring_load(s_k, k, nt, rows);
+    ring_load(s_v, v, nt, rows);
   }
   cp_async_commit();
   cp_async_wait<{{ S - 1 }}>();

@@ -4,6 +4,7 @@
  * kernels it names compile without spills, the combine kernels included.
  * Their results on a GPU are test_gpu.c's gpu_serving_* tests.
  */
+#include <math.h>
 #include <string.h>
 
 #include "attention.h"
@@ -138,12 +139,295 @@ int test_serving_compile(void)
            r.registers, r.spill_store_bytes);
     CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
     fj_kernel *c;
-    CHECK_OK(ctx, fj__combine_kernel(ctx, vs[i].head_dim, vs[i].dtype, &c));
+    CHECK_OK(ctx, fj__combine_kernel(ctx, &vs[i], &c));
     fj_kernel_resources(c, &r);
     printf("%s: %d registers, %d bytes spilled\n", fj_kernel_name(c),
            r.registers, r.spill_store_bytes);
     CHECK(r.spill_store_bytes == 0 && strstr(fj_kernel_ptx(c, NULL), "shfl.sync"));
   }
   fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* ---- variable lengths and the paged KV cache -------------------------------------- */
+
+/* Any non-NULL device pointer: planning only asks whether an array is
+ * there. */
+static const int32_t dummy[1];
+
+/* A packed (FJ_THD) varlen problem with bounds sq and skv. */
+static void varlen_problem(fj_problem *p, int b, int hq, int hkv, int sq,
+                           int skv, int d)
+{
+  fj_problem_init(p, b, hq, hkv, sq, skv, d, FJ_F16, FJ_THD);
+  p->cu_seqlens_q = p->cu_seqlens_kv = dummy;
+}
+
+/* Paged K/V in the NHD layout, pages of ps tokens. */
+static void paged_problem(fj_problem *p, int b, int hq, int hkv, int sq,
+                          int skv, int d, int ps)
+{
+  fj_problem_init(p, b, hq, hkv, sq, skv, d, FJ_BF16, FJ_BHSD);
+  p->block_table = p->seqused_kv = dummy;
+  p->page_size = ps;
+  p->max_pages = (skv + ps - 1) / ps;
+  p->num_pages = b * p->max_pages;
+  int64_t s[3] = {(int64_t)ps * hkv * d, d, (int64_t)hkv * d};
+  memcpy(p->k_stride, s, sizeof s);
+  memcpy(p->v_stride, s, sizeof s);
+}
+
+/* What the plan makes of varlen and paged problems, and the refusals of
+ * fields that contradict each other, each naming the value and the limit. */
+int test_serving_varlen(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  fj_problem p;
+  fj_plan plan;
+  char name[160];
+  /* Varlen prefill: the mma family (wgmma has no varlen yet), named _vl. */
+  varlen_problem(&p, 16, 16, 16, 4096, 4096, 128);
+  p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+  fj_variant_name(&plan.variant, name, sizeof name);
+  CHECK(plan.variant.mma == FJ_MMA_SYNC && plan.variant.varlen &&
+        !plan.variant.paged && strstr(name, "_vl") && plan.grid[2] == 16);
+  /* Paged decode: packed, split where the rule wants it, named _paged. */
+  paged_problem(&p, 1, 32, 8, 1, 4096, 128, 16);
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+  fj_variant_name(&plan.variant, name, sizeof name);
+  CHECK(plan.variant.pack_gqa && plan.variant.split_kv && plan.variant.varlen &&
+        plan.variant.paged && plan.splits > 1 && strstr(name, "_vl_paged"));
+  /* A varlen problem runs only on a varlen variant; dense on any. */
+  fj_variant v = plan.variant;
+  v.paged = 0;
+  CHECK_ST(ctx, fj_attention_fwd_variant(ctx, &p, &v, &p, &p, &p, &p, NULL, NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "a paged one a paged variant");
+  /* The wgmma family refuses the axes by name. */
+  fj_variant_default(&v, 128, FJ_F16, FJ_CAUSAL_NONE);
+  v.mma = FJ_MMA_WGMMA;
+  v.varlen = 1;
+  CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "varlen is implemented for mma mma only");
+  v.varlen = 3;
+  CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "varlen 3 is invalid: 0 or 1");
+  /* Refusals. */
+  varlen_problem(&p, 2, 8, 8, 100, 100, 64);
+  p.q_stride[0] = 64;
+  CHECK_ST(ctx, fj_problem_check(ctx, &p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "q_stride[0] (batch) = 64 with cu_seqlens_q");
+  static const int bad_sizes[] = {0, 3, 8192, -16};
+  for (int i = 0; i < 4; i++) {
+    paged_problem(&p, 2, 8, 8, 1, 100, 64, 16);
+    p.page_size = bad_sizes[i];
+    CHECK_ST(ctx, fj_problem_check(ctx, &p), FJ_ERR_INVALID_ARG);
+    char want[80];
+    snprintf(want, sizeof want, "page_size %d is invalid: a power of two in 1..4096",
+             bad_sizes[i]);
+    CHECK_MSG(ctx, want);
+  }
+  paged_problem(&p, 2, 8, 8, 1, 100, 64, 16);
+  p.max_pages = 6;
+  CHECK_ST(ctx, fj_problem_check(ctx, &p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "block table too short: max_pages 6 x page_size 16 = 96 keys, less than seq_kv 100");
+  paged_problem(&p, 2, 8, 8, 1, 100, 64, 16);
+  p.cu_seqlens_kv = dummy;
+  CHECK_ST(ctx, fj_problem_check(ctx, &p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "cu_seqlens_kv with a block_table");
+  paged_problem(&p, 2, 8, 8, 1, 100, 64, 16);
+  p.num_pages = 0;
+  CHECK_ST(ctx, fj_problem_check(ctx, &p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "num_pages 0 is invalid");
+  fj_problem_init(&p, 2, 8, 8, 1, 100, 64, FJ_F16, FJ_BHSD);
+  p.page_size = 16;
+  CHECK_ST(ctx, fj_problem_check(ctx, &p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "page_size 16 without a block_table");
+  /* No varlen on sm_75's wmma family: said so. */
+  fj_ctx *old = fjt_ctx("sm_75", NULL);
+  CHECK(old);
+  varlen_problem(&p, 2, 8, 8, 100, 100, 64);
+  CHECK_ST(old, fj_attention_plan(old, &p, &plan), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(old, "varlen is implemented for mma mma only");
+  fj_ctx_destroy(old);
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* fj_problem_check_lengths on host arrays: each bad entry named. */
+int test_serving_lengths(void)
+{
+  fj_problem p;
+  int32_t cu[4] = {0, 5, 5, 12}, used[3] = {3, 0, 7};
+  varlen_problem(&p, 3, 4, 4, 8, 8, 64);
+  p.cu_seqlens_q = p.cu_seqlens_kv = cu;
+  CHECK_OK(NULL, fj_problem_check_lengths(&p));
+  cu[2] = 4;
+  CHECK_ST(NULL, fj_problem_check_lengths(&p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "cu_seqlens_q is not increasing: cu_seqlens_q[2] = 4 < cu_seqlens_q[1] = 5");
+  cu[2] = 5;
+  cu[3] = 14;
+  CHECK_ST(NULL, fj_problem_check_lengths(&p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "cu_seqlens_q: sequence 2 has 9 rows, more than seq_q 8");
+  cu[3] = 12;
+  cu[0] = -1;
+  CHECK_ST(NULL, fj_problem_check_lengths(&p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "cu_seqlens_q[0] = -1 is negative");
+  cu[0] = 0;
+  p.seqused_kv = used;
+  used[2] = 9;
+  CHECK_ST(NULL, fj_problem_check_lengths(&p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "seqused_kv[2] = 9 is invalid: must be in 0..seq_kv 8");
+  /* A table entry a sequence uses must be a page; unused ones are free. */
+  int32_t table[3][2] = {{0, 99}, {-5, -5}, {1, 2}};
+  used[2] = 7;
+  paged_problem(&p, 3, 4, 4, 1, 8, 64, 4);
+  p.block_table = &table[0][0];
+  p.seqused_kv = used;
+  p.num_pages = 3;
+  CHECK_OK(NULL, fj_problem_check_lengths(&p));
+  table[2][1] = 3;
+  CHECK_ST(NULL, fj_problem_check_lengths(&p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "block_table[2][1] = 3 is not a page: must be in 0..num_pages - 1 = 2");
+  CHECK_ST(NULL, fj_problem_check_lengths(NULL), FJ_ERR_INVALID_ARG);
+  return 0;
+}
+
+/* The reference itself on varlen and paged problems: each sequence must
+ * equal the dense reference of that sequence alone (built here from the
+ * same values, laid out densely), and rows past a sequence's end get O 0
+ * and a NaN log-sum-exp.  The GPU tests compare with this reference. */
+int test_serving_reference(void)
+{
+  enum { B = 4, H = 2, D = 16, SQ = 6, SKV = 9, PS = 2, MP = 5, NP = 12 };
+  /* Bottom-right offsets 3 and 4 (not both the bounds' 3), no queries, no keys. */
+  static const int lq[B] = {6, 0, 3, 2}, lkv[B] = {9, 4, 7, 0};
+  int32_t cuq[B + 1] = {0}, cukv[B + 1] = {0};
+  for (int b = 0; b < B; b++) {
+    cuq[b + 1] = cuq[b] + lq[b];
+    cukv[b + 1] = cukv[b] + lkv[b];
+  }
+  /* Values: a fixed pattern per (token, head, column), in f16. */
+  float qf[B * SQ * H * D], kf[NP * PS * H * D], vf[NP * PS * H * D];
+  for (int i = 0; i < B * SQ * H * D; i++)
+    qf[i] = (float)((i * 37) % 23) / 11.f - 1.f;
+  for (int i = 0; i < NP * PS * H * D; i++) {
+    kf[i] = (float)((i * 53) % 29) / 14.f - 1.f;
+    vf[i] = (float)((i * 71) % 31) / 15.f - 1.f;
+  }
+  uint16_t q[B * SQ * H * D], k[NP * PS * H * D], v[NP * PS * H * D];
+  fj_convert(FJ_F16, q, FJ_F32, qf, B * SQ * H * D);
+  fj_convert(FJ_F16, k, FJ_F32, kf, NP * PS * H * D);
+  fj_convert(FJ_F16, v, FJ_F32, vf, NP * PS * H * D);
+  /* Pages out of order, one shared by sequences 0 and 1. */
+  int32_t table[B][MP] = {{7, 3, 11, 0, 5}, {3, 9, 0, 0, 0}, {1, 2, 4, 6, 0}, {0, 0, 0, 0, 0}};
+  double out[B * H * SQ * D], lse[B * H * SQ], one[H * SQ * D], one_lse[H * SQ];
+  for (int paged = 0; paged < 2; paged++)
+    for (int causal = 0; causal < 3; causal++) {
+      fj_problem p;
+      fj_problem_init(&p, B, H, H, SQ, SKV, D, FJ_F16, FJ_THD);
+      p.causal = (fj_causal)causal;
+      p.cu_seqlens_q = cuq;
+      if (paged) {
+        p.block_table = &table[0][0];
+        p.seqused_kv = lkv;
+        p.page_size = PS;
+        p.max_pages = MP;
+        p.num_pages = NP;
+        int64_t s[3] = {PS * H * D, D, H * D};
+        memcpy(p.k_stride, s, sizeof s);
+        memcpy(p.v_stride, s, sizeof s);
+      } else {
+        p.cu_seqlens_kv = cukv;
+      }
+      CHECK_OK(NULL, fj_reference_fwd(&p, q, k, v, NULL, NULL, 0, SQ, out, lse));
+      for (int b = 0; b < B; b++) {
+        /* Sequence b alone, K and V gathered into a dense BSHD copy. */
+        uint16_t kd[SKV * H * D + 1], vd[SKV * H * D + 1];
+        for (int j = 0; j < lkv[b]; j++) {
+          size_t src = (size_t)(paged ? (table[b][j / PS] * PS + j % PS) * H * D
+                                      : (cukv[b] + j) * H * D);
+          memcpy(kd + (size_t)j * H * D, k + src, sizeof(uint16_t) * H * D);
+          memcpy(vd + (size_t)j * H * D, v + src, sizeof(uint16_t) * H * D);
+        }
+        if (lq[b] == 0)
+          continue;
+        fj_problem d;
+        fj_problem_init(&d, 1, H, H, lq[b], lkv[b] ? lkv[b] : 1, D, FJ_F16, FJ_BSHD);
+        d.causal = p.causal;
+        if (lkv[b] == 0) {
+          /* No keys: every row sees none (O 0, LSE -inf). */
+          for (int h = 0; h < H; h++)
+            for (int r = 0; r < lq[b]; r++) {
+              size_t i = (size_t)((b * H + h) * SQ + r);
+              CHECK(isinf(lse[i]) && lse[i] < 0);
+              for (int e = 0; e < D; e++)
+                CHECK(out[i * D + (size_t)e] == 0);
+            }
+          continue;
+        }
+        CHECK_OK(NULL, fj_reference_fwd(&d, q + (size_t)cuq[b] * H * D, kd, vd,
+                                        NULL, NULL, 0, lq[b], one, one_lse));
+        for (int h = 0; h < H; h++)
+          for (int r = 0; r < SQ; r++) {
+            size_t i = (size_t)((b * H + h) * SQ + r);
+            if (r >= lq[b]) {
+              CHECK(isnan(lse[i]) && out[i * D] == 0);
+              continue;
+            }
+            size_t j = (size_t)(h * lq[b] + r);
+            CHECK(lse[i] == one_lse[j] || (isinf(lse[i]) && isinf(one_lse[j])));
+            CHECK(memcmp(out + i * D, one + j * D, sizeof(double) * D) == 0);
+          }
+      }
+    }
+  return 0;
+}
+
+/* The varlen and paged kernels the plan names compile without spills for
+ * sm_90a and sm_80, and so do the varlen combine kernels. */
+int test_serving_varlen_compile(void)
+{
+  static const char *const arches[] = {"sm_90a", "sm_80"};
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(arches[a], fjt_tmpdir());
+    CHECK(ctx);
+    fj_problem ps[4];
+    varlen_problem(&ps[0], 16, 16, 16, 4096, 4096, 128);
+    ps[0].causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    paged_problem(&ps[1], 1, 32, 8, 1, 4096, 128, 16);
+    paged_problem(&ps[2], 4, 8, 8, 1, 1000, 64, 1);
+    ps[2].dtype = FJ_F16;
+    varlen_problem(&ps[3], 2, 32, 4, 4, 8192, 256);
+    ps[3].dtype = FJ_BF16;
+    fj_variant vs[4];
+    for (int i = 0; i < 4; i++) {
+      fj_plan plan;
+      CHECK_OK(ctx, fj_attention_plan(ctx, &ps[i], &plan));
+      CHECK(plan.variant.varlen && plan.variant.paged == (i == 1 || i == 2));
+      vs[i] = plan.variant;
+    }
+    CHECK(vs[1].split_kv && vs[3].split_kv && vs[3].pack_gqa);
+    fj_prepare_opts o = {2, NULL, NULL};
+    CHECK_OK(ctx, fj_kernel_prepare(ctx, vs, 4, &o, NULL));
+    for (int i = 0; i < 4; i++) {
+      fj_kernel *k;
+      fj_resources r;
+      CHECK_OK(ctx, fj_kernel_get(ctx, &vs[i], &k));
+      fj_kernel_resources(k, &r);
+      printf("%s %s: %d registers, %d bytes spilled\n", arches[a],
+             fj_kernel_name(k), r.registers, r.spill_store_bytes);
+      CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+      CHECK(strstr(fj_kernel_source(k, NULL), vs[i].paged ? "load_tile_paged" : "seq_of"));
+      if (!vs[i].split_kv)
+        continue;
+      fj_kernel *c;
+      CHECK_OK(ctx, fj__combine_kernel(ctx, &vs[i], &c));
+      CHECK(strstr(fj_kernel_name(c), "_vl") && strstr(fj_kernel_source(c, NULL), "seq_of"));
+    }
+    fj_ctx_destroy(ctx);
+  }
   return 0;
 }

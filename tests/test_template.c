@@ -28,7 +28,7 @@ static fj_status render_variant(fj_ctx *ctx, const fj_variant *v, fj_buf *out)
  * pick for head dim 128 (pipelined, causal bottom-right, bf16); the wgmma
  * family's pick for head dim 128 (two consumer warpgroups, ping-pong);
  * the decode pick (GQA packing and split-KV, causal bottom-right). */
-enum { NGOLDEN = 6 };
+enum { NGOLDEN = 7 };
 static void golden_variants(fj_variant v[NGOLDEN])
 {
   fj_variant_default(&v[0], 64, FJ_F16, FJ_CAUSAL_NONE);
@@ -62,6 +62,13 @@ static void golden_variants(fj_variant v[NGOLDEN])
   v[5].tile_n = 64;
   v[5].pack_gqa = 1;
   v[5].split_kv = 1;
+  /* Paged, varlen, packed and split: the serving decode of a page cache. */
+  v[6] = v[5];
+  v[6].dtype = FJ_F16;
+  v[6].causal = FJ_CAUSAL_NONE;
+  v[6].swizzle = FJ_SWIZZLE_XOR;
+  v[6].varlen = 1;
+  v[6].paged = 1;
 }
 
 /* FJ_UPDATE_GOLDEN=1 rewrites the files from the current templates. */

@@ -19,8 +19,13 @@ struct Params {
   int splits;               // split-KV: key ranges per row tile
   float *o_part;            // split-KV: [splits][batch][heads_q][seq_q][head_dim]
   float *lse_part;          // split-KV: [splits][batch][heads_q][seq_q]
+  // Varlen (cu_seqlens_q / _kv: [batch + 1] prefix sums, seqused_kv:
+  // [batch] key counts) and paged K/V (block_table: [batch][max_pages]
+  // page numbers, pages of 2^page_shift keys); NULL where absent.
+  const int *cu_seqlens_q, *cu_seqlens_kv, *seqused_kv, *block_table;
+  int max_pages, page_shift, num_pages, pad_;
 };
-static_assert(sizeof(Params) == 208, "host and device disagree on the parameter block");
+static_assert(sizeof(Params) == 256, "host and device disagree on the parameter block");
 
 typedef __half elem_t;
 typedef __half2 elem2_t;

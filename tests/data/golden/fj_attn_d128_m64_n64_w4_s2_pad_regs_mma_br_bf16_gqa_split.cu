@@ -20,8 +20,13 @@ struct Params {
   int splits;               // split-KV: key ranges per row tile
   float *o_part;            // split-KV: [splits][batch][heads_q][seq_q][head_dim]
   float *lse_part;          // split-KV: [splits][batch][heads_q][seq_q]
+  // Varlen (cu_seqlens_q / _kv: [batch + 1] prefix sums, seqused_kv:
+  // [batch] key counts) and paged K/V (block_table: [batch][max_pages]
+  // page numbers, pages of 2^page_shift keys); NULL where absent.
+  const int *cu_seqlens_q, *cu_seqlens_kv, *seqused_kv, *block_table;
+  int max_pages, page_shift, num_pages, pad_;
 };
-static_assert(sizeof(Params) == 208, "host and device disagree on the parameter block");
+static_assert(sizeof(Params) == 256, "host and device disagree on the parameter block");
 
 typedef __nv_bfloat16 elem_t;
 typedef __nv_bfloat162 elem2_t;
@@ -222,23 +227,28 @@ __device__ __forceinline__ void load_tile_packed(elem_t *dst, const elem_t *src,
 // K and V rows as stored in global memory.
 typedef elem_t kv_t;
 
+// Where key row j of one head of K (or V) is.
+struct KvSrc {
+  const kv_t *base;   // row 0 (paged: token 0 of page 0)
+  long long stride;   // between rows (paged: tokens of a page)
+};
+
 // Key tile t of one head's K or V into its slot of a ring.
-__device__ __forceinline__ void ring_load(elem_t *ring, const kv_t *src, long long stride,
-                                          int t, int rows) {
-  load_tile<64>(ring + (t % 2) * 8704, src, stride, t * 64, rows);
+__device__ __forceinline__ void ring_load(elem_t *ring, const KvSrc &src, int t, int rows) {
+  load_tile<64>(ring + (t % 2) * 8704, src.base, src.stride, t * 64, rows);
 }
 
 // After Q's copies have been issued: tiles 0 .. 0 of K and V in
 // flight, one cp.async group each (empty groups keep the count uniform),
 // and Q landed.
-__device__ __forceinline__ void kv_start(elem_t *s_k, elem_t *s_v, const kv_t *k, const kv_t *v,
-                                         long long ks, long long vs, int rows, int ntiles) {
+__device__ __forceinline__ void kv_start(elem_t *s_k, elem_t *s_v, const KvSrc &k, const KvSrc &v,
+                                         int rows, int ntiles) {
   cp_async_commit();  // Q's group
 #pragma unroll
   for (int t = 0; t < 1; ++t) {
     if (t < ntiles) {
-      ring_load(s_k, k, ks, t, rows);
-      ring_load(s_v, v, vs, t, rows);
+      ring_load(s_k, k, t, rows);
+      ring_load(s_v, v, t, rows);
     }
     cp_async_commit();
   }
@@ -249,12 +259,12 @@ __device__ __forceinline__ void kv_start(elem_t *s_k, elem_t *s_v, const kv_t *k
 // copies them once the previous tile is no longer read; more stages start
 // tile t + 1 and wait for tile t.  Before a slot is refilled the
 // caller synchronises (at the end of each iteration).
-__device__ __forceinline__ void kv_ready(elem_t *s_k, elem_t *s_v, const kv_t *k, const kv_t *v,
-                                         long long ks, long long vs, int rows, int t, int ntiles) {
+__device__ __forceinline__ void kv_ready(elem_t *s_k, elem_t *s_v, const KvSrc &k, const KvSrc &v,
+                                         int rows, int t, int ntiles) {
   const int nt = t + 1;
   if (nt < ntiles) {
-    ring_load(s_k, k, ks, nt, rows);
-    ring_load(s_v, v, vs, nt, rows);
+    ring_load(s_k, k, nt, rows);
+    ring_load(s_v, v, nt, rows);
   }
   cp_async_commit();
   cp_async_wait<1>();
@@ -286,8 +296,8 @@ fj_attn_d128_m64_n64_w4_s2_pad_regs_mma_br_bf16_gqa_split(const fj::Params p) {
   const fj::Block blk = fj::block_of(p);
   const int m0 = blk.m0;
   const elem_t *q = fj::head_rows<const elem_t>(p.q, p.q_stride, blk.b, blk.h);
-  const fj::kv_t *k = fj::head_rows<const fj::kv_t>(p.k, p.k_stride, blk.b, blk.hk);
-  const fj::kv_t *v = fj::head_rows<const fj::kv_t>(p.v, p.v_stride, blk.b, blk.hk);
+  fj::KvSrc ksrc = {fj::head_rows<const fj::kv_t>(p.k, p.k_stride, blk.b, blk.hk), p.k_stride[2]};
+  fj::KvSrc vsrc = {fj::head_rows<const fj::kv_t>(p.v, p.v_stride, blk.b, blk.hk), p.v_stride[2]};
   const float sl2 = p.scale_log2;
   const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
   // ldmatrix source rows and columns of this lane (mma_frag.cuh).
@@ -306,19 +316,19 @@ fj_attn_d128_m64_n64_w4_s2_pad_regs_mma_br_bf16_gqa_split(const fj::Params p) {
   const int t_begin = min(all_tiles, blk.split * per_split);
   const int ntiles = min(all_tiles, t_begin + per_split) - t_begin;
   const int kv0 = t_begin * 64, kv_rows = p.seq_kv - kv0;
-  k += (long long)kv0 * p.k_stride[2];
-  v += (long long)kv0 * p.v_stride[2];
+  ksrc.base += (long long)kv0 * ksrc.stride;
+  vsrc.base += (long long)kv0 * vsrc.stride;
   const long long part0 = (long long)blk.split * p.batch * p.heads_q * p.seq_q;
 
   fj::load_tile_packed<64>(s_q, q, p.q_stride[1], p.q_stride[2], p.group, m0, p.seq_q * p.group);
   // Prologue of the pipeline: group P = {Q, K(0)}, then groups g_i =
   // {K(i + 1), V(i)} for i < 1 (empty ones keep the count uniform).
-  if (ntiles > 0) fj::ring_load(s_k, k, p.k_stride[2], 0, kv_rows);
+  if (ntiles > 0) fj::ring_load(s_k, ksrc, 0, kv_rows);
   fj::cp_async_commit();
 #pragma unroll
   for (int i = 0; i < 1; ++i) {
-    if (i + 1 < ntiles) fj::ring_load(s_k, k, p.k_stride[2], i + 1, kv_rows);
-    if (i < ntiles) fj::ring_load(s_v, v, p.v_stride[2], i, kv_rows);
+    if (i + 1 < ntiles) fj::ring_load(s_k, ksrc, i + 1, kv_rows);
+    if (i < ntiles) fj::ring_load(s_v, vsrc, i, kv_rows);
     fj::cp_async_commit();
   }
   fj::cp_async_wait<1>();  // Q and K(0) have landed
@@ -375,8 +385,8 @@ fj_attn_d128_m64_n64_w4_s2_pad_regs_mma_br_bf16_gqa_split(const fj::Params p) {
     __syncthreads();                    // ... for every thread; K(t), V(t - 1) are free
     {
       const int i = t + 1;
-      if (i + 1 < ntiles) fj::ring_load(s_k, k, p.k_stride[2], i + 1, kv_rows);
-      if (i < ntiles) fj::ring_load(s_v, v, p.v_stride[2], i, kv_rows);
+      if (i + 1 < ntiles) fj::ring_load(s_k, ksrc, i + 1, kv_rows);
+      if (i < ntiles) fj::ring_load(s_v, vsrc, i, kv_rows);
       fj::cp_async_commit();
     }
     const unsigned kn = sk_u + ((t + 1) % 2) * 17408, vt = sv_u + (t % 2) * 17408;

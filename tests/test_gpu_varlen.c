@@ -1,0 +1,401 @@
+/*
+ * test_gpu_varlen.c -- variable-length batches and the paged KV cache on a
+ * GPU (label gpu; skipped where there is none), against the float64
+ * reference (whose varlen and paged semantics test_serving.c checks
+ * against per-sequence dense problems).  Q and O are packed tokens
+ * (FJ_THD); K and V packed tokens too, or pages in a shuffled order with
+ * one page shared by two sequences.  Before each launch O (with a guard
+ * row past its end) and the log-sum-exp are poisoned with NaN; after it,
+ * every real row must be right and everything else still poison.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "runner.h"
+
+enum { MAXB = 8, GUARD_ROWS = 1 };
+
+/* One case: the problem the library runs (device arrays) and its twin with
+ * host arrays (the reference's). */
+typedef struct vl_case {
+  fj_problem p, hp;
+  int batch, lq[MAXB], lkv[MAXB];
+  int32_t cuq[MAXB + 1], cukv[MAXB + 1], used[MAXB], *table;
+  uint16_t *q, *k, *v, *o;
+  float *lse;
+  size_t nq, nkv, no, nlse;
+  void *dq, *dk, *dv, *dout, *dlse, *dcuq, *dcukv, *dused, *dtable;
+} vl_case;
+
+static uint64_t next_u64(uint64_t *s)
+{
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+/* n values uniform in [-1, 1), in dtype dt. */
+static uint16_t *random_values(fj_dtype dt, size_t n, uint64_t *s)
+{
+  float *f = malloc(n * sizeof *f);
+  uint16_t *out = malloc(n * sizeof *out);
+  for (size_t i = 0; f && out && i < n; i++)
+    f[i] = (float)((double)(next_u64(s) >> 11) / 4503599627370496.0 - 1.0);
+  if (f && out)
+    fj_convert(dt, out, FJ_F32, f, n);
+  free(f);
+  return out;
+}
+
+static int to_device(void **dev, const void *host, size_t bytes)
+{
+  return cudaMalloc(dev, bytes ? bytes : 4) != cudaSuccess ||
+         (bytes && cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess);
+}
+
+/* The shuffled page table: sequence b's pages drawn from a permutation of
+ * all pages; where sequences 0 and 1 both have keys, 1's first page is 0's
+ * (a shared prefix).  Entries past a sequence's pages are -7: never read. */
+static int fill_table(vl_case *c, int ps, uint64_t *s)
+{
+  fj_problem *p = &c->p;
+  int total = 1;
+  for (int b = 0; b < c->batch; b++)
+    total += (c->lkv[b] + ps - 1) / ps;
+  int *perm = malloc(sizeof *perm * (size_t)total);
+  c->table = malloc(sizeof *c->table * (size_t)(c->batch * p->max_pages));
+  if (!perm || !c->table)
+    return 1;
+  for (int i = 0; i < total; i++)
+    perm[i] = i;
+  for (int i = total - 1; i > 0; i--) {
+    int j = (int)(next_u64(s) % (uint64_t)(i + 1)), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  int next = 0;
+  for (int b = 0; b < c->batch; b++)
+    for (int i = 0; i < p->max_pages; i++)
+      c->table[b * p->max_pages + i] =
+          i < (c->lkv[b] + ps - 1) / ps ? perm[next++] : -7;
+  if (c->batch > 1 && c->lkv[0] > 0 && c->lkv[1] > 0)
+    c->table[p->max_pages] = c->table[0];
+  p->num_pages = total;
+  free(perm);
+  return 0;
+}
+
+/* Lays out and uploads a case: lengths lq/lkv (n sequences), page size ps
+ * (0: K and V packed like Q). */
+static int vl_setup(vl_case *c, int n, const int *lq, const int *lkv, int hq,
+                    int hkv, int d, fj_dtype dt, fj_causal m, int ps, int splits,
+                    uint64_t *s)
+{
+  memset(c, 0, sizeof *c);
+  c->batch = n;
+  int mq = 1, mkv = 1;
+  for (int b = 0; b < n; b++) {
+    c->lq[b] = lq[b];
+    c->lkv[b] = lkv[b];
+    c->cuq[b + 1] = c->cuq[b] + lq[b];
+    c->cukv[b + 1] = c->cukv[b] + lkv[b];
+    c->used[b] = lkv[b];
+    mq = lq[b] > mq ? lq[b] : mq;
+    mkv = lkv[b] > mkv ? lkv[b] : mkv;
+  }
+  fj_problem *p = &c->p;
+  fj_problem_init(p, n, hq, hkv, mq, mkv, d, dt, FJ_THD);
+  p->causal = m;
+  p->splits = splits;
+  size_t kv_rows = (size_t)c->cukv[n];
+  if (ps) {
+    p->page_size = ps;
+    p->max_pages = (mkv + ps - 1) / ps;
+    if (fill_table(c, ps, s))
+      return 1;
+    kv_rows = (size_t)p->num_pages * (size_t)ps;
+    int64_t st[3] = {(int64_t)ps * hkv * d, d, (int64_t)hkv * d};
+    memcpy(p->k_stride, st, sizeof st);
+    memcpy(p->v_stride, st, sizeof st);
+  }
+  c->nq = (size_t)c->cuq[n] * (size_t)(hq * d);
+  c->no = c->nq + GUARD_ROWS * (size_t)(hq * d);
+  c->nkv = kv_rows * (size_t)(hkv * d);
+  c->nlse = (size_t)(n * hq * mq);
+  c->q = random_values(dt, c->nq + 1, s);
+  c->k = random_values(dt, c->nkv + 1, s);
+  c->v = random_values(dt, c->nkv + 1, s);
+  c->o = malloc(c->no * 2);
+  c->lse = malloc(c->nlse * sizeof(float));
+  if (!c->q || !c->k || !c->v || !c->o || !c->lse)
+    return 1;
+  size_t tbytes = ps ? sizeof(int32_t) * (size_t)(n * p->max_pages) : 0;
+  if (to_device(&c->dq, c->q, c->nq * 2) || to_device(&c->dk, c->k, c->nkv * 2) ||
+      to_device(&c->dv, c->v, c->nkv * 2) || cudaMalloc(&c->dout, c->no * 2) != cudaSuccess ||
+      cudaMalloc(&c->dlse, c->nlse * sizeof(float)) != cudaSuccess ||
+      to_device(&c->dcuq, c->cuq, sizeof(int32_t) * (size_t)(n + 1)) ||
+      to_device(&c->dcukv, c->cukv, sizeof(int32_t) * (size_t)(n + 1)) ||
+      to_device(&c->dused, c->used, sizeof(int32_t) * (size_t)n) ||
+      (ps && to_device(&c->dtable, c->table, tbytes)))
+    return 1;
+  c->hp = *p;
+  p->cu_seqlens_q = c->dcuq;
+  c->hp.cu_seqlens_q = c->cuq;
+  if (ps) {
+    p->block_table = c->dtable;
+    p->seqused_kv = c->dused;
+    c->hp.block_table = c->table;
+    c->hp.seqused_kv = c->used;
+  } else {
+    p->cu_seqlens_kv = c->dcukv;
+    c->hp.cu_seqlens_kv = c->cukv;
+  }
+  return 0;
+}
+
+static void vl_free(vl_case *c)
+{
+  void *dev[] = {c->dq, c->dk, c->dv, c->dout, c->dlse, c->dcuq, c->dcukv, c->dused, c->dtable};
+  for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+    cudaFree(dev[i]);
+  free(c->q);
+  free(c->k);
+  free(c->v);
+  free(c->o);
+  free(c->lse);
+  free(c->table);
+}
+
+/* ---- the check: a reference job per (sequence, row range) ------------------------ */
+
+typedef struct vl_job {
+  const vl_case *c;
+  int b, r0, r1;
+  double *out, *lse;
+  fj_status st;
+} vl_job;
+
+/* The reference of one sequence: the host problem cut to batch 1 at b
+ * (prefix sums and the table row start there). */
+static void *vl_ref(void *arg)
+{
+  vl_job *j = arg;
+  const vl_case *c = j->c;
+  fj_problem one = c->hp;
+  one.batch = 1;
+  one.cu_seqlens_q = c->cuq + j->b;
+  if (one.cu_seqlens_kv)
+    one.cu_seqlens_kv = c->cukv + j->b;
+  if (one.seqused_kv)
+    one.seqused_kv = c->used + j->b;
+  if (one.block_table)
+    one.block_table = c->table + j->b * one.max_pages;
+  j->st = fj_reference_fwd(&one, c->q, c->k, c->v, NULL, NULL, j->r0, j->r1,
+                           j->out, j->lse);
+  return NULL;
+}
+
+typedef struct vl_err {
+  double d2, r2, lse_max;
+  size_t bad, checked;
+} vl_err;
+
+static void vl_compare(const vl_case *c, const vl_job *j, vl_err *e)
+{
+  const fj_problem *p = &c->p;
+  int hq = p->heads_q, d = p->head_dim, rows = j->r1 - j->r0;
+  float row[256];
+  for (int h = 0; h < hq; h++)
+    for (int r = 0; r < rows; r++) {
+      size_t ri = (size_t)(h * rows + r);
+      size_t at = ((size_t)(c->cuq[j->b] + j->r0 + r) * (size_t)hq + (size_t)h) * (size_t)d;
+      fj_convert(FJ_F32, row, p->dtype, c->o + at, (size_t)d);
+      double want_lse = j->lse[ri];
+      int empty = isinf(want_lse);
+      for (int x = 0; x < d; x++) {
+        double got = row[x], want = j->out[ri * (size_t)d + (size_t)x];
+        e->bad += !isfinite(got) || (empty && got != 0);
+        e->d2 += (got - want) * (got - want);
+        e->r2 += want * want;
+      }
+      double got = c->lse[(size_t)((j->b * hq + h) * p->seq_q + j->r0 + r)];
+      if (empty)
+        e->bad += !(isinf(got) && got < 0);
+      else if (!isfinite(got))
+        e->bad++;
+      else
+        e->lse_max = fmax(e->lse_max, fabs(got - want_lse));
+      e->checked++;
+    }
+}
+
+/* Everything that is no row of any sequence is still poison: O's guard
+ * row, and the log-sum-exp past each sequence's end. */
+static size_t poison_left(const vl_case *c)
+{
+  size_t changed = 0;
+  const uint16_t *guard = c->o + c->nq;
+  for (size_t i = 0; i < c->no - c->nq; i++)
+    changed += guard[i] != 0xffff;
+  for (int b = 0; b < c->batch; b++)
+    for (int h = 0; h < c->p.heads_q; h++)
+      for (int r = c->lq[b]; r < c->p.seq_q; r++) {
+        uint32_t bits;
+        memcpy(&bits, &c->lse[(size_t)((b * c->p.heads_q + h) * c->p.seq_q + r)], 4);
+        changed += bits != 0xffffffffu;
+      }
+  return changed;
+}
+
+enum { EDGE = 48 };
+
+/* Launches through the library's plan and checks every sequence: all its
+ * rows, or the first and last EDGE where it is long. */
+static int vl_run(fj_ctx *ctx, vl_case *c, const char *what)
+{
+  fj_plan plan;
+  char name[160], label[300];
+  if (fj_attention_plan(ctx, &c->p, &plan) != FJ_OK) {
+    fprintf(stderr, "%s: plan: %s\n", what, fj_errmsg(ctx));
+    return 1;
+  }
+  fj_variant_name(&plan.variant, name, sizeof name);
+  snprintf(label, sizeof label, "%s %s splits=%d", what, name, plan.splits);
+  cudaMemset(c->dout, 0xff, c->no * 2);
+  cudaMemset(c->dlse, 0xff, c->nlse * sizeof(float));
+  fj_status st = fj_attention_fwd(ctx, &c->p, c->dq, c->dk, c->dv, c->dout,
+                                  c->dlse, NULL);
+  cudaError_t ce = cudaDeviceSynchronize();
+  if (st != FJ_OK || ce != cudaSuccess) {
+    fprintf(stderr, "%s: %s %s\n", label, fj_errmsg(ctx), cudaGetErrorString(ce));
+    return 1;
+  }
+  cudaMemcpy(c->o, c->dout, c->no * 2, cudaMemcpyDeviceToHost);
+  cudaMemcpy(c->lse, c->dlse, c->nlse * sizeof(float), cudaMemcpyDeviceToHost);
+  vl_job jobs[2 * MAXB];
+  pthread_t t[2 * MAXB];
+  int nj = 0;
+  for (int b = 0; b < c->batch; b++) {
+    int lq = c->lq[b];
+    int ranges[2][2] = {{0, lq < 2 * EDGE ? lq : EDGE}, {lq - EDGE, lq}};
+    for (int i = 0; i < (lq < 2 * EDGE ? 1 : 2); i++) {
+      vl_job *j = &jobs[nj++];
+      size_t rows = (size_t)(c->p.heads_q * (ranges[i][1] - ranges[i][0]));
+      *j = (vl_job){c, b, ranges[i][0], ranges[i][1],
+                    malloc(rows * (size_t)c->p.head_dim * sizeof(double) + 8),
+                    malloc(rows * sizeof(double) + 8), FJ_OK};
+      pthread_create(&t[nj - 1], NULL, vl_ref, j);
+    }
+  }
+  vl_err e = {0};
+  int failed = 0;
+  for (int i = 0; i < nj; i++) {
+    pthread_join(t[i], NULL);
+    if (jobs[i].st != FJ_OK) {
+      fprintf(stderr, "%s: reference: %s\n", label, fj_errmsg(NULL));
+      failed = 1;
+    } else {
+      vl_compare(c, &jobs[i], &e);
+    }
+    free(jobs[i].out);
+    free(jobs[i].lse);
+  }
+  double rel = e.r2 > 0 ? sqrt(e.d2 / e.r2) : sqrt(e.d2);
+  size_t stray = poison_left(c);
+  failed |= e.bad != 0 || stray != 0 || !(rel < 1e-2) || !(e.lse_max < 1e-2);
+  printf("%-90s rows=%zu rel_err=%.2e lse_err=%.1e bad=%zu stray=%zu %s\n", label,
+         e.checked, rel, e.lse_max, e.bad, stray, failed ? "FAIL" : "ok");
+  return failed;
+}
+
+/* One case from its lengths. */
+static int vl_case_run(fj_ctx *ctx, int n, const int *lq, const int *lkv, int hq,
+                       int hkv, int d, fj_dtype dt, fj_causal m, int ps,
+                       int splits, uint64_t *s, const char *what)
+{
+  vl_case c;
+  int failed = vl_setup(&c, n, lq, lkv, hq, hkv, d, dt, m, ps, splits, s);
+  if (failed)
+    fprintf(stderr, "%s: setup failed\n", what);
+  else
+    failed = vl_run(ctx, &c, what);
+  vl_free(&c);
+  return failed;
+}
+
+static const fj_causal masks[] = {FJ_CAUSAL_NONE, FJ_CAUSAL_TOP_LEFT,
+                                  FJ_CAUSAL_BOTTOM_RIGHT};
+
+int test_gpu_serving_varlen(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  uint64_t s = 2026;
+  int failed = 0, cases = 0;
+  /* Prefill batches of mixed lengths (0, 1, 17, 1000, 4097), every mask,
+   * head dims 64/128/256, GQA 1 and 4. */
+  static const int pre[5] = {17, 0, 1000, 1, 4097};
+  static const int dims[] = {64, 128, 256};
+  for (int i = 0; i < 6; i++, cases++)
+    failed += vl_case_run(ctx, 5, pre, pre, 8, i % 2 ? 2 : 8, dims[i % 3],
+                          i % 2 ? FJ_BF16 : FJ_F16, masks[i % 3], 0, 0, &s,
+                          "varlen prefill");
+  /* Queries and keys of different lengths both ways (chunked prefill,
+   * speculative decode), GQA packing, forced splits. */
+  static const int q2[5] = {1, 16, 0, 300, 4}, k2[5] = {4097, 17, 5, 100, 0};
+  static const int splits[] = {0, 3, 16};
+  for (int i = 0; i < 6; i++, cases++)
+    failed += vl_case_run(ctx, 5, q2, k2, 32, i < 3 ? 8 : 32, 128,
+                          i % 2 ? FJ_BF16 : FJ_F16, masks[i % 3], 0,
+                          splits[i % 3], &s, "varlen q != kv");
+  /* Paged decode: page sizes 1/16/64/256, shuffled tables, a shared first
+   * page; batch 4, GQA 8:1 and 1:1. */
+  static const int one[4] = {1, 1, 1, 1}, kd[4] = {4096, 17, 1000, 1};
+  static const int pages[] = {1, 16, 64, 256};
+  for (int i = 0; i < 8; i++, cases++)
+    failed += vl_case_run(ctx, 4, one, kd, 32, i < 4 ? 4 : 32, i % 2 ? 128 : 64,
+                          i % 2 ? FJ_BF16 : FJ_F16, FJ_CAUSAL_NONE, pages[i % 4], 0,
+                          &s, "paged decode");
+  /* Paged with several queries (speculative decode, chunked prefill),
+   * bottom-right causal, and splits 1 to 64 on one paged decode. */
+  static const int q3[3] = {4, 100, 0}, k3[3] = {1000, 300, 17};
+  for (int i = 0; i < 4; i++, cases++)
+    failed += vl_case_run(ctx, 3, q3, k3, 16, i % 2 ? 2 : 16, i < 2 ? 128 : 64,
+                          FJ_BF16, i < 2 ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_TOP_LEFT,
+                          pages[1 + i % 3], 0, &s, "paged chunk");
+  static const int counts[] = {1, 2, 7, 64};
+  for (int i = 0; i < 4; i++, cases++)
+    failed += vl_case_run(ctx, 4, one, kd, 32, 8, 128, FJ_BF16, FJ_CAUSAL_NONE,
+                          16, counts[i], &s, "paged splits");
+  printf("%d of %d cases passed\n", cases - failed, cases);
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
+/* Small varlen and paged cases, one per kernel path, for compute-sanitizer
+ * (memcheck, racecheck): packed tokens with empty sequences, pages of 1 and
+ * 16 keys, split and unsplit. */
+int test_gpu_sanitize_varlen(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  uint64_t s = 9;
+  static const int q[3] = {70, 0, 3}, k[3] = {70, 9, 130}, one[3] = {1, 1, 1};
+  int failed = vl_case_run(ctx, 3, q, k, 4, 2, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT,
+                           0, 1, &s, "sanitize varlen");
+  failed += vl_case_run(ctx, 3, q, k, 4, 4, 128, FJ_BF16, FJ_CAUSAL_NONE, 16, 3,
+                        &s, "sanitize paged");
+  failed += vl_case_run(ctx, 3, one, k, 8, 2, 64, FJ_BF16, FJ_CAUSAL_NONE, 1, 0,
+                        &s, "sanitize paged decode");
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
