@@ -84,6 +84,63 @@ grep -qx "splits=1" "$tmp/plan" && grep -qx "grid=1,8,64" "$tmp/plan" && grep -q
 "$FJ" plan --shape 4,16,4096,128 | grep -qx "mma=wgmma" || fail "prefill plan is not wgmma"
 "$FJ" plan --shape 2,8,100,64 --heads-kv 8 --splits 7 | grep -qx "grid=14,8,2" || fail "forced splits: grid"
 
+# --varlen and --page-size: malformed lists and lengths over their bounds
+# are refused before any GPU is looked for, naming the item and the limit.
+VL="plan --shape 3,8,4096,128"
+expect 2 "invalid value '17,,4096' for --varlen: item 2 ('') is not Q or Q:K (queries and keys of a sequence: integers 0..2147483647, digits only)" $VL --varlen 17,,4096
+expect 2 "invalid value '' for --varlen: item 1 ('') is not Q or Q:K" $VL --varlen ""
+expect 2 "item 1 ('') is not Q or Q:K" $VL --varlen ,1,2
+expect 2 "item 3 ('') is not Q or Q:K" $VL --varlen 1,2,
+expect 2 "item 1 ('x') is not Q or Q:K" $VL --varlen x,1,2
+expect 2 "item 2 ('-1') is not Q or Q:K" $VL --varlen 1,-1,2
+expect 2 "item 1 ('+1') is not Q or Q:K" $VL --varlen +1,1,2
+expect 2 "item 2 (' 1') is not Q or Q:K" $VL --varlen "1, 1,2"
+expect 2 "item 1 ('1 ') is not Q or Q:K" $VL --varlen "1 ,1,2"
+expect 2 "item 1 ('1:') is not Q or Q:K" $VL --varlen 1:,1,2
+expect 2 "item 1 (':1') is not Q or Q:K" $VL --varlen :1,1,2
+expect 2 "item 1 ('1:2:3') is not Q or Q:K" $VL --varlen 1:2:3,1,2
+expect 2 "item 3 ('1:-5') is not Q or Q:K" $VL --varlen 1,2,1:-5
+expect 2 "item 1 ('99999999999') is not Q or Q:K" $VL --varlen 99999999999,1,2
+expect 2 "invalid value '17,0' for --varlen: 2 items for --shape's B = 3 (one Q[:K] per sequence)" $VL --varlen 17,0
+expect 2 "invalid value '1,2,3,4' for --varlen: 4 items for --shape's B = 3" $VL --varlen 1,2,3,4
+expect 2 "invalid value '17,4097,1' for --varlen: item 2 has 4097 queries, more than --shape's S = 4096" $VL --varlen 17,4097,1
+expect 2 "invalid value '1,1:200,1' for --varlen: item 2 has 200 keys, more than seq_kv = 100 (--seq-kv, default S)" $VL --seq-kv 100 --varlen 1,1:200,1
+expect 2 "--layout does not apply with --varlen: its sequences are packed tokens (thd)" $VL --varlen 1,2,3 --layout bshd
+expect 2 "page_size 0 is invalid: a power of two in 1..4096" plan --shape 2,8,100,64 --page-size 0
+expect 2 "page_size 3 is invalid: a power of two in 1..4096" plan --shape 2,8,100,64 --page-size 3
+expect 2 "page_size 8192 is invalid: a power of two in 1..4096" plan --shape 2,8,100,64 --varlen 1,100 --page-size 8192
+expect 2 "invalid value 'x' for --page-size: expected an integer (a power of two in 1..4096)" plan --shape 2,8,100,64 --page-size x
+expect 2 "page_size 3 is invalid: a power of two in 1..4096" run --shape 2,8,100,64 --page-size 3
+expect 2 "invalid value '17,0,5120' for --varlen: item 3 has 5120 queries, more than --shape's S = 512" run --shape 3,8,512,64 --varlen 17,0,5120
+expect 2 "item 2 ('a') is not Q or Q:K" run --shape 3,8,512,64 --varlen 1,a,3
+expect 2 "page_size 3 is invalid: a power of two in 1..4096" emit --page-size 3
+expect 2 "item 2 ('') is not Q or Q:K" emit --varlen 1,,2
+expect 2 "varlen is implemented for mma mma only (the mma.sync family); this variant is mma wmma" emit --varlen 1 --mma wmma
+expect 2 "unknown option '--varlen'" tune --shape 1,8,64,64 --varlen 64
+"$FJ" $VL --varlen 17,0,4096 --causal >"$tmp/plan" || fail "plan varlen"
+for kv in "varlen=1" "paged=0" "mma=mma" "problem=3,8/8,4096/4096,128"; do
+  grep -qx "$kv" "$tmp/plan" || fail "varlen plan lacks $kv: $(tr '\n' ' ' <"$tmp/plan")"
+done
+grep -q "^variant=fj_attn_.*_vl$" "$tmp/plan" && ! grep -q "^page_size=" "$tmp/plan" \
+  || fail "varlen plan: variant or page_size: $(tr '\n' ' ' <"$tmp/plan")"
+"$FJ" plan --shape 4,32,1,128 --heads-kv 8 --seq-kv 4096 --page-size 16 --varlen 1:4096,1:100,1:1,1:0 >"$tmp/plan" \
+  || fail "plan paged decode"
+for kv in "varlen=1" "paged=1" "page_size=16" "pack_gqa=1" "mma=mma"; do
+  grep -qx "$kv" "$tmp/plan" || fail "paged plan lacks $kv: $(tr '\n' ' ' <"$tmp/plan")"
+done
+grep -q "^variant=fj_attn_.*_vl_paged$" "$tmp/plan" || fail "paged plan: variant is not _vl_paged: $(tr '\n' ' ' <"$tmp/plan")"
+if ! grep -qx "splits=1" "$tmp/plan"; then
+  grep -qx "combine=fj_combine_d128_f16_vl" "$tmp/plan" || fail "paged plan: combine is not the _vl one: $(tr '\n' ' ' <"$tmp/plan")"
+fi
+"$FJ" plan --shape 2,8,64,64 --page-size 16 | grep -qx "page_size=16" || fail "plan --page-size without --varlen"
+"$FJ" plan --shape 2,8,64,64 | grep -qx "varlen=0" || fail "dense plan lacks varlen=0"
+"$FJ" emit --varlen 17,0 >"$tmp/src" || fail "emit --varlen"
+sed -n 1p "$tmp/src" | grep -q "^// flashjit generated kernel: fj_attn_.*_mma_.*_vl$" \
+  && sed -n 2p "$tmp/src" | grep -q "^// variant: .* mma=mma .* varlen$" \
+  || fail "emit --varlen: header: $(sed -n 1,2p "$tmp/src")"
+"$FJ" emit --varlen 17,0 --page-size 16 --what resources | grep -q "^variant=fj_attn_.*_vl_paged$" \
+  || fail "emit --varlen --page-size is not a paged variant"
+
 # Good input, no GPU needed.
 expect 0 "" cache clear
 "$FJ" emit --what resources >"$tmp/res" || fail "emit --what resources"
@@ -114,6 +171,11 @@ expect 2 "unknown fragment kind 'nope'" lut --arch sm_90a --frag nope
 # run: on a machine without a GPU it says so (exit 1); with one it runs.
 if "$FJ" run --shape 1,2,64,64 >"$tmp/out" 2>"$tmp/err"; then
   grep -q "TFLOP/s" "$tmp/out" || fail "run printed no timing"
+  for pg in "" "--page-size 16"; do
+    "$FJ" run --shape 3,4,200,64 --heads-kv 2 --seq-kv 300 --varlen 17,0:5,200:300 $pg --causal=bottom-right --check >"$tmp/out" 2>&1 \
+      && grep -q "varlen=17,0:5,200:300" "$tmp/out" && grep -q "check: .* -> PASS" "$tmp/out" \
+      || fail "run --varlen $pg --check: $(cat "$tmp/out")"
+  done
 else
   grep -q "no NVIDIA driver\|no CUDA device\|CUDA" "$tmp/err" || fail "run without GPU: $(cat "$tmp/err")"
   echo "ok   flashjit run without a GPU -> $(cat "$tmp/err")"

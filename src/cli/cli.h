@@ -7,6 +7,7 @@
 #define FLASHJIT_CLI_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cuda_runtime_api.h>
 
@@ -27,6 +28,11 @@ enum {
   CMD_PROBLEM = CMD_RUN | CMD_TUNE | CMD_PLAN,
   CMD_ALL = 63
 };
+
+/* One entry of --varlen: a sequence's queries and keys. */
+typedef struct seq_len {
+  int q, kv;
+} seq_len;
 
 typedef struct cli {
   const char *cmd_name;
@@ -54,6 +60,10 @@ typedef struct cli {
   int shape_given;
   int seq_kv;
   int heads_kv;
+  const char *varlen;     /* --varlen as given, for the report */
+  seq_len *lens;          /* --varlen's entries (owned; cli_release frees) */
+  int nlens;
+  int page_size;          /* --page-size: 0 for dense K/V */
   int splits;             /* fj_problem.splits: 0 auto */
   int sms;                /* plan: multiprocessors of a compile-only target */
   fj_order order;
@@ -71,17 +81,32 @@ typedef struct cli {
 /* The offset of a cli field, for the flag and sweep-axis tables. */
 #define OFF(field_) offsetof(cli, field_)
 
+/* The index arrays of a varlen or paged problem (NULL where the problem
+ * has none): on the host, or their copies on the device. */
+typedef struct seq_index {
+  int32_t *cu_q, *cu_kv, *used_kv, *table;
+} seq_index;
+
+/* Rows r0..r1 - 1 of sequences b0..b1 - 1, which the check compares, and
+ * their float64 reference ([b1 - b0][heads_q][r1 - r0][head_dim]). */
+typedef struct check_block {
+  int b0, b1, r0, r1;
+  double *ref, *lse;
+} check_block;
+
 /* The problem of `run` and `tune` and, for `run`, its buffers. */
 typedef struct run_data {
-  fj_problem p;
+  fj_problem p;               /* its index arrays: the device's (dix) */
+  seq_index hix, dix;         /* --varlen, --page-size */
   size_t nq, nk, no;          /* elements */
   void *hq, *hk, *hv, *ho;    /* host, in the problem's dtypes */
   void *dq, *dk, *dv, *dout;  /* device */
   float *dlse, *hlse;
   float *hks, *hvs, *dks, *dvs;  /* FP8 K/V scales */
   size_t esize, kvsize;
-  int nranges, ranges[3][2];     /* rows the check covers */
-  double *ref[3], *ref_lse[3];   /* their reference */
+  check_block *blocks;           /* rows the check covers, computed once */
+  int nblocks;
+  int sampled;                   /* 1: some rows of each sequence, not all */
 } run_data;
 
 /* ---- cli_args.c: the command line ------------------------------------------------ */
@@ -98,6 +123,9 @@ int cli_fj_error(const cli *c, const fj_ctx *ctx, fj_status st);
 
 /* Whether --name appeared on the command line. */
 int cli_flag_given(const cli *c, const char *name);
+
+/* Frees what cli_parse allocated (--varlen's entries). */
+void cli_release(cli *c);
 
 /* Opens a context (device, or arch compile-only); 0 or the exit status. */
 int cli_open_ctx(cli *c, int device, const char *arch, fj_ctx **ctx);
@@ -123,8 +151,14 @@ int cli_cuda_failed(const char *what, cudaError_t e);
       return cli_cuda_failed(#call, e_); \
   } while (0)
 
-/* The problem of --shape and friends (not checked); 0 or the exit status. */
+/* The problem of --shape and friends (not checked); 0 or the exit status.
+ * With --varlen or --page-size its index arrays point at a placeholder (the
+ * plan looks only at which are set): cli_problem_on_device fills them. */
 int cli_problem(cli *c, fj_problem *p);
+
+/* Sequence b's queries and keys in d's problem (the host index arrays). */
+int cli_len_q(const run_data *d, int b);
+int cli_len_kv(const run_data *d, int b);
 
 /* The problem of --shape, checked with no GPU, and a context on the device. */
 int cli_problem_on_device(cli *c, run_data *d, fj_ctx **ctx);
@@ -143,8 +177,9 @@ fj_status cli_launch_one(fj_ctx *ctx, run_data *d, const fj_variant *v,
 int cli_check_variant(const cli *c, fj_ctx *ctx, run_data *d,
                       const fj_variant *v, int quiet, double *rel_out);
 
-/* The problem's rate in TFLOP/s at ms milliseconds a call. */
-double cli_tflops(const fj_problem *p, double ms);
+/* The problem's rate in TFLOP/s at ms milliseconds a call (from each
+ * sequence's own lengths). */
+double cli_tflops(const run_data *d, double ms);
 
 /* ---- the other subcommands, one file each ----------------------------------------- */
 

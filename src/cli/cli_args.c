@@ -209,6 +209,81 @@ static int set_splits(cli *c, const flag_def *f, const char *value)
   return 0;
 }
 
+/* One count of --varlen: digits only (no sign, no blank), at most INT_MAX;
+ * -1 for anything else. */
+static int parse_count(const char *s, size_t len)
+{
+  long long v = 0;
+  if (len == 0 || len > 10)
+    return -1;
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] < '0' || s[i] > '9')
+      return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  return v > INT_MAX ? -1 : (int)v;
+}
+
+/* One item of --varlen, "Q" or "Q:K" (K defaults to Q); 0, or -1. */
+static int parse_seq_len(const char *s, size_t len, seq_len *out)
+{
+  const char *colon = memchr(s, ':', len);
+  size_t qlen = colon ? (size_t)(colon - s) : len;
+  out->q = parse_count(s, qlen);
+  out->kv = colon ? parse_count(colon + 1, len - qlen - 1) : out->q;
+  return out->q < 0 || out->kv < 0 ? -1 : 0;
+}
+
+/* --varlen Q1[:K1],Q2[:K2],...: one item per sequence, each parsed here;
+ * their count and bounds are checked against --shape by cli_problem.  The
+ * variant (emit, or run with variant flags) becomes a varlen one. */
+static int set_varlen(cli *c, const flag_def *f, const char *value)
+{
+  size_t n = 1;
+  for (const char *s = value; *s; s++)
+    n += *s == ',';
+  seq_len *lens = calloc(n, sizeof *lens);
+  if (!lens) {
+    fprintf(stderr, "flashjit %s: out of memory\n", c->cmd_name);
+    return EXIT_FAIL;
+  }
+  const char *item = value;
+  for (size_t i = 0; i < n; i++) {
+    size_t len = strcspn(item, ",");
+    if (parse_seq_len(item, len, &lens[i]) != 0) {
+      char why[160];
+      snprintf(why, sizeof why,
+               "item %zu ('%.*s') is not Q or Q:K (queries and keys of a "
+               "sequence: integers 0..%d, digits only)",
+               i + 1, (int)(len < 32 ? len : 32), item, INT_MAX);
+      free(lens);
+      return bad_value(c, f, value, why);
+    }
+    item += len + 1;
+  }
+  free(c->lens);
+  c->lens = lens;
+  c->nlens = (int)n;
+  c->varlen = value;
+  c->v.varlen = 1;
+  return 0;
+}
+
+/* --page-size N: paged K/V.  Only a number is checked here: the library
+ * (fj_problem_check) names a page size it refuses.  The variant becomes a
+ * paged one, and a varlen one (the keys' lengths come from seqused_kv). */
+static int set_page_size(cli *c, const flag_def *f, const char *value)
+{
+  if (parse_int(value, &c->page_size) != 0) {
+    char allowed[64];
+    snprintf(allowed, sizeof allowed,
+             "expected an integer (a power of two in 1..%d)", FJ_PAGE_SIZE_MAX);
+    return bad_value(c, f, value, allowed);
+  }
+  c->v.varlen = c->v.paged = 1;
+  return 0;
+}
+
 static int set_string(cli *c, const flag_def *f, const char *value)
 {
   const char **slot = (const char **)(void *)((char *)c + f->offset);
@@ -259,7 +334,18 @@ static const flag_def flags[] = {
      "key/value length (default S)"},
     {"heads-kv", 1, CMD_PROBLEM, set_int, OFF(heads_kv), NULL, 0,
      "K/V heads, dividing H (GQA; default H)"},
-    {"layout", 1, CMD_PROBLEM, set_name, OFF(order), NAMES(layouts), "bhsd | bshd"},
+    {"layout", 1, CMD_PROBLEM, set_name, OFF(order), NAMES(layouts),
+     "bhsd | bshd (Q and O; K and V unless paged)"},
+    {"varlen", 1, CMD_EMIT | CMD_RUN | CMD_PLAN, set_varlen, 0, NULL, 0,
+     "Q1[:K1],Q2[:K2],...: a variable-length batch, one item per sequence "
+     "(B items): Q queries (at most S) and K keys (at most --seq-kv; default "
+     "Q); Q and O packed (thd), K and V too unless paged (emit: a varlen "
+     "variant; the mma family unless --mma)"},
+    {"page-size", 1, CMD_EMIT | CMD_RUN | CMD_PLAN, set_page_size,
+     OFF(page_size), NULL, 0,
+     "N: paged K/V, pages of N tokens (a power of two in 1..4096, layout "
+     "nhd) in a block table shuffled from --seed (emit: a paged variant; "
+     "the mma family unless --mma)"},
     {"splits", 1, CMD_RUN | CMD_PLAN, set_splits, OFF(splits), NULL, 0,
      "N | auto: key splits (split-KV) per row tile, 1..256 (default auto)"},
     {"sms", 1, CMD_PLAN, set_int, OFF(sms), NULL, 0,
@@ -332,6 +418,13 @@ static void print_flags(unsigned cmd)
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
     if (flags[i].cmds & cmd)
       printf("  --%-15s %s\n", flags[i].name, flags[i].help);
+}
+
+void cli_release(cli *c)
+{
+  free(c->lens);
+  c->lens = NULL;
+  c->nlens = 0;
 }
 
 /* ---- context ------------------------------------------------------------------------ */
@@ -412,6 +505,11 @@ static void apply_defaults(cli *c)
                                      "pack-gqa", "split-kv"};
   if (given.kv_dtype == FJ_E4M3)
     c->v.stages = 1;  /* as the library's own choice does */
+  c->v.varlen = given.varlen;
+  c->v.paged = given.paged;
+  /* Varlen and paged K/V are the mma family's (mma.sync). */
+  if ((given.varlen || given.paged) && !cli_flag_given(c, "mma"))
+    c->v.mma = FJ_MMA_SYNC;
   for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++) {
     const flag_def *f = find_flag(axes[i], strlen(axes[i]));
     if (cli_flag_given(c, axes[i]))

@@ -221,6 +221,21 @@ static int emit_sweep(cli *c, fj_ctx *ctx)
   return 0;
 }
 
+/* --page-size for a paged variant: the kernel does not depend on it, but
+ * a value the library would refuse for a problem is refused here too, by
+ * checking a one-token problem paged that way. */
+static int emit_check_page_size(const cli *c, fj_ctx *ctx)
+{
+  static const int32_t placeholder[1];
+  fj_problem p;
+  fj_problem_init(&p, 1, 1, 1, 1, 1, c->v.head_dim, c->v.dtype, FJ_BHSD);
+  p.block_table = p.seqused_kv = placeholder;
+  p.page_size = c->page_size;
+  p.max_pages = p.num_pages = 1;
+  fj_status st = fj_problem_check(ctx, &p);
+  return st == FJ_OK ? 0 : cli_fj_error(c, ctx, st);
+}
+
 int cli_cmd_emit(cli *c)
 {
   if (c->what && strcmp(c->what, "source") && strcmp(c->what, "ptx") &&
@@ -233,6 +248,10 @@ int cli_cmd_emit(cli *c)
   int rc = cli_open_ctx(c, -1, c->arch ? c->arch : "sm_90a", &ctx);
   if (rc)
     return rc;
+  if (cli_flag_given(c, "page-size") && (rc = emit_check_page_size(c, ctx))) {
+    fj_ctx_destroy(ctx);
+    return rc;
+  }
   if (c->sweep) {
     rc = emit_sweep(c, ctx);
     fj_ctx_destroy(ctx);

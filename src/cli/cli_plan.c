@@ -1,7 +1,9 @@
 /*
  * cli_plan.c -- flashjit plan: what fj_attention_fwd would launch for a
  * problem, one key=value a line, with no GPU (a compile-only context for
- * --arch, planning for --sms multiprocessors) or for --device's GPU.
+ * --arch, planning for --sms multiprocessors) or for --device's GPU.  A
+ * --varlen or --page-size problem is planned from its bounds: its index
+ * arrays are placeholders (cli_problem).
  */
 #include <stdio.h>
 
@@ -52,6 +54,10 @@ int cli_cmd_plan(cli *c)
   printf("from=%s\n", plan.from == FJ_CHOICE_TUNED ? "tuned" : "heuristic");
   printf("mma=%s\n", fj_mma_name(v->mma));
   printf("pack_gqa=%d\n", v->pack_gqa);
+  printf("varlen=%d\n", v->varlen);
+  printf("paged=%d\n", v->paged);
+  if (v->paged)
+    printf("page_size=%d\n", p.page_size);
   printf("rows=%d\n", plan.rows);
   print_grid("grid", plan.grid);
   printf("threads=%u\n", plan.threads);
@@ -59,7 +65,8 @@ int cli_cmd_plan(cli *c)
   printf("blocks_per_sm=%d\n", plan.blocks_per_sm);
   printf("splits=%d\n", plan.splits);
   if (v->split_kv) {
-    printf("combine=fj_combine_d%d_%s\n", v->head_dim, fj_dtype_name(v->dtype));
+    printf("combine=fj_combine_d%d_%s%s\n", v->head_dim,
+           fj_dtype_name(v->dtype), v->varlen ? "_vl" : "");
     print_grid("combine_grid", plan.combine_grid);
     printf("combine_threads=%u\n", plan.combine_threads);
   }

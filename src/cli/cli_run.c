@@ -90,10 +90,25 @@ static int run_timed(const cli *c, fj_ctx *ctx, run_data *d)
   CUDA_TRY(cudaGetLastError());
   printf("time: median %.1f us, min %.1f us over %d runs; %.1f TFLOP/s\n",
          t.median_ms * 1e3, t.min_ms * 1e3, iters,
-         cli_tflops(&d->p, t.median_ms));
+         cli_tflops(d, t.median_ms));
   printf("host: %.2f us per call (memory hit, cuLaunchKernel included)\n",
          host_us_per_call(ctx, d, c->variant_given ? &c->v : NULL));
   return 0;
+}
+
+/* The report's words for the layout and, with --varlen or --page-size,
+ * the sequences' lengths and the pages. */
+static void layout_words(const cli *c, const run_data *d, char *buf,
+                         size_t size)
+{
+  const fj_problem *p = &d->p;
+  int n = snprintf(buf, size, "layout=%s",
+                   c->lens ? "thd" : c->order == FJ_BSHD ? "bshd" : "bhsd");
+  if (c->lens && n >= 0 && (size_t)n < size)
+    n += snprintf(buf + n, size - (size_t)n, " varlen=%s", c->varlen);
+  if (p->block_table && n >= 0 && (size_t)n < size)
+    snprintf(buf + n, size - (size_t)n, " pages=%d page_size=%d max_pages=%d",
+             p->num_pages, p->page_size, p->max_pages);
 }
 
 static int run_report(cli *c, fj_ctx *ctx, run_data *d)
@@ -108,12 +123,13 @@ static int run_report(cli *c, fj_ctx *ctx, run_data *d)
   fj_variant_name(&v, name, sizeof name);
   fj_device_info info;
   fj_device_get(ctx, &info);
+  char layout[256];
+  layout_words(c, d, layout, sizeof layout);
   printf("device: %s (%s)\nproblem: B=%d H=%d Hkv=%d Sq=%d Skv=%d D=%d %s "
-         "causal=%s layout=%s\nvariant: %s (%s)\n",
+         "causal=%s %s\nvariant: %s (%s)\n",
          info.name, fj_ctx_arch(ctx), d->p.batch, d->p.heads_q,
          d->p.heads_kv, d->p.seq_q, d->p.seq_kv, d->p.head_dim,
-         fj_dtype_name(d->p.dtype), fj_causal_name(d->p.causal),
-         c->order == FJ_BSHD ? "bshd" : "bhsd", name,
+         fj_dtype_name(d->p.dtype), fj_causal_name(d->p.causal), layout, name,
          c->variant_given ? "given" : from == FJ_CHOICE_TUNED ? "tuned"
                                                               : "heuristic");
   struct timespec a, z;
@@ -152,7 +168,7 @@ static void sweep_time_line(const cli *c, fj_ctx *ctx, run_data *d,
   double rel = 0;
   int fail = c->check ? cli_check_variant(c, ctx, d, v, 1, &rel) : 0;
   printf("%-56s %9.1f us %7.1f TFLOP/s", name, t.median_ms * 1e3,
-         cli_tflops(&d->p, t.median_ms));
+         cli_tflops(d, t.median_ms));
   if (c->check)
     printf("  rel_err=%.2e %s", rel, fail ? "FAIL" : "ok");
   printf("\n");
@@ -177,7 +193,7 @@ static int run_sweep(const cli *c, fj_ctx *ctx, run_data *d)
     char name[160];
     fj_variant_name(&best, name, sizeof name);
     printf("fastest: %s %.1f us %.1f TFLOP/s\n", name, best_ms * 1e3,
-           cli_tflops(&d->p, best_ms));
+           cli_tflops(d, best_ms));
   }
   free(vs);
   free(st);

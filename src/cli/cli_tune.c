@@ -75,9 +75,9 @@ static void tune_print(const run_data *d, const fj_variant *best,
   fj_attention_variant(ctx, &d->p, &h, NULL);
   fj_variant_name(&h, heur, sizeof heur);
   printf("best:      %s %.3f ms (%.1f TFLOP/s)\n", name, r->best_ms,
-         cli_tflops(&d->p, r->best_ms));
+         cli_tflops(d, r->best_ms));
   printf("heuristic: %.3f ms (%.1f TFLOP/s): the best is %.2fx faster\n",
-         r->default_ms, cli_tflops(&d->p, r->default_ms),
+         r->default_ms, cli_tflops(d, r->default_ms),
          r->default_ms / r->best_ms);
   printf("candidates %d: refused %d, failed %d, wrong output %d, timed %d\n",
          r->candidates, r->refused, r->failed, r->wrong, r->timed);

@@ -5,19 +5,25 @@
  */
 #include "cli.h"
 
+/* Runs the parsed command. */
+static int dispatch(cli *c)
+{
+  switch (c->cmd) {
+  case CMD_EMIT: return cli_cmd_emit(c);
+  case CMD_RUN: return cli_cmd_run(c);
+  case CMD_LUT: return cli_cmd_lut(c);
+  case CMD_CACHE: return cli_cmd_cache(c);
+  case CMD_TUNE: return cli_cmd_tune(c);
+  case CMD_PLAN: return cli_cmd_plan(c);
+  }
+  return EXIT_FAIL;  /* cli_parse sets one of the commands above */
+}
+
 int main(int argc, char **argv)
 {
   cli c;
   int rc = cli_parse(&c, argc, argv);
-  if (rc)
-    return rc < 0 ? 0 : rc;
-  switch (c.cmd) {
-  case CMD_EMIT: return cli_cmd_emit(&c);
-  case CMD_RUN: return cli_cmd_run(&c);
-  case CMD_LUT: return cli_cmd_lut(&c);
-  case CMD_CACHE: return cli_cmd_cache(&c);
-  case CMD_TUNE: return cli_cmd_tune(&c);
-  case CMD_PLAN: return cli_cmd_plan(&c);
-  }
-  return EXIT_FAIL;  /* cli_parse sets one of the commands above */
+  rc = rc ? (rc < 0 ? 0 : rc) : dispatch(&c);
+  cli_release(&c);
+  return rc;
 }
