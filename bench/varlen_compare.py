@@ -39,7 +39,7 @@ LENGTHS = [3072, 2048, 1536, 1536, 1024, 1024, 1024, 768,
 assert sum(LENGTHS) == 16384
 
 
-def paged_decode(fj, B, H, Hkv, Skv, D, page, iters):
+def paged_decode(fj, B, H, Hkv, Skv, D, page, iters, layout="nhd"):
     dev, dt = torch.device("cuda"), torch.bfloat16
     q = torch.randn(B, H, 1, D, device=dev, dtype=dt)
     k = torch.randn(B, Hkv, Skv, D, device=dev, dtype=dt)
@@ -54,28 +54,45 @@ def paged_decode(fj, B, H, Hkv, Skv, D, page, iters):
     n_pages = B * per
     perm = torch.randperm(n_pages, device=dev, dtype=torch.int64)
     table = perm.view(B, per).to(torch.int32).contiguous()
-    kc = torch.zeros(n_pages, page, Hkv, D, device=dev, dtype=dt)
+    # NHD pages [n_pages][page][Hkv][D] (vLLM, FlashInfer's default), or
+    # HND [n_pages][Hkv][page][D] (a head's tokens of a page contiguous).
+    if layout == "nhd":
+        kc = torch.zeros(n_pages, page, Hkv, D, device=dev, dtype=dt)
+        kt = k.permute(0, 2, 1, 3).reshape(B, per, page, Hkv, D)
+        vt = v.permute(0, 2, 1, 3).reshape(B, per, page, Hkv, D)
+        strides = [page * Hkv * D, D, Hkv * D]
+    else:
+        kc = torch.zeros(n_pages, Hkv, page, D, device=dev, dtype=dt)
+        kt = k.reshape(B, Hkv, per, page, D).permute(0, 2, 1, 3, 4)
+        vt = v.reshape(B, Hkv, per, page, D).permute(0, 2, 1, 3, 4)
+        strides = [Hkv * page * D, page * D, D]
     vc = torch.zeros_like(kc)
-    kt = k.permute(0, 2, 1, 3).reshape(B, per, page, Hkv, D)
-    vt = v.permute(0, 2, 1, 3).reshape(B, per, page, Hkv, D)
     kc[perm.view(B, per)] = kt
     vc[perm.view(B, per)] = vt
     used = torch.full((B,), Skv, device=dev, dtype=torch.int32)
     p = fj.problem(B, H, Hkv, 1, Skv, D, fjc.BF16)
     p.block_table, p.seqused_kv = table.data_ptr(), used.data_ptr()
     p.page_size, p.max_pages, p.num_pages = page, per, n_pages
-    p.k_stride[:] = p.v_stride[:] = [page * Hkv * D, D, Hkv * D]
+    p.k_stride[:] = p.v_stride[:] = strides
     plan, name = fj.plan(p)
     o.fill_(float("nan"))
     run_paged = lambda: fj.fwd(p, q, kc, vc, o)  # noqa: E731
     run_paged()
     torch.cuda.synchronize()
     diff = float((o.float() - want.float()).abs().max())
-    row = dict(case="paged decode", B=B, H=H, Hkv=Hkv, Skv=Skv, D=D, page=page,
+    row = dict(case="paged decode", B=B, H=H, Hkv=Hkv, Skv=Skv, D=D, page=page, layout=layout,
                variant=name, splits=plan.splits, max_abs_diff_vs_contiguous=diff,
                nan=int(torch.isnan(o).sum()))
     row["paged_us"] = round(bench(run_paged, iters, warm=10) * 1e3, 1)
     row["contiguous_us"] = round(bench(run_dense, iters, warm=10) * 1e3, 1)
+    # The same keys contiguous in the token-major order (BSHD), whose rows
+    # of one head are as far apart as NHD pages'.
+    kb, vb = (t.permute(0, 2, 1, 3).contiguous() for t in (k, v))
+    qb = q.permute(0, 2, 1, 3).contiguous()
+    ob = torch.empty_like(qb)
+    bshd = fj.problem(B, H, Hkv, 1, Skv, D, fjc.BF16, fjc.CAUSAL_NONE, fjc.BSHD)
+    row["contiguous_bshd_us"] = round(bench(lambda: fj.fwd(bshd, qb, kb, vb, ob), iters,
+                                            warm=10) * 1e3, 1)
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
         row["cudnn_us"] = round(bench(lambda: F.scaled_dot_product_attention(
             q, k, v, enable_gqa=True), iters) * 1e3, 1)
@@ -146,11 +163,13 @@ def main():
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"cudnn {torch.backends.cudnn.version()}", flush=True)
     rows = []
-    for page in (16, 1, 64, 256):
-        r = paged_decode(fj, 64, 32, 8, 4096, 128, page, a.iters)
+    for page, layout in ((16, "nhd"), (16, "hnd"), (1, "nhd"), (64, "nhd"), (64, "hnd"),
+                         (256, "nhd")):
+        r = paged_decode(fj, 64, 32, 8, 4096, 128, page, a.iters, layout)
         rows.append(r)
-        print(f"varlen paged decode (64,32/8,1/4096,128) page {page}: paged {r['paged_us']}us "
-              f"({r['paged_gbs']}GB/s) contiguous {r['contiguous_us']}us cudnn {r['cudnn_us']}us "
+        print(f"varlen paged decode (64,32/8,1/4096,128) page {page} {layout}: paged "
+              f"{r['paged_us']}us ({r['paged_gbs']}GB/s) contiguous {r['contiguous_us']}us "
+              f"(bshd {r['contiguous_bshd_us']}us) cudnn {r['cudnn_us']}us "
               f"| paged/contiguous {r['paged_over_contiguous']} | max diff "
               f"{r['max_abs_diff_vs_contiguous']:.1e} nan {r['nan']} | {r['variant']} "
               f"splits={r['splits']}", flush=True)
