@@ -85,9 +85,13 @@ static void decode_choice(const fj_ctx *ctx, const fj_problem *p,
   v->tile_m = rows;
   v->warps = rows / 16;
   v->tile_n = d <= 64 ? 128 : d == 160 || d == 256 ? 32 : 64;
-  /* Paged rows each find their page: at 128 keys ptxas spills (d64). */
-  if (v->paged && v->tile_n > 64)
-    v->tile_n = 64;
+  /* Paged rows each find their page: at 128 keys ptxas spills (d64); a
+   * third stage hides more of the lookups (344 against 365 us on the
+   * H200, (64, 32/8, 1/4096, 128) bf16, pages of 16). */
+  if (v->paged) {
+    v->tile_n = v->tile_n > 64 ? 64 : v->tile_n;
+    v->stages = v->kv_dtype == FJ_E4M3 ? v->stages : 3;
+  }
   /* XOR: 257 us against pad's 273 on the H200 (64, 32/8, 1/4096, 128);
    * at head dims 192 and 256 ptxas spills with it. */
   v->swizzle = d >= 192 ? FJ_SWIZZLE_PAD : FJ_SWIZZLE_XOR;
