@@ -37,6 +37,20 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 }
 {% end %}
 
+// One 16-byte chunk of a tile row: from g where `in`, else zeros (sequence
+// tails).  `any` is an address that may be read: the copy of nothing still
+// names one.
+__device__ __forceinline__ void copy16(elem_t *d, const elem_t *g, const elem_t *any, bool in) {
+{% if S > 1 then %}
+  cp_async16(d, in ? g : any, in ? 16 : 0);
+{% else %}
+  (void)any;
+  uint4 val = make_uint4(0u, 0u, 0u, 0u);
+  if (in) val = *reinterpret_cast<const uint4 *>(g);
+  *reinterpret_cast<uint4 *>(d) = val;
+{% end %}
+}
+
 // Copies rows [row0, row0 + ROWS) of one head (row stride `stride`
 // elements) into a shared tile; rows at or past `rows` become zeros.
 {% local PER = THREADS // CHUNKS %}
@@ -55,13 +69,7 @@ __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long l
   for (int n = 0; n < (ROWS + {{ PER - 1 }}) / {{ PER }}; ++n) {
     if (ROWS % {{ PER }} != 0 && r + n * {{ PER }} >= ROWS) break;
     const bool in = row0 + r + n * {{ PER }} < rows;
-{%   if S > 1 then %}
-    cp_async16(d + n * {{ PER * LD }}, in ? g : src, in ? 16 : 0);
-{%   else %}
-    uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (in) val = *reinterpret_cast<const uint4 *>(g);
-    *reinterpret_cast<uint4 *>(d + n * {{ PER * LD }}) = val;
-{%   end %}
+    copy16(d + n * {{ PER * LD }}, g, src, in);
     g += step;
   }
 }
@@ -73,13 +81,7 @@ __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long l
     const int r = i / {{ CHUNKS }}, c = i % {{ CHUNKS }};
     elem_t *d = dst + tile_off(r, c * 8);
     const bool in = row0 + r < rows;
-{%   if S > 1 then %}
-    cp_async16(d, in ? src + (long long)(row0 + r) * stride + c * 8 : src, in ? 16 : 0);
-{%   else %}
-    uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (in) val = *reinterpret_cast<const uint4 *>(src + (long long)(row0 + r) * stride + c * 8);
-    *reinterpret_cast<uint4 *>(d) = val;
-{%   end %}
+    copy16(d, src + (long long)(row0 + r) * stride + c * 8, src, in);
   }
 }
 {% end %}
@@ -96,13 +98,7 @@ __device__ __forceinline__ void load_tile_packed(elem_t *dst, const elem_t *src,
     elem_t *d = dst + tile_off(r, c * 8);
     const bool in = R < rows;
     const elem_t *g = src + (long long)(R % group) * head_stride + (long long)(R / group) * seq_stride + c * 8;
-{%   if S > 1 then %}
-    cp_async16(d, in ? g : src, in ? 16 : 0);
-{%   else %}
-    uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (in) val = *reinterpret_cast<const uint4 *>(g);
-    *reinterpret_cast<uint4 *>(d) = val;
-{%   end %}
+    copy16(d, g, src, in);
   }
 }
 {% end %}
@@ -177,13 +173,7 @@ __device__ __forceinline__ void load_tile_paged(elem_t *dst, const KvSrc &s, int
     const bool in = page[n] >= 0;
     const elem_t *g = s.base + page[n] * s.page_stride + (long long)(key & mask) * s.stride + c * 8;
     elem_t *d = dst + tile_off(r + n * {{ PER }}, c * 8);
-{%     if S > 1 then %}
-    cp_async16(d, in ? g : s.base, in ? 16 : 0);
-{%     else %}
-    uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (in) val = *reinterpret_cast<const uint4 *>(g);
-    *reinterpret_cast<uint4 *>(d) = val;
-{%     end %}
+    copy16(d, g, s.base, in);
   }
 }
 {%   else %}
@@ -196,13 +186,7 @@ __device__ __forceinline__ void load_tile_paged(elem_t *dst, const KvSrc &s, int
     const int key = s.first + j;
     const int page = in ? min(max(__ldg(s.pages + (key >> s.shift)), 0), s.last_page) : 0;
     const elem_t *g = s.base + page * s.page_stride + (long long)(key & ((1 << s.shift) - 1)) * s.stride + c * 8;
-{%     if S > 1 then %}
-    cp_async16(d, in ? g : s.base, in ? 16 : 0);
-{%     else %}
-    uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (in) val = *reinterpret_cast<const uint4 *>(g);
-    *reinterpret_cast<uint4 *>(d) = val;
-{%     end %}
+    copy16(d, g, s.base, in);
   }
 }
 {%   end %}

@@ -188,6 +188,13 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
 }
 
+// One 16-byte chunk of a tile row: from g where `in`, else zeros (sequence
+// tails).  `any` is an address that may be read: the copy of nothing still
+// names one.
+__device__ __forceinline__ void copy16(elem_t *d, const elem_t *g, const elem_t *any, bool in) {
+  cp_async16(d, in ? g : any, in ? 16 : 0);
+}
+
 // Copies rows [row0, row0 + ROWS) of one head (row stride `stride`
 // elements) into a shared tile; rows at or past `rows` become zeros.
 // Thread i copies chunk i % 16 of rows i / 16 + 8 n: a row's swizzle
@@ -204,7 +211,7 @@ __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long l
   for (int n = 0; n < (ROWS + 7) / 8; ++n) {
     if (ROWS % 8 != 0 && r + n * 8 >= ROWS) break;
     const bool in = row0 + r + n * 8 < rows;
-    cp_async16(d + n * 1088, in ? g : src, in ? 16 : 0);
+    copy16(d + n * 1088, g, src, in);
     g += step;
   }
 }
@@ -220,7 +227,7 @@ __device__ __forceinline__ void load_tile_packed(elem_t *dst, const elem_t *src,
     elem_t *d = dst + tile_off(r, c * 8);
     const bool in = R < rows;
     const elem_t *g = src + (long long)(R % group) * head_stride + (long long)(R / group) * seq_stride + c * 8;
-    cp_async16(d, in ? g : src, in ? 16 : 0);
+    copy16(d, g, src, in);
   }
 }
 

@@ -151,6 +151,16 @@ __device__ __forceinline__ int tile_off(int r, int c) {
   return r * 72 + c;
 }
 
+// One 16-byte chunk of a tile row: from g where `in`, else zeros (sequence
+// tails).  `any` is an address that may be read: the copy of nothing still
+// names one.
+__device__ __forceinline__ void copy16(elem_t *d, const elem_t *g, const elem_t *any, bool in) {
+  (void)any;
+  uint4 val = make_uint4(0u, 0u, 0u, 0u);
+  if (in) val = *reinterpret_cast<const uint4 *>(g);
+  *reinterpret_cast<uint4 *>(d) = val;
+}
+
 // Copies rows [row0, row0 + ROWS) of one head (row stride `stride`
 // elements) into a shared tile; rows at or past `rows` become zeros.
 // Thread i copies chunk i % 8 of rows i / 8 + 16 n: a row's swizzle
@@ -167,9 +177,7 @@ __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long l
   for (int n = 0; n < (ROWS + 15) / 16; ++n) {
     if (ROWS % 16 != 0 && r + n * 16 >= ROWS) break;
     const bool in = row0 + r + n * 16 < rows;
-    uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (in) val = *reinterpret_cast<const uint4 *>(g);
-    *reinterpret_cast<uint4 *>(d + n * 1152) = val;
+    copy16(d + n * 1152, g, src, in);
     g += step;
   }
 }

@@ -161,6 +161,13 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
 }
 
+// One 16-byte chunk of a tile row: from g where `in`, else zeros (sequence
+// tails).  `any` is an address that may be read: the copy of nothing still
+// names one.
+__device__ __forceinline__ void copy16(elem_t *d, const elem_t *g, const elem_t *any, bool in) {
+  cp_async16(d, in ? g : any, in ? 16 : 0);
+}
+
 // Copies rows [row0, row0 + ROWS) of one head (row stride `stride`
 // elements) into a shared tile; rows at or past `rows` become zeros.
 template <int ROWS>
@@ -170,7 +177,7 @@ __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long l
     const int r = i / 12, c = i % 12;
     elem_t *d = dst + tile_off(r, c * 8);
     const bool in = row0 + r < rows;
-    cp_async16(d, in ? src + (long long)(row0 + r) * stride + c * 8 : src, in ? 16 : 0);
+    copy16(d, src + (long long)(row0 + r) * stride + c * 8, src, in);
   }
 }
 
