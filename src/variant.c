@@ -153,18 +153,13 @@ static fj_status check_range(const fj_ctx *ctx, const char *axis, int value,
 
 static fj_status check_enums(const fj_ctx *ctx, const fj_variant *v)
 {
-  if (v->pack_gqa != 0 && v->pack_gqa != 1)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "pack_gqa %d is invalid: 0 or 1",
-                    v->pack_gqa);
-  if (v->split_kv != 0 && v->split_kv != 1)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "split_kv %d is invalid: 0 or 1",
-                    v->split_kv);
-  if (v->varlen != 0 && v->varlen != 1)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "varlen %d is invalid: 0 or 1",
-                    v->varlen);
-  if (v->paged != 0 && v->paged != 1)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "paged %d is invalid: 0 or 1",
-                    v->paged);
+  const struct { const char *name; int value; } flags[] = {
+      {"pack_gqa", v->pack_gqa}, {"split_kv", v->split_kv},
+      {"varlen", v->varlen}, {"paged", v->paged}};
+  for (size_t i = 0; i < FJ_ARRAY_LEN(flags); i++)
+    if (flags[i].value != 0 && flags[i].value != 1)
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG, "%s %d is invalid: 0 or 1",
+                      flags[i].name, flags[i].value);
   if (v->swizzle < FJ_SWIZZLE_NONE || v->swizzle > FJ_SWIZZLE_XOR)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "swizzle %d is invalid: none, pad or xor", (int)v->swizzle);

@@ -134,10 +134,10 @@
   local N0 = SPLIT and ("kv0 + t * %d"):format(BN) or ("t * %d"):format(BN)
 
   -- Where a row's output goes (epilogue_regs.cuh): the default (one head's
-  -- rows of O) unless rows are packed, the block writes partials or the
-  -- sequence has its own length.
+  -- rows of O, up to LEN_Q) unless rows are packed or the block writes
+  -- partials.
   local out
-  if PACK or SPLIT or VL then
+  if PACK or SPLIT then
     local rows_end = PACK and LEN_Q .. " * p.group" or LEN_Q
     local function head(r) return PACK and ("blk.h + (%s) %% p.group"):format(r) or "blk.h" end
     -- The row's index in [batch][heads_q][seq_q].
@@ -149,13 +149,10 @@
       out.f32, out.lse_always = true, true
       out.ptr = function(r) return ("p.o_part + (part0 + %s) * %d"):format(flat(r), D) end
       out.lse = function(r) return ("p.lse_part[part0 + %s]"):format(flat(r)) end
-    elseif PACK then
+    else
       out.ptr = function(r)
         return ("o_out + (long long)((%s) %% p.group) * p.o_stride[1] + (long long)(%s) * p.o_stride[2]"):format(r, mrule.pos(r))
       end
-      out.lse = function(r) return ("p.lse[%s]"):format(flat(r)) end
-    else
-      out.ptr = function(r) return ("o_out + (long long)(%s) * p.o_stride[2]"):format(r) end
       out.lse = function(r) return ("p.lse[%s]"):format(flat(r)) end
     end
   end
@@ -415,6 +412,6 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h){{ VL and " + seq.q_row0 * p.o_stride[2]" or "" }};
 {% end %}
 {{ include("epilogue_regs.cuh", with(frag, {
-     ND = D // 16, out_scale = fp8 and "v_scale" or "1.f", out = out,
+     ND = D // 16, out_scale = fp8 and "v_scale" or "1.f", out = out, rows_end = LEN_Q,
      O = function(mi, d, i) return ("o[%s][%s][%d]"):format(mi, d, i) end })) }}
 }

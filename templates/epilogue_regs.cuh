@@ -9,7 +9,8 @@
   slices of ND tiles of 16 columns, m(mi, c) and l(mi, c) (raw running max
   and sum of row class c), row0(mi) and c0 (the lane's first slot), sl2,
   out_scale; the block is `blk` (block.cuh) and the output rows start at
-  `o_out`.  A family whose rows are not one head's positions (GQA packing)
+  `o_out`; rows_end (default p.seq_q) is where the rows end (a varlen
+  sequence's own length).  A family whose rows are not one head's positions (GQA packing)
   or that writes split-KV partials passes `out`, functions of a row
   expression: valid(r) (C bool), ptr(r) (the row's first element), lse(r)
   (the lvalue of its log-sum-exp), f32 (write float32, not elem_t) and
@@ -18,7 +19,7 @@
 {%
   local NC, L = #rows.classes, import("lut.lua")
   local out = out or {
-    valid = function(r) return ("%s < p.seq_q"):format(r) end,
+    valid = function(r) return ("%s < %s"):format(r, rows_end or "p.seq_q") end,
     ptr = function(r) return ("o_out + (long long)%s * p.o_stride[2]"):format(r) end,
     lse = function(r) return ("p.lse[((long long)blk.b * p.heads_q + blk.h) * p.seq_q + %s]"):format(r) end,
   }

@@ -145,6 +145,15 @@ struct KvSrc {
   int shift;          // log2(page size)
   int first;          // key index of row 0 (a split's first key)
   int last_page;      // num_pages - 1: entries are clamped to it
+
+  // The page of key index `key` (counted from the sequence's first), and
+  // the first element of that key's row in it.
+  __device__ __forceinline__ int page_of(int key) const {
+    return min(max(__ldg(pages + (key >> shift)), 0), last_page);
+  }
+  __device__ __forceinline__ const kv_t *row(int key, int page) const {
+    return base + page * page_stride + (long long)(key & ((1 << shift) - 1)) * stride;
+  }
 {% end %}
 };
 {% if paged then %}
@@ -158,22 +167,18 @@ template <int ROWS>
 __device__ __forceinline__ void load_tile_paged(elem_t *dst, const KvSrc &s, int row0, int rows) {
   constexpr int N = (ROWS + {{ PER - 1 }}) / {{ PER }};
   const int r = threadIdx.x / {{ CHUNKS }}, c = threadIdx.x % {{ CHUNKS }};
-  const int mask = (1 << s.shift) - 1;
   int page[N];
 #pragma unroll
   for (int n = 0; n < N; ++n) {
     const int j = row0 + r + n * {{ PER }};
     const bool in = (ROWS % {{ PER }} == 0 || r + n * {{ PER }} < ROWS) && j < rows;
-    page[n] = in ? min(max(__ldg(s.pages + ((s.first + j) >> s.shift)), 0), s.last_page) : -1;
+    page[n] = in ? s.page_of(s.first + j) : -1;
   }
 #pragma unroll
   for (int n = 0; n < N; ++n) {
     if (ROWS % {{ PER }} != 0 && r + n * {{ PER }} >= ROWS) break;
     const int key = s.first + row0 + r + n * {{ PER }};
-    const bool in = page[n] >= 0;
-    const elem_t *g = s.base + page[n] * s.page_stride + (long long)(key & mask) * s.stride + c * 8;
-    elem_t *d = dst + tile_off(r + n * {{ PER }}, c * 8);
-    copy16(d, g, s.base, in);
+    copy16(dst + tile_off(r + n * {{ PER }}, c * 8), s.row(key, page[n]) + c * 8, s.base, page[n] >= 0);
   }
 }
 {%   else %}
@@ -181,12 +186,9 @@ template <int ROWS>
 __device__ __forceinline__ void load_tile_paged(elem_t *dst, const KvSrc &s, int row0, int rows) {
   for (int i = threadIdx.x; i < ROWS * {{ CHUNKS }}; i += {{ THREADS }}) {
     const int r = i / {{ CHUNKS }}, c = i % {{ CHUNKS }}, j = row0 + r;
-    elem_t *d = dst + tile_off(r, c * 8);
     const bool in = j < rows;
-    const int key = s.first + j;
-    const int page = in ? min(max(__ldg(s.pages + (key >> s.shift)), 0), s.last_page) : 0;
-    const elem_t *g = s.base + page * s.page_stride + (long long)(key & ((1 << s.shift) - 1)) * s.stride + c * 8;
-    copy16(d, g, s.base, in);
+    const int key = s.first + j, page = in ? s.page_of(key) : 0;
+    copy16(dst + tile_off(r, c * 8), s.row(key, page) + c * 8, s.base, in);
   }
 }
 {%   end %}

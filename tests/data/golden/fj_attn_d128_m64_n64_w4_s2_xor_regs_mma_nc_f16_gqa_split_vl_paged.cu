@@ -271,6 +271,15 @@ struct KvSrc {
   int shift;          // log2(page size)
   int first;          // key index of row 0 (a split's first key)
   int last_page;      // num_pages - 1: entries are clamped to it
+
+  // The page of key index `key` (counted from the sequence's first), and
+  // the first element of that key's row in it.
+  __device__ __forceinline__ int page_of(int key) const {
+    return min(max(__ldg(pages + (key >> shift)), 0), last_page);
+  }
+  __device__ __forceinline__ const kv_t *row(int key, int page) const {
+    return base + page * page_stride + (long long)(key & ((1 << shift) - 1)) * stride;
+  }
 };
 
 // Paged key rows: row j is key first + j, token (first + j) % 2^shift of
@@ -281,22 +290,18 @@ template <int ROWS>
 __device__ __forceinline__ void load_tile_paged(elem_t *dst, const KvSrc &s, int row0, int rows) {
   constexpr int N = (ROWS + 7) / 8;
   const int r = threadIdx.x / 16, c = threadIdx.x % 16;
-  const int mask = (1 << s.shift) - 1;
   int page[N];
 #pragma unroll
   for (int n = 0; n < N; ++n) {
     const int j = row0 + r + n * 8;
     const bool in = (ROWS % 8 == 0 || r + n * 8 < ROWS) && j < rows;
-    page[n] = in ? min(max(__ldg(s.pages + ((s.first + j) >> s.shift)), 0), s.last_page) : -1;
+    page[n] = in ? s.page_of(s.first + j) : -1;
   }
 #pragma unroll
   for (int n = 0; n < N; ++n) {
     if (ROWS % 8 != 0 && r + n * 8 >= ROWS) break;
     const int key = s.first + row0 + r + n * 8;
-    const bool in = page[n] >= 0;
-    const elem_t *g = s.base + page[n] * s.page_stride + (long long)(key & mask) * s.stride + c * 8;
-    elem_t *d = dst + tile_off(r + n * 8, c * 8);
-    copy16(d, g, s.base, in);
+    copy16(dst + tile_off(r + n * 8, c * 8), s.row(key, page[n]) + c * 8, s.base, page[n] >= 0);
   }
 }
 
