@@ -217,6 +217,9 @@ typedef enum fj_causal {
   FJ_CAUSAL_BOTTOM_RIGHT = 2
 } fj_causal;
 
+/* Score and mask modifications: defined with the problem, below. */
+typedef struct fj_mods fj_mods;
+
 typedef struct fj_variant {
   int head_dim;          /* 32..256 */
   int tile_m;            /* query rows per thread block */
@@ -250,6 +253,15 @@ typedef struct fj_variant {
   /* 1: paged K/V (mma family): key rows are found through the problem's
    * block table.  Set from the problem, not tuned.  Named "_paged". */
   int paged;
+  /* Score and mask modifications (fj_mods): NULL for none.  The variant
+   * takes their *form* -- the expressions' text, the parameters' names,
+   * types and ranks, whether a window and a softcap are on -- and the
+   * problem at launch their values; fj_attention_variant copies the
+   * problem's pointer here.  A kernel keeps its own copy of the form, so
+   * the fj_mods need only outlive the calls that take this variant.
+   * Named "_win" (window), "_cap" (softcap) and "_x" + 8 hex digits (a
+   * hash of the user expressions and parameters). */
+  const fj_mods *mods;
 } fj_variant;
 
 /* Fills v (pack_gqa, split_kv, varlen and paged 0) with the WMMA family's default variant for a head dim, dtype and
@@ -448,9 +460,114 @@ typedef struct fj_problem {
   int max_pages;  /* the table's columns; max_pages * page_size >= seq_kv */
   int page_size;  /* tokens a page: a power of two, 1..FJ_PAGE_SIZE_MAX */
   int num_pages;  /* pages in K and in V */
+  /* Score and mask modifications (fj_mods, below): NULL for none.  The
+   * pointer, and what it points to, must stay valid for each call that
+   * takes the problem (nothing is kept after it returns). */
+  const fj_mods *mods;
 } fj_problem;
 
 #define FJ_PAGE_SIZE_MAX 4096
+
+/* ------------------------------------------------------------------------ */
+/* Score and mask modifications                                               */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A problem may change the attention scores and hide pairs of (query, key)
+ * with C expressions that are compiled into its kernel (README: "Your own
+ * attention").  For query position q and key position kv (absolute
+ * positions within the sequence, counted from 0) of batch b, query head h
+ * and its KV head hkv:
+ *
+ *   s  = scale * (Q[q] . K[kv])             the scaled score
+ *   s' = score(s, b, h, hkv, q, kv)          the score expression, if any
+ *   s' = softcap * tanhf(s' / softcap)       if softcap > 0
+ *   s' = -inf  where the mask expression is false, or outside the causal
+ *              mask, the window or the sequence
+ *   O[q] = sum_kv softmax(s')[kv] V[kv]
+ *
+ * Rows whose every key is hidden get O = 0 and a log-sum-exp of -inf.
+ *
+ * The expressions are C expressions (not statements) over the int
+ * variables b, h, hkv, q, kv, the float s (score only), the parameters,
+ * integer and floating literals, the operators of C except assignment,
+ * increment, member access and the comma, casts to (float) and (int),
+ * true and false, and the functions expf exp2f logf log2f sqrtf rsqrtf
+ * tanhf sinf cosf fabsf fminf fmaxf floorf ceilf roundf truncf powf erff
+ * abs min max.  Anything else -- a semicolon, a brace, a preprocessor
+ * line, `asm`, an unknown name -- is refused with the token and its
+ * column.  Integer arithmetic is C's on 32-bit ints.
+ *
+ * Parameters reach the expressions by name.  A scalar (rank 0) is a float
+ * (FJ_MOD_F32) or an int (FJ_MOD_I32).  A tensor (rank 1 to 4; f32, f16,
+ * bf16 or i32, row-major contiguous, device memory) is read by calling it
+ * with one int index per dimension: `slopes(h)`, `bias(h, q - kv + 4096)`;
+ * it gives a float (an int for i32).  An index outside the extents reads
+ * 0 and never touches memory outside the tensor.
+ *
+ * What belongs to the kernel (a change compiles another): the expressions'
+ * text, each parameter's name, type and rank, and whether the window and
+ * the softcap are on.  What is a launch argument (a change compiles
+ * nothing): scalar values, tensor pointers and extents, the window's sizes
+ * and the softcap's value.
+ */
+typedef enum fj_mod_type {
+  FJ_MOD_F32 = 1,
+  FJ_MOD_I32 = 2,
+  FJ_MOD_F16 = 3,   /* tensors only */
+  FJ_MOD_BF16 = 4   /* tensors only */
+} fj_mod_type;
+
+#define FJ_MOD_PARAMS_MAX 8     /* parameters per problem */
+#define FJ_MOD_EXPR_MAX 1024    /* characters an expression may have */
+#define FJ_MOD_NAME_MAX 31      /* characters a parameter's name may have */
+#define FJ_WINDOW_MAX (1 << 30) /* the largest window size */
+
+typedef struct fj_mod_param {
+  const char *name;     /* a C identifier, not a variable, function or
+                           keyword the expressions know */
+  fj_mod_type type;
+  int rank;             /* 0: a scalar; 1..4: a tensor */
+  int64_t extents[4];   /* a tensor's extents, 1..INT32_MAX each */
+  const void *data;     /* a tensor's device memory (host memory for
+                           fj_reference_fwd) */
+  double value;         /* a scalar's value (an I32 scalar: an integer in
+                           int32's range) */
+} fj_mod_param;
+
+struct fj_mods {
+  const char *score;    /* score expression, or NULL / "" for none */
+  const char *mask;     /* mask expression (true keeps the pair), or NULL /
+                           "" for none */
+  const fj_mod_param *params;
+  int num_params;       /* 0..FJ_MOD_PARAMS_MAX */
+  /* A sliding window (built in, with tile skipping): query q sees keys
+   * q + off - window_left .. q + off + window_right, where off is the
+   * causal mask's diagonal (0 top-left, seq_kv - seq_q bottom-right; with
+   * no causal mask, bottom-right as FlashAttention aligns it).  -1: that
+   * side unbounded; both -1 (fj_mods_init's): no window.  0..FJ_WINDOW_MAX
+   * otherwise.  A causal mask is the window (-1, 0): with one, window_right
+   * must be -1 or 0. */
+  int window_left;
+  int window_right;
+  /* > 0: logit soft-capping, softcap * tanhf(s / softcap), applied after
+   * the score expression (Gemma 2's 50, Grok's 30).  0: none. */
+  float softcap;
+};
+
+/* Fills m with no expressions, no parameters, no window and no softcap.
+ * m NULL: does nothing. */
+FJ_API void fj_mods_init(fj_mods *m);
+
+/*
+ * Checks mods on their own: the expressions' grammar and names, the
+ * parameters (names unique and not reserved, types, ranks, extents, a
+ * tensor's data not NULL, an integer scalar's value), the window and the
+ * softcap.  FJ_ERR_INVALID_ARG with a message naming the expression or
+ * field, the offending token and its column or the value and the limit,
+ * in fj_errmsg(NULL).  fj_problem_check makes this check for p->mods.
+ */
+FJ_API fj_status fj_mods_check(const fj_mods *m);
 
 #define FJ_SPLITS_MAX 256
 

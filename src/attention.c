@@ -15,6 +15,7 @@
 #include "driver.h"
 #include "kernel.h"
 #include "kparams.h"
+#include "mods.h"
 #include "plan.h"
 #include "reference.h"
 #include "tunedb.h"
@@ -27,6 +28,7 @@
 enum { FJ_HOT = 16 };
 typedef struct fj_hot {
   fj_variant v;
+  uint64_t mods;    /* the hash of v.mods' form when it was stored */
   fj_kernel *kernel;
   void *function;
 } fj_hot;
@@ -178,6 +180,7 @@ static fj_status choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
   for (int i = 0; d && i < d->npicks; i++)
     if (!memcmp(d->picks[i].key, key, sizeof key)) {
       *v = d->picks[i].v;
+      v->mods = fj__mods_on(p->mods) ? p->mods : NULL;  /* this problem's */
       *meta = d->picks[i].meta;
       if (from)
         *from = d->picks[i].from;
@@ -186,7 +189,7 @@ static fj_status choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
     }
   fj__heuristic(ctx, p, v);
   /* Splits asked for need the family the heuristic chose for them. */
-  fj_choice c = p->splits < 2 && !v->varlen && !v->paged &&
+  fj_choice c = p->splits < 2 && !v->varlen && !v->paged && !v->mods &&
                        fj__tune_lookup(ctx, p, v)
                     ? FJ_CHOICE_TUNED
                     : FJ_CHOICE_HEURISTIC;
@@ -308,6 +311,14 @@ static fj_status check_match(const fj_ctx *ctx, const fj_problem *p,
                     v->varlen, v->paged,
                     fj__problem_varlen(p) ? "varlen" : "fixed lengths",
                     fj__problem_paged(p) ? "paged" : "dense K/V");
+  if (!fj__mods_same_form(v->mods, p->mods))
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "variant's modifications (%s) are not the problem's (%s): "
+                    "a variant takes the expressions, parameters' names, "
+                    "types and ranks, window and softcap of its problem "
+                    "(fj_attention_variant sets them)",
+                    fj__mods_on(v->mods) ? "on" : "none",
+                    fj__mods_on(p->mods) ? "on" : "none");
   return FJ_OK;
 }
 
@@ -346,7 +357,27 @@ static fj_status check_pointers(const fj_ctx *ctx, const fj_problem *p,
     st = check_alignment(ctx, "v", v, p->v_stride, kv);
   if (st == FJ_OK)
     st = check_alignment(ctx, "o", o, p->o_stride, p->dtype);
-  return st;
+  return st == FJ_OK ? fj__mods_check_data(ctx, p->mods) : st;
+}
+
+/* The built-in modifications' launch arguments: an unbounded side of the
+ * window as FJ_WINDOW_MAX, a causal mask as the right side 0. */
+static void fill_mods(fj_kparams *kp, const fj_problem *p)
+{
+  const fj_mods *m = p->mods;
+  kp->window_left = kp->window_right = FJ_WINDOW_MAX;
+  if (fj__mods_window(m)) {
+    if (m->window_left >= 0)
+      kp->window_left = m->window_left;
+    if (m->window_right >= 0)
+      kp->window_right = m->window_right;
+  }
+  if (p->causal != FJ_CAUSAL_NONE)
+    kp->window_right = 0;
+  if (fj__mods_softcap(m)) {
+    kp->softcap = m->softcap;
+    kp->softcap_inv = 1.f / m->softcap;
+  }
 }
 
 static void fill_params(fj_kparams *kp, const fj_problem *p, const void *q,
@@ -372,8 +403,13 @@ static void fill_params(fj_kparams *kp, const fj_problem *p, const void *q,
   kp->seq_q = p->seq_q;
   kp->seq_kv = p->seq_kv;
   kp->group = p->heads_q / p->heads_kv;
-  kp->causal_offset =
-      p->causal == FJ_CAUSAL_BOTTOM_RIGHT ? p->seq_kv - p->seq_q : 0;
+  /* The diagonal of the causal mask and the window: bottom-right unless
+   * the mask is top-left. */
+  kp->causal_offset = p->causal == FJ_CAUSAL_BOTTOM_RIGHT ||
+                              (p->causal == FJ_CAUSAL_NONE && fj__mods_window(p->mods))
+                          ? p->seq_kv - p->seq_q
+                          : 0;
+  fill_mods(kp, p);
   double scale = p->scale != 0.f ? (double)p->scale : 1.0 / sqrt(p->head_dim);
   kp->scale_log2 = (float)(scale * 1.4426950408889634);
   kp->splits = 1;
@@ -395,8 +431,9 @@ static fj_status ready_kernel(fj_ctx *ctx, const fj_variant *v,
                               fj_kernel **k, void **fn)
 {
   fj_dispatch *d = dispatch(ctx);
+  uint64_t mods = fj__mods_hash(v->mods);
   for (int i = 0; d && i < d->nhot; i++)
-    if (!memcmp(&d->hot[i].v, v, sizeof *v)) {
+    if (!memcmp(&d->hot[i].v, v, sizeof *v) && d->hot[i].mods == mods) {
       *k = d->hot[i].kernel;
       *fn = d->hot[i].function;
       return FJ_OK;
@@ -407,6 +444,7 @@ static fj_status ready_kernel(fj_ctx *ctx, const fj_variant *v,
   if (st == FJ_OK && d) {
     fj_hot *h = &d->hot[d->nhot < FJ_HOT ? d->nhot++ : FJ_HOT - 1];
     h->v = *v;
+    h->mods = mods;
     h->kernel = *k;
     h->function = *fn;
   }
@@ -537,9 +575,10 @@ static fj_status launch(fj_ctx *ctx, const fj_problem *p,
   void *fn, *combine_fn = NULL;
   fj_kparams kp;
   fj_tmaps maps;
+  unsigned char mod_args[FJ_MOD_ARGS_MAX];
   fj_plan plan = *given;
   const fj_variant *v = &given->variant;
-  void *args[] = {&kp, &maps};
+  void *args[3] = {&kp, &maps, mod_args};
   fj_status st = fj__cu_enter(ctx);
   if (st != FJ_OK)
     return st;
@@ -555,6 +594,9 @@ static fj_status launch(fj_ctx *ctx, const fj_problem *p,
     st = fj__plan_fill(ctx, &pp, v, &kern->meta, &plan);
   if (st == FJ_OK && kern->meta.tma)
     st = tensor_maps(ctx, p, v, kern, q, k, vp, &maps);
+  /* The parameters' values follow the Params (and the tensor maps). */
+  if (fj__mods_args(p->mods, mod_args) > 0 && !kern->meta.tma)
+    args[1] = mod_args;
   if (st == FJ_OK) {
     fill_params(&kp, p, q, k, vp, o, lse);
     if (v->split_kv)

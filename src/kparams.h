@@ -25,6 +25,11 @@ typedef struct fj_kparams {
   int max_pages;     /* the block table's columns */
   int page_shift;    /* log2(page_size) */
   int num_pages;
+  /* Built-in modifications (fj_mods): the window's sides, FJ_WINDOW_MAX
+   * for an unbounded side and 0 for a causal mask's right side; the softcap
+   * and its reciprocal (0 when off). */
+  int window_left, window_right;
+  float softcap, softcap_inv;
   int pad_;
 } fj_kparams;
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ctx.h"
+#include "mods.h"
 #include "plan.h"
 #include "template.h"
 #include "variant.h"
@@ -92,6 +93,10 @@ static void decode_choice(const fj_ctx *ctx, const fj_problem *p,
     v->tile_n = v->tile_n > 64 ? 64 : v->tile_n;
     v->stages = v->kv_dtype == FJ_E4M3 ? v->stages : 3;
   }
+  /* A score or mask function per element: at 128 keys a window with the
+   * softcap spills 16 bytes (d64). */
+  if (fj__mods_user(p->mods) || fj__mods_softcap(p->mods))
+    v->tile_n = v->tile_n > 64 ? 64 : v->tile_n;
   /* XOR: 257 us against pad's 273 on the H200 (64, 32/8, 1/4096, 128);
    * at head dims 192 and 256 ptxas spills with it. */
   v->swizzle = d >= 192 ? FJ_SWIZZLE_PAD : FJ_SWIZZLE_XOR;
@@ -140,6 +145,16 @@ static void wgmma_choice(fj_variant *v)
               : d == 128 ? (v->causal ? 176 : 192)
               : d == 192 ? 96
                          : 80;
+  /* A score or mask function holds more registers per element of S: with
+   * the tiles above the softcap or a bias table spills 12-120 bytes (at
+   * head dim 128, none with 144 keys); these leave room for user
+   * expressions. */
+  if (fj__mods_user(v->mods) || fj__mods_softcap(v->mods))
+    v->tile_n = d == 64 ? 96 : d == 128 ? 128 : d == 192 ? 80 : 64;
+  /* Reads of tensor parameters per element hold their loads in flight: a
+   * bias table with document ids spills 16-336 bytes above these. */
+  if (fj__mods_tensors(v->mods))
+    v->tile_n = d == 256 ? 48 : 64;
 }
 
 void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
@@ -148,6 +163,7 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
   v->kv_dtype = p->kv_dtype == p->dtype ? 0 : p->kv_dtype;
   v->varlen = fj__problem_varlen(p);
   v->paged = fj__problem_paged(p);
+  v->mods = fj__mods_on(p->mods) ? p->mods : NULL;
   if (v->kv_dtype == FJ_E4M3)
     v->stages = 1;  /* FP8 K/V are dequantised as they load */
   /* Before sm_80 the WMMA family's defaults stand, with synchronous loads
@@ -167,6 +183,14 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
     v->warps = v->tile_m / 16;
     if (v->head_dim > 192)
       v->tile_n = 32;
+  } else if (fj__mods_user(p->mods) || fj__mods_softcap(p->mods)) {
+    /* A score or mask function per element: with two 16-row slices a warp
+     * ptxas spills 24-120 bytes at head dim 128 (sm_80); with one, none. */
+    v->warps = v->tile_m / 16;
+    /* A bias table with a document mask still spills 20 bytes at head dim
+     * 128 with 64-key tiles (sm_80). */
+    if (fj__mods_user(p->mods) && v->head_dim >= 128)
+      v->tile_n = 32;
   }
 }
 
@@ -185,7 +209,9 @@ int fj__plan_class(const fj_ctx *ctx, const fj_problem *p)
 {
   return few_blocks(ctx, p) | wgmma_fits(ctx, p) << 1 |
          fj__decode_rows(p) << 2 | (p->splits >= 2) << 10 |
-         fj__problem_varlen(p) << 11 | fj__problem_paged(p) << 12;
+         fj__problem_varlen(p) << 11 | fj__problem_paged(p) << 12 |
+         fj__mods_on(p->mods) << 13 | fj__mods_user(p->mods) << 14 |
+         fj__mods_softcap(p->mods) << 15 | fj__mods_tensors(p->mods) << 16;
 }
 
 /* ---- splits, grids, workspace ------------------------------------------------------ */

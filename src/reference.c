@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ctx.h"
+#include "mods.h"
 #include "reference.h"
 
 /* ---- formats ------------------------------------------------------------------- */
@@ -416,6 +417,20 @@ static fj_status check_seqs(const fj_ctx *ctx, const fj_problem *p)
   return FJ_OK;
 }
 
+/* The modifications on their own, then with the causal mask: a causal
+ * mask is the window's right side 0. */
+static fj_status check_mods(const fj_ctx *ctx, const fj_problem *p)
+{
+  fj_status st = fj__mods_check(ctx, p->mods);
+  if (st == FJ_OK && p->causal != FJ_CAUSAL_NONE && p->mods &&
+      p->mods->window_right > 0)
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "mods.window_right %d with causal %s: a causal mask hides "
+                  "every key right of the diagonal; use window_right 0 or -1",
+                  p->mods->window_right, fj_causal_name(p->causal));
+  return st;
+}
+
 fj_status fj__problem_check_common(const fj_ctx *ctx, const fj_problem *p)
 {
   fj_status st = check_sizes(ctx, p);
@@ -432,6 +447,8 @@ fj_status fj__problem_check_common(const fj_ctx *ctx, const fj_problem *p)
                   p->splits, FJ_SPLITS_MAX);
   if (st == FJ_OK)
     st = check_seqs(ctx, p);
+  if (st == FJ_OK)
+    st = check_mods(ctx, p);
   return st == FJ_OK ? check_strides(ctx, p) : st;
 }
 
@@ -448,8 +465,20 @@ fj_status fj__check_scales(const fj_ctx *ctx, const fj_problem *p,
 
 /* ---- the float64 reference ------------------------------------------------------- */
 
+/* A problem's modifications as the reference applies them: the user's
+ * expressions parsed (expr.c evaluates them on the host: an oracle
+ * independent of the generated code), the built-ins by their formulas. */
+typedef struct ref_mods {
+  const fj_mods *m;
+  fj_expr *score, *mask;
+  int window, left, right;    /* left/right -1: unbounded */
+  double softcap;             /* 0: none */
+} ref_mods;
+
 typedef struct ref_head {
   const fj_problem *p;
+  const ref_mods *mods;
+  int b, hq, hk;
   const void *q, *k, *v;
   int64_t qoff;               /* element offset of this head's row 0 */
   int64_t koff, voff;         /* of key 0 (paged: of page 0's head) */
@@ -473,27 +502,113 @@ static int64_t key_at(const ref_head *h, const int64_t s[3], int64_t off, int j)
   return off + (int64_t)h->pages[j / ps] * s[0] + (int64_t)(j % ps) * s[2];
 }
 
-/* One output row: O[row] and its log-sum-exp, over the keys it may see. */
+/* What expr.c's tensor reader is given: the parameters, and the name
+ * index of the first in the expression's list. */
+typedef struct ref_params {
+  const fj_mods *m;
+  int first;
+} ref_params;
+
+/* A tensor parameter's element for expr.c: 0 outside the extents. */
+static fj_expr_value read_param(void *user, int name, const int32_t *idx)
+{
+  const ref_params *rp = user;
+  const fj_mod_param *t = &rp->m->params[name - rp->first];
+  fj_expr_value v = {t->type == FJ_MOD_I32, 0, 0.f};
+  int64_t flat = 0;
+  for (int d = 0; d < t->rank; d++) {
+    if (idx[d] < 0 || idx[d] >= t->extents[d])
+      return v;
+    flat = flat * t->extents[d] + idx[d];
+  }
+  switch (t->type) {
+  case FJ_MOD_I32: v.i = ((const int32_t *)t->data)[flat]; break;
+  case FJ_MOD_F32: v.f = ((const float *)t->data)[flat]; break;
+  case FJ_MOD_F16: v.f = fj__half_to_float(((const uint16_t *)t->data)[flat]); break;
+  case FJ_MOD_BF16: v.f = fj__bf16_to_float(((const uint16_t *)t->data)[flat]); break;
+  }
+  return v;
+}
+
+/* Evaluates a user expression at (b, h, hkv, q, kv) and, for the score, s,
+ * with the values in the order of fj__mods_names. */
+static fj_expr_value eval_mod(const ref_head *h, const fj_expr *e, int score,
+                              float sv, int q, int kv)
+{
+  const fj_mods *m = h->mods->m;
+  fj_expr_value vals[FJ_MOD_NAMES_MAX] = {{0}};
+  int vars[5] = {h->b, h->hq, h->hk, q, kv}, n = 0;
+  for (int i = 0; i < 5; i++)
+    vals[n++] = (fj_expr_value){1, vars[i], 0.f};
+  if (score)
+    vals[n++] = (fj_expr_value){0, 0, sv};
+  for (int i = 0; i < m->num_params; i++) {
+    const fj_mod_param *t = &m->params[i];
+    vals[n++] = (fj_expr_value){t->type == FJ_MOD_I32, (int32_t)t->value,
+                                (float)t->value};
+  }
+  ref_params rp = {m, fj__mods_first_param(score)};
+  fj_expr_env env = {vals, read_param, &rp};
+  return fj__expr_eval(e, &env);
+}
+
+/* Whether row sees key j: the sequence end, the causal mask, the window
+ * (their formulas), then the user's mask expression. */
+static int ref_visible(const ref_head *h, int row, int j)
+{
+  const ref_mods *rm = h->mods;
+  int diag = row + h->causal_off;
+  if (j >= h->len_kv || (h->p->causal != FJ_CAUSAL_NONE && j > diag))
+    return 0;
+  if (rm->window && ((rm->left >= 0 && j < diag - rm->left) ||
+                     (rm->right >= 0 && j > diag + rm->right)))
+    return 0;
+  if (rm->mask) {
+    fj_expr_value k = eval_mod(h, rm->mask, 0, 0.f, row, j);
+    return k.is_int ? k.i != 0 : k.f != 0.f;
+  }
+  return 1;
+}
+
+/* The score of (row, j) from the scaled score x: the user's expression
+ * (in float32, as the kernel computes it), then the softcap's formula. */
+static double ref_score(const ref_head *h, int row, int j, double x)
+{
+  const ref_mods *rm = h->mods;
+  if (rm->score) {
+    fj_expr_value v = eval_mod(h, rm->score, 1, (float)x, row, j);
+    x = v.is_int ? (double)v.i : (double)v.f;
+  }
+  if (rm->softcap > 0)
+    x = rm->softcap * tanh(x / rm->softcap);
+  return x;
+}
+
+/* One output row: O[row] and its log-sum-exp, over the keys it may see
+ * (s[j] = -inf for a hidden key). */
 static void ref_row(const ref_head *h, int row, double scale, double *s,
                     double *out, double *lse)
 {
   const fj_problem *p = h->p;
   int d = p->head_dim, last = h->len_kv - 1;
-  if (p->causal != FJ_CAUSAL_NONE && row + h->causal_off < last)
-    last = row + h->causal_off;
   double mx = -HUGE_VAL;
   for (int j = 0; j <= last; j++) {
+    s[j] = -HUGE_VAL;
+    if (!ref_visible(h, row, j))
+      continue;
     double acc = 0;
     int64_t kj = key_at(h, p->k_stride, h->koff, j);
     for (int e = 0; e < d; e++)
       acc += elem(p->dtype, h->q, h->qoff + (int64_t)row * p->q_stride[2] + e) *
              elem(h->kv, h->k, kj + e);
-    s[j] = acc * h->kscale * scale;
+    s[j] = ref_score(h, row, j, acc * h->kscale * scale);
     mx = s[j] > mx ? s[j] : mx;
   }
   memset(out, 0, sizeof *out * (size_t)d);
   double sum = 0;
-  for (int j = 0; j <= last; j++) {
+  for (int j = 0; j <= last && mx > -HUGE_VAL; j++) {
+    if (s[j] == -HUGE_VAL)
+      continue;
     double w = exp(s[j] - mx);
     int64_t vj = key_at(h, p->v_stride, h->voff, j);
     sum += w;
@@ -589,6 +704,40 @@ static fj_status check_rows(int row_begin, int row_end, int seq_q)
   return FJ_OK;
 }
 
+/* The reference's view of p's modifications (parsed expressions). */
+static fj_status ref_mods_open(const fj_mods *m, ref_mods *rm)
+{
+  static const fj_mods none = {NULL, NULL, NULL, 0, -1, -1, 0.f};
+  const char *texts[2] = {m ? m->score : NULL, m ? m->mask : NULL};
+  fj_expr **trees[2] = {&rm->score, &rm->mask};
+  memset(rm, 0, sizeof *rm);
+  rm->m = m ? m : &none;
+  rm->window = fj__mods_window(m);
+  rm->left = m ? m->window_left : -1;
+  rm->right = m ? m->window_right : -1;
+  rm->softcap = fj__mods_softcap(m) ? (double)m->softcap : 0.0;
+  for (int i = 0; i < 2; i++) {
+    if (!texts[i] || !texts[i][0])
+      continue;
+    fj_expr_name names[FJ_MOD_NAMES_MAX];
+    char err[512];
+    int n = fj__mods_names(m, i == 0, names);
+    *trees[i] = fj__expr_parse(texts[i], i == 0 ? "score" : "mask", names, n,
+                               err, sizeof err);
+    if (!*trees[i]) {
+      fj__expr_free(rm->score);
+      return fj__fail(NULL, FJ_ERR_INVALID_ARG, "mods.%s", err);
+    }
+  }
+  return FJ_OK;
+}
+
+static void ref_mods_close(ref_mods *rm)
+{
+  fj__expr_free(rm->score);
+  fj__expr_free(rm->mask);
+}
+
 /* Everything checked before a tensor is touched. */
 static fj_status reference_check(const fj_problem *p, const void *q,
                                  const void *k, const void *v,
@@ -600,6 +749,10 @@ static fj_status reference_check(const fj_problem *p, const void *q,
   if (null)
     return fj__null_arg(NULL, "fj_reference_fwd", null);
   fj_status st = fj_problem_check_lengths(p);
+  if (st == FJ_OK)
+    st = check_mods(NULL, p);
+  if (st == FJ_OK)
+    st = fj__mods_check_data(NULL, p->mods);
   if (st == FJ_OK)
     st = check_rows(row_begin, row_end, p->seq_q);
   return st == FJ_OK ? fj__check_scales(NULL, p, k_scale, v_scale) : st;
@@ -623,7 +776,13 @@ fj_status fj_reference_fwd(const fj_problem *p, const void *q, const void *k,
                     "fj_reference_fwd: out of memory for %d scores",
                     p->seq_kv);
   int rows = row_end - row_begin, group = p->heads_q / p->heads_kv;
-  int bottom_right = p->causal == FJ_CAUSAL_BOTTOM_RIGHT;
+  int bottom_right = p->causal == FJ_CAUSAL_BOTTOM_RIGHT ||
+                     (p->causal == FJ_CAUSAL_NONE && fj__mods_window(p->mods));
+  ref_mods rm;
+  if ((st = ref_mods_open(p->mods, &rm)) != FJ_OK) {
+    free(s);
+    return st;
+  }
   for (int b = 0; b < p->batch; b++) {
     /* This sequence: its queries and their first row, its keys. */
     int len_q = p->seq_q;
@@ -642,7 +801,7 @@ fj_status fj_reference_fwd(const fj_problem *p, const void *q, const void *k,
     }
     for (int hq = 0; hq < p->heads_q; hq++) {
       int hk = hq / group;
-      ref_head h = {p, q, k, v,
+      ref_head h = {p, &rm, b, hq, hk, q, k, v,
                     q0 + hq * p->q_stride[1],
                     k0 + hk * p->k_stride[1],
                     v0 + hk * p->v_stride[1],
@@ -665,6 +824,7 @@ fj_status fj_reference_fwd(const fj_problem *p, const void *q, const void *k,
       }
     }
   }
+  ref_mods_close(&rm);
   free(s);
   return FJ_OK;
 }

@@ -80,22 +80,34 @@ fj_dtype fj__kv_dtype(const fj_variant *v)
   return v->kv_dtype ? v->kv_dtype : v->dtype;
 }
 
+/* The modifications' part of a name: "_win", "_cap", "_x" + a hash of the
+ * user's expressions and parameters. */
+static void mods_suffix(const fj_mods *m, char *buf, size_t size)
+{
+  char user[16] = "";
+  if (fj__mods_user(m))
+    snprintf(user, sizeof user, "_x%08x", (unsigned)(fj__mods_hash(m) & 0xffffffffu));
+  snprintf(buf, size, "%s%s%s", fj__mods_window(m) ? "_win" : "",
+           fj__mods_softcap(m) ? "_cap" : "", user);
+}
+
 int fj_variant_name(const fj_variant *v, char *buf, size_t size)
 {
-  char kv[16] = "";
+  char kv[16] = "", mods[32];
   if (!v)
     return -1;
   if (!buf)
     size = 0;  /* snprintf's measuring call: nothing is written */
   if (fj__kv_dtype(v) != v->dtype)
     snprintf(kv, sizeof kv, "_kv%s", fj_dtype_name(fj__kv_dtype(v)));
-  return snprintf(buf, size, "fj_attn_d%d_m%d_n%d_w%d_s%d_%s_%s_%s_%s_%s%s%s%s%s%s",
+  mods_suffix(v->mods, mods, sizeof mods);
+  return snprintf(buf, size, "fj_attn_d%d_m%d_n%d_w%d_s%d_%s_%s_%s_%s_%s%s%s%s%s%s%s",
                   v->head_dim, v->tile_m, v->tile_n, v->warps, v->stages,
                   fj_swizzle_name(v->swizzle), fj_softmax_name(v->softmax),
                   fj_mma_name(v->mma), causal_short(v->causal),
                   fj_dtype_name(v->dtype), kv, v->pack_gqa ? "_gqa" : "",
                   v->split_kv ? "_split" : "", v->varlen ? "_vl" : "",
-                  v->paged ? "_paged" : "");
+                  v->paged ? "_paged" : "", mods);
 }
 
 /* ---- defaults ------------------------------------------------------------------- */
@@ -217,6 +229,11 @@ static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
 {
   const char *axis = v->pack_gqa ? "pack_gqa" : v->split_kv ? "split_kv"
                     : v->varlen ? "varlen" : v->paged ? "paged" : NULL;
+  if (fj__mods_on(v->mods) && v->mma == FJ_MMA_WMMA)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "mods (window, softcap, score and mask expressions) are "
+                    "implemented for mma mma and mma wgmma; this variant is "
+                    "mma wmma");
   if (axis && v->mma != FJ_MMA_SYNC)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "%s is implemented for mma mma only (the mma.sync "
@@ -242,6 +259,8 @@ static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
 fj_status fj__variant_validate(const fj_ctx *ctx, const fj_variant *v)
 {
   fj_status st = check_axes(ctx, v);
+  if (st == FJ_OK)
+    st = fj__mods_check(ctx, v->mods);
   return st == FJ_OK ? check_implemented(ctx, v) : st;
 }
 
@@ -301,6 +320,20 @@ static fj_status add_luts(fj_ctx *ctx, const fj_variant *v, fj_vparams *o)
   return FJ_OK;
 }
 
+/* The modifications' form: the expressions' text, the parameter list,
+ * the built-ins that are on (the values are launch arguments). */
+static void add_mods(fj_vparams *o, const fj_mods *m)
+{
+  if (!fj__mods_on(m))
+    return;
+  fj__mods_param_list(m, o->mod_params, sizeof o->mod_params);
+  add(o, "window", FJ_PARAM_BOOL, fj__mods_window(m), NULL, NULL);
+  add(o, "softcap", FJ_PARAM_BOOL, fj__mods_softcap(m), NULL, NULL);
+  add(o, "score_mod", FJ_PARAM_STR, 0, m->score ? m->score : "", NULL);
+  add(o, "mask_mod", FJ_PARAM_STR, 0, m->mask ? m->mask : "", NULL);
+  add(o, "mod_params", FJ_PARAM_STR, 0, o->mod_params, NULL);
+}
+
 fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
                              fj_vparams *o)
 {
@@ -328,6 +361,7 @@ fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
   add(o, "split_kv", FJ_PARAM_BOOL, v->split_kv, NULL, NULL);
   add(o, "varlen", FJ_PARAM_BOOL, v->varlen, NULL, NULL);
   add(o, "paged", FJ_PARAM_BOOL, v->paged, NULL, NULL);
+  add_mods(o, v->mods);
   /* Every variant reads the layout tables (for its fragment loads, and the
    * register softmax for its shuffles); the source is the same wherever the
    * tables are. */

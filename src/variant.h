@@ -10,6 +10,7 @@
 
 #include "ctx.h"
 #include "kernel.h"
+#include "mods.h"
 #include "reference.h"
 #include "template.h"
 
@@ -21,8 +22,9 @@ typedef struct fj_vparams {
   const char *template_name;
   char symbol[128];
   fj_lut luts[4];  /* accumulator, A, B col_major (K), B row_major (V) */
-  fj_param p[32];
+  fj_param p[40];
   size_t n;
+  char mod_params[FJ_MOD_PARAMS_MAX * (FJ_MOD_NAME_MAX + 12) + 1];
 } fj_vparams;
 
 /* Fills out for v; variants that read the layout tables fetch them, which

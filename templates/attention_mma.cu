@@ -46,7 +46,13 @@
   -- A varlen block's sequence lengths and mask offset are locals.
   local LEN_Q, LEN_KV = VL and "len_q" or "p.seq_q", VL and "len_kv" or "p.seq_kv"
   local mrule = import("mask.lua").new(causal, PACK,
-                                       VL and { q = "len_q", kv = "len_kv", off = "causal_off" } or nil)
+                                       VL and { q = "len_q", kv = "len_kv", off = "causal_off" } or nil,
+                                       window)
+  -- The problem's score and mask functions (mods.lua); with a window or a
+  -- split, a block's keys start at kv0 rather than 0.
+  local mods = import("mods.lua").new{ score = score_mod, mask = mask_mod, params = mod_params,
+                                       softcap = softcap }
+  local OFFSET = split_kv or window
   local D, BM, BN, W, S = head_dim, tile_m, tile_n, warps, stages
   local THREADS = 32 * W
   local fp8 = kv_dtype == "e4m3"
@@ -106,6 +112,9 @@
   meta.threads = THREADS
   meta.smem_bytes = offset
   meta.rows_per_block = BM
+  -- The user's own expressions compile in a child process: a compiler crash
+  -- on them is an error, never the host's death.
+  if mods.score_text or mods.mask_text then meta.isolate = 1 end
 
   -- The shared address of the 16x16 fragment at tile (r0, c0) for this
   -- lane: unswizzled, the lane's part is one register and the rest an
@@ -122,16 +131,18 @@
   local PC = import("pieces.lua")
   local with = PC.with
   local frag = PC.regs{
-    acc = acc, rows = rows, MR = MR, mask = "always", mrule = mrule,
+    acc = acc, rows = rows, MR = MR, mask = "always", mrule = mrule, mods = mods,
     row0 = function(mi) return ("m0 + wr + %s * 16 + acc_r"):format(mi) end,
+    head = function(r) return PACK and ("blk.h + (%s) %% p.group"):format(r) or "blk.h" end,
   }
 
   local T = dtype
 
-  -- Split-KV: key tiles are counted from the block's range (kv0 on), the
-  -- loads end at kv_rows.  KVROWS and N0 name what the walk uses.
-  local KVROWS = SPLIT and "kv_rows" or LEN_KV
-  local N0 = SPLIT and ("kv0 + t * %d"):format(BN) or ("t * %d"):format(BN)
+  -- Split-KV and windows: key tiles are counted from the block's first
+  -- (kv0 on), the loads end at kv_rows.  KVROWS and N0 name what the walk
+  -- uses.
+  local KVROWS = OFFSET and "kv_rows" or LEN_KV
+  local N0 = OFFSET and ("kv0 + t * %d"):format(BN) or ("t * %d"):format(BN)
 
   -- Where a row's output goes (epilogue_regs.cuh): the default (one head's
   -- rows of O, up to LEN_Q) unless rows are packed or the block writes
@@ -159,6 +170,9 @@
 %}
 {{ include("common.cuh") }}
 {{ include("block.cuh", { BM = BM, PACK = PACK, SPLIT = SPLIT }) }}
+{% if mods.any then %}
+{{ include("mods.cuh", { mods = mods, part = "decls" }) }}
+{% end %}
 {% if fp8 then %}
 #include <cuda_fp8.h>
 {% end %}
@@ -182,7 +196,7 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 // Minimum one block per multiprocessor, so that ptxas budgets registers for
 // O, S and Q instead of spilling.
 extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
-{{ symbol }}(const fj::Params p) {
+{{ symbol }}(const fj::Params p{{ mods.kernel_param }}) {
   using fj::elem_t;
   extern __shared__ __align__(128) unsigned char smem[];
 {% for _, r in ipairs(plan) do %}
@@ -196,7 +210,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   // This block's sequence; blocks past its end have nothing to do.
   const fj::Seq seq = fj::seq_of(p, blk.b);
   const int len_q = seq.len_q, len_kv = seq.len_kv;
-  const int causal_off = {{ causal == "bottom-right" and "len_kv - len_q" or "0" }};
+  const int causal_off = {{ mrule.bottom_right and "len_kv - len_q" or "0" }};
   (void)causal_off;
   if (m0 >= {{ PACK and "len_q * p.group" or "len_q" }}) return;
   const elem_t *q = fj::head_rows<const elem_t>(p.q, p.q_stride, blk.b, blk.h) + seq.q_row0 * p.q_stride[2];
@@ -217,9 +231,14 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
 {% if fp8 then %}
   const float k_scale = p.k_scale[blk.b * p.heads_kv + blk.hk], v_scale = p.v_scale[blk.b * p.heads_kv + blk.hk];
-  const float sl2 = p.scale_log2 * k_scale;
+{% end %}
+{% if mods.score then %}
+  // A score function sees the scaled score, so the softmax works on its
+  // results in natural units.
+  const float qk_scale = p.scale_log2 * 0.69314718056f{{ fp8 and " * k_scale" or "" }};
+  const float sl2 = 1.44269504089f;
 {% else %}
-  const float sl2 = p.scale_log2;
+  const float sl2 = p.scale_log2{{ fp8 and " * k_scale" or "" }};
 {% end %}
   const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
   // ldmatrix source rows and columns of this lane (mma_frag.cuh).
@@ -229,25 +248,38 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const unsigned sq_u = fj::smem_addr(s_q), sk_u = fj::smem_addr(s_k), sv_u = fj::smem_addr(s_v);
   (void)rm_off; (void)nm_off;
 
-  // Keys this block can see: all of them, or up to its last row's diagonal.
+  // Keys this block can see: all of them, or up to its last row's diagonal{{ mrule.window and " or window, from the window's left side of its first row" or "" }}.
   const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
-{% if SPLIT then %}
+{% if mrule.window then %}
+  const int t_first = {{ mrule.keys_begin("m0") }} / {{ BN }};
+  const int all_tiles = n_end > t_first * {{ BN }} ? (n_end - t_first * {{ BN }} + {{ BN - 1 }}) / {{ BN }} : 0;
+{% else %}
+  const int t_first = 0;
   const int all_tiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
+{% end %}
+{% if OFFSET then %}
+{%   if SPLIT then %}
   // This block's share: range blk.split of p.splits, in whole key tiles
   // (empty where the splits outnumber the tiles); K and V start at kv0.
   const int per_split = (all_tiles + p.splits - 1) / p.splits;
   const int t_begin = min(all_tiles, blk.split * per_split);
   const int ntiles = min(all_tiles, t_begin + per_split) - t_begin;
-  const int kv0 = t_begin * {{ BN }}, kv_rows = {{ LEN_KV }} - kv0;
+{%   else %}
+  const int t_begin = 0, ntiles = all_tiles;
+{%   end %}
+  const int kv0 = (t_first + t_begin) * {{ BN }}, kv_rows = {{ LEN_KV }} - kv0;
 {% if PAGED then %}
   ksrc.first = vsrc.first = kv0;
 {% else %}
   ksrc.base += (long long)kv0 * ksrc.stride;
   vsrc.base += (long long)kv0 * vsrc.stride;
 {% end %}
-  const long long part0 = (long long)blk.split * p.batch * p.heads_q * p.seq_q;
 {% else %}
-  const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
+  const int ntiles = all_tiles;
+{% end %}
+  (void)t_first;
+{% if SPLIT then %}
+  const long long part0 = (long long)blk.split * p.batch * p.heads_q * p.seq_q;
 {% end %}
 
 {% if PACK then %}
@@ -390,7 +422,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     fj::kv_ready(s_k, s_v, ksrc, vsrc, {{ KVROWS }}, t, ntiles);
     const unsigned kt = sk_u + (t % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
     // Masks only where a key is past the end or above some row's diagonal.
-    const bool need_mask = {{ mrule.tile_partial("n0", BN, "m0") }};
+    const bool need_mask = {{ mrule.tile_partial("n0", BN, "m0", "m0 + " .. (BM - 1)) }};
 
     float sc[{{ MR }}][{{ BN // 16 }}][8];
 {%   qk("sc", "kt") %}
@@ -415,3 +447,6 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
      ND = D // 16, out_scale = fp8 and "v_scale" or "1.f", out = out, rows_end = LEN_Q,
      O = function(mi, d, i) return ("o[%s][%s][%d]"):format(mi, d, i) end })) }}
 }
+{% if mods.any then %}
+{{ include("mods.cuh", { mods = mods, part = "defs" }) }}
+{% end %}

@@ -30,7 +30,9 @@
 #}
 {%
   local L = import("lut.lua")
-  local mrule = import("mask.lua").new(causal)
+  local mrule = import("mask.lua").new(causal, false, nil, window)
+  local mods = import("mods.lua").new{ score = score_mod, mask = mask_mod, params = mod_params,
+                                       softcap = softcap }
   local D, BM, BN, S = head_dim, tile_m, tile_n, stages
   local C = warps // 4 - 1          -- consumer warpgroups
   local THREADS = 32 * warps
@@ -102,8 +104,9 @@
   local PC = import("pieces.lua")
   local with = PC.with
   local frag = PC.regs{
-    acc = acc, rows = rows, MR = 1, mrule = mrule,
+    acc = acc, rows = rows, MR = 1, mrule = mrule, mods = mods,
     row0 = function(mi) return "m0 + wr + acc_r" end,
+    head = function(r) return "blk.h" end,
   }
   -- The head of a work tile, the same in the producer and the consumers
   -- (they must agree on every tile and count): the block, the number of
@@ -114,14 +117,23 @@
         FJ_BLOCK(blk);
         const unsigned kq = (unsigned)k++;
         const int m0 = blk.m0;
-        // Keys this block can see: all of them, or up to its last row's diagonal.
+        // Keys this block can see: all of them, or up to its last row's diagonal{{ mrule.window and " or window, from the window's left side of its first row" or "" }}.
         const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
+{% if mrule.window then %}
+        const int t_first = {{ mrule.keys_begin("m0") }} / {{ BN }};
+        const int ntiles = n_end > t_first * {{ BN }} ? (n_end - t_first * {{ BN }} + {{ BN - 1 }}) / {{ BN }} : 0;
+{% else %}
+        const int t_first = 0;
         const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
+{% end %}
 {%
   end
 %}
 {{ include("common.cuh") }}
 {{ include("block.cuh", { BM = BM }) }}
+{% if mods.any then %}
+{{ include("mods.cuh", { mods = mods, part = "decls" }) }}
+{% end %}
 {{ include("wgmma.cuh", { spin_limit = WGMMA_SPIN_LIMIT or 0, forms = {
      { t = T, n = BN, a = "ss", tb = 0 }, { t = T, n = D, a = "rs", tb = 1 } } }) }}
 // shared memory: {{ meta.smem_bytes }} bytes{% for _, r in ipairs(plan) do %}; {{ r.name }} @{{ r.offset }}{% end %} (+ alignment)
@@ -150,7 +162,7 @@ __device__ __forceinline__ unsigned smem_base(const void *p) {
 }  // namespace fj
 
 extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
-{{ symbol }}(const fj::Params p, const __grid_constant__ fj::TensorMaps maps) {
+{{ symbol }}(const fj::Params p, const __grid_constant__ fj::TensorMaps maps{{ mods.kernel_param }}) {
   using fj::elem_t;
   extern __shared__ __align__(1024) unsigned char smem[];
   const unsigned base = fj::smem_base(smem);
@@ -219,12 +231,12 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
           fj::mbar_expect(FJ_FULL_K(slot), {{ BN * D * 2 }}u);
 #pragma unroll
           for (int pn = 0; pn < {{ PANELS }}; ++pn)
-            fj::tma_load4(sk + slot * {{ KV_SLOT }} + pn * {{ KV_PANEL }}, mk, FJ_FULL_K(slot), pn * 64, t * {{ BN }}, blk.hk, blk.b);
+            fj::tma_load4(sk + slot * {{ KV_SLOT }} + pn * {{ KV_PANEL }}, mk, FJ_FULL_K(slot), pn * 64, (t_first + t) * {{ BN }}, blk.hk, blk.b);
           fj::mbar_wait(FJ_EMPTY_V(slot), ph ^ 1u);
           fj::mbar_expect(FJ_FULL_V(slot), {{ BN * D * 2 }}u);
 #pragma unroll
           for (int pn = 0; pn < {{ PANELS }}; ++pn)
-            fj::tma_load4(sv + slot * {{ KV_SLOT }} + pn * {{ KV_PANEL }}, mv, FJ_FULL_V(slot), pn * 64, t * {{ BN }}, blk.hk, blk.b);
+            fj::tma_load4(sv + slot * {{ KV_SLOT }} + pn * {{ KV_PANEL }}, mv, FJ_FULL_V(slot), pn * 64, (t_first + t) * {{ BN }}, blk.hk, blk.b);
         }
       }
     }
@@ -236,7 +248,14 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const int cw = wg - 1;                       // this consumer warpgroup
   const int wr = cw * 64 + (warp % 4) * 16;    // this warp's first row in the tile
   const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
+{% if mods.score then %}
+  // A score function sees the scaled score, so the softmax works on its
+  // results in natural units.
+  const float qk_scale = p.scale_log2 * 0.69314718056f;
+  const float sl2 = 1.44269504089f;
+{% else %}
   const float sl2 = p.scale_log2;
+{% end %}
   // Descriptors: Q's 64 rows of this warpgroup (K-major, k16 steps 32 bytes
   // apart within a panel), K (K-major) and V (MN-major, panels
   // {{ KV_PANEL }} bytes apart) of a ring slot.
@@ -293,7 +312,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   -- (false) the factors kept in alpha for after the pending P V.
   local function softmax(rescale)
 %}
-    const bool need_mask = {{ mrule.tile_partial("n0", BN, "m0 + cw * 64") }};
+    const bool need_mask = {{ mrule.tile_partial("n0", BN, "m0 + cw * 64", "m0 + cw * 64 + 63") }};
 {{ include("softmax_regs.cuh", with(frag, {
      NJ = BN // 16, mask = "branch",
      S = function(mi, j, i) return ("s[%s][%d]"):format(j, i) end,
@@ -335,7 +354,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% release("q_empty") %}
   } else {
     // Tile 0: S, the softmax, P.
-    const int n0 = 0;
+    const int n0 = t_first * {{ BN }};
     const unsigned slot = it % {{ S }}u;
     fj::mbar_wait(FJ_FULL_K(slot), (it / {{ S }}u) & 1u);
     FJ_TURN_TAKE();
@@ -351,7 +370,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% pack() %}
   }
   for (int t = 1; t < ntiles; ++t) {
-    const int n0 = t * {{ BN }};
+    const int n0 = (t_first + t) * {{ BN }};
     const unsigned cur = it + t, prev = cur - 1;
     const unsigned slot = cur % {{ S }}u, pslot = prev % {{ S }}u;
     // S(t) and O += P(t - 1) V(t - 1) in flight together; the softmax of
@@ -413,3 +432,6 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 #undef FJ_K_DESC
 #undef FJ_V_DESC
 }
+{% if mods.any then %}
+{{ include("mods.cuh", { mods = mods, part = "defs" }) }}
+{% end %}

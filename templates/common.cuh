@@ -6,7 +6,7 @@
 #}
 // flashjit generated kernel: {{ symbol }}
 {% if tile_m then %}
-// variant: head_dim={{ head_dim }} tile_m={{ tile_m }} tile_n={{ tile_n }} warps={{ warps }} stages={{ stages }} swizzle={{ swizzle }} softmax={{ softmax }} mma={{ mma }} causal={{ causal }} dtype={{ dtype }} kv_dtype={{ kv_dtype }}{{ pack_gqa and " pack_gqa" or "" }}{{ split_kv and " split_kv" or "" }}{{ varlen and " varlen" or "" }}{{ paged and " paged" or "" }}
+// variant: head_dim={{ head_dim }} tile_m={{ tile_m }} tile_n={{ tile_n }} warps={{ warps }} stages={{ stages }} swizzle={{ swizzle }} softmax={{ softmax }} mma={{ mma }} causal={{ causal }} dtype={{ dtype }} kv_dtype={{ kv_dtype }}{{ pack_gqa and " pack_gqa" or "" }}{{ split_kv and " split_kv" or "" }}{{ varlen and " varlen" or "" }}{{ paged and " paged" or "" }}{{ window and " window" or "" }}{{ softcap and " softcap" or "" }}{{ (score_mod or "") ~= "" and " score_mod" or "" }}{{ (mask_mod or "") ~= "" and " mask_mod" or "" }}
 {% end %}
 // target: {{ arch }}; rendered by flashjit {{ version }} from templates/{{ template }}
 {# Only the headers a kernel uses: each costs NVRTC parse time (mma.h about
@@ -39,7 +39,13 @@ struct Params {
   // [batch] key counts) and paged K/V (block_table: [batch][max_pages]
   // page numbers, pages of 2^page_shift keys); NULL where absent.
   const int *cu_seqlens_q, *cu_seqlens_kv, *seqused_kv, *block_table;
-  int max_pages, page_shift, num_pages, pad_;
+  int max_pages, page_shift, num_pages;
+  // Built-in modifications (fj_mods): the window's sides (FJ_WINDOW_MAX
+  // for an unbounded side; a causal mask's right side is 0) and the
+  // softcap with its reciprocal.
+  int window_left, window_right;
+  float softcap, softcap_inv;
+  int pad_;
 };
 static_assert(sizeof(Params) == {{ params_bytes }}, "host and device disagree on the parameter block");
 

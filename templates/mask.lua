@@ -5,9 +5,13 @@
 --   j <= i + p.causal_offset          under a causal mask (the offset is 0
 --                                     for top-left, seq_kv - seq_q for
 --                                     bottom-right; the host sets it).
--- A family asks three things of the rule: how far a block of rows reaches
--- (so tiles past it are never loaded), whether a key tile needs per-element
--- masking at all, and, per row, the first column it may not see.
+-- With a sliding window (fj_mods' window_left/right, launch arguments in
+-- p.window_left/_right) row i sees keys i + offset - left .. i + offset +
+-- right; a causal mask is the right side 0.
+-- A family asks four things of the rule: where a block of rows starts and
+-- how far it reaches (so tiles outside are never loaded), whether a key
+-- tile needs per-element masking at all, and, per row, the first column it
+-- may see and the first it may not.
 --
 -- Under GQA packing (attention_mma.cu's pack_gqa) the rows of a tile are
 -- packed rows R = position * group + head in group: the rule then applies
@@ -16,11 +20,15 @@
 -- "len_kv", off = "causal_off" }) in place of p.seq_q, p.seq_kv and
 -- p.causal_offset.
 --
---   local mask = import("mask.lua").new(causal, packed, lens)
+--   local mask = import("mask.lua").new(causal, packed, lens, window)
+--   mask.keys_begin(first)       the first key that rows >= first may see
 --   mask.keys_end(last)          exclusive end of the keys that rows < last
 --                                may see
---   mask.tile_partial(n0, bn, m) true when some key of tile [n0, n0 + bn)
---                                is hidden from some row >= m
+--   mask.tile_partial(n0, bn, m, m_last)  true when some key of tile
+--                                [n0, n0 + bn) is hidden from some row in
+--                                m..m_last
+--   mask.row_first(row, n0, c0)  the first column (from n0 + c0) that row
+--                                may see; nil without a left side
 --   mask.row_limit(row, n0, c0)  the first column, counted from n0 + c0,
 --                                that `row` may not see
 --   mask.visible(row, key)       one element's test
@@ -28,10 +36,21 @@
 
 local M = {}
 
-function M.new(causal, packed, lens)
-  local R = { causal = causal ~= "none" }
+function M.new(causal, packed, lens, window)
+  local R = { causal = causal ~= "none", window = window and true or false }
   local Q, KV, OFF = "p.seq_q", "p.seq_kv", "p.causal_offset"
   if lens then Q, KV, OFF = lens.q, lens.kv, lens.off end
+  -- The diagonal the causal mask and the window share: bottom-right unless
+  -- the causal mask is top-left (the host's causal_offset says the same).
+  R.bottom_right = causal == "bottom-right" or (causal == "none" and R.window)
+  -- The window's sides (the host passes -1 as FJ_WINDOW_MAX and a causal
+  -- mask as a right side of 0); without one, causal is the right side 0.
+  local RIGHT = R.window and "p.window_right" or (R.causal and "0" or nil)
+  local LEFT = R.window and "p.window_left" or nil
+  R.bounded = RIGHT ~= nil
+  local function plus_right(x)
+    return R.window and ("%s + %s"):format(x, RIGHT) or x
+  end
   -- The query position of a (packed) row, and the end of the positions of
   -- rows before `last`.
   local function pos(row)
@@ -44,27 +63,45 @@ function M.new(causal, packed, lens)
   R.pos = pos
 
   function R.keys_end(last)
-    if not R.causal then return KV end
-    return ("min(%s, min(%s, %s) + %s)"):format(KV, pos_end(last), Q, OFF)
+    if not RIGHT then return KV end
+    return ("min(%s, %s)"):format(KV, plus_right(("min(%s, %s) + %s"):format(pos_end(last), Q, OFF)))
   end
 
-  function R.tile_partial(n0, bn, m)
+  -- The first key row `first` (and every later row) may see: 0 without a
+  -- window's left side.
+  function R.keys_begin(first)
+    if not LEFT then return "0" end
+    return ("max(0, %s + %s - %s)"):format(pos(first), OFF, LEFT)
+  end
+
+  function R.tile_partial(n0, bn, m, m_last)
     local t = ("%s + %d > %s"):format(n0, bn, KV)
-    if R.causal then
-      t = t .. (" || %s + %d > %s + %s"):format(n0, bn - 1, pos(m), OFF)
+    if RIGHT then
+      t = t .. (" || %s + %d > %s"):format(n0, bn - 1, plus_right(("%s + %s"):format(pos(m), OFF)))
+    end
+    if LEFT then
+      t = t .. (" || %s < %s + %s - %s"):format(n0, pos(m_last), OFF, LEFT)
     end
     return t
   end
 
   function R.row_limit(row, n0, c0)
     local lim = ("%s - %s - %s"):format(KV, n0, c0)
-    if not R.causal then return lim end
-    return ("min(%s, %s + %s + 1 - %s - %s)"):format(lim, pos(row), OFF, n0, c0)
+    if not RIGHT then return lim end
+    return ("min(%s, %s + 1 - %s - %s)"):format(lim, plus_right(("%s + %s"):format(pos(row), OFF)), n0, c0)
+  end
+
+  -- The first column, counted from n0 + c0, that `row` may see (nil
+  -- without a window's left side).
+  function R.row_first(row, n0, c0)
+    if not LEFT then return nil end
+    return ("%s + %s - %s - %s - %s"):format(pos(row), OFF, LEFT, n0, c0)
   end
 
   function R.visible(row, key)
     local v = ("%s < %s"):format(key, KV)
-    if R.causal then v = v .. (" && %s <= %s + %s"):format(key, pos(row), OFF) end
+    if RIGHT then v = v .. (" && %s <= %s"):format(key, plus_right(("%s + %s"):format(pos(row), OFF))) end
+    if LEFT then v = v .. (" && %s >= %s + %s - %s"):format(key, pos(row), OFF, LEFT) end
     return v
   end
 

@@ -19,6 +19,9 @@
              probed tables say so: lut.lua's a_from_acc);
     rescale  O *= 2^(old max - new max), or (rescale = nil) the factors left
              in `alpha(mi, c)` for a caller that must wait before touching O.
+  Before the mask, a problem's modifications (mods = mods.lua's object,
+  with head(row) the query head of a row) turn each element into its
+  modified score, or -inf where the user's mask hides it.
   Which slot holds which (row, column), and which lanes share a row, come
   from the probed accumulator table (acc, rows: lut.lua), never from an
   assumed layout.  Expressions in: S(mi, j, i), m(mi, c), l(mi, c),
@@ -57,17 +60,37 @@
 %}
 #pragma unroll
     for (int mi = 0; mi < {{ MR }}; ++mi) {
+{% if mods and mods.any then %}
+      // The problem's score and mask functions (mods.cuh) on every
+      // element, at its query position, query head and key.
+{%   for c = 1, NC do %}
+{%     local row = ("%s + %d"):format(row0("mi"), rows.classes[c].drow) %}
+      const int mq{{ c }} = {{ mrule.pos(row) }}, mh{{ c }} = {{ head(row) }};
+{%   end %}
+#pragma unroll
+      for (int j = 0; j < {{ NJ }}; ++j) {
+{%   for i = 0, acc.slots - 1 do %}
+        {{ mods.apply(S("mi", "j", i), "mq" .. rows.class_of[i], "mh" .. rows.class_of[i], ("%s + %s + j * 16 + %d"):format(n0, c0, acc.dcol[i])) }}
+{%   end %}
+      }
+{% end %}
 {% if mask ~= "none" then %}
       // Per row, the first column of this tile (counted from the lane's
-      // first) that the row may not see: the sequence end or the diagonal.
+      // first) that the row may not see: the sequence end, the diagonal or
+      // the window's right side{{ mrule.window and "; and the first it may see (the window's left side)" or "" }}.
 {%   for c = 1, NC do %}
-      const int lim{{ c }} = {{ mrule.row_limit(("%s + %d"):format(row0("mi"), rows.classes[c].drow), n0, c0) }};
+{%     local row = ("%s + %d"):format(row0("mi"), rows.classes[c].drow) %}
+      const int lim{{ c }} = {{ mrule.row_limit(row, n0, c0) }};
+{%     if mrule.row_first(row, n0, c0) then %}
+      const int first{{ c }} = {{ mrule.row_first(row, n0, c0) }};
+{%     end %}
 {%   end %}
       {{ mask == "branch" and "if (need_mask) " or "" }}{
 #pragma unroll
         for (int j = 0; j < {{ NJ }}; ++j) {
 {%   for i = 0, acc.slots - 1 do %}
-          if (j * 16 + {{ acc.dcol[i] }} >= lim{{ rows.class_of[i] }}) {{ S("mi", "j", i) }} = FJ_NEG_INF;
+{%     local col, c = ("j * 16 + %d"):format(acc.dcol[i]), rows.class_of[i] %}
+          if ({{ col }} >= lim{{ c }}{{ mrule.window and (" || %s < first%d"):format(col, c) or "" }}) {{ S("mi", "j", i) }} = FJ_NEG_INF;
 {%   end %}
         }
       }

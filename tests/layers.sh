@@ -4,7 +4,8 @@
 # circle, and a newcomer can read from the includes what a module may touch.
 # The order, lowest first (README's "Layout of the source" explains each):
 layers="util
-ctx kparams
+ctx kparams expr
+mods
 driver template compile reference
 cache workspace
 kernel

@@ -23,9 +23,15 @@ struct Params {
   // [batch] key counts) and paged K/V (block_table: [batch][max_pages]
   // page numbers, pages of 2^page_shift keys); NULL where absent.
   const int *cu_seqlens_q, *cu_seqlens_kv, *seqused_kv, *block_table;
-  int max_pages, page_shift, num_pages, pad_;
+  int max_pages, page_shift, num_pages;
+  // Built-in modifications (fj_mods): the window's sides (FJ_WINDOW_MAX
+  // for an unbounded side; a causal mask's right side is 0) and the
+  // softcap with its reciprocal.
+  int window_left, window_right;
+  float softcap, softcap_inv;
+  int pad_;
 };
-static_assert(sizeof(Params) == 256, "host and device disagree on the parameter block");
+static_assert(sizeof(Params) == 272, "host and device disagree on the parameter block");
 
 typedef __half elem_t;
 typedef __half2 elem2_t;
@@ -282,6 +288,7 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
         const int m0 = blk.m0;
         // Keys this block can see: all of them, or up to its last row's diagonal.
         const int n_end = p.seq_kv;
+        const int t_first = 0;
         const int ntiles = n_end > 0 ? (n_end + 175) / 176 : 0;
         // Q's buffer is free once every consumer warp has finished its last
         // S of the previous work tile (at once for the first).
@@ -298,12 +305,12 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
           fj::mbar_expect(FJ_FULL_K(slot), 45056u);
 #pragma unroll
           for (int pn = 0; pn < 2; ++pn)
-            fj::tma_load4(sk + slot * 45056 + pn * 22528, mk, FJ_FULL_K(slot), pn * 64, t * 176, blk.hk, blk.b);
+            fj::tma_load4(sk + slot * 45056 + pn * 22528, mk, FJ_FULL_K(slot), pn * 64, (t_first + t) * 176, blk.hk, blk.b);
           fj::mbar_wait(FJ_EMPTY_V(slot), ph ^ 1u);
           fj::mbar_expect(FJ_FULL_V(slot), 45056u);
 #pragma unroll
           for (int pn = 0; pn < 2; ++pn)
-            fj::tma_load4(sv + slot * 45056 + pn * 22528, mv, FJ_FULL_V(slot), pn * 64, t * 176, blk.hk, blk.b);
+            fj::tma_load4(sv + slot * 45056 + pn * 22528, mv, FJ_FULL_V(slot), pn * 64, (t_first + t) * 176, blk.hk, blk.b);
         }
       }
     }
@@ -341,6 +348,7 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
         const int m0 = blk.m0;
         // Keys this block can see: all of them, or up to its last row's diagonal.
         const int n_end = p.seq_kv;
+        const int t_first = 0;
         const int ntiles = n_end > 0 ? (n_end + 175) / 176 : 0;
 #pragma unroll
   for (int d = 0; d < 8; ++d)
@@ -355,7 +363,7 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
     if (lane == 0) fj::mbar_arrive(q_empty);
   } else {
     // Tile 0: S, the softmax, P.
-    const int n0 = 0;
+    const int n0 = t_first * 176;
     const unsigned slot = it % 2u;
     fj::mbar_wait(FJ_FULL_K(slot), (it / 2u) & 1u);
     FJ_TURN_TAKE();
@@ -379,7 +387,8 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
 #pragma unroll
     for (int mi = 0; mi < 1; ++mi) {
       // Per row, the first column of this tile (counted from the lane's
-      // first) that the row may not see: the sequence end or the diagonal.
+      // first) that the row may not see: the sequence end, the diagonal or
+      // the window's right side.
       const int lim1 = p.seq_kv - n0 - acc_c;
       const int lim2 = p.seq_kv - n0 - acc_c;
       if (need_mask) {
@@ -454,7 +463,7 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
     }
   }
   for (int t = 1; t < ntiles; ++t) {
-    const int n0 = t * 176;
+    const int n0 = (t_first + t) * 176;
     const unsigned cur = it + t, prev = cur - 1;
     const unsigned slot = cur % 2u, pslot = prev % 2u;
     // S(t) and O += P(t - 1) V(t - 1) in flight together; the softmax of
@@ -487,7 +496,8 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
 #pragma unroll
     for (int mi = 0; mi < 1; ++mi) {
       // Per row, the first column of this tile (counted from the lane's
-      // first) that the row may not see: the sequence end or the diagonal.
+      // first) that the row may not see: the sequence end, the diagonal or
+      // the window's right side.
       const int lim1 = p.seq_kv - n0 - acc_c;
       const int lim2 = p.seq_kv - n0 - acc_c;
       if (need_mask) {

@@ -25,9 +25,15 @@ struct Params {
   // [batch] key counts) and paged K/V (block_table: [batch][max_pages]
   // page numbers, pages of 2^page_shift keys); NULL where absent.
   const int *cu_seqlens_q, *cu_seqlens_kv, *seqused_kv, *block_table;
-  int max_pages, page_shift, num_pages, pad_;
+  int max_pages, page_shift, num_pages;
+  // Built-in modifications (fj_mods): the window's sides (FJ_WINDOW_MAX
+  // for an unbounded side; a causal mask's right side is 0) and the
+  // softcap with its reciprocal.
+  int window_left, window_right;
+  float softcap, softcap_inv;
+  int pad_;
 };
-static_assert(sizeof(Params) == 256, "host and device disagree on the parameter block");
+static_assert(sizeof(Params) == 272, "host and device disagree on the parameter block");
 
 typedef __nv_bfloat16 elem_t;
 typedef __nv_bfloat162 elem2_t;
@@ -322,7 +328,8 @@ fj_attn_d128_m128_n64_w8_s2_xor_regs_wmma_tl_bf16(const fj::Params p) {
 #pragma unroll
     for (int mi = 0; mi < 1; ++mi) {
       // Per row, the first column of this tile (counted from the lane's
-      // first) that the row may not see: the sequence end or the diagonal.
+      // first) that the row may not see: the sequence end, the diagonal or
+      // the window's right side.
       const int lim1 = min(p.seq_kv - n0 - acc_c, m0 + wr + acc_r + 0 + p.causal_offset + 1 - n0 - acc_c);
       const int lim2 = min(p.seq_kv - n0 - acc_c, m0 + wr + acc_r + 8 + p.causal_offset + 1 - n0 - acc_c);
       if (need_mask) {

@@ -23,9 +23,15 @@ struct Params {
   // [batch] key counts) and paged K/V (block_table: [batch][max_pages]
   // page numbers, pages of 2^page_shift keys); NULL where absent.
   const int *cu_seqlens_q, *cu_seqlens_kv, *seqused_kv, *block_table;
-  int max_pages, page_shift, num_pages, pad_;
+  int max_pages, page_shift, num_pages;
+  // Built-in modifications (fj_mods): the window's sides (FJ_WINDOW_MAX
+  // for an unbounded side; a causal mask's right side is 0) and the
+  // softcap with its reciprocal.
+  int window_left, window_right;
+  float softcap, softcap_inv;
+  int pad_;
 };
-static_assert(sizeof(Params) == 256, "host and device disagree on the parameter block");
+static_assert(sizeof(Params) == 272, "host and device disagree on the parameter block");
 
 typedef __half elem_t;
 typedef __half2 elem2_t;
@@ -390,14 +396,16 @@ fj_attn_d128_m64_n64_w4_s2_xor_regs_mma_nc_f16_gqa_split_vl_paged(const fj::Para
 
   // Keys this block can see: all of them, or up to its last row's diagonal.
   const int n_end = len_kv;
+  const int t_first = 0;
   const int all_tiles = n_end > 0 ? (n_end + 63) / 64 : 0;
   // This block's share: range blk.split of p.splits, in whole key tiles
   // (empty where the splits outnumber the tiles); K and V start at kv0.
   const int per_split = (all_tiles + p.splits - 1) / p.splits;
   const int t_begin = min(all_tiles, blk.split * per_split);
   const int ntiles = min(all_tiles, t_begin + per_split) - t_begin;
-  const int kv0 = t_begin * 64, kv_rows = len_kv - kv0;
+  const int kv0 = (t_first + t_begin) * 64, kv_rows = len_kv - kv0;
   ksrc.first = vsrc.first = kv0;
+  (void)t_first;
   const long long part0 = (long long)blk.split * p.batch * p.heads_q * p.seq_q;
 
   fj::load_tile_packed<64>(s_q, q, p.q_stride[1], p.q_stride[2], p.group, m0, len_q * p.group);
@@ -491,7 +499,8 @@ fj_attn_d128_m64_n64_w4_s2_xor_regs_mma_nc_f16_gqa_split_vl_paged(const fj::Para
 #pragma unroll
     for (int mi = 0; mi < 1; ++mi) {
       // Per row, the first column of this tile (counted from the lane's
-      // first) that the row may not see: the sequence end or the diagonal.
+      // first) that the row may not see: the sequence end, the diagonal or
+      // the window's right side.
       const int lim1 = len_kv - n0 - acc_c;
       const int lim2 = len_kv - n0 - acc_c;
       {

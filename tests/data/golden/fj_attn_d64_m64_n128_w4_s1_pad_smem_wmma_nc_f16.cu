@@ -25,9 +25,15 @@ struct Params {
   // [batch] key counts) and paged K/V (block_table: [batch][max_pages]
   // page numbers, pages of 2^page_shift keys); NULL where absent.
   const int *cu_seqlens_q, *cu_seqlens_kv, *seqused_kv, *block_table;
-  int max_pages, page_shift, num_pages, pad_;
+  int max_pages, page_shift, num_pages;
+  // Built-in modifications (fj_mods): the window's sides (FJ_WINDOW_MAX
+  // for an unbounded side; a causal mask's right side is 0) and the
+  // softcap with its reciprocal.
+  int window_left, window_right;
+  float softcap, softcap_inv;
+  int pad_;
 };
-static_assert(sizeof(Params) == 256, "host and device disagree on the parameter block");
+static_assert(sizeof(Params) == 272, "host and device disagree on the parameter block");
 
 typedef __half elem_t;
 typedef __half2 elem2_t;

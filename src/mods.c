@@ -1,0 +1,370 @@
+/*
+ * mods.c -- score and mask modifications: the checks of fj_mods (the
+ * expressions through expr.c's parser, the parameters, the built-ins), the
+ * form a variant takes from them and the launch arguments of their values.
+ */
+#include "mods.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+
+void fj_mods_init(fj_mods *m)
+{
+  if (!m)
+    return;
+  memset(m, 0, sizeof *m);
+  m->window_left = m->window_right = -1;
+}
+
+static int has_text(const char *s)
+{
+  return s && s[0];
+}
+
+int fj__mods_window(const fj_mods *m)
+{
+  return m && (m->window_left != -1 || m->window_right != -1);
+}
+
+int fj__mods_softcap(const fj_mods *m)
+{
+  return m && m->softcap > 0.f;
+}
+
+int fj__mods_user(const fj_mods *m)
+{
+  return m && (has_text(m->score) || has_text(m->mask) || m->num_params > 0);
+}
+
+int fj__mods_tensors(const fj_mods *m)
+{
+  for (int i = 0; m && m->params && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++)
+    if (m->params[i].rank > 0)
+      return 1;
+  return 0;
+}
+
+int fj__mods_on(const fj_mods *m)
+{
+  return fj__mods_window(m) || fj__mods_softcap(m) || fj__mods_user(m);
+}
+
+/* ---- names ---------------------------------------------------------------------- */
+
+static const char *type_name(fj_mod_type t)
+{
+  switch (t) {
+  case FJ_MOD_F32: return "f32";
+  case FJ_MOD_I32: return "i32";
+  case FJ_MOD_F16: return "f16";
+  case FJ_MOD_BF16: return "bf16";
+  }
+  return "?";
+}
+
+int fj__mods_first_param(int score)
+{
+  return score ? 6 : 5;
+}
+
+int fj__mods_names(const fj_mods *m, int score, fj_expr_name *names)
+{
+  static const char *const vars[] = {"b", "h", "hkv", "q", "kv"};
+  int n = 0;
+  for (size_t i = 0; i < FJ_ARRAY_LEN(vars); i++)
+    names[n++] = (fj_expr_name){vars[i], -1, 1};
+  if (score)
+    names[n++] = (fj_expr_name){"s", -1, 0};
+  for (int i = 0; m && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++) {
+    const fj_mod_param *p = &m->params[i];
+    names[n++] = (fj_expr_name){p->name, p->rank, p->type == FJ_MOD_I32};
+  }
+  return n;
+}
+
+/* Names a parameter may not take: the variables, the functions and
+ * keywords of the expressions, C++'s keywords, and what the generated code
+ * reserves (fj..., CUDA..., a leading underscore). */
+static int reserved(const char *name)
+{
+  static const char *const words[] = {
+      "s", "b", "h", "hkv", "q", "kv", "true", "false", "float", "int",
+      "expf", "exp2f", "logf", "log2f", "sqrtf", "rsqrtf", "tanhf", "sinf",
+      "cosf", "fabsf", "fminf", "fmaxf", "floorf", "ceilf", "roundf",
+      "truncf", "powf", "erff", "abs", "min", "max", "alignas", "alignof",
+      "and", "asm", "auto", "bool", "break", "case", "catch", "char", "class",
+      "const", "constexpr", "continue", "default", "delete", "do", "double",
+      "else", "enum", "explicit", "extern", "for", "friend", "goto", "if",
+      "inline", "long", "mutable", "namespace", "new", "noexcept", "not",
+      "nullptr", "operator", "or", "private", "protected", "public",
+      "register", "return", "short", "signed", "sizeof", "static", "struct",
+      "switch", "template", "this", "throw", "try", "typedef", "typeid",
+      "typename", "union", "unsigned", "using", "virtual", "void",
+      "volatile", "while", "xor", "half"};
+  for (size_t i = 0; i < FJ_ARRAY_LEN(words); i++)
+    if (strcmp(name, words[i]) == 0)
+      return 1;
+  return !strncmp(name, "fj", 2) || !strncmp(name, "FJ", 2) ||
+         !strncmp(name, "CUDA", 4) || !strncmp(name, "cuda", 4);
+}
+
+static int identifier(const char *s)
+{
+  if (!((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z')))
+    return 0;
+  for (const char *c = s; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+          (*c >= '0' && *c <= '9') || *c == '_'))
+      return 0;
+  return 1;
+}
+
+/* ---- checks --------------------------------------------------------------------- */
+
+static fj_status check_name(const fj_ctx *ctx, const fj_mods *m, int i)
+{
+  const char *name = m->params[i].name;
+  if (!name)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "mods.params[%d].name is NULL", i);
+  if (!name[0] || strlen(name) > FJ_MOD_NAME_MAX || !identifier(name))
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.params[%d].name \"%.40s\" is not a name: a letter, "
+                    "then letters, digits or '_', at most %d characters",
+                    i, name, FJ_MOD_NAME_MAX);
+  if (reserved(name))
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.params[%d].name \"%s\" is reserved: a variable, "
+                    "function or keyword of the expressions, or a name of "
+                    "the generated code (fj..., CUDA...)",
+                    i, name);
+  for (int j = 0; j < i; j++)
+    if (m->params[j].name && strcmp(m->params[j].name, name) == 0)
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                      "mods.params[%d].name \"%s\" is also params[%d]'s", i,
+                      name, j);
+  return FJ_OK;
+}
+
+static fj_status check_scalar(const fj_ctx *ctx, const fj_mod_param *p, int i)
+{
+  if (p->type != FJ_MOD_F32 && p->type != FJ_MOD_I32)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.params[%d] (%s): a scalar's type is %s; f32 or i32",
+                    i, p->name, type_name(p->type));
+  if (p->type == FJ_MOD_I32 &&
+      !(p->value >= INT32_MIN && p->value <= INT32_MAX && p->value == floor(p->value)))
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.params[%d] (%s): value %g is not an int32", i,
+                    p->name, p->value);
+  if (p->type == FJ_MOD_F32 && !isnan(p->value) && !isinf(p->value) &&
+      fabs(p->value) > (double)FLT_MAX)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.params[%d] (%s): value %g is outside float32's "
+                    "range",
+                    i, p->name, p->value);
+  return FJ_OK;
+}
+
+static fj_status check_tensor(const fj_ctx *ctx, const fj_mod_param *p, int i)
+{
+  if (p->type < FJ_MOD_F32 || p->type > FJ_MOD_BF16)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.params[%d] (%s): type %d is unknown: f32, i32, f16 "
+                    "or bf16",
+                    i, p->name, (int)p->type);
+  for (int d = 0; d < p->rank; d++)
+    if (p->extents[d] < 1 || p->extents[d] > INT32_MAX)
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                      "mods.params[%d] (%s): extents[%d] = %lld is outside "
+                      "1..%d",
+                      i, p->name, d, (long long)p->extents[d], INT32_MAX);
+  return FJ_OK;
+}
+
+fj_status fj__mods_check_data(const fj_ctx *ctx, const fj_mods *m)
+{
+  for (int i = 0; m && i < m->num_params; i++) {
+    const fj_mod_param *p = &m->params[i];
+    size_t align = p->type == FJ_MOD_F32 || p->type == FJ_MOD_I32 ? 4 : 2;
+    if (p->rank == 0)
+      continue;
+    if (!p->data)
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                      "mods.params[%d] (%s): a tensor's data is NULL", i,
+                      p->name);
+    if ((uintptr_t)p->data % align)
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                      "mods.params[%d] (%s): data %p is not %zu-byte aligned",
+                      i, p->name, p->data, align);
+  }
+  return FJ_OK;
+}
+
+static fj_status check_params(const fj_ctx *ctx, const fj_mods *m)
+{
+  if (m->num_params < 0 || m->num_params > FJ_MOD_PARAMS_MAX)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.num_params %d is outside 0..%d", m->num_params,
+                    FJ_MOD_PARAMS_MAX);
+  if (m->num_params > 0 && !m->params)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.params is NULL with num_params %d", m->num_params);
+  for (int i = 0; i < m->num_params; i++) {
+    const fj_mod_param *p = &m->params[i];
+    fj_status st = check_name(ctx, m, i);
+    if (st != FJ_OK)
+      return st;
+    if (p->rank < 0 || p->rank > 4)
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                      "mods.params[%d] (%s): rank %d is outside 0..4", i,
+                      p->name, p->rank);
+    st = p->rank == 0 ? check_scalar(ctx, p, i) : check_tensor(ctx, p, i);
+    if (st != FJ_OK)
+      return st;
+  }
+  return FJ_OK;
+}
+
+static fj_status check_expr(const fj_ctx *ctx, const fj_mods *m, int score)
+{
+  const char *text = score ? m->score : m->mask;
+  const char *what = score ? "score" : "mask";
+  if (!has_text(text))
+    return FJ_OK;
+  size_t len = strlen(text);
+  if (len > FJ_MOD_EXPR_MAX)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.%s is %zu characters long; the limit is %d", what,
+                    len, FJ_MOD_EXPR_MAX);
+  fj_expr_name names[FJ_MOD_NAMES_MAX];
+  int n = fj__mods_names(m, score, names);
+  char err[512];
+  fj_expr *e = fj__expr_parse(text, what, names, n, err, sizeof err);
+  if (!e)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "mods.%s", err);
+  fj__expr_free(e);
+  return FJ_OK;
+}
+
+static fj_status check_builtins(const fj_ctx *ctx, const fj_mods *m)
+{
+  const int side[2] = {m->window_left, m->window_right};
+  for (int i = 0; i < 2; i++)
+    if (side[i] < -1 || side[i] > FJ_WINDOW_MAX)
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                      "mods.window_%s %d is outside -1 (unbounded)..%d",
+                      i ? "right" : "left", side[i], FJ_WINDOW_MAX);
+  if (!(m->softcap >= 0.f && m->softcap <= FLT_MAX))
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.softcap %g is invalid: 0 (none) or a finite "
+                    "positive cap",
+                    (double)m->softcap);
+  return FJ_OK;
+}
+
+fj_status fj__mods_check(const fj_ctx *ctx, const fj_mods *m)
+{
+  if (!m)
+    return FJ_OK;
+  fj_status st = check_builtins(ctx, m);
+  if (st == FJ_OK)
+    st = check_params(ctx, m);
+  if (st == FJ_OK)
+    st = check_expr(ctx, m, 1);
+  if (st == FJ_OK)
+    st = check_expr(ctx, m, 0);
+  return st;
+}
+
+fj_status fj_mods_check(const fj_mods *m)
+{
+  if (!m)
+    return fj__null_arg(NULL, "fj_mods_check", "m");
+  fj__clear_error(NULL);
+  fj_status st = fj__mods_check(NULL, m);
+  return st == FJ_OK ? fj__mods_check_data(NULL, m) : st;
+}
+
+/* ---- the form ------------------------------------------------------------------- */
+
+void fj__mods_param_list(const fj_mods *m, char *buf, size_t size)
+{
+  size_t used = 0;
+  buf[0] = 0;
+  for (int i = 0; m && i < m->num_params && used < size; i++) {
+    const fj_mod_param *p = &m->params[i];
+    int n = snprintf(buf + used, size - used, "%s%s:%s:%d", i ? ";" : "",
+                     p->name, type_name(p->type), p->rank);
+    used += n > 0 ? (size_t)n : 0;
+  }
+}
+
+/* The form as one string: what a kernel is specialised for. */
+static void form(const fj_mods *m, fj_buf *b)
+{
+  char params[FJ_MOD_PARAMS_MAX * (FJ_MOD_NAME_MAX + 12) + 1];
+  fj__mods_param_list(m, params, sizeof params);
+  fj__buf_appendf(b, "score=%s\nmask=%s\nparams=%s\nwindow=%d\nsoftcap=%d",
+                  has_text(m->score) ? m->score : "",
+                  has_text(m->mask) ? m->mask : "", params,
+                  fj__mods_window(m), fj__mods_softcap(m));
+}
+
+uint64_t fj__mods_hash(const fj_mods *m)
+{
+  if (!fj__mods_on(m))
+    return 0;
+  fj_buf b = {0};
+  form(m, &b);
+  uint64_t h = b.data ? fj__hash64(b.data, b.len) : 1;
+  fj__buf_free(&b);
+  return h ? h : 1;
+}
+
+int fj__mods_same_form(const fj_mods *a, const fj_mods *b)
+{
+  if (!fj__mods_on(a) || !fj__mods_on(b))
+    return fj__mods_on(a) == fj__mods_on(b);
+  fj_buf fa = {0}, fb = {0};
+  form(a, &fa);
+  form(b, &fb);
+  int same = fa.data && fb.data && fa.len == fb.len &&
+             memcmp(fa.data, fb.data, fa.len) == 0;
+  fj__buf_free(&fa);
+  fj__buf_free(&fb);
+  return same;
+}
+
+/* ---- launch arguments ----------------------------------------------------------- */
+
+size_t fj__mods_args(const fj_mods *m, unsigned char out[FJ_MOD_ARGS_MAX])
+{
+  size_t at = 0;
+  for (int i = 0; m && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++) {
+    const fj_mod_param *p = &m->params[i];
+    if (p->rank == 0) {
+      memset(out + at, 0, 8);
+      if (p->type == FJ_MOD_I32) {
+        int32_t v = (int32_t)p->value;
+        memcpy(out + at, &v, 4);
+      } else {
+        float v = (float)p->value;
+        memcpy(out + at, &v, 4);
+      }
+      at += 8;
+      continue;
+    }
+    uint64_t ptr = (uint64_t)(uintptr_t)p->data;
+    int32_t ext[4] = {1, 1, 1, 1};
+    for (int d = 0; d < p->rank; d++)
+      ext[d] = (int32_t)p->extents[d];
+    memcpy(out + at, &ptr, 8);
+    memcpy(out + at + 8, ext, 16);
+    at += 24;
+  }
+  return at;
+}

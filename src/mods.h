@@ -1,0 +1,50 @@
+/*
+ * mods.h -- score and mask modifications (fj_mods): their checks, the form
+ * that belongs to a variant (expressions, parameters' names, types and
+ * ranks, which built-ins are on) and the values that are launch arguments.
+ */
+#ifndef FJ_MODS_H
+#define FJ_MODS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctx.h"
+#include "expr.h"
+
+/* What is on; each is 0 for a NULL m. */
+int fj__mods_window(const fj_mods *m);   /* a window bounded on some side */
+int fj__mods_softcap(const fj_mods *m);  /* softcap > 0 */
+int fj__mods_user(const fj_mods *m);     /* an expression or a parameter */
+int fj__mods_on(const fj_mods *m);       /* any of the three */
+int fj__mods_tensors(const fj_mods *m);  /* a tensor parameter */
+
+/* fj_mods_check with the message on ctx (NULL: the thread's), all but the
+ * tensors' data pointers (a plan or a variant needs none); those are
+ * fj__mods_check_data's, for launches and the reference. */
+fj_status fj__mods_check(const fj_ctx *ctx, const fj_mods *m);
+fj_status fj__mods_check_data(const fj_ctx *ctx, const fj_mods *m);
+
+/* A hash of the form (0 for mods that are off), and whether two mods have
+ * the same form: the same kernel serves both. */
+uint64_t fj__mods_hash(const fj_mods *m);
+int fj__mods_same_form(const fj_mods *a, const fj_mods *b);
+
+/* The names an expression may use: b, h, hkv, q, kv, then s for the
+ * score, then the parameters in order, so that name index
+ * fj__mods_first_param(score) + i is parameter i.  Returns the count. */
+#define FJ_MOD_NAMES_MAX (6 + FJ_MOD_PARAMS_MAX)
+int fj__mods_names(const fj_mods *m, int score, fj_expr_name *names);
+int fj__mods_first_param(int score);
+
+/* The parameter list as templates/mods.lua reads it, "name:type:rank"
+ * joined by ';' (type f32, i32, f16 or bf16); "" for none. */
+void fj__mods_param_list(const fj_mods *m, char *buf, size_t size);
+
+/* The launch arguments of the parameters: fj::ModArgs (mods.lua), a
+ * scalar in 8 bytes (the value in the first 4), a tensor in 24 (pointer,
+ * then 4 int32 extents).  Returns the bytes written (0: no parameters). */
+#define FJ_MOD_ARGS_MAX (FJ_MOD_PARAMS_MAX * 24)
+size_t fj__mods_args(const fj_mods *m, unsigned char out[FJ_MOD_ARGS_MAX]);
+
+#endif /* FJ_MODS_H */

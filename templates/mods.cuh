@@ -1,0 +1,112 @@
+{#
+  mods.cuh: the score and mask functions of a problem's modifications
+  (mods.lua), in two parts.  part "decls" (after common.cuh): the
+  parameters' launch block fj::ModArgs -- a scalar in 8 bytes, a tensor as
+  an accessor of 24 (pointer, 4 extents) that reads 0 for an index outside
+  its extents -- and the functions' declarations.  part "defs" (the end of
+  the file): their definitions, each user expression pasted after a #line
+  naming it, so that a compiler message says "score(1)" or "mask(1)" and
+  the column within the user's own text.
+#}
+{% if part == "decls" then %}
+{%   if mods.bf16 and dtype ~= "bf16" then %}
+#include <cuda_bf16.h>
+{%   end %}
+namespace fj {
+{%   for _, t in ipairs(mods.params) do %}
+{%     if t.rank > 0 then %}
+{%       local idx = {} ; local args = {} ; local oob = {} %}
+{%       for d = 0, t.rank - 1 do args[#args + 1] = "int i" .. d ; oob[#oob + 1] = ("(unsigned)i%d >= (unsigned)e[%d]"):format(d, d) end %}
+{%       local flat = "(long long)i0" %}
+{%       for d = 1, t.rank - 1 do flat = ("(%s * e[%d] + i%d)"):format(flat, d, d) end %}
+{%       local R = t.type == "i32" and "int" or "float" %}
+// Parameter {{ t.name }}: a rank-{{ t.rank }} {{ t.type }} tensor; an index outside its extents reads 0.
+struct ModTensor_{{ t.name }} {
+  const {{ mods.ctype[t.type] }} *data;
+  int e[4];
+  __device__ __forceinline__ {{ R }} operator()({{ table.concat(args, ", ") }}) const {
+    if ({{ table.concat(oob, " || ") }}) return 0;
+    return {{ mods.read[t.type]:format("__ldg(data + " .. flat .. ")") }};
+  }
+};
+{%     end %}
+{%   end %}
+{%   if mods.args then %}
+// The parameters' values: launch arguments (src/mods.c's fj__mods_args).
+struct ModArgs {
+{%     local bytes = 0 %}
+{%     for _, t in ipairs(mods.params) do %}
+{%       if t.rank == 0 then bytes = bytes + 8 %}
+  {{ mods.ctype[t.type] }} {{ t.name }}; int {{ t.name }}_pad_;
+{%       else bytes = bytes + 24 %}
+  ModTensor_{{ t.name }} {{ t.name }};
+{%       end %}
+{%     end %}
+};
+static_assert(sizeof(ModArgs) == {{ bytes }}, "host and device disagree on the parameters' block");
+{%   end %}
+{%   if mods.softcap then %}
+// tanh(x) = sign(x) (1 - e) / (1 + e), e = 2^(-2 |x| log2(e)): one ex2 and
+// one approximate division, about 1e-7 off, with fewer registers than
+// tanhf's polynomial (which spills beside the wgmma family's S and O).
+__device__ __forceinline__ float softcap_tanh(float x) {
+  const float e = fast_exp2(-2.88539008178f * fabsf(x));
+  return copysignf(__fdividef(1.f - e, 1.f + e), x);
+}
+{%   end %}
+}  // namespace fj
+{%   if mods.score then %}
+__device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, const fj::Params &p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
+{%   end %}
+{%   if mods.mask then %}
+__device__ __forceinline__ bool fj_mask_mod(int b, int h, int hkv, int q, int kv{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
+{%   end %}
+{% else %}
+{%
+  -- The parameters as locals of a function, read from the launch block.
+  local function locals()
+    for _, t in ipairs(mods.params) do
+      if t.rank == 0 then
+%}
+  const {{ mods.ctype[t.type] }} {{ t.name }} = fj_ma.{{ t.name }};
+  (void){{ t.name }};
+{%    else %}
+  const fj::ModTensor_{{ t.name }} &{{ t.name }} = fj_ma.{{ t.name }};
+  (void){{ t.name }};
+{%
+      end
+    end
+  end
+%}
+
+// ---- score and mask modifications (fj_mods) --------------------------------
+{%   if mods.score then %}
+// The score of (q, kv) from s, the scaled score{{ mods.score_text and ": the user's expression" or "" }}{{ mods.softcap and ", then softcap * tanhf(s / softcap)" or "" }}.
+__device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, const fj::Params &p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }}) {
+  (void)b; (void)h; (void)hkv; (void)q; (void)kv; (void)p;
+{%     locals() %}
+{%     if mods.score_text then %}
+  s = (
+#line 1 "score"
+{{ mods.score_text }}
+  );
+{%     end %}
+{%     if mods.softcap then %}
+  // The built-in softcap (fj_mods.softcap): softcap * tanhf(s / softcap).
+  s = p.softcap * fj::softcap_tanh(s * p.softcap_inv);
+{%     end %}
+  return s;
+}
+{%   end %}
+{%   if mods.mask then %}
+// Whether q sees kv: the user's mask expression.
+__device__ __forceinline__ bool fj_mask_mod(int b, int h, int hkv, int q, int kv{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }}) {
+  (void)b; (void)h; (void)hkv; (void)q; (void)kv;
+{%     locals() %}
+  return (
+#line 1 "mask"
+{{ mods.mask_text }}
+  );
+}
+{%   end %}
+{% end %}

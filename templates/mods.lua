@@ -1,0 +1,75 @@
+-- mods.lua: a problem's score and mask modifications (fj_mods) as the
+-- kernel applies them, element by element, to the scaled scores -- the one
+-- mechanism for the user's expressions and the built-in softcap (the
+-- built-in window is a mask rule: mask.lua, with tile skipping).
+--
+--   local mods = import("mods.lua").new{ score = score_mod, mask = mask_mod,
+--                                        params = mod_params, softcap = softcap,
+--                                        b = "blk.b", hkv = "blk.hk" }
+--   mods.score             a score function runs (an expression or softcap)
+--   mods.mask              a mask expression runs
+--   mods.any               either: the family calls mods.apply per element
+--   mods.args              the kernel takes fj::ModArgs (parameters exist)
+--   mods.kernel_param      its declaration in the kernel's parameter list
+--   mods.apply(lv, q, h, kv)   the statements for one element: lv becomes
+--                          the score function of lv * qk_scale, or -inf
+--                          where the mask expression is false
+--
+-- The expressions arrive checked (src/expr.c's parser accepted them and
+-- nothing else); mods.cuh pastes them, each after a #line naming it, so
+-- that NVRTC's messages point into the user's own text.
+
+local M = {}
+
+-- "name:type:rank;..." (src/mods.c) as a list.
+local function param_list(text)
+  local list = {}
+  for item in (text or ""):gmatch("[^;]+") do
+    local name, ty, rank = item:match("^([%w_]+):(%w+):(%d)$")
+    if not name then refuse(("mod_params: \"%s\" is not name:type:rank"):format(item)) end
+    list[#list + 1] = { name = name, type = ty, rank = tonumber(rank) }
+  end
+  return list
+end
+
+local CTYPE = { f32 = "float", i32 = "int", f16 = "__half", bf16 = "__nv_bfloat16" }
+local READ = { f32 = "%s", i32 = "%s", f16 = "__half2float(%s)", bf16 = "__bfloat162float(%s)" }
+
+function M.new(o)
+  local R = {}
+  R.score_text = (o.score and o.score ~= "") and o.score or nil
+  R.mask_text = (o.mask and o.mask ~= "") and o.mask or nil
+  R.softcap = o.softcap and true or false
+  R.params = param_list(o.params)
+  R.score = R.score_text ~= nil or R.softcap
+  R.mask = R.mask_text ~= nil
+  R.any = R.score or R.mask
+  R.args = #R.params > 0
+  R.kernel_param = R.args and ", const fj::ModArgs fj_ma" or ""
+  R.ctype, R.read = CTYPE, READ
+  for _, p in ipairs(R.params) do
+    if not CTYPE[p.type] then refuse(("mod_params: type %s of %s is unknown"):format(p.type, p.name)) end
+    if p.rank == 0 and p.type ~= "f32" and p.type ~= "i32" then
+      refuse(("mod_params: scalar %s is %s; f32 or i32"):format(p.name, p.type))
+    end
+    if p.type == "bf16" then R.bf16 = true end
+  end
+  local B, HKV = o.b or "blk.b", o.hkv or "blk.hk"
+  local MA = R.args and ", fj_ma" or ""
+
+  function R.apply(lv, q, h, kv)
+    local out = {}
+    if R.score then
+      out[#out + 1] = ("%s = fj_score_mod(%s * qk_scale, %s, %s, %s, %s, %s, p%s);"):format(
+        lv, lv, B, h, HKV, q, kv, MA)
+    end
+    if R.mask then
+      out[#out + 1] = ("if (!fj_mask_mod(%s, %s, %s, %s, %s%s)) %s = FJ_NEG_INF;"):format(
+        B, h, HKV, q, kv, MA, lv)
+    end
+    return table.concat(out, " ")
+  end
+  return R
+end
+
+return M

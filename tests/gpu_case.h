@@ -1,0 +1,36 @@
+/*
+ * gpu_case.h -- one attention case on a GPU against the float64 reference
+ * (test_gpu.c): random inputs, poisoned outputs, the reference on several
+ * threads, the verdict.  Shared by the GPU test files.
+ */
+#ifndef FJ_TEST_GPU_CASE_H
+#define FJ_TEST_GPU_CASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flashjit.h"
+
+typedef struct gpu_case {
+  fj_problem p;
+  float input_scale;           /* Q is multiplied by it (large logits) */
+  const fj_mods *host_mods;    /* the reference's p.mods (host tensors);
+                                  NULL: p.mods */
+  double limit;                /* the relative error allowed; 0: default */
+  void *q, *k, *v, *o;         /* host copies, in the problem's dtypes */
+  float *lse, *ks, *vs;        /* FP8 scales, host */
+  size_t nq, nk, nlse, qbytes, kvbytes;
+  void *dq, *dk, *dv, *dout, *dks, *dvs;
+  float *dlse;
+} gpu_case;
+
+/* Makes c's inputs (from seed), launches it with v (NULL: the library's
+ * choice) on stream, checks O and the log-sum-exp against the reference,
+ * prints one line with label, notes the error under axis, frees the
+ * inputs.  0: right; 1: wrong or failed (printed). */
+int fjt_gpu_run(fj_ctx *ctx, gpu_case *c, const fj_variant *v, void *stream,
+                uint64_t *seed, const char *label, const char *axis);
+/* The largest error per axis since the last call. */
+void fjt_gpu_print_worst(void);
+
+#endif

@@ -1,0 +1,311 @@
+/*
+ * test_gpu_mods.c -- score and mask modifications on a GPU (label gpu;
+ * skipped where there is none), against the float64 reference, whose
+ * semantics test_mods.c checks against the formulas: the window (both
+ * sides, both alignments, with and without the causal mask), the softcap
+ * with inputs x30, ALiBi from a slopes tensor, a bias table read past both
+ * ends, document ids, masks that hide whole rows, whole tiles and all tiles
+ * but one, integer arithmetic and ternaries -- on the library's choice (the
+ * wgmma family on sm_90a prefill) and on the mma family, prefill and decode
+ * (GQA packing, split-KV).  Outputs are poisoned before each launch.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "gpu_case.h"
+#include "runner.h"
+
+/* A tensor parameter in both memories: host for the reference, device for
+ * the kernel. */
+typedef struct twin {
+  fj_mod_param host[FJ_MOD_PARAMS_MAX], dev[FJ_MOD_PARAMS_MAX];
+  void *buf[FJ_MOD_PARAMS_MAX];
+  fj_mods hm, dm;
+} twin;
+
+static size_t elem_bytes(fj_mod_type t)
+{
+  return t == FJ_MOD_F16 || t == FJ_MOD_BF16 ? 2 : 4;
+}
+
+/* Adds a tensor parameter with host data `data` (n elements of type t). */
+static int twin_tensor(twin *w, const char *name, fj_mod_type t, int rank,
+                       const int64_t *ext, const void *data)
+{
+  int i = w->hm.num_params++;
+  size_t n = 1;
+  fj_mod_param p = {name, t, rank, {0}, data, 0};
+  for (int d = 0; d < rank; d++) {
+    p.extents[d] = ext[d];
+    n *= (size_t)ext[d];
+  }
+  w->host[i] = w->dev[i] = p;
+  if (cudaMalloc(&w->buf[i], n * elem_bytes(t)) != cudaSuccess ||
+      cudaMemcpy(w->buf[i], data, n * elem_bytes(t), cudaMemcpyHostToDevice) != cudaSuccess)
+    return 1;
+  w->dev[i].data = w->buf[i];
+  w->dm.num_params = w->hm.num_params;
+  return 0;
+}
+
+static void twin_scalar(twin *w, const char *name, fj_mod_type t, double value)
+{
+  int i = w->hm.num_params++;
+  w->host[i] = w->dev[i] = (fj_mod_param){name, t, 0, {0}, NULL, value};
+  w->dm.num_params = w->hm.num_params;
+}
+
+static void twin_init(twin *w, const char *score, const char *mask)
+{
+  memset(w, 0, sizeof *w);
+  fj_mods_init(&w->hm);
+  w->hm.score = score;
+  w->hm.mask = mask;
+  w->hm.params = w->host;
+  w->dm = w->hm;
+  w->dm.params = w->dev;
+}
+
+static void twin_free(twin *w)
+{
+  for (int i = 0; i < FJ_MOD_PARAMS_MAX; i++)
+    cudaFree(w->buf[i]);
+}
+
+/* The mma family's variant for p (on sm_90a the library would pick the
+ * wgmma family for prefill): 8 warps over 128 rows, 2 stages. */
+static void mma_variant(const fj_problem *p, fj_variant *v)
+{
+  fj_variant_default(v, p->head_dim, p->dtype, p->causal);
+  v->mma = FJ_MMA_SYNC;
+  v->softmax = FJ_SOFTMAX_REGS;
+  v->swizzle = FJ_SWIZZLE_XOR;
+  v->tile_m = 128;
+  v->warps = 8;
+  v->stages = 2;
+  v->tile_n = p->head_dim <= 64 ? 128 : 64;
+  v->mods = p->mods;
+}
+
+typedef struct mod_case {
+  const char *name;
+  int b, hq, hkv, sq, skv, d;
+  fj_dtype dt;
+  fj_causal causal;
+  float input_scale;
+} mod_case;
+
+/* Runs a case with the twin's mods on the library's choice and, where that
+ * is not the mma family, on the mma family too. */
+static int run_mod_case(fj_ctx *ctx, const mod_case *mc, twin *w, uint64_t *seed)
+{
+  int bad = 0;
+  for (int family = 0; family < 2; family++) {
+    gpu_case c;
+    memset(&c, 0, sizeof c);
+    fj_problem_init(&c.p, mc->b, mc->hq, mc->hkv, mc->sq, mc->skv, mc->d, mc->dt, FJ_BHSD);
+    c.p.causal = mc->causal;
+    c.p.mods = &w->dm;
+    c.host_mods = &w->hm;
+    c.input_scale = mc->input_scale;
+    fj_plan plan;
+    if (fj_attention_plan(ctx, &c.p, &plan) != FJ_OK) {
+      fprintf(stderr, "%s: plan: %s\n", mc->name, fj_errmsg(ctx));
+      return 1;
+    }
+    fj_variant v = plan.variant;
+    if (family == 1) {
+      if (plan.variant.mma == FJ_MMA_SYNC)
+        break;  /* the library's choice was the mma family already */
+      mma_variant(&c.p, &v);
+    }
+    char name[200], label[320];
+    fj_variant_name(&v, name, sizeof name);
+    snprintf(label, sizeof label, "%s: %s (%d,%d/%d,%d/%d,%d)", mc->name, name,
+             mc->b, mc->hq, mc->hkv, mc->sq, mc->skv, mc->d);
+    bad |= fjt_gpu_run(ctx, &c, family ? &v : NULL, NULL, seed, label,
+                       family ? "mma" : "auto");
+  }
+  return bad;
+}
+
+static int window_case(fj_ctx *ctx, const mod_case *mc, int left, int right,
+                       uint64_t *seed)
+{
+  twin w;
+  twin_init(&w, NULL, NULL);
+  w.hm.window_left = w.dm.window_left = left;
+  w.hm.window_right = w.dm.window_right = right;
+  int bad = run_mod_case(ctx, mc, &w, seed);
+  twin_free(&w);
+  return bad;
+}
+
+int test_gpu_mods_builtins(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  uint64_t seed = 31;
+  int bad = 0;
+  const mod_case pre = {"window", 2, 8, 8, 640, 640, 128, FJ_BF16, FJ_CAUSAL_NONE, 1};
+  bad |= window_case(ctx, &pre, 128, 0, &seed);
+  bad |= window_case(ctx, &pre, 0, 0, &seed);
+  bad |= window_case(ctx, &pre, 100, 37, &seed);
+  bad |= window_case(ctx, &pre, -1, 200, &seed);
+  const mod_case tl = {"window top-left", 2, 8, 8, 640, 640, 128, FJ_F16, FJ_CAUSAL_TOP_LEFT, 1};
+  bad |= window_case(ctx, &tl, 0, 0, &seed);
+  bad |= window_case(ctx, &tl, 200, -1, &seed);
+  /* Sq != Skv both ways, GQA 4:1, bottom-right alignment. */
+  const mod_case ne = {"window sq<skv", 1, 8, 2, 300, 700, 64, FJ_F16, FJ_CAUSAL_NONE, 1};
+  bad |= window_case(ctx, &ne, 100, 50, &seed);
+  const mod_case ne2 = {"window sq>skv", 1, 8, 2, 700, 300, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 1};
+  bad |= window_case(ctx, &ne2, 64, -1, &seed);
+  /* Softcap 30 and 50 with logits x30. */
+  static const float caps[2] = {30.f, 50.f};
+  for (int i = 0; i < 2; i++) {
+    const mod_case sc = {i ? "softcap 50" : "softcap 30", 2, 8, 8, 512, 512, 128,
+                         FJ_BF16, i ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE, 30};
+    twin w;
+    twin_init(&w, NULL, NULL);
+    w.hm.softcap = w.dm.softcap = caps[i];
+    bad |= run_mod_case(ctx, &sc, &w, &seed);
+    twin_free(&w);
+  }
+  /* Window and softcap at once. */
+  const mod_case both = {"window+softcap", 1, 16, 4, 1000, 1000, 128, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 30};
+  twin w;
+  twin_init(&w, NULL, NULL);
+  w.hm.softcap = w.dm.softcap = 30.f;
+  w.hm.window_left = w.dm.window_left = 333;
+  bad |= run_mod_case(ctx, &both, &w, &seed);
+  twin_free(&w);
+  fjt_gpu_print_worst();
+  fj_ctx_destroy(ctx);
+  return bad;
+}
+
+int test_gpu_mods_user(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  uint64_t seed = 77;
+  int bad = 0;
+  twin w;
+  /* ALiBi: slopes 2^(-8(h+1)/H), GQA 8:1, causal. */
+  float slopes[16];
+  for (int h = 0; h < 16; h++)
+    slopes[h] = powf(2.f, -8.f * (float)(h + 1) / 16.f);
+  const mod_case al = {"alibi", 2, 16, 2, 512, 512, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1};
+  twin_init(&w, "s - slopes(h) * (float)abs(q - kv)", NULL);
+  bad |= twin_tensor(&w, "slopes", FJ_MOD_F32, 1, (int64_t[]){16}, slopes);
+  bad |= run_mod_case(ctx, &al, &w, &seed);
+  twin_free(&w);
+  /* A bias table too short for every distance: reads at negative and
+   * past-the-end indices give 0. */
+  enum { BW = 500 };
+  uint16_t *bias = malloc(8 * BW * sizeof *bias);
+  float *bf = malloc(8 * BW * sizeof *bf);
+  for (int i = 0; i < 8 * BW; i++)
+    bf[i] = (float)((i * 37) % 101) / 25.f - 2.f;
+  fj_convert(FJ_F16, bias, FJ_F32, bf, 8 * BW);
+  const mod_case bt = {"bias table", 1, 8, 8, 600, 600, 64, FJ_F16, FJ_CAUSAL_NONE, 1};
+  twin_init(&w, "s + bias(h, q - kv + 250) * hscale", NULL);
+  bad |= twin_tensor(&w, "bias", FJ_MOD_F16, 2, (int64_t[]){8, BW}, bias);
+  twin_scalar(&w, "hscale", FJ_MOD_F32, 1.5);
+  bad |= run_mod_case(ctx, &bt, &w, &seed);
+  twin_free(&w);
+  free(bias);
+  free(bf);
+  /* Document ids (documents of 100 keys), causal. */
+  int32_t doc[1024];
+  for (int i = 0; i < 1024; i++)
+    doc[i] = i / 100;
+  const mod_case dc = {"documents", 2, 8, 4, 1024, 1024, 128, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 1};
+  twin_init(&w, NULL, "doc(q) == doc(kv)");
+  bad |= twin_tensor(&w, "doc", FJ_MOD_I32, 1, (int64_t[]){1024}, doc);
+  bad |= run_mod_case(ctx, &dc, &w, &seed);
+  twin_free(&w);
+  /* Masks that hide whole rows, whole tiles, all tiles but one, nothing. */
+  static const char *const masks[] = {"q % 5 != 2", "kv / 64 != 1", "kv / 64 == 3", "true"};
+  const mod_case mk = {"mask", 1, 8, 8, 333, 517, 64, FJ_BF16, FJ_CAUSAL_NONE, 1};
+  for (int i = 0; i < 4; i++) {
+    twin_init(&w, NULL, masks[i]);
+    bad |= run_mod_case(ctx, &mk, &w, &seed);
+    twin_free(&w);
+  }
+  /* Integer arithmetic, a ternary, tanhf; a scalar int. */
+  const mod_case ar = {"arith", 1, 8, 8, 400, 400, 128, FJ_F16, FJ_CAUSAL_TOP_LEFT, 3};
+  twin_init(&w, "(q - kv) % period == 0 ? s * 0.5f : s + tanhf(s)", "(q ^ kv) != 7");
+  twin_scalar(&w, "period", FJ_MOD_I32, 3);
+  bad |= run_mod_case(ctx, &ar, &w, &seed);
+  twin_free(&w);
+  fjt_gpu_print_worst();
+  fj_ctx_destroy(ctx);
+  return bad;
+}
+
+/* Decode and speculative decode: GQA packing (h from the packed row) and
+ * split-KV with the window, the softcap and ALiBi. */
+int test_gpu_mods_decode(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  uint64_t seed = 5;
+  int bad = 0;
+  float slopes[32];
+  for (int h = 0; h < 32; h++)
+    slopes[h] = powf(2.f, -8.f * (float)(h + 1) / 32.f);
+  static const int sqs[3] = {1, 4, 16};
+  for (int i = 0; i < 3; i++) {
+    const mod_case dec = {"decode", 2, 32, 8, sqs[i], 4096, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 30};
+    twin w;
+    twin_init(&w, "s - slopes(h) * (float)(q - kv)", NULL);
+    bad |= twin_tensor(&w, "slopes", FJ_MOD_F32, 1, (int64_t[]){32}, slopes);
+    w.hm.softcap = w.dm.softcap = 30.f;
+    w.hm.window_left = w.dm.window_left = i == 0 ? 1000 : 100;
+    bad |= run_mod_case(ctx, &dec, &w, &seed);
+    twin_free(&w);
+  }
+  fjt_gpu_print_worst();
+  fj_ctx_destroy(ctx);
+  return bad;
+}
+
+/* For compute-sanitizer: one small case per kind of modification. */
+int test_gpu_sanitize_mods(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  uint64_t seed = 9;
+  int bad = 0;
+  const mod_case sm = {"sanitize", 1, 4, 2, 200, 300, 128, FJ_F16, FJ_CAUSAL_NONE, 1};
+  bad |= window_case(ctx, &sm, 50, 20, &seed);
+  twin w;
+  twin_init(&w, "s + bias(q - kv + 10)", "doc(q) == doc(kv)");
+  float bias[32];
+  int32_t doc[300];
+  for (int i = 0; i < 32; i++)
+    bias[i] = (float)i / 32.f;
+  for (int i = 0; i < 300; i++)
+    doc[i] = i / 70;
+  bad |= twin_tensor(&w, "bias", FJ_MOD_F32, 1, (int64_t[]){32}, bias);
+  bad |= twin_tensor(&w, "doc", FJ_MOD_I32, 1, (int64_t[]){300}, doc);
+  w.hm.softcap = w.dm.softcap = 20.f;
+  bad |= run_mod_case(ctx, &sm, &w, &seed);
+  twin_free(&w);
+  const mod_case dec = {"sanitize decode", 1, 8, 2, 1, 1000, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1};
+  bad |= window_case(ctx, &dec, 300, -1, &seed);
+  fj_ctx_destroy(ctx);
+  return bad;
+}

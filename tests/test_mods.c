@@ -1,0 +1,443 @@
+/*
+ * test_mods.c -- score and mask modifications without a GPU: what
+ * fj_mods_check and fj_problem_check refuse (status and message), the
+ * reference's semantics of every built-in and of user expressions against
+ * values worked out here by their formulas, and the kernels that carry
+ * them (both fast families, no spills; values are launch arguments, so a
+ * changed value compiles nothing).  Their results on a GPU are
+ * test_gpu_mods.c's.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "runner.h"
+
+/* ---- refusals ------------------------------------------------------------------- */
+
+#define CHECK_MODS(m, text)                                                \
+  do {                                                                     \
+    CHECK_ST(NULL, fj_mods_check(m), FJ_ERR_INVALID_ARG);                  \
+    CHECK_MSG(NULL, text);                                                 \
+  } while (0)
+
+int test_mods_refusals(void)
+{
+  fj_mods m;
+  float slopes[8] = {0};
+  fj_mod_param prm[2] = {
+      {"slopes", FJ_MOD_F32, 1, {8, 0, 0, 0}, slopes, 0},
+      {"cap", FJ_MOD_F32, 0, {0}, NULL, 30},
+  };
+  fj_mods_init(&m);
+  CHECK_OK(NULL, fj_mods_check(&m));
+  CHECK_ST(NULL, fj_mods_check(NULL), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "fj_mods_check: m is NULL");
+  /* Expressions: statements, braces, preprocessor lines, unknown names. */
+  m.score = "s; return 0";
+  CHECK_MODS(&m, "mods.score: ';' at column 2");
+  m.score = "s + {1}";
+  CHECK_MODS(&m, "'{' at column 5");
+  m.score = "#define X 1\ns";
+  CHECK_MODS(&m, "'#' at column 1");
+  m.score = "s + asm(\"\")";
+  CHECK_MODS(&m, "column 5");
+  m.score = "printf(\"x\")";
+  CHECK_MODS(&m, "'printf' at column 1");
+  m.score = "s * 0.5";
+  CHECK_MODS(&m, "0.5f");
+  m.score = "   ";
+  CHECK_MODS(&m, "mods.score: empty expression");
+  char longtext[FJ_MOD_EXPR_MAX + 8];
+  memset(longtext, ' ', sizeof longtext - 1);
+  longtext[0] = 's';
+  longtext[sizeof longtext - 1] = 0;
+  m.score = longtext;
+  CHECK_MODS(&m, "mods.score is 1031 characters long; the limit is 1024");
+  m.score = NULL;
+  m.mask = "s > 0.f";  /* the mask has no score */
+  CHECK_MODS(&m, "mods.mask: 's' at column 1");
+  m.mask = "q >= kv";
+  CHECK_OK(NULL, fj_mods_check(&m));
+  /* Parameters: names, types, ranks, extents, data, values. */
+  m.params = prm;
+  m.num_params = 2;
+  m.score = "s - slopes(h) * (float)abs(q - kv) + cap";
+  CHECK_OK(NULL, fj_mods_check(&m));
+  m.score = "s + slopes(h, q)";
+  CHECK_MODS(&m, "slopes");
+  m.score = "s + slopes";
+  CHECK_MODS(&m, "'slopes' at column 5");
+  m.score = NULL;
+  prm[1].name = "slopes";
+  CHECK_MODS(&m, "mods.params[1].name \"slopes\" is also params[0]'s");
+  prm[1].name = "tanhf";
+  CHECK_MODS(&m, "mods.params[1].name \"tanhf\" is reserved");
+  prm[1].name = "fj_x";
+  CHECK_MODS(&m, "\"fj_x\" is reserved");
+  prm[1].name = "2x";
+  CHECK_MODS(&m, "mods.params[1].name \"2x\" is not a name");
+  prm[1].name = NULL;
+  CHECK_MODS(&m, "mods.params[1].name is NULL");
+  prm[1].name = "cap";
+  prm[1].type = FJ_MOD_F16;
+  CHECK_MODS(&m, "mods.params[1] (cap): a scalar's type is f16; f32 or i32");
+  prm[1].type = FJ_MOD_I32;
+  prm[1].value = 2.5;
+  CHECK_MODS(&m, "mods.params[1] (cap): value 2.5 is not an int32");
+  prm[1].value = 3e9;
+  CHECK_MODS(&m, "value 3e+09 is not an int32");
+  prm[1] = (fj_mod_param){"cap", FJ_MOD_F32, 5, {0}, NULL, 30};
+  CHECK_MODS(&m, "mods.params[1] (cap): rank 5 is outside 0..4");
+  prm[1].rank = 0;
+  prm[0].extents[0] = 0;
+  CHECK_MODS(&m, "mods.params[0] (slopes): extents[0] = 0 is outside 1..2147483647");
+  prm[0].extents[0] = 8;
+  prm[0].data = NULL;
+  CHECK_MODS(&m, "mods.params[0] (slopes): a tensor's data is NULL");
+  prm[0].data = (const char *)slopes + 1;
+  CHECK_MODS(&m, "is not 4-byte aligned");
+  prm[0].data = slopes;
+  m.num_params = 9;
+  CHECK_MODS(&m, "mods.num_params 9 is outside 0..8");
+  m.num_params = 2;
+  m.params = NULL;
+  CHECK_MODS(&m, "mods.params is NULL with num_params 2");
+  m.params = prm;
+  /* The built-ins. */
+  m.window_left = -2;
+  CHECK_MODS(&m, "mods.window_left -2 is outside -1 (unbounded)..1073741824");
+  m.window_left = 128;
+  m.window_right = FJ_WINDOW_MAX + 1;
+  CHECK_MODS(&m, "mods.window_right 1073741825 is outside");
+  m.window_right = 0;
+  m.softcap = -1.f;
+  CHECK_MODS(&m, "mods.softcap -1 is invalid");
+  m.softcap = NAN;
+  CHECK_MODS(&m, "mods.softcap nan is invalid");
+  m.softcap = 30.f;
+  CHECK_OK(NULL, fj_mods_check(&m));
+  /* With the causal mask: the window's right side is the diagonal. */
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  fj_problem p;
+  fj_problem_init(&p, 1, 8, 8, 256, 256, 64, FJ_F16, FJ_BHSD);
+  p.mods = &m;
+  p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+  m.window_right = 5;
+  CHECK_ST(ctx, fj_problem_check(ctx, &p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "mods.window_right 5 with causal bottom-right: a causal mask hides every key right of the diagonal; use window_right 0 or -1");
+  m.window_right = -1;
+  CHECK_OK(ctx, fj_problem_check(ctx, &p));
+  /* The wmma family has no modifications. */
+  fj_variant v;
+  fj_variant_default(&v, 64, FJ_F16, FJ_CAUSAL_NONE);
+  v.mods = &m;
+  CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "mods (window, softcap, score and mask expressions) are implemented for mma mma and mma wgmma");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* ---- the reference's semantics --------------------------------------------------------- */
+
+enum { RS = 6, RD = 16 };
+
+/* A problem of one head whose scores are known: Q row i is (1, 0, ...),
+ * key j is (kq[j], 0, ...), so with scale 1 the score of (i, j) is kq[j];
+ * V row j holds j + 1 in every column. */
+typedef struct ref_case {
+  fj_problem p;
+  uint16_t q[RS * RD], k[RS * RD], v[RS * RD];
+  double out[RS * RD], lse[RS];
+} ref_case;
+
+static void ref_init(ref_case *c, int sq, int skv, const double *kq)
+{
+  float f[RS * RD];
+  fj_problem_init(&c->p, 1, 1, 1, sq, skv, RD, FJ_F16, FJ_BHSD);
+  c->p.scale = 1.f;
+  for (int i = 0; i < RS * RD; i++)
+    f[i] = i % RD == 0 ? 1.f : 0.f;
+  fj_convert(FJ_F16, c->q, FJ_F32, f, RS * RD);
+  for (int i = 0; i < RS * RD; i++)
+    f[i] = i % RD == 0 ? (float)kq[i / RD] : 0.f;
+  fj_convert(FJ_F16, c->k, FJ_F32, f, RS * RD);
+  for (int i = 0; i < RS * RD; i++)
+    f[i] = (float)(i / RD + 1);
+  fj_convert(FJ_F16, c->v, FJ_F32, f, RS * RD);
+}
+
+/* What row i must be: softmax over the keys `keep` allows of score(j),
+ * applied to V's j + 1 -- computed here, by the formula. */
+typedef int (*keep_fn)(int i, int j, const void *u);
+typedef double (*score_fn)(int i, int j, double s, const void *u);
+
+static int check_rows(const ref_case *c, const double *kq, keep_fn keep,
+                      score_fn score, const void *u)
+{
+  for (int i = 0; i < c->p.seq_q; i++) {
+    double mx = -HUGE_VAL, sum = 0, acc = 0;
+    for (int j = 0; j < c->p.seq_kv; j++)
+      if (keep(i, j, u))
+        mx = fmax(mx, score(i, j, kq[j], u));
+    for (int j = 0; j < c->p.seq_kv; j++)
+      if (keep(i, j, u)) {
+        double w = exp(score(i, j, kq[j], u) - mx);
+        sum += w;
+        acc += w * (j + 1);
+      }
+    double want = sum > 0 ? acc / sum : 0, lse = sum > 0 ? mx + log(sum) : -HUGE_VAL;
+    if (fabs(c->out[i * RD] - want) > 1e-6 || fabs(c->out[i * RD + 5] - want) > 1e-6 ||
+        !(c->lse[i] == lse || fabs(c->lse[i] - lse) < 1e-6)) {
+      fprintf(stderr, "row %d: out %.9g lse %.9g, want %.9g lse %.9g\n", i,
+              c->out[i * RD], c->lse[i], want, lse);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+typedef struct win { int off, left, right, causal; } win;
+
+static int keep_window(int i, int j, const void *u)
+{
+  const win *w = u;
+  int d = i + w->off;
+  return (w->left < 0 || j >= d - w->left) && (w->right < 0 || j <= d + w->right) &&
+         (!w->causal || j <= d);
+}
+
+static int keep_all(int i, int j, const void *u)
+{
+  (void)i, (void)j, (void)u;
+  return 1;
+}
+
+static double plain(int i, int j, double s, const void *u)
+{
+  (void)i, (void)j, (void)u;
+  return s;
+}
+
+static double capped(int i, int j, double s, const void *u)
+{
+  (void)i, (void)j;
+  double cap = *(const double *)u;
+  return cap * tanh(s / cap);
+}
+
+/* The built-ins: windows (both alignments, both sides, with and without
+ * the causal mask) and the softcap, against their formulas. */
+int test_mods_reference_builtins(void)
+{
+  static const double kq[RS] = {0.5, -1, 2, 0.25, 3, -0.5};
+  static const int shapes[][2] = {{RS, RS}, {3, RS}, {RS, 3}};
+  static const int sides[][2] = {{2, 0}, {1, 1}, {0, 0}, {-1, 1}, {3, -1}, {0, 2}};
+  ref_case c;
+  fj_mods m;
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    for (size_t w = 0; w < sizeof sides / sizeof sides[0]; w++)
+      for (int causal = 0; causal < 3; causal++) {
+        if (causal && sides[w][1] > 0)
+          continue;
+        int sq = shapes[s][0], skv = shapes[s][1];
+        ref_init(&c, sq, skv, kq);
+        fj_mods_init(&m);
+        m.window_left = sides[w][0];
+        m.window_right = sides[w][1];
+        c.p.mods = &m;
+        c.p.causal = causal == 1 ? FJ_CAUSAL_TOP_LEFT
+                     : causal == 2 ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE;
+        /* The diagonal: top-left only when the causal mask says so. */
+        win wn = {causal == 1 ? 0 : skv - sq, sides[w][0], sides[w][1], causal != 0};
+        CHECK_OK(NULL, fj_reference_fwd(&c.p, c.q, c.k, c.v, NULL, NULL, 0, sq, c.out, c.lse));
+        if (check_rows(&c, kq, keep_window, plain, &wn)) {
+          fprintf(stderr, "shape %dx%d window (%d, %d) causal %d\n", sq, skv,
+                  sides[w][0], sides[w][1], causal);
+          return 1;
+        }
+      }
+  /* Softcap 2 (scores up to 3, so the cap bends them), with a window. */
+  double cap = 2;
+  ref_init(&c, RS, RS, kq);
+  fj_mods_init(&m);
+  m.softcap = 2.f;
+  c.p.mods = &m;
+  CHECK_OK(NULL, fj_reference_fwd(&c.p, c.q, c.k, c.v, NULL, NULL, 0, RS, c.out, c.lse));
+  CHECK(check_rows(&c, kq, keep_all, capped, &cap) == 0);
+  return 0;
+}
+
+typedef struct user { const float *bias; float slope; } user;
+
+static double alibi(int i, int j, double s, const void *u)
+{
+  const user *x = u;
+  return s - (double)x->slope * fabs((double)(i - j));
+}
+
+static double biased(int i, int j, double s, const void *u)
+{
+  const user *x = u;
+  int at = i - j + 2;  /* the table's index; 0 outside 0..4 */
+  return s + (at >= 0 && at < 5 ? (double)x->bias[at] : 0.0);
+}
+
+static int keep_doc(int i, int j, const void *u)
+{
+  const int *doc = u;
+  return doc[i] == doc[j];
+}
+
+static int keep_none(int i, int j, const void *u)
+{
+  (void)i, (void)j, (void)u;
+  return 0;
+}
+
+/* User expressions through the reference's evaluator: ALiBi with a scalar,
+ * a bias table read past both ends, document ids, a mask that hides
+ * everything. */
+int test_mods_reference_user(void)
+{
+  static const double kq[RS] = {0.5, -1, 2, 0.25, 3, -0.5};
+  static const float bias[5] = {0.5f, -2.f, 1.f, 0.75f, -0.25f};
+  static const int32_t doc[RS] = {0, 0, 1, 1, 1, 2};
+  ref_case c;
+  fj_mods m;
+  user u = {bias, 0.5f};
+  fj_mod_param prm[2] = {{"slope", FJ_MOD_F32, 0, {0}, NULL, 0.5}};
+  ref_init(&c, RS, RS, kq);
+  fj_mods_init(&m);
+  m.score = "s - slope * (float)abs(q - kv)";
+  m.params = prm;
+  m.num_params = 1;
+  c.p.mods = &m;
+  CHECK_OK(NULL, fj_reference_fwd(&c.p, c.q, c.k, c.v, NULL, NULL, 0, RS, c.out, c.lse));
+  CHECK(check_rows(&c, kq, keep_all, alibi, &u) == 0);
+  prm[0] = (fj_mod_param){"table", FJ_MOD_F32, 1, {5}, bias, 0};
+  m.score = "s + table(q - kv + 2)";
+  CHECK_OK(NULL, fj_reference_fwd(&c.p, c.q, c.k, c.v, NULL, NULL, 0, RS, c.out, c.lse));
+  CHECK(check_rows(&c, kq, keep_all, biased, &u) == 0);
+  prm[0] = (fj_mod_param){"doc", FJ_MOD_I32, 1, {RS}, doc, 0};
+  m.score = NULL;
+  m.mask = "doc(q) == doc(kv)";
+  CHECK_OK(NULL, fj_reference_fwd(&c.p, c.q, c.k, c.v, NULL, NULL, 0, RS, c.out, c.lse));
+  CHECK(check_rows(&c, kq, keep_doc, plain, doc) == 0);
+  m.mask = "false";
+  CHECK_OK(NULL, fj_reference_fwd(&c.p, c.q, c.k, c.v, NULL, NULL, 0, RS, c.out, c.lse));
+  CHECK(check_rows(&c, kq, keep_none, plain, NULL) == 0);
+  CHECK(c.out[0] == 0.0 && isinf(c.lse[0]) && c.lse[0] < 0);
+  /* The reference reads tensors from host memory: NULL data is refused. */
+  prm[0].data = NULL;
+  CHECK_ST(NULL, fj_reference_fwd(&c.p, c.q, c.k, c.v, NULL, NULL, 0, RS, c.out, c.lse),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "mods.params[0] (doc): a tensor's data is NULL");
+  return 0;
+}
+
+/* ---- kernels ------------------------------------------------------------------------ */
+
+/* The kernel fj_attention_plan picks for a problem with mods m, compiled:
+ * no spills, the user's text pasted after its #line. */
+static int compile_pick(fj_ctx *ctx, const fj_problem *p, fj_mma family,
+                        fj_kernel **out)
+{
+  fj_plan plan;
+  fj_resources r;
+  CHECK_OK(ctx, fj_attention_plan(ctx, p, &plan));
+  CHECK(plan.variant.mma == family);
+  CHECK_OK(ctx, fj_kernel_get(ctx, &plan.variant, out));
+  fj_kernel_resources(*out, &r);
+  const char *src = fj_kernel_source(*out, NULL);
+  char name[160];
+  fj_variant_name(&plan.variant, name, sizeof name);
+  printf("%s: %d registers, %d/%d spill bytes\n", name, r.registers,
+         r.spill_store_bytes, r.spill_load_bytes);
+  CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+  if (p->mods->score && p->mods->score[0]) {
+    CHECK(strstr(src, "#line 1 \"score\"\n"));
+    CHECK(strstr(src, p->mods->score));
+    CHECK(strstr(name, "_x"));
+  }
+  if (p->mods->softcap > 0)
+    CHECK(strstr(src, "softcap * tanhf(s / softcap)") && strstr(name, "_cap"));
+  if (p->mods->window_left >= 0)
+    CHECK(strstr(name, "_win"));
+  return 0;
+}
+
+/* Both fast families compile every kind of modification without spills;
+ * changed values (a scalar, a tensor's extents, the window's sizes, the
+ * softcap) reuse the kernel; a changed expression compiles another. */
+int test_mods_compile(void)
+{
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  fj_mod_param prm[2] = {
+      {"bias", FJ_MOD_F16, 2, {16, 8192}, NULL, 0},
+      {"doc", FJ_MOD_I32, 1, {4096}, NULL, 0},
+  };
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx);
+    fj_problem p;
+    fj_mods m;
+    fj_kernel *k1, *k2;
+    fj_problem_init(&p, 4, 16, 16, 4096, 4096, 128, FJ_BF16, FJ_BHSD);
+    p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    p.mods = &m;
+    fj_mma family = a ? FJ_MMA_WGMMA : FJ_MMA_SYNC;
+    /* Window and softcap together. */
+    fj_mods_init(&m);
+    m.window_left = 1024;
+    m.softcap = 30.f;
+    CHECK(compile_pick(ctx, &p, family, &k1) == 0);
+    fj_cache_stats before, after;
+    fj_cache_stats_get(ctx, &before);
+    m.window_left = 77;
+    m.softcap = 50.f;
+    CHECK(compile_pick(ctx, &p, family, &k2) == 0);
+    fj_cache_stats_get(ctx, &after);
+    CHECK(k2 == k1 && after.misses == before.misses);
+    /* A bias table and document ids. */
+    fj_mods_init(&m);
+    m.score = "s + bias(h, q - kv + 4096)";
+    m.mask = "doc(q) == doc(kv)";
+    m.params = prm;
+    m.num_params = 2;
+    CHECK(compile_pick(ctx, &p, family, &k1) == 0);
+    CHECK(strstr(fj_kernel_source(k1, NULL), "#line 1 \"mask\"\ndoc(q) == doc(kv)"));
+    fj_cache_stats_get(ctx, &before);
+    prm[0].extents[1] = 100;
+    CHECK(compile_pick(ctx, &p, family, &k2) == 0);
+    fj_cache_stats_get(ctx, &after);
+    CHECK(k2 == k1 && after.misses == before.misses);
+    m.score = "s + bias(h, q - kv + 4095)";
+    CHECK(compile_pick(ctx, &p, family, &k2) == 0);
+    fj_cache_stats_get(ctx, &after);
+    CHECK(k2 != k1 && after.misses == before.misses + 1);
+    prm[0].extents[1] = 8192;
+    fj_ctx_destroy(ctx);
+  }
+  return 0;
+}
+
+/* Decode shapes (the mma family's GQA packing and split-KV) take the
+ * window and the softcap as well. */
+int test_mods_compile_decode(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  fj_problem p;
+  fj_mods m;
+  fj_kernel *k;
+  fj_problem_init(&p, 1, 32, 8, 1, 32768, 128, FJ_BF16, FJ_BHSD);
+  p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+  fj_mods_init(&m);
+  m.window_left = 4096;
+  m.softcap = 50.f;
+  p.mods = &m;
+  CHECK(compile_pick(ctx, &p, FJ_MMA_SYNC, &k) == 0);
+  fj_ctx_destroy(ctx);
+  return 0;
+}
