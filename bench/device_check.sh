@@ -74,7 +74,7 @@ fi
 # 2. compute-sanitizer: one variant per (stages, swizzle, softmax), the probe.
 if part sanitize; then
   for tool in memcheck racecheck synccheck; do
-    for t in ${SANITIZE_TESTS:-gpu_sanitize_set gpu_sanitize_wgmma gpu_sanitize_serving gpu_sanitize_varlen gpu_lut_probe}; do
+    for t in ${SANITIZE_TESTS:-gpu_sanitize_set gpu_sanitize_wgmma gpu_sanitize_serving gpu_sanitize_varlen gpu_sanitize_mods gpu_lut_probe}; do
       [ $tool = synccheck ] && [ $t != gpu_sanitize_wgmma ] && continue
       timeout ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 ./tests/fj_tests $t >>"$out/sanitizer.log" 2>&1
       note "compute-sanitizer --tool $tool fj_tests $t: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY' "$out/sanitizer.log" | tail -1 | sed 's/=* //'))"
@@ -137,6 +137,15 @@ if part varlen; then
      python3 bench/varlen_compare.py ${VARLEN_ARGS:-} --out "$out" >"$out/varlen_compare.log" 2>&1)
   note "varlen_compare: exit $?"
   grep -E "^varlen|Error|error" "$out/varlen_compare.log" | cut -c1-400 | tee -a "$summary"
+fi
+
+# 4d. Score and mask modifications beside FlexAttention
+#     (bench/mods_compare.py).
+if part mods; then
+  (cd /work/main && FLASHJIT_LIB=build/libflashjit.so PYTHONUNBUFFERED=1 \
+     python3 bench/mods_compare.py ${MODS_ARGS:-} --out "$out" >"$out/mods_compare.log" 2>&1)
+  note "mods_compare: exit $?"
+  grep -E "^mods|Error|error" "$out/mods_compare.log" | cut -c1-400 | tee -a "$summary"
 fi
 
 # 4b. Serving shapes (decode, GQA, split-KV) beside SDPA and a copy

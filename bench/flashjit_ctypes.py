@@ -26,7 +26,7 @@ class Variant(C.Structure):
     _fields_ = [(n, C.c_int) for n in ("head_dim", "tile_m", "tile_n", "warps", "stages",
                                        "swizzle", "softmax", "mma", "causal", "dtype",
                                        "kv_dtype", "pack_gqa", "split_kv", "varlen",
-                                       "paged")]
+                                       "paged")] + [("mods", C.c_void_p)]
 
 
 class Problem(C.Structure):
@@ -39,7 +39,47 @@ class Problem(C.Structure):
                 ("v_scale", C.c_void_p), ("splits", C.c_int),
                 ("cu_seqlens_q", C.c_void_p), ("cu_seqlens_kv", C.c_void_p),
                 ("seqused_kv", C.c_void_p), ("block_table", C.c_void_p),
-                ("max_pages", C.c_int), ("page_size", C.c_int), ("num_pages", C.c_int)]
+                ("max_pages", C.c_int), ("page_size", C.c_int), ("num_pages", C.c_int),
+                ("mods", C.c_void_p)]
+
+
+MOD_F32, MOD_I32, MOD_F16, MOD_BF16 = 1, 2, 3, 4
+
+
+class ModParam(C.Structure):
+    _fields_ = [("name", C.c_char_p), ("type", C.c_int), ("rank", C.c_int),
+                ("extents", C.c_int64 * 4), ("data", C.c_void_p), ("value", C.c_double)]
+
+
+class Mods(C.Structure):
+    _fields_ = [("score", C.c_char_p), ("mask", C.c_char_p), ("params", C.POINTER(ModParam)),
+                ("num_params", C.c_int), ("window_left", C.c_int), ("window_right", C.c_int),
+                ("softcap", C.c_float)]
+
+
+def mods(score=None, mask=None, params=(), window=(-1, -1), softcap=0.0):
+    """An fj_mods; params: (name, type, value) for scalars or (name, type, tensor) for
+    device tensors.  The returned object keeps what its pointers point to alive."""
+    m = Mods()
+    m.score = score.encode() if score else None
+    m.mask = mask.encode() if mask else None
+    arr = (ModParam * max(1, len(params)))()
+    for i, (name, ty, val) in enumerate(params):
+        arr[i].name = name.encode()
+        arr[i].type = ty
+        if hasattr(val, "data_ptr"):
+            arr[i].rank = val.dim()
+            for d in range(val.dim()):
+                arr[i].extents[d] = val.shape[d]
+            arr[i].data = val.data_ptr()
+        else:
+            arr[i].value = float(val)
+    m.params = arr
+    m.num_params = len(params)
+    m.window_left, m.window_right = window
+    m.softcap = softcap
+    m._keep = (arr, params)
+    return m
 
 
 class Plan(C.Structure):
