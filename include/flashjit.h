@@ -550,8 +550,11 @@ struct fj_mods {
    * must be -1 or 0. */
   int window_left;
   int window_right;
-  /* > 0: logit soft-capping, softcap * tanhf(s / softcap), applied after
-   * the score expression (Gemma 2's 50, Grok's 30).  0: none. */
+  /* > 0: logit soft-capping, softcap * tanh(s / softcap), applied after
+   * the score expression (Gemma 2's 50, Grok's 30).  0: none.  The
+   * kernels take tanh from the special-function unit (tanh.approx.f32,
+   * relative error about 2^-11, as FlashAttention does): a capped score
+   * is within about softcap * 2^-11 of the exact one. */
   float softcap;
 };
 

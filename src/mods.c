@@ -40,12 +40,42 @@ int fj__mods_user(const fj_mods *m)
   return m && (has_text(m->score) || has_text(m->mask) || m->num_params > 0);
 }
 
-int fj__mods_tensors(const fj_mods *m)
+static int ident_char(char c)
 {
-  for (int i = 0; m && m->params && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++)
-    if (m->params[i].rank > 0)
-      return 1;
-  return 0;
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '_';
+}
+
+/* Calls of tensor parameters in text: an identifier that names one,
+ * followed by '(' (the parser allows tensors in no other form). */
+static int count_reads(const fj_mods *m, const char *text)
+{
+  int n = 0;
+  for (const char *c = text; c && *c;) {
+    if (!ident_char(*c)) {
+      c++;
+      continue;
+    }
+    const char *start = c;
+    while (ident_char(*c))
+      c++;
+    const char *after = c;
+    while (*after == ' ' || *after == '\t' || *after == '\n' || *after == '\r')
+      after++;
+    for (int i = 0; *after == '(' && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++)
+      if (m->params[i].rank > 0 && m->params[i].name &&
+          strlen(m->params[i].name) == (size_t)(c - start) &&
+          !strncmp(m->params[i].name, start, (size_t)(c - start)))
+        n++;
+  }
+  return n;
+}
+
+int fj__mods_reads(const fj_mods *m)
+{
+  if (!m || !m->params)
+    return 0;
+  return count_reads(m, m->score) + count_reads(m, m->mask);
 }
 
 int fj__mods_on(const fj_mods *m)

@@ -17,7 +17,9 @@ int fj__mods_window(const fj_mods *m);   /* a window bounded on some side */
 int fj__mods_softcap(const fj_mods *m);  /* softcap > 0 */
 int fj__mods_user(const fj_mods *m);     /* an expression or a parameter */
 int fj__mods_on(const fj_mods *m);       /* any of the three */
-int fj__mods_tensors(const fj_mods *m);  /* a tensor parameter */
+/* Reads of tensor parameters the expressions make (calls in their text):
+ * each holds a load in flight per element. */
+int fj__mods_reads(const fj_mods *m);
 
 /* fj_mods_check with the message on ctx (NULL: the thread's), all but the
  * tensors' data pointers (a plan or a variant needs none); those are

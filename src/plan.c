@@ -151,9 +151,10 @@ static void wgmma_choice(fj_variant *v)
    * expressions. */
   if (fj__mods_user(v->mods) || fj__mods_softcap(v->mods))
     v->tile_n = d == 64 ? 96 : d == 128 ? 128 : d == 192 ? 80 : 64;
-  /* Reads of tensor parameters per element hold their loads in flight: a
-   * bias table with document ids spills 16-336 bytes above these. */
-  if (fj__mods_tensors(v->mods))
+  /* Reads of tensor parameters per element hold their loads in flight:
+   * two or more (a bias table with document ids: three) spill 16-336
+   * bytes above these tiles. */
+  if (fj__mods_reads(v->mods) >= 2)
     v->tile_n = d == 256 ? 48 : 64;
 }
 
@@ -187,9 +188,12 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
     /* A score or mask function per element: with two 16-row slices a warp
      * ptxas spills 24-120 bytes at head dim 128 (sm_80); with one, none. */
     v->warps = v->tile_m / 16;
-    /* A bias table with a document mask still spills 20 bytes at head dim
-     * 128 with 64-key tiles (sm_80). */
-    if (fj__mods_user(p->mods) && v->head_dim >= 128)
+    /* A bias table with a document mask still spills 12-20 bytes at head
+     * dims 96-128 with 64-key tiles, the softcap 16 at head dim 160, ALiBi
+     * 52 at head dim 64 with 128 (sm_80). */
+    if (v->head_dim <= 64 && v->tile_n > 64)
+      v->tile_n = 64;
+    else if (v->head_dim >= (fj__mods_user(p->mods) ? 96 : 160))
       v->tile_n = 32;
   }
 }
@@ -211,7 +215,7 @@ int fj__plan_class(const fj_ctx *ctx, const fj_problem *p)
          fj__decode_rows(p) << 2 | (p->splits >= 2) << 10 |
          fj__problem_varlen(p) << 11 | fj__problem_paged(p) << 12 |
          fj__mods_on(p->mods) << 13 | fj__mods_user(p->mods) << 14 |
-         fj__mods_softcap(p->mods) << 15 | fj__mods_tensors(p->mods) << 16;
+         fj__mods_softcap(p->mods) << 15 | (fj__mods_reads(p->mods) >= 2) << 16;
 }
 
 /* ---- splits, grids, workspace ------------------------------------------------------ */

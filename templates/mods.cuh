@@ -46,12 +46,14 @@ struct ModArgs {
 static_assert(sizeof(ModArgs) == {{ bytes }}, "host and device disagree on the parameters' block");
 {%   end %}
 {%   if mods.softcap then %}
-// tanh(x) = sign(x) (1 - e) / (1 + e), e = 2^(-2 |x| log2(e)): one ex2 and
-// one approximate division, about 1e-7 off, with fewer registers than
-// tanhf's polynomial (which spills beside the wgmma family's S and O).
+// tanh by the special-function unit (tanh.approx.f32, sm_75 on: relative
+// error about 2^-11), as FlashAttention's softcap: one instruction where
+// tanhf takes a polynomial and the exact form an ex2 and a division --
+// the softmax's own ex2 shares the same unit.
 __device__ __forceinline__ float softcap_tanh(float x) {
-  const float e = fast_exp2(-2.88539008178f * fabsf(x));
-  return copysignf(__fdividef(1.f - e, 1.f + e), x);
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 {%   end %}
 }  // namespace fj
@@ -92,7 +94,7 @@ __device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, in
   );
 {%     end %}
 {%     if mods.softcap then %}
-  // The built-in softcap (fj_mods.softcap): softcap * tanhf(s / softcap).
+  // The built-in softcap (fj_mods.softcap): softcap * tanh(s / softcap).
   s = p.softcap * fj::softcap_tanh(s * p.softcap_inv);
 {%     end %}
   return s;

@@ -361,7 +361,7 @@ static int compile_pick(fj_ctx *ctx, const fj_problem *p, fj_mma family,
     CHECK(strstr(name, "_x"));
   }
   if (p->mods->softcap > 0)
-    CHECK(strstr(src, "softcap * tanhf(s / softcap)") && strstr(name, "_cap"));
+    CHECK(strstr(src, "softcap * tanh(s / softcap)") && strstr(name, "_cap"));
   if (p->mods->window_left >= 0)
     CHECK(strstr(name, "_win"));
   return 0;

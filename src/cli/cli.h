@@ -26,6 +26,7 @@ enum {
   CMD_PLAN = 32,
   CMD_VARIANT = CMD_EMIT | CMD_RUN,
   CMD_PROBLEM = CMD_RUN | CMD_TUNE | CMD_PLAN,
+  CMD_MODS = CMD_EMIT | CMD_RUN | CMD_PLAN,
   CMD_ALL = 63
 };
 
@@ -33,6 +34,14 @@ enum {
 typedef struct seq_len {
   int q, kv;
 } seq_len;
+
+/* One --param as given: its own copy of the text, into which the
+ * parameter's name points (cut at its ':' or '='), and for a tensor read
+ * from a file, the file (NULL: random from --seed). */
+typedef struct param_arg {
+  char *text;        /* owned; cli_release frees it */
+  const char *file;  /* into text */
+} param_arg;
 
 typedef struct cli {
   const char *cmd_name;
@@ -71,6 +80,14 @@ typedef struct cli {
   int iters;
   int warmup;
   int seed;
+  /* --score-mod, --mask-mod, --window, --softcap, --param (run, plan,
+   * emit): one fj_mods whose params are `params`, tensors without data
+   * (run uploads copies: run_data) */
+  fj_mods mods;
+  fj_mod_param params[FJ_MOD_PARAMS_MAX];
+  param_arg param_args[FJ_MOD_PARAMS_MAX];
+  int mods_on;            /* some modification is on: problem.mods and
+                             variant.mods point at mods */
   /* lut */
   const char *frag;
   /* tune */
@@ -103,6 +120,10 @@ typedef struct run_data {
   void *dq, *dk, *dv, *dout;  /* device */
   float *dlse, *hlse;
   float *hks, *hvs, *dks, *dvs;  /* FP8 K/V scales */
+  /* The modifications with --param's tensors in host memory (for the
+   * reference) and in device memory (p.mods points at dmods). */
+  fj_mods hmods, dmods;
+  fj_mod_param hparams[FJ_MOD_PARAMS_MAX], dparams[FJ_MOD_PARAMS_MAX];
   size_t esize, kvsize;
   check_block *blocks;           /* rows the check covers, computed once */
   int nblocks;
@@ -124,7 +145,14 @@ int cli_fj_error(const cli *c, const fj_ctx *ctx, fj_status st);
 /* Whether --name appeared on the command line. */
 int cli_flag_given(const cli *c, const char *name);
 
-/* Frees what cli_parse allocated (--varlen's entries). */
+/* "f32", "f16", "bf16", "i32" ("?" for others). */
+const char *cli_mod_type_name(fj_mod_type t);
+
+/* Bytes of a --param tensor's data (SIZE_MAX when they would not fit in
+ * a size_t). */
+size_t cli_param_bytes(const fj_mod_param *p);
+
+/* Frees what cli_parse allocated (--varlen's entries, --param's texts). */
 void cli_release(cli *c);
 
 /* Opens a context (device, or arch compile-only); 0 or the exit status. */
@@ -166,6 +194,10 @@ int cli_problem_on_device(cli *c, run_data *d, fj_ctx **ctx);
 /* Random inputs from seed, on the host and on the current device. */
 int cli_run_alloc(run_data *d, int seed);
 
+/* --param's tensors (random from seed, or read from their files) on the
+ * host and on the current device, and d's problem pointing at them. */
+int cli_run_mods(const cli *c, run_data *d, int seed);
+
 /* Frees what cli_run_alloc and the check allocated. */
 void cli_run_free(run_data *d);
 
@@ -197,5 +229,10 @@ int cli_cmd_lut(cli *c);
 
 /* flashjit plan (cli_plan.c): what the library would launch, no GPU. */
 int cli_cmd_plan(cli *c);
+
+/* The modifications that are on, as key=value (window=128,0 softcap=30
+ * score_mod=... mask_mod=... params=NAME:TYPE:RANK,...), each between
+ * before and after (cli_plan.c; run's report prints them too). */
+void cli_mods_print(const cli *c, const char *before, const char *after);
 
 #endif

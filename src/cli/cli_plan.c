@@ -3,11 +3,73 @@
  * problem, one key=value a line, with no GPU (a compile-only context for
  * --arch, planning for --sms multiprocessors) or for --device's GPU.  A
  * --varlen or --page-size problem is planned from its bounds: its index
- * arrays are placeholders (cli_problem).
+ * arrays are placeholders (cli_problem); --param's tensors have extents
+ * and no data (a plan needs none).
  */
 #include <stdio.h>
 
 #include "cli.h"
+
+/* An expression as one value: a control character (a newline, a tab,
+ * which the expressions may hold) escaped, so that it stays on its line. */
+static void print_expr(const char *key, const char *text, const char *before,
+                       const char *after)
+{
+  printf("%s%s=", before, key);
+  for (const unsigned char *s = (const unsigned char *)text; *s; s++)
+    if (*s == '\n')
+      fputs("\\n", stdout);
+    else if (*s == '\t')
+      fputs("\\t", stdout);
+    else if (*s < 0x20 || *s == 0x7f)
+      printf("\\x%02x", *s);
+    else
+      putchar(*s);
+  fputs(after, stdout);
+}
+
+void cli_mods_print(const cli *c, const char *before, const char *after)
+{
+  const fj_mods *m = &c->mods;
+  if (!c->mods_on)
+    return;
+  if (m->window_left != -1 || m->window_right != -1)
+    printf("%swindow=%d,%d%s", before, m->window_left, m->window_right, after);
+  if (m->softcap > 0.f)
+    printf("%ssoftcap=%g%s", before, (double)m->softcap, after);
+  if (m->score && m->score[0])
+    print_expr("score_mod", m->score, before, after);
+  if (m->mask && m->mask[0])
+    print_expr("mask_mod", m->mask, before, after);
+  for (int i = 0; i < m->num_params; i++)
+    printf("%s%s%s:%s:%d%s", i ? "" : before, i ? "," : "params=",
+           m->params[i].name, cli_mod_type_name(m->params[i].type),
+           m->params[i].rank, i + 1 < m->num_params ? "" : after);
+}
+
+/* mods=none, or the pieces that are on and a line for each. */
+static void print_mods(const cli *c)
+{
+  const fj_mods *m = &c->mods;
+  if (!c->mods_on) {
+    printf("mods=none\n");
+    return;
+  }
+  const char *pieces[] = {
+      m->window_left != -1 || m->window_right != -1 ? "window" : NULL,
+      m->softcap > 0.f ? "softcap" : NULL,
+      m->score && m->score[0] ? "score_mod" : NULL,
+      m->mask && m->mask[0] ? "mask_mod" : NULL,
+      m->num_params > 0 ? "params" : NULL};
+  const char *sep = "mods=";
+  for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++)
+    if (pieces[i]) {
+      printf("%s%s", sep, pieces[i]);
+      sep = ",";
+    }
+  printf("\n");
+  cli_mods_print(c, "", "\n");
+}
 
 static void print_grid(const char *key, const unsigned g[3])
 {
@@ -58,6 +120,7 @@ int cli_cmd_plan(cli *c)
   printf("paged=%d\n", v->paged);
   if (v->paged)
     printf("page_size=%d\n", p.page_size);
+  print_mods(c);
   printf("rows=%d\n", plan.rows);
   print_grid("grid", plan.grid);
   printf("threads=%u\n", plan.threads);

@@ -3,6 +3,7 @@
  * checked before any GPU is looked for; for `run`, its random inputs in
  * device memory and the check of a variant against the float64 reference.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -117,6 +118,7 @@ static fj_problem host_problem(const run_data *d)
   p.cu_seqlens_kv = p.cu_seqlens_kv ? d->hix.cu_kv : NULL;
   p.seqused_kv = p.seqused_kv ? d->hix.used_kv : NULL;
   p.block_table = p.block_table ? d->hix.table : NULL;
+  p.mods = p.mods ? &d->hmods : NULL;
   return p;
 }
 
@@ -292,6 +294,98 @@ int cli_run_alloc(run_data *d, int seed)
   return 0;
 }
 
+/* ---- the tensors of --param ----------------------------------------------------------- */
+
+/* A tensor parameter of n elements from state: floats uniform in [-1, 1),
+ * i32 uniform in 0..extents[0] - 1 (indices into its first dimension:
+ * document ids of a document mask, for one). */
+static void *random_param(const fj_mod_param *p, size_t n, uint64_t *state)
+{
+  if (p->type == FJ_MOD_F16 || p->type == FJ_MOD_BF16)
+    return random_tensor(p->type == FJ_MOD_F16 ? FJ_F16 : FJ_BF16, n, 1.f,
+                         state);
+  void *out = malloc(n * 4);
+  int32_t *i32 = out;
+  float *f32 = out;
+  for (size_t i = 0; out && i < n; i++) {
+    if (p->type == FJ_MOD_I32)
+      i32[i] = (int32_t)(next_u64(state) % (uint64_t)p->extents[0]);
+    else
+      f32[i] = next_uniform(state);
+  }
+  return out;
+}
+
+/* A tensor parameter's file, exactly bytes long (as --param checked; the
+ * file may have changed since).  NULL with errno set, 0 for a file whose
+ * size changed. */
+static void *read_param(const char *file, size_t bytes)
+{
+  FILE *f = fopen(file, "rb");
+  void *out = f ? malloc(bytes) : NULL;
+  int ok = out && fread(out, 1, bytes, f) == bytes && fgetc(f) == EOF;
+  if (out && !ok && !ferror(f))
+    errno = 0;
+  if (f)
+    fclose(f);
+  if (!ok) {
+    free(out);
+    return NULL;
+  }
+  return out;
+}
+
+/* Parameter i's host data: its file, or random from seed in a stream of
+ * its own (so that one parameter's values do not depend on the others'). */
+static int param_host_data(const cli *c, run_data *d, int i, int seed)
+{
+  fj_mod_param *hp = &d->hparams[i];
+  const char *file = c->param_args[i].file;
+  size_t bytes = cli_param_bytes(hp);
+  size_t esize = hp->type == FJ_MOD_F16 || hp->type == FJ_MOD_BF16 ? 2 : 4;
+  uint64_t state = seed_state(seed) ^
+                   UINT64_C(0x706172616d) * (uint64_t)(2 * i + 1);  /* "param" */
+  errno = ENOMEM;
+  if (bytes != SIZE_MAX)
+    hp->data = file ? read_param(file, bytes)
+                    : random_param(hp, bytes / esize, &state);
+  if (hp->data)
+    return 0;
+  if (file && errno != ENOMEM)
+    fprintf(stderr, "flashjit run: cannot read --param %s's FILE '%s' (%zu "
+                    "bytes): %s\n",
+            hp->name, file, bytes, errno ? strerror(errno) : "its size changed");
+  else
+    fprintf(stderr, "flashjit run: out of host memory for --param %s (%zu "
+                    "bytes)\n",
+            hp->name, bytes);
+  return EXIT_FAIL;
+}
+
+int cli_run_mods(const cli *c, run_data *d, int seed)
+{
+  if (!d->p.mods)
+    return 0;
+  d->hmods = d->dmods = c->mods;
+  memcpy(d->hparams, c->params, sizeof d->hparams);
+  memcpy(d->dparams, c->params, sizeof d->dparams);
+  d->hmods.params = d->hparams;
+  d->dmods.params = d->dparams;
+  d->p.mods = &d->dmods;
+  for (int i = 0; i < c->mods.num_params; i++) {
+    if (c->params[i].rank == 0)
+      continue;
+    if (param_host_data(c, d, i, seed))
+      return EXIT_FAIL;
+    size_t bytes = cli_param_bytes(&d->hparams[i]);
+    void *dev = NULL;
+    CUDA_TRY(cudaMalloc(&dev, bytes));
+    d->dparams[i].data = dev;
+    CUDA_TRY(cudaMemcpy(dev, d->hparams[i].data, bytes, cudaMemcpyHostToDevice));
+  }
+  return 0;
+}
+
 /* The check's blocks and their reference (see check_blocks). */
 static void free_blocks(run_data *d)
 {
@@ -326,6 +420,10 @@ void cli_run_free(run_data *d)
   cudaFree(d->dix.cu_kv);
   cudaFree(d->dix.used_kv);
   cudaFree(d->dix.table);
+  for (int i = 0; i < FJ_MOD_PARAMS_MAX; i++) {
+    free((void *)d->hparams[i].data);
+    cudaFree((void *)d->dparams[i].data);
+  }
 }
 
 /* One launch: variant v, or the library's choice when v is NULL. */
@@ -338,16 +436,41 @@ fj_status cli_launch_one(fj_ctx *ctx, run_data *d, const fj_variant *v,
   return fj_attention_fwd(ctx, &d->p, d->dq, d->dk, d->dv, d->dout, lse, NULL);
 }
 
-/* Two matrix products over each sequence's own queries and keys (half of
- * them under a causal mask, near enough). */
+/* The (query, key) pairs of one sequence inside --window (and the causal
+ * mask): the kernels skip the tiles outside, so only these count.  The
+ * window sits on the causal diagonal, bottom-right unless top-left. */
+static double window_pairs(const fj_problem *p, int len_q, int len_kv)
+{
+  const fj_mods *m = p->mods;
+  long long off = p->causal == FJ_CAUSAL_TOP_LEFT ? 0 : (long long)len_kv - len_q;
+  double pairs = 0;
+  for (long long r = 0; r < len_q; r++) {
+    long long diag = r + off;
+    long long lo = m->window_left >= 0 ? diag - m->window_left : 0;
+    long long hi = p->causal != FJ_CAUSAL_NONE ? diag
+                   : m->window_right >= 0      ? diag + m->window_right
+                                               : len_kv - 1;
+    lo = lo > 0 ? lo : 0;
+    hi = hi < len_kv - 1 ? hi : len_kv - 1;
+    pairs += hi >= lo ? (double)(hi - lo + 1) : 0;
+  }
+  return pairs;
+}
+
+/* Two matrix products over each sequence's own queries and keys: half of
+ * them under a causal mask (near enough), those inside a window exactly;
+ * a mask expression hides pairs the kernels still compute, so all count. */
 static double problem_flops(const run_data *d)
 {
   const fj_problem *p = &d->p;
+  int window = p->mods && (p->mods->window_left != -1 ||
+                           p->mods->window_right != -1);
   double pairs = 0;
   for (int b = 0; b < p->batch; b++)
-    pairs += (double)cli_len_q(d, b) * cli_len_kv(d, b);
+    pairs += window ? window_pairs(p, cli_len_q(d, b), cli_len_kv(d, b))
+                    : (double)cli_len_q(d, b) * cli_len_kv(d, b);
   double f = 4.0 * p->heads_q * pairs * p->head_dim;
-  return p->causal != FJ_CAUSAL_NONE ? f / 2 : f;
+  return p->causal != FJ_CAUSAL_NONE && !window ? f / 2 : f;
 }
 
 double cli_tflops(const run_data *d, double ms)
@@ -644,6 +767,7 @@ int cli_problem(cli *c, fj_problem *p)
   p->causal = c->v.causal;
   p->kv_dtype = c->v.kv_dtype;
   p->splits = c->splits;
+  p->mods = c->mods_on ? &c->mods : NULL;
   if (c->lens)
     p->cu_seqlens_q = p->cu_seqlens_kv = index_placeholder;
   if (cli_flag_given(c, "page-size"))

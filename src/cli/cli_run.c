@@ -126,10 +126,12 @@ static int run_report(cli *c, fj_ctx *ctx, run_data *d)
   char layout[256];
   layout_words(c, d, layout, sizeof layout);
   printf("device: %s (%s)\nproblem: B=%d H=%d Hkv=%d Sq=%d Skv=%d D=%d %s "
-         "causal=%s %s\nvariant: %s (%s)\n",
+         "causal=%s %s",
          info.name, fj_ctx_arch(ctx), d->p.batch, d->p.heads_q,
          d->p.heads_kv, d->p.seq_q, d->p.seq_kv, d->p.head_dim,
-         fj_dtype_name(d->p.dtype), fj_causal_name(d->p.causal), layout, name,
+         fj_dtype_name(d->p.dtype), fj_causal_name(d->p.causal), layout);
+  cli_mods_print(c, " ", "");
+  printf("\nvariant: %s (%s)\n", name,
          c->variant_given ? "given" : from == FJ_CHOICE_TUNED ? "tuned"
                                                               : "heuristic");
   struct timespec a, z;
@@ -205,6 +207,8 @@ static int run_on_device(cli *c, fj_ctx *ctx, run_data *d)
 {
   CUDA_TRY(cudaSetDevice(c->device));
   int rc = cli_run_alloc(d, c->seed ? c->seed : 1);
+  if (!rc)
+    rc = cli_run_mods(c, d, c->seed ? c->seed : 1);
   if (rc)
     return rc;
   if (c->sweep)
