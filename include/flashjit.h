@@ -490,7 +490,8 @@ typedef struct fj_problem {
  *
  * The expressions are C expressions (not statements) over the int
  * variables b, h, hkv, q, kv, the float s (score only), the parameters,
- * integer and floating literals, the operators of C except assignment,
+ * int literals and float literals with an f suffix (0.5f: an unsuffixed
+ * one is a double in C), the operators of C except assignment,
  * increment, member access and the comma, casts to (float) and (int),
  * true and false, and the functions expf exp2f logf log2f sqrtf rsqrtf
  * tanhf sinf cosf fabsf fminf fmaxf floorf ceilf roundf truncf powf erff

@@ -138,8 +138,9 @@ static int reserved(const char *name)
   for (size_t i = 0; i < FJ_ARRAY_LEN(words); i++)
     if (strcmp(name, words[i]) == 0)
       return 1;
-  return !strncmp(name, "fj", 2) || !strncmp(name, "FJ", 2) ||
-         !strncmp(name, "CUDA", 4) || !strncmp(name, "cuda", 4);
+  return fj__expr_reserved(name) || !strncmp(name, "fj", 2) ||
+         !strncmp(name, "FJ", 2) || !strncmp(name, "CUDA", 4) ||
+         !strncmp(name, "cuda", 4);
 }
 
 static int identifier(const char *s)

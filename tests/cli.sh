@@ -141,6 +141,113 @@ sed -n 1p "$tmp/src" | grep -q "^// flashjit generated kernel: fj_attn_.*_mma_.*
 "$FJ" emit --varlen 17,0 --page-size 16 --what resources | grep -q "^variant=fj_attn_.*_vl_paged$" \
   || fail "emit --varlen --page-size is not a paged variant"
 
+# Score and mask modifications.  Malformed --window, --softcap and --param
+# values are refused by the CLI before any GPU or compiler work, naming the
+# value and what is allowed; names and expressions are the library's to
+# refuse (fj_mods_check): exit 2 with its message.
+MP="plan --shape 2,8,256,64"
+W="expected LEFT,RIGHT: two integers, each -1 (unbounded) or 0..1073741824, digits only"
+for w in 128 128,0,0 "" , 128, ,0 -2,0 0,-5 -0,0 +1,0 "1, 2" "1 ,2" x,0 0,1073741825 99999999999,0 1.5,0 0x10,0 --1,0 1,-1x; do
+  expect 2 "invalid value '$w' for --window: $W" $MP --window "$w"
+done
+SC="expected a finite number above 0 (the cap, e.g. 30)"
+for cap in 0 -30 -0.5 nan inf -inf 1e999 1e-50 abc 30x "" " 30" 0x; do
+  expect 2 "invalid value '$cap' for --softcap: $SC" $MP --softcap "$cap"
+done
+PF="(expected NAME=VALUE, NAME:f32=VALUE, NAME:i32=VALUE, NAME:DTYPE[E0,...] or NAME:DTYPE[E0,...]@FILE; DTYPE f32, f16, bf16 or i32)"
+refuse_param() { expect 2 "invalid value '$1' for --param: $2 $PF" $MP --param "$1"; }
+I32="VALUE is not an i32 (digits, an optional '-', -2147483648..2147483647)"
+F32="VALUE is not an f32 (a finite float32)"
+EXT="the extents are not 1 to 4 integers in 1..2147483647"
+refuse_param bias "no '=VALUE' or ':TYPE' after NAME"
+for v in abc "" 2147483648 -2147483649 0x10 +1 " 1" 1x; do refuse_param "x=$v" "$I32"; done
+for v in 1.5.2 1e999 .e 1.5f; do refuse_param "x=$v" "$F32"; done
+for v in nan inf "" 1e39 abc; do refuse_param "x:f32=$v" "$F32"; done
+refuse_param "x:i32=1.5" "$I32"
+refuse_param "x:f64=1" "TYPE is not f32, f16, bf16 or i32"
+refuse_param "x:=1" "TYPE is not f32, f16, bf16 or i32"
+refuse_param "x:F16[8]" "TYPE is not f32, f16, bf16 or i32"
+refuse_param "x:f16=1" "a scalar's TYPE is f32 or i32"
+refuse_param "x:bf16=1" "a scalar's TYPE is f32 or i32"
+refuse_param "x:f16" "no '=VALUE' or '[E0,...]' after TYPE"
+refuse_param "x:f16[8,64" "no ']' after the extents"
+for e in "[]" "[0]" "[8,,64]" "[,8]" "[8,]" "[1,2,3,4,5]" "[-1]" "[2147483648]" "[ 8]" "[8x]"; do
+  refuse_param "x:f16$e" "$EXT"
+done
+refuse_param "x:f16[8]x" "after ']' comes nothing or @FILE"
+refuse_param "x:f16[8]@" "after ']' comes nothing or @FILE"
+refuse_param "x:f16[8]]" "after ']' comes nothing or @FILE"
+head -c 1000 /dev/zero >"$tmp/bias.bin"
+expect 2 "invalid value 'bias:f16[8,64]@$tmp/bias.bin' for --param: FILE '$tmp/bias.bin' has 1000 bytes; 8 x 64 f16 values take 1024 (raw, little-endian)" $MP --param "bias:f16[8,64]@$tmp/bias.bin"
+expect 2 "FILE '$tmp/bias.bin' has 1000 bytes; 250 x 2 i32 values take 2000" $MP --param "d:i32[250,2]@$tmp/bias.bin"
+expect 2 "invalid value 'b2:f32[8]@$tmp/none.bin' for --param: cannot read FILE '$tmp/none.bin': No such file or directory" $MP --param "b2:f32[8]@$tmp/none.bin"
+expect 2 "FILE '$tmp' is not a regular file" $MP --param "b2:f32[8]@$tmp"
+expect 2 "invalid value 'p8=8' for --param: more than 8 parameters (at most 8 --param)" $MP \
+  --param p0=0 --param p1=1 --param p2=2 --param p3=3 --param p4=4 --param p5=5 --param p6=6 --param p7=7 --param p8=8
+expect 2 "';' at column 2" $MP --score-mod 's;'
+expect 2 "mods.score: ';' at column 2" emit --score-mod 's;'
+expect 2 "';' at column 2" run --shape 1,8,128,64 --score-mod 's;'
+expect 2 "mods.mask: ';' at column 8" $MP --mask-mod 'q >= kv; asm("trap")'
+expect 2 "'nope' at column 5" $MP --score-mod 's + nope'
+expect 2 "'bias' at column 1" $MP --score-mod 'bias + s' --param 'bias:f16[8,64]'
+expect 2 "mods.params[1].name \"a\" is also params[0]'s" $MP --param a=1 --param a:f32=2
+expect 2 "mods.params[0].name \"b\" is reserved" $MP --param b=1
+expect 2 "mods.params[0].name \"1x\" is not a name" $MP --param 1x=1
+expect 2 "mods.params[0].name \"\" is not a name" emit --param =1
+expect 2 "mods.window_right 4 with causal top-left" $MP --causal --window 128,4
+expect 2 "mods (window, softcap, score and mask expressions) are implemented for mma mma and mma wgmma; this variant is mma wmma" emit --mma wmma --softcap 30
+expect 2 "invalid value '0' for --softcap" run --shape 1,8,128,64 --softcap 0
+expect 2 "invalid value '1' for --window" emit --window 1
+expect 2 "unknown option '--window'" tune --shape 1,8,64,64 --window 1,1
+expect 2 "unknown option '--param'" lut --param x=1
+expect 0 "--param" plan --help
+expect 0 "NAME:DTYPE[E0,...]@FILE" run --help
+expect 0 "LEFT,RIGHT" emit --help
+"$FJ" plan --shape 2,8,64,64 | grep -qx "mods=none" || fail "plan without modifications lacks mods=none"
+"$FJ" plan --shape 2,8,64,64 --window -1,-1 --score-mod "" | grep -qx "mods=none" || fail "plan with modifications all off lacks mods=none"
+"$FJ" plan --shape 1,8,4096,128 --causal --window 128,0 >"$tmp/plan" || fail "plan --window"
+for kv in "mods=window" "window=128,0"; do
+  grep -qx "$kv" "$tmp/plan" || fail "window plan lacks $kv: $(tr '\n' ' ' <"$tmp/plan")"
+done
+grep -q "^variant=fj_attn_.*_win$" "$tmp/plan" && ! grep -q "^softcap=" "$tmp/plan" \
+  || fail "window plan: variant or softcap: $(tr '\n' ' ' <"$tmp/plan")"
+"$FJ" plan --shape 1,8,4096,128 --softcap 30 >"$tmp/plan" || fail "plan --softcap"
+for kv in "mods=softcap" "softcap=30"; do
+  grep -qx "$kv" "$tmp/plan" || fail "softcap plan lacks $kv: $(tr '\n' ' ' <"$tmp/plan")"
+done
+grep -q "^variant=fj_attn_.*_cap$" "$tmp/plan" || fail "softcap plan: variant is not _cap: $(tr '\n' ' ' <"$tmp/plan")"
+head -c 2048 /dev/zero >"$tmp/doc.bin"
+"$FJ" plan --shape 2,8,512,64 --window 256,-1 --softcap 50.5 --score-mod 's + slope * (float)(kv - q)' --param slope=0.5 \
+  --mask-mod 'doc(q) == doc(kv)' --param "doc:i32[512]@$tmp/doc.bin" --param n=7 >"$tmp/plan" || fail "plan with expressions"
+for kv in "mods=window,softcap,score_mod,mask_mod,params" "window=256,-1" "softcap=50.5" \
+  "score_mod=s + slope * (float)(kv - q)" "mask_mod=doc(q) == doc(kv)" "params=slope:f32:0,doc:i32:1,n:i32:0"; do
+  grep -qxF "$kv" "$tmp/plan" || fail "expression plan lacks $kv: $(tr '\n' ' ' <"$tmp/plan")"
+done
+grep -q "^variant=fj_attn_.*_win_cap_x[0-9a-f]\{8\}$" "$tmp/plan" \
+  || fail "expression plan: variant is not _win_cap_x...: $(tr '\n' ' ' <"$tmp/plan")"
+"$FJ" plan --shape 2,8,64,64 --score-mod "$(printf 's\n+ 1.5f')" | grep -qxF 'score_mod=s\n+ 1.5f' \
+  || fail "plan: a newline in an expression is not escaped: $("$FJ" plan --shape 2,8,64,64 --score-mod "$(printf 's\n+ 1.5f')")"
+# emit: the variant built from the flags carries the modifications' form:
+# the user's text after a #line naming it, a name with _x and the hash.
+XS='s + bias(h, q - kv + 8)'
+for target in "--arch sm_90a" "--arch sm_80" "--arch sm_90a --mma wgmma --head-dim 128"; do
+  "$FJ" emit $target --score-mod "$XS" --param 'bias:f16[8,64]' >"$tmp/src" 2>"$tmp/err" || fail "emit $target --score-mod: $(cat "$tmp/err")"
+  sed -n 1p "$tmp/src" | grep -q "^// flashjit generated kernel: fj_attn_.*_x[0-9a-f]\{8\}$" \
+    || fail "emit $target --score-mod: header: $(sed -n 1p "$tmp/src")"
+  grep -A1 '^ *#line 1 "score"' "$tmp/src" | sed -n 2p | grep -qF "$XS" \
+    || fail "emit $target --score-mod: the expression does not follow #line 1 \"score\": $(grep -A1 '#line 1 "score"' "$tmp/src")"
+done
+name() { "$FJ" emit --what resources "$@" | sed -n 's/^variant=//p'; }
+n1=$(name --score-mod "$XS" --param 'bias:f16[8,64]')
+n2=$(name --score-mod "$XS" --param 'bias:f16[16,128]')
+n3=$(name --score-mod "$XS" --param 'bias:f32[8,64]')
+n4=$(name --score-mod "$XS " --param 'bias:f16[8,64]')
+case "$n1" in fj_attn_*_mma_*_x????????) ;; *) fail "emit --score-mod: variant '$n1' is not the mma family's with _x";; esac
+[ -n "$n1" ] && [ "$n1" = "$n2" ] || fail "a tensor's extents changed the kernel: '$n1' vs '$n2'"
+[ "$n1" != "$n3" ] && [ "$n1" != "$n4" ] || fail "a parameter's type or the expression's text did not change the kernel: '$n1' '$n3' '$n4'"
+name --window 128,0 --softcap 30 | grep -q "^fj_attn_.*_mma_.*_win_cap$" || fail "emit --window --softcap: $(name --window 128,0 --softcap 30)"
+[ "$(name --window 64,0)" = "$(name --window 4096,16)" ] || fail "the window's sizes changed the kernel"
+
 # Good input, no GPU needed.
 expect 0 "" cache clear
 "$FJ" emit --what resources >"$tmp/res" || fail "emit --what resources"
@@ -175,6 +282,19 @@ if "$FJ" run --shape 1,2,64,64 >"$tmp/out" 2>"$tmp/err"; then
     "$FJ" run --shape 3,4,200,64 --heads-kv 2 --seq-kv 300 --varlen 17,0:5,200:300 $pg --causal=bottom-right --check >"$tmp/out" 2>&1 \
       && grep -q "varlen=17,0:5,200:300" "$tmp/out" && grep -q "check: .* -> PASS" "$tmp/out" \
       || fail "run --varlen $pg --check: $(cat "$tmp/out")"
+  done
+  # Modifications on the GPU, against the reference (host copies of the
+  # parameters): a window, a softcap, an ALiBi-like bias from --seed, a
+  # document mask read from a file (all one document) and a random one.
+  head -c 1200 /dev/zero >"$tmp/doc.bin"
+  for mods in "--window 64,0 --softcap 30" \
+              "--causal --score-mod 's + bias(h, q - kv + 300)' --param 'bias:f32[4,600]'" \
+              "--mask-mod 'doc(q) == doc(kv)' --param 'doc:i32[300]@$tmp/doc.bin' --window -1,32" \
+              "--mask-mod 'doc(q) % 4 == doc(kv) % 4 || q == kv' --param 'doc:i32[300]' --score-mod 's * w' --param w=0.5 --seed 7" \
+              "--mma mma --stages 2 --window 32,32 --softcap 30 --score-mod 's - slope(h) * (float)abs(q - kv)' --param 'slope:bf16[4]'" \
+              "--mma wgmma --causal=bottom-right --window 40,-1 --score-mod 's + t' --param t=-0.25 --param 'u:f16[3,2,5,7]'"; do
+    eval "\"\$FJ\" run --shape 2,4,300,64 $mods --check" >"$tmp/out" 2>&1 \
+      && grep -q "check: .* -> PASS" "$tmp/out" || fail "run $mods --check: $(cat "$tmp/out")"
   done
 else
   grep -q "no NVIDIA driver\|no CUDA device\|CUDA" "$tmp/err" || fail "run without GPU: $(cat "$tmp/err")"
