@@ -15,6 +15,7 @@
 #include "ctx.h"
 #include "driver.h"
 #include "kernel.h"
+#include "mods.h"
 #include "plan.h"
 #include "tunedb.h"
 #include "util.h"
@@ -402,6 +403,11 @@ fj_status fj_tune(fj_ctx *ctx, const fj_problem *p, const fj_tune_opts *opts,
     st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                   "tuning a varlen or paged problem is not implemented: "
                   "tune the dense problem of its longest sequence");
+  if (st == FJ_OK && fj__mods_on(p->mods))
+    st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                  "tuning a problem with modifications (mods) is not "
+                  "implemented: it runs the heuristic's pick, whose key tiles "
+                  "leave room for the expressions");
   if (st == FJ_OK && (st = fj__cu_enter(ctx)) == FJ_OK) {
     if ((st = inputs_make(&t)) == FJ_OK && (st = compare_kernel(&t)) == FJ_OK &&
         (st = fj__cu_event_create(ctx, &t.e0)) == FJ_OK &&

@@ -306,6 +306,19 @@ int test_gpu_sanitize_mods(void)
   twin_free(&w);
   const mod_case dec = {"sanitize decode", 1, 8, 2, 1, 1000, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1};
   bad |= window_case(ctx, &dec, 300, -1, &seed);
+  /* Large enough for the wgmma family on sm_90a (a 128-row block per
+   * multiprocessor), with every kind of modification at once. */
+  const mod_case wg = {"sanitize wgmma", 2, 16, 16, 1100, 1100, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1};
+  int32_t doc2[1100];
+  for (int i = 0; i < 1100; i++)
+    doc2[i] = i / 300;
+  twin_init(&w, "s + bias(q - kv + 10)", "doc(q) == doc(kv)");
+  bad |= twin_tensor(&w, "bias", FJ_MOD_F32, 1, (int64_t[]){32}, bias);
+  bad |= twin_tensor(&w, "doc", FJ_MOD_I32, 1, (int64_t[]){1100}, doc2);
+  w.hm.softcap = w.dm.softcap = 20.f;
+  w.hm.window_left = w.dm.window_left = 500;
+  bad |= run_mod_case(ctx, &wg, &w, &seed);
+  twin_free(&w);
   fj_ctx_destroy(ctx);
   return bad;
 }

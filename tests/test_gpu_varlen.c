@@ -379,6 +379,52 @@ int test_gpu_serving_varlen(void)
   return failed != 0;
 }
 
+/* Modifications on varlen and paged batches: positions count within each
+ * sequence, the window's diagonal is each sequence's own (bottom-right
+ * without a causal mask), the softcap, and user expressions of the
+ * positions (no tensor parameters: those are test_gpu_mods.c's). */
+static int vl_mods_run(fj_ctx *ctx, int n, const int *lq, const int *lkv,
+                       int hkv, fj_causal m, int ps, int splits,
+                       const fj_mods *mods, uint64_t *s, const char *what)
+{
+  vl_case c;
+  int failed = vl_setup(&c, n, lq, lkv, 16, hkv, 128, FJ_BF16, m, ps, splits, s);
+  c.p.mods = c.hp.mods = mods;
+  if (failed)
+    fprintf(stderr, "%s: setup failed\n", what);
+  else
+    failed = vl_run(ctx, &c, what);
+  vl_free(&c);
+  return failed;
+}
+
+int test_gpu_mods_varlen(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  uint64_t s = 404;
+  static const int pre[5] = {17, 0, 1000, 1, 700}, kv[5] = {300, 5, 1000, 64, 900};
+  static const int one[4] = {1, 1, 1, 1}, kd[4] = {4096, 17, 1000, 1};
+  fj_mods w, u;
+  fj_mods_init(&w);
+  w.window_left = 100;
+  w.window_right = 20;
+  w.softcap = 30.f;
+  fj_mods_init(&u);
+  u.score = "s + 0.01f * (float)(q - kv)";
+  u.mask = "(q + kv) % 7 != 3";
+  u.window_left = 300;
+  int failed = 0;
+  failed += vl_mods_run(ctx, 5, pre, pre, 4, FJ_CAUSAL_NONE, 0, 0, &w, &s, "varlen window+softcap");
+  failed += vl_mods_run(ctx, 5, pre, kv, 16, FJ_CAUSAL_BOTTOM_RIGHT, 0, 0, &u, &s, "varlen user");
+  failed += vl_mods_run(ctx, 4, one, kd, 2, FJ_CAUSAL_BOTTOM_RIGHT, 16, 0, &u, &s, "paged decode user");
+  failed += vl_mods_run(ctx, 4, one, kd, 2, FJ_CAUSAL_NONE, 64, 5, &w, &s, "paged split window+softcap");
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
 /* Small varlen and paged cases, one per kernel path, for compute-sanitizer
  * (memcheck, racecheck): packed tokens with empty sequences, pages of 1 and
  * 16 keys, split and unsplit. */
