@@ -313,19 +313,28 @@ static int vl_run(fj_ctx *ctx, vl_case *c, const char *what)
   return failed;
 }
 
-/* One case from its lengths. */
-static int vl_case_run(fj_ctx *ctx, int n, const int *lq, const int *lkv, int hq,
-                       int hkv, int d, fj_dtype dt, fj_causal m, int ps,
-                       int splits, uint64_t *s, const char *what)
+/* One case from its lengths, with modifications (NULL: none). */
+static int vl_case_mods(fj_ctx *ctx, int n, const int *lq, const int *lkv, int hq,
+                        int hkv, int d, fj_dtype dt, fj_causal m, int ps,
+                        int splits, const fj_mods *mods, uint64_t *s,
+                        const char *what)
 {
   vl_case c;
   int failed = vl_setup(&c, n, lq, lkv, hq, hkv, d, dt, m, ps, splits, s);
+  c.p.mods = c.hp.mods = mods;
   if (failed)
     fprintf(stderr, "%s: setup failed\n", what);
   else
     failed = vl_run(ctx, &c, what);
   vl_free(&c);
   return failed;
+}
+
+static int vl_case_run(fj_ctx *ctx, int n, const int *lq, const int *lkv, int hq,
+                       int hkv, int d, fj_dtype dt, fj_causal m, int ps,
+                       int splits, uint64_t *s, const char *what)
+{
+  return vl_case_mods(ctx, n, lq, lkv, hq, hkv, d, dt, m, ps, splits, NULL, s, what);
 }
 
 static const fj_causal masks[] = {FJ_CAUSAL_NONE, FJ_CAUSAL_TOP_LEFT,
@@ -383,21 +392,6 @@ int test_gpu_serving_varlen(void)
  * sequence, the window's diagonal is each sequence's own (bottom-right
  * without a causal mask), the softcap, and user expressions of the
  * positions (no tensor parameters: those are test_gpu_mods.c's). */
-static int vl_mods_run(fj_ctx *ctx, int n, const int *lq, const int *lkv,
-                       int hkv, fj_causal m, int ps, int splits,
-                       const fj_mods *mods, uint64_t *s, const char *what)
-{
-  vl_case c;
-  int failed = vl_setup(&c, n, lq, lkv, 16, hkv, 128, FJ_BF16, m, ps, splits, s);
-  c.p.mods = c.hp.mods = mods;
-  if (failed)
-    fprintf(stderr, "%s: setup failed\n", what);
-  else
-    failed = vl_run(ctx, &c, what);
-  vl_free(&c);
-  return failed;
-}
-
 int test_gpu_mods_varlen(void)
 {
   fj_ctx *ctx;
@@ -417,10 +411,10 @@ int test_gpu_mods_varlen(void)
   u.mask = "(q + kv) % 7 != 3";
   u.window_left = 300;
   int failed = 0;
-  failed += vl_mods_run(ctx, 5, pre, pre, 4, FJ_CAUSAL_NONE, 0, 0, &w, &s, "varlen window+softcap");
-  failed += vl_mods_run(ctx, 5, pre, kv, 16, FJ_CAUSAL_BOTTOM_RIGHT, 0, 0, &u, &s, "varlen user");
-  failed += vl_mods_run(ctx, 4, one, kd, 2, FJ_CAUSAL_BOTTOM_RIGHT, 16, 0, &u, &s, "paged decode user");
-  failed += vl_mods_run(ctx, 4, one, kd, 2, FJ_CAUSAL_NONE, 64, 5, &w, &s, "paged split window+softcap");
+  failed += vl_case_mods(ctx, 5, pre, pre, 16, 4, 128, FJ_BF16, FJ_CAUSAL_NONE, 0, 0, &w, &s, "varlen window+softcap");
+  failed += vl_case_mods(ctx, 5, pre, kv, 16, 16, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 0, 0, &u, &s, "varlen user");
+  failed += vl_case_mods(ctx, 4, one, kd, 16, 2, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 16, 0, &u, &s, "paged decode user");
+  failed += vl_case_mods(ctx, 4, one, kd, 16, 2, 128, FJ_BF16, FJ_CAUSAL_NONE, 64, 5, &w, &s, "paged split window+softcap");
   fj_ctx_destroy(ctx);
   return failed != 0;
 }
