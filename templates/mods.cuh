@@ -58,7 +58,7 @@ __device__ __forceinline__ float softcap_tanh(float x) {
 {%   end %}
 }  // namespace fj
 {%   if mods.score then %}
-__device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, const fj::Params &p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
+__device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
 {%   end %}
 {%   if mods.mask then %}
 __device__ __forceinline__ bool fj_mask_mod(int b, int h, int hkv, int q, int kv{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
@@ -84,8 +84,8 @@ __device__ __forceinline__ bool fj_mask_mod(int b, int h, int hkv, int q, int kv
 // ---- score and mask modifications (fj_mods) --------------------------------
 {%   if mods.score then %}
 // The score of (q, kv) from s, the scaled score{{ mods.score_text and ": the user's expression" or "" }}{{ mods.softcap and ", then softcap * tanhf(s / softcap)" or "" }}.
-__device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, const fj::Params &p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }}) {
-  (void)b; (void)h; (void)hkv; (void)q; (void)kv; (void)p;
+__device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }}) {
+  (void)b; (void)h; (void)hkv; (void)q; (void)kv; (void)fj_p;
 {%     locals() %}
 {%     if mods.score_text then %}
   s = (
@@ -95,7 +95,7 @@ __device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, in
 {%     end %}
 {%     if mods.softcap then %}
   // The built-in softcap (fj_mods.softcap): softcap * tanh(s / softcap).
-  s = p.softcap * fj::softcap_tanh(s * p.softcap_inv);
+  s = fj_p.softcap * fj::softcap_tanh(s * fj_p.softcap_inv);
 {%     end %}
   return s;
 }

@@ -416,6 +416,16 @@ int test_mods_compile(void)
     CHECK(compile_pick(ctx, &p, family, &k2) == 0);
     fj_cache_stats_get(ctx, &after);
     CHECK(k2 != k1 && after.misses == before.misses + 1);
+    /* Parameter names the generated code also uses for its own (the
+     * kernel's parameter block is p) are the user's inside the functions. */
+    fj_mod_param own[2] = {{"p", FJ_MOD_F32, 0, {0}, NULL, 2}, {"blk", FJ_MOD_I32, 0, {0}, NULL, 3}};
+    fj_mods_init(&m);
+    m.score = "s * p + (float)blk";
+    m.mask = "kv != blk";
+    m.softcap = 20.f;
+    m.params = own;
+    m.num_params = 2;
+    CHECK(compile_pick(ctx, &p, family, &k2) == 0);
     prm[0].extents[1] = 8192;
     fj_ctx_destroy(ctx);
   }
