@@ -234,9 +234,10 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
 {% if mods.score then %}
   // A score function sees the scaled score, so the softmax works on its
-  // results in natural units.
-  const float qk_scale = p.scale_log2 * 0.69314718056f{{ fp8 and " * k_scale" or "" }};
-  const float sl2 = 1.44269504089f;
+  // results in natural units (mods.lua: with the softcap alone, the cap
+  // folded into both scales).
+  const float qk_scale = {{ mods.qk_scale("p.scale_log2 * 0.69314718056f" .. (fp8 and " * k_scale" or "")) }};
+  const float sl2 = {{ mods.sl2 }};
 {% else %}
   const float sl2 = p.scale_log2{{ fp8 and " * k_scale" or "" }};
 {% end %}

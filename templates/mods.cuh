@@ -93,7 +93,12 @@ __device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, in
 {{ mods.score_text }}
   );
 {%     end %}
-{%     if mods.softcap then %}
+{%     if mods.fold then %}
+  // The built-in softcap (fj_mods.softcap): softcap * tanh(s / softcap),
+  // with s / softcap already in s and the softmax's scale multiplying by
+  // softcap.
+  s = fj::softcap_tanh(s);
+{%     elseif mods.softcap then %}
   // The built-in softcap (fj_mods.softcap): softcap * tanh(s / softcap).
   s = fj_p.softcap * fj::softcap_tanh(s * fj_p.softcap_inv);
 {%     end %}

@@ -14,6 +14,8 @@
 --   mods.apply(lv, q, h, kv)   the statements for one element: lv becomes
 --                          the score function of lv * qk_scale, or -inf
 --                          where the mask expression is false
+--   mods.qk_scale(base), mods.sl2   the family's scale of the scores into the
+--                          score function, and the softmax's log2 scale
 --
 -- The expressions arrive checked (src/expr.c's parser accepted them and
 -- nothing else); mods.cuh pastes them, each after a #line naming it, so
@@ -54,6 +56,14 @@ function M.new(o)
     end
     if p.type == "bf16" then R.bf16 = true end
   end
+  -- The softcap alone folds its cap into the scales: the score function
+  -- gives tanh(s / cap), and the softmax multiplies by cap log2(e) in the
+  -- one FMA it makes anyway (two multiplies an element fewer).
+  R.fold = R.softcap and not R.score_text
+  function R.qk_scale(base)
+    return R.fold and base .. " * p.softcap_inv" or base
+  end
+  R.sl2 = R.fold and "1.44269504089f * p.softcap" or "1.44269504089f"
   local B, HKV = o.b or "blk.b", o.hkv or "blk.hk"
   local MA = R.args and ", fj_ma" or ""
 
