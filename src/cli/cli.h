@@ -145,6 +145,29 @@ int cli_fj_error(const cli *c, const fj_ctx *ctx, fj_status st);
 /* Whether --name appeared on the command line. */
 int cli_flag_given(const cli *c, const char *name);
 
+/* The option parsers' shared pieces (cli_args.c): a table of names and
+ * their values, a flag's definition (opaque outside cli_args.c), the
+ * usage error of a bad value, a name looked up in a table (0, or -1), one
+ * count of digits only up to INT_MAX (-1 for anything else). */
+typedef struct name_value {
+  const char *name;
+  int value;
+} name_value;
+typedef struct flag_def flag_def;
+int cli_bad_value(const cli *c, const flag_def *f, const char *value,
+                  const char *allowed);
+int cli_parse_name(const name_value *table, size_t n, const char *s, int *out);
+int cli_parse_count(const char *s, size_t len);
+
+/* The options of modifications (cli_mods.c): --window, --softcap and
+ * --param as flag setters, whether some modification is on, and the check
+ * once every flag is in (0, or the exit status). */
+int cli_set_window(cli *c, const flag_def *f, const char *value);
+int cli_set_softcap(cli *c, const flag_def *f, const char *value);
+int cli_set_param(cli *c, const flag_def *f, const char *value);
+int cli_mods_active(const fj_mods *m);
+int cli_finish_mods(cli *c);
+
 /* "f32", "f16", "bf16", "i32" ("?" for others). */
 const char *cli_mod_type_name(fj_mod_type t);
 

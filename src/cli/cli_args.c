@@ -63,13 +63,8 @@ static int parse_int(const char *s, int *out)
   return 0;
 }
 
-typedef struct name_value {
-  const char *name;
-  int value;
-} name_value;
-
-static int parse_name(const name_value *table, size_t n, const char *s,
-                      int *out)
+int cli_parse_name(const name_value *table, size_t n, const char *s,
+                   int *out)
 {
   for (size_t i = 0; i < n; i++)
     if (strcmp(table[i].name, s) == 0) {
@@ -95,7 +90,6 @@ static const name_value layouts[] = {{"bhsd", FJ_BHSD}, {"bshd", FJ_BSHD}};
 
 /* ---- flags ------------------------------------------------------------------------- */
 
-typedef struct flag_def flag_def;
 typedef int (*flag_fn)(cli *c, const flag_def *f, const char *value);
 
 struct flag_def {
@@ -114,8 +108,8 @@ static int *field(cli *c, const flag_def *f)
   return (int *)(void *)((char *)c + f->offset);
 }
 
-static int bad_value(const cli *c, const flag_def *f, const char *value,
-                     const char *allowed)
+int cli_bad_value(const cli *c, const flag_def *f, const char *value,
+                  const char *allowed)
 {
   return cli_usage_error(c, "invalid value '%s' for --%s: %s", value,
                          f->name, allowed);
@@ -124,7 +118,7 @@ static int bad_value(const cli *c, const flag_def *f, const char *value,
 static int set_int(cli *c, const flag_def *f, const char *value)
 {
   if (parse_int(value, field(c, f)) != 0)
-    return bad_value(c, f, value, "expected an integer");
+    return cli_bad_value(c, f, value, "expected an integer");
   if (f->cmds == CMD_VARIANT)
     c->variant_given = 1;
   return 0;
@@ -132,7 +126,7 @@ static int set_int(cli *c, const flag_def *f, const char *value)
 
 static int set_name(cli *c, const flag_def *f, const char *value)
 {
-  if (parse_name(f->names, f->nnames, value, field(c, f)) == 0) {
+  if (cli_parse_name(f->names, f->nnames, value, field(c, f)) == 0) {
     if (f->cmds == CMD_VARIANT)
       c->variant_given = 1;
     return 0;
@@ -141,7 +135,7 @@ static int set_name(cli *c, const flag_def *f, const char *value)
   for (size_t i = 0; i < f->nnames; i++)
     snprintf(allowed + strlen(allowed), sizeof allowed - strlen(allowed),
              "%s %s", i ? "," : "", f->names[i].name);
-  return bad_value(c, f, value, allowed);
+  return cli_bad_value(c, f, value, allowed);
 }
 
 static int set_switch(cli *c, const flag_def *f, const char *value)
@@ -187,7 +181,7 @@ static int set_shape(cli *c, const flag_def *f, const char *value)
     p++;
   }
   if (n != 4 || *p)
-    return bad_value(c, f, value,
+    return cli_bad_value(c, f, value,
                      "expected B,H,S,D: four positive integers, e.g. 1,8,512,64");
   c->shape_given = 1;
   return 0;
@@ -209,13 +203,13 @@ static int set_splits(cli *c, const flag_def *f, const char *value)
   }
   if (parse_int(value, &c->splits) != 0 || c->splits < 1 ||
       c->splits > FJ_SPLITS_MAX)
-    return bad_value(c, f, value, "expected auto or an integer in 1..256");
+    return cli_bad_value(c, f, value, "expected auto or an integer in 1..256");
   return 0;
 }
 
 /* One count of --varlen: digits only (no sign, no blank), at most INT_MAX;
  * -1 for anything else. */
-static int parse_count(const char *s, size_t len)
+int cli_parse_count(const char *s, size_t len)
 {
   long long v = 0;
   if (len == 0 || len > 10)
@@ -233,8 +227,8 @@ static int parse_seq_len(const char *s, size_t len, seq_len *out)
 {
   const char *colon = memchr(s, ':', len);
   size_t qlen = colon ? (size_t)(colon - s) : len;
-  out->q = parse_count(s, qlen);
-  out->kv = colon ? parse_count(colon + 1, len - qlen - 1) : out->q;
+  out->q = cli_parse_count(s, qlen);
+  out->kv = colon ? cli_parse_count(colon + 1, len - qlen - 1) : out->q;
   return out->q < 0 || out->kv < 0 ? -1 : 0;
 }
 
@@ -261,7 +255,7 @@ static int set_varlen(cli *c, const flag_def *f, const char *value)
                "sequence: integers 0..%d, digits only)",
                i + 1, (int)(len < 32 ? len : 32), item, INT_MAX);
       free(lens);
-      return bad_value(c, f, value, why);
+      return cli_bad_value(c, f, value, why);
     }
     item += len + 1;
   }
@@ -282,282 +276,9 @@ static int set_page_size(cli *c, const flag_def *f, const char *value)
     char allowed[64];
     snprintf(allowed, sizeof allowed,
              "expected an integer (a power of two in 1..%d)", FJ_PAGE_SIZE_MAX);
-    return bad_value(c, f, value, allowed);
+    return cli_bad_value(c, f, value, allowed);
   }
   c->v.varlen = c->v.paged = 1;
-  return 0;
-}
-
-/* ---- score and mask modifications ----------------------------------------------- */
-
-/* One side of --window: -1, or digits only up to FJ_WINDOW_MAX; -2 for
- * anything else. */
-static int parse_side(const char *s, size_t len)
-{
-  if (len == 2 && s[0] == '-' && s[1] == '1')
-    return -1;
-  int v = parse_count(s, len);
-  return v < 0 || v > FJ_WINDOW_MAX ? -2 : v;
-}
-
-/* --window LEFT,RIGHT: exactly two sides. */
-static int set_window(cli *c, const flag_def *f, const char *value)
-{
-  size_t len = strcspn(value, ",");
-  int left = parse_side(value, len);
-  int right = value[len] ? parse_side(value + len + 1, strlen(value + len + 1))
-                         : -2;
-  if (left < -1 || right < -1) {
-    char allowed[128];
-    snprintf(allowed, sizeof allowed,
-             "expected LEFT,RIGHT: two integers, each -1 (unbounded) or "
-             "0..%d, digits only",
-             FJ_WINDOW_MAX);
-    return bad_value(c, f, value, allowed);
-  }
-  c->mods.window_left = left;
-  c->mods.window_right = right;
-  return 0;
-}
-
-/* A float32 as strtod reads it, the whole text, finite (no leading blank,
- * no nan or inf, nothing past float32's range); 0, or -1. */
-static int parse_f32(const char *s, double *out)
-{
-  char *end;
-  if (!s[0] || isspace((unsigned char)s[0]))
-    return -1;
-  double v = strtod(s, &end);
-  if (*end || !isfinite(v) || fabs(v) > (double)FLT_MAX)
-    return -1;
-  *out = v;
-  return 0;
-}
-
-/* --softcap C: a finite cap above 0 (as a float32: 1e-50 is refused, not
- * turned into 0, which would mean no softcap). */
-static int set_softcap(cli *c, const flag_def *f, const char *value)
-{
-  double v;
-  if (parse_f32(value, &v) != 0 || !((float)v > 0.f))
-    return bad_value(c, f, value,
-                     "expected a finite number above 0 (the cap, e.g. 30)");
-  c->mods.softcap = (float)v;
-  return 0;
-}
-
-/* An int32 in decimal: an optional '-', then digits only; 0, or -1. */
-static int parse_i32(const char *s, double *out)
-{
-  int neg = s[0] == '-';
-  const char *digits = neg ? s + 1 : s;
-  size_t len = strlen(digits);
-  long long v = 0;
-  if (len == 0 || len > 10)
-    return -1;
-  for (size_t i = 0; i < len; i++) {
-    if (!isdigit((unsigned char)digits[i]))
-      return -1;
-    v = v * 10 + (digits[i] - '0');
-  }
-  v = neg ? -v : v;
-  if (v < INT32_MIN || v > INT32_MAX)
-    return -1;
-  *out = (double)v;
-  return 0;
-}
-
-static const name_value mod_types[] = {{"f32", FJ_MOD_F32},
-                                       {"f16", FJ_MOD_F16},
-                                       {"bf16", FJ_MOD_BF16},
-                                       {"i32", FJ_MOD_I32}};
-
-const char *cli_mod_type_name(fj_mod_type t)
-{
-  for (size_t i = 0; i < sizeof mod_types / sizeof mod_types[0]; i++)
-    if (mod_types[i].value == (int)t)
-      return mod_types[i].name;
-  return "?";
-}
-
-size_t cli_param_bytes(const fj_mod_param *p)
-{
-  size_t n = p->type == FJ_MOD_F16 || p->type == FJ_MOD_BF16 ? 2 : 4;
-  for (int d = 0; d < p->rank; d++) {
-    size_t e = (size_t)p->extents[d];
-    if (e && n > SIZE_MAX / e)
-      return SIZE_MAX;
-    n *= e;
-  }
-  return n;
-}
-
-/* A scalar's VALUE; a parameter without a type takes f32 when VALUE looks
- * like a float ('.', 'e' or 'E'), else i32.  NULL, or what is wrong. */
-static const char *param_value(fj_mod_param *p, const char *value)
-{
-  if (!p->type)
-    p->type = strpbrk(value, ".eE") ? FJ_MOD_F32 : FJ_MOD_I32;
-  if (p->type == FJ_MOD_I32)
-    return parse_i32(value, &p->value) == 0
-               ? NULL
-               : "VALUE is not an i32 (digits, an optional '-', "
-                 "-2147483648..2147483647)";
-  return parse_f32(value, &p->value) == 0
-             ? NULL
-             : "VALUE is not an f32 (a finite float32)";
-}
-
-/* A tensor's "E0,...]" and what follows it: nothing, or @FILE (*file). */
-static const char *param_extents(fj_mod_param *p, const char *s,
-                                 const char **file)
-{
-  const char *close = strchr(s, ']');
-  if (!close)
-    return "no ']' after the extents";
-  for (const char *e = s; e <= close; e++) {
-    size_t len = strcspn(e, ",]");
-    int x = parse_count(e, len);
-    if (x < 1 || p->rank == 4)
-      return "the extents are not 1 to 4 integers in 1..2147483647";
-    p->extents[p->rank++] = x;
-    e += len;
-  }
-  if (close[1] == '@' && close[2])
-    *file = close + 2;
-  else if (close[1])
-    return "after ']' comes nothing or @FILE";
-  return NULL;
-}
-
-/* Parses one --param spec in text (a copy: the name is cut off in place).
- * NULL, or what is wrong. */
-static const char *parse_param(char *text, fj_mod_param *p, const char **file)
-{
-  size_t len = strcspn(text, ":=");
-  char sep = text[len];
-  if (!sep)
-    return "no '=VALUE' or ':TYPE' after NAME";
-  text[len] = '\0';
-  p->name = text;
-  char *rest = text + len + 1;
-  if (sep == '=')
-    return param_value(p, rest);
-  size_t tlen = strcspn(rest, "[=");
-  char open = rest[tlen];
-  int type;
-  rest[tlen] = '\0';
-  if (parse_name(mod_types, sizeof mod_types / sizeof mod_types[0], rest,
-                 &type) != 0)
-    return "TYPE is not f32, f16, bf16 or i32";
-  p->type = (fj_mod_type)type;
-  if (open == '=')
-    return p->type == FJ_MOD_F32 || p->type == FJ_MOD_I32
-               ? param_value(p, rest + tlen + 1)
-               : "a scalar's TYPE is f32 or i32";
-  if (open != '[')
-    return "no '=VALUE' or '[E0,...]' after TYPE";
-  return param_extents(p, rest + tlen + 1, file);
-}
-
-/* A tensor's FILE: a regular file of exactly the tensor's bytes. */
-static int check_param_file(const cli *c, const flag_def *f, const char *spec,
-                            const fj_mod_param *p, const char *file)
-{
-  struct stat st;
-  char why[512], ext[64] = "";
-  for (int d = 0; d < p->rank; d++)
-    snprintf(ext + strlen(ext), sizeof ext - strlen(ext), "%s%lld",
-             d ? " x " : "", (long long)p->extents[d]);
-  size_t bytes = cli_param_bytes(p);
-  if (stat(file, &st) != 0)
-    snprintf(why, sizeof why, "cannot read FILE '%s': %s", file,
-             strerror(errno));
-  else if (!S_ISREG(st.st_mode))
-    snprintf(why, sizeof why, "FILE '%s' is not a regular file", file);
-  else if (bytes == SIZE_MAX || (unsigned long long)st.st_size != bytes)
-    snprintf(why, sizeof why,
-             "FILE '%s' has %lld bytes; %s %s values take %s%zu (raw, "
-             "little-endian)",
-             file, (long long)st.st_size, ext, cli_mod_type_name(p->type),
-             bytes == SIZE_MAX ? "more than " : "", bytes);
-  else
-    return 0;
-  return bad_value(c, f, spec, why);
-}
-
-/* --param SPEC, up to FJ_MOD_PARAMS_MAX times: a scalar or a tensor (see
- * the help).  The spec's form and a file's size are checked here; names,
- * and everything else about the modifications, by fj_mods_check once all
- * flags are in (finish_mods). */
-static int set_param(cli *c, const flag_def *f, const char *value)
-{
-  int n = c->mods.num_params;
-  char why[320];
-  if (n == FJ_MOD_PARAMS_MAX) {
-    snprintf(why, sizeof why, "more than %d parameters (at most %d --param)",
-             FJ_MOD_PARAMS_MAX, FJ_MOD_PARAMS_MAX);
-    return bad_value(c, f, value, why);
-  }
-  char *text = strdup(value);
-  if (!text) {
-    fprintf(stderr, "flashjit %s: out of memory\n", c->cmd_name);
-    return EXIT_FAIL;
-  }
-  fj_mod_param *p = &c->params[n];
-  const char *file = NULL;
-  memset(p, 0, sizeof *p);
-  const char *wrong = parse_param(text, p, &file);
-  int rc = 0;
-  if (wrong) {
-    snprintf(why, sizeof why,
-             "%s (expected NAME=VALUE, NAME:f32=VALUE, NAME:i32=VALUE, "
-             "NAME:DTYPE[E0,...] or NAME:DTYPE[E0,...]@FILE; DTYPE f32, "
-             "f16, bf16 or i32)",
-             wrong);
-    rc = bad_value(c, f, value, why);
-  } else if (file) {
-    rc = check_param_file(c, f, value, p, file);
-  }
-  if (rc) {
-    free(text);
-    return rc;
-  }
-  c->param_args[n] = (param_arg){text, file};
-  c->mods.params = c->params;
-  c->mods.num_params = n + 1;
-  return 0;
-}
-
-/* Whether some modification is on (what the library names "_win", "_cap"
- * and "_x..."). */
-static int mods_active(const fj_mods *m)
-{
-  return m->window_left != -1 || m->window_right != -1 || m->softcap > 0.f ||
-         (m->score && m->score[0]) || (m->mask && m->mask[0]) ||
-         m->num_params > 0;
-}
-
-/* The modifications, once all flags are in: checked by the library before
- * any GPU or compiler work (the tensors with a placeholder for their data:
- * only run has any), then the variant's (problem.mods: cli_problem). */
-static int finish_mods(cli *c)
-{
-  static const int32_t placeholder[1];
-  c->mods_on = mods_active(&c->mods);
-  if (!c->mods_on)
-    return 0;
-  fj_mod_param params[FJ_MOD_PARAMS_MAX];
-  fj_mods check = c->mods;
-  memcpy(params, c->params, sizeof params);
-  for (int i = 0; i < check.num_params; i++)
-    if (params[i].rank > 0)
-      params[i].data = placeholder;
-  check.params = params;
-  fj_status st = fj_mods_check(&check);
-  if (st != FJ_OK)
-    return cli_fj_error(c, NULL, st);
-  c->v.mods = &c->mods;
   return 0;
 }
 
@@ -632,15 +353,15 @@ static const flag_def flags[] = {
      "EXPR: a C expression, true where query q may see key kv, of b, h, "
      "hkv, q, kv and the --param names, e.g. 'doc(q) == doc(kv)' (default: "
      "none; the mma family unless --mma)"},
-    {"window", 1, CMD_MODS, set_window, 0, NULL, 0,
+    {"window", 1, CMD_MODS, cli_set_window, 0, NULL, 0,
      "LEFT,RIGHT: sliding window, query q sees keys q + off - LEFT .. q + "
      "off + RIGHT (off: the causal diagonal's, bottom-right without "
      "--causal); each -1 (unbounded) or 0..1073741824 (default -1,-1: "
      "none)"},
-    {"softcap", 1, CMD_MODS, set_softcap, 0, NULL, 0,
+    {"softcap", 1, CMD_MODS, cli_set_softcap, 0, NULL, 0,
      "C: logit soft-capping, C * tanh(s / C) after --score-mod; C finite, "
      "above 0 (default: none)"},
-    {"param", 1, CMD_MODS, set_param, 0, NULL, 0,
+    {"param", 1, CMD_MODS, cli_set_param, 0, NULL, 0,
      "SPEC: a parameter of the expressions, repeatable up to 8 times: "
      "NAME=VALUE (f32 if VALUE has '.', 'e' or 'E', else i32), "
      "NAME:f32=VALUE, NAME:i32=VALUE; a tensor NAME:DTYPE[E0,...] (DTYPE "
@@ -820,7 +541,7 @@ static void apply_defaults(cli *c)
   c->v.paged = given.paged;
   /* Varlen, paged K/V and modifications are the mma family's (mma.sync;
    * modifications the wgmma family's too). */
-  if ((given.varlen || given.paged || mods_active(&c->mods)) &&
+  if ((given.varlen || given.paged || cli_mods_active(&c->mods)) &&
       !cli_flag_given(c, "mma"))
     c->v.mma = FJ_MMA_SYNC;
   for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++) {
@@ -861,7 +582,7 @@ static int parse_args(cli *c, int argc, char **argv)
     }
   }
   apply_defaults(c);
-  return finish_mods(c);
+  return cli_finish_mods(c);
 }
 
 int cli_parse(cli *c, int argc, char **argv)
