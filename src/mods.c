@@ -119,28 +119,19 @@ int fj__mods_names(const fj_mods *m, int score, fj_expr_name *names)
 /* Names a parameter may not take: the variables, the functions and
  * keywords of the expressions, C++'s keywords, and what the generated code
  * reserves (fj..., CUDA..., a leading underscore). */
-static int reserved(const char *name)
+static const char *reserved(const char *name)
 {
-  static const char *const words[] = {
-      "s", "b", "h", "hkv", "q", "kv", "true", "false", "float", "int",
-      "expf", "exp2f", "logf", "log2f", "sqrtf", "rsqrtf", "tanhf", "sinf",
-      "cosf", "fabsf", "fminf", "fmaxf", "floorf", "ceilf", "roundf",
-      "truncf", "powf", "erff", "abs", "min", "max", "alignas", "alignof",
-      "and", "asm", "auto", "bool", "break", "case", "catch", "char", "class",
-      "const", "constexpr", "continue", "default", "delete", "do", "double",
-      "else", "enum", "explicit", "extern", "for", "friend", "goto", "if",
-      "inline", "long", "mutable", "namespace", "new", "noexcept", "not",
-      "nullptr", "operator", "or", "private", "protected", "public",
-      "register", "return", "short", "signed", "sizeof", "static", "struct",
-      "switch", "template", "this", "throw", "try", "typedef", "typeid",
-      "typename", "union", "unsigned", "using", "virtual", "void",
-      "volatile", "while", "xor", "half"};
-  for (size_t i = 0; i < FJ_ARRAY_LEN(words); i++)
-    if (strcmp(name, words[i]) == 0)
-      return 1;
-  return fj__expr_reserved(name) || !strncmp(name, "fj", 2) ||
-         !strncmp(name, "FJ", 2) || !strncmp(name, "CUDA", 4) ||
-         !strncmp(name, "cuda", 4);
+  static const char *const vars[] = {"s", "b", "h", "hkv", "q", "kv"};
+  for (size_t i = 0; i < FJ_ARRAY_LEN(vars); i++)
+    if (strcmp(name, vars[i]) == 0)
+      return "a variable of the expressions";
+  const char *why = fj__expr_reserved(name);
+  if (why)
+    return why;
+  if (!strncmp(name, "fj", 2) || !strncmp(name, "FJ", 2) ||
+      !strncmp(name, "CUDA", 4) || !strncmp(name, "cuda", 4))
+    return "a name of the generated code (fj..., FJ..., CUDA..., cuda...)";
+  return NULL;
 }
 
 static int identifier(const char *s)
@@ -166,12 +157,11 @@ static fj_status check_name(const fj_ctx *ctx, const fj_mods *m, int i)
                     "mods.params[%d].name \"%.40s\" is not a name: a letter, "
                     "then letters, digits or '_', at most %d characters",
                     i, name, FJ_MOD_NAME_MAX);
-  if (reserved(name))
+  const char *why = reserved(name);
+  if (why)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "mods.params[%d].name \"%s\" is reserved: a variable, "
-                    "function or keyword of the expressions, or a name of "
-                    "the generated code (fj..., CUDA...)",
-                    i, name);
+                    "mods.params[%d].name \"%s\" is reserved: %s", i, name,
+                    why);
   for (int j = 0; j < i; j++)
     if (m->params[j].name && strcmp(m->params[j].name, name) == 0)
       return fj__fail(ctx, FJ_ERR_INVALID_ARG,
@@ -334,40 +324,55 @@ void fj__mods_param_list(const fj_mods *m, char *buf, size_t size)
   }
 }
 
-/* The form as one string: what a kernel is specialised for. */
-static void form(const fj_mods *m, fj_buf *b)
+/* An expression's text, "" for none. */
+static const char *text_of(const char *s)
 {
-  char params[FJ_MOD_PARAMS_MAX * (FJ_MOD_NAME_MAX + 12) + 1];
-  fj__mods_param_list(m, params, sizeof params);
-  fj__buf_appendf(b, "score=%s\nmask=%s\nparams=%s\nwindow=%d\nsoftcap=%d",
-                  has_text(m->score) ? m->score : "",
-                  has_text(m->mask) ? m->mask : "", params,
-                  fj__mods_window(m), fj__mods_softcap(m));
+  return has_text(s) ? s : "";
 }
 
+/* The form, piece by piece (each string with its NUL, so that pieces
+ * cannot run into each other): what a kernel is specialised for.  Hashed
+ * on every launch of a modified problem (the dispatch cache), so without
+ * building a string. */
 uint64_t fj__mods_hash(const fj_mods *m)
 {
   if (!fj__mods_on(m))
     return 0;
-  fj_buf b = {0};
-  form(m, &b);
-  uint64_t h = b.data ? fj__hash64(b.data, b.len) : 1;
-  fj__buf_free(&b);
+  const int flags[2] = {fj__mods_window(m), fj__mods_softcap(m)};
+  uint64_t h = fj__hash64(flags, sizeof flags);
+  h = fj__hash64_seed(text_of(m->score), strlen(text_of(m->score)) + 1, h);
+  h = fj__hash64_seed(text_of(m->mask), strlen(text_of(m->mask)) + 1, h);
+  for (int i = 0; m->params && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++) {
+    const fj_mod_param *p = &m->params[i];
+    const int tr[2] = {(int)p->type, p->rank};
+    const char *name = p->name ? p->name : "";
+    h = fj__hash64_seed(name, strlen(name) + 1, h);
+    h = fj__hash64_seed(tr, sizeof tr, h);
+  }
   return h ? h : 1;
 }
 
 int fj__mods_same_form(const fj_mods *a, const fj_mods *b)
 {
+  if (a == b)
+    return 1;
   if (!fj__mods_on(a) || !fj__mods_on(b))
     return fj__mods_on(a) == fj__mods_on(b);
-  fj_buf fa = {0}, fb = {0};
-  form(a, &fa);
-  form(b, &fb);
-  int same = fa.data && fb.data && fa.len == fb.len &&
-             memcmp(fa.data, fb.data, fa.len) == 0;
-  fj__buf_free(&fa);
-  fj__buf_free(&fb);
-  return same;
+  if (fj__mods_window(a) != fj__mods_window(b) ||
+      fj__mods_softcap(a) != fj__mods_softcap(b) ||
+      strcmp(text_of(a->score), text_of(b->score)) ||
+      strcmp(text_of(a->mask), text_of(b->mask)) ||
+      a->num_params != b->num_params)
+    return 0;
+  if (!a->params || !b->params)
+    return a->params == b->params;
+  for (int i = 0; i < a->num_params && i < FJ_MOD_PARAMS_MAX; i++) {
+    const fj_mod_param *pa = &a->params[i], *pb = &b->params[i];
+    if (pa->type != pb->type || pa->rank != pb->rank ||
+        strcmp(pa->name ? pa->name : "", pb->name ? pb->name : ""))
+      return 0;
+  }
+  return 1;
 }
 
 /* ---- launch arguments ----------------------------------------------------------- */

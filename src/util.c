@@ -237,3 +237,8 @@ uint64_t fj__hash64(const void *data, size_t len)
 {
   return XXH3_64bits(data, len);
 }
+
+uint64_t fj__hash64_seed(const void *data, size_t len, uint64_t seed)
+{
+  return XXH3_64bits_withSeed(data, len, seed);
+}

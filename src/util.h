@@ -54,5 +54,8 @@ int fj__mkdirs(const char *path);
 /* 128-bit XXH3 of data, as 32 lowercase hex digits + NUL. */
 void fj__hash_hex(const void *data, size_t len, char out[33]);
 uint64_t fj__hash64(const void *data, size_t len);
+/* The same with a seed: hashes of pieces chained without copying them
+ * into one buffer. */
+uint64_t fj__hash64_seed(const void *data, size_t len, uint64_t seed);
 
 #endif /* FJ_UTIL_H */

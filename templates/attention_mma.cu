@@ -251,13 +251,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 
   // Keys this block can see: all of them, or up to its last row's diagonal{{ mrule.window and " or window, from the window's left side of its first row" or "" }}.
   const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
-{% if mrule.window then %}
   const int t_first = {{ mrule.keys_begin("m0") }} / {{ BN }};
   const int all_tiles = n_end > t_first * {{ BN }} ? (n_end - t_first * {{ BN }} + {{ BN - 1 }}) / {{ BN }} : 0;
-{% else %}
-  const int t_first = 0;
-  const int all_tiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
-{% end %}
 {% if OFFSET then %}
 {%   if SPLIT then %}
   // This block's share: range blk.split of p.splits, in whole key tiles
@@ -278,7 +273,6 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% else %}
   const int ntiles = all_tiles;
 {% end %}
-  (void)t_first;
 {% if SPLIT then %}
   const long long part0 = (long long)blk.split * p.batch * p.heads_q * p.seq_q;
 {% end %}

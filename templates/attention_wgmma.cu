@@ -119,13 +119,8 @@
         const int m0 = blk.m0;
         // Keys this block can see: all of them, or up to its last row's diagonal{{ mrule.window and " or window, from the window's left side of its first row" or "" }}.
         const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
-{% if mrule.window then %}
         const int t_first = {{ mrule.keys_begin("m0") }} / {{ BN }};
         const int ntiles = n_end > t_first * {{ BN }} ? (n_end - t_first * {{ BN }} + {{ BN - 1 }}) / {{ BN }} : 0;
-{% else %}
-        const int t_first = 0;
-        const int ntiles = n_end > 0 ? (n_end + {{ BN - 1 }}) / {{ BN }} : 0;
-{% end %}
 {%
   end
 %}

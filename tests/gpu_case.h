@@ -16,7 +16,6 @@ typedef struct gpu_case {
   float input_scale;           /* Q is multiplied by it (large logits) */
   const fj_mods *host_mods;    /* the reference's p.mods (host tensors);
                                   NULL: p.mods */
-  double limit;                /* the relative error allowed; 0: default */
   void *q, *k, *v, *o;         /* host copies, in the problem's dtypes */
   float *lse, *ks, *vs;        /* FP8 scales, host */
   size_t nq, nk, nlse, qbytes, kvbytes;

@@ -288,8 +288,8 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
         const int m0 = blk.m0;
         // Keys this block can see: all of them, or up to its last row's diagonal.
         const int n_end = p.seq_kv;
-        const int t_first = 0;
-        const int ntiles = n_end > 0 ? (n_end + 175) / 176 : 0;
+        const int t_first = 0 / 176;
+        const int ntiles = n_end > t_first * 176 ? (n_end - t_first * 176 + 175) / 176 : 0;
         // Q's buffer is free once every consumer warp has finished its last
         // S of the previous work tile (at once for the first).
         fj::mbar_wait(q_empty, (kq & 1u) ^ 1u);
@@ -348,8 +348,8 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
         const int m0 = blk.m0;
         // Keys this block can see: all of them, or up to its last row's diagonal.
         const int n_end = p.seq_kv;
-        const int t_first = 0;
-        const int ntiles = n_end > 0 ? (n_end + 175) / 176 : 0;
+        const int t_first = 0 / 176;
+        const int ntiles = n_end > t_first * 176 ? (n_end - t_first * 176 + 175) / 176 : 0;
 #pragma unroll
   for (int d = 0; d < 8; ++d)
 #pragma unroll

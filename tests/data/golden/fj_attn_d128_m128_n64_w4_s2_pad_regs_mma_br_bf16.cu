@@ -305,10 +305,9 @@ fj_attn_d128_m128_n64_w4_s2_pad_regs_mma_br_bf16(const fj::Params p) {
 
   // Keys this block can see: all of them, or up to its last row's diagonal.
   const int n_end = min(p.seq_kv, min(m0 + 128, p.seq_q) + p.causal_offset);
-  const int t_first = 0;
-  const int all_tiles = n_end > 0 ? (n_end + 63) / 64 : 0;
+  const int t_first = 0 / 64;
+  const int all_tiles = n_end > t_first * 64 ? (n_end - t_first * 64 + 63) / 64 : 0;
   const int ntiles = all_tiles;
-  (void)t_first;
 
   fj::load_tile<128>(s_q, q, p.q_stride[2], m0, p.seq_q);
   fj::kv_start(s_k, s_v, ksrc, vsrc, p.seq_kv, ntiles);

@@ -322,8 +322,8 @@ fj_attn_d128_m64_n64_w4_s2_pad_regs_mma_br_bf16_gqa_split(const fj::Params p) {
 
   // Keys this block can see: all of them, or up to its last row's diagonal.
   const int n_end = min(p.seq_kv, min(((m0 + 64) - 1) / p.group + 1, p.seq_q) + p.causal_offset);
-  const int t_first = 0;
-  const int all_tiles = n_end > 0 ? (n_end + 63) / 64 : 0;
+  const int t_first = 0 / 64;
+  const int all_tiles = n_end > t_first * 64 ? (n_end - t_first * 64 + 63) / 64 : 0;
   // This block's share: range blk.split of p.splits, in whole key tiles
   // (empty where the splits outnumber the tiles); K and V start at kv0.
   const int per_split = (all_tiles + p.splits - 1) / p.splits;
@@ -332,7 +332,6 @@ fj_attn_d128_m64_n64_w4_s2_pad_regs_mma_br_bf16_gqa_split(const fj::Params p) {
   const int kv0 = (t_first + t_begin) * 64, kv_rows = p.seq_kv - kv0;
   ksrc.base += (long long)kv0 * ksrc.stride;
   vsrc.base += (long long)kv0 * vsrc.stride;
-  (void)t_first;
   const long long part0 = (long long)blk.split * p.batch * p.heads_q * p.seq_q;
 
   fj::load_tile_packed<64>(s_q, q, p.q_stride[1], p.q_stride[2], p.group, m0, p.seq_q * p.group);
