@@ -40,7 +40,7 @@ class Problem(C.Structure):
                 ("cu_seqlens_q", C.c_void_p), ("cu_seqlens_kv", C.c_void_p),
                 ("seqused_kv", C.c_void_p), ("block_table", C.c_void_p),
                 ("max_pages", C.c_int), ("page_size", C.c_int), ("num_pages", C.c_int),
-                ("mods", C.c_void_p)]
+                ("mods", C.c_void_p), ("total_q", C.c_int), ("total_kv", C.c_int)]
 
 
 MOD_F32, MOD_I32, MOD_F16, MOD_BF16 = 1, 2, 3, 4

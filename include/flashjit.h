@@ -464,6 +464,15 @@ typedef struct fj_problem {
    * pointer, and what it points to, must stay valid for each call that
    * takes the problem (nothing is kept after it returns). */
   const fj_mods *mods;
+  /* Varlen: the rows the packed tensors hold, Q and O (total_q, with
+   * cu_seqlens_q) and K and V (total_kv, with cu_seqlens_kv); 0: not
+   * given.  The wgmma family loads rows by TMA, which must know where a
+   * tensor ends (rows past it come back as zeros): a varlen problem whose
+   * packed tensors lack their totals takes the mma family.  The last
+   * sequence must end within them (fj_problem_check_lengths checks
+   * cu_seqlens_q[batch] <= total_q). */
+  int total_q;
+  int total_kv;
 } fj_problem;
 
 #define FJ_PAGE_SIZE_MAX 4096

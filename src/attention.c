@@ -319,6 +319,15 @@ static fj_status check_match(const fj_ctx *ctx, const fj_problem *p,
                     "(fj_attention_variant sets them)",
                     fj__mods_on(v->mods) ? "on" : "none",
                     fj__mods_on(p->mods) ? "on" : "none");
+  if (v->mma == FJ_MMA_WGMMA && ((p->cu_seqlens_q && p->total_q < 1) ||
+                                 (p->cu_seqlens_kv && p->total_kv < 1)))
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s 0 with %s: the wgmma family loads packed rows by "
+                    "TMA, which must know where the tensor ends; set the "
+                    "packed tensor's rows (or take the mma family)",
+                    p->cu_seqlens_q && p->total_q < 1 ? "total_q" : "total_kv",
+                    p->cu_seqlens_q && p->total_q < 1 ? "cu_seqlens_q"
+                                                       : "cu_seqlens_kv");
   return FJ_OK;
 }
 
@@ -521,15 +530,20 @@ static fj_status tensor_maps(const fj_ctx *ctx, const fj_problem *p,
                              const void *q, const void *k, const void *vp,
                              fj_tmaps *maps)
 {
-  fj_status st = tensor_map(ctx, q, p->dtype, p->q_stride, p->head_dim,
-                            p->seq_q, p->heads_q, p->batch,
-                            kern->meta.rows_per_block, &maps->q);
+  /* Packed sequences are one batch of their total rows. */
+  int sq = p->cu_seqlens_q ? p->total_q : p->seq_q;
+  int bq = p->cu_seqlens_q ? 1 : p->batch;
+  int skv = p->cu_seqlens_kv ? p->total_kv : p->seq_kv;
+  int bkv = p->cu_seqlens_kv ? 1 : p->batch;
+  fj_status st = tensor_map(ctx, q, p->dtype, p->q_stride, p->head_dim, sq,
+                            p->heads_q, bq, kern->meta.rows_per_block,
+                            &maps->q);
   if (st == FJ_OK)
-    st = tensor_map(ctx, k, p->dtype, p->k_stride, p->head_dim, p->seq_kv,
-                    p->heads_kv, p->batch, v->tile_n, &maps->k);
+    st = tensor_map(ctx, k, p->dtype, p->k_stride, p->head_dim, skv,
+                    p->heads_kv, bkv, v->tile_n, &maps->k);
   if (st == FJ_OK)
-    st = tensor_map(ctx, vp, p->dtype, p->v_stride, p->head_dim, p->seq_kv,
-                    p->heads_kv, p->batch, v->tile_n, &maps->v);
+    st = tensor_map(ctx, vp, p->dtype, p->v_stride, p->head_dim, skv,
+                    p->heads_kv, bkv, v->tile_n, &maps->v);
   return st;
 }
 

@@ -106,19 +106,23 @@ static void decode_choice(const fj_ctx *ctx, const fj_problem *p,
 }
 
 /* Whether the wgmma family can take the problem: sm_90a, head dims in
- * panels of 64, the same dtype for K/V, fixed lengths (varlen and paged
- * K/V are the mma family's for now), and strides TMA can encode (none
- * zero where the extent is above 1). */
+ * panels of 64, the same dtype for K/V, K/V not paged (the mma family's
+ * for now), packed sequences with their totals (TMA must know where a
+ * tensor ends), and strides TMA can encode (none zero where the extent is
+ * above 1; packed tensors are one batch of their total rows). */
 static int wgmma_fits(const fj_ctx *ctx, const fj_problem *p)
 {
   if (ctx->sm != 90 || !ctx->arch_specific || p->head_dim % 64 != 0 ||
-      (p->kv_dtype && p->kv_dtype != p->dtype) || fj__problem_varlen(p))
+      (p->kv_dtype && p->kv_dtype != p->dtype) || p->block_table ||
+      (p->cu_seqlens_q && p->total_q < 1) ||
+      (p->cu_seqlens_kv && p->total_kv < 1))
     return 0;
+  int bq = p->cu_seqlens_q ? 1 : p->batch, bkv = p->cu_seqlens_kv ? 1 : p->batch;
   const int64_t *s[4] = {p->q_stride, p->k_stride, p->v_stride, p->o_stride};
-  int ext[4][3] = {{p->batch, p->heads_q, p->seq_q},
-                   {p->batch, p->heads_kv, p->seq_kv},
-                   {p->batch, p->heads_kv, p->seq_kv},
-                   {p->batch, p->heads_q, p->seq_q}};
+  int ext[4][3] = {{bq, p->heads_q, p->seq_q},
+                   {bkv, p->heads_kv, p->seq_kv},
+                   {bkv, p->heads_kv, p->seq_kv},
+                   {bq, p->heads_q, p->seq_q}};
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < 3; j++)
       if (s[i][j] == 0 && ext[i][j] > 1)

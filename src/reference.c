@@ -361,8 +361,33 @@ static fj_status check_strides(const fj_ctx *ctx, const fj_problem *p)
 
 /* The varlen and paged fields agree with each other and with the strides
  * (the arrays' contents are fj_problem_check_lengths's). */
+/* A packed tensor's total rows: 0 (not given), or positive with its
+ * cu_seqlens array. */
+static fj_status check_total(const fj_ctx *ctx, const char *name, int total,
+                             const int32_t *cu, const char *cu_name)
+{
+  if (total < 0)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s %d is negative: the rows of the packed tensor, or 0 "
+                    "(not given)",
+                    name, total);
+  if (total && !cu)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s %d without %s: a total counts the rows of packed "
+                    "sequences (leave it 0)",
+                    name, total, cu_name);
+  return FJ_OK;
+}
+
 static fj_status check_seqs(const fj_ctx *ctx, const fj_problem *p)
 {
+  fj_status st = check_total(ctx, "total_q", p->total_q, p->cu_seqlens_q,
+                             "cu_seqlens_q");
+  if (st == FJ_OK)
+    st = check_total(ctx, "total_kv", p->total_kv, p->cu_seqlens_kv,
+                     "cu_seqlens_kv");
+  if (st != FJ_OK)
+    return st;
   if (p->cu_seqlens_q && (p->q_stride[0] || p->o_stride[0]))
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "%s_stride[0] (batch) = %lld with cu_seqlens_q: a "
@@ -647,6 +672,17 @@ static fj_status check_prefix(const char *name, const int32_t *cu, int batch,
   return FJ_OK;
 }
 
+/* The last sequence ends within the packed tensor's rows. */
+static fj_status check_end(const char *name, const int32_t *cu, int batch,
+                           const char *total_name, int total)
+{
+  if (cu[batch] <= total)
+    return FJ_OK;
+  return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                  "%s[%d] = %d is past the packed tensor's end: %s is %d",
+                  name, batch, cu[batch], total_name, total);
+}
+
 /* Sequence b's keys: seqused_kv, else cu_seqlens_kv's step, else seq_kv. */
 static int kv_len(const fj_problem *p, int b)
 {
@@ -669,6 +705,12 @@ fj_status fj_problem_check_lengths(const fj_problem *p)
   if (st == FJ_OK && p->cu_seqlens_kv)
     st = check_prefix("cu_seqlens_kv", p->cu_seqlens_kv, p->batch, p->seq_kv,
                       "seq_kv");
+  if (st == FJ_OK && p->total_q)
+    st = check_end("cu_seqlens_q", p->cu_seqlens_q, p->batch, "total_q",
+                   p->total_q);
+  if (st == FJ_OK && p->total_kv)
+    st = check_end("cu_seqlens_kv", p->cu_seqlens_kv, p->batch, "total_kv",
+                   p->total_kv);
   for (int b = 0; st == FJ_OK && p->seqused_kv && b < p->batch; b++)
     if (p->seqused_kv[b] < 0 || p->seqused_kv[b] > p->seq_kv)
       st = fj__fail(NULL, FJ_ERR_INVALID_ARG,

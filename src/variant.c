@@ -234,11 +234,16 @@ static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
                     "mods (window, softcap, score and mask expressions) are "
                     "implemented for mma mma and mma wgmma; this variant is "
                     "mma wmma");
+  /* The wgmma family takes varlen (packed sequences), not the others. */
+  if (v->mma == FJ_MMA_WGMMA)
+    axis = v->pack_gqa ? "pack_gqa" : v->split_kv ? "split_kv"
+           : v->paged ? "paged" : NULL;
   if (axis && v->mma != FJ_MMA_SYNC)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "%s is implemented for mma mma only (the mma.sync "
-                    "family); this variant is mma %s",
-                    axis, fj_mma_name(v->mma));
+                    "family%s); this variant is mma %s",
+                    axis, v->varlen ? "; varlen for wgmma too" : "",
+                    fj_mma_name(v->mma));
   if (v->mma == FJ_MMA_WGMMA)
     return check_wgmma(ctx, v);
   if (v->mma == FJ_MMA_SYNC && ctx->sm < 80)

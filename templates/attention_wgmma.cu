@@ -24,13 +24,21 @@
   Tiles arrive in shared memory as panels of 64 columns in the 128-byte
   swizzle (wgmma.cuh); sequence tails come from the TMA's zero fill, and
   only tiles that cross the sequence end or the causal diagonal are
-  masked.  Which (row, column) each accumulator register holds, which lanes
+  masked.  varlen: a work tile reads its sequence's lengths and first rows
+  (fj::seq_of) and is skipped past its end; packed tensors are one batch
+  of their total rows, so a box starts at the sequence's first row plus
+  the tile's, and rows past the sequence (the next one's, or the TMA's
+  zeros past the tensor) are masked keys or query rows never stored.  Which (row, column) each accumulator register holds, which lanes
   share a row and how S becomes the A operand come from the probed wgmma
   tables (lut.lua); the probe ran these very instructions and descriptors.
 #}
 {%
   local L = import("lut.lua")
-  local mrule = import("mask.lua").new(causal, false, nil, window)
+  local VL = varlen
+  -- A varlen tile's sequence lengths and mask offset are locals.
+  local mrule = import("mask.lua").new(causal, false,
+                                       VL and { q = "len_q", kv = "len_kv", off = "causal_off" } or nil,
+                                       window)
   local mods = import("mods.lua").new{ score = score_mod, mask = mask_mod, params = mod_params,
                                        softcap = softcap }
   local D, BM, BN, S = head_dim, tile_m, tile_n, stages
@@ -62,6 +70,9 @@
     no("tile_n %d: the wgmma family needs a multiple of 16 up to 256 (wgmma's N)", BN)
   end
   if S < 2 or S > 4 then no("stages %d: the wgmma family takes 2, 3 or 4", S) end
+  if paged or pack_gqa or split_kv then
+    no("%s is the mma family's (mma mma): the wgmma family takes varlen", paged and "paged" or pack_gqa and "pack_gqa" or "split_kv")
+  end
 
   -- Registers: the producer gives its registers to the consumers.  Per
   -- consumer thread O (D/2), S (BN/2) and P (BN/4) stay live.
@@ -115,6 +126,14 @@
 %}
         fj::Block blk;
         FJ_BLOCK(blk);
+{%   if VL then %}
+        // This tile's sequence; tiles past its end have nothing to do.
+        const fj::Seq seq = fj::seq_of(p, blk.b);
+        const int len_q = seq.len_q, len_kv = seq.len_kv;
+        const int causal_off = {{ mrule.bottom_right and "len_kv - len_q" or "0" }};
+        (void)causal_off;
+        if (blk.m0 >= len_q) continue;
+{%   end %}
         const unsigned kq = (unsigned)k++;
         const int m0 = blk.m0;
         // Keys this block can see: all of them, or up to its last row's diagonal{{ mrule.window and " or window, from the window's left side of its first row" or "" }}.
@@ -208,16 +227,26 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
     if (warp == 0 && lane == 0) {
       const void *mq = &maps.q, *mk = &maps.k, *mv = &maps.v;
+{% if VL then %}
+      // Packed sequences are batch 0 of their tensor, from their first row.
+      const bool packed_q = p.cu_seqlens_q != nullptr, packed_kv = p.cu_seqlens_kv != nullptr;
+{% end %}
       unsigned it = 0;
       FJ_TILES {
 {% tile_head() %}
+{% if VL then %}
+        const int q_row = (int)seq.q_row0 + m0, q_b = packed_q ? 0 : blk.b;
+        const int kv_row = (int)seq.kv_row0, kv_b = packed_kv ? 0 : blk.b;
+{% else %}
+        const int q_row = m0, q_b = blk.b, kv_row = 0, kv_b = blk.b;
+{% end %}
         // Q's buffer is free once every consumer warp has finished its last
         // S of the previous work tile (at once for the first).
         fj::mbar_wait(q_empty, (kq & 1u) ^ 1u);
         fj::mbar_expect(bar_q, {{ BM * D * 2 }}u);
 #pragma unroll
         for (int pn = 0; pn < {{ PANELS }}; ++pn)
-          fj::tma_load4(sq + pn * {{ Q_PANEL }}, mq, bar_q, pn * 64, m0, blk.h, blk.b);
+          fj::tma_load4(sq + pn * {{ Q_PANEL }}, mq, bar_q, pn * 64, q_row, blk.h, q_b);
         for (int t = 0; t < ntiles; ++t, ++it) {
           const unsigned slot = it % {{ S }}u, ph = (it / {{ S }}u) & 1u;
           // A slot is free once every consumer warp has released it; in the
@@ -226,12 +255,12 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
           fj::mbar_expect(FJ_FULL_K(slot), {{ BN * D * 2 }}u);
 #pragma unroll
           for (int pn = 0; pn < {{ PANELS }}; ++pn)
-            fj::tma_load4(sk + slot * {{ KV_SLOT }} + pn * {{ KV_PANEL }}, mk, FJ_FULL_K(slot), pn * 64, (t_first + t) * {{ BN }}, blk.hk, blk.b);
+            fj::tma_load4(sk + slot * {{ KV_SLOT }} + pn * {{ KV_PANEL }}, mk, FJ_FULL_K(slot), pn * 64, kv_row + (t_first + t) * {{ BN }}, blk.hk, kv_b);
           fj::mbar_wait(FJ_EMPTY_V(slot), ph ^ 1u);
           fj::mbar_expect(FJ_FULL_V(slot), {{ BN * D * 2 }}u);
 #pragma unroll
           for (int pn = 0; pn < {{ PANELS }}; ++pn)
-            fj::tma_load4(sv + slot * {{ KV_SLOT }} + pn * {{ KV_PANEL }}, mv, FJ_FULL_V(slot), pn * 64, (t_first + t) * {{ BN }}, blk.hk, blk.b);
+            fj::tma_load4(sv + slot * {{ KV_SLOT }} + pn * {{ KV_PANEL }}, mv, FJ_FULL_V(slot), pn * 64, kv_row + (t_first + t) * {{ BN }}, blk.hk, kv_b);
         }
       }
     }
@@ -410,9 +439,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   it += ntiles;
 
   // O = O / l and the log-sum-exp (epilogue_regs.cuh).
-  elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h);
+  elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h){{ VL and " + seq.q_row0 * p.o_stride[2]" or "" }};
 {{ include("epilogue_regs.cuh", with(frag, {
-     ND = D // 16, out_scale = "1.f",
+     ND = D // 16, out_scale = "1.f", rows_end = VL and "len_q" or nil,
      O = function(mi, d, i) return ("o[%s][%d]"):format(d, i) end })) }}
   }
   }

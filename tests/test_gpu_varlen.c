@@ -19,6 +19,11 @@
 
 enum { MAXB = 8, GUARD_ROWS = 1 };
 
+/* Whether the cases give the packed tensors' totals (total_q, total_kv),
+ * which lets the wgmma family take them on sm_90a, and whether that
+ * family must then be the one that runs. */
+static int with_totals, want_wgmma;
+
 /* One case: the problem the library runs (device arrays) and its twin with
  * host arrays (the reference's). */
 typedef struct vl_case {
@@ -155,6 +160,10 @@ static int vl_setup(vl_case *c, int n, const int *lq, const int *lkv, int hq,
     p->cu_seqlens_kv = c->dcukv;
     c->hp.cu_seqlens_kv = c->cukv;
   }
+  if (with_totals) {
+    p->total_q = c->hp.total_q = c->cuq[n];
+    p->total_kv = c->hp.total_kv = ps ? 0 : c->cukv[n];
+  }
   return 0;
 }
 
@@ -266,6 +275,10 @@ static int vl_run(fj_ctx *ctx, vl_case *c, const char *what)
   }
   fj_variant_name(&plan.variant, name, sizeof name);
   snprintf(label, sizeof label, "%s %s splits=%d", what, name, plan.splits);
+  if (want_wgmma && plan.variant.mma != FJ_MMA_WGMMA) {
+    fprintf(stderr, "%s: planned without the wgmma family (the totals are given)\n", label);
+    return 1;
+  }
   cudaMemset(c->dout, 0xff, c->no * 2);
   cudaMemset(c->dlse, 0xff, c->nlse * sizeof(float));
   fj_status st = fj_attention_fwd(ctx, &c->p, c->dq, c->dk, c->dv, c->dout,
@@ -388,6 +401,53 @@ int test_gpu_serving_varlen(void)
   return failed != 0;
 }
 
+/* The wgmma family on packed sequences (the totals given): every mask,
+ * head dims 64/128/256, lengths 0, 1, 17, 1000, 4097 mixed, queries and
+ * keys of different lengths both ways with GQA, a window with the
+ * softcap, and a user expression of the positions.  On sm_90a each case
+ * must run on the wgmma family; elsewhere the totals change nothing. */
+int test_gpu_varlen_wgmma(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  with_totals = 1;
+  want_wgmma = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0;
+  uint64_t s = 77;
+  int failed = 0, cases = 0;
+  static const int pre[5] = {17, 0, 1000, 1, 4097};
+  static const int dims[] = {64, 128, 256};
+  for (int i = 0; i < 6; i++, cases++)
+    failed += vl_case_run(ctx, 5, pre, pre, 8, i % 2 ? 2 : 8, dims[i % 3],
+                          i % 2 ? FJ_BF16 : FJ_F16, masks[i % 3], 0, 0, &s,
+                          "wgmma varlen prefill");
+  /* Many short sequences and a long one: most work tiles are past their
+   * sequence's end. */
+  static const int q2[8] = {300, 17, 0, 129, 1000, 64, 65, 2000};
+  static const int k2[8] = {100, 2000, 5, 129, 1000, 0, 700, 3000};
+  for (int i = 0; i < 3; i++, cases++)
+    failed += vl_case_run(ctx, 8, q2, k2, 16, i == 1 ? 2 : 16, 128,
+                          i % 2 ? FJ_BF16 : FJ_F16, masks[i % 3], 0, 0, &s,
+                          "wgmma varlen q != kv");
+  fj_mods w, u;
+  fj_mods_init(&w);
+  w.window_left = 100;
+  w.window_right = 20;
+  w.softcap = 30.f;
+  fj_mods_init(&u);
+  u.score = "s + 0.01f * (float)(q - kv)";
+  u.mask = "(q + kv) % 7 != 3";
+  u.window_left = 300;
+  failed += vl_case_mods(ctx, 5, pre, pre, 16, 4, 128, FJ_BF16, FJ_CAUSAL_NONE, 0, 0, &w, &s, "wgmma varlen window+softcap");
+  failed += vl_case_mods(ctx, 8, q2, k2, 16, 16, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 0, 0, &u, &s, "wgmma varlen user");
+  cases += 2;
+  printf("%d of %d cases passed\n", cases - failed, cases);
+  with_totals = want_wgmma = 0;
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
 /* Modifications on varlen and paged batches: positions count within each
  * sequence, the window's diagonal is each sequence's own (bottom-right
  * without a causal mask), the softcap, and user expressions of the
@@ -436,6 +496,14 @@ int test_gpu_sanitize_varlen(void)
                         &s, "sanitize paged");
   failed += vl_case_run(ctx, 3, one, k, 8, 2, 64, FJ_BF16, FJ_CAUSAL_NONE, 1, 0,
                         &s, "sanitize paged decode");
+  /* The wgmma family's packed rows (its TMA boxes reach past the last
+   * sequence into the tensor map's zeros): 16 heads, so that 128-row
+   * tiles fill the multiprocessors. */
+  static const int wq[3] = {700, 0, 130}, wk[3] = {500, 9, 1030};
+  with_totals = 1;
+  failed += vl_case_run(ctx, 3, wq, wk, 64, 16, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT,
+                        0, 0, &s, "sanitize wgmma varlen");
+  with_totals = 0;
   fj_ctx_destroy(ctx);
   return failed != 0;
 }

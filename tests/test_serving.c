@@ -186,13 +186,45 @@ int test_serving_varlen(void)
   fj_problem p;
   fj_plan plan;
   char name[160];
-  /* Varlen prefill: the mma family (wgmma has no varlen yet), named _vl. */
+  /* Varlen prefill without the packed tensors' totals: the mma family
+   * (TMA must know where a tensor ends), named _vl. */
   varlen_problem(&p, 16, 16, 16, 4096, 4096, 128);
   p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
   CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
   fj_variant_name(&plan.variant, name, sizeof name);
   CHECK(plan.variant.mma == FJ_MMA_SYNC && plan.variant.varlen &&
         !plan.variant.paged && strstr(name, "_vl") && plan.grid[2] == 16);
+  /* With both totals, the wgmma family's persistent grid; with one
+   * missing, the mma family again. */
+  p.total_q = p.total_kv = 16000;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+  fj_variant_name(&plan.variant, name, sizeof name);
+  CHECK(plan.variant.mma == FJ_MMA_WGMMA && plan.variant.varlen &&
+        strstr(name, "_wgmma_br_f16_vl") && plan.grid[1] == 1 && plan.grid[2] == 1);
+  fj_variant wv = plan.variant;
+  p.total_kv = 0;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+  CHECK(plan.variant.mma == FJ_MMA_SYNC);
+  /* ...and a wgmma variant asked for by hand says what is missing. */
+  CHECK_ST(ctx, fj_attention_fwd_variant(ctx, &p, &wv, &p, &p, &p, &p, NULL, NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "total_kv 0 with cu_seqlens_kv: the wgmma family loads packed rows by TMA");
+  p.total_kv = -3;
+  CHECK_ST(ctx, fj_problem_check(ctx, &p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "total_kv -3 is negative");
+  fj_problem_init(&p, 2, 8, 8, 100, 100, 64, FJ_F16, FJ_BHSD);
+  p.total_q = 200;
+  CHECK_ST(ctx, fj_problem_check(ctx, &p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "total_q 200 without cu_seqlens_q");
+  /* Paged K/V stay the mma family's, totals or not. */
+  paged_problem(&p, 16, 16, 16, 4096, 4096, 128, 16);
+  p.cu_seqlens_q = dummy;
+  int64_t thd[3] = {0, 128, 16 * 128};
+  memcpy(p.q_stride, thd, sizeof thd);
+  memcpy(p.o_stride, thd, sizeof thd);
+  p.total_q = 16000;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+  CHECK(plan.variant.mma == FJ_MMA_SYNC && plan.variant.paged);
   /* Paged decode: packed, split where the rule wants it, named _paged. */
   paged_problem(&p, 1, 32, 8, 1, 4096, 128, 16);
   CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
@@ -206,11 +238,16 @@ int test_serving_varlen(void)
            FJ_ERR_INVALID_ARG);
   CHECK_MSG(ctx, "a paged one a paged variant");
   /* The wgmma family refuses the axes by name. */
-  fj_variant_default(&v, 128, FJ_F16, FJ_CAUSAL_NONE);
-  v.mma = FJ_MMA_WGMMA;
-  v.varlen = 1;
+  v = wv;
+  CHECK_OK(ctx, fj_variant_check(ctx, &v));
+  v.paged = 1;
   CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_UNSUPPORTED);
-  CHECK_MSG(ctx, "varlen is implemented for mma mma only");
+  CHECK_MSG(ctx, "paged is implemented for mma mma only (the mma.sync family; varlen for wgmma too)");
+  v.paged = 0;
+  v.pack_gqa = 1;
+  CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "pack_gqa is implemented for mma mma only (the mma.sync family; varlen for wgmma too)");
+  v.pack_gqa = 0;
   v.varlen = 3;
   CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_INVALID_ARG);
   CHECK_MSG(ctx, "varlen 3 is invalid: 0 or 1");
@@ -276,6 +313,13 @@ int test_serving_lengths(void)
   CHECK_ST(NULL, fj_problem_check_lengths(&p), FJ_ERR_INVALID_ARG);
   CHECK_MSG(NULL, "cu_seqlens_q[0] = -1 is negative");
   cu[0] = 0;
+  /* The last sequence ends within the packed tensor's rows. */
+  p.total_q = 12;
+  p.total_kv = 11;
+  CHECK_ST(NULL, fj_problem_check_lengths(&p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "cu_seqlens_kv[3] = 12 is past the packed tensor's end: total_kv is 11");
+  p.total_kv = 12;
+  CHECK_OK(NULL, fj_problem_check_lengths(&p));
   p.seqused_kv = used;
   used[2] = 9;
   CHECK_ST(NULL, fj_problem_check_lengths(&p), FJ_ERR_INVALID_ARG);
@@ -394,24 +438,28 @@ int test_serving_varlen_compile(void)
   for (int a = 0; a < 2; a++) {
     fj_ctx *ctx = fjt_ctx(arches[a], fjt_tmpdir());
     CHECK(ctx);
-    fj_problem ps[4];
+    fj_problem ps[5];
     varlen_problem(&ps[0], 16, 16, 16, 4096, 4096, 128);
     ps[0].causal = FJ_CAUSAL_BOTTOM_RIGHT;
     paged_problem(&ps[1], 1, 32, 8, 1, 4096, 128, 16);
     paged_problem(&ps[2], 4, 8, 8, 1, 1000, 64, 1);
     ps[2].dtype = FJ_F16;
     paged_problem(&ps[3], 2, 32, 4, 4, 8192, 256, 64);
-    fj_variant vs[4];
-    for (int i = 0; i < 4; i++) {
+    /* With the totals: the wgmma family on sm_90a. */
+    ps[4] = ps[0];
+    ps[4].total_q = ps[4].total_kv = 16384;
+    fj_variant vs[5];
+    for (int i = 0; i < 5; i++) {
       fj_plan plan;
       CHECK_OK(ctx, fj_attention_plan(ctx, &ps[i], &plan));
-      CHECK(plan.variant.varlen && plan.variant.paged == (i > 0));
+      CHECK(plan.variant.varlen && plan.variant.paged == (i > 0 && i < 4));
       vs[i] = plan.variant;
     }
     CHECK(vs[1].split_kv && vs[3].split_kv && vs[3].pack_gqa);
+    CHECK((vs[4].mma == FJ_MMA_WGMMA) == (a == 0));
     fj_prepare_opts o = {2, NULL, NULL};
-    CHECK_OK(ctx, fj_kernel_prepare(ctx, vs, 4, &o, NULL));
-    for (int i = 0; i < 4; i++) {
+    CHECK_OK(ctx, fj_kernel_prepare(ctx, vs, 5, &o, NULL));
+    for (int i = 0; i < 5; i++) {
       fj_kernel *k;
       fj_resources r;
       CHECK_OK(ctx, fj_kernel_get(ctx, &vs[i], &k));

@@ -290,13 +290,14 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
         const int n_end = p.seq_kv;
         const int t_first = 0 / 176;
         const int ntiles = n_end > t_first * 176 ? (n_end - t_first * 176 + 175) / 176 : 0;
+        const int q_row = m0, q_b = blk.b, kv_row = 0, kv_b = blk.b;
         // Q's buffer is free once every consumer warp has finished its last
         // S of the previous work tile (at once for the first).
         fj::mbar_wait(q_empty, (kq & 1u) ^ 1u);
         fj::mbar_expect(bar_q, 32768u);
 #pragma unroll
         for (int pn = 0; pn < 2; ++pn)
-          fj::tma_load4(sq + pn * 16384, mq, bar_q, pn * 64, m0, blk.h, blk.b);
+          fj::tma_load4(sq + pn * 16384, mq, bar_q, pn * 64, q_row, blk.h, q_b);
         for (int t = 0; t < ntiles; ++t, ++it) {
           const unsigned slot = it % 2u, ph = (it / 2u) & 1u;
           // A slot is free once every consumer warp has released it; in the
@@ -305,12 +306,12 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
           fj::mbar_expect(FJ_FULL_K(slot), 45056u);
 #pragma unroll
           for (int pn = 0; pn < 2; ++pn)
-            fj::tma_load4(sk + slot * 45056 + pn * 22528, mk, FJ_FULL_K(slot), pn * 64, (t_first + t) * 176, blk.hk, blk.b);
+            fj::tma_load4(sk + slot * 45056 + pn * 22528, mk, FJ_FULL_K(slot), pn * 64, kv_row + (t_first + t) * 176, blk.hk, kv_b);
           fj::mbar_wait(FJ_EMPTY_V(slot), ph ^ 1u);
           fj::mbar_expect(FJ_FULL_V(slot), 45056u);
 #pragma unroll
           for (int pn = 0; pn < 2; ++pn)
-            fj::tma_load4(sv + slot * 45056 + pn * 22528, mv, FJ_FULL_V(slot), pn * 64, (t_first + t) * 176, blk.hk, blk.b);
+            fj::tma_load4(sv + slot * 45056 + pn * 22528, mv, FJ_FULL_V(slot), pn * 64, kv_row + (t_first + t) * 176, blk.hk, kv_b);
         }
       }
     }
