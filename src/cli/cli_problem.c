@@ -720,6 +720,20 @@ static int check_varlen(const cli *c, int batch, int seq_q, int seq_kv)
   return 0;
 }
 
+/* --varlen: Q, O, K and V as packed tokens, with their totals (what the
+ * wgmma family's tensor maps need). */
+static void varlen_problem(const cli *c, fj_problem *p)
+{
+  long long tq = 0, tkv = 0;
+  for (int b = 0; b < p->batch; b++) {
+    tq += c->lens[b].q;
+    tkv += c->lens[b].kv;
+  }
+  p->cu_seqlens_q = p->cu_seqlens_kv = index_placeholder;
+  p->total_q = tq > INT32_MAX ? 0 : (int)tq;  /* 0: the mma family takes it */
+  p->total_kv = tkv > INT32_MAX ? 0 : (int)tkv;
+}
+
 /* --page-size N: K and V as pages of N tokens (NHD), as many pages as the
  * sequences use (at least one), a table row of ceil(seq_kv / N) pages per
  * sequence, and each sequence's keys in seqused_kv.  A page size the
@@ -730,6 +744,7 @@ static void page_problem(const cli *c, fj_problem *p)
   p->page_size = n;
   p->block_table = p->seqused_kv = index_placeholder;
   p->cu_seqlens_kv = NULL;
+  p->total_kv = 0;
   p->max_pages = p->num_pages = 1;
   if (n < 1 || p->seq_kv < 1)
     return;
@@ -769,7 +784,7 @@ int cli_problem(cli *c, fj_problem *p)
   p->splits = c->splits;
   p->mods = c->mods_on ? &c->mods : NULL;
   if (c->lens)
-    p->cu_seqlens_q = p->cu_seqlens_kv = index_placeholder;
+    varlen_problem(c, p);
   if (cli_flag_given(c, "page-size"))
     page_problem(c, p);
   return 0;
