@@ -56,18 +56,35 @@ static uint64_t temp_counter;
 
 /* ---- opening ------------------------------------------------------------------ */
 
-static int default_dir(char *out, size_t size)
+/* The default directory from the environment: 0, -1 when none is set,
+ * or 1 when it is too long (*from names the variable). */
+static int default_dir(char *out, size_t size, const char **from)
 {
-  const char *v = getenv("FLASHJIT_CACHE_DIR");
+  const char *v = getenv(*from = "FLASHJIT_CACHE_DIR");
   if (v && *v)
     return snprintf(out, size, "%s", v) >= (int)size;
-  v = getenv("XDG_CACHE_HOME");
+  v = getenv(*from = "XDG_CACHE_HOME");
   if (v && *v)
     return snprintf(out, size, "%s/flashjit", v) >= (int)size;
-  v = getenv("HOME");
+  v = getenv(*from = "HOME");
   if (v && *v)
     return snprintf(out, size, "%s/.cache/flashjit", v) >= (int)size;
   return -1;
+}
+
+/* The directory from the environment, or a warning why there is none. */
+static int env_dir(fj_ctx *ctx, fj_cache *c)
+{
+  const char *from;
+  int rc = default_dir(c->dir, sizeof c->dir, &from);
+  if (rc < 0)
+    fj__log(ctx, FJ_LOG_WARN, "no cache directory (set FLASHJIT_CACHE_DIR "
+                              "or HOME): caching in memory only");
+  else if (rc > 0)
+    fj__log(ctx, FJ_LOG_WARN, "the cache directory from $%s is over %zu "
+                              "bytes: caching in memory only",
+            from, sizeof c->dir - 1);
+  return rc;
 }
 
 fj_status fj__cache_open(fj_ctx *ctx)
@@ -84,11 +101,8 @@ fj_status fj__cache_open(fj_ctx *ctx)
                     strlen(ctx->opts.cache_dir), sizeof c->dir - 1);
   if (ctx->opts.cache_dir)
     snprintf(c->dir, sizeof c->dir, "%s", ctx->opts.cache_dir);
-  else if (default_dir(c->dir, sizeof c->dir) != 0) {
-    fj__log(ctx, FJ_LOG_WARN, "no cache directory (set FLASHJIT_CACHE_DIR "
-                              "or HOME): caching in memory only");
+  else if (env_dir(ctx, c) != 0)
     return FJ_OK;
-  }
   if (fj__mkdirs(c->dir) != 0) {
     fj__log(ctx, FJ_LOG_WARN,
             "cache directory %s cannot be created (%s): caching in memory "
@@ -172,16 +186,20 @@ typedef struct entry_file {
 
 /* Checks a header against its file's size before anything is allocated:
  * every length within the file and, summed, exactly the rest of it.  Each
- * is at most ENTRY_MAX, so the sum cannot wrap around. */
-static int header_fits(const entry_header *h, uint64_t size)
+ * is at most ENTRY_MAX, so the sum cannot wrap around.  NULL if it fits,
+ * else what is wrong. */
+static const char *header_wrong(const entry_header *h, uint64_t size)
 {
   uint64_t body = size - sizeof *h;
-  return memcmp(h->magic, ENTRY_MAGIC, 8) == 0 &&
-         h->format == FJ_FORMAT_VERSION && h->kind_len <= body &&
-         h->label_len <= body && h->key_len <= body &&
-         h->payload_len <= body &&
-         (uint64_t)h->kind_len + h->label_len + h->key_len + h->payload_len ==
-             body;
+  if (memcmp(h->magic, ENTRY_MAGIC, 8) != 0)
+    return "is not a flashjit cache entry (bad magic)";
+  if (h->format != FJ_FORMAT_VERSION)
+    return "has another format version (stale)";
+  if (h->kind_len > body || h->label_len > body || h->key_len > body ||
+      h->payload_len > body ||
+      (uint64_t)h->kind_len + h->label_len + h->key_len + h->payload_len != body)
+    return "is truncated, or its lengths do not match its size";
+  return NULL;
 }
 
 /* The body after a header that fits, checked against its checksum; NULL
@@ -198,6 +216,7 @@ static char *body_read(int fd, const entry_header *h, const char **why)
   }
   if (fj__read_all(fd, body, len) != 0 ||
       fj__hash64(body, len) != h->checksum) {
+    *why = "does not match its checksum (corrupt)";
     free(body);
     return NULL;
   }
@@ -208,7 +227,7 @@ static char *body_read(int fd, const entry_header *h, const char **why)
  * saying what is wrong with the file, or empty when there is no file. */
 static int entry_read(const char *path, entry_file *e, char *why, size_t n)
 {
-  const char *reason = "is corrupt or stale";
+  const char *reason = "is shorter than an entry's header (truncated)";
   uint64_t size = 0;
   memset(e, 0, sizeof *e);
   why[0] = '\0';
@@ -219,7 +238,7 @@ static int entry_read(const char *path, entry_file *e, char *why, size_t n)
     return -1;
   }
   if (size >= sizeof e->h && fj__read_all(fd, &e->h, sizeof e->h) == 0 &&
-      header_fits(&e->h, size))
+      !(reason = header_wrong(&e->h, size)))
     e->body = body_read(fd, &e->h, &reason);
   close(fd);
   if (!e->body) {
@@ -410,6 +429,9 @@ static int visit_entry(const fj_cache *c, const char *name,
     snprintf(label_s, sizeof label_s, "%.*s", (int)e.h.label_len, e.label);
     ce.valid = 1;
     free(e.body);
+  } else {
+    /* An invalid entry's label says what is wrong with it. */
+    snprintf(label_s, sizeof label_s, "%s", why[0] ? why : "cannot be read");
   }
   return fn(user, &ce);
 }

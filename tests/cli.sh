@@ -34,7 +34,7 @@ expect 0 "--tile-m" emit --help
 expect 0 "flashjit 0." --version
 expect 2 "unknown command 'bogus'" bogus
 expect 2 "unknown option '--bogus'" emit --bogus
-expect 2 "unknown option '--shape'" emit --shape 1,1,1,64
+expect 2 "unknown option '--shape'" lut --shape 1,1,1,64
 expect 2 "head_dim 7 is invalid: one of 32, 64, 96, 128, 160, 192, 256" emit --head-dim 7
 expect 2 "tile_m -16 is invalid: must be a multiple of 16 in 16..256" emit --tile-m -16
 expect 2 "tile_n 0 is invalid" emit --tile-n=0
@@ -45,7 +45,8 @@ expect 2 "invalid value 'zigzag' for --swizzle: one of none, pad, xor" emit --sw
 expect 2 "invalid value 'f64' for --dtype: one of f16, bf16" emit --dtype f64
 expect 2 "warps 4 is not implemented for mma wgmma: 8, 12 or 16" emit --mma wgmma --warps 4
 expect 0 "wgmma.mma_async" emit --mma wgmma --head-dim 128 --what ptx --arch sm_90a
-expect 2 "warps 3 is not implemented" emit --warps 3
+expect 2 "invalid value '3' for --warps: expected 4 or 8 (wmma, mma) or 8, 12 or 16" emit --warps 3
+expect 2 "warps 12 is not implemented" emit --mma mma --warps 12
 expect 2 "over by" emit --head-dim 256 --tile-m 256 --tile-n 256 --warps 8 --softmax smem
 expect 2 "softmax regs: tile_m 128 must be 16 x warps = 64" emit --softmax regs --tile-m 128 --warps 4
 expect 2 "invalid value 'nothing' for --what" emit --what nothing
@@ -63,7 +64,8 @@ expect 2 "unexpected argument 'extra'" cache ls extra
 # plan: what the library would launch, no GPU; refusals name value and limit.
 expect 2 "invalid value '0' for --splits: expected auto or an integer in 1..256" plan --shape 1,32,1,128 --heads-kv 8 --splits 0
 expect 2 "invalid value '300' for --splits" plan --shape 1,32,1,128 --splits 300
-expect 2 "sm_count 5000 is invalid: 0 (the device's, or the architecture's largest part) or 1..1024" plan --shape 1,8,1,64 --sms 5000
+expect 2 "invalid value '5000' for --sms: expected an integer in 1..1024" plan --shape 1,8,1,64 --sms 5000
+expect 2 "invalid value '0' for --sms: expected an integer in 1..1024" plan --shape 1,8,1,64 --sms 0
 expect 2 "splits 4: split-KV is implemented for mma mma (sm_80 and newer); the target sm_75 runs mma wmma" plan --shape 1,8,1,64 --arch sm_75 --splits 4
 expect 2 "seq_kv 0 is invalid" plan --shape 1,8,1,64 --seq-kv 0
 expect 2 "heads_kv 0 is invalid" plan --shape 1,8,1,64 --heads-kv 0
@@ -115,10 +117,10 @@ expect 2 "invalid value '17,0,5120' for --varlen: item 3 has 5120 queries, more 
 expect 2 "item 2 ('a') is not Q or Q:K" run --shape 3,8,512,64 --varlen 1,a,3
 expect 2 "page_size 3 is invalid: a power of two in 1..4096" emit --page-size 3
 expect 2 "item 2 ('') is not Q or Q:K" emit --varlen 1,,2
-expect 2 "varlen is implemented for mma mma only (the mma.sync family); this variant is mma wmma" emit --varlen 1 --mma wmma
+expect 2 "varlen is implemented for mma mma only" emit --varlen 1 --mma wmma
 expect 2 "unknown option '--varlen'" tune --shape 1,8,64,64 --varlen 64
 "$FJ" $VL --varlen 17,0,4096 --causal >"$tmp/plan" || fail "plan varlen"
-for kv in "varlen=1" "paged=0" "mma=mma" "problem=3,8/8,4096/4096,128"; do
+for kv in "varlen=1" "paged=0" "problem=3,8/8,4096/4096,128"; do
   grep -qx "$kv" "$tmp/plan" || fail "varlen plan lacks $kv: $(tr '\n' ' ' <"$tmp/plan")"
 done
 grep -q "^variant=fj_attn_.*_vl$" "$tmp/plan" && ! grep -q "^page_size=" "$tmp/plan" \
@@ -242,11 +244,25 @@ n1=$(name --score-mod "$XS" --param 'bias:f16[8,64]')
 n2=$(name --score-mod "$XS" --param 'bias:f16[16,128]')
 n3=$(name --score-mod "$XS" --param 'bias:f32[8,64]')
 n4=$(name --score-mod "$XS " --param 'bias:f16[8,64]')
-case "$n1" in fj_attn_*_mma_*_x????????) ;; *) fail "emit --score-mod: variant '$n1' is not the mma family's with _x";; esac
+case "$n1" in fj_attn_*_x????????) ;; *) fail "emit --score-mod: variant '$n1' does not end in _x and the hash";; esac
 [ -n "$n1" ] && [ "$n1" = "$n2" ] || fail "a tensor's extents changed the kernel: '$n1' vs '$n2'"
 [ "$n1" != "$n3" ] && [ "$n1" != "$n4" ] || fail "a parameter's type or the expression's text did not change the kernel: '$n1' '$n3' '$n4'"
-name --window 128,0 --softcap 30 | grep -q "^fj_attn_.*_mma_.*_win_cap$" || fail "emit --window --softcap: $(name --window 128,0 --softcap 30)"
+name --window 128,0 --softcap 30 | grep -q "^fj_attn_.*_win_cap$" || fail "emit --window --softcap: $(name --window 128,0 --softcap 30)"
 [ "$(name --window 64,0)" = "$(name --window 4096,16)" ] || fail "the window's sizes changed the kernel"
+
+# emit without variant flags shows the library's choice (what plan says
+# and run would launch) for the problem, and says so; with them, the
+# variant they describe.
+for target in "" "--arch sm_80" "--arch sm_75" "--shape 1,32,1,128 --heads-kv 8 --seq-kv 4096" "--shape 4,8,1000,128 --dtype bf16 --causal"; do
+  want=$("$FJ" plan $(echo "$target" | grep -q shape || echo "--shape 2,16,4096,64") $target | sed -n 's/^variant=//p')
+  got=$("$FJ" emit --what name $target 2>"$tmp/err")
+  [ -n "$want" ] && [ "$got" = "$want" ] || fail "emit $target: '$got', plan says '$want': $(cat "$tmp/err")"
+done
+"$FJ" emit --what resources --arch sm_80 | grep -qx "chosen=library" || fail "emit resources lack chosen=library"
+"$FJ" emit --what resources --arch sm_80 | grep -qx "problem=2,16/16,4096/4096,64" || fail "emit resources lack the default problem"
+"$FJ" emit --what resources --arch sm_80 --tile-m 64 | grep -qx "chosen=flags" || fail "emit --tile-m resources lack chosen=flags"
+"$FJ" emit --arch sm_80 >/dev/null 2>"$tmp/err" && grep -q "is the library's choice for B,H/Hkv,S/Skv,D = 2,16/16,4096/4096,64 on sm_80" "$tmp/err" \
+  || fail "emit does not say the source is the library's choice: $(cat "$tmp/err")"
 
 # Good input, no GPU needed.
 expect 0 "" cache clear
@@ -259,7 +275,8 @@ grep -q "^spill_store_bytes=0$" "$tmp/res" || fail "the default variant spills"
 "$FJ" emit --what resources | grep -q "^cache=hit$" || fail "second emit is not a hit"
 "$FJ" emit --head-dim 128 --dtype bf16 --causal --softmax smem --stages 1 --tile-m 64 --tile-n 64 --warps 4 --arch sm_80 | grep -q "^// flashjit generated kernel: fj_attn_d128_m64_n64_w4_s1_pad_smem_wmma_tl_bf16" \
   || fail "emit source lacks its header"
-"$FJ" emit --what ptx --arch sm_90 | grep -q "wmma.mma.sync" || fail "PTX lacks wmma.mma"
+"$FJ" emit --mma wmma --what ptx --arch sm_90 | grep -q "wmma.mma.sync" || fail "PTX lacks wmma.mma"
+"$FJ" emit --what ptx --arch sm_90 2>/dev/null | grep -q "mma.sync.aligned.m16n8k16" || fail "the library's choice for sm_90 is not the mma family"
 "$FJ" emit --what cubin -o "$tmp/k.cubin" && head -c 4 "$tmp/k.cubin" | grep -q "ELF" || fail "cubin is no ELF file"
 "$FJ" emit --what log | grep -q "ptxas info" || fail "log lacks ptxas lines"
 "$FJ" lut --arch sm_90a --frag wmma_acc_f32 >"$tmp/lut" || fail "lut --arch"
@@ -274,6 +291,15 @@ expect 2 "unknown fragment kind 'nope'" lut --arch sm_90a --frag nope
 "$FJ" cache ls | grep -q "kernel .*fj_attn_d64" || fail "cache ls"
 "$FJ" cache stats | grep -q "^kernels=[1-9]" || fail "cache stats: $("$FJ" cache stats)"
 "$FJ" cache clear | grep -q "removed [1-9]" || fail "cache clear"
+# cache ls says what is wrong with an invalid entry, and never blocks.
+mkfifo "$FLASHJIT_CACHE_DIR/fifo.fjc" && printf 'not an entry at all, longer than a header is long..........................' >"$FLASHJIT_CACHE_DIR/junk.fjc" \
+  && printf 'x' >"$FLASHJIT_CACHE_DIR/short.fjc" || fail "cannot make test entries"
+timeout 20 "$FJ" cache ls >"$tmp/ls" 2>&1 || fail "cache ls with a FIFO: $(cat "$tmp/ls")"
+grep -q "fifo.fjc .*(invalid: is not a regular file)" "$tmp/ls" && grep -q "junk.fjc .*(invalid: is not a flashjit cache entry (bad magic))" "$tmp/ls" \
+  && grep -q "short.fjc .*(invalid: is shorter than an entry's header (truncated))" "$tmp/ls" && ! grep -q corrupt "$tmp/ls" \
+  || fail "cache ls does not say what is wrong: $(cat "$tmp/ls")"
+timeout 20 "$FJ" cache stats | grep -qx "invalid=3" || fail "cache stats: $("$FJ" cache stats)"
+"$FJ" cache clear >/dev/null
 
 # run: on a machine without a GPU it says so (exit 1); with one it runs.
 if "$FJ" run --shape 1,2,64,64 >"$tmp/out" 2>"$tmp/err"; then

@@ -49,8 +49,8 @@ typedef struct cli {
   const char *action;     /* cache dir|ls|stats|clear */
   /* variant */
   fj_variant v;
-  int variant_given;      /* any variant flag seen */
-  int head_dim_given;
+  int variant_given;      /* a structural axis given (--tile-m ...): emit
+                             and run take c->v, not the library's choice */
   /* context */
   const char *arch;
   int device;
@@ -135,7 +135,15 @@ typedef struct run_data {
 /* Parses argv: 0 to run c->cmd, -1 after help/version, else the exit status. */
 int cli_parse(cli *c, int argc, char **argv);
 
-/* Prints "flashjit CMD: message" on stderr; returns EXIT_USAGE. */
+/* s as it may appear inside a one-line message: control characters
+ * escaped, cut after 200 bytes (the length said); written into out. */
+const char *cli_quote(const char *s, char *out, size_t size);
+
+/* text with every control character escaped (\n, \t, \xNN), into out. */
+const char *cli_one_line(const char *text, char *out, size_t size);
+
+/* Prints "flashjit CMD: message" on stderr in one line (control characters
+ * escaped); returns EXIT_USAGE. */
 int cli_usage_error(const cli *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -155,7 +163,7 @@ typedef struct name_value {
 } name_value;
 typedef struct flag_def flag_def;
 int cli_bad_value(const cli *c, const flag_def *f, const char *value,
-                  const char *allowed);
+                  const char *allowed);  /* cli_values.c */
 int cli_parse_name(const name_value *table, size_t n, const char *s, int *out);
 int cli_parse_count(const char *s, size_t len);
 

@@ -20,9 +20,9 @@ static int list_entry(void *user, const fj_cache_entry *e)
   char when[32];
   time_t t = (time_t)e->mtime;
   strftime(when, sizeof when, "%Y-%m-%d %H:%M", localtime(&t));
-  printf("%-40s %-6s %9llu %s %s%s\n", e->file, e->kind,
-         (unsigned long long)e->bytes, when, e->label,
-         e->valid ? "" : " (corrupt)");
+  printf("%-40s %-6s %9llu %s %s%s%s\n", e->file, e->kind,
+         (unsigned long long)e->bytes, when, e->valid ? "" : "(invalid: ",
+         e->label, e->valid ? "" : ")");
   return 0;
 }
 
@@ -58,7 +58,7 @@ int cli_cmd_cache(cli *c)
     cache_tally t = {0};
     st = fj_cache_list(ctx, tally_entry, &t);
     if (st == FJ_OK)
-      printf("dir=%s\nentries=%d\nkernels=%d\nluts=%d\ncorrupt=%d\nbytes=%llu\n",
+      printf("dir=%s\nentries=%d\nkernels=%d\nluts=%d\ninvalid=%d\nbytes=%llu\n",
              dir, t.entries, t.kernels, t.luts, t.invalid,
              (unsigned long long)t.bytes);
   } else {

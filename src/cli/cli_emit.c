@@ -36,50 +36,96 @@ static int write_out(const cli *c, const void *data, size_t len, int binary)
   return 0;
 }
 
-static int print_resources(const cli *c, const fj_kernel *k,
-                           const char *arch)
+/* How emit chose its kernel: the library's plan for a problem, or the
+ * variant flags. */
+typedef struct emit_choice {
+  int planned;
+  fj_problem p;
+} emit_choice;
+
+static int print_resources(const cli *c, const fj_kernel *k, const char *arch,
+                           const emit_choice *ch)
 {
   fj_resources r;
   fj_kernel_resources(k, &r);
-  char text[1024];
+  char text[1024], chosen[160] = "chosen=flags\n";
+  const fj_problem *p = &ch->p;
+  if (ch->planned)
+    snprintf(chosen, sizeof chosen,
+             "chosen=library\nproblem=%d,%d/%d,%d/%d,%d\n", p->batch,
+             p->heads_q, p->heads_kv, p->seq_q, p->seq_kv, p->head_dim);
   int n = snprintf(
       text, sizeof text,
-      "variant=%s\narch=%s\nregisters=%d\nshared_bytes=%d\nshared_static=%d\n"
-      "shared_dynamic=%d\nspill_store_bytes=%d\nspill_load_bytes=%d\n"
-      "local_bytes=%d\nthreads=%d\nbarriers=%d\ncubin_bytes=%zu\n"
-      "ptx_bytes=%zu\ncompile_ms=%.1f\ncache=%s\n",
-      fj_kernel_name(k), arch, r.registers, r.shared_static + r.shared_dynamic,
-      r.shared_static, r.shared_dynamic, r.spill_store_bytes,
-      r.spill_load_bytes, r.local_bytes, r.threads, r.barriers, r.cubin_bytes,
-      r.ptx_bytes, r.compile_ms, r.cache == FJ_CACHE_MISS ? "miss" : "hit");
+      "variant=%s\n%sarch=%s\nregisters=%d\nshared_bytes=%d\n"
+      "shared_static=%d\nshared_dynamic=%d\nspill_store_bytes=%d\n"
+      "spill_load_bytes=%d\nlocal_bytes=%d\nthreads=%d\nbarriers=%d\n"
+      "cubin_bytes=%zu\nptx_bytes=%zu\ncompile_ms=%.1f\ncache=%s\n",
+      fj_kernel_name(k), chosen, arch, r.registers,
+      r.shared_static + r.shared_dynamic, r.shared_static, r.shared_dynamic,
+      r.spill_store_bytes, r.spill_load_bytes, r.local_bytes, r.threads,
+      r.barriers, r.cubin_bytes, r.ptx_bytes, r.compile_ms,
+      r.cache == FJ_CACHE_MISS ? "miss" : "hit");
   return write_out(c, text, (size_t)n, 0);
 }
 
-static int emit_what(const cli *c, const fj_kernel *k, const char *arch)
+static const char *const whats[] = {"source", "ptx",  "cubin",
+                                    "resources", "log", "name"};
+
+/* 0 for a --what emit knows (or none), else the exit status. */
+static int check_what(const cli *c)
+{
+  for (size_t i = 0; c->what && i < sizeof whats / sizeof whats[0]; i++)
+    if (!strcmp(c->what, whats[i]))
+      return 0;
+  if (!c->what)
+    return 0;
+  char q[300];
+  return cli_usage_error(c, "invalid value '%s' for --what: one of source, "
+                            "ptx, cubin, resources, log, name",
+                         cli_quote(c->what, q, sizeof q));
+}
+
+/* Says on stderr that the kernel is the library's choice (stdout holds
+ * only the kernel's text). */
+static void say_planned(const fj_kernel *k, const char *arch,
+                        const emit_choice *ch)
+{
+  const fj_problem *p = &ch->p;
+  fprintf(stderr, "flashjit emit: %s is the library's choice for B,H/Hkv,"
+                  "S/Skv,D = %d,%d/%d,%d/%d,%d on %s (as run would launch it; "
+                  "variant flags pick another)\n",
+          fj_kernel_name(k), p->batch, p->heads_q, p->heads_kv, p->seq_q,
+          p->seq_kv, p->head_dim, arch);
+}
+
+static int emit_what(const cli *c, const fj_kernel *k, const char *arch,
+                     const emit_choice *ch)
 {
   size_t len;
   const char *w = c->what ? c->what : "source";
-  if (strcmp(w, "source") == 0) {
-    const char *s = fj_kernel_source(k, &len);
-    return write_out(c, s, len, 0);
+  if (!strcmp(w, "resources"))
+    return print_resources(c, k, arch, ch);
+  if (!strcmp(w, "name")) {
+    char line[200];
+    int n = snprintf(line, sizeof line, "%s\n", fj_kernel_name(k));
+    return write_out(c, line, (size_t)n, 0);
   }
-  if (strcmp(w, "ptx") == 0) {
+  if (ch->planned)
+    say_planned(k, arch, ch);
+  if (!strcmp(w, "ptx")) {
     const char *s = fj_kernel_ptx(k, &len);
     return write_out(c, s, len, 0);
   }
-  if (strcmp(w, "cubin") == 0) {
+  if (!strcmp(w, "cubin")) {
     const void *b = fj_kernel_cubin(k, &len);
     return write_out(c, b, len, 1);
   }
-  if (strcmp(w, "log") == 0) {
+  if (!strcmp(w, "log")) {
     const char *s = fj_kernel_log(k);
     return write_out(c, s, strlen(s), 0);
   }
-  if (strcmp(w, "resources") == 0)
-    return print_resources(c, k, arch);
-  return cli_usage_error(c, "invalid value '%s' for --what: one of source, "
-                            "ptx, cubin, resources, log",
-                         w);
+  const char *s = fj_kernel_source(k, &len);
+  return write_out(c, s, len, 0);
 }
 
 /* ---- emit --sweep -------------------------------------------------------------- */
@@ -164,6 +210,17 @@ static void sweep_progress(void *user, size_t done, size_t total)
     fprintf(stderr, "compiling: %zu/%zu\n", done, total);
 }
 
+/* Why variant v failed to build (status st): the check's message when the
+ * check refuses it, else the status (the batch keeps no message per
+ * variant, and the context's last message is another call's). */
+static void refusal(fj_ctx *ctx, const fj_variant *v, fj_status st, char *why,
+                    size_t size)
+{
+  int refused = fj_variant_check(ctx, v) != FJ_OK;
+  snprintf(why, size, "%s", refused ? fj_errmsg(ctx) : fj_status_str(st));
+  why[strcspn(why, "\n")] = '\0';
+}
+
 static void sweep_line(fj_ctx *ctx, const fj_variant *v, fj_status st)
 {
   char name[160];
@@ -173,9 +230,7 @@ static void sweep_line(fj_ctx *ctx, const fj_variant *v, fj_status st)
     st = fj_kernel_get(ctx, v, &k);
   if (st != FJ_OK) {
     char why[160];
-    fj_variant_check(ctx, v);
-    snprintf(why, sizeof why, "%s", fj_errmsg(ctx));
-    why[strcspn(why, "\n")] = '\0';
+    refusal(ctx, v, st, why, sizeof why);
     printf("%-56s refused: %s\n", name, why);
     return;
   }
@@ -207,12 +262,36 @@ size_t cli_sweep_prepare(const cli *c, fj_ctx *ctx, fj_variant **vs,
   return n;
 }
 
+/* Whether any variant of the sweep passes the check; when none does, the
+ * sweep is bad input: exit 2 with the first one's reason, before any
+ * compile. */
+static int sweep_check(cli *c, fj_ctx *ctx, const fj_variant *vs, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    if (fj_variant_check(ctx, &vs[i]) == FJ_OK)
+      return 0;
+  fj_status st = fj_variant_check(ctx, &vs[0]);
+  char line[400];
+  snprintf(line, sizeof line, "no variant of the sweep can be built: %s",
+           fj_errmsg(ctx));
+  line[strcspn(line, "\n")] = '\0';
+  (void)st;
+  return cli_usage_error(c, "%s", line);
+}
+
 static int emit_sweep(cli *c, fj_ctx *ctx)
 {
   fj_variant *vs;
   fj_status *st;
-  size_t n = cli_sweep_prepare(c, ctx, &vs, &st);
-  if (!n)
+  size_t n = sweep_variants(c, NULL);
+  if (!(vs = calloc(n, sizeof *vs)))
+    return EXIT_FAIL;
+  sweep_variants(c, vs);
+  int rc = sweep_check(c, ctx, vs, n);
+  free(vs);
+  if (rc)
+    return rc;
+  if (!(n = cli_sweep_prepare(c, ctx, &vs, &st)))
     return EXIT_FAIL;
   for (size_t i = 0; i < n; i++)
     sweep_line(ctx, &vs[i], st[i]);
@@ -221,9 +300,9 @@ static int emit_sweep(cli *c, fj_ctx *ctx)
   return 0;
 }
 
-/* --page-size for a paged variant: the kernel does not depend on it, but
- * a value the library would refuse for a problem is refused here too, by
- * checking a one-token problem paged that way. */
+/* --page-size for a paged variant the flags give: the kernel does not
+ * depend on it, but a value the library would refuse for a problem is
+ * refused here too, by checking a one-token problem paged that way. */
 static int emit_check_page_size(const cli *c, fj_ctx *ctx)
 {
   static const int32_t placeholder[1];
@@ -236,32 +315,57 @@ static int emit_check_page_size(const cli *c, fj_ctx *ctx)
   return st == FJ_OK ? 0 : cli_fj_error(c, ctx, st);
 }
 
-int cli_cmd_emit(cli *c)
+/* The kernel emit shows: the variant the flags describe, or the library's
+ * choice (fj_attention_plan, as fj_attention_fwd makes it) for the
+ * problem of --shape and friends on --arch. */
+static int emit_variant(cli *c, fj_ctx *ctx, fj_variant *v, emit_choice *ch)
 {
-  if (c->what && strcmp(c->what, "source") && strcmp(c->what, "ptx") &&
-      strcmp(c->what, "cubin") && strcmp(c->what, "log") &&
-      strcmp(c->what, "resources"))
-    return cli_usage_error(c, "invalid value '%s' for --what: one of source, "
-                              "ptx, cubin, resources, log",
-                           c->what);
-  fj_ctx *ctx;
-  int rc = cli_open_ctx(c, -1, c->arch ? c->arch : "sm_90a", &ctx);
+  ch->planned = !c->variant_given;
+  if (!ch->planned) {
+    *v = c->v;
+    return cli_flag_given(c, "page-size") ? emit_check_page_size(c, ctx) : 0;
+  }
+  int rc = cli_problem(c, &ch->p);
   if (rc)
     return rc;
-  if (cli_flag_given(c, "page-size") && (rc = emit_check_page_size(c, ctx))) {
-    fj_ctx_destroy(ctx);
+  /* FP8 scales are launch arguments; only their presence is checked. */
+  static const float placeholder[1];
+  if (ch->p.kv_dtype == FJ_E4M3)
+    ch->p.k_scale = ch->p.v_scale = placeholder;
+  fj_plan plan;
+  fj_status st = fj_attention_plan(ctx, &ch->p, &plan);
+  if (st != FJ_OK)
+    return cli_fj_error(c, ctx, st);
+  *v = plan.variant;
+  return 0;
+}
+
+static int emit_one(cli *c, fj_ctx *ctx)
+{
+  fj_variant v;
+  emit_choice ch;
+  memset(&ch, 0, sizeof ch);
+  int rc = emit_variant(c, ctx, &v, &ch);
+  if (rc)
     return rc;
-  }
-  if (c->sweep) {
-    rc = emit_sweep(c, ctx);
-    fj_ctx_destroy(ctx);
-    return rc;
-  }
   fj_kernel *k;
-  fj_status st = fj_kernel_get(ctx, &c->v, &k);
-  rc = st == FJ_OK ? emit_what(c, k, fj_ctx_arch(ctx))
-                   : cli_fj_error(c, ctx, st);
+  fj_status st = fj_kernel_get(ctx, &v, &k);
+  return st == FJ_OK ? emit_what(c, k, fj_ctx_arch(ctx), &ch)
+                     : cli_fj_error(c, ctx, st);
+}
+
+int cli_cmd_emit(cli *c)
+{
+  int rc = check_what(c);
+  if (rc)
+    return rc;
+  fj_ctx *ctx;
+  if ((rc = cli_open_ctx(c, -1, c->arch ? c->arch : "sm_90a", &ctx)))
+    return rc;
+  if (c->sweep && cli_flag_given(c, "page-size"))
+    rc = emit_check_page_size(c, ctx);
+  if (!rc)
+    rc = c->sweep ? emit_sweep(c, ctx) : emit_one(c, ctx);
   fj_ctx_destroy(ctx);
   return rc;
 }
-

@@ -759,15 +759,36 @@ static void page_problem(const cli *c, fj_problem *p)
   memcpy(p->v_stride, s, sizeof s);
 }
 
+/* emit's problem when --shape is not given: B,H,S,D = 2,16,4096,D; with
+ * --varlen B its items and S (and seq_kv, unless given) their longest. */
+static void emit_default_shape(cli *c, int *skv)
+{
+  int q = 1, kv = 1;
+  for (int b = 0; b < c->nlens; b++) {
+    q = c->lens[b].q > q ? c->lens[b].q : q;
+    kv = c->lens[b].kv > kv ? c->lens[b].kv : kv;
+  }
+  c->shape[0] = c->lens ? c->nlens : 2;
+  c->shape[1] = 16;
+  c->shape[2] = c->lens ? q : 4096;
+  c->shape[3] = c->v.head_dim;
+  if (!cli_flag_given(c, "seq-kv"))
+    *skv = c->lens ? kv : c->shape[2];
+}
+
 int cli_problem(cli *c, fj_problem *p)
 {
-  int b = c->shape[0], h = c->shape[1], s = c->shape[2], dim = c->shape[3];
-  if (!c->shape_given)
+  int skv = c->seq_kv;
+  if (!c->shape_given && c->cmd != CMD_EMIT)
     return cli_usage_error(c, "--shape B,H,S,D is required");
+  if (!c->shape_given)
+    emit_default_shape(c, &skv);
+  else if (!cli_flag_given(c, "seq-kv"))
+    skv = c->shape[2];
+  int b = c->shape[0], h = c->shape[1], s = c->shape[2], dim = c->shape[3];
   /* Given values are taken as given: fj_problem_check names bad ones. */
   int hkv = cli_flag_given(c, "heads-kv") ? c->heads_kv : h;
-  int skv = cli_flag_given(c, "seq-kv") ? c->seq_kv : s;
-  if (c->head_dim_given && c->v.head_dim != dim)
+  if (cli_flag_given(c, "head-dim") && c->v.head_dim != dim)
     return cli_usage_error(c, "--head-dim %d contradicts --shape's D = %d",
                            c->v.head_dim, dim);
   if (c->lens && cli_flag_given(c, "layout"))
@@ -790,8 +811,28 @@ int cli_problem(cli *c, fj_problem *p)
   return 0;
 }
 
-/* Checks the problem before looking for a GPU, so that bad input is
- * reported as bad input on any machine. */
+/* The variant the flags give, checked on a compile-only sm_90a context:
+ * a value out of range, an axis value not implemented or a combination
+ * over sm_90a's limits (the most any target allows) is refused on every
+ * GPU, so it is refused here, before one is looked for. */
+static int check_given_variant(cli *c, fj_ctx *ctx)
+{
+  fj_status st = fj_variant_check(ctx, &c->v);
+  return st == FJ_OK ? 0 : cli_fj_error(c, ctx, st);
+}
+
+/* The library's choice for the problem, planned for sm_90a: what it
+ * refuses for every target (FP8 K/V in pages, say) is refused here. */
+static int check_plan(cli *c, fj_ctx *ctx, const fj_problem *p)
+{
+  fj_plan plan;
+  fj_status st = fj_attention_plan(ctx, p, &plan);
+  return st == FJ_OK || st == FJ_ERR_RESOURCES ? 0 : cli_fj_error(c, ctx, st);
+}
+
+/* Checks the problem (and the variant the flags give, or else the
+ * library's plan) before looking for a GPU, so that bad input is reported
+ * as bad input on any machine. */
 static int run_validate(cli *c, const fj_problem *p)
 {
   fj_ctx *ctx;
@@ -806,6 +847,10 @@ static int run_validate(cli *c, const fj_problem *p)
   fj_status st = fj_problem_check(ctx, &check);
   if (st != FJ_OK)
     rc = cli_fj_error(c, ctx, st);
+  else if (c->variant_given)
+    rc = check_given_variant(c, ctx);
+  else if (c->cmd == CMD_RUN && !c->sweep)
+    rc = check_plan(c, ctx, &check);
   fj_ctx_destroy(ctx);
   return rc;
 }
@@ -819,7 +864,7 @@ int cli_problem_on_device(cli *c, run_data *d, fj_ctx **ctx)
   if (!rc)
     rc = run_validate(c, &d->p);
   if (!rc)
-    rc = index_make(c, d, c->seed ? c->seed : 1);
+    rc = index_make(c, d, c->seed);
   if (!rc)
     rc = cli_open_ctx(c, c->device, NULL, ctx);
   if (rc)

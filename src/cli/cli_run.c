@@ -150,14 +150,15 @@ static int run_report(cli *c, fj_ctx *ctx, run_data *d)
 /* run --sweep: every combination emit --sweep would compile, timed on this
  * problem (and checked with --check), one line each, the fastest last. */
 static void sweep_time_line(const cli *c, fj_ctx *ctx, run_data *d,
-                            const fj_variant *v, fj_status st, int iters,
-                            double *best_ms, fj_variant *best)
+                            const fj_variant *v, fj_status st, double *best_ms,
+                            fj_variant *best)
 {
   char name[160];
   fj_variant_name(v, name, sizeof name);
   timing t;
   if (st == FJ_OK)
-    st = time_variant(ctx, d, v, 2, iters, &t);
+    st = time_variant(ctx, d, v, cli_flag_given(c, "warmup") ? c->warmup : 2,
+                      c->iters > 0 ? c->iters : 10, &t);
   if (st != FJ_OK) {
     /* The batch compile kept no message per variant: ask again. */
     char why[160];
@@ -189,8 +190,7 @@ static int run_sweep(const cli *c, fj_ctx *ctx, run_data *d)
     return EXIT_FAIL;
   double best_ms = INFINITY;
   for (size_t i = 0; i < n; i++)
-    sweep_time_line(c, ctx, d, &vs[i], st[i], c->iters > 0 ? c->iters : 10,
-                    &best_ms, &best);
+    sweep_time_line(c, ctx, d, &vs[i], st[i], &best_ms, &best);
   if (isfinite(best_ms)) {
     char name[160];
     fj_variant_name(&best, name, sizeof name);
@@ -206,9 +206,9 @@ static int run_sweep(const cli *c, fj_ctx *ctx, run_data *d)
 static int run_on_device(cli *c, fj_ctx *ctx, run_data *d)
 {
   CUDA_TRY(cudaSetDevice(c->device));
-  int rc = cli_run_alloc(d, c->seed ? c->seed : 1);
+  int rc = cli_run_alloc(d, c->seed);
   if (!rc)
-    rc = cli_run_mods(c, d, c->seed ? c->seed : 1);
+    rc = cli_run_mods(c, d, c->seed);
   if (rc)
     return rc;
   if (c->sweep)

@@ -1,0 +1,43 @@
+/*
+ * cli_flags.h -- the flag table's entry and its value setters, shared by
+ * cli_args.c (the table, the parser, the help) and cli_values.c (the
+ * setters).  Private to the command-line tool.
+ */
+#ifndef FLASHJIT_CLI_FLAGS_H
+#define FLASHJIT_CLI_FLAGS_H
+
+#include "cli.h"
+
+typedef int (*flag_fn)(cli *c, const flag_def *f, const char *value);
+
+struct flag_def {
+  const char *name;
+  int needs_value;  /* 1: --flag V or --flag=V; 0: a switch; 2: --flag[=V] */
+  unsigned cmds;
+  flag_fn fn;
+  size_t offset;    /* of the field the setter writes */
+  const name_value *names;
+  size_t nnames;
+  int lo, hi;       /* cli_set_int's range; lo > hi: the library checks it */
+  const char *arg;  /* the value's placeholder in the help ("N") */
+  const char *help; /* what it does, and its default */
+};
+
+/* The setters: 0, or the exit status after a one-line message. */
+int cli_set_int(cli *c, const flag_def *f, const char *value);
+int cli_set_warps(cli *c, const flag_def *f, const char *value);
+int cli_set_name(cli *c, const flag_def *f, const char *value);
+int cli_set_switch(cli *c, const flag_def *f, const char *value);
+int cli_set_causal(cli *c, const flag_def *f, const char *value);
+int cli_set_shape(cli *c, const flag_def *f, const char *value);
+int cli_set_splits(cli *c, const flag_def *f, const char *value);
+int cli_set_varlen(cli *c, const flag_def *f, const char *value);
+int cli_set_page_size(cli *c, const flag_def *f, const char *value);
+int cli_set_string(cli *c, const flag_def *f, const char *value);
+int cli_set_path(cli *c, const flag_def *f, const char *value);
+int cli_set_out(cli *c, const flag_def *f, const char *value);
+
+/* "--name" or, for the one-letter flag, "-o". */
+const char *cli_flag_spelling(const flag_def *f, char *buf, size_t size);
+
+#endif
