@@ -93,6 +93,47 @@ const char *fj__nvrtc_version(void)
   return text[0] ? text : "unknown";
 }
 
+/* NVRTC's targets (nvrtcGetSupportedArchs: 75, 80, ...); their count, 0
+ * when NVRTC cannot say. */
+static int nvrtc_archs(int *archs, int max)
+{
+  int n = 0;
+  if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n < 1 || n > max ||
+      nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS)
+    return 0;
+  return n;
+}
+
+/* The base architectures with an arch-specific ('a') target. */
+static int has_specific(int sm)
+{
+  static const int a[] = {90, 100, 101, 103, 110, 120, 121};
+  for (size_t i = 0; i < FJ_ARRAY_LEN(a); i++)
+    if (a[i] == sm)
+      return 1;
+  return 0;
+}
+
+fj_status fj__nvrtc_check_arch(const char *arch, int sm, int specific)
+{
+  int archs[64], n = nvrtc_archs(archs, 64), known = n == 0;
+  char list[512] = "";
+  size_t len = 0;
+  for (int i = 0; i < n; i++) {
+    known |= archs[i] == sm && (!specific || has_specific(sm));
+    len += (size_t)snprintf(list + len, sizeof list - len, "%ssm_%d%s",
+                            i ? ", " : "", archs[i],
+                            has_specific(archs[i]) ? "[a]" : "");
+    if (len >= sizeof list)
+      break;
+  }
+  if (known)
+    return FJ_OK;
+  return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                  "arch '%s' is not a target of NVRTC %s: one of %s", arch,
+                  fj__nvrtc_version(), list);
+}
+
 /* ---- compiling in this process -------------------------------------------- */
 
 /* Result of one compile, as it crosses the pipe from a child. */

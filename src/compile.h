@@ -27,6 +27,11 @@ typedef struct fj_nvrtc_opts {
 
 /* The options passed to NVRTC for arch. */
 void fj__nvrtc_options(const char *arch, fj_nvrtc_opts *o);
+/* FJ_OK when NVRTC targets arch (sm and specific as fj__parse_arch gives
+ * them), else FJ_ERR_INVALID_ARG with a one-line message listing the
+ * targets this NVRTC has (nvrtcGetSupportedArchs).  An NVRTC that cannot
+ * say passes every arch. */
+fj_status fj__nvrtc_check_arch(const char *arch, int sm, int specific);
 /* "13.0" ("unknown" if NVRTC cannot say). */
 const char *fj__nvrtc_version(void);
 

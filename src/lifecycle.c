@@ -9,6 +9,7 @@
 
 #include "attention.h"
 #include "cache.h"
+#include "compile.h"
 #include "ctx.h"
 #include "driver.h"
 #include "kernel.h"
@@ -57,6 +58,9 @@ static fj_status ctx_init(fj_ctx *ctx, const fj_ctx_opts *opts)
                       opts->sm_count, opts->device, ctx->dev.sm_count);
   }
   fj_status st = fj__ctx_set_arch(ctx, opts->arch);
+  /* An arch asked for must be one NVRTC targets, said up front. */
+  if (st == FJ_OK && opts->arch)
+    st = fj__nvrtc_check_arch(opts->arch, ctx->sm, ctx->arch_specific);
   if (st != FJ_OK)
     return st;
   if (opts->cache_dir && !(ctx->opts.cache_dir = fj__strdup(opts->cache_dir)))

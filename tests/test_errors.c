@@ -87,6 +87,38 @@ static void too_big(fj_variant *v)
   v->warps = 8;
 }
 
+/* Architectures NVRTC does not target are refused when the context is
+ * made, in one line listing the targets this NVRTC has; those it targets
+ * pass. */
+int test_errors_arch_nvrtc(void)
+{
+  static const char *const bad[] = {"sm_99", "sm_101", "sm_125", "sm_81",
+                                    "sm_99a", "sm_89a", "sm_9999"};
+  static const char *const good[] = {"sm_75", "sm_80", "sm_86", "sm_89",
+                                     "sm_90", "sm_90a", "sm_100a", "sm_120"};
+  fj_ctx *ctx;
+  fj_ctx_opts o;
+  fj_ctx_opts_init(&o);
+  o.device = -1;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    o.arch = bad[i];
+    CHECK_ST(NULL, fj_ctx_create(&ctx, &o), FJ_ERR_INVALID_ARG);
+    CHECK(ctx == NULL && !strchr(fj_errmsg(NULL), '\n'));
+    CHECK_MSG(NULL, bad[i]);
+  }
+  o.arch = "sm_125";
+  CHECK_ST(NULL, fj_ctx_create(&ctx, &o), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "arch 'sm_125' is not a target of NVRTC");
+  CHECK_MSG(NULL, "sm_80, ");
+  CHECK_MSG(NULL, "sm_90[a]");
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    o.arch = good[i];
+    CHECK_OK(NULL, fj_ctx_create(&ctx, &o));
+    fj_ctx_destroy(ctx);
+  }
+  return 0;
+}
+
 int test_errors_variant(void)
 {
   fj_ctx *ctx = fjt_ctx("sm_90a", NULL);

@@ -31,6 +31,7 @@ TEST(cache_list_clear, cpu)
 TEST(cache_render_index, cpu)
 /* errors and validation */
 TEST(errors_ctx, cpu)
+TEST(errors_arch_nvrtc, cpu)
 TEST(errors_variant, cpu)
 TEST(errors_problem, cpu)
 TEST(errors_launch, cpu)
