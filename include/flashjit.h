@@ -670,14 +670,17 @@ typedef struct fj_plan {
   unsigned combine_grid[3];    /* splits > 1: the combine kernel's grid */
   unsigned combine_threads;
   size_t workspace_bytes;  /* splits > 1: float32 partial rows and their
-                              log-sum-exp (0 otherwise) */
+                              log-sum-exp; the wgmma family's varlen
+                              kernels: 16, the counter their blocks claim
+                              work tiles from (zeroed by each call, in
+                              stream order); 0 otherwise */
 } fj_plan;
 
 FJ_API fj_status fj_attention_plan(fj_ctx *ctx, const fj_problem *p,
                                    fj_plan *plan);
 
 /* The workspace fj_attention_fwd_plan needs for p: plan.workspace_bytes
- * (0 when the library's choice does not split). */
+ * (0 when the library's choice needs none). */
 FJ_API fj_status fj_attention_workspace_size(fj_ctx *ctx, const fj_problem *p,
                                              size_t *bytes);
 

@@ -547,8 +547,9 @@ static fj_status tensor_maps(const fj_ctx *ctx, const fj_problem *p,
   return st;
 }
 
-/* The split-KV partials: the caller's workspace, or the context's for the
- * stream; O's partial rows first, then their log-sum-exp. */
+/* The workspace of a launch: the caller's, or the context's for the
+ * stream.  Split-KV partials: O's partial rows first, then their
+ * log-sum-exp.  A dynamic walk: its counter, zeroed in stream order. */
 static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
                            const fj_plan *plan, void *ws, size_t ws_bytes,
                            void *stream, fj_kparams *kp)
@@ -559,13 +560,18 @@ static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
     st = fj__workspace(ctx, stream, plan->workspace_bytes, &base);
   else if (ws_bytes < plan->workspace_bytes)
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                  "workspace_bytes %zu is too small: %d splits need %zu",
-                  ws_bytes, plan->splits, plan->workspace_bytes);
+                  "workspace_bytes %zu is too small: %s need %zu",
+                  ws_bytes, plan->variant.split_kv ? "the splits" : "the work counter",
+                  plan->workspace_bytes);
   else if (base % 16)
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
                   "workspace %p is not 16-byte aligned", ws);
   if (st != FJ_OK)
     return st;
+  if (!plan->variant.split_kv) {
+    kp->work = (unsigned *)(uintptr_t)base;
+    return fj__cu_memset32_async(ctx, base, 0, 1, stream);
+  }
   size_t rows = (size_t)plan->splits * (size_t)p->batch *
                 (size_t)p->heads_q * (size_t)p->seq_q;
   kp->splits = plan->splits;
@@ -613,7 +619,7 @@ static fj_status launch(fj_ctx *ctx, const fj_problem *p,
     args[1] = mod_args;
   if (st == FJ_OK) {
     fill_params(&kp, p, q, k, vp, o, lse);
-    if (v->split_kv)
+    if (plan.workspace_bytes)
       st = workspace(ctx, p, &plan, ws, ws_bytes, stream, &kp);
   }
   if (st == FJ_OK) {

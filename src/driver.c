@@ -44,6 +44,7 @@ typedef struct cu_api {
   CUresult (*memcpyDtoH)(void *, CUdeviceptr, size_t);
   CUresult (*memcpyHtoD)(CUdeviceptr, const void *, size_t);
   CUresult (*memsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*memsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
   CUresult (*eventCreate)(CUevent *, unsigned);
   CUresult (*eventRecord)(CUevent, CUstream);
   CUresult (*eventSynchronize)(CUevent);
@@ -95,6 +96,7 @@ static const struct {
     FJ_CU_SYM_(memcpyDtoH, "cuMemcpyDtoH_v2"),
     FJ_CU_SYM_(memcpyHtoD, "cuMemcpyHtoD_v2"),
     FJ_CU_SYM_(memsetD8, "cuMemsetD8_v2"),
+    FJ_CU_SYM_(memsetD32Async, "cuMemsetD32Async"),
     FJ_CU_SYM_(eventCreate, "cuEventCreate"),
     FJ_CU_SYM_(eventRecord, "cuEventRecord"),
     FJ_CU_SYM_(eventSynchronize, "cuEventSynchronize"),
@@ -322,6 +324,14 @@ fj_status fj__cu_memset(const fj_ctx *ctx, uint64_t dst, unsigned char byte,
                         size_t bytes)
 {
   FJ_CU_TRY(ctx, cu.memsetD8((CUdeviceptr)dst, byte, bytes));
+  return FJ_OK;
+}
+
+fj_status fj__cu_memset32_async(const fj_ctx *ctx, uint64_t dst,
+                                unsigned value, size_t words, void *stream)
+{
+  FJ_CU_TRY(ctx, cu.memsetD32Async((CUdeviceptr)dst, value, words,
+                                   (CUstream)stream));
   return FJ_OK;
 }
 

@@ -48,6 +48,10 @@ fj_status fj__cu_copy_to_device(const fj_ctx *ctx, uint64_t dst,
 fj_status fj__cu_sync(const fj_ctx *ctx);
 fj_status fj__cu_memset(const fj_ctx *ctx, uint64_t dst, unsigned char byte,
                         size_t bytes);
+/* Sets `words` 32-bit words at dst to value, in stream order (a memset
+ * node when the stream is being captured). */
+fj_status fj__cu_memset32_async(const fj_ctx *ctx, uint64_t dst,
+                                unsigned value, size_t words, void *stream);
 fj_status fj__cu_event_create(const fj_ctx *ctx, void **event);
 void fj__cu_event_destroy(void *event);
 fj_status fj__cu_event_record(const fj_ctx *ctx, void *event, void *stream);

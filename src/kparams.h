@@ -31,6 +31,9 @@ typedef struct fj_kparams {
   int window_left, window_right;
   float softcap, softcap_inv;
   int pad_;
+  /* A dynamic walk of work tiles (the wgmma family's varlen kernels):
+   * the counter the blocks claim tiles from, zeroed before each launch. */
+  unsigned *work;
 } fj_kparams;
 
 /* CUtensorMap: 128 opaque bytes, 64-byte aligned (cuda.h's own type is not

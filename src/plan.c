@@ -292,16 +292,22 @@ fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
                     "use splits 0 or 1, or a split_kv variant",
                     p->splits);
   if (m->persistent) {
-    /* The kernel walks the row tiles of each head in pairs (block.cuh). */
-    uint64_t total = (tiles_m + 1) / 2 * (uint64_t)p->heads_q * (uint64_t)p->batch;
+    /* The kernel walks the row tiles of each head in pairs (block.cuh);
+     * a dynamic walk (2) claims them one by one from a counter in the
+     * workspace (one word, zeroed before each launch). */
+    uint64_t units = m->persistent == 2 ? tiles_m : (tiles_m + 1) / 2;
+    uint64_t total = units * (uint64_t)p->heads_q * (uint64_t)p->batch;
     if (total > INT32_MAX)
       return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                      "%llu pairs of work tiles of %u rows: a persistent "
-                      "kernel counts at most %d",
-                      (unsigned long long)total, per, INT32_MAX);
+                      "%llu %s of %u rows: a persistent kernel counts at "
+                      "most %d",
+                      (unsigned long long)total,
+                      m->persistent == 2 ? "work tiles" : "pairs of work tiles",
+                      per, INT32_MAX);
     uint64_t sms = (uint64_t)plan->sm_count;
     plan->grid[0] = (unsigned)(total < sms ? total : sms);
     plan->grid[1] = plan->grid[2] = 1;
+    plan->workspace_bytes = m->persistent == 2 ? 16 : 0;
     return FJ_OK;
   }
   long heads = v->pack_gqa ? p->heads_kv : p->heads_q;

@@ -24,11 +24,14 @@
   Tiles arrive in shared memory as panels of 64 columns in the 128-byte
   swizzle (wgmma.cuh); sequence tails come from the TMA's zero fill, and
   only tiles that cross the sequence end or the causal diagonal are
-  masked.  varlen: a work tile reads its sequence's lengths and first rows
-  (fj::seq_of) and is skipped past its end; packed tensors are one batch
-  of their total rows, so a box starts at the sequence's first row plus
-  the tile's, and rows past the sequence (the next one's, or the TMA's
-  zeros past the tensor) are masked keys or query rows never stored.  Which (row, column) each accumulator register holds, which lanes
+  masked.  varlen: the blocks claim work tiles from a counter
+  (block.cuh's claim: sequences of unequal lengths make a static walk
+  uneven) and the producer hands each to the consumers through shared
+  memory with Q's barrier; a tile reads its sequence's lengths and first
+  rows (fj::seq_of).  Packed tensors are one batch of their total rows, so
+  a box starts at the sequence's first row plus the tile's, and rows past
+  the sequence (the next one's, or the TMA's zeros past the tensor) are
+  masked keys or query rows never stored.  Which (row, column) each accumulator register holds, which lanes
   share a row and how S becomes the A operand come from the probed wgmma
   tables (lut.lua); the probe ran these very instructions and descriptors.
 #}
@@ -51,6 +54,8 @@
   -- where there are two or more and O leaves room (FlashAttention-3 turns
   -- it off above head dim 128).
   local PERSISTENT = true
+  -- Varlen walks dynamically: blocks claim tiles from a counter.
+  local DYNAMIC = VL
   local PINGPONG = C >= 2 and D <= 128
   local function no(fmt, ...) refuse(fmt:format(...)) end
 
@@ -103,12 +108,14 @@
   local OFF_K = region("k", S * KV_SLOT, 1024)
   local OFF_V = region("v", S * KV_SLOT, 1024)
   local OFF_BAR = region("barriers", 8 * (2 + 4 * S), 8)
+  local OFF_WORK = DYNAMIC and region("work item", 4, 4) or nil
   meta.symbol = symbol
   meta.threads = THREADS
   meta.smem_bytes = offset + 1024
   meta.rows_per_block = BM
   meta.tma = 1
-  meta.persistent = PERSISTENT and 1 or 0
+  -- 2: a dynamic walk, whose counter (Params::work) the host zeroes.
+  meta.persistent = DYNAMIC and 2 or PERSISTENT and 1 or 0
   meta.isolate = 1  -- NVRTC 13.0's PTX compiler can crash on wgmma code
 
   local T = dtype
@@ -122,19 +129,28 @@
   -- The head of a work tile, the same in the producer and the consumers
   -- (they must agree on every tile and count): the block, the number of
   -- work tiles started before it (kq, for Q's phase), the keys it sees.
-  local function tile_head()
+  -- A dynamic walk passes the claimed item (kq is then the loop's count).
+  local function tile_head(item)
 %}
         fj::Block blk;
+{%   if item then %}
+        fj::item_of(p, {{ item }}, blk);
+{%   else %}
         FJ_BLOCK(blk);
+{%   end %}
 {%   if VL then %}
-        // This tile's sequence; tiles past its end have nothing to do.
+        // This tile's sequence{{ item and "" or "; tiles past its end have nothing to do" }}.
         const fj::Seq seq = fj::seq_of(p, blk.b);
         const int len_q = seq.len_q, len_kv = seq.len_kv;
         const int causal_off = {{ mrule.bottom_right and "len_kv - len_q" or "0" }};
         (void)causal_off;
+{%     if not item then %}
         if (blk.m0 >= len_q) continue;
+{%     end %}
 {%   end %}
+{%   if not item then %}
         const unsigned kq = (unsigned)k++;
+{%   end %}
         const int m0 = blk.m0;
         // Keys this block can see: all of them, or up to its last row's diagonal{{ mrule.window and " or window, from the window's left side of its first row" or "" }}.
         const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
@@ -144,7 +160,7 @@
   end
 %}
 {{ include("common.cuh") }}
-{{ include("block.cuh", { BM = BM }) }}
+{{ include("block.cuh", { BM = BM, DYNAMIC = DYNAMIC }) }}
 {% if mods.any then %}
 {{ include("mods.cuh", { mods = mods, part = "decls" }) }}
 {% end %}
@@ -173,6 +189,18 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 __device__ __forceinline__ unsigned smem_base(const void *p) {
   return (smem_opaque(p) + 1023u) & ~1023u;
 }
+{% if DYNAMIC then %}
+
+// The work item the producer hands the consumers (a shared-space word).
+__device__ __forceinline__ void st_shared(unsigned a, int v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(a), "r"(v) : "memory");
+}
+__device__ __forceinline__ int ld_shared(unsigned a) {
+  int v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(a) : "memory");
+  return v;
+}
+{% end %}
 }  // namespace fj
 
 extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
@@ -191,7 +219,12 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 #define FJ_FULL_V(i) (bar_q + 8u * (2u + {{ 2 * S }}u + (i)))
 #define FJ_EMPTY_V(i) (bar_q + 8u * (2u + {{ 3 * S }}u + (i)))
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
-{% if PERSISTENT then %}
+{% if DYNAMIC then %}
+  // A dynamic walk: the producer claims each work item (block.cuh's claim)
+  // and hands it to the consumers at s_work with Q's barrier (its arrival
+  // releases the store, their wait acquires it); -1 ends the walk.
+  const unsigned s_work = base + {{ OFF_WORK }};
+{% elseif PERSISTENT then %}
   // A persistent grid (block.cuh's tile order): every warpgroup walks the
   // same tiles, so producer and consumers agree without talking.
   const int total = fj::pairs_total(p);
@@ -232,17 +265,33 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       const bool packed_q = p.cu_seqlens_q != nullptr, packed_kv = p.cu_seqlens_kv != nullptr;
 {% end %}
       unsigned it = 0;
+{% if DYNAMIC then %}
+      for (unsigned kq = 0;; ++kq) {
+        const int w = fj::claim(p);
+        // Q's buffer (and s_work) are free once every consumer warp has
+        // finished its last S of the previous work tile.
+        fj::mbar_wait(q_empty, (kq & 1u) ^ 1u);
+        fj::st_shared(s_work, w);
+        if (w < 0) {
+          fj::mbar_arrive(bar_q);
+          break;
+        }
+{% tile_head("w") %}
+{% else %}
       FJ_TILES {
 {% tile_head() %}
+{% end %}
 {% if VL then %}
         const int q_row = (int)seq.q_row0 + m0, q_b = packed_q ? 0 : blk.b;
         const int kv_row = (int)seq.kv_row0, kv_b = packed_kv ? 0 : blk.b;
 {% else %}
         const int q_row = m0, q_b = blk.b, kv_row = 0, kv_b = blk.b;
 {% end %}
+{% if not DYNAMIC then %}
         // Q's buffer is free once every consumer warp has finished its last
         // S of the previous work tile (at once for the first).
         fj::mbar_wait(q_empty, (kq & 1u) ^ 1u);
+{% end %}
         fj::mbar_expect(bar_q, {{ BM * D * 2 }}u);
 #pragma unroll
         for (int pn = 0; pn < {{ PANELS }}; ++pn)
@@ -365,8 +414,16 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     if (lane == 0) fj::mbar_arrive({{ bar }});
 {% end %}
 
+{% if DYNAMIC then %}
+  for (unsigned kq = 0;; ++kq) {
+  fj::mbar_wait(bar_q, kq & 1u);
+  const int w = fj::ld_shared(s_work);
+  if (w < 0) break;
+{% tile_head("w") %}
+{% else %}
   FJ_TILES {
 {% tile_head() %}
+{% end %}
 #pragma unroll
   for (int d = 0; d < {{ D // 16 }}; ++d)
 #pragma unroll
@@ -374,7 +431,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 #pragma unroll
   for (int c = 0; c < {{ NC }}; ++c) { row_m[0][c] = FJ_NEG_INF; row_l[0][c] = 0.f; }
 
+{% if not DYNAMIC then %}
   fj::mbar_wait(bar_q, kq & 1u);
+{% end %}
   if (ntiles == 0) {
 {% release("q_empty") %}
   } else {

@@ -8,7 +8,9 @@
   BM, the query rows one block covers; PACK (GQA packing: grid y counts KV
   heads, and blk.h is the first of the KV head's query heads); SPLIT
   (split-KV: p.splits consecutive blocks share a row tile, blk.split
-  telling which key range is theirs).
+  telling which key range is theirs); DYNAMIC (a persistent grid whose
+  blocks claim work tiles from a counter: varlen, where sequences of
+  unequal lengths make a static walk uneven).
 #}
 namespace fj {
 
@@ -70,6 +72,41 @@ __device__ __forceinline__ bool tile_of(const Params &p, int u, int h, Block &bl
   return true;
 }
 
+{% if DYNAMIC then %}
+// A dynamic walk: the work items are the row tiles of each (batch, head),
+// heaviest first (under a causal mask the last rows see the most keys),
+// claimed one at a time from the counter p.work, which the host zeroes
+// before the launch.  Blocks that finish early claim more, so sequences
+// of unequal lengths even out.  Item w is row tile nm - 1 - w % nm of
+// head w / nm % heads_q of batch w / nm / heads_q.
+__device__ __forceinline__ void item_of(const Params &p, int w, Block &blk) {
+  const int nm = (p.seq_q + {{ BM - 1 }}) / {{ BM }}, g = w / nm;
+  blk.m0 = (nm - 1 - (w - g * nm)) * {{ BM }};
+  blk.h = g % p.heads_q;
+  blk.b = g / p.heads_q;
+  blk.hk = blk.h / p.group;
+}
+
+// The next item with rows in its sequence, or -1 when none is left.  The
+// tiles past a sequence's end come first in its head's items: a claim
+// that lands on one moves the counter past all of them at once
+// (atomicMax), so the empty items cost two atomics a head, not one each.
+__device__ __forceinline__ int claim(const Params &p) {
+  const int nm = (p.seq_q + {{ BM - 1 }}) / {{ BM }}, total = nm * p.heads_q * p.batch;
+  int w = (int)atomicAdd(p.work, 1u);
+  while (w < total) {
+    Block blk;
+    item_of(p, w, blk);
+    const int len_q = seq_of(p, blk.b).len_q;
+    if (blk.m0 < len_q) return w;
+    const int g = w / nm, tiles = (len_q + {{ BM - 1 }}) / {{ BM }};
+    atomicMax(p.work, (unsigned)(g * nm + nm - tiles));
+    w = (int)atomicAdd(p.work, 1u);
+  }
+  return -1;
+}
+
+{% end %}
 // Row 0 of one head of a tensor with strides (batch, head, seq).
 template <typename T>
 __device__ __forceinline__ T *head_rows(const void *base, const long long *stride, int b, int h) {

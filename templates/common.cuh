@@ -46,6 +46,9 @@ struct Params {
   int window_left, window_right;
   float softcap, softcap_inv;
   int pad_;
+  // A dynamic walk of work tiles (block.cuh's claim): the counter, zeroed
+  // before each launch.
+  unsigned *work;
 };
 static_assert(sizeof(Params) == {{ params_bytes }}, "host and device disagree on the parameter block");
 

@@ -31,8 +31,11 @@ struct Params {
   int window_left, window_right;
   float softcap, softcap_inv;
   int pad_;
+  // A dynamic walk of work tiles (block.cuh's claim): the counter, zeroed
+  // before each launch.
+  unsigned *work;
 };
-static_assert(sizeof(Params) == 272, "host and device disagree on the parameter block");
+static_assert(sizeof(Params) == 280, "host and device disagree on the parameter block");
 
 typedef __nv_bfloat16 elem_t;
 typedef __nv_bfloat162 elem2_t;

@@ -32,8 +32,11 @@ struct Params {
   int window_left, window_right;
   float softcap, softcap_inv;
   int pad_;
+  // A dynamic walk of work tiles (block.cuh's claim): the counter, zeroed
+  // before each launch.
+  unsigned *work;
 };
-static_assert(sizeof(Params) == 272, "host and device disagree on the parameter block");
+static_assert(sizeof(Params) == 280, "host and device disagree on the parameter block");
 
 typedef __half elem_t;
 typedef __half2 elem2_t;
