@@ -9,11 +9,16 @@
  * lua_pcall, so no longjmp crosses C code holding resources.
  */
 #include <ctype.h>
+#include <stddef.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -26,14 +31,21 @@
 enum {
   TPL_MEM_LIMIT = 256 << 20,       /* bytes the Lua state may hold */
   TPL_HOOK_EVERY = 1000,           /* instructions between hook calls */
+  TPL_FILE_MAX = 16 << 20,         /* bytes of one template file */
+  TPL_MOVE_MAX = 1 << 24,          /* elements one table.move may move */
 };
 static const long long TPL_STEP_LIMIT = 200000000; /* per render */
+int fj__tpl_time_limit_ms = 20000;  /* wall-clock time of one render */
+/* The steps one pattern call may take (see pattern_cost): far more than
+ * any template needs, and well under a second. */
+static const double TPL_PATTERN_LIMIT = 5e7;
 
 struct fj_tpl {
   lua_State *L;
   size_t mem_used;
-  long long steps;
-  int renderer;  /* registry reference to render.lua's table */
+  long long steps;     /* instructions and pattern steps of this render */
+  double deadline_ms;  /* fj__now_ms() past which the render is stopped */
+  int renderer;        /* registry reference to render.lua's table */
 };
 
 /* ---- template text ------------------------------------------------------- */
@@ -48,47 +60,79 @@ static int valid_name(const char *name)
   return 1;
 }
 
+/* Reads the regular file at path, of exactly `len` bytes (what stat
+ * said), into dst: opened without blocking (a FIFO is refused, not waited
+ * on), checked again once open.  NULL, or what is wrong. */
+static const char *read_exact(const char *path, char *dst, size_t len)
+{
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    return strerror(errno);
+  struct stat st;
+  const char *why = NULL;
+  if (fstat(fd, &st) != 0)
+    why = strerror(errno);
+  else if (!S_ISREG(st.st_mode) || (size_t)st.st_size != len)
+    why = "changed while it was read";
+  else if (fj__read_all(fd, dst, len) != 0)
+    why = strerror(errno);
+  close(fd);
+  return why;
+}
+
+/* Pushes the text of template `name` from directory dir, or nil and what
+ * is wrong.  The size comes first (stat), so that the text is read
+ * straight into Lua-owned memory allocated before the file is opened: a
+ * memory error raised by Lua never leaves an open file behind. */
+static int push_file(lua_State *L, const char *dir, const char *name)
+{
+  char path[PATH_MAX];
+  struct stat st;
+  const char *why;
+  if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+    why = "the path is longer than PATH_MAX";
+  else if (stat(path, &st) != 0)
+    why = strerror(errno);
+  else if (!S_ISREG(st.st_mode))
+    why = "not a regular file";
+  else if (st.st_size > TPL_FILE_MAX)
+    why = "larger than 16 MiB";
+  else {
+    size_t len = (size_t)st.st_size;
+    char *dst = lua_newuserdatauv(L, len + 1, 0);
+    if (!(why = read_exact(path, dst, len))) {
+      lua_pushlstring(L, dst, len);
+      lua_remove(L, -2);
+      return 1;
+    }
+    lua_pop(L, 1);
+  }
+  lua_pushnil(L);
+  lua_pushfstring(L, "%s (FLASHJIT_TEMPLATE_DIR)", why);
+  return 2;
+}
+
 /* Pushes the text of a template, or nil and the reason.  The built-in copies
  * are generated from templates/ at build time; FLASHJIT_TEMPLATE_DIR, when
- * set, overrides them (for template development).  A file is read straight
- * into Lua-owned memory, so that a memory error raised by Lua never leaves a
- * C allocation or an open FILE behind. */
+ * set, overrides them (for template development). */
 static int push_template(lua_State *L, const char *name)
 {
   const char *dir = getenv("FLASHJIT_TEMPLATE_DIR");
   size_t len = 0;
-  const char *why = "no such built-in template";
+  const char *text;
   if (!valid_name(name)) {
-    why = "invalid template name";
-  } else if (dir && *dir) {
-    char path[4096];
-    struct stat st;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-      len = (size_t)st.st_size;
-      char *dst = lua_newuserdatauv(L, len + 1, 0);
-      FILE *f = fopen(path, "rb");
-      size_t got = f ? fread(dst, 1, len, f) : 0;
-      if (f)
-        fclose(f);
-      if (got == len) {
-        lua_pushlstring(L, dst, len);
-        lua_remove(L, -2);
-        return 1;
-      }
-      lua_pop(L, 1);
-    }
-    why = strerror(errno ? errno : EIO);
-  } else {
-    const char *text = fj__template_text(name, &len);
-    if (text) {
-      lua_pushlstring(L, text, len);
-      return 1;
-    }
+    lua_pushnil(L);
+    lua_pushstring(L, "invalid template name");
+    return 2;
+  }
+  if (dir && *dir)
+    return push_file(L, dir, name);
+  if ((text = fj__template_text(name, &len))) {
+    lua_pushlstring(L, text, len);
+    return 1;
   }
   lua_pushnil(L);
-  lua_pushfstring(L, "%s (%s)", why,
-                  dir && *dir ? "FLASHJIT_TEMPLATE_DIR" : "built in");
+  lua_pushstring(L, "no such built-in template");
   return 2;
 }
 
@@ -128,15 +172,185 @@ static void *tpl_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
   return p;
 }
 
+/* Stops the render past its instruction budget or its time. */
+static void check_limits(lua_State *L, fj_tpl *t)
+{
+  if (t->steps > TPL_STEP_LIMIT)
+    luaL_error(L, "template exceeded its instruction limit (%d million)",
+               (int)(TPL_STEP_LIMIT / 1000000));
+  if (fj__now_ms() > t->deadline_ms)
+    luaL_error(L, "template exceeded its time limit (%d ms)",
+               fj__tpl_time_limit_ms);
+}
+
 static void tpl_hook(lua_State *L, lua_Debug *ar)
 {
   fj_tpl *t;
   (void)ar;
   lua_getallocf(L, (void **)&t);
   t->steps += TPL_HOOK_EVERY;
-  if (t->steps > TPL_STEP_LIMIT)
-    luaL_error(L, "template exceeded its instruction limit (%d million)",
-               (int)(TPL_STEP_LIMIT / 1000000));
+  check_limits(L, t);
+}
+
+/* Starts the budget of one render (or of loading the renderer). */
+static void limits_start(lua_State *L, fj_tpl *t)
+{
+  t->steps = 0;
+  t->deadline_ms = fj__now_ms() + fj__tpl_time_limit_ms;
+  lua_sethook(L, tpl_hook, LUA_MASKCOUNT, TPL_HOOK_EVERY);
+}
+
+/* ---- bounded library functions ---------------------------------------------- */
+
+/* The length of the single-character class at p (a literal, '.', %x or
+ * a set [...]) in a pattern ending at end. */
+static size_t class_len(const char *p, const char *end)
+{
+  if (*p == '%')
+    return p + 1 < end ? 2 : 1;
+  if (*p != '[')
+    return 1;
+  const char *q = p + 1;
+  if (q < end && *q == '^')
+    q++;
+  do {  /* the first ']' of a set is a member */
+    if (q < end && *q == '%')
+      q++;
+    q++;
+  } while (q < end && *q != ']');
+  return (size_t)(q < end ? q + 1 - p : end - p);
+}
+
+/* An upper bound of the steps Lua's matcher can take for pattern p (m
+ * bytes) on a subject of n bytes: each start position (one if anchored),
+ * times n + 1 for every repetition ('*', '+', '-'), balance (%b) and
+ * back-reference (%1..%9), times 2 for every '?', times the pattern's
+ * length.  Backtracking makes the real cost grow as that product, so a
+ * pattern that could run for hours is refused before it starts. */
+static double pattern_cost(const char *p, size_t m, size_t n, int anchor)
+{
+  const char *end = p + m;
+  double cost = (double)m + 1, per = (double)n + 1;
+  if (anchor && p < end && *p == '^')
+    p++;
+  else
+    cost *= per;
+  while (p < end) {
+    if (*p == '(' || *p == ')') {
+      p++;
+    } else if (*p == '%' && p + 1 < end && (p[1] == 'b' || isdigit((unsigned char)p[1]))) {
+      cost *= per;
+      p += p[1] == 'b' ? 4 : 2;
+    } else if (*p == '%' && p + 1 < end && p[1] == 'f') {
+      p += 2 + class_len(p + 2, end);
+    } else {
+      p += class_len(p, end);
+      if (p < end && (*p == '*' || *p == '+' || *p == '-' || *p == '?'))
+        cost *= *p++ == '?' ? 2 : per;
+    }
+  }
+  return cost;
+}
+
+static const char *const pattern_names[] = {"find", "match", "gmatch", "gsub"};
+enum { PAT_FIND, PAT_MATCH, PAT_GMATCH, PAT_GSUB };
+
+/* string.find, match, gmatch and gsub in the sandbox: the library's own,
+ * refused when the pattern could backtrack past TPL_PATTERN_LIMIT steps,
+ * and charged to the render's budget (C calls are not counted by the
+ * hook). */
+static int bounded_pattern(lua_State *L)
+{
+  size_t n, m;
+  luaL_checklstring(L, 1, &n);
+  const char *p = luaL_checklstring(L, 2, &m);
+  int kind = (int)lua_tointeger(L, lua_upvalueindex(2));
+  int plain = kind == PAT_FIND && lua_toboolean(L, 4);
+  double cost = plain ? (double)n + (double)m : pattern_cost(p, m, n, kind != PAT_GMATCH);
+  fj_tpl *t;
+  lua_getallocf(L, (void **)&t);
+  if (cost > TPL_PATTERN_LIMIT) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "string.%s: the pattern '%.40s' on %zu bytes "
+                              "could take %.1e steps; the limit is %.0e",
+             pattern_names[kind], p, n, cost, TPL_PATTERN_LIMIT);
+    return luaL_error(L, "%s", msg);
+  }
+  t->steps += (long long)cost;
+  check_limits(L, t);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* table.move in the sandbox: at most TPL_MOVE_MAX elements a call (a C
+ * loop the hook does not see). */
+static int bounded_move(lua_State *L)
+{
+  lua_Integer f = luaL_checkinteger(L, 2), e = luaL_checkinteger(L, 3);
+  lua_Unsigned span = (lua_Unsigned)e - (lua_Unsigned)f;
+  if (e >= f && span >= (lua_Unsigned)TPL_MOVE_MAX)
+    return luaL_error(L, "table.move: %f elements; the limit is %d",
+                      (double)span + 1, (int)TPL_MOVE_MAX);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* table.sort, table.concat and string.rep in the sandbox: the library's
+ * own, charged to the render's budget by the work they do (10 n log n
+ * for the comparisons, n pieces, a step per 16 bytes made). */
+static int charged(lua_State *L)
+{
+  int kind = (int)lua_tointeger(L, lua_upvalueindex(2));
+  double n = 0;
+  if (kind < 2) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    n = (double)lua_rawlen(L, 1);
+    /* A comparison through the API costs about ten instructions. */
+    n = kind == 0 ? 10 * n * (log2(n + 1) + 1) : n;
+  } else {
+    size_t len, sep = 0;
+    luaL_checklstring(L, 1, &len);
+    luaL_optlstring(L, 3, "", &sep);
+    n = ((double)len + (double)sep) * (double)luaL_optinteger(L, 2, 0) / 16;
+  }
+  fj_tpl *t;
+  lua_getallocf(L, (void **)&t);
+  t->steps += n > 1e15 ? (long long)1e15 : n > 0 ? (long long)n : 0;
+  check_limits(L, t);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* Replaces lib.name by fn wrapping the original (upvalue 1; upvalue 2 an
+ * integer for fn). */
+static void wrap(lua_State *L, const char *lib, const char *name,
+                 lua_CFunction fn, int arg)
+{
+  lua_getglobal(L, lib);
+  lua_getfield(L, -1, name);
+  lua_pushinteger(L, arg);
+  lua_pushcclosure(L, fn, 2);
+  lua_setfield(L, -2, name);
+  lua_pop(L, 1);
+}
+
+/* After the renderer has taken the originals it needs (with patterns of
+ * its own): the library tables the sandbox copies, and the string
+ * metatable's __index (the same table), get the bounded functions. */
+static void bound_libs(lua_State *L)
+{
+  for (int i = 0; i < (int)FJ_ARRAY_LEN(pattern_names); i++)
+    wrap(L, LUA_STRLIBNAME, pattern_names[i], bounded_pattern, i);
+  wrap(L, LUA_TABLIBNAME, "move", bounded_move, 0);
+  wrap(L, LUA_TABLIBNAME, "sort", charged, 0);
+  wrap(L, LUA_TABLIBNAME, "concat", charged, 1);
+  wrap(L, LUA_STRLIBNAME, "rep", charged, 2);
 }
 
 /* Loads the standard libraries the renderer may use -- base, string, table,
@@ -163,7 +377,8 @@ static int open_libs(lua_State *L)
 }
 
 /* Runs render.lua, which returns the renderer table; keeps it in the
- * registry.  Called under lua_pcall. */
+ * registry.  Called under lua_pcall; the renderer's top level runs under
+ * the same limits as a render. */
 static int open_renderer(lua_State *L)
 {
   fj_tpl *t = lua_touserdata(L, 1);
@@ -175,11 +390,28 @@ static int open_renderer(lua_State *L)
   if (luaL_loadbufferx(L, text, len, "=render.lua", "t") != LUA_OK)
     return lua_error(L);
   lua_pushcfunction(L, l_source);
+  limits_start(L, t);
   lua_call(L, 1, 1);
+  lua_sethook(L, NULL, 0, 0);
   if (!lua_istable(L, -1))
     return luaL_error(L, "render.lua did not return a table");
   t->renderer = luaL_ref(L, LUA_REGISTRYINDEX);
+  bound_libs(L);
   return 0;
+}
+
+/* Where the error being handled was raised: "name:line" of the innermost
+ * Lua function with a line, or "?" (for an error object that is not a
+ * string, which carries no position of its own). */
+static void error_where(lua_State *L, char *buf, size_t size)
+{
+  lua_Debug ar;
+  snprintf(buf, size, "?");
+  for (int level = 1; lua_getstack(L, level, &ar); level++)
+    if (lua_getinfo(L, "Sl", &ar) && ar.currentline > 0) {
+      snprintf(buf, size, "%s:%d", ar.short_src, ar.currentline);
+      return;
+    }
 }
 
 /* The message handler: a string error gets a traceback; a refusal (a table
@@ -195,9 +427,13 @@ static int msgh(lua_State *L)
     }
     lua_pop(L, 1);
   }
-  const char *msg = lua_tostring(L, 1);
-  if (!msg)
-    msg = luaL_typename(L, 1);
+  const char *msg = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : NULL;
+  if (!msg) {
+    char where[300];
+    error_where(L, where, sizeof where);
+    msg = lua_pushfstring(L, "%s: error object is a %s value, not a message",
+                          where, luaL_typename(L, 1));
+  }
   luaL_traceback(L, L, msg, 1);
   return 1;
 }
@@ -247,6 +483,7 @@ typedef struct render_call {
   fj_buf *out;
   fj_kmeta *meta;
   int nomem;
+  char bad_meta[256];  /* what is wrong with the meta table, if anything */
 } render_call;
 
 static void push_lut(lua_State *L, const fj_lut *lut)
@@ -297,27 +534,81 @@ static void push_params(lua_State *L, const fj_param *p, size_t n)
   }
 }
 
-static int meta_int(lua_State *L, int idx, const char *key)
+/* The integer fields of a template's meta table and what each may be:
+ * they size launches, so they are checked like user input. */
+static const struct meta_field {
+  const char *key;
+  size_t offset;
+  int lo, hi, required;
+} meta_fields[] = {
+    {"threads", offsetof(fj_kmeta, threads), 1, 1024, 1},
+    {"smem_bytes", offsetof(fj_kmeta, smem_bytes), 0, 256 << 10, 1},
+    {"rows_per_block", offsetof(fj_kmeta, rows_per_block), 0, 1 << 16, 1},
+    {"tma", offsetof(fj_kmeta, tma), 0, 1, 0},
+    {"persistent", offsetof(fj_kmeta, persistent), 0, 2, 0},
+    {"isolate", offsetof(fj_kmeta, isolate), 0, 1, 0},
+};
+
+/* The value at the top of the stack as a message shows it. */
+static const char *meta_shown(lua_State *L)
 {
-  lua_getfield(L, idx, key);
-  int v = (int)lua_tointeger(L, -1);
-  lua_pop(L, 1);
-  return v;
+  if (lua_type(L, -1) != LUA_TNUMBER)
+    return luaL_typename(L, -1);
+  lua_pushvalue(L, -1);
+  return lua_tostring(L, -1);  /* left on the stack: render_call resets it */
 }
 
-static void read_meta(lua_State *L, int idx, fj_kmeta *m)
+/* One integer field of the meta table at idx into m; 0, or -1 with why. */
+static int meta_int(lua_State *L, int idx, const struct meta_field *f,
+                    fj_kmeta *m, char *why, size_t n)
+{
+  int isint = 0;
+  lua_getfield(L, idx, f->key);
+  lua_Integer v = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &isint) : 0;
+  if (lua_isnil(L, -1) && !f->required)
+    isint = 1;
+  if (isint && v >= f->lo && v <= f->hi) {
+    *(int *)(void *)((char *)m + f->offset) = (int)v;
+    lua_pop(L, 1);
+    return 0;
+  }
+  snprintf(why, n, "meta.%s = %s is invalid: an integer in %d..%d", f->key,
+           meta_shown(L), f->lo, f->hi);
+  return -1;
+}
+
+/* meta.symbol: the kernel's name, a C identifier of 1..127 bytes. */
+static int meta_symbol(lua_State *L, int idx, fj_kmeta *m, char *why, size_t n)
+{
+  size_t len = 0;
+  lua_getfield(L, idx, "symbol");
+  const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
+  int ok = s && len >= 1 && len < sizeof m->symbol &&
+           (isalpha((unsigned char)s[0]) || s[0] == '_');
+  for (size_t i = 0; ok && i < len; i++)
+    ok = isalnum((unsigned char)s[i]) || s[i] == '_';
+  if (!ok) {
+    snprintf(why, n, "meta.symbol = %.60s%s is invalid: a C identifier of "
+                     "1..%zu characters",
+             s ? s : luaL_typename(L, -1), s && len > 60 ? "..." : "",
+             sizeof m->symbol - 1);
+    return -1;
+  }
+  memcpy(m->symbol, s, len + 1);
+  lua_pop(L, 1);
+  return 0;
+}
+
+/* The meta table at idx, checked; 0, or -1 with why. */
+static int read_meta(lua_State *L, int idx, fj_kmeta *m, char *why, size_t n)
 {
   memset(m, 0, sizeof *m);
-  lua_getfield(L, idx, "symbol");
-  const char *s = lua_tostring(L, -1);
-  snprintf(m->symbol, sizeof m->symbol, "%s", s ? s : "");
-  lua_pop(L, 1);
-  m->threads = meta_int(L, idx, "threads");
-  m->smem_bytes = meta_int(L, idx, "smem_bytes");
-  m->rows_per_block = meta_int(L, idx, "rows_per_block");
-  m->tma = meta_int(L, idx, "tma");
-  m->persistent = meta_int(L, idx, "persistent");
-  m->isolate = meta_int(L, idx, "isolate");
+  if (meta_symbol(L, idx, m, why, n) != 0)
+    return -1;
+  for (size_t i = 0; i < FJ_ARRAY_LEN(meta_fields); i++)
+    if (meta_int(L, idx, &meta_fields[i], m, why, n) != 0)
+      return -1;
+  return 0;
 }
 
 static int render_protected(lua_State *L)
@@ -327,13 +618,13 @@ static int render_protected(lua_State *L)
   lua_getfield(L, -1, "render");
   lua_pushstring(L, c->name);
   push_params(L, c->params, c->nparams);
-  c->tpl->steps = 0;
-  lua_sethook(L, tpl_hook, LUA_MASKCOUNT, TPL_HOOK_EVERY);
+  limits_start(L, c->tpl);
   lua_call(L, 2, 2);
   lua_sethook(L, NULL, 0, 0);
   if (!lua_isstring(L, -2) || !lua_istable(L, -1))
     return luaL_error(L, "%s: render returned no text", c->name);
-  read_meta(L, lua_gettop(L), c->meta);
+  if (read_meta(L, lua_gettop(L), c->meta, c->bad_meta, sizeof c->bad_meta))
+    return 0;
   size_t len;
   const char *text = lua_tolstring(L, -2, &len);
   c->out->len = 0;
@@ -366,7 +657,7 @@ fj_status fj__render(fj_ctx *ctx, const char *name, const fj_param *params,
       return st;
   }
   lua_State *L = ctx->tpl->L;
-  render_call c = {ctx->tpl, name, params, nparams, out, meta, 0};
+  render_call c = {ctx->tpl, name, params, nparams, out, meta, 0, ""};
   lua_settop(L, 0);
   lua_pushcfunction(L, msgh);
   lua_pushcfunction(L, render_protected);
@@ -376,6 +667,8 @@ fj_status fj__render(fj_ctx *ctx, const char *name, const fj_param *params,
   fj_status st = FJ_OK;
   if (rc != LUA_OK)
     st = render_failed(ctx, name, rc, lua_tostring(L, -1));
+  else if (c.bad_meta[0])
+    st = fj__fail(ctx, FJ_ERR_TEMPLATE, "rendering %s: %s", name, c.bad_meta);
   else if (c.nomem)
     st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
   lua_settop(L, 0);

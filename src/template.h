@@ -43,7 +43,9 @@ typedef struct fj_kmeta {
   int rows_per_block;  /* query rows one block covers */
   int tma;             /* 1: the kernel takes tensor maps after its Params */
   int persistent;      /* 1: a grid of at most one block per multiprocessor
-                          walks the row tiles x heads x batch */
+                          walks the row tiles x heads x batch; 2: its
+                          blocks claim them from a counter (Params::work)
+                          the host zeroes before each launch */
   int isolate;         /* 1: compile in a child process even when the context
                           compiles in-process (code NVRTC may crash on) */
 } fj_kmeta;
@@ -54,6 +56,11 @@ typedef struct fj_kmeta {
 fj_status fj__render(fj_ctx *ctx, const char *name, const fj_param *params,
                      size_t nparams, fj_buf *out, fj_kmeta *meta);
 void fj__tpl_close(fj_tpl *tpl);
+/* The wall-clock limit of one render (and of loading the renderer), in
+ * milliseconds: 20000.  Checked with the instruction budget, so a render
+ * stops within one hook interval or one bounded library call of it.
+ * Tests lower it; nothing else changes it. */
+extern int fj__tpl_time_limit_ms;
 /* The text of a template file (the override directory first). */
 const char *fj__template_text(const char *name, size_t *len);
 

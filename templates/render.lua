@@ -22,8 +22,12 @@
 local source = ...
 
 local concat, insert = table.concat, table.insert
-local find, sub, gsub, rep, byte, format =
-  string.find, string.sub, string.gsub, string.rep, string.byte, string.format
+-- The renderer's own string functions, taken before the C side bounds the
+-- pattern functions the sandbox gets: its patterns are fixed and linear
+-- (no pattern below backtracks over more than one run of blanks).
+local find, match, sub, gsub, rep, byte, format =
+  string.find, string.match, string.sub, string.gsub, string.rep, string.byte,
+  string.format
 local mtype, floor = math.type, math.floor
 
 -- Quote s as a Lua string literal on one line, so that the generated code
@@ -63,9 +67,9 @@ local function scan(name, text)
     if open ~= "{" then
       -- A tag alone on its line takes its indentation and newline with it.
       local at_line_start = pos == 1 or sub(text, pos - 1, pos - 1) == "\n"
-      local lead = before:match("\n([ \t]*)$") or
-                   (at_line_start and before:match("^([ \t]*)$"))
-      local tail = text:match("^[ \t]*\n", after)
+      local lead = match(before, "\n([ \t]*)$") or
+                   (at_line_start and match(before, "^([ \t]*)$"))
+      local tail = match(text, "^[ \t]*\n", after)
       if lead and tail then
         before = sub(before, 1, #before - #lead)
         after = after + #tail
@@ -79,6 +83,16 @@ local function scan(name, text)
   end
 end
 
+-- s without its leading and trailing blanks, in time linear in s (the
+-- pattern "^%s*(.-)%s*$" is quadratic in a run of blanks).
+local function trim(s)
+  local first = find(s, "%S")
+  if not first then return "" end
+  local last = #s
+  while find(s, "^%s", last) do last = last - 1 end
+  return sub(s, first, last)
+end
+
 -- Generate the Lua source of a template: `return function(_ENV) ... end`.
 local function generate(name, text)
   local out = { "return function(_ENV) local _o, _v = {}, __value " }
@@ -87,7 +101,7 @@ local function generate(name, text)
     if kind == "text" and #body > 0 then
       out[#out + 1] = "_o[#_o+1]=" .. quote(body) .. rep("\n", count_lines(body)) .. " "
     elseif kind == "expr" then
-      out[#out + 1] = "_o[#_o+1]=_v(" .. body .. ", " .. quote(body:match("^%s*(.-)%s*$")) .. ") "
+      out[#out + 1] = "_o[#_o+1]=_v(" .. body .. ", " .. quote(trim(body)) .. ") "
     elseif kind == "code" then
       out[#out + 1] = body .. " "
     elseif kind == "note" then

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 
 #include "template.h"
 #include "util.h"
@@ -311,6 +312,8 @@ int test_template_override_dir(void)
 {
   fj_ctx *ctx = NULL;
   const char *text =
+      "{% meta.symbol = 'ok'; meta.threads = 1; meta.smem_bytes = 0; "
+      "meta.rows_per_block = 0 %}\n"
       "begin\n"
       "{% for i = 1, 3 do %}\n"
       "  {% if i ~= 2 then %}\n"
@@ -329,6 +332,221 @@ int test_template_override_dir(void)
     fprintf(stderr, "rendered:\n%s\nwanted:\n%s\n", out.data, want);
   CHECK(strcmp(out.data, want) == 0);
   fj__buf_free(&out);
+  unsetenv("FLASHJIT_TEMPLATE_DIR");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* ---- the sandbox's holes, closed (issue 10) ---------------------------------- */
+
+/* The meta line a template needs to render at all. */
+#define META "{% meta.symbol = 'k'; meta.threads = 128; meta.smem_bytes = 0; " \
+             "meta.rows_per_block = 64 %}"
+
+/* Renders text; the status, and the milliseconds it took in *ms. */
+static fj_status render_timed(fj_ctx **ctx, const char *text, double *ms)
+{
+  double t0 = fj__now_ms();
+  fj_status st = render_text(ctx, "pat.cu", text);
+  *ms = fj__now_ms() - t0;
+  return st;
+}
+
+/* Patterns that backtrack for hours are refused before they run, through
+ * the string table and through a string's methods; patterns the templates
+ * use still work. */
+int test_sandbox_patterns(void)
+{
+  static const char *const slow[] = {
+      "{% string.find(string.rep('a', 5000), string.rep('a*', 20) .. 'b') %}",
+      "{% local s = ('a'):rep(5000) s:match('.-.-.-.-b') %}",
+      "{% local s = ('a'):rep(3000) local n = s:gsub('(a*)*b', 'x') %}",
+      "{% for x in ('a'):rep(3000):gmatch('a-a-a-b') do end %}",
+      "{% local m = string.match(('x'):rep(100000), '%b()%b()') %}",
+      "{% local m = ('ab'):rep(20000):find('(.-)%1%1') %}",
+  };
+  fj_ctx *ctx = NULL;
+  double ms;
+  for (size_t i = 0; i < sizeof slow / sizeof slow[0]; i++) {
+    CHECK_ST(ctx, render_timed(&ctx, slow[i], &ms), FJ_ERR_TEMPLATE);
+    CHECK_MSG(ctx, "could take");
+    CHECK_MSG(ctx, "pat.cu:1:");
+    CHECK(ms < 5000);
+  }
+  /* Many calls under the limit add up to the render's budget. */
+  CHECK_ST(ctx, render_timed(&ctx, "{% local s = ('a'):rep(150) "
+                                   "for i = 1, 1e9 do s:find('a*a*b') end %}", &ms),
+           FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "instruction limit");
+  CHECK(ms < 20000);
+  /* What templates do with patterns still renders (mods.lua, lut_probe). */
+  CHECK_OK(ctx, render_text(&ctx, "ok.cu", META
+           "{% local n, t, r = ('bias:f16:2'):match('^([%w_]+):(%w+):(%d)$') %}"
+           "{{ n }} {{ t }} {{ r }}{% for w in ('a;b;c'):gmatch('[^;]+') do %}"
+           "{{ w }}{% end %} {{ ('sm_90a'):sub(-1) }} {{ select(2, ('a.b.c'):gsub('%.', '')) }}"));
+  fj_buf out = {0};
+  fj_kmeta meta;
+  CHECK_OK(ctx, fj__render(ctx, "ok.cu", NULL, 0, &out, &meta));
+  CHECK(strcmp(out.data, "bias f16 2abc a 2") == 0);
+  fj__buf_free(&out);
+  unsetenv("FLASHJIT_TEMPLATE_DIR");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* C loops the hook does not see are bounded, and a render stops at its
+ * wall-clock limit even when its instructions are few. */
+int test_sandbox_time(void)
+{
+  fj_ctx *ctx = NULL;
+  double ms;
+  CHECK_ST(ctx, render_timed(&ctx, "{% table.move({}, 1, 1 << 40, 2) %}", &ms),
+           FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "table.move: ");
+  CHECK(ms < 5000);
+  /* Sorting in C is charged too: a loop of sorts ends at the budget. */
+  CHECK_ST(ctx, render_timed(&ctx, "{% local t = {} for i = 1, 100000 do "
+                                   "t[i] = (i * 7919) % 100003 end "
+                                   "for i = 1, 1e6 do table.sort(t) end %}", &ms),
+           FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "instruction limit");
+  CHECK(ms < 20000);
+  CHECK_ST(ctx, render_timed(&ctx, "{% for i = 1, 1e6 do "
+                                   "local s = ('x'):rep(1e3, ('y'):rep(1e3)) end %}", &ms),
+           FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "instruction limit");
+  CHECK(ms < 20000);
+  /* The wall clock stops a render whatever its instructions. */
+  int saved = fj__tpl_time_limit_ms;
+  fj__tpl_time_limit_ms = 50;
+  fj_status st = render_timed(&ctx, "{% while true do end %}", &ms);
+  fj__tpl_time_limit_ms = saved;
+  CHECK_ST(ctx, st, FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "time limit (50 ms)");
+  CHECK(ms < 5000);
+  unsetenv("FLASHJIT_TEMPLATE_DIR");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* The renderer's own top level runs under the instruction limit. */
+int test_sandbox_renderer_loop(void)
+{
+  const char *dir = fjt_tmpdir();
+  char path[4300];
+  snprintf(path, sizeof path, "%s/render.lua", dir);
+  const char *evil = "local source = ...\nwhile true do end\n";
+  CHECK(fjt_write_file(path, evil, strlen(evil)) == 0);
+  CHECK(setenv("FLASHJIT_TEMPLATE_DIR", dir, 1) == 0);
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  fj_buf out = {0};
+  fj_kmeta meta;
+  double t0 = fj__now_ms();
+  CHECK_ST(ctx, fj__render(ctx, "x.cu", NULL, 0, &out, &meta), FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "cannot load the template renderer");
+  CHECK_MSG(ctx, "instruction limit");
+  CHECK_MSG(ctx, "render.lua:2:");
+  CHECK(fj__now_ms() - t0 < 30000);
+  fj__buf_free(&out);
+  unsetenv("FLASHJIT_TEMPLATE_DIR");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* An error object that is not a string names where it was raised. */
+int test_sandbox_error_objects(void)
+{
+  static const char *const objs[] = {"{}", "nil", "42", "true", "{1, 2}"};
+  static const char *const types[] = {"table", "nil", "number", "boolean",
+                                      "table"};
+  fj_ctx *ctx = NULL;
+  for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++) {
+    char text[128], want[96];
+    snprintf(text, sizeof text, "a\nb\n{%% error(%s) %%}\n", objs[i]);
+    CHECK_ST(ctx, render_text(&ctx, "obj.cu", text), FJ_ERR_TEMPLATE);
+    snprintf(want, sizeof want, "obj.cu:3: error object is a %s value",
+             types[i]);
+    CHECK_MSG(ctx, want);
+    CHECK(!strstr(fj_errmsg(ctx), "failed: table"));
+  }
+  unsetenv("FLASHJIT_TEMPLATE_DIR");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* The override directory: a file that is not a regular one (a directory,
+ * a FIFO) is refused with the reason, never waited on; a missing one says
+ * so; no stale errno. */
+/* Renders x.cu, which includes `name`, from a template directory that
+ * holds what make() put there. */
+static fj_status render_include(fj_ctx **ctx, const char *name,
+                                int (*make)(const char *path))
+{
+  char text[96], path[4300];
+  snprintf(text, sizeof text, "{{ include('%s') }}", name);
+  if (template_dir("x.cu", text) != 0)
+    return FJ_ERR_IO;
+  snprintf(path, sizeof path, "%s/%s", getenv("FLASHJIT_TEMPLATE_DIR"), name);
+  if (make && make(path) != 0)
+    return FJ_ERR_IO;
+  fj_ctx_destroy(*ctx);
+  if (!(*ctx = fjt_ctx("sm_90a", NULL)))
+    return FJ_ERR_IO;
+  fj_buf out = {0};
+  fj_kmeta meta;
+  fj_status st = fj__render(*ctx, "x.cu", NULL, 0, &out, &meta);
+  fj__buf_free(&out);
+  return st;
+}
+
+static int make_dir(const char *path) { return mkdir(path, 0700); }
+static int make_fifo(const char *path) { return mkfifo(path, 0600); }
+
+int test_template_dir_files(void)
+{
+  fj_ctx *ctx = NULL;
+  CHECK_ST(ctx, render_include(&ctx, "sub.cu", NULL), FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "template 'sub.cu' not found: No such file or directory");
+  CHECK_ST(ctx, render_include(&ctx, "sub.cu", make_dir), FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "template 'sub.cu' not found: not a regular file");
+  CHECK(!strstr(fj_errmsg(ctx), "File exists"));
+  CHECK_ST(ctx, render_include(&ctx, "fifo.cu", make_fifo), FJ_ERR_TEMPLATE);
+  CHECK_MSG(ctx, "template 'fifo.cu' not found: not a regular file");
+  unsetenv("FLASHJIT_TEMPLATE_DIR");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* A template's meta table is checked like user input: the field, the
+ * value and the limit. */
+int test_template_meta(void)
+{
+  static const struct {
+    const char *set, *want;
+  } cases[] = {
+      {"meta.smem_bytes = 1 << 40",
+       "meta.smem_bytes = 1099511627776 is invalid: an integer in 0..262144"},
+      {"meta.threads = -1", "meta.threads = -1 is invalid: an integer in 1..1024"},
+      {"meta.threads = 2000", "meta.threads = 2000 is invalid"},
+      {"meta.threads = 1.5", "meta.threads = 1.5 is invalid"},
+      {"meta.threads = '128'", "meta.threads = string is invalid"},
+      {"meta.rows_per_block = nil", "meta.rows_per_block = nil is invalid"},
+      {"meta.tma = 2", "meta.tma = 2 is invalid: an integer in 0..1"},
+      {"meta.isolate = -1", "meta.isolate = -1 is invalid"},
+      {"meta.symbol = 'a b'", "meta.symbol = a b is invalid: a C identifier"},
+      {"meta.symbol = 7", "meta.symbol = number is invalid"},
+      {"meta.symbol = string.rep('k', 200)", "is invalid: a C identifier of 1..127"},
+  };
+  fj_ctx *ctx = NULL;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char text[256];
+    snprintf(text, sizeof text, "%s{%% %s %%}", META, cases[i].set);
+    CHECK_ST(ctx, render_text(&ctx, "meta.cu", text), FJ_ERR_TEMPLATE);
+    CHECK_MSG(ctx, "rendering meta.cu: ");
+    CHECK_MSG(ctx, cases[i].want);
+  }
+  CHECK_OK(ctx, render_text(&ctx, "meta.cu", META "{% meta.tma = 1 %}"));
   unsetenv("FLASHJIT_TEMPLATE_DIR");
   fj_ctx_destroy(ctx);
   return 0;
