@@ -191,9 +191,12 @@ __device__ __forceinline__ unsigned smem_base(const void *p) {
 }
 {% if DYNAMIC then %}
 
-// The work item the producer hands the consumers (a shared-space word).
-__device__ __forceinline__ void st_shared(unsigned a, int v) {
-  asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(a), "r"(v) : "memory");
+// The work item the producer hands the consumers: a shared-space word
+// stored asynchronously, counted on the barrier `bar` as 4 bytes of its
+// transaction (as TMA's loads are), so that the barrier's phase covers it.
+__device__ __forceinline__ void st_async(unsigned a, int v, unsigned bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n"
+               :: "r"(a), "r"(v), "r"(bar) : "memory");
 }
 __device__ __forceinline__ int ld_shared(unsigned a) {
   int v;
@@ -221,8 +224,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
 {% if DYNAMIC then %}
   // A dynamic walk: the producer claims each work item (block.cuh's claim)
-  // and hands it to the consumers at s_work with Q's barrier (its arrival
-  // releases the store, their wait acquires it); -1 ends the walk.
+  // and hands it to the consumers at s_work, stored as part of Q's
+  // transaction (fj::st_async); -1 ends the walk.
   const unsigned s_work = base + {{ OFF_WORK }};
 {% elseif PERSISTENT then %}
   // A persistent grid (block.cuh's tile order): every warpgroup walks the
@@ -271,9 +274,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         // Q's buffer (and s_work) are free once every consumer warp has
         // finished its last S of the previous work tile.
         fj::mbar_wait(q_empty, (kq & 1u) ^ 1u);
-        fj::st_shared(s_work, w);
         if (w < 0) {
-          fj::mbar_arrive(bar_q);
+          fj::mbar_expect(bar_q, 4u);
+          fj::st_async(s_work, w, bar_q);
           break;
         }
 {% tile_head("w") %}
@@ -292,7 +295,10 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         // S of the previous work tile (at once for the first).
         fj::mbar_wait(q_empty, (kq & 1u) ^ 1u);
 {% end %}
-        fj::mbar_expect(bar_q, {{ BM * D * 2 }}u);
+        fj::mbar_expect(bar_q, {{ BM * D * 2 }}u{{ DYNAMIC and " + 4u" or "" }});
+{% if DYNAMIC then %}
+        fj::st_async(s_work, w, bar_q);
+{% end %}
 #pragma unroll
         for (int pn = 0; pn < {{ PANELS }}; ++pn)
           fj::tma_load4(sq + pn * {{ Q_PANEL }}, mq, bar_q, pn * 64, q_row, blk.h, q_b);
