@@ -671,9 +671,10 @@ typedef struct fj_plan {
   unsigned combine_threads;
   size_t workspace_bytes;  /* splits > 1: float32 partial rows and their
                               log-sum-exp; the wgmma family's varlen
-                              kernels: 16, the counter their blocks claim
-                              work tiles from (zeroed by each call, in
-                              stream order); 0 otherwise */
+                              kernels: 16 + 4 x grid[0], the counter their
+                              blocks claim work tiles from (zeroed by each
+                              call, in stream order) and each block's
+                              current tile; 0 otherwise */
 } fj_plan;
 
 FJ_API fj_status fj_attention_plan(fj_ctx *ctx, const fj_problem *p,

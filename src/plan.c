@@ -294,7 +294,8 @@ fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
   if (m->persistent) {
     /* The kernel walks the row tiles of each head in pairs (block.cuh);
      * a dynamic walk (2) claims them one by one from a counter in the
-     * workspace (one word, zeroed before each launch). */
+     * workspace (zeroed before each launch), and hands each block's item
+     * from its producer to its consumers through the words after it. */
     uint64_t units = m->persistent == 2 ? tiles_m : (tiles_m + 1) / 2;
     uint64_t total = units * (uint64_t)p->heads_q * (uint64_t)p->batch;
     if (total > INT32_MAX)
@@ -307,7 +308,8 @@ fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
     uint64_t sms = (uint64_t)plan->sm_count;
     plan->grid[0] = (unsigned)(total < sms ? total : sms);
     plan->grid[1] = plan->grid[2] = 1;
-    plan->workspace_bytes = m->persistent == 2 ? 16 : 0;
+    /* The counter, then each block's current item. */
+    plan->workspace_bytes = m->persistent == 2 ? 16 + 4 * (size_t)plan->grid[0] : 0;
     return FJ_OK;
   }
   long heads = v->pack_gqa ? p->heads_kv : p->heads_q;

@@ -26,8 +26,7 @@
   only tiles that cross the sequence end or the causal diagonal are
   masked.  varlen: the blocks claim work tiles from a counter
   (block.cuh's claim: sequences of unequal lengths make a static walk
-  uneven) and the producer hands each to the consumers through shared
-  memory with Q's barrier; a tile reads its sequence's lengths and first
+  uneven) and the producer hands each to the consumers with Q's barrier; a tile reads its sequence's lengths and first
   rows (fj::seq_of).  Packed tensors are one batch of their total rows, so
   a box starts at the sequence's first row plus the tile's, and rows past
   the sequence (the next one's, or the TMA's zeros past the tensor) are
@@ -108,13 +107,13 @@
   local OFF_K = region("k", S * KV_SLOT, 1024)
   local OFF_V = region("v", S * KV_SLOT, 1024)
   local OFF_BAR = region("barriers", 8 * (2 + 4 * S), 8)
-  local OFF_WORK = DYNAMIC and region("work item", 4, 4) or nil
   meta.symbol = symbol
   meta.threads = THREADS
   meta.smem_bytes = offset + 1024
   meta.rows_per_block = BM
   meta.tma = 1
-  -- 2: a dynamic walk, whose counter (Params::work) the host zeroes.
+  -- 2: a dynamic walk, whose counter (Params::work[0]) the host zeroes;
+  -- Params::work[4 + block] holds each block's current item.
   meta.persistent = DYNAMIC and 2 or PERSISTENT and 1 or 0
   meta.isolate = 1  -- NVRTC 13.0's PTX compiler can crash on wgmma code
 
@@ -191,17 +190,18 @@ __device__ __forceinline__ unsigned smem_base(const void *p) {
 }
 {% if DYNAMIC then %}
 
-// The work item the producer hands the consumers: a shared-space word
-// stored asynchronously, counted on the barrier `bar` as 4 bytes of its
-// transaction (as TMA's loads are), so that the barrier's phase covers it.
-__device__ __forceinline__ void st_async(unsigned a, int v, unsigned bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n"
-               :: "r"(a), "r"(v), "r"(bar) : "memory");
+// The work item the producer hands the consumers: the block's word after
+// the counter in the workspace (p.work[4 + block]), stored before Q's
+// barrier is arrived on (a release) and read after it is waited for (an
+// acquire).  Global rather than shared memory: compute-sanitizer's
+// racecheck does not see an mbarrier order shared-memory stores.
+__device__ __forceinline__ void put_item(const Params &p, int w) {
+  asm volatile("st.volatile.global.b32 [%0], %1;\n" :: "l"(p.work + 4 + blockIdx.x), "r"(w) : "memory");
 }
-__device__ __forceinline__ int ld_shared(unsigned a) {
-  int v;
-  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(a) : "memory");
-  return v;
+__device__ __forceinline__ int get_item(const Params &p) {
+  int w;
+  asm volatile("ld.volatile.global.b32 %0, [%1];\n" : "=r"(w) : "l"(p.work + 4 + blockIdx.x) : "memory");
+  return w;
 }
 {% end %}
 }  // namespace fj
@@ -224,9 +224,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
 {% if DYNAMIC then %}
   // A dynamic walk: the producer claims each work item (block.cuh's claim)
-  // and hands it to the consumers at s_work, stored as part of Q's
-  // transaction (fj::st_async); -1 ends the walk.
-  const unsigned s_work = base + {{ OFF_WORK }};
+  // and hands it to the consumers with Q's barrier (fj::put_item); -1 ends
+  // the walk.
 {% elseif PERSISTENT then %}
   // A persistent grid (block.cuh's tile order): every warpgroup walks the
   // same tiles, so producer and consumers agree without talking.
@@ -274,9 +273,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         // Q's buffer (and s_work) are free once every consumer warp has
         // finished its last S of the previous work tile.
         fj::mbar_wait(q_empty, (kq & 1u) ^ 1u);
+        fj::put_item(p, w);
         if (w < 0) {
-          fj::mbar_expect(bar_q, 4u);
-          fj::st_async(s_work, w, bar_q);
+          fj::mbar_arrive(bar_q);
           break;
         }
 {% tile_head("w") %}
@@ -295,10 +294,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         // S of the previous work tile (at once for the first).
         fj::mbar_wait(q_empty, (kq & 1u) ^ 1u);
 {% end %}
-        fj::mbar_expect(bar_q, {{ BM * D * 2 }}u{{ DYNAMIC and " + 4u" or "" }});
-{% if DYNAMIC then %}
-        fj::st_async(s_work, w, bar_q);
-{% end %}
+        fj::mbar_expect(bar_q, {{ BM * D * 2 }}u);
 #pragma unroll
         for (int pn = 0; pn < {{ PANELS }}; ++pn)
           fj::tma_load4(sq + pn * {{ Q_PANEL }}, mq, bar_q, pn * 64, q_row, blk.h, q_b);
@@ -423,7 +419,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% if DYNAMIC then %}
   for (unsigned kq = 0;; ++kq) {
   fj::mbar_wait(bar_q, kq & 1u);
-  const int w = fj::ld_shared(s_work);
+  const int w = fj::get_item(p);
   if (w < 0) break;
 {% tile_head("w") %}
 {% else %}
