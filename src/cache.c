@@ -192,13 +192,14 @@ static const char *header_wrong(const entry_header *h, uint64_t size)
 {
   uint64_t body = size - sizeof *h;
   if (memcmp(h->magic, ENTRY_MAGIC, 8) != 0)
-    return "is not a flashjit cache entry (bad magic)";
+    return "is corrupt or stale (not a flashjit cache entry: bad magic)";
   if (h->format != FJ_FORMAT_VERSION)
-    return "has another format version (stale)";
+    return "is corrupt or stale (another format version)";
   if (h->kind_len > body || h->label_len > body || h->key_len > body ||
       h->payload_len > body ||
       (uint64_t)h->kind_len + h->label_len + h->key_len + h->payload_len != body)
-    return "is truncated, or its lengths do not match its size";
+    return "is corrupt or stale (truncated, or its lengths do not match its "
+           "size)";
   return NULL;
 }
 
@@ -216,7 +217,7 @@ static char *body_read(int fd, const entry_header *h, const char **why)
   }
   if (fj__read_all(fd, body, len) != 0 ||
       fj__hash64(body, len) != h->checksum) {
-    *why = "does not match its checksum (corrupt)";
+    *why = "is corrupt or stale (its checksum does not match)";
     free(body);
     return NULL;
   }
@@ -227,7 +228,7 @@ static char *body_read(int fd, const entry_header *h, const char **why)
  * saying what is wrong with the file, or empty when there is no file. */
 static int entry_read(const char *path, entry_file *e, char *why, size_t n)
 {
-  const char *reason = "is shorter than an entry's header (truncated)";
+  const char *reason = "is corrupt or stale (shorter than a header: truncated)";
   uint64_t size = 0;
   memset(e, 0, sizeof *e);
   why[0] = '\0';

@@ -542,7 +542,9 @@ static const struct meta_field {
   int lo, hi, required;
 } meta_fields[] = {
     {"threads", offsetof(fj_kmeta, threads), 1, 1024, 1},
-    {"smem_bytes", offsetof(fj_kmeta, smem_bytes), 0, 256 << 10, 1},
+    /* Past any GPU's limit is the variant check's to refuse (with the
+     * target's limit); this bound only keeps the count an int. */
+    {"smem_bytes", offsetof(fj_kmeta, smem_bytes), 0, 1 << 30, 1},
     {"rows_per_block", offsetof(fj_kmeta, rows_per_block), 0, 1 << 16, 1},
     {"tma", offsetof(fj_kmeta, tma), 0, 1, 0},
     {"persistent", offsetof(fj_kmeta, persistent), 0, 2, 0},

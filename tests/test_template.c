@@ -526,7 +526,7 @@ int test_template_meta(void)
     const char *set, *want;
   } cases[] = {
       {"meta.smem_bytes = 1 << 40",
-       "meta.smem_bytes = 1099511627776 is invalid: an integer in 0..262144"},
+       "meta.smem_bytes = 1099511627776 is invalid: an integer in 0..1073741824"},
       {"meta.threads = -1", "meta.threads = -1 is invalid: an integer in 1..1024"},
       {"meta.threads = 2000", "meta.threads = 2000 is invalid"},
       {"meta.threads = 1.5", "meta.threads = 1.5 is invalid"},
