@@ -1,0 +1,40 @@
+"""flashjit: fused attention kernels generated and compiled at run time.
+
+    import flashjit
+    out = flashjit.attention(q, k, v, causal="top_left")        # PyTorch, on the GPU
+    k = flashjit.Kernel(head_dim=128, arch="sm_90a", dtype="bf16")  # no GPU needed
+    print(k.name, k.resources.registers, k.ptx[:200])
+    print(flashjit.plan(1, 32, 1, 128, heads_kv=8, seq_kv=4096))   # what would launch
+
+The C library (libflashjit.so) is the one installed in this package, or
+$FLASHJIT_LIB; it is loaded on first use, so importing needs neither it
+nor PyTorch.  attention() needs PyTorch and a GPU; Kernel, plan and layout
+need neither (NVRTC compiles for the arch given); tune needs a GPU.
+Contexts (one per GPU, one per inspected arch) are made on first use and
+kept for the process; every entry is thread-safe.
+"""
+from ._core import (CompileError, Error, InvalidArgument, LibraryNotFound, NoDevice,
+                    ResourceLimit, Unsupported, device_info, library_path, library_version)
+from ._inspect import (Kernel, Layout, Plan, Resources, TuneResult, cache_dir, fragments,
+                       layout, plan, tune)
+from ._problem import TensorParam
+
+__version__ = "0.1.0"
+
+try:
+    import torch as _torch  # noqa: F401
+except ImportError:
+    _torch = None
+
+if _torch is not None:
+    from ._torch import attention
+else:
+    def attention(q, k, v, **kwargs):
+        """flashjit.attention needs PyTorch (pip install torch)."""
+        raise ImportError("flashjit.attention needs PyTorch, which is not installed; "
+                          "Kernel, plan and layout work without it")
+
+__all__ = ["attention", "Kernel", "plan", "layout", "fragments", "tune", "Plan", "Layout",
+           "Resources", "TuneResult", "TensorParam", "Error", "InvalidArgument",
+           "Unsupported", "ResourceLimit", "NoDevice", "CompileError", "LibraryNotFound",
+           "device_info", "library_path", "library_version", "cache_dir"]

@@ -1,0 +1,257 @@
+"""Python values to the C structs: names of enumerations, problems, mods.
+
+Spellings follow the CLI (fj_*_name): dtypes "f16" "bf16" "e4m3", families
+"wgmma" "mma" "wmma", swizzles "none" "pad" "xor", softmax "smem" "regs",
+causal masks None, "top_left", "bottom_right" (dashes accepted too, and True
+for PyTorch's is_causal, which is top-left).  Every refusal is one line that
+names the argument, the value and what is allowed.
+"""
+import ctypes as C
+from collections import namedtuple
+
+from . import _capi as capi
+
+DTYPES = {"f16": capi.F16, "float16": capi.F16, "fp16": capi.F16, "half": capi.F16,
+          "bf16": capi.BF16, "bfloat16": capi.BF16}
+KV_DTYPES = dict(DTYPES, e4m3=capi.E4M3, fp8_e4m3=capi.E4M3)
+MMAS = {"wmma": capi.MMA_WMMA, "mma": capi.MMA_SYNC, "wgmma": capi.MMA_WGMMA}
+SWIZZLES = {"none": capi.SWIZZLE_NONE, "pad": capi.SWIZZLE_PAD, "xor": capi.SWIZZLE_XOR}
+SOFTMAXES = {"smem": capi.SOFTMAX_SMEM, "regs": capi.SOFTMAX_REGS}
+CAUSALS = {"none": capi.CAUSAL_NONE, "top_left": capi.CAUSAL_TOP_LEFT,
+           "bottom_right": capi.CAUSAL_BOTTOM_RIGHT}
+LAYOUTS = {"bhsd": capi.BHSD, "bshd": capi.BSHD}
+NAMES_LAYOUT = {v: k for k, v in LAYOUTS.items()}
+NAMES = {"dtype": {capi.F16: "f16", capi.BF16: "bf16", capi.E4M3: "e4m3"},
+         "mma": {v: k for k, v in MMAS.items()},
+         "swizzle": {v: k for k, v in SWIZZLES.items()},
+         "softmax": {v: k for k, v in SOFTMAXES.items()},
+         "causal": {v: k for k, v in CAUSALS.items()}}
+MOD_TYPES = {"f32": capi.MOD_F32, "float32": capi.MOD_F32, "i32": capi.MOD_I32,
+             "int32": capi.MOD_I32, "f16": capi.MOD_F16, "float16": capi.MOD_F16,
+             "bf16": capi.MOD_BF16, "bfloat16": capi.MOD_BF16}
+
+
+def _allowed(table):
+    return ", ".join(sorted(set(table)))
+
+
+def choose(what, value, table):
+    """table[value], or a ValueError naming what, the value and the choices."""
+    if isinstance(value, str):
+        key = value.lower().replace("-", "_")
+        if key in table:
+            return table[key]
+    raise ValueError(f"flashjit: {what}={value!r} is not one of {_allowed(table)}")
+
+
+def dtype_code(value, what="dtype", table=DTYPES):
+    """A dtype from a name or a torch.dtype (str(torch.bfloat16) is
+    'torch.bfloat16')."""
+    if not isinstance(value, str) and type(value).__name__ == "dtype":
+        value = str(value).replace("torch.", "")
+    if isinstance(value, str) and value.lower().replace("torch.", "") in table:
+        return table[value.lower().replace("torch.", "")]
+    raise ValueError(f"flashjit: {what}={value!r} is not one of {_allowed(table)}")
+
+
+def causal_code(value):
+    if value is None or value is False:
+        return capi.CAUSAL_NONE
+    if value is True:
+        return capi.CAUSAL_TOP_LEFT
+    if isinstance(value, str):
+        return choose("causal", value, CAUSALS)
+    raise ValueError(f"flashjit: causal={value!r} is not one of None, 'top_left', "
+                     "'bottom_right' (True means 'top_left', PyTorch's is_causal)")
+
+
+def int_arg(what, value, lo=None):
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"flashjit: {what} must be an int, not {value!r}")
+    if lo is not None and value < lo:
+        raise ValueError(f"flashjit: {what}={value} is below {lo}")
+    return value
+
+
+def scale_value(scale):
+    if scale is None:
+        return 0.0
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"flashjit: scale must be a float or None, not {scale!r}")
+    if scale == 0:
+        # The library reads 0 as "the default"; a caller who wrote 0 did not
+        # mean 1/sqrt(head_dim).
+        raise ValueError("flashjit: scale=0 would zero every score; None gives "
+                         "1/sqrt(head_dim)")
+    return float(scale)  # the library refuses what is not finite
+
+
+def variant_dict(v):
+    """An fj_variant as a dict of axis -> value, enumerations by name."""
+    out = {}
+    for axis in capi.VARIANT_AXES:
+        value = getattr(v, axis)
+        if axis == "kv_dtype":
+            value = value or v.dtype
+        table = NAMES.get("dtype" if axis == "kv_dtype" else axis)
+        out[axis] = table.get(value, "?") if table else value
+    return out
+
+
+def variant_name(lib, v):
+    n = lib.fj_variant_name(C.byref(v), None, 0)
+    buf = C.create_string_buffer(n + 1)
+    lib.fj_variant_name(C.byref(v), buf, n + 1)
+    return buf.value.decode()
+
+
+# ---- modifications ---------------------------------------------------------------
+
+TensorParam = namedtuple("TensorParam", "dtype shape")
+TensorParam.__doc__ = """A tensor parameter described by its dtype ("f32", "f16",
+"bf16", "i32") and shape, for inspection without a tensor: Kernel(...,
+params={"slopes": TensorParam("f32", (16,))}).  attention() takes tensors."""
+
+# What a described tensor points at: inspection compiles and plans with
+# it, never reads it.
+_PLACEHOLDER = (C.c_int64 * 2)()
+
+
+class ModsArg:
+    """The fj_mods of the keyword arguments, with everything its pointers
+    point at kept alive as long as this object.  .ptr is its address, or
+    None where no modification is on (the problem's mods stay NULL)."""
+
+    def __init__(self, window=None, softcap=None, score_mod=None, mask_mod=None,
+                 params=None, device=None):
+        self.keep = []
+        self.mods = capi.Mods(None, None, None, 0, -1, -1, 0.0)
+        on = self._window(window) | self._softcap(softcap)
+        on |= self._expr("score", "score_mod", score_mod)
+        on |= self._expr("mask", "mask_mod", mask_mod)
+        on |= self._params(params, device)
+        self.ptr = C.addressof(self.mods) if on else None
+
+    def _window(self, window):
+        if window is None:
+            return False
+        if not isinstance(window, (tuple, list)) or len(window) != 2:
+            raise ValueError(f"flashjit: window={window!r} must be a pair (left, right); "
+                             "-1 leaves a side unbounded")
+        left = int_arg("window[0]", window[0])
+        right = int_arg("window[1]", window[1])
+        self.mods.window_left, self.mods.window_right = left, right
+        return (left, right) != (-1, -1)
+
+    def _softcap(self, softcap):
+        if softcap is None:
+            return False
+        if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+            raise TypeError(f"flashjit: softcap must be a number or None, not {softcap!r}")
+        self.mods.softcap = float(softcap)
+        return softcap != 0
+
+    def _expr(self, field, what, text):
+        if text is None or text == "":
+            return False
+        if not isinstance(text, str):
+            raise TypeError(f"flashjit: {what} must be a C expression in a str, not {text!r}")
+        raw = text.encode()
+        self.keep.append(raw)
+        setattr(self.mods, field, raw)
+        return True
+
+    def _params(self, params, device):
+        if not params:
+            return False
+        if not isinstance(params, dict):
+            raise TypeError(f"flashjit: params must be a dict of name -> value, not "
+                            f"{type(params).__name__}")
+        arr = (capi.ModParam * len(params))()
+        for i, (name, value) in enumerate(params.items()):
+            if not isinstance(name, str):
+                raise TypeError(f"flashjit: params: name {name!r} is not a str")
+            raw = name.encode()
+            self.keep.append(raw)
+            arr[i].name = raw
+            _fill_param(arr[i], name, value, device)
+        self.keep.append(arr)
+        self.mods.params = arr
+        self.mods.num_params = len(params)
+        return True
+
+
+def _fill_param(p, name, value, device):
+    if isinstance(value, bool):
+        raise TypeError(f"flashjit: params[{name!r}]={value!r}: a bool is not a parameter "
+                        "(an int is i32, a float f32)")
+    if isinstance(value, int):
+        p.type, p.value = capi.MOD_I32, float(value)
+    elif isinstance(value, float):
+        p.type, p.value = capi.MOD_F32, value
+    elif hasattr(value, "data_ptr"):
+        _fill_tensor(p, name, value, device)
+    elif isinstance(value, tuple) and len(value) == 2:
+        if device is not None:
+            raise TypeError(f"flashjit: params[{name!r}] describes a tensor "
+                            f"{value!r}; attention() needs the tensor itself")
+        spec = TensorParam(*value)
+        p.type = dtype_code(spec.dtype, f"params[{name!r}] dtype", MOD_TYPES)
+        shape = tuple(spec.shape) if isinstance(spec.shape, (tuple, list)) else (spec.shape,)
+        _fill_extents(p, name, shape)
+        p.data = C.addressof(_PLACEHOLDER)
+    else:
+        raise TypeError(f"flashjit: params[{name!r}]={value!r}: an int (i32), a float (f32), "
+                        "a tensor, or for inspection TensorParam(dtype, shape)")
+
+
+def _fill_extents(p, name, shape):
+    if not 1 <= len(shape) <= 4:
+        raise ValueError(f"flashjit: params[{name!r}] has {len(shape)} dimensions; "
+                         "a tensor parameter has 1 to 4")
+    p.rank = len(shape)
+    for d, n in enumerate(shape):
+        p.extents[d] = int_arg(f"params[{name!r}] extent {d}", n)
+
+
+def _fill_tensor(p, name, t, device):
+    kind = str(t.dtype).replace("torch.", "")
+    if kind not in ("float32", "float16", "bfloat16", "int32"):
+        raise TypeError(f"flashjit: params[{name!r}] has dtype {t.dtype}; a tensor "
+                        "parameter is float32, float16, bfloat16 or int32")
+    p.type = MOD_TYPES[kind]
+    if device is not None and t.device != device:
+        raise ValueError(f"flashjit: params[{name!r}] is on {t.device}; the attention "
+                         f"inputs are on {device}")
+    if not t.is_contiguous():
+        raise ValueError(f"flashjit: params[{name!r}] is not contiguous (strides "
+                         f"{tuple(t.stride())}); call .contiguous()")
+    _fill_extents(p, name, tuple(t.shape))
+    p.data = t.data_ptr()
+
+
+# ---- problems --------------------------------------------------------------------
+
+
+def shape_problem(lib, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, dtype,
+                  kv_dtype, causal, layout, scale, splits):
+    """An fj_problem of contiguous tensors from sizes (plan, Kernel)."""
+    p = capi.Problem()
+    sizes = [int_arg(n, v) for n, v in (("batch", batch), ("heads_q", heads_q),
+                                        ("heads_kv", heads_kv), ("seq_q", seq_q),
+                                        ("seq_kv", seq_kv), ("head_dim", head_dim))]
+    for name, v in zip(("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"), sizes):
+        if v >= 2 ** 31:
+            raise ValueError(f"flashjit: {name}={v} does not fit a C int")
+    lib.fj_problem_init(C.byref(p), *sizes, dtype_code(dtype),
+                        choose("layout", layout, LAYOUTS))
+    if kv_dtype is not None:
+        p.kv_dtype = dtype_code(kv_dtype, "kv_dtype", KV_DTYPES)
+        if p.kv_dtype == capi.E4M3:
+            # The scales are launch arguments; planning checks only that
+            # they are there.
+            p.k_scale = p.v_scale = C.addressof(_PLACEHOLDER)
+    p.causal = causal_code(causal)
+    p.scale = scale_value(scale)
+    p.splits = int_arg("splits", splits)
+    return p

@@ -1,0 +1,260 @@
+"""flashjit.attention for PyTorch tensors, and its torch.library op.
+
+Imported by the package only where torch imports.  The op
+torch.ops.flashjit.attention carries a fake (meta) implementation, so that
+torch.compile traces through attention(); eager calls skip the dispatcher
+and launch straight from Python (less host time a call).
+"""
+import ctypes as C
+import typing
+
+import torch
+
+from . import _capi as capi
+from . import _core as core
+from . import _problem as pr
+
+_DTYPES = {torch.float16: capi.F16, torch.bfloat16: capi.BF16}
+_LAYOUT_DIMS = {capi.BHSD: "(batch, heads, seq, head_dim)",
+                capi.BSHD: "(batch, seq, heads, head_dim)"}
+_WHO = "flashjit.attention"
+
+
+def _sizes(t, layout):
+    """(batch, heads, seq, head_dim) of a 4-d tensor in the layout."""
+    b, x, y, d = t.shape
+    return (b, x, y, d) if layout == capi.BHSD else (b, y, x, d)
+
+
+def _strides(t, layout):
+    """The element strides of batch, head and position."""
+    s = t.stride()
+    return (s[0], s[1], s[2]) if layout == capi.BHSD else (s[0], s[2], s[1])
+
+
+def _check_tensor(name, t, layout):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{_WHO}: {name} is a {type(t).__name__}, not a torch.Tensor")
+    if t.dtype not in _DTYPES:
+        raise TypeError(f"{_WHO}: {name} has dtype {t.dtype}; flashjit takes torch.float16 "
+                        "or torch.bfloat16")
+    if t.dim() != 4:
+        raise ValueError(f"{_WHO}: {name} has {t.dim()} dimensions {tuple(t.shape)}; layout "
+                         f"'{pr.NAMES_LAYOUT[layout]}' takes 4: {_LAYOUT_DIMS[layout]}")
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{_WHO}: {name}'s head dimension is not contiguous (stride "
+                         f"{t.stride(-1)}, strides {tuple(t.stride())}); it must be 1")
+
+
+def check_inputs(q, k, v, layout):
+    """Refuses, with one line naming the value and the rule, what the
+    tensors' types, shapes and devices cannot give.  Returns
+    (batch, heads_q, heads_kv, seq_q, seq_kv, head_dim)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, t, layout)
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"{_WHO}: q, k and v must share a dtype; got {q.dtype}, {k.dtype}, "
+                        f"{v.dtype}")
+    b, hq, sq, d = _sizes(q, layout)
+    bk, hk, sk, dk = _sizes(k, layout)
+    bv, hv, sv, dv = _sizes(v, layout)
+    if not b == bk == bv:
+        raise ValueError(f"{_WHO}: batch sizes differ: q {b}, k {bk}, v {bv}")
+    if not d == dk == dv:
+        raise ValueError(f"{_WHO}: head dims differ: q {d}, k {dk}, v {dv}; flashjit "
+                         "needs one head dim")
+    if hk != hv or sk != sv:
+        raise ValueError(f"{_WHO}: k {tuple(k.shape)} and v {tuple(v.shape)} must have the "
+                         "same heads and sequence length")
+    if hk == 0 or hq % hk:
+        raise ValueError(f"{_WHO}: q has {hq} heads and k, v {hk}: the query heads must be "
+                         "a multiple of the KV heads (GQA)")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.device.type != "cuda":
+            raise ValueError(f"{_WHO}: {name} is on {t.device}; flashjit runs on CUDA "
+                             "tensors")
+    if k.device != q.device or v.device != q.device:
+        raise ValueError(f"{_WHO}: q, k and v must be on one device; got {q.device}, "
+                         f"{k.device}, {v.device}")
+    return b, hq, hk, sq, sk, d
+
+
+def _out_shape(b, h, s, d, layout):
+    return (b, h, s, d) if layout == capi.BHSD else (b, s, h, d)
+
+
+def encode_params(params):
+    """A params dict as the op's arguments: "name=t,name=f,..." (t a tensor,
+    f a float, i an int), the tensors and the scalars, in order."""
+    if params is None:
+        return "", [], []
+    if not isinstance(params, dict):
+        raise TypeError(f"{_WHO}: params must be a dict of name -> value, not "
+                        f"{type(params).__name__}")
+    kinds, tensors, scalars = [], [], []
+    for name, value in params.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"{_WHO}: params: {name!r} is not a C identifier")
+        if isinstance(value, torch.Tensor):
+            kinds.append(f"{name}=t")
+            tensors.append(value)
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{_WHO}: params[{name!r}]={value!r}: an int (i32), a float "
+                            "(f32) or a tensor")
+        else:
+            kinds.append(f"{name}={'i' if isinstance(value, int) else 'f'}")
+            scalars.append(float(value))
+    return ",".join(kinds), tensors, scalars
+
+
+def _decode_params(names, tensors, scalars):
+    if not names:
+        return None
+    out, ti, si = {}, iter(tensors), iter(scalars)
+    for item in names.split(","):
+        name, kind = item.split("=")
+        out[name] = next(ti) if kind == "t" else (
+            int(next(si)) if kind == "i" else float(next(si)))
+    return out
+
+
+def _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_right, softcap,
+            score_mod, mask_mod, params):
+    b, hq, sq, d = _sizes(q, layout)
+    _, hk, sk, _ = _sizes(k, layout)
+    dev = q.device
+    out = torch.empty(_out_shape(b, hq, sq, d, layout), dtype=q.dtype, device=dev)
+    lse = torch.empty((b, hq, sq) if return_lse else (0,), dtype=torch.float32, device=dev)
+    if out.numel() == 0:
+        return out, lse
+    ctx = core.gpu_context(dev.index)
+    lib = core.lib()
+    p = capi.Problem()
+    lib.fj_problem_init(C.byref(p), b, hq, hk, sq, sk, d, _DTYPES[q.dtype], layout)
+    p.causal, p.scale = causal, scale
+    p.q_stride[:], p.k_stride[:] = _strides(q, layout), _strides(k, layout)
+    p.v_stride[:], p.o_stride[:] = _strides(v, layout), _strides(out, layout)
+    mods = None
+    if window_left != -1 or window_right != -1 or softcap or score_mod or mask_mod or params:
+        mods = pr.ModsArg((window_left, window_right), softcap, score_mod, mask_mod, params,
+                          device=dev)
+        p.mods = mods.ptr
+    lse_ptr = lse.data_ptr() if return_lse else None
+    stream = torch.cuda.current_stream(dev).cuda_stream
+    if torch.cuda.is_current_stream_capturing():
+        st = _launch_captured(lib, ctx, p, q, k, v, out, lse_ptr, stream)
+    else:
+        st = lib.fj_attention_fwd(ctx, C.byref(p), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                  out.data_ptr(), lse_ptr, stream)
+    if st != capi.OK:
+        raise core.error(st, ctx)
+    del mods  # held until here: the call reads it
+    return out, lse
+
+
+def _launch_captured(lib, ctx, p, q, k, v, out, lse_ptr, stream):
+    """Under CUDA-graph capture the context's workspace cannot grow: plan,
+    and take the split-KV workspace from PyTorch's allocator (the graph's
+    pool)."""
+    plan = capi.Plan()
+    st = lib.fj_attention_plan(ctx, C.byref(p), C.byref(plan))
+    if st != capi.OK:
+        return st
+    ws, ws_ptr = None, None
+    if plan.workspace_bytes:
+        ws = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=q.device)
+        ws_ptr = ws.data_ptr()
+    st = lib.fj_attention_fwd_plan(ctx, C.byref(p), C.byref(plan), q.data_ptr(), k.data_ptr(),
+                                   v.data_ptr(), out.data_ptr(), lse_ptr, ws_ptr,
+                                   plan.workspace_bytes, stream)
+    del ws  # freed in stream order: later work in the capture may reuse it
+    return st
+
+
+# ---- the op ------------------------------------------------------------------------
+
+_Tensors = typing.List[torch.Tensor]
+_Floats = typing.List[float]
+
+
+@torch.library.custom_op("flashjit::attention", mutates_args=(), device_types="cuda")
+def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: int,
+                 scale: float, return_lse: bool, layout: int, window_left: int,
+                 window_right: int, softcap: float, score_mod: str, mask_mod: str,
+                 param_names: str, param_tensors: _Tensors,
+                 param_scalars: _Floats) -> typing.Tuple[torch.Tensor, torch.Tensor]:
+    """flashjit attention as a PyTorch op: (out, lse); lse is empty unless
+    return_lse.  Use flashjit.attention(), which builds these arguments."""
+    return _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_right,
+                   softcap, score_mod, mask_mod,
+                   _decode_params(param_names, param_tensors, param_scalars))
+
+
+@attention_op.register_fake
+def _attention_fake(q, k, v, causal, scale, return_lse, layout, window_left, window_right,
+                    softcap, score_mod, mask_mod, param_names, param_tensors, param_scalars):
+    b, hq, sq, d = _sizes(q, layout)
+    out = q.new_empty(_out_shape(b, hq, sq, d, layout))
+    lse = q.new_empty((b, hq, sq) if return_lse else (0,), dtype=torch.float32)
+    return out, lse
+
+
+def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhsd",
+              window=None, softcap=None, score_mod=None, mask_mod=None, params=None):
+    """softmax(scale * q k^T [masked]) v on the GPU, as a new tensor.
+
+    q: (batch, heads_q, seq_q, head_dim) for layout "bhsd", or (batch,
+    seq_q, heads_q, head_dim) for "bshd"; k and v likewise with heads_kv
+    and seq_kv.  float16 or bfloat16, CUDA, any strides with a contiguous
+    head dim; heads_q a multiple of heads_kv (GQA, MQA) -- K and V are not
+    copied.  The output has q's layout and shape, contiguous, on q's
+    device; the work goes on the current CUDA stream.
+
+    causal: None, "top_left" (True; PyTorch's is_causal) or "bottom_right"
+    (FlashAttention's alignment when seq_q != seq_kv).  scale: None for
+    1/sqrt(head_dim).  return_lse: also return the natural-log sum-exp of
+    each row, float32 (batch, heads_q, seq_q).  window=(left, right): a
+    sliding window around the causal diagonal (-1 unbounded).  softcap:
+    softcap * tanh(s / softcap).  score_mod / mask_mod: C expressions over
+    s, b, h, hkv, q, kv and params (README: "Your own attention"); params:
+    name -> int (i32), float (f32) or a contiguous tensor on q's device.
+
+    Forward only (no autograd).  Under CUDA-graph capture, run the call
+    once before capturing (compile, layout probe).  torch.compile traces it
+    as torch.ops.flashjit.attention.  Raises TypeError / ValueError with a
+    one-line message for bad inputs (the library's own where it refuses).
+    """
+    c = pr.causal_code(causal)
+    lay = pr.choose("layout", layout, pr.LAYOUTS)
+    sc = pr.scale_value(scale)
+    check_inputs(q, k, v, lay)
+    wl, wr = _window(window)
+    cap = _softcap(softcap)
+    for what, text in (("score_mod", score_mod), ("mask_mod", mask_mod)):
+        if text is not None and not isinstance(text, str):
+            raise TypeError(f"{_WHO}: {what} must be a C expression in a str, not {text!r}")
+    if torch.compiler.is_compiling():
+        names, tensors, scalars = encode_params(params)
+        out, lse = attention_op(q, k, v, c, sc, bool(return_lse), lay, wl, wr, cap,
+                                score_mod or "", mask_mod or "", names, tensors, scalars)
+    else:
+        out, lse = _launch(q, k, v, c, sc, bool(return_lse), lay, wl, wr, cap,
+                           score_mod or "", mask_mod or "", params)
+    return (out, lse) if return_lse else out
+
+
+def _window(window):
+    if window is None:
+        return -1, -1
+    if not isinstance(window, (tuple, list)) or len(window) != 2:
+        raise ValueError(f"{_WHO}: window={window!r} must be a pair (left, right); -1 leaves "
+                         "a side unbounded")
+    return pr.int_arg("window[0]", window[0]), pr.int_arg("window[1]", window[1])
+
+
+def _softcap(softcap):
+    if softcap is None:
+        return 0.0
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise TypeError(f"{_WHO}: softcap must be a number or None, not {softcap!r}")
+    return float(softcap)
