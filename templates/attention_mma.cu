@@ -85,6 +85,12 @@
   -- With 2 or more stages K can run a tile ahead of V, so S(t + 1) is
   -- computed beside the softmax of tile t -- if both S fit in registers.
   local PIPE = S >= 2 and o_regs + 2 * s_regs + 40 <= 240
+  -- Paged K and V read each tile's page numbers a tile ahead, one row per
+  -- lane (tile_io.cuh), where a warp's share of a tile fits in its lanes;
+  -- V takes K's.
+  local CH = D // 8
+  local PF = PAGED and S >= 2 and 32 % CH == 0 and
+             BN % (THREADS // CH) == 0 and BN // (THREADS // CH) * (32 // CH) <= 32
   local live = o_regs + s_regs * (PIPE and 2 or 1)
   local QREGS = live + q_regs + 40 <= 224
 
@@ -183,7 +189,7 @@
 __constant__ unsigned char fj_base_acc[32] = { {{ L.base_bytes(acc) }} };
 
 {{ include("mma_frag.cuh") }}
-{{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S, fp8 = fp8 }) }}
+{{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S, fp8 = fp8, PF = PF }) }}
 
 namespace fj {
 // Two floats as the A-operand register of two 16-bit elements (the first low).
@@ -285,6 +291,22 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% if PIPE then %}
   // Prologue of the pipeline: group P = {Q, K(0)}, then groups g_i =
   // {K(i + 1), V(i)} for i < {{ S - 1 }} (empty ones keep the count uniform).
+{%   if PF then %}
+  // Page numbers: pg_v those of the next V tile to load (K's of the
+  // iteration before), pg_k those of the next K tile, read a tile ahead.
+  int pg_v = fj::tile_pages(ksrc, 0, {{ KVROWS }});
+  if (ntiles > 0) fj::copy_tile_paged(s_k, ksrc, 0, pg_v);
+  fj::cp_async_commit();
+#pragma unroll
+  for (int i = 0; i < {{ S - 1 }}; ++i) {
+    const int pg_n = fj::tile_pages(ksrc, i + 1, {{ KVROWS }});
+    if (i + 1 < ntiles) fj::copy_tile_paged(s_k, ksrc, i + 1, pg_n);
+    if (i < ntiles) fj::copy_tile_paged(s_v, vsrc, i, pg_v);
+    pg_v = pg_n;
+    fj::cp_async_commit();
+  }
+  int pg_k = fj::tile_pages(ksrc, {{ S }}, {{ KVROWS }});
+{%   else %}
   if (ntiles > 0) fj::ring_load(s_k, ksrc, 0, {{ KVROWS }});
   fj::cp_async_commit();
 #pragma unroll
@@ -293,9 +315,13 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     if (i < ntiles) fj::ring_load(s_v, vsrc, i, {{ KVROWS }});
     fj::cp_async_commit();
   }
+{%   end %}
   fj::cp_async_wait<{{ S - 1 }}>();  // Q and K(0) have landed
 {% else %}
-  fj::kv_start(s_k, s_v, ksrc, vsrc, {{ KVROWS }}, ntiles);
+{%   if PF then %}
+  int kv_pages;  // the page numbers of the next tile to load (tile_io.cuh)
+{%   end %}
+  fj::kv_start(s_k, s_v, ksrc, vsrc, {{ KVROWS }}, ntiles{{ PF and ", kv_pages" or "" }});
 {% end %}
   __syncthreads();
 
@@ -392,9 +418,17 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     __syncthreads();                    // ... for every thread; K(t), V(t - 1) are free
     {
       const int i = t + {{ S - 1 }};
+{%   if PF then %}
+      if (i + 1 < ntiles) fj::copy_tile_paged(s_k, ksrc, i + 1, pg_k);
+      if (i < ntiles) fj::copy_tile_paged(s_v, vsrc, i, pg_v);
+      fj::cp_async_commit();
+      pg_v = pg_k;
+      pg_k = fj::tile_pages(ksrc, i + 2, {{ KVROWS }});  // in flight meanwhile
+{%   else %}
       if (i + 1 < ntiles) fj::ring_load(s_k, ksrc, i + 1, {{ KVROWS }});
       if (i < ntiles) fj::ring_load(s_v, vsrc, i, {{ KVROWS }});
       fj::cp_async_commit();
+{%   end %}
     }
     const unsigned kn = sk_u + ((t + 1) % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
     float sn[{{ MR }}][{{ BN // 16 }}][8];
@@ -414,7 +448,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 
   for (int t = 0; t < ntiles; ++t) {
     const int n0 = {{ N0 }};
-    fj::kv_ready(s_k, s_v, ksrc, vsrc, {{ KVROWS }}, t, ntiles);
+    fj::kv_ready(s_k, s_v, ksrc, vsrc, {{ KVROWS }}, t, ntiles{{ PF and ", kv_pages" or "" }});
     const unsigned kt = sk_u + (t % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
     // Masks only where a key is past the end or above some row's diagonal.
     const bool need_mask = {{ mrule.tile_partial("n0", BN, "m0", "m0 + " .. (BM - 1)) }};

@@ -5,7 +5,8 @@
     XM      the XOR mask of the "xor" swizzle (chunk c of row r is stored at
             c ^ (r & XM)),
     THREADS the block's threads, S the stages (> 1: cp.async), fp8 (K/V in
-            e4m3, dequantised as they load).
+            e4m3, dequantised as they load), PF (paged K/V on the plain
+            ring: page numbers read a tile ahead, shared by K and V).
   A tile row holds head_dim elements, head_dim / 8 chunks of 16 bytes.
   K and V move through rings of S slots of tile_n rows: key tile t lives in
   slot t % S.  kv_start and kv_ready run the plain ring (K and V of a tile
@@ -194,6 +195,33 @@ __device__ __forceinline__ void load_tile_paged(elem_t *dst, const KvSrc &s, int
 {%   end %}
 {% end %}
 
+{% if PF then %}
+{%   local RPW, N = 32 // CHUNKS, tile_n // PER %}
+
+// The plain ring's paged loads: K and V of a key tile share its page
+// numbers, and those are read a tile before its copies are issued, so no
+// copy waits on the block table.  Lane l of warp w holds the page of row
+// {{ RPW }} w + l % {{ RPW }} + {{ PER }} (l / {{ RPW }}) of its tile (the rows
+// load_tile_paged gives warp w's threads), -1 past `rows`.
+__device__ __forceinline__ int tile_pages(const KvSrc &s, int t, int rows) {
+  const int lane = threadIdx.x % 32, n = lane / {{ RPW }};
+  const int j = t * {{ tile_n }} + (threadIdx.x / 32) * {{ RPW }} + lane % {{ RPW }} + n * {{ PER }};
+  return n < {{ N }} && j < rows ? s.page_of(s.first + j) : -1;
+}
+
+// Tile t of one head's paged K or V into its ring slot, each row's page
+// taken from the lane that holds it (tile_pages).
+__device__ __forceinline__ void copy_tile_paged(elem_t *ring, const KvSrc &s, int t, int pages) {
+  const int r = threadIdx.x / {{ CHUNKS }}, c = threadIdx.x % {{ CHUNKS }}, sub = (threadIdx.x % 32) / {{ CHUNKS }};
+  elem_t *dst = ring + (t % {{ S }}) * {{ tile_n * LD }};
+#pragma unroll
+  for (int n = 0; n < {{ N }}; ++n) {
+    const int page = __shfl_sync(0xffffffffu, pages, n * {{ RPW }} + sub);
+    const int key = s.first + t * {{ tile_n }} + r + n * {{ PER }};
+    copy16(dst + tile_off(r + n * {{ PER }}, c * 8), s.row(key, page) + c * 8, s.base, page >= 0);
+  }
+}
+{% end %}
 // Key tile t of one head's K or V into its slot of a ring.
 __device__ __forceinline__ void ring_load(elem_t *ring, const KvSrc &src, int t, int rows) {
 {% if paged then %}
@@ -207,17 +235,26 @@ __device__ __forceinline__ void ring_load(elem_t *ring, const KvSrc &src, int t,
 // flight, one cp.async group each (empty groups keep the count uniform),
 // and Q landed.
 __device__ __forceinline__ void kv_start(elem_t *s_k, elem_t *s_v, const KvSrc &k, const KvSrc &v,
-                                         int rows, int ntiles) {
+                                         int rows, int ntiles{{ PF and ", int &pages" or "" }}) {
 {% if S > 1 then %}
   cp_async_commit();  // Q's group
 #pragma unroll
   for (int t = 0; t < {{ S - 1 }}; ++t) {
     if (t < ntiles) {
+{%   if PF then %}
+      const int pg = tile_pages(k, t, rows);
+      copy_tile_paged(s_k, k, t, pg);
+      copy_tile_paged(s_v, v, t, pg);
+{%   else %}
       ring_load(s_k, k, t, rows);
       ring_load(s_v, v, t, rows);
+{%   end %}
     }
     cp_async_commit();
   }
+{%   if PF then %}
+  pages = tile_pages(k, {{ S - 1 }}, rows);  // for kv_ready's first copies
+{%   end %}
   cp_async_wait<{{ S - 1 }}>();
 {% end %}
 }
@@ -227,7 +264,7 @@ __device__ __forceinline__ void kv_start(elem_t *s_k, elem_t *s_v, const KvSrc &
 // tile t + {{ S - 1 }} and wait for tile t.  Before a slot is refilled the
 // caller synchronises (at the end of each iteration).
 __device__ __forceinline__ void kv_ready(elem_t *s_k, elem_t *s_v, const KvSrc &k, const KvSrc &v,
-                                         int rows, int t, int ntiles) {
+                                         int rows, int t, int ntiles{{ PF and ", int &pages" or "" }}) {
 {% if S == 1 then %}
   if (t > 0) __syncthreads();
   ring_load(s_k, k, t, rows);
@@ -235,10 +272,18 @@ __device__ __forceinline__ void kv_ready(elem_t *s_k, elem_t *s_v, const KvSrc &
 {% else %}
   const int nt = t + {{ S - 1 }};
   if (nt < ntiles) {
+{%   if PF then %}
+    copy_tile_paged(s_k, k, nt, pages);
+    copy_tile_paged(s_v, v, nt, pages);
+{%   else %}
     ring_load(s_k, k, nt, rows);
     ring_load(s_v, v, nt, rows);
+{%   end %}
   }
   cp_async_commit();
+{%   if PF then %}
+  pages = tile_pages(k, nt + 1, rows);  // the next call's, in flight meanwhile
+{%   end %}
   cp_async_wait<{{ S - 1 }}>();
 {% end %}
   __syncthreads();

@@ -314,6 +314,30 @@ __device__ __forceinline__ void load_tile_paged(elem_t *dst, const KvSrc &s, int
   }
 }
 
+
+// The plain ring's paged loads: K and V of a key tile share its page
+// numbers, and those are read a tile before its copies are issued, so no
+// copy waits on the block table.  Lane l of warp w holds the page of row
+// 2 w + l % 2 + 8 (l / 2) of its tile (the rows
+// load_tile_paged gives warp w's threads), -1 past `rows`.
+__device__ __forceinline__ int tile_pages(const KvSrc &s, int t, int rows) {
+  const int lane = threadIdx.x % 32, n = lane / 2;
+  const int j = t * 64 + (threadIdx.x / 32) * 2 + lane % 2 + n * 8;
+  return n < 8 && j < rows ? s.page_of(s.first + j) : -1;
+}
+
+// Tile t of one head's paged K or V into its ring slot, each row's page
+// taken from the lane that holds it (tile_pages).
+__device__ __forceinline__ void copy_tile_paged(elem_t *ring, const KvSrc &s, int t, int pages) {
+  const int r = threadIdx.x / 16, c = threadIdx.x % 16, sub = (threadIdx.x % 32) / 16;
+  elem_t *dst = ring + (t % 2) * 8192;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const int page = __shfl_sync(0xffffffffu, pages, n * 2 + sub);
+    const int key = s.first + t * 64 + r + n * 8;
+    copy16(dst + tile_off(r + n * 8, c * 8), s.row(key, page) + c * 8, s.base, page >= 0);
+  }
+}
 // Key tile t of one head's K or V into its slot of a ring.
 __device__ __forceinline__ void ring_load(elem_t *ring, const KvSrc &src, int t, int rows) {
   load_tile_paged<64>(ring + (t % 2) * 8192, src, t * 64, rows);
@@ -323,16 +347,18 @@ __device__ __forceinline__ void ring_load(elem_t *ring, const KvSrc &src, int t,
 // flight, one cp.async group each (empty groups keep the count uniform),
 // and Q landed.
 __device__ __forceinline__ void kv_start(elem_t *s_k, elem_t *s_v, const KvSrc &k, const KvSrc &v,
-                                         int rows, int ntiles) {
+                                         int rows, int ntiles, int &pages) {
   cp_async_commit();  // Q's group
 #pragma unroll
   for (int t = 0; t < 1; ++t) {
     if (t < ntiles) {
-      ring_load(s_k, k, t, rows);
-      ring_load(s_v, v, t, rows);
+      const int pg = tile_pages(k, t, rows);
+      copy_tile_paged(s_k, k, t, pg);
+      copy_tile_paged(s_v, v, t, pg);
     }
     cp_async_commit();
   }
+  pages = tile_pages(k, 1, rows);  // for kv_ready's first copies
   cp_async_wait<1>();
 }
 
@@ -341,13 +367,14 @@ __device__ __forceinline__ void kv_start(elem_t *s_k, elem_t *s_v, const KvSrc &
 // tile t + 1 and wait for tile t.  Before a slot is refilled the
 // caller synchronises (at the end of each iteration).
 __device__ __forceinline__ void kv_ready(elem_t *s_k, elem_t *s_v, const KvSrc &k, const KvSrc &v,
-                                         int rows, int t, int ntiles) {
+                                         int rows, int t, int ntiles, int &pages) {
   const int nt = t + 1;
   if (nt < ntiles) {
-    ring_load(s_k, k, nt, rows);
-    ring_load(s_v, v, nt, rows);
+    copy_tile_paged(s_k, k, nt, pages);
+    copy_tile_paged(s_v, v, nt, pages);
   }
   cp_async_commit();
+  pages = tile_pages(k, nt + 1, rows);  // the next call's, in flight meanwhile
   cp_async_wait<1>();
   __syncthreads();
 }
@@ -413,14 +440,20 @@ fj_attn_d128_m64_n64_w4_s2_xor_regs_mma_nc_f16_gqa_split_vl_paged(const fj::Para
   fj::load_tile_packed<64>(s_q, q, p.q_stride[1], p.q_stride[2], p.group, m0, len_q * p.group);
   // Prologue of the pipeline: group P = {Q, K(0)}, then groups g_i =
   // {K(i + 1), V(i)} for i < 1 (empty ones keep the count uniform).
-  if (ntiles > 0) fj::ring_load(s_k, ksrc, 0, kv_rows);
+  // Page numbers: pg_v those of the next V tile to load (K's of the
+  // iteration before), pg_k those of the next K tile, read a tile ahead.
+  int pg_v = fj::tile_pages(ksrc, 0, kv_rows);
+  if (ntiles > 0) fj::copy_tile_paged(s_k, ksrc, 0, pg_v);
   fj::cp_async_commit();
 #pragma unroll
   for (int i = 0; i < 1; ++i) {
-    if (i + 1 < ntiles) fj::ring_load(s_k, ksrc, i + 1, kv_rows);
-    if (i < ntiles) fj::ring_load(s_v, vsrc, i, kv_rows);
+    const int pg_n = fj::tile_pages(ksrc, i + 1, kv_rows);
+    if (i + 1 < ntiles) fj::copy_tile_paged(s_k, ksrc, i + 1, pg_n);
+    if (i < ntiles) fj::copy_tile_paged(s_v, vsrc, i, pg_v);
+    pg_v = pg_n;
     fj::cp_async_commit();
   }
+  int pg_k = fj::tile_pages(ksrc, 2, kv_rows);
   fj::cp_async_wait<1>();  // Q and K(0) have landed
   __syncthreads();
 
@@ -475,9 +508,11 @@ fj_attn_d128_m64_n64_w4_s2_xor_regs_mma_nc_f16_gqa_split_vl_paged(const fj::Para
     __syncthreads();                    // ... for every thread; K(t), V(t - 1) are free
     {
       const int i = t + 1;
-      if (i + 1 < ntiles) fj::ring_load(s_k, ksrc, i + 1, kv_rows);
-      if (i < ntiles) fj::ring_load(s_v, vsrc, i, kv_rows);
+      if (i + 1 < ntiles) fj::copy_tile_paged(s_k, ksrc, i + 1, pg_k);
+      if (i < ntiles) fj::copy_tile_paged(s_v, vsrc, i, pg_v);
       fj::cp_async_commit();
+      pg_v = pg_k;
+      pg_k = fj::tile_pages(ksrc, i + 2, kv_rows);  // in flight meanwhile
     }
     const unsigned kn = sk_u + ((t + 1) % 2) * 16384, vt = sv_u + (t % 2) * 16384;
     float sn[1][4][8];
