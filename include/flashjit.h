@@ -138,7 +138,9 @@ FJ_API void fj_ctx_opts_init(fj_ctx_opts *opts);
  * Creates a context.  opts may be NULL for the defaults.  On a GPU context
  * the driver (libcuda.so.1) is loaded on first need and the device's primary
  * context is retained.  Errors: FJ_ERR_INVALID_ARG (ctx NULL, bad arch
- * string, device below -1, cache_dir over 4095 bytes), FJ_ERR_NO_DEVICE
+ * string or an arch this NVRTC does not target -- the message lists those
+ * it does, from nvrtcGetSupportedArchs --, device below -1, cache_dir over
+ * 4095 bytes), FJ_ERR_NO_DEVICE
  * (no driver or no such device), FJ_ERR_CUDA, FJ_ERR_NOMEM.
  * On failure *ctx is set to NULL and, where a message exists, it is available
  * from fj_errmsg(NULL).
@@ -919,7 +921,8 @@ FJ_API void fj_cache_stats_get(fj_ctx *ctx, fj_cache_stats *stats);
 typedef struct fj_cache_entry {
   const char *file;     /* file name inside the cache directory */
   const char *kind;     /* "kernel", "lut" */
-  const char *label;    /* the variant name or fragment kind */
+  const char *label;    /* the variant name or fragment kind; for an
+                           invalid entry, what is wrong with it */
   uint64_t bytes;       /* file size (a symbolic link's own) */
   int64_t mtime;        /* seconds since the epoch */
   int valid;            /* 0 if the entry is corrupt or truncated, or no
