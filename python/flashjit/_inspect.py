@@ -335,7 +335,10 @@ def tune(batch, heads_q, seq_q, head_dim, *, heads_kv=None, seq_kv=None, dtype="
     attention() then uses for problems of that class.  progress: True
     draws a tqdm-style bar on stderr, False nothing, or a callable
     progress(done, total).  Raises flashjit.NoDevice without a GPU."""
-    ctx = core.context(device=device)
+    try:
+        ctx = core.context(device=device)
+    except core.NoDevice as e:
+        raise core.NoDevice(e.status, f"flashjit.tune runs on a GPU: {e}") from None
     lib = core.lib()
     p = pr.shape_problem(lib, batch, heads_q, heads_q if heads_kv is None else heads_kv,
                          seq_q, seq_q if seq_kv is None else seq_kv, head_dim, dtype,

@@ -1,0 +1,428 @@
+"""attention() on the GPU against torch.nn.functional.scaled_dot_product_attention
+and a float32 reference: masks, GQA, layouts, strides, modifications, the
+log-sum-exp, CUDA-graph capture, torch.compile, threads, tuning.
+
+Skipped (visibly) without PyTorch and a CUDA GPU."""
+import math
+import threading
+import unittest
+
+import fjtest
+import flashjit
+from fjtest import torch
+
+if fjtest.HAS_TORCH:
+    import torch.nn.functional as F
+
+
+def reference(q, k, v, causal=None, scale=None, window=None, softcap=None, score=None,
+              mask=None):
+    """float32 attention in BHSD with GQA, flashjit's semantics (README:
+    "Your own attention"): score(s, b, h, hkv, q, kv) and mask(...) are
+    Python callables on broadcast index tensors.  Returns (out, lse); a row
+    that sees no key gets 0 and -inf."""
+    b, hq, sq, d = q.shape
+    hk, sk = k.shape[1], k.shape[2]
+    g = hq // hk
+    kf = k.float().repeat_interleave(g, dim=1)
+    vf = v.float().repeat_interleave(g, dim=1)
+    s = (q.float() @ kf.transpose(-1, -2)) * (scale if scale else 1 / math.sqrt(d))
+    dev = q.device
+    bi = torch.arange(b, device=dev).view(b, 1, 1, 1)
+    hi = torch.arange(hq, device=dev).view(1, hq, 1, 1)
+    qi = torch.arange(sq, device=dev).view(1, 1, sq, 1)
+    ki = torch.arange(sk, device=dev).view(1, 1, 1, sk)
+    if score is not None:
+        s = score(s, bi, hi, hi // g, qi, ki)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    keep = torch.ones_like(s, dtype=torch.bool)
+    off = 0 if causal == "top_left" else sk - sq
+    if causal:
+        keep &= ki <= qi + off
+    if window is not None:
+        left, right = window
+        if left >= 0:
+            keep &= ki >= qi + off - left
+        if right >= 0:
+            keep &= ki <= qi + off + right
+    if mask is not None:
+        keep &= mask(bi, hi, hi // g, qi, ki)
+    s = s.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse.unsqueeze(-1).clamp(min=-1e30))
+    p = torch.nan_to_num(p, nan=0.0)
+    return p @ vf, lse
+
+
+def sdpa(q, k, v, causal=None, scale=None):
+    """PyTorch's SDPA in q's dtype, BHSD, GQA by enable_gqa."""
+    mask, is_causal = None, False
+    if causal == "top_left":
+        is_causal = True
+    elif causal == "bottom_right":
+        sq, sk = q.shape[2], k.shape[2]
+        mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril(sk - sq)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                          scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def randn(*shape, dtype=None, device="cuda"):
+    return torch.randn(shape, dtype=dtype or torch.bfloat16, device=device)
+
+
+@unittest.skipUnless(fjtest.HAS_CUDA, fjtest.NO_CUDA)
+class GpuCase(unittest.TestCase):
+    def setUp(self):
+        torch.manual_seed(0)
+
+    def close(self, got, want, tol, what=""):
+        err = (got.float() - want.float()).abs().max().item()
+        self.assertLess(err, tol, f"{what}: max abs error {err:.3g} (limit {tol})")
+        return err
+
+    def against_sdpa(self, q, k, v, causal=None, scale=None, layout="bhsd", tol=None):
+        out = flashjit.attention(q, k, v, causal=causal, scale=scale, layout=layout)
+        if layout == "bshd":
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+            out = out.transpose(1, 2)
+        self.assertEqual(out.shape, q.shape)
+        self.assertEqual(out.dtype, q.dtype)
+        want, _ = reference(q, k, v, causal=causal, scale=scale)
+        base = sdpa(q, k, v, causal=causal, scale=scale)
+        tol = tol or (2e-2 if q.dtype == torch.bfloat16 else 4e-3)
+        what = f"{tuple(q.shape)}/{tuple(k.shape)} {q.dtype} causal={causal}"
+        self.close(out, want, tol, what + " vs float32")
+        self.close(out, base, 2 * tol, what + " vs SDPA")
+        err_fj = (out.float() - want).abs().mean().item()
+        err_sdpa = (base.float() - want).abs().mean().item()
+        self.assertLess(err_fj, 2 * err_sdpa + 1e-4, f"{what}: mean error {err_fj:.3g} "
+                        f"against SDPA's {err_sdpa:.3g}")
+        return out
+
+
+class Masks(GpuCase):
+    def test_none_top_left_bottom_right(self):
+        for dtype in (torch.float16, torch.bfloat16):
+            for d in (64, 128):
+                for sq, sk in ((256, 256), (200, 333), (1, 300)):
+                    for causal in (None, "top_left", "bottom_right"):
+                        with self.subTest(dtype=dtype, d=d, sq=sq, sk=sk, causal=causal):
+                            q = randn(2, 4, sq, d, dtype=dtype)
+                            k, v = randn(2, 4, sk, d, dtype=dtype), randn(2, 4, sk, d,
+                                                                          dtype=dtype)
+                            self.against_sdpa(q, k, v, causal=causal)
+
+    def test_causal_true_is_top_left(self):
+        q, k, v = (randn(1, 2, 128, 64) for _ in range(3))
+        a = flashjit.attention(q, k, v, causal=True)
+        b = flashjit.attention(q, k, v, causal="top_left")
+        self.assertTrue(torch.equal(a, b))
+
+    def test_scale(self):
+        q, k, v = (randn(1, 4, 256, 64, dtype=torch.float16) for _ in range(3))
+        self.against_sdpa(q, k, v, scale=0.05)
+
+    def test_long_prefill(self):
+        q, k, v = (randn(1, 8, 2048, 128) for _ in range(3))
+        self.against_sdpa(q, k, v, causal="top_left")
+
+    def test_head_dims(self):
+        for d in (32, 96, 160, 192, 256):
+            with self.subTest(d=d):
+                q, k, v = (randn(1, 2, 200, d) for _ in range(3))
+                self.against_sdpa(q, k, v, causal="bottom_right")
+
+
+class Shapes(GpuCase):
+    def test_gqa_and_mqa(self):
+        for hq, hk in ((8, 2), (32, 8), (8, 1)):
+            with self.subTest(hq=hq, hk=hk):
+                q = randn(2, hq, 300, 128)
+                k, v = randn(2, hk, 500, 128), randn(2, hk, 500, 128)
+                self.against_sdpa(q, k, v, causal="bottom_right")
+
+    def test_decode_split_kv(self):
+        q = randn(4, 32, 1, 128)
+        k, v = randn(4, 8, 4096, 128), randn(4, 8, 4096, 128)
+        self.assertGreater(flashjit.plan(4, 32, 1, 128, heads_kv=8, seq_kv=4096,
+                                         device=0).splits, 1)
+        self.against_sdpa(q, k, v)
+
+    def test_bshd(self):
+        q = randn(2, 300, 8, 64)
+        k, v = randn(2, 400, 2, 64), randn(2, 400, 2, 64)
+        out = self.against_sdpa(q, k, v, causal="bottom_right", layout="bshd")
+        self.assertEqual(tuple(out.shape), (2, 8, 300, 64))  # transposed back above
+
+    def test_bshd_output_layout(self):
+        q, k, v = (randn(1, 100, 4, 64) for _ in range(3))
+        out = flashjit.attention(q, k, v, layout="bshd")
+        self.assertEqual(tuple(out.shape), (1, 100, 4, 64))
+        self.assertTrue(out.is_contiguous())
+
+    def test_packed_qkv_strides(self):
+        # One (batch, seq, 3, heads, dim) tensor: q, k and v are strided views.
+        qkv = randn(2, 256, 3, 8, 64)
+        q, k, v = qkv.unbind(2)
+        self.assertFalse(q.is_contiguous())
+        self.against_sdpa(q, k, v, causal="top_left", layout="bshd")
+
+    def test_transposed_views(self):
+        q, k, v = (randn(2, 256, 4, 64).transpose(1, 2) for _ in range(3))
+        self.against_sdpa(q, k, v)
+
+    def test_expanded_kv(self):
+        k1, v1 = randn(1, 1, 256, 64), randn(1, 1, 256, 64)
+        q = randn(3, 4, 128, 64)
+        k, v = k1.expand(3, 4, 256, 64), v1.expand(3, 4, 256, 64)
+        self.assertEqual(k.stride(0), 0)
+        self.against_sdpa(q, k, v)
+
+    def test_empty(self):
+        q = randn(0, 4, 16, 64)
+        out, lse = flashjit.attention(q, q, q, return_lse=True)
+        self.assertEqual(tuple(out.shape), (0, 4, 16, 64))
+        self.assertEqual(tuple(lse.shape), (0, 4, 16))
+
+    def test_device_of_output(self):
+        q, k, v = (randn(1, 2, 64, 64) for _ in range(3))
+        out = flashjit.attention(q, k, v)
+        self.assertEqual(out.device, q.device)
+
+
+class Lse(GpuCase):
+    def test_lse(self):
+        for causal in (None, "top_left", "bottom_right"):
+            with self.subTest(causal=causal):
+                q = randn(2, 8, 300, 128)
+                k, v = randn(2, 4, 400, 128), randn(2, 4, 400, 128)
+                out, lse = flashjit.attention(q, k, v, causal=causal, return_lse=True)
+                want, want_lse = reference(q, k, v, causal=causal)
+                self.assertEqual(tuple(lse.shape), (2, 8, 300))
+                self.assertEqual(lse.dtype, torch.float32)
+                self.close(out, want, 2e-2, "out")
+                self.close(lse, want_lse, 2e-3, "lse")
+
+    def test_row_without_keys(self):
+        # bottom-right with more queries than keys: the first rows see nothing.
+        q = randn(1, 2, 64, 64)
+        k, v = randn(1, 2, 16, 64), randn(1, 2, 16, 64)
+        out, lse = flashjit.attention(q, k, v, causal="bottom_right", return_lse=True)
+        self.assertEqual(out[:, :, :48].abs().max().item(), 0.0)
+        self.assertTrue(torch.isneginf(lse[:, :, :48]).all())
+        want, _ = reference(q, k, v, causal="bottom_right")
+        self.close(out, want, 2e-2, "rows with keys")
+
+
+class Modifications(GpuCase):
+    def test_window(self):
+        for causal in (None, "top_left", "bottom_right"):
+            with self.subTest(causal=causal):
+                q = randn(1, 4, 512, 128)
+                k, v = randn(1, 4, 700, 128), randn(1, 4, 700, 128)
+                window = (64, 0) if causal else (64, 32)
+                out = flashjit.attention(q, k, v, causal=causal, window=window)
+                want, _ = reference(q, k, v, causal=causal, window=window)
+                self.close(out, want, 2e-2, f"window {window}")
+
+    def test_softcap(self):
+        q, k, v = (randn(2, 4, 300, 64) * 4 for _ in range(3))
+        out = flashjit.attention(q, k, v, softcap=5.0, causal="top_left")
+        want, _ = reference(q, k, v, softcap=5.0, causal="top_left")
+        self.close(out, want, 3e-2, "softcap")
+
+    def test_alibi_score_mod(self):
+        q, k, v = (randn(1, 8, 256, 128) for _ in range(3))
+        slopes = torch.tensor([2.0 ** -(i + 1) for i in range(8)], device="cuda")
+        out = flashjit.attention(q, k, v, causal="top_left",
+                                 score_mod="s + slopes(h) * (float)(kv - q)",
+                                 params={"slopes": slopes})
+        want, _ = reference(q, k, v, causal="top_left",
+                            score=lambda s, b, h, hk, qi, ki: s + slopes.view(1, 8, 1, 1) *
+                            (ki - qi).float())
+        self.close(out, want, 2e-2, "alibi")
+
+    def test_mask_mod_and_scalar_params(self):
+        q, k, v = (randn(2, 4, 256, 64) for _ in range(3))
+        out = flashjit.attention(q, k, v, mask_mod="(kv / block) <= (q / block) || kv < n",
+                                 params={"block": 32, "n": 5})
+        want, _ = reference(q, k, v, mask=lambda b, h, hk, qi, ki: ((ki // 32) <= (qi // 32))
+                            | (ki < 5))
+        self.close(out, want, 2e-2, "mask_mod")
+
+    def test_bias_table(self):
+        q, k, v = (randn(1, 4, 128, 64) for _ in range(3))
+        bias = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16)
+        out = flashjit.attention(q, k, v, score_mod="s + bias(h, q - kv + 128)",
+                                 params={"bias": bias})
+        want, _ = reference(q, k, v, score=lambda s, b, h, hk, qi, ki:
+                            s + bias.float()[h, (qi - ki + 128).clamp(0, 255)])
+        self.close(out, want, 2e-2, "bias table")
+
+    def test_param_errors(self):
+        q, k, v = (randn(1, 4, 64, 64) for _ in range(3))
+        with self.assertRaisesRegex(ValueError, r"params\['t'\] is not contiguous"):
+            flashjit.attention(q, k, v, score_mod="s + t(h)",
+                               params={"t": torch.zeros(4, 2, device="cuda")[:, 0]})
+        with self.assertRaisesRegex(ValueError, r"params\['t'\] is on cpu"):
+            flashjit.attention(q, k, v, score_mod="s + t(h)", params={"t": torch.zeros(4)})
+        with self.assertRaisesRegex(TypeError, r"params\['t'\] has dtype torch.float64"):
+            flashjit.attention(q, k, v, score_mod="s + t(h)",
+                               params={"t": torch.zeros(4, dtype=torch.float64, device="cuda")})
+        with self.assertRaisesRegex(TypeError, r"describes a tensor"):
+            flashjit.attention(q, k, v, score_mod="s + t(h)", params={"t": ("f32", (4,))})
+        with self.assertRaisesRegex(flashjit.InvalidArgument, r"mods.score: ';' at column"):
+            flashjit.attention(q, k, v, score_mod="s;")
+
+
+class LibraryErrors(GpuCase):
+    def test_head_dim(self):
+        q = randn(1, 2, 64, 100)
+        with self.assertRaisesRegex(ValueError, r"head_dim 100 is invalid") as cm:
+            flashjit.attention(q, q, q)
+        self.assertIsInstance(cm.exception, flashjit.InvalidArgument)
+
+    def test_misaligned(self):
+        base = randn(1, 2, 64, 72)
+        q = base[..., 1:65]  # 2-byte offset, rows of 72 elements
+        with self.assertRaisesRegex(ValueError, r"align"):
+            flashjit.attention(q, q, q)
+
+    def test_zero_keys(self):
+        q, k = randn(1, 2, 16, 64), randn(1, 2, 0, 64)
+        with self.assertRaisesRegex(ValueError, r"seq_kv 0 is invalid"):
+            flashjit.attention(q, k, k)
+
+    @unittest.skipUnless(fjtest.HAS_CUDA and torch.cuda.device_count() > 1, "needs 2 GPUs")
+    def test_two_devices(self):
+        q = randn(1, 2, 16, 64)
+        k = randn(1, 2, 16, 64, device="cuda:1")
+        with self.assertRaisesRegex(ValueError, r"must be on one device"):
+            flashjit.attention(q, k, k)
+
+
+class Graphs(GpuCase):
+    def capture(self, fn, inputs):
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                fn(*inputs)  # compile, probe layouts, grow nothing during capture
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = fn(*inputs)
+        return g, out
+
+    def test_replay(self):
+        for shape_q, shape_kv, causal in (((2, 8, 256, 128), (2, 2, 256, 128), "top_left"),
+                                          ((8, 32, 1, 128), (8, 8, 2048, 128), None)):
+            with self.subTest(q=shape_q, kv=shape_kv):
+                q, k, v = randn(*shape_q), randn(*shape_kv), randn(*shape_kv)
+                g, out = self.capture(lambda a, b, c: flashjit.attention(
+                    a, b, c, causal=causal, return_lse=True), (q, k, v))
+                for _ in range(2):
+                    q.copy_(randn(*shape_q))
+                    k.copy_(randn(*shape_kv))
+                    v.copy_(randn(*shape_kv))
+                    g.replay()
+                    torch.cuda.synchronize()
+                    want, want_lse = reference(q, k, v, causal=causal)
+                    self.close(out[0], want, 2e-2, "graph replay")
+                    self.close(out[1], want_lse, 2e-3, "graph replay lse")
+
+
+class Compile(GpuCase):
+    def test_torch_compile(self):
+        def block(q, k, v):
+            o = flashjit.attention(q, k, v, causal="top_left")
+            return o * 2 + 1
+
+        compiled = torch.compile(block, fullgraph=True)
+        q = randn(2, 8, 256, 64)
+        k, v = randn(2, 4, 256, 64), randn(2, 4, 256, 64)
+        got = compiled(q, k, v)
+        want, _ = reference(q, k, v, causal="top_left")
+        self.close(got, want * 2 + 1, 5e-2, "torch.compile")
+
+    def test_compile_with_mods_and_lse(self):
+        slopes = torch.rand(8, device="cuda")
+
+        def f(q, k, v):
+            return flashjit.attention(q, k, v, causal="bottom_right", return_lse=True,
+                                      window=(64, 0), score_mod="s + slopes(h)",
+                                      params={"slopes": slopes, "n": 3})
+
+        q, k, v = (randn(1, 8, 200, 128) for _ in range(3))
+        out, lse = torch.compile(f, fullgraph=True)(q, k, v)
+        want, want_lse = reference(q, k, v, causal="bottom_right", window=(64, 0),
+                                   score=lambda s, b, h, hk, qi, ki:
+                                   s + slopes.view(1, 8, 1, 1))
+        self.close(out, want, 2e-2, "compiled mods")
+        self.close(lse, want_lse, 2e-3, "compiled lse")
+
+    def test_opcheck(self):
+        q = randn(1, 4, 128, 64)
+        args = (q, q.clone(), q.clone(), 1, 0.0, True, 0, -1, -1, 0.0, "", "", "", [], [])
+        torch.library.opcheck(torch.ops.flashjit.attention.default, args,
+                              test_utils=("test_schema", "test_faketensor"))
+
+
+class Threads(GpuCase):
+    def test_concurrent_calls(self):
+        q, k, v = (randn(2, 8, 256, 64) for _ in range(3))
+        want = flashjit.attention(q, k, v, causal="top_left")
+        torch.cuda.synchronize()
+        errors, results = [], []
+
+        def work():
+            try:
+                s = torch.cuda.Stream()
+                with torch.cuda.stream(s):
+                    for _ in range(20):
+                        out = flashjit.attention(q, k, v, causal="top_left")
+                    s.synchronize()
+                results.append(out)
+            except Exception as e:  # reported below, in the test's thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        for out in results:
+            self.assertTrue(torch.equal(out, want))
+
+
+class Inspection(GpuCase):
+    def test_device_info_and_layout(self):
+        info = flashjit.device_info()
+        self.assertGreater(info["sm_count"], 0)
+        lut = flashjit.layout("mma_acc_f16")
+        self.assertIn(lut.origin, ("probed", "cached"))
+        self.assertEqual(lut.map, flashjit.layout("mma_acc_f16", arch=info["arch"]).map)
+
+    def test_plan_on_device(self):
+        p = flashjit.plan(1, 32, 1, 128, heads_kv=8, seq_kv=4096, device=0)
+        self.assertEqual(p.sm_count, torch.cuda.get_device_properties(0).multi_processor_count)
+
+    def test_kernel_on_device(self):
+        k = flashjit.Kernel(64, device=0, dtype="f16")
+        self.assertEqual(k.arch, flashjit.device_info(0)["arch"])
+
+    def test_tune(self):
+        seen = []
+        r = flashjit.tune(1, 8, 512, 64, dtype="f16", iters=2, warmup=1, save=False,
+                          progress=lambda done, total: seen.append((done, total)))
+        self.assertGreater(r.candidates, 0)
+        self.assertGreater(r.timed, 0)
+        self.assertGreater(r.best_ms, 0)
+        self.assertTrue(r.name.startswith("fj_attn_d64_"), r.name)
+        self.assertTrue(seen and seen[-1][0] == seen[-1][1], seen[-3:])
+
+
+if __name__ == "__main__":
+    unittest.main()
