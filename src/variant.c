@@ -158,6 +158,9 @@ static fj_status check_range(const fj_ctx *ctx, const char *axis, int value,
 {
   if (value >= lo && value <= hi && value % multiple == 0)
     return FJ_OK;
+  if (multiple == 1)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "%s %d is invalid: must be in %d..%d",
+                    axis, value, lo, hi);
   return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                   "%s %d is invalid: must be a multiple of %d in %d..%d", axis,
                   value, multiple, lo, hi);
@@ -194,8 +197,13 @@ static fj_status check_axes(const fj_ctx *ctx, const fj_variant *v)
   fj_status st = check_range(ctx, "tile_m", v->tile_m, 16, 256, 16);
   if (st == FJ_OK)
     st = check_range(ctx, "tile_n", v->tile_n, 16, 256, 16);
-  if (st == FJ_OK)
-    st = check_range(ctx, "warps", v->warps, 1, 16, 1);
+  /* 1..16 are warps a block may have (those not generated are refused
+   * as not implemented, below); the message names those that are. */
+  if (st == FJ_OK && (v->warps < 1 || v->warps > 16))
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "warps %d is invalid: 4 or 8 (wmma, mma), or 8, 12 or 16 "
+                  "(wgmma)",
+                  v->warps);
   if (st == FJ_OK)
     st = check_range(ctx, "stages", v->stages, 1, 4, 1);
   return st == FJ_OK ? check_enums(ctx, v) : st;

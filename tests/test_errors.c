@@ -130,7 +130,8 @@ int test_errors_variant(void)
                "tile_m -16 is invalid: must be a multiple of 16 in 16..256") == 0);
   CHECK(refuse(ctx, tile_n_17, FJ_ERR_INVALID_ARG, "tile_n 17 is invalid") == 0);
   CHECK(refuse(ctx, tile_m_big, FJ_ERR_INVALID_ARG, "tile_m 512") == 0);
-  CHECK(refuse(ctx, warps_0, FJ_ERR_INVALID_ARG, "warps 0 is invalid") == 0);
+  CHECK(refuse(ctx, warps_0, FJ_ERR_INVALID_ARG,
+               "warps 0 is invalid: 4 or 8 (wmma, mma), or 8, 12 or 16 (wgmma)") == 0);
   CHECK(refuse(ctx, warps_3, FJ_ERR_UNSUPPORTED, "warps 3 is not implemented") == 0);
   CHECK(refuse(ctx, stages_9, FJ_ERR_INVALID_ARG, "stages 9 is invalid") == 0);
   CHECK(refuse(ctx, swizzle_9, FJ_ERR_INVALID_ARG, "swizzle 9 is invalid") == 0);
