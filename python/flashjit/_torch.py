@@ -38,26 +38,26 @@ def _check_tensor(name, t, layout):
     if t.dtype not in _DTYPES:
         raise TypeError(f"{_WHO}: {name} has dtype {t.dtype}; flashjit takes torch.float16 "
                         "or torch.bfloat16")
-    if t.dim() != 4:
-        raise ValueError(f"{_WHO}: {name} has {t.dim()} dimensions {tuple(t.shape)}; layout "
+    shape = t.shape
+    if len(shape) != 4:
+        raise ValueError(f"{_WHO}: {name} has {len(shape)} dimensions {tuple(shape)}; layout "
                          f"'{pr.NAMES_LAYOUT[layout]}' takes 4: {_LAYOUT_DIMS[layout]}")
-    if t.shape[-1] > 1 and t.stride(-1) != 1:
+    if shape[3] > 1 and t.stride(3) != 1:
         raise ValueError(f"{_WHO}: {name}'s head dimension is not contiguous (stride "
-                         f"{t.stride(-1)}, strides {tuple(t.stride())}); it must be 1")
+                         f"{t.stride(3)}, strides {tuple(t.stride())}); it must be 1")
+    return shape if layout == capi.BHSD else (shape[0], shape[2], shape[1], shape[3])
 
 
 def check_inputs(q, k, v, layout):
     """Refuses, with one line naming the value and the rule, what the
     tensors' types, shapes and devices cannot give.  Returns
     (batch, heads_q, heads_kv, seq_q, seq_kv, head_dim)."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _check_tensor(name, t, layout)
+    b, hq, sq, d = _check_tensor("q", q, layout)
+    bk, hk, sk, dk = _check_tensor("k", k, layout)
+    bv, hv, sv, dv = _check_tensor("v", v, layout)
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"{_WHO}: q, k and v must share a dtype; got {q.dtype}, {k.dtype}, "
                         f"{v.dtype}")
-    b, hq, sq, d = _sizes(q, layout)
-    bk, hk, sk, dk = _sizes(k, layout)
-    bv, hv, sv, dv = _sizes(v, layout)
     if not b == bk == bv:
         raise ValueError(f"{_WHO}: batch sizes differ: q {b}, k {bk}, v {bv}")
     if not d == dk == dv:
@@ -69,14 +69,19 @@ def check_inputs(q, k, v, layout):
     if hk == 0 or hq % hk:
         raise ValueError(f"{_WHO}: q has {hq} heads and k, v {hk}: the query heads must be "
                          "a multiple of the KV heads (GQA)")
+    dev = q.device
+    if dev.type != "cuda" or k.device != dev or v.device != dev:
+        _device_error(q, k, v)
+    return b, hq, hk, sq, sk, d
+
+
+def _device_error(q, k, v):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.device.type != "cuda":
             raise ValueError(f"{_WHO}: {name} is on {t.device}; flashjit runs on CUDA "
                              "tensors")
-    if k.device != q.device or v.device != q.device:
-        raise ValueError(f"{_WHO}: q, k and v must be on one device; got {q.device}, "
-                         f"{k.device}, {v.device}")
-    return b, hq, hk, sq, sk, d
+    raise ValueError(f"{_WHO}: q, k and v must be on one device; got {q.device}, "
+                     f"{k.device}, {v.device}")
 
 
 def _out_shape(b, h, s, d, layout):
@@ -118,29 +123,62 @@ def _decode_params(names, tensors, scalars):
     return out
 
 
+# Problems by everything they are made of (no mods): a hit skips building
+# the struct.  Bounded: cleared when full.
+_problems = {}
+_PROBLEMS_MAX = 1024
+
+
+def _problem(q, k, v, causal, scale, layout):
+    key = (q.shape, k.shape, q.stride(), k.stride(), v.stride(), q.dtype, causal, scale,
+           layout)
+    p = _problems.get(key)
+    if p is None:
+        b, hq, sq, d = _sizes(q, layout)
+        _, hk, sk, _ = _sizes(k, layout)
+        p = capi.Problem()
+        core.lib().fj_problem_init(C.byref(p), b, hq, hk, sq, sk, d, _DTYPES[q.dtype], layout)
+        p.causal, p.scale = causal, scale
+        # O is new and contiguous: fj_problem_init's strides.  Q, K, V as given.
+        p.q_stride[:], p.k_stride[:] = _strides(q, layout), _strides(k, layout)
+        p.v_stride[:] = _strides(v, layout)
+        if len(_problems) >= _PROBLEMS_MAX:
+            _problems.clear()
+        _problems[key] = p
+    return p
+
+
+# The current stream's handle: PyTorch's raw getter where it has one (a
+# tenth of current_stream()'s cost).
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _stream(dev):
+    if _raw_stream is not None:
+        return _raw_stream(dev.index)
+    return torch.cuda.current_stream(dev).cuda_stream
+
+
 def _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_right, softcap,
             score_mod, mask_mod, params):
+    """Runs attention; returns (out, lse), lse None unless return_lse."""
     b, hq, sq, d = _sizes(q, layout)
-    _, hk, sk, _ = _sizes(k, layout)
     dev = q.device
     out = torch.empty(_out_shape(b, hq, sq, d, layout), dtype=q.dtype, device=dev)
-    lse = torch.empty((b, hq, sq) if return_lse else (0,), dtype=torch.float32, device=dev)
+    lse = torch.empty((b, hq, sq), dtype=torch.float32, device=dev) if return_lse else None
     if out.numel() == 0:
         return out, lse
     ctx = core.gpu_context(dev.index)
     lib = core.lib()
-    p = capi.Problem()
-    lib.fj_problem_init(C.byref(p), b, hq, hk, sq, sk, d, _DTYPES[q.dtype], layout)
-    p.causal, p.scale = causal, scale
-    p.q_stride[:], p.k_stride[:] = _strides(q, layout), _strides(k, layout)
-    p.v_stride[:], p.o_stride[:] = _strides(v, layout), _strides(out, layout)
+    p = _problem(q, k, v, causal, scale, layout)
     mods = None
     if window_left != -1 or window_right != -1 or softcap or score_mod or mask_mod or params:
         mods = pr.ModsArg((window_left, window_right), softcap, score_mod, mask_mod, params,
                           device=dev)
+        p = capi.Problem.from_buffer_copy(p)
         p.mods = mods.ptr
     lse_ptr = lse.data_ptr() if return_lse else None
-    stream = torch.cuda.current_stream(dev).cuda_stream
+    stream = _stream(dev)
     if torch.cuda.is_current_stream_capturing():
         st = _launch_captured(lib, ctx, p, q, k, v, out, lse_ptr, stream)
     else:
@@ -185,9 +223,10 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: int,
                  param_scalars: _Floats) -> typing.Tuple[torch.Tensor, torch.Tensor]:
     """flashjit attention as a PyTorch op: (out, lse); lse is empty unless
     return_lse.  Use flashjit.attention(), which builds these arguments."""
-    return _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_right,
-                   softcap, score_mod, mask_mod,
-                   _decode_params(param_names, param_tensors, param_scalars))
+    out, lse = _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_right,
+                       softcap, score_mod, mask_mod,
+                       _decode_params(param_names, param_tensors, param_scalars))
+    return out, lse if lse is not None else q.new_empty((0,), dtype=torch.float32)
 
 
 @attention_op.register_fake
@@ -227,12 +266,12 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     c = pr.causal_code(causal)
     lay = pr.choose("layout", layout, pr.LAYOUTS)
     sc = pr.scale_value(scale)
-    check_inputs(q, k, v, lay)
     wl, wr = _window(window)
     cap = _softcap(softcap)
     for what, text in (("score_mod", score_mod), ("mask_mod", mask_mod)):
         if text is not None and not isinstance(text, str):
             raise TypeError(f"{_WHO}: {what} must be a C expression in a str, not {text!r}")
+    check_inputs(q, k, v, lay)
     if torch.compiler.is_compiling():
         names, tensors, scalars = encode_params(params)
         out, lse = attention_op(q, k, v, c, sc, bool(return_lse), lay, wl, wr, cap,

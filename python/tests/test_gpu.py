@@ -227,10 +227,12 @@ class Modifications(GpuCase):
                 self.close(out, want, 2e-2, f"window {window}")
 
     def test_softcap(self):
+        # Scores large enough for the cap to bite; V scaled by 4 as well, so
+        # the output's bf16 rounding is 4 times that of the other cases.
         q, k, v = (randn(2, 4, 300, 64) * 4 for _ in range(3))
         out = flashjit.attention(q, k, v, softcap=5.0, causal="top_left")
         want, _ = reference(q, k, v, softcap=5.0, causal="top_left")
-        self.close(out, want, 3e-2, "softcap")
+        self.close(out, want, 8e-2, "softcap")
 
     def test_alibi_score_mod(self):
         q, k, v = (randn(1, 8, 256, 128) for _ in range(3))

@@ -56,7 +56,7 @@ class Import(unittest.TestCase):
 
 class KernelInspection(unittest.TestCase):
     def check_kernel(self, k):
-        self.assertIn(f'extern "C" __global__', k.source)
+        self.assertIn('extern "C" __global__', k.source)
         self.assertIn(k.name, k.source)
         self.assertIn(f".entry {k.name}", k.ptx)
         self.assertGreater(len(k.cubin), 1000)
