@@ -87,10 +87,12 @@
   local PIPE = S >= 2 and o_regs + 2 * s_regs + 40 <= 240
   -- Paged K and V read each tile's page numbers a tile ahead, one row per
   -- lane (tile_io.cuh), where a warp's share of a tile fits in its lanes;
-  -- V takes K's.
-  local CH = D // 8
-  local PF = PAGED and S >= 2 and 32 % CH == 0 and
-             BN % (THREADS // CH) == 0 and BN // (THREADS // CH) * (32 // CH) <= 32
+  -- V takes K's.  Two chunks a thread (one address for both) where
+  -- registers allow: a split's bounds leave none (8 bytes spilled at head
+  -- dim 128, sm_90a), so one there.
+  local TPR = SPLIT and D // 8 or D // 16
+  local PF = PAGED and S >= 2 and 32 % TPR == 0 and BN % (THREADS // TPR) == 0 and
+             BN // (THREADS // TPR) * (32 // TPR) <= 32
   local live = o_regs + s_regs * (PIPE and 2 or 1)
   local QREGS = live + q_regs + 40 <= 224
 
@@ -189,7 +191,7 @@
 __constant__ unsigned char fj_base_acc[32] = { {{ L.base_bytes(acc) }} };
 
 {{ include("mma_frag.cuh") }}
-{{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S, fp8 = fp8, PF = PF }) }}
+{{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S, fp8 = fp8, PF = PF, PF_TPR = TPR }) }}
 
 namespace fj {
 // Two floats as the A-operand register of two 16-bit elements (the first low).

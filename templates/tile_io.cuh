@@ -6,7 +6,8 @@
             c ^ (r & XM)),
     THREADS the block's threads, S the stages (> 1: cp.async), fp8 (K/V in
             e4m3, dequantised as they load), PF (paged K/V on the plain
-            ring: page numbers read a tile ahead, shared by K and V).
+            ring: page numbers read a tile ahead, shared by K and V;
+            PF_TPR threads copy a row).
   A tile row holds head_dim elements, head_dim / 8 chunks of 16 bytes.
   K and V move through rings of S slots of tile_n rows: key tile t lives in
   slot t % S.  kv_start and kv_ready run the plain ring (K and V of a tile
@@ -196,29 +197,37 @@ __device__ __forceinline__ void load_tile_paged(elem_t *dst, const KvSrc &s, int
 {% end %}
 
 {% if PF then %}
-{%   local RPW, N = 32 // CHUNKS, tile_n // PER %}
+{%   local TPR = PF_TPR %}
+{%   local G, P4, RPW = CHUNKS // TPR, THREADS // TPR, 32 // TPR %}
+{%   local N = tile_n // P4 %}
 
 // The plain ring's paged loads: K and V of a key tile share its page
 // numbers, and those are read a tile before its copies are issued, so no
-// copy waits on the block table.  Lane l of warp w holds the page of row
-// {{ RPW }} w + l % {{ RPW }} + {{ PER }} (l / {{ RPW }}) of its tile (the rows
-// load_tile_paged gives warp w's threads), -1 past `rows`.
+// copy waits on the block table.  {{ TPR }} threads copy a row, {{ G }} chunks
+// each (chunk q + {{ TPR }} g for thread q of the row), so that a row's
+// address is computed once for {{ G }} copies.  Lane l of warp w holds the
+// page of row {{ RPW }} w + l % {{ RPW }} + {{ P4 }} (l / {{ RPW }}) of its tile
+// (the rows warp w's threads copy), -1 past `rows`.
 __device__ __forceinline__ int tile_pages(const KvSrc &s, int t, int rows) {
   const int lane = threadIdx.x % 32, n = lane / {{ RPW }};
-  const int j = t * {{ tile_n }} + (threadIdx.x / 32) * {{ RPW }} + lane % {{ RPW }} + n * {{ PER }};
+  const int j = t * {{ tile_n }} + (threadIdx.x / 32) * {{ RPW }} + lane % {{ RPW }} + n * {{ P4 }};
   return n < {{ N }} && j < rows ? s.page_of(s.first + j) : -1;
 }
 
 // Tile t of one head's paged K or V into its ring slot, each row's page
 // taken from the lane that holds it (tile_pages).
 __device__ __forceinline__ void copy_tile_paged(elem_t *ring, const KvSrc &s, int t, int pages) {
-  const int r = threadIdx.x / {{ CHUNKS }}, c = threadIdx.x % {{ CHUNKS }}, sub = (threadIdx.x % 32) / {{ CHUNKS }};
+  const int r = threadIdx.x / {{ TPR }}, q = threadIdx.x % {{ TPR }}, sub = (threadIdx.x % 32) / {{ TPR }};
   elem_t *dst = ring + (t % {{ S }}) * {{ tile_n * LD }};
 #pragma unroll
   for (int n = 0; n < {{ N }}; ++n) {
     const int page = __shfl_sync(0xffffffffu, pages, n * {{ RPW }} + sub);
-    const int key = s.first + t * {{ tile_n }} + r + n * {{ PER }};
-    copy16(dst + tile_off(r + n * {{ PER }}, c * 8), s.row(key, page) + c * 8, s.base, page >= 0);
+    const kv_t *src = s.row(s.first + t * {{ tile_n }} + r + n * {{ P4 }}, page);
+#pragma unroll
+    for (int g = 0; g < {{ G }}; ++g) {
+      const int c = q + g * {{ TPR }};
+      copy16(dst + tile_off(r + n * {{ P4 }}, c * 8), src + c * 8, s.base, page >= 0);
+    }
   }
 }
 {% end %}

@@ -441,7 +441,7 @@ int test_serving_varlen_compile(void)
   for (int a = 0; a < 2; a++) {
     fj_ctx *ctx = fjt_ctx(arches[a], fjt_tmpdir());
     CHECK(ctx);
-    fj_problem ps[5];
+    fj_problem ps[6];
     varlen_problem(&ps[0], 16, 16, 16, 4096, 4096, 128);
     ps[0].causal = FJ_CAUSAL_BOTTOM_RIGHT;
     paged_problem(&ps[1], 1, 32, 8, 1, 4096, 128, 16);
@@ -451,18 +451,22 @@ int test_serving_varlen_compile(void)
     /* With the totals: the wgmma family on sm_90a. */
     ps[4] = ps[0];
     ps[4].total_q = ps[4].total_kv = 16384;
-    fj_variant vs[5];
-    for (int i = 0; i < 5; i++) {
+    /* The batched paged decode of the bench (unsplit: two chunks a
+     * thread in its paged copies). */
+    paged_problem(&ps[5], 64, 32, 8, 1, 4096, 128, 16);
+    fj_variant vs[6];
+    for (int i = 0; i < 6; i++) {
       fj_plan plan;
       CHECK_OK(ctx, fj_attention_plan(ctx, &ps[i], &plan));
-      CHECK(plan.variant.varlen && plan.variant.paged == (i > 0 && i < 4));
+      CHECK(plan.variant.varlen && plan.variant.paged == (i > 0 && i != 4));
       vs[i] = plan.variant;
     }
+    CHECK(!vs[5].split_kv);
     CHECK(vs[1].split_kv && vs[3].split_kv && vs[3].pack_gqa);
     CHECK((vs[4].mma == FJ_MMA_WGMMA) == (a == 0));
     fj_prepare_opts o = {2, NULL, NULL};
-    CHECK_OK(ctx, fj_kernel_prepare(ctx, vs, 5, &o, NULL));
-    for (int i = 0; i < 5; i++) {
+    CHECK_OK(ctx, fj_kernel_prepare(ctx, vs, 6, &o, NULL));
+    for (int i = 0; i < 6; i++) {
       fj_kernel *k;
       fj_resources r;
       CHECK_OK(ctx, fj_kernel_get(ctx, &vs[i], &k));

@@ -317,9 +317,11 @@ __device__ __forceinline__ void load_tile_paged(elem_t *dst, const KvSrc &s, int
 
 // The plain ring's paged loads: K and V of a key tile share its page
 // numbers, and those are read a tile before its copies are issued, so no
-// copy waits on the block table.  Lane l of warp w holds the page of row
-// 2 w + l % 2 + 8 (l / 2) of its tile (the rows
-// load_tile_paged gives warp w's threads), -1 past `rows`.
+// copy waits on the block table.  16 threads copy a row, 1 chunks
+// each (chunk q + 16 g for thread q of the row), so that a row's
+// address is computed once for 1 copies.  Lane l of warp w holds the
+// page of row 2 w + l % 2 + 8 (l / 2) of its tile
+// (the rows warp w's threads copy), -1 past `rows`.
 __device__ __forceinline__ int tile_pages(const KvSrc &s, int t, int rows) {
   const int lane = threadIdx.x % 32, n = lane / 2;
   const int j = t * 64 + (threadIdx.x / 32) * 2 + lane % 2 + n * 8;
@@ -329,13 +331,17 @@ __device__ __forceinline__ int tile_pages(const KvSrc &s, int t, int rows) {
 // Tile t of one head's paged K or V into its ring slot, each row's page
 // taken from the lane that holds it (tile_pages).
 __device__ __forceinline__ void copy_tile_paged(elem_t *ring, const KvSrc &s, int t, int pages) {
-  const int r = threadIdx.x / 16, c = threadIdx.x % 16, sub = (threadIdx.x % 32) / 16;
+  const int r = threadIdx.x / 16, q = threadIdx.x % 16, sub = (threadIdx.x % 32) / 16;
   elem_t *dst = ring + (t % 2) * 8192;
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
     const int page = __shfl_sync(0xffffffffu, pages, n * 2 + sub);
-    const int key = s.first + t * 64 + r + n * 8;
-    copy16(dst + tile_off(r + n * 8, c * 8), s.row(key, page) + c * 8, s.base, page >= 0);
+    const kv_t *src = s.row(s.first + t * 64 + r + n * 8, page);
+#pragma unroll
+    for (int g = 0; g < 1; ++g) {
+      const int c = q + g * 16;
+      copy16(dst + tile_off(r + n * 8, c * 8), src + c * 8, s.base, page >= 0);
+    }
   }
 }
 // Key tile t of one head's K or V into its slot of a ring.
