@@ -1,4 +1,5 @@
 """Import and inspection with no GPU: Kernel, plan, layout, fragments."""
+import io
 import os
 import shutil
 import subprocess
@@ -189,6 +190,20 @@ class Layouts(unittest.TestCase):
                 lut = flashjit.layout(f, arch="sm_90a")
                 self.assertEqual(lut.frag, f)
                 self.assertEqual(len(lut.map), 32)
+
+
+class ProgressBar(unittest.TestCase):
+    def test_bar_in_a_log(self):
+        from flashjit._inspect import _Bar
+        out = io.StringIO()
+        bar = _Bar("tune", out)
+        for done in range(0, 41):
+            bar(None, done, 40)
+        lines = out.getvalue().splitlines()
+        self.assertEqual(len(lines), 11)  # a line per 10% where the stream is no terminal
+        self.assertRegex(lines[-1], r"^tune: 100%\|█{20}\| 40/40 \[\d\d:\d\d<00:00, "
+                         r"[\d.]+ it/s\]$")
+        self.assertRegex(lines[5], r"^tune:  50%\|█{10} {10}\| 20/40 ")
 
 
 class NoGpu(unittest.TestCase):
