@@ -514,8 +514,11 @@ fj_status fj__layout_locked(fj_ctx *ctx, fj_frag frag, fj_lut *lut)
                     FJ_FRAG_COUNT);
   if (!available(ctx, frag))
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                    "fragment kind %s needs sm_80 or newer (bf16 fragments, "
-                    "mma.sync m16n8k16); the target is %s",
+                    is_wgmma(frag)
+                        ? "fragment kind %s needs sm_90a (wgmma); the target "
+                          "is %s"
+                        : "fragment kind %s needs sm_80 or newer (bf16 "
+                          "fragments, mma.sync m16n8k16); the target is %s",
                     fj_frag_name(frag), ctx->arch);
   if (!ctx->lut_ready[frag]) {
     if (!ctx->has_device) {

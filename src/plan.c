@@ -63,6 +63,11 @@ static void mma_choice(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
   /* Causal head dims up to 64: a third stage ran 5% faster (S = 4096). */
   if (d <= 64 && v->causal != FJ_CAUSAL_NONE && v->stages == 2)
     v->stages = 3;
+  /* Before sm_90 ptxas spills the 32-row warps at head dims 96-128: 64-80
+   * bytes at 255 registers (d128, sm_80); 16-row warps (8 of them) keep
+   * 233-241 and spill nothing.  Not timed: no sm_8x part was measured. */
+  if (ctx->sm < 90 && d > 64 && d <= 128)
+    v->warps = 8;
   /* Fewer 128-row blocks than multiprocessors: 64-row blocks of 4 warps,
    * 16 rows each, twice as many blocks. */
   if (few_blocks(ctx, p)) {

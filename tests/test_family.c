@@ -176,6 +176,11 @@ static int mma_choices(const char *arch)
      * few words in some (up to 72 bytes seen).  A gate against more. */
     if (i < PICKS)
       CHECK(r.spill_store_bytes <= 128 && r.spill_load_bytes <= 128);
+    /* Before sm_90 the picks at head dims 96-128 take 16-row warps, which
+     * spill nothing (32-row ones spilled 64-80 bytes on sm_80). */
+    if (i < PICKS && strcmp(arch, "sm_80") == 0 && vs[i].head_dim >= 96 &&
+        vs[i].head_dim <= 128)
+      CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
   }
   fj_ctx_destroy(ctx);
   return 0;
@@ -339,6 +344,12 @@ int test_family_refusals(void)
   fj_lut lut;
   CHECK_ST(ctx, fj_layout_get(ctx, FJ_FRAG_MMA_A, &lut), FJ_ERR_UNSUPPORTED);
   CHECK_MSG(ctx, "fragment kind mma_a needs sm_80 or newer (bf16 fragments, mma.sync m16n8k16); the target is sm_75");
+  fj_ctx_destroy(ctx);
+  /* wgmma fragments need sm_90a, whatever else the target has. */
+  ctx = fjt_ctx("sm_80", NULL);
+  CHECK(ctx);
+  CHECK_ST(ctx, fj_layout_get(ctx, FJ_FRAG_WGMMA_ACC_F16, &lut), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "fragment kind wgmma_acc_f16 needs sm_90a (wgmma); the target is sm_80");
   fj_ctx_destroy(ctx);
   /* The mma family's own rules. */
   ctx = fjt_ctx("sm_90", NULL);
