@@ -447,6 +447,20 @@ int test_gpu_serving_varlen(void)
   return failed != 0;
 }
 
+/* The modifications the varlen tests run: w a window with the softcap,
+ * u a user score and mask of the positions with a left window. */
+static void varlen_mods(fj_mods *w, fj_mods *u)
+{
+  fj_mods_init(w);
+  w->window_left = 100;
+  w->window_right = 20;
+  w->softcap = 30.f;
+  fj_mods_init(u);
+  u->score = "s + 0.01f * (float)(q - kv)";
+  u->mask = "(q + kv) % 7 != 3";
+  u->window_left = 300;
+}
+
 /* The wgmma family on packed sequences (the totals given): every mask,
  * head dims 64/128/256, lengths 0, 1, 17, 1000, 4097 mixed, queries and
  * keys of different lengths both ways with GQA, a window with the
@@ -477,14 +491,7 @@ int test_gpu_varlen_wgmma(void)
                           i % 2 ? FJ_BF16 : FJ_F16, masks[i % 3], 0, 0, &s,
                           "wgmma varlen q != kv");
   fj_mods w, u;
-  fj_mods_init(&w);
-  w.window_left = 100;
-  w.window_right = 20;
-  w.softcap = 30.f;
-  fj_mods_init(&u);
-  u.score = "s + 0.01f * (float)(q - kv)";
-  u.mask = "(q + kv) % 7 != 3";
-  u.window_left = 300;
+  varlen_mods(&w, &u);
   failed += vl_case_mods(ctx, 5, pre, pre, 16, 4, 128, FJ_BF16, FJ_CAUSAL_NONE, 0, 0, &w, &s, "wgmma varlen window+softcap");
   failed += vl_case_mods(ctx, 8, q2, k2, 16, 16, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 0, 0, &u, &s, "wgmma varlen user");
   cases += 2;
@@ -508,14 +515,7 @@ int test_gpu_mods_varlen(void)
   static const int pre[5] = {17, 0, 1000, 1, 700}, kv[5] = {300, 5, 1000, 64, 900};
   static const int one[4] = {1, 1, 1, 1}, kd[4] = {4096, 17, 1000, 1};
   fj_mods w, u;
-  fj_mods_init(&w);
-  w.window_left = 100;
-  w.window_right = 20;
-  w.softcap = 30.f;
-  fj_mods_init(&u);
-  u.score = "s + 0.01f * (float)(q - kv)";
-  u.mask = "(q + kv) % 7 != 3";
-  u.window_left = 300;
+  varlen_mods(&w, &u);
   int failed = 0;
   failed += vl_case_mods(ctx, 5, pre, pre, 16, 4, 128, FJ_BF16, FJ_CAUSAL_NONE, 0, 0, &w, &s, "varlen window+softcap");
   failed += vl_case_mods(ctx, 5, pre, kv, 16, 16, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 0, 0, &u, &s, "varlen user");
