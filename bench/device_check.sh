@@ -190,8 +190,9 @@ if part sweeps; then
 fi
 
 # 6. Template A/B: the library's choice rendered from templates/ and from
-#    copies with one switch flipped (ALT: "name|sed expression" per line),
-#    each shape timed with every copy in turn, in one call.
+#    copies with one switch flipped (ALT: "name|sed expression" per line,
+#    applied to ALT_FILE, default attention_wgmma.cu), each shape timed
+#    with every copy in turn, in one call.
 if part alt; then
   alts=("default|")
   while IFS= read -r a; do [ -n "$a" ] && alts+=("$a"); done <<<"${ALT:-no-pingpong|s/local PINGPONG = C >= 2 and D <= 128/local PINGPONG = false/
@@ -199,7 +200,7 @@ not-persistent|s/local PERSISTENT = true/local PERSISTENT = false/}"
   for a in "${alts[@]}"; do
     name=${a%%|*} expr=${a#*|}
     rm -rf "/tmp/fj-alt-$name" && cp -r /work/main/templates "/tmp/fj-alt-$name"
-    [ -z "$expr" ] || sed -i "$expr" "/tmp/fj-alt-$name/attention_wgmma.cu"
+    [ -z "$expr" ] || sed -i "$expr" "/tmp/fj-alt-$name/${ALT_FILE:-attention_wgmma.cu}"
   done
   while IFS= read -r args; do
     [ -n "$args" ] || continue
