@@ -943,6 +943,94 @@ FJ_API fj_status fj_cache_list(fj_ctx *ctx, fj_cache_visit_fn fn, void *user);
  * (optional: removed may be NULL) gets the number of files removed. */
 FJ_API fj_status fj_cache_clear(fj_ctx *ctx, int *removed);
 
+/* ---- Moving caches between machines: prewarm, export, import ---- */
+
+typedef struct fj_prewarm_report {
+  int variants;  /* distinct variants asked for (duplicates counted once) */
+  int kernels;   /* kernels made ready: the variants', and the split-KV
+                    combine kernels their split variants launch */
+  int compiled;  /* kernels NVRTC compiled during the call */
+  int cached;    /* kernels the memory or disk cache already had */
+  int failed;    /* variants refused or failed to compile */
+} fj_prewarm_report;
+
+/*
+ * Fills the disk cache ahead of use, for a fleet of machines: makes every
+ * variant ready as fj_kernel_prepare does (rendered, taken from the caches
+ * or compiled in child processes, `opts->workers` at once), and for each
+ * split_kv variant also the combine kernel its launches need (one per head
+ * dim, dtype and varlen; compiled in this process, or in a child one
+ * with fj_ctx_opts.isolate_compile).  Duplicate variants (by name) are
+ * prepared once.  Works on compile-only contexts: no GPU is needed.
+ * each (optional: n entries) gets every variant's status; report
+ * (optional) the counts above -- compiled and cached come from the
+ * context's counters, so compiles other threads make on the same context
+ * meanwhile are counted too.  Returns FJ_OK when every variant succeeded,
+ * else as fj_kernel_prepare (the first failure, and how many, in
+ * fj_errmsg).  ctx may not be NULL; variants only when n is 0; opts may be
+ * NULL.  n is at most 65536.
+ */
+FJ_API fj_status fj_cache_prewarm(fj_ctx *ctx, const fj_variant *variants,
+                                  size_t n, const fj_prepare_opts *opts,
+                                  fj_status *each, fj_prewarm_report *report);
+
+/* The file format of fj_cache_export, checked by fj_cache_import. */
+#define FJ_CACHE_PACK_VERSION 1
+
+typedef struct fj_cache_pack_report {
+  int entries;    /* export: entries written; import: entries in the file */
+  int skipped;    /* export: files left out -- invalid, of another NVRTC
+                     version or cache format, or not compiler output (the
+                     layout probes' "lut" entries belong to one GPU) */
+  int installed;  /* import: entries written into the cache directory */
+  int present;    /* import: the same entry (byte for byte) already there */
+  int kept;       /* import: another valid entry already there under the
+                     same key, kept (never overwritten) */
+} fj_cache_pack_report;
+
+/*
+ * Writes the disk cache's valid compiler entries ("kernel": cubin, PTX and
+ * log; "render": the rendered source, which spares a render) made by this
+ * process's NVRTC and cache format into one file at path, for
+ * fj_cache_import on other machines.  The file: a header (magic
+ * "FJPACK01", FJ_CACHE_PACK_VERSION, the cache format, the NVRTC version,
+ * the entry count, the length and XXH3-64 checksum of the rest), then per
+ * entry its file name, size and XXH3-64 checksum and the entry file's
+ * bytes.  The file is written to a temporary beside path and renamed onto
+ * it, so a reader never sees part of one.  report may be NULL.  Errors:
+ * FJ_ERR_INVALID_ARG (ctx or path NULL, or path empty),
+ * FJ_ERR_NOT_FOUND (the disk cache is disabled), FJ_ERR_IO (the
+ * directory or the file cannot be read or written; the message names the
+ * path and the system's reason).  Thread-safe; entries other processes
+ * write meanwhile may or may not be included.
+ */
+FJ_API fj_status fj_cache_export(fj_ctx *ctx, const char *path,
+                                 fj_cache_pack_report *report);
+
+/*
+ * Installs the entries of a file from fj_cache_export into the context's
+ * disk cache directory.  The whole file is checked before anything is
+ * written: FJ_ERR_INVALID_ARG, with a one-line message naming the file and
+ * what is wrong, when it cannot be read (missing, not a regular file, over
+ * 4 GiB), is shorter than its header or than its header says (truncated),
+ * has another magic (not a pack), another pack version or cache format, or
+ * was exported by another NVRTC version (both versions named: its cubins
+ * would never be looked up here), or an entry is corrupt (its index, file
+ * name and what is wrong: its checksum, its contents, a name that is not
+ * the hash of its key); then the whole-file checksum.  Each entry is then
+ * written atomically (temporary file + rename); an identical entry already
+ * there is left alone (present), and so is a valid entry that differs
+ * (kept: never overwritten); an invalid one is replaced.  A context that
+ * later needs one of these kernels loads it from disk and never calls
+ * NVRTC for it.  report may be NULL (it is filled as far as the call got,
+ * on failure too).  Other errors: FJ_ERR_NOT_FOUND (the disk cache is
+ * disabled), FJ_ERR_IO (the directory is not writable, a write failed:
+ * entries written before it stay, each whole).  Thread-safe; processes
+ * may import into one directory at once.
+ */
+FJ_API fj_status fj_cache_import(fj_ctx *ctx, const char *path,
+                                 fj_cache_pack_report *report);
+
 #ifdef __cplusplus
 }
 #endif

@@ -33,7 +33,7 @@
 #define ENTRY_SUFFIX ".fjc"
 #define TEMP_PREFIX ".tmp-"
 /* The largest entry read: a kernel's cubin, PTX and log take a few MB. */
-#define ENTRY_MAX ((uint64_t)256 << 20)
+#define ENTRY_MAX FJ_CACHE_ENTRY_MAX
 
 typedef struct entry_header {
   char magic[8];
@@ -224,6 +224,30 @@ static char *body_read(int fd, const entry_header *h, const char **why)
   return body;
 }
 
+const char *fj__cache_entry_parse(const void *data, size_t len,
+                                  fj_entry_view *v)
+{
+  entry_header h;
+  if (len < sizeof h)
+    return "is corrupt or stale (shorter than a header: truncated)";
+  memcpy(&h, data, sizeof h);
+  const char *why = header_wrong(&h, len);
+  if (why)
+    return why;
+  const char *body = (const char *)data + sizeof h;
+  if (fj__hash64(body, len - sizeof h) != h.checksum)
+    return "is corrupt or stale (its checksum does not match)";
+  v->kind = body;
+  v->label = v->kind + h.kind_len;
+  v->key = v->label + h.label_len;
+  v->payload = v->key + h.key_len;
+  v->kind_len = h.kind_len;
+  v->label_len = h.label_len;
+  v->key_len = h.key_len;
+  v->payload_len = h.payload_len;
+  return NULL;
+}
+
 /* Reads and checks the entry at path.  0 on success; else -1 with why
  * saying what is wrong with the file, or empty when there is no file. */
 static int entry_read(const char *path, entry_file *e, char *why, size_t n)
@@ -291,15 +315,39 @@ int fj__cache_load(fj_ctx *ctx, const char *kind, const fj_cache_key *key,
 
 /* ---- writing ------------------------------------------------------------------- */
 
-static int write_entry(int fd, const entry_header *h, const char *kind,
-                       const char *label, const char *key, const void *payload)
+/* Writes parts into the directory's file `name` through a temporary file
+ * and a rename, so that a reader sees the whole file or none; 0, or -1
+ * with errno (the temporary removed). */
+static int write_atomic(const fj_cache *c, const char *name,
+                        const void *const *parts, const size_t *sizes,
+                        size_t n)
 {
-  const void *parts[] = {h, kind, label, key, payload};
-  size_t sizes[] = {sizeof *h, h->kind_len, h->label_len, h->key_len,
-                    (size_t)h->payload_len};
-  for (size_t i = 0; i < FJ_ARRAY_LEN(parts); i++)
-    if (fj__write_all(fd, parts[i], sizes[i]) != 0)
-      return -1;
+  char tmp[4400], path[4300];
+  /* Only the name's hash: a temporary must not end as an entry does. */
+  snprintf(tmp, sizeof tmp, "%s/" TEMP_PREFIX "%ld-%llu-%.32s", c->dir,
+           (long)getpid(),
+           (unsigned long long)__atomic_add_fetch(&temp_counter, 1,
+                                                  __ATOMIC_RELAXED),
+           name);
+  snprintf(path, sizeof path, "%s/%s", c->dir, name);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  int bad = fd < 0;
+  for (size_t i = 0; i < n && !bad; i++)
+    bad = fj__write_all(fd, parts[i], sizes[i]) != 0;
+  int err = errno;
+  if (fd >= 0 && close(fd) != 0 && !bad) {
+    bad = 1;
+    err = errno;
+  }
+  if (!bad && rename(tmp, path) != 0) {
+    bad = 1;
+    err = errno;
+  }
+  if (bad) {
+    unlink(tmp);
+    errno = err;
+    return -1;
+  }
   return 0;
 }
 
@@ -334,33 +382,28 @@ void fj__cache_store(fj_ctx *ctx, const char *kind, const char *label,
   h.key_len = (uint32_t)strlen(key->text);
   h.payload_len = len;
   h.checksum = entry_checksum(kind, label, key->text, payload, len);
-  char tmp[4300], path[4200];
-  snprintf(tmp, sizeof tmp, "%s/" TEMP_PREFIX "%ld-%llu-%s", c->dir,
-           (long)getpid(),
-           (unsigned long long)__atomic_add_fetch(&temp_counter, 1,
-                                                  __ATOMIC_RELAXED),
-           key->hex);
-  entry_path(c, key->hex, path, sizeof path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  int bad = fd < 0 || write_entry(fd, &h, kind, label, key->text, payload);
-  int err = errno;
-  if (fd >= 0 && close(fd) != 0 && !bad) {
-    bad = 1;
-    err = errno;
-  }
-  if (!bad && rename(tmp, path) != 0) {
-    bad = 1;
-    err = errno;
-  }
-  if (bad) {
-    unlink(tmp);
+  const void *parts[] = {&h, kind, label, key->text, payload};
+  size_t sizes[] = {sizeof h, h.kind_len, h.label_len, h.key_len, len};
+  char name[64], path[4200];
+  snprintf(name, sizeof name, "%s%s", key->hex, ENTRY_SUFFIX);
+  if (write_atomic(c, name, parts, sizes, FJ_ARRAY_LEN(parts)) != 0) {
+    int err = errno;
     c->stats.disk_errors++;
+    entry_path(c, key->hex, path, sizeof path);
     fj__log(ctx, FJ_LOG_WARN,
             "cannot write cache entry %s (%s): kept in memory only", path,
             strerror(err));
     return;
   }
   c->stats.disk_writes++;
+}
+
+int fj__cache_install(fj_ctx *ctx, const char *name, const void *data,
+                      size_t len)
+{
+  const void *parts[] = {data};
+  size_t sizes[] = {len};
+  return write_atomic(ctx->cache, name, parts, sizes, 1);
 }
 
 /* ---- listing and clearing -------------------------------------------------------- */

@@ -8,6 +8,7 @@
 #define FJ_CACHE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ctx.h"
 
@@ -35,5 +36,27 @@ int fj__cache_load(fj_ctx *ctx, const char *kind, const fj_cache_key *key,
 void fj__cache_store(fj_ctx *ctx, const char *kind, const char *label,
                      const fj_cache_key *key, const void *payload, size_t len);
 void fj__cache_count(fj_ctx *ctx, fj_cache_origin origin);
+
+/* ---- whole entry files, for cache packs (cache_pack.c) ---- */
+
+/* The largest entry file read or written. */
+#define FJ_CACHE_ENTRY_MAX ((uint64_t)256 << 20)
+
+/* An entry file's fields, pointing into its bytes. */
+typedef struct fj_entry_view {
+  const char *kind, *label, *key, *payload;
+  uint32_t kind_len, label_len, key_len;
+  uint64_t payload_len;
+} fj_entry_view;
+
+/* Checks the bytes of an entry file as a read of it would (magic, format,
+ * lengths, checksum); NULL and the fields in *v when it is valid, else
+ * what is wrong ("is corrupt or stale (...)"). */
+const char *fj__cache_entry_parse(const void *data, size_t len,
+                                  fj_entry_view *v);
+/* Writes the bytes of an entry file as `name` in the cache directory,
+ * atomically (temp file + rename); 0, or -1 with errno. */
+int fj__cache_install(fj_ctx *ctx, const char *name, const void *data,
+                      size_t len);
 
 #endif /* FJ_CACHE_H */

@@ -4,7 +4,9 @@
  * cannot be used, several processes compiling into one directory at once,
  * listing and clearing, and the render index (a disk hit without a
  * render).  Every kernel leaves two entries: kind "kernel" (the cubin) and
- * kind "render" (the index).
+ * kind "render" (the index).  Cache packs: prewarm, export and import,
+ * with the compiles counted, and every refusal of a damaged or foreign
+ * pack.
  */
 #include <dirent.h>
 #include <stdlib.h>
@@ -13,6 +15,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "attention.h"
+#include "cache.h"
+#include "compile.h"
 #include "template.h"
 #include "util.h"
 #include "runner.h"
@@ -336,5 +341,201 @@ int test_cache_render_index(void)
   fj_ctx_destroy(b);
   fj_ctx_destroy(c);
   fj_ctx_destroy(d);
+  return 0;
+}
+
+/* ---- cache packs ------------------------------------------------------------ */
+
+/* The variants of the pack tests: sm_80's decode pick with GQA (mma,
+ * packed, split: a combine kernel too) and the default d64 kernel. */
+static int pack_variants(fj_ctx *ctx, fj_variant vs[2])
+{
+  fj_problem p;
+  fj_problem_init(&p, 2, 8, 2, 1, 4096, 64, FJ_F16, FJ_BHSD);
+  fj_plan plan;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+  CHECK(plan.variant.pack_gqa && plan.variant.split_kv && plan.splits > 1);
+  vs[0] = plan.variant;
+  fj_variant_default(&vs[1], 64, FJ_F16, FJ_CAUSAL_NONE);
+  return 0;
+}
+
+/* The bytes of a file (malloc'd), or NULL. */
+static char *slurp(const char *path, size_t *len)
+{
+  return fj__file_read(path, (uint64_t)1 << 31, len);
+}
+
+int test_cache_pack_round_trip(void)
+{
+  char a_dir[4200], b_dir[4200], pack[4200];
+  snprintf(a_dir, sizeof a_dir, "%s", fjt_tmpdir());
+  snprintf(b_dir, sizeof b_dir, "%s", fjt_tmpdir());
+  snprintf(pack, sizeof pack, "%s/fleet.fjpack", fjt_tmpdir());
+  fj_ctx *a = fjt_ctx("sm_80", a_dir);
+  CHECK(a);
+  fj_variant vs[3];
+  CHECK(pack_variants(a, vs) == 0);
+  vs[2] = vs[0];  /* a duplicate is prepared once */
+  fj_prepare_opts po = {2, NULL, NULL};
+  fj_status each[3];
+  fj_prewarm_report pr;
+  CHECK_OK(a, fj_cache_prewarm(a, vs, 3, &po, each, &pr));
+  CHECK(each[0] == FJ_OK && each[1] == FJ_OK && each[2] == FJ_OK);
+  /* Two variants and the combine kernel of the split one. */
+  CHECK(pr.variants == 2 && pr.kernels == 3 && pr.compiled == 3 &&
+        pr.cached == 0 && pr.failed == 0);
+  fj_ctx *a2 = fjt_ctx("sm_80", a_dir);  /* a second process's view */
+  CHECK_OK(a2, fj_cache_prewarm(a2, vs, 2, NULL, NULL, &pr));
+  CHECK(pr.compiled == 0 && pr.cached == 3);
+  fj_cache_pack_report r;
+  CHECK_OK(a, fj_cache_export(a, pack, &r));
+  CHECK(r.entries == 6 && r.skipped == 0);  /* a kernel and a render each */
+
+  /* A fresh directory with the pack imported: no compile, no render. */
+  fj_ctx *b = fjt_ctx("sm_80", b_dir);
+  CHECK_OK(b, fj_cache_import(b, pack, &r));
+  CHECK(r.entries == 6 && r.installed == 6 && r.present == 0 && r.kept == 0);
+  fj_kernel *k;
+  for (int i = 0; i < 2; i++)
+    CHECK_OK(b, fj_kernel_get(b, &vs[i], &k));
+  pthread_mutex_lock(&b->lock);
+  CHECK_OK(b, fj__combine_kernel(b, &vs[0], &k));
+  pthread_mutex_unlock(&b->lock);
+  fj_cache_stats s;
+  fj_cache_stats_get(b, &s);
+  CHECK(s.misses == 0 && s.disk_hits == 3 && s.disk_rejects == 0);
+  CHECK(b->renders == 0);
+  CHECK_OK(b, fj_cache_import(b, pack, &r));  /* again: all there */
+  CHECK(r.installed == 0 && r.present == 6 && r.kept == 0);
+
+  /* A valid but different entry under one of the names is kept. */
+  find_kind f = {"kernel", ""};
+  CHECK_OK(b, fj_cache_list(b, find_visit, &f));
+  char path[4600];
+  snprintf(path, sizeof path, "%s/%s", b_dir, f.file);
+  size_t len;
+  char *bytes = slurp(path, &len);
+  CHECK(bytes && len > 200);
+  bytes[len - 9] ^= 0x5a;  /* the payload's compile time: still unpacks */
+  uint64_t sum = fj__hash64(bytes + 40, len - 40);
+  memcpy(bytes + 32, &sum, sizeof sum);  /* entry_header.checksum */
+  CHECK(fjt_write_file(path, bytes, len) == 0);
+  CHECK_OK(b, fj_cache_import(b, pack, &r));
+  CHECK(r.installed == 0 && r.present == 5 && r.kept == 1);
+  size_t len2;
+  char *after = slurp(path, &len2);
+  CHECK(after && len2 == len && !memcmp(after, bytes, len));
+  free(after);
+  free(bytes);
+  fj_ctx_destroy(a);
+  fj_ctx_destroy(a2);
+  fj_ctx_destroy(b);
+  return 0;
+}
+
+/* Imports `pack` into a fresh directory expecting a refusal whose message
+ * has `text`, and nothing installed. */
+static int refused(const char *pack, const char *text)
+{
+  const char *dir = fjt_tmpdir();
+  fj_ctx *c = fjt_ctx("sm_80", dir);
+  CHECK(c);
+  fj_cache_pack_report r;
+  CHECK_ST(c, fj_cache_import(c, pack, &r), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(c, text);
+  CHECK(!strchr(fj_errmsg(c), '\n'));
+  CHECK(r.installed == 0);
+  int entries, temps;
+  count_files(dir, &entries, &temps, NULL, 0);
+  CHECK(entries == 0 && temps == 0);
+  fj_ctx_destroy(c);
+  return 0;
+}
+
+/* Writes a copy of data with one change into dir/name; returns its path. */
+static const char *variant_file(const char *dir, const char *name,
+                                const char *data, size_t len, size_t at,
+                                const void *put, size_t put_len, char *out,
+                                size_t size)
+{
+  char *copy = malloc(len);
+  memcpy(copy, data, len);
+  if (put_len)
+    memcpy(copy + at, put, put_len);
+  snprintf(out, size, "%s/%s", dir, name);
+  fjt_write_file(out, copy, at < len && !put_len ? at : len);
+  free(copy);
+  return out;
+}
+
+int test_cache_pack_refusals(void)
+{
+  char dir[4200], tmp[4200], pack[4300], p[4300], want[200];
+  snprintf(dir, sizeof dir, "%s", fjt_tmpdir());
+  snprintf(tmp, sizeof tmp, "%s", fjt_tmpdir());
+  snprintf(pack, sizeof pack, "%s/one.fjpack", tmp);
+  fj_ctx *a = fjt_ctx("sm_80", dir);
+  fj_variant v;
+  fj_variant_default(&v, 64, FJ_F16, FJ_CAUSAL_NONE);
+  fj_kernel *k;
+  CHECK_OK(a, fj_kernel_get(a, &v, &k));
+  fj_cache_pack_report r;
+  CHECK_OK(a, fj_cache_export(a, pack, &r));
+  CHECK(r.entries == 2);
+  size_t len;
+  char *data = slurp(pack, &len);
+  CHECK(data && len > 200);
+  CHECK(memcmp(data, "FJPACK01", 8) == 0);
+
+  snprintf(p, sizeof p, "%s/missing", tmp);
+  CHECK(refused(p, "cannot be read (No such file or directory)") == 0);
+  CHECK(refused(variant_file(tmp, "short", data, len, 20, NULL, 0, p,
+                             sizeof p),
+                "is 20 bytes, shorter than a cache pack's header (56 "
+                "bytes)") == 0);
+  CHECK(refused(variant_file(tmp, "cut", data, len, len - 10, NULL, 0, p,
+                             sizeof p),
+                "is truncated or damaged: its header says") == 0);
+  CHECK(refused(variant_file(tmp, "magic", data, len, 0, "XXPACK01", 8, p,
+                             sizeof p),
+                "is not a flashjit cache pack (bad magic") == 0);
+  char nv[16] = "11.8";
+  snprintf(want, sizeof want, "was exported by NVRTC 11.8 (pack format 1, "
+                              "cache format %d); this process has NVRTC %s",
+           FJ_FORMAT_VERSION, fj__nvrtc_version());
+  CHECK(refused(variant_file(tmp, "nvrtc", data, len, 16, nv, sizeof nv, p,
+                             sizeof p),
+                want) == 0);
+  uint32_t fmt = 99;
+  CHECK(refused(variant_file(tmp, "format", data, len, 8, &fmt, 4, p,
+                             sizeof p),
+                "(pack format 99, cache format") == 0);
+  /* A flipped byte inside the first entry's bytes: its checksum. */
+  char flip = (char)(data[56 + 24 + 36 + 60] ^ 1);
+  CHECK(refused(variant_file(tmp, "flip", data, len, 56 + 24 + 36 + 60,
+                             &flip, 1, p, sizeof p),
+                ", its checksum does not match: nothing imported") == 0);
+  /* The whole file's checksum, when every entry reads well. */
+  uint64_t sum;
+  memcpy(&sum, data + 48, 8);
+  sum ^= 1;
+  CHECK(refused(variant_file(tmp, "sum", data, len, 48, &sum, 8, p, sizeof p),
+                "is corrupt: its checksum does not match") == 0);
+
+  /* Arguments and a disabled cache. */
+  CHECK_ST(a, fj_cache_import(a, NULL, NULL), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(a, "fj_cache_import: path is NULL");
+  CHECK_ST(NULL, fj_cache_export(NULL, pack, NULL), FJ_ERR_INVALID_ARG);
+  CHECK_ST(a, fj_cache_export(a, "", NULL), FJ_ERR_INVALID_ARG);
+  fj_ctx *m = fjt_ctx("sm_80", NULL);
+  CHECK_ST(m, fj_cache_import(m, pack, NULL), FJ_ERR_NOT_FOUND);
+  CHECK_MSG(m, "the disk cache is disabled");
+  snprintf(p, sizeof p, "%s/no/such/dir/x.fjpack", tmp);
+  CHECK_ST(a, fj_cache_export(a, p, NULL), FJ_ERR_IO);
+  CHECK_MSG(a, "cannot write the cache pack");
+  free(data);
+  fj_ctx_destroy(a);
+  fj_ctx_destroy(m);
   return 0;
 }

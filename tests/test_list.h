@@ -107,3 +107,6 @@ TEST(gpu_mods_user, gpu)
 TEST(gpu_mods_decode, gpu)
 TEST(gpu_mods_varlen, gpu)
 TEST(gpu_sanitize_mods, gpu)
+/* cache packs: prewarm, export, import (test_cache.c) */
+TEST(cache_pack_round_trip, cpu)
+TEST(cache_pack_refusals, cpu)

@@ -1,0 +1,510 @@
+/*
+ * cache_pack.c -- moving a disk cache between machines: prewarming it
+ * (every variant of a list made ready, with the combine kernels that split
+ * variants launch), exporting its compiler entries into one checksummed
+ * file, and importing such a file into another cache directory.
+ *
+ * A pack is a header, then one record per entry: the entry's file name,
+ * size and checksum, then the entry file's bytes exactly as the cache
+ * wrote them.  Import checks everything before it writes anything -- the
+ * header, every record, every entry as the cache itself would read it,
+ * the name against the hash of the entry's key, then the whole file's
+ * checksum -- so that a damaged or foreign file installs nothing.  Each
+ * entry then lands by temporary file and rename, as the cache writes its
+ * own, and a valid entry already there is never replaced.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attention.h"
+#include "cache.h"
+#include "compile.h"
+#include "ctx.h"
+#include "util.h"
+
+#define PACK_MAGIC "FJPACK01"
+/* The largest pack read: a few thousand kernels of a few MB each. */
+#define PACK_MAX ((uint64_t)4 << 30)
+#define PACK_ENTRIES_MAX 1000000u
+/* An entry's file name: 32 hex digits of its key's hash, then ".fjc". */
+#define NAME_LEN 36
+
+typedef struct pack_header {
+  char magic[8];
+  uint32_t version;       /* FJ_CACHE_PACK_VERSION */
+  uint32_t cache_format;  /* FJ_FORMAT_VERSION of the entries */
+  char nvrtc[16];         /* the NVRTC that compiled them, NUL-padded */
+  uint32_t count;
+  uint32_t reserved;
+  uint64_t body_len;      /* bytes after the header */
+  uint64_t checksum;      /* XXH3-64 of those bytes */
+} pack_header;
+
+typedef struct pack_record {
+  uint32_t name_len;
+  uint32_t reserved;
+  uint64_t size;
+  uint64_t checksum;  /* XXH3-64 of the entry's bytes */
+} pack_record;
+
+_Static_assert(sizeof(pack_header) == 56, "pack_header has no padding");
+_Static_assert(sizeof(pack_record) == 24, "pack_record has no padding");
+
+/* ---- prewarm ------------------------------------------------------------------ */
+
+/* Variant i's name is new among those before it. */
+static int first_of_name(const fj_variant *vs, size_t i)
+{
+  char a[160], b[160];
+  fj_variant_name(&vs[i], a, sizeof a);
+  for (size_t j = 0; j < i; j++)
+    if (fj_variant_name(&vs[j], b, sizeof b) > 0 && !strcmp(a, b))
+      return 0;
+  return 1;
+}
+
+/* The combine kernels of the split variants that were made ready; the
+ * first failure's status (its message on ctx). */
+static fj_status prewarm_combines(fj_ctx *ctx, const fj_variant *vs,
+                                  const fj_status *each, size_t n, int *ready)
+{
+  fj_status first = FJ_OK;
+  for (size_t i = 0; i < n; i++) {
+    int dup = 0;
+    for (size_t j = 0; j < i && !dup; j++)
+      dup = each[j] == FJ_OK && vs[j].split_kv &&
+            vs[j].head_dim == vs[i].head_dim && vs[j].dtype == vs[i].dtype &&
+            vs[j].varlen == vs[i].varlen;
+    if (each[i] != FJ_OK || !vs[i].split_kv || dup)
+      continue;
+    fj_kernel *k;
+    pthread_mutex_lock(&ctx->lock);
+    fj_status st = fj__combine_kernel(ctx, &vs[i], &k);
+    pthread_mutex_unlock(&ctx->lock);
+    if (st == FJ_OK)
+      (*ready)++;
+    else if (first == FJ_OK)
+      first = st;
+  }
+  return first;
+}
+
+static fj_status prewarm_unique(fj_ctx *ctx, const fj_variant *vs, size_t n,
+                                const fj_prepare_opts *opts, fj_status *each,
+                                fj_prewarm_report *r)
+{
+  fj_cache_stats before, after;
+  fj_cache_stats_get(ctx, &before);
+  fj_status st = fj_kernel_prepare(ctx, vs, n, opts, each);
+  int ready = 0;
+  for (size_t i = 0; i < n; i++)
+    ready += each[i] == FJ_OK;
+  r->variants = (int)n;
+  r->failed = (int)n - ready;
+  /* The split variants that were made ready need their combine kernels
+   * whatever happened to the others. */
+  fj_status cst = prewarm_combines(ctx, vs, each, n, &ready);
+  st = st == FJ_OK ? cst : st;
+  fj_cache_stats_get(ctx, &after);
+  r->kernels = ready;
+  r->compiled = (int)(after.misses - before.misses);
+  r->compiled = r->compiled > ready ? ready : r->compiled;
+  r->cached = ready - r->compiled;
+  return st;
+}
+
+fj_status fj_cache_prewarm(fj_ctx *ctx, const fj_variant *variants, size_t n,
+                           const fj_prepare_opts *opts, fj_status *each,
+                           fj_prewarm_report *report)
+{
+  if (!ctx || (!variants && n))
+    return fj__null_arg(ctx, "fj_cache_prewarm", ctx ? "variants" : "ctx");
+  fj__clear_error(ctx);
+  if (n > 65536)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "fj_cache_prewarm: n = %zu variants is more than one "
+                    "call takes (at most 65536)", n);
+  fj_variant *uniq = malloc((n ? n : 1) * sizeof *uniq);
+  fj_status *st_u = malloc((n ? n : 1) * sizeof *st_u);
+  if (!uniq || !st_u) {
+    free(uniq);
+    free(st_u);
+    return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  }
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++)
+    if (first_of_name(variants, i)) {
+      st_u[m] = FJ_ERR_INVALID_ARG;  /* until fj_kernel_prepare says */
+      uniq[m++] = variants[i];
+    }
+  fj_prewarm_report r = {0};
+  fj_status st = prewarm_unique(ctx, uniq, m, opts, st_u, &r);
+  if (each)
+    for (size_t i = 0; i < n; i++) {
+      /* A duplicate takes the status of its first occurrence. */
+      char a[160], b[160];
+      fj_variant_name(&variants[i], a, sizeof a);
+      each[i] = FJ_ERR_NOT_FOUND;
+      for (size_t j = 0; j < m; j++)
+        if (fj_variant_name(&uniq[j], b, sizeof b) > 0 && !strcmp(a, b)) {
+          each[i] = st_u[j];
+          break;
+        }
+    }
+  if (report)
+    *report = r;
+  free(uniq);
+  free(st_u);
+  return st;
+}
+
+/* ---- export ------------------------------------------------------------------- */
+
+/* The key of an entry made by this process's NVRTC and cache format. */
+static int key_is_current(const fj_entry_view *v)
+{
+  char head[64], nv[64];
+  snprintf(head, sizeof head, "flashjit format=%d\n", FJ_FORMAT_VERSION);
+  snprintf(nv, sizeof nv, "\nnvrtc=%s\n", fj__nvrtc_version());
+  size_t hl = strlen(head), nl = strlen(nv);
+  if (v->key_len < hl || memcmp(v->key, head, hl) != 0)
+    return 0;
+  for (size_t i = 0; i + nl <= v->key_len; i++)
+    if (memcmp(v->key + i, nv, nl) == 0)
+      return 1;
+  return 0;
+}
+
+static int kind_is_compiled(const fj_entry_view *v)
+{
+  return (v->kind_len == 6 && !memcmp(v->kind, "kernel", 6)) ||
+         (v->kind_len == 6 && !memcmp(v->kind, "render", 6));
+}
+
+typedef struct export_state {
+  fj_ctx *ctx;
+  fj_buf body;
+  uint32_t count;
+  int skipped;
+  int nomem;
+} export_state;
+
+/* One file of the cache directory into the pack, if it belongs there. */
+static int export_visit(void *user, const fj_cache_entry *e)
+{
+  export_state *x = user;
+  char path[4400];
+  snprintf(path, sizeof path, "%s/%s", fj_cache_dir(x->ctx), e->file);
+  size_t len = 0;
+  char *data = e->valid && strlen(e->file) == NAME_LEN
+                   ? fj__file_read(path, FJ_CACHE_ENTRY_MAX, &len)
+                   : NULL;
+  fj_entry_view v;
+  if (!data || fj__cache_entry_parse(data, len, &v) || !kind_is_compiled(&v) ||
+      !key_is_current(&v)) {
+    x->skipped++;
+    free(data);
+    return 0;
+  }
+  pack_record r = {NAME_LEN, 0, len, fj__hash64(data, len)};
+  x->nomem = fj__buf_append(&x->body, &r, sizeof r) ||
+             fj__buf_append(&x->body, e->file, NAME_LEN) ||
+             fj__buf_append(&x->body, data, len);
+  x->count++;
+  free(data);
+  return x->nomem || x->count >= PACK_ENTRIES_MAX;
+}
+
+/* Writes header and body to path through a temporary beside it. */
+static fj_status write_pack(fj_ctx *ctx, const char *path,
+                            const pack_header *h, const fj_buf *body)
+{
+  static unsigned counter;
+  char tmp[4400];
+  snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%u", path, (long)getpid(),
+           __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  int bad = fd < 0 || fj__write_all(fd, h, sizeof *h) ||
+            fj__write_all(fd, body->data, body->len);
+  int err = errno;
+  if (fd >= 0 && close(fd) != 0 && !bad)
+    bad = 1, err = errno;
+  if (!bad && rename(tmp, path) != 0)
+    bad = 1, err = errno;
+  if (!bad)
+    return FJ_OK;
+  if (fd >= 0)
+    unlink(tmp);
+  return fj__fail(ctx, FJ_ERR_IO, "cannot write the cache pack %s: %s", path,
+                  strerror(err));
+}
+
+static void pack_header_init(pack_header *h, uint32_t count,
+                             const fj_buf *body)
+{
+  memset(h, 0, sizeof *h);
+  memcpy(h->magic, PACK_MAGIC, 8);
+  h->version = FJ_CACHE_PACK_VERSION;
+  h->cache_format = FJ_FORMAT_VERSION;
+  snprintf(h->nvrtc, sizeof h->nvrtc, "%s", fj__nvrtc_version());
+  h->count = count;
+  h->body_len = body->len;
+  h->checksum = fj__hash64(body->data ? body->data : "", body->len);
+}
+
+fj_status fj_cache_export(fj_ctx *ctx, const char *path,
+                          fj_cache_pack_report *report)
+{
+  if (!ctx || !path)
+    return fj__null_arg(ctx, "fj_cache_export", ctx ? "path" : "ctx");
+  fj__clear_error(ctx);
+  if (!*path)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "fj_cache_export: the path is empty");
+  export_state x = {ctx, {0}, 0, 0, 0};
+  fj_status st = fj_cache_list(ctx, export_visit, &x);
+  if (st == FJ_OK && x.nomem)
+    st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory packing %u entries",
+                  x.count);
+  if (st == FJ_OK) {
+    pack_header h;
+    pack_header_init(&h, x.count, &x.body);
+    st = write_pack(ctx, path, &h, &x.body);
+  }
+  fj__buf_free(&x.body);
+  if (report) {
+    memset(report, 0, sizeof *report);
+    report->entries = st == FJ_OK ? (int)x.count : 0;
+    report->skipped = x.skipped;
+  }
+  return st;
+}
+
+/* ---- import ------------------------------------------------------------------- */
+
+/* What is wrong with a pack's header, for a file of `size` bytes: 0, or
+ * FJ_ERR_INVALID_ARG with the message. */
+static fj_status header_check(fj_ctx *ctx, const char *path,
+                              const pack_header *h, size_t size)
+{
+  char theirs[sizeof h->nvrtc + 1];
+  if (memcmp(h->magic, PACK_MAGIC, 8) != 0)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s is not a flashjit cache pack (bad magic: expected "
+                    "'%s')", path, PACK_MAGIC);
+  memcpy(theirs, h->nvrtc, sizeof h->nvrtc);
+  theirs[sizeof h->nvrtc] = '\0';
+  for (char *p = theirs; *p; p++)
+    *p = *p < 0x20 || *p == 0x7f ? '?' : *p;
+  if (h->version != FJ_CACHE_PACK_VERSION ||
+      h->cache_format != FJ_FORMAT_VERSION ||
+      strcmp(theirs, fj__nvrtc_version()) != 0)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s was exported by NVRTC %s (pack format %u, cache "
+                    "format %u); this process has NVRTC %s (pack format %d, "
+                    "cache format %d): not imported",
+                    path, theirs, h->version, h->cache_format,
+                    fj__nvrtc_version(), FJ_CACHE_PACK_VERSION,
+                    FJ_FORMAT_VERSION);
+  if (h->body_len != size - sizeof *h)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s is truncated or damaged: its header says %llu bytes "
+                    "of entries, the file has %zu",
+                    path, (unsigned long long)h->body_len, size - sizeof *h);
+  if (h->count > PACK_ENTRIES_MAX)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s says it holds %u entries: at most %u", path, h->count,
+                    PACK_ENTRIES_MAX);
+  return FJ_OK;
+}
+
+/* The file name an entry's key gives it; 0 when name is that. */
+static int name_wrong(const char *name, const fj_entry_view *v)
+{
+  char hex[33];
+  fj__hash_hex(v->key, v->key_len, hex);
+  return memcmp(name, hex, 32) != 0 || memcmp(name + 32, ".fjc", 4) != 0;
+}
+
+/* One record of the pack at *off: NULL and the entry's name and bytes, or
+ * what is wrong with it. */
+static const char *record_read(const char *data, size_t size, size_t *off,
+                               const char **name, const char **bytes,
+                               uint64_t *len)
+{
+  pack_record r;
+  if (size - *off < sizeof r)
+    return "its record runs past the end of the file (truncated)";
+  memcpy(&r, data + *off, sizeof r);
+  *off += sizeof r;
+  if (r.name_len != NAME_LEN || r.size > FJ_CACHE_ENTRY_MAX ||
+      size - *off < NAME_LEN || size - *off - NAME_LEN < r.size)
+    return "its name or size is out of bounds, or it runs past the end of "
+           "the file (truncated or damaged)";
+  *name = data + *off;
+  *bytes = *name + NAME_LEN;
+  *len = r.size;
+  *off += NAME_LEN + (size_t)r.size;
+  if (fj__hash64(*bytes, (size_t)r.size) != r.checksum)
+    return "its checksum does not match";
+  return NULL;
+}
+
+/* An entry's bytes checked as the cache would read them, and against the
+ * pack: NULL, or what is wrong. */
+static const char *entry_wrong(const char *name, const char *bytes,
+                               uint64_t len, char *label, size_t label_size)
+{
+  fj_entry_view v;
+  const char *why = fj__cache_entry_parse(bytes, (size_t)len, &v);
+  if (why)
+    return why;
+  snprintf(label, label_size, " (%.*s)",
+           (int)(v.label_len < 120 ? v.label_len : 120), v.label);
+  if (!kind_is_compiled(&v))
+    return "is not a compiler entry (kernel or render)";
+  if (!key_is_current(&v))
+    return "was made by another NVRTC or cache format";
+  if (name_wrong(name, &v))
+    return "has a name that is not the hash of its key";
+  return NULL;
+}
+
+/* Every record and entry of the pack, then the whole file's checksum. */
+static fj_status pack_verify(fj_ctx *ctx, const char *path, const char *data,
+                             size_t size, const pack_header *h)
+{
+  size_t off = sizeof *h;
+  for (uint32_t i = 0; i < h->count; i++) {
+    const char *name = "?", *bytes;
+    char label[160] = "", shown[40];
+    uint64_t len;
+    const char *why = record_read(data, size, &off, &name, &bytes, &len);
+    if (!why)
+      why = entry_wrong(name, bytes, len, label, sizeof label);
+    if (why) {
+      snprintf(shown, sizeof shown, "%.*s", name[0] == '?' ? 1 : NAME_LEN,
+               name);
+      for (char *p = shown; *p; p++)
+        *p = *p < 0x20 || *p == 0x7f ? '?' : *p;
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                      "%s: entry %u of %u, %s%s, %s: nothing imported", path,
+                      i + 1, h->count, shown, label, why);
+    }
+  }
+  if (off != size)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s has %zu bytes after its %u entries (damaged): nothing "
+                    "imported", path, size - off, h->count);
+  if (fj__hash64(data + sizeof *h, size - sizeof *h) != h->checksum)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s is corrupt: its checksum does not match: nothing "
+                    "imported", path);
+  return FJ_OK;
+}
+
+/* Installs one verified entry unless a valid one is already there. */
+static fj_status install_one(fj_ctx *ctx, const char *name, const char *bytes,
+                             size_t len, fj_cache_pack_report *r)
+{
+  char path[4400], fname[NAME_LEN + 1];
+  memcpy(fname, name, NAME_LEN);
+  fname[NAME_LEN] = '\0';
+  snprintf(path, sizeof path, "%s/%s", fj_cache_dir(ctx), fname);
+  size_t have_len = 0;
+  char *have = fj__file_read(path, FJ_CACHE_ENTRY_MAX, &have_len);
+  fj_entry_view v;
+  int valid = have && !fj__cache_entry_parse(have, have_len, &v);
+  int same = valid && have_len == len && !memcmp(have, bytes, len);
+  free(have);
+  if (same || valid) {
+    r->present += same;
+    r->kept += !same;
+    return FJ_OK;
+  }
+  if (fj__cache_install(ctx, fname, bytes, len) != 0)
+    return fj__fail(ctx, FJ_ERR_IO, "cannot write cache entry %s: %s", path,
+                    strerror(errno));
+  r->installed++;
+  return FJ_OK;
+}
+
+static fj_status pack_install(fj_ctx *ctx, const char *data,
+                              const pack_header *h, fj_cache_pack_report *r)
+{
+  size_t off = sizeof *h;
+  for (uint32_t i = 0; i < h->count; i++) {
+    pack_record rec;
+    memcpy(&rec, data + off, sizeof rec);
+    const char *name = data + off + sizeof rec;
+    off += sizeof rec + NAME_LEN + (size_t)rec.size;
+    fj_status st = install_one(ctx, name, name + NAME_LEN, (size_t)rec.size, r);
+    if (st != FJ_OK)
+      return st;
+  }
+  return FJ_OK;
+}
+
+/* Reads the pack's bytes into *data; FJ_OK or the failure. */
+static fj_status pack_read(fj_ctx *ctx, const char *path, char **data,
+                           size_t *size)
+{
+  char why[160];
+  if ((*data = fj__file_read(path, PACK_MAX, size)) != NULL)
+    return FJ_OK;
+  int err = errno;
+  if (err == ENOMEM)
+    return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory reading %s", path);
+  fj__open_why(err, *size, PACK_MAX, why, sizeof why);
+  return fj__fail(ctx, FJ_ERR_INVALID_ARG, "the cache pack %s %s", path, why);
+}
+
+/* The cache directory usable for writing; FJ_OK or the failure. */
+static fj_status import_dir(fj_ctx *ctx)
+{
+  const char *dir = fj_cache_dir(ctx);
+  if (!dir)
+    return fj__fail(ctx, FJ_ERR_NOT_FOUND,
+                    "the disk cache is disabled: nothing to import into");
+  if (access(dir, W_OK) != 0)
+    return fj__fail(ctx, FJ_ERR_IO, "cannot import into %s: %s", dir,
+                    strerror(errno));
+  return FJ_OK;
+}
+
+fj_status fj_cache_import(fj_ctx *ctx, const char *path,
+                          fj_cache_pack_report *report)
+{
+  if (!ctx || !path)
+    return fj__null_arg(ctx, "fj_cache_import", ctx ? "path" : "ctx");
+  fj__clear_error(ctx);
+  fj_cache_pack_report r = {0};
+  fj_status st = import_dir(ctx);
+  size_t size = 0;
+  char *data = NULL;
+  pack_header h;
+  if (st == FJ_OK)
+    st = pack_read(ctx, path, &data, &size);
+  if (st == FJ_OK && size < sizeof h)
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "%s is %zu bytes, shorter than a cache pack's header (%zu "
+                  "bytes): truncated, or not a pack", path, size, sizeof h);
+  if (st == FJ_OK) {
+    memcpy(&h, data, sizeof h);
+    st = header_check(ctx, path, &h, size);
+  }
+  if (st == FJ_OK) {
+    r.entries = (int)h.count;
+    st = pack_verify(ctx, path, data, size, &h);
+  }
+  if (st == FJ_OK)
+    st = pack_install(ctx, data, &h, &r);
+  free(data);
+  if (report)
+    *report = r;
+  return st;
+}
