@@ -58,7 +58,7 @@ expect 2 "--shape B,H,S,D is required" run
 expect 2 "head_dim 7 is invalid" run --shape 1,8,512,7
 expect 2 "heads_kv 3 does not divide heads_q 8" run --shape 1,8,512,64 --heads-kv 3
 expect 2 "--head-dim 128 contradicts --shape's D = 64" run --shape 1,8,64,64 --head-dim 128
-expect 2 "expected one of dir, ls, stats, clear (not 'bogus')" cache bogus
+expect 2 "expected one of dir, ls, stats, clear, prewarm, export, import (not 'bogus')" cache bogus
 expect 2 "unexpected argument 'extra'" cache ls extra
 
 # plan: what the library would launch, no GPU; refusals name value and limit.
@@ -300,6 +300,41 @@ grep -q "fifo.fjc .*(invalid: is not a regular file)" "$tmp/ls" && grep -qF "jun
   && grep -qF "(invalid: is corrupt or stale (shorter than a header: truncated))" "$tmp/ls" \
   || fail "cache ls does not say what is wrong: $(cat "$tmp/ls")"
 timeout 20 "$FJ" cache stats | grep -qx "invalid=3" || fail "cache stats: $("$FJ" cache stats)"
+"$FJ" cache clear >/dev/null
+
+# cache prewarm, export and import: the library's picks for sm_90a at one
+# head dim (three variants and a combine kernel, 2 compilers at once), then
+# a pack moved into a fresh directory, where nothing is compiled again.
+"$FJ" cache prewarm --arch sm_90a --head-dim 64 --dtype f16 --causal none --workers 2 >"$tmp/warm" 2>"$tmp/err" \
+  && grep -qx "prewarm sm_90a: 3 variants, 4 kernels: 4 compiled, 0 already cached, 0 failed" "$tmp/warm" \
+  && grep -q "^ok     fj_attn_d64_.*_gqa_split$" "$tmp/warm" && grep -q "prewarm: 3/3 compiled" "$tmp/err" \
+  || fail "cache prewarm: $(cat "$tmp/warm" "$tmp/err")"
+"$FJ" cache prewarm --arch sm_90a --head-dim 64 --dtype f16 --causal none 2>/dev/null \
+  | grep -qx "prewarm sm_90a: 3 variants, 4 kernels: 0 compiled, 4 already cached, 0 failed" || fail "cache prewarm twice"
+"$FJ" cache export "$tmp/fleet.fjpack" | grep -q "^exported 8 entries" || fail "cache export"
+FLASHJIT_CACHE_DIR="$tmp/fresh" "$FJ" cache import "$tmp/fleet.fjpack" | grep -q ": 8 entries: 8 installed, 0 already there" \
+  || fail "cache import"
+FLASHJIT_CACHE_DIR="$tmp/fresh" "$FJ" cache prewarm --arch sm_90a --head-dim 64 --dtype f16 --causal none 2>/dev/null \
+  | grep -qx "prewarm sm_90a: 3 variants, 4 kernels: 0 compiled, 4 already cached, 0 failed" || fail "prewarm after import compiled"
+FLASHJIT_CACHE_DIR="$tmp/fresh" "$FJ" cache import "$tmp/fleet.fjpack" | grep -q ": 8 entries: 0 installed, 8 already there" \
+  || fail "cache import twice"
+# Refusals: nothing is installed from a damaged or foreign pack.
+head -c 1000 "$tmp/fleet.fjpack" >"$tmp/cut.fjpack"
+{ printf 'XXPACK01'; tail -c +9 "$tmp/fleet.fjpack"; } >"$tmp/magic.fjpack"
+cp "$tmp/fleet.fjpack" "$tmp/nvrtc.fjpack"
+printf '11.8\000\000\000\000\000\000\000\000\000\000\000\000' | dd of="$tmp/nvrtc.fjpack" bs=1 seek=16 conv=notrunc 2>/dev/null
+cp "$tmp/fleet.fjpack" "$tmp/flip.fjpack"
+printf 'Z' | dd of="$tmp/flip.fjpack" bs=1 seek=200 conv=notrunc 2>/dev/null
+expect 2 "is truncated or damaged: its header says" cache import "$tmp/cut.fjpack" --cache-dir "$tmp/refused"
+expect 2 "is not a flashjit cache pack (bad magic: expected 'FJPACK01')" cache import "$tmp/magic.fjpack" --cache-dir "$tmp/refused"
+expect 2 "was exported by NVRTC 11.8 (pack format 1, cache format" cache import "$tmp/nvrtc.fjpack" --cache-dir "$tmp/refused"
+expect 2 "entry 1 of 8, " cache import "$tmp/flip.fjpack" --cache-dir "$tmp/refused"
+expect 2 "cannot be read (No such file or directory)" cache import "$tmp/none.fjpack" --cache-dir "$tmp/refused"
+[ -z "$(ls "$tmp/refused")" ] || fail "a refused import installed $(ls "$tmp/refused")"
+expect 2 "invalid value 'abc' for --head-dim (in '64,abc'): expected a comma-separated list of head dims in 1..256" cache prewarm --head-dim 64,abc
+expect 2 "invalid arch 'sm9'" cache prewarm --arch sm9
+expect 2 "cache export needs a FILE" cache export
+expect 2 "--head-dim applies only to cache prewarm" cache import "$tmp/fleet.fjpack" --head-dim 64
 "$FJ" cache clear >/dev/null
 
 # run: on a machine without a GPU it says so (exit 1); with one it runs.

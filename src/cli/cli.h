@@ -46,7 +46,8 @@ typedef struct param_arg {
 typedef struct cli {
   const char *cmd_name;
   unsigned cmd;
-  const char *action;     /* cache dir|ls|stats|clear */
+  const char *action;     /* cache dir|ls|stats|clear|prewarm|export|import */
+  const char *cache_file; /* cache export|import FILE */
   /* variant */
   fj_variant v;
   int variant_given;      /* a structural axis given (--tile-m ...): emit
@@ -63,7 +64,8 @@ typedef struct cli {
   const char *out_file;
   int sweep;
   int workers;
-  unsigned long long given;  /* bit i: flags[i] appeared */
+  unsigned long long given[2];  /* bit i % 64 of word i / 64: flags[i]
+                                   appeared */
   /* run */
   int shape[4];           /* B, H, S, D */
   int shape_given;
@@ -90,6 +92,11 @@ typedef struct cli {
                              variant.mods point at mods */
   /* lut */
   const char *frag;
+  /* cache prewarm: the lists as given (cli_cache.c parses them) */
+  const char *heads_list;
+  const char *dtypes_list;
+  const char *causals_list;
+  int from_tune_db;
   /* tune */
   int show;
   int no_save;
@@ -252,7 +259,8 @@ int cli_cmd_run(cli *c);
 /* flashjit tune (cli_tune.c): autotune a problem, or list the database. */
 int cli_cmd_tune(cli *c);
 
-/* flashjit cache (cli_cache.c): dir, ls, stats or clear the disk cache. */
+/* flashjit cache (cli_cache.c): dir, ls, stats or clear the disk cache;
+ * prewarm it, export it to a file or import one. */
 int cli_cmd_cache(cli *c);
 
 /* flashjit lut (cli_lut.c): print the fragment-layout tables. */

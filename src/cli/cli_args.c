@@ -150,7 +150,7 @@ static const flag_def flags[] = {
     {"kv-dtype", 1, CMD_VARIANT | CMD_TUNE | CMD_PLAN, cli_set_name,
      OFF(v.kv_dtype), NAMES(kv_dtypes), .arg = "f16|bf16|e4m3",
      .help = "K and V (default: --dtype)"},
-    {"arch", 1, CMD_EMIT | CMD_PLAN, cli_set_string, OFF(arch), .arg = "sm_XY[a]",
+    {"arch", 1, CMD_EMIT | CMD_PLAN | CMD_CACHE, cli_set_string, OFF(arch), .arg = "sm_XY[a]",
      .help = "target architecture (default sm_90a)"},
     {"arch", 1, CMD_LUT, cli_set_string, OFF(arch), .arg = "sm_XY[a]",
      .help = "print that target's reference tables instead of probing the GPU"},
@@ -169,7 +169,7 @@ static const flag_def flags[] = {
     {"workers", 1, CMD_EMIT | CMD_RUN, cli_set_int, OFF(workers), .lo = 1, .hi = 64,
      .arg = "N", .help = "compiler processes at once for --sweep (default: one "
                          "per CPU)"},
-    {"workers", 1, CMD_TUNE, cli_set_int, OFF(workers), .lo = 1, .hi = 64, .arg = "N",
+    {"workers", 1, CMD_TUNE | CMD_CACHE, cli_set_int, OFF(workers), .lo = 1, .hi = 64, .arg = "N",
      .help = "compiler processes at once (default: one per CPU, at most 16)"},
     {"shape", 1, CMD_PROBLEM, cli_set_shape, 0, .arg = "B,H,S,D",
      .help = "batch, query heads, query length, head dim (required)"},
@@ -243,6 +243,17 @@ static const flag_def flags[] = {
      .help = "seed of the random inputs and --param tensors (default 1)"},
     {"frag", 1, CMD_LUT, cli_set_string, OFF(frag), .arg = "KIND",
      .help = "one fragment kind, e.g. wmma_acc_f32 (default: all)"},
+    {"head-dim", 1, CMD_CACHE, cli_set_string, OFF(heads_list), .arg = "D,...",
+     .help = "prewarm: head dims, 1..256 each (default 64,128)"},
+    {"dtype", 1, CMD_CACHE, cli_set_string, OFF(dtypes_list),
+     .arg = "f16|bf16,...", .help = "prewarm: dtypes (default f16,bf16)"},
+    {"causal", 1, CMD_CACHE, cli_set_string, OFF(causals_list),
+     .arg = "none|top-left|bottom-right,...",
+     .help = "prewarm: causal masks (default none,top-left)"},
+    {"from-tune-db", 0, CMD_CACHE, cli_set_switch, OFF(from_tune_db),
+     .help = "prewarm: every variant the tuning database has for --arch "
+             "(--head-dim, --dtype, --causal filter them when given) instead "
+             "of the library's picks"},
     {"show", 0, CMD_TUNE, cli_set_switch, OFF(show),
      .help = "list the tuning database instead of tuning"},
     {"no-save", 0, CMD_TUNE, cli_set_switch, OFF(no_save),
@@ -263,7 +274,12 @@ static const flag_def flags[] = {
 enum { NFLAGS = sizeof flags / sizeof flags[0] };
 
 /* cli.given has a bit per flag. */
-_Static_assert(NFLAGS <= 64, "cli.given holds 64 flags");
+_Static_assert(NFLAGS <= 128, "cli.given holds 128 flags");
+
+static int given_bit(const cli *c, size_t i)
+{
+  return (int)((c->given[i / 64] >> (i % 64)) & 1);
+}
 
 /* The entry of --name for c's command (several entries may share a name,
  * each with its own help); with none for the command, the first of that
@@ -283,7 +299,7 @@ static const flag_def *find_flag(const cli *c, const char *name, size_t len)
 int cli_flag_given(const cli *c, const char *name)
 {
   const flag_def *f = find_flag(c, name, strlen(name));
-  return f && (c->given >> (f - flags)) & 1;
+  return f && given_bit(c, (size_t)(f - flags));
 }
 
 /* The flag argv[*i] names, or NULL after a message (*rc the status). */
@@ -325,9 +341,10 @@ static int parse_flag(cli *c, int argc, char **argv, int *i)
   }
   if (f->needs_value == 0 && value)
     return cli_usage_error(c, "option %s takes no value", name);
-  if ((c->given >> (f - flags)) & 1 && f->fn != cli_set_param)
+  size_t bit = (size_t)(f - flags);
+  if (given_bit(c, bit) && f->fn != cli_set_param)
     return cli_usage_error(c, "option %s is given twice (once only)", name);
-  c->given |= 1ull << (f - flags);
+  c->given[bit / 64] |= 1ull << (bit % 64);
   return f->fn(c, f, value);
 }
 
@@ -381,7 +398,10 @@ static const struct {
     {"lut", CMD_LUT,
      "print the fragment-layout tables (probed on the GPU; --arch gives the "
      "reference)"},
-    {"cache", CMD_CACHE, "dir | ls | stats | clear: the disk cache"},
+    {"cache", CMD_CACHE,
+     "dir | ls | stats | clear | prewarm | export FILE | import FILE: the "
+     "disk cache (prewarm compiles the library's picks for --arch, no GPU "
+     "needed; export and import move it between machines)"},
     {"tune", CMD_TUNE,
      "autotune a problem class on the GPU and record the winner (--show "
      "lists the database)"},
@@ -404,7 +424,8 @@ static void print_flags(unsigned cmd)
 static void print_help(int i)
 {
   printf("usage: flashjit %s%s [options]   (flashjit %s)\n\n",
-         commands[i].name, commands[i].cmd == CMD_CACHE ? " dir|ls|stats|clear" : "",
+         commands[i].name, commands[i].cmd == CMD_CACHE
+             ? " dir|ls|stats|clear|prewarm|export FILE|import FILE" : "",
          fj_version());
   printf("%s\n\noptions:\n", commands[i].synopsis);
   print_flags(commands[i].cmd);
@@ -545,6 +566,8 @@ static int parse_args(cli *c, int argc, char **argv, int cmd)
         return rc;
     } else if (c->cmd == CMD_CACHE && !c->action) {
       c->action = a;
+    } else if (c->cmd == CMD_CACHE && !c->cache_file) {
+      c->cache_file = a;  /* export|import FILE; cli_cmd_cache checks */
     } else {
       return cli_usage_error(c, "unexpected argument '%s'",
                              cli_quote(a, q, sizeof q));

@@ -1,9 +1,12 @@
 /*
  * cli_cache.c -- `flashjit cache`: prints the disk cache's directory, lists
- * or counts its entries, or clears it.
+ * or counts its entries, or clears it; prewarms it with the library's picks
+ * (or the tuning database's variants) for an arch; exports it to one file
+ * and imports such a file.
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -37,20 +40,302 @@ static int tally_entry(void *user, const fj_cache_entry *e)
   return 0;
 }
 
+/* ---- prewarm ------------------------------------------------------------------ */
+
+enum { LIST_MAX = 16 };
+
+/* A comma-separated list of --name's values: each looked up in table (or,
+ * table NULL, a count in 1..256); 0 and *n items, or the exit status. */
+static int parse_list(const cli *c, const char *name, const char *text,
+                      const name_value *table, size_t ntable, int *out,
+                      int *n)
+{
+  char q[300];
+  *n = 0;
+  for (const char *p = text;; p++) {
+    size_t len = strcspn(p, ",");
+    char item[32];
+    snprintf(item, sizeof item, "%.*s", (int)(len < 31 ? len : 31), p);
+    if (len >= 31)
+      snprintf(item + 24, sizeof item - 24, "...");
+    int v = -1;
+    if (len < 31 && table && cli_parse_name(table, ntable, item, &v) != 0)
+      v = -1;
+    else if (len < 31 && !table)
+      v = cli_parse_count(p, len);
+    char qi[300];
+    if (v < 0 || (!table && (v < 1 || v > 256)))
+      return cli_usage_error(
+          c, "invalid value '%s' for --%s%s%s%s: expected a comma-separated "
+             "list of %s", cli_quote(item, qi, sizeof qi), name,
+          strchr(text, ',') ? " (in '" : "",
+          strchr(text, ',') ? cli_quote(text, q, sizeof q) : "",
+          strchr(text, ',') ? "')" : "",
+          table ? (ntable == 2 ? "f16, bf16" : "none, top-left, bottom-right")
+                : "head dims in 1..256");
+    if (*n == LIST_MAX)
+      return cli_usage_error(c, "--%s has more than %d values", name,
+                             LIST_MAX);
+    out[(*n)++] = v;
+    if (!p[len])
+      return 0;
+    p += len;
+  }
+}
+
+/* The lists of prewarm: its head dims, dtypes and masks. */
+typedef struct warm_lists {
+  int heads[LIST_MAX], dtypes[LIST_MAX], causals[LIST_MAX];
+  int nheads, ndtypes, ncausals;
+} warm_lists;
+
+static int parse_lists(const cli *c, warm_lists *w)
+{
+  static const name_value dts[] = {{"f16", FJ_F16}, {"bf16", FJ_BF16}};
+  static const name_value cs[] = {{"none", FJ_CAUSAL_NONE},
+                                  {"top-left", FJ_CAUSAL_TOP_LEFT},
+                                  {"bottom-right", FJ_CAUSAL_BOTTOM_RIGHT}};
+  int rc = parse_list(c, "head-dim", c->heads_list ? c->heads_list : "64,128",
+                      NULL, 0, w->heads, &w->nheads);
+  if (!rc)
+    rc = parse_list(c, "dtype", c->dtypes_list ? c->dtypes_list : "f16,bf16",
+                    dts, 2, w->dtypes, &w->ndtypes);
+  if (!rc)
+    rc = parse_list(c, "causal",
+                    c->causals_list ? c->causals_list : "none,top-left", cs, 3,
+                    w->causals, &w->ncausals);
+  return rc;
+}
+
+static int in_list(const int *xs, int n, int x)
+{
+  for (int i = 0; i < n; i++)
+    if (xs[i] == x)
+      return 1;
+  return 0;
+}
+
+/* The problem shapes whose picks prewarm compiles: they lead the library
+ * to different kernels (on sm_90a: the wgmma family, the mma family, and
+ * the mma family packed for GQA with split-KV and its combine kernel). */
+static const struct {
+  const char *what;
+  int batch, heads_q, heads_kv, seq_q, seq_kv;
+} warm_shapes[] = {
+    {"long prefill", 2, 16, 16, 4096, 4096},
+    {"short prefill (few blocks)", 1, 8, 8, 512, 512},
+    {"decode with GQA", 4, 32, 8, 1, 4096},
+};
+enum { NSHAPES = sizeof warm_shapes / sizeof warm_shapes[0] };
+
+/* The library's picks for every combination; 0, or the exit status. */
+static int picks(const cli *c, fj_ctx *ctx, const warm_lists *w,
+                 fj_variant *vs, size_t *n)
+{
+  *n = 0;
+  for (int h = 0; h < w->nheads; h++)
+    for (int d = 0; d < w->ndtypes; d++)
+      for (int m = 0; m < w->ncausals; m++)
+        for (int s = 0; s < NSHAPES; s++) {
+          fj_problem p;
+          fj_problem_init(&p, warm_shapes[s].batch, warm_shapes[s].heads_q,
+                          warm_shapes[s].heads_kv, warm_shapes[s].seq_q,
+                          warm_shapes[s].seq_kv, w->heads[h],
+                          (fj_dtype)w->dtypes[d], FJ_BHSD);
+          p.causal = (fj_causal)w->causals[m];
+          fj_plan plan;
+          fj_status st = fj_attention_plan(ctx, &p, &plan);
+          if (st != FJ_OK)
+            return cli_fj_error(c, ctx, st);
+          vs[(*n)++] = plan.variant;
+        }
+  return 0;
+}
+
+typedef struct tune_pick {
+  const char *arch;
+  const warm_lists *w;
+  int filter_heads, filter_dtypes, filter_causals;
+  fj_variant *vs;
+  size_t n, cap;
+} tune_pick;
+
+/* One tuning entry, taken when its key's arch (device|arch|...) is ours
+ * and it passes the lists that were given. */
+static int tune_visit(void *user, const fj_tune_entry *e)
+{
+  tune_pick *t = user;
+  const char *bar = strchr(e->key, '|');
+  size_t len = strlen(t->arch);
+  const fj_variant *v = &e->variant;
+  if (!bar || strncmp(bar + 1, t->arch, len) != 0 || bar[1 + len] != '|')
+    return 0;
+  if ((t->filter_heads && !in_list(t->w->heads, t->w->nheads, v->head_dim)) ||
+      (t->filter_dtypes && !in_list(t->w->dtypes, t->w->ndtypes, (int)v->dtype)) ||
+      (t->filter_causals &&
+       !in_list(t->w->causals, t->w->ncausals, (int)v->causal)))
+    return 0;
+  if (t->n == t->cap)
+    return 1;
+  t->vs[t->n++] = *v;
+  return 0;
+}
+
+/* Drops repeated variants (by name), keeping the first of each. */
+static size_t dedupe(fj_variant *vs, size_t n)
+{
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    char a[160], b[160];
+    int seen = 0;
+    fj_variant_name(&vs[i], a, sizeof a);
+    for (size_t j = 0; j < m && !seen; j++)
+      seen = fj_variant_name(&vs[j], b, sizeof b) > 0 && !strcmp(a, b);
+    if (!seen)
+      vs[m++] = vs[i];
+  }
+  return m;
+}
+
+static void warm_progress(void *user, size_t done, size_t total)
+{
+  (void)user;
+  fprintf(stderr, "flashjit cache prewarm: %zu/%zu compiled\n", done, total);
+}
+
+/* Prints each variant's status and the summary; the exit status. */
+static int warm_report(const cli *c, fj_ctx *ctx, const fj_variant *vs,
+                       size_t n, const fj_status *each,
+                       const fj_prewarm_report *r, fj_status st)
+{
+  for (size_t i = 0; i < n; i++) {
+    char name[160];
+    fj_variant_name(&vs[i], name, sizeof name);
+    printf("%s %s\n", each[i] == FJ_OK ? "ok    " : "FAILED", name);
+  }
+  printf("prewarm %s: %d variants, %d kernels: %d compiled, %d already "
+         "cached, %d failed\n",
+         fj_ctx_arch(ctx), r->variants, r->kernels, r->compiled, r->cached,
+         r->failed);
+  return st == FJ_OK ? 0 : cli_fj_error(c, ctx, st);
+}
+
+static int cache_prewarm(cli *c, fj_ctx *ctx)
+{
+  warm_lists w;
+  size_t cap = (size_t)LIST_MAX * LIST_MAX * 3 * NSHAPES + 4096, n = 0;
+  int rc = parse_lists(c, &w);
+  fj_variant *vs = rc ? NULL : calloc(cap, sizeof *vs);
+  fj_status *each = rc ? NULL : calloc(cap, sizeof *each);
+  if (!rc && (!vs || !each)) {
+    fprintf(stderr, "flashjit cache: out of memory\n");
+    rc = EXIT_FAIL;
+  }
+  if (!rc && c->from_tune_db) {
+    tune_pick t = {fj_ctx_arch(ctx), &w, c->heads_list != NULL,
+                   c->dtypes_list != NULL, c->causals_list != NULL, vs, 0, cap};
+    fj_status st = fj_tune_list(ctx, tune_visit, &t);
+    rc = st == FJ_OK ? 0 : cli_fj_error(c, ctx, st);
+    n = t.n;
+  } else if (!rc) {
+    rc = picks(c, ctx, &w, vs, &n);
+  }
+  if (!rc) {
+    n = dedupe(vs, n);
+    fj_prepare_opts po = {c->workers, warm_progress, NULL};
+    fj_prewarm_report r;
+    fj_status st = fj_cache_prewarm(ctx, vs, n, &po, each, &r);
+    rc = warm_report(c, ctx, vs, n, each, &r, st);
+  }
+  free(vs);
+  free(each);
+  return rc;
+}
+
+/* ---- export and import ---------------------------------------------------------- */
+
+static int cache_export(cli *c, fj_ctx *ctx)
+{
+  fj_cache_pack_report r;
+  fj_status st = fj_cache_export(ctx, c->cache_file, &r);
+  if (st != FJ_OK)
+    return cli_fj_error(c, ctx, st);
+  printf("exported %d entries from %s to %s (%d other files left out)\n",
+         r.entries, fj_cache_dir(ctx), c->cache_file, r.skipped);
+  return 0;
+}
+
+static int cache_import(cli *c, fj_ctx *ctx)
+{
+  fj_cache_pack_report r;
+  fj_status st = fj_cache_import(ctx, c->cache_file, &r);
+  if (st != FJ_OK)
+    return cli_fj_error(c, ctx, st);
+  printf("imported %s into %s: %d entries: %d installed, %d already there, "
+         "%d kept (a different valid entry was there)\n",
+         c->cache_file, fj_cache_dir(ctx), r.entries, r.installed, r.present,
+         r.kept);
+  return 0;
+}
+
+/* ---- the command ---------------------------------------------------------------- */
+
+/* The action's arguments and options make sense together; 0 or the exit
+ * status. */
+static int check_action(cli *c)
+{
+  static const char *const actions[] = {"dir",     "ls",     "stats", "clear",
+                                        "prewarm", "export", "import"};
+  static const char *const warm_only[] = {"arch", "head-dim", "dtype",
+                                          "causal", "from-tune-db", "workers"};
+  const char *a = c->action;
+  char q[300];
+  int known = 0;
+  for (size_t i = 0; a && i < sizeof actions / sizeof *actions; i++)
+    known |= !strcmp(a, actions[i]);
+  if (!known)
+    return cli_usage_error(c, "expected one of dir, ls, stats, clear, prewarm, "
+                              "export, import%s%s%s",
+                           a ? " (not '" : "", a ? cli_quote(a, q, sizeof q) : "",
+                           a ? "')" : "");
+  int takes_file = !strcmp(a, "export") || !strcmp(a, "import");
+  if (takes_file && !c->cache_file)
+    return cli_usage_error(c, "cache %s needs a FILE: flashjit cache %s FILE",
+                           a, a);
+  if (!takes_file && c->cache_file)
+    return cli_usage_error(c, "unexpected argument '%s'",
+                           cli_quote(c->cache_file, q, sizeof q));
+  if (takes_file && !*c->cache_file)
+    return cli_usage_error(c, "invalid FILE '' for cache %s: expected a path "
+                              "of 1..4095 bytes", a);
+  for (size_t i = 0; strcmp(a, "prewarm") && i < 6; i++)
+    if (cli_flag_given(c, warm_only[i]))
+      return cli_usage_error(c, "--%s applies only to cache prewarm",
+                             warm_only[i]);
+  return 0;
+}
+
 int cli_cmd_cache(cli *c)
 {
+  int rc = check_action(c);
+  if (rc)
+    return rc;
   const char *a = c->action;
-  if (!a || (strcmp(a, "dir") && strcmp(a, "ls") && strcmp(a, "stats") &&
-             strcmp(a, "clear")))
-    return cli_usage_error(c, "expected one of dir, ls, stats, clear%s%s%s",
-                           a ? " (not '" : "", a ? a : "", a ? "')" : "");
   fj_ctx *ctx;
-  int rc = cli_open_ctx(c, -1, "sm_90a", &ctx);
+  rc = cli_open_ctx(c, -1, c->arch ? c->arch : "sm_90a", &ctx);
   if (rc)
     return rc;
   const char *dir = fj_cache_dir(ctx);
   fj_status st = FJ_OK;
-  if (!strcmp(a, "dir")) {
+  if (!strcmp(a, "prewarm")) {
+    rc = dir ? cache_prewarm(c, ctx)
+             : cli_usage_error(c, "prewarm needs the disk cache (it is "
+                                  "disabled: drop --no-disk-cache)");
+  } else if (!strcmp(a, "export")) {
+    rc = cache_export(c, ctx);
+  } else if (!strcmp(a, "import")) {
+    rc = cache_import(c, ctx);
+  } else if (!strcmp(a, "dir")) {
     printf("%s\n", dir ? dir : "(disk cache disabled)");
   } else if (!strcmp(a, "ls")) {
     st = fj_cache_list(ctx, list_entry, NULL);
