@@ -13,7 +13,7 @@ layout
 variant
 tunedb plan
 attention
-tune
+tune cache_pack
 lifecycle"
 src=$1
 fails=0

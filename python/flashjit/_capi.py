@@ -159,6 +159,14 @@ class CacheEntry(C.Structure):
                 ("bytes", C.c_uint64), ("mtime", C.c_int64), ("valid", C.c_int)]
 
 
+class PrewarmReport(C.Structure):
+    _fields_ = [(n, C.c_int) for n in ("variants", "kernels", "compiled", "cached", "failed")]
+
+
+class CachePackReport(C.Structure):
+    _fields_ = [(n, C.c_int) for n in ("entries", "skipped", "installed", "present", "kept")]
+
+
 TUNE_VISIT_FN = C.CFUNCTYPE(C.c_int, C.c_void_p, C.POINTER(TuneEntry))
 CACHE_VISIT_FN = C.CFUNCTYPE(C.c_int, C.c_void_p, C.POINTER(CacheEntry))
 
@@ -167,7 +175,8 @@ C_NAMES = {CtxOpts: "fj_ctx_opts", DeviceInfo: "fj_device_info", Variant: "fj_va
            Resources: "fj_resources", PrepareOpts: "fj_prepare_opts", Problem: "fj_problem",
            ModParam: "fj_mod_param", Mods: "fj_mods", Plan: "fj_plan",
            TuneOpts: "fj_tune_opts", TuneReport: "fj_tune_report", TuneEntry: "fj_tune_entry",
-           Lut: "fj_lut", CacheStats: "fj_cache_stats", CacheEntry: "fj_cache_entry"}
+           Lut: "fj_lut", CacheStats: "fj_cache_stats", CacheEntry: "fj_cache_entry",
+           PrewarmReport: "fj_prewarm_report", CachePackReport: "fj_cache_pack_report"}
 # Fields renamed here (the C name is a Python keyword).
 C_FIELD_NAMES = {(Plan, "choice"): "from"}
 
@@ -224,6 +233,10 @@ SIGNATURES = {
     "fj_cache_stats_get": (None, [_VP, _P(CacheStats)]),
     "fj_cache_list": (_I, [_VP, CACHE_VISIT_FN, _VP]),
     "fj_cache_clear": (_I, [_VP, _P(_I)]),
+    "fj_cache_prewarm": (_I, [_VP, _P(Variant), _S, _P(PrepareOpts), _P(_I),
+                              _P(PrewarmReport)]),
+    "fj_cache_export": (_I, [_VP, _STR, _P(CachePackReport)]),
+    "fj_cache_import": (_I, [_VP, _STR, _P(CachePackReport)]),
 }
 
 
