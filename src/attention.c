@@ -48,7 +48,17 @@ typedef struct fj_hot_combine {
   void *function;
 } fj_hot_combine;
 
+/* Tensor maps of recent TMA launches, by everything they encode: a launch
+ * over the same tensors reuses them (encoding one costs host time). */
+enum { FJ_MAPS = 12 };
+typedef struct fj_hot_map {
+  fj_tmap map;
+  fj_tmap_desc desc;
+} fj_hot_map;
+
 struct fj_dispatch {
+  fj_hot_map maps[FJ_MAPS];  /* most recent first; first for alignment */
+  int nmaps;
   fj_hot hot[FJ_HOT];   /* variant -> loaded kernel, most recent first */
   int nhot;
   fj_hot_combine combine[FJ_HOT];
@@ -63,11 +73,13 @@ void fj__dispatch_free(fj_dispatch *d)
   free(d);
 }
 
-/* The context's dispatch caches, created on first use; ctx->lock held. */
+/* The context's dispatch caches, created on first use; ctx->lock held.
+ * Aligned as the tensor maps in it must be (64 bytes). */
 static fj_dispatch *dispatch(fj_ctx *ctx)
 {
-  if (!ctx->dispatch)
-    ctx->dispatch = calloc(1, sizeof *ctx->dispatch);
+  size_t bytes = (sizeof(fj_dispatch) + 63) / 64 * 64;
+  if (!ctx->dispatch && (ctx->dispatch = aligned_alloc(64, bytes)))
+    memset(ctx->dispatch, 0, bytes);
   return ctx->dispatch;
 }
 
@@ -505,27 +517,74 @@ static fj_status ready_combine(fj_ctx *ctx, const fj_variant *v, void **fn)
   return st;
 }
 
+/* A tensor map encoded before for the same description (moved to the
+ * front), into *out; 0 if none. */
+static int recent_map(fj_ctx *ctx, const fj_tmap_desc *m, fj_tmap *out)
+{
+  pthread_mutex_lock(&ctx->lock);
+  fj_dispatch *d = dispatch(ctx);
+  int found = 0;
+  for (int i = 0; d && i < d->nmaps && !found; i++)
+    if (!memcmp(&d->maps[i].desc, m, sizeof *m)) {
+      fj_hot_map h = d->maps[i];
+      memmove(&d->maps[1], &d->maps[0], (size_t)i * sizeof d->maps[0]);
+      d->maps[0] = h;
+      *out = h.map;
+      found = 1;
+    }
+  pthread_mutex_unlock(&ctx->lock);
+  return found;
+}
+
+/* Keeps a newly encoded map at the front, the oldest falling off. */
+static void remember_map(fj_ctx *ctx, const fj_tmap_desc *m,
+                         const fj_tmap *map)
+{
+  pthread_mutex_lock(&ctx->lock);
+  fj_dispatch *d = dispatch(ctx);
+  if (d) {
+    int keep = d->nmaps < FJ_MAPS ? d->nmaps : FJ_MAPS - 1;
+    memmove(&d->maps[1], &d->maps[0], (size_t)keep * sizeof d->maps[0]);
+    d->maps[0].desc = *m;
+    d->maps[0].map = *map;
+    d->nmaps = keep + 1;
+  }
+  pthread_mutex_unlock(&ctx->lock);
+}
+
 /* One rank-4 tensor map (head dim, sequence, heads, batch) of a tensor
  * with element strides s, boxes of 64 columns by `rows` rows in the 128-byte
  * swizzle.  A dimension of extent 1 may have any stride; TMA wants one it
  * can encode. */
-static fj_status tensor_map(const fj_ctx *ctx, const void *base, fj_dtype dt,
+static fj_status tensor_map(fj_ctx *ctx, const void *base, fj_dtype dt,
                             const int64_t s[3], int d, int seq, int heads,
                             int batch, int rows, fj_tmap *out)
 {
   int64_t esz = fj__dtype_bytes(dt);
-  fj_tmap_desc m = {(uint64_t)(uintptr_t)base, dt, 4, {d, seq, heads, batch},
-                    {s[2] * esz, s[1] * esz, s[0] * esz}, {64, rows, 1, 1},
-                    128};
+  fj_tmap_desc m;
+  memset(&m, 0, sizeof m);  /* compared whole, padding included */
+  m.base = (uint64_t)(uintptr_t)base;
+  m.dtype = dt;
+  m.rank = 4;
+  int64_t dims[4] = {d, seq, heads, batch};
+  for (int i = 0; i < 4; i++) {
+    m.dims[i] = dims[i];
+    m.box[i] = i == 0 ? 64 : i == 1 ? rows : 1;
+  }
   for (int i = 0; i < 3; i++)
-    if (m.dims[i + 1] == 1 && m.strides[i] == 0)
-      m.strides[i] = 16;
-  return fj__cu_tensor_map(ctx, &m, out);
+    m.strides[i] = m.dims[i + 1] == 1 && s[2 - i] == 0 ? 16 : s[2 - i] * esz;
+  m.swizzle_bytes = 128;
+  if (recent_map(ctx, &m, out))
+    return FJ_OK;
+  fj_status st = fj__cu_tensor_map(ctx, &m, out);
+  if (st == FJ_OK)
+    remember_map(ctx, &m, out);
+  return st;
 }
 
 /* The tensor maps of a TMA kernel: Q in boxes of the block's rows, K and V
  * in boxes of tile_n rows. */
-static fj_status tensor_maps(const fj_ctx *ctx, const fj_problem *p,
+static fj_status tensor_maps(fj_ctx *ctx, const fj_problem *p,
                              const fj_variant *v, const fj_kernel *kern,
                              const void *q, const void *k, const void *vp,
                              fj_tmaps *maps)
