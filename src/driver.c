@@ -30,6 +30,7 @@ typedef struct cu_api {
   CUresult (*primaryCtxRelease)(CUdevice);
   CUresult (*ctxPushCurrent)(CUcontext);
   CUresult (*ctxPopCurrent)(CUcontext *);
+  CUresult (*ctxGetCurrent)(CUcontext *);
   CUresult (*ctxSynchronize)(void);
   CUresult (*moduleLoadData)(CUmodule *, const void *);
   CUresult (*moduleUnload)(CUmodule);
@@ -84,6 +85,7 @@ static const struct {
     FJ_CU_SYM_(primaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
     FJ_CU_SYM_(ctxPushCurrent, "cuCtxPushCurrent_v2"),
     FJ_CU_SYM_(ctxPopCurrent, "cuCtxPopCurrent_v2"),
+    FJ_CU_SYM_(ctxGetCurrent, "cuCtxGetCurrent"),
     FJ_CU_SYM_(ctxSynchronize, "cuCtxSynchronize"),
     FJ_CU_SYM_(moduleLoadData, "cuModuleLoadData"),
     FJ_CU_SYM_(moduleUnload, "cuModuleUnload"),
@@ -222,6 +224,12 @@ void fj__cu_close_device(fj_ctx *ctx)
   ctx->cu_ctx = NULL;
 }
 
+/* Whether each enter of this thread pushed the context (bit d of the
+ * stack for nesting depth d): a thread whose current context is already
+ * ours (PyTorch's threads, a caller's own) pushes and pops nothing. */
+static _Thread_local uint64_t pushed_bits;
+static _Thread_local int enter_depth;
+
 fj_status fj__cu_enter(const fj_ctx *ctx)
 {
   if (!ctx->has_device)
@@ -229,7 +237,15 @@ fj_status fj__cu_enter(const fj_ctx *ctx)
                     "this needs a GPU context; the context is compile-only "
                     "(arch %s)",
                     ctx->arch);
-  FJ_CU_TRY(ctx, cu.ctxPushCurrent((CUcontext)ctx->cu_ctx));
+  CUcontext cur = NULL;
+  int push = cu.ctxGetCurrent(&cur) != CUDA_SUCCESS ||
+             cur != (CUcontext)ctx->cu_ctx || enter_depth >= 64;
+  if (push)
+    FJ_CU_TRY(ctx, cu.ctxPushCurrent((CUcontext)ctx->cu_ctx));
+  if (enter_depth < 64)
+    pushed_bits = (pushed_bits & ~(1ull << enter_depth)) |
+                  ((uint64_t)push << enter_depth);
+  enter_depth++;
   return FJ_OK;
 }
 
@@ -237,7 +253,9 @@ void fj__cu_leave(const fj_ctx *ctx)
 {
   CUcontext old;
   (void)ctx;
-  cu.ctxPopCurrent(&old);
+  enter_depth--;
+  if (enter_depth >= 64 || (pushed_bits >> enter_depth) & 1)
+    cu.ctxPopCurrent(&old);
 }
 
 fj_status fj__cu_module_load(const fj_ctx *ctx, const void *cubin,
