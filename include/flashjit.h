@@ -925,8 +925,10 @@ typedef struct fj_cache_entry {
                            invalid entry, what is wrong with it */
   uint64_t bytes;       /* file size (a symbolic link's own) */
   int64_t mtime;        /* seconds since the epoch */
-  int valid;            /* 0 if the entry is corrupt or truncated, or no
-                           regular file of at most 256 MiB */
+  int valid;            /* 0 if the entry is corrupt or truncated, no
+                           regular file of at most 256 MiB, or stale: made
+                           by another NVRTC version or cache format, so
+                           never looked up (its label says which) */
 } fj_cache_entry;
 
 /* Called once per entry; return non-zero to stop.  The entry's strings are
@@ -942,6 +944,16 @@ FJ_API fj_status fj_cache_list(fj_ctx *ctx, fj_cache_visit_fn fn, void *user);
  * memory cache is kept: kernels already handed out stay valid.  *removed
  * (optional: removed may be NULL) gets the number of files removed. */
 FJ_API fj_status fj_cache_clear(fj_ctx *ctx, int *removed);
+
+/* Removes the entries this process cannot use -- corrupt, truncated, not
+ * regular files, or stale (another NVRTC version or cache format, as
+ * fj_cache_list marks them) -- and keeps the rest.  *removed (optional)
+ * gets how many.  Errors: FJ_ERR_INVALID_ARG (ctx NULL), FJ_ERR_NOT_FOUND
+ * (the disk cache is disabled), FJ_ERR_IO (the directory cannot be read,
+ * a file cannot be removed: the message names it).  Safe beside other
+ * processes using the directory: an entry being written is a temporary
+ * file, which prune leaves alone. */
+FJ_API fj_status fj_cache_prune(fj_ctx *ctx, int *removed);
 
 /* ---- Moving caches between machines: prewarm, export, import ---- */
 

@@ -169,6 +169,42 @@ void fj__cache_key(fj_cache_key *key, const char *kind, const char *arch,
   fj__hash_hex(key->text, strlen(key->text), key->hex);
 }
 
+/* The value of `name=` in a key's text, up to its line's end, into out. */
+static void key_field(const char *key, size_t len, const char *name,
+                      char *out, size_t size)
+{
+  size_t nl = strlen(name);
+  snprintf(out, size, "?");
+  for (size_t i = 0; i + nl <= len; i++)
+    if ((i == 0 || key[i - 1] == '\n') && !memcmp(key + i, name, nl)) {
+      size_t j = i + nl;
+      while (j < len && key[j] != '\n')
+        j++;
+      snprintf(out, size, "%.*s", (int)(j - i - nl), key + i + nl);
+      return;
+    }
+}
+
+int fj__cache_key_current(const char *key, size_t len, char *why,
+                          size_t why_size)
+{
+  char format[32], nvrtc[64], mine[32];
+  key_field(key, len, "flashjit format=", format, sizeof format);
+  key_field(key, len, "nvrtc=", nvrtc, sizeof nvrtc);
+  snprintf(mine, sizeof mine, "%d", FJ_FORMAT_VERSION);
+  if (strcmp(format, mine) != 0) {
+    snprintf(why, why_size, "made for cache format %s; this process has %s",
+             format, mine);
+    return 0;
+  }
+  if (strcmp(nvrtc, fj__nvrtc_version()) != 0) {
+    snprintf(why, why_size, "made by NVRTC %s; this process has %s", nvrtc,
+             fj__nvrtc_version());
+    return 0;
+  }
+  return 1;
+}
+
 /* ---- reading ------------------------------------------------------------------- */
 
 static void entry_path(const fj_cache *c, const char *hex, char *out,
@@ -469,9 +505,13 @@ static int visit_entry(const fj_cache *c, const char *name,
   fj_cache_entry ce = {name, kind_s, label_s, (uint64_t)st.st_size,
                        (int64_t)st.st_mtime, 0};
   if (entry_read(path, &e, why, sizeof why) == 0) {
+    char made[128];
     snprintf(kind_s, sizeof kind_s, "%.*s", (int)e.h.kind_len, e.kind);
     snprintf(label_s, sizeof label_s, "%.*s", (int)e.h.label_len, e.label);
-    ce.valid = 1;
+    ce.valid = fj__cache_key_current(e.key, e.h.key_len, made, sizeof made);
+    /* A stale entry is whole but never looked up: said so. */
+    if (!ce.valid)
+      snprintf(label_s, sizeof label_s, "is stale (%s)", made);
     free(e.body);
   } else {
     /* An invalid entry's label says what is wrong with it. */
@@ -504,6 +544,47 @@ fj_status fj_cache_list(fj_ctx *ctx, fj_cache_visit_fn fn, void *user)
     if (visit_entry(ctx->cache, names[i], fn, user))
       break;
   free_names(names, n);
+  return st;
+}
+
+/* Whether a file of the cache directory is an entry this process can
+ * use: whole, and of its format and NVRTC version. */
+static int entry_usable(const fj_cache *c, const char *name)
+{
+  char path[4200], why[128];
+  snprintf(path, sizeof path, "%s/%s", c->dir, name);
+  entry_file e;
+  if (entry_read(path, &e, why, sizeof why) != 0)
+    return 0;
+  int ok = fj__cache_key_current(e.key, e.h.key_len, why, sizeof why);
+  free(e.body);
+  return ok;
+}
+
+fj_status fj_cache_prune(fj_ctx *ctx, int *removed)
+{
+  if (!ctx)
+    return fj__null_arg(NULL, "fj_cache_prune", "ctx");
+  fj__clear_error(ctx);
+  fj_cache *c = ctx->cache;
+  size_t n = 0;
+  char **names = NULL;
+  fj_status st = cache_names(ctx, 0, &names, &n);
+  int count = 0;
+  for (size_t i = 0; st == FJ_OK && i < n; i++) {
+    if (entry_usable(c, names[i]))
+      continue;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", c->dir, names[i]);
+    if (unlink(path) == 0)
+      count++;
+    else if (errno != ENOENT)
+      st = fj__fail(ctx, FJ_ERR_IO, "cannot remove %s: %s", path,
+                    strerror(errno));
+  }
+  free_names(names, n);
+  if (removed)
+    *removed = count;
   return st;
 }
 

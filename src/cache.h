@@ -54,6 +54,12 @@ typedef struct fj_entry_view {
  * what is wrong ("is corrupt or stale (...)"). */
 const char *fj__cache_entry_parse(const void *data, size_t len,
                                   fj_entry_view *v);
+/* 1 when an entry's key text names this process's cache format and NVRTC
+ * version; an entry of another is never looked up (stale).  Otherwise 0,
+ * and what made it in `why` ("made by NVRTC 11.8; this process has
+ * 13.0"). */
+int fj__cache_key_current(const char *key, size_t len, char *why,
+                          size_t why_size);
 /* Writes the bytes of an entry file as `name` in the cache directory,
  * atomically (temp file + rename); 0, or -1 with errno. */
 int fj__cache_install(fj_ctx *ctx, const char *name, const void *data,

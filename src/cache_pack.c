@@ -167,16 +167,8 @@ fj_status fj_cache_prewarm(fj_ctx *ctx, const fj_variant *variants, size_t n,
 /* The key of an entry made by this process's NVRTC and cache format. */
 static int key_is_current(const fj_entry_view *v)
 {
-  char head[64], nv[64];
-  snprintf(head, sizeof head, "flashjit format=%d\n", FJ_FORMAT_VERSION);
-  snprintf(nv, sizeof nv, "\nnvrtc=%s\n", fj__nvrtc_version());
-  size_t hl = strlen(head), nl = strlen(nv);
-  if (v->key_len < hl || memcmp(v->key, head, hl) != 0)
-    return 0;
-  for (size_t i = 0; i + nl <= v->key_len; i++)
-    if (memcmp(v->key + i, nv, nl) == 0)
-      return 1;
-  return 0;
+  char why[128];
+  return fj__cache_key_current(v->key, v->key_len, why, sizeof why);
 }
 
 static int kind_is_compiled(const fj_entry_view *v)

@@ -58,7 +58,7 @@ expect 2 "--shape B,H,S,D is required" run
 expect 2 "head_dim 7 is invalid" run --shape 1,8,512,7
 expect 2 "heads_kv 3 does not divide heads_q 8" run --shape 1,8,512,64 --heads-kv 3
 expect 2 "--head-dim 128 contradicts --shape's D = 64" run --shape 1,8,64,64 --head-dim 128
-expect 2 "expected one of dir, ls, stats, clear, prewarm, export, import (not 'bogus')" cache bogus
+expect 2 "expected one of dir, ls, stats, clear, prune, prewarm, export, import (not 'bogus')" cache bogus
 expect 2 "unexpected argument 'extra'" cache ls extra
 
 # plan: what the library would launch, no GPU; refusals name value and limit.
@@ -300,6 +300,13 @@ grep -q "fifo.fjc .*(invalid: is not a regular file)" "$tmp/ls" && grep -qF "jun
   && grep -qF "(invalid: is corrupt or stale (shorter than a header: truncated))" "$tmp/ls" \
   || fail "cache ls does not say what is wrong: $(cat "$tmp/ls")"
 timeout 20 "$FJ" cache stats | grep -qx "invalid=3" || fail "cache stats: $("$FJ" cache stats)"
+# prune removes the three unusable files and keeps a kernel that still hits.
+"$FJ" emit --head-dim 64 --what resources >/dev/null 2>&1 || fail "emit before prune"
+timeout 20 "$FJ" cache prune >"$tmp/prune" 2>&1 && grep -q "^removed 3 unusable entries (corrupt or stale) from " "$tmp/prune" \
+  || fail "cache prune: $(cat "$tmp/prune")"
+"$FJ" cache stats | grep -qx "invalid=0" && "$FJ" emit --head-dim 64 --what resources 2>/dev/null | grep -q "^cache=hit" \
+  || fail "cache prune kept the wrong files: $("$FJ" cache ls)"
+expect 2 "unexpected argument 'x'" cache prune x
 "$FJ" cache clear >/dev/null
 
 # cache prewarm, export and import: the library's picks for sm_90a at one

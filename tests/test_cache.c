@@ -295,6 +295,69 @@ int test_cache_list_clear(void)
   return 0;
 }
 
+/* The label of the last entry a visit saw that is not valid. */
+static int last_invalid(void *user, const fj_cache_entry *e)
+{
+  if (!e->valid)
+    snprintf(user, 200, "%s", e->label);
+  return 0;
+}
+
+/* Entries of another NVRTC version or cache format are whole but never
+ * looked up: fj_cache_list marks them stale, saying which, and
+ * fj_cache_prune removes them with the corrupt ones and keeps the rest. */
+int test_cache_stale_prune(void)
+{
+  const char *dir = fjt_tmpdir();
+  fj_ctx *ctx = logged_ctx("sm_90", dir);
+  CHECK(origin_of(ctx, 64) == FJ_CACHE_MISS);
+  /* An entry as an NVRTC 11.8 would have keyed it, and one of format 1. */
+  fj_cache_key old;
+  snprintf(old.text, sizeof old.text,
+           "flashjit format=%d\nkind=kernel\nnvrtc=11.8\nsource=x\n\noptions=",
+           FJ_FORMAT_VERSION);
+  fj__hash_hex(old.text, strlen(old.text), old.hex);
+  fj__cache_store(ctx, "kernel", "fj_attn_old", &old, "cubin", 5);
+  seen s = {0};
+  char label[200] = "";
+  CHECK_OK(ctx, fj_cache_list(ctx, visit, &s));
+  CHECK(s.entries == 3 && s.valid == 2);
+  CHECK_OK(ctx, fj_cache_list(ctx, last_invalid, label));
+  char want[120];
+  snprintf(want, sizeof want, "is stale (made by NVRTC 11.8; this process has %s)",
+           fj__nvrtc_version());
+  CHECK(strcmp(label, want) == 0);
+  fj_cache_key fmt;
+  snprintf(fmt.text, sizeof fmt.text, "flashjit format=1\nkind=kernel\nnvrtc=%s\n",
+           fj__nvrtc_version());
+  fj__hash_hex(fmt.text, strlen(fmt.text), fmt.hex);
+  fj__cache_store(ctx, "kernel", "fj_attn_fmt", &fmt, "cubin", 5);
+  CHECK_OK(ctx, fj_cache_list(ctx, last_invalid, label));
+  snprintf(want, sizeof want, "is stale (made for cache format 1; this process has %d)",
+           FJ_FORMAT_VERSION);
+  CHECK(strcmp(label, want) == 0);
+  /* A corrupt file too; prune takes those three and keeps the kernel and
+   * its render index, which still hit. */
+  char junk[4300];
+  snprintf(junk, sizeof junk, "%s/%032d.fjc", dir, 7);
+  CHECK(fjt_write_file(junk, "junk", 4) == 0);
+  int removed = -1;
+  CHECK_OK(ctx, fj_cache_prune(ctx, &removed));
+  CHECK(removed == 3);
+  memset(&s, 0, sizeof s);
+  CHECK_OK(ctx, fj_cache_list(ctx, visit, &s));
+  CHECK(s.entries == 2 && s.valid == 2);
+  fj_ctx_destroy(ctx);
+  ctx = logged_ctx("sm_90", dir);
+  CHECK(origin_of(ctx, 64) == FJ_CACHE_DISK);
+  CHECK_ST(NULL, fj_cache_prune(NULL, NULL), FJ_ERR_INVALID_ARG);
+  fj_ctx_destroy(ctx);
+  fj_ctx *mem = fjt_ctx("sm_90", NULL);
+  CHECK_ST(mem, fj_cache_prune(mem, &removed), FJ_ERR_NOT_FOUND);
+  fj_ctx_destroy(mem);
+  return 0;
+}
+
 /* The render index: a second context finds the kernel on disk without
  * rendering, with the same source; a damaged index entry only costs the
  * render; templates from FLASHJIT_TEMPLATE_DIR are always rendered. */

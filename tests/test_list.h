@@ -34,6 +34,7 @@ TEST(cache_truncated_entry, cpu)
 TEST(cache_unwritable_dir, cpu)
 TEST(cache_processes, cpu)
 TEST(cache_list_clear, cpu)
+TEST(cache_stale_prune, cpu)
 TEST(cache_render_index, cpu)
 /* errors and validation */
 TEST(errors_ctx, cpu)

@@ -233,6 +233,7 @@ SIGNATURES = {
     "fj_cache_stats_get": (None, [_VP, _P(CacheStats)]),
     "fj_cache_list": (_I, [_VP, CACHE_VISIT_FN, _VP]),
     "fj_cache_clear": (_I, [_VP, _P(_I)]),
+    "fj_cache_prune": (_I, [_VP, _P(_I)]),
     "fj_cache_prewarm": (_I, [_VP, _P(Variant), _S, _P(PrepareOpts), _P(_I),
                               _P(PrewarmReport)]),
     "fj_cache_export": (_I, [_VP, _STR, _P(CachePackReport)]),

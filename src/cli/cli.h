@@ -46,7 +46,7 @@ typedef struct param_arg {
 typedef struct cli {
   const char *cmd_name;
   unsigned cmd;
-  const char *action;     /* cache dir|ls|stats|clear|prewarm|export|import */
+  const char *action;     /* cache dir|ls|stats|clear|prune|prewarm|export|import */
   const char *cache_file; /* cache export|import FILE */
   /* variant */
   fj_variant v;

@@ -399,9 +399,10 @@ static const struct {
      "print the fragment-layout tables (probed on the GPU; --arch gives the "
      "reference)"},
     {"cache", CMD_CACHE,
-     "dir | ls | stats | clear | prewarm | export FILE | import FILE: the "
-     "disk cache (prewarm compiles the library's picks for --arch, no GPU "
-     "needed; export and import move it between machines)"},
+     "dir | ls | stats | clear | prune | prewarm | export FILE | import FILE: "
+     "the disk cache (prune removes corrupt and stale entries; prewarm "
+     "compiles the library's picks for --arch, no GPU needed; export and "
+     "import move it between machines)"},
     {"tune", CMD_TUNE,
      "autotune a problem class on the GPU and record the winner (--show "
      "lists the database)"},
@@ -425,7 +426,7 @@ static void print_help(int i)
 {
   printf("usage: flashjit %s%s [options]   (flashjit %s)\n\n",
          commands[i].name, commands[i].cmd == CMD_CACHE
-             ? " dir|ls|stats|clear|prewarm|export FILE|import FILE" : "",
+             ? " dir|ls|stats|clear|prune|prewarm|export FILE|import FILE" : "",
          fj_version());
   printf("%s\n\noptions:\n", commands[i].synopsis);
   print_flags(commands[i].cmd);

@@ -284,8 +284,8 @@ static int cache_import(cli *c, fj_ctx *ctx)
  * status. */
 static int check_action(cli *c)
 {
-  static const char *const actions[] = {"dir",     "ls",     "stats", "clear",
-                                        "prewarm", "export", "import"};
+  static const char *const actions[] = {"dir",     "ls",     "stats",  "clear",
+                                        "prune",   "prewarm", "export", "import"};
   static const char *const warm_only[] = {"arch", "head-dim", "dtype",
                                           "causal", "from-tune-db", "workers"};
   const char *a = c->action;
@@ -294,8 +294,8 @@ static int check_action(cli *c)
   for (size_t i = 0; a && i < sizeof actions / sizeof *actions; i++)
     known |= !strcmp(a, actions[i]);
   if (!known)
-    return cli_usage_error(c, "expected one of dir, ls, stats, clear, prewarm, "
-                              "export, import%s%s%s",
+    return cli_usage_error(c, "expected one of dir, ls, stats, clear, prune, "
+                              "prewarm, export, import%s%s%s",
                            a ? " (not '" : "", a ? cli_quote(a, q, sizeof q) : "",
                            a ? "')" : "");
   int takes_file = !strcmp(a, "export") || !strcmp(a, "import");
@@ -346,6 +346,12 @@ int cli_cmd_cache(cli *c)
       printf("dir=%s\nentries=%d\nkernels=%d\nluts=%d\ninvalid=%d\nbytes=%llu\n",
              dir, t.entries, t.kernels, t.luts, t.invalid,
              (unsigned long long)t.bytes);
+  } else if (!strcmp(a, "prune")) {
+    int removed = 0;
+    st = fj_cache_prune(ctx, &removed);
+    if (st == FJ_OK)
+      printf("removed %d unusable entr%s (corrupt or stale) from %s\n", removed,
+             removed == 1 ? "y" : "ies", dir);
   } else {
     int removed = 0;
     st = fj_cache_clear(ctx, &removed);
