@@ -47,6 +47,11 @@ extern "C" {
 #define FJ_VERSION_MAJOR 0
 #define FJ_VERSION_MINOR 1
 #define FJ_VERSION_PATCH 0
+/* The layout of the public structs: bumped whenever one changes (a field
+ * added, removed, retyped or moved), so that a binding that mirrors them
+ * (python/flashjit/_capi.py) can refuse a library of another layout
+ * instead of reading past a struct (fj_abi_version). */
+#define FJ_ABI_VERSION 1
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
@@ -84,6 +89,9 @@ FJ_API const char *fj_status_str(fj_status status);
 
 /* "0.1.0".  Static. */
 FJ_API const char *fj_version(void);
+
+/* FJ_ABI_VERSION as the library was built with it. */
+FJ_API int fj_abi_version(void);
 
 /* ------------------------------------------------------------------------ */
 /* Context                                                                   */

@@ -30,6 +30,11 @@ const char *fj_version(void)
   return "0.1.0";
 }
 
+int fj_abi_version(void)
+{
+  return FJ_ABI_VERSION;
+}
+
 /* ---- per-thread messages ---------------------------------------------------
  * A context is shared by threads, so its "last message" is kept per thread:
  * a thread reading fj_errmsg sees its own failure, never another thread's.

@@ -9,6 +9,49 @@
 
 #include "runner.h"
 
+/* The public structs' sizes at FJ_ABI_VERSION 1 (x86-64, LP64).  A struct
+ * that changes makes this fail until FJ_ABI_VERSION is bumped and the
+ * table rewritten for it, so that bindings (python/flashjit/_capi.py) see
+ * the change through fj_abi_version() instead of reading past a struct. */
+int test_abi_sizes(void)
+{
+  static const struct {
+    const char *name;
+    size_t size, pinned;
+  } sizes[] = {
+      {"fj_cache_entry", sizeof(fj_cache_entry), 48},
+      {"fj_cache_pack_report", sizeof(fj_cache_pack_report), 20},
+      {"fj_cache_stats", sizeof(fj_cache_stats), 56},
+      {"fj_ctx_opts", sizeof(fj_ctx_opts), 56},
+      {"fj_device_info", sizeof(fj_device_info), 120},
+      {"fj_lut", sizeof(fj_lut), 1144},
+      {"fj_mod_param", sizeof(fj_mod_param), 64},
+      {"fj_mods", sizeof(fj_mods), 40},
+      {"fj_plan", sizeof(fj_plan), 136},
+      {"fj_prepare_opts", sizeof(fj_prepare_opts), 24},
+      {"fj_prewarm_report", sizeof(fj_prewarm_report), 20},
+      {"fj_problem", sizeof(fj_problem), 224},
+      {"fj_resources", sizeof(fj_resources), 64},
+      {"fj_tune_entry", sizeof(fj_tune_entry), 112},
+      {"fj_tune_opts", sizeof(fj_tune_opts), 32},
+      {"fj_tune_report", sizeof(fj_tune_report), 56},
+      {"fj_variant", sizeof(fj_variant), 72},
+  };
+  CHECK(FJ_ABI_VERSION == 1 && fj_abi_version() == FJ_ABI_VERSION);
+  if (sizeof(void *) != 8)
+    return 0;  /* the table is LP64's */
+  int changed = 0;
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    if (sizes[i].size != sizes[i].pinned) {
+      fprintf(stderr, "%s is %zu bytes; ABI %d pinned %zu: bump FJ_ABI_VERSION "
+                      "(and _capi.ABI_VERSION) and rewrite this table\n",
+              sizes[i].name, sizes[i].size, FJ_ABI_VERSION, sizes[i].pinned);
+      changed = 1;
+    }
+  CHECK(!changed);
+  return 0;
+}
+
 int test_errors_ctx(void)
 {
   fj_ctx *ctx = (fj_ctx *)1;

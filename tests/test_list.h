@@ -37,6 +37,7 @@ TEST(cache_list_clear, cpu)
 TEST(cache_stale_prune, cpu)
 TEST(cache_render_index, cpu)
 /* errors and validation */
+TEST(abi_sizes, cpu)
 TEST(errors_ctx, cpu)
 TEST(errors_arch_nvrtc, cpu)
 TEST(errors_variant, cpu)

@@ -186,6 +186,7 @@ _STR = C.c_char_p
 SIGNATURES = {
     "fj_status_str": (_STR, [_I]),
     "fj_version": (_STR, []),
+    "fj_abi_version": (_I, []),
     "fj_ctx_opts_init": (None, [_P(CtxOpts)]),
     "fj_ctx_create": (_I, [_P(_VP), _P(CtxOpts)]),
     "fj_ctx_destroy": (None, [_VP]),
@@ -241,12 +242,21 @@ SIGNATURES = {
 }
 
 
+# FJ_ABI_VERSION of the header these structs mirror.
+ABI_VERSION = 1
+
+
 def open_library(path):
     """Loads libflashjit.so from path and declares every function's types.
     Raises OSError where the file cannot be loaded, and AttributeError naming
-    a function the library lacks (one older than this binding)."""
+    a function the library lacks or a struct layout (ABI) other than this
+    binding's."""
     lib = C.CDLL(path)
     for name, (res, args) in SIGNATURES.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
+    abi = lib.fj_abi_version()
+    if abi != ABI_VERSION:
+        raise AttributeError(f"its structs are ABI {abi}; this binding mirrors ABI "
+                             f"{ABI_VERSION}: rebuild the library and the package together")
     return lib

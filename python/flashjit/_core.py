@@ -101,7 +101,7 @@ def _load():
     except OSError as e:
         raise LibraryNotFound(f"flashjit: cannot load {path}: {e}") from None
     except AttributeError as e:
-        raise LibraryNotFound(f"flashjit: {path} is older than this binding: {e}") from None
+        raise LibraryNotFound(f"flashjit: {path} does not match this binding: {e}") from None
 
 
 def _status_text(status):

@@ -49,6 +49,20 @@ class Import(unittest.TestCase):
         self.assertEqual(out.strip(), "LibraryNotFound flashjit: "
                          "FLASHJIT_LIB=/nonexistent/libflashjit.so: no such file")
 
+    def test_library_of_another_abi(self):
+        # A library whose structs are laid out otherwise is refused, naming
+        # both layouts, before any struct crosses over.
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(PKG))
+        code = ("import flashjit\nfrom flashjit import _capi\n_capi.ABI_VERSION += 1\n"
+                "try:\n    flashjit.plan(1, 8, 128, 64)\n"
+                "except ImportError as e:\n    print(type(e).__name__, e)\n")
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True).stdout
+        self.assertIn("LibraryNotFound", out)
+        abi = flashjit._capi.ABI_VERSION
+        self.assertIn(f"does not match this binding: its structs are ABI {abi}; this "
+                      f"binding mirrors ABI {abi + 1}", out)
+
     @unittest.skipIf(fjtest.HAS_TORCH, "PyTorch is installed")
     def test_attention_without_torch(self):
         with self.assertRaisesRegex(ImportError, "flashjit.attention needs PyTorch"):
