@@ -561,46 +561,24 @@ static int entry_usable(const fj_cache *c, const char *name)
   return ok;
 }
 
-fj_status fj_cache_prune(fj_ctx *ctx, int *removed)
+/* Removes the cache directory's files -- with temporaries (clear) or
+ * only the entries this process cannot use (prune) -- counting them. */
+static fj_status remove_files(fj_ctx *ctx, const char *who, int prune,
+                              int *removed)
 {
   if (!ctx)
-    return fj__null_arg(NULL, "fj_cache_prune", "ctx");
+    return fj__null_arg(NULL, who, "ctx");
   fj__clear_error(ctx);
   fj_cache *c = ctx->cache;
   size_t n = 0;
   char **names = NULL;
-  fj_status st = cache_names(ctx, 0, &names, &n);
-  int count = 0;
-  for (size_t i = 0; st == FJ_OK && i < n; i++) {
-    if (entry_usable(c, names[i]))
-      continue;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", c->dir, names[i]);
-    if (unlink(path) == 0)
-      count++;
-    else if (errno != ENOENT)
-      st = fj__fail(ctx, FJ_ERR_IO, "cannot remove %s: %s", path,
-                    strerror(errno));
-  }
-  free_names(names, n);
-  if (removed)
-    *removed = count;
-  return st;
-}
-
-fj_status fj_cache_clear(fj_ctx *ctx, int *removed)
-{
-  if (!ctx)
-    return fj__null_arg(NULL, "fj_cache_clear", "ctx");
-  fj__clear_error(ctx);
-  fj_cache *c = ctx->cache;
-  size_t n = 0;
-  char **names = NULL;
-  fj_status st = cache_names(ctx, 1, &names, &n);
+  fj_status st = cache_names(ctx, !prune, &names, &n);
   if (st != FJ_OK)
     return st;
   int count = 0;
   for (size_t i = 0; i < n; i++) {
+    if (prune && entry_usable(c, names[i]))
+      continue;
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", c->dir, names[i]);
     if (unlink(path) == 0)
@@ -613,4 +591,14 @@ fj_status fj_cache_clear(fj_ctx *ctx, int *removed)
   if (removed)
     *removed = count;
   return st;
+}
+
+fj_status fj_cache_prune(fj_ctx *ctx, int *removed)
+{
+  return remove_files(ctx, "fj_cache_prune", 1, removed);
+}
+
+fj_status fj_cache_clear(fj_ctx *ctx, int *removed)
+{
+  return remove_files(ctx, "fj_cache_clear", 0, removed);
 }

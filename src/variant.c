@@ -235,17 +235,15 @@ static fj_status check_wgmma(const fj_ctx *ctx, const fj_variant *v)
  * the rules that depend on combinations (refuse() in templates/). */
 static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
 {
+  /* The wgmma family takes varlen (packed sequences), not the others. */
   const char *axis = v->pack_gqa ? "pack_gqa" : v->split_kv ? "split_kv"
-                    : v->varlen ? "varlen" : v->paged ? "paged" : NULL;
+                     : v->varlen && v->mma != FJ_MMA_WGMMA ? "varlen"
+                     : v->paged ? "paged" : NULL;
   if (fj__mods_on(v->mods) && v->mma == FJ_MMA_WMMA)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "mods (window, softcap, score and mask expressions) are "
                     "implemented for mma mma and mma wgmma; this variant is "
                     "mma wmma");
-  /* The wgmma family takes varlen (packed sequences), not the others. */
-  if (v->mma == FJ_MMA_WGMMA)
-    axis = v->pack_gqa ? "pack_gqa" : v->split_kv ? "split_kv"
-           : v->paged ? "paged" : NULL;
   if (axis && v->mma != FJ_MMA_SYNC)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "%s is implemented for mma mma only (the mma.sync "

@@ -270,7 +270,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% if DYNAMIC then %}
       for (unsigned kq = 0;; ++kq) {
         const int w = fj::claim(p);
-        // Q's buffer (and s_work) are free once every consumer warp has
+        // Q's buffer (and the item word) are free once every consumer warp has
         // finished its last S of the previous work tile.
         fj::mbar_wait(q_empty, (kq & 1u) ^ 1u);
         fj::put_item(p, w);
