@@ -51,7 +51,7 @@ extern "C" {
  * added, removed, retyped or moved), so that a binding that mirrors them
  * (python/flashjit/_capi.py) can refuse a library of another layout
  * instead of reading past a struct (fj_abi_version). */
-#define FJ_ABI_VERSION 1
+#define FJ_ABI_VERSION 2
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
@@ -576,7 +576,63 @@ struct fj_mods {
    * relative error about 2^-11, as FlashAttention does): a capped score
    * is within about softcap * 2^-11 of the exact one. */
   float softcap;
+  /* Attention sinks (GPT-OSS, StreamingLLM): a per-query-head logit that
+   * joins every row's softmax denominator but has no value row:
+   *   O[q] = sum_kv exp(s'[kv]) V[kv] / (exp(sink[h]) + sum_kv exp(s'[kv]))
+   * with s' the modified score (natural units, after the scale), and the
+   * log-sum-exp log(exp(sink[h]) + sum_kv exp(s'[kv])).  Device memory,
+   * float32 [heads_q] (host memory for fj_reference_fwd); NULL: none.
+   * Whether sinks are on belongs to the kernel (named "_sink"); the values
+   * are a launch argument. */
+  const float *sinks;
+  /* A block mask (fj_block_mask, below): which key blocks each query block
+   * computes at all, and which of those skip the per-element mask.  NULL:
+   * none.  Its block sizes belong to the kernel (named "_bm" + sizes);
+   * its arrays are launch arguments. */
+  const struct fj_block_mask *block_mask;
+  /* 1: checked mode.  A tensor parameter read outside its extents still
+   * reads 0, and the call that launched the kernel waits for it and
+   * returns FJ_ERR_INVALID_ARG naming the first such read: the tensor,
+   * its indices and its extents.  For finding bad indices, not for speed
+   * (each call synchronises its stream).  0: off, unless the environment
+   * sets FLASHJIT_CHECK_BOUNDS=1.  Named "_chk". */
+  int checked;
 };
+
+/*
+ * A block mask (FlexAttention's BlockMask layout): per query block of
+ * block_q rows, the key blocks of block_kv keys that the mask keeps in
+ * part ("partial": the kernel applies the mask expression per element)
+ * and those it keeps whole ("full": no per-element mask expression; the
+ * built-in causal mask, window and sequence ends still apply).  Key
+ * blocks in neither list are never loaded.  Each key block should appear
+ * at most once in the two lists of a query block.
+ *
+ * Arrays are int32 in device memory, row-major:
+ *   kv_num [batch][heads][q_blocks]            partial key blocks per query block
+ *   kv_indices [batch][heads][q_blocks][kv_blocks]   their indices, first kv_num used
+ *   full_num, full_indices                     the same for full blocks (both NULL: none)
+ * batch is 1 (one mask for every batch index) or the problem's batch;
+ * heads 1 or the problem's heads_q.  q_blocks = ceil(seq_q / block_q),
+ * kv_blocks = ceil(seq_kv / block_kv).  Counts are clamped to 0..kv_blocks
+ * and an index outside 0..kv_blocks - 1 reads no keys: a bad array gives
+ * wrong results, never a read outside the tensors.
+ *
+ * block_q and block_kv are 64, 128 or 256 (FlexAttention's default is
+ * 128, 128).  The kernel's tiles must divide them: fj_attention_fwd picks
+ * such a variant, and a given variant whose tile_m does not divide
+ * block_q or whose tile_n does not divide block_kv is refused, naming
+ * both.
+ */
+typedef struct fj_block_mask {
+  int block_q, block_kv;
+  int batch, heads;
+  int q_blocks, kv_blocks;
+  const int32_t *kv_num;
+  const int32_t *kv_indices;
+  const int32_t *full_num;
+  const int32_t *full_indices;
+} fj_block_mask;
 
 /* Fills m with no expressions, no parameters, no window and no softcap.
  * m NULL: does nothing. */
@@ -591,6 +647,33 @@ FJ_API void fj_mods_init(fj_mods *m);
  * in fj_errmsg(NULL).  fj_problem_check makes this check for p->mods.
  */
 FJ_API fj_status fj_mods_check(const fj_mods *m);
+
+/*
+ * Block masks built by the library: fj_block_mask_build evaluates p's mask
+ * -- p->mods' mask expression with its parameters, the causal mask, the
+ * window and the sequence ends -- at every (query, key) pair on the GPU,
+ * one thread block per row of blocks, and keeps per block only whether
+ * it is empty, partial or full: the dense mask never exists.  The result
+ * (*out, whose arrays point into buf) serves every later call with the
+ * same shape, mask and parameters' values: every layer, every step.
+ *
+ * Its batch is 1 unless the mask expression reads b, and its heads 1
+ * unless it reads h or hkv, so that a mask the same for every head is
+ * built once.  block_q and block_kv: 64, 128 or 256.  The problem's
+ * other fields (tensors, dtypes) are not read; varlen and paged problems
+ * are refused.
+ *
+ * fj_block_mask_size: the device bytes the mask takes.
+ * fj_block_mask_build: fills buf (device memory of at least that size,
+ * 16-byte aligned) on stream, asynchronously like a kernel launch (so
+ * graph capturable), and *out at once.  Needs a GPU context.
+ */
+FJ_API fj_status fj_block_mask_size(fj_ctx *ctx, const fj_problem *p,
+                                    int block_q, int block_kv, size_t *bytes);
+FJ_API fj_status fj_block_mask_build(fj_ctx *ctx, const fj_problem *p,
+                                     int block_q, int block_kv, void *buf,
+                                     size_t bytes, fj_block_mask *out,
+                                     void *stream);
 
 #define FJ_SPLITS_MAX 256
 

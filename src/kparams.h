@@ -34,6 +34,13 @@ typedef struct fj_kparams {
   /* A dynamic walk of work tiles (the wgmma family's varlen kernels):
    * the counter the blocks claim tiles from, zeroed before each launch. */
   unsigned *work;
+  /* A block mask (fj_block_mask; NULL where absent): the counts and
+   * lists of batch b, head h start at query block b * bm_stride_b +
+   * h * bm_stride_h (0 for a dimension the mask broadcasts). */
+  const int32_t *bm_num, *bm_idx, *bm_full_num, *bm_full_idx;
+  int bm_stride_b, bm_stride_h, bm_q_blocks, bm_kv_blocks;
+  /* Attention sinks (fj_mods.sinks): [heads_q] logits, or NULL. */
+  const float *sinks;
 } fj_kparams;
 
 /* CUtensorMap: 128 opaque bytes, 64-byte aligned (cuda.h's own type is not

@@ -749,7 +749,7 @@ static fj_status check_rows(int row_begin, int row_end, int seq_q)
 /* The reference's view of p's modifications (parsed expressions). */
 static fj_status ref_mods_open(const fj_mods *m, ref_mods *rm)
 {
-  static const fj_mods none = {NULL, NULL, NULL, 0, -1, -1, 0.f};
+  static const fj_mods none = {NULL, NULL, NULL, 0, -1, -1, 0.f, NULL, NULL, 0};
   const char *texts[2] = {m ? m->score : NULL, m ? m->mask : NULL};
   fj_expr **trees[2] = {&rm->score, &rm->mask};
   memset(rm, 0, sizeof *rm);

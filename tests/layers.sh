@@ -13,7 +13,7 @@ layout
 variant
 tunedb plan
 attention
-tune cache_pack
+tune cache_pack block_mask
 lifecycle"
 src=$1
 fails=0

@@ -112,7 +112,15 @@ class ModParam(C.Structure):
 class Mods(C.Structure):
     _fields_ = [("score", C.c_char_p), ("mask", C.c_char_p), ("params", C.POINTER(ModParam)),
                 ("num_params", C.c_int), ("window_left", C.c_int), ("window_right", C.c_int),
-                ("softcap", C.c_float)]
+                ("softcap", C.c_float), ("sinks", C.c_void_p),
+                ("block_mask", C.c_void_p), ("checked", C.c_int)]
+
+
+class BlockMask(C.Structure):
+    _fields_ = [("block_q", C.c_int), ("block_kv", C.c_int), ("batch", C.c_int),
+                ("heads", C.c_int), ("q_blocks", C.c_int), ("kv_blocks", C.c_int),
+                ("kv_num", C.c_void_p), ("kv_indices", C.c_void_p),
+                ("full_num", C.c_void_p), ("full_indices", C.c_void_p)]
 
 
 class Plan(C.Structure):
@@ -173,7 +181,7 @@ CACHE_VISIT_FN = C.CFUNCTYPE(C.c_int, C.c_void_p, C.POINTER(CacheEntry))
 # The C name of each struct above, for the layout test.
 C_NAMES = {CtxOpts: "fj_ctx_opts", DeviceInfo: "fj_device_info", Variant: "fj_variant",
            Resources: "fj_resources", PrepareOpts: "fj_prepare_opts", Problem: "fj_problem",
-           ModParam: "fj_mod_param", Mods: "fj_mods", Plan: "fj_plan",
+           ModParam: "fj_mod_param", Mods: "fj_mods", BlockMask: "fj_block_mask", Plan: "fj_plan",
            TuneOpts: "fj_tune_opts", TuneReport: "fj_tune_report", TuneEntry: "fj_tune_entry",
            Lut: "fj_lut", CacheStats: "fj_cache_stats", CacheEntry: "fj_cache_entry",
            PrewarmReport: "fj_prewarm_report", CachePackReport: "fj_cache_pack_report"}
@@ -212,6 +220,8 @@ SIGNATURES = {
     "fj_kernel_prepare": (_I, [_VP, _P(Variant), _S, _P(PrepareOpts), _P(_I)]),
     "fj_mods_init": (None, [_P(Mods)]),
     "fj_mods_check": (_I, [_P(Mods)]),
+    "fj_block_mask_size": (_I, [_VP, _P(Problem), _I, _I, _P(_S)]),
+    "fj_block_mask_build": (_I, [_VP, _P(Problem), _I, _I, _VP, _S, _P(BlockMask), _VP]),
     "fj_problem_init": (None, [_P(Problem)] + [_I] * 8),
     "fj_problem_check": (_I, [_VP, _P(Problem)]),
     "fj_problem_check_lengths": (_I, [_P(Problem)]),
@@ -243,7 +253,7 @@ SIGNATURES = {
 
 
 # FJ_ABI_VERSION of the header these structs mirror.
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 
 def open_library(path):

@@ -35,8 +35,14 @@ struct Params {
   // A dynamic walk of work tiles (block.cuh's claim): the counter, zeroed
   // before each launch.
   unsigned *work;
+  // A block mask (fj_block_mask; NULL where absent): the counts and lists
+  // of batch b, head h start at query block b * bm_stride_b + h *
+  // bm_stride_h (0 for a dimension the mask broadcasts).
+  const int *bm_num, *bm_idx, *bm_full_num, *bm_full_idx;
+  int bm_stride_b, bm_stride_h, bm_q_blocks, bm_kv_blocks;
+  const float *sinks;       // attention sinks: [heads_q] logits, or NULL
 };
-static_assert(sizeof(Params) == 280, "host and device disagree on the parameter block");
+static_assert(sizeof(Params) == 336, "host and device disagree on the parameter block");
 
 typedef __nv_bfloat16 elem_t;
 typedef __nv_bfloat162 elem2_t;
