@@ -238,7 +238,7 @@ static fj_status plan_problem(fj_ctx *ctx, const fj_problem *p, fj_plan *plan)
    * or more (shorter walks gain less than the combine costs). */
   int tuned_split = v.split_kv;
   int long_kv = (p->seq_kv + v.tile_n - 1) / v.tile_n >= 16;
-  if (v.mma == FJ_MMA_SYNC &&
+  if (v.mma == FJ_MMA_SYNC && !fj__mods_blocks(p->mods) &&
       (p->splits >= 2 || (p->splits == 0 && (fj__decode_rows(p) || long_kv))))
     v.split_kv = 1;
   if ((st = fj__plan_fill(ctx, p, &v, &meta, plan)) != FJ_OK)
@@ -378,6 +378,8 @@ static fj_status check_pointers(const fj_ctx *ctx, const fj_problem *p,
     st = check_alignment(ctx, "v", v, p->v_stride, kv);
   if (st == FJ_OK)
     st = check_alignment(ctx, "o", o, p->o_stride, p->dtype);
+  if (st == FJ_OK)
+    st = fj__mods_check_blocks_data(ctx, p->mods);
   return st == FJ_OK ? fj__mods_check_data(ctx, p->mods) : st;
 }
 
@@ -399,10 +401,21 @@ static void fill_mods(fj_kparams *kp, const fj_problem *p)
     kp->softcap = m->softcap;
     kp->softcap_inv = 1.f / m->softcap;
   }
+  if (fj__mods_blocks(m)) {
+    const fj_block_mask *bm = m->block_mask;
+    kp->bm_num = bm->kv_num;
+    kp->bm_idx = bm->kv_indices;
+    kp->bm_full_num = bm->full_num;
+    kp->bm_full_idx = bm->full_indices;
+    kp->bm_stride_h = bm->heads > 1 ? bm->q_blocks : 0;
+    kp->bm_stride_b = bm->batch > 1 ? bm->heads * bm->q_blocks : 0;
+    kp->bm_q_blocks = bm->q_blocks;
+    kp->bm_kv_blocks = bm->kv_blocks;
+  }
 }
 
-static void fill_params(fj_kparams *kp, const fj_problem *p, const void *q,
-                        const void *k, const void *v, void *o, float *lse)
+void fj__fill_params(fj_kparams *kp, const fj_problem *p, const void *q,
+                     const void *k, const void *v, void *o, float *lse)
 {
   memset(kp, 0, sizeof *kp);
   kp->q = q;
@@ -677,7 +690,7 @@ static fj_status launch(fj_ctx *ctx, const fj_problem *p,
   if (fj__mods_args(p->mods, mod_args) > 0 && !kern->meta.tma)
     args[1] = mod_args;
   if (st == FJ_OK) {
-    fill_params(&kp, p, q, k, vp, o, lse);
+    fj__fill_params(&kp, p, q, k, vp, o, lse);
     if (plan.workspace_bytes)
       st = workspace(ctx, p, &plan, ws, ws_bytes, stream, &kp);
   }

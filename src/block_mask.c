@@ -1,24 +1,215 @@
 /*
- * block_mask.c -- block masks (fj_block_mask): their checks against a
- * problem and a kernel's tiles, and fj_block_mask_build, which evaluates a
- * problem's mask per block on the GPU (templates/block_mask.cu).
+ * block_mask.c -- fj_block_mask_build: a problem's mask (the user's mask
+ * expression with the causal mask, the window and the sequence ends)
+ * evaluated per block on the GPU by templates/block_mask.cu, which stores
+ * per query block the lists of partial and full key blocks that the
+ * attention kernels walk (fj_block_mask).  The checks of a block mask a
+ * caller passes are mods.c's.
  */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "flashjit.h"
 
-#include "ctx.h"
+#include "attention.h"
+#include "driver.h"
+#include "expr.h"
+#include "kernel.h"
+#include "mods.h"
+#include "util.h"
+
+/* The problem as the builder reads it: p without a block mask of its own
+ * (a mask is built from the expression, not from an older mask). */
+typedef struct bm_problem {
+  fj_problem p;
+  fj_mods mods;
+} bm_problem;
+
+/* The mask's batch and heads: 1 where its expression does not read b
+ * (respectively h or hkv), so that one list serves them all. */
+static fj_status mask_dims(const fj_ctx *ctx, const fj_problem *p, int *batch,
+                           int *heads)
+{
+  *batch = 1;
+  *heads = 1;
+  const fj_mods *m = p->mods;
+  if (!m || !m->mask || !m->mask[0])
+    return FJ_OK;
+  fj_expr_name names[FJ_MOD_NAMES_MAX];
+  int n = fj__mods_names(m, 0, names);
+  char err[512];
+  fj_expr *e = fj__expr_parse(m->mask, "mask", names, n, err, sizeof err);
+  if (!e)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "mods.%s", err);
+  /* Name indices 0, 1, 2: b, h, hkv (fj__mods_names). */
+  if (fj__expr_uses(e, 0))
+    *batch = p->batch;
+  if (fj__expr_uses(e, 1) || fj__expr_uses(e, 2))
+    *heads = p->heads_q;
+  fj__expr_free(e);
+  return FJ_OK;
+}
+
+static int block_size_ok(int n)
+{
+  return n == 64 || n == 128 || n == 256;
+}
+
+/* The shape of the mask: its dimensions and the bytes of its arrays. */
+typedef struct bm_shape {
+  int batch, heads, q_blocks, kv_blocks;
+  size_t rows;         /* batch x heads x q_blocks */
+  size_t idx_offset;   /* the index lists' first byte (16-aligned) */
+  size_t bytes;
+} bm_shape;
+
+static fj_status shape_of(fj_ctx *ctx, const char *fn, const fj_problem *p,
+                          int block_q, int block_kv, bm_problem *bp,
+                          bm_shape *s)
+{
+  if (!block_size_ok(block_q) || !block_size_ok(block_kv))
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s: block_%s %d is not a block size: 64, 128 or 256", fn,
+                    block_size_ok(block_q) ? "kv" : "q",
+                    block_size_ok(block_q) ? block_kv : block_q);
+  bp->p = *p;
+  if (p->mods) {
+    bp->mods = *p->mods;
+    bp->mods.block_mask = NULL;
+    bp->p.mods = &bp->mods;
+  }
+  fj_status st = fj_problem_check(ctx, &bp->p);
+  if (st != FJ_OK)
+    return st;
+  if (p->cu_seqlens_q || p->cu_seqlens_kv || p->seqused_kv || p->block_table)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "%s: a varlen or paged problem takes no block mask (its "
+                    "sequences are already block-diagonal)",
+                    fn);
+  if ((st = mask_dims(ctx, &bp->p, &s->batch, &s->heads)) != FJ_OK)
+    return st;
+  s->q_blocks = (p->seq_q + block_q - 1) / block_q;
+  s->kv_blocks = (p->seq_kv + block_kv - 1) / block_kv;
+  s->rows = (size_t)s->batch * (size_t)s->heads * (size_t)s->q_blocks;
+  s->idx_offset = (2 * s->rows * sizeof(int32_t) + 15) / 16 * 16;
+  s->bytes = s->idx_offset + 2 * s->rows * (size_t)s->kv_blocks * sizeof(int32_t);
+  return FJ_OK;
+}
 
 fj_status fj_block_mask_size(fj_ctx *ctx, const fj_problem *p, int block_q,
                              int block_kv, size_t *bytes)
 {
-  (void)p; (void)block_q; (void)block_kv; (void)bytes;
-  return fj__fail(ctx, FJ_ERR_UNSUPPORTED, "fj_block_mask_size: not built yet");
+  if (!ctx || !p || !bytes)
+    return fj__null_arg(ctx, "fj_block_mask_size",
+                        !ctx ? "ctx" : !p ? "p" : "bytes");
+  fj__clear_error(ctx);
+  bm_problem bp;
+  bm_shape s;
+  fj_status st = shape_of(ctx, "fj_block_mask_size", p, block_q, block_kv,
+                          &bp, &s);
+  if (st == FJ_OK)
+    *bytes = s.bytes;
+  return st;
 }
+
+/* The builder's kernel for the problem's mask form and the block sizes,
+ * built and loaded if needed; ctx->lock held, the CUDA context entered. */
+static fj_status builder(fj_ctx *ctx, const fj_problem *p, int block_q,
+                         int block_kv, void **fn)
+{
+  const fj_mods *m = p->mods;
+  char symbol[96], params[FJ_MOD_PARAMS_MAX * (FJ_MOD_NAME_MAX + 8) + 1];
+  int user = m && ((m->mask && m->mask[0]) || m->num_params > 0);
+  snprintf(symbol, sizeof symbol, "fj_block_mask_q%d_kv%d_%s%s%s%08x",
+           block_q, block_kv, fj_causal_name(p->causal),
+           fj__mods_window(m) ? "_win" : "", user ? "_x" : "",
+           user ? (unsigned)(fj__mods_hash(m) & 0xffffffffu) : 0u);
+  if (!user)  /* no hash: drop the zeros */
+    symbol[strlen(symbol) - 8] = 0;
+  fj__mods_param_list(m, params, sizeof params);
+  fj_param list[] = {
+      {"template", FJ_PARAM_STR, 0, "block_mask.cu", NULL},
+      {"symbol", FJ_PARAM_STR, 0, symbol, NULL},
+      {"arch", FJ_PARAM_STR, 0, ctx->arch, NULL},
+      {"sm", FJ_PARAM_INT, ctx->sm, NULL, NULL},
+      {"version", FJ_PARAM_STR, 0, fj_version(), NULL},
+      {"params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_kparams), NULL, NULL},
+      {"causal", FJ_PARAM_STR, 0, fj_causal_name(p->causal), NULL},
+      {"window", FJ_PARAM_BOOL, fj__mods_window(m), NULL, NULL},
+      {"mask_mod", FJ_PARAM_STR, 0, m && m->mask ? m->mask : "", NULL},
+      {"mod_params", FJ_PARAM_STR, 0, params, NULL},
+      {"block_q", FJ_PARAM_INT, block_q, NULL, NULL},
+      {"block_kv", FJ_PARAM_INT, block_kv, NULL, NULL},
+  };
+  fj_kernel *k;
+  fj_status st = fj__kernel_build(ctx, "block_mask.cu", list,
+                                  FJ_ARRAY_LEN(list), &k);
+  return st == FJ_OK ? fj__kernel_function(ctx, k, fn) : st;
+}
+
+/* templates/block_mask.cu's fj::MaskOut. */
+typedef struct bm_out {
+  uint64_t num, full_num, idx, full_idx;
+  int32_t kv_blocks, pad_;
+} bm_out;
 
 fj_status fj_block_mask_build(fj_ctx *ctx, const fj_problem *p, int block_q,
                               int block_kv, void *buf, size_t bytes,
                               fj_block_mask *out, void *stream)
 {
-  (void)p; (void)block_q; (void)block_kv; (void)buf; (void)bytes; (void)out;
-  (void)stream;
-  return fj__fail(ctx, FJ_ERR_UNSUPPORTED, "fj_block_mask_build: not built yet");
+  if (!ctx || !p || !buf || !out)
+    return fj__null_arg(ctx, "fj_block_mask_build",
+                        !ctx ? "ctx" : !p ? "p" : !buf ? "buf" : "out");
+  fj__clear_error(ctx);
+  bm_problem bp;
+  bm_shape s;
+  fj_status st = shape_of(ctx, "fj_block_mask_build", p, block_q, block_kv,
+                          &bp, &s);
+  if (st != FJ_OK)
+    return st;
+  if (bytes < s.bytes)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "fj_block_mask_build: bytes %zu is below the %zu the "
+                    "mask needs (fj_block_mask_size)",
+                    bytes, s.bytes);
+  if ((uintptr_t)buf % 16)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "fj_block_mask_build: buf %p is not 16-byte aligned", buf);
+  if ((st = fj__mods_check_data(ctx, bp.p.mods)) != FJ_OK)
+    return st;
+  if (!ctx->has_device)
+    return fj__fail(ctx, FJ_ERR_COMPILE_ONLY,
+                    "fj_block_mask_build: cannot launch on a compile-only "
+                    "context (arch %s)",
+                    ctx->arch);
+  unsigned char *base = buf;
+  int32_t *num = (int32_t *)base, *full_num = num + s.rows;
+  int32_t *idx = (int32_t *)(base + s.idx_offset);
+  int32_t *full_idx = idx + s.rows * (size_t)s.kv_blocks;
+  fj_kparams kp;
+  fj__fill_params(&kp, &bp.p, NULL, NULL, NULL, NULL, NULL);
+  bm_out o = {(uint64_t)(uintptr_t)num, (uint64_t)(uintptr_t)full_num,
+              (uint64_t)(uintptr_t)idx, (uint64_t)(uintptr_t)full_idx,
+              s.kv_blocks, 0};
+  unsigned char mod_args[FJ_MOD_ARGS_MAX];
+  void *args[3] = {&kp, &o, mod_args};
+  fj__mods_args(bp.p.mods, mod_args);
+  void *fn = NULL;
+  if ((st = fj__cu_enter(ctx)) != FJ_OK)
+    return st;
+  pthread_mutex_lock(&ctx->lock);
+  st = builder(ctx, &bp.p, block_q, block_kv, &fn);
+  pthread_mutex_unlock(&ctx->lock);
+  if (st == FJ_OK) {
+    fj_launch l = {fn, {(unsigned)s.q_blocks, (unsigned)s.heads, (unsigned)s.batch},
+                   {256, 1, 1}, 0, stream, args};
+    st = fj__cu_launch(ctx, &l);
+  }
+  fj__cu_leave(ctx);
+  if (st != FJ_OK)
+    return st;
+  *out = (fj_block_mask){block_q, block_kv, s.batch, s.heads, s.q_blocks,
+                         s.kv_blocks, num, idx, full_num, full_idx};
+  return FJ_OK;
 }

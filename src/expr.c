@@ -981,6 +981,15 @@ void fj__expr_free(fj_expr *e)
   free(e);
 }
 
+int fj__expr_uses(const fj_expr *e, int name)
+{
+  for (int i = 0; e && i < e->n; i++)
+    if ((e->nodes[i].op == OP_VAR || e->nodes[i].op == OP_TENSOR) &&
+        e->nodes[i].ref == name)
+      return 1;
+  return 0;
+}
+
 int fj__expr_is_int(const fj_expr *e)
 {
   return e ? e->nodes[e->root].is_int : 0;

@@ -75,6 +75,9 @@ fj_expr *fj__expr_parse(const char *text, const char *what,
                         size_t errsize);
 /* Frees a tree; NULL is a no-op. */
 void fj__expr_free(fj_expr *e);
+/* Whether the expression reads name index `name` (a variable or a
+ * parameter); NULL: 0. */
+int fj__expr_uses(const fj_expr *e, int name);
 /* The type of the expression's value: 1 int, 0 float (NULL: 0). */
 int fj__expr_is_int(const fj_expr *e);
 

@@ -78,9 +78,25 @@ int fj__mods_reads(const fj_mods *m)
   return count_reads(m, m->score) + count_reads(m, m->mask);
 }
 
+int fj__mods_blocks(const fj_mods *m)
+{
+  return m && m->block_mask;
+}
+
+int fj__mods_block_q(const fj_mods *m)
+{
+  return fj__mods_blocks(m) ? m->block_mask->block_q : 0;
+}
+
+int fj__mods_block_kv(const fj_mods *m)
+{
+  return fj__mods_blocks(m) ? m->block_mask->block_kv : 0;
+}
+
 int fj__mods_on(const fj_mods *m)
 {
-  return fj__mods_window(m) || fj__mods_softcap(m) || fj__mods_user(m);
+  return fj__mods_window(m) || fj__mods_softcap(m) || fj__mods_user(m) ||
+         fj__mods_blocks(m);
 }
 
 /* ---- names ---------------------------------------------------------------------- */
@@ -271,6 +287,83 @@ static fj_status check_expr(const fj_ctx *ctx, const fj_mods *m, int score)
   return FJ_OK;
 }
 
+static int block_size_ok(int n)
+{
+  return n == 64 || n == 128 || n == 256;
+}
+
+/* A block mask on its own: its sizes and pointers (fj__mods_check_blocks
+ * checks it against a problem). */
+static fj_status check_block_mask(const fj_ctx *ctx, const fj_block_mask *bm)
+{
+  if (!block_size_ok(bm->block_q) || !block_size_ok(bm->block_kv))
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.block_mask->block_%s %d is not a block size: 64, "
+                    "128 or 256",
+                    block_size_ok(bm->block_q) ? "kv" : "q",
+                    block_size_ok(bm->block_q) ? bm->block_kv : bm->block_q);
+  const int dims[4] = {bm->batch, bm->heads, bm->q_blocks, bm->kv_blocks};
+  static const char *const names[4] = {"batch", "heads", "q_blocks", "kv_blocks"};
+  for (int i = 0; i < 4; i++)
+    if (dims[i] < 1)
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                      "mods.block_mask->%s %d is below 1", names[i], dims[i]);
+  return FJ_OK;
+}
+
+fj_status fj__mods_check_blocks(const fj_ctx *ctx, const fj_mods *m,
+                                int batch, int heads_q, int seq_q, int seq_kv)
+{
+  if (!fj__mods_blocks(m))
+    return FJ_OK;
+  const fj_block_mask *bm = m->block_mask;
+  if (bm->batch != 1 && bm->batch != batch)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.block_mask->batch %d: 1 (one mask for every batch "
+                    "index) or the problem's batch %d",
+                    bm->batch, batch);
+  if (bm->heads != 1 && bm->heads != heads_q)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.block_mask->heads %d: 1 (one mask for every head) "
+                    "or the problem's heads_q %d",
+                    bm->heads, heads_q);
+  const int qb = (seq_q + bm->block_q - 1) / bm->block_q;
+  const int kb = (seq_kv + bm->block_kv - 1) / bm->block_kv;
+  if (bm->q_blocks != qb || bm->kv_blocks != kb)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.block_mask is %d x %d blocks of %d x %d; seq_q %d "
+                    "and seq_kv %d need %d x %d",
+                    bm->q_blocks, bm->kv_blocks, bm->block_q, bm->block_kv,
+                    seq_q, seq_kv, qb, kb);
+  return FJ_OK;
+}
+
+fj_status fj__mods_check_blocks_data(const fj_ctx *ctx, const fj_mods *m)
+{
+  if (!fj__mods_blocks(m))
+    return FJ_OK;
+  const fj_block_mask *bm = m->block_mask;
+  if (!bm->kv_num || !bm->kv_indices)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.block_mask->%s is NULL: the partial blocks' counts "
+                    "and indices are required",
+                    bm->kv_num ? "kv_indices" : "kv_num");
+  if (!bm->full_num != !bm->full_indices)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.block_mask->%s is NULL but %s is not: give both "
+                    "(full blocks) or neither",
+                    bm->full_num ? "full_indices" : "full_num",
+                    bm->full_num ? "full_num" : "full_indices");
+  const void *arr[4] = {bm->kv_num, bm->kv_indices, bm->full_num, bm->full_indices};
+  static const char *const names[4] = {"kv_num", "kv_indices", "full_num", "full_indices"};
+  for (int i = 0; i < 4; i++)
+    if ((uintptr_t)arr[i] % 4)
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                      "mods.block_mask->%s %p is not 4-byte aligned", names[i],
+                      arr[i]);
+  return FJ_OK;
+}
+
 static fj_status check_builtins(const fj_ctx *ctx, const fj_mods *m)
 {
   const int side[2] = {m->window_left, m->window_right};
@@ -292,6 +385,8 @@ fj_status fj__mods_check(const fj_ctx *ctx, const fj_mods *m)
   if (!m)
     return FJ_OK;
   fj_status st = check_builtins(ctx, m);
+  if (st == FJ_OK && m->block_mask)
+    st = check_block_mask(ctx, m->block_mask);
   if (st == FJ_OK)
     st = check_params(ctx, m);
   if (st == FJ_OK)
@@ -307,6 +402,8 @@ fj_status fj_mods_check(const fj_mods *m)
     return fj__null_arg(NULL, "fj_mods_check", "m");
   fj__clear_error(NULL);
   fj_status st = fj__mods_check(NULL, m);
+  if (st == FJ_OK)
+    st = fj__mods_check_blocks_data(NULL, m);
   return st == FJ_OK ? fj__mods_check_data(NULL, m) : st;
 }
 
@@ -338,7 +435,8 @@ uint64_t fj__mods_hash(const fj_mods *m)
 {
   if (!fj__mods_on(m))
     return 0;
-  const int flags[2] = {fj__mods_window(m), fj__mods_softcap(m)};
+  const int flags[4] = {fj__mods_window(m), fj__mods_softcap(m),
+                        fj__mods_block_q(m), fj__mods_block_kv(m)};
   uint64_t h = fj__hash64(flags, sizeof flags);
   h = fj__hash64_seed(text_of(m->score), strlen(text_of(m->score)) + 1, h);
   h = fj__hash64_seed(text_of(m->mask), strlen(text_of(m->mask)) + 1, h);
@@ -360,6 +458,8 @@ int fj__mods_same_form(const fj_mods *a, const fj_mods *b)
     return fj__mods_on(a) == fj__mods_on(b);
   if (fj__mods_window(a) != fj__mods_window(b) ||
       fj__mods_softcap(a) != fj__mods_softcap(b) ||
+      fj__mods_block_q(a) != fj__mods_block_q(b) ||
+      fj__mods_block_kv(a) != fj__mods_block_kv(b) ||
       strcmp(text_of(a->score), text_of(b->score)) ||
       strcmp(text_of(a->mask), text_of(b->mask)) ||
       a->num_params != b->num_params)

@@ -16,7 +16,11 @@
 int fj__mods_window(const fj_mods *m);   /* a window bounded on some side */
 int fj__mods_softcap(const fj_mods *m);  /* softcap > 0 */
 int fj__mods_user(const fj_mods *m);     /* an expression or a parameter */
-int fj__mods_on(const fj_mods *m);       /* any of the three */
+int fj__mods_blocks(const fj_mods *m);   /* a block mask */
+int fj__mods_on(const fj_mods *m);       /* any of the four */
+/* A block mask's block sizes (form), 0 without one. */
+int fj__mods_block_q(const fj_mods *m);
+int fj__mods_block_kv(const fj_mods *m);
 /* Reads of tensor parameters the expressions make (calls in their text):
  * each holds a load in flight per element. */
 int fj__mods_reads(const fj_mods *m);
@@ -26,6 +30,12 @@ int fj__mods_reads(const fj_mods *m);
  * fj__mods_check_data's, for launches and the reference. */
 fj_status fj__mods_check(const fj_ctx *ctx, const fj_mods *m);
 fj_status fj__mods_check_data(const fj_ctx *ctx, const fj_mods *m);
+/* A block mask against a problem's sizes (batch 1 or batch, heads 1 or
+ * heads_q, the block counts its sequences need), and its arrays (not NULL,
+ * full ones both or neither, aligned). */
+fj_status fj__mods_check_blocks(const fj_ctx *ctx, const fj_mods *m,
+                                int batch, int heads_q, int seq_q, int seq_kv);
+fj_status fj__mods_check_blocks_data(const fj_ctx *ctx, const fj_mods *m);
 
 /* A hash of the form (0 for mods that are off), and whether two mods have
  * the same form: the same kernel serves both. */

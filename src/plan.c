@@ -37,6 +37,9 @@ int fj__problem_paged(const fj_problem *p)
 
 int fj__decode_rows(const fj_problem *p)
 {
+  /* Block masks take neither GQA packing nor splits (yet). */
+  if (fj__mods_blocks(p->mods))
+    return 0;
   long rows = (long)p->seq_q * (p->heads_q / p->heads_kv);
   if (p->seq_q > 16 || rows > 128)
     return 0;
@@ -110,6 +113,16 @@ static void decode_choice(const fj_ctx *ctx, const fj_problem *p,
     v->tile_n = 32;
 }
 
+/* The largest power of two up to tile that divides block (a power of
+ * two): a tile size that walks a block mask's blocks whole. */
+static int fit_block(int tile, int block)
+{
+  int t = 16;
+  while (t * 2 <= tile && block % (t * 2) == 0)
+    t *= 2;
+  return t;
+}
+
 /* Whether the wgmma family can take the problem: sm_90a, head dims in
  * panels of 64, the same dtype for K/V, K/V not paged (the mma family's
  * for now), packed sequences with their totals (TMA must know where a
@@ -170,6 +183,16 @@ static void wgmma_choice(fj_variant *v)
    * bytes above these tiles. */
   if (fj__mods_reads(v->mods) >= 2)
     v->tile_n = d == 256 ? 48 : 64;
+  /* A block mask's blocks hold whole tiles: two consumer warpgroups (128
+   * rows) at head dim 64, and the largest power of two up to the tile
+   * above that divides its key blocks. */
+  if (fj__mods_blocks(v->mods)) {
+    if (fj__mods_block_q(v->mods) % v->tile_m) {
+      v->tile_m = 128;
+      v->warps = 12;
+    }
+    v->tile_n = fit_block(v->tile_n, fj__mods_block_kv(v->mods));
+  }
 }
 
 void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
@@ -210,6 +233,15 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
     else if (v->head_dim >= (fj__mods_user(p->mods) ? 96 : 160))
       v->tile_n = 32;
   }
+  /* A block mask's blocks hold whole tiles (64-row tiles for 64-row
+   * blocks: 16-row warps keep 4 warps). */
+  if (fj__mods_blocks(p->mods)) {
+    if (fj__mods_block_q(p->mods) % v->tile_m) {
+      v->tile_m = 64;
+      v->warps = 4;
+    }
+    v->tile_n = fit_block(v->tile_n, fj__mods_block_kv(p->mods));
+  }
 }
 
 void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
@@ -229,7 +261,8 @@ int fj__plan_class(const fj_ctx *ctx, const fj_problem *p)
          fj__decode_rows(p) << 2 | (p->splits >= 2) << 10 |
          fj__problem_varlen(p) << 11 | fj__problem_paged(p) << 12 |
          fj__mods_on(p->mods) << 13 | fj__mods_user(p->mods) << 14 |
-         fj__mods_softcap(p->mods) << 15 | (fj__mods_reads(p->mods) >= 2) << 16;
+         fj__mods_softcap(p->mods) << 15 | (fj__mods_reads(p->mods) >= 2) << 16 |
+         fj__mods_blocks(p->mods) << 17;
 }
 
 /* ---- splits, grids, workspace ------------------------------------------------------ */

@@ -453,6 +453,21 @@ static fj_status check_mods(const fj_ctx *ctx, const fj_problem *p)
                   "mods.window_right %d with causal %s: a causal mask hides "
                   "every key right of the diagonal; use window_right 0 or -1",
                   p->mods->window_right, fj_causal_name(p->causal));
+  if (st == FJ_OK && fj__mods_blocks(p->mods) &&
+      (p->cu_seqlens_q || p->cu_seqlens_kv || p->seqused_kv || p->block_table))
+    st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                  "mods.block_mask with %s is not implemented: block masks "
+                  "take dense problems (a varlen batch is already "
+                  "block-diagonal)",
+                  p->block_table ? "a paged K/V (block_table)" : "varlen "
+                  "sequences (cu_seqlens / seqused_kv)");
+  if (st == FJ_OK && fj__mods_blocks(p->mods) && p->splits > 1)
+    st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                  "splits %d with mods.block_mask is not implemented: 0 or 1",
+                  p->splits);
+  if (st == FJ_OK)
+    st = fj__mods_check_blocks(ctx, p->mods, p->batch, p->heads_q, p->seq_q,
+                               p->seq_kv);
   return st;
 }
 
@@ -577,8 +592,31 @@ static fj_expr_value eval_mod(const ref_head *h, const fj_expr *e, int score,
   return fj__expr_eval(e, &env);
 }
 
+/* A block mask's word on (row, j) (host arrays here): 0 when j's block
+ * is in neither list of row's query block, 1 in the partial list, 2 in the
+ * full one; counts clamped as the kernels clamp them. */
+static int ref_block(const ref_head *h, int row, int j)
+{
+  const fj_block_mask *bm = h->mods->m->block_mask;
+  int64_t r = ((int64_t)(bm->batch > 1 ? h->b : 0) * bm->heads +
+               (bm->heads > 1 ? h->hq : 0)) * bm->q_blocks + row / bm->block_q;
+  int kb = j / bm->block_kv, kvb = bm->kv_blocks;
+  const int32_t *num[2] = {bm->kv_num, bm->full_num};
+  const int32_t *idx[2] = {bm->kv_indices, bm->full_indices};
+  for (int f = 0; f < 2; f++) {
+    if (!num[f])
+      continue;
+    int n = num[f][r] < 0 ? 0 : num[f][r] > kvb ? kvb : num[f][r];
+    for (int i = 0; i < n; i++)
+      if (idx[f][r * kvb + i] == kb)
+        return f + 1;
+  }
+  return 0;
+}
+
 /* Whether row sees key j: the sequence end, the causal mask, the window
- * (their formulas), then the user's mask expression. */
+ * (their formulas), the block mask's lists, then the user's mask
+ * expression (not on a block the block mask lists as full). */
 static int ref_visible(const ref_head *h, int row, int j)
 {
   const ref_mods *rm = h->mods;
@@ -588,6 +626,9 @@ static int ref_visible(const ref_head *h, int row, int j)
   if (rm->window && ((rm->left >= 0 && j < diag - rm->left) ||
                      (rm->right >= 0 && j > diag + rm->right)))
     return 0;
+  int block = fj__mods_blocks(rm->m) ? ref_block(h, row, j) : 1;
+  if (block != 1)
+    return block == 2;
   if (rm->mask) {
     fj_expr_value k = eval_mod(h, rm->mask, 0, 0.f, row, j);
     return k.is_int ? k.i != 0 : k.f != 0.f;
@@ -795,6 +836,8 @@ static fj_status reference_check(const fj_problem *p, const void *q,
     st = check_mods(NULL, p);
   if (st == FJ_OK)
     st = fj__mods_check_data(NULL, p->mods);
+  if (st == FJ_OK)
+    st = fj__mods_check_blocks_data(NULL, p->mods);
   if (st == FJ_OK)
     st = check_rows(row_begin, row_end, p->seq_q);
   return st == FJ_OK ? fj__check_scales(NULL, p, k_scale, v_scale) : st;

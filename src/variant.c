@@ -80,20 +80,24 @@ fj_dtype fj__kv_dtype(const fj_variant *v)
   return v->kv_dtype ? v->kv_dtype : v->dtype;
 }
 
-/* The modifications' part of a name: "_win", "_cap", "_x" + a hash of the
- * user's expressions and parameters. */
+/* The modifications' part of a name: "_win", "_cap", "_bm" + a block
+ * mask's block sizes, "_x" + a hash of the user's expressions and
+ * parameters. */
 static void mods_suffix(const fj_mods *m, char *buf, size_t size)
 {
-  char user[16] = "";
+  char user[16] = "", blocks[24] = "";
   if (fj__mods_user(m))
     snprintf(user, sizeof user, "_x%08x", (unsigned)(fj__mods_hash(m) & 0xffffffffu));
-  snprintf(buf, size, "%s%s%s", fj__mods_window(m) ? "_win" : "",
-           fj__mods_softcap(m) ? "_cap" : "", user);
+  if (fj__mods_blocks(m))
+    snprintf(blocks, sizeof blocks, "_bm%dx%d", fj__mods_block_q(m),
+             fj__mods_block_kv(m));
+  snprintf(buf, size, "%s%s%s%s", fj__mods_window(m) ? "_win" : "",
+           fj__mods_softcap(m) ? "_cap" : "", blocks, user);
 }
 
 int fj_variant_name(const fj_variant *v, char *buf, size_t size)
 {
-  char kv[16] = "", mods[32];
+  char kv[16] = "", mods[64];
   if (!v)
     return -1;
   if (!buf)
@@ -343,6 +347,8 @@ static void add_mods(fj_vparams *o, const fj_mods *m)
   add(o, "score_mod", FJ_PARAM_STR, 0, m->score ? m->score : "", NULL);
   add(o, "mask_mod", FJ_PARAM_STR, 0, m->mask ? m->mask : "", NULL);
   add(o, "mod_params", FJ_PARAM_STR, 0, o->mod_params, NULL);
+  add(o, "block_q", FJ_PARAM_INT, fj__mods_block_q(m), NULL, NULL);
+  add(o, "block_kv", FJ_PARAM_INT, fj__mods_block_kv(m), NULL, NULL);
 }
 
 fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,

@@ -52,8 +52,12 @@
   -- split, a block's keys start at kv0 rather than 0.
   local mods = import("mods.lua").new{ score = score_mod, mask = mask_mod, params = mod_params,
                                        softcap = softcap }
-  local OFFSET = split_kv or window
   local D, BM, BN, W, S = head_dim, tile_m, tile_n, warps, stages
+  -- A caller's block mask lists each row tile's key tiles (block.cuh);
+  -- the mask expression applies only on its partial blocks' tiles.
+  local BMASK = (block_kv or 0) > 0 and { q = block_q, kv = block_kv } or nil
+  if BMASK then mods.mask_guard = "bm_part" end
+  local OFFSET = (split_kv or window) and not BMASK
   local THREADS = 32 * W
   local fp8 = kv_dtype == "e4m3"
   local function no(fmt, ...) refuse(fmt:format(...)) end
@@ -68,6 +72,12 @@
     no("tile_m %d with warps %d: each warp owns 16 or 32 rows, so tile_m is %d or %d", BM, W, 16 * W, 32 * W)
   end
   if S > 3 then no("stages %d is not implemented: 1, 2 or 3", S) end
+  if BMASK and (PACK or SPLIT or VL) then
+    no("a block mask with %s is not implemented: block masks take dense problems", PACK and "pack_gqa" or SPLIT and "split_kv" or "varlen or paged K/V")
+  end
+  if BMASK and (BMASK.q % BM ~= 0 or BMASK.kv % BN ~= 0) then
+    no("tile_m %d and tile_n %d must divide the block mask's blocks (%d query rows, %d keys)", BM, BN, BMASK.q, BMASK.kv)
+  end
   if fp8 and PAGED then
     no("kv_dtype e4m3 with paged K/V is not implemented: f16 or bf16 pages")
   end
@@ -150,7 +160,7 @@
   -- (kv0 on), the loads end at kv_rows.  KVROWS and N0 name what the walk
   -- uses.
   local KVROWS = OFFSET and "kv_rows" or LEN_KV
-  local N0 = OFFSET and ("kv0 + t * %d"):format(BN) or ("t * %d"):format(BN)
+  local N0 = BMASK and "fj::list_n0(bl, t)" or OFFSET and ("kv0 + t * %d"):format(BN) or ("t * %d"):format(BN)
 
   -- Where a row's output goes (epilogue_regs.cuh): the default (one head's
   -- rows of O, up to LEN_Q) unless rows are packed or the block writes
@@ -177,7 +187,7 @@
   end
 %}
 {{ include("common.cuh") }}
-{{ include("block.cuh", { BM = BM, PACK = PACK, SPLIT = SPLIT }) }}
+{{ include("block.cuh", { BM = BM, BN = BN, PACK = PACK, SPLIT = SPLIT, BMASK = BMASK }) }}
 {% if mods.any then %}
 {{ include("mods.cuh", { mods = mods, part = "decls" }) }}
 {% end %}
@@ -191,7 +201,7 @@
 __constant__ unsigned char fj_base_acc[32] = { {{ L.base_bytes(acc) }} };
 
 {{ include("mma_frag.cuh") }}
-{{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S, fp8 = fp8, PF = PF, PF_TPR = TPR }) }}
+{{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S, fp8 = fp8, PF = PF, PF_TPR = TPR, BMASK = BMASK }) }}
 
 namespace fj {
 // Two floats as the A-operand register of two 16-bit elements (the first low).
@@ -257,6 +267,13 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const unsigned sq_u = fj::smem_addr(s_q), sk_u = fj::smem_addr(s_k), sv_u = fj::smem_addr(s_v);
   (void)rm_off; (void)nm_off;
 
+{% if BMASK then %}
+  // The key tiles the caller's block mask lists for this row tile: its
+  // partial blocks, then its full ones.
+  const fj::BlockList bl = fj::block_list(p, blk);
+  ksrc.list = vsrc.list = bl;
+  const int ntiles = bl.n * {{ BMASK.kv // BN }};
+{% else %}
   // Keys this block can see: all of them, or up to its last row's diagonal{{ mrule.window and " or window, from the window's left side of its first row" or "" }}.
   const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
   const int t_first = {{ mrule.keys_begin("m0") }} / {{ BN }};
@@ -280,6 +297,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
 {% else %}
   const int ntiles = all_tiles;
+{% end %}
 {% end %}
 {% if SPLIT then %}
   const long long part0 = (long long)blk.split * p.batch * p.heads_q * p.seq_q;
@@ -416,6 +434,10 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   }
   for (int t = 0; t < ntiles; ++t) {
     const int n0 = {{ N0 }};
+{%   if BMASK then %}
+    const bool bm_part = fj::list_partial(bl, t);  // the mask expression applies
+    (void)bm_part;
+{%   end %}
     fj::cp_async_wait<{{ S - 2 }}>();  // g_t has landed
     __syncthreads();                    // ... for every thread; K(t), V(t - 1) are free
     {
@@ -450,6 +472,10 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 
   for (int t = 0; t < ntiles; ++t) {
     const int n0 = {{ N0 }};
+{%   if BMASK then %}
+    const bool bm_part = fj::list_partial(bl, t);  // the mask expression applies
+    (void)bm_part;
+{%   end %}
     fj::kv_ready(s_k, s_v, ksrc, vsrc, {{ KVROWS }}, t, ntiles{{ PF and ", kv_pages" or "" }});
     const unsigned kt = sk_u + (t % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
     // Masks only where a key is past the end or above some row's diagonal.

@@ -44,6 +44,14 @@
   local mods = import("mods.lua").new{ score = score_mod, mask = mask_mod, params = mod_params,
                                        softcap = softcap }
   local D, BM, BN, S = head_dim, tile_m, tile_n, stages
+  -- A caller's block mask lists each row tile's key tiles (block.cuh);
+  -- the mask expression applies only on its partial blocks' tiles.
+  local BMASK = (block_kv or 0) > 0 and { q = block_q, kv = block_kv } or nil
+  if BMASK then mods.mask_guard = "bm_part" end
+  -- The first key of key tile t (an expression) of a work tile.
+  local function N0(t)
+    return BMASK and ("fj::list_n0(bl, %s)"):format(t) or ("(t_first + %s) * %d"):format(t, BN)
+  end
   local C = warps // 4 - 1          -- consumer warpgroups
   local THREADS = 32 * warps
   local PANELS = D // 64
@@ -74,6 +82,10 @@
     no("tile_n %d: the wgmma family needs a multiple of 16 up to 256 (wgmma's N)", BN)
   end
   if S < 2 or S > 4 then no("stages %d: the wgmma family takes 2, 3 or 4", S) end
+  if BMASK and VL then no("a block mask with varlen is not implemented: block masks take dense problems") end
+  if BMASK and (BMASK.q % BM ~= 0 or BMASK.kv % BN ~= 0) then
+    no("tile_m %d and tile_n %d must divide the block mask's blocks (%d query rows, %d keys)", BM, BN, BMASK.q, BMASK.kv)
+  end
   if paged or pack_gqa or split_kv then
     no("%s is the mma family's (mma mma): the wgmma family takes varlen", paged and "paged" or pack_gqa and "pack_gqa" or "split_kv")
   end
@@ -151,15 +163,21 @@
         const unsigned kq = (unsigned)k++;
 {%   end %}
         const int m0 = blk.m0;
+{%   if BMASK then %}
+        // The key tiles the caller's block mask lists: partial blocks, then full ones.
+        const fj::BlockList bl = fj::block_list(p, blk);
+        const int ntiles = bl.n * {{ BMASK.kv // BN }};
+{%   else %}
         // Keys this block can see: all of them, or up to its last row's diagonal{{ mrule.window and " or window, from the window's left side of its first row" or "" }}.
         const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
         const int t_first = {{ mrule.keys_begin("m0") }} / {{ BN }};
         const int ntiles = n_end > t_first * {{ BN }} ? (n_end - t_first * {{ BN }} + {{ BN - 1 }}) / {{ BN }} : 0;
+{%   end %}
 {%
   end
 %}
 {{ include("common.cuh") }}
-{{ include("block.cuh", { BM = BM, DYNAMIC = DYNAMIC }) }}
+{{ include("block.cuh", { BM = BM, BN = BN, DYNAMIC = DYNAMIC, BMASK = BMASK }) }}
 {% if mods.any then %}
 {{ include("mods.cuh", { mods = mods, part = "decls" }) }}
 {% end %}
@@ -306,12 +324,12 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
           fj::mbar_expect(FJ_FULL_K(slot), {{ BN * D * 2 }}u);
 #pragma unroll
           for (int pn = 0; pn < {{ PANELS }}; ++pn)
-            fj::tma_load4(sk + slot * {{ KV_SLOT }} + pn * {{ KV_PANEL }}, mk, FJ_FULL_K(slot), pn * 64, kv_row + (t_first + t) * {{ BN }}, blk.hk, kv_b);
+            fj::tma_load4(sk + slot * {{ KV_SLOT }} + pn * {{ KV_PANEL }}, mk, FJ_FULL_K(slot), pn * 64, kv_row + {{ N0("t") }}, blk.hk, kv_b);
           fj::mbar_wait(FJ_EMPTY_V(slot), ph ^ 1u);
           fj::mbar_expect(FJ_FULL_V(slot), {{ BN * D * 2 }}u);
 #pragma unroll
           for (int pn = 0; pn < {{ PANELS }}; ++pn)
-            fj::tma_load4(sv + slot * {{ KV_SLOT }} + pn * {{ KV_PANEL }}, mv, FJ_FULL_V(slot), pn * 64, kv_row + (t_first + t) * {{ BN }}, blk.hk, kv_b);
+            fj::tma_load4(sv + slot * {{ KV_SLOT }} + pn * {{ KV_PANEL }}, mv, FJ_FULL_V(slot), pn * 64, kv_row + {{ N0("t") }}, blk.hk, kv_b);
         }
       }
     }
@@ -384,10 +402,14 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       for (int i = 0; i < 8; ++i) fj::wg_hold({{ name }}[j][i]);
 {%
   end
-  -- The online softmax of S for the tile at n0; rescale: O now, or
+  -- The online softmax of S for key tile t (at n0); rescale: O now, or
   -- (false) the factors kept in alpha for after the pending P V.
-  local function softmax(rescale)
+  local function softmax(t, rescale)
 %}
+{%   if BMASK then %}
+    const bool bm_part = fj::list_partial(bl, {{ t }});  // the mask expression applies
+    (void)bm_part;
+{%   end %}
     const bool need_mask = {{ mrule.tile_partial("n0", BN, "m0 + cw * 64", "m0 + cw * 64 + 63") }};
 {{ include("softmax_regs.cuh", with(frag, {
      NJ = BN // 16, mask = "branch",
@@ -440,7 +462,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% release("q_empty") %}
   } else {
     // Tile 0: S, the softmax, P.
-    const int n0 = t_first * {{ BN }};
+    const int n0 = {{ N0("0") }};
     const unsigned slot = it % {{ S }}u;
     fj::mbar_wait(FJ_FULL_K(slot), (it / {{ S }}u) & 1u);
     FJ_TURN_TAKE();
@@ -452,11 +474,11 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     if (ntiles == 1) {
 {% release("q_empty") %}
     }
-{% softmax(true) %}
+{% softmax("0", true) %}
 {% pack() %}
   }
   for (int t = 1; t < ntiles; ++t) {
-    const int n0 = (t_first + t) * {{ BN }};
+    const int n0 = {{ N0("t") }};
     const unsigned cur = it + t, prev = cur - 1;
     const unsigned slot = cur % {{ S }}u, pslot = prev % {{ S }}u;
     // S(t) and O += P(t - 1) V(t - 1) in flight together; the softmax of
@@ -474,7 +496,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% release("q_empty") %}
     }
     float alpha[{{ NC }}];
-{% softmax(false) %}
+{% softmax("t", false) %}
     fj::wg_wait<0>();
 {% hold("o", D // 16) %}
 {% release("FJ_EMPTY_V(pslot)") %}

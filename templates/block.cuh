@@ -5,12 +5,13 @@
   which see the most keys) start first.  A persistent grid (one block per
   multiprocessor) walks the same work tiles in pairs of equal causal work
   (tile_of).  Under GQA query head h reads KV head h / group.  Parameters:
-  BM, the query rows one block covers; PACK (GQA packing: grid y counts KV
+  BM, the query rows one block covers (BN, the keys of a key tile); PACK (GQA packing: grid y counts KV
   heads, and blk.h is the first of the KV head's query heads); SPLIT
   (split-KV: p.splits consecutive blocks share a row tile, blk.split
   telling which key range is theirs); DYNAMIC (a persistent grid whose
   blocks claim work tiles from a counter: varlen, where sequences of
-  unequal lengths make a static walk uneven).
+  unequal lengths make a static walk uneven); BMASK ({ q = block_q, kv =
+  block_kv }: a caller's block mask gives each row tile its key tiles).
 #}
 namespace fj {
 
@@ -104,6 +105,42 @@ __device__ __forceinline__ int claim(const Params &p) {
     w = (int)atomicAdd(p.work, 1u);
   }
   return -1;
+}
+
+{% end %}
+{% if BMASK then %}
+// A caller's block mask (fj_block_mask) for one row tile: the partial key
+// blocks of its query block, then the full ones, each block of
+// {{ BMASK.kv }} keys walked as {{ BMASK.kv // BN }} key tile(s) of {{ BN }}.  Counts are clamped
+// to the key blocks, and an index outside them becomes the block just past
+// the last (keys past the sequence: loaded as zeros and masked), so a bad
+// array never moves a load outside the tensors.
+struct BlockList {
+  const int *part, *full;
+  int np, n, kvb;  // partial entries, all entries, key blocks
+};
+
+__device__ __forceinline__ BlockList block_list(const Params &p, const Block &blk) {
+  BlockList l;
+  const long long row = (long long)blk.b * p.bm_stride_b + (long long)blk.h * p.bm_stride_h + blk.m0 / {{ BMASK.q }};
+  l.kvb = p.bm_kv_blocks;
+  l.np = min(max(__ldg(p.bm_num + row), 0), l.kvb);
+  l.n = l.np + (p.bm_full_num ? min(max(__ldg(p.bm_full_num + row), 0), l.kvb) : 0);
+  l.part = p.bm_idx + row * l.kvb;
+  l.full = p.bm_full_idx ? p.bm_full_idx + row * l.kvb : l.part;
+  return l;
+}
+
+// The first key of key tile t of the list.
+__device__ __forceinline__ int list_n0(const BlockList &l, int t) {
+  const int e = t / {{ BMASK.kv // BN }};
+  const unsigned i = (unsigned)(e < l.np ? __ldg(l.part + e) : __ldg(l.full + (e - l.np)));
+  return (i < (unsigned)l.kvb ? (int)i : l.kvb) * {{ BMASK.kv }} + t % {{ BMASK.kv // BN }} * {{ BN }};
+}
+
+// Whether key tile t is of a partial block (the mask expression applies).
+__device__ __forceinline__ bool list_partial(const BlockList &l, int t) {
+  return t / {{ BMASK.kv // BN }} < l.np;
 }
 
 {% end %}

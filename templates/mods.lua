@@ -14,6 +14,9 @@
 --   mods.apply(lv, q, h, kv)   the statements for one element: lv becomes
 --                          the score function of lv * qk_scale, or -inf
 --                          where the mask expression is false
+--   mods.mask_guard        nil, or a C bool the family sets (a block mask:
+--                          whether the tile is of a partial block) outside
+--                          which the mask expression is skipped
 --   mods.qk_scale(base), mods.sl2   the family's scale of the scores into the
 --                          score function, and the softmax's log2 scale
 --
@@ -74,8 +77,8 @@ function M.new(o)
         lv, lv, B, h, HKV, q, kv, MA)
     end
     if R.mask then
-      out[#out + 1] = ("if (!fj_mask_mod(%s, %s, %s, %s, %s%s)) %s = FJ_NEG_INF;"):format(
-        B, h, HKV, q, kv, MA, lv)
+      out[#out + 1] = ("if (%s!fj_mask_mod(%s, %s, %s, %s, %s%s)) %s = FJ_NEG_INF;"):format(
+        R.mask_guard and R.mask_guard .. " && " or "", B, h, HKV, q, kv, MA, lv)
     end
     return table.concat(out, " ")
   end

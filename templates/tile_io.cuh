@@ -5,7 +5,8 @@
     XM      the XOR mask of the "xor" swizzle (chunk c of row r is stored at
             c ^ (r & XM)),
     THREADS the block's threads, S the stages (> 1: cp.async), fp8 (K/V in
-            e4m3, dequantised as they load), PF (paged K/V on the plain
+            e4m3, dequantised as they load), BMASK (key tile t is tile t
+            of a block mask's list, KvSrc.list: block.cuh), PF (paged K/V on the plain
             ring: page numbers read a tile ahead, shared by K and V;
             PF_TPR threads copy a row).
   A tile row holds head_dim elements, head_dim / 8 chunks of 16 bytes.
@@ -157,6 +158,9 @@ struct KvSrc {
     return base + page * page_stride + (long long)(key & ((1 << shift) - 1)) * stride;
   }
 {% end %}
+{% if BMASK then %}
+  BlockList list;     // the row tile's key tiles (a block mask)
+{% end %}
 };
 {% if paged then %}
 
@@ -236,7 +240,7 @@ __device__ __forceinline__ void ring_load(elem_t *ring, const KvSrc &src, int t,
 {% if paged then %}
   load_tile_paged<{{ tile_n }}>(ring + (t % {{ S }}) * {{ tile_n * LD }}, src, t * {{ tile_n }}, rows);
 {% else %}
-  {{ fp8 and "load_tile_fp8" or "load_tile" }}<{{ tile_n }}>(ring + (t % {{ S }}) * {{ tile_n * LD }}, src.base, src.stride, t * {{ tile_n }}, rows);
+  {{ fp8 and "load_tile_fp8" or "load_tile" }}<{{ tile_n }}>(ring + (t % {{ S }}) * {{ tile_n * LD }}, src.base, src.stride, {{ BMASK and "list_n0(src.list, t)" or ("t * " .. tile_n) }}, rows);
 {% end %}
 }
 
