@@ -114,15 +114,18 @@ fj_status fj_block_mask_size(fj_ctx *ctx, const fj_problem *p, int block_q,
 }
 
 /* The builder's kernel for the problem's mask form and the block sizes,
- * built and loaded if needed; ctx->lock held, the CUDA context entered. */
+ * compiled or fetched from the caches (no GPU needed); ctx->lock held. */
 static fj_status builder(fj_ctx *ctx, const fj_problem *p, int block_q,
-                         int block_kv, void **fn)
+                         int block_kv, fj_kernel **k)
 {
   const fj_mods *m = p->mods;
   char symbol[96], params[FJ_MOD_PARAMS_MAX * (FJ_MOD_NAME_MAX + 8) + 1];
   int user = m && ((m->mask && m->mask[0]) || m->num_params > 0);
   snprintf(symbol, sizeof symbol, "fj_block_mask_q%d_kv%d_%s%s%s%08x",
-           block_q, block_kv, fj_causal_name(p->causal),
+           block_q, block_kv,
+           p->causal == FJ_CAUSAL_TOP_LEFT      ? "tl"
+           : p->causal == FJ_CAUSAL_BOTTOM_RIGHT ? "br"
+                                                 : "nc",
            fj__mods_window(m) ? "_win" : "", user ? "_x" : "",
            user ? (unsigned)(fj__mods_hash(m) & 0xffffffffu) : 0u);
   if (!user)  /* no hash: drop the zeros */
@@ -135,6 +138,7 @@ static fj_status builder(fj_ctx *ctx, const fj_problem *p, int block_q,
       {"sm", FJ_PARAM_INT, ctx->sm, NULL, NULL},
       {"version", FJ_PARAM_STR, 0, fj_version(), NULL},
       {"params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_kparams), NULL, NULL},
+      {"dtype", FJ_PARAM_STR, 0, "f16", NULL},  /* common.cuh's; no tensor is read */
       {"causal", FJ_PARAM_STR, 0, fj_causal_name(p->causal), NULL},
       {"window", FJ_PARAM_BOOL, fj__mods_window(m), NULL, NULL},
       {"mask_mod", FJ_PARAM_STR, 0, m && m->mask ? m->mask : "", NULL},
@@ -142,10 +146,7 @@ static fj_status builder(fj_ctx *ctx, const fj_problem *p, int block_q,
       {"block_q", FJ_PARAM_INT, block_q, NULL, NULL},
       {"block_kv", FJ_PARAM_INT, block_kv, NULL, NULL},
   };
-  fj_kernel *k;
-  fj_status st = fj__kernel_build(ctx, "block_mask.cu", list,
-                                  FJ_ARRAY_LEN(list), &k);
-  return st == FJ_OK ? fj__kernel_function(ctx, k, fn) : st;
+  return fj__kernel_build(ctx, "block_mask.cu", list, FJ_ARRAY_LEN(list), k);
 }
 
 /* templates/block_mask.cu's fj::MaskOut. */
@@ -178,11 +179,19 @@ fj_status fj_block_mask_build(fj_ctx *ctx, const fj_problem *p, int block_q,
                     "fj_block_mask_build: buf %p is not 16-byte aligned", buf);
   if ((st = fj__mods_check_data(ctx, bp.p.mods)) != FJ_OK)
     return st;
+  /* Compiled first: a compile-only context checks the expression's kernel
+   * (FJ_ERR_COMPILE with NVRTC's message) before it refuses to launch. */
+  fj_kernel *kern;
+  pthread_mutex_lock(&ctx->lock);
+  st = builder(ctx, &bp.p, block_q, block_kv, &kern);
+  pthread_mutex_unlock(&ctx->lock);
+  if (st != FJ_OK)
+    return st;
   if (!ctx->has_device)
     return fj__fail(ctx, FJ_ERR_COMPILE_ONLY,
-                    "fj_block_mask_build: cannot launch on a compile-only "
-                    "context (arch %s)",
-                    ctx->arch);
+                    "fj_block_mask_build: the mask's kernel %s compiled; "
+                    "cannot launch it on a compile-only context (arch %s)",
+                    kern->meta.symbol, ctx->arch);
   unsigned char *base = buf;
   int32_t *num = (int32_t *)base, *full_num = num + s.rows;
   int32_t *idx = (int32_t *)(base + s.idx_offset);
@@ -199,7 +208,7 @@ fj_status fj_block_mask_build(fj_ctx *ctx, const fj_problem *p, int block_q,
   if ((st = fj__cu_enter(ctx)) != FJ_OK)
     return st;
   pthread_mutex_lock(&ctx->lock);
-  st = builder(ctx, &bp.p, block_q, block_kv, &fn);
+  st = fj__kernel_function(ctx, kern, &fn);
   pthread_mutex_unlock(&ctx->lock);
   if (st == FJ_OK) {
     fj_launch l = {fn, {(unsigned)s.q_blocks, (unsigned)s.heads, (unsigned)s.batch},

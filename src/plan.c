@@ -249,9 +249,10 @@ void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
   fj__heuristic_sync(ctx, p, v);
   /* Problems too small to give every multiprocessor a 128-row block keep
    * the mma family's 64-row blocks; decode shapes and asked-for splits
-   * keep its packing and split-KV. */
+   * keep its packing and split-KV; block masks of 64-row blocks its
+   * 64-row tiles. */
   if (wgmma_fits(ctx, p) && !few_blocks(ctx, p) && !fj__decode_rows(p) &&
-      p->splits < 2)
+      p->splits < 2 && fj__mods_block_q(p->mods) != 64)
     wgmma_choice(v);
 }
 
@@ -262,7 +263,7 @@ int fj__plan_class(const fj_ctx *ctx, const fj_problem *p)
          fj__problem_varlen(p) << 11 | fj__problem_paged(p) << 12 |
          fj__mods_on(p->mods) << 13 | fj__mods_user(p->mods) << 14 |
          fj__mods_softcap(p->mods) << 15 | (fj__mods_reads(p->mods) >= 2) << 16 |
-         fj__mods_blocks(p->mods) << 17;
+         fj__mods_block_q(p->mods) / 64 << 17 | fj__mods_block_kv(p->mods) / 64 << 20;
 }
 
 /* ---- splits, grids, workspace ------------------------------------------------------ */

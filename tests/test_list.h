@@ -109,6 +109,12 @@ TEST(gpu_mods_user, gpu)
 TEST(gpu_mods_decode, gpu)
 TEST(gpu_mods_varlen, gpu)
 TEST(gpu_sanitize_mods, gpu)
+/* block_mask.c, block masks */
+TEST(block_mask_refusals, cpu)
+TEST(block_mask_size, cpu)
+TEST(block_mask_reference, cpu)
+TEST(block_mask_compile, cpu)
+TEST(gpu_block_mask, gpu)
 /* cache packs: prewarm, export, import (test_cache.c) */
 TEST(cache_pack_round_trip, cpu)
 TEST(cache_pack_refusals, cpu)
