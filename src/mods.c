@@ -35,6 +35,11 @@ int fj__mods_softcap(const fj_mods *m)
   return m && m->softcap > 0.f;
 }
 
+int fj__mods_sinks(const fj_mods *m)
+{
+  return m && m->sinks;
+}
+
 int fj__mods_user(const fj_mods *m)
 {
   return m && (has_text(m->score) || has_text(m->mask) || m->num_params > 0);
@@ -80,7 +85,8 @@ int fj__mods_reads(const fj_mods *m)
 
 int fj__mods_on(const fj_mods *m)
 {
-  return fj__mods_window(m) || fj__mods_softcap(m) || fj__mods_user(m);
+  return fj__mods_window(m) || fj__mods_softcap(m) || fj__mods_user(m) ||
+         fj__mods_sinks(m);
 }
 
 /* ---- names ---------------------------------------------------------------------- */
@@ -208,6 +214,13 @@ static fj_status check_tensor(const fj_ctx *ctx, const fj_mod_param *p, int i)
 
 fj_status fj__mods_check_data(const fj_ctx *ctx, const fj_mods *m)
 {
+  /* The sinks are float32s: a pointer that is not 4-byte aligned cannot
+   * be one (what it points to, and that it has heads_q of them, cannot be
+   * checked). */
+  if (m && (uintptr_t)m->sinks % 4)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.sinks %p is not 4-byte aligned: float32 [heads_q]",
+                    (const void *)m->sinks);
   for (int i = 0; m && i < m->num_params; i++) {
     const fj_mod_param *p = &m->params[i];
     size_t align = p->type == FJ_MOD_F32 || p->type == FJ_MOD_I32 ? 4 : 2;
@@ -349,6 +362,10 @@ uint64_t fj__mods_hash(const fj_mods *m)
     h = fj__hash64_seed(name, strlen(name) + 1, h);
     h = fj__hash64_seed(tr, sizeof tr, h);
   }
+  /* Sinks on add a piece (off add none, so that the hashes -- and the
+   * "_x" names -- of mods without sinks are what they were). */
+  if (fj__mods_sinks(m))
+    h = fj__hash64_seed("sinks", 6, h);
   return h ? h : 1;
 }
 
@@ -360,6 +377,7 @@ int fj__mods_same_form(const fj_mods *a, const fj_mods *b)
     return fj__mods_on(a) == fj__mods_on(b);
   if (fj__mods_window(a) != fj__mods_window(b) ||
       fj__mods_softcap(a) != fj__mods_softcap(b) ||
+      fj__mods_sinks(a) != fj__mods_sinks(b) ||
       strcmp(text_of(a->score), text_of(b->score)) ||
       strcmp(text_of(a->mask), text_of(b->mask)) ||
       a->num_params != b->num_params)

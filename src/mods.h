@@ -16,7 +16,8 @@
 int fj__mods_window(const fj_mods *m);   /* a window bounded on some side */
 int fj__mods_softcap(const fj_mods *m);  /* softcap > 0 */
 int fj__mods_user(const fj_mods *m);     /* an expression or a parameter */
-int fj__mods_on(const fj_mods *m);       /* any of the three */
+int fj__mods_sinks(const fj_mods *m);    /* sinks != NULL */
+int fj__mods_on(const fj_mods *m);       /* any of the four */
 /* Reads of tensor parameters the expressions make (calls in their text):
  * each holds a load in flight per element. */
 int fj__mods_reads(const fj_mods *m);
