@@ -40,11 +40,12 @@ typedef struct fj_pick {
   fj_kmeta meta;    /* what v's template said of its kernel */
   fj_choice from;
 } fj_pick;
-/* The split-KV combine kernels, by head dim, dtype and varlen. */
+/* The split-KV combine kernels, by head dim, dtype, varlen and sinks. */
 typedef struct fj_hot_combine {
   int head_dim;
   fj_dtype dtype;
   int varlen;
+  int sinks;
   void *function;
 } fj_hot_combine;
 
@@ -327,7 +328,7 @@ static fj_status check_match(const fj_ctx *ctx, const fj_problem *p,
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "variant's modifications (%s) are not the problem's (%s): "
                     "a variant takes the expressions, parameters' names, "
-                    "types and ranks, window and softcap of its problem "
+                    "types and ranks, window, softcap and sinks of its problem "
                     "(fj_attention_variant sets them)",
                     fj__mods_on(v->mods) ? "on" : "none",
                     fj__mods_on(p->mods) ? "on" : "none");
@@ -412,6 +413,9 @@ static void fill_mods(fj_kparams *kp, const fj_problem *p)
     kp->bm_q_blocks = bm->q_blocks;
     kp->bm_kv_blocks = bm->kv_blocks;
   }
+  /* The sinks: read by the epilogue of a one-kernel variant, by the
+   * combine of a split one (never by the partial kernels). */
+  kp->sinks = fj__mods_sinks(m) ? m->sinks : NULL;
 }
 
 void fj__fill_params(fj_kparams *kp, const fj_problem *p, const void *q,
@@ -488,8 +492,10 @@ static fj_status ready_kernel(fj_ctx *ctx, const fj_variant *v,
 fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
 {
   char symbol[64];
-  snprintf(symbol, sizeof symbol, "fj_combine_d%d_%s%s", v->head_dim,
-           fj_dtype_name(v->dtype), v->varlen ? "_vl" : "");
+  int sinks = fj__mods_sinks(v->mods);
+  snprintf(symbol, sizeof symbol, "fj_combine_d%d_%s%s%s", v->head_dim,
+           fj_dtype_name(v->dtype), v->varlen ? "_vl" : "",
+           sinks ? "_sink" : "");
   fj_param params[] = {
       {"template", FJ_PARAM_STR, 0, "combine.cu", NULL},
       {"symbol", FJ_PARAM_STR, 0, symbol, NULL},
@@ -500,6 +506,7 @@ fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
       {"head_dim", FJ_PARAM_INT, v->head_dim, NULL, NULL},
       {"dtype", FJ_PARAM_STR, 0, fj_dtype_name(v->dtype), NULL},
       {"varlen", FJ_PARAM_BOOL, v->varlen, NULL, NULL},
+      {"sinks", FJ_PARAM_BOOL, sinks, NULL, NULL},
   };
   return fj__kernel_build(ctx, "combine.cu", params, FJ_ARRAY_LEN(params), k);
 }
@@ -511,7 +518,8 @@ static fj_status ready_combine(fj_ctx *ctx, const fj_variant *v, void **fn)
   fj_dispatch *d = dispatch(ctx);
   for (int i = 0; d && i < d->ncombine; i++)
     if (d->combine[i].head_dim == v->head_dim &&
-        d->combine[i].dtype == v->dtype && d->combine[i].varlen == v->varlen) {
+        d->combine[i].dtype == v->dtype && d->combine[i].varlen == v->varlen &&
+        d->combine[i].sinks == fj__mods_sinks(v->mods)) {
       *fn = d->combine[i].function;
       return FJ_OK;
     }
@@ -525,6 +533,7 @@ static fj_status ready_combine(fj_ctx *ctx, const fj_variant *v, void **fn)
     h->head_dim = v->head_dim;
     h->dtype = v->dtype;
     h->varlen = v->varlen;
+    h->sinks = fj__mods_sinks(v->mods);
     h->function = *fn;
   }
   return st;

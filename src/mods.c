@@ -35,6 +35,11 @@ int fj__mods_softcap(const fj_mods *m)
   return m && m->softcap > 0.f;
 }
 
+int fj__mods_sinks(const fj_mods *m)
+{
+  return m && m->sinks;
+}
+
 int fj__mods_user(const fj_mods *m)
 {
   return m && (has_text(m->score) || has_text(m->mask) || m->num_params > 0);
@@ -96,7 +101,7 @@ int fj__mods_block_kv(const fj_mods *m)
 int fj__mods_on(const fj_mods *m)
 {
   return fj__mods_window(m) || fj__mods_softcap(m) || fj__mods_user(m) ||
-         fj__mods_blocks(m);
+         fj__mods_blocks(m) || fj__mods_sinks(m);
 }
 
 /* ---- names ---------------------------------------------------------------------- */
@@ -224,6 +229,13 @@ static fj_status check_tensor(const fj_ctx *ctx, const fj_mod_param *p, int i)
 
 fj_status fj__mods_check_data(const fj_ctx *ctx, const fj_mods *m)
 {
+  /* The sinks are float32s: a pointer that is not 4-byte aligned cannot
+   * be one (what it points to, and that it has heads_q of them, cannot be
+   * checked). */
+  if (m && (uintptr_t)m->sinks % 4)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.sinks %p is not 4-byte aligned: float32 [heads_q]",
+                    (const void *)m->sinks);
   for (int i = 0; m && i < m->num_params; i++) {
     const fj_mod_param *p = &m->params[i];
     size_t align = p->type == FJ_MOD_F32 || p->type == FJ_MOD_I32 ? 4 : 2;
@@ -435,8 +447,7 @@ uint64_t fj__mods_hash(const fj_mods *m)
 {
   if (!fj__mods_on(m))
     return 0;
-  const int flags[4] = {fj__mods_window(m), fj__mods_softcap(m),
-                        fj__mods_block_q(m), fj__mods_block_kv(m)};
+  const int flags[2] = {fj__mods_window(m), fj__mods_softcap(m)};
   uint64_t h = fj__hash64(flags, sizeof flags);
   h = fj__hash64_seed(text_of(m->score), strlen(text_of(m->score)) + 1, h);
   h = fj__hash64_seed(text_of(m->mask), strlen(text_of(m->mask)) + 1, h);
@@ -446,6 +457,15 @@ uint64_t fj__mods_hash(const fj_mods *m)
     const char *name = p->name ? p->name : "";
     h = fj__hash64_seed(name, strlen(name) + 1, h);
     h = fj__hash64_seed(tr, sizeof tr, h);
+  }
+  /* Sinks and block masks add a piece each when on (none when off, so
+   * that the hashes -- and the "_x" names -- of mods without them are what
+   * they were). */
+  if (fj__mods_sinks(m))
+    h = fj__hash64_seed("sinks", 6, h);
+  if (fj__mods_blocks(m)) {
+    const int blocks[2] = {fj__mods_block_q(m), fj__mods_block_kv(m)};
+    h = fj__hash64_seed(blocks, sizeof blocks, h);
   }
   return h ? h : 1;
 }
@@ -460,6 +480,7 @@ int fj__mods_same_form(const fj_mods *a, const fj_mods *b)
       fj__mods_softcap(a) != fj__mods_softcap(b) ||
       fj__mods_block_q(a) != fj__mods_block_q(b) ||
       fj__mods_block_kv(a) != fj__mods_block_kv(b) ||
+      fj__mods_sinks(a) != fj__mods_sinks(b) ||
       strcmp(text_of(a->score), text_of(b->score)) ||
       strcmp(text_of(a->mask), text_of(b->mask)) ||
       a->num_params != b->num_params)

@@ -17,7 +17,8 @@ int fj__mods_window(const fj_mods *m);   /* a window bounded on some side */
 int fj__mods_softcap(const fj_mods *m);  /* softcap > 0 */
 int fj__mods_user(const fj_mods *m);     /* an expression or a parameter */
 int fj__mods_blocks(const fj_mods *m);   /* a block mask */
-int fj__mods_on(const fj_mods *m);       /* any of the four */
+int fj__mods_sinks(const fj_mods *m);    /* sinks != NULL */
+int fj__mods_on(const fj_mods *m);       /* any of the five */
 /* A block mask's block sizes (form), 0 without one. */
 int fj__mods_block_q(const fj_mods *m);
 int fj__mods_block_kv(const fj_mods *m);

@@ -526,6 +526,7 @@ typedef struct ref_head {
   int len_kv, causal_off;     /* this sequence's keys and mask offset */
   double kscale, vscale;
   fj_dtype kv;
+  double sink;                /* this head's sink logit; -inf: none */
 } ref_head;
 
 static double elem(fj_dtype d, const void *base, int64_t i)
@@ -670,8 +671,21 @@ static void ref_row(const ref_head *h, int row, double scale, double *s,
     s[j] = ref_score(h, row, j, acc * h->kscale * scale);
     mx = s[j] > mx ? s[j] : mx;
   }
+  /* A sink joins the denominator with no value row: it takes part in the
+   * max (so that exp cannot overflow) and adds exp(sink - mx) to the sum
+   * below.  A row that sees no key then gets O = 0 and LSE = the sink. */
+  const double sink = h->sink;
+  if (isnan(sink)) {  /* as the kernels: NaN in, NaN out */
+    for (int e = 0; e < d; e++)
+      out[e] = NAN;
+    if (lse)
+      *lse = NAN;
+    return;
+  }
+  if (sink > mx)
+    mx = sink;
   memset(out, 0, sizeof *out * (size_t)d);
-  double sum = 0;
+  double sum = sink == -HUGE_VAL ? 0.0 : sink == mx ? 1.0 : exp(sink - mx);
   for (int j = 0; j <= last && mx > -HUGE_VAL; j++) {
     if (s[j] == -HUGE_VAL)
       continue;
@@ -894,7 +908,8 @@ fj_status fj_reference_fwd(const fj_problem *p, const void *q, const void *k,
                                    : NULL,
                     len_kv, bottom_right ? len_kv - len_q : 0,
                     kv == FJ_E4M3 ? (double)k_scale[b * p->heads_kv + hk] : 1.0,
-                    kv == FJ_E4M3 ? (double)v_scale[b * p->heads_kv + hk] : 1.0, kv};
+                    kv == FJ_E4M3 ? (double)v_scale[b * p->heads_kv + hk] : 1.0, kv,
+                    fj__mods_sinks(p->mods) ? (double)p->mods->sinks[hq] : -HUGE_VAL};
       size_t base = ((size_t)b * (size_t)p->heads_q + (size_t)hq) * (size_t)rows;
       for (int r = 0; r < rows; r++) {
         double *o = out + (base + (size_t)r) * (size_t)p->head_dim;

@@ -82,7 +82,7 @@ fj_dtype fj__kv_dtype(const fj_variant *v)
 
 /* The modifications' part of a name: "_win", "_cap", "_bm" + a block
  * mask's block sizes, "_x" + a hash of the user's expressions and
- * parameters. */
+ * parameters, "_sink". */
 static void mods_suffix(const fj_mods *m, char *buf, size_t size)
 {
   char user[16] = "", blocks[24] = "";
@@ -91,8 +91,9 @@ static void mods_suffix(const fj_mods *m, char *buf, size_t size)
   if (fj__mods_blocks(m))
     snprintf(blocks, sizeof blocks, "_bm%dx%d", fj__mods_block_q(m),
              fj__mods_block_kv(m));
-  snprintf(buf, size, "%s%s%s%s", fj__mods_window(m) ? "_win" : "",
-           fj__mods_softcap(m) ? "_cap" : "", blocks, user);
+  snprintf(buf, size, "%s%s%s%s%s", fj__mods_window(m) ? "_win" : "",
+           fj__mods_softcap(m) ? "_cap" : "", blocks, user,
+           fj__mods_sinks(m) ? "_sink" : "");
 }
 
 int fj_variant_name(const fj_variant *v, char *buf, size_t size)
@@ -243,6 +244,10 @@ static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
   const char *axis = v->pack_gqa ? "pack_gqa" : v->split_kv ? "split_kv"
                      : v->varlen && v->mma != FJ_MMA_WGMMA ? "varlen"
                      : v->paged ? "paged" : NULL;
+  if (fj__mods_sinks(v->mods) && v->mma == FJ_MMA_WMMA)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "mods.sinks (attention sinks) are implemented for mma mma "
+                    "and mma wgmma; this variant is mma wmma");
   if (fj__mods_on(v->mods) && v->mma == FJ_MMA_WMMA)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "mods (window, softcap, score and mask expressions) are "
@@ -344,6 +349,7 @@ static void add_mods(fj_vparams *o, const fj_mods *m)
   fj__mods_param_list(m, o->mod_params, sizeof o->mod_params);
   add(o, "window", FJ_PARAM_BOOL, fj__mods_window(m), NULL, NULL);
   add(o, "softcap", FJ_PARAM_BOOL, fj__mods_softcap(m), NULL, NULL);
+  add(o, "sinks", FJ_PARAM_BOOL, fj__mods_sinks(m), NULL, NULL);
   add(o, "score_mod", FJ_PARAM_STR, 0, m->score ? m->score : "", NULL);
   add(o, "mask_mod", FJ_PARAM_STR, 0, m->mask ? m->mask : "", NULL);
   add(o, "mod_params", FJ_PARAM_STR, 0, o->mod_params, NULL);

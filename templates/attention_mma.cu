@@ -26,6 +26,10 @@
   tiles and write O / l and the log-sum-exp as float32 partials
   (p.o_part, p.lse_part), which combine.cu merges.
 
+  Attention sinks (mods.sinks) enter at the end: the epilogue adds each
+  row's sink, of its own query head (head(r): packed rows differ), to the
+  row's denominator; split partials leave it to the combine.
+
   Two axes serve batches of unequal sequences.  varlen: each block reads
   its sequence's lengths and first rows (fj::seq_of) and returns at once
   past its end; the mask uses the sequence's own lengths.  paged: key rows
@@ -51,7 +55,7 @@
   -- The problem's score and mask functions (mods.lua); with a window or a
   -- split, a block's keys start at kv0 rather than 0.
   local mods = import("mods.lua").new{ score = score_mod, mask = mask_mod, params = mod_params,
-                                       softcap = softcap }
+                                       softcap = softcap, sinks = sinks }
   local D, BM, BN, W, S = head_dim, tile_m, tile_n, warps, stages
   -- A caller's block mask lists each row tile's key tiles (block.cuh);
   -- the mask expression applies only on its partial blocks' tiles.
@@ -502,6 +506,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
 {{ include("epilogue_regs.cuh", with(frag, {
      ND = D // 16, out_scale = fp8 and "v_scale" or "1.f", out = out, rows_end = LEN_Q,
+     sinks = mods.sinks and not SPLIT,
      O = function(mi, d, i) return ("o[%s][%s][%d]"):format(mi, d, i) end })) }}
 }
 {% if mods.any then %}

@@ -42,7 +42,7 @@
                                        VL and { q = "len_q", kv = "len_kv", off = "causal_off" } or nil,
                                        window)
   local mods = import("mods.lua").new{ score = score_mod, mask = mask_mod, params = mod_params,
-                                       softcap = softcap }
+                                       softcap = softcap, sinks = sinks }
   local D, BM, BN, S = head_dim, tile_m, tile_n, stages
   -- A caller's block mask lists each row tile's key tiles (block.cuh);
   -- the mask expression applies only on its partial blocks' tiles.
@@ -525,6 +525,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h){{ VL and " + seq.q_row0 * p.o_stride[2]" or "" }};
 {{ include("epilogue_regs.cuh", with(frag, {
      ND = D // 16, out_scale = "1.f", rows_end = VL and "len_q" or nil,
+     sinks = mods.sinks,
      O = function(mi, d, i) return ("o[%s][%d]"):format(d, i) end })) }}
   }
   }

@@ -9,8 +9,12 @@
   range that saw no key (lse_s = -inf) adds nothing; a row no range saw
   gets O = 0 and LSE -inf, as the one-kernel path gives.  For varlen
   problems (varlen) a row past its sequence's end is no row: skipped, and
-  O's rows start at the sequence's first.
-  Parameters: head_dim, dtype, varlen, symbol.
+  O's rows start at the sequence's first.  With attention sinks (sinks),
+  the row's head's sink joins here, once (the partials leave it out):
+    lse = log(exp(sink[h]) + sum_s exp(lse_s)),
+  so that the weights exp(lse_s - lse) sum to less than 1; a row no range
+  saw gets O = 0 and LSE = the sink.
+  Parameters: head_dim, dtype, varlen, sinks, symbol.
 #}
 {%
   local D = head_dim
@@ -50,11 +54,22 @@ extern "C" __global__ void __launch_bounds__({{ 32 * ROWS }})
   float mx = FJ_NEG_INF;
   for (int s = lane; s < p.splits; s += 32) mx = fmaxf(mx, lse_s[s * rows]);
   mx = fj::warp_max(mx);
+{% if sinks then %}
+  // The sink takes part in the max (no overflow) and adds its own term
+  // (0 for a -inf sink; a NaN sink makes the row NaN).
+  const float sink = p.sinks[h], mk = mx;
+  mx = fmaxf(mx, sink);
+{% end %}
   float sum = 0.f;
   if (mx != FJ_NEG_INF)
     for (int s = lane; s < p.splits; s += 32) sum += expf(lse_s[s * rows] - mx);
   sum = fj::warp_sum(sum);
+{% if sinks then %}
+  sum += sink >= mk ? (sink == FJ_NEG_INF ? 0.f : 1.f) : expf(sink - mx);
+  const float lse = !(sum <= 0.f) ? mx + logf(sum) : FJ_NEG_INF;
+{% else %}
   const float lse = sum > 0.f ? mx + logf(sum) : FJ_NEG_INF;
+{% end %}
 
   float acc[{{ PER }}];
 #pragma unroll

@@ -15,6 +15,15 @@
   expression: valid(r) (C bool), ptr(r) (the row's first element), lse(r)
   (the lvalue of its log-sum-exp), f32 (write float32, not elem_t) and
   lse_always (no `if (p.lse)`).
+  sinks (C: the family's head(r), the query head of a row): each row's
+  sink p.sinks[head(row)] joins its denominator (fj_mods.sinks).  The sink
+  is a natural-units logit; the row's max in base-2 units is b = m * sl2,
+  so the sink's term is 2^(sink log2(e) - b) in the units of l.  Both are
+  taken relative to M = max(b, sink log2(e)) so that nothing overflows:
+    l' = l 2^(b - M) + 2^(sink log2(e) - M),  O = O 2^(b - M) / l',
+    LSE = (M + log2(l')) ln(2).
+  A row that saw no key (b = -inf, l = 0) gets O = 0 and LSE = the sink.
+  Split-KV partials never pass it: the combine adds the sink once.
 #}
 {%
   local NC, L = #rows.classes, import("lut.lua")
@@ -39,7 +48,20 @@
 {%   for _, x in ipairs(rows.masks) do %}
     l{{ c }} += __shfl_xor_sync(0xffffffffu, l{{ c }}, {{ x }});
 {%   end %}
+{%   if sinks then %}
+    // The sink of this row's head, in base-2 units, against the row max
+    // (-inf for a row that saw no key; a -inf sink adds 0, +inf gives O =
+    // 0 and LSE +inf, a NaN sink NaN).
+    const float sk{{ c }} = p.sinks[{{ head(("%s + %d"):format(row0("mi"), rows.classes[c].drow)) }}] * 1.44269504089f;
+    const float mb{{ c }} = {{ m("mi", c) }} == FJ_NEG_INF ? FJ_NEG_INF : {{ m("mi", c) }} * {{ sl2 }};
+    const float mt{{ c }} = fmaxf(mb{{ c }}, sk{{ c }});
+    const float mz{{ c }} = mt{{ c }} == FJ_NEG_INF ? 0.f : mt{{ c }};
+    const float a{{ c }} = fj::fast_exp2(mb{{ c }} - mz{{ c }});
+    l{{ c }} = l{{ c }} * a{{ c }} + (sk{{ c }} >= mb{{ c }} ? (sk{{ c }} == FJ_NEG_INF ? 0.f : 1.f) : fj::fast_exp2(sk{{ c }} - mz{{ c }}));
+    const float inv{{ c }} = !(l{{ c }} <= 0.f) ? {{ out_scale }} * a{{ c }} / l{{ c }} : 0.f;
+{%   else %}
     const float inv{{ c }} = l{{ c }} > 0.f ? {{ out_scale }} / l{{ c }} : 0.f;
+{%   end %}
 {% end %}
 #pragma unroll
     for (int d = 0; d < {{ ND }}; ++d) {
@@ -64,8 +86,12 @@
       {
         const int row = {{ row0("mi") }} + {{ rows.classes[c].drow }};
         if (lane == leader && {{ out.valid("row") }})
+{%   if sinks then %}
+          {{ out.lse("row") }} = !(l{{ c }} <= 0.f) ? (mz{{ c }} + __log2f(l{{ c }})) * 0.69314718056f : FJ_NEG_INF;
+{%   else %}
           {{ out.lse("row") }} =
               l{{ c }} > 0.f ? ({{ m("mi", c) }} * {{ sl2 }} + __log2f(l{{ c }})) * 0.69314718056f : FJ_NEG_INF;
+{%   end %}
       }
 {% end %}
     }

@@ -5,6 +5,7 @@
 --
 --   local mods = import("mods.lua").new{ score = score_mod, mask = mask_mod,
 --                                        params = mod_params, softcap = softcap,
+--                                        sinks = sinks,
 --                                        b = "blk.b", hkv = "blk.hk" }
 --   mods.score             a score function runs (an expression or softcap)
 --   mods.mask              a mask expression runs
@@ -19,6 +20,9 @@
 --                          which the mask expression is skipped
 --   mods.qk_scale(base), mods.sl2   the family's scale of the scores into the
 --                          score function, and the softmax's log2 scale
+--   mods.sinks             attention sinks are on: no element work; the
+--                          epilogue (or split-KV's combine) adds p.sinks[h]
+--                          to each row's denominator
 --
 -- The expressions arrive checked (src/expr.c's parser accepted them and
 -- nothing else); mods.cuh pastes them, each after a #line naming it, so
@@ -45,6 +49,7 @@ function M.new(o)
   R.score_text = (o.score and o.score ~= "") and o.score or nil
   R.mask_text = (o.mask and o.mask ~= "") and o.mask or nil
   R.softcap = o.softcap and true or false
+  R.sinks = o.sinks and true or false
   R.params = param_list(o.params)
   R.score = R.score_text ~= nil or R.softcap
   R.mask = R.mask_text ~= nil

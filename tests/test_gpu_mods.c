@@ -7,7 +7,10 @@
  * ends, document ids, masks that hide whole rows, whole tiles and all tiles
  * but one, integer arithmetic and ternaries -- on the library's choice (the
  * wgmma family on sm_90a prefill) and on the mma family, prefill and decode
- * (GQA packing, split-KV).  Outputs are poisoned before each launch.
+ * (GQA packing, split-KV).  Attention sinks (per-head logits in the
+ * denominator) on both families, with rows that see no key (O 0, LSE the
+ * sink), GQA-packed decode and split-KV decode whose later splits have no
+ * keys.  Outputs are poisoned before each launch.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +26,7 @@
 typedef struct twin {
   fj_mod_param host[FJ_MOD_PARAMS_MAX], dev[FJ_MOD_PARAMS_MAX];
   void *buf[FJ_MOD_PARAMS_MAX];
+  void *sinks;  /* the device copy of hm.sinks */
   fj_mods hm, dm;
 } twin;
 
@@ -73,7 +77,23 @@ static void twin_free(twin *w)
 {
   for (int i = 0; i < FJ_MOD_PARAMS_MAX; i++)
     cudaFree(w->buf[i]);
+  cudaFree(w->sinks);
 }
+
+/* Sinks: host (the reference's) and a device copy (the kernel's) of n. */
+static int twin_sinks(twin *w, const float *host, int n)
+{
+  size_t bytes = (size_t)n * sizeof *host;
+  if (cudaMalloc(&w->sinks, bytes) != cudaSuccess ||
+      cudaMemcpy(w->sinks, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess)
+    return 1;
+  w->hm.sinks = host;
+  w->dm.sinks = w->sinks;
+  return 0;
+}
+
+/* The problem's splits for the cases that follow (0: the library's). */
+static int case_splits;
 
 /* The mma family's variant for p (on sm_90a the library would pick the
  * wgmma family for prefill): 8 warps over 128 rows, 2 stages. */
@@ -108,6 +128,7 @@ static int run_mod_case(fj_ctx *ctx, const mod_case *mc, twin *w, uint64_t *seed
     memset(&c, 0, sizeof c);
     fj_problem_init(&c.p, mc->b, mc->hq, mc->hkv, mc->sq, mc->skv, mc->d, mc->dt, FJ_BHSD);
     c.p.causal = mc->causal;
+    c.p.splits = case_splits;
     c.p.mods = &w->dm;
     c.host_mods = &w->hm;
     c.input_scale = mc->input_scale;
@@ -275,6 +296,101 @@ int test_gpu_mods_decode(void)
     bad |= run_mod_case(ctx, &dec, &w, &seed);
     twin_free(&w);
   }
+  fjt_gpu_print_worst();
+  fj_ctx_destroy(ctx);
+  return bad;
+}
+
+/* Sinks per head, from -3 to 4.5 in steps of 0.5 (beside scores of size
+ * about 1, and x30: from negligible to dominant). */
+static void sink_values(float *sinks, int n)
+{
+  for (int h = 0; h < n; h++)
+    sinks[h] = -3.f + 0.5f * (float)(h % 16);
+}
+
+static int sink_case(fj_ctx *ctx, const mod_case *mc, const char *mask,
+                     uint64_t *seed)
+{
+  float sinks[64];
+  twin w;
+  sink_values(sinks, mc->hq);
+  twin_init(&w, NULL, mask);
+  int bad = twin_sinks(&w, sinks, mc->hq);
+  if (!bad)
+    bad = run_mod_case(ctx, mc, &w, seed);
+  twin_free(&w);
+  return bad;
+}
+
+/* Attention sinks: prefill on the library's choice (large enough for the
+ * wgmma family on sm_90a, which must then be the one) and on the mma
+ * family; rows and tiles that see no key; with the softcap and a window;
+ * decode GQA-packed with and without splits, the splits outnumbering the
+ * key tiles (later splits see no key: the combine still adds each sink
+ * once). */
+int test_gpu_mods_sinks(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  uint64_t seed = 123;
+  int bad = 0;
+  const mod_case pre = {"sinks", 2, 16, 16, 1100, 1100, 128, FJ_BF16, FJ_CAUSAL_NONE, 1};
+  if (strcmp(fj_ctx_arch(ctx), "sm_90a") == 0) {
+    fj_problem p;
+    fj_plan plan;
+    fj_mods m;
+    static const float one[16];
+    fj_mods_init(&m);
+    m.sinks = one;
+    fj_problem_init(&p, pre.b, pre.hq, pre.hkv, pre.sq, pre.skv, pre.d, pre.dt, FJ_BHSD);
+    p.mods = &m;
+    CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+    CHECK(plan.variant.mma == FJ_MMA_WGMMA);
+  }
+  bad |= sink_case(ctx, &pre, NULL, &seed);
+  const mod_case br = {"sinks causal x30", 2, 16, 4, 1100, 1300, 128, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 30};
+  bad |= sink_case(ctx, &br, NULL, &seed);
+  const mod_case d64 = {"sinks d64", 1, 8, 8, 333, 517, 64, FJ_BF16, FJ_CAUSAL_NONE, 1};
+  bad |= sink_case(ctx, &d64, NULL, &seed);
+  /* Rows that see no key (q % 5 == 2), a tile that sees none, every row. */
+  static const char *const masks[] = {"q % 5 != 2", "kv / 64 != 1", "false"};
+  for (int i = 0; i < 3; i++)
+    bad |= sink_case(ctx, &d64, masks[i], &seed);
+  const mod_case mk = {"sinks masked rows", 2, 16, 16, 1100, 1100, 128, FJ_BF16, FJ_CAUSAL_TOP_LEFT, 1};
+  bad |= sink_case(ctx, &mk, masks[0], &seed);
+  /* With the softcap and a window (the softcap folds into sl2). */
+  {
+    float sinks[16];
+    twin w;
+    const mod_case sc = {"sinks+softcap+window", 1, 16, 4, 1000, 1000, 128, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 30};
+    sink_values(sinks, 16);
+    twin_init(&w, NULL, NULL);
+    w.hm.softcap = w.dm.softcap = 30.f;
+    w.hm.window_left = w.dm.window_left = 333;
+    bad |= twin_sinks(&w, sinks, 16) || run_mod_case(ctx, &sc, &w, &seed);
+    twin_free(&w);
+  }
+  /* Decode: GQA 4:1 packed (each packed row's own head's sink), one
+   * kernel and split: 3 splits, and 16 splits over 5 key tiles. */
+  static const int splits[] = {1, 0, 3, 16};
+  static const int sqs[] = {1, 4};
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 2; j++) {
+      const mod_case dec = {i == 3 ? "sinks decode, empty splits" : "sinks decode",
+                            2, 32, 8, sqs[j], i == 3 ? 300 : 4096, 128, FJ_BF16,
+                            FJ_CAUSAL_BOTTOM_RIGHT, 1};
+      case_splits = splits[i];
+      bad |= sink_case(ctx, &dec, NULL, &seed);
+    }
+  /* A decode whose rows see no key, split: O 0 and LSE the sink from the
+   * combine alone. */
+  const mod_case none = {"sinks decode masked", 1, 32, 8, 1, 700, 128, FJ_BF16, FJ_CAUSAL_NONE, 1};
+  case_splits = 4;
+  bad |= sink_case(ctx, &none, "false", &seed);
+  case_splits = 0;
   fjt_gpu_print_worst();
   fj_ctx_destroy(ctx);
   return bad;

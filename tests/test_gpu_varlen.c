@@ -373,20 +373,32 @@ static int vl_run(fj_ctx *ctx, vl_case *c, const char *what)
 }
 
 /* One case from its lengths, with modifications (NULL: none). */
-static int vl_case_mods(fj_ctx *ctx, int n, const int *lq, const int *lkv, int hq,
-                        int hkv, int d, fj_dtype dt, fj_causal m, int ps,
-                        int splits, const fj_mods *mods, uint64_t *s,
-                        const char *what)
+/* With modifications: dev the kernel's (device tensors), host the
+ * reference's. */
+static int vl_case_mods2(fj_ctx *ctx, int n, const int *lq, const int *lkv, int hq,
+                         int hkv, int d, fj_dtype dt, fj_causal m, int ps,
+                         int splits, const fj_mods *dev, const fj_mods *host,
+                         uint64_t *s, const char *what)
 {
   vl_case c;
   int failed = vl_setup(&c, n, lq, lkv, hq, hkv, d, dt, m, ps, splits, s);
-  c.p.mods = c.hp.mods = mods;
+  c.p.mods = dev;
+  c.hp.mods = host;
   if (failed)
     fprintf(stderr, "%s: setup failed\n", what);
   else
     failed = vl_run(ctx, &c, what);
   vl_free(&c);
   return failed;
+}
+
+static int vl_case_mods(fj_ctx *ctx, int n, const int *lq, const int *lkv, int hq,
+                        int hkv, int d, fj_dtype dt, fj_causal m, int ps,
+                        int splits, const fj_mods *mods, uint64_t *s,
+                        const char *what)
+{
+  return vl_case_mods2(ctx, n, lq, lkv, hq, hkv, d, dt, m, ps, splits, mods,
+                       mods, s, what);
 }
 
 static int vl_case_run(fj_ctx *ctx, int n, const int *lq, const int *lkv, int hq,
@@ -521,6 +533,49 @@ int test_gpu_mods_varlen(void)
   failed += vl_case_mods(ctx, 5, pre, kv, 16, 16, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 0, 0, &u, &s, "varlen user");
   failed += vl_case_mods(ctx, 4, one, kd, 16, 2, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 16, 0, &u, &s, "paged decode user");
   failed += vl_case_mods(ctx, 4, one, kd, 16, 2, 128, FJ_BF16, FJ_CAUSAL_NONE, 64, 5, &w, &s, "paged split window+softcap");
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
+/* Attention sinks on varlen and paged batches: sequences with no keys
+ * (their rows: O 0, LSE the sink) and with no queries, the mma family's
+ * varlen prefill, the wgmma family's (the totals given), paged decode
+ * packed and split (5 splits over sequences of 1 to 4096 keys). */
+int test_gpu_sinks_varlen(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  uint64_t s = 4242;
+  float sinks[16];
+  void *dsinks = NULL;
+  for (int h = 0; h < 16; h++)
+    sinks[h] = -2.f + 0.375f * (float)h;
+  CHECK(cudaMalloc(&dsinks, sizeof sinks) == cudaSuccess);
+  CHECK(cudaMemcpy(dsinks, sinks, sizeof sinks, cudaMemcpyHostToDevice) == cudaSuccess);
+  fj_mods hm, dm;
+  fj_mods_init(&hm);
+  hm.sinks = sinks;
+  dm = hm;
+  dm.sinks = dsinks;
+  static const int q2[5] = {1, 16, 0, 300, 4}, k2[5] = {4097, 17, 5, 100, 0};
+  static const int pre[5] = {17, 0, 1000, 1, 700}, kv[5] = {300, 5, 1000, 0, 900};
+  static const int one[4] = {1, 1, 1, 1}, kd[4] = {4096, 17, 1000, 1};
+  int failed = 0;
+  failed += vl_case_mods2(ctx, 5, q2, k2, 16, 4, 128, FJ_BF16, FJ_CAUSAL_NONE, 0, 0, &dm, &hm, &s, "sinks varlen");
+  failed += vl_case_mods2(ctx, 5, pre, kv, 16, 16, 128, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 0, 0, &dm, &hm, &s, "sinks varlen causal");
+  failed += vl_case_mods2(ctx, 5, q2, k2, 16, 2, 128, FJ_BF16, FJ_CAUSAL_NONE, 0, 3, &dm, &hm, &s, "sinks varlen split");
+  failed += vl_case_mods2(ctx, 4, one, kd, 16, 2, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 16, 0, &dm, &hm, &s, "sinks paged decode");
+  failed += vl_case_mods2(ctx, 4, one, kd, 16, 2, 128, FJ_BF16, FJ_CAUSAL_NONE, 64, 5, &dm, &hm, &s, "sinks paged split");
+  with_totals = 1;
+  want_wgmma = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0;
+  /* Bottom-right, 1000 queries over 700 keys: the first 300 rows see no
+   * key; 1 query over 0 keys. */
+  static const int wq[5] = {17, 0, 1000, 1, 4097}, wk[5] = {17, 5, 700, 0, 4097};
+  failed += vl_case_mods2(ctx, 5, wq, wk, 16, 4, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 0, 0, &dm, &hm, &s, "sinks wgmma varlen");
+  with_totals = want_wgmma = 0;
+  cudaFree(dsinks);
   fj_ctx_destroy(ctx);
   return failed != 0;
 }

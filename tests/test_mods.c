@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "attention.h"
 #include "runner.h"
 
 /* ---- refusals ------------------------------------------------------------------- */
@@ -134,6 +135,17 @@ int test_mods_refusals(void)
   v.mods = &m;
   CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_UNSUPPORTED);
   CHECK_MSG(ctx, "mods (window, softcap, score and mask expressions) are implemented for mma mma and mma wgmma");
+  /* Sinks: the wmma family is refused naming them; a pointer that cannot
+   * hold float32s is refused (the reference and the launches check data). */
+  static const float sinks[2] = {0.5f, 1.f};
+  fj_mods_init(&m);
+  m.sinks = sinks;
+  CHECK_OK(NULL, fj_mods_check(&m));
+  CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "mods.sinks (attention sinks) are implemented for mma mma and mma wgmma; this variant is mma wmma");
+  m.sinks = (const float *)((const char *)sinks + 2);
+  CHECK_MODS(&m, "mods.sinks");
+  CHECK_MSG(NULL, "is not 4-byte aligned: float32 [heads_q]");
   fj_ctx_destroy(ctx);
   return 0;
 }
@@ -448,6 +460,196 @@ int test_mods_compile_decode(void)
   m.softcap = 50.f;
   p.mods = &m;
   CHECK(compile_pick(ctx, &p, FJ_MMA_SYNC, &k) == 0);
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* ---- attention sinks ---------------------------------------------------------------- */
+
+enum { SH = 3, SS = 6, SD = 16 };
+
+/* Three query heads over one KV head; Q, K and V of varied values. */
+typedef struct sink_case {
+  fj_problem p;
+  uint16_t q[SH * SS * SD], k[SS * SD], v[SS * SD];
+  double out[SH * SS * SD], lse[SH * SS];
+} sink_case;
+
+static void sink_init(sink_case *c)
+{
+  float f[SH * SS * SD];
+  fj_problem_init(&c->p, 1, SH, 1, SS, SS, SD, FJ_F16, FJ_BHSD);
+  for (int i = 0; i < SH * SS * SD; i++)
+    f[i] = (float)((i * 37) % 23) / 11.f - 1.f;
+  fj_convert(FJ_F16, c->q, FJ_F32, f, SH * SS * SD);
+  for (int i = 0; i < SS * SD; i++)
+    f[i] = (float)((i * 53) % 29) / 14.f - 1.f;
+  fj_convert(FJ_F16, c->k, FJ_F32, f, SS * SD);
+  for (int i = 0; i < SS * SD; i++)
+    f[i] = (float)((i * 17) % 31) / 8.f - 2.f;
+  fj_convert(FJ_F16, c->v, FJ_F32, f, SS * SD);
+}
+
+static int near(double got, double want)
+{
+  return got == want || fabs(got - want) <= 1e-9 * (1 + fabs(want));
+}
+
+/* with: the reference with sinks; base: without.  Each row against the
+ * hand formula O_s = O e^L / (e^L + e^sink), L_s = log(e^L + e^sink); a row
+ * that sees no key (L = -inf): O_s = 0, L_s = sink. */
+static int check_sinks(const sink_case *with, const sink_case *base,
+                       const float *sinks)
+{
+  for (int h = 0; h < SH; h++)
+    for (int r = 0; r < SS; r++) {
+      double L = base->lse[h * SS + r], sk = (double)sinks[h];
+      double keep = isinf(L) ? 0.0 : exp(L) / (exp(L) + exp(sk));
+      double Ls = isinf(L) ? sk : log(exp(L) + exp(sk));
+      int bad = !near(with->lse[h * SS + r], Ls);
+      for (int x = 0; x < SD; x++) {
+        size_t at = (size_t)(h * SS + r) * SD + (size_t)x;
+        bad |= !near(with->out[at], base->out[at] * keep);
+      }
+      if (bad) {
+        fprintf(stderr, "head %d row %d: lse %.12g want %.12g, out[0] %.12g want %.12g\n",
+                h, r, with->lse[h * SS + r], Ls, with->out[(h * SS + r) * SD],
+                base->out[(h * SS + r) * SD] * keep);
+        return 1;
+      }
+    }
+  return 0;
+}
+
+/* The reference with sinks against the formula: per head, with the causal
+ * mask, with a row that sees no key (O 0, LSE the sink, never NaN); a -inf
+ * sink is none; a large one neither overflows nor gives NaN. */
+int test_mods_reference_sinks(void)
+{
+  static sink_case base, with;
+  static const float sinks[SH] = {0.5f, -3.f, 4.f};
+  static const float none[SH] = {-INFINITY, -INFINITY, -INFINITY};
+  static const float big[SH] = {700.f, 80.f, -700.f};
+  fj_mods m;
+  static const char *const masks[] = {NULL, "q != 2", "false"};
+  for (int causal = 0; causal < 2; causal++)
+    for (int k = 0; k < 3; k++) {
+      sink_init(&base);
+      sink_init(&with);
+      base.p.causal = with.p.causal = causal ? FJ_CAUSAL_TOP_LEFT : FJ_CAUSAL_NONE;
+      fj_mods_init(&m);
+      m.mask = masks[k];
+      base.p.mods = &m;
+      CHECK_OK(NULL, fj_reference_fwd(&base.p, base.q, base.k, base.v, NULL, NULL, 0, SS, base.out, base.lse));
+      fj_mods ms = m;
+      ms.sinks = sinks;
+      with.p.mods = &ms;
+      CHECK_OK(NULL, fj_reference_fwd(&with.p, with.q, with.k, with.v, NULL, NULL, 0, SS, with.out, with.lse));
+      if (check_sinks(&with, &base, sinks)) {
+        fprintf(stderr, "causal %d mask %s\n", causal, masks[k] ? masks[k] : "none");
+        return 1;
+      }
+      /* The masked row 2 (and every row under "false"): O 0, LSE the sink. */
+      if (k) {
+        for (int h = 0; h < SH; h++) {
+          CHECK(with.lse[h * SS + 2] == (double)sinks[h]);
+          for (int x = 0; x < SD; x++)
+            CHECK(with.out[(h * SS + 2) * SD + x] == 0.0);
+        }
+      }
+    }
+  /* A -inf sink adds nothing: the same as no sinks, bit for bit. */
+  sink_init(&base);
+  sink_init(&with);
+  CHECK_OK(NULL, fj_reference_fwd(&base.p, base.q, base.k, base.v, NULL, NULL, 0, SS, base.out, base.lse));
+  fj_mods_init(&m);
+  m.sinks = none;
+  with.p.mods = &m;
+  CHECK_OK(NULL, fj_reference_fwd(&with.p, with.q, with.k, with.v, NULL, NULL, 0, SS, with.out, with.lse));
+  CHECK(memcmp(with.out, base.out, sizeof base.out) == 0);
+  CHECK(memcmp(with.lse, base.lse, sizeof base.lse) == 0);
+  /* Sinks of +-700: finite results (exp(700) alone would be 1e304). */
+  m.sinks = big;
+  CHECK_OK(NULL, fj_reference_fwd(&with.p, with.q, with.k, with.v, NULL, NULL, 0, SS, with.out, with.lse));
+  for (int h = 0; h < SH; h++)
+    for (int r = 0; r < SS; r++) {
+      CHECK(isfinite(with.lse[h * SS + r]));
+      CHECK(fabs(with.out[(h * SS + r) * SD]) <= fabs(base.out[(h * SS + r) * SD]) + 1e-12);
+    }
+  CHECK(with.lse[0] == 700.0 && fabs(with.out[0]) < 1e-290);
+  CHECK(near(with.lse[2 * SS], base.lse[2 * SS]));  /* -700: nothing */
+  return 0;
+}
+
+/* The kernels with sinks: an mma (sm_80) and a wgmma (sm_90a) "_sink"
+ * variant and a split, packed decode one, no spills, the sink read in the
+ * epilogue (not in a split's partial kernel, whose combine reads it); the
+ * variant's name and kernel differ with and without sinks, and not with
+ * other sink values or another array. */
+int test_mods_compile_sinks(void)
+{
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  static const float s1[16] = {0.5f}, s2[16] = {-1.f};
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx);
+    fj_problem p;
+    fj_mods m;
+    fj_kernel *k1, *k2, *k0;
+    fj_problem_init(&p, 4, 16, 16, 4096, 4096, 128, FJ_BF16, FJ_BHSD);
+    p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    fj_mods_init(&m);
+    m.sinks = s1;
+    p.mods = &m;
+    fj_mma family = a ? FJ_MMA_WGMMA : FJ_MMA_SYNC;
+    CHECK(compile_pick(ctx, &p, family, &k1) == 0);
+    CHECK(strstr(fj_kernel_name(k1), "_sink"));
+    CHECK(strstr(fj_kernel_source(k1, NULL), "p.sinks[blk.h]"));
+    fj_cache_stats before, after;
+    fj_cache_stats_get(ctx, &before);
+    m.sinks = s2;
+    CHECK(compile_pick(ctx, &p, family, &k2) == 0);
+    fj_cache_stats_get(ctx, &after);
+    CHECK(k2 == k1 && after.misses == before.misses);
+    /* Without sinks: another variant and kernel. */
+    fj_plan with, without;
+    CHECK_OK(ctx, fj_attention_plan(ctx, &p, &with));
+    p.mods = NULL;
+    CHECK_OK(ctx, fj_attention_plan(ctx, &p, &without));
+    char n1[160], n0[160];
+    fj_variant_name(&with.variant, n1, sizeof n1);
+    fj_variant_name(&without.variant, n0, sizeof n0);
+    CHECK(strstr(n1, "_sink") && !strstr(n0, "_sink"));
+    CHECK_OK(ctx, fj_kernel_get(ctx, &without.variant, &k0));
+    CHECK(k0 != k1 && !strstr(fj_kernel_source(k0, NULL), "sinks["));
+    fj_ctx_destroy(ctx);
+  }
+  /* Decode, GQA 4:1 packed and split: each packed row's own head; the
+   * partials leave the sink to the combine, which has its own. */
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  fj_problem p;
+  fj_mods m;
+  fj_kernel *k, *c;
+  fj_problem_init(&p, 1, 32, 8, 1, 32768, 128, FJ_BF16, FJ_BHSD);
+  p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+  fj_mods_init(&m);
+  m.sinks = s1;
+  p.mods = &m;
+  CHECK(compile_pick(ctx, &p, FJ_MMA_SYNC, &k) == 0);
+  fj_plan plan;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+  CHECK(plan.variant.pack_gqa && plan.variant.split_kv);
+  CHECK(strstr(fj_kernel_name(k), "_gqa_split_sink"));
+  CHECK(!strstr(fj_kernel_source(k, NULL), "sinks["));
+  CHECK_OK(ctx, fj__combine_kernel(ctx, &plan.variant, &c));
+  CHECK(strstr(fj_kernel_name(c), "_sink"));
+  CHECK(strstr(fj_kernel_source(c, NULL), "p.sinks[h]"));
+  /* The same decode without splits: the packed rows' heads. */
+  p.splits = 1;
+  CHECK(compile_pick(ctx, &p, FJ_MMA_SYNC, &k) == 0);
+  CHECK(strstr(fj_kernel_name(k), "_gqa_sink"));
+  CHECK(strstr(fj_kernel_source(k, NULL), "p.sinks[blk.h + (m0 + wr"));
   fj_ctx_destroy(ctx);
   return 0;
 }

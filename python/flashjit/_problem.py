@@ -123,10 +123,10 @@ class ModsArg:
     None where no modification is on (the problem's mods stay NULL)."""
 
     def __init__(self, window=None, softcap=None, score_mod=None, mask_mod=None,
-                 params=None, device=None):
+                 params=None, device=None, sinks=None):
         self.keep = []
         self.mods = capi.Mods(None, None, None, 0, -1, -1, 0.0)
-        on = self._window(window) | self._softcap(softcap)
+        on = self._window(window) | self._softcap(softcap) | self._sinks(sinks)
         on |= self._expr("score", "score_mod", score_mod)
         on |= self._expr("mask", "mask_mod", mask_mod)
         on |= self._params(params, device)
@@ -150,6 +150,15 @@ class ModsArg:
             raise TypeError(f"flashjit: softcap must be a number or None, not {softcap!r}")
         self.mods.softcap = float(softcap)
         return softcap != 0
+
+    def _sinks(self, sinks):
+        """sinks: a checked float32 tensor of heads_q logits (attention()
+        checks it), kept alive with the struct."""
+        if sinks is None:
+            return False
+        self.keep.append(sinks)
+        self.mods.sinks = sinks.data_ptr()
+        return True
 
     def _expr(self, field, what, text):
         if text is None or text == "":

@@ -160,7 +160,7 @@ def _stream(dev):
 
 
 def _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_right, softcap,
-            score_mod, mask_mod, params):
+            score_mod, mask_mod, params, sinks=None):
     """Runs attention; returns (out, lse), lse None unless return_lse."""
     b, hq, sq, d = _sizes(q, layout)
     dev = q.device
@@ -172,9 +172,10 @@ def _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_righ
     lib = core.lib()
     p = _problem(q, k, v, causal, scale, layout)
     mods = None
-    if window_left != -1 or window_right != -1 or softcap or score_mod or mask_mod or params:
+    if (window_left != -1 or window_right != -1 or softcap or score_mod or mask_mod or params
+            or sinks is not None):
         mods = pr.ModsArg((window_left, window_right), softcap, score_mod, mask_mod, params,
-                          device=dev)
+                          device=dev, sinks=sinks)
         p = capi.Problem.from_buffer_copy(p)
         p.mods = mods.ptr
     lse_ptr = lse.data_ptr() if return_lse else None
@@ -219,19 +220,21 @@ _Floats = typing.List[float]
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: int,
                  scale: float, return_lse: bool, layout: int, window_left: int,
                  window_right: int, softcap: float, score_mod: str, mask_mod: str,
-                 param_names: str, param_tensors: _Tensors,
-                 param_scalars: _Floats) -> typing.Tuple[torch.Tensor, torch.Tensor]:
+                 param_names: str, param_tensors: _Tensors, param_scalars: _Floats,
+                 sinks: typing.Optional[torch.Tensor] = None
+                 ) -> typing.Tuple[torch.Tensor, torch.Tensor]:
     """flashjit attention as a PyTorch op: (out, lse); lse is empty unless
     return_lse.  Use flashjit.attention(), which builds these arguments."""
     out, lse = _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_right,
                        softcap, score_mod, mask_mod,
-                       _decode_params(param_names, param_tensors, param_scalars))
+                       _decode_params(param_names, param_tensors, param_scalars), sinks)
     return out, lse if lse is not None else q.new_empty((0,), dtype=torch.float32)
 
 
 @attention_op.register_fake
 def _attention_fake(q, k, v, causal, scale, return_lse, layout, window_left, window_right,
-                    softcap, score_mod, mask_mod, param_names, param_tensors, param_scalars):
+                    softcap, score_mod, mask_mod, param_names, param_tensors, param_scalars,
+                    sinks=None):
     b, hq, sq, d = _sizes(q, layout)
     out = q.new_empty(_out_shape(b, hq, sq, d, layout))
     lse = q.new_empty((b, hq, sq) if return_lse else (0,), dtype=torch.float32)
@@ -239,7 +242,8 @@ def _attention_fake(q, k, v, causal, scale, return_lse, layout, window_left, win
 
 
 def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhsd",
-              window=None, softcap=None, score_mod=None, mask_mod=None, params=None):
+              window=None, softcap=None, score_mod=None, mask_mod=None, params=None,
+              sinks=None):
     """softmax(scale * q k^T [masked]) v on the GPU, as a new tensor.
 
     q: (batch, heads_q, seq_q, head_dim) for layout "bhsd", or (batch,
@@ -257,6 +261,10 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     softcap * tanh(s / softcap).  score_mod / mask_mod: C expressions over
     s, b, h, hkv, q, kv and params (README: "Your own attention"); params:
     name -> int (i32), float (f32) or a contiguous tensor on q's device.
+    sinks: attention sinks, a float32 tensor (heads_q,) on q's device: a
+    logit per query head (natural units, after the scale) that joins each
+    row's softmax denominator with no value row; the log-sum-exp includes
+    it, and a row that sees no key gets 0 and the sink.
 
     Forward only (no autograd).  Under CUDA-graph capture, run the call
     once before capturing (compile, layout probe).  torch.compile traces it
@@ -271,15 +279,37 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     for what, text in (("score_mod", score_mod), ("mask_mod", mask_mod)):
         if text is not None and not isinstance(text, str):
             raise TypeError(f"{_WHO}: {what} must be a C expression in a str, not {text!r}")
-    check_inputs(q, k, v, lay)
+    _, hq, _, _, _, _ = check_inputs(q, k, v, lay)
+    _check_sinks(sinks, q, hq)
     if torch.compiler.is_compiling():
         names, tensors, scalars = encode_params(params)
         out, lse = attention_op(q, k, v, c, sc, bool(return_lse), lay, wl, wr, cap,
-                                score_mod or "", mask_mod or "", names, tensors, scalars)
+                                score_mod or "", mask_mod or "", names, tensors, scalars,
+                                sinks)
     else:
         out, lse = _launch(q, k, v, c, sc, bool(return_lse), lay, wl, wr, cap,
-                           score_mod or "", mask_mod or "", params)
+                           score_mod or "", mask_mod or "", params, sinks)
     return (out, lse) if return_lse else out
+
+
+def _check_sinks(sinks, q, heads_q):
+    """sinks: None, or float32 (heads_q,) on q's device, contiguous."""
+    if sinks is None:
+        return
+    if not isinstance(sinks, torch.Tensor):
+        raise TypeError(f"{_WHO}: sinks is a {type(sinks).__name__}, not a torch.Tensor "
+                        "(float32, one logit per query head)")
+    if sinks.dtype != torch.float32:
+        raise TypeError(f"{_WHO}: sinks has dtype {sinks.dtype}; it must be torch.float32")
+    if tuple(sinks.shape) != (heads_q,):
+        raise ValueError(f"{_WHO}: sinks has shape {tuple(sinks.shape)}; it must be "
+                         f"({heads_q},), one logit per query head")
+    if sinks.device != q.device:
+        raise ValueError(f"{_WHO}: sinks is on {sinks.device}; the attention inputs are on "
+                         f"{q.device}")
+    if heads_q > 1 and sinks.stride(0) != 1:
+        raise ValueError(f"{_WHO}: sinks is not contiguous (stride {sinks.stride(0)}); call "
+                         ".contiguous()")
 
 
 def _window(window):

@@ -16,11 +16,12 @@ if fjtest.HAS_TORCH:
 
 
 def reference(q, k, v, causal=None, scale=None, window=None, softcap=None, score=None,
-              mask=None):
+              mask=None, sinks=None):
     """float32 attention in BHSD with GQA, flashjit's semantics (README:
     "Your own attention"): score(s, b, h, hkv, q, kv) and mask(...) are
-    Python callables on broadcast index tensors.  Returns (out, lse); a row
-    that sees no key gets 0 and -inf."""
+    Python callables on broadcast index tensors; sinks (heads_q,) logits
+    join each row's denominator.  Returns (out, lse); a row that sees no key
+    gets 0 and -inf (the sink with sinks)."""
     b, hq, sq, d = q.shape
     hk, sk = k.shape[1], k.shape[2]
     g = hq // hk
@@ -49,6 +50,11 @@ def reference(q, k, v, causal=None, scale=None, window=None, softcap=None, score
     if mask is not None:
         keep &= mask(bi, hi, hi // g, qi, ki)
     s = s.masked_fill(~keep, float("-inf"))
+    if sinks is not None:
+        # The sink as one more column with no value row: in the sum, not in P V.
+        col = sinks.float().view(1, hq, 1, 1).expand(b, hq, sq, 1)
+        lse = torch.logsumexp(torch.cat([s, col], dim=-1), dim=-1)
+        return torch.exp(s - lse.unsqueeze(-1)) @ vf, lse
     lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - lse.unsqueeze(-1).clamp(min=-1e30))
     p = torch.nan_to_num(p, nan=0.0)
@@ -225,6 +231,38 @@ class Modifications(GpuCase):
                 out = flashjit.attention(q, k, v, causal=causal, window=window)
                 want, _ = reference(q, k, v, causal=causal, window=window)
                 self.close(out, want, 2e-2, f"window {window}")
+
+    def test_sinks(self):
+        # Prefill (GQA 4:1) and decode (packed, split), a row that sees no
+        # key (O 0, LSE the sink), and the checks of the tensor.
+        sinks = torch.linspace(-3, 4, 8, device="cuda")
+        for sq, causal in ((300, None), (300, "bottom_right"), (1, None), (600, "bottom_right")):
+            with self.subTest(sq=sq, causal=causal):
+                q = randn(2, 8, sq, 128)
+                k, v = randn(2, 2, 4096 if sq == 1 else 500, 128), None
+                v = randn(*k.shape)
+                out, lse = flashjit.attention(q, k, v, causal=causal, sinks=sinks,
+                                              return_lse=True)
+                want, want_lse = reference(q, k, v, causal=causal, sinks=sinks)
+                self.close(out, want, 2e-2, "out")
+                self.close(lse, want_lse, 2e-3, "lse")
+                if sq == 600:  # the first 100 rows see no key
+                    self.assertEqual(out[:, :, :100].abs().max().item(), 0.0)
+                    self.close(lse[:, :, :100], sinks.view(1, 8, 1).expand(2, 8, 100), 1e-5,
+                               "lse of rows without keys")
+        q, k, v = randn(1, 8, 16, 64), randn(1, 2, 16, 64), randn(1, 2, 16, 64)
+        with self.assertRaisesRegex(TypeError, r"sinks has dtype torch.float16; it must be "
+                                    r"torch.float32"):
+            flashjit.attention(q, k, v, sinks=sinks.half())
+        with self.assertRaisesRegex(ValueError, r"sinks has shape \(4,\); it must be \(8,\)"):
+            flashjit.attention(q, k, v, sinks=sinks[:4])
+        with self.assertRaisesRegex(ValueError, r"sinks is on cpu; the attention inputs are "
+                                    r"on cuda"):
+            flashjit.attention(q, k, v, sinks=sinks.cpu())
+        with self.assertRaisesRegex(ValueError, r"sinks is not contiguous \(stride 2\)"):
+            flashjit.attention(q, k, v, sinks=torch.zeros(16, device="cuda")[::2])
+        with self.assertRaisesRegex(TypeError, r"sinks is a list, not a torch.Tensor"):
+            flashjit.attention(q, k, v, sinks=[0.0] * 8)
 
     def test_softcap(self):
         # Scores large enough for the cap to bite; V scaled by 4 as well, so

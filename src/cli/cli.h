@@ -88,6 +88,9 @@ typedef struct cli {
   fj_mods mods;
   fj_mod_param params[FJ_MOD_PARAMS_MAX];
   param_arg param_args[FJ_MOD_PARAMS_MAX];
+  /* --sinks VALUE: one logit for every head; mods.sinks points here (a
+   * pointer that only switches the form on: run uploads heads_q copies) */
+  float sink;
   int mods_on;            /* some modification is on: problem.mods and
                              variant.mods point at mods */
   /* lut */
@@ -131,6 +134,7 @@ typedef struct run_data {
    * reference) and in device memory (p.mods points at dmods). */
   fj_mods hmods, dmods;
   fj_mod_param hparams[FJ_MOD_PARAMS_MAX], dparams[FJ_MOD_PARAMS_MAX];
+  float *hsinks, *dsinks;        /* --sinks: heads_q logits each */
   size_t esize, kvsize;
   check_block *blocks;           /* rows the check covers, computed once */
   int nblocks;
@@ -174,11 +178,12 @@ int cli_bad_value(const cli *c, const flag_def *f, const char *value,
 int cli_parse_name(const name_value *table, size_t n, const char *s, int *out);
 int cli_parse_count(const char *s, size_t len);
 
-/* The options of modifications (cli_mods.c): --window, --softcap and
- * --param as flag setters, whether some modification is on, and the check
+/* The options of modifications (cli_mods.c): --window, --softcap, --sinks
+ * and --param as flag setters, whether some modification is on, and the check
  * once every flag is in (0, or the exit status). */
 int cli_set_window(cli *c, const flag_def *f, const char *value);
 int cli_set_softcap(cli *c, const flag_def *f, const char *value);
+int cli_set_sinks(cli *c, const flag_def *f, const char *value);
 int cli_set_param(cli *c, const flag_def *f, const char *value);
 int cli_mods_active(const fj_mods *m);
 int cli_finish_mods(cli *c);

@@ -210,6 +210,10 @@ static const flag_def flags[] = {
     {"softcap", 1, CMD_MODS, cli_set_softcap, 0, .arg = "C",
      .help = "logit soft-capping, C * tanh(s / C) after --score-mod; C "
              "finite, above 0 (default: none)"},
+    {"sinks", 1, CMD_MODS, cli_set_sinks, 0, .arg = "VALUE",
+     .help = "attention sinks: a logit VALUE (natural units, like the scaled "
+             "scores) for every query head, in each row's softmax "
+             "denominator with no value row; finite (default: none)"},
     {"param", 1, CMD_RUN, cli_set_param, 0, .arg = "SPEC",
      .help = "a parameter of the expressions, repeatable up to 8 times: "
              "NAME=VALUE (f32 if VALUE has '.', 'e' or 'E', else i32), "

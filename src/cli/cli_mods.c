@@ -1,6 +1,6 @@
 /*
  * cli_mods.c -- the options of score and mask modifications (run, plan,
- * emit): --score-mod, --mask-mod, --window, --softcap, --param, parsed
+ * emit): --score-mod, --mask-mod, --window, --softcap, --sinks, --param, parsed
  * into the cli's fj_mods and checked by the library before any GPU work.
  */
 #include <ctype.h>
@@ -69,6 +69,20 @@ int cli_set_softcap(cli *c, const flag_def *f, const char *value)
     return cli_bad_value(c, f, value,
                      "expected a finite number above 0 (the cap, e.g. 30)");
   c->mods.softcap = (float)v;
+  return 0;
+}
+
+/* --sinks VALUE: one finite logit for every head.  The form needs only a
+ * pointer that is not NULL; run fills heads_q copies (cli_run_mods). */
+int cli_set_sinks(cli *c, const flag_def *f, const char *value)
+{
+  double v;
+  if (parse_f32(value, &v) != 0)
+    return cli_bad_value(c, f, value,
+                         "expected a finite number (the sink logit, e.g. "
+                         "0.5 or -2)");
+  c->sink = (float)v;
+  c->mods.sinks = &c->sink;
   return 0;
 }
 
@@ -255,11 +269,12 @@ int cli_set_param(cli *c, const flag_def *f, const char *value)
   return 0;
 }
 
-/* Whether some modification is on (what the library names "_win", "_cap"
- * and "_x..."). */
+/* Whether some modification is on (what the library names "_win", "_cap",
+ * "_x..." and "_sink"). */
 int cli_mods_active(const fj_mods *m)
 {
   return m->window_left != -1 || m->window_right != -1 || m->softcap > 0.f ||
+         m->sinks ||
          (m->score && m->score[0]) || (m->mask && m->mask[0]) ||
          m->num_params > 0;
 }

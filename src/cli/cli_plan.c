@@ -37,6 +37,8 @@ void cli_mods_print(const cli *c, const char *before, const char *after)
     printf("%swindow=%d,%d%s", before, m->window_left, m->window_right, after);
   if (m->softcap > 0.f)
     printf("%ssoftcap=%g%s", before, (double)m->softcap, after);
+  if (m->sinks)
+    printf("%ssinks=%g%s", before, (double)c->sink, after);
   if (m->score && m->score[0])
     print_expr("score_mod", m->score, before, after);
   if (m->mask && m->mask[0])
@@ -58,6 +60,7 @@ static void print_mods(const cli *c)
   const char *pieces[] = {
       m->window_left != -1 || m->window_right != -1 ? "window" : NULL,
       m->softcap > 0.f ? "softcap" : NULL,
+      m->sinks ? "sinks" : NULL,
       m->score && m->score[0] ? "score_mod" : NULL,
       m->mask && m->mask[0] ? "mask_mod" : NULL,
       m->num_params > 0 ? "params" : NULL};

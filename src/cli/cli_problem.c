@@ -362,6 +362,26 @@ static int param_host_data(const cli *c, run_data *d, int i, int seed)
   return EXIT_FAIL;
 }
 
+/* --sinks: its value for each of the heads_q heads, on the host (the
+ * reference's) and on the device (the kernels'). */
+static int run_sinks(const cli *c, run_data *d)
+{
+  size_t n = (size_t)d->p.heads_q;
+  d->hsinks = malloc(n * sizeof *d->hsinks);
+  if (!d->hsinks) {
+    fprintf(stderr, "flashjit run: out of host memory for --sinks\n");
+    return EXIT_FAIL;
+  }
+  for (size_t i = 0; i < n; i++)
+    d->hsinks[i] = c->sink;
+  CUDA_TRY(cudaMalloc((void **)&d->dsinks, n * sizeof *d->dsinks));
+  CUDA_TRY(cudaMemcpy(d->dsinks, d->hsinks, n * sizeof *d->dsinks,
+                      cudaMemcpyHostToDevice));
+  d->hmods.sinks = d->hsinks;
+  d->dmods.sinks = d->dsinks;
+  return 0;
+}
+
 int cli_run_mods(const cli *c, run_data *d, int seed)
 {
   if (!d->p.mods)
@@ -372,6 +392,8 @@ int cli_run_mods(const cli *c, run_data *d, int seed)
   d->hmods.params = d->hparams;
   d->dmods.params = d->dparams;
   d->p.mods = &d->dmods;
+  if (c->mods.sinks && run_sinks(c, d))
+    return EXIT_FAIL;
   for (int i = 0; i < c->mods.num_params; i++) {
     if (c->params[i].rank == 0)
       continue;
@@ -424,6 +446,8 @@ void cli_run_free(run_data *d)
     free((void *)d->hparams[i].data);
     cudaFree((void *)d->dparams[i].data);
   }
+  free(d->hsinks);
+  cudaFree(d->dsinks);
 }
 
 /* One launch: variant v, or the library's choice when v is NULL. */
