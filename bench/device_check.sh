@@ -216,3 +216,32 @@ not-persistent|s/local PERSISTENT = true/local PERSISTENT = false/}"
 --shape 8,32,2048,64
 --shape 2,8,8192,256 --causal}"
 fi
+
+# 7. Several GPUs (run on nvidia-h200-x2; with one device the tests skip,
+#    saying so): two contexts in one process, each probing its own layout
+#    tables; two threads launching on both devices at once; memory of the
+#    wrong device refused with its message and nothing written; two
+#    `flashjit tune` processes on devices 0 and 1 into one database.  Then
+#    the host time per call with the pointer check (both devices visible)
+#    and without it (one visible), alternately.
+if part multi; then
+  note "devices: $(nvidia-smi -L | wc -l)"
+  : >"$out/multi.log"
+  for t in gpu_multi_contexts gpu_multi_threads gpu_multi_wrong_device gpu_multi_tunedb; do
+    echo "== $t" >>"$out/multi.log"
+    timeout ${MULTI_TIMEOUT:-600} ./tests/fj_tests $t >"$out/multi.tmp" 2>&1
+    rc=$?
+    cat "$out/multi.tmp" >>"$out/multi.log"
+    note "multi $t: exit $rc"
+    grep -E "SKIP|^refused:|^context [01]:|agree|^thread [01]:|called from|^entry:|flashjit tune on|^note:|managed|check failed|FAIL|crashed" "$out/multi.tmp" | head -16 | tee -a "$summary"
+  done
+  rm -f "$out/multi.tmp"
+  while IFS= read -r args; do
+    [ -n "$args" ] || continue
+    for vis in 0 0,1 0 0,1; do
+      us=$(CUDA_VISIBLE_DEVICES=$vis ./flashjit run --shape $args --iters 30 2>&1 | grep -oE '[0-9.]+ us per call')
+      note "host time, run --shape $args, CUDA_VISIBLE_DEVICES=$vis: ${us:-?}"
+    done
+  done <<<"${MULTI_RUNS:-2,8,2048,64
+1,8,512,64 --causal}"
+fi

@@ -786,7 +786,14 @@ FJ_API fj_status fj_attention_workspace_size(fj_ctx *ctx, const fj_problem *p,
  * (NULL: the legacy default stream).  The call is asynchronous like a kernel
  * launch.  Picks the variant (tuning database, else the heuristic),
  * compiles or fetches it, and launches it.  lse and stream may be NULL;
- * the rest may not (FJ_ERR_INVALID_ARG naming the argument).
+ * the rest may not (FJ_ERR_INVALID_ARG naming the argument).  Device
+ * memory of a device other than the context's (any pointer of the call:
+ * tensors, workspace, scales, varlen and paged arrays, the arrays of
+ * p->mods) is refused before anything is queued, FJ_ERR_INVALID_ARG
+ * naming the argument and both devices; managed and page-locked host
+ * memory pass.  The call runs in the context's CUDA context whatever
+ * context the calling thread has current; stream must belong to the
+ * context's device.
  */
 FJ_API fj_status fj_attention_fwd(fj_ctx *ctx, const fj_problem *p,
                                   const void *q, const void *k, const void *v,

@@ -12,6 +12,7 @@
 
 #include "attention.h"
 #include "ctx.h"
+#include "devptr.h"
 #include "driver.h"
 #include "kernel.h"
 #include "kparams.h"
@@ -667,7 +668,7 @@ static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
  * shared memory agree with it; otherwise (a caller's plan, or a variant
  * with a split count) only its variant and splits are taken and the rest
  * is planned again from the kernel. */
-static fj_status launch(fj_ctx *ctx, const fj_problem *p,
+static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
                         const fj_plan *given, int fresh, const void *q,
                         const void *k, const void *vp, void *o, float *lse,
                         void *ws, size_t ws_bytes, void *stream)
@@ -683,8 +684,11 @@ static fj_status launch(fj_ctx *ctx, const fj_problem *p,
   fj_status st = fj__cu_enter(ctx);
   if (st != FJ_OK)
     return st;
+  /* Memory of another device is refused before anything is queued. */
+  st = fj__devptr_check_call(ctx, who, p, q, k, vp, o, lse, ws);
   pthread_mutex_lock(&ctx->lock);
-  st = ready_kernel(ctx, v, &kern, &fn);
+  if (st == FJ_OK)
+    st = ready_kernel(ctx, v, &kern, &fn);
   if (st == FJ_OK && v->split_kv)
     st = ready_combine(ctx, v, &combine_fn);
   pthread_mutex_unlock(&ctx->lock);
@@ -695,8 +699,9 @@ static fj_status launch(fj_ctx *ctx, const fj_problem *p,
     st = fj__plan_fill(ctx, &pp, v, &kern->meta, &plan);
   if (st == FJ_OK && kern->meta.tma)
     st = tensor_maps(ctx, p, v, kern, q, k, vp, &maps);
-  /* The parameters' values follow the Params (and the tensor maps). */
-  if (fj__mods_args(p->mods, mod_args) > 0 && !kern->meta.tma)
+  /* The parameters' values follow the Params (and the tensor maps); kern
+   * is unset where an earlier step failed. */
+  if (st == FJ_OK && fj__mods_args(p->mods, mod_args) > 0 && !kern->meta.tma)
     args[1] = mod_args;
   if (st == FJ_OK) {
     fj__fill_params(&kp, p, q, k, vp, o, lse);
@@ -718,8 +723,10 @@ static fj_status launch(fj_ctx *ctx, const fj_problem *p,
   return st;
 }
 
-/* The checks every launch makes, then the launch. */
-static fj_status checked_launch(fj_ctx *ctx, const fj_problem *p,
+/* The checks every launch makes, then the launch; `who` names the public
+ * call in messages. */
+static fj_status checked_launch(fj_ctx *ctx, const char *who,
+                                const fj_problem *p,
                                 const fj_plan *plan, int fresh,
                                 const void *q, const void *k, const void *vp,
                                 void *o, float *lse, void *ws,
@@ -732,7 +739,7 @@ static fj_status checked_launch(fj_ctx *ctx, const fj_problem *p,
     st = fj__fail(ctx, FJ_ERR_COMPILE_ONLY,
                   "cannot launch on a compile-only context (arch %s)",
                   ctx->arch);
-  return st == FJ_OK ? launch(ctx, p, plan, fresh, q, k, vp, o, lse, ws,
+  return st == FJ_OK ? launch(ctx, who, p, plan, fresh, q, k, vp, o, lse, ws,
                               ws_bytes, stream)
                      : st;
 }
@@ -748,8 +755,9 @@ fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
   fj__clear_error(ctx);
   fj_plan plan = {.variant = *v, .splits = p->splits};
   fj_status st = fj_problem_check(ctx, p);
-  return st == FJ_OK ? checked_launch(ctx, p, &plan, 0, q, k, vp, o, lse,
-                                      NULL, 0, stream)
+  return st == FJ_OK ? checked_launch(ctx, "fj_attention_fwd_variant", p,
+                                      &plan, 0, q, k, vp, o, lse, NULL, 0,
+                                      stream)
                      : st;
 }
 
@@ -768,8 +776,9 @@ fj_status fj_attention_fwd_plan(fj_ctx *ctx, const fj_problem *p,
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
                   "plan->splits %d is invalid: 1..%d", plan->splits,
                   FJ_SPLITS_MAX);
-  return st == FJ_OK ? checked_launch(ctx, p, plan, 0, q, k, v, o, lse,
-                                      workspace, workspace_bytes, stream)
+  return st == FJ_OK ? checked_launch(ctx, "fj_attention_fwd_plan", p, plan,
+                                      0, q, k, v, o, lse, workspace,
+                                      workspace_bytes, stream)
                      : st;
 }
 
@@ -784,7 +793,7 @@ fj_status fj_attention_fwd(fj_ctx *ctx, const fj_problem *p, const void *q,
   fj_status st = fj_problem_check(ctx, p);
   if (st == FJ_OK)
     st = plan_problem(ctx, p, &plan);
-  return st == FJ_OK ? checked_launch(ctx, p, &plan, 1, q, k, v, o, lse, NULL,
-                                      0, stream)
+  return st == FJ_OK ? checked_launch(ctx, "fj_attention_fwd", p, &plan, 1,
+                                      q, k, v, o, lse, NULL, 0, stream)
                      : st;
 }

@@ -13,6 +13,7 @@
 #include "flashjit.h"
 
 #include "attention.h"
+#include "devptr.h"
 #include "driver.h"
 #include "expr.h"
 #include "kernel.h"
@@ -207,6 +208,16 @@ fj_status fj_block_mask_build(fj_ctx *ctx, const fj_problem *p, int block_q,
   void *fn = NULL;
   if ((st = fj__cu_enter(ctx)) != FJ_OK)
     return st;
+  if (ctx->devices > 1) {  /* buf and the parameters on this device */
+    fj_devptr ptrs[FJ_DEVPTR_MAX + 1];
+    size_t n = fj__devptr_list(&bp.p, NULL, NULL, NULL, NULL, NULL, NULL, ptrs);
+    ptrs[n++] = (fj_devptr){"buf", -1, buf};
+    if ((st = fj__devptr_check(ctx, "fj_block_mask_build", ptrs, n,
+                               fj__cu_memory)) != FJ_OK) {
+      fj__cu_leave(ctx);
+      return st;
+    }
+  }
   pthread_mutex_lock(&ctx->lock);
   st = fj__kernel_function(ctx, kern, &fn);
   pthread_mutex_unlock(&ctx->lock);

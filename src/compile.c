@@ -84,13 +84,23 @@ void fj__nvrtc_options(const char *arch, fj_nvrtc_opts *o)
     o->argv[o->argc++] = include_opt;
 }
 
+static char nvrtc_version_text[32];
+static pthread_once_t nvrtc_version_once = PTHREAD_ONCE_INIT;
+
+static void nvrtc_version_read(void)
+{
+  int major = 0, minor = 0;
+  if (nvrtcVersion(&major, &minor) == NVRTC_SUCCESS)
+    snprintf(nvrtc_version_text, sizeof nvrtc_version_text, "%d.%d", major,
+             minor);
+}
+
+/* Once per process: contexts on several devices ask from several threads
+ * at once, and a reader must never see the text half written. */
 const char *fj__nvrtc_version(void)
 {
-  static char text[32];
-  int major = 0, minor = 0;
-  if (!text[0] && nvrtcVersion(&major, &minor) == NVRTC_SUCCESS)
-    snprintf(text, sizeof text, "%d.%d", major, minor);
-  return text[0] ? text : "unknown";
+  pthread_once(&nvrtc_version_once, nvrtc_version_read);
+  return nvrtc_version_text[0] ? nvrtc_version_text : "unknown";
 }
 
 /* NVRTC's targets (nvrtcGetSupportedArchs: 75, 80, ...); their count, 0

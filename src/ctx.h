@@ -28,6 +28,8 @@ struct fj_ctx {
   int has_device;
   fj_device_info dev;
   void *cu_ctx;     /* CUcontext: the device's primary context */
+  int devices;      /* CUDA devices the process sees (driver.c); with two or
+                       more, a launch checks where its pointers live */
   fj_tpl *tpl;      /* Lua state, created on first render */
   fj_cache *cache;
   fj_kmap *kernels; /* variant -> kernel */

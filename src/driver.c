@@ -51,6 +51,8 @@ typedef struct cu_api {
   CUresult (*eventSynchronize)(CUevent);
   CUresult (*eventElapsedTime)(float *, CUevent, CUevent);
   CUresult (*eventDestroy)(CUevent);
+  CUresult (*pointerGetAttributes)(unsigned, CUpointer_attribute *, void **,
+                                   CUdeviceptr);
   CUresult (*getErrorName)(CUresult, const char **);
   CUresult (*getErrorString)(CUresult, const char **);
 } cu_api;
@@ -105,6 +107,7 @@ static const struct {
     /* the first version, which every driver since CUDA 4 exports */
     FJ_CU_SYM_(eventElapsedTime, "cuEventElapsedTime"),
     FJ_CU_SYM_(eventDestroy, "cuEventDestroy_v2"),
+    FJ_CU_SYM_(pointerGetAttributes, "cuPointerGetAttributes"),
     FJ_CU_SYM_(getErrorName, "cuGetErrorName"),
     FJ_CU_SYM_(getErrorString, "cuGetErrorString"),
 #undef FJ_CU_SYM_
@@ -207,6 +210,8 @@ fj_status fj__cu_open_device(fj_ctx *ctx)
   CUdevice d;
   FJ_CU_TRY(ctx, cu.deviceGet(&d, ctx->opts.device));
   ctx->dev.ordinal = ctx->opts.device;
+  /* Fixed from cuInit on (CUDA_VISIBLE_DEVICES is read then). */
+  ctx->devices = count;
   st = device_info(ctx, d);
   if (st != FJ_OK)
     return st;
@@ -377,6 +382,34 @@ fj_status fj__cu_event_ms(const fj_ctx *ctx, void *start, void *end, float *ms)
 {
   FJ_CU_TRY(ctx, cu.eventSynchronize((CUevent)end));
   FJ_CU_TRY(ctx, cu.eventElapsedTime(ms, (CUevent)start, (CUevent)end));
+  return FJ_OK;
+}
+
+fj_status fj__cu_memory(const fj_ctx *ctx, const void *ptr, fj_mem_info *info)
+{
+  /* One query for all five: the driver looks the address up once.  Each
+   * value is zeroed first and wide enough for what the driver writes: a
+   * pointer CUDA does not know gets "default NULL values" and success. */
+  CUpointer_attribute attrs[] = {
+      CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+      CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  CUmemorytype type = (CUmemorytype)0;
+  uint64_t managed = 0;  /* a boolean: written as 1 to 8 bytes */
+  int ordinal = -1;
+  CUdeviceptr start = 0;
+  size_t bytes = 0;
+  void *data[] = {&type, &managed, &ordinal, &start, &bytes};
+  FJ_CU_TRY(ctx, cu.pointerGetAttributes((unsigned)FJ_ARRAY_LEN(attrs), attrs,
+                                         data, (CUdeviceptr)(uintptr_t)ptr));
+  memset(info, 0, sizeof *info);
+  info->kind = managed                      ? FJ_MEM_MANAGED
+               : type == CU_MEMORYTYPE_DEVICE ? FJ_MEM_DEVICE
+               : type == CU_MEMORYTYPE_HOST   ? FJ_MEM_HOST
+                                              : FJ_MEM_OTHER;
+  info->ordinal = ordinal;
+  info->start = (uint64_t)start;
+  info->bytes = info->kind == FJ_MEM_OTHER ? 0 : (uint64_t)bytes;
   return FJ_OK;
 }
 

@@ -100,7 +100,12 @@ void fj_ctx_destroy(fj_ctx *ctx)
   if (!ctx)
     return;
   fj__workspace_free(ctx);
+  /* Modules are unloaded from their own context, whichever context the
+   * calling thread has current (another device's, or none). */
+  int entered = ctx->has_device && fj__cu_enter(ctx) == FJ_OK;
   fj__kmap_free(ctx->kernels);
+  if (entered)
+    fj__cu_leave(ctx);
   fj__tunedb_free(ctx->tunedb);
   fj__dispatch_free(ctx->dispatch);
   fj__tpl_close(ctx->tpl);

@@ -3,6 +3,9 @@
  * the cache directory, {"format": 1, "entries": {key: entry}}, the key
  * naming the device, arch, driver and problem class.  Writes take a lock
  * file, merge into what is on disk, and rename a temporary into place.
+ * Two processes tuning at once (one per GPU, say) each keep the other's
+ * entries: the lock serialises the read-merge-rename, and a reader sees the
+ * old file or the new one, never a half-written one.
  * The attention forward looks entries up; the tuner (tune.c) records them.
  * The file is read as the cache's entries are (util.c's bounded reads): a
  * FIFO, a link or a file over DB_MAX is ignored, never waited on.
@@ -199,6 +202,10 @@ static fj_status db_store(fj_ctx *ctx, const char *key, json_t *entry)
   }
   json_t *entries = db_read(ctx, path);
   json_object_set(entries, key, entry);
+  /* What other processes recorded (another GPU's tuner, say) is the
+   * context's to use from now on too. */
+  json_decref(ctx->tunedb);
+  ctx->tunedb = json_incref(entries);
   json_t *root = json_pack("{s:i, s:o}", "format", DB_FORMAT, "entries", entries);
   int bad = db_dump(root, tmp) != 0 || rename(tmp, path) != 0;
   if (bad) {

@@ -50,7 +50,8 @@
   if BMASK then mods.mask_guard = "bm_part" end
   -- The first key of key tile t (an expression) of a work tile.
   local function N0(t)
-    return BMASK and ("fj::list_n0(bl, %s)"):format(t) or ("(t_first + %s) * %d"):format(t, BN)
+    if BMASK then return ("fj::list_n0(bl, %s)"):format(t) end
+    return t == "0" and ("t_first * %d"):format(BN) or ("(t_first + %s) * %d"):format(t, BN)
   end
   local C = warps // 4 - 1          -- consumer warpgroups
   local THREADS = 32 * warps

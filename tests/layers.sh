@@ -7,7 +7,7 @@ layers="util
 ctx kparams expr
 mods
 driver template compile reference
-cache workspace
+cache workspace devptr
 kernel
 layout
 variant

@@ -122,3 +122,12 @@ TEST(gpu_block_mask, gpu)
 /* cache packs: prewarm, export, import (test_cache.c) */
 TEST(cache_pack_round_trip, cpu)
 TEST(cache_pack_refusals, cpu)
+/* several GPUs: the pointer check, one tuning database for several
+ * processes (test_multi.c); two devices at once (test_gpu_multi.c) */
+TEST(devptr_check, cpu)
+TEST(devptr_list, cpu)
+TEST(tunedb_processes, cpu)
+TEST(gpu_multi_contexts, gpu)
+TEST(gpu_multi_threads, gpu)
+TEST(gpu_multi_wrong_device, gpu)
+TEST(gpu_multi_tunedb, gpu)
