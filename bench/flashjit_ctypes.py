@@ -99,6 +99,20 @@ class Flashjit:
                                              lse.data_ptr() if lse is not None else None,
                                              stream or None))
 
+    def block_mask(self, p, block_q, block_kv, alloc, stream=0):
+        """fj_block_mask_build for p's mask: alloc(bytes) gives a device tensor for the
+        lists; returns the BlockMask (which keeps that tensor alive)."""
+        n = C.c_size_t()
+        self.check(self.lib.fj_block_mask_size(self.ctx, C.byref(p), block_q, block_kv,
+                                               C.byref(n)))
+        buf = alloc(n.value)
+        bm = BlockMask()
+        self.check(self.lib.fj_block_mask_build(self.ctx, C.byref(p), block_q, block_kv,
+                                                buf.data_ptr(), n.value, C.byref(bm),
+                                                stream or None))
+        bm._keep = buf
+        return bm
+
     def resources(self, variant):
         k = C.c_void_p()
         self.check(self.lib.fj_kernel_get(self.ctx, C.byref(variant), C.byref(k)))

@@ -69,6 +69,19 @@ def main():
     def alibi(s, b, h, qi, ki): return s + slopes[h] * (ki - qi)
     def relbias(s, b, h, qi, ki): return s + bias[h, qi - ki + S]
 
+    lib = fjc.load()
+    fj = fjc.Flashjit(lib)
+    # The document mask's block mask, built by the library on the GPU (its
+    # time: the median of a.iters builds).
+    mdoc = fjc.mods(mask="doc(q) == doc(kv)", params=[("doc", fjc.MOD_I32, doc)])
+    pb = fj.problem(B, H, H, S, S, D, fjc.BF16, fjc.CAUSAL_TOP_LEFT)
+    pb.mods = fjc.C.cast(fjc.C.pointer(mdoc), fjc.C.c_void_p)
+    alloc = lambda n: torch.empty(n, dtype=torch.uint8, device=dev)  # noqa: E731
+    bm = fj.block_mask(pb, 128, 128, alloc)
+    build_us = bench(lambda: fj.block_mask(pb, 128, 128, alloc), a.iters)
+    print(f"mods block_mask_build_us={build_us:.1f} batch={bm.batch} heads={bm.heads}", flush=True)
+    mdoc.block_mask = fjc.C.cast(fjc.C.pointer(bm), fjc.C.c_void_p)
+    mdoc._keep = (mdoc._keep, bm)
     # name, flex score_mod, flex mask_mod, flashjit causal, flashjit mods (None: none)
     cases = [
         ("full/noop", noop, None, fjc.CAUSAL_NONE, None),
@@ -81,9 +94,8 @@ def main():
         ("window1024+causal", noop, window_m, fjc.CAUSAL_TOP_LEFT, fjc.mods(window=(1024, 0))),
         ("document8+causal", noop, doc_m, fjc.CAUSAL_TOP_LEFT,
          fjc.mods(mask="doc(q) == doc(kv)", params=[("doc", fjc.MOD_I32, doc)])),
+        ("document8+causal blocks", noop, doc_m, fjc.CAUSAL_TOP_LEFT, mdoc),
     ]
-    lib = fjc.load()
-    fj = fjc.Flashjit(lib)
     flex = torch.compile(flex_attention, dynamic=False)
     rows = []
     plain = {}

@@ -334,4 +334,3 @@ int test_block_mask_compile(void)
   }
   return 0;
 }
-int test_gpu_block_mask(void) { return 77; }

@@ -438,3 +438,212 @@ int test_gpu_sanitize_mods(void)
   fj_ctx_destroy(ctx);
   return bad;
 }
+
+/* ---- block masks ------------------------------------------------------------------ */
+
+/* What a pair's fate is under a case's whole mask (the built-in rules and
+ * the expression), by their formulas: -1 hidden by a built-in rule, 0
+ * hidden by the expression, 1 kept. */
+typedef int (*pair_fn)(int b, int h, int q, int kv, int sq, int skv);
+
+/* The lists fj_block_mask_build should give, by testing every pair: a
+ * block is partial when some pair is kept and the expression hides some
+ * pair the built-in rules keep, full when some pair is kept and it hides
+ * none.  Compared with the lists the builder wrote (downloaded into dl):
+ * the number of rows that differ. */
+static int compare_lists(const fj_block_mask *bm, pair_fn fate, int sq, int skv,
+                         const int32_t *num, const int32_t *full_num,
+                         const int32_t *idx, const int32_t *full_idx)
+{
+  int wrong = 0, kb = bm->kv_blocks;
+  int32_t *want = malloc((size_t)kb * 2 * sizeof *want);
+  for (int b = 0; b < bm->batch; b++)
+    for (int h = 0; h < bm->heads; h++)
+      for (int i = 0; i < bm->q_blocks; i++) {
+        long long r = ((long long)b * bm->heads + h) * bm->q_blocks + i;
+        int np = 0, nf = 0;
+        for (int j = 0; j < kb; j++) {
+          int any = 0, all = 1;
+          for (int q = i * bm->block_q; q < (i + 1) * bm->block_q && q < sq; q++)
+            for (int kv = j * bm->block_kv; kv < (j + 1) * bm->block_kv && kv < skv; kv++) {
+              int f = fate(b, h, q, kv, sq, skv);
+              any |= f == 1;
+              all &= f != 0;
+            }
+          if (any)
+            want[all ? kb + nf++ : np++] = j;
+        }
+        int ok = num[r] == np && full_num[r] == nf &&
+                 !memcmp(idx + r * kb, want, (size_t)np * sizeof *want) &&
+                 !memcmp(full_idx + r * kb, want + kb, (size_t)nf * sizeof *want);
+        if (!ok && wrong++ < 3)
+          fprintf(stderr, "block mask row (b %d, h %d, q block %d): %d partial, %d full; "
+                          "want %d, %d\n", b, h, i, num[r], full_num[r], np, nf);
+      }
+  free(want);
+  return wrong;
+}
+
+/* A block mask in both memories: the builder's (device) and its download
+ * (host, for the reference). */
+typedef struct twin_mask {
+  fj_block_mask dev, host;
+  void *buf;
+  int32_t *hbuf;
+} twin_mask;
+
+/* Builds w's mask for mc on the GPU with blocks bq x bkv, downloads it and
+ * checks its lists against fate's; w's mods then carry it. */
+static int build_mask(fj_ctx *ctx, const mod_case *mc, twin *w, twin_mask *tm,
+                      int bq, int bkv, pair_fn fate)
+{
+  fj_problem p;
+  fj_problem_init(&p, mc->b, mc->hq, mc->hkv, mc->sq, mc->skv, mc->d, mc->dt, FJ_BHSD);
+  p.causal = mc->causal;
+  p.mods = &w->dm;
+  size_t bytes;
+  memset(tm, 0, sizeof *tm);
+  if (fj_block_mask_size(ctx, &p, bq, bkv, &bytes) != FJ_OK ||
+      cudaMalloc(&tm->buf, bytes) != cudaSuccess ||
+      fj_block_mask_build(ctx, &p, bq, bkv, tm->buf, bytes, &tm->dev, NULL) != FJ_OK) {
+    fprintf(stderr, "%s: block mask: %s\n", mc->name, fj_errmsg(ctx));
+    return 1;
+  }
+  tm->hbuf = malloc(bytes);
+  if (cudaMemcpy(tm->hbuf, tm->buf, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+    return 1;
+  const char *d0 = tm->buf;
+  const char *h0 = (const char *)tm->hbuf;
+#define HOST_OF(ptr) ((const int32_t *)(h0 + ((const char *)(ptr) - d0)))
+  tm->host = tm->dev;
+  tm->host.kv_num = HOST_OF(tm->dev.kv_num);
+  tm->host.kv_indices = HOST_OF(tm->dev.kv_indices);
+  tm->host.full_num = HOST_OF(tm->dev.full_num);
+  tm->host.full_indices = HOST_OF(tm->dev.full_indices);
+#undef HOST_OF
+  int wrong = compare_lists(&tm->host, fate, mc->sq, mc->skv, tm->host.kv_num,
+                            tm->host.full_num, tm->host.kv_indices, tm->host.full_indices);
+  int kept = 0, full = 0;
+  size_t rows = (size_t)tm->host.batch * tm->host.heads * tm->host.q_blocks;
+  for (size_t r = 0; r < rows; r++) {
+    kept += tm->host.kv_num[r] + tm->host.full_num[r];
+    full += tm->host.full_num[r];
+  }
+  printf("%s: block mask %dx%d of %d x %d x %d x %d blocks: %d kept (%d full) of %zu, %s\n",
+         mc->name, bq, bkv, tm->host.batch, tm->host.heads, tm->host.q_blocks,
+         tm->host.kv_blocks, kept, full, rows * (size_t)tm->host.kv_blocks,
+         wrong ? "LISTS WRONG" : "lists as computed here");
+  w->dm.block_mask = &tm->dev;
+  w->hm.block_mask = &tm->host;
+  return wrong != 0;
+}
+
+static void free_mask(twin_mask *tm)
+{
+  cudaFree(tm->buf);
+  free(tm->hbuf);
+}
+
+static const int32_t *g_doc;  /* the document ids of doc_fate */
+static int doc_fate(int b, int h, int q, int kv, int sq, int skv)
+{
+  (void)b; (void)h;
+  if (kv > q + skv - sq)  /* causal, bottom-right */
+    return -1;
+  return g_doc[q] == g_doc[kv];
+}
+
+static int head_fate(int b, int h, int q, int kv, int sq, int skv)
+{
+  (void)b; (void)sq; (void)skv;
+  return (kv + h * 37) % 5 != 0 || q == kv || kv < 3;
+}
+
+static int causal_fate(int b, int h, int q, int kv, int sq, int skv)
+{
+  (void)b; (void)h;
+  return kv > q + skv - sq ? -1 : 1;
+}
+
+/* Block masks built by the library (the lists checked against every pair
+ * tested here) and given by the caller (lists that hide whole tiles, all
+ * but one, whole rows), on both families, with sequence tails. */
+int test_gpu_block_mask(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  uint64_t seed = 31;
+  int bad = 0;
+  twin w;
+  twin_mask tm;
+  /* Documents of 300 tokens with causal: blocks of 128 (the wgmma
+   * family's pick on sm_90a, and the mma family's). */
+  const mod_case dc = {"documents", 2, 16, 16, 1100, 1100, 128, FJ_BF16,
+                       FJ_CAUSAL_BOTTOM_RIGHT, 1};
+  int32_t *doc = malloc(1100 * sizeof *doc);
+  for (int i = 0; i < 1100; i++)
+    doc[i] = i / 300;
+  g_doc = doc;
+  twin_init(&w, NULL, "doc(q) == doc(kv)");
+  bad |= twin_tensor(&w, "doc", FJ_MOD_I32, 1, (int64_t[]){1100}, doc);
+  bad |= build_mask(ctx, &dc, &w, &tm, 128, 128, doc_fate);
+  bad |= run_mod_case(ctx, &dc, &w, &seed);
+  /* The same lists with a score expression and inputs x30. */
+  w.hm.score = w.dm.score = "s - 0.01f * (float)(q - kv)";
+  const mod_case dc30 = {"documents x30", 2, 16, 16, 1100, 1100, 128, FJ_BF16,
+                         FJ_CAUSAL_BOTTOM_RIGHT, 30};
+  bad |= run_mod_case(ctx, &dc30, &w, &seed);
+  free_mask(&tm);
+  twin_free(&w);
+  free(doc);
+  /* A mask that reads h (one list per head), 64-row blocks (the mma
+   * family), GQA 4:1, tails on both sides, no causal mask. */
+  const mod_case hc = {"per head", 2, 8, 2, 333, 517, 64, FJ_F16, FJ_CAUSAL_NONE, 1};
+  twin_init(&w, NULL, "(kv + h * 37) % 5 != 0 || q == kv || kv < 3");
+  bad |= build_mask(ctx, &hc, &w, &tm, 64, 64, head_fate);
+  bad |= run_mod_case(ctx, &hc, &w, &seed);
+  free_mask(&tm);
+  twin_free(&w);
+  /* Causal alone: every block it reaches full (no expression). */
+  const mod_case cc = {"causal only", 1, 8, 8, 700, 900, 128, FJ_F16,
+                       FJ_CAUSAL_BOTTOM_RIGHT, 1};
+  twin_init(&w, NULL, NULL);
+  bad |= build_mask(ctx, &cc, &w, &tm, 128, 256, causal_fate);
+  bad |= run_mod_case(ctx, &cc, &w, &seed);
+  free_mask(&tm);
+  twin_free(&w);
+  /* The caller's lists: query block 0 sees key block 2 only (partial),
+   * block 1 key blocks 0 and 3 (full), block 2 nothing (its rows: O = 0,
+   * LSE = -inf), block 3 every key block (full), with indices out of range
+   * and a count past the key blocks that the kernels must survive. */
+  const mod_case uc = {"caller lists", 4, 16, 16, 500, 480, 128, FJ_BF16, FJ_CAUSAL_NONE, 1};
+  int32_t hnum[4] = {1, 0, 0, 0}, hfull_num[4] = {0, 2, 0, 99};
+  int32_t hidx[16] = {2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  int32_t hfull[16] = {0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3};
+  /* Rows of query block 3 list key blocks 0-3 as full; row 0 also names -1
+   * and 7 after its count (never read). */
+  hidx[1] = -1;
+  hidx[2] = 7;
+  int32_t *dbuf;
+  bad |= cudaMalloc((void **)&dbuf, 40 * sizeof *dbuf) != cudaSuccess;
+  cudaMemcpy(dbuf, hnum, sizeof hnum, cudaMemcpyHostToDevice);
+  cudaMemcpy(dbuf + 4, hfull_num, sizeof hfull_num, cudaMemcpyHostToDevice);
+  cudaMemcpy(dbuf + 8, hidx, sizeof hidx, cudaMemcpyHostToDevice);
+  cudaMemcpy(dbuf + 24, hfull, sizeof hfull, cudaMemcpyHostToDevice);
+  twin_init(&w, NULL, "kv % 3 != 1");
+  fj_block_mask hb = {128, 128, 1, 1, 4, 4, hnum, hidx, hfull_num, hfull};
+  fj_block_mask db = {128, 128, 1, 1, 4, 4, dbuf, dbuf + 8, dbuf + 4, dbuf + 24};
+  w.hm.block_mask = &hb;
+  w.dm.block_mask = &db;
+  bad |= run_mod_case(ctx, &uc, &w, &seed);
+  /* An index out of range in a counted place: its tile reads nothing. */
+  hidx[0] = 9;
+  cudaMemcpy(dbuf + 8, hidx, sizeof hidx, cudaMemcpyHostToDevice);
+  bad |= run_mod_case(ctx, &uc, &w, &seed);
+  cudaFree(dbuf);
+  twin_free(&w);
+  fj_ctx_destroy(ctx);
+  return bad;
+}
