@@ -595,7 +595,9 @@ struct fj_mods {
    * returns FJ_ERR_INVALID_ARG naming the first such read: the tensor,
    * its indices and its extents.  For finding bad indices, not for speed
    * (each call synchronises its stream).  0: off, unless the environment
-   * sets FLASHJIT_CHECK_BOUNDS=1.  Named "_chk". */
+   * sets FLASHJIT_CHECK_BOUNDS=1 (read once, at the first call that
+   * looks).  A problem without a tensor parameter has nothing to check.
+   * Named "_chk". */
   int checked;
 };
 

@@ -662,6 +662,48 @@ static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
   return FJ_OK;
 }
 
+/* Checked mode (fj_mods.checked): a record of 6 words for the kernel,
+ * zeroed in stream order; the call waits for its kernels, so a stream
+ * being captured is refused. */
+static fj_status oob_start(fj_ctx *ctx, const char *who, void *stream,
+                           uint64_t *oob)
+{
+  int capturing = 0;
+  fj_status st = fj__cu_capturing(ctx, stream, &capturing);
+  if (st == FJ_OK && capturing)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s: checked mode (mods.checked or FLASHJIT_CHECK_BOUNDS=1) "
+                    "waits for each call's kernels; it cannot run while the "
+                    "stream is being captured",
+                    who);
+  if (st == FJ_OK)
+    st = fj__cu_alloc(ctx, FJ_MOD_OOB_WORDS * 4, oob);
+  if (st == FJ_OK)
+    st = fj__cu_memset32_async(ctx, *oob, 0, FJ_MOD_OOB_WORDS, stream);
+  return st;
+}
+
+/* After the launches (status st): waits for them, reads the record and
+ * frees it; a recorded read becomes FJ_ERR_INVALID_ARG naming it. */
+static fj_status oob_finish(fj_ctx *ctx, const char *who, const fj_mods *m,
+                            uint64_t oob, fj_status st)
+{
+  uint32_t rec[FJ_MOD_OOB_WORDS] = {0};
+  fj_status s2 = fj__cu_sync(ctx);
+  if (s2 == FJ_OK)
+    s2 = fj__cu_copy_to_host(ctx, rec, oob, sizeof rec);
+  fj__cu_free(oob);
+  if (st != FJ_OK)
+    return st;
+  if (s2 != FJ_OK)
+    return s2;
+  if (!rec[0])
+    return FJ_OK;
+  char msg[256];
+  fj__mods_oob_message(m, rec, msg, sizeof msg);
+  return fj__fail(ctx, FJ_ERR_INVALID_ARG, "%s: checked mode: %s", who, msg);
+}
+
 /* Runs a plan: the attention kernel, and for a split variant the combine
  * after it, on one stream.  `fresh`: the plan was made for this call
  * (fj_attention_fwd) and is used as it is while the kernel's threads and
@@ -699,9 +741,14 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     st = fj__plan_fill(ctx, &pp, v, &kern->meta, &plan);
   if (st == FJ_OK && kern->meta.tma)
     st = tensor_maps(ctx, p, v, kern, q, k, vp, &maps);
+  /* Checked mode: a zeroed record for the first read out of range. */
+  uint64_t oob = 0;
+  int checked = st == FJ_OK && fj__mods_checked(p->mods);
+  if (checked)
+    st = oob_start(ctx, who, stream, &oob);
   /* The parameters' values follow the Params (and the tensor maps); kern
    * is unset where an earlier step failed. */
-  if (st == FJ_OK && fj__mods_args(p->mods, mod_args) > 0 && !kern->meta.tma)
+  if (st == FJ_OK && fj__mods_args(p->mods, oob, mod_args) > 0 && !kern->meta.tma)
     args[1] = mod_args;
   if (st == FJ_OK) {
     fj__fill_params(&kp, p, q, k, vp, o, lse);
@@ -719,6 +766,8 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
                    {plan.combine_threads, 1, 1}, 0, stream, args};
     st = fj__cu_launch(ctx, &l);
   }
+  if (oob)
+    st = oob_finish(ctx, who, p->mods, oob, st);
   fj__cu_leave(ctx);
   return st;
 }

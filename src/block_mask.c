@@ -204,7 +204,7 @@ fj_status fj_block_mask_build(fj_ctx *ctx, const fj_problem *p, int block_q,
               s.kv_blocks, 0};
   unsigned char mod_args[FJ_MOD_ARGS_MAX];
   void *args[3] = {&kp, &o, mod_args};
-  fj__mods_args(bp.p.mods, mod_args);
+  fj__mods_args(bp.p.mods, 0, mod_args);
   void *fn = NULL;
   if ((st = fj__cu_enter(ctx)) != FJ_OK)
     return st;

@@ -8,6 +8,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
@@ -81,6 +82,23 @@ int fj__mods_reads(const fj_mods *m)
   if (!m || !m->params)
     return 0;
   return count_reads(m, m->score) + count_reads(m, m->mask);
+}
+
+int fj__mods_checked(const fj_mods *m)
+{
+  static int env = -1;  /* FLASHJIT_CHECK_BOUNDS, read once */
+  if (!m)
+    return 0;
+  if (env < 0) {
+    const char *e = getenv("FLASHJIT_CHECK_BOUNDS");
+    env = e && strcmp(e, "1") == 0;
+  }
+  if (!m->checked && !env)
+    return 0;
+  for (int i = 0; m->params && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++)
+    if (m->params[i].rank > 0)
+      return 1;
+  return 0;
 }
 
 int fj__mods_blocks(const fj_mods *m)
@@ -384,6 +402,10 @@ static fj_status check_builtins(const fj_ctx *ctx, const fj_mods *m)
       return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                       "mods.window_%s %d is outside -1 (unbounded)..%d",
                       i ? "right" : "left", side[i], FJ_WINDOW_MAX);
+  if (m->checked != 0 && m->checked != 1)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.checked %d is invalid: 0 (off) or 1 (on)",
+                    m->checked);
   if (!(m->softcap >= 0.f && m->softcap <= FLT_MAX))
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "mods.softcap %g is invalid: 0 (none) or a finite "
@@ -467,6 +489,8 @@ uint64_t fj__mods_hash(const fj_mods *m)
     const int blocks[2] = {fj__mods_block_q(m), fj__mods_block_kv(m)};
     h = fj__hash64_seed(blocks, sizeof blocks, h);
   }
+  if (fj__mods_checked(m))
+    h = fj__hash64_seed("checked", 8, h);
   return h ? h : 1;
 }
 
@@ -480,6 +504,7 @@ int fj__mods_same_form(const fj_mods *a, const fj_mods *b)
       fj__mods_softcap(a) != fj__mods_softcap(b) ||
       fj__mods_block_q(a) != fj__mods_block_q(b) ||
       fj__mods_block_kv(a) != fj__mods_block_kv(b) ||
+      fj__mods_checked(a) != fj__mods_checked(b) ||
       fj__mods_sinks(a) != fj__mods_sinks(b) ||
       strcmp(text_of(a->score), text_of(b->score)) ||
       strcmp(text_of(a->mask), text_of(b->mask)) ||
@@ -498,7 +523,8 @@ int fj__mods_same_form(const fj_mods *a, const fj_mods *b)
 
 /* ---- launch arguments ----------------------------------------------------------- */
 
-size_t fj__mods_args(const fj_mods *m, unsigned char out[FJ_MOD_ARGS_MAX])
+size_t fj__mods_args(const fj_mods *m, uint64_t oob,
+                     unsigned char out[FJ_MOD_ARGS_MAX])
 {
   size_t at = 0;
   for (int i = 0; m && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++) {
@@ -523,5 +549,33 @@ size_t fj__mods_args(const fj_mods *m, unsigned char out[FJ_MOD_ARGS_MAX])
     memcpy(out + at + 8, ext, 16);
     at += 24;
   }
+  if (fj__mods_checked(m)) {
+    memcpy(out + at, &oob, 8);
+    at += 8;
+  }
   return at;
+}
+
+void fj__mods_oob_message(const fj_mods *m, const uint32_t *rec, char *buf,
+                          size_t size)
+{
+  int i = (int)rec[1];
+  if (!m || i < 0 || i >= m->num_params || m->params[i].rank < 1) {
+    snprintf(buf, size, "a tensor parameter was read out of range (record %u)",
+             rec[1]);
+    return;
+  }
+  const fj_mod_param *p = &m->params[i];
+  char at[64] = "", ext[96] = "";
+  size_t ua = 0, ue = 0;
+  for (int d = 0; d < p->rank; d++) {
+    ua += (size_t)snprintf(at + ua, sizeof at - ua, "%s%d", d ? ", " : "",
+                           (int32_t)rec[2 + d]);
+    ue += (size_t)snprintf(ext + ue, sizeof ext - ue, "%s%lld", d ? ", " : "",
+                           (long long)p->extents[d]);
+  }
+  snprintf(buf, size,
+           "mods.params[%d] (%s): read at (%s), outside its extents (%s); "
+           "the read gave 0",
+           i, p->name, at, ext);
 }

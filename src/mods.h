@@ -18,6 +18,9 @@ int fj__mods_softcap(const fj_mods *m);  /* softcap > 0 */
 int fj__mods_user(const fj_mods *m);     /* an expression or a parameter */
 int fj__mods_blocks(const fj_mods *m);   /* a block mask */
 int fj__mods_sinks(const fj_mods *m);    /* sinks != NULL */
+/* Checked mode (m->checked, or FLASHJIT_CHECK_BOUNDS=1 in the environment)
+ * where it has something to check: a tensor parameter. */
+int fj__mods_checked(const fj_mods *m);
 int fj__mods_on(const fj_mods *m);       /* any of the five */
 /* A block mask's block sizes (form), 0 without one. */
 int fj__mods_block_q(const fj_mods *m);
@@ -57,7 +60,17 @@ void fj__mods_param_list(const fj_mods *m, char *buf, size_t size);
 /* The launch arguments of the parameters: fj::ModArgs (mods.lua), a
  * scalar in 8 bytes (the value in the first 4), a tensor in 24 (pointer,
  * then 4 int32 extents).  Returns the bytes written (0: no parameters). */
-#define FJ_MOD_ARGS_MAX (FJ_MOD_PARAMS_MAX * 24)
-size_t fj__mods_args(const fj_mods *m, unsigned char out[FJ_MOD_ARGS_MAX]);
+/* Checked mode appends the address of the record of the first read out
+ * of range (8 bytes; 0 outside checked mode): 6 words, set by the kernel
+ * -- 1 once something is recorded, the parameter's index, 4 indices. */
+#define FJ_MOD_ARGS_MAX (FJ_MOD_PARAMS_MAX * 24 + 8)
+#define FJ_MOD_OOB_WORDS 6
+size_t fj__mods_args(const fj_mods *m, uint64_t oob,
+                     unsigned char out[FJ_MOD_ARGS_MAX]);
+/* The message of a recorded read (rec: FJ_MOD_OOB_WORDS words) into buf:
+ * "mods.params[1] (bias): read at (3, 5000), outside its extents (16,
+ * 4096)". */
+void fj__mods_oob_message(const fj_mods *m, const uint32_t *rec, char *buf,
+                          size_t size);
 
 #endif /* FJ_MODS_H */

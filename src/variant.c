@@ -82,7 +82,7 @@ fj_dtype fj__kv_dtype(const fj_variant *v)
 
 /* The modifications' part of a name: "_win", "_cap", "_bm" + a block
  * mask's block sizes, "_x" + a hash of the user's expressions and
- * parameters, "_sink". */
+ * parameters, "_sink", "_chk" (checked mode). */
 static void mods_suffix(const fj_mods *m, char *buf, size_t size)
 {
   char user[16] = "", blocks[24] = "";
@@ -91,9 +91,9 @@ static void mods_suffix(const fj_mods *m, char *buf, size_t size)
   if (fj__mods_blocks(m))
     snprintf(blocks, sizeof blocks, "_bm%dx%d", fj__mods_block_q(m),
              fj__mods_block_kv(m));
-  snprintf(buf, size, "%s%s%s%s%s", fj__mods_window(m) ? "_win" : "",
+  snprintf(buf, size, "%s%s%s%s%s%s", fj__mods_window(m) ? "_win" : "",
            fj__mods_softcap(m) ? "_cap" : "", blocks, user,
-           fj__mods_sinks(m) ? "_sink" : "");
+           fj__mods_sinks(m) ? "_sink" : "", fj__mods_checked(m) ? "_chk" : "");
 }
 
 int fj_variant_name(const fj_variant *v, char *buf, size_t size)
@@ -355,6 +355,7 @@ static void add_mods(fj_vparams *o, const fj_mods *m)
   add(o, "mod_params", FJ_PARAM_STR, 0, o->mod_params, NULL);
   add(o, "block_q", FJ_PARAM_INT, fj__mods_block_q(m), NULL, NULL);
   add(o, "block_kv", FJ_PARAM_INT, fj__mods_block_kv(m), NULL, NULL);
+  add(o, "checked", FJ_PARAM_BOOL, fj__mods_checked(m), NULL, NULL);
 }
 
 fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,

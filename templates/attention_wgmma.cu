@@ -42,7 +42,7 @@
                                        VL and { q = "len_q", kv = "len_kv", off = "causal_off" } or nil,
                                        window)
   local mods = import("mods.lua").new{ score = score_mod, mask = mask_mod, params = mod_params,
-                                       softcap = softcap, sinks = sinks }
+                                       softcap = softcap, sinks = sinks, checked = checked }
   local D, BM, BN, S = head_dim, tile_m, tile_n, stages
   -- A caller's block mask lists each row tile's key tiles (block.cuh);
   -- the mask expression applies only on its partial blocks' tiles.

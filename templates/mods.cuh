@@ -6,7 +6,10 @@
   its extents -- and the functions' declarations.  part "defs" (the end of
   the file): their definitions, each user expression pasted after a #line
   naming it, so that a compiler message says "score(1)" or "mask(1)" and
-  the column within the user's own text.
+  the column within the user's own text.  In checked mode (mods.checked)
+  the expressions read tensors through lambdas that record the first read
+  out of range (parameter index, indices) in the block's last field,
+  fj_oob, a device record the host reads after the launch.
 #}
 {% if part == "decls" then %}
 {%   if mods.bf16 and dtype ~= "bf16" then %}
@@ -42,8 +45,24 @@ struct ModArgs {
   ModTensor_{{ t.name }} {{ t.name }};
 {%       end %}
 {%     end %}
+{%     if mods.checked then bytes = bytes + 8 %}
+  unsigned *fj_oob;  // checked mode: the record of the first read out of range
+{%     end %}
 };
 static_assert(sizeof(ModArgs) == {{ bytes }}, "host and device disagree on the parameters' block");
+{%     if mods.checked then %}
+
+// Checked mode: the first read out of range wins the record (word 0 from 0
+// to 1); its parameter and indices follow.  Rare, so out of line.
+__device__ __noinline__ void oob_record(unsigned *rec, int param, int i0, int i1, int i2, int i3) {
+  if (atomicCAS(rec, 0u, 1u) != 0u) return;
+  rec[1] = (unsigned)param;
+  rec[2] = (unsigned)i0;
+  rec[3] = (unsigned)i1;
+  rec[4] = (unsigned)i2;
+  rec[5] = (unsigned)i3;
+}
+{%     end %}
 {%   end %}
 {%   if mods.softcap then %}
 // tanh by the special-function unit (tanh.approx.f32, sm_75 on: relative
@@ -71,6 +90,16 @@ __device__ __forceinline__ bool fj_mask_mod(int b, int h, int hkv, int q, int kv
       if t.rank == 0 then
 %}
   const {{ mods.ctype[t.type] }} {{ t.name }} = fj_ma.{{ t.name }};
+  (void){{ t.name }};
+{%    elseif mods.checked then %}
+{%      local args, idx, oob = {}, {}, {} %}
+{%      for d = 0, t.rank - 1 do args[#args + 1] = "int i" .. d ; idx[#idx + 1] = "i" .. d ; oob[#oob + 1] = ("(unsigned)i%d >= (unsigned)fj_ma.%s.e[%d]"):format(d, t.name, d) end %}
+{%      for d = t.rank, 3 do idx[#idx + 1] = "0" end %}
+  // Parameter {{ t.name }} (index {{ t.index }}), checked: a read out of range is recorded.
+  const auto {{ t.name }} = [&]({{ table.concat(args, ", ") }}) {
+    if ({{ table.concat(oob, " || ") }}) fj::oob_record(fj_ma.fj_oob, {{ t.index }}, {{ table.concat(idx, ", ") }});
+    return fj_ma.{{ t.name }}({{ table.concat(idx, ", ", 1, t.rank) }});
+  };
   (void){{ t.name }};
 {%    else %}
   const fj::ModTensor_{{ t.name }} &{{ t.name }} = fj_ma.{{ t.name }};

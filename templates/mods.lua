@@ -36,7 +36,7 @@ local function param_list(text)
   for item in (text or ""):gmatch("[^;]+") do
     local name, ty, rank = item:match("^([%w_]+):(%w+):(%d)$")
     if not name then refuse(("mod_params: \"%s\" is not name:type:rank"):format(item)) end
-    list[#list + 1] = { name = name, type = ty, rank = tonumber(rank) }
+    list[#list + 1] = { name = name, type = ty, rank = tonumber(rank), index = #list }
   end
   return list
 end
@@ -50,6 +50,8 @@ function M.new(o)
   R.mask_text = (o.mask and o.mask ~= "") and o.mask or nil
   R.softcap = o.softcap and true or false
   R.sinks = o.sinks and true or false
+  -- Checked mode: a tensor read out of range is recorded (mods.cuh).
+  R.checked = o.checked and true or false
   R.params = param_list(o.params)
   R.score = R.score_text ~= nil or R.softcap
   R.mask = R.mask_text ~= nil

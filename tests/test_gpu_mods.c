@@ -524,7 +524,7 @@ static int build_mask(fj_ctx *ctx, const mod_case *mc, twin *w, twin_mask *tm,
   int wrong = compare_lists(&tm->host, fate, mc->sq, mc->skv, tm->host.kv_num,
                             tm->host.full_num, tm->host.kv_indices, tm->host.full_indices);
   int kept = 0, full = 0;
-  size_t rows = (size_t)tm->host.batch * tm->host.heads * tm->host.q_blocks;
+  size_t rows = (size_t)tm->host.batch * (size_t)tm->host.heads * (size_t)tm->host.q_blocks;
   for (size_t r = 0; r < rows; r++) {
     kept += tm->host.kv_num[r] + tm->host.full_num[r];
     full += tm->host.full_num[r];
@@ -644,6 +644,65 @@ int test_gpu_block_mask(void)
   bad |= run_mod_case(ctx, &uc, &w, &seed);
   cudaFree(dbuf);
   twin_free(&w);
+  fj_ctx_destroy(ctx);
+  return bad;
+}
+
+/* Checked mode: a bias table read out of range is reported after the
+ * launch (the tensor, the indices, the extents); in range, the call
+ * succeeds.  Both families (the wgmma family at a size it is picked for). */
+int test_gpu_mods_checked(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  int bad = 0;
+  static const int shapes[2][3] = {{1, 4, 200}, {2, 16, 1100}};  /* batch, heads, seq */
+  for (int s = 0; s < 2; s++) {
+    int B = shapes[s][0], H = shapes[s][1], S = shapes[s][2];
+    size_t n = (size_t)B * (size_t)H * (size_t)S * 64;
+    void *q, *o;
+    float *bias;
+    CHECK(cudaMalloc(&q, n * 2) == cudaSuccess && cudaMalloc(&o, n * 2) == cudaSuccess);
+    CHECK(cudaMemset(q, 0, n * 2) == cudaSuccess);
+    CHECK(cudaMalloc((void **)&bias, (size_t)H * 2 * (size_t)S * 4) == cudaSuccess);
+    CHECK(cudaMemset(bias, 0, (size_t)H * 2 * (size_t)S * 4) == cudaSuccess);
+    fj_mod_param prm = {"bias", FJ_MOD_F32, 2, {H, 100}, bias, 0};
+    fj_mods m;
+    fj_mods_init(&m);
+    m.score = "s + bias(h, q - kv + 50)";
+    m.params = &prm;
+    m.num_params = 1;
+    m.checked = 1;
+    fj_problem p;
+    fj_problem_init(&p, B, H, H, S, S, 64, FJ_F16, FJ_BHSD);
+    p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    p.mods = &m;
+    fj_variant v;
+    CHECK_OK(ctx, fj_attention_variant(ctx, &p, &v, NULL));
+    char name[200];
+    fj_variant_name(&v, name, sizeof name);
+    fj_status st = fj_attention_fwd(ctx, &p, q, q, q, o, NULL, NULL);
+    printf("checked %s, table of 100: %s: %s\n", name, fj_status_str(st),
+           st == FJ_OK ? "" : fj_errmsg(ctx));
+    bad |= st != FJ_ERR_INVALID_ARG ||
+           !strstr(fj_errmsg(ctx), "checked mode: mods.params[0] (bias): read at (") ||
+           !strstr(fj_errmsg(ctx), "outside its extents (");
+    /* Every distance inside the table: no report. */
+    prm.extents[1] = 2 * S;
+    m.score = "s + bias(h, q - kv + S)";
+    fj_mod_param two[2] = {prm, {"S", FJ_MOD_I32, 0, {0}, NULL, S}};
+    m.params = two;
+    m.num_params = 2;
+    st = fj_attention_fwd(ctx, &p, q, q, q, o, NULL, NULL);
+    printf("checked %s, table of %d: %s %s\n", name, 2 * S, fj_status_str(st),
+           st == FJ_OK ? "" : fj_errmsg(ctx));
+    bad |= st != FJ_OK;
+    cudaFree(q);
+    cudaFree(o);
+    cudaFree(bias);
+  }
   fj_ctx_destroy(ctx);
   return bad;
 }

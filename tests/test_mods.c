@@ -8,6 +8,7 @@
  * test_gpu_mods.c's.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attention.h"
@@ -650,6 +651,78 @@ int test_mods_compile_sinks(void)
   CHECK(compile_pick(ctx, &p, FJ_MMA_SYNC, &k) == 0);
   CHECK(strstr(fj_kernel_name(k), "_gqa_sink"));
   CHECK(strstr(fj_kernel_source(k, NULL), "p.sinks[blk.h + (m0 + wr"));
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* Checked mode: a kernel of its own ("_chk") whose tensor reads go
+ * through the recording lambdas, on both fast families without spills;
+ * nothing to check (no tensor) leaves the kernel as it was; the
+ * environment variable turns it on for every problem. */
+int test_mods_checked(void)
+{
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  fj_mod_param prm[2] = {
+      {"bias", FJ_MOD_F16, 2, {16, 8192}, NULL, 0},
+      {"scale", FJ_MOD_F32, 0, {0}, NULL, 0.5},
+  };
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx);
+    fj_problem p;
+    fj_mods m;
+    fj_kernel *k;
+    fj_problem_init(&p, 4, 16, 16, 4096, 4096, 128, FJ_BF16, FJ_BHSD);
+    p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    p.mods = &m;
+    fj_mods_init(&m);
+    m.score = "s * scale + bias(h, q - kv + 4096)";
+    m.params = prm;
+    m.num_params = 2;
+    m.checked = 1;
+    CHECK(compile_pick(ctx, &p, a ? FJ_MMA_WGMMA : FJ_MMA_SYNC, &k) == 0);
+    const char *src = fj_kernel_source(k, NULL);
+    CHECK(strstr(fj_kernel_name(k), "_chk"));
+    CHECK(strstr(src, "fj::oob_record(fj_ma.fj_oob, 0, i0, i1, 0, 0)"));
+    CHECK(strstr(src, "unsigned *fj_oob;"));
+    /* A scalar alone has nothing to check. */
+    m.score = "s * scale";
+    m.num_params = 2;
+    prm[0].rank = 0;
+    prm[0].type = FJ_MOD_F32;
+    CHECK(compile_pick(ctx, &p, a ? FJ_MMA_WGMMA : FJ_MMA_SYNC, &k) == 0);
+    CHECK(!strstr(fj_kernel_name(k), "_chk") && !strstr(fj_kernel_source(k, NULL), "fj_oob"));
+    prm[0] = (fj_mod_param){"bias", FJ_MOD_F16, 2, {16, 8192}, NULL, 0};
+    m.checked = 2;
+    CHECK_ST(ctx, fj_problem_check(ctx, &p), FJ_ERR_INVALID_ARG);
+    CHECK_MSG(ctx, "mods.checked 2 is invalid: 0 (off) or 1 (on)");
+    fj_ctx_destroy(ctx);
+  }
+  return 0;
+}
+
+/* FLASHJIT_CHECK_BOUNDS=1, read once at the library's first look (so set
+ * before anything here, in this test's own process): checked on without
+ * mods.checked. */
+int test_mods_checked_env(void)
+{
+  fj_mod_param prm[1] = {{"bias", FJ_MOD_F16, 2, {16, 8192}, NULL, 0}};
+  setenv("FLASHJIT_CHECK_BOUNDS", "1", 1);
+  fj_ctx *ctx = fjt_ctx("sm_80", NULL);
+  CHECK(ctx);
+  fj_problem p;
+  fj_mods m;
+  fj_variant v;
+  fj_problem_init(&p, 4, 16, 16, 4096, 4096, 128, FJ_BF16, FJ_BHSD);
+  fj_mods_init(&m);
+  m.score = "s + bias(h, q - kv + 4096)";
+  m.params = prm;
+  m.num_params = 1;
+  p.mods = &m;
+  CHECK_OK(ctx, fj_attention_variant(ctx, &p, &v, NULL));
+  char name[200];
+  fj_variant_name(&v, name, sizeof name);
+  CHECK(strstr(name, "_chk"));
   fj_ctx_destroy(ctx);
   return 0;
 }
