@@ -91,6 +91,7 @@ typedef struct cli {
   /* --sinks VALUE: one logit for every head; mods.sinks points here (a
    * pointer that only switches the form on: run uploads heads_q copies) */
   float sink;
+  fj_block_mask bmask;    /* --block-mask: sizes here, the rest per problem */
   int mods_on;            /* some modification is on: problem.mods and
                              variant.mods point at mods */
   /* lut */
@@ -135,6 +136,8 @@ typedef struct run_data {
   fj_mods hmods, dmods;
   fj_mod_param hparams[FJ_MOD_PARAMS_MAX], dparams[FJ_MOD_PARAMS_MAX];
   float *hsinks, *dsinks;        /* --sinks: heads_q logits each */
+  fj_block_mask dbm, hbm;        /* --block-mask: built, and downloaded */
+  void *dbm_buf, *hbm_buf;
   size_t esize, kvsize;
   check_block *blocks;           /* rows the check covers, computed once */
   int nblocks;
@@ -183,6 +186,11 @@ int cli_parse_count(const char *s, size_t len);
  * once every flag is in (0, or the exit status). */
 int cli_set_window(cli *c, const flag_def *f, const char *value);
 int cli_set_softcap(cli *c, const flag_def *f, const char *value);
+int cli_set_block_mask(cli *c, const flag_def *f, const char *value);
+int cli_set_checked(cli *c, const flag_def *f, const char *value);
+/* A problem's block mask (--block-mask): its shape for p; run builds its
+ * lists on the GPU (cli_problem.c). */
+void cli_block_mask_shape(cli *c, const fj_problem *p);
 int cli_set_sinks(cli *c, const flag_def *f, const char *value);
 int cli_set_param(cli *c, const flag_def *f, const char *value);
 int cli_mods_active(const fj_mods *m);
@@ -243,6 +251,9 @@ int cli_run_mods(const cli *c, run_data *d, int seed);
 
 /* Frees what cli_run_alloc and the check allocated. */
 void cli_run_free(run_data *d);
+/* --block-mask: the problem's lists built on the GPU (and downloaded for
+ * the reference); 0 or the exit status. */
+int cli_run_block_mask(const cli *c, fj_ctx *ctx, run_data *d);
 
 /* One launch: variant v, or the library's choice when v is NULL. */
 fj_status cli_launch_one(fj_ctx *ctx, run_data *d, const fj_variant *v,

@@ -214,6 +214,16 @@ static const flag_def flags[] = {
      .help = "attention sinks: a logit VALUE (natural units, like the scaled "
              "scores) for every query head, in each row's softmax "
              "denominator with no value row; finite (default: none)"},
+    {"block-mask", 1, CMD_MODS, cli_set_block_mask, 0, .arg = "Q,KV",
+     .help = "a block mask of blocks of Q query rows and KV keys (each 64, "
+             "128 or 256), built by the library on the GPU from the mask "
+             "(--mask-mod, --causal, --window): key blocks the mask hides "
+             "are skipped, blocks it keeps whole skip --mask-mod (default: "
+             "none)"},
+    {"checked", 0, CMD_MODS, cli_set_checked, 0,
+     .help = "checked mode: a tensor --param read outside its extents is "
+             "reported after the call (the tensor, the indices, the "
+             "extents); each call waits for its kernels"},
     {"param", 1, CMD_RUN, cli_set_param, 0, .arg = "SPEC",
      .help = "a parameter of the expressions, repeatable up to 8 times: "
              "NAME=VALUE (f32 if VALUE has '.', 'e' or 'E', else i32), "

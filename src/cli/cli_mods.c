@@ -86,6 +86,44 @@ int cli_set_sinks(cli *c, const flag_def *f, const char *value)
   return 0;
 }
 
+/* --block-mask Q,KV: the block sizes of a block mask the library builds
+ * from the mask (64, 128 or 256 each). */
+int cli_set_block_mask(cli *c, const flag_def *f, const char *value)
+{
+  size_t len = strcspn(value, ",");
+  int q = cli_parse_count(value, len);
+  int kv = value[len] ? cli_parse_count(value + len + 1, strlen(value + len + 1)) : -1;
+  int ok_q = q == 64 || q == 128 || q == 256, ok_kv = kv == 64 || kv == 128 || kv == 256;
+  if (!ok_q || !ok_kv)
+    return cli_bad_value(c, f, value,
+                         "expected Q,KV: the rows and keys of a block, each "
+                         "64, 128 or 256");
+  memset(&c->bmask, 0, sizeof c->bmask);
+  c->bmask.block_q = q;
+  c->bmask.block_kv = kv;
+  c->bmask.batch = c->bmask.heads = c->bmask.q_blocks = c->bmask.kv_blocks = 1;
+  c->mods.block_mask = &c->bmask;
+  return 0;
+}
+
+/* --checked: checked mode (a flag without a value). */
+int cli_set_checked(cli *c, const flag_def *f, const char *value)
+{
+  (void)f;
+  (void)value;
+  c->mods.checked = 1;
+  return 0;
+}
+
+void cli_block_mask_shape(cli *c, const fj_problem *p)
+{
+  if (!c->mods.block_mask)
+    return;
+  c->bmask.batch = c->bmask.heads = 1;
+  c->bmask.q_blocks = (p->seq_q + c->bmask.block_q - 1) / c->bmask.block_q;
+  c->bmask.kv_blocks = (p->seq_kv + c->bmask.block_kv - 1) / c->bmask.block_kv;
+}
+
 /* An int32 in decimal: an optional '-', then digits only; 0, or -1. */
 static int parse_i32(const char *s, double *out)
 {
@@ -274,7 +312,7 @@ int cli_set_param(cli *c, const flag_def *f, const char *value)
 int cli_mods_active(const fj_mods *m)
 {
   return m->window_left != -1 || m->window_right != -1 || m->softcap > 0.f ||
-         m->sinks ||
+         m->sinks || m->block_mask || m->checked ||
          (m->score && m->score[0]) || (m->mask && m->mask[0]) ||
          m->num_params > 0;
 }
@@ -295,6 +333,12 @@ int cli_finish_mods(cli *c)
     if (params[i].rank > 0)
       params[i].data = placeholder;
   check.params = params;
+  fj_block_mask bm;  /* run builds the lists: placeholders for the check */
+  if (check.block_mask) {
+    bm = *check.block_mask;
+    bm.kv_num = bm.kv_indices = placeholder;
+    check.block_mask = &bm;
+  }
   fj_status st = fj_mods_check(&check);
   if (st != FJ_OK)
     return cli_fj_error(c, NULL, st);

@@ -39,6 +39,11 @@ void cli_mods_print(const cli *c, const char *before, const char *after)
     printf("%ssoftcap=%g%s", before, (double)m->softcap, after);
   if (m->sinks)
     printf("%ssinks=%g%s", before, (double)c->sink, after);
+  if (m->block_mask)
+    printf("%sblock_mask=%d,%d%s", before, m->block_mask->block_q,
+           m->block_mask->block_kv, after);
+  if (m->checked)
+    printf("%schecked=1%s", before, after);
   if (m->score && m->score[0])
     print_expr("score_mod", m->score, before, after);
   if (m->mask && m->mask[0])
@@ -61,6 +66,8 @@ static void print_mods(const cli *c)
       m->window_left != -1 || m->window_right != -1 ? "window" : NULL,
       m->softcap > 0.f ? "softcap" : NULL,
       m->sinks ? "sinks" : NULL,
+      m->block_mask ? "block_mask" : NULL,
+      m->checked ? "checked" : NULL,
       m->score && m->score[0] ? "score_mod" : NULL,
       m->mask && m->mask[0] ? "mask_mod" : NULL,
       m->num_params > 0 ? "params" : NULL};

@@ -420,8 +420,53 @@ static void free_blocks(run_data *d)
   d->nblocks = d->sampled = 0;
 }
 
+/* --block-mask: the lists built on the GPU from the problem's mask
+ * (fj_block_mask_build), and their download for the reference. */
+int cli_run_block_mask(const cli *c, fj_ctx *ctx, run_data *d)
+{
+  if (!c->mods.block_mask)
+    return 0;
+  int bq = c->bmask.block_q, bkv = c->bmask.block_kv;
+  size_t bytes;
+  fj_problem p = d->p;
+  d->dmods.block_mask = NULL;
+  fj_status st = fj_block_mask_size(ctx, &p, bq, bkv, &bytes);
+  if (st != FJ_OK)
+    return cli_fj_error(c, ctx, st);
+  CUDA_TRY(cudaMalloc(&d->dbm_buf, bytes));
+  st = fj_block_mask_build(ctx, &p, bq, bkv, d->dbm_buf, bytes, &d->dbm, NULL);
+  if (st != FJ_OK)
+    return cli_fj_error(c, ctx, st);
+  d->hbm_buf = malloc(bytes);
+  if (!d->hbm_buf) {
+    fprintf(stderr, "flashjit run: out of host memory for the block mask\n");
+    return EXIT_FAIL;
+  }
+  CUDA_TRY(cudaMemcpy(d->hbm_buf, d->dbm_buf, bytes, cudaMemcpyDeviceToHost));
+  const char *d0 = d->dbm_buf, *h0 = d->hbm_buf;
+  d->hbm = d->dbm;
+  d->hbm.kv_num = (const int32_t *)(h0 + ((const char *)d->dbm.kv_num - d0));
+  d->hbm.kv_indices = (const int32_t *)(h0 + ((const char *)d->dbm.kv_indices - d0));
+  d->hbm.full_num = (const int32_t *)(h0 + ((const char *)d->dbm.full_num - d0));
+  d->hbm.full_indices = (const int32_t *)(h0 + ((const char *)d->dbm.full_indices - d0));
+  size_t rows = (size_t)d->dbm.batch * (size_t)d->dbm.heads * (size_t)d->dbm.q_blocks;
+  long kept = 0, full = 0;
+  for (size_t r = 0; r < rows; r++) {
+    kept += d->hbm.kv_num[r] + d->hbm.full_num[r];
+    full += d->hbm.full_num[r];
+  }
+  printf("block mask: %dx%d blocks, %d x %d x %d x %d; %ld kept (%ld full) of %zu\n",
+         bq, bkv, d->dbm.batch, d->dbm.heads, d->dbm.q_blocks, d->dbm.kv_blocks,
+         kept, full, rows * (size_t)d->dbm.kv_blocks);
+  d->dmods.block_mask = &d->dbm;
+  d->hmods.block_mask = &d->hbm;
+  return 0;
+}
+
 void cli_run_free(run_data *d)
 {
+  cudaFree(d->dbm_buf);
+  free(d->hbm_buf);
   free(d->hq);
   free(d->hk);
   free(d->hv);
@@ -828,6 +873,7 @@ int cli_problem(cli *c, fj_problem *p)
   p->kv_dtype = c->v.kv_dtype;
   p->splits = c->splits;
   p->mods = c->mods_on ? &c->mods : NULL;
+  cli_block_mask_shape(c, p);
   if (c->lens)
     varlen_problem(c, p);
   if (cli_flag_given(c, "page-size"))

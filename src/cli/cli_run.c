@@ -209,6 +209,8 @@ static int run_on_device(cli *c, fj_ctx *ctx, run_data *d)
   int rc = cli_run_alloc(d, c->seed);
   if (!rc)
     rc = cli_run_mods(c, d, c->seed);
+  if (!rc)
+    rc = cli_run_block_mask(c, ctx, d);
   if (rc)
     return rc;
   if (c->sweep)
