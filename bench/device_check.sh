@@ -74,7 +74,7 @@ fi
 # 2. compute-sanitizer: one variant per (stages, swizzle, softmax), the probe.
 if part sanitize; then
   for tool in memcheck racecheck synccheck; do
-    for t in ${SANITIZE_TESTS:-gpu_sanitize_set gpu_sanitize_wgmma gpu_sanitize_serving gpu_sanitize_varlen gpu_sanitize_mods gpu_lut_probe}; do
+    for t in ${SANITIZE_TESTS:-gpu_sanitize_set gpu_sanitize_wgmma gpu_sanitize_serving gpu_sanitize_varlen gpu_sanitize_mods gpu_sanitize_block_mask gpu_lut_probe}; do
       [ $tool = synccheck ] && [ $t != gpu_sanitize_wgmma ] && continue
       timeout ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 ./tests/fj_tests $t >>"$out/sanitizer.log" 2>&1
       note "compute-sanitizer --tool $tool fj_tests $t: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY' "$out/sanitizer.log" | tail -1 | sed 's/=* //'))"

@@ -122,6 +122,7 @@ TEST(block_mask_size, cpu)
 TEST(block_mask_reference, cpu)
 TEST(block_mask_compile, cpu)
 TEST(gpu_block_mask, gpu)
+TEST(gpu_sanitize_block_mask, gpu)
 /* cache packs: prewarm, export, import (test_cache.c) */
 TEST(cache_pack_round_trip, cpu)
 TEST(cache_pack_refusals, cpu)
