@@ -122,15 +122,15 @@ static fj_status builder(fj_ctx *ctx, const fj_problem *p, int block_q,
   const fj_mods *m = p->mods;
   char symbol[96], params[FJ_MOD_PARAMS_MAX * (FJ_MOD_NAME_MAX + 8) + 1];
   int user = m && ((m->mask && m->mask[0]) || m->num_params > 0);
-  snprintf(symbol, sizeof symbol, "fj_block_mask_q%d_kv%d_%s%s%s%08x",
-           block_q, block_kv,
+  char hash[16] = "";
+  if (user)
+    snprintf(hash, sizeof hash, "_x%08x", (unsigned)(fj__mods_hash(m) & 0xffffffffu));
+  snprintf(symbol, sizeof symbol, "fj_block_mask_q%d_kv%d_%s%s%s", block_q,
+           block_kv,
            p->causal == FJ_CAUSAL_TOP_LEFT      ? "tl"
            : p->causal == FJ_CAUSAL_BOTTOM_RIGHT ? "br"
                                                  : "nc",
-           fj__mods_window(m) ? "_win" : "", user ? "_x" : "",
-           user ? (unsigned)(fj__mods_hash(m) & 0xffffffffu) : 0u);
-  if (!user)  /* no hash: drop the zeros */
-    symbol[strlen(symbol) - 8] = 0;
+           fj__mods_window(m) ? "_win" : "", hash);
   fj__mods_param_list(m, params, sizeof params);
   fj_param list[] = {
       {"template", FJ_PARAM_STR, 0, "block_mask.cu", NULL},

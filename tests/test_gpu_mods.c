@@ -565,6 +565,22 @@ static int causal_fate(int b, int h, int q, int kv, int sq, int skv)
   return kv > q + skv - sq ? -1 : 1;
 }
 
+/* Documents of 300 tokens under mc's causal mask: the ids (*doc, for the
+ * caller to free), the twin's mask expression reading them, and the block
+ * mask the library builds for it (128 x 128), its lists checked. */
+static int doc_masked(fj_ctx *ctx, const mod_case *mc, twin *w, twin_mask *tm,
+                      int32_t **doc)
+{
+  int32_t *ids = malloc((size_t)mc->skv * sizeof *ids);
+  for (int i = 0; i < mc->skv; i++)
+    ids[i] = i / 300;
+  *doc = ids;
+  g_doc = ids;
+  twin_init(w, NULL, "doc(q) == doc(kv)");
+  int bad = twin_tensor(w, "doc", FJ_MOD_I32, 1, (int64_t[]){mc->skv}, ids);
+  return bad | build_mask(ctx, mc, w, tm, 128, 128, doc_fate);
+}
+
 /* Block masks built by the library (the lists checked against every pair
  * tested here) and given by the caller (lists that hide whole tiles, all
  * but one, whole rows), on both families, with sequence tails. */
@@ -582,13 +598,8 @@ int test_gpu_block_mask(void)
    * family's pick on sm_90a, and the mma family's). */
   const mod_case dc = {"documents", 2, 16, 16, 1100, 1100, 128, FJ_BF16,
                        FJ_CAUSAL_BOTTOM_RIGHT, 1};
-  int32_t *doc = malloc(1100 * sizeof *doc);
-  for (int i = 0; i < 1100; i++)
-    doc[i] = i / 300;
-  g_doc = doc;
-  twin_init(&w, NULL, "doc(q) == doc(kv)");
-  bad |= twin_tensor(&w, "doc", FJ_MOD_I32, 1, (int64_t[]){1100}, doc);
-  bad |= build_mask(ctx, &dc, &w, &tm, 128, 128, doc_fate);
+  int32_t *doc;
+  bad |= doc_masked(ctx, &dc, &w, &tm, &doc);
   bad |= run_mod_case(ctx, &dc, &w, &seed);
   /* The same lists with a score expression and inputs x30. */
   w.hm.score = w.dm.score = "s - 0.01f * (float)(q - kv)";
@@ -722,13 +733,8 @@ int test_gpu_sanitize_block_mask(void)
   twin_mask tm;
   const mod_case dc = {"sanitize block mask", 2, 16, 16, 700, 700, 128, FJ_BF16,
                        FJ_CAUSAL_BOTTOM_RIGHT, 1};
-  int32_t *doc = malloc(700 * sizeof *doc);
-  for (int i = 0; i < 700; i++)
-    doc[i] = i / 300;
-  g_doc = doc;
-  twin_init(&w, NULL, "doc(q) == doc(kv)");
-  bad |= twin_tensor(&w, "doc", FJ_MOD_I32, 1, (int64_t[]){700}, doc);
-  bad |= build_mask(ctx, &dc, &w, &tm, 128, 128, doc_fate);
+  int32_t *doc;
+  bad |= doc_masked(ctx, &dc, &w, &tm, &doc);
   bad |= run_mod_case(ctx, &dc, &w, &seed);
   /* An index out of range in the first row of lists (query block 0's one
    * key block, full under the causal mask): its rows then see no key. */
