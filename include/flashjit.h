@@ -651,6 +651,29 @@ FJ_API void fj_mods_init(fj_mods *m);
 FJ_API fj_status fj_mods_check(const fj_mods *m);
 
 /*
+ * The named built-in modifications, as the expressions the kernels use:
+ * the ones that are expressions (ALiBi, a relative-position bias table,
+ * document masking, prefix-LM) to paste into fj_mods.score / .mask with
+ * the parameters listed, and, for reading, the built-in fields' own
+ * formulas (softcap, window, causal, sinks: set through their fields).
+ * Returns the table (static storage) and its length in *count (count may
+ * be NULL).  fj_mod_builtin_find: the entry of that name, or NULL.
+ */
+typedef struct fj_mod_builtin {
+  const char *name;     /* "alibi", "documents", ... */
+  const char *score;    /* the score expression, or NULL */
+  const char *mask;     /* the mask expression, or NULL */
+  const char *params;   /* the parameters it reads: "slopes:f32[heads_q]" */
+  const char *field;    /* NULL, or the fj_mods field that is this built-in
+                           ("softcap", "window_left/window_right", ...):
+                           its formula is for reading, not for pasting */
+  const char *about;    /* one line */
+} fj_mod_builtin;
+
+FJ_API const fj_mod_builtin *fj_mod_builtins(int *count);
+FJ_API const fj_mod_builtin *fj_mod_builtin_find(const char *name);
+
+/*
  * Block masks built by the library: fj_block_mask_build evaluates p's mask
  * -- p->mods' mask expression with its parameters, the causal mask, the
  * window and the sequence ends -- at every (query, key) pair on the GPU,

@@ -122,6 +122,55 @@ int fj__mods_on(const fj_mods *m)
          fj__mods_blocks(m) || fj__mods_sinks(m);
 }
 
+/* ---- built-ins ------------------------------------------------------------------ */
+
+static const fj_mod_builtin builtins[] = {
+    {"alibi", "s + slopes(h) * (float)(kv - q)", NULL, "slopes:f32[heads_q]", NULL,
+     "ALiBi: a linear bias per query head; the standard slopes are "
+     "2^(-8 (h + 1) / heads_q)"},
+    {"alibi-standard", "s + exp2f(-8.f * (float)(h + 1) / (float)heads) * (float)(kv - q)",
+     NULL, "heads:i32", NULL,
+     "ALiBi with the standard slopes computed in the kernel (heads: heads_q)"},
+    {"relative-bias", "s + bias(h, q - kv + max_distance)", NULL,
+     "bias:f32[heads_q,2*max_distance+1], max_distance:i32", NULL,
+     "a learned bias per query head and distance; distances past the table "
+     "read 0"},
+    {"documents", NULL, "doc(q) == doc(kv)", "doc:i32[seq_kv]", NULL,
+     "document masking: a query sees the keys of its own document (ids per "
+     "position; with fj_block_mask_build, only the blocks on the diagonal "
+     "run)"},
+    {"prefix-lm", NULL, "kv < prefix(b) || kv <= q", "prefix:i32[batch]", NULL,
+     "prefix-LM: the first prefix(b) keys are seen by every query, the rest "
+     "causally"},
+    {"softcap", "softcap * tanhf(s / softcap)", NULL, "", "softcap",
+     "logit soft-capping (Gemma 2, Grok), after the score expression; the "
+     "kernels take tanh.approx.f32"},
+    {"window", NULL, "kv >= q + off - window_left && kv <= q + off + window_right",
+     "", "window_left/window_right",
+     "sliding window around the causal diagonal (off: 0 top-left, seq_kv - "
+     "seq_q bottom-right); -1 unbounded; tiles outside are never loaded"},
+    {"causal", NULL, "kv <= q + off", "", "fj_problem.causal",
+     "causal mask, top-left (off 0) or bottom-right (off seq_kv - seq_q)"},
+    {"sinks", NULL, NULL, "", "sinks",
+     "attention sinks: exp(sinks[h]) joins each row's softmax denominator "
+     "with no value row"},
+};
+
+const fj_mod_builtin *fj_mod_builtins(int *count)
+{
+  if (count)
+    *count = (int)FJ_ARRAY_LEN(builtins);
+  return builtins;
+}
+
+const fj_mod_builtin *fj_mod_builtin_find(const char *name)
+{
+  for (size_t i = 0; name && i < FJ_ARRAY_LEN(builtins); i++)
+    if (strcmp(builtins[i].name, name) == 0)
+      return &builtins[i];
+  return NULL;
+}
+
 /* ---- names ---------------------------------------------------------------------- */
 
 static const char *type_name(fj_mod_type t)

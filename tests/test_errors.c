@@ -27,6 +27,7 @@ int test_abi_sizes(void)
       {"fj_lut", sizeof(fj_lut), 1144},
       {"fj_mod_param", sizeof(fj_mod_param), 64},
       {"fj_mods", sizeof(fj_mods), 64},
+      {"fj_mod_builtin", sizeof(fj_mod_builtin), 48},
       {"fj_block_mask", sizeof(fj_block_mask), 56},
       {"fj_plan", sizeof(fj_plan), 136},
       {"fj_prepare_opts", sizeof(fj_prepare_opts), 24},

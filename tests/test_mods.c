@@ -726,3 +726,52 @@ int test_mods_checked_env(void)
   fj_ctx_destroy(ctx);
   return 0;
 }
+
+/* The named built-ins written as expressions (fj_mod_builtins) compile on
+ * both fast families without spills, with the parameters they list. */
+int test_mods_builtins_compile(void)
+{
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  static const struct {
+    const char *name;
+    fj_mod_param prm[2];
+    int n;
+  } cases[] = {
+      {"alibi", {{"slopes", FJ_MOD_F32, 1, {16}, NULL, 0}}, 1},
+      {"alibi-standard", {{"heads", FJ_MOD_I32, 0, {0}, NULL, 16}}, 1},
+      {"relative-bias", {{"bias", FJ_MOD_F32, 2, {16, 8193}, NULL, 0},
+                         {"max_distance", FJ_MOD_I32, 0, {0}, NULL, 4096}}, 2},
+      {"documents", {{"doc", FJ_MOD_I32, 1, {4096}, NULL, 0}}, 1},
+      {"prefix-lm", {{"prefix", FJ_MOD_I32, 1, {4}, NULL, 0}}, 1},
+  };
+  int n;
+  const fj_mod_builtin *all = fj_mod_builtins(&n);
+  int expressions = 0;
+  for (int i = 0; i < n; i++)
+    expressions += !all[i].field;
+  CHECK(expressions == (int)(sizeof cases / sizeof cases[0]));
+  CHECK(!fj_mod_builtin_find("nothing") && fj_mod_builtin_find("softcap")->field);
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      const fj_mod_builtin *b = fj_mod_builtin_find(cases[i].name);
+      CHECK(b && !b->field);
+      fj_problem p;
+      fj_mods m;
+      fj_kernel *k;
+      fj_problem_init(&p, 4, 16, 16, 4096, 4096, 128, FJ_BF16, FJ_BHSD);
+      p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+      p.mods = &m;
+      fj_mods_init(&m);
+      m.score = b->score;
+      m.mask = b->mask;
+      m.params = cases[i].prm;
+      m.num_params = cases[i].n;
+      CHECK(compile_pick(ctx, &p, a ? FJ_MMA_WGMMA : FJ_MMA_SYNC, &k) == 0);
+      CHECK(strstr(fj_kernel_source(k, NULL), b->score ? b->score : b->mask));
+    }
+    fj_ctx_destroy(ctx);
+  }
+  return 0;
+}

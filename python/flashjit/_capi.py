@@ -116,6 +116,11 @@ class Mods(C.Structure):
                 ("block_mask", C.c_void_p), ("checked", C.c_int)]
 
 
+class ModBuiltin(C.Structure):
+    _fields_ = [("name", C.c_char_p), ("score", C.c_char_p), ("mask", C.c_char_p),
+                ("params", C.c_char_p), ("field", C.c_char_p), ("about", C.c_char_p)]
+
+
 class BlockMask(C.Structure):
     _fields_ = [("block_q", C.c_int), ("block_kv", C.c_int), ("batch", C.c_int),
                 ("heads", C.c_int), ("q_blocks", C.c_int), ("kv_blocks", C.c_int),
@@ -181,7 +186,7 @@ CACHE_VISIT_FN = C.CFUNCTYPE(C.c_int, C.c_void_p, C.POINTER(CacheEntry))
 # The C name of each struct above, for the layout test.
 C_NAMES = {CtxOpts: "fj_ctx_opts", DeviceInfo: "fj_device_info", Variant: "fj_variant",
            Resources: "fj_resources", PrepareOpts: "fj_prepare_opts", Problem: "fj_problem",
-           ModParam: "fj_mod_param", Mods: "fj_mods", BlockMask: "fj_block_mask", Plan: "fj_plan",
+           ModParam: "fj_mod_param", Mods: "fj_mods", ModBuiltin: "fj_mod_builtin", BlockMask: "fj_block_mask", Plan: "fj_plan",
            TuneOpts: "fj_tune_opts", TuneReport: "fj_tune_report", TuneEntry: "fj_tune_entry",
            Lut: "fj_lut", CacheStats: "fj_cache_stats", CacheEntry: "fj_cache_entry",
            PrewarmReport: "fj_prewarm_report", CachePackReport: "fj_cache_pack_report"}
@@ -220,6 +225,8 @@ SIGNATURES = {
     "fj_kernel_prepare": (_I, [_VP, _P(Variant), _S, _P(PrepareOpts), _P(_I)]),
     "fj_mods_init": (None, [_P(Mods)]),
     "fj_mods_check": (_I, [_P(Mods)]),
+    "fj_mod_builtins": (_P(ModBuiltin), [_P(_I)]),
+    "fj_mod_builtin_find": (_P(ModBuiltin), [_STR]),
     "fj_block_mask_size": (_I, [_VP, _P(Problem), _I, _I, _P(_S)]),
     "fj_block_mask_build": (_I, [_VP, _P(Problem), _I, _I, _VP, _S, _P(BlockMask), _VP]),
     "fj_problem_init": (None, [_P(Problem)] + [_I] * 8),

@@ -188,6 +188,7 @@ int cli_set_window(cli *c, const flag_def *f, const char *value);
 int cli_set_softcap(cli *c, const flag_def *f, const char *value);
 int cli_set_block_mask(cli *c, const flag_def *f, const char *value);
 int cli_set_checked(cli *c, const flag_def *f, const char *value);
+int cli_set_mod(cli *c, const flag_def *f, const char *value);
 /* A problem's block mask (--block-mask): its shape for p; run builds its
  * lists on the GPU (cli_problem.c). */
 void cli_block_mask_shape(cli *c, const fj_problem *p);

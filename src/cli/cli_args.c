@@ -220,6 +220,10 @@ static const flag_def flags[] = {
              "(--mask-mod, --causal, --window): key blocks the mask hides "
              "are skipped, blocks it keeps whole skip --mask-mod (default: "
              "none)"},
+    {"mod", 1, CMD_MODS, cli_set_mod, 0, .arg = "NAME",
+     .help = "a built-in written as an expression: alibi, alibi-standard, "
+             "relative-bias, documents, prefix-lm (its parameters by "
+             "--param); --mod list prints each with its expression"},
     {"checked", 0, CMD_MODS, cli_set_checked, 0,
      .help = "checked mode: a tensor --param read outside its extents is "
              "reported after the call (the tensor, the indices, the "

@@ -106,6 +106,45 @@ int cli_set_block_mask(cli *c, const flag_def *f, const char *value)
   return 0;
 }
 
+/* --mod NAME: a built-in written as an expression (fj_mod_builtins) as
+ * the score or mask expression; its parameters come with --param.  --mod
+ * list prints the built-ins, each with its expression, and ends. */
+int cli_set_mod(cli *c, const flag_def *f, const char *value)
+{
+  int n;
+  const fj_mod_builtin *all = fj_mod_builtins(&n);
+  if (!strcmp(value, "list")) {
+    for (int i = 0; i < n; i++) {
+      const fj_mod_builtin *b = &all[i];
+      printf("%s\n  %s: %s\n", b->name, b->score ? "score" : b->mask ? "mask" : "softmax",
+             b->score ? b->score : b->mask ? b->mask : "exp(sinks[h]) in the denominator");
+      if (b->params[0])
+        printf("  params: %s\n", b->params);
+      if (b->field)
+        printf("  set by: %s (not --mod)\n", b->field);
+      printf("  %s\n", b->about);
+    }
+    return -1;
+  }
+  const fj_mod_builtin *b = fj_mod_builtin_find(value);
+  if (!b || b->field) {
+    char allowed[512];
+    size_t used = (size_t)snprintf(allowed, sizeof allowed, "expected list or one of");
+    for (int i = 0; i < n && used < sizeof allowed; i++)
+      if (!all[i].field)
+        used += (size_t)snprintf(allowed + used, sizeof allowed - used, " %s", all[i].name);
+    if (b && used < sizeof allowed)
+      snprintf(allowed + used, sizeof allowed - used, " (%s is set by %s)", b->name,
+               b->field);
+    return cli_bad_value(c, f, value, allowed);
+  }
+  if (b->score)
+    c->mods.score = b->score;
+  if (b->mask)
+    c->mods.mask = b->mask;
+  return 0;
+}
+
 /* --checked: checked mode (a flag without a value). */
 int cli_set_checked(cli *c, const flag_def *f, const char *value)
 {
