@@ -14,7 +14,8 @@ Contexts (one per GPU, one per inspected arch) are made on first use and
 kept for the process; every entry is thread-safe.
 """
 from ._core import (CompileError, Error, InvalidArgument, LibraryNotFound, NoDevice,
-                    ResourceLimit, Unsupported, device_info, library_path, library_version)
+                    ResourceLimit, Unsupported, builtin_mods, device_info, library_path,
+                    library_version)
 from ._inspect import (Kernel, Layout, Plan, Resources, TuneResult, cache_dir, fragments,
                        layout, plan, tune)
 from ._problem import TensorParam
@@ -37,4 +38,4 @@ else:
 __all__ = ["attention", "Kernel", "plan", "layout", "fragments", "tune", "Plan", "Layout",
            "Resources", "TuneResult", "TensorParam", "Error", "InvalidArgument",
            "Unsupported", "ResourceLimit", "NoDevice", "CompileError", "LibraryNotFound",
-           "device_info", "library_path", "library_version", "cache_dir"]
+           "device_info", "library_path", "library_version", "cache_dir", "builtin_mods"]

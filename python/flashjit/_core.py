@@ -128,6 +128,23 @@ def library_version():
     return lib().fj_version().decode()
 
 
+def builtin_mods():
+    """The named built-in modifications (fj_mod_builtins): a dict by name of
+    dicts with the score or mask expression to pass as score_mod / mask_mod,
+    the parameters it reads, the field that sets it instead (softcap,
+    window, causal, sinks: keyword arguments of attention), and a line."""
+    n = C.c_int()
+    table = lib().fj_mod_builtins(C.byref(n))
+    out = {}
+    for i in range(n.value):
+        b = table[i]
+        dec = (lambda x: x.decode() if x else None)
+        out[dec(b.name)] = {"score_mod": dec(b.score), "mask_mod": dec(b.mask),
+                            "params": dec(b.params), "field": dec(b.field),
+                            "about": dec(b.about)}
+    return out
+
+
 # ---- contexts --------------------------------------------------------------------
 
 

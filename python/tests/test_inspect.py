@@ -17,6 +17,17 @@ class Import(unittest.TestCase):
     def test_version(self):
         self.assertEqual(flashjit.library_version(), flashjit.__version__)
 
+    def test_builtin_mods(self):
+        b = flashjit.builtin_mods()
+        self.assertEqual(b["documents"]["mask_mod"], "doc(q) == doc(kv)")
+        self.assertIn("slopes", b["alibi"]["params"])
+        self.assertEqual(b["softcap"]["field"], "softcap")
+        # Each expression compiles into a kernel for sm_80 (no GPU needed).
+        k = flashjit.Kernel(head_dim=64, arch="sm_80", mma="mma",
+                            mask_mod=b["prefix-lm"]["mask_mod"],
+                            params={"prefix": flashjit.TensorParam("i32", (4,))})
+        self.assertIn("kv < prefix(b) || kv <= q", k.source)
+
     def test_library_path(self):
         self.assertTrue(os.path.isfile(flashjit.library_path()), flashjit.library_path())
 
