@@ -52,11 +52,6 @@ static fj_status mask_dims(const fj_ctx *ctx, const fj_problem *p, int *batch,
   return FJ_OK;
 }
 
-static int block_size_ok(int n)
-{
-  return n == 64 || n == 128 || n == 256;
-}
-
 /* The shape of the mask: its dimensions and the bytes of its arrays. */
 typedef struct bm_shape {
   int batch, heads, q_blocks, kv_blocks;
@@ -69,11 +64,11 @@ static fj_status shape_of(fj_ctx *ctx, const char *fn, const fj_problem *p,
                           int block_q, int block_kv, bm_problem *bp,
                           bm_shape *s)
 {
-  if (!block_size_ok(block_q) || !block_size_ok(block_kv))
+  if (!fj__block_size_ok(block_q) || !fj__block_size_ok(block_kv))
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "%s: block_%s %d is not a block size: 64, 128 or 256", fn,
-                    block_size_ok(block_q) ? "kv" : "q",
-                    block_size_ok(block_q) ? block_kv : block_q);
+                    fj__block_size_ok(block_q) ? "kv" : "q",
+                    fj__block_size_ok(block_q) ? block_kv : block_q);
   bp->p = *p;
   if (p->mods) {
     bp->mods = *p->mods;
@@ -204,23 +199,21 @@ fj_status fj_block_mask_build(fj_ctx *ctx, const fj_problem *p, int block_q,
               s.kv_blocks, 0};
   unsigned char mod_args[FJ_MOD_ARGS_MAX];
   void *args[3] = {&kp, &o, mod_args};
-  fj__mods_args(bp.p.mods, 0, mod_args);
+  fj__mods_args(bp.p.mods, 0, mod_args);  /* 0: its kernel is never checked */
   void *fn = NULL;
   if ((st = fj__cu_enter(ctx)) != FJ_OK)
     return st;
-  if (ctx->devices > 1) {  /* buf and the parameters on this device */
-    fj_devptr ptrs[FJ_DEVPTR_MAX + 1];
-    size_t n = fj__devptr_list(&bp.p, NULL, NULL, NULL, NULL, NULL, NULL, ptrs);
-    ptrs[n++] = (fj_devptr){"buf", -1, buf};
-    if ((st = fj__devptr_check(ctx, "fj_block_mask_build", ptrs, n,
-                               fj__cu_memory)) != FJ_OK) {
-      fj__cu_leave(ctx);
-      return st;
-    }
+  /* buf and the parameters: this device's memory (the list leaves out
+   * the attention tensors, which are NULL here). */
+  fj_devptr ptrs[FJ_DEVPTR_MAX + 1];
+  size_t n = fj__devptr_list(&bp.p, NULL, NULL, NULL, NULL, NULL, NULL, ptrs);
+  ptrs[n++] = (fj_devptr){"buf", -1, buf};
+  st = fj__devptr_check_list(ctx, "fj_block_mask_build", ptrs, n);
+  if (st == FJ_OK) {
+    pthread_mutex_lock(&ctx->lock);
+    st = fj__kernel_function(ctx, kern, &fn);
+    pthread_mutex_unlock(&ctx->lock);
   }
-  pthread_mutex_lock(&ctx->lock);
-  st = fj__kernel_function(ctx, kern, &fn);
-  pthread_mutex_unlock(&ctx->lock);
   if (st == FJ_OK) {
     fj_launch l = {fn, {(unsigned)s.q_blocks, (unsigned)s.heads, (unsigned)s.batch},
                    {256, 1, 1}, 0, stream, args};

@@ -130,14 +130,22 @@ fj_status fj__devptr_check(const fj_ctx *ctx, const char *fn,
   return FJ_OK;
 }
 
+fj_status fj__devptr_check_list(const fj_ctx *ctx, const char *fn,
+                                const fj_devptr *ptrs, size_t n)
+{
+  if (ctx->devices < 2)
+    return FJ_OK;  /* one device: nothing to refuse (see the top) */
+  return fj__devptr_check(ctx, fn, ptrs, n, fj__cu_memory);
+}
+
 fj_status fj__devptr_check_call(const fj_ctx *ctx, const char *fn,
                                 const fj_problem *p, const void *q,
                                 const void *k, const void *v, const void *o,
                                 const void *lse, const void *workspace)
 {
   if (ctx->devices < 2)
-    return FJ_OK;  /* one device: nothing to refuse (see the top) */
+    return FJ_OK;  /* not even the list */
   fj_devptr ptrs[FJ_DEVPTR_MAX];
   size_t n = fj__devptr_list(p, q, k, v, o, lse, workspace, ptrs);
-  return fj__devptr_check(ctx, fn, ptrs, n, fj__cu_memory);
+  return fj__devptr_check_list(ctx, fn, ptrs, n);
 }

@@ -48,8 +48,12 @@ fj_status fj__devptr_check(const fj_ctx *ctx, const char *fn,
                            const fj_devptr *ptrs, size_t n,
                            fj_mem_query query);
 
-/* fj__devptr_check of one attention call's pointers with the driver's
- * query; nothing at all in a process that sees one device. */
+/* fj__devptr_check with the driver's query; nothing at all in a process
+ * that sees one device.  n at most FJ_DEVPTR_MAX. */
+fj_status fj__devptr_check_list(const fj_ctx *ctx, const char *fn,
+                                const fj_devptr *ptrs, size_t n);
+
+/* fj__devptr_check_list of one attention call's pointers. */
 fj_status fj__devptr_check_call(const fj_ctx *ctx, const char *fn,
                                 const fj_problem *p, const void *q,
                                 const void *k, const void *v, const void *o,

@@ -366,7 +366,7 @@ static fj_status check_expr(const fj_ctx *ctx, const fj_mods *m, int score)
   return FJ_OK;
 }
 
-static int block_size_ok(int n)
+int fj__block_size_ok(int n)
 {
   return n == 64 || n == 128 || n == 256;
 }
@@ -375,12 +375,12 @@ static int block_size_ok(int n)
  * checks it against a problem). */
 static fj_status check_block_mask(const fj_ctx *ctx, const fj_block_mask *bm)
 {
-  if (!block_size_ok(bm->block_q) || !block_size_ok(bm->block_kv))
+  if (!fj__block_size_ok(bm->block_q) || !fj__block_size_ok(bm->block_kv))
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "mods.block_mask->block_%s %d is not a block size: 64, "
                     "128 or 256",
-                    block_size_ok(bm->block_q) ? "kv" : "q",
-                    block_size_ok(bm->block_q) ? bm->block_kv : bm->block_q);
+                    fj__block_size_ok(bm->block_q) ? "kv" : "q",
+                    fj__block_size_ok(bm->block_q) ? bm->block_kv : bm->block_q);
   const int dims[4] = {bm->batch, bm->heads, bm->q_blocks, bm->kv_blocks};
   static const char *const names[4] = {"batch", "heads", "q_blocks", "kv_blocks"};
   for (int i = 0; i < 4; i++)
@@ -598,7 +598,7 @@ size_t fj__mods_args(const fj_mods *m, uint64_t oob,
     memcpy(out + at + 8, ext, 16);
     at += 24;
   }
-  if (fj__mods_checked(m)) {
+  if (oob) {
     memcpy(out + at, &oob, 8);
     at += 8;
   }

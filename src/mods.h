@@ -25,6 +25,8 @@ int fj__mods_on(const fj_mods *m);       /* any of the five */
 /* A block mask's block sizes (form), 0 without one. */
 int fj__mods_block_q(const fj_mods *m);
 int fj__mods_block_kv(const fj_mods *m);
+/* A block size a block mask may have: 64, 128 or 256. */
+int fj__block_size_ok(int n);
 /* Reads of tensor parameters the expressions make (calls in their text):
  * each holds a load in flight per element. */
 int fj__mods_reads(const fj_mods *m);
@@ -60,9 +62,11 @@ void fj__mods_param_list(const fj_mods *m, char *buf, size_t size);
 /* The launch arguments of the parameters: fj::ModArgs (mods.lua), a
  * scalar in 8 bytes (the value in the first 4), a tensor in 24 (pointer,
  * then 4 int32 extents).  Returns the bytes written (0: no parameters). */
-/* Checked mode appends the address of the record of the first read out
- * of range (8 bytes; 0 outside checked mode): 6 words, set by the kernel
- * -- 1 once something is recorded, the parameter's index, 4 indices. */
+/* oob, the address of checked mode's record (0 outside checked mode:
+ * nothing appended), follows the parameters in 8 bytes: 6 words, set by
+ * the kernel -- 1 once something is recorded, the parameter's index, 4
+ * indices.  The caller gives one exactly where the kernel's form is
+ * checked (fj__mods_checked). */
 #define FJ_MOD_ARGS_MAX (FJ_MOD_PARAMS_MAX * 24 + 8)
 #define FJ_MOD_OOB_WORDS 6
 size_t fj__mods_args(const fj_mods *m, uint64_t oob,
