@@ -523,7 +523,10 @@ typedef struct fj_problem {
  * bf16 or i32, row-major contiguous, device memory) is read by calling it
  * with one int index per dimension: `slopes(h)`, `bias(h, q - kv + 4096)`;
  * it gives a float (an int for i32).  An index outside the extents reads
- * 0 and never touches memory outside the tensor.
+ * 0 and never touches memory outside the tensor.  The kernels may run the
+ * expressions on pairs the result does not use (rows past the sequence,
+ * keys past it or outside the causal mask or window): such reads are as
+ * safe, and their values are discarded.
  *
  * What belongs to the kernel (a change compiles another): the expressions'
  * text, each parameter's name, type and rank, and whether the window and
@@ -593,7 +596,9 @@ struct fj_mods {
   /* 1: checked mode.  A tensor parameter read outside its extents still
    * reads 0, and the call that launched the kernel waits for it and
    * returns FJ_ERR_INVALID_ARG naming the first such read: the tensor,
-   * its indices and its extents.  For finding bad indices, not for speed
+   * its indices and its extents.  In checked mode the expressions run only
+   * on pairs the result uses, so every read reported is the expression's
+   * own.  For finding bad indices, not for speed
    * (each call synchronises its stream).  0: off, unless the environment
    * sets FLASHJIT_CHECK_BOUNDS=1 (read once, at the first call that
    * looks).  A problem without a tensor parameter has nothing to check.

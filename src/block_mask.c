@@ -87,6 +87,12 @@ static fj_status shape_of(fj_ctx *ctx, const char *fn, const fj_problem *p,
     return st;
   s->q_blocks = (p->seq_q + block_q - 1) / block_q;
   s->kv_blocks = (p->seq_kv + block_kv - 1) / block_kv;
+  /* One thread block per pair of blocks (grid x), heads (y), batch (z). */
+  if ((int64_t)s->q_blocks * s->kv_blocks > INT32_MAX)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s: %d query blocks x %d key blocks is above the "
+                    "builder's %d pairs of blocks; take larger blocks",
+                    fn, s->q_blocks, s->kv_blocks, INT32_MAX);
   s->rows = (size_t)s->batch * (size_t)s->heads * (size_t)s->q_blocks;
   s->idx_offset = (2 * s->rows * sizeof(int32_t) + 15) / 16 * 16;
   s->bytes = s->idx_offset + 2 * s->rows * (size_t)s->kv_blocks * sizeof(int32_t);
@@ -148,7 +154,7 @@ static fj_status builder(fj_ctx *ctx, const fj_problem *p, int block_q,
 /* templates/block_mask.cu's fj::MaskOut. */
 typedef struct bm_out {
   uint64_t num, full_num, idx, full_idx;
-  int32_t kv_blocks, pad_;
+  int32_t kv_blocks, q_blocks;
 } bm_out;
 
 fj_status fj_block_mask_build(fj_ctx *ctx, const fj_problem *p, int block_q,
@@ -196,7 +202,7 @@ fj_status fj_block_mask_build(fj_ctx *ctx, const fj_problem *p, int block_q,
   fj__fill_params(&kp, &bp.p, NULL, NULL, NULL, NULL, NULL);
   bm_out o = {(uint64_t)(uintptr_t)num, (uint64_t)(uintptr_t)full_num,
               (uint64_t)(uintptr_t)idx, (uint64_t)(uintptr_t)full_idx,
-              s.kv_blocks, 0};
+              s.kv_blocks, s.q_blocks};
   unsigned char mod_args[FJ_MOD_ARGS_MAX];
   void *args[3] = {&kp, &o, mod_args};
   fj__mods_args(bp.p.mods, 0, mod_args);  /* 0: its kernel is never checked */
@@ -214,8 +220,13 @@ fj_status fj_block_mask_build(fj_ctx *ctx, const fj_problem *p, int block_q,
     st = fj__kernel_function(ctx, kern, &fn);
     pthread_mutex_unlock(&ctx->lock);
   }
+  /* The counts start at 0: the kernel counts each row's blocks in them
+   * until the row's last block replaces the count with the list's. */
+  if (st == FJ_OK)
+    st = fj__cu_memset32_async(ctx, (uint64_t)(uintptr_t)num, 0, s.rows, stream);
   if (st == FJ_OK) {
-    fj_launch l = {fn, {(unsigned)s.q_blocks, (unsigned)s.heads, (unsigned)s.batch},
+    fj_launch l = {fn, {(unsigned)(s.q_blocks * s.kv_blocks), (unsigned)s.heads,
+                        (unsigned)s.batch},
                    {256, 1, 1}, 0, stream, args};
     st = fj__cu_launch(ctx, &l);
   }

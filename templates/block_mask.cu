@@ -1,10 +1,12 @@
 {#
   block_mask.cu: the kernel of fj_block_mask_build.  One thread block per
-  query block (grid x) of one head (y) of one batch index (z) -- the
-  mask's own batch and heads, 1 where the mask expression does not read
-  b or h -- walks the key blocks that the built-in rules (mask.lua: the
-  sequence ends, the causal mask, the window) let its rows reach, tests
-  every (query, key) pair of each, and lists the blocks it keeps:
+  (query block, key block) pair (grid x) of one head (y) of one batch
+  index (z) -- the mask's own batch and heads, 1 where the mask
+  expression does not read b or h.  A pair the built-in rules (mask.lua:
+  the sequence ends, the causal mask, the window) let no row reach is
+  dropped at once; otherwise the block tests every (query, key) pair in
+  it.  The last block of a row of blocks to finish lists the row's kept
+  key blocks:
     partial   some pair kept, and some pair the built-in rules keep is
               hidden by the mask expression (the attention kernel then
               runs the expression per element);
@@ -37,24 +39,24 @@ namespace fj {
 // Where the lists go (src/block_mask.c lays them out in one buffer):
 // counts [rows], full counts [rows], indices [rows][kv_blocks], full
 // indices [rows][kv_blocks], rows = batch x heads x q_blocks of the mask.
+// The host zeroes the counts first: until a row is done its count is the
+// number of its blocks tested so far.
 struct MaskOut {
   int *num, *full_num, *idx, *full_idx;
-  int kv_blocks, pad_;
+  int kv_blocks, q_blocks;
 };
 }  // namespace fj
 
 extern "C" __global__ void __launch_bounds__({{ THREADS }})
 {{ symbol }}(const fj::Params p, const fj::MaskOut out{{ mods.kernel_param }}) {
-  const int b = blockIdx.z, h = blockIdx.y, m0 = blockIdx.x * {{ BQ }};
-  const long long row = ((long long)b * gridDim.y + h) * gridDim.x + blockIdx.x;
-  // The key blocks the built-in rules let rows m0 .. m0 + {{ BQ - 1 }} reach.
+  const int qb = blockIdx.x / out.kv_blocks, kb = blockIdx.x % out.kv_blocks;
+  const int b = blockIdx.z, h = blockIdx.y, m0 = qb * {{ BQ }}, n0 = kb * {{ BKV }};
+  const long long row = ((long long)b * gridDim.y + h) * out.q_blocks + qb;
+  // Whether the built-in rules let rows m0 .. m0 + {{ BQ - 1 }} reach this key block.
   const int n_end = {{ mrule.keys_end("m0 + " .. BQ) }};
   const int kb_lo = {{ mrule.keys_begin("m0") }} / {{ BKV }};
-  const int kb_hi = min((n_end + {{ BKV - 1 }}) / {{ BKV }}, out.kv_blocks);
-  int np = 0, nf = 0;  // thread 0's counts
-  for (int kb = kb_lo; kb < kb_hi; ++kb) {
-    const int n0 = kb * {{ BKV }};
-    bool any = false, all = true;
+  bool any = false, all = true;
+  if (kb >= kb_lo && n0 < n_end) {
     for (int e = threadIdx.x; e < {{ BQ * BKV }}; e += {{ THREADS }}) {
       const int q = m0 + e / {{ BKV }}, kv = n0 + e % {{ BKV }};
       if (q >= p.seq_q || kv >= p.seq_kv) continue;
@@ -67,14 +69,37 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }})
       any |= builtin && user;
       all &= !builtin || user;
     }
-    any = __syncthreads_or(any);
-    all = __syncthreads_and(all);
-    if (threadIdx.x == 0 && any) {
-      if (all) out.full_idx[row * out.kv_blocks + nf++] = kb;
-      else out.idx[row * out.kv_blocks + np++] = kb;
-    }
   }
+  any = __syncthreads_or(any);
+  all = __syncthreads_and(all);
+  // The block's state (0 none kept, 1 partial, 2 full) goes where the
+  // row's index list will be; the row's last block to finish (its count
+  // reaching kv_blocks) turns the states into the lists.
+  int *state = out.idx + row * out.kv_blocks;
+  __shared__ bool last;
   if (threadIdx.x == 0) {
+    state[kb] = any ? (all ? 2 : 1) : 0;
+    __threadfence();
+    last = atomicAdd(out.num + row, 1) == out.kv_blocks - 1;
+  }
+  __syncthreads();
+  if (!last || threadIdx.x >= 32) return;
+  __threadfence();
+  // One warp, 32 states at a time, read (from L2: other blocks wrote them)
+  // before any is overwritten: an index goes to or before a state read.
+  const int lane = threadIdx.x;
+  int np = 0, nf = 0;
+  for (int c = 0; c < out.kv_blocks; c += 32) {
+    const int k = c + lane;
+    const int st = k < out.kv_blocks ? __ldcg(state + k) : 0;
+    const unsigned part = __ballot_sync(0xffffffffu, st == 1), full = __ballot_sync(0xffffffffu, st == 2);
+    const unsigned below = (1u << lane) - 1u;
+    if (st == 1) state[np + __popc(part & below)] = k;
+    if (st == 2) out.full_idx[row * out.kv_blocks + nf + __popc(full & below)] = k;
+    np += __popc(part);
+    nf += __popc(full);
+  }
+  if (lane == 0) {
     out.num[row] = np;
     out.full_num[row] = nf;
   }

@@ -32,6 +32,8 @@
 --   mask.row_limit(row, n0, c0)  the first column, counted from n0 + c0,
 --                                that `row` may not see
 --   mask.visible(row, key)       one element's test
+--   mask.used(row, key)          whether the result uses the element: a row
+--                                inside the sequence that may see the key
 --   mask.pos(row)                the query position of a (packed) row
 
 local M = {}
@@ -103,6 +105,10 @@ function M.new(causal, packed, lens, window)
     if RIGHT then v = v .. (" && %s <= %s"):format(key, plus_right(("%s + %s"):format(pos(row), OFF))) end
     if LEFT then v = v .. (" && %s >= %s + %s - %s"):format(key, pos(row), OFF, LEFT) end
     return v
+  end
+
+  function R.used(row, key)
+    return ("%s < %s && %s"):format(pos(row), Q, R.visible(row, key))
   end
 
   return R

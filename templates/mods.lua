@@ -12,9 +12,15 @@
 --   mods.any               either: the family calls mods.apply per element
 --   mods.args              the kernel takes fj::ModArgs (parameters exist)
 --   mods.kernel_param      its declaration in the kernel's parameter list
---   mods.apply(lv, q, h, kv)   the statements for one element: lv becomes
---                          the score function of lv * qk_scale, or -inf
---                          where the mask expression is false
+--   mods.apply(lv, q, h, kv, visible)   the statements for one element: lv
+--                          becomes the score function of lv * qk_scale, or
+--                          -inf where the mask expression is false.  In
+--                          checked mode they run only where `visible` (mask.lua's
+--                          mask.used: the row is in the sequence and the
+--                          built-in rules let it see the key) holds, so that a
+--                          read they record is one of a pair the result
+--                          uses; otherwise they run on every element and
+--                          the built-in mask hides the rest afterwards
 --   mods.mask_guard        nil, or a C bool the family sets (a block mask:
 --                          whether the tile is of a partial block) outside
 --                          which the mask expression is skipped
@@ -77,7 +83,7 @@ function M.new(o)
   local B, HKV = o.b or "blk.b", o.hkv or "blk.hk"
   local MA = R.args and ", fj_ma" or ""
 
-  function R.apply(lv, q, h, kv)
+  function R.apply(lv, q, h, kv, visible)
     local out = {}
     if R.score then
       out[#out + 1] = ("%s = fj_score_mod(%s * qk_scale, %s, %s, %s, %s, %s, p%s);"):format(
@@ -87,7 +93,9 @@ function M.new(o)
       out[#out + 1] = ("if (%s!fj_mask_mod(%s, %s, %s, %s, %s%s)) %s = FJ_NEG_INF;"):format(
         R.mask_guard and R.mask_guard .. " && " or "", B, h, HKV, q, kv, MA, lv)
     end
-    return table.concat(out, " ")
+    local body = table.concat(out, " ")
+    if R.checked and visible then body = ("if (%s) { %s }"):format(visible, body) end
+    return body
   end
   return R
 end

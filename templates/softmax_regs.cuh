@@ -70,7 +70,8 @@
 #pragma unroll
       for (int j = 0; j < {{ NJ }}; ++j) {
 {%   for i = 0, acc.slots - 1 do %}
-        {{ mods.apply(S("mi", "j", i), "mq" .. rows.class_of[i], "mh" .. rows.class_of[i], ("%s + %s + j * 16 + %d"):format(n0, c0, acc.dcol[i])) }}
+{%     local key = ("%s + %s + j * 16 + %d"):format(n0, c0, acc.dcol[i]) %}
+        {{ mods.apply(S("mi", "j", i), "mq" .. rows.class_of[i], "mh" .. rows.class_of[i], key, mrule.used(("%s + %d"):format(row0("mi"), rows.classes[rows.class_of[i]].drow), key)) }}
 {%   end %}
       }
 {% end %}
