@@ -990,6 +990,26 @@ int fj__expr_uses(const fj_expr *e, int name)
   return 0;
 }
 
+int fj__expr_reads_using(const fj_expr *e, int name)
+{
+  if (!e || e->n == 0)
+    return 0;
+  /* Post-order: a node's children come before it. */
+  unsigned char *uses = calloc((size_t)e->n, 1);
+  if (!uses)
+    return 0;
+  int reads = 0;
+  for (int i = 0; i < e->n; i++) {
+    const node *nd = &e->nodes[i];
+    uses[i] = nd->op == OP_VAR && nd->ref == name;
+    for (int k = 0; k < nd->nkids; k++)
+      uses[i] |= uses[nd->kid[k]];
+    reads += nd->op == OP_TENSOR && uses[i];
+  }
+  free(uses);
+  return reads;
+}
+
 int fj__expr_is_int(const fj_expr *e)
 {
   return e ? e->nodes[e->root].is_int : 0;

@@ -78,6 +78,8 @@ void fj__expr_free(fj_expr *e);
 /* Whether the expression reads name index `name` (a variable or a
  * parameter); NULL: 0. */
 int fj__expr_uses(const fj_expr *e, int name);
+/* Tensor reads (calls) of e whose indices use variable `name`. */
+int fj__expr_reads_using(const fj_expr *e, int name);
 /* The type of the expression's value: 1 int, 0 float (NULL: 0). */
 int fj__expr_is_int(const fj_expr *e);
 

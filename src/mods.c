@@ -46,42 +46,27 @@ int fj__mods_user(const fj_mods *m)
   return m && (has_text(m->score) || has_text(m->mask) || m->num_params > 0);
 }
 
-static int ident_char(char c)
+/* Reads of tensor parameters per element in one expression: the calls
+ * whose indices use kv (name 4 of fj__mods_names); a read of q, b or h
+ * alone is the same for a row's every key, and is hoisted. */
+static int count_reads(const fj_mods *m, const char *text, int score)
 {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-         (c >= '0' && c <= '9') || c == '_';
-}
-
-/* Calls of tensor parameters in text: an identifier that names one,
- * followed by '(' (the parser allows tensors in no other form). */
-static int count_reads(const fj_mods *m, const char *text)
-{
-  int n = 0;
-  for (const char *c = text; c && *c;) {
-    if (!ident_char(*c)) {
-      c++;
-      continue;
-    }
-    const char *start = c;
-    while (ident_char(*c))
-      c++;
-    const char *after = c;
-    while (*after == ' ' || *after == '\t' || *after == '\n' || *after == '\r')
-      after++;
-    for (int i = 0; *after == '(' && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++)
-      if (m->params[i].rank > 0 && m->params[i].name &&
-          strlen(m->params[i].name) == (size_t)(c - start) &&
-          !strncmp(m->params[i].name, start, (size_t)(c - start)))
-        n++;
-  }
-  return n;
+  if (!has_text(text))
+    return 0;
+  fj_expr_name names[FJ_MOD_NAMES_MAX];
+  int n = fj__mods_names(m, score, names);
+  char err[512];
+  fj_expr *e = fj__expr_parse(text, score ? "score" : "mask", names, n, err, sizeof err);
+  int reads = fj__expr_reads_using(e, 4);
+  fj__expr_free(e);
+  return reads;
 }
 
 int fj__mods_reads(const fj_mods *m)
 {
   if (!m || !m->params)
     return 0;
-  return count_reads(m, m->score) + count_reads(m, m->mask);
+  return count_reads(m, m->score, 1) + count_reads(m, m->mask, 0);
 }
 
 int fj__mods_checked(const fj_mods *m)

@@ -27,8 +27,8 @@ int fj__mods_block_q(const fj_mods *m);
 int fj__mods_block_kv(const fj_mods *m);
 /* A block size a block mask may have: 64, 128 or 256. */
 int fj__block_size_ok(int n);
-/* Reads of tensor parameters the expressions make (calls in their text):
- * each holds a load in flight per element. */
+/* Reads of tensor parameters the expressions make per element (calls
+ * whose indices use kv): each holds a load in flight. */
 int fj__mods_reads(const fj_mods *m);
 
 /* fj_mods_check with the message on ctx (NULL: the thread's), all but the

@@ -24,9 +24,9 @@
   Tiles arrive in shared memory as panels of 64 columns in the 128-byte
   swizzle (wgmma.cuh); sequence tails come from the TMA's zero fill, and
   only tiles that cross the sequence end or the causal diagonal are
-  masked.  varlen: the blocks claim work tiles from a counter
-  (block.cuh's claim: sequences of unequal lengths make a static walk
-  uneven) and the producer hands each to the consumers with Q's barrier; a tile reads its sequence's lengths and first
+  masked.  varlen and block masks: the blocks claim work tiles from a
+  counter (block.cuh's claim: sequences of unequal lengths, or lists of
+  unequal lengths, make a static walk uneven) and the producer hands each to the consumers with Q's barrier; a tile reads its sequence's lengths and first
   rows (fj::seq_of).  Packed tensors are one batch of their total rows, so
   a box starts at the sequence's first row plus the tile's, and rows past
   the sequence (the next one's, or the TMA's zeros past the tensor) are
@@ -62,8 +62,10 @@
   -- where there are two or more and O leaves room (FlashAttention-3 turns
   -- it off above head dim 128).
   local PERSISTENT = true
-  -- Varlen walks dynamically: blocks claim tiles from a counter.
-  local DYNAMIC = VL
+  -- Varlen and block masks walk dynamically: blocks claim tiles from a
+  -- counter (the static walk balances causal work only: the lengths of
+  -- sequences and of a block mask's lists vary otherwise).
+  local DYNAMIC = VL or BMASK ~= nil
   local PINGPONG = C >= 2 and D <= 128
   local function no(fmt, ...) refuse(fmt:format(...)) end
 
@@ -178,7 +180,7 @@
   end
 %}
 {{ include("common.cuh") }}
-{{ include("block.cuh", { BM = BM, BN = BN, DYNAMIC = DYNAMIC, BMASK = BMASK }) }}
+{{ include("block.cuh", { BM = BM, BN = BN, DYNAMIC = DYNAMIC, BMASK = BMASK, VL = VL }) }}
 {% if mods.any then %}
 {{ include("mods.cuh", { mods = mods, part = "decls" }) }}
 {% end %}

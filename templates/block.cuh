@@ -9,9 +9,11 @@
   heads, and blk.h is the first of the KV head's query heads); SPLIT
   (split-KV: p.splits consecutive blocks share a row tile, blk.split
   telling which key range is theirs); DYNAMIC (a persistent grid whose
-  blocks claim work tiles from a counter: varlen, where sequences of
-  unequal lengths make a static walk uneven); BMASK ({ q = block_q, kv =
-  block_kv }: a caller's block mask gives each row tile its key tiles).
+  blocks claim work tiles from a counter: varlen and block masks, where
+  sequences or lists of unequal lengths make a static walk uneven); VL
+  (varlen: a sequence's own lengths bound its tiles); BMASK ({ q =
+  block_q, kv = block_kv }: a caller's block mask gives each row tile its
+  key tiles).
 #}
 namespace fj {
 
@@ -98,7 +100,7 @@ __device__ __forceinline__ int claim(const Params &p) {
   while (w < total) {
     Block blk;
     item_of(p, w, blk);
-    const int len_q = seq_of(p, blk.b).len_q;
+    const int len_q = {{ VL and "seq_of(p, blk.b).len_q" or "p.seq_q" }};
     if (blk.m0 < len_q) return w;
     const int g = w / nm, tiles = (len_q + {{ BM - 1 }}) / {{ BM }};
     atomicMax(p.work, (unsigned)(g * nm + nm - tiles));
