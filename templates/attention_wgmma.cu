@@ -96,6 +96,10 @@
   -- Registers: the producer gives its registers to the consumers.  Per
   -- consumer thread O (D/2), S (BN/2) and P (BN/4) stay live.
   local REGS = ({ [1] = { 0, 255 }, [2] = { 24, 240 }, [3] = { 32, 160 } })[C]
+  -- A producer that walks a block mask's lists and claims its tiles holds
+  -- more than 24 (ptxas spilled 16 bytes there): 32, the consumers 232,
+  -- within the 168 x 384 the block starts with.
+  if C == 2 and BMASK then REGS = { 32, 232 } end
   local need = D // 2 + BN // 2 + BN // 4 + 24
   if need > REGS[2] then
     no("head_dim %d and tile_n %d need about %d registers per consumer thread for O, S and P; %d consumer warpgroups have %d (over by %d): use a smaller tile_n or fewer warps",
