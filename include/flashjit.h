@@ -929,9 +929,13 @@ FJ_API void fj_tune_opts_init(fj_tune_opts *opts);
  * fj_attention_fwd finds it.  best, report and opts may be NULL; options
  * out of range (negative counts, iters over 256) are FJ_ERR_INVALID_ARG.
  * Needs a GPU context; allocates its own inputs (about 4 x the problem's
- * size).  Varlen and paged problems, and problems with modifications
- * (mods), are not tuned yet: FJ_ERR_UNSUPPORTED saying so (they run the
- * heuristic's pick).
+ * size).  A problem with modifications (mods) is tuned with the caller's
+ * parameters and block mask, which must hold valid device memory, and its
+ * entry is of its form (expressions, parameters' names, types and ranks,
+ * built-ins, block sizes), so other forms of its class keep theirs; in
+ * checked mode it is FJ_ERR_UNSUPPORTED.  Varlen and paged problems are
+ * not tuned yet: FJ_ERR_UNSUPPORTED saying so (they run the heuristic's
+ * pick).
  */
 FJ_API fj_status fj_tune(fj_ctx *ctx, const fj_problem *p,
                          const fj_tune_opts *opts, fj_variant *best,

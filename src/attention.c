@@ -33,10 +33,10 @@ typedef struct fj_hot {
   fj_kernel *kernel;
   void *function;
 } fj_hot;
-enum { FJ_KEY = 8 };
+enum { FJ_KEY = 9 };
 typedef struct fj_pick {
   int key[FJ_KEY];  /* head dim, dtypes, mask, sequence buckets, GQA ratio,
-                       the heuristic's class (plan.c) */
+                       the heuristic's class (plan.c), the mods' form */
   fj_variant v;
   fj_kmeta meta;    /* what v's template said of its kernel */
   fj_choice from;
@@ -176,6 +176,8 @@ static void pick_key(const fj_ctx *ctx, const fj_problem *p, int key[FJ_KEY])
   key[5] = log2_floor(p->seq_kv);
   key[6] = p->heads_q / p->heads_kv;
   key[7] = fj__plan_class(ctx, p);
+  /* Modifications of one class may be tuned apart: their form's hash. */
+  key[8] = (int)(unsigned)fj__mods_hash(p->mods);
 }
 
 /* The variant for p (the tuning database, else the heuristic) and what its
@@ -203,7 +205,7 @@ static fj_status choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
     }
   fj__heuristic(ctx, p, v);
   /* Splits asked for need the family the heuristic chose for them. */
-  fj_choice c = p->splits < 2 && !v->varlen && !v->paged && !v->mods &&
+  fj_choice c = p->splits < 2 && !v->varlen && !v->paged &&
                        fj__tune_lookup(ctx, p, v)
                     ? FJ_CHOICE_TUNED
                     : FJ_CHOICE_HEURISTIC;

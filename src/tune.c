@@ -403,11 +403,14 @@ fj_status fj_tune(fj_ctx *ctx, const fj_problem *p, const fj_tune_opts *opts,
     st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                   "tuning a varlen or paged problem is not implemented: "
                   "tune the dense problem of its longest sequence");
-  if (st == FJ_OK && fj__mods_on(p->mods))
+  /* Modifications are tuned with the caller's parameters and block mask
+   * (the candidates read them as the calls will); checked mode waits for
+   * every launch, so its times would say nothing. */
+  if (st == FJ_OK && fj__mods_checked(p->mods))
     st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                  "tuning a problem with modifications (mods) is not "
-                  "implemented: it runs the heuristic's pick, whose key tiles "
-                  "leave room for the expressions");
+                  "tuning in checked mode (mods.checked or "
+                  "FLASHJIT_CHECK_BOUNDS=1) is not meaningful: each call "
+                  "waits for its kernels; tune with checked mode off");
   if (st == FJ_OK && (st = fj__cu_enter(ctx)) == FJ_OK) {
     if ((st = inputs_make(&t)) == FJ_OK && (st = compare_kernel(&t)) == FJ_OK &&
         (st = fj__cu_event_create(ctx, &t.e0)) == FJ_OK &&

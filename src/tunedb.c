@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "ctx.h"
+#include "mods.h"
 #include "tunedb.h"
 #include "util.h"
 #include "variant.h"
@@ -41,16 +42,22 @@ static int bucket(int n)
   return b;
 }
 
-/* device|arch|driver|d128|f16|kv=f16|causal=none|q=2^11|k=2^11|gqa=1 */
+/* device|arch|driver|d128|f16|kv=f16|causal=none|q=2^11|k=2^11|gqa=1, and
+ * with modifications |mods=<their form's hash> (the expressions, the
+ * parameters' names, types and ranks, the built-ins on, the block sizes:
+ * what the kernel is compiled for, not the values). */
 static void class_key(const fj_ctx *ctx, const fj_problem *p, char *out,
                       size_t size)
 {
   fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
-  snprintf(out, size, "%s|%s|%d|d%d|%s|kv=%s|causal=%s|q=2^%d|k=2^%d|gqa=%d",
-           ctx->dev.name, ctx->arch, ctx->dev.driver_version, p->head_dim,
-           fj_dtype_name(p->dtype), fj_dtype_name(kv),
-           fj_causal_name(p->causal), bucket(p->seq_q), bucket(p->seq_kv),
-           p->heads_q / p->heads_kv);
+  int n = snprintf(out, size, "%s|%s|%d|d%d|%s|kv=%s|causal=%s|q=2^%d|k=2^%d|gqa=%d",
+                   ctx->dev.name, ctx->arch, ctx->dev.driver_version, p->head_dim,
+                   fj_dtype_name(p->dtype), fj_dtype_name(kv),
+                   fj_causal_name(p->causal), bucket(p->seq_q), bucket(p->seq_kv),
+                   p->heads_q / p->heads_kv);
+  if (fj__mods_on(p->mods) && n > 0 && (size_t)n < size)
+    snprintf(out + n, size - (size_t)n, "|mods=%016llx",
+             (unsigned long long)fj__mods_hash(p->mods));
 }
 
 /* ---- the database ------------------------------------------------------------------ */

@@ -200,7 +200,7 @@ expect 2 "mods.window_right 4 with causal top-left" $MP --causal --window 128,4
 expect 2 "mods (window, softcap, score and mask expressions) are implemented for mma mma and mma wgmma; this variant is mma wmma" emit --mma wmma --softcap 30
 expect 2 "invalid value '0' for --softcap" run --shape 1,8,128,64 --softcap 0
 expect 2 "invalid value '1' for --window" emit --window 1
-expect 2 "unknown option '--window'" tune --shape 1,8,64,64 --window 1,1
+expect 2 "mods.window_right 4 with causal top-left" tune --shape 1,8,64,64 --causal --window 128,4
 expect 2 "unknown option '--param'" lut --param x=1
 expect 0 "--param" plan --help
 expect 0 "NAME:DTYPE[E0,...]@FILE" run --help

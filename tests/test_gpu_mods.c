@@ -718,6 +718,76 @@ int test_gpu_mods_checked(void)
   return bad;
 }
 
+/* The tuner over a modified problem: its candidates run with the caller's
+ * bias table; the winner is recorded under the mods' form, so a new
+ * context finds it for that form and not for another expression of the
+ * same class; checked mode is refused. */
+int test_gpu_tune_mods(void)
+{
+  const char *dir = fjt_tmpdir();
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(dir, &ctx);
+  if (rc)
+    return rc;
+  enum { H = 4, S = 256 };
+  float host[H * 2 * S];
+  uint64_t seed = 17;
+  for (int i = 0; i < H * 2 * S; i++) {  /* small values in [-0.1, 0.1) */
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    host[i] = (float)((int)(seed >> 40) % 2001 - 1000) * 1e-4f;
+  }
+  float *bias;
+  CHECK(cudaMalloc((void **)&bias, sizeof host) == cudaSuccess);
+  CHECK(cudaMemcpy(bias, host, sizeof host, cudaMemcpyHostToDevice) == cudaSuccess);
+  fj_mod_param prm = {"bias", FJ_MOD_F32, 2, {H, 2 * S}, bias, 0};
+  fj_mods m;
+  fj_mods_init(&m);
+  m.score = "s + bias(h, q - kv + 256)";
+  m.params = &prm;
+  m.num_params = 1;
+  fj_problem p;
+  fj_problem_init(&p, 1, H, H, S, S, 64, FJ_BF16, FJ_BHSD);
+  p.causal = FJ_CAUSAL_TOP_LEFT;
+  p.mods = &m;
+  fj_tune_opts o;
+  fj_tune_opts_init(&o);
+  o.iters = 3;
+  o.workers = 16;
+  fj_variant best;
+  fj_tune_report r;
+  CHECK_OK(ctx, fj_tune(ctx, &p, &o, &best, &r));
+  char name[160], got[160];
+  fj_variant_name(&best, name, sizeof name);
+  printf("tuned %s: %.3f ms (default %.3f ms); %d candidates, %d refused, %d failed, "
+         "%d wrong, %d timed\n", name, r.best_ms, r.default_ms, r.candidates,
+         r.refused, r.failed, r.wrong, r.timed);
+  CHECK(r.timed > 1 && r.best_ms > 0 && r.best_ms <= r.default_ms);
+  CHECK(r.failed == 0 && r.wrong == 0);
+  CHECK(strstr(name, "_x"));  /* the winner carries the expression */
+  /* Checked mode is refused, naming it. */
+  m.checked = 1;
+  CHECK(fj_tune(ctx, &p, &o, NULL, NULL) == FJ_ERR_UNSUPPORTED &&
+        strstr(fj_errmsg(ctx), "checked mode"));
+  m.checked = 0;
+  fj_ctx_destroy(ctx);
+  /* A new context: the tuned entry for this form, the heuristic for another. */
+  CHECK(fjt_gpu_ctx(dir, &ctx) == 0);
+  fj_variant chosen;
+  fj_choice from;
+  CHECK_OK(ctx, fj_attention_variant(ctx, &p, &chosen, &from));
+  fj_variant_name(&chosen, got, sizeof got);
+  printf("same form: %s (%s)\n", got, from == FJ_CHOICE_TUNED ? "tuned" : "heuristic");
+  CHECK(from == FJ_CHOICE_TUNED && strcmp(got, name) == 0);
+  m.score = "s - bias(h, q - kv + 256)";
+  CHECK_OK(ctx, fj_attention_variant(ctx, &p, &chosen, &from));
+  fj_variant_name(&chosen, got, sizeof got);
+  printf("another form: %s (%s)\n", got, from == FJ_CHOICE_TUNED ? "tuned" : "heuristic");
+  CHECK(from == FJ_CHOICE_HEURISTIC);
+  fj_ctx_destroy(ctx);
+  cudaFree(bias);
+  return 0;
+}
+
 /* For compute-sanitizer (bench/device_check.sh's sanitize part): the
  * builder and both families walking a library-built block mask, and a
  * caller's list with an index out of range, at small sizes. */

@@ -117,6 +117,7 @@ TEST(gpu_mods_sinks, gpu)
 TEST(gpu_sinks_varlen, gpu)
 TEST(gpu_sanitize_mods, gpu)
 TEST(gpu_mods_checked, gpu)
+TEST(gpu_tune_mods, gpu)
 /* block_mask.c, block masks */
 TEST(block_mask_refusals, cpu)
 TEST(block_mask_size, cpu)

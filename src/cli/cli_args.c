@@ -228,7 +228,7 @@ static const flag_def flags[] = {
      .help = "checked mode: a tensor --param read outside its extents is "
              "reported after the call (the tensor, the indices, the "
              "extents); each call waits for its kernels"},
-    {"param", 1, CMD_RUN, cli_set_param, 0, .arg = "SPEC",
+    {"param", 1, CMD_RUN | CMD_TUNE, cli_set_param, 0, .arg = "SPEC",
      .help = "a parameter of the expressions, repeatable up to 8 times: "
              "NAME=VALUE (f32 if VALUE has '.', 'e' or 'E', else i32), "
              "NAME:f32=VALUE, NAME:i32=VALUE; a tensor NAME:DTYPE[E0,...] "

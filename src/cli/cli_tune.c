@@ -98,6 +98,15 @@ int cli_cmd_tune(cli *c)
   int rc = cli_problem_on_device(c, &d, &ctx);
   if (rc)
     return rc;
+  /* The expressions' parameters (random from --seed, or --param's files)
+   * and the block mask, on the device: the candidates read them. */
+  CUDA_TRY(cudaSetDevice(c->device));
+  if ((rc = cli_run_mods(c, &d, c->seed)) != 0 ||
+      (rc = cli_run_block_mask(c, ctx, &d)) != 0) {
+    cli_run_free(&d);
+    fj_ctx_destroy(ctx);
+    return rc;
+  }
   tune_progress_state ps = {wall_s()};
   fj_tune_opts o;
   fj_tune_opts_init(&o);
@@ -115,6 +124,7 @@ int cli_cmd_tune(cli *c)
     rc = cli_fj_error(c, ctx, st);
   else
     tune_print(&d, &best, &r, ctx, o.save && fj_cache_dir(ctx));
+  cli_run_free(&d);
   fj_ctx_destroy(ctx);
   return rc;
 }
