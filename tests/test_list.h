@@ -136,3 +136,8 @@ TEST(gpu_multi_contexts, gpu)
 TEST(gpu_multi_threads, gpu)
 TEST(gpu_multi_wrong_device, gpu)
 TEST(gpu_multi_tunedb, gpu)
+/* mods_memo.c, the forms a thread found good (test_mods_memo.c) */
+TEST(mods_memo_in_place, cpu)
+TEST(mods_memo_threads, cpu)
+/* the host's cost of a call before its launch (test_host.c) */
+TEST(host_call_cost, cpu)
