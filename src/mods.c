@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mods_memo.h"
 #include "util.h"
 
 void fj_mods_init(fj_mods *m)
@@ -46,27 +47,42 @@ int fj__mods_user(const fj_mods *m)
   return m && (has_text(m->score) || has_text(m->mask) || m->num_params > 0);
 }
 
-/* Reads of tensor parameters per element in one expression: the calls
- * whose indices use kv (name 4 of fj__mods_names); a read of q, b or h
- * alone is the same for a row's every key, and is hoisted. */
-static int count_reads(const fj_mods *m, const char *text, int score)
+/* Parses m's score (score 1) or mask expression and adds the reads of
+ * tensor parameters it makes per element to *reads: the calls whose
+ * indices use kv (name 4 of fj__mods_names); a read of q, b or h alone is
+ * the same for a row's every key, and is hoisted.  An absent expression
+ * passes and reads nothing.  0 when it passes; -1 with the parser's
+ * message in err where it is refused. */
+static int parse_expr(const fj_mods *m, int score, int *reads, char *err,
+                      size_t errsize)
 {
+  const char *text = score ? m->score : m->mask;
   if (!has_text(text))
     return 0;
   fj_expr_name names[FJ_MOD_NAMES_MAX];
   int n = fj__mods_names(m, score, names);
-  char err[512];
-  fj_expr *e = fj__expr_parse(text, score ? "score" : "mask", names, n, err, sizeof err);
-  int reads = fj__expr_reads_using(e, 4);
+  fj_expr *e = fj__expr_parse(text, score ? "score" : "mask", names, n, err,
+                              errsize);
+  if (!e)
+    return -1;
+  *reads += fj__expr_reads_using(e, 4);
   fj__expr_free(e);
-  return reads;
+  return 0;
 }
 
+/* A form this thread checked is remembered with its reads (mods_memo.h);
+ * one it did not is parsed here (an expression refused counts none). */
 int fj__mods_reads(const fj_mods *m)
 {
   if (!m || !m->params)
     return 0;
-  return count_reads(m, m->score, 1) + count_reads(m, m->mask, 0);
+  int reads = 0;
+  if (fj__mods_memo_find(m, &reads))
+    return reads;
+  char err[512];
+  parse_expr(m, 1, &reads, err, sizeof err);
+  parse_expr(m, 0, &reads, err, sizeof err);
+  return reads;
 }
 
 int fj__mods_checked(const fj_mods *m)
@@ -305,7 +321,11 @@ fj_status fj__mods_check_data(const fj_ctx *ctx, const fj_mods *m)
   return FJ_OK;
 }
 
-static fj_status check_params(const fj_ctx *ctx, const fj_mods *m)
+/* The parameters: their count, then each one's name (skipped where
+ * form_good says this thread found the form good before), rank and value,
+ * in that order. */
+static fj_status check_params(const fj_ctx *ctx, const fj_mods *m,
+                              int form_good)
 {
   if (m->num_params < 0 || m->num_params > FJ_MOD_PARAMS_MAX)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
@@ -316,7 +336,7 @@ static fj_status check_params(const fj_ctx *ctx, const fj_mods *m)
                     "mods.params is NULL with num_params %d", m->num_params);
   for (int i = 0; i < m->num_params; i++) {
     const fj_mod_param *p = &m->params[i];
-    fj_status st = check_name(ctx, m, i);
+    fj_status st = form_good ? FJ_OK : check_name(ctx, m, i);
     if (st != FJ_OK)
       return st;
     if (p->rank < 0 || p->rank > 4)
@@ -330,7 +350,9 @@ static fj_status check_params(const fj_ctx *ctx, const fj_mods *m)
   return FJ_OK;
 }
 
-static fj_status check_expr(const fj_ctx *ctx, const fj_mods *m, int score)
+/* One expression, adding its per-element tensor reads to *reads. */
+static fj_status check_expr(const fj_ctx *ctx, const fj_mods *m, int score,
+                            int *reads)
 {
   const char *text = score ? m->score : m->mask;
   const char *what = score ? "score" : "mask";
@@ -341,14 +363,27 @@ static fj_status check_expr(const fj_ctx *ctx, const fj_mods *m, int score)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "mods.%s is %zu characters long; the limit is %d", what,
                     len, FJ_MOD_EXPR_MAX);
-  fj_expr_name names[FJ_MOD_NAMES_MAX];
-  int n = fj__mods_names(m, score, names);
   char err[512];
-  fj_expr *e = fj__expr_parse(text, what, names, n, err, sizeof err);
-  if (!e)
+  if (parse_expr(m, score, reads, err, sizeof err))
     return fj__fail(ctx, FJ_ERR_INVALID_ARG, "mods.%s", err);
-  fj__expr_free(e);
   return FJ_OK;
+}
+
+/* The parameters and expressions.  Their form -- names, types, ranks, the
+ * texts -- is checked once per thread: a form found good is remembered
+ * (mods_memo.h), and a call that repeats it checks only the values. */
+static fj_status check_user(const fj_ctx *ctx, const fj_mods *m)
+{
+  int good = fj__mods_user(m) && fj__mods_memo_find(m, NULL), reads = 0;
+  fj_status st = check_params(ctx, m, good);
+  if (good || st != FJ_OK)
+    return st;
+  st = check_expr(ctx, m, 1, &reads);
+  if (st == FJ_OK)
+    st = check_expr(ctx, m, 0, &reads);
+  if (st == FJ_OK && fj__mods_user(m))
+    fj__mods_memo_add(m, reads);
+  return st;
 }
 
 int fj__block_size_ok(int n)
@@ -455,13 +490,7 @@ fj_status fj__mods_check(const fj_ctx *ctx, const fj_mods *m)
   fj_status st = check_builtins(ctx, m);
   if (st == FJ_OK && m->block_mask)
     st = check_block_mask(ctx, m->block_mask);
-  if (st == FJ_OK)
-    st = check_params(ctx, m);
-  if (st == FJ_OK)
-    st = check_expr(ctx, m, 1);
-  if (st == FJ_OK)
-    st = check_expr(ctx, m, 0);
-  return st;
+  return st == FJ_OK ? check_user(ctx, m) : st;
 }
 
 fj_status fj_mods_check(const fj_mods *m)

@@ -148,6 +148,12 @@ static int wgmma_fits(const fj_ctx *ctx, const fj_problem *p)
   return 1;
 }
 
+/* A window bounded on the left: its tiles cross the window's edge. */
+static int left_window(const fj_mods *m)
+{
+  return m && m->window_left >= 0;
+}
+
 /* The wgmma family (sm_90a): two consumer warpgroups of 64 rows (three at
  * head dim 64), key tiles as large as registers and shared memory allow,
  * two stages -- FlashAttention-3's shapes, with the key tiles the H200
@@ -176,7 +182,7 @@ static void wgmma_choice(fj_variant *v)
   /* A window's tiles cross its left edge as well as the diagonal: with 128
    * keys less of them is masked work (window 1024, causal, S = 4096 on the
    * H200: 259 us against 287 with 176). */
-  if (d == 128 && v->mods && v->mods->window_left >= 0)
+  if (d == 128 && left_window(v->mods))
     v->tile_n = v->tile_n > 128 ? 128 : v->tile_n;
   /* Reads of tensor parameters per element hold their loads in flight:
    * two or more (a bias table with document ids: three) spill 16-336
@@ -263,7 +269,8 @@ int fj__plan_class(const fj_ctx *ctx, const fj_problem *p)
          fj__problem_varlen(p) << 11 | fj__problem_paged(p) << 12 |
          fj__mods_on(p->mods) << 13 | fj__mods_user(p->mods) << 14 |
          fj__mods_softcap(p->mods) << 15 | (fj__mods_reads(p->mods) >= 2) << 16 |
-         fj__mods_block_q(p->mods) / 64 << 17 | fj__mods_block_kv(p->mods) / 64 << 20;
+         fj__mods_block_q(p->mods) / 64 << 17 | fj__mods_block_kv(p->mods) / 64 << 20 |
+         left_window(p->mods) << 23;
 }
 
 /* ---- splits, grids, workspace ------------------------------------------------------ */

@@ -4,7 +4,7 @@
 # circle, and a newcomer can read from the includes what a module may touch.
 # The order, lowest first (README's "Layout of the source" explains each):
 layers="util
-ctx kparams expr
+ctx kparams expr mods_memo
 mods
 driver template compile reference
 cache workspace devptr

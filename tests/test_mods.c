@@ -8,6 +8,7 @@
  * test_gpu_mods.c's.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -442,6 +443,66 @@ int test_mods_compile(void)
     prm[0].extents[1] = 8192;
     fj_ctx_destroy(ctx);
   }
+  return 0;
+}
+
+/* The dispatch cache keeps one variant per problem class: modifications
+ * the heuristic tells apart (a left window edge, two tensor reads per
+ * element, block sizes) must be different classes, so that a problem
+ * planned after the others gets the variant a fresh context gives it. */
+int test_mods_plan_cache(void)
+{
+  static _Alignas(16) int32_t arr[64];
+  fj_mod_param doc = {"doc", FJ_MOD_I32, 1, {2048, 0, 0, 0}, arr, 0};
+  fj_block_mask bm = {128, 128, 1, 1, 16, 16, arr, arr, NULL, NULL};
+  enum { N = 8 };
+  fj_mods m[N];
+  for (int i = 0; i < N; i++)
+    fj_mods_init(&m[i]);
+  m[1].window_right = 0;
+  m[2].window_left = 1024;
+  m[3].softcap = 30.f;
+  m[4].mask = "doc(q) == doc(kv)";
+  m[5].mask = "doc(kv) == doc(kv + 1)";
+  for (int i = 4; i < N; i++) {
+    m[i].params = &doc;
+    m[i].num_params = 1;
+  }
+  m[6].mask = m[7].mask = m[4].mask;
+  m[6].block_mask = &bm;
+  fj_block_mask bm64 = bm;
+  bm64.block_kv = 64;
+  bm64.kv_blocks = 32;
+  m[7].block_mask = &bm64;
+  fj_problem p[N];
+  char want[N][160];
+  for (int i = 0; i < N; i++) {
+    fj_problem_init(&p[i], 2, 8, 8, 2048, 2048, 128, FJ_BF16, FJ_BSHD);
+    p[i].causal = FJ_CAUSAL_TOP_LEFT;
+    p[i].mods = i ? &m[i] : NULL;
+    fj_ctx *fresh = fjt_ctx("sm_90a", NULL);
+    fj_plan plan;
+    CHECK(fresh);
+    CHECK_OK(fresh, fj_attention_plan(fresh, &p[i], &plan));
+    fj_variant_name(&plan.variant, want[i], sizeof want[i]);
+    fj_ctx_destroy(fresh);
+  }
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  for (int pass = 0; pass < 2; pass++)
+    for (int j = 0; j < N; j++) {
+      int i = pass ? N - 1 - j : j;
+      fj_plan plan;
+      char name[160];
+      CHECK_OK(ctx, fj_attention_plan(ctx, &p[i], &plan));
+      fj_variant_name(&plan.variant, name, sizeof name);
+      if (strcmp(name, want[i])) {
+        fprintf(stderr, "case %d: %s after the others, %s fresh\n", i, name,
+                want[i]);
+        return 1;
+      }
+    }
+  fj_ctx_destroy(ctx);
   return 0;
 }
 
