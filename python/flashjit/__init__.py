@@ -2,14 +2,19 @@
 
     import flashjit
     out = flashjit.attention(q, k, v, causal="top_left")        # PyTorch, on the GPU
+    bm = flashjit.block_mask(q, k, mask_mod="doc(q) == doc(kv)", params={"doc": ids},
+                             causal="top_left")                 # key blocks to skip
+    out = flashjit.attention(q, k, v, causal="top_left", mask_mod="doc(q) == doc(kv)",
+                             params={"doc": ids}, block_mask=bm)
     k = flashjit.Kernel(head_dim=128, arch="sm_90a", dtype="bf16")  # no GPU needed
     print(k.name, k.resources.registers, k.ptx[:200])
     print(flashjit.plan(1, 32, 1, 128, heads_kv=8, seq_kv=4096))   # what would launch
 
 The C library (libflashjit.so) is the one installed in this package, or
 $FLASHJIT_LIB; it is loaded on first use, so importing needs neither it
-nor PyTorch.  attention() needs PyTorch and a GPU; Kernel, plan and layout
-need neither (NVRTC compiles for the arch given); tune needs a GPU.
+nor PyTorch.  attention() and block_mask() need PyTorch and a GPU
+(BlockMask, PyTorch only); Kernel, plan and layout need neither (NVRTC
+compiles for the arch given); tune needs a GPU.
 Contexts (one per GPU, one per inspected arch) are made on first use and
 kept for the process; every entry is thread-safe.
 """
@@ -28,14 +33,22 @@ except ImportError:
     _torch = None
 
 if _torch is not None:
-    from ._torch import attention
+    from ._blockmask import BlockMask
+    from ._torch import attention, block_mask
 else:
-    def attention(q, k, v, **kwargs):
-        """flashjit.attention needs PyTorch (pip install torch)."""
-        raise ImportError("flashjit.attention needs PyTorch, which is not installed; "
-                          "Kernel, plan and layout work without it")
+    def _needs_torch(what):
+        def fn(*args, **kwargs):
+            raise ImportError(f"flashjit.{what} needs PyTorch, which is not installed; "
+                              "Kernel, plan and layout work without it")
+        fn.__name__ = fn.__qualname__ = what
+        fn.__doc__ = f"flashjit.{what} needs PyTorch (pip install torch)."
+        return fn
 
-__all__ = ["attention", "Kernel", "plan", "layout", "fragments", "tune", "Plan", "Layout",
-           "Resources", "TuneResult", "TensorParam", "Error", "InvalidArgument",
+    attention = _needs_torch("attention")
+    block_mask = _needs_torch("block_mask")
+    BlockMask = _needs_torch("BlockMask")
+
+__all__ = ["attention", "block_mask", "BlockMask", "Kernel", "plan", "layout", "fragments",
+           "tune", "Plan", "Layout", "Resources", "TuneResult", "TensorParam", "Error", "InvalidArgument",
            "Unsupported", "ResourceLimit", "NoDevice", "CompileError", "LibraryNotFound",
            "device_info", "library_path", "library_version", "cache_dir", "builtin_mods"]

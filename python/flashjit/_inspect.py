@@ -53,7 +53,14 @@ class Kernel:
 
     With no variant axis given it is the library's own pick (what
     attention() would run) for a long prefill of this head dim, dtype, mask
-    and modifications on `arch`.  Axes given (mma, tile_m, tile_n, warps,
+    and modifications on `arch`.  The modifications are attention()'s
+    (window, softcap, score_mod, mask_mod, params: tensors described by
+    TensorParam), and the switches that compile another kernel:
+    sinks=True (attention sinks, "_sink"), block_mask=(block_q, block_kv)
+    or a flashjit.BlockMask (a block mask of those block sizes, 64, 128 or
+    256 each, "_bm128x128"; the pick's tiles divide them) and checked=True
+    (checked mode, "_chk": only where params has a tensor, as it has
+    nothing to check otherwise).  Axes given (mma, tile_m, tile_n, warps,
     stages, swizzle, softmax, pack_gqa, split_kv) replace the pick's; a
     family other than the pick's starts from that family's defaults, as
     `flashjit emit --mma` does.  Compiles on construction (or takes the
@@ -65,13 +72,17 @@ class Kernel:
     def __init__(self, head_dim=128, *, arch="sm_90a", dtype="bf16", causal=None,
                  kv_dtype=None, mma=None, tile_m=None, tile_n=None, warps=None, stages=None,
                  swizzle=None, softmax=None, pack_gqa=None, split_kv=None, window=None,
-                 softcap=None, score_mod=None, mask_mod=None, params=None, device=None,
-                 sm_count=None):
+                 softcap=None, score_mod=None, mask_mod=None, params=None, sinks=False,
+                 block_mask=None, checked=False, device=None, sm_count=None):
         if device is not None:
             arch = None
         self._ctx = core.context(arch=arch, device=device, sm_count=sm_count)
         lib = core.lib()
-        mods = pr.ModsArg(window, softcap, score_mod, mask_mod, params)
+        mods = pr.ModsArg(window, softcap, score_mod, mask_mod, params,
+                          sinks=_flag("sinks", sinks),
+                          block_mask=_inspect_block_mask(block_mask, _PICK_SHAPE["seq_q"],
+                                                         _PICK_SHAPE["seq_kv"], True),
+                          checked=_flag("checked", checked))
         given = dict(mma=mma, tile_m=tile_m, tile_n=tile_n, warps=warps, stages=stages,
                      swizzle=swizzle, softmax=softmax, pack_gqa=pack_gqa, split_kv=split_kv)
         p = pr.shape_problem(lib, head_dim=head_dim, dtype=dtype, kv_dtype=kv_dtype,
@@ -170,6 +181,16 @@ def _flag(what, value):
     raise TypeError(f"flashjit: {what} must be True or False, not {value!r}")
 
 
+def _inspect_block_mask(value, seq_q, seq_kv, sizes_only):
+    """block_mask= of Kernel and plan as an fj_block_mask with placeholder
+    arrays (nothing is launched).  A Kernel takes only the block sizes
+    (sizes_only); a plan takes a BlockMask's own batch, heads and blocks,
+    for the library to check against the problem."""
+    if value is not None and sizes_only:
+        value = pr.block_sizes_of(value)
+    return pr.placeholder_block_mask(value, seq_q, seq_kv)
+
+
 # ---- plan ------------------------------------------------------------------------
 
 
@@ -201,14 +222,18 @@ class Plan:
 
 def plan(batch, heads_q, seq_q, head_dim, *, heads_kv=None, seq_kv=None, dtype="bf16",
          kv_dtype=None, causal=None, layout="bhsd", scale=None, splits=0, window=None,
-         softcap=None, score_mod=None, mask_mod=None, params=None, arch="sm_90a",
-         sm_count=None, device=None):
+         softcap=None, score_mod=None, mask_mod=None, params=None, sinks=False,
+         block_mask=None, checked=False, arch="sm_90a", sm_count=None, device=None):
     """What the library would launch for attention of this shape: the
     variant, grid, split-KV splits and workspace, as `flashjit plan`
     prints.  With no GPU it plans for `arch` and that arch's largest part
     (sm_count= says otherwise); device= plans for that GPU instead.
-    heads_kv and seq_kv default to heads_q and seq_q.  Refusals raise
-    ValueError subclasses with the library's message."""
+    heads_kv and seq_kv default to heads_q and seq_q.  The modifications
+    and switches are Kernel's; block_mask= is a pair (block_q, block_kv)
+    (one list for every batch index and head) or a flashjit.BlockMask,
+    whose batch, heads and blocks the library checks against this
+    problem.  Refusals raise ValueError subclasses with the library's
+    message."""
     if device is not None:
         arch = None
     ctx = core.context(arch=arch, device=device, sm_count=sm_count)
@@ -216,7 +241,10 @@ def plan(batch, heads_q, seq_q, head_dim, *, heads_kv=None, seq_kv=None, dtype="
     p = pr.shape_problem(lib, batch, heads_q, heads_q if heads_kv is None else heads_kv,
                          seq_q, seq_q if seq_kv is None else seq_kv, head_dim, dtype,
                          kv_dtype, causal, layout, scale, splits)
-    mods = pr.ModsArg(window, softcap, score_mod, mask_mod, params)
+    mods = pr.ModsArg(window, softcap, score_mod, mask_mod, params,
+                      sinks=_flag("sinks", sinks),
+                      block_mask=_inspect_block_mask(block_mask, p.seq_q, p.seq_kv, False),
+                      checked=_flag("checked", checked))
     p.mods = mods.ptr
     raw = capi.Plan()
     core.check(lib.fj_attention_plan(ctx, C.byref(p), C.byref(raw)), ctx)

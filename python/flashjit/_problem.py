@@ -123,13 +123,14 @@ class ModsArg:
     None where no modification is on (the problem's mods stay NULL)."""
 
     def __init__(self, window=None, softcap=None, score_mod=None, mask_mod=None,
-                 params=None, device=None, sinks=None):
+                 params=None, device=None, sinks=None, block_mask=None, checked=False):
         self.keep = []
         self.mods = capi.Mods(None, None, None, 0, -1, -1, 0.0)
         on = self._window(window) | self._softcap(softcap) | self._sinks(sinks)
         on |= self._expr("score", "score_mod", score_mod)
         on |= self._expr("mask", "mask_mod", mask_mod)
         on |= self._params(params, device)
+        on |= self._block_mask(block_mask) | self._checked(checked)
         self.ptr = C.addressof(self.mods) if on else None
 
     def _window(self, window):
@@ -153,11 +154,32 @@ class ModsArg:
 
     def _sinks(self, sinks):
         """sinks: a checked float32 tensor of heads_q logits (attention()
-        checks it), kept alive with the struct."""
-        if sinks is None:
+        checks it), kept alive with the struct; True for inspection (on,
+        with a placeholder the kernels are compiled for, never read)."""
+        if sinks is None or sinks is False:
             return False
+        if sinks is True:
+            self.mods.sinks = C.addressof(_PLACEHOLDER)
+            return True
         self.keep.append(sinks)
         self.mods.sinks = sinks.data_ptr()
+        return True
+
+    def _block_mask(self, bm):
+        """bm: a filled capi.BlockMask (its arrays kept alive by the
+        caller), kept alive with the struct."""
+        if bm is None:
+            return False
+        self.keep.append(bm)
+        self.mods.block_mask = C.addressof(bm)
+        return True
+
+    def _checked(self, checked):
+        if checked is None or checked is False:
+            return False
+        if checked is not True:
+            raise TypeError(f"flashjit: checked must be True or False, not {checked!r}")
+        self.mods.checked = 1
         return True
 
     def _expr(self, field, what, text):
@@ -203,7 +225,8 @@ def _fill_param(p, name, value, device):
     elif isinstance(value, tuple) and len(value) == 2:
         if device is not None:
             raise TypeError(f"flashjit: params[{name!r}] describes a tensor "
-                            f"{value!r}; attention() needs the tensor itself")
+                            f"{value!r}; attention() and block_mask() need the tensor "
+                            "itself")
         spec = TensorParam(*value)
         p.type = dtype_code(spec.dtype, f"params[{name!r}] dtype", MOD_TYPES)
         shape = tuple(spec.shape) if isinstance(spec.shape, (tuple, list)) else (spec.shape,)
@@ -237,6 +260,53 @@ def _fill_tensor(p, name, t, device):
                          f"{tuple(t.stride())}); call .contiguous()")
     _fill_extents(p, name, tuple(t.shape))
     p.data = t.data_ptr()
+
+
+# ---- block masks ------------------------------------------------------------------
+
+BLOCK_SIZES = (64, 128, 256)
+
+
+def block_size(what, value):
+    """A block mask's block size: 64, 128 or 256 (fj_block_mask)."""
+    int_arg(what, value)
+    if value not in BLOCK_SIZES:
+        raise ValueError(f"flashjit: {what}={value} is not a block size: 64, 128 or 256")
+    return value
+
+
+def blocks(seq, block):
+    """The blocks of `block` that cover seq positions."""
+    return (seq + block - 1) // block
+
+
+def block_sizes_of(value):
+    """(block_q, block_kv) of an inspection's block_mask=: a pair, or an
+    object with .block_q and .block_kv (flashjit.BlockMask)."""
+    if hasattr(value, "block_q") and hasattr(value, "block_kv"):
+        return value.block_q, value.block_kv
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ValueError(f"flashjit: block_mask={value!r} must be a pair (block_q, block_kv) "
+                         "of 64, 128 or 256, or a flashjit.BlockMask")
+    return block_size("block_mask[0]", value[0]), block_size("block_mask[1]", value[1])
+
+
+def placeholder_block_mask(value, seq_q, seq_kv):
+    """An fj_block_mask for inspection (compile and plan, never launch)
+    with placeholder arrays, or None for None.  A pair (block_q, block_kv):
+    one list for every batch index and head, the blocks seq_q x seq_kv
+    need.  A flashjit.BlockMask: its own sizes (which the library checks
+    against the problem), its arrays never read."""
+    if value is None:
+        return None
+    bq, bkv = block_sizes_of(value)
+    ph = C.addressof(_PLACEHOLDER)
+    if hasattr(value, "q_blocks"):
+        full = ph if value.full_num is not None else None
+        return capi.BlockMask(bq, bkv, value.batch, value.heads, value.q_blocks,
+                              value.kv_blocks, ph, ph, full, full)
+    return capi.BlockMask(bq, bkv, 1, 1, blocks(seq_q, bq), blocks(seq_kv, bkv), ph, ph,
+                          None, None)
 
 
 # ---- problems --------------------------------------------------------------------

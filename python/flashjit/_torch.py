@@ -10,9 +10,11 @@ import typing
 
 import torch
 
+from . import _blockmask as bmask
 from . import _capi as capi
 from . import _core as core
 from . import _problem as pr
+from ._blockmask import BlockMask
 
 _DTYPES = {torch.float16: capi.F16, torch.bfloat16: capi.BF16}
 _LAYOUT_DIMS = {capi.BHSD: "(batch, heads, seq, head_dim)",
@@ -32,18 +34,18 @@ def _strides(t, layout):
     return (s[0], s[1], s[2]) if layout == capi.BHSD else (s[0], s[2], s[1])
 
 
-def _check_tensor(name, t, layout):
+def _check_tensor(name, t, layout, who=_WHO):
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{_WHO}: {name} is a {type(t).__name__}, not a torch.Tensor")
+        raise TypeError(f"{who}: {name} is a {type(t).__name__}, not a torch.Tensor")
     if t.dtype not in _DTYPES:
-        raise TypeError(f"{_WHO}: {name} has dtype {t.dtype}; flashjit takes torch.float16 "
+        raise TypeError(f"{who}: {name} has dtype {t.dtype}; flashjit takes torch.float16 "
                         "or torch.bfloat16")
     shape = t.shape
     if len(shape) != 4:
-        raise ValueError(f"{_WHO}: {name} has {len(shape)} dimensions {tuple(shape)}; layout "
+        raise ValueError(f"{who}: {name} has {len(shape)} dimensions {tuple(shape)}; layout "
                          f"'{pr.NAMES_LAYOUT[layout]}' takes 4: {_LAYOUT_DIMS[layout]}")
     if shape[3] > 1 and t.stride(3) != 1:
-        raise ValueError(f"{_WHO}: {name}'s head dimension is not contiguous (stride "
+        raise ValueError(f"{who}: {name}'s head dimension is not contiguous (stride "
                          f"{t.stride(3)}, strides {tuple(t.stride())}); it must be 1")
     return shape if layout == capi.BHSD else (shape[0], shape[2], shape[1], shape[3])
 
@@ -160,8 +162,11 @@ def _stream(dev):
 
 
 def _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_right, softcap,
-            score_mod, mask_mod, params, sinks=None):
-    """Runs attention; returns (out, lse), lse None unless return_lse."""
+            score_mod, mask_mod, params, sinks=None, block_q=0, block_kv=0, kv_num=None,
+            kv_indices=None, full_num=None, full_indices=None):
+    """Runs attention; returns (out, lse), lse None unless return_lse.  A
+    block mask comes as its block sizes and checked lists (kv_num None:
+    none)."""
     b, hq, sq, d = _sizes(q, layout)
     dev = q.device
     out = torch.empty(_out_shape(b, hq, sq, d, layout), dtype=q.dtype, device=dev)
@@ -173,9 +178,11 @@ def _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_righ
     p = _problem(q, k, v, causal, scale, layout)
     mods = None
     if (window_left != -1 or window_right != -1 or softcap or score_mod or mask_mod or params
-            or sinks is not None):
+            or sinks is not None or kv_num is not None):
+        bm = None if kv_num is None else bmask.struct_of(block_q, block_kv, kv_num, kv_indices,
+                                                         full_num, full_indices)
         mods = pr.ModsArg((window_left, window_right), softcap, score_mod, mask_mod, params,
-                          device=dev, sinks=sinks)
+                          device=dev, sinks=sinks, block_mask=bm)
         p = capi.Problem.from_buffer_copy(p)
         p.mods = mods.ptr
     lse_ptr = lse.data_ptr() if return_lse else None
@@ -187,7 +194,7 @@ def _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_righ
                                   out.data_ptr(), lse_ptr, stream)
     if st != capi.OK:
         raise core.error(st, ctx)
-    del mods  # held until here: the call reads it
+    del mods  # held until here: the call reads it (the lists are the caller's)
     return out, lse
 
 
@@ -221,20 +228,28 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: int,
                  scale: float, return_lse: bool, layout: int, window_left: int,
                  window_right: int, softcap: float, score_mod: str, mask_mod: str,
                  param_names: str, param_tensors: _Tensors, param_scalars: _Floats,
-                 sinks: typing.Optional[torch.Tensor] = None
+                 sinks: typing.Optional[torch.Tensor] = None, block_q: int = 0,
+                 block_kv: int = 0, kv_num: typing.Optional[torch.Tensor] = None,
+                 kv_indices: typing.Optional[torch.Tensor] = None,
+                 full_num: typing.Optional[torch.Tensor] = None,
+                 full_indices: typing.Optional[torch.Tensor] = None
                  ) -> typing.Tuple[torch.Tensor, torch.Tensor]:
     """flashjit attention as a PyTorch op: (out, lse); lse is empty unless
-    return_lse.  Use flashjit.attention(), which builds these arguments."""
+    return_lse.  A block mask comes as its block sizes and its int32 lists
+    (kv_num None: none).  Use flashjit.attention(), which builds these
+    arguments."""
     out, lse = _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_right,
                        softcap, score_mod, mask_mod,
-                       _decode_params(param_names, param_tensors, param_scalars), sinks)
+                       _decode_params(param_names, param_tensors, param_scalars), sinks,
+                       block_q, block_kv, kv_num, kv_indices, full_num, full_indices)
     return out, lse if lse is not None else q.new_empty((0,), dtype=torch.float32)
 
 
 @attention_op.register_fake
 def _attention_fake(q, k, v, causal, scale, return_lse, layout, window_left, window_right,
                     softcap, score_mod, mask_mod, param_names, param_tensors, param_scalars,
-                    sinks=None):
+                    sinks=None, block_q=0, block_kv=0, kv_num=None, kv_indices=None,
+                    full_num=None, full_indices=None):
     b, hq, sq, d = _sizes(q, layout)
     out = q.new_empty(_out_shape(b, hq, sq, d, layout))
     lse = q.new_empty((b, hq, sq) if return_lse else (0,), dtype=torch.float32)
@@ -243,7 +258,7 @@ def _attention_fake(q, k, v, causal, scale, return_lse, layout, window_left, win
 
 def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhsd",
               window=None, softcap=None, score_mod=None, mask_mod=None, params=None,
-              sinks=None):
+              sinks=None, block_mask=None):
     """softmax(scale * q k^T [masked]) v on the GPU, as a new tensor.
 
     q: (batch, heads_q, seq_q, head_dim) for layout "bhsd", or (batch,
@@ -264,7 +279,14 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     sinks: attention sinks, a float32 tensor (heads_q,) on q's device: a
     logit per query head (natural units, after the scale) that joins each
     row's softmax denominator with no value row; the log-sum-exp includes
-    it, and a row that sees no key gets 0 and the sink.
+    it, and a row that sees no key gets 0 and the sink.  block_mask: a
+    flashjit.BlockMask on q's device (flashjit.block_mask() builds one from
+    the same mask arguments; BlockMask(...) wraps FlexAttention-layout
+    lists): key blocks outside its lists are never loaded, and its full
+    blocks skip mask_mod (the causal mask, the window and the sequence
+    ends still apply), so it must agree with mask_mod for the result to be
+    the mask's.  Its batch and heads are 1 or the problem's, its blocks
+    ceil(seq_q / block_q) x ceil(seq_kv / block_kv).
 
     Forward only (no autograd).  Under CUDA-graph capture, run the call
     once before capturing (compile, layout probe).  torch.compile traces it
@@ -279,17 +301,34 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     for what, text in (("score_mod", score_mod), ("mask_mod", mask_mod)):
         if text is not None and not isinstance(text, str):
             raise TypeError(f"{_WHO}: {what} must be a C expression in a str, not {text!r}")
-    _, hq, _, _, _, _ = check_inputs(q, k, v, lay)
+    b, hq, _, sq, sk, _ = check_inputs(q, k, v, lay)
     _check_sinks(sinks, q, hq)
+    bm = _block_mask_args(block_mask, q, b, hq, sq, sk)
     if torch.compiler.is_compiling():
         names, tensors, scalars = encode_params(params)
         out, lse = attention_op(q, k, v, c, sc, bool(return_lse), lay, wl, wr, cap,
                                 score_mod or "", mask_mod or "", names, tensors, scalars,
-                                sinks)
+                                sinks, *bm)
     else:
         out, lse = _launch(q, k, v, c, sc, bool(return_lse), lay, wl, wr, cap,
-                           score_mod or "", mask_mod or "", params, sinks)
+                           score_mod or "", mask_mod or "", params, sinks, *bm)
     return (out, lse) if return_lse else out
+
+
+_NO_BLOCK_MASK = (0, 0, None, None, None, None)
+
+
+def _block_mask_args(block_mask, q, batch, heads_q, seq_q, seq_kv):
+    """block_mask as the op's arguments (block_q, block_kv and the four
+    lists), after checking that it fits the problem."""
+    if block_mask is None:
+        return _NO_BLOCK_MASK
+    if not isinstance(block_mask, BlockMask):
+        raise TypeError(f"{_WHO}: block_mask is a {type(block_mask).__name__}, not a "
+                        "flashjit.BlockMask (flashjit.block_mask() builds one; "
+                        "flashjit.BlockMask.from_flex takes FlexAttention's)")
+    block_mask._check_problem(batch, heads_q, seq_q, seq_kv, q.device, _WHO)
+    return (block_mask.block_q, block_mask.block_kv) + block_mask._tensors()
 
 
 def _check_sinks(sinks, q, heads_q):
@@ -327,3 +366,143 @@ def _softcap(softcap):
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
         raise TypeError(f"{_WHO}: softcap must be a number or None, not {softcap!r}")
     return float(softcap)
+
+
+# ---- block masks ---------------------------------------------------------------------
+
+_WHO_BM = "flashjit.block_mask"
+
+
+def block_mask(q=None, k=None, *, mask_mod=None, params=None, causal=None, window=None,
+               layout="bhsd", batch=None, heads_q=None, heads_kv=None, seq_q=None,
+               seq_kv=None, device=None, block_q=128, block_kv=128):
+    """A flashjit.BlockMask built on the GPU from a mask, for
+    attention(..., block_mask=) with the same mask arguments.
+
+    The mask is attention()'s: mask_mod (a C expression of b, h, hkv, q,
+    kv and params), params (ints, floats, tensors on the device), causal
+    and window, with the sequence ends.  The library evaluates it at every
+    (query, key) pair on the GPU (fj_block_mask_build) and keeps per block
+    of block_q x block_kv (64, 128 or 256 each; FlexAttention's default
+    128, 128) only whether the mask hides it, keeps it in part or keeps it
+    whole: the dense mask never exists.  The sizes come from q and k, as
+    attention() takes them in `layout`, or from batch, heads_q, seq_q and
+    seq_kv (heads_kv: heads_q) on `device` (default: a tensor parameter's,
+    else the current CUDA device).  The mask's batch is 1 unless mask_mod
+    reads b, and its heads 1 unless it reads h or hkv.
+
+    The work goes on the current CUDA stream (as a kernel launch, so it
+    can be captured in a CUDA graph once it has compiled).  The result
+    serves every later call of that shape, mask and parameter values --
+    every layer, every step; it holds one buffer, which its four tensors
+    view.  Raises TypeError / ValueError naming the bad value, the
+    library's errors (InvalidArgument for the mask expression), and
+    NoDevice without a GPU.
+    """
+    p, mods, dev = _block_mask_problem(q, k, mask_mod, params, causal, window, layout, batch,
+                                       heads_q, heads_kv, seq_q, seq_kv, device)
+    bq = pr.block_size("block_q", block_q)
+    bkv = pr.block_size("block_kv", block_kv)
+    try:
+        ctx = core.gpu_context(dev.index)
+    except core.NoDevice as e:
+        raise core.NoDevice(e.status, f"{_WHO_BM} builds the lists on a GPU: {e}") from None
+    lib = core.lib()
+    n = _block_mask_size(ctx, p, bq, bkv)
+    buf = torch.empty(n, dtype=torch.uint8, device=dev)
+    raw = capi.BlockMask()
+    st = lib.fj_block_mask_build(ctx, C.byref(p), bq, bkv, buf.data_ptr(), n, C.byref(raw),
+                                 _stream(dev))
+    if st != capi.OK:
+        raise core.error(st, ctx)
+    del mods  # held until here: the build read it (the parameters are the caller's)
+    return BlockMask._of_buffer(buf, raw, p.seq_q, p.seq_kv)
+
+
+def _block_mask_size(ctx, p, block_q, block_kv):
+    """fj_block_mask_size: the bytes of the mask's buffer (any context,
+    compile-only ones included)."""
+    n = C.c_size_t()
+    core.check(core.lib().fj_block_mask_size(ctx, C.byref(p), block_q, block_kv,
+                                             C.byref(n)), ctx)
+    return n.value
+
+
+def _block_mask_problem(q, k, mask_mod, params, causal, window, layout, batch, heads_q,
+                        heads_kv, seq_q, seq_kv, device):
+    """The fj_problem block_mask() builds from (its mods kept alive by the
+    ModsArg returned with it) and the CUDA device, all checked."""
+    c = pr.causal_code(causal)
+    lay = pr.choose("layout", layout, pr.LAYOUTS)
+    sizes = dict(batch=batch, heads_q=heads_q, heads_kv=heads_kv, seq_q=seq_q, seq_kv=seq_kv)
+    if q is not None or k is not None:
+        given = [n for n, x in sizes.items() if x is not None]
+        if q is None or k is None:
+            raise TypeError(f"{_WHO_BM}: {'k' if q is not None else 'q'} is missing: give q "
+                            "and k (the attention inputs) or the sizes")
+        if given or device is not None:
+            raise ValueError(f"{_WHO_BM}: give q and k or the sizes, not both "
+                             f"({', '.join(given + (['device'] if device is not None else []))}"
+                             " given with q and k)")
+        b, hq, sq, d = _check_tensor("q", q, lay, _WHO_BM)
+        bk, hk, sk, _ = _check_tensor("k", k, lay, _WHO_BM)
+        if b != bk:
+            raise ValueError(f"{_WHO_BM}: batch sizes differ: q {b}, k {bk}")
+        for name, t in (("q", q), ("k", k)):
+            if t.device.type != "cuda":
+                raise ValueError(f"{_WHO_BM}: {name} is on {t.device}; flashjit runs on CUDA "
+                                 "tensors")
+        if k.device != q.device:
+            raise ValueError(f"{_WHO_BM}: q and k must be on one device; got {q.device}, "
+                             f"{k.device}")
+        dev, dtype = q.device, _DTYPES[q.dtype]
+    else:
+        missing = [n for n, x in sizes.items() if x is None and n != "heads_kv"]
+        if missing:
+            raise TypeError(f"{_WHO_BM}: give q and k, or batch, heads_q, seq_q and seq_kv "
+                            f"({', '.join(missing)} missing)")
+        b, hq, sq, sk = (pr.int_arg(n, sizes[n]) for n in ("batch", "heads_q", "seq_q",
+                                                             "seq_kv"))
+        hk = hq if heads_kv is None else pr.int_arg("heads_kv", heads_kv)
+        for name, x in (("batch", b), ("heads_q", hq), ("heads_kv", hk), ("seq_q", sq),
+                        ("seq_kv", sk)):
+            if x >= 2 ** 31:
+                raise ValueError(f"{_WHO_BM}: {name}={x} does not fit a C int")
+        d, dtype = 64, capi.F16  # the builder reads neither
+        dev = _block_mask_device(device, params)
+    if mask_mod is not None and not isinstance(mask_mod, str):
+        raise TypeError(f"{_WHO_BM}: mask_mod must be a C expression in a str, not "
+                        f"{mask_mod!r}")
+    mods = pr.ModsArg(window, None, None, mask_mod, params, device=dev)
+    lib = core.lib()
+    p = capi.Problem()
+    lib.fj_problem_init(C.byref(p), b, hq, hk, sq, sk, d, dtype, capi.BHSD)
+    p.causal = c
+    p.mods = mods.ptr
+    # The sizes, the expression and the parameters, before any GPU is looked for.
+    core.check(lib.fj_problem_check_lengths(C.byref(p)))
+    return p, mods, dev
+
+
+def _block_mask_device(device, params):
+    """The CUDA device of block_mask() from sizes: device=, else a tensor
+    parameter's, else the current one (with an index)."""
+    if device is None and isinstance(params, dict):
+        for name, t in params.items():
+            if isinstance(t, torch.Tensor):
+                if t.device.type != "cuda":
+                    raise ValueError(f"{_WHO_BM}: params[{name!r}] is on {t.device}; the "
+                                     "lists are built on a CUDA device, with the parameters "
+                                     "there")
+                device = t.device
+                break
+    if device is None:
+        return torch.device("cuda", core.default_device())
+    try:
+        dev = torch.device(device)
+    except (TypeError, RuntimeError) as e:
+        raise ValueError(f"{_WHO_BM}: device {device!r} is not a device ({e})") from None
+    if dev.type != "cuda":
+        raise ValueError(f"{_WHO_BM}: device {dev} is not a CUDA device; the lists are built "
+                         "on the GPU")
+    return dev if dev.index is not None else torch.device("cuda", core.default_device())

@@ -105,6 +105,31 @@ class KernelErrors(Case):
         self.refuses(flashjit.InvalidArgument, r"mods.softcap -1 is invalid", flashjit.Kernel,
                      64, softcap=-1.0)
 
+    def test_switches(self):
+        self.refuses(TypeError, r"sinks must be True or False, not 'yes'", flashjit.Kernel, 64,
+                     sinks="yes")
+        self.refuses(TypeError, r"checked must be True or False, not 2", flashjit.plan, 1, 8,
+                     128, 64, checked=2)
+        self.refuses(ValueError, r"block_mask\[0\]=100 is not a block size: 64, 128 or 256",
+                     flashjit.Kernel, 64, block_mask=(100, 128))
+        self.refuses(ValueError, r"block_mask\[1\]=32 is not a block size", flashjit.plan, 1,
+                     8, 128, 64, block_mask=(64, 32))
+        self.refuses(TypeError, r"block_mask\[0\] must be an int, not '64'", flashjit.Kernel,
+                     64, block_mask=("64", 64))
+        self.refuses(ValueError, r"block_mask=128 must be a pair \(block_q, block_kv\) of 64, "
+                     r"128 or 256, or a flashjit.BlockMask", flashjit.Kernel, 64,
+                     block_mask=128)
+        # The library's own refusals.
+        self.refuses(flashjit.Unsupported, r"tile_m 128 and tile_n \d+ must divide the block "
+                     r"mask's blocks \(64 query rows, 128 keys\)", flashjit.Kernel, 128,
+                     tile_m=128, block_mask=(64, 128))
+        self.refuses(flashjit.Unsupported, r"mods.sinks \(attention sinks\) are implemented "
+                     r"for mma mma and mma wgmma; this variant is mma wmma", flashjit.Kernel,
+                     64, arch="sm_80", mma="wmma", sinks=True)
+        self.refuses(flashjit.Unsupported, r"splits 4 with mods.block_mask is not "
+                     r"implemented: 0 or 1", flashjit.plan, 1, 8, 1000, 64, splits=4,
+                     block_mask=(128, 128))
+
     def test_device(self):
         self.refuses(ValueError, r"device 'cpu' is not a CUDA device", flashjit.Kernel, 64,
                      device="cpu")
@@ -242,6 +267,269 @@ class AttentionErrors(Case):
 
 
 @unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
+class BlockMaskErrors(Case):
+    """flashjit.BlockMask from the caller's lists: what it refuses, and
+    what attention() refuses of one that does not fit (on CPU tensors:
+    attention() itself refuses those first, so its check is called
+    directly)."""
+
+    def lists(self, b=1, h=2, qb=4, kb=5, full=True, dtype=None, device="cpu"):
+        dtype = dtype or torch.int32
+        z = [torch.zeros((b, h, qb), dtype=dtype, device=device),
+             torch.zeros((b, h, qb, kb), dtype=dtype, device=device)]
+        return z + ([t.clone() for t in z] if full else [None, None])
+
+    def test_accepts(self):
+        bm = flashjit.BlockMask(*self.lists(b=2, h=3, qb=4, kb=5), block_q=64, block_kv=256)
+        self.assertEqual(bm.shape, (2, 3, 4, 5))
+        self.assertEqual((bm.block_q, bm.block_kv), (64, 256))
+        self.assertEqual(bm.device, torch.device("cpu"))
+        self.assertIsNone(bm.seq_q)
+        self.assertIn("2x3x4x5 of blocks 64x256 with full blocks on cpu", repr(bm))
+        partial = flashjit.BlockMask(*self.lists(full=False)[:2])
+        self.assertIsNone(partial.full_num)
+        self.assertEqual((partial.block_q, partial.block_kv), (128, 128))
+        self.assertIs(partial.to("cpu"), partial)
+        moved = bm.to("meta")
+        self.assertEqual((moved.device.type, moved.shape), ("meta", bm.shape))
+        self.assertEqual(moved.full_indices.device.type, "meta")
+
+    def test_types(self):
+        n, i, fn, fi = self.lists()
+        self.refuses(TypeError, r"flashjit.BlockMask: kv_num has dtype torch.int64; it must "
+                     r"be torch.int32", flashjit.BlockMask, n.long(), i)
+        self.refuses(TypeError, r"full_indices has dtype torch.int16; it must be torch.int32",
+                     flashjit.BlockMask, n, i, fn, fi.short())
+        self.refuses(TypeError, r"kv_indices is a list, not a torch.Tensor",
+                     flashjit.BlockMask, n, [[0]])
+        self.refuses(TypeError, r"kv_num is None; the partial blocks' counts and indices are "
+                     r"required", flashjit.BlockMask, None, i)
+        self.refuses(TypeError, r"block_q must be an int, not 128.0", flashjit.BlockMask, n,
+                     i, block_q=128.0)
+        self.refuses(ValueError, r"flashjit.BlockMask: block_kv=32 is not a block size: 64, "
+                     r"128 or 256", flashjit.BlockMask, n, i, block_kv=32)
+
+    def test_pairs_and_layout(self):
+        n, i, fn, fi = self.lists()
+        self.refuses(ValueError, r"full_num is given but full_indices is not: give both",
+                     flashjit.BlockMask, n, i, fn)
+        self.refuses(ValueError, r"full_indices is given but full_num is not",
+                     flashjit.BlockMask, n, i, None, fi)
+        self.refuses(ValueError, r"kv_indices is on meta and kv_num on cpu; the lists must be "
+                     r"on one device", flashjit.BlockMask, n, i.to("meta"))
+        self.refuses(ValueError, r"kv_indices is not contiguous \(strides \(40, 5, 10, 1\)\); "
+                     r"call .contiguous\(\)", flashjit.BlockMask, n,
+                     torch.zeros((1, 4, 2, 5), dtype=torch.int32).transpose(1, 2))
+
+    def test_shapes(self):
+        n, i, fn, fi = self.lists(b=1, h=2, qb=4, kb=5)
+        self.refuses(ValueError, r"kv_num has 2 dimensions \(2, 4\); it takes 3: \(batch, "
+                     r"heads, q_blocks\)", flashjit.BlockMask, n[0], i)
+        self.refuses(ValueError, r"kv_indices has shape \(1, 2, 3, 5\); with kv_num \(1, 2, "
+                     r"4\) it must be \(1, 2, 4, kv_blocks\)", flashjit.BlockMask, n,
+                     i[:, :, :3].contiguous())
+        self.refuses(ValueError, r"kv_indices has shape \(2, 4, 5\)", flashjit.BlockMask, n,
+                     i[0])
+        self.refuses(ValueError, r"full_indices has shape \(1, 2, 4, 6\); it must be "
+                     r"\(1, 2, 4, 5\), kv_indices's", flashjit.BlockMask, n, i, fn,
+                     torch.zeros((1, 2, 4, 6), dtype=torch.int32))
+        self.refuses(ValueError, r"full_num has shape \(1, 1, 4\); it must be \(1, 2, 4\), "
+                     r"kv_num's", flashjit.BlockMask, n, i, fn[:, :1].contiguous(), fi)
+        e = self.lists(qb=0)
+        self.refuses(ValueError, r"q_blocks 0 is below 1", flashjit.BlockMask, *e)
+
+    def test_fits_the_problem(self):
+        from flashjit import _torch
+        bm = flashjit.BlockMask(*self.lists(b=1, h=2, qb=4, kb=5), block_q=64, block_kv=128)
+        q = torch.zeros((1, 2, 256, 64), dtype=torch.float16)
+        args = _torch._block_mask_args(bm, q, 3, 2, 256, 600)  # fits: batch 1 for any
+        self.assertEqual(args[:2], (64, 128))
+        self.assertIs(args[2], bm.kv_num)
+        self.assertIs(args[5], bm.full_indices)
+        self.assertEqual(_torch._block_mask_args(None, q, 1, 2, 256, 600),
+                         (0, 0, None, None, None, None))
+        self.refuses(ValueError, r"flashjit.attention: block_mask has heads 2; it must be 1 "
+                     r"\(one list for every head\) or the problem's heads_q 4",
+                     _torch._block_mask_args, bm, q, 1, 4, 256, 600)
+        self.refuses(ValueError, r"block_mask is 4 x 5 blocks of 64 x 128; seq_q 256 and "
+                     r"seq_kv 700 need 4 x 6", _torch._block_mask_args, bm, q, 1, 2, 256, 700)
+        self.refuses(ValueError, r"block_mask is 4 x 5 blocks of 64 x 128; seq_q 257 and "
+                     r"seq_kv 600 need 5 x 5", _torch._block_mask_args, bm, q, 1, 2, 257, 600)
+        self.refuses(ValueError, r"block_mask is on cpu; the attention inputs are on meta",
+                     _torch._block_mask_args, bm, q.to("meta"), 1, 2, 256, 600)
+        b2 = flashjit.BlockMask(*self.lists(b=2, h=1, qb=4, kb=5), block_q=64, block_kv=128)
+        self.refuses(ValueError, r"block_mask has batch 2; it must be 1 \(one list for every "
+                     r"batch index\) or the problem's 3", _torch._block_mask_args, b2, q, 3, 2,
+                     256, 600)
+        self.refuses(TypeError, r"block_mask is a tuple, not a flashjit.BlockMask",
+                     _torch._block_mask_args, (64, 128), q, 1, 2, 256, 600)
+
+    def test_attention_checks_it(self):
+        # attention() takes block_mask= and refuses a wrong type after the
+        # inputs' own checks (here: the device, which these CPU tensors fail).
+        q = torch.zeros((1, 2, 16, 64), dtype=torch.float16)
+        self.refuses(ValueError, r"q is on cpu", flashjit.attention, q, q, q,
+                     block_mask=flashjit.BlockMask(*self.lists(qb=1, kb=1)))
+
+    def test_from_flex(self):
+        class Flex:  # FlexAttention's BlockMask attributes
+            pass
+        f = Flex()
+        f.kv_num_blocks, f.kv_indices, f.full_kv_num_blocks, f.full_kv_indices = self.lists()
+        f.kv_indices = f.kv_indices.transpose(2, 3).contiguous().transpose(2, 3)
+        f.BLOCK_SIZE = (128, 64)
+        bm = flashjit.BlockMask.from_flex(f)
+        self.assertEqual((bm.block_q, bm.block_kv, bm.shape), (128, 64, (1, 2, 4, 5)))
+        self.assertTrue(bm.kv_indices.is_contiguous())
+        self.assertIs(bm.full_num, f.full_kv_num_blocks)
+        f.full_kv_num_blocks = f.full_kv_indices = None
+        self.assertIsNone(flashjit.BlockMask.from_flex(f).full_num)
+        self.refuses(TypeError, r"from_flex: a tuple is not a FlexAttention BlockMask \(it has "
+                     r"no kv_num_blocks, kv_indices, BLOCK_SIZE\)", flashjit.BlockMask.from_flex,
+                     (1, 2))
+
+    def test_from_flex_create_block_mask(self):
+        # The real thing where this PyTorch has it and builds on the CPU.
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask
+            fm = create_block_mask(lambda b, h, q, kv: kv <= q, None, None, 384, 384,
+                                   device="cpu", BLOCK_SIZE=128)
+        except Exception as e:  # noqa: BLE001 -- any failure: not available here
+            self.skipTest(f"FlexAttention's create_block_mask on the CPU: {e}")
+        bm = flashjit.BlockMask.from_flex(fm)
+        self.assertEqual(bm.shape, (1, 1, 3, 3))
+        self.assertEqual((bm.block_q, bm.block_kv), (128, 128))
+        # Causal: each query block keeps its diagonal block in part and the
+        # ones before it whole.
+        self.assertEqual(bm.kv_num.flatten().tolist(), [1, 1, 1])
+        self.assertEqual(bm.full_num.flatten().tolist(), [0, 1, 2])
+        self.assertEqual([bm.kv_indices[0, 0, r, 0].item() for r in range(3)], [0, 1, 2])
+
+
+@unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
+class BlockMaskBuilder(Case):
+    """flashjit.block_mask(): its refusals before any GPU work, and the
+    buffer it fills, laid out as the library's fj_block_mask_size counts
+    it (through a compile-only context: no GPU)."""
+
+    SIZES = dict(batch=2, heads_q=8, seq_q=1000, seq_kv=3000)
+
+    def build(self, **kw):
+        return flashjit.block_mask(**dict(self.SIZES, **kw))
+
+    def test_arguments(self):
+        self.refuses(TypeError, r"flashjit.block_mask: give q and k, or batch, heads_q, seq_q "
+                     r"and seq_kv \(heads_q, seq_kv missing\)", flashjit.block_mask, batch=1,
+                     seq_q=5)
+        self.refuses(TypeError, r"flashjit: batch must be an int, not 1.5", self.build,
+                     batch=1.5)
+        self.refuses(ValueError, r"flashjit: seq_q=2147483648 does not fit a C int|"
+                     r"seq_q=2147483648 does not fit a C int", self.build, seq_q=2 ** 31)
+        self.refuses(ValueError, r"flashjit: block_q=100 is not a block size: 64, 128 or 256",
+                     self.build, block_q=100)
+        self.refuses(TypeError, r"block_kv must be an int, not None", self.build,
+                     block_kv=None)
+        self.refuses(ValueError, r"causal='up' is not one of", self.build, causal="up")
+        self.refuses(ValueError, r"window=5 must be a pair", self.build, window=5)
+        self.refuses(TypeError, r"flashjit.block_mask: mask_mod must be a C expression in a "
+                     r"str, not 3", self.build, mask_mod=3)
+        self.refuses(ValueError, r"flashjit.block_mask: device cpu is not a CUDA device; the "
+                     r"lists are built on the GPU", self.build, device="cpu")
+        self.refuses(ValueError, r"flashjit.block_mask: params\['doc'\] is on cpu; the lists "
+                     r"are built on a CUDA device", self.build, mask_mod="doc(q) == doc(kv)",
+                     params={"doc": torch.zeros(3000, dtype=torch.int32)})
+        self.refuses(TypeError, r"params\['doc'\] describes a tensor \('i32', \(3000,\)\); "
+                     r"attention\(\) and block_mask\(\) need the tensor itself", self.build,
+                     mask_mod="doc(q) == doc(kv)", params={"doc": ("i32", (3000,))})
+
+    def test_library_refusals_without_gpu(self):
+        # The problem and its mask are checked before any GPU is looked for.
+        self.refuses(flashjit.InvalidArgument, r"mods.mask: 'doc' at column 1 is not a name",
+                     self.build, mask_mod="doc(q) == doc(kv)")
+        self.refuses(flashjit.InvalidArgument, r"mods.window_right 3 with causal top-left",
+                     self.build, causal=True, window=(5, 3))
+        self.refuses(flashjit.InvalidArgument, r"heads_kv 3 does not divide heads_q 8",
+                     self.build, heads_kv=3)
+        self.refuses(flashjit.InvalidArgument, r"seq_kv 0 is invalid", self.build, seq_kv=0)
+
+    def test_tensors_instead_of_sizes(self):
+        q = torch.zeros((1, 2, 16, 64), dtype=torch.float16)
+        self.refuses(TypeError, r"flashjit.block_mask: k is missing: give q and k",
+                     flashjit.block_mask, q)
+        self.refuses(ValueError, r"give q and k or the sizes, not both \(batch, device given "
+                     r"with q and k\)", flashjit.block_mask, q, q, batch=1, device="cuda")
+        self.refuses(ValueError, r"flashjit.block_mask: q is on cpu; flashjit runs on CUDA "
+                     r"tensors", flashjit.block_mask, q, q)
+        self.refuses(TypeError, r"flashjit.block_mask: k has dtype torch.float32",
+                     flashjit.block_mask, q, q.float())
+        self.refuses(ValueError, r"flashjit.block_mask: batch sizes differ: q 1, k 2",
+                     flashjit.block_mask, q, torch.zeros((2, 2, 16, 64), dtype=torch.float16))
+        self.refuses(ValueError, r"layout 'bshd' takes 4", flashjit.block_mask, q[0], q[0],
+                     layout="bshd")
+
+    def test_needs_gpu(self):
+        if fjtest.library_has_gpu():
+            self.skipTest("a GPU is present")
+        e = self.refuses(flashjit.NoDevice, r"^flashjit.block_mask builds the lists on a GPU: ",
+                         self.build, causal="top_left", block_q=64)
+        self.assertEqual(e.status_name, "no CUDA device or driver")
+
+    def test_size_agrees_with_the_library(self):
+        # The mask's batch is 1 unless its expression reads b, its heads 1
+        # unless it reads h or hkv (include/flashjit.h); the buffer holds
+        # the two count arrays, then, 16-byte aligned, the two index arrays.
+        from flashjit import _blockmask, _core, _torch
+        ctx = _core.arch_context("sm_90a")
+        qb, kb = 8, 47  # 1000 / 128 and 3000 / 64, rounded up
+        for mask, batch, heads in (("kv % n == 0", 1, 1), (None, 1, 1),
+                                   ("h == n || kv <= q", 1, 8), ("hkv == n", 1, 8),
+                                   ("b == n || kv <= q", 2, 1), ("b + h == n", 2, 8)):
+            with self.subTest(mask=mask):
+                p, mods, dev = _torch._block_mask_problem(
+                    None, None, mask, {"n": 1} if mask else None, "bottom_right", (256, 0),
+                    "bhsd", 2, 8, 2, 1000, 3000, "cuda:1")
+                self.assertEqual(dev, torch.device("cuda", 1))
+                got = _torch._block_mask_size(ctx, p, 128, 64)
+                self.assertEqual(got, _blockmask.buffer_bytes(batch, heads, qb, kb))
+        p, _, _ = _torch._block_mask_problem(None, None, None, None, None, None, "bhsd", 1, 1,
+                                             None, 100, 100, None)
+        self.assertEqual(_torch._block_mask_size(ctx, p, 256, 256), 16 + 8)  # 1 x 1 blocks
+        self.refuses(flashjit.InvalidArgument, r"fj_block_mask_size: block_q 100 is not a "
+                     r"block size: 64, 128 or 256", _torch._block_mask_size, ctx, p, 100, 64)
+
+    def test_views_of_the_buffer(self):
+        # What block_mask() makes of fj_block_mask_build's answer: the four
+        # lists as int32 views of its one buffer, at the offsets the
+        # library's pointers say (simulated here on a CPU buffer).
+        from flashjit import _blockmask, _capi
+        b, h, qb, kb = 2, 3, 4, 5
+        n = _blockmask.buffer_bytes(b, h, qb, kb)
+        buf = torch.zeros(n, dtype=torch.uint8)
+        rows = b * h * qb
+        idx = (2 * rows * 4 + 15) // 16 * 16
+        offs = (0, idx, rows * 4, idx + rows * kb * 4)
+        words = buf.view(torch.int32)
+        for k, (off, count) in enumerate(zip(offs, (rows, rows * kb, rows, rows * kb))):
+            words[off // 4:off // 4 + count] = torch.arange(count, dtype=torch.int32) + 1000 * k
+        base = buf.data_ptr()
+        raw = _capi.BlockMask(64, 128, b, h, qb, kb, *(base + o for o in offs))
+        bm = flashjit.BlockMask._of_buffer(buf, raw, 250, 600)
+        self.assertEqual((bm.shape, bm.block_q, bm.block_kv), ((b, h, qb, kb), 64, 128))
+        self.assertEqual((bm.seq_q, bm.seq_kv), (250, 600))
+        self.assertEqual(tuple(bm.kv_num.shape), (b, h, qb))
+        self.assertEqual(tuple(bm.full_indices.shape), (b, h, qb, kb))
+        self.assertEqual(bm.kv_num[1, 2, 3].item(), rows - 1)
+        self.assertEqual(bm.kv_indices[0, 0, 1, 2].item(), 1000 + kb + 2)
+        self.assertEqual(bm.full_num[0, 1, 0].item(), 2000 + qb)
+        self.assertEqual(bm.full_indices[1, 2, 3, 4].item(), 3000 + rows * kb - 1)
+        self.assertEqual(bm.kv_num.data_ptr(), base)
+        self.assertIn("for seq_q 250, seq_kv 600", repr(bm))
+        raw.full_indices = base + n - 4  # runs past the buffer
+        self.refuses(RuntimeError, r"the library's full_indices .* is not within the "
+                     rf"{n}-byte buffer", flashjit.BlockMask._of_buffer, buf, raw, 250, 600)
+
+
+@unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
 class FakeImplementation(unittest.TestCase):
     """The op's fake (meta) implementation, which torch.compile traces."""
 
@@ -263,6 +551,21 @@ class FakeImplementation(unittest.TestCase):
                                                 "", "", [], [])
         self.assertEqual(tuple(out.shape), (2, 100, 8, 64))
         self.assertEqual(tuple(lse.shape), (0,))
+
+    def test_meta_with_sinks_and_block_mask(self):
+        q = torch.empty((2, 8, 300, 64), dtype=torch.bfloat16, device="meta")
+        sinks = torch.empty((8,), dtype=torch.float32, device="meta")
+        num = torch.empty((1, 1, 3), dtype=torch.int32, device="meta")
+        idx = torch.empty((1, 1, 3, 3), dtype=torch.int32, device="meta")
+        out, lse = torch.ops.flashjit.attention(q, q, q, 1, 0.0, True, 0, -1, -1, 0.0, "",
+                                                "kv <= q", "", [], [], sinks, 128, 128, num,
+                                                idx, num, idx)
+        self.assertEqual(tuple(out.shape), (2, 8, 300, 64))
+        self.assertEqual(tuple(lse.shape), (2, 8, 300))
+        schema = str(torch.ops.flashjit.attention.default._schema)
+        self.assertIn("Tensor? sinks=None, SymInt block_q=0, SymInt block_kv=0, Tensor? "
+                      "kv_num=None, Tensor? kv_indices=None, Tensor? full_num=None, Tensor? "
+                      "full_indices=None", schema)
 
 
 if __name__ == "__main__":

@@ -342,6 +342,238 @@ class LibraryErrors(GpuCase):
             flashjit.attention(q, k, k)
 
 
+def doc_ids(lengths, device="cuda"):
+    """int32 document ids per position: lengths[i] positions of document i."""
+    ids = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    return ids.to(dtype=torch.int32, device=device)
+
+
+def dense_lists(bm, keep):
+    """keep (batch or 1, heads or 1, seq_q, seq_kv) bool, as bm's lists
+    say: a partial block keeps what keep keeps, a full block all of it."""
+    b, h, qb, kb = bm.shape
+    sq, sk = keep.shape[-2:]
+    out = torch.zeros((b, h, sq, sk), dtype=torch.bool, device=keep.device)
+    lists = [t.cpu() for t in (bm.kv_num, bm.kv_indices)]
+    full = [t.cpu() for t in (bm.full_num, bm.full_indices)] if bm.full_num is not None \
+        else None
+    for bi in range(b):
+        for hi in range(h):
+            src = keep[min(bi, keep.shape[0] - 1), min(hi, keep.shape[1] - 1)]
+            for i in range(qb):
+                rows = slice(i * bm.block_q, (i + 1) * bm.block_q)
+                for (num, idx), whole in ((lists, False), (full, True)):
+                    if num is None:
+                        continue
+                    for j in idx[bi, hi, i, :num[bi, hi, i]].tolist():
+                        cols = slice(j * bm.block_kv, (j + 1) * bm.block_kv)
+                        out[bi, hi, rows, cols] = True if whole else src[rows, cols]
+    return out
+
+
+class BlockMasks(GpuCase):
+    """attention(..., block_mask=): built by flashjit.block_mask() from the
+    mask, or the caller's own lists, against the same call without one, a
+    float32 reference and SDPA with the dense boolean mask."""
+
+    DOC = "doc(q) == doc(kv)"
+
+    def check_lists(self, bm, builtin, user):
+        """bm's lists against the dense masks (batch or 1, heads or 1,
+        seq_q, seq_kv): the built-in rules' and the expression's.  Listed
+        (in either list, once) exactly the blocks with a pair both keep;
+        full only blocks where the expression keeps every pair the
+        built-in rules keep."""
+        keep, hidden = builtin & user, builtin & ~user
+        b, h, qb, kb = bm.shape
+        num, idx = bm.kv_num.cpu(), bm.kv_indices.cpu()
+        fnum, fidx = bm.full_num.cpu(), bm.full_indices.cpu()
+        for bi in range(b):
+            for hi in range(h):
+                k = keep[min(bi, keep.shape[0] - 1), min(hi, keep.shape[1] - 1)]
+                x = hidden[min(bi, hidden.shape[0] - 1), min(hi, hidden.shape[1] - 1)]
+                for i in range(qb):
+                    rows = slice(i * bm.block_q, (i + 1) * bm.block_q)
+                    part = idx[bi, hi, i, :num[bi, hi, i]].tolist()
+                    full = fidx[bi, hi, i, :fnum[bi, hi, i]].tolist()
+                    where = f"batch {bi} head {hi} query block {i}"
+                    self.assertEqual(len(set(part + full)), len(part) + len(full),
+                                     f"{where}: a block listed twice: {part} {full}")
+                    want = {j for j in range(kb)
+                            if k[rows, j * bm.block_kv:(j + 1) * bm.block_kv].any()}
+                    self.assertEqual(set(part) | set(full), want, where)
+                    for j in full:
+                        self.assertFalse(x[rows, j * bm.block_kv:(j + 1) * bm.block_kv].any(),
+                                         f"{where}: key block {j} is full but the "
+                                         "expression hides a pair in it")
+
+    def test_documents_causal(self):
+        # Documents with causal: the block mask the library builds, against
+        # the same call without one, float32 and SDPA's dense mask.
+        for sq, lengths, blocks in ((1000, [300, 50, 400, 250], (128, 128)),
+                                    (2048, [1000, 24, 1024], (128, 128)),
+                                    (700, [64, 636], (64, 256))):
+            with self.subTest(sq=sq, blocks=blocks):
+                q, k, v = (randn(2, 8, sq, 128) for _ in range(3))
+                doc = doc_ids(lengths)
+                mods = dict(causal="top_left", mask_mod=self.DOC, params={"doc": doc})
+                bm = flashjit.block_mask(q, k, block_q=blocks[0], block_kv=blocks[1], **mods)
+                qb, kb = -(-sq // blocks[0]), -(-sq // blocks[1])
+                self.assertEqual(bm.shape, (1, 1, qb, kb))  # reads neither b nor h
+                self.assertEqual((bm.seq_q, bm.seq_kv, bm.device), (sq, sq, q.device))
+                self.assertEqual((bm.block_q, bm.block_kv), blocks)
+                causal = torch.ones(sq, sq, dtype=torch.bool, device="cuda").tril()
+                same = doc[:, None] == doc[None, :]
+                self.check_lists(bm, causal[None, None], same[None, None])
+                out = flashjit.attention(q, k, v, block_mask=bm, **mods)
+                plain = flashjit.attention(q, k, v, **mods)
+                self.close(out, plain, 2e-2, "with and without the block mask")
+                want, _ = reference(q, k, v, causal="top_left",
+                                    mask=lambda b, h, hk, qi, ki: doc[qi] == doc[ki])
+                self.close(out, want, 2e-2, "against float32")
+                base = F.scaled_dot_product_attention(q, k, v, attn_mask=causal & same)
+                self.close(out, base, 4e-2, "against SDPA with the dense mask")
+
+    def test_batch_and_heads(self):
+        # A mask that reads b and hkv gets a list per batch index and query
+        # head; GQA 4:1, keys longer than queries.
+        lim = torch.tensor([[100, 700], [0, 1500]], dtype=torch.int32, device="cuda")
+        q = randn(2, 8, 300, 128)
+        k, v = randn(2, 2, 1600, 128), randn(2, 2, 1600, 128)
+        mods = dict(mask_mod="kv <= lim(b, hkv)", params={"lim": lim})
+        bm = flashjit.block_mask(q, k, **mods)
+        self.assertEqual(bm.shape, (2, 8, 3, 13))
+        ki = torch.arange(1600, device="cuda").view(1, 1, 1, 1600)
+        user = (ki <= lim.repeat_interleave(4, dim=1).view(2, 8, 1, 1)).expand(2, 8, 300, 1600)
+        self.check_lists(bm, torch.ones_like(user), user)
+        out, lse = flashjit.attention(q, k, v, block_mask=bm, return_lse=True, **mods)
+        want, want_lse = reference(q, k, v, mask=lambda b, h, hk, qi, ki: ki <= lim[b, hk])
+        self.close(out, want, 2e-2, "out")
+        self.close(lse, want_lse, 2e-3, "lse")
+
+    def test_window_decode(self):
+        # A decode step (mma family, no split with a block mask): the
+        # window's blocks only, all of them full.
+        q = randn(4, 32, 1, 128)
+        k, v = randn(4, 8, 4096, 128), randn(4, 8, 4096, 128)
+        mods = dict(causal="bottom_right", window=(1023, 0))
+        bm = flashjit.block_mask(q, k, **mods)
+        self.assertEqual(bm.shape, (1, 1, 1, 32))
+        self.assertEqual(bm.kv_num.flatten().tolist(), [0])
+        self.assertEqual(bm.full_num.flatten().tolist(), [8])
+        self.assertEqual(sorted(bm.full_indices[0, 0, 0, :8].tolist()), list(range(24, 32)))
+        out = flashjit.attention(q, k, v, block_mask=bm, **mods)
+        want, _ = reference(q, k, v, **mods)
+        self.close(out, want, 2e-2, "window decode")
+
+    def test_caller_lists(self):
+        # The caller's own lists: each query block sees the key blocks
+        # chosen at random per batch index and head, the diagonal always,
+        # some partial (the expression applies), some full (it does not).
+        b, h, sq, bq = 2, 4, 1000, 128
+        nb = -(-sq // bq)
+        g = torch.Generator().manual_seed(1)
+        num, idx = torch.zeros(b, h, nb, dtype=torch.int32), torch.zeros(b, h, nb, nb,
+                                                                         dtype=torch.int32)
+        fnum, fidx = num.clone(), idx.clone()
+        for bi in range(b):
+            for hi in range(h):
+                for i in range(nb):
+                    pick = (torch.rand(nb, generator=g) < 0.4).tolist()
+                    pick[i] = True
+                    kind = (torch.rand(nb, generator=g) < 0.5).tolist()
+                    part = [j for j in range(nb) if pick[j] and kind[j]]
+                    full = [j for j in range(nb) if pick[j] and not kind[j]]
+                    num[bi, hi, i], fnum[bi, hi, i] = len(part), len(full)
+                    idx[bi, hi, i, :len(part)] = torch.tensor(part, dtype=torch.int32)
+                    fidx[bi, hi, i, :len(full)] = torch.tensor(full, dtype=torch.int32)
+        bm = flashjit.BlockMask(num.cuda(), idx.cuda(), fnum.cuda(), fidx.cuda())
+        self.assertEqual((bm.shape, bm.seq_q), ((b, h, nb, nb), None))
+        expr = "(q + 2 * kv) % 3 != 0 || q == kv"
+        qi = torch.arange(sq, device="cuda").view(sq, 1)
+        ki = torch.arange(sq, device="cuda").view(1, sq)
+        user = ((qi + 2 * ki) % 3 != 0) | (qi == ki)
+        keep = dense_lists(bm, user.expand(1, 1, sq, sq))
+        self.assertTrue(keep.any(-1).all())  # every row sees its own key
+        q, k, v = (randn(b, h, sq, 64, dtype=torch.float16) for _ in range(3))
+        out = flashjit.attention(q, k, v, mask_mod=expr, block_mask=bm)
+        want, _ = reference(q, k, v, mask=lambda *_: keep)
+        self.close(out, want, 4e-3, "against float32")
+        base = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        self.close(out, base, 8e-3, "against SDPA with the dense mask")
+        # Lists with no expression: the listed blocks whole (the sequence
+        # end still applies), here each query block and the one before it.
+        fnum = torch.full((1, 1, nb), 2, dtype=torch.int32)
+        fnum[0, 0, 0] = 1
+        fidx = torch.zeros(1, 1, nb, nb, dtype=torch.int32)
+        for i in range(nb):
+            fidx[0, 0, i, :fnum[0, 0, i]] = torch.tensor([i, i - 1] if i else [0])
+        local = flashjit.BlockMask(torch.zeros(1, 1, nb, dtype=torch.int32), fidx.clone(),
+                                   fnum, fidx).to("cuda")
+        blk = torch.arange(sq, device="cuda") // bq
+        step = blk.view(sq, 1) - blk.view(1, sq)  # query block - key block
+        near = (step == 0) | (step == 1)
+        out = flashjit.attention(q, k, v, block_mask=local)
+        base = F.scaled_dot_product_attention(q, k, v, attn_mask=near)
+        self.close(out, base, 8e-3, "block-local lists against SDPA")
+        self.assertTrue(torch.equal(dense_lists(local, torch.ones(1, 1, sq, sq, dtype=torch.bool,
+                                                                   device="cuda"))[0, 0], near))
+
+    def test_from_flex(self):
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask
+        except ImportError:
+            self.skipTest("no FlexAttention in this PyTorch")
+        doc = doc_ids([500, 200, 324])
+
+        def mask(b, h, qi, ki):
+            return (doc[qi] == doc[ki]) & (ki <= qi)
+
+        fm = create_block_mask(mask, None, None, 1024, 1024, device="cuda")
+        bm = flashjit.BlockMask.from_flex(fm)
+        q, k, v = (randn(1, 4, 1024, 128) for _ in range(3))
+        mods = dict(causal="top_left", mask_mod=self.DOC, params={"doc": doc})
+        out = flashjit.attention(q, k, v, block_mask=bm, **mods)
+        self.close(out, flashjit.attention(q, k, v, **mods), 2e-2, "FlexAttention's lists")
+
+    def test_graph_and_compile(self):
+        q, k, v = (randn(1, 8, 1000, 128) for _ in range(3))
+        doc = doc_ids([600, 400])
+        mods = dict(causal="top_left", mask_mod=self.DOC, params={"doc": doc})
+        bm = flashjit.block_mask(q, k, **mods)
+
+        def f(a, b, c):
+            return flashjit.attention(a, b, c, block_mask=bm, **mods)
+
+        want = f(q, k, v)
+        got = torch.compile(f, fullgraph=True)(q, k, v)
+        self.close(got, want, 1e-3, "torch.compile")
+        g, out = Graphs.capture(self, f, (q, k, v))
+        q.copy_(randn(1, 8, 1000, 128))
+        g.replay()
+        torch.cuda.synchronize()
+        self.close(out, f(q, k, v), 1e-3, "graph replay")
+        args = (q, k, v, 1, 0.0, False, 0, -1, -1, 0.0, "", self.DOC, "doc=t", [doc], [],
+                None, bm.block_q, bm.block_kv) + bm._tensors()
+        torch.library.opcheck(torch.ops.flashjit.attention.default, args,
+                              test_utils=("test_schema", "test_faketensor"))
+
+    def test_errors(self):
+        q, k, v = (randn(1, 2, 300, 64) for _ in range(3))
+        bm = flashjit.block_mask(q, k, causal="top_left")
+        self.assertEqual(bm.shape, (1, 1, 3, 3))
+        with self.assertRaisesRegex(ValueError, r"block_mask is 3 x 3 blocks of 128 x 128; "
+                                    r"seq_q 300 and seq_kv 400 need 3 x 4"):
+            flashjit.attention(q, randn(1, 2, 400, 64), randn(1, 2, 400, 64), block_mask=bm)
+        with self.assertRaisesRegex(ValueError, r"block_mask is on cpu; the attention inputs "
+                                    r"are on cuda:0"):
+            flashjit.attention(q, k, v, block_mask=bm.to("cpu"))
+        with self.assertRaisesRegex(TypeError, r"block_mask is a tuple"):
+            flashjit.attention(q, k, v, block_mask=(128, 128))
+        with self.assertRaisesRegex(flashjit.InvalidArgument, r"mods.mask: 'doc' at column 1"):
+            flashjit.block_mask(q, k, mask_mod=self.DOC)
+
+
 class Graphs(GpuCase):
     def capture(self, fn, inputs):
         s = torch.cuda.Stream()

@@ -78,6 +78,10 @@ class Import(unittest.TestCase):
     def test_attention_without_torch(self):
         with self.assertRaisesRegex(ImportError, "flashjit.attention needs PyTorch"):
             flashjit.attention(None, None, None)
+        with self.assertRaisesRegex(ImportError, "flashjit.block_mask needs PyTorch"):
+            flashjit.block_mask(batch=1, heads_q=1, seq_q=1, seq_kv=1)
+        with self.assertRaisesRegex(ImportError, "flashjit.BlockMask needs PyTorch"):
+            flashjit.BlockMask(None, None)
 
 
 class KernelInspection(unittest.TestCase):
@@ -153,6 +157,122 @@ class KernelInspection(unittest.TestCase):
         k = flashjit.Kernel(64, arch="sm_80", dtype="f16")
         self.assertIsInstance(k.log, str)
         self.assertIn(k.name, repr(k))
+
+
+class Switches(unittest.TestCase):
+    """The switches that compile another kernel: sinks ("_sink"), a block
+    mask's block sizes ("_bm<q>x<kv>") and checked mode ("_chk"), each
+    against the same kernel without it, so that every marker is one the
+    switch puts there."""
+
+    DOC = dict(mask_mod="doc(q) == doc(kv)",
+               params={"doc": flashjit.TensorParam("i32", (4096,))})
+
+    def pair(self, switch, head_dim=128, **kw):
+        """(the kernel without the switch, the kernel with it)."""
+        return (flashjit.Kernel(head_dim, **kw),
+                flashjit.Kernel(head_dim, **dict(kw, **switch)))
+
+    def test_sinks(self):
+        for arch, d in (("sm_90a", 128), ("sm_80", 64)):
+            with self.subTest(arch=arch):
+                off, on = self.pair(dict(sinks=True), d, arch=arch, causal="top_left")
+                self.assertEqual(on.name, off.name + "_sink")
+                # The epilogue reads each row's head's sink.
+                self.assertIn("p.sinks[", on.source)
+                self.assertNotIn("p.sinks[", off.source)
+                self.assertIn(f".entry {on.name}", on.ptx)
+        self.assertEqual(on.variant, off.variant)  # a modification, not an axis
+
+    def test_block_mask(self):
+        for arch, d, blocks in (("sm_90a", 128, (128, 128)), ("sm_90a", 128, (256, 128)),
+                                ("sm_80", 64, (64, 64))):
+            with self.subTest(arch=arch, blocks=blocks):
+                off, on = self.pair(dict(block_mask=blocks), d, arch=arch, causal="top_left",
+                                    **self.DOC)
+                self.assertRegex(on.name, rf"_bm{blocks[0]}x{blocks[1]}_x[0-9a-f]{{8}}$")
+                self.assertNotIn("_bm", off.name)
+                # The key tiles come from the lists, not from the tile counter.
+                self.assertIn("fj::list_n0(", on.source)
+                self.assertNotIn("fj::list_n0(", off.source)
+                self.assertEqual(blocks[0] % on.variant["tile_m"], 0, on.name)
+                self.assertEqual(blocks[1] % on.variant["tile_n"], 0, on.name)
+                self.assertEqual(on.resources.spills, 0, f"{on.name}: {on.resources}")
+
+    def test_block_mask_alone(self):
+        # No expression: the lists alone decide which key blocks run.
+        k = flashjit.Kernel(128, arch="sm_90a", block_mask=(128, 128))
+        self.assertTrue(k.name.endswith("_bm128x128"), k.name)
+        self.assertIn("fj::list_n0(", k.source)
+
+    def test_checked(self):
+        off, on = self.pair(dict(checked=True), arch="sm_90a", **self.DOC)
+        # The same axes; the modifications' hash ("_x...") covers checked mode.
+        self.assertRegex(off.name, r"_x[0-9a-f]{8}$")
+        self.assertRegex(on.name, r"_x[0-9a-f]{8}_chk$")
+        self.assertEqual(on.name[:-len("_x12345678_chk")], off.name[:-len("_x12345678")])
+        # Each tensor read that is out of range records itself.
+        self.assertIn("fj::oob_record(", on.source)
+        self.assertNotIn("oob_record", off.source)
+        # A problem without a tensor parameter has nothing to check: the
+        # same kernel, as in C.
+        plain = flashjit.Kernel(128, arch="sm_90a", checked=True)
+        self.assertEqual(plain.name, flashjit.Kernel(128, arch="sm_90a").name)
+        self.assertNotIn("oob_record", plain.source)
+
+    def test_all_three(self):
+        k = flashjit.Kernel(128, arch="sm_90a", causal="top_left", block_mask=(128, 128),
+                            sinks=True, checked=True, **self.DOC)
+        self.assertRegex(k.name, r"_tl_bf16_bm128x128_x[0-9a-f]{8}_sink_chk$")
+        for marker in ("fj::list_n0(", "p.sinks[", "fj::oob_record("):
+            self.assertIn(marker, k.source)
+        self.assertEqual(k.resources.spills, 0, k.resources)
+
+    def test_family_switch_keeps_them(self):
+        k = flashjit.Kernel(128, arch="sm_90a", mma="mma", block_mask=(64, 128), sinks=True)
+        self.assertEqual(k.variant["mma"], "mma")
+        self.assertTrue(k.name.endswith("_bm64x128_sink"), k.name)
+        self.assertIn("fj::list_n0(", k.source)
+
+    def test_plan(self):
+        p = flashjit.plan(2, 16, 4096, 128, causal="top_left", block_mask=(128, 128),
+                          arch="sm_90a", **self.DOC)
+        self.assertRegex(p.name, r"_bm128x128_x[0-9a-f]{8}$")
+        self.assertEqual(p.splits, 1)  # block masks take no split-KV
+        self.assertEqual(p.kernel().name, p.name)
+        self.assertIn("fj::list_n0(", p.kernel().source)
+        # A decode step: the unmasked plan splits the keys, the masked one
+        # does not.
+        self.assertGreater(flashjit.plan(1, 32, 1, 128, heads_kv=8, seq_kv=4096,
+                                         arch="sm_90a").splits, 1)
+        d = flashjit.plan(1, 32, 1, 128, heads_kv=8, seq_kv=4096, block_mask=(64, 128),
+                          arch="sm_90a")
+        self.assertEqual(d.splits, 1)
+        self.assertTrue(d.name.endswith("_bm64x128"), d.name)
+        s = flashjit.plan(1, 32, 1, 128, heads_kv=8, seq_kv=4096, sinks=True, arch="sm_90a")
+        self.assertTrue(s.name.endswith("_split_sink"), s.name)
+        c = flashjit.plan(1, 16, 1024, 64, checked=True, arch="sm_80", **self.DOC)
+        self.assertTrue(c.name.endswith("_chk"), c.name)
+
+    @unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
+    def test_block_mask_object(self):
+        # A BlockMask gives a Kernel its block sizes, and a plan its shape,
+        # which the library checks against the problem.
+        from fjtest import torch
+        i32 = torch.int32
+        bm = flashjit.BlockMask(torch.zeros(1, 4, 8, dtype=i32),
+                                torch.zeros(1, 4, 8, 16, dtype=i32), block_q=128, block_kv=64)
+        k = flashjit.Kernel(128, arch="sm_90a", block_mask=bm)
+        self.assertTrue(k.name.endswith("_bm128x64"), k.name)
+        p = flashjit.plan(2, 4, 1000, 128, seq_kv=1000, block_mask=bm, arch="sm_90a")
+        self.assertTrue(p.name.endswith("_bm128x64"), p.name)
+        with self.assertRaisesRegex(flashjit.InvalidArgument, r"mods.block_mask is 8 x 16 "
+                                    r"blocks of 128 x 64; seq_q 1000 and seq_kv 2000 need "
+                                    r"8 x 32"):
+            flashjit.plan(2, 4, 1000, 128, seq_kv=2000, block_mask=bm, arch="sm_90a")
+        with self.assertRaisesRegex(flashjit.InvalidArgument, r"mods.block_mask->heads 4: 1 "
+                                    r"\(one mask for every head\) or the problem's heads_q 8"):
+            flashjit.plan(2, 8, 1000, 128, block_mask=bm, arch="sm_90a")
 
 
 class Plans(unittest.TestCase):

@@ -1,0 +1,226 @@
+"""flashjit.BlockMask: which key blocks each query block computes, for
+attention(..., block_mask=).
+
+FlexAttention's BlockMask layout (fj_block_mask in include/flashjit.h):
+per query block of block_q rows, the key blocks of block_kv keys that the
+mask keeps in part (kv_num, kv_indices: the kernel applies the mask
+expression there, element by element) and, optionally, those it keeps
+whole (full_num, full_indices: no mask expression; the causal mask, the
+window and the sequence ends still apply).  Key blocks in neither list are
+never loaded.  int32 tensors, row-major:
+
+    kv_num     (batch, heads, q_blocks)              partial key blocks per query block
+    kv_indices (batch, heads, q_blocks, kv_blocks)   their indices, first kv_num used
+    full_num, full_indices                           the same for full blocks
+
+batch is 1 (one list for every batch index) or the problem's batch, heads
+1 or its heads_q; q_blocks = ceil(seq_q / block_q), kv_blocks =
+ceil(seq_kv / block_kv); block sizes 64, 128 or 256.  flashjit.block_mask()
+builds one from a mask on the GPU; BlockMask(...) wraps the caller's own
+lists; BlockMask.from_flex takes a FlexAttention BlockMask's.
+
+Imported only where torch imports.
+"""
+import torch
+
+from . import _capi as capi
+from . import _problem as pr
+
+_WHO = "flashjit.BlockMask"
+_NAMES = ("kv_num", "kv_indices", "full_num", "full_indices")
+
+
+class BlockMask:
+    """A block mask for attention(..., block_mask=): the int32 lists of
+    key blocks per query block (FlexAttention's BlockMask layout; the
+    module's docstring and include/flashjit.h's fj_block_mask say it
+    whole).
+
+    BlockMask(kv_num, kv_indices, full_num=None, full_indices=None, *,
+    block_q=128, block_kv=128) wraps the caller's own tensors (not copied:
+    they must live as long as this object and are read by every call it is
+    passed to): int32, contiguous, on one device, kv_num (batch, heads,
+    q_blocks) and kv_indices (batch, heads, q_blocks, kv_blocks), the full
+    pair of the same shapes or neither.  Counts are clamped to 0..kv_blocks
+    and an index outside 0..kv_blocks - 1 reads no keys: a wrong list gives
+    wrong results, never a read outside the tensors.  Each key block should
+    appear at most once in a query block's two lists.
+
+    flashjit.block_mask(...) builds one from a mask expression on the GPU.
+    Attributes: block_q, block_kv, batch, heads, q_blocks, kv_blocks, the
+    four tensors (full_num and full_indices None where absent), device, and
+    seq_q / seq_kv (the lengths it was built for; None for the caller's own
+    lists, which fit every length of those blocks).
+    """
+
+    def __init__(self, kv_num, kv_indices, full_num=None, full_indices=None, *,
+                 block_q=128, block_kv=128):
+        self.block_q = _block_size("block_q", block_q)
+        self.block_kv = _block_size("block_kv", block_kv)
+        _check_lists(kv_num, kv_indices, full_num, full_indices)
+        self.kv_num, self.kv_indices = kv_num, kv_indices
+        self.full_num, self.full_indices = full_num, full_indices
+        self.batch, self.heads, self.q_blocks = (int(n) for n in kv_num.shape)
+        self.kv_blocks = int(kv_indices.shape[3])
+        self.device = kv_num.device
+        self.seq_q = self.seq_kv = None
+        self._buf = None  # a built mask's one buffer, which the four tensors view
+
+    @classmethod
+    def from_flex(cls, mask):
+        """The lists of a FlexAttention BlockMask
+        (torch.nn.attention.flex_attention.create_block_mask): its
+        kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices and
+        BLOCK_SIZE, made contiguous where they are not (a copy then)."""
+        missing = [a for a in ("kv_num_blocks", "kv_indices", "BLOCK_SIZE")
+                   if not hasattr(mask, a)]
+        if missing:
+            raise TypeError(f"{_WHO}.from_flex: a {type(mask).__name__} is not a FlexAttention "
+                            f"BlockMask (it has no {', '.join(missing)})")
+        size = mask.BLOCK_SIZE
+        if isinstance(size, int):
+            size = (size, size)
+        lists = [getattr(mask, a, None) for a in ("kv_num_blocks", "kv_indices",
+                                                  "full_kv_num_blocks", "full_kv_indices")]
+        lists = [t.contiguous() if isinstance(t, torch.Tensor) else t for t in lists]
+        return cls(*lists, block_q=size[0], block_kv=size[1])
+
+    @property
+    def shape(self):
+        """(batch, heads, q_blocks, kv_blocks)."""
+        return self.batch, self.heads, self.q_blocks, self.kv_blocks
+
+    def to(self, device):
+        """The same lists on device (copies; this object where they are
+        there already)."""
+        device = torch.device(device)
+        if device == self.device:
+            return self
+        moved = [None if t is None else t.to(device) for t in self._tensors()]
+        out = BlockMask(*moved, block_q=self.block_q, block_kv=self.block_kv)
+        out.seq_q, out.seq_kv = self.seq_q, self.seq_kv
+        return out
+
+    def _tensors(self):
+        return self.kv_num, self.kv_indices, self.full_num, self.full_indices
+
+    def _check_problem(self, batch, heads_q, seq_q, seq_kv, device, who):
+        """Refuses, in one line naming the value and the rule, a mask that
+        does not fit the problem (the library's rule, fj_block_mask)."""
+        if self.device != device:
+            raise ValueError(f"{who}: block_mask is on {self.device}; the attention inputs "
+                             f"are on {device}")
+        if self.batch not in (1, batch):
+            raise ValueError(f"{who}: block_mask has batch {self.batch}; it must be 1 (one "
+                             f"list for every batch index) or the problem's {batch}")
+        if self.heads not in (1, heads_q):
+            raise ValueError(f"{who}: block_mask has heads {self.heads}; it must be 1 (one "
+                             f"list for every head) or the problem's heads_q {heads_q}")
+        qb, kb = pr.blocks(seq_q, self.block_q), pr.blocks(seq_kv, self.block_kv)
+        if (self.q_blocks, self.kv_blocks) != (qb, kb):
+            raise ValueError(f"{who}: block_mask is {self.q_blocks} x {self.kv_blocks} blocks "
+                             f"of {self.block_q} x {self.block_kv}; seq_q {seq_q} and seq_kv "
+                             f"{seq_kv} need {qb} x {kb}")
+
+    def __repr__(self):
+        full = "" if self.full_num is None else " with full blocks"
+        built = "" if self.seq_q is None else f" for seq_q {self.seq_q}, seq_kv {self.seq_kv}"
+        return (f"<flashjit.BlockMask {self.batch}x{self.heads}x{self.q_blocks}x"
+                f"{self.kv_blocks} of blocks {self.block_q}x{self.block_kv}{full}{built} on "
+                f"{self.device}>")
+
+    @classmethod
+    def _of_buffer(cls, buf, raw, seq_q, seq_kv):
+        """A built mask: raw (fj_block_mask, from fj_block_mask_build) points
+        into buf (a uint8 tensor); the four tensors are views of buf."""
+        base, size = buf.data_ptr(), buf.numel()
+        rows = (raw.batch, raw.heads, raw.q_blocks)
+        lists = (rows, rows + (raw.kv_blocks,))
+
+        def view(ptr, shape, name):
+            n = 1
+            for d in shape:
+                n *= d
+            off = -1 if ptr is None else ptr - base
+            if off < 0 or off % 4 or off + 4 * n > size:
+                raise RuntimeError(f"{_WHO}: the library's {name} ({ptr}) is not within the "
+                                   f"{size}-byte buffer at {base}")
+            return buf[off:off + 4 * n].view(torch.int32).view(shape)
+
+        tensors = [view(getattr(raw, name), lists[i % 2], name)
+                   for i, name in enumerate(_NAMES)]
+        self = cls(*tensors, block_q=raw.block_q, block_kv=raw.block_kv)
+        self._buf, self.seq_q, self.seq_kv = buf, seq_q, seq_kv
+        return self
+
+
+def _block_size(what, value):
+    try:
+        return pr.block_size(what, value)
+    except (TypeError, ValueError) as e:
+        raise type(e)(str(e).replace("flashjit:", f"{_WHO}:", 1)) from None
+
+
+def _check_lists(kv_num, kv_indices, full_num, full_indices):
+    given = dict(zip(_NAMES, (kv_num, kv_indices, full_num, full_indices)))
+    for name, t in given.items():
+        if t is None and name in ("kv_num", "kv_indices"):
+            raise TypeError(f"{_WHO}: {name} is None; the partial blocks' counts and indices "
+                            "are required")
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"{_WHO}: {name} is a {type(t).__name__}, not a torch.Tensor")
+    if (full_num is None) != (full_indices is None):
+        have, lack = ("full_num", "full_indices") if full_indices is None else (
+            "full_indices", "full_num")
+        raise ValueError(f"{_WHO}: {have} is given but {lack} is not: give both (full "
+                         "blocks) or neither")
+    for name, t in given.items():
+        if t is None:
+            continue
+        if t.dtype != torch.int32:
+            raise TypeError(f"{_WHO}: {name} has dtype {t.dtype}; it must be torch.int32")
+        if t.device != kv_num.device:
+            raise ValueError(f"{_WHO}: {name} is on {t.device} and kv_num on "
+                             f"{kv_num.device}; the lists must be on one device")
+        if not t.is_contiguous():
+            raise ValueError(f"{_WHO}: {name} is not contiguous (strides {tuple(t.stride())}); "
+                             "call .contiguous()")
+    if kv_num.dim() != 3:
+        raise ValueError(f"{_WHO}: kv_num has {kv_num.dim()} dimensions "
+                         f"{tuple(kv_num.shape)}; it takes 3: (batch, heads, q_blocks)")
+    if kv_indices.dim() != 4 or tuple(kv_indices.shape[:3]) != tuple(kv_num.shape):
+        want = ", ".join(str(n) for n in kv_num.shape)
+        raise ValueError(f"{_WHO}: kv_indices has shape {tuple(kv_indices.shape)}; with kv_num "
+                         f"{tuple(kv_num.shape)} it must be ({want}, kv_blocks)")
+    for name, dim in zip(("batch", "heads", "q_blocks", "kv_blocks"),
+                         tuple(kv_indices.shape)):
+        if dim < 1:
+            raise ValueError(f"{_WHO}: {name} {dim} is below 1 (kv_indices has shape "
+                             f"{tuple(kv_indices.shape)})")
+        if dim > 2 ** 31 - 1:
+            raise ValueError(f"{_WHO}: {name} {dim} does not fit a C int")
+    if full_num is not None:
+        for name, t, like in (("full_num", full_num, kv_num),
+                              ("full_indices", full_indices, kv_indices)):
+            if tuple(t.shape) != tuple(like.shape):
+                raise ValueError(f"{_WHO}: {name} has shape {tuple(t.shape)}; it must be "
+                                 f"{tuple(like.shape)}, {_NAMES[_NAMES.index(name) - 2]}'s")
+
+
+def struct_of(block_q, block_kv, kv_num, kv_indices, full_num, full_indices):
+    """The fj_block_mask of checked lists (pointers into the tensors, which
+    the caller keeps alive for the call)."""
+    b, h, qb = kv_num.shape
+    return capi.BlockMask(block_q, block_kv, b, h, qb, kv_indices.shape[3],
+                          kv_num.data_ptr(), kv_indices.data_ptr(),
+                          None if full_num is None else full_num.data_ptr(),
+                          None if full_indices is None else full_indices.data_ptr())
+
+
+# The bytes of a built mask's buffer for its dimensions, as
+# fj_block_mask_size counts them: the two count arrays, then (16-byte
+# aligned) the two index arrays.  For the tests' cross-check of the library.
+def buffer_bytes(batch, heads, q_blocks, kv_blocks):
+    rows = batch * heads * q_blocks
+    return (2 * rows * 4 + 15) // 16 * 16 + 2 * rows * kv_blocks * 4
+
