@@ -157,6 +157,23 @@ if part serving; then
   grep -E "^serving|Error|error" "$out/serving_compare.log" | cut -c1-300 | tee -a "$summary"
 fi
 
+# 4d. Split decode: the pick with the splits forced, eager and replayed
+#     (bench/decode_probe.py), then each kernel's time under ncu (clocks
+#     and caches as they are) for a few split counts.
+if part decode; then
+  (cd /work/main && FLASHJIT_LIB=build/libflashjit.so PYTHONUNBUFFERED=1 \
+     python3 bench/decode_probe.py >"$out/decode_probe.log" 2>&1)
+  note "decode_probe: exit $?"
+  grep -E "^decode|Error|error" "$out/decode_probe.log" | cut -c1-240 | tee -a "$summary"
+  for s in ${DECODE_SPLITS:-8 16 32}; do
+    ncu --metrics gpu__time_duration.sum --clock-control none --cache-control none -k regex:fj_ \
+      ./flashjit run --shape 1,32,1,128 --seq-kv 4096 --heads-kv 8 --splits $s --iters 2 --warmup 1 \
+      >"$out/decode_ncu.tmp" 2>&1
+    note "ncu splits=$s: $(grep -E '^  fj_|gpu__time_duration' "$out/decode_ncu.tmp" | tail -4 | awk '{print $1, $NF}' | tr '\n' ' ')"
+  done
+  rm -f "$out/decode_ncu.tmp"
+fi
+
 # 4c. Any commands, one per line in $CMDS, run from build/ (exploration:
 #     ncu kernel times, flag sweeps); each one's output goes to cmds.log.
 if part cmds; then
