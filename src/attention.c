@@ -659,6 +659,7 @@ static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
   size_t rows = (size_t)plan->splits * (size_t)p->batch *
                 (size_t)p->heads_q * (size_t)p->seq_q;
   kp->splits = plan->splits;
+  kp->combine_warps = fj__combine_warps(plan->splits);
   kp->o_part = (float *)(uintptr_t)base;
   kp->lse_part = kp->o_part + rows * (size_t)p->head_dim;
   return FJ_OK;
@@ -759,13 +760,14 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   }
   if (st == FJ_OK) {
     fj_launch l = {fn, {plan.grid[0], plan.grid[1], plan.grid[2]},
-                   {plan.threads, 1, 1}, plan.smem_bytes, stream, args};
+                   {plan.threads, 1, 1}, plan.smem_bytes, stream, args, 0};
     st = fj__cu_launch(ctx, &l);
   }
   if (st == FJ_OK && v->split_kv) {
     fj_launch l = {combine_fn,
                    {plan.combine_grid[0], plan.combine_grid[1], plan.combine_grid[2]},
-                   {plan.combine_threads, 1, 1}, 0, stream, args};
+                   {plan.combine_threads, 1, 1}, 0, stream, args,
+                   /* combine.cu waits for the partials */ ctx->sm >= 90};
     st = fj__cu_launch(ctx, &l);
   }
   if (oob)

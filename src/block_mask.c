@@ -227,7 +227,7 @@ fj_status fj_block_mask_build(fj_ctx *ctx, const fj_problem *p, int block_q,
   if (st == FJ_OK) {
     fj_launch l = {fn, {(unsigned)(s.q_blocks * s.kv_blocks), (unsigned)s.heads,
                         (unsigned)s.batch},
-                   {256, 1, 1}, 0, stream, args};
+                   {256, 1, 1}, 0, stream, args, 0};
     st = fj__cu_launch(ctx, &l);
   }
   fj__cu_leave(ctx);

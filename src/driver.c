@@ -66,6 +66,11 @@ typedef CUresult (*tensor_map_fn)(CUtensorMap *, CUtensorMapDataType,
                                   CUtensorMapSwizzle, CUtensorMapL2promotion,
                                   CUtensorMapFloatOOBfill);
 static tensor_map_fn cu_tensor_map_encode;
+/* Launches with attributes (CUDA 11.8 and newer drivers), for early starts;
+ * looked up on its own like the tensor maps. */
+typedef CUresult (*launch_ex_fn)(const CUlaunchConfig *, CUfunction, void **,
+                                 void **);
+static launch_ex_fn cu_launch_ex;
 
 static cu_api cu;
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
@@ -132,6 +137,7 @@ static void cu_load(void)
     memcpy((char *)&cu + cu_symbols[i].offset, &fn, sizeof fn);
   }
   cu_tensor_map_encode = (tensor_map_fn)dlsym(h, "cuTensorMapEncodeTiled");
+  cu_launch_ex = (launch_ex_fn)dlsym(h, "cuLaunchKernelEx");
   CUresult r = cu.init(0);
   if (r != CUDA_SUCCESS) {
     const char *name = "?";
@@ -294,6 +300,17 @@ void fj__cu_module_unload(void *module)
 
 fj_status fj__cu_launch(const fj_ctx *ctx, const fj_launch *l)
 {
+  if (l->early && cu_launch_ex) {
+    CUlaunchAttribute a;
+    memset(&a, 0, sizeof a);
+    a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    a.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig c = {l->grid[0],  l->grid[1],  l->grid[2],
+                        l->block[0], l->block[1], l->block[2],
+                        l->smem_bytes, (CUstream)l->stream, &a, 1};
+    FJ_CU_TRY(ctx, cu_launch_ex(&c, (CUfunction)l->function, l->args, NULL));
+    return FJ_OK;
+  }
   FJ_CU_TRY(ctx, cu.launchKernel((CUfunction)l->function, l->grid[0],
                                  l->grid[1], l->grid[2], l->block[0],
                                  l->block[1], l->block[2], l->smem_bytes,

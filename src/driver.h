@@ -20,6 +20,11 @@ typedef struct fj_launch {
   unsigned smem_bytes;
   void *stream;
   void **args;
+  /* 1: the kernel may start before the one queued before it on the stream
+   * has ended (programmatic dependent launch, sm_90 and newer); it waits
+   * with griddepcontrol.wait before it reads that kernel's writes.  Where
+   * the driver lacks cuLaunchKernelEx it starts after, as any launch. */
+  int early;
 } fj_launch;
 
 /* Loads libcuda.so.1 and the entry points (once per process). */

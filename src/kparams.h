@@ -30,7 +30,7 @@ typedef struct fj_kparams {
    * and its reciprocal (0 when off). */
   int window_left, window_right;
   float softcap, softcap_inv;
-  int pad_;
+  int combine_warps; /* split-KV: the combine's warps a row (1, 2 or 4) */
   /* A dynamic walk of work tiles (the wgmma family's varlen kernels):
    * the counter the blocks claim tiles from, zeroed before each launch. */
   unsigned *work;

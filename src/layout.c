@@ -407,7 +407,7 @@ static fj_status run_probe(fj_ctx *ctx, fj_kernel *k, fj_frag frag,
     return st;
   void *args[] = {&dout};
   fj_launch l = {fn, {1, 1, 1}, {is_wgmma(frag) ? 128u : 32u, 1, 1}, 0,
-                 NULL, args};
+                 NULL, args, 0};
   fj_lut *lut = &luts[frag];
   float *out = malloc(PROBE_FLOATS * sizeof *out);
   if (!out)

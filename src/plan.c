@@ -289,6 +289,11 @@ static int blocks_per_sm(const fj_ctx *ctx, unsigned threads, unsigned smem)
   return n < 1 ? 1 : n;
 }
 
+int fj__combine_warps(int splits)
+{
+  return splits <= 4 ? 1 : splits <= 8 ? 2 : 4;
+}
+
 /* FlashAttention's rule: no split when the grid fills 80% of a wave or
  * the keys are 4 tiles or fewer; otherwise, of the counts up to 128 and the key tiles that change the
  * tiles per split, the smallest whose waves are at least 85% as full as
@@ -377,13 +382,16 @@ fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
   plan->grid[2] = (unsigned)p->batch;
   if (!v->split_kv)
     return FJ_OK;
-  /* The combine: 4 rows a block of 128 threads (combine.cu). */
+  /* The combine: 4 / fj__combine_warps rows a block of 128 threads
+   * (combine.cu). */
   uint64_t all = (uint64_t)p->batch * (uint64_t)p->heads_q * (uint64_t)p->seq_q;
-  if ((all + 3) / 4 > INT32_MAX)
+  uint64_t per_block = 4 / (uint64_t)fj__combine_warps(plan->splits);
+  if ((all + per_block - 1) / per_block > INT32_MAX)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                    "%llu rows: the split-KV combine takes at most %llu",
-                    (unsigned long long)all, (unsigned long long)INT32_MAX * 4);
-  plan->combine_grid[0] = (unsigned)((all + 3) / 4);
+                    "%llu rows: the split-KV combine of %d splits takes at "
+                    "most %llu", (unsigned long long)all, plan->splits,
+                    (unsigned long long)INT32_MAX * per_block);
+  plan->combine_grid[0] = (unsigned)((all + per_block - 1) / per_block);
   plan->combine_grid[1] = plan->combine_grid[2] = 1;
   plan->combine_threads = 128;
   uint64_t floats;

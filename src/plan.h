@@ -26,6 +26,10 @@ int fj__problem_paged(const fj_problem *p);
 /* What the heuristic's choice depends on beyond the tuning database's
  * problem class, as one number (for the dispatch caches' keys). */
 int fj__plan_class(const fj_ctx *ctx, const fj_problem *p);
+/* The split-KV combine's warps a row for `splits` splits (1, 2 or 4;
+ * combine.cu): enough that each warp loads all its splits' partials at
+ * once up to 32 splits. */
+int fj__combine_warps(int splits);
 /* The plan of variant v for p, its kernel's template having said m: splits
  * (problem.splits, else the rule), grids, workspace.  The caller fills
  * plan->from. */

@@ -177,7 +177,7 @@ static fj_status distance(tune_run *t, double *rel)
   double sums[3] = {0, 0, 0};
   unsigned long long n = t->nout;
   void *args[] = {&t->out, &t->ref, &n, &t->sums};
-  fj_launch l = {t->compare_fn, {264, 1, 1}, {256, 1, 1}, 0, NULL, args};
+  fj_launch l = {t->compare_fn, {264, 1, 1}, {256, 1, 1}, 0, NULL, args, 0};
   fj_status st = fj__cu_memset(t->ctx, t->sums, 0, sizeof sums);
   if (st == FJ_OK)
     st = fj__cu_launch(t->ctx, &l);

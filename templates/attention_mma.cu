@@ -499,6 +499,11 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {%   end %}
 {% end %}
 
+{% if SPLIT and sm >= 90 then %}
+  // The combine kernel may be scheduled now (launched to start early, it
+  // waits for this grid's end before it reads the partials).
+  asm volatile("griddepcontrol.launch_dependents;");
+{% end %}
   // The row sums, so far per lane, over the lanes that share each row; then
   // O = O / l and the log-sum-exp (epilogue_regs.cuh).
 {% if not SPLIT then %}

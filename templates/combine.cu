@@ -2,67 +2,101 @@
   combine.cu: the second kernel of split-KV.  The attention kernel's p.splits
   blocks of a row tile wrote each row's O / l over their key range and its
   natural-log sum-exp as float32 partials ([split][batch][heads_q][seq_q],
-  then head_dim floats a row).  Here one warp merges one row:
+  then head_dim floats a row).  Here p.combine_warps warps (1, 2 or 4, by
+  the plan from the split count) merge one row, 4 / p.combine_warps rows a
+  block; warp w of a row takes splits w, w + warps, ... :
     lse = log(sum_s exp(lse_s))        (max first: no overflow)
-    O   = sum_s exp(lse_s - lse) O_s   in split order, the same every run,
-  and writes O in the output's dtype and strides, and the LSE if asked.  A
-  range that saw no key (lse_s = -inf) adds nothing; a row no range saw
-  gets O = 0 and LSE -inf, as the one-kernel path gives.  For varlen
-  problems (varlen) a row past its sequence's end is no row: skipped, and
-  O's rows start at the sequence's first.  With attention sinks (sinks),
-  the row's head's sink joins here, once (the partials leave it out):
+    O   = sum_s exp(lse_s - lse) O_s   each warp its splits in order, then
+                                       the warps' sums in warp order,
+  the same order every run (the warps per row depend on the split count
+  alone), and writes O in the output's dtype and strides, and the LSE if
+  asked.  A range that saw no key (lse_s = -inf) adds nothing; a row no
+  range saw gets O = 0 and LSE -inf, as the one-kernel path gives.  For
+  varlen problems (varlen) a row past its sequence's end is no row:
+  skipped, and O's rows start at the sequence's first.  With attention
+  sinks (sinks), the row's head's sink joins here, once (the partials
+  leave it out):
     lse = log(exp(sink[h]) + sum_s exp(lse_s)),
   so that the weights exp(lse_s - lse) sum to less than 1; a row no range
-  saw gets O = 0 and LSE = the sink.
-  Parameters: head_dim, dtype, varlen, sinks, symbol.
+  saw gets O = 0 and LSE = the sink.  On sm_90 and newer the kernel is
+  launched to start early (programmatic dependent launch) and waits for
+  the attention kernel's writes before its first read.
+  Parameters: head_dim, dtype, varlen, sinks, sm, symbol.
 #}
 {%
   local D = head_dim
   local PER = (D + 31) // 32
-  local ROWS = 4  -- warps, one row each
-  local UNROLL = 8  -- splits whose partials are loaded at once
+  local WARPS = 4
+  local UNROLL = 8  -- a warp's splits whose partials are loaded at once
   -- Columns lane + 32 i; guarded where head_dim is not a multiple of 32.
   local GUARD = D % 32 == 0 and "true" or ("lane + 32 * i < %d"):format(D)
   meta.symbol = symbol
-  meta.threads = 32 * ROWS
+  meta.threads = 32 * WARPS
   meta.smem_bytes = 0
-  meta.rows_per_block = ROWS
+  meta.rows_per_block = WARPS
 %}
 {{ include("common.cuh") }}
 
-// Lanes hold the partial log-sum-exp of splits s = lane + 32 j; the weights
-// reach every lane by shuffles, so the loads of O_s never wait on another
-// load and run {{ UNROLL }} splits ahead.
-extern "C" __global__ void __launch_bounds__({{ 32 * ROWS }})
+// A warp loads the partial rows of {{ UNROLL }} of its splits at once, with
+// their log-sum-exps, before it needs their weights: the first ones while
+// the row's log-sum-exp is still being found.
+extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
 {{ symbol }}(const fj::Params p) {
+{% if sm >= 90 then %}
+  // Launched early: the partials are whole only once the attention kernel
+  // has ended.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+{% end %}
+  const int wpr = p.combine_warps, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int part = warp % wpr;
   const long long rows = (long long)p.batch * p.heads_q * p.seq_q;
-  const long long f = (long long)blockIdx.x * {{ ROWS }} + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (f >= rows) return;
+  const long long f = (long long)blockIdx.x * ({{ WARPS }} / wpr) + warp / wpr;
+  // Warps past the last row still reach the block's barrier.
+  bool live = f < rows;
   // f = (b * heads_q + h) * seq_q + row.
-  const int row = (int)(f % p.seq_q);
-  const long long bh = f / p.seq_q;
+  const int row = live ? (int)(f % p.seq_q) : 0;
+  const long long bh = live ? f / p.seq_q : 0;
   const int h = (int)(bh % p.heads_q), b = (int)(bh / p.heads_q);
 {% if varlen then %}
   const fj::Seq seq = fj::seq_of(p, b);
-  if (row >= seq.len_q) return;
+  live = live && row < seq.len_q;
   const long long row0 = seq.q_row0;
 {% else %}
   const long long row0 = 0;
 {% end %}
   const float *lse_s = p.lse_part + f;
+  const float *src = p.o_part + f * {{ D }} + lane;
+  const long long step = rows * {{ D }};
+  const int mine = live ? (p.splits - part + wpr - 1) / wpr : 0;
+  float x[{{ UNROLL }}][{{ PER }}], l[{{ UNROLL }}];
+  // Splits part + wpr k for k in k0 .. k0 + {{ UNROLL - 1 }}: 0 and -inf
+  // past this warp's last.
+  auto load = [&](int k0) {
+#pragma unroll
+    for (int u = 0; u < {{ UNROLL }}; ++u) {
+      const bool in = k0 + u < mine;
+      const long long s = part + (long long)wpr * (k0 + u);
+      l[u] = in ? lse_s[s * rows] : FJ_NEG_INF;
+#pragma unroll
+      for (int i = 0; i < {{ PER }}; ++i)
+        x[u][i] = in && {{ GUARD }} ? src[s * step + 32 * i] : 0.f;
+    }
+  };
+  load(0);
+
   float mx = FJ_NEG_INF;
-  for (int s = lane; s < p.splits; s += 32) mx = fmaxf(mx, lse_s[s * rows]);
+  if (live)
+    for (int s = lane; s < p.splits; s += 32) mx = fmaxf(mx, lse_s[(long long)s * rows]);
   mx = fj::warp_max(mx);
 {% if sinks then %}
   // The sink takes part in the max (no overflow) and adds its own term
   // (0 for a -inf sink; a NaN sink makes the row NaN).
-  const float sink = p.sinks[h], mk = mx;
+  const float sink = live ? p.sinks[h] : 0.f, mk = mx;
   mx = fmaxf(mx, sink);
 {% end %}
   float sum = 0.f;
-  if (mx != FJ_NEG_INF)
-    for (int s = lane; s < p.splits; s += 32) sum += expf(lse_s[s * rows] - mx);
+  if (live && mx != FJ_NEG_INF)
+    for (int s = lane; s < p.splits; s += 32) sum += expf(lse_s[(long long)s * rows] - mx);
   sum = fj::warp_sum(sum);
 {% if sinks then %}
   sum += sink >= mk ? (sink == FJ_NEG_INF ? 0.f : 1.f) : expf(sink - mx);
@@ -74,36 +108,26 @@ extern "C" __global__ void __launch_bounds__({{ 32 * ROWS }})
   float acc[{{ PER }}];
 #pragma unroll
   for (int i = 0; i < {{ PER }}; ++i) acc[i] = 0.f;
-  const float *src = p.o_part + f * {{ D }} + lane;
-  const long long step = rows * {{ D }};
-  for (int s0 = 0; s0 < p.splits; s0 += 32) {
-    // This lane's split's weight; 0 for a range that saw no key (its
-    // partial is 0, never NaN) and for lanes past the last split.
-    const float ls = s0 + lane < p.splits ? lse_s[(s0 + lane) * rows] : FJ_NEG_INF;
-    const float w_lane = ls == FJ_NEG_INF ? 0.f : expf(ls - lse);
-    const int n = min(32, p.splits - s0);
-    int j = 0;
-    for (; j + {{ UNROLL }} <= n; j += {{ UNROLL }}) {
-      float x[{{ UNROLL }}][{{ PER }}];
+  for (int k0 = 0; k0 < mine; k0 += {{ UNROLL }}) {
+    if (k0 > 0) load(k0);
 #pragma unroll
-      for (int u = 0; u < {{ UNROLL }}; ++u)
+    for (int u = 0; u < {{ UNROLL }}; ++u) {
+      // 0 for a range that saw no key (its partial is 0, never NaN).
+      const float w = l[u] == FJ_NEG_INF ? 0.f : expf(l[u] - lse);
 #pragma unroll
-        for (int i = 0; i < {{ PER }}; ++i)
-          x[u][i] = {{ GUARD }} ? src[(s0 + j + u) * step + 32 * i] : 0.f;
-#pragma unroll
-      for (int u = 0; u < {{ UNROLL }}; ++u) {
-        const float w = __shfl_sync(0xffffffffu, w_lane, j + u);
-#pragma unroll
-        for (int i = 0; i < {{ PER }}; ++i) acc[i] = fmaf(w, x[u][i], acc[i]);
-      }
-    }
-    for (; j < n; ++j) {
-      const float w = __shfl_sync(0xffffffffu, w_lane, j);
-#pragma unroll
-      for (int i = 0; i < {{ PER }}; ++i)
-        if ({{ GUARD }}) acc[i] = fmaf(w, src[(s0 + j) * step + 32 * i], acc[i]);
+      for (int i = 0; i < {{ PER }}; ++i) acc[i] = fmaf(w, x[u][i], acc[i]);
     }
   }
+  if (wpr > 1) {  // the same for the whole block
+    __shared__ float part_sum[{{ WARPS }}][{{ 32 * PER }}];
+#pragma unroll
+    for (int i = 0; i < {{ PER }}; ++i) part_sum[warp][lane + 32 * i] = acc[i];
+    __syncthreads();
+    for (int w = 1; part == 0 && w < wpr; ++w)
+#pragma unroll
+      for (int i = 0; i < {{ PER }}; ++i) acc[i] += part_sum[warp + w][lane + 32 * i];
+  }
+  if (!live || part != 0) return;
 
   fj::elem_t *dst = static_cast<fj::elem_t *>(p.o) + b * p.o_stride[0] + h * p.o_stride[1] + (row0 + row) * p.o_stride[2];
 #pragma unroll

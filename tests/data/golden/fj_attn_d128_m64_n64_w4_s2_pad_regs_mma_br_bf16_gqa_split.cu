@@ -30,7 +30,7 @@ struct Params {
   // softcap with its reciprocal.
   int window_left, window_right;
   float softcap, softcap_inv;
-  int pad_;
+  int combine_warps;  // split-KV: the combine's warps a row (1, 2 or 4)
   // A dynamic walk of work tiles (block.cuh's claim): the counter, zeroed
   // before each launch.
   unsigned *work;
@@ -526,6 +526,9 @@ fj_attn_d128_m64_n64_w4_s2_pad_regs_mma_br_bf16_gqa_split(const fj::Params p) {
   }
   fj::cp_async_wait<0>();
 
+  // The combine kernel may be scheduled now (launched to start early, it
+  // waits for this grid's end before it reads the partials).
+  asm volatile("griddepcontrol.launch_dependents;");
   // The row sums, so far per lane, over the lanes that share each row; then
   // O = O / l and the log-sum-exp (epilogue_regs.cuh).
   // One lane per row group writes the log-sum-exp: the group's lowest.

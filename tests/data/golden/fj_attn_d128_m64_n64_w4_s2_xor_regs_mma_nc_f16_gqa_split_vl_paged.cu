@@ -29,7 +29,7 @@ struct Params {
   // softcap with its reciprocal.
   int window_left, window_right;
   float softcap, softcap_inv;
-  int pad_;
+  int combine_warps;  // split-KV: the combine's warps a row (1, 2 or 4)
   // A dynamic walk of work tiles (block.cuh's claim): the counter, zeroed
   // before each launch.
   unsigned *work;
@@ -640,6 +640,9 @@ fj_attn_d128_m64_n64_w4_s2_xor_regs_mma_nc_f16_gqa_split_vl_paged(const fj::Para
   }
   fj::cp_async_wait<0>();
 
+  // The combine kernel may be scheduled now (launched to start early, it
+  // waits for this grid's end before it reads the partials).
+  asm volatile("griddepcontrol.launch_dependents;");
   // The row sums, so far per lane, over the lanes that share each row; then
   // O = O / l and the log-sum-exp (epilogue_regs.cuh).
   // One lane per row group writes the log-sum-exp: the group's lowest.

@@ -31,7 +31,7 @@ struct Params {
   // softcap with its reciprocal.
   int window_left, window_right;
   float softcap, softcap_inv;
-  int pad_;
+  int combine_warps;  // split-KV: the combine's warps a row (1, 2 or 4)
   // A dynamic walk of work tiles (block.cuh's claim): the counter, zeroed
   // before each launch.
   unsigned *work;
