@@ -111,6 +111,14 @@ static void decode_choice(const fj_ctx *ctx, const fj_problem *p,
   int ld = d + (v->swizzle == FJ_SWIZZLE_PAD ? 8 : 0);
   if ((rows + 2 * v->stages * v->tile_n) * ld * 2 > fj__smem_limit(ctx))
     v->tile_n = 32;
+  /* Up to 16 packed rows: one 16-row tile whose 4 warps split each key
+   * tile (attention_mma.cu's KS), so that a warp computes a quarter of
+   * what a 64-row tile's warp does for the same keys. */
+  if ((long)p->seq_q * (p->heads_q / p->heads_kv) <= 16 &&
+      v->tile_n % 64 == 0) {
+    v->tile_m = 16;
+    v->warps = 4;
+  }
 }
 
 /* The largest power of two up to tile that divides block (a power of

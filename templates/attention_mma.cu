@@ -71,10 +71,21 @@
   end
   if D % 16 ~= 0 then no("head_dim %d: the mma family needs a multiple of 16", D) end
   if BN % 16 ~= 0 then no("tile_n %d: the mma family needs a multiple of 16", BN) end
-  local MR = BM // (16 * W)
-  if BM % (16 * W) ~= 0 or MR < 1 or MR > 2 then
-    no("tile_m %d with warps %d: each warp owns 16 or 32 rows, so tile_m is %d or %d", BM, W, 16 * W, 32 * W)
+  -- KS: 16 rows a block, each warp its share of every key tile (decode's
+  -- few rows: a quarter of a tile's work a warp), merged after the walk.
+  local KS = BM == 16 and W > 1
+  local MR = KS and 1 or BM // (16 * W)
+  if not KS and (BM % (16 * W) ~= 0 or MR < 1 or MR > 2) then
+    no("tile_m %d with warps %d: each warp owns 16 or 32 rows, so tile_m is %d or %d (or 16: the warps split each key tile)", BM, W, 16 * W, 32 * W)
   end
+  if KS and BN % (16 * W) ~= 0 then
+    no("tile_m 16 with warps %d splits each key tile over the warps: tile_n %d must be a multiple of %d", W, BN, 16 * W)
+  end
+  if KS and BMASK then
+    no("tile_m 16 (warps splitting the keys) with a block mask is not implemented: tile_m 64 or more")
+  end
+  -- Key columns a warp computes per tile, in 16s.
+  local NJ = (KS and BN // W or BN) // 16
   if S > 3 then no("stages %d is not implemented: 1, 2 or 3", S) end
   if BMASK and (PACK or SPLIT or VL) then
     no("a block mask with %s is not implemented: block masks take dense problems", PACK and "pack_gqa" or SPLIT and "split_kv" or "varlen or paged K/V")
@@ -91,7 +102,7 @@
 
   -- Registers per thread: O (MR x D/2 floats) and S (MR x BN/2) live across
   -- the softmax; Q (MR x D/4) stays resident when the total allows.
-  local o_regs, s_regs, q_regs = MR * D // 2, MR * BN // 2, MR * D // 4
+  local o_regs, s_regs, q_regs = MR * D // 2, MR * NJ * 8, MR * D // 4
   if o_regs + s_regs + 40 > 255 then
     no("head_dim %d, tile_n %d and %d rows per warp need about %d registers per thread for O and S; the limit is 255 (over by %d): use a smaller tile_n or tile_m",
        D, BN, 16 * MR, o_regs + s_regs + 40, o_regs + s_regs + 40 - 255)
@@ -130,6 +141,12 @@
   region("q", BM * LD * 2)
   region("k", S * BN * LD * 2)
   region("v", S * BN * LD * 2)
+  -- KS: the warps' maxima, then warps 1.. their O and sums, merged through
+  -- the K and V rings once the walk is done.
+  if KS and (W * NC + (W - 1) * (D // 2 + NC)) * 32 * 4 > 2 * S * BN * LD * 2 then
+    no("tile_m 16 with warps %d at head_dim %d: the warps' merge needs %d bytes of shared memory, the K and V tiles have %d: more stages or a larger tile_n",
+       W, D, (W * NC + (W - 1) * (D // 2 + NC)) * 32 * 4, 2 * S * BN * LD * 2)
+  end
   meta.symbol = symbol
   meta.threads = THREADS
   meta.smem_bytes = offset
@@ -349,8 +366,14 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
   __syncthreads();
 
+{% if KS then %}
+  // Every warp has the tile's 16 rows (wr = 0) and keys kw .. kw + {{ NJ * 16 - 1 }}
+  // of each key tile.
+  const int wr = 0, kw = warp * {{ NJ * 16 }};
+{% else %}
   // This warp's rows: wr + 16 mi + (the accumulator's row), mi < {{ MR }}.
   const int wr = warp * {{ 16 * MR }};
+{% end %}
   float o[{{ MR }}][{{ D // 16 }}][8];
   float row_m[{{ MR }}][{{ NC }}], row_l[{{ MR }}][{{ NC }}];
 #pragma unroll
@@ -370,7 +393,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 #pragma unroll
     for (int mi = 0; mi < {{ MR }}; ++mi)
 #pragma unroll
-      for (int j = 0; j < {{ BN // 16 }}; ++j)
+      for (int j = 0; j < {{ NJ }}; ++j)
 #pragma unroll
         for (int s = 0; s < 8; ++s) {{ dst }}[mi][j][s] = 0.f;
 #pragma unroll
@@ -382,9 +405,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         fj::ldsm_x4(qk[mi], {{ addr("sq_u", "rm", "wr + mi * 16", "kk * 16") }});
 {%   end %}
 #pragma unroll
-      for (int j = 0; j < {{ BN // 16 }}; ++j) {
+      for (int j = 0; j < {{ NJ }}; ++j) {
         unsigned kf[4];
-        fj::ldsm_x4(kf, {{ addr(kbuf, "nm", "j * 16", "kk * 16") }});
+        fj::ldsm_x4(kf, {{ addr(kbuf, "nm", KS and "kw + j * 16" or "j * 16", "kk * 16") }});
 #pragma unroll
         for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_{{ T }}({{ dst }}[mi][j], {{ QREGS and "qf[mi][kk]" or "qk[mi]" }}, kf);
       }
@@ -396,7 +419,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   local function softmax(src, mask)
 %}
 {{ include("softmax_regs.cuh", with(frag, {
-     NJ = BN // 16, mask = mask,
+     NJ = NJ, mask = mask,
      S = function(mi, j, i) return ("%s[%s][%s][%d]"):format(src, mi, j, i) end,
      rescale = { ND = D // 16, O = function(mi, d, i) return ("o[%s][%s][%d]"):format(mi, d, i) end },
      pack = { from = p_from, P = function(mi, j, r) return ("pk[%s][%s][%d]"):format(mi, j, r) end } })) }}
@@ -406,11 +429,11 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   local function pv(vbuf)
 %}
 #pragma unroll
-    for (int kk = 0; kk < {{ BN // 16 }}; ++kk) {
+    for (int kk = 0; kk < {{ NJ }}; ++kk) {
 #pragma unroll
       for (int d = 0; d < {{ D // 16 }}; ++d) {
         unsigned vf[4];
-        fj::ldsm_x4_t(vf, {{ addr(vbuf, "rm", "kk * 16", "d * 16") }});
+        fj::ldsm_x4_t(vf, {{ addr(vbuf, "rm", KS and "kw + kk * 16" or "kk * 16", "d * 16") }});
 #pragma unroll
         for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_{{ T }}(o[mi][d], pk[mi][kk], vf);
       }
@@ -432,12 +455,12 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   // g_t = {K(t + 1), V(t)} and refills the buffers of K(t) and V(t - 1)
   // with g_{t + {{ S - 1 }}}.  (Past the last tile S(t + 1) reads a stale
   // buffer and is discarded.)
-  float sc[{{ MR }}][{{ BN // 16 }}][8];
+  float sc[{{ MR }}][{{ NJ }}][8];
   {
 {%   qk("sc", "sk_u") %}
   }
   for (int t = 0; t < ntiles; ++t) {
-    const int n0 = {{ N0 }};
+    const int n0 = {{ N0 }}{{ KS and " + kw" or "" }};  // this warp's first key
 {%   if BMASK then %}
     const bool bm_part = fj::list_partial(bl, t);  // the mask expression applies
     (void)bm_part;
@@ -459,15 +482,15 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {%   end %}
     }
     const unsigned kn = sk_u + ((t + 1) % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
-    float sn[{{ MR }}][{{ BN // 16 }}][8];
+    float sn[{{ MR }}][{{ NJ }}][8];
 {%   qk("sn", "kn") %}
-    unsigned pk[{{ MR }}][{{ BN // 16 }}][4];
+    unsigned pk[{{ MR }}][{{ NJ }}][4];
 {%   softmax("sc", "always") %}
 {%   pv("vt") %}
 #pragma unroll
     for (int mi = 0; mi < {{ MR }}; ++mi)
 #pragma unroll
-      for (int j = 0; j < {{ BN // 16 }}; ++j)
+      for (int j = 0; j < {{ NJ }}; ++j)
 #pragma unroll
         for (int s = 0; s < 8; ++s) sc[mi][j][s] = sn[mi][j][s];
   }
@@ -475,7 +498,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% else %}
 
   for (int t = 0; t < ntiles; ++t) {
-    const int n0 = {{ N0 }};
+    const int n0 = {{ N0 }}{{ KS and " + kw" or "" }};  // this warp's first key
 {%   if BMASK then %}
     const bool bm_part = fj::list_partial(bl, t);  // the mask expression applies
     (void)bm_part;
@@ -483,11 +506,11 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     fj::kv_ready(s_k, s_v, ksrc, vsrc, {{ KVROWS }}, t, ntiles{{ PF and ", kv_pages" or "" }});
     const unsigned kt = sk_u + (t % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
     // Masks only where a key is past the end or above some row's diagonal.
-    const bool need_mask = {{ mrule.tile_partial("n0", BN, "m0", "m0 + " .. (BM - 1)) }};
+    const bool need_mask = {{ mrule.tile_partial("n0", NJ * 16, "m0", "m0 + " .. (BM - 1)) }};
 
-    float sc[{{ MR }}][{{ BN // 16 }}][8];
+    float sc[{{ MR }}][{{ NJ }}][8];
 {%   qk("sc", "kt") %}
-    unsigned pk[{{ MR }}][{{ BN // 16 }}][4];
+    unsigned pk[{{ MR }}][{{ NJ }}][4];
 {%   softmax("sc", "branch") %}
 {%   pv("vt") %}
 {%   if S > 1 then %}
@@ -499,6 +522,52 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {%   end %}
 {% end %}
 
+{% if KS then %}
+  // The warps saw different keys: merge their maxima, sums and O into warp
+  // 0's, lane by lane (a lane holds the same rows and columns in every
+  // warp), in warp order.
+  __syncthreads();  // every warp is done with the K and V tiles
+  float *const x_m = reinterpret_cast<float *>(s_k);   // [warp][class][lane]
+  float *const x_o = x_m + {{ W * NC * 32 }};            // [warp - 1][O, l][lane]
+#pragma unroll
+  for (int c = 0; c < {{ NC }}; ++c) x_m[(warp * {{ NC }} + c) * 32 + lane] = row_m[0][c];
+  __syncthreads();
+#pragma unroll
+  for (int c = 0; c < {{ NC }}; ++c) {
+    float mx = FJ_NEG_INF;
+#pragma unroll
+    for (int w = 0; w < {{ W }}; ++w) mx = fmaxf(mx, x_m[(w * {{ NC }} + c) * 32 + lane]);
+    // This warp's share, scaled to the row's max (0 where it saw no key).
+    const float f = row_m[0][c] == FJ_NEG_INF ? 0.f : fj::fast_exp2(row_m[0][c] * sl2 - mx * sl2);
+    row_m[0][c] = mx;
+    row_l[0][c] *= f;
+#pragma unroll
+    for (int d = 0; d < {{ D // 16 }}; ++d) {
+{%   for i = 0, acc.slots - 1 do %}
+      if (c == {{ rows.class_of[i] - 1 }}) o[0][d][{{ i }}] *= f;
+{%   end %}
+    }
+  }
+  if (warp > 0) {
+#pragma unroll
+    for (int d = 0; d < {{ D // 16 }}; ++d)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x_o[((warp - 1) * {{ D // 2 + NC }} + d * 8 + i) * 32 + lane] = o[0][d][i];
+#pragma unroll
+    for (int c = 0; c < {{ NC }}; ++c) x_o[((warp - 1) * {{ D // 2 + NC }} + {{ D // 2 }} + c) * 32 + lane] = row_l[0][c];
+  }
+  __syncthreads();
+  if (warp > 0) return;
+#pragma unroll
+  for (int w = 0; w < {{ W - 1 }}; ++w) {
+#pragma unroll
+    for (int d = 0; d < {{ D // 16 }}; ++d)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o[0][d][i] += x_o[(w * {{ D // 2 + NC }} + d * 8 + i) * 32 + lane];
+#pragma unroll
+    for (int c = 0; c < {{ NC }}; ++c) row_l[0][c] += x_o[(w * {{ D // 2 + NC }} + {{ D // 2 }} + c) * 32 + lane];
+  }
+{% end %}
 {% if SPLIT and sm >= 90 then %}
   // The combine kernel may be scheduled now (launched to start early, it
   // waits for this grid's end before it reads the partials).

@@ -337,7 +337,7 @@ fj_attn_d128_m128_n64_w4_s2_pad_regs_mma_br_bf16(const fj::Params p) {
   }
 
   for (int t = 0; t < ntiles; ++t) {
-    const int n0 = t * 64;
+    const int n0 = t * 64;  // this warp's first key
     fj::kv_ready(s_k, s_v, ksrc, vsrc, p.seq_kv, t, ntiles);
     const unsigned kt = sk_u + (t % 2) * 17408, vt = sv_u + (t % 2) * 17408;
     // Masks only where a key is past the end or above some row's diagonal.

@@ -403,7 +403,7 @@ fj_attn_d128_m64_n64_w4_s2_pad_regs_mma_br_bf16_gqa_split(const fj::Params p) {
     }
   }
   for (int t = 0; t < ntiles; ++t) {
-    const int n0 = kv0 + t * 64;
+    const int n0 = kv0 + t * 64;  // this warp's first key
     fj::cp_async_wait<0>();  // g_t has landed
     __syncthreads();                    // ... for every thread; K(t), V(t - 1) are free
     {

@@ -515,7 +515,7 @@ fj_attn_d128_m64_n64_w4_s2_xor_regs_mma_nc_f16_gqa_split_vl_paged(const fj::Para
     }
   }
   for (int t = 0; t < ntiles; ++t) {
-    const int n0 = kv0 + t * 64;
+    const int n0 = kv0 + t * 64;  // this warp's first key
     fj::cp_async_wait<0>();  // g_t has landed
     __syncthreads();                    // ... for every thread; K(t), V(t - 1) are free
     {
