@@ -16,6 +16,7 @@
 #include "driver.h"
 #include "kernel.h"
 #include "kparams.h"
+#include "launch_record.h"
 #include "mods.h"
 #include "plan.h"
 #include "reference.h"
@@ -757,6 +758,11 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     if (plan.workspace_bytes)
       st = workspace(ctx, p, &plan, ws, ws_bytes, stream, &kp);
   }
+  if (st == FJ_OK && !oob && fj__launch_recording()) {
+    fj_launch_note n = {&plan, fn, combine_fn, stream, args,
+                        &kp, &maps, mod_args};
+    fj__launch_record_note(&n);
+  }
   if (st == FJ_OK) {
     fj_launch l = {fn, {plan.grid[0], plan.grid[1], plan.grid[2]},
                    {plan.threads, 1, 1}, plan.smem_bytes, stream, args};
@@ -783,6 +789,7 @@ static fj_status checked_launch(fj_ctx *ctx, const char *who,
                                 void *o, float *lse, void *ws,
                                 size_t ws_bytes, void *stream)
 {
+  fj__launch_record_clear();
   fj_status st = check_match(ctx, p, &plan->variant);
   if (st == FJ_OK)
     st = check_pointers(ctx, p, q, k, vp, o);
