@@ -167,6 +167,48 @@ int test_host_call_cost(void)
   return 0;
 }
 
+/* fj_attention_fwd remembers the plans of recent problems by their bytes:
+ * a problem changed in any field is checked again (each change below is
+ * refused with its own message), and the remembered one still passes. */
+int test_host_plan_memory(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  hcase c[4];
+  make_cases(c);
+  fj_problem p = c[0].p;
+  for (int round = 0; round < 2; round++) {
+    CHECK_ST(ctx, fj_attention_fwd(ctx, &p, fake, fake, fake, fake, NULL, NULL),
+             FJ_ERR_COMPILE_ONLY);
+    fj_problem bad = p;
+    bad.heads_kv = 3;
+    CHECK_ST(ctx, fj_attention_fwd(ctx, &bad, fake, fake, fake, fake, NULL, NULL),
+             FJ_ERR_INVALID_ARG);
+    CHECK_MSG(ctx, "heads_kv");
+    bad = p;
+    bad.o_stride[2] = 64;  /* rows of O overlap */
+    CHECK_ST(ctx, fj_attention_fwd(ctx, &bad, fake, fake, fake, fake, NULL, NULL),
+             FJ_ERR_INVALID_ARG);
+    CHECK_MSG(ctx, "overlap");
+    bad = p;
+    bad.splits = FJ_SPLITS_MAX + 1;
+    CHECK(fj_attention_fwd(ctx, &bad, fake, fake, fake, fake, NULL, NULL) !=
+          FJ_ERR_COMPILE_ONLY);
+    CHECK_MSG(ctx, "splits");
+  }
+  /* A fifth problem pushes the first out; it is planned again. */
+  for (int i = 0; i < 5; i++) {
+    fj_problem q = p;
+    q.seq_kv = 1024 + 128 * i;
+    CHECK_ST(ctx, fj_attention_fwd(ctx, &q, fake, fake, fake, fake, NULL, NULL),
+             FJ_ERR_COMPILE_ONLY);
+  }
+  CHECK_ST(ctx, fj_attention_fwd(ctx, &p, fake, fake, fake, fake, NULL, NULL),
+           FJ_ERR_COMPILE_ONLY);
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
 /* ---- launch records, and the library beside bare launches --------------------- */
 
 /* A compile-only call is refused before its launches: the record of the

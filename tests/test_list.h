@@ -144,5 +144,6 @@ TEST(mods_memo_threads, cpu)
 /* the host's cost of a call before its launch; launch records, and a
  * call beside bare launches of what it launched (test_host.c) */
 TEST(host_call_cost, cpu)
+TEST(host_plan_memory, cpu)
 TEST(launch_record_refused, cpu)
 TEST(gpu_launch_record, gpu)
