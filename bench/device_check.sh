@@ -262,3 +262,33 @@ if part multi; then
   done <<<"${MULTI_RUNS:-2,8,2048,64
 1,8,512,64 --causal}"
 fi
+
+# 8. Issue 11's dispatch bar: the host time of a memory-hit call beside
+#    bare cuLaunchKernel calls of the very kernels, grids and arguments it
+#    launched (its launch record), in one program, the two taking turns
+#    (`flashjit run`'s host line, best of 9 rounds of 128 calls each), three
+#    runs a shape: the mma family and the wgmma family as the library
+#    picks them, the split decode (two launches), modifications, and a
+#    given variant (fj_attention_fwd_variant's path); then the GPU test
+#    that replays the records and checks the replay writes what the call
+#    wrote.  PARTS=launch runs this part alone.
+if part launch; then
+  : >"$out/launch.log"
+  while IFS= read -r args; do
+    [ -n "$args" ] || continue
+    for i in 1 2 3; do
+      ./flashjit run $args --iters 30 >"$out/run.tmp" 2>&1
+      rc=$?
+      cat "$out/run.tmp" >>"$out/launch.log"
+      note "launch $args: exit $rc | $(grep -E '^variant' "$out/run.tmp" | cut -c10- | cut -d' ' -f1) | $(grep -E '^host:' "$out/run.tmp" | sed -e 's/^host: //' -e 's/ (memory hit, cuLaunchKernel included)//' -e 's/ (best of .*//')"
+    done
+  done <<<"${LAUNCH_RUNS:---shape 1,8,512,64
+--shape 2,8,2048,128 --dtype bf16
+--shape 1,32,1,128 --seq-kv 4096 --heads-kv 8
+--shape 2,8,2048,128 --dtype bf16 --softcap 30 --score-mod s+tb(h) --param tb:f32[8]
+--shape 2,8,2048,128 --dtype bf16 --mma mma}"
+  rm -f "$out/run.tmp"
+  ./tests/fj_tests gpu_launch_record >"$out/launch_test.log" 2>&1
+  note "gpu_launch_record: exit $?"
+  grep -E "launch(es)?: library|check failed|SKIP" "$out/launch_test.log" | tee -a "$summary"
+fi

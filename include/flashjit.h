@@ -856,6 +856,57 @@ FJ_API fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
                                           const void *k, const void *v_ptr,
                                           void *o, float *lse, void *stream);
 
+/* The bytes of kernel arguments a launch record holds (the parameter
+ * block, the tensor maps and the modifications' values fit in it). */
+#define FJ_LAUNCH_PARAMS_BYTES 2048
+
+/* One kernel launch as cuLaunchKernel takes it. */
+typedef struct fj_launch_rec {
+  void *function;        /* CUfunction, the context's: valid until
+                            fj_ctx_destroy */
+  unsigned grid[3];
+  unsigned block[3];
+  unsigned smem_bytes;   /* dynamic shared memory */
+  void *stream;          /* the call's */
+  void *args[3];         /* kernelParams, pointing into the record's params
+                            (so valid in the record that was filled, not in
+                            a copy of it) */
+} fj_launch_rec;
+
+/* What one attention call launched, filled by the calls of a thread that
+ * records (fj_launch_record). */
+typedef struct fj_launches {
+  int count;             /* 0: nothing launched (a failed or checked call);
+                            1; 2: a split-KV call, the attention kernel and
+                            then the combine */
+  uint64_t zero_at;      /* not 0: before the launches the call set
+                            zero_words 32-bit words at this device address
+                            to 0 on the stream (a dynamic walk's counter,
+                            cuMemsetD32Async); a replay must too */
+  size_t zero_words;
+  fj_launch_rec launch[2];
+  unsigned char params[FJ_LAUNCH_PARAMS_BYTES];  /* what args point at */
+} fj_launches;
+
+/*
+ * Launch records: from this call on, each fj_attention_fwd,
+ * fj_attention_fwd_plan and fj_attention_fwd_variant of the calling thread
+ * (on any context) writes into *rec the kernels it launched, with their
+ * grids, blocks, shared memory, stream and a copy of their arguments, so
+ * that the caller can launch the very same kernels itself: time a bare
+ * cuLaunchKernel beside the library's call (flashjit run does), or add
+ * them to a graph of its own.  rec NULL stops recording.  rec stays the
+ * caller's and must outlive the recording; one thread's record is not
+ * shared with others.  A call that fails before its launches leaves count
+ * 0.  A call in checked mode (fj_mods.checked) records count 0: its record
+ * of out-of-range reads is freed when it returns.  The arguments name the
+ * call's memory (tensors, and the context's workspace for split-KV, which
+ * stays while the context lives and the stream's workspace is not grown),
+ * so a replay is valid while that memory is.  Recording costs a copy of
+ * about 1 KB per call; a thread that does not record pays a test.
+ */
+FJ_API void fj_launch_record(fj_launches *rec);
+
 /*
  * Float64 reference on the host, for checking.  q, k, v are host arrays in
  * p's dtypes and strides (FP8 K/V: the scales are host arrays too);

@@ -16,6 +16,7 @@
 #include "driver.h"
 #include "kernel.h"
 #include "kparams.h"
+#include "launch_record.h"
 #include "mods.h"
 #include "plan.h"
 #include "reference.h"
@@ -50,6 +51,15 @@ typedef struct fj_hot_combine {
   void *function;
 } fj_hot_combine;
 
+/* Plans of recent problems without modifications, by the problem's
+ * bytes, and the tuning database's generation they were chosen under. */
+enum { FJ_PLANS = 4 };
+typedef struct fj_hot_plan {
+  fj_problem p;
+  fj_plan plan;
+  unsigned generation;
+} fj_hot_plan;
+
 /* Tensor maps of recent TMA launches, by everything they encode: a launch
  * over the same tensors reuses them (encoding one costs host time). */
 enum { FJ_MAPS = 12 };
@@ -67,6 +77,8 @@ struct fj_dispatch {
   int ncombine;
   fj_pick picks[FJ_HOT]; /* problem class -> chosen variant */
   int npicks;
+  fj_hot_plan plans[FJ_PLANS];  /* problem -> plan, most recent first */
+  int nplans;
   unsigned generation;  /* of the tuning database the picks came from */
 };
 
@@ -258,6 +270,72 @@ static fj_status plan_problem(fj_ctx *ctx, const fj_problem *p, fj_plan *plan)
   return FJ_OK;
 }
 
+/* The plan of a problem planned before, into *plan (moved to the front);
+ * 0 if none, with the generation a new plan will be chosen under in *gen.
+ * A problem with modifications is never found: its plan depends on what
+ * p->mods points to, which can change between calls. */
+static int recent_plan(fj_ctx *ctx, const fj_problem *p, fj_plan *plan,
+                       unsigned *gen)
+{
+  if (p->mods)
+    return 0;
+  pthread_mutex_lock(&ctx->lock);
+  fj_dispatch *d = dispatch(ctx);
+  int found = 0;
+  *gen = ctx->tunedb_generation;
+  for (int i = 0; d && i < d->nplans && !found; i++)
+    if (d->plans[i].generation == *gen &&
+        !memcmp(&d->plans[i].p, p, sizeof *p)) {
+      fj_hot_plan h = d->plans[i];
+      memmove(&d->plans[1], &d->plans[0], (size_t)i * sizeof d->plans[0]);
+      d->plans[0] = h;
+      *plan = h.plan;
+      found = 1;
+    }
+  pthread_mutex_unlock(&ctx->lock);
+  return found;
+}
+
+/* Keeps a plan made under generation gen at the front, the oldest falling
+ * off.  (Chosen under a later generation, it is kept under the earlier
+ * one and never found: a miss, not a stale plan.) */
+static void remember_plan(fj_ctx *ctx, const fj_problem *p,
+                          const fj_plan *plan, unsigned gen)
+{
+  if (p->mods)
+    return;
+  pthread_mutex_lock(&ctx->lock);
+  fj_dispatch *d = dispatch(ctx);
+  if (d) {
+    int keep = d->nplans < FJ_PLANS ? d->nplans : FJ_PLANS - 1;
+    memmove(&d->plans[1], &d->plans[0], (size_t)keep * sizeof d->plans[0]);
+    d->plans[0].p = *p;
+    d->plans[0].plan = *plan;
+    d->plans[0].generation = gen;
+    d->nplans = keep + 1;
+  }
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+/* fj_attention_fwd's problem check and plan.  A problem whose bytes
+ * repeat a recent one's skips both: the check reads only the problem and
+ * the context's target, the plan those and the tuning database, whose
+ * generation the memory is kept under, so both would decide again what
+ * they decided (two thirds of what a plain call did before its launch
+ * path: docs/PERF.md). */
+static fj_status checked_plan(fj_ctx *ctx, const fj_problem *p, fj_plan *plan)
+{
+  unsigned gen = 0;
+  if (recent_plan(ctx, p, plan, &gen))
+    return FJ_OK;
+  fj_status st = fj_problem_check(ctx, p);
+  if (st == FJ_OK)
+    st = plan_problem(ctx, p, plan);
+  if (st == FJ_OK)
+    remember_plan(ctx, p, plan, gen);
+  return st;
+}
+
 fj_status fj_attention_variant(fj_ctx *ctx, const fj_problem *p,
                                fj_variant *v, fj_choice *from)
 {
@@ -361,8 +439,10 @@ static fj_status check_alignment(const fj_ctx *ctx, const char *name,
                     "%s = %p is not 16-byte aligned: the vectorised loads "
                     "need it",
                     name, ptr);
+  /* per16 is a power of two: a mask, not a 64-bit division, on every
+   * call's twelve strides. */
   for (int i = 0; i < 3; i++)
-    if (s[i] % per16 != 0)
+    if ((s[i] & (per16 - 1)) != 0)
       return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                       "%s_stride[%d] = %lld is not a multiple of %d elements "
                       "(16 bytes): the vectorised loads need it",
@@ -758,6 +838,11 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     if (plan.workspace_bytes)
       st = workspace(ctx, p, &plan, ws, ws_bytes, stream, &kp);
   }
+  if (st == FJ_OK && !oob && fj__launch_recording()) {
+    fj_launch_note n = {&plan, fn, combine_fn, stream, args,
+                        &kp, &maps, mod_args};
+    fj__launch_record_note(&n);
+  }
   if (st == FJ_OK) {
     fj_launch l = {fn, {plan.grid[0], plan.grid[1], plan.grid[2]},
                    {plan.threads, 1, 1}, plan.smem_bytes, stream, args, 0};
@@ -785,6 +870,7 @@ static fj_status checked_launch(fj_ctx *ctx, const char *who,
                                 void *o, float *lse, void *ws,
                                 size_t ws_bytes, void *stream)
 {
+  fj__launch_record_clear();
   fj_status st = check_match(ctx, p, &plan->variant);
   if (st == FJ_OK)
     st = check_pointers(ctx, p, q, k, vp, o);
@@ -843,9 +929,7 @@ fj_status fj_attention_fwd(fj_ctx *ctx, const fj_problem *p, const void *q,
     return fj__null_arg(ctx, "fj_attention_fwd", ctx ? "p" : "ctx");
   fj__clear_error(ctx);
   fj_plan plan;
-  fj_status st = fj_problem_check(ctx, p);
-  if (st == FJ_OK)
-    st = plan_problem(ctx, p, &plan);
+  fj_status st = checked_plan(ctx, p, &plan);
   return st == FJ_OK ? checked_launch(ctx, "fj_attention_fwd", p, &plan, 1,
                                       q, k, v, o, lse, NULL, 0, stream)
                      : st;

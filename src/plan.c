@@ -306,7 +306,7 @@ int fj__combine_warps(int splits)
  * the keys are 4 tiles or fewer; otherwise, of the counts up to 128 and the key tiles that change the
  * tiles per split, the smallest whose waves are at least 85% as full as
  * the best count's. */
-static int split_rule(long blocks, int slots, int tiles_kv)
+static int split_search(long blocks, int slots, int tiles_kv)
 {
   if (blocks >= 0.8 * slots || tiles_kv <= 4)
     return 1;
@@ -324,6 +324,27 @@ static int split_rule(long blocks, int slots, int tiles_kv)
     if (eff[s] >= 0.85 * best)
       return s;
   return 1;
+}
+
+/* split_search, which loops over up to 128 counts, is a pure function
+ * of its three numbers, and every call of one shape asks it the same:
+ * a thread keeps its last answer (a decode call's host time was a third
+ * this loop). */
+static int split_rule(long blocks, int slots, int tiles_kv)
+{
+  static _Thread_local struct {
+    long blocks;
+    int slots, tiles_kv, splits;
+  } last;
+  if (last.splits && last.blocks == blocks && last.slots == slots &&
+      last.tiles_kv == tiles_kv)
+    return last.splits;
+  int splits = split_search(blocks, slots, tiles_kv);
+  last.blocks = blocks;
+  last.slots = slots;
+  last.tiles_kv = tiles_kv;
+  last.splits = splits;
+  return splits;
 }
 
 fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,

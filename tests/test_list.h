@@ -141,5 +141,9 @@ TEST(gpu_multi_tunedb, gpu)
 /* mods_memo.c, the forms a thread found good (test_mods_memo.c) */
 TEST(mods_memo_in_place, cpu)
 TEST(mods_memo_threads, cpu)
-/* the host's cost of a call before its launch (test_host.c) */
+/* the host's cost of a call before its launch; launch records, and a
+ * call beside bare launches of what it launched (test_host.c) */
 TEST(host_call_cost, cpu)
+TEST(host_plan_memory, cpu)
+TEST(launch_record_refused, cpu)
+TEST(gpu_launch_record, gpu)

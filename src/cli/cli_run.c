@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <cuda.h>
+
 #include "cli.h"
 
 static fj_status run_once(const cli *c, fj_ctx *ctx, run_data *d, float *lse)
@@ -57,26 +59,135 @@ static fj_status time_variant(fj_ctx *ctx, run_data *d, const fj_variant *v,
   return st;
 }
 
-/* Host time per call: launches queued without waiting, fewer than the
- * launch queue holds, after the kernel is in the memory cache; the best of
- * five rounds.  Includes cuLaunchKernel. */
-static double host_us_per_call(fj_ctx *ctx, run_data *d, const fj_variant *v)
+/* The bare launches beside the library's call: what one call of the
+ * library launched (fj_launch_record), launched again with the driver's
+ * own entry points, taken from the runtime (the CLI links no driver). */
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned,
+                              unsigned, unsigned, unsigned, unsigned,
+                              CUstream, void **, void **);
+typedef CUresult (*memset32_fn)(CUdeviceptr, unsigned, size_t, CUstream);
+typedef struct bare {
+  launch_fn launch;
+  memset32_fn memset32;
+  fj_launches rec;
+} bare;
+
+static int entry_point(const char *symbol, void *fn, size_t size)
 {
-  enum { CALLS = 128, ROUNDS = 5 };
-  double best = INFINITY;
-  for (int r = 0; r < ROUNDS; r++) {
-    cudaDeviceSynchronize();
-    struct timespec a, z;
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    for (int i = 0; i < CALLS; i++)
-      cli_launch_one(ctx, d, v, NULL);
-    clock_gettime(CLOCK_MONOTONIC, &z);
-    double us = ((double)(z.tv_sec - a.tv_sec) * 1e9 +
-                 (double)(z.tv_nsec - a.tv_nsec)) / 1e3 / CALLS;
-    best = us < best ? us : best;
+  void *p = NULL;
+  enum cudaDriverEntryPointQueryResult found;
+  if (cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault,
+                                       &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || !p)
+    return 0;
+  memcpy(fn, &p, size);
+  return 1;
+}
+
+/* One call's launches as the library made them, counter zeroing
+ * included; the first failure's result. */
+static CUresult bare_call(const bare *b)
+{
+  const fj_launches *r = &b->rec;
+  CUresult res = CUDA_SUCCESS;
+  if (r->zero_words)
+    res = b->memset32((CUdeviceptr)r->zero_at, 0, r->zero_words,
+                      (CUstream)r->launch[0].stream);
+  for (int i = 0; i < r->count && res == CUDA_SUCCESS; i++) {
+    const fj_launch_rec *l = &r->launch[i];
+    res = b->launch((CUfunction)l->function, l->grid[0], l->grid[1],
+                    l->grid[2], l->block[0], l->block[1], l->block[2],
+                    l->smem_bytes, (CUstream)l->stream, (void **)l->args,
+                    NULL);
   }
+  return res;
+}
+
+/* The record of one call of v (NULL: the library's choice), the entry
+ * points, and one bare call that ran; 0 (why in *why) where one is
+ * missing. */
+static int bare_prepare(fj_ctx *ctx, run_data *d, const fj_variant *v,
+                        bare *b, const char **why)
+{
+  fj_launch_record(&b->rec);
+  fj_status st = cli_launch_one(ctx, d, v, NULL);
+  fj_launch_record(NULL);
+  *why = "the call recorded no launch";
+  if (st != FJ_OK || b->rec.count == 0)
+    return 0;
+  *why = "the runtime gave no cuLaunchKernel or cuMemsetD32Async";
+  if (!entry_point("cuLaunchKernel", &b->launch, sizeof b->launch) ||
+      !entry_point("cuMemsetD32Async", &b->memset32, sizeof b->memset32))
+    return 0;
+  *why = "the bare launch failed";
+  return bare_call(b) == CUDA_SUCCESS &&
+         cudaDeviceSynchronize() == cudaSuccess;
+}
+
+enum { HOST_CALLS = 128, HOST_ROUNDS = 9 };
+
+/* Microseconds per call of one round: HOST_CALLS calls queued without
+ * waiting (fewer than the launch queue holds), after the GPU went idle;
+ * the library's calls, or with b the bare launches. */
+static double host_round(fj_ctx *ctx, run_data *d, const fj_variant *v,
+                         const bare *b)
+{
   cudaDeviceSynchronize();
-  return best;
+  struct timespec a, z;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  for (int i = 0; i < HOST_CALLS; i++) {
+    if (b)
+      bare_call(b);
+    else
+      cli_launch_one(ctx, d, v, NULL);
+  }
+  clock_gettime(CLOCK_MONOTONIC, &z);
+  return ((double)(z.tv_sec - a.tv_sec) * 1e9 +
+          (double)(z.tv_nsec - a.tv_nsec)) / 1e3 / HOST_CALLS;
+}
+
+/* The words for the bare launches of r: "cuLaunchKernel", "2 x
+ * cuLaunchKernel", with "cuMemsetD32Async + " before a zeroed counter. */
+static void bare_words(const fj_launches *r, char *buf, size_t size)
+{
+  snprintf(buf, size, "%s%s%s", r->zero_words ? "cuMemsetD32Async + " : "",
+           r->count == 2 ? "2 x " : "", "cuLaunchKernel");
+}
+
+/* Host time per call after the kernel is in the memory cache, the
+ * library's (cuLaunchKernel included) and, in the same rounds, that of
+ * bare launches of the very kernels, grids and arguments the library
+ * launched, on the same stream: the best of HOST_ROUNDS rounds each,
+ * the two taking turns to go first. */
+static void host_times(fj_ctx *ctx, run_data *d, const fj_variant *v)
+{
+  bare *b = malloc(sizeof *b);
+  const char *why = "out of memory";
+  int have_bare = b && bare_prepare(ctx, d, v, b, &why);
+  double lib = INFINITY, raw = INFINITY;
+  for (int r = 0; r < HOST_ROUNDS; r++)
+    for (int turn = 0; turn < 2; turn++) {
+      int bare_now = (turn ^ (r & 1)) == 1;
+      if (bare_now && !have_bare)
+        continue;
+      double us = host_round(ctx, d, v, bare_now ? b : NULL);
+      double *best = bare_now ? &raw : &lib;
+      *best = us < *best ? us : *best;
+    }
+  cudaDeviceSynchronize();
+  printf("host: %.2f us per call (memory hit, cuLaunchKernel included)", lib);
+  if (have_bare) {
+    char words[64];
+    bare_words(&b->rec, words, sizeof words);
+    printf("; bare %s %.2f us; library %.2f us above it", words, raw,
+           lib - raw);
+  } else {
+    printf("; no bare launch to compare: %s", why);
+  }
+  printf(" (best of %d interleaved rounds of %d calls, queued without "
+         "waiting)\n",
+         HOST_ROUNDS, HOST_CALLS);
+  free(b);
 }
 
 static int run_timed(const cli *c, fj_ctx *ctx, run_data *d)
@@ -91,8 +202,7 @@ static int run_timed(const cli *c, fj_ctx *ctx, run_data *d)
   printf("time: median %.1f us, min %.1f us over %d runs; %.1f TFLOP/s\n",
          t.median_ms * 1e3, t.min_ms * 1e3, iters,
          cli_tflops(d, t.median_ms));
-  printf("host: %.2f us per call (memory hit, cuLaunchKernel included)\n",
-         host_us_per_call(ctx, d, c->variant_given ? &c->v : NULL));
+  host_times(ctx, d, c->variant_given ? &c->v : NULL);
   return 0;
 }
 

@@ -1,0 +1,101 @@
+/*
+ * host_loop.c -- the host time of fj_attention_fwd up to its launch path,
+ * on a compile-only context (no GPU needed): the problem check, the plan,
+ * the variant's match and the pointers' checks, then the refusal to
+ * launch (whose message is formatted each call, a cost the GPU path does
+ * not have).  Public API only, so one binary times any build of the
+ * library: before and after a change, by LD_LIBRARY_PATH, alternately.
+ *
+ *   cc -O2 bench/host_loop.c -Iinclude -Lbuild -lflashjit -o /tmp/host_loop
+ *   LD_LIBRARY_PATH=build /tmp/host_loop [CALLS [ROUNDS]]
+ *
+ * Prints, per case, microseconds per call: the best of ROUNDS (5) loops of
+ * CALLS (200000) calls.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "flashjit.h"
+
+/* Stand-ins for device memory, aligned as the checks want; never read. */
+static _Alignas(16) int32_t fake[64];
+
+typedef struct hcase {
+  const char *name;
+  const char *arch;
+  fj_problem p;
+  fj_mods m;
+} hcase;
+
+static double now_us(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+/* Plain on sm_90a (the wgmma family) and on sm_80 (mma), a split decode,
+ * and a softcap (modifications). */
+static void make_cases(hcase c[4])
+{
+  c[0].name = "plain sm_90a (2,8,2048,128) bf16";
+  c[0].arch = "sm_90a";
+  fj_problem_init(&c[0].p, 2, 8, 8, 2048, 2048, 128, FJ_BF16, FJ_BSHD);
+  c[1] = c[0];
+  c[1].name = "plain sm_80 (2,8,2048,128) bf16";
+  c[1].arch = "sm_80";
+  c[2].name = "decode sm_90a (1,32/8,1,4096,128)";
+  c[2].arch = "sm_90a";
+  fj_problem_init(&c[2].p, 1, 32, 8, 1, 4096, 128, FJ_BF16, FJ_BSHD);
+  c[3] = c[0];
+  c[3].name = "softcap sm_90a (2,8,2048,128) bf16";
+  fj_mods_init(&c[3].m);
+  c[3].m.softcap = 30.f;
+  c[3].p.mods = &c[3].m;
+}
+
+static double time_case(fj_ctx *ctx, const fj_problem *p, int calls,
+                        int rounds)
+{
+  double best = 1e30;
+  for (int r = 0; r < rounds; r++) {
+    double t0 = now_us();
+    for (int i = 0; i < calls; i++)
+      fj_attention_fwd(ctx, p, fake, fake, fake, fake, NULL, NULL);
+    double us = (now_us() - t0) / calls;
+    best = us < best ? us : best;
+  }
+  return best;
+}
+
+int main(int argc, char **argv)
+{
+  int calls = argc > 1 ? atoi(argv[1]) : 200000;
+  int rounds = argc > 2 ? atoi(argv[2]) : 5;
+  hcase c[4];
+  make_cases(c);
+  for (int i = 0; i < 4; i++) {
+    fj_ctx_opts o;
+    fj_ctx_opts_init(&o);
+    o.device = -1;
+    o.arch = c[i].arch;
+    o.disk_cache = 0;
+    fj_ctx *ctx;
+    if (fj_ctx_create(&ctx, &o) != FJ_OK) {
+      fprintf(stderr, "host_loop: %s\n", fj_errmsg(NULL));
+      return 1;
+    }
+    /* The first call renders the template; it must reach the launch. */
+    if (fj_attention_fwd(ctx, &c[i].p, fake, fake, fake, fake, NULL, NULL) !=
+        FJ_ERR_COMPILE_ONLY) {
+      fprintf(stderr, "host_loop: %s: %s\n", c[i].name, fj_errmsg(ctx));
+      return 1;
+    }
+    printf("%-36s %.3f us\n", c[i].name,
+           time_case(ctx, &c[i].p, calls, rounds));
+    fj_ctx_destroy(ctx);
+  }
+  return 0;
+}
