@@ -320,9 +320,6 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const int ntiles = all_tiles;
 {% end %}
 {% end %}
-{% if SPLIT then %}
-  const long long part0 = (long long)blk.split * p.batch * p.heads_q * p.seq_q;
-{% end %}
 
 {% if PACK then %}
   fj::load_tile_packed<{{ BM }}>(s_q, q, p.q_stride[1], p.q_stride[2], p.group, m0, {{ LEN_Q }} * p.group);
@@ -575,7 +572,10 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
   // The row sums, so far per lane, over the lanes that share each row; then
   // O = O / l and the log-sum-exp (epilogue_regs.cuh).
-{% if not SPLIT then %}
+{% if SPLIT then %}
+  // Defined here, not before the walk: live across it, it spilled.
+  const long long part0 = (long long)blk.split * p.batch * p.heads_q * p.seq_q;
+{% else %}
   elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h){{ VL and " + seq.q_row0 * p.o_stride[2]" or "" }};
 {% end %}
 {{ include("epilogue_regs.cuh", with(frag, {

@@ -27,6 +27,9 @@
 #}
 {%
   local NC, L = #rows.classes, import("lut.lua")
+  -- A family's own rows (packed, partials) find their first element by
+  -- divisions: their stores go row by row (below).
+  local BY_ROW = out ~= nil
   local out = out or {
     valid = function(r) return ("%s < %s"):format(r, rows_end or "p.seq_q") end,
     ptr = function(r) return ("o_out + (long long)%s * p.o_stride[2]"):format(r) end,
@@ -60,9 +63,38 @@
     l{{ c }} = l{{ c }} * a{{ c }} + (sk{{ c }} >= mb{{ c }} ? (sk{{ c }} == FJ_NEG_INF ? 0.f : 1.f) : fj::fast_exp2(sk{{ c }} - mz{{ c }}));
     const float inv{{ c }} = !(l{{ c }} <= 0.f) ? {{ out_scale }} * a{{ c }} / l{{ c }} : 0.f;
 {%   else %}
-    const float inv{{ c }} = l{{ c }} > 0.f ? {{ out_scale }} / l{{ c }} : 0.f;
+    const float inv{{ c }} = l{{ c }} > 0.f ? {{ out_scale == "1.f" and ("fj::rcp_ftz(l%d)"):format(c) or ("%s / l%d"):format(out_scale, c) }} : 0.f;
 {%   end %}
 {% end %}
+{% if BY_ROW then %}
+    // One branch per row and its first element once: the stores of a row
+    // share them (a packed row's head and position are divisions, which
+    // the compiler would repeat per store under separate conditions).
+{% for c = 1, NC do %}
+    {
+      const int row = {{ row0("mi") }} + {{ rows.classes[c].drow }};
+      if ({{ out.valid("row") }}) {
+        {{ T.one }} *const out = {{ out.ptr("row") }} + {{ c0 }};
+#pragma unroll
+        for (int d = 0; d < {{ ND }}; ++d) {
+{%   for _, pr in ipairs(L.pairs(acc, false)) do %}
+{%     local s = pr[1] %}
+{%     if rows.class_of[s] == c then %}
+{%       if #pr == 2 then %}
+          *reinterpret_cast<{{ T.two }} *>(out + d * 16 + {{ acc.dcol[s] }}) =
+              {{ T.make2 }}({{ O("mi", "d", s) }} * inv{{ c }}, {{ O("mi", "d", pr[2]) }} * inv{{ c }});
+{%       else %}
+          out[d * 16 + {{ acc.dcol[s] }}] = {{ T.make1 }}({{ O("mi", "d", s) }} * inv{{ c }});
+{%       end %}
+{%     end %}
+{%   end %}
+        }
+      }
+    }
+{% end %}
+{% else %}
+    // Store by store (one head's rows: no division to share; grouped by
+    // row, the mma family at 255 registers spilled).
 #pragma unroll
     for (int d = 0; d < {{ ND }}; ++d) {
 {% for _, pr in ipairs(L.pairs(acc, false)) do %}
@@ -81,6 +113,7 @@
       }
 {% end %}
     }
+{% end %}
     {{ out.lse_always and "" or "if (p.lse) " }}{
 {% for c = 1, NC do %}
       {

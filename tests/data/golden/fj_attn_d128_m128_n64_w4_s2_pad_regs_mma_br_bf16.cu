@@ -69,6 +69,17 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// 1 / x correctly rounded, as 1.f / x is, for normal x and a normal result;
+// denormals flush to zero.  The epilogues' row sums are at least 1 (the row
+// max's own term), so the results are 1.f / x's; without the denormal path
+// ptxas has no slow-path call, whose return address spilled where every
+// register was taken (the wgmma family at tile_n 192).
+__device__ __forceinline__ float rcp_ftz(float x) {
+  float y;
+  asm("rcp.rn.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 }  // namespace fj
 
 namespace fj {
@@ -468,11 +479,13 @@ fj_attn_d128_m128_n64_w4_s2_pad_regs_mma_br_bf16(const fj::Params p) {
     float l1 = row_l[mi][0];
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    const float inv1 = l1 > 0.f ? fj::rcp_ftz(l1) : 0.f;
     float l2 = row_l[mi][1];
     l2 += __shfl_xor_sync(0xffffffffu, l2, 1);
     l2 += __shfl_xor_sync(0xffffffffu, l2, 2);
-    const float inv2 = l2 > 0.f ? 1.f / l2 : 0.f;
+    const float inv2 = l2 > 0.f ? fj::rcp_ftz(l2) : 0.f;
+    // Store by store (one head's rows: no division to share; grouped by
+    // row, the mma family at 255 registers spilled).
 #pragma unroll
     for (int d = 0; d < 8; ++d) {
       {

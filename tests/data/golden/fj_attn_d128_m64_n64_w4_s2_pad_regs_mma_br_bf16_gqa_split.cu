@@ -69,6 +69,17 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// 1 / x correctly rounded, as 1.f / x is, for normal x and a normal result;
+// denormals flush to zero.  The epilogues' row sums are at least 1 (the row
+// max's own term), so the results are 1.f / x's; without the denormal path
+// ptxas has no slow-path call, whose return address spilled where every
+// register was taken (the wgmma family at tile_n 192).
+__device__ __forceinline__ float rcp_ftz(float x) {
+  float y;
+  asm("rcp.rn.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 }  // namespace fj
 
 namespace fj {
@@ -341,7 +352,6 @@ fj_attn_d128_m64_n64_w4_s2_pad_regs_mma_br_bf16_gqa_split(const fj::Params p) {
   const int kv0 = (t_first + t_begin) * 64, kv_rows = p.seq_kv - kv0;
   ksrc.base += (long long)kv0 * ksrc.stride;
   vsrc.base += (long long)kv0 * vsrc.stride;
-  const long long part0 = (long long)blk.split * p.batch * p.heads_q * p.seq_q;
 
   fj::load_tile_packed<64>(s_q, q, p.q_stride[1], p.q_stride[2], p.group, m0, p.seq_q * p.group);
   // Prologue of the pipeline: group P = {Q, K(0)}, then groups g_i =
@@ -531,6 +541,8 @@ fj_attn_d128_m64_n64_w4_s2_pad_regs_mma_br_bf16_gqa_split(const fj::Params p) {
   asm volatile("griddepcontrol.launch_dependents;");
   // The row sums, so far per lane, over the lanes that share each row; then
   // O = O / l and the log-sum-exp (epilogue_regs.cuh).
+  // Defined here, not before the walk: live across it, it spilled.
+  const long long part0 = (long long)blk.split * p.batch * p.heads_q * p.seq_q;
   // One lane per row group writes the log-sum-exp: the group's lowest.
   int leader = lane;
   leader = min(leader, lane ^ 1);
@@ -541,43 +553,37 @@ fj_attn_d128_m64_n64_w4_s2_pad_regs_mma_br_bf16_gqa_split(const fj::Params p) {
     float l1 = row_l[mi][0];
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    const float inv1 = l1 > 0.f ? fj::rcp_ftz(l1) : 0.f;
     float l2 = row_l[mi][1];
     l2 += __shfl_xor_sync(0xffffffffu, l2, 1);
     l2 += __shfl_xor_sync(0xffffffffu, l2, 2);
-    const float inv2 = l2 > 0.f ? 1.f / l2 : 0.f;
+    const float inv2 = l2 > 0.f ? fj::rcp_ftz(l2) : 0.f;
+    // One branch per row and its first element once: the stores of a row
+    // share them (a packed row's head and position are divisions, which
+    // the compiler would repeat per store under separate conditions).
+    {
+      const int row = m0 + wr + mi * 16 + acc_r + 0;
+      if (row < p.seq_q * p.group) {
+        float *const out = p.o_part + (part0 + ((long long)blk.b * p.heads_q + blk.h + (row) % p.group) * p.seq_q + (row) / p.group) * 128 + acc_c;
 #pragma unroll
-    for (int d = 0; d < 8; ++d) {
-      {
-        const int row = m0 + wr + mi * 16 + acc_r + 0, col = d * 16 + acc_c + 0;
-        if (row < p.seq_q * p.group) {
-          float *dst = p.o_part + (part0 + ((long long)blk.b * p.heads_q + blk.h + (row) % p.group) * p.seq_q + (row) / p.group) * 128 + col;
-          *reinterpret_cast<float2 *>(dst) = make_float2(o[mi][d][0] * inv1,
-                                                               o[mi][d][1] * inv1);
+        for (int d = 0; d < 8; ++d) {
+          *reinterpret_cast<float2 *>(out + d * 16 + 0) =
+              make_float2(o[mi][d][0] * inv1, o[mi][d][1] * inv1);
+          *reinterpret_cast<float2 *>(out + d * 16 + 8) =
+              make_float2(o[mi][d][4] * inv1, o[mi][d][5] * inv1);
         }
       }
-      {
-        const int row = m0 + wr + mi * 16 + acc_r + 8, col = d * 16 + acc_c + 0;
-        if (row < p.seq_q * p.group) {
-          float *dst = p.o_part + (part0 + ((long long)blk.b * p.heads_q + blk.h + (row) % p.group) * p.seq_q + (row) / p.group) * 128 + col;
-          *reinterpret_cast<float2 *>(dst) = make_float2(o[mi][d][2] * inv2,
-                                                               o[mi][d][3] * inv2);
-        }
-      }
-      {
-        const int row = m0 + wr + mi * 16 + acc_r + 0, col = d * 16 + acc_c + 8;
-        if (row < p.seq_q * p.group) {
-          float *dst = p.o_part + (part0 + ((long long)blk.b * p.heads_q + blk.h + (row) % p.group) * p.seq_q + (row) / p.group) * 128 + col;
-          *reinterpret_cast<float2 *>(dst) = make_float2(o[mi][d][4] * inv1,
-                                                               o[mi][d][5] * inv1);
-        }
-      }
-      {
-        const int row = m0 + wr + mi * 16 + acc_r + 8, col = d * 16 + acc_c + 8;
-        if (row < p.seq_q * p.group) {
-          float *dst = p.o_part + (part0 + ((long long)blk.b * p.heads_q + blk.h + (row) % p.group) * p.seq_q + (row) / p.group) * 128 + col;
-          *reinterpret_cast<float2 *>(dst) = make_float2(o[mi][d][6] * inv2,
-                                                               o[mi][d][7] * inv2);
+    }
+    {
+      const int row = m0 + wr + mi * 16 + acc_r + 8;
+      if (row < p.seq_q * p.group) {
+        float *const out = p.o_part + (part0 + ((long long)blk.b * p.heads_q + blk.h + (row) % p.group) * p.seq_q + (row) / p.group) * 128 + acc_c;
+#pragma unroll
+        for (int d = 0; d < 8; ++d) {
+          *reinterpret_cast<float2 *>(out + d * 16 + 0) =
+              make_float2(o[mi][d][2] * inv2, o[mi][d][3] * inv2);
+          *reinterpret_cast<float2 *>(out + d * 16 + 8) =
+              make_float2(o[mi][d][6] * inv2, o[mi][d][7] * inv2);
         }
       }
     }

@@ -70,6 +70,17 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// 1 / x correctly rounded, as 1.f / x is, for normal x and a normal result;
+// denormals flush to zero.  The epilogues' row sums are at least 1 (the row
+// max's own term), so the results are 1.f / x's; without the denormal path
+// ptxas has no slow-path call, whose return address spilled where every
+// register was taken (the wgmma family at tile_n 192).
+__device__ __forceinline__ float rcp_ftz(float x) {
+  float y;
+  asm("rcp.rn.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 }  // namespace fj
 
 namespace fj {
