@@ -256,9 +256,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   // same tiles, so producer and consumers agree without talking.
   const int total = fj::pairs_total(p);
   int k = 0;  // work tiles this block has started
-  // The two halves of a pair stay a loop: unrolled, the producer's walk
-  // was two copies of its K/V loop (compile time, no speed).
-#define FJ_TILES for (int pair = blockIdx.x; pair < total; pair += gridDim.x) _Pragma("unroll 1") for (int half = 0; half < 2; ++half)
+#define FJ_TILES for (int pair = blockIdx.x; pair < total; pair += gridDim.x) for (int half = 0; half < 2; ++half)
 #define FJ_BLOCK(blk) if (!fj::tile_of(p, pair, half, blk)) continue
 {% else %}
   int k = 0;
@@ -467,35 +465,48 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% if not DYNAMIC then %}
   fj::mbar_wait(bar_q, kq & 1u);
 {% end %}
-  if (ntiles > 0) {
-    // S(0) = Q K(0)^T, waited for here: the loop starts each turn with S
-    // landed.
-    const unsigned slot0 = it % {{ S }}u;
-    fj::mbar_wait(FJ_FULL_K(slot0), (it / {{ S }}u) & 1u);
+  if (ntiles == 0) {
+{% release("q_empty") %}
+  } else {
+    // Tile 0: S, the softmax, P.
+    const int n0 = {{ N0("0") }};
+    const unsigned slot = it % {{ S }}u;
+    fj::mbar_wait(FJ_FULL_K(slot), (it / {{ S }}u) & 1u);
     FJ_TURN_TAKE();
-{% qk("slot0") %}
+{% qk("slot") %}
     FJ_TURN_PASS();
     fj::wg_wait<0>();
 {% hold("s", BN // 16) %}
-{% release("FJ_EMPTY_K(slot0)") %}
-  }
-  if (ntiles <= 1) {
+{% release("FJ_EMPTY_K(slot)") %}
+    if (ntiles == 1) {
 {% release("q_empty") %}
+    }
+{% softmax("0", true) %}
+{% pack() %}
   }
-  // The key tiles, one copy of the softmax for all of them: a turn starts
-  // with S(t) landed and O += P(t - 1) V(t - 1) in flight (none for t = 0),
-  // and ends by issuing S(t + 1) and O += P(t) V(t) together, so that the
-  // softmax of S(t + 1) runs while the second finishes.  Tile 0 rescales O
-  // too (zeros, by alpha 0), and waits for no product.
-  for (int t = 0; t < ntiles; ++t) {
+  for (int t = 1; t < ntiles; ++t) {
     const int n0 = {{ N0("t") }};
-    const unsigned cur = it + t, slot = cur % {{ S }}u;
+    const unsigned cur = it + t, prev = cur - 1;
+    const unsigned slot = cur % {{ S }}u, pslot = prev % {{ S }}u;
+    // S(t) and O += P(t - 1) V(t - 1) in flight together; the softmax of
+    // S(t) runs while the second finishes.
+    fj::mbar_wait(FJ_FULL_K(slot), (cur / {{ S }}u) & 1u);
+    FJ_TURN_TAKE();
+{% qk("slot") %}
+    fj::mbar_wait(FJ_FULL_V(pslot), (prev / {{ S }}u) & 1u);
+{% pv("pslot") %}
+    FJ_TURN_PASS();
+    fj::wg_wait<1>();
+{% hold("s", BN // 16) %}
+{% release("FJ_EMPTY_K(slot)") %}
+    if (t == ntiles - 1) {
+{% release("q_empty") %}
+    }
     float alpha[{{ NC }}];
 {% softmax("t", false) %}
     fj::wg_wait<0>();
 {% hold("o", D // 16) %}
-    __syncwarp();
-    if (lane == 0 && t > 0) fj::mbar_arrive(FJ_EMPTY_V((cur - 1u) % {{ S }}u));
+{% release("FJ_EMPTY_V(pslot)") %}
 #pragma unroll
     for (int d = 0; d < {{ D // 16 }}; ++d) {
 {% for i = 0, acc.slots - 1 do %}
@@ -503,26 +514,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
     }
 {% pack() %}
-    if (t == ntiles - 1) break;
-    const unsigned next = cur + 1u, nslot = next % {{ S }}u;
-    fj::mbar_wait(FJ_FULL_K(nslot), (next / {{ S }}u) & 1u);
-    FJ_TURN_TAKE();
-{% qk("nslot") %}
-    fj::mbar_wait(FJ_FULL_V(slot), (cur / {{ S }}u) & 1u);
-{% pv("slot") %}
-    FJ_TURN_PASS();
-    fj::wg_wait<1>();
-{% hold("s", BN // 16) %}
-{% release("FJ_EMPTY_K(nslot)") %}
-    if (t + 1 == ntiles - 1) {
-{% release("q_empty") %}
-    }
   }
-  // Nothing is in flight here: the loop leaves by its break, after a
-  // turn's wait.  ptxas cannot tell that the loop's own exit follows no
-  // turn's products, and would insert this wait itself, inside a branch
-  // where there is one consumer warpgroup, and then serialise every wgmma.
-  fj::wg_wait<0>();
   if (ntiles > 0) {
     // The last tile's O += P V.
     const unsigned last = it + ntiles - 1, lslot = last % {{ S }}u;

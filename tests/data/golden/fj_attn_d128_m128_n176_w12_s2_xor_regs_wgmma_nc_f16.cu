@@ -276,9 +276,7 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
   // same tiles, so producer and consumers agree without talking.
   const int total = fj::pairs_total(p);
   int k = 0;  // work tiles this block has started
-  // The two halves of a pair stay a loop: unrolled, the producer's walk
-  // was two copies of its K/V loop (compile time, no speed).
-#define FJ_TILES for (int pair = blockIdx.x; pair < total; pair += gridDim.x) _Pragma("unroll 1") for (int half = 0; half < 2; ++half)
+#define FJ_TILES for (int pair = blockIdx.x; pair < total; pair += gridDim.x) for (int half = 0; half < 2; ++half)
 #define FJ_BLOCK(blk) if (!fj::tile_of(p, pair, half, blk)) continue
 
   if (threadIdx.x == 0) {
@@ -381,15 +379,18 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
   for (int c = 0; c < 2; ++c) { row_m[0][c] = FJ_NEG_INF; row_l[0][c] = 0.f; }
 
   fj::mbar_wait(bar_q, kq & 1u);
-  if (ntiles > 0) {
-    // S(0) = Q K(0)^T, waited for here: the loop starts each turn with S
-    // landed.
-    const unsigned slot0 = it % 2u;
-    fj::mbar_wait(FJ_FULL_K(slot0), (it / 2u) & 1u);
+  if (ntiles == 0) {
+    __syncwarp();
+    if (lane == 0) fj::mbar_arrive(q_empty);
+  } else {
+    // Tile 0: S, the softmax, P.
+    const int n0 = t_first * 176;
+    const unsigned slot = it % 2u;
+    fj::mbar_wait(FJ_FULL_K(slot), (it / 2u) & 1u);
     FJ_TURN_TAKE();
     fj::wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) fj::wg_ss_f16_176(s, FJ_Q_DESC(kk), FJ_K_DESC(slot0, kk), kk);
+    for (int kk = 0; kk < 8; ++kk) fj::wg_ss_f16_176(s, FJ_Q_DESC(kk), FJ_K_DESC(slot, kk), kk);
     fj::wg_commit();
     FJ_TURN_PASS();
     fj::wg_wait<0>();
@@ -398,20 +399,119 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
 #pragma unroll
       for (int i = 0; i < 8; ++i) fj::wg_hold(s[j][i]);
     __syncwarp();
-    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_K(slot0));
-  }
-  if (ntiles <= 1) {
+    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_K(slot));
+    if (ntiles == 1) {
     __syncwarp();
     if (lane == 0) fj::mbar_arrive(q_empty);
+    }
+    const bool need_mask = n0 + 176 > p.seq_kv;
+#pragma unroll
+    for (int mi = 0; mi < 1; ++mi) {
+      // Per row, the first column of this tile (counted from the lane's
+      // first) that the row may not see: the sequence end, the diagonal or
+      // the window's right side.
+      const int lim1 = p.seq_kv - n0 - acc_c;
+      const int lim2 = p.seq_kv - n0 - acc_c;
+      if (need_mask) {
+#pragma unroll
+        for (int j = 0; j < 11; ++j) {
+          if (j * 16 + 0 >= lim1) s[j][0] = FJ_NEG_INF;
+          if (j * 16 + 1 >= lim1) s[j][1] = FJ_NEG_INF;
+          if (j * 16 + 0 >= lim2) s[j][2] = FJ_NEG_INF;
+          if (j * 16 + 1 >= lim2) s[j][3] = FJ_NEG_INF;
+          if (j * 16 + 8 >= lim1) s[j][4] = FJ_NEG_INF;
+          if (j * 16 + 9 >= lim1) s[j][5] = FJ_NEG_INF;
+          if (j * 16 + 8 >= lim2) s[j][6] = FJ_NEG_INF;
+          if (j * 16 + 9 >= lim2) s[j][7] = FJ_NEG_INF;
+        }
+      }
+      // The row max as a balanced tree (depth 6), then across the lanes
+      // that share the row (XOR 1, 2).
+      float mx1 = fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[0][4], s[0][5])), fmaxf(fmaxf(s[1][0], s[1][1]), fmaxf(s[1][4], s[1][5]))), fmaxf(fmaxf(fmaxf(s[2][0], s[2][1]), fmaxf(s[2][4], s[2][5])), fmaxf(fmaxf(s[3][0], s[3][1]), fmaxf(s[3][4], s[3][5])))), fmaxf(fmaxf(fmaxf(fmaxf(s[4][0], s[4][1]), fmaxf(s[4][4], s[4][5])), fmaxf(fmaxf(s[5][0], s[5][1]), fmaxf(s[5][4], s[5][5]))), fmaxf(fmaxf(fmaxf(s[6][0], s[6][1]), fmaxf(s[6][4], s[6][5])), fmaxf(fmaxf(s[7][0], s[7][1]), fmaxf(s[7][4], s[7][5]))))), fmaxf(fmaxf(fmaxf(fmaxf(s[8][0], s[8][1]), fmaxf(s[8][4], s[8][5])), fmaxf(fmaxf(s[9][0], s[9][1]), fmaxf(s[9][4], s[9][5]))), fmaxf(fmaxf(s[10][0], s[10][1]), fmaxf(s[10][4], s[10][5]))));
+      float mx2 = fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[0][6], s[0][7])), fmaxf(fmaxf(s[1][2], s[1][3]), fmaxf(s[1][6], s[1][7]))), fmaxf(fmaxf(fmaxf(s[2][2], s[2][3]), fmaxf(s[2][6], s[2][7])), fmaxf(fmaxf(s[3][2], s[3][3]), fmaxf(s[3][6], s[3][7])))), fmaxf(fmaxf(fmaxf(fmaxf(s[4][2], s[4][3]), fmaxf(s[4][6], s[4][7])), fmaxf(fmaxf(s[5][2], s[5][3]), fmaxf(s[5][6], s[5][7]))), fmaxf(fmaxf(fmaxf(s[6][2], s[6][3]), fmaxf(s[6][6], s[6][7])), fmaxf(fmaxf(s[7][2], s[7][3]), fmaxf(s[7][6], s[7][7]))))), fmaxf(fmaxf(fmaxf(fmaxf(s[8][2], s[8][3]), fmaxf(s[8][6], s[8][7])), fmaxf(fmaxf(s[9][2], s[9][3]), fmaxf(s[9][6], s[9][7]))), fmaxf(fmaxf(s[10][2], s[10][3]), fmaxf(s[10][6], s[10][7]))));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float mn1 = fmaxf(row_m[mi][0], mx1);
+      // A row that has seen only hidden keys keeps max -inf; subtracting 0
+      // instead keeps exp2 at 0 rather than NaN.
+      const float mu1 = mn1 == FJ_NEG_INF ? 0.f : mn1 * sl2;
+      const float alpha1 = fj::fast_exp2(row_m[mi][0] * sl2 - mu1);
+      row_m[mi][0] = mn1;
+      float sum1 = 0.f;
+      mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 1));
+      mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 2));
+      const float mn2 = fmaxf(row_m[mi][1], mx2);
+      // A row that has seen only hidden keys keeps max -inf; subtracting 0
+      // instead keeps exp2 at 0 rather than NaN.
+      const float mu2 = mn2 == FJ_NEG_INF ? 0.f : mn2 * sl2;
+      const float alpha2 = fj::fast_exp2(row_m[mi][1] * sl2 - mu2);
+      row_m[mi][1] = mn2;
+      float sum2 = 0.f;
+#pragma unroll
+      for (int j = 0; j < 11; ++j) {
+        s[j][0] = fj::fast_exp2(fmaf(s[j][0], sl2, -mu1));
+        s[j][1] = fj::fast_exp2(fmaf(s[j][1], sl2, -mu1));
+        s[j][2] = fj::fast_exp2(fmaf(s[j][2], sl2, -mu2));
+        s[j][3] = fj::fast_exp2(fmaf(s[j][3], sl2, -mu2));
+        s[j][4] = fj::fast_exp2(fmaf(s[j][4], sl2, -mu1));
+        s[j][5] = fj::fast_exp2(fmaf(s[j][5], sl2, -mu1));
+        s[j][6] = fj::fast_exp2(fmaf(s[j][6], sl2, -mu2));
+        s[j][7] = fj::fast_exp2(fmaf(s[j][7], sl2, -mu2));
+        sum1 += ((s[j][0] + s[j][1]) + (s[j][4] + s[j][5]));
+        sum2 += ((s[j][2] + s[j][3]) + (s[j][6] + s[j][7]));
+      }
+      row_l[mi][0] = row_l[mi][0] * alpha1 + sum1;
+      row_l[mi][1] = row_l[mi][1] * alpha2 + sum2;
+#pragma unroll
+      for (int d = 0; d < 8; ++d) {
+        o[d][0] *= alpha1;
+        o[d][1] *= alpha1;
+        o[d][2] *= alpha2;
+        o[d][3] *= alpha2;
+        o[d][4] *= alpha1;
+        o[d][5] *= alpha1;
+        o[d][6] *= alpha2;
+        o[d][7] *= alpha2;
+      }
+    }
+
+#pragma unroll
+    for (int j = 0; j < 11; ++j) {
+      pk[j][0] = fj::pack2(s[j][0], s[j][1]);
+      pk[j][1] = fj::pack2(s[j][2], s[j][3]);
+      pk[j][2] = fj::pack2(s[j][4], s[j][5]);
+      pk[j][3] = fj::pack2(s[j][6], s[j][7]);
+    }
   }
-  // The key tiles, one copy of the softmax for all of them: a turn starts
-  // with S(t) landed and O += P(t - 1) V(t - 1) in flight (none for t = 0),
-  // and ends by issuing S(t + 1) and O += P(t) V(t) together, so that the
-  // softmax of S(t + 1) runs while the second finishes.  Tile 0 rescales O
-  // too (zeros, by alpha 0), and waits for no product.
-  for (int t = 0; t < ntiles; ++t) {
+  for (int t = 1; t < ntiles; ++t) {
     const int n0 = (t_first + t) * 176;
-    const unsigned cur = it + t, slot = cur % 2u;
+    const unsigned cur = it + t, prev = cur - 1;
+    const unsigned slot = cur % 2u, pslot = prev % 2u;
+    // S(t) and O += P(t - 1) V(t - 1) in flight together; the softmax of
+    // S(t) runs while the second finishes.
+    fj::mbar_wait(FJ_FULL_K(slot), (cur / 2u) & 1u);
+    FJ_TURN_TAKE();
+    fj::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) fj::wg_ss_f16_176(s, FJ_Q_DESC(kk), FJ_K_DESC(slot, kk), kk);
+    fj::wg_commit();
+    fj::mbar_wait(FJ_FULL_V(pslot), (prev / 2u) & 1u);
+    fj::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 11; ++kk) fj::wg_rs_f16_128_t(o, pk[kk], FJ_V_DESC(pslot, kk), 1);
+    fj::wg_commit();
+    FJ_TURN_PASS();
+    fj::wg_wait<1>();
+#pragma unroll
+    for (int j = 0; j < 11; ++j)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) fj::wg_hold(s[j][i]);
+    __syncwarp();
+    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_K(slot));
+    if (t == ntiles - 1) {
+    __syncwarp();
+    if (lane == 0) fj::mbar_arrive(q_empty);
+    }
     float alpha[2];
     const bool need_mask = n0 + 176 > p.seq_kv;
 #pragma unroll
@@ -479,7 +579,7 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
 #pragma unroll
       for (int i = 0; i < 8; ++i) fj::wg_hold(o[j][i]);
     __syncwarp();
-    if (lane == 0 && t > 0) fj::mbar_arrive(FJ_EMPTY_V((cur - 1u) % 2u));
+    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_V(pslot));
 #pragma unroll
     for (int d = 0; d < 8; ++d) {
       o[d][0] *= alpha[0];
@@ -498,37 +598,7 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
       pk[j][2] = fj::pack2(s[j][4], s[j][5]);
       pk[j][3] = fj::pack2(s[j][6], s[j][7]);
     }
-    if (t == ntiles - 1) break;
-    const unsigned next = cur + 1u, nslot = next % 2u;
-    fj::mbar_wait(FJ_FULL_K(nslot), (next / 2u) & 1u);
-    FJ_TURN_TAKE();
-    fj::wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) fj::wg_ss_f16_176(s, FJ_Q_DESC(kk), FJ_K_DESC(nslot, kk), kk);
-    fj::wg_commit();
-    fj::mbar_wait(FJ_FULL_V(slot), (cur / 2u) & 1u);
-    fj::wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < 11; ++kk) fj::wg_rs_f16_128_t(o, pk[kk], FJ_V_DESC(slot, kk), 1);
-    fj::wg_commit();
-    FJ_TURN_PASS();
-    fj::wg_wait<1>();
-#pragma unroll
-    for (int j = 0; j < 11; ++j)
-#pragma unroll
-      for (int i = 0; i < 8; ++i) fj::wg_hold(s[j][i]);
-    __syncwarp();
-    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_K(nslot));
-    if (t + 1 == ntiles - 1) {
-    __syncwarp();
-    if (lane == 0) fj::mbar_arrive(q_empty);
-    }
   }
-  // Nothing is in flight here: the loop leaves by its break, after a
-  // turn's wait.  ptxas cannot tell that the loop's own exit follows no
-  // turn's products, and would insert this wait itself, inside a branch
-  // where there is one consumer warpgroup, and then serialise every wgmma.
-  fj::wg_wait<0>();
   if (ntiles > 0) {
     // The last tile's O += P V.
     const unsigned last = it + ntiles - 1, lslot = last % 2u;
