@@ -4,7 +4,10 @@
 
   One thread block covers tile_m query rows of one (batch, head); each warp
   owns 16 of them (or 32: two 16-row slices that share every K and V
-  fragment it loads).  Per key tile:
+  fragment it loads).  With tile_m 16 and several warps (KS, for decode's
+  few rows), every warp has the 16 rows and its own share of each key
+  tile's keys, with its own max, sums and O, merged after the walk.  Per
+  key tile:
     S = Q K^T   Q fragments stay in registers for the whole walk (when they
                 fit), K fragments come from shared memory by ldmatrix.x4;
     softmax     on the accumulators: raw row max through the lanes that share
