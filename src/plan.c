@@ -113,9 +113,12 @@ static void decode_choice(const fj_ctx *ctx, const fj_problem *p,
     v->tile_n = 32;
   /* Up to 16 packed rows: one 16-row tile whose 4 warps split each key
    * tile (attention_mma.cu's KS), so that a warp computes a quarter of
-   * what a 64-row tile's warp does for the same keys. */
+   * what a 64-row tile's warp does for the same keys.  Only on the
+   * cp.async ring (2 or 3 stages): the H200 ran KS there; FP8 K/V load
+   * synchronously (1 stage), a path KS has not run on, so they keep 64
+   * rows. */
   if ((long)p->seq_q * (p->heads_q / p->heads_kv) <= 16 &&
-      v->tile_n % 64 == 0) {
+      v->tile_n % 64 == 0 && v->stages >= 2) {
     v->tile_m = 16;
     v->warps = 4;
   }

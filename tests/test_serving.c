@@ -28,6 +28,18 @@ int test_serving_plan(void)
   CHECK(plan.variant.mma == FJ_MMA_SYNC && plan.variant.pack_gqa == 1 &&
         plan.variant.split_kv == 1 && plan.rows == 4);
   CHECK(plan.splits > 1 && plan.splits <= 64);
+  /* Up to 16 packed rows: a 16-row tile whose 4 warps split the keys. */
+  CHECK(plan.variant.tile_m == 16 && plan.variant.warps == 4);
+  {
+    /* FP8 K/V load synchronously (1 stage): 64-row tiles, as before. */
+    static const float scales[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    fj_problem p8 = p;
+    fj_plan plan8;
+    p8.kv_dtype = FJ_E4M3;
+    p8.k_scale = p8.v_scale = scales;  /* planned, never read */
+    CHECK_OK(ctx, fj_attention_plan(ctx, &p8, &plan8));
+    CHECK(plan8.variant.stages == 1 && plan8.variant.tile_m == 64);
+  }
   CHECK(plan.grid[0] == (unsigned)plan.splits && plan.grid[1] == 8 && plan.grid[2] == 1);
   CHECK(plan.workspace_bytes == (size_t)plan.splits * 32 * 129 * 4);
   /* The combine: 32 rows, one warp a row up to 4 splits, two up to 8,
