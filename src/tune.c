@@ -246,17 +246,18 @@ static size_t wgmma_candidates(const fj_variant *base, fj_variant *out,
 }
 
 /* The candidates: the heuristic's choice first (ties go to it), then every
- * tile/warps/stages/swizzle/softmax combination of the family without TMA,
- * then, on sm_90a, the wgmma family's space. */
+ * tile/warps/stages/swizzle/softmax combination of the family without TMA
+ * (for decode shapes also 16-row tiles, whose warps split the keys), then,
+ * on sm_90a, the wgmma family's space. */
 static size_t candidates(fj_ctx *ctx, const fj_problem *p, fj_variant *out,
                          size_t max)
 {
-  static const int tm[] = {64, 128}, tn[] = {32, 64, 128}, w[] = {4, 8};
+  static const int tm[] = {16, 64, 128}, tn[] = {32, 64, 128}, w[] = {4, 8};
   size_t n = 0;
   fj_variant base;
   fj__heuristic(ctx, p, &out[n++]);
   fj__heuristic_sync(ctx, p, &base);
-  for (int a = 0; a < 2; a++)
+  for (int a = fj__decode_rows(p) ? 0 : 1; a < 3; a++)
     for (int b = 0; b < 3; b++)
       for (int c = 0; c < 2; c++)
         for (int st = 1; st <= 3; st++)
