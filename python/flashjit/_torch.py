@@ -163,10 +163,10 @@ def _stream(dev):
 
 def _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_right, softcap,
             score_mod, mask_mod, params, sinks=None, block_q=0, block_kv=0, kv_num=None,
-            kv_indices=None, full_num=None, full_indices=None):
+            kv_indices=None, full_num=None, full_indices=None, checked=False):
     """Runs attention; returns (out, lse), lse None unless return_lse.  A
     block mask comes as its block sizes and checked lists (kv_num None:
-    none)."""
+    none).  checked: checked mode (the call waits for its kernels)."""
     b, hq, sq, d = _sizes(q, layout)
     dev = q.device
     out = torch.empty(_out_shape(b, hq, sq, d, layout), dtype=q.dtype, device=dev)
@@ -178,11 +178,11 @@ def _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_righ
     p = _problem(q, k, v, causal, scale, layout)
     mods = None
     if (window_left != -1 or window_right != -1 or softcap or score_mod or mask_mod or params
-            or sinks is not None or kv_num is not None):
+            or sinks is not None or kv_num is not None or checked):
         bm = None if kv_num is None else bmask.struct_of(block_q, block_kv, kv_num, kv_indices,
                                                          full_num, full_indices)
         mods = pr.ModsArg((window_left, window_right), softcap, score_mod, mask_mod, params,
-                          device=dev, sinks=sinks, block_mask=bm)
+                          device=dev, sinks=sinks, block_mask=bm, checked=checked)
         p = capi.Problem.from_buffer_copy(p)
         p.mods = mods.ptr
     lse_ptr = lse.data_ptr() if return_lse else None
@@ -258,7 +258,7 @@ def _attention_fake(q, k, v, causal, scale, return_lse, layout, window_left, win
 
 def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhsd",
               window=None, softcap=None, score_mod=None, mask_mod=None, params=None,
-              sinks=None, block_mask=None):
+              sinks=None, block_mask=None, checked=False):
     """softmax(scale * q k^T [masked]) v on the GPU, as a new tensor.
 
     q: (batch, heads_q, seq_q, head_dim) for layout "bhsd", or (batch,
@@ -286,7 +286,11 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     blocks skip mask_mod (the causal mask, the window and the sequence
     ends still apply), so it must agree with mask_mod for the result to be
     the mask's.  Its batch and heads are 1 or the problem's, its blocks
-    ceil(seq_q / block_q) x ceil(seq_kv / block_kv).
+    ceil(seq_q / block_q) x ceil(seq_kv / block_kv).  checked=True:
+    checked mode for the expressions' tensor params: a read outside a
+    tensor's extents raises ValueError naming the tensor, the indices and
+    the extents, instead of reading there; the call waits for its kernels,
+    so it is refused under CUDA-graph capture and under torch.compile.
 
     Forward only (no autograd).  Under CUDA-graph capture, run the call
     once before capturing (compile, layout probe).  torch.compile traces it
@@ -301,9 +305,14 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     for what, text in (("score_mod", score_mod), ("mask_mod", mask_mod)):
         if text is not None and not isinstance(text, str):
             raise TypeError(f"{_WHO}: {what} must be a C expression in a str, not {text!r}")
+    if checked is not False and checked is not True:
+        raise TypeError(f"{_WHO}: checked must be True or False, not {checked!r}")
     b, hq, _, sq, sk, _ = check_inputs(q, k, v, lay)
     _check_sinks(sinks, q, hq)
     bm = _block_mask_args(block_mask, q, b, hq, sq, sk)
+    if checked and torch.compiler.is_compiling():
+        raise ValueError(f"{_WHO}: checked=True waits for its kernels and reports on the host: "
+                         "call it outside torch.compile")
     if torch.compiler.is_compiling():
         names, tensors, scalars = encode_params(params)
         out, lse = attention_op(q, k, v, c, sc, bool(return_lse), lay, wl, wr, cap,
@@ -311,7 +320,8 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
                                 sinks, *bm)
     else:
         out, lse = _launch(q, k, v, c, sc, bool(return_lse), lay, wl, wr, cap,
-                           score_mod or "", mask_mod or "", params, sinks, *bm)
+                           score_mod or "", mask_mod or "", params, sinks, *bm,
+                           checked=checked)
     return (out, lse) if return_lse else out
 
 

@@ -251,6 +251,8 @@ class AttentionErrors(Case):
                      k, v, softcap="x")
         self.refuses(TypeError, r"score_mod must be a C expression in a str",
                      flashjit.attention, q, k, v, score_mod=1)
+        self.refuses(TypeError, r"checked must be True or False, not 1", flashjit.attention,
+                     q, k, v, checked=1)
 
     def test_params_encoding(self):
         from flashjit import _torch

@@ -300,6 +300,24 @@ class Modifications(GpuCase):
                             s + bias.float()[h, (qi - ki + 128).clamp(0, 255)])
         self.close(out, want, 2e-2, "bias table")
 
+    def test_checked(self):
+        # A table too short for q - kv + 128 (keys past 64 from the query
+        # read below 0): checked mode names the tensor and the read; in
+        # range, checked mode gives the unchecked result.
+        q, k, v = (randn(1, 4, 128, 64) for _ in range(3))
+        short = torch.randn(4, 100, device="cuda", dtype=torch.float32)
+        with self.assertRaisesRegex(flashjit.InvalidArgument,
+                                    r"checked mode: mods.params\[0\] \(bias\): read at "
+                                    r"\(\d+, -?\d+\), outside its extents \(4, 100\)"):
+            flashjit.attention(q, k, v, score_mod="s + bias(h, q - kv + 64)",
+                               params={"bias": short}, checked=True)
+        bias = torch.randn(4, 256, device="cuda", dtype=torch.float32)
+        out = flashjit.attention(q, k, v, score_mod="s + bias(h, q - kv + 128)",
+                                 params={"bias": bias}, checked=True)
+        want, _ = reference(q, k, v, score=lambda s, b, h, hk, qi, ki:
+                            s + bias[h, qi - ki + 128])
+        self.close(out, want, 2e-2, "checked bias table")
+
     def test_param_errors(self):
         q, k, v = (randn(1, 4, 64, 64) for _ in range(3))
         with self.assertRaisesRegex(ValueError, r"params\['t'\] is not contiguous"):
