@@ -897,8 +897,9 @@ typedef struct fj_launches {
  * cuLaunchKernel beside the library's call (flashjit run does), or add
  * them to a graph of its own.  rec NULL stops recording.  rec stays the
  * caller's and must outlive the recording; one thread's record is not
- * shared with others.  A call that fails before its launches leaves count
- * 0.  A call in checked mode (fj_mods.checked) records count 0: its record
+ * shared with others.  A call that fails, whether refused before its
+ * launches or at one of them, leaves count 0 and zero_at 0.  A call in
+ * checked mode (fj_mods.checked) records count 0: its record
  * of out-of-range reads is freed when it returns.  The arguments name the
  * call's memory (tensors, and the context's workspace for split-KV, which
  * stays while the context lives and the stream's workspace is not grown),

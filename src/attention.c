@@ -838,11 +838,6 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     if (plan.workspace_bytes)
       st = workspace(ctx, p, &plan, ws, ws_bytes, stream, &kp);
   }
-  if (st == FJ_OK && !oob && fj__launch_recording()) {
-    fj_launch_note n = {&plan, fn, combine_fn, stream, args,
-                        &kp, &maps, mod_args};
-    fj__launch_record_note(&n);
-  }
   if (st == FJ_OK) {
     fj_launch l = {fn, {plan.grid[0], plan.grid[1], plan.grid[2]},
                    {plan.threads, 1, 1}, plan.smem_bytes, stream, args, 0};
@@ -854,6 +849,13 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
                    {plan.combine_threads, 1, 1}, 0, stream, args,
                    /* combine.cu waits for the partials */ ctx->sm >= 90};
     st = fj__cu_launch(ctx, &l);
+  }
+  /* The record of what was launched: only where every launch was queued
+   * (the public calls cleared it on entry). */
+  if (st == FJ_OK && !oob && fj__launch_recording()) {
+    fj_launch_note n = {&plan, fn, combine_fn, stream, args,
+                        &kp, &maps, mod_args};
+    fj__launch_record_note(&n);
   }
   if (oob)
     st = oob_finish(ctx, who, p->mods, oob, st);
@@ -870,7 +872,6 @@ static fj_status checked_launch(fj_ctx *ctx, const char *who,
                                 void *o, float *lse, void *ws,
                                 size_t ws_bytes, void *stream)
 {
-  fj__launch_record_clear();
   fj_status st = check_match(ctx, p, &plan->variant);
   if (st == FJ_OK)
     st = check_pointers(ctx, p, q, k, vp, o);
@@ -888,6 +889,7 @@ fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
                                    const void *k, const void *vp, void *o,
                                    float *lse, void *stream)
 {
+  fj__launch_record_clear();  /* a refused call launched nothing */
   if (!ctx || !p || !v)
     return fj__null_arg(ctx, "fj_attention_fwd_variant",
                         !ctx ? "ctx" : !p ? "p" : "v (the variant)");
@@ -906,6 +908,7 @@ fj_status fj_attention_fwd_plan(fj_ctx *ctx, const fj_problem *p,
                                 float *lse, void *workspace,
                                 size_t workspace_bytes, void *stream)
 {
+  fj__launch_record_clear();  /* a refused call launched nothing */
   if (!ctx || !p || !plan)
     return fj__null_arg(ctx, "fj_attention_fwd_plan",
                         !ctx ? "ctx" : !p ? "p" : "plan");
@@ -925,6 +928,7 @@ fj_status fj_attention_fwd(fj_ctx *ctx, const fj_problem *p, const void *q,
                            const void *k, const void *v, void *o, float *lse,
                            void *stream)
 {
+  fj__launch_record_clear();  /* a refused call launched nothing */
   if (!ctx || !p)
     return fj__null_arg(ctx, "fj_attention_fwd", ctx ? "p" : "ctx");
   fj__clear_error(ctx);

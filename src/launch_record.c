@@ -23,11 +23,19 @@ enum {
 _Static_assert(COPIED + 63 <= FJ_LAUNCH_PARAMS_BYTES,
                "FJ_LAUNCH_PARAMS_BYTES must hold a launch's arguments");
 
+/* Nothing launched: no kernels, and nothing to zero. */
+static void empty(fj_launches *rec)
+{
+  rec->count = 0;
+  rec->zero_at = 0;
+  rec->zero_words = 0;
+}
+
 void fj_launch_record(fj_launches *rec)
 {
   recording = rec;
   if (rec)
-    rec->count = 0;
+    empty(rec);
 }
 
 int fj__launch_recording(void)
@@ -38,7 +46,7 @@ int fj__launch_recording(void)
 void fj__launch_record_clear(void)
 {
   if (recording)
-    recording->count = 0;
+    empty(recording);
 }
 
 static void one(fj_launch_rec *r, void *function, const unsigned grid[3],

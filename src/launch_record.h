@@ -25,8 +25,9 @@ typedef struct fj_launch_note {
 /* Whether this thread records; the cheap test before building a note. */
 int fj__launch_recording(void);
 
-/* Empties this thread's record, if it records: a call that fails before
- * its launches leaves count 0. */
+/* Empties this thread's record, if it records (count 0, nothing to
+ * zero): each public call does it on entry, so that a call that fails
+ * leaves it empty. */
 void fj__launch_record_clear(void);
 
 /* Copies n into this thread's record, if it records. */

@@ -227,6 +227,25 @@ int test_launch_record_refused(void)
   CHECK_ST(ctx, fj_attention_fwd(ctx, &c[0].p, fake, fake, fake, fake, NULL, NULL),
            FJ_ERR_COMPILE_ONLY);
   CHECK(rec->count == 0);
+  /* Refused earlier, by the problem's check or a NULL argument, through
+   * each public call: the record is emptied, counter to zero included. */
+  fj_problem bad = c[0].p;
+  bad.heads_kv = 3;
+  fj_plan plan;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &c[0].p, &plan));
+  for (int call = 0; call < 4; call++) {
+    rec->count = 2;
+    rec->zero_at = 64;
+    rec->zero_words = 1;
+    fj_status st = call == 0 ? fj_attention_fwd(ctx, &bad, fake, fake, fake, fake, NULL, NULL)
+                   : call == 1 ? fj_attention_fwd_variant(ctx, &bad, &plan.variant, fake, fake,
+                                                          fake, fake, NULL, NULL)
+                   : call == 2 ? fj_attention_fwd_plan(ctx, &bad, &plan, fake, fake, fake,
+                                                       fake, NULL, NULL, 0, NULL)
+                               : fj_attention_fwd(ctx, NULL, fake, fake, fake, fake, NULL, NULL);
+    CHECK(st == FJ_ERR_INVALID_ARG);
+    CHECK(rec->count == 0 && rec->zero_at == 0 && rec->zero_words == 0);
+  }
   fj_launch_record(NULL);
   rec->count = 2;  /* no longer the thread's: left alone */
   CHECK_ST(ctx, fj_attention_fwd(ctx, &c[0].p, fake, fake, fake, fake, NULL, NULL),
