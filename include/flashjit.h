@@ -418,7 +418,7 @@ typedef struct fj_problem {
   fj_dtype dtype;     /* Q and O */
   fj_dtype kv_dtype;  /* 0: same as dtype; FJ_E4M3 for FP8 K/V */
   fj_causal causal;
-  float scale;        /* softmax scale; 0 means 1/sqrt(head_dim) */
+  float scale;        /* softmax scale, above 0; 0 means 1/sqrt(head_dim) */
   /* Element strides (not bytes) of batch, head and sequence position; the
    * head dimension is contiguous.  A stride of 0 in Q, K or V broadcasts
    * along that dimension (as torch's expand() makes: inputs are only

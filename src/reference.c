@@ -480,6 +480,14 @@ fj_status fj__problem_check_common(const fj_ctx *ctx, const fj_problem *p)
   if (st == FJ_OK && !isfinite(p->scale))
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG, "scale %g is not finite",
                   (double)p->scale);
+  /* The kernels' online softmax keeps each row's largest raw score and
+   * scales after it: a negative scale would turn it into the smallest,
+   * and hidden keys' -inf into +inf. */
+  if (st == FJ_OK && p->scale < 0.f)
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "scale %g is negative: the softmax scale must be above 0 "
+                  "(0 means 1/sqrt(head_dim))",
+                  (double)p->scale);
   if (st == FJ_OK && (p->splits < 0 || p->splits > FJ_SPLITS_MAX))
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
                   "splits %d is invalid: 0 (the library's choice), 1 (none) "

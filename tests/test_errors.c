@@ -230,6 +230,8 @@ int test_errors_problem(void)
   p.k_stride[2] = 64;
   p.scale = NAN;
   CHECK(bad_problem(ctx, &p, "scale nan is not finite") == 0);
+  p.scale = -0.125f;
+  CHECK(bad_problem(ctx, &p, "scale -0.125 is negative: the softmax scale must be above 0") == 0);
   p.scale = 0;
   p.causal = (fj_causal)5;
   CHECK(bad_problem(ctx, &p, "causal 5 is invalid") == 0);
