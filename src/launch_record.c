@@ -1,7 +1,7 @@
 /*
  * launch_record.c -- launch records (launch_record.h): a thread's
- * record, set by fj_launch_record, filled by the attention calls just
- * before their launches.  The arguments are copied whole, so that the
+ * record, set by fj_launch_record, filled by the attention calls once
+ * their launches are queued.  The arguments are copied whole, so that the
  * record can be launched again after the call's stack is gone; the
  * tensor maps keep the 64-byte alignment the driver's CUtensorMap has.
  */

@@ -9,9 +9,10 @@
 #include "kparams.h"
 #include "mods.h"
 
-/* The launches a call is about to make: the plan's attention kernel
- * (function) and, for split-KV, its combine, both given args, whose
- * entries point at kp, maps or mod_args (FJ_MOD_ARGS_MAX bytes). */
+/* The launches a call made (noted once all were queued): the plan's
+ * attention kernel (function) and, for split-KV, its combine, both given
+ * args, whose entries point at kp, maps or mod_args (FJ_MOD_ARGS_MAX
+ * bytes). */
 typedef struct fj_launch_note {
   const fj_plan *plan;
   void *function, *combine;  /* combine: NULL for a one-kernel call */

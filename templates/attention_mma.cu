@@ -146,9 +146,10 @@
   region("v", S * BN * LD * 2)
   -- KS: the warps' maxima, then warps 1.. their O and sums, merged through
   -- the K and V rings once the walk is done.
-  if KS and (W * NC + (W - 1) * (D // 2 + NC)) * 32 * 4 > 2 * S * BN * LD * 2 then
+  local MERGE_BYTES = (W * NC + (W - 1) * (D // 2 + NC)) * 32 * 4
+  if KS and MERGE_BYTES > 2 * S * BN * LD * 2 then
     no("tile_m 16 with warps %d at head_dim %d: the warps' merge needs %d bytes of shared memory, the K and V tiles have %d: more stages or a larger tile_n",
-       W, D, (W * NC + (W - 1) * (D // 2 + NC)) * 32 * 4, 2 * S * BN * LD * 2)
+       W, D, MERGE_BYTES, 2 * S * BN * LD * 2)
   end
   meta.symbol = symbol
   meta.threads = THREADS

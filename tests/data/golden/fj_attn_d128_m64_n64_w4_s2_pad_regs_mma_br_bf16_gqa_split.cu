@@ -72,8 +72,8 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // 1 / x correctly rounded, as 1.f / x is, for normal x and a normal result;
 // denormals flush to zero.  The epilogues' row sums are at least 1 (the row
 // max's own term), so the results are 1.f / x's; without the denormal path
-// ptxas has no slow-path call, whose return address spilled where every
-// register was taken (the wgmma family at tile_n 192).
+// ptxas emits no slow-path call, which needs registers of its own where a
+// kernel has none to spare (fewer instructions in every epilogue).
 __device__ __forceinline__ float rcp_ftz(float x) {
   float y;
   asm("rcp.rn.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
