@@ -79,6 +79,27 @@ static void mma_choice(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
   }
 }
 
+static int blocks_per_sm(const fj_ctx *ctx, unsigned threads, unsigned smem);
+static int split_rule(long blocks, int slots, int tiles_kv);
+
+/* The key tiles each block of a 16-row decode tile (KS, below) walks with
+ * `stages` stages: the keys' tiles over the split rule's count, the rule
+ * given the multiprocessors' room for blocks of that shared memory (one
+ * block a KV head and batch index: the packed rows fit one tile). */
+static int ks_walk(const fj_ctx *ctx, const fj_problem *p, const fj_variant *v,
+                   int stages)
+{
+  int ld = v->head_dim + (v->swizzle == FJ_SWIZZLE_PAD ? 8 : 0);
+  unsigned smem = (unsigned)((16 + 2 * stages * v->tile_n) * ld * 2);
+  int tiles_kv = (p->seq_kv + v->tile_n - 1) / v->tile_n;
+  int splits = p->splits >= 1
+                   ? p->splits
+                   : split_rule((long)p->batch * p->heads_kv,
+                                fj__sm_count(ctx) * blocks_per_sm(ctx, 128, smem),
+                                tiles_kv);
+  return tiles_kv / splits;
+}
+
 /* Few query rows per KV head (fj__decode_rows): the query heads of a KV
  * head packed into the rows of one tile, 16 rows a warp (one slice), the
  * XOR swizzle, and
@@ -121,6 +142,16 @@ static void decode_choice(const fj_ctx *ctx, const fj_problem *p,
       v->tile_n % 64 == 0 && v->stages >= 2) {
     v->tile_m = 16;
     v->warps = 4;
+    /* A long walk takes a third stage: where each block still walks 16
+     * key tiles or more once the split rule has divided the keys, the
+     * loads run two tiles ahead.  The batched decode (64, 32/8, 1/4096,
+     * 128) bf16 on the H200: 242.9 us against 257.3 with two (`flashjit
+     * run`, one call; under ncu two stages' 69.6 KB and 165 registers
+     * let 3 blocks share a multiprocessor, so 512 blocks made 1.29
+     * waves, and three stages' 102 KB make 1.94).  The single decode's
+     * split kernel walks 2 tiles and keeps two (16.9 against 18.5 us). */
+    if (v->stages == 2 && ks_walk(ctx, p, v, 3) >= 16)
+      v->stages = 3;
   }
 }
 
@@ -273,6 +304,18 @@ void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
     wgmma_choice(v);
 }
 
+/* Whether the heuristic gives a decode problem a third stage: decode_choice
+ * decides it from the batch and the split rule, which the pick's key does
+ * not hold otherwise. */
+static int decode_stages3(const fj_ctx *ctx, const fj_problem *p)
+{
+  if (!fj__decode_rows(p))
+    return 0;
+  fj_variant v;
+  fj__heuristic_sync(ctx, p, &v);
+  return v.stages == 3;
+}
+
 int fj__plan_class(const fj_ctx *ctx, const fj_problem *p)
 {
   return few_blocks(ctx, p) | wgmma_fits(ctx, p) << 1 |
@@ -281,7 +324,7 @@ int fj__plan_class(const fj_ctx *ctx, const fj_problem *p)
          fj__mods_on(p->mods) << 13 | fj__mods_user(p->mods) << 14 |
          fj__mods_softcap(p->mods) << 15 | (fj__mods_reads(p->mods) >= 2) << 16 |
          fj__mods_block_q(p->mods) / 64 << 17 | fj__mods_block_kv(p->mods) / 64 << 20 |
-         left_window(p->mods) << 23;
+         left_window(p->mods) << 23 | decode_stages3(ctx, p) << 24;
 }
 
 /* ---- splits, grids, workspace ------------------------------------------------------ */
@@ -391,8 +434,9 @@ fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
     uint64_t sms = (uint64_t)plan->sm_count;
     plan->grid[0] = (unsigned)(total < sms ? total : sms);
     plan->grid[1] = plan->grid[2] = 1;
-    /* The counter, then each block's current item. */
-    plan->workspace_bytes = m->persistent == 2 ? 16 + 4 * (size_t)plan->grid[0] : 0;
+    /* The counter, then each block's record of its current item (16
+     * bytes: the item and its block-mask list's counts). */
+    plan->workspace_bytes = m->persistent == 2 ? 16 + 16 * (size_t)plan->grid[0] : 0;
     return FJ_OK;
   }
   long heads = v->pack_gqa ? p->heads_kv : p->heads_q;

@@ -26,8 +26,13 @@
   only tiles that cross the sequence end or the causal diagonal are
   masked.  varlen and block masks: the blocks claim work tiles from a
   counter (block.cuh's claim: sequences of unequal lengths, or lists of
-  unequal lengths, make a static walk uneven) and the producer hands each to the consumers with Q's barrier; a tile reads its sequence's lengths and first
-  rows (fj::seq_of).  Packed tensors are one batch of their total rows, so
+  unequal lengths, make a static walk uneven).  The producer claims the
+  next item (and reads its list's counts) while the consumers finish the
+  last one, and hands it over
+  through a record in the workspace and an "item" barrier; the consumers
+  read the next record before the epilogue of the last tile, so that
+  neither read waits at a tile's start.  A varlen tile reads its
+  sequence's lengths and first rows (fj::seq_of).  Packed tensors are one batch of their total rows, so
   a box starts at the sequence's first row plus the tile's, and rows past
   the sequence (the next one's, or the TMA's zeros past the tensor) are
   masked keys or query rows never stored.  Which (row, column) each accumulator register holds, which lanes
@@ -96,10 +101,11 @@
   -- Registers: the producer gives its registers to the consumers.  Per
   -- consumer thread O (D/2), S (BN/2) and P (BN/4) stay live.
   local REGS = ({ [1] = { 0, 255 }, [2] = { 24, 240 }, [3] = { 32, 160 } })[C]
-  -- A producer that walks a block mask's lists and claims its tiles holds
-  -- more than 24 (ptxas spilled 16 bytes there): 32, the consumers 232,
-  -- within the 168 x 384 the block starts with.
-  if C == 2 and BMASK then REGS = { 32, 232 } end
+  -- A producer that walks a block mask's lists, claims its tiles and reads
+  -- the next one's counts early holds more than 24 (ptxas spilled 16
+  -- bytes there, and 8-20 at 32): 40, the consumers 232, exactly the 168 x
+  -- 384 the block starts with.
+  if C == 2 and BMASK then REGS = { 40, 232 } end
   local need = D // 2 + BN // 2 + BN // 4 + 24
   if need > REGS[2] then
     no("head_dim %d and tile_n %d need about %d registers per consumer thread for O, S and P; %d consumer warpgroups have %d (over by %d): use a smaller tile_n or fewer warps",
@@ -125,14 +131,15 @@
   local OFF_Q = region("q", PANELS * Q_PANEL, 1024)
   local OFF_K = region("k", S * KV_SLOT, 1024)
   local OFF_V = region("v", S * KV_SLOT, 1024)
-  local OFF_BAR = region("barriers", 8 * (2 + 4 * S), 8)
+  -- (a dynamic walk's item barrier last)
+  local OFF_BAR = region("barriers", 8 * ((DYNAMIC and 3 or 2) + 4 * S), 8)
   meta.symbol = symbol
   meta.threads = THREADS
   meta.smem_bytes = offset + 1024
   meta.rows_per_block = BM
   meta.tma = 1
   -- 2: a dynamic walk, whose counter (Params::work[0]) the host zeroes;
-  -- Params::work[4 + block] holds each block's current item.
+  -- Params::work[4 + 4 block ...] holds each block's current item record.
   meta.persistent = DYNAMIC and 2 or PERSISTENT and 1 or 0
   meta.isolate = 1  -- NVRTC 13.0's PTX compiler can crash on wgmma code
 
@@ -148,7 +155,7 @@
   -- (they must agree on every tile and count): the block, the number of
   -- work tiles started before it (kq, for Q's phase), the keys it sees.
   -- A dynamic walk passes the claimed item (kq is then the loop's count).
-  local function tile_head(item)
+  local function tile_head(item, counts)
 %}
         fj::Block blk;
 {%   if item then %}
@@ -172,7 +179,7 @@
         const int m0 = blk.m0;
 {%   if BMASK then %}
         // The key tiles the caller's block mask lists: partial blocks, then full ones.
-        const fj::BlockList bl = fj::block_list(p, blk);
+        const fj::BlockList bl = fj::block_list(p, blk{{ counts and ", " .. counts or "" }});
         const int ntiles = bl.n * {{ BMASK.kv // BN }};
 {%   else %}
         // Keys this block can see: all of them, or up to its last row's diagonal{{ mrule.window and " or window, from the window's left side of its first row" or "" }}.
@@ -215,18 +222,23 @@ __device__ __forceinline__ unsigned smem_base(const void *p) {
 }
 {% if DYNAMIC then %}
 
-// The work item the producer hands the consumers: the block's word after
-// the counter in the workspace (p.work[4 + block]), stored before Q's
-// barrier is arrived on (a release) and read after it is waited for (an
-// acquire).  Global rather than shared memory: compute-sanitizer's
-// racecheck does not see an mbarrier order shared-memory stores.
-__device__ __forceinline__ void put_item(const Params &p, int w) {
-  asm volatile("st.volatile.global.b32 [%0], %1;\n" :: "l"(p.work + 4 + blockIdx.x), "r"(w) : "memory");
+// The work item the producer hands the consumers: the block's record
+// after the counter in the workspace (16 bytes at p.work + 4 + 4 block):
+// the item, then with a block mask its list's counts (partial, all).
+// Stored before the item barrier is arrived on (a release) and read after
+// it is waited for (an acquire).  Global rather than shared memory:
+// compute-sanitizer's racecheck does not see an mbarrier order
+// shared-memory stores.
+struct Item { int w, np, n, pad; };
+__device__ __forceinline__ void put_item(const Params &p, int w, int np, int n) {
+  asm volatile("st.volatile.global.v4.b32 [%0], { %1, %2, %3, %4 };\n"
+               :: "l"(p.work + 4 + 4 * blockIdx.x), "r"(w), "r"(np), "r"(n), "r"(0) : "memory");
 }
-__device__ __forceinline__ int get_item(const Params &p) {
-  int w;
-  asm volatile("ld.volatile.global.b32 %0, [%1];\n" : "=r"(w) : "l"(p.work + 4 + blockIdx.x) : "memory");
-  return w;
+__device__ __forceinline__ Item get_item(const Params &p) {
+  Item it;
+  asm volatile("ld.volatile.global.v4.b32 { %0, %1, %2, %3 }, [%4];\n"
+               : "=r"(it.w), "=r"(it.np), "=r"(it.n), "=r"(it.pad) : "l"(p.work + 4 + 4 * blockIdx.x) : "memory");
+  return it;
 }
 {% end %}
 }  // namespace fj
@@ -242,6 +254,10 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   // tile number `it` (counted over the block's life) lives in slot it % S
   // with phase parity (it / S) & 1.
   const unsigned bar_q = base + {{ OFF_BAR }}, q_empty = bar_q + 8u;
+{% if DYNAMIC then %}
+  // A dynamic walk's item barrier (the producer's arrival: the record is written).
+  const unsigned bar_item = bar_q + {{ 8 * (2 + 4 * S) }}u;
+{% end %}
 #define FJ_FULL_K(i) (bar_q + 8u * (2u + (i)))
 #define FJ_EMPTY_K(i) (bar_q + 8u * (2u + {{ S }}u + (i)))
 #define FJ_FULL_V(i) (bar_q + 8u * (2u + {{ 2 * S }}u + (i)))
@@ -249,8 +265,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
 {% if DYNAMIC then %}
   // A dynamic walk: the producer claims each work item (block.cuh's claim)
-  // and hands it to the consumers with Q's barrier (fj::put_item); -1 ends
-  // the walk.
+  // and hands it to the consumers through the item barrier (fj::put_item);
+  // -1 ends the walk.
 {% elseif PERSISTENT then %}
   // A persistent grid (block.cuh's tile order): every warpgroup walks the
   // same tiles, so producer and consumers agree without talking.
@@ -267,6 +283,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   if (threadIdx.x == 0) {
     fj::mbar_init(bar_q, 1);
     fj::mbar_init(q_empty, {{ 4 * C }});
+{% if DYNAMIC then %}
+    fj::mbar_init(bar_item, 1);
+{% end %}
 #pragma unroll
     for (int i = 0; i < {{ S }}; ++i) {
       fj::mbar_init(FJ_FULL_K(i), 1);
@@ -295,15 +314,27 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% if DYNAMIC then %}
       for (unsigned kq = 0;; ++kq) {
         const int w = fj::claim(p);
-        // Q's buffer (and the item word) are free once every consumer warp has
-        // finished its last S of the previous work tile.
-        fj::mbar_wait(q_empty, (kq & 1u) ^ 1u);
-        fj::put_item(p, w);
-        if (w < 0) {
-          fj::mbar_arrive(bar_q);
-          break;
+{% if BMASK then %}
+        // The item's list counts are read while the consumers finish the
+        // last item; the end (-1) reads item 0's, unused.  Only the counts
+        // wait (with its first key tile too ptxas spilled 8 bytes at 40
+        // registers).
+        int np, n;
+        {
+          fj::Block b0;
+          fj::item_of(p, w < 0 ? 0 : w, b0);
+          const fj::BlockList l0 = fj::block_list(p, b0);
+          np = l0.np;
+          n = l0.n;
         }
-{% tile_head("w") %}
+{% end %}
+        // Q's buffer and the item record are free once every consumer warp
+        // has finished its last S of the previous work tile.
+        fj::mbar_wait(q_empty, (kq & 1u) ^ 1u);
+        fj::put_item(p, w, {{ BMASK and "np, n" or "0, 0" }});
+        fj::mbar_arrive(bar_item);
+        if (w < 0) break;
+{% tile_head("w", BMASK and "np, n" or nil) %}
 {% else %}
       FJ_TILES {
 {% tile_head() %}
@@ -446,11 +477,12 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
 
 {% if DYNAMIC then %}
+  fj::mbar_wait(bar_item, 0u);
+  fj::Item item = fj::get_item(p);
   for (unsigned kq = 0;; ++kq) {
-  fj::mbar_wait(bar_q, kq & 1u);
-  const int w = fj::get_item(p);
+  const int w = item.w;
   if (w < 0) break;
-{% tile_head("w") %}
+{% tile_head("w", BMASK and "item.np, item.n" or nil) %}
 {% else %}
   FJ_TILES {
 {% tile_head() %}
@@ -462,9 +494,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 #pragma unroll
   for (int c = 0; c < {{ NC }}; ++c) { row_m[0][c] = FJ_NEG_INF; row_l[0][c] = 0.f; }
 
-{% if not DYNAMIC then %}
   fj::mbar_wait(bar_q, kq & 1u);
-{% end %}
   if (ntiles == 0) {
 {% release("q_empty") %}
   } else {
@@ -527,6 +557,13 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% release("FJ_EMPTY_V(lslot)") %}
   }
   it += ntiles;
+{% if DYNAMIC then %}
+  // The next item, read now so that the read's latency hides under this
+  // tile's epilogue: its record is written once every consumer warp has
+  // released Q (this tile's last S), and the item barrier says so.
+  fj::mbar_wait(bar_item, (kq + 1u) & 1u);
+  item = fj::get_item(p);
+{% end %}
 
   // O = O / l and the log-sum-exp (epilogue_regs.cuh).
   elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h){{ VL and " + seq.q_row0 * p.o_stride[2]" or "" }};

@@ -122,15 +122,24 @@ struct BlockList {
   int np, n, kvb;  // partial entries, all entries, key blocks
 };
 
-__device__ __forceinline__ BlockList block_list(const Params &p, const Block &blk) {
+// The lists of blk's row tile with counts given: np partial entries, n in
+// all (as block_list below reads and clamps them).
+__device__ __forceinline__ BlockList block_list(const Params &p, const Block &blk, int np, int n) {
   BlockList l;
   const long long row = (long long)blk.b * p.bm_stride_b + (long long)blk.h * p.bm_stride_h + blk.m0 / {{ BMASK.q }};
   l.kvb = p.bm_kv_blocks;
-  l.np = min(max(__ldg(p.bm_num + row), 0), l.kvb);
-  l.n = l.np + (p.bm_full_num ? min(max(__ldg(p.bm_full_num + row), 0), l.kvb) : 0);
+  l.np = np;
+  l.n = n;
   l.part = p.bm_idx + row * l.kvb;
   l.full = p.bm_full_idx ? p.bm_full_idx + row * l.kvb : l.part;
   return l;
+}
+
+__device__ __forceinline__ BlockList block_list(const Params &p, const Block &blk) {
+  const long long row = (long long)blk.b * p.bm_stride_b + (long long)blk.h * p.bm_stride_h + blk.m0 / {{ BMASK.q }};
+  const int kvb = p.bm_kv_blocks;
+  const int np = min(max(__ldg(p.bm_num + row), 0), kvb);
+  return block_list(p, blk, np, np + (p.bm_full_num ? min(max(__ldg(p.bm_full_num + row), 0), kvb) : 0));
 }
 
 // The first key of key tile t of the list.

@@ -16,20 +16,45 @@
 #include <cuda_bf16.h>
 {%   end %}
 namespace fj {
+{%   if mods.tensors then %}
+// Loads of the tensors only the mask expression reads (mods.lua's READ),
+// which the kernel never writes: plain loads, not CUDA's __ldg, which is
+// an asm volatile (and any inline asm a convergent call), which the
+// compiler may neither share between the elements of a tile nor move out
+// of the key loop.
+__device__ __forceinline__ int ro_i32(const int *p) { return *p; }
+__device__ __forceinline__ float ro_f32(const float *p) { return *p; }
+__device__ __forceinline__ unsigned short ro_b16(const void *p) {
+  return *static_cast<const unsigned short *>(p);
+}
+{%   end %}
 {%   for _, t in ipairs(mods.params) do %}
 {%     if t.rank > 0 then %}
 {%       local idx = {} ; local args = {} ; local oob = {} %}
-{%       for d = 0, t.rank - 1 do args[#args + 1] = "int i" .. d ; oob[#oob + 1] = ("(unsigned)i%d >= (unsigned)e[%d]"):format(d, d) end %}
+{%       for d = 0, t.rank - 1 do args[#args + 1] = "int i" .. d ; oob[#oob + 1] = ("(unsigned)i%d < (unsigned)e[%d]"):format(d, d) end %}
 {%       local flat = "(long long)i0" %}
 {%       for d = 1, t.rank - 1 do flat = ("(%s * e[%d] + i%d)"):format(flat, d, d) end %}
 {%       local R = t.type == "i32" and "int" or "float" %}
 // Parameter {{ t.name }}: a rank-{{ t.rank }} {{ t.type }} tensor; an index outside its extents reads 0.
+{%       if t.shared then %}
+// Read only by the mask expression: the load always happens, of element 0
+// for an index outside (extents are at least 1), and a select gives 0 --
+// straight-line code, so that the compiler shares the reads of one element
+// between the elements of a tile (one load per key column, not one per
+// score) and hoists those of a row out of the key loop.
+{%       end %}
 struct ModTensor_{{ t.name }} {
   const {{ mods.ctype[t.type] }} *data;
   int e[4];
   __device__ __forceinline__ {{ R }} operator()({{ table.concat(args, ", ") }}) const {
-    if ({{ table.concat(oob, " || ") }}) return 0;
-    return {{ mods.read[t.type]:format("__ldg(data + " .. flat .. ")") }};
+{%       if t.shared then %}
+    const bool in = {{ table.concat(oob, " && ") }};
+    const {{ R }} v = {{ t.read:format("data + (in ? " .. flat .. " : 0ll)") }};
+    return in ? v : ({{ R }})0;
+{%       else %}
+    if (!({{ table.concat(oob, " && ") }})) return 0;
+    return {{ t.read:format("data + " .. flat) }};
+{%       end %}
   }
 };
 {%     end %}

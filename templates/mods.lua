@@ -9,21 +9,23 @@
 --                                        b = "blk.b", hkv = "blk.hk" }
 --   mods.score             a score function runs (an expression or softcap)
 --   mods.mask              a mask expression runs
---   mods.any               either: the family calls mods.apply per element
+--   mods.any               either: the family applies them per element
 --   mods.args              the kernel takes fj::ModArgs (parameters exist)
 --   mods.kernel_param      its declaration in the kernel's parameter list
---   mods.apply(lv, q, h, kv, visible)   the statements for one element: lv
---                          becomes the score function of lv * qk_scale, or
---                          -inf where the mask expression is false.  In
---                          checked mode they run only where `visible` (mask.lua's
+--   mods.apply_score(lv, q, h, kv, visible), mods.apply_mask(...)
+--                          the statement for one element: lv becomes the
+--                          score function of lv * qk_scale; lv becomes -inf
+--                          where the mask expression is false.  In checked
+--                          mode they run only where `visible` (mask.lua's
 --                          mask.used: the row is in the sequence and the
 --                          built-in rules let it see the key) holds, so that a
 --                          read they record is one of a pair the result
 --                          uses; otherwise they run on every element and
 --                          the built-in mask hides the rest afterwards
 --   mods.mask_guard        nil, or a C bool the family sets (a block mask:
---                          whether the tile is of a partial block) outside
---                          which the mask expression is skipped
+--                          whether the tile is of a partial block); the
+--                          family runs the mask statements of a tile only
+--                          where it holds, under one branch
 --   mods.qk_scale(base), mods.sl2   the family's scale of the scores into the
 --                          score function, and the softmax's log2 scale
 --   mods.sinks             attention sinks are on: no element work; the
@@ -48,7 +50,19 @@ local function param_list(text)
 end
 
 local CTYPE = { f32 = "float", i32 = "int", f16 = "__half", bf16 = "__nv_bfloat16" }
-local READ = { f32 = "%s", i32 = "%s", f16 = "__half2float(%s)", bf16 = "__bfloat162float(%s)" }
+-- A tensor element at address %s as the expression's int or float:
+-- plain loads (mods.cuh's fj::ro_*), which the compiler shares and hoists,
+-- for a tensor only the mask expression reads; CUDA's __ldg (an asm
+-- volatile: one load per use, in order) for one a score expression reads,
+-- whose reads index by query and key at once (a bias table): there plain
+-- loads gain nothing to share and all issue early, holding registers
+-- (ptxas spilled 8-20 bytes with the relative-position bias at 128-key
+-- wgmma tiles).
+local READ = { f32 = "fj::ro_f32(%s)", i32 = "fj::ro_i32(%s)",
+               f16 = "__half2float(__ushort_as_half(fj::ro_b16(%s)))",
+               bf16 = "__bfloat162float(__ushort_as_bfloat16(fj::ro_b16(%s)))" }
+local LDG = { f32 = "__ldg(%s)", i32 = "__ldg(%s)",
+              f16 = "__half2float(__ldg(%s))", bf16 = "__bfloat162float(__ldg(%s))" }
 
 function M.new(o)
   local R = {}
@@ -64,13 +78,20 @@ function M.new(o)
   R.any = R.score or R.mask
   R.args = #R.params > 0
   R.kernel_param = R.args and ", const fj::ModArgs fj_ma" or ""
-  R.ctype, R.read = CTYPE, READ
+  R.ctype = CTYPE
   for _, p in ipairs(R.params) do
     if not CTYPE[p.type] then refuse(("mod_params: type %s of %s is unknown"):format(p.type, p.name)) end
     if p.rank == 0 and p.type ~= "f32" and p.type ~= "i32" then
       refuse(("mod_params: scalar %s is %s; f32 or i32"):format(p.name, p.type))
     end
     if p.type == "bf16" then R.bf16 = true end
+    if p.rank > 0 then
+      R.tensors = true
+      -- Read in the score expression: __ldg (READ above).
+      local scored = R.score_text and R.score_text:find("%f[%w_]" .. p.name .. "%s*%(") ~= nil
+      p.shared = not scored
+      p.read = scored and LDG[p.type] or READ[p.type]
+    end
   end
   -- The softcap alone folds its cap into the scales: the score function
   -- gives tanh(s / cap), and the softmax multiplies by cap log2(e) in the
@@ -83,19 +104,17 @@ function M.new(o)
   local B, HKV = o.b or "blk.b", o.hkv or "blk.hk"
   local MA = R.args and ", fj_ma" or ""
 
-  function R.apply(lv, q, h, kv, visible)
-    local out = {}
-    if R.score then
-      out[#out + 1] = ("%s = fj_score_mod(%s * qk_scale, %s, %s, %s, %s, %s, p%s);"):format(
-        lv, lv, B, h, HKV, q, kv, MA)
-    end
-    if R.mask then
-      out[#out + 1] = ("if (%s!fj_mask_mod(%s, %s, %s, %s, %s%s)) %s = FJ_NEG_INF;"):format(
-        R.mask_guard and R.mask_guard .. " && " or "", B, h, HKV, q, kv, MA, lv)
-    end
-    local body = table.concat(out, " ")
-    if R.checked and visible then body = ("if (%s) { %s }"):format(visible, body) end
+  local function only_visible(body, visible)
+    if R.checked and visible then return ("if (%s) { %s }"):format(visible, body) end
     return body
+  end
+  function R.apply_score(lv, q, h, kv, visible)
+    return only_visible(("%s = fj_score_mod(%s * qk_scale, %s, %s, %s, %s, %s, p%s);"):format(
+      lv, lv, B, h, HKV, q, kv, MA), visible)
+  end
+  function R.apply_mask(lv, q, h, kv, visible)
+    return only_visible(("if (!fj_mask_mod(%s, %s, %s, %s, %s%s)) %s = FJ_NEG_INF;"):format(
+      B, h, HKV, q, kv, MA, lv), visible)
   end
   return R
 end

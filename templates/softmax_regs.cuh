@@ -67,13 +67,25 @@
 {%     local row = ("%s + %d"):format(row0("mi"), rows.classes[c].drow) %}
       const int mq{{ c }} = {{ mrule.pos(row) }}, mh{{ c }} = {{ head(row) }};
 {%   end %}
+{%   for _, part in ipairs({ "score", "mask" }) do %}
+{%     if mods[part] then %}
+{%       local guard = part == "mask" and mods.mask_guard %}
+{%       if guard then %}
+      // The mask expression on a partial block's tile only.
+      if ({{ guard }}) {
+{%       end %}
 #pragma unroll
       for (int j = 0; j < {{ NJ }}; ++j) {
-{%   for i = 0, acc.slots - 1 do %}
-{%     local key = ("%s + %s + j * 16 + %d"):format(n0, c0, acc.dcol[i]) %}
-        {{ mods.apply(S("mi", "j", i), "mq" .. rows.class_of[i], "mh" .. rows.class_of[i], key, mrule.used(("%s + %d"):format(row0("mi"), rows.classes[rows.class_of[i]].drow), key)) }}
-{%   end %}
+{%       for i = 0, acc.slots - 1 do %}
+{%         local key = ("%s + %s + j * 16 + %d"):format(n0, c0, acc.dcol[i]) %}
+        {{ mods["apply_" .. part](S("mi", "j", i), "mq" .. rows.class_of[i], "mh" .. rows.class_of[i], key, mrule.used(("%s + %d"):format(row0("mi"), rows.classes[rows.class_of[i]].drow), key)) }}
+{%       end %}
       }
+{%       if guard then %}
+      }
+{%       end %}
+{%     end %}
+{%   end %}
 {% end %}
 {% if mask ~= "none" then %}
       // Per row, the first column of this tile (counted from the lane's

@@ -306,7 +306,7 @@ int test_block_mask_compile(void)
       CHECK(!v->split_kv && !v->pack_gqa);
       CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
       const char *src = fj_kernel_source(k, NULL);
-      CHECK(strstr(src, "fj::list_n0(bl, t)") && strstr(src, "bm_part && !fj_mask_mod("));
+      CHECK(strstr(src, "fj::list_n0(bl, t)") && strstr(src, "if (bm_part) {"));
       /* Other arrays, the same form: the same kernel, nothing compiled. */
       fj_cache_stats before, after;
       fj_cache_stats_get(ctx, &before);

@@ -30,6 +30,26 @@ int test_serving_plan(void)
   CHECK(plan.splits > 1 && plan.splits <= 64);
   /* Up to 16 packed rows: a 16-row tile whose 4 warps split the keys. */
   CHECK(plan.variant.tile_m == 16 && plan.variant.warps == 4);
+  /* Each split walks 2 key tiles: two stages.  The same shape at batch
+   * 64 is not split, and each block walks all 64 key tiles: three.  At
+   * batch 5 (6 splits of 10 or 11 tiles) two again: batch 5 and 64 share
+   * every other part of the pick's key (even the class: neither has
+   * fewer blocks than multiprocessors), so this also checks that the
+   * pick memory tells them apart, in both orders. */
+  CHECK(plan.variant.stages == 2);
+  {
+    fj_problem pb = p, p5 = p;
+    fj_plan planb, plan5;
+    pb.batch = 64;
+    p5.batch = 5;
+    for (int round = 0; round < 2; round++) {
+      CHECK_OK(ctx, fj_attention_plan(ctx, &pb, &planb));
+      CHECK(planb.splits == 1 && !planb.variant.split_kv && planb.variant.stages == 3 &&
+            planb.variant.tile_m == 16);
+      CHECK_OK(ctx, fj_attention_plan(ctx, &p5, &plan5));
+      CHECK(plan5.splits > 1 && plan5.variant.stages == 2);
+    }
+  }
   {
     /* FP8 K/V load synchronously (1 stage): 64-row tiles, as before. */
     static const float scales[8] = {1, 1, 1, 1, 1, 1, 1, 1};
@@ -218,7 +238,7 @@ int test_serving_varlen(void)
         strstr(name, "_wgmma_br_f16_vl") && plan.grid[1] == 1 && plan.grid[2] == 1);
   /* Its blocks claim work tiles from a counter in the workspace, and
    * each block's producer hands its tile on through a word there. */
-  CHECK(plan.workspace_bytes == 16 + 4 * 132 && plan.grid[0] == 132);
+  CHECK(plan.workspace_bytes == 16 + 16 * 132 && plan.grid[0] == 132);
   fj_variant wv = plan.variant;
   p.total_kv = 0;
   CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
