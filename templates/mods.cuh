@@ -16,18 +16,6 @@
 #include <cuda_bf16.h>
 {%   end %}
 namespace fj {
-{%   if mods.tensors then %}
-// Loads of the tensors only the mask expression reads (mods.lua's READ),
-// which the kernel never writes: plain loads, not CUDA's __ldg, which is
-// an asm volatile (and any inline asm a convergent call), which the
-// compiler may neither share between the elements of a tile nor move out
-// of the key loop.
-__device__ __forceinline__ int ro_i32(const int *p) { return *p; }
-__device__ __forceinline__ float ro_f32(const float *p) { return *p; }
-__device__ __forceinline__ unsigned short ro_b16(const void *p) {
-  return *static_cast<const unsigned short *>(p);
-}
-{%   end %}
 {%   for _, t in ipairs(mods.params) do %}
 {%     if t.rank > 0 then %}
 {%       local idx = {} ; local args = {} ; local oob = {} %}

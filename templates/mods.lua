@@ -51,16 +51,14 @@ end
 
 local CTYPE = { f32 = "float", i32 = "int", f16 = "__half", bf16 = "__nv_bfloat16" }
 -- A tensor element at address %s as the expression's int or float:
--- plain loads (mods.cuh's fj::ro_*), which the compiler shares and hoists,
--- for a tensor only the mask expression reads; CUDA's __ldg (an asm
--- volatile: one load per use, in order) for one a score expression reads,
--- whose reads index by query and key at once (a bias table): there plain
--- loads gain nothing to share and all issue early, holding registers
--- (ptxas spilled 8-20 bytes with the relative-position bias at 128-key
--- wgmma tiles).
-local READ = { f32 = "fj::ro_f32(%s)", i32 = "fj::ro_i32(%s)",
-               f16 = "__half2float(__ushort_as_half(fj::ro_b16(%s)))",
-               bf16 = "__bfloat162float(__ushort_as_bfloat16(fj::ro_b16(%s)))" }
+-- plain loads, which the compiler shares and hoists, for a tensor only
+-- the mask expression reads; CUDA's __ldg (LDG: an asm volatile, which
+-- the compiler may neither share between the scores of a tile nor move
+-- out of the key loop) for one a score expression reads, whose reads
+-- index by query and key at once (a bias table): there plain loads gain
+-- nothing to share and all issue early, holding registers (ptxas spilled
+-- 8-20 bytes with the relative-position bias at 128-key wgmma tiles).
+local READ = { f32 = "*(%s)", i32 = "*(%s)", f16 = "__half2float(*(%s))", bf16 = "__bfloat162float(*(%s))" }
 local LDG = { f32 = "__ldg(%s)", i32 = "__ldg(%s)",
               f16 = "__half2float(__ldg(%s))", bf16 = "__bfloat162float(__ldg(%s))" }
 
@@ -86,7 +84,6 @@ function M.new(o)
     end
     if p.type == "bf16" then R.bf16 = true end
     if p.rank > 0 then
-      R.tensors = true
       -- Read in the score expression: __ldg (READ above).
       local scored = R.score_text and R.score_text:find("%f[%w_]" .. p.name .. "%s*%(") ~= nil
       p.shared = not scored
