@@ -51,13 +51,16 @@ typedef struct fj_hot_combine {
   void *function;
 } fj_hot_combine;
 
-/* Plans of recent problems without modifications, by the problem's
- * bytes, and the tuning database's generation they were chosen under. */
+/* Plans of recent problems, by the problem's bytes and, for one with
+ * modifications, a copy of what p->mods says (in mods[slot]: the list
+ * moves entries to the front, the copies stay put), and the tuning
+ * database's generation they were chosen under. */
 enum { FJ_PLANS = 4 };
 typedef struct fj_hot_plan {
   fj_problem p;
   fj_plan plan;
   unsigned generation;
+  int slot;
 } fj_hot_plan;
 
 /* Tensor maps of recent TMA launches, by everything they encode: a launch
@@ -79,6 +82,7 @@ struct fj_dispatch {
   int npicks;
   fj_hot_plan plans[FJ_PLANS];  /* problem -> plan, most recent first */
   int nplans;
+  fj_mods_copy mods[FJ_PLANS];  /* by fj_hot_plan.slot */
   unsigned generation;  /* of the tuning database the picks came from */
 };
 
@@ -272,20 +276,19 @@ static fj_status plan_problem(fj_ctx *ctx, const fj_problem *p, fj_plan *plan)
 
 /* The plan of a problem planned before, into *plan (moved to the front);
  * 0 if none, with the generation a new plan will be chosen under in *gen.
- * A problem with modifications is never found: its plan depends on what
- * p->mods points to, which can change between calls. */
+ * A problem with modifications is found only where p->mods says what it
+ * said then: the same pointer, and the same contents behind it. */
 static int recent_plan(fj_ctx *ctx, const fj_problem *p, fj_plan *plan,
                        unsigned *gen)
 {
-  if (p->mods)
-    return 0;
   pthread_mutex_lock(&ctx->lock);
   fj_dispatch *d = dispatch(ctx);
   int found = 0;
   *gen = ctx->tunedb_generation;
   for (int i = 0; d && i < d->nplans && !found; i++)
     if (d->plans[i].generation == *gen &&
-        !memcmp(&d->plans[i].p, p, sizeof *p)) {
+        !memcmp(&d->plans[i].p, p, sizeof *p) &&
+        (!p->mods || fj__mods_copy_same(&d->mods[d->plans[i].slot], p->mods))) {
       fj_hot_plan h = d->plans[i];
       memmove(&d->plans[1], &d->plans[0], (size_t)i * sizeof d->plans[0]);
       d->plans[0] = h;
@@ -297,29 +300,36 @@ static int recent_plan(fj_ctx *ctx, const fj_problem *p, fj_plan *plan,
 }
 
 /* Keeps a plan made under generation gen at the front, the oldest falling
- * off.  (Chosen under a later generation, it is kept under the earlier
- * one and never found: a miss, not a stale plan.) */
+ * off (its copy's slot taken over).  (Chosen under a later generation, it
+ * is kept under the earlier one and never found: a miss, not a stale
+ * plan.) */
 static void remember_plan(fj_ctx *ctx, const fj_problem *p,
                           const fj_plan *plan, unsigned gen)
 {
-  if (p->mods)
-    return;
   pthread_mutex_lock(&ctx->lock);
   fj_dispatch *d = dispatch(ctx);
   if (d) {
     int keep = d->nplans < FJ_PLANS ? d->nplans : FJ_PLANS - 1;
-    memmove(&d->plans[1], &d->plans[0], (size_t)keep * sizeof d->plans[0]);
-    d->plans[0].p = *p;
-    d->plans[0].plan = *plan;
-    d->plans[0].generation = gen;
-    d->nplans = keep + 1;
+    int slot = d->nplans < FJ_PLANS ? d->nplans : d->plans[FJ_PLANS - 1].slot;
+    fj_mods_copy copy;  /* the slot may hold the oldest's until it goes */
+    if (!p->mods || fj__mods_copy(&copy, p->mods) == 0) {
+      if (p->mods)
+        d->mods[slot] = copy;
+      memmove(&d->plans[1], &d->plans[0], (size_t)keep * sizeof d->plans[0]);
+      d->plans[0].p = *p;
+      d->plans[0].plan = *plan;
+      d->plans[0].generation = gen;
+      d->plans[0].slot = slot;
+      d->nplans = keep + 1;
+    }
   }
   pthread_mutex_unlock(&ctx->lock);
 }
 
 /* fj_attention_fwd's problem check and plan.  A problem whose bytes
- * repeat a recent one's skips both: the check reads only the problem and
- * the context's target, the plan those and the tuning database, whose
+ * repeat a recent one's (and whose modifications, if any, say what they
+ * said then) skips both: the check reads only the problem, what its mods
+ * point to and the context's target, the plan those and the tuning database, whose
  * generation the memory is kept under, so both would decide again what
  * they decided (two thirds of what a plain call did before its launch
  * path: docs/PERF.md). */
@@ -405,14 +415,15 @@ static fj_status check_match(const fj_ctx *ctx, const fj_problem *p,
                     v->varlen, v->paged,
                     fj__problem_varlen(p) ? "varlen" : "fixed lengths",
                     fj__problem_paged(p) ? "paged" : "dense K/V");
-  if (!fj__mods_same_form(v->mods, p->mods))
+  const char *differs = fj__mods_form_diff(v->mods, p->mods);
+  if (differs)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "variant's modifications (%s) are not the problem's (%s): "
-                    "a variant takes the expressions, parameters' names, "
-                    "types and ranks, window, softcap and sinks of its problem "
-                    "(fj_attention_variant sets them)",
+                    "they differ in %s; a variant takes the expressions, "
+                    "parameters' names, types and ranks, window, softcap and "
+                    "sinks of its problem (fj_attention_variant sets them)",
                     fj__mods_on(v->mods) ? "on" : "none",
-                    fj__mods_on(p->mods) ? "on" : "none");
+                    fj__mods_on(p->mods) ? "on" : "none", differs);
   if (v->mma == FJ_MMA_WGMMA && ((p->cu_seqlens_q && p->total_q < 1) ||
                                  (p->cu_seqlens_kv && p->total_kv < 1)))
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,

@@ -70,6 +70,17 @@ static void find_include(void)
     }
 }
 
+/* NVRTC 12.9 and later keep their own cache of compiled programs: a hit
+ * runs no ptxas, so its log lacks the "-Xptxas -v" lines the resource
+ * report reads (registers and spills would read 0), and its time is not a
+ * compile's.  The library has its own cache; NVRTC's is turned off. */
+static int nvrtc_has_cache(void)
+{
+  int major = 0, minor = 0;
+  return nvrtcVersion(&major, &minor) == NVRTC_SUCCESS &&
+         (major > 12 || (major == 12 && minor >= 9));
+}
+
 void fj__nvrtc_options(const char *arch, fj_nvrtc_opts *o)
 {
   static const char *const fixed[] = {"-default-device", "-std=c++17",
@@ -80,6 +91,8 @@ void fj__nvrtc_options(const char *arch, fj_nvrtc_opts *o)
   o->argv[o->argc++] = o->arch;
   for (size_t i = 0; i < FJ_ARRAY_LEN(fixed); i++)
     o->argv[o->argc++] = fixed[i];
+  if (nvrtc_has_cache())
+    o->argv[o->argc++] = "--no-cache";
   if (include_opt[0])
     o->argv[o->argc++] = include_opt;
 }

@@ -557,30 +557,92 @@ uint64_t fj__mods_hash(const fj_mods *m)
   return h ? h : 1;
 }
 
-int fj__mods_same_form(const fj_mods *a, const fj_mods *b)
+const char *fj__mods_form_diff(const fj_mods *a, const fj_mods *b)
 {
   if (a == b)
-    return 1;
+    return NULL;
   if (!fj__mods_on(a) || !fj__mods_on(b))
-    return fj__mods_on(a) == fj__mods_on(b);
-  if (fj__mods_window(a) != fj__mods_window(b) ||
-      fj__mods_softcap(a) != fj__mods_softcap(b) ||
-      fj__mods_block_q(a) != fj__mods_block_q(b) ||
-      fj__mods_block_kv(a) != fj__mods_block_kv(b) ||
-      fj__mods_checked(a) != fj__mods_checked(b) ||
-      fj__mods_sinks(a) != fj__mods_sinks(b) ||
-      strcmp(text_of(a->score), text_of(b->score)) ||
-      strcmp(text_of(a->mask), text_of(b->mask)) ||
-      a->num_params != b->num_params)
-    return 0;
-  if (!a->params || !b->params)
-    return a->params == b->params;
+    return fj__mods_on(a) == fj__mods_on(b) ? NULL : "whether modifications are on";
+  if (fj__mods_window(a) != fj__mods_window(b))
+    return "whether a window is on";
+  if (fj__mods_softcap(a) != fj__mods_softcap(b))
+    return "whether a softcap is on";
+  if (fj__mods_block_q(a) != fj__mods_block_q(b) ||
+      fj__mods_block_kv(a) != fj__mods_block_kv(b))
+    return "the block mask's block sizes";
+  if (fj__mods_checked(a) != fj__mods_checked(b))
+    return "whether checked mode is on";
+  if (fj__mods_sinks(a) != fj__mods_sinks(b))
+    return "whether sinks are on";
+  if (strcmp(text_of(a->score), text_of(b->score)))
+    return "the score expression";
+  if (strcmp(text_of(a->mask), text_of(b->mask)))
+    return "the mask expression";
+  if (a->num_params != b->num_params)
+    return "the number of parameters";
+  /* The parameters' array is read only up to num_params: with none, a
+   * NULL array and an empty one are the same form. */
+  if (a->num_params > 0 && (!a->params || !b->params))
+    return a->params == b->params ? NULL : "the parameters (one array is NULL)";
   for (int i = 0; i < a->num_params && i < FJ_MOD_PARAMS_MAX; i++) {
     const fj_mod_param *pa = &a->params[i], *pb = &b->params[i];
     if (pa->type != pb->type || pa->rank != pb->rank ||
         strcmp(pa->name ? pa->name : "", pb->name ? pb->name : ""))
-      return 0;
+      return "a parameter's name, type or rank";
   }
+  return NULL;
+}
+
+int fj__mods_same_form(const fj_mods *a, const fj_mods *b)
+{
+  return fj__mods_form_diff(a, b) == NULL;
+}
+
+/* A text into out (size bytes); -1 where it does not fit. */
+static int copy_text(char *out, size_t size, const char *text)
+{
+  size_t n = text ? strlen(text) : 0;
+  if (n >= size)
+    return -1;
+  memcpy(out, text ? text : "", n + 1);
+  return 0;
+}
+
+int fj__mods_copy(fj_mods_copy *c, const fj_mods *m)
+{
+  if (m->num_params < 0 || m->num_params > FJ_MOD_PARAMS_MAX ||
+      (m->num_params > 0 && !m->params) ||
+      copy_text(c->score, sizeof c->score, m->score) ||
+      copy_text(c->mask, sizeof c->mask, m->mask))
+    return -1;
+  memcpy(&c->m, m, sizeof *m);
+  for (int i = 0; i < m->num_params; i++) {
+    memcpy(&c->params[i], &m->params[i], sizeof c->params[i]);
+    if (copy_text(c->names[i], sizeof c->names[i], m->params[i].name))
+      return -1;
+  }
+  if (m->block_mask)
+    memcpy(&c->block_mask, m->block_mask, sizeof c->block_mask);
+  return 0;
+}
+
+/* Whether text is what copy holds (NULL as ""). */
+static int same_text(const char *copy, const char *text)
+{
+  return !strcmp(copy, text ? text : "");
+}
+
+int fj__mods_copy_same(const fj_mods_copy *c, const fj_mods *m)
+{
+  if (memcmp(&c->m, m, sizeof *m) || !same_text(c->score, m->score) ||
+      !same_text(c->mask, m->mask) ||
+      (m->block_mask &&
+       memcmp(&c->block_mask, m->block_mask, sizeof c->block_mask)))
+    return 0;
+  for (int i = 0; i < m->num_params; i++)
+    if (memcmp(&c->params[i], &m->params[i], sizeof c->params[i]) ||
+        !same_text(c->names[i], m->params[i].name))
+      return 0;
   return 1;
 }
 

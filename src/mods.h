@@ -44,9 +44,33 @@ fj_status fj__mods_check_blocks(const fj_ctx *ctx, const fj_mods *m,
 fj_status fj__mods_check_blocks_data(const fj_ctx *ctx, const fj_mods *m);
 
 /* A hash of the form (0 for mods that are off), and whether two mods have
- * the same form: the same kernel serves both. */
+ * the same form: the same kernel serves both.  fj__mods_form_diff names
+ * the first part of the form that differs ("the score expression", ...), or
+ * gives NULL for the same form. */
 uint64_t fj__mods_hash(const fj_mods *m);
 int fj__mods_same_form(const fj_mods *a, const fj_mods *b);
+const char *fj__mods_form_diff(const fj_mods *a, const fj_mods *b);
+
+/* A copy of everything an fj_mods says, what its pointers point to
+ * included (the texts, the parameters and their names, the block mask's
+ * fields; device memory is named by its address only): the problem check
+ * and the plan read nothing else of it, so two mods with equal copies are
+ * checked and planned alike. */
+typedef struct fj_mods_copy {
+  fj_mods m;
+  fj_mod_param params[FJ_MOD_PARAMS_MAX];
+  char names[FJ_MOD_PARAMS_MAX][FJ_MOD_NAME_MAX + 1];
+  fj_block_mask block_mask;
+  char score[FJ_MOD_EXPR_MAX + 1];
+  char mask[FJ_MOD_EXPR_MAX + 1];
+} fj_mods_copy;
+
+/* Copies m into c: 0, or -1 where m does not fit (a text or a name over
+ * its limit, num_params outside 0..FJ_MOD_PARAMS_MAX: mods the check
+ * refuses, never kept). */
+int fj__mods_copy(fj_mods_copy *c, const fj_mods *m);
+/* Whether m says today what it said when c was copied from it. */
+int fj__mods_copy_same(const fj_mods_copy *c, const fj_mods *m);
 
 /* The names an expression may use: b, h, hkv, q, kv, then s for the
  * score, then the parameters in order, so that name index

@@ -25,7 +25,8 @@ namespace fj {
 {%       local R = t.type == "i32" and "int" or "float" %}
 // Parameter {{ t.name }}: a rank-{{ t.rank }} {{ t.type }} tensor; an index outside its extents reads 0.
 {%       if t.shared then %}
-// Read only by the mask expression: the load always happens, of element 0
+// Read where reads repeat across a tile's scores (by the mask, or by the
+// score at a row's indices only): the load always happens, of element 0
 // for an index outside (extents are at least 1), and a select gives 0 --
 // straight-line code, so that the compiler shares the reads of one element
 // between the elements of a tile (one load per key column, not one per

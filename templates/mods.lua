@@ -51,11 +51,12 @@ end
 
 local CTYPE = { f32 = "float", i32 = "int", f16 = "__half", bf16 = "__nv_bfloat16" }
 -- A tensor element at address %s as the expression's int or float:
--- plain loads, which the compiler shares and hoists, for a tensor only
--- the mask expression reads; CUDA's __ldg (LDG: an asm volatile, which
+-- plain loads, which the compiler shares and hoists, where reads repeat
+-- across a tile's scores (the mask's doc(kv) per key column, doc(q) and a
+-- score's slopes(h) per row); CUDA's __ldg (LDG: an asm volatile, which
 -- the compiler may neither share between the scores of a tile nor move
--- out of the key loop) for one a score expression reads, whose reads
--- index by query and key at once (a bias table): there plain loads gain
+-- out of the key loop) for a score expression's reads that index by key
+-- or score (a bias table's bias(h, q - kv)): there plain loads gain
 -- nothing to share and all issue early, holding registers (ptxas spilled
 -- 8-20 bytes with the relative-position bias at 128-key wgmma tiles).
 local READ = { f32 = "*(%s)", i32 = "*(%s)", f16 = "__half2float(*(%s))", bf16 = "__bfloat162float(*(%s))" }
@@ -84,10 +85,16 @@ function M.new(o)
     end
     if p.type == "bf16" then R.bf16 = true end
     if p.rank > 0 then
-      -- Read in the score expression: __ldg (READ above).
-      local scored = R.score_text and R.score_text:find("%f[%w_]" .. p.name .. "%s*%(") ~= nil
-      p.shared = not scored
-      p.read = scored and LDG[p.type] or READ[p.type]
+      -- __ldg (LDG above) only for a tensor the score expression reads at
+      -- indices that change from score to score (their text names kv or
+      -- s); read only at a row's or a head's indices (ALiBi's slopes(h)),
+      -- or only by the mask, plain loads (READ above): one per row.
+      local per_score = false
+      for args in (R.score_text or ""):gmatch("%f[%w_]" .. p.name .. "%s*(%b())") do
+        if args:find("%f[%w_]kv%f[^%w_]") or args:find("%f[%w_]s%f[^%w_]") then per_score = true end
+      end
+      p.shared = not per_score
+      p.read = per_score and LDG[p.type] or READ[p.type]
     end
   end
   -- The softcap alone folds its cap into the scales: the score function

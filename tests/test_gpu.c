@@ -19,6 +19,39 @@
 #include "util.h"
 #include "runner.h"
 
+/* ---- the resource report ---------------------------------------------------- */
+
+/* The same kernel compiled in two fresh contexts (memory caches only) has
+ * the same report, read from ptxas's lines in the log: NVRTC 12.9 and later
+ * would serve the second compile from their own cache, with no ptxas lines
+ * (registers read 0), were it not turned off (compile.c). */
+int test_gpu_resources_fresh(void)
+{
+  fj_variant v;
+  fj_variant_default(&v, 64, FJ_F16, FJ_CAUSAL_NONE);
+  int regs[2] = {0, 0};
+  for (int round = 0; round < 2; round++) {
+    fj_ctx *ctx;
+    int rc = fjt_gpu_ctx(NULL, &ctx);
+    if (rc)
+      return rc;
+    fj_kernel *k;
+    CHECK_OK(ctx, fj_kernel_get(ctx, &v, &k));
+    fj_resources r;
+    fj_kernel_resources(k, &r);
+    const char *log = fj_kernel_log(k);
+    printf("round %d: %s registers=%d barriers=%d compile_ms=%.1f\n", round,
+           fj_kernel_name(k), r.registers, r.barriers, r.compile_ms);
+    CHECK(r.cache == FJ_CACHE_MISS);
+    CHECK(log && strstr(log, " registers"));
+    CHECK(r.registers > 0);
+    regs[round] = r.registers;
+    fj_ctx_destroy(ctx);
+  }
+  CHECK(regs[0] == regs[1]);
+  return 0;
+}
+
 /* ---- the layout probe ------------------------------------------------------ */
 
 static void print_lut_rows(const fj_lut *l, int lanes)

@@ -209,6 +209,65 @@ int test_host_plan_memory(void)
   return 0;
 }
 
+/* A problem with modifications keeps its plan too, while what p->mods
+ * points to says what it said: each change made in place below, behind
+ * the same pointers (a text's character, a parameter's rank, the block
+ * mask's size, the softcap, the window), is checked again and refused with
+ * its own message; put back, the call passes again. */
+int test_host_plan_memory_mods(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  hcase c[4];
+  make_cases(c);
+  char score[64];
+  snprintf(score, sizeof score, "%s", c[2].m.score);
+  c[2].m.score = score;
+  fj_problem *docs = &c[1].p, *bias = &c[2].p, *cap = &c[3].p;
+  for (int round = 0; round < 2; round++) {
+    for (int i = 1; i < 4; i++)
+      CHECK_ST(ctx, fj_attention_fwd(ctx, &c[i].p, fake, fake, fake, fake, NULL, NULL),
+               FJ_ERR_COMPILE_ONLY);
+    score[1] = ';';
+    CHECK_ST(ctx, fj_attention_fwd(ctx, bias, fake, fake, fake, fake, NULL, NULL),
+             FJ_ERR_INVALID_ARG);
+    CHECK_MSG(ctx, "';' at column 2");
+    score[1] = ' ';
+    c[2].prm[0].rank = 3;
+    CHECK_ST(ctx, fj_attention_fwd(ctx, bias, fake, fake, fake, fake, NULL, NULL),
+             FJ_ERR_INVALID_ARG);
+    CHECK_MSG(ctx, "bias");
+    c[2].prm[0].rank = 2;
+    c[1].bm.block_kv = 96;
+    CHECK_ST(ctx, fj_attention_fwd(ctx, docs, fake, fake, fake, fake, NULL, NULL),
+             FJ_ERR_INVALID_ARG);
+    CHECK_MSG(ctx, "96");
+    c[1].bm.block_kv = 128;
+    c[3].m.softcap = -1.f;
+    CHECK_ST(ctx, fj_attention_fwd(ctx, cap, fake, fake, fake, fake, NULL, NULL),
+             FJ_ERR_INVALID_ARG);
+    CHECK_MSG(ctx, "softcap");
+    c[3].m.softcap = 30.f;
+    c[3].m.window_left = -5;
+    CHECK_ST(ctx, fj_attention_fwd(ctx, cap, fake, fake, fake, fake, NULL, NULL),
+             FJ_ERR_INVALID_ARG);
+    CHECK_MSG(ctx, "window_left");
+    c[3].m.window_left = -1;
+  }
+  /* Kept or not, the plan is the one a fresh context makes. */
+  for (int i = 1; i < 4; i++) {
+    fj_ctx *fresh = fjt_ctx("sm_90a", NULL);
+    CHECK(fresh);
+    fj_plan want, got;
+    CHECK_OK(fresh, fj_attention_plan(fresh, &c[i].p, &want));
+    CHECK_OK(ctx, fj_attention_plan(ctx, &c[i].p, &got));
+    CHECK(same_plan(&want, &got));
+    fj_ctx_destroy(fresh);
+  }
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
 /* ---- launch records, and the library beside bare launches --------------------- */
 
 /* A compile-only call is refused before its launches: the record of the

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "mods.h"
 #include "runner.h"
 
 /* ---- refusals ------------------------------------------------------------------- */
@@ -502,6 +503,69 @@ int test_mods_plan_cache(void)
         return 1;
       }
     }
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* A variant serves a problem whose modifications have its form: the same
+ * expressions, parameters' names, types and ranks, and the same kinds on
+ * (the values may differ).  With no parameters, a NULL array and an empty
+ * one are the same form (the CLI's variant flags and its problem differed
+ * so, and a softcap run of a given variant was refused).  A refusal names
+ * what differs. */
+int test_mods_variant_match(void)
+{
+  static _Alignas(16) char buf[64];
+  fj_mod_param none[1];
+  fj_mods pm, vm;
+  fj_mods_init(&pm);
+  pm.score = "s * 0.5f";
+  pm.softcap = 30.f;
+  pm.params = none;  /* num_params 0: the array is never read */
+  vm = pm;
+  vm.params = NULL;
+  vm.softcap = 50.f;  /* a value, not the form */
+  CHECK(fj__mods_form_diff(&vm, &pm) == NULL);
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  fj_problem p;
+  fj_problem_init(&p, 1, 2, 2, 256, 256, 64, FJ_F16, FJ_BHSD);
+  p.mods = &pm;
+  fj_variant var;
+  CHECK_OK(ctx, fj_attention_variant(ctx, &p, &var, NULL));
+  var.mods = &vm;
+  CHECK_ST(ctx, fj_attention_fwd_variant(ctx, &p, &var, buf, buf, buf, buf, NULL, NULL),
+           FJ_ERR_COMPILE_ONLY);
+  struct {
+    const char *score;
+    float softcap;
+    int window_right;
+    const char *differs;
+  } cases[] = {
+      {"s + 1.f", 30.f, -1, "they differ in the score expression"},
+      {"s * 0.5f", 0.f, -1, "they differ in whether a softcap is on"},
+      {"s * 0.5f", 30.f, 0, "they differ in whether a window is on"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    vm = pm;
+    vm.score = cases[i].score;
+    vm.softcap = cases[i].softcap;
+    vm.window_right = cases[i].window_right;
+    CHECK_ST(ctx, fj_attention_fwd_variant(ctx, &p, &var, buf, buf, buf, buf, NULL, NULL),
+             FJ_ERR_INVALID_ARG);
+    CHECK_MSG(ctx, "variant's modifications (on) are not the problem's (on)");
+    CHECK_MSG(ctx, cases[i].differs);
+  }
+  float x[4] = {0};
+  fj_mod_param a = {"x", FJ_MOD_F32, 1, {4, 0, 0, 0}, x, 0}, b = a;
+  b.name = "y";
+  vm = pm;
+  vm.num_params = pm.num_params = 1;
+  vm.params = &b;
+  pm.params = &a;
+  CHECK_ST(ctx, fj_attention_fwd_variant(ctx, &p, &var, buf, buf, buf, buf, NULL, NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "they differ in a parameter's name, type or rank");
   fj_ctx_destroy(ctx);
   return 0;
 }
