@@ -50,9 +50,10 @@ int fj__mods_user(const fj_mods *m)
 /* Parses m's score (score 1) or mask expression and adds the reads of
  * tensor parameters it makes per element to *reads: the calls whose
  * indices use kv (name 4 of fj__mods_names); a read of q, b or h alone is
- * the same for a row's every key, and is hoisted.  An absent expression
- * passes and reads nothing.  0 when it passes; -1 with the parser's
- * message in err where it is refused. */
+ * the same for a row's every key, and is hoisted.  *reads packs two
+ * counts: every expression's reads (the low 16 bits) and the score's
+ * (above).  An absent expression passes and reads nothing.  0 when it
+ * passes; -1 with the parser's message in err where it is refused. */
 static int parse_expr(const fj_mods *m, int score, int *reads, char *err,
                       size_t errsize)
 {
@@ -65,14 +66,14 @@ static int parse_expr(const fj_mods *m, int score, int *reads, char *err,
                               errsize);
   if (!e)
     return -1;
-  *reads += fj__expr_reads_using(e, 4);
+  *reads += fj__expr_reads_using(e, 4) * (score ? 0x10001 : 1);
   fj__expr_free(e);
   return 0;
 }
 
 /* A form this thread checked is remembered with its reads (mods_memo.h);
  * one it did not is parsed here (an expression refused counts none). */
-int fj__mods_reads(const fj_mods *m)
+static int packed_reads(const fj_mods *m)
 {
   if (!m || !m->params)
     return 0;
@@ -83,6 +84,16 @@ int fj__mods_reads(const fj_mods *m)
   parse_expr(m, 1, &reads, err, sizeof err);
   parse_expr(m, 0, &reads, err, sizeof err);
   return reads;
+}
+
+int fj__mods_reads(const fj_mods *m)
+{
+  return packed_reads(m) & 0xffff;
+}
+
+int fj__mods_score_reads(const fj_mods *m)
+{
+  return packed_reads(m) >> 16;
 }
 
 int fj__mods_checked(const fj_mods *m)

@@ -28,8 +28,11 @@ int fj__mods_block_kv(const fj_mods *m);
 /* A block size a block mask may have: 64, 128 or 256. */
 int fj__block_size_ok(int n);
 /* Reads of tensor parameters the expressions make per element (calls
- * whose indices use kv): each holds a load in flight. */
+ * whose indices use kv): each holds a load in flight.  fj__mods_score_reads
+ * counts the score expression's alone (a bias table's: __ldg per score;
+ * the mask's share a key column's load). */
 int fj__mods_reads(const fj_mods *m);
+int fj__mods_score_reads(const fj_mods *m);
 
 /* fj_mods_check with the message on ctx (NULL: the thread's), all but the
  * tensors' data pointers (a plan or a variant needs none); those are

@@ -104,6 +104,20 @@ int test_mods_memo_in_place(void)
   CHECK(fj__mods_reads(&m) == 2);  /* not yet checked: parsed */
   CHECK_OK(ctx, fj_problem_check(ctx, &p));
   CHECK(fj__mods_memo_find(&m, NULL) && fj__mods_reads(&m) == 2);
+  CHECK(fj__mods_score_reads(&m) == 0);
+  /* The score's own reads are counted apart (the plan gives one a tile of
+   * its own): by key, yes; by query alone, no; remembered or parsed. */
+  strcpy(mask, "doc(q) == doc(kv)");
+  for (int pass = 0; pass < 2; pass++) {
+    m.score = "s + (float)doc(q - kv + 128)";
+    CHECK(fj__mods_score_reads(&m) == 1 && fj__mods_reads(&m) == 2);
+    m.score = "s + (float)doc(q)";
+    CHECK(fj__mods_score_reads(&m) == 0 && fj__mods_reads(&m) == 1);
+    CHECK_OK(ctx, fj_problem_check(ctx, &p));
+    m.score = "s + (float)doc(q - kv + 128)";
+    CHECK_OK(ctx, fj_problem_check(ctx, &p));
+  }
+  m.score = NULL;
   /* More forms than the memo holds, twice round: each still checked. */
   for (int round = 0; round < 2; round++)
     for (int i = 0; i < FJ_MODS_MEMO + 3; i++) {
