@@ -14,7 +14,7 @@ E="--head-dim 128 --dtype bf16 --causal --mma wgmma --tile-m 128 --warps 12 --ti
 ALIBI="--score-mod s+slopes(h)*(float)(kv-q) --param slopes:f32[16]"
 BIAS="--score-mod s+bias(h,q-kv+4096) --param bias:f32[16,8192]"
 # The default variants: ldg (a score's tensor reads all by __ldg under a
-# branch, as before 2026-11-24), sel-ldg (a score's per-score reads by
+# branch, as before 26eaf96), sel-ldg (a score's per-score reads by
 # __ldg at a clamped index and a select: no branch), magic ((float)(kv-q)
 # as an integer add and a float subtraction instead of the conversion).
 MAGIC='s/^{{ mods.score_text }}$/{{ (mods.score_text:gsub("%(float%)%(kv%-q%)", "(__int_as_float(0x4B400000 + kv - q) - 12582912.f)")) }}/'
