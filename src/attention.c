@@ -329,10 +329,10 @@ static void remember_plan(fj_ctx *ctx, const fj_problem *p,
 /* fj_attention_fwd's problem check and plan.  A problem whose bytes
  * repeat a recent one's (and whose modifications, if any, say what they
  * said then) skips both: the check reads only the problem, what its mods
- * point to and the context's target, the plan those and the tuning database, whose
- * generation the memory is kept under, so both would decide again what
- * they decided (two thirds of what a plain call did before its launch
- * path: docs/PERF.md). */
+ * point to and the context's target, the plan those and the tuning
+ * database, whose generation the memory is kept under, so both would
+ * decide again what they decided (two thirds of what a plain call did
+ * before its launch path: docs/PERF.md). */
 static fj_status checked_plan(fj_ctx *ctx, const fj_problem *p, fj_plan *plan)
 {
   unsigned gen = 0;

@@ -573,7 +573,8 @@ const char *fj__mods_form_diff(const fj_mods *a, const fj_mods *b)
   if (a == b)
     return NULL;
   if (!fj__mods_on(a) || !fj__mods_on(b))
-    return fj__mods_on(a) == fj__mods_on(b) ? NULL : "whether modifications are on";
+    return fj__mods_on(a) == fj__mods_on(b) ? NULL
+                                             : "whether modifications are on";
   if (fj__mods_window(a) != fj__mods_window(b))
     return "whether a window is on";
   if (fj__mods_softcap(a) != fj__mods_softcap(b))
