@@ -70,15 +70,33 @@ static void find_include(void)
     }
 }
 
+static char nvrtc_version_text[32];
+static int nvrtc_major, nvrtc_minor;
+static pthread_once_t nvrtc_version_once = PTHREAD_ONCE_INIT;
+
+static void nvrtc_version_read(void)
+{
+  if (nvrtcVersion(&nvrtc_major, &nvrtc_minor) == NVRTC_SUCCESS)
+    snprintf(nvrtc_version_text, sizeof nvrtc_version_text, "%d.%d",
+             nvrtc_major, nvrtc_minor);
+}
+
+/* Once per process: contexts on several devices ask from several threads
+ * at once, and a reader must never see the text half written. */
+const char *fj__nvrtc_version(void)
+{
+  pthread_once(&nvrtc_version_once, nvrtc_version_read);
+  return nvrtc_version_text[0] ? nvrtc_version_text : "unknown";
+}
+
 /* NVRTC 12.9 and later keep their own cache of compiled programs: a hit
  * runs no ptxas, so its log lacks the "-Xptxas -v" lines the resource
  * report reads (registers and spills would read 0), and its time is not a
  * compile's.  The library has its own cache; NVRTC's is turned off. */
 static int nvrtc_has_cache(void)
 {
-  int major = 0, minor = 0;
-  return nvrtcVersion(&major, &minor) == NVRTC_SUCCESS &&
-         (major > 12 || (major == 12 && minor >= 9));
+  pthread_once(&nvrtc_version_once, nvrtc_version_read);
+  return nvrtc_major > 12 || (nvrtc_major == 12 && nvrtc_minor >= 9);
 }
 
 void fj__nvrtc_options(const char *arch, fj_nvrtc_opts *o)
@@ -95,25 +113,6 @@ void fj__nvrtc_options(const char *arch, fj_nvrtc_opts *o)
     o->argv[o->argc++] = "--no-cache";
   if (include_opt[0])
     o->argv[o->argc++] = include_opt;
-}
-
-static char nvrtc_version_text[32];
-static pthread_once_t nvrtc_version_once = PTHREAD_ONCE_INIT;
-
-static void nvrtc_version_read(void)
-{
-  int major = 0, minor = 0;
-  if (nvrtcVersion(&major, &minor) == NVRTC_SUCCESS)
-    snprintf(nvrtc_version_text, sizeof nvrtc_version_text, "%d.%d", major,
-             minor);
-}
-
-/* Once per process: contexts on several devices ask from several threads
- * at once, and a reader must never see the text half written. */
-const char *fj__nvrtc_version(void)
-{
-  pthread_once(&nvrtc_version_once, nvrtc_version_read);
-  return nvrtc_version_text[0] ? nvrtc_version_text : "unknown";
 }
 
 /* NVRTC's targets (nvrtcGetSupportedArchs: 75, 80, ...); their count, 0

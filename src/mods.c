@@ -605,11 +605,6 @@ const char *fj__mods_form_diff(const fj_mods *a, const fj_mods *b)
   return NULL;
 }
 
-int fj__mods_same_form(const fj_mods *a, const fj_mods *b)
-{
-  return fj__mods_form_diff(a, b) == NULL;
-}
-
 /* A text into out (size bytes); -1 where it does not fit. */
 static int copy_text(char *out, size_t size, const char *text)
 {

@@ -47,11 +47,9 @@ fj_status fj__mods_check_blocks(const fj_ctx *ctx, const fj_mods *m,
 fj_status fj__mods_check_blocks_data(const fj_ctx *ctx, const fj_mods *m);
 
 /* A hash of the form (0 for mods that are off), and whether two mods have
- * the same form: the same kernel serves both.  fj__mods_form_diff names
- * the first part of the form that differs ("the score expression", ...), or
- * gives NULL for the same form. */
+ * the same form (the same kernel serves both): NULL, or the first part of
+ * the form that differs ("the score expression", ...). */
 uint64_t fj__mods_hash(const fj_mods *m);
-int fj__mods_same_form(const fj_mods *a, const fj_mods *b);
 const char *fj__mods_form_diff(const fj_mods *a, const fj_mods *b);
 
 /* A copy of everything an fj_mods says, what its pointers point to

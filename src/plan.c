@@ -229,13 +229,14 @@ static void wgmma_choice(fj_variant *v)
   /* One bias table read per score (its index uses the key): at head dim
    * 128, 96-key tiles (relative bias, causal, (4, 16, 4096, 128) bf16 on
    * the H200: 741 us against 848 with 128; 80 keys 767). */
-  if (d == 128 && fj__mods_score_reads(v->mods) == 1 &&
-      fj__mods_reads(v->mods) == 1 && !fj__mods_blocks(v->mods))
+  int reads = fj__mods_reads(v->mods);
+  if (d == 128 && reads == 1 && fj__mods_score_reads(v->mods) == 1 &&
+      !fj__mods_blocks(v->mods))
     v->tile_n = 96;
   /* Reads of tensor parameters per element hold their loads in flight:
    * two or more (a bias table with document ids: three) spill 16-336
    * bytes above these tiles. */
-  if (fj__mods_reads(v->mods) >= 2)
+  if (reads >= 2)
     v->tile_n = d == 256 ? 48 : 64;
   /* A block mask's blocks hold whole tiles: two consumer warpgroups (128
    * rows) at head dim 64, and the largest power of two up to the tile

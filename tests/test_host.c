@@ -85,7 +85,7 @@ typedef enum step {
 static const char *const step_names[S_COUNT] = {
     "fj_problem_check", "fj_attention_plan",
     "fj_attention_fwd to the launch path", "  fj__mods_check",
-    "  fj__plan_class", "  fj__mods_hash", "  fj__mods_same_form",
+    "  fj__plan_class", "  fj__mods_hash", "  fj__mods_form_diff",
     "  the data checks"};
 
 /* One step once; what it returns, so that the loop cannot drop it. */
@@ -101,7 +101,7 @@ static int run_step(fj_ctx *ctx, const hcase *c, const fj_plan *plan, step s)
   case S_MODS_CHECK: return (int)fj__mods_check(ctx, m);
   case S_CLASS: return fj__plan_class(ctx, &c->p);
   case S_HASH: return (int)fj__mods_hash(m);
-  case S_SAME: return fj__mods_same_form(plan->variant.mods, m);
+  case S_SAME: return fj__mods_form_diff(plan->variant.mods, m) == NULL;
   case S_DATA:
     return (int)fj__mods_check_blocks_data(ctx, m) + (int)fj__mods_check_data(ctx, m);
   default: return 0;
