@@ -495,6 +495,7 @@ static void fill_mods(fj_kparams *kp, const fj_problem *p)
   if (fj__mods_softcap(m)) {
     kp->softcap = m->softcap;
     kp->softcap_inv = 1.f / m->softcap;
+    kp->softcap_shift = fj__mods_softcap_shift(m, p->dtype);
   }
   if (fj__mods_blocks(m)) {
     const fj_block_mask *bm = m->block_mask;

@@ -27,9 +27,10 @@ typedef struct fj_kparams {
   int num_pages;
   /* Built-in modifications (fj_mods): the window's sides, FJ_WINDOW_MAX
    * for an unbounded side and 0 for a causal mask's right side; the softcap
-   * and its reciprocal (0 when off). */
+   * and its reciprocal (0 when off), and the softcap's fixed shift of the
+   * exponentials (fj__mods_softcap_shift; 0: the running max). */
   int window_left, window_right;
-  float softcap, softcap_inv;
+  float softcap, softcap_inv, softcap_shift;
   int combine_warps; /* split-KV: the combine's warps a row (1, 2 or 4) */
   /* A dynamic walk of work tiles (the wgmma family's varlen kernels):
    * the counter the blocks claim tiles from, zeroed before each launch. */

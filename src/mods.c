@@ -37,6 +37,27 @@ int fj__mods_softcap(const fj_mods *m)
   return m && m->softcap > 0.f;
 }
 
+/*
+ * A softcapped score lies in [-c, c] (tanh.approx's |y| <= 1), so the
+ * softmax may take its exponentials against a fixed shift instead of the
+ * running row max: no max to reduce, and O is never rescaled.  With shift
+ * c - K, P = e^(s - shift) lies in [e^(-2c + K), e^K].  K = clamp(2c - 70,
+ * 0, 40) keeps P within [e^-70, e^40] for every c <= 55: e^40 and a row
+ * sum of 2^31 such terms stay far inside float's range, and e^-70 (4e-31)
+ * times a value of 1e-6 is still a normal float in the product P V.
+ * Only where P is bfloat16 (float's exponent range); half's range (2^-24
+ * to 65504, 28 units of e) holds no such span, so f16 kernels and caps
+ * over 55 keep the running max.  A shift of 0 says so (every fixed shift
+ * is positive: c for c <= 35, 70 - c above).
+ */
+float fj__mods_softcap_shift(const fj_mods *m, fj_dtype dtype)
+{
+  if (!fj__mods_softcap(m) || dtype != FJ_BF16 || !(m->softcap <= 55.f))
+    return 0.f;
+  float k = 2.f * m->softcap - 70.f;
+  return m->softcap - (k < 0.f ? 0.f : k);
+}
+
 int fj__mods_sinks(const fj_mods *m)
 {
   return m && m->sinks;

@@ -22,6 +22,9 @@ int fj__mods_sinks(const fj_mods *m);    /* sinks != NULL */
  * where it has something to check: a tensor parameter. */
 int fj__mods_checked(const fj_mods *m);
 int fj__mods_on(const fj_mods *m);       /* any of the five */
+/* The softcap's fixed shift of the exponentials, in score units, or 0 for
+ * the running max (see mods.c). */
+float fj__mods_softcap_shift(const fj_mods *m, fj_dtype dtype);
 /* A block mask's block sizes (form), 0 without one. */
 int fj__mods_block_q(const fj_mods *m);
 int fj__mods_block_kv(const fj_mods *m);

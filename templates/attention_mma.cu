@@ -58,7 +58,8 @@
   -- The problem's score and mask functions (mods.lua); with a window or a
   -- split, a block's keys start at kv0 rather than 0.
   local mods = import("mods.lua").new{ score = score_mod, mask = mask_mod, params = mod_params,
-                                       softcap = softcap, sinks = sinks, checked = checked }
+                                       softcap = softcap, sinks = sinks, checked = checked,
+                                       bounded = dtype == "bf16" }
   local D, BM, BN, W, S = head_dim, tile_m, tile_n, warps, stages
   -- A caller's block mask lists each row tile's key tiles (block.cuh);
   -- the mask expression applies only on its partial blocks' tiles.

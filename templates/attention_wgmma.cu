@@ -47,7 +47,8 @@
                                        VL and { q = "len_q", kv = "len_kv", off = "causal_off" } or nil,
                                        window)
   local mods = import("mods.lua").new{ score = score_mod, mask = mask_mod, params = mod_params,
-                                       softcap = softcap, sinks = sinks, checked = checked }
+                                       softcap = softcap, sinks = sinks, checked = checked,
+                                       bounded = dtype == "bf16" }
   local D, BM, BN, S = head_dim, tile_m, tile_n, stages
   -- A caller's block mask lists each row tile's key tiles (block.cuh);
   -- the mask expression applies only on its partial blocks' tiles.
@@ -537,6 +538,10 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     fj::wg_wait<0>();
 {% hold("o", D // 16) %}
 {% release("FJ_EMPTY_V(pslot)") %}
+{% if mods.bounded then %}
+    // A fixed shift (mods.bounded) never rescales O.
+    if (!({{ mods.fixed_on }}))
+{% end %}
 #pragma unroll
     for (int d = 0; d < {{ D // 16 }}; ++d) {
 {% for i = 0, acc.slots - 1 do %}

@@ -42,9 +42,10 @@ struct Params {
   int max_pages, page_shift, num_pages;
   // Built-in modifications (fj_mods): the window's sides (FJ_WINDOW_MAX
   // for an unbounded side; a causal mask's right side is 0) and the
-  // softcap with its reciprocal.
+  // softcap with its reciprocal, and the softcap's fixed shift of the
+  // exponentials in score units (0: the running max; mods.lua's bounded).
   int window_left, window_right;
-  float softcap, softcap_inv;
+  float softcap, softcap_inv, softcap_shift;
   int combine_warps;  // split-KV: the combine's warps a row (1, 2 or 4)
   // A dynamic walk of work tiles (block.cuh's claim): the counter, zeroed
   // before each launch.

@@ -5,7 +5,7 @@
 --
 --   local mods = import("mods.lua").new{ score = score_mod, mask = mask_mod,
 --                                        params = mod_params, softcap = softcap,
---                                        sinks = sinks,
+--                                        sinks = sinks, bounded = bf16 P,
 --                                        b = "blk.b", hkv = "blk.hk" }
 --   mods.score             a score function runs (an expression or softcap)
 --   mods.mask              a mask expression runs
@@ -31,6 +31,14 @@
 --   mods.sinks             attention sinks are on: no element work; the
 --                          epilogue (or split-KV's combine) adds p.sinks[h]
 --                          to each row's denominator
+--   mods.bounded           the softcap bounds every score (|score| <= cap)
+--                          and P is bfloat16 (new{ bounded = ... } says so):
+--                          where the C bool mods.fixed_on holds (the host's
+--                          p.softcap_shift, src/mods.c), the softmax takes
+--                          its exponentials against the fixed running max
+--                          mods.fixed_m (in the units it keeps scores in)
+--                          instead of reducing a row max, and never
+--                          rescales O
 --
 -- The expressions arrive checked (src/expr.c's parser accepted them and
 -- nothing else); mods.cuh pastes them, each after a #line naming it, so
@@ -105,6 +113,9 @@ function M.new(o)
     return R.fold and base .. " * p.softcap_inv" or base
   end
   R.sl2 = R.fold and "1.44269504089f * p.softcap" or "1.44269504089f"
+  R.bounded = R.softcap and o.bounded and true or false
+  R.fixed_on = "p.softcap_shift > 0.f"
+  R.fixed_m = R.fold and "p.softcap_shift * p.softcap_inv" or "p.softcap_shift"
   local B, HKV = o.b or "blk.b", o.hkv or "blk.hk"
   local MA = R.args and ", fj_ma" or ""
 

@@ -18,7 +18,10 @@
              pack.from[2r] and pack.from[2r + 1] of the same lane (the
              probed tables say so: lut.lua's a_from_acc);
     rescale  O *= 2^(old max - new max), or (rescale = nil) the factors left
-             in `alpha(mi, c)` for a caller that must wait before touching O.
+             in `alpha(mi, c)` for a caller that must wait before touching O
+             (1 where mods.bounded's fixed shift holds: no rescale needed).
+  With a softcap on bfloat16 P (mods.bounded), where the host's fixed shift
+  holds (mods.fixed_on), max and rescale give way to that shift.
   Before the mask, a problem's modifications (mods = mods.lua's object,
   with head(row) the query head of a row) turn each element into its
   modified score, or -inf where the user's mask hides it.
@@ -57,6 +60,7 @@
   end
   local depth = 0
   while (1 << depth) < NJ * #rows.classes[1].slots do depth = depth + 1 end
+  local fixed = mods and mods.bounded
 %}
 #pragma unroll
     for (int mi = 0; mi < {{ MR }}; ++mi) {
@@ -108,6 +112,21 @@
         }
       }
 {% end %}
+{% if fixed then %}
+      // Bounded scores (mods.lua's bounded): where the host gave a fixed
+      // shift, the exponentials take it as the row max, never exceeded, so
+      // there is no max to reduce and O is never rescaled.
+{%   for c = 1, NC do %}
+      float mu{{ c }}{{ rescale and ", alpha" .. c or "" }};
+{%   end %}
+      if ({{ mods.fixed_on }}) {
+{%   for c = 1, NC do %}
+        {{ m("mi", c) }} = {{ mods.fixed_m }};
+        mu{{ c }} = {{ m("mi", c) }} * {{ sl2 }};
+        {{ rescale and "alpha" .. c or alpha("mi", c) }} = 1.f;
+{%   end %}
+      } else {
+{% end %}
       // The row max as a balanced tree (depth {{ depth }}), then across the lanes
       // that share the row (XOR {{ table.concat(rows.masks, ", ") }}).
 {% for c = 1, NC do %}
@@ -120,9 +139,14 @@
       const float mn{{ c }} = fmaxf({{ m("mi", c) }}, mx{{ c }});
       // A row that has seen only hidden keys keeps max -inf; subtracting 0
       // instead keeps exp2 at 0 rather than NaN.
-      const float mu{{ c }} = mn{{ c }} == FJ_NEG_INF ? 0.f : mn{{ c }} * {{ sl2 }};
-      {{ rescale and "const float alpha" .. c or alpha("mi", c) }} = fj::fast_exp2({{ m("mi", c) }} * {{ sl2 }} - mu{{ c }});
+      {{ fixed and "" or "const float " }}mu{{ c }} = mn{{ c }} == FJ_NEG_INF ? 0.f : mn{{ c }} * {{ sl2 }};
+      {{ rescale and (fixed and "" or "const float ") .. "alpha" .. c or alpha("mi", c) }} = fj::fast_exp2({{ m("mi", c) }} * {{ sl2 }} - mu{{ c }});
       {{ m("mi", c) }} = mn{{ c }};
+{% end %}
+{% if fixed then %}
+      }
+{% end %}
+{% for c = 1, NC do %}
       float sum{{ c }} = 0.f;
 {% end %}
 #pragma unroll
@@ -145,6 +169,9 @@
       {{ l("mi", c) }} = {{ l("mi", c) }} * {{ rescale and "alpha" .. c or alpha("mi", c) }} + sum{{ c }};
 {% end %}
 {% if rescale then %}
+{%   if fixed then %}
+      if (!({{ mods.fixed_on }}))
+{%   end %}
 #pragma unroll
       for (int d = 0; d < {{ rescale.ND }}; ++d) {
 {%   for i = 0, acc.slots - 1 do %}

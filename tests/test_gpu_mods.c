@@ -3,7 +3,8 @@
  * skipped where there is none), against the float64 reference, whose
  * semantics test_mods.c checks against the formulas: the window (both
  * sides, both alignments, with and without the causal mask), the softcap
- * with inputs x30, ALiBi from a slopes tensor, a bias table read past both
+ * with inputs x30 on both of its softmax paths (a fixed shift, the running
+ * max), ALiBi from a slopes tensor, a bias table read past both
  * ends, document ids, masks that hide whole rows, whole tiles and all tiles
  * but one, integer arithmetic and ternaries -- on the library's choice (the
  * wgmma family on sm_90a prefill) and on the mma family, prefill and decode
@@ -197,6 +198,29 @@ int test_gpu_mods_builtins(void)
     bad |= run_mod_case(ctx, &sc, &w, &seed);
     twin_free(&w);
   }
+  /* The softcap's two softmax paths (mods.c's fixed shift): bfloat16 caps
+   * up to 55 shift by a constant (45: by 25), a cap of 80 and f16 keep
+   * the running max; every score at -cap (P at e^-70 under the shift);
+   * rows that see no key under the shift (O 0, LSE -inf). */
+  static const struct {
+    const char *name, *score, *mask;
+    float cap;
+    fj_dtype dt;
+  } paths[] = {
+      {"softcap 45 (shift 25)", NULL, NULL, 45.f, FJ_BF16},
+      {"softcap 80 (running max)", NULL, NULL, 80.f, FJ_BF16},
+      {"softcap 30 f16 (running max)", NULL, NULL, 30.f, FJ_F16},
+      {"softcap 50, every score at -cap", "s - 1000.f", NULL, 50.f, FJ_BF16},
+      {"softcap 30, rows that see no key", NULL, "q % 7 != 3", 30.f, FJ_BF16},
+  };
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+    const mod_case sc = {paths[i].name, 2, 16, 16, 1100, 1100, 128, paths[i].dt, FJ_CAUSAL_TOP_LEFT, 30};
+    twin w;
+    twin_init(&w, paths[i].score, paths[i].mask);
+    w.hm.softcap = w.dm.softcap = paths[i].cap;
+    bad |= run_mod_case(ctx, &sc, &w, &seed);
+    twin_free(&w);
+  }
   /* Window and softcap at once. */
   const mod_case both = {"window+softcap", 1, 16, 4, 1000, 1000, 128, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 30};
   twin w;
@@ -371,6 +395,14 @@ int test_gpu_mods_sinks(void)
     w.hm.softcap = w.dm.softcap = 30.f;
     w.hm.window_left = w.dm.window_left = 333;
     bad |= twin_sinks(&w, sinks, 16) || run_mod_case(ctx, &sc, &w, &seed);
+    twin_free(&w);
+    /* bfloat16: the softcap's fixed shift, with rows that see no key (O 0,
+     * LSE the sink). */
+    const mod_case sb = {"sinks+softcap bf16, masked rows", 1, 16, 4, 1000, 1000, 128, FJ_BF16,
+                         FJ_CAUSAL_BOTTOM_RIGHT, 30};
+    twin_init(&w, NULL, "q % 5 != 2");
+    w.hm.softcap = w.dm.softcap = 30.f;
+    bad |= twin_sinks(&w, sinks, 16) || run_mod_case(ctx, &sb, &w, &seed);
     twin_free(&w);
   }
   /* Decode: GQA 4:1 packed (each packed row's own head's sink), one

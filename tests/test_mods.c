@@ -900,3 +900,49 @@ int test_mods_builtins_compile(void)
   }
   return 0;
 }
+
+/* The softcap's fixed shift (mods.c): for bfloat16 and caps up to 55 it
+ * keeps every exponential of a score in [-cap, cap] within [e^-70, e^40];
+ * f16, larger caps and no softcap keep the running max (0).  The bfloat16
+ * kernels of both families carry the fixed path, without spills; the f16
+ * ones do not. */
+int test_mods_softcap_shift(void)
+{
+  fj_mods m;
+  fj_mods_init(&m);
+  CHECK(fj__mods_softcap_shift(NULL, FJ_BF16) == 0.f);
+  CHECK(fj__mods_softcap_shift(&m, FJ_BF16) == 0.f);
+  for (int i = 1; i <= 220; i++) {
+    m.softcap = 0.25f * (float)i;
+    const float c = m.softcap, sh = fj__mods_softcap_shift(&m, FJ_BF16);
+    if (!(sh > 0.f && sh <= c && -c - sh >= -70.001f && c - sh <= 40.001f)) {
+      fprintf(stderr, "softcap %g: shift %g puts P in [e^%g, e^%g]\n",
+              (double)c, (double)sh, (double)(-c - sh), (double)(c - sh));
+      return 1;
+    }
+    CHECK(fj__mods_softcap_shift(&m, FJ_F16) == 0.f);
+  }
+  static const float over[] = {55.25f, 80.f, 1e30f};
+  for (size_t i = 0; i < sizeof over / sizeof over[0]; i++) {
+    m.softcap = over[i];
+    CHECK(fj__mods_softcap_shift(&m, FJ_BF16) == 0.f);
+  }
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx);
+    for (int dt = 0; dt < 2; dt++) {
+      fj_problem p;
+      fj_kernel *k;
+      fj_problem_init(&p, 4, 16, 16, 4096, 4096, 128, dt ? FJ_BF16 : FJ_F16, FJ_BHSD);
+      p.causal = FJ_CAUSAL_TOP_LEFT;
+      fj_mods_init(&m);
+      m.softcap = 30.f;
+      p.mods = &m;
+      CHECK(compile_pick(ctx, &p, a ? FJ_MMA_WGMMA : FJ_MMA_SYNC, &k) == 0);
+      CHECK(!strstr(fj_kernel_source(k, NULL), "p.softcap_shift > 0.f") == !dt);
+    }
+    fj_ctx_destroy(ctx);
+  }
+  return 0;
+}
