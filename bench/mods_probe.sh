@@ -9,7 +9,9 @@
 set -u
 out=${1:-/tmp}
 root=$(cd "$(dirname "$0")/.." && pwd)
-V="--shape 4,16,4096,128 --dtype bf16 --causal --mma wgmma --tile-m 128 --warps 12 --tile-n 128 --stages 2 --swizzle xor --softmax regs"
+# PROBE_V="" times each run's own flags alone (the library's pick, or any
+# variant they name).
+V=${PROBE_V-"--shape 4,16,4096,128 --dtype bf16 --causal --mma wgmma --tile-m 128 --warps 12 --tile-n 128 --stages 2 --swizzle xor --softmax regs"}
 E="--head-dim 128 --dtype bf16 --causal --mma wgmma --tile-m 128 --warps 12 --tile-n 128 --stages 2 --swizzle xor --softmax regs"
 ALIBI="--score-mod s+slopes(h)*(float)(kv-q) --param slopes:f32[16]"
 BIAS="--score-mod s+bias(h,q-kv+4096) --param bias:f32[16,8192]"

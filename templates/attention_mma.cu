@@ -417,11 +417,13 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {%
   end
   -- softmax: the online softmax of src (softmax_regs.cuh), P packed as
-  -- A-operand registers pk inside it, O rescaled.
+  -- A-operand registers pk inside it, O rescaled lazily (only once a row's
+  -- max grows past 2^8: 892 against 915 us on the d128 causal variant of
+  -- bench/probes/lazy_rescale.runs; the wgmma family gained nothing).
   local function softmax(src, mask)
 %}
 {{ include("softmax_regs.cuh", with(frag, {
-     NJ = NJ, mask = mask,
+     NJ = NJ, mask = mask, lazy = 8,
      S = function(mi, j, i) return ("%s[%s][%s][%d]"):format(src, mi, j, i) end,
      rescale = { ND = D // 16, O = function(mi, d, i) return ("o[%s][%s][%d]"):format(mi, d, i) end },
      pack = { from = p_from, P = function(mi, j, r) return ("pk[%s][%s][%d]"):format(mi, j, r) end } })) }}

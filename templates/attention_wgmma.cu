@@ -453,7 +453,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {{ include("softmax_regs.cuh", with(frag, {
      NJ = BN // 16, mask = "branch",
      S = function(mi, j, i) return ("s[%s][%d]"):format(j, i) end,
-     alpha = function(mi, c) return ("alpha[%d]"):format(c - 1) end,
+     alpha = function(mi, c) return ("alpha[%d]"):format(c - 1) end, rescaled = not rescale and "resc" or nil,
      rescale = rescale and { ND = D // 16, O = function(mi, d, i) return ("o[%s][%d]"):format(d, i) end } or nil })) }}
 {%
   end
@@ -534,14 +534,13 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% release("q_empty") %}
     }
     float alpha[{{ NC }}];
+    bool resc;
 {% softmax("t", false) %}
     fj::wg_wait<0>();
 {% hold("o", D // 16) %}
 {% release("FJ_EMPTY_V(pslot)") %}
-{% if mods.bounded then %}
-    // A fixed shift (mods.bounded) never rescales O.
-    if (!({{ mods.fixed_on }}))
-{% end %}
+    // Only where a row's max moved (softmax_regs.cuh's lazy rescale).
+    if (resc)
 #pragma unroll
     for (int d = 0; d < {{ D // 16 }}; ++d) {
 {% for i = 0, acc.slots - 1 do %}

@@ -18,8 +18,10 @@
              pack.from[2r] and pack.from[2r + 1] of the same lane (the
              probed tables say so: lut.lua's a_from_acc);
     rescale  O *= 2^(old max - new max), or (rescale = nil) the factors left
-             in `alpha(mi, c)` for a caller that must wait before touching O
-             (1 where mods.bounded's fixed shift holds: no rescale needed).
+             in `alpha(mi, c)` for a caller that must wait before touching O,
+             and (rescaled = a bool's name) whether it must rescale at all.
+             With lazy = k, a warp keeps its rows' max (alpha 1, no rescale)
+             until one grows by more than 2^k, so P may reach 2^k.
   With a softcap on bfloat16 P (mods.bounded), where the host's fixed shift
   holds (mods.fixed_on), max and rescale give way to that shift.
   Before the mask, a problem's modifications (mods = mods.lua's object,
@@ -61,6 +63,10 @@
   local depth = 0
   while (1 << depth) < NJ * #rows.classes[1].slots do depth = depth + 1 end
   local fixed = mods and mods.bounded
+  -- Lazy rescale (the family's `lazy`, or nil): how far in base-2 units
+  -- a row's max may grow before the row takes the new max and O its
+  -- rescale.
+  local LAZY = lazy
 %}
 #pragma unroll
     for (int mi = 0; mi < {{ MR }}; ++mi) {
@@ -112,19 +118,21 @@
         }
       }
 {% end %}
+{% for c = 1, NC do %}
+      float mu{{ c }}{{ rescale and ", alpha" .. c or "" }};
+{% end %}
+      bool rs = true;  // O needs the rescale
 {% if fixed then %}
       // Bounded scores (mods.lua's bounded): where the host gave a fixed
       // shift, the exponentials take it as the row max, never exceeded, so
       // there is no max to reduce and O is never rescaled.
-{%   for c = 1, NC do %}
-      float mu{{ c }}{{ rescale and ", alpha" .. c or "" }};
-{%   end %}
       if ({{ mods.fixed_on }}) {
 {%   for c = 1, NC do %}
         {{ m("mi", c) }} = {{ mods.fixed_m }};
         mu{{ c }} = {{ m("mi", c) }} * {{ sl2 }};
         {{ rescale and "alpha" .. c or alpha("mi", c) }} = 1.f;
 {%   end %}
+        rs = false;
       } else {
 {% end %}
       // The row max as a balanced tree (depth {{ depth }}), then across the lanes
@@ -137,14 +145,27 @@
       mx{{ c }} = fmaxf(mx{{ c }}, __shfl_xor_sync(0xffffffffu, mx{{ c }}, {{ x }}));
 {%   end %}
       const float mn{{ c }} = fmaxf({{ m("mi", c) }}, mx{{ c }});
+{% end %}
+{% if LAZY then %}
+      // Lazy rescale: unless the max of some row of this warp grew by more
+      // than 2^{{ LAZY }} (in base-2 units), the rows keep their old max and O its
+      // scale; P then reaches at most 2^{{ LAZY }}, which every 16-bit type holds.
+      // (A row that saw only hidden keys has -inf - -inf = NaN: no growth.)
+      rs = __any_sync(0xffffffffu, {% for c = 1, NC do %}mn{{ c }} * {{ sl2 }} - {{ m("mi", c) }} * {{ sl2 }} > {{ LAZY }}.f || {% end %}false);
+{% end %}
+{% for c = 1, NC do %}
+      const float mk{{ c }} = {{ LAZY and "rs ? mn" .. c .. " : " .. m("mi", c) or "mn" .. c }};
       // A row that has seen only hidden keys keeps max -inf; subtracting 0
       // instead keeps exp2 at 0 rather than NaN.
-      {{ fixed and "" or "const float " }}mu{{ c }} = mn{{ c }} == FJ_NEG_INF ? 0.f : mn{{ c }} * {{ sl2 }};
-      {{ rescale and (fixed and "" or "const float ") .. "alpha" .. c or alpha("mi", c) }} = fj::fast_exp2({{ m("mi", c) }} * {{ sl2 }} - mu{{ c }});
-      {{ m("mi", c) }} = mn{{ c }};
+      mu{{ c }} = mk{{ c }} == FJ_NEG_INF ? 0.f : mk{{ c }} * {{ sl2 }};
+      {{ rescale and "alpha" .. c or alpha("mi", c) }} = fj::fast_exp2({{ m("mi", c) }} * {{ sl2 }} - mu{{ c }});
+      {{ m("mi", c) }} = mk{{ c }};
 {% end %}
 {% if fixed then %}
       }
+{% end %}
+{% if rescaled then %}
+      {{ rescaled }} = rs;
 {% end %}
 {% for c = 1, NC do %}
       float sum{{ c }} = 0.f;
@@ -169,9 +190,7 @@
       {{ l("mi", c) }} = {{ l("mi", c) }} * {{ rescale and "alpha" .. c or alpha("mi", c) }} + sum{{ c }};
 {% end %}
 {% if rescale then %}
-{%   if fixed then %}
-      if (!({{ mods.fixed_on }}))
-{%   end %}
+      if (rs)
 #pragma unroll
       for (int d = 0; d < {{ rescale.ND }}; ++d) {
 {%   for i = 0, acc.slots - 1 do %}

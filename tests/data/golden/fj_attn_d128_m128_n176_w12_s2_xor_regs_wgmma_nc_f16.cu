@@ -26,9 +26,10 @@ struct Params {
   int max_pages, page_shift, num_pages;
   // Built-in modifications (fj_mods): the window's sides (FJ_WINDOW_MAX
   // for an unbounded side; a causal mask's right side is 0) and the
-  // softcap with its reciprocal.
+  // softcap with its reciprocal, and the softcap's fixed shift of the
+  // exponentials in score units (0: the running max; mods.lua's bounded).
   int window_left, window_right;
-  float softcap, softcap_inv;
+  float softcap, softcap_inv, softcap_shift;
   int combine_warps;  // split-KV: the combine's warps a row (1, 2 or 4)
   // A dynamic walk of work tiles (block.cuh's claim): the counter, zeroed
   // before each launch.
@@ -40,7 +41,7 @@ struct Params {
   int bm_stride_b, bm_stride_h, bm_q_blocks, bm_kv_blocks;
   const float *sinks;       // attention sinks: [heads_q] logits, or NULL
 };
-static_assert(sizeof(Params) == 336, "host and device disagree on the parameter block");
+static_assert(sizeof(Params) == 344, "host and device disagree on the parameter block");
 
 typedef __half elem_t;
 typedef __half2 elem2_t;
@@ -425,6 +426,9 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
           if (j * 16 + 9 >= lim2) s[j][7] = FJ_NEG_INF;
         }
       }
+      float mu1, alpha1;
+      float mu2, alpha2;
+      bool rs = true;  // O needs the rescale
       // The row max as a balanced tree (depth 6), then across the lanes
       // that share the row (XOR 1, 2).
       float mx1 = fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[0][4], s[0][5])), fmaxf(fmaxf(s[1][0], s[1][1]), fmaxf(s[1][4], s[1][5]))), fmaxf(fmaxf(fmaxf(s[2][0], s[2][1]), fmaxf(s[2][4], s[2][5])), fmaxf(fmaxf(s[3][0], s[3][1]), fmaxf(s[3][4], s[3][5])))), fmaxf(fmaxf(fmaxf(fmaxf(s[4][0], s[4][1]), fmaxf(s[4][4], s[4][5])), fmaxf(fmaxf(s[5][0], s[5][1]), fmaxf(s[5][4], s[5][5]))), fmaxf(fmaxf(fmaxf(s[6][0], s[6][1]), fmaxf(s[6][4], s[6][5])), fmaxf(fmaxf(s[7][0], s[7][1]), fmaxf(s[7][4], s[7][5]))))), fmaxf(fmaxf(fmaxf(fmaxf(s[8][0], s[8][1]), fmaxf(s[8][4], s[8][5])), fmaxf(fmaxf(s[9][0], s[9][1]), fmaxf(s[9][4], s[9][5]))), fmaxf(fmaxf(s[10][0], s[10][1]), fmaxf(s[10][4], s[10][5]))));
@@ -432,20 +436,22 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
       const float mn1 = fmaxf(row_m[mi][0], mx1);
-      // A row that has seen only hidden keys keeps max -inf; subtracting 0
-      // instead keeps exp2 at 0 rather than NaN.
-      const float mu1 = mn1 == FJ_NEG_INF ? 0.f : mn1 * sl2;
-      const float alpha1 = fj::fast_exp2(row_m[mi][0] * sl2 - mu1);
-      row_m[mi][0] = mn1;
-      float sum1 = 0.f;
       mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 1));
       mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 2));
       const float mn2 = fmaxf(row_m[mi][1], mx2);
+      const float mk1 = mn1;
       // A row that has seen only hidden keys keeps max -inf; subtracting 0
       // instead keeps exp2 at 0 rather than NaN.
-      const float mu2 = mn2 == FJ_NEG_INF ? 0.f : mn2 * sl2;
-      const float alpha2 = fj::fast_exp2(row_m[mi][1] * sl2 - mu2);
-      row_m[mi][1] = mn2;
+      mu1 = mk1 == FJ_NEG_INF ? 0.f : mk1 * sl2;
+      alpha1 = fj::fast_exp2(row_m[mi][0] * sl2 - mu1);
+      row_m[mi][0] = mk1;
+      const float mk2 = mn2;
+      // A row that has seen only hidden keys keeps max -inf; subtracting 0
+      // instead keeps exp2 at 0 rather than NaN.
+      mu2 = mk2 == FJ_NEG_INF ? 0.f : mk2 * sl2;
+      alpha2 = fj::fast_exp2(row_m[mi][1] * sl2 - mu2);
+      row_m[mi][1] = mk2;
+      float sum1 = 0.f;
       float sum2 = 0.f;
 #pragma unroll
       for (int j = 0; j < 11; ++j) {
@@ -462,6 +468,7 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
       }
       row_l[mi][0] = row_l[mi][0] * alpha1 + sum1;
       row_l[mi][1] = row_l[mi][1] * alpha2 + sum2;
+      if (rs)
 #pragma unroll
       for (int d = 0; d < 8; ++d) {
         o[d][0] *= alpha1;
@@ -513,6 +520,7 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
     if (lane == 0) fj::mbar_arrive(q_empty);
     }
     float alpha[2];
+    bool resc;
     const bool need_mask = n0 + 176 > p.seq_kv;
 #pragma unroll
     for (int mi = 0; mi < 1; ++mi) {
@@ -534,6 +542,9 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
           if (j * 16 + 9 >= lim2) s[j][7] = FJ_NEG_INF;
         }
       }
+      float mu1;
+      float mu2;
+      bool rs = true;  // O needs the rescale
       // The row max as a balanced tree (depth 6), then across the lanes
       // that share the row (XOR 1, 2).
       float mx1 = fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[0][4], s[0][5])), fmaxf(fmaxf(s[1][0], s[1][1]), fmaxf(s[1][4], s[1][5]))), fmaxf(fmaxf(fmaxf(s[2][0], s[2][1]), fmaxf(s[2][4], s[2][5])), fmaxf(fmaxf(s[3][0], s[3][1]), fmaxf(s[3][4], s[3][5])))), fmaxf(fmaxf(fmaxf(fmaxf(s[4][0], s[4][1]), fmaxf(s[4][4], s[4][5])), fmaxf(fmaxf(s[5][0], s[5][1]), fmaxf(s[5][4], s[5][5]))), fmaxf(fmaxf(fmaxf(s[6][0], s[6][1]), fmaxf(s[6][4], s[6][5])), fmaxf(fmaxf(s[7][0], s[7][1]), fmaxf(s[7][4], s[7][5]))))), fmaxf(fmaxf(fmaxf(fmaxf(s[8][0], s[8][1]), fmaxf(s[8][4], s[8][5])), fmaxf(fmaxf(s[9][0], s[9][1]), fmaxf(s[9][4], s[9][5]))), fmaxf(fmaxf(s[10][0], s[10][1]), fmaxf(s[10][4], s[10][5]))));
@@ -541,20 +552,23 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
       const float mn1 = fmaxf(row_m[mi][0], mx1);
-      // A row that has seen only hidden keys keeps max -inf; subtracting 0
-      // instead keeps exp2 at 0 rather than NaN.
-      const float mu1 = mn1 == FJ_NEG_INF ? 0.f : mn1 * sl2;
-      alpha[0] = fj::fast_exp2(row_m[mi][0] * sl2 - mu1);
-      row_m[mi][0] = mn1;
-      float sum1 = 0.f;
       mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 1));
       mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 2));
       const float mn2 = fmaxf(row_m[mi][1], mx2);
+      const float mk1 = mn1;
       // A row that has seen only hidden keys keeps max -inf; subtracting 0
       // instead keeps exp2 at 0 rather than NaN.
-      const float mu2 = mn2 == FJ_NEG_INF ? 0.f : mn2 * sl2;
+      mu1 = mk1 == FJ_NEG_INF ? 0.f : mk1 * sl2;
+      alpha[0] = fj::fast_exp2(row_m[mi][0] * sl2 - mu1);
+      row_m[mi][0] = mk1;
+      const float mk2 = mn2;
+      // A row that has seen only hidden keys keeps max -inf; subtracting 0
+      // instead keeps exp2 at 0 rather than NaN.
+      mu2 = mk2 == FJ_NEG_INF ? 0.f : mk2 * sl2;
       alpha[1] = fj::fast_exp2(row_m[mi][1] * sl2 - mu2);
-      row_m[mi][1] = mn2;
+      row_m[mi][1] = mk2;
+      resc = rs;
+      float sum1 = 0.f;
       float sum2 = 0.f;
 #pragma unroll
       for (int j = 0; j < 11; ++j) {
@@ -580,6 +594,8 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
       for (int i = 0; i < 8; ++i) fj::wg_hold(o[j][i]);
     __syncwarp();
     if (lane == 0) fj::mbar_arrive(FJ_EMPTY_V(pslot));
+    // Only where a row's max moved (softmax_regs.cuh's lazy rescale).
+    if (resc)
 #pragma unroll
     for (int d = 0; d < 8; ++d) {
       o[d][0] *= alpha[0];

@@ -27,9 +27,10 @@ struct Params {
   int max_pages, page_shift, num_pages;
   // Built-in modifications (fj_mods): the window's sides (FJ_WINDOW_MAX
   // for an unbounded side; a causal mask's right side is 0) and the
-  // softcap with its reciprocal.
+  // softcap with its reciprocal, and the softcap's fixed shift of the
+  // exponentials in score units (0: the running max; mods.lua's bounded).
   int window_left, window_right;
-  float softcap, softcap_inv;
+  float softcap, softcap_inv, softcap_shift;
   int combine_warps;  // split-KV: the combine's warps a row (1, 2 or 4)
   // A dynamic walk of work tiles (block.cuh's claim): the counter, zeroed
   // before each launch.
@@ -41,7 +42,7 @@ struct Params {
   int bm_stride_b, bm_stride_h, bm_q_blocks, bm_kv_blocks;
   const float *sinks;       // attention sinks: [heads_q] logits, or NULL
 };
-static_assert(sizeof(Params) == 336, "host and device disagree on the parameter block");
+static_assert(sizeof(Params) == 344, "host and device disagree on the parameter block");
 
 typedef __nv_bfloat16 elem_t;
 typedef __nv_bfloat162 elem2_t;
@@ -396,6 +397,9 @@ fj_attn_d128_m128_n64_w4_s2_pad_regs_mma_br_bf16(const fj::Params p) {
           if (j * 16 + 9 >= lim2) sc[mi][j][7] = FJ_NEG_INF;
         }
       }
+      float mu1, alpha1;
+      float mu2, alpha2;
+      bool rs = true;  // O needs the rescale
       // The row max as a balanced tree (depth 4), then across the lanes
       // that share the row (XOR 1, 2).
       float mx1 = fmaxf(fmaxf(fmaxf(fmaxf(sc[mi][0][0], sc[mi][0][1]), fmaxf(sc[mi][0][4], sc[mi][0][5])), fmaxf(fmaxf(sc[mi][1][0], sc[mi][1][1]), fmaxf(sc[mi][1][4], sc[mi][1][5]))), fmaxf(fmaxf(fmaxf(sc[mi][2][0], sc[mi][2][1]), fmaxf(sc[mi][2][4], sc[mi][2][5])), fmaxf(fmaxf(sc[mi][3][0], sc[mi][3][1]), fmaxf(sc[mi][3][4], sc[mi][3][5]))));
@@ -403,20 +407,27 @@ fj_attn_d128_m128_n64_w4_s2_pad_regs_mma_br_bf16(const fj::Params p) {
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
       const float mn1 = fmaxf(row_m[mi][0], mx1);
-      // A row that has seen only hidden keys keeps max -inf; subtracting 0
-      // instead keeps exp2 at 0 rather than NaN.
-      const float mu1 = mn1 == FJ_NEG_INF ? 0.f : mn1 * sl2;
-      const float alpha1 = fj::fast_exp2(row_m[mi][0] * sl2 - mu1);
-      row_m[mi][0] = mn1;
-      float sum1 = 0.f;
       mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 1));
       mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 2));
       const float mn2 = fmaxf(row_m[mi][1], mx2);
+      // Lazy rescale: unless the max of some row of this warp grew by more
+      // than 2^8 (in base-2 units), the rows keep their old max and O its
+      // scale; P then reaches at most 2^8, which every 16-bit type holds.
+      // (A row that saw only hidden keys has -inf - -inf = NaN: no growth.)
+      rs = __any_sync(0xffffffffu, mn1 * sl2 - row_m[mi][0] * sl2 > 8.f || mn2 * sl2 - row_m[mi][1] * sl2 > 8.f || false);
+      const float mk1 = rs ? mn1 : row_m[mi][0];
       // A row that has seen only hidden keys keeps max -inf; subtracting 0
       // instead keeps exp2 at 0 rather than NaN.
-      const float mu2 = mn2 == FJ_NEG_INF ? 0.f : mn2 * sl2;
-      const float alpha2 = fj::fast_exp2(row_m[mi][1] * sl2 - mu2);
-      row_m[mi][1] = mn2;
+      mu1 = mk1 == FJ_NEG_INF ? 0.f : mk1 * sl2;
+      alpha1 = fj::fast_exp2(row_m[mi][0] * sl2 - mu1);
+      row_m[mi][0] = mk1;
+      const float mk2 = rs ? mn2 : row_m[mi][1];
+      // A row that has seen only hidden keys keeps max -inf; subtracting 0
+      // instead keeps exp2 at 0 rather than NaN.
+      mu2 = mk2 == FJ_NEG_INF ? 0.f : mk2 * sl2;
+      alpha2 = fj::fast_exp2(row_m[mi][1] * sl2 - mu2);
+      row_m[mi][1] = mk2;
+      float sum1 = 0.f;
       float sum2 = 0.f;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -439,6 +450,7 @@ fj_attn_d128_m128_n64_w4_s2_pad_regs_mma_br_bf16(const fj::Params p) {
       }
       row_l[mi][0] = row_l[mi][0] * alpha1 + sum1;
       row_l[mi][1] = row_l[mi][1] * alpha2 + sum2;
+      if (rs)
 #pragma unroll
       for (int d = 0; d < 8; ++d) {
         o[mi][d][0] *= alpha1;

@@ -28,9 +28,10 @@ struct Params {
   int max_pages, page_shift, num_pages;
   // Built-in modifications (fj_mods): the window's sides (FJ_WINDOW_MAX
   // for an unbounded side; a causal mask's right side is 0) and the
-  // softcap with its reciprocal.
+  // softcap with its reciprocal, and the softcap's fixed shift of the
+  // exponentials in score units (0: the running max; mods.lua's bounded).
   int window_left, window_right;
-  float softcap, softcap_inv;
+  float softcap, softcap_inv, softcap_shift;
   int combine_warps;  // split-KV: the combine's warps a row (1, 2 or 4)
   // A dynamic walk of work tiles (block.cuh's claim): the counter, zeroed
   // before each launch.
@@ -42,7 +43,7 @@ struct Params {
   int bm_stride_b, bm_stride_h, bm_q_blocks, bm_kv_blocks;
   const float *sinks;       // attention sinks: [heads_q] logits, or NULL
 };
-static_assert(sizeof(Params) == 336, "host and device disagree on the parameter block");
+static_assert(sizeof(Params) == 344, "host and device disagree on the parameter block");
 
 typedef __nv_bfloat16 elem_t;
 typedef __nv_bfloat162 elem2_t;
@@ -365,6 +366,9 @@ fj_attn_d128_m128_n64_w8_s2_xor_regs_wmma_tl_bf16(const fj::Params p) {
           if (j * 16 + 9 >= lim2) sc[j].x[7] = FJ_NEG_INF;
         }
       }
+      float mu1, alpha1;
+      float mu2, alpha2;
+      bool rs = true;  // O needs the rescale
       // The row max as a balanced tree (depth 4), then across the lanes
       // that share the row (XOR 1, 2).
       float mx1 = fmaxf(fmaxf(fmaxf(fmaxf(sc[0].x[0], sc[0].x[1]), fmaxf(sc[0].x[4], sc[0].x[5])), fmaxf(fmaxf(sc[1].x[0], sc[1].x[1]), fmaxf(sc[1].x[4], sc[1].x[5]))), fmaxf(fmaxf(fmaxf(sc[2].x[0], sc[2].x[1]), fmaxf(sc[2].x[4], sc[2].x[5])), fmaxf(fmaxf(sc[3].x[0], sc[3].x[1]), fmaxf(sc[3].x[4], sc[3].x[5]))));
@@ -372,20 +376,22 @@ fj_attn_d128_m128_n64_w8_s2_xor_regs_wmma_tl_bf16(const fj::Params p) {
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
       const float mn1 = fmaxf(row_m[mi][0], mx1);
-      // A row that has seen only hidden keys keeps max -inf; subtracting 0
-      // instead keeps exp2 at 0 rather than NaN.
-      const float mu1 = mn1 == FJ_NEG_INF ? 0.f : mn1 * sl2;
-      const float alpha1 = fj::fast_exp2(row_m[mi][0] * sl2 - mu1);
-      row_m[mi][0] = mn1;
-      float sum1 = 0.f;
       mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 1));
       mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 2));
       const float mn2 = fmaxf(row_m[mi][1], mx2);
+      const float mk1 = mn1;
       // A row that has seen only hidden keys keeps max -inf; subtracting 0
       // instead keeps exp2 at 0 rather than NaN.
-      const float mu2 = mn2 == FJ_NEG_INF ? 0.f : mn2 * sl2;
-      const float alpha2 = fj::fast_exp2(row_m[mi][1] * sl2 - mu2);
-      row_m[mi][1] = mn2;
+      mu1 = mk1 == FJ_NEG_INF ? 0.f : mk1 * sl2;
+      alpha1 = fj::fast_exp2(row_m[mi][0] * sl2 - mu1);
+      row_m[mi][0] = mk1;
+      const float mk2 = mn2;
+      // A row that has seen only hidden keys keeps max -inf; subtracting 0
+      // instead keeps exp2 at 0 rather than NaN.
+      mu2 = mk2 == FJ_NEG_INF ? 0.f : mk2 * sl2;
+      alpha2 = fj::fast_exp2(row_m[mi][1] * sl2 - mu2);
+      row_m[mi][1] = mk2;
+      float sum1 = 0.f;
       float sum2 = 0.f;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -402,6 +408,7 @@ fj_attn_d128_m128_n64_w8_s2_xor_regs_wmma_tl_bf16(const fj::Params p) {
       }
       row_l[mi][0] = row_l[mi][0] * alpha1 + sum1;
       row_l[mi][1] = row_l[mi][1] * alpha2 + sum2;
+      if (rs)
 #pragma unroll
       for (int d = 0; d < 8; ++d) {
         o[d].x[0] *= alpha1;

@@ -28,9 +28,10 @@ struct Params {
   int max_pages, page_shift, num_pages;
   // Built-in modifications (fj_mods): the window's sides (FJ_WINDOW_MAX
   // for an unbounded side; a causal mask's right side is 0) and the
-  // softcap with its reciprocal.
+  // softcap with its reciprocal, and the softcap's fixed shift of the
+  // exponentials in score units (0: the running max; mods.lua's bounded).
   int window_left, window_right;
-  float softcap, softcap_inv;
+  float softcap, softcap_inv, softcap_shift;
   int combine_warps;  // split-KV: the combine's warps a row (1, 2 or 4)
   // A dynamic walk of work tiles (block.cuh's claim): the counter, zeroed
   // before each launch.
@@ -42,7 +43,7 @@ struct Params {
   int bm_stride_b, bm_stride_h, bm_q_blocks, bm_kv_blocks;
   const float *sinks;       // attention sinks: [heads_q] logits, or NULL
 };
-static_assert(sizeof(Params) == 336, "host and device disagree on the parameter block");
+static_assert(sizeof(Params) == 344, "host and device disagree on the parameter block");
 
 typedef __half elem_t;
 typedef __half2 elem2_t;
