@@ -539,7 +539,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     fj::wg_wait<0>();
 {% hold("o", D // 16) %}
 {% release("FJ_EMPTY_V(pslot)") %}
-    // Only where a row's max moved (softmax_regs.cuh's lazy rescale).
+    // Not under the softcap's fixed shift (softmax_regs.cuh's `rescaled`).
     if (resc)
 #pragma unroll
     for (int d = 0; d < {{ D // 16 }}; ++d) {

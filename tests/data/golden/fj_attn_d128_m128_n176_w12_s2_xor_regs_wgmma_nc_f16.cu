@@ -594,7 +594,7 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
       for (int i = 0; i < 8; ++i) fj::wg_hold(o[j][i]);
     __syncwarp();
     if (lane == 0) fj::mbar_arrive(FJ_EMPTY_V(pslot));
-    // Only where a row's max moved (softmax_regs.cuh's lazy rescale).
+    // Not under the softcap's fixed shift (softmax_regs.cuh's `rescaled`).
     if (resc)
 #pragma unroll
     for (int d = 0; d < 8; ++d) {
