@@ -91,7 +91,7 @@ __device__ __forceinline__ float softcap_tanh(float x) {
 {%   end %}
 }  // namespace fj
 {%   if mods.score then %}
-__device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
+__device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, {{ mods.kvq and "float fj_kvq, " or "" }}const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
 {%   end %}
 {%   if mods.mask then %}
 __device__ __forceinline__ bool fj_mask_mod(int b, int h, int hkv, int q, int kv{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
@@ -127,13 +127,18 @@ __device__ __forceinline__ bool fj_mask_mod(int b, int h, int hkv, int q, int kv
 // ---- score and mask modifications (fj_mods) --------------------------------
 {%   if mods.score then %}
 // The score of (q, kv) from s, the scaled score{{ mods.score_text and ": the user's expression" or "" }}{{ mods.softcap and ", then softcap * tanhf(s / softcap)" or "" }}.
-__device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }}) {
+__device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, {{ mods.kvq and "float fj_kvq, " or "" }}const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }}) {
   (void)b; (void)h; (void)hkv; (void)q; (void)kv; (void)fj_p;
 {%     locals() %}
 {%     if mods.score_text then %}
+{%       if mods.kvq then %}
+  // The user's expression, {{ (mods.score_text:gsub("%s+", " ")) }}, with its (float)(kv - q)
+  // as fj_kvq (the same distance, built per element from one conversion a
+  // row and tile: mods.lua's kvq).
+{%       end %}
   s = (
 #line 1 "score"
-{{ mods.score_text }}
+{{ mods.kernel_score_text }}
   );
 {%     end %}
 {%     if mods.fold then %}

@@ -12,7 +12,7 @@
 --   mods.any               either: the family applies them per element
 --   mods.args              the kernel takes fj::ModArgs (parameters exist)
 --   mods.kernel_param      its declaration in the kernel's parameter list
---   mods.apply_score(lv, q, h, kv, visible), mods.apply_mask(...)
+--   mods.apply_score(lv, q, h, kv, visible, kvq), mods.apply_mask(...)
 --                          the statement for one element: lv becomes the
 --                          score function of lv * qk_scale; lv becomes -inf
 --                          where the mask expression is false.  In checked
@@ -31,6 +31,11 @@
 --   mods.sinks             attention sinks are on: no element work; the
 --                          epilogue (or split-KV's combine) adds p.sinks[h]
 --                          to each row's denominator
+--   mods.kvq               the score expression's (float)(kv - q) (or q -
+--                          kv), ALiBi's distance, is the float fj_kvq, which
+--                          the family passes to apply_score as `kvq`: one
+--                          conversion a row and tile, one add an element
+--                          (mods.kernel_score_text is the rewritten text)
 --   mods.bounded           the softcap bounds every score (|score| <= cap)
 --                          and P is bfloat16 (new{ bounded = ... } says so):
 --                          where the C bool mods.fixed_on holds (the host's
@@ -80,6 +85,43 @@ function M.new(o)
   -- Checked mode: a tensor read out of range is recorded (mods.cuh).
   R.checked = o.checked and true or false
   R.params = param_list(o.params)
+  -- ALiBi's distance, (float)(kv - q) or (float)(q - kv), as fj_kvq (or
+  -- its negation): a float the family builds per element from one
+  -- conversion a row and tile plus the column's constant, one add where the
+  -- integer subtraction and the conversion took three instructions (ALiBi's
+  -- cost went mostly there).  Exact while |kv - q| and the tile's first
+  -- distance stay below 2^24.  The text keeps its length (the name padded
+  -- with spaces), so NVRTC's columns are still the user's.
+  local function kvq_form(text)
+    local out, i = {}, 1
+    while true do
+      local a, b = text:find("(float)", i, true)
+      if not a then break end
+      -- "(float)", then "(" x "-" y ")" with spaces anywhere between.
+      local j = b + 1
+      local function at(c) while text:sub(j, j):match("%s") do j = j + 1 end return text:sub(j, j) == c end
+      local function name() at("") local k = j while text:sub(j, j):match("[%w_]") do j = j + 1 end return text:sub(k, j - 1) end
+      local ok = at("(")
+      j = j + 1
+      local x = name()
+      ok = ok and at("-")
+      j = j + 1
+      local y = name()
+      ok = ok and at(")")
+      if ok and ((x == "kv" and y == "q") or (x == "q" and y == "kv")) then
+        local to = x == "kv" and "fj_kvq" or "(-fj_kvq)"
+        out[#out + 1] = text:sub(i, a - 1) .. to .. (" "):rep(j - a + 1 - #to)
+        i = j + 1
+      else
+        out[#out + 1] = text:sub(i, b)
+        i = b + 1
+      end
+    end
+    out[#out + 1] = text:sub(i)
+    return table.concat(out)
+  end
+  R.kernel_score_text = R.score_text and kvq_form(R.score_text)
+  R.kvq = R.kernel_score_text ~= R.score_text
   R.score = R.score_text ~= nil or R.softcap
   R.mask = R.mask_text ~= nil
   R.any = R.score or R.mask
@@ -123,9 +165,9 @@ function M.new(o)
     if R.checked and visible then return ("if (%s) { %s }"):format(visible, body) end
     return body
   end
-  function R.apply_score(lv, q, h, kv, visible)
-    return only_visible(("%s = fj_score_mod(%s * qk_scale, %s, %s, %s, %s, %s, p%s);"):format(
-      lv, lv, B, h, HKV, q, kv, MA), visible)
+  function R.apply_score(lv, q, h, kv, visible, kvq)
+    return only_visible(("%s = fj_score_mod(%s * qk_scale, %s, %s, %s, %s, %s, %sp%s);"):format(
+      lv, lv, B, h, HKV, q, kv, R.kvq and kvq .. ", " or "", MA), visible)
   end
   function R.apply_mask(lv, q, h, kv, visible)
     return only_visible(("if (!fj_mask_mod(%s, %s, %s, %s, %s%s)) %s = FJ_NEG_INF;"):format(

@@ -76,6 +76,11 @@
 {%   for c = 1, NC do %}
 {%     local row = ("%s + %d"):format(row0("mi"), rows.classes[c].drow) %}
       const int mq{{ c }} = {{ mrule.pos(row) }}, mh{{ c }} = {{ head(row) }};
+{%     if mods.kvq then %}
+      // The distance kv - q at the lane's first column, as a float: an
+      // element's adds its column's constant (mods.lua's kvq).
+      const float mkvq{{ c }} = (float)({{ n0 }} + {{ c0 }} - mq{{ c }});
+{%     end %}
 {%   end %}
 {%   for _, part in ipairs({ "score", "mask" }) do %}
 {%     if mods[part] then %}
@@ -88,7 +93,8 @@
       for (int j = 0; j < {{ NJ }}; ++j) {
 {%       for i = 0, acc.slots - 1 do %}
 {%         local key = ("%s + %s + j * 16 + %d"):format(n0, c0, acc.dcol[i]) %}
-        {{ mods["apply_" .. part](S("mi", "j", i), "mq" .. rows.class_of[i], "mh" .. rows.class_of[i], key, mrule.used(("%s + %d"):format(row0("mi"), rows.classes[rows.class_of[i]].drow), key)) }}
+        {{ mods["apply_" .. part](S("mi", "j", i), "mq" .. rows.class_of[i], "mh" .. rows.class_of[i], key, mrule.used(("%s + %d"):format(row0("mi"), rows.classes[rows.class_of[i]].drow), key),
+                                  ("mkvq%d + (float)(j * 16 + %d)"):format(rows.class_of[i], acc.dcol[i])) }}
 {%       end %}
       }
 {%       if guard then %}

@@ -252,6 +252,18 @@ int test_gpu_mods_user(void)
   bad |= twin_tensor(&w, "slopes", FJ_MOD_F32, 1, (int64_t[]){16}, slopes);
   bad |= run_mod_case(ctx, &al, &w, &seed);
   twin_free(&w);
+  /* The built-in ALiBi's text, whose (float)(kv - q) the kernel builds per
+   * element from a float a row (mods.lua's kvq), and (float)(q - kv): both
+   * families, Sq < Skv bottom-right, keys past a tile's diagonal. */
+  static const char *const dists[] = {"s + slopes(h) * (float)(kv - q)",
+                                      "s - slopes(h) * (float)( q-kv )"};
+  for (int i = 0; i < 2; i++) {
+    const mod_case ak = {dists[i], 2, 16, 16, 1000, 1100, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1};
+    twin_init(&w, dists[i], NULL);
+    bad |= twin_tensor(&w, "slopes", FJ_MOD_F32, 1, (int64_t[]){16}, slopes);
+    bad |= run_mod_case(ctx, &ak, &w, &seed);
+    twin_free(&w);
+  }
   /* A bias table too short for every distance: reads at negative and
    * past-the-end indices give 0. */
   enum { BW = 500 };

@@ -946,3 +946,52 @@ int test_mods_softcap_shift(void)
   }
   return 0;
 }
+
+/* ALiBi's distance (mods.lua's kvq): (float)(kv - q) and (float)(q - kv)
+ * become fj_kvq and (-fj_kvq) in the kernel, padded to the text's length
+ * (NVRTC's columns stay the user's), and near misses stay as written; the
+ * kernels of both families compile without spills. */
+int test_mods_kvq(void)
+{
+  static const struct {
+    const char *score, *kernel;  /* kernel: the line after #line 1 "score" */
+  } cases[] = {
+      {"s + slopes(h) * (float)(kv - q)", "s + slopes(h) * fj_kvq         "},
+      {"s - slopes(h)*(float)( q-kv )+(float)(kv-q)", "s - slopes(h)*(-fj_kvq)      +fj_kvq       "},
+      {"s + slopes(h) * (float)(kv - q - 1)", NULL},
+      {"s + slopes(h) * (float)(kv) - (float)(q)", NULL},
+  };
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  fj_mod_param prm = {"slopes", FJ_MOD_F32, 1, {16}, NULL, 0};
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      fj_problem p;
+      fj_mods m;
+      fj_kernel *k;
+      fj_problem_init(&p, 4, 16, 16, 4096, 4096, 128, FJ_BF16, FJ_BHSD);
+      p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+      p.mods = &m;
+      fj_mods_init(&m);
+      m.score = cases[i].score;
+      m.params = &prm;
+      m.num_params = 1;
+      CHECK(compile_pick(ctx, &p, a ? FJ_MMA_WGMMA : FJ_MMA_SYNC, &k) == 0);
+      const char *src = fj_kernel_source(k, NULL);
+      const char *line = strstr(src, "#line 1 \"score\"\n");
+      CHECK(line);
+      line += strlen("#line 1 \"score\"\n");
+      const char *want = cases[i].kernel ? cases[i].kernel : cases[i].score;
+      CHECK(strlen(want) == strlen(cases[i].score));
+      if (strncmp(line, want, strlen(want)) != 0 || line[strlen(want)] != '\n') {
+        fprintf(stderr, "%s: the kernel's line is \"%.*s\"\n", cases[i].score,
+                (int)strcspn(line, "\n"), line);
+        return 1;
+      }
+      CHECK(!strstr(src, "float fj_kvq") == !cases[i].kernel);
+    }
+    fj_ctx_destroy(ctx);
+  }
+  return 0;
+}
