@@ -99,8 +99,16 @@ function M.new(o)
       if not a then break end
       -- "(float)", then "(" x "-" y ")" with spaces anywhere between.
       local j = b + 1
-      local function at(c) while text:sub(j, j):match("%s") do j = j + 1 end return text:sub(j, j) == c end
-      local function name() at("") local k = j while text:sub(j, j):match("[%w_]") do j = j + 1 end return text:sub(k, j - 1) end
+      local function at(c)  -- past the spaces, whether c is next
+        while text:sub(j, j):match("%s") do j = j + 1 end
+        return text:sub(j, j) == c
+      end
+      local function name()  -- past the spaces, the identifier there
+        at("")
+        local k = j
+        while text:sub(j, j):match("[%w_]") do j = j + 1 end
+        return text:sub(k, j - 1)
+      end
       local ok = at("(")
       j = j + 1
       local x = name()
