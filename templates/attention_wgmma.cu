@@ -54,9 +54,6 @@
   -- the mask expression applies only on its partial blocks' tiles.
   local BMASK = (block_kv or 0) > 0 and { q = block_q, kv = block_kv } or nil
   if BMASK then mods.mask_guard = "bm_part" end
-  -- A score's per-score tensor reads (a bias table's) for the next key
-  -- tile go into L1 while this tile's softmax runs (mods.lua's prefetch).
-  local PREFETCH = true
   -- The first key of key tile t (an expression) of a work tile.
   local function N0(t)
     if BMASK then return ("fj::list_n0(bl, %s)"):format(t) end
@@ -457,7 +454,6 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
      NJ = BN // 16, mask = "branch",
      S = function(mi, j, i) return ("s[%s][%d]"):format(j, i) end,
      alpha = function(mi, c) return ("alpha[%d]"):format(c - 1) end, rescaled = not rescale and "resc" or nil,
-     prefetch_next = PREFETCH and not BMASK and (t .. " + 1 < ntiles") or nil,
      rescale = rescale and { ND = D // 16, O = function(mi, d, i) return ("o[%s][%d]"):format(d, i) end } or nil })) }}
 {%
   end

@@ -45,13 +45,6 @@ struct ModTensor_{{ t.name }} {
     return {{ t.read:format("data + " .. flat) }};
 {%       end %}
   }
-{%       if not t.shared then %}
-  // The line of an element a later tile reads, into L1 (mods.lua's
-  // prefetch); nothing for an index outside.
-  __device__ __forceinline__ void prefetch({{ table.concat(args, ", ") }}) const {
-    if ({{ table.concat(oob, " && ") }}) asm volatile("prefetch.global.L1 [%0];" :: "l"(data + {{ flat }}));
-  }
-{%       end %}
 };
 {%     end %}
 {%   end %}
@@ -102,9 +95,6 @@ __device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, in
 {%   end %}
 {%   if mods.mask then %}
 __device__ __forceinline__ bool fj_mask_mod(int b, int h, int hkv, int q, int kv{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
-{%   end %}
-{%   if mods.prefetch then %}
-__device__ __forceinline__ void fj_score_prefetch(int b, int h, int hkv, int q, int kv, const fj::ModArgs &fj_ma);
 {%   end %}
 {% else %}
 {%
@@ -161,17 +151,6 @@ __device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, in
   s = fj_p.softcap * fj::softcap_tanh(s * fj_p.softcap_inv);
 {%     end %}
   return s;
-}
-{%   end %}
-{%   if mods.prefetch then %}
-// The lines the score expression's per-score reads of (q, kv) touch, into
-// L1 (mods.lua's prefetch).
-__device__ __forceinline__ void fj_score_prefetch(int b, int h, int hkv, int q, int kv, const fj::ModArgs &fj_ma) {
-  (void)b; (void)h; (void)hkv; (void)q; (void)kv;
-{%     locals() %}
-{%     for _, r in ipairs(mods.prefetch) do %}
-  {{ r }};
-{%     end %}
 }
 {%   end %}
 {%   if mods.mask then %}

@@ -36,9 +36,6 @@
 --                          the family passes to apply_score as `kvq`: one
 --                          conversion a row and tile, one add an element
 --                          (mods.kernel_score_text is the rewritten text)
---   mods.prefetch          nil, or the score expression's per-score tensor
---                          reads as prefetches; mods.prefetch_call(q, h, kv)
---                          is the statement that issues those of (q, kv)
 --   mods.bounded           the softcap bounds every score (|score| <= cap)
 --                          and P is bfloat16 (new{ bounded = ... } says so):
 --                          where the C bool mods.fixed_on holds (the host's
@@ -158,22 +155,6 @@ function M.new(o)
       p.read = per_score and LDG[p.type] or READ[p.type]
     end
   end
-  -- Prefetch: a score expression's per-score reads whose indices do not
-  -- use s, as prefetches (accessor.prefetch(indices)), which a family may
-  -- issue for the next key tile while this one's softmax runs (not in
-  -- checked mode, whose accessors are lambdas).  nil where there are none.
-  if not R.checked then
-    for _, p in ipairs(R.params) do
-      if p.rank > 0 and not p.shared then
-        for args in (R.score_text or ""):gmatch("%f[%w_]" .. p.name .. "%s*(%b())") do
-          if not args:find("%f[%w_]s%f[^%w_]") then
-            R.prefetch = R.prefetch or {}
-            R.prefetch[#R.prefetch + 1] = p.name .. ".prefetch" .. args
-          end
-        end
-      end
-    end
-  end
   -- The softcap alone folds its cap into the scales: the score function
   -- gives tanh(s / cap), and the softmax multiplies by cap log2(e) in the
   -- one FMA it makes anyway (two multiplies an element fewer).
@@ -195,9 +176,6 @@ function M.new(o)
   function R.apply_score(lv, q, h, kv, visible, kvq)
     return only_visible(("%s = fj_score_mod(%s * qk_scale, %s, %s, %s, %s, %s, %sp%s);"):format(
       lv, lv, B, h, HKV, q, kv, R.kvq and kvq .. ", " or "", MA), visible)
-  end
-  function R.prefetch_call(q, h, kv)
-    return ("fj_score_prefetch(%s, %s, %s, %s, %s, fj_ma);"):format(B, h, HKV, q, kv)
   end
   function R.apply_mask(lv, q, h, kv, visible)
     return only_visible(("if (!fj_mask_mod(%s, %s, %s, %s, %s%s)) %s = FJ_NEG_INF;"):format(

@@ -102,16 +102,6 @@
 {%       end %}
 {%     end %}
 {%   end %}
-{%   if prefetch_next and mods.prefetch then %}
-      // The next key tile's per-score tensor reads, into L1 while this
-      // tile's softmax runs: one score's in every 32 columns of the row.
-      if ({{ prefetch_next }}) {
-#pragma unroll
-        for (int j = 0; j < {{ NJ }}; j += 2) {
-          {{ mods.prefetch_call("mq1", "mh1", ("%s + %s + %d + j * 16"):format(n0, c0, NJ * 16)) }}
-        }
-      }
-{%   end %}
 {% end %}
 {% if mask ~= "none" then %}
       // Per row, the first column of this tile (counted from the lane's
