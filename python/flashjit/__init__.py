@@ -49,6 +49,7 @@ else:
     BlockMask = _needs_torch("BlockMask")
 
 __all__ = ["attention", "block_mask", "BlockMask", "Kernel", "plan", "layout", "fragments",
-           "tune", "Plan", "Layout", "Resources", "TuneResult", "TensorParam", "Error", "InvalidArgument",
-           "Unsupported", "ResourceLimit", "NoDevice", "CompileError", "LibraryNotFound",
+           "tune", "Plan", "Layout", "Resources", "TuneResult", "TensorParam", "Error",
+           "InvalidArgument", "Unsupported", "ResourceLimit", "NoDevice", "CompileError",
+           "LibraryNotFound",
            "device_info", "library_path", "library_version", "cache_dir", "builtin_mods"]

@@ -186,7 +186,8 @@ CACHE_VISIT_FN = C.CFUNCTYPE(C.c_int, C.c_void_p, C.POINTER(CacheEntry))
 # The C name of each struct above, for the layout test.
 C_NAMES = {CtxOpts: "fj_ctx_opts", DeviceInfo: "fj_device_info", Variant: "fj_variant",
            Resources: "fj_resources", PrepareOpts: "fj_prepare_opts", Problem: "fj_problem",
-           ModParam: "fj_mod_param", Mods: "fj_mods", ModBuiltin: "fj_mod_builtin", BlockMask: "fj_block_mask", Plan: "fj_plan",
+           ModParam: "fj_mod_param", Mods: "fj_mods", ModBuiltin: "fj_mod_builtin",
+           BlockMask: "fj_block_mask", Plan: "fj_plan",
            TuneOpts: "fj_tune_opts", TuneReport: "fj_tune_report", TuneEntry: "fj_tune_entry",
            Lut: "fj_lut", CacheStats: "fj_cache_stats", CacheEntry: "fj_cache_entry",
            PrewarmReport: "fj_prewarm_report", CachePackReport: "fj_cache_pack_report"}
