@@ -44,7 +44,9 @@ int fj__mods_softcap(const fj_mods *m)
  * c - K, P = e^(s - shift) lies in [e^(-2c + K), e^K].  K = clamp(2c - 70,
  * 0, 40) keeps P within [e^-70, e^40] for every c <= 55: e^40 and a row
  * sum of 2^31 such terms stay far inside float's range, and e^-70 (4e-31)
- * times a value of 1e-6 is still a normal float in the product P V.
+ * times a value of 1e-6 is still a normal float in the product P V.  The
+ * price: O's float accumulators hold sum |V| up to about 1e21 over a
+ * row's keys at cap 55 (e^40 each), not 3e38 -- far above any real V.
  * Only where P is bfloat16 (float's exponent range); half's range (2^-24
  * to 65504, 28 units of e) holds no such span, so f16 kernels and caps
  * over 55 keep the running max.  A shift of 0 says so (every fixed shift

@@ -90,8 +90,9 @@ function M.new(o)
   -- conversion a row and tile plus the column's constant, one add where the
   -- integer subtraction and the conversion took three instructions (ALiBi's
   -- cost went mostly there).  Exact while |kv - q| and the tile's first
-  -- distance stay below 2^24.  The text keeps its length (the name padded
-  -- with spaces), so NVRTC's columns are still the user's.
+  -- distance stay below 2^24 (beyond, rounded twice where the text rounds
+  -- once).  The text keeps its length (the name padded with spaces), so
+  -- NVRTC's columns are still the user's.
   local function kvq_form(text)
     local out, i = {}, 1
     while true do
@@ -116,8 +117,12 @@ function M.new(o)
       j = j + 1
       local y = name()
       ok = ok and at(")")
-      if ok and ((x == "kv" and y == "q") or (x == "q" and y == "kv")) then
-        local to = x == "kv" and "fj_kvq" or "(-fj_kvq)"
+      -- (0.f - fj_kvq), not (-fj_kvq): on the diagonal fj_kvq is +0, and
+      -- (float)(q - kv) is +0 there too, which a division sees.  A span
+      -- with a line break stays as written (NVRTC's lines stay the user's).
+      if ok and ((x == "kv" and y == "q") or (x == "q" and y == "kv"))
+         and not text:sub(a, j):find("\n") then
+        local to = x == "kv" and "fj_kvq" or "(0.f-fj_kvq)"
         out[#out + 1] = text:sub(i, a - 1) .. to .. (" "):rep(j - a + 1 - #to)
         i = j + 1
       else

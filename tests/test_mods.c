@@ -903,7 +903,8 @@ int test_mods_builtins_compile(void)
 
 /* The softcap's fixed shift (mods.c): for bfloat16 and caps up to 55 it
  * keeps every exponential of a score in [-cap, cap] within [e^-70, e^40];
- * f16, larger caps and no softcap keep the running max (0).  The bfloat16
+ * f16, larger caps and no softcap keep the running max (0); the launch
+ * block carries it.  The bfloat16
  * kernels of both families carry the fixed path, without spills; the f16
  * ones do not. */
 int test_mods_softcap_shift(void)
@@ -927,6 +928,19 @@ int test_mods_softcap_shift(void)
     m.softcap = over[i];
     CHECK(fj__mods_softcap_shift(&m, FJ_BF16) == 0.f);
   }
+  /* The launch block carries it (fj__fill_params): 30 for a cap of 30 in
+   * bfloat16, 0 in f16. */
+  for (int dt = 0; dt < 2; dt++) {
+    fj_problem p;
+    fj_kparams kp;
+    fj_problem_init(&p, 1, 2, 2, 64, 64, 64, dt ? FJ_BF16 : FJ_F16, FJ_BHSD);
+    fj_mods_init(&m);
+    m.softcap = 30.f;
+    p.mods = &m;
+    memset(&kp, 0xff, sizeof kp);
+    fj__fill_params(&kp, &p, NULL, NULL, NULL, NULL, NULL);
+    CHECK(kp.softcap == 30.f && kp.softcap_shift == (dt ? 30.f : 0.f));
+  }
   static const char *const archs[] = {"sm_80", "sm_90a"};
   for (int a = 0; a < 2; a++) {
     fj_ctx *ctx = fjt_ctx(archs[a], NULL);
@@ -948,8 +962,9 @@ int test_mods_softcap_shift(void)
 }
 
 /* ALiBi's distance (mods.lua's kvq): (float)(kv - q) and (float)(q - kv)
- * become fj_kvq and (-fj_kvq) in the kernel, padded to the text's length
- * (NVRTC's columns stay the user's), and near misses stay as written; the
+ * become fj_kvq and (0.f-fj_kvq) (+0 on the diagonal, as written) in the
+ * kernel, padded to the text's length (NVRTC's columns stay the user's),
+ * and near misses and spans across a line break stay as written; the
  * kernels of both families compile without spills. */
 int test_mods_kvq(void)
 {
@@ -957,9 +972,10 @@ int test_mods_kvq(void)
     const char *score, *kernel;  /* kernel: the line after #line 1 "score" */
   } cases[] = {
       {"s + slopes(h) * (float)(kv - q)", "s + slopes(h) * fj_kvq         "},
-      {"s - slopes(h)*(float)( q-kv )+(float)(kv-q)", "s - slopes(h)*(-fj_kvq)      +fj_kvq       "},
+      {"s - slopes(h)*(float)( q-kv )+(float)(kv-q)", "s - slopes(h)*(0.f-fj_kvq)   +fj_kvq       "},
       {"s + slopes(h) * (float)(kv - q - 1)", NULL},
       {"s + slopes(h) * (float)(kv) - (float)(q)", NULL},
+      {"s + slopes(h) * (float)(kv\n - q)", NULL},
   };
   static const char *const archs[] = {"sm_80", "sm_90a"};
   fj_mod_param prm = {"slopes", FJ_MOD_F32, 1, {16}, NULL, 0};
