@@ -413,7 +413,8 @@ int test_gpu_mods_sinks(void)
      * 2^-330 flushes to 0), whose rows that see no key still have the sink
      * as their LSE. */
     for (int far = 0; far < 2; far++) {
-      const mod_case sb = {far ? "sinks -100+softcap bf16, masked rows" : "sinks+softcap bf16, masked rows",
+      const mod_case sb = {far ? "sinks -100+softcap bf16, masked rows"
+                               : "sinks+softcap bf16, masked rows",
                            1, 16, 4, 1000, 1000, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 30};
       for (int h = 0; far && h < 16; h++)
         sinks[h] = -100.f - (float)h;
