@@ -53,11 +53,11 @@
 {%   end %}
 {%   if sinks then %}
     // The sink of this row's head, in base-2 units, against the row max
-    // (-inf for a row that saw no key, whose sum is 0 -- also where the
-    // softcap's fixed shift gave it a finite max; a -inf sink adds 0, +inf
-    // gives O = 0 and LSE +inf, a NaN sink NaN).
+    // (-inf for a row that saw no key, known by its sum of 0: the
+    // softcap's fixed shift gives such a row a finite max; a -inf sink
+    // adds 0, +inf gives O = 0 and LSE +inf, a NaN sink NaN).
     const float sk{{ c }} = p.sinks[{{ head(("%s + %d"):format(row0("mi"), rows.classes[c].drow)) }}] * 1.44269504089f;
-    const float mb{{ c }} = {{ m("mi", c) }} == FJ_NEG_INF || !(l{{ c }} > 0.f) ? FJ_NEG_INF : {{ m("mi", c) }} * {{ sl2 }};
+    const float mb{{ c }} = l{{ c }} > 0.f ? {{ m("mi", c) }} * {{ sl2 }} : FJ_NEG_INF;
     const float mt{{ c }} = fmaxf(mb{{ c }}, sk{{ c }});
     const float mz{{ c }} = mt{{ c }} == FJ_NEG_INF ? 0.f : mt{{ c }};
     const float a{{ c }} = fj::fast_exp2(mb{{ c }} - mz{{ c }});

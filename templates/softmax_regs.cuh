@@ -130,8 +130,9 @@
       bool rs = true;  // O needs the rescale
 {% if fixed then %}
       // Bounded scores (mods.lua's bounded): where the host gave a fixed
-      // shift, the exponentials take it as the row max, never exceeded, so
-      // there is no max to reduce and O is never rescaled.
+      // shift, the exponentials take it as the row max (scores exceed it by
+      // at most a bound the host chose: src/mods.c), so there is no max to
+      // reduce and O is never rescaled.
       if ({{ mods.fixed_on }}) {
 {%   for c = 1, NC do %}
         {{ m("mi", c) }} = {{ mods.fixed_m }};

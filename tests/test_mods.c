@@ -355,6 +355,21 @@ int test_mods_reference_user(void)
 
 /* The kernel fj_attention_plan picks for a problem with mods m, compiled:
  * no spills, the user's text pasted after its #line. */
+/* (4, 16, 4096, 128) bf16, causal bottom-right, with m: a score
+ * expression and n parameters (the prefill shape the compile tests pick
+ * kernels for). */
+static void prefill_mods(fj_problem *p, fj_mods *m, const char *score,
+                         const fj_mod_param *prm, int n)
+{
+  fj_problem_init(p, 4, 16, 16, 4096, 4096, 128, FJ_BF16, FJ_BHSD);
+  p->causal = FJ_CAUSAL_BOTTOM_RIGHT;
+  p->mods = m;
+  fj_mods_init(m);
+  m->score = score;
+  m->params = prm;
+  m->num_params = n;
+}
+
 static int compile_pick(fj_ctx *ctx, const fj_problem *p, fj_mma family,
                         fj_kernel **out)
 {
@@ -797,13 +812,7 @@ int test_mods_checked(void)
     fj_problem p;
     fj_mods m;
     fj_kernel *k;
-    fj_problem_init(&p, 4, 16, 16, 4096, 4096, 128, FJ_BF16, FJ_BHSD);
-    p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
-    p.mods = &m;
-    fj_mods_init(&m);
-    m.score = "s * scale + bias(h, q - kv + 4096)";
-    m.params = prm;
-    m.num_params = 2;
+    prefill_mods(&p, &m, "s * scale + bias(h, q - kv + 4096)", prm, 2);
     m.checked = 1;
     CHECK(compile_pick(ctx, &p, a ? FJ_MMA_WGMMA : FJ_MMA_SYNC, &k) == 0);
     const char *src = fj_kernel_source(k, NULL);
@@ -885,14 +894,8 @@ int test_mods_builtins_compile(void)
       fj_problem p;
       fj_mods m;
       fj_kernel *k;
-      fj_problem_init(&p, 4, 16, 16, 4096, 4096, 128, FJ_BF16, FJ_BHSD);
-      p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
-      p.mods = &m;
-      fj_mods_init(&m);
-      m.score = b->score;
+      prefill_mods(&p, &m, b->score, cases[i].prm, cases[i].n);
       m.mask = b->mask;
-      m.params = cases[i].prm;
-      m.num_params = cases[i].n;
       CHECK(compile_pick(ctx, &p, a ? FJ_MMA_WGMMA : FJ_MMA_SYNC, &k) == 0);
       CHECK(strstr(fj_kernel_source(k, NULL), b->score ? b->score : b->mask));
     }
@@ -986,13 +989,7 @@ int test_mods_kvq(void)
       fj_problem p;
       fj_mods m;
       fj_kernel *k;
-      fj_problem_init(&p, 4, 16, 16, 4096, 4096, 128, FJ_BF16, FJ_BHSD);
-      p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
-      p.mods = &m;
-      fj_mods_init(&m);
-      m.score = cases[i].score;
-      m.params = &prm;
-      m.num_params = 1;
+      prefill_mods(&p, &m, cases[i].score, &prm, 1);
       CHECK(compile_pick(ctx, &p, a ? FJ_MMA_WGMMA : FJ_MMA_SYNC, &k) == 0);
       const char *src = fj_kernel_source(k, NULL);
       const char *line = strstr(src, "#line 1 \"score\"\n");
