@@ -1010,6 +1010,53 @@ int fj__expr_reads_using(const fj_expr *e, int name)
   return reads;
 }
 
+static int is_var(const fj_expr *e, int k, int name)
+{
+  return e->nodes[k].op == OP_VAR && e->nodes[k].ref == name;
+}
+
+/* Whether node k is q - kv or kv - q. */
+static int is_distance(const fj_expr *e, int k, int q, int kv)
+{
+  const node *nd = &e->nodes[k];
+  return nd->op == OP_SUB && ((is_var(e, nd->kid[0], q) && is_var(e, nd->kid[1], kv)) ||
+                              (is_var(e, nd->kid[0], kv) && is_var(e, nd->kid[1], q)));
+}
+
+int fj__expr_distance_reads(const fj_expr *e, int q, int kv, int s)
+{
+  if (!e || e->n == 0)
+    return 0;
+  /* Post-order, as in fj__expr_reads_using: uses[i], node i names q, kv
+   * or s. */
+  unsigned char *uses = calloc((size_t)e->n, 1);
+  if (!uses)
+    return 0;
+  int reads = 0;
+  for (int i = 0; i < e->n; i++) {
+    const node *nd = &e->nodes[i];
+    uses[i] = is_var(e, i, q) || is_var(e, i, kv) || is_var(e, i, s);
+    for (int k = 0; k < nd->nkids; k++)
+      uses[i] |= uses[nd->kid[k]];
+    if (nd->op != OP_TENSOR)
+      continue;
+    int ok = 1;
+    for (int k = 0; k + 1 < nd->nkids; k++)
+      ok &= !uses[nd->kid[k]];
+    /* The last index: down the left operands of + and - to the distance,
+     * the right ones free of q, kv and s. */
+    int x = nd->kid[nd->nkids - 1];
+    while (ok && !is_distance(e, x, q, kv) &&
+           (e->nodes[x].op == OP_ADD || e->nodes[x].op == OP_SUB)) {
+      ok = !uses[e->nodes[x].kid[1]];
+      x = e->nodes[x].kid[0];
+    }
+    reads += ok && is_distance(e, x, q, kv);
+  }
+  free(uses);
+  return reads;
+}
+
 int fj__expr_is_int(const fj_expr *e)
 {
   return e ? e->nodes[e->root].is_int : 0;

@@ -80,6 +80,12 @@ void fj__expr_free(fj_expr *e);
 int fj__expr_uses(const fj_expr *e, int name);
 /* Tensor reads (calls) of e whose indices use variable `name`. */
 int fj__expr_reads_using(const fj_expr *e, int name);
+/* Tensor reads of e at a distance: T(A..., q - kv + X) or T(A..., kv - q
+ * + X), with X a chain of + and - (possibly none) and the other indices,
+ * like X, free of variables q, kv and s (name indices) -- a
+ * relative-position bias, which the kernels read per tile at a row
+ * pointer and constant offsets (templates/mods.lua's dg). */
+int fj__expr_distance_reads(const fj_expr *e, int q, int kv, int s);
 /* The type of the expression's value: 1 int, 0 float (NULL: 0). */
 int fj__expr_is_int(const fj_expr *e);
 

@@ -73,9 +73,10 @@ int fj__mods_user(const fj_mods *m)
 /* Parses m's score (score 1) or mask expression and adds the reads of
  * tensor parameters it makes per element to *reads: the calls whose
  * indices use kv (name 4 of fj__mods_names); a read of q, b or h alone is
- * the same for a row's every key, and is hoisted.  *reads packs two
- * counts: every expression's reads (the low 16 bits) and the score's
- * (above).  An absent expression passes and reads nothing.  0 when it
+ * the same for a row's every key, and is hoisted.  *reads packs three
+ * counts of 10 bits (an expression of FJ_MOD_EXPR_MAX characters makes at
+ * most 256 reads): every expression's reads (the lowest), the score's,
+ * and the score's reads at a distance (fj__expr_distance_reads).  An absent expression passes and reads nothing.  0 when it
  * passes; -1 with the parser's message in err where it is refused. */
 static int parse_expr(const fj_mods *m, int score, int *reads, char *err,
                       size_t errsize)
@@ -89,7 +90,9 @@ static int parse_expr(const fj_mods *m, int score, int *reads, char *err,
                               errsize);
   if (!e)
     return -1;
-  *reads += fj__expr_reads_using(e, 4) * (score ? 0x10001 : 1);
+  *reads += fj__expr_reads_using(e, 4) * (score ? 1 << 10 | 1 : 1);
+  if (score)
+    *reads += fj__expr_distance_reads(e, 3, 4, 5) << 20;
   fj__expr_free(e);
   return 0;
 }
@@ -111,12 +114,17 @@ static int packed_reads(const fj_mods *m)
 
 int fj__mods_reads(const fj_mods *m)
 {
-  return packed_reads(m) & 0xffff;
+  return packed_reads(m) & 0x3ff;
 }
 
 int fj__mods_score_reads(const fj_mods *m)
 {
-  return packed_reads(m) >> 16;
+  return packed_reads(m) >> 10 & 0x3ff;
+}
+
+int fj__mods_distance_reads(const fj_mods *m)
+{
+  return packed_reads(m) >> 20 & 0x3ff;
 }
 
 int fj__mods_checked(const fj_mods *m)

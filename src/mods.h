@@ -36,6 +36,9 @@ int fj__block_size_ok(int n);
  * the mask's share a key column's load). */
 int fj__mods_reads(const fj_mods *m);
 int fj__mods_score_reads(const fj_mods *m);
+/* Of the score's reads, those at a distance, T(A..., q - kv + X): a
+ * relative-position bias (expr.h's fj__expr_distance_reads). */
+int fj__mods_distance_reads(const fj_mods *m);
 
 /* fj_mods_check with the message on ctx (NULL: the thread's), all but the
  * tensors' data pointers (a plan or a variant needs none); those are

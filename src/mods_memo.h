@@ -23,7 +23,7 @@
  * params, a count outside 1..FJ_MOD_PARAMS_MAX where params are given). */
 int fj__mods_memo_find(const fj_mods *m, int *reads);
 /* Remembers m's form, which the caller has checked and found good, with
- * its per-element tensor reads (as mods.c counts them: two counts packed
+ * its per-element tensor reads (as mods.c counts them: three counts packed
  * in one int).  Out of memory: nothing is remembered. */
 void fj__mods_memo_add(const fj_mods *m, int reads);
 

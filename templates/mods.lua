@@ -36,6 +36,14 @@
 --                          the family passes to apply_score as `kvq`: one
 --                          conversion a row and tile, one add an element
 --                          (mods.kernel_score_text is the rewritten text)
+--   mods.dg                the score expression reads a distance table,
+--                          T(A..., q - kv + X) (or kv - q), as the value
+--                          fj_dg, which the family passes to apply_score
+--                          as `dg`: where a lane's tile lies within T's
+--                          extents (fj_dg_row, mods.cuh) an element is
+--                          mods.dg_load(row pointer, constant offset),
+--                          elsewhere fj_dg_read (the call as written);
+--                          mods.dg.sign is +1 for q - kv, -1 for kv - q
 --   mods.bounded           the softcap bounds every score (|score| <= cap)
 --                          and P is bfloat16 (new{ bounded = ... } says so):
 --                          where the C bool mods.fixed_on holds (the host's
@@ -135,6 +143,111 @@ function M.new(o)
   end
   R.kernel_score_text = R.score_text and kvq_form(R.score_text)
   R.kvq = R.kernel_score_text ~= R.score_text
+  -- A distance table: the score expression's first read of a tensor at
+  -- T(A..., q - kv + X) or T(A..., kv - q + X) (the difference possibly
+  -- in parentheses; X optional, a chain of + and -, and
+  -- with A free of q, kv and s; the parser made every index an int) --
+  -- the relative-position bias.  Along a lane's scores of a tile only the
+  -- distance changes, by a constant per element, so the family reads the
+  -- element at a row pointer plus an immediate offset where the whole tile
+  -- lies within the extents (one branch a tile), instead of an index, a
+  -- bounds test and a 64-bit address per score (about 9 instructions of
+  -- the relative bias's 10 over the plain kernel: docs/PERF.md).  The call
+  -- becomes the value fj_dg (padded: NVRTC's columns stay the user's).
+  -- Not in checked mode, whose reads record what they miss.
+  local function dg_form(text)
+    if R.checked or not text then return nil end
+    local tensors = {}
+    for _, p in ipairs(R.params) do
+      if p.rank > 0 then tensors[p.name] = p end
+    end
+    local function names_any(s, list)
+      for _, n in ipairs(list) do
+        if s:find("%f[%w_]" .. n .. "%f[^%w_]") then return true end
+      end
+      return false
+    end
+    local pos = 1
+    while true do
+      -- The next name; a tensor's call runs to its closing parenthesis.
+      local a, e = text:find("[%w_]+", pos)
+      if not a then return nil end
+      local name, t, b, args = text:sub(a, e), nil, nil, nil
+      t = tensors[name]
+      if t then
+        local k = e + 1
+        while text:sub(k, k):match("%s") do k = k + 1 end
+        local depth = 0
+        for j = k, #text do
+          local ch = text:sub(j, j)
+          if ch == "(" then depth = depth + 1 elseif ch == ")" then depth = depth - 1 end
+          if depth == 0 then b = j break end
+        end
+        args = b and text:sub(k, b)
+      end
+      if t and b and not text:sub(a, b):find("\n") then
+        -- The indices, split at the commas outside parentheses.
+        local inner, idx, depth, from = args:sub(2, -2), {}, 0, 1
+        for k = 1, #inner do
+          local ch = inner:sub(k, k)
+          if ch == "(" then depth = depth + 1
+          elseif ch == ")" then depth = depth - 1
+          elseif ch == "," and depth == 0 then
+            idx[#idx + 1] = inner:sub(from, k - 1)
+            from = k + 1
+          end
+        end
+        idx[#idx + 1] = inner:sub(from)
+        local last = idx[#idx]
+        -- "x - y" at the front, then the rest.
+        local k = 1
+        local function word()
+          while last:sub(k, k):match("%s") do k = k + 1 end
+          local from = k
+          while last:sub(k, k):match("[%w_]") do k = k + 1 end
+          return last:sub(from, k - 1)
+        end
+        local function past(ch)  -- past the spaces, whether ch is next (then past it)
+          while last:sub(k, k):match("%s") do k = k + 1 end
+          if last:sub(k, k) ~= ch then return false end
+          k = k + 1
+          return true
+        end
+        local paren = past("(")
+        local x = word()
+        local y = past("-") and word() or nil
+        if paren and not past(")") then y = nil end
+        local rest = last:sub(k)
+        local sign = (x == "q" and y == "kv") and 1 or (x == "kv" and y == "q") and -1 or nil
+        -- X: + or - at the front, then nothing that binds looser than
+        -- them outside parentheses, so that q - kv + X is (q - kv) + X.
+        local ok = sign and (rest:match("^%s*$") or rest:match("^%s*[%+%-]"))
+        ok = ok and not rest:gsub("%b()", ""):find("[<>=&|%^%?:!,]")
+        ok = ok and not names_any(rest, { "q", "kv", "s" })
+        for k = 1, #idx - 1 do
+          ok = ok and not names_any(idx[k], { "q", "kv", "s" })
+        end
+        if ok then
+          local dg = { name = name, param = t, sign = sign,
+                       x = rest:match("^%s*$") and "0" or rest:match("^%s*%+%s*(.*)$") or "0 " .. rest:match("^%s*(.*)$"),
+                       uniform = {}, call = text:sub(a, b), first = a }
+          for k = 1, #idx - 1 do dg.uniform[k] = idx[k] end
+          -- Where the call starts: its line and column in the user's text.
+          local before = text:sub(1, a - 1)
+          local _, nl = before:gsub("\n", "")
+          dg.line = nl + 1
+          dg.col = a - (before:match(".*\n()") or 1) + 1
+          dg.value = t.type == "i32" and "int" or "float"
+          local to = "fj_dg"
+          dg.text = text:sub(1, a - 1) .. to .. (" "):rep(b - a + 1 - #to) .. text:sub(b + 1)
+          return dg
+        end
+      end
+      pos = e + 1
+    end
+  end
+  R.dg = dg_form(R.kernel_score_text)
+  if R.dg then R.kernel_score_text = R.dg.text end
   R.score = R.score_text ~= nil or R.softcap
   R.mask = R.mask_text ~= nil
   R.any = R.score or R.mask
@@ -178,9 +291,23 @@ function M.new(o)
     if R.checked and visible then return ("if (%s) { %s }"):format(visible, body) end
     return body
   end
-  function R.apply_score(lv, q, h, kv, visible, kvq)
-    return only_visible(("%s = fj_score_mod(%s * qk_scale, %s, %s, %s, %s, %s, %sp%s);"):format(
-      lv, lv, B, h, HKV, q, kv, R.kvq and kvq .. ", " or "", MA), visible)
+  function R.apply_score(lv, q, h, kv, visible, kvq, dg)
+    return only_visible(("%s = fj_score_mod(%s * qk_scale, %s, %s, %s, %s, %s, %s%sp%s);"):format(
+      lv, lv, B, h, HKV, q, kv, R.kvq and kvq .. ", " or "", R.dg and dg .. ", " or "", MA), visible)
+  end
+  -- The distance table's element for a lane's score: at the row pointer
+  -- ptr plus a constant (the fast path), or through the accessor.
+  function R.dg_load(ptr, off)
+    return LDG[R.dg.param.type]:format(("%s + (%s)"):format(ptr, off))
+  end
+  -- The row pointer ptr of head h at distance d (q - kv), and in whether
+  -- the offsets lo..hi from it lie within the table (mods.cuh's fj_dg_row).
+  function R.dg_row(ptr, inb, h, d, lo, hi)
+    return ("const auto *%s = fj_dg_row(%s, %s, %s, %s, %d, %d, p, fj_ma, %s);"):format(
+      ptr, B, h, HKV, d, lo, hi, inb)
+  end
+  function R.dg_read(q, h, kv)
+    return ("fj_dg_read(%s, %s, %s, %s, %s, p, fj_ma)"):format(B, h, HKV, q, kv)
   end
   function R.apply_mask(lv, q, h, kv, visible)
     return only_visible(("if (!fj_mask_mod(%s, %s, %s, %s, %s%s)) %s = FJ_NEG_INF;"):format(

@@ -82,6 +82,23 @@
       const float mkvq{{ c }} = (float)({{ n0 }} + {{ c0 }} - mq{{ c }});
 {%     end %}
 {%   end %}
+{%
+  -- The statements of one part on every element of the slice; dg(i, c,
+  -- key): a distance table's element for slot i of row class c.
+  local function elements(part, dg)
+%}
+#pragma unroll
+      for (int j = 0; j < {{ NJ }}; ++j) {
+{%   for i = 0, acc.slots - 1 do %}
+{%     local c = rows.class_of[i] %}
+{%     local key = ("%s + %s + j * 16 + %d"):format(n0, c0, acc.dcol[i]) %}
+        {{ mods["apply_" .. part](S("mi", "j", i), "mq" .. c, "mh" .. c, key, mrule.used(("%s + %d"):format(row0("mi"), rows.classes[c].drow), key),
+                                  ("mkvq%d + (float)(j * 16 + %d)"):format(c, acc.dcol[i]), dg and dg(i, c, key)) }}
+{%   end %}
+      }
+{%
+  end
+%}
 {%   for _, part in ipairs({ "score", "mask" }) do %}
 {%     if mods[part] then %}
 {%       local guard = part == "mask" and mods.mask_guard %}
@@ -89,14 +106,33 @@
       // The mask expression on a partial block's tile only.
       if ({{ guard }}) {
 {%       end %}
-#pragma unroll
-      for (int j = 0; j < {{ NJ }}; ++j) {
-{%       for i = 0, acc.slots - 1 do %}
-{%         local key = ("%s + %s + j * 16 + %d"):format(n0, c0, acc.dcol[i]) %}
-        {{ mods["apply_" .. part](S("mi", "j", i), "mq" .. rows.class_of[i], "mh" .. rows.class_of[i], key, mrule.used(("%s + %d"):format(row0("mi"), rows.classes[rows.class_of[i]].drow), key),
-                                  ("mkvq%d + (float)(j * 16 + %d)"):format(rows.class_of[i], acc.dcol[i])) }}
-{%       end %}
+{%       if part == "score" and mods.dg then %}
+{%         local lo, hi = math.huge, -math.huge %}
+{%         for i = 0, acc.slots - 1 do %}
+{%           for _, jj in ipairs({ 0, NJ - 1 }) do %}
+{%             local off = -mods.dg.sign * (16 * jj + acc.dcol[i]) %}
+{%             lo, hi = math.min(lo, off), math.max(hi, off) %}
+{%           end %}
+{%         end %}
+      // The distance table (mods.lua's dg): a lane's element of key kv
+      // lies {{ mods.dg.sign > 0 and "before" or "after" }} the row's pointer at its first column by
+      // kv's column, a constant of the slot.  Where the tile's elements of
+      // every lane of the warp lie within the table, they are read at those
+      // constants; elsewhere through the accessor.
+{%         local fast = {} %}
+{%         for c = 1, NC do %}
+      bool dgin{{ c }};
+      {{ mods.dg_row("dgp" .. c, "dgin" .. c, "mh" .. c, ("mq%d - (%s + %s)"):format(c, n0, c0), lo, hi) }}
+{%           fast[#fast + 1] = "dgin" .. c %}
+{%         end %}
+      if (__all_sync(0xffffffffu, {{ table.concat(fast, " && ") }})) {
+{%         elements(part, function(i, c) return mods.dg_load("dgp" .. c, ("%s(j * 16 + %d)"):format(mods.dg.sign > 0 and "-" or "", acc.dcol[i])) end) %}
+      } else {
+{%         elements(part, function(i, c, key) return mods.dg_read("mq" .. c, "mh" .. c, key) end) %}
       }
+{%       else %}
+{%         elements(part) %}
+{%       end %}
 {%       if guard then %}
       }
 {%       end %}

@@ -606,3 +606,42 @@ int test_expr_reads(void)
   fj__expr_free(NULL);
   return 0;
 }
+
+/* Reads at a distance (fj__expr_distance_reads): T(A..., q - kv + X) or
+ * kv - q, X a chain of + and - free of q, kv and s, the other indices
+ * too; anything else is an ordinary read. */
+int test_expr_distance_reads(void)
+{
+  static const struct {
+    const char *text;
+    int reads;
+  } cases[] = {
+      {"s + bias(h, q - kv)", 1},
+      {"s + bias(h, kv - q + shift)", 1},
+      {"s + bias(h / 2, q - kv + shift - 3 * shift) * doc(kv - q)", 2},
+      {"s + bias(h, (q - kv) + 1)", 1},
+      {"s + bias(h, shift + q - kv)", 0},   /* (shift + q) - kv */
+      {"s + bias(h, q - kv * 2)", 0},
+      {"s + bias(q, kv - q)", 0},
+      {"s + bias(h, q - kv + (int)s)", 0},
+      {"s + bias(h, q - kv + kv)", 0},
+      {"s + bias(h, q + kv)", 0},
+      {"s + bias(h, q - h)", 0},
+      {"s + bias(h, -(q - kv))", 0},
+      {"s + slope * (float)(q - kv)", 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char err[256];
+    fj_expr *e = fj__expr_parse(cases[i].text, "score", names, NNAMES, err, sizeof err);
+    CHECK(e);
+    int n = fj__expr_distance_reads(e, Q, KV, S);
+    fj__expr_free(e);
+    if (n != cases[i].reads) {
+      fprintf(stderr, "%s: %d reads at a distance, not %d\n", cases[i].text, n,
+              cases[i].reads);
+      return 1;
+    }
+  }
+  CHECK(fj__expr_distance_reads(NULL, Q, KV, S) == 0);
+  return 0;
+}

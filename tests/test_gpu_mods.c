@@ -297,6 +297,19 @@ int test_gpu_mods_user(void)
     bad |= run_mod_case(ctx, &mk, &w, &seed);
     twin_free(&w);
   }
+  /* A distance table (mods.lua's dg): i32, kv - q in parentheses, a head
+   * index of its own; distances from -606 to 592 over a table of 700:
+   * tiles read at the row pointer and tiles through the accessor. */
+  enum { DW = 700 };
+  int32_t *rel = malloc(8 * DW * sizeof *rel);
+  for (int i = 0; i < 8 * DW; i++)
+    rel[i] = (i * 53) % 201 - 100;
+  const mod_case dt = {"distance table", 1, 16, 16, 600, 600, 128, FJ_BF16, FJ_CAUSAL_NONE, 1};
+  twin_init(&w, "s + 0.01f * (float)rel(h / 2, (kv - q) - 7)", NULL);
+  bad |= twin_tensor(&w, "rel", FJ_MOD_I32, 2, (int64_t[]){8, DW}, rel);
+  bad |= run_mod_case(ctx, &dt, &w, &seed);
+  twin_free(&w);
+  free(rel);
   /* Integer arithmetic, a ternary, tanhf; a scalar int. */
   const mod_case ar = {"arith", 1, 8, 8, 400, 400, 128, FJ_F16, FJ_CAUSAL_TOP_LEFT, 3};
   twin_init(&w, "(q - kv) % period == 0 ? s * 0.5f : s + tanhf(s)", "(q ^ kv) != 7");
@@ -332,6 +345,22 @@ int test_gpu_mods_decode(void)
     bad |= run_mod_case(ctx, &dec, &w, &seed);
     twin_free(&w);
   }
+  /* A distance table under GQA packing (a row's head and position from
+   * the packed row): distances q - kv - 500 from -500 to 3595 over a
+   * table of 3000, so that some tiles lie in it and some do not. */
+  enum { TW = 3000 };
+  float *tab = malloc(32 * TW * sizeof *tab);
+  for (int i = 0; i < 32 * TW; i++)
+    tab[i] = (float)((i * 37) % 101) / 50.f - 1.f;
+  for (int i = 0; i < 3; i++) {
+    const mod_case dec = {"decode distance", 2, 32, 8, sqs[i], 4096, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1};
+    twin w;
+    twin_init(&w, "s + bias(h, q - kv - 500)", NULL);
+    bad |= twin_tensor(&w, "bias", FJ_MOD_F32, 2, (int64_t[]){32, TW}, tab);
+    bad |= run_mod_case(ctx, &dec, &w, &seed);
+    twin_free(&w);
+  }
+  free(tab);
   fjt_gpu_print_worst();
   fj_ctx_destroy(ctx);
   return bad;
@@ -486,6 +515,16 @@ int test_gpu_sanitize_mods(void)
   w.hm.window_left = w.dm.window_left = 500;
   bad |= run_mod_case(ctx, &wg, &w, &seed);
   twin_free(&w);
+  /* A distance table read at row pointers (distances up to 1099 + 1100
+   * over a table of 1500: some tiles through the accessor). */
+  float *tab = malloc(16 * 1500 * sizeof *tab);
+  for (int i = 0; i < 16 * 1500; i++)
+    tab[i] = (float)(i % 97) / 97.f - 0.5f;
+  twin_init(&w, "s + bias(h, q - kv + 1100)", NULL);
+  bad |= twin_tensor(&w, "bias", FJ_MOD_F32, 2, (int64_t[]){16, 1500}, tab);
+  bad |= run_mod_case(ctx, &wg, &w, &seed);
+  twin_free(&w);
+  free(tab);
   fj_ctx_destroy(ctx);
   return bad;
 }

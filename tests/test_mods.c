@@ -964,6 +964,77 @@ int test_mods_softcap_shift(void)
   return 0;
 }
 
+/* A distance table (mods.lua's dg): the score expression's first read
+ * T(A..., q - kv + X) (or kv - q, the difference possibly in parentheses)
+ * becomes fj_dg in the kernel, padded to the call's length, read per tile
+ * at a row pointer (fj_dg_row) where the tile lies in the table and
+ * through the call as written (fj_dg_read, after a #line at the call's
+ * line and column) elsewhere; other forms, and calls across a line break,
+ * stay as written.  The planner knows the form (128-key wgmma tiles, not
+ * 96).  Both families compile without spills. */
+int test_mods_distance(void)
+{
+  static const struct {
+    const char *score, *kernel;  /* kernel: fj_score_mod's line of the text */
+    const char *call;            /* the call fj_dg_read makes */
+    int tile_n;                  /* the wgmma pick's key tile */
+  } cases[] = {
+      {"s + bias(h, q - kv + 4096)", "s + fj_dg                 ", "bias(h, q - kv + 4096)", 128},
+      {"s - 0.5f * bias(h / 2, (kv - q) - 7)", "s - 0.5f * fj_dg                    ",
+       "bias(h / 2, (kv - q) - 7)", 128},
+      {"s + bias(h, q - kv * 2)", NULL, NULL, 96},
+      /* The planner reads the tree and knows the form; the kernel keeps a
+       * text across lines as written. */
+      {"s + bias(h, q - kv +\n 1)", NULL, NULL, 128},
+  };
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  fj_mod_param prm = {"bias", FJ_MOD_F32, 2, {16, 8193}, NULL, 0};
+  static const char *const def = "__device__ __forceinline__ float fj_score_mod(float s";
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      fj_problem p;
+      fj_mods m;
+      fj_kernel *k;
+      prefill_mods(&p, &m, cases[i].score, &prm, 1);
+      CHECK(compile_pick(ctx, &p, a ? FJ_MMA_WGMMA : FJ_MMA_SYNC, &k) == 0);
+      const char *src = fj_kernel_source(k, NULL);
+      const char *fn = strstr(src, def);  /* the declaration, then the definition */
+      CHECK(fn && (fn = strstr(fn + 1, def)));
+      const char *line = strstr(fn, "#line 1 \"score\"\n");
+      CHECK(line);
+      line += strlen("#line 1 \"score\"\n");
+      const char *want = cases[i].kernel ? cases[i].kernel : cases[i].score;
+      CHECK(strlen(want) == strlen(cases[i].score));
+      if (strncmp(line, want, strlen(want)) != 0 || line[strlen(want)] != '\n') {
+        fprintf(stderr, "%s: the kernel's line is \"%.*s\"\n", cases[i].score,
+                (int)strcspn(line, "\n"), line);
+        return 1;
+      }
+      CHECK(!strstr(src, "fj_dg_row(") == !cases[i].kernel);
+      if (cases[i].call) {
+        /* The call as written, at its column of line 1. */
+        char at[160];
+        snprintf(at, sizeof at, "#line 1 \"score\"\n%*s%s\n",
+                 (int)(strstr(cases[i].score, cases[i].call) - cases[i].score), "",
+                 cases[i].call);
+        if (!strstr(src, at)) {
+          fprintf(stderr, "%s: no \"%s\" in the kernel\n", cases[i].score, at);
+          return 1;
+        }
+      }
+      if (a == 1) {
+        fj_plan plan;
+        CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+        CHECK(plan.variant.tile_n == cases[i].tile_n);
+      }
+    }
+    fj_ctx_destroy(ctx);
+  }
+  return 0;
+}
+
 /* ALiBi's distance (mods.lua's kvq): (float)(kv - q) and (float)(q - kv)
  * become fj_kvq and (0.f-fj_kvq) (+0 on the diagonal, as written) in the
  * kernel, padded to the text's length (NVRTC's columns stay the user's),
