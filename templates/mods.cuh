@@ -94,7 +94,8 @@ __device__ __forceinline__ float softcap_tanh(float x) {
 __device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, {{ mods.kvq and "float fj_kvq, " or "" }}{{ mods.dg and mods.dg.value .. " fj_dg, " or "" }}const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
 {%   end %}
 {%   if mods.dg then %}
-__device__ __forceinline__ const {{ mods.ctype[mods.dg.param.type] }} *fj_dg_row(int b, int h, int hkv, int d, int lo, int hi, const fj::Params &fj_p, const fj::ModArgs &fj_ma, bool &fj_in, int &fj_l, int &fj_n);
+__device__ __forceinline__ const {{ mods.ctype[mods.dg.param.type] }} *fj_dg_row(int b, int h, int hkv, int d, int lo, int hi, const fj::Params &fj_p, const fj::ModArgs &fj_ma, bool &fj_in);
+__device__ __forceinline__ {{ mods.dg.value }} fj_dg_read(int b, int h, int hkv, int q, int kv, const fj::Params &fj_p, const fj::ModArgs &fj_ma);
 {%   end %}
 {%   if mods.mask then %}
 __device__ __forceinline__ bool fj_mask_mod(int b, int h, int hkv, int q, int kv{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
@@ -137,23 +138,30 @@ __device__ __forceinline__ bool fj_mask_mod(int b, int h, int hkv, int q, int kv
 {%     end %}
 // The distance table (mods.lua's dg): the score expression's
 // {{ dg.call }}, at distance d = q - kv, is the element at the
-// pointer this returns, and the element of a key kv0 + k at the pointer
-// {{ dg.sign > 0 and "-" or "+" }} k (the key kv0 the distance d was taken at).  fj_l is that element's
-// index in {{ t.name }}'s last dimension and fj_n the dimension's extent
-// (0 where another index lies outside): the element at offset k exists
-// where (unsigned)(fj_l + k) < fj_n, and fj_in says whether all those at
-// offsets lo..hi do (then no score of the tile needs a test).
-__device__ __forceinline__ const {{ mods.ctype[t.type] }} *fj_dg_row(int b, int h, int hkv, int d, int lo, int hi, const fj::Params &fj_p, const fj::ModArgs &fj_ma, bool &fj_in, int &fj_l, int &fj_n) {
+// pointer this returns plus {{ dg.sign > 0 and "-" or "" }}(kv - kv0) for the key kv0 the distance d was
+// taken at; fj_in says whether the elements at offsets lo..hi from it all
+// lie within {{ t.name }}'s extents (then no score of the tile needs a test).
+__device__ __forceinline__ const {{ mods.ctype[t.type] }} *fj_dg_row(int b, int h, int hkv, int d, int lo, int hi, const fj::Params &fj_p, const fj::ModArgs &fj_ma, bool &fj_in) {
   (void)b; (void)h; (void)hkv; (void)fj_p;
 {%     locals() %}
 {%     for k = 1, t.rank - 1 do %}
   const int fj_i{{ k - 1 }} = ({{ dg.uniform[k] }});
 {%     end %}
   const int fj_il = {{ dg.sign > 0 and "d" or "-d" }} + ({{ dg.x }});
-  fj_l = fj_il;
-  fj_n = {% for k = 1, t.rank - 1 do %}(unsigned)fj_i{{ k - 1 }} < (unsigned){{ t.name }}.e[{{ k - 1 }}] && {% end %}true ? {{ t.name }}.e[{{ t.rank - 1 }}] : 0;
-  fj_in = (unsigned)(fj_il + lo) < (unsigned)fj_n && (unsigned)(fj_il + hi) < (unsigned)fj_n;
+  fj_in = {% for k = 1, t.rank - 1 do %}(unsigned)fj_i{{ k - 1 }} < (unsigned){{ t.name }}.e[{{ k - 1 }}] && {% end %}(unsigned)(fj_il + lo) < (unsigned){{ t.name }}.e[{{ t.rank - 1 }}] &&
+          (unsigned)(fj_il + hi) < (unsigned){{ t.name }}.e[{{ t.rank - 1 }}];
   return {{ t.name }}.data + {{ flat }};
+}
+
+// The same element through the accessor, as the user wrote it (a tile
+// partly outside the table).
+__device__ __forceinline__ {{ dg.value }} fj_dg_read(int b, int h, int hkv, int q, int kv, const fj::Params &fj_p, const fj::ModArgs &fj_ma) {
+  (void)b; (void)h; (void)hkv; (void)q; (void)kv; (void)fj_p;
+{%     locals() %}
+  return
+#line {{ dg.line }} "score"
+{{ (" "):rep(dg.col - 1) }}{{ dg.call }}
+  ;
 }
 {%   end %}
 {%   if mods.score then %}
@@ -169,7 +177,7 @@ __device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, in
 {%       end %}
 {%       if mods.dg then %}
   // The user's expression{{ mods.kvq and "" or ", " .. (mods.score_text:gsub("%s+", " ")) .. "," }} with its {{ mods.dg.call }}
-  // as fj_dg (the same element, read by the family at fj_dg_row's pointer).
+  // as fj_dg (the same element, read by the family: fj_dg_row, fj_dg_read).
 {%       end %}
   s = (
 #line 1 "score"

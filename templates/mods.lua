@@ -42,8 +42,7 @@
 --                          as `dg`: where a lane's tile lies within T's
 --                          extents (fj_dg_row, mods.cuh) an element is
 --                          mods.dg_load(row pointer, constant offset),
---                          elsewhere mods.dg_test (the same load where
---                          the element exists, else 0);
+--                          elsewhere fj_dg_read (the call as written);
 --                          mods.dg.sign is +1 for q - kv, -1 for kv - q
 --   mods.bounded           the softcap bounds every score (|score| <= cap)
 --                          and P is bfloat16 (new{ bounded = ... } says so):
@@ -231,8 +230,13 @@ function M.new(o)
         if ok then
           local dg = { name = name, param = t, sign = sign,
                        x = rest:match("^%s*$") and "0" or rest:match("^%s*%+%s*(.*)$") or "0 " .. rest:match("^%s*(.*)$"),
-                       uniform = {}, call = text:sub(a, b) }
+                       uniform = {}, call = text:sub(a, b), first = a }
           for k = 1, #idx - 1 do dg.uniform[k] = idx[k] end
+          -- Where the call starts: its line and column in the user's text.
+          local before = text:sub(1, a - 1)
+          local _, nl = before:gsub("\n", "")
+          dg.line = nl + 1
+          dg.col = a - (before:match(".*\n()") or 1) + 1
           dg.value = t.type == "i32" and "int" or "float"
           local to = "fj_dg"
           dg.text = text:sub(1, a - 1) .. to .. (" "):rep(b - a + 1 - #to) .. text:sub(b + 1)
@@ -291,26 +295,23 @@ function M.new(o)
     return only_visible(("%s = fj_score_mod(%s * qk_scale, %s, %s, %s, %s, %s, %s%sp%s);"):format(
       lv, lv, B, h, HKV, q, kv, R.kvq and kvq .. ", " or "", R.dg and dg .. ", " or "", MA), visible)
   end
-  function R.apply_mask(lv, q, h, kv, visible)
-    return only_visible(("if (!fj_mask_mod(%s, %s, %s, %s, %s%s)) %s = FJ_NEG_INF;"):format(
-      B, h, HKV, q, kv, MA, lv), visible)
-  end
   -- The distance table's element for a lane's score: at the row pointer
-  -- ptr plus a constant.
+  -- ptr plus a constant (the fast path), or through the accessor.
   function R.dg_load(ptr, off)
     return LDG[R.dg.param.type]:format(("%s + (%s)"):format(ptr, off))
   end
-  -- The row pointer ptr of head h at distance d (q - kv), whether the
-  -- offsets lo..hi from it lie within the table (inb), and the element's
-  -- index and the extent a test of one offset needs (mods.cuh's
-  -- fj_dg_row): mods.dg_load, or mods.dg_test(ptr, off) where the tile may
-  -- leave the table (0 outside, as the accessor).
+  -- The row pointer ptr of head h at distance d (q - kv), and in whether
+  -- the offsets lo..hi from it lie within the table (mods.cuh's fj_dg_row).
   function R.dg_row(ptr, inb, h, d, lo, hi)
-    return ("int %s_l, %s_n;\n      const auto *%s = fj_dg_row(%s, %s, %s, %s, %d, %d, p, fj_ma, %s, %s_l, %s_n);"):format(
-      ptr, ptr, ptr, B, h, HKV, d, lo, hi, inb, ptr, ptr)
+    return ("const auto *%s = fj_dg_row(%s, %s, %s, %s, %d, %d, p, fj_ma, %s);"):format(
+      ptr, B, h, HKV, d, lo, hi, inb)
   end
-  function R.dg_test(ptr, off)
-    return ("((unsigned)(%s_l + %s) < (unsigned)%s_n ? %s : 0)"):format(ptr, off, ptr, R.dg_load(ptr, off))
+  function R.dg_read(q, h, kv)
+    return ("fj_dg_read(%s, %s, %s, %s, %s, p, fj_ma)"):format(B, h, HKV, q, kv)
+  end
+  function R.apply_mask(lv, q, h, kv, visible)
+    return only_visible(("if (!fj_mask_mod(%s, %s, %s, %s, %s%s)) %s = FJ_NEG_INF;"):format(
+      B, h, HKV, q, kv, MA, lv), visible)
   end
   return R
 end

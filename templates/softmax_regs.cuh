@@ -118,7 +118,7 @@
       // lies {{ mods.dg.sign > 0 and "before" or "after" }} the row's pointer at its first column by
       // kv's column, a constant of the slot.  Where the tile's elements of
       // every lane of the warp lie within the table, they are read at those
-      // constants; elsewhere each after a test (0 outside, as the accessor).
+      // constants; elsewhere through the accessor.
 {%         local fast = {} %}
 {%         for c = 1, NC do %}
       bool dgin{{ c }};
@@ -128,7 +128,7 @@
       if (__all_sync(0xffffffffu, {{ table.concat(fast, " && ") }})) {
 {%         elements(part, function(i, c) return mods.dg_load("dgp" .. c, ("%s(j * 16 + %d)"):format(mods.dg.sign > 0 and "-" or "", acc.dcol[i])) end) %}
       } else {
-{%         elements(part, function(i, c) return mods.dg_test("dgp" .. c, ("%s(j * 16 + %d)"):format(mods.dg.sign > 0 and "-" or "", acc.dcol[i])) end) %}
+{%         elements(part, function(i, c, key) return mods.dg_read("mq" .. c, "mh" .. c, key) end) %}
       }
 {%       else %}
 {%         elements(part) %}

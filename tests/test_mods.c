@@ -966,16 +966,17 @@ int test_mods_softcap_shift(void)
 
 /* A distance table (mods.lua's dg): the score expression's first read
  * T(A..., q - kv + X) (or kv - q, the difference possibly in parentheses)
- * becomes fj_dg in the kernel, padded to the call's length, read at a row
- * pointer (fj_dg_row) and constant offsets, the call shown in a comment;
- * other forms, and calls across a line break, stay as written.  The
- * planner knows the form (128-key wgmma tiles, not 96).  Both families
- * compile without spills. */
+ * becomes fj_dg in the kernel, padded to the call's length, read per tile
+ * at a row pointer (fj_dg_row) where the tile lies in the table and
+ * through the call as written (fj_dg_read, after a #line at the call's
+ * line and column) elsewhere; other forms, and calls across a line break,
+ * stay as written.  The planner knows the form (128-key wgmma tiles, not
+ * 96).  Both families compile without spills. */
 int test_mods_distance(void)
 {
   static const struct {
     const char *score, *kernel;  /* kernel: fj_score_mod's line of the text */
-    const char *call;            /* the call the comment shows */
+    const char *call;            /* the call fj_dg_read makes */
     int tile_n;                  /* the wgmma pick's key tile */
   } cases[] = {
       {"s + bias(h, q - kv + 4096)", "s + fj_dg                 ", "bias(h, q - kv + 4096)", 128},
@@ -1013,10 +1014,13 @@ int test_mods_distance(void)
       }
       CHECK(!strstr(src, "fj_dg_row(") == !cases[i].kernel);
       if (cases[i].call) {
+        /* The call as written, at its column of line 1. */
         char at[160];
-        snprintf(at, sizeof at, "with its %s\n", cases[i].call);
-        if (!strstr(fn, at)) {
-          fprintf(stderr, "%s: no \"%s\" in the kernel's comment\n", cases[i].score, at);
+        snprintf(at, sizeof at, "#line 1 \"score\"\n%*s%s\n",
+                 (int)(strstr(cases[i].score, cases[i].call) - cases[i].score), "",
+                 cases[i].call);
+        if (!strstr(src, at)) {
+          fprintf(stderr, "%s: no \"%s\" in the kernel\n", cases[i].score, at);
           return 1;
         }
       }
