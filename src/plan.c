@@ -230,16 +230,19 @@ static void wgmma_choice(fj_variant *v)
    * 128, 96-key tiles (relative bias, causal, (4, 16, 4096, 128) bf16 on
    * the H200: 741 us against 848 with 128; 80 keys 767) -- unless it reads
    * at a distance, bias(h, q - kv + X), at a row pointer and constant
-   * offsets (templates/mods.lua's dg): then 128 keys, as other
+   * offsets (templates/mods.lua's dg; not in checked mode): then 128 keys, as other
    * expressions (a prototype of it on the H200: 541 us at 128 keys, 593
    * at 96, 590 at 176). */
   int reads = fj__mods_reads(v->mods);
+  int distance = fj__mods_distance_reads(v->mods) && !fj__mods_checked(v->mods);
   if (d == 128 && reads == 1 && fj__mods_score_reads(v->mods) == 1 &&
-      !fj__mods_distance_reads(v->mods) && !fj__mods_blocks(v->mods))
+      !distance && !fj__mods_blocks(v->mods))
     v->tile_n = 96;
-  /* At head dim 64 such a read spills 4 bytes at 96 keys, none at 128. */
-  if (d == 64 && reads == 1 && fj__mods_distance_reads(v->mods) == 1)
-    v->tile_n = 128;
+  /* At head dim 64 such a read spills at 96 keys and at 128 for some
+   * forms and types (4-184 bytes: kv - q in f32, q - kv in bf16), none at
+   * 80. */
+  if (d == 64 && reads == 1 && distance)
+    v->tile_n = 80;
   /* Reads of tensor parameters per element hold their loads in flight:
    * two or more (a bias table with document ids: three) spill 16-336
    * bytes above these tiles. */

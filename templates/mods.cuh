@@ -94,7 +94,7 @@ __device__ __forceinline__ float softcap_tanh(float x) {
 __device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, {{ mods.kvq and "float fj_kvq, " or "" }}{{ mods.dg and mods.dg.value .. " fj_dg, " or "" }}const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
 {%   end %}
 {%   if mods.dg then %}
-__device__ __forceinline__ const {{ mods.ctype[mods.dg.param.type] }} *fj_dg_row(int b, int h, int hkv, int d, int lo, int hi, const fj::Params &fj_p, const fj::ModArgs &fj_ma, bool &fj_in);
+__device__ __forceinline__ const {{ mods.ctype[mods.dg.param.type] }} *fj_dg_row(int b, int h, int hkv, int fj_d, int fj_lo, int fj_hi, const fj::Params &fj_p, const fj::ModArgs &fj_ma, bool &fj_in);
 __device__ __forceinline__ {{ mods.dg.value }} fj_dg_read(int b, int h, int hkv, int q, int kv, const fj::Params &fj_p, const fj::ModArgs &fj_ma);
 {%   end %}
 {%   if mods.mask then %}
@@ -137,19 +137,19 @@ __device__ __forceinline__ bool fj_mask_mod(int b, int h, int hkv, int q, int kv
 {%       flat = flat and ("(%s * %s.e[%d] + %s)"):format(flat, t.name, k - 1, i) or ("(long long)" .. i) %}
 {%     end %}
 // The distance table (mods.lua's dg): the score expression's
-// {{ dg.call }}, at distance d = q - kv, is the element at the
-// pointer this returns plus {{ dg.sign > 0 and "-" or "" }}(kv - kv0) for the key kv0 the distance d was
-// taken at; fj_in says whether the elements at offsets lo..hi from it all
+// {{ dg.call }}, at distance fj_d = q - kv, is the element at the
+// pointer this returns plus {{ dg.sign > 0 and "-" or "" }}(kv - kv0) for the key kv0 the distance fj_d was
+// taken at; fj_in says whether the elements at offsets fj_lo..fj_hi from it all
 // lie within {{ t.name }}'s extents (then no score of the tile needs a test).
-__device__ __forceinline__ const {{ mods.ctype[t.type] }} *fj_dg_row(int b, int h, int hkv, int d, int lo, int hi, const fj::Params &fj_p, const fj::ModArgs &fj_ma, bool &fj_in) {
+__device__ __forceinline__ const {{ mods.ctype[t.type] }} *fj_dg_row(int b, int h, int hkv, int fj_d, int fj_lo, int fj_hi, const fj::Params &fj_p, const fj::ModArgs &fj_ma, bool &fj_in) {
   (void)b; (void)h; (void)hkv; (void)fj_p;
 {%     locals() %}
 {%     for k = 1, t.rank - 1 do %}
   const int fj_i{{ k - 1 }} = ({{ dg.uniform[k] }});
 {%     end %}
-  const int fj_il = {{ dg.sign > 0 and "d" or "-d" }} + ({{ dg.x }});
-  fj_in = {% for k = 1, t.rank - 1 do %}(unsigned)fj_i{{ k - 1 }} < (unsigned){{ t.name }}.e[{{ k - 1 }}] && {% end %}(unsigned)(fj_il + lo) < (unsigned){{ t.name }}.e[{{ t.rank - 1 }}] &&
-          (unsigned)(fj_il + hi) < (unsigned){{ t.name }}.e[{{ t.rank - 1 }}];
+  const int fj_il = {{ dg.sign > 0 and "fj_d" or "-fj_d" }} + ({{ dg.x }});
+  fj_in = {% for k = 1, t.rank - 1 do %}(unsigned)fj_i{{ k - 1 }} < (unsigned){{ t.name }}.e[{{ k - 1 }}] && {% end %}(unsigned)(fj_il + fj_lo) < (unsigned){{ t.name }}.e[{{ t.rank - 1 }}] &&
+          (unsigned)(fj_il + fj_hi) < (unsigned){{ t.name }}.e[{{ t.rank - 1 }}];
   return {{ t.name }}.data + {{ flat }};
 }
 

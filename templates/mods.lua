@@ -223,9 +223,11 @@ function M.new(o)
         -- them outside parentheses, so that q - kv + X is (q - kv) + X.
         local ok = sign and (rest:match("^%s*$") or rest:match("^%s*[%+%-]"))
         ok = ok and not rest:gsub("%b()", ""):find("[<>=&|%^%?:!,]")
-        ok = ok and not names_any(rest, { "q", "kv", "s" })
+        -- (fj_kvq: a (float)(kv - q) kvq_form rewrote.)
+        local varying = { "q", "kv", "s", "fj_kvq" }
+        ok = ok and not names_any(rest, varying)
         for k = 1, #idx - 1 do
-          ok = ok and not names_any(idx[k], { "q", "kv", "s" })
+          ok = ok and not names_any(idx[k], varying)
         end
         if ok then
           local dg = { name = name, param = t, sign = sign,

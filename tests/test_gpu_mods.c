@@ -346,8 +346,9 @@ int test_gpu_mods_decode(void)
     twin_free(&w);
   }
   /* A distance table under GQA packing (a row's head and position from
-   * the packed row): distances q - kv - 500 from -500 to 3595 over a
-   * table of 3000, so that some tiles lie in it and some do not. */
+   * the packed row; q counts the query rows from 0): kv - q - 500 from
+   * -515 to 3595, and q - kv + 3500 from -595 to 3515, over a table of
+   * 3000, so that some tiles lie in it and some do not. */
   enum { TW = 3000 };
   float *tab = malloc(32 * TW * sizeof *tab);
   for (int i = 0; i < 32 * TW; i++)
@@ -355,7 +356,7 @@ int test_gpu_mods_decode(void)
   for (int i = 0; i < 3; i++) {
     const mod_case dec = {"decode distance", 2, 32, 8, sqs[i], 4096, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1};
     twin w;
-    twin_init(&w, "s + bias(h, q - kv - 500)", NULL);
+    twin_init(&w, i == 1 ? "s + bias(h, q - kv + 3500)" : "s + bias(h, kv - q - 500)", NULL);
     bad |= twin_tensor(&w, "bias", FJ_MOD_F32, 2, (int64_t[]){32, TW}, tab);
     bad |= run_mod_case(ctx, &dec, &w, &seed);
     twin_free(&w);

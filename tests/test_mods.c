@@ -975,20 +975,26 @@ int test_mods_softcap_shift(void)
 int test_mods_distance(void)
 {
   static const struct {
-    const char *score, *kernel;  /* kernel: fj_score_mod's line of the text */
+    const char *score, *kernel;  /* kernel: fj_score_mod's line (NULL: as written) */
+    int dg;                      /* read at a row pointer */
     const char *call;            /* the call fj_dg_read makes */
     int tile_n;                  /* the wgmma pick's key tile */
   } cases[] = {
-      {"s + bias(h, q - kv + 4096)", "s + fj_dg                 ", "bias(h, q - kv + 4096)", 128},
-      {"s - 0.5f * bias(h / 2, (kv - q) - 7)", "s - 0.5f * fj_dg                    ",
+      {"s + bias(h, q - kv + 4096)", "s + fj_dg                 ", 1, "bias(h, q - kv + 4096)", 128},
+      {"s - 0.5f * bias(h / 2, (kv - q) - 7)", "s - 0.5f * fj_dg                    ", 1,
        "bias(h / 2, (kv - q) - 7)", 128},
-      {"s + bias(h, q - kv * 2)", NULL, NULL, 96},
+      /* A parameter named like the row function's own arguments. */
+      {"s + bias(h, q - kv) * hi", "s + fj_dg           * hi", 1, "bias(h, q - kv)", 128},
+      {"s + bias(h, q - kv * 2)", NULL, 0, NULL, 96},
+      /* A distance inside X: ALiBi's float distance (kvq) is not uniform. */
+      {"s + bias(h, q - kv + (int)(float)(kv - q))", "s + bias(h, q - kv + (int)fj_kvq         )", 0, NULL, 96},
       /* The planner reads the tree and knows the form; the kernel keeps a
        * text across lines as written. */
-      {"s + bias(h, q - kv +\n 1)", NULL, NULL, 128},
+      {"s + bias(h, q - kv +\n 1)", NULL, 0, NULL, 128},
   };
   static const char *const archs[] = {"sm_80", "sm_90a"};
-  fj_mod_param prm = {"bias", FJ_MOD_F32, 2, {16, 8193}, NULL, 0};
+  const fj_mod_param prm[2] = {{"bias", FJ_MOD_F32, 2, {16, 8193}, NULL, 0},
+                               {"hi", FJ_MOD_F32, 0, {0}, NULL, 0.5}};
   static const char *const def = "__device__ __forceinline__ float fj_score_mod(float s";
   for (int a = 0; a < 2; a++) {
     fj_ctx *ctx = fjt_ctx(archs[a], NULL);
@@ -997,7 +1003,7 @@ int test_mods_distance(void)
       fj_problem p;
       fj_mods m;
       fj_kernel *k;
-      prefill_mods(&p, &m, cases[i].score, &prm, 1);
+      prefill_mods(&p, &m, cases[i].score, prm, 2);
       CHECK(compile_pick(ctx, &p, a ? FJ_MMA_WGMMA : FJ_MMA_SYNC, &k) == 0);
       const char *src = fj_kernel_source(k, NULL);
       const char *fn = strstr(src, def);  /* the declaration, then the definition */
@@ -1012,7 +1018,7 @@ int test_mods_distance(void)
                 (int)strcspn(line, "\n"), line);
         return 1;
       }
-      CHECK(!strstr(src, "fj_dg_row(") == !cases[i].kernel);
+      CHECK(!strstr(src, "fj_dg_row(") == !cases[i].dg);
       if (cases[i].call) {
         /* The call as written, at its column of line 1. */
         char at[160];
@@ -1028,6 +1034,25 @@ int test_mods_distance(void)
         fj_plan plan;
         CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
         CHECK(plan.variant.tile_n == cases[i].tile_n);
+      }
+    }
+    if (a == 1) {
+      /* Head dim 64, the forms whose 96- and 128-key kernels spill
+       * (kv - q in f32, q - kv in bf16): 80 keys, without spills. */
+      static const struct {
+        const char *score;
+        fj_mod_type t;
+      } d64[] = {{"s + bias(h, kv - q + 64)", FJ_MOD_F32}, {"s + bias(h, q - kv + 4096)", FJ_MOD_BF16}};
+      for (int i = 0; i < 2; i++) {
+        fj_problem p;
+        fj_mods m;
+        fj_kernel *k;
+        fj_mod_param one = {"bias", d64[i].t, 2, {16, 8193}, NULL, 0};
+        prefill_mods(&p, &m, d64[i].score, &one, 1);
+        p.head_dim = 64;
+        p.causal = i == 0 ? FJ_CAUSAL_TOP_LEFT : FJ_CAUSAL_NONE;
+        CHECK(compile_pick(ctx, &p, FJ_MMA_WGMMA, &k) == 0);
+        CHECK(strstr(fj_kernel_source(k, NULL), "fj_dg_row("));
       }
     }
     fj_ctx_destroy(ctx);
