@@ -91,7 +91,10 @@ __device__ __forceinline__ float softcap_tanh(float x) {
 {%   end %}
 }  // namespace fj
 {%   if mods.score then %}
-__device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, {{ mods.kvq and "float fj_kvq, " or "" }}{{ mods.dg and mods.dg.value .. " fj_dg, " or "" }}const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
+__device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, {{ mods.kvq and (mods.kvq_scale and "float fj_skvq, " or "float fj_kvq, ") or "" }}{{ mods.dg and mods.dg.value .. " fj_dg, " or "" }}const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
+{%   end %}
+{%   if mods.kvq_scale then %}
+__device__ __forceinline__ float fj_kvq_scale(int b, int h, int hkv, const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
 {%   end %}
 {%   if mods.dg then %}
 __device__ __forceinline__ const {{ mods.ctype[mods.dg.param.type] }} *fj_dg_row(int b, int h, int hkv, int fj_d, int fj_lo, int fj_hi, const fj::Params &fj_p, const fj::ModArgs &fj_ma, bool &fj_in);
@@ -129,6 +132,15 @@ __device__ __forceinline__ bool fj_mask_mod(int b, int h, int hkv, int q, int kv
 %}
 
 // ---- score and mask modifications (fj_mods) --------------------------------
+{%   if mods.kvq_scale then %}
+// The factor of the score expression's {{ mods.kvq_scale }} * (float)(kv - q), once a
+// row and tile (mods.lua's kvq_scale).
+__device__ __forceinline__ float fj_kvq_scale(int b, int h, int hkv, const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }}) {
+  (void)b; (void)h; (void)hkv; (void)fj_p;
+{%     locals() %}
+  return (float)({{ mods.kvq_scale }});
+}
+{%   end %}
 {%   if mods.dg then %}
 {%     local dg, t = mods.dg, mods.dg.param %}
 {%     local flat = nil %}
@@ -166,14 +178,14 @@ __device__ __forceinline__ {{ dg.value }} fj_dg_read(int b, int h, int hkv, int 
 {%   end %}
 {%   if mods.score then %}
 // The score of (q, kv) from s, the scaled score{{ mods.score_text and ": the user's expression" or "" }}{{ mods.softcap and ", then softcap * tanhf(s / softcap)" or "" }}.
-__device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, {{ mods.kvq and "float fj_kvq, " or "" }}{{ mods.dg and mods.dg.value .. " fj_dg, " or "" }}const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }}) {
+__device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, {{ mods.kvq and (mods.kvq_scale and "float fj_skvq, " or "float fj_kvq, ") or "" }}{{ mods.dg and mods.dg.value .. " fj_dg, " or "" }}const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }}) {
   (void)b; (void)h; (void)hkv; (void)q; (void)kv; (void)fj_p;
 {%     locals() %}
 {%     if mods.score_text then %}
 {%       if mods.kvq then %}
   // The user's expression, {{ (mods.score_text:gsub("%s+", " ")) }}, with its (float)(kv - q)
   // as fj_kvq (the same distance, built per element from one conversion a
-  // row and tile: mods.lua's kvq).
+  // row and tile: mods.lua's kvq){{ mods.kvq_scale and (", and " .. mods.kvq_scale .. " * fj_kvq as fj_skvq") or "" }}.
 {%       end %}
 {%       if mods.dg then %}
   // The user's expression{{ mods.kvq and "" or ", " .. (mods.score_text:gsub("%s+", " ")) .. "," }} with its {{ mods.dg.call }}

@@ -36,6 +36,10 @@
 --                          the family passes to apply_score as `kvq`: one
 --                          conversion a row and tile, one add an element
 --                          (mods.kernel_score_text is the rewritten text)
+--   mods.kvq_scale         nil, or the text F of the expression's F *
+--                          fj_kvq (ALiBi's slope), which the kernel text
+--                          reads as fj_skvq: the family passes `kvq` as
+--                          that product (fj_kvq_scale, mods.cuh, gives F)
 --   mods.dg                the score expression reads a distance table,
 --                          T(A..., q - kv + X) (or kv - q), as the value
 --                          fj_dg, which the family passes to apply_score
@@ -143,6 +147,54 @@ function M.new(o)
   end
   R.kernel_score_text = R.score_text and kvq_form(R.score_text)
   R.kvq = R.kernel_score_text ~= R.score_text
+  -- ALiBi's product F * fj_kvq, with F the complete left operand (a name,
+  -- a call, a parenthesised group or a literal, after nothing that binds
+  -- tighter than *) and free of q, kv and s: the family takes F once a row
+  -- and tile (fj_kvq_scale, mods.cuh) and the product per element as
+  -- fmaf(F, the column's constant, F times the row's distance), one FMA
+  -- where the add, the multiply and the score's add took three -- the
+  -- same product but for the rounding of F times the row's part (within
+  -- an ulp of it).  Only where that product is the text's only use of
+  -- fj_kvq, and not in checked mode; the text becomes fj_skvq (padded).
+  local function kvq_scale_form(text)
+    if R.checked or not text then return nil end
+    local a, b = text:find("fj_kvq", 1, true)
+    if not a or text:find("fj_kvq", b + 1, true) then return nil end
+    -- Back from "fj_kvq" over spaces to "*", then over F.
+    local k = a - 1
+    while k > 0 and text:sub(k, k):match("%s") do k = k - 1 end
+    if text:sub(k, k) ~= "*" then return nil end
+    k = k - 1
+    while k > 0 and text:sub(k, k):match("%s") do k = k - 1 end
+    local e = k  -- F's last character
+    if text:sub(k, k) == ")" then  -- a group, or a call's arguments
+      local depth = 0
+      while k > 0 do
+        local ch = text:sub(k, k)
+        if ch == ")" then depth = depth + 1 elseif ch == "(" then depth = depth - 1 end
+        if depth == 0 then break end
+        k = k - 1
+      end
+      if k == 0 then return nil end
+      k = k - 1
+    end
+    while k > 0 and text:sub(k, k):match("[%w_%.]") do k = k - 1 end
+    local f = text:sub(k + 1, e)
+    -- What stands before F: nothing, or an operator looser than *.
+    local j = k
+    while j > 0 and text:sub(j, j):match("%s") do j = j - 1 end
+    local before = text:sub(j, j)
+    if j > 0 and not before:match("[%+%-%(,%?:<>=&|%^]") then return nil end
+    if f == "" then return nil end
+    -- A number after + or - may be an exponent's tail (1e-3f): not taken.
+    if f:match("^[%d%.]") and before:match("[%+%-]") then return nil end
+    for _, n in ipairs({ "q", "kv", "s", "fj_dg" }) do
+      if f:find("%f[%w_]" .. n .. "%f[^%w_]") then return nil end
+    end
+    if text:sub(k + 1, b):find("\n") then return nil end
+    local to = "fj_skvq"
+    return { factor = f, text = text:sub(1, k) .. to .. (" "):rep(b - k - #to) .. text:sub(b + 1) }
+  end
   -- A distance table: the score expression's first read of a tensor at
   -- T(A..., q - kv + X) or T(A..., kv - q + X) (the difference possibly
   -- in parentheses; X optional, a chain of + and -, and
@@ -250,6 +302,11 @@ function M.new(o)
   end
   R.dg = dg_form(R.kernel_score_text)
   if R.dg then R.kernel_score_text = R.dg.text end
+  local sc = R.kvq and kvq_scale_form(R.kernel_score_text)
+  if sc then
+    R.kvq_scale = sc.factor
+    R.kernel_score_text = sc.text
+  end
   R.score = R.score_text ~= nil or R.softcap
   R.mask = R.mask_text ~= nil
   R.any = R.score or R.mask
@@ -287,6 +344,7 @@ function M.new(o)
   R.fixed_on = "p.softcap_shift > 0.f"
   R.fixed_m = R.fold and "p.softcap_shift * p.softcap_inv" or "p.softcap_shift"
   local B, HKV = o.b or "blk.b", o.hkv or "blk.hk"
+  R.b, R.hkv = B, HKV
   local MA = R.args and ", fj_ma" or ""
 
   local function only_visible(body, visible)

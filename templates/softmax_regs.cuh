@@ -76,7 +76,13 @@
 {%   for c = 1, NC do %}
 {%     local row = ("%s + %d"):format(row0("mi"), rows.classes[c].drow) %}
       const int mq{{ c }} = {{ mrule.pos(row) }}, mh{{ c }} = {{ head(row) }};
-{%     if mods.kvq then %}
+{%     if mods.kvq_scale then %}
+      // The expression's factor F of F * (kv - q), and F times the distance
+      // at the lane's first column: an element's product is one FMA with
+      // its column's constant (mods.lua's kvq_scale).
+      const float mskv{{ c }} = fj_kvq_scale({{ mods.b }}, mh{{ c }}, {{ mods.hkv }}, p{{ mods.args and ", fj_ma" or "" }});
+      const float mkvq{{ c }} = mskv{{ c }} * (float)({{ n0 }} + {{ c0 }} - mq{{ c }});
+{%     elseif mods.kvq then %}
       // The distance kv - q at the lane's first column, as a float: an
       // element's adds its column's constant (mods.lua's kvq).
       const float mkvq{{ c }} = (float)({{ n0 }} + {{ c0 }} - mq{{ c }});
@@ -93,7 +99,8 @@
 {%     local c = rows.class_of[i] %}
 {%     local key = ("%s + %s + j * 16 + %d"):format(n0, c0, acc.dcol[i]) %}
         {{ mods["apply_" .. part](S("mi", "j", i), "mq" .. c, "mh" .. c, key, mrule.used(("%s + %d"):format(row0("mi"), rows.classes[c].drow), key),
-                                  ("mkvq%d + (float)(j * 16 + %d)"):format(c, acc.dcol[i]), dg and dg(i, c, key)) }}
+                                  mods.kvq_scale and ("fmaf(mskv%d, (float)(j * 16 + %d), mkvq%d)"):format(c, acc.dcol[i], c)
+                                                 or ("mkvq%d + (float)(j * 16 + %d)"):format(c, acc.dcol[i]), dg and dg(i, c, key)) }}
 {%   end %}
       }
 {%

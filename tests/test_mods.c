@@ -1063,18 +1063,28 @@ int test_mods_distance(void)
 /* ALiBi's distance (mods.lua's kvq): (float)(kv - q) and (float)(q - kv)
  * become fj_kvq and (0.f-fj_kvq) (+0 on the diagonal, as written) in the
  * kernel, padded to the text's length (NVRTC's columns stay the user's),
- * and near misses and spans across a line break stay as written; the
- * kernels of both families compile without spills. */
+ * and near misses and spans across a line break stay as written.  Its
+ * product F * fj_kvq, where F is a whole left operand free of q, kv and s
+ * and the product the text's only use of the distance, becomes fj_skvq
+ * (mods.lua's kvq_scale: F a row, fj_kvq_scale); a factor after a tighter
+ * operator, a literal that may be an exponent's tail, or a factor that
+ * reads s stay as written.  The kernels of both families compile without
+ * spills. */
 int test_mods_kvq(void)
 {
   static const struct {
     const char *score, *kernel;  /* kernel: the line after #line 1 "score" */
+    const char *factor;          /* F of fj_kvq_scale, or NULL */
   } cases[] = {
-      {"s + slopes(h) * (float)(kv - q)", "s + slopes(h) * fj_kvq         "},
-      {"s - slopes(h)*(float)( q-kv )+(float)(kv-q)", "s - slopes(h)*(0.f-fj_kvq)   +fj_kvq       "},
-      {"s + slopes(h) * (float)(kv - q - 1)", NULL},
-      {"s + slopes(h) * (float)(kv) - (float)(q)", NULL},
-      {"s + slopes(h) * (float)(kv\n - q)", NULL},
+      {"s + slopes(h) * (float)(kv - q)", "s + fj_skvq                    ", "slopes(h)"},
+      {"s - (slopes(h) + 0.5f)*(float)(kv-q)", "s - fj_skvq                         ", "(slopes(h) + 0.5f)"},
+      {"s - slopes(h)*(float)( q-kv )+(float)(kv-q)", "s - slopes(h)*(0.f-fj_kvq)   +fj_kvq       ", NULL},
+      {"s * 2.f * (float)(kv - q)", "s * 2.f * fj_kvq         ", NULL},
+      {"s + 1e-3f * (float)(kv - q)", "s + 1e-3f * fj_kvq         ", NULL},
+      {"s + (float)h * (float)(kv - q)", "s + (float)h * fj_kvq         ", NULL},
+      {"s + slopes(h) * (float)(kv - q - 1)", NULL, NULL},
+      {"s + slopes(h) * (float)(kv) - (float)(q)", NULL, NULL},
+      {"s + slopes(h) * (float)(kv\n - q)", NULL, NULL},
   };
   static const char *const archs[] = {"sm_80", "sm_90a"};
   fj_mod_param prm = {"slopes", FJ_MOD_F32, 1, {16}, NULL, 0};
@@ -1098,7 +1108,14 @@ int test_mods_kvq(void)
                 (int)strcspn(line, "\n"), line);
         return 1;
       }
-      CHECK(!strstr(src, "float fj_kvq") == !cases[i].kernel);
+      CHECK(!strstr(src, "float fj_kvq,") == !(cases[i].kernel && !cases[i].factor));
+      if (cases[i].factor) {
+        char ret[96];
+        snprintf(ret, sizeof ret, "return (float)(%s);", cases[i].factor);
+        CHECK(strstr(src, "float fj_skvq,") && strstr(src, ret));
+      } else {
+        CHECK(!strstr(src, "fj_kvq_scale("));
+      }
     }
     fj_ctx_destroy(ctx);
   }
