@@ -990,29 +990,37 @@ int fj__expr_uses(const fj_expr *e, int name)
   return 0;
 }
 
-int fj__expr_reads_using(const fj_expr *e, int name)
-{
-  if (!e || e->n == 0)
-    return 0;
-  /* Post-order: a node's children come before it. */
-  unsigned char *uses = calloc((size_t)e->n, 1);
-  if (!uses)
-    return 0;
-  int reads = 0;
-  for (int i = 0; i < e->n; i++) {
-    const node *nd = &e->nodes[i];
-    uses[i] = nd->op == OP_VAR && nd->ref == name;
-    for (int k = 0; k < nd->nkids; k++)
-      uses[i] |= uses[nd->kid[k]];
-    reads += nd->op == OP_TENSOR && uses[i];
-  }
-  free(uses);
-  return reads;
-}
-
 static int is_var(const fj_expr *e, int k, int name)
 {
   return e->nodes[k].op == OP_VAR && e->nodes[k].ref == name;
+}
+
+/* Per node, whether its subtree names one of the n variables (name
+ * indices; -1 matches none): a malloc'd array, NULL out of memory.  The
+ * nodes are in post-order, a node's children before it. */
+static unsigned char *uses_of(const fj_expr *e, const int *names, int n)
+{
+  unsigned char *uses = calloc((size_t)e->n, 1);
+  for (int i = 0; uses && i < e->n; i++) {
+    const node *nd = &e->nodes[i];
+    for (int k = 0; k < n; k++)
+      uses[i] |= (unsigned char)is_var(e, i, names[k]);
+    for (int k = 0; k < nd->nkids; k++)
+      uses[i] |= uses[nd->kid[k]];
+  }
+  return uses;
+}
+
+int fj__expr_reads_using(const fj_expr *e, int name)
+{
+  unsigned char *uses = e && e->n ? uses_of(e, &name, 1) : NULL;
+  if (!uses)
+    return 0;
+  int reads = 0;
+  for (int i = 0; i < e->n; i++)
+    reads += e->nodes[i].op == OP_TENSOR && uses[i];
+  free(uses);
+  return reads;
 }
 
 /* Whether node k is q - kv or kv - q. */
@@ -1025,19 +1033,13 @@ static int is_distance(const fj_expr *e, int k, int q, int kv)
 
 int fj__expr_distance_reads(const fj_expr *e, int q, int kv, int s)
 {
-  if (!e || e->n == 0)
-    return 0;
-  /* Post-order, as in fj__expr_reads_using: uses[i], node i names q, kv
-   * or s. */
-  unsigned char *uses = calloc((size_t)e->n, 1);
+  const int varying[3] = {q, kv, s};
+  unsigned char *uses = e && e->n ? uses_of(e, varying, 3) : NULL;
   if (!uses)
     return 0;
   int reads = 0;
   for (int i = 0; i < e->n; i++) {
     const node *nd = &e->nodes[i];
-    uses[i] = is_var(e, i, q) || is_var(e, i, kv) || is_var(e, i, s);
-    for (int k = 0; k < nd->nkids; k++)
-      uses[i] |= uses[nd->kid[k]];
     if (nd->op != OP_TENSOR)
       continue;
     int ok = 1;

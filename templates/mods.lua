@@ -284,7 +284,7 @@ function M.new(o)
         if ok then
           local dg = { name = name, param = t, sign = sign,
                        x = rest:match("^%s*$") and "0" or rest:match("^%s*%+%s*(.*)$") or "0 " .. rest:match("^%s*(.*)$"),
-                       uniform = {}, call = text:sub(a, b), first = a }
+                       uniform = {}, call = text:sub(a, b) }
           for k = 1, #idx - 1 do dg.uniform[k] = idx[k] end
           -- Where the call starts: its line and column in the user's text.
           local before = text:sub(1, a - 1)

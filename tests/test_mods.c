@@ -964,6 +964,25 @@ int test_mods_softcap_shift(void)
   return 0;
 }
 
+/* Whether the line after fj_score_mod's #line 1 "score" in src is want
+ * (NULL: score as written), the same length as score. */
+static int score_line_is(const char *src, const char *score, const char *want)
+{
+  static const char *const def = "__device__ __forceinline__ float fj_score_mod(float s";
+  const char *fn = strstr(src, def);  /* the declaration, then the definition */
+  const char *line = fn && (fn = strstr(fn + 1, def)) ? strstr(fn, "#line 1 \"score\"\n") : NULL;
+  CHECK(line);
+  line += strlen("#line 1 \"score\"\n");
+  if (!want)
+    want = score;
+  CHECK(strlen(want) == strlen(score));
+  if (strncmp(line, want, strlen(want)) != 0 || line[strlen(want)] != '\n') {
+    fprintf(stderr, "%s: the kernel's line is \"%.*s\"\n", score, (int)strcspn(line, "\n"), line);
+    return 1;
+  }
+  return 0;
+}
+
 /* A distance table (mods.lua's dg): the score expression's first read
  * T(A..., q - kv + X) (or kv - q, the difference possibly in parentheses)
  * becomes fj_dg in the kernel, padded to the call's length, read per tile
@@ -995,7 +1014,6 @@ int test_mods_distance(void)
   static const char *const archs[] = {"sm_80", "sm_90a"};
   const fj_mod_param prm[2] = {{"bias", FJ_MOD_F32, 2, {16, 8193}, NULL, 0},
                                {"hi", FJ_MOD_F32, 0, {0}, NULL, 0.5}};
-  static const char *const def = "__device__ __forceinline__ float fj_score_mod(float s";
   for (int a = 0; a < 2; a++) {
     fj_ctx *ctx = fjt_ctx(archs[a], NULL);
     CHECK(ctx);
@@ -1006,18 +1024,7 @@ int test_mods_distance(void)
       prefill_mods(&p, &m, cases[i].score, prm, 2);
       CHECK(compile_pick(ctx, &p, a ? FJ_MMA_WGMMA : FJ_MMA_SYNC, &k) == 0);
       const char *src = fj_kernel_source(k, NULL);
-      const char *fn = strstr(src, def);  /* the declaration, then the definition */
-      CHECK(fn && (fn = strstr(fn + 1, def)));
-      const char *line = strstr(fn, "#line 1 \"score\"\n");
-      CHECK(line);
-      line += strlen("#line 1 \"score\"\n");
-      const char *want = cases[i].kernel ? cases[i].kernel : cases[i].score;
-      CHECK(strlen(want) == strlen(cases[i].score));
-      if (strncmp(line, want, strlen(want)) != 0 || line[strlen(want)] != '\n') {
-        fprintf(stderr, "%s: the kernel's line is \"%.*s\"\n", cases[i].score,
-                (int)strcspn(line, "\n"), line);
-        return 1;
-      }
+      CHECK(score_line_is(src, cases[i].score, cases[i].kernel) == 0);
       CHECK(!strstr(src, "fj_dg_row(") == !cases[i].dg);
       if (cases[i].call) {
         /* The call as written, at its column of line 1. */
@@ -1098,16 +1105,7 @@ int test_mods_kvq(void)
       prefill_mods(&p, &m, cases[i].score, &prm, 1);
       CHECK(compile_pick(ctx, &p, a ? FJ_MMA_WGMMA : FJ_MMA_SYNC, &k) == 0);
       const char *src = fj_kernel_source(k, NULL);
-      const char *line = strstr(src, "#line 1 \"score\"\n");
-      CHECK(line);
-      line += strlen("#line 1 \"score\"\n");
-      const char *want = cases[i].kernel ? cases[i].kernel : cases[i].score;
-      CHECK(strlen(want) == strlen(cases[i].score));
-      if (strncmp(line, want, strlen(want)) != 0 || line[strlen(want)] != '\n') {
-        fprintf(stderr, "%s: the kernel's line is \"%.*s\"\n", cases[i].score,
-                (int)strcspn(line, "\n"), line);
-        return 1;
-      }
+      CHECK(score_line_is(src, cases[i].score, cases[i].kernel) == 0);
       CHECK(!strstr(src, "float fj_kvq,") == !(cases[i].kernel && !cases[i].factor));
       if (cases[i].factor) {
         char ret[96];
