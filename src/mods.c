@@ -74,10 +74,12 @@ int fj__mods_user(const fj_mods *m)
  * tensor parameters it makes per element to *reads: the calls whose
  * indices use kv (name 4 of fj__mods_names); a read of q, b or h alone is
  * the same for a row's every key, and is hoisted.  *reads packs three
- * counts of 10 bits (an expression of FJ_MOD_EXPR_MAX characters makes at
- * most 256 reads): every expression's reads (the lowest), the score's,
- * and the score's reads at a distance (fj__expr_distance_reads).  An absent expression passes and reads nothing.  0 when it
- * passes; -1 with the parser's message in err where it is refused. */
+ * counts of 10 bits (a read takes at least three characters, t(...), so
+ * two expressions of FJ_MOD_EXPR_MAX characters make at most 682): every
+ * expression's reads (the lowest), the score's, and the score's reads at
+ * a distance (fj__expr_distance_reads).  An absent expression passes and
+ * reads nothing.  0 when it passes; -1 with the parser's message in err
+ * where it is refused. */
 static int parse_expr(const fj_mods *m, int score, int *reads, char *err,
                       size_t errsize)
 {

@@ -12,7 +12,7 @@
 --   mods.any               either: the family applies them per element
 --   mods.args              the kernel takes fj::ModArgs (parameters exist)
 --   mods.kernel_param      its declaration in the kernel's parameter list
---   mods.apply_score(lv, q, h, kv, visible, kvq), mods.apply_mask(...)
+--   mods.apply_score(lv, q, h, kv, visible, kvq, dg), mods.apply_mask(...)
 --                          the statement for one element: lv becomes the
 --                          score function of lv * qk_scale; lv becomes -inf
 --                          where the mask expression is false.  In checked
@@ -62,6 +62,20 @@
 -- that NVRTC's messages point into the user's own text.
 
 local M = {}
+
+-- Whether text names any of the identifiers in list (whole words).
+local function names_any(text, list)
+  for _, n in ipairs(list) do
+    if text:find("%f[%w_]" .. n .. "%f[^%w_]") then return true end
+  end
+  return false
+end
+
+-- text with its characters a..b replaced by the name to, padded with
+-- spaces to their length (NVRTC's columns stay the user's).
+local function put(text, a, b, to)
+  return text:sub(1, a - 1) .. to .. (" "):rep(b - a + 1 - #to) .. text:sub(b + 1)
+end
 
 -- "name:type:rank;..." (src/mods.c) as a list.
 local function param_list(text)
@@ -188,12 +202,8 @@ function M.new(o)
     if f == "" then return nil end
     -- A number after + or - may be an exponent's tail (1e-3f): not taken.
     if f:match("^[%d%.]") and before:match("[%+%-]") then return nil end
-    for _, n in ipairs({ "q", "kv", "s", "fj_dg" }) do
-      if f:find("%f[%w_]" .. n .. "%f[^%w_]") then return nil end
-    end
-    if text:sub(k + 1, b):find("\n") then return nil end
-    local to = "fj_skvq"
-    return { factor = f, text = text:sub(1, k) .. to .. (" "):rep(b - k - #to) .. text:sub(b + 1) }
+    if names_any(f, { "q", "kv", "s", "fj_dg" }) or text:sub(k + 1, b):find("\n") then return nil end
+    return { factor = f, text = put(text, k + 1, b, "fj_skvq") }
   end
   -- A distance table: the score expression's first read of a tensor at
   -- T(A..., q - kv + X) or T(A..., kv - q + X) (the difference possibly
@@ -213,19 +223,13 @@ function M.new(o)
     for _, p in ipairs(R.params) do
       if p.rank > 0 then tensors[p.name] = p end
     end
-    local function names_any(s, list)
-      for _, n in ipairs(list) do
-        if s:find("%f[%w_]" .. n .. "%f[^%w_]") then return true end
-      end
-      return false
-    end
     local pos = 1
     while true do
       -- The next name; a tensor's call runs to its closing parenthesis.
       local a, e = text:find("[%w_]+", pos)
       if not a then return nil end
-      local name, t, b, args = text:sub(a, e), nil, nil, nil
-      t = tensors[name]
+      local name = text:sub(a, e)
+      local t, b, args = tensors[name], nil, nil
       if t then
         local k = e + 1
         while text:sub(k, k):match("%s") do k = k + 1 end
@@ -292,8 +296,7 @@ function M.new(o)
           dg.line = nl + 1
           dg.col = a - (before:match(".*\n()") or 1) + 1
           dg.value = t.type == "i32" and "int" or "float"
-          local to = "fj_dg"
-          dg.text = text:sub(1, a - 1) .. to .. (" "):rep(b - a + 1 - #to) .. text:sub(b + 1)
+          dg.text = put(text, a, b, "fj_dg")
           return dg
         end
       end
