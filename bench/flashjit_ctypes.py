@@ -50,11 +50,12 @@ def load(path=None):
 class Flashjit:
     """A context on a device, and the calls the benchmarks make."""
 
-    def __init__(self, lib, device=0, cache_dir=None):
+    def __init__(self, lib, device=0, cache_dir=None, jit_tiers=0):
         self.lib = lib
         o = CtxOpts()
         lib.fj_ctx_opts_init(C.byref(o))
         o.device = device
+        o.jit_tiers = jit_tiers
         if cache_dir:
             o.cache_dir = cache_dir.encode()
         self.ctx = C.c_void_p()
@@ -64,6 +65,11 @@ class Flashjit:
         if status != 0:
             msg = self.lib.fj_errmsg(self.ctx if ctx == "self" else None)
             raise RuntimeError(f"flashjit status {status}: {msg.decode(errors='replace')}")
+
+    def stats(self):
+        s = CacheStats()
+        self.lib.fj_cache_stats_get(self.ctx, C.byref(s))
+        return s
 
     def close(self):
         self.lib.fj_ctx_destroy(self.ctx)

@@ -51,7 +51,7 @@ extern "C" {
  * added, removed, retyped or moved), so that a binding that mirrors them
  * (python/flashjit/_capi.py) can refuse a library of another layout
  * instead of reading past a struct (fj_abi_version). */
-#define FJ_ABI_VERSION 2
+#define FJ_ABI_VERSION 3
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
@@ -137,6 +137,19 @@ typedef struct fj_ctx_opts {
    * fj_attention_plan).  A GPU context uses its device's count and
    * refuses any other value. */
   int sm_count;
+  /* 1: the tiered JIT.  A dense fj_attention_fwd call whose chosen kernel
+   * is in neither cache launches the problem's first kernel instead
+   * (CUDA cores, loops not unrolled: compiled in a fraction of the time;
+   * fj_kernel_get_first shows it) and compiles the chosen kernel on a
+   * thread of its own; the first call after that compile ended launches
+   * the chosen kernel.  The first kernel is correct but slow, and its
+   * results round differently from the chosen kernel's: with tiers, the
+   * same call may give other low bits before and after the switch.  Calls
+   * it cannot answer (varlen, paged K/V, FP8 K/V, block masks, checked
+   * mode) and fj_attention_fwd_plan/_variant compile and wait as without
+   * tiers.  fj_ctx_destroy waits for the compiles still running.  Default
+   * 0; the environment's FLASHJIT_JIT_TIERS=1 (or 0) overrides it. */
+  int jit_tiers;
 } fj_ctx_opts;
 
 /* Fills opts with the defaults described above.  NULL: does nothing. */
@@ -350,6 +363,16 @@ typedef struct fj_resources {
  */
 FJ_API fj_status fj_kernel_get(fj_ctx *ctx, const fj_variant *v,
                                fj_kernel **kernel);
+
+/*
+ * The tiered JIT's first kernel (fj_ctx_opts.jit_tiers) for the problem
+ * variant v serves: templates/attention_simt.cu, specialised only by v's
+ * head dim, causal mask, dtype and modifications (v's tiles and family do
+ * not enter).  Like fj_kernel_get otherwise: inspect its source, PTX and
+ * resources on any context.
+ */
+FJ_API fj_status fj_kernel_get_first(fj_ctx *ctx, const fj_variant *v,
+                                     fj_kernel **kernel);
 
 /* The rendered CUDA source, NUL-terminated; *len gets its length if len is
  * not NULL.  Owned by the kernel.  k NULL: NULL, and *len 0. */
@@ -1096,6 +1119,10 @@ typedef struct fj_cache_stats {
                              link, a directory) */
   uint64_t disk_errors;   /* failed writes */
   int disk_enabled;
+  /* The tiered JIT (fj_ctx_opts.jit_tiers): calls the first kernel
+   * answered, and kernels whose compile started in the background. */
+  uint64_t first_launches;
+  uint64_t background_compiles;
 } fj_cache_stats;
 
 /* This context's counters since it was created.  Does nothing when ctx or

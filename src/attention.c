@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "attention.h"
+#include "cache.h"
 #include "ctx.h"
 #include "devptr.h"
 #include "driver.h"
@@ -20,6 +21,7 @@
 #include "mods.h"
 #include "plan.h"
 #include "reference.h"
+#include "tier.h"
 #include "tunedb.h"
 #include "variant.h"
 #include "workspace.h"
@@ -560,28 +562,84 @@ void fj__fill_params(fj_kparams *kp, const fj_problem *p, const void *q,
  * and the CUDA context entered.  The launches of the last few variants
  * are remembered as they are (variant in, function out), so that a launch
  * that repeats one costs a comparison, not a parameter build. */
-static fj_status ready_kernel(fj_ctx *ctx, const fj_variant *v,
-                              fj_kernel **k, void **fn)
+static int hot_kernel(fj_ctx *ctx, const fj_variant *v, uint64_t mods,
+                      fj_kernel **k, void **fn)
 {
   fj_dispatch *d = dispatch(ctx);
-  uint64_t mods = fj__mods_hash(v->mods);
   for (int i = 0; d && i < d->nhot; i++)
     if (!memcmp(&d->hot[i].v, v, sizeof *v) && d->hot[i].mods == mods) {
       *k = d->hot[i].kernel;
       *fn = d->hot[i].function;
-      return FJ_OK;
+      return 1;
     }
-  fj_status st = fj__variant_kernel(ctx, v, k);
-  if (st == FJ_OK)
-    st = fj__kernel_function(ctx, *k, fn);
+  return 0;
+}
+
+/* k's function, loaded if needed, and remembered for v. */
+static fj_status keep_hot(fj_ctx *ctx, const fj_variant *v, uint64_t mods,
+                          fj_kernel *k, void **fn)
+{
+  fj_dispatch *d = dispatch(ctx);
+  fj_status st = fj__kernel_function(ctx, k, fn);
   if (st == FJ_OK && d) {
     fj_hot *h = &d->hot[d->nhot < FJ_HOT ? d->nhot++ : FJ_HOT - 1];
     h->v = *v;
     h->mods = mods;
-    h->kernel = *k;
+    h->kernel = k;
     h->function = *fn;
   }
   return st;
+}
+
+static fj_status ready_kernel(fj_ctx *ctx, const fj_variant *v,
+                              fj_kernel **k, void **fn)
+{
+  uint64_t mods = fj__mods_hash(v->mods);
+  if (hot_kernel(ctx, v, mods, k, fn))
+    return FJ_OK;
+  fj_status st = fj__variant_kernel(ctx, v, k);
+  return st == FJ_OK ? keep_hot(ctx, v, mods, *k, fn) : st;
+}
+
+/* ready_kernel under the tiered JIT (tier.c): where v's kernel is still to
+ * be compiled, the problem's first kernel, its function and its plan in
+ * *first (a block of 8 warps per 8 rows of a head), and *is_first
+ * set; ctx->lock held and the CUDA context entered. */
+static fj_status ready_tiered(fj_ctx *ctx, const fj_problem *p,
+                              const fj_variant *v, fj_kernel **k, void **fn,
+                              fj_plan *first, int *is_first)
+{
+  uint64_t mods = fj__mods_hash(v->mods);
+  *is_first = 0;
+  if (hot_kernel(ctx, v, mods, k, fn))
+    return FJ_OK;
+  fj_kjob *fresh;
+  fj_status st = fj__tier_kernel(ctx, v, k, &fresh);
+  if (st != FJ_OK || *k)
+    return st == FJ_OK ? keep_hot(ctx, v, mods, *k, fn) : st;
+  /* The first kernel's compile, then the chosen one's, not both at once. */
+  if ((st = fj__tier_first(ctx, v, k)) == FJ_OK)
+    st = fj__kernel_function(ctx, *k, fn);
+  if (st == FJ_OK && (*k)->res.cache != FJ_CACHE_MEMORY)
+    fj__log(ctx, FJ_LOG_INFO, "tiered JIT: %s answers (%s)", (*k)->meta.symbol,
+            (*k)->res.cache == FJ_CACHE_DISK ? "from the disk cache"
+                                             : "compiled");
+  fj_status st2 = fresh ? fj__tier_start(ctx, v, fresh) : FJ_OK;
+  if (st != FJ_OK || st2 != FJ_OK)
+    return st != FJ_OK ? st : st2;
+  fj__cache_count_tier(ctx, 1, 0);
+  memset(first, 0, sizeof *first);
+  first->variant = *v;
+  first->splits = 1;
+  first->rows = p->seq_q;
+  first->grid[0] = (unsigned)((p->seq_q + (*k)->meta.rows_per_block - 1) /
+                              (*k)->meta.rows_per_block);
+  first->grid[1] = (unsigned)p->heads_q;
+  first->grid[2] = (unsigned)p->batch;
+  first->threads = (unsigned)(*k)->meta.threads;
+  first->smem_bytes = (unsigned)(*k)->meta.smem_bytes;
+  *is_first = 1;
+  return FJ_OK;
 }
 
 fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
@@ -823,16 +881,21 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     return st;
   /* Memory of another device is refused before anything is queued. */
   st = fj__devptr_check_call(ctx, who, p, q, k, vp, o, lse, ws);
+  /* The tiered JIT answers fj_attention_fwd's own choices only. */
+  int first = 0;
   pthread_mutex_lock(&ctx->lock);
   if (st == FJ_OK)
-    st = ready_kernel(ctx, v, &kern, &fn);
-  if (st == FJ_OK && v->split_kv)
+    st = fresh && fj__tier_serves(ctx, p, v)
+             ? ready_tiered(ctx, p, v, &kern, &fn, &plan, &first)
+             : ready_kernel(ctx, v, &kern, &fn);
+  if (st == FJ_OK && v->split_kv && !first)
     st = ready_combine(ctx, v, &combine_fn);
   pthread_mutex_unlock(&ctx->lock);
   fj_problem pp = *p;
   pp.splits = given->splits;
-  if (st == FJ_OK && (!fresh || kern->meta.threads != (int)plan.threads ||
-                      kern->meta.smem_bytes != (int)plan.smem_bytes))
+  if (st == FJ_OK && !first &&
+      (!fresh || kern->meta.threads != (int)plan.threads ||
+       kern->meta.smem_bytes != (int)plan.smem_bytes))
     st = fj__plan_fill(ctx, &pp, v, &kern->meta, &plan);
   if (st == FJ_OK && kern->meta.tma)
     st = tensor_maps(ctx, p, v, kern, q, k, vp, &maps);
@@ -855,7 +918,7 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
                    {plan.threads, 1, 1}, plan.smem_bytes, stream, args, 0};
     st = fj__cu_launch(ctx, &l);
   }
-  if (st == FJ_OK && v->split_kv) {
+  if (st == FJ_OK && combine_fn) {
     fj_launch l = {combine_fn,
                    {plan.combine_grid[0], plan.combine_grid[1], plan.combine_grid[2]},
                    {plan.combine_threads, 1, 1}, 0, stream, args,

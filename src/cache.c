@@ -142,6 +142,12 @@ void fj__cache_count(fj_ctx *ctx, fj_cache_origin origin)
     s->misses++;
 }
 
+void fj__cache_count_tier(fj_ctx *ctx, int first_launch, int background)
+{
+  ctx->cache->stats.first_launches += (uint64_t)first_launch;
+  ctx->cache->stats.background_compiles += (uint64_t)background;
+}
+
 void fj_cache_stats_get(fj_ctx *ctx, fj_cache_stats *stats)
 {
   if (!ctx || !stats)

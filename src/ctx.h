@@ -17,6 +17,7 @@ typedef struct fj_tpl fj_tpl;           /* template.c */
 typedef struct fj_kmap fj_kmap;         /* kernel.c */
 typedef struct fj_dispatch fj_dispatch; /* attention.c */
 typedef struct fj_wspace fj_wspace;     /* workspace.c */
+typedef struct fj_tier fj_tier;         /* tier.c */
 
 struct fj_ctx {
   uint64_t serial;  /* identifies the context in thread-local messages */
@@ -39,6 +40,7 @@ struct fj_ctx {
   unsigned tunedb_generation; /* tunedb.c: bumped by every recorded result */
   fj_dispatch *dispatch; /* attention.c: what recent launches chose */
   fj_wspace *workspaces; /* workspace.c: device memory per stream */
+  fj_tier *tier;    /* tier.c: the background compiles of the tiered JIT */
   long renders;     /* templates rendered (the render index saves some) */
   char templates_hash[33]; /* the built-in templates, "" until needed */
 };

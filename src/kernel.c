@@ -10,6 +10,8 @@
  * kernel's own key is computed as always.  Templates from
  * FLASHJIT_TEMPLATE_DIR are always rendered: they may change under us.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -355,6 +357,128 @@ fj_status fj__kernel_build(fj_ctx *ctx, const char *name,
   if (st == FJ_OK)
     *out = k;
   return st;
+}
+
+/* ---- building in the background ---------------------------------------------------- */
+
+/* A kernel compiling on a thread of its own: rendered, keyed, its source
+ * the thread's input; the thread writes only status, message, out and
+ * done. */
+struct fj_kjob {
+  fj_buf key;
+  fj_kernel *k;
+  fj_cache_key dk;
+  int isolate;
+  const fj_ctx *ctx;
+  pthread_t thread;
+  fj_status status;
+  char *message;
+  _Atomic int done;
+  int joined;  /* no thread to join (it never started) */
+};
+
+static void *kjob_run(void *arg)
+{
+  fj_kjob *j = arg;
+  j->status = fj__compile(j->ctx, j->k->meta.symbol, j->k->source,
+                          j->ctx->arch, j->isolate, &j->k->out);
+  if (j->status != FJ_OK)
+    j->message = fj__strdup(fj_errmsg(j->ctx));
+  atomic_store(&j->done, 1);
+  return NULL;
+}
+
+fj_status fj__kernel_build_async(fj_ctx *ctx, const char *name,
+                                 const fj_param *params, size_t n,
+                                 fj_kernel **out, fj_kjob **job)
+{
+  *out = NULL;
+  *job = NULL;
+  fj_kjob *j = calloc(1, sizeof *j);
+  if (!j || memory_key(&j->key, name, params, n)) {
+    if (j)
+      fj__buf_free(&j->key);
+    free(j);
+    return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  }
+  fj_status st = FJ_OK;
+  if ((*out = kmap_find(ctx->kernels, &j->key)) != NULL) {
+    (*out)->res.cache = FJ_CACHE_MEMORY;
+    fj__cache_count(ctx, FJ_CACHE_MEMORY);
+  } else if ((st = kernel_render(ctx, name, params, n, &j->key, &j->k)) ==
+             FJ_OK) {
+    disk_key(ctx, j->k, &j->dk);
+    if (from_disk(ctx, j->k, &j->dk)) {
+      finish(ctx, j->k);
+      if (!(*out = keep(ctx, &j->key, j->k)))
+        st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+      j->k = NULL;
+    } else {
+      j->ctx = ctx;
+      j->isolate = ctx->opts.isolate_compile || j->k->meta.isolate;
+      *job = j;
+      return FJ_OK;
+    }
+  }
+  fj__kernel_free(j->k);
+  fj__buf_free(&j->key);
+  free(j);
+  return st;
+}
+
+fj_status fj__kjob_start(fj_ctx *ctx, fj_kjob *j)
+{
+  if (pthread_create(&j->thread, NULL, kjob_run, j) == 0)
+    return FJ_OK;
+  fj_kernel *k;
+  j->status = fj__fail(ctx, FJ_ERR_NOMEM,
+                       "cannot start a thread for the compile of %s",
+                       j->k->meta.symbol);
+  j->message = fj__strdup(fj_errmsg(ctx));
+  atomic_store(&j->done, 1);
+  j->joined = 1;
+  return fj__kjob_finish(ctx, j, &k);
+}
+
+int fj__kjob_done(const fj_kjob *job)
+{
+  return atomic_load(&((fj_kjob *)job)->done);
+}
+
+const char *fj__kjob_symbol(const fj_kjob *job)
+{
+  return job->k->meta.symbol;
+}
+
+fj_status fj__kjob_finish(fj_ctx *ctx, fj_kjob *j, fj_kernel **out)
+{
+  if (!j->joined)
+    pthread_join(j->thread, NULL);
+  fj_status st = j->status;
+  if (st == FJ_OK) {
+    to_disk(ctx, j->k, &j->dk);
+    finish(ctx, j->k);
+    if (!(*out = keep(ctx, &j->key, j->k)))
+      st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  } else {
+    st = fj__fail(ctx, st, "%s", j->message ? j->message : "compile failed");
+    fj__kernel_free(j->k);
+  }
+  free(j->message);
+  fj__buf_free(&j->key);
+  free(j);
+  return st;
+}
+
+void fj__kjob_abandon(fj_kjob *j)
+{
+  if (!j)
+    return;
+  pthread_join(j->thread, NULL);
+  fj__kernel_free(j->k);
+  free(j->message);
+  fj__buf_free(&j->key);
+  free(j);
 }
 
 /* ---- building many at once ----------------------------------------------------------- */

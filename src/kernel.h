@@ -55,6 +55,29 @@ typedef struct fj_build {
 fj_status fj__kernel_build_many(fj_ctx *ctx, fj_build *builds, size_t n,
                                 int workers, fj_progress_fn progress,
                                 void *user);
+/* A kernel compiling in the background (the tiered JIT, src/tier.c). */
+typedef struct fj_kjob fj_kjob;
+/* fj__kernel_build without the wait: a kernel the memory or disk cache
+ * has comes back in *out; for one that needs NVRTC, *out is NULL and *job
+ * its compile, rendered now (the parameters need not outlive the call),
+ * to start with fj__kjob_start.  ctx->lock held. */
+fj_status fj__kernel_build_async(fj_ctx *ctx, const char *template_name,
+                                 const fj_param *params, size_t nparams,
+                                 fj_kernel **out, fj_kjob **job);
+/* Starts the job's compile on a thread of its own; where no thread can
+ * start, the job is finished and freed here, and its failure returned. */
+fj_status fj__kjob_start(fj_ctx *ctx, fj_kjob *job);
+/* Whether the job's compile has ended; never blocks. */
+int fj__kjob_done(const fj_kjob *job);
+/* The kernel's symbol (the variant's name). */
+const char *fj__kjob_symbol(const fj_kjob *job);
+/* Waits for the job (if it has not ended), then keeps its kernel in the
+ * memory and disk caches as fj__kernel_build does, or returns its
+ * failure with the compiler's message; frees the job.  ctx->lock held. */
+fj_status fj__kjob_finish(fj_ctx *ctx, fj_kjob *job, fj_kernel **out);
+/* Waits for the job and frees it and its kernel (the context is going). */
+void fj__kjob_abandon(fj_kjob *job);
+
 /* FJ_ERR_RESOURCES when the rendered kernel needs more shared memory than
  * the target allows per block. */
 fj_status fj__check_smem(const fj_ctx *ctx, const fj_kmeta *meta);

@@ -14,6 +14,7 @@
 #include "driver.h"
 #include "kernel.h"
 #include "template.h"
+#include "tier.h"
 #include "tunedb.h"
 #include "util.h"
 #include "workspace.h"
@@ -43,7 +44,18 @@ static fj_status ctx_init(fj_ctx *ctx, const fj_ctx_opts *opts)
                     "sm_count %d is invalid: 0 (the device's, or the "
                     "architecture's largest part) or 1..1024",
                     opts->sm_count);
+  if (opts->jit_tiers != 0 && opts->jit_tiers != 1)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "jit_tiers %d is invalid: 0 (compile, then launch) or 1 "
+                    "(the first kernel while the chosen one compiles)",
+                    opts->jit_tiers);
   ctx->opts = *opts;
+  const char *tiers = getenv("FLASHJIT_JIT_TIERS");
+  if (tiers && (!strcmp(tiers, "0") || !strcmp(tiers, "1")))
+    ctx->opts.jit_tiers = tiers[0] == '1';
+  else if (tiers && *tiers)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "FLASHJIT_JIT_TIERS=%s is invalid: 0 or 1", tiers);
   ctx->opts.arch = NULL;
   ctx->opts.cache_dir = NULL;
   if (opts->device >= 0) {
@@ -99,6 +111,7 @@ void fj_ctx_destroy(fj_ctx *ctx)
 {
   if (!ctx)
     return;
+  fj__tier_free(ctx);  /* its compiles end before the caches close */
   fj__workspace_free(ctx);
   /* Modules are unloaded from their own context, whichever context the
    * calling thread has current (another device's, or none). */

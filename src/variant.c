@@ -392,6 +392,28 @@ fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
   return add_luts(ctx, v, o);
 }
 
+fj_status fj__variant_simt_params(fj_ctx *ctx, const fj_variant *v,
+                                  fj_vparams *o)
+{
+  char mods[64];
+  memset(o, 0, sizeof *o);
+  o->template_name = "attention_simt.cu";
+  mods_suffix(v->mods, mods, sizeof mods);
+  snprintf(o->symbol, sizeof o->symbol, "fj_simt_d%d_%s_%s%s", v->head_dim,
+           causal_short(v->causal), fj_dtype_name(v->dtype), mods);
+  add(o, "template", FJ_PARAM_STR, 0, o->template_name, NULL);
+  add(o, "symbol", FJ_PARAM_STR, 0, o->symbol, NULL);
+  add(o, "arch", FJ_PARAM_STR, 0, ctx->arch, NULL);
+  add(o, "sm", FJ_PARAM_INT, ctx->sm, NULL, NULL);
+  add(o, "version", FJ_PARAM_STR, 0, fj_version(), NULL);
+  add(o, "params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_kparams), NULL, NULL);
+  add(o, "head_dim", FJ_PARAM_INT, v->head_dim, NULL, NULL);
+  add(o, "causal", FJ_PARAM_STR, 0, fj_causal_name(v->causal), NULL);
+  add(o, "dtype", FJ_PARAM_STR, 0, fj_dtype_name(v->dtype), NULL);
+  add_mods(o, v->mods);
+  return FJ_OK;
+}
+
 /* Validates, renders and builds a variant's kernel; ctx->lock held. */
 fj_status fj__variant_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
 {

@@ -27,6 +27,11 @@ typedef struct fj_vparams {
   char mod_params[FJ_MOD_PARAMS_MAX * (FJ_MOD_NAME_MAX + 12) + 1];
 } fj_vparams;
 
+/* The parameters of the tiered JIT's first kernel for v's problem
+ * (templates/attention_simt.cu): head dim, causal, dtype and the
+ * modifications; the variant's tiles and family do not enter. */
+fj_status fj__variant_simt_params(fj_ctx *ctx, const fj_variant *v,
+                                  fj_vparams *out);
 /* Fills out for v; variants that read the layout tables fetch them, which
  * probes the device on first use.  ctx->lock held. */
 fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,

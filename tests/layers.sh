@@ -11,7 +11,7 @@ cache workspace devptr launch_record
 kernel
 layout
 variant
-tunedb plan
+tunedb plan tier
 attention
 tune cache_pack block_mask
 lifecycle"

@@ -125,6 +125,10 @@ TEST(gpu_sinks_varlen, gpu)
 TEST(gpu_sanitize_mods, gpu)
 TEST(gpu_mods_checked, gpu)
 TEST(gpu_tune_mods, gpu)
+/* tier.c, the tiered JIT: the first kernel, then the chosen one */
+TEST(tier_first_compile, cpu)
+TEST(tier_opts, cpu)
+TEST(gpu_jit_tiers, gpu)
 /* block_mask.c, block masks */
 TEST(block_mask_refusals, cpu)
 TEST(block_mask_size, cpu)

@@ -60,7 +60,8 @@ PROGRESS_FN = C.CFUNCTYPE(None, C.c_void_p, C.c_size_t, C.c_size_t)
 class CtxOpts(C.Structure):
     _fields_ = [("device", C.c_int), ("arch", C.c_char_p), ("cache_dir", C.c_char_p),
                 ("disk_cache", C.c_int), ("isolate_compile", C.c_int),
-                ("log", LOG_FN), ("log_user", C.c_void_p), ("sm_count", C.c_int)]
+                ("log", LOG_FN), ("log_user", C.c_void_p), ("sm_count", C.c_int),
+                ("jit_tiers", C.c_int)]
 
 
 class DeviceInfo(C.Structure):
@@ -164,7 +165,8 @@ class CacheStats(C.Structure):
     _fields_ = [("memory_hits", C.c_uint64), ("disk_hits", C.c_uint64),
                 ("misses", C.c_uint64), ("disk_writes", C.c_uint64),
                 ("disk_rejects", C.c_uint64), ("disk_errors", C.c_uint64),
-                ("disk_enabled", C.c_int)]
+                ("disk_enabled", C.c_int), ("first_launches", C.c_uint64),
+                ("background_compiles", C.c_uint64)]
 
 
 class CacheEntry(C.Structure):
@@ -217,6 +219,7 @@ SIGNATURES = {
     "fj_swizzle_name": (_STR, [_I]),
     "fj_causal_name": (_STR, [_I]),
     "fj_kernel_get": (_I, [_VP, _P(Variant), _P(_VP)]),
+    "fj_kernel_get_first": (_I, [_VP, _P(Variant), _P(_VP)]),
     "fj_kernel_source": (_VP, [_VP, _P(_S)]),
     "fj_kernel_ptx": (_VP, [_VP, _P(_S)]),
     "fj_kernel_cubin": (_VP, [_VP, _P(_S)]),
@@ -262,7 +265,7 @@ SIGNATURES = {
 
 
 # FJ_ABI_VERSION of the header these structs mirror.
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 
 def open_library(path):

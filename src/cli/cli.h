@@ -58,6 +58,8 @@ typedef struct cli {
   const char *cache_dir;
   int no_disk_cache;
   int isolate;
+  int jit_tiers;          /* --jit-tiers (run) */
+  int first;              /* --first (emit): the tiered JIT's first kernel */
   int verbose;
   /* emit */
   const char *what;

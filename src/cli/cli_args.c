@@ -286,6 +286,13 @@ static const flag_def flags[] = {
      .help = "cache in memory only"},
     {"isolate", 0, CMD_EMIT | CMD_RUN, cli_set_switch, OFF(isolate),
      .help = "compile in a child process"},
+    {"jit-tiers", 0, CMD_RUN, cli_set_switch, OFF(jit_tiers),
+     .help = "the tiered JIT: where the chosen kernel is not compiled yet, "
+             "the first kernel answers while it compiles in the background "
+             "(fj_ctx_opts.jit_tiers)"},
+    {"first", 0, CMD_EMIT, cli_set_switch, OFF(first),
+     .help = "the tiered JIT's first kernel for the problem or variant "
+             "(CUDA cores, loops not unrolled) instead of the kernel itself"},
     {"verbose", 0, CMD_ALL, cli_set_switch, OFF(verbose),
      .help = "print the library's log"},
 };
@@ -387,6 +394,7 @@ int cli_open_ctx(cli *c, int device, const char *arch, fj_ctx **ctx)
   o.cache_dir = c->cache_dir;
   o.disk_cache = !c->no_disk_cache;
   o.isolate_compile = c->isolate;
+  o.jit_tiers = c->jit_tiers;
   o.sm_count = device < 0 ? c->sms : 0;
   o.log = log_stderr;
   o.log_user = c;
@@ -551,6 +559,9 @@ static int check_combinations(cli *c)
     return cli_usage_error(c, "%s does not apply with --sweep (it prints one "
                               "line of resources per variant)",
                            c->what ? "--what" : "-o");
+  if (c->cmd == CMD_EMIT && c->sweep && c->first)
+    return cli_usage_error(c, "--first does not apply with --sweep (the "
+                              "first kernel has no tiles to sweep)");
   if ((c->cmd & (CMD_EMIT | CMD_RUN)) && !c->sweep && cli_flag_given(c, "workers"))
     return cli_usage_error(c, "--workers applies only with --sweep");
   if (c->cmd == CMD_EMIT &&

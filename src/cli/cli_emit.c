@@ -349,7 +349,8 @@ static int emit_one(cli *c, fj_ctx *ctx)
   if (rc)
     return rc;
   fj_kernel *k;
-  fj_status st = fj_kernel_get(ctx, &v, &k);
+  fj_status st = c->first ? fj_kernel_get_first(ctx, &v, &k)
+                          : fj_kernel_get(ctx, &v, &k);
   return st == FJ_OK ? emit_what(c, k, fj_ctx_arch(ctx), &ch)
                      : cli_fj_error(c, ctx, st);
 }

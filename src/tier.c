@@ -1,0 +1,134 @@
+/*
+ * tier.c -- the tiered JIT (fj_ctx_opts.jit_tiers).  A call whose chosen
+ * kernel is in neither cache starts that kernel's compile on a thread of
+ * its own and launches the problem's first kernel: CUDA cores, loops left
+ * rolled, about a tenth of the compile (docs/PERF.md).  Each later call
+ * asks whether the compile has ended (an atomic load); once it has, the
+ * kernel joins the caches as any other and the call launches it.  The
+ * compiles in flight are kept per variant (and modifications' form), so a
+ * burst of calls starts one.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+#include "kernel.h"
+#include "mods.h"
+#include "tier.h"
+#include "variant.h"
+
+/* At most this many compiles in flight per context; a further one waits
+ * for its compile as without tiers. */
+enum { TIER_JOBS = 16 };
+
+typedef struct tier_job {
+  fj_variant v;  /* v.mods is not kept: the form's hash stands for it */
+  uint64_t mods;
+  fj_kjob *job;
+} tier_job;
+
+struct fj_tier {
+  tier_job jobs[TIER_JOBS];
+  int n;
+};
+
+int fj__tier_serves(const fj_ctx *ctx, const fj_problem *p,
+                    const fj_variant *v)
+{
+  fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
+  return ctx->opts.jit_tiers && !v->varlen && !v->paged && kv == p->dtype &&
+         !p->cu_seqlens_q && !p->cu_seqlens_kv && !p->block_table &&
+         !fj__mods_blocks(p->mods) && !fj__mods_checked(p->mods) &&
+         p->head_dim % 32 == 0 && p->heads_q <= 65535 && p->batch <= 65535;
+}
+
+static int same(const tier_job *j, const fj_variant *v, uint64_t mods)
+{
+  fj_variant a = j->v, b = *v;
+  a.mods = b.mods = NULL;
+  return j->mods == mods && !memcmp(&a, &b, sizeof a);
+}
+
+fj_status fj__tier_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k,
+                          fj_kjob **fresh)
+{
+  *k = NULL;
+  *fresh = NULL;
+  uint64_t mods = fj__mods_hash(v->mods);
+  fj_tier *t = ctx->tier;
+  for (int i = 0; t && i < t->n; i++)
+    if (same(&t->jobs[i], v, mods)) {
+      if (!fj__kjob_done(t->jobs[i].job))
+        return FJ_OK;
+      fj_kjob *job = t->jobs[i].job;
+      t->jobs[i] = t->jobs[--t->n];
+      fj__log(ctx, FJ_LOG_INFO, "tiered JIT: %s compiled in the background",
+              fj__kjob_symbol(job));
+      return fj__kjob_finish(ctx, job, k);
+    }
+  fj_status st = fj__variant_validate(ctx, v);
+  fj_vparams vp;
+  if (st == FJ_OK)
+    st = fj__variant_params(ctx, v, &vp);
+  fj_kjob *job = NULL;
+  if (st == FJ_OK)
+    st = fj__kernel_build_async(ctx, vp.template_name, vp.p, vp.n, k, &job);
+  if (st != FJ_OK || !job)
+    return st;
+  if (!t)
+    t = ctx->tier = calloc(1, sizeof *t);
+  if (!t || t->n == TIER_JOBS) {  /* no room: compile and wait */
+    st = fj__kjob_start(ctx, job);
+    return st == FJ_OK ? fj__kjob_finish(ctx, job, k) : st;
+  }
+  *fresh = job;
+  return FJ_OK;
+}
+
+fj_status fj__tier_start(fj_ctx *ctx, const fj_variant *v, fj_kjob *job)
+{
+  fj_tier *t = ctx->tier;
+  fj__log(ctx, FJ_LOG_INFO, "tiered JIT: %s compiles in the background",
+          fj__kjob_symbol(job));
+  fj_status st = fj__kjob_start(ctx, job);
+  if (st != FJ_OK)
+    return st;
+  tier_job *j = &t->jobs[t->n++];
+  j->v = *v;
+  j->v.mods = NULL;
+  j->mods = fj__mods_hash(v->mods);
+  j->job = job;
+  fj__cache_count_tier(ctx, 0, 1);
+  return FJ_OK;
+}
+
+fj_status fj__tier_first(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
+{
+  fj_vparams vp;
+  fj_status st = fj__variant_simt_params(ctx, v, &vp);
+  return st == FJ_OK ? fj__kernel_build(ctx, vp.template_name, vp.p, vp.n, k)
+                     : st;
+}
+
+fj_status fj_kernel_get_first(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
+{
+  if (!ctx || !v || !k)
+    return fj__null_arg(ctx, "fj_kernel_get_first",
+                        !ctx ? "ctx" : !v ? "v" : "kernel");
+  fj__clear_error(ctx);
+  pthread_mutex_lock(&ctx->lock);
+  fj_status st = fj__variant_validate(ctx, v);
+  if (st == FJ_OK)
+    st = fj__tier_first(ctx, v, k);
+  pthread_mutex_unlock(&ctx->lock);
+  return st;
+}
+
+void fj__tier_free(fj_ctx *ctx)
+{
+  fj_tier *t = ctx->tier;
+  for (int i = 0; t && i < t->n; i++)
+    fj__kjob_abandon(t->jobs[i].job);
+  free(t);
+  ctx->tier = NULL;
+}

@@ -1,0 +1,37 @@
+/*
+ * tier.h -- the tiered JIT (fj_ctx_opts.jit_tiers): where the kernel
+ * chosen for a problem would have to be compiled first, the problem's
+ * first kernel (templates/attention_simt.cu, compiled in a fraction of
+ * the time) answers while the chosen one compiles on a thread of its own;
+ * the first call after that compile ended launches the chosen kernel.
+ */
+#ifndef FJ_TIER_H
+#define FJ_TIER_H
+
+#include "ctx.h"
+#include "kernel.h"
+
+typedef struct fj_tier fj_tier;
+
+/* Whether the first kernel may answer p with variant v: the context asks
+ * for tiers, and the problem is dense (no varlen, pages or block mask),
+ * of f16 or bf16 K/V, not in checked mode, with its heads and batch
+ * within a grid's y and z. */
+int fj__tier_serves(const fj_ctx *ctx, const fj_problem *p,
+                    const fj_variant *v);
+/* v's kernel where it is ready: in memory, on disk, or its background
+ * compile has ended (a failed one returns its error, once).  Otherwise
+ * *k is NULL and either its compile runs in the background already, or
+ * *fresh is that compile, rendered, for fj__tier_start (the caller builds
+ * the first kernel before, so that the two compiles do not compete).
+ * ctx->lock held. */
+fj_status fj__tier_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k,
+                          fj_kjob **fresh);
+/* Starts fresh (fj__tier_kernel's) and keeps it for v's later calls. */
+fj_status fj__tier_start(fj_ctx *ctx, const fj_variant *v, fj_kjob *fresh);
+/* The first kernel of v's problem, built (or found) now; ctx->lock held. */
+fj_status fj__tier_first(fj_ctx *ctx, const fj_variant *v, fj_kernel **k);
+/* Waits for the compiles still running and frees them (fj_ctx_destroy). */
+void fj__tier_free(fj_ctx *ctx);
+
+#endif /* FJ_TIER_H */

@@ -1,0 +1,311 @@
+/*
+ * test_tier.c -- the tiered JIT (fj_ctx_opts.jit_tiers, src/tier.c).  CPU:
+ * the first kernel (templates/attention_simt.cu) of every built-in
+ * modification and of plain problems compiles for sm_80 and sm_90a without
+ * spills and carries the user's text; the option and its environment
+ * variable refuse bad values.  GPU: with tiers on and empty caches, each
+ * case's first call is answered by the first kernel, checked against the
+ * float64 reference like any kernel (outputs poisoned); the calls after it
+ * are too, until the chosen kernel's background compile has ended and it
+ * takes over (checked again).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include "gpu_case.h"
+#include "runner.h"
+
+/* The first kernel of p (its library choice's variant); no spills, its
+ * name and text what the problem says. */
+static int first_of(fj_ctx *ctx, const fj_problem *p, fj_kernel **k)
+{
+  fj_plan plan;
+  CHECK_OK(ctx, fj_attention_plan(ctx, p, &plan));
+  CHECK_OK(ctx, fj_kernel_get_first(ctx, &plan.variant, k));
+  fj_resources r;
+  fj_kernel_resources(*k, &r);
+  const char *src = fj_kernel_source(*k, NULL);
+  printf("%s (%s): %d registers, %d/%d spill bytes, compile %.0f ms\n",
+         fj_kernel_name(*k), fj_ctx_arch(ctx), r.registers,
+         r.spill_store_bytes, r.spill_load_bytes, r.compile_ms);
+  CHECK(!strncmp(fj_kernel_name(*k), "fj_simt_d", 9));
+  CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+  CHECK(r.threads == 256);
+  const fj_mods *m = p->mods;
+  if (m && m->score && m->score[0])
+    CHECK(strstr(src, "#line 1 \"score\"\n") && strstr(src, m->score));
+  if (m && m->mask && m->mask[0])
+    CHECK(strstr(src, "#line 1 \"mask\"\n") && strstr(src, m->mask));
+  if (m && m->softcap > 0)
+    CHECK(strstr(fj_kernel_name(*k), "_cap"));
+  return 0;
+}
+
+int test_tier_first_compile(void)
+{
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  static const struct {
+    const char *name;
+    fj_mod_param prm[2];
+    int n;
+  } builtins[] = {
+      {"alibi", {{"slopes", FJ_MOD_F32, 1, {16}, NULL, 0}}, 1},
+      {"alibi-standard", {{"heads", FJ_MOD_I32, 0, {0}, NULL, 16}}, 1},
+      {"relative-bias", {{"bias", FJ_MOD_F32, 2, {16, 8193}, NULL, 0},
+                         {"max_distance", FJ_MOD_I32, 0, {0}, NULL, 4096}}, 2},
+      {"documents", {{"doc", FJ_MOD_I32, 1, {4096}, NULL, 0}}, 1},
+      {"prefix-lm", {{"prefix", FJ_MOD_I32, 1, {4}, NULL, 0}}, 1},
+  };
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx);
+    fj_kernel *k;
+    for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++) {
+      const fj_mod_builtin *b = fj_mod_builtin_find(builtins[i].name);
+      CHECK(b && !b->field);
+      fj_problem p;
+      fj_mods m;
+      fj_problem_init(&p, 4, 16, 16, 4096, 4096, 128, FJ_BF16, FJ_BHSD);
+      p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+      p.mods = &m;
+      fj_mods_init(&m);
+      m.score = b->score;
+      m.mask = b->mask;
+      m.params = builtins[i].prm;
+      m.num_params = builtins[i].n;
+      if (first_of(ctx, &p, &k))
+        return 1;
+    }
+    /* The built-in window, softcap and sinks at once; plain problems of
+     * the smallest and largest head dims. */
+    static const float sinks[16];
+    fj_problem p;
+    fj_mods m;
+    fj_problem_init(&p, 1, 16, 2, 1000, 3000, 64, FJ_F16, FJ_BSHD);
+    p.mods = &m;
+    fj_mods_init(&m);
+    m.window_left = 256;
+    m.window_right = 0;
+    m.softcap = 30.f;
+    m.sinks = sinks;
+    if (first_of(ctx, &p, &k))
+      return 1;
+    CHECK(strstr(fj_kernel_name(k), "_win") && strstr(fj_kernel_name(k), "_sink"));
+    fj_problem_init(&p, 2, 8, 8, 100, 100, 32, FJ_F16, FJ_BHSD);
+    if (first_of(ctx, &p, &k))
+      return 1;
+    fj_problem_init(&p, 2, 8, 8, 100, 100, 256, FJ_BF16, FJ_BHSD);
+    p.causal = FJ_CAUSAL_TOP_LEFT;
+    if (first_of(ctx, &p, &k))
+      return 1;
+    fj_ctx_destroy(ctx);
+  }
+  return 0;
+}
+
+int test_tier_opts(void)
+{
+  fj_ctx_opts o;
+  fj_ctx_opts_init(&o);
+  CHECK(o.jit_tiers == 0);
+  o.device = -1;
+  o.arch = "sm_90a";
+  o.disk_cache = 0;
+  o.jit_tiers = 2;
+  fj_ctx *ctx;
+  CHECK_ST(NULL, fj_ctx_create(&ctx, &o), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "jit_tiers 2 is invalid");
+  CHECK(ctx == NULL);
+  o.jit_tiers = 1;
+  CHECK_OK(NULL, fj_ctx_create(&ctx, &o));
+  fj_ctx_destroy(ctx);
+  CHECK(setenv("FLASHJIT_JIT_TIERS", "yes", 1) == 0);
+  fj_status st = fj_ctx_create(&ctx, &o);
+  int said = strstr(fj_errmsg(NULL), "FLASHJIT_JIT_TIERS=yes is invalid: 0 or 1") != NULL;
+  unsetenv("FLASHJIT_JIT_TIERS");
+  CHECK(st == FJ_ERR_INVALID_ARG && said);
+  /* NULL arguments of the inspection call. */
+  CHECK_OK(NULL, fj_ctx_create(&ctx, &o));
+  fj_variant v;
+  fj_variant_default(&v, 64, FJ_F16, FJ_CAUSAL_NONE);
+  fj_kernel *k;
+  CHECK_ST(ctx, fj_kernel_get_first(ctx, NULL, &k), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "fj_kernel_get_first: v is NULL");
+  CHECK_ST(ctx, fj_kernel_get_first(ctx, &v, NULL), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "fj_kernel_get_first: kernel is NULL");
+  /* A variant the checks refuse is refused here too. */
+  v.head_dim = 40;
+  CHECK_ST(ctx, fj_kernel_get_first(ctx, &v, &k), FJ_ERR_INVALID_ARG);
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* ---- on a GPU ---------------------------------------------------------------- */
+
+typedef struct tier_case {
+  const char *name;
+  int b, hq, hkv, sq, skv, d;
+  fj_dtype dt;
+  fj_causal causal;
+  float input_scale;
+  const char *score, *mask;
+  float softcap;
+  int window_left, window_right;
+  int sinks;
+} tier_case;
+
+static double seconds(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static uint64_t firsts(fj_ctx *ctx)
+{
+  fj_cache_stats s;
+  fj_cache_stats_get(ctx, &s);
+  return s.first_launches;
+}
+
+/* One case: its first call on the first kernel, then calls until the
+ * chosen kernel answers (at most 120 s), each checked. */
+static int tier_run(fj_ctx *ctx, const tier_case *tc, const fj_mods *hm,
+                    const fj_mods *dm, uint64_t *seed)
+{
+  gpu_case c;
+  char label[200];
+  int bad = 0;
+  double t0 = seconds();
+  for (int call = 0;; call++) {
+    memset(&c, 0, sizeof c);
+    fj_problem_init(&c.p, tc->b, tc->hq, tc->hkv, tc->sq, tc->skv, tc->d, tc->dt, FJ_BHSD);
+    c.p.causal = tc->causal;
+    c.p.mods = dm;
+    c.host_mods = hm;
+    c.input_scale = tc->input_scale;
+    uint64_t before = firsts(ctx);
+    snprintf(label, sizeof label, "%s, call %d", tc->name, call + 1);
+    bad |= fjt_gpu_run(ctx, &c, NULL, NULL, seed, label, call ? "later" : "first");
+    uint64_t first = firsts(ctx) - before;
+    if (call == 0 && first != 1) {
+      fprintf(stderr, "%s: the first call did not run the first kernel\n", tc->name);
+      return 1;
+    }
+    if (!first) {
+      printf("%s: the chosen kernel answered call %d, %.2f s after the first\n",
+             tc->name, call + 1, seconds() - t0);
+      return bad;
+    }
+    if (seconds() - t0 > 120) {
+      fprintf(stderr, "%s: the chosen kernel did not take over in 120 s\n", tc->name);
+      return 1;
+    }
+    struct timespec nap = {0, 200000000};
+    nanosleep(&nap, NULL);
+  }
+}
+
+/* A device copy of host; 0 on success. */
+static int device_copy(void **dev, const void *host, size_t bytes)
+{
+  return cudaMalloc(dev, bytes) != cudaSuccess ||
+         cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess;
+}
+
+static void sink_values(float *s, int n)
+{
+  for (int i = 0; i < n; i++)
+    s[i] = (float)(i % 5) - 2.5f;
+}
+
+int test_gpu_jit_tiers(void)
+{
+  fj_ctx_opts o;
+  fj_ctx_opts_init(&o);
+  o.cache_dir = fjt_tmpdir();
+  o.jit_tiers = 1;
+  fj_ctx *ctx;
+  fj_status st = fj_ctx_create(&ctx, &o);
+  if (st == FJ_ERR_NO_DEVICE) {
+    printf("SKIP: no GPU: %s\n", fj_errmsg(NULL));
+    return FJT_SKIP;
+  }
+  CHECK_OK(NULL, st);
+  /* Distinct problems (each its own chosen variant, so each first call
+   * has a compile to wait for): tails, Sq != Skv both ways, GQA 8:1, head
+   * dims 32 to 256, both dtypes and alignments, the built-ins, a bias
+   * table read past both ends, ALiBi's product, a mask that hides whole
+   * rows, inputs x30. */
+  static const tier_case cases[] = {
+      {"plain sq<skv", 1, 8, 8, 200, 333, 128, FJ_F16, FJ_CAUSAL_NONE, 1, NULL, NULL, 0, -1, -1, 0},
+      {"causal bottom-right sq>skv GQA 8:1", 2, 16, 2, 333, 100, 64, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1, NULL, NULL, 0, -1, -1, 0},
+      {"causal top-left d256", 1, 4, 4, 300, 300, 256, FJ_F16, FJ_CAUSAL_TOP_LEFT, 1, NULL, NULL, 0, -1, -1, 0},
+      {"d32 window 100,37", 2, 4, 4, 257, 257, 32, FJ_BF16, FJ_CAUSAL_NONE, 1, NULL, NULL, 0, 100, 37, 0},
+      {"softcap 30 x30, sinks", 1, 8, 4, 500, 500, 128, FJ_BF16, FJ_CAUSAL_TOP_LEFT, 30, NULL, NULL, 30.f, -1, -1, 1},
+      {"bias table past both ends, rows with no key", 1, 8, 8, 300, 300, 128, FJ_BF16, FJ_CAUSAL_NONE, 1,
+       "s + bias(h, q - kv + 100)", "q % 7 != 3", 0, -1, -1, 0},
+      {"ALiBi product, window", 1, 8, 8, 400, 400, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 1,
+       "s + slopes(h) * (float)(kv - q)", NULL, 0, 200, -1, 0},
+  };
+  uint64_t seed = 5;
+  int bad = 0;
+  float bias[8 * 200], slopes[8], sinks[8];
+  for (int i = 0; i < 8 * 200; i++)
+    bias[i] = (float)((i * 37) % 101) / 50.f - 1.f;
+  for (int i = 0; i < 8; i++)
+    slopes[i] = 1.f / (float)(2 << i);
+  sink_values(sinks, 8);
+  void *dbias = NULL, *dslopes = NULL, *dsinks = NULL;
+  if (device_copy(&dbias, bias, sizeof bias) || device_copy(&dslopes, slopes, sizeof slopes) ||
+      device_copy(&dsinks, sinks, sizeof sinks)) {
+    fprintf(stderr, "device copies failed\n");
+    return 1;
+  }
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const tier_case *tc = &cases[i];
+    fj_mod_param hp[1], dp[1];
+    fj_mods hm, dm;
+    fj_mods_init(&hm);
+    hm.score = tc->score;
+    hm.mask = tc->mask;
+    hm.softcap = tc->softcap;
+    hm.window_left = tc->window_left;
+    hm.window_right = tc->window_right;
+    if (tc->score && strstr(tc->score, "bias")) {
+      hp[0] = (fj_mod_param){"bias", FJ_MOD_F32, 2, {8, 200}, bias, 0};
+      hm.params = hp;
+      hm.num_params = 1;
+    } else if (tc->score && strstr(tc->score, "slopes")) {
+      hp[0] = (fj_mod_param){"slopes", FJ_MOD_F32, 1, {8}, slopes, 0};
+      hm.params = hp;
+      hm.num_params = 1;
+    }
+    if (tc->sinks)
+      hm.sinks = sinks;
+    dm = hm;
+    if (hm.num_params) {
+      dp[0] = hp[0];
+      dp[0].data = strstr(tc->score, "bias") ? dbias : dslopes;
+      dm.params = dp;
+    }
+    if (tc->sinks)
+      dm.sinks = dsinks;
+    bad |= tier_run(ctx, tc, &hm, &dm, &seed);
+  }
+  fj_cache_stats s;
+  fj_cache_stats_get(ctx, &s);
+  printf("first launches %llu, background compiles %llu\n",
+         (unsigned long long)s.first_launches,
+         (unsigned long long)s.background_compiles);
+  CHECK(s.background_compiles == sizeof cases / sizeof cases[0]);
+  fjt_gpu_print_worst();
+  cudaFree(dbias);
+  cudaFree(dslopes);
+  cudaFree(dsinks);
+  fj_ctx_destroy(ctx);
+  return bad;
+}
