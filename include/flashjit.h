@@ -145,10 +145,10 @@ typedef struct fj_ctx_opts {
    * the chosen kernel.  The first kernel is correct but slow, and its
    * results round differently from the chosen kernel's: with tiers, the
    * same call may give other low bits before and after the switch.  Calls
-   * it cannot answer (varlen, paged K/V, FP8 K/V, block masks, checked
-   * mode) and fj_attention_fwd_plan/_variant compile and wait as without
-   * tiers.  fj_ctx_destroy waits for the compiles still running.  Default
-   * 0; the environment's FLASHJIT_JIT_TIERS=1 (or 0) overrides it. */
+   * it cannot answer (varlen, paged K/V, FP8 K/V, checked mode) and
+   * fj_attention_fwd_plan/_variant compile and wait as without tiers.
+   * fj_ctx_destroy waits for the compiles still running.  Default 0; the
+   * environment's FLASHJIT_JIT_TIERS=1 (or 0) overrides it. */
   int jit_tiers;
 } fj_ctx_opts;
 

@@ -14,9 +14,9 @@
 typedef struct fj_tier fj_tier;
 
 /* Whether the first kernel may answer p with variant v: the context asks
- * for tiers, and the problem is dense (no varlen, pages or block mask),
- * of f16 or bf16 K/V, not in checked mode, with its heads and batch
- * within a grid's y and z. */
+ * for tiers, and the problem is dense (no varlen or pages), of f16 or
+ * bf16 K/V, not in checked mode, with its heads and batch within a grid's
+ * y and z. */
 int fj__tier_serves(const fj_ctx *ctx, const fj_problem *p,
                     const fj_variant *v);
 /* v's kernel where it is ready: in memory, on disk, or its background

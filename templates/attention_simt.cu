@@ -11,9 +11,10 @@
   window), mods.lua's score and mask functions (the user's expressions, the
   softcap) applied per element, the sinks in the denominator, and the
   epilogue's conventions (O = 0 and LSE = -inf for a row that saw no key;
-  LSE in natural units, [batch][heads_q][seq_q]).  Dense problems only
-  (src/tier.c refuses varlen, paged, FP8 K/V, block masks, splits and
-  checked mode, which compile the variant at once).
+  LSE in natural units, [batch][heads_q][seq_q]); a caller's block mask
+  walked as the families walk it.  Dense problems only (src/tier.c leaves
+  varlen, paged, FP8 K/V and checked mode to the chosen kernel, compiled
+  at once).
 
   One block of 8 warps covers BM = 8 query rows of one (batch, head), a
   row per warp; keys come in chunks of BN = 32.  Lane c holds the score of
@@ -29,6 +30,9 @@
   local DJ = D // 32
   if D % 32 ~= 0 then refuse(("head_dim %d: the first kernel takes multiples of 32"):format(D)) end
   local mask = import("mask.lua").new(causal, false, nil, window)
+  -- A caller's block mask (fj_block_mask): its lists say which key blocks
+  -- each query block walks.  The block's 8 rows lie in one query block.
+  local BMASK = (block_kv or 0) > 0 and { q = block_q, kv = block_kv } or nil
   local mods = import("mods.lua").new{ score = score_mod, mask = mask_mod, params = mod_params,
                                        softcap = softcap, sinks = sinks, b = "b", hkv = "hkv" }
   meta.symbol = symbol
@@ -78,11 +82,33 @@ extern "C" __global__ void __launch_bounds__({{ 32 * BM }})
   float m = FJ_NEG_INF, l = 0.f, o[{{ DJ }}];
 #pragma unroll
   for (int j = 0; j < {{ DJ }}; ++j) o[j] = 0.f;
+{% if BMASK then %}
+  // A caller's block mask: the partial key blocks of this query block,
+  // then the full ones, read as block.cuh reads them (counts clamped, an
+  // index outside the key blocks the block just past the last); the mask
+  // expression applies only on partial blocks' keys.
+  const long long bm_row = (long long)b * p.bm_stride_b + (long long)h * p.bm_stride_h + m0 / {{ BMASK.q }};
+  const int kvb = p.bm_kv_blocks;
+  const int np = min(max(p.bm_num[bm_row], 0), kvb);
+  const int nb = np + (p.bm_full_num ? min(max(p.bm_full_num[bm_row], 0), kvb) : 0);
+  const int *part = p.bm_idx + bm_row * kvb;
+  const int *full = p.bm_full_idx ? p.bm_full_idx + bm_row * kvb : part;
+  const int chunks = nb * {{ BMASK.kv // BN }};
+{% else %}
   // The keys some row of the block may see, in whole chunks.
   const int last = min(m0 + BM, p.seq_q);
   const int kv_begin = ({{ mask.keys_begin("m0") }}) / BN * BN;
-  const int kv_end = {{ mask.keys_end("last") }};
-  for (int n0 = kv_begin; n0 < kv_end; n0 += BN) {
+  const int chunks = ({{ mask.keys_end("last") }} - kv_begin + BN - 1) / BN;
+{% end %}
+  for (int ci = 0; ci < chunks; ++ci) {
+{% if BMASK then %}
+    const int e = ci / {{ BMASK.kv // BN }};
+    const unsigned bi = (unsigned)(e < np ? part[e] : full[e - np]);
+    const int n0 = (bi < (unsigned)kvb ? (int)bi : kvb) * {{ BMASK.kv }} + ci % {{ BMASK.kv // BN }} * BN;
+    const bool bm_part = e < np;
+{% else %}
+    const int n0 = kv_begin + ci * BN;
+{% end %}
     __syncthreads();  // the last chunk's V and P are read
     for (int i = tid; i < BN * D; i += T) {
       const int r = i / D, c = i % D;
@@ -99,7 +125,9 @@ extern "C" __global__ void __launch_bounds__({{ 32 * BM }})
 {% else %}
     x *= qk_scale;
 {% end %}
-{% if mods.mask then %}
+{% if mods.mask and BMASK then %}
+    if (bm_part) { {{ mods.apply_mask("x", "row", "h", "key", nil) }} }
+{% elseif mods.mask then %}
     {{ mods.apply_mask("x", "row", "h", "key", nil) }}
 {% end %}
     const float t = row < p.seq_q && {{ mask.visible("row", "key") }} ? x * sl2 : FJ_NEG_INF;

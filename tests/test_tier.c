@@ -239,7 +239,7 @@ int test_gpu_jit_tiers(void)
    * has a compile to wait for): tails, Sq != Skv both ways, GQA 8:1, head
    * dims 32 to 256, both dtypes and alignments, the built-ins, a bias
    * table read past both ends, ALiBi's product, a mask that hides whole
-   * rows, inputs x30. */
+   * rows, inputs x30; then a caller's block mask. */
   static const tier_case cases[] = {
       {"plain sq<skv", 1, 8, 8, 200, 333, 128, FJ_F16, FJ_CAUSAL_NONE, 1, NULL, NULL, 0, -1, -1, 0},
       {"causal bottom-right sq>skv GQA 8:1", 2, 16, 2, 333, 100, 64, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1, NULL, NULL, 0, -1, -1, 0},
@@ -296,12 +296,39 @@ int test_gpu_jit_tiers(void)
       dm.sinks = dsinks;
     bad |= tier_run(ctx, tc, &hm, &dm, &seed);
   }
+  /* A caller's block mask (test_gpu_block_mask's lists): query block 0
+   * sees key block 2 only (partial: the expression applies), block 1 key
+   * blocks 0 and 3 (full), block 2 nothing (O = 0, LSE = -inf), block 3
+   * every key block, with a full count past the key blocks and unread
+   * indices out of range. */
+  int32_t hnum[4] = {1, 0, 0, 0}, hfull_num[4] = {0, 2, 0, 99};
+  int32_t hidx[16] = {2, -1, 7};
+  int32_t hfull[16] = {0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3};
+  int32_t all[40];
+  memcpy(all, hnum, sizeof hnum);
+  memcpy(all + 4, hfull_num, sizeof hfull_num);
+  memcpy(all + 8, hidx, sizeof hidx);
+  memcpy(all + 24, hfull, sizeof hfull);
+  int32_t *dbuf = NULL;
+  CHECK(device_copy((void **)&dbuf, all, sizeof all) == 0);
+  const tier_case lc = {"caller's block mask", 4, 16, 16, 500, 480, 128, FJ_BF16, FJ_CAUSAL_NONE, 1,
+                        NULL, "kv % 3 != 1", 0, -1, -1, 0};
+  fj_block_mask hb = {128, 128, 1, 1, 4, 4, hnum, hidx, hfull_num, hfull};
+  fj_block_mask db = {128, 128, 1, 1, 4, 4, dbuf, dbuf + 8, dbuf + 4, dbuf + 24};
+  fj_mods hm, dm;
+  fj_mods_init(&hm);
+  hm.mask = lc.mask;
+  dm = hm;
+  hm.block_mask = &hb;
+  dm.block_mask = &db;
+  bad |= tier_run(ctx, &lc, &hm, &dm, &seed);
+  cudaFree(dbuf);
   fj_cache_stats s;
   fj_cache_stats_get(ctx, &s);
   printf("first launches %llu, background compiles %llu\n",
          (unsigned long long)s.first_launches,
          (unsigned long long)s.background_compiles);
-  CHECK(s.background_compiles == sizeof cases / sizeof cases[0]);
+  CHECK(s.background_compiles == sizeof cases / sizeof cases[0] + 1);
   fjt_gpu_print_worst();
   cudaFree(dbias);
   cudaFree(dslopes);
