@@ -358,18 +358,25 @@ static void add_mods(fj_vparams *o, const fj_mods *m)
   add(o, "checked", FJ_PARAM_BOOL, fj__mods_checked(m), NULL, NULL);
 }
 
-fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
-                             fj_vparams *o)
+/* What every kernel's parameters begin with: its template and symbol
+ * (o's), the target, the library's version, the parameter block's size. */
+static void add_head(const fj_ctx *ctx, fj_vparams *o)
 {
-  memset(o, 0, sizeof *o);
-  o->template_name = template_of(v);
-  fj_variant_name(v, o->symbol, sizeof o->symbol);
   add(o, "template", FJ_PARAM_STR, 0, o->template_name, NULL);
   add(o, "symbol", FJ_PARAM_STR, 0, o->symbol, NULL);
   add(o, "arch", FJ_PARAM_STR, 0, ctx->arch, NULL);
   add(o, "sm", FJ_PARAM_INT, ctx->sm, NULL, NULL);
   add(o, "version", FJ_PARAM_STR, 0, fj_version(), NULL);
   add(o, "params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_kparams), NULL, NULL);
+}
+
+fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
+                             fj_vparams *o)
+{
+  memset(o, 0, sizeof *o);
+  o->template_name = template_of(v);
+  fj_variant_name(v, o->symbol, sizeof o->symbol);
+  add_head(ctx, o);
   add(o, "head_dim", FJ_PARAM_INT, v->head_dim, NULL, NULL);
   add(o, "tile_m", FJ_PARAM_INT, v->tile_m, NULL, NULL);
   add(o, "tile_n", FJ_PARAM_INT, v->tile_n, NULL, NULL);
@@ -401,12 +408,7 @@ fj_status fj__variant_simt_params(fj_ctx *ctx, const fj_variant *v,
   mods_suffix(v->mods, mods, sizeof mods);
   snprintf(o->symbol, sizeof o->symbol, "fj_simt_d%d_%s_%s%s", v->head_dim,
            causal_short(v->causal), fj_dtype_name(v->dtype), mods);
-  add(o, "template", FJ_PARAM_STR, 0, o->template_name, NULL);
-  add(o, "symbol", FJ_PARAM_STR, 0, o->symbol, NULL);
-  add(o, "arch", FJ_PARAM_STR, 0, ctx->arch, NULL);
-  add(o, "sm", FJ_PARAM_INT, ctx->sm, NULL, NULL);
-  add(o, "version", FJ_PARAM_STR, 0, fj_version(), NULL);
-  add(o, "params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_kparams), NULL, NULL);
+  add_head(ctx, o);
   add(o, "head_dim", FJ_PARAM_INT, v->head_dim, NULL, NULL);
   add(o, "causal", FJ_PARAM_STR, 0, fj_causal_name(v->causal), NULL);
   add(o, "dtype", FJ_PARAM_STR, 0, fj_dtype_name(v->dtype), NULL);

@@ -14,6 +14,7 @@
 
 #include "attention.h"
 #include "mods.h"
+#include "mods_cases.h"
 #include "runner.h"
 
 /* ---- refusals ------------------------------------------------------------------- */
@@ -861,34 +862,32 @@ int test_mods_checked_env(void)
   return 0;
 }
 
-/* The named built-ins written as expressions (fj_mod_builtins) compile on
- * both fast families without spills, with the parameters they list. */
-int test_mods_builtins_compile(void)
-{
-  static const char *const archs[] = {"sm_80", "sm_90a"};
-  static const struct {
-    const char *name;
-    fj_mod_param prm[2];
-    int n;
-  } cases[] = {
+const fjt_builtin_case fjt_builtin_cases[FJT_BUILTIN_CASES] = {
       {"alibi", {{"slopes", FJ_MOD_F32, 1, {16}, NULL, 0}}, 1},
       {"alibi-standard", {{"heads", FJ_MOD_I32, 0, {0}, NULL, 16}}, 1},
       {"relative-bias", {{"bias", FJ_MOD_F32, 2, {16, 8193}, NULL, 0},
                          {"max_distance", FJ_MOD_I32, 0, {0}, NULL, 4096}}, 2},
       {"documents", {{"doc", FJ_MOD_I32, 1, {4096}, NULL, 0}}, 1},
       {"prefix-lm", {{"prefix", FJ_MOD_I32, 1, {4}, NULL, 0}}, 1},
-  };
+};
+
+/* The named built-ins written as expressions (fj_mod_builtins) compile on
+ * both fast families without spills, with the parameters they list. */
+int test_mods_builtins_compile(void)
+{
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  const fjt_builtin_case *cases = fjt_builtin_cases;
   int n;
   const fj_mod_builtin *all = fj_mod_builtins(&n);
   int expressions = 0;
   for (int i = 0; i < n; i++)
     expressions += !all[i].field;
-  CHECK(expressions == (int)(sizeof cases / sizeof cases[0]));
+  CHECK(expressions == FJT_BUILTIN_CASES);
   CHECK(!fj_mod_builtin_find("nothing") && fj_mod_builtin_find("softcap")->field);
   for (int a = 0; a < 2; a++) {
     fj_ctx *ctx = fjt_ctx(archs[a], NULL);
     CHECK(ctx);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    for (size_t i = 0; i < FJT_BUILTIN_CASES; i++) {
       const fj_mod_builtin *b = fj_mod_builtin_find(cases[i].name);
       CHECK(b && !b->field);
       fj_problem p;

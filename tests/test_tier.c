@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu_case.h"
+#include "mods_cases.h"
 #include "runner.h"
 
 /* The first kernel of p (its library choice's variant); no spills, its
@@ -47,23 +48,12 @@ static int first_of(fj_ctx *ctx, const fj_problem *p, fj_kernel **k)
 int test_tier_first_compile(void)
 {
   static const char *const archs[] = {"sm_80", "sm_90a"};
-  static const struct {
-    const char *name;
-    fj_mod_param prm[2];
-    int n;
-  } builtins[] = {
-      {"alibi", {{"slopes", FJ_MOD_F32, 1, {16}, NULL, 0}}, 1},
-      {"alibi-standard", {{"heads", FJ_MOD_I32, 0, {0}, NULL, 16}}, 1},
-      {"relative-bias", {{"bias", FJ_MOD_F32, 2, {16, 8193}, NULL, 0},
-                         {"max_distance", FJ_MOD_I32, 0, {0}, NULL, 4096}}, 2},
-      {"documents", {{"doc", FJ_MOD_I32, 1, {4096}, NULL, 0}}, 1},
-      {"prefix-lm", {{"prefix", FJ_MOD_I32, 1, {4}, NULL, 0}}, 1},
-  };
+  const fjt_builtin_case *builtins = fjt_builtin_cases;
   for (int a = 0; a < 2; a++) {
     fj_ctx *ctx = fjt_ctx(archs[a], NULL);
     CHECK(ctx);
     fj_kernel *k;
-    for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++) {
+    for (size_t i = 0; i < FJT_BUILTIN_CASES; i++) {
       const fj_mod_builtin *b = fj_mod_builtin_find(builtins[i].name);
       CHECK(b && !b->field);
       fj_problem p;
