@@ -268,6 +268,10 @@ done
 "$FJ" emit --what resources --arch sm_80 --tile-m 64 | grep -qx "chosen=flags" || fail "emit --tile-m resources lack chosen=flags"
 "$FJ" emit --arch sm_80 >/dev/null 2>"$tmp/err" && grep -q "is the library's choice for B,H/Hkv,S/Skv,D = 2,16/16,4096/4096,64 on sm_80" "$tmp/err" \
   || fail "emit does not say the source is the library's choice: $(cat "$tmp/err")"
+# The tiered JIT's first kernel of the same choice, said as such.
+[ "$("$FJ" emit --first --what name --arch sm_80)" = fj_simt_d64_nc_f16 ] || fail "emit --first --what name is not the first kernel's"
+"$FJ" emit --first --arch sm_80 >"$tmp/src" 2>"$tmp/err" && grep -q "is the first kernel of the library's choice for B,H/Hkv,S/Skv,D = 2,16/16,4096/4096,64 on sm_80" "$tmp/err" \
+  && grep -q "^// flashjit generated kernel: fj_simt_d64_nc_f16" "$tmp/src" || fail "emit --first: $(cat "$tmp/err")"
 
 # Good input, no GPU needed.
 expect 0 "" cache clear

@@ -87,15 +87,20 @@ static int check_what(const cli *c)
 
 /* Says on stderr that the kernel is the library's choice (stdout holds
  * only the kernel's text). */
-static void say_planned(const fj_kernel *k, const char *arch,
+static void say_planned(const cli *c, const fj_kernel *k, const char *arch,
                         const emit_choice *ch)
 {
   const fj_problem *p = &ch->p;
-  fprintf(stderr, "flashjit emit: %s is the library's choice for B,H/Hkv,"
-                  "S/Skv,D = %d,%d/%d,%d/%d,%d on %s (as run would launch it; "
+  fprintf(stderr, "flashjit emit: %s is %s for B,H/Hkv,"
+                  "S/Skv,D = %d,%d/%d,%d/%d,%d on %s (%s; "
                   "variant flags pick another)\n",
-          fj_kernel_name(k), p->batch, p->heads_q, p->heads_kv, p->seq_q,
-          p->seq_kv, p->head_dim, arch);
+          fj_kernel_name(k),
+          c->first ? "the first kernel of the library's choice"
+                   : "the library's choice",
+          p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_kv, p->head_dim,
+          arch,
+          c->first ? "what run --jit-tiers launches while the choice compiles"
+                   : "as run would launch it");
 }
 
 static int emit_what(const cli *c, const fj_kernel *k, const char *arch,
@@ -111,7 +116,7 @@ static int emit_what(const cli *c, const fj_kernel *k, const char *arch,
     return write_out(c, line, (size_t)n, 0);
   }
   if (ch->planned)
-    say_planned(k, arch, ch);
+    say_planned(c, k, arch, ch);
   if (!strcmp(w, "ptx")) {
     const char *s = fj_kernel_ptx(k, &len);
     return write_out(c, s, len, 0);
