@@ -145,7 +145,9 @@ typedef struct fj_ctx_opts {
    * the chosen kernel.  The first kernel is correct but slow, and its
    * results round differently from the chosen kernel's: with tiers, the
    * same call may give other low bits before and after the switch.  Calls
-   * it cannot answer (varlen, paged K/V, FP8 K/V, checked mode) and
+   * it cannot answer (varlen, paged K/V, FP8 K/V, checked mode), calls on
+   * a stream being captured or from a thread that records launches (a
+   * graph or a replay would keep the first kernel for good), and
    * fj_attention_fwd_plan/_variant compile and wait as without tiers.
    * fj_ctx_destroy waits for the compiles still running.  Default 0; the
    * environment's FLASHJIT_JIT_TIERS=1 (or 0) overrides it. */

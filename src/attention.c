@@ -602,19 +602,30 @@ static fj_status ready_kernel(fj_ctx *ctx, const fj_variant *v,
 }
 
 /* ready_kernel under the tiered JIT (tier.c): where v's kernel is still to
- * be compiled, the problem's first kernel, its function and its plan in
+ * be compiled (and the stream is not being captured, nor the thread
+ * recording), the problem's first kernel, its function and its plan in
  * *first (a block of 8 warps per 8 rows of a head), and *is_first
  * set; ctx->lock held and the CUDA context entered. */
 static fj_status ready_tiered(fj_ctx *ctx, const fj_problem *p,
-                              const fj_variant *v, fj_kernel **k, void **fn,
-                              fj_plan *first, int *is_first)
+                              const fj_variant *v, void *stream, fj_kernel **k,
+                              void **fn, fj_plan *first, int *is_first)
 {
   uint64_t mods = fj__mods_hash(v->mods);
   *is_first = 0;
   if (hot_kernel(ctx, v, mods, k, fn))
     return FJ_OK;
+  /* A graph being captured, or a launch record, would keep the first
+   * kernel for good: those calls wait for the chosen one. */
+  int capturing = 0;
+  fj_status st = fj__cu_capturing(ctx, stream, &capturing);
+  if (st != FJ_OK)
+    return st;
+  if (capturing || fj__launch_recording()) {
+    st = fj__tier_wait(ctx, v, k);
+    return st == FJ_OK ? keep_hot(ctx, v, mods, *k, fn) : st;
+  }
   fj_kjob *fresh;
-  fj_status st = fj__tier_kernel(ctx, v, k, &fresh);
+  st = fj__tier_kernel(ctx, v, k, &fresh);
   if (st != FJ_OK || *k)
     return st == FJ_OK ? keep_hot(ctx, v, mods, *k, fn) : st;
   /* The first kernel's compile, then the chosen one's, not both at once. */
@@ -886,7 +897,7 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   pthread_mutex_lock(&ctx->lock);
   if (st == FJ_OK)
     st = fresh && fj__tier_serves(ctx, p, v)
-             ? ready_tiered(ctx, p, v, &kern, &fn, &plan, &first)
+             ? ready_tiered(ctx, p, v, stream, &kern, &fn, &plan, &first)
              : ready_kernel(ctx, v, &kern, &fn);
   if (st == FJ_OK && v->split_kv && !first)
     st = ready_combine(ctx, v, &combine_fn);

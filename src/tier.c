@@ -85,6 +85,19 @@ fj_status fj__tier_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k,
   return FJ_OK;
 }
 
+fj_status fj__tier_wait(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
+{
+  uint64_t mods = fj__mods_hash(v->mods);
+  fj_tier *t = ctx->tier;
+  for (int i = 0; t && i < t->n; i++)
+    if (same(&t->jobs[i], v, mods)) {
+      fj_kjob *job = t->jobs[i].job;
+      t->jobs[i] = t->jobs[--t->n];
+      return fj__kjob_finish(ctx, job, k);
+    }
+  return fj__variant_kernel(ctx, v, k);
+}
+
 fj_status fj__tier_start(fj_ctx *ctx, const fj_variant *v, fj_kjob *job)
 {
   fj_tier *t = ctx->tier;

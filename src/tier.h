@@ -29,6 +29,10 @@ fj_status fj__tier_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k,
                           fj_kjob **fresh);
 /* Starts fresh (fj__tier_kernel's) and keeps it for v's later calls. */
 fj_status fj__tier_start(fj_ctx *ctx, const fj_variant *v, fj_kjob *fresh);
+/* v's kernel, waited for: a compile in the background is joined, else
+ * the kernel is built now (a stream being captured, or a recording
+ * thread, must not keep the first kernel); ctx->lock held. */
+fj_status fj__tier_wait(fj_ctx *ctx, const fj_variant *v, fj_kernel **k);
 /* The first kernel of v's problem, built (or found) now; ctx->lock held. */
 fj_status fj__tier_first(fj_ctx *ctx, const fj_variant *v, fj_kernel **k);
 /* Waits for the compiles still running and frees them (fj_ctx_destroy). */

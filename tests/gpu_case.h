@@ -21,6 +21,9 @@ typedef struct gpu_case {
   size_t nq, nk, nlse, qbytes, kvbytes;
   void *dq, *dk, *dv, *dout, *dks, *dvs;
   float *dlse;
+  int capture;                 /* 1: the call is captured into a CUDA graph
+                                  on a stream of its own, then the graph
+                                  launched (the stream argument unused) */
 } gpu_case;
 
 /* Makes c's inputs (from seed), launches it with v (NULL: the library's

@@ -291,11 +291,39 @@ static int launch_case(fj_ctx *ctx, gpu_case *c, const fj_variant *v,
 {
   cudaMemset(c->dout, 0xff, c->qbytes);
   cudaMemset(c->dlse, 0xff, c->nlse * sizeof(float));
+  cudaStream_t cs = NULL;
+  cudaGraph_t g = NULL;
+  if (c->capture && (cudaDeviceSynchronize() != cudaSuccess ||
+                     cudaStreamCreate(&cs) != cudaSuccess ||
+                     cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal) != cudaSuccess)) {
+    fprintf(stderr, "%s: cannot begin a capture\n", label);
+    return 1;
+  }
+  if (c->capture)
+    stream = cs;
   fj_status st = v ? fj_attention_fwd_variant(ctx, &c->p, v, c->dq, c->dk,
                                               c->dv, c->dout, c->dlse, stream)
                    : fj_attention_fwd(ctx, &c->p, c->dq, c->dk, c->dv,
                                       c->dout, c->dlse, stream);
+  if (c->capture) {
+    cudaGraphExec_t ge;
+    int ok = cudaStreamEndCapture(cs, &g) == cudaSuccess && st == FJ_OK &&
+             cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
+    if (ok) {
+      ok = cudaGraphLaunch(ge, cs) == cudaSuccess;
+      cudaStreamSynchronize(cs);
+      cudaGraphExecDestroy(ge);
+    }
+    cudaGraphDestroy(g);
+    if (!ok && st == FJ_OK) {
+      fprintf(stderr, "%s: the captured graph did not run\n", label);
+      cudaStreamDestroy(cs);
+      return 1;
+    }
+  }
   cudaError_t ce = cudaStreamSynchronize((cudaStream_t)stream);
+  if (cs)
+    cudaStreamDestroy(cs);
   if (ce == cudaSuccess)
     ce = cudaDeviceSynchronize();
   if (st != FJ_OK || ce != cudaSuccess) {

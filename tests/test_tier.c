@@ -161,10 +161,16 @@ static uint64_t firsts(fj_ctx *ctx)
   return s.first_launches;
 }
 
+/* How tier_run makes its calls: as they come; captured into a CUDA graph;
+ * from a thread that records its launches.  The last two must wait for
+ * the chosen kernel. */
+enum { CALLS_PLAIN, CALLS_CAPTURED, CALLS_RECORDED };
+
 /* One case: its first call on the first kernel, then calls until the
- * chosen kernel answers (at most 120 s), each checked. */
-static int tier_run(fj_ctx *ctx, const tier_case *tc, const fj_mods *hm,
-                    const fj_mods *dm, uint64_t *seed)
+ * chosen kernel answers (at most 120 s), each checked; captured or
+ * recorded, one call, on the chosen kernel. */
+static int tier_run_as(fj_ctx *ctx, const tier_case *tc, const fj_mods *hm,
+                       const fj_mods *dm, uint64_t *seed, int how)
 {
   gpu_case c;
   char label[200];
@@ -177,10 +183,30 @@ static int tier_run(fj_ctx *ctx, const tier_case *tc, const fj_mods *hm,
     c.p.mods = dm;
     c.host_mods = hm;
     c.input_scale = tc->input_scale;
+    c.capture = how == CALLS_CAPTURED;
     uint64_t before = firsts(ctx);
     snprintf(label, sizeof label, "%s, call %d", tc->name, call + 1);
-    bad |= fjt_gpu_run(ctx, &c, NULL, NULL, seed, label, call ? "later" : "first");
+    fj_launches rec;
+    if (how == CALLS_RECORDED)
+      fj_launch_record(&rec);
+    bad |= fjt_gpu_run(ctx, &c, NULL, NULL, seed, label,
+                       how != CALLS_PLAIN ? "chosen" : call ? "later" : "first");
+    fj_launch_record(NULL);
     uint64_t first = firsts(ctx) - before;
+    if (how != CALLS_PLAIN) {
+      if (first) {
+        fprintf(stderr, "%s: the first kernel answered a %s call\n", tc->name,
+                how == CALLS_CAPTURED ? "captured" : "recorded");
+        return 1;
+      }
+      if (how == CALLS_RECORDED && rec.count != 1) {
+        fprintf(stderr, "%s: the record holds %d launches\n", tc->name, rec.count);
+        return 1;
+      }
+      printf("%s: the chosen kernel answered the %s call\n", tc->name,
+             how == CALLS_CAPTURED ? "captured" : "recorded");
+      return bad;
+    }
     if (call == 0 && first != 1) {
       fprintf(stderr, "%s: the first call did not run the first kernel\n", tc->name);
       return 1;
@@ -204,6 +230,12 @@ static int device_copy(void **dev, const void *host, size_t bytes)
 {
   return cudaMalloc(dev, bytes) != cudaSuccess ||
          cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess;
+}
+
+static int tier_run(fj_ctx *ctx, const tier_case *tc, const fj_mods *hm,
+                    const fj_mods *dm, uint64_t *seed)
+{
+  return tier_run_as(ctx, tc, hm, dm, seed, CALLS_PLAIN);
 }
 
 static void sink_values(float *s, int n)
@@ -313,6 +345,22 @@ int test_gpu_jit_tiers(void)
   dm.block_mask = &db;
   bad |= tier_run(ctx, &lc, &hm, &dm, &seed);
   cudaFree(dbuf);
+  /* A stream being captured and a recording thread wait for the chosen
+   * kernel (a graph or a replay would keep the first for good); the
+   * captured graph's result is checked like the others. */
+  const tier_case cap = {"captured", 2, 8, 8, 300, 300, 64, FJ_BF16, FJ_CAUSAL_TOP_LEFT, 1,
+                         NULL, NULL, 20.f, -1, -1, 0};
+  const tier_case recd = {"recorded", 2, 8, 8, 300, 300, 96, FJ_F16, FJ_CAUSAL_NONE, 1,
+                          NULL, NULL, 0, 50, 50, 0};
+  for (int i = 0; i < 2; i++) {
+    const tier_case *tc = i ? &recd : &cap;
+    fj_mods_init(&hm);
+    hm.softcap = tc->softcap;
+    hm.window_left = tc->window_left;
+    hm.window_right = tc->window_right;
+    dm = hm;
+    bad |= tier_run_as(ctx, tc, &hm, &dm, &seed, i ? CALLS_RECORDED : CALLS_CAPTURED);
+  }
   fj_cache_stats s;
   fj_cache_stats_get(ctx, &s);
   printf("first launches %llu, background compiles %llu\n",
