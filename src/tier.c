@@ -42,11 +42,24 @@ int fj__tier_serves(const fj_ctx *ctx, const fj_problem *p,
          p->head_dim % 32 == 0 && p->heads_q <= 65535 && p->batch <= 65535;
 }
 
-static int same(const tier_job *j, const fj_variant *v, uint64_t mods)
+/* The index of v's compile in flight (its modifications' form hashed to
+ * mods), or -1. */
+static int pending(const fj_tier *t, const fj_variant *v, uint64_t mods)
 {
-  fj_variant a = j->v, b = *v;
-  a.mods = b.mods = NULL;
-  return j->mods == mods && !memcmp(&a, &b, sizeof a);
+  fj_variant b = *v;
+  b.mods = NULL;
+  for (int i = 0; t && i < t->n; i++)
+    if (t->jobs[i].mods == mods && !memcmp(&t->jobs[i].v, &b, sizeof b))
+      return i;
+  return -1;
+}
+
+/* Job i, taken out of the table. */
+static fj_kjob *take(fj_tier *t, int i)
+{
+  fj_kjob *job = t->jobs[i].job;
+  t->jobs[i] = t->jobs[--t->n];
+  return job;
 }
 
 fj_status fj__tier_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k,
@@ -54,18 +67,16 @@ fj_status fj__tier_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k,
 {
   *k = NULL;
   *fresh = NULL;
-  uint64_t mods = fj__mods_hash(v->mods);
   fj_tier *t = ctx->tier;
-  for (int i = 0; t && i < t->n; i++)
-    if (same(&t->jobs[i], v, mods)) {
-      if (!fj__kjob_done(t->jobs[i].job))
-        return FJ_OK;
-      fj_kjob *job = t->jobs[i].job;
-      t->jobs[i] = t->jobs[--t->n];
-      fj__log(ctx, FJ_LOG_INFO, "tiered JIT: %s compiled in the background",
-              fj__kjob_symbol(job));
-      return fj__kjob_finish(ctx, job, k);
-    }
+  int i = pending(t, v, fj__mods_hash(v->mods));
+  if (i >= 0) {
+    if (!fj__kjob_done(t->jobs[i].job))
+      return FJ_OK;
+    fj_kjob *job = take(t, i);
+    fj__log(ctx, FJ_LOG_INFO, "tiered JIT: %s compiled in the background",
+            fj__kjob_symbol(job));
+    return fj__kjob_finish(ctx, job, k);
+  }
   fj_status st = fj__variant_validate(ctx, v);
   fj_vparams vp;
   if (st == FJ_OK)
@@ -87,15 +98,9 @@ fj_status fj__tier_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k,
 
 fj_status fj__tier_wait(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
 {
-  uint64_t mods = fj__mods_hash(v->mods);
-  fj_tier *t = ctx->tier;
-  for (int i = 0; t && i < t->n; i++)
-    if (same(&t->jobs[i], v, mods)) {
-      fj_kjob *job = t->jobs[i].job;
-      t->jobs[i] = t->jobs[--t->n];
-      return fj__kjob_finish(ctx, job, k);
-    }
-  return fj__variant_kernel(ctx, v, k);
+  int i = pending(ctx->tier, v, fj__mods_hash(v->mods));
+  return i >= 0 ? fj__kjob_finish(ctx, take(ctx->tier, i), k)
+                : fj__variant_kernel(ctx, v, k);
 }
 
 fj_status fj__tier_start(fj_ctx *ctx, const fj_variant *v, fj_kjob *job)

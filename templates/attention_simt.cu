@@ -60,7 +60,6 @@ extern "C" __global__ void __launch_bounds__({{ 32 * BM }})
   __shared__ float ps[BM][BN];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int m0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z, hkv = h / p.group;
-  (void)hkv;
   const elem_t *qg = (const elem_t *)p.q + b * p.q_stride[0] + h * p.q_stride[1];
   const elem_t *kg = (const elem_t *)p.k + b * p.k_stride[0] + hkv * p.k_stride[1];
   const elem_t *vg = (const elem_t *)p.v + b * p.v_stride[0] + hkv * p.v_stride[1];
