@@ -292,3 +292,37 @@ if part launch; then
   note "gpu_launch_record: exit $?"
   grep -E "launch(es)?: library|check failed|SKIP" "$out/launch_test.log" | tee -a "$summary"
 fi
+
+# 9. The Python package as a user gets it: the wheel that `pip wheel ./python
+#    -w .whl` built on the build machine (the GPU machine has no Lua to build
+#    one; .whl travels in `carry`), installed into /tmp/fj-site, then the
+#    package's suite -- its GPU tests run here -- and the GPT example, both
+#    with FLASHJIT_LIB unset, so that the installed package's own
+#    libflashjit.so loads.  PARTS=python runs this part alone.
+if part python; then
+  whl=$(ls /work/main/.whl/flashjit-*.whl 2>/dev/null | head -1)
+  if [ -z "$whl" ]; then
+    note "python: no wheel in .whl/ (pip wheel ./python -w .whl, and carry .whl)"
+  else
+    rm -rf /tmp/fj-site
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --target /tmp/fj-site "$whl" >"$out/python.log" 2>&1
+    note "python: pip install $(basename "$whl"): exit $?"
+    (cd /tmp && env -u FLASHJIT_LIB PYTHONPATH=/tmp/fj-site python3 -c \
+      'import flashjit, os; print("flashjit from", os.path.dirname(flashjit.__file__), "library", flashjit.library_path())') \
+      2>&1 | tee -a "$out/python.log" | tee -a "$summary"
+    (cd /work/main && env -u FLASHJIT_LIB PYTHONPATH=/tmp/fj-site timeout ${PYTHON_TIMEOUT:-400} \
+      python3 -m unittest discover -s python/tests -v) >>"$out/python.log" 2>&1
+    note "python: unittest: exit $? ($(grep -E '^Ran [0-9]+ tests' "$out/python.log" | tail -1); $(grep -cE '\.\.\. skipped' "$out/python.log") skipped)"
+    grep -E '^(FAILED|OK)|^(FAIL|ERROR):' "$out/python.log" | head -12 | tee -a "$summary"
+    grep -oE "skipped '.*'" "$out/python.log" | sort | uniq -c | tee -a "$summary"
+    for a in "" "--compile"; do
+      (cd /work/main && env -u FLASHJIT_LIB PYTHONPATH=/tmp/fj-site timeout 300 \
+        python3 examples/gpt_flashjit.py $a) >"$out/gpt.tmp" 2>&1
+      note "python: examples/gpt_flashjit.py $a: exit $?"
+      tail -4 "$out/gpt.tmp" | tee -a "$summary"
+      cat "$out/gpt.tmp" >>"$out/python.log"
+    done
+    rm -f "$out/gpt.tmp"
+  fi
+fi
