@@ -132,8 +132,25 @@
   local OFF_Q = region("q", PANELS * Q_PANEL, 1024)
   local OFF_K = region("k", S * KV_SLOT, 1024)
   local OFF_V = region("v", S * KV_SLOT, 1024)
+  -- O leaves through shared memory where a consumer warp's 16 rows of 64
+  -- columns (144-byte rows: epilogue_regs.cuh's stage) fit beside the
+  -- rings in sm_90's 227 KB: whole 128-byte row segments instead of 4-byte
+  -- pairs; and only where each lane's slots stay in its warp's 16 rows and
+  -- a tile's 16 columns.
+  local BAR_BYTES = 8 * ((DYNAMIC and 3 or 2) + 4 * S)
+  local STAGE_WARP = 15 * 144 + 128
+  local STAGE_BYTES = STAGE_WARP * 4 * C
+  local STAGE_O = true
+  local STAGED = STAGE_O and offset + STAGE_BYTES + BAR_BYTES + 1024 <= 227 * 1024
+  for lane = 0, 31 do
+    for s = 0, acc.slots - 1 do
+      local r, c = acc.base[lane][1] + acc.drow[s], acc.base[lane][2] + acc.dcol[s]
+      if r < 0 or r >= 16 or c < 0 or c >= 16 then STAGED = false end
+    end
+  end
+  local OFF_STAGE = STAGED and region("o_stage", STAGE_BYTES, 16) or nil
   -- (a dynamic walk's item barrier last)
-  local OFF_BAR = region("barriers", 8 * ((DYNAMIC and 3 or 2) + 4 * S), 8)
+  local OFF_BAR = region("barriers", BAR_BYTES, 8)
   meta.symbol = symbol
   meta.threads = THREADS
   meta.smem_bytes = offset + 1024
@@ -574,6 +591,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {{ include("epilogue_regs.cuh", with(frag, {
      ND = D // 16, out_scale = "1.f", rows_end = VL and "len_q" or nil,
      sinks = mods.sinks,
+     stage = STAGED and { addr = ("(base + %du + (cw * 4 + warp %% 4) * %du)"):format(OFF_STAGE, STAGE_WARP),
+                          row0 = "m0 + wr", lrow = "acc_r" } or nil,
      O = function(mi, d, i) return ("o[%s][%d]"):format(d, i) end })) }}
   }
   }

@@ -15,6 +15,18 @@
   expression: valid(r) (C bool), ptr(r) (the row's first element), lse(r)
   (the lvalue of its log-sum-exp), f32 (write float32, not elem_t) and
   lse_always (no `if (p.lse)`).
+  stage (one head's rows, MR = 1; the family includes wgmma.cuh): O goes
+  out through shared memory, a warp's 16 rows one panel of 64 columns at a
+  time.  stage.addr is the warp's STAGE_ROW * 15 + 128 bytes (shared
+  space, 16-byte aligned), stage.lrow the lane's first row among the
+  warp's 16 (row0(mi) is stage.row0 + stage.lrow).  Rows are STAGE_ROW =
+  144 bytes apart: a row's four lanes fill 16 bytes, and eight rows fall
+  on eight different sets of four banks, so the lanes' pair stores have no
+  bank conflicts; each lane's addresses are one base plus constants.  Read
+  back 16 bytes a lane, O is stored in whole 128-byte row segments, eight
+  lanes a row, instead of 4-byte pairs over eight rows' lines per store
+  (about four times the L1 wavefronts; the stores cost 20-27 us of a
+  250-800 us wgmma kernel, docs/PERF.md).
   sinks (C: the family's head(r), the query head of a row): each row's
   sink p.sinks[head(row)] joins its denominator (fj_mods.sinks).  The sink
   is a natural-units logit; the row's max in base-2 units is b = m * sl2,
@@ -93,6 +105,43 @@
       }
     }
 {% end %}
+{% elseif stage then %}
+{%   if MR ~= 1 then error("epilogue_regs.cuh: stage takes one row slice (MR = 1)") end %}
+    // Through shared memory, a panel of 64 columns at a time (see the top).
+    {
+      const unsigned st_lane = {{ stage.addr }} + {{ stage.lrow }} * 144u + {{ c0 }} * 2u;
+      const unsigned ld_lane = {{ stage.addr }} + (lane / 8) * 144u + (lane % 8) * 16u;
+#pragma unroll
+      for (int pn = 0; pn < {{ ND // 4 }}; ++pn) {
+#pragma unroll
+        for (int dd = 0; dd < 4; ++dd) {
+          const int d = pn * 4 + dd;
+{% for _, pr in ipairs(L.pairs(acc, false)) do %}
+{%   local s = pr[1] %}
+          {
+            const unsigned at = st_lane + dd * 32u + {{ acc.drow[s] * 144 + acc.dcol[s] * 2 }}u;
+{%   if #pr == 2 then %}
+            const fj::elem2_t e = fj::to_elem2({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }},
+                                               {{ O("mi", "d", pr[2]) }} * inv{{ rows.class_of[s] }});
+            fj::st_shared_b32(at, *reinterpret_cast<const unsigned *>(&e));
+{%   else %}
+            const elem_t e = fj::to_elem({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }});
+            fj::st_shared_b16(at, *reinterpret_cast<const unsigned short *>(&e));
+{%   end %}
+          }
+{% end %}
+        }
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int row = {{ stage.row0 }} + i * 4 + lane / 8;
+          const uint4 v = fj::ld_shared_v4(ld_lane + i * {{ 4 * 144 }}u);
+          if ({{ out.valid("row") }})
+            *reinterpret_cast<uint4 *>({{ out.ptr("row") }} + pn * 64 + (lane % 8) * 8) = v;
+        }
+        __syncwarp();  // read before the next panel is written
+      }
+    }
 {% else %}
     // Store by store (one head's rows: no division to share; grouped by
     // row, the mma family at 255 registers spilled).

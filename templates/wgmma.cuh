@@ -27,6 +27,21 @@ __device__ __forceinline__ unsigned sw128(int r, int c) {
   return (unsigned)(r * 128 + ((((c >> 3) ^ (r & 7)) << 4) | ((c & 7) << 1)));
 }
 
+// Plain shared-space stores and loads at such offsets (the epilogue's
+// staging of O: epilogue_regs.cuh's `stage`).
+__device__ __forceinline__ void st_shared_b32(unsigned a, unsigned v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(a), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_shared_b16(unsigned a, unsigned short v) {
+  asm volatile("st.shared.b16 [%0], %1;\n" :: "r"(a), "h"(v) : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(unsigned a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 { %0, %1, %2, %3 }, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
+  return v;
+}
+
 // A shared-memory matrix descriptor, 128-byte swizzle.
 __device__ __forceinline__ unsigned long long wg_desc(unsigned saddr, unsigned lead, unsigned stride) {
   return (unsigned long long)((saddr & 0x3FFFFu) >> 4) | ((unsigned long long)(lead >> 4) << 16) |

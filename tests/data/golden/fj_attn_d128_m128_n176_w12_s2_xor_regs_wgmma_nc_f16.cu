@@ -143,6 +143,21 @@ __device__ __forceinline__ unsigned sw128(int r, int c) {
   return (unsigned)(r * 128 + ((((c >> 3) ^ (r & 7)) << 4) | ((c & 7) << 1)));
 }
 
+// Plain shared-space stores and loads at such offsets (the epilogue's
+// staging of O: epilogue_regs.cuh's `stage`).
+__device__ __forceinline__ void st_shared_b32(unsigned a, unsigned v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(a), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_shared_b16(unsigned a, unsigned short v) {
+  asm volatile("st.shared.b16 [%0], %1;\n" :: "r"(a), "h"(v) : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(unsigned a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 { %0, %1, %2, %3 }, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
+  return v;
+}
+
 // A shared-memory matrix descriptor, 128-byte swizzle.
 __device__ __forceinline__ unsigned long long wg_desc(unsigned saddr, unsigned lead, unsigned stride) {
   return (unsigned long long)((saddr & 0x3FFFFu) >> 4) | ((unsigned long long)(lead >> 4) << 16) |
@@ -232,7 +247,7 @@ __device__ __forceinline__ void wg_rs_f16_128_t(float (&d)[8][8], const unsigned
 
 }  // namespace fj
 
-// shared memory: 214096 bytes; q @0; k @32768; v @122880; barriers @212992 (+ alignment)
+// shared memory: 232400 bytes; q @0; k @32768; v @122880; o_stage @212992; barriers @231296 (+ alignment)
 // registers: producer 24, consumers 240
 
 // From the accumulator table: each lane's base (row | col << 4); slot s adds
@@ -267,7 +282,7 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
   // ring slot.  The ring runs on across the work tiles a block takes: K/V
   // tile number `it` (counted over the block's life) lives in slot it % S
   // with phase parity (it / S) & 1.
-  const unsigned bar_q = base + 212992, q_empty = bar_q + 8u;
+  const unsigned bar_q = base + 231296, q_empty = bar_q + 8u;
 #define FJ_FULL_K(i) (bar_q + 8u * (2u + (i)))
 #define FJ_EMPTY_K(i) (bar_q + 8u * (2u + 2u + (i)))
 #define FJ_FULL_V(i) (bar_q + 8u * (2u + 4u + (i)))
@@ -652,41 +667,49 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
     l2 += __shfl_xor_sync(0xffffffffu, l2, 1);
     l2 += __shfl_xor_sync(0xffffffffu, l2, 2);
     const float inv2 = l2 > 0.f ? fj::rcp_ftz(l2) : 0.f;
-    // Store by store (one head's rows: no division to share; grouped by
-    // row, the mma family at 255 registers spilled).
+    // Through shared memory, a panel of 64 columns at a time (see the top).
+    {
+      const unsigned st_lane = (base + 212992u + (cw * 4 + warp % 4) * 2288u) + acc_r * 144u + acc_c * 2u;
+      const unsigned ld_lane = (base + 212992u + (cw * 4 + warp % 4) * 2288u) + (lane / 8) * 144u + (lane % 8) * 16u;
 #pragma unroll
-    for (int d = 0; d < 8; ++d) {
-      {
-        const int row = m0 + wr + acc_r + 0, col = d * 16 + acc_c + 0;
-        if (row < p.seq_q) {
-          elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
-          *reinterpret_cast<fj::elem2_t *>(dst) = fj::to_elem2(o[d][0] * inv1,
-                                                               o[d][1] * inv1);
+      for (int pn = 0; pn < 2; ++pn) {
+#pragma unroll
+        for (int dd = 0; dd < 4; ++dd) {
+          const int d = pn * 4 + dd;
+          {
+            const unsigned at = st_lane + dd * 32u + 0u;
+            const fj::elem2_t e = fj::to_elem2(o[d][0] * inv1,
+                                               o[d][1] * inv1);
+            fj::st_shared_b32(at, *reinterpret_cast<const unsigned *>(&e));
+          }
+          {
+            const unsigned at = st_lane + dd * 32u + 1152u;
+            const fj::elem2_t e = fj::to_elem2(o[d][2] * inv2,
+                                               o[d][3] * inv2);
+            fj::st_shared_b32(at, *reinterpret_cast<const unsigned *>(&e));
+          }
+          {
+            const unsigned at = st_lane + dd * 32u + 16u;
+            const fj::elem2_t e = fj::to_elem2(o[d][4] * inv1,
+                                               o[d][5] * inv1);
+            fj::st_shared_b32(at, *reinterpret_cast<const unsigned *>(&e));
+          }
+          {
+            const unsigned at = st_lane + dd * 32u + 1168u;
+            const fj::elem2_t e = fj::to_elem2(o[d][6] * inv2,
+                                               o[d][7] * inv2);
+            fj::st_shared_b32(at, *reinterpret_cast<const unsigned *>(&e));
+          }
         }
-      }
-      {
-        const int row = m0 + wr + acc_r + 8, col = d * 16 + acc_c + 0;
-        if (row < p.seq_q) {
-          elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
-          *reinterpret_cast<fj::elem2_t *>(dst) = fj::to_elem2(o[d][2] * inv2,
-                                                               o[d][3] * inv2);
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int row = m0 + wr + i * 4 + lane / 8;
+          const uint4 v = fj::ld_shared_v4(ld_lane + i * 576u);
+          if (row < p.seq_q)
+            *reinterpret_cast<uint4 *>(o_out + (long long)row * p.o_stride[2] + pn * 64 + (lane % 8) * 8) = v;
         }
-      }
-      {
-        const int row = m0 + wr + acc_r + 0, col = d * 16 + acc_c + 8;
-        if (row < p.seq_q) {
-          elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
-          *reinterpret_cast<fj::elem2_t *>(dst) = fj::to_elem2(o[d][4] * inv1,
-                                                               o[d][5] * inv1);
-        }
-      }
-      {
-        const int row = m0 + wr + acc_r + 8, col = d * 16 + acc_c + 8;
-        if (row < p.seq_q) {
-          elem_t *dst = o_out + (long long)row * p.o_stride[2] + col;
-          *reinterpret_cast<fj::elem2_t *>(dst) = fj::to_elem2(o[d][6] * inv2,
-                                                               o[d][7] * inv2);
-        }
+        __syncwarp();  // read before the next panel is written
       }
     }
     if (p.lse) {
