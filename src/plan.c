@@ -209,10 +209,13 @@ static void wgmma_choice(fj_variant *v)
   v->stages = 2;
   v->tile_m = d == 64 ? 192 : 128;
   v->warps = d == 64 ? 16 : 12;
-  /* Head dim 128: 192-key tiles ran fastest; with a causal mask ptxas
-   * spills 8 bytes there, so 176. */
+  /* Head dim 128: 192-key tiles ran fastest while O left from registers;
+   * with O staged through shared memory (templates/epilogue_regs.cuh's
+   * stage), for which 192 keys leave no room, 160 (the H200, (4, 16, 4096,
+   * 128) bf16: 792-797 us against 806-809 at 192, 798-803 at 176).  With
+   * a causal mask ptxas spills 8 bytes at 192, so 176 (staged). */
   v->tile_n = d == 64    ? 128
-              : d == 128 ? (v->causal ? 176 : 192)
+              : d == 128 ? (v->causal ? 176 : 160)
               : d == 192 ? 96
                          : 80;
   /* A score or mask function holds more registers per element of S: with
