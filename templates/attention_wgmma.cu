@@ -133,12 +133,13 @@
   local OFF_K = region("k", S * KV_SLOT, 1024)
   local OFF_V = region("v", S * KV_SLOT, 1024)
   -- O leaves through shared memory where a consumer warp's 16 rows of 64
-  -- columns (144-byte rows: epilogue_regs.cuh's stage) fit beside the
+  -- columns (pieces.lua's STAGE_WARP: epilogue_regs.cuh's stage) fit beside the
   -- rings in sm_90's 227 KB: whole 128-byte row segments instead of 4-byte
   -- pairs; and only where each lane's slots stay in its warp's 16 rows and
   -- a tile's 16 columns.
   local BAR_BYTES = 8 * ((DYNAMIC and 3 or 2) + 4 * S)
-  local STAGE_WARP = 15 * 144 + 128
+  local PC = import("pieces.lua")
+  local STAGE_WARP = PC.STAGE_WARP
   local STAGE_BYTES = STAGE_WARP * 4 * C
   local STAGE_O = true
   local STAGED = STAGE_O and offset + STAGE_BYTES + BAR_BYTES + 1024 <= 227 * 1024
@@ -162,7 +163,6 @@
   meta.isolate = 1  -- NVRTC 13.0's PTX compiler can crash on wgmma code
 
   local T = dtype
-  local PC = import("pieces.lua")
   local with = PC.with
   local frag = PC.regs{
     acc = acc, rows = rows, MR = 1, mrule = mrule, mods = mods,

@@ -17,10 +17,10 @@
   lse_always (no `if (p.lse)`).
   stage (one head's rows, MR = 1; the family includes wgmma.cuh): O goes
   out through shared memory, a warp's 16 rows one panel of 64 columns at a
-  time.  stage.addr is the warp's STAGE_ROW * 15 + 128 bytes (shared
+  time.  stage.addr is the warp's pieces.lua STAGE_WARP bytes (shared
   space, 16-byte aligned), stage.lrow the lane's first row among the
-  warp's 16 (row0(mi) is stage.row0 + stage.lrow).  Rows are STAGE_ROW =
-  144 bytes apart: a row's four lanes fill 16 bytes, and eight rows fall
+  warp's 16 (row0(mi) is stage.row0 + stage.lrow).  Rows are STAGE_ROW
+  (144) bytes apart: a row's four lanes fill 16 bytes, and eight rows fall
   on eight different sets of four banks, so the lanes' pair stores have no
   bank conflicts; each lane's addresses are one base plus constants.  Read
   back 16 bytes a lane, O is stored in whole 128-byte row segments, eight
@@ -39,6 +39,7 @@
 #}
 {%
   local NC, L = #rows.classes, import("lut.lua")
+  local SR = import("pieces.lua").STAGE_ROW
   -- A family's own rows (packed, partials) find their first element by
   -- divisions: their stores go row by row (below).
   local BY_ROW = out ~= nil
@@ -109,8 +110,8 @@
 {%   if MR ~= 1 then error("epilogue_regs.cuh: stage takes one row slice (MR = 1)") end %}
     // Through shared memory, a panel of 64 columns at a time (see the top).
     {
-      const unsigned st_lane = {{ stage.addr }} + {{ stage.lrow }} * 144u + {{ c0 }} * 2u;
-      const unsigned ld_lane = {{ stage.addr }} + (lane / 8) * 144u + (lane % 8) * 16u;
+      const unsigned st_lane = {{ stage.addr }} + {{ stage.lrow }} * {{ SR }}u + {{ c0 }} * 2u;
+      const unsigned ld_lane = {{ stage.addr }} + (lane / 8) * {{ SR }}u + (lane % 8) * 16u;
 #pragma unroll
       for (int pn = 0; pn < {{ ND // 4 }}; ++pn) {
 #pragma unroll
@@ -119,7 +120,7 @@
 {% for _, pr in ipairs(L.pairs(acc, false)) do %}
 {%   local s = pr[1] %}
           {
-            const unsigned at = st_lane + dd * 32u + {{ acc.drow[s] * 144 + acc.dcol[s] * 2 }}u;
+            const unsigned at = st_lane + dd * 32u + {{ acc.drow[s] * SR + acc.dcol[s] * 2 }}u;
 {%   if #pr == 2 then %}
             const fj::elem2_t e = fj::to_elem2({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }},
                                                {{ O("mi", "d", pr[2]) }} * inv{{ rows.class_of[s] }});
@@ -135,7 +136,7 @@
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int row = {{ stage.row0 }} + i * 4 + lane / 8;
-          const uint4 v = fj::ld_shared_v4(ld_lane + i * {{ 4 * 144 }}u);
+          const uint4 v = fj::ld_shared_v4(ld_lane + i * {{ 4 * SR }}u);
           if ({{ out.valid("row") }})
             *reinterpret_cast<uint4 *>({{ out.ptr("row") }} + pn * 64 + (lane % 8) * 8) = v;
         }

@@ -13,6 +13,13 @@
 
 local M = {}
 
+-- O staged through shared memory (epilogue_regs.cuh's stage): a warp's 16
+-- rows of 64 columns, rows STAGE_ROW bytes apart (128 of data and 16 of
+-- padding, so that eight rows fall on eight different sets of banks);
+-- STAGE_WARP bytes a warp (the last row needs no padding).
+M.STAGE_ROW = 144
+M.STAGE_WARP = 15 * M.STAGE_ROW + 128
+
 function M.with(t, extra)
   local c = {}
   for k, v in pairs(t) do c[k] = v end

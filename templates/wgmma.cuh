@@ -27,8 +27,8 @@ __device__ __forceinline__ unsigned sw128(int r, int c) {
   return (unsigned)(r * 128 + ((((c >> 3) ^ (r & 7)) << 4) | ((c & 7) << 1)));
 }
 
-// Plain shared-space stores and loads at such offsets (the epilogue's
-// staging of O: epilogue_regs.cuh's `stage`).
+// Plain shared-space stores and loads at shared-space addresses (the
+// epilogue's staging of O: epilogue_regs.cuh's `stage`).
 __device__ __forceinline__ void st_shared_b32(unsigned a, unsigned v) {
   asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(a), "r"(v) : "memory");
 }

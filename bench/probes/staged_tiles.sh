@@ -1,9 +1,9 @@
 #!/bin/bash
 # staged_tiles.sh -- with O through shared memory (713475f) a pick whose
 # rings leave no room for it might lose to a smaller key tile that has
-# room: the unmasked d128 pick (176 keys? it takes 192, not staged) and
-# the d256 causal pick (80, not staged) against staged tiles, from build/
-# on the GPU machine, two interleaved rounds.
+# room: the unmasked d128 pick (192 keys when this ran on 87baa34; 160
+# since) and the d256 causal pick (80), both not staged, against staged
+# tiles, from build/ on the GPU machine, two interleaved rounds.
 W="--mma wgmma --tile-m 128 --warps 12 --stages 2 --swizzle xor --softmax regs"
 runs=(
   "--shape 4,16,4096,128 --dtype bf16|"
