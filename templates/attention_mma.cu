@@ -422,7 +422,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   -- bench/probes/lazy_rescale.runs; the wgmma family gained nothing).
   local function softmax(src, mask)
 %}
-{{ include("softmax_regs.cuh", with(frag, {
+{{ PC.softmax_step(with(frag, {
      NJ = NJ, mask = mask, lazy = 8,
      S = function(mi, j, i) return ("%s[%s][%s][%d]"):format(src, mi, j, i) end,
      rescale = { ND = D // 16, O = function(mi, d, i) return ("o[%s][%s][%d]"):format(mi, d, i) end },

@@ -467,7 +467,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     (void)bm_part;
 {%   end %}
     const bool need_mask = {{ mrule.tile_partial("n0", BN, "m0 + cw * 64", "m0 + cw * 64 + 63") }};
-{{ include("softmax_regs.cuh", with(frag, {
+{{ PC.softmax_step(with(frag, {
      NJ = BN // 16, mask = "branch",
      S = function(mi, j, i) return ("s[%s][%d]"):format(j, i) end,
      alpha = function(mi, c) return ("alpha[%d]"):format(c - 1) end, rescaled = not rescale and "resc" or nil,

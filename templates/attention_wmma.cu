@@ -428,7 +428,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     }
 
     // The online softmax on the fragments (softmax_regs.cuh), O rescaled.
-{{ include("softmax_regs.cuh", with(frag, {
+{{ PC.softmax_step(with(frag, {
      NJ = BN // 16, mask = "branch",
      S = function(mi, j, i) return ("sc[%s].x[%d]"):format(j, i) end,
      rescale = { ND = D // 16, O = function(mi, d, i) return ("o[%s].x[%d]"):format(d, i) end } })) }}

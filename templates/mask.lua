@@ -35,6 +35,12 @@
 --   mask.used(row, key)          whether the result uses the element: a row
 --                                inside the sequence that may see the key
 --   mask.pos(row)                the query position of a (packed) row
+--   mask.rows_begin(n0)          the first row that may see some key >= n0
+--   mask.rows_end(n_end)         exclusive end of the rows that may see
+--                                some key < n_end
+-- The first two give a query tile its key range (the forward walks keys);
+-- the last two give a key tile its query range (the backward walks rows),
+-- from the same sides, so both directions skip the same tiles.
 
 local M = {}
 
@@ -74,6 +80,25 @@ function M.new(causal, packed, lens, window)
   function R.keys_begin(first)
     if not LEFT then return "0" end
     return ("max(0, %s + %s - %s)"):format(pos(first), OFF, LEFT)
+  end
+
+  -- Row i sees some key >= n0 when its right side reaches n0: pos(i) + off
+  -- + right >= n0 (in 64 bits under a window, whose sides reach 2^30).
+  function R.rows_begin(n0)
+    if not RIGHT then return "0" end
+    local first = R.window and ("(int)max(0ll, (long long)%s - %s - %s)"):format(n0, OFF, RIGHT)
+                            or ("max(0, %s - %s)"):format(n0, OFF)
+    return packed and ("%s * p.group"):format(first) or first
+  end
+
+  -- Row i sees some key < n_end when its left side lies below n_end:
+  -- pos(i) + off - left < n_end (in 64 bits: the window's sides reach 2^30).
+  function R.rows_end(n_end)
+    local last = Q
+    if LEFT then
+      last = ("(int)min((long long)%s, (long long)%s - %s + %s)"):format(Q, n_end, OFF, LEFT)
+    end
+    return packed and ("%s * p.group"):format(last) or last
   end
 
   function R.tile_partial(n0, bn, m, m_last)

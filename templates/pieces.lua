@@ -9,7 +9,10 @@
 --   c0, n0, sl2  the lane's first column in a tile, the tile's first key,
 --                the softmax scale in log2 units
 -- regs{...} fills the fields every family names the same way; with(t, x)
--- is t with x's fields added, for one include's own parameters.
+-- is t with x's fields added, for one include's own parameters;
+-- softmax_step(t) is one online-softmax step (softmax_regs.cuh) over the
+-- score step (score_regs.cuh), both given t; indent(text, n) indents
+-- the lines of a piece's text after the first by n spaces.
 
 local M = {}
 
@@ -28,11 +31,33 @@ function M.with(t, extra)
 end
 
 function M.regs(fields)
-  return M.with({
+  -- The score step of slice "mi", then the online softmax over it: the two
+-- pieces a family's main loop runs on every key tile.
+function M.softmax_step(t)
+  local score = include("score_regs.cuh", t):gsub("\n$", "")
+  return include("softmax_regs.cuh", M.with(t, { score_step = score ~= "" and score or nil }))
+end
+
+function M.indent(text, n)
+  return (text:gsub("\n", "\n" .. (" "):rep(n)))
+end
+
+return M.with({
     c0 = "acc_c", n0 = "n0", sl2 = "sl2",
     m = function(mi, c) return ("row_m[%s][%d]"):format(mi, c - 1) end,
     l = function(mi, c) return ("row_l[%s][%d]"):format(mi, c - 1) end,
   }, fields)
+end
+
+-- The score step of slice "mi", then the online softmax over it: the two
+-- pieces a family's main loop runs on every key tile.
+function M.softmax_step(t)
+  local score = include("score_regs.cuh", t):gsub("\n$", "")
+  return include("softmax_regs.cuh", M.with(t, { score_step = score ~= "" and score or nil }))
+end
+
+function M.indent(text, n)
+  return (text:gsub("\n", "\n" .. (" "):rep(n)))
 end
 
 return M

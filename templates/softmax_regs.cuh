@@ -2,9 +2,9 @@
   softmax_regs.cuh: one step of the online softmax on accumulator registers,
   shared by every family that keeps S in registers (mma, wgmma, wmma regs).
   For each of MR row slices of 16 rows and NJ tiles of 16 columns:
-    mask     hidden keys (mask.lua's rule) become -inf: "none", "always"
-             (no branch: every column's test is right anyway) or "branch"
-             (only where the C bool `need_mask` holds);
+    score    score_step, the slice's score step (score_regs.cuh, rendered
+             by the family for slice "mi": pieces.lua's softmax_step), which
+             leaves each element its modified score or -inf;
     max      the raw row max as a balanced tree over the lane's slots, then
              the XOR shuffles of the lanes that share the row (rows.masks);
     exp      p = 2^(s * sl2 - max * sl2): one FMA and one ex2 per element;
@@ -24,9 +24,6 @@
              until one grows by more than 2^k, so P may reach 2^k.
   With a softcap on bfloat16 P (mods.bounded), where the host's fixed shift
   holds (mods.fixed_on), max and rescale give way to that shift.
-  Before the mask, a problem's modifications (mods = mods.lua's object,
-  with head(row) the query head of a row) turn each element into its
-  modified score, or -inf where the user's mask hides it.
   Which slot holds which (row, column), and which lanes share a row, come
   from the probed accumulator table (acc, rows: lut.lua), never from an
   assumed layout.  Expressions in: S(mi, j, i), m(mi, c), l(mi, c),
@@ -70,102 +67,8 @@
 %}
 #pragma unroll
     for (int mi = 0; mi < {{ MR }}; ++mi) {
-{% if mods and mods.any then %}
-      // The problem's score and mask functions (mods.cuh) on every
-      // element, at its query position, query head and key.
-{%   for c = 1, NC do %}
-{%     local row = ("%s + %d"):format(row0("mi"), rows.classes[c].drow) %}
-      const int mq{{ c }} = {{ mrule.pos(row) }}, mh{{ c }} = {{ head(row) }};
-{%     if mods.kvq_scale then %}
-      // The expression's factor F of F * (kv - q), and F times the distance
-      // at the lane's first column: an element's product is one FMA with
-      // its column's constant (mods.lua's kvq_scale).
-      const float mskv{{ c }} = fj_kvq_scale({{ mods.b }}, mh{{ c }}, {{ mods.hkv }}, p{{ mods.args and ", fj_ma" or "" }});
-      const float mkvq{{ c }} = mskv{{ c }} * (float)({{ n0 }} + {{ c0 }} - mq{{ c }});
-{%     elseif mods.kvq then %}
-      // The distance kv - q at the lane's first column, as a float: an
-      // element's adds its column's constant (mods.lua's kvq).
-      const float mkvq{{ c }} = (float)({{ n0 }} + {{ c0 }} - mq{{ c }});
-{%     end %}
-{%   end %}
-{%
-  -- The statements of one part on every element of the slice; dg(i, c,
-  -- key): a distance table's element for slot i of row class c.
-  local function elements(part, dg)
-%}
-#pragma unroll
-      for (int j = 0; j < {{ NJ }}; ++j) {
-{%   for i = 0, acc.slots - 1 do %}
-{%     local c = rows.class_of[i] %}
-{%     local key = ("%s + %s + j * 16 + %d"):format(n0, c0, acc.dcol[i]) %}
-        {{ mods["apply_" .. part](S("mi", "j", i), "mq" .. c, "mh" .. c, key, mrule.used(("%s + %d"):format(row0("mi"), rows.classes[c].drow), key),
-                                  mods.kvq_scale and ("fmaf(mskv%d, (float)(j * 16 + %d), mkvq%d)"):format(c, acc.dcol[i], c)
-                                                 or ("mkvq%d + (float)(j * 16 + %d)"):format(c, acc.dcol[i]), dg and dg(i, c, key)) }}
-{%   end %}
-      }
-{%
-  end
-%}
-{%   for _, part in ipairs({ "score", "mask" }) do %}
-{%     if mods[part] then %}
-{%       local guard = part == "mask" and mods.mask_guard %}
-{%       if guard then %}
-      // The mask expression on a partial block's tile only.
-      if ({{ guard }}) {
-{%       end %}
-{%       if part == "score" and mods.dg then %}
-{%         local lo, hi = math.huge, -math.huge %}
-{%         for i = 0, acc.slots - 1 do %}
-{%           for _, jj in ipairs({ 0, NJ - 1 }) do %}
-{%             local off = -mods.dg.sign * (16 * jj + acc.dcol[i]) %}
-{%             lo, hi = math.min(lo, off), math.max(hi, off) %}
-{%           end %}
-{%         end %}
-      // The distance table (mods.lua's dg): a lane's element of key kv
-      // lies {{ mods.dg.sign > 0 and "before" or "after" }} the row's pointer at its first column by
-      // kv's column, a constant of the slot.  Where the tile's elements of
-      // every lane of the warp lie within the table, they are read at those
-      // constants; elsewhere through the accessor.
-{%         local fast = {} %}
-{%         for c = 1, NC do %}
-      bool dgin{{ c }};
-      {{ mods.dg_row("dgp" .. c, "dgin" .. c, "mh" .. c, ("mq%d - (%s + %s)"):format(c, n0, c0), lo, hi) }}
-{%           fast[#fast + 1] = "dgin" .. c %}
-{%         end %}
-      if (__all_sync(0xffffffffu, {{ table.concat(fast, " && ") }})) {
-{%         elements(part, function(i, c) return mods.dg_load("dgp" .. c, ("%s(j * 16 + %d)"):format(mods.dg.sign > 0 and "-" or "", acc.dcol[i])) end) %}
-      } else {
-{%         elements(part, function(i, c, key) return mods.dg_read("mq" .. c, "mh" .. c, key) end) %}
-      }
-{%       else %}
-{%         elements(part) %}
-{%       end %}
-{%       if guard then %}
-      }
-{%       end %}
-{%     end %}
-{%   end %}
-{% end %}
-{% if mask ~= "none" then %}
-      // Per row, the first column of this tile (counted from the lane's
-      // first) that the row may not see: the sequence end, the diagonal or
-      // the window's right side{{ mrule.window and "; and the first it may see (the window's left side)" or "" }}.
-{%   for c = 1, NC do %}
-{%     local row = ("%s + %d"):format(row0("mi"), rows.classes[c].drow) %}
-      const int lim{{ c }} = {{ mrule.row_limit(row, n0, c0) }};
-{%     if mrule.row_first(row, n0, c0) then %}
-      const int first{{ c }} = {{ mrule.row_first(row, n0, c0) }};
-{%     end %}
-{%   end %}
-      {{ mask == "branch" and "if (need_mask) " or "" }}{
-#pragma unroll
-        for (int j = 0; j < {{ NJ }}; ++j) {
-{%   for i = 0, acc.slots - 1 do %}
-{%     local col, c = ("j * 16 + %d"):format(acc.dcol[i]), rows.class_of[i] %}
-          if ({{ col }} >= lim{{ c }}{{ mrule.window and (" || %s < first%d"):format(col, c) or "" }}) {{ S("mi", "j", i) }} = FJ_NEG_INF;
-{%   end %}
-        }
-      }
+{% if score_step then %}
+{{ score_step }}
 {% end %}
 {% for c = 1, NC do %}
       float mu{{ c }}{{ rescale and ", alpha" .. c or "" }};

@@ -1,0 +1,106 @@
+{#
+  scheduler.cuh: the scheduler piece -- which work tiles a block of a
+  persistent grid takes, and what each tile covers, from one mask rule
+  (mask.lua) and block.cuh's grid mapping.
+
+  Contract.  Every role of a block (the producer, each consumer warpgroup)
+  walks the same tiles in the same order, so they agree without talking;
+  a dynamic walk (varlen, block masks: sequences or lists of unequal
+  lengths make a static walk uneven) has the producer claim each item from
+  the counter p.work (block.cuh's claim) and hand it over through a record
+  in the workspace (p.work + 4 + 4 blockIdx.x, 16 bytes) and an "item"
+  mbarrier (one arrival: the record is written; waited with parity
+  (kq & 1)).  It takes no shared memory of its own besides that barrier
+  and no registers beyond the tile's head.
+
+  part = "device"   namespace-level device functions (the item record)
+  part = "walk"     the declarations a walk needs before the role branch
+  part = "head"     the head of a query tile (the forward): blk, m0, kq
+                    (work tiles started before it), and its key range --
+                    t_first and ntiles key tiles from n_end, or a block
+                    mask's list bl -- and for varlen the sequence's
+                    lengths; item: the claimed item's name (a dynamic
+                    walk), counts: the list counts the producer read
+  part = "kv_head"  the head of a key tile (the backward): blk.n0 the first
+                    key, and its query range: m_first and nq query tiles of
+                    BM rows (the mask rule's rows_begin / rows_end)
+  Parameters: mrule, BM, BN, BMASK, VL, DYNAMIC, PERSISTENT, N0 (the first
+  key of key tile t, an expression of t's text).
+#}
+{% if part == "device" then %}
+{%   if DYNAMIC then %}
+
+// The work item the producer hands the consumers: the block's record
+// after the counter in the workspace (16 bytes at p.work + 4 + 4 block):
+// the item, then with a block mask its list's counts (partial, all).
+// Stored before the item barrier is arrived on (a release) and read after
+// it is waited for (an acquire).  Global rather than shared memory:
+// compute-sanitizer's racecheck does not see an mbarrier order
+// shared-memory stores.
+struct Item { int w, np, n, pad; };
+__device__ __forceinline__ void put_item(const Params &p, int w, int np, int n) {
+  asm volatile("st.volatile.global.v4.b32 [%0], { %1, %2, %3, %4 };\n"
+               :: "l"(p.work + 4 + 4 * blockIdx.x), "r"(w), "r"(np), "r"(n), "r"(0) : "memory");
+}
+__device__ __forceinline__ Item get_item(const Params &p) {
+  Item it;
+  asm volatile("ld.volatile.global.v4.b32 { %0, %1, %2, %3 }, [%4];\n"
+               : "=r"(it.w), "=r"(it.np), "=r"(it.n), "=r"(it.pad) : "l"(p.work + 4 + 4 * blockIdx.x) : "memory");
+  return it;
+}
+{%   end %}
+{% elseif part == "walk" then %}
+{%   if DYNAMIC then %}
+  // A dynamic walk: the producer claims each work item (block.cuh's claim)
+  // and hands it to the consumers through the item barrier (fj::put_item);
+  // -1 ends the walk.
+{%   elseif PERSISTENT then %}
+  // A persistent grid (block.cuh's tile order): every warpgroup walks the
+  // same tiles, so producer and consumers agree without talking.
+  const int total = fj::pairs_total(p);
+  int k = 0;  // work tiles this block has started
+#define FJ_TILES for (int pair = blockIdx.x; pair < total; pair += gridDim.x) for (int half = 0; half < 2; ++half)
+#define FJ_BLOCK(blk) if (!fj::tile_of(p, pair, half, blk)) continue
+{%   else %}
+  int k = 0;
+#define FJ_TILES for (int once = 0; once < 1; ++once)
+#define FJ_BLOCK(blk) blk = fj::block_of(p)
+{%   end %}
+{% elseif part == "head" then %}
+        fj::Block blk;
+{%   if item then %}
+        fj::item_of(p, {{ item }}, blk);
+{%   else %}
+        FJ_BLOCK(blk);
+{%   end %}
+{%   if VL then %}
+        // This tile's sequence{{ item and "" or "; tiles past its end have nothing to do" }}.
+        const fj::Seq seq = fj::seq_of(p, blk.b);
+        const int len_q = seq.len_q, len_kv = seq.len_kv;
+        const int causal_off = {{ mrule.bottom_right and "len_kv - len_q" or "0" }};
+        (void)causal_off;
+{%     if not item then %}
+        if (blk.m0 >= len_q) continue;
+{%     end %}
+{%   end %}
+{%   if not item then %}
+        const unsigned kq = (unsigned)k++;
+{%   end %}
+        const int m0 = blk.m0;
+{%   if BMASK then %}
+        // The key tiles the caller's block mask lists: partial blocks, then full ones.
+        const fj::BlockList bl = fj::block_list(p, blk{{ counts and ", " .. counts or "" }});
+        const int ntiles = bl.n * {{ BMASK.kv // BN }};
+{%   else %}
+        // Keys this block can see: all of them, or up to its last row's diagonal{{ mrule.window and " or window, from the window's left side of its first row" or "" }}.
+        const int n_end = {{ mrule.keys_end("m0 + " .. BM) }};
+        const int t_first = {{ mrule.keys_begin("m0") }} / {{ BN }};
+        const int ntiles = n_end > t_first * {{ BN }} ? (n_end - t_first * {{ BN }} + {{ BN - 1 }}) / {{ BN }} : 0;
+{%   end %}
+{% elseif part == "kv_head" then %}
+        // Query rows this key tile is seen by: from the first row whose
+        // keys reach it to the last its window's left side lets see it.
+        const int m_first = {{ mrule.rows_begin("n0") }} / {{ BM }} * {{ BM }};
+        const int m_end = {{ mrule.rows_end("n0 + " .. BN) }};
+        const int nq = m_end > m_first ? (m_end - m_first + {{ BM - 1 }}) / {{ BM }} : 0;
+{% end %}
