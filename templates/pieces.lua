@@ -12,7 +12,8 @@
 -- is t with x's fields added, for one include's own parameters;
 -- softmax_step(t) is one online-softmax step (softmax_regs.cuh) over the
 -- score step (score_regs.cuh), both given t; indent(text, n) indents
--- the lines of a piece's text after the first by n spaces.
+-- the lines of a piece's text after the first by n spaces (not the
+-- preprocessor's); piece(text) drops a rendered piece's last newline.
 
 local M = {}
 
@@ -39,7 +40,14 @@ function M.softmax_step(t)
 end
 
 function M.indent(text, n)
-  return (text:gsub("\n", "\n" .. (" "):rep(n)))
+  local pad = (" "):rep(n)
+  return (text:gsub("\n([^#])", "\n" .. pad .. "%1"))
+end
+
+-- A piece's text to stand on the line of a {{ }} tag (its last newline is
+-- the tag line's own).
+function M.piece(text)
+  return (text:gsub("\n$", ""))
 end
 
 return M.with({
@@ -57,7 +65,14 @@ function M.softmax_step(t)
 end
 
 function M.indent(text, n)
-  return (text:gsub("\n", "\n" .. (" "):rep(n)))
+  local pad = (" "):rep(n)
+  return (text:gsub("\n([^#])", "\n" .. pad .. "%1"))
+end
+
+-- A piece's text to stand on the line of a {{ }} tag (its last newline is
+-- the tag line's own).
+function M.piece(text)
+  return (text:gsub("\n$", ""))
 end
 
 return M

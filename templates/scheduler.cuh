@@ -15,6 +15,14 @@
 
   part = "device"   namespace-level device functions (the item record)
   part = "walk"     the declarations a walk needs before the role branch
+  part = "producer_walk"  opens the producer's walk over its work tiles
+                    (static, or claiming items and handing them over after
+                    `free`, the C statement that waits until the last
+                    tile's Q is consumed) and emits the tile's head
+  part = "consumer_walk"  opens a consumer's walk (a dynamic one takes the
+                    first item's record) and emits the tile's head
+  part = "consumer_next"  a dynamic walk's next record, read before the
+                    last tile's epilogue so its latency hides there
   part = "head"     the head of a query tile (the forward): blk, m0, kq
                     (work tiles started before it), and its key range --
                     t_first and ntiles key tiles from n_end, or a block
@@ -24,9 +32,15 @@
   part = "kv_head"  the head of a key tile (the backward): blk.n0 the first
                     key, and its query range: m_first and nq query tiles of
                     BM rows (the mask rule's rows_begin / rows_end)
-  Parameters: mrule, BM, BN, BMASK, VL, DYNAMIC, PERSISTENT, N0 (the first
-  key of key tile t, an expression of t's text).
+  Parameters: mrule, BM, BN, BMASK, VL, DYNAMIC, PERSISTENT, and sched
+  (the same fields as a table, for the parts that include others).
 #}
+{%
+  local function head(item, counts)
+    local PC = import("pieces.lua")
+    return PC.piece(include("scheduler.cuh", PC.with(sched, { part = "head", item = item, counts = counts, sched = sched })))
+  end
+%}
 {% if part == "device" then %}
 {%   if DYNAMIC then %}
 
@@ -65,6 +79,55 @@ __device__ __forceinline__ Item get_item(const Params &p) {
   int k = 0;
 #define FJ_TILES for (int once = 0; once < 1; ++once)
 #define FJ_BLOCK(blk) blk = fj::block_of(p)
+{%   end %}
+{% elseif part == "producer_walk" then %}
+{%   if DYNAMIC then %}
+      for (unsigned kq = 0;; ++kq) {
+        const int w = fj::claim(p);
+{%     if BMASK then %}
+        // The item's list counts are read while the consumers finish the
+        // last item; the end (-1) reads item 0's, unused.  Only the counts
+        // wait (with its first key tile too ptxas spilled 8 bytes at 40
+        // registers).
+        int np, n;
+        {
+          fj::Block b0;
+          fj::item_of(p, w < 0 ? 0 : w, b0);
+          const fj::BlockList l0 = fj::block_list(p, b0);
+          np = l0.np;
+          n = l0.n;
+        }
+{%     end %}
+        // Q's buffer and the item record are free once every consumer warp
+        // has finished its last S of the previous work tile.
+        {{ free }}
+        fj::put_item(p, w, {{ BMASK and "np, n" or "0, 0" }});
+        fj::mbar_arrive(bar_item);
+        if (w < 0) break;
+{{ head("w", BMASK and "np, n" or nil) }}
+{%   else %}
+      FJ_TILES {
+{{ head() }}
+{%   end %}
+{% elseif part == "consumer_walk" then %}
+{%   if DYNAMIC then %}
+  fj::mbar_wait(bar_item, 0u);
+  fj::Item item = fj::get_item(p);
+  for (unsigned kq = 0;; ++kq) {
+  const int w = item.w;
+  if (w < 0) break;
+{{ head("w", BMASK and "item.np, item.n" or nil) }}
+{%   else %}
+  FJ_TILES {
+{{ head() }}
+{%   end %}
+{% elseif part == "consumer_next" then %}
+{%   if DYNAMIC then %}
+  // The next item, read now so that the read's latency hides under this
+  // tile's epilogue: its record is written once every consumer warp has
+  // released Q (this tile's last S), and the item barrier says so.
+  fj::mbar_wait(bar_item, (kq + 1u) & 1u);
+  item = fj::get_item(p);
 {%   end %}
 {% elseif part == "head" then %}
         fj::Block blk;

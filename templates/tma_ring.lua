@@ -28,6 +28,8 @@
 --                               coordinates (C statement)
 --   q.wait_full(slot, parity)   a consumer's wait for the tile (C)
 --   q.release(slot)             a consumer warp's arrival: its part is done
+--   TR.decls(rings, bars)       declares one-slot rings' barriers by name
+--                               (q_full, q_empty)
 --   TR.init(rings, extra)       the barriers' initialisation (one thread),
 --                               extra: { { addr, count }, ... } of other
 --                               barriers of the plan
@@ -71,8 +73,10 @@ function M.ring(o)
   R.tx_bytes = o.rows * o.cols * o.elem
   local bars = o.bars
   local full0, empty0 = bars.take(o.slots), bars.take(o.slots)
+  -- A ring of one slot names its two barriers (TR.decls declares them).
+  R.names = o.slots == 1 and { o.name .. "_full", o.name .. "_empty", full0, empty0 } or nil
   local function at(first, slot)
-    if o.slots == 1 then return first == 0 and bars.base or bars.at(("%du"):format(first)) end
+    if R.names then return first == full0 and R.names[1] or R.names[2] end
     return bars.at(("%du + (%s)"):format(first, slot))
   end
   function R.full(slot) return at(full0, slot) end
@@ -100,6 +104,18 @@ function M.ring(o)
     return ("__syncwarp();\nif (lane == 0) fj::mbar_arrive(%s);"):format(R.empty(slot))
   end
   return R
+end
+
+-- The names of one-slot rings' barriers, declared once (C declarations).
+function M.decls(rings, bars)
+  local parts = {}
+  for _, r in ipairs(rings) do
+    if r.names then
+      local function addr(i) return i == 0 and bars.base or ("%s + %du"):format(bars.base, 8 * i) end
+      parts[#parts + 1] = ("%s = %s, %s = %s"):format(r.names[1], addr(r.names[3]), r.names[2], addr(r.names[4]))
+    end
+  end
+  return #parts > 0 and "const unsigned " .. table.concat(parts, ", ") .. ";" or ""
 end
 
 -- The barriers' initialisation: rings of one slot first, then the other

@@ -1,0 +1,231 @@
+{#
+  mainloop_fwd.cuh: the forward's main loop on wgmma (sm_90a), both sides:
+  what the producer loads for one work tile, and what a consumer
+  warpgroup computes from it -- S = Q K^T, the score step and the online
+  softmax (pieces.lua's softmax_step), O += P V -- with the overlap and the
+  ping-pong.  A backward main loop is its sibling: it reads the same
+  pieces (tma_ring.lua's rings, scheduler.cuh's heads, the score step).
+
+  Contract.
+    producer_tile   one thread's loads of a work tile: Q into ring q (its
+                    one slot, after `q.wait_empty` unless the walk waited:
+                    q_waited), then K and V of each key tile into rings k
+                    and v, tile `it` (counted over the block's life) in
+                    slot it % S.  Reads blk, m0, ntiles and the key range
+                    (scheduler.cuh's head), q_row, q_b, kv_row, kv_b.
+    consumer_setup  a consumer warpgroup's registers: o[D/16][8], s[BN/16][8],
+                    pk[BN/16][4] (P as the A operand), row_m and row_l per
+                    row class, and it (the K/V tiles consumed); its scales,
+                    the descriptors and the ping-pong turns (named barriers
+                    1..C, 256 threads each, where pingpong).
+    consumer_tile   one work tile: O and the row statistics cleared, Q
+                    waited for (parity kq & 1), S(t) issued before
+                    O += P(t - 1) V(t - 1) so the softmax of tile t runs
+                    while the tensor cores finish t - 1; each ring slot
+                    released by every consumer warp once its product has
+                    landed, Q's once the last S has; it advanced by ntiles.
+                    Leaves O unnormalised and row_m/row_l for the epilogue.
+  Registers per consumer thread: about D/2 + BN/2 + BN/4 (O, S, P);
+  shared memory: the rings'; barriers: the rings' and the turns.
+  Parameters: q, k, v (rings), D, BN, S, C, T (the element type's name in
+  wgmma.cuh's forms), KSTEP (elements of one wgmma k step), pingpong,
+  frag (pieces.lua's regs), mods, mrule, BMASK, N0, acc, rows, p_from.
+#}
+{%
+  local PC = import("pieces.lua")
+  local NC = #rows.classes
+  local NK_QK, NK_PV = D // KSTEP, BN // KSTEP   -- wgmma k steps of S and of P V
+  local KB = KSTEP * q.elem                      -- bytes of one k step along a row
+  local PER_PANEL = q.panel_cols // KSTEP        -- k steps in a 128-byte panel
+  -- Descriptors: Q's 64 rows of this warpgroup and K (both K-major, k
+  -- steps KB bytes apart within a panel), V (MN-major: panels apart by the
+  -- leading offset, a k step KSTEP rows of 128 bytes on) of a ring slot.
+  local function qdesc(kk)
+    return ("fj::wg_desc(qa + ((%s) / %d) * %d + ((%s) %% %d) * %d, 16, 1024)"):format(kk, PER_PANEL, q.panel_bytes, kk, PER_PANEL, KB)
+  end
+  local function kdesc(slot, kk)
+    return ("fj::wg_desc(sk + (%s) * %d + ((%s) / %d) * %d + ((%s) %% %d) * %d, 16, 1024)"):format(
+      slot, k.slot_bytes, kk, PER_PANEL, k.panel_bytes, kk, PER_PANEL, KB)
+  end
+  local function vdesc(slot, kk)
+    return ("fj::wg_desc(sv + (%s) * %d + (%s) * %d, %d, 1024)"):format(slot, v.slot_bytes, kk, KSTEP * 128, v.panel_bytes)
+  end
+  local function turn(what)
+    if not pingpong then return "" end
+    return what == "take" and "fj::bar_sync(1 + cw, 256);" or ("fj::bar_arrive(1 + (cw + 1) %% %d, 256);"):format(C)
+  end
+%}
+{% if part == "producer_tile" then %}
+{%   if not q_waited then %}
+        // Q's buffer is free once every consumer warp has finished its last
+        // S of the previous work tile (at once for the first).
+        {{ q.wait_empty(0, "(kq & 1u) ^ 1u") }}
+{%   end %}
+        {{ PC.indent(q.fill(0, function(pn) return ("%s * %d, q_row, blk.h, q_b"):format(pn, q.panel_cols) end), 8) }}
+        for (int t = 0; t < ntiles; ++t, ++it) {
+          const unsigned slot = it % {{ S }}u, ph = (it / {{ S }}u) & 1u;
+          // A slot is free once every consumer warp has released it; in the
+          // first round the "preceding phase" test passes at once.
+{%   for _, r in ipairs({ k, v }) do %}
+          {{ r.wait_empty("slot", "ph ^ 1u") }}
+          {{ PC.indent(r.fill("slot", function(pn) return ("%s * %d, kv_row + %s, blk.hk, kv_b"):format(pn, r.panel_cols, N0("t")) end), 10) }}
+{%   end %}
+        }
+{% elseif part == "consumer_setup" then %}
+  const int cw = wg - 1;                       // this consumer warpgroup
+  const int wr = cw * 64 + (warp % 4) * 16;    // this warp's first row in the tile
+  const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
+{%   if mods.score then %}
+  // A score function sees the scaled score, so the softmax works on its
+  // results in natural units (mods.lua: with the softcap alone, the cap
+  // folded into both scales).
+  const float qk_scale = {{ mods.qk_scale("p.scale_log2 * 0.69314718056f") }};
+  const float sl2 = {{ mods.sl2 }};
+{%   else %}
+  const float sl2 = p.scale_log2;
+{%   end %}
+  const unsigned qa = sq + cw * 64 * 128;
+{%   if pingpong then %}
+  // Ping-pong: the consumer warpgroups take turns to issue their products
+  // (named barrier 1 + w is warpgroup w's turn), so one's softmax runs
+  // while another's products occupy the tensor cores.  Warpgroup 0 starts.
+  if (cw == {{ C - 1 }}) fj::bar_arrive(1, {{ 256 }});
+{%   end %}
+
+  float o[{{ D // 16 }}][8];
+  float s[{{ BN // 16 }}][8];
+  unsigned pk[{{ BN // 16 }}][4];
+  float row_m[1][{{ NC }}], row_l[1][{{ NC }}];
+  unsigned it = 0;
+{% elseif part == "consumer_tile" then %}
+{%
+  -- S = Q K(slot)^T, issued (not waited for).
+  local function qk(slot)
+%}
+    fj::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < {{ NK_QK }}; ++kk) fj::wg_ss_{{ T }}_{{ BN }}(s, {{ qdesc("kk") }}, {{ kdesc(slot, "kk") }}, kk);
+    fj::wg_commit();
+{%
+  end
+  -- O += P V(slot), issued.
+  local function pv(slot)
+%}
+    fj::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < {{ NK_PV }}; ++kk) fj::wg_rs_{{ T }}_{{ D }}_t(o, pk[kk], {{ vdesc(slot, "kk") }}, 1);
+    fj::wg_commit();
+{%
+  end
+  -- Compiler fences on registers a wgmma owns (wgmma.cuh's wg_hold).
+  local function hold(name, n)
+%}
+#pragma unroll
+    for (int j = 0; j < {{ n }}; ++j)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) fj::wg_hold({{ name }}[j][i]);
+{%
+  end
+  -- The score step and online softmax of S for key tile t (at n0);
+  -- rescale: O now, or (false) the factors kept in alpha for after the
+  -- pending P V.
+  local function softmax(t, rescale)
+%}
+{%   if BMASK then %}
+    const bool bm_part = fj::list_partial(bl, {{ t }});  // the mask expression applies
+    (void)bm_part;
+{%   end %}
+    const bool need_mask = {{ mrule.tile_partial("n0", BN, "m0 + cw * 64", "m0 + cw * 64 + 63") }};
+{{ PC.softmax_step(PC.with(frag, {
+     NJ = BN // 16, mask = "branch",
+     S = function(mi, j, i) return ("s[%s][%d]"):format(j, i) end,
+     alpha = function(mi, c) return ("alpha[%d]"):format(c - 1) end, rescaled = not rescale and "resc" or nil,
+     rescale = rescale and { ND = D // 16, O = function(mi, d, i) return ("o[%s][%d]"):format(d, i) end } or nil })) }}
+{%
+  end
+  -- P as A-operand registers: register r of k-step j holds A slots 2r and
+  -- 2r + 1, which are accumulator slots p_from[2r] and p_from[2r + 1] of
+  -- S's tile j (lut.lua).
+  local function pack()
+%}
+#pragma unroll
+    for (int j = 0; j < {{ BN // 16 }}; ++j) {
+{%   for r = 0, 3 do %}
+      pk[j][{{ r }}] = fj::pack2(s[j][{{ p_from[2 * r] }}], s[j][{{ p_from[2 * r + 1] }}]);
+{%   end %}
+    }
+{% end %}
+#pragma unroll
+  for (int d = 0; d < {{ D // 16 }}; ++d)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[d][i] = 0.f;
+#pragma unroll
+  for (int c = 0; c < {{ NC }}; ++c) { row_m[0][c] = FJ_NEG_INF; row_l[0][c] = 0.f; }
+
+  {{ q.wait_full(0, "kq & 1u") }}
+  if (ntiles == 0) {
+    {{ PC.indent(q.release(0), 4) }}
+  } else {
+    // Tile 0: S, the softmax, P.
+    const int n0 = {{ N0("0") }};
+    const unsigned slot = it % {{ S }}u;
+    {{ k.wait_full("slot", ("(it / %du) & 1u"):format(S)) }}
+    {{ turn("take") }}
+{% qk("slot") %}
+    {{ turn("pass") }}
+    fj::wg_wait<0>();
+{% hold("s", BN // 16) %}
+    {{ PC.indent(k.release("slot"), 4) }}
+    if (ntiles == 1) {
+      {{ PC.indent(q.release(0), 6) }}
+    }
+{% softmax("0", true) %}
+{% pack() %}
+  }
+  for (int t = 1; t < ntiles; ++t) {
+    const int n0 = {{ N0("t") }};
+    const unsigned cur = it + t, prev = cur - 1;
+    const unsigned slot = cur % {{ S }}u, pslot = prev % {{ S }}u;
+    // S(t) and O += P(t - 1) V(t - 1) in flight together; the softmax of
+    // S(t) runs while the second finishes.
+    {{ k.wait_full("slot", ("(cur / %du) & 1u"):format(S)) }}
+    {{ turn("take") }}
+{% qk("slot") %}
+    {{ v.wait_full("pslot", ("(prev / %du) & 1u"):format(S)) }}
+{% pv("pslot") %}
+    {{ turn("pass") }}
+    fj::wg_wait<1>();
+{% hold("s", BN // 16) %}
+    {{ PC.indent(k.release("slot"), 4) }}
+    if (t == ntiles - 1) {
+      {{ PC.indent(q.release(0), 6) }}
+    }
+    float alpha[{{ NC }}];
+    bool resc;
+{% softmax("t", false) %}
+    fj::wg_wait<0>();
+{% hold("o", D // 16) %}
+    {{ PC.indent(v.release("pslot"), 4) }}
+    // Not under the softcap's fixed shift (softmax_regs.cuh's `rescaled`).
+    if (resc)
+#pragma unroll
+    for (int d = 0; d < {{ D // 16 }}; ++d) {
+{% for i = 0, acc.slots - 1 do %}
+      o[d][{{ i }}] *= alpha[{{ rows.class_of[i] - 1 }}];
+{% end %}
+    }
+{% pack() %}
+  }
+  if (ntiles > 0) {
+    // The last tile's O += P V.
+    const unsigned last = it + ntiles - 1, lslot = last % {{ S }}u;
+    {{ v.wait_full("lslot", ("(last / %du) & 1u"):format(S)) }}
+    {{ turn("take") }}
+{% pv("lslot") %}
+    {{ turn("pass") }}
+    fj::wg_wait<0>();
+{% hold("o", D // 16) %}
+    {{ PC.indent(v.release("lslot"), 4) }}
+  }
+  it += ntiles;
+{% end %}
