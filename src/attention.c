@@ -739,8 +739,9 @@ static void remember_map(fj_ctx *ctx, const fj_tmap_desc *m,
 }
 
 /* One rank-4 tensor map (head dim, sequence, heads, batch) of a tensor
- * with element strides s, boxes of 64 columns by `rows` rows in the 128-byte
- * swizzle.  A dimension of extent 1 may have any stride; TMA wants one it
+ * with element strides s, boxes of one 128-byte swizzled row (64 columns
+ * of a 16-bit type, 128 of an 8-bit one: templates/tma_ring.lua's panels)
+ * by `rows` rows in the 128-byte swizzle.  A dimension of extent 1 may have any stride; TMA wants one it
  * can encode. */
 static fj_status tensor_map(fj_ctx *ctx, const void *base, fj_dtype dt,
                             const int64_t s[3], int d, int seq, int heads,
@@ -755,7 +756,7 @@ static fj_status tensor_map(fj_ctx *ctx, const void *base, fj_dtype dt,
   int64_t dims[4] = {d, seq, heads, batch};
   for (int i = 0; i < 4; i++) {
     m.dims[i] = dims[i];
-    m.box[i] = i == 0 ? 64 : i == 1 ? rows : 1;
+    m.box[i] = i == 0 ? (int)(128 / esz) : i == 1 ? rows : 1;
   }
   for (int i = 0; i < 3; i++)
     m.strides[i] = m.dims[i + 1] == 1 && s[2 - i] == 0 ? 16 : s[2 - i] * esz;

@@ -171,7 +171,7 @@
 {{ include("mods.cuh", { mods = mods, part = "decls" }) }}
 {% end %}
 {{ include("wgmma.cuh", { spin_limit = WGMMA_SPIN_LIMIT or 0, forms = {
-     { t = T, n = BN, a = "ss", tb = 0 }, { t = T, n = D, a = "rs", tb = 1 } } }) }}
+     { t = T, n = BN, a = "ss", tb = 0, k = KSTEP }, { t = T, n = D, a = "rs", tb = 1, k = KSTEP } } }) }}
 {{ B.comment() }}
 // registers: producer {{ REGS[1] > 0 and REGS[1] or "as compiled" }}, consumers {{ REGS[2] }}
 // pieces: tma_ring.lua (producer), scheduler.cuh, mainloop_fwd.cuh, score_regs.cuh, softmax_regs.cuh, epilogue_regs.cuh, budget.lua
@@ -260,7 +260,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   // O = O / l and the log-sum-exp (epilogue_regs.cuh).
   elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h){{ VL and " + seq.q_row0 * p.o_stride[2]" or "" }};
 {{ include("epilogue_regs.cuh", PC.with(frag, {
-     ND = D // 16, out_scale = "1.f", rows_end = VL and "len_q" or nil,
+     ND = D // 16, out_scale = "1.f", out_elem = ELEM, rows_end = VL and "len_q" or nil,
      sinks = mods.sinks,
      stage = STAGED and { addr = ("(base + %du + (cw * 4 + warp %% 4) * %du)"):format(OFF_STAGE, STAGE_WARP),
                           row0 = "m0 + wr", lrow = "acc_r" } or nil,

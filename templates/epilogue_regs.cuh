@@ -17,7 +17,7 @@
   lse_always (no `if (p.lse)`).
   stage (one head's rows, MR = 1; the family includes wgmma.cuh): O goes
   out through shared memory, a warp's 16 rows one panel of 64 columns at a
-  time.  stage.addr is the warp's pieces.lua STAGE_WARP bytes (shared
+  time (out_elem: the output element's bytes, default 2).  stage.addr is the warp's pieces.lua STAGE_WARP bytes (shared
   space, 16-byte aligned), stage.lrow the lane's first row among the
   warp's 16 (row0(mi) is stage.row0 + stage.lrow).  Rows are STAGE_ROW
   (144) bytes apart: a row's four lanes fill 16 bytes, and eight rows fall
@@ -39,7 +39,14 @@
 #}
 {%
   local NC, L = #rows.classes, import("lut.lua")
-  local SR = import("pieces.lua").STAGE_ROW
+  local PC = import("pieces.lua")
+  local SR = PC.STAGE_ROW
+  -- The staged element's bytes (the output's: 2 for f16 and bf16), the
+  -- columns of one staged row (PC.ROW_BYTES of them) and the 16-column
+  -- tiles in it.
+  local OE = out_elem or 2
+  local ROW_COLS = PC.ROW_BYTES // OE
+  local TILES = ROW_COLS // 16
   -- A family's own rows (packed, partials) find their first element by
   -- divisions: their stores go row by row (below).
   local BY_ROW = out ~= nil
@@ -110,17 +117,17 @@
 {%   if MR ~= 1 then error("epilogue_regs.cuh: stage takes one row slice (MR = 1)") end %}
     // Through shared memory, a panel of 64 columns at a time (see the top).
     {
-      const unsigned st_lane = {{ stage.addr }} + {{ stage.lrow }} * {{ SR }}u + {{ c0 }} * 2u;
+      const unsigned st_lane = {{ stage.addr }} + {{ stage.lrow }} * {{ SR }}u + {{ c0 }} * {{ OE }}u;
       const unsigned ld_lane = {{ stage.addr }} + (lane / 8) * {{ SR }}u + (lane % 8) * 16u;
 #pragma unroll
-      for (int pn = 0; pn < {{ ND // 4 }}; ++pn) {
+      for (int pn = 0; pn < {{ ND // TILES }}; ++pn) {
 #pragma unroll
-        for (int dd = 0; dd < 4; ++dd) {
-          const int d = pn * 4 + dd;
+        for (int dd = 0; dd < {{ TILES }}; ++dd) {
+          const int d = pn * {{ TILES }} + dd;
 {% for _, pr in ipairs(L.pairs(acc, false)) do %}
 {%   local s = pr[1] %}
           {
-            const unsigned at = st_lane + dd * 32u + {{ acc.drow[s] * SR + acc.dcol[s] * 2 }}u;
+            const unsigned at = st_lane + dd * {{ 16 * OE }}u + {{ acc.drow[s] * SR + acc.dcol[s] * OE }}u;
 {%   if #pr == 2 then %}
             const fj::elem2_t e = fj::to_elem2({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }},
                                                {{ O("mi", "d", pr[2]) }} * inv{{ rows.class_of[s] }});
@@ -138,7 +145,7 @@
           const int row = {{ stage.row0 }} + i * 4 + lane / 8;
           const uint4 v = fj::ld_shared_v4(ld_lane + i * {{ 4 * SR }}u);
           if ({{ out.valid("row") }})
-            *reinterpret_cast<uint4 *>({{ out.ptr("row") }} + pn * 64 + (lane % 8) * 8) = v;
+            *reinterpret_cast<uint4 *>({{ out.ptr("row") }} + pn * {{ ROW_COLS }} + (lane % 8) * {{ 16 // OE }}) = v;
         }
         __syncwarp();  // read before the next panel is written
       }

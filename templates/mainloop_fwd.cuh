@@ -48,7 +48,7 @@
       slot, k.slot_bytes, kk, PER_PANEL, k.panel_bytes, kk, PER_PANEL, KB)
   end
   local function vdesc(slot, kk)
-    return ("fj::wg_desc(sv + (%s) * %d + (%s) * %d, %d, 1024)"):format(slot, v.slot_bytes, kk, KSTEP * 128, v.panel_bytes)
+    return ("fj::wg_desc(sv + (%s) * %d + (%s) * %d, %d, 1024)"):format(slot, v.slot_bytes, kk, KSTEP * v.panel_bytes // v.rows, v.panel_bytes)
   end
   local function turn(what)
     if not pingpong then return "" end
@@ -84,7 +84,7 @@
 {%   else %}
   const float sl2 = p.scale_log2;
 {%   end %}
-  const unsigned qa = sq + cw * 64 * 128;
+  const unsigned qa = sq + cw * 64 * {{ q.panel_bytes // q.rows }};
 {%   if pingpong then %}
   // Ping-pong: the consumer warpgroups take turns to issue their products
   // (named barrier 1 + w is warpgroup w's turn), so one's softmax runs
@@ -94,7 +94,7 @@
 
   float o[{{ D // 16 }}][8];
   float s[{{ BN // 16 }}][8];
-  unsigned pk[{{ BN // 16 }}][4];
+  unsigned pk[{{ NK_PV }}][4];
   float row_m[1][{{ NC }}], row_l[1][{{ NC }}];
   unsigned it = 0;
 {% elseif part == "consumer_tile" then %}
@@ -149,7 +149,7 @@
   local function pack()
 %}
 #pragma unroll
-    for (int j = 0; j < {{ BN // 16 }}; ++j) {
+    for (int j = 0; j < {{ NK_PV }}; ++j) {
 {%   for r = 0, 3 do %}
       pk[j][{{ r }}] = fj::pack2(s[j][{{ p_from[2 * r] }}], s[j][{{ p_from[2 * r + 1] }}]);
 {%   end %}

@@ -18,11 +18,12 @@
 local M = {}
 
 -- O staged through shared memory (epilogue_regs.cuh's stage): a warp's 16
--- rows of 64 columns, rows STAGE_ROW bytes apart (128 of data and 16 of
+-- rows of ROW_BYTES (64 16-bit columns), rows STAGE_ROW bytes apart (128 of data and 16 of
 -- padding, so that eight rows fall on eight different sets of banks);
 -- STAGE_WARP bytes a warp (the last row needs no padding).
-M.STAGE_ROW = 144
-M.STAGE_WARP = 15 * M.STAGE_ROW + 128
+M.ROW_BYTES = 128
+M.STAGE_ROW = M.ROW_BYTES + 16
+M.STAGE_WARP = 15 * M.STAGE_ROW + M.ROW_BYTES
 
 function M.with(t, extra)
   local c = {}

@@ -41,8 +41,8 @@ local M = {}
 -- The element sizes the pieces take (bytes).  The 16-bit types are what the
 -- forward runs today; the 8-bit ones are the FP8 producer's.
 M.ELEM = { f16 = 2, bf16 = 2, e4m3 = 1, e5m2 = 1 }
--- A swizzled row: the 128-byte swizzle's span.
-M.ROW_BYTES = 128
+-- A swizzled row: the 128-byte swizzle's span (pieces.lua's).
+M.ROW_BYTES = import("pieces.lua").ROW_BYTES
 
 function M.barriers(base)
   local BR = { count = 0, base = base or "bars" }

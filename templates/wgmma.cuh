@@ -17,7 +17,9 @@
       (the leading offset), 8-row groups along k 1024 bytes apart (the
       stride offset); a k16 step is 16 rows, 2048 bytes, on.
   Parameters: forms, the wgmma wrappers to emit, each
-    { t = "f16" | "bf16", n = N, a = "ss" | "rs", tb = 0 | 1 };
+    { t = "f16" | "bf16", n = N, a = "ss" | "rs", tb = 0 | 1, k = K };
+  K is the instruction's reduction, 32 bytes of the element: 16 for the
+  16-bit types (the default), 32 for e4m3 and e5m2.
   spin_limit, 0 or the tries after which an mbarrier wait traps.
 #}
 namespace fj {
@@ -146,14 +148,14 @@ __device__ __forceinline__ void bar_arrive(int id, int threads) {
 {%   if f.a == "ss" then %}
 __device__ __forceinline__ void wg_ss_{{ f.t }}_{{ N }}{{ f.tb == 1 and "_t" or "" }}(float (&d)[{{ N // 16 }}][8], unsigned long long da, unsigned long long db, int scale_d) {
   asm volatile("{ .reg .pred p; setp.ne.b32 p, %{{ R + 2 }}, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n{{ N }}k16.f32.{{ f.t }}.{{ f.t }} { {{ operands(N, 0) }} }, %{{ R }}, %{{ R + 1 }}, p, 1, 1, 0, {{ f.tb }}; }\n"
+               "wgmma.mma_async.sync.aligned.m64n{{ N }}k{{ f.k or 16 }}.f32.{{ f.t }}.{{ f.t }} { {{ operands(N, 0) }} }, %{{ R }}, %{{ R + 1 }}, p, 1, 1, 0, {{ f.tb }}; }\n"
                : {{ outputs(N) }}
                : "l"(da), "l"(db), "r"(scale_d));
 }
 {%   else %}
 __device__ __forceinline__ void wg_rs_{{ f.t }}_{{ N }}{{ f.tb == 1 and "_t" or "" }}(float (&d)[{{ N // 16 }}][8], const unsigned (&a)[4], unsigned long long db, int scale_d) {
   asm volatile("{ .reg .pred p; setp.ne.b32 p, %{{ R + 5 }}, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n{{ N }}k16.f32.{{ f.t }}.{{ f.t }} { {{ operands(N, 0) }} }, { %{{ R }}, %{{ R + 1 }}, %{{ R + 2 }}, %{{ R + 3 }} }, %{{ R + 4 }}, p, 1, 1, {{ f.tb }}; }\n"
+               "wgmma.mma_async.sync.aligned.m64n{{ N }}k{{ f.k or 16 }}.f32.{{ f.t }}.{{ f.t }} { {{ operands(N, 0) }} }, { %{{ R }}, %{{ R + 1 }}, %{{ R + 2 }}, %{{ R + 3 }} }, %{{ R + 4 }}, p, 1, 1, {{ f.tb }}; }\n"
                : {{ outputs(N) }}
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
