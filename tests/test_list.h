@@ -21,6 +21,10 @@ TEST(sandbox_renderer_loop, cpu)
 TEST(sandbox_error_objects, cpu)
 TEST(template_dir_files, cpu)
 TEST(template_meta, cpu)
+/* the device pieces' Lua contracts (mask.lua, tma_ring.lua, budget.lua) */
+TEST(pieces_mask_directions, cpu)
+TEST(pieces_ring_elem, cpu)
+TEST(pieces_budget, cpu)
 /* compile.c */
 TEST(compile_sm80_sm90, cpu)
 TEST(compile_lut_probe, cpu)

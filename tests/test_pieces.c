@@ -1,0 +1,172 @@
+/*
+ * test_pieces.c -- the device pieces' contracts, checked in a Lua state of
+ * the test's own over the built-in templates/ files: the mask rule's two
+ * directions (mask.lua: the key range of a query tile for the forward, the
+ * query range of a key tile for the backward) agree with its element test,
+ * and the producer's rings (tma_ring.lua) and the budget (budget.lua) take
+ * any element width and refuse with the value and the limit.
+ */
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include "runner.h"
+#include "template.h"
+
+/* fj_text(name): a built-in template file's text. */
+static int l_text(lua_State *L)
+{
+  size_t len = 0;
+  const char *text = fj__template_text(luaL_checkstring(L, 1), &len);
+  if (!text)
+    return luaL_error(L, "no template %s", lua_tostring(L, 1));
+  lua_pushlstring(L, text, len);
+  return 1;
+}
+
+/* What the sandbox gives a template, enough for the pieces' Lua modules,
+ * and an evaluator of the mask rule's C expressions on integers. */
+static const char PRELUDE[] =
+    "function import(name)\n"
+    "  return assert(load(fj_text(name), '=' .. name, 't', _ENV))()\n"
+    "end\n"
+    "function refuse(why) error({ why = why }, 0) end\n"
+    "function eval(expr, vars)\n"
+    "  local e = expr:gsub('%(int%)', ''):gsub('%(long long%)', '')\n"
+    "  e = e:gsub('(%d+)ll', '%1'):gsub('p%.', 'p_')\n"
+    "  e = e:gsub('&&', ' and '):gsub('||', ' or ')\n"
+    "  local env = setmetatable({ min = math.min, max = math.max },\n"
+    "                           { __index = vars })\n"
+    "  return assert(load('return ' .. e, '=expr', 't', env))()\n"
+    "end\n";
+
+/* Runs chunk in a fresh state: 0 when it returns without an error (its
+ * message printed otherwise). */
+static int run_lua(const char *name, const char *chunk)
+{
+  lua_State *L = luaL_newstate();
+  if (!L)
+    return 1;
+  luaL_openlibs(L);
+  lua_register(L, "fj_text", l_text);
+  int bad = luaL_dostring(L, PRELUDE) != LUA_OK ||
+            luaL_loadbuffer(L, chunk, strlen(chunk), name) != LUA_OK ||
+            lua_pcall(L, 0, 0, 0) != LUA_OK;
+  if (bad) {
+    const char *msg = lua_tostring(L, -1);
+    if (!msg && lua_istable(L, -1)) {
+      lua_getfield(L, -1, "why");
+      msg = lua_tostring(L, -1);
+    }
+    fprintf(stderr, "%s: %s\n", name, msg ? msg : "(an error object)");
+  }
+  lua_close(L);
+  return bad;
+}
+
+/* For every mask (causal alignments, windows, unequal lengths), every
+ * visible (row, key) lies in the key range of its row and in the query
+ * range of its key; and each range's ends are tight: the first row of a
+ * key's range sees a key at or after it, the last sees one before its end. */
+int test_pieces_mask_directions(void)
+{
+  static const char chunk[] =
+      "local M = import('mask.lua')\n"
+      "local n = 0\n"
+      "for _, sizes in ipairs({ {7, 7}, {5, 9}, {9, 5}, {16, 16}, {1, 12} }) do\n"
+      " local Q, KV = sizes[1], sizes[2]\n"
+      " for _, causal in ipairs({ 'none', 'top-left', 'bottom-right' }) do\n"
+      "  for _, w in ipairs({ false, {0, 0}, {2, 0}, {5, 3}, {0, 4} }) do\n"
+      "   local r = M.new(causal, false, nil, w and true or nil)\n"
+      "   local br = causal == 'bottom-right' or (causal == 'none' and w)\n"
+      "   local v = { p_seq_q = Q, p_seq_kv = KV,\n"
+      "               p_causal_offset = br and KV - Q or 0,\n"
+      "               p_window_left = w and w[1] or 0,\n"
+      "               p_window_right = w and w[2] or 0 }\n"
+      "   local function at(e, x) v.x = x; return eval(e, v) end\n"
+      "   for i = 0, Q - 1 do\n"
+      "    local kb, ke = at(r.keys_begin('x'), i), at(r.keys_end('x'), i + 1)\n"
+      "    for j = 0, KV - 1 do\n"
+      "     v.i, v.j = i, j\n"
+      "     if eval(r.visible('i', 'j'), v) then\n"
+      "      n = n + 1\n"
+      "      local rb, re = at(r.rows_begin('x'), j), at(r.rows_end('x'), j + 1)\n"
+      "      assert(j >= kb and j < ke, ('key %d of row %d outside [%d, %d) (%s, %s)'):format(j, i, kb, ke, causal, tostring(w)))\n"
+      "      assert(i >= rb and i < re, ('row %d of key %d outside [%d, %d) (%s, %s)'):format(i, j, rb, re, causal, tostring(w)))\n"
+      "     end\n"
+      "    end\n"
+      "   end\n"
+      "   for j = 0, KV - 1 do\n"
+      "    local rb, re = at(r.rows_begin('x'), j), at(r.rows_end('x'), j + 1)\n"
+      "    local function sees(i, lo, hi)\n"
+      "     for jj = lo, hi do v.i, v.j = i, jj; if eval(r.visible('i', 'j'), v) then return true end end\n"
+      "    end\n"
+      "    if rb < Q and rb < re then\n"
+      "     assert(sees(rb, j, KV - 1), ('row %d, first of key %d, sees nothing from it'):format(rb, j))\n"
+      "     assert(sees(re - 1, 0, j), ('row %d, last of key %d, sees nothing up to it'):format(re - 1, j))\n"
+      "    end\n"
+      "   end\n"
+      "  end\n"
+      " end\n"
+      "end\n"
+      "assert(n > 500, 'only ' .. n .. ' visible pairs checked')\n";
+  CHECK(run_lua("mask_directions", chunk) == 0);
+  return 0;
+}
+
+/* A ring of 1-byte (e4m3) or 2-byte elements: panels of 128-byte rows, the
+ * transaction bytes, the box's columns, the barriers' order; a head dim
+ * that is not whole panels is refused with the value. */
+int test_pieces_ring_elem(void)
+{
+  static const char chunk[] =
+      "local TR = import('tma_ring.lua')\n"
+      "local bars = TR.barriers('bars')\n"
+      "local q = TR.ring{ name = 'q', elem = 1, rows = 64, cols = 256, slots = 1,\n"
+      "                   arrivals = 8, smem = 'sq', map = 'mq', bars = bars }\n"
+      "local k = TR.ring{ name = 'k', elem = 2, rows = 128, cols = 256, slots = 3,\n"
+      "                   arrivals = 8, smem = 'sk', map = 'mk', bars = bars }\n"
+      "assert(q.panel_cols == 128 and q.panels == 2 and q.panel_bytes == 8192)\n"
+      "assert(q.slot_bytes == 16384 and q.bytes == 16384 and q.tx_bytes == 16384)\n"
+      "assert(k.panel_cols == 64 and k.panels == 4 and k.slot_bytes == 65536)\n"
+      "assert(k.bytes == 3 * 65536 and k.tx_bytes == 65536)\n"
+      "assert(bars.count == 2 + 6, bars.count)\n"
+      "assert(q.full(0) == 'q_full' and q.empty(0) == 'q_empty')\n"
+      "assert(k.full('s') == '(bars + 8u * (2u + (s)))')\n"
+      "assert(k.empty('s') == '(bars + 8u * (5u + (s)))')\n"
+      "assert(TR.decls({ q, k }, bars) == 'const unsigned q_full = bars, q_empty = bars + 8u;')\n"
+      "local fill = q.fill(0, function(pn) return pn .. ' * ' .. q.panel_cols end)\n"
+      "assert(fill:find('mbar_expect(q_full, 16384u)', 1, true), fill)\n"
+      "assert(fill:find('pn < 2', 1, true) and fill:find('pn * 128', 1, true), fill)\n"
+      "local init = TR.init({ q, k }, { { 'bar_item', 1 } })\n"
+      "assert(init:find('mbar_init(q_empty, 8)', 1, true) and init:find('i < 3', 1, true), init)\n"
+      "local ok, e = pcall(TR.ring, { name = 'v', elem = 2, rows = 64, cols = 96, slots = 2,\n"
+      "                               arrivals = 8, smem = 'sv', map = 'mv', bars = bars })\n"
+      "assert(not ok and e.why:find('96 columns of 2 bytes', 1, true), e and e.why)\n"
+      "assert(e.why:find('multiple of 64', 1, true), e.why)\n";
+  CHECK(run_lua("ring_elem", chunk) == 0);
+  return 0;
+}
+
+/* The budget: regions aligned in order, the total with its slack, what
+ * fits, the register split, and a refusal naming the need and the limit. */
+int test_pieces_budget(void)
+{
+  static const char chunk[] =
+      "local B = import('budget.lua').new{}\n"
+      "assert(B.region('q', 100, 1024) == 0 and B.region('k', 5000, 1024) == 1024)\n"
+      "assert(B.region('bars', 24, 8) == 6024 and B.total() == 6048 + 1024)\n"
+      "assert(B.fits(227 * 1024 - 7072) and not B.fits(227 * 1024 - 7071))\n"
+      "assert(B.comment() == '// shared memory: 7072 bytes; q @0; k @1024; bars @6024 (+ alignment)')\n"
+      "local r = B.regs(2)\n"
+      "assert(r[1] == 24 and r[2] == 240)\n"
+      "assert(B.regs(2, { producer = 40, consumer = 232 })[2] == 232)\n"
+      "B.regs(3)\n"
+      "local ok, e = pcall(B.check_regs, 200, 'head_dim 256 and tile_n 128', 'O, S and P', 'use fewer')\n"
+      "assert(not ok and e.why == 'head_dim 256 and tile_n 128 need about 200 registers per '\n"
+      "  .. 'consumer thread for O, S and P; 3 consumer warpgroups have 160 (over by 40): use fewer', e.why)\n"
+      "assert(pcall(B.check_regs, 160, 'x', 'y', 'z'))\n"
+      "assert(not pcall(B.regs, 4))\n";
+  CHECK(run_lua("budget", chunk) == 0);
+  return 0;
+}
