@@ -43,25 +43,26 @@ if part wgmma; then
   done
 fi
 
-# 0b. Before and after the architecture step: the mma family's picks, as
-#     explicit variants, timed by the landed build (build-base/, carried
-#     beside build/) and by this one, alternately, in one call.
+# 0b. Before and after a change: the library's own picks (the problems of
+#     bench/ptx_compare_picks.txt: the 16k sweep, decode and serving shapes,
+#     the modification cases; bf16 unless AB_ALL=1), timed by the landed
+#     build (build-base/, carried beside build/) and by this one,
+#     alternately (before, after, before, after), in one call.  AB_RUNS
+#     (lines of `flashjit run` flags) replaces the list.
 if part ab && [ -x /work/main/build-base/flashjit ]; then
+  ab_pat='bf16|score-mod'
+  [ "${AB_ALL:-0}" = 1 ] && ab_pat=.
+  ab_list=${AB_RUNS:-$(grep -E "$ab_pat" /work/main/bench/ptx_compare_picks.txt)}
   while IFS= read -r args; do
     [ -n "$args" ] || continue
     : >"$out/ab.tmp"
     for b in build-base build build-base build; do
-      ms=$(/work/main/$b/flashjit run $args --iters 50 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+      ms=$(/work/main/$b/flashjit run $args --iters ${AB_ITERS:-50} 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
       echo "$b ${ms:-?}" >>"$out/ab.tmp"
     done
     note "ab $args: before $(awk '$1 == "build-base" {print $2}' "$out/ab.tmp" | tr '\n' ' ')us | after $(awk '$1 == "build" {print $2}' "$out/ab.tmp" | tr '\n' ' ')us"
     rm -f "$out/ab.tmp"
-  done <<<"${AB_RUNS:---shape 4,32,4096,64 --mma mma --tile-m 128 --warps 4 --tile-n 128 --swizzle xor --stages 2
---shape 4,32,4096,64 --causal --mma mma --tile-m 128 --warps 4 --tile-n 128 --swizzle xor --stages 3
---shape 4,16,4096,128 --mma mma --tile-m 128 --warps 4 --tile-n 64 --swizzle pad --stages 2
---shape 4,16,4096,128 --causal --mma mma --tile-m 128 --warps 4 --tile-n 64 --swizzle pad --stages 2
---shape 4,8,4096,256 --mma mma --tile-m 128 --warps 8 --tile-n 64 --swizzle pad --stages 2
---shape 4,8,4096,256 --causal --mma mma --tile-m 128 --warps 8 --tile-n 64 --swizzle pad --stages 2}"
+  done <<<"$ab_list"
 fi
 
 # 1. GPU tests (ctest label gpu), verbose so every case's error is logged.
