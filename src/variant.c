@@ -17,57 +17,8 @@
 #include "util.h"
 #include "variant.h"
 
-/* ---- names --------------------------------------------------------------------- */
-
-const char *fj_dtype_name(fj_dtype d)
-{
-  switch (d) {
-  case FJ_F16: return "f16";
-  case FJ_BF16: return "bf16";
-  case FJ_E4M3: return "e4m3";
-  case FJ_F32: return "f32";
-  }
-  return "?";
-}
-
-const char *fj_mma_name(fj_mma m)
-{
-  switch (m) {
-  case FJ_MMA_WMMA: return "wmma";
-  case FJ_MMA_SYNC: return "mma";
-  case FJ_MMA_WGMMA: return "wgmma";
-  }
-  return "?";
-}
-
-const char *fj_softmax_name(fj_softmax s)
-{
-  switch (s) {
-  case FJ_SOFTMAX_SMEM: return "smem";
-  case FJ_SOFTMAX_REGS: return "regs";
-  }
-  return "?";
-}
-
-const char *fj_swizzle_name(fj_swizzle s)
-{
-  switch (s) {
-  case FJ_SWIZZLE_NONE: return "none";
-  case FJ_SWIZZLE_PAD: return "pad";
-  case FJ_SWIZZLE_XOR: return "xor";
-  }
-  return "?";
-}
-
-const char *fj_causal_name(fj_causal c)
-{
-  switch (c) {
-  case FJ_CAUSAL_NONE: return "none";
-  case FJ_CAUSAL_TOP_LEFT: return "top-left";
-  case FJ_CAUSAL_BOTTOM_RIGHT: return "bottom-right";
-  }
-  return "?";
-}
+/* ---- names ---------------------------------------------------------------------
+ * The enums' names are axes.c's; these are the variant's own. */
 
 static const char *causal_short(fj_causal c)
 {
