@@ -1,12 +1,93 @@
 /*
- * axes.c -- the library's vocabulary: the names of the public enums'
+ * axes.c -- the library's vocabulary: the variant's axes (FJ_VARIANT_AXES,
+ * flashjit.h, made into rows here) and the names of the public enums'
  * values (dtypes, families, softmax, swizzle, causal masks, fragment
  * kinds).  It sits below every module that prints or parses a name, so
  * that naming a value never calls up into variant.c or layout.c (which
  * made circles: reference.c -> variant.c -> reference.c, template.c ->
  * layout.c -> kernel.c -> template.c).
  */
+#include <stddef.h>
+#include <string.h>
+
 #include "axes.h"
+#include "ctx.h"
+
+/* ---- the axes -------------------------------------------------------------------- */
+
+/* Each axis's value names as a NULL-ended list, and as one string with a
+ * '|' before each name (the first skipped by fj_axis_get). */
+#define NAME_ITEM(s) s,
+#define NAME_PIPED(s) "|" s
+#define NAME_COUNT(s) +1
+
+static const struct {
+  fj_axis_info info;
+  const char *const *names;
+} axes[] = {
+#define X(field, flag, kind, names, doc)                                       \
+  {{#field, flag, kind, "" names(NAME_PIPED), 0 names(NAME_COUNT),             \
+    offsetof(fj_variant, field), doc},                                         \
+   (const char *const[]){names(NAME_ITEM) NULL}},
+    FJ_VARIANT_AXES(X)
+#undef X
+};
+
+enum { NAXES = (int)(sizeof axes / sizeof axes[0]) };
+
+int fj_axis_count(void)
+{
+  return NAXES;
+}
+
+fj_status fj_axis_get(int i, fj_axis_info *info)
+{
+  if (!info)
+    return fj__null_arg(NULL, "fj_axis_get", "info");
+  if (i < 0 || i >= NAXES)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "fj_axis_get: axis %d is invalid: must be in 0..%d", i,
+                    NAXES - 1);
+  *info = axes[i].info;
+  if (info->values[0] == '|')
+    info->values++;
+  return FJ_OK;
+}
+
+const char *fj_axis_value_name(int axis, int value)
+{
+  if (axis < 0 || axis >= NAXES || value < 1 || value > axes[axis].info.nvalues)
+    return "?";
+  return axes[axis].names[value - 1];
+}
+
+int fj_axis_value(int axis, const char *name)
+{
+  if (axis < 0 || axis >= NAXES || !name)
+    return 0;
+  for (int i = 0; i < axes[axis].info.nvalues; i++)
+    if (!strcmp(name, axes[axis].names[i]))
+      return i + 1;
+  return 0;
+}
+
+int fj__axis_find(const char *name)
+{
+  for (int i = 0; i < NAXES; i++)
+    if (!strcmp(name, axes[i].info.name))
+      return i;
+  return -1;
+}
+
+int *fj__axis_field(fj_variant *v, int axis)
+{
+  return (int *)(void *)((char *)v + axes[axis].info.offset);
+}
+
+int fj__axis_of(const fj_variant *v, int axis)
+{
+  return *(const int *)(const void *)((const char *)v + axes[axis].info.offset);
+}
 
 /* ---- the enums ---------------------------------------------------------------------- */
 
@@ -23,31 +104,17 @@ const char *fj_dtype_name(fj_dtype d)
 
 const char *fj_mma_name(fj_mma m)
 {
-  switch (m) {
-  case FJ_MMA_WMMA: return "wmma";
-  case FJ_MMA_SYNC: return "mma";
-  case FJ_MMA_WGMMA: return "wgmma";
-  }
-  return "?";
+  return fj_axis_value_name(FJ__AXIS_mma, (int)m);
 }
 
 const char *fj_softmax_name(fj_softmax s)
 {
-  switch (s) {
-  case FJ_SOFTMAX_SMEM: return "smem";
-  case FJ_SOFTMAX_REGS: return "regs";
-  }
-  return "?";
+  return fj_axis_value_name(FJ__AXIS_softmax, (int)s);
 }
 
 const char *fj_swizzle_name(fj_swizzle s)
 {
-  switch (s) {
-  case FJ_SWIZZLE_NONE: return "none";
-  case FJ_SWIZZLE_PAD: return "pad";
-  case FJ_SWIZZLE_XOR: return "xor";
-  }
-  return "?";
+  return fj_axis_value_name(FJ__AXIS_swizzle, (int)s);
 }
 
 const char *fj_causal_name(fj_causal c)

@@ -9,8 +9,8 @@
 # closed a circle the includes did not show).
 # The order, lowest first (README's "Layout of the source" explains each):
 layers="util
-ctx kparams expr mods_memo axes
-mods
+ctx kparams expr mods_memo
+mods axes
 driver template compile reference
 cache workspace devptr launch_record
 kernel
