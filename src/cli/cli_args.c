@@ -100,12 +100,6 @@ static void log_stderr(void *user, fj_log_level level, const char *msg)
 static const name_value dtypes[] = {{"f16", FJ_F16}, {"bf16", FJ_BF16}};
 static const name_value kv_dtypes[] = {
     {"f16", FJ_F16}, {"bf16", FJ_BF16}, {"e4m3", FJ_E4M3}};
-static const name_value swizzles[] = {
-    {"none", FJ_SWIZZLE_NONE}, {"pad", FJ_SWIZZLE_PAD}, {"xor", FJ_SWIZZLE_XOR}};
-static const name_value softmaxes[] = {
-    {"smem", FJ_SOFTMAX_SMEM}, {"regs", FJ_SOFTMAX_REGS}};
-static const name_value mmas[] = {
-    {"wmma", FJ_MMA_WMMA}, {"mma", FJ_MMA_SYNC}, {"wgmma", FJ_MMA_WGMMA}};
 static const name_value causals[] = {{"top-left", FJ_CAUSAL_TOP_LEFT},
                                      {"bottom-right", FJ_CAUSAL_BOTTOM_RIGHT},
                                      {"none", FJ_CAUSAL_NONE}};
@@ -114,33 +108,25 @@ static const name_value layouts[] = {{"bhsd", FJ_BHSD}, {"bshd", FJ_BSHD}};
 #define NAMES(t) .names = t, .nnames = sizeof(t) / sizeof((t)[0])
 /* A flag whose value the library checks (no range here). */
 #define LIB .lo = 1, .hi = 0
-/* The structural axes: with any of them, emit and run take the variant
- * the flags describe instead of the library's choice. */
-#define AXIS(name_, field_, help_)                                          \
-  {name_, 1, CMD_VARIANT, cli_set_int, OFF(v.field_), LIB, .arg = "N",     \
-   .help = help_}
+/* The structural axes, one flag per row of the library's table
+ * (FJ_VARIANT_AXES): with any of them, emit and run take the variant the
+ * flags describe instead of the library's choice.  A named axis's
+ * placeholder is its names with '|' between them. */
+#define AXIS_PIPED(s) "|" s
+#define AXIS(field_, flag_, kind_, names_, doc_)                              \
+  {flag_, kind_ != FJ_AXIS_SWITCH, CMD_VARIANT,                              \
+   kind_ == FJ_AXIS_SWITCH ? cli_set_switch                                  \
+   : kind_ == FJ_AXIS_NAMED ? cli_set_axis : cli_set_axis_int,               \
+   OFF(v.field_), LIB,                                                       \
+   .arg = kind_ == FJ_AXIS_NAMED ? ("" names_(AXIS_PIPED)) + 1               \
+          : kind_ == FJ_AXIS_INT ? "N" : NULL,                               \
+   .help = doc_},
 
 static const flag_def flags[] = {
     {"head-dim", 1, CMD_VARIANT, cli_set_int, OFF(v.head_dim), LIB, .arg = "D",
      .help = "head dimension: 32, 64, 96, 128, 160, 192, 256 (default 64, "
              "or --shape's D)"},
-    AXIS("tile-m", tile_m, "query rows per block, a multiple of 16 up to 256"),
-    AXIS("tile-n", tile_n, "key rows per iteration, a multiple of 16 up to 256"),
-    {"warps", 1, CMD_VARIANT, cli_set_warps, OFF(v.warps), .arg = "N",
-     .help = "warps per block: 4 or 8 (wmma, mma); 8, 12 or 16 (wgmma)"},
-    AXIS("stages", stages, "1 = synchronous loads, 2-3 = cp.async ring; "
-                           "wgmma 2-4 (TMA ring)"),
-    {"swizzle", 1, CMD_VARIANT, cli_set_name, OFF(v.swizzle), NAMES(swizzles),
-     .arg = "none|pad|xor", .help = "shared-memory layout of the tiles"},
-    {"softmax", 1, CMD_VARIANT, cli_set_name, OFF(v.softmax), NAMES(softmaxes),
-     .arg = "smem|regs", .help = "where the softmax runs (smem: wmma only)"},
-    {"mma", 1, CMD_VARIANT, cli_set_name, OFF(v.mma), NAMES(mmas),
-     .arg = "wmma|mma|wgmma", .help = "the template family"},
-    {"pack-gqa", 0, CMD_VARIANT, cli_set_switch, OFF(v.pack_gqa),
-     .help = "GQA packing: the query heads of a KV head as rows of one tile "
-             "(mma)"},
-    {"split-kv", 0, CMD_VARIANT, cli_set_switch, OFF(v.split_kv),
-     .help = "split-KV: key ranges over several blocks, then a combine (mma)"},
+    FJ_VARIANT_AXES(AXIS)
     {"causal", 2, CMD_VARIANT | CMD_TUNE | CMD_PLAN, cli_set_causal,
      OFF(v.causal), NAMES(causals), .arg = "[=top-left|bottom-right|none]",
      .help = "causal mask; alone: top-left (PyTorch's); default none"},
@@ -495,11 +481,22 @@ static void cli_defaults(cli *c)
   fj_mods_init(&c->mods);
 }
 
-/* The structural axes: any of them makes emit and run take the variant
- * the flags describe. */
-static const char *const axes[] = {"tile-m", "tile-n",  "warps",
-                                   "stages", "swizzle", "softmax",
-                                   "mma",    "pack-gqa", "split-kv"};
+/* The option of the library's axis i (FJ_VARIANT_AXES): any of them
+ * makes emit and run take the variant the flags describe. */
+static const char *axis_flag(int i)
+{
+  fj_axis_info a;
+  return fj_axis_get(i, &a) == FJ_OK ? a.flag : "";
+}
+
+/* The first axis whose option was given, or NULL. */
+static const char *axis_given(const cli *c)
+{
+  for (int i = 0; i < fj_axis_count(); i++)
+    if (cli_flag_given(c, axis_flag(i)))
+      return axis_flag(i);
+  return NULL;
+}
 
 /* The default variant for the head dim, dtype and mask asked for, with the
  * variant flags that were given on top. */
@@ -517,9 +514,9 @@ static void apply_defaults(cli *c)
   if ((given.varlen || given.paged || cli_mods_active(&c->mods)) &&
       !cli_flag_given(c, "mma"))
     c->v.mma = FJ_MMA_SYNC;
-  for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++) {
-    const flag_def *f = find_flag(c, axes[i], strlen(axes[i]));
-    if (cli_flag_given(c, axes[i])) {
+  for (int i = 0; i < fj_axis_count(); i++) {
+    const flag_def *f = find_flag(c, axis_flag(i), strlen(axis_flag(i)));
+    if (cli_flag_given(c, axis_flag(i))) {
       c->variant_given = 1;
       *(int *)(void *)((char *)c + f->offset) =
           *(const int *)(const void *)((const char *)&given + (f->offset - OFF(v)));
@@ -554,7 +551,7 @@ static int check_combinations(cli *c)
   static const char *const tune_show[] = {"shape", "seq-kv", "heads-kv", "layout",
                                           "causal", "dtype", "kv-dtype", "workers",
                                           "iters", "no-save", "device"};
-  const char *p, *a = first_given(c, axes, sizeof axes / sizeof axes[0]);
+  const char *p, *a = axis_given(c);
   if (c->cmd == CMD_EMIT && c->sweep && (c->what || c->out_file))
     return cli_usage_error(c, "%s does not apply with --sweep (it prints one "
                               "line of resources per variant)",

@@ -27,6 +27,10 @@ struct flag_def {
 int cli_set_int(cli *c, const flag_def *f, const char *value);
 int cli_set_warps(cli *c, const flag_def *f, const char *value);
 int cli_set_name(cli *c, const flag_def *f, const char *value);
+/* The library's axes (FJ_VARIANT_AXES): a named one's value by its names;
+ * an integer one as cli_set_int (--warps as cli_set_warps). */
+int cli_set_axis(cli *c, const flag_def *f, const char *value);
+int cli_set_axis_int(cli *c, const flag_def *f, const char *value);
 int cli_set_switch(cli *c, const flag_def *f, const char *value);
 int cli_set_causal(cli *c, const flag_def *f, const char *value);
 int cli_set_shape(cli *c, const flag_def *f, const char *value);
