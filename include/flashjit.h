@@ -328,6 +328,74 @@ FJ_API const char *fj_softmax_name(fj_softmax s);
 FJ_API const char *fj_swizzle_name(fj_swizzle s);
 FJ_API const char *fj_causal_name(fj_causal c);
 
+/*
+ * The variant's tunable axes, in one table: the library names, checks and
+ * stores them from it (the tuning database's keys), the CLI makes its
+ * options and their help of it, and the Python package reads it through
+ * fj_axis_get.  FJ_VARIANT_AXES(X) calls X(field, flag, kind, names, doc)
+ * once per axis, in this order:
+ *   field  the fj_variant member (an int or an enum); its spelling is the
+ *          axis's name: the tuning database's key, Python's keyword
+ *   flag   the command line's option, without its dashes
+ *   kind   FJ_AXIS_INT, FJ_AXIS_NAMED (an enum whose values 1, 2, ... have
+ *          the names NAMES(V) gives, V(name) each) or FJ_AXIS_SWITCH (0/1)
+ *   names  FJ_SWIZZLE_NAMES, FJ_SOFTMAX_NAMES, FJ_MMA_NAMES; FJ_NO_NAMES
+ *   doc    one line: what it sets, what it may be
+ * Axes are only ever appended.
+ */
+#define FJ_SWIZZLE_NAMES(V) V("none") V("pad") V("xor")
+#define FJ_SOFTMAX_NAMES(V) V("smem") V("regs")
+#define FJ_MMA_NAMES(V) V("wmma") V("mma") V("wgmma")
+#define FJ_NO_NAMES(V)
+#define FJ_VARIANT_AXES(X)                                                     \
+  X(tile_m, "tile-m", FJ_AXIS_INT, FJ_NO_NAMES,                                \
+    "query rows per block, a multiple of 16 up to 256")                       \
+  X(tile_n, "tile-n", FJ_AXIS_INT, FJ_NO_NAMES,                                \
+    "key rows per iteration, a multiple of 16 up to 256")                     \
+  X(warps, "warps", FJ_AXIS_INT, FJ_NO_NAMES,                                  \
+    "warps per block: 4 or 8 (wmma, mma); 8, 12 or 16 (wgmma)")               \
+  X(stages, "stages", FJ_AXIS_INT, FJ_NO_NAMES,                                \
+    "1 = synchronous loads, 2-3 = cp.async ring; wgmma 2-4 (TMA ring)")       \
+  X(swizzle, "swizzle", FJ_AXIS_NAMED, FJ_SWIZZLE_NAMES,                       \
+    "shared-memory layout of the tiles")                                      \
+  X(softmax, "softmax", FJ_AXIS_NAMED, FJ_SOFTMAX_NAMES,                       \
+    "where the softmax runs (smem: wmma only)")                               \
+  X(mma, "mma", FJ_AXIS_NAMED, FJ_MMA_NAMES, "the template family")            \
+  X(pack_gqa, "pack-gqa", FJ_AXIS_SWITCH, FJ_NO_NAMES,                         \
+    "GQA packing: the query heads of a KV head as rows of one tile (mma)")    \
+  X(split_kv, "split-kv", FJ_AXIS_SWITCH, FJ_NO_NAMES,                         \
+    "split-KV: key ranges over several blocks, then a combine (mma)")
+
+typedef enum fj_axis_kind {
+  FJ_AXIS_INT = 1,    /* an integer the rules bound (fj_variant_check) */
+  FJ_AXIS_NAMED = 2,  /* an enum: values 1..nvalues, each with a name */
+  FJ_AXIS_SWITCH = 3  /* 0 or 1 */
+} fj_axis_kind;
+
+/* One row of FJ_VARIANT_AXES.  The strings are static. */
+typedef struct fj_axis_info {
+  const char *name;   /* "tile_m": the field, the database key, the keyword */
+  const char *flag;   /* "tile-m": the CLI's option without its dashes */
+  fj_axis_kind kind;
+  const char *values; /* FJ_AXIS_NAMED: "none|pad|xor", value 1 first; else "" */
+  int nvalues;        /* FJ_AXIS_NAMED: how many names; else 0 */
+  size_t offset;      /* offsetof(fj_variant, <name>); the member is an int
+                         or an enum */
+  const char *doc;    /* one line */
+} fj_axis_info;
+
+/* How many rows FJ_VARIANT_AXES has.  Thread-safe, like the two below. */
+FJ_API int fj_axis_count(void);
+/* Fills *info with row i (0 <= i < fj_axis_count()).  FJ_ERR_INVALID_ARG
+ * for i out of range or info NULL (fj_errmsg(NULL) says which). */
+FJ_API fj_status fj_axis_get(int i, fj_axis_info *info);
+/* The name of a FJ_AXIS_NAMED axis's value: static; "?" for an unknown
+ * axis or value, or an axis without names. */
+FJ_API const char *fj_axis_value_name(int axis, int value);
+/* The value a name has on axis (1..nvalues), 0 for none (name NULL, an
+ * unknown name, an axis without names). */
+FJ_API int fj_axis_value(int axis, const char *name);
+
 /* ------------------------------------------------------------------------ */
 /* Kernels: rendered, compiled, cached                                       */
 /* ------------------------------------------------------------------------ */

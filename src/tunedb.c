@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 
 #include <jansson.h>
 
+#include "axes.h"
 #include "ctx.h"
 #include "mods.h"
 #include "tunedb.h"
@@ -109,21 +111,38 @@ void fj__tunedb_free(void *db)
   json_decref(db);
 }
 
+/* A variant's axes as an object, a key per row of FJ_VARIANT_AXES (named
+ * axes by their value's name), in the table's order. */
 static json_t *variant_json(const fj_variant *v)
 {
-  return json_pack("{s:i, s:i, s:i, s:i, s:s, s:s, s:s, s:i, s:i}",
-                   "tile_m", v->tile_m, "tile_n", v->tile_n, "warps",
-                   v->warps, "stages", v->stages, "swizzle",
-                   fj_swizzle_name(v->swizzle), "softmax",
-                   fj_softmax_name(v->softmax), "mma", fj_mma_name(v->mma),
-                   "pack_gqa", v->pack_gqa, "split_kv", v->split_kv);
+  json_t *o = json_object();
+  fj_axis_info a;
+  for (int i = 0; o && i < fj_axis_count(); i++) {
+    int x = fj__axis_of(v, i);
+    if (fj_axis_get(i, &a) != FJ_OK ||
+        json_object_set_new(o, a.name, a.kind == FJ_AXIS_NAMED
+                                           ? json_string(fj_axis_value_name(i, x))
+                                           : json_integer(x)) != 0) {
+      json_decref(o);
+      return NULL;
+    }
+  }
+  return o;
 }
 
-static int name_value(const char *s, const char *const *names, int n)
+/* One axis of an entry's variant onto v; 0 on success.  Switches are
+ * absent from databases written before them (0). */
+static int axis_from_json(json_t *j, const fj_axis_info *a, int axis, fj_variant *v)
 {
-  for (int i = 0; i < n; i++)
-    if (s && !strcmp(s, names[i]))
-      return i + 1;
+  json_t *x = json_object_get(j, a->name);
+  if (a->kind == FJ_AXIS_NAMED)
+    return (*fj__axis_field(v, axis) = fj_axis_value(axis, json_string_value(x))) ? 0 : -1;
+  if (!x && a->kind == FJ_AXIS_SWITCH)
+    return *fj__axis_field(v, axis) = 0;
+  if (!json_is_integer(x) || json_integer_value(x) < INT_MIN ||
+      json_integer_value(x) > INT_MAX)
+    return -1;
+  *fj__axis_field(v, axis) = (int)json_integer_value(x);
   return 0;
 }
 
@@ -131,22 +150,13 @@ static int name_value(const char *s, const char *const *names, int n)
  * dtypes and mask); 0 on success. */
 static int variant_from_json(json_t *j, fj_variant *v)
 {
-  static const char *const swizzles[] = {"none", "pad", "xor"};
-  static const char *const softmaxes[] = {"smem", "regs"};
-  static const char *const mmas[] = {"wmma", "mma", "wgmma"};
-  const char *swz = NULL, *sm = NULL, *mma = NULL;
-  /* pack_gqa and split_kv are absent from databases written before them. */
-  v->pack_gqa = v->split_kv = 0;
-  if (json_unpack(j, "{s:i, s:i, s:i, s:i, s:s, s:s, s:s, s?i, s?i}",
-                  "tile_m", &v->tile_m, "tile_n", &v->tile_n, "warps",
-                  &v->warps, "stages", &v->stages, "swizzle", &swz,
-                  "softmax", &sm, "mma", &mma, "pack_gqa", &v->pack_gqa,
-                  "split_kv", &v->split_kv) != 0)
+  fj_axis_info a;
+  if (!json_is_object(j))
     return -1;
-  v->swizzle = (fj_swizzle)name_value(swz, swizzles, 3);
-  v->softmax = (fj_softmax)name_value(sm, softmaxes, 2);
-  v->mma = (fj_mma)name_value(mma, mmas, 3);
-  return v->swizzle && v->softmax && v->mma ? 0 : -1;
+  for (int i = 0; i < fj_axis_count(); i++)
+    if (fj_axis_get(i, &a) != FJ_OK || axis_from_json(j, &a, i, v) != 0)
+      return -1;
+  return 0;
 }
 
 int fj__tune_lookup(fj_ctx *ctx, const fj_problem *p, fj_variant *v)

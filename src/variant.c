@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "axes.h"
 #include "ctx.h"
 #include "kernel.h"
 #include "kparams.h"
@@ -17,57 +18,8 @@
 #include "util.h"
 #include "variant.h"
 
-/* ---- names --------------------------------------------------------------------- */
-
-const char *fj_dtype_name(fj_dtype d)
-{
-  switch (d) {
-  case FJ_F16: return "f16";
-  case FJ_BF16: return "bf16";
-  case FJ_E4M3: return "e4m3";
-  case FJ_F32: return "f32";
-  }
-  return "?";
-}
-
-const char *fj_mma_name(fj_mma m)
-{
-  switch (m) {
-  case FJ_MMA_WMMA: return "wmma";
-  case FJ_MMA_SYNC: return "mma";
-  case FJ_MMA_WGMMA: return "wgmma";
-  }
-  return "?";
-}
-
-const char *fj_softmax_name(fj_softmax s)
-{
-  switch (s) {
-  case FJ_SOFTMAX_SMEM: return "smem";
-  case FJ_SOFTMAX_REGS: return "regs";
-  }
-  return "?";
-}
-
-const char *fj_swizzle_name(fj_swizzle s)
-{
-  switch (s) {
-  case FJ_SWIZZLE_NONE: return "none";
-  case FJ_SWIZZLE_PAD: return "pad";
-  case FJ_SWIZZLE_XOR: return "xor";
-  }
-  return "?";
-}
-
-const char *fj_causal_name(fj_causal c)
-{
-  switch (c) {
-  case FJ_CAUSAL_NONE: return "none";
-  case FJ_CAUSAL_TOP_LEFT: return "top-left";
-  case FJ_CAUSAL_BOTTOM_RIGHT: return "bottom-right";
-  }
-  return "?";
-}
+/* ---- names ---------------------------------------------------------------------
+ * The enums' names are axes.c's; these are the variant's own. */
 
 static const char *causal_short(fj_causal c)
 {
@@ -171,24 +123,43 @@ static fj_status check_range(const fj_ctx *ctx, const char *axis, int value,
                   value, multiple, lo, hi);
 }
 
+/* A named axis's value out of its names: "swizzle 9 is invalid: none, pad
+ * or xor". */
+static fj_status check_named(const fj_ctx *ctx, const fj_axis_info *a, int value)
+{
+  char allowed[128] = "";
+  if (value >= 1 && value <= a->nvalues)
+    return FJ_OK;
+  for (int i = 1; i <= a->nvalues; i++)
+    snprintf(allowed + strlen(allowed), sizeof allowed - strlen(allowed), "%s%s",
+             i == 1 ? "" : i == a->nvalues ? " or " : ", ",
+             fj_axis_value_name(fj__axis_find(a->name), i));
+  return fj__fail(ctx, FJ_ERR_INVALID_ARG, "%s %d is invalid: %s", a->name,
+                  value, allowed);
+}
+
+/* The switches (the table's, then varlen and paged, which the problem
+ * sets), then the named axes, then the element types and the mask. */
 static fj_status check_enums(const fj_ctx *ctx, const fj_variant *v)
 {
+  fj_axis_info a;
+  for (int i = 0; i < fj_axis_count(); i++)
+    if (fj_axis_get(i, &a) == FJ_OK && a.kind == FJ_AXIS_SWITCH &&
+        fj__axis_of(v, i) != 0 && fj__axis_of(v, i) != 1)
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG, "%s %d is invalid: 0 or 1",
+                      a.name, fj__axis_of(v, i));
   const struct { const char *name; int value; } flags[] = {
-      {"pack_gqa", v->pack_gqa}, {"split_kv", v->split_kv},
       {"varlen", v->varlen}, {"paged", v->paged}};
   for (size_t i = 0; i < FJ_ARRAY_LEN(flags); i++)
     if (flags[i].value != 0 && flags[i].value != 1)
       return fj__fail(ctx, FJ_ERR_INVALID_ARG, "%s %d is invalid: 0 or 1",
                       flags[i].name, flags[i].value);
-  if (v->swizzle < FJ_SWIZZLE_NONE || v->swizzle > FJ_SWIZZLE_XOR)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "swizzle %d is invalid: none, pad or xor", (int)v->swizzle);
-  if (v->softmax != FJ_SOFTMAX_SMEM && v->softmax != FJ_SOFTMAX_REGS)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "softmax %d is invalid: smem or regs", (int)v->softmax);
-  if (v->mma < FJ_MMA_WMMA || v->mma > FJ_MMA_WGMMA)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "mma %d is invalid: wmma, mma or wgmma", (int)v->mma);
+  for (int i = 0; i < fj_axis_count(); i++) {
+    fj_status st = fj_axis_get(i, &a) == FJ_OK && a.kind == FJ_AXIS_NAMED
+                       ? check_named(ctx, &a, fj__axis_of(v, i)) : FJ_OK;
+    if (st != FJ_OK)
+      return st;
+  }
   return fj__check_types(ctx, v->dtype, fj__kv_dtype(v), v->causal);
 }
 

@@ -306,3 +306,59 @@ int test_errors_thread_local(void)
   fj_ctx_destroy(ctx);
   return 0;
 }
+
+/* The axes' table (FJ_VARIANT_AXES): its rows through fj_axis_get, each
+ * row's member, the names both ways, and the refusals' codes and
+ * messages. */
+int test_variant_axes(void)
+{
+  static const char *const names[] = {"tile_m", "tile_n", "warps", "stages",
+      "swizzle", "softmax", "mma", "pack_gqa", "split_kv"};
+  fj_axis_info a;
+  fj_variant v;
+  fj_variant_default(&v, 128, FJ_F16, FJ_CAUSAL_NONE);
+  CHECK(fj_axis_count() == 9);
+  for (int i = 0; i < fj_axis_count(); i++) {
+    CHECK_OK(NULL, fj_axis_get(i, &a));
+    CHECK(!strcmp(a.name, names[i]) && a.doc[0]);
+    CHECK(*(const int *)(const void *)((const char *)&v + a.offset) != 0 ||
+          a.kind == FJ_AXIS_SWITCH);
+  }
+  CHECK_OK(NULL, fj_axis_get(4, &a));
+  CHECK(a.kind == FJ_AXIS_NAMED && a.nvalues == 3 && !strcmp(a.values, "none|pad|xor"));
+  CHECK(!strcmp(a.flag, "swizzle") && a.offset == offsetof(fj_variant, swizzle));
+  CHECK_OK(NULL, fj_axis_get(0, &a));
+  CHECK(a.kind == FJ_AXIS_INT && !strcmp(a.values, "") && !strcmp(a.flag, "tile-m"));
+  CHECK(!strcmp(fj_axis_value_name(6, FJ_MMA_WGMMA), "wgmma"));
+  CHECK(!strcmp(fj_swizzle_name(FJ_SWIZZLE_XOR), "xor"));
+  CHECK(!strcmp(fj_axis_value_name(6, 4), "?") && !strcmp(fj_axis_value_name(0, 1), "?"));
+  CHECK(fj_axis_value(5, "regs") == FJ_SOFTMAX_REGS && fj_axis_value(5, "xor") == 0);
+  CHECK(fj_axis_value(5, NULL) == 0 && fj_axis_value(99, "regs") == 0);
+  CHECK_ST(NULL, fj_axis_get(9, &a), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "fj_axis_get: axis 9 is invalid: must be in 0..8");
+  CHECK_ST(NULL, fj_axis_get(-1, &a), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "axis -1 is invalid");
+  CHECK_ST(NULL, fj_axis_get(0, NULL), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "fj_axis_get: info is NULL");
+  /* fj_variant_check's messages come from the table's names. */
+  fj_ctx *ctx;
+  fj_ctx_opts o;
+  fj_ctx_opts_init(&o);
+  o.device = -1;
+  o.arch = "sm_90a";
+  o.disk_cache = 0;
+  CHECK_OK(NULL, fj_ctx_create(&ctx, &o));
+  v.softmax = (fj_softmax)7;
+  CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "softmax 7 is invalid: smem or regs");
+  v.softmax = FJ_SOFTMAX_REGS;
+  v.mma = (fj_mma)0;
+  CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "mma 0 is invalid: wmma, mma or wgmma");
+  v.mma = FJ_MMA_SYNC;
+  v.split_kv = 2;
+  CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "split_kv 2 is invalid: 0 or 1");
+  fj_ctx_destroy(ctx);
+  return 0;
+}

@@ -43,6 +43,7 @@ TEST(cache_render_index, cpu)
 /* errors and validation */
 TEST(abi_sizes, cpu)
 TEST(errors_ctx, cpu)
+TEST(variant_axes, cpu)
 TEST(errors_arch_nvrtc, cpu)
 TEST(errors_variant, cpu)
 TEST(errors_problem, cpu)

@@ -75,6 +75,15 @@ VARIANT_AXES = ("head_dim", "tile_m", "tile_n", "warps", "stages", "swizzle", "s
                 "paged")
 
 
+AXIS_INT, AXIS_NAMED, AXIS_SWITCH = 1, 2, 3
+
+
+class AxisInfo(C.Structure):
+    _fields_ = [("name", C.c_char_p), ("flag", C.c_char_p), ("kind", C.c_int),
+                ("values", C.c_char_p), ("nvalues", C.c_int), ("offset", C.c_size_t),
+                ("doc", C.c_char_p)]
+
+
 class Variant(C.Structure):
     _fields_ = [(n, C.c_int) for n in VARIANT_AXES] + [("mods", C.c_void_p)]
 
@@ -186,7 +195,7 @@ TUNE_VISIT_FN = C.CFUNCTYPE(C.c_int, C.c_void_p, C.POINTER(TuneEntry))
 CACHE_VISIT_FN = C.CFUNCTYPE(C.c_int, C.c_void_p, C.POINTER(CacheEntry))
 
 # The C name of each struct above, for the layout test.
-C_NAMES = {CtxOpts: "fj_ctx_opts", DeviceInfo: "fj_device_info", Variant: "fj_variant",
+C_NAMES = {AxisInfo: "fj_axis_info", CtxOpts: "fj_ctx_opts", DeviceInfo: "fj_device_info", Variant: "fj_variant",
            Resources: "fj_resources", PrepareOpts: "fj_prepare_opts", Problem: "fj_problem",
            ModParam: "fj_mod_param", Mods: "fj_mods", ModBuiltin: "fj_mod_builtin",
            BlockMask: "fj_block_mask", Plan: "fj_plan",
@@ -218,6 +227,10 @@ SIGNATURES = {
     "fj_softmax_name": (_STR, [_I]),
     "fj_swizzle_name": (_STR, [_I]),
     "fj_causal_name": (_STR, [_I]),
+    "fj_axis_count": (_I, []),
+    "fj_axis_get": (_I, [_I, _P(AxisInfo)]),
+    "fj_axis_value_name": (_STR, [_I, _I]),
+    "fj_axis_value": (_I, [_I, _STR]),
     "fj_kernel_get": (_I, [_VP, _P(Variant), _P(_VP)]),
     "fj_kernel_get_first": (_I, [_VP, _P(Variant), _P(_VP)]),
     "fj_kernel_source": (_VP, [_VP, _P(_S)]),

@@ -17,8 +17,6 @@ from . import _problem as pr
 # long prefill (enough 128-row blocks for every multiprocessor, so that
 # sm_90a's wgmma family applies).
 _PICK_SHAPE = dict(batch=1, heads_q=16, heads_kv=16, seq_q=4096, seq_kv=4096)
-_AXES = ("mma", "tile_m", "tile_n", "warps", "stages", "swizzle", "softmax", "pack_gqa",
-         "split_kv")
 
 
 @dataclass(frozen=True)
@@ -152,7 +150,7 @@ class Kernel:
 def _apply_axes(lib, v, given, mods_ptr):
     """The axes given replace the pick's; another family starts from its
     defaults as the CLI's do."""
-    mma = None if given["mma"] is None else pr.choose("mma", given["mma"], pr.MMAS)
+    mma = None if given["mma"] is None else pr.choose("mma", given["mma"], pr.axis_values("mma"))
     if mma is not None and mma != v.mma:
         head_dim, dtype, causal, kv = v.head_dim, v.dtype, v.causal, v.kv_dtype
         lib.fj_variant_default(C.byref(v), head_dim, dtype, causal)
@@ -167,9 +165,9 @@ def _apply_axes(lib, v, given, mods_ptr):
         if given[axis] is not None:
             setattr(v, axis, pr.int_arg(axis, given[axis]))
     if given["swizzle"] is not None:
-        v.swizzle = pr.choose("swizzle", given["swizzle"], pr.SWIZZLES)
+        v.swizzle = pr.choose("swizzle", given["swizzle"], pr.axis_values("swizzle"))
     if given["softmax"] is not None:
-        v.softmax = pr.choose("softmax", given["softmax"], pr.SOFTMAXES)
+        v.softmax = pr.choose("softmax", given["softmax"], pr.axis_values("softmax"))
     for axis in ("pack_gqa", "split_kv"):
         if given[axis] is not None:
             setattr(v, axis, 1 if _flag(axis, given[axis]) else 0)

@@ -31,6 +31,31 @@ MOD_TYPES = {"f32": capi.MOD_F32, "float32": capi.MOD_F32, "i32": capi.MOD_I32,
              "bf16": capi.MOD_BF16, "bfloat16": capi.MOD_BF16}
 
 
+_axes = None
+
+
+def axes():
+    """The variant's tunable axes as the library's table has them
+    (FJ_VARIANT_AXES through fj_axis_get): a tuple of (name, kind, names),
+    names mapping each value's name to its value (named axes; else {})."""
+    global _axes
+    if _axes is None:
+        from . import _core as core
+        lib, rows = core.lib(), []
+        for i in range(lib.fj_axis_count()):
+            a = capi.AxisInfo()
+            lib.fj_axis_get(i, C.byref(a))
+            names = a.values.decode().split("|") if a.nvalues else []
+            rows.append((a.name.decode(), a.kind, {n: v + 1 for v, n in enumerate(names)}))
+        _axes = tuple(rows)
+    return _axes
+
+
+def axis_values(axis):
+    """A named axis's {value name: value}, from the library's table."""
+    return next(names for name, _, names in axes() if name == axis)
+
+
 def _allowed(table):
     return ", ".join(sorted(set(table)))
 

@@ -247,6 +247,25 @@ int cli_problem_on_device(cli *c, run_data *d, fj_ctx **ctx);
 
 /* Random inputs from seed, on the host and on the current device. */
 int cli_run_alloc(run_data *d, int seed);
+/* The seeded random numbers of the inputs (xorshift, reproducible from
+ * --seed): the state seed starts from, the next 64 bits, uniform floats in
+ * [-1, 1), n of them times scale converted to dtype (malloc'd). */
+uint64_t cli_seed_state(int seed);
+uint64_t cli_next_u64(uint64_t *state);
+float cli_next_uniform(uint64_t *state);
+void *cli_random_tensor(fj_dtype dtype, size_t n, float scale, uint64_t *state);
+/* d's problem with the host index arrays in place of the device's (for
+ * the reference). */
+fj_problem cli_host_problem(const run_data *d);
+/* Pages of n tokens that len keys take. */
+long long cli_pages_for(long long len, int n);
+/* The host index arrays of d's problem where cli_problem set a
+ * placeholder (--varlen, --page-size), checked as the library checks
+ * them; 0 or the exit status.  cli_index_free frees them. */
+int cli_index_make(const cli *c, run_data *d, int seed);
+void cli_index_free(seq_index *ix);
+/* Frees --block-mask's lists (cli_run_block_mask's). */
+void cli_free_blocks(run_data *d);
 
 /* --param's tensors (random from seed, or read from their files) on the
  * host and on the current device, and d's problem pointing at them. */

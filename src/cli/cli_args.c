@@ -1,7 +1,8 @@
 /*
- * cli_args.c -- the command line of the flashjit tool: the flag table, its
- * value parsers and checks, the defaults, the error messages and the
- * context every subcommand opens (the help: cli_help.c).
+ * cli_args.c -- the command line of the flashjit tool: the parser of the
+ * flags, their checks, the defaults, the error messages and the
+ * context every subcommand opens (the table: cli_flag_table.c; the help:
+ * cli_help.c).
  *
  * The contract: every bad value exits with status 2 and one line naming
  * the option, the value and what is allowed, before any GPU or compiler
@@ -95,212 +96,6 @@ static void log_stderr(void *user, fj_log_level level, const char *msg)
             msg);
 }
 
-/* ---- the flags ---------------------------------------------------------------------- */
-
-static const name_value dtypes[] = {{"f16", FJ_F16}, {"bf16", FJ_BF16}};
-static const name_value kv_dtypes[] = {
-    {"f16", FJ_F16}, {"bf16", FJ_BF16}, {"e4m3", FJ_E4M3}};
-static const name_value swizzles[] = {
-    {"none", FJ_SWIZZLE_NONE}, {"pad", FJ_SWIZZLE_PAD}, {"xor", FJ_SWIZZLE_XOR}};
-static const name_value softmaxes[] = {
-    {"smem", FJ_SOFTMAX_SMEM}, {"regs", FJ_SOFTMAX_REGS}};
-static const name_value mmas[] = {
-    {"wmma", FJ_MMA_WMMA}, {"mma", FJ_MMA_SYNC}, {"wgmma", FJ_MMA_WGMMA}};
-static const name_value causals[] = {{"top-left", FJ_CAUSAL_TOP_LEFT},
-                                     {"bottom-right", FJ_CAUSAL_BOTTOM_RIGHT},
-                                     {"none", FJ_CAUSAL_NONE}};
-static const name_value layouts[] = {{"bhsd", FJ_BHSD}, {"bshd", FJ_BSHD}};
-
-#define NAMES(t) .names = t, .nnames = sizeof(t) / sizeof((t)[0])
-/* A flag whose value the library checks (no range here). */
-#define LIB .lo = 1, .hi = 0
-/* The structural axes: with any of them, emit and run take the variant
- * the flags describe instead of the library's choice. */
-#define AXIS(name_, field_, help_)                                          \
-  {name_, 1, CMD_VARIANT, cli_set_int, OFF(v.field_), LIB, .arg = "N",     \
-   .help = help_}
-
-static const flag_def flags[] = {
-    {"head-dim", 1, CMD_VARIANT, cli_set_int, OFF(v.head_dim), LIB, .arg = "D",
-     .help = "head dimension: 32, 64, 96, 128, 160, 192, 256 (default 64, "
-             "or --shape's D)"},
-    AXIS("tile-m", tile_m, "query rows per block, a multiple of 16 up to 256"),
-    AXIS("tile-n", tile_n, "key rows per iteration, a multiple of 16 up to 256"),
-    {"warps", 1, CMD_VARIANT, cli_set_warps, OFF(v.warps), .arg = "N",
-     .help = "warps per block: 4 or 8 (wmma, mma); 8, 12 or 16 (wgmma)"},
-    AXIS("stages", stages, "1 = synchronous loads, 2-3 = cp.async ring; "
-                           "wgmma 2-4 (TMA ring)"),
-    {"swizzle", 1, CMD_VARIANT, cli_set_name, OFF(v.swizzle), NAMES(swizzles),
-     .arg = "none|pad|xor", .help = "shared-memory layout of the tiles"},
-    {"softmax", 1, CMD_VARIANT, cli_set_name, OFF(v.softmax), NAMES(softmaxes),
-     .arg = "smem|regs", .help = "where the softmax runs (smem: wmma only)"},
-    {"mma", 1, CMD_VARIANT, cli_set_name, OFF(v.mma), NAMES(mmas),
-     .arg = "wmma|mma|wgmma", .help = "the template family"},
-    {"pack-gqa", 0, CMD_VARIANT, cli_set_switch, OFF(v.pack_gqa),
-     .help = "GQA packing: the query heads of a KV head as rows of one tile "
-             "(mma)"},
-    {"split-kv", 0, CMD_VARIANT, cli_set_switch, OFF(v.split_kv),
-     .help = "split-KV: key ranges over several blocks, then a combine (mma)"},
-    {"causal", 2, CMD_VARIANT | CMD_TUNE | CMD_PLAN, cli_set_causal,
-     OFF(v.causal), NAMES(causals), .arg = "[=top-left|bottom-right|none]",
-     .help = "causal mask; alone: top-left (PyTorch's); default none"},
-    {"dtype", 1, CMD_VARIANT | CMD_TUNE | CMD_PLAN, cli_set_name, OFF(v.dtype),
-     NAMES(dtypes), .arg = "f16|bf16",
-     .help = "Q and O (K and V unless --kv-dtype); default f16"},
-    {"kv-dtype", 1, CMD_VARIANT | CMD_TUNE | CMD_PLAN, cli_set_name,
-     OFF(v.kv_dtype), NAMES(kv_dtypes), .arg = "f16|bf16|e4m3",
-     .help = "K and V (default: --dtype)"},
-    {"arch", 1, CMD_EMIT | CMD_PLAN | CMD_CACHE, cli_set_string, OFF(arch), .arg = "sm_XY[a]",
-     .help = "target architecture (default sm_90a)"},
-    {"arch", 1, CMD_LUT, cli_set_string, OFF(arch), .arg = "sm_XY[a]",
-     .help = "print that target's reference tables instead of probing the GPU"},
-    {"what", 1, CMD_EMIT, cli_set_string, OFF(what),
-     .arg = "source|ptx|cubin|resources|log|name",
-     .help = "what to print (default source)"},
-    {"o", 1, CMD_EMIT, cli_set_out, OFF(out_file), .arg = "FILE",
-     .help = "write to FILE instead of stdout"},
-    {"sweep", 0, CMD_EMIT, cli_set_switch, OFF(sweep),
-     .help = "compile every tile/warps/stages/swizzle/softmax combination not "
-             "fixed by a flag (wgmma: warpgroups, key tiles, stages), one line "
-             "each"},
-    {"sweep", 0, CMD_RUN, cli_set_switch, OFF(sweep),
-     .help = "time every combination emit --sweep compiles, one line each, "
-             "the fastest last"},
-    {"workers", 1, CMD_EMIT | CMD_RUN, cli_set_int, OFF(workers), .lo = 1, .hi = 64,
-     .arg = "N", .help = "compiler processes at once for --sweep (default: one "
-                         "per CPU)"},
-    {"workers", 1, CMD_TUNE | CMD_CACHE, cli_set_int, OFF(workers), .lo = 1, .hi = 64, .arg = "N",
-     .help = "compiler processes at once (default: one per CPU, at most 16)"},
-    {"shape", 1, CMD_PROBLEM, cli_set_shape, 0, .arg = "B,H,S,D",
-     .help = "batch, query heads, query length, head dim (required)"},
-    {"shape", 1, CMD_EMIT, cli_set_shape, 0, .arg = "B,H,S,D",
-     .help = "show the library's choice for this problem (default 2,16,4096,"
-             "D; with --varlen B items, S their longest); no variant flags"},
-    {"seq-kv", 1, CMD_PROBLEM | CMD_EMIT, cli_set_int, OFF(seq_kv), LIB,
-     .arg = "N", .help = "key/value length (default S)"},
-    {"heads-kv", 1, CMD_PROBLEM | CMD_EMIT, cli_set_int, OFF(heads_kv), LIB,
-     .arg = "N", .help = "K/V heads, dividing H (GQA; default H)"},
-    {"layout", 1, CMD_PROBLEM, cli_set_name, OFF(order), NAMES(layouts),
-     .arg = "bhsd|bshd", .help = "Q and O (K and V unless paged); default bhsd"},
-    {"varlen", 1, CMD_EMIT | CMD_RUN | CMD_PLAN, cli_set_varlen, 0,
-     .arg = "Q1[:K1],...",
-     .help = "a variable-length batch, one item per sequence (B items): Q "
-             "queries (at most S) and K keys (at most --seq-kv; default Q); Q "
-             "and O packed (thd), K and V too unless paged (default: fixed "
-             "lengths)"},
-    {"page-size", 1, CMD_RUN, cli_set_page_size, OFF(page_size), .arg = "N",
-     .help = "paged K/V, pages of N tokens (a power of two in 1..4096, layout "
-             "nhd) in a block table shuffled from --seed (default: not paged)"},
-    {"page-size", 1, CMD_EMIT | CMD_PLAN, cli_set_page_size, OFF(page_size),
-     .arg = "N", .help = "paged K/V, pages of N tokens (a power of two in "
-                         "1..4096, layout nhd; default: not paged)"},
-    {"score-mod", 1, CMD_MODS, cli_set_string, OFF(mods.score), .arg = "EXPR",
-     .help = "a C expression for each score, of s (scale x q.k), b, h, hkv, "
-             "q, kv (positions in the sequence) and the --param names, e.g. "
-             "'s + bias(h, q - kv + 8)' (default: none)"},
-    {"mask-mod", 1, CMD_MODS, cli_set_string, OFF(mods.mask), .arg = "EXPR",
-     .help = "a C expression, true where query q may see key kv, of b, h, "
-             "hkv, q, kv and the --param names, e.g. 'doc(q) == doc(kv)' "
-             "(default: none)"},
-    {"window", 1, CMD_MODS, cli_set_window, 0, .arg = "LEFT,RIGHT",
-     .help = "sliding window, query q sees keys q + off - LEFT .. q + off + "
-             "RIGHT (off: the causal diagonal's, bottom-right without "
-             "--causal); each -1 (unbounded) or 0..1073741824 (default -1,-1: "
-             "none)"},
-    {"softcap", 1, CMD_MODS, cli_set_softcap, 0, .arg = "C",
-     .help = "logit soft-capping, C * tanh(s / C) after --score-mod; C "
-             "finite, above 0 (default: none)"},
-    {"sinks", 1, CMD_MODS, cli_set_sinks, 0, .arg = "VALUE",
-     .help = "attention sinks: a logit VALUE (natural units, like the scaled "
-             "scores) for every query head, in each row's softmax "
-             "denominator with no value row; finite (default: none)"},
-    {"block-mask", 1, CMD_MODS, cli_set_block_mask, 0, .arg = "Q,KV",
-     .help = "a block mask of blocks of Q query rows and KV keys (each 64, "
-             "128 or 256), built by the library on the GPU from the mask "
-             "(--mask-mod, --causal, --window): key blocks the mask hides "
-             "are skipped, blocks it keeps whole skip --mask-mod (default: "
-             "none)"},
-    {"mod", 1, CMD_MODS, cli_set_mod, 0, .arg = "NAME",
-     .help = "a built-in written as an expression: alibi, alibi-standard, "
-             "relative-bias, documents, prefix-lm (its parameters by "
-             "--param); --mod list prints each with its expression"},
-    {"checked", 0, CMD_MODS, cli_set_checked, 0,
-     .help = "checked mode: a tensor --param read outside its extents is "
-             "reported after the call (the tensor, the indices, the "
-             "extents); each call waits for its kernels"},
-    {"param", 1, CMD_RUN | CMD_TUNE, cli_set_param, 0, .arg = "SPEC",
-     .help = "a parameter of the expressions, repeatable up to 8 times: "
-             "NAME=VALUE (f32 if VALUE has '.', 'e' or 'E', else i32), "
-             "NAME:f32=VALUE, NAME:i32=VALUE; a tensor NAME:DTYPE[E0,...] "
-             "(DTYPE f32, f16, bf16 or i32; 1 to 4 extents) of random values "
-             "from --seed (floats uniform in [-1, 1), i32 uniform in "
-             "0..E0-1), or NAME:DTYPE[E0,...]@FILE read from FILE (raw "
-             "little-endian, exactly E0 x ... x the element size bytes) "
-             "(default: none)"},
-    {"param", 1, CMD_EMIT | CMD_PLAN, cli_set_param, 0, .arg = "SPEC",
-     .help = "a parameter of the expressions, repeatable up to 8 times: "
-             "NAME=VALUE (f32 if VALUE has '.', 'e' or 'E', else i32), "
-             "NAME:f32=VALUE, NAME:i32=VALUE; a tensor NAME:DTYPE[E0,...] "
-             "(DTYPE f32, f16, bf16 or i32; 1 to 4 extents; only the extents "
-             "are used) or NAME:DTYPE[E0,...]@FILE (FILE checked to hold "
-             "exactly E0 x ... x the element size bytes) (default: none)"},
-    {"splits", 1, CMD_RUN | CMD_PLAN | CMD_EMIT, cli_set_splits, OFF(splits),
-     .arg = "N|auto", .help = "key splits (split-KV) per row tile, 1..256 "
-                              "(default auto)"},
-    {"sms", 1, CMD_PLAN | CMD_EMIT, cli_set_int, OFF(sms), .lo = 1, .hi = 1024, .arg = "N",
-     .help = "multiprocessors to plan for (default: the arch's largest part)"},
-    {"check", 0, CMD_RUN, cli_set_switch, OFF(check),
-     .help = "compare with the float64 reference"},
-    {"iters", 1, CMD_RUN, cli_set_int, OFF(iters), .lo = 1, .hi = 100000, .arg = "N",
-     .help = "timed runs (default 20; with --sweep 10 per variant)"},
-    {"iters", 1, CMD_TUNE, cli_set_int, OFF(iters), .lo = 1, .hi = 256, .arg = "N",
-     .help = "timed runs per candidate (default 10)"},
-    {"warmup", 1, CMD_RUN, cli_set_int, OFF(warmup), .lo = 0, .hi = 100000, .arg = "N",
-     .help = "untimed runs before the timed ones (default 3; with --sweep 2)"},
-    {"seed", 1, CMD_RUN, cli_set_int, OFF(seed), .lo = 0, .hi = INT_MAX, .arg = "N",
-     .help = "seed of the random inputs and --param tensors (default 1)"},
-    {"frag", 1, CMD_LUT, cli_set_string, OFF(frag), .arg = "KIND",
-     .help = "one fragment kind, e.g. wmma_acc_f32 (default: all)"},
-    {"head-dim", 1, CMD_CACHE, cli_set_string, OFF(heads_list), .arg = "D,...",
-     .help = "prewarm: head dims, 1..256 each (default 64,128)"},
-    {"dtype", 1, CMD_CACHE, cli_set_string, OFF(dtypes_list),
-     .arg = "f16|bf16,...", .help = "prewarm: dtypes (default f16,bf16)"},
-    {"causal", 1, CMD_CACHE, cli_set_string, OFF(causals_list),
-     .arg = "none|top-left|bottom-right,...",
-     .help = "prewarm: causal masks (default none,top-left)"},
-    {"from-tune-db", 0, CMD_CACHE, cli_set_switch, OFF(from_tune_db),
-     .help = "prewarm: every variant the tuning database has for --arch "
-             "(--head-dim, --dtype, --causal filter them when given) instead "
-             "of the library's picks"},
-    {"show", 0, CMD_TUNE, cli_set_switch, OFF(show),
-     .help = "list the tuning database instead of tuning"},
-    {"no-save", 0, CMD_TUNE, cli_set_switch, OFF(no_save),
-     .help = "tune without recording the winner"},
-    {"device", 1, CMD_RUN | CMD_TUNE | CMD_LUT, cli_set_int, OFF(device), .lo = 0, .hi = INT_MAX, .arg = "N", .help = "CUDA device ordinal (default 0)"},
-    {"device", 1, CMD_PLAN, cli_set_int, OFF(device), .lo = 0, .hi = INT_MAX, .arg = "N",
-     .help = "plan for that GPU instead of --arch and --sms"},
-    {"cache-dir", 1, CMD_ALL, cli_set_path, OFF(cache_dir), .arg = "DIR",
-     .help = "disk cache directory (default $FLASHJIT_CACHE_DIR, else "
-             "$XDG_CACHE_HOME/flashjit, else ~/.cache/flashjit)"},
-    {"no-disk-cache", 0, CMD_ALL, cli_set_switch, OFF(no_disk_cache),
-     .help = "cache in memory only"},
-    {"isolate", 0, CMD_EMIT | CMD_RUN, cli_set_switch, OFF(isolate),
-     .help = "compile in a child process"},
-    {"jit-tiers", 0, CMD_RUN, cli_set_switch, OFF(jit_tiers),
-     .help = "the tiered JIT: where the chosen kernel is not compiled yet, "
-             "the first kernel answers while it compiles in the background "
-             "(fj_ctx_opts.jit_tiers)"},
-    {"first", 0, CMD_EMIT, cli_set_switch, OFF(first),
-     .help = "the tiered JIT's first kernel for the problem or variant "
-             "(CUDA cores, loops not unrolled) instead of the kernel itself"},
-    {"verbose", 0, CMD_ALL, cli_set_switch, OFF(verbose),
-     .help = "print the library's log"},
-};
-enum { NFLAGS = sizeof flags / sizeof flags[0] };
-
-/* cli.given has a bit per flag. */
-_Static_assert(NFLAGS <= 128, "cli.given holds 128 flags");
-
 static int given_bit(const cli *c, size_t i)
 {
   return (int)((c->given[i / 64] >> (i % 64)) & 1);
@@ -312,11 +107,11 @@ static int given_bit(const cli *c, size_t i)
 static const flag_def *find_flag(const cli *c, const char *name, size_t len)
 {
   const flag_def *any = NULL;
-  for (size_t i = 0; i < NFLAGS; i++)
-    if (strlen(flags[i].name) == len && strncmp(flags[i].name, name, len) == 0) {
-      if (flags[i].cmds & c->cmd)
-        return &flags[i];
-      any = any ? any : &flags[i];
+  for (size_t i = 0; i < cli_nflags; i++)
+    if (strlen(cli_flags[i].name) == len && strncmp(cli_flags[i].name, name, len) == 0) {
+      if (cli_flags[i].cmds & c->cmd)
+        return &cli_flags[i];
+      any = any ? any : &cli_flags[i];
     }
   return any;
 }
@@ -324,7 +119,7 @@ static const flag_def *find_flag(const cli *c, const char *name, size_t len)
 int cli_flag_given(const cli *c, const char *name)
 {
   const flag_def *f = find_flag(c, name, strlen(name));
-  return f && given_bit(c, (size_t)(f - flags));
+  return f && given_bit(c, (size_t)(f - cli_flags));
 }
 
 /* The flag argv[*i] names, or NULL after a message (*rc the status). */
@@ -366,7 +161,7 @@ static int parse_flag(cli *c, int argc, char **argv, int *i)
   }
   if (f->needs_value == 0 && value)
     return cli_usage_error(c, "option %s takes no value", name);
-  size_t bit = (size_t)(f - flags);
+  size_t bit = (size_t)(f - cli_flags);
   if (given_bit(c, bit) && f->fn != cli_set_param)
     return cli_usage_error(c, "option %s is given twice (once only)", name);
   c->given[bit / 64] |= 1ull << (bit % 64);
@@ -402,88 +197,7 @@ int cli_open_ctx(cli *c, int device, const char *arch, fj_ctx **ctx)
   return st == FJ_OK ? 0 : cli_fj_error(c, NULL, st);
 }
 
-/* ---- commands, help, defaults ----------------------------------------------------- */
-
-/* Each subcommand's name, its bit in flag_def.cmds (what main() dispatches
- * on) and its line in the help. */
-static const struct {
-  const char *name;
-  unsigned cmd;
-  const char *synopsis;
-} commands[] = {
-    {"emit", CMD_EMIT,
-     "render and compile a kernel -- the library's choice for a problem, or "
-     "the variant the flags describe -- and print its source, PTX, cubin, "
-     "resources or log (no GPU needed)"},
-    {"run", CMD_RUN,
-     "run attention on the GPU: time it, and with --check compare it with "
-     "the float64 reference"},
-    {"plan", CMD_PLAN,
-     "print what the library would launch for a problem: variant, grid, "
-     "splits, GQA packing, workspace (no GPU needed)"},
-    {"lut", CMD_LUT,
-     "print the fragment-layout tables (probed on the GPU; --arch gives the "
-     "reference)"},
-    {"cache", CMD_CACHE,
-     "dir | ls | stats | clear | prune | prewarm | export FILE | import FILE: "
-     "the disk cache (prune removes corrupt and stale entries; prewarm "
-     "compiles the library's picks for --arch, no GPU needed; export and "
-     "import move it between machines)"},
-    {"tune", CMD_TUNE,
-     "autotune a problem class on the GPU and record the winner (--show "
-     "lists the database)"},
-};
-enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
-
-static void print_flags(unsigned cmd)
-{
-  for (size_t i = 0; i < NFLAGS; i++) {
-    const flag_def *f = &flags[i];
-    if (!(f->cmds & cmd))
-      continue;
-    char left[64], name[48];
-    snprintf(left, sizeof left, "%s%s%s", cli_flag_spelling(f, name, sizeof name),
-             f->arg && f->needs_value == 1 ? " " : "", f->arg ? f->arg : "");
-    printf("  %-26s %s\n", left, f->help);
-  }
-}
-
-static void print_help(int i)
-{
-  printf("usage: flashjit %s%s [options]   (flashjit %s)\n\n",
-         commands[i].name, commands[i].cmd == CMD_CACHE
-             ? " dir|ls|stats|clear|prune|prewarm|export FILE|import FILE" : "",
-         fj_version());
-  printf("%s\n\noptions:\n", commands[i].synopsis);
-  print_flags(commands[i].cmd);
-}
-
-static void print_overview(void)
-{
-  printf("usage: flashjit <command> [options]   (flashjit %s)\n\n", fj_version());
-  for (size_t i = 0; i < NCOMMANDS; i++)
-    printf("  %-6s %s\n", commands[i].name, commands[i].synopsis);
-  printf("\n'flashjit <command> --help' lists a command's options.  Bad input "
-         "exits with status 2 and one line naming the bad value.\n");
-}
-
-/* flashjit help [COMMAND] and flashjit --help. */
-static int help_command(cli *c, const char *name)
-{
-  if (!name) {
-    print_overview();
-    return -1;
-  }
-  for (int i = 0; i < (int)NCOMMANDS; i++)
-    if (!strcmp(name, commands[i].name)) {
-      print_help(i);
-      return -1;
-    }
-  char q[300];
-  return cli_usage_error(c, "unknown command '%s' for help: one of emit, run, "
-                            "plan, lut, cache, tune",
-                         cli_quote(name, q, sizeof q));
-}
+/* ---- defaults --------------------------------------------------------------------- */
 
 static void cli_defaults(cli *c)
 {
@@ -495,11 +209,22 @@ static void cli_defaults(cli *c)
   fj_mods_init(&c->mods);
 }
 
-/* The structural axes: any of them makes emit and run take the variant
- * the flags describe. */
-static const char *const axes[] = {"tile-m", "tile-n",  "warps",
-                                   "stages", "swizzle", "softmax",
-                                   "mma",    "pack-gqa", "split-kv"};
+/* The option of the library's axis i (FJ_VARIANT_AXES): any of them
+ * makes emit and run take the variant the flags describe. */
+static const char *axis_flag(int i)
+{
+  fj_axis_info a;
+  return fj_axis_get(i, &a) == FJ_OK ? a.flag : "";
+}
+
+/* The first axis whose option was given, or NULL. */
+static const char *axis_given(const cli *c)
+{
+  for (int i = 0; i < fj_axis_count(); i++)
+    if (cli_flag_given(c, axis_flag(i)))
+      return axis_flag(i);
+  return NULL;
+}
 
 /* The default variant for the head dim, dtype and mask asked for, with the
  * variant flags that were given on top. */
@@ -517,9 +242,9 @@ static void apply_defaults(cli *c)
   if ((given.varlen || given.paged || cli_mods_active(&c->mods)) &&
       !cli_flag_given(c, "mma"))
     c->v.mma = FJ_MMA_SYNC;
-  for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++) {
-    const flag_def *f = find_flag(c, axes[i], strlen(axes[i]));
-    if (cli_flag_given(c, axes[i])) {
+  for (int i = 0; i < fj_axis_count(); i++) {
+    const flag_def *f = find_flag(c, axis_flag(i), strlen(axis_flag(i)));
+    if (cli_flag_given(c, axis_flag(i))) {
       c->variant_given = 1;
       *(int *)(void *)((char *)c + f->offset) =
           *(const int *)(const void *)((const char *)&given + (f->offset - OFF(v)));
@@ -554,7 +279,7 @@ static int check_combinations(cli *c)
   static const char *const tune_show[] = {"shape", "seq-kv", "heads-kv", "layout",
                                           "causal", "dtype", "kv-dtype", "workers",
                                           "iters", "no-save", "device"};
-  const char *p, *a = first_given(c, axes, sizeof axes / sizeof axes[0]);
+  const char *p, *a = axis_given(c);
   if (c->cmd == CMD_EMIT && c->sweep && (c->what || c->out_file))
     return cli_usage_error(c, "%s does not apply with --sweep (it prints one "
                               "line of resources per variant)",
@@ -587,7 +312,7 @@ static int parse_args(cli *c, int argc, char **argv, int cmd)
     const char *a = argv[i];
     char q[300];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      print_help(cmd);
+      cli_print_help(cmd);
       return -1;
     }
     if (a[0] == '-' && a[1]) {
@@ -621,7 +346,7 @@ int cli_parse(cli *c, int argc, char **argv)
                            cli_quote(argv[3], q, sizeof q));
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
       !strcmp(argv[1], "help"))
-    return help_command(c, argc > 2 ? argv[2] : NULL);
+    return cli_help_command(c, argc > 2 ? argv[2] : NULL);
   if (!strcmp(argv[1], "--version") && argc > 2)
     return cli_usage_error(c, "unexpected argument '%s' after --version",
                            cli_quote(argv[2], q, sizeof q));
@@ -629,10 +354,10 @@ int cli_parse(cli *c, int argc, char **argv)
     printf("flashjit %s\n", fj_version());
     return -1;
   }
-  for (int i = 0; i < (int)NCOMMANDS; i++)
-    if (!strcmp(argv[1], commands[i].name)) {
-      c->cmd_name = commands[i].name;
-      c->cmd = commands[i].cmd;
+  for (int i = 0; i < cli_ncommands; i++)
+    if (!strcmp(argv[1], cli_commands[i].name)) {
+      c->cmd_name = cli_commands[i].name;
+      c->cmd = cli_commands[i].cmd;
       return parse_args(c, argc, argv, i);
     }
   return cli_usage_error(

@@ -1,7 +1,7 @@
 /*
  * cli_flags.h -- the flag table's entry and its value setters, shared by
- * cli_args.c (the table, the parser, the help) and cli_values.c (the
- * setters).  Private to the command-line tool.
+ * cli_flag_table.c (the table), cli_args.c (the parser), cli_help.c (the
+ * help) and cli_values.c (the setters).  Private to the command-line tool.
  */
 #ifndef FLASHJIT_CLI_FLAGS_H
 #define FLASHJIT_CLI_FLAGS_H
@@ -27,6 +27,10 @@ struct flag_def {
 int cli_set_int(cli *c, const flag_def *f, const char *value);
 int cli_set_warps(cli *c, const flag_def *f, const char *value);
 int cli_set_name(cli *c, const flag_def *f, const char *value);
+/* The library's axes (FJ_VARIANT_AXES): a named one's value by its names;
+ * an integer one as cli_set_int (--warps as cli_set_warps). */
+int cli_set_axis(cli *c, const flag_def *f, const char *value);
+int cli_set_axis_int(cli *c, const flag_def *f, const char *value);
 int cli_set_switch(cli *c, const flag_def *f, const char *value);
 int cli_set_causal(cli *c, const flag_def *f, const char *value);
 int cli_set_shape(cli *c, const flag_def *f, const char *value);
@@ -36,6 +40,24 @@ int cli_set_page_size(cli *c, const flag_def *f, const char *value);
 int cli_set_string(cli *c, const flag_def *f, const char *value);
 int cli_set_path(cli *c, const flag_def *f, const char *value);
 int cli_set_out(cli *c, const flag_def *f, const char *value);
+
+/* The flag table (cli_flag_table.c): every option, in the help's order. */
+extern const flag_def cli_flags[];
+extern const size_t cli_nflags;
+
+/* The subcommands (cli_help.c): name, bit in flag_def.cmds (what main()
+ * dispatches on), line in the help. */
+typedef struct cli_command {
+  const char *name;
+  unsigned cmd;
+  const char *synopsis;
+} cli_command;
+extern const cli_command cli_commands[];
+extern const int cli_ncommands;
+/* A command's help (cli_commands[i]); flashjit help [COMMAND] and
+ * flashjit --help: -1 after printing, or the exit status. */
+void cli_print_help(int i);
+int cli_help_command(cli *c, const char *name);
 
 /* "--name" or, for the one-letter flag, "-o". */
 const char *cli_flag_spelling(const flag_def *f, char *buf, size_t size);

@@ -99,6 +99,36 @@ int cli_set_name(cli *c, const flag_def *f, const char *value)
   return cli_bad_value(c, f, value, allowed);
 }
 
+/* The library's axis whose option f is, or -1. */
+static int axis_of_flag(const flag_def *f, fj_axis_info *a)
+{
+  for (int i = 0; i < fj_axis_count(); i++)
+    if (fj_axis_get(i, a) == FJ_OK && !strcmp(a->flag, f->name))
+      return i;
+  return -1;
+}
+
+int cli_set_axis(cli *c, const flag_def *f, const char *value)
+{
+  fj_axis_info a;
+  int axis = axis_of_flag(f, &a), v = fj_axis_value(axis, value);
+  if (v) {
+    *field(c, f) = v;
+    return 0;
+  }
+  char allowed[128] = "one of";
+  for (int i = 1; i <= a.nvalues; i++)
+    snprintf(allowed + strlen(allowed), sizeof allowed - strlen(allowed),
+             "%s %s", i > 1 ? "," : "", fj_axis_value_name(axis, i));
+  return cli_bad_value(c, f, value, allowed);
+}
+
+int cli_set_axis_int(cli *c, const flag_def *f, const char *value)
+{
+  return f->offset == OFF(v.warps) ? cli_set_warps(c, f, value)
+                                   : cli_set_int(c, f, value);
+}
+
 int cli_set_switch(cli *c, const flag_def *f, const char *value)
 {
   (void)value;
