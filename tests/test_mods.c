@@ -1132,3 +1132,65 @@ int test_mods_kvq(void)
   }
   return 0;
 }
+
+/* Whether the kernel reads tensor name with the shared plain loads (a
+ * read the tile's scores share), not __ldg per score (mods.lua's p.shared,
+ * from the tree's per-score fact). */
+static int reads_shared(const char *src, const char *name)
+{
+  char head[64];
+  snprintf(head, sizeof head, "struct ModTensor_%s {", name);
+  const char *at = strstr(src, head);
+  const char *end = at ? strstr(at, "};") : NULL;
+  const char *in = at ? strstr(at, "const bool in =") : NULL;
+  return in && in < end;
+}
+
+/* Long expressions render and compile with no instruction budget of the
+ * renderer in the way (mods.lua reads facts, not text): a T5-style
+ * bucketed relative bias written inline (235 characters), and a
+ * 1000-character expression with six tensor reads; both families (mma on
+ * sm_80, wgmma on sm_90a), no spills.  The reads' loads follow the tree:
+ * per score where the indices use kv, shared where they do not. */
+int test_mods_long_exprs(void)
+{
+  static const char t5[] =
+      "s + 0.5f * rel_bias(h, (kv - q) < 0 ? ((q - kv) < 8 ? (q - kv) : min(15, 8 + "
+      "(int)(logf((float)(q - kv) / 8.f) / logf(16.f) * 8.f))) : 16 + ((kv - q) < 8 ? "
+      "(kv - q) : min(15, 8 + (int)(logf((float)(kv - q) / 8.f) / logf(16.f) * 8.f))))";
+  static char big[FJ_MOD_EXPR_MAX + 1];
+  int n = snprintf(big, sizeof big,
+                   "s + slopes(h) * (float)(kv - q) + bias(h, q - kv + 4096) + "
+                   "rel_bias(h, min(31, abs(kv - q))) + w(kv) * g(h, q) + (float)idx(kv)");
+  for (int k = 1; n < 990; k++)
+    n += snprintf(big + n, sizeof big - (size_t)n, " + 0.0625f * (float)((q + kv + %d) & 7)", k);
+  const fj_mod_param prm[6] = {
+      {"slopes", FJ_MOD_F32, 1, {16}, NULL, 0},
+      {"bias", FJ_MOD_F32, 2, {16, 8193}, NULL, 0},
+      {"rel_bias", FJ_MOD_F32, 2, {16, 32}, NULL, 0},
+      {"w", FJ_MOD_F16, 1, {4096}, NULL, 0},
+      {"g", FJ_MOD_BF16, 2, {16, 4096}, NULL, 0},
+      {"idx", FJ_MOD_I32, 1, {4096}, NULL, 0}};
+  CHECK(strlen(t5) == 235 && n >= 990 && n <= FJ_MOD_EXPR_MAX);
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx);
+    for (int i = 0; i < 2; i++) {
+      fj_problem p;
+      fj_mods m;
+      fj_kernel *k;
+      prefill_mods(&p, &m, i ? big : t5, i ? prm : &prm[2], i ? 6 : 1);
+      CHECK(compile_pick(ctx, &p, a ? FJ_MMA_WGMMA : FJ_MMA_SYNC, &k) == 0);
+      const char *src = fj_kernel_source(k, NULL);
+      CHECK(!reads_shared(src, "rel_bias"));
+      if (i) {
+        CHECK(reads_shared(src, "slopes") && reads_shared(src, "g"));
+        CHECK(!reads_shared(src, "w") && !reads_shared(src, "idx"));
+        CHECK(strstr(src, "fj_dg_row(") && strstr(src, "float fj_skvq,"));
+      }
+    }
+    fj_ctx_destroy(ctx);
+  }
+  return 0;
+}
