@@ -8,6 +8,7 @@
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "flashjit.h"
@@ -18,6 +19,7 @@
 #include "expr.h"
 #include "kernel.h"
 #include "mods.h"
+#include "mods_kernel.h"
 #include "util.h"
 
 /* The problem as the builder reads it: p without a block mask of its own
@@ -133,6 +135,13 @@ static fj_status builder(fj_ctx *ctx, const fj_problem *p, int block_q,
                                                  : "nc",
            fj__mods_window(m) ? "_win" : "", hash);
   fj__mods_param_list(m, params, sizeof params);
+  /* The mask's facts (mods_kernel.h): heap, for their texts' room. */
+  fj_mods_kparam *facts = malloc(sizeof *facts);
+  char err[512] = "out of memory";
+  if (!facts || fj__mods_kparam(m, facts, err, sizeof err)) {
+    free(facts);
+    return fj__fail(ctx, FJ_ERR_NOMEM, "%s", err);
+  }
   fj_param list[] = {
       {"template", FJ_PARAM_STR, 0, "block_mask.cu", NULL},
       {"symbol", FJ_PARAM_STR, 0, symbol, NULL},
@@ -147,8 +156,11 @@ static fj_status builder(fj_ctx *ctx, const fj_problem *p, int block_q,
       {"mod_params", FJ_PARAM_STR, 0, params, NULL},
       {"block_q", FJ_PARAM_INT, block_q, NULL, NULL},
       {"block_kv", FJ_PARAM_INT, block_kv, NULL, NULL},
+      facts->param,
   };
-  return fj__kernel_build(ctx, "block_mask.cu", list, FJ_ARRAY_LEN(list), k);
+  fj_status st = fj__kernel_build(ctx, "block_mask.cu", list, FJ_ARRAY_LEN(list), k);
+  free(facts);
+  return st;
 }
 
 /* templates/block_mask.cu's fj::MaskOut. */

@@ -39,6 +39,7 @@ typedef struct node {
   int nkids;
   int kid[FJ_EXPR_RANK_MAX];   /* node indices */
   int ref;                     /* OP_VAR, OP_TENSOR: a name; OP_CALL: a fn */
+  int pos;                     /* OP_TENSOR: where its name starts in the text */
   int32_t i;                   /* OP_INT */
   float f;                     /* OP_FLOAT */
 } node;
@@ -698,8 +699,10 @@ static int parse_tensor(parser *p, const token *t, int name, int depth)
       return fail_span(p, a.pos[k], a.end[k], ": an index of %s must be "
                        "int, not float (cast: (int) x)", nm->name);
   int k = add_node(p, OP_TENSOR, nm->is_int != 0, a.n, a.kid);
-  if (k >= 0)
+  if (k >= 0) {
     p->e->nodes[k].ref = name;
+    p->e->nodes[k].pos = t->pos;
+  }
   return k;
 }
 
@@ -1057,6 +1060,279 @@ int fj__expr_distance_reads(const fj_expr *e, int q, int kv, int s)
   }
   free(uses);
   return reads;
+}
+
+/* ---- facts for the kernels ----------------------------------------------
+ * What shapes a kernel, read off the tree once (templates/mods.lua takes
+ * these facts and never reads the user's text). */
+
+int fj__expr_per_score(const fj_expr *e, int name, const fj_expr_vars *v)
+{
+  const int varying[2] = {v->kv, v->s};
+  unsigned char *uses = e && e->n ? uses_of(e, varying, 2) : NULL;
+  if (!uses)
+    return 0;
+  int found = 0;
+  for (int i = 0; i < e->n && !found; i++) {
+    const node *nd = &e->nodes[i];
+    found = nd->op == OP_TENSOR && nd->ref == name && uses[i];
+  }
+  free(uses);
+  return found;
+}
+
+int fj__expr_kvq_sign(const fj_expr *e, int k, const fj_expr_vars *v)
+{
+  const node *nd = &e->nodes[k];
+  if (nd->op != OP_TO_FLOAT || !is_distance(e, nd->kid[0], v->q, v->kv))
+    return 0;
+  return is_var(e, e->nodes[nd->kid[0]].kid[0], v->kv) ? 1 : -1;
+}
+
+/* The product F * (float)(kv - q), where that distance is the
+ * expression's only one and F is free of q, kv and s: the family takes F
+ * once a row and tile.  Only F on the left, as ALiBi writes it. */
+static void find_kvq_scale(const fj_expr *e, const fj_expr_vars *v,
+                           const unsigned char *uses, fj_expr_facts *f)
+{
+  int only = -1, count = 0;
+  for (int i = 0; i < e->n; i++)
+    if (fj__expr_kvq_sign(e, i, v)) {
+      only = i;
+      count++;
+    }
+  f->kvq = count;
+  if (count != 1 || fj__expr_kvq_sign(e, only, v) != 1)
+    return;
+  for (int i = 0; i < e->n; i++) {
+    const node *nd = &e->nodes[i];
+    if (nd->op == OP_MUL && nd->kid[1] == only && !uses[nd->kid[0]]) {
+      f->kvq_scale = i;
+      f->kvq_factor = nd->kid[0];
+    }
+  }
+}
+
+/* Whether tensor read k is at a distance (fj__expr_distance_reads' form);
+ * fills f's dg fields when it is. */
+static int dg_read(const fj_expr *e, int k, const fj_expr_vars *v,
+                   const unsigned char *uses, fj_expr_facts *f)
+{
+  const node *nd = &e->nodes[k];
+  for (int i = 0; i + 1 < nd->nkids; i++)
+    if (uses[nd->kid[i]])
+      return 0;
+  /* The last index: down the left operands of + and - to the distance,
+   * the right ones (X) free of q, kv and s. */
+  int x = nd->kid[nd->nkids - 1];
+  while (!is_distance(e, x, v->q, v->kv)) {
+    const node *c = &e->nodes[x];
+    if ((c->op != OP_ADD && c->op != OP_SUB) || uses[c->kid[1]])
+      return 0;
+    x = c->kid[0];
+  }
+  f->dg = k;
+  f->dg_name = nd->ref;
+  f->dg_rank = nd->nkids;
+  f->dg_x = nd->kid[nd->nkids - 1];
+  f->dg_dist = x;
+  f->dg_sign = is_var(e, e->nodes[x].kid[0], v->q) ? 1 : -1;
+  f->dg_pos = nd->pos;
+  return 1;
+}
+
+/* The first read at a distance in the text's order: the tree in
+ * pre-order (a call's name comes before its arguments). */
+static int find_dg(const fj_expr *e, int k, const fj_expr_vars *v,
+                   const unsigned char *uses, fj_expr_facts *f)
+{
+  const node *nd = &e->nodes[k];
+  if (nd->op == OP_TENSOR && dg_read(e, k, v, uses, f))
+    return 1;
+  for (int i = 0; i < nd->nkids; i++)
+    if (find_dg(e, nd->kid[i], v, uses, f))
+      return 1;
+  return 0;
+}
+
+/* Whether the value depends on nothing but s, h, the parameters and the
+ * distance: q and kv only as q - kv or kv - q, never b or hkv. */
+static int rel_only(const fj_expr *e, const fj_expr_vars *v)
+{
+  unsigned char *rel = e->n > 0 ? malloc((size_t)e->n) : NULL;
+  if (!rel)
+    return 0;
+  for (int i = 0; i < e->n; i++) {
+    const node *nd = &e->nodes[i];
+    int r = 1;
+    if (nd->op == OP_VAR)
+      r = nd->ref != v->q && nd->ref != v->kv && nd->ref != v->b &&
+          nd->ref != v->hkv;
+    for (int k = 0; k < nd->nkids; k++)
+      r &= rel[nd->kid[k]];
+    rel[i] = (unsigned char)(r || is_distance(e, i, v->q, v->kv));
+  }
+  int r = rel[e->root];
+  free(rel);
+  return r;
+}
+
+int fj__expr_facts(const fj_expr *e, const fj_expr_vars *v, fj_expr_facts *f)
+{
+  memset(f, 0, sizeof *f);
+  f->kvq_scale = f->kvq_factor = f->dg = f->dg_name = f->dg_x = f->dg_dist = -1;
+  if (!e)
+    return 0;
+  const int varying[3] = {v->q, v->kv, v->s};
+  unsigned char *uses = uses_of(e, varying, 3);
+  if (!uses)
+    return -1;
+  find_kvq_scale(e, v, uses, f);
+  find_dg(e, e->root, v, uses, f);
+  free(uses);
+  f->uses_s = fj__expr_uses(e, v->s);
+  f->rel_only = rel_only(e, v);
+  return 0;
+}
+
+int fj__expr_kid(const fj_expr *e, int k, int i)
+{
+  return e->nodes[k].kid[i];
+}
+
+/* ---- printing as CUDA --------------------------------------------------- */
+
+typedef struct printer {
+  const fj_expr *e;
+  const fj_expr_print *o;
+  fj_buf *out;
+  int failed;
+} printer;
+
+static void put(printer *pr, const char *s)
+{
+  if (fj__buf_append(pr->out, s, strlen(s)))
+    pr->failed = 1;
+}
+
+/* The shortest of %.6g..%.9g that reads back as f (%.9g always does):
+ * the literal keeps its value exactly, in the C locale whatever the
+ * process's, with a point or an exponent and the f suffix. */
+static void float_text(float f, char out[40])
+{
+  locale_t c = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+  locale_t old = c ? uselocale(c) : (locale_t)0;
+  for (int prec = 6; prec <= 9; prec++) {
+    snprintf(out, 32, "%.*g", prec, (double)f);
+    if (strtof(out, NULL) == f)
+      break;
+  }
+  if (c) {
+    uselocale(old);
+    freelocale(c);
+  }
+  if (!strpbrk(out, ".e"))
+    strcat(out, ".0");
+  strcat(out, "f");
+}
+
+static const char *binop_text(int op)
+{
+  for (size_t k = 0; k < FJ_ARRAY_LEN(binops); k++)
+    if (binops[k].op == op)
+      return binops[k].text;
+  return "?";
+}
+
+static void print_node(printer *pr, int k);
+
+/* name(a, b, ...) */
+static void print_call(printer *pr, const char *name, const node *nd)
+{
+  put(pr, name);
+  put(pr, "(");
+  for (int i = 0; i < nd->nkids; i++) {
+    put(pr, i ? ", " : "");
+    print_node(pr, nd->kid[i]);
+  }
+  put(pr, ")");
+}
+
+/* (pre kid) */
+static void print_unary(printer *pr, const char *pre, int kid)
+{
+  put(pr, "(");
+  put(pr, pre);
+  print_node(pr, kid);
+  put(pr, ")");
+}
+
+/* A node the caller replaces (a substitution, a distance as fj_kvq):
+ * its text, else NULL. */
+static const char *replaced(const printer *pr, int k)
+{
+  for (int i = 0; i < pr->o->nsubs; i++)
+    if (pr->o->subs[i].node == k)
+      return pr->o->subs[i].text;
+  int sign = pr->o->kvq ? fj__expr_kvq_sign(pr->e, k, pr->o->kvq) : 0;
+  /* (0.f-fj_kvq), not (-fj_kvq): on the diagonal fj_kvq is +0, and
+   * (float)(q - kv) is +0 there too, which a division sees. */
+  return sign > 0 ? "fj_kvq" : sign < 0 ? "(0.f-fj_kvq)" : NULL;
+}
+
+static void print_node(printer *pr, int k)
+{
+  const node *nd = &pr->e->nodes[k];
+  const char *sub = replaced(pr, k);
+  char num[40];
+  if (sub) {
+    put(pr, sub);
+    return;
+  }
+  switch (nd->op) {
+  case OP_INT:
+    snprintf(num, sizeof num, "%d", (int)nd->i);
+    put(pr, num);
+    return;
+  case OP_FLOAT:
+    float_text(nd->f, num);
+    put(pr, num);
+    return;
+  case OP_VAR: put(pr, pr->o->names[nd->ref].name); return;
+  case OP_TENSOR: print_call(pr, pr->o->names[nd->ref].name, nd); return;
+  case OP_CALL: print_call(pr, funcs[nd->ref].name, nd); return;
+  case OP_TO_FLOAT: print_unary(pr, "(float)", nd->kid[0]); return;
+  case OP_TO_INT: print_unary(pr, "(int)", nd->kid[0]); return;
+  case OP_NEG: print_unary(pr, "-", nd->kid[0]); return;
+  case OP_NOT: print_unary(pr, "!", nd->kid[0]); return;
+  case OP_BNOT: print_unary(pr, "~", nd->kid[0]); return;
+  case OP_COND:
+    put(pr, "(");
+    print_node(pr, nd->kid[0]);
+    put(pr, " ? ");
+    print_node(pr, nd->kid[1]);
+    put(pr, " : ");
+    print_node(pr, nd->kid[2]);
+    put(pr, ")");
+    return;
+  }
+  put(pr, "(");
+  print_node(pr, nd->kid[0]);
+  put(pr, " ");
+  put(pr, binop_text(nd->op));
+  put(pr, " ");
+  print_node(pr, nd->kid[1]);
+  put(pr, ")");
+}
+
+int fj__expr_print_cuda(const fj_expr *e, int at, const fj_expr_print *o,
+                        fj_buf *out)
+{
+  if (!e)
+    return -1;
+  printer pr = {e, o, out, 0};
+  print_node(&pr, at < 0 ? e->root : at);
+  return pr.failed ? -1 : 0;
 }
 
 int fj__expr_is_int(const fj_expr *e)

@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util.h"
+
 /* Characters an expression may have (flashjit.h's FJ_MOD_EXPR_MAX). */
 #define FJ_EXPR_LEN_MAX 1024
 /* How deeply parentheses, calls, unary operators, casts and the branches
@@ -86,6 +88,80 @@ int fj__expr_reads_using(const fj_expr *e, int name);
  * relative-position bias, which the kernels read per tile at a row
  * pointer and constant offsets (templates/mods.lua's dg). */
 int fj__expr_distance_reads(const fj_expr *e, int q, int kv, int s);
+/* The variables' name indices for the analyses below (-1: not a name of
+ * the expression; a mask has no s). */
+typedef struct fj_expr_vars {
+  int b, h, hkv, q, kv, s;
+} fj_expr_vars;
+
+/* Whether e reads tensor `name` at indices that use kv or s, so that the
+ * read changes from score to score (a bias table's bias(h, q - kv)); a
+ * tensor read only at a row's or a head's indices is shared by a tile's
+ * scores. */
+int fj__expr_per_score(const fj_expr *e, int name, const fj_expr_vars *v);
+/* Whether node k is (float)(kv - q) (1), (float)(q - kv) (-1), or
+ * neither (0): ALiBi's distance, which the kernels build per tile. */
+int fj__expr_kvq_sign(const fj_expr *e, int k, const fj_expr_vars *v);
+/* Child i of node k. */
+int fj__expr_kid(const fj_expr *e, int k, int i);
+
+/*
+ * What shapes a kernel, read off a score or mask expression's tree.  Node
+ * indices (-1: none) name subtrees, which fj__expr_print_cuda prints.
+ */
+typedef struct fj_expr_facts {
+  /* (float)(kv - q) and (float)(q - kv) subtrees (fj__expr_kvq_sign): the
+   * kernel passes the distance as the float fj_kvq. */
+  int kvq;
+  /* The product F * (float)(kv - q) where that is the only kvq subtree
+   * and F (kvq_factor, its left operand, any subtree) is free of q, kv
+   * and s: ALiBi's slope times the distance, which the family builds as
+   * one FMA an element from F taken once a row and tile. */
+  int kvq_scale, kvq_factor;
+  /* The first tensor read in the text's order at a distance, T(A..., q -
+   * kv + X) or T(A..., kv - q + X): X a chain of + and - (possibly none)
+   * and the A free of q, kv and s (fj__expr_distance_reads' form).  dg_name
+   * is T's name index, dg_rank its rank (the A are the read's first
+   * dg_rank - 1 children), dg_x its last index, dg_dist the distance
+   * within it (X prints as dg_x with dg_dist as 0), dg_sign +1 for q - kv
+   * and -1 for kv - q, dg_pos where the call starts in the text. */
+  int dg, dg_name, dg_rank, dg_x, dg_dist, dg_sign, dg_pos;
+  /* Whether the expression reads s, and whether its value depends on
+   * nothing but s, h, the parameters and kv - q (q and kv appear only as
+   * q - kv or kv - q; b and hkv never). */
+  int uses_s, rel_only;
+} fj_expr_facts;
+
+/* Fills f for e (NULL: no facts); 0, or -1 out of memory. */
+int fj__expr_facts(const fj_expr *e, const fj_expr_vars *v, fj_expr_facts *f);
+
+/* A subtree printed as the given text instead (a name the kernel passes). */
+typedef struct fj_expr_subst {
+  int node;
+  const char *text;
+} fj_expr_subst;
+
+typedef struct fj_expr_print {
+  const fj_expr_name *names;  /* the names the tree was parsed with */
+  /* Not NULL: every kvq subtree prints as fj_kvq, or (0.f-fj_kvq) for
+   * (float)(q - kv). */
+  const fj_expr_vars *kvq;
+  const fj_expr_subst *subs;
+  int nsubs;
+} fj_expr_print;
+
+/*
+ * Appends the subtree at node `at` (-1: the whole expression) to out as CUDA:
+ * every operator's subexpression in parentheses, so that the text parses
+ * back into the same tree whatever the reader's precedence; float literals
+ * in the fewest digits that read back as the same float, with f; ints in
+ * decimal; true and false as 1 and 0, the language's ints.  The result
+ * parses with fj__expr_parse (with the names used) and evaluates the same
+ * where no subtree was replaced.  0, or -1 out of memory.
+ */
+int fj__expr_print_cuda(const fj_expr *e, int at, const fj_expr_print *o,
+                        fj_buf *out);
+
 /* The type of the expression's value: 1 int, 0 float (NULL: 0). */
 int fj__expr_is_int(const fj_expr *e);
 

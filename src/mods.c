@@ -229,6 +229,11 @@ static const char *type_name(fj_mod_type t)
   return "?";
 }
 
+const char *fj__mods_type_name(fj_mod_type t)
+{
+  return type_name(t);
+}
+
 int fj__mods_first_param(int score)
 {
   return score ? 6 : 5;

@@ -86,6 +86,9 @@ int fj__mods_copy_same(const fj_mods_copy *c, const fj_mods *m);
 int fj__mods_names(const fj_mods *m, int score, fj_expr_name *names);
 int fj__mods_first_param(int score);
 
+/* A parameter type's name: f32, i32, f16 or bf16. */
+const char *fj__mods_type_name(fj_mod_type t);
+
 /* The parameter list as templates/mods.lua reads it, "name:type:rank"
  * joined by ';' (type f32, i32, f16 or bf16); "" for none. */
 void fj__mods_param_list(const fj_mods *m, char *buf, size_t size);

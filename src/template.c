@@ -512,25 +512,45 @@ static void push_lut(lua_State *L, const fj_lut *lut)
   lua_setfield(L, -2, "map");
 }
 
+static void push_params(lua_State *L, const fj_param *p, size_t n);
+
+/* One parameter's value; 0 where it is nil (nothing pushed). */
+static int push_value(lua_State *L, const fj_param *p)
+{
+  switch (p->type) {
+  case FJ_PARAM_INT:
+    lua_pushinteger(L, p->i);
+    return 1;
+  case FJ_PARAM_STR:
+    if (!p->s)
+      return 0;
+    lua_pushstring(L, p->s);
+    return 1;
+  case FJ_PARAM_BOOL:
+    lua_pushboolean(L, p->i != 0);
+    return 1;
+  case FJ_PARAM_LUT:
+    push_lut(L, p->lut);
+    return 1;
+  case FJ_PARAM_TABLE:
+    push_params(L, fj_param_kids(p), (size_t)p->i);
+    return 1;
+  }
+  return 0;
+}
+
+/* A table of parameters: keyed ones as fields, the others as a list. */
 static void push_params(lua_State *L, const fj_param *p, size_t n)
 {
+  lua_Integer list = 0;
   lua_createtable(L, 0, (int)n);
   for (size_t i = 0; i < n; i++) {
-    switch (p[i].type) {
-    case FJ_PARAM_INT:
-      lua_pushinteger(L, p[i].i);
-      break;
-    case FJ_PARAM_STR:
-      lua_pushstring(L, p[i].s);
-      break;
-    case FJ_PARAM_BOOL:
-      lua_pushboolean(L, p[i].i != 0);
-      break;
-    case FJ_PARAM_LUT:
-      push_lut(L, p[i].lut);
-      break;
-    }
-    lua_setfield(L, -2, p[i].key);
+    if (!push_value(L, &p[i]))
+      continue;
+    if (p[i].key)
+      lua_setfield(L, -2, p[i].key);
+    else
+      lua_rawseti(L, -2, ++list);
   }
 }
 

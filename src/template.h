@@ -24,16 +24,36 @@ typedef enum fj_param_type {
   FJ_PARAM_INT,
   FJ_PARAM_STR,
   FJ_PARAM_BOOL,
-  FJ_PARAM_LUT
+  FJ_PARAM_LUT,
+  /* A table of i parameters (fj_param_kids): those with a key as its
+   * fields, those without (key NULL) as its list 1, 2, ...; a STR with s
+   * NULL is left out (nil).  Nests. */
+  FJ_PARAM_TABLE
 } fj_param_type;
 
 typedef struct fj_param {
   const char *key;
   fj_param_type type;
   long long i;
-  const char *s;
+  const char *s;  /* FJ_PARAM_TABLE: its kids (fj_param_table) */
   const fj_lut *lut;
 } fj_param;
+
+/* A table parameter of the n parameters at kids; its kids.  The pointer
+ * rides in s (a char pointer converts back to the pointer it came from),
+ * so that the parameter lists written positionally elsewhere keep their
+ * five fields. */
+static inline fj_param fj_param_table(const char *key, const fj_param *kids,
+                                      size_t n)
+{
+  fj_param p = {key, FJ_PARAM_TABLE, (long long)n,
+                (const char *)(const void *)kids, NULL};
+  return p;
+}
+static inline const fj_param *fj_param_kids(const fj_param *p)
+{
+  return (const fj_param *)(const void *)p->s;
+}
 
 /* What a template says about the kernel it rendered (its `meta` table). */
 typedef struct fj_kmeta {

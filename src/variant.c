@@ -312,11 +312,17 @@ static fj_status add_luts(fj_ctx *ctx, const fj_variant *v, fj_vparams *o)
 }
 
 /* The modifications' form: the expressions' text, the parameter list,
- * the built-ins that are on (the values are launch arguments). */
-static void add_mods(fj_vparams *o, const fj_mods *m)
+ * the built-ins that are on (the values are launch arguments), and the
+ * facts the kernel is shaped by (mods_kernel.h). */
+static fj_status add_mods(const fj_ctx *ctx, fj_vparams *o, const fj_mods *m)
 {
   if (!fj__mods_on(m))
-    return;
+    return FJ_OK;
+  char err[512];
+  if (fj__mods_kparam(m, &o->mod_facts, err, sizeof err))
+    return fj__fail(ctx, FJ_ERR_NOMEM, "%s", err);
+  if (o->n < FJ_ARRAY_LEN(o->p))
+    o->p[o->n++] = o->mod_facts.param;
   fj__mods_param_list(m, o->mod_params, sizeof o->mod_params);
   add(o, "window", FJ_PARAM_BOOL, fj__mods_window(m), NULL, NULL);
   add(o, "softcap", FJ_PARAM_BOOL, fj__mods_softcap(m), NULL, NULL);
@@ -327,6 +333,7 @@ static void add_mods(fj_vparams *o, const fj_mods *m)
   add(o, "block_q", FJ_PARAM_INT, fj__mods_block_q(m), NULL, NULL);
   add(o, "block_kv", FJ_PARAM_INT, fj__mods_block_kv(m), NULL, NULL);
   add(o, "checked", FJ_PARAM_BOOL, fj__mods_checked(m), NULL, NULL);
+  return FJ_OK;
 }
 
 /* What every kernel's parameters begin with: its template and symbol
@@ -363,7 +370,9 @@ fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
   add(o, "split_kv", FJ_PARAM_BOOL, v->split_kv, NULL, NULL);
   add(o, "varlen", FJ_PARAM_BOOL, v->varlen, NULL, NULL);
   add(o, "paged", FJ_PARAM_BOOL, v->paged, NULL, NULL);
-  add_mods(o, v->mods);
+  fj_status st = add_mods(ctx, o, v->mods);
+  if (st != FJ_OK)
+    return st;
   /* Every variant reads the layout tables (for its fragment loads, and the
    * register softmax for its shuffles); the source is the same wherever the
    * tables are. */
@@ -383,8 +392,7 @@ fj_status fj__variant_simt_params(fj_ctx *ctx, const fj_variant *v,
   add(o, "head_dim", FJ_PARAM_INT, v->head_dim, NULL, NULL);
   add(o, "causal", FJ_PARAM_STR, 0, fj_causal_name(v->causal), NULL);
   add(o, "dtype", FJ_PARAM_STR, 0, fj_dtype_name(v->dtype), NULL);
-  add_mods(o, v->mods);
-  return FJ_OK;
+  return add_mods(ctx, o, v->mods);
 }
 
 /* Validates, renders and builds a variant's kernel; ctx->lock held. */

@@ -11,6 +11,7 @@
 #include "ctx.h"
 #include "kernel.h"
 #include "mods.h"
+#include "mods_kernel.h"
 #include "reference.h"
 #include "template.h"
 
@@ -25,6 +26,7 @@ typedef struct fj_vparams {
   fj_param p[40];
   size_t n;
   char mod_params[FJ_MOD_PARAMS_MAX * (FJ_MOD_NAME_MAX + 12) + 1];
+  fj_mods_kparam mod_facts;  /* the expressions' facts (mods_kernel.h) */
 } fj_vparams;
 
 /* The parameters of the tiered JIT's first kernel for v's problem

@@ -4,9 +4,10 @@
   parameters' launch block fj::ModArgs -- a scalar in 8 bytes, a tensor as
   an accessor of 24 (pointer, 4 extents) that reads 0 for an index outside
   its extents -- and the functions' declarations.  part "defs" (the end of
-  the file): their definitions, each user expression pasted after a #line
-  naming it, so that a compiler message says "score(1)" or "mask(1)" and
-  the column within the user's own text.  In checked mode (mods.checked)
+  the file): their definitions, each user expression as its tree prints
+  it in CUDA (src/mods_kernel.c; the user's text in a comment above)
+  after a #line naming it, so that a compiler message says "score(1)" or
+  "mask(1)".  In checked mode (mods.checked)
   the expressions read tensors through lambdas that record the first read
   out of range (parameter index, indices) in the block's last field,
   fj_oob, a device record the host reads after the launch.
@@ -133,8 +134,8 @@ __device__ __forceinline__ bool fj_mask_mod(int b, int h, int hkv, int q, int kv
 
 // ---- score and mask modifications (fj_mods) --------------------------------
 {%   if mods.kvq_scale then %}
-// The factor of the score expression's {{ mods.kvq_scale }} * (float)(kv - q), once a
-// row and tile (mods.lua's kvq_scale).
+// The factor F of the score expression's F * (float)(kv - q), once a row
+// and tile (mods.lua's kvq_scale).
 __device__ __forceinline__ float fj_kvq_scale(int b, int h, int hkv, const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }}) {
   (void)b; (void)h; (void)hkv; (void)fj_p;
 {%     locals() %}
@@ -182,15 +183,8 @@ __device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, in
   (void)b; (void)h; (void)hkv; (void)q; (void)kv; (void)fj_p;
 {%     locals() %}
 {%     if mods.score_text then %}
-{%       if mods.kvq then %}
-  // The user's expression, {{ (mods.score_text:gsub("%s+", " ")) }}, with its (float)(kv - q)
-  // as fj_kvq (the same distance, built per element from one conversion a
-  // row and tile: mods.lua's kvq){{ mods.kvq_scale and (", and " .. mods.kvq_scale .. " * fj_kvq as fj_skvq") or "" }}.
-{%       end %}
-{%       if mods.dg then %}
-  // The user's expression{{ mods.kvq and "" or ", " .. (mods.score_text:gsub("%s+", " ")) .. "," }} with its {{ mods.dg.call }}
-  // as fj_dg (the same element, read by the family: fj_dg_row, fj_dg_read).
-{%       end %}
+  // The user's expression: {{ mods.score_text }}
+  // as its tree prints it{{ mods.kvq and ", with its (float)(kv - q) as fj_kvq (the same distance, built per element from one conversion a row and tile: mods.lua's kvq)" or "" }}{{ mods.kvq_scale and (", and " .. mods.kvq_scale .. " * fj_kvq as fj_skvq") or "" }}{{ mods.dg and (", with its " .. mods.dg.call .. " as fj_dg (the same element, read by the family: fj_dg_row, fj_dg_read)") or "" }}.
   s = (
 #line 1 "score"
 {{ mods.kernel_score_text }}
@@ -209,13 +203,15 @@ __device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, in
 }
 {%   end %}
 {%   if mods.mask then %}
-// Whether q sees kv: the user's mask expression.
+// Whether q sees kv: the user's mask expression,
+// {{ mods.mask_text }}
+// as its tree prints it.
 __device__ __forceinline__ bool fj_mask_mod(int b, int h, int hkv, int q, int kv{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }}) {
   (void)b; (void)h; (void)hkv; (void)q; (void)kv;
 {%     locals() %}
   return (
 #line 1 "mask"
-{{ mods.mask_text }}
+{{ mods.mask_cuda }}
   );
 }
 {%   end %}

@@ -35,8 +35,8 @@
 --                          kv), ALiBi's distance, is the float fj_kvq, which
 --                          the family passes to apply_score as `kvq`: one
 --                          conversion a row and tile, one add an element
---                          (mods.kernel_score_text is the rewritten text)
---   mods.kvq_scale         nil, or the text F of the expression's F *
+--                          (mods.kernel_score_text is the kernel's CUDA)
+--   mods.kvq_scale         nil, or the CUDA of F in the expression's F *
 --                          fj_kvq (ALiBi's slope), which the kernel text
 --                          reads as fj_skvq: the family passes `kvq` as
 --                          that product (fj_kvq_scale, mods.cuh, gives F)
@@ -57,36 +57,16 @@
 --                          instead of reducing a row max, and never
 --                          rescales O
 --
--- The expressions arrive checked (src/expr.c's parser accepted them and
--- nothing else); mods.cuh pastes them, each after a #line naming it, so
--- that NVRTC's messages point into the user's own text.
+-- The expressions arrive checked and analysed: src/mods_kernel.c parsed
+-- them (src/expr.c's parser accepted them and nothing else), read the
+-- facts below off their trees and printed them as CUDA with the family's
+-- names substituted, and hands them over as the template parameter
+-- mod_facts -- { score = { text1, cuda, kvq, kvq_scale, dg, ... }, mask =
+-- { text1, cuda }, params = { { name, type, rank, index, shared }, ... } }
+-- (src/mods_kernel.h).  Nothing here reads the user's text; mods.cuh
+-- pastes the printed CUDA after a #line naming the expression.
 
 local M = {}
-
--- Whether text names any of the identifiers in list (whole words).
-local function names_any(text, list)
-  for _, n in ipairs(list) do
-    if text:find("%f[%w_]" .. n .. "%f[^%w_]") then return true end
-  end
-  return false
-end
-
--- text with its characters a..b replaced by the name to, padded with
--- spaces to their length (NVRTC's columns stay the user's).
-local function put(text, a, b, to)
-  return text:sub(1, a - 1) .. to .. (" "):rep(b - a + 1 - #to) .. text:sub(b + 1)
-end
-
--- "name:type:rank;..." (src/mods.c) as a list.
-local function param_list(text)
-  local list = {}
-  for item in (text or ""):gmatch("[^;]+") do
-    local name, ty, rank = item:match("^([%w_]+):(%w+):(%d)$")
-    if not name then refuse(("mod_params: \"%s\" is not name:type:rank"):format(item)) end
-    list[#list + 1] = { name = name, type = ty, rank = tonumber(rank), index = #list }
-  end
-  return list
-end
 
 local CTYPE = { f32 = "float", i32 = "int", f16 = "__half", bf16 = "__nv_bfloat16" }
 -- A tensor element at address %s as the expression's int or float:
@@ -104,212 +84,67 @@ local LDG = { f32 = "__ldg(%s)", i32 = "__ldg(%s)",
 
 function M.new(o)
   local R = {}
-  R.score_text = (o.score and o.score ~= "") and o.score or nil
-  R.mask_text = (o.mask and o.mask ~= "") and o.mask or nil
   R.softcap = o.softcap and true or false
   R.sinks = o.sinks and true or false
   -- Checked mode: a tensor read out of range is recorded (mods.cuh).
   R.checked = o.checked and true or false
-  R.params = param_list(o.params)
+  local facts = mod_facts or {}
+  -- The C side's facts of each expression given (o.score, o.mask: the
+  -- family passes the parameters score_mod and mask_mod through).
+  local SF = (o.score and o.score ~= "") and facts.score or nil
+  local MF = (o.mask and o.mask ~= "") and facts.mask or nil
+  if (o.score and o.score ~= "" and not SF) or (o.mask and o.mask ~= "" and not MF) then
+    refuse("mods: an expression without its facts (mod_facts, src/mods_kernel.c)")
+  end
+  R.score_text = SF and SF.text1
+  R.mask_text = MF and MF.text1
+  R.params = {}
+  for k, p in ipairs(facts.params or {}) do
+    R.params[k] = { name = p.name, type = p.type, rank = p.rank, index = p.index, shared = p.shared }
+  end
   -- ALiBi's distance, (float)(kv - q) or (float)(q - kv), as fj_kvq (or
-  -- its negation): a float the family builds per element from one
-  -- conversion a row and tile plus the column's constant, one add where the
-  -- integer subtraction and the conversion took three instructions (ALiBi's
-  -- cost went mostly there).  Exact while |kv - q| and the tile's first
-  -- distance stay below 2^24 (beyond, rounded twice where the text rounds
-  -- once).  The text keeps its length (the name padded with spaces), so
-  -- NVRTC's columns are still the user's.
-  local function kvq_form(text)
-    local out, i = {}, 1
-    while true do
-      local a, b = text:find("(float)", i, true)
-      if not a then break end
-      -- "(float)", then "(" x "-" y ")" with spaces anywhere between.
-      local j = b + 1
-      local function at(c)  -- past the spaces, whether c is next
-        while text:sub(j, j):match("%s") do j = j + 1 end
-        return text:sub(j, j) == c
-      end
-      local function name()  -- past the spaces, the identifier there
-        at("")
-        local k = j
-        while text:sub(j, j):match("[%w_]") do j = j + 1 end
-        return text:sub(k, j - 1)
-      end
-      local ok = at("(")
-      j = j + 1
-      local x = name()
-      ok = ok and at("-")
-      j = j + 1
-      local y = name()
-      ok = ok and at(")")
-      -- (0.f - fj_kvq), not (-fj_kvq): on the diagonal fj_kvq is +0, and
-      -- (float)(q - kv) is +0 there too, which a division sees.  A span
-      -- with a line break stays as written (NVRTC's lines stay the user's).
-      if ok and ((x == "kv" and y == "q") or (x == "q" and y == "kv"))
-         and not text:sub(a, j):find("\n") then
-        local to = x == "kv" and "fj_kvq" or "(0.f-fj_kvq)"
-        out[#out + 1] = text:sub(i, a - 1) .. to .. (" "):rep(j - a + 1 - #to)
-        i = j + 1
-      else
-        out[#out + 1] = text:sub(i, b)
-        i = b + 1
-      end
-    end
-    out[#out + 1] = text:sub(i)
-    return table.concat(out)
-  end
-  R.kernel_score_text = R.score_text and kvq_form(R.score_text)
-  R.kvq = R.kernel_score_text ~= R.score_text
-  -- ALiBi's product F * fj_kvq, with F the complete left operand (a name,
-  -- a call, a parenthesised group or a literal, after nothing that binds
-  -- tighter than *) and free of q, kv and s: the family takes F once a row
-  -- and tile (fj_kvq_scale, mods.cuh) and the product per element as
-  -- fmaf(F, the column's constant, F times the row's distance), one FMA
-  -- where the add, the multiply and the score's add took three -- the
-  -- same product but for the rounding of F times the row's part (within
-  -- an ulp of it).  Only where that product is the text's only use of
-  -- fj_kvq, and not in checked mode; the text becomes fj_skvq (padded).
-  local function kvq_scale_form(text)
-    if R.checked or not text then return nil end
-    local a, b = text:find("fj_kvq", 1, true)
-    if not a or text:find("fj_kvq", b + 1, true) then return nil end
-    -- Back from "fj_kvq" over spaces to "*", then over F.
-    local k = a - 1
-    while k > 0 and text:sub(k, k):match("%s") do k = k - 1 end
-    if text:sub(k, k) ~= "*" then return nil end
-    k = k - 1
-    while k > 0 and text:sub(k, k):match("%s") do k = k - 1 end
-    local e = k  -- F's last character
-    if text:sub(k, k) == ")" then  -- a group, or a call's arguments
-      local depth = 0
-      while k > 0 do
-        local ch = text:sub(k, k)
-        if ch == ")" then depth = depth + 1 elseif ch == "(" then depth = depth - 1 end
-        if depth == 0 then break end
-        k = k - 1
-      end
-      if k == 0 then return nil end
-      k = k - 1
-    end
-    while k > 0 and text:sub(k, k):match("[%w_%.]") do k = k - 1 end
-    local f = text:sub(k + 1, e)
-    -- What stands before F: nothing, or an operator looser than *.
-    local j = k
-    while j > 0 and text:sub(j, j):match("%s") do j = j - 1 end
-    local before = text:sub(j, j)
-    if j > 0 and not before:match("[%+%-%(,%?:<>=&|%^]") then return nil end
-    if f == "" then return nil end
-    -- A number after + or - may be an exponent's tail (1e-3f): not taken.
-    if f:match("^[%d%.]") and before:match("[%+%-]") then return nil end
-    if names_any(f, { "q", "kv", "s", "fj_dg" }) or text:sub(k + 1, b):find("\n") then return nil end
-    return { factor = f, text = put(text, k + 1, b, "fj_skvq") }
-  end
+  -- (0.f-fj_kvq), not (-fj_kvq): on the diagonal fj_kvq is +0, and
+  -- (float)(q - kv) is +0 there too, which a division sees): a float the
+  -- family builds per element from one conversion a row and tile plus the
+  -- column's constant, one add where the integer subtraction and the
+  -- conversion took three instructions (ALiBi's cost went mostly there).
+  -- Exact while |kv - q| and the tile's first distance stay below 2^24
+  -- (beyond, rounded twice where the text rounds once).
+  R.kernel_score_text = SF and SF.cuda
+  R.kvq = SF and SF.kvq or false
+  -- ALiBi's product F * fj_kvq, with F the product's left operand, free
+  -- of q, kv and s: the family takes F once a row and tile (fj_kvq_scale,
+  -- mods.cuh) and the product per element as fmaf(F, the column's
+  -- constant, F times the row's distance), one FMA where the add, the
+  -- multiply and the score's add took three -- the same product but for
+  -- the rounding of F times the row's part (within an ulp of it).  Only
+  -- where that product is the expression's only use of the distance, and
+  -- not in checked mode; the kernel's CUDA reads it as fj_skvq.
+  R.kvq_scale = SF and SF.kvq_scale
   -- A distance table: the score expression's first read of a tensor at
-  -- T(A..., q - kv + X) or T(A..., kv - q + X) (the difference possibly
-  -- in parentheses; X optional, a chain of + and -, and
-  -- with A free of q, kv and s; the parser made every index an int) --
-  -- the relative-position bias.  Along a lane's scores of a tile only the
-  -- distance changes, by a constant per element, so the family reads the
-  -- element at a row pointer plus an immediate offset where the whole tile
-  -- lies within the extents (one branch a tile), instead of an index, a
-  -- bounds test and a 64-bit address per score (about 9 instructions of
-  -- the relative bias's 10 over the plain kernel: docs/PERF.md).  The call
-  -- becomes the value fj_dg (padded: NVRTC's columns stay the user's).
-  -- Not in checked mode, whose reads record what they miss.
-  local function dg_form(text)
-    if R.checked or not text then return nil end
-    local tensors = {}
-    for _, p in ipairs(R.params) do
-      if p.rank > 0 then tensors[p.name] = p end
-    end
-    local pos = 1
-    while true do
-      -- The next name; a tensor's call runs to its closing parenthesis.
-      local a, e = text:find("[%w_]+", pos)
-      if not a then return nil end
-      local name = text:sub(a, e)
-      local t, b, args = tensors[name], nil, nil
-      if t then
-        local k = e + 1
-        while text:sub(k, k):match("%s") do k = k + 1 end
-        local depth = 0
-        for j = k, #text do
-          local ch = text:sub(j, j)
-          if ch == "(" then depth = depth + 1 elseif ch == ")" then depth = depth - 1 end
-          if depth == 0 then b = j break end
-        end
-        args = b and text:sub(k, b)
-      end
-      if t and b and not text:sub(a, b):find("\n") then
-        -- The indices, split at the commas outside parentheses.
-        local inner, idx, depth, from = args:sub(2, -2), {}, 0, 1
-        for k = 1, #inner do
-          local ch = inner:sub(k, k)
-          if ch == "(" then depth = depth + 1
-          elseif ch == ")" then depth = depth - 1
-          elseif ch == "," and depth == 0 then
-            idx[#idx + 1] = inner:sub(from, k - 1)
-            from = k + 1
-          end
-        end
-        idx[#idx + 1] = inner:sub(from)
-        local last = idx[#idx]
-        -- "x - y" at the front, then the rest.
-        local k = 1
-        local function word()
-          while last:sub(k, k):match("%s") do k = k + 1 end
-          local from = k
-          while last:sub(k, k):match("[%w_]") do k = k + 1 end
-          return last:sub(from, k - 1)
-        end
-        local function past(ch)  -- past the spaces, whether ch is next (then past it)
-          while last:sub(k, k):match("%s") do k = k + 1 end
-          if last:sub(k, k) ~= ch then return false end
-          k = k + 1
-          return true
-        end
-        local paren = past("(")
-        local x = word()
-        local y = past("-") and word() or nil
-        if paren and not past(")") then y = nil end
-        local rest = last:sub(k)
-        local sign = (x == "q" and y == "kv") and 1 or (x == "kv" and y == "q") and -1 or nil
-        -- X: + or - at the front, then nothing that binds looser than
-        -- them outside parentheses, so that q - kv + X is (q - kv) + X.
-        local ok = sign and (rest:match("^%s*$") or rest:match("^%s*[%+%-]"))
-        ok = ok and not rest:gsub("%b()", ""):find("[<>=&|%^%?:!,]")
-        -- (fj_kvq: a (float)(kv - q) kvq_form rewrote.)
-        local varying = { "q", "kv", "s", "fj_kvq" }
-        ok = ok and not names_any(rest, varying)
-        for k = 1, #idx - 1 do
-          ok = ok and not names_any(idx[k], varying)
-        end
-        if ok then
-          local dg = { name = name, param = t, sign = sign,
-                       x = rest:match("^%s*$") and "0" or rest:match("^%s*%+%s*(.*)$") or "0 " .. rest:match("^%s*(.*)$"),
-                       uniform = {}, call = text:sub(a, b) }
-          for k = 1, #idx - 1 do dg.uniform[k] = idx[k] end
-          -- Where the call starts: its line and column in the user's text.
-          local before = text:sub(1, a - 1)
-          local _, nl = before:gsub("\n", "")
-          dg.line = nl + 1
-          dg.col = a - (before:match(".*\n()") or 1) + 1
-          dg.value = t.type == "i32" and "int" or "float"
-          dg.text = put(text, a, b, "fj_dg")
-          return dg
-        end
-      end
-      pos = e + 1
-    end
+  -- T(A..., q - kv + X) or T(A..., kv - q + X) (X a chain of + and -,
+  -- possibly none; A and X free of q, kv and s) -- the relative-position
+  -- bias.  Along a lane's scores of a tile only the distance changes, by a
+  -- constant per element, so the family reads the element at a row pointer
+  -- plus an immediate offset where the whole tile lies within the extents
+  -- (one branch a tile), instead of an index, a bounds test and a 64-bit
+  -- address per score (about 9 instructions of the relative bias's 10 over
+  -- the plain kernel: docs/PERF.md).  The kernel's CUDA reads the call as
+  -- the value fj_dg.  Not in checked mode, whose reads record what they
+  -- miss.  dg.x, dg.uniform[k] and dg.call are CUDA; dg.line and dg.col
+  -- say where the call starts in the user's text.
+  if SF and SF.dg then
+    local d = SF.dg
+    local t = R.params[d.param + 1]
+    R.dg = { name = t.name, param = t, sign = d.sign, x = d.x, uniform = d.uniform or {},
+             call = d.call, line = d.line, col = d.col,
+             value = t.type == "i32" and "int" or "float" }
   end
-  R.dg = dg_form(R.kernel_score_text)
-  if R.dg then R.kernel_score_text = R.dg.text end
-  local sc = R.kvq and kvq_scale_form(R.kernel_score_text)
-  if sc then
-    R.kvq_scale = sc.factor
-    R.kernel_score_text = sc.text
-  end
+  -- Facts for later use: whether the score reads s, and whether it
+  -- depends on nothing but s, h, the parameters and kv - q.
+  R.uses_s = SF and SF.uses_s or false
+  R.rel_only = SF and SF.rel_only or false
+  R.mask_cuda = MF and MF.cuda
   R.score = R.score_text ~= nil or R.softcap
   R.mask = R.mask_text ~= nil
   R.any = R.score or R.mask
@@ -324,15 +159,11 @@ function M.new(o)
     if p.type == "bf16" then R.bf16 = true end
     if p.rank > 0 then
       -- __ldg (LDG above) only for a tensor the score expression reads at
-      -- indices that change from score to score (their text names kv or
-      -- s); read only at a row's or a head's indices (ALiBi's slopes(h)),
-      -- or only by the mask, plain loads (READ above): one per row.
-      local per_score = false
-      for args in (R.score_text or ""):gmatch("%f[%w_]" .. p.name .. "%s*(%b())") do
-        if args:find("%f[%w_]kv%f[^%w_]") or args:find("%f[%w_]s%f[^%w_]") then per_score = true end
-      end
-      p.shared = not per_score
-      p.read = per_score and LDG[p.type] or READ[p.type]
+      -- indices that change from score to score (they use kv or s: the C
+      -- side's per-score fact, p.shared false); read only at a row's or a
+      -- head's indices (ALiBi's slopes(h)), or only by the mask, plain
+      -- loads (READ above): one per row.
+      p.read = p.shared and READ[p.type] or LDG[p.type]
     end
   end
   -- The softcap alone folds its cap into the scales: the score function

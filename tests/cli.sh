@@ -232,16 +232,16 @@ grep -q "^variant=fj_attn_.*_win_cap_x[0-9a-f]\{8\}$" "$tmp/plan" \
 # emit: the variant built from the flags carries the modifications' form:
 # the user's text after a #line naming it, a name with _x and the hash.
 # A distance table's call (mods.lua's dg) is its own function's line, at
-# its column; the expression reads it as fj_dg, the text's length kept.
+# its column; the expression, as its tree prints it, reads it as fj_dg.
 XS='s + bias(h, q - kv + 8)'
 for target in "--arch sm_90a" "--arch sm_80" "--arch sm_90a --mma wgmma --head-dim 128"; do
   "$FJ" emit $target --score-mod "$XS" --param 'bias:f16[8,64]' >"$tmp/src" 2>"$tmp/err" || fail "emit $target --score-mod: $(cat "$tmp/err")"
   sed -n 1p "$tmp/src" | grep -q "^// flashjit generated kernel: fj_attn_.*_x[0-9a-f]\{8\}$" \
     || fail "emit $target --score-mod: header: $(sed -n 1p "$tmp/src")"
   grep -A1 '^ *#line 1 "score"' "$tmp/src" | grep -v '^--$' | sed -n '2p;4p' >"$tmp/lines"
-  printf '    bias(h, q - kv + 8)\ns + fj_dg              \n' | cmp -s - "$tmp/lines" \
+  printf '    bias(h, ((q - kv) + 8))\n(s + fj_dg)\n' | cmp -s - "$tmp/lines" \
     || fail "emit $target --score-mod: the call and the expression do not follow #line 1 \"score\": $(cat "$tmp/lines")"
-  grep -qF "The user's expression, $XS, with its" "$tmp/src" \
+  grep -qF "The user's expression: $XS" "$tmp/src" \
     || fail "emit $target --score-mod: the user's text is not in the comment"
 done
 name() { "$FJ" emit --what resources "$@" | sed -n 's/^variant=//p'; }

@@ -645,3 +645,292 @@ int test_expr_distance_reads(void)
   CHECK(fj__expr_distance_reads(NULL, Q, KV, S) == 0);
   return 0;
 }
+
+/* ---- the kernels' facts and the CUDA printer ------------------------------ */
+
+static const fj_expr_vars vars = {B, H, HKV, Q, KV, S};
+
+static fj_expr *parse_ok(const char *text)
+{
+  char err[256];
+  fj_expr *e = fj__expr_parse(text, "score", names, NNAMES, err, sizeof err);
+  if (!e)
+    fprintf(stderr, "%s: %s\n", text, err);
+  return e;
+}
+
+/* Subtree `at` of e printed (-1: all), with kvq forms as fj_kvq. */
+static char *printed(const fj_expr *e, int at, int kvq, const fj_expr_subst *subs,
+                     int nsubs)
+{
+  fj_buf b = {0};
+  fj_expr_print o = {names, kvq ? &vars : NULL, subs, nsubs};
+  if (fj__expr_print_cuda(e, at, &o, &b) != 0)
+    return NULL;
+  return fj__buf_take(&b);
+}
+
+/* Per tensor, whether a score's read of it changes from score to score
+ * (indices using kv or s, nested reads included): the kernels' __ldg or
+ * shared plain loads (mods.lua's p.shared). */
+int test_expr_facts_per_score(void)
+{
+  static const struct {
+    const char *text;
+    int bias, doc;
+  } cases[] = {
+      {"s + bias(h, q - kv)", 1, 0},
+      {"s + bias(h, q) + (float)doc(q)", 0, 0},
+      {"s + bias(h, doc(kv))", 1, 1},
+      {"s + bias(h, (int)s)", 1, 0},
+      {"s * bias(b, hkv) + (float)doc(h)", 0, 0},
+      {"doc(q) == doc(kv) ? s : bias(0, 0)", 0, 1},
+      {"s + slope", 0, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fj_expr *e = parse_ok(cases[i].text);
+    CHECK(e);
+    int bias = fj__expr_per_score(e, BIAS, &vars), doc = fj__expr_per_score(e, DOC, &vars);
+    fj__expr_free(e);
+    if (bias != cases[i].bias || doc != cases[i].doc) {
+      fprintf(stderr, "%s: per score bias %d doc %d, not %d %d\n", cases[i].text,
+              bias, doc, cases[i].bias, cases[i].doc);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* The distance table (mods.lua's dg): the first read in the text's order
+ * at T(A..., q - kv + X) or kv - q, its sign, X (printed with the distance
+ * as 0), its uniform indices, where it starts; refused where X or an A
+ * reads q, kv or s, where X has an operator looser than + and -, or the
+ * distance is not at X's front. */
+int test_expr_facts_dg(void)
+{
+  static const struct {
+    const char *text;
+    int sign;          /* 0: no distance read */
+    const char *x, *a; /* X and the first index, printed */
+    int pos;
+  } cases[] = {
+      {"s + bias(h, q - kv)", 1, "0", "h", 4},
+      {"s + bias(h, kv - q + shift)", -1, "(0 + shift)", "h", 4},
+      {"s + bias(h / 2, q - kv + shift - 3 * shift) * (float)doc(kv - q)", 1,
+       "((0 + shift) - (3 * shift))", "(h / 2)", 4},
+      {"s + bias(h, (q - kv) + 1)", 1, "(0 + 1)", "h", 4},
+      {"s + bias(h, (q - kv + 1))", 1, "(0 + 1)", "h", 4},
+      {"s+bias(h,q-kv+\n 1)", 1, "(0 + 1)", "h", 2},
+      /* The first of two in the text's order; a nested one first. */
+      {"s + (float)doc(kv - q) + bias(h, q - kv)", -1, "0", NULL, 11},
+      {"s + bias(doc(kv - q), q - kv)", -1, "0", NULL, 9},
+      {"s + bias(h, shift + q - kv)", 0, NULL, NULL, 0},
+      {"s + bias(h, q - kv * 2)", 0, NULL, NULL, 0},
+      {"s + bias(q, kv - q)", 0, NULL, NULL, 0},
+      {"s + bias(h, q - kv + (int)s)", 0, NULL, NULL, 0},
+      {"s + bias(h, q - kv + kv)", 0, NULL, NULL, 0},
+      {"s + bias(h, q - kv + h & 3)", 0, NULL, NULL, 0},
+      {"s + bias(h, q - kv << 1)", 0, NULL, NULL, 0},
+      {"s + bias(h, q - kv < 4 ? 1 : 2)", 0, NULL, NULL, 0},
+      {"s + bias(h, -(q - kv))", 0, NULL, NULL, 0},
+      {"s + bias(h, q - kv + (int)(float)(kv - q))", 0, NULL, NULL, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fj_expr *e = parse_ok(cases[i].text);
+    CHECK(e);
+    fj_expr_facts f;
+    CHECK(fj__expr_facts(e, &vars, &f) == 0);
+    int ok = (f.dg >= 0) == (cases[i].sign != 0);
+    if (ok && f.dg >= 0) {
+      fj_expr_subst zero = {f.dg_dist, "0"};
+      char *x = printed(e, f.dg_x, 0, &zero, 1);
+      char *a = printed(e, fj__expr_kid(e, f.dg, 0), 0, NULL, 0);
+      ok = f.dg_sign == cases[i].sign && f.dg_name == (cases[i].a ? BIAS : DOC) &&
+           f.dg_rank == (cases[i].a ? 2 : 1) && x && !strcmp(x, cases[i].x) &&
+           (!cases[i].a || (a && !strcmp(a, cases[i].a))) && f.dg_pos == cases[i].pos;
+      if (!ok)
+        fprintf(stderr, "%s: sign %d X %s A %s at %d\n", cases[i].text, f.dg_sign,
+                x ? x : "?", a ? a : "?", f.dg_pos);
+      free(x);
+      free(a);
+    }
+    fj__expr_free(e);
+    if (!ok) {
+      fprintf(stderr, "%s: distance read %d, want sign %d\n", cases[i].text, f.dg,
+              cases[i].sign);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* ALiBi's distance (kvq) in both orders, with and without spaces, inside
+ * a call; its product F * (float)(kv - q) (kvq_scale) where F, the
+ * product's left operand, is free of q, kv and s and the distance is the
+ * expression's only one: F a name, a call, a group, a literal, a cast;
+ * not with F reading s, q or kv, the distance on the left, (q - kv), or a
+ * second distance. */
+int test_expr_facts_kvq(void)
+{
+  static const struct {
+    const char *text;
+    int kvq;
+    const char *factor;  /* NULL: no kvq_scale */
+    const char *cuda;    /* printed with the kvq forms as fj_kvq */
+  } cases[] = {
+      {"s + slope * (float)(kv - q)", 1, "slope", "(s + (slope * fj_kvq))"},
+      {"s+slope*(float)(kv-q)", 1, "slope", "(s + (slope * fj_kvq))"},
+      {"s + bias(h, 0) * (float)( kv - q )", 1, "bias(h, 0)", NULL},
+      {"s - (slope + 0.5f) * (float)(kv - q)", 1, "(slope + 0.5f)", NULL},
+      {"s + 1e-3f * (float)(kv - q)", 1, "0.001f", NULL},
+      {"s + (float)h * (float)(kv - q)", 1, "((float)h)", NULL},
+      {"s + slope / 2.f * (float)(kv - q)", 1, "(slope / 2.0f)", NULL},
+      {"s + expf((float)(kv - q))", 1, NULL, "(s + expf(fj_kvq))"},
+      {"s / (float)(q - kv)", 1, NULL, "(s / (0.f-fj_kvq))"},
+      {"s + slope * (float)(q - kv)", 1, NULL, "(s + (slope * (0.f-fj_kvq)))"},
+      {"s * 2.f * (float)(kv - q)", 1, NULL, NULL},
+      {"s + (float)q * (float)(kv - q)", 1, NULL, NULL},
+      {"s + (float)(kv - q) * slope", 1, NULL, "(s + (fj_kvq * slope))"},
+      {"s + slope * (float)(kv - q) + (float)(kv - q)", 2, NULL, NULL},
+      {"s + slope * (float)(kv - q - 1)", 0, NULL, "(s + (slope * ((float)((kv - q) - 1))))"},
+      {"s + slope * (float)kv", 0, NULL, NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fj_expr *e = parse_ok(cases[i].text);
+    CHECK(e);
+    fj_expr_facts f;
+    CHECK(fj__expr_facts(e, &vars, &f) == 0);
+    char *factor = f.kvq_factor >= 0 ? printed(e, f.kvq_factor, 1, NULL, 0) : NULL;
+    char *cuda = printed(e, -1, 1, NULL, 0);
+    int ok = f.kvq == cases[i].kvq && (f.kvq_scale >= 0) == (cases[i].factor != NULL) &&
+             (!cases[i].factor || (factor && !strcmp(factor, cases[i].factor))) &&
+             (!cases[i].cuda || (cuda && !strcmp(cuda, cases[i].cuda)));
+    if (!ok)
+      fprintf(stderr, "%s: kvq %d, factor %s, printed %s\n", cases[i].text, f.kvq,
+              factor ? factor : "none", cuda ? cuda : "?");
+    free(factor);
+    free(cuda);
+    fj__expr_free(e);
+    CHECK(ok);
+  }
+  return 0;
+}
+
+/* Whether the value depends on nothing but s, h, the parameters and kv -
+ * q (uses_s apart). */
+int test_expr_facts_rel(void)
+{
+  static const struct {
+    const char *text;
+    int rel, uses_s;
+  } cases[] = {
+      {"s + bias(h, q - kv + 4096)", 1, 1},
+      {"s + slope * (float)(kv - q)", 1, 1},
+      {"bias(h, kv - q) * 2.f", 1, 0},
+      {"s + bias(h, abs(q - kv) < 8 ? q - kv : 8)", 1, 1},
+      {"s + (float)doc(kv)", 0, 1},
+      {"s + bias(h, q - kv + q)", 0, 1},
+      {"s + (float)b", 0, 1},
+      {"s + (float)hkv", 0, 1},
+      {"(float)(q - kv + kv)", 0, 0},
+      {"s * slope", 1, 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fj_expr *e = parse_ok(cases[i].text);
+    CHECK(e);
+    fj_expr_facts f;
+    CHECK(fj__expr_facts(e, &vars, &f) == 0);
+    fj__expr_free(e);
+    if (f.rel_only != cases[i].rel || f.uses_s != cases[i].uses_s) {
+      fprintf(stderr, "%s: rel_only %d uses_s %d\n", cases[i].text, f.rel_only, f.uses_s);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* A tensor element as a function of its indices, both types. */
+static fj_expr_value grid_read(void *user, int name, const int32_t *idx)
+{
+  (void)user;
+  uint32_t x = (uint32_t)name * 2654435761u ^ (uint32_t)idx[0] * 40503u ^
+               (uint32_t)idx[1] * 9973u;
+  fj_expr_value v = {names[name].is_int, (int32_t)(x % 97) - 48,
+                     (float)(x % 1000) / 37.f - 13.f};
+  return v;
+}
+
+static int same_value(fj_expr_value a, fj_expr_value b)
+{
+  if (a.is_int != b.is_int)
+    return 0;
+  if (a.is_int)
+    return a.i == b.i;
+  return (isnan(a.f) && isnan(b.f)) || memcmp(&a.f, &b.f, sizeof a.f) == 0;
+}
+
+/* e and its printed form evaluate alike over a grid of the variables. */
+static int round_trip(const char *text)
+{
+  fj_expr *e = parse_ok(text);
+  CHECK(e);
+  char *cuda = printed(e, -1, 0, NULL, 0);
+  CHECK(cuda);
+  fj_expr *back = parse_ok(cuda);
+  char *again = back ? printed(back, -1, 0, NULL, 0) : NULL;
+  int ok = back && again && !strcmp(again, cuda);
+  static const float ss[] = {-3.5f, 0.f, 0.1f, 7.25f};
+  static const int32_t ints[] = {0, 1, 5, 17, 4095};
+  fj_expr_value vals[NNAMES] = {{0, 0, 0.f}};
+  vals[SLOPE] = (fj_expr_value){0, 0, 0.3f};
+  vals[SHIFT] = (fj_expr_value){1, 7, 0.f};
+  fj_expr_env env = {vals, grid_read, NULL};
+  for (int i = 0; ok && i < 4 * 5 * 5 * 5; i++) {
+    vals[S] = (fj_expr_value){0, 0, ss[i % 4]};
+    vals[H] = (fj_expr_value){1, ints[i / 4 % 5], 0.f};
+    vals[Q] = (fj_expr_value){1, ints[i / 20 % 5], 0.f};
+    vals[KV] = (fj_expr_value){1, ints[i / 100 % 5], 0.f};
+    vals[B] = vals[HKV] = vals[H];
+    ok = same_value(fj__expr_eval(e, &env), fj__expr_eval(back, &env));
+  }
+  if (!ok)
+    fprintf(stderr, "%s: printed %s, reprinted %s\n", text, cuda, again ? again : "?");
+  free(cuda);
+  free(again);
+  fj__expr_free(back);
+  fj__expr_free(e);
+  return ok ? 0 : 1;
+}
+
+/* The printer: every expression of a corpus (this file's and the built-ins'
+ * forms) printed, parsed back and printed again gives the same text, and
+ * the two trees evaluate to the same bits over a grid of the variables. */
+int test_expr_print_round_trip(void)
+{
+  static const char *const corpus[] = {
+      "s + slope * (float)(kv - q)",
+      "s + bias(h, q - kv + shift)",
+      "s - 0.5f * bias(h / 2, (kv - q) - 7)",
+      "q >= kv && doc(q) == doc(kv) ? s : -1e30f",
+      "s * 0.1f + 1.17549435e-38f - 3.40282347e+38f / 1e20f + .5f + 1.f",
+      "(int)s * 2 + (int)(s * 2.f) % 3 - -1",
+      "s / (float)(q - kv) + (float)(~q ^ kv | h & 3) + (float)(q << 2 >> 1)",
+      "!(q < kv) || q != kv ? fminf(s, 2.f) : fmaxf(s, powf(2.f, s))",
+      "a ? b : c ? d : e",
+      "-s - -s + +s * -(-s)",
+      "min(q, kv) + max(h, 1) + abs(q - kv) + (float)min(h, 2) + min(s, 1.f)",
+      "expf(s) + exp2f(s) + logf(fabsf(s) + 1.f) + log2f(2.f) + sqrtf(fabsf(s))",
+      "rsqrtf(2.f) + tanhf(s) + sinf(s) + cosf(s) + floorf(s) + ceilf(s) + roundf(s) + truncf(s) + erff(s)",
+      "true + false * 2 + 0x7fffffff - 2147483647",
+      "s + bias(h, (kv - q) < 0 ? ((q - kv) < 8 ? (q - kv) : min(15, 8 + (int)(logf((float)(q - kv) / 8.f) / logf(16.f) * 8.f))) : 16 + ((kv - q) < 8 ? (kv - q) : min(15, 8 + (int)(logf((float)(kv - q) / 8.f) / logf(16.f) * 8.f))))",
+      "s + slope * (float)h * 0.333333343f",
+      "(float)(q - kv) * (float)(kv - q) + 1e-45f",
+  };
+  for (size_t i = 0; i < sizeof corpus / sizeof corpus[0]; i++) {
+    if (strstr(corpus[i], "a ?"))
+      CHECK(round_trip("q > 0 ? q : kv > 0 ? kv : h") == 0);
+    else
+      CHECK(round_trip(corpus[i]) == 0);
+  }
+  return 0;
+}

@@ -371,9 +371,24 @@ static void prefill_mods(fj_problem *p, fj_mods *m, const char *score,
   m->num_params = n;
 }
 
+/* text with each run of whitespace one space, as the kernel's comment
+ * shows the user's expression. */
+static const char *one_line(const char *text, char *buf, size_t size)
+{
+  size_t n = 0;
+  for (; *text && n + 1 < size; text++)
+    if (!strchr(" \t\n\r", *text))
+      buf[n++] = *text;
+    else if (n && buf[n - 1] != ' ')
+      buf[n++] = ' ';
+  buf[n] = '\0';
+  return buf;
+}
+
 static int compile_pick(fj_ctx *ctx, const fj_problem *p, fj_mma family,
                         fj_kernel **out)
 {
+  char line[FJ_MOD_EXPR_MAX + 1];
   fj_plan plan;
   fj_resources r;
   CHECK_OK(ctx, fj_attention_plan(ctx, p, &plan));
@@ -388,7 +403,7 @@ static int compile_pick(fj_ctx *ctx, const fj_problem *p, fj_mma family,
   CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
   if (p->mods->score && p->mods->score[0]) {
     CHECK(strstr(src, "#line 1 \"score\"\n"));
-    CHECK(strstr(src, p->mods->score));
+    CHECK(strstr(src, one_line(p->mods->score, line, sizeof line)));
     CHECK(strstr(name, "_x"));
   }
   if (p->mods->softcap > 0)
@@ -437,7 +452,7 @@ int test_mods_compile(void)
     m.params = prm;
     m.num_params = 2;
     CHECK(compile_pick(ctx, &p, family, &k1) == 0);
-    CHECK(strstr(fj_kernel_source(k1, NULL), "#line 1 \"mask\"\ndoc(q) == doc(kv)"));
+    CHECK(strstr(fj_kernel_source(k1, NULL), "#line 1 \"mask\"\n(doc(q) == doc(kv))"));
     fj_cache_stats_get(ctx, &before);
     prm[0].extents[1] = 100;
     CHECK(compile_pick(ctx, &p, family, &k2) == 0);
@@ -963,18 +978,15 @@ int test_mods_softcap_shift(void)
   return 0;
 }
 
-/* Whether the line after fj_score_mod's #line 1 "score" in src is want
- * (NULL: score as written), the same length as score. */
+/* Whether the line after fj_score_mod's #line 1 "score" in src is want,
+ * the expression as its tree prints it (mods_kernel.c). */
 static int score_line_is(const char *src, const char *score, const char *want)
 {
   static const char *const def = "__device__ __forceinline__ float fj_score_mod(float s";
   const char *fn = strstr(src, def);  /* the declaration, then the definition */
   const char *line = fn && (fn = strstr(fn + 1, def)) ? strstr(fn, "#line 1 \"score\"\n") : NULL;
-  CHECK(line);
+  CHECK(line && want);
   line += strlen("#line 1 \"score\"\n");
-  if (!want)
-    want = score;
-  CHECK(strlen(want) == strlen(score));
   if (strncmp(line, want, strlen(want)) != 0 || line[strlen(want)] != '\n') {
     fprintf(stderr, "%s: the kernel's line is \"%.*s\"\n", score, (int)strcspn(line, "\n"), line);
     return 1;
@@ -984,31 +996,30 @@ static int score_line_is(const char *src, const char *score, const char *want)
 
 /* A distance table (mods.lua's dg): the score expression's first read
  * T(A..., q - kv + X) (or kv - q, the difference possibly in parentheses)
- * becomes fj_dg in the kernel, padded to the call's length, read per tile
- * at a row pointer (fj_dg_row) where the tile lies in the table and
- * through the call as written (fj_dg_read, after a #line at the call's
- * line and column) elsewhere; other forms, and calls across a line break,
- * stay as written.  The planner knows the form (128-key wgmma tiles, not
- * 96).  Both families compile without spills. */
+ * becomes fj_dg in the kernel's printed expression, read per tile at a
+ * row pointer (fj_dg_row) where the tile lies in the table and through
+ * the call as its tree prints it (fj_dg_read, after a #line at the call's
+ * line and column) elsewhere; other forms stay reads.  A call across a
+ * line break is a distance read too (the kernel prints the tree, not the
+ * text).  The planner knows the form (128-key wgmma tiles, not 96).  Both
+ * families compile without spills. */
 int test_mods_distance(void)
 {
   static const struct {
-    const char *score, *kernel;  /* kernel: fj_score_mod's line (NULL: as written) */
+    const char *score, *kernel;  /* kernel: fj_score_mod's line, as printed */
     int dg;                      /* read at a row pointer */
     const char *call;            /* the call fj_dg_read makes */
     int tile_n;                  /* the wgmma pick's key tile */
   } cases[] = {
-      {"s + bias(h, q - kv + 4096)", "s + fj_dg                 ", 1, "bias(h, q - kv + 4096)", 128},
-      {"s - 0.5f * bias(h / 2, (kv - q) - 7)", "s - 0.5f * fj_dg                    ", 1,
-       "bias(h / 2, (kv - q) - 7)", 128},
+      {"s + bias(h, q - kv + 4096)", "(s + fj_dg)", 1, "bias(h, ((q - kv) + 4096))", 128},
+      {"s - 0.5f * bias(h / 2, (kv - q) - 7)", "(s - (0.5f * fj_dg))", 1,
+       "bias((h / 2), ((kv - q) - 7))", 128},
       /* A parameter named like the row function's own arguments. */
-      {"s + bias(h, q - kv) * hi", "s + fj_dg           * hi", 1, "bias(h, q - kv)", 128},
-      {"s + bias(h, q - kv * 2)", NULL, 0, NULL, 96},
+      {"s + bias(h, q - kv) * hi", "(s + (fj_dg * hi))", 1, "bias(h, (q - kv))", 128},
+      {"s + bias(h, q - kv * 2)", "(s + bias(h, (q - (kv * 2))))", 0, NULL, 96},
       /* A distance inside X: ALiBi's float distance (kvq) is not uniform. */
-      {"s + bias(h, q - kv + (int)(float)(kv - q))", "s + bias(h, q - kv + (int)fj_kvq         )", 0, NULL, 96},
-      /* The planner reads the tree and knows the form; the kernel keeps a
-       * text across lines as written. */
-      {"s + bias(h, q - kv +\n 1)", NULL, 0, NULL, 128},
+      {"s + bias(h, q - kv + (int)(float)(kv - q))", "(s + bias(h, ((q - kv) + ((int)fj_kvq))))", 0, NULL, 96},
+      {"s + bias(h, q - kv +\n 1)", "(s + fj_dg)", 1, "bias(h, ((q - kv) + 1))", 128},
   };
   static const char *const archs[] = {"sm_80", "sm_90a"};
   const fj_mod_param prm[2] = {{"bias", FJ_MOD_F32, 2, {16, 8193}, NULL, 0},
@@ -1026,10 +1037,10 @@ int test_mods_distance(void)
       CHECK(score_line_is(src, cases[i].score, cases[i].kernel) == 0);
       CHECK(!strstr(src, "fj_dg_row(") == !cases[i].dg);
       if (cases[i].call) {
-        /* The call as written, at its column of line 1. */
+        /* The call as printed, at its column of line 1. */
         char at[160];
         snprintf(at, sizeof at, "#line 1 \"score\"\n%*s%s\n",
-                 (int)(strstr(cases[i].score, cases[i].call) - cases[i].score), "",
+                 (int)(strstr(cases[i].score, "bias") - cases[i].score), "",
                  cases[i].call);
         if (!strstr(src, at)) {
           fprintf(stderr, "%s: no \"%s\" in the kernel\n", cases[i].score, at);
@@ -1067,30 +1078,33 @@ int test_mods_distance(void)
 }
 
 /* ALiBi's distance (mods.lua's kvq): (float)(kv - q) and (float)(q - kv)
- * become fj_kvq and (0.f-fj_kvq) (+0 on the diagonal, as written) in the
- * kernel, padded to the text's length (NVRTC's columns stay the user's),
- * and near misses and spans across a line break stay as written.  Its
- * product F * fj_kvq, where F is a whole left operand free of q, kv and s
- * and the product the text's only use of the distance, becomes fj_skvq
- * (mods.lua's kvq_scale: F a row, fj_kvq_scale); a factor after a tighter
- * operator, a literal that may be an exponent's tail, or a factor that
- * reads s stay as written.  The kernels of both families compile without
- * spills. */
+ * print as fj_kvq and (0.f-fj_kvq) (+0 on the diagonal, as written) in
+ * the kernel, with or without spaces and across lines; near misses print
+ * as written.  Its product F * fj_kvq, where F is the product's left
+ * operand (any subtree: a name, a call, a group, a literal, a cast) free of
+ * q, kv and s and the product the expression's only use of the distance,
+ * prints as fj_skvq (mods.lua's kvq_scale: F a row, fj_kvq_scale); a
+ * factor that reads s, or two distances, stay products.  The kernels of
+ * both families compile without spills. */
 int test_mods_kvq(void)
 {
   static const struct {
     const char *score, *kernel;  /* kernel: the line after #line 1 "score" */
     const char *factor;          /* F of fj_kvq_scale, or NULL */
   } cases[] = {
-      {"s + slopes(h) * (float)(kv - q)", "s + fj_skvq                    ", "slopes(h)"},
-      {"s - (slopes(h) + 0.5f)*(float)(kv-q)", "s - fj_skvq                         ", "(slopes(h) + 0.5f)"},
-      {"s - slopes(h)*(float)( q-kv )+(float)(kv-q)", "s - slopes(h)*(0.f-fj_kvq)   +fj_kvq       ", NULL},
-      {"s * 2.f * (float)(kv - q)", "s * 2.f * fj_kvq         ", NULL},
-      {"s + 1e-3f * (float)(kv - q)", "s + 1e-3f * fj_kvq         ", NULL},
-      {"s + (float)h * (float)(kv - q)", "s + (float)h * fj_kvq         ", NULL},
-      {"s + slopes(h) * (float)(kv - q - 1)", NULL, NULL},
-      {"s + slopes(h) * (float)(kv) - (float)(q)", NULL, NULL},
-      {"s + slopes(h) * (float)(kv\n - q)", NULL, NULL},
+      {"s + slopes(h) * (float)(kv - q)", "(s + fj_skvq)", "slopes(h)"},
+      {"s - (slopes(h) + 0.5f)*(float)(kv-q)", "(s - fj_skvq)", "(slopes(h) + 0.5f)"},
+      {"s - slopes(h)*(float)( q-kv )+(float)(kv-q)",
+       "((s - (slopes(h) * (0.f-fj_kvq))) + fj_kvq)", NULL},
+      {"s * 2.f * (float)(kv - q)", "((s * 2.0f) * fj_kvq)", NULL},
+      {"s + 1e-3f * (float)(kv - q)", "(s + fj_skvq)", "0.001f"},
+      {"s + (float)h * (float)(kv - q)", "(s + fj_skvq)", "((float)h)"},
+      {"s + slopes(h) * (float)(kv - q - 1)", "(s + (slopes(h) * ((float)((kv - q) - 1))))", NULL},
+      {"s + slopes(h) * (float)(kv) - (float)(q)", "((s + (slopes(h) * ((float)kv))) - ((float)q))", NULL},
+      {"s + slopes(h) * (float)(kv\n - q)", "(s + fj_skvq)", "slopes(h)"},
+      /* Inside a call, and a distance on the product's left: no F. */
+      {"s + expf((float)(kv - q))", "(s + expf(fj_kvq))", NULL},
+      {"s + (float)(kv - q) * slopes(h)", "(s + (fj_kvq * slopes(h)))", NULL},
   };
   static const char *const archs[] = {"sm_80", "sm_90a"};
   fj_mod_param prm = {"slopes", FJ_MOD_F32, 1, {16}, NULL, 0};
@@ -1105,13 +1119,75 @@ int test_mods_kvq(void)
       CHECK(compile_pick(ctx, &p, a ? FJ_MMA_WGMMA : FJ_MMA_SYNC, &k) == 0);
       const char *src = fj_kernel_source(k, NULL);
       CHECK(score_line_is(src, cases[i].score, cases[i].kernel) == 0);
-      CHECK(!strstr(src, "float fj_kvq,") == !(cases[i].kernel && !cases[i].factor));
+      CHECK(!strstr(src, "float fj_kvq,") == !(strstr(cases[i].kernel, "fj_kvq") && !cases[i].factor));
       if (cases[i].factor) {
         char ret[96];
         snprintf(ret, sizeof ret, "return (float)(%s);", cases[i].factor);
         CHECK(strstr(src, "float fj_skvq,") && strstr(src, ret));
       } else {
         CHECK(!strstr(src, "fj_kvq_scale("));
+      }
+    }
+    fj_ctx_destroy(ctx);
+  }
+  return 0;
+}
+
+/* Whether the kernel reads tensor name with the shared plain loads (a
+ * read the tile's scores share), not __ldg per score (mods.lua's p.shared,
+ * from the tree's per-score fact). */
+static int reads_shared(const char *src, const char *name)
+{
+  char head[64];
+  snprintf(head, sizeof head, "struct ModTensor_%s {", name);
+  const char *at = strstr(src, head);
+  const char *end = at ? strstr(at, "};") : NULL;
+  const char *in = at ? strstr(at, "const bool in =") : NULL;
+  return in && in < end;
+}
+
+/* Long expressions render and compile with no instruction budget of the
+ * renderer in the way (mods.lua reads facts, not text): a T5-style
+ * bucketed relative bias written inline (235 characters), and a
+ * 1000-character expression with six tensor reads; both families (mma on
+ * sm_80, wgmma on sm_90a), no spills.  The reads' loads follow the tree:
+ * per score where the indices use kv, shared where they do not. */
+int test_mods_long_exprs(void)
+{
+  static const char t5[] =
+      "s + 0.5f * rel_bias(h, (kv - q) < 0 ? ((q - kv) < 8 ? (q - kv) : min(15, 8 + "
+      "(int)(logf((float)(q - kv) / 8.f) / logf(16.f) * 8.f))) : 16 + ((kv - q) < 8 ? "
+      "(kv - q) : min(15, 8 + (int)(logf((float)(kv - q) / 8.f) / logf(16.f) * 8.f))))";
+  static char big[FJ_MOD_EXPR_MAX + 1];
+  int n = snprintf(big, sizeof big,
+                   "s + slopes(h) * (float)(kv - q) + bias(h, q - kv + 4096) + "
+                   "rel_bias(h, min(31, abs(kv - q))) + w(kv) * g(h, q) + (float)idx(kv)");
+  for (int k = 1; n < 990; k++)
+    n += snprintf(big + n, sizeof big - (size_t)n, " + 0.0625f * (float)((q + kv + %d) & 7)", k);
+  const fj_mod_param prm[6] = {
+      {"slopes", FJ_MOD_F32, 1, {16}, NULL, 0},
+      {"bias", FJ_MOD_F32, 2, {16, 8193}, NULL, 0},
+      {"rel_bias", FJ_MOD_F32, 2, {16, 32}, NULL, 0},
+      {"w", FJ_MOD_F16, 1, {4096}, NULL, 0},
+      {"g", FJ_MOD_BF16, 2, {16, 4096}, NULL, 0},
+      {"idx", FJ_MOD_I32, 1, {4096}, NULL, 0}};
+  CHECK(strlen(t5) == 235 && n >= 990 && n <= FJ_MOD_EXPR_MAX);
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx);
+    for (int i = 0; i < 2; i++) {
+      fj_problem p;
+      fj_mods m;
+      fj_kernel *k;
+      prefill_mods(&p, &m, i ? big : t5, i ? prm : &prm[2], i ? 6 : 1);
+      CHECK(compile_pick(ctx, &p, a ? FJ_MMA_WGMMA : FJ_MMA_SYNC, &k) == 0);
+      const char *src = fj_kernel_source(k, NULL);
+      CHECK(!reads_shared(src, "rel_bias"));
+      if (i) {
+        CHECK(reads_shared(src, "slopes") && reads_shared(src, "g"));
+        CHECK(!reads_shared(src, "w") && !reads_shared(src, "idx"));
+        CHECK(strstr(src, "fj_dg_row(") && strstr(src, "float fj_skvq,"));
       }
     }
     fj_ctx_destroy(ctx);

@@ -1,0 +1,280 @@
+/*
+ * mods_kernel.c -- a problem's expressions as a kernel takes them: parsed
+ * once, their facts read off the trees (expr.c), printed as CUDA with the
+ * family's names substituted, and handed to templates/mods.lua as one
+ * table, mod_facts.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "mods_kernel.h"
+
+/* The name indices of fj__mods_names. */
+static fj_expr_vars vars_of(int score)
+{
+  fj_expr_vars v = {0, 1, 2, 3, 4, score ? 5 : -1};
+  return v;
+}
+
+/* Copies len bytes of s into k's arena as a string; NULL when it is full
+ * (the bound FJ_MODS_CUDA_MAX says it cannot be). */
+static const char *keep(fj_mods_kform *k, const char *s, size_t len)
+{
+  if (k->used + len + 1 > sizeof k->arena)
+    return NULL;
+  char *at = k->arena + k->used;
+  memcpy(at, s, len);
+  at[len] = '\0';
+  k->used += len + 1;
+  return at;
+}
+
+/* The user's text on one line: each run of whitespace one space, so that
+ * it fits in a // comment of the generated code. */
+static const char *one_line(fj_mods_kform *k, const char *text)
+{
+  char line[FJ_MOD_EXPR_MAX + 1];
+  size_t n = 0;
+  for (const char *c = text; *c && n < FJ_MOD_EXPR_MAX; c++) {
+    int space = *c == ' ' || *c == '\t' || *c == '\n' || *c == '\r';
+    if (!space)
+      line[n++] = *c;
+    else if (n && line[n - 1] != ' ')
+      line[n++] = ' ';
+  }
+  return keep(k, line, n);
+}
+
+/* Subtree at of e printed as CUDA into k's arena (NULL: out of room). */
+static const char *print(fj_mods_kform *k, const fj_expr *e, int at,
+                         const fj_expr_print *o)
+{
+  fj_buf b = {0};
+  const char *s = NULL;
+  if (fj__expr_print_cuda(e, at, o, &b) == 0 && b.data)
+    s = keep(k, b.data, b.len);
+  fj__buf_free(&b);
+  return s;
+}
+
+/* Line and column (from 1) of offset pos in text. */
+static void line_col(const char *text, int pos, int *line, int *col)
+{
+  int start = 0;
+  *line = 1;
+  for (int i = 0; i < pos; i++)
+    if (text[i] == '\n') {
+      (*line)++;
+      start = i + 1;
+    }
+  *col = pos - start + 1;
+}
+
+/* dg's pieces as CUDA: the call, X (its last index with the distance as
+ * 0) and the indices before the last. */
+static int print_dg(fj_mods_kform *k, const fj_mods *m, const fj_expr *e,
+                    const fj_expr_print *o, fj_mods_kexpr *x)
+{
+  const fj_expr_facts *f = &x->f;
+  fj_expr_subst zero = {f->dg_dist, "0"};
+  fj_expr_print ox = *o;
+  ox.subs = &zero;
+  ox.nsubs = 1;
+  x->dg_call = print(k, e, f->dg, o);
+  x->dg_x = print(k, e, f->dg_x, &ox);
+  int ok = x->dg_call && x->dg_x;
+  for (int i = 0; i + 1 < f->dg_rank; i++)
+    ok &= (x->dg_uniform[i] = print(k, e, fj__expr_kid(e, f->dg, i), o)) != NULL;
+  x->dg_param = f->dg_name - fj__mods_first_param(1);
+  line_col(m->score, f->dg_pos, &x->dg_line, &x->dg_col);
+  return ok ? 0 : -1;
+}
+
+/* The whole expression as the kernel pastes it, with the subtrees the
+ * family passes as its names. */
+static int print_kernel(fj_mods_kform *k, const fj_expr *e,
+                        const fj_expr_name *names, int score,
+                        fj_mods_kexpr *x)
+{
+  fj_expr_vars v = vars_of(score);
+  fj_expr_subst subs[2];
+  int n = 0;
+  if (x->f.dg >= 0)
+    subs[n++] = (fj_expr_subst){x->f.dg, "fj_dg"};
+  if (x->f.kvq_scale >= 0)
+    subs[n++] = (fj_expr_subst){x->f.kvq_scale, "fj_skvq"};
+  fj_expr_print o = {names, score ? &v : NULL, subs, n};
+  x->cuda = print(k, e, -1, &o);
+  o.nsubs = 0;
+  if (x->f.kvq_scale >= 0)
+    x->factor = print(k, e, x->f.kvq_factor, &o);
+  if (!x->cuda || (x->f.kvq_scale >= 0 && !x->factor))
+    return -1;
+  return 0;
+}
+
+/* One expression: parsed, its facts, its texts; the score's per-score
+ * reads into k->per_score. */
+static int kexpr(const fj_mods *m, int score, fj_mods_kform *k, char *err,
+                 size_t errsize)
+{
+  const char *text = score ? m->score : m->mask;
+  fj_mods_kexpr *x = score ? &k->score : &k->mask;
+  fj_expr_name names[FJ_MOD_NAMES_MAX];
+  int n = fj__mods_names(m, score, names);
+  fj_expr *e = fj__expr_parse(text, score ? "score" : "mask", names, n, err,
+                              errsize);
+  if (!e)
+    return -1;
+  fj_expr_vars v = vars_of(score);
+  int rc = fj__expr_facts(e, &v, &x->f);
+  /* Checked mode's reads record what they miss: each read stays a read
+   * of the accessor, where the record is made. */
+  if (!score || fj__mods_checked(m))
+    x->f.kvq_scale = x->f.kvq_factor = x->f.dg = -1;
+  x->on = 1;
+  x->text1 = one_line(k, text);
+  if (rc == 0)
+    rc = print_kernel(k, e, names, score, x);
+  if (rc == 0 && x->f.dg >= 0)
+    rc = print_dg(k, m, e, &(fj_expr_print){names, &v, NULL, 0}, x);
+  for (int i = 0; score && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++)
+    k->per_score[i] = fj__expr_per_score(e, fj__mods_first_param(1) + i, &v);
+  fj__expr_free(e);
+  if (rc || !x->text1)
+    snprintf(err, errsize, "%s: out of memory printing the expression",
+             score ? "score" : "mask");
+  return rc || !x->text1 ? -1 : 0;
+}
+
+static int has_text(const char *s)
+{
+  return s && s[0];
+}
+
+int fj__mods_kform(const fj_mods *m, fj_mods_kform *k, char *err,
+                   size_t errsize)
+{
+  memset(k, 0, offsetof(fj_mods_kform, arena));
+  k->used = 0;
+  k->score.f.dg = k->score.f.kvq_scale = -1;
+  k->mask.f.dg = k->mask.f.kvq_scale = -1;
+  if (m && has_text(m->score) && kexpr(m, 1, k, err, errsize))
+    return -1;
+  if (m && has_text(m->mask) && kexpr(m, 0, k, err, errsize))
+    return -1;
+  return 0;
+}
+
+/* ---- the template parameter ------------------------------------------------ */
+
+/* n contiguous parameters of out's (a table's fields); NULL when full. */
+static fj_param *take(fj_mods_kparam *out, size_t n)
+{
+  if (out->n + n > FJ_MODS_KPARAMS)
+    return NULL;
+  fj_param *p = &out->kids[out->n];
+  memset(p, 0, n * sizeof *p);
+  out->n += n;
+  return p;
+}
+
+static fj_param str(const char *key, const char *s)
+{
+  return (fj_param){key, FJ_PARAM_STR, 0, s, NULL};
+}
+
+static fj_param num(const char *key, fj_param_type type, long long i)
+{
+  return (fj_param){key, type, i, NULL, NULL};
+}
+
+#define table fj_param_table
+
+/* dg = { param, sign, x, uniform = {...}, call, line, col } */
+static int dg_table(fj_mods_kparam *out, const fj_mods_kexpr *x, fj_param *at)
+{
+  int nu = x->f.dg_rank - 1;
+  fj_param *u = take(out, (size_t)(nu > 0 ? nu : 0));
+  fj_param *d = take(out, 7);
+  if (!u || !d)
+    return -1;
+  for (int i = 0; i < nu; i++)
+    u[i] = str(NULL, x->dg_uniform[i]);
+  d[0] = num("param", FJ_PARAM_INT, x->dg_param);
+  d[1] = num("sign", FJ_PARAM_INT, x->f.dg_sign);
+  d[2] = str("x", x->dg_x);
+  d[3] = table("uniform", u, (size_t)(nu > 0 ? nu : 0));
+  d[4] = str("call", x->dg_call);
+  d[5] = num("line", FJ_PARAM_INT, x->dg_line);
+  d[6] = num("col", FJ_PARAM_INT, x->dg_col);
+  *at = table("dg", d, 7);
+  return 0;
+}
+
+/* score = { text1, cuda, kvq, kvq_scale, dg, uses_s, rel_only } (dg and
+ * kvq_scale nil where not taken); mask = { text1, cuda }. */
+static int expr_table(fj_mods_kparam *out, const fj_mods_kexpr *x,
+                      const char *key, fj_param *at)
+{
+  fj_param *t = take(out, 7);
+  if (!t)
+    return -1;
+  t[0] = str("text1", x->text1);
+  t[1] = str("cuda", x->cuda);
+  t[2] = num("kvq", FJ_PARAM_BOOL, x->f.kvq > 0);
+  t[3] = str("kvq_scale", x->factor);
+  t[4] = str("dg", NULL);
+  t[5] = num("uses_s", FJ_PARAM_BOOL, x->f.uses_s);
+  t[6] = num("rel_only", FJ_PARAM_BOOL, x->f.rel_only);
+  *at = table(key, t, 7);
+  return x->f.dg >= 0 ? dg_table(out, x, &t[4]) : 0;
+}
+
+/* params = { { name, type, rank, index, shared }, ... } */
+static int params_table(fj_mods_kparam *out, const fj_mods *m, fj_param *at)
+{
+  int n = m ? m->num_params : 0;
+  fj_param *list = take(out, (size_t)n);
+  if (!list)
+    return -1;
+  for (int i = 0; i < n; i++) {
+    const fj_mod_param *p = &m->params[i];
+    fj_param *f = take(out, 5);
+    if (!f)
+      return -1;
+    f[0] = str("name", p->name);
+    f[1] = str("type", fj__mods_type_name(p->type));
+    f[2] = num("rank", FJ_PARAM_INT, p->rank);
+    f[3] = num("index", FJ_PARAM_INT, i);
+    f[4] = num("shared", FJ_PARAM_BOOL, !out->form.per_score[i]);
+    list[i] = table(NULL, f, 5);
+  }
+  *at = table("params", list, (size_t)n);
+  return 0;
+}
+
+int fj__mods_kparam(const fj_mods *m, fj_mods_kparam *out, char *err,
+                    size_t errsize)
+{
+  out->n = 0;
+  if (fj__mods_kform(m, &out->form, err, errsize))
+    return -1;
+  fj_param *root = take(out, 3);
+  if (!root)
+    return -1;
+  int rc = 0;
+  root[0] = str("score", NULL);
+  root[1] = str("mask", NULL);
+  if (out->form.score.on)
+    rc |= expr_table(out, &out->form.score, "score", &root[0]);
+  if (out->form.mask.on)
+    rc |= expr_table(out, &out->form.mask, "mask", &root[1]);
+  rc |= params_table(out, m, &root[2]);
+  out->param = table("mod_facts", root, 3);
+  if (rc)
+    snprintf(err, errsize, "mod_facts: over %d template parameters",
+             FJ_MODS_KPARAMS);
+  return rc ? -1 : 0;
+}

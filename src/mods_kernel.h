@@ -1,0 +1,76 @@
+/*
+ * mods_kernel.h -- a problem's expressions as a kernel takes them: the
+ * facts that shape it (expr.h's fj_expr_facts, with checked mode's rules
+ * applied) and the expressions printed as CUDA from their trees, with the
+ * subtrees the family computes per tile (ALiBi's distance, its product
+ * with the slope, a distance table's read) as the names it passes.  The
+ * templates (templates/mods.lua) receive these as the parameter mod_facts
+ * and never read the user's text.
+ *
+ * Thread safety: the functions keep no state; each fills the caller's
+ * struct.
+ */
+#ifndef FJ_MODS_KERNEL_H
+#define FJ_MODS_KERNEL_H
+
+#include <stddef.h>
+
+#include "mods.h"
+#include "template.h"
+
+/* Bytes an expression printed as CUDA may take: every operator adds at
+ * most its parentheses and two spaces, under four times the text. */
+#define FJ_MODS_CUDA_MAX (6 * FJ_MOD_EXPR_MAX + 64)
+
+/* One expression (score or mask) as the kernel takes it. */
+typedef struct fj_mods_kexpr {
+  int on;             /* the expression is given */
+  /* The tree's facts; in checked mode (fj__mods_checked), whose reads
+   * record what they miss, and for the mask, kvq_scale and dg are -1. */
+  fj_expr_facts f;
+  const char *text1;  /* the user's text on one line (comments only) */
+  /* The expression as CUDA: (float)(kv - q) as fj_kvq, (float)(q - kv) as
+   * (0.f-fj_kvq), kvq_scale's product as fj_skvq, dg's read as fj_dg. */
+  const char *cuda;
+  const char *factor;  /* kvq_scale's F as CUDA, or NULL */
+  /* dg's read as CUDA (the call as written), X, and the indices before
+   * the last; its parameter's index (0-based) and where the call starts
+   * in the user's text (line and column from 1). */
+  const char *dg_call, *dg_x, *dg_uniform[FJ_EXPR_RANK_MAX - 1];
+  int dg_param, dg_line, dg_col;
+} fj_mods_kexpr;
+
+typedef struct fj_mods_kform {
+  fj_mods_kexpr score, mask;
+  /* Per parameter: a tensor the score expression reads at indices that
+   * change from score to score (fj__expr_per_score: they use kv or s). */
+  int per_score[FJ_MOD_PARAMS_MAX];
+  char arena[5 * FJ_MODS_CUDA_MAX];  /* the texts above */
+  size_t used;
+} fj_mods_kform;
+
+/* Fills k for m (m's expressions passed fj__mods_check; NULL m: nothing
+ * on).  0, or -1 with one line in err: out of memory, or an expression
+ * the parser refuses. */
+int fj__mods_kform(const fj_mods *m, fj_mods_kform *k, char *err,
+                   size_t errsize);
+
+/* The template parameter mod_facts: a table
+ *   { score = { text1, cuda, kvq, kvq_scale, dg = { param, sign, x,
+ *               uniform = {...}, call, line, col }, uses_s, rel_only },
+ *     mask = { text1, cuda }, params = { { name, type, rank, index,
+ *     shared }, ... } }
+ * (score, mask absent where not given). */
+#define FJ_MODS_KPARAMS (48 + 6 * FJ_MOD_PARAMS_MAX)
+typedef struct fj_mods_kparam {
+  fj_mods_kform form;
+  fj_param kids[FJ_MODS_KPARAMS];
+  size_t n;
+  fj_param param;  /* the table, key "mod_facts" */
+} fj_mods_kparam;
+
+/* Fills out for m: 0, or -1 with one line in err (fj__mods_kform's). */
+int fj__mods_kparam(const fj_mods *m, fj_mods_kparam *out, char *err,
+                    size_t errsize);
+
+#endif /* FJ_MODS_KERNEL_H */
