@@ -949,6 +949,79 @@ FJ_API fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
                                           const void *k, const void *v_ptr,
                                           void *o, float *lse, void *stream);
 
+/* ------------------------------------------------------------------------ */
+/* The backward                                                               */
+
+/*
+ * What the backward launches for a problem: a preprocess (delta =
+ * rowsum(dO o O), dQ's float32 accumulator cleared, the sinks' gradient),
+ * the main kernel (K and V stationary; dK and dV summed over each GQA
+ * group in registers, dQ added into the accumulator) and a postprocess
+ * (dQ in the inputs' dtype).  The main kernel is the mma family's
+ * (sm_80 and newer).
+ */
+typedef struct fj_bwd_plan {
+  fj_variant variant;      /* the main kernel's tiles and axes */
+  unsigned grid[3];        /* its grid: key tiles, KV heads, batch */
+  unsigned threads;        /* its block */
+  unsigned smem_bytes;     /* its dynamic shared memory */
+  unsigned rows_grid;      /* the pre- and postprocess' blocks (4 rows each) */
+  size_t workspace_bytes;  /* delta and dQ's accumulator, float32 */
+} fj_bwd_plan;
+
+/* The plan of the backward of p (no compile; a compile-only context plans
+ * too).  Refused, FJ_ERR_UNSUPPORTED with the reason: score or mask
+ * expressions and block masks (a later release), varlen and paged
+ * problems, FP8, head dims that are not multiples of 32 up to 256,
+ * architectures before sm_80.  ctx, p and plan may not be NULL. */
+FJ_API fj_status fj_attention_bwd_plan(fj_ctx *ctx, const fj_problem *p,
+                                       fj_bwd_plan *plan);
+
+/* The backward's kernels, for inspection (no GPU needed): which 0 is the
+ * preprocess, 1 the main kernel, 2 the postprocess, of the plan's variant
+ * for p.  Built (compiled or fetched from the caches) like fj_kernel_get's;
+ * the kernel belongs to the context.  FJ_ERR_INVALID_ARG for which outside
+ * 0..2. */
+#define FJ_BWD_KERNELS 3
+FJ_API fj_status fj_attention_bwd_kernel(fj_ctx *ctx, const fj_problem *p,
+                                         const fj_bwd_plan *plan, int which,
+                                         fj_kernel **kernel);
+
+/*
+ * The gradients of attention: given the forward's inputs q, k, v, its
+ * output o and log-sum-exp lse (fj_attention_fwd's, natural log,
+ * [batch][heads_q][seq_q] float32) and dout, the gradient of the loss at
+ * O (laid out as p->o_stride says), writes dq, dk, dv in p's dtype, laid
+ * out as p's q_stride, k_stride and v_stride say (dk and dv have heads_kv
+ * heads: the gradients summed over each GQA group), so none of those
+ * strides may be 0 (a broadcast input has no gradient of its own there).
+ * dsinks, if not NULL, receives the gradient of p->mods's sinks, float32
+ * [heads_q] (it needs sinks).  Every mask and built-in modification the
+ * forward takes except expressions and block masks (see
+ * fj_attention_bwd_plan).  dq's additions run in whatever order the GPU
+ * makes them (float32 atomics): dq may differ in its last bits from run
+ * to run; dk and dv do not.  Asynchronous like fj_attention_fwd, on the
+ * context's workspace for the stream (as fj_attention_fwd_plan's NULL
+ * workspace); stream may be NULL.
+ */
+FJ_API fj_status fj_attention_bwd(fj_ctx *ctx, const fj_problem *p,
+                                  const void *q, const void *k, const void *v,
+                                  const void *o, const void *dout,
+                                  const float *lse, void *dq, void *dk,
+                                  void *dv, float *dsinks, void *stream);
+
+/* fj_attention_bwd with a plan (fj_attention_bwd_plan's, for the same
+ * problem) and a caller's workspace of at least plan->workspace_bytes,
+ * 16-byte aligned (NULL: the context's): nothing is allocated, so a
+ * captured graph may replay it. */
+FJ_API fj_status fj_attention_bwd_run(fj_ctx *ctx, const fj_problem *p,
+                                      const fj_bwd_plan *plan, const void *q,
+                                      const void *k, const void *v,
+                                      const void *o, const void *dout,
+                                      const float *lse, void *dq, void *dk,
+                                      void *dv, float *dsinks, void *workspace,
+                                      size_t workspace_bytes, void *stream);
+
 /* The bytes of kernel arguments a launch record holds (the parameter
  * block, the tensor maps and the modifications' values fit in it). */
 #define FJ_LAUNCH_PARAMS_BYTES 2048

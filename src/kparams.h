@@ -44,6 +44,21 @@ typedef struct fj_kparams {
   const float *sinks;
 } fj_kparams;
 
+/* The backward's own parameter block, after the forward's fj_kparams
+ * (templates/bwd_common.cuh's fj::BwdParams, checked by size the same
+ * way). */
+typedef struct fj_bwd_kparams {
+  const void *dout;
+  void *dq, *dk, *dv;
+  const float *lse;
+  float *delta;   /* rowsum(dO o O), float32 [batch][heads_q][seq_q] */
+  float *dq_acc;  /* float32 [batch][heads_q][seq_q][head_dim] */
+  float *dsinks;  /* [heads_q] or NULL */
+  long long do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];
+  float scale;
+  int pad;
+} fj_bwd_kparams;
+
 /* CUtensorMap: 128 opaque bytes, 64-byte aligned (cuda.h's own type is not
  * needed by the modules that only pass maps along). */
 typedef struct fj_tmap {

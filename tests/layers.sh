@@ -18,7 +18,7 @@ layout
 variant
 tunedb plan tier
 attention
-tune cache_pack block_mask
+tune cache_pack block_mask backward
 lifecycle"
 src=$1
 nm=$2

@@ -21,6 +21,9 @@ TEST(sandbox_renderer_loop, cpu)
 TEST(sandbox_error_objects, cpu)
 TEST(template_dir_files, cpu)
 TEST(template_meta, cpu)
+/* the backward without a GPU (backward.c) */
+TEST(backward_compile, cpu)
+TEST(backward_refusals, cpu)
 /* the device pieces' Lua contracts (mask.lua, tma_ring.lua, budget.lua) */
 TEST(pieces_mask_directions, cpu)
 TEST(pieces_ring_elem, cpu)

@@ -1,0 +1,425 @@
+/*
+ * backward.c -- the attention backward: which problems it takes, its plan
+ * (templates/attention_bwd_mma.cu between bwd_pre.cu and bwd_post.cu),
+ * its workspace and its three launches.  Its public functions are in
+ * flashjit.h.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "attention.h"
+#include "ctx.h"
+#include "devptr.h"
+#include "driver.h"
+#include "kernel.h"
+#include "kparams.h"
+#include "mods.h"
+#include "reference.h"
+#include "util.h"
+#include "variant.h"
+#include "workspace.h"
+
+/* The main kernel's tiles: 64 query rows by 64 keys, 8 warps. */
+#define BWD_TILE 64
+#define BWD_WARPS 8
+/* Rows a block of the pre- and postprocess covers (a warp each). */
+#define BWD_ROWS 4
+
+static fj_status unsupported(const fj_ctx *ctx, const char *what)
+{
+  return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                  "the backward does not take %s yet", what);
+}
+
+/* What the backward takes of a problem the forward takes. */
+static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
+{
+  fj_status st = fj_problem_check(ctx, p);
+  if (st != FJ_OK)
+    return st;
+  if (fj__mods_user(p->mods))
+    return unsupported(ctx, "score or mask expressions (fj_mods.score, "
+                            ".mask, .params)");
+  if (fj__mods_blocks(p->mods))
+    return unsupported(ctx, "block masks (fj_mods.block_mask)");
+  if (p->cu_seqlens_q || p->cu_seqlens_kv || p->seqused_kv)
+    return unsupported(ctx, "varlen problems (cu_seqlens_q, cu_seqlens_kv, "
+                            "seqused_kv)");
+  if (p->block_table)
+    return unsupported(ctx, "paged K/V (block_table)");
+  if (p->kv_dtype != 0 && p->kv_dtype != p->dtype)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "the backward does not take kv_dtype %s: K and V in "
+                    "dtype %s",
+                    fj_dtype_name(p->kv_dtype), fj_dtype_name(p->dtype));
+  if (ctx->sm < 80)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "the backward needs sm_80 or newer (mma.sync); the "
+                    "target is %s",
+                    ctx->arch);
+  return FJ_OK;
+}
+
+/* The main kernel's variant: the mma family's axes at 64 x 64 tiles. */
+static void main_variant(const fj_problem *p, int stages, fj_variant *v)
+{
+  memset(v, 0, sizeof *v);
+  v->head_dim = p->head_dim;
+  v->tile_m = BWD_TILE;
+  v->tile_n = BWD_TILE;
+  v->warps = BWD_WARPS;
+  v->stages = stages;
+  v->swizzle = FJ_SWIZZLE_XOR;
+  v->softmax = FJ_SOFTMAX_REGS;
+  v->mma = FJ_MMA_SYNC;
+  v->causal = p->causal;
+  v->dtype = p->dtype;
+  v->mods = p->mods;
+}
+
+/* Sets the value of parameter `key` of vp (one the variant's list has). */
+static void set_param(fj_vparams *vp, const char *key, const char *s)
+{
+  for (size_t i = 0; i < vp->n; i++)
+    if (strcmp(vp->p[i].key, key) == 0)
+      vp->p[i].s = s;
+}
+
+/* The main kernel's template parameters: the forward variant's, with the
+ * backward's template, symbol and parameter block; ctx->lock held. */
+static fj_status main_params(fj_ctx *ctx, const fj_variant *v, fj_vparams *vp)
+{
+  fj_status st = fj__variant_params(ctx, v, vp);
+  if (st != FJ_OK)
+    return st;
+  /* fj_attn_... becomes fj_bwd_attn_... (names are far shorter than the
+   * buffer; a cut one would only be refused by the cache's checks). */
+  char name[sizeof vp->symbol - 8];
+  memcpy(name, vp->symbol, sizeof name - 1);
+  name[sizeof name - 1] = '\0';
+  snprintf(vp->symbol, sizeof vp->symbol, "fj_bwd_%s", name + 3);
+  vp->template_name = "attention_bwd_mma.cu";
+  set_param(vp, "template", vp->template_name);
+  set_param(vp, "symbol", vp->symbol);
+  if (vp->n >= FJ_ARRAY_LEN(vp->p))
+    return fj__fail(ctx, FJ_ERR_TEMPLATE, "too many template parameters");
+  fj_param extra = {"bwd_params_bytes", FJ_PARAM_INT,
+                    (long long)sizeof(fj_bwd_kparams), NULL, NULL};
+  vp->p[vp->n++] = extra;
+  return FJ_OK;
+}
+
+/* The main kernel, rendered (meta only) or built; ctx->lock held. */
+static fj_status main_kernel(fj_ctx *ctx, const fj_variant *v, int build,
+                             fj_kmeta *meta, fj_kernel **k)
+{
+  fj_vparams vp;
+  fj_status st = main_params(ctx, v, &vp);
+  if (st != FJ_OK)
+    return st;
+  if (build)
+    return fj__kernel_build(ctx, vp.template_name, vp.p, vp.n, k);
+  fj_buf src = {0};
+  st = fj__render(ctx, vp.template_name, vp.p, vp.n, &src, meta);
+  fj__buf_free(&src);
+  return st;
+}
+
+/* The preprocess or postprocess kernel (which: "pre", "post"); ctx->lock
+ * held. */
+static fj_status row_kernel(fj_ctx *ctx, const fj_problem *p,
+                            const char *which, fj_kernel **k)
+{
+  char symbol[64], tpl[32];
+  int sinks = fj__mods_sinks(p->mods) && strcmp(which, "pre") == 0;
+  snprintf(symbol, sizeof symbol, "fj_bwd_%s_d%d_%s%s", which, p->head_dim,
+           fj_dtype_name(p->dtype), sinks ? "_sink" : "");
+  snprintf(tpl, sizeof tpl, "bwd_%s.cu", which);
+  fj_param params[] = {
+      {"template", FJ_PARAM_STR, 0, tpl, NULL},
+      {"symbol", FJ_PARAM_STR, 0, symbol, NULL},
+      {"arch", FJ_PARAM_STR, 0, ctx->arch, NULL},
+      {"sm", FJ_PARAM_INT, ctx->sm, NULL, NULL},
+      {"version", FJ_PARAM_STR, 0, fj_version(), NULL},
+      {"params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_kparams), NULL, NULL},
+      {"bwd_params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_bwd_kparams),
+       NULL, NULL},
+      {"head_dim", FJ_PARAM_INT, p->head_dim, NULL, NULL},
+      {"dtype", FJ_PARAM_STR, 0, fj_dtype_name(p->dtype), NULL},
+      {"varlen", FJ_PARAM_BOOL, 0, NULL, NULL},
+      {"sinks", FJ_PARAM_BOOL, sinks, NULL, NULL},
+  };
+  return fj__kernel_build(ctx, tpl, params, FJ_ARRAY_LEN(params), k);
+}
+
+/* The plan's sizes for variant v, its kernel's metadata given. */
+static void fill_plan(const fj_problem *p, const fj_variant *v,
+                      const fj_kmeta *meta, fj_bwd_plan *plan)
+{
+  size_t rows = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+  memset(plan, 0, sizeof *plan);
+  plan->variant = *v;
+  plan->variant.mods = NULL;  /* the problem's, not kept */
+  plan->grid[0] = (unsigned)((p->seq_kv + BWD_TILE - 1) / BWD_TILE);
+  plan->grid[1] = (unsigned)p->heads_kv;
+  plan->grid[2] = (unsigned)p->batch;
+  plan->threads = (unsigned)meta->threads;
+  plan->smem_bytes = (unsigned)meta->smem_bytes;
+  plan->rows_grid = (unsigned)((rows + BWD_ROWS - 1) / BWD_ROWS);
+  /* delta, then dQ's accumulator, each 16-byte aligned */
+  size_t delta = (rows * sizeof(float) + 15) / 16 * 16;
+  plan->workspace_bytes = delta + rows * (size_t)p->head_dim * sizeof(float);
+}
+
+/* Two stages of Q and dO where the architecture's shared memory holds
+ * them, else one; ctx->lock held. */
+static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
+                             fj_bwd_plan *plan)
+{
+  fj_variant v;
+  fj_kmeta meta;
+  fj_status st = FJ_ERR_UNSUPPORTED;
+  for (int stages = 2; stages >= 1 && st != FJ_OK; stages--) {
+    main_variant(p, stages, &v);
+    st = main_kernel(ctx, &v, 0, &meta, NULL);
+    if (st == FJ_OK && meta.smem_bytes > fj__smem_limit(ctx))
+      st = fj__fail(ctx, FJ_ERR_RESOURCES,
+                    "the backward at head_dim %d needs %d bytes of shared "
+                    "memory per block; %s allows %d (over by %d)",
+                    p->head_dim, meta.smem_bytes, ctx->arch,
+                    fj__smem_limit(ctx), meta.smem_bytes - fj__smem_limit(ctx));
+  }
+  if (st == FJ_OK)
+    fill_plan(p, &v, &meta, plan);
+  return st;
+}
+
+fj_status fj_attention_bwd_plan(fj_ctx *ctx, const fj_problem *p,
+                                fj_bwd_plan *plan)
+{
+  if (!ctx || !p || !plan)
+    return fj__null_arg(ctx, "fj_attention_bwd_plan",
+                        !ctx ? "ctx" : !p ? "p" : "plan");
+  fj__clear_error(ctx);
+  fj_status st = check_problem(ctx, p);
+  if (st != FJ_OK)
+    return st;
+  pthread_mutex_lock(&ctx->lock);
+  st = plan_locked(ctx, p, plan);
+  pthread_mutex_unlock(&ctx->lock);
+  return st;
+}
+
+/* ---- the call ---------------------------------------------------------------------- */
+
+typedef struct bwd_args {
+  const void *q, *k, *v, *o, *dout;
+  const float *lse;
+  void *dq, *dk, *dv;
+  float *dsinks;
+} bwd_args;
+
+/* Every pointer there must be; gradients need strides of their own. */
+static fj_status check_args(const fj_ctx *ctx, const char *who,
+                            const fj_problem *p, const bwd_args *a)
+{
+  const char *names[] = {"q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv"};
+  const void *ptrs[] = {a->q, a->k, a->v, a->o, a->dout, a->lse,
+                        a->dq, a->dk, a->dv};
+  for (size_t i = 0; i < FJ_ARRAY_LEN(ptrs); i++)
+    if (!ptrs[i])
+      return fj__null_arg(ctx, who, names[i]);
+  const struct { const char *name; const int64_t *s; int heads; } g[] = {
+      {"q_stride", p->q_stride, p->heads_q},
+      {"k_stride", p->k_stride, p->heads_kv},
+      {"v_stride", p->v_stride, p->heads_kv}};
+  const int extent[3][3] = {{p->batch, p->heads_q, p->seq_q},
+                            {p->batch, p->heads_kv, p->seq_kv},
+                            {p->batch, p->heads_kv, p->seq_kv}};
+  for (int t = 0; t < 3; t++)
+    for (int d = 0; d < 3; d++)
+      if (g[t].s[d] == 0 && extent[t][d] > 1)
+        return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                        "%s: %s[%d] is 0 (a broadcast input): its gradient "
+                        "is laid out by the same strides and needs its own rows",
+                        who, g[t].name, d);
+  if (a->dsinks && !fj__mods_sinks(p->mods))
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s: dsinks is given but the problem has no sinks "
+                    "(fj_mods.sinks)",
+                    who);
+  return FJ_OK;
+}
+
+static void fill_bwd_params(fj_bwd_kparams *g, const fj_problem *p,
+                            const bwd_args *a, uint64_t ws,
+                            const fj_bwd_plan *plan)
+{
+  size_t rows = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+  memset(g, 0, sizeof *g);
+  g->dout = a->dout;
+  g->dq = a->dq;
+  g->dk = a->dk;
+  g->dv = a->dv;
+  g->lse = a->lse;
+  g->delta = (float *)(uintptr_t)ws;
+  g->dq_acc = (float *)(uintptr_t)(ws + (rows * sizeof(float) + 15) / 16 * 16);
+  g->dsinks = a->dsinks;
+  for (int i = 0; i < 3; i++) {
+    g->do_stride[i] = p->o_stride[i];
+    g->dq_stride[i] = p->q_stride[i];
+    g->dk_stride[i] = p->k_stride[i];
+    g->dv_stride[i] = p->v_stride[i];
+  }
+  g->scale = p->scale > 0.f ? p->scale : 1.f / sqrtf((float)p->head_dim);
+  (void)plan;
+}
+
+/* Kernel `which` of the plan (0 pre, 1 main, 2 post); ctx->lock held. */
+static fj_status bwd_kernel(fj_ctx *ctx, const fj_problem *p,
+                            const fj_bwd_plan *plan, int which, fj_kernel **k)
+{
+  fj_variant v = plan->variant;
+  v.mods = p->mods;
+  if (which == 1)
+    return main_kernel(ctx, &v, 1, NULL, k);
+  return row_kernel(ctx, p, which == 0 ? "pre" : "post", k);
+}
+
+fj_status fj_attention_bwd_kernel(fj_ctx *ctx, const fj_problem *p,
+                                  const fj_bwd_plan *plan, int which,
+                                  fj_kernel **kernel)
+{
+  if (!ctx || !p || !plan || !kernel)
+    return fj__null_arg(ctx, "fj_attention_bwd_kernel",
+                        !ctx ? "ctx" : !p ? "p" : !plan ? "plan" : "kernel");
+  fj__clear_error(ctx);
+  if (which < 0 || which >= FJ_BWD_KERNELS)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "fj_attention_bwd_kernel: which %d is invalid: 0 (the "
+                    "preprocess), 1 (the main kernel) or 2 (the postprocess)",
+                    which);
+  fj_status st = check_problem(ctx, p);
+  if (st != FJ_OK)
+    return st;
+  pthread_mutex_lock(&ctx->lock);
+  st = bwd_kernel(ctx, p, plan, which, kernel);
+  pthread_mutex_unlock(&ctx->lock);
+  return st;
+}
+
+/* The three kernels' functions; ctx->lock held. */
+static fj_status ready(fj_ctx *ctx, const fj_problem *p,
+                       const fj_bwd_plan *plan, void *fn[3])
+{
+  fj_status st = FJ_OK;
+  for (int i = 0; i < FJ_BWD_KERNELS && st == FJ_OK; i++) {
+    fj_kernel *k = NULL;
+    st = bwd_kernel(ctx, p, plan, i, &k);
+    if (st == FJ_OK)
+      st = fj__kernel_function(ctx, k, &fn[i]);
+  }
+  return st;
+}
+
+static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
+                        const fj_bwd_plan *plan, const bwd_args *a, void *ws,
+                        size_t ws_bytes, void *stream)
+{
+  void *fn[3];
+  fj_kparams kp;
+  fj_bwd_kparams g;
+  unsigned char mod_args[FJ_MOD_ARGS_MAX];
+  uint64_t base = (uint64_t)(uintptr_t)ws;
+  fj_status st = fj__cu_enter(ctx);
+  if (st != FJ_OK)
+    return st;
+  st = fj__devptr_check_call(ctx, who, p, a->q, a->k, a->v, a->o, a->lse, ws);
+  if (st == FJ_OK) {
+    const fj_devptr more[] = {{"dout", -1, a->dout}, {"dq", -1, a->dq},
+                              {"dk", -1, a->dk}, {"dv", -1, a->dv},
+                              {"dsinks", -1, a->dsinks}};
+    st = fj__devptr_check_list(ctx, who, more, FJ_ARRAY_LEN(more));
+  }
+  if (st == FJ_OK) {
+    pthread_mutex_lock(&ctx->lock);
+    st = ready(ctx, p, plan, fn);
+    pthread_mutex_unlock(&ctx->lock);
+  }
+  if (st == FJ_OK && !ws)
+    st = fj__workspace(ctx, stream, plan->workspace_bytes, &base);
+  else if (st == FJ_OK && ws_bytes < plan->workspace_bytes)
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "%s: workspace_bytes %zu is too small: delta and dQ's "
+                  "accumulator need %zu",
+                  who, ws_bytes, plan->workspace_bytes);
+  else if (st == FJ_OK && base % 16)
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "%s: workspace %p is not 16-byte aligned", who, ws);
+  if (st == FJ_OK && a->dsinks)
+    st = fj__cu_memset32_async(ctx, (uint64_t)(uintptr_t)a->dsinks, 0,
+                               (size_t)p->heads_q, stream);
+  if (st == FJ_OK) {
+    fj__fill_params(&kp, p, a->q, a->k, a->v, (void *)(uintptr_t)a->o, NULL);
+    fill_bwd_params(&g, p, a, base, plan);
+    void *args[3] = {&kp, &g, mod_args};
+    fj__mods_args(p->mods, 0, mod_args);
+    const unsigned rows = plan->rows_grid;
+    fj_launch l[3] = {
+        {fn[0], {rows, 1, 1}, {32 * BWD_ROWS, 1, 1}, 0, stream, args, 0},
+        {fn[1], {plan->grid[0], plan->grid[1], plan->grid[2]},
+         {plan->threads, 1, 1}, plan->smem_bytes, stream, args, 0},
+        {fn[2], {rows, 1, 1}, {32 * BWD_ROWS, 1, 1}, 0, stream, args, 0}};
+    for (int i = 0; i < 3 && st == FJ_OK; i++)
+      st = fj__cu_launch(ctx, &l[i]);
+  }
+  fj__cu_leave(ctx);
+  return st;
+}
+
+static fj_status checked(fj_ctx *ctx, const char *who, const fj_problem *p,
+                         const fj_bwd_plan *plan, const bwd_args *a,
+                         void *ws, size_t ws_bytes, void *stream)
+{
+  fj_status st = check_args(ctx, who, p, a);
+  if (st == FJ_OK && !ctx->has_device)
+    st = fj__fail(ctx, FJ_ERR_COMPILE_ONLY,
+                  "cannot launch on a compile-only context (arch %s)",
+                  ctx->arch);
+  return st == FJ_OK ? launch(ctx, who, p, plan, a, ws, ws_bytes, stream) : st;
+}
+
+fj_status fj_attention_bwd_run(fj_ctx *ctx, const fj_problem *p,
+                               const fj_bwd_plan *plan, const void *q,
+                               const void *k, const void *v, const void *o,
+                               const void *dout, const float *lse, void *dq,
+                               void *dk, void *dv, float *dsinks,
+                               void *workspace, size_t workspace_bytes,
+                               void *stream)
+{
+  if (!ctx || !p || !plan)
+    return fj__null_arg(ctx, "fj_attention_bwd_run",
+                        !ctx ? "ctx" : !p ? "p" : "plan");
+  fj__clear_error(ctx);
+  bwd_args a = {q, k, v, o, dout, lse, dq, dk, dv, dsinks};
+  fj_status st = check_problem(ctx, p);
+  return st == FJ_OK ? checked(ctx, "fj_attention_bwd_run", p, plan, &a,
+                               workspace, workspace_bytes, stream)
+                     : st;
+}
+
+fj_status fj_attention_bwd(fj_ctx *ctx, const fj_problem *p, const void *q,
+                           const void *k, const void *v, const void *o,
+                           const void *dout, const float *lse, void *dq,
+                           void *dk, void *dv, float *dsinks, void *stream)
+{
+  if (!ctx || !p)
+    return fj__null_arg(ctx, "fj_attention_bwd", ctx ? "p" : "ctx");
+  fj_bwd_plan plan;
+  fj_status st = fj_attention_bwd_plan(ctx, p, &plan);
+  bwd_args a = {q, k, v, o, dout, lse, dq, dk, dv, dsinks};
+  return st == FJ_OK ? checked(ctx, "fj_attention_bwd", p, &plan, &a, NULL,
+                               0, stream)
+                     : st;
+}

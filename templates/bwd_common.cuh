@@ -1,0 +1,23 @@
+{#
+  bwd_common.cuh: the backward's own parameter block, beside the forward's
+  fj::Params (common.cuh), which the backward's kernels take too (the
+  problem's sizes, strides, mask and modifications).  It must match
+  fj_bwd_kparams in src/kparams.h byte for byte; bwd_params_bytes is its
+  size as the host sees it.
+#}
+namespace fj {
+
+struct BwdParams {
+  const void *dout;        // dO, laid out as p.o_stride says (do_stride)
+  void *dq, *dk, *dv;      // the gradients, in the inputs' dtype
+  const float *lse;        // the forward's natural-log sum-exp [batch][heads_q][seq_q]
+  float *delta;            // rowsum(dO o O), float32 [batch][heads_q][seq_q]
+  float *dq_acc;           // dQ / scale, float32 [batch][heads_q][seq_q][head_dim]
+  float *dsinks;           // [heads_q] gradients of the sinks, or NULL
+  long long do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];  // b, h, s
+  float scale;             // the softmax scale (dQ and dK carry it)
+  int pad;
+};
+static_assert(sizeof(BwdParams) == {{ bwd_params_bytes }}, "host and device disagree on the backward's parameter block");
+
+}  // namespace fj

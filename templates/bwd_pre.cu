@@ -1,0 +1,61 @@
+{#
+  bwd_pre.cu: the backward's first kernel.  One warp a query row (4 rows a
+  block): delta = rowsum(dO o O) in float32, the row's dQ accumulator
+  cleared (the main kernel adds into it), and with attention sinks the
+  sink's gradient: the sink enters only the row's denominator, so
+    d sink[h] = -sum over rows of exp(sink[h] - lse) * delta,
+  added once a row into g.dsinks[h] (float32 atomics).  Rows past a
+  sequence's end (varlen) get delta 0 and nothing else.
+  Parameters: head_dim, dtype, sinks, varlen.
+#}
+{%
+  local D = head_dim
+  local WARPS = 4
+  local PER = (D + 31) // 32
+  local GUARD = D % 32 == 0 and "true" or ("lane + 32 * i < %d"):format(D)
+  meta.symbol = symbol
+  meta.threads = 32 * WARPS
+  meta.smem_bytes = 0
+  meta.rows_per_block = WARPS
+%}
+{{ include("common.cuh") }}
+{{ include("block.cuh", { BM = 64, BN = 64 }) }}
+{{ include("bwd_common.cuh") }}
+
+extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
+{{ symbol }}(const fj::Params p, const fj::BwdParams g) {
+  using fj::elem_t;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const long long f = (long long)blockIdx.x * {{ WARPS }} + warp;  // (b * heads_q + h) * seq_q + row
+  if (f >= (long long)p.batch * p.heads_q * p.seq_q) return;
+  const int row = (int)(f % p.seq_q);
+  const long long bh = f / p.seq_q;
+  const int h = (int)(bh % p.heads_q), b = (int)(bh / p.heads_q);
+{% if varlen then %}
+  const fj::Seq seq = fj::seq_of(p, b);
+  const bool live = row < seq.len_q;
+  const long long r = seq.q_row0 + row;
+{% else %}
+  const bool live = true;
+  const long long r = row;
+{% end %}
+  const elem_t *o = fj::head_rows<const elem_t>(p.o, p.o_stride, b, h) + r * p.o_stride[2];
+  const elem_t *dout = fj::head_rows<const elem_t>(g.dout, g.do_stride, b, h) + r * g.do_stride[2];
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < {{ PER }}; ++i)
+    if (live && {{ GUARD }}) sum += fj::from_elem(o[lane + 32 * i]) * fj::from_elem(dout[lane + 32 * i]);
+  sum = fj::warp_sum(sum);
+  float *acc = g.dq_acc + f * {{ D }};
+#pragma unroll
+  for (int i = 0; i < {{ PER }}; ++i)
+    if ({{ GUARD }}) acc[lane + 32 * i] = 0.f;
+  if (lane == 0) {
+    g.delta[f] = live ? sum : 0.f;
+{% if sinks then %}
+    const float lse = g.lse[f];
+    if (live && g.dsinks && lse > FJ_NEG_INF && sum != 0.f)
+      atomicAdd(g.dsinks + h, -__expf(p.sinks[h] - lse) * sum);
+{% end %}
+  }
+}

@@ -1,0 +1,134 @@
+/*
+ * test_backward.c -- the backward's plan, kernels and refusals without a
+ * GPU: every kernel of a plan compiles for sm_80 and sm_90a with no spills
+ * over head dims, dtypes and masks, and what the backward does not take
+ * yet is refused with a message that says what.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner.h"
+
+/* Plans p's backward on ctx and compiles its three kernels: 0 when each
+ * compiles without spilling (the resources printed). */
+static int compile_all(fj_ctx *ctx, const fj_problem *p, const char *what)
+{
+  fj_bwd_plan plan;
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, p, &plan));
+  CHECK(plan.grid[0] == (unsigned)((p->seq_kv + 63) / 64));
+  CHECK(plan.grid[1] == (unsigned)p->heads_kv && plan.grid[2] == (unsigned)p->batch);
+  CHECK(plan.workspace_bytes >= (size_t)p->batch * (size_t)p->heads_q *
+                                    (size_t)p->seq_q * (size_t)(p->head_dim + 1) *
+                                    sizeof(float));
+  for (int i = 0; i < FJ_BWD_KERNELS; i++) {
+    fj_kernel *k;
+    CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, p, &plan, i, &k));
+    fj_resources r;
+    fj_kernel_resources(k, &r);
+    printf("%-12s %-7s %-40s regs=%3d smem=%6d spill=%d/%d\n", what,
+           fj_ctx_arch(ctx), fj_kernel_name(k), r.registers,
+           r.shared_static + r.shared_dynamic, r.spill_store_bytes,
+           r.spill_load_bytes);
+    CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+  }
+  return 0;
+}
+
+int test_backward_compile(void)
+{
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx != NULL);
+    fj_mods m;
+    fj_mods_init(&m);
+    for (int c = 0; c < 5; c++) {
+      static const int dims[5] = {64, 128, 256, 32, 96};
+      fj_problem p;
+      fj_problem_init(&p, 2, 8, 2, 300, 500, dims[c], c % 2 ? FJ_F16 : FJ_BF16,
+                      FJ_BSHD);
+      p.causal = c == 1 ? FJ_CAUSAL_TOP_LEFT : c == 2 ? FJ_CAUSAL_BOTTOM_RIGHT
+                                                      : FJ_CAUSAL_NONE;
+      if (c == 3) {  /* a window and a softcap */
+        m.window_left = 100;
+        m.window_right = 0;
+        m.softcap = 30.f;
+        p.mods = &m;
+      }
+      if (compile_all(ctx, &p, c == 3 ? "window+cap" : "plain") != 0) {
+        fj_ctx_destroy(ctx);
+        return 1;
+      }
+      p.mods = NULL;
+    }
+    fj_ctx_destroy(ctx);
+  }
+  return 0;
+}
+
+/* What the backward does not take, each refused with what it is. */
+int test_backward_refusals(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx != NULL);
+  fj_problem p;
+  fj_bwd_plan plan;
+  fj_mods m;
+  fj_problem_init(&p, 1, 4, 4, 128, 128, 64, FJ_BF16, FJ_BHSD);
+  fj_mods_init(&m);
+  m.score = "s * 0.5f";
+  p.mods = &m;
+  CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "the backward does not take score or mask expressions");
+  static const int32_t cu_dummy[4] = {0, 0, 0, 0};
+  fj_mods_init(&m);
+  m.window_left = 64;
+  fj_block_mask bm;
+  memset(&bm, 0, sizeof bm);
+  bm.block_q = bm.block_kv = 128;
+  bm.batch = bm.heads = bm.q_blocks = bm.kv_blocks = 1;
+  bm.kv_num = bm.kv_indices = cu_dummy;
+  m.block_mask = &bm;
+  CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "block masks");
+  p.mods = NULL;
+  fj_problem_init(&p, 2, 4, 4, 128, 128, 64, FJ_BF16, FJ_THD);
+  int32_t cu[3] = {0, 100, 200};
+  p.cu_seqlens_q = p.cu_seqlens_kv = cu;
+  p.total_q = p.total_kv = 200;
+  CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "varlen problems");
+  fj_problem_init(&p, 1, 4, 4, 128, 128, 64, FJ_BF16, FJ_BHSD);
+  CHECK_ST(ctx, fj_attention_bwd_plan(NULL, &p, &plan), FJ_ERR_INVALID_ARG);
+  CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, NULL), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "plan");
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+  fj_kernel *k;
+  CHECK_ST(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 3, &k), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "which 3 is invalid");
+  /* Arguments: a missing gradient, a broadcast input, dsinks without
+   * sinks, and no device to launch on (each named before any launch). */
+  char buf[64];
+  void *d = buf;
+  CHECK_ST(ctx, fj_attention_bwd(ctx, &p, d, d, d, d, d, (float *)d, d, NULL, d, NULL, NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "dk");
+  p.k_stride[1] = 0;
+  CHECK_ST(ctx, fj_attention_bwd(ctx, &p, d, d, d, d, d, (float *)d, d, d, d, NULL, NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "k_stride[1] is 0 (a broadcast input)");
+  fj_problem_init(&p, 1, 4, 4, 128, 128, 64, FJ_BF16, FJ_BHSD);
+  CHECK_ST(ctx, fj_attention_bwd(ctx, &p, d, d, d, d, d, (float *)d, d, d, d, (float *)d, NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "dsinks is given but the problem has no sinks");
+  CHECK_ST(ctx, fj_attention_bwd(ctx, &p, d, d, d, d, d, (float *)d, d, d, d, NULL, NULL),
+           FJ_ERR_COMPILE_ONLY);
+  fj_ctx_destroy(ctx);
+  /* Before sm_80 there is no mma.sync. */
+  ctx = fjt_ctx("sm_75", NULL);
+  CHECK(ctx != NULL);
+  CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "needs sm_80 or newer");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
