@@ -210,7 +210,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   // takes: K/V tile number `it` (counted over the block's life) lives in
   // slot it % S with phase parity (it / S) & 1.
   const unsigned bars = base + {{ OFF_BAR }};
-  {{ TR.decls({ q, k, v }, bars) }}
+  {{ PC.indent(TR.decls({ q, k, v }, bars), 2) }}
 {% if DYNAMIC then %}
   // A dynamic walk's item barrier (the producer's arrival: the record is written).
   const unsigned bar_item = {{ ITEM }};
@@ -267,8 +267,10 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
      O = function(mi, d, i) return ("o[%s][%d]"):format(d, i) end })) }}
   }
   }
+{{ mainloop("consumer_end") }}
 #undef FJ_TILES
 #undef FJ_BLOCK
+{{ TR.undefs({ q, k, v }) }}
 }
 {% if mods.any then %}
 {{ include("mods.cuh", { mods = mods, part = "defs" }) }}

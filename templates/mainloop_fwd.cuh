@@ -25,6 +25,7 @@
                     released by every consumer warp once its product has
                     landed, Q's once the last S has; it advanced by ntiles.
                     Leaves O unnormalised and row_m/row_l for the epilogue.
+    consumer_end    after the walk: the setup's macros end.
   Registers per consumer thread: about D/2 + BN/2 + BN/4 (O, S, P);
   shared memory: the rings'; barriers: the rings' and the turns.
   Parameters: q, k, v (rings), D, BN, S, C, T (the element type's name in
@@ -85,6 +86,12 @@
   const float sl2 = p.scale_log2;
 {%   end %}
   const unsigned qa = sq + cw * 64 * {{ q.panel_bytes // q.rows }};
+  // Descriptors: Q's 64 rows of this warpgroup and K (both K-major, k
+  // steps {{ KB }} bytes apart within a panel), V (MN-major, panels {{ v.panel_bytes }}
+  // bytes apart) of a ring slot.
+#define FJ_Q_DESC(kk) {{ qdesc("kk") }}
+#define FJ_K_DESC(slot, kk) {{ kdesc("slot", "kk") }}
+#define FJ_V_DESC(slot, kk) {{ vdesc("slot", "kk") }}
 {%   if pingpong then %}
   // Ping-pong: the consumer warpgroups take turns to issue their products
   // (named barrier 1 + w is warpgroup w's turn), so one's softmax runs
@@ -104,7 +111,7 @@
 %}
     fj::wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < {{ NK_QK }}; ++kk) fj::wg_ss_{{ T }}_{{ BN }}(s, {{ qdesc("kk") }}, {{ kdesc(slot, "kk") }}, kk);
+    for (int kk = 0; kk < {{ NK_QK }}; ++kk) fj::wg_ss_{{ T }}_{{ BN }}(s, FJ_Q_DESC(kk), FJ_K_DESC({{ slot }}, kk), kk);
     fj::wg_commit();
 {%
   end
@@ -113,7 +120,7 @@
 %}
     fj::wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < {{ NK_PV }}; ++kk) fj::wg_rs_{{ T }}_{{ D }}_t(o, pk[kk], {{ vdesc(slot, "kk") }}, 1);
+    for (int kk = 0; kk < {{ NK_PV }}; ++kk) fj::wg_rs_{{ T }}_{{ D }}_t(o, pk[kk], FJ_V_DESC({{ slot }}, kk), 1);
     fj::wg_commit();
 {%
   end
@@ -228,4 +235,8 @@
     {{ PC.indent(v.release("lslot"), 4) }}
   }
   it += ntiles;
+{% elseif part == "consumer_end" then %}
+#undef FJ_Q_DESC
+#undef FJ_K_DESC
+#undef FJ_V_DESC
 {% end %}

@@ -28,8 +28,10 @@
 --                               coordinates (C statement)
 --   q.wait_full(slot, parity)   a consumer's wait for the tile (C)
 --   q.release(slot)             a consumer warp's arrival: its part is done
---   TR.decls(rings, bars)       declares one-slot rings' barriers by name
---                               (q_full, q_empty)
+--   TR.decls(rings, bars)       declares the barriers' names: one-slot
+--                               rings' (q_full, q_empty), and macros of the
+--                               slot for the others' (FJ_K_FULL(slot));
+--                               TR.undefs(rings) ends the macros
 --   TR.init(rings, extra)       the barriers' initialisation (one thread),
 --                               extra: { { addr, count }, ... } of other
 --                               barriers of the plan
@@ -75,9 +77,13 @@ function M.ring(o)
   local full0, empty0 = bars.take(o.slots), bars.take(o.slots)
   -- A ring of one slot names its two barriers (TR.decls declares them).
   R.names = o.slots == 1 and { o.name .. "_full", o.name .. "_empty", full0, empty0 } or nil
+  -- A ring of several slots names its barriers by macros (TR.decls):
+  -- FJ_K_FULL(slot), FJ_K_EMPTY(slot).
+  R.macros = o.slots > 1 and { ("FJ_%s_FULL"):format(o.name:upper()), ("FJ_%s_EMPTY"):format(o.name:upper()),
+                               full0, empty0 } or nil
   local function at(first, slot)
     if R.names then return first == full0 and R.names[1] or R.names[2] end
-    return bars.at(("%du + (%s)"):format(first, slot))
+    return ("%s(%s)"):format(first == full0 and R.macros[1] or R.macros[2], slot)
   end
   function R.full(slot) return at(full0, slot) end
   function R.empty(slot) return at(empty0, slot) end
@@ -106,16 +112,32 @@ function M.ring(o)
   return R
 end
 
--- The names of one-slot rings' barriers, declared once (C declarations).
+-- The names of the rings' barriers, declared once: one-slot rings' as
+-- constants, the others' as macros of the slot (TR.undefs ends them).
 function M.decls(rings, bars)
-  local parts = {}
+  local parts, lines = {}, {}
   for _, r in ipairs(rings) do
     if r.names then
       local function addr(i) return i == 0 and bars.base or ("%s + %du"):format(bars.base, 8 * i) end
       parts[#parts + 1] = ("%s = %s, %s = %s"):format(r.names[1], addr(r.names[3]), r.names[2], addr(r.names[4]))
+    else
+      for k = 1, 2 do
+        lines[#lines + 1] = ("#define %s(i) %s"):format(r.macros[k], bars.at(("%du + (i)"):format(r.macros[k + 2])))
+      end
     end
   end
-  return #parts > 0 and "const unsigned " .. table.concat(parts, ", ") .. ";" or ""
+  if #parts > 0 then table.insert(lines, 1, "const unsigned " .. table.concat(parts, ", ") .. ";") end
+  return table.concat(lines, "\n")
+end
+
+function M.undefs(rings)
+  local lines = {}
+  for _, r in ipairs(rings) do
+    if r.macros then
+      lines[#lines + 1] = ("#undef %s\n#undef %s"):format(r.macros[1], r.macros[2])
+    end
+  end
+  return table.concat(lines, "\n")
 end
 
 -- The barriers' initialisation: rings of one slot first, then the other

@@ -147,6 +147,12 @@ class Plan(C.Structure):
                 ("workspace_bytes", C.c_size_t)]
 
 
+class BwdPlan(C.Structure):
+    _fields_ = [("variant", Variant), ("grid", C.c_uint * 3), ("threads", C.c_uint),
+                ("smem_bytes", C.c_uint), ("rows_grid", C.c_uint),
+                ("workspace_bytes", C.c_size_t)]
+
+
 class TuneOpts(C.Structure):
     _fields_ = [("iters", C.c_int), ("warmup", C.c_int), ("workers", C.c_int),
                 ("save", C.c_int), ("progress", PROGRESS_FN), ("user", C.c_void_p)]
@@ -198,7 +204,7 @@ CACHE_VISIT_FN = C.CFUNCTYPE(C.c_int, C.c_void_p, C.POINTER(CacheEntry))
 C_NAMES = {AxisInfo: "fj_axis_info", CtxOpts: "fj_ctx_opts", DeviceInfo: "fj_device_info", Variant: "fj_variant",
            Resources: "fj_resources", PrepareOpts: "fj_prepare_opts", Problem: "fj_problem",
            ModParam: "fj_mod_param", Mods: "fj_mods", ModBuiltin: "fj_mod_builtin",
-           BlockMask: "fj_block_mask", Plan: "fj_plan",
+           BlockMask: "fj_block_mask", Plan: "fj_plan", BwdPlan: "fj_bwd_plan",
            TuneOpts: "fj_tune_opts", TuneReport: "fj_tune_report", TuneEntry: "fj_tune_entry",
            Lut: "fj_lut", CacheStats: "fj_cache_stats", CacheEntry: "fj_cache_entry",
            PrewarmReport: "fj_prewarm_report", CachePackReport: "fj_cache_pack_report"}
@@ -253,6 +259,12 @@ SIGNATURES = {
     "fj_attention_plan": (_I, [_VP, _P(Problem), _P(Plan)]),
     "fj_attention_workspace_size": (_I, [_VP, _P(Problem), _P(_S)]),
     "fj_attention_fwd": (_I, [_VP, _P(Problem), _VP, _VP, _VP, _VP, _VP, _VP]),
+    "fj_attention_bwd_plan": (_I, [_VP, _P(Problem), _P(BwdPlan)]),
+    "fj_attention_bwd_kernel": (_I, [_VP, _P(Problem), _P(BwdPlan), _I, _P(_VP)]),
+    "fj_attention_bwd": (_I, [_VP, _P(Problem), _VP, _VP, _VP, _VP, _VP, _VP, _VP, _VP, _VP,
+                              _VP, _VP]),
+    "fj_attention_bwd_run": (_I, [_VP, _P(Problem), _P(BwdPlan), _VP, _VP, _VP, _VP, _VP,
+                                  _VP, _VP, _VP, _VP, _VP, _VP, _S, _VP]),
     "fj_attention_fwd_plan": (_I, [_VP, _P(Problem), _P(Plan), _VP, _VP, _VP, _VP, _VP,
                                    _VP, _S, _VP]),
     "fj_attention_fwd_variant": (_I, [_VP, _P(Problem), _P(Variant), _VP, _VP, _VP, _VP,

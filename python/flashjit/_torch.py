@@ -256,6 +256,119 @@ def _attention_fake(q, k, v, causal, scale, return_lse, layout, window_left, win
     return out, lse
 
 
+# ---- the backward ----------------------------------------------------------------
+
+def _dense(t):
+    """Whether t's elements fill its span exactly once (any order of the
+    dimensions): its gradient can take its strides (fj_attention_bwd lays
+    dq, dk and dv out as q, k and v are)."""
+    dims = sorted((s, n) for s, n in zip(t.stride(), t.shape) if n > 1)
+    want = 1
+    for s, n in dims:
+        if s != want:
+            return False
+        want *= n
+    return True
+
+
+def _launch_bwd(dout, q, k, v, out, lse, causal, scale, layout, window_left, window_right,
+                softcap, sinks):
+    """fj_attention_bwd: (dq, dk, dv, dsinks), the gradients in q's, k's and
+    v's strides (dense copies of inputs that are not: broadcasts), dsinks
+    float32 (heads_q,) or empty."""
+    q, k, v = (t if _dense(t) else t.contiguous() for t in (q, k, v))
+    # O and dO are read with one set of strides: O's, which the forward made contiguous.
+    out, dout = out.contiguous(), dout.contiguous()
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    b, hq, sq, d = _sizes(q, layout)
+    dsinks = torch.empty((hq,) if sinks is not None else (0,), dtype=torch.float32,
+                         device=q.device)
+    if dq.numel() == 0:
+        return dq, dk.zero_(), dv.zero_(), dsinks.zero_()
+    dev = q.device
+    ctx = core.gpu_context(dev.index)
+    lib = core.lib()
+    p = capi.Problem.from_buffer_copy(_problem(q, k, v, causal, scale, layout))
+    mods = None
+    if window_left != -1 or window_right != -1 or softcap or sinks is not None:
+        mods = pr.ModsArg((window_left, window_right), softcap, device=dev, sinks=sinks)
+        p.mods = mods.ptr
+    args = [q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(),
+            lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+            dsinks.data_ptr() if sinks is not None else None]
+    stream = _stream(dev)
+    if torch.cuda.is_current_stream_capturing():
+        # The context's workspace cannot grow under capture: PyTorch's (the graph's pool).
+        plan = capi.BwdPlan()
+        st = lib.fj_attention_bwd_plan(ctx, C.byref(p), C.byref(plan))
+        if st == capi.OK:
+            ws = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=dev)
+            st = lib.fj_attention_bwd_run(ctx, C.byref(p), C.byref(plan), *args,
+                                          ws.data_ptr(), plan.workspace_bytes, stream)
+            del ws
+    else:
+        st = lib.fj_attention_bwd(ctx, C.byref(p), *args, stream)
+    if st != capi.OK:
+        raise core.error(st, ctx)
+    del mods
+    return dq, dk, dv, dsinks
+
+
+@torch.library.custom_op("flashjit::attention_bwd", mutates_args=(), device_types="cuda")
+def attention_bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     out: torch.Tensor, lse: torch.Tensor, causal: int, scale: float,
+                     layout: int, window_left: int, window_right: int, softcap: float,
+                     sinks: typing.Optional[torch.Tensor] = None
+                     ) -> typing.Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients of flashjit::attention: (dq, dk, dv, dsinks)."""
+    return _launch_bwd(dout, q, k, v, out, lse, causal, scale, layout, window_left,
+                       window_right, softcap, sinks)
+
+
+@attention_bwd_op.register_fake
+def _attention_bwd_fake(dout, q, k, v, out, lse, causal, scale, layout, window_left,
+                        window_right, softcap, sinks=None):
+    hq = _sizes(q, layout)[1]
+    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+            q.new_empty((hq,) if sinks is not None else (0,), dtype=torch.float32))
+
+
+def _setup_context(ctx, inputs, output):
+    (q, k, v, causal, scale, _, layout, wl, wr, softcap, score_mod, mask_mod, names, _, _,
+     sinks, block_q) = inputs[:17]
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, sinks)
+    ctx.args = (causal, scale, layout, wl, wr, softcap)
+    ctx.unsupported = [n for n, on in (("score_mod", score_mod), ("mask_mod", mask_mod),
+                                       ("params", names), ("block_mask", block_q)) if on]
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, dout, dlse):
+    if ctx.unsupported:
+        raise NotImplementedError(f"{_WHO}: the backward does not take "
+                                  f"{', '.join(ctx.unsupported)} yet")
+    if dlse is not None:
+        raise NotImplementedError(f"{_WHO}: the gradient through the returned lse is not "
+                                  "implemented yet: use the output only")
+    q, k, v, out, lse, sinks = ctx.saved_tensors
+    if lse.numel() != out.numel() // out.shape[-1]:
+        raise RuntimeError(f"{_WHO}: the forward kept no lse (return_lse=False through "
+                           "torch.ops.flashjit.attention): call flashjit.attention")
+    if torch.are_deterministic_algorithms_enabled():
+        alert = getattr(torch._C, "_alert_not_deterministic", None)
+        if alert is not None:
+            alert("flashjit.attention's backward (dq is added by float32 atomics)")
+    if dout is None:
+        return (None,) * 22
+    dq, dk, dv, dsinks = attention_bwd_op(dout, q, k, v, out, lse, *ctx.args, sinks)
+    grads = [dq, dk, dv] + [None] * 12 + [dsinks if sinks is not None else None] + [None] * 6
+    return tuple(grads)
+
+
+attention_op.register_autograd(_backward, setup_context=_setup_context)
+
+
 def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhsd",
               window=None, softcap=None, score_mod=None, mask_mod=None, params=None,
               sinks=None, block_mask=None, checked=False):
@@ -292,8 +405,14 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     the extents, instead of reading there; the call waits for its kernels,
     so it is refused under CUDA-graph capture and under torch.compile.
 
-    Forward only (no autograd).  Under CUDA-graph capture, run the call
-    once before capturing (compile, layout probe).  torch.compile traces it
+    Differentiable in q, k, v and sinks (loss.backward() runs
+    fj_attention_bwd: O and the log-sum-exp are saved, not P) with causal,
+    window, softcap, sinks and GQA; a call with score_mod, mask_mod,
+    params or block_mask runs forward, and its backward raises.  dq is
+    added by float32 atomics, so under torch.use_deterministic_algorithms
+    the backward alerts as PyTorch's nondeterministic ops do.  Under
+    CUDA-graph capture, run the call once before capturing (compile,
+    layout probe).  torch.compile traces it
     as torch.ops.flashjit.attention.  Raises TypeError / ValueError with a
     one-line message for bad inputs (the library's own where it refuses).
     """
@@ -313,9 +432,13 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     if checked and torch.compiler.is_compiling():
         raise ValueError(f"{_WHO}: checked=True waits for its kernels and reports on the host: "
                          "call it outside torch.compile")
-    if torch.compiler.is_compiling():
+    # Autograd goes through the op (its backward: register_autograd), which
+    # keeps the log-sum-exp for it.
+    grad = torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, sinks))
+    if torch.compiler.is_compiling() or grad:
         names, tensors, scalars = encode_params(params)
-        out, lse = attention_op(q, k, v, c, sc, bool(return_lse), lay, wl, wr, cap,
+        out, lse = attention_op(q, k, v, c, sc, bool(return_lse) or grad, lay, wl, wr, cap,
                                 score_mod or "", mask_mod or "", names, tensors, scalars,
                                 sinks, *bm)
     else:

@@ -249,6 +249,7 @@ __device__ __forceinline__ void wg_rs_f16_128_t(float (&d)[8][8], const unsigned
 
 // shared memory: 232400 bytes; q @0; k @32768; v @122880; o_stage @212992; barriers @231296 (+ alignment)
 // registers: producer 24, consumers 240
+// pieces: tma_ring.lua (producer), scheduler.cuh, mainloop_fwd.cuh, score_regs.cuh, softmax_regs.cuh, epilogue_regs.cuh, budget.lua
 
 // From the accumulator table: each lane's base (row | col << 4); slot s adds
 // (drow, dcol) = (0, 0) (0, 1) (8, 0) (8, 1) (0, 8) (0, 9) (8, 8) (8, 9); register 8j + s of
@@ -270,6 +271,7 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 __device__ __forceinline__ unsigned smem_base(const void *p) {
   return (smem_opaque(p) + 1023u) & ~1023u;
 }
+
 }  // namespace fj
 
 extern "C" __global__ void __launch_bounds__(384, 1)
@@ -278,15 +280,16 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
   extern __shared__ __align__(1024) unsigned char smem[];
   const unsigned base = fj::smem_base(smem);
   const unsigned sq = base + 0, sk = base + 32768, sv = base + 122880;
-  // Barriers: Q full and Q empty, then full K, empty K, full V, empty V per
-  // ring slot.  The ring runs on across the work tiles a block takes: K/V
-  // tile number `it` (counted over the block's life) lives in slot it % S
-  // with phase parity (it / S) & 1.
-  const unsigned bar_q = base + 231296, q_empty = bar_q + 8u;
-#define FJ_FULL_K(i) (bar_q + 8u * (2u + (i)))
-#define FJ_EMPTY_K(i) (bar_q + 8u * (2u + 2u + (i)))
-#define FJ_FULL_V(i) (bar_q + 8u * (2u + 4u + (i)))
-#define FJ_EMPTY_V(i) (bar_q + 8u * (2u + 6u + (i)))
+  // Barriers (tma_ring.lua): Q's full and empty, then K's full and empty
+  // and V's per ring slot.  The ring runs on across the work tiles a block
+  // takes: K/V tile number `it` (counted over the block's life) lives in
+  // slot it % S with phase parity (it / S) & 1.
+  const unsigned bars = base + 231296;
+  const unsigned q_full = bars, q_empty = bars + 8u;
+#define FJ_K_FULL(i) (bars + 8u * (2u + (i)))
+#define FJ_K_EMPTY(i) (bars + 8u * (4u + (i)))
+#define FJ_V_FULL(i) (bars + 8u * (6u + (i)))
+#define FJ_V_EMPTY(i) (bars + 8u * (8u + (i)))
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
   // A persistent grid (block.cuh's tile order): every warpgroup walks the
   // same tiles, so producer and consumers agree without talking.
@@ -296,14 +299,14 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
 #define FJ_BLOCK(blk) if (!fj::tile_of(p, pair, half, blk)) continue
 
   if (threadIdx.x == 0) {
-    fj::mbar_init(bar_q, 1);
+    fj::mbar_init(q_full, 1);
     fj::mbar_init(q_empty, 8);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      fj::mbar_init(FJ_FULL_K(i), 1);
-      fj::mbar_init(FJ_EMPTY_K(i), 8);
-      fj::mbar_init(FJ_FULL_V(i), 1);
-      fj::mbar_init(FJ_EMPTY_V(i), 8);
+      fj::mbar_init(FJ_K_FULL(i), 1);
+      fj::mbar_init(FJ_K_EMPTY(i), 8);
+      fj::mbar_init(FJ_V_FULL(i), 1);
+      fj::mbar_init(FJ_V_EMPTY(i), 8);
     }
     fj::mbar_init_fence();
   }
@@ -330,24 +333,24 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
         // Q's buffer is free once every consumer warp has finished its last
         // S of the previous work tile (at once for the first).
         fj::mbar_wait(q_empty, (kq & 1u) ^ 1u);
-        fj::mbar_expect(bar_q, 32768u);
+        fj::mbar_expect(q_full, 32768u);
 #pragma unroll
         for (int pn = 0; pn < 2; ++pn)
-          fj::tma_load4(sq + pn * 16384, mq, bar_q, pn * 64, q_row, blk.h, q_b);
+          fj::tma_load4(sq + pn * 16384, mq, q_full, pn * 64, q_row, blk.h, q_b);
         for (int t = 0; t < ntiles; ++t, ++it) {
           const unsigned slot = it % 2u, ph = (it / 2u) & 1u;
           // A slot is free once every consumer warp has released it; in the
           // first round the "preceding phase" test passes at once.
-          fj::mbar_wait(FJ_EMPTY_K(slot), ph ^ 1u);
-          fj::mbar_expect(FJ_FULL_K(slot), 45056u);
+          fj::mbar_wait(FJ_K_EMPTY(slot), ph ^ 1u);
+          fj::mbar_expect(FJ_K_FULL(slot), 45056u);
 #pragma unroll
           for (int pn = 0; pn < 2; ++pn)
-            fj::tma_load4(sk + slot * 45056 + pn * 22528, mk, FJ_FULL_K(slot), pn * 64, kv_row + (t_first + t) * 176, blk.hk, kv_b);
-          fj::mbar_wait(FJ_EMPTY_V(slot), ph ^ 1u);
-          fj::mbar_expect(FJ_FULL_V(slot), 45056u);
+            fj::tma_load4(sk + (slot) * 45056 + pn * 22528, mk, FJ_K_FULL(slot), pn * 64, kv_row + (t_first + t) * 176, blk.hk, kv_b);
+          fj::mbar_wait(FJ_V_EMPTY(slot), ph ^ 1u);
+          fj::mbar_expect(FJ_V_FULL(slot), 45056u);
 #pragma unroll
           for (int pn = 0; pn < 2; ++pn)
-            fj::tma_load4(sv + slot * 45056 + pn * 22528, mv, FJ_FULL_V(slot), pn * 64, kv_row + (t_first + t) * 176, blk.hk, kv_b);
+            fj::tma_load4(sv + (slot) * 45056 + pn * 22528, mv, FJ_V_FULL(slot), pn * 64, kv_row + (t_first + t) * 176, blk.hk, kv_b);
         }
       }
     }
@@ -358,10 +361,10 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
   const int wr = cw * 64 + (warp % 4) * 16;    // this warp's first row in the tile
   const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
   const float sl2 = p.scale_log2;
-  // Descriptors: Q's 64 rows of this warpgroup (K-major, k16 steps 32 bytes
-  // apart within a panel), K (K-major) and V (MN-major, panels
-  // 22528 bytes apart) of a ring slot.
   const unsigned qa = sq + cw * 64 * 128;
+  // Descriptors: Q's 64 rows of this warpgroup and K (both K-major, k
+  // steps 32 bytes apart within a panel), V (MN-major, panels 22528
+  // bytes apart) of a ring slot.
 #define FJ_Q_DESC(kk) fj::wg_desc(qa + ((kk) / 4) * 16384 + ((kk) % 4) * 32, 16, 1024)
 #define FJ_K_DESC(slot, kk) fj::wg_desc(sk + (slot) * 45056 + ((kk) / 4) * 22528 + ((kk) % 4) * 32, 16, 1024)
 #define FJ_V_DESC(slot, kk) fj::wg_desc(sv + (slot) * 45056 + (kk) * 2048, 22528, 1024)
@@ -369,15 +372,12 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
   // (named barrier 1 + w is warpgroup w's turn), so one's softmax runs
   // while another's products occupy the tensor cores.  Warpgroup 0 starts.
   if (cw == 1) fj::bar_arrive(1, 256);
-#define FJ_TURN_TAKE() fj::bar_sync(1 + cw, 256)
-#define FJ_TURN_PASS() fj::bar_arrive(1 + (cw + 1) % 2, 256)
 
   float o[8][8];
   float s[11][8];
   unsigned pk[11][4];
   float row_m[1][2], row_l[1][2];
   unsigned it = 0;
-
   FJ_TILES {
         fj::Block blk;
         FJ_BLOCK(blk);
@@ -394,7 +394,7 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
 #pragma unroll
   for (int c = 0; c < 2; ++c) { row_m[0][c] = FJ_NEG_INF; row_l[0][c] = 0.f; }
 
-  fj::mbar_wait(bar_q, kq & 1u);
+  fj::mbar_wait(q_full, kq & 1u);
   if (ntiles == 0) {
     __syncwarp();
     if (lane == 0) fj::mbar_arrive(q_empty);
@@ -402,23 +402,23 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
     // Tile 0: S, the softmax, P.
     const int n0 = t_first * 176;
     const unsigned slot = it % 2u;
-    fj::mbar_wait(FJ_FULL_K(slot), (it / 2u) & 1u);
-    FJ_TURN_TAKE();
+    fj::mbar_wait(FJ_K_FULL(slot), (it / 2u) & 1u);
+    fj::bar_sync(1 + cw, 256);
     fj::wg_fence();
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) fj::wg_ss_f16_176(s, FJ_Q_DESC(kk), FJ_K_DESC(slot, kk), kk);
     fj::wg_commit();
-    FJ_TURN_PASS();
+    fj::bar_arrive(1 + (cw + 1) % 2, 256);
     fj::wg_wait<0>();
 #pragma unroll
     for (int j = 0; j < 11; ++j)
 #pragma unroll
       for (int i = 0; i < 8; ++i) fj::wg_hold(s[j][i]);
     __syncwarp();
-    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_K(slot));
+    if (lane == 0) fj::mbar_arrive(FJ_K_EMPTY(slot));
     if (ntiles == 1) {
-    __syncwarp();
-    if (lane == 0) fj::mbar_arrive(q_empty);
+      __syncwarp();
+      if (lane == 0) fj::mbar_arrive(q_empty);
     }
     const bool need_mask = n0 + 176 > p.seq_kv;
 #pragma unroll
@@ -511,28 +511,28 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
     const unsigned slot = cur % 2u, pslot = prev % 2u;
     // S(t) and O += P(t - 1) V(t - 1) in flight together; the softmax of
     // S(t) runs while the second finishes.
-    fj::mbar_wait(FJ_FULL_K(slot), (cur / 2u) & 1u);
-    FJ_TURN_TAKE();
+    fj::mbar_wait(FJ_K_FULL(slot), (cur / 2u) & 1u);
+    fj::bar_sync(1 + cw, 256);
     fj::wg_fence();
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) fj::wg_ss_f16_176(s, FJ_Q_DESC(kk), FJ_K_DESC(slot, kk), kk);
     fj::wg_commit();
-    fj::mbar_wait(FJ_FULL_V(pslot), (prev / 2u) & 1u);
+    fj::mbar_wait(FJ_V_FULL(pslot), (prev / 2u) & 1u);
     fj::wg_fence();
 #pragma unroll
     for (int kk = 0; kk < 11; ++kk) fj::wg_rs_f16_128_t(o, pk[kk], FJ_V_DESC(pslot, kk), 1);
     fj::wg_commit();
-    FJ_TURN_PASS();
+    fj::bar_arrive(1 + (cw + 1) % 2, 256);
     fj::wg_wait<1>();
 #pragma unroll
     for (int j = 0; j < 11; ++j)
 #pragma unroll
       for (int i = 0; i < 8; ++i) fj::wg_hold(s[j][i]);
     __syncwarp();
-    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_K(slot));
+    if (lane == 0) fj::mbar_arrive(FJ_K_EMPTY(slot));
     if (t == ntiles - 1) {
-    __syncwarp();
-    if (lane == 0) fj::mbar_arrive(q_empty);
+      __syncwarp();
+      if (lane == 0) fj::mbar_arrive(q_empty);
     }
     float alpha[2];
     bool resc;
@@ -608,7 +608,7 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
 #pragma unroll
       for (int i = 0; i < 8; ++i) fj::wg_hold(o[j][i]);
     __syncwarp();
-    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_V(pslot));
+    if (lane == 0) fj::mbar_arrive(FJ_V_EMPTY(pslot));
     // Not under the softcap's fixed shift (softmax_regs.cuh's `rescaled`).
     if (resc)
 #pragma unroll
@@ -633,22 +633,23 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
   if (ntiles > 0) {
     // The last tile's O += P V.
     const unsigned last = it + ntiles - 1, lslot = last % 2u;
-    fj::mbar_wait(FJ_FULL_V(lslot), (last / 2u) & 1u);
-    FJ_TURN_TAKE();
+    fj::mbar_wait(FJ_V_FULL(lslot), (last / 2u) & 1u);
+    fj::bar_sync(1 + cw, 256);
     fj::wg_fence();
 #pragma unroll
     for (int kk = 0; kk < 11; ++kk) fj::wg_rs_f16_128_t(o, pk[kk], FJ_V_DESC(lslot, kk), 1);
     fj::wg_commit();
-    FJ_TURN_PASS();
+    fj::bar_arrive(1 + (cw + 1) % 2, 256);
     fj::wg_wait<0>();
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int i = 0; i < 8; ++i) fj::wg_hold(o[j][i]);
     __syncwarp();
-    if (lane == 0) fj::mbar_arrive(FJ_EMPTY_V(lslot));
+    if (lane == 0) fj::mbar_arrive(FJ_V_EMPTY(lslot));
   }
   it += ntiles;
+
 
   // O = O / l and the log-sum-exp (epilogue_regs.cuh).
   elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h);
@@ -730,15 +731,13 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
 
   }
   }
-#undef FJ_TILES
-#undef FJ_BLOCK
-#undef FJ_TURN_TAKE
-#undef FJ_TURN_PASS
-#undef FJ_FULL_K
-#undef FJ_EMPTY_K
-#undef FJ_FULL_V
-#undef FJ_EMPTY_V
 #undef FJ_Q_DESC
 #undef FJ_K_DESC
 #undef FJ_V_DESC
+#undef FJ_TILES
+#undef FJ_BLOCK
+#undef FJ_K_FULL
+#undef FJ_K_EMPTY
+#undef FJ_V_FULL
+#undef FJ_V_EMPTY
 }
