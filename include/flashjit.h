@@ -178,8 +178,8 @@ FJ_API void fj_ctx_destroy(fj_ctx *ctx);
  * The detailed message of the calling thread's last failed call on ctx.
  * ctx NULL: of the thread's last failed call without a context --
  * fj_ctx_create, fj_reference_fwd, fj_reference_bwd, fj_convert, or any
- * call that was given a NULL context.  Empty if that call succeeded.  Never NULL.  Valid until
- * the thread's next call into flashjit.
+ * call that was given a NULL context.  Empty if that call succeeded.
+ * Never NULL.  Valid until the thread's next call into flashjit.
  */
 FJ_API const char *fj_errmsg(const fj_ctx *ctx);
 
@@ -1039,7 +1039,8 @@ FJ_API fj_status fj_reference_fwd(const fj_problem *p, const void *q,
  * sum of its gradients, and dk, dv sum a GQA group's query heads.
  * dsinks, if not NULL, receives float32 [heads_q]: with p->mods->sinks,
  * the sink logits' gradients, summed over batch and rows; without, 0.
- * Computed in float64 throughout; the caller's memory only.  Errors:
+ * Computed in float64 throughout; it touches no memory but the arrays
+ * given (and the calling thread's message).  Errors:
  * those of fj_reference_fwd for the problem and for p, q, k, v, dout, dq,
  * dk or dv NULL (FJ_ERR_INVALID_ARG naming it); FJ_ERR_UNSUPPORTED for a
  * score expression (its derivative is not generated yet), a block mask,

@@ -2,7 +2,8 @@
  * reference.c -- host-side number formats (f16, bf16, e4m3 with
  * round-to-nearest-even), the checks of a problem that need no context
  * (fj_problem_check adds the target's rules), and the float64 attention
- * reference that tests, the CLI and embedders check kernels against.
+ * reference, forward and backward, that tests, the CLI and embedders check
+ * kernels against.
  */
 #include <math.h>
 #include <stdio.h>

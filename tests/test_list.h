@@ -58,6 +58,7 @@ TEST(refbwd_gradcheck, cpu)
 TEST(refbwd_empty_rows, cpu)
 TEST(refbwd_public, cpu)
 TEST(refbwd_varlen, cpu)
+TEST(refbwd_paged, cpu)
 TEST(refbwd_errors, cpu)
 /* the kernel family, compile-only */
 TEST(family_sample_sm80, cpu)
