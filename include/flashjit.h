@@ -177,9 +177,9 @@ FJ_API void fj_ctx_destroy(fj_ctx *ctx);
 /*
  * The detailed message of the calling thread's last failed call on ctx.
  * ctx NULL: of the thread's last failed call without a context --
- * fj_ctx_create, fj_reference_fwd, fj_convert, or any call that was given
- * a NULL context.  Empty if that call succeeded.  Never NULL.  Valid until
- * the thread's next call into flashjit.
+ * fj_ctx_create, fj_reference_fwd, fj_reference_bwd, fj_convert, or any
+ * call that was given a NULL context.  Empty if that call succeeded.
+ * Never NULL.  Valid until the thread's next call into flashjit.
  */
 FJ_API const char *fj_errmsg(const fj_ctx *ctx);
 
@@ -646,7 +646,7 @@ typedef struct fj_mod_param {
   int rank;             /* 0: a scalar; 1..4: a tensor */
   int64_t extents[4];   /* a tensor's extents, 1..INT32_MAX each */
   const void *data;     /* a tensor's device memory (host memory for
-                           fj_reference_fwd) */
+                           fj_reference_fwd and _bwd) */
   double value;         /* a scalar's value (an I32 scalar: an integer in
                            int32's range) */
 } fj_mod_param;
@@ -677,7 +677,8 @@ struct fj_mods {
    *   O[q] = sum_kv exp(s'[kv]) V[kv] / (exp(sink[h]) + sum_kv exp(s'[kv]))
    * with s' the modified score (natural units, after the scale), and the
    * log-sum-exp log(exp(sink[h]) + sum_kv exp(s'[kv])).  Device memory,
-   * float32 [heads_q] (host memory for fj_reference_fwd); NULL: none.
+   * float32 [heads_q] (host memory for fj_reference_fwd and _bwd); NULL:
+   * none.
    * Whether sinks are on belongs to the kernel (named "_sink"); the values
    * are a launch argument. */
   const float *sinks;
@@ -1095,6 +1096,34 @@ FJ_API fj_status fj_reference_fwd(const fj_problem *p, const void *q,
                                   const float *k_scale, const float *v_scale,
                                   int row_begin, int row_end, double *out,
                                   double *out_lse);
+
+/*
+ * Float64 reference of the backward on the host, for checking: the
+ * gradients of L = sum(dout . O), O being fj_reference_fwd's output for
+ * the same problem (recomputed here row by row, with the same mask,
+ * window, softcap, sinks, GQA, scale, varlen and paged rules; neither O
+ * nor the log-sum-exp is taken).  q, k, v and dout are host arrays in p's
+ * dtype (K/V: kv_dtype) and strides, dout in o_stride's.  dq, dk and dv
+ * receive the gradients as float32 in q's, k's and v's strides: every
+ * element the problem addresses is written (0 where nothing depends on
+ * it: keys no row sees, a row that sees no key, dense keys past
+ * seqused_kv), others are left alone; an element that strides address
+ * more than once (a stride of 0, a page two sequences share) receives the
+ * sum of its gradients, and dk, dv sum a GQA group's query heads.
+ * dsinks, if not NULL, receives float32 [heads_q]: with p->mods->sinks,
+ * the sink logits' gradients, summed over batch and rows; without, 0.
+ * Computed in float64 throughout; it touches no memory but the arrays
+ * given (and the calling thread's message).  Errors:
+ * those of fj_reference_fwd for the problem and for p, q, k, v, dout, dq,
+ * dk or dv NULL (FJ_ERR_INVALID_ARG naming it); FJ_ERR_UNSUPPORTED for a
+ * score expression (its derivative is not generated yet), a block mask,
+ * or e4m3 K/V (a mask expression is taken: it only decides which keys a
+ * row sees); FJ_ERR_NOMEM.  The message is in fj_errmsg(NULL).
+ */
+FJ_API fj_status fj_reference_bwd(const fj_problem *p, const void *q,
+                                  const void *k, const void *v,
+                                  const void *dout, float *dq, float *dk,
+                                  float *dv, float *dsinks);
 
 /* Converts n host values between dtypes (float32 <-> f16, bf16, e4m3) with
  * round-to-nearest-even.  FJ_ERR_INVALID_ARG for an unknown dtype, or a

@@ -2,7 +2,8 @@
  * reference.c -- host-side number formats (f16, bf16, e4m3 with
  * round-to-nearest-even), the checks of a problem that need no context
  * (fj_problem_check adds the target's rules), and the float64 attention
- * reference that tests, the CLI and embedders check kernels against.
+ * reference, forward and backward, that tests, the CLI and embedders check
+ * kernels against.
  */
 #include <math.h>
 #include <stdio.h>
@@ -531,14 +532,21 @@ typedef struct ref_head {
   int64_t qoff;               /* element offset of this head's row 0 */
   int64_t koff, voff;         /* of key 0 (paged: of page 0's head) */
   const int32_t *pages;       /* paged: this sequence's row of the table */
+  int64_t ooff;               /* of this head's row 0 in O (and dO) */
   int len_kv, causal_off;     /* this sequence's keys and mask offset */
   double kscale, vscale;
-  fj_dtype kv;
+  fj_dtype qdt, kv;           /* Q's (and dO's) and K/V's element types */
   double sink;                /* this head's sink logit; -inf: none */
 } ref_head;
 
+/* The element type of the float64 path's inputs (fj__reference_fwd64,
+ * fj__reference_bwd64): never a problem's, which fj__check_types bounds. */
+#define F64_INPUT ((fj_dtype)64)
+
 static double elem(fj_dtype d, const void *base, int64_t i)
 {
+  if (d == F64_INPUT)
+    return ((const double *)base)[i];
   return (double)to_float(d, base, (size_t)i);
 }
 
@@ -674,7 +682,7 @@ static void ref_row(const ref_head *h, int row, double scale, double *s,
     double acc = 0;
     int64_t kj = key_at(h, p->k_stride, h->koff, j);
     for (int e = 0; e < d; e++)
-      acc += elem(p->dtype, h->q, h->qoff + (int64_t)row * p->q_stride[2] + e) *
+      acc += elem(h->qdt, h->q, h->qoff + (int64_t)row * p->q_stride[2] + e) *
              elem(h->kv, h->k, kj + e);
     s[j] = ref_score(h, row, j, acc * h->kscale * scale);
     mx = s[j] > mx ? s[j] : mx;
@@ -843,26 +851,159 @@ static void ref_mods_close(ref_mods *rm)
   fj__expr_free(rm->mask);
 }
 
-/* Everything checked before a tensor is touched. */
-static fj_status reference_check(const fj_problem *p, const void *q,
-                                 const void *k, const void *v,
+/* The checks of a problem that the forward and the backward share: what
+ * fj_problem_check_lengths checks (the problem, then its host index
+ * arrays), then the modifications' host arrays. */
+static fj_status problem_check(const fj_problem *p)
+{
+  fj_status st = fj_problem_check_lengths(p);
+  if (st == FJ_OK)
+    st = fj__mods_check_data(NULL, p->mods);
+  return st == FJ_OK ? fj__mods_check_blocks_data(NULL, p->mods) : st;
+}
+
+/* Everything the forward checks before a tensor is touched. */
+static fj_status reference_check(const char *fn, const fj_problem *p,
+                                 const void *q, const void *k, const void *v,
                                  const float *k_scale, const float *v_scale,
                                  int row_begin, int row_end, const double *out)
 {
   const char *null = !p ? "p" : !q ? "q" : !k ? "k" : !v ? "v" : !out ? "out"
                                                                       : NULL;
   if (null)
-    return fj__null_arg(NULL, "fj_reference_fwd", null);
-  fj_status st = fj_problem_check_lengths(p);
-  if (st == FJ_OK)
-    st = check_mods(NULL, p);
-  if (st == FJ_OK)
-    st = fj__mods_check_data(NULL, p->mods);
-  if (st == FJ_OK)
-    st = fj__mods_check_blocks_data(NULL, p->mods);
+    return fj__null_arg(NULL, fn, null);
+  fj_status st = problem_check(p);
   if (st == FJ_OK)
     st = check_rows(row_begin, row_end, p->seq_q);
   return st == FJ_OK ? fj__check_scales(NULL, p, k_scale, v_scale) : st;
+}
+
+/* One call's fixed facts: the problem and its modifications, the inputs
+ * and their element types, the scale, and which corner the mask's
+ * diagonal starts from. */
+typedef struct ref_run {
+  const fj_problem *p;
+  ref_mods rm;
+  const void *q, *k, *v;
+  const float *k_scale, *v_scale;
+  fj_dtype qdt, kv;
+  double scale;
+  int bottom_right;
+} ref_run;
+
+static fj_status run_open(ref_run *r, const fj_problem *p, const void *q,
+                          const void *k, const void *v, const float *k_scale,
+                          const float *v_scale, int f64)
+{
+  fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
+  *r = (ref_run){.p = p, .q = q, .k = k, .v = v, .k_scale = k_scale,
+                 .v_scale = v_scale, .qdt = f64 ? F64_INPUT : p->dtype,
+                 .kv = f64 ? F64_INPUT : kv};
+  r->scale = p->scale != 0.f ? (double)p->scale : 1.0 / sqrt(p->head_dim);
+  r->bottom_right = p->causal == FJ_CAUSAL_BOTTOM_RIGHT ||
+                    (p->causal == FJ_CAUSAL_NONE && fj__mods_window(p->mods));
+  return ref_mods_open(p->mods, &r->rm);
+}
+
+/* Where sequence b's rows start: Q's and O's row 0 (*q0, *o0) and K's
+ * and V's key 0 (*k0, *v0; paged: 0, the table says the rest). */
+static void seq_offsets(const fj_problem *p, int b, int64_t off[4])
+{
+  off[0] = (int64_t)b * p->q_stride[0];
+  off[1] = (int64_t)b * p->o_stride[0];
+  off[2] = (int64_t)b * p->k_stride[0];
+  off[3] = (int64_t)b * p->v_stride[0];
+  if (p->cu_seqlens_q) {
+    off[0] = (int64_t)p->cu_seqlens_q[b] * p->q_stride[2];
+    off[1] = (int64_t)p->cu_seqlens_q[b] * p->o_stride[2];
+  }
+  if (p->block_table) {
+    off[2] = off[3] = 0;
+  } else if (p->cu_seqlens_kv) {
+    off[2] = (int64_t)p->cu_seqlens_kv[b] * p->k_stride[2];
+    off[3] = (int64_t)p->cu_seqlens_kv[b] * p->v_stride[2];
+  }
+}
+
+/* Fills *h for query head hq of sequence b; returns the sequence's rows. */
+static int head_init(const ref_run *r, int b, int hq, ref_head *h)
+{
+  const fj_problem *p = r->p;
+  int hk = hq / (p->heads_q / p->heads_kv), kvh = b * p->heads_kv + hk;
+  int len_q = p->cu_seqlens_q ? p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b]
+                              : p->seq_q;
+  int len_kv = kv_len(p, b), fp8 = r->kv == FJ_E4M3;
+  int64_t off[4];
+  seq_offsets(p, b, off);
+  *h = (ref_head){
+      .p = p, .mods = &r->rm, .b = b, .hq = hq, .hk = hk,
+      .q = r->q, .k = r->k, .v = r->v,
+      .qoff = off[0] + hq * p->q_stride[1],
+      .koff = off[2] + hk * p->k_stride[1],
+      .voff = off[3] + hk * p->v_stride[1],
+      .pages = p->block_table ? p->block_table + (int64_t)b * p->max_pages
+                              : NULL,
+      .ooff = off[1] + hq * p->o_stride[1],
+      .len_kv = len_kv, .causal_off = r->bottom_right ? len_kv - len_q : 0,
+      .kscale = fp8 ? (double)r->k_scale[kvh] : 1.0,
+      .vscale = fp8 ? (double)r->v_scale[kvh] : 1.0,
+      .qdt = r->qdt, .kv = r->kv,
+      .sink = fj__mods_sinks(p->mods) ? (double)p->mods->sinks[hq]
+                                      : -HUGE_VAL};
+  return len_q;
+}
+
+static fj_status reference_fwd(const ref_run *r, const char *fn, int row_begin,
+                               int row_end, double *out, double *out_lse)
+{
+  const fj_problem *p = r->p;
+  double *s = malloc(sizeof *s * (size_t)p->seq_kv);
+  if (!s)
+    return fj__fail(NULL, FJ_ERR_NOMEM, "%s: out of memory for %d scores",
+                    fn, p->seq_kv);
+  size_t rows = (size_t)(row_end - row_begin), d = (size_t)p->head_dim;
+  for (int b = 0; b < p->batch; b++)
+    for (int hq = 0; hq < p->heads_q; hq++) {
+      ref_head h;
+      int len_q = head_init(r, b, hq, &h);
+      size_t base = ((size_t)b * (size_t)p->heads_q + (size_t)hq) * rows;
+      for (size_t i = 0; i < rows; i++) {
+        int row = row_begin + (int)i;
+        double *o = out + (base + i) * d;
+        double *l = out_lse ? out_lse + base + i : NULL;
+        if (row < len_q) {
+          ref_row(&h, row, r->scale, s, o, l);
+        } else {  /* past the sequence's end: no such row */
+          memset(o, 0, sizeof *o * d);
+          if (l)
+            *l = NAN;
+        }
+      }
+    }
+  free(s);
+  return FJ_OK;
+}
+
+/* The forward of fj_reference_fwd (f64 0: p's types, the scales) and of
+ * fj__reference_fwd64 (f64 1: float64 inputs, every row). */
+static fj_status fwd_entry(const char *fn, const fj_problem *p, const void *q,
+                           const void *k, const void *v, const float *k_scale,
+                           const float *v_scale, int row_begin, int row_end,
+                           double *out, double *out_lse, int f64)
+{
+  fj__clear_error(NULL);
+  if (f64 && p)
+    row_end = p->seq_q;
+  fj_status st = reference_check(fn, p, q, k, v, k_scale, v_scale, row_begin,
+                                 row_end, out);
+  if (st != FJ_OK)
+    return st;
+  ref_run r;
+  if ((st = run_open(&r, p, q, k, v, k_scale, v_scale, f64)) != FJ_OK)
+    return st;
+  st = reference_fwd(&r, fn, row_begin, row_end, out, out_lse);
+  ref_mods_close(&r.rm);
+  return st;
 }
 
 fj_status fj_reference_fwd(const fj_problem *p, const void *q, const void *k,
@@ -870,69 +1011,261 @@ fj_status fj_reference_fwd(const fj_problem *p, const void *q, const void *k,
                            const float *v_scale, int row_begin, int row_end,
                            double *out, double *out_lse)
 {
+  return fwd_entry("fj_reference_fwd", p, q, k, v, k_scale, v_scale,
+                   row_begin, row_end, out, out_lse, 0);
+}
+
+fj_status fj__reference_fwd64(const fj_problem *p, const double *q,
+                              const double *k, const double *v, double *out,
+                              double *out_lse)
+{
+  return fwd_entry("fj__reference_fwd64", p, q, k, v, NULL, NULL, 0, 0, out,
+                   out_lse, 1);
+}
+
+/* ---- the float64 reference's backward ------------------------------------------
+ * The gradients of L = sum(dO . O), row by row: ref_row recomputes the
+ * scores and the forward, then, for each key j the row sees, with
+ * P_j = exp(s_j - LSE), dP_j = dO . V_j and Delta = dO . O:
+ *   dV_j += P_j dO,   dS_j = P_j (dP_j - Delta) [x (1 - (s_j / c)^2)],
+ *   dQ += scale dS_j K_j,   dK_j += scale dS_j Q,
+ * and a sink's logit gets -exp(sink - LSE) Delta.  The bracket is the
+ * softcap's derivative, c tanh(x / c)' = 1 - tanh^2, read off the capped
+ * score itself.
+ */
+
+/* What the backward does not take (yet): a score expression, whose
+ * derivative is not generated; a block mask; FP8 K/V. */
+static fj_status bwd_unsupported(const char *fn, const fj_problem *p)
+{
+  const fj_mods *m = p->mods;
+  if (m && m->score && m->score[0])
+    return fj__fail(NULL, FJ_ERR_UNSUPPORTED,
+                    "%s: mods.score is not implemented in the backward (the "
+                    "score expression's derivative is not generated yet)",
+                    fn);
+  if (fj__mods_blocks(m))
+    return fj__fail(NULL, FJ_ERR_UNSUPPORTED,
+                    "%s: mods.block_mask is not implemented in the backward",
+                    fn);
+  if (p->kv_dtype == FJ_E4M3)
+    return fj__fail(NULL, FJ_ERR_UNSUPPORTED,
+                    "%s: kv_dtype e4m3 is not implemented in the backward: "
+                    "K and V in dtype (f16 or bf16)",
+                    fn);
+  return FJ_OK;
+}
+
+static fj_status bwd_check(const char *fn, const fj_problem *p,
+                           const void *const in[4], void *const out[3])
+{
+  static const char *const names[7] = {"q", "k", "v", "dout",
+                                       "dq", "dk", "dv"};
+  if (!p)
+    return fj__null_arg(NULL, fn, "p");
+  for (int i = 0; i < 7; i++)
+    if (!(i < 4 ? in[i] : out[i - 4]))
+      return fj__null_arg(NULL, fn, names[i]);
+  fj_status st = problem_check(p);
+  return st == FJ_OK ? bwd_unsupported(fn, p) : st;
+}
+
+/* Where the backward writes: float32 arrays (fj_reference_bwd) or float64
+ * ones (fj__reference_bwd64), in Q's, K's and V's strides. */
+typedef struct ref_grads {
+  void *dq, *dk, *dv, *dsinks;
+  int f64;
+} ref_grads;
+
+/* Element i of a gradient array becomes x, or x is added to it. */
+static void grad_put(const ref_grads *g, void *base, int64_t i, double x,
+                     int add)
+{
+  if (g->f64) {
+    double *e = (double *)base + i;
+    *e = add ? *e + x : x;
+  } else {
+    float *e = (float *)base + i;
+    *e = (float)(add ? (double)*e + x : x);
+  }
+}
+
+/* Zeroes every gradient element the problem addresses before anything is
+ * added: an element that strides repeat (a broadcast, a page that two
+ * sequences share) then receives the sum of its gradients.  Dense K and V
+ * get every one of their seq_kv rows (those past seqused_kv stay 0). */
+static void grads_zero(const ref_run *r, const ref_grads *g)
+{
+  const fj_problem *p = r->p;
+  int d = p->head_dim, group = p->heads_q / p->heads_kv;
+  for (int b = 0; b < p->batch; b++)
+    for (int hq = 0; hq < p->heads_q; hq++) {
+      ref_head h;
+      int len_q = head_init(r, b, hq, &h);
+      int keys = p->cu_seqlens_kv || p->block_table ? h.len_kv : p->seq_kv;
+      for (int row = 0; row < len_q; row++)
+        for (int e = 0; e < d; e++)
+          grad_put(g, g->dq, h.qoff + (int64_t)row * p->q_stride[2] + e, 0, 0);
+      for (int j = 0; j < keys && hq % group == 0; j++)
+        for (int e = 0; e < d; e++) {
+          grad_put(g, g->dk, key_at(&h, p->k_stride, h.koff, j) + e, 0, 0);
+          grad_put(g, g->dv, key_at(&h, p->v_stride, h.voff, j) + e, 0, 0);
+        }
+    }
+}
+
+/* The backward's scratch: one row's scores, O, dO and dQ, one KV head's
+ * dK and dV ([seq_kv][head_dim], summed over its query heads), and the
+ * sinks' gradients. */
+typedef struct bwd_buf {
+  double *s, *o, *dout, *dq;
+  double *dk, *dv;
+  double *dsink;
+} bwd_buf;
+
+static double *bwd_buf_alloc(const fj_problem *p, bwd_buf *w)
+{
+  size_t n = (size_t)p->seq_kv, d = (size_t)p->head_dim;
+  double *all = calloc(n + 4 * d + 2 * n * d + (size_t)p->heads_q,
+                       sizeof *all);
+  if (all)
+    *w = (bwd_buf){all, all + n, all + n + d, all + n + 2 * d,
+                   all + n + 3 * d, all + n + 3 * d + n * d,
+                   all + n + 3 * d + 2 * n * d};
+  return all;
+}
+
+/* Key j's part of the row's gradients (pj: its probability). */
+static void bwd_key(const ref_head *h, int j, int64_t qrow, double pj,
+                    double delta, double scale, bwd_buf *w)
+{
+  const fj_problem *p = h->p;
+  int d = p->head_dim;
+  int64_t kj = key_at(h, p->k_stride, h->koff, j);
+  int64_t vj = key_at(h, p->v_stride, h->voff, j);
+  double dp = 0, *dk = w->dk + (size_t)j * (size_t)d;
+  double *dv = w->dv + (size_t)j * (size_t)d;
+  for (int e = 0; e < d; e++) {
+    dp += w->dout[e] * elem(h->kv, h->v, vj + e);
+    dv[e] += pj * w->dout[e];
+  }
+  double ds = pj * (dp - delta), cap = h->mods->softcap;
+  if (cap > 0)
+    ds *= 1.0 - (w->s[j] / cap) * (w->s[j] / cap);
+  ds *= scale;
+  for (int e = 0; e < d; e++) {
+    w->dq[e] += ds * elem(h->kv, h->k, kj + e);
+    dk[e] += ds * elem(h->qdt, h->q, qrow + e);
+  }
+}
+
+/* One query row's gradients: dQ written, dK, dV and the sink's added to
+ * the scratch.  A row that sees no key (and has no sink) depends on no
+ * input: its gradients stay 0. */
+static void bwd_row(const ref_head *h, int row, double scale, const void *dout,
+                    const ref_grads *g, bwd_buf *w)
+{
+  const fj_problem *p = h->p;
+  int d = p->head_dim;
+  double lse, delta = 0;
+  ref_row(h, row, scale, w->s, w->o, &lse);
+  if (lse == -HUGE_VAL)
+    return;
+  int64_t qrow = h->qoff + (int64_t)row * p->q_stride[2];
+  int64_t orow = h->ooff + (int64_t)row * p->o_stride[2];
+  for (int e = 0; e < d; e++) {
+    w->dout[e] = elem(h->qdt, dout, orow + e);
+    delta += w->dout[e] * w->o[e];
+    w->dq[e] = 0;
+  }
+  for (int j = 0; j < h->len_kv; j++)
+    if (w->s[j] != -HUGE_VAL)
+      bwd_key(h, j, qrow, exp(w->s[j] - lse), delta, scale, w);
+  if (h->sink != -HUGE_VAL)
+    w->dsink[h->hq] -= exp(h->sink - lse) * delta;
+  for (int e = 0; e < d; e++)
+    grad_put(g, g->dq, qrow + e, w->dq[e], 1);
+}
+
+/* Adds a KV head's summed dK and dV to the arrays and clears them. */
+static void bwd_flush_kv(const ref_head *h, const ref_grads *g, bwd_buf *w)
+{
+  const fj_problem *p = h->p;
+  size_t d = (size_t)p->head_dim;
+  for (int j = 0; j < h->len_kv; j++) {
+    int64_t kj = key_at(h, p->k_stride, h->koff, j);
+    int64_t vj = key_at(h, p->v_stride, h->voff, j);
+    for (size_t e = 0; e < d; e++) {
+      grad_put(g, g->dk, kj + (int64_t)e, w->dk[(size_t)j * d + e], 1);
+      grad_put(g, g->dv, vj + (int64_t)e, w->dv[(size_t)j * d + e], 1);
+    }
+  }
+  memset(w->dk, 0, sizeof *w->dk * (size_t)p->seq_kv * d);
+  memset(w->dv, 0, sizeof *w->dv * (size_t)p->seq_kv * d);
+}
+
+static fj_status reference_bwd(const ref_run *r, const char *fn,
+                               const void *dout, const ref_grads *g)
+{
+  const fj_problem *p = r->p;
+  bwd_buf w;
+  double *all = bwd_buf_alloc(p, &w);
+  if (!all)
+    return fj__fail(NULL, FJ_ERR_NOMEM,
+                    "%s: out of memory for the gradients of %d keys", fn,
+                    p->seq_kv);
+  int group = p->heads_q / p->heads_kv;
+  grads_zero(r, g);
+  for (int b = 0; b < p->batch; b++)
+    for (int hk = 0; hk < p->heads_kv; hk++) {
+      ref_head h;
+      for (int hq = hk * group; hq < (hk + 1) * group; hq++) {
+        int len_q = head_init(r, b, hq, &h);
+        for (int row = 0; row < len_q; row++)
+          bwd_row(&h, row, r->scale, dout, g, &w);
+      }
+      bwd_flush_kv(&h, g, &w);
+    }
+  for (int hq = 0; g->dsinks && hq < p->heads_q; hq++)
+    grad_put(g, g->dsinks, hq, w.dsink[hq], 0);
+  free(all);
+  return FJ_OK;
+}
+
+/* The backward of fj_reference_bwd (f64 0) and of fj__reference_bwd64
+ * (f64 1: float64 inputs and gradients). */
+static fj_status bwd_entry(const char *fn, const fj_problem *p,
+                           const void *const in[4], void *const out[3],
+                           void *dsinks, int f64)
+{
   fj__clear_error(NULL);
-  fj_status st = reference_check(p, q, k, v, k_scale, v_scale, row_begin,
-                                 row_end, out);
+  fj_status st = bwd_check(fn, p, in, out);
   if (st != FJ_OK)
     return st;
-  fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
-  double scale = p->scale != 0.f ? (double)p->scale : 1.0 / sqrt(p->head_dim);
-  double *s = malloc(sizeof *s * (size_t)p->seq_kv);
-  if (!s)
-    return fj__fail(NULL, FJ_ERR_NOMEM,
-                    "fj_reference_fwd: out of memory for %d scores",
-                    p->seq_kv);
-  int rows = row_end - row_begin, group = p->heads_q / p->heads_kv;
-  int bottom_right = p->causal == FJ_CAUSAL_BOTTOM_RIGHT ||
-                     (p->causal == FJ_CAUSAL_NONE && fj__mods_window(p->mods));
-  ref_mods rm;
-  if ((st = ref_mods_open(p->mods, &rm)) != FJ_OK) {
-    free(s);
+  ref_run r;
+  if ((st = run_open(&r, p, in[0], in[1], in[2], NULL, NULL, f64)) != FJ_OK)
     return st;
-  }
-  for (int b = 0; b < p->batch; b++) {
-    /* This sequence: its queries and their first row, its keys. */
-    int len_q = p->seq_q;
-    int64_t q0 = (int64_t)b * p->q_stride[0];
-    if (p->cu_seqlens_q) {
-      len_q = p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b];
-      q0 = (int64_t)p->cu_seqlens_q[b] * p->q_stride[2];
-    }
-    int len_kv = kv_len(p, b);
-    int64_t k0 = (int64_t)b * p->k_stride[0], v0 = (int64_t)b * p->v_stride[0];
-    if (p->block_table) {
-      k0 = v0 = 0;
-    } else if (p->cu_seqlens_kv) {
-      k0 = (int64_t)p->cu_seqlens_kv[b] * p->k_stride[2];
-      v0 = (int64_t)p->cu_seqlens_kv[b] * p->v_stride[2];
-    }
-    for (int hq = 0; hq < p->heads_q; hq++) {
-      int hk = hq / group;
-      ref_head h = {p, &rm, b, hq, hk, q, k, v,
-                    q0 + hq * p->q_stride[1],
-                    k0 + hk * p->k_stride[1],
-                    v0 + hk * p->v_stride[1],
-                    p->block_table ? p->block_table + (int64_t)b * p->max_pages
-                                   : NULL,
-                    len_kv, bottom_right ? len_kv - len_q : 0,
-                    kv == FJ_E4M3 ? (double)k_scale[b * p->heads_kv + hk] : 1.0,
-                    kv == FJ_E4M3 ? (double)v_scale[b * p->heads_kv + hk] : 1.0, kv,
-                    fj__mods_sinks(p->mods) ? (double)p->mods->sinks[hq] : -HUGE_VAL};
-      size_t base = ((size_t)b * (size_t)p->heads_q + (size_t)hq) * (size_t)rows;
-      for (int r = 0; r < rows; r++) {
-        double *o = out + (base + (size_t)r) * (size_t)p->head_dim;
-        double *l = out_lse ? out_lse + base + (size_t)r : NULL;
-        if (row_begin + r < len_q) {
-          ref_row(&h, row_begin + r, scale, s, o, l);
-        } else {  /* past the sequence's end: no such row */
-          memset(o, 0, sizeof *o * (size_t)p->head_dim);
-          if (l)
-            *l = NAN;
-        }
-      }
-    }
-  }
-  ref_mods_close(&rm);
-  free(s);
-  return FJ_OK;
+  ref_grads g = {out[0], out[1], out[2], dsinks, f64};
+  st = reference_bwd(&r, fn, in[3], &g);
+  ref_mods_close(&r.rm);
+  return st;
+}
+
+fj_status fj_reference_bwd(const fj_problem *p, const void *q, const void *k,
+                           const void *v, const void *dout, float *dq,
+                           float *dk, float *dv, float *dsinks)
+{
+  const void *in[4] = {q, k, v, dout};
+  void *out[3] = {dq, dk, dv};
+  return bwd_entry("fj_reference_bwd", p, in, out, dsinks, 0);
+}
+
+fj_status fj__reference_bwd64(const fj_problem *p, const double *q,
+                              const double *k, const double *v,
+                              const double *dout, double *dq, double *dk,
+                              double *dv, double *dsinks)
+{
+  const void *in[4] = {q, k, v, dout};
+  void *out[3] = {dq, dk, dv};
+  return bwd_entry("fj__reference_bwd64", p, in, out, dsinks, 1);
 }

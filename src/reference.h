@@ -2,7 +2,8 @@
  * reference.h -- host number formats: f16, bf16 and e4m3 to and from float
  * with round-to-nearest-even; the checks of a problem that need no context,
  * shared by fj_problem_check and the float64 reference (which is public:
- * fj_reference_fwd).
+ * fj_reference_fwd, fj_reference_bwd; its float64-input path is the
+ * tests').
  */
 #ifndef FJ_REFERENCE_H
 #define FJ_REFERENCE_H
@@ -34,5 +35,18 @@ fj_status fj__problem_check_common(const fj_ctx *ctx, const fj_problem *p);
  * reference's on the host). */
 fj_status fj__check_scales(const fj_ctx *ctx, const fj_problem *p,
                            const void *k_scale, const void *v_scale);
+
+/* fj_reference_fwd (all rows) and fj_reference_bwd on float64 inputs --
+ * q, k, v and dout as double in p's strides, whatever p's dtype says --
+ * with float64 gradients (dsinks: double [heads_q], may be NULL): for
+ * checks by finite differences, which need inputs finer than 16 bits.
+ * Messages name these functions. */
+fj_status fj__reference_fwd64(const fj_problem *p, const double *q,
+                              const double *k, const double *v, double *out,
+                              double *out_lse);
+fj_status fj__reference_bwd64(const fj_problem *p, const double *q,
+                              const double *k, const double *v,
+                              const double *dout, double *dq, double *dk,
+                              double *dv, double *dsinks);
 
 #endif /* FJ_REFERENCE_H */

@@ -271,6 +271,7 @@ SIGNATURES = {
                                       _VP, _VP]),
     "fj_launch_record": (None, [_VP]),
     "fj_reference_fwd": (_I, [_P(Problem), _VP, _VP, _VP, _VP, _VP, _I, _I, _VP, _VP]),
+    "fj_reference_bwd": (_I, [_P(Problem), _VP, _VP, _VP, _VP, _VP, _VP, _VP, _VP]),
     "fj_convert": (_I, [_I, _VP, _I, _VP, _S]),
     "fj_tune_opts_init": (None, [_P(TuneOpts)]),
     "fj_tune": (_I, [_VP, _P(Problem), _P(TuneOpts), _P(Variant), _P(TuneReport)]),

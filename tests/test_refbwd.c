@@ -1,0 +1,490 @@
+/*
+ * test_refbwd.c -- the float64 reference's backward (fj_reference_bwd):
+ * its gradients against central differences of L = sum(dout . O) through
+ * the reference's forward, on float64 inputs (reference.h's
+ * fj__reference_fwd64/_bwd64: 16-bit inputs cannot be nudged by a small
+ * step); the public float32 call against that path; its refusals.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "reference.h"
+#include "runner.h"
+
+/* A small problem with its inputs as doubles, BHSD (so that the
+ * reference's [batch][head][row][dim] output is O's layout too). */
+typedef struct gproblem {
+  fj_problem p;
+  fj_mods m;
+  float sinks[4];
+  double *q, *k, *v, *dout;
+  size_t nq, nkv;
+} gproblem;
+
+/* Uniform in [-a, a), from a fixed sequence. */
+static double next_value(uint32_t *state, double a)
+{
+  *state = *state * 1664525u + 1013904223u;
+  return a * ((double)(*state >> 8) / 8388608.0 - 1.0);
+}
+
+static void fill(double *x, size_t n, uint32_t *state, double a)
+{
+  for (size_t i = 0; i < n; i++)
+    x[i] = next_value(state, a);
+}
+
+/* batch 2, heads 2 on 1 KV head (GQA 2:1), head dim 8; the sequence
+ * lengths as given.  0 on success. */
+static int gproblem_init(gproblem *g, int sq, int skv)
+{
+  fj_problem_init(&g->p, 2, 2, 1, sq, skv, 8, FJ_F16, FJ_BHSD);
+  fj_mods_init(&g->m);
+  g->p.mods = &g->m;
+  g->nq = (size_t)2 * 2 * (size_t)sq * 8;
+  g->nkv = (size_t)2 * 1 * (size_t)skv * 8;
+  g->q = malloc(sizeof(double) * (2 * g->nq + 2 * g->nkv));
+  if (!g->q)
+    return 1;
+  g->k = g->q + g->nq;
+  g->v = g->k + g->nkv;
+  g->dout = g->v + g->nkv;
+  uint32_t state = (uint32_t)(sq * 131 + skv);
+  fill(g->q, g->nq, &state, 1.5);  /* scores of a few units: P not flat */
+  fill(g->k, g->nkv, &state, 1.5);
+  fill(g->v, g->nkv, &state, 1.0);
+  fill(g->dout, g->nq, &state, 1.0);
+  return 0;
+}
+
+/* L = sum(dout . O), or NAN where the forward fails. */
+static double loss(const gproblem *g, double *o)
+{
+  if (fj__reference_fwd64(&g->p, g->q, g->k, g->v, o, NULL) != FJ_OK)
+    return NAN;
+  double l = 0;
+  for (size_t i = 0; i < g->nq; i++)
+    l += g->dout[i] * o[i];
+  return l;
+}
+
+/* max |analytic - central difference| / max |analytic| over one array's
+ * elements, stepping each by h. */
+static double fd_error(gproblem *g, double *x, const double *grad, size_t n,
+                       double *o)
+{
+  const double h = 1e-5;
+  double worst = 0, big = 0;
+  for (size_t i = 0; i < n; i++) {
+    double x0 = x[i];
+    x[i] = x0 + h;
+    double up = loss(g, o);
+    x[i] = x0 - h;
+    double down = loss(g, o);
+    x[i] = x0;
+    double diff = fabs((up - down) / (2 * h) - grad[i]);
+    worst = diff > worst || isnan(diff) ? diff : worst;
+    big = fabs(grad[i]) > big ? fabs(grad[i]) : big;
+  }
+  return big > 0 ? worst / big : worst;
+}
+
+/* The sinks' gradients by steps of 2^-13, exact in float32 for the
+ * sinks used here. */
+static double fd_sinks(gproblem *g, const double *grad, double *o)
+{
+  const float h = 0x1p-13f;
+  double worst = 0, big = 0;
+  for (int i = 0; i < g->p.heads_q; i++) {
+    float s0 = g->sinks[i];
+    g->sinks[i] = s0 + h;
+    double up = loss(g, o);
+    g->sinks[i] = s0 - h;
+    double down = loss(g, o);
+    g->sinks[i] = s0;
+    double diff = fabs((up - down) / (2.0 * (double)h) - grad[i]);
+    worst = diff > worst || isnan(diff) ? diff : worst;
+    big = fabs(grad[i]) > big ? fabs(grad[i]) : big;
+  }
+  return big > 0 ? worst / big : worst;
+}
+
+/* The gradients, finite and checked against central differences; with
+ * sinks, theirs too.  The worst relative error is printed. */
+static int gradcheck(gproblem *g, const char *name)
+{
+  int sinks = g->m.sinks != NULL;
+  double *dq = malloc(sizeof(double) * (2 * g->nq + 2 * g->nkv + 4));
+  if (!dq)
+    return 1;
+  double *dk = dq + g->nq, *dv = dk + g->nkv, *o = dv + g->nkv;
+  double ds[4] = {0};
+  fj_status st = fj__reference_bwd64(&g->p, g->q, g->k, g->v, g->dout, dq,
+                                     dk, dv, ds);
+  int bad = st != FJ_OK;
+  for (size_t i = 0; !bad && i < g->nq + 2 * g->nkv; i++)
+    bad = !isfinite(dq[i]);
+  double e[4] = {0};
+  if (!bad) {
+    e[0] = fd_error(g, g->q, dq, g->nq, o);
+    e[1] = fd_error(g, g->k, dk, g->nkv, o);
+    e[2] = fd_error(g, g->v, dv, g->nkv, o);
+    e[3] = sinks ? fd_sinks(g, ds, o) : 0;
+  }
+  printf("  %-28s dq %.1e dk %.1e dv %.1e dsinks %.1e\n", name, e[0], e[1],
+         e[2], e[3]);
+  free(dq);
+  if (bad)
+    fprintf(stderr, "%s: status %d or a gradient not finite: %s\n", name,
+            (int)st, fj_errmsg(NULL));
+  for (int i = 0; i < 4; i++)
+    bad |= !(e[i] < 1e-6);
+  return bad;
+}
+
+/* One case: sizes, then the changes from a plain problem. */
+typedef struct gcase {
+  const char *name;
+  int sq, skv;
+  fj_causal causal;
+  int left, right;     /* the window; -1 -1: none */
+  float softcap, scale;
+  int sinks;
+  const char *mask;
+} gcase;
+
+static int run_case(const gcase *c)
+{
+  gproblem g;
+  if (gproblem_init(&g, c->sq, c->skv))
+    return 1;
+  g.p.causal = c->causal;
+  g.p.scale = c->scale;
+  g.m.window_left = c->left;
+  g.m.window_right = c->right;
+  g.m.softcap = c->softcap;
+  g.m.mask = c->mask;
+  if (c->sinks) {
+    g.sinks[0] = 0.75f;   /* near the scores, so that both matter */
+    g.sinks[1] = -0.5f;
+    g.m.sinks = g.sinks;
+  }
+  int bad = gradcheck(&g, c->name);
+  free(g.q);
+  return bad;
+}
+
+int test_refbwd_gradcheck(void)
+{
+  static const gcase cases[] = {
+      {"plain", 5, 7, FJ_CAUSAL_NONE, -1, -1, 0, 0, 0, NULL},
+      {"scale 0.7", 5, 7, FJ_CAUSAL_NONE, -1, -1, 0, 0.7f, 0, NULL},
+      {"top-left, sq < skv", 5, 7, FJ_CAUSAL_TOP_LEFT, -1, -1, 0, 0, 0, NULL},
+      {"top-left, sq > skv", 7, 5, FJ_CAUSAL_TOP_LEFT, -1, -1, 0, 0, 0, NULL},
+      {"bottom-right, sq < skv", 5, 7, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, 0, 0,
+       0, NULL},
+      {"bottom-right, sq > skv", 7, 5, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, 0, 0,
+       0, NULL},
+      {"window 2, 1", 5, 7, FJ_CAUSAL_NONE, 2, 1, 0, 0, 0, NULL},
+      {"causal window 1", 7, 5, FJ_CAUSAL_TOP_LEFT, 1, 0, 0, 0, 0, NULL},
+      {"softcap 1.5", 5, 7, FJ_CAUSAL_NONE, -1, -1, 1.5f, 0, 0, NULL},
+      {"sinks", 5, 7, FJ_CAUSAL_NONE, -1, -1, 0, 0, 1, NULL},
+      {"sinks, bottom-right", 7, 5, FJ_CAUSAL_BOTTOM_RIGHT, -1, -1, 0, 0, 1,
+       NULL},
+      {"all: softcap sinks window", 5, 7, FJ_CAUSAL_BOTTOM_RIGHT, 3, 0, 2.0f,
+       0.5f, 1, NULL},
+      {"mask expression", 5, 7, FJ_CAUSAL_NONE, -1, -1, 0, 0, 0,
+       "(q + kv) % 3 != 1"},
+  };
+  int bad = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    bad |= run_case(&cases[i]);
+  return bad;
+}
+
+/* Rows that see no key: bottom-right with seq_q 7 > seq_kv 5 hides every
+ * key from rows 0 and 1.  Their dQ is exactly 0, and nothing is NaN; with
+ * a sink as well (those rows' softmax is then the sink alone). */
+int test_refbwd_empty_rows(void)
+{
+  gproblem g;
+  if (gproblem_init(&g, 7, 5))
+    return 1;
+  g.p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+  double dq[2 * 2 * 7 * 8], dk[2 * 5 * 8], dv[2 * 5 * 8], ds[2];
+  for (int with_sinks = 0; with_sinks < 2; with_sinks++) {
+    g.sinks[0] = g.sinks[1] = 0.25f;
+    g.m.sinks = with_sinks ? g.sinks : NULL;
+    CHECK_OK(NULL, fj__reference_bwd64(&g.p, g.q, g.k, g.v, g.dout, dq, dk,
+                                       dv, ds));
+    for (size_t i = 0; i < g.nq; i++) {
+      size_t row = i / 8 % 7;
+      CHECK(isfinite(dq[i]));
+      CHECK(row >= 2 || dq[i] == 0.0);
+      CHECK(row < 3 || dq[i] != 0.0);  /* row 2 sees one key: P = 1, dS = 0
+                                          without a sink */
+    }
+    for (size_t i = 0; i < g.nkv; i++)
+      CHECK(isfinite(dk[i]) && isfinite(dv[i]));
+    CHECK(isfinite(ds[0]) && isfinite(ds[1]));
+  }
+  /* A window (0, 0) without a causal mask is aligned bottom-right too:
+   * the same rows see nothing. */
+  g.p.causal = FJ_CAUSAL_NONE;
+  g.m.window_left = g.m.window_right = 0;
+  CHECK_OK(NULL, fj__reference_bwd64(&g.p, g.q, g.k, g.v, g.dout, dq, dk,
+                                     dv, NULL));
+  for (size_t i = 0; i < g.nq; i++)
+    CHECK(i / 8 % 7 >= 2 || dq[i] == 0.0);
+  free(g.q);
+  return 0;
+}
+
+/* Converts a double array to f16 and back, so that both paths read the
+ * same values. */
+static void round_f16(double *x, uint16_t *h, size_t n)
+{
+  for (size_t i = 0; i < n; i++) {
+    h[i] = fj__float_to_half((float)x[i]);
+    x[i] = (double)fj__half_to_float(h[i]);
+  }
+}
+
+/* Element (b, h, s, e) of a BSHD tensor with H heads and S rows. */
+static size_t bshd(size_t b, size_t h, size_t s, size_t e, size_t H, size_t S)
+{
+  return ((b * S + s) * H + h) * 8 + e;
+}
+
+/* A float32 result is the double one rounded: within 2^-24 of it. */
+static int close_to(float got, double want)
+{
+  return fabs((double)got - want) <= 0x1p-24 * fabs(want);
+}
+
+/* The public call on f16 inputs in BSHD order equals the float64 path on
+ * the same values in BHSD order, to float32's rounding; its dsinks too. */
+int test_refbwd_public(void)
+{
+  enum { SQ = 5, SKV = 7 };
+  gproblem g;
+  if (gproblem_init(&g, SQ, SKV))
+    return 1;
+  g.p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+  g.sinks[0] = 0.5f;
+  g.sinks[1] = -1.0f;
+  g.m.sinks = g.sinks;
+  static uint16_t hq[2 * 2 * SQ * 8], hk[2 * SKV * 8], hv[2 * SKV * 8],
+      hd[2 * 2 * SQ * 8], tq[2 * 2 * SQ * 8], tk[2 * SKV * 8],
+      tv[2 * SKV * 8], td[2 * 2 * SQ * 8];
+  round_f16(g.q, hq, g.nq);
+  round_f16(g.k, hk, g.nkv);
+  round_f16(g.v, hv, g.nkv);
+  round_f16(g.dout, hd, g.nq);
+  static double dq[2 * 2 * SQ * 8], dk[2 * SKV * 8], dv[2 * SKV * 8];
+  double ds[2];
+  CHECK_OK(NULL, fj__reference_bwd64(&g.p, g.q, g.k, g.v, g.dout, dq, dk,
+                                     dv, ds));
+  /* The same problem, BSHD. */
+  fj_problem p = g.p;
+  fj_problem_init(&p, 2, 2, 1, SQ, SKV, 8, FJ_F16, FJ_BSHD);
+  p.causal = g.p.causal;
+  p.mods = &g.m;
+  for (size_t b = 0; b < 2; b++)
+    for (size_t s = 0; s < SKV; s++)
+      for (size_t e = 0; e < 8; e++) {
+        size_t from = (b * SKV + s) * 8 + e, to = bshd(b, 0, s, e, 1, SKV);
+        tk[to] = hk[from];
+        tv[to] = hv[from];
+        for (size_t h = 0; h < 2 && s < SQ; h++) {
+          from = ((b * 2 + h) * SQ + s) * 8 + e;
+          tq[bshd(b, h, s, e, 2, SQ)] = hq[from];
+          td[bshd(b, h, s, e, 2, SQ)] = hd[from];
+        }
+      }
+  static float fq[2 * 2 * SQ * 8], fk[2 * SKV * 8], fv[2 * SKV * 8];
+  float fs[2];
+  CHECK_OK(NULL, fj_reference_bwd(&p, tq, tk, tv, td, fq, fk, fv, fs));
+  for (size_t b = 0; b < 2; b++)
+    for (size_t s = 0; s < SKV; s++)
+      for (size_t e = 0; e < 8; e++) {
+        size_t from = (b * SKV + s) * 8 + e, to = bshd(b, 0, s, e, 1, SKV);
+        CHECK(close_to(fk[to], dk[from]));
+        CHECK(close_to(fv[to], dv[from]));
+        for (size_t h = 0; h < 2 && s < SQ; h++) {
+          from = ((b * 2 + h) * SQ + s) * 8 + e;
+          to = bshd(b, h, s, e, 2, SQ);
+          CHECK(close_to(fq[to], dq[from]));
+        }
+      }
+  for (int h = 0; h < 2; h++)
+    CHECK(close_to(fs[h], ds[h]) && ds[h] != 0.0);
+  /* Without sinks, dsinks receives 0. */
+  g.m.sinks = NULL;
+  fs[0] = fs[1] = 1.0f;
+  CHECK_OK(NULL, fj_reference_bwd(&p, tq, tk, tv, td, fq, fk, fv, fs));
+  CHECK(fs[0] == 0.0f && fs[1] == 0.0f);
+  free(g.q);
+  return 0;
+}
+
+/* A varlen batch: each sequence's gradients are those of the dense
+ * problem of that sequence alone, bit for bit; rows past total_q and
+ * keys past the last sequence are left alone. */
+int test_refbwd_varlen(void)
+{
+  enum { SQ = 6, SKV = 7, D = 8 };
+  static const int32_t cu_q[3] = {0, 4, 10}, cu_kv[3] = {0, 7, 12};
+  double q[12 * 2 * D], k[13 * D], v[13 * D], dout[12 * 2 * D];
+  double dq[12 * 2 * D], dk[13 * D], dv[13 * D];
+  uint32_t state = 7;
+  fill(q, 12 * 2 * D, &state, 1.5);
+  fill(k, 13 * D, &state, 1.5);
+  fill(v, 13 * D, &state, 1.0);
+  fill(dout, 12 * 2 * D, &state, 1.0);
+  for (int i = 0; i < 12 * 2 * D; i++)
+    dq[i] = 99;
+  for (int i = 0; i < 13 * D; i++)
+    dk[i] = dv[i] = 99;
+  fj_problem p;
+  fj_problem_init(&p, 2, 2, 1, SQ, SKV, D, FJ_F16, FJ_THD);
+  p.cu_seqlens_q = cu_q;
+  p.cu_seqlens_kv = cu_kv;
+  p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+  CHECK_OK(NULL, fj__reference_bwd64(&p, q, k, v, dout, dq, dk, dv, NULL));
+  for (int b = 0; b < 2; b++) {
+    int lq = cu_q[b + 1] - cu_q[b], lk = cu_kv[b + 1] - cu_kv[b];
+    fj_problem one;
+    fj_problem_init(&one, 1, 2, 1, lq, lk, D, FJ_F16, FJ_BSHD);
+    one.causal = p.causal;
+    double oq[6 * 2 * D], ok[7 * D], ov[7 * D];
+    const double *sq = q + cu_q[b] * 2 * D, *sd = dout + cu_q[b] * 2 * D;
+    CHECK_OK(NULL, fj__reference_bwd64(&one, sq, k + cu_kv[b] * D,
+                                       v + cu_kv[b] * D, sd, oq, ok, ov,
+                                       NULL));
+    size_t nq = sizeof(double) * (size_t)(lq * 2 * D);
+    size_t nk = sizeof(double) * (size_t)(lk * D);
+    CHECK(memcmp(oq, dq + cu_q[b] * 2 * D, nq) == 0);
+    CHECK(memcmp(ok, dk + cu_kv[b] * D, nk) == 0);
+    CHECK(memcmp(ov, dv + cu_kv[b] * D, nk) == 0);
+  }
+  CHECK(dq[10 * 2 * D] == 99 && dk[12 * D] == 99 && dv[12 * D] == 99);
+  return 0;
+}
+
+/* Each NULL argument named; the problem checked as the forward checks it;
+ * what the backward does not take refused with FJ_ERR_UNSUPPORTED. */
+int test_refbwd_errors(void)
+{
+  fj_problem p;
+  fj_problem_init(&p, 1, 1, 1, 2, 2, 8, FJ_F16, FJ_BHSD);
+  uint16_t x[16] = {0};
+  float g[3][16];
+  const void *in[4] = {x, x, x, x};
+  float *out[3] = {g[0], g[1], g[2]};
+  static const char *const names[7] = {"q", "k", "v", "dout",
+                                       "dq", "dk", "dv"};
+  for (int i = 0; i < 7; i++) {
+    const void *a[4] = {in[0], in[1], in[2], in[3]};
+    float *b[3] = {out[0], out[1], out[2]};
+    if (i < 4)
+      a[i] = NULL;
+    else
+      b[i - 4] = NULL;
+    CHECK_ST(NULL, fj_reference_bwd(&p, a[0], a[1], a[2], a[3], b[0], b[1],
+                                    b[2], NULL),
+             FJ_ERR_INVALID_ARG);
+    char want[64];
+    snprintf(want, sizeof want, "fj_reference_bwd: %s is NULL", names[i]);
+    CHECK_MSG(NULL, want);
+  }
+  CHECK_ST(NULL, fj_reference_bwd(NULL, x, x, x, x, g[0], g[1], g[2], NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "fj_reference_bwd: p is NULL");
+  CHECK_OK(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL));
+  CHECK(strcmp(fj_errmsg(NULL), "") == 0);
+  /* The problem's own checks, as the forward's. */
+  p.head_dim = 0;
+  CHECK_ST(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "head_dim 0 is invalid");
+  p.head_dim = 8;
+  /* A score expression, a block mask, FP8 K/V: refused. */
+  fj_mods m;
+  fj_mods_init(&m);
+  m.score = "s * 0.5f";
+  p.mods = &m;
+  CHECK_ST(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL),
+           FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(NULL, "fj_reference_bwd: mods.score is not implemented in the "
+                  "backward (the score expression's derivative is not "
+                  "generated yet)");
+  m.score = NULL;
+  static const int32_t one[1] = {1}, zero[1] = {0};
+  fj_block_mask bm;
+  memset(&bm, 0, sizeof bm);
+  bm.batch = bm.heads = bm.q_blocks = bm.kv_blocks = 1;
+  bm.block_q = bm.block_kv = 128;
+  bm.kv_num = one;
+  bm.kv_indices = zero;
+  m.block_mask = &bm;
+  CHECK_ST(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL),
+           FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(NULL, "fj_reference_bwd: mods.block_mask is not implemented in "
+                  "the backward");
+  m.block_mask = NULL;
+  m.mask = "kv <= q";  /* a mask expression is taken */
+  CHECK_OK(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL));
+  p.mods = NULL;
+  p.kv_dtype = FJ_E4M3;
+  CHECK_ST(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL),
+           FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(NULL, "fj_reference_bwd: kv_dtype e4m3 is not implemented in "
+                  "the backward");
+  return 0;
+}
+
+/* Paged K/V: the gradients land in the pages the table names, equal bit
+ * for bit to the dense problem's at the same keys. */
+int test_refbwd_paged(void)
+{
+  enum { SQ = 5, SKV = 8, D = 8, PS = 4 };
+  static const int32_t table[2][2] = {{3, 1}, {0, 2}};
+  double q[2 * SQ * 2 * D], dout[2 * SQ * 2 * D], k[2 * SKV * D],
+      v[2 * SKV * D], pk[4 * PS * D], pv[4 * PS * D];
+  double dq[2 * SQ * 2 * D], dk[2 * SKV * D], dv[2 * SKV * D],
+      pdq[2 * SQ * 2 * D], pdk[4 * PS * D], pdv[4 * PS * D];
+  uint32_t state = 11;
+  fill(q, 2 * SQ * 2 * D, &state, 1.5);
+  fill(dout, 2 * SQ * 2 * D, &state, 1.0);
+  fill(k, 2 * SKV * D, &state, 1.5);
+  fill(v, 2 * SKV * D, &state, 1.0);
+  for (int b = 0; b < 2; b++)
+    for (int s = 0; s < SKV; s++)
+      for (int e = 0; e < D; e++) {
+        int at = (table[b][s / PS] * PS + s % PS) * D + e;
+        pk[at] = k[(b * SKV + s) * D + e];
+        pv[at] = v[(b * SKV + s) * D + e];
+      }
+  fj_problem p;
+  fj_problem_init(&p, 2, 2, 1, SQ, SKV, D, FJ_F16, FJ_BSHD);
+  p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+  CHECK_OK(NULL, fj__reference_bwd64(&p, q, k, v, dout, dq, dk, dv, NULL));
+  p.block_table = &table[0][0];
+  p.page_size = PS;
+  p.max_pages = 2;
+  p.num_pages = 4;
+  p.k_stride[0] = p.v_stride[0] = PS * D;
+  CHECK_OK(NULL, fj__reference_bwd64(&p, q, pk, pv, dout, pdq, pdk, pdv,
+                                     NULL));
+  CHECK(memcmp(dq, pdq, sizeof dq) == 0);
+  for (int b = 0; b < 2; b++)
+    for (int s = 0; s < SKV; s++)
+      for (int e = 0; e < D; e++) {
+        int at = (table[b][s / PS] * PS + s % PS) * D + e;
+        CHECK(pdk[at] == dk[(b * SKV + s) * D + e]);
+        CHECK(pdv[at] == dv[(b * SKV + s) * D + e]);
+      }
+  return 0;
+}
