@@ -30,7 +30,7 @@ static void *random_host(fj_dtype dt, size_t n, float scale, uint64_t *seed)
   float *f = malloc(n * sizeof *f);
   void *out = malloc(n * 2);
   for (size_t i = 0; i < n; i++)
-    f[i] = (float)(normal(seed) * scale);
+    f[i] = (float)(normal(seed) * (double)scale);
   fj_convert(dt, out, FJ_F32, f, n);
   free(f);
   return out;
@@ -103,9 +103,9 @@ static int run_backward(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed)
     sinks_d = upload(sinks_h, (size_t)bc->hq * sizeof(float));
     m.sinks = sinks_d;
   }
-  size_t nq = (size_t)bc->b * bc->sq * bc->hq * bc->d;
-  size_t nk = (size_t)bc->b * bc->skv * bc->hkv * bc->d;
-  size_t nl = (size_t)bc->b * bc->hq * bc->sq;
+  size_t nq = (size_t)bc->b * (size_t)bc->sq * (size_t)bc->hq * (size_t)bc->d;
+  size_t nk = (size_t)bc->b * (size_t)bc->skv * (size_t)bc->hkv * (size_t)bc->d;
+  size_t nl = (size_t)bc->b * (size_t)bc->hq * (size_t)bc->sq;
   void *q = random_host(bc->dt, nq, bc->in_scale, seed);
   void *k = random_host(bc->dt, nk, 1.f, seed);
   void *v = random_host(bc->dt, nk, 1.f, seed);
@@ -151,10 +151,11 @@ static int run_backward(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed)
     if (gs) {
       double num = 0, den = 0;
       for (int h = 0; h < bc->hq; h++) {
-        num += ((double)hs[h] - rs[h]) * ((double)hs[h] - rs[h]);
-        den += (double)rs[h] * rs[h];
+        double dd = (double)hs[h] - (double)rs[h];
+        num += dd * dd;
+        den += (double)rs[h] * (double)rs[h];
       }
-      es = isfinite(num) ? sqrt(num / (den > 0 ? den : 1)) : INFINITY;
+      es = isfinite(num) ? sqrt(num / (den > 0 ? den : 1)) : (double)INFINITY;
     }
     /* bf16 rounds P and dS to 8 bits of mantissa on their way through
      * shared memory: cuDNN's and FlashAttention's errors against a float64
@@ -165,8 +166,7 @@ static int run_backward(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed)
            rc ? "FAIL" : "ok  ", bc->d, fj_dtype_name(bc->dt), bc->b, bc->hq,
            bc->hkv, bc->sq, bc->skv, fj_causal_name(bc->causal),
            bc->window_left >= 0 ? " window" : "", bc->softcap > 0 ? " softcap" : "",
-           bc->sinks ? " sinks" : "", bc->in_scale, eq, ek, ev,
-           gs ? " dsinks " : "", "");
+           bc->sinks ? " sinks" : "", (double)bc->in_scale, eq, ek, ev, "", "");
     if (gs)
       printf("       dsinks %.2e\n", es);
   }
