@@ -65,6 +65,33 @@ if part ab && [ -x /work/main/build-base/flashjit ]; then
   done <<<"$ab_list"
 fi
 
+# 0c. The backward: its GPU cases against the float64 reference, one case
+#     under compute-sanitizer (memcheck, racecheck), the package's autograd
+#     tests (PYTHONPATH=python, this build's library), and the backward
+#     beside SDPA's cuDNN and flash (bench/bwd_compare.py; BWD_ARGS, default
+#     --quick).
+if part backward; then
+  timeout ${BACKWARD_TIMEOUT:-300} ./tests/fj_tests gpu_backward >"$out/backward.log" 2>&1
+  note "backward gpu_backward: exit $? ($(grep -c '^ok ' "$out/backward.log") ok, $(grep -c '^FAIL' "$out/backward.log") FAIL)"
+  grep -E "^FAIL|cases,|error|backward:|reference:" "$out/backward.log" | head -12 | tee -a "$summary"
+  if [ "${BACKWARD_SANITIZE:-1}" = 1 ]; then
+    for tool in memcheck racecheck; do
+      timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 ./tests/fj_tests gpu_sanitize_backward >>"$out/backward_sanitizer.log" 2>&1
+      note "compute-sanitizer --tool $tool gpu_sanitize_backward: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/backward_sanitizer.log" | tail -1 | sed 's/=* //'))"
+    done
+  fi
+  (cd /work/main && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so timeout 400 \
+    python3 -m unittest -v test_gpu.Backward) >"$out/backward_py.log" 2>&1 || true
+  (cd /work/main/python/tests && PYTHONPATH=/work/main/python FLASHJIT_LIB=/work/main/build/libflashjit.so \
+    timeout 400 python3 -m unittest -v test_gpu.Backward) >>"$out/backward_py.log" 2>&1
+  note "backward python test_gpu.Backward: exit $?"
+  grep -E "^(FAIL|ERROR|OK|FAILED)|Error:|relative error" "$out/backward_py.log" | head -12 | tee -a "$summary"
+  (cd /work/main && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so timeout 500 \
+    python3 bench/bwd_compare.py ${BWD_ARGS:---quick} --out "$out") >"$out/bwd_compare.log" 2>&1
+  note "bwd_compare: exit $?"
+  grep -E "^bwd|^geomean|Error" "$out/bwd_compare.log" | cut -c1-330 | tee -a "$summary"
+fi
+
 # 1. GPU tests (ctest label gpu), verbose so every case's error is logged.
 if part tests; then
   ctest -L gpu -R "${TESTS:-.}" -V --timeout 900 >"$out/ctest_gpu.log" 2>&1
