@@ -255,7 +255,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         const float pe = fj::fast_exp2(fmaf(s[j][{{ i }}], sl2, -s_lse[{{ r }}]));
         float dse = pe * (dp[j][{{ i }}] - s_delta[{{ r }}]);
 {%   if mods.softcap then %}
-        dse *= 1.f - s[j][{{ i }}] * s[j][{{ i }}];  // d(cap tanh(x / cap)) / dx
+        // d(cap tanh(x / cap)) / dx; a hidden element's -inf counts as -1 (its P is 0).
+        const float th = fmaxf(s[j][{{ i }}], -1.f);
+        dse *= 1.f - th * th;
 {%   end %}
         s_p[({{ r }}) * {{ LDP }} + {{ c }}] = fj::to_elem(pe);
         s_ds[({{ r }}) * {{ LDP }} + {{ c }}] = fj::to_elem(dse);

@@ -334,8 +334,12 @@ def _attention_bwd_fake(dout, q, k, v, out, lse, causal, scale, layout, window_l
 
 
 def _setup_context(ctx, inputs, output):
+    # The op's trailing arguments at their defaults may be left out of inputs.
+    full = list(inputs) + [None, 0, 0, None, None, None, None][len(inputs) - 15:]
     (q, k, v, causal, scale, _, layout, wl, wr, softcap, score_mod, mask_mod, names, _, _,
-     sinks, block_q) = inputs[:17]
+     sinks, block_q) = full[:17]
+    # The gradients' structure is the inputs' (lists for the list arguments).
+    ctx.structure = [len(x) if isinstance(x, (list, tuple)) else None for x in inputs]
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, sinks)
     ctx.args = (causal, scale, layout, wl, wr, softcap)
@@ -359,10 +363,13 @@ def _backward(ctx, dout, dlse):
         alert = getattr(torch._C, "_alert_not_deterministic", None)
         if alert is not None:
             alert("flashjit.attention's backward (dq is added by float32 atomics)")
+    grads = [[None] * n if n is not None else None for n in ctx.structure]
     if dout is None:
-        return (None,) * 22
+        return tuple(grads)
     dq, dk, dv, dsinks = attention_bwd_op(dout, q, k, v, out, lse, *ctx.args, sinks)
-    grads = [dq, dk, dv] + [None] * 12 + [dsinks if sinks is not None else None] + [None] * 6
+    grads[:3] = dq, dk, dv
+    if sinks is not None:
+        grads[15] = dsinks
     return tuple(grads)
 
 
