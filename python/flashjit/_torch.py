@@ -333,47 +333,62 @@ def _attention_bwd_fake(dout, q, k, v, out, lse, causal, scale, layout, window_l
             q.new_empty((hq,) if sinks is not None else (0,), dtype=torch.float32))
 
 
-def _setup_context(ctx, inputs, output):
-    # The op's trailing arguments at their defaults may be left out of inputs.
-    full = list(inputs) + [None, 0, 0, None, None, None, None][len(inputs) - 15:]
-    (q, k, v, causal, scale, _, layout, wl, wr, softcap, score_mod, mask_mod, names, _, _,
-     sinks, block_q) = full[:17]
-    # The gradients' structure is the inputs' (lists for the list arguments).
-    ctx.structure = [len(x) if isinstance(x, (list, tuple)) else None for x in inputs]
+@torch.library.custom_op("flashjit::attention_train", mutates_args=(), device_types="cuda")
+def attention_train_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       sinks: typing.Optional[torch.Tensor], causal: int, scale: float,
+                       layout: int, window_left: int, window_right: int, softcap: float
+                       ) -> typing.Tuple[torch.Tensor, torch.Tensor]:
+    """flashjit attention with its gradients: (out, lse), the built-in
+    masks and modifications only (what fj_attention_bwd takes).  Use
+    flashjit.attention(), which calls it when an input requires grad."""
+    return _launch(q, k, v, causal, scale, True, layout, window_left, window_right, softcap,
+                   "", "", None, sinks)
+
+
+@attention_train_op.register_fake
+def _attention_train_fake(q, k, v, sinks, causal, scale, layout, window_left, window_right,
+                          softcap):
+    b, hq, sq, d = _sizes(q, layout)
+    return q.new_empty(_out_shape(b, hq, sq, d, layout)), q.new_empty((b, hq, sq),
+                                                                      dtype=torch.float32)
+
+
+def _train_setup(ctx, inputs, output):
+    q, k, v, sinks, causal, scale, layout, wl, wr, softcap = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, sinks)
     ctx.args = (causal, scale, layout, wl, wr, softcap)
-    ctx.unsupported = [n for n, on in (("score_mod", score_mod), ("mask_mod", mask_mod),
-                                       ("params", names), ("block_mask", block_q)) if on]
     ctx.set_materialize_grads(False)
 
 
-def _backward(ctx, dout, dlse):
-    if ctx.unsupported:
-        raise NotImplementedError(f"{_WHO}: the backward does not take "
-                                  f"{', '.join(ctx.unsupported)} yet")
+def _train_backward(ctx, dout, dlse):
     if dlse is not None:
         raise NotImplementedError(f"{_WHO}: the gradient through the returned lse is not "
                                   "implemented yet: use the output only")
     q, k, v, out, lse, sinks = ctx.saved_tensors
-    if lse.numel() != out.numel() // out.shape[-1]:
-        raise RuntimeError(f"{_WHO}: the forward kept no lse (return_lse=False through "
-                           "torch.ops.flashjit.attention): call flashjit.attention")
     if torch.are_deterministic_algorithms_enabled():
         alert = getattr(torch._C, "_alert_not_deterministic", None)
         if alert is not None:
             alert("flashjit.attention's backward (dq is added by float32 atomics)")
-    grads = [[None] * n if n is not None else None for n in ctx.structure]
     if dout is None:
-        return tuple(grads)
+        return (None,) * 10
     dq, dk, dv, dsinks = attention_bwd_op(dout, q, k, v, out, lse, *ctx.args, sinks)
-    grads[:3] = dq, dk, dv
-    if sinks is not None:
-        grads[15] = dsinks
-    return tuple(grads)
+    return (dq, dk, dv, dsinks if sinks is not None else None) + (None,) * 6
 
 
-attention_op.register_autograd(_backward, setup_context=_setup_context)
+attention_train_op.register_autograd(_train_backward, setup_context=_train_setup)
+
+
+def _no_grad_setup(ctx, inputs, output):
+    pass
+
+
+def _no_grad_backward(ctx, *grads):
+    raise NotImplementedError(f"{_WHO}: the backward does not take score_mod, mask_mod, "
+                              "params or block_mask yet")
+
+
+attention_op.register_autograd(_no_grad_backward, setup_context=_no_grad_setup)
 
 
 def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhsd",
@@ -443,9 +458,12 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     # keeps the log-sum-exp for it.
     grad = torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, sinks))
-    if torch.compiler.is_compiling() or grad:
+    builtin = not (score_mod or mask_mod or params or block_mask is not None or checked)
+    if grad and builtin:
+        out, lse = attention_train_op(q, k, v, sinks, c, sc, lay, wl, wr, cap)
+    elif torch.compiler.is_compiling() or (grad and not checked):
         names, tensors, scalars = encode_params(params)
-        out, lse = attention_op(q, k, v, c, sc, bool(return_lse) or grad, lay, wl, wr, cap,
+        out, lse = attention_op(q, k, v, c, sc, bool(return_lse), lay, wl, wr, cap,
                                 score_mod or "", mask_mod or "", names, tensors, scalars,
                                 sinks, *bm)
     else:
