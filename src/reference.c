@@ -447,13 +447,15 @@ static fj_status check_seqs(const fj_ctx *ctx, const fj_problem *p)
 static fj_status check_mods(const fj_ctx *ctx, const fj_problem *p)
 {
   fj_status st = fj__mods_check(ctx, p->mods);
+  fj_mods_info mi;  /* of mods that passed their check only */
+  fj__mods_info(st == FJ_OK ? p->mods : NULL, &mi);
   if (st == FJ_OK && p->causal != FJ_CAUSAL_NONE && p->mods &&
       p->mods->window_right > 0)
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
                   "mods.window_right %d with causal %s: a causal mask hides "
                   "every key right of the diagonal; use window_right 0 or -1",
                   p->mods->window_right, fj_causal_name(p->causal));
-  if (st == FJ_OK && fj__mods_blocks(p->mods) &&
+  if (st == FJ_OK && mi.blocks &&
       (p->cu_seqlens_q || p->cu_seqlens_kv || p->seqused_kv || p->block_table))
     st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                   "mods.block_mask with %s is not implemented: block masks "
@@ -461,7 +463,7 @@ static fj_status check_mods(const fj_ctx *ctx, const fj_problem *p)
                   "block-diagonal)",
                   p->block_table ? "a paged K/V (block_table)" : "varlen "
                   "sequences (cu_seqlens / seqused_kv)");
-  if (st == FJ_OK && fj__mods_blocks(p->mods) && p->splits > 1)
+  if (st == FJ_OK && mi.blocks && p->splits > 1)
     st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                   "splits %d with mods.block_mask is not implemented: 0 or 1",
                   p->splits);
@@ -518,8 +520,9 @@ fj_status fj__check_scales(const fj_ctx *ctx, const fj_problem *p,
  * independent of the generated code), the built-ins by their formulas. */
 typedef struct ref_mods {
   const fj_mods *m;
+  fj_mods_info info;          /* m's facts */
   fj_expr *score, *mask;
-  int window, left, right;    /* left/right -1: unbounded */
+  int left, right;            /* -1: unbounded */
   double softcap;             /* 0: none */
 } ref_mods;
 
@@ -632,10 +635,10 @@ static int ref_visible(const ref_head *h, int row, int j)
   int diag = row + h->causal_off;
   if (j >= h->len_kv || (h->p->causal != FJ_CAUSAL_NONE && j > diag))
     return 0;
-  if (rm->window && ((rm->left >= 0 && j < diag - rm->left) ||
+  if (rm->info.window && ((rm->left >= 0 && j < diag - rm->left) ||
                      (rm->right >= 0 && j > diag + rm->right)))
     return 0;
-  int block = fj__mods_blocks(rm->m) ? ref_block(h, row, j) : 1;
+  int block = rm->info.blocks ? ref_block(h, row, j) : 1;
   if (block != 1)
     return block == 2;
   if (rm->mask) {
@@ -817,10 +820,10 @@ static fj_status ref_mods_open(const fj_mods *m, ref_mods *rm)
   fj_expr **trees[2] = {&rm->score, &rm->mask};
   memset(rm, 0, sizeof *rm);
   rm->m = m ? m : &none;
-  rm->window = fj__mods_window(m);
+  fj__mods_info(m, &rm->info);
   rm->left = m ? m->window_left : -1;
   rm->right = m ? m->window_right : -1;
-  rm->softcap = fj__mods_softcap(m) ? (double)m->softcap : 0.0;
+  rm->softcap = rm->info.softcap ? (double)m->softcap : 0.0;
   for (int i = 0; i < 2; i++) {
     if (!texts[i] || !texts[i][0])
       continue;
@@ -883,13 +886,13 @@ fj_status fj_reference_fwd(const fj_problem *p, const void *q, const void *k,
                     "fj_reference_fwd: out of memory for %d scores",
                     p->seq_kv);
   int rows = row_end - row_begin, group = p->heads_q / p->heads_kv;
-  int bottom_right = p->causal == FJ_CAUSAL_BOTTOM_RIGHT ||
-                     (p->causal == FJ_CAUSAL_NONE && fj__mods_window(p->mods));
   ref_mods rm;
   if ((st = ref_mods_open(p->mods, &rm)) != FJ_OK) {
     free(s);
     return st;
   }
+  int bottom_right = p->causal == FJ_CAUSAL_BOTTOM_RIGHT ||
+                     (p->causal == FJ_CAUSAL_NONE && rm.info.window);
   for (int b = 0; b < p->batch; b++) {
     /* This sequence: its queries and their first row, its keys. */
     int len_q = p->seq_q;
@@ -917,7 +920,7 @@ fj_status fj_reference_fwd(const fj_problem *p, const void *q, const void *k,
                     len_kv, bottom_right ? len_kv - len_q : 0,
                     kv == FJ_E4M3 ? (double)k_scale[b * p->heads_kv + hk] : 1.0,
                     kv == FJ_E4M3 ? (double)v_scale[b * p->heads_kv + hk] : 1.0, kv,
-                    fj__mods_sinks(p->mods) ? (double)p->mods->sinks[hq] : -HUGE_VAL};
+                    rm.info.sinks ? (double)p->mods->sinks[hq] : -HUGE_VAL};
       size_t base = ((size_t)b * (size_t)p->heads_q + (size_t)hq) * (size_t)rows;
       for (int r = 0; r < rows; r++) {
         double *o = out + (base + (size_t)r) * (size_t)p->head_dim;
