@@ -213,8 +213,10 @@ static fj_status choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
   }
   for (int i = 0; d && i < d->npicks; i++)
     if (!memcmp(d->picks[i].key, key, sizeof key)) {
+      fj_mods_info mi;
+      fj__mods_info(p->mods, &mi);
       *v = d->picks[i].v;
-      v->mods = fj__mods_on(p->mods) ? p->mods : NULL;  /* this problem's */
+      v->mods = mi.on ? p->mods : NULL;  /* this problem's */
       *meta = d->picks[i].meta;
       if (from)
         *from = d->picks[i].from;
@@ -258,9 +260,11 @@ static fj_status plan_problem(fj_ctx *ctx, const fj_problem *p, fj_plan *plan)
                     p->splits, ctx->arch, fj_mma_name(v.mma));
   /* The rule is tried for decode shapes, and for others with 16 key tiles
    * or more (shorter walks gain less than the combine costs). */
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
   int tuned_split = v.split_kv;
   int long_kv = (p->seq_kv + v.tile_n - 1) / v.tile_n >= 16;
-  if (v.mma == FJ_MMA_SYNC && !fj__mods_blocks(p->mods) &&
+  if (v.mma == FJ_MMA_SYNC && !mi.blocks &&
       (p->splits >= 2 || (p->splits == 0 && (fj__decode_rows(p) || long_kv))))
     v.split_kv = 1;
   if ((st = fj__plan_fill(ctx, p, &v, &meta, plan)) != FJ_OK)
@@ -418,14 +422,17 @@ static fj_status check_match(const fj_ctx *ctx, const fj_problem *p,
                     fj__problem_varlen(p) ? "varlen" : "fixed lengths",
                     fj__problem_paged(p) ? "paged" : "dense K/V");
   const char *differs = fj__mods_form_diff(v->mods, p->mods);
-  if (differs)
+  if (differs) {
+    fj_mods_info vi, pi;
+    fj__mods_info(v->mods, &vi);
+    fj__mods_info(p->mods, &pi);
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "variant's modifications (%s) are not the problem's (%s): "
                     "they differ in %s; a variant takes the expressions, "
                     "parameters' names, types and ranks, window, softcap and "
                     "sinks of its problem (fj_attention_variant sets them)",
-                    fj__mods_on(v->mods) ? "on" : "none",
-                    fj__mods_on(p->mods) ? "on" : "none", differs);
+                    vi.on ? "on" : "none", pi.on ? "on" : "none", differs);
+  }
   if (v->mma == FJ_MMA_WGMMA && ((p->cu_seqlens_q && p->total_q < 1) ||
                                  (p->cu_seqlens_kv && p->total_kv < 1)))
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
@@ -482,11 +489,12 @@ static fj_status check_pointers(const fj_ctx *ctx, const fj_problem *p,
 
 /* The built-in modifications' launch arguments: an unbounded side of the
  * window as FJ_WINDOW_MAX, a causal mask as the right side 0. */
-static void fill_mods(fj_kparams *kp, const fj_problem *p)
+static void fill_mods(fj_kparams *kp, const fj_problem *p,
+                      const fj_mods_info *mi)
 {
   const fj_mods *m = p->mods;
   kp->window_left = kp->window_right = FJ_WINDOW_MAX;
-  if (fj__mods_window(m)) {
+  if (mi->window) {
     if (m->window_left >= 0)
       kp->window_left = m->window_left;
     if (m->window_right >= 0)
@@ -494,12 +502,12 @@ static void fill_mods(fj_kparams *kp, const fj_problem *p)
   }
   if (p->causal != FJ_CAUSAL_NONE)
     kp->window_right = 0;
-  if (fj__mods_softcap(m)) {
+  if (mi->softcap) {
     kp->softcap = m->softcap;
     kp->softcap_inv = 1.f / m->softcap;
     kp->softcap_shift = fj__mods_softcap_shift(m, p->dtype);
   }
-  if (fj__mods_blocks(m)) {
+  if (mi->blocks) {
     const fj_block_mask *bm = m->block_mask;
     kp->bm_num = bm->kv_num;
     kp->bm_idx = bm->kv_indices;
@@ -512,12 +520,14 @@ static void fill_mods(fj_kparams *kp, const fj_problem *p)
   }
   /* The sinks: read by the epilogue of a one-kernel variant, by the
    * combine of a split one (never by the partial kernels). */
-  kp->sinks = fj__mods_sinks(m) ? m->sinks : NULL;
+  kp->sinks = mi->sinks ? m->sinks : NULL;
 }
 
 void fj__fill_params(fj_kparams *kp, const fj_problem *p, const void *q,
                      const void *k, const void *v, void *o, float *lse)
 {
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
   memset(kp, 0, sizeof *kp);
   kp->q = q;
   kp->k = k;
@@ -541,10 +551,10 @@ void fj__fill_params(fj_kparams *kp, const fj_problem *p, const void *q,
   /* The diagonal of the causal mask and the window: bottom-right unless
    * the mask is top-left. */
   kp->causal_offset = p->causal == FJ_CAUSAL_BOTTOM_RIGHT ||
-                              (p->causal == FJ_CAUSAL_NONE && fj__mods_window(p->mods))
+                              (p->causal == FJ_CAUSAL_NONE && mi.window)
                           ? p->seq_kv - p->seq_q
                           : 0;
-  fill_mods(kp, p);
+  fill_mods(kp, p, &mi);
   double scale = p->scale != 0.f ? (double)p->scale : 1.0 / sqrt(p->head_dim);
   kp->scale_log2 = (float)(scale * 1.4426950408889634);
   kp->splits = 1;
@@ -656,7 +666,9 @@ static fj_status ready_tiered(fj_ctx *ctx, const fj_problem *p,
 fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
 {
   char symbol[64];
-  int sinks = fj__mods_sinks(v->mods);
+  fj_mods_info mi;
+  fj__mods_info(v->mods, &mi);
+  int sinks = mi.sinks;
   snprintf(symbol, sizeof symbol, "fj_combine_d%d_%s%s%s", v->head_dim,
            fj_dtype_name(v->dtype), v->varlen ? "_vl" : "",
            sinks ? "_sink" : "");
@@ -679,11 +691,13 @@ fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
  * ctx->lock held and the CUDA context entered. */
 static fj_status ready_combine(fj_ctx *ctx, const fj_variant *v, void **fn)
 {
+  fj_mods_info mi;
+  fj__mods_info(v->mods, &mi);
   fj_dispatch *d = dispatch(ctx);
   for (int i = 0; d && i < d->ncombine; i++)
     if (d->combine[i].head_dim == v->head_dim &&
         d->combine[i].dtype == v->dtype && d->combine[i].varlen == v->varlen &&
-        d->combine[i].sinks == fj__mods_sinks(v->mods)) {
+        d->combine[i].sinks == mi.sinks) {
       *fn = d->combine[i].function;
       return FJ_OK;
     }
@@ -697,7 +711,7 @@ static fj_status ready_combine(fj_ctx *ctx, const fj_variant *v, void **fn)
     h->head_dim = v->head_dim;
     h->dtype = v->dtype;
     h->varlen = v->varlen;
-    h->sinks = fj__mods_sinks(v->mods);
+    h->sinks = mi.sinks;
     h->function = *fn;
   }
   return st;
@@ -913,7 +927,9 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     st = tensor_maps(ctx, p, v, kern, q, k, vp, &maps);
   /* Checked mode: a zeroed record for the first read out of range. */
   uint64_t oob = 0;
-  int checked = st == FJ_OK && fj__mods_checked(p->mods);
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
+  int checked = st == FJ_OK && mi.checked;
   if (checked)
     st = oob_start(ctx, who, stream, &oob);
   /* The parameters' values follow the Params (and the tensor maps); kern

@@ -38,10 +38,12 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
   fj_status st = fj_problem_check(ctx, p);
   if (st != FJ_OK)
     return st;
-  if (fj__mods_user(p->mods))
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
+  if (mi.user)
     return unsupported(ctx, "score or mask expressions (fj_mods.score, "
                             ".mask, .params)");
-  if (fj__mods_blocks(p->mods))
+  if (mi.blocks)
     return unsupported(ctx, "block masks (fj_mods.block_mask)");
   if (p->cu_seqlens_q || p->cu_seqlens_kv || p->seqused_kv)
     return unsupported(ctx, "varlen problems (cu_seqlens_q, cu_seqlens_kv, "
@@ -132,7 +134,9 @@ static fj_status row_kernel(fj_ctx *ctx, const fj_problem *p,
                             const char *which, fj_kernel **k)
 {
   char symbol[64], tpl[32];
-  int sinks = fj__mods_sinks(p->mods) && strcmp(which, "pre") == 0;
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
+  int sinks = mi.sinks && strcmp(which, "pre") == 0;
   snprintf(symbol, sizeof symbol, "fj_bwd_%s_d%d_%s%s", which, p->head_dim,
            fj_dtype_name(p->dtype), sinks ? "_sink" : "");
   snprintf(tpl, sizeof tpl, "bwd_%s.cu", which);
@@ -244,7 +248,9 @@ static fj_status check_args(const fj_ctx *ctx, const char *who,
                         "%s: %s[%d] is 0 (a broadcast input): its gradient "
                         "is laid out by the same strides and needs its own rows",
                         who, g[t].name, d);
-  if (a->dsinks && !fj__mods_sinks(p->mods))
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
+  if (a->dsinks && !mi.sinks)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "%s: dsinks is given but the problem has no sinks "
                     "(fj_mods.sinks)",

@@ -123,6 +123,8 @@ static fj_status builder(fj_ctx *ctx, const fj_problem *p, int block_q,
                          int block_kv, fj_kernel **k)
 {
   const fj_mods *m = p->mods;
+  fj_mods_info mi;
+  fj__mods_info(m, &mi);
   char symbol[96], params[FJ_MOD_PARAMS_MAX * (FJ_MOD_NAME_MAX + 8) + 1];
   int user = m && ((m->mask && m->mask[0]) || m->num_params > 0);
   char hash[16] = "";
@@ -133,7 +135,7 @@ static fj_status builder(fj_ctx *ctx, const fj_problem *p, int block_q,
            p->causal == FJ_CAUSAL_TOP_LEFT      ? "tl"
            : p->causal == FJ_CAUSAL_BOTTOM_RIGHT ? "br"
                                                  : "nc",
-           fj__mods_window(m) ? "_win" : "", hash);
+           mi.window ? "_win" : "", hash);
   fj__mods_param_list(m, params, sizeof params);
   /* The mask's facts (mods_kernel.h): heap, for their texts' room. */
   fj_mods_kparam *facts = malloc(sizeof *facts);
@@ -151,7 +153,7 @@ static fj_status builder(fj_ctx *ctx, const fj_problem *p, int block_q,
       {"params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_kparams), NULL, NULL},
       {"dtype", FJ_PARAM_STR, 0, "f16", NULL},  /* common.cuh's; no tensor is read */
       {"causal", FJ_PARAM_STR, 0, fj_causal_name(p->causal), NULL},
-      {"window", FJ_PARAM_BOOL, fj__mods_window(m), NULL, NULL},
+      {"window", FJ_PARAM_BOOL, mi.window, NULL, NULL},
       {"mask_mod", FJ_PARAM_STR, 0, m && m->mask ? m->mask : "", NULL},
       {"mod_params", FJ_PARAM_STR, 0, params, NULL},
       {"block_q", FJ_PARAM_INT, block_q, NULL, NULL},

@@ -27,14 +27,44 @@ static int has_text(const char *s)
   return s && s[0];
 }
 
-int fj__mods_window(const fj_mods *m)
+static int user_on(const fj_mods *m)
 {
-  return m && (m->window_left != -1 || m->window_right != -1);
+  return has_text(m->score) || has_text(m->mask) || m->num_params > 0;
 }
 
-int fj__mods_softcap(const fj_mods *m)
+/* Checked mode asked for, by m or (read once) the environment, and a
+ * tensor parameter for it to check. */
+static int checked_on(const fj_mods *m)
 {
-  return m && m->softcap > 0.f;
+  static int env = -1;  /* FLASHJIT_CHECK_BOUNDS, read once */
+  if (env < 0) {
+    const char *e = getenv("FLASHJIT_CHECK_BOUNDS");
+    env = e && strcmp(e, "1") == 0;
+  }
+  if (!m->checked && !env)
+    return 0;
+  for (int i = 0; m->params && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++)
+    if (m->params[i].rank > 0)
+      return 1;
+  return 0;
+}
+
+void fj__mods_info(const fj_mods *m, fj_mods_info *out)
+{
+  memset(out, 0, sizeof *out);
+  out->reads = out->score_reads = out->distance_reads = -1;
+  if (!m)
+    return;
+  out->window = m->window_left != -1 || m->window_right != -1;
+  out->softcap = m->softcap > 0.f;
+  out->user = user_on(m);
+  out->blocks = m->block_mask != NULL;
+  out->sinks = m->sinks != NULL;
+  out->on = out->window || out->softcap || out->user || out->blocks ||
+            out->sinks;
+  out->checked = checked_on(m);
+  out->block_q = out->blocks ? m->block_mask->block_q : 0;
+  out->block_kv = out->blocks ? m->block_mask->block_kv : 0;
 }
 
 /*
@@ -54,20 +84,10 @@ int fj__mods_softcap(const fj_mods *m)
  */
 float fj__mods_softcap_shift(const fj_mods *m, fj_dtype dtype)
 {
-  if (!fj__mods_softcap(m) || dtype != FJ_BF16 || !(m->softcap <= 55.f))
+  if (!m || !(m->softcap > 0.f) || dtype != FJ_BF16 || !(m->softcap <= 55.f))
     return 0.f;
   float k = 2.f * m->softcap - 70.f;
   return m->softcap - (k < 0.f ? 0.f : k);
-}
-
-int fj__mods_sinks(const fj_mods *m)
-{
-  return m && m->sinks;
-}
-
-int fj__mods_user(const fj_mods *m)
-{
-  return m && (has_text(m->score) || has_text(m->mask) || m->num_params > 0);
 }
 
 /* Parses m's score (score 1) or mask expression and adds the reads of
@@ -114,57 +134,13 @@ static int packed_reads(const fj_mods *m)
   return reads;
 }
 
-int fj__mods_reads(const fj_mods *m)
+void fj__mods_info_reads(const fj_mods *m, fj_mods_info *out)
 {
-  return packed_reads(m) & 0x3ff;
-}
-
-int fj__mods_score_reads(const fj_mods *m)
-{
-  return packed_reads(m) >> 10 & 0x3ff;
-}
-
-int fj__mods_distance_reads(const fj_mods *m)
-{
-  return packed_reads(m) >> 20 & 0x3ff;
-}
-
-int fj__mods_checked(const fj_mods *m)
-{
-  static int env = -1;  /* FLASHJIT_CHECK_BOUNDS, read once */
-  if (!m)
-    return 0;
-  if (env < 0) {
-    const char *e = getenv("FLASHJIT_CHECK_BOUNDS");
-    env = e && strcmp(e, "1") == 0;
-  }
-  if (!m->checked && !env)
-    return 0;
-  for (int i = 0; m->params && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++)
-    if (m->params[i].rank > 0)
-      return 1;
-  return 0;
-}
-
-int fj__mods_blocks(const fj_mods *m)
-{
-  return m && m->block_mask;
-}
-
-int fj__mods_block_q(const fj_mods *m)
-{
-  return fj__mods_blocks(m) ? m->block_mask->block_q : 0;
-}
-
-int fj__mods_block_kv(const fj_mods *m)
-{
-  return fj__mods_blocks(m) ? m->block_mask->block_kv : 0;
-}
-
-int fj__mods_on(const fj_mods *m)
-{
-  return fj__mods_window(m) || fj__mods_softcap(m) || fj__mods_user(m) ||
-         fj__mods_blocks(m) || fj__mods_sinks(m);
+  fj__mods_info(m, out);
+  int reads = packed_reads(m);
+  out->reads = reads & 0x3ff;
+  out->score_reads = reads >> 10 & 0x3ff;
+  out->distance_reads = reads >> 20 & 0x3ff;
 }
 
 /* ---- built-ins ------------------------------------------------------------------ */
@@ -423,14 +399,14 @@ static fj_status check_expr(const fj_ctx *ctx, const fj_mods *m, int score,
  * (mods_memo.h), and a call that repeats it checks only the values. */
 static fj_status check_user(const fj_ctx *ctx, const fj_mods *m)
 {
-  int good = fj__mods_user(m) && fj__mods_memo_find(m, NULL), reads = 0;
+  int good = user_on(m) && fj__mods_memo_find(m, NULL), reads = 0;
   fj_status st = check_params(ctx, m, good);
   if (good || st != FJ_OK)
     return st;
   st = check_expr(ctx, m, 1, &reads);
   if (st == FJ_OK)
     st = check_expr(ctx, m, 0, &reads);
-  if (st == FJ_OK && fj__mods_user(m))
+  if (st == FJ_OK && user_on(m))
     fj__mods_memo_add(m, reads);
   return st;
 }
@@ -462,7 +438,7 @@ static fj_status check_block_mask(const fj_ctx *ctx, const fj_block_mask *bm)
 fj_status fj__mods_check_blocks(const fj_ctx *ctx, const fj_mods *m,
                                 int batch, int heads_q, int seq_q, int seq_kv)
 {
-  if (!fj__mods_blocks(m))
+  if (!m || !m->block_mask)
     return FJ_OK;
   const fj_block_mask *bm = m->block_mask;
   if (bm->batch != 1 && bm->batch != batch)
@@ -488,7 +464,7 @@ fj_status fj__mods_check_blocks(const fj_ctx *ctx, const fj_mods *m,
 
 fj_status fj__mods_check_blocks_data(const fj_ctx *ctx, const fj_mods *m)
 {
-  if (!fj__mods_blocks(m))
+  if (!m || !m->block_mask)
     return FJ_OK;
   const fj_block_mask *bm = m->block_mask;
   if (!bm->kv_num || !bm->kv_indices)
@@ -579,9 +555,11 @@ static const char *text_of(const char *s)
  * building a string. */
 uint64_t fj__mods_hash(const fj_mods *m)
 {
-  if (!fj__mods_on(m))
+  fj_mods_info mi;
+  fj__mods_info(m, &mi);
+  if (!mi.on)
     return 0;
-  const int flags[2] = {fj__mods_window(m), fj__mods_softcap(m)};
+  const int flags[2] = {mi.window, mi.softcap};
   uint64_t h = fj__hash64(flags, sizeof flags);
   h = fj__hash64_seed(text_of(m->score), strlen(text_of(m->score)) + 1, h);
   h = fj__hash64_seed(text_of(m->mask), strlen(text_of(m->mask)) + 1, h);
@@ -595,13 +573,13 @@ uint64_t fj__mods_hash(const fj_mods *m)
   /* Sinks and block masks add a piece each when on (none when off, so
    * that the hashes -- and the "_x" names -- of mods without them are what
    * they were). */
-  if (fj__mods_sinks(m))
+  if (mi.sinks)
     h = fj__hash64_seed("sinks", 6, h);
-  if (fj__mods_blocks(m)) {
-    const int blocks[2] = {fj__mods_block_q(m), fj__mods_block_kv(m)};
+  if (mi.blocks) {
+    const int blocks[2] = {mi.block_q, mi.block_kv};
     h = fj__hash64_seed(blocks, sizeof blocks, h);
   }
-  if (fj__mods_checked(m))
+  if (mi.checked)
     h = fj__hash64_seed("checked", 8, h);
   return h ? h : 1;
 }
@@ -610,19 +588,20 @@ const char *fj__mods_form_diff(const fj_mods *a, const fj_mods *b)
 {
   if (a == b)
     return NULL;
-  if (!fj__mods_on(a) || !fj__mods_on(b))
-    return fj__mods_on(a) == fj__mods_on(b) ? NULL
-                                             : "whether modifications are on";
-  if (fj__mods_window(a) != fj__mods_window(b))
+  fj_mods_info ia, ib;
+  fj__mods_info(a, &ia);
+  fj__mods_info(b, &ib);
+  if (!ia.on || !ib.on)
+    return ia.on == ib.on ? NULL : "whether modifications are on";
+  if (ia.window != ib.window)
     return "whether a window is on";
-  if (fj__mods_softcap(a) != fj__mods_softcap(b))
+  if (ia.softcap != ib.softcap)
     return "whether a softcap is on";
-  if (fj__mods_block_q(a) != fj__mods_block_q(b) ||
-      fj__mods_block_kv(a) != fj__mods_block_kv(b))
+  if (ia.block_q != ib.block_q || ia.block_kv != ib.block_kv)
     return "the block mask's block sizes";
-  if (fj__mods_checked(a) != fj__mods_checked(b))
+  if (ia.checked != ib.checked)
     return "whether checked mode is on";
-  if (fj__mods_sinks(a) != fj__mods_sinks(b))
+  if (ia.sinks != ib.sinks)
     return "whether sinks are on";
   if (strcmp(text_of(a->score), text_of(b->score)))
     return "the score expression";

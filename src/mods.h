@@ -12,33 +12,45 @@
 #include "ctx.h"
 #include "expr.h"
 
-/* What is on; each is 0 for a NULL m. */
-int fj__mods_window(const fj_mods *m);   /* a window bounded on some side */
-int fj__mods_softcap(const fj_mods *m);  /* softcap > 0 */
-int fj__mods_user(const fj_mods *m);     /* an expression or a parameter */
-int fj__mods_blocks(const fj_mods *m);   /* a block mask */
-int fj__mods_sinks(const fj_mods *m);    /* sinks != NULL */
-/* Checked mode (m->checked, or FLASHJIT_CHECK_BOUNDS=1 in the environment)
- * where it has something to check: a tensor parameter. */
-int fj__mods_checked(const fj_mods *m);
-int fj__mods_on(const fj_mods *m);       /* any of the five */
+/*
+ * What a problem's modifications are, analysed once (fj__mods_info): the
+ * facts the plan, the variant, the launch and the reference decide by.  A
+ * caller takes it once per function (or receives it) and reads fields.
+ */
+typedef struct fj_mods_info {
+  int window;   /* a window bounded on some side */
+  int softcap;  /* softcap > 0 */
+  int user;     /* an expression or a parameter */
+  int blocks;   /* a block mask */
+  int sinks;    /* sinks != NULL */
+  int on;       /* any of the five */
+  /* Checked mode (m->checked, or FLASHJIT_CHECK_BOUNDS=1 in the
+   * environment) where it has something to check: a tensor parameter. */
+  int checked;
+  int block_q, block_kv;  /* a block mask's block sizes (form), 0 without */
+  /* Reads of tensor parameters the expressions make per element (calls
+   * whose indices use kv): each holds a load in flight.  score_reads
+   * counts the score expression's alone (a bias table's: __ldg per score;
+   * the mask's share a key column's load); distance_reads, of the score's,
+   * those at a distance, T(A..., q - kv + X): a relative-position bias
+   * (expr.h's fj__expr_distance_reads).  Counting them takes a parse
+   * where this thread has not checked the form (mods_memo.h), so only
+   * fj__mods_info_reads counts them; fj__mods_info leaves them -1. */
+  int reads, score_reads, distance_reads;
+} fj_mods_info;
+
+/* Fills out for m (NULL: every fact 0) but its reads (-1): reads of m's
+ * fields only, no parse and no hash, cheap enough for every launch. */
+void fj__mods_info(const fj_mods *m, fj_mods_info *out);
+/* fj__mods_info with the reads counted (NULL m, or no parameters: 0);
+ * for the plan, which runs once per problem. */
+void fj__mods_info_reads(const fj_mods *m, fj_mods_info *out);
+
 /* The softcap's fixed shift of the exponentials, in score units, or 0 for
- * the running max (see mods.c). */
+ * the running max (see mods.c); 0 for a NULL m. */
 float fj__mods_softcap_shift(const fj_mods *m, fj_dtype dtype);
-/* A block mask's block sizes (form), 0 without one. */
-int fj__mods_block_q(const fj_mods *m);
-int fj__mods_block_kv(const fj_mods *m);
 /* A block size a block mask may have: 64, 128 or 256. */
 int fj__block_size_ok(int n);
-/* Reads of tensor parameters the expressions make per element (calls
- * whose indices use kv): each holds a load in flight.  fj__mods_score_reads
- * counts the score expression's alone (a bias table's: __ldg per score;
- * the mask's share a key column's load). */
-int fj__mods_reads(const fj_mods *m);
-int fj__mods_score_reads(const fj_mods *m);
-/* Of the score's reads, those at a distance, T(A..., q - kv + X): a
- * relative-position bias (expr.h's fj__expr_distance_reads). */
-int fj__mods_distance_reads(const fj_mods *m);
 
 /* fj_mods_check with the message on ctx (NULL: the thread's), all but the
  * tensors' data pointers (a plan or a variant needs none); those are
@@ -100,7 +112,7 @@ void fj__mods_param_list(const fj_mods *m, char *buf, size_t size);
  * nothing appended), follows the parameters in 8 bytes: 6 words, set by
  * the kernel -- 1 once something is recorded, the parameter's index, 4
  * indices.  The caller gives one exactly where the kernel's form is
- * checked (fj__mods_checked). */
+ * checked (fj_mods_info's checked). */
 #define FJ_MOD_ARGS_MAX (FJ_MOD_PARAMS_MAX * 24 + 8)
 #define FJ_MOD_OOB_WORDS 6
 size_t fj__mods_args(const fj_mods *m, uint64_t oob,

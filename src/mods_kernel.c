@@ -115,9 +115,9 @@ static int print_kernel(fj_mods_kform *k, const fj_expr *e,
 }
 
 /* One expression: parsed, its facts, its texts; the score's per-score
- * reads into k->per_score. */
-static int kexpr(const fj_mods *m, int score, fj_mods_kform *k, char *err,
-                 size_t errsize)
+ * reads into k->per_score.  checked: m's form is checked (fj_mods_info). */
+static int kexpr(const fj_mods *m, int score, int checked, fj_mods_kform *k,
+                 char *err, size_t errsize)
 {
   const char *text = score ? m->score : m->mask;
   fj_mods_kexpr *x = score ? &k->score : &k->mask;
@@ -131,7 +131,7 @@ static int kexpr(const fj_mods *m, int score, fj_mods_kform *k, char *err,
   int rc = fj__expr_facts(e, &v, &x->f);
   /* Checked mode's reads record what they miss: each read stays a read
    * of the accessor, where the record is made. */
-  if (!score || fj__mods_checked(m))
+  if (!score || checked)
     x->f.kvq_scale = x->f.kvq_factor = x->f.dg = -1;
   x->on = 1;
   x->text1 = one_line(k, text);
@@ -160,9 +160,11 @@ int fj__mods_kform(const fj_mods *m, fj_mods_kform *k, char *err,
   k->used = 0;
   k->score.f.dg = k->score.f.kvq_scale = -1;
   k->mask.f.dg = k->mask.f.kvq_scale = -1;
-  if (m && has_text(m->score) && kexpr(m, 1, k, err, errsize))
+  fj_mods_info mi;
+  fj__mods_info(m, &mi);
+  if (m && has_text(m->score) && kexpr(m, 1, mi.checked, k, err, errsize))
     return -1;
-  if (m && has_text(m->mask) && kexpr(m, 0, k, err, errsize))
+  if (m && has_text(m->mask) && kexpr(m, 0, mi.checked, k, err, errsize))
     return -1;
   return 0;
 }

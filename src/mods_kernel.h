@@ -25,7 +25,7 @@
 /* One expression (score or mask) as the kernel takes it. */
 typedef struct fj_mods_kexpr {
   int on;             /* the expression is given */
-  /* The tree's facts; in checked mode (fj__mods_checked), whose reads
+  /* The tree's facts; in checked mode (fj_mods_info's checked), whose reads
    * record what they miss, and for the mask, kvq_scale and dg are -1. */
   fj_expr_facts f;
   const char *text1;  /* the user's text on one line (comments only) */

@@ -38,7 +38,9 @@ int fj__problem_paged(const fj_problem *p)
 int fj__decode_rows(const fj_problem *p)
 {
   /* Block masks take neither GQA packing nor splits (yet). */
-  if (fj__mods_blocks(p->mods))
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
+  if (mi.blocks)
     return 0;
   long rows = (long)p->seq_q * (p->heads_q / p->heads_kv);
   if (p->seq_q > 16 || rows > 128)
@@ -124,7 +126,9 @@ static void decode_choice(const fj_ctx *ctx, const fj_problem *p,
   }
   /* A score or mask function per element: at 128 keys a window with the
    * softcap spills 16 bytes (d64). */
-  if (fj__mods_user(p->mods) || fj__mods_softcap(p->mods))
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
+  if (mi.user || mi.softcap)
     v->tile_n = v->tile_n > 64 ? 64 : v->tile_n;
   /* XOR: 257 us against pad's 273 on the H200 (64, 32/8, 1/4096, 128);
    * at head dims 192 and 256 ptxas spills with it. */
@@ -203,6 +207,8 @@ static int left_window(const fj_mods *m)
 static void wgmma_choice(fj_variant *v)
 {
   int d = v->head_dim;
+  fj_mods_info mi;
+  fj__mods_info_reads(v->mods, &mi);
   v->mma = FJ_MMA_WGMMA;
   v->softmax = FJ_SOFTMAX_REGS;
   v->swizzle = FJ_SWIZZLE_XOR;
@@ -222,7 +228,7 @@ static void wgmma_choice(fj_variant *v)
    * the tiles above the softcap or a bias table spills 12-120 bytes (at
    * head dim 128, none with 144 keys); these leave room for user
    * expressions. */
-  if (fj__mods_user(v->mods) || fj__mods_softcap(v->mods))
+  if (mi.user || mi.softcap)
     v->tile_n = d == 64 ? 96 : d == 128 ? 128 : d == 192 ? 80 : 64;
   /* A window's tiles cross its left edge as well as the diagonal: with 128
    * keys less of them is masked work (window 1024, causal, S = 4096 on the
@@ -236,10 +242,9 @@ static void wgmma_choice(fj_variant *v)
    * offsets (templates/mods.lua's dg; not in checked mode): then 128 keys, as other
    * expressions (a prototype of it on the H200: 541 us at 128 keys, 593
    * at 96, 590 at 176). */
-  int reads = fj__mods_reads(v->mods);
-  int distance = fj__mods_distance_reads(v->mods) && !fj__mods_checked(v->mods);
-  if (d == 128 && reads == 1 && fj__mods_score_reads(v->mods) == 1 &&
-      !distance && !fj__mods_blocks(v->mods))
+  int reads = mi.reads;
+  int distance = mi.distance_reads && !mi.checked;
+  if (d == 128 && reads == 1 && mi.score_reads == 1 && !distance && !mi.blocks)
     v->tile_n = 96;
   /* At head dim 64 such a read spills at 96 keys and at 128 for some
    * forms and types (4-184 bytes: kv - q in f32, q - kv in bf16), none at
@@ -254,22 +259,24 @@ static void wgmma_choice(fj_variant *v)
   /* A block mask's blocks hold whole tiles: two consumer warpgroups (128
    * rows) at head dim 64, and the largest power of two up to the tile
    * above that divides its key blocks. */
-  if (fj__mods_blocks(v->mods)) {
-    if (fj__mods_block_q(v->mods) % v->tile_m) {
+  if (mi.blocks) {
+    if (mi.block_q % v->tile_m) {
       v->tile_m = 128;
       v->warps = 12;
     }
-    v->tile_n = fit_block(v->tile_n, fj__mods_block_kv(v->mods));
+    v->tile_n = fit_block(v->tile_n, mi.block_kv);
   }
 }
 
 void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
 {
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
   fj_variant_default(v, p->head_dim, p->dtype, p->causal);
   v->kv_dtype = p->kv_dtype == p->dtype ? 0 : p->kv_dtype;
   v->varlen = fj__problem_varlen(p);
   v->paged = fj__problem_paged(p);
-  v->mods = fj__mods_on(p->mods) ? p->mods : NULL;
+  v->mods = mi.on ? p->mods : NULL;
   if (v->kv_dtype == FJ_E4M3)
     v->stages = 1;  /* FP8 K/V are dequantised as they load */
   /* Before sm_80 the WMMA family's defaults stand, with synchronous loads
@@ -289,7 +296,7 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
     v->warps = v->tile_m / 16;
     if (v->head_dim > 192)
       v->tile_n = 32;
-  } else if (fj__mods_user(p->mods) || fj__mods_softcap(p->mods)) {
+  } else if (mi.user || mi.softcap) {
     /* A score or mask function per element: with two 16-row slices a warp
      * ptxas spills 24-120 bytes at head dim 128 (sm_80); with one, none. */
     v->warps = v->tile_m / 16;
@@ -298,29 +305,31 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
      * 52 at head dim 64 with 128 (sm_80). */
     if (v->head_dim <= 64 && v->tile_n > 64)
       v->tile_n = 64;
-    else if (v->head_dim >= (fj__mods_user(p->mods) ? 96 : 160))
+    else if (v->head_dim >= (mi.user ? 96 : 160))
       v->tile_n = 32;
   }
   /* A block mask's blocks hold whole tiles (64-row tiles for 64-row
    * blocks: 16-row warps keep 4 warps). */
-  if (fj__mods_blocks(p->mods)) {
-    if (fj__mods_block_q(p->mods) % v->tile_m) {
+  if (mi.blocks) {
+    if (mi.block_q % v->tile_m) {
       v->tile_m = 64;
       v->warps = 4;
     }
-    v->tile_n = fit_block(v->tile_n, fj__mods_block_kv(p->mods));
+    v->tile_n = fit_block(v->tile_n, mi.block_kv);
   }
 }
 
 void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
 {
   fj__heuristic_sync(ctx, p, v);
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
   /* Problems too small to give every multiprocessor a 128-row block keep
    * the mma family's 64-row blocks; decode shapes and asked-for splits
    * keep its packing and split-KV; block masks of 64-row blocks its
    * 64-row tiles. */
   if (wgmma_fits(ctx, p) && !few_blocks(ctx, p) && !fj__decode_rows(p) &&
-      p->splits < 2 && fj__mods_block_q(p->mods) != 64)
+      p->splits < 2 && mi.block_q != 64)
     wgmma_choice(v);
 }
 
@@ -338,12 +347,13 @@ static int decode_stages3(const fj_ctx *ctx, const fj_problem *p)
 
 int fj__plan_class(const fj_ctx *ctx, const fj_problem *p)
 {
+  fj_mods_info mi;
+  fj__mods_info_reads(p->mods, &mi);
   return few_blocks(ctx, p) | wgmma_fits(ctx, p) << 1 |
          fj__decode_rows(p) << 2 | (p->splits >= 2) << 10 |
          fj__problem_varlen(p) << 11 | fj__problem_paged(p) << 12 |
-         fj__mods_on(p->mods) << 13 | fj__mods_user(p->mods) << 14 |
-         fj__mods_softcap(p->mods) << 15 | (fj__mods_reads(p->mods) >= 2) << 16 |
-         fj__mods_block_q(p->mods) / 64 << 17 | fj__mods_block_kv(p->mods) / 64 << 20 |
+         mi.on << 13 | mi.user << 14 | mi.softcap << 15 | (mi.reads >= 2) << 16 |
+         mi.block_q / 64 << 17 | mi.block_kv / 64 << 20 |
          left_window(p->mods) << 23 | decode_stages3(ctx, p) << 24;
 }
 

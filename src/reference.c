@@ -448,13 +448,15 @@ static fj_status check_seqs(const fj_ctx *ctx, const fj_problem *p)
 static fj_status check_mods(const fj_ctx *ctx, const fj_problem *p)
 {
   fj_status st = fj__mods_check(ctx, p->mods);
+  fj_mods_info mi;  /* of mods that passed their check only */
+  fj__mods_info(st == FJ_OK ? p->mods : NULL, &mi);
   if (st == FJ_OK && p->causal != FJ_CAUSAL_NONE && p->mods &&
       p->mods->window_right > 0)
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
                   "mods.window_right %d with causal %s: a causal mask hides "
                   "every key right of the diagonal; use window_right 0 or -1",
                   p->mods->window_right, fj_causal_name(p->causal));
-  if (st == FJ_OK && fj__mods_blocks(p->mods) &&
+  if (st == FJ_OK && mi.blocks &&
       (p->cu_seqlens_q || p->cu_seqlens_kv || p->seqused_kv || p->block_table))
     st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                   "mods.block_mask with %s is not implemented: block masks "
@@ -462,7 +464,7 @@ static fj_status check_mods(const fj_ctx *ctx, const fj_problem *p)
                   "block-diagonal)",
                   p->block_table ? "a paged K/V (block_table)" : "varlen "
                   "sequences (cu_seqlens / seqused_kv)");
-  if (st == FJ_OK && fj__mods_blocks(p->mods) && p->splits > 1)
+  if (st == FJ_OK && mi.blocks && p->splits > 1)
     st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                   "splits %d with mods.block_mask is not implemented: 0 or 1",
                   p->splits);
@@ -519,8 +521,9 @@ fj_status fj__check_scales(const fj_ctx *ctx, const fj_problem *p,
  * independent of the generated code), the built-ins by their formulas. */
 typedef struct ref_mods {
   const fj_mods *m;
+  fj_mods_info info;          /* m's facts */
   fj_expr *score, *mask;
-  int window, left, right;    /* left/right -1: unbounded */
+  int left, right;            /* -1: unbounded */
   double softcap;             /* 0: none */
 } ref_mods;
 
@@ -640,10 +643,10 @@ static int ref_visible(const ref_head *h, int row, int j)
   int diag = row + h->causal_off;
   if (j >= h->len_kv || (h->p->causal != FJ_CAUSAL_NONE && j > diag))
     return 0;
-  if (rm->window && ((rm->left >= 0 && j < diag - rm->left) ||
+  if (rm->info.window && ((rm->left >= 0 && j < diag - rm->left) ||
                      (rm->right >= 0 && j > diag + rm->right)))
     return 0;
-  int block = fj__mods_blocks(rm->m) ? ref_block(h, row, j) : 1;
+  int block = rm->info.blocks ? ref_block(h, row, j) : 1;
   if (block != 1)
     return block == 2;
   if (rm->mask) {
@@ -825,10 +828,10 @@ static fj_status ref_mods_open(const fj_mods *m, ref_mods *rm)
   fj_expr **trees[2] = {&rm->score, &rm->mask};
   memset(rm, 0, sizeof *rm);
   rm->m = m ? m : &none;
-  rm->window = fj__mods_window(m);
+  fj__mods_info(m, &rm->info);
   rm->left = m ? m->window_left : -1;
   rm->right = m ? m->window_right : -1;
-  rm->softcap = fj__mods_softcap(m) ? (double)m->softcap : 0.0;
+  rm->softcap = rm->info.softcap ? (double)m->softcap : 0.0;
   for (int i = 0; i < 2; i++) {
     if (!texts[i] || !texts[i][0])
       continue;
@@ -900,9 +903,10 @@ static fj_status run_open(ref_run *r, const fj_problem *p, const void *q,
                  .v_scale = v_scale, .qdt = f64 ? F64_INPUT : p->dtype,
                  .kv = f64 ? F64_INPUT : kv};
   r->scale = p->scale != 0.f ? (double)p->scale : 1.0 / sqrt(p->head_dim);
+  fj_status st = ref_mods_open(p->mods, &r->rm);
   r->bottom_right = p->causal == FJ_CAUSAL_BOTTOM_RIGHT ||
-                    (p->causal == FJ_CAUSAL_NONE && fj__mods_window(p->mods));
-  return ref_mods_open(p->mods, &r->rm);
+                    (p->causal == FJ_CAUSAL_NONE && r->rm.info.window);
+  return st;
 }
 
 /* Where sequence b's rows start: Q's and O's row 0 (*q0, *o0) and K's
@@ -948,7 +952,7 @@ static int head_init(const ref_run *r, int b, int hq, ref_head *h)
       .kscale = fp8 ? (double)r->k_scale[kvh] : 1.0,
       .vscale = fp8 ? (double)r->v_scale[kvh] : 1.0,
       .qdt = r->qdt, .kv = r->kv,
-      .sink = fj__mods_sinks(p->mods) ? (double)p->mods->sinks[hq]
+      .sink = r->rm.info.sinks ? (double)p->mods->sinks[hq]
                                       : -HUGE_VAL};
   return len_q;
 }
@@ -1044,7 +1048,9 @@ static fj_status bwd_unsupported(const char *fn, const fj_problem *p)
                     "%s: mods.score is not implemented in the backward (the "
                     "score expression's derivative is not generated yet)",
                     fn);
-  if (fj__mods_blocks(m))
+  fj_mods_info mi;
+  fj__mods_info(m, &mi);
+  if (mi.blocks)
     return fj__fail(NULL, FJ_ERR_UNSUPPORTED,
                     "%s: mods.block_mask is not implemented in the backward",
                     fn);

@@ -36,9 +36,11 @@ int fj__tier_serves(const fj_ctx *ctx, const fj_problem *p,
                     const fj_variant *v)
 {
   fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
   return ctx->opts.jit_tiers && !v->varlen && !v->paged && kv == p->dtype &&
          !p->cu_seqlens_q && !p->cu_seqlens_kv && !p->block_table &&
-         !fj__mods_checked(p->mods) &&
+         !mi.checked &&
          p->head_dim % 32 == 0 && p->heads_q <= 65535 && p->batch <= 65535;
 }
 

@@ -407,7 +407,9 @@ fj_status fj_tune(fj_ctx *ctx, const fj_problem *p, const fj_tune_opts *opts,
   /* Modifications are tuned with the caller's parameters and block mask
    * (the candidates read them as the calls will); checked mode waits for
    * every launch, so its times would say nothing. */
-  if (st == FJ_OK && fj__mods_checked(p->mods))
+  fj_mods_info mi;  /* of mods that passed their check only */
+  fj__mods_info(st == FJ_OK ? p->mods : NULL, &mi);
+  if (st == FJ_OK && mi.checked)
     st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                   "tuning in checked mode (mods.checked or "
                   "FLASHJIT_CHECK_BOUNDS=1) is not meaningful: each call "

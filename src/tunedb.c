@@ -52,12 +52,14 @@ static void class_key(const fj_ctx *ctx, const fj_problem *p, char *out,
                       size_t size)
 {
   fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
   int n = snprintf(out, size, "%s|%s|%d|d%d|%s|kv=%s|causal=%s|q=2^%d|k=2^%d|gqa=%d",
                    ctx->dev.name, ctx->arch, ctx->dev.driver_version, p->head_dim,
                    fj_dtype_name(p->dtype), fj_dtype_name(kv),
                    fj_causal_name(p->causal), bucket(p->seq_q), bucket(p->seq_kv),
                    p->heads_q / p->heads_kv);
-  if (fj__mods_on(p->mods) && n > 0 && (size_t)n < size)
+  if (mi.on && n > 0 && (size_t)n < size)
     snprintf(out + n, size - (size_t)n, "|mods=%016llx",
              (unsigned long long)fj__mods_hash(p->mods));
 }

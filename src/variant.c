@@ -38,14 +38,15 @@ fj_dtype fj__kv_dtype(const fj_variant *v)
 static void mods_suffix(const fj_mods *m, char *buf, size_t size)
 {
   char user[16] = "", blocks[24] = "";
-  if (fj__mods_user(m))
+  fj_mods_info mi;
+  fj__mods_info(m, &mi);
+  if (mi.user)
     snprintf(user, sizeof user, "_x%08x", (unsigned)(fj__mods_hash(m) & 0xffffffffu));
-  if (fj__mods_blocks(m))
-    snprintf(blocks, sizeof blocks, "_bm%dx%d", fj__mods_block_q(m),
-             fj__mods_block_kv(m));
-  snprintf(buf, size, "%s%s%s%s%s%s", fj__mods_window(m) ? "_win" : "",
-           fj__mods_softcap(m) ? "_cap" : "", blocks, user,
-           fj__mods_sinks(m) ? "_sink" : "", fj__mods_checked(m) ? "_chk" : "");
+  if (mi.blocks)
+    snprintf(blocks, sizeof blocks, "_bm%dx%d", mi.block_q, mi.block_kv);
+  snprintf(buf, size, "%s%s%s%s%s%s", mi.window ? "_win" : "",
+           mi.softcap ? "_cap" : "", blocks, user, mi.sinks ? "_sink" : "",
+           mi.checked ? "_chk" : "");
 }
 
 int fj_variant_name(const fj_variant *v, char *buf, size_t size)
@@ -215,11 +216,13 @@ static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
   const char *axis = v->pack_gqa ? "pack_gqa" : v->split_kv ? "split_kv"
                      : v->varlen && v->mma != FJ_MMA_WGMMA ? "varlen"
                      : v->paged ? "paged" : NULL;
-  if (fj__mods_sinks(v->mods) && v->mma == FJ_MMA_WMMA)
+  fj_mods_info mi;
+  fj__mods_info(v->mods, &mi);
+  if (mi.sinks && v->mma == FJ_MMA_WMMA)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "mods.sinks (attention sinks) are implemented for mma mma "
                     "and mma wgmma; this variant is mma wmma");
-  if (fj__mods_on(v->mods) && v->mma == FJ_MMA_WMMA)
+  if (mi.on && v->mma == FJ_MMA_WMMA)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "mods (window, softcap, score and mask expressions) are "
                     "implemented for mma mma and mma wgmma; this variant is "
@@ -316,7 +319,9 @@ static fj_status add_luts(fj_ctx *ctx, const fj_variant *v, fj_vparams *o)
  * facts the kernel is shaped by (mods_kernel.h). */
 static fj_status add_mods(const fj_ctx *ctx, fj_vparams *o, const fj_mods *m)
 {
-  if (!fj__mods_on(m))
+  fj_mods_info mi;
+  fj__mods_info(m, &mi);
+  if (!mi.on)
     return FJ_OK;
   char err[512];
   if (fj__mods_kparam(m, &o->mod_facts, err, sizeof err))
@@ -324,15 +329,15 @@ static fj_status add_mods(const fj_ctx *ctx, fj_vparams *o, const fj_mods *m)
   if (o->n < FJ_ARRAY_LEN(o->p))
     o->p[o->n++] = o->mod_facts.param;
   fj__mods_param_list(m, o->mod_params, sizeof o->mod_params);
-  add(o, "window", FJ_PARAM_BOOL, fj__mods_window(m), NULL, NULL);
-  add(o, "softcap", FJ_PARAM_BOOL, fj__mods_softcap(m), NULL, NULL);
-  add(o, "sinks", FJ_PARAM_BOOL, fj__mods_sinks(m), NULL, NULL);
+  add(o, "window", FJ_PARAM_BOOL, mi.window, NULL, NULL);
+  add(o, "softcap", FJ_PARAM_BOOL, mi.softcap, NULL, NULL);
+  add(o, "sinks", FJ_PARAM_BOOL, mi.sinks, NULL, NULL);
   add(o, "score_mod", FJ_PARAM_STR, 0, m->score ? m->score : "", NULL);
   add(o, "mask_mod", FJ_PARAM_STR, 0, m->mask ? m->mask : "", NULL);
   add(o, "mod_params", FJ_PARAM_STR, 0, o->mod_params, NULL);
-  add(o, "block_q", FJ_PARAM_INT, fj__mods_block_q(m), NULL, NULL);
-  add(o, "block_kv", FJ_PARAM_INT, fj__mods_block_kv(m), NULL, NULL);
-  add(o, "checked", FJ_PARAM_BOOL, fj__mods_checked(m), NULL, NULL);
+  add(o, "block_q", FJ_PARAM_INT, mi.block_q, NULL, NULL);
+  add(o, "block_kv", FJ_PARAM_INT, mi.block_kv, NULL, NULL);
+  add(o, "checked", FJ_PARAM_BOOL, mi.checked, NULL, NULL);
   return FJ_OK;
 }
 

@@ -48,6 +48,22 @@ static int same_refusal(fj_ctx *ctx, const fj_problem *p)
   return 0;
 }
 
+/* The reads the plan counts (fj__mods_info_reads): every expression's,
+ * and the score's alone. */
+static int reads_of(const fj_mods *m)
+{
+  fj_mods_info mi;
+  fj__mods_info_reads(m, &mi);
+  return mi.reads;
+}
+
+static int score_reads_of(const fj_mods *m)
+{
+  fj_mods_info mi;
+  fj__mods_info_reads(m, &mi);
+  return mi.score_reads;
+}
+
 int test_mods_memo_in_place(void)
 {
   fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
@@ -64,7 +80,14 @@ int test_mods_memo_in_place(void)
   fj_problem_init(&p, 1, 8, 8, 256, 256, 64, FJ_F16, FJ_BSHD);
   p.mods = &m;
   CHECK_OK(ctx, fj_problem_check(ctx, &p));
-  CHECK(fj__mods_memo_find(&m, NULL) && fj__mods_reads(&m) == 1);
+  CHECK(fj__mods_memo_find(&m, NULL) && reads_of(&m) == 1);
+  /* fj__mods_info reads fields only: the reads are left uncounted. */
+  fj_mods_info mi;
+  fj__mods_info(&m, &mi);
+  CHECK(mi.on && mi.user && !mi.window && !mi.checked && mi.reads == -1 &&
+        mi.score_reads == -1 && mi.distance_reads == -1);
+  fj__mods_info_reads(NULL, &mi);
+  CHECK(!mi.on && !mi.user && mi.reads == 0 && mi.score_reads == 0);
   /* The text, then each part of the parameter's form, changed in place. */
   strcpy(mask, "doc(q) == doc(kv) +");
   CHECK(same_refusal(ctx, &p) == 0);
@@ -99,20 +122,20 @@ int test_mods_memo_in_place(void)
   /* The reads the plan counts follow the text: two reads using kv. */
   strcpy(mask, "doc(q) == doc(kv)");
   CHECK_OK(ctx, fj_problem_check(ctx, &p));
-  CHECK(fj__mods_reads(&m) == 1);
+  CHECK(reads_of(&m) == 1);
   strcpy(mask, "doc(kv) == doc(kv + 1)");
-  CHECK(fj__mods_reads(&m) == 2);  /* not yet checked: parsed */
+  CHECK(reads_of(&m) == 2);  /* not yet checked: parsed */
   CHECK_OK(ctx, fj_problem_check(ctx, &p));
-  CHECK(fj__mods_memo_find(&m, NULL) && fj__mods_reads(&m) == 2);
-  CHECK(fj__mods_score_reads(&m) == 0);
+  CHECK(fj__mods_memo_find(&m, NULL) && reads_of(&m) == 2);
+  CHECK(score_reads_of(&m) == 0);
   /* The score's own reads are counted apart (the plan gives one a tile of
    * its own): by key, yes; by query alone, no; remembered or parsed. */
   strcpy(mask, "doc(q) == doc(kv)");
   for (int pass = 0; pass < 2; pass++) {
     m.score = "s + (float)doc(q - kv + 128)";
-    CHECK(fj__mods_score_reads(&m) == 1 && fj__mods_reads(&m) == 2);
+    CHECK(score_reads_of(&m) == 1 && reads_of(&m) == 2);
     m.score = "s + (float)doc(q)";
-    CHECK(fj__mods_score_reads(&m) == 0 && fj__mods_reads(&m) == 1);
+    CHECK(score_reads_of(&m) == 0 && reads_of(&m) == 1);
     CHECK_OK(ctx, fj_problem_check(ctx, &p));
     m.score = "s + (float)doc(q - kv + 128)";
     CHECK_OK(ctx, fj_problem_check(ctx, &p));
@@ -160,7 +183,7 @@ static void *work(void *arg)
     int k = (i + w->id) % 3;
     m.mask = masks[k];
     fj_status st = fj_problem_check(w->ctx, &p);
-    w->fails += k < 2 ? st != FJ_OK || fj__mods_reads(&m) != k + 1
+    w->fails += k < 2 ? st != FJ_OK || reads_of(&m) != k + 1
                       : st != FJ_ERR_INVALID_ARG ||
                             !strstr(fj_errmsg(w->ctx), "mods.mask:");
   }
