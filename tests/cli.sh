@@ -65,6 +65,15 @@ expect 2 "unexpected argument 'extra'" cache ls extra
 expect 2 "invalid value '0' for --splits: expected auto or an integer in 1..256" plan --shape 1,32,1,128 --heads-kv 8 --splits 0
 expect 2 "invalid value '300' for --splits" plan --shape 1,32,1,128 --splits 300
 expect 2 "invalid value '5000' for --sms: expected an integer in 1..1024" plan --shape 1,8,1,64 --sms 5000
+# The backward: its plan and kernels without a GPU, and what it does not take.
+expect 0 "main=fj_bwd_attn_d64_m64_n64_w8" plan --backward --shape 2,8,300,64 --heads-kv 2 --causal
+expect 0 "workspace_bytes=" plan --backward --shape 2,8,300,64 --window 16,0 --softcap 20
+expect 0 "the main kernel of the library's backward" emit --backward --shape 1,4,128,64 --arch sm_80
+expect 0 "direction=backward" emit --backward --shape 1,4,128,128 --causal --what resources
+expect 2 "--backward emits the library's backward for --shape's problem: it takes no variant flags" emit --backward --tile-m 64
+expect 2 "the backward does not take score or mask expressions" plan --backward --shape 1,4,64,64 --score-mod 's * 2.f'
+expect 2 "the backward does not take varlen problems" emit --backward --shape 2,4,64,64 --varlen 10,20
+expect 2 "the backward needs sm_80 or newer" plan --backward --shape 1,4,64,64 --arch sm_75
 expect 2 "invalid value '0' for --sms: expected an integer in 1..1024" plan --shape 1,8,1,64 --sms 0
 expect 2 "splits 4: split-KV is implemented for mma mma (sm_80 and newer); the target sm_75 runs mma wmma" plan --shape 1,8,1,64 --arch sm_75 --splits 4
 expect 2 "seq_kv 0 is invalid" plan --shape 1,8,1,64 --seq-kv 0

@@ -60,6 +60,7 @@ typedef struct cli {
   int isolate;
   int jit_tiers;          /* --jit-tiers (run) */
   int first;              /* --first (emit): the tiered JIT's first kernel */
+  int backward;           /* --backward (emit, plan): the backward's kernels */
   int verbose;
   /* emit */
   const char *what;

@@ -40,6 +40,7 @@ static int write_out(const cli *c, const void *data, size_t len, int binary)
  * variant flags. */
 typedef struct emit_choice {
   int planned;
+  int backward;  /* a kernel of the library's backward (fj_attention_bwd) */
   fj_problem p;
 } emit_choice;
 
@@ -52,7 +53,8 @@ static int print_resources(const cli *c, const fj_kernel *k, const char *arch,
   const fj_problem *p = &ch->p;
   if (ch->planned)
     snprintf(chosen, sizeof chosen,
-             "chosen=library\nproblem=%d,%d/%d,%d/%d,%d\n", p->batch,
+             "chosen=library%s\nproblem=%d,%d/%d,%d/%d,%d\n",
+             ch->backward ? "\ndirection=backward" : "", p->batch,
              p->heads_q, p->heads_kv, p->seq_q, p->seq_kv, p->head_dim);
   int n = snprintf(
       text, sizeof text,
@@ -92,15 +94,17 @@ static void say_planned(const cli *c, const fj_kernel *k, const char *arch,
 {
   const fj_problem *p = &ch->p;
   fprintf(stderr, "flashjit emit: %s is %s for B,H/Hkv,"
-                  "S/Skv,D = %d,%d/%d,%d/%d,%d on %s (%s; "
-                  "variant flags pick another)\n",
+                  "S/Skv,D = %d,%d/%d,%d/%d,%d on %s (%s%s)\n",
           fj_kernel_name(k),
-          c->first ? "the first kernel of the library's choice"
-                   : "the library's choice",
+          ch->backward ? "the main kernel of the library's backward"
+          : c->first   ? "the first kernel of the library's choice"
+                       : "the library's choice",
           p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_kv, p->head_dim,
           arch,
-          c->first ? "what run --jit-tiers launches while the choice compiles"
-                   : "as run would launch it");
+          ch->backward ? "as fj_attention_bwd would launch it"
+          : c->first   ? "what run --jit-tiers launches while the choice compiles"
+                       : "as run would launch it",
+          ch->backward ? "" : "; variant flags pick another");
 }
 
 static int emit_what(const cli *c, const fj_kernel *k, const char *arch,
@@ -345,6 +349,35 @@ static int emit_variant(cli *c, fj_ctx *ctx, fj_variant *v, emit_choice *ch)
   return 0;
 }
 
+/* emit --backward: the main kernel of the backward of --shape's problem
+ * (fj_attention_bwd_plan's), or each kernel's resources. */
+static int emit_backward(cli *c, fj_ctx *ctx)
+{
+  if (cli_flag_given(c, "tile-m") || cli_flag_given(c, "tile-n") ||
+      cli_flag_given(c, "warps") || cli_flag_given(c, "stages") ||
+      cli_flag_given(c, "mma") || cli_flag_given(c, "swizzle") ||
+      cli_flag_given(c, "softmax") || c->first || c->sweep)
+    return cli_usage_error(c, "--backward emits the library's backward for "
+                              "--shape's problem: it takes no variant flags, "
+                              "--first or --sweep");
+  emit_choice ch;
+  memset(&ch, 0, sizeof ch);
+  ch.planned = ch.backward = 1;
+  int rc = cli_problem(c, &ch.p);
+  if (rc)
+    return rc;
+  fj_bwd_plan plan;
+  fj_status st = fj_attention_bwd_plan(ctx, &ch.p, &plan);
+  int all = c->what && !strcmp(c->what, "resources");
+  for (int i = all ? 0 : 1; st == FJ_OK && i < (all ? FJ_BWD_KERNELS : 2); i++) {
+    fj_kernel *k;
+    st = fj_attention_bwd_kernel(ctx, &ch.p, &plan, i, &k);
+    if (st == FJ_OK && (rc = emit_what(c, k, fj_ctx_arch(ctx), &ch)) != 0)
+      return rc;
+  }
+  return st == FJ_OK ? 0 : cli_fj_error(c, ctx, st);
+}
+
 static int emit_one(cli *c, fj_ctx *ctx)
 {
   fj_variant v;
@@ -371,7 +404,9 @@ int cli_cmd_emit(cli *c)
   if (c->sweep && cli_flag_given(c, "page-size"))
     rc = emit_check_page_size(c, ctx);
   if (!rc)
-    rc = c->sweep ? emit_sweep(c, ctx) : emit_one(c, ctx);
+    rc = c->backward ? emit_backward(c, ctx)
+         : c->sweep  ? emit_sweep(c, ctx)
+                     : emit_one(c, ctx);
   fj_ctx_destroy(ctx);
   return rc;
 }

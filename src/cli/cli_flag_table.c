@@ -193,6 +193,10 @@ const flag_def cli_flags[] = {
     {"first", 0, CMD_EMIT, cli_set_switch, OFF(first),
      .help = "the tiered JIT's first kernel for the problem or variant "
              "(CUDA cores, loops not unrolled) instead of the kernel itself"},
+    {"backward", 0, CMD_EMIT | CMD_PLAN, cli_set_switch, OFF(backward),
+     .help = "the backward of the problem (fj_attention_bwd): plan prints its "
+             "three kernels, grid and workspace; emit the main kernel (with "
+             "--what resources, all three)"},
     {"verbose", 0, CMD_ALL, cli_set_switch, OFF(verbose),
      .help = "print the library's log"},
 };

@@ -86,6 +86,34 @@ static void print_grid(const char *key, const unsigned g[3])
   printf("%s=%u,%u,%u\n", key, g[0], g[1], g[2]);
 }
 
+/* plan --backward: fj_attention_bwd_plan's choice, a key=value a line. */
+static int plan_backward(cli *c, fj_ctx *ctx, const fj_problem *p)
+{
+  fj_bwd_plan plan;
+  fj_status st = fj_attention_bwd_plan(ctx, p, &plan);
+  if (st != FJ_OK)
+    return cli_fj_error(c, ctx, st);
+  printf("problem=%d,%d/%d,%d/%d,%d\n", p->batch, p->heads_q, p->heads_kv,
+         p->seq_q, p->seq_kv, p->head_dim);
+  printf("arch=%s\n", fj_ctx_arch(ctx));
+  printf("direction=backward\n");
+  for (int i = 0; i < FJ_BWD_KERNELS; i++) {
+    fj_kernel *k;
+    static const char *const keys[] = {"preprocess", "main", "postprocess"};
+    st = fj_attention_bwd_kernel(ctx, p, &plan, i, &k);
+    if (st != FJ_OK)
+      return cli_fj_error(c, ctx, st);
+    printf("%s=%s\n", keys[i], fj_kernel_name(k));
+  }
+  print_mods(c);
+  print_grid("grid", plan.grid);
+  printf("threads=%u\n", plan.threads);
+  printf("smem_bytes=%u\n", plan.smem_bytes);
+  printf("rows_grid=%u\n", plan.rows_grid);
+  printf("workspace_bytes=%zu\n", plan.workspace_bytes);
+  return 0;
+}
+
 int cli_cmd_plan(cli *c)
 {
   fj_problem p;
@@ -105,6 +133,11 @@ int cli_cmd_plan(cli *c)
   static const float placeholder[1];
   if (p.kv_dtype == FJ_E4M3)
     p.k_scale = p.v_scale = placeholder;
+  if (c->backward) {
+    rc = plan_backward(c, ctx, &p);
+    fj_ctx_destroy(ctx);
+    return rc;
+  }
   fj_plan plan;
   fj_status st = fj_attention_plan(ctx, &p, &plan);
   if (st != FJ_OK) {
