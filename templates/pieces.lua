@@ -33,25 +33,7 @@ function M.with(t, extra)
 end
 
 function M.regs(fields)
-  -- The score step of slice "mi", then the online softmax over it: the two
--- pieces a family's main loop runs on every key tile.
-function M.softmax_step(t)
-  local score = include("score_regs.cuh", t):gsub("\n$", "")
-  return include("softmax_regs.cuh", M.with(t, { score_step = score ~= "" and score or nil }))
-end
-
-function M.indent(text, n)
-  local pad = (" "):rep(n)
-  return (text:gsub("\n([^#])", "\n" .. pad .. "%1"))
-end
-
--- A piece's text to stand on the line of a {{ }} tag (its last newline is
--- the tag line's own).
-function M.piece(text)
-  return (text:gsub("\n$", ""))
-end
-
-return M.with({
+  return M.with({
     c0 = "acc_c", n0 = "n0", sl2 = "sl2",
     m = function(mi, c) return ("row_m[%s][%d]"):format(mi, c - 1) end,
     l = function(mi, c) return ("row_l[%s][%d]"):format(mi, c - 1) end,
