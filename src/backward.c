@@ -1,6 +1,7 @@
 /*
  * backward.c -- the attention backward: which problems it takes, its plan
- * (templates/attention_bwd_mma.cu between bwd_pre.cu and bwd_post.cu),
+ * (templates/attention_bwd_mma.cu between bwd_rows.cu's preprocess and
+ * postprocess),
  * its workspace and its three launches.  Its public functions are in
  * flashjit.h.
  */
@@ -133,15 +134,14 @@ static fj_status main_kernel(fj_ctx *ctx, const fj_variant *v, int build,
 static fj_status row_kernel(fj_ctx *ctx, const fj_problem *p,
                             const char *which, fj_kernel **k)
 {
-  char symbol[64], tpl[32];
+  char symbol[64];
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
   int sinks = mi.sinks && strcmp(which, "pre") == 0;
   snprintf(symbol, sizeof symbol, "fj_bwd_%s_d%d_%s%s", which, p->head_dim,
            fj_dtype_name(p->dtype), sinks ? "_sink" : "");
-  snprintf(tpl, sizeof tpl, "bwd_%s.cu", which);
   fj_param params[] = {
-      {"template", FJ_PARAM_STR, 0, tpl, NULL},
+      {"template", FJ_PARAM_STR, 0, "bwd_rows.cu", NULL},
       {"symbol", FJ_PARAM_STR, 0, symbol, NULL},
       {"arch", FJ_PARAM_STR, 0, ctx->arch, NULL},
       {"sm", FJ_PARAM_INT, ctx->sm, NULL, NULL},
@@ -153,8 +153,9 @@ static fj_status row_kernel(fj_ctx *ctx, const fj_problem *p,
       {"dtype", FJ_PARAM_STR, 0, fj_dtype_name(p->dtype), NULL},
       {"varlen", FJ_PARAM_BOOL, 0, NULL, NULL},
       {"sinks", FJ_PARAM_BOOL, sinks, NULL, NULL},
+      {"which", FJ_PARAM_STR, 0, which, NULL},
   };
-  return fj__kernel_build(ctx, tpl, params, FJ_ARRAY_LEN(params), k);
+  return fj__kernel_build(ctx, "bwd_rows.cu", params, FJ_ARRAY_LEN(params), k);
 }
 
 /* The plan's sizes for variant v, its kernel's metadata given. */

@@ -19,8 +19,8 @@
                                        added into g.dq_acc (float32 atomics)
   and at the end writes dK (times the softmax scale) and dV, summed over
   the group's query heads in registers, so GQA needs no reduction kernel.
-  The preprocess (bwd_pre.cu: delta, dQ's accumulator cleared, the sinks'
-  gradient) runs before and the postprocess (bwd_post.cu: dQ) after.
+  The preprocess (bwd_rows.cu "pre": delta, dQ's accumulator cleared, the sinks'
+  gradient) runs before and the postprocess (bwd_rows.cu "post": dQ) after.
   Rows that see no key (LSE -inf) get P = 0 and gradients 0, never NaN.
   Which (row, column) each accumulator register holds comes from the
   probed mma tables (lut.lua), as in the forward.

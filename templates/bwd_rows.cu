@@ -1,12 +1,17 @@
 {#
-  bwd_pre.cu: the backward's first kernel.  One warp a query row (4 rows a
-  block): delta = rowsum(dO o O) in float32, the row's dQ accumulator
-  cleared (the main kernel adds into it), and with attention sinks the
-  sink's gradient: the sink enters only the row's denominator, so
-    d sink[h] = -sum over rows of exp(sink[h] - lse) * delta,
-  added once a row into g.dsinks[h] (float32 atomics).  Rows past a
-  sequence's end (varlen) get delta 0 and nothing else.
-  Parameters: head_dim, dtype, sinks, varlen.
+  bwd_rows.cu: the backward's kernels over query rows, one warp a row (4
+  rows a block), which = "pre" or "post":
+    pre   before the main kernel: delta = rowsum(dO o O) in float32, the
+          row's dQ accumulator cleared (the main kernel adds into it), and
+          with attention sinks the sink's gradient: the sink enters only
+          the row's denominator, so
+            d sink[h] = -sum over rows of exp(sink[h] - lse) * delta,
+          added once a row into g.dsinks[h] (float32 atomics; the host
+          zeroes it first).  Rows past a sequence's end (varlen) get delta
+          0 and nothing else.
+    post  after it: dQ = scale * the accumulator, in the inputs' dtype at
+          dQ's strides; rows past a sequence's end are not written.
+  Parameters: head_dim, dtype, sinks, varlen, which.
 #}
 {%
   local D = head_dim
@@ -39,6 +44,8 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
   const bool live = true;
   const long long r = row;
 {% end %}
+  float *acc = g.dq_acc + f * {{ D }};
+{% if which == "pre" then %}
   const elem_t *o = fj::head_rows<const elem_t>(p.o, p.o_stride, b, h) + r * p.o_stride[2];
   const elem_t *dout = fj::head_rows<const elem_t>(g.dout, g.do_stride, b, h) + r * g.do_stride[2];
   float sum = 0.f;
@@ -46,16 +53,22 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
   for (int i = 0; i < {{ PER }}; ++i)
     if (live && {{ GUARD }}) sum += fj::from_elem(o[lane + 32 * i]) * fj::from_elem(dout[lane + 32 * i]);
   sum = fj::warp_sum(sum);
-  float *acc = g.dq_acc + f * {{ D }};
 #pragma unroll
   for (int i = 0; i < {{ PER }}; ++i)
     if ({{ GUARD }}) acc[lane + 32 * i] = 0.f;
   if (lane == 0) {
     g.delta[f] = live ? sum : 0.f;
-{% if sinks then %}
+{%   if sinks then %}
     const float lse = g.lse[f];
     if (live && g.dsinks && lse > FJ_NEG_INF && sum != 0.f)
       atomicAdd(g.dsinks + h, -__expf(p.sinks[h] - lse) * sum);
-{% end %}
+{%   end %}
   }
+{% else %}
+  if (!live) return;
+  elem_t *dq = fj::head_rows<elem_t>(g.dq, g.dq_stride, b, h) + r * g.dq_stride[2];
+#pragma unroll
+  for (int i = 0; i < {{ PER }}; ++i)
+    if ({{ GUARD }}) dq[lane + 32 * i] = fj::to_elem(acc[lane + 32 * i] * g.scale);
+{% end %}
 }
