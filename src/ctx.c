@@ -174,26 +174,64 @@ int fj__parse_arch(const char *arch, int *sm, int *specific)
   return 0;
 }
 
+/* One row per compute capability NVRTC 13 targets.  Shared memory and
+ * threads from the CUDA programming guide's table of compute
+ * capabilities; multiprocessors of each family's largest part (the
+ * split rule's default, flashjit.h's fj_attention_plan).  sm_88 has no
+ * documented part: it takes sm_86's limits. */
+#define KB 1024
+#define SM80_ (FJ_ARCH_CP_ASYNC | FJ_ARCH_MMA_SYNC | FJ_ARCH_BF16)
+#define SM89_ (SM80_ | FJ_ARCH_FP8)
+static const fj_arch_info arch_table[] = {
+    {75, "T4, RTX 20", 64 * KB, 64 * KB, 65536, 255, 1024, 72, 0},
+    {80, "A100", 163 * KB, 164 * KB, 65536, 255, 2048, 108, SM80_},
+    {86, "A10, A40, RTX 30", 99 * KB, 100 * KB, 65536, 255, 1536, 84, SM80_},
+    {87, "Jetson Orin", 163 * KB, 164 * KB, 65536, 255, 2048, 16, SM80_},
+    {88, "(none documented)", 99 * KB, 100 * KB, 65536, 255, 1536, 84, SM80_},
+    {89, "L4, L40S, RTX 40", 99 * KB, 100 * KB, 65536, 255, 1536, 128, SM89_},
+    {90, "H100, H200", 227 * KB, 228 * KB, 65536, 255, 2048, 132,
+     SM89_ | FJ_ARCH_WGMMA},
+    {100, "B200", 227 * KB, 228 * KB, 65536, 255, 2048, 148, SM89_},
+    {103, "B300", 227 * KB, 228 * KB, 65536, 255, 2048, 148, SM89_},
+    {110, "Jetson Thor", 227 * KB, 228 * KB, 65536, 255, 2048, 20, SM89_},
+    {120, "RTX 50, RTX PRO 6000", 99 * KB, 100 * KB, 65536, 255, 1536, 170,
+     SM89_},
+    {121, "DGX Spark", 99 * KB, 100 * KB, 65536, 255, 1536, 48, SM89_},
+};
+#undef SM89_
+#undef SM80_
+#undef KB
+
+const fj_arch_info *fj__arch_info(int sm)
+{
+  const fj_arch_info *row = &arch_table[0];
+  for (size_t i = 0; i < FJ_ARRAY_LEN(arch_table); i++)
+    if (arch_table[i].sm <= sm)
+      row = &arch_table[i];
+  return row;
+}
+
+const fj_arch_info *fj__arch(const fj_ctx *ctx)
+{
+  return fj__arch_info(ctx->sm);
+}
+
+int fj__arch_has(const fj_ctx *ctx, unsigned feature)
+{
+  if ((feature & FJ_ARCH_WGMMA) && !ctx->arch_specific)
+    return 0;
+  return (fj__arch(ctx)->features & feature) == feature;
+}
+
 int fj__smem_limit(const fj_ctx *ctx)
 {
-  if (ctx->has_device)
-    return ctx->dev.smem_optin_bytes;
-  /* Opt-in limits per block from the CUDA programming guide's table of
-   * compute capabilities, for compile-only contexts. */
-  switch (ctx->sm) {
-  case 80:
-  case 87:
-    return 163 * 1024;
-  case 90:
-  case 100:
-  case 103:
-  case 110:
-    return 227 * 1024;
-  case 75:
-    return 64 * 1024;
-  default:
-    return 99 * 1024;
-  }
+  return ctx->has_device ? ctx->dev.smem_optin_bytes : fj__arch(ctx)->smem_block;
+}
+
+int fj__smem_sm(const fj_ctx *ctx)
+{
+  return ctx->has_device ? ctx->dev.smem_optin_bytes + 1024
+                         : fj__arch(ctx)->smem_sm;
 }
 
 int fj__sm_count(const fj_ctx *ctx)
@@ -202,16 +240,7 @@ int fj__sm_count(const fj_ctx *ctx)
     return ctx->dev.sm_count;
   if (ctx->opts.sm_count > 0)
     return ctx->opts.sm_count;
-  /* The largest part of each architecture (flashjit.h, fj_attention_plan). */
-  switch (ctx->sm) {
-  case 80: return 108;   /* A100 */
-  case 86: return 84;    /* RTX 3090, A40 */
-  case 89: return 128;   /* RTX 4090 */
-  case 90: return 132;   /* H100, H200 SXM */
-  case 100: return 148;  /* B200 */
-  case 120: return 170;  /* RTX 5090 */
-  default: return 132;
-  }
+  return fj__arch(ctx)->sm_count;
 }
 
 static fj_status check_arch(const fj_ctx *ctx, const char *arch)

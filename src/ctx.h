@@ -64,8 +64,48 @@ void fj__log(const fj_ctx *ctx, fj_log_level level, const char *fmt, ...)
 int fj__parse_arch(const char *arch, int *sm, int *specific);
 /* Chooses and checks ctx->arch (the device's own when arch is NULL). */
 fj_status fj__ctx_set_arch(fj_ctx *ctx, const char *arch);
-/* Largest dynamic shared memory per block on the context's target. */
+/* What the library knows of a target architecture: one row per compute
+ * capability NVRTC targets (ctx.c's table, from the CUDA programming
+ * guide's table of compute capabilities), read by the heuristic
+ * (plan.c), the tuner's space (tune.c) and the refusals (variant.c,
+ * kernel.c) alike.  Where a device exists its attributes stand in for
+ * the limits it reports (fj__smem_limit, fj__sm_count). */
+typedef struct fj_arch_info {
+  int sm;             /* 86: compute capability x 10 */
+  const char *parts;  /* "A10, A40, RTX 30" */
+  int smem_block;     /* opt-in dynamic shared memory per block, bytes */
+  int smem_sm;        /* shared memory per multiprocessor, bytes */
+  int regs_sm;        /* 32-bit registers per multiprocessor */
+  int regs_thread;    /* registers one thread may take */
+  int threads_sm;     /* resident threads per multiprocessor */
+  int sm_count;       /* multiprocessors of the largest part */
+  unsigned features;  /* FJ_ARCH_* */
+} fj_arch_info;
+
+/* The instructions a kernel family needs.  WGMMA (and TMA with it) only on
+ * an arch-specific ("a") target of a row that lists it. */
+enum {
+  FJ_ARCH_CP_ASYNC = 1u << 0, /* cp.async: the 2-3 stage rings (sm_80) */
+  FJ_ARCH_MMA_SYNC = 1u << 1, /* mma.sync m16n8k16: the mma family (sm_80) */
+  FJ_ARCH_BF16 = 1u << 2,     /* bf16 tensor-core operands (sm_80) */
+  FJ_ARCH_FP8 = 1u << 3,      /* cvt of e4m3 pairs in hardware (sm_89) */
+  FJ_ARCH_WGMMA = 1u << 4     /* wgmma.mma_async and TMA (sm_90a only) */
+};
+
+/* The row of compute capability sm (the nearest lower one for a number
+ * the table lacks; sm_75's below it). */
+const fj_arch_info *fj__arch_info(int sm);
+/* The context's row. */
+const fj_arch_info *fj__arch(const fj_ctx *ctx);
+/* Whether the context's target has feature (FJ_ARCH_*): WGMMA needs the
+ * "a" target too. */
+int fj__arch_has(const fj_ctx *ctx, unsigned feature);
+/* Largest dynamic shared memory per block on the context's target: the
+ * device's attribute, else the table's. */
 int fj__smem_limit(const fj_ctx *ctx);
+/* Shared memory of one multiprocessor: the device's per-block limit plus
+ * the 1 KB the driver reserves a block, else the table's. */
+int fj__smem_sm(const fj_ctx *ctx);
 /* Multiprocessors: the device's, else fj_ctx_opts.sm_count, else the
  * largest part of the target's architecture. */
 int fj__sm_count(const fj_ctx *ctx);

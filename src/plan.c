@@ -48,6 +48,14 @@ int fj__decode_rows(const fj_problem *p)
   return rows <= 64 ? 64 : 128;
 }
 
+/* Whether the target is the one whose choices were timed (sm_90a: the
+ * H100 and H200 of docs/PERF.md): there the rules stand as measured,
+ * and a rule made for another target's resources leaves them alone. */
+static int measured(const fj_ctx *ctx)
+{
+  return ctx->sm == 90 && ctx->arch_specific;
+}
+
 /* The mma family where the target has mma.sync m16n8k16 (sm_80 on), with
  * the shapes that ran fastest in the H200 sweeps of docs/PERF.md (S = 4096
  * and 16384, causal and not): up to head_dim 128 each of 4 warps owns 32
@@ -68,10 +76,16 @@ static void mma_choice(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
   /* Causal head dims up to 64: a third stage ran 5% faster (S = 4096). */
   if (d <= 64 && v->causal != FJ_CAUSAL_NONE && v->stages == 2)
     v->stages = 3;
-  /* Before sm_90 ptxas spills the 32-row warps at head dims 96-128: 64-80
-   * bytes at 255 registers (d128, sm_80); 16-row warps (8 of them) keep
-   * 233-241 and spill nothing.  Not timed: no sm_8x part was measured. */
-  if (ctx->sm < 90 && d > 64 && d <= 128)
+  /* The 32-row warps at head dims 64-128 are the H200's shape (sm_90a).
+   * Elsewhere ptxas spills them at 255 registers: 64-80 bytes at head dim
+   * 128 on sm_80, 8-20 on sm_90 and sm_100-110; 4-16 at head dim 64 on
+   * sm_80, sm_86, sm_89 and sm_100 (sm_110 with the causal third stage).
+   * 16-row warps (8 of them) keep 200-250 and spill nothing.  The causal
+   * three-stage kernel at head dim 64 on sm_80 and sm_87 (255, no spill)
+   * stays.  Not timed: no part but the H100 and H200 was measured. */
+  int keep3 = ctx->sm < 90 && v->stages == 3 &&
+              fj__variant_tiles_smem(v) <= fj__smem_limit(ctx);
+  if (!measured(ctx) && d >= 64 && d <= 128 && !keep3)
     v->warps = 8;
   /* Fewer 128-row blocks than multiprocessors: 64-row blocks of 4 warps,
    * 16 rows each, twice as many blocks. */
@@ -169,6 +183,35 @@ static int fit_block(int tile, int block)
   return t;
 }
 
+/* The tiles as the target's shared memory takes them: where Q and the K
+ * and V rings (fj__variant_tiles_smem) pass the per-block limit (the
+ * parts of ~100 KB: sm_86, sm_89, sm_120; sm_75's 64 KB), first the third
+ * stage goes, then key tiles narrow to 32, then 128-row blocks become 64
+ * rows of 4 warps (16 rows each), then 16-key tiles, then synchronous
+ * loads.  A choice that fits is left as it is: no pick on sm_80 or sm_90
+ * changes here.  Not timed on those parts (none was measured): chosen by
+ * the resource report, which the tuner refines on the user's GPU. */
+static void fit_smem(const fj_ctx *ctx, fj_variant *v)
+{
+  int limit = fj__smem_limit(ctx);
+  while (fj__variant_tiles_smem(v) > limit) {
+    int ks = v->tile_m == 16;  /* the warps split 64-key tiles */
+    if (v->stages > 2)
+      v->stages--;
+    else if (v->tile_n > 32 && !ks)
+      v->tile_n /= 2;
+    else if (v->tile_m > 64) {
+      v->tile_m = 64;
+      v->warps = 4;
+    } else if (v->tile_n > 16 && !ks)
+      v->tile_n /= 2;
+    else if (v->stages > 1)
+      v->stages = 1;
+    else
+      return;  /* refused by the kernel's check, with the numbers */
+  }
+}
+
 /* Whether the wgmma family can take the problem: sm_90a, head dims in
  * panels of 64, the same dtype for K/V, K/V not paged (the mma family's
  * for now), packed sequences with their totals (TMA must know where a
@@ -176,7 +219,7 @@ static int fit_block(int tile, int block)
  * above 1; packed tensors are one batch of their total rows). */
 static int wgmma_fits(const fj_ctx *ctx, const fj_problem *p)
 {
-  if (ctx->sm != 90 || !ctx->arch_specific || p->head_dim % 64 != 0 ||
+  if (!fj__arch_has(ctx, FJ_ARCH_WGMMA) || p->head_dim % 64 != 0 ||
       (p->kv_dtype && p->kv_dtype != p->dtype) || p->block_table ||
       (p->cu_seqlens_q && p->total_q < 1) ||
       (p->cu_seqlens_kv && p->total_kv < 1))
@@ -279,10 +322,12 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
   v->mods = mi.on ? p->mods : NULL;
   if (v->kv_dtype == FJ_E4M3)
     v->stages = 1;  /* FP8 K/V are dequantised as they load */
-  /* Before sm_80 the WMMA family's defaults stand, with synchronous loads
-   * (cp.async is sm_80's). */
-  if (ctx->sm < 80) {
-    v->stages = 1;
+  /* Without mma.sync m16n8k16 (sm_75) the WMMA family's defaults stand,
+   * with synchronous loads where cp.async is missing too. */
+  if (!fj__arch_has(ctx, FJ_ARCH_MMA_SYNC)) {
+    if (!fj__arch_has(ctx, FJ_ARCH_CP_ASYNC))
+      v->stages = 1;
+    fit_smem(ctx, v);
     return;
   }
   mma_choice(ctx, p, v);
@@ -292,10 +337,16 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
     /* Varlen blocks keep their sequence's lengths and first rows live:
      * with two 16-row slices a warp ptxas spills 12-44 bytes at head
      * dims 64-256 (sm_90), with one it does not; above 192, 32-key
-     * tiles. */
+     * tiles.  At head dim 160 64-key tiles spill 8 bytes without a mask
+     * (sm_80, sm_87, sm_90 and sm_90a, whose pick stays as measured). */
     v->warps = v->tile_m / 16;
-    if (v->head_dim > 192)
+    if (v->head_dim > 192 || (v->head_dim == 160 && !v->causal && !measured(ctx)))
       v->tile_n = 32;
+    /* Paged rows find their pages: with the causal third stage at head
+     * dim 64 ptxas for Blackwell (sm_100) spills 4 bytes; two stages do
+     * not. */
+    if (v->paged && v->stages == 3 && ctx->sm >= 100)
+      v->stages = 2;
   } else if (mi.user || mi.softcap) {
     /* A score or mask function per element: with two 16-row slices a warp
      * ptxas spills 24-120 bytes at head dim 128 (sm_80); with one, none. */
@@ -317,6 +368,7 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
     }
     v->tile_n = fit_block(v->tile_n, mi.block_kv);
   }
+  fit_smem(ctx, v);
 }
 
 void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
@@ -359,15 +411,17 @@ int fj__plan_class(const fj_ctx *ctx, const fj_problem *p)
 
 /* ---- splits, grids, workspace ------------------------------------------------------ */
 
-/* Blocks of a kernel one multiprocessor holds: by shared memory (the
- * per-block limit plus the 1 KB the driver reserves is the
- * multiprocessor's), threads (2048), and registers (65536, counting 255 a
- * thread: launch bounds of one block let ptxas take them all). */
+/* Blocks of a kernel one multiprocessor holds: by shared memory (each
+ * block takes 1 KB more, which the driver reserves), threads and
+ * registers (the architecture's table, counting 256 a thread: launch
+ * bounds of one block let ptxas take them all). */
 static int blocks_per_sm(const fj_ctx *ctx, unsigned threads, unsigned smem)
 {
+  const fj_arch_info *a = fj__arch(ctx);
   int warps = (int)(threads + 31) / 32;
-  int by_smem = (fj__smem_limit(ctx) + 1024) / ((int)smem + 1024);
-  int by_threads = 2048 / (int)threads, by_regs = 65536 / (warps * 32 * 256);
+  int by_smem = fj__smem_sm(ctx) / ((int)smem + 1024);
+  int by_threads = a->threads_sm / (int)threads;
+  int by_regs = a->regs_sm / (warps * 32 * 256);
   int n = by_smem < by_threads ? by_smem : by_threads;
   n = n < by_regs ? n : by_regs;
   return n < 1 ? 1 : n;

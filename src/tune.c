@@ -245,6 +245,17 @@ static size_t wgmma_candidates(const fj_variant *base, fj_variant *out,
   return n;
 }
 
+/* Whether the target's row of the architecture table (ctx.h) allows v:
+ * rings of 2-3 stages need cp.async, and the tiles must fit the shared
+ * memory of a block -- the numbers the heuristic fits its choice to and
+ * the kernel's check refuses by, so the tuner compiles nothing the
+ * target could not launch. */
+static int target_allows(const fj_ctx *ctx, const fj_variant *v)
+{
+  return (v->stages == 1 || fj__arch_has(ctx, FJ_ARCH_CP_ASYNC)) &&
+         fj__variant_tiles_smem(v) <= fj__smem_limit(ctx);
+}
+
 /* The candidates: the heuristic's choice first (ties go to it), then every
  * tile/warps/stages/swizzle/softmax combination of the family without TMA
  * (for decode shapes also 16-row tiles, whose warps split the keys), then,
@@ -270,7 +281,7 @@ static size_t candidates(fj_ctx *ctx, const fj_problem *p, fj_variant *out,
               v.stages = st;
               v.swizzle = (fj_swizzle)sw;
               v.softmax = (fj_softmax)sm;
-              if (memcmp(&v, &out[0], sizeof v) != 0)
+              if (memcmp(&v, &out[0], sizeof v) != 0 && target_allows(ctx, &v))
                 out[n++] = v;
             }
   if (out[0].mma == FJ_MMA_WGMMA)

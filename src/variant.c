@@ -191,7 +191,7 @@ static fj_status check_axes(const fj_ctx *ctx, const fj_variant *v)
  * the rules that depend on tiles and resources. */
 static fj_status check_wgmma(const fj_ctx *ctx, const fj_variant *v)
 {
-  if (ctx->sm != 90 || !ctx->arch_specific)
+  if (!fj__arch_has(ctx, FJ_ARCH_WGMMA))
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "mma wgmma (wgmma.mma_async, TMA) needs sm_90a; the "
                     "target is %s",
@@ -230,12 +230,18 @@ static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
   if (axis && v->mma != FJ_MMA_SYNC)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "%s is implemented for mma mma only (the mma.sync "
-                    "family%s); this variant is mma %s",
+                    "family%s); this variant is mma %s%s%s%s",
                     axis, v->varlen ? "; varlen for wgmma too" : "",
-                    fj_mma_name(v->mma));
+                    fj_mma_name(v->mma),
+                    fj__arch_has(ctx, FJ_ARCH_MMA_SYNC) ? "" : "; the target ",
+                    fj__arch_has(ctx, FJ_ARCH_MMA_SYNC) ? "" : ctx->arch,
+                    fj__arch_has(ctx, FJ_ARCH_MMA_SYNC)
+                        ? ""
+                        : " has no mma.sync m16n8k16 (sm_80 and newer), so "
+                          "its only family is wmma");
   if (v->mma == FJ_MMA_WGMMA)
     return check_wgmma(ctx, v);
-  if (v->mma == FJ_MMA_SYNC && ctx->sm < 80)
+  if (v->mma == FJ_MMA_SYNC && !fj__arch_has(ctx, FJ_ARCH_MMA_SYNC))
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "mma mma (mma.sync m16n8k16) needs sm_80 or newer; the "
                     "target is %s",
@@ -243,7 +249,7 @@ static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
   if (v->warps != 4 && v->warps != 8)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "warps %d is not implemented: 4 or 8", v->warps);
-  if (v->dtype == FJ_BF16 && ctx->sm < 80)
+  if (v->dtype == FJ_BF16 && !fj__arch_has(ctx, FJ_ARCH_BF16))
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "dtype bf16 needs sm_80 or newer; the target is %s",
                     ctx->arch);
@@ -256,6 +262,19 @@ fj_status fj__variant_validate(const fj_ctx *ctx, const fj_variant *v)
   if (st == FJ_OK)
     st = fj__mods_check(ctx, v->mods);
   return st == FJ_OK ? check_implemented(ctx, v) : st;
+}
+
+static int aligned128(int bytes)
+{
+  return (bytes + 127) / 128 * 128;
+}
+
+int fj__variant_tiles_smem(const fj_variant *v)
+{
+  int ld = v->head_dim + (v->swizzle == FJ_SWIZZLE_PAD ? 8 : 0);
+  int elem = 2;  /* e4m3 K/V land in shared memory as Q's type */
+  return aligned128(v->tile_m * ld * elem) +
+         2 * aligned128(v->stages * v->tile_n * ld * elem);
 }
 
 /* ---- template parameters ------------------------------------------------------------ */

@@ -43,6 +43,13 @@ fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
 fj_status fj__variant_meta(fj_ctx *ctx, const fj_variant *v, fj_kmeta *meta);
 /* Validates and builds a variant's kernel; ctx->lock held. */
 fj_status fj__variant_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k);
+/* Shared memory of a wmma or mma variant's tiles as its template lays
+ * them out: Q, then the K and V rings of `stages` buffers, each padded
+ * row by 8 elements under swizzle pad and each region 128-byte aligned.
+ * The wmma family's softmax smem adds its score tiles, which this does
+ * not count; the kernel's check (kernel.c) has the template's exact
+ * number. */
+int fj__variant_tiles_smem(const fj_variant *v);
 /* kv_dtype with 0 resolved to dtype. */
 fj_dtype fj__kv_dtype(const fj_variant *v);
 

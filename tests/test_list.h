@@ -26,6 +26,8 @@ TEST(backward_compile, cpu)
 TEST(backward_refusals, cpu)
 TEST(gpu_backward, gpu)
 TEST(gpu_sanitize_backward, gpu)
+/* the library's choice on every target NVRTC has (test_everyarch.c) */
+TEST(everyarch_picks, cpu)
 /* the device pieces' Lua contracts (mask.lua, tma_ring.lua, budget.lua) */
 TEST(pieces_mask_directions, cpu)
 TEST(pieces_ring_elem, cpu)
