@@ -90,6 +90,23 @@ if part backward; then
   grep -E "^bwd|^geomean|Error" "$out/bwd_compare.log" | cut -c1-330 | tee -a "$summary"
 fi
 
+# 0d. The other targets' picks (bench/arch_picks.txt, made by
+#     bench/arch_picks.sh without a GPU): each as explicit variant flags,
+#     checked against the float64 reference (sampled rows) on this GPU.
+if part archpicks; then
+  : >"$out/archpicks.log"
+  n=0 bad=0
+  while IFS= read -r line; do
+    args=${line%%#*}
+    [ -n "${args// }" ] || continue
+    n=$((n + 1))
+    r=$(timeout 120 ./flashjit run $args --check --iters ${ARCH_ITERS:-5} 2>&1)
+    echo "$line => $(echo "$r" | tr '\n' ' ' | cut -c1-300)" >>"$out/archpicks.log"
+    echo "$r" | grep -q "PASS" || { bad=$((bad + 1)); echo "FAIL $line: $(echo "$r" | tail -2 | tr '\n' ' ')" | tee -a "$summary"; }
+  done </work/main/bench/arch_picks.txt
+  note "archpicks: $n runs, $bad without PASS"
+fi
+
 # 1. GPU tests (ctest label gpu), verbose so every case's error is logged.
 if part tests; then
   ctest -L gpu -R "${TESTS:-.}" -V --timeout 900 >"$out/ctest_gpu.log" 2>&1
