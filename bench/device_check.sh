@@ -101,10 +101,10 @@ if part archpicks; then
     [ -n "${args// }" ] || continue
     n=$((n + 1))
     r=$(timeout 120 ./flashjit run $args --check --iters ${ARCH_ITERS:-5} 2>&1)
-    echo "$line => $(echo "$r" | tr '\n' ' ' | cut -c1-300)" >>"$out/archpicks.log"
+    echo "$line => $(echo "$r" | grep -E 'median|rel_err|PASS|FAIL' | tr '\n' ' ' | cut -c1-300)" >>"$out/archpicks.log"
     echo "$r" | grep -q "PASS" || { bad=$((bad + 1)); echo "FAIL $line: $(echo "$r" | tail -2 | tr '\n' ' ')" | tee -a "$summary"; }
-  done </work/main/bench/arch_picks.txt
-  note "archpicks: $n runs, $bad without PASS"
+  done < <(sed -n "${ARCH_FROM:-1},\$p" /work/main/bench/arch_picks.txt)
+  note "archpicks: $n runs from line ${ARCH_FROM:-1}, $bad without PASS"
 fi
 
 # 1. GPU tests (ctest label gpu), verbose so every case's error is logged.
