@@ -103,8 +103,9 @@ if part archpicks; then
     r=$(timeout 120 ./flashjit run $args --check --iters ${ARCH_ITERS:-5} 2>&1)
     echo "$line => $(echo "$r" | grep -E 'median|rel_err|PASS|FAIL' | tr '\n' ' ' | cut -c1-300)" >>"$out/archpicks.log"
     echo "$r" | grep -q "PASS" || { bad=$((bad + 1)); echo "FAIL $line: $(echo "$r" | tail -2 | tr '\n' ' ')" | tee -a "$summary"; }
-  done < <(sed -n "${ARCH_FROM:-1},\$p" /work/main/bench/arch_picks.txt)
-  note "archpicks: $n runs from line ${ARCH_FROM:-1}, $bad without PASS"
+  done < <(if [ -n "${ARCH_LINES:-}" ]; then for l in $ARCH_LINES; do sed -n "${l}p" /work/main/bench/arch_picks.txt; done
+           else sed -n "${ARCH_FROM:-1},\$p" /work/main/bench/arch_picks.txt; fi)
+  note "archpicks: $n runs (${ARCH_LINES:+lines $ARCH_LINES}${ARCH_LINES:-from line ${ARCH_FROM:-1}}), $bad without PASS"
 fi
 
 # 1. GPU tests (ctest label gpu), verbose so every case's error is logged.
