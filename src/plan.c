@@ -338,9 +338,11 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
      * with two 16-row slices a warp ptxas spills 12-44 bytes at head
      * dims 64-256 (sm_90), with one it does not; above 192, 32-key
      * tiles.  At head dim 160 64-key tiles spill 8 bytes without a mask
-     * (sm_80, sm_87, sm_90 and sm_90a). */
+     * (sm_80, sm_87, sm_90 and sm_90a): 32-key tiles, but on sm_90a,
+     * where the 64-key tiles measured 2% faster all the same (the H100,
+     * docs/PERF.md: 422-424 us against 431-433). */
     v->warps = v->tile_m / 16;
-    if (v->head_dim > 192 || (v->head_dim == 160 && !v->causal))
+    if (v->head_dim > 192 || (v->head_dim == 160 && !v->causal && !measured(ctx)))
       v->tile_n = 32;
     /* Paged rows find their pages: with the causal third stage at head
      * dim 64 ptxas for Blackwell (sm_100) spills 4 bytes; two stages do

@@ -163,7 +163,13 @@ static int check_all(fj_ctx *ctx, const fj_variant *vs, const int *first,
     }
     fj_resources r;
     fj_kernel_resources(k, &r);
-    int spill = r.spill_store_bytes || r.spill_load_bytes;
+    /* The one measured exception: sm_90a's head-dim-160 varlen pick
+     * without a mask keeps 64-key tiles, which spill 8 bytes and ran 2%
+     * faster than the spill-free 32 on the H100 (src/plan.c). */
+    int measured = !strcmp(fj_ctx_arch(ctx), "sm_90a") && vs[i].head_dim == 160 &&
+                   vs[i].varlen && vs[i].causal == FJ_CAUSAL_NONE &&
+                   vs[i].tile_n == 64 && r.spill_store_bytes <= 8;
+    int spill = !measured && (r.spill_store_bytes || r.spill_load_bytes);
     int smem = r.shared_static + r.shared_dynamic;
     printf("%-7s %-12s %-56s regs=%3d smem=%6d spill=%d/%d%s\n",
            fj_ctx_arch(ctx), shape, name, r.registers, smem,
