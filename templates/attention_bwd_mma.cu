@@ -168,10 +168,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   fj::load_tile<{{ BN }}>(s_k, kg, p.k_stride[2], n0, p.seq_kv);
   fj::load_tile<{{ BN }}>(s_v, vg, p.v_stride[2], n0, p.seq_kv);
 
-  // The query rows that see this key tile (mask.lua), in whole row tiles.
-  const int m_first = {{ mrule.rows_begin("n0") }} / {{ BM }} * {{ BM }};
-  const int m_end = min(p.seq_q, {{ mrule.rows_end("n0 + " .. BN) }});
-  const int nq = m_end > m_first ? (m_end - m_first + {{ BM - 1 }}) / {{ BM }} : 0;
+  // The query rows that see this key tile, in whole row tiles (the
+  // scheduler's head of a key tile: mask.lua's rows_begin / rows_end).
+{{ PC.piece(include("scheduler.cuh", { part = "kv_head", mrule = mrule, BM = BM, BN = BN })) }}
   const int steps = nq * p.group;  // (query head of the group, row tile) pairs
 
   float dk[{{ DH // 16 }}][8], dv[{{ DH // 16 }}][8];

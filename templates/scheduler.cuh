@@ -161,9 +161,9 @@ __device__ __forceinline__ Item get_item(const Params &p) {
         const int ntiles = n_end > t_first * {{ BN }} ? (n_end - t_first * {{ BN }} + {{ BN - 1 }}) / {{ BN }} : 0;
 {%   end %}
 {% elseif part == "kv_head" then %}
-        // Query rows this key tile is seen by: from the first row whose
-        // keys reach it to the last its window's left side lets see it.
-        const int m_first = {{ mrule.rows_begin("n0") }} / {{ BM }} * {{ BM }};
-        const int m_end = {{ mrule.rows_end("n0 + " .. BN) }};
-        const int nq = m_end > m_first ? (m_end - m_first + {{ BM - 1 }}) / {{ BM }} : 0;
+  // Query rows this key tile is seen by: from the first row whose keys
+  // reach it to the last its window's left side lets see it.
+  const int m_first = {{ mrule.rows_begin("n0") }} / {{ BM }} * {{ BM }};
+  const int m_end = {{ mrule.rows_end("n0 + " .. BN) }};
+  const int nq = m_end > m_first ? (m_end - m_first + {{ BM - 1 }}) / {{ BM }} : 0;
 {% end %}
