@@ -188,12 +188,8 @@ static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
   for (int stages = 2; stages >= 1 && st != FJ_OK; stages--) {
     main_variant(p, stages, &v);
     st = main_kernel(ctx, &v, 0, &meta, NULL);
-    if (st == FJ_OK && meta.smem_bytes > fj__smem_limit(ctx))
-      st = fj__fail(ctx, FJ_ERR_RESOURCES,
-                    "the backward at head_dim %d needs %d bytes of shared "
-                    "memory per block; %s allows %d (over by %d)",
-                    p->head_dim, meta.smem_bytes, ctx->arch,
-                    fj__smem_limit(ctx), meta.smem_bytes - fj__smem_limit(ctx));
+    if (st == FJ_OK)
+      st = fj__check_smem(ctx, &meta);  /* the kernel's own check */
   }
   if (st == FJ_OK)
     fill_plan(p, &v, &meta, plan);
@@ -260,8 +256,7 @@ static fj_status check_args(const fj_ctx *ctx, const char *who,
 }
 
 static void fill_bwd_params(fj_bwd_kparams *g, const fj_problem *p,
-                            const bwd_args *a, uint64_t ws,
-                            const fj_bwd_plan *plan)
+                            const bwd_args *a, uint64_t ws)
 {
   size_t rows = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
   memset(g, 0, sizeof *g);
@@ -280,7 +275,6 @@ static void fill_bwd_params(fj_bwd_kparams *g, const fj_problem *p,
     g->dv_stride[i] = p->v_stride[i];
   }
   g->scale = p->scale > 0.f ? p->scale : 1.f / sqrtf((float)p->head_dim);
-  (void)plan;
 }
 
 /* Kernel `which` of the plan (0 pre, 1 main, 2 post); ctx->lock held. */
@@ -369,7 +363,7 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
                                (size_t)p->heads_q, stream);
   if (st == FJ_OK) {
     fj__fill_params(&kp, p, a->q, a->k, a->v, (void *)(uintptr_t)a->o, NULL);
-    fill_bwd_params(&g, p, a, base, plan);
+    fill_bwd_params(&g, p, a, base);
     void *args[3] = {&kp, &g, mod_args};
     fj__mods_args(p->mods, 0, mod_args);
     const unsigned rows = plan->rows_grid;

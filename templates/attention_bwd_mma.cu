@@ -102,12 +102,7 @@
     row0 = function(mi) return "m0 + wr + acc_r" end,
     head = function(r) return "h" end,
   }
-  local function addr(base, lane, r0, c0)
-    if swizzle == "xor" then
-      return ("%s + 2 * fj::tile_off(%s + %s_r, %s + %s_c)"):format(base, r0, lane, c0, lane)
-    end
-    return ("%s + %s_off + 2 * ((%s) * %d + %s)"):format(base, lane, r0, LD, c0)
-  end
+  local addr = PC.ldsm_addr(swizzle, LD)
 %}
 {{ include("common.cuh") }}
 {{ include("block.cuh", { BM = BM, BN = BN }) }}
@@ -155,12 +150,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   (void)rm_off; (void)nm_off;
   const unsigned sk_u = fj::smem_addr(s_k), sv_u = fj::smem_addr(s_v);
   const unsigned sp_u = fj::smem_addr(s_p), sds_u = fj::smem_addr(s_ds);
-{% if mods.score then %}
-  const float qk_scale = {{ mods.qk_scale("p.scale_log2 * 0.69314718056f") }};
-  const float sl2 = {{ mods.sl2 }};
-{% else %}
-  const float sl2 = p.scale_log2;
-{% end %}
+  {{ mods.scales(2, "") }}
 
   // K and V of this key tile, for the whole walk.
   const elem_t *kg = fj::head_rows<const elem_t>(p.k, p.k_stride, b, hk);

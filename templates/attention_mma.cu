@@ -161,14 +161,8 @@
   if mods.score_text or mods.mask_text then meta.isolate = 1 end
 
   -- The shared address of the 16x16 fragment at tile (r0, c0) for this
-  -- lane: unswizzled, the lane's part is one register and the rest an
-  -- immediate; under xor the chunk index needs the row.
-  local function addr(base, lane, r0, c0)
-    if swizzle == "xor" then
-      return ("%s + 2 * fj::tile_off(%s + %s_r, %s + %s_c)"):format(base, r0, lane, c0, lane)
-    end
-    return ("%s + %s_off + 2 * ((%s) * %d + %s)"):format(base, lane, r0, LD, c0)
-  end
+  -- lane (pieces.lua's ldsm_addr).
+  local addr = import("pieces.lua").ldsm_addr(swizzle, LD)
 
   -- How the shared pieces (softmax_regs.cuh, epilogue_regs.cuh) reach this
   -- family's registers: MR row slices of 16 rows per warp.
@@ -276,15 +270,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% if fp8 then %}
   const float k_scale = p.k_scale[blk.b * p.heads_kv + blk.hk], v_scale = p.v_scale[blk.b * p.heads_kv + blk.hk];
 {% end %}
-{% if mods.score then %}
-  // A score function sees the scaled score, so the softmax works on its
-  // results in natural units (mods.lua: with the softcap alone, the cap
-  // folded into both scales).
-  const float qk_scale = {{ mods.qk_scale("p.scale_log2 * 0.69314718056f" .. (fp8 and " * k_scale" or "")) }};
-  const float sl2 = {{ mods.sl2 }};
-{% else %}
-  const float sl2 = p.scale_log2{{ fp8 and " * k_scale" or "" }};
-{% end %}
+  {{ mods.scales(2, fp8 and " * k_scale" or "") }}
   const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
   // ldmatrix source rows and columns of this lane (mma_frag.cuh).
   const int rm_r = fj::ldm_row_rm(lane), rm_c = fj::ldm_col_rm(lane);

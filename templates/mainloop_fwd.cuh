@@ -76,15 +76,7 @@
   const int cw = wg - 1;                       // this consumer warpgroup
   const int wr = cw * 64 + (warp % 4) * 16;    // this warp's first row in the tile
   const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
-{%   if mods.score then %}
-  // A score function sees the scaled score, so the softmax works on its
-  // results in natural units (mods.lua: with the softcap alone, the cap
-  // folded into both scales).
-  const float qk_scale = {{ mods.qk_scale("p.scale_log2 * 0.69314718056f") }};
-  const float sl2 = {{ mods.sl2 }};
-{%   else %}
-  const float sl2 = p.scale_log2;
-{%   end %}
+  {{ mods.scales(2, "") }}
   const unsigned qa = sq + cw * 64 * {{ q.panel_bytes // q.rows }};
   // Descriptors: Q's 64 rows of this warpgroup and K (both K-major, k
   // steps {{ KB }} bytes apart within a panel), V (MN-major, panels {{ v.panel_bytes }}

@@ -174,6 +174,22 @@ function M.new(o)
     return R.fold and base .. " * p.softcap_inv" or base
   end
   R.sl2 = R.fold and "1.44269504089f * p.softcap" or "1.44269504089f"
+  -- The declarations of a family's scales (C statements, indent spaces
+  -- before the lines after the first): qk_scale into the score function
+  -- where one runs, and sl2, the softmax's log2 scale; factor multiplies
+  -- the problem's scale (FP8 K's " * k_scale"), or "".
+  function R.scales(indent, factor)
+    local pad = (" "):rep(indent)
+    if R.score then
+      return table.concat({
+        "// A score function sees the scaled score, so the softmax works on its",
+        pad .. "// results in natural units (mods.lua: with the softcap alone, the cap",
+        pad .. "// folded into both scales).",
+        pad .. ("const float qk_scale = %s;"):format(R.qk_scale("p.scale_log2 * 0.69314718056f" .. factor)),
+        pad .. ("const float sl2 = %s;"):format(R.sl2) }, "\n")
+    end
+    return ("const float sl2 = p.scale_log2%s;"):format(factor)
+  end
   R.bounded = R.softcap and o.bounded and true or false
   R.fixed_on = "p.softcap_shift > 0.f"
   R.fixed_m = R.fold and "p.softcap_shift * p.softcap_inv" or "p.softcap_shift"

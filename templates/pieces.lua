@@ -40,6 +40,20 @@ function M.regs(fields)
   }, fields)
 end
 
+-- The shared address of the 16x16 fragment at tile (r0, c0) for a lane
+-- of the mma families' ldmatrix loads (mma_frag.cuh), in tiles of LD
+-- elements a row: unswizzled, the lane's part is one register (lane_off)
+-- and the rest an immediate; under xor (tile_io.cuh's tile_off) the chunk
+-- index needs the row (lane_r, lane_c).
+function M.ldsm_addr(swizzle, LD)
+  return function(base, lane, r0, c0)
+    if swizzle == "xor" then
+      return ("%s + 2 * fj::tile_off(%s + %s_r, %s + %s_c)"):format(base, r0, lane, c0, lane)
+    end
+    return ("%s + %s_off + 2 * ((%s) * %d + %s)"):format(base, lane, r0, LD, c0)
+  end
+end
+
 -- The score step of slice "mi", then the online softmax over it: the two
 -- pieces a family's main loop runs on every key tile.
 function M.softmax_step(t)
