@@ -967,14 +967,19 @@ typedef struct fj_bwd_plan {
   unsigned threads;        /* its block */
   unsigned smem_bytes;     /* its dynamic shared memory */
   unsigned rows_grid;      /* the pre- and postprocess' blocks (4 rows each) */
-  size_t workspace_bytes;  /* delta and dQ's accumulator, float32 */
+  size_t workspace_bytes;  /* delta, LSE2 and dQ's accumulator, float32,
+                              over rows padded to 64 */
 } fj_bwd_plan;
 
 /* The plan of the backward of p (no compile; a compile-only context plans
- * too).  Refused, FJ_ERR_UNSUPPORTED with the reason: score or mask
- * expressions and block masks (a later release), varlen and paged
- * problems, FP8, head dims that are not multiples of 32 up to 256,
- * architectures before sm_80.  ctx, p and plan may not be NULL. */
+ * too).  The main kernel is the wgmma family's (warp-specialised, TMA,
+ * 64 x 128 tiles) on sm_90a for head dims 64 and 128, else the mma
+ * family's (64 x 64 tiles).  A context remembers its choices, so a
+ * repeated plan renders nothing.  Refused, FJ_ERR_UNSUPPORTED with the
+ * reason: score or mask expressions and block masks (a later release),
+ * varlen and paged problems, FP8, head dims that are not multiples of 32
+ * up to 256, architectures before sm_80.  ctx, p and plan may not be
+ * NULL. */
 FJ_API fj_status fj_attention_bwd_plan(fj_ctx *ctx, const fj_problem *p,
                                        fj_bwd_plan *plan);
 

@@ -447,9 +447,9 @@ static fj_status check_match(const fj_ctx *ctx, const fj_problem *p,
 
 /* The kernels move rows in 16-byte pieces: base pointers 16-byte aligned,
  * every stride a whole number of 16-byte pieces. */
-static fj_status check_alignment(const fj_ctx *ctx, const char *name,
-                                 const void *ptr, const int64_t s[3],
-                                 fj_dtype dtype)
+fj_status fj__check_alignment(const fj_ctx *ctx, const char *name,
+                              const void *ptr, const int64_t s[3],
+                              fj_dtype dtype)
 {
   int per16 = 16 / fj__dtype_bytes(dtype);
   if (!ptr)
@@ -475,13 +475,13 @@ static fj_status check_pointers(const fj_ctx *ctx, const fj_problem *p,
                                 const void *o)
 {
   fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
-  fj_status st = check_alignment(ctx, "q", q, p->q_stride, p->dtype);
+  fj_status st = fj__check_alignment(ctx, "q", q, p->q_stride, p->dtype);
   if (st == FJ_OK)
-    st = check_alignment(ctx, "k", k, p->k_stride, kv);
+    st = fj__check_alignment(ctx, "k", k, p->k_stride, kv);
   if (st == FJ_OK)
-    st = check_alignment(ctx, "v", v, p->v_stride, kv);
+    st = fj__check_alignment(ctx, "v", v, p->v_stride, kv);
   if (st == FJ_OK)
-    st = check_alignment(ctx, "o", o, p->o_stride, p->dtype);
+    st = fj__check_alignment(ctx, "o", o, p->o_stride, p->dtype);
   if (st == FJ_OK)
     st = fj__mods_check_blocks_data(ctx, p->mods);
   return st == FJ_OK ? fj__mods_check_data(ctx, p->mods) : st;
@@ -757,9 +757,9 @@ static void remember_map(fj_ctx *ctx, const fj_tmap_desc *m,
  * of a 16-bit type, 128 of an 8-bit one: templates/tma_ring.lua's panels)
  * by `rows` rows in the 128-byte swizzle.  A dimension of extent 1 may have any stride; TMA wants one it
  * can encode. */
-static fj_status tensor_map(fj_ctx *ctx, const void *base, fj_dtype dt,
-                            const int64_t s[3], int d, int seq, int heads,
-                            int batch, int rows, fj_tmap *out)
+fj_status fj__tensor_map(fj_ctx *ctx, const void *base, fj_dtype dt,
+                         const int64_t s[3], int d, int seq, int heads,
+                         int batch, int rows, fj_tmap *out)
 {
   int64_t esz = fj__dtype_bytes(dt);
   fj_tmap_desc m;
@@ -795,14 +795,14 @@ static fj_status tensor_maps(fj_ctx *ctx, const fj_problem *p,
   int bq = p->cu_seqlens_q ? 1 : p->batch;
   int skv = p->cu_seqlens_kv ? p->total_kv : p->seq_kv;
   int bkv = p->cu_seqlens_kv ? 1 : p->batch;
-  fj_status st = tensor_map(ctx, q, p->dtype, p->q_stride, p->head_dim, sq,
+  fj_status st = fj__tensor_map(ctx, q, p->dtype, p->q_stride, p->head_dim, sq,
                             p->heads_q, bq, kern->meta.rows_per_block,
                             &maps->q);
   if (st == FJ_OK)
-    st = tensor_map(ctx, k, p->dtype, p->k_stride, p->head_dim, skv,
+    st = fj__tensor_map(ctx, k, p->dtype, p->k_stride, p->head_dim, skv,
                     p->heads_kv, bkv, v->tile_n, &maps->k);
   if (st == FJ_OK)
-    st = tensor_map(ctx, vp, p->dtype, p->v_stride, p->head_dim, skv,
+    st = fj__tensor_map(ctx, vp, p->dtype, p->v_stride, p->head_dim, skv,
                     p->heads_kv, bkv, v->tile_n, &maps->v);
   return st;
 }

@@ -23,4 +23,18 @@ fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k);
 void fj__fill_params(fj_kparams *kp, const fj_problem *p, const void *q,
                      const void *k, const void *v, void *o, float *lse);
 
+/* A tensor's 16-byte alignment (the kernels move rows in 16-byte pieces,
+ * TMA boxes too): its base pointer, and every stride in whole 16-byte
+ * pieces; FJ_ERR_UNSUPPORTED naming `name` and the value otherwise. */
+fj_status fj__check_alignment(const fj_ctx *ctx, const char *name,
+                              const void *ptr, const int64_t s[3],
+                              fj_dtype dtype);
+/* One rank-4 tensor map (head dim d, sequence, heads, batch) of a tensor
+ * with element strides s (batch, head, row), boxes of one 128-byte
+ * swizzled row by `rows` rows (templates/tma_ring.lua's panels); encoded
+ * maps are remembered per context. */
+fj_status fj__tensor_map(fj_ctx *ctx, const void *base, fj_dtype dt,
+                         const int64_t s[3], int d, int seq, int heads,
+                         int batch, int rows, fj_tmap *out);
+
 #endif /* FJ_ATTENTION_H */

@@ -1,11 +1,12 @@
 /*
  * backward.c -- the attention backward: which problems it takes, its plan
- * (templates/attention_bwd_mma.cu between bwd_rows.cu's preprocess and
- * postprocess),
- * its workspace and its three launches.  Its public functions are in
- * flashjit.h.
+ * (the main kernel: templates/attention_bwd_wgmma.cu on sm_90a where it
+ * takes the problem, else attention_bwd_mma.cu; between bwd_rows.cu's
+ * preprocess and postprocess), its workspace and its three launches.  Its
+ * public functions are in flashjit.h.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,9 +22,13 @@
 #include "variant.h"
 #include "workspace.h"
 
-/* The main kernel's tiles: 64 query rows by 64 keys, 8 warps. */
+/* The main kernel's tiles: 64 query rows by 64 keys, 8 warps (mma); 64
+ * query rows by 128 keys, a producer and two consumer warpgroups (wgmma).
+ * The workspace's rows are padded to whole query tiles (BWD_TILE). */
 #define BWD_TILE 64
 #define BWD_WARPS 8
+#define BWD_WG_TILE_N 128
+#define BWD_WG_WARPS 12
 /* Rows a block of the pre- and postprocess covers (a warp each). */
 #define BWD_ROWS 4
 
@@ -64,18 +69,20 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
   return FJ_OK;
 }
 
-/* The main kernel's variant: the mma family's axes at 64 x 64 tiles. */
-static void main_variant(const fj_problem *p, int stages, fj_variant *v)
+/* The main kernel's variant of family mma (FJ_MMA_WGMMA or FJ_MMA_SYNC). */
+static void main_variant(const fj_problem *p, fj_mma mma, int stages,
+                         fj_variant *v)
 {
+  int wg = mma == FJ_MMA_WGMMA;
   memset(v, 0, sizeof *v);
   v->head_dim = p->head_dim;
   v->tile_m = BWD_TILE;
-  v->tile_n = BWD_TILE;
-  v->warps = BWD_WARPS;
+  v->tile_n = wg ? BWD_WG_TILE_N : BWD_TILE;
+  v->warps = wg ? BWD_WG_WARPS : BWD_WARPS;
   v->stages = stages;
   v->swizzle = FJ_SWIZZLE_XOR;
   v->softmax = FJ_SOFTMAX_REGS;
-  v->mma = FJ_MMA_SYNC;
+  v->mma = mma;
   v->causal = p->causal;
   v->dtype = p->dtype;
   v->mods = p->mods;
@@ -102,7 +109,8 @@ static fj_status main_params(fj_ctx *ctx, const fj_variant *v, fj_vparams *vp)
   memcpy(name, vp->symbol, sizeof name - 1);
   name[sizeof name - 1] = '\0';
   snprintf(vp->symbol, sizeof vp->symbol, "fj_bwd_%s", name + 3);
-  vp->template_name = "attention_bwd_mma.cu";
+  vp->template_name = v->mma == FJ_MMA_WGMMA ? "attention_bwd_wgmma.cu"
+                                             : "attention_bwd_mma.cu";
   set_param(vp, "template", vp->template_name);
   set_param(vp, "symbol", vp->symbol);
   if (vp->n >= FJ_ARRAY_LEN(vp->p))
@@ -158,41 +166,146 @@ static fj_status row_kernel(fj_ctx *ctx, const fj_problem *p,
   return fj__kernel_build(ctx, "bwd_rows.cu", params, FJ_ARRAY_LEN(params), k);
 }
 
+/* seq_q rounded up to whole query tiles: the workspace's rows a (batch,
+ * head). */
+static int seq_pad(const fj_problem *p)
+{
+  return (int)(((int64_t)p->seq_q + BWD_TILE - 1) / BWD_TILE * BWD_TILE);
+}
+
+/* The workspace's rows: every (batch, head)'s padded rows. */
+static size_t pad_rows(const fj_problem *p)
+{
+  return (size_t)p->batch * (size_t)p->heads_q * (size_t)seq_pad(p);
+}
+
 /* The plan's sizes for variant v, its kernel's metadata given. */
 static void fill_plan(const fj_problem *p, const fj_variant *v,
                       const fj_kmeta *meta, fj_bwd_plan *plan)
 {
-  size_t rows = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+  size_t rows = pad_rows(p);
   memset(plan, 0, sizeof *plan);
   plan->variant = *v;
   plan->variant.mods = NULL;  /* the problem's, not kept */
-  plan->grid[0] = (unsigned)((p->seq_kv + BWD_TILE - 1) / BWD_TILE);
+  plan->grid[0] = (unsigned)((p->seq_kv + v->tile_n - 1) / v->tile_n);
   plan->grid[1] = (unsigned)p->heads_kv;
   plan->grid[2] = (unsigned)p->batch;
   plan->threads = (unsigned)meta->threads;
   plan->smem_bytes = (unsigned)meta->smem_bytes;
   plan->rows_grid = (unsigned)((rows + BWD_ROWS - 1) / BWD_ROWS);
-  /* delta, then dQ's accumulator, each 16-byte aligned */
-  size_t delta = (rows * sizeof(float) + 15) / 16 * 16;
-  plan->workspace_bytes = delta + rows * (size_t)p->head_dim * sizeof(float);
+  /* delta, LSE2, then dQ's accumulator, each 16-byte aligned (rows are
+   * multiples of 64) */
+  plan->workspace_bytes =
+      rows * sizeof(float) * (2 + (size_t)p->head_dim);
 }
 
-/* Two stages of Q and dO where the architecture's shared memory holds
- * them, else one; ctx->lock held. */
+/* Whether the wgmma backward takes p: sm_90a, head dims 64 and 128,
+ * 16-bit types, the built-in masks and softcap (its template refuses the
+ * rest the same way). */
+static int wgmma_takes(const fj_ctx *ctx, const fj_problem *p)
+{
+  return fj__arch_has(ctx, FJ_ARCH_WGMMA) &&
+         (p->head_dim == 64 || p->head_dim == 128) &&
+         (p->dtype == FJ_F16 || p->dtype == FJ_BF16);
+}
+
+/* What shapes the main kernel's choice and source (the built-in
+ * modifications' values are launch arguments). */
+typedef struct bwd_key {
+  int head_dim, dtype, causal, window, softcap, sinks, checked;
+} bwd_key;
+
+/* The context's memo of recent choices: a plan renders the main template
+ * (milliseconds), which a training step would pay every call. */
+#define BWD_MEMO 16
+struct fj_bwd_memo {
+  int n;
+  struct {
+    bwd_key key;
+    fj_variant v;  /* mods NULL */
+    fj_kmeta meta;
+  } e[BWD_MEMO];
+};
+
+static bwd_key key_of(const fj_problem *p)
+{
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
+  bwd_key k;
+  memset(&k, 0, sizeof k);
+  k.head_dim = p->head_dim;
+  k.dtype = (int)p->dtype;
+  k.causal = (int)p->causal;
+  k.window = mi.window;
+  k.softcap = mi.softcap;
+  k.sinks = mi.sinks;
+  k.checked = mi.checked;
+  return k;
+}
+
+/* The memo's entry for p, or NULL; ctx->lock held. */
+static int memo_find(const fj_ctx *ctx, const bwd_key *k, fj_variant *v,
+                     fj_kmeta *meta)
+{
+  const fj_bwd_memo *m = ctx->bwd_memo;
+  for (int i = 0; m && i < m->n; i++)
+    if (!memcmp(&m->e[i].key, k, sizeof *k)) {
+      *v = m->e[i].v;
+      *meta = m->e[i].meta;
+      return 1;
+    }
+  return 0;
+}
+
+/* Remembers a choice (the oldest goes when the memo is full); ctx->lock
+ * held.  Without memory the plan is only slower. */
+static void memo_add(fj_ctx *ctx, const bwd_key *k, const fj_variant *v,
+                     const fj_kmeta *meta)
+{
+  if (!ctx->bwd_memo && !(ctx->bwd_memo = calloc(1, sizeof *ctx->bwd_memo)))
+    return;
+  fj_bwd_memo *m = ctx->bwd_memo;
+  if (m->n == BWD_MEMO) {
+    memmove(&m->e[0], &m->e[1], (BWD_MEMO - 1) * sizeof m->e[0]);
+    m->n--;
+  }
+  m->e[m->n].key = *k;
+  m->e[m->n].v = *v;
+  m->e[m->n].v.mods = NULL;
+  m->e[m->n].meta = *meta;
+  m->n++;
+}
+
+/* The wgmma kernel where it takes p, else two stages of Q and dO on mma
+ * where the architecture's shared memory holds them, else one; ctx->lock
+ * held. */
 static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
                              fj_bwd_plan *plan)
 {
   fj_variant v;
   fj_kmeta meta;
   fj_status st = FJ_ERR_UNSUPPORTED;
+  bwd_key key = key_of(p);
+  if (memo_find(ctx, &key, &v, &meta)) {
+    fill_plan(p, &v, &meta, plan);
+    return FJ_OK;
+  }
+  if (wgmma_takes(ctx, p)) {
+    main_variant(p, FJ_MMA_WGMMA, 2, &v);
+    st = main_kernel(ctx, &v, 0, &meta, NULL);
+    if (st == FJ_OK)
+      st = fj__check_smem(ctx, &meta);
+  }
   for (int stages = 2; stages >= 1 && st != FJ_OK; stages--) {
-    main_variant(p, stages, &v);
+    main_variant(p, FJ_MMA_SYNC, stages, &v);
     st = main_kernel(ctx, &v, 0, &meta, NULL);
     if (st == FJ_OK)
       st = fj__check_smem(ctx, &meta);  /* the kernel's own check */
   }
-  if (st == FJ_OK)
+  if (st == FJ_OK) {
+    memo_add(ctx, &key, &v, &meta);
     fill_plan(p, &v, &meta, plan);
+  }
   return st;
 }
 
@@ -245,6 +358,18 @@ static fj_status check_args(const fj_ctx *ctx, const char *who,
                         "%s: %s[%d] is 0 (a broadcast input): its gradient "
                         "is laid out by the same strides and needs its own rows",
                         who, g[t].name, d);
+  /* The kernels move rows in 16-byte pieces (TMA boxes on wgmma). */
+  const struct { const char *name; const void *ptr; const int64_t *s; } t[] = {
+      {"q", a->q, p->q_stride},   {"k", a->k, p->k_stride},
+      {"v", a->v, p->v_stride},   {"o", a->o, p->o_stride},
+      {"dout", a->dout, p->o_stride}, {"dq", a->dq, p->q_stride},
+      {"dk", a->dk, p->k_stride}, {"dv", a->dv, p->v_stride}};
+  for (size_t i = 0; i < FJ_ARRAY_LEN(t); i++) {
+    fj_status st = fj__check_alignment(ctx, t[i].name, t[i].ptr, t[i].s,
+                                       p->dtype);
+    if (st != FJ_OK)
+      return st;
+  }
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
   if (a->dsinks && !mi.sinks)
@@ -258,7 +383,7 @@ static fj_status check_args(const fj_ctx *ctx, const char *who,
 static void fill_bwd_params(fj_bwd_kparams *g, const fj_problem *p,
                             const bwd_args *a, uint64_t ws)
 {
-  size_t rows = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+  size_t rows = pad_rows(p);
   memset(g, 0, sizeof *g);
   g->dout = a->dout;
   g->dq = a->dq;
@@ -266,7 +391,9 @@ static void fill_bwd_params(fj_bwd_kparams *g, const fj_problem *p,
   g->dv = a->dv;
   g->lse = a->lse;
   g->delta = (float *)(uintptr_t)ws;
-  g->dq_acc = (float *)(uintptr_t)(ws + (rows * sizeof(float) + 15) / 16 * 16);
+  g->lse2 = (float *)(uintptr_t)(ws + rows * sizeof(float));
+  g->dq_acc = (float *)(uintptr_t)(ws + 2 * rows * sizeof(float));
+  g->seq_pad = seq_pad(p);
   g->dsinks = a->dsinks;
   for (int i = 0; i < 3; i++) {
     g->do_stride[i] = p->o_stride[i];
@@ -324,6 +451,28 @@ static fj_status ready(fj_ctx *ctx, const fj_problem *p,
   return st;
 }
 
+/* The wgmma kernel's tensor maps: Q and dO in boxes of a query tile, K
+ * and V of a key tile. */
+static fj_status bwd_maps(fj_ctx *ctx, const fj_problem *p,
+                          const fj_bwd_plan *plan, const bwd_args *a,
+                          fj_bwd_tmaps *m)
+{
+  const int d = p->head_dim, tm = plan->variant.tile_m,
+            tn = plan->variant.tile_n;
+  fj_status st = fj__tensor_map(ctx, a->q, p->dtype, p->q_stride, d,
+                                p->seq_q, p->heads_q, p->batch, tm, &m->q);
+  if (st == FJ_OK)
+    st = fj__tensor_map(ctx, a->k, p->dtype, p->k_stride, d, p->seq_kv,
+                        p->heads_kv, p->batch, tn, &m->k);
+  if (st == FJ_OK)
+    st = fj__tensor_map(ctx, a->v, p->dtype, p->v_stride, d, p->seq_kv,
+                        p->heads_kv, p->batch, tn, &m->v);
+  if (st == FJ_OK)
+    st = fj__tensor_map(ctx, a->dout, p->dtype, p->o_stride, d, p->seq_q,
+                        p->heads_q, p->batch, tm, &m->dout);
+  return st;
+}
+
 static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
                         const fj_bwd_plan *plan, const bwd_args *a, void *ws,
                         size_t ws_bytes, void *stream)
@@ -361,16 +510,23 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   if (st == FJ_OK && a->dsinks)
     st = fj__cu_memset32_async(ctx, (uint64_t)(uintptr_t)a->dsinks, 0,
                                (size_t)p->heads_q, stream);
+  fj_bwd_tmaps maps;
+  int wg = plan->variant.mma == FJ_MMA_WGMMA;
+  if (st == FJ_OK && wg)
+    st = bwd_maps(ctx, p, plan, a, &maps);
   if (st == FJ_OK) {
     fj__fill_params(&kp, p, a->q, a->k, a->v, (void *)(uintptr_t)a->o, NULL);
     fill_bwd_params(&g, p, a, base);
     void *args[3] = {&kp, &g, mod_args};
+    /* The wgmma kernel takes its tensor maps before the modifications'. */
+    void *wg_args[4] = {&kp, &g, &maps, mod_args};
     fj__mods_args(p->mods, 0, mod_args);
     const unsigned rows = plan->rows_grid;
     fj_launch l[3] = {
         {fn[0], {rows, 1, 1}, {32 * BWD_ROWS, 1, 1}, 0, stream, args, 0},
         {fn[1], {plan->grid[0], plan->grid[1], plan->grid[2]},
-         {plan->threads, 1, 1}, plan->smem_bytes, stream, args, 0},
+         {plan->threads, 1, 1}, plan->smem_bytes, stream,
+         wg ? wg_args : args, 0},
         {fn[2], {rows, 1, 1}, {32 * BWD_ROWS, 1, 1}, 0, stream, args, 0}};
     for (int i = 0; i < 3 && st == FJ_OK; i++)
       st = fj__cu_launch(ctx, &l[i]);

@@ -51,12 +51,15 @@ typedef struct fj_bwd_kparams {
   const void *dout;
   void *dq, *dk, *dv;
   const float *lse;
-  float *delta;   /* rowsum(dO o O), float32 [batch][heads_q][seq_q] */
-  float *dq_acc;  /* float32 [batch][heads_q][seq_q][head_dim] */
+  /* The workspace's rows are padded: seq_pad (seq_q rounded up to 64) a
+   * (batch, head); rows past seq_q hold delta 0 and LSE2 +inf. */
+  float *delta;   /* rowsum(dO o O), float32 [batch][heads_q][seq_pad] */
+  float *lse2;    /* LSE * log2(e), +inf where LSE is -inf, same rows */
+  float *dq_acc;  /* float32 [batch][heads_q][seq_pad][head_dim] */
   float *dsinks;  /* [heads_q] or NULL */
   long long do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];
   float scale;
-  int pad;
+  int seq_pad;
 } fj_bwd_kparams;
 
 /* CUtensorMap: 128 opaque bytes, 64-byte aligned (cuda.h's own type is not
@@ -69,5 +72,12 @@ typedef struct fj_tmap {
 typedef struct fj_tmaps {
   fj_tmap q, k, v;
 } fj_tmaps;
+
+/* The wgmma backward's tensor maps (templates/attention_bwd_wgmma.cu's
+ * fj::BwdMaps): Q and dO in boxes of a query tile's rows, K and V of a
+ * key tile's. */
+typedef struct fj_bwd_tmaps {
+  fj_tmap q, k, v, dout;
+} fj_bwd_tmaps;
 
 #endif /* FJ_KPARAMS_H */

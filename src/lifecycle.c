@@ -121,6 +121,7 @@ void fj_ctx_destroy(fj_ctx *ctx)
     fj__cu_leave(ctx);
   fj__tunedb_free(ctx->tunedb);
   fj__dispatch_free(ctx->dispatch);
+  free(ctx->bwd_memo);
   fj__tpl_close(ctx->tpl);
   fj__cache_close(ctx->cache);
   if (ctx->has_device)

@@ -178,11 +178,11 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     fj::load_tile<{{ BM }}>(s_do + st * {{ BM * LD }}, dg, g.do_stride[2], mq, p.seq_q);
     if (threadIdx.x < {{ BM }}) {
       const int r = mq + threadIdx.x;
-      const long long f = ((long long)b * p.heads_q + hq) * p.seq_q + r;
-      // A row past the end, or one that saw no key, gets P = 0: exp2(-inf - +inf).
-      const float lse = r < p.seq_q ? g.lse[f] : FJ_NEG_INF;
-      s_ld[st * {{ 2 * BM }} + threadIdx.x] = lse == FJ_NEG_INF ? __int_as_float(0x7f800000) : lse * 1.44269504089f;
-      s_ld[st * {{ 2 * BM }} + {{ BM }} + threadIdx.x] = r < p.seq_q ? g.delta[f] : 0.f;
+      // The preprocess's padded rows: a row past the end, or one that saw
+      // no key, has LSE2 +inf, so P = 0.
+      const long long f = ((long long)b * p.heads_q + hq) * g.seq_pad + r;
+      s_ld[st * {{ 2 * BM }} + threadIdx.x] = g.lse2[f];
+      s_ld[st * {{ 2 * BM }} + {{ BM }} + threadIdx.x] = g.delta[f];
     }
   };
 {% if S > 1 then %}
@@ -273,7 +273,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 
     // dQ += dS K: rows wr.., columns dc.., {{ DQT * 16 }} at a time, into the
     // float32 accumulator.
-    float *dq_rows = g.dq_acc + (((long long)b * p.heads_q + h) * p.seq_q) * {{ D }};
+    float *dq_rows = g.dq_acc + (((long long)b * p.heads_q + h) * g.seq_pad) * {{ D }};
 #pragma unroll
     for (int dq0 = 0; dq0 < {{ NT }}; dq0 += {{ DQT }}) {
       float dq[{{ DQT }}][8];

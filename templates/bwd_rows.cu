@@ -2,13 +2,14 @@
   bwd_rows.cu: the backward's kernels over query rows, one warp a row (4
   rows a block), which = "pre" or "post":
     pre   before the main kernel: delta = rowsum(dO o O) in float32, the
+          row's LSE * log2(e) (LSE2; +inf where the row saw no key), the
           row's dQ accumulator cleared (the main kernel adds into it), and
           with attention sinks the sink's gradient: the sink enters only
           the row's denominator, so
             d sink[h] = -sum over rows of exp(sink[h] - lse) * delta,
           added once a row into g.dsinks[h] (float32 atomics; the host
           zeroes it first).  Rows past a sequence's end (varlen) get delta
-          0 and nothing else.
+          0 and LSE2 +inf, as do the padding rows up to g.seq_pad.
     post  after it: dQ = scale * the accumulator, in the inputs' dtype at
           dQ's strides; rows past a sequence's end are not written.
   Parameters: head_dim, dtype, sinks, varlen, which.
@@ -31,17 +32,18 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
 {{ symbol }}(const fj::Params p, const fj::BwdParams g) {
   using fj::elem_t;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const long long f = (long long)blockIdx.x * {{ WARPS }} + warp;  // (b * heads_q + h) * seq_q + row
-  if (f >= (long long)p.batch * p.heads_q * p.seq_q) return;
-  const int row = (int)(f % p.seq_q);
-  const long long bh = f / p.seq_q;
+  // Padded rows: f = (b * heads_q + h) * seq_pad + row.
+  const long long f = (long long)blockIdx.x * {{ WARPS }} + warp;
+  if (f >= (long long)p.batch * p.heads_q * g.seq_pad) return;
+  const int row = (int)(f % g.seq_pad);
+  const long long bh = f / g.seq_pad;
   const int h = (int)(bh % p.heads_q), b = (int)(bh / p.heads_q);
 {% if varlen then %}
   const fj::Seq seq = fj::seq_of(p, b);
   const bool live = row < seq.len_q;
   const long long r = seq.q_row0 + row;
 {% else %}
-  const bool live = true;
+  const bool live = row < p.seq_q;
   const long long r = row;
 {% end %}
   float *acc = g.dq_acc + f * {{ D }};
@@ -57,9 +59,11 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
   for (int i = 0; i < {{ PER }}; ++i)
     if ({{ GUARD }}) acc[lane + 32 * i] = 0.f;
   if (lane == 0) {
+    const float lse = live ? g.lse[bh * p.seq_q + row] : FJ_NEG_INF;
     g.delta[f] = live ? sum : 0.f;
+    // exp2(s - LSE2) is 0 where no key was seen (and on padding rows).
+    g.lse2[f] = lse == FJ_NEG_INF ? __int_as_float(0x7f800000) : lse * 1.44269504089f;
 {%   if sinks then %}
-    const float lse = g.lse[f];
     if (live && g.dsinks && lse > FJ_NEG_INF && sum != 0.f)
       atomicAdd(g.dsinks + h, -__expf(p.sinks[h] - lse) * sum);
 {%   end %}

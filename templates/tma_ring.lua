@@ -23,8 +23,10 @@
 --   q.full(slot), q.empty(slot) the barriers' shared-space addresses (C)
 --   q.slot_addr(slot, pn)       panel pn of a slot (C)
 --   q.wait_empty(slot, parity)  the producer's wait before refilling (C)
---   q.fill(slot, coords)        expect the tile's bytes, issue its panels'
---                               loads; coords(pn) gives the box's four
+--   q.fill(slot, coords, extra) expect the tile's bytes (and `extra` more:
+--                               other copies the caller issues on the
+--                               slot's barrier), issue its panels' loads;
+--                               coords(pn) gives the box's four
 --                               coordinates (C statement)
 --   q.wait_full(slot, parity)   a consumer's wait for the tile (C)
 --   q.release(slot)             a consumer warp's arrival: its part is done
@@ -94,9 +96,9 @@ function M.ring(o)
   function R.wait_empty(slot, parity)
     return ("fj::mbar_wait(%s, %s);"):format(R.empty(slot), parity)
   end
-  function R.fill(slot, coords)
+  function R.fill(slot, coords, extra_bytes)
     local lines = {
-      ("fj::mbar_expect(%s, %du);"):format(R.full(slot), R.tx_bytes),
+      ("fj::mbar_expect(%s, %du);"):format(R.full(slot), R.tx_bytes + (extra_bytes or 0)),
       "#pragma unroll",
       ("for (int pn = 0; pn < %d; ++pn)"):format(R.panels),
       ("  fj::tma_load4(%s, %s, %s, %s);"):format(R.slot_addr(slot, "pn"), o.map, R.full(slot), coords("pn")),

@@ -17,7 +17,9 @@
       (the leading offset), 8-row groups along k 1024 bytes apart (the
       stride offset); a k16 step is 16 rows, 2048 bytes, on.
   Parameters: forms, the wgmma wrappers to emit, each
-    { t = "f16" | "bf16", n = N, a = "ss" | "rs", tb = 0 | 1, k = K };
+    { t = "f16" | "bf16", n = N, a = "ss" | "rs", tb = 0 | 1, k = K, ta = 0 | 1 };
+  ta = 1 (ss only, 16-bit types): A read MN-major, transposed like B (the
+  backward's dS^T for dQ); its wrapper's name ends in _tt (tb must be 1).
   K is the instruction's reduction, 32 bytes of the element: 16 for the
   16-bit types (the default), 32 for e4m3 and e5m2.
   spin_limit, 0 or the tries after which an mbarrier wait traps.
@@ -36,6 +38,11 @@ __device__ __forceinline__ void st_shared_b32(unsigned a, unsigned v) {
 }
 __device__ __forceinline__ void st_shared_b16(unsigned a, unsigned short v) {
   asm volatile("st.shared.b16 [%0], %1;\n" :: "r"(a), "h"(v) : "memory");
+}
+__device__ __forceinline__ float ld_shared_f32(unsigned a) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(a) : "memory");
+  return v;
 }
 __device__ __forceinline__ uint4 ld_shared_v4(unsigned a) {
   uint4 v;
@@ -113,6 +120,18 @@ __device__ __forceinline__ void tma_load4(unsigned dst, const void *map, unsigne
                :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar) : "memory");
 }
 
+// ---- a bulk copy of `bytes` (a multiple of 16, both ends 16-byte aligned)
+// of global memory into shared memory, counted on barrier `bar` ----
+__device__ __forceinline__ void bulk_load(unsigned dst, const void *src, unsigned bytes, unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+// ---- two float32 reductions into 8-byte aligned global memory ----
+__device__ __forceinline__ void red_add_v2(float *a, float x, float y) {
+  asm volatile("red.global.add.v2.f32 [%0], { %1, %2 };\n" :: "l"(a), "f"(x), "f"(y) : "memory");
+}
+
 // ---- registers moved between warpgroups ----
 template <int N> __device__ __forceinline__ void regs_up() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N));
@@ -146,9 +165,9 @@ __device__ __forceinline__ void bar_arrive(int id, int threads) {
 {% for _, f in ipairs(forms) do %}
 {%   local N, R = f.n, f.n // 2 %}
 {%   if f.a == "ss" then %}
-__device__ __forceinline__ void wg_ss_{{ f.t }}_{{ N }}{{ f.tb == 1 and "_t" or "" }}(float (&d)[{{ N // 16 }}][8], unsigned long long da, unsigned long long db, int scale_d) {
+__device__ __forceinline__ void wg_ss_{{ f.t }}_{{ N }}{{ f.ta == 1 and "_tt" or f.tb == 1 and "_t" or "" }}(float (&d)[{{ N // 16 }}][8], unsigned long long da, unsigned long long db, int scale_d) {
   asm volatile("{ .reg .pred p; setp.ne.b32 p, %{{ R + 2 }}, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n{{ N }}k{{ f.k or 16 }}.f32.{{ f.t }}.{{ f.t }} { {{ operands(N, 0) }} }, %{{ R }}, %{{ R + 1 }}, p, 1, 1, 0, {{ f.tb }}; }\n"
+               "wgmma.mma_async.sync.aligned.m64n{{ N }}k{{ f.k or 16 }}.f32.{{ f.t }}.{{ f.t }} { {{ operands(N, 0) }} }, %{{ R }}, %{{ R + 1 }}, p, 1, 1, {{ f.ta or 0 }}, {{ f.tb }}; }\n"
                : {{ outputs(N) }}
                : "l"(da), "l"(db), "r"(scale_d));
 }

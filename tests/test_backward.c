@@ -15,11 +15,18 @@ static int compile_all(fj_ctx *ctx, const fj_problem *p, const char *what)
 {
   fj_bwd_plan plan;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, p, &plan));
-  CHECK(plan.grid[0] == (unsigned)((p->seq_kv + 63) / 64));
+  /* sm_90a's head dims 64 and 128 on wgmma (128-key tiles), the rest on
+   * mma (64-key tiles). */
+  int wg = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0 &&
+           (p->head_dim == 64 || p->head_dim == 128);
+  CHECK(plan.variant.mma == (wg ? FJ_MMA_WGMMA : FJ_MMA_SYNC));
+  CHECK(plan.grid[0] == (unsigned)((p->seq_kv + plan.variant.tile_n - 1) /
+                                   plan.variant.tile_n));
   CHECK(plan.grid[1] == (unsigned)p->heads_kv && plan.grid[2] == (unsigned)p->batch);
-  CHECK(plan.workspace_bytes >= (size_t)p->batch * (size_t)p->heads_q *
-                                    (size_t)p->seq_q * (size_t)(p->head_dim + 1) *
-                                    sizeof(float));
+  /* delta, LSE2 and dQ's accumulator over rows padded to 64 */
+  size_t rows = (size_t)p->batch * (size_t)p->heads_q *
+                (size_t)((p->seq_q + 63) / 64 * 64);
+  CHECK(plan.workspace_bytes == rows * (size_t)(p->head_dim + 2) * sizeof(float));
   for (int i = 0; i < FJ_BWD_KERNELS; i++) {
     fj_kernel *k;
     CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, p, &plan, i, &k));
@@ -42,20 +49,20 @@ int test_backward_compile(void)
     CHECK(ctx != NULL);
     fj_mods m;
     fj_mods_init(&m);
-    for (int c = 0; c < 5; c++) {
-      static const int dims[5] = {64, 128, 256, 32, 96};
+    for (int c = 0; c < 6; c++) {
+      static const int dims[6] = {64, 128, 256, 32, 96, 128};
       fj_problem p;
       fj_problem_init(&p, 2, 8, 2, 300, 500, dims[c], c % 2 ? FJ_F16 : FJ_BF16,
                       FJ_BSHD);
       p.causal = c == 1 ? FJ_CAUSAL_TOP_LEFT : c == 2 ? FJ_CAUSAL_BOTTOM_RIGHT
                                                       : FJ_CAUSAL_NONE;
-      if (c == 3) {  /* a window and a softcap */
+      if (c == 3 || c == 5) {  /* a window and a softcap (mma, wgmma) */
         m.window_left = 100;
         m.window_right = 0;
         m.softcap = 30.f;
         p.mods = &m;
       }
-      if (compile_all(ctx, &p, c == 3 ? "window+cap" : "plain") != 0) {
+      if (compile_all(ctx, &p, p.mods ? "window+cap" : "plain") != 0) {
         fj_ctx_destroy(ctx);
         return 1;
       }
@@ -63,6 +70,43 @@ int test_backward_compile(void)
     }
     fj_ctx_destroy(ctx);
   }
+  return 0;
+}
+
+/* A plan remembers its choice per context (backward.c's memo), never its
+ * sizes: problems that differ in lengths, heads or modifications each get
+ * their own grid, workspace and kernel. */
+int test_backward_memo(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx != NULL);
+  fj_problem p;
+  fj_bwd_plan a, b;
+  char na[256], nb[256];
+  fj_problem_init(&p, 2, 8, 4, 1000, 1000, 128, FJ_BF16, FJ_BSHD);
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &a));
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
+  CHECK(memcmp(&a, &b, sizeof a) == 0);
+  fj_problem_init(&p, 3, 8, 2, 300, 5000, 128, FJ_BF16, FJ_BSHD);
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
+  CHECK(b.grid[0] == (5000 + 127) / 128 && b.grid[1] == 2 && b.grid[2] == 3);
+  CHECK(b.workspace_bytes == (size_t)3 * 8 * 320 * 130 * sizeof(float));
+  fj_variant_name(&a.variant, na, sizeof na);
+  fj_variant_name(&b.variant, nb, sizeof nb);
+  CHECK(strcmp(na, nb) == 0);
+  fj_mods m;
+  fj_mods_init(&m);
+  m.softcap = 20.f;
+  p.mods = &m;
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
+  fj_kernel *k;
+  CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &b, 1, &k));
+  CHECK(strstr(fj_kernel_name(k), "_cap") != NULL);
+  p.mods = NULL;
+  p.head_dim = 96;
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
+  CHECK(b.variant.mma == FJ_MMA_SYNC && b.variant.head_dim == 96);
+  fj_ctx_destroy(ctx);
   return 0;
 }
 

@@ -24,6 +24,7 @@ TEST(template_meta, cpu)
 /* the backward without a GPU (backward.c) */
 TEST(backward_compile, cpu)
 TEST(backward_refusals, cpu)
+TEST(backward_memo, cpu)
 TEST(gpu_backward, gpu)
 TEST(gpu_sanitize_backward, gpu)
 /* the library's choice on every target NVRTC has (test_everyarch.c) */

@@ -1,0 +1,381 @@
+{#
+  attention_bwd_wgmma.cu: the backward's main kernel on wgmma (sm_90a),
+  FlashAttention-3 style: warp-specialised, TMA rings, products on
+  wgmma with P and dS as register operands.
+
+  A block keeps one key tile of tile_n = 128 keys of one (batch, KV head)
+  -- K and V, loaded once -- and walks, for each query head of the KV
+  head's group, the query tiles of tile_m = 64 rows that see the key tile
+  (scheduler.cuh's kv_head: mask.lua's query range of a key tile).  A
+  producer warpgroup (one thread) loads Q and dO of each step into rings
+  of 2 slots (tma_ring.lua), with the rows' LSE * log2(e) and delta (bulk
+  copies from the preprocess's padded rows, on Q's barrier).  Two consumer
+  warpgroups each own 64 of the keys and compute, transposed so that the
+  keys are the products' rows (M):
+    S^T = K Q^T, dP^T = V dO^T            wgmma, both operands in shared memory
+    the score step on S^T                 softcap; mask.lua's rule per element
+    P^T = exp2(S^T sl2 - LSE2[query])     (rows that see no key: LSE2 = +inf)
+    dV += P^T dO                          P^T as the register A operand
+    dS^T = P^T (dP^T - delta[query]) [(1 - tanh^2) under a softcap]
+    dK += dS^T Q                          dS^T as the register A operand
+    dS^T to shared memory                 [key][query], 128-byte swizzle
+    dQ += dS K                            dS read transposed (MN-major A);
+                                          float32 reductions into
+                                          g.dq_acc (the postprocess scales)
+  dQ is split between the consumers by columns (each D/2, whole panels of
+  64) or, where half the head dim is not a whole panel, by turns (the
+  consumer of the step's parity does all of it), so each step's dS is
+  written by both before either reads it: named barrier 1 and two dS
+  buffers.  dK (times the softmax scale) and dV stay in registers over the
+  walk, summed over the group's query heads, so GQA needs no reduction.
+  Which (row, column) each accumulator register holds and how it becomes
+  the A operand come from the probed wgmma tables (lut.lua).
+  compute-sanitizer's racecheck reports the bulk copies of a slot's LSE2
+  and delta against the consumers' reads of the rows the slot held before:
+  it does not follow the mbarriers' order (the reads precede the
+  consumers' arrivals on the slot's empty barrier, the copies follow the
+  producer's wait on it), as with the forward's shared-memory handoffs.
+  Parameters: head_dim (64, 128), tile_m 64, tile_n 128, warps 12,
+  stages 2, causal, window, softcap, dtype (f16, bf16).
+#}
+{%
+  local L = import("lut.lua")
+  local PC = import("pieces.lua")
+  local TR = import("tma_ring.lua")
+  local D, BM, BN, S = head_dim, tile_m, tile_n, stages
+  local mrule = import("mask.lua").new(causal, false, nil, window)
+  local mods = import("mods.lua").new{ softcap = softcap }
+  local function no(fmt, ...) refuse(fmt:format(...)) end
+  if (score_mod or "") ~= "" or (mask_mod or "") ~= "" or (block_kv or 0) > 0 then
+    no("the backward takes no score or mask expressions and no block mask yet")
+  end
+  if varlen or paged or pack_gqa or split_kv or kv_dtype ~= dtype then
+    no("the backward takes dense problems of one dtype (no %s)", varlen and "varlen" or paged and "paged K/V" or pack_gqa and "pack_gqa" or split_kv and "split_kv" or "FP8 K/V")
+  end
+  local ELEM = TR.ELEM[dtype]
+  if ELEM ~= 2 then no("dtype %s: the wgmma backward takes f16 and bf16", dtype) end
+  local C = warps // 4 - 1          -- consumer warpgroups
+  local THREADS = 32 * warps
+  if C ~= 2 then no("warps %d: the wgmma backward runs 12 warps (a producer and two consumer warpgroups)", warps) end
+  if BN ~= 64 * C then no("tile_n %d: each of the %d consumer warpgroups owns 64 keys, so tile_n is %d", BN, C, 64 * C) end
+  if BM ~= 64 then no("tile_m %d: the wgmma backward walks query tiles of 64 rows", BM) end
+  if D ~= 64 and D ~= 128 then no("head_dim %d: the wgmma backward takes 64 and 128 (the mma backward takes the others)", D) end
+  if S ~= 2 then no("stages %d: the wgmma backward keeps 2 slots of Q and dO", S) end
+  local KSTEP = 32 // ELEM
+  local PP = TR.ROW_BYTES // (KSTEP * ELEM)     -- k steps in a 128-byte panel row
+  -- dQ by columns where half the head dim is whole panels, else by turns.
+  local DQ_COLS = (D // 2) % (TR.ROW_BYTES // ELEM) == 0
+  local DQN = DQ_COLS and D // 2 or D
+
+  local B = import("budget.lua").new{}
+  local REGS = B.regs(C)
+  -- Per consumer thread: dK and dV (D/2 each), S^T and dP^T (BM/2 each;
+  -- P^T and dS^T as operands, BM/4 each, and dQ, DQN/2, take their place).
+  B.check_regs(D + BM + 24, ("head_dim %d"):format(D), "dK, dV, S and dP",
+               "the mma backward takes it")
+
+  local acc, qa, rows, p_from = L.softmax_tables(lut_acc, lut_a, "wgmma", refuse)
+  local pairs = L.pairs(acc)
+  -- The distinct columns of a lane's slots in a tile of 16 (their LSE2 and
+  -- delta are read once a tile).
+  local cols, seen = {}, {}
+  for i = 0, acc.slots - 1 do
+    if not seen[acc.dcol[i]] then seen[acc.dcol[i]] = true; cols[#cols + 1] = acc.dcol[i] end
+  end
+
+  -- The producer's rings: K and V (one slot, loaded once), Q and dO (S
+  -- slots, one step each).
+  local bars = TR.barriers("bars")
+  local function ring(name, rows_, slots)
+    return TR.ring{ name = name, elem = ELEM, rows = rows_, cols = D, slots = slots, arrivals = 4 * C,
+                    smem = "s" .. name, map = "m" .. name, bars = bars }
+  end
+  local k, v = ring("k", BN, 1), ring("v", BN, 1)
+  local q, dout = ring("q", BM, S), ring("dout", BM, S)
+  -- Shared memory: the rings, two dS^T buffers (BN key rows of BM query
+  -- columns: one panel), each slot's LSE2 and delta rows.
+  local DS_BYTES = BN * BM * ELEM
+  local LD_BYTES = 2 * BM * 4
+  local OFF_K = B.region("k", k.bytes, 1024)
+  local OFF_V = B.region("v", v.bytes, 1024)
+  local OFF_Q = B.region("q", q.bytes, 1024)
+  local OFF_DO = B.region("dout", dout.bytes, 1024)
+  local OFF_DS = B.region("ds", 2 * DS_BYTES, 1024)
+  local OFF_LD = B.region("lse_delta", S * LD_BYTES, 16)
+  local OFF_BAR = B.region("barriers", 8 * bars.count, 8)
+  meta.symbol = symbol
+  meta.threads = THREADS
+  meta.smem_bytes = B.total()
+  meta.rows_per_block = BN
+  meta.tma = 1
+  meta.isolate = 1  -- NVRTC 13.0's PTX compiler can crash on wgmma code
+
+  local T = dtype
+  -- Descriptors.  K-major (A: K or V, this warpgroup's 64 keys; B: Q or
+  -- dO of a slot): k step kk is 32 bytes along a panel row, panels apart.
+  local function kmajor(base, panel_bytes, kk)
+    return ("fj::wg_desc(%s + ((%s) / %d) * %d + ((%s) %% %d) * %d, 16, 1024)"):format(
+      base, kk, PP, panel_bytes, kk, PP, KSTEP * ELEM)
+  end
+  -- MN-major (B: Q or dO for dK and dV, K for dQ; A: dS^T for dQ): a k
+  -- step is KSTEP rows of 128 bytes on; panels (64 columns) panel_bytes apart.
+  local function mnmajor(base, panel_bytes, kk)
+    return ("fj::wg_desc(%s + (%s) * %d, %d, 1024)"):format(base, kk, KSTEP * TR.ROW_BYTES, panel_bytes)
+  end
+  local function hold(name, n)
+    return ("#pragma unroll\n    for (int j = 0; j < %d; ++j)\n#pragma unroll\n      for (int i = 0; i < 8; ++i) fj::wg_hold(%s[j][i]);"):format(n, name)
+  end
+%}
+{{ include("common.cuh") }}
+{{ include("block.cuh", { BM = BM, BN = BN }) }}
+{{ include("bwd_common.cuh") }}
+{% if mods.any then %}
+{{ include("mods.cuh", { mods = mods, part = "decls" }) }}
+{% end %}
+{{ include("wgmma.cuh", { spin_limit = WGMMA_SPIN_LIMIT or 0, forms = {
+     { t = T, n = BM, a = "ss", tb = 0 }, { t = T, n = D, a = "rs", tb = 1 },
+     { t = T, n = DQN, a = "ss", ta = 1, tb = 1 } } }) }}
+{{ B.comment() }}
+// registers: producer {{ REGS[1] }}, consumers {{ REGS[2] }}; dQ split {{ DQ_COLS and "by columns" or "by turns" }}
+// pieces: tma_ring.lua (producer), scheduler.cuh (kv_head), mask.lua, budget.lua, wgmma.cuh
+
+// From the accumulator table: each lane's base (row | col << 4); slot s adds
+// (drow, dcol) = {% for s = 0, acc.slots - 1 do %}({{ acc.drow[s] }}, {{ acc.dcol[s] }}){{ s < acc.slots - 1 and " " or "" }}{% end %}; register 8j + s of
+// a warp's slice sits 16j columns on.
+__constant__ unsigned char fj_base_acc[32] = { {{ L.base_bytes(acc) }} };
+
+namespace fj {
+struct __align__(64) TensorMap { unsigned long long opaque[16]; };
+// The backward's tensor maps: Q, K, V, dO (src/backward.c's fj_bwd_tmaps).
+struct BwdMaps { TensorMap q, k, v, dout; };
+
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  const elem2_t e = to_elem2(lo, hi);
+  return *reinterpret_cast<const unsigned *>(&e);
+}
+__device__ __forceinline__ unsigned smem_base(const void *p) {
+  return (smem_opaque(p) + 1023u) & ~1023u;
+}
+}  // namespace fj
+
+extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
+{{ symbol }}(const fj::Params p, const fj::BwdParams g, const __grid_constant__ fj::BwdMaps maps{{ mods.kernel_param }}) {
+  using fj::elem_t;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const unsigned base = fj::smem_base(smem);
+  const unsigned sk = base + {{ OFF_K }}, sv = base + {{ OFF_V }}, sq = base + {{ OFF_Q }}, sdout = base + {{ OFF_DO }};
+  const unsigned sds = base + {{ OFF_DS }}, sld = base + {{ OFF_LD }};
+  const unsigned bars = base + {{ OFF_BAR }};
+  {{ PC.indent(TR.decls({ k, v, q, dout }, bars), 2) }}
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
+  const int n0 = blockIdx.x * {{ BN }}, hk = blockIdx.y, b = blockIdx.z;
+  fj::Block blk;  // the modifications' view of the block (mods.lua)
+  blk.b = b;
+  blk.hk = hk;
+  blk.h = blk.m0 = 0;
+{%
+  -- The query tiles that see this key tile (scheduler.cuh's kv_head), in
+  -- each role's branch: a value carried across setmaxnreg spills.
+  local function walk()
+%}
+{{ PC.piece(include("scheduler.cuh", { part = "kv_head", mrule = mrule, BM = BM, BN = BN })) }}
+    const int steps = nq * p.group;  // (query head of the group, row tile) pairs
+{%
+  end
+%}
+  if (threadIdx.x == 0) {
+    {{ PC.indent(TR.init({ k, v, q, dout }), 4) }}
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---- producer: one thread issues every load --------------------------
+    fj::regs_down<{{ REGS[1] }}>();
+    if (warp == 0 && lane == 0) {
+{% walk() %}
+      const void *mk = &maps.k, *mv = &maps.v, *mq = &maps.q, *mdout = &maps.dout;
+      {{ PC.indent(k.fill(0, function(pn) return ("%s * %d, n0, hk, b"):format(pn, k.panel_cols) end), 6) }}
+      {{ PC.indent(v.fill(0, function(pn) return ("%s * %d, n0, hk, b"):format(pn, v.panel_cols) end), 6) }}
+      for (int i = 0; i < steps; ++i) {
+        const unsigned slot = i % {{ S }}, ph = (i / {{ S }}) & 1u;
+        const int h = hk * p.group + i / nq, m0 = m_first + (i % nq) * {{ BM }};
+        // The rows' LSE2 and delta (padded rows: no tail) ride on Q's barrier.
+        const long long f = ((long long)b * p.heads_q + h) * g.seq_pad + m0;
+        {{ q.wait_empty("slot", "ph ^ 1u") }}
+        {{ PC.indent(q.fill("slot", function(pn) return ("%s * %d, m0, h, b"):format(pn, q.panel_cols) end, LD_BYTES), 8) }}
+        fj::bulk_load(sld + slot * {{ LD_BYTES }}u, g.lse2 + f, {{ BM * 4 }}u, {{ q.full("slot") }});
+        fj::bulk_load(sld + slot * {{ LD_BYTES }}u + {{ BM * 4 }}u, g.delta + f, {{ BM * 4 }}u, {{ q.full("slot") }});
+        {{ dout.wait_empty("slot", "ph ^ 1u") }}
+        {{ PC.indent(dout.fill("slot", function(pn) return ("%s * %d, m0, h, b"):format(pn, dout.panel_cols) end), 8) }}
+      }
+    }
+  } else {
+    // ---- consumers --------------------------------------------------------
+    fj::regs_up<{{ REGS[2] }}>();
+{% walk() %}
+    const int cw = wg - 1;                          // this consumer warpgroup
+    const int kw = cw * 64;                         // its first key in the tile
+    const int wr = (warp % 4) * 16;                 // this warp's first row of a product
+    const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
+    {{ mods.scales(4, "") }}
+    // A: this warpgroup's 64 rows of K and V (K-major).
+#define FJ_KA(kk) {{ kmajor(("sk + %d * kw"):format(TR.ROW_BYTES), k.panel_bytes, "kk") }}
+#define FJ_VA(kk) {{ kmajor(("sv + %d * kw"):format(TR.ROW_BYTES), v.panel_bytes, "kk") }}
+    // B: Q and dO of a slot, K-major (S^T, dP^T) and MN-major (dK, dV).
+#define FJ_QB(slot, kk) {{ kmajor(("sq + (slot) * %d"):format(q.slot_bytes), q.panel_bytes, "kk") }}
+#define FJ_DOB(slot, kk) {{ kmajor(("sdout + (slot) * %d"):format(dout.slot_bytes), dout.panel_bytes, "kk") }}
+#define FJ_QT(slot, kk) {{ mnmajor(("sq + (slot) * %d"):format(q.slot_bytes), q.panel_bytes, "kk") }}
+#define FJ_DOT(slot, kk) {{ mnmajor(("sdout + (slot) * %d"):format(dout.slot_bytes), dout.panel_bytes, "kk") }}
+    // dQ: dS^T of a buffer (MN-major A) and K's columns (MN-major B).
+#define FJ_DSA(buf, kk) {{ mnmajor(("sds + (buf) * %d"):format(DS_BYTES), DS_BYTES, "kk") }}
+#define FJ_KB(kk) {{ mnmajor(DQ_COLS and ("sk + cw * %d"):format((DQN // 64) * k.panel_bytes) or "sk", k.panel_bytes, "kk") }}
+
+    float dk[{{ D // 16 }}][8], dv[{{ D // 16 }}][8];
+#pragma unroll
+    for (int d = 0; d < {{ D // 16 }}; ++d)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) dk[d][i] = dv[d][i] = 0.f;
+    {{ k.wait_full(0, "0") }}
+    {{ v.wait_full(0, "0") }}
+
+    for (int i = 0; i < steps; ++i) {
+      const unsigned slot = i % {{ S }}, ph = (i / {{ S }}) & 1u, buf = i & 1;
+      const int h = hk * p.group + i / nq, m0 = m_first + (i % nq) * {{ BM }};
+      (void)h;
+      float s[{{ BM // 16 }}][8], dp[{{ BM // 16 }}][8];
+      {{ q.wait_full("slot", "ph") }}
+      fj::wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < {{ D // KSTEP }}; ++kk) fj::wg_ss_{{ T }}_{{ BM }}(s, FJ_KA(kk), FJ_QB(slot, kk), kk);
+      fj::wg_commit();
+      {{ dout.wait_full("slot", "ph") }}
+#pragma unroll
+      for (int kk = 0; kk < {{ D // KSTEP }}; ++kk) fj::wg_ss_{{ T }}_{{ BM }}(dp, FJ_VA(kk), FJ_DOB(slot, kk), kk);
+      fj::wg_commit();
+      fj::wg_wait<0>();
+    {{ hold("s", BM // 16) }}
+    {{ hold("dp", BM // 16) }}
+
+      // Tile by tile of 16 queries, so that S^T and dP^T die as their
+      // operands are made: the score step on S^T (a register's key is its
+      // row, its query its column), P^T = exp2(S^T sl2 - LSE2), dS^T = P^T
+      // (dP^T - delta){{ mods.softcap and " (1 - tanh^2)" or "" }}, both packed as A operands.
+      const unsigned lse2 = sld + slot * {{ LD_BYTES }}u + 4 * acc_c, delta = lse2 + {{ BM * 4 }}u;
+      const int key0 = n0 + kw + wr + acc_r;
+      const bool need_mask = {{ mrule.tile_partial("n0 + kw", 64, "m0", ("m0 + %d"):format(BM - 1)) }};
+{% if mods.score then %}
+#pragma unroll
+      for (int j = 0; j < {{ BM // 16 }}; ++j) {
+{%   for i = 0, acc.slots - 1 do %}
+        {{ mods.apply_score(("s[j][%d]"):format(i), ("m0 + j * 16 + acc_c + %d"):format(acc.dcol[i]), "h", ("key0 + %d"):format(acc.drow[i]), nil) }}
+{%   end %}
+      }
+{% end %}
+      // Only tiles that cross the sequence end, the diagonal or the window
+      // are masked (one branch, the same for the whole warpgroup).
+      if (need_mask) {
+#pragma unroll
+        for (int j = 0; j < {{ BM // 16 }}; ++j) {
+{% for i = 0, acc.slots - 1 do %}
+          if (!({{ mrule.visible(("m0 + j * 16 + acc_c + %d"):format(acc.dcol[i]), ("key0 + %d"):format(acc.drow[i])) }})) s[j][{{ i }}] = FJ_NEG_INF;
+{% end %}
+        }
+      }
+      unsigned pk[{{ BM // 16 }}][4], dsk[{{ BM // 16 }}][4];
+#pragma unroll
+      for (int j = 0; j < {{ BM // 16 }}; ++j) {
+{% for _, c in ipairs(cols) do %}
+        const float l{{ c }} = fj::ld_shared_f32(lse2 + 4 * (j * 16 + {{ c }}));
+        const float d{{ c }} = fj::ld_shared_f32(delta + 4 * (j * 16 + {{ c }}));
+{% end %}
+{% for i = 0, acc.slots - 1 do %}
+{%   if mods.softcap then %}
+        // d(cap tanh(x / cap)) / dx = 1 - tanh^2 (a hidden element's -inf
+        // counts as -1: its P is 0).
+        const float th{{ i }} = fmaxf(s[j][{{ i }}], -1.f);
+{%   end %}
+        s[j][{{ i }}] = fj::fast_exp2(fmaf(s[j][{{ i }}], sl2, -l{{ acc.dcol[i] }}));
+        dp[j][{{ i }}] = s[j][{{ i }}] * (dp[j][{{ i }}] - d{{ acc.dcol[i] }}){{ mods.softcap and (" * (1.f - th%d * th%d)"):format(i, i) or "" }};
+{% end %}
+{% for r = 0, 3 do %}
+        pk[j][{{ r }}] = fj::pack2(s[j][{{ p_from[2 * r] }}], s[j][{{ p_from[2 * r + 1] }}]);
+        dsk[j][{{ r }}] = fj::pack2(dp[j][{{ p_from[2 * r] }}], dp[j][{{ p_from[2 * r + 1] }}]);
+{% end %}
+      }
+      // dV += P^T dO, dK += dS^T Q, issued; dS^T to shared memory meanwhile.
+      fj::wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < {{ BM // KSTEP }}; ++kk) fj::wg_rs_{{ T }}_{{ D }}_t(dv, pk[kk], FJ_DOT(slot, kk), 1);
+#pragma unroll
+      for (int kk = 0; kk < {{ BM // KSTEP }}; ++kk) fj::wg_rs_{{ T }}_{{ D }}_t(dk, dsk[kk], FJ_QT(slot, kk), 1);
+      fj::wg_commit();
+      const unsigned ds_rows = sds + buf * {{ DS_BYTES }}u;
+#pragma unroll
+      for (int j = 0; j < {{ BM // 16 }}; ++j) {
+{% for _, pr in ipairs(pairs) do %}
+{%   local reg %}
+{%   for r = 0, 3 do if p_from[2 * r] == pr[1] and p_from[2 * r + 1] == pr[2] then reg = r end end %}
+        fj::st_shared_b32(ds_rows + fj::sw128(kw + wr + acc_r + {{ acc.drow[pr[1]] }}, j * 16 + acc_c + {{ acc.dcol[pr[1]] }}),
+                          {{ reg and ("dsk[j][%d]"):format(reg) or ("fj::pack2(dp[j][%d], dp[j][%d])"):format(pr[1], pr[2]) }});
+{% end %}
+      }
+      // Both warpgroups' dS^T written (and visible to wgmma) before dQ reads it.
+      fj::fence_async_smem();
+      fj::bar_sync(1, {{ 128 * C }});
+{% if DQ_COLS then %}
+      {
+{% else %}
+      if ((i & 1) == cw) {
+{% end %}
+        float dq[{{ DQN // 16 }}][8];
+        fj::wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < {{ BN // KSTEP }}; ++kk) fj::wg_ss_{{ T }}_{{ DQN }}_tt(dq, FJ_DSA(buf, kk), FJ_KB(kk), kk);
+        fj::wg_commit();
+        fj::wg_wait<0>();
+    {{ hold("dq", DQN // 16) }}
+        // dQ's float32 reductions (padded rows: no tail).
+        float *dq_rows = g.dq_acc + (((long long)b * p.heads_q + h) * g.seq_pad + m0 + wr + acc_r) * {{ D }}{{ DQ_COLS and " + cw * " .. DQN or "" }};
+#pragma unroll
+        for (int j = 0; j < {{ DQN // 16 }}; ++j) {
+{% for _, pr in ipairs(pairs) do %}
+          fj::red_add_v2(dq_rows + {{ acc.drow[pr[1]] * D }} + j * 16 + acc_c + {{ acc.dcol[pr[1]] }}, dq[j][{{ pr[1] }}], dq[j][{{ pr[2] }}]);
+{% end %}
+        }
+      }
+      fj::wg_wait<0>();
+    {{ hold("dv", D // 16) }}
+    {{ hold("dk", D // 16) }}
+      {{ PC.indent(q.release("slot"), 6) }}
+      {{ PC.indent(dout.release("slot"), 6) }}
+    }
+
+    // dK (times the softmax scale) and dV; keys past the sequence not written.
+    elem_t *dkg = fj::head_rows<elem_t>(g.dk, g.dk_stride, b, hk);
+    elem_t *dvg = fj::head_rows<elem_t>(g.dv, g.dv_stride, b, hk);
+#pragma unroll
+    for (int d = 0; d < {{ D // 16 }}; ++d) {
+{% for _, pr in ipairs(pairs) do %}
+      {
+        const int r = n0 + kw + wr + acc_r + {{ acc.drow[pr[1]] }}, c = d * 16 + acc_c + {{ acc.dcol[pr[1]] }};
+        if (r < p.seq_kv) {
+          *reinterpret_cast<unsigned *>(dkg + (long long)r * g.dk_stride[2] + c) = fj::pack2(dk[d][{{ pr[1] }}] * g.scale, dk[d][{{ pr[2] }}] * g.scale);
+          *reinterpret_cast<unsigned *>(dvg + (long long)r * g.dv_stride[2] + c) = fj::pack2(dv[d][{{ pr[1] }}], dv[d][{{ pr[2] }}]);
+        }
+      }
+{% end %}
+    }
+#undef FJ_KA
+#undef FJ_VA
+#undef FJ_QB
+#undef FJ_DOB
+#undef FJ_QT
+#undef FJ_DOT
+#undef FJ_DSA
+#undef FJ_KB
+  }
+{{ TR.undefs({ k, v, q, dout }) }}
+}
+{% if mods.any then %}
+{{ include("mods.cuh", { mods = mods, part = "defs" }) }}
+{% end %}
