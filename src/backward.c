@@ -137,17 +137,20 @@ static fj_status main_kernel(fj_ctx *ctx, const fj_variant *v, int build,
   return st;
 }
 
-/* The preprocess or postprocess kernel (which: "pre", "post"); ctx->lock
- * held. */
+/* The preprocess or postprocess kernel (which: "pre", "post"); a
+ * postprocess reads dQ's accumulator in tiles where `tiled` (the wgmma
+ * kernel's); ctx->lock held. */
 static fj_status row_kernel(fj_ctx *ctx, const fj_problem *p,
-                            const char *which, fj_kernel **k)
+                            const char *which, int tiled, fj_kernel **k)
 {
   char symbol[64];
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
   int sinks = mi.sinks && strcmp(which, "pre") == 0;
-  snprintf(symbol, sizeof symbol, "fj_bwd_%s_d%d_%s%s", which, p->head_dim,
-           fj_dtype_name(p->dtype), sinks ? "_sink" : "");
+  tiled = tiled && strcmp(which, "post") == 0;
+  snprintf(symbol, sizeof symbol, "fj_bwd_%s_d%d_%s%s%s", which, p->head_dim,
+           fj_dtype_name(p->dtype), sinks ? "_sink" : "",
+           tiled ? "_tiled" : "");
   fj_param params[] = {
       {"template", FJ_PARAM_STR, 0, "bwd_rows.cu", NULL},
       {"symbol", FJ_PARAM_STR, 0, symbol, NULL},
@@ -162,6 +165,7 @@ static fj_status row_kernel(fj_ctx *ctx, const fj_problem *p,
       {"varlen", FJ_PARAM_BOOL, 0, NULL, NULL},
       {"sinks", FJ_PARAM_BOOL, sinks, NULL, NULL},
       {"which", FJ_PARAM_STR, 0, which, NULL},
+      {"tiled", FJ_PARAM_BOOL, tiled, NULL, NULL},
   };
   return fj__kernel_build(ctx, "bwd_rows.cu", params, FJ_ARRAY_LEN(params), k);
 }
@@ -412,7 +416,9 @@ static fj_status bwd_kernel(fj_ctx *ctx, const fj_problem *p,
   v.mods = p->mods;
   if (which == 1)
     return main_kernel(ctx, &v, 1, NULL, k);
-  return row_kernel(ctx, p, which == 0 ? "pre" : "post", k);
+  /* The wgmma kernel adds dQ in tiles (templates/bwd_common.cuh). */
+  return row_kernel(ctx, p, which == 0 ? "pre" : "post",
+                    plan->variant.mma == FJ_MMA_WGMMA, k);
 }
 
 fj_status fj_attention_bwd_kernel(fj_ctx *ctx, const fj_problem *p,

@@ -20,8 +20,10 @@
     dK += dS^T Q                          dS^T as the register A operand
     dS^T to shared memory                 [key][query], 128-byte swizzle
     dQ += dS K                            dS read transposed (MN-major A);
-                                          float32 reductions into
-                                          g.dq_acc (the postprocess scales)
+                                          staged in shared memory, then
+                                          bulk reduce-adds (TMA, float32)
+                                          a row into g.dq_acc (the
+                                          postprocess scales)
   dQ is split between the consumers by columns (each D/2, whole panels of
   64) or, where half the head dim is not a whole panel, by turns (the
   consumer of the step's parity does all of it), so each step's dS is
@@ -101,6 +103,12 @@
   local OFF_Q = B.region("q", q.bytes, 1024)
   local OFF_DO = B.region("dout", dout.bytes, 1024)
   local OFF_DS = B.region("ds", 2 * DS_BYTES, 1024)
+  -- dQ's staging: a buffer per consumer of BM rows of DQN floats, laid out
+  -- as the accumulator's tiles are (bwd_common.cuh's dq_tile_off), so that
+  -- one bulk reduce-add moves it whole.
+  if DQN ~= 64 or BM ~= 64 then no("dQ's tiles are 64 x 64 floats (head_dim %d, tile_m %d)", D, BM) end
+  local DQ_STAGE = BM * DQN * 4
+  local OFF_DQ = B.region("dq_stage", C * DQ_STAGE, 128)
   local OFF_LD = B.region("lse_delta", S * LD_BYTES, 16)
   local OFF_BAR = B.region("barriers", 8 * bars.count, 8)
   meta.symbol = symbol
@@ -164,7 +172,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   extern __shared__ __align__(1024) unsigned char smem[];
   const unsigned base = fj::smem_base(smem);
   const unsigned sk = base + {{ OFF_K }}, sv = base + {{ OFF_V }}, sq = base + {{ OFF_Q }}, sdout = base + {{ OFF_DO }};
-  const unsigned sds = base + {{ OFF_DS }}, sld = base + {{ OFF_LD }};
+  const unsigned sds = base + {{ OFF_DS }}, sld = base + {{ OFF_LD }}, sdq = base + {{ OFF_DQ }};
   const unsigned bars = base + {{ OFF_BAR }};
   {{ PC.indent(TR.decls({ k, v, q, dout }, bars), 2) }}
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
@@ -334,13 +342,25 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         fj::wg_commit();
         fj::wg_wait<0>();
     {{ hold("dq", DQN // 16) }}
-        // dQ's float32 reductions (padded rows: no tail).
-        float *dq_rows = g.dq_acc + (((long long)b * p.heads_q + h) * g.seq_pad + m0 + wr + acc_r) * {{ D }}{{ DQ_COLS and " + cw * " .. DQN or "" }};
+        // dQ's float32 reductions: staged in this warpgroup's buffer as
+        // the accumulator's tile (bwd_common.cuh's dq_tile_off), then one
+        // bulk reduce-add of the tile into g.dq_acc by one thread, whose
+        // previous one must have read the buffer first.
+        if (threadIdx.x % 128 == 0) fj::bulk_wait_read();
+        fj::bar_sync(2 + cw, 128);
+        const unsigned stage = sdq + cw * {{ DQ_STAGE }}u;
 #pragma unroll
         for (int j = 0; j < {{ DQN // 16 }}; ++j) {
 {% for _, pr in ipairs(pairs) do %}
-          fj::red_add_v2(dq_rows + {{ acc.drow[pr[1]] * D }} + j * 16 + acc_c + {{ acc.dcol[pr[1]] }}, dq[j][{{ pr[1] }}], dq[j][{{ pr[2] }}]);
+          fj::st_shared_v2_f32(stage + 4u * (unsigned)fj::dq_tile_off(wr + acc_r + {{ acc.drow[pr[1]] }}, j * 16 + acc_c + {{ acc.dcol[pr[1]] }}), dq[j][{{ pr[1] }}], dq[j][{{ pr[2] }}]);
 {% end %}
+        }
+        fj::fence_async_smem();
+        fj::bar_sync(2 + cw, 128);
+        if (threadIdx.x % 128 == 0) {
+          const long long bh = (long long)b * p.heads_q + h;
+          fj::bulk_reduce_add_f32(g.dq_acc + fj::dq_tile_base(bh, m0, {{ DQ_COLS and ("cw * %d"):format(DQN) or "0" }}, g.seq_pad, {{ D }}), stage, {{ DQ_STAGE }}u);
+          fj::bulk_commit();
         }
       }
       fj::wg_wait<0>();
@@ -349,6 +369,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       {{ PC.indent(q.release("slot"), 6) }}
       {{ PC.indent(dout.release("slot"), 6) }}
     }
+    // The last reductions have read their buffer before the block ends.
+    if (threadIdx.x % 128 == 0) fj::bulk_wait();
 
     // dK (times the softmax scale) and dV; keys past the sequence not written.
     elem_t *dkg = fj::head_rows<elem_t>(g.dk, g.dk_stride, b, hk);

@@ -22,6 +22,20 @@ struct BwdParams {
   float scale;             // the softmax scale (dQ and dK carry it)
   int seq_pad;
 };
+// dQ's accumulator in tiles (the wgmma backward's layout, where
+// BwdParams' dq is "tiled"): per (batch, head), per 64 padded rows, per 64
+// columns, a tile of 64 x 64 floats, its 16-byte chunks XOR-swizzled by
+// the row (chunk k of row r at k ^ 2 (r % 8)), so that a warp's stores of
+// eight rows fall on different banks.  One bulk reduce-add moves a tile.
+__device__ __forceinline__ int dq_tile_off(int r, int c) {
+  return (r & 63) * 64 + ((((c >> 2) ^ ((r & 7) << 1)) << 2) | (c & 3));
+}
+// The first float of the tile holding padded row m (a multiple of 64) and
+// column c0 (a multiple of 64) of (batch, head) bh.
+__device__ __forceinline__ long long dq_tile_base(long long bh, int m, int c0, int seq_pad, int d) {
+  return ((bh * (seq_pad >> 6) + (m >> 6)) * ((d + 63) >> 6) + (c0 >> 6)) * 4096;
+}
+
 static_assert(sizeof(BwdParams) == {{ bwd_params_bytes }}, "host and device disagree on the backward's parameter block");
 
 }  // namespace fj

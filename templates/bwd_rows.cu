@@ -11,8 +11,11 @@
           zeroes it first).  Rows past a sequence's end (varlen) get delta
           0 and LSE2 +inf, as do the padding rows up to g.seq_pad.
     post  after it: dQ = scale * the accumulator, in the inputs' dtype at
-          dQ's strides; rows past a sequence's end are not written.
-  Parameters: head_dim, dtype, sinks, varlen, which.
+          dQ's strides; rows past a sequence's end are not written.  The
+          accumulator is read row by row, or in tiles (tiled: the wgmma
+          backward's layout, bwd_common.cuh's dq_tile_off).  The
+          preprocess's clearing covers either: D floats at f * D.
+  Parameters: head_dim, dtype, sinks, varlen, which, tiled.
 #}
 {%
   local D = head_dim
@@ -71,8 +74,20 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
 {% else %}
   if (!live) return;
   elem_t *dq = fj::head_rows<elem_t>(g.dq, g.dq_stride, b, h) + r * g.dq_stride[2];
+{%   if tiled then %}
+  // The accumulator in tiles (bwd_common.cuh's dq_tile_off: the wgmma
+  // backward's layout).
+  (void)acc;
+#pragma unroll
+  for (int i = 0; i < {{ PER }}; ++i) {
+    const int c = lane + 32 * i;
+    if ({{ GUARD }})
+      dq[c] = fj::to_elem(g.dq_acc[fj::dq_tile_base(bh, row & ~63, c & ~63, g.seq_pad, {{ D }}) + fj::dq_tile_off(row, c & 63)] * g.scale);
+  }
+{%   else %}
 #pragma unroll
   for (int i = 0; i < {{ PER }}; ++i)
     if ({{ GUARD }}) dq[lane + 32 * i] = fj::to_elem(acc[lane + 32 * i] * g.scale);
+{%   end %}
 {% end %}
 }
