@@ -227,8 +227,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
     {{ mods.scales(4, "") }}
     // A: this warpgroup's 64 rows of K and V (K-major).
-#define FJ_KA(kk) {{ kmajor(("sk + %d * kw"):format(TR.ROW_BYTES), k.panel_bytes, "kk") }}
-#define FJ_VA(kk) {{ kmajor(("sv + %d * kw"):format(TR.ROW_BYTES), v.panel_bytes, "kk") }}
+#define FJ_KA(kk) {{ kmajor(("ska + %d * kw"):format(TR.ROW_BYTES), k.panel_bytes, "kk") }}
+#define FJ_VA(kk) {{ kmajor(("sva + %d * kw"):format(TR.ROW_BYTES), v.panel_bytes, "kk") }}
     // B: Q and dO of a slot, K-major (S^T, dP^T) and MN-major (dK, dV).
 #define FJ_QB(slot, kk) {{ kmajor(("sq + (slot) * %d"):format(q.slot_bytes), q.panel_bytes, "kk") }}
 #define FJ_DOB(slot, kk) {{ kmajor(("sdout + (slot) * %d"):format(dout.slot_bytes), dout.panel_bytes, "kk") }}
@@ -236,7 +236,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 #define FJ_DOT(slot, kk) {{ mnmajor(("sdout + (slot) * %d"):format(dout.slot_bytes), dout.panel_bytes, "kk") }}
     // dQ: dS^T of a buffer (MN-major A) and K's columns (MN-major B).
 #define FJ_DSA(buf, kk) {{ mnmajor(("sds + (buf) * %d"):format(DS_BYTES), DS_BYTES, "kk") }}
-#define FJ_KB(kk) {{ mnmajor(DQ_COLS and ("sk + cw * %d"):format((DQN // 64) * k.panel_bytes) or "sk", k.panel_bytes, "kk") }}
+#define FJ_KB(kk) {{ mnmajor(DQ_COLS and ("ska + cw * %d"):format((DQN // 64) * k.panel_bytes) or "ska", k.panel_bytes, "kk") }}
 
     float dk[{{ D // 16 }}][8], dv[{{ D // 16 }}][8];
 #pragma unroll
@@ -247,6 +247,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     {{ v.wait_full(0, "0") }}
 
     for (int i = 0; i < steps; ++i) {
+      // K's and V's addresses made anew each step, so that the compiler does
+      // not keep every k step's descriptor of them in registers across it.
+      const unsigned ska = fj::opaque_u32(sk), sva = fj::opaque_u32(sv);
       const unsigned slot = i % {{ S }}, ph = (i / {{ S }}) & 1u, buf = i & 1;
       const int h = hk * p.group + i / nq, m0 = m_first + (i % nq) * {{ BM }};
       (void)h;

@@ -74,6 +74,13 @@ __device__ __forceinline__ unsigned smem_opaque(const void *p) {
   return b;
 }
 
+// A value the compiler cannot see through (nor hoist out of a loop).
+__device__ __forceinline__ unsigned opaque_u32(unsigned a) {
+  unsigned b;
+  asm volatile("mov.b32 %0, %1;" : "=r"(b) : "r"(a));
+  return b;
+}
+
 // Generic-proxy writes to shared memory, made visible to wgmma and TMA.
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
