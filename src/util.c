@@ -242,3 +242,14 @@ uint64_t fj__hash64_seed(const void *data, size_t len, uint64_t seed)
 {
   return XXH3_64bits_withSeed(data, len, seed);
 }
+
+int fj__log2_floor(int n)
+{
+  int b = 0;
+  /* Halving n cannot overflow, whatever n is. */
+  while (n > 1) {
+    n /= 2;
+    b++;
+  }
+  return b;
+}
