@@ -148,6 +148,12 @@ typedef struct fj_expr_print {
   const fj_expr_vars *kvq;
   const fj_expr_subst *subs;
   int nsubs;
+  /* 0 (the kernel's form): the int operations C leaves undefined for some
+   * operands (+ - * / % << >>, negation, abs) as the functions of
+   * templates/mods.cuh that define them, fj::iadd(a, b) ...; (int) of a
+   * float as __float2int_rz.  1: C's operators as the language reads
+   * them (a form that parses back, for tests). */
+  int plain;
 } fj_expr_print;
 
 /*
