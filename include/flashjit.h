@@ -1360,9 +1360,10 @@ typedef struct fj_prewarm_report {
  * each (optional: n entries) gets every variant's status; report
  * (optional) the counts above -- compiled and cached come from the
  * context's counters, so compiles other threads make on the same context
- * meanwhile are counted too.  Returns FJ_OK when every variant succeeded,
- * else as fj_kernel_prepare (the first failure, and how many, in
- * fj_errmsg).  ctx may not be NULL; variants only when n is 0; opts may be
+ * meanwhile are counted too.  Returns FJ_OK when every variant succeeded
+ * and every entry reached the disk, else as fj_kernel_prepare (the first
+ * failure, and how many, in fj_errmsg), or FJ_ERR_IO when entries could
+ * not be written (a full file system: the kernels stayed in memory).  ctx may not be NULL; variants only when n is 0; opts may be
  * NULL.  n is at most 65536.
  */
 FJ_API fj_status fj_cache_prewarm(fj_ctx *ctx, const fj_variant *variants,
