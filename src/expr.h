@@ -193,7 +193,9 @@ typedef struct fj_expr_env {
 } fj_expr_env;
 
 /*
- * Evaluates e as the GPU does: float arithmetic in float32 (without the
+ * Evaluates e as the GPU does (the kernels print the int operations as
+ * templates/mods.cuh's functions that define the same results):
+ * float arithmetic in float32 (without the
  * GPU's fused multiply-adds and approximate functions, so results may
  * differ by rounding), int arithmetic on int32 wrapping around.  Where C
  * leaves a result undefined the evaluator picks one and says so: x / 0 and
