@@ -609,7 +609,17 @@ typedef struct fj_problem {
  * tanhf sinf cosf fabsf fminf fmaxf floorf ceilf roundf truncf powf erff
  * abs min max.  Anything else -- a semicolon, a brace, a preprocessor
  * line, `asm`, an unknown name -- is refused with the token and its
- * column.  Integer arithmetic is C's on 32-bit ints.
+ * column.  Integer arithmetic is C's on 32-bit ints, with a meaning
+ * where C has none, the same in the kernels and in fj_reference_fwd: +,
+ * -, * and negation wrap around (two's complement); x / 0 and x % 0 give
+ * 0, INT_MIN / -1 gives INT_MIN and INT_MIN % -1 gives 0; a shift count
+ * outside 0..31 gives 0 for << and 0 or -1 (the sign) for >>, which is
+ * arithmetic; abs(INT_MIN) is INT_MIN; (int) of a float truncates toward
+ * zero, saturating, NaN giving 0.  Where those operands are constants
+ * the expression is refused instead (a divisor of 0, a shift count
+ * outside 0..31, a constant result outside int32), naming the operator,
+ * its column and the value.  A parameter may not be named like a macro
+ * of the C or CUDA headers (NULL, INFINITY, assert, INT_MAX, ...).
  *
  * Parameters reach the expressions by name.  A scalar (rank 0) is a float
  * (FJ_MOD_F32) or an int (FJ_MOD_I32).  A tensor (rank 1 to 4; f32, f16,
@@ -1365,9 +1375,10 @@ typedef struct fj_prewarm_report {
  * each (optional: n entries) gets every variant's status; report
  * (optional) the counts above -- compiled and cached come from the
  * context's counters, so compiles other threads make on the same context
- * meanwhile are counted too.  Returns FJ_OK when every variant succeeded,
- * else as fj_kernel_prepare (the first failure, and how many, in
- * fj_errmsg).  ctx may not be NULL; variants only when n is 0; opts may be
+ * meanwhile are counted too.  Returns FJ_OK when every variant succeeded
+ * and every entry reached the disk, else as fj_kernel_prepare (the first
+ * failure, and how many, in fj_errmsg), or FJ_ERR_IO when entries could
+ * not be written (a full file system: the kernels stayed in memory).  ctx may not be NULL; variants only when n is 0; opts may be
  * NULL.  n is at most 65536.
  */
 FJ_API fj_status fj_cache_prewarm(fj_ctx *ctx, const fj_variant *variants,

@@ -174,14 +174,6 @@ fj_status fj_problem_check(fj_ctx *ctx, const fj_problem *p)
 
 /* ---- choosing a variant ----------------------------------------------------------- */
 
-static int log2_floor(int n)
-{
-  int b = 0;
-  while ((1 << (b + 1)) <= n)
-    b++;
-  return b;
-}
-
 /* What the choice depends on: the tuning database's problem class, and
  * the heuristic's own distinctions (plan.c). */
 static void pick_key(const fj_ctx *ctx, const fj_problem *p, int key[FJ_KEY])
@@ -190,8 +182,8 @@ static void pick_key(const fj_ctx *ctx, const fj_problem *p, int key[FJ_KEY])
   key[1] = (int)p->dtype;
   key[2] = (int)(p->kv_dtype ? p->kv_dtype : p->dtype);
   key[3] = (int)p->causal;
-  key[4] = log2_floor(p->seq_q);
-  key[5] = log2_floor(p->seq_kv);
+  key[4] = fj__log2_floor(p->seq_q);
+  key[5] = fj__log2_floor(p->seq_kv);
   key[6] = p->heads_q / p->heads_kv;
   key[7] = fj__plan_class(ctx, p);
   /* Modifications of one class may be tuned apart: their form's hash. */

@@ -103,11 +103,13 @@ fj_status fj__cache_open(fj_ctx *ctx)
     snprintf(c->dir, sizeof c->dir, "%s", ctx->opts.cache_dir);
   else if (env_dir(ctx, c) != 0)
     return FJ_OK;
+  char shown[160];
+  fj__quote(c->dir, shown, sizeof shown);
   if (fj__mkdirs(c->dir) != 0) {
     fj__log(ctx, FJ_LOG_WARN,
             "cache directory %s cannot be created (%s): caching in memory "
             "only",
-            c->dir, strerror(errno));
+            shown, strerror(errno));
     return FJ_OK;
   }
   c->enabled = 1;
@@ -116,7 +118,7 @@ fj_status fj__cache_open(fj_ctx *ctx)
     fj__log(ctx, FJ_LOG_WARN,
             "cache directory %s is not writable: reading existing entries, "
             "keeping new ones in memory only",
-            c->dir);
+            shown);
   c->stats.disk_enabled = 1;
   return FJ_OK;
 }

@@ -114,6 +114,15 @@ static fj_status prewarm_unique(fj_ctx *ctx, const fj_variant *vs, size_t n,
   r->compiled = (int)(after.misses - before.misses);
   r->compiled = r->compiled > ready ? ready : r->compiled;
   r->cached = ready - r->compiled;
+  /* A prewarm is for the disk: kernels that stayed in memory (a full or
+   * read-only file system) are a failure, not a success. */
+  uint64_t lost = after.disk_errors - before.disk_errors;
+  if (st == FJ_OK && lost)
+    st = fj__fail(ctx, FJ_ERR_IO,
+                  "fj_cache_prewarm: %llu cache entries could not be written "
+                  "to the disk cache (a full or read-only file system? the "
+                  "log names each): the kernels are in memory only",
+                  (unsigned long long)lost);
   return st;
 }
 

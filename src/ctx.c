@@ -147,6 +147,11 @@ void fj__log(const fj_ctx *ctx, fj_log_level level, const char *fmt, ...)
   va_start(ap, fmt);
   vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
+  /* A diagnostic is one line: a control byte that came in with a path or
+   * a name (a newline, a terminal's escape) is shown as '?', never sent. */
+  for (char *c = text; *c; c++)
+    if ((unsigned char)*c < 0x20 || *c == 0x7f)
+      *c = '?';
   ctx->opts.log(ctx->opts.log_user, level, text);
 }
 

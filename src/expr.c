@@ -39,6 +39,7 @@ typedef struct node {
   int nkids;
   int kid[FJ_EXPR_RANK_MAX];   /* node indices */
   int ref;                     /* OP_VAR, OP_TENSOR: a name; OP_CALL: a fn */
+  int konst;                   /* no variable or tensor below: a constant */
   int pos;                     /* OP_TENSOR: where its name starts in the text */
   int32_t i;                   /* OP_INT */
   float f;                     /* OP_FLOAT */
@@ -547,8 +548,11 @@ static int add_node(parser *p, int op, int is_int, int nkids, const int *kids)
   n->op = op;
   n->is_int = is_int;
   n->nkids = nkids;
-  for (int k = 0; k < nkids; k++)
+  n->konst = op != OP_VAR && op != OP_TENSOR;
+  for (int k = 0; k < nkids; k++) {
     n->kid[k] = kids[k];
+    n->konst &= p->e->nodes[kids[k]].konst;
+  }
   return p->e->n++;
 }
 
@@ -576,12 +580,64 @@ static int add_int(parser *p, int32_t v)
   return k;
 }
 
+static fj_expr_value eval(const fj_expr *e, int k, const fj_expr_env *env);
+
+/* Whether node k is a constant int, and its value. */
+static int const_int(const parser *p, int k, int32_t *v)
+{
+  const node *n = &p->e->nodes[k];
+  if (!n->konst || !n->is_int)
+    return 0;
+  *v = eval(p->e, k, NULL).i;
+  return 1;
+}
+
+/* Int arithmetic of two constants that leaves int32 (C leaves it
+ * undefined; the kernels and the evaluator wrap around, but a constant
+ * that does is a mistake, not a meaning): the exact result, else 0. */
+static int const_overflows(int op, int32_t a, int32_t b, int64_t *exact)
+{
+  switch (op) {
+  case OP_ADD: *exact = (int64_t)a + b; break;
+  case OP_SUB: *exact = (int64_t)a - b; break;
+  case OP_MUL: *exact = (int64_t)a * b; break;
+  case OP_DIV: *exact = b ? (int64_t)a / b : 0; break;
+  case OP_NEG: *exact = -(int64_t)b; break;
+  default: return 0;
+  }
+  return *exact < INT32_MIN || *exact > INT32_MAX;
+}
+
+/* The int operations whose meaning C leaves undefined, refused where the
+ * operands are constants: a divisor of 0, a shift count outside 0..31, a
+ * result outside int32.  (With operands that vary, the kernels and the
+ * evaluator give the results expr.h lists.) */
+static int check_const_op(parser *p, const token *t, int op, int l, int r)
+{
+  int32_t a = 0, b = 0;
+  int64_t exact;
+  int lc = l >= 0 && const_int(p, l, &a), rc = const_int(p, r, &b);
+  if ((op == OP_DIV || op == OP_MOD) && rc && b == 0)
+    return fail_tok(p, t, ": an int divided by the constant 0 (x / 0 and "
+                          "x %% 0 would give 0; divide by a value that "
+                          "cannot be 0)");
+  if ((op == OP_SHL || op == OP_SHR) && rc && (b < 0 || b > 31))
+    return fail_tok(p, t, ": a shift by %d; an int32 shifts by 0..31", (int)b);
+  if ((l < 0 || lc) && rc && const_overflows(op, a, b, &exact))
+    return fail_tok(p, t, ": the constant result %lld is outside int32's "
+                          "range (-2147483648..2147483647)",
+                    (long long)exact);
+  return 0;
+}
+
 static int add_unary(parser *p, const token *t, int a)
 {
   char c = p->text[t->pos];
   int is_int = kid_is_int(p, a);
   if (c == '+')
     return a;  /* C's unary plus changes nothing here (no promotions) */
+  if (c == '-' && is_int && check_const_op(p, t, OP_NEG, -1, a))
+    return -1;
   if (c == '-')
     return add_node(p, OP_NEG, is_int, 1, &a);
   if (c == '!')
@@ -597,6 +653,8 @@ static int add_binary(parser *p, const struct binop *b, const token *t, int l,
   int ints = kid_is_int(p, l) && kid_is_int(p, r);
   if (b->cls == INTS && !ints)
     return fail_tok(p, t, " needs int operands, not float (cast: (int) x)");
+  if (ints && check_const_op(p, t, b->op, l, r))
+    return -1;
   int kids[2] = {l, r};
   return add_node(p, b->op, b->cls == ARITH ? ints : 1, 2, kids);
 }
@@ -1246,6 +1304,24 @@ static const char *binop_text(int op)
 
 static void print_node(printer *pr, int k);
 
+/* The int operations C leaves undefined for some operands (overflow, a
+ * divisor of 0, a shift count outside 0..31) print as the functions of
+ * templates/mods.cuh that give expr.h's results, the evaluator's: NVRTC
+ * would otherwise fold them as it likes (kv / 0 == 0 to false). */
+static const char *int_fn_text(int op)
+{
+  switch (op) {
+  case OP_ADD: return "fj::iadd(";
+  case OP_SUB: return "fj::isub(";
+  case OP_MUL: return "fj::imul(";
+  case OP_DIV: return "fj::idiv(";
+  case OP_MOD: return "fj::imod(";
+  case OP_SHL: return "fj::ishl(";
+  case OP_SHR: return "fj::ishr(";
+  }
+  return NULL;
+}
+
 /* name(a, b, ...) */
 static void print_call(printer *pr, const char *name, const node *nd)
 {
@@ -1300,10 +1376,26 @@ static void print_node(printer *pr, int k)
     return;
   case OP_VAR: put(pr, pr->o->names[nd->ref].name); return;
   case OP_TENSOR: print_call(pr, pr->o->names[nd->ref].name, nd); return;
-  case OP_CALL: print_call(pr, funcs[nd->ref].name, nd); return;
+  case OP_CALL:
+    print_call(pr, nd->is_int && nd->ref == FN_ABS && !pr->o->plain ? "fj::iabs"
+                                                   : funcs[nd->ref].name, nd);
+    return;
   case OP_TO_FLOAT: print_unary(pr, "(float)", nd->kid[0]); return;
-  case OP_TO_INT: print_unary(pr, "(int)", nd->kid[0]); return;
-  case OP_NEG: print_unary(pr, "-", nd->kid[0]); return;
+  case OP_TO_INT:
+    /* cvt.rzi.s32.f32: toward zero, saturating, NaN 0 (C: undefined). */
+    if (!pr->e->nodes[nd->kid[0]].is_int && !pr->o->plain) {
+      print_call(pr, "__float2int_rz", nd);
+      return;
+    }
+    print_unary(pr, "(int)", nd->kid[0]);
+    return;
+  case OP_NEG:
+    if (nd->is_int && !pr->o->plain) {
+      print_call(pr, "fj::ineg", nd);
+      return;
+    }
+    print_unary(pr, "-", nd->kid[0]);
+    return;
   case OP_NOT: print_unary(pr, "!", nd->kid[0]); return;
   case OP_BNOT: print_unary(pr, "~", nd->kid[0]); return;
   case OP_COND:
@@ -1313,6 +1405,15 @@ static void print_node(printer *pr, int k)
     print_node(pr, nd->kid[1]);
     put(pr, " : ");
     print_node(pr, nd->kid[2]);
+    put(pr, ")");
+    return;
+  }
+  const char *fn = nd->is_int && !pr->o->plain ? int_fn_text(nd->op) : NULL;
+  if (fn) {
+    put(pr, fn);
+    print_node(pr, nd->kid[0]);
+    put(pr, ", ");
+    print_node(pr, nd->kid[1]);
     put(pr, ")");
     return;
   }
@@ -1492,8 +1593,6 @@ static int32_t int_fn(int fn, int32_t a, int32_t b)
   }
   return 0;
 }
-
-static fj_expr_value eval(const fj_expr *e, int k, const fj_expr_env *env);
 
 static fj_expr_value eval_call(const fj_expr *e, const node *n,
                                const fj_expr_env *env)

@@ -148,6 +148,12 @@ typedef struct fj_expr_print {
   const fj_expr_vars *kvq;
   const fj_expr_subst *subs;
   int nsubs;
+  /* 0 (the kernel's form): the int operations C leaves undefined for some
+   * operands (+ - * / % << >>, negation, abs) as the functions of
+   * templates/mods.cuh that define them, fj::iadd(a, b) ...; (int) of a
+   * float as __float2int_rz.  1: C's operators as the language reads
+   * them (a form that parses back, for tests). */
+  int plain;
 } fj_expr_print;
 
 /*
@@ -187,7 +193,9 @@ typedef struct fj_expr_env {
 } fj_expr_env;
 
 /*
- * Evaluates e as the GPU does: float arithmetic in float32 (without the
+ * Evaluates e as the GPU does (the kernels print the int operations as
+ * templates/mods.cuh's functions that define the same results):
+ * float arithmetic in float32 (without the
  * GPU's fused multiply-adds and approximate functions, so results may
  * differ by rounding), int arithmetic on int32 wrapping around.  Where C
  * leaves a result undefined the evaluator picks one and says so: x / 0 and

@@ -232,6 +232,25 @@ static void index_store(fj_ctx *ctx, const fj_cache_key *key, const fj_kernel *k
 
 /* ---- building ---------------------------------------------------------------------- */
 
+
+/* NVRTC reads the source as a C string: one with a NUL byte in it would
+ * compile as the text before it (an empty module, for a NUL first), so
+ * such a render, or an empty one, is the template's error. */
+static fj_status check_text(const fj_ctx *ctx, const char *name,
+                            const char *src, size_t len)
+{
+  const char *nul = memchr(src, '\0', len);
+  if (nul)
+    return fj__fail(ctx, FJ_ERR_TEMPLATE,
+                    "template %s rendered a NUL byte at offset %zu of %zu: "
+                    "CUDA source is text",
+                    name, (size_t)(nul - src), len);
+  if (len == 0)
+    return fj__fail(ctx, FJ_ERR_TEMPLATE,
+                    "template %s rendered nothing: no kernel to compile", name);
+  return FJ_OK;
+}
+
 /* Renders a kernel's source and checks it fits; not compiled yet.  The
  * render index answers first where it can, and learns what it did not
  * know. */
@@ -255,6 +274,8 @@ static fj_status kernel_render(fj_ctx *ctx, const char *name,
   k->source = fj__buf_take(&src);
   if (st == FJ_OK && !k->source)
     st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  if (st == FJ_OK)
+    st = check_text(ctx, name, k->source, k->source_len);
   if (st != FJ_OK) {
     fj__kernel_free(k);
     return st;

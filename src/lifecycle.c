@@ -44,6 +44,21 @@ static fj_status ctx_init(fj_ctx *ctx, const fj_ctx_opts *opts)
                     "sm_count %d is invalid: 0 (the device's, or the "
                     "architecture's largest part) or 1..1024",
                     opts->sm_count);
+  if (opts->disk_cache != 0 && opts->disk_cache != 1)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "disk_cache %d is invalid: 0 (memory only) or 1 (the "
+                    "disk cache)",
+                    opts->disk_cache);
+  if (opts->isolate_compile != 0 && opts->isolate_compile != 1)
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "isolate_compile %d is invalid: 0 (in this process) or 1 "
+                    "(in a child process)",
+                    opts->isolate_compile);
+  /* "" is no directory: it would turn the disk cache off unsaid. */
+  if (opts->cache_dir && !opts->cache_dir[0])
+    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                    "cache_dir \"\" is empty: a directory, NULL for the "
+                    "default one, or disk_cache 0 for memory only");
   if (opts->jit_tiers != 0 && opts->jit_tiers != 1)
     return fj__fail(NULL, FJ_ERR_INVALID_ARG,
                     "jit_tiers %d is invalid: 0 (compile, then launch) or 1 "

@@ -236,9 +236,26 @@ int fj__mods_names(const fj_mods *m, int score, fj_expr_name *names)
 static const char *reserved(const char *name)
 {
   static const char *const vars[] = {"s", "b", "h", "hkv", "q", "kv"};
+  /* Macros of the C and CUDA headers (NVRTC defines NULL itself): the
+   * kernel declares each parameter under its name, which the
+   * preprocessor would replace. */
+  static const char *const macros[] = {
+      "NULL", "INFINITY", "NAN", "HUGE_VAL", "HUGE_VALF", "HUGE_VALL",
+      "EOF", "assert", "offsetof", "errno", "isnan", "isinf", "isfinite",
+      "isnormal", "signbit", "fpclassify", "CHAR_BIT", "CHAR_MIN",
+      "CHAR_MAX", "SCHAR_MIN", "SCHAR_MAX", "UCHAR_MAX", "SHRT_MIN",
+      "SHRT_MAX", "USHRT_MAX", "INT_MIN", "INT_MAX", "UINT_MAX", "LONG_MIN",
+      "LONG_MAX", "ULONG_MAX", "LLONG_MIN", "LLONG_MAX", "ULLONG_MAX",
+      "FLT_MIN", "FLT_MAX", "FLT_EPSILON", "DBL_MIN", "DBL_MAX",
+      "DBL_EPSILON", "SIZE_MAX", "INT32_MIN", "INT32_MAX", "UINT32_MAX",
+      "INT64_MIN", "INT64_MAX", "UINT64_MAX", "M_PI", "M_E", "M_LN2",
+      "M_SQRT2", "RAND_MAX", "EXIT_SUCCESS", "EXIT_FAILURE"};
   for (size_t i = 0; i < FJ_ARRAY_LEN(vars); i++)
     if (strcmp(name, vars[i]) == 0)
       return "a variable of the expressions";
+  for (size_t i = 0; i < FJ_ARRAY_LEN(macros); i++)
+    if (strcmp(name, macros[i]) == 0)
+      return "a macro of the C or CUDA headers";
   const char *why = fj__expr_reserved(name);
   if (why)
     return why;
@@ -295,13 +312,29 @@ static fj_status check_scalar(const fj_ctx *ctx, const fj_mod_param *p, int i)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "mods.params[%d] (%s): value %g is not an int32", i,
                     p->name, p->value);
-  if (p->type == FJ_MOD_F32 && !isnan(p->value) && !isinf(p->value) &&
-      fabs(p->value) > (double)FLT_MAX)
+  if (p->type == FJ_MOD_F32 && !(fabs(p->value) <= (double)FLT_MAX))
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "mods.params[%d] (%s): value %g is outside float32's "
-                    "range",
-                    i, p->name, p->value);
+                    "mods.params[%d] (%s): value %g is not a finite float32 "
+                    "(|value| at most %g)",
+                    i, p->name, p->value, (double)FLT_MAX);
   return FJ_OK;
+}
+
+typedef struct extents_buf {
+  char text[96];
+} extents_buf;
+
+/* "[E0,E1,...]" of a tensor parameter. */
+static extents_buf extents_text(const fj_mod_param *p)
+{
+  extents_buf b;
+  size_t n = 0;
+  b.text[n++] = '[';
+  for (int d = 0; d < p->rank && d < 4; d++)
+    n += (size_t)snprintf(b.text + n, sizeof b.text - n, "%s%lld", d ? "," : "",
+                          (long long)p->extents[d]);
+  snprintf(b.text + n, sizeof b.text - n, "]");
+  return b;
 }
 
 static fj_status check_tensor(const fj_ctx *ctx, const fj_mod_param *p, int i)
@@ -317,6 +350,18 @@ static fj_status check_tensor(const fj_ctx *ctx, const fj_mod_param *p, int i)
                       "mods.params[%d] (%s): extents[%d] = %lld is outside "
                       "1..%d",
                       i, p->name, d, (long long)p->extents[d], INT32_MAX);
+  /* The kernels index a tensor with signed 64-bit byte offsets: its bytes
+   * must count in int64 (four extents of 2^31 - 1 would not). */
+  int64_t esize = p->type == FJ_MOD_F32 || p->type == FJ_MOD_I32 ? 4 : 2;
+  int64_t bytes = esize;
+  for (int d = 0; d < p->rank; d++) {
+    if (bytes > INT64_MAX / p->extents[d])
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                      "mods.params[%d] (%s): extents %s take more than %lld "
+                      "bytes (a tensor's byte offsets are signed 64-bit)",
+                      i, p->name, extents_text(p).text, (long long)INT64_MAX);
+    bytes *= p->extents[d];
+  }
   return FJ_OK;
 }
 
@@ -505,6 +550,13 @@ static fj_status check_builtins(const fj_ctx *ctx, const fj_mods *m)
                     "mods.softcap %g is invalid: 0 (none) or a finite "
                     "positive cap",
                     (double)m->softcap);
+  /* A denormal cap: s / softcap overflows where s is not tiny, and 0 / it
+   * is fine, so scores become inf, NaN or the cap at random. */
+  if (m->softcap > 0.f && m->softcap < FLT_MIN)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.softcap %g is invalid: a float32 denormal; a cap is "
+                    "0 (none) or at least %g",
+                    (double)m->softcap, (double)FLT_MIN);
   return FJ_OK;
 }
 

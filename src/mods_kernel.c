@@ -104,7 +104,7 @@ static int print_kernel(fj_mods_kform *k, const fj_expr *e,
     subs[n++] = (fj_expr_subst){x->f.dg, "fj_dg"};
   if (x->f.kvq_scale >= 0)
     subs[n++] = (fj_expr_subst){x->f.kvq_scale, "fj_skvq"};
-  fj_expr_print o = {names, score ? &v : NULL, subs, n};
+  fj_expr_print o = {names, score ? &v : NULL, subs, n, 0};
   x->cuda = print(k, e, -1, &o);
   o.nsubs = 0;
   if (x->f.kvq_scale >= 0)
@@ -138,7 +138,7 @@ static int kexpr(const fj_mods *m, int score, int checked, fj_mods_kform *k,
   if (rc == 0)
     rc = print_kernel(k, e, names, score, x);
   if (rc == 0 && x->f.dg >= 0)
-    rc = print_dg(k, m, e, &(fj_expr_print){names, &v, NULL, 0}, x);
+    rc = print_dg(k, m, e, &(fj_expr_print){names, &v, NULL, 0, 0}, x);
   for (int i = 0; score && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++)
     k->per_score[i] = fj__expr_per_score(e, fj__mods_first_param(1) + i, &v);
   fj__expr_free(e);

@@ -18,9 +18,11 @@
 #include "mods.h"
 #include "template.h"
 
-/* Bytes an expression printed as CUDA may take: every operator adds at
- * most its parentheses and two spaces, under four times the text. */
-#define FJ_MODS_CUDA_MAX (6 * FJ_MOD_EXPR_MAX + 64)
+/* Bytes an expression printed as CUDA may take: an operator of two
+ * characters with its operand ("+1") prints as at most a function's name
+ * of 9 characters, a comma, a space and a parenthesis (fj::iadd(x, 1)),
+ * under seven times the text. */
+#define FJ_MODS_CUDA_MAX (8 * FJ_MOD_EXPR_MAX + 64)
 
 /* One expression (score or mask) as the kernel takes it. */
 typedef struct fj_mods_kexpr {

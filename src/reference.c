@@ -5,6 +5,7 @@
  * reference, forward and backward, that tests, the CLI and embedders check
  * kernels against.
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -474,6 +475,10 @@ static fj_status check_mods(const fj_ctx *ctx, const fj_problem *p)
   return st;
 }
 
+/* The largest scale whose product with log2(e), which the kernels take,
+ * is a finite float32. */
+#define SCALE_MAX ((double)FLT_MAX / 1.4426950408889634)
+
 fj_status fj__problem_check_common(const fj_ctx *ctx, const fj_problem *p)
 {
   fj_status st = check_sizes(ctx, p);
@@ -491,6 +496,18 @@ fj_status fj__problem_check_common(const fj_ctx *ctx, const fj_problem *p)
                   "scale %g is negative: the softmax scale must be above 0 "
                   "(0 means 1/sqrt(head_dim))",
                   (double)p->scale);
+  /* The kernels take the scale times log2(e): a denormal scale loses its
+   * bits there, and one above FLT_MAX / log2(e) becomes inf. */
+  if (st == FJ_OK && p->scale > 0.f && p->scale < FLT_MIN)
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "scale %g is a float32 denormal: the softmax scale is 0 "
+                  "(1/sqrt(head_dim)) or in %g..%g",
+                  (double)p->scale, (double)FLT_MIN, SCALE_MAX);
+  if (st == FJ_OK && (double)p->scale > SCALE_MAX)
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "scale %g is too large: scale x log2(e) must be a finite "
+                  "float32, so the scale is at most %g",
+                  (double)p->scale, SCALE_MAX);
   if (st == FJ_OK && (p->splits < 0 || p->splits > FJ_SPLITS_MAX))
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
                   "splits %d is invalid: 0 (the library's choice), 1 (none) "

@@ -36,14 +36,6 @@
 
 /* ---- problem classes ------------------------------------------------------------ */
 
-static int bucket(int n)
-{
-  int b = 0;
-  while ((1 << (b + 1)) <= n)
-    b++;
-  return b;
-}
-
 /* device|arch|driver|d128|f16|kv=f16|causal=none|q=2^11|k=2^11|gqa=1, and
  * with modifications |mods=<their form's hash> (the expressions, the
  * parameters' names, types and ranks, the built-ins on, the block sizes:
@@ -57,7 +49,7 @@ static void class_key(const fj_ctx *ctx, const fj_problem *p, char *out,
   int n = snprintf(out, size, "%s|%s|%d|d%d|%s|kv=%s|causal=%s|q=2^%d|k=2^%d|gqa=%d",
                    ctx->dev.name, ctx->arch, ctx->dev.driver_version, p->head_dim,
                    fj_dtype_name(p->dtype), fj_dtype_name(kv),
-                   fj_causal_name(p->causal), bucket(p->seq_q), bucket(p->seq_kv),
+                   fj_causal_name(p->causal), fj__log2_floor(p->seq_q), fj__log2_floor(p->seq_kv),
                    p->heads_q / p->heads_kv);
   if (mi.on && n > 0 && (size_t)n < size)
     snprintf(out + n, size - (size_t)n, "|mods=%016llx",

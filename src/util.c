@@ -242,3 +242,47 @@ uint64_t fj__hash64_seed(const void *data, size_t len, uint64_t seed)
 {
   return XXH3_64bits_withSeed(data, len, seed);
 }
+
+int fj__log2_floor(int n)
+{
+  int b = 0;
+  /* Halving n cannot overflow, whatever n is. */
+  while (n > 1) {
+    n /= 2;
+    b++;
+  }
+  return b;
+}
+
+/* One byte of fj__quote's: its text in buf (at most 5 bytes). */
+static void quote_byte(unsigned char c, char buf[8])
+{
+  if (c == '"' || c == '\\')
+    snprintf(buf, 8, "\\%c", c);
+  else if (c >= 7 && c <= 13)
+    snprintf(buf, 8, "\\%c", "abtnvfr"[c - 7]);
+  else if (c < 0x20 || c == 0x7f)
+    snprintf(buf, 8, "\\x%02x", c);
+  else
+    snprintf(buf, 8, "%c", c);
+}
+
+void fj__quote(const char *s, char *out, size_t n)
+{
+  size_t len = 0;
+  out[len++] = '"';
+  for (; s && *s; s++) {
+    char b[8];
+    quote_byte((unsigned char)*s, b);
+    size_t k = strlen(b);
+    if (len + k + 5 > n) {  /* room for ..." and the NUL */
+      memcpy(out + len, "...", 3);
+      len += 3;
+      break;
+    }
+    memcpy(out + len, b, k);
+    len += k;
+  }
+  out[len++] = '"';
+  out[len] = '\0';
+}

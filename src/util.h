@@ -57,5 +57,14 @@ uint64_t fj__hash64(const void *data, size_t len);
 /* The same with a seed: hashes of pieces chained without copying them
  * into one buffer. */
 uint64_t fj__hash64_seed(const void *data, size_t len, uint64_t seed);
+/* floor(log2(n)) for n >= 1 (0 for n < 1), for every int up to INT_MAX:
+ * a loop that doubles an int would pass 2^30 into 2^31 and never end. */
+int fj__log2_floor(int n);
+/* s between double quotes, as C writes a string literal: a backslash, a
+ * quote and every byte outside printable ASCII but UTF-8's as an escape
+ * (\n, \x1b), so that a path with a newline or a terminal's escape
+ * sequence prints as one visible line.  Cut with "..." to fit n bytes
+ * (n at least 8). */
+void fj__quote(const char *s, char *out, size_t n);
 
 #endif /* FJ_UTIL_H */

@@ -212,10 +212,11 @@ static fj_status check_wgmma(const fj_ctx *ctx, const fj_variant *v)
  * the rules that depend on combinations (refuse() in templates/). */
 static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
 {
-  /* The wgmma family takes varlen (packed sequences), not the others. */
+  /* The wgmma family takes varlen (packed sequences), not the others.  A
+   * paged problem is varlen too: named by what it is, paged. */
   const char *axis = v->pack_gqa ? "pack_gqa" : v->split_kv ? "split_kv"
-                     : v->varlen && v->mma != FJ_MMA_WGMMA ? "varlen"
-                     : v->paged ? "paged" : NULL;
+                     : v->paged ? "paged"
+                     : v->varlen && v->mma != FJ_MMA_WGMMA ? "varlen" : NULL;
   fj_mods_info mi;
   fj__mods_info(v->mods, &mi);
   if (mi.sinks && v->mma == FJ_MMA_WMMA)
@@ -231,7 +232,7 @@ static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "%s is implemented for mma mma only (the mma.sync "
                     "family%s); this variant is mma %s%s%s%s",
-                    axis, v->varlen ? "; varlen for wgmma too" : "",
+                    axis, !strcmp(axis, "varlen") ? "; varlen for wgmma too" : "",
                     fj_mma_name(v->mma),
                     fj__arch_has(ctx, FJ_ARCH_MMA_SYNC) ? "" : "; the target ",
                     fj__arch_has(ctx, FJ_ARCH_MMA_SYNC) ? "" : ctx->arch,

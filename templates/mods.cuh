@@ -90,6 +90,22 @@ __device__ __forceinline__ float softcap_tanh(float x) {
   return y;
 }
 {%   end %}
+{%   if mods.score or mods.mask then %}
+// The expressions' int operations where C leaves a result undefined, with
+// the results src/expr.h gives them (and the host's evaluator computes):
+// + - * and negation wrap around; x / 0 and x % 0 are 0, INT_MIN / -1 is
+// INT_MIN; a shift count outside 0..31 shifts every bit out (>> keeps the
+// sign).  Written so that the compiler has nothing undefined to fold.
+__device__ __forceinline__ int iadd(int a, int b) { return (int)((unsigned)a + (unsigned)b); }
+__device__ __forceinline__ int isub(int a, int b) { return (int)((unsigned)a - (unsigned)b); }
+__device__ __forceinline__ int imul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
+__device__ __forceinline__ int ineg(int a) { return (int)(0u - (unsigned)a); }
+__device__ __forceinline__ int iabs(int a) { return a < 0 ? ineg(a) : a; }
+__device__ __forceinline__ int idiv(int a, int b) { return b == 0 ? 0 : b == -1 ? ineg(a) : a / b; }
+__device__ __forceinline__ int imod(int a, int b) { return b == 0 || b == -1 ? 0 : a % b; }
+__device__ __forceinline__ int ishl(int a, int b) { return (unsigned)b > 31u ? 0 : (int)((unsigned)a << b); }
+__device__ __forceinline__ int ishr(int a, int b) { return a >> ((unsigned)b > 31u ? 31 : b); }
+{%   end %}
 }  // namespace fj
 {%   if mods.score then %}
 __device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, {{ mods.kvq and (mods.kvq_scale and "float fj_skvq, " or "float fj_kvq, ") or "" }}{{ mods.dg and mods.dg.value .. " fj_dg, " or "" }}const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});

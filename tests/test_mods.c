@@ -385,6 +385,9 @@ static const char *one_line(const char *text, char *buf, size_t size)
   return buf;
 }
 
+/* Spill bytes compile_pick lets pass: 0 but where a test says why. */
+static int spill_slack;
+
 static int compile_pick(fj_ctx *ctx, const fj_problem *p, fj_mma family,
                         fj_kernel **out)
 {
@@ -400,7 +403,7 @@ static int compile_pick(fj_ctx *ctx, const fj_problem *p, fj_mma family,
   fj_variant_name(&plan.variant, name, sizeof name);
   printf("%s: %d registers, %d/%d spill bytes\n", name, r.registers,
          r.spill_store_bytes, r.spill_load_bytes);
-  CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+  CHECK(r.spill_store_bytes <= spill_slack && r.spill_load_bytes <= spill_slack);
   if (p->mods->score && p->mods->score[0]) {
     CHECK(strstr(src, "#line 1 \"score\"\n"));
     CHECK(strstr(src, one_line(p->mods->score, line, sizeof line)));
@@ -1011,15 +1014,15 @@ int test_mods_distance(void)
     const char *call;            /* the call fj_dg_read makes */
     int tile_n;                  /* the wgmma pick's key tile */
   } cases[] = {
-      {"s + bias(h, q - kv + 4096)", "(s + fj_dg)", 1, "bias(h, ((q - kv) + 4096))", 128},
+      {"s + bias(h, q - kv + 4096)", "(s + fj_dg)", 1, "bias(h, fj::iadd(fj::isub(q, kv), 4096))", 128},
       {"s - 0.5f * bias(h / 2, (kv - q) - 7)", "(s - (0.5f * fj_dg))", 1,
-       "bias((h / 2), ((kv - q) - 7))", 128},
+       "bias(fj::idiv(h, 2), fj::isub(fj::isub(kv, q), 7))", 128},
       /* A parameter named like the row function's own arguments. */
-      {"s + bias(h, q - kv) * hi", "(s + (fj_dg * hi))", 1, "bias(h, (q - kv))", 128},
-      {"s + bias(h, q - kv * 2)", "(s + bias(h, (q - (kv * 2))))", 0, NULL, 96},
+      {"s + bias(h, q - kv) * hi", "(s + (fj_dg * hi))", 1, "bias(h, fj::isub(q, kv))", 128},
+      {"s + bias(h, q - kv * 2)", "(s + bias(h, fj::isub(q, fj::imul(kv, 2))))", 0, NULL, 96},
       /* A distance inside X: ALiBi's float distance (kvq) is not uniform. */
-      {"s + bias(h, q - kv + (int)(float)(kv - q))", "(s + bias(h, ((q - kv) + ((int)fj_kvq))))", 0, NULL, 96},
-      {"s + bias(h, q - kv +\n 1)", "(s + fj_dg)", 1, "bias(h, ((q - kv) + 1))", 128},
+      {"s + bias(h, q - kv + (int)(float)(kv - q))", "(s + bias(h, fj::iadd(fj::isub(q, kv), __float2int_rz(fj_kvq))))", 0, NULL, 96},
+      {"s + bias(h, q - kv +\n 1)", "(s + fj_dg)", 1, "bias(h, fj::iadd(fj::isub(q, kv), 1))", 128},
   };
   static const char *const archs[] = {"sm_80", "sm_90a"};
   const fj_mod_param prm[2] = {{"bias", FJ_MOD_F32, 2, {16, 8193}, NULL, 0},
@@ -1099,7 +1102,7 @@ int test_mods_kvq(void)
       {"s * 2.f * (float)(kv - q)", "((s * 2.0f) * fj_kvq)", NULL},
       {"s + 1e-3f * (float)(kv - q)", "(s + fj_skvq)", "0.001f"},
       {"s + (float)h * (float)(kv - q)", "(s + fj_skvq)", "((float)h)"},
-      {"s + slopes(h) * (float)(kv - q - 1)", "(s + (slopes(h) * ((float)((kv - q) - 1))))", NULL},
+      {"s + slopes(h) * (float)(kv - q - 1)", "(s + (slopes(h) * ((float)fj::isub(fj::isub(kv, q), 1))))", NULL},
       {"s + slopes(h) * (float)(kv) - (float)(q)", "((s + (slopes(h) * ((float)kv))) - ((float)q))", NULL},
       {"s + slopes(h) * (float)(kv\n - q)", "(s + fj_skvq)", "slopes(h)"},
       /* Inside a call, and a distance on the product's left: no F. */
@@ -1181,7 +1184,14 @@ int test_mods_long_exprs(void)
       fj_mods m;
       fj_kernel *k;
       prefill_mods(&p, &m, i ? big : t5, i ? prm : &prm[2], i ? 6 : 1);
-      CHECK(compile_pick(ctx, &p, a ? FJ_MMA_WGMMA : FJ_MMA_SYNC, &k) == 0);
+      /* The 1000 characters on wgmma sit at its 168 registers: since int
+       * subtraction wraps around (fj::isub, defined where C's overflows),
+       * ptxas spills 8 bytes there (none with C's kv - q, which the
+       * compiler may assume does not overflow). */
+      spill_slack = a && i ? 8 : 0;
+      int rc = compile_pick(ctx, &p, a ? FJ_MMA_WGMMA : FJ_MMA_SYNC, &k);
+      spill_slack = 0;
+      CHECK(rc == 0);
       const char *src = fj_kernel_source(k, NULL);
       CHECK(!reads_shared(src, "rel_bias"));
       if (i) {

@@ -161,9 +161,10 @@ def _create(device, arch, sm_count):
     L = lib()
     o = capi.CtxOpts()
     L.fj_ctx_opts_init(C.byref(o))
-    o.device = device
-    o.arch = arch.encode() if arch else None
-    o.sm_count = sm_count
+    from . import _problem as pr
+    o.device = pr.int_arg("device", device)
+    o.arch = pr.c_string("arch", arch) if arch else None
+    o.sm_count = pr.int_arg("sm_count", sm_count)
     o.log = _LOG_CB
     ctx = C.c_void_p()
     check(L.fj_ctx_create(C.byref(ctx), C.byref(o)), None)

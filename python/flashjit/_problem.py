@@ -90,12 +90,60 @@ def causal_code(value):
                      "'bottom_right' (True means 'top_left', PyTorch's is_causal)")
 
 
-def int_arg(what, value, lo=None):
+INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
+INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
+FLT_MAX = 3.4028234663852886e38   # the largest finite float32
+FLT_MIN = 1.1754943508222875e-38  # the smallest normal float32
+
+
+def int_arg(what, value, lo=None, bits=32):
+    """An int for a C int (bits=32) or int64_t (64): ctypes would keep
+    only its low bits (2**32 + 128 becomes 128), so a value outside the C
+    type is refused here, named as the caller gave it."""
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"flashjit: {what} must be an int, not {value!r}")
     if lo is not None and value < lo:
         raise ValueError(f"flashjit: {what}={value} is below {lo}")
+    cmin, cmax = (INT32_MIN, INT32_MAX) if bits == 32 else (INT64_MIN, INT64_MAX)
+    if not cmin <= value <= cmax:
+        raise ValueError(f"flashjit: {what}={value} does not fit a C int{bits}_t "
+                         f"({cmin}..{cmax})")
     return value
+
+
+def float32_arg(what, value, zero_ok=True):
+    """A number for a C float: finite, at most FLT_MAX in magnitude, and
+    not so small that float32 turns it into 0 or a denormal (softcap=1e-50
+    would become 0, no softcap) -- refused, named as the caller gave it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"flashjit: {what} must be a number, not {value!r}")
+    try:
+        f = float(value)
+    except OverflowError:  # an int past float's range
+        raise ValueError(f"flashjit: {what}={value!r} is not a finite float32 "
+                         f"(|value| at most {FLT_MAX:g})") from None
+    if f != f or f in (float("inf"), float("-inf")):
+        return f  # the library refuses these itself, naming them
+    if not abs(f) <= FLT_MAX:
+        raise ValueError(f"flashjit: {what}={value!r} is not a finite float32 "
+                         f"(|value| at most {FLT_MAX:g})")
+    if f != 0 and abs(f) < FLT_MIN:
+        raise ValueError(f"flashjit: {what}={value!r} is below float32's smallest normal "
+                         f"number {FLT_MIN:g} (it would become 0 or a denormal)")
+    if f == 0 and not zero_ok:
+        raise ValueError(f"flashjit: {what}={value!r} must not be 0")
+    return f
+
+
+def c_string(what, text):
+    """text as the bytes of a C string: a NUL inside would end it there,
+    so it is refused."""
+    if not isinstance(text, str):
+        raise TypeError(f"flashjit: {what} must be a str, not {text!r}")
+    if "\0" in text:
+        raise ValueError(f"flashjit: {what}={text!r} holds a NUL character at index "
+                         f"{text.index(chr(0))}; a C string would end there")
+    return text.encode()
 
 
 def scale_value(scale):
@@ -108,7 +156,22 @@ def scale_value(scale):
         # mean 1/sqrt(head_dim).
         raise ValueError("flashjit: scale=0 would zero every score; None gives "
                          "1/sqrt(head_dim)")
-    return float(scale)  # the library refuses what is not finite
+    return float32_arg("scale", scale)
+
+
+def scalar_param(name, value):
+    """A scalar parameter's (type, value): an int is i32 (in its range), a
+    float f32 (finite, in float32's range)."""
+    if isinstance(value, int):
+        if not INT32_MIN <= value <= INT32_MAX:
+            raise ValueError(f"flashjit: params[{name!r}]={value} is not an i32 "
+                             f"({INT32_MIN}..{INT32_MAX}); pass a float for f32")
+        return capi.MOD_I32, float(value)
+    f = float(value)
+    if not abs(f) <= FLT_MAX:
+        raise ValueError(f"flashjit: params[{name!r}]={value!r} is not a finite float32 "
+                         f"(|value| at most {FLT_MAX:g})")
+    return capi.MOD_F32, f
 
 
 def variant_dict(v):
@@ -174,7 +237,7 @@ class ModsArg:
             return False
         if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
             raise TypeError(f"flashjit: softcap must be a number or None, not {softcap!r}")
-        self.mods.softcap = float(softcap)
+        self.mods.softcap = float32_arg("softcap", softcap)
         return softcap != 0
 
     def _sinks(self, sinks):
@@ -212,7 +275,7 @@ class ModsArg:
             return False
         if not isinstance(text, str):
             raise TypeError(f"flashjit: {what} must be a C expression in a str, not {text!r}")
-        raw = text.encode()
+        raw = c_string(what, text)
         self.keep.append(raw)
         setattr(self.mods, field, raw)
         return True
@@ -227,7 +290,7 @@ class ModsArg:
         for i, (name, value) in enumerate(params.items()):
             if not isinstance(name, str):
                 raise TypeError(f"flashjit: params: name {name!r} is not a str")
-            raw = name.encode()
+            raw = c_string("params name", name)
             self.keep.append(raw)
             arr[i].name = raw
             _fill_param(arr[i], name, value, device)
@@ -241,10 +304,8 @@ def _fill_param(p, name, value, device):
     if isinstance(value, bool):
         raise TypeError(f"flashjit: params[{name!r}]={value!r}: a bool is not a parameter "
                         "(an int is i32, a float f32)")
-    if isinstance(value, int):
-        p.type, p.value = capi.MOD_I32, float(value)
-    elif isinstance(value, float):
-        p.type, p.value = capi.MOD_F32, value
+    if isinstance(value, (int, float)):
+        p.type, p.value = scalar_param(name, value)
     elif hasattr(value, "data_ptr"):
         _fill_tensor(p, name, value, device)
     elif isinstance(value, tuple) and len(value) == 2:
@@ -268,7 +329,7 @@ def _fill_extents(p, name, shape):
                          "a tensor parameter has 1 to 4")
     p.rank = len(shape)
     for d, n in enumerate(shape):
-        p.extents[d] = int_arg(f"params[{name!r}] extent {d}", n)
+        p.extents[d] = int_arg(f"params[{name!r}] extent {d}", n, bits=64)
 
 
 def _fill_tensor(p, name, t, device):
@@ -344,9 +405,6 @@ def shape_problem(lib, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, dtype,
     sizes = [int_arg(n, v) for n, v in (("batch", batch), ("heads_q", heads_q),
                                         ("heads_kv", heads_kv), ("seq_q", seq_q),
                                         ("seq_kv", seq_kv), ("head_dim", head_dim))]
-    for name, v in zip(("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"), sizes):
-        if v >= 2 ** 31:
-            raise ValueError(f"flashjit: {name}={v} does not fit a C int")
     lib.fj_problem_init(C.byref(p), *sizes, dtype_code(dtype),
                         choose("layout", layout, LAYOUTS))
     if kv_dtype is not None:

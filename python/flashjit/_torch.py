@@ -110,7 +110,7 @@ def encode_params(params):
                             "(f32) or a tensor")
         else:
             kinds.append(f"{name}={'i' if isinstance(value, int) else 'f'}")
-            scalars.append(float(value))
+            scalars.append(pr.scalar_param(name, value)[1])
     return ",".join(kinds), tensors, scalars
 
 
@@ -523,7 +523,7 @@ def _softcap(softcap):
         return 0.0
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
         raise TypeError(f"{_WHO}: softcap must be a number or None, not {softcap!r}")
-    return float(softcap)
+    return pr.float32_arg("softcap", softcap)
 
 
 # ---- block masks ---------------------------------------------------------------------
@@ -622,10 +622,6 @@ def _block_mask_problem(q, k, mask_mod, params, causal, window, layout, batch, h
         b, hq, sq, sk = (pr.int_arg(n, sizes[n]) for n in ("batch", "heads_q", "seq_q",
                                                              "seq_kv"))
         hk = hq if heads_kv is None else pr.int_arg("heads_kv", heads_kv)
-        for name, x in (("batch", b), ("heads_q", hq), ("heads_kv", hk), ("seq_q", sq),
-                        ("seq_kv", sk)):
-            if x >= 2 ** 31:
-                raise ValueError(f"{_WHO_BM}: {name}={x} does not fit a C int")
         d, dtype = 64, capi.F16  # the builder reads neither
         dev = _block_mask_device(device, params)
     if mask_mod is not None and not isinstance(mask_mod, str):

@@ -119,22 +119,25 @@ static int emit_what(const cli *c, const fj_kernel *k, const char *arch,
     int n = snprintf(line, sizeof line, "%s\n", fj_kernel_name(k));
     return write_out(c, line, (size_t)n, 0);
   }
-  if (ch->planned)
-    say_planned(c, k, arch, ch);
+  int rc;
   if (!strcmp(w, "ptx")) {
     const char *s = fj_kernel_ptx(k, &len);
-    return write_out(c, s, len, 0);
-  }
-  if (!strcmp(w, "cubin")) {
+    rc = write_out(c, s, len, 0);
+  } else if (!strcmp(w, "cubin")) {
     const void *b = fj_kernel_cubin(k, &len);
-    return write_out(c, b, len, 1);
-  }
-  if (!strcmp(w, "log")) {
+    rc = write_out(c, b, len, 1);
+  } else if (!strcmp(w, "log")) {
     const char *s = fj_kernel_log(k);
-    return write_out(c, s, strlen(s), 0);
+    rc = write_out(c, s, strlen(s), 0);
+  } else {
+    const char *s = fj_kernel_source(k, &len);
+    rc = write_out(c, s, len, 0);
   }
-  const char *s = fj_kernel_source(k, &len);
-  return write_out(c, s, len, 0);
+  /* The note after the output, and only if it was written: a failing
+   * command's error is the first line on stderr. */
+  if (rc == 0 && ch->planned)
+    say_planned(c, k, arch, ch);
+  return rc;
 }
 
 /* ---- emit --sweep -------------------------------------------------------------- */

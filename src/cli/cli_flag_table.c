@@ -94,11 +94,11 @@ const flag_def cli_flags[] = {
     {"page-size", 1, CMD_EMIT | CMD_PLAN, cli_set_page_size, OFF(page_size),
      .arg = "N", .help = "paged K/V, pages of N tokens (a power of two in "
                          "1..4096, layout nhd; default: not paged)"},
-    {"score-mod", 1, CMD_MODS, cli_set_string, OFF(mods.score), .arg = "EXPR",
+    {"score-mod", 1, CMD_MODS, cli_set_expr, OFF(mods.score), .arg = "EXPR",
      .help = "a C expression for each score, of s (scale x q.k), b, h, hkv, "
              "q, kv (positions in the sequence) and the --param names, e.g. "
              "'s + bias(h, q - kv + 8)' (default: none)"},
-    {"mask-mod", 1, CMD_MODS, cli_set_string, OFF(mods.mask), .arg = "EXPR",
+    {"mask-mod", 1, CMD_MODS, cli_set_expr, OFF(mods.mask), .arg = "EXPR",
      .help = "a C expression, true where query q may see key kv, of b, h, "
              "hkv, q, kv and the --param names, e.g. 'doc(q) == doc(kv)' "
              "(default: none)"},

@@ -38,6 +38,7 @@ int cli_set_splits(cli *c, const flag_def *f, const char *value);
 int cli_set_varlen(cli *c, const flag_def *f, const char *value);
 int cli_set_page_size(cli *c, const flag_def *f, const char *value);
 int cli_set_string(cli *c, const flag_def *f, const char *value);
+int cli_set_expr(cli *c, const flag_def *f, const char *value);
 int cli_set_path(cli *c, const flag_def *f, const char *value);
 int cli_set_out(cli *c, const flag_def *f, const char *value);
 

@@ -68,6 +68,13 @@ int cli_set_softcap(cli *c, const flag_def *f, const char *value)
   if (parse_f32(value, &v) != 0 || !((float)v > 0.f))
     return cli_bad_value(c, f, value,
                      "expected a finite number above 0 (the cap, e.g. 30)");
+  if ((float)v < FLT_MIN) {
+    char allowed[160];
+    snprintf(allowed, sizeof allowed,
+             "expected a finite number above 0 (the cap, e.g. 30), not a "
+             "float32 denormal: at least %g", (double)FLT_MIN);
+    return cli_bad_value(c, f, value, allowed);
+  }
   c->mods.softcap = (float)v;
   return 0;
 }

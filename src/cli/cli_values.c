@@ -265,6 +265,18 @@ int cli_set_string(cli *c, const flag_def *f, const char *value)
   return 0;
 }
 
+/* --score-mod EXPR, --mask-mod EXPR: some text.  The library reads ""
+ * as no expression, but one given on the command line and empty (an
+ * unset shell variable) is a mistake, refused as a blank one is. */
+int cli_set_expr(cli *c, const flag_def *f, const char *value)
+{
+  if (!value[0])
+    return cli_bad_value(c, f, value,
+                         "expected a C expression, not an empty one (leave "
+                         "the option out for none)");
+  return cli_set_string(c, f, value);
+}
+
 /* A path: not empty, shorter than PATH_MAX (a longer one would be cut or
  * refused by the system later, after the work is done). */
 int cli_set_path(cli *c, const flag_def *f, const char *value)
