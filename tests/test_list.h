@@ -182,3 +182,7 @@ TEST(host_plan_memory, cpu)
 TEST(host_plan_memory_mods, cpu)
 TEST(launch_record_refused, cpu)
 TEST(gpu_launch_record, gpu)
+/* issue 35, part B (test_hardening_b.c): every Lua entry point bounded,
+ * the cache's trust boundary, a newcomer's first hour */
+TEST(hostile_b_renderer_patterns, cpu)
+TEST(hostile_b_c_loops, cpu)
