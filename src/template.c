@@ -690,7 +690,31 @@ static int read_meta(lua_State *L, int idx, fj_kmeta *m, char *why, size_t n)
   for (size_t i = 0; i < FJ_ARRAY_LEN(meta_fields); i++)
     if (meta_int(L, idx, &meta_fields[i], m, why, n) != 0)
       return -1;
-  return 0;
+  return fj__kmeta_wrong(m, why, n) ? -1 : 0;
+}
+
+const char *fj__kmeta_wrong(const fj_kmeta *m, char *why, size_t n)
+{
+  size_t len = strnlen(m->symbol, sizeof m->symbol);
+  int ok = len >= 1 && len < sizeof m->symbol &&
+           (isalpha((unsigned char)m->symbol[0]) || m->symbol[0] == '_');
+  for (size_t i = 0; ok && i < len; i++)
+    ok = isalnum((unsigned char)m->symbol[i]) || m->symbol[i] == '_';
+  if (!ok) {
+    snprintf(why, n, "meta.symbol is invalid: a C identifier of 1..%zu "
+                     "characters", sizeof m->symbol - 1);
+    return why;
+  }
+  for (size_t i = 0; i < FJ_ARRAY_LEN(meta_fields); i++) {
+    const struct meta_field *f = &meta_fields[i];
+    int v = *(const int *)(const void *)((const char *)m + f->offset);
+    if (v < f->lo || v > f->hi) {
+      snprintf(why, n, "meta.%s = %d is invalid: an integer in %d..%d",
+               f->key, v, f->lo, f->hi);
+      return why;
+    }
+  }
+  return NULL;
 }
 
 static int render_protected(lua_State *L)

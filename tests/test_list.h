@@ -186,3 +186,6 @@ TEST(gpu_launch_record, gpu)
  * the cache's trust boundary, a newcomer's first hour */
 TEST(hostile_b_renderer_patterns, cpu)
 TEST(hostile_b_c_loops, cpu)
+TEST(hostile_b_packs, cpu)
+TEST(hostile_b_index_load, cpu)
+TEST(hostile_b_export_target, cpu)
