@@ -1408,8 +1408,10 @@ typedef struct fj_cache_pack_report {
  * the entry count, the length and XXH3-64 checksum of the rest), then per
  * entry its file name, size and XXH3-64 checksum and the entry file's
  * bytes.  The file is written to a temporary beside path and renamed onto
- * it, so a reader never sees part of one.  report may be NULL.  Errors:
- * FJ_ERR_INVALID_ARG (ctx or path NULL, or path empty),
+ * it, so a reader never sees part of one; only a regular file is ever
+ * replaced.  report may be NULL.  Errors:
+ * FJ_ERR_INVALID_ARG (ctx or path NULL, or path empty, or path is a
+ * directory, device, FIFO, socket or symbolic link: nothing written),
  * FJ_ERR_NOT_FOUND (the disk cache is disabled), FJ_ERR_IO (the
  * directory or the file cannot be read or written; the message names the
  * path and the system's reason).  Thread-safe; entries other processes
@@ -1428,7 +1430,10 @@ FJ_API fj_status fj_cache_export(fj_ctx *ctx, const char *path,
  * was exported by another NVRTC version (both versions named: its cubins
  * would never be looked up here), or an entry is corrupt (its index, file
  * name and what is wrong: its checksum, its contents, a name that is not
- * the hash of its key); then the whole-file checksum.  Each entry is then
+ * the hash of its key, a render entry whose metadata a template would be
+ * refused or whose source includes anything but the toolkit headers the
+ * templates include, a kernel entry whose parts are not a kernel's); then
+ * the whole-file checksum.  Each entry is then
  * written atomically (temporary file + rename); an identical entry already
  * there is left alone (present), and so is a valid entry that differs
  * (kept: never overwritten); an invalid one is replaced.  A context that
@@ -1441,6 +1446,28 @@ FJ_API fj_status fj_cache_export(fj_ctx *ctx, const char *path,
  */
 FJ_API fj_status fj_cache_import(fj_ctx *ctx, const char *path,
                                  fj_cache_pack_report *report);
+
+/* fj_cache_import_ex's flags. */
+#define FJ_CACHE_IMPORT_VERIFY 1u
+
+/*
+ * fj_cache_import with flags (0: the same call).  FJ_CACHE_IMPORT_VERIFY
+ * trusts no cubin of the pack: each kernel entry is compiled again, by
+ * this process's NVRTC in child processes, from the pack's render entry
+ * whose source it was compiled from, and its PTX and cubin must equal the
+ * entry's byte for byte; a kernel entry without its rendered source in
+ * the pack, one that differs, or a source that does not compile refuses
+ * the whole file (FJ_ERR_INVALID_ARG naming the entry: nothing
+ * imported).  This proves the cubins are what the pack's sources compile
+ * to; the sources themselves are checked as on every import (metadata in
+ * the template's ranges, no header but the toolkit's four) but are not
+ * rendered again: whoever made the pack chose the code (README, "The
+ * cache's trust model").  It costs a compile of every kernel.  Unknown
+ * flag bits: FJ_ERR_INVALID_ARG.  Otherwise as fj_cache_import.
+ */
+FJ_API fj_status fj_cache_import_ex(fj_ctx *ctx, const char *path,
+                                    unsigned flags,
+                                    fj_cache_pack_report *report);
 
 #ifdef __cplusplus
 }

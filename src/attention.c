@@ -640,6 +640,11 @@ static fj_status ready_tiered(fj_ctx *ctx, const fj_problem *p,
   fj_status st2 = fresh ? fj__tier_start(ctx, v, fresh) : FJ_OK;
   if (st != FJ_OK || st2 != FJ_OK)
     return st != FJ_OK ? st : st2;
+  if ((*k)->meta.rows_per_block < 1)
+    return fj__fail(ctx, FJ_ERR_TEMPLATE,
+                    "%s says it covers %d query rows a block "
+                    "(meta.rows_per_block): an attention kernel covers "
+                    "1..65536", (*k)->meta.symbol, (*k)->meta.rows_per_block);
   fj__cache_count_tier(ctx, 1, 0);
   memset(first, 0, sizeof *first);
   first->variant = *v;

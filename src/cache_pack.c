@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,6 +25,8 @@
 #include "cache.h"
 #include "compile.h"
 #include "ctx.h"
+#include "entry.h"
+#include "template.h"
 #include "util.h"
 
 #define PACK_MAGIC "FJPACK01"
@@ -220,6 +223,32 @@ static int export_visit(void *user, const fj_cache_entry *e)
   return x->nomem || x->count >= PACK_ENTRIES_MAX;
 }
 
+/* FJ_OK when path is free or a regular file (what the rename may
+ * replace); else the refusal.  A device, a directory, a FIFO, a socket or
+ * a symbolic link is never replaced: as root, a pack written over
+ * /dev/null would turn it into a file. */
+static fj_status export_target(fj_ctx *ctx, const char *path)
+{
+  struct stat st;
+  if (lstat(path, &st) != 0)
+    return errno == ENOENT ? FJ_OK
+                           : fj__fail(ctx, FJ_ERR_IO,
+                                      "cannot write the cache pack %s: %s",
+                                      path, strerror(errno));
+  if (S_ISREG(st.st_mode))
+    return FJ_OK;
+  const char *what = S_ISDIR(st.st_mode)    ? "a directory"
+                     : S_ISLNK(st.st_mode)  ? "a symbolic link"
+                     : S_ISCHR(st.st_mode)  ? "a character device"
+                     : S_ISBLK(st.st_mode)  ? "a block device"
+                     : S_ISFIFO(st.st_mode) ? "a FIFO"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "not a regular file";
+  return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "fj_cache_export: %s is %s: a pack replaces only a regular "
+                  "file (nothing written)", path, what);
+}
+
 /* Writes header and body to path through a temporary beside it. */
 static fj_status write_pack(fj_ctx *ctx, const char *path,
                             const pack_header *h, const fj_buf *body)
@@ -234,6 +263,12 @@ static fj_status write_pack(fj_ctx *ctx, const char *path,
   int err = errno;
   if (fd >= 0 && close(fd) != 0 && !bad)
     bad = 1, err = errno;
+  /* Checked again just before the rename: the path may have become
+   * something else while the pack was written. */
+  if (!bad && export_target(ctx, path) != FJ_OK) {
+    unlink(tmp);
+    return FJ_ERR_INVALID_ARG;
+  }
   if (!bad && rename(tmp, path) != 0)
     bad = 1, err = errno;
   if (!bad)
@@ -267,7 +302,13 @@ fj_status fj_cache_export(fj_ctx *ctx, const char *path,
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "fj_cache_export: the path is empty");
   export_state x = {ctx, {0}, 0, 0, 0};
-  fj_status st = fj_cache_list(ctx, export_visit, &x);
+  fj_status st = export_target(ctx, path);
+  if (st != FJ_OK) {
+    if (report)
+      memset(report, 0, sizeof *report);
+    return st;
+  }
+  st = fj_cache_list(ctx, export_visit, &x);
   if (st == FJ_OK && x.nomem)
     st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory packing %u entries",
                   x.count);
@@ -355,24 +396,53 @@ static const char *record_read(const char *data, size_t size, size_t *off,
   return NULL;
 }
 
+static int kind_is(const fj_entry_view *v, const char *kind)
+{
+  return v->kind_len == strlen(kind) && !memcmp(v->kind, kind, v->kind_len);
+}
+
+/* An entry's payload checked as its reader will take it -- a render's
+ * metadata and source as a render would have made them, a kernel's parts
+ * -- so that nothing a template would be refused, and no source that
+ * includes a file of the host, lands: NULL, or what is wrong (in why). */
+static const char *payload_wrong(const fj_entry_view *v, char *why, size_t n)
+{
+  if (kind_is(v, "render")) {
+    fj_kmeta m;
+    const char *src;
+    size_t src_len;
+    return fj__render_payload_read(v->payload, (size_t)v->payload_len, &m,
+                                   &src, &src_len, why, n);
+  }
+  fj_compiled c;
+  if (fj__kernel_payload_read(v->payload, (size_t)v->payload_len, &c) != 0)
+    return "its payload is not a kernel's (log, PTX, cubin)";
+  int empty = c.cubin_len == 0 || c.ptx_len == 0;
+  fj__compiled_free(&c);
+  return empty ? "its PTX or cubin is empty" : NULL;
+}
+
 /* An entry's bytes checked as the cache would read them, and against the
  * pack: NULL, or what is wrong. */
 static const char *entry_wrong(const char *name, const char *bytes,
-                               uint64_t len, char *label, size_t label_size)
+                               uint64_t len, char *label, size_t label_size,
+                               char *why, size_t why_size)
 {
   fj_entry_view v;
-  const char *why = fj__cache_entry_parse(bytes, (size_t)len, &v);
-  if (why)
-    return why;
+  const char *bad = fj__cache_entry_parse(bytes, (size_t)len, &v);
+  if (bad)
+    return bad;
   snprintf(label, label_size, " (%.*s)",
            (int)(v.label_len < 120 ? v.label_len : 120), v.label);
+  for (char *p = label; *p; p++)
+    *p = *p < 0x20 || *p == 0x7f ? '?' : *p;
   if (!kind_is_compiled(&v))
     return "is not a compiler entry (kernel or render)";
   if (!key_is_current(&v))
     return "was made by another NVRTC or cache format";
   if (name_wrong(name, &v))
     return "has a name that is not the hash of its key";
-  return NULL;
+  return payload_wrong(&v, why, why_size);
 }
 
 /* Every record and entry of the pack, then the whole file's checksum. */
@@ -382,11 +452,12 @@ static fj_status pack_verify(fj_ctx *ctx, const char *path, const char *data,
   size_t off = sizeof *h;
   for (uint32_t i = 0; i < h->count; i++) {
     const char *name = "?", *bytes;
-    char label[160] = "", shown[40];
+    char label[160] = "", shown[40], buf[240];
     uint64_t len;
     const char *why = record_read(data, size, &off, &name, &bytes, &len);
     if (!why)
-      why = entry_wrong(name, bytes, len, label, sizeof label);
+      why = entry_wrong(name, bytes, len, label, sizeof label, buf,
+                        sizeof buf);
     if (why) {
       snprintf(shown, sizeof shown, "%.*s", name[0] == '?' ? 1 : NAME_LEN,
                name);
@@ -450,6 +521,178 @@ static fj_status pack_install(fj_ctx *ctx, const char *data,
   return FJ_OK;
 }
 
+/* ---- --verify: the cubins recompiled from the pack's own sources ------------------ */
+
+/* One entry of a verified pack. */
+typedef struct pack_item {
+  const char *name;  /* NAME_LEN bytes, not terminated */
+  fj_entry_view v;
+  int matched;       /* a kernel: a render entry's source compiled to it */
+} pack_item;
+
+/* The entries of a pack pack_verify passed, in order. */
+static void pack_items(const char *data, const pack_header *h, pack_item *it)
+{
+  size_t off = sizeof *h;
+  for (uint32_t i = 0; i < h->count; i++) {
+    pack_record rec;
+    memcpy(&rec, data + off, sizeof rec);
+    it[i].name = data + off + sizeof rec;
+    fj__cache_entry_parse(it[i].name + NAME_LEN, (size_t)rec.size, &it[i].v);
+    off += sizeof rec + NAME_LEN + (size_t)rec.size;
+  }
+}
+
+/* The target in a key's options ("--gpu-architecture=sm_90a ..."); 0, or
+ * -1 when the key names none. */
+static int key_arch(const fj_entry_view *v, char *out, size_t n)
+{
+  static const char opt[] = "--gpu-architecture=";
+  const char *k = v->key, *end = v->key + v->key_len;
+  for (; end - k >= (ptrdiff_t)sizeof opt; k++)
+    if (!memcmp(k, opt, sizeof opt - 1)) {
+      k += sizeof opt - 1;
+      size_t len = 0;
+      while (k + len < end && k[len] != ' ' && k[len] != '\n')
+        len++;
+      if (!len || len >= n)
+        return -1;
+      snprintf(out, n, "%.*s", (int)len, k);
+      return 0;
+    }
+  return -1;
+}
+
+/* The kernel entry a render entry's source compiles to, by its key; its
+ * index, or -1 when the pack has none. */
+static long kernel_of(const pack_item *it, uint32_t n, const char *arch,
+                      const fj_kmeta *m, const char *src, size_t src_len)
+{
+  char hash[33];
+  fj_cache_key kk;
+  fj__hash_hex(src, src_len, hash);
+  fj__cache_key(&kk, "kernel", arch, hash, m->symbol);
+  for (uint32_t i = 0; i < n; i++)
+    if (kind_is(&it[i].v, "kernel") && !memcmp(it[i].name, kk.hex, 32))
+      return (long)i;
+  return -1;
+}
+
+typedef struct verify_jobs {
+  fj_compile_job *job;
+  long *kernel;  /* the kernel entry each job's output must equal */
+  size_t n;
+} verify_jobs;
+
+static void verify_jobs_free(verify_jobs *j)
+{
+  for (size_t i = 0; i < j->n; i++) {
+    free((char *)j->job[i].name);
+    free((char *)j->job[i].src);
+    free((char *)j->job[i].arch);
+    free(j->job[i].message);
+    fj__compiled_free(&j->job[i].out);
+  }
+  free(j->job);
+  free(j->kernel);
+}
+
+/* A compile job for each render entry whose kernel the pack holds. */
+static int verify_jobs_make(pack_item *it, uint32_t n, verify_jobs *j)
+{
+  j->job = calloc(n ? n : 1, sizeof *j->job);
+  j->kernel = calloc(n ? n : 1, sizeof *j->kernel);
+  if (!j->job || !j->kernel)
+    return -1;
+  for (uint32_t i = 0; i < n; i++) {
+    fj_kmeta m;
+    const char *src;
+    size_t src_len;
+    char arch[32], why[8];
+    if (!kind_is(&it[i].v, "render") ||
+        fj__render_payload_read(it[i].v.payload, (size_t)it[i].v.payload_len,
+                                &m, &src, &src_len, why, sizeof why) ||
+        key_arch(&it[i].v, arch, sizeof arch) != 0)
+      continue;
+    long k = kernel_of(it, n, arch, &m, src, src_len);
+    if (k < 0)
+      continue;
+    fj_compile_job *job = &j->job[j->n];
+    job->name = fj__strdup(m.symbol);
+    job->src = fj__memdup(src, src_len + 1);
+    job->arch = fj__strdup(arch);
+    if (!job->name || !job->src || !job->arch)
+      return j->n++, -1;
+    ((char *)job->src)[src_len] = '\0';
+    j->kernel[j->n++] = k;
+  }
+  return 0;
+}
+
+/* What is wrong with a compile job's result against its kernel entry:
+ * NULL, or why. */
+static const char *verify_one(const fj_compile_job *job, const pack_item *k)
+{
+  if (job->status != FJ_OK)
+    return "its rendered source does not compile here";
+  fj_compiled c;
+  if (fj__kernel_payload_read(k->v.payload, (size_t)k->v.payload_len, &c))
+    return "its payload is not a kernel's";
+  int same = c.cubin_len == job->out.cubin_len &&
+             !memcmp(c.cubin, job->out.cubin, c.cubin_len) &&
+             c.ptx_len == job->out.ptx_len &&
+             !memcmp(c.ptx, job->out.ptx, c.ptx_len);
+  fj__compiled_free(&c);
+  return same ? NULL
+              : "its PTX or cubin is not what its rendered source compiles "
+                "to";
+}
+
+static fj_status verify_fail(fj_ctx *ctx, const char *path, uint32_t i,
+                             uint32_t n, const pack_item *it, const char *why)
+{
+  int ll = (int)(it->v.label_len < 120 ? it->v.label_len : 120);
+  return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "%s: entry %u of %u, %.*s (%.*s), %s: nothing imported "
+                  "(--verify)", path, i + 1, n, NAME_LEN, it->name, ll,
+                  it->v.label, why);
+}
+
+/* Every kernel entry of the pack recompiled from the pack's render entry
+ * for it (in child processes) and compared byte for byte: a cubin is code
+ * the GPU runs, and a checksum says only that the file arrived whole. */
+static fj_status pack_recompile(fj_ctx *ctx, const char *path,
+                                const char *data, const pack_header *h)
+{
+  pack_item *it = calloc(h->count ? h->count : 1, sizeof *it);
+  verify_jobs j = {0};
+  fj_status st = FJ_OK;
+  if (it)
+    pack_items(data, h, it);
+  if (!it || verify_jobs_make(it, h->count, &j) != 0)
+    st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory verifying %s", path);
+  if (st == FJ_OK) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    fj__compile_many(j.job, j.n, cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus,
+                     NULL, NULL);
+  }
+  for (size_t i = 0; st == FJ_OK && i < j.n; i++) {
+    const char *why = verify_one(&j.job[i], &it[j.kernel[i]]);
+    if (why)
+      st = verify_fail(ctx, path, (uint32_t)j.kernel[i], h->count,
+                       &it[j.kernel[i]], why);
+    it[j.kernel[i]].matched = 1;
+  }
+  for (uint32_t i = 0; st == FJ_OK && i < h->count; i++)
+    if (kind_is(&it[i].v, "kernel") && !it[i].matched)
+      st = verify_fail(ctx, path, i, h->count, &it[i],
+                       "a kernel whose rendered source is not in the pack, "
+                       "so it cannot be recompiled");
+  verify_jobs_free(&j);
+  free(it);
+  return st;
+}
+
 /* Reads the pack's bytes into *data; FJ_OK or the failure. */
 static fj_status pack_read(fj_ctx *ctx, const char *path, char **data,
                            size_t *size)
@@ -482,7 +725,23 @@ fj_status fj_cache_import(fj_ctx *ctx, const char *path,
 {
   if (!ctx || !path)
     return fj__null_arg(ctx, "fj_cache_import", ctx ? "path" : "ctx");
+  return fj_cache_import_ex(ctx, path, 0, report);
+}
+
+fj_status fj_cache_import_ex(fj_ctx *ctx, const char *path, unsigned flags,
+                             fj_cache_pack_report *report)
+{
+  if (!ctx || !path)
+    return fj__null_arg(ctx, "fj_cache_import_ex", ctx ? "path" : "ctx");
   fj__clear_error(ctx);
+  if (flags & ~(unsigned)FJ_CACHE_IMPORT_VERIFY) {
+    if (report)
+      memset(report, 0, sizeof *report);
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "fj_cache_import_ex: flags = 0x%x has unknown bits "
+                    "(known: FJ_CACHE_IMPORT_VERIFY = 0x%x)", flags,
+                    (unsigned)FJ_CACHE_IMPORT_VERIFY);
+  }
   fj_cache_pack_report r = {0};
   fj_status st = import_dir(ctx);
   size_t size = 0;
@@ -502,6 +761,8 @@ fj_status fj_cache_import(fj_ctx *ctx, const char *path,
     r.entries = (int)h.count;
     st = pack_verify(ctx, path, data, size, &h);
   }
+  if (st == FJ_OK && (flags & FJ_CACHE_IMPORT_VERIFY))
+    st = pack_recompile(ctx, path, data, &h);
   if (st == FJ_OK)
     st = pack_install(ctx, data, &h, &r);
   free(data);

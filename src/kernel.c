@@ -20,6 +20,7 @@
 #include "compile.h"
 #include "ctx.h"
 #include "driver.h"
+#include "entry.h"
 #include "kernel.h"
 #include "template.h"
 #include "util.h"
@@ -107,54 +108,6 @@ void fj__kernel_free(fj_kernel *k)
   free(k);
 }
 
-/* ---- disk payload: log, PTX, cubin, compile time --------------------------------- */
-
-static int pack(const fj_compiled *c, fj_buf *out)
-{
-  const void *parts[] = {c->log, c->ptx, c->cubin};
-  uint64_t sizes[] = {strlen(c->log), c->ptx_len, c->cubin_len};
-  for (size_t i = 0; i < 3; i++)
-    if (fj__buf_append(out, &sizes[i], sizeof sizes[i]) ||
-        fj__buf_append(out, parts[i], (size_t)sizes[i]))
-      return -1;
-  return fj__buf_append(out, &c->ms, sizeof c->ms);
-}
-
-static int unpack_part(const char **p, const char *end, char **out,
-                       size_t *len)
-{
-  uint64_t n;
-  if ((size_t)(end - *p) < sizeof n)
-    return -1;
-  memcpy(&n, *p, sizeof n);
-  *p += sizeof n;
-  if (n > (uint64_t)(end - *p) || !(*out = malloc((size_t)n + 1)))
-    return -1;
-  memcpy(*out, *p, (size_t)n);
-  (*out)[n] = '\0';
-  *p += n;
-  if (len)
-    *len = (size_t)n;
-  return 0;
-}
-
-static int unpack(const void *payload, size_t len, fj_compiled *c)
-{
-  const char *p = payload, *end = p + len;
-  char *cubin = NULL;
-  if (unpack_part(&p, end, &c->log, NULL) ||
-      unpack_part(&p, end, &c->ptx, &c->ptx_len) ||
-      unpack_part(&p, end, &cubin, &c->cubin_len) ||
-      (size_t)(end - p) != sizeof c->ms) {
-    free(cubin);
-    fj__compiled_free(c);
-    return -1;
-  }
-  c->cubin = cubin;
-  memcpy(&c->ms, p, sizeof c->ms);
-  return 0;
-}
-
 /* ---- the shared-memory check ------------------------------------------------------ */
 
 fj_status fj__check_smem(const fj_ctx *ctx, const fj_kmeta *meta)
@@ -196,24 +149,34 @@ static int index_key(fj_ctx *ctx, const fj_buf *mkey, fj_cache_key *key)
   return 1;
 }
 
-/* The kernel (source and metadata, not compiled) from the index, or NULL. */
+/* The kernel (source and metadata, not compiled) from the index, or NULL.
+ * An entry is held to what a render could have made (entry.c): the index
+ * lives in a directory other processes and imported packs write, so its
+ * metadata and source are checked as input before they size a launch or
+ * reach NVRTC; one that fails is a miss, rendered again and rewritten. */
 static fj_kernel *index_load(fj_ctx *ctx, const fj_cache_key *key)
 {
   void *payload = NULL;
-  size_t len = 0;
+  size_t len = 0, src_len = 0;
+  const char *src;
+  char why[200];
   if (!fj__cache_load(ctx, "render", key, &payload, &len))
     return NULL;
-  fj_kernel *k = len > sizeof k->meta ? calloc(1, sizeof *k) : NULL;
-  if (k && (k->source = malloc(len - sizeof k->meta + 1)) != NULL) {
-    memcpy(&k->meta, payload, sizeof k->meta);
-    k->source_len = len - sizeof k->meta;
-    memcpy(k->source, (char *)payload + sizeof k->meta, k->source_len);
-    k->source[k->source_len] = '\0';
+  fj_kernel *k = calloc(1, sizeof *k);
+  if (k && fj__render_payload_read(payload, len, &k->meta, &src, &src_len,
+                                   why, sizeof why)) {
+    fj__log(ctx, FJ_LOG_WARN, "render index entry %s ignored: %s", key->hex,
+           why);
+    src = NULL;
+  }
+  if (k && src && (k->source = malloc(src_len + 1)) != NULL) {
+    k->source_len = src_len;
+    memcpy(k->source, src, src_len);
+    k->source[src_len] = '\0';
   }
   free(payload);
   /* A shared-memory refusal is the render path's to report. */
-  if (k && (!k->source || k->meta.symbol[sizeof k->meta.symbol - 1] != '\0' ||
-            fj__check_smem(ctx, &k->meta) != FJ_OK)) {
+  if (k && (!k->source || fj__check_smem(ctx, &k->meta) != FJ_OK)) {
     fj__clear_error(ctx);
     fj__kernel_free(k);
     k = NULL;
@@ -224,8 +187,7 @@ static fj_kernel *index_load(fj_ctx *ctx, const fj_cache_key *key)
 static void index_store(fj_ctx *ctx, const fj_cache_key *key, const fj_kernel *k)
 {
   fj_buf b = {0};
-  if (fj__buf_append(&b, &k->meta, sizeof k->meta) == 0 &&
-      fj__buf_append(&b, k->source, k->source_len) == 0)
+  if (fj__render_payload(&k->meta, k->source, k->source_len, &b) == 0)
     fj__cache_store(ctx, "render", k->meta.symbol, key, b.data, b.len);
   fj__buf_free(&b);
 }
@@ -300,7 +262,7 @@ static int from_disk(fj_ctx *ctx, fj_kernel *k, const fj_cache_key *key)
   size_t len = 0;
   if (!fj__cache_load(ctx, "kernel", key, &payload, &len))
     return 0;
-  int ok = unpack(payload, len, &k->out) == 0;
+  int ok = fj__kernel_payload_read(payload, len, &k->out) == 0;
   free(payload);
   if (ok)
     k->res.cache = FJ_CACHE_DISK;
@@ -311,7 +273,7 @@ static void to_disk(fj_ctx *ctx, fj_kernel *k, const fj_cache_key *key)
 {
   fj_buf b = {0};
   k->res.cache = FJ_CACHE_MISS;
-  if (pack(&k->out, &b) == 0)
+  if (fj__kernel_payload(&k->out, &b) == 0)
     fj__cache_store(ctx, "kernel", k->meta.symbol, key, b.data, b.len);
   fj__buf_free(&b);
 }

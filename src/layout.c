@@ -157,7 +157,10 @@ void fj__lut_reference(fj_frag frag, fj_lut *lut)
 {
   table_init(lut, frag, reference_slots(frag));
   lut->origin = FJ_LUT_REFERENCE;
-  snprintf(lut->device, sizeof lut->device, "reference (NVIDIA H200)");
+  /* No device was seen: the name says so before it names the GPU whose
+   * probe the table repeats. */
+  snprintf(lut->device, sizeof lut->device,
+           "none (a reference table: what an NVIDIA H200 showed)");
   for (int lane = 0; lane < 32; lane++)
     for (int s = 0; s < lut->slots; s++)
       lut->map[lane][s] = (uint16_t)reference_element(frag, lane, s);

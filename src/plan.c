@@ -483,6 +483,13 @@ fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
                         const fj_variant *v, const fj_kmeta *m,
                         fj_plan *plan)
 {
+  /* The kernel's metadata may come from a cache directory or a pack,
+   * not from this process's render: what divides is checked here. */
+  if (m->rows_per_block < 1)
+    return fj__fail(ctx, FJ_ERR_TEMPLATE,
+                    "%s says it covers %d query rows a block "
+                    "(meta.rows_per_block): an attention kernel covers "
+                    "1..65536", m->symbol, m->rows_per_block);
   int group = p->heads_q / p->heads_kv;
   int rows = v->pack_gqa ? p->seq_q * group : p->seq_q;
   unsigned per = (unsigned)m->rows_per_block;

@@ -33,6 +33,7 @@ enum {
   TPL_HOOK_EVERY = 1000,           /* instructions between hook calls */
   TPL_FILE_MAX = 16 << 20,         /* bytes of one template file */
   TPL_MOVE_MAX = 1 << 24,          /* elements one table.move may move */
+  TPL_BIG_ALLOC = 64 << 10,        /* bytes from which an allocation is charged */
 };
 static const long long TPL_STEP_LIMIT = 200000000; /* per render */
 int fj__tpl_time_limit_ms = 20000;  /* wall-clock time of one render */
@@ -43,6 +44,7 @@ static const double TPL_PATTERN_LIMIT = 5e7;
 struct fj_tpl {
   lua_State *L;
   size_t mem_used;
+  int limited;         /* 1 while a render (or the renderer's load) runs */
   long long steps;     /* instructions and pattern steps of this render */
   double deadline_ms;  /* fj__now_ms() past which the render is stopped */
   int renderer;        /* registry reference to render.lua's table */
@@ -155,6 +157,25 @@ static int l_source(lua_State *L)
 
 /* ---- the state -------------------------------------------------------------- */
 
+static void tpl_hook(lua_State *L, lua_Debug *ar);
+
+/* A large allocation is the start of work proportional to its size that
+ * the count hook does not see: a copy or a fill inside a C function
+ * (string.upper, string.format, table.concat) or a VM instruction
+ * (`..`, a string's creation).  It is charged a step per 16 bytes, and
+ * past the budget or the clock the hook is armed to run at the very next
+ * instruction, so that such work in a loop stops within one call of the
+ * limit rather than a thousand.  (The allocator may not raise an error,
+ * and lua_sethook may be called from anywhere.) */
+static void big_alloc(fj_tpl *t, size_t nsize)
+{
+  if (!t->limited)
+    return;
+  t->steps += (long long)(nsize / 16);
+  if (t->steps > TPL_STEP_LIMIT || fj__now_ms() > t->deadline_ms)
+    lua_sethook(t->L, tpl_hook, LUA_MASKCOUNT, 1);
+}
+
 static void *tpl_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
   fj_tpl *t = ud;
@@ -169,6 +190,8 @@ static void *tpl_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
   void *p = realloc(ptr, nsize);
   if (p)
     t->mem_used = t->mem_used - old + nsize;
+  if (p && nsize >= TPL_BIG_ALLOC)
+    big_alloc(t, nsize);
   return p;
 }
 
@@ -192,11 +215,21 @@ static void tpl_hook(lua_State *L, lua_Debug *ar)
   check_limits(L, t);
 }
 
+/* Ends a render's limits: no hook, and allocations no longer charged. */
+static void limits_stop(lua_State *L)
+{
+  fj_tpl *t;
+  lua_getallocf(L, (void **)&t);
+  t->limited = 0;
+  lua_sethook(L, NULL, 0, 0);
+}
+
 /* Starts the budget of one render (or of loading the renderer). */
 static void limits_start(lua_State *L, fj_tpl *t)
 {
   t->steps = 0;
   t->deadline_ms = fj__now_ms() + fj__tpl_time_limit_ms;
+  t->limited = 1;
   lua_sethook(L, tpl_hook, LUA_MASKCOUNT, TPL_HOOK_EVERY);
 }
 
@@ -222,19 +255,19 @@ static size_t class_len(const char *p, const char *end)
 }
 
 /* An upper bound of the steps Lua's matcher can take for pattern p (m
- * bytes) on a subject of n bytes: each start position (one if anchored),
- * times n + 1 for every repetition ('*', '+', '-'), balance (%b) and
- * back-reference (%1..%9), times 2 for every '?', times the pattern's
- * length.  Backtracking makes the real cost grow as that product, so a
- * pattern that could run for hours is refused before it starts. */
-static double pattern_cost(const char *p, size_t m, size_t n, int anchor)
+ * bytes) from one start position of a subject of n bytes: the pattern's
+ * length, times n + 1 for every repetition ('*', '+', '-'), balance (%b)
+ * and back-reference (%1..%9), times 2 for every '?'.  Backtracking makes
+ * the real cost grow as that product, so a pattern that could run for
+ * hours is refused before it starts.  *anchored: the pattern starts with
+ * '^' (where anchor allows it), so only one start position is tried. */
+static double pattern_cost(const char *p, size_t m, size_t n, int anchor,
+                           int *anchored)
 {
   const char *end = p + m;
   double cost = (double)m + 1, per = (double)n + 1;
-  if (anchor && p < end && *p == '^')
-    p++;
-  else
-    cost *= per;
+  *anchored = anchor && p < end && *p == '^';
+  p += *anchored;
   while (p < end) {
     if (*p == '(' || *p == ')') {
       p++;
@@ -255,18 +288,36 @@ static double pattern_cost(const char *p, size_t m, size_t n, int anchor)
 static const char *const pattern_names[] = {"find", "match", "gmatch", "gsub"};
 enum { PAT_FIND, PAT_MATCH, PAT_GMATCH, PAT_GSUB };
 
+/* The bytes of a subject of n bytes from init (argument 3 of find, match
+ * and gmatch, as Lua reads it) to its end. */
+static size_t pattern_span(lua_State *L, int kind, size_t n)
+{
+  if (kind == PAT_GSUB)
+    return n;
+  lua_Integer init = luaL_optinteger(L, 3, 1);
+  if (init < 0)
+    init = (lua_Integer)n + init + 1;
+  if (init < 1)
+    init = 1;
+  return (lua_Unsigned)init > n ? 0 : n - (size_t)init + 1;
+}
+
 /* string.find, match, gmatch and gsub in the sandbox: the library's own,
  * refused when the pattern could backtrack past TPL_PATTERN_LIMIT steps,
  * and charged to the render's budget (C calls are not counted by the
- * hook). */
+ * hook): the bound for each start position times the start positions
+ * from init on -- for a find, those before the match it returned. */
 static int bounded_pattern(lua_State *L)
 {
   size_t n, m;
   luaL_checklstring(L, 1, &n);
   const char *p = luaL_checklstring(L, 2, &m);
-  int kind = (int)lua_tointeger(L, lua_upvalueindex(2));
+  int kind = (int)lua_tointeger(L, lua_upvalueindex(2)), anchored = 0;
   int plain = kind == PAT_FIND && lua_toboolean(L, 4);
-  double cost = plain ? (double)n + (double)m : pattern_cost(p, m, n, kind != PAT_GMATCH);
+  size_t span = pattern_span(L, kind, n);
+  double per = plain ? (double)m + 1
+                     : pattern_cost(p, m, span, kind != PAT_GMATCH, &anchored);
+  double cost = per * (anchored ? 1 : (double)span + 1);
   fj_tpl *t;
   lua_getallocf(L, (void **)&t);
   if (cost > TPL_PATTERN_LIMIT) {
@@ -276,11 +327,15 @@ static int bounded_pattern(lua_State *L)
              pattern_names[kind], p, n, cost, TPL_PATTERN_LIMIT);
     return luaL_error(L, "%s", msg);
   }
-  t->steps += (long long)cost;
   check_limits(L, t);
+  lua_Integer from = (lua_Integer)(n - span) + 1;
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
   lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  if (kind == PAT_FIND && !anchored && lua_isinteger(L, 1))
+    cost = per * (double)(lua_tointeger(L, 1) - from + 1);
+  t->steps += (long long)cost;
+  check_limits(L, t);
   return lua_gettop(L);
 }
 
@@ -301,7 +356,8 @@ static int bounded_move(lua_State *L)
 
 /* table.sort, table.concat and string.rep in the sandbox: the library's
  * own, charged to the render's budget by the work they do (10 n log n
- * for the comparisons, n pieces, a step per 16 bytes made). */
+ * for the comparisons, n pieces, a step per piece and per 16 bytes
+ * made). */
 static int charged(lua_State *L)
 {
   int kind = (int)lua_tointeger(L, lua_upvalueindex(2));
@@ -315,8 +371,12 @@ static int charged(lua_State *L)
     size_t len, sep = 0;
     luaL_checklstring(L, 1, &len);
     luaL_optlstring(L, 3, "", &sep);
-    n = ((double)len + (double)sep) * (double)luaL_optinteger(L, 2, 0) / 16;
+    /* Each piece is a copy of its own (a call of memcpy), whatever its
+     * length: ("x"):rep(100) costs 106 steps, not 6. */
+    double count = (double)luaL_optinteger(L, 2, 0);
+    n = count * (1 + ((double)len + (double)sep) / 16);
   }
+  n += 1;  /* the call itself */
   fj_tpl *t;
   lua_getallocf(L, (void **)&t);
   t->steps += n > 1e15 ? (long long)1e15 : n > 0 ? (long long)n : 0;
@@ -340,9 +400,9 @@ static void wrap(lua_State *L, const char *lib, const char *name,
   lua_pop(L, 1);
 }
 
-/* After the renderer has taken the originals it needs (with patterns of
- * its own): the library tables the sandbox copies, and the string
- * metatable's __index (the same table), get the bounded functions. */
+/* The library tables the sandbox copies, and the string metatable's
+ * __index (the same table), get the bounded functions -- before any Lua
+ * code runs, the renderer's own top level included. */
 static void bound_libs(lua_State *L)
 {
   for (int i = 0; i < (int)FJ_ARRAY_LEN(pattern_names); i++)
@@ -378,11 +438,12 @@ static int open_libs(lua_State *L)
 
 /* Runs render.lua, which returns the renderer table; keeps it in the
  * registry.  Called under lua_pcall; the renderer's top level runs under
- * the same limits as a render. */
+ * the same limits as a render, with the bounded library functions. */
 static int open_renderer(lua_State *L)
 {
   fj_tpl *t = lua_touserdata(L, 1);
   open_libs(L);
+  bound_libs(L);
   if (push_template(L, "render.lua") != 1)
     return luaL_error(L, "render.lua: %s", lua_tostring(L, -1));
   size_t len;
@@ -392,11 +453,10 @@ static int open_renderer(lua_State *L)
   lua_pushcfunction(L, l_source);
   limits_start(L, t);
   lua_call(L, 1, 1);
-  lua_sethook(L, NULL, 0, 0);
+  limits_stop(L);
   if (!lua_istable(L, -1))
     return luaL_error(L, "render.lua did not return a table");
   t->renderer = luaL_ref(L, LUA_REGISTRYINDEX);
-  bound_libs(L);
   return 0;
 }
 
@@ -418,7 +478,7 @@ static void error_where(lua_State *L, char *buf, size_t size)
  * with a `why` field, from refuse()) becomes "\1" .. why. */
 static int msgh(lua_State *L)
 {
-  lua_sethook(L, NULL, 0, 0);
+  limits_stop(L);
   if (lua_istable(L, 1)) {
     lua_getfield(L, 1, "why");
     if (lua_isstring(L, -1)) {
@@ -630,7 +690,31 @@ static int read_meta(lua_State *L, int idx, fj_kmeta *m, char *why, size_t n)
   for (size_t i = 0; i < FJ_ARRAY_LEN(meta_fields); i++)
     if (meta_int(L, idx, &meta_fields[i], m, why, n) != 0)
       return -1;
-  return 0;
+  return fj__kmeta_wrong(m, why, n) ? -1 : 0;
+}
+
+const char *fj__kmeta_wrong(const fj_kmeta *m, char *why, size_t n)
+{
+  size_t len = strnlen(m->symbol, sizeof m->symbol);
+  int ok = len >= 1 && len < sizeof m->symbol &&
+           (isalpha((unsigned char)m->symbol[0]) || m->symbol[0] == '_');
+  for (size_t i = 0; ok && i < len; i++)
+    ok = isalnum((unsigned char)m->symbol[i]) || m->symbol[i] == '_';
+  if (!ok) {
+    snprintf(why, n, "meta.symbol is invalid: a C identifier of 1..%zu "
+                     "characters", sizeof m->symbol - 1);
+    return why;
+  }
+  for (size_t i = 0; i < FJ_ARRAY_LEN(meta_fields); i++) {
+    const struct meta_field *f = &meta_fields[i];
+    int v = *(const int *)(const void *)((const char *)m + f->offset);
+    if (v < f->lo || v > f->hi) {
+      snprintf(why, n, "meta.%s = %d is invalid: an integer in %d..%d",
+               f->key, v, f->lo, f->hi);
+      return why;
+    }
+  }
+  return NULL;
 }
 
 static int render_protected(lua_State *L)
@@ -642,7 +726,7 @@ static int render_protected(lua_State *L)
   push_params(L, c->params, c->nparams);
   limits_start(L, c->tpl);
   lua_call(L, 2, 2);
-  lua_sethook(L, NULL, 0, 0);
+  limits_stop(L);
   if (!lua_isstring(L, -2) || !lua_istable(L, -1))
     return luaL_error(L, "%s: render returned no text", c->name);
   if (read_meta(L, lua_gettop(L), c->meta, c->bad_meta, sizeof c->bad_meta))
@@ -685,7 +769,7 @@ fj_status fj__render(fj_ctx *ctx, const char *name, const fj_param *params,
   lua_pushcfunction(L, render_protected);
   lua_pushlightuserdata(L, &c);
   int rc = lua_pcall(L, 1, 0, 1);
-  lua_sethook(L, NULL, 0, 0);
+  limits_stop(L);
   fj_status st = FJ_OK;
   if (rc != LUA_OK)
     st = render_failed(ctx, name, rc, lua_tostring(L, -1));

@@ -70,6 +70,12 @@ typedef struct fj_kmeta {
                           compiles in-process (code NVRTC may crash on) */
 } fj_kmeta;
 
+/* What is wrong with a kernel's metadata, by the rules a template's meta
+ * table is held to (the symbol a C identifier, each field in its range):
+ * NULL, or why (written into why, n bytes) -- for metadata that did not
+ * come from a render (the render index, a cache pack). */
+const char *fj__kmeta_wrong(const fj_kmeta *m, char *why, size_t n);
+
 /* Renders templates/<name> with params into *out.  FJ_ERR_TEMPLATE with the
  * template name, line and a traceback; FJ_ERR_UNSUPPORTED when the template
  * refuses the parameters (refuse("...")). */

@@ -22,11 +22,13 @@
 local source = ...
 
 local concat, insert = table.concat, table.insert
--- The renderer's own string functions, taken before the C side bounds the
--- pattern functions the sandbox gets: its patterns are fixed and linear
--- (no pattern below backtracks over more than one run of blanks).
-local find, match, sub, gsub, rep, byte, format =
-  string.find, string.match, string.sub, string.gsub, string.rep, string.byte,
+-- The string functions are the bounded ones the C side put in the string
+-- table before this chunk ran (templates get the same): a pattern is
+-- charged by the positions it scans, so the renderer's patterns are all
+-- linear -- single characters and classes, no repetition -- and scan a
+-- text once.
+local find, sub, gsub, rep, byte, format =
+  string.find, string.sub, string.gsub, string.rep, string.byte,
   string.format
 local mtype, floor = math.type, math.floor
 
@@ -45,6 +47,25 @@ end
 local function count_lines(s)
   local _, n = gsub(s, "\n", "")
   return n
+end
+
+-- The blanks that end s after its last newline (or all of s, when it is
+-- blank and starts a line): the indentation of a tag alone on its line;
+-- nil when s ends in anything else.
+local function line_lead(s, at_line_start)
+  local i = #s
+  while i > 0 and (byte(s, i) == 32 or byte(s, i) == 9) do i = i - 1 end
+  if i == 0 then return at_line_start and s or nil end
+  if byte(s, i) == 10 then return sub(s, i + 1) end
+  return nil
+end
+
+-- The blanks and newline that follow a tag at position at, when nothing
+-- else does before the line's end; else nil.
+local function line_tail(text, at)
+  local e = find(text, "[^ \t]", at)
+  if e and byte(text, e) == 10 then return sub(text, at, e) end
+  return nil
 end
 
 -- Split text into {kind, body} pieces: "text", "expr", "code".
@@ -67,9 +88,8 @@ local function scan(name, text)
     if open ~= "{" then
       -- A tag alone on its line takes its indentation and newline with it.
       local at_line_start = pos == 1 or sub(text, pos - 1, pos - 1) == "\n"
-      local lead = match(before, "\n([ \t]*)$") or
-                   (at_line_start and match(before, "^([ \t]*)$"))
-      local tail = match(text, "^[ \t]*\n", after)
+      local lead = line_lead(before, at_line_start)
+      local tail = line_tail(text, after)
       if lead and tail then
         before = sub(before, 1, #before - #lead)
         after = after + #tail

@@ -23,7 +23,10 @@
              With lazy = k, a warp keeps its rows' max (alpha 1, no rescale)
              until one grows by more than 2^k, so P may reach 2^k.
   With a softcap on bfloat16 P (mods.bounded), where the host's fixed shift
-  holds (mods.fixed_on), max and rescale give way to that shift.
+  holds (mods.fixed_on), max and rescale give way to that shift; such a
+  kernel rounds P to bfloat16 before the sum (packing first where it packs),
+  so that the row sum is the sum of the P that P.V multiplies: one visible
+  key gives V exactly.
   Which slot holds which (row, column), and which lanes share a row, come
   from the probed accumulator table (acc, rows: lut.lua), never from an
   assumed layout.  Expressions in: S(mi, j, i), m(mi, c), l(mi, c),
@@ -128,10 +131,28 @@
 {% for i = 0, acc.slots - 1 do %}
         {{ S("mi", "j", i) }} = fj::fast_exp2(fmaf({{ S("mi", "j", i) }}, {{ sl2 }}, -mu{{ rows.class_of[i] }}));
 {% end %}
+{% if fixed then %}
+        // Bounded scores: against the fixed shift P is no longer 1 at the
+        // row's max, so its rounding to bfloat16 in P.V would not cancel
+        // against a row sum of the float values (a row of one key would
+        // return V times P's rounding error).  The sum takes P as P.V
+        // will: rounded to bfloat16{{ pack and ", read back from the packed registers" or "" }}.
+{%   if pack then %}
+{%     for r = 0, 3 do %}
+        {{ pack.P("mi", "j", r) }} = fj::pack2({{ S("mi", "j", pack.from[2 * r]) }}, {{ S("mi", "j", pack.from[2 * r + 1]) }});
+        {{ S("mi", "j", pack.from[2 * r]) }} = __uint_as_float({{ pack.P("mi", "j", r) }} << 16);
+        {{ S("mi", "j", pack.from[2 * r + 1]) }} = __uint_as_float({{ pack.P("mi", "j", r) }} & 0xffff0000u);
+{%     end %}
+{%   else %}
+{%     for i = 0, acc.slots - 1 do %}
+        {{ S("mi", "j", i) }} = __bfloat162float(__float2bfloat16_rn({{ S("mi", "j", i) }}));
+{%     end %}
+{%   end %}
+{% end %}
 {% for c = 1, NC do %}
         sum{{ c }} += {{ tree("add", class_terms(c, "j")) }};
 {% end %}
-{% if pack then %}
+{% if pack and not fixed then %}
         // P as the A operand at once (half the registers of S): A slot s
         // is accumulator slot{% for x = 0, 7 do if pack.from[x] then %} {{ x }}<-{{ pack.from[x] }}{% end end %}.
 {%   for r = 0, 3 do %}

@@ -12,7 +12,7 @@ layers="util
 ctx kparams expr mods_memo
 mods axes
 driver template compile reference
-cache workspace devptr launch_record mods_kernel
+cache entry workspace devptr launch_record mods_kernel
 kernel
 layout
 variant

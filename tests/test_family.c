@@ -444,7 +444,8 @@ int test_family_lut_disagrees(void)
   fj_buf src = {0};
   /* Not separable: refused, with the reason and the table's device. */
   CHECK_ST(ctx, render_edited(ctx, 0, not_separable, &src), FJ_ERR_UNSUPPORTED);
-  CHECK_MSG(ctx, "softmax regs: the accumulator (wmma_acc_f32 on reference (NVIDIA H200)) "
+  CHECK_MSG(ctx, "softmax regs: the accumulator (wmma_acc_f32 on none (a reference table: "
+                 "what an NVIDIA H200 showed)) "
                  "is not separable: lane 5 slot");
   /* A does not hold S's elements: P goes through shared memory. */
   CHECK_OK(ctx, render_edited(ctx, 1, a_like_b, &src));

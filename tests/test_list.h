@@ -189,3 +189,12 @@ TEST(hostile_a_limits_more, cpu)
 TEST(hostile_a_exprs, cpu)
 TEST(hostile_a_expr_kernel, cpu)
 TEST(hostile_a_statuses, cpu)
+/* issue 35, part B (test_hardening_b.c): every Lua entry point bounded,
+ * the cache's trust boundary, a newcomer's first hour */
+TEST(hostile_b_renderer_patterns, cpu)
+TEST(hostile_b_c_loops, cpu)
+TEST(hostile_b_packs, cpu)
+TEST(hostile_b_index_load, cpu)
+TEST(hostile_b_export_target, cpu)
+TEST(hostile_b_reference_exact, cpu)
+TEST(gpu_exact_single_key, gpu)

@@ -261,7 +261,7 @@ int test_sandbox_memory(void)
   fj_ctx *ctx = NULL;
   CHECK_ST(ctx, render_text(&ctx, "big.cu",
                             "{% local t = {} for i = 1, 100000 do "
-                            "t[i] = string.rep('x', 65536) .. i end %}"),
+                            "t[i] = string.rep('xxxxxxxxxxxxxxxx', 4096) .. i end %}"),
            FJ_ERR_TEMPLATE);
   CHECK_MSG(ctx, "memory limit");
   /* The state survives the error: the same context renders again (and

@@ -287,6 +287,7 @@ SIGNATURES = {
                               _P(PrewarmReport)]),
     "fj_cache_export": (_I, [_VP, _STR, _P(CachePackReport)]),
     "fj_cache_import": (_I, [_VP, _STR, _P(CachePackReport)]),
+    "fj_cache_import_ex": (_I, [_VP, _STR, C.c_uint, _P(CachePackReport)]),
 }
 
 

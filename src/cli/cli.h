@@ -104,6 +104,7 @@ typedef struct cli {
   const char *dtypes_list;
   const char *causals_list;
   int from_tune_db;
+  int verify;        /* cache import --verify */
   /* tune */
   int show;
   int no_save;

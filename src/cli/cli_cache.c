@@ -268,13 +268,15 @@ static int cache_export(cli *c, fj_ctx *ctx)
 static int cache_import(cli *c, fj_ctx *ctx)
 {
   fj_cache_pack_report r;
-  fj_status st = fj_cache_import(ctx, c->cache_file, &r);
+  fj_status st = fj_cache_import_ex(
+      ctx, c->cache_file, c->verify ? FJ_CACHE_IMPORT_VERIFY : 0, &r);
   if (st != FJ_OK)
     return cli_fj_error(c, ctx, st);
-  printf("imported %s into %s: %d entries: %d installed, %d already there, "
+  printf("imported %s into %s: %d entries%s: %d installed, %d already there, "
          "%d kept (a different valid entry was there)\n",
-         c->cache_file, fj_cache_dir(ctx), r.entries, r.installed, r.present,
-         r.kept);
+         c->cache_file, fj_cache_dir(ctx), r.entries,
+         c->verify ? " (every kernel recompiled and compared)" : "",
+         r.installed, r.present, r.kept);
   return 0;
 }
 
@@ -312,6 +314,8 @@ static int check_action(cli *c)
     if (cli_flag_given(c, warm_only[i]))
       return cli_usage_error(c, "--%s applies only to cache prewarm",
                              warm_only[i]);
+  if (strcmp(a, "import") && cli_flag_given(c, "verify"))
+    return cli_usage_error(c, "--verify applies only to cache import");
   return 0;
 }
 

@@ -303,6 +303,15 @@ static int emit_sweep(cli *c, fj_ctx *ctx)
   free(vs);
   if (rc)
     return rc;
+  /* Which family the sweep walks, first: without --mma it is the
+   * variant flags' default (wmma), not the library's choice for the
+   * arch. */
+  printf("# sweep of the %s family%s on %s: %zu variants (--mma wmma|mma|"
+         "wgmma chooses the family)\n",
+         fj_mma_name(c->v.mma),
+         cli_flag_given(c, "mma") ? "" : " (the default without --mma)",
+         fj_ctx_arch(ctx), n);
+  fflush(stdout);
   if (!(n = cli_sweep_prepare(c, ctx, &vs, &st)))
     return EXIT_FAIL;
   for (size_t i = 0; i < n; i++)

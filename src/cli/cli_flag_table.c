@@ -172,6 +172,10 @@ const flag_def cli_flags[] = {
      .help = "prewarm: every variant the tuning database has for --arch "
              "(--head-dim, --dtype, --causal filter them when given) instead "
              "of the library's picks"},
+    {"verify", 0, CMD_CACHE, cli_set_switch, OFF(verify),
+     .help = "import: compile every kernel of the pack again from its "
+             "rendered source and refuse the file unless each PTX and cubin "
+             "is the same (fj_cache_import_ex, FJ_CACHE_IMPORT_VERIFY)"},
     {"show", 0, CMD_TUNE, cli_set_switch, OFF(show),
      .help = "list the tuning database instead of tuning"},
     {"no-save", 0, CMD_TUNE, cli_set_switch, OFF(no_save),

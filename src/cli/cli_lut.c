@@ -12,16 +12,23 @@ static const char *origin_text(fj_lut_origin o)
   switch (o) {
   case FJ_LUT_PROBED: return "probed on this device now";
   case FJ_LUT_CACHED: return "from the cache (probed on this device earlier)";
-  case FJ_LUT_REFERENCE: return "reference table (compile-only: not observed)";
+  case FJ_LUT_REFERENCE: return "reference table (no GPU seen: not observed "
+                                "here, but what an NVIDIA H200 showed when "
+                                "probed)";
   }
   return "?";
 }
 
 static void print_lut(const fj_lut *l)
 {
-  printf("fragment %s: %dx%d tile, %d slots per lane; %s; device %s\n",
-         fj_frag_name(l->frag), l->rows, l->cols, l->slots,
-         origin_text(l->origin), l->device);
+  if (l->origin == FJ_LUT_REFERENCE)  /* no device seen: none to name */
+    printf("fragment %s: %dx%d tile, %d slots per lane; %s\n",
+           fj_frag_name(l->frag), l->rows, l->cols, l->slots,
+           origin_text(l->origin));
+  else
+    printf("fragment %s: %dx%d tile, %d slots per lane; %s; device %s\n",
+           fj_frag_name(l->frag), l->rows, l->cols, l->slots,
+           origin_text(l->origin), l->device);
   printf("lane: (row,col) of slot 0..%d\n", l->slots - 1);
   for (int lane = 0; lane < 32; lane++) {
     printf("%4d:", lane);
