@@ -151,6 +151,11 @@ __device__ __forceinline__ void st_shared_b32(unsigned a, unsigned v) {
 __device__ __forceinline__ void st_shared_b16(unsigned a, unsigned short v) {
   asm volatile("st.shared.b16 [%0], %1;\n" :: "r"(a), "h"(v) : "memory");
 }
+__device__ __forceinline__ float ld_shared_f32(unsigned a) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(a) : "memory");
+  return v;
+}
 __device__ __forceinline__ uint4 ld_shared_v4(unsigned a) {
   uint4 v;
   asm volatile("ld.shared.v4.b32 { %0, %1, %2, %3 }, [%4];\n"
@@ -177,6 +182,13 @@ __device__ __forceinline__ void wg_hold(float &x) { asm volatile("" : "+f"(x) ::
 // 13.0's PTX compiler crashes on wgmma whose descriptors are constants.
 __device__ __forceinline__ unsigned smem_opaque(const void *p) {
   unsigned a = (unsigned)__cvta_generic_to_shared(p), b;
+  asm volatile("mov.b32 %0, %1;" : "=r"(b) : "r"(a));
+  return b;
+}
+
+// A value the compiler cannot see through (nor hoist out of a loop).
+__device__ __forceinline__ unsigned opaque_u32(unsigned a) {
+  unsigned b;
   asm volatile("mov.b32 %0, %1;" : "=r"(b) : "r"(a));
   return b;
 }
@@ -214,6 +226,28 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
 __device__ __forceinline__ void tma_load4(unsigned dst, const void *map, unsigned bar, int c0, int c1, int c2, int c3) {
   asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, { %2, %3, %4, %5 }], [%6];\n"
                :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar) : "memory");
+}
+
+// ---- a bulk copy of `bytes` (a multiple of 16, both ends 16-byte aligned)
+// of global memory into shared memory, counted on barrier `bar` ----
+__device__ __forceinline__ void bulk_load(unsigned dst, const void *src, unsigned bytes, unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+// ---- bulk reduce-adds: `bytes` (a multiple of 16, both ends 16-byte
+// aligned) of float32 in shared memory added into global memory by the
+// TMA unit; a thread's groups of them, committed, are waited for until
+// they have read shared memory (bulk_wait_read) or completed (bulk_wait) ----
+__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void st_shared_v2_f32(unsigned a, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], { %1, %2 };\n" :: "r"(a), "f"(x), "f"(y) : "memory");
 }
 
 // ---- registers moved between warpgroups ----
