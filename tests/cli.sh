@@ -66,7 +66,7 @@ expect 2 "invalid value '0' for --splits: expected auto or an integer in 1..256"
 expect 2 "invalid value '300' for --splits" plan --shape 1,32,1,128 --splits 300
 expect 2 "invalid value '5000' for --sms: expected an integer in 1..1024" plan --shape 1,8,1,64 --sms 5000
 # The backward: its plan and kernels without a GPU, and what it does not take.
-expect 0 "main=fj_bwd_attn_d64_m64_n64_w8" plan --backward --shape 2,8,300,64 --heads-kv 2 --causal
+expect 0 "main=fj_bwd_attn_d64_m64_n128_w12_s2_xor_regs_wgmma" plan --backward --shape 2,8,300,64 --heads-kv 2 --causal
 expect 0 "workspace_bytes=" plan --backward --shape 2,8,300,64 --window 16,0 --softcap 20
 expect 0 "the main kernel of the library's backward" emit --backward --shape 1,4,128,64 --arch sm_80
 expect 0 "direction=backward" emit --backward --shape 1,4,128,128 --causal --what resources
@@ -215,7 +215,7 @@ expect 0 "--param" plan --help
 expect 0 "NAME:DTYPE[E0,...]@FILE" run --help
 expect 0 "LEFT,RIGHT" emit --help
 "$FJ" plan --shape 2,8,64,64 | grep -qx "mods=none" || fail "plan without modifications lacks mods=none"
-"$FJ" plan --shape 2,8,64,64 --window -1,-1 --score-mod "" | grep -qx "mods=none" || fail "plan with modifications all off lacks mods=none"
+"$FJ" plan --shape 2,8,64,64 --window -1,-1 | grep -qx "mods=none" || fail "plan with modifications all off lacks mods=none"
 "$FJ" plan --shape 1,8,4096,128 --causal --window 128,0 >"$tmp/plan" || fail "plan --window"
 for kv in "mods=window" "window=128,0"; do
   grep -qx "$kv" "$tmp/plan" || fail "window plan lacks $kv: $(tr '\n' ' ' <"$tmp/plan")"
@@ -248,7 +248,7 @@ for target in "--arch sm_90a" "--arch sm_80" "--arch sm_90a --mma wgmma --head-d
   sed -n 1p "$tmp/src" | grep -q "^// flashjit generated kernel: fj_attn_.*_x[0-9a-f]\{8\}$" \
     || fail "emit $target --score-mod: header: $(sed -n 1p "$tmp/src")"
   grep -A1 '^ *#line 1 "score"' "$tmp/src" | grep -v '^--$' | sed -n '2p;4p' >"$tmp/lines"
-  printf '    bias(h, ((q - kv) + 8))\n(s + fj_dg)\n' | cmp -s - "$tmp/lines" \
+  printf '    bias(h, fj::iadd(fj::isub(q, kv), 8))\n(s + fj_dg)\n' | cmp -s - "$tmp/lines" \
     || fail "emit $target --score-mod: the call and the expression do not follow #line 1 \"score\": $(cat "$tmp/lines")"
   grep -qF "The user's expression: $XS" "$tmp/src" \
     || fail "emit $target --score-mod: the user's text is not in the comment"

@@ -280,11 +280,11 @@ int test_serving_varlen(void)
   CHECK_OK(ctx, fj_variant_check(ctx, &v));
   v.paged = 1;
   CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_UNSUPPORTED);
-  CHECK_MSG(ctx, "paged is implemented for mma mma only (the mma.sync family; varlen for wgmma too)");
+  CHECK_MSG(ctx, "paged is implemented for mma mma only (the mma.sync family)");
   v.paged = 0;
   v.pack_gqa = 1;
   CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_UNSUPPORTED);
-  CHECK_MSG(ctx, "pack_gqa is implemented for mma mma only (the mma.sync family; varlen for wgmma too)");
+  CHECK_MSG(ctx, "pack_gqa is implemented for mma mma only (the mma.sync family)");
   v.pack_gqa = 0;
   v.varlen = 3;
   CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_INVALID_ARG);
