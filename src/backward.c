@@ -203,16 +203,6 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
       rows * sizeof(float) * (2 + (size_t)p->head_dim);
 }
 
-/* Whether the wgmma backward takes p: sm_90a, head dims 64 and 128,
- * 16-bit types, the built-in masks and softcap (its template refuses the
- * rest the same way). */
-static int wgmma_takes(const fj_ctx *ctx, const fj_problem *p)
-{
-  return fj__arch_has(ctx, FJ_ARCH_WGMMA) &&
-         (p->head_dim == 64 || p->head_dim == 128) &&
-         (p->dtype == FJ_F16 || p->dtype == FJ_BF16);
-}
-
 /* What shapes the main kernel's choice and source (the built-in
  * modifications' values are launch arguments). */
 typedef struct bwd_key {
@@ -280,9 +270,10 @@ static void memo_add(fj_ctx *ctx, const bwd_key *k, const fj_variant *v,
   m->n++;
 }
 
-/* The wgmma kernel where it takes p, else two stages of Q and dO on mma
- * where the architecture's shared memory holds them, else one; ctx->lock
- * held. */
+/* The wgmma kernel where the target has wgmma and its template takes p
+ * (head dims 64 and 128, 16-bit types: it refuses the rest), else two
+ * stages of Q and dO on mma where the architecture's shared memory holds
+ * them, else one; ctx->lock held. */
 static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
                              fj_bwd_plan *plan)
 {
@@ -294,7 +285,7 @@ static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
     fill_plan(p, &v, &meta, plan);
     return FJ_OK;
   }
-  if (wgmma_takes(ctx, p)) {
+  if (fj__arch_has(ctx, FJ_ARCH_WGMMA)) {
     main_variant(p, FJ_MMA_WGMMA, 2, &v);
     st = main_kernel(ctx, &v, 0, &meta, NULL);
     if (st == FJ_OK)

@@ -35,12 +35,7 @@
   local mrule = import("mask.lua").new(causal, false, nil, window)
   local mods = import("mods.lua").new{ softcap = softcap }
   local function no(fmt, ...) refuse(fmt:format(...)) end
-  if (score_mod or "") ~= "" or (mask_mod or "") ~= "" or (block_kv or 0) > 0 then
-    no("the backward takes no score or mask expressions and no block mask yet")
-  end
-  if varlen or paged or pack_gqa or split_kv or kv_dtype ~= dtype then
-    no("the backward takes dense problems of one dtype (no %s)", varlen and "varlen" or paged and "paged K/V" or pack_gqa and "pack_gqa" or split_kv and "split_kv" or "FP8 K/V")
-  end
+  PC.bwd_scope()
   if W ~= 8 then no("warps %d: the mma backward runs 8 warps (4 row groups x 2 halves)", W) end
   if BM ~= 64 or BN ~= 64 then no("tile_m %d, tile_n %d: the mma backward takes 64 x 64 tiles", BM, BN) end
   if D % 32 ~= 0 or D > 256 then no("head_dim %d: the mma backward takes multiples of 32 up to 256", D) end

@@ -48,12 +48,7 @@
   local mrule = import("mask.lua").new(causal, false, nil, window)
   local mods = import("mods.lua").new{ softcap = softcap }
   local function no(fmt, ...) refuse(fmt:format(...)) end
-  if (score_mod or "") ~= "" or (mask_mod or "") ~= "" or (block_kv or 0) > 0 then
-    no("the backward takes no score or mask expressions and no block mask yet")
-  end
-  if varlen or paged or pack_gqa or split_kv or kv_dtype ~= dtype then
-    no("the backward takes dense problems of one dtype (no %s)", varlen and "varlen" or paged and "paged K/V" or pack_gqa and "pack_gqa" or split_kv and "split_kv" or "FP8 K/V")
-  end
+  PC.bwd_scope()
   local ELEM = TR.ELEM[dtype]
   if ELEM ~= 2 then no("dtype %s: the wgmma backward takes f16 and bf16", dtype) end
   local C = warps // 4 - 1          -- consumer warpgroups

@@ -61,6 +61,20 @@ function M.softmax_step(t)
   return include("softmax_regs.cuh", M.with(t, { score_step = score ~= "" and score or nil }))
 end
 
+-- What every backward main kernel refuses (attention_bwd_mma.cu,
+-- attention_bwd_wgmma.cu), from the kernel's own parameters (imports see
+-- them as include() does): expressions, block masks, and anything but a
+-- dense problem of one dtype.
+function M.bwd_scope()
+  if (score_mod or "") ~= "" or (mask_mod or "") ~= "" or (block_kv or 0) > 0 then
+    refuse("the backward takes no score or mask expressions and no block mask yet")
+  end
+  if varlen or paged or pack_gqa or split_kv or kv_dtype ~= dtype then
+    refuse(("the backward takes dense problems of one dtype (no %s)"):format(varlen and "varlen" or paged and "paged K/V"
+      or pack_gqa and "pack_gqa" or split_kv and "split_kv" or "FP8 K/V"))
+  end
+end
+
 function M.indent(text, n)
   local pad = (" "):rep(n)
   return (text:gsub("\n([^#])", "\n" .. pad .. "%1"))

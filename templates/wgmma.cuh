@@ -66,20 +66,19 @@ template <int N> __device__ __forceinline__ void wg_wait() {
 // the wgmma that owns it (it cannot see the asynchrony).
 __device__ __forceinline__ void wg_hold(float &x) { asm volatile("" : "+f"(x) :: "memory"); }
 
-// A shared-space address the compiler cannot fold into a constant: NVRTC
-// 13.0's PTX compiler crashes on wgmma whose descriptors are constants.
-__device__ __forceinline__ unsigned smem_opaque(const void *p) {
-  unsigned a = (unsigned)__cvta_generic_to_shared(p), b;
-  asm volatile("mov.b32 %0, %1;" : "=r"(b) : "r"(a));
-  return b;
-}
-
-// A value the compiler cannot see through (nor hoist out of a loop).
+// A value the compiler cannot see through (nor fold, nor hoist out of a loop).
 __device__ __forceinline__ unsigned opaque_u32(unsigned a) {
   unsigned b;
   asm volatile("mov.b32 %0, %1;" : "=r"(b) : "r"(a));
   return b;
 }
+
+// A shared-space address the compiler cannot fold into a constant: NVRTC
+// 13.0's PTX compiler crashes on wgmma whose descriptors are constants.
+__device__ __forceinline__ unsigned smem_opaque(const void *p) {
+  return opaque_u32((unsigned)__cvta_generic_to_shared(p));
+}
+
 
 // Generic-proxy writes to shared memory, made visible to wgmma and TMA.
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
