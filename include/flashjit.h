@@ -51,7 +51,7 @@ extern "C" {
  * added, removed, retyped or moved), so that a binding that mirrors them
  * (python/flashjit/_capi.py) can refuse a library of another layout
  * instead of reading past a struct (fj_abi_version). */
-#define FJ_ABI_VERSION 3
+#define FJ_ABI_VERSION 4
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
@@ -576,6 +576,14 @@ typedef struct fj_problem {
    * cu_seqlens_q[batch] <= total_q). */
   int total_q;
   int total_kv;
+  /* The backward only: nonzero makes dq, dk, dv and dsinks bit-identical
+   * from run to run (same problem, inputs and context target): each query
+   * tile's dq is added by the key tiles that see it one after another in
+   * ascending key order, and the sinks' gradient is summed in row order.
+   * It costs the waits between those additions.  0: dq's additions run in
+   * whatever order the GPU makes them.  The forward is deterministic
+   * either way and ignores it. */
+  int deterministic;
 } fj_problem;
 
 #define FJ_PAGE_SIZE_MAX 4096

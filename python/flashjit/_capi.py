@@ -111,7 +111,8 @@ class Problem(C.Structure):
                 ("cu_seqlens_q", C.c_void_p), ("cu_seqlens_kv", C.c_void_p),
                 ("seqused_kv", C.c_void_p), ("block_table", C.c_void_p),
                 ("max_pages", C.c_int), ("page_size", C.c_int), ("num_pages", C.c_int),
-                ("mods", C.c_void_p), ("total_q", C.c_int), ("total_kv", C.c_int)]
+                ("mods", C.c_void_p), ("total_q", C.c_int), ("total_kv", C.c_int),
+                ("deterministic", C.c_int)]
 
 
 class ModParam(C.Structure):
@@ -292,7 +293,7 @@ SIGNATURES = {
 
 
 # FJ_ABI_VERSION of the header these structs mirror.
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 
 def open_library(path):
