@@ -74,6 +74,9 @@ if part backward; then
   timeout ${BACKWARD_TIMEOUT:-300} ./tests/fj_tests gpu_backward >"$out/backward.log" 2>&1
   note "backward gpu_backward: exit $? ($(grep -c '^ok ' "$out/backward.log") ok, $(grep -c '^FAIL' "$out/backward.log") FAIL)"
   grep -E "^FAIL|cases,|error|backward:|reference:" "$out/backward.log" | head -12 | tee -a "$summary"
+  timeout ${BACKWARD_TIMEOUT:-300} ./tests/fj_tests gpu_backward_deterministic >"$out/backward_det.log" 2>&1
+  note "backward gpu_backward_deterministic: exit $? ($(grep -c '^ok ' "$out/backward_det.log") ok, $(grep -c '^FAIL' "$out/backward_det.log") FAIL)"
+  grep -E "runs differ|^FAIL|error|backward:" "$out/backward_det.log" | head -24 | tee -a "$summary"
   if [ "${BACKWARD_SANITIZE:-1}" = 1 ]; then
     for tool in memcheck racecheck; do
       timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 ./tests/fj_tests gpu_sanitize_backward >>"$out/backward_sanitizer.log" 2>&1

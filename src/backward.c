@@ -146,7 +146,7 @@ static fj_status row_kernel(fj_ctx *ctx, const fj_problem *p,
   char symbol[64];
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
-  int sinks = mi.sinks && strcmp(which, "pre") == 0;
+  int sinks = mi.sinks && strcmp(which, "post") == 0;
   tiled = tiled && strcmp(which, "post") == 0;
   snprintf(symbol, sizeof symbol, "fj_bwd_%s_d%d_%s%s%s", which, p->head_dim,
            fj_dtype_name(p->dtype), sinks ? "_sink" : "",
@@ -183,6 +183,13 @@ static size_t pad_rows(const fj_problem *p)
   return (size_t)p->batch * (size_t)p->heads_q * (size_t)seq_pad(p);
 }
 
+/* dQ's tiles of 64 rows by 64 columns (bwd_common.cuh's dq_tile_base):
+ * one turn counter each. */
+static size_t dq_tiles(const fj_problem *p)
+{
+  return pad_rows(p) / BWD_TILE * (size_t)((p->head_dim + 63) / 64);
+}
+
 /* The plan's sizes for variant v, its kernel's metadata given. */
 static void fill_plan(const fj_problem *p, const fj_variant *v,
                       const fj_kmeta *meta, fj_bwd_plan *plan)
@@ -197,10 +204,10 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
   plan->threads = (unsigned)meta->threads;
   plan->smem_bytes = (unsigned)meta->smem_bytes;
   plan->rows_grid = (unsigned)((rows + BWD_ROWS - 1) / BWD_ROWS);
-  /* delta, LSE2, then dQ's accumulator, each 16-byte aligned (rows are
-   * multiples of 64) */
-  plan->workspace_bytes =
-      rows * sizeof(float) * (2 + (size_t)p->head_dim);
+  /* delta, LSE2, dQ's accumulator, then its tiles' turns, each 16-byte
+   * aligned (rows are multiples of 64) */
+  plan->workspace_bytes = rows * sizeof(float) * (2 + (size_t)p->head_dim) +
+                          dq_tiles(p) * sizeof(int);
 }
 
 /* What shapes the main kernel's choice and source (the built-in
@@ -388,7 +395,10 @@ static void fill_bwd_params(fj_bwd_kparams *g, const fj_problem *p,
   g->delta = (float *)(uintptr_t)ws;
   g->lse2 = (float *)(uintptr_t)(ws + rows * sizeof(float));
   g->dq_acc = (float *)(uintptr_t)(ws + 2 * rows * sizeof(float));
+  g->dq_turns = (int *)(uintptr_t)(ws + (2 + (size_t)p->head_dim) * rows *
+                                            sizeof(float));
   g->seq_pad = seq_pad(p);
+  g->deterministic = p->deterministic != 0;
   g->dsinks = a->dsinks;
   for (int i = 0; i < 3; i++) {
     g->do_stride[i] = p->o_stride[i];
@@ -504,9 +514,6 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   else if (st == FJ_OK && base % 16)
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
                   "%s: workspace %p is not 16-byte aligned", who, ws);
-  if (st == FJ_OK && a->dsinks)
-    st = fj__cu_memset32_async(ctx, (uint64_t)(uintptr_t)a->dsinks, 0,
-                               (size_t)p->heads_q, stream);
   fj_bwd_tmaps maps;
   int wg = plan->variant.mma == FJ_MMA_WGMMA;
   if (st == FJ_OK && wg)

@@ -57,9 +57,11 @@ typedef struct fj_bwd_kparams {
   float *lse2;    /* LSE * log2(e), +inf where LSE is -inf, same rows */
   float *dq_acc;  /* float32 [batch][heads_q][seq_pad][head_dim] */
   float *dsinks;  /* [heads_q] or NULL */
+  int *dq_turns;  /* per dQ tile: the key tiles that added (deterministic) */
   long long do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];
   float scale;
   int seq_pad;
+  int deterministic;
 } fj_bwd_kparams;
 
 /* CUtensorMap: 128 opaque bytes, 64-byte aligned (cuda.h's own type is not

@@ -16,7 +16,8 @@
     dV += P^T dO, dK += dS^T Q         each warp 16 keys x half the head dim,
                                        P^T and dS^T read by ldmatrix.trans
     dQ += dS K                         each warp 16 rows x half the head dim,
-                                       added into g.dq_acc (float32 atomics)
+                                       added into g.dq_acc (float32 atomics;
+                                       deterministic: in key-tile order)
   and at the end writes dK (times the softmax scale) and dV, summed over
   the group's query heads in registers, so GQA needs no reduction kernel.
   The preprocess (bwd_rows.cu "pre": delta, dQ's accumulator cleared, the sinks'
@@ -127,7 +128,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   float *const s_ld = reinterpret_cast<float *>(smem + {{ OFF_L }});  // per stage: LSE * log2(e), then delta
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n0 = blockIdx.x * {{ BN }}, hk = blockIdx.y, b = blockIdx.z;
+  const fj::KvTile kt = fj::kv_tile();  // bwd_common.cuh: first key tiles first
+  const int nt = kt.n, n0 = nt * {{ BN }}, hk = kt.hk, b = kt.b;
   fj::Block blk;  // the modifications' view of the block (mods.lua): batch and KV head
   blk.b = b;
   blk.hk = hk;
@@ -267,8 +269,20 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     }
 
     // dQ += dS K: rows wr.., columns dc.., {{ DQT * 16 }} at a time, into the
-    // float32 accumulator.
-    float *dq_rows = g.dq_acc + (((long long)b * p.heads_q + h) * g.seq_pad) * {{ D }};
+    // float32 accumulator; in the deterministic mode once the key tiles
+    // before this one that walk these rows have added theirs (their turn
+    // counter, bwd_common.cuh), so every element's sum has one order.
+    const long long bh = (long long)b * p.heads_q + h;
+    float *dq_rows = g.dq_acc + bh * g.seq_pad * {{ D }};
+    int *const turn = g.dq_turns + fj::dq_tile_base(bh, m0, 0, g.seq_pad, {{ D }}) / 4096;
+    if (g.deterministic) {
+      if (threadIdx.x == 0) {
+        int rank = 0;
+{{ PC.piece(include("scheduler.cuh", { part = "kv_rank", mrule = mrule, BM = BM, BN = BN })) }}
+        fj::dq_turn_wait(turn, rank);
+      }
+      __syncthreads();
+    }
 #pragma unroll
     for (int dq0 = 0; dq0 < {{ NT }}; dq0 += {{ DQT }}) {
       float dq[{{ DQT }}][8];
@@ -297,7 +311,10 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
       }
     }
+    // Every thread's additions done at the GPU before the turn passes on.
+    if (g.deterministic) __threadfence();
     __syncthreads();  // P, dS and this stage are read before they are written again
+    if (g.deterministic && threadIdx.x == 0) fj::dq_turn_done(turn);
   }
 
   // dK (times the softmax scale) and dV, keys past the sequence not written.

@@ -21,14 +21,23 @@
     dS^T to shared memory                 [key][query], 128-byte swizzle
     dQ += dS K                            dS read transposed (MN-major A);
                                           staged in shared memory, then
-                                          bulk reduce-adds (TMA, float32)
-                                          a row into g.dq_acc (the
+                                          added by the producer's second
+                                          warp (the dQ writer): one TMA
+                                          bulk reduce-add (float32) a
+                                          64 x 64 tile into g.dq_acc (the
                                           postprocess scales)
   dQ is split between the consumers by columns (each D/2, whole panels of
   64) or, where half the head dim is not a whole panel, by turns (the
   consumer of the step's parity does all of it), so each step's dS is
   written by both before either reads it: named barrier 1 and two dS
-  buffers.  dK (times the softmax scale) and dV stay in registers over the
+  buffers.  Each consumer's dQ staging buffer passes to the writer and back
+  through a pair of mbarriers (full: staged; empty: read by the TMA unit),
+  so the consumers never wait on a reduce-add.  In the deterministic mode
+  (g.deterministic) the writer adds a tile only in its key tile's turn
+  (scheduler.cuh's kv_rank, bwd_common.cuh's dq_turn_wait) and passes the
+  turn on once the add has completed.  Blocks start in bwd_common.cuh's
+  kv_tile order (first key tiles first: the longest walks under a causal
+  mask).  dK (times the softmax scale) and dV stay in registers over the
   walk, summed over the group's query heads, so GQA needs no reduction.
   Which (row, column) each accumulator register holds and how it becomes
   the A operand come from the probed wgmma tables (lut.lua).
@@ -106,6 +115,8 @@
   local OFF_DQ = B.region("dq_stage", C * DQ_STAGE, 128)
   local OFF_LD = B.region("lse_delta", S * LD_BYTES, 16)
   local OFF_BAR = B.region("barriers", 8 * bars.count, 8)
+  -- dQ's staging handoff: full (staged) and empty (read) per consumer.
+  local OFF_DQBAR = B.region("dq_barriers", 8 * 2 * C, 8)
   meta.symbol = symbol
   meta.threads = THREADS
   meta.smem_bytes = B.total()
@@ -169,9 +180,11 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const unsigned sk = base + {{ OFF_K }}, sv = base + {{ OFF_V }}, sq = base + {{ OFF_Q }}, sdout = base + {{ OFF_DO }};
   const unsigned sds = base + {{ OFF_DS }}, sld = base + {{ OFF_LD }}, sdq = base + {{ OFF_DQ }};
   const unsigned bars = base + {{ OFF_BAR }};
+  const unsigned dq_full = base + {{ OFF_DQBAR }}, dq_empty = dq_full + {{ 8 * C }}u;  // + 8 cw
   {{ PC.indent(TR.decls({ k, v, q, dout }, bars), 2) }}
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
-  const int n0 = blockIdx.x * {{ BN }}, hk = blockIdx.y, b = blockIdx.z;
+  const fj::KvTile kt = fj::kv_tile();  // bwd_common.cuh: first key tiles first
+  const int nt = kt.n, n0 = nt * {{ BN }}, hk = kt.hk, b = kt.b;
   fj::Block blk;  // the modifications' view of the block (mods.lua)
   blk.b = b;
   blk.hk = hk;
@@ -187,7 +200,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   end
 %}
   if (threadIdx.x == 0) {
-    {{ PC.indent(TR.init({ k, v, q, dout }), 4) }}
+    {{ PC.indent(TR.init({ k, v, q, dout }, { { "dq_full", 1 }, { "dq_full + 8u", 1 }, { "dq_empty", 1 }, { "dq_empty + 8u", 1 } }), 4) }}
   }
   __syncthreads();
 
@@ -211,6 +224,44 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         {{ dout.wait_empty("slot", "ph ^ 1u") }}
         {{ PC.indent(dout.fill("slot", function(pn) return ("%s * %d, m0, h, b"):format(pn, dout.panel_cols) end), 8) }}
       }
+    } else if (warp == 1 && lane == 0) {
+      // ---- dQ's writer: each consumer's staged tile, one bulk reduce-add --
+{% walk() %}
+      for (int i = 0; i < steps; ++i) {
+        const int h = hk * p.group + i / nq, m0 = m_first + (i % nq) * {{ BM }};
+        const long long bh = (long long)b * p.heads_q + h;
+        int *const turn = g.dq_turns + fj::dq_tile_base(bh, m0, 0, g.seq_pad, {{ D }}) / 4096;
+        int rank = 0;
+        if (g.deterministic) {
+{{ PC.piece(include("scheduler.cuh", { part = "kv_rank", mrule = mrule, BM = BM, BN = BN })) }}
+        }
+{% local adders = DQ_COLS and { "0", "1" } or { "(i & 1)" } %}
+{% local uses = DQ_COLS and "(unsigned)i" or "(unsigned)(i >> 1)" %}
+{% for j, cw in ipairs(adders) do %}
+        fj::mbar_wait(dq_full + 8u * {{ cw }}, {{ uses }} & 1u);
+        if (g.deterministic) {
+          fj::dq_turn_wait(turn + {{ DQ_COLS and cw or "0" }}, rank);
+          fj::fence_async_global();
+        }
+        fj::bulk_reduce_add_f32(g.dq_acc + fj::dq_tile_base(bh, m0, {{ DQ_COLS and ("%s * %d"):format(cw, DQN) or "0" }}, g.seq_pad, {{ D }}),
+                                sdq + {{ cw }} * {{ DQ_STAGE }}u, {{ DQ_STAGE }}u);
+        fj::bulk_commit();
+{% end %}
+{% for j, cw in ipairs(adders) do %}
+        fj::bulk_wait_read<{{ #adders - j }}>();
+        fj::mbar_arrive(dq_empty + 8u * {{ cw }});
+{% end %}
+        if (g.deterministic) {
+          // Complete, then visible to the next key tile's acquire.
+          fj::bulk_wait();
+          fj::fence_async_global();
+{% for j, cw in ipairs(adders) do %}
+          fj::dq_turn_done(turn + {{ DQ_COLS and cw or "0" }});
+{% end %}
+        }
+      }
+      // The last reductions complete before the block ends.
+      fj::bulk_wait();
     }
   } else {
     // ---- consumers --------------------------------------------------------
@@ -341,11 +392,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         fj::wg_wait<0>();
     {{ hold("dq", DQN // 16) }}
         // dQ's float32 reductions: staged in this warpgroup's buffer as
-        // the accumulator's tile (bwd_common.cuh's dq_tile_off), then one
-        // bulk reduce-add of the tile into g.dq_acc by one thread, whose
-        // previous one must have read the buffer first.
-        if (threadIdx.x % 128 == 0) fj::bulk_wait_read();
-        fj::bar_sync(2 + cw, 128);
+        // the accumulator's tile (bwd_common.cuh's dq_tile_off) once the
+        // writer's last reduce-add has read it, then handed to the writer.
+        fj::mbar_wait(dq_empty + 8u * cw, ({{ DQ_COLS and "(unsigned)i" or "(unsigned)(i >> 1)" }} & 1u) ^ 1u);
         const unsigned stage = sdq + cw * {{ DQ_STAGE }}u;
 #pragma unroll
         for (int j = 0; j < {{ DQN // 16 }}; ++j) {
@@ -355,11 +404,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         }
         fj::fence_async_smem();
         fj::bar_sync(2 + cw, 128);
-        if (threadIdx.x % 128 == 0) {
-          const long long bh = (long long)b * p.heads_q + h;
-          fj::bulk_reduce_add_f32(g.dq_acc + fj::dq_tile_base(bh, m0, {{ DQ_COLS and ("cw * %d"):format(DQN) or "0" }}, g.seq_pad, {{ D }}), stage, {{ DQ_STAGE }}u);
-          fj::bulk_commit();
-        }
+        if (threadIdx.x % 128 == 0) fj::mbar_arrive(dq_full + 8u * cw);
       }
       fj::wg_wait<0>();
     {{ hold("dv", D // 16) }}
@@ -367,8 +412,6 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       {{ PC.indent(q.release("slot"), 6) }}
       {{ PC.indent(dout.release("slot"), 6) }}
     }
-    // The last reductions have read their buffer before the block ends.
-    if (threadIdx.x % 128 == 0) fj::bulk_wait();
 
     // dK (times the softmax scale) and dV; keys past the sequence not written.
     elem_t *dkg = fj::head_rows<elem_t>(g.dk, g.dk_stride, b, hk);

@@ -18,9 +18,13 @@ struct BwdParams {
   float *lse2;             // LSE * log2(e) (+inf where LSE is -inf), same rows
   float *dq_acc;           // dQ / scale, float32 [batch][heads_q][seq_pad][head_dim]
   float *dsinks;           // [heads_q] gradients of the sinks, or NULL
+  // The deterministic mode's turns: per dQ tile (dq_tile_base / 4096),
+  // how many key tiles have added into it (the preprocess clears them).
+  int *dq_turns;
   long long do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];  // b, h, s
   float scale;             // the softmax scale (dQ and dK carry it)
   int seq_pad;
+  int deterministic;       // dQ's additions in key-tile order (dq_turns)
 };
 // dQ's accumulator in tiles (the wgmma backward's layout, where
 // BwdParams' dq is "tiled"): per (batch, head), per 64 padded rows, per 64
@@ -34,6 +38,35 @@ __device__ __forceinline__ int dq_tile_off(int r, int c) {
 // column c0 (a multiple of 64) of (batch, head) bh.
 __device__ __forceinline__ long long dq_tile_base(long long bh, int m, int c0, int seq_pad, int d) {
   return ((bh * (seq_pad >> 6) + (m >> 6)) * ((d + 63) >> 6) + (c0 >> 6)) * 4096;
+}
+
+// The key tile a block of the main kernels keeps, from its place in the
+// launch order: key tile n of every (batch, KV head) before key tile n + 1
+// of any.  Under a causal mask the first key tiles walk the most query
+// tiles, so the longest blocks start first and the short ones fill the
+// last wave; the deterministic mode's turns (a key tile waits for the
+// tiles before it of its own head) only wait on blocks launched earlier.
+struct KvTile { int n, hk, b; };
+__device__ __forceinline__ KvTile kv_tile() {
+  const int heads = gridDim.y * gridDim.z;
+  const int lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  KvTile t;
+  t.n = lin / heads;
+  t.hk = (lin % heads) % gridDim.y;
+  t.b = (lin % heads) / gridDim.y;
+  return t;
+}
+
+// The deterministic mode's turns: a key tile adds a dQ tile once `rank`
+// key tiles have (acquire), then counts itself (release).
+__device__ __forceinline__ void dq_turn_wait(const int *turn, int rank) {
+  int seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(turn) : "memory");
+  } while (seen < rank);
+}
+__device__ __forceinline__ void dq_turn_done(int *turn) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" :: "l"(turn) : "memory");
 }
 
 static_assert(sizeof(BwdParams) == {{ bwd_params_bytes }}, "host and device disagree on the backward's parameter block");

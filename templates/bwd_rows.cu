@@ -4,17 +4,19 @@
     pre   before the main kernel: delta = rowsum(dO o O) in float32, the
           row's LSE * log2(e) (LSE2; +inf where the row saw no key), the
           row's dQ accumulator cleared (the main kernel adds into it), and
-          with attention sinks the sink's gradient: the sink enters only
-          the row's denominator, so
-            d sink[h] = -sum over rows of exp(sink[h] - lse) * delta,
-          added once a row into g.dsinks[h] (float32 atomics; the host
-          zeroes it first).  Rows past a sequence's end (varlen) get delta
-          0 and LSE2 +inf, as do the padding rows up to g.seq_pad.
+          the first row of each 64 clears its dQ tiles' turns (the
+          deterministic mode's).  Rows past a sequence's end (varlen) get
+          delta 0 and LSE2 +inf, as do the padding rows up to g.seq_pad.
     post  after it: dQ = scale * the accumulator, in the inputs' dtype at
           dQ's strides; rows past a sequence's end are not written.  The
           accumulator is read row by row, or in tiles (tiled: the wgmma
           backward's layout, bwd_common.cuh's dq_tile_off).  The
-          preprocess's clearing covers either: D floats at f * D.
+          preprocess's clearing covers either: D floats at f * D.  With
+          attention sinks, block h (< heads_q) also writes the sink's
+          gradient: the sink enters only each row's denominator, so
+            d sink[h] = -sum over rows of exp(sink[h] - lse) * delta,
+          summed in one fixed order (bit-identical run to run), into
+          g.dsinks[h] when it is not NULL.
   Parameters: head_dim, dtype, sinks, varlen, which, tiled.
 #}
 {%
@@ -31,6 +33,36 @@
 {{ include("block.cuh", { BM = 64, BN = 64 }) }}
 {{ include("bwd_common.cuh") }}
 
+{% if which == "post" and sinks then %}
+namespace fj {
+// The sink's gradient of query head h over every row of every batch, in
+// one order: each thread's rows in turn, then the warps' sums in turn.
+__device__ __forceinline__ void sink_grad(const Params &p, const BwdParams &g, int h) {
+  __shared__ float part[{{ WARPS }}];
+  float sum = 0.f;
+  for (long long t = threadIdx.x; t < (long long)p.batch * g.seq_pad; t += {{ 32 * WARPS }}) {
+    const int b = (int)(t / g.seq_pad), row = (int)(t % g.seq_pad);
+{%   if varlen then %}
+    if (row >= seq_of(p, b).len_q) continue;
+{%   else %}
+    if (row >= p.seq_q) continue;
+{%   end %}
+    const long long bh = (long long)b * p.heads_q + h;
+    const float lse = g.lse[bh * p.seq_q + row], delta = g.delta[bh * g.seq_pad + row];
+    if (lse > FJ_NEG_INF && delta != 0.f) sum -= __expf(p.sinks[h] - lse) * delta;
+  }
+  sum = warp_sum(sum);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float all = 0.f;
+    for (int w = 0; w < {{ WARPS }}; ++w) all += part[w];
+    g.dsinks[h] = all;
+  }
+}
+}  // namespace fj
+
+{% end %}
 extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
 {{ symbol }}(const fj::Params p, const fj::BwdParams g) {
   using fj::elem_t;
@@ -41,6 +73,7 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
   const int row = (int)(f % g.seq_pad);
   const long long bh = f / g.seq_pad;
   const int h = (int)(bh % p.heads_q), b = (int)(bh / p.heads_q);
+  (void)h;
 {% if varlen then %}
   const fj::Seq seq = fj::seq_of(p, b);
   const bool live = row < seq.len_q;
@@ -50,6 +83,9 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
   const long long r = row;
 {% end %}
   float *acc = g.dq_acc + f * {{ D }};
+{% if which == "post" and sinks then %}
+  if (blockIdx.x < p.heads_q && g.dsinks) sink_grad(p, g, blockIdx.x);
+{% end %}
 {% if which == "pre" then %}
   const elem_t *o = fj::head_rows<const elem_t>(p.o, p.o_stride, b, h) + r * p.o_stride[2];
   const elem_t *dout = fj::head_rows<const elem_t>(g.dout, g.do_stride, b, h) + r * g.do_stride[2];
@@ -66,11 +102,9 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
     g.delta[f] = live ? sum : 0.f;
     // exp2(s - LSE2) is 0 where no key was seen (and on padding rows).
     g.lse2[f] = lse == FJ_NEG_INF ? __int_as_float(0x7f800000) : lse * 1.44269504089f;
-{%   if sinks then %}
-    if (live && g.dsinks && lse > FJ_NEG_INF && sum != 0.f)
-      atomicAdd(g.dsinks + h, -__expf(p.sinks[h] - lse) * sum);
-{%   end %}
   }
+  if ((row & 63) == 0 && lane < {{ (D + 63) // 64 }})
+    g.dq_turns[fj::dq_tile_base(bh, row, 0, g.seq_pad, {{ D }}) / 4096 + lane] = 0;
 {% else %}
   if (!live) return;
   elem_t *dq = fj::head_rows<elem_t>(g.dq, g.dq_stride, b, h) + r * g.dq_stride[2];

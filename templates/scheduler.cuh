@@ -32,6 +32,11 @@
   part = "kv_head"  the head of a key tile (the backward): blk.n0 the first
                     key, and its query range: m_first and nq query tiles of
                     BM rows (the mask rule's rows_begin / rows_end)
+  part = "kv_rank"  (the backward's deterministic dQ) sets the caller's
+                    int rank: how many key tiles before key tile nt (BN
+                    keys each) walk query tile m0 -- they add its dQ first.  The tiles that walk a query
+                    tile are consecutive (both ends of a key tile's query
+                    range grow with it), from mask.lua's tile_first
   Parameters: mrule, BM, BN, BMASK, VL, DYNAMIC, PERSISTENT, and sched
   (the same fields as a table, for the parts that include others).
 #}
@@ -166,4 +171,7 @@ __device__ __forceinline__ Item get_item(const Params &p) {
   const int m_first = {{ mrule.rows_begin("n0") }} / {{ BM }} * {{ BM }};
   const int m_end = {{ mrule.rows_end("n0 + " .. BN) }};
   const int nq = m_end > m_first ? (m_end - m_first + {{ BM - 1 }}) / {{ BM }} : 0;
+{% elseif part == "kv_rank" then %}
+        // The key tiles from the first that walks m0 (mask.lua's tile_first) to this one.
+        rank = nt - {{ mrule.tile_first("m0", BN) }};
 {% end %}

@@ -23,10 +23,13 @@ static int compile_all(fj_ctx *ctx, const fj_problem *p, const char *what)
   CHECK(plan.grid[0] == (unsigned)((p->seq_kv + plan.variant.tile_n - 1) /
                                    plan.variant.tile_n));
   CHECK(plan.grid[1] == (unsigned)p->heads_kv && plan.grid[2] == (unsigned)p->batch);
-  /* delta, LSE2 and dQ's accumulator over rows padded to 64 */
+  /* delta, LSE2 and dQ's accumulator over rows padded to 64, then a turn
+   * counter per dQ tile of 64 x 64 */
   size_t rows = (size_t)p->batch * (size_t)p->heads_q *
                 (size_t)((p->seq_q + 63) / 64 * 64);
-  CHECK(plan.workspace_bytes == rows * (size_t)(p->head_dim + 2) * sizeof(float));
+  CHECK(plan.workspace_bytes ==
+        rows * (size_t)(p->head_dim + 2) * sizeof(float) +
+            rows / 64 * (size_t)((p->head_dim + 63) / 64) * sizeof(int));
   for (int i = 0; i < FJ_BWD_KERNELS; i++) {
     fj_kernel *k;
     CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, p, &plan, i, &k));
@@ -90,7 +93,8 @@ int test_backward_memo(void)
   fj_problem_init(&p, 3, 8, 2, 300, 5000, 128, FJ_BF16, FJ_BSHD);
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
   CHECK(b.grid[0] == (5000 + 127) / 128 && b.grid[1] == 2 && b.grid[2] == 3);
-  CHECK(b.workspace_bytes == (size_t)3 * 8 * 320 * 130 * sizeof(float));
+  CHECK(b.workspace_bytes == (size_t)3 * 8 * 320 * 130 * sizeof(float) +
+                               (size_t)3 * 8 * 5 * 2 * sizeof(int));
   fj_variant_name(&a.variant, na, sizeof na);
   fj_variant_name(&b.variant, nb, sizeof nb);
   CHECK(strcmp(na, nb) == 0);

@@ -76,85 +76,143 @@ typedef struct bwd_case {
   float softcap;        /* 0: none */
   int sinks;
   float in_scale;       /* Q is multiplied by it */
+  int deterministic;    /* fj_problem.deterministic */
 } bwd_case;
+
+/* A case's problem, its inputs (host and device), the forward's O and LSE,
+ * and the gradients of the last backward (device, then host). */
+typedef struct bwd_run {
+  fj_problem p;
+  fj_mods m;
+  float sinks_h[64];
+  size_t nq, nk;
+  void *q, *k, *v, *dout;                     /* host */
+  void *sinks_d, *q_d, *k_d, *v_d, *do_d, *o_d, *lse_d;
+  void *gq, *gk, *gv, *gs;                    /* device gradients */
+  void *hq, *hk, *hv;                         /* host gradients */
+  float hs[64];
+  fj_bwd_plan plan;
+} bwd_run;
+
+static void run_free(bwd_run *r)
+{
+  void *dev[] = {r->sinks_d, r->q_d, r->k_d, r->v_d, r->do_d, r->o_d,
+                 r->lse_d, r->gq, r->gk, r->gv, r->gs};
+  for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+    cudaFree(dev[i]);
+  void *host[] = {r->q, r->k, r->v, r->dout, r->hq, r->hk, r->hv};
+  for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+    free(host[i]);
+}
+
+/* The case's inputs and its forward.  0: ready. */
+static int run_setup(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed,
+                     bwd_run *r)
+{
+  memset(r, 0, sizeof *r);
+  fj_problem *p = &r->p;
+  fj_problem_init(p, bc->b, bc->hq, bc->hkv, bc->sq, bc->skv, bc->d, bc->dt,
+                  FJ_BSHD);
+  p->causal = bc->causal;
+  p->deterministic = bc->deterministic;
+  fj_mods_init(&r->m);
+  if (bc->window_left >= 0 || bc->softcap > 0 || bc->sinks) {
+    if (bc->window_left >= 0) {
+      r->m.window_left = bc->window_left;
+      r->m.window_right = 0;
+    }
+    r->m.softcap = bc->softcap;
+    p->mods = &r->m;
+  }
+  if (bc->sinks) {
+    for (int h = 0; h < bc->hq; h++)
+      r->sinks_h[h] = (float)(0.5 * normal(seed));
+    r->sinks_d = upload(r->sinks_h, (size_t)bc->hq * sizeof(float));
+    r->m.sinks = r->sinks_d;
+  }
+  r->nq = (size_t)bc->b * (size_t)bc->sq * (size_t)bc->hq * (size_t)bc->d;
+  r->nk = (size_t)bc->b * (size_t)bc->skv * (size_t)bc->hkv * (size_t)bc->d;
+  size_t nl = (size_t)bc->b * (size_t)bc->hq * (size_t)bc->sq;
+  r->q = random_host(bc->dt, r->nq, bc->in_scale, seed);
+  r->k = random_host(bc->dt, r->nk, 1.f, seed);
+  r->v = random_host(bc->dt, r->nk, 1.f, seed);
+  r->dout = random_host(bc->dt, r->nq, 1.f, seed);
+  r->q_d = upload(r->q, r->nq * 2);
+  r->k_d = upload(r->k, r->nk * 2);
+  r->v_d = upload(r->v, r->nk * 2);
+  r->do_d = upload(r->dout, r->nq * 2);
+  r->o_d = upload(NULL, r->nq * 2);
+  r->lse_d = upload(NULL, nl * 4);
+  r->gq = upload(NULL, r->nq * 2);
+  r->gk = upload(NULL, r->nk * 2);
+  r->gv = upload(NULL, r->nk * 2);
+  r->gs = bc->sinks ? upload(NULL, (size_t)bc->hq * 4) : NULL;
+  r->hq = malloc(r->nq * 2);
+  r->hk = malloc(r->nk * 2);
+  r->hv = malloc(r->nk * 2);
+  fj_status st = fj_attention_fwd(ctx, p, r->q_d, r->k_d, r->v_d, r->o_d,
+                                  r->lse_d, NULL);
+  if (st == FJ_OK)
+    st = fj_attention_bwd_plan(ctx, p, &r->plan);
+  if (st != FJ_OK)
+    fprintf(stderr, "forward or plan: %s\n", fj_errmsg(ctx));
+  return st != FJ_OK;
+}
+
+/* One backward into poisoned gradients, copied to the host.  0: ran. */
+static int run_pass(fj_ctx *ctx, bwd_run *r)
+{
+  const fj_problem *p = &r->p;
+  cudaMemset(r->gq, 0xff, r->nq * 2);
+  cudaMemset(r->gk, 0xff, r->nk * 2);
+  cudaMemset(r->gv, 0xff, r->nk * 2);
+  if (r->gs)
+    cudaMemset(r->gs, 0xff, (size_t)p->heads_q * 4);
+  fj_status st = fj_attention_bwd(ctx, p, r->q_d, r->k_d, r->v_d, r->o_d,
+                                  r->do_d, r->lse_d, r->gq, r->gk, r->gv,
+                                  r->gs, NULL);
+  if (st != FJ_OK) {
+    fprintf(stderr, "backward: %s\n", fj_errmsg(ctx));
+    return 1;
+  }
+  if (cudaDeviceSynchronize() != cudaSuccess) {
+    fprintf(stderr, "backward: %s\n", cudaGetErrorString(cudaGetLastError()));
+    return 1;
+  }
+  cudaMemcpy(r->hq, r->gq, r->nq * 2, cudaMemcpyDeviceToHost);
+  cudaMemcpy(r->hk, r->gk, r->nk * 2, cudaMemcpyDeviceToHost);
+  cudaMemcpy(r->hv, r->gv, r->nk * 2, cudaMemcpyDeviceToHost);
+  if (r->gs)
+    cudaMemcpy(r->hs, r->gs, (size_t)p->heads_q * 4, cudaMemcpyDeviceToHost);
+  return 0;
+}
 
 /* One case: forward, backward, reference, the verdict.  0: right. */
 static int run_backward(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed)
 {
-  fj_problem p;
-  fj_problem_init(&p, bc->b, bc->hq, bc->hkv, bc->sq, bc->skv, bc->d, bc->dt,
-                  FJ_BSHD);
-  p.causal = bc->causal;
-  fj_mods m;
-  fj_mods_init(&m);
-  float sinks_h[64];
-  void *sinks_d = NULL;
-  if (bc->window_left >= 0 || bc->softcap > 0 || bc->sinks) {
-    if (bc->window_left >= 0) {
-      m.window_left = bc->window_left;
-      m.window_right = 0;
-    }
-    m.softcap = bc->softcap;
-    p.mods = &m;
-  }
-  if (bc->sinks) {
-    for (int h = 0; h < bc->hq; h++)
-      sinks_h[h] = (float)(0.5 * normal(seed));
-    sinks_d = upload(sinks_h, (size_t)bc->hq * sizeof(float));
-    m.sinks = sinks_d;
-  }
-  size_t nq = (size_t)bc->b * (size_t)bc->sq * (size_t)bc->hq * (size_t)bc->d;
-  size_t nk = (size_t)bc->b * (size_t)bc->skv * (size_t)bc->hkv * (size_t)bc->d;
-  size_t nl = (size_t)bc->b * (size_t)bc->hq * (size_t)bc->sq;
-  void *q = random_host(bc->dt, nq, bc->in_scale, seed);
-  void *k = random_host(bc->dt, nk, 1.f, seed);
-  void *v = random_host(bc->dt, nk, 1.f, seed);
-  void *dout = random_host(bc->dt, nq, 1.f, seed);
-  void *dq_d = upload(q, nq * 2), *dk_d = upload(k, nk * 2), *dv_d = upload(v, nk * 2);
-  void *ddo = upload(dout, nq * 2), *o_d = upload(NULL, nq * 2);
-  void *lse_d = upload(NULL, nl * 4);
-  void *gq = upload(NULL, nq * 2), *gk = upload(NULL, nk * 2), *gv = upload(NULL, nk * 2);
-  void *gs = bc->sinks ? upload(NULL, (size_t)bc->hq * 4) : NULL;
+  bwd_run r;
   int rc = 1;
-  fj_status st = fj_attention_fwd(ctx, &p, dq_d, dk_d, dv_d, o_d, lse_d, NULL);
-  fj_bwd_plan plan;
-  if (st == FJ_OK)
-    st = fj_attention_bwd_plan(ctx, &p, &plan);
-  if (st == FJ_OK)
-    st = fj_attention_bwd(ctx, &p, dq_d, dk_d, dv_d, o_d, ddo, lse_d, gq, gk, gv,
-                          gs, NULL);
-  if (st != FJ_OK) {
-    fprintf(stderr, "backward: %s\n", fj_errmsg(ctx));
+  if (run_setup(ctx, bc, seed, &r) || run_pass(ctx, &r))
     goto out;
-  }
-  if (cudaDeviceSynchronize() != cudaSuccess) {
-    fprintf(stderr, "backward: %s\n", cudaGetErrorString(cudaGetLastError()));
-    goto out;
-  }
-  void *hq_ = malloc(nq * 2), *hk_ = malloc(nk * 2), *hv_ = malloc(nk * 2);
-  float hs[64];
-  cudaMemcpy(hq_, gq, nq * 2, cudaMemcpyDeviceToHost);
-  cudaMemcpy(hk_, gk, nk * 2, cudaMemcpyDeviceToHost);
-  cudaMemcpy(hv_, gv, nk * 2, cudaMemcpyDeviceToHost);
-  if (gs)
-    cudaMemcpy(hs, gs, (size_t)bc->hq * 4, cudaMemcpyDeviceToHost);
+  const size_t nq = r.nq, nk = r.nk;
   float *rq = malloc(nq * 4), *rk = malloc(nk * 4), *rv = malloc(nk * 4), rs[64];
-  fj_problem hp = p;
-  fj_mods hm = m;
-  if (p.mods) {
-    hm.sinks = bc->sinks ? sinks_h : NULL;
+  fj_problem hp = r.p;
+  fj_mods hm = r.m;
+  if (r.p.mods) {
+    hm.sinks = bc->sinks ? r.sinks_h : NULL;
     hp.mods = &hm;
   }
-  st = fj_reference_bwd(&hp, q, k, v, dout, rq, rk, rv, bc->sinks ? rs : NULL);
+  fj_status st = fj_reference_bwd(&hp, r.q, r.k, r.v, r.dout, rq, rk, rv,
+                                  bc->sinks ? rs : NULL);
   if (st != FJ_OK) {
     fprintf(stderr, "reference: %s\n", fj_errmsg(NULL));
   } else {
-    double eq = rel_err(bc->dt, hq_, rq, nq), ek = rel_err(bc->dt, hk_, rk, nk);
-    double ev = rel_err(bc->dt, hv_, rv, nk), es = 0;
-    if (gs) {
+    double eq = rel_err(bc->dt, r.hq, rq, nq), ek = rel_err(bc->dt, r.hk, rk, nk);
+    double ev = rel_err(bc->dt, r.hv, rv, nk), es = 0;
+    if (r.gs) {
       double num = 0, den = 0;
       for (int h = 0; h < bc->hq; h++) {
-        double dd = (double)hs[h] - (double)rs[h];
+        double dd = (double)r.hs[h] - (double)rs[h];
         num += dd * dd;
         den += (double)rs[h] * (double)rs[h];
       }
@@ -165,28 +223,67 @@ static int run_backward(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed)
      * reference are of the order of 1e-2 there. */
     double tol = bc->dt == FJ_BF16 ? 3e-2 : 1e-2;
     rc = !(eq < tol && ek < tol && ev < tol && es < tol);
-    printf("%s %-5s d%-3d %s b%d h%d/%d s%d/%d %s%s%s%s x%.0f: dq %.2e dk %.2e dv %.2e%s%s\n",
-           rc ? "FAIL" : "ok  ", fj_mma_name(plan.variant.mma), bc->d, fj_dtype_name(bc->dt), bc->b, bc->hq,
+    printf("%s %-5s d%-3d %s b%d h%d/%d s%d/%d %s%s%s%s%s x%.0f: dq %.2e dk %.2e dv %.2e\n",
+           rc ? "FAIL" : "ok  ", fj_mma_name(r.plan.variant.mma), bc->d, fj_dtype_name(bc->dt), bc->b, bc->hq,
            bc->hkv, bc->sq, bc->skv, fj_causal_name(bc->causal),
            bc->window_left >= 0 ? " window" : "", bc->softcap > 0 ? " softcap" : "",
-           bc->sinks ? " sinks" : "", (double)bc->in_scale, eq, ek, ev, "", "");
-    if (gs)
+           bc->sinks ? " sinks" : "", bc->deterministic ? " deterministic" : "",
+           (double)bc->in_scale, eq, ek, ev);
+    if (r.gs)
       printf("       dsinks %.2e\n", es);
   }
-  free(hq_);
-  free(hk_);
-  free(hv_);
   free(rq);
   free(rk);
   free(rv);
-out:;
-  void *dev[] = {dq_d, dk_d, dv_d, ddo, o_d, lse_d, gq, gk, gv, gs, sinks_d};
-  for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-    cudaFree(dev[i]);
-  free(q);
-  free(k);
-  free(v);
-  free(dout);
+out:
+  run_free(&r);
+  return rc;
+}
+
+/* Whether the gradients of r's last pass equal those saved in `first`. */
+static int same_bits(const bwd_run *r, void *const first[4])
+{
+  return !memcmp(first[0], r->hq, r->nq * 2) &&
+         !memcmp(first[1], r->hk, r->nk * 2) &&
+         !memcmp(first[2], r->hv, r->nk * 2) &&
+         (!r->gs || !memcmp(first[3], r->hs, (size_t)r->p.heads_q * 4));
+}
+
+/* The case's backward `runs` times on the same inputs: in the
+ * deterministic mode every run must give the first run's bits; the default
+ * mode's differences are reported (atomics may or may not reorder).  0:
+ * as required. */
+static int run_repeats(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed,
+                       int runs)
+{
+  bwd_run r;
+  void *first[4] = {NULL, NULL, NULL, NULL};
+  int differ = 0, rc = 1;
+  if (run_setup(ctx, bc, seed, &r) || run_pass(ctx, &r))
+    goto out;
+  first[0] = malloc(r.nq * 2);
+  first[1] = malloc(r.nk * 2);
+  first[2] = malloc(r.nk * 2);
+  first[3] = malloc(64 * 4);
+  memcpy(first[0], r.hq, r.nq * 2);
+  memcpy(first[1], r.hk, r.nk * 2);
+  memcpy(first[2], r.hv, r.nk * 2);
+  memcpy(first[3], r.hs, 64 * 4);
+  for (int i = 1; i < runs; i++) {
+    if (run_pass(ctx, &r))
+      goto out;
+    differ += !same_bits(&r, first);
+  }
+  rc = bc->deterministic && differ > 0;
+  printf("%s %-5s d%-3d %s h%d/%d s%d %s%s%s %s: %d of %d runs differ from the first\n",
+         rc ? "FAIL" : "ok  ", fj_mma_name(r.plan.variant.mma), bc->d,
+         fj_dtype_name(bc->dt), bc->hq, bc->hkv, bc->sq, fj_causal_name(bc->causal),
+         bc->window_left >= 0 ? " window" : "", bc->sinks ? " sinks" : "",
+         bc->deterministic ? "deterministic" : "default", differ, runs - 1);
+out:
+  for (int i = 0; i < 4; i++)
+    free(first[i]);
+  run_free(&r);
   return rc;
 }
 
@@ -231,40 +328,85 @@ int test_gpu_backward(void)
 {
   static const bwd_case cases[] = {
       /* every head dim, both dtypes, causal and not */
-      {2, 4, 4, 256, 256, 64, FJ_BF16, NC, -1, 0, 0, 1},
-      {2, 4, 4, 256, 256, 64, FJ_F16, TL, -1, 0, 0, 1},
-      {1, 4, 4, 300, 300, 128, FJ_BF16, TL, -1, 0, 0, 1},
-      {1, 4, 4, 300, 300, 128, FJ_F16, NC, -1, 0, 0, 1},
-      {1, 2, 2, 200, 200, 256, FJ_BF16, NC, -1, 0, 0, 1},
-      {1, 2, 2, 200, 200, 256, FJ_F16, TL, -1, 0, 0, 1},
-      {1, 2, 2, 130, 130, 32, FJ_BF16, TL, -1, 0, 0, 1},
-      {1, 2, 2, 130, 130, 96, FJ_F16, NC, -1, 0, 0, 1},
-      {1, 2, 2, 130, 130, 160, FJ_BF16, TL, -1, 0, 0, 1},
-      {1, 2, 2, 130, 130, 192, FJ_F16, TL, -1, 0, 0, 1},
+      {2, 4, 4, 256, 256, 64, FJ_BF16, NC, -1, 0, 0, 1, 0},
+      {2, 4, 4, 256, 256, 64, FJ_F16, TL, -1, 0, 0, 1, 0},
+      {1, 4, 4, 300, 300, 128, FJ_BF16, TL, -1, 0, 0, 1, 0},
+      {1, 4, 4, 300, 300, 128, FJ_F16, NC, -1, 0, 0, 1, 0},
+      {1, 2, 2, 200, 200, 256, FJ_BF16, NC, -1, 0, 0, 1, 0},
+      {1, 2, 2, 200, 200, 256, FJ_F16, TL, -1, 0, 0, 1, 0},
+      {1, 2, 2, 130, 130, 32, FJ_BF16, TL, -1, 0, 0, 1, 0},
+      {1, 2, 2, 130, 130, 96, FJ_F16, NC, -1, 0, 0, 1, 0},
+      {1, 2, 2, 130, 130, 160, FJ_BF16, TL, -1, 0, 0, 1, 0},
+      {1, 2, 2, 130, 130, 192, FJ_F16, TL, -1, 0, 0, 1, 0},
       /* tails and unequal lengths both ways, both alignments */
-      {1, 2, 2, 1, 1, 64, FJ_BF16, NC, -1, 0, 0, 1},
-      {1, 2, 2, 17, 17, 64, FJ_BF16, TL, -1, 0, 0, 1},
-      {1, 2, 2, 1000, 1000, 64, FJ_F16, TL, -1, 0, 0, 1},
-      {1, 2, 2, 100, 257, 128, FJ_BF16, BR, -1, 0, 0, 1},
-      {1, 2, 2, 257, 100, 128, FJ_BF16, BR, -1, 0, 0, 1},  /* rows that see no key */
-      {1, 2, 2, 257, 100, 128, FJ_BF16, TL, -1, 0, 0, 1},
+      {1, 2, 2, 1, 1, 64, FJ_BF16, NC, -1, 0, 0, 1, 0},
+      {1, 2, 2, 17, 17, 64, FJ_BF16, TL, -1, 0, 0, 1, 0},
+      {1, 2, 2, 1000, 1000, 64, FJ_F16, TL, -1, 0, 0, 1, 0},
+      {1, 2, 2, 100, 257, 128, FJ_BF16, BR, -1, 0, 0, 1, 0},
+      {1, 2, 2, 257, 100, 128, FJ_BF16, BR, -1, 0, 0, 1, 0},  /* rows that see no key */
+      {1, 2, 2, 257, 100, 128, FJ_BF16, TL, -1, 0, 0, 1, 0},
       /* GQA 8:1 and MQA */
-      {2, 16, 2, 200, 200, 64, FJ_BF16, TL, -1, 0, 0, 1},
-      {1, 8, 1, 150, 333, 128, FJ_F16, NC, -1, 0, 0, 1},
+      {2, 16, 2, 200, 200, 64, FJ_BF16, TL, -1, 0, 0, 1, 0},
+      {1, 8, 1, 150, 333, 128, FJ_F16, NC, -1, 0, 0, 1, 0},
       /* a window, a softcap, sinks, large logits */
-      {1, 4, 4, 400, 400, 64, FJ_BF16, TL, 100, 0, 0, 1},
-      {1, 4, 4, 400, 400, 128, FJ_BF16, NC, -1, 30.f, 0, 1},
-      {1, 4, 2, 300, 300, 64, FJ_F16, TL, -1, 0, 1, 1},
-      {1, 4, 4, 256, 256, 128, FJ_BF16, NC, -1, 0, 0, 30},
+      {1, 4, 4, 400, 400, 64, FJ_BF16, TL, 100, 0, 0, 1, 0},
+      {1, 4, 4, 400, 400, 128, FJ_BF16, NC, -1, 30.f, 0, 1, 0},
+      {1, 4, 2, 300, 300, 64, FJ_F16, TL, -1, 0, 1, 1, 0},
+      {1, 4, 4, 256, 256, 128, FJ_BF16, NC, -1, 0, 0, 30, 0},
   };
   return run_cases(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* One small case for compute-sanitizer. */
+/* The deterministic mode: right against the reference, and the same bits
+ * over 10 runs, on both families; the default mode's run-to-run
+ * differences on the same shapes, for comparison. */
+int test_gpu_backward_deterministic(void)
+{
+  static const bwd_case cases[] = {
+      {1, 8, 8, 2048, 2048, 128, FJ_BF16, NC, -1, 0, 0, 1, 1},
+      {1, 8, 2, 1500, 1500, 64, FJ_F16, TL, -1, 0, 1, 1, 1},
+      {1, 4, 4, 1100, 1100, 64, FJ_BF16, BR, 300, 0, 0, 1, 1},
+      {1, 4, 4, 700, 900, 128, FJ_F16, BR, 200, 30.f, 0, 1, 1},
+  };
+  const size_t n = sizeof cases / sizeof cases[0];
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(NULL, &ctx);
+  if (rc)
+    return rc;
+  uint64_t seed = 20261127;
+  int fails = 0;
+  for (int fam = 0; fam < 2; fam++) {
+    if (fam == 1) {
+      /* On an sm_90a device, the mma family (plain sm_90) too. */
+      int hopper = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0;
+      fj_ctx_destroy(ctx);
+      if (!hopper)
+        break;
+      fj_ctx_opts o;
+      fj_ctx_opts_init(&o);
+      o.arch = "sm_90";
+      o.disk_cache = 0;
+      CHECK(fj_ctx_create(&ctx, &o) == FJ_OK);
+    }
+    for (size_t i = 0; i < n; i++) {
+      bwd_case dflt = cases[i];
+      dflt.deterministic = 0;
+      fails += run_backward(ctx, &cases[i], &seed);
+      fails += run_repeats(ctx, &cases[i], &seed, 10);
+      fails += run_repeats(ctx, &dflt, &seed, 10);
+    }
+    if (fam == 1)
+      fj_ctx_destroy(ctx);
+  }
+  printf("deterministic backward: %d failed\n", fails);
+  return fails != 0;
+}
+
 int test_gpu_sanitize_backward(void)
 {
   static const bwd_case cases[] = {
-      {1, 4, 2, 100, 130, 64, FJ_BF16, TL, -1, 0, 1, 1},
+      {1, 4, 2, 100, 130, 64, FJ_BF16, TL, -1, 0, 1, 1, 0},
   };
   return run_cases(cases, 1);
 }

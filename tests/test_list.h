@@ -26,6 +26,7 @@ TEST(backward_compile, cpu)
 TEST(backward_refusals, cpu)
 TEST(backward_memo, cpu)
 TEST(gpu_backward, gpu)
+TEST(gpu_backward_deterministic, gpu)
 TEST(gpu_sanitize_backward, gpu)
 /* the library's choice on every target NVRTC has (test_everyarch.c) */
 TEST(everyarch_picks, cpu)

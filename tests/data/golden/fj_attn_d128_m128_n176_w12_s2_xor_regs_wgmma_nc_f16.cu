@@ -237,14 +237,23 @@ __device__ __forceinline__ void bulk_load(unsigned dst, const void *src, unsigne
 // ---- bulk reduce-adds: `bytes` (a multiple of 16, both ends 16-byte
 // aligned) of float32 in shared memory added into global memory by the
 // TMA unit; a thread's groups of them, committed, are waited for until
-// they have read shared memory (bulk_wait_read) or completed (bulk_wait) ----
+// they have read shared memory (bulk_wait_read) or completed (bulk_wait),
+// all but the N most recent ----
 __device__ __forceinline__ void bulk_reduce_add_f32(float *dst, unsigned src, unsigned bytes) {
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
                :: "l"(dst), "r"(src), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+template <int N = 0> __device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory");
+}
+template <int N = 0> __device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" :: "n"(N) : "memory");
+}
+// Orders the TMA unit's accesses of global memory with this thread's own
+// (both ways): after a bulk_wait, before a release; after an acquire,
+// before the next bulk operation.
+__device__ __forceinline__ void fence_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 __device__ __forceinline__ void st_shared_v2_f32(unsigned a, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], { %1, %2 };\n" :: "r"(a), "f"(x), "f"(y) : "memory");
 }
