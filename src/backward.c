@@ -382,6 +382,21 @@ static fj_status check_args(const fj_ctx *ctx, const char *who,
   return FJ_OK;
 }
 
+/* The main kernel's launch order (bwd_common.cuh's kv_tile): under a
+ * causal mask, sections of (batch, KV head)s with two waves of key tiles
+ * or more, longest first within each; otherwise (every key tile walks
+ * about as many query tiles) one head's key tiles after another's, which
+ * share Q and dO in L2. */
+static int section_of(const fj_ctx *ctx, const fj_problem *p,
+                      const fj_bwd_plan *plan)
+{
+  int heads = p->batch * p->heads_kv, tiles = (int)plan->grid[0];
+  if (p->causal == FJ_CAUSAL_NONE || tiles < 1)
+    return 1;
+  int s = (2 * fj__sm_count(ctx) + tiles - 1) / tiles;
+  return s < 1 ? 1 : s > heads ? heads : s;
+}
+
 static void fill_bwd_params(fj_bwd_kparams *g, const fj_problem *p,
                             const bwd_args *a, uint64_t ws)
 {
@@ -521,6 +536,7 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   if (st == FJ_OK) {
     fj__fill_params(&kp, p, a->q, a->k, a->v, (void *)(uintptr_t)a->o, NULL);
     fill_bwd_params(&g, p, a, base);
+    g.section = section_of(ctx, p, plan);
     void *args[3] = {&kp, &g, mod_args};
     /* The wgmma kernel takes its tensor maps before the modifications'. */
     void *wg_args[4] = {&kp, &g, &maps, mod_args};

@@ -62,6 +62,8 @@ typedef struct fj_bwd_kparams {
   float scale;
   int seq_pad;
   int deterministic;
+  int section;  /* (batch, KV head)s a section of the main kernel's order */
+  int pad_;
 } fj_bwd_kparams;
 
 /* CUtensorMap: 128 opaque bytes, 64-byte aligned (cuda.h's own type is not

@@ -128,7 +128,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   float *const s_ld = reinterpret_cast<float *>(smem + {{ OFF_L }});  // per stage: LSE * log2(e), then delta
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const fj::KvTile kt = fj::kv_tile();  // bwd_common.cuh: first key tiles first
+  const fj::KvTile kt = fj::kv_tile(g.section);  // bwd_common.cuh's launch order
   const int nt = kt.n, n0 = nt * {{ BN }}, hk = kt.hk, b = kt.b;
   fj::Block blk;  // the modifications' view of the block (mods.lua): batch and KV head
   blk.b = b;

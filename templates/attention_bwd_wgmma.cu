@@ -37,7 +37,7 @@
   (scheduler.cuh's kv_rank, bwd_common.cuh's dq_turn_wait) and passes the
   turn on once the add has completed.  Blocks start in bwd_common.cuh's
   kv_tile order (first key tiles first: the longest walks under a causal
-  mask).  dK (times the softmax scale) and dV stay in registers over the
+  mask, a section at a time).  dK (times the softmax scale) and dV stay in registers over the
   walk, summed over the group's query heads, so GQA needs no reduction.
   Which (row, column) each accumulator register holds and how it becomes
   the A operand come from the probed wgmma tables (lut.lua).
@@ -183,7 +183,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const unsigned dq_full = base + {{ OFF_DQBAR }}, dq_empty = dq_full + {{ 8 * C }}u;  // + 8 cw
   {{ PC.indent(TR.decls({ k, v, q, dout }, bars), 2) }}
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
-  const fj::KvTile kt = fj::kv_tile();  // bwd_common.cuh: first key tiles first
+  const fj::KvTile kt = fj::kv_tile(g.section);  // bwd_common.cuh's launch order
   const int nt = kt.n, n0 = nt * {{ BN }}, hk = kt.hk, b = kt.b;
   fj::Block blk;  // the modifications' view of the block (mods.lua)
   blk.b = b;

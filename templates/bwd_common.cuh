@@ -25,6 +25,8 @@ struct BwdParams {
   float scale;             // the softmax scale (dQ and dK carry it)
   int seq_pad;
   int deterministic;       // dQ's additions in key-tile order (dq_turns)
+  int section;             // (batch, KV head)s a section of the launch order (kv_tile)
+  int pad_;
 };
 // dQ's accumulator in tiles (the wgmma backward's layout, where
 // BwdParams' dq is "tiled"): per (batch, head), per 64 padded rows, per 64
@@ -41,19 +43,27 @@ __device__ __forceinline__ long long dq_tile_base(long long bh, int m, int c0, i
 }
 
 // The key tile a block of the main kernels keeps, from its place in the
-// launch order: key tile n of every (batch, KV head) before key tile n + 1
-// of any.  Under a causal mask the first key tiles walk the most query
-// tiles, so the longest blocks start first and the short ones fill the
-// last wave; the deterministic mode's turns (a key tile waits for the
-// tiles before it of its own head) only wait on blocks launched earlier.
+// launch order: sections of `section` (batch, KV head)s one after
+// another, and in a section key tile n of each before key tile n + 1 of
+// any.  Under a causal mask the first key tiles walk the most query
+// tiles, so the longest blocks of a section start first and its short
+// ones fill its last wave (the host makes a section hold a few waves);
+// a section of one is the plain order, every key tile of a head before
+// the next head's, whose blocks share their Q and dO in L2.  Either way a
+// key tile of a head starts after the tiles before it of the same head,
+// so the deterministic mode's turns only wait on blocks launched earlier.
 struct KvTile { int n, hk, b; };
-__device__ __forceinline__ KvTile kv_tile() {
-  const int heads = gridDim.y * gridDim.z;
-  const int lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+__device__ __forceinline__ KvTile kv_tile(int section) {
+  const int tiles = gridDim.x, heads = gridDim.y * gridDim.z;
+  const int lin = blockIdx.x + tiles * (blockIdx.y + gridDim.y * blockIdx.z);
+  const int s0 = lin / (section * tiles) * section;   // the section's first head
+  const int in = min(section, heads - s0);            // its heads
+  const int i = lin - s0 * tiles;
+  const int head = s0 + i % in;
   KvTile t;
-  t.n = lin / heads;
-  t.hk = (lin % heads) % gridDim.y;
-  t.b = (lin % heads) / gridDim.y;
+  t.n = i / in;
+  t.hk = head % gridDim.y;
+  t.b = head / gridDim.y;
   return t;
 }
 
