@@ -973,11 +973,10 @@ FJ_API fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
 
 /*
  * What the backward launches for a problem: a preprocess (delta =
- * rowsum(dO o O), dQ's float32 accumulator cleared, the sinks' gradient),
- * the main kernel (K and V stationary; dK and dV summed over each GQA
- * group in registers, dQ added into the accumulator) and a postprocess
- * (dQ in the inputs' dtype).  The main kernel is the mma family's
- * (sm_80 and newer).
+ * rowsum(dO o O), dQ's float32 accumulator cleared), the main kernel (K
+ * and V stationary; dK and dV summed over each GQA group in registers, dQ
+ * added into the accumulator, in key-tile order under p->deterministic)
+ * and a postprocess (dQ in the inputs' dtype, the sinks' gradient).
  */
 typedef struct fj_bwd_plan {
   fj_variant variant;      /* the main kernel's tiles and axes */
@@ -986,7 +985,8 @@ typedef struct fj_bwd_plan {
   unsigned smem_bytes;     /* its dynamic shared memory */
   unsigned rows_grid;      /* the pre- and postprocess' blocks (4 rows each) */
   size_t workspace_bytes;  /* delta, LSE2 and dQ's accumulator, float32,
-                              over rows padded to 64 */
+                              over rows padded to 64, and a counter per
+                              64 x 64 tile of dQ (deterministic turns) */
 } fj_bwd_plan;
 
 /* The plan of the backward of p (no compile; a compile-only context plans
@@ -1023,8 +1023,9 @@ FJ_API fj_status fj_attention_bwd_kernel(fj_ctx *ctx, const fj_problem *p,
  * [heads_q] (it needs sinks).  Every mask and built-in modification the
  * forward takes except expressions and block masks (see
  * fj_attention_bwd_plan).  dq's additions run in whatever order the GPU
- * makes them (float32 atomics): dq may differ in its last bits from run
- * to run; dk and dv do not.  Asynchronous like fj_attention_fwd, on the
+ * makes them (float32 reduce-adds): dq may differ in its last bits from
+ * run to run, unless p->deterministic asks for one order (dk, dv and
+ * dsinks are the same bits every run either way).  Asynchronous like fj_attention_fwd, on the
  * context's workspace for the stream (as fj_attention_fwd_plan's NULL
  * workspace); stream may be NULL.
  */
