@@ -2,11 +2,13 @@
  * test_backward.c -- the backward's plan, kernels and refusals without a
  * GPU: every kernel of a plan compiles for sm_80 and sm_90a with no spills
  * over head dims, dtypes and masks, and what the backward does not take
- * yet is refused with a message that says what.
+ * yet is refused with a message that says what; the tuner's refusals
+ * and its entries in the tuning database.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "tunedb.h"
 #include "runner.h"
 
 /* Plans p's backward on ctx and compiles its three kernels: 0 when each
@@ -173,6 +175,67 @@ int test_backward_refusals(void)
   CHECK(ctx != NULL);
   CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_UNSUPPORTED);
   CHECK_MSG(ctx, "needs sm_80 or newer");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+typedef struct bwd_seen {
+  int fwd, bwd;
+} bwd_seen;
+
+static int count_entry(void *user, const fj_tune_entry *e)
+{
+  bwd_seen *s = user;
+  size_t n = strlen(e->key);
+  if (n >= 4 && !strcmp(e->key + n - 4, "|bwd"))
+    s->bwd += e->variant.mma == FJ_MMA_SYNC && e->variant.stages == 1;
+  else
+    s->fwd++;
+  return 0;
+}
+
+/* fj_tune_bwd's refusals without a GPU, and the database's backward
+ * entries: keyed apart from the forward's (both kept for one class). */
+int test_backward_tune(void)
+{
+  const char *dir = fjt_tmpdir();
+  fj_ctx *ctx = fjt_ctx("sm_90a", dir);
+  CHECK(ctx != NULL);
+  fj_problem p;
+  fj_problem_init(&p, 1, 4, 4, 256, 256, 64, FJ_BF16, FJ_BHSD);
+  CHECK_ST(NULL, fj_tune_bwd(NULL, &p, NULL, NULL, NULL), FJ_ERR_INVALID_ARG);
+  CHECK_ST(ctx, fj_tune_bwd(ctx, NULL, NULL, NULL, NULL), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "fj_tune_bwd");
+  fj_tune_opts o;
+  fj_tune_opts_init(&o);
+  o.iters = 300;
+  CHECK_ST(ctx, fj_tune_bwd(ctx, &p, &o, NULL, NULL), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "fj_tune_bwd: iters 300 is invalid: must be in 0..256");
+  fj_tune_opts_init(&o);
+  o.warmup = -1;
+  CHECK_ST(ctx, fj_tune_bwd(ctx, &p, &o, NULL, NULL), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "fj_tune_bwd: warmup -1 is invalid");
+  fj_tune_report r;
+  memset(&r, 0x7f, sizeof r);
+  CHECK_ST(ctx, fj_tune_bwd(ctx, &p, NULL, NULL, &r), FJ_ERR_COMPILE_ONLY);
+  CHECK_MSG(ctx, "needs a GPU context");
+  CHECK(r.candidates == 0 && r.timed == 0);
+  fj_mods m;
+  fj_mods_init(&m);
+  m.mask = "q >= kv";
+  p.mods = &m;
+  CHECK_ST(ctx, fj_tune_bwd(ctx, &p, NULL, NULL, NULL), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "the backward does not take score or mask expressions");
+  p.mods = NULL;
+  fj_variant v;
+  fj_variant_default(&v, 64, FJ_BF16, FJ_CAUSAL_NONE);
+  CHECK_OK(ctx, fj__tune_record(ctx, &p, &v, 1.0, 1.0));
+  v.mma = FJ_MMA_SYNC;
+  v.stages = 1;
+  CHECK_OK(ctx, fj__tune_record_bwd(ctx, &p, &v, 2.0, 2.5));
+  bwd_seen s = {0, 0};
+  CHECK_OK(ctx, fj_tune_list(ctx, count_entry, &s));
+  CHECK(s.fwd == 1 && s.bwd == 1);
   fj_ctx_destroy(ctx);
   return 0;
 }

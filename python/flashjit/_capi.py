@@ -276,6 +276,7 @@ SIGNATURES = {
     "fj_convert": (_I, [_I, _VP, _I, _VP, _S]),
     "fj_tune_opts_init": (None, [_P(TuneOpts)]),
     "fj_tune": (_I, [_VP, _P(Problem), _P(TuneOpts), _P(Variant), _P(TuneReport)]),
+    "fj_tune_bwd": (_I, [_VP, _P(Problem), _P(TuneOpts), _P(BwdPlan), _P(TuneReport)]),
     "fj_tune_list": (_I, [_VP, TUNE_VISIT_FN, _VP]),
     "fj_layout_get": (_I, [_VP, _I, _P(Lut)]),
     "fj_frag_name": (_STR, [_I]),
