@@ -1424,6 +1424,32 @@ FJ_API fj_status fj_cache_prewarm(fj_ctx *ctx, const fj_variant *variants,
                                   size_t n, const fj_prepare_opts *opts,
                                   fj_status *each, fj_prewarm_report *report);
 
+/*
+ * fj_cache_prewarm for the backward: makes ready the three kernels
+ * fj_attention_bwd would launch for each of n problems (what
+ * fj_attention_bwd_plan picks for it on this context, and
+ * fj_attention_bwd_kernel gives): the distinct main kernels compiled in
+ * child processes, `opts->workers` at once (progress once per main
+ * kernel), then the preprocess and postprocess kernels in this process
+ * (or a child one with fj_ctx_opts.isolate_compile).  Works on
+ * compile-only contexts: no GPU is needed.  Problems whose three kernels
+ * are the same (only their sizes differ) are prepared once.  each
+ * (optional: n entries) gets every problem's status; report (optional):
+ * variants counts the distinct backwards asked for (a refused problem is
+ * one), kernels the distinct kernels made ready, compiled and cached as
+ * fj_cache_prewarm's, failed the backwards refused or failed.  Returns
+ * FJ_OK when every problem succeeded and every entry reached the disk;
+ * else the first failure's status, with how many failed and that
+ * problem's message (what fj_attention_bwd_plan refuses: user
+ * expressions, varlen, FP8, ...), or FJ_ERR_IO when entries could not be
+ * written.  ctx may not be NULL; problems only when n is 0; opts may be
+ * NULL (negative workers: FJ_ERR_INVALID_ARG).  n is at most 65536.
+ */
+FJ_API fj_status fj_cache_prewarm_bwd(fj_ctx *ctx, const fj_problem *problems,
+                                      size_t n, const fj_prepare_opts *opts,
+                                      fj_status *each,
+                                      fj_prewarm_report *report);
+
 /* The file format of fj_cache_export, checked by fj_cache_import. */
 #define FJ_CACHE_PACK_VERSION 1
 

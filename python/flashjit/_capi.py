@@ -287,6 +287,8 @@ SIGNATURES = {
     "fj_cache_prune": (_I, [_VP, _P(_I)]),
     "fj_cache_prewarm": (_I, [_VP, _P(Variant), _S, _P(PrepareOpts), _P(_I),
                               _P(PrewarmReport)]),
+    "fj_cache_prewarm_bwd": (_I, [_VP, _P(Problem), _S, _P(PrepareOpts), _P(_I),
+                                  _P(PrewarmReport)]),
     "fj_cache_export": (_I, [_VP, _STR, _P(CachePackReport)]),
     "fj_cache_import": (_I, [_VP, _STR, _P(CachePackReport)]),
     "fj_cache_import_ex": (_I, [_VP, _STR, C.c_uint, _P(CachePackReport)]),
