@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backward.h"
 #include "tunedb.h"
 #include "runner.h"
 
@@ -302,6 +303,22 @@ int test_backward_tune(void)
   CHECK_ST(ctx, fj_tune_bwd(ctx, &p, NULL, NULL, NULL), FJ_ERR_UNSUPPORTED);
   CHECK_MSG(ctx, "the backward does not take score or mask expressions");
   p.mods = NULL;
+  /* The candidates the tuner counts: a family's template refusing a head
+   * dim is a refusal (FJ_ERR_UNSUPPORTED), not a failure. */
+  static const int dims[] = {64, 96, 128, 192, 256};
+  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+    fj_problem c;
+    fj_bwd_plan plan;
+    fj_problem_init(&c, 1, 4, 4, 256, 256, dims[i], FJ_BF16, FJ_BHSD);
+    fj_status st = fj__bwd_plan_candidate(ctx, &c, FJ_MMA_WGMMA, 2, &plan);
+    printf("d%d wgmma: %s %s\n", dims[i], fj_status_str(st),
+           st == FJ_OK ? "" : fj_errmsg(ctx));
+    CHECK(dims[i] == 64 || dims[i] == 128 ? st == FJ_OK
+                                          : st == FJ_ERR_UNSUPPORTED);
+    CHECK_OK(ctx, fj__bwd_plan_candidate(ctx, &c, FJ_MMA_SYNC, 1, &plan));
+    CHECK(plan.variant.mma == FJ_MMA_SYNC && plan.variant.stages == 1 &&
+          plan.variant.head_dim == dims[i]);
+  }
   fj_variant v;
   fj_variant_default(&v, 64, FJ_BF16, FJ_CAUSAL_NONE);
   CHECK_OK(ctx, fj__tune_record(ctx, &p, &v, 1.0, 1.0));
