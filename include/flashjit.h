@@ -1233,8 +1233,8 @@ FJ_API fj_status fj_tune(fj_ctx *ctx, const fj_problem *p,
  * message), FJ_ERR_UNSUPPORTED in checked mode, FJ_ERR_COMPILE_ONLY on a
  * compile-only context, FJ_ERR_TUNE when no candidate could run.  A
  * problem with sinks is tuned with the caller's (device memory), and
- * dsinks computed.  Allocates its own inputs (about 8 x the problem's
- * size).
+ * dsinks computed.  Allocates its own inputs and outputs (Q, K, V, O,
+ * dO, and dQ, dK, dV twice: about 11 x Q's size without GQA).
  */
 FJ_API fj_status fj_tune_bwd(fj_ctx *ctx, const fj_problem *p,
                              const fj_tune_opts *opts, fj_bwd_plan *best,
