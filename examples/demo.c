@@ -3,13 +3,15 @@
  * README's quick start.
  *
  * 1. With no GPU needed: a compile-only context renders and compiles a few
- *    variants for sm_90a and sm_80 and prints what a reader of generated
- *    kernels wants to see -- registers, shared memory, spills, the compile
- *    time, whether the cache had it, the head of the source and which
- *    matrix instructions the PTX holds.
+ *    variants for sm_90a and sm_80 -- the forward's, and the main kernel of
+ *    the backward's -- and prints what a reader of generated kernels wants
+ *    to see: registers, shared memory, spills, the compile time, whether
+ *    the cache had it, the head of the source and which matrix
+ *    instructions the PTX holds.
  * 2. Where a GPU exists: the fragment-layout table the library observed,
  *    then attention forward on random inputs, checked against the float64
- *    reference (relative error, PASS/FAIL), and timed.
+ *    reference (relative error, PASS/FAIL), and timed; then one backward
+ *    (dQ, dK, dV from the forward's O and LSE), checked and timed too.
  *
  * Exit status 0 when everything that could run passed.
  */
@@ -41,14 +43,8 @@ static void print_head(const char *src, int lines)
   }
 }
 
-static int inspect(fj_ctx *ctx, const fj_variant *v, int show_source)
+static void print_kernel(fj_ctx *ctx, fj_kernel *k, int show_source)
 {
-  fj_kernel *k;
-  fj_status st = fj_kernel_get(ctx, v, &k);
-  if (st != FJ_OK) {
-    fprintf(stderr, "demo: %s\n", fj_errmsg(ctx));
-    return 1;
-  }
   fj_resources r;
   fj_kernel_resources(k, &r);
   const char *ptx = fj_kernel_ptx(k, NULL);
@@ -64,6 +60,33 @@ static int inspect(fj_ctx *ctx, const fj_variant *v, int show_source)
          count_lines(ptx, "cp.async.bulk.tensor"));
   if (show_source)
     print_head(fj_kernel_source(k, NULL), 4);
+}
+
+static int inspect(fj_ctx *ctx, const fj_variant *v, int show_source)
+{
+  fj_kernel *k;
+  fj_status st = fj_kernel_get(ctx, v, &k);
+  if (st != FJ_OK) {
+    fprintf(stderr, "demo: %s\n", fj_errmsg(ctx));
+    return 1;
+  }
+  print_kernel(ctx, k, show_source);
+  return 0;
+}
+
+/* The main kernel of what fj_attention_bwd would launch for p. */
+static int inspect_backward(fj_ctx *ctx, const fj_problem *p)
+{
+  fj_bwd_plan plan;
+  fj_kernel *k;
+  fj_status st = fj_attention_bwd_plan(ctx, p, &plan);
+  if (st == FJ_OK)
+    st = fj_attention_bwd_kernel(ctx, p, &plan, 1, &k);
+  if (st != FJ_OK) {
+    fprintf(stderr, "demo: %s\n", fj_errmsg(ctx));
+    return 1;
+  }
+  print_kernel(ctx, k, 0);
   return 0;
 }
 
@@ -93,6 +116,8 @@ static int compile_only(void)
     p.causal = FJ_CAUSAL_TOP_LEFT;
     bad |= fj_attention_variant(ctx, &p, &v, NULL) != FJ_OK ||
            inspect(ctx, &v, 0);
+    /* And its backward's main kernel (wgmma on sm_90a, mma on sm_80). */
+    bad |= inspect_backward(ctx, &p);
     fj_ctx_destroy(ctx);
   }
   return bad;
@@ -190,6 +215,140 @@ static int run_and_check(fj_ctx *ctx, const fj_problem *p)
   return bad;
 }
 
+/* ||got - want|| / ||want|| over n elements of got (dtype) and want
+ * (float32); a non-finite element gives +inf. */
+static double rel_err(fj_dtype dtype, const uint16_t *got, const float *want,
+                      size_t n)
+{
+  double d2 = 0, r2 = 0;
+  for (size_t i = 0; i < n; i++) {
+    float f;
+    fj_convert(FJ_F32, &f, dtype, &got[i], 1);
+    double x = f, y = want[i];
+    if (!isfinite(x))
+      return (double)INFINITY;
+    d2 += (x - y) * (x - y);
+    r2 += y * y;
+  }
+  return r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+}
+
+/* The backward's tensors: Q, K, V and dO on the host and the device, O
+ * and the LSE (the forward's), dQ, dK and dV (the backward's). */
+typedef struct bwd_io {
+  size_t n[4];      /* elements of q, k, v (and dk, dv), dout (and o, dq) */
+  uint16_t *h[4];   /* q, k, v, dout on the host */
+  void *d[4], *o, *g[3];
+  float *lse;
+} bwd_io;
+
+static void bwd_io_make(bwd_io *io, const fj_problem *p)
+{
+  size_t rows_q = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+  size_t nq = rows_q * (size_t)p->head_dim;
+  size_t nk = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_kv *
+              (size_t)p->head_dim;
+  unsigned seed = 11;
+  const size_t n[4] = {nq, nk, nk, nq};
+  memcpy(io->n, n, sizeof n);
+  for (int i = 0; i < 4; i++) {
+    io->h[i] = malloc(n[i] * 2);
+    fill_random(io->h[i], n[i], p->dtype, &seed);
+    cudaMalloc(&io->d[i], n[i] * 2);
+    cudaMemcpy(io->d[i], io->h[i], n[i] * 2, cudaMemcpyHostToDevice);
+  }
+  cudaMalloc(&io->o, nq * 2);
+  cudaMalloc((void **)&io->lse, rows_q * sizeof(float));
+  for (int i = 0; i < 3; i++) {
+    cudaMalloc(&io->g[i], n[i] * 2);
+    cudaMemset(io->g[i], 0xff, n[i] * 2);  /* NaN poison */
+  }
+}
+
+static void bwd_io_free(bwd_io *io)
+{
+  for (int i = 0; i < 4; i++) {
+    free(io->h[i]);
+    cudaFree(io->d[i]);
+  }
+  for (int i = 0; i < 3; i++)
+    cudaFree(io->g[i]);
+  cudaFree(io->o);
+  cudaFree(io->lse);
+}
+
+static fj_status backward(fj_ctx *ctx, const fj_problem *p, const bwd_io *io)
+{
+  return fj_attention_bwd(ctx, p, io->d[0], io->d[1], io->d[2], io->o,
+                          io->d[3], io->lse, io->g[0], io->g[1], io->g[2],
+                          NULL, NULL);
+}
+
+/* Relative errors of dQ, dK and dV against the float64 reference; 0 when
+ * each is under 1e-2. */
+static int check_grads(const fj_problem *p, const bwd_io *io, double e[3])
+{
+  float *want[3];
+  uint16_t *got[3];
+  for (int i = 0; i < 3; i++) {
+    want[i] = malloc(io->n[i] * sizeof(float));
+    got[i] = malloc(io->n[i] * 2);
+    cudaMemcpy(got[i], io->g[i], io->n[i] * 2, cudaMemcpyDeviceToHost);
+  }
+  int bad = fj_reference_bwd(p, io->h[0], io->h[1], io->h[2], io->h[3],
+                             want[0], want[1], want[2], NULL) != FJ_OK;
+  for (int i = 0; i < 3; i++) {
+    e[i] = bad ? (double)INFINITY : rel_err(p->dtype, got[i], want[i], io->n[i]);
+    bad |= !(e[i] < 1e-2);
+    free(want[i]);
+    free(got[i]);
+  }
+  return bad;
+}
+
+/* One backward after the forward that gives it O and the LSE: dQ, dK and
+ * dV against the float64 reference (fj_reference_bwd), then timed.  The
+ * problem is dense (its tensors hold every element their strides
+ * address). */
+static int backward_and_check(fj_ctx *ctx, const fj_problem *p)
+{
+  bwd_io io;
+  bwd_io_make(&io, p);
+  fj_status st = fj_attention_fwd(ctx, p, io.d[0], io.d[1], io.d[2], io.o,
+                                  io.lse, NULL);
+  if (st == FJ_OK)
+    st = backward(ctx, p, &io);
+  cudaError_t ce = cudaDeviceSynchronize();
+  double e[3] = {0, 0, 0};
+  int bad = st != FJ_OK || ce != cudaSuccess || check_grads(p, &io, e);
+  cudaEvent_t e0, e1;
+  float ms = 0;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaEventRecord(e0, NULL);
+  for (int i = 0; i < 10 && st == FJ_OK; i++)
+    st = backward(ctx, p, &io);
+  cudaEventRecord(e1, NULL);
+  cudaEventSynchronize(e1);
+  cudaEventElapsedTime(&ms, e0, e1);
+  if (st != FJ_OK || ce != cudaSuccess)
+    fprintf(stderr, "demo: %s %s\n", fj_errmsg(ctx), cudaGetErrorString(ce));
+  fj_bwd_plan plan;
+  fj_kernel *k = NULL;
+  if (fj_attention_bwd_plan(ctx, p, &plan) == FJ_OK)
+    fj_attention_bwd_kernel(ctx, p, &plan, 1, &k);
+  printf("  backward (%d,%d/%d,%d,%d) %s causal=%s: %s dq %.2e dk %.2e dv "
+         "%.2e %.1f us -> %s\n",
+         p->batch, p->heads_q, p->heads_kv, p->seq_q, p->head_dim,
+         fj_dtype_name(p->dtype), fj_causal_name(p->causal),
+         k ? fj_kernel_name(k) : "?", e[0], e[1], e[2], (double)ms * 100.0,
+         bad || st != FJ_OK ? "FAIL" : "PASS");
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  bwd_io_free(&io);
+  return bad || st != FJ_OK;
+}
+
 static int on_gpu(void)
 {
   fj_ctx *ctx;
@@ -223,6 +382,9 @@ static int on_gpu(void)
   fj_problem_init(&p, 2, 4, 2, 1000, 777, 128, FJ_BF16, FJ_BSHD);
   p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
   bad |= run_and_check(ctx, &p);
+  fj_problem_init(&p, 1, 4, 2, 256, 256, 64, FJ_F16, FJ_BSHD);
+  p.causal = FJ_CAUSAL_TOP_LEFT;
+  bad |= backward_and_check(ctx, &p);
   fj_ctx_destroy(ctx);
   return bad;
 }

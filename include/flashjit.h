@@ -990,10 +990,14 @@ typedef struct fj_bwd_plan {
 } fj_bwd_plan;
 
 /* The plan of the backward of p (no compile; a compile-only context plans
- * too).  The main kernel is the wgmma family's (warp-specialised, TMA,
- * 64 x 128 tiles) on sm_90a for head dims 64 and 128, else the mma
- * family's (64 x 64 tiles).  A context remembers its choices, so a
- * repeated plan renders nothing.  Refused, FJ_ERR_UNSUPPORTED with the
+ * too).  The main kernel is the tuning database's pick where fj_tune_bwd
+ * recorded one for p's class on this GPU (its family and stages, where
+ * the target still takes them), else the wgmma family's
+ * (warp-specialised, TMA, 64 x 128 tiles) on sm_90a for head dims 64 and
+ * 128, else the mma family's (64 x 64 tiles, two stages of Q and dO where
+ * the shared memory holds them, else one).  A context remembers its
+ * choices (until a tuning result is recorded), so a repeated plan renders
+ * nothing.  Refused, FJ_ERR_UNSUPPORTED with the
  * reason: score or mask expressions and block masks (a later release),
  * varlen and paged problems, FP8, head dims that are not multiples of 32
  * up to 256, architectures before sm_80.  ctx, p and plan may not be
@@ -1212,8 +1216,35 @@ FJ_API fj_status fj_tune(fj_ctx *ctx, const fj_problem *p,
                          const fj_tune_opts *opts, fj_variant *best,
                          fj_tune_report *report);
 
+/*
+ * Tunes the backward of p on the context's device: the main kernels
+ * fj_attention_bwd_plan could take (the wgmma family's on sm_90a, the mma
+ * family's with two stages and with one), the ones the target refuses
+ * counted as refused, are compiled in child processes, run through
+ * fj_attention_bwd_run on random inputs (after one fj_attention_fwd for
+ * O and the LSE), checked against the plan's own choice (dQ, dK and dV
+ * each within a relative error of 1e-2, 3e-2 in bf16) and timed with
+ * events (median of opts->iters); the fastest goes into the tuning
+ * database under p's class with the key ending in "|bwd" (so that the
+ * forward never takes it), where fj_attention_bwd_plan finds it.  best
+ * (optional) gets the winner's plan for p; report (optional) the counts
+ * and times of fj_tune_report (default_ms: the plan's own choice).
+ * opts may be NULL, and is checked as fj_tune checks it (messages start
+ * "fj_tune_bwd:").  Errors: what fj_attention_bwd_plan refuses (with its
+ * message), FJ_ERR_UNSUPPORTED in checked mode, FJ_ERR_COMPILE_ONLY on a
+ * compile-only context, FJ_ERR_TUNE when no candidate could run.  A
+ * problem with sinks is tuned with the caller's (device memory), and
+ * dsinks computed.  Allocates its own inputs and outputs (Q, K, V, O,
+ * dO, and dQ, dK, dV twice: about 11 x Q's size without GQA).
+ */
+FJ_API fj_status fj_tune_bwd(fj_ctx *ctx, const fj_problem *p,
+                             const fj_tune_opts *opts, fj_bwd_plan *best,
+                             fj_tune_report *report);
+
 typedef struct fj_tune_entry {
-  const char *key;      /* device|arch|driver|problem class */
+  const char *key;      /* device|arch|driver|problem class; a backward's
+                           entry (fj_tune_bwd's) ends in "|bwd" and its
+                           variant is the main kernel's */
   fj_variant variant;
   double ms;            /* the winner's median time when tuned */
   double default_ms;    /* the heuristic's, for comparison */
@@ -1393,6 +1424,32 @@ typedef struct fj_prewarm_report {
 FJ_API fj_status fj_cache_prewarm(fj_ctx *ctx, const fj_variant *variants,
                                   size_t n, const fj_prepare_opts *opts,
                                   fj_status *each, fj_prewarm_report *report);
+
+/*
+ * fj_cache_prewarm for the backward: makes ready the three kernels
+ * fj_attention_bwd would launch for each of n problems (what
+ * fj_attention_bwd_plan picks for it on this context, and
+ * fj_attention_bwd_kernel gives): the distinct main kernels compiled in
+ * child processes, `opts->workers` at once (progress once per main
+ * kernel), then the preprocess and postprocess kernels in this process
+ * (or a child one with fj_ctx_opts.isolate_compile).  Works on
+ * compile-only contexts: no GPU is needed.  Problems whose three kernels
+ * are the same (only their sizes differ) are prepared once.  each
+ * (optional: n entries) gets every problem's status; report (optional):
+ * variants counts the distinct backwards asked for (a refused problem is
+ * one), kernels the distinct kernels made ready, compiled and cached as
+ * fj_cache_prewarm's, failed the backwards refused or failed.  Returns
+ * FJ_OK when every problem succeeded and every entry reached the disk;
+ * else the first failure's status, with how many failed and that
+ * problem's message (what fj_attention_bwd_plan refuses: user
+ * expressions, varlen, FP8, ...), or FJ_ERR_IO when entries could not be
+ * written.  ctx may not be NULL; problems only when n is 0; opts may be
+ * NULL (negative workers: FJ_ERR_INVALID_ARG).  n is at most 65536.
+ */
+FJ_API fj_status fj_cache_prewarm_bwd(fj_ctx *ctx, const fj_problem *problems,
+                                      size_t n, const fj_prepare_opts *opts,
+                                      fj_status *each,
+                                      fj_prewarm_report *report);
 
 /* The file format of fj_cache_export, checked by fj_cache_import. */
 #define FJ_CACHE_PACK_VERSION 1

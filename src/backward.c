@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "backward.h"
 #include "ctx.h"
 #include "devptr.h"
 #include "driver.h"
@@ -18,6 +19,7 @@
 #include "kparams.h"
 #include "mods.h"
 #include "reference.h"
+#include "tunedb.h"
 #include "util.h"
 #include "variant.h"
 #include "workspace.h"
@@ -211,9 +213,11 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
 }
 
 /* What shapes the main kernel's choice and source (the built-in
- * modifications' values are launch arguments). */
+ * modifications' values are launch arguments), and the tuning database's
+ * class (sequence-length buckets, GQA ratio). */
 typedef struct bwd_key {
   int head_dim, dtype, causal, window, softcap, sinks, checked;
+  int q_log2, kv_log2, gqa;
 } bwd_key;
 
 /* The context's memo of recent choices: a plan renders the main template
@@ -221,6 +225,7 @@ typedef struct bwd_key {
 #define BWD_MEMO 16
 struct fj_bwd_memo {
   int n;
+  unsigned generation;  /* ctx->tunedb_generation the choices were made in */
   struct {
     bwd_key key;
     fj_variant v;  /* mods NULL */
@@ -241,6 +246,9 @@ static bwd_key key_of(const fj_problem *p)
   k.softcap = mi.softcap;
   k.sinks = mi.sinks;
   k.checked = mi.checked;
+  k.q_log2 = fj__log2_floor(p->seq_q);
+  k.kv_log2 = fj__log2_floor(p->seq_kv);
+  k.gqa = p->heads_q / p->heads_kv;
   return k;
 }
 
@@ -249,6 +257,8 @@ static int memo_find(const fj_ctx *ctx, const bwd_key *k, fj_variant *v,
                      fj_kmeta *meta)
 {
   const fj_bwd_memo *m = ctx->bwd_memo;
+  if (m && m->generation != ctx->tunedb_generation)
+    return 0;  /* a tuning result was recorded since */
   for (int i = 0; m && i < m->n; i++)
     if (!memcmp(&m->e[i].key, k, sizeof *k)) {
       *v = m->e[i].v;
@@ -266,6 +276,10 @@ static void memo_add(fj_ctx *ctx, const bwd_key *k, const fj_variant *v,
   if (!ctx->bwd_memo && !(ctx->bwd_memo = calloc(1, sizeof *ctx->bwd_memo)))
     return;
   fj_bwd_memo *m = ctx->bwd_memo;
+  if (m->generation != ctx->tunedb_generation) {
+    m->n = 0;
+    m->generation = ctx->tunedb_generation;
+  }
   if (m->n == BWD_MEMO) {
     memmove(&m->e[0], &m->e[1], (BWD_MEMO - 1) * sizeof m->e[0]);
     m->n--;
@@ -277,10 +291,23 @@ static void memo_add(fj_ctx *ctx, const bwd_key *k, const fj_variant *v,
   m->n++;
 }
 
-/* The wgmma kernel where the target has wgmma and its template takes p
- * (head dims 64 and 128, 16-bit types: it refuses the rest), else two
- * stages of Q and dO on mma where the architecture's shared memory holds
- * them, else one; ctx->lock held. */
+/* The main kernel of family mma with `stages` for p, rendered (not
+ * built) and checked against the target's shared memory (the kernel's
+ * own check); ctx->lock held. */
+static fj_status try_main(fj_ctx *ctx, const fj_problem *p, fj_mma mma,
+                          int stages, fj_variant *v, fj_kmeta *meta)
+{
+  main_variant(p, mma, stages, v);
+  fj_status st = main_kernel(ctx, v, 0, meta, NULL);
+  return st == FJ_OK ? fj__check_smem(ctx, meta) : st;
+}
+
+/* The tuning database's pick where it has one for p (fj_tune_bwd's; only
+ * its family and stages are taken, and only where the target renders
+ * them); else the wgmma kernel where the target has wgmma and its
+ * template takes p (head dims 64 and 128, 16-bit types: it refuses the
+ * rest), else two stages of Q and dO on mma where the architecture's
+ * shared memory holds them, else one; ctx->lock held. */
 static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
                              fj_bwd_plan *plan)
 {
@@ -292,18 +319,17 @@ static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
     fill_plan(p, &v, &meta, plan);
     return FJ_OK;
   }
-  if (fj__arch_has(ctx, FJ_ARCH_WGMMA)) {
-    main_variant(p, FJ_MMA_WGMMA, 2, &v);
-    st = main_kernel(ctx, &v, 0, &meta, NULL);
-    if (st == FJ_OK)
-      st = fj__check_smem(ctx, &meta);
-  }
-  for (int stages = 2; stages >= 1 && st != FJ_OK; stages--) {
-    main_variant(p, FJ_MMA_SYNC, stages, &v);
-    st = main_kernel(ctx, &v, 0, &meta, NULL);
-    if (st == FJ_OK)
-      st = fj__check_smem(ctx, &meta);  /* the kernel's own check */
-  }
+  fj_mma mma;
+  int stages;
+  if (fj__tune_lookup_bwd(ctx, p, &mma, &stages) &&
+      (mma == FJ_MMA_SYNC ||
+       (mma == FJ_MMA_WGMMA && fj__arch_has(ctx, FJ_ARCH_WGMMA))) &&
+      stages >= 1 && stages <= 2)
+    st = try_main(ctx, p, mma, stages, &v, &meta);
+  if (st != FJ_OK && fj__arch_has(ctx, FJ_ARCH_WGMMA))
+    st = try_main(ctx, p, FJ_MMA_WGMMA, 2, &v, &meta);
+  for (stages = 2; stages >= 1 && st != FJ_OK; stages--)
+    st = try_main(ctx, p, FJ_MMA_SYNC, stages, &v, &meta);
   if (st == FJ_OK) {
     memo_add(ctx, &key, &v, &meta);
     fill_plan(p, &v, &meta, plan);
@@ -325,6 +351,30 @@ fj_status fj_attention_bwd_plan(fj_ctx *ctx, const fj_problem *p,
   st = plan_locked(ctx, p, plan);
   pthread_mutex_unlock(&ctx->lock);
   return st;
+}
+
+fj_status fj__bwd_plan_candidate(fj_ctx *ctx, const fj_problem *p,
+                                 fj_mma mma, int stages, fj_bwd_plan *plan)
+{
+  fj_variant v;
+  fj_kmeta meta;
+  fj_status st = check_problem(ctx, p);
+  if (st != FJ_OK)
+    return st;
+  pthread_mutex_lock(&ctx->lock);
+  st = try_main(ctx, p, mma, stages, &v, &meta);
+  if (st == FJ_OK)
+    fill_plan(p, &v, &meta, plan);
+  pthread_mutex_unlock(&ctx->lock);
+  return st;
+}
+
+fj_status fj__bwd_main_params(fj_ctx *ctx, const fj_problem *p,
+                              const fj_bwd_plan *plan, fj_vparams *vp)
+{
+  fj_variant v = plan->variant;
+  v.mods = p->mods;
+  return main_params(ctx, &v, vp);
 }
 
 /* ---- the call ---------------------------------------------------------------------- */

@@ -17,6 +17,7 @@
 #include "kernel.h"
 #include "mods.h"
 #include "plan.h"
+#include "tune.h"
 #include "tunedb.h"
 #include "util.h"
 #include "variant.h"
@@ -40,7 +41,6 @@ typedef struct tune_run {
   const fj_tune_opts *o;
   uint64_t q, k, v, out, ref, sums, scales;
   size_t nout;           /* elements of the output span */
-  fj_kernel *compare;
   void *compare_fn, *e0, *e1;
   size_t done, total;    /* progress steps */
 } tune_run;
@@ -51,22 +51,23 @@ enum { ITERS_MAX = 256 };
 
 /* Options that mean nothing are refused, not replaced: 0 iters is the
  * documented default, a negative count or one over the limit an error. */
-static fj_status check_opts(const fj_ctx *ctx, const fj_tune_opts *o)
+fj_status fj__tune_check_opts(const fj_ctx *ctx, const char *who,
+                              const fj_tune_opts *o)
 {
   if (o->iters < 0 || o->iters > ITERS_MAX)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "fj_tune: iters %d is invalid: must be in 0..%d (0: the "
+                    "%s: iters %d is invalid: must be in 0..%d (0: the "
                     "default, 10)",
-                    o->iters, ITERS_MAX);
+                    who, o->iters, ITERS_MAX);
   if (o->warmup < 0)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "fj_tune: warmup %d is invalid: must be 0 or more",
+                    "%s: warmup %d is invalid: must be 0 or more", who,
                     o->warmup);
   if (o->workers < 0)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "fj_tune: workers %d is invalid: 0 (one per CPU, at most "
+                    "%s: workers %d is invalid: 0 (one per CPU, at most "
                     "16) or more",
-                    o->workers);
+                    who, o->workers);
   return FJ_OK;
 }
 
@@ -75,9 +76,8 @@ static size_t span(const int64_t s[3], int b, int h, int seq, int d)
   return (size_t)((b - 1) * s[0] + (h - 1) * s[1] + (seq - 1) * s[2] + d);
 }
 
-/* n random values in [-scale, scale), converted to dt, into device memory. */
-static fj_status upload_random(fj_ctx *ctx, uint64_t *dst, fj_dtype dt,
-                               size_t n, float scale, uint64_t *state)
+fj_status fj__tune_upload_random(fj_ctx *ctx, uint64_t *dst, fj_dtype dt,
+                                 size_t n, float scale, uint64_t *state)
 {
   float *f = malloc(n * sizeof *f);
   void *h = malloc(n * 2 + 16);
@@ -129,11 +129,11 @@ static fj_status inputs_make(tune_run *t)
   t->nout = span(p->o_stride, p->batch, p->heads_q, p->seq_q, p->head_dim);
   uint64_t state = UINT64_C(0x2545f4914f6cdd1d);
   float kvs = kv == FJ_E4M3 ? 64.f : 1.f;
-  fj_status st = upload_random(t->ctx, &t->q, p->dtype, nq, 1.f, &state);
+  fj_status st = fj__tune_upload_random(t->ctx, &t->q, p->dtype, nq, 1.f, &state);
   if (st == FJ_OK)
-    st = upload_random(t->ctx, &t->k, kv, nk, kvs, &state);
+    st = fj__tune_upload_random(t->ctx, &t->k, kv, nk, kvs, &state);
   if (st == FJ_OK)
-    st = upload_random(t->ctx, &t->v, kv, nk, kvs, &state);
+    st = fj__tune_upload_random(t->ctx, &t->v, kv, nk, kvs, &state);
   if (st == FJ_OK)
     st = fj__cu_alloc(t->ctx, t->nout * 2, &t->out);
   if (st == FJ_OK)
@@ -154,36 +154,36 @@ static void inputs_free(tune_run *t)
   fj__cu_event_destroy(t->e1);
 }
 
-/* The comparison kernel (templates/compare.cu) for the output dtype. */
-static fj_status compare_kernel(tune_run *t)
+fj_status fj__tune_compare_fn(fj_ctx *ctx, fj_dtype dt, void **fn)
 {
   fj_param params[] = {
-      {"arch", FJ_PARAM_STR, 0, t->ctx->arch, NULL},
+      {"arch", FJ_PARAM_STR, 0, ctx->arch, NULL},
       {"version", FJ_PARAM_STR, 0, fj_version(), NULL},
-      {"dtype", FJ_PARAM_STR, 0, fj_dtype_name(t->prob.dtype), NULL},
+      {"dtype", FJ_PARAM_STR, 0, fj_dtype_name(dt), NULL},
   };
-  pthread_mutex_lock(&t->ctx->lock);
-  fj_status st = fj__kernel_build(t->ctx, "compare.cu", params,
-                                  FJ_ARRAY_LEN(params), &t->compare);
+  fj_kernel *k;
+  pthread_mutex_lock(&ctx->lock);
+  fj_status st = fj__kernel_build(ctx, "compare.cu", params,
+                                  FJ_ARRAY_LEN(params), &k);
   if (st == FJ_OK)
-    st = fj__kernel_function(t->ctx, t->compare, &t->compare_fn);
-  pthread_mutex_unlock(&t->ctx->lock);
+    st = fj__kernel_function(ctx, k, fn);
+  pthread_mutex_unlock(&ctx->lock);
   return st;
 }
 
-/* Relative distance of the output from the reference; non-finite -> inf. */
-static fj_status distance(tune_run *t, double *rel)
+fj_status fj__tune_distance(fj_ctx *ctx, void *fn, uint64_t out, uint64_t ref,
+                            size_t n, uint64_t sums, double *rel)
 {
-  double sums[3] = {0, 0, 0};
-  unsigned long long n = t->nout;
-  void *args[] = {&t->out, &t->ref, &n, &t->sums};
-  fj_launch l = {t->compare_fn, {264, 1, 1}, {256, 1, 1}, 0, NULL, args, 0};
-  fj_status st = fj__cu_memset(t->ctx, t->sums, 0, sizeof sums);
+  double h[3] = {0, 0, 0};
+  unsigned long long count = n;
+  void *args[] = {&out, &ref, &count, &sums};
+  fj_launch l = {fn, {264, 1, 1}, {256, 1, 1}, 0, NULL, args, 0};
+  fj_status st = fj__cu_memset(ctx, sums, 0, sizeof h);
   if (st == FJ_OK)
-    st = fj__cu_launch(t->ctx, &l);
+    st = fj__cu_launch(ctx, &l);
   if (st == FJ_OK)
-    st = fj__cu_copy_to_host(t->ctx, sums, t->sums, sizeof sums);
-  *rel = sums[2] > 0 ? HUGE_VAL : sqrt(sums[0] / (sums[1] > 0 ? sums[1] : 1));
+    st = fj__cu_copy_to_host(ctx, h, sums, sizeof h);
+  *rel = h[2] > 0 ? HUGE_VAL : sqrt(h[0] / (h[1] > 0 ? h[1] : 1));
   return st;
 }
 
@@ -319,7 +319,8 @@ static fj_status measure(tune_run *t, const fj_variant *vs, const fj_status *ok,
     if (st == FJ_OK)
       st = launch(t, &vs[i], dst);
     if (st == FJ_OK && i > 0)
-      st = distance(t, &rel);
+      st = fj__tune_distance(t->ctx, t->compare_fn, t->out, t->ref, t->nout,
+                             t->sums, &rel);
     if (st == FJ_OK && !(rel < 1e-2)) {
       r->wrong++;
       continue;
@@ -397,11 +398,11 @@ fj_status fj_tune(fj_ctx *ctx, const fj_problem *p, const fj_tune_opts *opts,
     fj_tune_opts_init(&defaults);
     opts = &defaults;
   }
-  fj_status st = check_opts(ctx, opts);
+  fj_status st = fj__tune_check_opts(ctx, "fj_tune", opts);
   if (st != FJ_OK)
     return st;
   tune_run t = {ctx, p, *p, opts, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL,
-                NULL, 0, 0};
+                0, 0};
   double t0 = fj__now_ms();
   /* FP8 scales come from the tuner's own inputs. */
   static const float placeholder[1];
@@ -426,7 +427,7 @@ fj_status fj_tune(fj_ctx *ctx, const fj_problem *p, const fj_tune_opts *opts,
                   "FLASHJIT_CHECK_BOUNDS=1) is not meaningful: each call "
                   "waits for its kernels; tune with checked mode off");
   if (st == FJ_OK && (st = fj__cu_enter(ctx)) == FJ_OK) {
-    if ((st = inputs_make(&t)) == FJ_OK && (st = compare_kernel(&t)) == FJ_OK &&
+    if ((st = inputs_make(&t)) == FJ_OK && (st = fj__tune_compare_fn(ctx, t.prob.dtype, &t.compare_fn)) == FJ_OK &&
         (st = fj__cu_event_create(ctx, &t.e0)) == FJ_OK &&
         (st = fj__cu_event_create(ctx, &t.e1)) == FJ_OK)
       st = tune_body(&t, best, &r);

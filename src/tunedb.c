@@ -39,9 +39,10 @@
 /* device|arch|driver|d128|f16|kv=f16|causal=none|q=2^11|k=2^11|gqa=1, and
  * with modifications |mods=<their form's hash> (the expressions, the
  * parameters' names, types and ranks, the built-ins on, the block sizes:
- * what the kernel is compiled for, not the values). */
-static void class_key(const fj_ctx *ctx, const fj_problem *p, char *out,
-                      size_t size)
+ * what the kernel is compiled for, not the values); the backward's
+ * entries end in |bwd, so that no forward lookup can find one. */
+static void class_key(const fj_ctx *ctx, const fj_problem *p, int backward,
+                      char *out, size_t size)
 {
   fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
   fj_mods_info mi;
@@ -52,8 +53,10 @@ static void class_key(const fj_ctx *ctx, const fj_problem *p, char *out,
                    fj_causal_name(p->causal), fj__log2_floor(p->seq_q), fj__log2_floor(p->seq_kv),
                    p->heads_q / p->heads_kv);
   if (mi.on && n > 0 && (size_t)n < size)
-    snprintf(out + n, size - (size_t)n, "|mods=%016llx",
-             (unsigned long long)fj__mods_hash(p->mods));
+    n += snprintf(out + n, size - (size_t)n, "|mods=%016llx",
+                  (unsigned long long)fj__mods_hash(p->mods));
+  if (backward && n > 0 && (size_t)n < size)
+    snprintf(out + n, size - (size_t)n, "|bwd");
 }
 
 /* ---- the database ------------------------------------------------------------------ */
@@ -153,18 +156,37 @@ static int variant_from_json(json_t *j, fj_variant *v)
   return 0;
 }
 
-int fj__tune_lookup(fj_ctx *ctx, const fj_problem *p, fj_variant *v)
+/* The entry's variant for p's class (forward or backward) onto *v; 0 if
+ * there is none or it does not read as a variant. */
+static int lookup(fj_ctx *ctx, const fj_problem *p, int backward,
+                  fj_variant *v)
 {
   char key[512];
   if (!ctx->has_device)
     return 0;
-  class_key(ctx, p, key, sizeof key);
+  class_key(ctx, p, backward, key, sizeof key);
   json_t *e = json_object_get(db_entries(ctx), key);
+  return e && variant_from_json(json_object_get(e, "variant"), v) == 0;
+}
+
+int fj__tune_lookup(fj_ctx *ctx, const fj_problem *p, fj_variant *v)
+{
   fj_variant tuned = *v;
-  if (!e || variant_from_json(json_object_get(e, "variant"), &tuned) != 0 ||
-      fj__variant_validate(ctx, &tuned) != FJ_OK)
+  if (!lookup(ctx, p, 0, &tuned) || fj__variant_validate(ctx, &tuned) != FJ_OK)
     return 0;
   *v = tuned;
+  return 1;
+}
+
+int fj__tune_lookup_bwd(fj_ctx *ctx, const fj_problem *p, fj_mma *mma,
+                        int *stages)
+{
+  fj_variant tuned;
+  memset(&tuned, 0, sizeof tuned);
+  if (!lookup(ctx, p, 1, &tuned))
+    return 0;
+  *mma = tuned.mma;
+  *stages = tuned.stages;
   return 1;
 }
 
@@ -276,11 +298,12 @@ fj_status fj_tune_list(fj_ctx *ctx, fj_tune_visit_fn fn, void *user)
   return FJ_OK;
 }
 
-fj_status fj__tune_record(fj_ctx *ctx, const fj_problem *p,
-                          const fj_variant *v, double ms, double default_ms)
+/* Records v for p's class, the forward's or the backward's. */
+static fj_status record(fj_ctx *ctx, const fj_problem *p, int backward,
+                        const fj_variant *v, double ms, double default_ms)
 {
   char key[512], date[32], shape[96];
-  class_key(ctx, p, key, sizeof key);
+  class_key(ctx, p, backward, key, sizeof key);
   now_iso(date, sizeof date);
   snprintf(shape, sizeof shape, "%d,%d/%d,%d/%d,%d", p->batch, p->heads_q,
            p->heads_kv, p->seq_q, p->seq_kv, p->head_dim);
@@ -297,3 +320,16 @@ fj_status fj__tune_record(fj_ctx *ctx, const fj_problem *p,
   return st;
 }
 
+
+fj_status fj__tune_record(fj_ctx *ctx, const fj_problem *p,
+                          const fj_variant *v, double ms, double default_ms)
+{
+  return record(ctx, p, 0, v, ms, default_ms);
+}
+
+fj_status fj__tune_record_bwd(fj_ctx *ctx, const fj_problem *p,
+                              const fj_variant *v, double ms,
+                              double default_ms)
+{
+  return record(ctx, p, 1, v, ms, default_ms);
+}

@@ -74,6 +74,26 @@ expect 2 "--backward emits the library's backward for --shape's problem: it take
 expect 2 "the backward does not take score or mask expressions" plan --backward --shape 1,4,64,64 --score-mod 's * 2.f'
 expect 2 "the backward does not take varlen problems" emit --backward --shape 2,4,64,64 --varlen 10,20
 expect 2 "the backward needs sm_80 or newer" plan --backward --shape 1,4,64,64 --arch sm_75
+# run, tune and cache prewarm --backward: what they refuse is refused before
+# any GPU is looked for, in one line naming the value and the limit.
+BS="--backward --shape 1,4,128,64"
+expect 2 "--backward runs the library's backward for --shape's problem: it takes no --tile-m" run $BS --tile-m 64
+expect 2 "--backward runs the library's backward for --shape's problem: it takes no --mma" run $BS --mma wgmma
+expect 2 "it takes no --sweep" run $BS --sweep
+expect 2 "it takes no --jit-tiers" run $BS --jit-tiers
+expect 2 "the backward does not take score or mask expressions" run $BS --score-mod 's * 2.f'
+expect 2 "the backward does not take varlen problems" run --backward --shape 2,4,64,64 --varlen 10,20
+expect 2 "the backward does not take kv_dtype e4m3: K and V in dtype f16" run $BS --kv-dtype e4m3
+expect 2 "--check with --backward computes the float64 reference of every gradient on the host: B x H x Sq x Skv x D = 1073741824 is over 536870912 (about 10 s of one core); check a smaller --shape" run --backward --check --shape 1,8,1024,128
+expect 2 "head_dim 48 is invalid" run --backward --shape 1,4,64,48
+expect 2 "the backward does not take score or mask expressions" tune --backward --shape 1,4,64,64 --mask-mod 'q >= kv'
+expect 2 "--backward does not apply with --show (it lists the database)" tune --show --backward
+expect 2 "--backward applies only to cache prewarm" cache ls --backward
+expect 2 "--backward prewarms the backward's kernels of the lists: it does not combine with --from-tune-db" cache prewarm --backward --from-tune-db
+expect 2 "fj_cache_prewarm_bwd: 1 of 1 problems failed; the first, problems[0]: the backward needs sm_80 or newer (mma.sync); the target is sm_75" cache prewarm --backward --arch sm_75 --head-dim 64 --dtype f16 --causal none
+expect 0 "(2.5 x the forward's FLOPs)" run --help
+expect 0 "fj_tune_bwd" tune --help
+expect 0 "fj_cache_prewarm_bwd" cache --help
 expect 2 "invalid value '0' for --sms: expected an integer in 1..1024" plan --shape 1,8,1,64 --sms 0
 expect 2 "splits 4: split-KV is implemented for mma mma (sm_80 and newer); the target sm_75 runs mma wmma" plan --shape 1,8,1,64 --arch sm_75 --splits 4
 expect 2 "seq_kv 0 is invalid" plan --shape 1,8,1,64 --seq-kv 0
@@ -362,6 +382,27 @@ expect 2 "cache export needs a FILE" cache export
 expect 2 "--head-dim applies only to cache prewarm" cache import "$tmp/fleet.fjpack" --head-dim 64
 "$FJ" cache clear >/dev/null
 
+# cache prewarm --backward: the backward's three kernels of each problem,
+# with no GPU, into a fresh directory; emit --backward of a problem of the
+# same kind then finds each of them there, and so does a machine that
+# imports the directory's pack.
+BW="$tmp/bwd-cache"
+FLASHJIT_CACHE_DIR="$BW" "$FJ" cache prewarm --backward --arch sm_90a --head-dim 64 --dtype f16 --causal none,top-left --workers 2 >"$tmp/warm" 2>"$tmp/err" \
+  && grep -qx "prewarm sm_90a (backward): 2 variants, 4 kernels: 4 compiled, 0 already cached, 0 failed" "$tmp/warm" \
+  && grep -qx "ok     fj_bwd_pre_d64_f16 fj_bwd_attn_d64_m64_n128_w12_s2_xor_regs_wgmma_tl_f16 fj_bwd_post_d64_f16_tiled" "$tmp/warm" \
+  && grep -q "prewarm: 2/2 compiled" "$tmp/err" \
+  || fail "cache prewarm --backward: $(cat "$tmp/warm" "$tmp/err")"
+FLASHJIT_CACHE_DIR="$BW" "$FJ" emit --backward --shape 1,4,128,64 --causal --what resources >"$tmp/res" 2>"$tmp/err" \
+  && [ "$(grep -c '^cache=hit$' "$tmp/res")" = 3 ] \
+  || fail "emit --backward after prewarm --backward: not a hit for each kernel: $(grep -e '^variant=' -e '^cache=' "$tmp/res" | tr '\n' ' ') $(cat "$tmp/err")"
+FLASHJIT_CACHE_DIR="$BW" "$FJ" cache prewarm --backward --arch sm_90a --head-dim 64 --dtype f16 --causal none,top-left 2>/dev/null \
+  | grep -qx "prewarm sm_90a (backward): 2 variants, 4 kernels: 0 compiled, 4 already cached, 0 failed" \
+  || fail "cache prewarm --backward twice compiled again"
+FLASHJIT_CACHE_DIR="$BW" "$FJ" cache export "$tmp/bwd.fjpack" >/dev/null \
+  && FLASHJIT_CACHE_DIR="$tmp/bwd-fresh" "$FJ" cache import "$tmp/bwd.fjpack" >/dev/null \
+  && [ "$(FLASHJIT_CACHE_DIR="$tmp/bwd-fresh" "$FJ" emit --backward --shape 2,8,64,64 --what resources 2>/dev/null | grep -c '^cache=hit$')" = 3 ] \
+  || fail "the backward's kernels did not travel in an export pack"
+
 # run: on a machine without a GPU it says so (exit 1); with one it runs.
 if "$FJ" run --shape 1,2,64,64 >"$tmp/out" 2>"$tmp/err"; then
   grep -q "TFLOP/s" "$tmp/out" || fail "run printed no timing"
@@ -383,9 +424,38 @@ if "$FJ" run --shape 1,2,64,64 >"$tmp/out" 2>"$tmp/err"; then
     eval "\"\$FJ\" run --shape 2,4,300,64 $mods --check" >"$tmp/out" 2>&1 \
       && grep -q "check: .* -> PASS" "$tmp/out" || fail "run $mods --check: $(cat "$tmp/out")"
   done
+  # The backward on the GPU, against the float64 reference (every
+  # element): GQA with a causal mask; bottom-right with unequal lengths, a
+  # window, a softcap and sinks (dsinks checked) in bf16 and BSHD; its tuner.
+  for bw in "--shape 2,4,256,64 --heads-kv 2 --causal" \
+            "--shape 1,4,200,128 --seq-kv 300 --causal=bottom-right --dtype bf16 --layout bshd --window 64,0 --softcap 30 --sinks 0.5" \
+            "--shape 1,2,130,96"; do
+    "$FJ" run --backward --check $bw >"$tmp/out" 2>&1 && grep -q "^backward: fj_bwd_attn_" "$tmp/out" \
+      && grep -q "(2.5 x the forward's FLOPs)" "$tmp/out" && grep -q "check: .* -> PASS" "$tmp/out" \
+      || fail "run --backward --check $bw: $(cat "$tmp/out")"
+    case "$bw" in
+      *--sinks*) grep -q " dsinks rel_err=" "$tmp/out" || fail "run --backward --check $bw: no dsinks: $(cat "$tmp/out")";;
+    esac
+  done
+  "$FJ" tune --backward --shape 1,8,1024,64 --iters 3 --no-save >"$tmp/out" 2>&1 \
+    && grep -q "^best:      fj_bwd_attn_" "$tmp/out" && grep -q "^candidates [23]: " "$tmp/out" \
+    || fail "tune --backward: $(cat "$tmp/out")"
 else
   grep -q "no NVIDIA driver\|no CUDA device\|CUDA" "$tmp/err" || fail "run without GPU: $(cat "$tmp/err")"
   echo "ok   flashjit run without a GPU -> $(cat "$tmp/err")"
+  # run --backward and tune --backward fail as run does, with the same line.
+  "$FJ" run --backward --check --shape 1,2,64,64 >"$tmp/out" 2>"$tmp/err_bwd"
+  code=$?
+  [ "$code" = 1 ] && cmp -s "$tmp/err" "$tmp/err_bwd" \
+    || fail "run --backward without GPU: exit $code: $(cat "$tmp/err_bwd"), run says $(cat "$tmp/err")"
+  echo "ok   flashjit run --backward without a GPU -> $code"
+  "$FJ" tune --shape 1,2,64,64 >"$tmp/out" 2>"$tmp/err"
+  "$FJ" tune --backward --shape 1,2,64,64 >"$tmp/out" 2>"$tmp/err_bwd"
+  code=$?
+  [ "$code" = 1 ] && [ "$(wc -l <"$tmp/err_bwd")" = 1 ] && cmp -s "$tmp/err" "$tmp/err_bwd" \
+    && grep -q "^flashjit tune: .*\(no NVIDIA driver\|no CUDA device\|CUDA\)" "$tmp/err_bwd" \
+    || fail "tune --backward without GPU: exit $code: $(cat "$tmp/err_bwd"), tune says $(cat "$tmp/err")"
+  echo "ok   flashjit tune --backward without a GPU -> $code"
 fi
 
 [ "$fails" = 0 ] && echo "cli: all passed" || echo "cli: $fails failed"

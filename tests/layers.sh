@@ -19,6 +19,7 @@ variant
 tunedb plan tier
 attention
 tune cache_pack block_mask backward
+tune_bwd prewarm_bwd
 lifecycle"
 src=$1
 nm=$2

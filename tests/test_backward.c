@@ -2,11 +2,14 @@
  * test_backward.c -- the backward's plan, kernels and refusals without a
  * GPU: every kernel of a plan compiles for sm_80 and sm_90a with no spills
  * over head dims, dtypes and masks, and what the backward does not take
- * yet is refused with a message that says what.
+ * yet is refused with a message that says what; its prewarm into a disk
+ * cache, the tuner's refusals and its entries in the tuning database.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "backward.h"
+#include "tunedb.h"
 #include "runner.h"
 
 /* Plans p's backward on ctx and compiles its three kernels: 0 when each
@@ -177,6 +180,158 @@ int test_backward_refusals(void)
   CHECK(ctx != NULL);
   CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_UNSUPPORTED);
   CHECK_MSG(ctx, "needs sm_80 or newer");
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* Whether the kernel is a cache hit (disk or memory). */
+static int hit(const fj_kernel *k)
+{
+  fj_resources r;
+  fj_kernel_resources(k, &r);
+  return r.cache != FJ_CACHE_MISS;
+}
+
+/* fj_cache_prewarm_bwd on a compile-only context: the distinct backwards
+ * of a list (a repeat of other sizes prepared once), into a fresh disk
+ * cache where a new context then finds all three kernels of each; again,
+ * nothing compiles; a refused problem is named with its reason. */
+int test_backward_prewarm(void)
+{
+  const char *dir = fjt_tmpdir();
+  fj_ctx *ctx = fjt_ctx("sm_80", dir);
+  CHECK(ctx != NULL);
+  fj_problem ps[3];
+  fj_problem_init(&ps[0], 2, 8, 2, 300, 300, 64, FJ_F16, FJ_BSHD);
+  fj_problem_init(&ps[1], 2, 8, 8, 300, 300, 64, FJ_F16, FJ_BSHD);
+  ps[1].causal = FJ_CAUSAL_TOP_LEFT;
+  fj_problem_init(&ps[2], 1, 4, 4, 4096, 4096, 64, FJ_F16, FJ_BHSD);
+  fj_status each[3];
+  fj_prewarm_report r;
+  fj_prepare_opts po = {2, NULL, NULL};
+  CHECK_OK(ctx, fj_cache_prewarm_bwd(ctx, ps, 3, &po, each, &r));
+  CHECK(each[0] == FJ_OK && each[1] == FJ_OK && each[2] == FJ_OK);
+  /* two mains, one preprocess and one postprocess (d64, f16, mma) */
+  CHECK(r.variants == 2 && r.kernels == 4 && r.compiled == 4 && r.cached == 0 &&
+        r.failed == 0);
+  fj_ctx_destroy(ctx);
+  ctx = fjt_ctx("sm_80", dir);
+  CHECK(ctx != NULL);
+  for (int i = 0; i < 3; i++) {
+    fj_bwd_plan plan;
+    CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &ps[i], &plan));
+    for (int w = 0; w < FJ_BWD_KERNELS; w++) {
+      fj_kernel *k;
+      CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &ps[i], &plan, w, &k));
+      CHECK(hit(k));
+    }
+  }
+  CHECK_OK(ctx, fj_cache_prewarm_bwd(ctx, ps, 3, NULL, NULL, &r));
+  CHECK(r.variants == 2 && r.kernels == 4 && r.compiled == 0 && r.cached == 4);
+  /* A problem the backward refuses: the others are still prepared. */
+  fj_mods m;
+  fj_mods_init(&m);
+  m.score = "s * 0.5f";
+  ps[1].mods = &m;
+  CHECK_ST(ctx, fj_cache_prewarm_bwd(ctx, ps, 2, NULL, each, &r),
+           FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "fj_cache_prewarm_bwd: 1 of 2 problems failed; the first, "
+                 "problems[1]: the backward does not take score or mask "
+                 "expressions");
+  CHECK(each[0] == FJ_OK && each[1] == FJ_ERR_UNSUPPORTED);
+  CHECK(r.variants == 2 && r.failed == 1 && r.kernels == 3);
+  /* Arguments. */
+  CHECK_ST(NULL, fj_cache_prewarm_bwd(NULL, ps, 1, NULL, NULL, NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_ST(ctx, fj_cache_prewarm_bwd(ctx, NULL, 1, NULL, NULL, NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "problems");
+  CHECK_ST(ctx, fj_cache_prewarm_bwd(ctx, ps, 65537, NULL, NULL, NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "n = 65537 problems is more than one call takes (at most 65536)");
+  po.workers = -1;
+  CHECK_ST(ctx, fj_cache_prewarm_bwd(ctx, ps, 1, &po, NULL, NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "workers -1 is invalid");
+  CHECK_OK(ctx, fj_cache_prewarm_bwd(ctx, NULL, 0, NULL, NULL, &r));
+  CHECK(r.variants == 0 && r.kernels == 0);
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+typedef struct bwd_seen {
+  int fwd, bwd;
+} bwd_seen;
+
+static int count_entry(void *user, const fj_tune_entry *e)
+{
+  bwd_seen *s = user;
+  size_t n = strlen(e->key);
+  if (n >= 4 && !strcmp(e->key + n - 4, "|bwd"))
+    s->bwd += e->variant.mma == FJ_MMA_SYNC && e->variant.stages == 1;
+  else
+    s->fwd++;
+  return 0;
+}
+
+/* fj_tune_bwd's refusals without a GPU, and the database's backward
+ * entries: keyed apart from the forward's (both kept for one class). */
+int test_backward_tune(void)
+{
+  const char *dir = fjt_tmpdir();
+  fj_ctx *ctx = fjt_ctx("sm_90a", dir);
+  CHECK(ctx != NULL);
+  fj_problem p;
+  fj_problem_init(&p, 1, 4, 4, 256, 256, 64, FJ_BF16, FJ_BHSD);
+  CHECK_ST(NULL, fj_tune_bwd(NULL, &p, NULL, NULL, NULL), FJ_ERR_INVALID_ARG);
+  CHECK_ST(ctx, fj_tune_bwd(ctx, NULL, NULL, NULL, NULL), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "fj_tune_bwd");
+  fj_tune_opts o;
+  fj_tune_opts_init(&o);
+  o.iters = 300;
+  CHECK_ST(ctx, fj_tune_bwd(ctx, &p, &o, NULL, NULL), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "fj_tune_bwd: iters 300 is invalid: must be in 0..256");
+  fj_tune_opts_init(&o);
+  o.warmup = -1;
+  CHECK_ST(ctx, fj_tune_bwd(ctx, &p, &o, NULL, NULL), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "fj_tune_bwd: warmup -1 is invalid");
+  fj_tune_report r;
+  memset(&r, 0x7f, sizeof r);
+  CHECK_ST(ctx, fj_tune_bwd(ctx, &p, NULL, NULL, &r), FJ_ERR_COMPILE_ONLY);
+  CHECK_MSG(ctx, "needs a GPU context");
+  CHECK(r.candidates == 0 && r.timed == 0);
+  fj_mods m;
+  fj_mods_init(&m);
+  m.mask = "q >= kv";
+  p.mods = &m;
+  CHECK_ST(ctx, fj_tune_bwd(ctx, &p, NULL, NULL, NULL), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "the backward does not take score or mask expressions");
+  p.mods = NULL;
+  /* The candidates the tuner counts: a family's template refusing a head
+   * dim is a refusal (FJ_ERR_UNSUPPORTED), not a failure. */
+  static const int dims[] = {64, 96, 128, 192, 256};
+  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+    fj_problem c;
+    fj_bwd_plan plan;
+    fj_problem_init(&c, 1, 4, 4, 256, 256, dims[i], FJ_BF16, FJ_BHSD);
+    fj_status st = fj__bwd_plan_candidate(ctx, &c, FJ_MMA_WGMMA, 2, &plan);
+    printf("d%d wgmma: %s %s\n", dims[i], fj_status_str(st),
+           st == FJ_OK ? "" : fj_errmsg(ctx));
+    CHECK(dims[i] == 64 || dims[i] == 128 ? st == FJ_OK
+                                          : st == FJ_ERR_UNSUPPORTED);
+    CHECK_OK(ctx, fj__bwd_plan_candidate(ctx, &c, FJ_MMA_SYNC, 1, &plan));
+    CHECK(plan.variant.mma == FJ_MMA_SYNC && plan.variant.stages == 1 &&
+          plan.variant.head_dim == dims[i]);
+  }
+  fj_variant v;
+  fj_variant_default(&v, 64, FJ_BF16, FJ_CAUSAL_NONE);
+  CHECK_OK(ctx, fj__tune_record(ctx, &p, &v, 1.0, 1.0));
+  v.mma = FJ_MMA_SYNC;
+  v.stages = 1;
+  CHECK_OK(ctx, fj__tune_record_bwd(ctx, &p, &v, 2.0, 2.5));
+  bwd_seen s = {0, 0};
+  CHECK_OK(ctx, fj_tune_list(ctx, count_entry, &s));
+  CHECK(s.fwd == 1 && s.bwd == 1);
   fj_ctx_destroy(ctx);
   return 0;
 }

@@ -5,6 +5,7 @@
  * a window, a softcap), GQA and MQA, tails, large logits and rows that see
  * no key.  The forward (fj_attention_fwd) gives O and the LSE; gradients
  * are poisoned with NaN before every run; inputs are fresh random normals.
+ * The tuner's pick (fj_tune_bwd, the database's backward entries).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "tunedb.h"
 #include "runner.h"
 
 static double normal(uint64_t *s)
@@ -409,4 +411,54 @@ int test_gpu_sanitize_backward(void)
       {1, 4, 2, 100, 130, 64, FJ_BF16, TL, -1, 0, 1, 1, 0},
   };
   return run_cases(cases, 1);
+}
+
+/* The tuner's pick: a backward entry of the tuning database decides the
+ * plan's main kernel (its family and stages) and leaves the forward's
+ * choice alone; fj_tune_bwd then times the candidates, records the
+ * fastest, and the next plan takes it. */
+int test_gpu_backward_tuned(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  fj_problem p;
+  fj_problem_init(&p, 1, 4, 2, 512, 512, 64, FJ_BF16, FJ_BSHD);
+  p.causal = FJ_CAUSAL_TOP_LEFT;
+  fj_plan fwd, fwd2;
+  fj_bwd_plan plan, best;
+  char a[160], b[160];
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &fwd));
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+  fj_variant v = plan.variant;
+  v.mma = FJ_MMA_SYNC;
+  v.stages = 1;
+  CHECK_OK(ctx, fj__tune_record_bwd(ctx, &p, &v, 1.0, 2.0));
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+  CHECK(plan.variant.mma == FJ_MMA_SYNC && plan.variant.stages == 1 &&
+        plan.variant.tile_n == 64);
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &fwd2));
+  fj_variant_name(&fwd.variant, a, sizeof a);
+  fj_variant_name(&fwd2.variant, b, sizeof b);
+  CHECK(fwd2.from == FJ_CHOICE_HEURISTIC && strcmp(a, b) == 0);
+  fj_tune_opts o;
+  fj_tune_opts_init(&o);
+  o.iters = 5;
+  fj_tune_report r;
+  CHECK_OK(ctx, fj_tune_bwd(ctx, &p, &o, &best, &r));
+  int hopper = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0;
+  printf("tune_bwd on %s: %d candidates, refused %d, failed %d, wrong %d, "
+         "timed %d; best %s s%d %.3f ms, the plan's own %.3f ms\n",
+         fj_ctx_arch(ctx), r.candidates, r.refused, r.failed, r.wrong,
+         r.timed, fj_mma_name(best.variant.mma), best.variant.stages,
+         r.best_ms, r.default_ms);
+  CHECK(r.candidates == (hopper ? 3 : 2) && r.wrong == 0 && r.failed == 0);
+  CHECK(r.timed + r.refused == r.candidates && r.best_ms > 0 &&
+        r.best_ms <= r.default_ms);
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+  CHECK(plan.variant.mma == best.variant.mma &&
+        plan.variant.stages == best.variant.stages);
+  fj_ctx_destroy(ctx);
+  return 0;
 }

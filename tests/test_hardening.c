@@ -486,6 +486,18 @@ static fj_status tune_iters_negative(void) { return tune_with(-1, 2, 0); }
 static fj_status tune_iters_huge(void) { return tune_with(100000, 2, 0); }
 static fj_status tune_warmup_negative(void) { return tune_with(10, -2, 0); }
 static fj_status tune_workers_negative(void) { return tune_with(10, 2, -4); }
+static fj_status tune_bwd_ctx_null(void)
+{
+  return fj_tune_bwd(NULL, &fx.p, NULL, NULL, NULL);
+}
+static fj_status tune_bwd_p_null(void)
+{
+  return fj_tune_bwd(fx.ctx, NULL, NULL, NULL, NULL);
+}
+static fj_status tune_bwd_compile_only(void)
+{
+  return fj_tune_bwd(fx.ctx, &fx.p, NULL, NULL, NULL);
+}
 static fj_status tune_list_ctx_null(void)
 {
   return fj_tune_list(NULL, tune_visit_none, NULL);
@@ -624,6 +636,10 @@ static const api_case api_cases[] = {
     BAD_(tune_iters_huge, MSG_CTX, "iters 100000 is invalid"),
     BAD_(tune_warmup_negative, MSG_CTX, "warmup -2 is invalid"),
     BAD_(tune_workers_negative, MSG_CTX, "workers -4 is invalid"),
+    BAD_(tune_bwd_ctx_null, MSG_NULL, "fj_tune_bwd: ctx is NULL"),
+    BAD_(tune_bwd_p_null, MSG_CTX, "fj_tune_bwd: p is NULL"),
+    {"tune_bwd_compile_only", tune_bwd_compile_only, FJ_ERR_COMPILE_ONLY,
+     MSG_CTX, "compile-only"},
     BAD_(tune_list_ctx_null, MSG_NULL, "fj_tune_list: ctx is NULL"),
     BAD_(tune_list_fn_null, MSG_CTX, "fj_tune_list: fn is NULL"),
     BAD_(layout_ctx_null, MSG_NULL, "fj_layout_get: ctx is NULL"),

@@ -25,9 +25,12 @@ TEST(template_meta, cpu)
 TEST(backward_compile, cpu)
 TEST(backward_refusals, cpu)
 TEST(backward_memo, cpu)
+TEST(backward_prewarm, cpu)
+TEST(backward_tune, cpu)
 TEST(gpu_backward, gpu)
 TEST(gpu_backward_deterministic, gpu)
 TEST(gpu_sanitize_backward, gpu)
+TEST(gpu_backward_tuned, gpu)
 /* the library's choice on every target NVRTC has (test_everyarch.c) */
 TEST(everyarch_picks, cpu)
 /* the device pieces' Lua contracts (mask.lua, tma_ring.lua, budget.lua) */

@@ -296,6 +296,31 @@ double cli_tflops(const run_data *d, double ms);
 /* flashjit run (cli_run.c): time a variant on the GPU, check it, or sweep. */
 int cli_cmd_run(cli *c);
 
+/* run's timing (cli_run.c): the median and minimum of `iters` calls of
+ * call(arg), each between two events on the default stream, after
+ * `warmup` untimed ones; the first failing call's status. */
+typedef struct cli_timing {
+  double median_ms, min_ms;
+} cli_timing;
+typedef fj_status (*cli_call_fn)(void *arg);
+fj_status cli_time_calls(cli_call_fn call, void *arg, int warmup, int iters,
+                         cli_timing *t);
+
+/* run's first lines (cli_run.c): the device, and the problem with its
+ * layout and modifications. */
+void cli_print_problem(const cli *c, fj_ctx *ctx, const run_data *d);
+
+/* flashjit run --backward (cli_run_bwd.c): the library's backward after
+ * one forward, timed, and with --check against the float64 reference;
+ * d's problem is on the device (cli_problem_on_device). */
+int cli_run_backward(cli *c, fj_ctx *ctx, run_data *d);
+
+/* What run --backward and tune --backward refuse before a GPU is looked
+ * for (cli_run_bwd.c): the backward's plan of p on ctx (compile-only),
+ * and with --check a problem too large for the host's reference; 0 or
+ * the exit status. */
+int cli_backward_validate(cli *c, fj_ctx *ctx, const fj_problem *p);
+
 /* flashjit tune (cli_tune.c): autotune a problem, or list the database. */
 int cli_cmd_tune(cli *c);
 

@@ -278,7 +278,7 @@ static int check_combinations(cli *c)
                                         "sms"};
   static const char *const tune_show[] = {"shape", "seq-kv", "heads-kv", "layout",
                                           "causal", "dtype", "kv-dtype", "workers",
-                                          "iters", "no-save", "device"};
+                                          "iters", "no-save", "device", "backward"};
   const char *p, *a = axis_given(c);
   if (c->cmd == CMD_EMIT && c->sweep && (c->what || c->out_file))
     return cli_usage_error(c, "%s does not apply with --sweep (it prints one "
@@ -295,6 +295,10 @@ static int check_combinations(cli *c)
     return cli_usage_error(c, "--%s picks the library's choice for a problem: "
                               "it does not combine with %s%s",
                            p, c->sweep ? "--sweep" : "--", c->sweep ? "" : a);
+  if (c->cmd == CMD_RUN && c->backward && (a || c->sweep || c->jit_tiers))
+    return cli_usage_error(c, "--backward runs the library's backward for "
+                              "--shape's problem: it takes no --%s",
+                           a ? a : c->sweep ? "sweep" : "jit-tiers");
   if (c->cmd == CMD_TUNE && c->show &&
       (p = first_given(c, tune_show, sizeof tune_show / sizeof tune_show[0])))
     return cli_usage_error(c, "--%s does not apply with --show (it lists the "

@@ -1,8 +1,8 @@
 /*
  * cli_cache.c -- `flashjit cache`: prints the disk cache's directory, lists
  * or counts its entries, or clears it; prewarms it with the library's picks
- * (or the tuning database's variants) for an arch; exports it to one file
- * and imports such a file.
+ * (or the tuning database's variants, or the backward's kernels) for an
+ * arch; exports it to one file and imports such a file.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -160,15 +160,19 @@ typedef struct tune_pick {
   size_t n, cap;
 } tune_pick;
 
-/* One tuning entry, taken when its key's arch (device|arch|...) is ours
- * and it passes the lists that were given. */
+/* One tuning entry, taken when its key's arch (device|arch|...) is ours,
+ * it is the forward's (a backward's key ends in |bwd: its variant is a
+ * main kernel of the backward's) and it passes the lists that were
+ * given. */
 static int tune_visit(void *user, const fj_tune_entry *e)
 {
   tune_pick *t = user;
   const char *bar = strchr(e->key, '|');
-  size_t len = strlen(t->arch);
+  size_t len = strlen(t->arch), klen = strlen(e->key);
   const fj_variant *v = &e->variant;
   if (!bar || strncmp(bar + 1, t->arch, len) != 0 || bar[1 + len] != '|')
+    return 0;
+  if (klen >= 4 && !strcmp(e->key + klen - 4, "|bwd"))
     return 0;
   if ((t->filter_heads && !in_list(t->w->heads, t->w->nheads, v->head_dim)) ||
       (t->filter_dtypes && !in_list(t->w->dtypes, t->w->ndtypes, (int)v->dtype)) ||
@@ -220,6 +224,96 @@ static int warm_report(const cli *c, fj_ctx *ctx, const fj_variant *vs,
   return st == FJ_OK ? 0 : cli_fj_error(c, ctx, st);
 }
 
+/* ---- prewarm --backward ---------------------------------------------------------- */
+
+/* The backward's problems: the long prefill's shape for every head dim,
+ * dtype and mask of the lists (its kernels do not depend on the sizes). */
+static size_t bwd_problems(const warm_lists *w, fj_problem *ps)
+{
+  size_t n = 0;
+  for (int h = 0; h < w->nheads; h++)
+    for (int d = 0; d < w->ndtypes; d++)
+      for (int m = 0; m < w->ncausals; m++, n++) {
+        fj_problem_init(&ps[n], warm_shapes[0].batch, warm_shapes[0].heads_q,
+                        warm_shapes[0].heads_kv, warm_shapes[0].seq_q,
+                        warm_shapes[0].seq_kv, w->heads[h],
+                        (fj_dtype)w->dtypes[d], FJ_BHSD);
+        ps[n].causal = (fj_causal)w->causals[m];
+      }
+  return n;
+}
+
+/* One line per problem: its three kernels (memory hits now), or why it
+ * failed. */
+static void bwd_line(fj_ctx *ctx, const fj_problem *p, fj_status st)
+{
+  fj_bwd_plan plan;
+  const char *names[FJ_BWD_KERNELS] = {"?", "?", "?"};
+  if (st == FJ_OK)
+    st = fj_attention_bwd_plan(ctx, p, &plan);
+  for (int i = 0; i < FJ_BWD_KERNELS && st == FJ_OK; i++) {
+    fj_kernel *k;
+    if ((st = fj_attention_bwd_kernel(ctx, p, &plan, i, &k)) == FJ_OK)
+      names[i] = fj_kernel_name(k);
+  }
+  if (st == FJ_OK)
+    printf("ok     %s %s %s\n", names[0], names[1], names[2]);
+  else
+    printf("FAILED backward d%d %s causal=%s: %s\n", p->head_dim,
+           fj_dtype_name(p->dtype), fj_causal_name(p->causal),
+           fj_status_str(st));
+}
+
+/* Prints each problem's line and the summary, then the call's failure as
+ * cli_fj_error reports one (its message kept before the lines' calls
+ * replaced it); the exit status. */
+static int warm_report_bwd(const cli *c, fj_ctx *ctx, const fj_problem *ps,
+                           size_t n, const fj_status *each,
+                           const fj_prewarm_report *r, fj_status st)
+{
+  size_t len = strlen(fj_errmsg(ctx));
+  char *why = malloc(len + 1);
+  if (why)
+    memcpy(why, fj_errmsg(ctx), len + 1);
+  for (size_t i = 0; i < n; i++)
+    bwd_line(ctx, &ps[i], each[i]);
+  printf("prewarm %s (backward): %d variants, %d kernels: %d compiled, %d "
+         "already cached, %d failed\n",
+         fj_ctx_arch(ctx), r->variants, r->kernels, r->compiled, r->cached,
+         r->failed);
+  int rc = 0;
+  const char *msg = why && *why ? why : fj_status_str(st);
+  if (st == FJ_ERR_UNSUPPORTED || st == FJ_ERR_INVALID_ARG ||
+      st == FJ_ERR_RESOURCES) {
+    rc = cli_usage_error(c, "%s", msg);
+  } else if (st != FJ_OK) {
+    fprintf(stderr, "flashjit cache: %s\n", msg);
+    rc = EXIT_FAIL;
+  }
+  free(why);
+  return rc;
+}
+
+static int cache_prewarm_bwd(cli *c, fj_ctx *ctx, const warm_lists *w)
+{
+  size_t cap = (size_t)w->nheads * (size_t)w->ndtypes * (size_t)w->ncausals;
+  fj_problem *ps = calloc(cap, sizeof *ps);
+  fj_status *each = calloc(cap, sizeof *each);
+  int rc = EXIT_FAIL;
+  if (!ps || !each) {
+    fprintf(stderr, "flashjit cache: out of memory\n");
+  } else {
+    size_t n = bwd_problems(w, ps);
+    fj_prepare_opts po = {c->workers, warm_progress, NULL};
+    fj_prewarm_report r;
+    fj_status st = fj_cache_prewarm_bwd(ctx, ps, n, &po, each, &r);
+    rc = warm_report_bwd(c, ctx, ps, n, each, &r, st);
+  }
+  free(ps);
+  free(each);
+  return rc;
+}
+
 static int cache_prewarm(cli *c, fj_ctx *ctx)
 {
   warm_lists w;
@@ -231,7 +325,9 @@ static int cache_prewarm(cli *c, fj_ctx *ctx)
     fprintf(stderr, "flashjit cache: out of memory\n");
     rc = EXIT_FAIL;
   }
-  if (!rc && c->from_tune_db) {
+  if (!rc && c->backward) {
+    rc = cache_prewarm_bwd(c, ctx, &w);
+  } else if (!rc && c->from_tune_db) {
     tune_pick t = {fj_ctx_arch(ctx), &w, c->heads_list != NULL,
                    c->dtypes_list != NULL, c->causals_list != NULL, vs, 0, cap};
     fj_status st = fj_tune_list(ctx, tune_visit, &t);
@@ -240,7 +336,7 @@ static int cache_prewarm(cli *c, fj_ctx *ctx)
   } else if (!rc) {
     rc = picks(c, ctx, &w, vs, &n);
   }
-  if (!rc) {
+  if (!rc && !c->backward) {
     n = dedupe(vs, n);
     fj_prepare_opts po = {c->workers, warm_progress, NULL};
     fj_prewarm_report r;
@@ -288,8 +384,10 @@ static int check_action(cli *c)
 {
   static const char *const actions[] = {"dir",     "ls",     "stats",  "clear",
                                         "prune",   "prewarm", "export", "import"};
-  static const char *const warm_only[] = {"arch", "head-dim", "dtype",
-                                          "causal", "from-tune-db", "workers"};
+  static const char *const warm_only[] = {"arch",         "head-dim",
+                                          "dtype",        "causal",
+                                          "from-tune-db", "workers",
+                                          "backward"};
   const char *a = c->action;
   char q[300];
   int known = 0;
@@ -310,10 +408,14 @@ static int check_action(cli *c)
   if (takes_file && !*c->cache_file)
     return cli_usage_error(c, "invalid FILE '' for cache %s: expected a path "
                               "of 1..4095 bytes", a);
-  for (size_t i = 0; strcmp(a, "prewarm") && i < 6; i++)
+  for (size_t i = 0; strcmp(a, "prewarm") && i < sizeof warm_only / sizeof *warm_only; i++)
     if (cli_flag_given(c, warm_only[i]))
       return cli_usage_error(c, "--%s applies only to cache prewarm",
                              warm_only[i]);
+  if (c->backward && c->from_tune_db)
+    return cli_usage_error(c, "--backward prewarms the backward's kernels of "
+                              "the lists: it does not combine with "
+                              "--from-tune-db (the forward's tuned variants)");
   if (strcmp(a, "import") && cli_flag_given(c, "verify"))
     return cli_usage_error(c, "--verify applies only to cache import");
   return 0;

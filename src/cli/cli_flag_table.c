@@ -201,6 +201,22 @@ const flag_def cli_flags[] = {
      .help = "the backward of the problem (fj_attention_bwd): plan prints its "
              "three kernels, grid and workspace; emit the main kernel (with "
              "--what resources, all three)"},
+    {"backward", 0, CMD_RUN, cli_set_switch, OFF(backward),
+     .help = "run the library's backward (fj_attention_bwd) after one forward "
+             "for O and the LSE: its kernels, first call, median time and "
+             "TFLOP/s (2.5 x the forward's FLOPs); with --check dq, dk, dv "
+             "(and dsinks) against the float64 reference, every element (B x "
+             "H x Sq x Skv x D at most 536870912); no variant flags, --sweep "
+             "or --jit-tiers"},
+    {"backward", 0, CMD_TUNE, cli_set_switch, OFF(backward),
+     .help = "tune the backward's main kernel (fj_tune_bwd: the families and "
+             "stages its plan could take, checked against the plan's choice) "
+             "and record the winner under the backward's own key"},
+    {"backward", 0, CMD_CACHE, cli_set_switch, OFF(backward),
+     .help = "prewarm: the backward's three kernels (preprocess, main, "
+             "postprocess; fj_cache_prewarm_bwd) for the --head-dim, --dtype "
+             "and --causal lists instead of the forward's picks; not with "
+             "--from-tune-db"},
     {"verbose", 0, CMD_ALL, cli_set_switch, OFF(verbose),
      .help = "print the library's log"},
 };

@@ -16,8 +16,8 @@ const cli_command cli_commands[] = {
      "the variant the flags describe -- and print its source, PTX, cubin, "
      "resources or log (no GPU needed)"},
     {"run", CMD_RUN,
-     "run attention on the GPU: time it, and with --check compare it with "
-     "the float64 reference"},
+     "run attention on the GPU (--backward: its backward): time it, and "
+     "with --check compare it with the float64 reference"},
     {"plan", CMD_PLAN,
      "print what the library would launch for a problem: variant, grid, "
      "splits, GQA packing, workspace (no GPU needed)"},
@@ -27,11 +27,12 @@ const cli_command cli_commands[] = {
     {"cache", CMD_CACHE,
      "dir | ls | stats | clear | prune | prewarm | export FILE | import FILE: "
      "the disk cache (prune removes corrupt and stale entries; prewarm "
-     "compiles the library's picks for --arch, no GPU needed; export and "
-     "import move it between machines)"},
+     "compiles the library's picks for --arch, with --backward the "
+     "backward's kernels, no GPU needed; export and import move it between "
+     "machines)"},
     {"tune", CMD_TUNE,
-     "autotune a problem class on the GPU and record the winner (--show "
-     "lists the database)"},
+     "autotune a problem class on the GPU (--backward: its backward's main "
+     "kernel) and record the winner (--show lists the database)"},
 };
 const int cli_ncommands = (int)(sizeof cli_commands / sizeof cli_commands[0]);
 

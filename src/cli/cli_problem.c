@@ -166,6 +166,8 @@ static int run_validate(cli *c, const fj_problem *p)
   fj_status st = fj_problem_check(ctx, &check);
   if (st != FJ_OK)
     rc = cli_fj_error(c, ctx, st);
+  else if (c->backward)
+    rc = cli_backward_validate(c, ctx, &check);
   else if (c->variant_given)
     rc = check_given_variant(c, ctx);
   else if (c->cmd == CMD_RUN && !c->sweep)

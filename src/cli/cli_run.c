@@ -24,14 +24,8 @@ static int cmp_float(const void *a, const void *b)
   return (x > y) - (x < y);
 }
 
-typedef struct timing {
-  double median_ms, min_ms;
-} timing;
-
-/* Median and minimum of `iters` launches of v (NULL: the library's
- * choice), each between two events, after `warmup` untimed ones. */
-static fj_status time_variant(fj_ctx *ctx, run_data *d, const fj_variant *v,
-                              int warmup, int iters, timing *t)
+fj_status cli_time_calls(cli_call_fn call, void *arg, int warmup, int iters,
+                         cli_timing *t)
 {
   cudaEvent_t e0, e1;
   float *ms = calloc((size_t)iters, sizeof *ms);
@@ -42,10 +36,10 @@ static fj_status time_variant(fj_ctx *ctx, run_data *d, const fj_variant *v,
   }
   fj_status st = FJ_OK;
   for (int i = 0; i < warmup && st == FJ_OK; i++)
-    st = cli_launch_one(ctx, d, v, NULL);
+    st = call(arg);
   for (int i = 0; i < iters && st == FJ_OK; i++) {
     cudaEventRecord(e0, NULL);
-    st = cli_launch_one(ctx, d, v, NULL);
+    st = call(arg);
     cudaEventRecord(e1, NULL);
     cudaEventSynchronize(e1);
     cudaEventElapsedTime(&ms[i], e0, e1);
@@ -57,6 +51,29 @@ static fj_status time_variant(fj_ctx *ctx, run_data *d, const fj_variant *v,
   t->min_ms = ms[0];
   free(ms);
   return st;
+}
+
+/* One launch of a variant (NULL: the library's choice), for
+ * cli_time_calls. */
+typedef struct fwd_call {
+  fj_ctx *ctx;
+  run_data *d;
+  const fj_variant *v;
+} fwd_call;
+
+static fj_status call_fwd(void *arg)
+{
+  fwd_call *f = arg;
+  return cli_launch_one(f->ctx, f->d, f->v, NULL);
+}
+
+/* Median and minimum of `iters` launches of v (NULL: the library's
+ * choice), each between two events, after `warmup` untimed ones. */
+static fj_status time_variant(fj_ctx *ctx, run_data *d, const fj_variant *v,
+                              int warmup, int iters, cli_timing *t)
+{
+  fwd_call f = {ctx, d, v};
+  return cli_time_calls(call_fwd, &f, warmup, iters, t);
 }
 
 /* The bare launches beside the library's call: what one call of the
@@ -193,7 +210,7 @@ static void host_times(fj_ctx *ctx, run_data *d, const fj_variant *v)
 static int run_timed(const cli *c, fj_ctx *ctx, run_data *d)
 {
   int iters = c->iters > 0 ? c->iters : 20;
-  timing t;
+  cli_timing t;
   fj_status st = time_variant(ctx, d, c->variant_given ? &c->v : NULL,
                               c->warmup, iters, &t);
   if (st != FJ_OK)
@@ -265,16 +282,8 @@ static int run_tiers(cli *c, fj_ctx *ctx, run_data *d,
   }
 }
 
-static int run_report(cli *c, fj_ctx *ctx, run_data *d)
+void cli_print_problem(const cli *c, fj_ctx *ctx, const run_data *d)
 {
-  fj_variant v = c->v;
-  fj_choice from = FJ_CHOICE_HEURISTIC;
-  fj_status st = c->variant_given ? fj_problem_check(ctx, &d->p)
-                                  : fj_attention_variant(ctx, &d->p, &v, &from);
-  if (st != FJ_OK)
-    return cli_fj_error(c, ctx, st);
-  char name[160];
-  fj_variant_name(&v, name, sizeof name);
   fj_device_info info;
   fj_device_get(ctx, &info);
   char layout[256];
@@ -285,7 +294,21 @@ static int run_report(cli *c, fj_ctx *ctx, run_data *d)
          d->p.heads_kv, d->p.seq_q, d->p.seq_kv, d->p.head_dim,
          fj_dtype_name(d->p.dtype), fj_causal_name(d->p.causal), layout);
   cli_mods_print(c, " ", "");
-  printf("\nvariant: %s (%s)\n", name,
+  printf("\n");
+}
+
+static int run_report(cli *c, fj_ctx *ctx, run_data *d)
+{
+  fj_variant v = c->v;
+  fj_choice from = FJ_CHOICE_HEURISTIC;
+  fj_status st = c->variant_given ? fj_problem_check(ctx, &d->p)
+                                  : fj_attention_variant(ctx, &d->p, &v, &from);
+  if (st != FJ_OK)
+    return cli_fj_error(c, ctx, st);
+  char name[160];
+  fj_variant_name(&v, name, sizeof name);
+  cli_print_problem(c, ctx, d);
+  printf("variant: %s (%s)\n", name,
          c->variant_given ? "given" : from == FJ_CHOICE_TUNED ? "tuned"
                                                               : "heuristic");
   struct timespec a, z;
@@ -309,7 +332,7 @@ static void sweep_time_line(const cli *c, fj_ctx *ctx, run_data *d,
 {
   char name[160];
   fj_variant_name(v, name, sizeof name);
-  timing t;
+  cli_timing t;
   if (st == FJ_OK)
     st = time_variant(ctx, d, v, cli_flag_given(c, "warmup") ? c->warmup : 2,
                       c->iters > 0 ? c->iters : 10, &t);
@@ -386,7 +409,7 @@ int cli_cmd_run(cli *c)
   int rc = cli_problem_on_device(c, &d, &ctx);
   if (rc)
     return rc;
-  rc = run_on_device(c, ctx, &d);
+  rc = c->backward ? cli_run_backward(c, ctx, &d) : run_on_device(c, ctx, &d);
   cli_run_free(&d);
   fj_ctx_destroy(ctx);
   return rc;

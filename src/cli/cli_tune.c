@@ -1,6 +1,7 @@
 /*
  * cli_tune.c -- `flashjit tune`: autotunes a problem class on the GPU with a
- * progress bar and records the winner, or with --show lists the database.
+ * progress bar and records the winner (with --backward, the backward's main
+ * kernel), or with --show lists the database.
  */
 #include <stdio.h>
 #include <time.h>
@@ -86,6 +87,56 @@ static void tune_print(const run_data *d, const fj_variant *best,
   (void)heur;
 }
 
+/* tune --backward's report: the winner's main kernel, against the
+ * plan's own choice; TFLOP/s as run --backward counts them. */
+static void tune_print_bwd(const run_data *d, const fj_bwd_plan *best,
+                           const fj_tune_report *r, fj_ctx *ctx, int saved)
+{
+  fj_kernel *k;
+  const fj_variant *v = &best->variant;
+  int named = fj_attention_bwd_kernel(ctx, &d->p, best, 1, &k) == FJ_OK;
+  printf("best:      %s (mma %s, %d stage%s) %.3f ms (%.1f TFLOP/s)\n",
+         named ? fj_kernel_name(k) : "?", fj_mma_name(v->mma), v->stages,
+         v->stages == 1 ? "" : "s", r->best_ms,
+         2.5 * cli_tflops(d, r->best_ms));
+  printf("heuristic: %.3f ms (%.1f TFLOP/s): the best is %.2fx faster\n",
+         r->default_ms, 2.5 * cli_tflops(d, r->default_ms),
+         r->default_ms / r->best_ms);
+  printf("candidates %d: refused %d, failed %d, wrong output %d, timed %d\n",
+         r->candidates, r->refused, r->failed, r->wrong, r->timed);
+  printf("compile %.1f s, total %.1f s%s%s\n", r->compile_s, r->total_s,
+         saved ? "; recorded in " : "", saved ? fj_cache_dir(ctx) : "");
+}
+
+/* Runs the tuner (the forward's, or with --backward the backward's) with
+ * the progress bar; prints its report. */
+static int tune_run(cli *c, fj_ctx *ctx, run_data *d)
+{
+  tune_progress_state ps = {wall_s()};
+  fj_tune_opts o;
+  fj_tune_opts_init(&o);
+  o.iters = c->iters > 0 ? c->iters : 10;
+  o.workers = c->workers;
+  o.save = !c->no_save;
+  o.progress = tune_progress;
+  o.user = &ps;
+  fj_variant best;
+  fj_bwd_plan best_bwd;
+  fj_tune_report r;
+  fj_status st = c->backward ? fj_tune_bwd(ctx, &d->p, &o, &best_bwd, &r)
+                             : fj_tune(ctx, &d->p, &o, &best, &r);
+  if (isatty(STDERR_FILENO))
+    fputc('\n', stderr);
+  if (st != FJ_OK)
+    return cli_fj_error(c, ctx, st);
+  int saved = o.save && fj_cache_dir(ctx);
+  if (c->backward)
+    tune_print_bwd(d, &best_bwd, &r, ctx, saved);
+  else
+    tune_print(d, &best, &r, ctx, saved);
+  return 0;
+}
+
 int cli_cmd_tune(cli *c)
 {
   if (c->show)
@@ -107,23 +158,7 @@ int cli_cmd_tune(cli *c)
     fj_ctx_destroy(ctx);
     return rc;
   }
-  tune_progress_state ps = {wall_s()};
-  fj_tune_opts o;
-  fj_tune_opts_init(&o);
-  o.iters = c->iters > 0 ? c->iters : 10;
-  o.workers = c->workers;
-  o.save = !c->no_save;
-  o.progress = tune_progress;
-  o.user = &ps;
-  fj_variant best;
-  fj_tune_report r;
-  fj_status st = fj_tune(ctx, &d.p, &o, &best, &r);
-  if (isatty(STDERR_FILENO))
-    fputc('\n', stderr);
-  if (st != FJ_OK)
-    rc = cli_fj_error(c, ctx, st);
-  else
-    tune_print(&d, &best, &r, ctx, o.save && fj_cache_dir(ctx));
+  rc = tune_run(c, ctx, &d);
   cli_run_free(&d);
   fj_ctx_destroy(ctx);
   return rc;

@@ -1,0 +1,35 @@
+/*
+ * tune.h -- what the forward's tuner (tune.c) shares with the backward's
+ * (tune_bwd.c): the options' check, random inputs on the device, and the
+ * device-side comparison of one output with another (templates/compare.cu).
+ */
+#ifndef FJ_TUNE_H
+#define FJ_TUNE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctx.h"
+
+/* FJ_ERR_INVALID_ARG, the message starting with `who`, for options out of
+ * range (iters outside 0..256, a negative warmup or workers). */
+fj_status fj__tune_check_opts(const fj_ctx *ctx, const char *who,
+                              const fj_tune_opts *o);
+
+/* n random values in [-scale, scale) from *state (xorshift), converted to
+ * dt, into new device memory at *dst (the caller frees it).  The caller
+ * has entered the CUDA context. */
+fj_status fj__tune_upload_random(fj_ctx *ctx, uint64_t *dst, fj_dtype dt,
+                                 size_t n, float scale, uint64_t *state);
+
+/* The comparison kernel's function for elements of dt (built or fetched;
+ * the caller has entered the CUDA context, without ctx->lock). */
+fj_status fj__tune_compare_fn(fj_ctx *ctx, fj_dtype dt, void **fn);
+
+/* ||out - ref|| / ||ref|| over n elements of out and ref in device memory
+ * (fn's dtype), into *rel; +inf where out has a non-finite element.  sums
+ * is device scratch of 3 doubles.  Synchronous. */
+fj_status fj__tune_distance(fj_ctx *ctx, void *fn, uint64_t out, uint64_t ref,
+                            size_t n, uint64_t sums, double *rel);
+
+#endif /* FJ_TUNE_H */
