@@ -999,8 +999,10 @@ typedef struct fj_bwd_plan {
  * choices (until a tuning result is recorded), so a repeated plan renders
  * nothing.  Refused, FJ_ERR_UNSUPPORTED with the
  * reason: score or mask expressions and block masks (a later release),
- * varlen and paged problems, FP8, head dims that are not multiples of 32
- * up to 256, architectures before sm_80.  ctx, p and plan may not be
+ * paged problems, FP8, head dims that are not multiples of 32
+ * up to 256, architectures before sm_80.  Varlen problems (cu_seqlens,
+ * seqused_kv) run on either family; on wgmma only with total_q and
+ * total_kv given where Q or K is packed.  ctx, p and plan may not be
  * NULL. */
 FJ_API fj_status fj_attention_bwd_plan(fj_ctx *ctx, const fj_problem *p,
                                        fj_bwd_plan *plan);

@@ -18,6 +18,7 @@
 #include "kernel.h"
 #include "kparams.h"
 #include "mods.h"
+#include "plan.h"
 #include "reference.h"
 #include "tunedb.h"
 #include "util.h"
@@ -53,9 +54,6 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
                             ".mask, .params)");
   if (mi.blocks)
     return unsupported(ctx, "block masks (fj_mods.block_mask)");
-  if (p->cu_seqlens_q || p->cu_seqlens_kv || p->seqused_kv)
-    return unsupported(ctx, "varlen problems (cu_seqlens_q, cu_seqlens_kv, "
-                            "seqused_kv)");
   if (p->block_table)
     return unsupported(ctx, "paged K/V (block_table)");
   if (p->kv_dtype != 0 && p->kv_dtype != p->dtype)
@@ -87,6 +85,7 @@ static void main_variant(const fj_problem *p, fj_mma mma, int stages,
   v->mma = mma;
   v->causal = p->causal;
   v->dtype = p->dtype;
+  v->varlen = fj__problem_varlen(p);
   v->mods = p->mods;
 }
 
@@ -150,9 +149,10 @@ static fj_status row_kernel(fj_ctx *ctx, const fj_problem *p,
   fj__mods_info(p->mods, &mi);
   int sinks = mi.sinks && strcmp(which, "post") == 0;
   tiled = tiled && strcmp(which, "post") == 0;
-  snprintf(symbol, sizeof symbol, "fj_bwd_%s_d%d_%s%s%s", which, p->head_dim,
-           fj_dtype_name(p->dtype), sinks ? "_sink" : "",
-           tiled ? "_tiled" : "");
+  int varlen = fj__problem_varlen(p);
+  snprintf(symbol, sizeof symbol, "fj_bwd_%s_d%d_%s%s%s%s", which,
+           p->head_dim, fj_dtype_name(p->dtype), sinks ? "_sink" : "",
+           tiled ? "_tiled" : "", varlen ? "_vl" : "");
   fj_param params[] = {
       {"template", FJ_PARAM_STR, 0, "bwd_rows.cu", NULL},
       {"symbol", FJ_PARAM_STR, 0, symbol, NULL},
@@ -164,7 +164,7 @@ static fj_status row_kernel(fj_ctx *ctx, const fj_problem *p,
        NULL, NULL},
       {"head_dim", FJ_PARAM_INT, p->head_dim, NULL, NULL},
       {"dtype", FJ_PARAM_STR, 0, fj_dtype_name(p->dtype), NULL},
-      {"varlen", FJ_PARAM_BOOL, 0, NULL, NULL},
+      {"varlen", FJ_PARAM_BOOL, varlen, NULL, NULL},
       {"sinks", FJ_PARAM_BOOL, sinks, NULL, NULL},
       {"which", FJ_PARAM_STR, 0, which, NULL},
       {"tiled", FJ_PARAM_BOOL, tiled, NULL, NULL},
@@ -217,6 +217,7 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
  * class (sequence-length buckets, GQA ratio). */
 typedef struct bwd_key {
   int head_dim, dtype, causal, window, softcap, sinks, checked;
+  int varlen;  /* 1 varlen; 2 varlen whose packed tensors lack a total */
   int q_log2, kv_log2, gqa;
 } bwd_key;
 
@@ -233,6 +234,14 @@ struct fj_bwd_memo {
   } e[BWD_MEMO];
 };
 
+/* A varlen problem whose packed tensors lack their totals: TMA, which must
+ * know where a tensor ends, cannot load them (the mma family can). */
+static int untotalled(const fj_problem *p)
+{
+  return (p->cu_seqlens_q && p->total_q < 1) ||
+         (p->cu_seqlens_kv && p->total_kv < 1);
+}
+
 static bwd_key key_of(const fj_problem *p)
 {
   fj_mods_info mi;
@@ -246,6 +255,7 @@ static bwd_key key_of(const fj_problem *p)
   k.softcap = mi.softcap;
   k.sinks = mi.sinks;
   k.checked = mi.checked;
+  k.varlen = !fj__problem_varlen(p) ? 0 : untotalled(p) ? 2 : 1;
   k.q_log2 = fj__log2_floor(p->seq_q);
   k.kv_log2 = fj__log2_floor(p->seq_kv);
   k.gqa = p->heads_q / p->heads_kv;
@@ -323,10 +333,11 @@ static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
   int stages;
   if (fj__tune_lookup_bwd(ctx, p, &mma, &stages) &&
       (mma == FJ_MMA_SYNC ||
-       (mma == FJ_MMA_WGMMA && fj__arch_has(ctx, FJ_ARCH_WGMMA))) &&
+       (mma == FJ_MMA_WGMMA && fj__arch_has(ctx, FJ_ARCH_WGMMA) &&
+        !untotalled(p))) &&
       stages >= 1 && stages <= 2)
     st = try_main(ctx, p, mma, stages, &v, &meta);
-  if (st != FJ_OK && fj__arch_has(ctx, FJ_ARCH_WGMMA))
+  if (st != FJ_OK && fj__arch_has(ctx, FJ_ARCH_WGMMA) && !untotalled(p))
     st = try_main(ctx, p, FJ_MMA_WGMMA, 2, &v, &meta);
   for (stages = 2; stages >= 1 && st != FJ_OK; stages--)
     st = try_main(ctx, p, FJ_MMA_SYNC, stages, &v, &meta);
@@ -400,9 +411,12 @@ static fj_status check_args(const fj_ctx *ctx, const char *who,
       {"q_stride", p->q_stride, p->heads_q},
       {"k_stride", p->k_stride, p->heads_kv},
       {"v_stride", p->v_stride, p->heads_kv}};
-  const int extent[3][3] = {{p->batch, p->heads_q, p->seq_q},
-                            {p->batch, p->heads_kv, p->seq_kv},
-                            {p->batch, p->heads_kv, p->seq_kv}};
+  /* Packed sequences (varlen) have no batch stride. */
+  const int bq = p->cu_seqlens_q ? 1 : p->batch,
+            bkv = p->cu_seqlens_kv ? 1 : p->batch;
+  const int extent[3][3] = {{bq, p->heads_q, p->seq_q},
+                            {bkv, p->heads_kv, p->seq_kv},
+                            {bkv, p->heads_kv, p->seq_kv}};
   for (int t = 0; t < 3; t++)
     for (int d = 0; d < 3; d++)
       if (g[t].s[d] == 0 && extent[t][d] > 1)
@@ -535,17 +549,22 @@ static fj_status bwd_maps(fj_ctx *ctx, const fj_problem *p,
 {
   const int d = p->head_dim, tm = plan->variant.tile_m,
             tn = plan->variant.tile_n;
-  fj_status st = fj__tensor_map(ctx, a->q, p->dtype, p->q_stride, d,
-                                p->seq_q, p->heads_q, p->batch, tm, &m->q);
+  /* Packed sequences are one batch of their total rows. */
+  int sq = p->cu_seqlens_q ? p->total_q : p->seq_q;
+  int bq = p->cu_seqlens_q ? 1 : p->batch;
+  int skv = p->cu_seqlens_kv ? p->total_kv : p->seq_kv;
+  int bkv = p->cu_seqlens_kv ? 1 : p->batch;
+  fj_status st = fj__tensor_map(ctx, a->q, p->dtype, p->q_stride, d, sq,
+                                p->heads_q, bq, tm, &m->q);
   if (st == FJ_OK)
-    st = fj__tensor_map(ctx, a->k, p->dtype, p->k_stride, d, p->seq_kv,
-                        p->heads_kv, p->batch, tn, &m->k);
+    st = fj__tensor_map(ctx, a->k, p->dtype, p->k_stride, d, skv,
+                        p->heads_kv, bkv, tn, &m->k);
   if (st == FJ_OK)
-    st = fj__tensor_map(ctx, a->v, p->dtype, p->v_stride, d, p->seq_kv,
-                        p->heads_kv, p->batch, tn, &m->v);
+    st = fj__tensor_map(ctx, a->v, p->dtype, p->v_stride, d, skv,
+                        p->heads_kv, bkv, tn, &m->v);
   if (st == FJ_OK)
-    st = fj__tensor_map(ctx, a->dout, p->dtype, p->o_stride, d, p->seq_q,
-                        p->heads_q, p->batch, tm, &m->dout);
+    st = fj__tensor_map(ctx, a->dout, p->dtype, p->o_stride, d, sq,
+                        p->heads_q, bq, tm, &m->dout);
   return st;
 }
 

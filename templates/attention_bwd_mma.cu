@@ -25,6 +25,8 @@
   Rows that see no key (LSE -inf) get P = 0 and gradients 0, never NaN.
   Which (row, column) each accumulator register holds comes from the
   probed mma tables (lut.lua), as in the forward.
+  Varlen: a block keeps a key tile of its own sequence (rows from the
+  sequence's first; loads stop at its lengths).
   Parameters: the forward's mma variant axes (head_dim, tile_m, tile_n,
   warps 8, stages 1 or 2, swizzle), causal, window, softcap, dtype.
 #}
@@ -33,7 +35,7 @@
   local PC = import("pieces.lua")
   local D, BM, BN, S, W = head_dim, tile_m, tile_n, stages, warps
   local THREADS = 32 * W
-  local mrule = import("mask.lua").new(causal, false, nil, window)
+  local mrule = PC.bwd_mask(import("mask.lua"))
   local mods = import("mods.lua").new{ softcap = softcap }
   local function no(fmt, ...) refuse(fmt:format(...)) end
   PC.bwd_scope()
@@ -150,10 +152,12 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   {{ mods.scales(2, "") }}
 
   // K and V of this key tile, for the whole walk.
-  const elem_t *kg = fj::head_rows<const elem_t>(p.k, p.k_stride, b, hk);
-  const elem_t *vg = fj::head_rows<const elem_t>(p.v, p.v_stride, b, hk);
-  fj::load_tile<{{ BN }}>(s_k, kg, p.k_stride[2], n0, p.seq_kv);
-  fj::load_tile<{{ BN }}>(s_v, vg, p.v_stride[2], n0, p.seq_kv);
+  // This block's sequence (varlen: its own rows and lengths).
+  {{ PC.bwd_seq(mrule) }}
+  const elem_t *kg = fj::head_rows<const elem_t>(p.k, p.k_stride, b, hk) + kv_row0 * p.k_stride[2];
+  const elem_t *vg = fj::head_rows<const elem_t>(p.v, p.v_stride, b, hk) + kv_row0 * p.v_stride[2];
+  fj::load_tile<{{ BN }}>(s_k, kg, p.k_stride[2], n0, len_kv);
+  fj::load_tile<{{ BN }}>(s_v, vg, p.v_stride[2], n0, len_kv);
 
   // The query rows that see this key tile, in whole row tiles (the
   // scheduler's head of a key tile: mask.lua's rows_begin / rows_end).
@@ -169,10 +173,10 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   // Step i's Q and dO rows, LSE and delta into stage i % S.
   auto load_step = [&](int i) {
     const int st = i % {{ S }}, hq = hk * p.group + i / nq, mq = m_first + (i % nq) * {{ BM }};
-    const elem_t *qg = fj::head_rows<const elem_t>(p.q, p.q_stride, b, hq);
-    const elem_t *dg = fj::head_rows<const elem_t>(g.dout, g.do_stride, b, hq);
-    fj::load_tile<{{ BM }}>(s_q + st * {{ BM * LD }}, qg, p.q_stride[2], mq, p.seq_q);
-    fj::load_tile<{{ BM }}>(s_do + st * {{ BM * LD }}, dg, g.do_stride[2], mq, p.seq_q);
+    const elem_t *qg = fj::head_rows<const elem_t>(p.q, p.q_stride, b, hq) + q_row0 * p.q_stride[2];
+    const elem_t *dg = fj::head_rows<const elem_t>(g.dout, g.do_stride, b, hq) + q_row0 * g.do_stride[2];
+    fj::load_tile<{{ BM }}>(s_q + st * {{ BM * LD }}, qg, p.q_stride[2], mq, len_q);
+    fj::load_tile<{{ BM }}>(s_do + st * {{ BM * LD }}, dg, g.do_stride[2], mq, len_q);
     if (threadIdx.x < {{ BM }}) {
       const int r = mq + threadIdx.x;
       // The preprocess's padded rows: a row past the end, or one that saw
@@ -306,7 +310,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% for i = 0, acc.slots - 1 do %}
         {
           const int r = m0 + wr + acc_r + {{ acc.drow[i] }};
-          if (r < p.seq_q) atomicAdd(dq_rows + (long long)r * {{ D }} + dc + (dq0 + d) * 16 + acc_c + {{ acc.dcol[i] }}, dq[d][{{ i }}]);
+          if (r < len_q) atomicAdd(dq_rows + (long long)r * {{ D }} + dc + (dq0 + d) * 16 + acc_c + {{ acc.dcol[i] }}, dq[d][{{ i }}]);
         }
 {% end %}
       }
@@ -318,14 +322,14 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   }
 
   // dK (times the softmax scale) and dV, keys past the sequence not written.
-  elem_t *dkg = fj::head_rows<elem_t>(g.dk, g.dk_stride, b, hk);
-  elem_t *dvg = fj::head_rows<elem_t>(g.dv, g.dv_stride, b, hk);
+  elem_t *dkg = fj::head_rows<elem_t>(g.dk, g.dk_stride, b, hk) + kv_row0 * g.dk_stride[2];
+  elem_t *dvg = fj::head_rows<elem_t>(g.dv, g.dv_stride, b, hk) + kv_row0 * g.dv_stride[2];
 #pragma unroll
   for (int d = 0; d < {{ DH // 16 }}; ++d) {
 {% for i = 0, acc.slots - 1 do %}
     {
       const int r = n0 + kr + acc_r + {{ acc.drow[i] }}, c = dc + d * 16 + acc_c + {{ acc.dcol[i] }};
-      if (r < p.seq_kv) {
+      if (r < kv_rows) {
         dkg[(long long)r * g.dk_stride[2] + c] = fj::to_elem(dk[d][{{ i }}] * g.scale);
         dvg[(long long)r * g.dv_stride[2] + c] = fj::to_elem(dv[d][{{ i }}]);
       }

@@ -46,15 +46,20 @@
   it does not follow the mbarriers' order (the reads precede the
   consumers' arrivals on the slot's empty barrier, the copies follow the
   producer's wait on it), as with the forward's shared-memory handoffs.
+  Varlen (cu_seqlens_q / _kv, seqused_kv): a block keeps a key tile of
+  its own sequence, whose rows TMA loads from the sequence's first (rows
+  past its end, of the next sequence or past total, are masked: keys by
+  the mask rule on the sequence's lengths, queries by their LSE2 +inf in
+  the workspace's padded rows).
   Parameters: head_dim (64, 128), tile_m 64, tile_n 128, warps 12,
-  stages 2, causal, window, softcap, dtype (f16, bf16).
+  stages 2, causal, window, softcap, dtype (f16, bf16), varlen.
 #}
 {%
   local L = import("lut.lua")
   local PC = import("pieces.lua")
   local TR = import("tma_ring.lua")
   local D, BM, BN, S = head_dim, tile_m, tile_n, stages
-  local mrule = import("mask.lua").new(causal, false, nil, window)
+  local mrule = PC.bwd_mask(import("mask.lua"))
   local mods = import("mods.lua").new{ softcap = softcap }
   local function no(fmt, ...) refuse(fmt:format(...)) end
   PC.bwd_scope()
@@ -97,6 +102,10 @@
                     smem = "s" .. name, map = "m" .. name, bars = bars }
   end
   local k, v = ring("k", BN, 1), ring("v", BN, 1)
+  -- The boxes' coordinates (column, row, head, batch); varlen: a packed
+  -- sequence's rows from its first.
+  local KC = varlen and "%s * %d, (int)kv_row0 + n0, hk, kv_tb" or "%s * %d, n0, hk, b"
+  local QC = varlen and "%s * %d, (int)q_row0 + m0, h, q_tb" or "%s * %d, m0, h, b"
   local q, dout = ring("q", BM, S), ring("dout", BM, S)
   -- Shared memory: the rings, two dS^T buffers (BN key rows of BM query
   -- columns: one panel), each slot's LSE2 and delta rows.
@@ -194,6 +203,11 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   -- each role's branch: a value carried across setmaxnreg spills.
   local function walk()
 %}
+  {{ PC.bwd_seq(mrule) }}
+{% if varlen then %}
+  // TMA coordinates: packed sequences are rows of one batch.
+  const int q_tb = p.cu_seqlens_q ? 0 : b, kv_tb = p.cu_seqlens_kv ? 0 : b;
+{% end %}
 {{ PC.piece(include("scheduler.cuh", { part = "kv_head", mrule = mrule, BM = BM, BN = BN })) }}
     const int steps = nq * p.group;  // (query head of the group, row tile) pairs
 {%
@@ -210,19 +224,19 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     if (warp == 0 && lane == 0) {
 {% walk() %}
       const void *mk = &maps.k, *mv = &maps.v, *mq = &maps.q, *mdout = &maps.dout;
-      {{ PC.indent(k.fill(0, function(pn) return ("%s * %d, n0, hk, b"):format(pn, k.panel_cols) end), 6) }}
-      {{ PC.indent(v.fill(0, function(pn) return ("%s * %d, n0, hk, b"):format(pn, v.panel_cols) end), 6) }}
+      {{ PC.indent(k.fill(0, function(pn) return (KC):format(pn, k.panel_cols) end), 6) }}
+      {{ PC.indent(v.fill(0, function(pn) return (KC):format(pn, v.panel_cols) end), 6) }}
       for (int i = 0; i < steps; ++i) {
         const unsigned slot = i % {{ S }}, ph = (i / {{ S }}) & 1u;
         const int h = hk * p.group + i / nq, m0 = m_first + (i % nq) * {{ BM }};
         // The rows' LSE2 and delta (padded rows: no tail) ride on Q's barrier.
         const long long f = ((long long)b * p.heads_q + h) * g.seq_pad + m0;
         {{ q.wait_empty("slot", "ph ^ 1u") }}
-        {{ PC.indent(q.fill("slot", function(pn) return ("%s * %d, m0, h, b"):format(pn, q.panel_cols) end, LD_BYTES), 8) }}
+        {{ PC.indent(q.fill("slot", function(pn) return (QC):format(pn, q.panel_cols) end, LD_BYTES), 8) }}
         fj::bulk_load(sld + slot * {{ LD_BYTES }}u, g.lse2 + f, {{ BM * 4 }}u, {{ q.full("slot") }});
         fj::bulk_load(sld + slot * {{ LD_BYTES }}u + {{ BM * 4 }}u, g.delta + f, {{ BM * 4 }}u, {{ q.full("slot") }});
         {{ dout.wait_empty("slot", "ph ^ 1u") }}
-        {{ PC.indent(dout.fill("slot", function(pn) return ("%s * %d, m0, h, b"):format(pn, dout.panel_cols) end), 8) }}
+        {{ PC.indent(dout.fill("slot", function(pn) return (QC):format(pn, dout.panel_cols) end), 8) }}
       }
     } else if (warp == 1 && lane == 0) {
       // ---- dQ's writer: each consumer's staged tile, one bulk reduce-add --
@@ -414,14 +428,14 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     }
 
     // dK (times the softmax scale) and dV; keys past the sequence not written.
-    elem_t *dkg = fj::head_rows<elem_t>(g.dk, g.dk_stride, b, hk);
-    elem_t *dvg = fj::head_rows<elem_t>(g.dv, g.dv_stride, b, hk);
+    elem_t *dkg = fj::head_rows<elem_t>(g.dk, g.dk_stride, b, hk) + kv_row0 * g.dk_stride[2];
+    elem_t *dvg = fj::head_rows<elem_t>(g.dv, g.dv_stride, b, hk) + kv_row0 * g.dv_stride[2];
 #pragma unroll
     for (int d = 0; d < {{ D // 16 }}; ++d) {
 {% for _, pr in ipairs(pairs) do %}
       {
         const int r = n0 + kw + wr + acc_r + {{ acc.drow[pr[1]] }}, c = d * 16 + acc_c + {{ acc.dcol[pr[1]] }};
-        if (r < p.seq_kv) {
+        if (r < kv_rows) {
           *reinterpret_cast<unsigned *>(dkg + (long long)r * g.dk_stride[2] + c) = fj::pack2(dk[d][{{ pr[1] }}] * g.scale, dk[d][{{ pr[2] }}] * g.scale);
           *reinterpret_cast<unsigned *>(dvg + (long long)r * g.dv_stride[2] + c) = fj::pack2(dv[d][{{ pr[1] }}], dv[d][{{ pr[2] }}]);
         }

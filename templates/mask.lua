@@ -59,6 +59,7 @@ function M.new(causal, packed, lens, window)
   local LEFT = R.window and "p.window_left" or nil
   R.bounded = RIGHT ~= nil
   R.left = LEFT ~= nil  -- a window's left side: rows stop seeing old keys
+  R.kv = KV            -- the keys' end
   local function plus_right(x)
     return R.window and ("%s + %s"):format(x, RIGHT) or x
   end

@@ -69,10 +69,34 @@ function M.bwd_scope()
   if (score_mod or "") ~= "" or (mask_mod or "") ~= "" or (block_kv or 0) > 0 then
     refuse("the backward takes no score or mask expressions and no block mask yet")
   end
-  if varlen or paged or pack_gqa or split_kv or kv_dtype ~= dtype then
-    refuse(("the backward takes dense problems of one dtype (no %s)"):format(varlen and "varlen" or paged and "paged K/V"
+  if paged or pack_gqa or split_kv or kv_dtype ~= dtype then
+    refuse(("the backward takes dense or varlen problems of one dtype (no %s)"):format(paged and "paged K/V"
       or pack_gqa and "pack_gqa" or split_kv and "split_kv" or "FP8 K/V"))
   end
+end
+
+-- The backward's mask rule: a varlen kernel's on its sequence's lengths
+-- (bwd_seq's len_q, len_kv, causal_off).
+function M.bwd_mask(mask)
+  return mask.new(causal, false, varlen and { q = "len_q", kv = "len_kv", off = "causal_off" } or nil, window)
+end
+
+-- The backward's sequence of batch b (varlen: common.cuh's seq_of; else
+-- the problem's lengths): len_q, len_kv, causal_off, q_row0, kv_row0 --
+-- and kv_rows, the key rows the block writes dK and dV for (a packed
+-- sequence's own rows, else every row up to seq_kv; those past len_kv,
+-- which no query sees, get gradient 0).
+function M.bwd_seq(mrule)
+  if not varlen then
+    return "const int len_q = p.seq_q, len_kv = p.seq_kv, kv_rows = p.seq_kv;\n  const long long q_row0 = 0, kv_row0 = 0;\n  (void)len_q; (void)len_kv; (void)q_row0; (void)kv_row0;"
+  end
+  return table.concat({
+    "const fj::Seq seq = fj::seq_of(p, b);",
+    "const int len_q = seq.len_q, len_kv = seq.len_kv;",
+    ("const int causal_off = %s;"):format(mrule.bottom_right and "len_kv - len_q" or "0"),
+    "const int kv_rows = p.cu_seqlens_kv ? min(max(p.cu_seqlens_kv[b + 1] - p.cu_seqlens_kv[b], 0), p.seq_kv) : p.seq_kv;",
+    "const long long q_row0 = seq.q_row0, kv_row0 = seq.kv_row0;",
+    "(void)causal_off;" }, "\n  ")
 end
 
 function M.indent(text, n)

@@ -170,7 +170,7 @@ __device__ __forceinline__ Item get_item(const Params &p) {
   // reach it to the last its window's left side lets see it.
   const int m_first = {{ mrule.rows_begin("n0") }} / {{ BM }} * {{ BM }};
   const int m_end = {{ mrule.rows_end("n0 + " .. BN) }};
-  const int nq = m_end > m_first ? (m_end - m_first + {{ BM - 1 }}) / {{ BM }} : 0;
+  const int nq = m_end > m_first && n0 < {{ mrule.kv }} ? (m_end - m_first + {{ BM - 1 }}) / {{ BM }} : 0;
 {% elseif part == "kv_rank" then %}
         // The key tiles from the first that walks m0 (mask.lua's tile_first) to this one.
         rank = nt - {{ mrule.tile_first("m0", BN) }};

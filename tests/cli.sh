@@ -72,7 +72,8 @@ expect 0 "the main kernel of the library's backward" emit --backward --shape 1,4
 expect 0 "direction=backward" emit --backward --shape 1,4,128,128 --causal --what resources
 expect 2 "--backward emits the library's backward for --shape's problem: it takes no variant flags" emit --backward --tile-m 64
 expect 2 "the backward does not take score or mask expressions" plan --backward --shape 1,4,64,64 --score-mod 's * 2.f'
-expect 2 "the backward does not take varlen problems" emit --backward --shape 2,4,64,64 --varlen 10,20
+expect 2 "the backward does not take paged K/V" emit --backward --shape 2,4,64,64 --page-size 16
+expect 0 "_vl is the main kernel" emit --backward --shape 2,4,64,64 --varlen 10,20
 expect 2 "the backward needs sm_80 or newer" plan --backward --shape 1,4,64,64 --arch sm_75
 # run, tune and cache prewarm --backward: what they refuse is refused before
 # any GPU is looked for, in one line naming the value and the limit.
@@ -82,7 +83,7 @@ expect 2 "--backward runs the library's backward for --shape's problem: it takes
 expect 2 "it takes no --sweep" run $BS --sweep
 expect 2 "it takes no --jit-tiers" run $BS --jit-tiers
 expect 2 "the backward does not take score or mask expressions" run $BS --score-mod 's * 2.f'
-expect 2 "the backward does not take varlen problems" run --backward --shape 2,4,64,64 --varlen 10,20
+expect 2 "the backward does not take paged K/V" run --backward --shape 2,4,64,64 --page-size 16
 expect 2 "the backward does not take kv_dtype e4m3: K and V in dtype f16" run $BS --kv-dtype e4m3
 expect 2 "--check with --backward computes the float64 reference of every gradient on the host: B x H x Sq x Skv x D = 1073741824 is over 536870912 (about 10 s of one core); check a smaller --shape" run --backward --check --shape 1,8,1024,128
 expect 2 "head_dim 48 is invalid" run --backward --shape 1,4,64,48

@@ -79,6 +79,9 @@ typedef struct bwd_case {
   int sinks;
   float in_scale;       /* Q is multiplied by it */
   int deterministic;    /* fj_problem.deterministic */
+  /* Varlen: b sequences of lq[i] queries and lkv[i] keys, packed (FJ_THD);
+   * used[i] > 0: seqused_kv (the sequence sees its first used[i] keys). */
+  int lq[4], lkv[4], used[4];
 } bwd_case;
 
 /* A case's problem, its inputs (host and device), the forward's O and LSE,
@@ -90,6 +93,8 @@ typedef struct bwd_run {
   size_t nq, nk;
   void *q, *k, *v, *dout;                     /* host */
   void *sinks_d, *q_d, *k_d, *v_d, *do_d, *o_d, *lse_d;
+  int32_t cuq[5], cukv[5], used[4];          /* host varlen arrays */
+  void *cuq_d, *cukv_d, *used_d;
   void *gq, *gk, *gv, *gs;                    /* device gradients */
   void *hq, *hk, *hv;                         /* host gradients */
   float hs[64];
@@ -99,7 +104,8 @@ typedef struct bwd_run {
 static void run_free(bwd_run *r)
 {
   void *dev[] = {r->sinks_d, r->q_d, r->k_d, r->v_d, r->do_d, r->o_d,
-                 r->lse_d, r->gq, r->gk, r->gv, r->gs};
+                 r->lse_d, r->gq, r->gk, r->gv, r->gs, r->cuq_d, r->cukv_d,
+                 r->used_d};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
     cudaFree(dev[i]);
   void *host[] = {r->q, r->k, r->v, r->dout, r->hq, r->hk, r->hv};
@@ -113,9 +119,34 @@ static int run_setup(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed,
 {
   memset(r, 0, sizeof *r);
   fj_problem *p = &r->p;
+  int varlen = bc->lq[0] > 0;
   fj_problem_init(p, bc->b, bc->hq, bc->hkv, bc->sq, bc->skv, bc->d, bc->dt,
-                  FJ_BSHD);
+                  varlen ? FJ_THD : FJ_BSHD);
   p->causal = bc->causal;
+  size_t rows_q = (size_t)bc->b * (size_t)bc->sq,
+         rows_kv = (size_t)bc->b * (size_t)bc->skv;
+  if (varlen) {
+    int any_used = 0;
+    r->cuq[0] = r->cukv[0] = 0;
+    for (int i = 0; i < bc->b; i++) {
+      r->cuq[i + 1] = r->cuq[i] + bc->lq[i];
+      r->cukv[i + 1] = r->cukv[i] + bc->lkv[i];
+      r->used[i] = bc->used[i] > 0 ? bc->used[i] : bc->lkv[i];
+      any_used |= bc->used[i] > 0;
+    }
+    rows_q = (size_t)r->cuq[bc->b];
+    rows_kv = (size_t)r->cukv[bc->b];
+    r->cuq_d = upload(r->cuq, sizeof(int32_t) * (size_t)(bc->b + 1));
+    r->cukv_d = upload(r->cukv, sizeof(int32_t) * (size_t)(bc->b + 1));
+    p->cu_seqlens_q = r->cuq_d;
+    p->cu_seqlens_kv = r->cukv_d;
+    p->total_q = (int)rows_q;
+    p->total_kv = (int)rows_kv;
+    if (any_used) {
+      r->used_d = upload(r->used, sizeof(int32_t) * (size_t)bc->b);
+      p->seqused_kv = r->used_d;
+    }
+  }
   p->deterministic = bc->deterministic;
   fj_mods_init(&r->m);
   if (bc->window_left >= 0 || bc->softcap > 0 || bc->sinks) {
@@ -132,8 +163,8 @@ static int run_setup(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed,
     r->sinks_d = upload(r->sinks_h, (size_t)bc->hq * sizeof(float));
     r->m.sinks = r->sinks_d;
   }
-  r->nq = (size_t)bc->b * (size_t)bc->sq * (size_t)bc->hq * (size_t)bc->d;
-  r->nk = (size_t)bc->b * (size_t)bc->skv * (size_t)bc->hkv * (size_t)bc->d;
+  r->nq = rows_q * (size_t)bc->hq * (size_t)bc->d;
+  r->nk = rows_kv * (size_t)bc->hkv * (size_t)bc->d;
   size_t nl = (size_t)bc->b * (size_t)bc->hq * (size_t)bc->sq;
   r->q = random_host(bc->dt, r->nq, bc->in_scale, seed);
   r->k = random_host(bc->dt, r->nk, 1.f, seed);
@@ -200,6 +231,11 @@ static int run_backward(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed)
   float *rq = malloc(nq * 4), *rk = malloc(nk * 4), *rv = malloc(nk * 4), rs[64];
   fj_problem hp = r.p;
   fj_mods hm = r.m;
+  if (hp.cu_seqlens_q) {
+    hp.cu_seqlens_q = r.cuq;
+    hp.cu_seqlens_kv = r.cukv;
+    hp.seqused_kv = hp.seqused_kv ? r.used : NULL;
+  }
   if (r.p.mods) {
     hm.sinks = bc->sinks ? r.sinks_h : NULL;
     hp.mods = &hm;
@@ -229,7 +265,7 @@ static int run_backward(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed)
            rc ? "FAIL" : "ok  ", fj_mma_name(r.plan.variant.mma), bc->d, fj_dtype_name(bc->dt), bc->b, bc->hq,
            bc->hkv, bc->sq, bc->skv, fj_causal_name(bc->causal),
            bc->window_left >= 0 ? " window" : "", bc->softcap > 0 ? " softcap" : "",
-           bc->sinks ? " sinks" : "", bc->deterministic ? " deterministic" : "",
+           bc->sinks ? " sinks" : "", bc->deterministic ? " deterministic" : bc->lq[0] ? " varlen" : "",
            (double)bc->in_scale, eq, ek, ev);
     if (r.gs)
       printf("       dsinks %.2e\n", es);
@@ -330,31 +366,36 @@ int test_gpu_backward(void)
 {
   static const bwd_case cases[] = {
       /* every head dim, both dtypes, causal and not */
-      {2, 4, 4, 256, 256, 64, FJ_BF16, NC, -1, 0, 0, 1, 0},
-      {2, 4, 4, 256, 256, 64, FJ_F16, TL, -1, 0, 0, 1, 0},
-      {1, 4, 4, 300, 300, 128, FJ_BF16, TL, -1, 0, 0, 1, 0},
-      {1, 4, 4, 300, 300, 128, FJ_F16, NC, -1, 0, 0, 1, 0},
-      {1, 2, 2, 200, 200, 256, FJ_BF16, NC, -1, 0, 0, 1, 0},
-      {1, 2, 2, 200, 200, 256, FJ_F16, TL, -1, 0, 0, 1, 0},
-      {1, 2, 2, 130, 130, 32, FJ_BF16, TL, -1, 0, 0, 1, 0},
-      {1, 2, 2, 130, 130, 96, FJ_F16, NC, -1, 0, 0, 1, 0},
-      {1, 2, 2, 130, 130, 160, FJ_BF16, TL, -1, 0, 0, 1, 0},
-      {1, 2, 2, 130, 130, 192, FJ_F16, TL, -1, 0, 0, 1, 0},
+      {2, 4, 4, 256, 256, 64, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {2, 4, 4, 256, 256, 64, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 4, 4, 300, 300, 128, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 4, 4, 300, 300, 128, FJ_F16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 2, 2, 200, 200, 256, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 2, 2, 200, 200, 256, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 2, 2, 130, 130, 32, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 2, 2, 130, 130, 96, FJ_F16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 2, 2, 130, 130, 160, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 2, 2, 130, 130, 192, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
       /* tails and unequal lengths both ways, both alignments */
-      {1, 2, 2, 1, 1, 64, FJ_BF16, NC, -1, 0, 0, 1, 0},
-      {1, 2, 2, 17, 17, 64, FJ_BF16, TL, -1, 0, 0, 1, 0},
-      {1, 2, 2, 1000, 1000, 64, FJ_F16, TL, -1, 0, 0, 1, 0},
-      {1, 2, 2, 100, 257, 128, FJ_BF16, BR, -1, 0, 0, 1, 0},
-      {1, 2, 2, 257, 100, 128, FJ_BF16, BR, -1, 0, 0, 1, 0},  /* rows that see no key */
-      {1, 2, 2, 257, 100, 128, FJ_BF16, TL, -1, 0, 0, 1, 0},
+      {1, 2, 2, 1, 1, 64, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 2, 2, 17, 17, 64, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 2, 2, 1000, 1000, 64, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 2, 2, 100, 257, 128, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 2, 2, 257, 100, 128, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}},  /* rows that see no key */
+      {1, 2, 2, 257, 100, 128, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
       /* GQA 8:1 and MQA */
-      {2, 16, 2, 200, 200, 64, FJ_BF16, TL, -1, 0, 0, 1, 0},
-      {1, 8, 1, 150, 333, 128, FJ_F16, NC, -1, 0, 0, 1, 0},
+      {2, 16, 2, 200, 200, 64, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 8, 1, 150, 333, 128, FJ_F16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}},
       /* a window, a softcap, sinks, large logits */
-      {1, 4, 4, 400, 400, 64, FJ_BF16, TL, 100, 0, 0, 1, 0},
-      {1, 4, 4, 400, 400, 128, FJ_BF16, NC, -1, 30.f, 0, 1, 0},
-      {1, 4, 2, 300, 300, 64, FJ_F16, TL, -1, 0, 1, 1, 0},
-      {1, 4, 4, 256, 256, 128, FJ_BF16, NC, -1, 0, 0, 30, 0},
+      {1, 4, 4, 400, 400, 64, FJ_BF16, TL, 100, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 4, 4, 400, 400, 128, FJ_BF16, NC, -1, 30.f, 0, 1, 0, {0}, {0}, {0}},
+      {1, 4, 2, 300, 300, 64, FJ_F16, TL, -1, 0, 1, 1, 0, {0}, {0}, {0}},
+      {1, 4, 4, 256, 256, 128, FJ_BF16, NC, -1, 0, 0, 30, 0, {0}, {0}, {0}},
+      /* varlen: packed sequences (a tail of 1, an empty one), seqused_kv */
+      {3, 4, 2, 300, 400, 64, FJ_BF16, TL, -1, 0, 0, 1, 0, {300, 1, 130}, {200, 400, 130}, {0}},
+      {3, 4, 4, 257, 257, 128, FJ_F16, BR, -1, 0, 0, 1, 0, {257, 0, 100}, {100, 50, 257}, {0}},
+      {2, 2, 2, 200, 300, 128, FJ_BF16, BR, 60, 0, 1, 1, 0, {200, 77}, {300, 100}, {0}},
+      {2, 4, 2, 190, 250, 64, FJ_F16, NC, -1, 20.f, 0, 1, 0, {190, 64}, {250, 128}, {180, 100}},
   };
   return run_cases(cases, sizeof cases / sizeof cases[0]);
 }
@@ -366,10 +407,11 @@ int test_gpu_backward(void)
 int test_gpu_backward_deterministic(void)
 {
   static const bwd_case cases[] = {
-      {1, 8, 8, 2048, 2048, 128, FJ_BF16, NC, -1, 0, 0, 1, 1},
-      {1, 8, 2, 1500, 1500, 64, FJ_F16, TL, -1, 0, 1, 1, 1},
-      {1, 4, 4, 1100, 1100, 64, FJ_BF16, BR, 300, 0, 0, 1, 1},
-      {1, 4, 4, 700, 900, 128, FJ_F16, BR, 200, 30.f, 0, 1, 1},
+      {1, 8, 8, 2048, 2048, 128, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}},
+      {1, 8, 2, 1500, 1500, 64, FJ_F16, TL, -1, 0, 1, 1, 1, {0}, {0}, {0}},
+      {1, 4, 4, 1100, 1100, 64, FJ_BF16, BR, 300, 0, 0, 1, 1, {0}, {0}, {0}},
+      {1, 4, 4, 700, 900, 128, FJ_F16, BR, 200, 30.f, 0, 1, 1, {0}, {0}, {0}},
+      {3, 4, 2, 900, 1000, 128, FJ_BF16, TL, -1, 0, 0, 1, 1, {900, 1, 600}, {1000, 700, 600}, {0}},
   };
   const size_t n = sizeof cases / sizeof cases[0];
   fj_ctx *ctx;
@@ -408,7 +450,7 @@ int test_gpu_backward_deterministic(void)
 int test_gpu_sanitize_backward(void)
 {
   static const bwd_case cases[] = {
-      {1, 4, 2, 100, 130, 64, FJ_BF16, TL, -1, 0, 1, 1, 0},
+      {1, 4, 2, 100, 130, 64, FJ_BF16, TL, -1, 0, 1, 1, 0, {0}, {0}, {0}},
   };
   return run_cases(cases, 1);
 }
