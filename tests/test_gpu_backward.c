@@ -228,7 +228,9 @@ static int run_backward(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed)
   if (run_setup(ctx, bc, seed, &r) || run_pass(ctx, &r))
     goto out;
   const size_t nq = r.nq, nk = r.nk;
-  float *rq = malloc(nq * 4), *rk = malloc(nk * 4), *rv = malloc(nk * 4), rs[64];
+  /* Zeros where the reference leaves an element alone (rows no sequence
+   * addresses: the kernels write 0 there, past seqused_kv). */
+  float *rq = calloc(nq, 4), *rk = calloc(nk, 4), *rv = calloc(nk, 4), rs[64];
   fj_problem hp = r.p;
   fj_mods hm = r.m;
   if (hp.cu_seqlens_q) {
