@@ -271,11 +271,21 @@ def _dense(t):
     return True
 
 
+def _bwd_problem(q, k, v, causal, scale, layout, deterministic):
+    """The fj_problem of the backward: the forward's (a copy -- the cached
+    one stays as the forward built it) with the deterministic switch.
+    Reads only the tensors' shapes, strides and dtype."""
+    p = capi.Problem.from_buffer_copy(_problem(q, k, v, causal, scale, layout))
+    p.deterministic = 1 if deterministic else 0
+    return p
+
+
 def _launch_bwd(dout, q, k, v, out, lse, causal, scale, layout, window_left, window_right,
-                softcap, sinks):
+                softcap, sinks, deterministic=False):
     """fj_attention_bwd: (dq, dk, dv, dsinks), the gradients in q's, k's and
     v's strides (dense copies of inputs that are not: broadcasts), dsinks
-    float32 (heads_q,) or empty."""
+    float32 (heads_q,) or empty.  deterministic: fj_problem.deterministic
+    (bit-identical gradients run to run)."""
     q, k, v = (t if _dense(t) else t.contiguous() for t in (q, k, v))
     # O and dO are read with one set of strides: O's, which the forward made contiguous.
     out, dout = out.contiguous(), dout.contiguous()
@@ -288,7 +298,7 @@ def _launch_bwd(dout, q, k, v, out, lse, causal, scale, layout, window_left, win
     dev = q.device
     ctx = core.gpu_context(dev.index)
     lib = core.lib()
-    p = capi.Problem.from_buffer_copy(_problem(q, k, v, causal, scale, layout))
+    p = _bwd_problem(q, k, v, causal, scale, layout, deterministic)
     mods = None
     if window_left != -1 or window_right != -1 or softcap or sinks is not None:
         mods = pr.ModsArg((window_left, window_right), softcap, device=dev, sinks=sinks)
@@ -318,16 +328,19 @@ def _launch_bwd(dout, q, k, v, out, lse, causal, scale, layout, window_left, win
 def attention_bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      out: torch.Tensor, lse: torch.Tensor, causal: int, scale: float,
                      layout: int, window_left: int, window_right: int, softcap: float,
-                     sinks: typing.Optional[torch.Tensor] = None
+                     sinks: typing.Optional[torch.Tensor] = None, deterministic: bool = False
                      ) -> typing.Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The gradients of flashjit::attention: (dq, dk, dv, dsinks)."""
+    """The gradients of flashjit::attention: (dq, dk, dv, dsinks).
+    deterministic: bit-identical gradients run to run (fj_problem's
+    switch); an argument, never read from PyTorch's global state here, so
+    that a traced or captured backward shows the mode it runs in."""
     return _launch_bwd(dout, q, k, v, out, lse, causal, scale, layout, window_left,
-                       window_right, softcap, sinks)
+                       window_right, softcap, sinks, deterministic)
 
 
 @attention_bwd_op.register_fake
 def _attention_bwd_fake(dout, q, k, v, out, lse, causal, scale, layout, window_left,
-                        window_right, softcap, sinks=None):
+                        window_right, softcap, sinks=None, deterministic=False):
     hq = _sizes(q, layout)[1]
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
             q.new_empty((hq,) if sinks is not None else (0,), dtype=torch.float32))
@@ -366,13 +379,20 @@ def _train_backward(ctx, dout, dlse):
         raise NotImplementedError(f"{_WHO}: the gradient through the returned lse is not "
                                   "implemented yet: use the output only")
     q, k, v, out, lse, sinks = ctx.saved_tensors
-    if torch.are_deterministic_algorithms_enabled():
-        alert = getattr(torch._C, "_alert_not_deterministic", None)
-        if alert is not None:
-            alert("flashjit.attention's backward (dq is added by float32 atomics)")
     if dout is None:
         return (None,) * 10
-    dq, dk, dv, dsinks = attention_bwd_op(dout, q, k, v, out, lse, *ctx.args, sinks)
+    # The mode is read here, in the backward formula, and given to the op as
+    # an argument.  Eagerly this runs at loss.backward(), when PyTorch's own
+    # backward kernels read the flag too.  Under torch.compile AOTAutograd
+    # runs it while tracing the joint graph, so the flag becomes a constant
+    # of the flashjit::attention_bwd node that the compiled backward shows,
+    # and Dynamo's guard on the global deterministic flag recompiles when
+    # torch.use_deterministic_algorithms changes.  Were the op to read the
+    # flag itself, a compiled or captured backward would depend on state its
+    # graph does not show.  warn_only changes nothing: the mode exists.
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    dq, dk, dv, dsinks = attention_bwd_op(dout, q, k, v, out, lse, *ctx.args, sinks,
+                                          deterministic)
     return (dq, dk, dv, dsinks if sinks is not None else None) + (None,) * 6
 
 
@@ -430,11 +450,14 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     Differentiable in q, k, v and sinks (loss.backward() runs
     fj_attention_bwd: O and the log-sum-exp are saved, not P) with causal,
     window, softcap, sinks and GQA; a call with score_mod, mask_mod,
-    params or block_mask runs forward, and its backward raises.  dq is
-    added by float32 atomics, so under torch.use_deterministic_algorithms
-    the backward alerts as PyTorch's nondeterministic ops do.  Under
-    CUDA-graph capture, run the call once before capturing (compile,
-    layout probe).  torch.compile traces it
+    params or block_mask runs forward, and its backward raises.  Under
+    torch.use_deterministic_algorithms(True) (warn_only or not) the
+    backward runs the library's deterministic mode (fj_problem's
+    deterministic: q.grad, k.grad, v.grad and sinks.grad bit-identical run
+    to run); otherwise dq's float32 additions run in any order.  The flag
+    is read when the backward runs, or under torch.compile when it is
+    traced (a change recompiles).  Under CUDA-graph capture, run the call
+    once before capturing (compile, layout probe).  torch.compile traces it
     as torch.ops.flashjit.attention.  Raises TypeError / ValueError with a
     one-line message for bad inputs (the library's own where it refuses).
     """

@@ -1,0 +1,216 @@
+"""A small GPT trained with flashjit's attention beside the same GPT with SDPA.
+
+The model is examples/gpt_flashjit.py's (causal, grouped-query heads, q, k
+and v as strided views of one projection), trained with float32 weights
+under bfloat16 autocast by AdamW, once with torch's
+scaled_dot_product_attention and once with flashjit.attention (forward and
+backward), from the same weights on the same batches.  The data is
+synthetic and learnable: each row is a walk of a sparse random Markov chain
+(every token has --branch successors) whose second half repeats its first.
+A bigram model gets the loss from ln(vocab) down to ln(branch); copying the
+first half, which needs attention, takes the second half towards 0.
+
+The script prints both loss curves (every --log-every steps), the median
+time of a training step (forward, backward, gradient clipping and AdamW;
+after --warmup steps) of each, and the largest |loss difference| between
+the curves.  The two runs round differently (bfloat16 attention of two
+kernels), so their curves drift apart a little; gradients that are wrong
+show as the copy not learned, a loss that stays higher by a large part of
+ln(branch)/2.  The tolerance (--tol, 0.1 nats by default) sits between.
+
+    python3 examples/gpt_train.py [--steps 300] [--compile] [--device cuda:0]
+
+Needs PyTorch and a CUDA GPU; the package (pip install ./python, or
+PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so from a build).  Exits
+0 when the curves stay within --tol at every step, 1 when they do not, 2
+when it cannot run here.
+"""
+import argparse
+import copy
+import math
+import os
+import statistics
+import sys
+import time
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    torch = None
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=300, help="training steps (default 300)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile both models")
+    ap.add_argument("--device", default="cuda", help="a CUDA device (default cuda)")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--vocab", type=int, default=512)
+    ap.add_argument("--dim", type=int, default=512)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--branch", type=int, default=4, help="successors of a token in the data")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tol", type=float, default=0.1,
+                    help="largest |loss difference| allowed at any step (nats)")
+    ap.add_argument("--log-every", type=int, default=0, help="default: about 15 lines")
+    ap.add_argument("--warmup", type=int, default=-1,
+                    help="steps left out of the median time (default min(10, steps/4))")
+    a = ap.parse_args(argv)
+    if a.steps < 1 or a.batch < 1 or a.seq < 2 or a.branch < 1 or a.vocab < 2:
+        ap.error("--steps, --batch, --branch must be at least 1; --seq, --vocab at least 2")
+    if a.dim % a.heads or a.heads % a.kv_heads:
+        ap.error(f"--dim {a.dim} must be a multiple of --heads {a.heads}, and --heads of "
+                 f"--kv-heads {a.kv_heads}")
+    if a.log_every <= 0:
+        a.log_every = max(1, a.steps // 15)
+    if a.warmup < 0:
+        a.warmup = min(10, a.steps // 4)
+    a.warmup = min(a.warmup, a.steps - 1)
+    return a
+
+
+def cannot_run(why):
+    print(f"gpt_train.py: {why}", file=sys.stderr)
+    return 2
+
+
+def setup(a):
+    """The device and examples/gpt_flashjit.py (the model; it imports
+    flashjit), or (why it cannot run here, None)."""
+    if torch is None:
+        return "needs PyTorch (pip install torch)", None
+    try:
+        dev = torch.device(a.device)
+    except RuntimeError as e:
+        return f"--device {a.device!r} is not a device ({e})", None
+    if dev.type != "cuda":
+        return f"--device {a.device}: flashjit trains on a CUDA device (cuda or cuda:N)", None
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU: torch.cuda.is_available() is False", None
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    if dev.index >= torch.cuda.device_count():
+        return (f"--device {a.device}: this machine has {torch.cuda.device_count()} CUDA "
+                "devices"), None
+    sys.path.insert(0, HERE)
+    import gpt_flashjit
+    return dev, gpt_flashjit
+
+
+def dataset(a, device):
+    """(steps, batch, seq + 1) tokens: Markov walks of half a row, each
+    repeated once; the same for every run of a seed."""
+    g = torch.Generator().manual_seed(a.seed + 1)
+    successors = torch.randint(0, a.vocab, (a.vocab, a.branch), generator=g)
+    rows, half = a.steps * a.batch, (a.seq + 2) // 2
+    walk = torch.empty(rows, half, dtype=torch.long)
+    walk[:, 0] = torch.randint(0, a.vocab, (rows,), generator=g)
+    pick = torch.randint(0, a.branch, (rows, half), generator=g)
+    for t in range(1, half):
+        walk[:, t] = successors[walk[:, t - 1], pick[:, t]]
+    data = torch.cat([walk, walk], dim=1)[:, :a.seq + 1].reshape(a.steps, a.batch, a.seq + 1)
+    return data[..., :-1].contiguous().to(device), data[..., 1:].contiguous().to(device)
+
+
+def lr_factor(step, a):
+    """Linear warm-up over a tenth of the steps (at most 30), then a cosine
+    down to a tenth of --lr."""
+    warm = max(1, min(30, a.steps // 10))
+    if step < warm:
+        return (step + 1) / warm
+    t = (step - warm) / max(1, a.steps - warm)
+    return 0.1 + 0.45 * (1 + math.cos(math.pi * t))
+
+
+def train(model, inputs, targets, a, device):
+    """Trains model in place; returns (losses, seconds a step)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95),
+                            weight_decay=0.01, fused=True)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, a))
+    run = torch.compile(model) if a.compile else model
+    losses, seconds = [], []
+    for step in range(a.steps):
+        torch.cuda.synchronize(device)
+        t = time.perf_counter()
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            logits = run(inputs[step])
+        loss = F.cross_entropy(logits.float().view(-1, a.vocab), targets[step].view(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sched.step()
+        torch.cuda.synchronize(device)
+        seconds.append(time.perf_counter() - t)
+        losses.append(loss.item())
+    return losses, seconds
+
+
+def models(gf, a, device):
+    """(SDPA's model, flashjit's): the same weights, attention swapped."""
+    torch.manual_seed(a.seed)
+    base = gf.GPT(gf.Config(a)).to(device)
+    for p in base.parameters():
+        if p.dim() > 1:
+            torch.nn.init.normal_(p, std=0.02)
+    fj = gf.swap_attention(copy.deepcopy(base), gf.FlashjitAttention)
+    return base.train(), fj.train()
+
+
+def report(a, curves, times):
+    names = list(curves)
+    print(f"{'step':>6} " + " ".join(f"{n + ' loss':>14}" for n in names) + f" {'|diff|':>8}")
+    for s in range(a.steps):
+        if s % a.log_every == 0 or s == a.steps - 1:
+            row = [curves[n][s] for n in names]
+            print(f"{s:6d} " + " ".join(f"{x:14.4f}" for x in row) +
+                  f" {abs(row[0] - row[1]):8.4f}")
+    med = {n: statistics.median(times[n][a.warmup:]) * 1e3 for n in names}
+    for n in names:
+        ratio = "" if n == "sdpa" else f"  {med[n] / med['sdpa']:.2f}x sdpa's"
+        print(f"{n:9s} median step {med[n]:8.2f} ms (forward, backward, AdamW; steps "
+              f"{a.warmup}-{a.steps - 1}){ratio}")
+    first, last = (curves["sdpa"][0], statistics.mean(curves["sdpa"][-10:]))
+    print(f"sdpa's loss: {first:.3f} at step 0, {last:.3f} over the last 10 steps "
+          f"(ln(vocab) {math.log(a.vocab):.3f}, ln(branch)/2 {math.log(a.branch) / 2:.3f})")
+    diffs = [abs(x - y) for x, y in zip(curves["sdpa"], curves["flashjit"])]
+    worst = max(range(a.steps), key=lambda s: diffs[s] if math.isfinite(diffs[s]) else math.inf)
+    finite = all(math.isfinite(x) for c in curves.values() for x in c)
+    print(f"max |loss difference| {diffs[worst]:.4f} at step {worst} (tolerance {a.tol})")
+    ok = finite and diffs[worst] <= a.tol
+    print("PASS: flashjit's loss curve stays within the tolerance of SDPA's" if ok else
+          "FAIL: flashjit's loss curve leaves SDPA's" + ("" if finite else
+                                                         " (a loss is not finite)"))
+    return 0 if ok else 1
+
+
+def main(argv=None):
+    a = parse(argv)
+    device, gf = setup(a)
+    if gf is None:
+        return cannot_run(device)
+    torch.cuda.set_device(device)
+    inputs, targets = dataset(a, device)
+    sdpa_model, fj_model = models(gf, a, device)
+    print(f"model: {a.layers} layers, dim {a.dim}, heads {a.heads}/{a.kv_heads}, seq {a.seq}, "
+          f"batch {a.batch}, vocab {a.vocab}; bfloat16 autocast, AdamW lr {a.lr}, "
+          f"{a.steps} steps{', torch.compile' if a.compile else ''}; "
+          f"{torch.cuda.get_device_name(device)}")
+    curves, times = {}, {}
+    try:
+        for name, model in (("sdpa", sdpa_model), ("flashjit", fj_model)):
+            curves[name], times[name] = train(model, inputs, targets, a, device)
+    except (gf.flashjit.NoDevice, gf.flashjit.LibraryNotFound) as e:
+        return cannot_run(f"flashjit cannot run here: {e}")
+    return report(a, curves, times)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,293 @@
+"""Training through flashjit.attention: the deterministic mode's plumbing
+(on the CPU: the flag in the fj_problem the backward builds, and in the
+backward graph AOTAutograd traces), and on the GPU examples/gpt_train.py
+beside SDPA, a training step captured in a CUDA graph, torch.compile with
+fullgraph=True and .backward(), and bit-identical gradients under
+torch.use_deterministic_algorithms(True).
+
+The CPU tests need PyTorch (any build); the GPU tests PyTorch with a CUDA
+GPU.  Each skips, saying why, where that is missing."""
+import copy
+import os
+import re
+import subprocess
+import sys
+import types
+import unittest
+from unittest import mock
+
+import fjtest
+import flashjit
+from fjtest import torch
+
+if fjtest.HAS_TORCH:
+    import torch.nn as nn
+    from flashjit import _capi as capi
+    from flashjit import _torch as fjt
+
+EXAMPLE = os.path.join(fjtest.REPO, "examples", "gpt_train.py")
+
+
+def example_env():
+    """The environment for the example: this checkout's package first."""
+    env = dict(os.environ)
+    python = os.path.join(fjtest.REPO, "python")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (python, env.get("PYTHONPATH")) if p)
+    return env
+
+
+class DeterministicState:
+    """Restores torch.use_deterministic_algorithms after a test."""
+
+    def keep_deterministic_state(self):
+        state = (torch.are_deterministic_algorithms_enabled(),
+                 torch.is_deterministic_algorithms_warn_only_enabled())
+        self.addCleanup(lambda: torch.use_deterministic_algorithms(state[0],
+                                                                   warn_only=state[1]))
+
+
+def bwd_argument(node, name):
+    """An argument of a flashjit::attention_bwd call in an FX graph, by name
+    (arguments left at their defaults do not appear in the node)."""
+    schema = node.target._schema
+    values = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
+    values.update(zip((a.name for a in schema.arguments), node.args))
+    values.update(node.kwargs)
+    return values[name]
+
+
+@unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
+class DeterministicPlumbing(unittest.TestCase, DeterministicState):
+    """Without a GPU: the flag from torch.use_deterministic_algorithms to
+    the fj_problem of the backward."""
+
+    def test_problem_carries_the_flag(self):
+        q = torch.empty(2, 8, 1024, 128, dtype=torch.bfloat16)
+        k = v = torch.empty(2, 2, 1024, 128, dtype=torch.bfloat16)
+        args = (q, k, v, capi.CAUSAL_NONE, 0.0, capi.BHSD)
+        for flag in (True, False, True):
+            p = fjt._bwd_problem(*args, flag)
+            self.assertEqual(p.deterministic, int(flag))
+            self.assertEqual((p.batch, p.heads_q, p.heads_kv, p.seq_q, p.head_dim),
+                             (2, 8, 2, 1024, 128))
+        # The forward's cached problem is copied, never switched.
+        self.assertEqual(fjt._problem(*args).deterministic, 0)
+
+    def test_backward_formula_passes_the_flag(self):
+        self.keep_deterministic_state()
+        q = torch.empty(1, 4, 64, 64, dtype=torch.bfloat16)
+        lse = torch.empty(1, 4, 64)
+        ctx = types.SimpleNamespace(saved_tensors=(q, q, q, q, lse, None),
+                                    args=(capi.CAUSAL_TOP_LEFT, 0.0, capi.BHSD, -1, -1, 0.0))
+        seen = []
+
+        def bwd_op(*args):
+            seen.append(args[-1])
+            return q, q, q, lse.new_empty(0)
+
+        with mock.patch.object(fjt, "attention_bwd_op", bwd_op):
+            for det, warn_only in ((False, False), (True, False), (True, True)):
+                torch.use_deterministic_algorithms(det, warn_only=warn_only)
+                grads = fjt._train_backward(ctx, q, None)  # no alert raises
+                self.assertEqual(len(grads), 10)
+                self.assertIs(seen[-1], det, f"deterministic={det} warn_only={warn_only}")
+
+    def test_op_takes_the_flag_as_an_argument(self):
+        schema = torch.ops.flashjit.attention_bwd.default._schema
+        arg = next(a for a in schema.arguments if a.name == "deterministic")
+        self.assertEqual(str(arg.type), "bool")
+        self.assertIs(arg.default_value, False)
+
+    def test_traced_backward_shows_the_mode(self):
+        """What torch.compile does with the backward (AOTAutograd's trace),
+        on meta tensors: the mode is a constant of the attention_bwd node."""
+        try:
+            from functorch.compile import aot_function, make_boxed_func
+        except ImportError:
+            self.skipTest("no functorch.compile.aot_function in this PyTorch")
+        self.keep_deterministic_state()
+        graphs = []
+
+        def keep(gm, example_inputs):
+            graphs.append(gm)
+            return make_boxed_func(gm.forward)
+
+        def f(q, k, v):
+            out, _ = fjt.attention_train_op(q, k, v, None, capi.CAUSAL_TOP_LEFT, 0.0,
+                                            capi.BHSD, -1, -1, 0.0)
+            return out
+
+        for det in (False, True):
+            torch.use_deterministic_algorithms(det)
+            q = torch.empty(1, 8, 64, 64, dtype=torch.bfloat16, device="meta",
+                            requires_grad=True)
+            k, v = (torch.empty(1, 2, 64, 64, dtype=torch.bfloat16, device="meta",
+                                requires_grad=True) for _ in range(2))
+            graphs.clear()
+            aot_function(f, fw_compiler=lambda gm, _: make_boxed_func(gm.forward),
+                         bw_compiler=keep)(q, k, v).sum().backward()
+            self.assertEqual([t.grad.shape for t in (q, k, v)], [q.shape, k.shape, v.shape])
+            nodes = [n for n in graphs[-1].graph.nodes
+                     if n.target is torch.ops.flashjit.attention_bwd.default]
+            self.assertEqual(len(nodes), 1, graphs[-1].code)
+            self.assertIs(bwd_argument(nodes[0], "deterministic"), det, graphs[-1].code)
+
+
+class ExampleRefuses(unittest.TestCase):
+    def test_no_cuda_device(self):
+        """--device cpu: a clear message and exit status 2, with or without
+        PyTorch and a GPU."""
+        out = subprocess.run([sys.executable, EXAMPLE, "--steps", "1", "--device", "cpu"],
+                             env=example_env(), capture_output=True, text=True, timeout=300)
+        self.assertEqual(out.returncode, 2, out.stdout + out.stderr)
+        self.assertRegex(out.stderr, r"^gpt_train\.py: (needs PyTorch|--device cpu: flashjit "
+                                     r"trains on a CUDA device)")
+
+
+def randn(*shape, dtype=None):
+    return torch.randn(shape, dtype=dtype or torch.bfloat16, device="cuda")
+
+
+def rel(got, want):
+    return ((got.float() - want.float()).norm() / want.float().norm().clamp(min=1e-30)).item()
+
+
+@unittest.skipUnless(fjtest.HAS_CUDA, fjtest.NO_CUDA)
+class Training(unittest.TestCase, DeterministicState):
+    def setUp(self):
+        torch.manual_seed(0)
+
+    def test_example_against_sdpa(self):
+        """examples/gpt_train.py, 20 steps: its loss curve within the
+        example's tolerance of SDPA's."""
+        out = subprocess.run([sys.executable, EXAMPLE, "--steps", "20"], env=example_env(),
+                             capture_output=True, text=True, timeout=600)
+        log = out.stdout + out.stderr
+        self.assertEqual(out.returncode, 0, log)
+        m = re.search(r"max \|loss difference\| (\S+) at step \d+ \(tolerance (\S+)\)", log)
+        self.assertIsNotNone(m, log)
+        self.assertLessEqual(float(m.group(1)), float(m.group(2)), log)
+
+    def test_cuda_graph_training_step(self):
+        """Forward, backward and SGD captured in one CUDA graph: each replay
+        gives the gradients, loss and update of the same step run eagerly
+        from the same weights on the same batch."""
+        model = TinyAttention().cuda().to(torch.bfloat16)
+        eager = copy.deepcopy(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x, y = randn(2, 256, 256), randn(2, 256, 256)
+
+        def step():
+            loss = (model(x).float() - y.float()).square().mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):  # compile the kernels, probe layouts, make the grads
+                opt.zero_grad(set_to_none=True)
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        opt.zero_grad(set_to_none=True)  # the graph's pool makes the grads
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_loss = step()
+        for i in range(3):
+            x.copy_(randn(2, 256, 256))
+            y.copy_(randn(2, 256, 256))
+            eager.load_state_dict(model.state_dict())
+            before = {n: p.detach().clone() for n, p in eager.named_parameters()}
+            graph.replay()
+            eager.zero_grad(set_to_none=True)
+            loss = (eager(x).float() - y.float()).square().mean()
+            loss.backward()
+            torch.cuda.synchronize()
+            self.assertLess(abs(static_loss.item() - loss.item()), 1e-3 * loss.item(), i)
+            for (name, p), e in zip(model.named_parameters(), eager.parameters()):
+                self.assertLess(rel(p.grad, e.grad), 1e-2, f"replay {i}: {name}.grad")
+                want = before[name].float() - 0.1 * e.grad.float()
+                self.assertLess(rel(p.detach(), want), 1e-2, f"replay {i}: {name} after SGD")
+
+    def test_compile_fullgraph_backward(self):
+        """torch.compile(fullgraph=True) of attention and a loss, then
+        .backward(): no graph break, eager's gradients, and the mode of
+        torch.use_deterministic_algorithms reaching the launch (a change
+        recompiles: Dynamo guards the flag)."""
+        self.keep_deterministic_state()
+        modes, launch = [], fjt._launch_bwd
+
+        def spy(*args):
+            modes.append(args[-1])
+            return launch(*args)
+
+        def step(q, k, v):
+            o = flashjit.attention(q, k, v, causal="top_left", layout="bshd")
+            return o.float().square().sum()
+
+        compiled = torch.compile(step, fullgraph=True)
+        q, k, v = randn(2, 256, 8, 64), randn(2, 256, 2, 64), randn(2, 256, 2, 64)
+        with mock.patch.object(fjt, "_launch_bwd", spy):
+            for det in (False, True):
+                torch.use_deterministic_algorithms(det)
+                got = [t.clone().requires_grad_() for t in (q, k, v)]
+                compiled(*got).backward()
+                self.assertIs(modes[-1], det)
+                want = [t.clone().requires_grad_() for t in (q, k, v)]
+                step(*want).backward()
+                for name, g, w in zip("qkv", got, want):
+                    self.assertLess(rel(g.grad, w.grad), 1e-2, f"d{name} deterministic={det}")
+
+    def test_deterministic_bits(self):
+        """Under torch.use_deterministic_algorithms(True) ten backward runs
+        give the same bits, on shapes with many key tiles a query tile's dq
+        sums over (where the default mode's atomics may not), and agree with
+        the default mode's gradients."""
+        self.keep_deterministic_state()
+        cases = (((2, 8, 1024, 128), (2, 8, 1024, 128), {}),
+                 ((1, 8, 2048, 64), (1, 2, 2048, 64),
+                  {"sinks": torch.randn(8, device="cuda")}))
+        for shape_q, shape_kv, kw in cases:
+            with self.subTest(q=shape_q, kv=shape_kv, sinks="sinks" in kw):
+                q, k, v = randn(*shape_q), randn(*shape_kv), randn(*shape_kv)
+                dout = randn(*shape_q)
+                torch.use_deterministic_algorithms(False)
+                loose = self.grads(q, k, v, dout, kw)
+                torch.use_deterministic_algorithms(True)
+                first = self.grads(q, k, v, dout, kw)
+                for run in range(9):
+                    again = self.grads(q, k, v, dout, kw)
+                    for name, a, b in zip(("dq", "dk", "dv", "dsinks"), first, again):
+                        self.assertTrue(torch.equal(a, b), f"{name} differs in run {run + 2}")
+                for name, a, b in zip(("dq", "dk", "dv", "dsinks"), first, loose):
+                    self.assertLess(rel(a, b), 1e-2, f"{name}: deterministic against default")
+
+    def grads(self, q, k, v, dout, kw):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        extra = {n: t.clone().requires_grad_() for n, t in kw.items()}
+        out = flashjit.attention(*leaves, **extra)
+        return torch.autograd.grad(out, leaves + list(extra.values()), dout)
+
+
+if fjtest.HAS_TORCH:
+    class TinyAttention(nn.Module):
+        """A projection to grouped-query q, k, v (views, layout bshd),
+        causal flashjit attention, a projection back."""
+
+        def __init__(self, dim=256, heads=4, kv_heads=2, head_dim=64):
+            super().__init__()
+            self.h, self.hkv, self.d = heads, kv_heads, head_dim
+            self.qkv = nn.Linear(dim, (heads + 2 * kv_heads) * head_dim)
+            self.proj = nn.Linear(heads * head_dim, dim)
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            qkv = self.qkv(x).view(b, s, self.h + 2 * self.hkv, self.d)
+            q, k, v = qkv.split([self.h, self.hkv, self.hkv], dim=2)
+            o = flashjit.attention(q, k, v, causal="top_left", layout="bshd")
+            return self.proj(o.reshape(b, s, self.h * self.d))
+
+
+if __name__ == "__main__":
+    unittest.main()
