@@ -7,7 +7,8 @@ preprocess, main kernel, postprocess), and torch.autograd.grad through
 scaled_dot_product_attention under each backend with the forward's graph
 kept (retain_graph), so only the backward kernels run.  CUDA events after
 warm-up, median of --iters; FLOPs 2.5 x the forward's 4*B*H*S^2*D (half
-for causal).  flashjit's dQ, dK, dV are compared with the float32 autograd
+for causal).  flashjit's deterministic mode is timed too (det_us,
+det_over_default).  flashjit's dQ, dK, dV are compared with the float32 autograd
 reference of the first two heads.  Prints one line a case and a geomean
 per (head dim, mask); writes bwd_compare.json to $OUT (or --out).
 
@@ -64,13 +65,17 @@ def case(B, H, S, D, causal, dtype, iters, Hkv=None):
                                   return_lse=True)
     scale = 1 / math.sqrt(D)
 
-    def fj_bwd():
-        return fjt.attention_bwd_op(do, q, k, v, out, lse, c, 0.0, 0, -1, -1, 0.0, None)
+    def fj_bwd(deterministic=False):
+        return fjt.attention_bwd_op(do, q, k, v, out, lse, c, 0.0, 0, -1, -1, 0.0, None,
+                                    deterministic)
 
     grads = fj_bwd()
     torch.cuda.synchronize()
     ms = bench(fj_bwd, iters)
     row["flashjit_us"], row["flashjit_tflops"] = round(ms * 1e3, 1), round(fl / ms / 1e9, 1)
+    # The deterministic mode (fj_problem.deterministic), and its cost.
+    det = bench(lambda: fj_bwd(True), iters)
+    row["det_us"], row["det_over_default"] = round(det * 1e3, 1), round(det / ms, 3)
     # The float32 reference of heads 0-1 (their KV heads under GQA).
     g = H // Hkv
     kv = slice(0, max(1, 2 // g))
@@ -127,8 +132,10 @@ def main():
                    and "cudnn_over_fj" in r]
             if sel:
                 gm = math.exp(sum(math.log(r["cudnn_over_fj"]) for r in sel) / len(sel))
+                dm = math.exp(sum(math.log(r["det_over_default"]) for r in sel) / len(sel))
                 print(f"geomean D={D} causal={causal}: cuDNN time / flashjit time {gm:.3f} "
-                      f"over S={[r['S'] for r in sel]}", flush=True)
+                      f"over S={[r['S'] for r in sel]}; deterministic / default time {dm:.3f}",
+                      flush=True)
     with open(os.path.join(a.out, "bwd_compare.json"), "w") as f:
         json.dump(rows, f, indent=1)
 
