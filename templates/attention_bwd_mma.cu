@@ -130,7 +130,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   float *const s_ld = reinterpret_cast<float *>(smem + {{ OFF_L }});  // per stage: LSE * log2(e), then delta
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const fj::KvTile kt = fj::kv_tile(g.section);  // bwd_common.cuh's launch order
+  const fj::KvTile kt = fj::kv_tile(g.section, {{ mrule.bounded and "g.deterministic" or "false" }});  // bwd_common.cuh's launch order
   const int nt = kt.n, n0 = nt * {{ BN }}, hk = kt.hk, b = kt.b;
   fj::Block blk;  // the modifications' view of the block (mods.lua): batch and KV head
   blk.b = b;
@@ -191,6 +191,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   fj::cp_async_commit();
 {% end %}
 
+  int edge = 0;  // the deterministic mode's (scheduler.cuh's kv_rank)
   for (int i = 0; i < steps; ++i) {
     const int st = i % {{ S }}, h = hk * p.group + i / nq, m0 = m_first + (i % nq) * {{ BM }};
 {% if S > 1 then %}

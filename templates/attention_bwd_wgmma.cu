@@ -34,8 +34,9 @@
   through a pair of mbarriers (full: staged; empty: read by the TMA unit),
   so the consumers never wait on a reduce-add.  In the deterministic mode
   (g.deterministic) the writer adds a tile only in its key tile's turn
-  (scheduler.cuh's kv_rank, bwd_common.cuh's dq_turn_wait) and passes the
-  turn on once the add has completed.  Blocks start in bwd_common.cuh's
+  (scheduler.cuh's kv_rank: later key tiles first under a causal mask or
+  a window's right side, earlier ones first otherwise; bwd_common.cuh's
+  dq_turn_wait) and passes the turn on once the add has completed.  Blocks start in bwd_common.cuh's
   kv_tile order (first key tiles first: the longest walks under a causal
   mask, a section at a time).  dK (times the softmax scale) and dV stay in registers over the
   walk, summed over the group's query heads, so GQA needs no reduction.
@@ -79,7 +80,10 @@
   local DQN = DQ_COLS and D // 2 or D
 
   local B = import("budget.lua").new{}
-  local REGS = B.regs(C)
+  -- The producer's second warp (the dQ writer) walks the deterministic
+  -- mode's turns too: at head dim 64, where the consumers need far fewer
+  -- than 240, it gets 40 registers (24 spilled under a window).
+  local REGS = B.regs(C, D == 64 and { producer = 40, consumer = 232 } or nil)
   -- Per consumer thread: dK and dV (D/2 each), S^T and dP^T (BM/2 each;
   -- P^T and dS^T as operands, BM/4 each, and dQ, DQN/2, take their place).
   B.check_regs(D + BM + 24, ("head_dim %d"):format(D), "dK, dV, S and dP",
@@ -192,7 +196,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const unsigned dq_full = base + {{ OFF_DQBAR }}, dq_empty = dq_full + {{ 8 * C }}u;  // + 8 cw
   {{ PC.indent(TR.decls({ k, v, q, dout }, bars), 2) }}
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
-  const fj::KvTile kt = fj::kv_tile(g.section);  // bwd_common.cuh's launch order
+  const fj::KvTile kt = fj::kv_tile(g.section, {{ mrule.bounded and "g.deterministic" or "false" }});  // bwd_common.cuh's launch order
   const int nt = kt.n, n0 = nt * {{ BN }}, hk = kt.hk, b = kt.b;
   fj::Block blk;  // the modifications' view of the block (mods.lua)
   blk.b = b;
@@ -241,6 +245,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     } else if (warp == 1 && lane == 0) {
       // ---- dQ's writer: each consumer's staged tile, one bulk reduce-add --
 {% walk() %}
+      int edge = 0;  // the deterministic mode's (scheduler.cuh's kv_rank)
       for (int i = 0; i < steps; ++i) {
         const int h = hk * p.group + i / nq, m0 = m_first + (i % nq) * {{ BM }};
         const long long bh = (long long)b * p.heads_q + h;

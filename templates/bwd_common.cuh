@@ -45,15 +45,17 @@ __device__ __forceinline__ long long dq_tile_base(long long bh, int m, int c0, i
 // The key tile a block of the main kernels keeps, from its place in the
 // launch order: sections of `section` (batch, KV head)s one after
 // another, and in a section key tile n of each before key tile n + 1 of
-// any.  Under a causal mask the first key tiles walk the most query
+// any (or n + 1 before n: last_first).  Under a causal mask the first key tiles walk the most query
 // tiles, so the longest blocks of a section start first and its short
 // ones fill its last wave (the host makes a section hold a few waves);
 // a section of one is the plain order, every key tile of a head before
 // the next head's, whose blocks share their Q and dO in L2.  Either way a
 // key tile of a head starts after the tiles before it of the same head,
-// so the deterministic mode's turns only wait on blocks launched earlier.
+// so the deterministic mode's turns only wait on blocks launched earlier;
+// `last_first` reverses the key tiles (the deterministic mode's order
+// under a mask with a right side: scheduler.cuh's kv_rank).
 struct KvTile { int n, hk, b; };
-__device__ __forceinline__ KvTile kv_tile(int section) {
+__device__ __forceinline__ KvTile kv_tile(int section, bool last_first) {
   const int tiles = gridDim.x, heads = gridDim.y * gridDim.z;
   const int lin = blockIdx.x + tiles * (blockIdx.y + gridDim.y * blockIdx.z);
   const int s0 = lin / (section * tiles) * section;   // the section's first head
@@ -61,7 +63,7 @@ __device__ __forceinline__ KvTile kv_tile(int section) {
   const int i = lin - s0 * tiles;
   const int head = s0 + i % in;
   KvTile t;
-  t.n = i / in;
+  t.n = last_first ? tiles - 1 - i / in : i / in;
   t.hk = head % gridDim.y;
   t.b = head / gridDim.y;
   return t;

@@ -38,8 +38,6 @@
 --   mask.rows_begin(n0)          the first row that may see some key >= n0
 --   mask.rows_end(n_end)         exclusive end of the rows that may see
 --                                some key < n_end
---   mask.tile_first(m, bn)       the first key tile (of bn keys) whose rows
---                                (the last two) hold row m
 -- The first two give a query tile its key range (the forward walks keys);
 -- the last two give a key tile its query range (the backward walks rows),
 -- from the same sides, so both directions skip the same tiles.
@@ -103,14 +101,6 @@ function M.new(causal, packed, lens, window)
       last = ("(int)min((long long)%s, (long long)%s - %s + %s)"):format(Q, n_end, OFF, LEFT)
     end
     return packed and ("%s * p.group"):format(last) or last
-  end
-
-  -- The first key tile of bn keys whose query range (rows_begin /
-  -- rows_end) holds row m: rows_end(t bn + bn) > m solved for t, in 64
-  -- bits; 0 without a window's left side.
-  function R.tile_first(m, bn)
-    if not LEFT then return "0" end
-    return ("(int)(max(0ll, (long long)%s + %s - %s) / %d)"):format(pos(m), OFF, LEFT, bn)
   end
 
   function R.tile_partial(n0, bn, m, m_last)

@@ -33,10 +33,14 @@
                     key, and its query range: m_first and nq query tiles of
                     BM rows (the mask rule's rows_begin / rows_end)
   part = "kv_rank"  (the backward's deterministic dQ) sets the caller's
-                    int rank: how many key tiles before key tile nt (BN
-                    keys each) walk query tile m0 -- they add its dQ first.  The tiles that walk a query
-                    tile are consecutive (both ends of a key tile's query
-                    range grow with it), from mask.lua's tile_first
+                    int rank: how many key tiles add the dQ of query tile
+                    m0 (step i of nq a head) before key tile nt (BN keys
+                    each): those after it under a mask with a right side
+                    (causal, a window; kv_tile launches them first), else
+                    those before it.  The tiles that walk a query tile are
+                    consecutive (both ends of a key tile's query range grow
+                    with it); the caller's int edge carries their far end
+                    from step to step
   Parameters: mrule, BM, BN, BMASK, VL, DYNAMIC, PERSISTENT, and sched
   (the same fields as a table, for the parts that include others).
 #}
@@ -172,6 +176,23 @@ __device__ __forceinline__ Item get_item(const Params &p) {
   const int m_end = {{ mrule.rows_end("n0 + " .. BN) }};
   const int nq = m_end > m_first && n0 < {{ mrule.kv }} ? (m_end - m_first + {{ BM - 1 }}) / {{ BM }} : 0;
 {% elseif part == "kv_rank" then %}
-        // The key tiles from the first that walks m0 (mask.lua's tile_first) to this one.
-        rank = nt - {{ mrule.tile_first("m0", BN) }};
+        // The key tiles whose walks hold m0 are consecutive: edge, kept
+        // over this head's steps (reset at its first), is the far end of
+        // those before (after) this one, found with the walk's own test.
+        auto walks = [&](int t) {
+          const int t0 = t * {{ BN }};
+          return t0 < {{ mrule.kv }} && {{ mrule.rows_begin("t0") }} / {{ BM }} * {{ BM }} <= m0 && m0 < {{ mrule.rows_end("t0 + " .. BN) }};
+        };
+{%   if mrule.bounded then %}
+        // Later key tiles first: each starts its walk at a later query tile,
+        // so it reaches m0 sooner.
+        if (i % nq == 0) edge = nt;
+        while (edge + 1 < (int)gridDim.x && walks(edge + 1)) ++edge;
+        rank = edge - nt;
+{%   else %}
+        // Earlier key tiles first (every walk starts at the same query tile).
+        if (i % nq == 0) edge = 0;
+        while (edge < nt && !walks(edge)) ++edge;
+        rank = nt - edge;
+{%   end %}
 {% end %}
