@@ -144,6 +144,11 @@ void fj__cache_count(fj_ctx *ctx, fj_cache_origin origin)
     s->misses++;
 }
 
+void fj__cache_count_package(fj_ctx *ctx)
+{
+  ctx->cache->stats.package_hits++;
+}
+
 void fj__cache_count_tier(fj_ctx *ctx, int first_launch, int background)
 {
   ctx->cache->stats.first_launches += (uint64_t)first_launch;

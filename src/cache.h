@@ -36,6 +36,9 @@ int fj__cache_load(fj_ctx *ctx, const char *kind, const fj_cache_key *key,
 void fj__cache_store(fj_ctx *ctx, const char *kind, const char *label,
                      const fj_cache_key *key, const void *payload, size_t len);
 void fj__cache_count(fj_ctx *ctx, fj_cache_origin origin);
+/* A kernel the kernel package (package.c) answered; fj__cache_count
+ * counted it as a disk hit. */
+void fj__cache_count_package(fj_ctx *ctx);
 /* The tiered JIT's counters (fj_cache_stats): a call the first kernel
  * answered, a compile started in the background.  ctx->lock held. */
 void fj__cache_count_tier(fj_ctx *ctx, int first_launch, int background);

@@ -22,6 +22,7 @@
 #include "driver.h"
 #include "entry.h"
 #include "kernel.h"
+#include "package.h"
 #include "template.h"
 #include "util.h"
 
@@ -160,7 +161,8 @@ static fj_kernel *index_load(fj_ctx *ctx, const fj_cache_key *key)
   size_t len = 0, src_len = 0;
   const char *src;
   char why[200];
-  if (!fj__cache_load(ctx, "render", key, &payload, &len))
+  if (!fj__cache_load(ctx, "render", key, &payload, &len) &&
+      !fj__package_load(ctx, "render", key, &payload, &len))
     return NULL;
   fj_kernel *k = calloc(1, sizeof *k);
   if (k && fj__render_payload_read(payload, len, &k->meta, &src, &src_len,
@@ -255,17 +257,25 @@ static void disk_key(const fj_ctx *ctx, const fj_kernel *k, fj_cache_key *key)
   fj__cache_key(key, "kernel", ctx->arch, src_hash, k->meta.symbol);
 }
 
-/* 1 when the disk cache had the kernel's cubin, PTX and log. */
+/* 1 when the disk cache, else the kernel package, had the kernel's cubin,
+ * PTX and log.  A package's kernel is not copied into the disk cache: the
+ * package stays where it is, read as fast. */
 static int from_disk(fj_ctx *ctx, fj_kernel *k, const fj_cache_key *key)
 {
   void *payload = NULL;
   size_t len = 0;
-  if (!fj__cache_load(ctx, "kernel", key, &payload, &len))
-    return 0;
+  int packaged = 0;
+  if (!fj__cache_load(ctx, "kernel", key, &payload, &len)) {
+    if (!fj__package_load(ctx, "kernel", key, &payload, &len))
+      return 0;
+    packaged = 1;
+  }
   int ok = fj__kernel_payload_read(payload, len, &k->out) == 0;
   free(payload);
   if (ok)
     k->res.cache = FJ_CACHE_DISK;
+  if (ok && packaged)
+    fj__cache_count_package(ctx);
   return ok;
 }
 

@@ -52,6 +52,10 @@ TEST(cache_processes, cpu)
 TEST(cache_list_clear, cpu)
 TEST(cache_stale_prune, cpu)
 TEST(cache_render_index, cpu)
+/* the kernel package (test_package.c) */
+TEST(package_first_call, cpu)
+TEST(package_refusals, cpu)
+TEST(gpu_package_first_call, gpu)
 /* errors and validation */
 TEST(abi_sizes, cpu)
 TEST(errors_ctx, cpu)
