@@ -156,14 +156,17 @@ typedef struct fj_ctx_opts {
    * prewarm --package DIR`): a directory of compiled kernels consulted
    * after the disk cache and never written, so that a first call for the
    * kernels it holds compiles nothing.  NULL: $FLASHJIT_PACKAGE_DIR, else
-   * none.  A package this context cannot use -- no manifest, made by
+   * none; "": none, whatever the environment says.  A package this context cannot use -- no manifest, made by
    * another NVRTC version or cache format, or holding no kernels for the
    * context's arch -- is left out with a warning through the log (the
    * context works as without it); a path over 4095 bytes is
-   * FJ_ERR_INVALID_ARG.  Each entry is still checked as a disk-cache
-   * entry is (checksum, and its whole key: source, NVRTC version and
-   * options, arch, format), so a foreign or damaged entry is a miss.  The
-   * string is copied. */
+   * FJ_ERR_INVALID_ARG.  A package is trusted no more than a shared cache
+   * directory or an imported pack: each entry is read and checked as a
+   * disk-cache entry is (checksum, and its whole key: source, NVRTC
+   * version and options, arch, format; a render's metadata and source as
+   * a render would have made them, a kernel's parts -- see "the cache's
+   * trust model" in the README), so a foreign, damaged or crafted entry is
+   * a miss, with a warning.  The string is copied. */
   const char *package_dir;
 } fj_ctx_opts;
 
@@ -1489,11 +1492,14 @@ typedef struct fj_package_report {
  * manifest (flashjit-package.txt: the NVRTC version, the cache format,
  * the library's version and each arch sealed).  Fill the directory first
  * with fj_cache_prewarm on a context of each arch whose cache_dir is the
- * package's; seal each; ship the directory as it is.  Entries of another
+ * package's and that reads no package itself (package_dir ""); seal each;
+ * ship the directory as it is.  Entries of another
  * NVRTC or format in the directory are counted out, never looked up.
  * report (optional) gets the package's entries and bytes.  Errors:
- * FJ_ERR_INVALID_ARG (ctx NULL; the directory already holds a package
- * of another NVRTC version or cache format), FJ_ERR_NOT_FOUND (the disk
+ * FJ_ERR_INVALID_ARG (ctx NULL; the context reads a kernel package, whose
+ * kernels its prewarm found there instead of compiling them into its
+ * directory; the directory already holds a package of another NVRTC
+ * version or cache format), FJ_ERR_NOT_FOUND (the disk
  * cache is disabled), FJ_ERR_IO (the manifest cannot be written), the
  * probe kernel's compile errors.
  */

@@ -18,6 +18,15 @@
  * manifest only spares a context a package it could not use: checked
  * once, when the context opens it.  Nothing here writes into a package
  * but fj__package_manifest_add, which builds one.
+ *
+ * A package comes from outside the process as a shared cache directory or
+ * a cache pack does, and crosses the same boundary: its files are read by
+ * the disk cache's one reader (fj__cache_entry_load: a regular file,
+ * bounded, checksum, kind and key), and kernel.c holds their payloads to
+ * the same checks as the disk cache's and an import's (entry.c: a
+ * render's metadata and source as a render would have made them, a
+ * kernel's parts) before anything sizes a launch or reaches NVRTC or the
+ * driver.  Nothing here parses an entry itself.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -225,9 +234,10 @@ fj_status fj__package_open(fj_ctx *ctx)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "%s is %zu bytes long: at most %d", from, strlen(dir),
                     DIR_MAX - 1);
-  char why[256];
+  char why[256], shown[160];
   if (!fj__package_usable(dir, ctx->arch, why, sizeof why)) {
-    fj__log(ctx, FJ_LOG_WARN, "kernel package %s (%s) %s: not used", dir,
+    fj__quote(dir, shown, sizeof shown);
+    fj__log(ctx, FJ_LOG_WARN, "kernel package %s (%s) %s: not used", shown,
             from, why);
     return FJ_OK;
   }
@@ -251,37 +261,19 @@ const char *fj_cache_package_dir(const fj_ctx *ctx)
 
 /* ---- lookups -------------------------------------------------------------------- */
 
-static int field_is(const char *p, uint32_t len, const char *want)
-{
-  return strlen(want) == len && memcmp(p, want, len) == 0;
-}
-
 int fj__package_load(fj_ctx *ctx, const char *kind, const fj_cache_key *key,
                      void **payload, size_t *len)
 {
   const fj_package *p = ctx->package;
-  if (!p)
+  /* A package holds what a cache pack may: compiler entries, nothing
+   * else (a layout table is the device's, never shipped). */
+  if (!p || (strcmp(kind, "kernel") != 0 && strcmp(kind, "render") != 0))
     return 0;
-  char path[DIR_MAX + 64];
-  size_t n = 0;
-  snprintf(path, sizeof path, "%s/%s.fjc", p->dir, key->hex);
-  char *data = fj__file_read(path, FJ_CACHE_ENTRY_MAX, &n);
-  if (!data)
-    return 0;  /* not in the package: a plain miss */
-  fj_entry_view v;
-  const char *why = fj__cache_entry_parse(data, n, &v);
-  if (!why && !(field_is(v.kind, v.kind_len, kind) &&
-                field_is(v.key, v.key_len, key->text)))
-    why = "is corrupt or stale (another key under its name)";
-  if (why) {
+  char path[DIR_MAX + 64], why[128];
+  fj__cache_entry_path(p->dir, key, path, sizeof path);
+  if (fj__cache_entry_load(path, kind, key, payload, len, why, sizeof why))
+    return 1;
+  if (why[0])
     fj__log(ctx, FJ_LOG_WARN, "package entry %s %s: ignored", path, why);
-    free(data);
-    return 0;
-  }
-  /* The payload moves to the front of the file's bytes, which the caller
-   * frees: no second copy of a cubin. */
-  *len = (size_t)v.payload_len;
-  memmove(data, v.payload, *len);
-  *payload = data;
-  return 1;
+  return 0;
 }

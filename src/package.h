@@ -26,9 +26,12 @@
  * (FJ_ERR_INVALID_ARG). */
 fj_status fj__package_open(fj_ctx *ctx);
 void fj__package_close(fj_package *p);
-/* 1 and the payload (malloc'd) when the package holds a valid entry of
- * this kind under this key; 0 otherwise (a missing entry silently, a
- * corrupt or foreign one with a warning).  Counts nothing. */
+/* 1 and the payload (malloc'd) when the package holds an entry of this
+ * kind ("kernel" or "render": no other kind is looked up) under this key,
+ * read by the disk cache's reader (fj__cache_entry_load); 0 otherwise (a
+ * missing entry silently, a corrupt or foreign one with a warning).  The
+ * payload is the caller's to check as input, as a disk-cache entry's is
+ * (entry.c).  Counts nothing. */
 int fj__package_load(fj_ctx *ctx, const char *kind, const fj_cache_key *key,
                      void **payload, size_t *len);
 /* Whether the manifest of dir says this process can use the package for

@@ -12,6 +12,7 @@
 #include "kernel.h"
 #include "layout.h"
 #include "package.h"
+#include "util.h"
 
 typedef struct seal_count {
   fj_package_report *r;
@@ -34,6 +35,16 @@ fj_status fj_cache_package_seal(fj_ctx *ctx, fj_package_report *report)
   if (!ctx)
     return fj__null_arg(NULL, "fj_cache_package_seal", "ctx");
   fj__clear_error(ctx);
+  if (ctx->package) {
+    char shown[160];
+    fj__quote(fj_cache_package_dir(ctx), shown, sizeof shown);
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "fj_cache_package_seal: the context reads the kernel "
+                    "package %s, so its prewarm may have found kernels there "
+                    "instead of writing them into this one: make a package "
+                    "with package_dir \"\" (no package read)",
+                    shown);
+  }
   const char *dir = fj_cache_dir(ctx);
   if (!dir)
     return fj__fail(ctx, FJ_ERR_NOT_FOUND,

@@ -245,6 +245,19 @@ int test_package_refusals(void)
   int used = -1;
   /* The package as made: used. */
   CHECK(origin_with("sm_80", pkg, &v, &used) == FJ_CACHE_DISK && used == 1);
+  /* A context that reads a package seals none (its prewarm may have
+   * found kernels there instead of writing them); "" reads no package,
+   * whatever the environment says. */
+  fj_ctx *reader = pkg_ctx("sm_80", fjt_tmpdir(), pkg);
+  CHECK(reader && fj_cache_package_dir(reader));
+  CHECK_ST(reader, fj_cache_package_seal(reader, NULL), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(reader, "make a package with package_dir \"\" (no package read)");
+  fj_ctx_destroy(reader);
+  setenv("FLASHJIT_PACKAGE_DIR", pkg, 1);
+  reader = pkg_ctx("sm_80", fjt_tmpdir(), "");
+  unsetenv("FLASHJIT_PACKAGE_DIR");
+  CHECK(reader && !fj_cache_package_dir(reader));
+  fj_ctx_destroy(reader);
   /* Another arch: the package holds none of its kernels. */
   CHECK(origin_with("sm_90a", pkg, &v, &used) == FJ_CACHE_MISS && used == 0);
   CHECK(strstr(warning, "holds no kernels for sm_90a (it has sm_80): not used"));
