@@ -373,3 +373,63 @@ if part python; then
     rm -f "$out/gpt.tmp"
   fi
 fi
+
+# 10. Issue 36's JIT bar: where a cold compile's time goes and the kernel
+#     package.  (a) NVRTC per phase (front end, NVVM, ptxas; NVRTC's own
+#     --time table) on the sources of every family's picks and the
+#     backward's kernels (bench/pick_sources.c all, bench/compile_cost.sh,
+#     5 fresh programs each); (b) the library's cold compile of each pick
+#     of bench/ptx_compare_picks.txt and of the backward (`flashjit emit
+#     --what resources --no-disk-cache`, a fresh process each, NVRTC's own
+#     cache off; COMPILE_ROUNDS rounds, default 3), median and worst; (c)
+#     the package: `flashjit cache prewarm --package` (sm_80 and sm_90a),
+#     its size and time, the GPU test of a first call from it, and the
+#     first call's wall time (`flashjit run --iters 1`, fresh cache
+#     directory) with and without it.  Kernel times: PARTS="ab compile"
+#     with build-base/ carried.  PARTS=compile runs this part alone.
+if part compile; then
+  cc -O2 ../bench/nvrtc_time.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 \
+    -lnvrtc -Wl,-rpath,/usr/local/cuda/lib64 -o /tmp/nvrtc_time &&
+  cc -O2 ../bench/pick_sources.c -I../include -L. -lflashjit -Wl,-rpath,"$PWD" \
+    -o /tmp/pick_sources
+  note "compile: tools built: exit $?"
+  rm -rf /tmp/fj-srcs /tmp/fj-ps && mkdir -p /tmp/fj-srcs
+  FLASHJIT_CACHE_DIR=/tmp/fj-ps /tmp/pick_sources /tmp/fj-srcs all >"$out/compile_sources.txt" 2>&1
+  bash ../bench/compile_cost.sh /tmp/fj-srcs 5 >"$out/compile_phases.md" 2>&1
+  note "compile (a): NVRTC phases of $(ls /tmp/fj-srcs | wc -l) kernels, median of 5 (ms): total / front end / NVVM / ptxas"
+  awk -F'|' 'NR > 2 { gsub(/ /, "", $3); split($4, t, " "); print t[1], $5, $6, $7, $2, $3 }' \
+    "$out/compile_phases.md" | sort -n | tee -a "$summary"
+  : >"$out/compile_lib.txt"
+  picks=$(grep -vE 'mod |score-mod|block-mask' ../bench/ptx_compare_picks.txt)
+  for round in $(seq ${COMPILE_ROUNDS:-3}); do
+    while IFS= read -r args; do
+      [ -n "$args" ] || continue
+      ms=$(./flashjit emit $args --what resources --no-disk-cache 2>/dev/null | grep -oE '^compile_ms=[0-9.]+' | cut -d= -f2)
+      echo "fwd ${ms:-?} $args" >>"$out/compile_lib.txt"
+    done <<<"$picks"
+    for d in 64 128 256; do
+      ./flashjit emit --backward --shape 2,16,4096,$d --causal --dtype bf16 --what resources --no-disk-cache 2>/dev/null |
+        awk -v d=$d '/^variant=/ { v = substr($0, 9) } /^compile_ms=/ { print "bwd", substr($0, 12), v, "d" d }' >>"$out/compile_lib.txt"
+    done
+  done
+  for k in fwd bwd; do
+    note "compile (b): $k cold compiles, $(grep -c "^$k " "$out/compile_lib.txt") runs: median $(awk -v k=$k '$1 == k { print $2 }' "$out/compile_lib.txt" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }') ms, worst $(awk -v k=$k '$1 == k { print $2 }' "$out/compile_lib.txt" | sort -n | tail -1) ms"
+  done
+  sort -k2 -n -r "$out/compile_lib.txt" | head -5 | tee -a "$summary"
+  rm -rf /tmp/fj-pkg
+  t0=$(date +%s.%N)
+  ./flashjit cache prewarm --package /tmp/fj-pkg --workers 16 >"$out/compile_package.log" 2>&1
+  rc=$?
+  note "compile (c): package built: exit $rc in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }') s; $(du -sb /tmp/fj-pkg | cut -f1) bytes, $(ls /tmp/fj-pkg | grep -c '\.fjc$') entries"
+  grep -E '^(prewarm|package) ' "$out/compile_package.log" | tee -a "$summary"
+  FLASHJIT_CACHE_DIR=/tmp/fj-pkgtest timeout 600 ./tests/fj_tests gpu_package_first_call >"$out/compile_gpu_test.log" 2>&1
+  note "compile (c): gpu_package_first_call: exit $? $(grep -E 'NVRTC calls' "$out/compile_gpu_test.log")"
+  for with in no yes no yes; do
+    rm -rf /tmp/fj-first
+    pkg=""
+    [ $with = yes ] && pkg=/tmp/fj-pkg
+    t0=$(date +%s.%N)
+    FLASHJIT_CACHE_DIR=/tmp/fj-first FLASHJIT_PACKAGE_DIR=$pkg ./flashjit run --shape 2,8,4096,128 --dtype bf16 --causal --iters 1 >/dev/null 2>&1
+    note "compile (c): first call (fresh process and cache, run --iters 1), package $with: exit $? in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }') s"
+  done
+fi

@@ -152,6 +152,22 @@ typedef struct fj_ctx_opts {
    * fj_ctx_destroy waits for the compiles still running.  Default 0; the
    * environment's FLASHJIT_JIT_TIERS=1 (or 0) overrides it. */
   int jit_tiers;
+  /* A read-only kernel package (fj_cache_package_seal; `flashjit cache
+   * prewarm --package DIR`): a directory of compiled kernels consulted
+   * after the disk cache and never written, so that a first call for the
+   * kernels it holds compiles nothing.  NULL: $FLASHJIT_PACKAGE_DIR, else
+   * none; "": none, whatever the environment says.  A package this context cannot use -- no manifest, made by
+   * another NVRTC version or cache format, or holding no kernels for the
+   * context's arch -- is left out with a warning through the log (the
+   * context works as without it); a path over 4095 bytes is
+   * FJ_ERR_INVALID_ARG.  A package is trusted no more than a shared cache
+   * directory or an imported pack: each entry is read and checked as a
+   * disk-cache entry is (checksum, and its whole key: source, NVRTC
+   * version and options, arch, format; a render's metadata and source as
+   * a render would have made them, a kernel's parts -- see "the cache's
+   * trust model" in the README), so a foreign, damaged or crafted entry is
+   * a miss, with a warning.  The string is copied. */
+  const char *package_dir;
 } fj_ctx_opts;
 
 /* Fills opts with the defaults described above.  NULL: does nothing. */
@@ -1352,6 +1368,9 @@ typedef struct fj_cache_stats {
    * answered, and kernels whose compile started in the background. */
   uint64_t first_launches;
   uint64_t background_compiles;
+  /* Kernels loaded from the kernel package (fj_ctx_opts.package_dir);
+   * disk_hits counts them too. */
+  uint64_t package_hits;
 } fj_cache_stats;
 
 /* This context's counters since it was created.  Does nothing when ctx or
@@ -1452,6 +1471,39 @@ FJ_API fj_status fj_cache_prewarm_bwd(fj_ctx *ctx, const fj_problem *problems,
                                       size_t n, const fj_prepare_opts *opts,
                                       fj_status *each,
                                       fj_prewarm_report *report);
+
+/* The kernel package the context consults after its disk cache
+ * (fj_ctx_opts.package_dir or $FLASHJIT_PACKAGE_DIR), or NULL when it has
+ * none (none given, or the one given could not be used: the log says
+ * why), or ctx is NULL.  Static for the lifetime of ctx. */
+FJ_API const char *fj_cache_package_dir(const fj_ctx *ctx);
+
+typedef struct fj_package_report {
+  int entries;     /* valid kernel and render-index entries in the package */
+  uint64_t bytes;  /* their size on disk */
+  int probe;       /* 1: the layout probe kernel for the arch is there */
+} fj_package_report;
+
+/*
+ * Makes the context's disk cache directory a kernel package for the
+ * context's arch (fj_ctx_opts.package_dir): compiles the layout probe
+ * kernel a GPU context of that arch runs on its first use (so that a
+ * first call compiles nothing at all), then writes or extends the
+ * manifest (flashjit-package.txt: the NVRTC version, the cache format,
+ * the library's version and each arch sealed).  Fill the directory first
+ * with fj_cache_prewarm on a context of each arch whose cache_dir is the
+ * package's and that reads no package itself (package_dir ""); seal each;
+ * ship the directory as it is.  Entries of another
+ * NVRTC or format in the directory are counted out, never looked up.
+ * report (optional) gets the package's entries and bytes.  Errors:
+ * FJ_ERR_INVALID_ARG (ctx NULL; the context reads a kernel package, whose
+ * kernels its prewarm found there instead of compiling them into its
+ * directory; the directory already holds a package of another NVRTC
+ * version or cache format), FJ_ERR_NOT_FOUND (the disk
+ * cache is disabled), FJ_ERR_IO (the manifest cannot be written), the
+ * probe kernel's compile errors.
+ */
+FJ_API fj_status fj_cache_package_seal(fj_ctx *ctx, fj_package_report *report);
 
 /* The file format of fj_cache_export, checked by fj_cache_import. */
 #define FJ_CACHE_PACK_VERSION 1

@@ -144,6 +144,11 @@ void fj__cache_count(fj_ctx *ctx, fj_cache_origin origin)
     s->misses++;
 }
 
+void fj__cache_count_package(fj_ctx *ctx)
+{
+  ctx->cache->stats.package_hits++;
+}
+
 void fj__cache_count_tier(fj_ctx *ctx, int first_launch, int background)
 {
   ctx->cache->stats.first_launches += (uint64_t)first_launch;
@@ -215,10 +220,10 @@ int fj__cache_key_current(const char *key, size_t len, char *why,
 
 /* ---- reading ------------------------------------------------------------------- */
 
-static void entry_path(const fj_cache *c, const char *hex, char *out,
-                       size_t size)
+void fj__cache_entry_path(const char *dir, const fj_cache_key *key,
+                          char *out, size_t size)
 {
-  snprintf(out, size, "%s/%s%s", c->dir, hex, ENTRY_SUFFIX);
+  snprintf(out, size, "%s/%s%s", dir, key->hex, ENTRY_SUFFIX);
 }
 
 /* An entry read and checked: its header and pointers into body. */
@@ -326,6 +331,27 @@ static int field_is(const char *p, uint32_t len, const char *want)
   return strlen(want) == len && memcmp(p, want, len) == 0;
 }
 
+int fj__cache_entry_load(const char *path, const char *kind,
+                         const fj_cache_key *key, void **payload, size_t *len,
+                         char *why, size_t n)
+{
+  entry_file e;
+  if (entry_read(path, &e, why, n) != 0)
+    return 0;  /* why is empty when there is no file: a plain miss */
+  if (!(field_is(e.kind, e.h.kind_len, kind) &&
+        field_is(e.key, e.h.key_len, key->text))) {
+    free(e.body);
+    snprintf(why, n, "is corrupt or stale (another key under its name)");
+    return 0;
+  }
+  /* The payload moves to the front of the body, which the caller frees:
+   * no second copy of a cubin. */
+  *len = (size_t)e.h.payload_len;
+  memmove(e.body, e.payload, *len);
+  *payload = e.body;
+  return 1;
+}
+
 int fj__cache_load(fj_ctx *ctx, const char *kind, const fj_cache_key *key,
                    void **payload, size_t *len)
 {
@@ -333,27 +359,13 @@ int fj__cache_load(fj_ctx *ctx, const char *kind, const fj_cache_key *key,
   if (!c->enabled)
     return 0;
   char path[4200], why[128];
-  entry_path(c, key->hex, path, sizeof path);
-  entry_file e;
-  int ok = entry_read(path, &e, why, sizeof why) == 0;
-  if (!ok && !why[0])
-    return 0;  /* no entry: a plain miss */
-  if (ok && !(field_is(e.kind, e.h.kind_len, kind) &&
-              field_is(e.key, e.h.key_len, key->text))) {
-    ok = 0;
-    snprintf(why, sizeof why, "is corrupt or stale");
-  }
-  if (ok) {
-    /* The payload moves to the front of the body, which the caller
-     * frees: no second copy of a cubin. */
-    *len = (size_t)e.h.payload_len;
-    memmove(e.body, e.payload, *len);
-    *payload = e.body;
+  fj__cache_entry_path(c->dir, key, path, sizeof path);
+  if (fj__cache_entry_load(path, kind, key, payload, len, why, sizeof why))
     return 1;
+  if (why[0]) {
+    c->stats.disk_rejects++;
+    fj__log(ctx, FJ_LOG_WARN, "cache entry %s %s: ignored", path, why);
   }
-  free(e.body);
-  c->stats.disk_rejects++;
-  fj__log(ctx, FJ_LOG_WARN, "cache entry %s %s: ignored", path, why);
   return 0;
 }
 
@@ -433,7 +445,7 @@ void fj__cache_store(fj_ctx *ctx, const char *kind, const char *label,
   if (write_atomic(c, name, parts, sizes, FJ_ARRAY_LEN(parts)) != 0) {
     int err = errno;
     c->stats.disk_errors++;
-    entry_path(c, key->hex, path, sizeof path);
+    fj__cache_entry_path(c->dir, key, path, sizeof path);
     fj__log(ctx, FJ_LOG_WARN,
             "cannot write cache entry %s (%s): kept in memory only", path,
             strerror(err));

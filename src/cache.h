@@ -28,14 +28,31 @@ void fj__cache_key(fj_cache_key *key, const char *kind, const char *arch,
 fj_status fj__cache_open(fj_ctx *ctx);
 void fj__cache_close(fj_cache *c);
 /* 1 and the payload (malloc'd) on a valid hit; 0 on a miss, which also
- * covers corrupt, truncated and stale entries. */
+ * covers corrupt, truncated and stale entries (counted as disk_rejects and
+ * logged).  The payload is the caller's to check as input (entry.c). */
 int fj__cache_load(fj_ctx *ctx, const char *kind, const fj_cache_key *key,
                    void **payload, size_t *len);
+/* The path of key's entry file in dir (a cache directory or a kernel
+ * package). */
+void fj__cache_entry_path(const char *dir, const fj_cache_key *key,
+                          char *out, size_t size);
+/* The one reader of entry files, for the disk cache and the kernel
+ * package (package.c) alike: the file at path read bounded and only if it
+ * is a regular file (fj__open_file), its header, lengths and checksum
+ * checked, its kind and whole key text compared with kind and key.  1 and
+ * the payload (malloc'd); 0 with why empty when there is no file, or 0
+ * with what is wrong with it in why ("is corrupt or stale (...)"). */
+int fj__cache_entry_load(const char *path, const char *kind,
+                         const fj_cache_key *key, void **payload, size_t *len,
+                         char *why, size_t n);
 /* Writes atomically (temp file + rename); failures are logged, counted and
  * otherwise ignored: the cache is an optimisation. */
 void fj__cache_store(fj_ctx *ctx, const char *kind, const char *label,
                      const fj_cache_key *key, const void *payload, size_t len);
 void fj__cache_count(fj_ctx *ctx, fj_cache_origin origin);
+/* A kernel the kernel package (package.c) answered; fj__cache_count
+ * counted it as a disk hit. */
+void fj__cache_count_package(fj_ctx *ctx);
 /* The tiered JIT's counters (fj_cache_stats): a call the first kernel
  * answered, a compile started in the background.  ctx->lock held. */
 void fj__cache_count_tier(fj_ctx *ctx, int first_launch, int background);

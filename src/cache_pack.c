@@ -415,11 +415,10 @@ static const char *payload_wrong(const fj_entry_view *v, char *why, size_t n)
                                    &src, &src_len, why, n);
   }
   fj_compiled c;
-  if (fj__kernel_payload_read(v->payload, (size_t)v->payload_len, &c) != 0)
-    return "its payload is not a kernel's (log, PTX, cubin)";
-  int empty = c.cubin_len == 0 || c.ptx_len == 0;
+  const char *bad =
+      fj__kernel_payload_check(v->payload, (size_t)v->payload_len, &c);
   fj__compiled_free(&c);
-  return empty ? "its PTX or cubin is empty" : NULL;
+  return bad;
 }
 
 /* An entry's bytes checked as the cache would read them, and against the

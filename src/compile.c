@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +159,13 @@ fj_status fj__nvrtc_check_arch(const char *arch, int sm, int specific)
 
 /* ---- compiling in this process -------------------------------------------- */
 
+static _Atomic unsigned long nvrtc_compiles;
+
+unsigned long fj__nvrtc_compiles(void)
+{
+  return atomic_load(&nvrtc_compiles);
+}
+
 /* Result of one compile, as it crosses the pipe from a child. */
 typedef struct job {
   fj_status status;
@@ -204,6 +212,7 @@ static void compile_here(const char *name, const char *src, const char *arch,
   fj_nvrtc_opts o;
   fj__nvrtc_options(arch, &o);
   double t0 = fj__now_ms();
+  atomic_fetch_add(&nvrtc_compiles, 1);
   r = nvrtcCompileProgram(prog, o.argc, o.argv);
   j->out.ms = fj__now_ms() - t0;
   /* The log first: on failure it is the whole explanation. */

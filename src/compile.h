@@ -32,6 +32,10 @@ void fj__nvrtc_options(const char *arch, fj_nvrtc_opts *o);
  * targets this NVRTC has (nvrtcGetSupportedArchs).  An NVRTC that cannot
  * say passes every arch. */
 fj_status fj__nvrtc_check_arch(const char *arch, int sm, int specific);
+/* nvrtcCompileProgram calls this process made itself (compiles in child
+ * processes are not counted here: the caches' misses count every
+ * kernel).  For tests that prove a path compiles nothing. */
+unsigned long fj__nvrtc_compiles(void);
 /* "13.0" ("unknown" if NVRTC cannot say). */
 const char *fj__nvrtc_version(void);
 

@@ -19,6 +19,7 @@ typedef struct fj_dispatch fj_dispatch; /* attention.c */
 typedef struct fj_wspace fj_wspace;     /* workspace.c */
 typedef struct fj_tier fj_tier;         /* tier.c */
 typedef struct fj_bwd_memo fj_bwd_memo; /* backward.c */
+typedef struct fj_package fj_package;   /* package.c */
 
 struct fj_ctx {
   uint64_t serial;  /* identifies the context in thread-local messages */
@@ -34,6 +35,7 @@ struct fj_ctx {
                        more, a launch checks where its pointers live */
   fj_tpl *tpl;      /* Lua state, created on first render */
   fj_cache *cache;
+  fj_package *package; /* package.c: a read-only kernel package, or NULL */
   fj_kmap *kernels; /* variant -> kernel */
   fj_lut luts[FJ_FRAG_COUNT + 1];   /* layout.c: the tables, once known */
   int lut_ready[FJ_FRAG_COUNT + 1];

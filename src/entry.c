@@ -63,6 +63,18 @@ int fj__kernel_payload_read(const void *payload, size_t len, fj_compiled *c)
   return 0;
 }
 
+const char *fj__kernel_payload_check(const void *payload, size_t len,
+                                     fj_compiled *c)
+{
+  if (fj__kernel_payload_read(payload, len, c) != 0)
+    return "its payload is not a kernel's (log, PTX, cubin)";
+  if (c->cubin_len == 0 || c->ptx_len == 0) {
+    fj__compiled_free(c);
+    return "its PTX or cubin is empty";
+  }
+  return NULL;
+}
+
 /* ---- render payloads: metadata, source ------------------------------------------ */
 
 int fj__render_payload(const fj_kmeta *meta, const char *src, size_t len,

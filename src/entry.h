@@ -2,8 +2,8 @@
  * entry.h -- the payloads of the disk cache's compiler entries: a kernel's
  * (its log, PTX, cubin and compile time) and a render's (the template's
  * metadata and the rendered source), written, read, and checked as what
- * this library could have made before anything from a cache directory or a
- * cache pack reaches NVRTC or the driver.
+ * this library could have made before anything from a cache directory, a
+ * kernel package or a cache pack reaches NVRTC or the driver.
  */
 #ifndef FJ_ENTRY_H
 #define FJ_ENTRY_H
@@ -19,6 +19,12 @@ int fj__kernel_payload(const fj_compiled *c, fj_buf *out);
 /* A kernel entry's payload into c (each part malloc'd); 0, or -1 when it
  * is not one (c left empty). */
 int fj__kernel_payload_read(const void *payload, size_t len, fj_compiled *c);
+/* A kernel entry's payload from outside this process's compiles (the disk
+ * cache, a kernel package, a cache pack) checked as input and read into
+ * c: NULL, or what is wrong (c left empty) -- not a kernel's parts, or an
+ * empty PTX or cubin, which no compile makes. */
+const char *fj__kernel_payload_check(const void *payload, size_t len,
+                                     fj_compiled *c);
 
 /* A render entry's payload: the metadata, then the source. */
 int fj__render_payload(const fj_kmeta *meta, const char *src, size_t len,

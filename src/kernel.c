@@ -22,6 +22,7 @@
 #include "driver.h"
 #include "entry.h"
 #include "kernel.h"
+#include "package.h"
 #include "template.h"
 #include "util.h"
 
@@ -149,24 +150,50 @@ static int index_key(fj_ctx *ctx, const fj_buf *mkey, fj_cache_key *key)
   return 1;
 }
 
+/* Where a compiler entry was found: nowhere, the disk cache, the kernel
+ * package. */
+enum { FROM_NONE, FROM_DISK, FROM_PACKAGE };
+
+/* The entry of `kind` under key: the disk cache's, else the kernel
+ * package's (package.c); FROM_* and the payload (malloc'd).  Both read the
+ * file by the cache's one reader (fj__cache_entry_load); the payload is
+ * the caller's to check (entry.c), the same checks whichever answered. */
+static int entry_load(fj_ctx *ctx, const char *kind, const fj_cache_key *key,
+                      void **payload, size_t *len)
+{
+  if (fj__cache_load(ctx, kind, key, payload, len))
+    return FROM_DISK;
+  if (fj__package_load(ctx, kind, key, payload, len))
+    return FROM_PACKAGE;
+  return FROM_NONE;
+}
+
+static const char *from_where(int from)
+{
+  return from == FROM_PACKAGE ? " (kernel package)" : "";
+}
+
 /* The kernel (source and metadata, not compiled) from the index, or NULL.
  * An entry is held to what a render could have made (entry.c): the index
- * lives in a directory other processes and imported packs write, so its
- * metadata and source are checked as input before they size a launch or
- * reach NVRTC; one that fails is a miss, rendered again and rewritten. */
+ * lives in a directory other processes and imported packs write, or in a
+ * kernel package shipped from elsewhere, so its metadata and source are
+ * checked as input before they size a launch or reach NVRTC; one that
+ * fails is a miss, rendered again (and rewritten in the disk cache; a
+ * package is never written). */
 static fj_kernel *index_load(fj_ctx *ctx, const fj_cache_key *key)
 {
   void *payload = NULL;
   size_t len = 0, src_len = 0;
   const char *src;
   char why[200];
-  if (!fj__cache_load(ctx, "render", key, &payload, &len))
+  int from = entry_load(ctx, "render", key, &payload, &len);
+  if (from == FROM_NONE)
     return NULL;
   fj_kernel *k = calloc(1, sizeof *k);
   if (k && fj__render_payload_read(payload, len, &k->meta, &src, &src_len,
                                    why, sizeof why)) {
-    fj__log(ctx, FJ_LOG_WARN, "render index entry %s ignored: %s", key->hex,
-           why);
+    fj__log(ctx, FJ_LOG_WARN, "render index entry %s%s ignored: %s",
+            key->hex, from_where(from), why);
     src = NULL;
   }
   if (k && src && (k->source = malloc(src_len + 1)) != NULL) {
@@ -255,18 +282,28 @@ static void disk_key(const fj_ctx *ctx, const fj_kernel *k, fj_cache_key *key)
   fj__cache_key(key, "kernel", ctx->arch, src_hash, k->meta.symbol);
 }
 
-/* 1 when the disk cache had the kernel's cubin, PTX and log. */
+/* 1 when the disk cache, else the kernel package, had the kernel's cubin,
+ * PTX and log, and they are a kernel's parts (entry.c; else a miss,
+ * compiled again).  A package's kernel is not copied into the disk cache:
+ * the package stays where it is, read as fast. */
 static int from_disk(fj_ctx *ctx, fj_kernel *k, const fj_cache_key *key)
 {
   void *payload = NULL;
   size_t len = 0;
-  if (!fj__cache_load(ctx, "kernel", key, &payload, &len))
+  int from = entry_load(ctx, "kernel", key, &payload, &len);
+  if (from == FROM_NONE)
     return 0;
-  int ok = fj__kernel_payload_read(payload, len, &k->out) == 0;
+  const char *why = fj__kernel_payload_check(payload, len, &k->out);
   free(payload);
-  if (ok)
-    k->res.cache = FJ_CACHE_DISK;
-  return ok;
+  if (why) {
+    fj__log(ctx, FJ_LOG_WARN, "kernel entry %s%s ignored: %s", key->hex,
+            from_where(from), why);
+    return 0;
+  }
+  k->res.cache = FJ_CACHE_DISK;
+  if (from == FROM_PACKAGE)
+    fj__cache_count_package(ctx);
+  return 1;
 }
 
 static void to_disk(fj_ctx *ctx, fj_kernel *k, const fj_cache_key *key)

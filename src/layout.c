@@ -469,16 +469,21 @@ static int load_cached(fj_ctx *ctx, const fj_cache_key *key, fj_lut *luts)
   return ok;
 }
 
-static fj_status probe_device(fj_ctx *ctx)
+fj_status fj__layout_probe_kernel(fj_ctx *ctx, fj_kernel **k)
 {
   fj_param params[] = {
       {"arch", FJ_PARAM_STR, 0, ctx->arch, NULL},
       {"version", FJ_PARAM_STR, 0, fj_version(), NULL},
       {"sm", FJ_PARAM_INT, ctx->sm, NULL, NULL},
   };
+  return fj__kernel_build(ctx, "lut_probe.cu", params, FJ_ARRAY_LEN(params),
+                          k);
+}
+
+static fj_status probe_device(fj_ctx *ctx)
+{
   fj_kernel *k;
-  fj_status st = fj__kernel_build(ctx, "lut_probe.cu", params,
-                                  FJ_ARRAY_LEN(params), &k);
+  fj_status st = fj__layout_probe_kernel(ctx, &k);
   if (st != FJ_OK)
     return st;
   fj_cache_key key;

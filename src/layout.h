@@ -14,6 +14,10 @@
 fj_status fj__layout_locked(fj_ctx *ctx, fj_frag frag, fj_lut *lut);
 /* Checks that a table covers the tile; message in buf on failure. */
 int fj__lut_validate(const fj_lut *lut, char *buf, size_t size);
+/* The layout probe's kernel for the context's arch (templates/lut_probe.cu),
+ * built as a GPU context's first use builds it: a package seals it in
+ * (package_seal.c).  ctx->lock held. */
+fj_status fj__layout_probe_kernel(fj_ctx *ctx, fj_kernel **k);
 /* The reference table of a fragment kind (what the H200 showed). */
 void fj__lut_reference(fj_frag frag, fj_lut *lut);
 

@@ -13,6 +13,7 @@
 #include "ctx.h"
 #include "driver.h"
 #include "kernel.h"
+#include "package.h"
 #include "template.h"
 #include "tier.h"
 #include "tunedb.h"
@@ -92,7 +93,12 @@ static fj_status ctx_init(fj_ctx *ctx, const fj_ctx_opts *opts)
     return st;
   if (opts->cache_dir && !(ctx->opts.cache_dir = fj__strdup(opts->cache_dir)))
     return fj__fail(NULL, FJ_ERR_NOMEM, "out of memory");
-  return fj__cache_open(ctx);
+  st = fj__cache_open(ctx);
+  if (st == FJ_OK)
+    st = fj__package_open(ctx);
+  /* The package's path is copied there; the caller's string is not kept. */
+  ctx->opts.package_dir = NULL;
+  return st;
 }
 
 fj_status fj_ctx_create(fj_ctx **out, const fj_ctx_opts *opts)
@@ -139,6 +145,7 @@ void fj_ctx_destroy(fj_ctx *ctx)
   free(ctx->bwd_memo);
   fj__tpl_close(ctx->tpl);
   fj__cache_close(ctx->cache);
+  fj__package_close(ctx->package);
   if (ctx->has_device)
     fj__cu_close_device(ctx);
   free((char *)ctx->opts.cache_dir);

@@ -13,12 +13,13 @@ ctx kparams expr mods_memo
 mods axes
 driver template compile reference
 cache entry workspace devptr launch_record mods_kernel
+package
 kernel
 layout
 variant
 tunedb plan tier
 attention
-tune cache_pack block_mask backward
+tune cache_pack block_mask backward package_seal
 tune_bwd prewarm_bwd
 lifecycle"
 src=$1

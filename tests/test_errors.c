@@ -21,8 +21,9 @@ int test_abi_sizes(void)
   } sizes[] = {
       {"fj_cache_entry", sizeof(fj_cache_entry), 48},
       {"fj_cache_pack_report", sizeof(fj_cache_pack_report), 20},
-      {"fj_cache_stats", sizeof(fj_cache_stats), 72},
-      {"fj_ctx_opts", sizeof(fj_ctx_opts), 56},
+      {"fj_cache_stats", sizeof(fj_cache_stats), 80},
+      {"fj_ctx_opts", sizeof(fj_ctx_opts), 64},
+      {"fj_package_report", sizeof(fj_package_report), 24},
       {"fj_device_info", sizeof(fj_device_info), 120},
       {"fj_lut", sizeof(fj_lut), 1144},
       {"fj_mod_param", sizeof(fj_mod_param), 64},

@@ -150,7 +150,9 @@ int test_hostile_b_c_loops(void)
 /* ---- class 2: the cache's trust boundary ---------------------------------------- */
 
 #include "cache.h"
+#include "ctx.h"
 #include "entry.h"
+#include "package.h"
 
 /* The entries of a genuine cache: one kernel's render and kernel entries. */
 typedef struct gentry {
@@ -490,6 +492,107 @@ int test_hostile_b_index_load(void)
     cases++;
   }
   fprintf(stderr, "%d planted render entries ignored\n", cases);
+  genuine_free(&g);
+  return 0;
+}
+
+/* A kernel package is a cache directory from elsewhere, read by the
+ * cache's reader and held to the same checks (entry.c): each planted
+ * entry of the import corpus, render or kernel, in a package (a manifest
+ * beside it) is ignored with a warning that says what the import's
+ * refusal says, and the kernel is rendered or compiled again, never taken
+ * from the package; a FIFO in an entry's place is a miss, not a hang. */
+static char pkg_warnings[4096];
+
+static void pkg_capture(void *user, fj_log_level level, const char *msg)
+{
+  (void)user;
+  size_t n = strlen(pkg_warnings);
+  if (level == FJ_LOG_WARN)
+    snprintf(pkg_warnings + n, sizeof pkg_warnings - n, "%s\n", msg);
+}
+
+/* A context with an empty cache of its own and pkg as its package; the
+ * kernel of g's variant from it, how it was found, the stats. */
+static int package_get(const genuine *g, const char *pkg, fj_resources *r,
+                       fj_cache_stats *s, long *renders, int *same)
+{
+  fj_ctx_opts o;
+  fj_ctx_opts_init(&o);
+  o.device = -1;
+  o.arch = "sm_80";
+  o.cache_dir = fjt_tmpdir();
+  o.package_dir = pkg;
+  o.log = pkg_capture;
+  pkg_warnings[0] = '\0';
+  fj_ctx *ctx = NULL;
+  fj_kernel *k;
+  if (fj_ctx_create(&ctx, &o) != FJ_OK || !fj_cache_package_dir(ctx) ||
+      fj_kernel_get(ctx, &g->v, &k) != FJ_OK) {
+    fprintf(stderr, "package_get: %s\n", fj_errmsg(ctx));
+    fj_ctx_destroy(ctx);
+    return -1;
+  }
+  fj_kernel_resources(k, r);
+  fj_cache_stats_get(ctx, s);
+  *renders = ctx->renders;
+  *same = !strcmp(fj_kernel_source(k, NULL), g->source) &&
+          r->threads == g->threads;
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+int test_hostile_b_package_load(void)
+{
+  genuine g;
+  CHECK(genuine_make(&g) == 0);
+  int cases = 0;
+  fj_resources r;
+  fj_cache_stats s;
+  long renders;
+  int same;
+  for (size_t i = 0; i < FJ_ARRAY_LEN(pack_cases); i++) {
+    const mutation *m = &pack_cases[i];
+    if (m->verify_only)
+      continue;
+    const char *pkg = plant(&g, m);
+    CHECK(pkg);
+    CHECK(fj__package_manifest_add(NULL, pkg, "sm_80") == FJ_OK);
+    CHECK(package_get(&g, pkg, &r, &s, &renders, &same) == 0);
+    int render = !strcmp(m->kind, "render");
+    /* A refused render entry is rendered again and its genuine kernel
+     * found in the package; a refused kernel entry is compiled again
+     * from the package's genuine render entry. */
+    int ok = same && strstr(pkg_warnings, m->want) &&
+             strstr(pkg_warnings, "(kernel package) ignored") &&
+             (render ? renders == 1 && s.package_hits == 1 &&
+                           r.cache == FJ_CACHE_DISK
+                     : renders == 0 && s.package_hits == 0 &&
+                           r.cache == FJ_CACHE_MISS);
+    if (!ok)
+      fprintf(stderr, "case %zu: renders %ld, package hits %llu, origin %d, "
+                      "same %d, warnings: %s\n", i, renders,
+              (unsigned long long)s.package_hits, (int)r.cache, same,
+              pkg_warnings);
+    CHECK(ok);
+    cases++;
+  }
+  fprintf(stderr, "%d planted package entries ignored\n", cases);
+  /* The genuine package is used whole; a FIFO where its kernel entry was
+   * is a miss with a warning, compiled again. */
+  mutation none = {"none", 0, 0, 0, 0, 0, "", 0};
+  const char *pkg = plant(&g, &none);
+  CHECK(pkg && fj__package_manifest_add(NULL, pkg, "sm_80") == FJ_OK);
+  CHECK(package_get(&g, pkg, &r, &s, &renders, &same) == 0);
+  CHECK(same && renders == 0 && s.package_hits == 1 && !pkg_warnings[0]);
+  char path[4400];
+  for (int i = 0; i < g.n; i++)
+    if (!strcmp(g.e[i].kind, "kernel"))
+      fj__cache_entry_path(pkg, &g.e[i].key, path, sizeof path);
+  CHECK(unlink(path) == 0 && mkfifo(path, 0600) == 0);
+  CHECK(package_get(&g, pkg, &r, &s, &renders, &same) == 0);
+  CHECK(same && s.package_hits == 0 && r.cache == FJ_CACHE_MISS);
+  CHECK(strstr(pkg_warnings, "is not a regular file"));
   genuine_free(&g);
   return 0;
 }

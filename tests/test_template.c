@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include "entry.h"
 #include "template.h"
 #include "util.h"
 #include "variant.h"
@@ -106,7 +107,11 @@ int test_render_golden(void)
   return 0;
 }
 
-/* Two contexts (two Lua states) render byte-identical text. */
+/* Two contexts (two Lua states) render byte-identical text, and text the
+ * cache's source check takes (entry.c): a template that wrote what the
+ * check refuses (a _Pragma, another #pragma, an #include of a file) would
+ * have its render-index entry ignored on every load, and its packs and
+ * packages refused. */
 int test_render_stable(void)
 {
   fj_ctx *a = fjt_ctx("sm_90a", NULL), *b = fjt_ctx("sm_90a", NULL);
@@ -115,11 +120,15 @@ int test_render_stable(void)
   golden_variants(v);
   for (int i = 0; i < NGOLDEN; i++) {
     fj_buf x = {0}, y = {0}, z = {0};
+    char why[200];
     CHECK_OK(a, render_variant(a, &v[i], &x));
     CHECK_OK(b, render_variant(b, &v[i], &y));
     CHECK_OK(a, render_variant(a, &v[i], &z));
     CHECK(x.len == y.len && memcmp(x.data, y.data, x.len) == 0);
     CHECK(x.len == z.len && memcmp(x.data, z.data, x.len) == 0);
+    if (fj__source_wrong(x.data, x.len, why, sizeof why))
+      fprintf(stderr, "golden variant %d: %s\n", i, why);
+    CHECK(!fj__source_wrong(x.data, x.len, why, sizeof why));
     fj__buf_free(&x);
     fj__buf_free(&y);
     fj__buf_free(&z);

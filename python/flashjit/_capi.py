@@ -61,7 +61,7 @@ class CtxOpts(C.Structure):
     _fields_ = [("device", C.c_int), ("arch", C.c_char_p), ("cache_dir", C.c_char_p),
                 ("disk_cache", C.c_int), ("isolate_compile", C.c_int),
                 ("log", LOG_FN), ("log_user", C.c_void_p), ("sm_count", C.c_int),
-                ("jit_tiers", C.c_int)]
+                ("jit_tiers", C.c_int), ("package_dir", C.c_char_p)]
 
 
 class DeviceInfo(C.Structure):
@@ -182,7 +182,7 @@ class CacheStats(C.Structure):
                 ("misses", C.c_uint64), ("disk_writes", C.c_uint64),
                 ("disk_rejects", C.c_uint64), ("disk_errors", C.c_uint64),
                 ("disk_enabled", C.c_int), ("first_launches", C.c_uint64),
-                ("background_compiles", C.c_uint64)]
+                ("background_compiles", C.c_uint64), ("package_hits", C.c_uint64)]
 
 
 class CacheEntry(C.Structure):
@@ -192,6 +192,10 @@ class CacheEntry(C.Structure):
 
 class PrewarmReport(C.Structure):
     _fields_ = [(n, C.c_int) for n in ("variants", "kernels", "compiled", "cached", "failed")]
+
+
+class PackageReport(C.Structure):
+    _fields_ = [("entries", C.c_int), ("bytes", C.c_uint64), ("probe", C.c_int)]
 
 
 class CachePackReport(C.Structure):
@@ -208,7 +212,8 @@ C_NAMES = {AxisInfo: "fj_axis_info", CtxOpts: "fj_ctx_opts", DeviceInfo: "fj_dev
            BlockMask: "fj_block_mask", Plan: "fj_plan", BwdPlan: "fj_bwd_plan",
            TuneOpts: "fj_tune_opts", TuneReport: "fj_tune_report", TuneEntry: "fj_tune_entry",
            Lut: "fj_lut", CacheStats: "fj_cache_stats", CacheEntry: "fj_cache_entry",
-           PrewarmReport: "fj_prewarm_report", CachePackReport: "fj_cache_pack_report"}
+           PrewarmReport: "fj_prewarm_report", CachePackReport: "fj_cache_pack_report",
+           PackageReport: "fj_package_report"}
 # Fields renamed here (the C name is a Python keyword).
 C_FIELD_NAMES = {(Plan, "choice"): "from"}
 
@@ -292,6 +297,8 @@ SIGNATURES = {
     "fj_cache_export": (_I, [_VP, _STR, _P(CachePackReport)]),
     "fj_cache_import": (_I, [_VP, _STR, _P(CachePackReport)]),
     "fj_cache_import_ex": (_I, [_VP, _STR, C.c_uint, _P(CachePackReport)]),
+    "fj_cache_package_dir": (_STR, [_VP]),
+    "fj_cache_package_seal": (_I, [_VP, _P(PackageReport)]),
 }
 
 

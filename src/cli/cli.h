@@ -105,6 +105,7 @@ typedef struct cli {
   const char *causals_list;
   int from_tune_db;
   int verify;        /* cache import --verify */
+  const char *package;    /* prewarm --package DIR */
   /* tune */
   int show;
   int no_save;

@@ -190,6 +190,9 @@ int cli_open_ctx(cli *c, int device, const char *arch, fj_ctx **ctx)
   o.disk_cache = !c->no_disk_cache;
   o.isolate_compile = c->isolate;
   o.jit_tiers = c->jit_tiers;
+  /* A package is made from compiles, never from another package's
+   * kernels ($FLASHJIT_PACKAGE_DIR ignored). */
+  o.package_dir = c->package ? "" : NULL;
   o.sm_count = device < 0 ? c->sms : 0;
   o.log = log_stderr;
   o.log_user = c;

@@ -95,15 +95,19 @@ static int parse_lists(const cli *c, warm_lists *w)
   static const name_value cs[] = {{"none", FJ_CAUSAL_NONE},
                                   {"top-left", FJ_CAUSAL_TOP_LEFT},
                                   {"bottom-right", FJ_CAUSAL_BOTTOM_RIGHT}};
-  int rc = parse_list(c, "head-dim", c->heads_list ? c->heads_list : "64,128",
+  int rc = parse_list(c, "head-dim",
+                      c->heads_list ? c->heads_list
+                                    : c->package ? "64,128,256" : "64,128",
                       NULL, 0, w->heads, &w->nheads);
   if (!rc)
     rc = parse_list(c, "dtype", c->dtypes_list ? c->dtypes_list : "f16,bf16",
                     dts, 2, w->dtypes, &w->ndtypes);
   if (!rc)
     rc = parse_list(c, "causal",
-                    c->causals_list ? c->causals_list : "none,top-left", cs, 3,
-                    w->causals, &w->ncausals);
+                    c->causals_list ? c->causals_list
+                    : c->package    ? "none,top-left,bottom-right"
+                                    : "none,top-left",
+                    cs, 3, w->causals, &w->ncausals);
   return rc;
 }
 
@@ -125,8 +129,17 @@ static const struct {
     {"long prefill", 2, 16, 16, 4096, 4096},
     {"short prefill (few blocks)", 1, 8, 8, 512, 512},
     {"decode with GQA", 4, 32, 8, 1, 4096},
+    /* A package (--package) adds the shapes of the README's and the
+     * examples' calls, so that their first call compiles nothing: the
+     * Python quick start (and its GQA call), examples/gpt_flashjit.py's
+     * defaults, examples/demo.c's. */
+    {"README quick start", 2, 8, 8, 4096, 4096},
+    {"README quick start, GQA", 2, 8, 2, 4096, 4096},
+    {"gpt_flashjit.py", 2, 8, 2, 512, 512},
+    {"demo.c, GQA", 4, 32, 8, 4096, 4096},
+    {"demo.c, prefill", 4, 16, 16, 4096, 4096},
 };
-enum { NSHAPES = sizeof warm_shapes / sizeof warm_shapes[0] };
+enum { NSHAPES = sizeof warm_shapes / sizeof warm_shapes[0], NPLAIN = 3 };
 
 /* The library's picks for every combination; 0, or the exit status. */
 static int picks(const cli *c, fj_ctx *ctx, const warm_lists *w,
@@ -136,7 +149,7 @@ static int picks(const cli *c, fj_ctx *ctx, const warm_lists *w,
   for (int h = 0; h < w->nheads; h++)
     for (int d = 0; d < w->ndtypes; d++)
       for (int m = 0; m < w->ncausals; m++)
-        for (int s = 0; s < NSHAPES; s++) {
+        for (int s = 0; s < (c->package ? NSHAPES : NPLAIN); s++) {
           fj_problem p;
           fj_problem_init(&p, warm_shapes[s].batch, warm_shapes[s].heads_q,
                           warm_shapes[s].heads_kv, warm_shapes[s].seq_q,
@@ -348,6 +361,34 @@ static int cache_prewarm(cli *c, fj_ctx *ctx)
   return rc;
 }
 
+/* prewarm --package DIR: for each arch, a context whose disk cache is the
+ * package, the picks prewarmed there, then sealed (the probe kernel, the
+ * manifest); the exit status. */
+static int cache_package(cli *c)
+{
+  static const char *const both[] = {"sm_80", "sm_90a"};
+  const char *one[] = {c->arch};
+  const char *const *archs = c->arch ? one : both;
+  size_t n = c->arch ? 1 : 2;
+  int rc = 0;
+  c->cache_dir = c->package;
+  for (size_t i = 0; i < n && !rc; i++) {
+    fj_ctx *ctx;
+    if ((rc = cli_open_ctx(c, -1, archs[i], &ctx)) != 0)
+      break;
+    rc = cache_prewarm(c, ctx);
+    fj_package_report r;
+    fj_status st = rc ? FJ_OK : fj_cache_package_seal(ctx, &r);
+    if (st != FJ_OK)
+      rc = cli_fj_error(c, ctx, st);
+    else if (!rc)
+      printf("package %s: sealed for %s; %d entries, %llu bytes in all\n",
+             c->package, archs[i], r.entries, (unsigned long long)r.bytes);
+    fj_ctx_destroy(ctx);
+  }
+  return rc;
+}
+
 /* ---- export and import ---------------------------------------------------------- */
 
 static int cache_export(cli *c, fj_ctx *ctx)
@@ -387,7 +428,7 @@ static int check_action(cli *c)
   static const char *const warm_only[] = {"arch",         "head-dim",
                                           "dtype",        "causal",
                                           "from-tune-db", "workers",
-                                          "backward"};
+                                          "backward",     "package"};
   const char *a = c->action;
   char q[300];
   int known = 0;
@@ -418,6 +459,14 @@ static int check_action(cli *c)
                               "--from-tune-db (the forward's tuned variants)");
   if (strcmp(a, "import") && cli_flag_given(c, "verify"))
     return cli_usage_error(c, "--verify applies only to cache import");
+  static const char *const not_package[] = {"cache-dir", "no-disk-cache",
+                                            "from-tune-db"};
+  for (size_t i = 0; c->package && i < 3; i++)
+    if (cli_flag_given(c, not_package[i]))
+      return cli_usage_error(c, "--%s does not go with --package (a "
+                                "package holds the library's picks, "
+                                "compiled into its own directory)",
+                             not_package[i]);
   return 0;
 }
 
@@ -427,6 +476,8 @@ int cli_cmd_cache(cli *c)
   if (rc)
     return rc;
   const char *a = c->action;
+  if (c->package)
+    return cache_package(c);
   fj_ctx *ctx;
   rc = cli_open_ctx(c, -1, c->arch ? c->arch : "sm_90a", &ctx);
   if (rc)

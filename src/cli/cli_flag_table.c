@@ -176,6 +176,13 @@ const flag_def cli_flags[] = {
      .help = "import: compile every kernel of the pack again from its "
              "rendered source and refuse the file unless each PTX and cubin "
              "is the same (fj_cache_import_ex, FJ_CACHE_IMPORT_VERIFY)"},
+    {"package", 1, CMD_CACHE, cli_set_path, OFF(package), .arg = "DIR",
+     .help = "prewarm: build a read-only kernel package in DIR (for "
+             "fj_ctx_opts.package_dir / $FLASHJIT_PACKAGE_DIR): the picks "
+             "of --arch (default sm_80 and sm_90a, one after the other) for "
+             "--head-dim (default 64,128,256), --dtype, --causal (default "
+             "none,top-left,bottom-right) over the prewarm shapes and the "
+             "README's and examples' shapes, the layout probe, a manifest"},
     {"show", 0, CMD_TUNE, cli_set_switch, OFF(show),
      .help = "list the tuning database instead of tuning"},
     {"no-save", 0, CMD_TUNE, cli_set_switch, OFF(no_save),
