@@ -147,8 +147,22 @@ int test_backward_refusals(void)
   int32_t cu[3] = {0, 100, 200};
   p.cu_seqlens_q = p.cu_seqlens_kv = cu;
   p.total_q = p.total_kv = 200;
+  /* Varlen plans: TMA (wgmma on sm_90a) needs the packed totals, the mma
+   * family does not; a paged K/V is refused. */
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+  CHECK(plan.variant.varlen == 1);
+  CHECK(plan.variant.mma == (strcmp(fj_ctx_arch(ctx), "sm_90a") == 0 ? FJ_MMA_WGMMA : FJ_MMA_SYNC));
+  p.total_q = p.total_kv = 0;
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+  CHECK(plan.variant.mma == FJ_MMA_SYNC && plan.variant.varlen == 1);
+  p.cu_seqlens_kv = NULL;
+  int32_t table[2] = {0, 1};
+  p.block_table = table;
+  p.max_pages = 2;
+  p.page_size = 64;
+  p.num_pages = 2;
   CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_UNSUPPORTED);
-  CHECK_MSG(ctx, "varlen problems");
+  CHECK_MSG(ctx, "paged K/V");
   fj_problem_init(&p, 1, 4, 4, 128, 128, 64, FJ_BF16, FJ_BHSD);
   CHECK_ST(ctx, fj_attention_bwd_plan(NULL, &p, &plan), FJ_ERR_INVALID_ARG);
   CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, NULL), FJ_ERR_INVALID_ARG);
