@@ -200,26 +200,47 @@ static int cmp_float(const void *a, const void *b)
   return (x > y) - (x < y);
 }
 
-/* Median of `iters` launches between events, after `warmup` more. */
-static fj_status time_one(tune_run *t, const fj_variant *v, double *median)
+fj_status fj__tune_median(fj_ctx *ctx, void *e0, void *e1, int warmup,
+                          int iters, fj_tune_launch run, void *arg,
+                          double *median)
 {
-  int iters = t->o->iters > 0 ? t->o->iters : 10;  /* check_opts: <= 256 */
+  iters = iters > 0 ? iters : 10;
   float ms[ITERS_MAX] = {0};  /* a failed launch leaves the rest unset */
   fj_status st = FJ_OK;
-  for (int i = 0; i < t->o->warmup && st == FJ_OK; i++)
-    st = launch(t, v, t->out);
+  for (int i = 0; i < warmup && st == FJ_OK; i++)
+    st = run(arg);
   for (int i = 0; i < iters && st == FJ_OK; i++) {
-    st = fj__cu_event_record(t->ctx, t->e0, NULL);
+    st = fj__cu_event_record(ctx, e0, NULL);
     if (st == FJ_OK)
-      st = launch(t, v, t->out);
+      st = run(arg);
     if (st == FJ_OK)
-      st = fj__cu_event_record(t->ctx, t->e1, NULL);
+      st = fj__cu_event_record(ctx, e1, NULL);
     if (st == FJ_OK)
-      st = fj__cu_event_ms(t->ctx, t->e0, t->e1, &ms[i]);
+      st = fj__cu_event_ms(ctx, e0, e1, &ms[i]);
   }
   qsort(ms, (size_t)iters, sizeof *ms, cmp_float);
   *median = ms[iters / 2];
   return st;
+}
+
+/* One launch of a candidate into the run's output (fj__tune_median's). */
+typedef struct timed_variant {
+  tune_run *t;
+  const fj_variant *v;
+} timed_variant;
+
+static fj_status launch_timed(void *arg)
+{
+  timed_variant *tv = arg;
+  return launch(tv->t, tv->v, tv->t->out);
+}
+
+/* Median of `iters` launches between events, after `warmup` more. */
+static fj_status time_one(tune_run *t, const fj_variant *v, double *median)
+{
+  timed_variant tv = {t, v};
+  return fj__tune_median(t->ctx, t->e0, t->e1, t->o->warmup, t->o->iters,
+                         launch_timed, &tv, median);
 }
 
 /* The wgmma family's space (sm_90a): 1-3 consumer warpgroups, key tiles of

@@ -26,6 +26,14 @@ fj_status fj__tune_upload_random(fj_ctx *ctx, uint64_t *dst, fj_dtype dt,
  * the caller has entered the CUDA context, without ctx->lock). */
 fj_status fj__tune_compare_fn(fj_ctx *ctx, fj_dtype dt, void **fn);
 
+/* The median time of `iters` (0: 10; at most 256, as
+ * fj__tune_check_opts allows) calls of run(arg) between events e0 and
+ * e1, after `warmup` more.  The caller has entered the CUDA context. */
+typedef fj_status (*fj_tune_launch)(void *arg);
+fj_status fj__tune_median(fj_ctx *ctx, void *e0, void *e1, int warmup,
+                          int iters, fj_tune_launch run, void *arg,
+                          double *median);
+
 /* ||out - ref|| / ||ref|| over n elements of out and ref in device memory
  * (fn's dtype), into *rel; +inf where out has a non-finite element.  sums
  * is device scratch of 3 doubles.  Synchronous. */

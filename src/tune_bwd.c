@@ -29,7 +29,7 @@ static const struct {
   fj_mma mma;
   int stages;
 } space[] = {{FJ_MMA_WGMMA, 2}, {FJ_MMA_SYNC, 2}, {FJ_MMA_SYNC, 1}};
-enum { NSPACE = sizeof space / sizeof space[0], ITERS_DEFAULT = 10 };
+enum { NSPACE = sizeof space / sizeof space[0] };
 
 typedef struct bwd_tune {
   fj_ctx *ctx;
@@ -214,32 +214,24 @@ static fj_status run_checked(bwd_tune *t, const bwd_cand *c, int ref,
   return st == FJ_OK ? fj__cu_sync(t->ctx) : st;
 }
 
-static int cmp_float(const void *a, const void *b)
+/* One backward of a candidate into the run's gradients (fj__tune_median's). */
+typedef struct timed_cand {
+  bwd_tune *t;
+  const bwd_cand *c;
+} timed_cand;
+
+static fj_status launch_timed(void *arg)
 {
-  float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
+  timed_cand *tc = arg;
+  return launch(tc->t, tc->c, tc->t->grad);
 }
 
 /* Median of `iters` backwards between events, after `warmup` more. */
 static fj_status time_one(bwd_tune *t, const bwd_cand *c, double *median)
 {
-  int iters = t->o->iters > 0 ? t->o->iters : ITERS_DEFAULT;
-  float ms[256] = {0};  /* fj__tune_check_opts: iters <= 256 */
-  fj_status st = FJ_OK;
-  for (int i = 0; i < t->o->warmup && st == FJ_OK; i++)
-    st = launch(t, c, t->grad);
-  for (int i = 0; i < iters && st == FJ_OK; i++) {
-    st = fj__cu_event_record(t->ctx, t->e0, NULL);
-    if (st == FJ_OK)
-      st = launch(t, c, t->grad);
-    if (st == FJ_OK)
-      st = fj__cu_event_record(t->ctx, t->e1, NULL);
-    if (st == FJ_OK)
-      st = fj__cu_event_ms(t->ctx, t->e0, t->e1, &ms[i]);
-  }
-  qsort(ms, (size_t)iters, sizeof *ms, cmp_float);
-  *median = ms[iters / 2];
-  return st;
+  timed_cand tc = {t, c};
+  return fj__tune_median(t->ctx, t->e0, t->e1, t->o->warmup, t->o->iters,
+                         launch_timed, &tc, median);
 }
 
 /* Checks and times every compiled candidate; the first that compiled
