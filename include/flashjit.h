@@ -51,7 +51,7 @@ extern "C" {
  * added, removed, retyped or moved), so that a binding that mirrors them
  * (python/flashjit/_capi.py) can refuse a library of another layout
  * instead of reading past a struct (fj_abi_version). */
-#define FJ_ABI_VERSION 4
+#define FJ_ABI_VERSION 5
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
@@ -226,7 +226,12 @@ FJ_API fj_status fj_device_get(fj_ctx *ctx, fj_device_info *info);
 typedef enum fj_dtype {
   FJ_F16 = 1,
   FJ_BF16 = 2,
-  FJ_E4M3 = 3,  /* K/V only: one byte per element, per-(batch, head) scale */
+  /* FP8 (one byte an element, a float descale per (batch, KV head)).  As
+   * kv_dtype: K and V of an f16 or bf16 problem (the mma and wmma
+   * families dequantise them as they load).  As dtype: Q, K and V all
+   * e4m3 on the wgmma family (sm_90a), whose products run in FP8; O is
+   * then bfloat16 (fj_problem's q_scale, k_scale, v_scale). */
+  FJ_E4M3 = 3,
   FJ_F32 = 4    /* host-side conversion only */
 } fj_dtype;
 
@@ -303,6 +308,14 @@ typedef struct fj_variant {
    * Named "_win" (window), "_cap" (softcap) and "_x" + 8 hex digits (a
    * hash of the user expressions and parameters). */
   const fj_mods *mods;
+  /* dtype e4m3 (the wgmma family): how often the FP8 tensor cores' partial
+   * of O joins a float32 accumulator, in key tiles: 1..16, or -1 never
+   * (FlashAttention-3's way: O stays in the tensor cores' accumulator,
+   * whose additions keep about 22 bits, so its error grows with the
+   * keys).  0: the library's default for the head dim (4 at 128; never at
+   * 256, where the second accumulator does not fit the registers).  Named
+   * "_fl" + N, or "_flnever".  Must be 0 for other dtypes. */
+  int fp8_flush;
 } fj_variant;
 
 /* Fills v (pack_gqa, split_kv, varlen and paged 0) with the WMMA family's default variant for a head dim, dtype and
@@ -524,7 +537,7 @@ typedef struct fj_problem {
   int seq_q;
   int seq_kv;
   int head_dim;
-  fj_dtype dtype;     /* Q and O */
+  fj_dtype dtype;     /* Q and O; FJ_E4M3: Q (and K, V) FP8, O bf16 */
   fj_dtype kv_dtype;  /* 0: same as dtype; FJ_E4M3 for FP8 K/V */
   fj_causal causal;
   float scale;        /* softmax scale, above 0; 0 means 1/sqrt(head_dim) */
@@ -600,6 +613,13 @@ typedef struct fj_problem {
    * whatever order the GPU makes them.  The forward is deterministic
    * either way and ignores it. */
   int deterministic;
+  /* dtype FJ_E4M3 only: a device pointer to Q's float descales, one per
+   * (batch, KV head), batch-major like k_scale (FlashAttention-3's
+   * q_descale): q = q_fp8 * q_scale[b * heads_kv + h / (heads_q /
+   * heads_kv)].  The scores are (q . k) * scale with q and k so
+   * dequantised, and O = P V with V dequantised by v_scale.  For
+   * fj_reference_fwd it is host memory (as mods->sinks is). */
+  const void *q_scale;
 } fj_problem;
 
 #define FJ_PAGE_SIZE_MAX 4096
@@ -1307,10 +1327,16 @@ typedef enum fj_frag {
    * j of 16 (registers 8j..8j + 7) repeats it 16j columns on. */
   FJ_FRAG_WGMMA_ACC_F16 = 13,  /* f32 accumulator, f16 inputs */
   FJ_FRAG_WGMMA_ACC_BF16 = 14, /* the same, bf16 inputs */
-  FJ_FRAG_WGMMA_A = 15         /* A (m64 x k16) from registers (the RS form) */
+  FJ_FRAG_WGMMA_A = 15,        /* A (m64 x k16) from registers (the RS form) */
+  /* wgmma.mma_async m64nNk32 of e4m3 inputs (both K-major, no transpose). */
+  FJ_FRAG_WGMMA_ACC_E4M3 = 16, /* f32 accumulator, e4m3 inputs (as 13) */
+  FJ_FRAG_WGMMA_A8 = 17        /* A (m64 x k32) of 8-bit elements from
+                                  registers (the RS form): warp 0's 16 rows x
+                                  32 columns, 16 slots per lane, slot 4r + b
+                                  the byte b (0 the lowest) of register r */
 } fj_frag;
 
-#define FJ_FRAG_COUNT 15
+#define FJ_FRAG_COUNT 17
 #define FJ_LUT_MAX_SLOTS 16
 
 typedef enum fj_lut_origin {

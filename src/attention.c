@@ -167,6 +167,12 @@ fj_status fj_problem_check(fj_ctx *ctx, const fj_problem *p)
   fj_variant v;
   fj_variant_default(&v, p->head_dim, p->dtype, p->causal);
   v.kv_dtype = p->kv_dtype;
+  /* FP8 attention has one family: the target's rules are its. */
+  if (p->dtype == FJ_E4M3) {
+    v.mma = FJ_MMA_WGMMA;
+    v.warps = 12;
+    v.swizzle = FJ_SWIZZLE_XOR;
+  }
   if ((st = fj__variant_validate(ctx, &v)) != FJ_OK)
     return st;
   return fj__check_scales(ctx, p, p->k_scale, p->v_scale);
@@ -473,7 +479,7 @@ static fj_status check_pointers(const fj_ctx *ctx, const fj_problem *p,
   if (st == FJ_OK)
     st = fj__check_alignment(ctx, "v", v, p->v_stride, kv);
   if (st == FJ_OK)
-    st = fj__check_alignment(ctx, "o", o, p->o_stride, p->dtype);
+    st = fj__check_alignment(ctx, "o", o, p->o_stride, fj__o_dtype(p));
   if (st == FJ_OK)
     st = fj__mods_check_blocks_data(ctx, p->mods);
   return st == FJ_OK ? fj__mods_check_data(ctx, p->mods) : st;
@@ -528,6 +534,8 @@ void fj__fill_params(fj_kparams *kp, const fj_problem *p, const void *q,
   kp->lse = lse;
   kp->k_scale = p->k_scale;
   kp->v_scale = p->v_scale;
+  kp->q_scale = p->q_scale;
+  kp->vt_keys = (p->seq_kv + 127) / 128 * 128;
   for (int i = 0; i < 3; i++) {
     kp->q_stride[i] = p->q_stride[i];
     kp->k_stride[i] = p->k_stride[i];
@@ -804,6 +812,25 @@ static fj_status tensor_maps(fj_ctx *ctx, const fj_problem *p,
   return st;
 }
 
+/* FP8 attention: V transposed into the workspace by the module's _vt
+ * kernel (blocks of 128 keys x 64 of the head dim, one (batch, KV head)
+ * each, 256 threads), and the tensor map the main kernel reads it by:
+ * boxes of 128 keys (one 128-byte swizzled row) by the head dim. */
+static fj_status vt_pass(fj_ctx *ctx, const fj_problem *p, void *vt_fn,
+                         fj_kparams *kp, fj_tmaps *maps, void *stream)
+{
+  int64_t keys = kp->vt_keys, d = p->head_dim;
+  int64_t s[3] = {(int64_t)p->heads_kv * d * keys, d * keys, keys};
+  fj_status st = fj__tensor_map(ctx, kp->vt, FJ_E4M3, s, kp->vt_keys,
+                                p->head_dim, p->heads_kv, p->batch,
+                                p->head_dim, &maps->v);
+  void *args[1] = {kp};
+  fj_launch l = {vt_fn, {(unsigned)(keys / 128), (unsigned)(d / 64),
+                         (unsigned)(p->batch * p->heads_kv)},
+                 {256, 1, 1}, 0, stream, args, 0};
+  return st == FJ_OK ? fj__cu_launch(ctx, &l) : st;
+}
+
 /* The workspace of a launch: the caller's, or the context's for the
  * stream.  Split-KV partials: O's partial rows first, then their
  * log-sum-exp.  A dynamic walk: its counter, zeroed in stream order. */
@@ -825,6 +852,12 @@ static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
                   "workspace %p is not 16-byte aligned", ws);
   if (st != FJ_OK)
     return st;
+  /* FP8 attention: V^T first (fj__plan_vt_bytes). */
+  size_t vt = fj__plan_vt_bytes(p, &plan->variant);
+  kp->vt = vt ? (unsigned char *)(uintptr_t)base : NULL;
+  base += vt;
+  if (!plan->variant.split_kv && plan->workspace_bytes == vt)
+    return FJ_OK;
   if (!plan->variant.split_kv) {
     kp->work = (unsigned *)(uintptr_t)base;
     return fj__cu_memset32_async(ctx, base, 0, 1, stream);
@@ -913,6 +946,14 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
              : ready_kernel(ctx, v, &kern, &fn);
   if (st == FJ_OK && v->split_kv && !first)
     st = ready_combine(ctx, v, &combine_fn);
+  /* FP8 attention: the module's pass that writes V^T (the template's
+   * second kernel, <symbol>_vt). */
+  void *vt_fn = NULL;
+  if (st == FJ_OK && v->dtype == FJ_E4M3) {
+    char vt_name[sizeof kern->meta.symbol + 4];
+    snprintf(vt_name, sizeof vt_name, "%s_vt", kern->meta.symbol);
+    st = fj__kernel_symbol(ctx, kern, vt_name, &vt_fn);
+  }
   pthread_mutex_unlock(&ctx->lock);
   fj_problem pp = *p;
   pp.splits = given->splits;
@@ -938,6 +979,8 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     if (plan.workspace_bytes)
       st = workspace(ctx, p, &plan, ws, ws_bytes, stream, &kp);
   }
+  if (st == FJ_OK && vt_fn)
+    st = vt_pass(ctx, p, vt_fn, &kp, &maps, stream);
   if (st == FJ_OK) {
     fj_launch l = {fn, {plan.grid[0], plan.grid[1], plan.grid[2]},
                    {plan.threads, 1, 1}, plan.smem_bytes, stream, args, 0};

@@ -56,6 +56,10 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
     return unsupported(ctx, "block masks (fj_mods.block_mask)");
   if (p->block_table)
     return unsupported(ctx, "paged K/V (block_table)");
+  if (p->dtype == FJ_E4M3)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "the backward does not take dtype e4m3 (FP8 attention "
+                    "runs forward only): f16 or bf16");
   if (p->kv_dtype != 0 && p->kv_dtype != p->dtype)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "the backward does not take kv_dtype %s: K and V in "

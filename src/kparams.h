@@ -42,6 +42,15 @@ typedef struct fj_kparams {
   int bm_stride_b, bm_stride_h, bm_q_blocks, bm_kv_blocks;
   /* Attention sinks (fj_mods.sinks): [heads_q] logits, or NULL. */
   const float *sinks;
+  /* FP8 attention (dtype e4m3): Q's descales ([batch][heads_kv]), and V
+   * transposed into the workspace for the tensor cores' K-major B --
+   * [batch][heads_kv][head_dim][vt_keys] bytes, vt_keys seq_kv rounded up
+   * to 128, each 32 keys in the order the P operand takes them (the
+   * kernel's _vt pass writes it). */
+  const void *q_scale;
+  unsigned char *vt;
+  int vt_keys;
+  int pad_;
 } fj_kparams;
 
 /* The backward's own parameter block, after the forward's fj_kparams

@@ -267,6 +267,16 @@ static void wgmma_choice(fj_variant *v)
               : d == 128 ? (v->causal ? 176 : 160)
               : d == 192 ? 96
                          : 80;
+  /* FP8 (dtype e4m3): 128-key tiles, one 128-byte swizzled row of V^T's
+   * keys, at every head dim -- never chosen by length, so that decode and
+   * prefill of one model round alike (the key tile decides P's and O's
+   * rounding); two consumer warpgroups. */
+  if (v->dtype == FJ_E4M3) {
+    v->tile_m = 128;
+    v->warps = 12;
+    v->tile_n = 128;
+    return;
+  }
   /* A score or mask function holds more registers per element of S: with
    * the tiles above the softcap or a bias table spills 12-120 bytes (at
    * head dim 128, none with 144 keys); these leave room for user
@@ -382,8 +392,10 @@ void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
    * the mma family's 64-row blocks; decode shapes and asked-for splits
    * keep its packing and split-KV; block masks of 64-row blocks its
    * 64-row tiles. */
-  if (wgmma_fits(ctx, p) && !few_blocks(ctx, p) && !fj__decode_rows(p) &&
-      p->splits < 2 && mi.block_q != 64)
+  /* FP8 attention runs on the wgmma family alone. */
+  if (p->dtype == FJ_E4M3 ||
+      (wgmma_fits(ctx, p) && !few_blocks(ctx, p) && !fj__decode_rows(p) &&
+       p->splits < 2 && mi.block_q != 64))
     wgmma_choice(v);
 }
 
@@ -412,6 +424,14 @@ int fj__plan_class(const fj_ctx *ctx, const fj_problem *p)
 }
 
 /* ---- splits, grids, workspace ------------------------------------------------------ */
+
+size_t fj__plan_vt_bytes(const fj_problem *p, const fj_variant *v)
+{
+  if (v->dtype != FJ_E4M3)
+    return 0;
+  return (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->head_dim *
+         (size_t)((p->seq_kv + 127) / 128 * 128);
+}
 
 /* Blocks of a kernel one multiprocessor holds: by shared memory (each
  * block takes 1 KB more, which the driver reserves), threads and
@@ -530,6 +550,7 @@ fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
     /* The counter, then each block's record of its current item (16
      * bytes: the item and its block-mask list's counts). */
     plan->workspace_bytes = m->persistent == 2 ? 16 + 16 * (size_t)plan->grid[0] : 0;
+    plan->workspace_bytes += fj__plan_vt_bytes(p, v);
     return FJ_OK;
   }
   long heads = v->pack_gqa ? p->heads_kv : p->heads_q;

@@ -30,6 +30,9 @@ int fj__plan_class(const fj_ctx *ctx, const fj_problem *p);
  * combine.cu): enough that each warp loads all its splits' partials at
  * once up to 32 splits. */
 int fj__combine_warps(int splits);
+/* FP8 attention (dtype e4m3): the bytes of V^T the workspace begins
+ * with (kparams.h's vt); 0 for other variants. */
+size_t fj__plan_vt_bytes(const fj_problem *p, const fj_variant *v);
 /* The plan of variant v for p, its kernel's template having said m: splits
  * (problem.splits, else the rule), grids, workspace.  The caller fills
  * plan->from. */

@@ -172,6 +172,11 @@ int fj__dtype_bytes(fj_dtype d)
   return d == FJ_E4M3 ? 1 : d == FJ_F32 ? 4 : 2;
 }
 
+fj_dtype fj__o_dtype(const fj_problem *p)
+{
+  return p->dtype == FJ_E4M3 ? FJ_BF16 : p->dtype;
+}
+
 /* A dtype's name, or its number where it has none ("f32", "99"). */
 static const char *dtype_text(fj_dtype d, char buf[16])
 {
@@ -189,9 +194,17 @@ fj_status fj__check_types(const fj_ctx *ctx, fj_dtype dtype, fj_dtype kv,
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "causal %d is invalid: none, top-left or bottom-right",
                     (int)causal);
+  if (dtype == FJ_E4M3 && kv != FJ_E4M3)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "kv_dtype %s is invalid with dtype e4m3: FP8 attention "
+                    "takes Q, K and V in e4m3 (kv_dtype 0 or e4m3)",
+                    dtype_text(kv, a));
+  if (dtype == FJ_E4M3)
+    return FJ_OK;
   if (dtype != FJ_F16 && dtype != FJ_BF16)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "dtype %s is invalid for Q and O: f16 or bf16",
+                    "dtype %s is invalid for Q and O: f16, bf16, or e4m3 (Q, K "
+                    "and V in FP8, O in bf16)",
                     dtype_text(dtype, a));
   if (kv != dtype && kv != FJ_E4M3)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
@@ -248,7 +261,7 @@ static const char *const dim_names[3] = {"batch", "head", "seq"};
  * of page_size rows. */
 static void tensors_of(const fj_problem *p, tensor t[4])
 {
-  int qo = fj__dtype_bytes(p->dtype);
+  int qb_ = fj__dtype_bytes(p->dtype), ob = fj__dtype_bytes(fj__o_dtype(p));
   int kv = fj__dtype_bytes(p->kv_dtype ? p->kv_dtype : p->dtype);
   int64_t qb = p->batch, qs = p->seq_q, kb = p->batch, ks = p->seq_kv;
   if (p->cu_seqlens_q) {
@@ -262,10 +275,10 @@ static void tensors_of(const fj_problem *p, tensor t[4])
     kb = 1;
     ks = (int64_t)p->batch * p->seq_kv;
   }
-  tensor all[4] = {{"q", p->q_stride, {qb, p->heads_q, qs}, qo},
+  tensor all[4] = {{"q", p->q_stride, {qb, p->heads_q, qs}, qb_},
                    {"k", p->k_stride, {kb, p->heads_kv, ks}, kv},
                    {"v", p->v_stride, {kb, p->heads_kv, ks}, kv},
-                   {"o", p->o_stride, {qb, p->heads_q, qs}, qo}};
+                   {"o", p->o_stride, {qb, p->heads_q, qs}, ob}};
   memcpy(t, all, sizeof all);
 }
 
@@ -524,10 +537,15 @@ fj_status fj__check_scales(const fj_ctx *ctx, const fj_problem *p,
                            const void *k_scale, const void *v_scale)
 {
   fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
+  if (p->dtype == FJ_E4M3 && !p->q_scale)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "dtype e4m3 needs q_scale, k_scale and v_scale: q_scale "
+                    "is NULL");
   if (kv != FJ_E4M3 || (k_scale && v_scale))
     return FJ_OK;
   return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                  "kv_dtype e4m3 needs k_scale and v_scale: %s is NULL",
+                  "%s e4m3 needs k_scale and v_scale: %s is NULL",
+                  p->dtype == FJ_E4M3 ? "dtype" : "kv_dtype",
                   k_scale ? "v_scale" : "k_scale");
 }
 
@@ -966,7 +984,8 @@ static int head_init(const ref_run *r, int b, int hq, ref_head *h)
                               : NULL,
       .ooff = off[1] + hq * p->o_stride[1],
       .len_kv = len_kv, .causal_off = r->bottom_right ? len_kv - len_q : 0,
-      .kscale = fp8 ? (double)r->k_scale[kvh] : 1.0,
+      .kscale = (fp8 ? (double)r->k_scale[kvh] : 1.0) *
+                (r->qdt == FJ_E4M3 ? (double)((const float *)p->q_scale)[kvh] : 1.0),
       .vscale = fp8 ? (double)r->v_scale[kvh] : 1.0,
       .qdt = r->qdt, .kv = r->kv,
       .sink = r->rm.info.sinks ? (double)p->mods->sinks[hq]
@@ -1071,10 +1090,10 @@ static fj_status bwd_unsupported(const char *fn, const fj_problem *p)
     return fj__fail(NULL, FJ_ERR_UNSUPPORTED,
                     "%s: mods.block_mask is not implemented in the backward",
                     fn);
-  if (p->kv_dtype == FJ_E4M3)
+  if (p->kv_dtype == FJ_E4M3 || p->dtype == FJ_E4M3)
     return fj__fail(NULL, FJ_ERR_UNSUPPORTED,
-                    "%s: kv_dtype e4m3 is not implemented in the backward: "
-                    "K and V in dtype (f16 or bf16)",
+                    "%s: e4m3 is not implemented in the backward: Q, K and V "
+                    "in f16 or bf16",
                     fn);
   return FJ_OK;
 }

@@ -19,6 +19,8 @@ uint16_t fj__float_to_bf16(float f);
 float fj__e4m3_to_float(uint8_t v);
 uint8_t fj__float_to_e4m3(float f);
 int fj__dtype_bytes(fj_dtype d);
+/* O's element type: bf16 for FP8 attention (dtype e4m3), else dtype. */
+fj_dtype fj__o_dtype(const fj_problem *p);
 
 /* The element types and the mask: f16 or bf16 for Q and O, K and V the
  * same or e4m3 (kv_dtype resolved: never 0), a known causal mode.  The

@@ -38,7 +38,9 @@ int fj__tier_serves(const fj_ctx *ctx, const fj_problem *p,
   fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
+  /* The portable kernel reads 16-bit Q, K and V. */
   return ctx->opts.jit_tiers && !v->varlen && !v->paged && kv == p->dtype &&
+         p->dtype != FJ_E4M3 &&
          !p->cu_seqlens_q && !p->cu_seqlens_kv && !p->block_table &&
          !mi.checked &&
          p->head_dim % 32 == 0 && p->heads_q <= 65535 && p->batch <= 65535;

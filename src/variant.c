@@ -32,6 +32,13 @@ fj_dtype fj__kv_dtype(const fj_variant *v)
   return v->kv_dtype ? v->kv_dtype : v->dtype;
 }
 
+int fj__fp8_flush(const fj_variant *v)
+{
+  if (v->fp8_flush)
+    return v->fp8_flush;
+  return v->head_dim <= 128 ? 4 : -1;
+}
+
 /* The modifications' part of a name: "_win", "_cap", "_bm" + a block
  * mask's block sizes, "_x" + a hash of the user's expressions and
  * parameters, "_sink", "_chk" (checked mode). */
@@ -58,6 +65,10 @@ int fj_variant_name(const fj_variant *v, char *buf, size_t size)
     size = 0;  /* snprintf's measuring call: nothing is written */
   if (fj__kv_dtype(v) != v->dtype)
     snprintf(kv, sizeof kv, "_kv%s", fj_dtype_name(fj__kv_dtype(v)));
+  else if (v->dtype == FJ_E4M3 && fj__fp8_flush(v) > 0)
+    snprintf(kv, sizeof kv, "_fl%d", fj__fp8_flush(v));
+  else if (v->dtype == FJ_E4M3)
+    snprintf(kv, sizeof kv, "_flnever");
   mods_suffix(v->mods, mods, sizeof mods);
   return snprintf(buf, size, "fj_attn_d%d_m%d_n%d_w%d_s%d_%s_%s_%s_%s_%s%s%s%s%s%s%s",
                   v->head_dim, v->tile_m, v->tile_n, v->warps, v->stages,
@@ -183,6 +194,16 @@ static fj_status check_axes(const fj_ctx *ctx, const fj_variant *v)
                   v->warps);
   if (st == FJ_OK)
     st = check_range(ctx, "stages", v->stages, 1, 4, 1);
+  if (st == FJ_OK && v->fp8_flush != 0 && v->dtype != FJ_E4M3)
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "fp8_flush %d is invalid with dtype %s: it is the FP8 "
+                  "accumulation's (dtype e4m3); 0 otherwise",
+                  v->fp8_flush, fj_dtype_name(v->dtype));
+  if (st == FJ_OK && (v->fp8_flush < -1 || v->fp8_flush > 16))
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "fp8_flush %d is invalid: 1..16 key tiles, -1 (never) or 0 "
+                  "(the library's default)",
+                  v->fp8_flush);
   return st == FJ_OK ? check_enums(ctx, v) : st;
 }
 
@@ -201,10 +222,12 @@ static fj_status check_wgmma(const fj_ctx *ctx, const fj_variant *v)
                     "warps %d is not implemented for mma wgmma: 8, 12 or 16 "
                     "(a producer warpgroup and 1-3 consumer warpgroups)",
                     v->warps);
-  if (fj__kv_dtype(v) == FJ_E4M3)
+  if (fj__kv_dtype(v) == FJ_E4M3 && v->dtype != FJ_E4M3)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                    "kv_dtype e4m3 is not implemented for mma wgmma: use mma "
-                    "mma or wmma");
+                    "kv_dtype e4m3 with dtype %s is not implemented for mma "
+                    "wgmma: use mma mma or wmma (or dtype e4m3: Q, K and V in "
+                    "FP8)",
+                    fj_dtype_name(v->dtype));
   return FJ_OK;
 }
 
@@ -240,6 +263,12 @@ static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
                         ? ""
                         : " has no mma.sync m16n8k16 (sm_80 and newer), so "
                           "its only family is wmma");
+  if (v->dtype == FJ_E4M3 && v->mma != FJ_MMA_WGMMA)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "dtype e4m3 (Q, K and V in FP8) is implemented for mma "
+                    "wgmma only (sm_90a); this variant is mma %s (kv_dtype "
+                    "e4m3 with f16 or bf16 Q takes mma mma and wmma)",
+                    fj_mma_name(v->mma));
   if (v->mma == FJ_MMA_WGMMA)
     return check_wgmma(ctx, v);
   if (v->mma == FJ_MMA_SYNC && !fj__arch_has(ctx, FJ_ARCH_MMA_SYNC))
@@ -294,8 +323,10 @@ static int frags_of(const fj_variant *v, fj_frag out[4])
 {
   int bf = v->dtype == FJ_BF16;
   if (v->mma == FJ_MMA_WGMMA) {
-    out[0] = bf ? FJ_FRAG_WGMMA_ACC_BF16 : FJ_FRAG_WGMMA_ACC_F16;
-    out[1] = FJ_FRAG_WGMMA_A;
+    int f8 = v->dtype == FJ_E4M3;
+    out[0] = f8 ? FJ_FRAG_WGMMA_ACC_E4M3
+                : bf ? FJ_FRAG_WGMMA_ACC_BF16 : FJ_FRAG_WGMMA_ACC_F16;
+    out[1] = f8 ? FJ_FRAG_WGMMA_A8 : FJ_FRAG_WGMMA_A;
     return 2;
   }
   if (v->mma == FJ_MMA_SYNC) {
@@ -395,6 +426,8 @@ fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
   add(o, "split_kv", FJ_PARAM_BOOL, v->split_kv, NULL, NULL);
   add(o, "varlen", FJ_PARAM_BOOL, v->varlen, NULL, NULL);
   add(o, "paged", FJ_PARAM_BOOL, v->paged, NULL, NULL);
+  if (v->dtype == FJ_E4M3)
+    add(o, "fp8_flush", FJ_PARAM_INT, fj__fp8_flush(v), NULL, NULL);
   fj_status st = add_mods(ctx, o, v->mods);
   if (st != FJ_OK)
     return st;

@@ -53,7 +53,17 @@
   -- The element: its bytes, and the elements of one wgmma k step (32 bytes
   -- of the reduction: k16 for 16-bit types, k32 for 8-bit ones).
   local ELEM = TR.ELEM[dtype]
-  local KSTEP = 32 // ELEM
+  local KSTEP = 32 // (ELEM or 2)
+  -- FP8 attention (dtype e4m3): Q, K and V in e4m3, S = Q K^T and O += P V
+  -- on FP8 wgmma (k32), both operands K-major -- so V arrives transposed
+  -- (V^T, written into the workspace by this module's _vt kernel, each 32
+  -- keys in the order the P operand takes them), P quantised to e4m3 in
+  -- registers (times 256, so that small P keeps e4m3's normal range; the
+  -- epilogue divides it out with V's descale), and O's FP8 partial added
+  -- into a float32 accumulator every FLUSH key tiles (-1: never).
+  local FP8 = dtype == "e4m3"
+  local FLUSH = FP8 and fp8_flush or -1
+  local TWO = FP8 and FLUSH > 0
   -- A persistent grid of one block per multiprocessor walks the work tiles
   -- in pairs of equal causal work (block.cuh);
   -- consumer warpgroups take turns to issue their products (ping-pong)
@@ -73,8 +83,21 @@
   if swizzle ~= "xor" then
     no("swizzle %s: the wgmma family reads tiles in the 128-byte XOR swizzle that TMA writes (swizzle xor)", swizzle)
   end
-  if not ELEM or ELEM ~= 2 then
-    no("dtype %s: the wgmma family's forward takes f16 and bf16 (the producer and descriptors take 1-byte elements; no FP8 main loop yet)", dtype)
+  if not ELEM or (ELEM ~= 2 and not FP8) then
+    no("dtype %s: the wgmma family's forward takes f16, bf16 and e4m3", dtype)
+  end
+  if FP8 then
+    if kv_dtype ~= "e4m3" then no("dtype e4m3 with kv_dtype %s: FP8 attention takes Q, K and V in e4m3", kv_dtype) end
+    if D ~= 128 and D ~= 256 then
+      no("head_dim %d with dtype e4m3 is not implemented: 128 or 256 (rows of whole 128-byte swizzled panels of one-byte elements)", D)
+    end
+    if BN ~= 128 then
+      no("tile_n %d with dtype e4m3: FP8 attention takes 128-key tiles (V^T's rows of 128 one-byte keys; fixed so that every length rounds alike)", BN)
+    end
+    if mods.score or mods.softcap then
+      no("dtype e4m3 with a score expression or softcap is not implemented (mask expressions, windows, causal masks and sinks are)")
+    end
+    if VL or BMASK then no("dtype e4m3 with %s is not implemented: dense problems", VL and "varlen" or "a block mask") end
   end
   if (D * ELEM) % TR.ROW_BYTES ~= 0 then
     no("head_dim %d is not implemented for the wgmma family: 64, 128, 192 or 256 (tiles are panels of %d columns)", D, TR.ROW_BYTES // ELEM)
@@ -102,11 +125,30 @@
   -- O (D/2), S (BN/2) and P (BN/4) stay live.
   local B = import("budget.lua").new{}
   local REGS = B.regs(C, C == 2 and BMASK and { producer = 40, consumer = 232 } or nil)
-  B.check_regs(D // 2 + BN // 2 + BN // 4 + 24, ("head_dim %d and tile_n %d"):format(D, BN), "O, S and P",
-               "use a smaller tile_n or fewer warps")
+  B.check_regs(D // 2 * (TWO and 2 or 1) + BN // 2 + BN // (FP8 and 8 or 4) + 24,
+               ("head_dim %d and tile_n %d%s"):format(D, BN, TWO and " with FP8's two accumulators" or ""),
+               TWO and "O (both), S and P" or "O, S and P",
+               TWO and "use fp8_flush -1 (never) or a smaller head dim" or "use a smaller tile_n or fewer warps")
 
-  -- The layout tables: the accumulator and the register A operand.
-  local acc, qa, rows, p_from = L.softmax_tables(lut_acc, lut_a, "wgmma", refuse)
+  -- The layout tables: the accumulator and the register A operand.  FP8's
+  -- A operand holds other columns than the accumulator: P takes each lane's
+  -- own S values in the order p8_from_acc pairs them, and V^T's keys are
+  -- permuted to match (sigma: lut.lua).
+  local acc, qa, rows, p_from, sigma
+  if FP8 then
+    local function need(info, why)
+      if not info then refuse(("the wgmma family: %s"):format(why)) end
+      return info
+    end
+    acc = need(L.analyse(lut_acc, "the wgmma e4m3 accumulator"))
+    qa = need(L.analyse(lut_a, "the wgmma 8-bit A operand"))
+    rows = need(L.rows(acc, "the wgmma e4m3 accumulator"))
+    local why
+    p_from, sigma = L.p8_from_acc(qa, acc)
+    if not p_from then refuse(("the wgmma family: P cannot become the FP8 A operand lane for lane: %s"):format(sigma or "")) end
+  else
+    acc, qa, rows, p_from = L.softmax_tables(lut_acc, lut_a, "wgmma", refuse)
+  end
 
   -- The producer's rings (tma_ring.lua): Q (one slot a work tile), K and
   -- V (S slots); their barriers, then a dynamic walk's item barrier.
@@ -115,7 +157,10 @@
     return TR.ring{ name = name, elem = ELEM, rows = rows_, cols = D, slots = slots, arrivals = 4 * C,
                     smem = "s" .. name, map = "m" .. name, bars = bars }
   end
-  local q, k, v = ring("q", BM, 1), ring("k", BN, S), ring("v", BN, S)
+  local q, k = ring("q", BM, 1), ring("k", BN, S)
+  -- V, or FP8's V^T: head_dim rows of tile_n keys.
+  local v = FP8 and TR.ring{ name = "v", elem = ELEM, rows = D, cols = BN, slots = S, arrivals = 4 * C,
+                             smem = "sv", map = "mv", bars = bars } or ring("v", BN, S)
   local ITEM = DYNAMIC and bars.at(("%du"):format(bars.take(1))) or nil
 
   -- Shared memory: Q, the K and V rings, 1024-byte aligned, then the
@@ -149,9 +194,10 @@
   meta.persistent = DYNAMIC and 2 or PERSISTENT and 1 or 0
   meta.isolate = 1  -- NVRTC 13.0's PTX compiler can crash on wgmma code
 
-  local T = dtype
+  local T = dtype  -- the wgmma forms' input type
   local frag = PC.regs{
     acc = acc, rows = rows, MR = 1, mrule = mrule, mods = mods,
+    sl2 = FP8 and "sl2_t" or "sl2",
     row0 = function(mi) return "m0 + wr + acc_r" end,
     head = function(r) return "blk.h" end,
   }
@@ -160,7 +206,8 @@
     return PC.piece(include("scheduler.cuh", PC.with(PC.with(sched, extra or {}), { part = part, sched = sched })))
   end
   local loop = { q = q, k = k, v = v, D = D, BN = BN, S = S, C = C, T = T, KSTEP = KSTEP, pingpong = PINGPONG,
-                 frag = frag, mods = mods, mrule = mrule, BMASK = BMASK, N0 = N0, acc = acc, rows = rows, p_from = p_from }
+                 frag = frag, mods = mods, mrule = mrule, BMASK = BMASK, N0 = N0, acc = acc, rows = rows, p_from = p_from,
+                 FP8 = FP8, FLUSH = FLUSH, TWO = TWO }
   local function mainloop(part, extra)
     return PC.piece(include("mainloop_fwd.cuh", PC.with(PC.with(loop, extra or {}), { part = part })))
   end
@@ -171,7 +218,7 @@
 {{ include("mods.cuh", { mods = mods, part = "decls" }) }}
 {% end %}
 {{ include("wgmma.cuh", { spin_limit = WGMMA_SPIN_LIMIT or 0, forms = {
-     { t = T, n = BN, a = "ss", tb = 0, k = KSTEP }, { t = T, n = D, a = "rs", tb = 1, k = KSTEP } } }) }}
+     { t = T, n = BN, a = "ss", tb = 0, k = KSTEP }, { t = T, n = D, a = "rs", tb = FP8 and 0 or 1, k = KSTEP } } }) }}
 {{ B.comment() }}
 // registers: producer {{ REGS[1] > 0 and REGS[1] or "as compiled" }}, consumers {{ REGS[2] }}
 // pieces: tma_ring.lua (producer), scheduler.cuh, mainloop_fwd.cuh, score_regs.cuh, softmax_regs.cuh, epilogue_regs.cuh, budget.lua
@@ -243,6 +290,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         const int kv_row = (int)seq.kv_row0, kv_b = packed_kv ? 0 : blk.b;
 {% else %}
         const int q_row = m0, q_b = blk.b, kv_row = 0, kv_b = blk.b;
+        (void)kv_row;
 {% end %}
 {{ mainloop("producer_tile", { q_waited = DYNAMIC }) }}
       }
@@ -260,7 +308,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   // O = O / l and the log-sum-exp (epilogue_regs.cuh).
   elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h){{ VL and " + seq.q_row0 * p.o_stride[2]" or "" }};
 {{ include("epilogue_regs.cuh", PC.with(frag, {
-     ND = D // 16, out_scale = "1.f", out_elem = ELEM, rows_end = VL and "len_q" or nil,
+     ND = D // 16, out_scale = FP8 and "vds_t" or "1.f", out_elem = FP8 and 2 or ELEM, rows_end = VL and "len_q" or nil,
      sinks = mods.sinks,
      stage = STAGED and { addr = ("(base + %du + (cw * 4 + warp %% 4) * %du)"):format(OFF_STAGE, STAGE_WARP),
                           row0 = "m0 + wr", lrow = "acc_r" } or nil,
@@ -274,4 +322,44 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 }
 {% if mods.any then %}
 {{ include("mods.cuh", { mods = mods, part = "defs" }) }}
+{% end %}
+{% if FP8 then %}
+
+// FP8 attention's V^T: V of one (batch, KV head), 128 keys by 64 of the
+// head dim a block, transposed through shared memory into the workspace
+// ([batch][heads_kv][head_dim][vt_keys] bytes), the keys of each 32 in the
+// order the P operand takes them: column c holds key 32 (c / 32) +
+// sigma[c % 32] (lut.lua's p8_from_acc).  Keys past seq_kv are 0.
+__constant__ unsigned char fj_sigma[32] = { {% for c = 0, 31 do %}{{ sigma[c] }}{{ c < 31 and ", " or "" }}{% end %} };
+
+extern "C" __global__ void __launch_bounds__(256) {{ symbol }}_vt(const fj::Params p) {
+  __shared__ __align__(16) unsigned t[128][17];  // [key][4 dims a word], a word of padding
+  const int b = blockIdx.z / p.heads_kv, hk = blockIdx.z % p.heads_kv;
+  const int n0 = blockIdx.x * 128, d0 = blockIdx.y * 64;
+  const unsigned char *v = static_cast<const unsigned char *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1] + d0;
+  for (int c = threadIdx.x; c < 128 * 4; c += 256) {
+    const int r = c / 4, w = (c % 4) * 4;
+    uint4 x = make_uint4(0u, 0u, 0u, 0u);
+    if (n0 + r < p.seq_kv) x = *reinterpret_cast<const uint4 *>(v + (long long)(n0 + r) * p.v_stride[2] + w * 4);
+    t[r][w] = x.x; t[r][w + 1] = x.y; t[r][w + 2] = x.z; t[r][w + 3] = x.w;
+  }
+  __syncthreads();
+  const unsigned char *tb = reinterpret_cast<const unsigned char *>(t);
+  unsigned char *out = p.vt + ((long long)blockIdx.z * {{ D }} + d0) * p.vt_keys + n0;
+  for (int c = threadIdx.x; c < 64 * 8; c += 256) {
+    const int dr = c / 8, k0 = (c % 8) * 16;  // a row of V^T, 16 of its keys
+    unsigned w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      unsigned x = 0u;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = k0 + 4 * i + e, key = (col & ~31) + fj_sigma[col & 31];
+        x |= (unsigned)tb[key * 68 + dr] << (8 * e);
+      }
+      w[i] = x;
+    }
+    *reinterpret_cast<uint4 *>(out + (long long)dr * p.vt_keys + k0) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
 {% end %}

@@ -12,7 +12,8 @@
 {# Only the headers a kernel uses: each costs NVRTC parse time (mma.h about
    30 ms a compile). #}
 #include <cuda_fp16.h>
-{% if dtype == "bf16" or mma == "wmma" then %}
+{# FP8 attention (dtype e4m3) writes O in bfloat16. #}
+{% if dtype ~= "f16" or mma == "wmma" then %}
 #include <cuda_bf16.h>
 {% end %}
 {% if mma == "wmma" then %}
@@ -56,9 +57,15 @@ struct Params {
   const int *bm_num, *bm_idx, *bm_full_num, *bm_full_idx;
   int bm_stride_b, bm_stride_h, bm_q_blocks, bm_kv_blocks;
   const float *sinks;       // attention sinks: [heads_q] logits, or NULL
+  // FP8 attention (dtype e4m3): Q's descales [batch][heads_kv], and V^T in
+  // the workspace, [batch][heads_kv][head_dim][vt_keys] bytes.
+  const float *q_scale;
+  unsigned char *vt;
+  int vt_keys, pad_;
 };
 static_assert(sizeof(Params) == {{ params_bytes }}, "host and device disagree on the parameter block");
 
+{# elem_t: Q's and O's element; for FP8 attention (dtype e4m3) O's, bf16. #}
 {% if dtype == "f16" then %}
 typedef __half elem_t;
 typedef __half2 elem2_t;

@@ -31,6 +31,13 @@
   Parameters: q, k, v (rings), D, BN, S, C, T (the element type's name in
   wgmma.cuh's forms), KSTEP (elements of one wgmma k step), pingpong,
   frag (pieces.lua's regs), mods, mrule, BMASK, N0, acc, rows, p_from.
+  FP8 (dtype e4m3): ring v holds V^T (D rows of BN keys, K-major like K);
+  P goes into the A operand as e4m3 times 256 (p_from: lut.lua's
+  p8_from_acc, { group, slot } per A slot); each work tile sets sl2_t (the
+  softmax scale with Q's and K's descales) and vds_t (V's descale over
+  256, the epilogue's out_scale).  TWO: O += P V lands in a second
+  accumulator op, added into o every FLUSH key tiles and at the end
+  (FP8's tensor cores keep about 22 bits when they add).
 #}
 {%
   local PC = import("pieces.lua")
@@ -49,8 +56,14 @@
       slot, k.slot_bytes, kk, PER_PANEL, k.panel_bytes, kk, PER_PANEL, KB)
   end
   local function vdesc(slot, kk)
+    if FP8 then  -- V^T: K-major, as K
+      return ("fj::wg_desc(sv + (%s) * %d + ((%s) / %d) * %d + ((%s) %% %d) * %d, 16, 1024)"):format(
+        slot, v.slot_bytes, kk, PER_PANEL, v.panel_bytes, kk, PER_PANEL, KB)
+    end
     return ("fj::wg_desc(sv + (%s) * %d + (%s) * %d, %d, 1024)"):format(slot, v.slot_bytes, kk, KSTEP * v.panel_bytes // v.rows, v.panel_bytes)
   end
+  -- O += P V's accumulator: o, or FP8's second one.
+  local OP = TWO and "op" or "o"
   local function turn(what)
     if not pingpong then return "" end
     return what == "take" and "fj::bar_sync(1 + cw, 256);" or ("fj::bar_arrive(1 + (cw + 1) %% %d, 256);"):format(C)
@@ -69,7 +82,11 @@
           // first round the "preceding phase" test passes at once.
 {%   for _, r in ipairs({ k, v }) do %}
           {{ r.wait_empty("slot", "ph ^ 1u") }}
+{%     if FP8 and r == v then %}
+          {{ PC.indent(r.fill("slot", function(pn) return ("%s * %d + %s, 0, blk.hk, kv_b"):format(pn, r.panel_cols, N0("t")) end), 10) }}
+{%     else %}
           {{ PC.indent(r.fill("slot", function(pn) return ("%s * %d, kv_row + %s, blk.hk, kv_b"):format(pn, r.panel_cols, N0("t")) end), 10) }}
+{%     end %}
 {%   end %}
         }
 {% elseif part == "consumer_setup" then %}
@@ -92,6 +109,9 @@
 {%   end %}
 
   float o[{{ D // 16 }}][8];
+{%   if TWO then %}
+  float op[{{ D // 16 }}][8];  // O += P V lands here; added into o every {{ FLUSH }} key tiles
+{%   end %}
   float s[{{ BN // 16 }}][8];
   unsigned pk[{{ NK_PV }}][4];
   float row_m[1][{{ NC }}], row_l[1][{{ NC }}];
@@ -111,8 +131,13 @@
   local function pv(slot)
 %}
     fj::wg_fence();
+{%   if FP8 then %}
+#pragma unroll
+    for (int kk = 0; kk < {{ NK_PV }}; ++kk) fj::wg_rs_{{ T }}_{{ D }}({{ OP }}, pk[kk], FJ_V_DESC({{ slot }}, kk), {{ TWO and "kk > 0 || pv_run > 0" or "1" }});
+{%   else %}
 #pragma unroll
     for (int kk = 0; kk < {{ NK_PV }}; ++kk) fj::wg_rs_{{ T }}_{{ D }}_t(o, pk[kk], FJ_V_DESC({{ slot }}, kk), 1);
+{%   end %}
     fj::wg_commit();
 {%
   end
@@ -147,11 +172,38 @@
   -- S's tile j (lut.lua).
   local function pack()
 %}
+{%   if FP8 then %}
+    // P as FP8 A operands, times 256: k step j is S's 16-column groups 2j
+    // and 2j + 1; A slot 4r + b (byte b of register r) takes group g slot i
+    // as p8_from_acc pairs them (V^T's keys follow: the _vt kernel).
 #pragma unroll
     for (int j = 0; j < {{ NK_PV }}; ++j) {
-{%   for r = 0, 3 do %}
+{%     for r = 0, 3 do %}
+{%       local f = function(b) local e = p_from[4 * r + b]; return ("256.f * s[2 * j + %d][%d]"):format(e[1], e[2]) end %}
+      pk[j][{{ r }}] = fj::pack4_e4m3({{ f(0) }}, {{ f(1) }}, {{ f(2) }}, {{ f(3) }});
+{%     end %}
+    }
+{%   else %}
+#pragma unroll
+    for (int j = 0; j < {{ NK_PV }}; ++j) {
+{%     for r = 0, 3 do %}
       pk[j][{{ r }}] = fj::pack2(s[j][{{ p_from[2 * r] }}], s[j][{{ p_from[2 * r + 1] }}]);
+{%     end %}
+    }
 {%   end %}
+{%
+  end
+  -- FP8's two accumulators: after O += P V has landed, op joins o every
+  -- FLUSH tiles (at once when last), and the next product starts op anew.
+  local function flush(last)
+    if not TWO then return end
+%}
+    if ({{ last and "true" or ("++pv_run == %d"):format(FLUSH) }}) {
+#pragma unroll
+      for (int d = 0; d < {{ D // 16 }}; ++d)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) o[d][i] += op[d][i];
+      pv_run = 0;
     }
 {% end %}
 #pragma unroll
@@ -160,6 +212,16 @@
     for (int i = 0; i < 8; ++i) o[d][i] = 0.f;
 #pragma unroll
   for (int c = 0; c < {{ NC }}; ++c) { row_m[0][c] = FJ_NEG_INF; row_l[0][c] = 0.f; }
+{% if FP8 then %}
+  // The descales of this (batch, KV head): Q's and K's join the softmax
+  // scale, V's (over P's 256) the epilogue's.
+  const int ds_i = blk.b * p.heads_kv + blk.hk;
+  const float sl2_t = sl2 * p.q_scale[ds_i] * p.k_scale[ds_i];
+  const float vds_t = p.v_scale[ds_i] * (1.f / 256.f);
+{% end %}
+{% if TWO then %}
+  int pv_run = 0;  // key tiles in op since it last joined o
+{% end %}
 
   {{ q.wait_full(0, "kq & 1u") }}
   if (ntiles == 0) {
@@ -203,14 +265,18 @@
     bool resc;
 {% softmax("t", false) %}
     fj::wg_wait<0>();
-{% hold("o", D // 16) %}
+{% hold(OP, D // 16) %}
     {{ PC.indent(v.release("pslot"), 4) }}
+{% flush(false) %}
     // Not under the softcap's fixed shift (softmax_regs.cuh's `rescaled`).
     if (resc)
 #pragma unroll
     for (int d = 0; d < {{ D // 16 }}; ++d) {
 {% for i = 0, acc.slots - 1 do %}
       o[d][{{ i }}] *= alpha[{{ rows.class_of[i] - 1 }}];
+{%   if TWO then %}
+      op[d][{{ i }}] *= alpha[{{ rows.class_of[i] - 1 }}];
+{%   end %}
 {% end %}
     }
 {% pack() %}
@@ -223,8 +289,9 @@
 {% pv("lslot") %}
     {{ turn("pass") }}
     fj::wg_wait<0>();
-{% hold("o", D // 16) %}
+{% hold(OP, D // 16) %}
     {{ PC.indent(v.release("lslot"), 4) }}
+{% flush(true) %}
   }
   it += ntiles;
 {% elseif part == "consumer_end" then %}

@@ -17,9 +17,9 @@ typedef struct gpu_case {
   const fj_mods *host_mods;    /* the reference's p.mods (host tensors);
                                   NULL: p.mods */
   void *q, *k, *v, *o;         /* host copies, in the problem's dtypes */
-  float *lse, *ks, *vs;        /* FP8 scales, host */
+  float *lse, *ks, *vs, *qs;   /* FP8 scales, host (qs: dtype e4m3) */
   size_t nq, nk, nlse, qbytes, kvbytes;
-  void *dq, *dk, *dv, *dout, *dks, *dvs;
+  void *dq, *dk, *dv, *dout, *dks, *dvs, *dqs;
   float *dlse;
   int capture;                 /* 1: the call is captured into a CUDA graph
                                   on a stream of its own, then the graph

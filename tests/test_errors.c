@@ -30,17 +30,17 @@ int test_abi_sizes(void)
       {"fj_mods", sizeof(fj_mods), 64},
       {"fj_mod_builtin", sizeof(fj_mod_builtin), 48},
       {"fj_block_mask", sizeof(fj_block_mask), 56},
-      {"fj_plan", sizeof(fj_plan), 136},
+      {"fj_plan", sizeof(fj_plan), 144},
       {"fj_prepare_opts", sizeof(fj_prepare_opts), 24},
       {"fj_prewarm_report", sizeof(fj_prewarm_report), 20},
-      {"fj_problem", sizeof(fj_problem), 232},
+      {"fj_problem", sizeof(fj_problem), 240},
       {"fj_resources", sizeof(fj_resources), 64},
-      {"fj_tune_entry", sizeof(fj_tune_entry), 112},
+      {"fj_tune_entry", sizeof(fj_tune_entry), 120},
       {"fj_tune_opts", sizeof(fj_tune_opts), 32},
       {"fj_tune_report", sizeof(fj_tune_report), 56},
-      {"fj_variant", sizeof(fj_variant), 72},
+      {"fj_variant", sizeof(fj_variant), 80},
   };
-  CHECK(FJ_ABI_VERSION == 4 && fj_abi_version() == FJ_ABI_VERSION);
+  CHECK(FJ_ABI_VERSION == 5 && fj_abi_version() == FJ_ABI_VERSION);
   if (sizeof(void *) != 8)
     return 0;  /* the table is LP64's */
   int changed = 0;

@@ -276,7 +276,7 @@ int test_family_wgmma_refusals(void)
   v.head_dim = 128;
   v.kv_dtype = FJ_E4M3;
   CHECK_ST(ctx, fj_variant_check(ctx, &v), FJ_ERR_UNSUPPORTED);
-  CHECK_MSG(ctx, "kv_dtype e4m3 is not implemented for mma wgmma");
+  CHECK_MSG(ctx, "kv_dtype e4m3 with dtype f16 is not implemented for mma wgmma");
   fj_ctx_destroy(ctx);
   /* wgmma exists on sm_90a only. */
   ctx = fjt_ctx("sm_90", NULL);
@@ -297,6 +297,100 @@ static int refused(fj_ctx *ctx, const fj_variant *v, fj_status want,
 {
   CHECK_ST(ctx, fj_variant_check(ctx, v), want);
   CHECK_MSG(ctx, text);
+  return 0;
+}
+
+/* FP8 attention (dtype e4m3) on sm_90a, compiled without a GPU: head dims
+ * 128 and 256 with every mask and the flush settings, each with no spills,
+ * FP8 wgmma for both products and its _vt pass; then its refusals. */
+static void fp8_variant(fj_variant *v, int d, fj_causal m, int flush)
+{
+  fj_variant_default(v, d, FJ_E4M3, m);
+  v->mma = FJ_MMA_WGMMA;
+  v->swizzle = FJ_SWIZZLE_XOR;
+  v->tile_m = 128;
+  v->warps = 12;
+  v->tile_n = 128;
+  v->fp8_flush = flush;
+}
+
+int test_family_fp8_sm90a(void)
+{
+  static const struct { int d; fj_causal m; int flush; } picks[] = {
+      {128, FJ_CAUSAL_NONE, 0}, {128, FJ_CAUSAL_TOP_LEFT, 0},
+      {128, FJ_CAUSAL_BOTTOM_RIGHT, 1}, {128, FJ_CAUSAL_NONE, -1},
+      {256, FJ_CAUSAL_NONE, 0}, {256, FJ_CAUSAL_TOP_LEFT, 0}};
+  enum { N = sizeof picks / sizeof picks[0] };
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  fj_variant vs[N];
+  fj_status st[N];
+  for (int i = 0; i < N; i++)
+    fp8_variant(&vs[i], picks[i].d, picks[i].m, picks[i].flush);
+  fj_prepare_opts o = {2, NULL, NULL};
+  fj_kernel_prepare(ctx, vs, N, &o, st);
+  for (int i = 0; i < N; i++) {
+    fj_kernel *k = NULL;
+    if (st[i] == FJ_OK)
+      CHECK_OK(ctx, fj_kernel_get(ctx, &vs[i], &k));
+    print_line(&vs[i], st[i], k, ctx);
+    CHECK(st[i] == FJ_OK);
+    fj_resources r;
+    fj_kernel_resources(k, &r);
+    CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+    const char *ptx = fj_kernel_ptx(k, NULL), *log = fj_kernel_log(k);
+    char want[96];
+    snprintf(want, sizeof want, "m64n%dk32.f32.e4m3.e4m3", picks[i].d);
+    CHECK(strstr(ptx, "m64n128k32.f32.e4m3.e4m3") && strstr(ptx, want));
+    CHECK(strstr(ptx, "cvt.rn.satfinite.e4m3x2.f32"));
+    char name[160];
+    fj_variant_name(&vs[i], name, sizeof name);
+    strcat(name, "_vt");
+    CHECK(strstr(ptx, name));
+    CHECK(!strstr(log, "serialized") && !strstr(log, "setmaxnreg' ignored"));
+  }
+  fj_variant v;
+  fp8_variant(&v, 64, FJ_CAUSAL_NONE, 0);
+  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "head_dim 64 with dtype e4m3 is not implemented: 128 or 256") == 0);
+  fp8_variant(&v, 128, FJ_CAUSAL_NONE, 0);
+  v.tile_n = 176;
+  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "tile_n 176 with dtype e4m3: FP8 attention takes 128-key tiles") == 0);
+  fp8_variant(&v, 128, FJ_CAUSAL_NONE, 0);
+  v.kv_dtype = FJ_F16;
+  CHECK(refused(ctx, &v, FJ_ERR_INVALID_ARG, "kv_dtype f16 is invalid with dtype e4m3") == 0);
+  fp8_variant(&v, 128, FJ_CAUSAL_NONE, 17);
+  CHECK(refused(ctx, &v, FJ_ERR_INVALID_ARG, "fp8_flush 17 is invalid: 1..16 key tiles, -1 (never)") == 0);
+  fp8_variant(&v, 256, FJ_CAUSAL_NONE, 4);
+  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "with FP8's two accumulators") == 0);
+  fp8_variant(&v, 128, FJ_CAUSAL_NONE, 0);
+  v.mma = FJ_MMA_SYNC;
+  v.warps = 4;
+  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "dtype e4m3 (Q, K and V in FP8) is implemented for mma wgmma only") == 0);
+  fj_variant_default(&v, 128, FJ_F16, FJ_CAUSAL_NONE);
+  v.fp8_flush = 2;
+  CHECK(refused(ctx, &v, FJ_ERR_INVALID_ARG, "fp8_flush 2 is invalid with dtype f16") == 0);
+  /* The problem: its three descales, and no backward. */
+  fj_problem p;
+  fj_problem_init(&p, 1, 2, 2, 256, 256, 128, FJ_E4M3, FJ_BHSD);
+  static float scale[2];
+  p.k_scale = p.v_scale = scale;
+  CHECK_ST(ctx, fj_problem_check(ctx, &p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "dtype e4m3 needs q_scale, k_scale and v_scale: q_scale is NULL");
+  p.q_scale = scale;
+  CHECK_OK(ctx, fj_problem_check(ctx, &p));
+  fj_variant chosen;
+  fj_choice from;
+  CHECK_OK(ctx, fj_attention_variant(ctx, &p, &chosen, &from));
+  CHECK(chosen.mma == FJ_MMA_WGMMA && chosen.dtype == FJ_E4M3 && chosen.tile_n == 128);
+  fj_bwd_plan bp;
+  CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &bp), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "the backward does not take dtype e4m3");
+  fj_ctx_destroy(ctx);
+  /* On another target there is no FP8 family. */
+  ctx = fjt_ctx("sm_80", NULL);
+  CHECK_ST(ctx, fj_problem_check(ctx, &p), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "needs sm_90a");
+  fj_ctx_destroy(ctx);
   return 0;
 }
 

@@ -151,14 +151,17 @@ static int case_setup(gpu_case *c, uint64_t *seed)
   c->nlse = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
   c->qbytes = c->nq * 2;
   c->kvbytes = c->nk * (size_t)(kv == FJ_E4M3 ? 1 : 2);
-  c->q = random_tensor(p->dtype, c->nq, c->input_scale ? c->input_scale : 1, seed);
+  /* FP8 attention (dtype e4m3): Q like FP8 K/V below; O is bf16. */
+  int q8 = p->dtype == FJ_E4M3;
+  c->q = random_tensor(p->dtype, c->nq, (c->input_scale ? c->input_scale : 1) * (q8 ? 40.f : 1.f),
+                       seed);
   /* FP8 K/V: values spread over the format's range, with per-head scales
    * that bring them back to unit size. */
   c->k = random_tensor(kv, c->nk, kv == FJ_E4M3 ? 40.f : 1.f, seed);
   c->v = random_tensor(kv, c->nk, kv == FJ_E4M3 ? 40.f : 1.f, seed);
   c->o = malloc(c->qbytes);
   c->lse = malloc(c->nlse * sizeof(float));
-  int bad = upload(&c->dq, c->q, c->qbytes) || upload(&c->dk, c->k, c->kvbytes) ||
+  int bad = upload(&c->dq, c->q, c->nq * (q8 ? 1 : 2)) || upload(&c->dk, c->k, c->kvbytes) ||
             upload(&c->dv, c->v, c->kvbytes) ||
             cudaMalloc(&c->dout, c->qbytes) ||
             cudaMalloc((void **)&c->dlse, c->nlse * sizeof(float));
@@ -174,6 +177,13 @@ static int case_setup(gpu_case *c, uint64_t *seed)
           upload(&c->dvs, c->vs, ns * sizeof(float));
     p->k_scale = c->dks;
     p->v_scale = c->dvs;
+    if (q8) {
+      c->qs = malloc(ns * sizeof(float));
+      for (size_t i = 0; i < ns; i++)
+        c->qs[i] = (float)(0.025 + 0.005 * (double)(i % 5));
+      bad = bad || upload(&c->dqs, c->qs, ns * sizeof(float));
+      p->q_scale = c->dqs;
+    }
   }
   /* Poison: 0xff bytes are NaN in f16, bf16 and float32. */
   return bad || cudaMemset(c->dout, 0xff, c->qbytes) ||
@@ -182,8 +192,8 @@ static int case_setup(gpu_case *c, uint64_t *seed)
 
 static void case_free(gpu_case *c)
 {
-  void *dev[] = {c->dq, c->dk, c->dv, c->dout, c->dlse, c->dks, c->dvs};
-  void *host[] = {c->q, c->k, c->v, c->o, c->lse, c->ks, c->vs};
+  void *dev[] = {c->dq, c->dk, c->dv, c->dout, c->dlse, c->dks, c->dvs, c->dqs};
+  void *host[] = {c->q, c->k, c->v, c->o, c->lse, c->ks, c->vs, c->qs};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) {
     cudaFree(dev[i]);
     free(host[i]);
@@ -206,6 +216,8 @@ static void *ref_thread(void *arg)
   fj_problem p = j->c->p;
   if (j->c->host_mods)
     p.mods = j->c->host_mods;  /* tensor parameters in host memory */
+  if (p.dtype == FJ_E4M3)
+    p.q_scale = j->c->qs;      /* host memory for the reference */
   j->st = fj_reference_fwd(&p, j->c->q, j->c->k, j->c->v, j->c->ks,
                            j->c->vs, j->r0, j->r1, j->out, j->lse);
   return NULL;
@@ -217,7 +229,7 @@ static float out_at(const gpu_case *c, int b, int h, int row, int x)
   size_t at = (size_t)(b * p->o_stride[0] + h * p->o_stride[1] +
                        row * p->o_stride[2] + x);
   float f;
-  fj_convert(FJ_F32, &f, p->dtype, (const uint16_t *)c->o + at, 1);
+  fj_convert(FJ_F32, &f, p->dtype == FJ_E4M3 ? FJ_BF16 : p->dtype, (const uint16_t *)c->o + at, 1);
   return f;
 }
 
@@ -363,7 +375,8 @@ static void print_worst(void)
 static int verdict(const gpu_case *c, const errors *e, const char *label)
 {
   fj_dtype kv = c->p.kv_dtype ? c->p.kv_dtype : c->p.dtype;
-  double limit = kv == FJ_E4M3 ? 3e-2 : 1e-2;
+  /* FP8 attention rounds P to e4m3 (3 mantissa bits) as well. */
+  double limit = c->p.dtype == FJ_E4M3 ? 5e-2 : kv == FJ_E4M3 ? 3e-2 : 1e-2;
   int bad = e->nonfinite != 0 || e->empty_rows_nonzero != 0 ||
             !(e->rel < limit) || !(e->lse_max < 1e-2);
   printf("%-76s rel_err=%.2e lse_err=%.1e nonfinite=%zu %s\n", label, e->rel,
@@ -885,6 +898,73 @@ int test_gpu_wgmma_cross(void)
   CHECK(prepare(ctx, vs, n) == 0);
   static const int shapes[2][4] = {{65, 127, 2, 2}, {130, 65, 4, 2}};
   int failed = cross_run(ctx, vs, n, shapes, 1357, "wgmma cross");
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
+/* FP8 attention (dtype e4m3: Q, K, V in e4m3, O bf16) on the wgmma family:
+ * head dims 128 and 256, every mask, GQA, tails, both layouts, the flush
+ * of O's FP8 partial every 1, 4 or 16 key tiles or never; then the
+ * library's own choice.  Inputs spread over e4m3's range with descales
+ * that bring them back to unit size; checked against the float64
+ * reference of the dequantised inputs. */
+static const struct {
+  const char *axis;
+  int d, flush, stages;
+  fj_causal m;
+  int b, hq, hkv, sq, skv;
+} fp8_cases[] = {
+    {"fp8 d128", 128, 0, 2, FJ_CAUSAL_NONE, 1, 2, 2, 300, 300},
+    {"fp8 d128", 128, 0, 2, FJ_CAUSAL_TOP_LEFT, 2, 4, 2, 257, 257},
+    {"fp8 d128", 128, 0, 3, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 1, 200, 700},
+    {"fp8 d128 flush=1", 128, 1, 2, FJ_CAUSAL_NONE, 1, 2, 2, 1000, 1000},
+    {"fp8 d128 flush=16", 128, 16, 2, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 1000, 2100},
+    {"fp8 d128 flush=never", 128, -1, 2, FJ_CAUSAL_NONE, 1, 2, 2, 500, 1500},
+    {"fp8 d128 gqa=8:1", 128, 0, 2, FJ_CAUSAL_TOP_LEFT, 1, 16, 2, 300, 300},
+    {"fp8 d128 seq 1", 128, 0, 2, FJ_CAUSAL_NONE, 1, 2, 2, 1, 1},
+    {"fp8 d128 no visible key", 128, 0, 2, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 300, 40},
+    {"fp8 d256", 256, 0, 2, FJ_CAUSAL_NONE, 1, 2, 2, 300, 300},
+    {"fp8 d256", 256, 0, 2, FJ_CAUSAL_BOTTOM_RIGHT, 2, 4, 2, 200, 333},
+    {"fp8 d256 flush=2", 256, 2, 2, FJ_CAUSAL_TOP_LEFT, 1, 2, 1, 129, 129},
+};
+
+int test_gpu_fp8_forward(void)
+{
+  fj_ctx *ctx;
+  int rc = wgmma_device(&ctx);
+  if (rc)
+    return rc;
+  size_t n = sizeof fp8_cases / sizeof fp8_cases[0];
+  fj_variant vs[16];
+  for (size_t i = 0; i < n; i++) {
+    fj_variant_default(&vs[i], fp8_cases[i].d, FJ_E4M3, fp8_cases[i].m);
+    vs[i].mma = FJ_MMA_WGMMA;
+    vs[i].swizzle = FJ_SWIZZLE_XOR;
+    vs[i].tile_m = 128;
+    vs[i].warps = 12;
+    vs[i].tile_n = 128;
+    vs[i].stages = fp8_cases[i].stages;
+    vs[i].fp8_flush = fp8_cases[i].flush;
+  }
+  CHECK(prepare(ctx, vs, n) == 0);
+  uint64_t seed = 808;
+  int failed = 0;
+  for (size_t i = 0; i < n + 2; i++) {
+    /* The last two: the library's choice (d128 causal, d256 plain). */
+    size_t k = i < n ? i : i == n ? 1 : 9;
+    gpu_case c;
+    memset(&c, 0, sizeof c);
+    fj_problem_init(&c.p, fp8_cases[k].b, fp8_cases[k].hq, fp8_cases[k].hkv,
+                    fp8_cases[k].sq, fp8_cases[k].skv, fp8_cases[k].d, FJ_E4M3,
+                    (fj_order)(i % 2));
+    c.p.causal = fp8_cases[k].m;
+    char label[200];
+    variant_label(label, sizeof label, &vs[k], &c.p,
+                  i >= n ? " (library's choice)" : i % 2 ? " bshd" : " bhsd");
+    failed += run_case(ctx, &c, i < n ? &vs[i] : NULL, NULL, &seed, label,
+                       i < n ? fp8_cases[i].axis : "fp8 auto");
+  }
+  print_worst();
   fj_ctx_destroy(ctx);
   return failed != 0;
 }

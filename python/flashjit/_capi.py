@@ -85,7 +85,8 @@ class AxisInfo(C.Structure):
 
 
 class Variant(C.Structure):
-    _fields_ = [(n, C.c_int) for n in VARIANT_AXES] + [("mods", C.c_void_p)]
+    _fields_ = [(n, C.c_int) for n in VARIANT_AXES] + [("mods", C.c_void_p),
+                                                        ("fp8_flush", C.c_int)]
 
 
 class Resources(C.Structure):
@@ -112,7 +113,7 @@ class Problem(C.Structure):
                 ("seqused_kv", C.c_void_p), ("block_table", C.c_void_p),
                 ("max_pages", C.c_int), ("page_size", C.c_int), ("num_pages", C.c_int),
                 ("mods", C.c_void_p), ("total_q", C.c_int), ("total_kv", C.c_int),
-                ("deterministic", C.c_int)]
+                ("deterministic", C.c_int), ("q_scale", C.c_void_p)]
 
 
 class ModParam(C.Structure):
@@ -303,7 +304,7 @@ SIGNATURES = {
 
 
 # FJ_ABI_VERSION of the header these structs mirror.
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 
 def open_library(path):

@@ -136,6 +136,7 @@ typedef struct run_data {
   void *dq, *dk, *dv, *dout;  /* device */
   float *dlse, *hlse;
   float *hks, *hvs, *dks, *dvs;  /* FP8 K/V scales */
+  float *hqs, *dqs;              /* FP8 attention (--dtype e4m3): Q's scales */
   /* The modifications with --param's tensors in host memory (for the
    * reference) and in device memory (p.mods points at dmods). */
   fj_mods hmods, dmods;

@@ -151,7 +151,8 @@ static void compare_block(const run_data *d, const check_block *k, err_sum *e)
         int64_t first = d->hix.cu_q ? d->hix.cu_q[b] : 0;
         size_t base = (size_t)(b * p->o_stride[0] + h * p->o_stride[1] +
                                (first + r) * p->o_stride[2]);
-        fj_convert(FJ_F32, row, p->dtype, (const char *)d->ho + base * 2,
+        fj_convert(FJ_F32, row, p->dtype == FJ_E4M3 ? FJ_BF16 : p->dtype,
+                   (const char *)d->ho + base * 2,
                    (size_t)dim);
         size_t ri = (size_t)((b - k->b0) * p->heads_q + h) * (size_t)rows +
                     (size_t)(r - k->r0);
@@ -176,6 +177,7 @@ static fj_problem sub_problem(const run_data *d, int b0, int b1)
   p.block_table = p.block_table ? p.block_table + (size_t)b0 * (size_t)p.max_pages
                                 : NULL;
   p.k_scale = d->hks ? d->hks + hkv : NULL;
+  p.q_scale = p.dtype == FJ_E4M3 && d->hqs ? d->hqs + hkv : NULL;
   p.v_scale = d->hvs ? d->hvs + hkv : NULL;
   return p;
 }

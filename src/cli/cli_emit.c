@@ -351,8 +351,8 @@ static int emit_variant(cli *c, fj_ctx *ctx, fj_variant *v, emit_choice *ch)
     return rc;
   /* FP8 scales are launch arguments; only their presence is checked. */
   static const float placeholder[1];
-  if (ch->p.kv_dtype == FJ_E4M3)
-    ch->p.k_scale = ch->p.v_scale = placeholder;
+  if (ch->p.kv_dtype == FJ_E4M3 || ch->p.dtype == FJ_E4M3)
+    ch->p.k_scale = ch->p.v_scale = ch->p.q_scale = placeholder;
   fj_plan plan;
   fj_status st = fj_attention_plan(ctx, &ch->p, &plan);
   if (st != FJ_OK)

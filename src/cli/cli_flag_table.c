@@ -11,7 +11,8 @@
 
 /* ---- the flags ---------------------------------------------------------------------- */
 
-static const name_value dtypes[] = {{"f16", FJ_F16}, {"bf16", FJ_BF16}};
+static const name_value dtypes[] = {
+    {"f16", FJ_F16}, {"bf16", FJ_BF16}, {"e4m3", FJ_E4M3}};
 static const name_value kv_dtypes[] = {
     {"f16", FJ_F16}, {"bf16", FJ_BF16}, {"e4m3", FJ_E4M3}};
 static const name_value causals[] = {{"top-left", FJ_CAUSAL_TOP_LEFT},
@@ -45,8 +46,9 @@ const flag_def cli_flags[] = {
      OFF(v.causal), NAMES(causals), .arg = "[=top-left|bottom-right|none]",
      .help = "causal mask; alone: top-left (PyTorch's); default none"},
     {"dtype", 1, CMD_VARIANT | CMD_TUNE | CMD_PLAN, cli_set_name, OFF(v.dtype),
-     NAMES(dtypes), .arg = "f16|bf16",
-     .help = "Q and O (K and V unless --kv-dtype); default f16"},
+     NAMES(dtypes), .arg = "f16|bf16|e4m3",
+     .help = "Q and O (K and V unless --kv-dtype); e4m3: Q, K and V in FP8, "
+             "O in bf16 (sm_90a); default f16"},
     {"kv-dtype", 1, CMD_VARIANT | CMD_TUNE | CMD_PLAN, cli_set_name,
      OFF(v.kv_dtype), NAMES(kv_dtypes), .arg = "f16|bf16|e4m3",
      .help = "K and V (default: --dtype)"},

@@ -67,17 +67,23 @@ void *cli_random_tensor(fj_dtype dtype, size_t n, float scale,
   return out;
 }
 
-/* FP8 K/V: values spread over e4m3's range (x 64) with per-(batch, head)
- * scales of 1/64 that bring them back. */
+/* FP8 K/V (and Q, for --dtype e4m3): values spread over e4m3's range (x
+ * 64) with per-(batch, head) scales of 1/64 that bring them back. */
 static int run_fp8_scales(run_data *d)
 {
   size_t n = (size_t)d->p.batch * (size_t)d->p.heads_kv;
   d->hks = malloc(n * sizeof(float));
   d->hvs = malloc(n * sizeof(float));
-  if (!d->hks || !d->hvs)
+  d->hqs = malloc(n * sizeof(float));
+  if (!d->hks || !d->hvs || !d->hqs)
     return EXIT_FAIL;
   for (size_t i = 0; i < n; i++)
-    d->hks[i] = d->hvs[i] = 1.0f / 64;
+    d->hks[i] = d->hvs[i] = d->hqs[i] = 1.0f / 64;
+  if (d->p.dtype == FJ_E4M3) {
+    CUDA_TRY(cudaMalloc((void **)&d->dqs, n * sizeof(float)));
+    CUDA_TRY(cudaMemcpy(d->dqs, d->hqs, n * sizeof(float), cudaMemcpyHostToDevice));
+    d->p.q_scale = d->dqs;
+  }
   CUDA_TRY(cudaMalloc((void **)&d->dks, n * sizeof(float)));
   CUDA_TRY(cudaMalloc((void **)&d->dvs, n * sizeof(float)));
   CUDA_TRY(cudaMemcpy(d->dks, d->hks, n * sizeof(float), cudaMemcpyHostToDevice));
@@ -263,7 +269,9 @@ int cli_run_alloc(run_data *d, int seed)
   const fj_problem *p = &d->p;
   fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
   float kv_scale = kv == FJ_E4M3 ? 64.f : 1.f;
+  /* esize: O's element (bf16 for --dtype e4m3); qsize: Q's. */
   d->esize = 2;
+  size_t qsize = p->dtype == FJ_E4M3 ? 1 : 2;
   d->kvsize = kv == FJ_E4M3 ? 1 : 2;
   d->nq = q_elements(d, p->q_stride);
   d->nk = kv_elements(d);
@@ -271,7 +279,7 @@ int cli_run_alloc(run_data *d, int seed)
   if (run_upload_index(d))
     return EXIT_FAIL;
   uint64_t state = cli_seed_state(seed);
-  d->hq = cli_random_tensor(p->dtype, d->nq, 1.f, &state);
+  d->hq = cli_random_tensor(p->dtype, d->nq, p->dtype == FJ_E4M3 ? 64.f : 1.f, &state);
   d->hk = cli_random_tensor(kv, d->nk, kv_scale, &state);
   d->hv = cli_random_tensor(kv, d->nk, kv_scale, &state);
   if (kv == FJ_E4M3 && run_fp8_scales(d))
@@ -283,12 +291,12 @@ int cli_run_alloc(run_data *d, int seed)
     fprintf(stderr, "flashjit run: out of host memory\n");
     return EXIT_FAIL;
   }
-  CUDA_TRY(cudaMalloc(&d->dq, d->nq * d->esize));
+  CUDA_TRY(cudaMalloc(&d->dq, d->nq * qsize));
   CUDA_TRY(cudaMalloc(&d->dk, d->nk * d->kvsize));
   CUDA_TRY(cudaMalloc(&d->dv, d->nk * d->kvsize));
   CUDA_TRY(cudaMalloc(&d->dout, d->no * d->esize));
   CUDA_TRY(cudaMalloc((void **)&d->dlse, nlse * sizeof(float)));
-  CUDA_TRY(cudaMemcpy(d->dq, d->hq, d->nq * d->esize, cudaMemcpyHostToDevice));
+  CUDA_TRY(cudaMemcpy(d->dq, d->hq, d->nq * qsize, cudaMemcpyHostToDevice));
   CUDA_TRY(cudaMemcpy(d->dk, d->hk, d->nk * d->kvsize, cudaMemcpyHostToDevice));
   CUDA_TRY(cudaMemcpy(d->dv, d->hv, d->nk * d->kvsize, cudaMemcpyHostToDevice));
   return 0;
@@ -306,8 +314,10 @@ void cli_run_free(run_data *d)
   free(d->hlse);
   free(d->hks);
   free(d->hvs);
+  free(d->hqs);
   cudaFree(d->dks);
   cudaFree(d->dvs);
+  cudaFree(d->dqs);
   cli_free_blocks(d);
   cudaFree(d->dq);
   cudaFree(d->dk);

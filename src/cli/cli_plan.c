@@ -131,8 +131,8 @@ int cli_cmd_plan(cli *c)
     return rc;
   /* FP8 scales are launch arguments; only their presence is checked. */
   static const float placeholder[1];
-  if (p.kv_dtype == FJ_E4M3)
-    p.k_scale = p.v_scale = placeholder;
+  if (p.kv_dtype == FJ_E4M3 || p.dtype == FJ_E4M3)
+    p.k_scale = p.v_scale = p.q_scale = placeholder;
   if (c->backward) {
     rc = plan_backward(c, ctx, &p);
     fj_ctx_destroy(ctx);

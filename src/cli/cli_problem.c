@@ -161,8 +161,8 @@ static int run_validate(cli *c, const fj_problem *p)
   /* FP8 scales are allocated later; only their presence is checked here. */
   static const float placeholder[1];
   fj_problem check = *p;
-  if (check.kv_dtype == FJ_E4M3)
-    check.k_scale = check.v_scale = placeholder;
+  if (check.kv_dtype == FJ_E4M3 || check.dtype == FJ_E4M3)
+    check.k_scale = check.v_scale = check.q_scale = placeholder;
   fj_status st = fj_problem_check(ctx, &check);
   if (st != FJ_OK)
     rc = cli_fj_error(c, ctx, st);

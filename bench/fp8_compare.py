@@ -1,0 +1,158 @@
+"""FP8 attention (Q, K, V e4m3) beside cuDNN's FP8 SDPA, in one process.
+
+The FlashAttention-3 paper's 16k-token sweep (B = 16384 // S, H = 2048 //
+D, BHSD), e4m3 inputs torch.randn(...).to(float8_e4m3fn) with descales 1
+(cuDNN: per tensor; flashjit: per (batch, KV head), all 1).  cuDNN runs
+through cudnn-frontend's sdpa_fp8 graph as ../shared/anchors/fp8_anchor.py
+builds it (bench/fp8_anchor.py is that script; O in e4m3, the only FP8
+output cuDNN takes on Hopper); flashjit through fj_attention_fwd (O in
+bf16).  Both are checked against a float32 reference of the dequantised
+inputs on batch 0, head 0.  CUDA events, median of --iters after warm-up.
+Also, with --long: flashjit's error against the reference as the keys
+grow (one head, 4 query rows x 1k..128k keys), per flush setting.
+
+Run on the GPU machine from the repository root, the cudnn-frontend wheel
+installed to /tmp/site (../shared/anchors/README.md):
+    PYTHONPATH=/tmp/site:python FLASHJIT_LIB=build/libflashjit.so \
+        python3 bench/fp8_compare.py [--dims 128,256] [--seqs 2048,4096] [--long]
+Writes fp8_compare.json to $OUT (or --out).
+"""
+import argparse
+import ctypes as C
+import json
+import math
+import os
+import statistics
+import sys
+import types
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import flashjit_ctypes as fjc  # noqa: E402
+import fp8_anchor as anchor  # noqa: E402
+
+
+def flops(B, H, S, D, causal):
+    return 4 * B * H * S * S * D / (2 if causal else 1)
+
+
+class Fp8:
+    """flashjit's FP8 forward on one problem: the scales (all 1), the output."""
+
+    def __init__(self, fj, B, H, Hkv, Sq, Skv, D, causal, flush=0):
+        self.fj, self.D = fj, D
+        self.p = fj.problem(B, H, Hkv, Sq, Skv, D, dtype=fjc.E4M3,
+                            causal=fjc.CAUSAL_TOP_LEFT if causal else fjc.CAUSAL_NONE)
+        self.scales = torch.ones(3, B * Hkv, dtype=torch.float32, device="cuda")
+        self.p.q_scale = self.scales[0].data_ptr()
+        self.p.k_scale = self.scales[1].data_ptr()
+        self.p.v_scale = self.scales[2].data_ptr()
+        self.o = torch.empty(B, H, Sq, D, dtype=torch.bfloat16, device="cuda")
+        self.variant, self.name, _ = fj.variant(self.p)
+        if flush:
+            self.variant.fp8_flush = flush
+            buf = C.create_string_buffer(160)
+            fj.lib.fj_variant_name(C.byref(self.variant), buf, 160)
+            self.name = buf.value.decode()
+
+    def __call__(self, q, k, v):
+        self.fj.fwd_variant(self.p, self.variant, q, k, v, self.o,
+                            stream=torch.cuda.current_stream().cuda_stream)
+        return self.o
+
+
+def sweep(fj, args, cudnn, handle, results):
+    aargs = types.SimpleNamespace(layout="bhsd", stats=False, out="e4m3", no_amax_s=False,
+                                  scale_s=256.0, scale_o="auto", warmup=3, iters=args.iters,
+                                  verbose=False)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(0)
+    for D in args.dims:
+        for causal in args.causal:
+            for S in args.seqs:
+                B, H = 16384 // S, 2048 // D
+                q, k, v = anchor.make_qkv(B, H, S, D, "bhsd", gen)
+                f = flops(B, H, S, D, causal)
+                ref = anchor.ref_attention_bh0(q, k, v, 1.0, 1.0, 1.0, 1.0 / math.sqrt(D), causal)
+                row = dict(D=D, causal=causal, S=S, B=B, H=H)
+                fp8 = Fp8(fj, B, H, H, S, S, D, causal)
+                o = fp8(q, k, v)
+                torch.cuda.synchronize()
+                row["flashjit_variant"] = fp8.name
+                row["flashjit_err"] = anchor.err_stats(o[0, 0], ref)
+                us, _ = anchor.time_us(lambda: fp8(q, k, v), 3, args.iters)
+                row["flashjit_us"], row["flashjit_tflops"] = round(us, 2), round(f / us / 1e6, 1)
+                res = {}
+                try:
+                    o0 = anchor.run_fp8_case(cudnn, handle, B, H, S, D, causal, q, k, v, f, aargs, res)
+                    row["cudnn_us"], row["cudnn_tflops"] = res["us"], res["tflops"]
+                    row["cudnn_err"] = anchor.err_stats(o0, ref)
+                    row["speedup"] = round(res["us"] / row["flashjit_us"], 3)
+                except Exception as e:  # noqa: BLE001
+                    row["cudnn_error"] = anchor.first_line(e)
+                print(f"D={D} causal={int(causal)} S={S}: flashjit {row['flashjit_tflops']} TF "
+                      f"(rel {row['flashjit_err']['rel']:.4f}) cuDNN FP8 {row.get('cudnn_tflops')} TF "
+                      f"(rel {row.get('cudnn_err', {}).get('rel', float('nan')):.4f}) "
+                      f"x{row.get('speedup')} [{fp8.name}]", flush=True)
+                results.append(row)
+                del q, k, v, fp8
+    for D in args.dims:
+        for causal in args.causal:
+            rs = [r for r in results if r["D"] == D and r["causal"] == causal and "speedup" in r]
+            if rs:
+                g = math.exp(statistics.mean(math.log(r["speedup"]) for r in rs))
+                tf = math.exp(statistics.mean(math.log(r["flashjit_tflops"]) for r in rs))
+                print(f"geomean D={D} causal={int(causal)}: flashjit/cuDNN FP8 x{g:.3f}, "
+                      f"flashjit {tf:.0f} TF")
+
+
+def long_context(fj, args, results):
+    """The error against the float32 reference as the keys grow: one head,
+    queries 4 rows, keys 1k..128k, for each flush setting (never, the
+    default, 1)."""
+    D = 128
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(1)
+    for skv in (1024, 4096, 16384, 65536, 131072):
+        q = torch.randn(1, 1, 64, D, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+        k = torch.randn(1, 1, skv, D, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+        v = torch.randn(1, 1, skv, D, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+        s = (q[0, 0].float() @ k[0, 0].float().t()) / math.sqrt(D)
+        ref = torch.softmax(s, -1) @ v[0, 0].float()
+        for flush in (-1, 0, 1):
+            fp8 = Fp8(fj, 1, 1, 1, 64, skv, D, False, flush)
+            o = fp8(q, k, v)
+            torch.cuda.synchronize()
+            e = anchor.err_stats(o[0, 0], ref)
+            results.append(dict(long=True, skv=skv, flush=flush, variant=fp8.name, err=e))
+            print(f"keys {skv}: flush {flush} ({fp8.name}) rel {e['rel']:.5f}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dims", default="128,256")
+    ap.add_argument("--seqs", default="2048,4096,8192,16384")
+    ap.add_argument("--causal", default="0,1")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--long", action="store_true")
+    ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    args.dims = [int(x) for x in args.dims.split(",")]
+    args.seqs = [int(x) for x in args.seqs.split(",")]
+    args.causal = [bool(int(x)) for x in args.causal.split(",")]
+    fj = fjc.Flashjit(fjc.load())
+    results = []
+    if not args.no_sweep:
+        import cudnn  # the cudnn-frontend wheel
+        handle = cudnn.create_handle()
+        sweep(fj, args, cudnn, handle, results)
+    if args.long:
+        long_context(fj, args, results)
+    with open(os.path.join(args.out, "fp8_compare.json"), "w") as f:
+        json.dump(dict(device=torch.cuda.get_device_name(), results=results), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
