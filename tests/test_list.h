@@ -21,6 +21,7 @@ TEST(sandbox_renderer_loop, cpu)
 TEST(sandbox_error_objects, cpu)
 TEST(template_dir_files, cpu)
 TEST(template_meta, cpu)
+TEST(template_wgmma_forms, cpu)
 /* the backward without a GPU (backward.c) */
 TEST(backward_compile, cpu)
 TEST(backward_refusals, cpu)
