@@ -1307,10 +1307,16 @@ typedef enum fj_frag {
    * j of 16 (registers 8j..8j + 7) repeats it 16j columns on. */
   FJ_FRAG_WGMMA_ACC_F16 = 13,  /* f32 accumulator, f16 inputs */
   FJ_FRAG_WGMMA_ACC_BF16 = 14, /* the same, bf16 inputs */
-  FJ_FRAG_WGMMA_A = 15         /* A (m64 x k16) from registers (the RS form) */
+  FJ_FRAG_WGMMA_A = 15,        /* A (m64 x k16) from registers (the RS form) */
+  /* wgmma.mma_async m64nNk32 of e4m3 inputs (both K-major, no transpose). */
+  FJ_FRAG_WGMMA_ACC_E4M3 = 16, /* f32 accumulator, e4m3 inputs (as 13) */
+  FJ_FRAG_WGMMA_A8 = 17        /* A (m64 x k32) of 8-bit elements from
+                                  registers (the RS form): warp 0's 16 rows x
+                                  32 columns, 16 slots per lane, slot 4r + b
+                                  the byte b (0 the lowest) of register r */
 } fj_frag;
 
-#define FJ_FRAG_COUNT 15
+#define FJ_FRAG_COUNT 17
 #define FJ_LUT_MAX_SLOTS 16
 
 typedef enum fj_lut_origin {
@@ -1322,7 +1328,7 @@ typedef enum fj_lut_origin {
 
 typedef struct fj_lut {
   fj_frag frag;
-  int rows, cols;        /* the tile: 16 x 16 */
+  int rows, cols;        /* the tile: 16 x 16 (16 x 32 for wgmma_a8) */
   int lanes;             /* 32 */
   int slots;             /* elements per lane (fragment num_elements) */
   /* map[lane][slot] = row * cols + col of the tile element in that slot */

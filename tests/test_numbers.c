@@ -43,6 +43,51 @@ int test_lut_reference(void)
   return 0;
 }
 
+/* The e4m3 kinds on a compile-only sm_90a context: the accumulator is the
+ * 16-bit one's table; the 8-bit A is warp 0's 16 x 32 (16 slots per lane)
+ * as the PTX ISA draws wgmma's m64nNk32 A, each element held once. */
+int test_lut_reference_e4m3(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  fj_lut acc, acc16, a8;
+  char why[256];
+  CHECK_OK(ctx, fj_layout_get(ctx, FJ_FRAG_WGMMA_ACC_E4M3, &acc));
+  CHECK_OK(ctx, fj_layout_get(ctx, FJ_FRAG_WGMMA_ACC_F16, &acc16));
+  CHECK(acc.origin == FJ_LUT_REFERENCE && acc.frag == FJ_FRAG_WGMMA_ACC_E4M3);
+  CHECK(acc.rows == 16 && acc.cols == 16 && acc.slots == 8 && acc.lanes == 32);
+  CHECK(fj__lut_validate(&acc, why, sizeof why) == 0);
+  CHECK(!memcmp(acc.map, acc16.map, sizeof acc.map));
+  CHECK_OK(ctx, fj_layout_get(ctx, FJ_FRAG_WGMMA_A8, &a8));
+  CHECK(a8.origin == FJ_LUT_REFERENCE && a8.frag == FJ_FRAG_WGMMA_A8);
+  CHECK(a8.rows == 16 && a8.cols == 32 && a8.slots == 16 && a8.lanes == 32);
+  CHECK(fj__lut_validate(&a8, why, sizeof why) == 0);
+  int held[16 * 32] = {0};
+  for (int lane = 0; lane < 32; lane++)
+    for (int s = 0; s < 16; s++) {
+      int row = lane / 4 + (s % 8 < 4 ? 0 : 8);
+      int col = 4 * (lane % 4) + s % 4 + (s < 8 ? 0 : 16);
+      CHECK(a8.map[lane][s] == row * 32 + col);
+      held[a8.map[lane][s]]++;
+    }
+  for (int e = 0; e < 16 * 32; e++)
+    CHECK(held[e] == 1);
+  /* Lane 6 (g 1, t 2) slot 13 (register 3, byte 1): (9, 8 + 1 + 16). */
+  CHECK(a8.map[6][13] == 9 * 32 + 25);
+  CHECK(!strcmp(fj_frag_name(FJ_FRAG_WGMMA_ACC_E4M3), "wgmma_acc_e4m3"));
+  CHECK(!strcmp(fj_frag_name(FJ_FRAG_WGMMA_A8), "wgmma_a8"));
+  CHECK(FJ_FRAG_COUNT == FJ_FRAG_WGMMA_A8);
+  fj_ctx_destroy(ctx);
+  /* wgmma kinds need sm_90a. */
+  ctx = fjt_ctx("sm_90", NULL);
+  CHECK(ctx);
+  CHECK_ST(ctx, fj_layout_get(ctx, FJ_FRAG_WGMMA_A8, &a8), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "fragment kind wgmma_a8 needs sm_90a (wgmma); the target is sm_90");
+  CHECK_ST(ctx, fj_layout_get(ctx, FJ_FRAG_WGMMA_ACC_E4M3, &acc), FJ_ERR_UNSUPPORTED);
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
 int test_lut_validate(void)
 {
   fj_lut lut;
@@ -65,6 +110,24 @@ int test_lut_validate(void)
     lut.map[0][s] = 1;
   CHECK(fj__lut_validate(&lut, why, sizeof why) != 0);
   CHECK(strstr(why, "(0, 0) is held 0 times"));
+  /* The 8-bit A's tile is 16 x 32, and only its. */
+  fj__lut_reference(FJ_FRAG_WGMMA_A8, &lut);
+  CHECK(fj__lut_validate(&lut, why, sizeof why) == 0);
+  lut.map[31][15] = 16 * 32;
+  CHECK(fj__lut_validate(&lut, why, sizeof why) != 0);
+  CHECK(strstr(why, "wgmma_a8: lane 31 slot 15 holds element 512, outside the 512-element tile"));
+  fj__lut_reference(FJ_FRAG_WGMMA_A8, &lut);
+  lut.map[0][1] = lut.map[0][0];
+  CHECK(fj__lut_validate(&lut, why, sizeof why) != 0);
+  CHECK(strstr(why, "wgmma_a8: tile element (0, 1) is held 0 times"));
+  fj__lut_reference(FJ_FRAG_WGMMA_A8, &lut);
+  lut.cols = 16;
+  CHECK(fj__lut_validate(&lut, why, sizeof why) != 0);
+  CHECK(strstr(why, "wgmma_a8: 16 slots per lane for a 16x16 tile"));
+  fj__lut_reference(FJ_FRAG_WGMMA_ACC_E4M3, &lut);
+  lut.cols = 32;
+  CHECK(fj__lut_validate(&lut, why, sizeof why) != 0);
+  CHECK(strstr(why, "wgmma_acc_e4m3: 8 slots per lane for a 16x32 tile"));
   return 0;
 }
 
