@@ -34,10 +34,11 @@ TEST(gpu_sanitize_backward, gpu)
 TEST(gpu_backward_tuned, gpu)
 /* the library's choice on every target NVRTC has (test_everyarch.c) */
 TEST(everyarch_picks, cpu)
-/* the device pieces' Lua contracts (mask.lua, tma_ring.lua, budget.lua) */
+/* the device pieces' Lua contracts (mask.lua, tma_ring.lua, budget.lua, lut.lua) */
 TEST(pieces_mask_directions, cpu)
 TEST(pieces_ring_elem, cpu)
 TEST(pieces_budget, cpu)
+TEST(pieces_p8_from_acc, cpu)
 /* compile.c */
 TEST(compile_sm80_sm90, cpu)
 TEST(compile_lut_probe, cpu)
