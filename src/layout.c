@@ -38,7 +38,7 @@
  * kinds (one warpgroup) write out[round * 8192 + thread * 64 + register]
  * and the slots at out[32768]. */
 enum {
-  PROBE_FLOATS = 32769,
+  PROBE_FLOATS = FJ_LUT_PROBE_FLOATS,
   PROBE_CHECK = 513,
   WG_ROUND = 8192,
   WG_SLOTS = 32768
@@ -482,8 +482,8 @@ static int invert(fj_frag frag, const float *out, fj_lut *lut, char *why,
 /* The table of one kind from its probe's output; luts holds the kinds
  * probed before (each wgmma A operand reads through its accumulator's:
  * wgmma_a through wgmma_acc_f16's, wgmma_a8 through wgmma_acc_e4m3's). */
-static int decode(fj_frag frag, const float *out, const fj_lut *luts,
-                  fj_lut *lut, char *why, size_t size)
+int fj__lut_decode(fj_frag frag, const float *out, const fj_lut *luts,
+                   fj_lut *lut, char *why, size_t size)
 {
   float slots = frag == FJ_FRAG_WGMMA_A8 ? 16.f : 8.f;
   if (is_wgmma(frag) && out[WG_SLOTS] != slots) {
@@ -524,7 +524,7 @@ static fj_status run_probe(fj_ctx *ctx, fj_kernel *k, fj_frag frag,
     free(out);
     return st;
   }
-  int bad = decode(frag, out, luts, lut, why, sizeof why);
+  int bad = fj__lut_decode(frag, out, luts, lut, why, sizeof why);
   free(out);
   if (bad)
     return fj__fail(ctx, FJ_ERR_LAYOUT, "fragment layout probe on %s: %s",

@@ -88,6 +88,124 @@ int test_lut_reference_e4m3(void)
   return 0;
 }
 
+/* What a device whose e4m3 wgmma layouts are the reference tables writes
+ * for the accumulator's probe (lut_probe.cu: rounds 0 and 1 each
+ * register's row and column, round 2 the check product over k < 128) and
+ * the 8-bit A's (D = A . I read through the accumulator; the tags 1 +
+ * slot, 1 + thread % 16, 1 + thread / 16). */
+static void synth_acc_e4m3(const fj_lut *acc, float *out)
+{
+  for (int t = 0; t < 128; t++)
+    for (int i = 0; i < 64; i++) {
+      int e = acc->map[t % 32][i % 8];
+      int m = e / 16 + 16 * (t / 32), n = e % 16 + 16 * (i / 8);
+      double sum = 0;
+      for (int k = 0; k < 128; k++)
+        sum += ((m * 7 + k * 3) % 9 - 4) * ((k * 5 + n * 13) % 9 - 4);
+      out[t * 64 + i] = (float)m;
+      out[8192 + t * 64 + i] = (float)n;
+      out[2 * 8192 + t * 64 + i] = (float)sum;
+    }
+  out[32768] = 8.f;
+}
+
+static void synth_a8(const fj_lut *acc, const fj_lut *a8, float *out)
+{
+  static int owner[64 * 32];
+  for (int t = 0; t < 128; t++)
+    for (int s = 0; s < 16; s++) {
+      int e = a8->map[t % 32][s];
+      owner[(e / 32 + 16 * (t / 32)) * 32 + e % 32] = t * 16 + s;
+    }
+  for (int t = 0; t < 128; t++)
+    for (int i = 0; i < 16; i++) {
+      int e = acc->map[t % 32][i % 8];
+      int o = owner[(e / 16 + 16 * (t / 32)) * 32 + e % 16 + 16 * (i / 8)];
+      out[t * 64 + i] = (float)(o % 16 + 1);
+      out[8192 + t * 64 + i] = (float)(o / 16 % 16 + 1);
+      out[2 * 8192 + t * 64 + i] = (float)(o / 256 + 1);
+    }
+  out[32768] = 16.f;
+}
+
+/* The host half of the e4m3 probes, on outputs made here: the reference
+ * tables come back from what a device with those layouts writes, and a
+ * wrong product, a tag twice, a warp off the pattern or an unfinished
+ * probe is refused with what is wrong. */
+int test_lut_decode_e4m3(void)
+{
+  static float out[FJ_LUT_PROBE_FLOATS];
+  static fj_lut luts[FJ_FRAG_COUNT + 1];
+  fj_lut ref, got;
+  char why[256];
+  fj__lut_reference(FJ_FRAG_WGMMA_ACC_E4M3, &ref);
+  synth_acc_e4m3(&ref, out);
+  CHECK(fj__lut_decode(FJ_FRAG_WGMMA_ACC_E4M3, out, luts, &got, why, sizeof why) == 0);
+  CHECK(got.slots == 8 && got.cols == 16 && !memcmp(got.map, ref.map, sizeof ref.map));
+  out[2 * 8192 + 77 * 64 + 5] += 1.f;
+  CHECK(fj__lut_decode(FJ_FRAG_WGMMA_ACC_E4M3, out, luts, &got, why, sizeof why) != 0);
+  CHECK(strstr(why, "wgmma_acc_e4m3: with a K-major B, thread 77 register 5"));
+  luts[FJ_FRAG_WGMMA_ACC_E4M3] = ref;
+  fj_lut a8;
+  fj__lut_reference(FJ_FRAG_WGMMA_A8, &a8);
+  synth_a8(&ref, &a8, out);
+  CHECK(fj__lut_decode(FJ_FRAG_WGMMA_A8, out, luts, &got, why, sizeof why) == 0);
+  CHECK(got.slots == 16 && got.rows == 16 && got.cols == 32 &&
+        !memcmp(got.map, a8.map, sizeof a8.map));
+  /* Another valid A layout (lanes 0 and 1 swapped) is read as it is. */
+  fj_lut other = a8;
+  for (int s = 0; s < 16; s++) {
+    other.map[0][s] = a8.map[1][s];
+    other.map[1][s] = a8.map[0][s];
+  }
+  synth_a8(&ref, &other, out);
+  CHECK(fj__lut_decode(FJ_FRAG_WGMMA_A8, out, luts, &got, why, sizeof why) == 0);
+  CHECK(!memcmp(got.map, other.map, sizeof other.map));
+  synth_a8(&ref, &a8, out);
+  out[8192 + 3 * 64 + 2] = out[8192 + 3 * 64 + 3];
+  out[3 * 64 + 2] = out[3 * 64 + 3];
+  out[2 * 8192 + 3 * 64 + 2] = out[2 * 8192 + 3 * 64 + 3];
+  CHECK(fj__lut_decode(FJ_FRAG_WGMMA_A8, out, luts, &got, why, sizeof why) != 0);
+  CHECK(strstr(why, "wgmma_a8: thread") && strstr(why, "appears twice"));
+  synth_a8(&ref, &a8, out);
+  out[2 * 8192 + 40 * 64 + 9] = 9.f;  /* a thread 128 or more */
+  CHECK(fj__lut_decode(FJ_FRAG_WGMMA_A8, out, luts, &got, why, sizeof why) != 0);
+  CHECK(strstr(why, "wgmma_a8: thread 40 register 9"));
+  CHECK(strstr(why, "no (thread, slot)"));
+  /* Warp 1 holding lane 0's and lane 1's slots the other way round. */
+  for (int s = 0; s < 16; s++) {
+    other.map[0][s] = a8.map[0][s];
+    other.map[1][s] = a8.map[1][s];
+  }
+  synth_a8(&ref, &other, out);
+  {
+    static int owner[64 * 32];
+    for (int t = 0; t < 128; t++)
+      for (int s = 0; s < 16; s++) {
+        int lane = t % 32;
+        if (t / 32 == 1 && lane < 2)
+          lane ^= 1;
+        int e = a8.map[lane][s];
+        owner[(e / 32 + 16 * (t / 32)) * 32 + e % 32] = t * 16 + s;
+      }
+    for (int t = 32; t < 64; t++)
+      for (int i = 0; i < 16; i++) {
+        int e = ref.map[t % 32][i % 8];
+        int o = owner[(e / 16 + 16) * 32 + e % 16 + 16 * (i / 8)];
+        out[t * 64 + i] = (float)(o % 16 + 1);
+        out[8192 + t * 64 + i] = (float)(o / 16 % 16 + 1);
+        out[2 * 8192 + t * 64 + i] = (float)(o / 256 + 1);
+      }
+  }
+  CHECK(fj__lut_decode(FJ_FRAG_WGMMA_A8, out, luts, &got, why, sizeof why) != 0);
+  CHECK(strstr(why, "wgmma_a8: thread 32 slot 0 holds (16, 4), not warp 0's lane 0 slot 0 shifted by 16 rows"));
+  synth_a8(&ref, &a8, out);
+  out[32768] = 8.f;
+  CHECK(fj__lut_decode(FJ_FRAG_WGMMA_A8, out, luts, &got, why, sizeof why) != 0);
+  CHECK(strstr(why, "wgmma_a8: the probe did not finish (out[32768] = 8)"));
+  return 0;
+}
+
 int test_lut_validate(void)
 {
   fj_lut lut;
