@@ -1348,7 +1348,7 @@ typedef enum fj_lut_origin {
 
 typedef struct fj_lut {
   fj_frag frag;
-  int rows, cols;        /* the tile: 16 x 16 */
+  int rows, cols;        /* the tile: 16 x 16 (16 x 32 for wgmma_a8) */
   int lanes;             /* 32 */
   int slots;             /* elements per lane (fragment num_elements) */
   /* map[lane][slot] = row * cols + col of the tile element in that slot */

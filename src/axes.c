@@ -133,7 +133,7 @@ static const char *const frag_names[FJ_FRAG_COUNT + 1] = {
     "?",          "wmma_acc_f32",  "wmma_a_f16_row", "wmma_b_f16_col",
     "wmma_b_f16_row", "wmma_a_bf16_row", "wmma_b_bf16_col", "wmma_b_bf16_row",
     "mma_acc_f16", "mma_acc_bf16", "mma_a", "mma_b_col", "mma_b_row",
-    "wgmma_acc_f16", "wgmma_acc_bf16", "wgmma_a",
+    "wgmma_acc_f16", "wgmma_acc_bf16", "wgmma_a", "wgmma_acc_e4m3", "wgmma_a8",
 };
 
 const char *fj_frag_name(fj_frag frag)

@@ -14,6 +14,11 @@
  * operand tables from ldmatrix of tagged tiles, accumulator tables from an
  * mma whose product encodes each element's position, then checked against
  * two products of small integers computed here.
+ *
+ * The wgmma kinds (sm_90a) come from one warpgroup's m64nN products: the
+ * 16-bit ones through m64nNk16, the e4m3 ones through m64nNk32 with every
+ * input exact in e4m3 (integers up to 16).  The 8-bit A operand is the one
+ * table of another shape: 16 rows x 32 columns, 16 slots per lane.
  */
 #include <math.h>
 #include <stdio.h>
@@ -33,7 +38,7 @@
  * kinds (one warpgroup) write out[round * 8192 + thread * 64 + register]
  * and the slots at out[32768]. */
 enum {
-  PROBE_FLOATS = 32769,
+  PROBE_FLOATS = FJ_LUT_PROBE_FLOATS,
   PROBE_CHECK = 513,
   WG_ROUND = 8192,
   WG_SLOTS = 32768
@@ -43,12 +48,19 @@ static int is_accumulator(fj_frag frag)
 {
   return frag == FJ_FRAG_WMMA_ACC_F32 || frag == FJ_FRAG_MMA_ACC_F16 ||
          frag == FJ_FRAG_MMA_ACC_BF16 || frag == FJ_FRAG_WGMMA_ACC_F16 ||
-         frag == FJ_FRAG_WGMMA_ACC_BF16;
+         frag == FJ_FRAG_WGMMA_ACC_BF16 || frag == FJ_FRAG_WGMMA_ACC_E4M3;
 }
 
 static int is_wgmma(fj_frag frag)
 {
-  return frag >= FJ_FRAG_WGMMA_ACC_F16 && frag <= FJ_FRAG_WGMMA_A;
+  return frag >= FJ_FRAG_WGMMA_ACC_F16 && frag <= FJ_FRAG_WGMMA_A8;
+}
+
+/* The columns of a kind's tile: warp 0's 16 rows of the 8-bit A span one
+ * k32 step; every other tile is 16 x 16. */
+static int tile_cols(fj_frag frag)
+{
+  return frag == FJ_FRAG_WGMMA_A8 ? 32 : 16;
 }
 
 static int is_mma(fj_frag frag)
@@ -76,8 +88,9 @@ static int available(const fj_ctx *ctx, fj_frag frag)
 int fj__lut_validate(const fj_lut *lut, char *buf, size_t size)
 {
   int tile = lut->rows * lut->cols;
-  int seen[256] = {0};
-  if (lut->slots < 1 || lut->slots > FJ_LUT_MAX_SLOTS || tile != 256) {
+  int seen[16 * 32] = {0};
+  if (lut->slots < 1 || lut->slots > FJ_LUT_MAX_SLOTS || lut->rows != 16 ||
+      lut->cols != tile_cols(lut->frag)) {
     snprintf(buf, size, "%s: %d slots per lane for a %dx%d tile",
              fj_frag_name(lut->frag), lut->slots, lut->rows, lut->cols);
     return -1;
@@ -107,12 +120,13 @@ int fj__lut_validate(const fj_lut *lut, char *buf, size_t size)
   return 0;
 }
 
-/* An empty 16x16 table of a kind, 32 lanes. */
+/* An empty table of a kind (16 rows, tile_cols columns), 32 lanes. */
 static void table_init(fj_lut *lut, fj_frag frag, int slots)
 {
   memset(lut, 0, sizeof *lut);
   lut->frag = frag;
-  lut->rows = lut->cols = 16;
+  lut->rows = 16;
+  lut->cols = tile_cols(frag);
   lut->lanes = 32;
   lut->slots = slots;
 }
@@ -127,7 +141,8 @@ static int is_operand_b(fj_frag frag)
 }
 
 /* What the probe showed on an NVIDIA H200 (sm_90, driver 580.159.04), used
- * only where nothing can be observed (a compile-only context).  With
+ * only where nothing can be observed (a compile-only context); the e4m3
+ * kinds' tables are the PTX ISA's, not yet probed on a GPU.  With
  * g = lane / 4, t = lane % 4 and i = slot % 8:
  *   accumulator and matrix_a:  (row, col) = (g + 8((i >> 1) & 1),
  *                                            2t + (i & 1) + 8(i >> 2))
@@ -136,11 +151,17 @@ static int is_operand_b(fj_frag frag)
  * The half operands hold 16 slots whose 8-15 repeat 0-7; the bf16 operands
  * and the accumulator hold 8.  The mma kinds (8 slots) follow the same
  * formulas, as the PTX ISA's fragment figures for m16n8k16 and ldmatrix
- * give them for the loads of templates/mma_frag.cuh. */
+ * give them for the loads of templates/mma_frag.cuh; so do the wgmma
+ * accumulators, e4m3's included.  The 8-bit A (16 slots, 32 columns), as
+ * the PTX ISA's figure for wgmma's m64nNk32 A gives it:
+ *   (row, col) = (g + 8((slot >> 2) & 1), 4t + (slot & 3) + 16(slot >> 3)) */
 static int reference_element(fj_frag frag, int lane, int slot)
 {
   int g = lane / 4, t = lane % 4, i = slot % 8;
   int low = 8 * ((i >> 1) & 1), high = 8 * (i >> 2);
+  if (frag == FJ_FRAG_WGMMA_A8)
+    return (g + 8 * ((slot >> 2) & 1)) * 32 + 4 * t + (slot & 3) +
+           16 * (slot >> 3);
   if (is_operand_b(frag))
     return (2 * t + (i & 1) + low) * 16 + g + high;
   return (g + low) * 16 + 2 * t + (i & 1) + high;
@@ -150,7 +171,7 @@ static int reference_slots(fj_frag frag)
 {
   int half = frag == FJ_FRAG_WMMA_A_F16_ROW || frag == FJ_FRAG_WMMA_B_F16_COL ||
              frag == FJ_FRAG_WMMA_B_F16_ROW;
-  return half ? 16 : 8;
+  return half || frag == FJ_FRAG_WGMMA_A8 ? 16 : 8;
 }
 
 void fj__lut_reference(fj_frag frag, fj_lut *lut)
@@ -158,9 +179,13 @@ void fj__lut_reference(fj_frag frag, fj_lut *lut)
   table_init(lut, frag, reference_slots(frag));
   lut->origin = FJ_LUT_REFERENCE;
   /* No device was seen: the name says so before it names the GPU whose
-   * probe the table repeats. */
-  snprintf(lut->device, sizeof lut->device,
-           "none (a reference table: what an NVIDIA H200 showed)");
+   * probe the table repeats -- or, for the e4m3 kinds, that no GPU has
+   * shown it yet (test gpu_lut_e4m3 compares a probe with it). */
+  int unseen = frag == FJ_FRAG_WGMMA_ACC_E4M3 || frag == FJ_FRAG_WGMMA_A8;
+  snprintf(lut->device, sizeof lut->device, "%s",
+           unseen ? "none (a reference table: the PTX ISA's m64nNk32 layout, "
+                    "not yet seen on a GPU)"
+                  : "none (a reference table: what an NVIDIA H200 showed)");
   for (int lane = 0; lane < 32; lane++)
     for (int s = 0; s < lut->slots; s++)
       lut->map[lane][s] = (uint16_t)reference_element(frag, lane, s);
@@ -168,8 +193,10 @@ void fj__lut_reference(fj_frag frag, fj_lut *lut)
 
 /* ---- probing --------------------------------------------------------------------- */
 
-/* The inputs of the probe's check products (templates/lut_probe.cu). */
+/* The inputs of the probe's check products (templates/lut_probe.cu); the
+ * e4m3 product's A is probe_a8, in [-4, 4] like probe_b. */
 static double probe_a(int m, int k) { return (m * 7 + k * 3) % 11 - 5; }
+static double probe_a8(int m, int k) { return (m * 7 + k * 3) % 9 - 4; }
 static double probe_b(int k, int n) { return (k * 5 + n * 13) % 9 - 4; }
 
 /* An mma accumulator table is right only if the products land where it
@@ -215,26 +242,41 @@ static int wg_integer(float v, int lo, int hi)
   return v == floorf(v) && v >= (float)lo && v < (float)hi;
 }
 
-/* The products of rounds 2 (K-style B) and 3 (V-style B, MN-major, two
- * panels): every register equals the exact sum over k < 64. */
+/* One check product of a wgmma accumulator probe: round `round` holds the
+ * sum over k < depth of a(m, k) * probe_b(k, n), B stored as `style` says. */
+typedef struct wg_product {
+  int round, depth;
+  double (*a)(int m, int k);
+  const char *style;
+} wg_product;
+
+/* The 16-bit kinds: rounds 2 (K-style B) and 3 (V-style B, MN-major, two
+ * panels) over k < 64; e4m3: round 2 (K-major B; no transpose) over k < 128. */
+static const wg_product wg_products_16[] = {
+    {2, 64, probe_a, "K-major B"}, {3, 64, probe_a, "MN-major B (two panels)"}};
+static const wg_product wg_products_8[] = {{2, 128, probe_a8, "K-major B"}};
+
+/* Every register of each product equals the exact sum. */
 static int wg_check_products(const fj_lut *lut, const float *out, char *why,
                              size_t size)
 {
-  static const char *const style[2] = {"K-major B", "MN-major B (two panels)"};
-  for (int p = 0; p < 2; p++)
+  int e4m3 = lut->frag == FJ_FRAG_WGMMA_ACC_E4M3;
+  const wg_product *ps = e4m3 ? wg_products_8 : wg_products_16;
+  size_t np = e4m3 ? FJ_ARRAY_LEN(wg_products_8) : FJ_ARRAY_LEN(wg_products_16);
+  for (size_t p = 0; p < np; p++)
     for (int t = 0; t < 128; t++)
       for (int i = 0; i < 64; i++) {
         int m, n;
         wg_position(lut, t, i, &m, &n);
         double want = 0;
-        for (int k = 0; k < 64; k++)
-          want += probe_a(m, k) * probe_b(k, n);
-        float got = out[(2 + p) * WG_ROUND + t * 64 + i];
+        for (int k = 0; k < ps[p].depth; k++)
+          want += ps[p].a(m, k) * probe_b(k, n);
+        float got = out[ps[p].round * WG_ROUND + t * 64 + i];
         if ((double)got != want) {
           snprintf(why, size, "%s: with a %s, thread %d register %d (element "
                               "(%d, %d) by the table) holds %g, not %g",
-                   fj_frag_name(lut->frag), style[p], t, i, m, n, (double)got,
-                   want);
+                   fj_frag_name(lut->frag), ps[p].style, t, i, m, n,
+                   (double)got, want);
           return -1;
         }
       }
@@ -329,6 +371,73 @@ static int invert_wgmma_a(const float *out, const fj_lut *acc, fj_lut *lut,
   return fj__lut_validate(lut, why, size);
 }
 
+/* The 8-bit A: D = A . I (m64n32k32) holds A itself; register i of thread
+ * t sits where the e4m3 accumulator table says, and its rounds' tags (1 +
+ * the slot, 1 + t % 16, 1 + t / 16) name the A slot that landed there. */
+static int a8_tags(const float *out, int t, int i, int *thread, int *slot)
+{
+  float s = out[t * 64 + i], lo = out[WG_ROUND + t * 64 + i],
+        hi = out[2 * WG_ROUND + t * 64 + i];
+  if (!wg_integer(s, 1, 17) || !wg_integer(lo, 1, 17) || !wg_integer(hi, 1, 9))
+    return -1;
+  *slot = (int)s - 1;
+  *thread = ((int)hi - 1) * 16 + (int)lo - 1;
+  return 0;
+}
+
+/* Where each A slot landed (pos[thread][slot] = row * 32 + col of the
+ * 64x32 tile), each exactly once. */
+static int a8_positions(const float *out, const fj_lut *acc, int pos[128][16],
+                        char *why, size_t size)
+{
+  int seen[128][16] = {{0}};
+  for (int t = 0; t < 128; t++)
+    for (int i = 0; i < 16; i++) {
+      int r, c, owner, slot;
+      wg_position(acc, t, i, &r, &c);
+      if (a8_tags(out, t, i, &owner, &slot) != 0) {
+        snprintf(why, size, "wgmma_a8: thread %d register %d (element (%d, "
+                            "%d)) holds the tags %g, %g, %g: no (thread, slot)",
+                 t, i, r, c, (double)out[t * 64 + i],
+                 (double)out[WG_ROUND + t * 64 + i],
+                 (double)out[2 * WG_ROUND + t * 64 + i]);
+        return -1;
+      }
+      if (seen[owner][slot]++) {
+        snprintf(why, size, "wgmma_a8: thread %d slot %d appears twice",
+                 owner, slot);
+        return -1;
+      }
+      pos[owner][slot] = r * 32 + c;
+    }
+  return 0;  /* 2048 registers, no pair twice: every pair exactly once */
+}
+
+/* Every warp holds warp 0's pattern 16 rows down; warp 0's rows are the
+ * table. */
+static int invert_wgmma_a8(const float *out, const fj_lut *acc, fj_lut *lut,
+                           char *why, size_t size)
+{
+  int pos[128][16];
+  table_init(lut, FJ_FRAG_WGMMA_A8, 16);
+  if (a8_positions(out, acc, pos, why, size) != 0)
+    return -1;
+  for (int t = 0; t < 128; t++)
+    for (int s = 0; s < 16; s++) {
+      int want = pos[t % 32][s] + 16 * 32 * (t / 32);
+      if (pos[t % 32][s] >= 16 * 32 || pos[t][s] != want) {
+        snprintf(why, size, "wgmma_a8: thread %d slot %d holds (%d, %d), "
+                            "not warp 0's lane %d slot %d shifted by %d rows",
+                 t, s, pos[t][s] / 32, pos[t][s] % 32, t % 32, s,
+                 16 * (t / 32));
+        return -1;
+      }
+      if (t < 32)
+        lut->map[t][s] = (uint16_t)pos[t][s];
+    }
+  return fj__lut_validate(lut, why, size);
+}
+
 /* Turns one probe's output into a table. */
 static int invert(fj_frag frag, const float *out, fj_lut *lut, char *why,
                   size_t size)
@@ -371,17 +480,22 @@ static int invert(fj_frag frag, const float *out, fj_lut *lut, char *why,
 }
 
 /* The table of one kind from its probe's output; luts holds the kinds
- * probed before (the wgmma A operand reads through the accumulator's). */
-static int decode(fj_frag frag, const float *out, const fj_lut *luts,
-                  fj_lut *lut, char *why, size_t size)
+ * probed before (each wgmma A operand reads through its accumulator's:
+ * wgmma_a through wgmma_acc_f16's, wgmma_a8 through wgmma_acc_e4m3's). */
+int fj__lut_decode(fj_frag frag, const float *out, const fj_lut *luts,
+                   fj_lut *lut, char *why, size_t size)
 {
-  if (is_wgmma(frag) && out[WG_SLOTS] != 8.f) {
+  float slots = frag == FJ_FRAG_WGMMA_A8 ? 16.f : 8.f;
+  if (is_wgmma(frag) && out[WG_SLOTS] != slots) {
     snprintf(why, size, "%s: the probe did not finish (out[%d] = %g)",
              fj_frag_name(frag), WG_SLOTS, (double)out[WG_SLOTS]);
     return -1;
   }
   if (frag == FJ_FRAG_WGMMA_A)
     return invert_wgmma_a(out, &luts[FJ_FRAG_WGMMA_ACC_F16], lut, why, size);
+  if (frag == FJ_FRAG_WGMMA_A8)
+    return invert_wgmma_a8(out, &luts[FJ_FRAG_WGMMA_ACC_E4M3], lut, why,
+                           size);
   if (is_wgmma(frag))
     return invert_wgmma_acc(frag, out, lut, why, size);
   return invert(frag, out, lut, why, size);
@@ -410,7 +524,7 @@ static fj_status run_probe(fj_ctx *ctx, fj_kernel *k, fj_frag frag,
     free(out);
     return st;
   }
-  int bad = decode(frag, out, luts, lut, why, sizeof why);
+  int bad = fj__lut_decode(frag, out, luts, lut, why, sizeof why);
   free(out);
   if (bad)
     return fj__fail(ctx, FJ_ERR_LAYOUT, "fragment layout probe on %s: %s",

@@ -20,5 +20,13 @@ int fj__lut_validate(const fj_lut *lut, char *buf, size_t size);
 fj_status fj__layout_probe_kernel(fj_ctx *ctx, fj_kernel **k);
 /* The reference table of a fragment kind (what the H200 showed). */
 void fj__lut_reference(fj_frag frag, fj_lut *lut);
+/* The floats a probe kernel writes (templates/lut_probe.cu). */
+#define FJ_LUT_PROBE_FLOATS 32769
+/* The table of kind frag from its probe's output (FJ_LUT_PROBE_FLOATS
+ * floats): 0, or -1 with why.  luts[f] holds the kinds probed before (an
+ * A operand of wgmma reads through its accumulator's table).  Tests feed
+ * it outputs of their own making. */
+int fj__lut_decode(fj_frag frag, const float *out, const fj_lut *luts,
+                   fj_lut *lut, char *why, size_t size);
 
 #endif /* FJ_LAYOUT_H */

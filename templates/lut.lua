@@ -171,6 +171,81 @@ function M.a_from_acc(a, acc)
   return from
 end
 
+-- p8_from_acc(a8, acc) -> from, sigma | nil, why
+-- FP8's P operand: S's accumulator (acc = analyse of wgmma_acc_e4m3) as the
+-- A operand of the next m64nNk32 (a8 = analyse of wgmma_a8), in registers.
+-- One k step of P . V covers 32 keys: S's column groups j = 0, 1 of 16
+-- (accumulator registers 8j + i of the 32-column chunk are slot i of group
+-- j, 16j columns on).  FP8's A layout does not match the accumulator's, but
+-- P . V sums over k, so a permutation of the 32 keys applied to P's columns
+-- and to V's rows alike leaves the product unchanged: in each lane and
+-- each row, the lane's A slots sorted by column take the row's accumulator
+-- elements (both groups) sorted by column.
+--   from[s] = { j, i }: A slot s (0..15; register s // 4, byte s % 4, the
+--     lowest first) takes S's group j slot i -- the same in every lane;
+--   sigma[c] (c = 0..31): the S column (key within the k step) whose value
+--     sits at A column c -- the same in every row and lane holding column c.
+-- The contract with V: the k step's B operand must hold key 32 * block +
+-- sigma[c] at k = c, i.e. V^T (K-major) stores that key's column at column c
+-- of each 32-key block.  nil and why where a lane's rows differ between the
+-- tables or a column would need two keys.
+function M.p8_from_acc(a8, acc)
+  local from, sigma, where = {}, {}, {}
+  for lane = 0, 31 do
+    -- rows[r] = { a = { {col, slot}... }, s = { {col, j, i}... } }
+    local rows, order = {}, {}
+    local function row(r)
+      if not rows[r] then rows[r] = { a = {}, s = {} }; order[#order + 1] = r end
+      return rows[r]
+    end
+    for s = 0, a8.slots - 1 do
+      local r, c = a8.base[lane][1] + a8.drow[s], a8.base[lane][2] + a8.dcol[s]
+      table.insert(row(r).a, { c, s })
+    end
+    for j = 0, 1 do
+      for i = 0, acc.slots - 1 do
+        local r, c = acc.base[lane][1] + acc.drow[i], acc.base[lane][2] + acc.dcol[i] + 16 * j
+        table.insert(row(r).s, { c, j, i })
+      end
+    end
+    table.sort(order)
+    for _, r in ipairs(order) do
+      local a, s = rows[r].a, rows[r].s
+      if #a ~= #s then
+        return nil, ("lane %d holds %d elements of row %d as the 8-bit A and %d in S's two column groups")
+          :format(lane, #a, r, #s)
+      end
+      table.sort(a, function(x, y) return x[1] < y[1] end)
+      table.sort(s, function(x, y) return x[1] < y[1] end)
+      for k = 1, #a do
+        local c, slot, sc, j, i = a[k][1], a[k][2], s[k][1], s[k][2], s[k][3]
+        if c < 0 or c > 31 or sc < 0 or sc > 31 then
+          return nil, ("lane %d: A column %d or S column %d is outside the 32-column k step"):format(lane, c, sc)
+        end
+        if from[slot] and (from[slot][1] ~= j or from[slot][2] ~= i) then
+          return nil, ("A slot %d takes S's group %d slot %d in lane %d but group %d slot %d in lane 0")
+            :format(slot, j, i, lane, from[slot][1], from[slot][2])
+        end
+        from[slot] = from[slot] or { j, i }
+        if sigma[c] and sigma[c] ~= sc then
+          return nil, ("A column %d would hold S column %d (lane %d, row %d) and S column %d (lane %d, row %d): V cannot be stored for both")
+            :format(c, sigma[c], where[c][1], where[c][2], sc, lane, r)
+        end
+        sigma[c], where[c] = sc, where[c] or { lane, r }
+      end
+    end
+  end
+  local used = {}
+  for c = 0, 31 do
+    if sigma[c] == nil or used[sigma[c]] then
+      return nil, ("the keys' order is no permutation of the k step: A column %d holds %s")
+        :format(c, sigma[c] == nil and "no S column" or ("S column %d twice"):format(sigma[c]))
+    end
+    used[sigma[c]] = true
+  end
+  return from, sigma
+end
+
 -- The tables a register softmax with P in registers needs, each checked:
 -- the accumulator and the A operand (analysed), the accumulator's row
 -- classes and the A slot -> accumulator slot mapping of P.  refuse(why)

@@ -41,7 +41,19 @@
     A from registers: thread t's 8 16-bit slots hold t * 8 + slot, B is the
       identity (k < 16), so columns 0-15 of D = A . B hold A itself; the host
       maps each register back through the accumulator table.
-    out[32768] = 8, the slots per lane of a table.
+    e4m3 (m64nNk32, both operands K-major, rows of 128 one-byte elements),
+    with values exact in e4m3 (the integers up to 16):
+      accumulator: m64n128 as above, over k < 128 (four k32 steps).  Round
+        0: A[m][0] = m % 8, A[m][1] = m / 8, B[0][n] = 1, B[1][n] = 8: every
+        register holds its row; round 1: A[m][0] = 1, A[m][1] = 8, B[0][n]
+        = n % 8, B[1][n] = n / 8: its column; round 2: a check product of
+        integers in [-4, 4] (fj_probe_a8, fj_probe_b).
+      A from registers (m64 x k32, 16 one-byte slots per thread: register r's
+        byte b is slot 4r + b): D = A . I through m64n32k32, so D holds A
+        itself; the tags (1..16, exact) say in round 0 the slot (+ 1), in
+        rounds 1 and 2 the thread's index t % 16 + 1 and t / 16 + 1.  The
+        host reads D through the e4m3 accumulator table.
+    out[32768] = the slots per lane of the table (8; 16 for the 8-bit A).
 #}
 {% meta.symbol = "fj_probe_wmma_acc_f32"; meta.threads = 32; meta.smem_bytes = 0; meta.rows_per_block = 0 %}
 {# NVRTC 13.0's PTX compiler can crash on wgmma code: compile it apart. #}
@@ -164,7 +176,8 @@ extern "C" __global__ void fj_probe_mma_acc_{{ name }}(float *out) {
 {{ include("wgmma.cuh", { spin_limit = 0, forms = {
      { t = "f16", n = 128, a = "ss", tb = 0 }, { t = "f16", n = 128, a = "ss", tb = 1 },
      { t = "bf16", n = 128, a = "ss", tb = 0 }, { t = "bf16", n = 128, a = "ss", tb = 1 },
-     { t = "f16", n = 64, a = "rs", tb = 0 } } }) }}
+     { t = "f16", n = 64, a = "rs", tb = 0 },
+     { t = "e4m3", n = 128, a = "ss", tb = 0, k = 32 }, { t = "e4m3", n = 32, a = "rs", tb = 0, k = 32 } } }) }}
 
 {%   for _, t in ipairs({ { "f16", "__half", "__float2half" }, { "bf16", "__nv_bfloat16", "__float2bfloat16" } }) do %}
 {%     local name, ty, to = t[1], t[2], t[3] %}
@@ -228,5 +241,83 @@ extern "C" __global__ void __launch_bounds__(128) fj_probe_wgmma_a(float *out) {
   fj::wg_wait<0>();
   for (int i = 0; i < 32; ++i) out[t * 64 + i] = d[i / 8][i % 8];
   if (t == 0) out[32768] = 8.f;
+}
+
+// The e4m3 check product's A input, in [-4, 4] (exact in e4m3); B is
+// fj_probe_b.  src/layout.c has the same formula.
+__device__ __forceinline__ float fj_probe_a8(int m, int k) { return (float)((m * 7 + k * 3) % 9 - 4); }
+
+// Element (r, c) of the e4m3 accumulator probe's A (m, k) and B (k, n) in a
+// round (0: rows, 1: columns, 2: the check product).
+__device__ __forceinline__ float fj_probe_acc8_a(int round, int m, int k) {
+  if (round == 2) return fj_probe_a8(m, k);
+  const float lo = round == 0 ? (float)(m % 8) : 1.f, hi = round == 0 ? (float)(m / 8) : 8.f;
+  return k == 0 ? lo : k == 1 ? hi : 0.f;
+}
+__device__ __forceinline__ float fj_probe_acc8_b(int round, int k, int n) {
+  if (round == 2) return fj_probe_b(k, n);
+  const float lo = round == 0 ? 1.f : (float)(n % 8), hi = round == 0 ? 8.f : (float)(n / 8);
+  return k == 0 ? lo : k == 1 ? hi : 0.f;
+}
+
+extern "C" __global__ void __launch_bounds__(128) fj_probe_wgmma_acc_e4m3(float *out) {
+  // A: 64 rows (m) x 128 (k) bytes, one panel.  bk: 128 rows (n) x 128 (k).
+  __shared__ __align__(1024) unsigned char a[64 * 128], bk[128 * 128];
+  const int t = threadIdx.x;
+  const unsigned sa = fj::smem_opaque(a), sbk = fj::smem_opaque(bk);
+  float d[8][8];
+  for (int round = 0; round < 3; ++round) {
+    // Four bytes of a row at a time: one word of a 16-byte chunk.
+    for (int w = t; w < 128 * 32; w += 128) {
+      const int r = w / 32, c = w % 32 * 4;  // bk: stored (n, k) = (r, c)
+      *reinterpret_cast<unsigned *>(bk + fj::sw128_b8(r, c)) =
+          fj::pack4_e4m3(fj_probe_acc8_b(round, c, r), fj_probe_acc8_b(round, c + 1, r),
+                         fj_probe_acc8_b(round, c + 2, r), fj_probe_acc8_b(round, c + 3, r));
+      if (r < 64)  // a: (m, k) = (r, c)
+        *reinterpret_cast<unsigned *>(a + fj::sw128_b8(r, c)) =
+            fj::pack4_e4m3(fj_probe_acc8_a(round, r, c), fj_probe_acc8_a(round, r, c + 1),
+                           fj_probe_acc8_a(round, r, c + 2), fj_probe_acc8_a(round, r, c + 3));
+    }
+    fj::fence_async_smem();
+    __syncthreads();
+    fj::wg_fence();
+    for (int kk = 0; kk < 4; ++kk)
+      fj::wg_ss_e4m3_128(d, fj::wg_desc(sa + kk * 32, 16, 1024), fj::wg_desc(sbk + kk * 32, 16, 1024), kk);
+    fj::wg_commit();
+    fj::wg_wait<0>();
+    for (int i = 0; i < 64; ++i) out[round * 8192 + t * 64 + i] = d[i / 8][i % 8];
+    __syncthreads();
+  }
+  if (t == 0) out[32768] = 8.f;
+}
+
+extern "C" __global__ void __launch_bounds__(128) fj_probe_wgmma_a8(float *out) {
+  // Stored (n, k): the 32x32 identity, four bytes at a time.
+  __shared__ __align__(1024) unsigned char bk[32 * 128];
+  const int t = threadIdx.x;
+  for (int w = t; w < 32 * 32; w += 128) {
+    const int r = w / 32, c = w % 32 * 4;
+    *reinterpret_cast<unsigned *>(bk + fj::sw128_b8(r, c)) =
+        fj::pack4_e4m3(r == c ? 1.f : 0.f, r == c + 1 ? 1.f : 0.f, r == c + 2 ? 1.f : 0.f, r == c + 3 ? 1.f : 0.f);
+  }
+  fj::fence_async_smem();
+  __syncthreads();
+  const unsigned sb = fj::smem_opaque(bk);
+  for (int round = 0; round < 3; ++round) {
+    // Round 0: slot s holds s + 1; rounds 1 and 2: the thread's two
+    // base-16 digits, + 1 (every slot the same).
+    const int digit = round == 1 ? t % 16 + 1 : t / 16 + 1;
+    unsigned ra[4];
+    for (int j = 0; j < 4; ++j)
+      ra[j] = round == 0 ? fj::pack4_e4m3((float)(4 * j + 1), (float)(4 * j + 2), (float)(4 * j + 3), (float)(4 * j + 4))
+                         : fj::pack4_e4m3((float)digit, (float)digit, (float)digit, (float)digit);
+    float d[2][8];
+    fj::wg_fence();
+    fj::wg_rs_e4m3_32(d, ra, fj::wg_desc(sb, 16, 1024), 0);
+    fj::wg_commit();
+    fj::wg_wait<0>();
+    for (int i = 0; i < 16; ++i) out[round * 8192 + t * 64 + i] = d[i / 8][i % 8];
+  }
+  if (t == 0) out[32768] = 16.f;
 }
 {% end %}

@@ -4,24 +4,38 @@
   that the tables and check products the probe reads back describe exactly
   the instructions and descriptors the kernels issue.
 
-  Tiles live in shared memory as panels of 64 16-bit columns: a panel of R
-  rows is R x 128 bytes, 1024-byte aligned, in the 128-byte swizzle (16-byte
-  chunk c of row r stored at chunk c ^ (r % 8)) -- what a TMA box of 64 x R
-  with CU_TENSOR_MAP_SWIZZLE_128B writes, and what a wgmma descriptor of
-  layout type 1 reads.  Descriptors (64 bits): start address >> 4 in bits
-  0-13, leading byte offset >> 4 in 16-29, stride byte offset >> 4 in
-  32-45, layout type in 62-63 (1: 128-byte swizzle).
+  Tiles live in shared memory as panels of 128-byte rows (64 16-bit or 128
+  8-bit columns): a panel of R rows is R x 128 bytes, 1024-byte aligned, in
+  the 128-byte swizzle (16-byte chunk c of row r stored at chunk c ^ (r %
+  8)) -- what a TMA box of R rows of 128 bytes with
+  CU_TENSOR_MAP_SWIZZLE_128B writes, and what a wgmma descriptor of layout
+  type 1 reads.  Descriptors (64 bits): start address >> 4 in bits 0-13,
+  leading byte offset >> 4 in 16-29, stride byte offset >> 4 in 32-45,
+  layout type in 62-63 (1: 128-byte swizzle).
     K-major (Q as A, K as B): 8-row groups 1024 bytes apart (the stride
-      offset); a k16 step is 32 bytes further along the row.
-    MN-major (V as B, transposed): the 64-column panels `panel` bytes apart
-      (the leading offset), 8-row groups along k 1024 bytes apart (the
-      stride offset); a k16 step is 16 rows, 2048 bytes, on.
+      offset); a k step (32 bytes of the element) is 32 bytes further along
+      the row.
+    MN-major (V as B, transposed; 16-bit types only): the 64-column panels
+      `panel` bytes apart (the leading offset), 8-row groups along k 1024
+      bytes apart (the stride offset); a k16 step is 16 rows, 2048 bytes, on.
   Parameters: forms, the wgmma wrappers to emit, each
-    { t = "f16" | "bf16", n = N, a = "ss" | "rs", tb = 0 | 1, k = K, ta = 0 | 1 };
-  ta = 1 (ss only, 16-bit types): A read MN-major, transposed like B (the
-  backward's dS^T for dQ); its wrapper's name ends in _tt (tb must be 1).
+    { t = "f16" | "bf16" | "e4m3" | "e5m2", n = N, a = "ss" | "rs", tb = 0 | 1,
+      k = K, ta = 0 | 1 };
   K is the instruction's reduction, 32 bytes of the element: 16 for the
-  16-bit types (the default), 32 for e4m3 and e5m2.
+  16-bit types (the default), 32 for e4m3 and e5m2 (their default); another
+  K is refused.  tb = 1: B read MN-major (transposed, a V tile as stored);
+  its wrapper's name ends in _t.  ta = 1 (ss only): A read MN-major too
+  (the backward's dS^T for dQ); its name ends in _tt (tb must be 1).  The
+  8-bit types have no transpose (the PTX ISA gives their wgmma no
+  imm-trans operands): both operands K-major, a form with tb or ta 1 is
+  refused.  A form's wrapper is wg_<a>_<t>_<N>[_t|_tt]:
+    wg_ss_*(d, da, db, scale_d), wg_rs_*(d, a[4], db, scale_d), d the f32
+    accumulators d[N / 16][8]; an RS form's a[4] is the thread's A
+    fragment, four 32-bit registers (two 16-bit or four 8-bit elements
+    each, the lowest first).
+  Any 8-bit form also brings the 8-bit helpers: sw128_b8 (a byte
+  element's place in a swizzled panel) and pack4_e4m3 / pack4_e5m2 (four
+  floats as one register of 8-bit elements, what an RS form's a[] holds).
   spin_limit, 0 or the tries after which an mbarrier wait traps.
 #}
 namespace fj {
@@ -174,8 +188,51 @@ __device__ __forceinline__ void bar_arrive(int id, int threads) {
 }
 
 {%
-  -- wgmma.mma_async m64nNk16 with f32 accumulators d[N / 16][8] (register
-  -- i of the instruction is d[i / 8][i % 8]); scale_d 0 overwrites d.
+  -- The forms, checked: an 8-bit type's K is 32 and it has no transpose.
+  local K_OF = { f16 = 16, bf16 = 16, e4m3 = 32, e5m2 = 32 }
+  local BYTE = { e4m3 = true, e5m2 = true }
+  local any_byte = false
+  for _, f in ipairs(forms) do
+    local what = ("wgmma.cuh: form { t = %s, n = %s, a = %s, tb = %s, ta = %s, k = %s }")
+      :format(tostring(f.t), tostring(f.n), tostring(f.a), tostring(f.tb or 0), tostring(f.ta or 0), tostring(f.k or K_OF[f.t]))
+    if not K_OF[f.t] then
+      refuse(what .. ": the types are f16, bf16, e4m3 and e5m2")
+    end
+    if (f.k or K_OF[f.t]) ~= K_OF[f.t] then
+      refuse(("%s: %s takes k %d (32 bytes of the element)"):format(what, f.t, K_OF[f.t]))
+    end
+    if BYTE[f.t] and ((f.tb or 0) ~= 0 or (f.ta or 0) ~= 0) then
+      refuse(("%s: %s operands have no transpose (K-major only; tb and ta must be 0)"):format(what, f.t))
+    end
+    any_byte = any_byte or BYTE[f.t] or false
+  end
+%}
+{% if any_byte then %}
+// ---- 8-bit elements (the forms include e4m3 or e5m2) ----
+// Byte offset of 1-byte element (r, c) in a 128-byte-swizzled panel (c < 128).
+__device__ __forceinline__ unsigned sw128_b8(int r, int c) {
+  return (unsigned)(r * 128 + ((((c >> 4) ^ (r & 7)) << 4) | (c & 15)));
+}
+{%   for _, t in ipairs({ "e4m3", "e5m2" }) do %}
+// Four floats as four {{ t }} bytes of one register, x0 in the lowest byte:
+// rounded to nearest even, saturated to the largest finite value (NaN stays
+// NaN).  cvt's .{{ t }}x2 puts its first source in the upper byte.
+__device__ __forceinline__ unsigned pack4_{{ t }}(float x0, float x1, float x2, float x3) {
+  unsigned r;
+  asm("{ .reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.{{ t }}x2.f32 lo, %2, %1;\n"
+      "cvt.rn.satfinite.{{ t }}x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, { lo, hi }; }\n"
+      : "=r"(r) : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+  return r;
+}
+{%   end %}
+
+{% end %}
+{%
+  -- wgmma.mma_async m64nNkK with f32 accumulators d[N / 16][8] (register
+  -- i of the instruction is d[i / 8][i % 8]); scale_d 0 overwrites d.  The
+  -- transpose immediates follow the scales for the 16-bit types only.
   local function operands(n, first)
     local out = {}
     for i = 0, n // 2 - 1 do out[#out + 1] = "%" .. (first + i) end
@@ -188,18 +245,20 @@ __device__ __forceinline__ void bar_arrive(int id, int threads) {
   end
 %}
 {% for _, f in ipairs(forms) do %}
-{%   local N, R = f.n, f.n // 2 %}
+{%   local N, R, K = f.n, f.n // 2, K_OF[f.t] %}
+{%   local ss_trans = BYTE[f.t] and "" or (", %d, %d"):format(f.ta or 0, f.tb or 0) %}
+{%   local rs_trans = BYTE[f.t] and "" or (", %d"):format(f.tb or 0) %}
 {%   if f.a == "ss" then %}
 __device__ __forceinline__ void wg_ss_{{ f.t }}_{{ N }}{{ f.ta == 1 and "_tt" or f.tb == 1 and "_t" or "" }}(float (&d)[{{ N // 16 }}][8], unsigned long long da, unsigned long long db, int scale_d) {
   asm volatile("{ .reg .pred p; setp.ne.b32 p, %{{ R + 2 }}, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n{{ N }}k{{ f.k or 16 }}.f32.{{ f.t }}.{{ f.t }} { {{ operands(N, 0) }} }, %{{ R }}, %{{ R + 1 }}, p, 1, 1, {{ f.ta or 0 }}, {{ f.tb }}; }\n"
+               "wgmma.mma_async.sync.aligned.m64n{{ N }}k{{ K }}.f32.{{ f.t }}.{{ f.t }} { {{ operands(N, 0) }} }, %{{ R }}, %{{ R + 1 }}, p, 1, 1{{ ss_trans }}; }\n"
                : {{ outputs(N) }}
                : "l"(da), "l"(db), "r"(scale_d));
 }
 {%   else %}
 __device__ __forceinline__ void wg_rs_{{ f.t }}_{{ N }}{{ f.tb == 1 and "_t" or "" }}(float (&d)[{{ N // 16 }}][8], const unsigned (&a)[4], unsigned long long db, int scale_d) {
   asm volatile("{ .reg .pred p; setp.ne.b32 p, %{{ R + 5 }}, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n{{ N }}k{{ f.k or 16 }}.f32.{{ f.t }}.{{ f.t }} { {{ operands(N, 0) }} }, { %{{ R }}, %{{ R + 1 }}, %{{ R + 2 }}, %{{ R + 3 }} }, %{{ R + 4 }}, p, 1, 1, {{ f.tb }}; }\n"
+               "wgmma.mma_async.sync.aligned.m64n{{ N }}k{{ K }}.f32.{{ f.t }}.{{ f.t }} { {{ operands(N, 0) }} }, { %{{ R }}, %{{ R + 1 }}, %{{ R + 2 }}, %{{ R + 3 }} }, %{{ R + 4 }}, p, 1, 1{{ rs_trans }}; }\n"
                : {{ outputs(N) }}
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }

@@ -54,6 +54,28 @@ int test_compile_sm80_sm90(void)
   return 0;
 }
 
+/* The e4m3 probes on sm_90a: wgmma.cuh's 8-bit forms (m64nNk32, no
+ * transpose immediates: the scales end the operands), the RS form's four A
+ * registers, and pack4_e4m3's conversions, through ptxas into the cubin. */
+static int lut_probe_fp8(fj_kernel *k, const char *ptx)
+{
+  static const char *const want[] = {
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3",
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3",
+      "cvt.rn.satfinite.e4m3x2.f32",
+  };
+  for (size_t i = 0; i < FJ_ARRAY_LEN(want); i++) {
+    const char *at = strstr(ptx, want[i]);
+    CHECK(at);
+    const char *end = strchr(at, ';');
+    /* d, a, b, p, 1, 1; -- no transpose immediates after the scales */
+    CHECK(end && (i == 2 || (end - at > 7 && !strncmp(end - 7, "p, 1, 1", 7))));
+  }
+  size_t cubin_len = 0;
+  CHECK(fj_kernel_cubin(k, &cubin_len) && cubin_len > 1000);
+  return 0;
+}
+
 /* The layout probe module compiles wherever it may run: every probe kernel
  * from sm_80 on; on sm_75 only the f16 WMMA ones (bf16 fragments and
  * mma.sync m16n8k16 need sm_80). */
@@ -82,6 +104,8 @@ int test_compile_lut_probe(void)
     }
     CHECK(strstr(ptx, "mma.sync.aligned.m16n8k16") == NULL || ctx->sm >= 80);
     CHECK((strstr(ptx, "wgmma.mma_async") == NULL) == (a != 3));
+    if (a == 3)
+      CHECK(lut_probe_fp8(k, ptx) == 0);
     fj_ctx_destroy(ctx);
   }
   return 0;

@@ -21,6 +21,7 @@ TEST(sandbox_renderer_loop, cpu)
 TEST(sandbox_error_objects, cpu)
 TEST(template_dir_files, cpu)
 TEST(template_meta, cpu)
+TEST(template_wgmma_forms, cpu)
 /* the backward without a GPU (backward.c) */
 TEST(backward_compile, cpu)
 TEST(backward_refusals, cpu)
@@ -33,10 +34,11 @@ TEST(gpu_sanitize_backward, gpu)
 TEST(gpu_backward_tuned, gpu)
 /* the library's choice on every target NVRTC has (test_everyarch.c) */
 TEST(everyarch_picks, cpu)
-/* the device pieces' Lua contracts (mask.lua, tma_ring.lua, budget.lua) */
+/* the device pieces' Lua contracts (mask.lua, tma_ring.lua, budget.lua, lut.lua) */
 TEST(pieces_mask_directions, cpu)
 TEST(pieces_ring_elem, cpu)
 TEST(pieces_budget, cpu)
+TEST(pieces_p8_from_acc, cpu)
 /* compile.c */
 TEST(compile_sm80_sm90, cpu)
 TEST(compile_lut_probe, cpu)
@@ -68,6 +70,8 @@ TEST(errors_thread_local, cpu)
 /* layout.c, reference.c */
 TEST(lut_reference, cpu)
 TEST(lut_validate, cpu)
+TEST(lut_reference_e4m3, cpu)
+TEST(lut_decode_e4m3, cpu)
 TEST(convert_formats, cpu)
 TEST(reference_small, cpu)
 TEST(refbwd_gradcheck, cpu)
@@ -101,6 +105,7 @@ TEST(serving_reference, cpu)
 TEST(serving_varlen_compile, cpu)
 /* on a GPU */
 TEST(gpu_lut_probe, gpu)
+TEST(gpu_lut_e4m3, gpu)
 TEST(gpu_resources_fresh, gpu)
 TEST(gpu_attention_matrix, gpu)
 TEST(gpu_attention_auto, gpu)

@@ -43,6 +43,169 @@ int test_lut_reference(void)
   return 0;
 }
 
+/* The e4m3 kinds on a compile-only sm_90a context: the accumulator is the
+ * 16-bit one's table; the 8-bit A is warp 0's 16 x 32 (16 slots per lane)
+ * as the PTX ISA draws wgmma's m64nNk32 A, each element held once. */
+int test_lut_reference_e4m3(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  fj_lut acc, acc16, a8;
+  char why[256];
+  CHECK_OK(ctx, fj_layout_get(ctx, FJ_FRAG_WGMMA_ACC_E4M3, &acc));
+  CHECK_OK(ctx, fj_layout_get(ctx, FJ_FRAG_WGMMA_ACC_F16, &acc16));
+  CHECK(acc.origin == FJ_LUT_REFERENCE && acc.frag == FJ_FRAG_WGMMA_ACC_E4M3);
+  CHECK(acc.rows == 16 && acc.cols == 16 && acc.slots == 8 && acc.lanes == 32);
+  CHECK(fj__lut_validate(&acc, why, sizeof why) == 0);
+  CHECK(!memcmp(acc.map, acc16.map, sizeof acc.map));
+  CHECK_OK(ctx, fj_layout_get(ctx, FJ_FRAG_WGMMA_A8, &a8));
+  CHECK(a8.origin == FJ_LUT_REFERENCE && a8.frag == FJ_FRAG_WGMMA_A8);
+  CHECK(a8.rows == 16 && a8.cols == 32 && a8.slots == 16 && a8.lanes == 32);
+  CHECK(fj__lut_validate(&a8, why, sizeof why) == 0);
+  int held[16 * 32] = {0};
+  for (int lane = 0; lane < 32; lane++)
+    for (int s = 0; s < 16; s++) {
+      int row = lane / 4 + (s % 8 < 4 ? 0 : 8);
+      int col = 4 * (lane % 4) + s % 4 + (s < 8 ? 0 : 16);
+      CHECK(a8.map[lane][s] == row * 32 + col);
+      held[a8.map[lane][s]]++;
+    }
+  for (int e = 0; e < 16 * 32; e++)
+    CHECK(held[e] == 1);
+  /* Lane 6 (g 1, t 2) slot 13 (register 3, byte 1): (9, 8 + 1 + 16). */
+  CHECK(a8.map[6][13] == 9 * 32 + 25);
+  CHECK(!strcmp(fj_frag_name(FJ_FRAG_WGMMA_ACC_E4M3), "wgmma_acc_e4m3"));
+  CHECK(!strcmp(fj_frag_name(FJ_FRAG_WGMMA_A8), "wgmma_a8"));
+  CHECK(FJ_FRAG_COUNT == FJ_FRAG_WGMMA_A8);
+  fj_ctx_destroy(ctx);
+  /* wgmma kinds need sm_90a. */
+  ctx = fjt_ctx("sm_90", NULL);
+  CHECK(ctx);
+  CHECK_ST(ctx, fj_layout_get(ctx, FJ_FRAG_WGMMA_A8, &a8), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "fragment kind wgmma_a8 needs sm_90a (wgmma); the target is sm_90");
+  CHECK_ST(ctx, fj_layout_get(ctx, FJ_FRAG_WGMMA_ACC_E4M3, &acc), FJ_ERR_UNSUPPORTED);
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* What a device whose e4m3 wgmma layouts are the reference tables writes
+ * for the accumulator's probe (lut_probe.cu: rounds 0 and 1 each
+ * register's row and column, round 2 the check product over k < 128) and
+ * the 8-bit A's (D = A . I read through the accumulator; the tags 1 +
+ * slot, 1 + thread % 16, 1 + thread / 16). */
+static void synth_acc_e4m3(const fj_lut *acc, float *out)
+{
+  for (int t = 0; t < 128; t++)
+    for (int i = 0; i < 64; i++) {
+      int e = acc->map[t % 32][i % 8];
+      int m = e / 16 + 16 * (t / 32), n = e % 16 + 16 * (i / 8);
+      double sum = 0;
+      for (int k = 0; k < 128; k++)
+        sum += ((m * 7 + k * 3) % 9 - 4) * ((k * 5 + n * 13) % 9 - 4);
+      out[t * 64 + i] = (float)m;
+      out[8192 + t * 64 + i] = (float)n;
+      out[2 * 8192 + t * 64 + i] = (float)sum;
+    }
+  out[32768] = 8.f;
+}
+
+static void synth_a8(const fj_lut *acc, const fj_lut *a8, float *out)
+{
+  static int owner[64 * 32];
+  for (int t = 0; t < 128; t++)
+    for (int s = 0; s < 16; s++) {
+      int e = a8->map[t % 32][s];
+      owner[(e / 32 + 16 * (t / 32)) * 32 + e % 32] = t * 16 + s;
+    }
+  for (int t = 0; t < 128; t++)
+    for (int i = 0; i < 16; i++) {
+      int e = acc->map[t % 32][i % 8];
+      int o = owner[(e / 16 + 16 * (t / 32)) * 32 + e % 16 + 16 * (i / 8)];
+      out[t * 64 + i] = (float)(o % 16 + 1);
+      out[8192 + t * 64 + i] = (float)(o / 16 % 16 + 1);
+      out[2 * 8192 + t * 64 + i] = (float)(o / 256 + 1);
+    }
+  out[32768] = 16.f;
+}
+
+/* The host half of the e4m3 probes, on outputs made here: the reference
+ * tables come back from what a device with those layouts writes, and a
+ * wrong product, a tag twice, a warp off the pattern or an unfinished
+ * probe is refused with what is wrong. */
+int test_lut_decode_e4m3(void)
+{
+  static float out[FJ_LUT_PROBE_FLOATS];
+  static fj_lut luts[FJ_FRAG_COUNT + 1];
+  fj_lut ref, got;
+  char why[256];
+  fj__lut_reference(FJ_FRAG_WGMMA_ACC_E4M3, &ref);
+  synth_acc_e4m3(&ref, out);
+  CHECK(fj__lut_decode(FJ_FRAG_WGMMA_ACC_E4M3, out, luts, &got, why, sizeof why) == 0);
+  CHECK(got.slots == 8 && got.cols == 16 && !memcmp(got.map, ref.map, sizeof ref.map));
+  out[2 * 8192 + 77 * 64 + 5] += 1.f;
+  CHECK(fj__lut_decode(FJ_FRAG_WGMMA_ACC_E4M3, out, luts, &got, why, sizeof why) != 0);
+  CHECK(strstr(why, "wgmma_acc_e4m3: with a K-major B, thread 77 register 5"));
+  luts[FJ_FRAG_WGMMA_ACC_E4M3] = ref;
+  fj_lut a8;
+  fj__lut_reference(FJ_FRAG_WGMMA_A8, &a8);
+  synth_a8(&ref, &a8, out);
+  CHECK(fj__lut_decode(FJ_FRAG_WGMMA_A8, out, luts, &got, why, sizeof why) == 0);
+  CHECK(got.slots == 16 && got.rows == 16 && got.cols == 32 &&
+        !memcmp(got.map, a8.map, sizeof a8.map));
+  /* Another valid A layout (lanes 0 and 1 swapped) is read as it is. */
+  fj_lut other = a8;
+  for (int s = 0; s < 16; s++) {
+    other.map[0][s] = a8.map[1][s];
+    other.map[1][s] = a8.map[0][s];
+  }
+  synth_a8(&ref, &other, out);
+  CHECK(fj__lut_decode(FJ_FRAG_WGMMA_A8, out, luts, &got, why, sizeof why) == 0);
+  CHECK(!memcmp(got.map, other.map, sizeof other.map));
+  synth_a8(&ref, &a8, out);
+  out[8192 + 3 * 64 + 2] = out[8192 + 3 * 64 + 3];
+  out[3 * 64 + 2] = out[3 * 64 + 3];
+  out[2 * 8192 + 3 * 64 + 2] = out[2 * 8192 + 3 * 64 + 3];
+  CHECK(fj__lut_decode(FJ_FRAG_WGMMA_A8, out, luts, &got, why, sizeof why) != 0);
+  CHECK(strstr(why, "wgmma_a8: thread") && strstr(why, "appears twice"));
+  synth_a8(&ref, &a8, out);
+  out[2 * 8192 + 40 * 64 + 9] = 9.f;  /* a thread 128 or more */
+  CHECK(fj__lut_decode(FJ_FRAG_WGMMA_A8, out, luts, &got, why, sizeof why) != 0);
+  CHECK(strstr(why, "wgmma_a8: thread 40 register 9"));
+  CHECK(strstr(why, "no (thread, slot)"));
+  /* Warp 1 holding lane 0's and lane 1's slots the other way round. */
+  for (int s = 0; s < 16; s++) {
+    other.map[0][s] = a8.map[0][s];
+    other.map[1][s] = a8.map[1][s];
+  }
+  synth_a8(&ref, &other, out);
+  {
+    static int owner[64 * 32];
+    for (int t = 0; t < 128; t++)
+      for (int s = 0; s < 16; s++) {
+        int lane = t % 32;
+        if (t / 32 == 1 && lane < 2)
+          lane ^= 1;
+        int e = a8.map[lane][s];
+        owner[(e / 32 + 16 * (t / 32)) * 32 + e % 32] = t * 16 + s;
+      }
+    for (int t = 32; t < 64; t++)
+      for (int i = 0; i < 16; i++) {
+        int e = ref.map[t % 32][i % 8];
+        int o = owner[(e / 16 + 16) * 32 + e % 16 + 16 * (i / 8)];
+        out[t * 64 + i] = (float)(o % 16 + 1);
+        out[8192 + t * 64 + i] = (float)(o / 16 % 16 + 1);
+        out[2 * 8192 + t * 64 + i] = (float)(o / 256 + 1);
+      }
+  }
+  CHECK(fj__lut_decode(FJ_FRAG_WGMMA_A8, out, luts, &got, why, sizeof why) != 0);
+  CHECK(strstr(why, "wgmma_a8: thread 32 slot 0 holds (16, 4), not warp 0's lane 0 slot 0 shifted by 16 rows"));
+  synth_a8(&ref, &a8, out);
+  out[32768] = 8.f;
+  CHECK(fj__lut_decode(FJ_FRAG_WGMMA_A8, out, luts, &got, why, sizeof why) != 0);
+  CHECK(strstr(why, "wgmma_a8: the probe did not finish (out[32768] = 8)"));
+  return 0;
+}
+
 int test_lut_validate(void)
 {
   fj_lut lut;
@@ -65,6 +228,24 @@ int test_lut_validate(void)
     lut.map[0][s] = 1;
   CHECK(fj__lut_validate(&lut, why, sizeof why) != 0);
   CHECK(strstr(why, "(0, 0) is held 0 times"));
+  /* The 8-bit A's tile is 16 x 32, and only its. */
+  fj__lut_reference(FJ_FRAG_WGMMA_A8, &lut);
+  CHECK(fj__lut_validate(&lut, why, sizeof why) == 0);
+  lut.map[31][15] = 16 * 32;
+  CHECK(fj__lut_validate(&lut, why, sizeof why) != 0);
+  CHECK(strstr(why, "wgmma_a8: lane 31 slot 15 holds element 512, outside the 512-element tile"));
+  fj__lut_reference(FJ_FRAG_WGMMA_A8, &lut);
+  lut.map[0][1] = lut.map[0][0];
+  CHECK(fj__lut_validate(&lut, why, sizeof why) != 0);
+  CHECK(strstr(why, "wgmma_a8: tile element (0, 1) is held 0 times"));
+  fj__lut_reference(FJ_FRAG_WGMMA_A8, &lut);
+  lut.cols = 16;
+  CHECK(fj__lut_validate(&lut, why, sizeof why) != 0);
+  CHECK(strstr(why, "wgmma_a8: 16 slots per lane for a 16x16 tile"));
+  fj__lut_reference(FJ_FRAG_WGMMA_ACC_E4M3, &lut);
+  lut.cols = 32;
+  CHECK(fj__lut_validate(&lut, why, sizeof why) != 0);
+  CHECK(strstr(why, "wgmma_acc_e4m3: 8 slots per lane for a 16x32 tile"));
   return 0;
 }
 

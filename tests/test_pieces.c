@@ -4,12 +4,15 @@
  * directions (mask.lua: the key range of a query tile for the forward, the
  * query range of a key tile for the backward) agree with its element test,
  * and the producer's rings (tma_ring.lua) and the budget (budget.lua) take
- * any element width and refuse with the value and the limit.
+ * any element width and refuse with the value and the limit; FP8's P
+ * operand from the accumulator (lut.lua's p8_from_acc) on the reference
+ * tables.
  */
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
 
+#include "layout.h"
 #include "runner.h"
 #include "template.h"
 
@@ -40,15 +43,49 @@ static const char PRELUDE[] =
     "  return assert(load('return ' .. e, '=expr', 't', env))()\n"
     "end\n";
 
-/* Runs chunk in a fresh state: 0 when it returns without an error (its
- * message printed otherwise). */
-static int run_lua(const char *name, const char *chunk)
+/* A layout table as a template receives it (template.c's push_lut):
+ * frag, slots, rows, cols, device and map[lane * slots + slot + 1]. */
+static void push_lut(lua_State *L, const fj_lut *lut)
+{
+  lua_createtable(L, 0, 6);
+  lua_pushstring(L, fj_frag_name(lut->frag));
+  lua_setfield(L, -2, "frag");
+  lua_pushinteger(L, lut->slots);
+  lua_setfield(L, -2, "slots");
+  lua_pushinteger(L, lut->rows);
+  lua_setfield(L, -2, "rows");
+  lua_pushinteger(L, lut->cols);
+  lua_setfield(L, -2, "cols");
+  lua_pushstring(L, lut->device);
+  lua_setfield(L, -2, "device");
+  lua_createtable(L, 32 * lut->slots, 0);
+  for (int lane = 0; lane < 32; lane++)
+    for (int s = 0; s < lut->slots; s++) {
+      lua_pushinteger(L, lut->map[lane][s]);
+      lua_rawseti(L, -2, lane * lut->slots + s + 1);
+    }
+  lua_setfield(L, -2, "map");
+}
+
+/* Runs chunk in a fresh state with the reference table of each kind in
+ * frags[0..n) as global LUT_<name> (LUT_wgmma_a8, ...): 0 when it returns
+ * without an error (its message printed otherwise). */
+static int run_lua_luts(const char *name, const char *chunk,
+                        const fj_frag *frags, size_t n)
 {
   lua_State *L = luaL_newstate();
   if (!L)
     return 1;
   luaL_openlibs(L);
   lua_register(L, "fj_text", l_text);
+  for (size_t i = 0; i < n; i++) {
+    fj_lut lut;
+    char global[64];
+    fj__lut_reference(frags[i], &lut);
+    push_lut(L, &lut);
+    snprintf(global, sizeof global, "LUT_%s", fj_frag_name(frags[i]));
+    lua_setglobal(L, global);
+  }
   int bad = luaL_dostring(L, PRELUDE) != LUA_OK ||
             luaL_loadbuffer(L, chunk, strlen(chunk), name) != LUA_OK ||
             lua_pcall(L, 0, 0, 0) != LUA_OK;
@@ -62,6 +99,12 @@ static int run_lua(const char *name, const char *chunk)
   }
   lua_close(L);
   return bad;
+}
+
+/* Runs chunk in a fresh state (see run_lua_luts). */
+static int run_lua(const char *name, const char *chunk)
+{
+  return run_lua_luts(name, chunk, NULL, 0);
 }
 
 /* For every mask (causal alignments, windows, unequal lengths), every
@@ -171,5 +214,66 @@ int test_pieces_budget(void)
       "assert(pcall(B.check_regs, 160, 'x', 'y', 'z'))\n"
       "assert(not pcall(B.regs, 4))\n";
   CHECK(run_lua("budget", chunk) == 0);
+  return 0;
+}
+
+/* FP8's P from S (lut.lua's p8_from_acc) on the reference tables: each A
+ * slot takes one S slot, the same in every lane, the keys' order sigma is
+ * 4t + {0, 1, 2, 3} -> 2t + {0, 1, 8, 9} (+ 16 for columns 16-31), and the
+ * pairing holds element by element in every lane (A's (row, col) holds S's
+ * (row, sigma[col])).  A doctored A table whose lanes hold other columns
+ * in different rows, or rows S's lane does not hold, is refused. */
+int test_pieces_p8_from_acc(void)
+{
+  static const fj_frag frags[] = {FJ_FRAG_WGMMA_ACC_E4M3, FJ_FRAG_WGMMA_A8};
+  static const char chunk[] =
+      "local L = import('lut.lua')\n"
+      "local acc = assert(L.analyse(LUT_wgmma_acc_e4m3, 'acc'))\n"
+      "local a8 = assert(L.analyse(LUT_wgmma_a8, 'a8'))\n"
+      "local from, sigma = L.p8_from_acc(a8, acc)\n"
+      "assert(from, sigma)\n"
+      "for t = 0, 3 do\n"
+      " for h = 0, 1 do\n"
+      "  local c, want = 4 * t + 16 * h, 2 * t + 16 * h\n"
+      "  assert(sigma[c] == want and sigma[c + 1] == want + 1, c)\n"
+      "  assert(sigma[c + 2] == want + 8 and sigma[c + 3] == want + 9, c)\n"
+      " end\n"
+      "end\n"
+      "local taken = {}\n"
+      "for s = 0, 15 do\n"
+      " local j, i = from[s][1], from[s][2]\n"
+      " assert(j >= 0 and j <= 1 and i >= 0 and i <= 7 and not taken[8 * j + i], s)\n"
+      " taken[8 * j + i] = true\n"
+      " for lane = 0, 31 do\n"
+      "  local ar, ac = L.rc(LUT_wgmma_a8, lane, s)\n"
+      "  local sr, sc = L.rc(LUT_wgmma_acc_e4m3, lane, i)\n"
+      "  assert(ar == sr and sigma[ac] == sc + 16 * j, ('lane %d slot %d'):format(lane, s))\n"
+      " end\n"
+      "end\n"
+      "-- slots 0-3 take S's 0, 1, 4, 5 (row g), 4-7 take 2, 3, 6, 7 (row g + 8)\n"
+      "local want = { 0, 1, 4, 5, 2, 3, 6, 7 }\n"
+      "for s = 0, 15 do assert(from[s][1] == s // 8 and from[s][2] == want[s % 8 + 1], s) end\n"
+      "-- Lane l's columns turned by its row group: column 4 of row 0 is lane\n"
+      "-- 1's, of row 1 lane 4's, which pair it with different keys.\n"
+      "local function doctored(f)\n"
+      " local t = { frag = 'wgmma_a8', slots = 16, rows = 16, cols = 32, device = 'x', map = {} }\n"
+      " for lane = 0, 31 do for s = 0, 15 do\n"
+      "  local r, c = f(lane, s)\n"
+      "  t.map[lane * 16 + s + 1] = r * 32 + c\n"
+      " end end\n"
+      " return assert(L.analyse(t, 'doctored'))\n"
+      "end\n"
+      "local turned = doctored(function(l, s)\n"
+      " local g, t = l // 4, (l % 4 + l // 4) % 4\n"
+      " return g + 8 * (s // 4 % 2), 4 * t + s % 4 + 16 * (s // 8)\n"
+      "end)\n"
+      "local f, why = L.p8_from_acc(turned, acc)\n"
+      "assert(f == nil and why:find('A column 4 would hold S column 2 (lane 1, row 0) and S column 0 (lane 4, row 1)', 1, true), why)\n"
+      "local shifted = doctored(function(l, s)\n"
+      " return (l // 4 + 1) % 8 + 8 * (s // 4 % 2), 4 * (l % 4) + s % 4 + 16 * (s // 8)\n"
+      "end)\n"
+      "f, why = L.p8_from_acc(shifted, acc)\n"
+      "assert(f == nil and why:find('lane 0 holds 0 elements of row 0 as the 8-bit A and 8', 1, true), why)\n";
+  CHECK(run_lua_luts("p8_from_acc", chunk, frags, FJ_ARRAY_LEN(frags)) == 0);
   return 0;
 }

@@ -560,3 +560,86 @@ int test_template_meta(void)
   fj_ctx_destroy(ctx);
   return 0;
 }
+
+/* ---- wgmma.cuh's forms ------------------------------------------------------------ */
+
+/* Renders a template that includes wgmma.cuh (the built-in one, copied
+ * beside it) with `forms` (a Lua list); the text in *out (freed by the
+ * caller), the status returned. */
+static fj_status render_forms(fj_ctx **ctx, const char *forms, fj_buf *out)
+{
+  char text[1024], path[4300];
+  size_t len = 0;
+  snprintf(text, sizeof text,
+           "%s\n{{ include('wgmma.cuh', { spin_limit = 0, forms = { %s } }) }}\n",
+           META, forms);
+  const char *wgmma = fj__template_text("wgmma.cuh", &len);
+  if (!wgmma || template_dir("forms.cu", text) != 0)
+    return FJ_ERR_IO;
+  snprintf(path, sizeof path, "%s/wgmma.cuh", getenv("FLASHJIT_TEMPLATE_DIR"));
+  if (fjt_write_file(path, wgmma, len) != 0)
+    return FJ_ERR_IO;
+  fj_ctx_destroy(*ctx);
+  *ctx = fjt_ctx("sm_90a", NULL);
+  if (!*ctx)
+    return FJ_ERR_IO;
+  fj_kmeta meta;
+  return fj__render(*ctx, "forms.cu", NULL, 0, out, &meta);
+}
+
+/* The 8-bit forms: m64nNk32 with the scales last (the PTX ISA gives 8-bit
+ * wgmma no transpose immediates), the RS form's four A registers, and the
+ * 8-bit helpers with them; a 16-bit form alone brings no helpers.  An
+ * 8-bit form that transposes, or a k that is not the type's, is refused
+ * with one line naming the form. */
+int test_template_wgmma_forms(void)
+{
+  fj_ctx *ctx = NULL;
+  fj_buf out = {0};
+  CHECK_OK(ctx, render_forms(&ctx, "{ t = 'e4m3', n = 64, a = 'ss', tb = 0 }, "
+                                   "{ t = 'e5m2', n = 96, a = 'rs', tb = 0, k = 32 }",
+                             &out));
+  CHECK(strstr(out.data, "void wg_ss_e4m3_64(float (&d)[4][8], unsigned long long da"));
+  CHECK(strstr(out.data, "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 { %0, "));
+  CHECK(strstr(out.data, "%31 }, %32, %33, p, 1, 1; }"));
+  CHECK(strstr(out.data, "void wg_rs_e5m2_96(float (&d)[6][8], const unsigned (&a)[4]"));
+  CHECK(strstr(out.data, "wgmma.mma_async.sync.aligned.m64n96k32.f32.e5m2.e5m2 { %0, "));
+  CHECK(strstr(out.data, "%47 }, { %48, %49, %50, %51 }, %52, p, 1, 1; }"));
+  CHECK(strstr(out.data, "unsigned sw128_b8(int r, int c)"));
+  CHECK(strstr(out.data, "unsigned pack4_e4m3(float x0, float x1, float x2, float x3)"));
+  CHECK(strstr(out.data, "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;"));
+  CHECK(strstr(out.data, "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;"));
+  CHECK(strstr(out.data, "unsigned pack4_e5m2("));
+  fj__buf_free(&out);
+  CHECK_OK(ctx, render_forms(&ctx, "{ t = 'f16', n = 64, a = 'rs', tb = 1, k = 16 }", &out));
+  CHECK(strstr(out.data, "m64n64k16.f32.f16.f16 { %0, "));
+  CHECK(strstr(out.data, "{ %32, %33, %34, %35 }, %36, p, 1, 1, 1; }"));
+  CHECK(!strstr(out.data, "sw128_b8") && !strstr(out.data, "pack4_"));
+  fj__buf_free(&out);
+  static const struct {
+    const char *forms, *want;
+  } refused[] = {
+      {"{ t = 'e4m3', n = 64, a = 'rs', tb = 1 }",
+       "wgmma.cuh: form { t = e4m3, n = 64, a = rs, tb = 1, ta = 0, k = 32 }: "
+       "e4m3 operands have no transpose (K-major only; tb and ta must be 0)"},
+      {"{ t = 'e5m2', n = 128, a = 'ss', tb = 1, ta = 1 }",
+       "wgmma.cuh: form { t = e5m2, n = 128, a = ss, tb = 1, ta = 1, k = 32 }: "
+       "e5m2 operands have no transpose"},
+      {"{ t = 'e4m3', n = 64, a = 'ss', tb = 0, k = 16 }",
+       "form { t = e4m3, n = 64, a = ss, tb = 0, ta = 0, k = 16 }: e4m3 takes k 32 "
+       "(32 bytes of the element)"},
+      {"{ t = 'bf16', n = 64, a = 'ss', tb = 0, k = 32 }", "bf16 takes k 16"},
+      {"{ t = 's8', n = 64, a = 'ss', tb = 0 }",
+       "form { t = s8, n = 64, a = ss, tb = 0, ta = 0, k = nil }: the types are "
+       "f16, bf16, e4m3 and e5m2"},
+  };
+  for (size_t i = 0; i < FJ_ARRAY_LEN(refused); i++) {
+    CHECK_ST(ctx, render_forms(&ctx, refused[i].forms, &out), FJ_ERR_UNSUPPORTED);
+    CHECK_MSG(ctx, refused[i].want);
+    CHECK(!strchr(fj_errmsg(ctx), '\n'));
+    fj__buf_free(&out);
+  }
+  unsetenv("FLASHJIT_TEMPLATE_DIR");
+  fj_ctx_destroy(ctx);
+  return 0;
+}

@@ -48,7 +48,7 @@ MOD_EXPR_MAX = 1024
 MOD_NAME_MAX = 31
 WINDOW_MAX = 1 << 30
 SPLITS_MAX = 256
-FRAG_COUNT = 15
+FRAG_COUNT = 17
 LUT_MAX_SLOTS = 16
 
 # ---- callbacks ---------------------------------------------------------------

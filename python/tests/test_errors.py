@@ -175,7 +175,7 @@ class PlanErrors(Case):
 
 class LayoutErrors(Case):
     def test_names(self):
-        self.refuses(ValueError, r"frag='nope' is not one of wmma_acc_f32, .*wgmma_a$",
+        self.refuses(ValueError, r"frag='nope' is not one of wmma_acc_f32, .*wgmma_a, wgmma_acc_e4m3, wgmma_a8$",
                      flashjit.layout, "nope", arch="sm_90a")
 
     def test_arch(self):

@@ -316,9 +316,16 @@ class Plans(unittest.TestCase):
 class Layouts(unittest.TestCase):
     def test_fragments(self):
         names = flashjit.fragments()
-        self.assertEqual(len(names), 15)
+        self.assertEqual(len(names), 17)
         self.assertIn("mma_acc_f16", names)
         self.assertIn("wgmma_acc_bf16", names)
+        self.assertEqual(names[-2:], ("wgmma_acc_e4m3", "wgmma_a8"))
+
+    def test_reference_a8(self):
+        lut = flashjit.layout("wgmma_a8", arch="sm_90a")
+        self.assertEqual((lut.rows, lut.cols, lut.lanes, lut.slots), (16, 32, 32, 16))
+        self.assertEqual(lut.map[6][13], (9, 25))
+        self.assertEqual(len({rc for lane in lut.map for rc in lane}), 512)
 
     def test_reference_table(self):
         lut = flashjit.layout("mma_acc_f16", arch="sm_90a")
