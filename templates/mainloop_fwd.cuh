@@ -34,8 +34,8 @@
   FP8 (dtype e4m3): ring v holds V^T (D rows of BN keys, K-major like K);
   P goes into the A operand as e4m3 times 256 (p_from: lut.lua's
   p8_from_acc, { group, slot } per A slot); each work tile sets sl2_t (the
-  softmax scale with Q's and K's descales) and vds_t (V's descale over
-  256, the epilogue's out_scale).  TWO: O += P V lands in a second
+  softmax scale with Q's and K's descales); the epilogue's out_scale is V's
+  descale over 256 (read there: no register held through the loop).  TWO: O += P V lands in a second
   accumulator op, added into o every FLUSH key tiles and at the end
   (FP8's tensor cores keep about 22 bits when they add).
 #}
@@ -215,9 +215,7 @@
 {% if FP8 then %}
   // The descales of this (batch, KV head): Q's and K's join the softmax
   // scale, V's (over P's 256) the epilogue's.
-  const int ds_i = blk.b * p.heads_kv + blk.hk;
-  const float sl2_t = sl2 * p.q_scale[ds_i] * p.k_scale[ds_i];
-  const float vds_t = p.v_scale[ds_i] * (1.f / 256.f);
+  const float sl2_t = sl2 * p.q_scale[blk.b * p.heads_kv + blk.hk] * p.k_scale[blk.b * p.heads_kv + blk.hk];
 {% end %}
 {% if TWO then %}
   int pv_run = 0;  // key tiles in op since it last joined o

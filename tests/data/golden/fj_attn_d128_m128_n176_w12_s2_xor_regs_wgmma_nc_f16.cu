@@ -40,8 +40,13 @@ struct Params {
   const int *bm_num, *bm_idx, *bm_full_num, *bm_full_idx;
   int bm_stride_b, bm_stride_h, bm_q_blocks, bm_kv_blocks;
   const float *sinks;       // attention sinks: [heads_q] logits, or NULL
+  // FP8 attention (dtype e4m3): Q's descales [batch][heads_kv], and V^T in
+  // the workspace, [batch][heads_kv][head_dim][vt_keys] bytes.
+  const float *q_scale;
+  unsigned char *vt;
+  int vt_keys, pad_;
 };
-static_assert(sizeof(Params) == 344, "host and device disagree on the parameter block");
+static_assert(sizeof(Params) == 368, "host and device disagree on the parameter block");
 
 typedef __half elem_t;
 typedef __half2 elem2_t;
