@@ -433,3 +433,36 @@ if part compile; then
     note "compile (c): first call (fresh process and cache, run --iters 1), package $with: exit $? in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }') s"
   done
 fi
+
+# FP8 attention (dtype e4m3, issue 32): the layout probe with the FP8 kinds,
+# the FP8 forward's GPU test (WGMMA_DEBUG=1: mbarrier waits that trap), a
+# checked run of the library's choice, then bench/fp8_compare.py beside
+# cuDNN's FP8 (its wheel carried in .whl/: ../shared/anchors/README.md;
+# FP8_ARGS for the script, e.g. "--dims 128 --seqs 4096 --long").
+if part fp8; then
+  tdir=""
+  if [ "${WGMMA_DEBUG:-0}" = 1 ]; then
+    tdir=/tmp/fj-templates-debug
+    rm -rf "$tdir" && cp -r /work/main/templates "$tdir"
+    sed -i 's/WGMMA_SPIN_LIMIT or 0/1 << 26/' "$tdir/attention_wgmma.cu"
+  fi
+  for t in gpu_lut_probe gpu_lut_e4m3 gpu_fp8_forward; do
+    FLASHJIT_TEMPLATE_DIR=$tdir timeout ${WGMMA_TIMEOUT:-240} ./tests/fj_tests $t >"$out/fp8_$t.log" 2>&1
+    rc=$?
+    note "fp8 $t: exit $rc ($(grep -c ' ok$' "$out/fp8_$t.log") ok, $(grep -c 'FAIL' "$out/fp8_$t.log") FAIL lines)"
+    grep -E "max rel_err|error|FAIL|check failed|skipped|holds|probe" "$out/fp8_$t.log" | head -14 | tee -a "$summary"
+    [ $rc = 0 ] || break
+  done
+  if [ "${rc:-1}" = 0 ]; then
+    for c in "" "--causal"; do
+      timeout 120 ./flashjit run --dtype e4m3 --shape 1,16,4096,128 $c --check --iters 20 2>&1 | tail -4 | tee -a "$summary"
+    done
+    if ls /work/main/.whl/nvidia_cudnn_frontend-*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --target /tmp/site /work/main/.whl/nvidia_cudnn_frontend-*.whl
+      (cd /work/main && PYTHONPATH=/tmp/site:python FLASHJIT_LIB=build/libflashjit.so \
+        timeout ${FP8_TIMEOUT:-400} python3 bench/fp8_compare.py ${FP8_ARGS:-} --out "$out" >"$out/fp8_compare.log" 2>&1)
+      note "fp8 compare: exit $?"
+      grep -E "geomean|keys|D=" "$out/fp8_compare.log" | tail -40 | tee -a "$summary"
+    fi
+  fi
+fi
