@@ -966,7 +966,7 @@ static const struct {
     {"fp8 d128 no visible key", 128, 0, 2, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 300, 40},
     {"fp8 d256", 256, 0, 2, FJ_CAUSAL_NONE, 1, 2, 2, 300, 300},
     {"fp8 d256", 256, 0, 2, FJ_CAUSAL_BOTTOM_RIGHT, 2, 4, 2, 200, 333},
-    {"fp8 d256 flush=2", 256, 2, 2, FJ_CAUSAL_TOP_LEFT, 1, 2, 1, 129, 129},
+    {"fp8 d256 stages=3", 256, -1, 3, FJ_CAUSAL_TOP_LEFT, 1, 2, 1, 129, 129},
 };
 
 int test_gpu_fp8_forward(void)
