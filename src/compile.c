@@ -523,13 +523,21 @@ static void number_before(const char *line, const char *end, const char *what,
 /* Reads the lines ptxas -v writes ("ptxas info : Used 80 registers, used 1
  * barriers, 1024 bytes smem" and "ptxas . 0 bytes stack frame, 0 bytes
  * spill stores, 0 bytes spill loads"), ignoring compiler warnings. */
-void fj__parse_resources(const char *log, fj_resources *res)
+void fj__parse_resources(const char *log, const char *symbol,
+                         fj_resources *res)
 {
+  int mine = 1;  /* the lines belong to `symbol`'s entry function */
   for (const char *line = log; line && *line;) {
     const char *end = strchr(line, '\n');
     if (!end)
       end = line + strlen(line);
-    if (strncmp(line, "ptxas", 5) == 0) {
+    const char *entry = strstr(line, "entry function '");
+    if (symbol && entry && entry < end) {
+      entry += strlen("entry function '");
+      size_t n = strlen(symbol);
+      mine = entry + n < end && !strncmp(entry, symbol, n) && entry[n] == '\'';
+    }
+    if (mine && strncmp(line, "ptxas", 5) == 0) {
       number_before(line, end, " registers", &res->registers);
       number_before(line, end, " barriers", &res->barriers);
       number_before(line, end, " bytes smem", &res->shared_static);

@@ -59,7 +59,10 @@ fj_status fj__compile(const fj_ctx *ctx, const char *name, const char *src,
                       const char *arch, int isolate, fj_compiled *out);
 void fj__compiled_free(fj_compiled *c);
 /* Reads registers, barriers, shared memory, spills and stack frame from a
- * ptxas -v log. */
-void fj__parse_resources(const char *log, fj_resources *res);
+ * ptxas -v log: of entry function `symbol` where the module has several
+ * (FP8 attention's _vt pass beside its kernel), of every line where
+ * symbol is NULL or the log names no entry function. */
+void fj__parse_resources(const char *log, const char *symbol,
+                         fj_resources *res);
 
 #endif /* FJ_COMPILE_H */

@@ -447,8 +447,9 @@ fj_status fj__cu_tensor_map(const fj_ctx *ctx, const fj_tmap_desc *d,
     if (i + 1 < d->rank)
       strides[i] = (cuuint64_t)d->strides[i];
   }
-  CUtensorMapDataType type = d->dtype == FJ_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  CUtensorMapDataType type = d->dtype == FJ_BF16   ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                             : d->dtype == FJ_E4M3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                                   : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   CUtensorMapSwizzle sw = d->swizzle_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
                           : d->swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                                    : CU_TENSOR_MAP_SWIZZLE_32B;

@@ -319,7 +319,7 @@ static void to_disk(fj_ctx *ctx, fj_kernel *k, const fj_cache_key *key)
 static void finish(fj_ctx *ctx, fj_kernel *k)
 {
   fj_resources *r = &k->res;
-  fj__parse_resources(k->out.log, r);
+  fj__parse_resources(k->out.log, k->meta.symbol, r);
   r->shared_dynamic = k->meta.smem_bytes;
   r->threads = k->meta.threads;
   r->cubin_bytes = k->out.cubin_len;
@@ -615,8 +615,11 @@ fj_status fj__kernel_symbol(fj_ctx *ctx, fj_kernel *k, const char *symbol,
     if (st != FJ_OK)
       return st;
   }
+  /* The template's dynamic shared memory is its main kernel's; another
+   * kernel of the module (FP8 attention's _vt pass) launches with none. */
+  int main_kernel = !strcmp(symbol, k->meta.symbol);
   return fj__cu_function(ctx, k->module, symbol,
-                         (unsigned)k->meta.smem_bytes, function);
+                         main_kernel ? (unsigned)k->meta.smem_bytes : 0, function);
 }
 
 fj_status fj__kernel_function(fj_ctx *ctx, fj_kernel *k, void **function)

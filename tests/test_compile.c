@@ -186,7 +186,7 @@ int test_resources_parse(void)
       "ptxas info    : Compile time = 16.970 ms\n";
   fj_resources r;
   memset(&r, 0, sizeof r);
-  fj__parse_resources(log, &r);
+  fj__parse_resources(log, NULL, &r);
   CHECK(r.registers == 168);
   CHECK(r.barriers == 1);
   CHECK(r.shared_static == 2048);
@@ -194,7 +194,22 @@ int test_resources_parse(void)
   CHECK(r.spill_store_bytes == 8);
   CHECK(r.spill_load_bytes == 12);
   memset(&r, 0, sizeof r);
-  fj__parse_resources("", &r);
+  fj__parse_resources("", NULL, &r);
   CHECK(r.registers == 0 && r.shared_static == 0);
+  /* Two entry functions (FP8 attention's _vt pass first): the kernel's own
+   * lines only, whichever comes last. */
+  static const char two[] =
+      "ptxas info    : Compiling entry function 'fj_attn_vt' for 'sm_90a'\n"
+      "ptxas         .     0 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+      "ptxas info    : Used 32 registers, used 1 barriers, 9216 bytes smem\n"
+      "ptxas info    : Compiling entry function 'fj_attn' for 'sm_90a'\n"
+      "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 168 registers, used 1 barriers\n";
+  memset(&r, 0, sizeof r);
+  fj__parse_resources(two, "fj_attn", &r);
+  CHECK(r.registers == 168 && r.shared_static == 0 && r.spill_store_bytes == 0);
+  memset(&r, 0, sizeof r);
+  fj__parse_resources(two, "fj_attn_vt", &r);
+  CHECK(r.registers == 32 && r.shared_static == 9216 && r.spill_store_bytes == 4);
   return 0;
 }
