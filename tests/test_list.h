@@ -196,6 +196,7 @@ TEST(hostile_a_limits, cpu)
 TEST(hostile_a_limits_more, cpu)
 TEST(hostile_a_exprs, cpu)
 TEST(hostile_a_expr_kernel, cpu)
+TEST(hostile_a_dg_kernel, cpu)
 TEST(hostile_a_statuses, cpu)
 /* issue 35, part B (test_hardening_b.c): every Lua entry point bounded,
  * the cache's trust boundary, a newcomer's first hour */
