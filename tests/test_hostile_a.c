@@ -354,6 +354,14 @@ int test_hostile_a_exprs(void)
       {"f32 -inf", .score = "s + x", P1, .pvalue = -INFINITY, .want = BAD("value -inf is not a finite float32")},
       {"f32 1e39", .score = "s + x", P1, .pvalue = 1e39, .want = BAD("value 1e+39 is not a finite float32")},
       {"f32 FLT_MAX", .score = "s + x", P1, .pvalue = FLT_MAX, .want = OK},
+      /* A denormal keeps its meaning in the kernel; what float32 makes 0
+       * does not. */
+      {"f32 denormal", .score = "s + x", P1, .pvalue = 1e-40, .want = OK},
+      {"f32 smallest denormal", .score = "s + x", P1, .pvalue = 0x1p-149, .want = OK},
+      {"f32 1e-50", .score = "s + x", P1, .pvalue = 1e-50,
+       .want = BAD("mods.params[0] (x): value 1e-50 would be 0 as a float32 (|value| at least 1.4013e-45")},
+      {"f32 -2^-150", .score = "s + x", P1, .pvalue = -0x1p-150, .want = BAD("value -7.00649e-46 would be 0 as a float32")},
+      {"f32 5e-324", .score = "s + x", P1, .pvalue = 5e-324, .want = BAD("would be 0 as a float32")},
       {"i32 NaN", .score = "s + (float)x", .pname = "x", .ptype = FJ_MOD_I32, .pvalue = NAN,
        .want = BAD("value nan is not an int32")},
       {"i32 2^31", .score = "s + (float)x", .pname = "x", .ptype = FJ_MOD_I32, .pvalue = 2147483648.0,
