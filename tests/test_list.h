@@ -52,6 +52,7 @@ TEST(cache_processes, cpu)
 TEST(cache_list_clear, cpu)
 TEST(cache_stale_prune, cpu)
 TEST(cache_render_index, cpu)
+TEST(cache_render_index_facts, cpu)
 /* the kernel package (test_package.c) */
 TEST(package_first_call, cpu)
 TEST(package_refusals, cpu)
