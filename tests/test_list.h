@@ -209,3 +209,7 @@ TEST(hostile_b_package_load, cpu)
 TEST(hostile_b_export_target, cpu)
 TEST(hostile_b_reference_exact, cpu)
 TEST(gpu_exact_single_key, gpu)
+/* the expressions' int operations C leaves undefined, against the
+ * reference (test_gpu_int_ops.c) */
+TEST(mods_int_ops_reference, cpu)
+TEST(gpu_mods_int_ops, gpu)
