@@ -6,7 +6,8 @@
  *
  * The render index spares a disk hit the render (Lua, 1-2 ms): a disk entry
  * of kind "render", keyed by the built-in templates' hash and the memory
- * key, holds the rendered source and its metadata.  With that source the
+ * key (every parameter, a table's whole contents: what the C side printed
+ * for the template), holds the rendered source and its metadata.  With that source the
  * kernel's own key is computed as always.  Templates from
  * FLASHJIT_TEMPLATE_DIR are always rendered: they may change under us.
  */
@@ -40,6 +41,46 @@ struct fj_kmap {
 
 /* ---- the memory cache ----------------------------------------------------------- */
 
+static int key_kid(fj_buf *key, const fj_param *p);
+
+/* A table parameter's part of a key: every kid, whole.  Its contents are
+ * what the C side printed for the template (the expressions' CUDA and
+ * facts: mods_kernel.c), so the key -- the render index's too -- changes
+ * whenever that printing does, not only when the templates or the user's
+ * texts do. */
+static int key_table(fj_buf *key, const fj_param *p)
+{
+  const fj_param *kid = fj_param_kids(p);
+  int bad = fj__buf_appendf(key, "{");
+  for (long long i = 0; i < p->i && !bad; i++)
+    bad = fj__buf_appendf(key, "%s%s=", i ? "," : "",
+                          kid[i].key ? kid[i].key : "") ||
+          key_kid(key, &kid[i]);
+  return bad || fj__buf_appendf(key, "}");
+}
+
+/* A table's kid, typed as the template receives it; a string with its
+ * length (printed CUDA may hold any separator), nil as ~. */
+static int key_kid(fj_buf *key, const fj_param *p)
+{
+  switch (p->type) {
+  case FJ_PARAM_STR:
+    return p->s ? fj__buf_appendf(key, "s%zu:%s", strlen(p->s), p->s)
+                : fj__buf_appendf(key, "~");
+  case FJ_PARAM_BOOL:
+    return fj__buf_appendf(key, "b%d", p->i != 0);
+  case FJ_PARAM_TABLE:
+    return key_table(key, p);
+  case FJ_PARAM_LUT:
+    return fj__buf_appendf(key, "l%016llx",
+                           (unsigned long long)fj__hash64(p->lut->map,
+                                                          sizeof p->lut->map));
+  case FJ_PARAM_INT:
+    break;
+  }
+  return fj__buf_appendf(key, "i%lld", p->i);
+}
+
 /* The memory-cache key: the template name and every parameter, in the order
  * given (callers always build parameters in one fixed order). */
 static int memory_key(fj_buf *key, const char *name, const fj_param *p,
@@ -53,6 +94,8 @@ static int memory_key(fj_buf *key, const char *name, const fj_param *p,
       bad = fj__buf_appendf(key, "|%s=%016llx", p[i].key,
                             (unsigned long long)fj__hash64(p[i].lut->map,
                                                            sizeof p[i].lut->map));
+    else if (p[i].type == FJ_PARAM_TABLE)
+      bad = fj__buf_appendf(key, "|%s=", p[i].key) || key_table(key, &p[i]);
     else
       bad = fj__buf_appendf(key, "|%s=%lld", p[i].key, p[i].i);
   }

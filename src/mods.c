@@ -317,6 +317,14 @@ static fj_status check_scalar(const fj_ctx *ctx, const fj_mod_param *p, int i)
                     "mods.params[%d] (%s): value %g is not a finite float32 "
                     "(|value| at most %g)",
                     i, p->name, p->value, (double)FLT_MAX);
+  /* A denormal keeps its meaning (the kernels are compiled without
+   * flushing denormals, as the host's evaluator runs); a value float32
+   * rounds to 0 would not. */
+  if (p->type == FJ_MOD_F32 && p->value != 0 && (float)p->value == 0.f)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "mods.params[%d] (%s): value %g would be 0 as a float32 "
+                    "(|value| at least %g, float32's smallest denormal, or 0)",
+                    i, p->name, p->value, (double)FLT_TRUE_MIN);
   return FJ_OK;
 }
 

@@ -176,9 +176,14 @@ __device__ __forceinline__ const {{ mods.ctype[t.type] }} *fj_dg_row(int b, int 
 {%     for k = 1, t.rank - 1 do %}
   const int fj_i{{ k - 1 }} = ({{ dg.uniform[k] }});
 {%     end %}
-  const int fj_il = {{ dg.sign > 0 and "fj_d" or "-fj_d" }} + ({{ dg.x }});
-  fj_in = {% for k = 1, t.rank - 1 do %}(unsigned)fj_i{{ k - 1 }} < (unsigned){{ t.name }}.e[{{ k - 1 }}] && {% end %}(unsigned)(fj_il + fj_lo) < (unsigned){{ t.name }}.e[{{ t.rank - 1 }}] &&
-          (unsigned)(fj_il + fj_hi) < (unsigned){{ t.name }}.e[{{ t.rank - 1 }}];
+  // The last index at the distance: the expression's own + and - wrap
+  // (fj::iadd: the host evaluator's meaning), so this does too.  The
+  // offsets are added to the pointer, unwrapped: fj_in tests them as 64-bit
+  // integers, so that the fast path reads exactly the elements the
+  // wrapped indices name.
+  const int fj_il = {{ dg.sign > 0 and "fj::iadd(fj_d, " .. dg.x .. ")" or "fj::isub(" .. dg.x .. ", fj_d)" }};
+  fj_in = {% for k = 1, t.rank - 1 do %}(unsigned)fj_i{{ k - 1 }} < (unsigned){{ t.name }}.e[{{ k - 1 }}] && {% end %}(long long)fj_il + fj_lo >= 0ll &&
+          (long long)fj_il + fj_hi < (long long){{ t.name }}.e[{{ t.rank - 1 }}];
   return {{ t.name }}.data + {{ flat }};
 }
 

@@ -7,6 +7,7 @@
 #include <execinfo.h>
 #include <ftw.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,6 +25,8 @@ static const struct {
 };
 
 static char tmp_root[4096];
+/* Whether the running test gave a reason for skipping (fjt_skip). */
+static int skip_said;
 
 static int remove_one(const char *path, const struct stat *st, int flag,
                       struct FTW *ftw)
@@ -89,10 +92,8 @@ int fjt_gpu_ctx(const char *dir, fj_ctx **ctx)
   o.cache_dir = dir;
   o.disk_cache = dir != NULL;
   fj_status st = fj_ctx_create(ctx, &o);
-  if (st == FJ_ERR_NO_DEVICE) {
-    printf("SKIP: no GPU: %s\n", fj_errmsg(NULL));
-    return FJT_SKIP;
-  }
+  if (st == FJ_ERR_NO_DEVICE)
+    return fjt_skip("no GPU: %s", fj_errmsg(NULL));
   if (st != FJ_OK) {
     fprintf(stderr, "GPU context: %s\n", fj_errmsg(NULL));
     return 1;
@@ -106,9 +107,27 @@ const char *fjt_data_dir(void)
   return dir && *dir ? dir : FJT_DATA_DIR;
 }
 
+int fjt_skip(const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("SKIP: ", stdout);
+  vprintf(fmt, ap);
+  putchar('\n');
+  va_end(ap);
+  skip_said = 1;
+  return FJT_SKIP;
+}
+
 static int run(size_t i)
 {
+  skip_said = 0;
   int rc = tests[i].fn();
+  if (rc == FJT_SKIP && !skip_said) {
+    printf("%s skipped without a reason (a test skips through fjt_skip)\n",
+           tests[i].name);
+    rc = 1;
+  }
   printf("%s %s\n", rc == 0 ? "ok  " : rc == FJT_SKIP ? "skip" : "FAIL",
          tests[i].name);
   fflush(stdout);

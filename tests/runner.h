@@ -57,9 +57,18 @@ const char *fjt_tmpdir(void);
 int fjt_write_file(const char *path, const void *data, size_t len);
 /* A compile-only context for arch with its cache in dir (NULL: memory). */
 fj_ctx *fjt_ctx(const char *arch, const char *dir);
-/* A GPU context on device 0: 0, or FJT_SKIP (no device, reason printed),
+/* A GPU context on device 0: 0, or FJT_SKIP (no device, reason given),
  * or 1 (another failure, printed). */
 int fjt_gpu_ctx(const char *dir, fj_ctx **ctx);
+/* Skips the running test for the reason printf would print from fmt: prints
+ * "SKIP: reason" (ctest's summary lists it, tests/skip_reasons.sh) and
+ * returns FJT_SKIP.  A test that returns FJT_SKIP without calling it
+ * fails: a skip always says why. */
+int fjt_skip(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
 /* Source of the tests' data files (the crash anchor, goldens). */
 const char *fjt_data_dir(void);
 

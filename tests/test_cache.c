@@ -407,6 +407,59 @@ int test_cache_render_index(void)
   return 0;
 }
 
+/* Renders lut_probe.cu in ctx with a table parameter (which the template
+ * ignores) holding cuda as the C side's printed expression; how many
+ * renders it took. */
+static long render_with_facts(fj_ctx *ctx, const char *cuda)
+{
+  const fj_param expr[] = {{"cuda", FJ_PARAM_STR, 0, cuda, NULL},
+                           {"kvq", FJ_PARAM_BOOL, 1, NULL, NULL}};
+  const fj_param facts[] = {fj_param_table("score", expr, 2),
+                            {"mask", FJ_PARAM_STR, 0, NULL, NULL}};
+  const fj_param params[] = {{"arch", FJ_PARAM_STR, 0, ctx->arch, NULL},
+                             {"version", FJ_PARAM_STR, 0, fj_version(), NULL},
+                             {"sm", FJ_PARAM_INT, ctx->sm, NULL, NULL},
+                             fj_param_table("mod_facts", facts, 2)};
+  fj_kernel *k;
+  long before = ctx->renders;
+  if (fj__kernel_build(ctx, "lut_probe.cu", params, 4, &k) != FJ_OK) {
+    fprintf(stderr, "render_with_facts: %s\n", fj_errmsg(ctx));
+    return -1;
+  }
+  return ctx->renders - before;
+}
+
+/* The render index's key follows what the C side prints into a table
+ * parameter (mods_kernel.c's mod_facts: the expressions as CUDA), not only
+ * the templates and the user's texts: a library whose printer changed
+ * renders again rather than take an older render of the same expression
+ * from the disk cache.  The table's contents count, nested, to the last
+ * space. */
+int test_cache_render_index_facts(void)
+{
+  const char *dir = fjt_tmpdir();
+  static const char *const printed[] = {
+      "fj::iadd(q, 1)", "(q + 1)", "fj::iadd(q, 1) ",
+  };
+  fj_ctx *a = logged_ctx("sm_80", dir);
+  CHECK(a);
+  for (size_t i = 0; i < FJ_ARRAY_LEN(printed); i++) {
+    fj_ctx *b = logged_ctx("sm_80", dir);
+    CHECK(b);
+    long renders = render_with_facts(b, printed[i]);
+    fj_ctx_destroy(b);
+    if (renders != 1) {
+      fprintf(stderr, "facts \"%s\": %ld renders, want 1 (an older "
+                      "render was taken)\n", printed[i], renders);
+      return 1;
+    }
+  }
+  /* The same printing again: the index answers. */
+  CHECK(render_with_facts(a, printed[1]) == 0);
+  fj_ctx_destroy(a);
+  return 0;
+}
+
 /* ---- cache packs ------------------------------------------------------------ */
 
 /* The variants of the pack tests: sm_80's decode pick with GQA (mma,

@@ -849,17 +849,17 @@ int test_gpu_mma_cross(void)
 
 /* ---- the wgmma family (sm_90a): every axis value, and its cross product ------------------ */
 
-/* Whether the device runs the wgmma family (exit 77, skipped, if not). */
+/* Whether the device runs the wgmma family (FJT_SKIP, with why, if not). */
 static int wgmma_device(fj_ctx **ctx)
 {
   int rc = fjt_gpu_ctx(fjt_tmpdir(), ctx);
   if (rc)
     return rc;
   if (strcmp(fj_ctx_arch(*ctx), "sm_90a") != 0) {
-    printf("skipped: the wgmma family needs sm_90a; this device is %s\n",
-           fj_ctx_arch(*ctx));
+    rc = fjt_skip("the wgmma family needs sm_90a; this device is %s",
+                  fj_ctx_arch(*ctx));
     fj_ctx_destroy(*ctx);
-    return 77;
+    return rc;
   }
   return 0;
 }

@@ -36,9 +36,8 @@ static int need_two(void)
   int n = visible_devices();
   if (n >= 2)
     return 0;
-  printf("SKIP: %d CUDA device(s) visible; this test needs 2 (the "
-         "nvidia-h200-x2 machines)\n", n);
-  return FJT_SKIP;
+  return fjt_skip("%d CUDA device(s) visible; this test needs 2 (the "
+                  "nvidia-h200-x2 machines)", n);
 }
 
 /* Contexts on devices 0 and 1 (dir NULL: memory-only caches): 0, or
@@ -619,11 +618,9 @@ int test_gpu_multi_tunedb(void)
   const char *cli = getenv("FJT_CLI");
   if (!cli || !*cli)
     cli = FJT_CLI;
-  if (!*cli || access(cli, X_OK) != 0) {
-    printf("SKIP: no flashjit command-line tool (built without "
-           "FLASHJIT_BUILD_CLI; FJT_CLI names one)\n");
-    return FJT_SKIP;
-  }
+  if (!*cli || access(cli, X_OK) != 0)
+    return fjt_skip("no flashjit command-line tool (built without "
+                    "FLASHJIT_BUILD_CLI; FJT_CLI names one)");
   const char *dir = fjt_tmpdir();
   /* Two problem classes (2^8 and 2^9 rows): identical GPUs share an
    * entry's key, so one class each shows both entries kept. */

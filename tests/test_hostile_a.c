@@ -354,6 +354,14 @@ int test_hostile_a_exprs(void)
       {"f32 -inf", .score = "s + x", P1, .pvalue = -INFINITY, .want = BAD("value -inf is not a finite float32")},
       {"f32 1e39", .score = "s + x", P1, .pvalue = 1e39, .want = BAD("value 1e+39 is not a finite float32")},
       {"f32 FLT_MAX", .score = "s + x", P1, .pvalue = FLT_MAX, .want = OK},
+      /* A denormal keeps its meaning in the kernel; what float32 makes 0
+       * does not. */
+      {"f32 denormal", .score = "s + x", P1, .pvalue = 1e-40, .want = OK},
+      {"f32 smallest denormal", .score = "s + x", P1, .pvalue = 0x1p-149, .want = OK},
+      {"f32 1e-50", .score = "s + x", P1, .pvalue = 1e-50,
+       .want = BAD("mods.params[0] (x): value 1e-50 would be 0 as a float32 (|value| at least 1.4013e-45")},
+      {"f32 -2^-150", .score = "s + x", P1, .pvalue = -0x1p-150, .want = BAD("value -7.00649e-46 would be 0 as a float32")},
+      {"f32 5e-324", .score = "s + x", P1, .pvalue = 5e-324, .want = BAD("would be 0 as a float32")},
       {"i32 NaN", .score = "s + (float)x", .pname = "x", .ptype = FJ_MOD_I32, .pvalue = NAN,
        .want = BAD("value nan is not an int32")},
       {"i32 2^31", .score = "s + (float)x", .pname = "x", .ptype = FJ_MOD_I32, .pvalue = 2147483648.0,
@@ -413,6 +421,49 @@ int test_hostile_a_expr_kernel(void)
   fj_resources r;
   fj_kernel_resources(k, &r);
   CHECK(r.cubin_bytes > 0);
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* The same for the int arithmetic a family adds to an expression's: a
+ * distance table's row (mods.cuh's fj_dg_row) takes the last index at the
+ * tile's distance with the wrapping add of the expression's own + and -
+ * (a shift near INT_MAX overflowed a plain int add), and tests the
+ * offsets it adds to the pointer as 64-bit integers, unwrapped. */
+int test_hostile_a_dg_kernel(void)
+{
+  static const struct {
+    const char *score, *il;
+  } cases[] = {
+      {"s + bias(h, q - kv + shift)", "const int fj_il = fj::iadd(fj_d, fj::iadd(0, shift));"},
+      {"s + bias(h, kv - q - shift)", "const int fj_il = fj::isub(fj::isub(0, shift), fj_d);"},
+  };
+  const fj_mod_param prm[2] = {{"bias", FJ_MOD_F32, 2, {2, 512}, fake_data, 0},
+                               {"shift", FJ_MOD_I32, 0, {0}, NULL, 2147483647.0}};
+  fj_ctx *ctx = fjt_ctx("sm_80", NULL);
+  CHECK(ctx);
+  for (size_t i = 0; i < FJ_ARRAY_LEN(cases); i++) {
+    fj_problem p;
+    fj_problem_init(&p, 1, 2, 2, 256, 256, 64, FJ_F16, FJ_BHSD);
+    fj_mods m;
+    fj_mods_init(&m);
+    m.score = cases[i].score;
+    m.params = prm;
+    m.num_params = 2;
+    p.mods = &m;
+    fj_plan plan;
+    fj_kernel *k;
+    CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+    CHECK_OK(ctx, fj_kernel_get(ctx, &plan.variant, &k));
+    const char *src = fj_kernel_source(k, NULL);
+    const char *forms[] = {cases[i].il, "(long long)fj_il + fj_lo >= 0ll &&",
+                           "(long long)fj_il + fj_hi < (long long)bias.e[1];"};
+    for (size_t f = 0; f < FJ_ARRAY_LEN(forms); f++)
+      if (!strstr(src, forms[f])) {
+        fprintf(stderr, "%s: the kernel lacks %s\n", cases[i].score, forms[f]);
+        return 1;
+      }
+  }
   fj_ctx_destroy(ctx);
   return 0;
 }

@@ -54,6 +54,7 @@ TEST(cache_processes, cpu)
 TEST(cache_list_clear, cpu)
 TEST(cache_stale_prune, cpu)
 TEST(cache_render_index, cpu)
+TEST(cache_render_index_facts, cpu)
 /* the kernel package (test_package.c) */
 TEST(package_first_call, cpu)
 TEST(package_refusals, cpu)
@@ -203,6 +204,7 @@ TEST(hostile_a_limits, cpu)
 TEST(hostile_a_limits_more, cpu)
 TEST(hostile_a_exprs, cpu)
 TEST(hostile_a_expr_kernel, cpu)
+TEST(hostile_a_dg_kernel, cpu)
 TEST(hostile_a_statuses, cpu)
 /* issue 35, part B (test_hardening_b.c): every Lua entry point bounded,
  * the cache's trust boundary, a newcomer's first hour */
@@ -214,3 +216,7 @@ TEST(hostile_b_package_load, cpu)
 TEST(hostile_b_export_target, cpu)
 TEST(hostile_b_reference_exact, cpu)
 TEST(gpu_exact_single_key, gpu)
+/* the expressions' int operations C leaves undefined, against the
+ * reference (test_gpu_int_ops.c) */
+TEST(mods_int_ops_reference, cpu)
+TEST(gpu_mods_int_ops, gpu)

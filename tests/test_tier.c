@@ -252,10 +252,8 @@ int test_gpu_jit_tiers(void)
   o.jit_tiers = 1;
   fj_ctx *ctx;
   fj_status st = fj_ctx_create(&ctx, &o);
-  if (st == FJ_ERR_NO_DEVICE) {
-    printf("SKIP: no GPU: %s\n", fj_errmsg(NULL));
-    return FJT_SKIP;
-  }
+  if (st == FJ_ERR_NO_DEVICE)
+    return fjt_skip("no GPU: %s", fj_errmsg(NULL));
   CHECK_OK(NULL, st);
   /* Distinct problems (each its own chosen variant, so each first call
    * has a compile to wait for): tails, Sq != Skv both ways, GQA 8:1, head

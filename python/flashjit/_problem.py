@@ -94,6 +94,7 @@ INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
 INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
 FLT_MAX = 3.4028234663852886e38   # the largest finite float32
 FLT_MIN = 1.1754943508222875e-38  # the smallest normal float32
+FLT_TRUE_MIN = 1.401298464324817e-45  # the smallest denormal float32
 
 
 def int_arg(what, value, lo=None, bits=32):
@@ -171,6 +172,12 @@ def scalar_param(name, value):
     if not abs(f) <= FLT_MAX:
         raise ValueError(f"flashjit: params[{name!r}]={value!r} is not a finite float32 "
                          f"(|value| at most {FLT_MAX:g})")
+    # A denormal keeps its meaning in the kernel (src/mods.c); a value that
+    # float32 rounds to 0 (at most half the smallest denormal) would not.
+    if f != 0 and abs(f) <= FLT_TRUE_MIN / 2:
+        raise ValueError(f"flashjit: params[{name!r}]={value!r} would be 0 as a float32 "
+                         f"(|value| at least {FLT_TRUE_MIN:g}, float32's smallest "
+                         f"denormal, or 0)")
     return capi.MOD_F32, f
 
 

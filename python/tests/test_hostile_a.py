@@ -142,6 +142,9 @@ class Truncation(Case):
             (dict(score_mod="s + x", params={"x": float("inf")}), r"params\['x'\]=inf is not a finite float32"),
             (dict(score_mod="s + x", params={"x": float("nan")}), r"params\['x'\]=nan is not a finite float32"),
             (dict(score_mod="s + x", params={"x": -1e300}), r"is not a finite float32"),
+            (dict(score_mod="s + x", params={"x": 1e-50}),
+             r"params\['x'\]=1e-50 would be 0 as a float32 \(\|value\| at least 1\.4013e-45"),
+            (dict(score_mod="s + x", params={"x": -7e-46}), r"params\['x'\]=-7e-46 would be 0"),
         ]
         for kw, pattern in cases:
             with self.subTest(kw=repr(kw)[:60]):

@@ -335,6 +335,9 @@ class Layouts(unittest.TestCase):
         cells = {rc for lane in lut.map for rc in lane}
         self.assertEqual(len(cells), 256)  # an accumulator holds each element once
         self.assertIn("lane: (row,col)", str(lut))
+        # A reference table names no device as seen here (issue 35, class 8).
+        self.assertEqual(lut.device, "none (a reference table: what an NVIDIA H200 showed)")
+        self.assertNotIn("device NVIDIA", str(lut))
 
     def test_every_reference_on_sm90a(self):
         for f in flashjit.fragments():
