@@ -85,6 +85,8 @@ def sweep(fj, args, cudnn, handle, results):
                 row["flashjit_us"], row["flashjit_tflops"] = round(us, 2), round(f / us / 1e6, 1)
                 res = {}
                 try:
+                    if cudnn is None:
+                        raise RuntimeError("--no-cudnn")
                     o0 = anchor.run_fp8_case(cudnn, handle, B, H, S, D, causal, q, k, v, f, aargs, res)
                     row["cudnn_us"], row["cudnn_tflops"] = res["us"], res["tflops"]
                     row["cudnn_err"] = anchor.err_stats(o0, ref)
@@ -137,6 +139,7 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--long", action="store_true")
     ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--no-cudnn", action="store_true", help="flashjit alone (A/B of templates)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     args.dims = [int(x) for x in args.dims.split(",")]
@@ -145,8 +148,10 @@ def main():
     fj = fjc.Flashjit(fjc.load())
     results = []
     if not args.no_sweep:
-        import cudnn  # the cudnn-frontend wheel
-        handle = cudnn.create_handle()
+        cudnn = handle = None
+        if not args.no_cudnn:
+            import cudnn  # the cudnn-frontend wheel
+            handle = cudnn.create_handle()
         sweep(fj, args, cudnn, handle, results)
     if args.long:
         long_context(fj, args, results)

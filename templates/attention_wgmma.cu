@@ -58,12 +58,17 @@
   -- on FP8 wgmma (k32), both operands K-major -- so V arrives transposed
   -- (V^T, written into the workspace by this module's _vt kernel, each 32
   -- keys in the order the P operand takes them), P quantised to e4m3 in
-  -- registers (times 256, so that small P keeps e4m3's normal range; the
-  -- epilogue divides it out with V's descale), and O's FP8 partial added
+  -- registers (up to 256, so that small P keeps e4m3's normal range: the
+  -- row sums carry the same factor), and O's FP8 partial added
   -- into a float32 accumulator every FLUSH key tiles (-1: never).
   local FP8 = dtype == "e4m3"
   local FLUSH = FP8 and fp8_flush or -1
   local TWO = FP8 and FLUSH > 0
+  -- FP8: P = 2^(x - max + 8), up to 256 (the row sums count the same); and
+  -- every EXP_POLY-th 16-key group's exponentials on the FMA pipe: at FP8's
+  -- speed the SFU's exponentials take as long as the products (0: none).
+  local P_SHIFT = FP8 and 8 or nil
+  local EXP_POLY = FP8 and 0 or 0  -- fj:exp_poly
   -- A persistent grid of one block per multiprocessor walks the work tiles
   -- in pairs of equal causal work (block.cuh);
   -- consumer warpgroups take turns to issue their products (ping-pong)
@@ -197,7 +202,7 @@
   local T = dtype  -- the wgmma forms' input type
   local frag = PC.regs{
     acc = acc, rows = rows, MR = 1, mrule = mrule, mods = mods,
-    sl2 = FP8 and "sl2_t" or "sl2",
+    sl2 = FP8 and "sl2_t" or "sl2", p_shift = P_SHIFT, exp_poly = EXP_POLY > 0 and EXP_POLY or nil,
     row0 = function(mi) return "m0 + wr + acc_r" end,
     head = function(r) return "blk.h" end,
   }
@@ -307,7 +312,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   // O = O / l and the log-sum-exp (epilogue_regs.cuh).
   elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h){{ VL and " + seq.q_row0 * p.o_stride[2]" or "" }};
 {{ include("epilogue_regs.cuh", PC.with(frag, {
-     ND = D // 16, out_scale = FP8 and "(p.v_scale[blk.b * p.heads_kv + blk.hk] * (1.f / 256.f))" or "1.f", out_elem = FP8 and 2 or ELEM, rows_end = VL and "len_q" or nil,
+     ND = D // 16, out_scale = FP8 and "p.v_scale[blk.b * p.heads_kv + blk.hk]" or "1.f", out_elem = FP8 and 2 or ELEM, rows_end = VL and "len_q" or nil,
      sinks = mods.sinks,
      stage = STAGED and { addr = ("(base + %du + (cw * 4 + warp %% 4) * %du)"):format(OFF_STAGE, STAGE_WARP),
                           row0 = "m0 + wr", lrow = "acc_r" } or nil,

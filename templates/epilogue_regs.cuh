@@ -36,6 +36,8 @@
     LSE = (M + log2(l')) ln(2).
   A row that saw no key (b = -inf, l = 0) gets O = 0 and LSE = the sink.
   Split-KV partials never pass it: the combine adds the sink once.
+  p_shift (or nil): the main loop's P and row sums carry 2^p_shift
+  (softmax_regs.cuh's shift): the row's base-2 max is m * sl2 - p_shift.
 #}
 {%
   local NC, L = #rows.classes, import("lut.lua")
@@ -45,6 +47,10 @@
   -- columns of one staged row (PC.ROW_BYTES of them) and the 16-column
   -- tiles in it.
   local OE = out_elem or 2
+  -- A row's base-2 max as the sums count it.
+  local function mbase(c)
+    return ("%s * %s%s"):format(m("mi", c), sl2, p_shift and (" - %d.f"):format(p_shift) or "")
+  end
   local ROW_COLS = PC.ROW_BYTES // OE
   local TILES = ROW_COLS // 16
   -- A family's own rows (packed, partials) find their first element by
@@ -77,7 +83,7 @@
     // softcap's fixed shift gives such a row a finite max; a -inf sink
     // adds 0, +inf gives O = 0 and LSE +inf, a NaN sink NaN).
     const float sk{{ c }} = p.sinks[{{ head(("%s + %d"):format(row0("mi"), rows.classes[c].drow)) }}] * 1.44269504089f;
-    const float mb{{ c }} = l{{ c }} > 0.f ? {{ m("mi", c) }} * {{ sl2 }} : FJ_NEG_INF;
+    const float mb{{ c }} = l{{ c }} > 0.f ? {{ mbase(c) }} : FJ_NEG_INF;
     const float mt{{ c }} = fmaxf(mb{{ c }}, sk{{ c }});
     const float mz{{ c }} = mt{{ c }} == FJ_NEG_INF ? 0.f : mt{{ c }};
     const float a{{ c }} = fj::fast_exp2(mb{{ c }} - mz{{ c }});
@@ -181,7 +187,7 @@
           {{ out.lse("row") }} = !(l{{ c }} <= 0.f) ? (mz{{ c }} + __log2f(l{{ c }})) * 0.69314718056f : FJ_NEG_INF;
 {%   else %}
           {{ out.lse("row") }} =
-              l{{ c }} > 0.f ? ({{ m("mi", c) }} * {{ sl2 }} + __log2f(l{{ c }})) * 0.69314718056f : FJ_NEG_INF;
+              l{{ c }} > 0.f ? ({{ mbase(c) }} + __log2f(l{{ c }})) * 0.69314718056f : FJ_NEG_INF;
 {%   end %}
       }
 {% end %}

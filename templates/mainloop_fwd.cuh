@@ -32,10 +32,11 @@
   wgmma.cuh's forms), KSTEP (elements of one wgmma k step), pingpong,
   frag (pieces.lua's regs), mods, mrule, BMASK, N0, acc, rows, p_from.
   FP8 (dtype e4m3): ring v holds V^T (D rows of BN keys, K-major like K);
-  P goes into the A operand as e4m3 times 256 (p_from: lut.lua's
-  p8_from_acc, { group, slot } per A slot); each work tile sets sl2_t (the
-  softmax scale with Q's and K's descales); the epilogue's out_scale is V's
-  descale over 256 (read there: no register held through the loop).  TWO: O += P V lands in a second
+  P (up to 2^frag.p_shift) goes into the A operand as e4m3 (p_from:
+  lut.lua's p8_from_acc, { group, slot } per A slot); each work tile sets
+  sl2_t (the softmax scale with Q's and K's descales); the epilogue's
+  out_scale is V's descale (read there: no register held through the
+  loop).  TWO: O += P V lands in a second
   accumulator op, added into o every FLUSH key tiles and at the end
   (FP8's tensor cores keep about 22 bits when they add).
 #}
@@ -173,13 +174,13 @@
   local function pack()
 %}
 {%   if FP8 then %}
-    // P as FP8 A operands, times 256: k step j is S's 16-column groups 2j
+    // P (up to 256: frag.p_shift) as FP8 A operands: k step j is S's 16-column groups 2j
     // and 2j + 1; A slot 4r + b (byte b of register r) takes group g slot i
     // as p8_from_acc pairs them (V^T's keys follow: the _vt kernel).
 #pragma unroll
     for (int j = 0; j < {{ NK_PV }}; ++j) {
 {%     for r = 0, 3 do %}
-{%       local f = function(b) local e = p_from[4 * r + b]; return ("256.f * s[2 * j + %d][%d]"):format(e[1], e[2]) end %}
+{%       local f = function(b) local e = p_from[4 * r + b]; return ("s[2 * j + %d][%d]"):format(e[1], e[2]) end %}
       pk[j][{{ r }}] = fj::pack4_e4m3({{ f(0) }}, {{ f(1) }}, {{ f(2) }}, {{ f(3) }});
 {%     end %}
     }
@@ -214,7 +215,7 @@
   for (int c = 0; c < {{ NC }}; ++c) { row_m[0][c] = FJ_NEG_INF; row_l[0][c] = 0.f; }
 {% if FP8 then %}
   // The descales of this (batch, KV head): Q's and K's join the softmax
-  // scale, V's (over P's 256) the epilogue's.
+  // scale, V's the epilogue's.
   const float sl2_t = sl2 * p.q_scale[blk.b * p.heads_kv + blk.hk] * p.k_scale[blk.b * p.heads_kv + blk.hk];
 {% end %}
 {% if TWO then %}
