@@ -467,18 +467,3 @@ if part fp8; then
   fi
 fi
 
-# FP8 A/B of the exponentials' split (attention_wgmma.cu's EXP_POLY: every
-# Nth 16-key group on the FMA pipe; 0 none): each setting from a copy of
-# templates/ with its own cache, gpu_fp8_forward, then flashjit alone at
-# FP8AB_ARGS (default d128 and d256, S 4096 and 16384, both masks).
-if part fp8ab; then
-  for e in ${FP8AB_SET:-0 2 4}; do
-    tdir=/tmp/fj-t-$e
-    rm -rf "$tdir" && cp -r /work/main/templates "$tdir"
-    sed -i "s/local EXP_POLY = FP8 and [0-9]* or 0/local EXP_POLY = FP8 and $e or 0/" "$tdir/attention_wgmma.cu"
-    FLASHJIT_TEMPLATE_DIR=$tdir FLASHJIT_CACHE_DIR=/tmp/fj-c-$e timeout 240 ./tests/fj_tests gpu_fp8_forward >"$out/fp8ab_$e.log" 2>&1
-    note "fp8ab exp_poly=$e: gpu_fp8_forward exit $? ($(grep -c ' ok$' "$out/fp8ab_$e.log") ok); $(grep 'max rel_err fp8 auto' "$out/fp8ab_$e.log")"
-    (cd /work/main && FLASHJIT_TEMPLATE_DIR=$tdir FLASHJIT_CACHE_DIR=/tmp/fj-c-$e PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so \
-      timeout 200 python3 bench/fp8_compare.py --no-cudnn ${FP8AB_ARGS:---dims 128,256 --seqs 4096,16384} --out /tmp 2>&1 | grep -E "^D=" | sed "s/^/  exp_poly=$e /" | tee -a "$summary")
-  done
-fi

@@ -76,7 +76,7 @@ def sweep(fj, args, cudnn, handle, results):
                 f = flops(B, H, S, D, causal)
                 ref = anchor.ref_attention_bh0(q, k, v, 1.0, 1.0, 1.0, 1.0 / math.sqrt(D), causal)
                 row = dict(D=D, causal=causal, S=S, B=B, H=H)
-                fp8 = Fp8(fj, B, H, H, S, S, D, causal)
+                fp8 = Fp8(fj, B, H, H, S, S, D, causal, args.flush[0])
                 o = fp8(q, k, v)
                 torch.cuda.synchronize()
                 row["flashjit_variant"] = fp8.name
@@ -93,6 +93,11 @@ def sweep(fj, args, cudnn, handle, results):
                     row["speedup"] = round(res["us"] / row["flashjit_us"], 3)
                 except Exception as e:  # noqa: BLE001
                     row["cudnn_error"] = anchor.first_line(e)
+                for fl in args.flush[1:]:
+                    alt = Fp8(fj, B, H, H, S, S, D, causal, fl)
+                    ua, _ = anchor.time_us(lambda: alt(q, k, v), 3, args.iters)
+                    row.setdefault("alt", {})[alt.name] = round(f / ua / 1e6, 1)
+                    print(f"  {alt.name}: {f / ua / 1e6:.1f} TF", flush=True)
                 print(f"D={D} causal={int(causal)} S={S}: flashjit {row['flashjit_tflops']} TF "
                       f"(rel {row['flashjit_err']['rel']:.4f}) cuDNN FP8 {row.get('cudnn_tflops')} TF "
                       f"(rel {row.get('cudnn_err', {}).get('rel', float('nan')):.4f}) "
@@ -138,6 +143,9 @@ def main():
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--long", action="store_true")
+    ap.add_argument("--flush", default="0",
+                    help="fp8_flush values (0: the library's default; -1 never); the first is "
+                         "compared with cuDNN, the others timed beside it")
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--no-cudnn", action="store_true", help="flashjit alone (A/B of templates)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -145,6 +153,7 @@ def main():
     args.dims = [int(x) for x in args.dims.split(",")]
     args.seqs = [int(x) for x in args.seqs.split(",")]
     args.causal = [bool(int(x)) for x in args.causal.split(",")]
+    args.flush = [int(x) for x in args.flush.split(",")]
     fj = fjc.Flashjit(fjc.load())
     results = []
     if not args.no_sweep:

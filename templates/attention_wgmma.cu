@@ -64,11 +64,8 @@
   local FP8 = dtype == "e4m3"
   local FLUSH = FP8 and fp8_flush or -1
   local TWO = FP8 and FLUSH > 0
-  -- FP8: P = 2^(x - max + 8), up to 256 (the row sums count the same); and
-  -- every EXP_POLY-th 16-key group's exponentials on the FMA pipe: at FP8's
-  -- speed the SFU's exponentials take as long as the products (0: none).
+  -- FP8: P = 2^(x - max + 8), up to 256 (the row sums count the same).
   local P_SHIFT = FP8 and 8 or nil
-  local EXP_POLY = FP8 and 0 or 0  -- fj:exp_poly
   -- A persistent grid of one block per multiprocessor walks the work tiles
   -- in pairs of equal causal work (block.cuh);
   -- consumer warpgroups take turns to issue their products (ping-pong)
@@ -202,7 +199,7 @@
   local T = dtype  -- the wgmma forms' input type
   local frag = PC.regs{
     acc = acc, rows = rows, MR = 1, mrule = mrule, mods = mods,
-    sl2 = FP8 and "sl2_t" or "sl2", p_shift = P_SHIFT, exp_poly = EXP_POLY > 0 and EXP_POLY or nil,
+    sl2 = FP8 and "sl2_t" or "sl2", p_shift = P_SHIFT,
     row0 = function(mi) return "m0 + wr + acc_r" end,
     head = function(r) return "blk.h" end,
   }

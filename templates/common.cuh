@@ -130,22 +130,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-{% if dtype == "e4m3" then %}
-
-// 2^x on the FMA and integer pipes instead of the SFU, for x <= 127 (-inf
-// and anything below -125 give 2^-125): x = n + f with n = round(x) (the
-// 1.5 * 2^23 trick) and |f| <= 1/2, 2^f by its cubic Taylor polynomial
-// (relative error at most 6.3e-4), n added to the exponent.  FP8 attention
-// runs some of its exponentials here, so that the SFU's 16 a clock are
-// not all of them (softmax_regs.cuh's exp_poly).
-__device__ __forceinline__ float poly_exp2(float x) {
-  x = fmaxf(x, -125.f);
-  const float j = x + 12582912.f;
-  const float f = x - (j - 12582912.f);
-  const float p = fmaf(fmaf(fmaf(0.0555041087f, f, 0.240226507f), f, 0.693147181f), f, 1.f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(j) << 23));
-}
-{% end %}
 
 // 1 / x correctly rounded, as 1.f / x is, for normal x and a normal result;
 // denormals flush to zero.  The epilogues' row sums are at least 1 (the row

@@ -20,9 +20,6 @@
     shift    p_shift (or nil): P = 2^(s * sl2 - max * sl2 + p_shift), so that
              P reaches 2^p_shift (FP8's P keeps e4m3's normal range); the
              row sums carry the same factor (the epilogue's p_shift);
-    exp_poly (or nil): tiles j with j % exp_poly == exp_poly - 1 take
-             their exponentials from common.cuh's poly_exp2 (FMA pipe)
-             instead of the SFU;
     rescale  O *= 2^(old max - new max), or (rescale = nil) the factors left
              in `alpha(mi, c)` for a caller that must wait before touching O,
              and (rescaled = a bool's name) whether it must rescale at all.
@@ -139,21 +136,8 @@
 {% end %}
 #pragma unroll
       for (int j = 0; j < {{ NJ }}; ++j) {
-{% if exp_poly then %}
-        // Every {{ exp_poly }}th tile's exponentials on the FMA pipe (j is constant here).
-        if (j % {{ exp_poly }} == {{ exp_poly - 1 }}) {
-{%   for i = 0, acc.slots - 1 do %}
-          {{ S("mi", "j", i) }} = fj::poly_exp2(fmaf({{ S("mi", "j", i) }}, {{ sl2 }}, -mu{{ rows.class_of[i] }}));
-{%   end %}
-        } else {
-{%   for i = 0, acc.slots - 1 do %}
-          {{ S("mi", "j", i) }} = fj::fast_exp2(fmaf({{ S("mi", "j", i) }}, {{ sl2 }}, -mu{{ rows.class_of[i] }}));
-{%   end %}
-        }
-{% else %}
 {% for i = 0, acc.slots - 1 do %}
         {{ S("mi", "j", i) }} = fj::fast_exp2(fmaf({{ S("mi", "j", i) }}, {{ sl2 }}, -mu{{ rows.class_of[i] }}));
-{% end %}
 {% end %}
 {% if fixed then %}
         // Bounded scores: against the fixed shift P is no longer 1 at the
