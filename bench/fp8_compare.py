@@ -40,7 +40,7 @@ def flops(B, H, S, D, causal):
 class Fp8:
     """flashjit's FP8 forward on one problem: the scales (all 1), the output."""
 
-    def __init__(self, fj, B, H, Hkv, Sq, Skv, D, causal, flush=0):
+    def __init__(self, fj, B, H, Hkv, Sq, Skv, D, causal, flush=0, fields=None):
         self.fj, self.D = fj, D
         self.p = fj.problem(B, H, Hkv, Sq, Skv, D, dtype=fjc.E4M3,
                             causal=fjc.CAUSAL_TOP_LEFT if causal else fjc.CAUSAL_NONE)
@@ -50,8 +50,12 @@ class Fp8:
         self.p.v_scale = self.scales[2].data_ptr()
         self.o = torch.empty(B, H, Sq, D, dtype=torch.bfloat16, device="cuda")
         self.variant, self.name, _ = fj.variant(self.p)
+        fields = dict(fields or {})
         if flush:
-            self.variant.fp8_flush = flush
+            fields["fp8_flush"] = flush
+        if fields:
+            for name, value in fields.items():
+                setattr(self.variant, name, value)
             buf = C.create_string_buffer(160)
             fj.lib.fj_variant_name(C.byref(self.variant), buf, 160)
             self.name = buf.value.decode()
@@ -93,8 +97,8 @@ def sweep(fj, args, cudnn, handle, results):
                     row["speedup"] = round(res["us"] / row["flashjit_us"], 3)
                 except Exception as e:  # noqa: BLE001
                     row["cudnn_error"] = anchor.first_line(e)
-                for fl in args.flush[1:]:
-                    alt = Fp8(fj, B, H, H, S, S, D, causal, fl)
+                for fl in args.flush[1:] + args.alt:
+                    alt = Fp8(fj, B, H, H, S, S, D, causal, *((fl, None) if isinstance(fl, int) else (0, fl)))
                     ua, _ = anchor.time_us(lambda: alt(q, k, v), 3, args.iters)
                     row.setdefault("alt", {})[alt.name] = round(f / ua / 1e6, 1)
                     print(f"  {alt.name}: {f / ua / 1e6:.1f} TF", flush=True)
@@ -143,6 +147,8 @@ def main():
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--long", action="store_true")
+    ap.add_argument("--alt", default="", help="variants timed beside the library's choice: "
+                    "field=value[+field=value] of fj_variant, comma-separated (stages=3+fp8_flush=8)")
     ap.add_argument("--flush", default="0",
                     help="fp8_flush values (0: the library's default; -1 never); the first is "
                          "compared with cuDNN, the others timed beside it")
@@ -154,6 +160,8 @@ def main():
     args.seqs = [int(x) for x in args.seqs.split(",")]
     args.causal = [bool(int(x)) for x in args.causal.split(",")]
     args.flush = [int(x) for x in args.flush.split(",")]
+    args.alt = [dict((kv.split("=")[0], int(kv.split("=")[1])) for kv in a.split("+"))
+                for a in args.alt.split(",")] if args.alt else []
     fj = fjc.Flashjit(fjc.load())
     results = []
     if not args.no_sweep:
