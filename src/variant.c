@@ -36,7 +36,7 @@ int fj__fp8_flush(const fj_variant *v)
 {
   if (v->fp8_flush)
     return v->fp8_flush;
-  return v->head_dim <= 128 ? 4 : -1;
+  return v->head_dim <= 128 ? 1 : -1;
 }
 
 /* The modifications' part of a name: "_win", "_cap", "_bm" + a block
