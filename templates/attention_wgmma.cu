@@ -66,7 +66,6 @@
   local TWO = FP8 and FLUSH > 0
   -- FP8: P = 2^(x - max + 8), up to 256 (the row sums count the same).
   local P_SHIFT = FP8 and 8 or nil
-  local HALF_EXP = FP8 and false  -- fj:half_exp
   -- A persistent grid of one block per multiprocessor walks the work tiles
   -- in pairs of equal causal work (block.cuh);
   -- consumer warpgroups take turns to issue their products (ping-pong)
@@ -200,7 +199,7 @@
   local T = dtype  -- the wgmma forms' input type
   local frag = PC.regs{
     acc = acc, rows = rows, MR = 1, mrule = mrule, mods = mods,
-    sl2 = FP8 and "sl2_t" or "sl2", p_shift = P_SHIFT, half_exp = HALF_EXP or nil,
+    sl2 = FP8 and "sl2_t" or "sl2", p_shift = P_SHIFT,
     row0 = function(mi) return "m0 + wr + acc_r" end,
     head = function(r) return "blk.h" end,
   }

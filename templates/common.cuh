@@ -131,18 +131,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-{% if dtype == "e4m3" then %}
-// 2^a and 2^b by one half-precision SFU instruction for the pair (FP8
-// attention's P: its e4m3 rounding is far coarser than f16's).
-__device__ __forceinline__ void exp2_pair_f16(float &a, float &b) {
-  unsigned h;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(b), "f"(a));
-  asm("ex2.approx.f16x2 %0, %0;" : "+r"(h));
-  asm("{ .reg .f16 lo, hi; mov.b32 {lo, hi}, %2; cvt.f32.f16 %0, lo; cvt.f32.f16 %1, hi; }"
-      : "=f"(a), "=f"(b) : "r"(h));
-}
-
-{% end %}
 // 1 / x correctly rounded, as 1.f / x is, for normal x and a normal result;
 // denormals flush to zero.  The epilogues' row sums are at least 1 (the row
 // max's own term), so the results are 1.f / x's; without the denormal path

@@ -20,8 +20,6 @@
     shift    p_shift (or nil): P = 2^(s * sl2 - max * sl2 + p_shift), so that
              P reaches 2^p_shift (FP8's P keeps e4m3's normal range); the
              row sums carry the same factor (the epilogue's p_shift);
-    half_exp (or nil): the exponentials of slot pairs of one row by
-             common.cuh's exp2_pair_f16 (two a half-precision SFU op);
     rescale  O *= 2^(old max - new max), or (rescale = nil) the factors left
              in `alpha(mi, c)` for a caller that must wait before touching O,
              and (rescaled = a bool's name) whether it must rescale at all.
@@ -138,18 +136,8 @@
 {% end %}
 #pragma unroll
       for (int j = 0; j < {{ NJ }}; ++j) {
-{% local i = 0 %}
-{% while i < acc.slots do %}
-{%   local c = rows.class_of[i] %}
-{%   if half_exp and i + 1 < acc.slots and rows.class_of[i + 1] == c then %}
-        {{ S("mi", "j", i) }} = fmaf({{ S("mi", "j", i) }}, {{ sl2 }}, -mu{{ c }});
-        {{ S("mi", "j", i + 1) }} = fmaf({{ S("mi", "j", i + 1) }}, {{ sl2 }}, -mu{{ c }});
-        fj::exp2_pair_f16({{ S("mi", "j", i) }}, {{ S("mi", "j", i + 1) }});
-{%     i = i + 2 %}
-{%   else %}
-        {{ S("mi", "j", i) }} = fj::fast_exp2(fmaf({{ S("mi", "j", i) }}, {{ sl2 }}, -mu{{ c }}));
-{%     i = i + 1 %}
-{%   end %}
+{% for i = 0, acc.slots - 1 do %}
+        {{ S("mi", "j", i) }} = fj::fast_exp2(fmaf({{ S("mi", "j", i) }}, {{ sl2 }}, -mu{{ rows.class_of[i] }}));
 {% end %}
 {% if fixed then %}
         // Bounded scores: against the fixed shift P is no longer 1 at the
