@@ -64,8 +64,12 @@
   local FP8 = dtype == "e4m3"
   local FLUSH = FP8 and fp8_flush or -1
   local TWO = FP8 and FLUSH > 0
-  -- FP8: P = 2^(x - max + 8), up to 256 (the row sums count the same).
-  local P_SHIFT = FP8 and 8 or nil
+  -- FP8: P = 2^(x - max + P_SHIFT) (the row sums count the same), and
+  -- the max a warp's rows take moves only once one grows by more than
+  -- 2^LAZY (O is rescaled only then): P stays within 2^8 = 256, in e4m3's
+  -- normal range below its 448.
+  local LAZY = FP8 and 2 or nil  -- fj:lazy
+  local P_SHIFT = FP8 and 8 - (LAZY or 0) or nil
   -- A persistent grid of one block per multiprocessor walks the work tiles
   -- in pairs of equal causal work (block.cuh);
   -- consumer warpgroups take turns to issue their products (ping-pong)
@@ -199,7 +203,7 @@
   local T = dtype  -- the wgmma forms' input type
   local frag = PC.regs{
     acc = acc, rows = rows, MR = 1, mrule = mrule, mods = mods,
-    sl2 = FP8 and "sl2_t" or "sl2", p_shift = P_SHIFT,
+    sl2 = FP8 and "sl2_t" or "sl2", p_shift = P_SHIFT, lazy = LAZY and LAZY > 0 and LAZY or nil,
     row0 = function(mi) return "m0 + wr + acc_r" end,
     head = function(r) return "blk.h" end,
   }

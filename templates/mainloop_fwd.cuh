@@ -273,11 +273,19 @@
     for (int d = 0; d < {{ D // 16 }}; ++d) {
 {% for i = 0, acc.slots - 1 do %}
       o[d][{{ i }}] *= alpha[{{ rows.class_of[i] - 1 }}];
-{%   if TWO then %}
-      op[d][{{ i }}] *= alpha[{{ rows.class_of[i] - 1 }}];
-{%   end %}
 {% end %}
     }
+{% if TWO and FLUSH > 1 then %}
+    // The partial, where it holds tiles not yet added (after a flush it is
+    // rewritten whole).
+    if (resc && pv_run != 0)
+#pragma unroll
+    for (int d = 0; d < {{ D // 16 }}; ++d) {
+{%   for i = 0, acc.slots - 1 do %}
+      op[d][{{ i }}] *= alpha[{{ rows.class_of[i] - 1 }}];
+{%   end %}
+    }
+{% end %}
 {% pack() %}
   }
   if (ntiles > 0) {
