@@ -51,7 +51,9 @@ class Kernel:
 
     With no variant axis given it is the library's own pick (what
     attention() would run) for a long prefill of this head dim, dtype, mask
-    and modifications on `arch`.  The modifications are attention()'s
+    and modifications on `arch`.  dtype: "f16", "bf16" or "e4m3" (Q, K and
+    V in FP8, O in bf16: the wgmma family, sm_90a); kv_dtype "e4m3": FP8 K
+    and V under 16-bit Q (the mma and wmma families).  The modifications are attention()'s
     (window, softcap, score_mod, mask_mod, params: tensors described by
     TensorParam), and the switches that compile another kernel:
     sinks=True (attention sinks, "_sink"), block_mask=(block_q, block_kv)
@@ -226,7 +228,8 @@ def plan(batch, heads_q, seq_q, head_dim, *, heads_kv=None, seq_kv=None, dtype="
     variant, grid, split-KV splits and workspace, as `flashjit plan`
     prints.  With no GPU it plans for `arch` and that arch's largest part
     (sm_count= says otherwise); device= plans for that GPU instead.
-    heads_kv and seq_kv default to heads_q and seq_q.  The modifications
+    heads_kv and seq_kv default to heads_q and seq_q; dtype and kv_dtype
+    are Kernel's (dtype "e4m3": FP8 attention).  The modifications
     and switches are Kernel's; block_mask= is a pair (block_q, block_kv)
     (one list for every batch index and head) or a flashjit.BlockMask,
     whose batch, heads and blocks the library checks against this
@@ -360,7 +363,14 @@ def tune(batch, heads_q, seq_q, head_dim, *, heads_kv=None, seq_kv=None, dtype="
     variants in parallel, times them, and records the winner, which
     attention() then uses for problems of that class.  progress: True
     draws a tqdm-style bar on stderr, False nothing, or a callable
-    progress(done, total).  Raises flashjit.NoDevice without a GPU."""
+    progress(done, total).  Raises flashjit.NoDevice without a GPU.
+    dtype "e4m3" is refused: fj_tune reads Q's FP8 descales from the
+    problem, and tune() has none to give it (`flashjit tune --dtype e4m3`
+    makes them)."""
+    if pr.dtype_code(dtype) == capi.E4M3:
+        raise ValueError(f"flashjit.tune: dtype={dtype!r} is not tuned from Python yet: "
+                         "fj_tune reads Q's FP8 descales from the problem, which tune() "
+                         "does not make (`flashjit tune --dtype e4m3` does); f16 or bf16")
     try:
         ctx = core.context(device=device)
     except core.NoDevice as e:

@@ -1,6 +1,7 @@
 """Python values to the C structs: names of enumerations, problems, mods.
 
-Spellings follow the CLI (fj_*_name): dtypes "f16" "bf16" "e4m3", families
+Spellings follow the CLI (fj_*_name): dtypes "f16" "bf16" "e4m3" (dtype
+"e4m3": Q, K and V in FP8, O in bf16, the wgmma family), families
 "wgmma" "mma" "wmma", swizzles "none" "pad" "xor", softmax "smem" "regs",
 causal masks None, "top_left", "bottom_right" (dashes accepted too, and True
 for PyTorch's is_causal, which is top-left).  Every refusal is one line that
@@ -12,8 +13,8 @@ from collections import namedtuple
 from . import _capi as capi
 
 DTYPES = {"f16": capi.F16, "float16": capi.F16, "fp16": capi.F16, "half": capi.F16,
-          "bf16": capi.BF16, "bfloat16": capi.BF16}
-KV_DTYPES = dict(DTYPES, e4m3=capi.E4M3, fp8_e4m3=capi.E4M3)
+          "bf16": capi.BF16, "bfloat16": capi.BF16, "e4m3": capi.E4M3,
+          "fp8_e4m3": capi.E4M3, "float8_e4m3fn": capi.E4M3}
 MMAS = {"wmma": capi.MMA_WMMA, "mma": capi.MMA_SYNC, "wgmma": capi.MMA_WGMMA}
 SWIZZLES = {"none": capi.SWIZZLE_NONE, "pad": capi.SWIZZLE_PAD, "xor": capi.SWIZZLE_XOR}
 SOFTMAXES = {"smem": capi.SOFTMAX_SMEM, "regs": capi.SOFTMAX_REGS}
@@ -407,7 +408,9 @@ def placeholder_block_mask(value, seq_q, seq_kv):
 
 def shape_problem(lib, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, dtype,
                   kv_dtype, causal, layout, scale, splits):
-    """An fj_problem of contiguous tensors from sizes (plan, Kernel)."""
+    """An fj_problem of contiguous tensors from sizes (plan, Kernel).  An
+    FP8 problem's descales point at a placeholder: planning and compiling
+    check only that they are there, and nothing launches it."""
     p = capi.Problem()
     sizes = [int_arg(n, v) for n, v in (("batch", batch), ("heads_q", heads_q),
                                         ("heads_kv", heads_kv), ("seq_q", seq_q),
@@ -415,11 +418,11 @@ def shape_problem(lib, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, dtype,
     lib.fj_problem_init(C.byref(p), *sizes, dtype_code(dtype),
                         choose("layout", layout, LAYOUTS))
     if kv_dtype is not None:
-        p.kv_dtype = dtype_code(kv_dtype, "kv_dtype", KV_DTYPES)
-        if p.kv_dtype == capi.E4M3:
-            # The scales are launch arguments; planning checks only that
-            # they are there.
-            p.k_scale = p.v_scale = C.addressof(_PLACEHOLDER)
+        p.kv_dtype = dtype_code(kv_dtype, "kv_dtype")
+    if capi.E4M3 in (p.dtype, p.kv_dtype):
+        p.k_scale = p.v_scale = C.addressof(_PLACEHOLDER)
+    if p.dtype == capi.E4M3:
+        p.q_scale = C.addressof(_PLACEHOLDER)
     p.causal = causal_code(causal)
     p.scale = scale_value(scale)
     p.splits = int_arg("splits", splits)

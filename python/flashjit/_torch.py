@@ -16,7 +16,14 @@ from . import _core as core
 from . import _problem as pr
 from ._blockmask import BlockMask
 
+# FP8 (torch.float8_e4m3fn, where this PyTorch has it): q, k and v all, O
+# in bfloat16 (fj_problem's dtype FJ_E4M3).
+_FP8 = getattr(torch, "float8_e4m3fn", None)
 _DTYPES = {torch.float16: capi.F16, torch.bfloat16: capi.BF16}
+if _FP8 is not None:
+    _DTYPES[_FP8] = capi.E4M3
+_TAKES = "torch.float16 or torch.bfloat16" + (
+    ", or torch.float8_e4m3fn (FP8 attention)" if _FP8 is not None else "")
 _LAYOUT_DIMS = {capi.BHSD: "(batch, heads, seq, head_dim)",
                 capi.BSHD: "(batch, seq, heads, head_dim)"}
 _WHO = "flashjit.attention"
@@ -38,8 +45,7 @@ def _check_tensor(name, t, layout, who=_WHO):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{who}: {name} is a {type(t).__name__}, not a torch.Tensor")
     if t.dtype not in _DTYPES:
-        raise TypeError(f"{who}: {name} has dtype {t.dtype}; flashjit takes torch.float16 "
-                        "or torch.bfloat16")
+        raise TypeError(f"{who}: {name} has dtype {t.dtype}; flashjit takes {_TAKES}")
     shape = t.shape
     if len(shape) != 4:
         raise ValueError(f"{who}: {name} has {len(shape)} dimensions {tuple(shape)}; layout "
@@ -58,6 +64,11 @@ def check_inputs(q, k, v, layout):
     bk, hk, sk, dk = _check_tensor("k", k, layout)
     bv, hv, sv, dv = _check_tensor("v", v, layout)
     if k.dtype != q.dtype or v.dtype != q.dtype:
+        if _FP8 in (q.dtype, k.dtype, v.dtype):
+            raise core.Unsupported(capi.ERR_UNSUPPORTED, (
+                f"{_WHO}: q, k and v are {q.dtype}, {k.dtype}, {v.dtype}; FP8 attention "
+                "takes all three in torch.float8_e4m3fn (16-bit q over FP8 k and v is not "
+                "implemented yet)"))
         raise TypeError(f"{_WHO}: q, k and v must share a dtype; got {q.dtype}, {k.dtype}, "
                         f"{v.dtype}")
     if not b == bk == bv:
@@ -88,6 +99,73 @@ def _device_error(q, k, v):
 
 def _out_shape(b, h, s, d, layout):
     return (b, h, s, d) if layout == capi.BHSD else (b, s, h, d)
+
+
+def _out_dtype(dtype):
+    """O's dtype: q's, or bfloat16 for FP8 inputs."""
+    return torch.bfloat16 if dtype == _FP8 else dtype
+
+
+_DESCALES = ("q_descale", "k_descale", "v_descale")
+
+
+def _check_descales(q, batch, heads_kv, descales):
+    """descales (q_descale, k_descale, v_descale): each None or a float32
+    (batch, heads_kv) tensor on q's device, contiguous; FP8 inputs only.
+    Returns whether q is FP8."""
+    fp8 = q.dtype == _FP8
+    for name, t in zip(_DESCALES, descales):
+        if t is None:
+            continue
+        if not fp8:
+            raise ValueError(f"{_WHO}: {name} is for FP8 inputs (torch.float8_e4m3fn); q, "
+                             f"k and v are {q.dtype}")
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{_WHO}: {name} is a {type(t).__name__}, not a torch.Tensor "
+                            "(float32, one descale per (batch, KV head))")
+        if t.dtype != torch.float32:
+            raise TypeError(f"{_WHO}: {name} has dtype {t.dtype}; it must be torch.float32")
+        if tuple(t.shape) != (batch, heads_kv):
+            raise ValueError(f"{_WHO}: {name} has shape {tuple(t.shape)}; it must be "
+                             f"(batch, heads_kv) = ({batch}, {heads_kv})")
+        if t.device != q.device:
+            raise ValueError(f"{_WHO}: {name} is on {t.device}; the attention inputs are on "
+                             f"{q.device}")
+        if not t.is_contiguous():
+            raise ValueError(f"{_WHO}: {name} is not contiguous (strides "
+                             f"{tuple(t.stride())}); call .contiguous()")
+    return fp8
+
+
+# All-ones descales by (device, batch, heads_kv), for the descales not
+# given.  Bounded: cleared when full.
+_ones = {}
+
+
+def _ones_of(dev, batch, heads_kv):
+    """A float32 (batch, heads_kv) tensor of ones on dev.  Before one is
+    kept for later calls its stream finishes filling it, so that a call
+    on another stream may read it; under CUDA-graph capture it is the
+    graph's own (filled at each replay) and not kept."""
+    key = (dev, batch, heads_kv)
+    t = _ones.get(key)
+    if t is None:
+        t = torch.ones((batch, heads_kv), dtype=torch.float32, device=dev)
+        if torch.cuda.is_current_stream_capturing():
+            return t
+        torch.cuda.current_stream(dev).synchronize()
+        if len(_ones) >= _PROBLEMS_MAX:
+            _ones.clear()
+        _ones[key] = t
+    return t
+
+
+def _fp8_scales(p, q, descales):
+    """Points the FP8 problem p (a copy) at the descales, ones where None;
+    returns the tensors, which must live until the launch returns."""
+    ts = [t if t is not None else _ones_of(q.device, p.batch, p.heads_kv) for t in descales]
+    p.q_scale, p.k_scale, p.v_scale = (t.data_ptr() for t in ts)
+    return ts
 
 
 def encode_params(params):
@@ -163,20 +241,24 @@ def _stream(dev):
 
 def _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_right, softcap,
             score_mod, mask_mod, params, sinks=None, block_q=0, block_kv=0, kv_num=None,
-            kv_indices=None, full_num=None, full_indices=None, checked=False):
+            kv_indices=None, full_num=None, full_indices=None, checked=False,
+            descales=(None, None, None)):
     """Runs attention; returns (out, lse), lse None unless return_lse.  A
     block mask comes as its block sizes and checked lists (kv_num None:
-    none).  checked: checked mode (the call waits for its kernels)."""
+    none).  checked: checked mode (the call waits for its kernels).
+    descales: FP8 inputs' (q_descale, k_descale, v_descale), checked,
+    None for ones."""
     b, hq, sq, d = _sizes(q, layout)
     dev = q.device
-    out = torch.empty(_out_shape(b, hq, sq, d, layout), dtype=q.dtype, device=dev)
+    out = torch.empty(_out_shape(b, hq, sq, d, layout), dtype=_out_dtype(q.dtype),
+                      device=dev)
     lse = torch.empty((b, hq, sq), dtype=torch.float32, device=dev) if return_lse else None
     if out.numel() == 0:
         return out, lse
     ctx = core.gpu_context(dev.index)
     lib = core.lib()
     p = _problem(q, k, v, causal, scale, layout)
-    mods = None
+    mods = scales = None
     if (window_left != -1 or window_right != -1 or softcap or score_mod or mask_mod or params
             or sinks is not None or kv_num is not None or checked):
         bm = None if kv_num is None else bmask.struct_of(block_q, block_kv, kv_num, kv_indices,
@@ -185,6 +267,10 @@ def _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_righ
                           device=dev, sinks=sinks, block_mask=bm, checked=checked)
         p = capi.Problem.from_buffer_copy(p)
         p.mods = mods.ptr
+    if p.dtype == capi.E4M3:
+        if mods is None:
+            p = capi.Problem.from_buffer_copy(p)  # the cached one keeps no pointers
+        scales = _fp8_scales(p, q, descales)
     lse_ptr = lse.data_ptr() if return_lse else None
     stream = _stream(dev)
     if torch.cuda.is_current_stream_capturing():
@@ -194,7 +280,7 @@ def _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_righ
                                   out.data_ptr(), lse_ptr, stream)
     if st != capi.OK:
         raise core.error(st, ctx)
-    del mods  # held until here: the call reads it (the lists are the caller's)
+    del mods, scales  # held until here: the call reads them (the lists are the caller's)
     return out, lse
 
 
@@ -232,16 +318,21 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: int,
                  block_kv: int = 0, kv_num: typing.Optional[torch.Tensor] = None,
                  kv_indices: typing.Optional[torch.Tensor] = None,
                  full_num: typing.Optional[torch.Tensor] = None,
-                 full_indices: typing.Optional[torch.Tensor] = None
+                 full_indices: typing.Optional[torch.Tensor] = None,
+                 q_descale: typing.Optional[torch.Tensor] = None,
+                 k_descale: typing.Optional[torch.Tensor] = None,
+                 v_descale: typing.Optional[torch.Tensor] = None
                  ) -> typing.Tuple[torch.Tensor, torch.Tensor]:
     """flashjit attention as a PyTorch op: (out, lse); lse is empty unless
     return_lse.  A block mask comes as its block sizes and its int32 lists
-    (kv_num None: none).  Use flashjit.attention(), which builds these
-    arguments."""
+    (kv_num None: none).  FP8 inputs take float32 (batch, heads_kv)
+    descales (None: ones) and give a bfloat16 out.  Use
+    flashjit.attention(), which builds and checks these arguments."""
     out, lse = _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_right,
                        softcap, score_mod, mask_mod,
                        _decode_params(param_names, param_tensors, param_scalars), sinks,
-                       block_q, block_kv, kv_num, kv_indices, full_num, full_indices)
+                       block_q, block_kv, kv_num, kv_indices, full_num, full_indices,
+                       descales=(q_descale, k_descale, v_descale))
     return out, lse if lse is not None else q.new_empty((0,), dtype=torch.float32)
 
 
@@ -249,9 +340,10 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: int,
 def _attention_fake(q, k, v, causal, scale, return_lse, layout, window_left, window_right,
                     softcap, score_mod, mask_mod, param_names, param_tensors, param_scalars,
                     sinks=None, block_q=0, block_kv=0, kv_num=None, kv_indices=None,
-                    full_num=None, full_indices=None):
+                    full_num=None, full_indices=None, q_descale=None, k_descale=None,
+                    v_descale=None):
     b, hq, sq, d = _sizes(q, layout)
-    out = q.new_empty(_out_shape(b, hq, sq, d, layout))
+    out = q.new_empty(_out_shape(b, hq, sq, d, layout), dtype=_out_dtype(q.dtype))
     lse = q.new_empty((b, hq, sq) if return_lse else (0,), dtype=torch.float32)
     return out, lse
 
@@ -413,15 +505,17 @@ attention_op.register_autograd(_no_grad_backward, setup_context=_no_grad_setup)
 
 def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhsd",
               window=None, softcap=None, score_mod=None, mask_mod=None, params=None,
-              sinks=None, block_mask=None, checked=False):
+              sinks=None, block_mask=None, checked=False, q_descale=None, k_descale=None,
+              v_descale=None):
     """softmax(scale * q k^T [masked]) v on the GPU, as a new tensor.
 
     q: (batch, heads_q, seq_q, head_dim) for layout "bhsd", or (batch,
     seq_q, heads_q, head_dim) for "bshd"; k and v likewise with heads_kv
-    and seq_kv.  float16 or bfloat16, CUDA, any strides with a contiguous
-    head dim; heads_q a multiple of heads_kv (GQA, MQA) -- K and V are not
-    copied.  The output has q's layout and shape, contiguous, on q's
-    device; the work goes on the current CUDA stream.
+    and seq_kv.  float16 or bfloat16 (or FP8, below), CUDA, any strides
+    with a contiguous head dim; heads_q a multiple of heads_kv (GQA, MQA)
+    -- K and V are not copied.  The output has q's layout and shape (and
+    dtype, FP8 aside), contiguous, on q's device; the work goes on the
+    current CUDA stream.
 
     causal: None, "top_left" (True; PyTorch's is_causal) or "bottom_right"
     (FlashAttention's alignment when seq_q != seq_kv).  scale: None for
@@ -447,6 +541,18 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     the extents, instead of reading there; the call waits for its kernels,
     so it is refused under CUDA-graph capture and under torch.compile.
 
+    FP8 (FlashAttention-3's form; the wgmma family: sm_90a, H100/H200):
+    q, k and v all torch.float8_e4m3fn, and q_descale=, k_descale=,
+    v_descale= float32 tensors (batch, heads_kv) on q's device,
+    contiguous, None for ones: q = q_fp8 * q_descale[b, h // (heads_q //
+    heads_kv)], k and v by theirs.  The output is bfloat16 (not q's
+    dtype); the log-sum-exp float32 as above.  causal, scale, window,
+    mask_mod and params, sinks, return_lse, both layouts and GQA apply;
+    what the FP8 kernel does not take (score_mod, softcap, block_mask;
+    another GPU) the library refuses with its message.  16-bit q over
+    FP8 k and v is not implemented (refused), nor a backward: an FP8
+    call whose inputs require grad raises flashjit.Unsupported.
+
     Differentiable in q, k, v and sinks (loss.backward() runs
     fj_attention_bwd: O and the log-sum-exp are saved, not P) with causal,
     window, softcap, sinks and GQA; a call with score_mod, mask_mod,
@@ -471,7 +577,9 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
             raise TypeError(f"{_WHO}: {what} must be a C expression in a str, not {text!r}")
     if checked is not False and checked is not True:
         raise TypeError(f"{_WHO}: checked must be True or False, not {checked!r}")
-    b, hq, _, sq, sk, _ = check_inputs(q, k, v, lay)
+    b, hq, hk, sq, sk, _ = check_inputs(q, k, v, lay)
+    descales = (q_descale, k_descale, v_descale)
+    fp8 = _check_descales(q, b, hk, descales)
     _check_sinks(sinks, q, hq)
     bm = _block_mask_args(block_mask, q, b, hq, sq, sk)
     if checked and torch.compiler.is_compiling():
@@ -480,7 +588,9 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     # Autograd goes through the op (its backward: register_autograd), which
     # keeps the log-sum-exp for it.
     grad = torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, sinks))
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, sinks) + descales)
+    if grad and fp8:
+        _fp8_grad_error(q, k, v, sinks, descales)
     builtin = not (score_mod or mask_mod or params or block_mask is not None or checked)
     if grad and builtin:
         out, lse = attention_train_op(q, k, v, sinks, c, sc, lay, wl, wr, cap)
@@ -488,15 +598,25 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
         names, tensors, scalars = encode_params(params)
         out, lse = attention_op(q, k, v, c, sc, bool(return_lse), lay, wl, wr, cap,
                                 score_mod or "", mask_mod or "", names, tensors, scalars,
-                                sinks, *bm)
+                                sinks, *bm, *descales)
     else:
         out, lse = _launch(q, k, v, c, sc, bool(return_lse), lay, wl, wr, cap,
                            score_mod or "", mask_mod or "", params, sinks, *bm,
-                           checked=checked)
+                           checked=checked, descales=descales)
     return (out, lse) if return_lse else out
 
 
 _NO_BLOCK_MASK = (0, 0, None, None, None, None)
+
+
+def _fp8_grad_error(q, k, v, sinks, descales):
+    """Raises Unsupported naming the first FP8 input that requires grad."""
+    names = ("q", "k", "v", "sinks") + _DESCALES
+    name = next(n for n, t in zip(names, (q, k, v, sinks) + descales)
+                if isinstance(t, torch.Tensor) and t.requires_grad)
+    raise core.Unsupported(capi.ERR_UNSUPPORTED, (
+        f"{_WHO}: FP8 attention runs forward only: {name} requires grad (detach the inputs "
+        "or call it under torch.no_grad())"))
 
 
 def _block_mask_args(block_mask, q, batch, heads_q, seq_q, seq_kv):
@@ -636,7 +756,8 @@ def _block_mask_problem(q, k, mask_mod, params, causal, window, layout, batch, h
         if k.device != q.device:
             raise ValueError(f"{_WHO_BM}: q and k must be on one device; got {q.device}, "
                              f"{k.device}")
-        dev, dtype = q.device, _DTYPES[q.dtype]
+        # The builder reads no element: FP8 inputs' mask is a 16-bit problem's.
+        dev, dtype = q.device, _DTYPES[q.dtype] if q.dtype != _FP8 else capi.BF16
     else:
         missing = [n for n, x in sizes.items() if x is None and n != "heads_kv"]
         if missing:

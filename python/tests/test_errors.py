@@ -203,6 +203,52 @@ class AttentionErrors(Case):
         q, k, v = self.qkv()
         self.refuses(TypeError, r"q, k and v must share a dtype", flashjit.attention, q,
                      k.bfloat16(), v)
+        q, k, v = self.qkv(dtype=torch.float8_e5m2)
+        self.refuses(TypeError, r"q has dtype torch.float8_e5m2; flashjit takes "
+                     r"torch.float16 or torch.bfloat16, or torch.float8_e4m3fn \(FP8 "
+                     r"attention\)$", flashjit.attention, q, k, v)
+
+    def test_fp8_mixed(self):
+        # 16-bit queries over FP8 keys and values: not implemented yet.
+        q, k, v = self.qkv(dtype=torch.float8_e4m3fn)
+        e = self.refuses(flashjit.Unsupported, r"^flashjit.attention: q, k and v are "
+                         r"torch.bfloat16, torch.float8_e4m3fn, torch.float8_e4m3fn; FP8 "
+                         r"attention takes all three in torch.float8_e4m3fn \(16-bit q over "
+                         r"FP8 k and v is not implemented yet\)$", flashjit.attention,
+                         q.bfloat16(), k, v)
+        self.assertIsInstance(e, ValueError)
+        self.refuses(flashjit.Unsupported, r"q, k and v are torch.float8_e4m3fn, "
+                     r"torch.float16, torch.float8_e4m3fn", flashjit.attention, q, k.half(), v)
+
+    def test_fp8_descales(self):
+        # attention() checks them after the device (CPU tensors stop there),
+        # so its check is called directly.
+        from flashjit._torch import _check_descales
+        q = torch.zeros((2, 8, 16, 64), dtype=torch.float8_e4m3fn)
+        ok = torch.ones((2, 4))
+        self.assertTrue(_check_descales(q, 2, 4, (ok, None, ok)))
+        self.assertFalse(_check_descales(q.half(), 2, 4, (None, None, None)))
+        for descales, exc, pattern in (
+                ((None, ok.double(), None), TypeError,
+                 r"^flashjit.attention: k_descale has dtype torch.float64; it must be "
+                 r"torch.float32$"),
+                ((None, None, ok[:1]), ValueError,
+                 r"^flashjit.attention: v_descale has shape \(1, 4\); it must be \(batch, "
+                 r"heads_kv\) = \(2, 4\)$"),
+                ((torch.ones(8), None, None), ValueError, r"q_descale has shape \(8,\)"),
+                ((ok.t().contiguous().t(), None, None), ValueError,
+                 r"^flashjit.attention: q_descale is not contiguous \(strides \(1, 2\)\); "
+                 r"call .contiguous\(\)$"),
+                ((1.0, None, None), TypeError,
+                 r"^flashjit.attention: q_descale is a float, not a torch.Tensor"),
+                ((ok.to("meta"), None, None), ValueError,
+                 r"^flashjit.attention: q_descale is on meta; the attention inputs are on "
+                 r"cpu$")):
+            with self.subTest(pattern=pattern):
+                self.refuses(exc, pattern, _check_descales, q, 2, 4, descales)
+        self.refuses(ValueError, r"^flashjit.attention: k_descale is for FP8 inputs "
+                     r"\(torch.float8_e4m3fn\); q, k and v are torch.float16$",
+                     _check_descales, q.half(), 2, 4, (None, ok, None))
 
     def test_rank(self):
         q, k, v = self.qkv()
@@ -567,7 +613,24 @@ class FakeImplementation(unittest.TestCase):
         schema = str(torch.ops.flashjit.attention.default._schema)
         self.assertIn("Tensor? sinks=None, SymInt block_q=0, SymInt block_kv=0, Tensor? "
                       "kv_num=None, Tensor? kv_indices=None, Tensor? full_num=None, Tensor? "
-                      "full_indices=None", schema)
+                      "full_indices=None, Tensor? q_descale=None, Tensor? k_descale=None, "
+                      "Tensor? v_descale=None", schema)
+
+    def test_meta_fp8(self):
+        # FP8 inputs give a bfloat16 output (and a float32 log-sum-exp).
+        f8 = torch.float8_e4m3fn
+        q = torch.empty((2, 8, 100, 128), dtype=f8, device="meta")
+        k = torch.empty((2, 2, 300, 128), dtype=f8, device="meta")
+        ds = torch.empty((2, 2), dtype=torch.float32, device="meta")
+        out, lse = torch.ops.flashjit.attention(q, k, k, 1, 0.0, True, 0, -1, -1, 0.0, "",
+                                                "", "", [], [], None, 0, 0, None, None,
+                                                None, None, ds, ds, ds)
+        self.assertEqual(tuple(out.shape), (2, 8, 100, 128))
+        self.assertEqual(out.dtype, torch.bfloat16)
+        self.assertEqual((tuple(lse.shape), lse.dtype), ((2, 8, 100), torch.float32))
+        out, _ = torch.ops.flashjit.attention(q, k, k, 0, 0.0, False, 0, -1, -1, 0.0, "", "",
+                                              "", [], [])
+        self.assertEqual(out.dtype, torch.bfloat16)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """attention() on the GPU against torch.nn.functional.scaled_dot_product_attention
 and a float32 reference: masks, GQA, layouts, strides, modifications, the
-log-sum-exp, CUDA-graph capture, torch.compile, threads, tuning.
+log-sum-exp, CUDA-graph capture, torch.compile, FP8 (sm_90a), threads, tuning.
 
 Skipped (visibly) without PyTorch and a CUDA GPU."""
 import math
@@ -730,6 +730,136 @@ class Backward(GpuCase):
         out = flashjit.attention(q, q, q, score_mod="s * 0.5f")
         with self.assertRaisesRegex(NotImplementedError, "score_mod"):
             out.sum().backward()
+
+
+def is_sm90():
+    return fjtest.HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
+
+
+def fp8_inputs(b, hq, hk, sq, sk, d, layout="bhsd"):
+    """(q, k, v) in e4m3 spread over its range, and their descales
+    (batch, heads_kv), none all 1: the dequantised values are about
+    N(0, 1)."""
+    def one(h, s):
+        shape = (b, h, s, d) if layout == "bhsd" else (b, s, h, d)
+        x = randn(*shape, dtype=torch.float32) * 32
+        return x.clamp(-448, 448).to(torch.float8_e4m3fn)
+    descales = [(torch.rand(b, hk, device="cuda") + 0.5) / 32 for _ in range(3)]
+    return (one(hq, sq), one(hk, sk), one(hk, sk)), descales
+
+
+def dequantised(t, descale, layout="bhsd"):
+    """t (in layout) times its (batch, KV head) descale, as float32 BHSD."""
+    t = t.float() if layout == "bhsd" else t.float().transpose(1, 2)
+    b, h = t.shape[:2]
+    g = h // descale.shape[1]
+    return t * descale.repeat_interleave(g, dim=1).view(b, h, 1, 1)
+
+
+@unittest.skipUnless(is_sm90(), "FP8 attention runs on sm_90a (H100/H200)")
+class Fp8(GpuCase):
+    """FP8 attention (q, k, v torch.float8_e4m3fn, descales per (batch, KV
+    head), O bfloat16) against a float32 reference of the dequantised
+    inputs."""
+
+    def rel(self, got, want, what, tol=5e-2):
+        err = ((got.float() - want).norm() / want.norm()).item()
+        self.assertLess(err, tol, f"{what}: relative error {err:.3g} (limit {tol})")
+        return err
+
+    def check(self, b, hq, hk, sq, sk, d, layout="bhsd", lse=False, ref_mask=None, **kw):
+        """kw: attention()'s; causal, scale, window and sinks go to the
+        reference too, ref_mask is the reference's form of a mask_mod."""
+        (q, k, v), ds = fp8_inputs(b, hq, hk, sq, sk, d, layout)
+        got = flashjit.attention(q, k, v, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2],
+                                 layout=layout, return_lse=lse, **kw)
+        out = got[0] if lse else got
+        self.assertEqual(out.dtype, torch.bfloat16)
+        self.assertEqual(out.shape, q.shape)
+        if layout == "bshd":
+            out = out.transpose(1, 2)
+        ref_kw = {n: kw[n] for n in ("causal", "scale", "window", "sinks") if n in kw}
+        want, want_lse = reference(dequantised(q, ds[0], layout), dequantised(k, ds[1], layout),
+                                   dequantised(v, ds[2], layout), mask=ref_mask, **ref_kw)
+        what = f"FP8 {(b, hq, hk, sq, sk, d)} {layout} {sorted(kw)}"
+        self.rel(out, want, what)
+        if lse:
+            self.close(got[1], want_lse, 2e-2, what + " lse")
+
+    def test_against_float32(self):
+        for d in (64, 128, 256):
+            for causal in (None, "top_left", "bottom_right"):
+                with self.subTest(d=d, causal=causal):
+                    self.check(2, 8, 2, 300, 700, d, causal=causal)  # GQA, tails
+
+    def test_layouts_lse_scale(self):
+        self.check(2, 8, 8, 256, 256, 128, layout="bshd", causal="top_left", lse=True)
+        self.check(1, 16, 4, 512, 512, 128, lse=True, scale=0.05)
+
+    def test_window_sinks_mask(self):
+        self.check(1, 8, 2, 400, 400, 128, causal="top_left", window=(128, 0))
+        self.check(1, 8, 2, 400, 400, 128, sinks=torch.randn(8, device="cuda"))
+        self.check(1, 8, 2, 400, 400, 128, mask_mod="kv % 3 != 1",
+                   ref_mask=lambda b, h, hk, qi, ki: ki % 3 != 1)
+
+    def test_ones_by_default(self):
+        (q, k, v), _ = fp8_inputs(2, 4, 4, 128, 128, 128)
+        ones = torch.ones(2, 4, device="cuda")
+        a = flashjit.attention(q, k, v, causal="top_left")
+        b = flashjit.attention(q, k, v, causal="top_left", q_descale=ones, k_descale=ones,
+                               v_descale=ones)
+        self.assertTrue(torch.equal(a, b))
+
+    def test_compile(self):
+        (q, k, v), ds = fp8_inputs(2, 8, 2, 256, 256, 128)
+
+        def f(q, k, v, a, b, c):
+            return flashjit.attention(q, k, v, causal="top_left", q_descale=a, k_descale=b,
+                                      v_descale=c) * 2
+
+        got = torch.compile(f, fullgraph=True)(q, k, v, *ds)
+        self.assertEqual(got.dtype, torch.bfloat16)
+        self.assertTrue(torch.equal(got, f(q, k, v, *ds)))
+        q1 = q[:1, :2, :128].contiguous()
+        args = (q1, q1.clone(), q1.clone(), 1, 0.0, True, 0, -1, -1, 0.0, "", "", "", [], [],
+                None, 0, 0, None, None, None, None, ds[0][:1].contiguous(), None, None)
+        torch.library.opcheck(torch.ops.flashjit.attention.default, args,
+                              test_utils=("test_schema", "test_faketensor"))
+
+    def test_refusals(self):
+        (q, k, v), ds = fp8_inputs(1, 4, 4, 128, 128, 128)
+        with self.assertRaisesRegex(flashjit.Unsupported, r"16-bit q over FP8 k and v is not "
+                                    r"implemented yet"):
+            flashjit.attention(q.to(torch.bfloat16), k, v)
+        with self.assertRaisesRegex(flashjit.Unsupported, r"^flashjit.attention: FP8 "
+                                    r"attention runs forward only: k_descale requires grad"):
+            flashjit.attention(q, k, v, k_descale=ds[1].requires_grad_())
+        with torch.no_grad():  # no grad, no refusal
+            flashjit.attention(q, k, v, k_descale=ds[1])
+        # The library's own refusals come through as they are.
+        for kw in (dict(softcap=30.0), dict(score_mod="s * 0.5f")):
+            with self.subTest(**kw), self.assertRaisesRegex(
+                    flashjit.Unsupported, r"^dtype e4m3 with a score expression or softcap "
+                    r"is not implemented"):
+                flashjit.attention(q, k, v, **kw)
+
+    def test_requires_grad_q(self):
+        (q, k, v), _ = fp8_inputs(1, 4, 4, 128, 128, 128)
+        try:
+            q.requires_grad_()
+        except RuntimeError as e:  # this PyTorch keeps FP8 tensors out of autograd
+            self.skipTest(str(e))
+        with self.assertRaisesRegex(flashjit.Unsupported, r"^flashjit.attention: FP8 "
+                                    r"attention runs forward only: q requires grad"):
+            flashjit.attention(q, k, v)
+
+
+@unittest.skipUnless(fjtest.HAS_CUDA and not is_sm90(), "needs a GPU other than sm_90")
+class Fp8Elsewhere(GpuCase):
+    def test_refused(self):
+        q = torch.zeros(1, 2, 64, 128, device="cuda").to(torch.float8_e4m3fn)
+        with self.assertRaisesRegex(flashjit.Unsupported, r"mma wgmma .* needs sm_90a"):
+            flashjit.attention(q, q, q)
 
 
 class Threads(GpuCase):

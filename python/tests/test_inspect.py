@@ -313,6 +313,54 @@ class Plans(unittest.TestCase):
         self.assertEqual(p.splits, 4)
 
 
+class Fp8(unittest.TestCase):
+    """dtype "e4m3" (Q, K and V in FP8, O in bf16) planned and compiled
+    with no GPU: the wgmma family on sm_90a, refused elsewhere with the
+    library's message."""
+
+    def test_plan(self):
+        p = flashjit.plan(2, 8, 1024, 128, heads_kv=2, dtype="e4m3", causal="top_left",
+                          arch="sm_90a")
+        self.assertIn("e4m3", p.name)
+        self.assertEqual((p.variant["mma"], p.variant["dtype"], p.variant["kv_dtype"]),
+                         ("wgmma", "e4m3", "e4m3"))
+        # V^T is written into the workspace before the attention kernel runs.
+        self.assertGreater(p.workspace_bytes, 0)
+        self.assertEqual(p.kernel().name, p.name)
+        # torch's name for it, and kv_dtype e4m3 beside it.
+        self.assertEqual(flashjit.plan(2, 8, 1024, 128, dtype="float8_e4m3fn",
+                                       kv_dtype="e4m3", arch="sm_90a").variant["dtype"],
+                         "e4m3")
+
+    def test_kernel(self):
+        k = flashjit.Kernel(128, arch="sm_90a", dtype="e4m3", causal="top_left",
+                            window=(256, 0), sinks=True)
+        self.assertIn("_e4m3", k.name)
+        self.assertEqual(k.variant["dtype"], "e4m3")
+        self.assertIn(f".entry {k.name}", k.ptx)
+        self.assertEqual(k.resources.spills, 0, k.resources)
+
+    def test_refused_with_the_library_message(self):
+        with self.assertRaisesRegex(flashjit.Unsupported, r"^mma wgmma \(wgmma.mma_async, "
+                                    r"TMA\) needs sm_90a; the target is sm_80$"):
+            flashjit.plan(2, 8, 1024, 128, dtype="e4m3", arch="sm_80")
+        with self.assertRaisesRegex(flashjit.Unsupported, r"^dtype e4m3 with a score "
+                                    r"expression or softcap is not implemented"):
+            flashjit.plan(2, 8, 1024, 128, dtype="e4m3", softcap=30.0, arch="sm_90a")
+        with self.assertRaisesRegex(flashjit.InvalidArgument, r"^kv_dtype bf16 is invalid "
+                                    r"with dtype e4m3"):
+            flashjit.Kernel(128, arch="sm_90a", dtype="e4m3", kv_dtype="bf16")
+        with self.assertRaisesRegex(flashjit.Unsupported, r"^dtype e4m3 \(Q, K and V in "
+                                    r"FP8\) is implemented for mma wgmma only"):
+            flashjit.Kernel(128, arch="sm_90a", dtype="e4m3", mma="mma")
+
+    def test_tune_refuses(self):
+        # Checked before any GPU is looked for: tune() makes no FP8 descales.
+        with self.assertRaisesRegex(ValueError, r"^flashjit.tune: dtype='e4m3' is not tuned "
+                                    r"from Python yet"):
+            flashjit.tune(1, 8, 512, 128, dtype="e4m3", progress=False)
+
+
 class Layouts(unittest.TestCase):
     def test_fragments(self):
         names = flashjit.fragments()
