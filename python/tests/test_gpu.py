@@ -823,8 +823,10 @@ class Fp8(GpuCase):
         q1 = q[:1, :2, :128].contiguous()
         args = (q1, q1.clone(), q1.clone(), 1, 0.0, True, 0, -1, -1, 0.0, "", "", "", [], [],
                 None, 0, 0, None, None, None, None, ds[0][:1].contiguous(), None, None)
+        # test_schema multiplies the inputs, which PyTorch does not do in
+        # float8_e4m3fn ("mul_cuda" not implemented): the fake tensor check only.
         torch.library.opcheck(torch.ops.flashjit.attention.default, args,
-                              test_utils=("test_schema", "test_faketensor"))
+                              test_utils=("test_faketensor",))
 
     def test_refusals(self):
         (q, k, v), ds = fp8_inputs(1, 4, 4, 128, 128, 128)
