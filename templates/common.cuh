@@ -124,6 +124,14 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
+// Whether an online softmax's row max x is so large in magnitude (2^12 or
+// more, not -inf) that the row subtracts it from its scores before the
+// exponentials (softmax_regs.cuh): x * log2(e) rounded is off by 2^-12 or
+// more, which would scale P at the max.
+__device__ __forceinline__ bool big_max(float x) {
+  return fabsf(x) >= 4096.f && x != FJ_NEG_INF;
+}
+
 // 2^x through the SFU; exp2(-inf) is 0.
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;

@@ -9,7 +9,12 @@
              the XOR shuffles of the lanes that share the row (rows.masks);
     exp      p = 2^(s * sl2 - max * sl2): one FMA and one ex2 per element;
              a row that has seen only hidden keys keeps max -inf, and then
-             subtracts 0 so that exp2 gives 0, never NaN;
+             subtracts 0 so that exp2 gives 0, never NaN; a row whose max
+             has magnitude 2^12 or more (1e30 from a score expression) has
+             its scores less the max first (one vote a slice and tile, the
+             subtraction only where some row of the warp needs it): the
+             rounding of max * sl2 would otherwise be P's exponent at the
+             max (gpu_mods_int_ops' "score: shifts by 32, 40");
     sum      per-lane partial row sums (the lanes are reduced once, in the
              epilogue), as a tree per 16 columns;
     pack     optional: P of tile j as A-operand registers while it is hot,
@@ -117,7 +122,34 @@
       // A row that has seen only hidden keys keeps max -inf; subtracting 0
       // instead keeps exp2 at 0 rather than NaN.
       mu{{ c }} = mk{{ c }} == FJ_NEG_INF ? 0.f : mk{{ c }} * {{ sl2 }};
-      {{ rescale and "alpha" .. c or alpha("mi", c) }} = fj::fast_exp2({{ m("mi", c) }} * {{ sl2 }} - mu{{ c }});
+      // O's factor 2^ea{{ c }}, from the old max to the new{{ LAZY and " (1 where the warp keeps its maxes)" or "" }}.
+      float ea{{ c }} = {{ LAZY and "!rs ? 0.f : " or "" }}fmaf({{ m("mi", c) }}, {{ sl2 }}, -mu{{ c }});
+{% end %}
+      // A max of magnitude 2^12 or more (a score expression's s - 1e30f,
+      // say): mu is max * sl2 rounded, and P at the max, 2^(max * sl2 - mu),
+      // would be 2 to that rounding error, about 2^72 at 1e30 (P inf or 0,
+      // the row NaN or 0; below 2^12 the error is under 2^-12 and cancels
+      // in O / l).  Such rows (rare: one vote a slice and tile) take their
+      // scores less the max and mu = 0, so P is 2^0 = 1 at the max, as in
+      // the reference, and O's factor loses the same error: (old max - max)
+      // * sl2 exactly, 0 where the max is kept.
+      if (__any_sync(0xffffffffu, {% for c = 1, NC do %}fj::big_max(mk{{ c }}) || {% end %}false)) {
+{% for c = 1, NC do %}
+        const float off{{ c }} = fj::big_max(mk{{ c }}) ? mk{{ c }} : 0.f;
+        if (off{{ c }} != 0.f) {
+          {{ LAZY and "if (rs) " or "" }}ea{{ c }} -= fmaf(mk{{ c }}, {{ sl2 }}, -mu{{ c }});
+          mu{{ c }} = 0.f;
+        }
+{% end %}
+#pragma unroll
+        for (int j = 0; j < {{ NJ }}; ++j) {
+{% for i = 0, acc.slots - 1 do %}
+          {{ S("mi", "j", i) }} -= off{{ rows.class_of[i] }};
+{% end %}
+        }
+      }
+{% for c = 1, NC do %}
+      {{ rescale and "alpha" .. c or alpha("mi", c) }} = fj::fast_exp2(ea{{ c }});
       {{ m("mi", c) }} = mk{{ c }};
 {% end %}
 {% if fixed then %}

@@ -12,6 +12,7 @@
  * parameters (constants would be refused at check time).  mods_int_ops_reference
  * checks, without a GPU, that the reference gives the documented results.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,6 +206,46 @@ static void family_of(fj_variant *v, const fj_mods *m, fj_mma mma)
   v->stages = 2;
   v->tile_n = 128;
   v->mods = m;
+}
+
+/* ---- without a GPU: a row max of -1e30 in the online softmax ------------- */
+
+/* The score cases leave some rows one visible key in a tile, at s - 1e30f:
+ * the last row of a key tile where its key is the next tile's, and the
+ * last row.  The softmax took P = 2^(x * sl2 - mu), one FMA, with mu the
+ * max times sl2 rounded: at the max, P was 2 to that rounding error, about
+ * 2^72 at -1e30 -- P inf, and the row NaN ("score: shifts by 32, 40" on an
+ * H200: 640, 384 and 384 elements, the last rows of the key tiles and row
+ * 299).  The arithmetic, then the kernels' rule (softmax_regs.cuh): a row
+ * whose max has magnitude 2^12 or more (common.cuh's big_max) takes its
+ * scores less the max. */
+int test_mods_int_ops_softmax(void)
+{
+  volatile float max = -1e30f, sl2 = 1.44269504089f;
+  float mu = max * sl2;
+  CHECK(fabsf(fmaf(max, sl2, -mu)) > 128.f);  /* 2^that: inf or 0 */
+  CHECK(exp2f(fmaf(max - max, sl2, -0.f)) == 1.f);
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  static int_inputs in;
+  inputs_make(&int_cases[LEN(int_cases) - 1], &in);
+  static const fj_mma fams[] = {FJ_MMA_SYNC, FJ_MMA_WGMMA};
+  for (int f = 0; f < 2; f++) {
+    fj_variant v;
+    fj_kernel *k;
+    family_of(&v, &in.m, fams[f]);
+    CHECK_OK(ctx, fj_kernel_get(ctx, &v, &k));
+    const char *src = fj_kernel_source(k, NULL);
+    CHECK(strstr(src, "s - 1e+30f"));
+    CHECK(strstr(src, "if (__any_sync(0xffffffffu, fj::big_max(mk1) || "));
+    CHECK(strstr(src, "const float off1 = fj::big_max(mk1) ? mk1 : 0.f;"));
+    CHECK(strstr(src, "-= off1;"));
+    /* mu 0, and O's factor less the same rounding error. */
+    CHECK(strstr(src, "ea1 -= fmaf(mk1, sl2, -mu1);\n          mu1 = 0.f;"));
+    CHECK(strstr(src, "= fj::fast_exp2(ea1);"));
+  }
+  fj_ctx_destroy(ctx);
+  return 0;
 }
 
 /* Runs c with v (NULL: the library's choice): O equal to the reference's,

@@ -219,4 +219,5 @@ TEST(gpu_exact_single_key, gpu)
 /* the expressions' int operations C leaves undefined, against the
  * reference (test_gpu_int_ops.c) */
 TEST(mods_int_ops_reference, cpu)
+TEST(mods_int_ops_softmax, cpu)
 TEST(gpu_mods_int_ops, gpu)

@@ -67,6 +67,14 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
+// Whether an online softmax's row max x is so large in magnitude (2^12 or
+// more, not -inf) that the row subtracts it from its scores before the
+// exponentials (softmax_regs.cuh): x * log2(e) rounded is off by 2^-12 or
+// more, which would scale P at the max.
+__device__ __forceinline__ bool big_max(float x) {
+  return fabsf(x) >= 4096.f && x != FJ_NEG_INF;
+}
+
 // 2^x through the SFU; exp2(-inf) is 0.
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
@@ -505,13 +513,48 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
       // A row that has seen only hidden keys keeps max -inf; subtracting 0
       // instead keeps exp2 at 0 rather than NaN.
       mu1 = mk1 == FJ_NEG_INF ? 0.f : mk1 * sl2;
-      alpha1 = fj::fast_exp2(row_m[mi][0] * sl2 - mu1);
-      row_m[mi][0] = mk1;
+      // O's factor 2^ea1, from the old max to the new.
+      float ea1 = fmaf(row_m[mi][0], sl2, -mu1);
       const float mk2 = mn2;
       // A row that has seen only hidden keys keeps max -inf; subtracting 0
       // instead keeps exp2 at 0 rather than NaN.
       mu2 = mk2 == FJ_NEG_INF ? 0.f : mk2 * sl2;
-      alpha2 = fj::fast_exp2(row_m[mi][1] * sl2 - mu2);
+      // O's factor 2^ea2, from the old max to the new.
+      float ea2 = fmaf(row_m[mi][1], sl2, -mu2);
+      // A max of magnitude 2^12 or more (a score expression's s - 1e30f,
+      // say): mu is max * sl2 rounded, and P at the max, 2^(max * sl2 - mu),
+      // would be 2 to that rounding error, about 2^72 at 1e30 (P inf or 0,
+      // the row NaN or 0; below 2^12 the error is under 2^-12 and cancels
+      // in O / l).  Such rows (rare: one vote a slice and tile) take their
+      // scores less the max and mu = 0, so P is 2^0 = 1 at the max, as in
+      // the reference, and O's factor loses the same error: (old max - max)
+      // * sl2 exactly, 0 where the max is kept.
+      if (__any_sync(0xffffffffu, fj::big_max(mk1) || fj::big_max(mk2) || false)) {
+        const float off1 = fj::big_max(mk1) ? mk1 : 0.f;
+        if (off1 != 0.f) {
+          ea1 -= fmaf(mk1, sl2, -mu1);
+          mu1 = 0.f;
+        }
+        const float off2 = fj::big_max(mk2) ? mk2 : 0.f;
+        if (off2 != 0.f) {
+          ea2 -= fmaf(mk2, sl2, -mu2);
+          mu2 = 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < 11; ++j) {
+          s[j][0] -= off1;
+          s[j][1] -= off1;
+          s[j][2] -= off2;
+          s[j][3] -= off2;
+          s[j][4] -= off1;
+          s[j][5] -= off1;
+          s[j][6] -= off2;
+          s[j][7] -= off2;
+        }
+      }
+      alpha1 = fj::fast_exp2(ea1);
+      row_m[mi][0] = mk1;
+      alpha2 = fj::fast_exp2(ea2);
       row_m[mi][1] = mk2;
       float sum1 = 0.f;
       float sum2 = 0.f;
@@ -621,13 +664,48 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
       // A row that has seen only hidden keys keeps max -inf; subtracting 0
       // instead keeps exp2 at 0 rather than NaN.
       mu1 = mk1 == FJ_NEG_INF ? 0.f : mk1 * sl2;
-      alpha[0] = fj::fast_exp2(row_m[mi][0] * sl2 - mu1);
-      row_m[mi][0] = mk1;
+      // O's factor 2^ea1, from the old max to the new.
+      float ea1 = fmaf(row_m[mi][0], sl2, -mu1);
       const float mk2 = mn2;
       // A row that has seen only hidden keys keeps max -inf; subtracting 0
       // instead keeps exp2 at 0 rather than NaN.
       mu2 = mk2 == FJ_NEG_INF ? 0.f : mk2 * sl2;
-      alpha[1] = fj::fast_exp2(row_m[mi][1] * sl2 - mu2);
+      // O's factor 2^ea2, from the old max to the new.
+      float ea2 = fmaf(row_m[mi][1], sl2, -mu2);
+      // A max of magnitude 2^12 or more (a score expression's s - 1e30f,
+      // say): mu is max * sl2 rounded, and P at the max, 2^(max * sl2 - mu),
+      // would be 2 to that rounding error, about 2^72 at 1e30 (P inf or 0,
+      // the row NaN or 0; below 2^12 the error is under 2^-12 and cancels
+      // in O / l).  Such rows (rare: one vote a slice and tile) take their
+      // scores less the max and mu = 0, so P is 2^0 = 1 at the max, as in
+      // the reference, and O's factor loses the same error: (old max - max)
+      // * sl2 exactly, 0 where the max is kept.
+      if (__any_sync(0xffffffffu, fj::big_max(mk1) || fj::big_max(mk2) || false)) {
+        const float off1 = fj::big_max(mk1) ? mk1 : 0.f;
+        if (off1 != 0.f) {
+          ea1 -= fmaf(mk1, sl2, -mu1);
+          mu1 = 0.f;
+        }
+        const float off2 = fj::big_max(mk2) ? mk2 : 0.f;
+        if (off2 != 0.f) {
+          ea2 -= fmaf(mk2, sl2, -mu2);
+          mu2 = 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < 11; ++j) {
+          s[j][0] -= off1;
+          s[j][1] -= off1;
+          s[j][2] -= off2;
+          s[j][3] -= off2;
+          s[j][4] -= off1;
+          s[j][5] -= off1;
+          s[j][6] -= off2;
+          s[j][7] -= off2;
+        }
+      }
+      alpha[0] = fj::fast_exp2(ea1);
+      row_m[mi][0] = mk1;
+      alpha[1] = fj::fast_exp2(ea2);
       row_m[mi][1] = mk2;
       resc = rs;
       float sum1 = 0.f;
