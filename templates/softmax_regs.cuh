@@ -14,7 +14,9 @@
              its scores less the max first (one vote a slice and tile, the
              subtraction only where some row of the warp needs it): the
              rounding of max * sl2 would otherwise be P's exponent at the
-             max (gpu_mods_int_ops' "score: shifts by 32, 40");
+             max (gpu_mods_int_ops' "score: shifts by 32, 40"); no_big (FP8
+             attention: no score expressions, scores bounded by e4m3's
+             range and the descales) leaves that out;
     sum      per-lane partial row sums (the lanes are reduced once, in the
              epilogue), as a tree per 16 columns;
     pack     optional: P of tile j as A-operand registers while it is hot,
@@ -133,6 +135,7 @@
       // scores less the max and mu = 0, so P is 2^0 = 1 at the max, as in
       // the reference, and O's factor loses the same error: (old max - max)
       // * sl2 exactly, 0 where the max is kept.
+{% if not no_big then %}
       if (__any_sync(0xffffffffu, {% for c = 1, NC do %}fj::big_max(mk{{ c }}) || {% end %}false)) {
 {% for c = 1, NC do %}
         const float off{{ c }} = fj::big_max(mk{{ c }}) ? mk{{ c }} : 0.f;
@@ -148,6 +151,7 @@
 {% end %}
         }
       }
+{% end %}
 {% for c = 1, NC do %}
       {{ rescale and "alpha" .. c or alpha("mi", c) }} = fj::fast_exp2(ea{{ c }});
       {{ m("mi", c) }} = mk{{ c }};
