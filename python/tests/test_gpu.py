@@ -334,6 +334,95 @@ class Modifications(GpuCase):
             flashjit.attention(q, k, v, score_mod="s;")
 
 
+
+class Exact(GpuCase):
+    """Issue 35, class 5: a row whose visible keys all have the same score
+    (one key, two equal keys, every key equal) returns that V row exactly,
+    in bf16 (torch.equal), with a softcap of 15 or 50 -- where the kernels
+    take their exponentials against a fixed shift and round P to bf16, so
+    the row sum must be of the rounded P (on 439ccd4 about 10% of the
+    elements were a bf16 step off).  The library's choice of family for
+    each: prefill (mma, or wgmma on sm_90a), the expression kernels
+    (mask_mod), decode with GQA packing and split-KV."""
+
+    CAPS = (15.0, 50.0)
+
+    def inputs(self, b, hq, hk, sq, sk, d, pairs=False, equal=False):
+        """q, k, v in bf16 with scores of a few units (P far below 1 under
+        the fixed shift); pairs: keys 2i and 2i + 1 equal (K and V);
+        equal: every key of a (batch, KV head) equal."""
+        q = randn(b, hq, sq, d) * 2
+        n = 1 if equal else sk // 2 if pairs else sk
+        k, v = randn(b, hk, n, d) * 2, randn(b, hk, n, d) * 4
+        if equal:
+            k, v = k.expand(b, hk, sk, d).contiguous(), v.expand(b, hk, sk, d).contiguous()
+        elif pairs:
+            k, v = k.repeat_interleave(2, dim=2), v.repeat_interleave(2, dim=2)
+        return q, k, v
+
+    def exact(self, out, want, what):
+        self.assertEqual(out.shape, want.shape, what)
+        differ = (out != want).sum().item()
+        self.assertTrue(torch.equal(out, want),
+                        f"{what}: {differ} of {out.numel()} elements differ from V")
+
+    def test_one_key(self):
+        # A window (0, 0) on the diagonal (bottom-right without causal;
+        # sq == sk puts it at q), the same with causal top_left, and
+        # mask_mod "kv == q": row q sees key q alone.
+        q, k, v = self.inputs(2, 4, 2, 256, 256, 128)
+        want = v.repeat_interleave(2, dim=1)
+        for cap in self.CAPS:
+            for what, kw in (("window (0, 0)", dict(window=(0, 0))),
+                             ("causal top_left, window (0, 0)",
+                              dict(causal="top_left", window=(0, 0))),
+                             ("mask_mod kv == q", dict(mask_mod="kv == q"))):
+                with self.subTest(what=what, softcap=cap):
+                    out = flashjit.attention(q, k, v, softcap=cap, **kw)
+                    self.exact(out, want, f"one key ({what}), softcap {cap}")
+
+    def test_one_key_decode(self):
+        # One query a row over 4096 keys with a window (0, 0): the last key
+        # alone (bottom-right), through the split-KV kernels and their
+        # combine; and a single key in all.
+        for sk in (4096, 1):
+            q, k, v = self.inputs(2, 8, 2, 1, sk, 128)
+            want = v[:, :, -1:].repeat_interleave(4, dim=1)
+            for cap in self.CAPS:
+                with self.subTest(seq_kv=sk, softcap=cap):
+                    out = flashjit.attention(q, k, v, softcap=cap, window=(0, 0))
+                    self.exact(out, want, f"decode, seq_kv {sk}, softcap {cap}")
+
+    def test_two_equal_keys(self):
+        # Keys equal in pairs and mask_mod "kv / 2 == q / 2": row q sees
+        # its pair; every key equal and a window (1, 0): two keys a row
+        # (row 0 one).
+        q, k, v = self.inputs(2, 4, 2, 256, 256, 128, pairs=True)
+        want = v.repeat_interleave(2, dim=1)
+        for cap in self.CAPS:
+            with self.subTest(softcap=cap, mask_mod="kv / 2 == q / 2"):
+                out = flashjit.attention(q, k, v, softcap=cap, mask_mod="kv / 2 == q / 2")
+                self.exact(out, want, f"two equal keys (mask_mod), softcap {cap}")
+        q, k, v = self.inputs(2, 4, 2, 256, 256, 64, equal=True)
+        want = v.repeat_interleave(2, dim=1)
+        for cap in self.CAPS:
+            with self.subTest(softcap=cap, window=(1, 0)):
+                out = flashjit.attention(q, k, v, softcap=cap, window=(1, 0))
+                self.exact(out, want, f"two equal keys (window (1, 0)), softcap {cap}")
+
+    def test_all_keys_equal(self):
+        # Every key equal: the mean of equal V rows is the row, whatever
+        # the number of keys -- all of 512, 1 .. 256 (causal), and a
+        # decode over 4096 (split-KV, GQA packed).
+        for sq, sk, causal in ((256, 512, None), (256, 256, "top_left"), (1, 4096, None)):
+            q, k, v = self.inputs(2, 8, 2, sq, sk, 128, equal=True)
+            want = v[:, :, :sq].repeat_interleave(4, dim=1)
+            for cap in self.CAPS:
+                with self.subTest(seq_q=sq, seq_kv=sk, causal=causal, softcap=cap):
+                    out = flashjit.attention(q, k, v, softcap=cap, causal=causal)
+                    self.exact(out, want, f"all {sk} keys equal, seq_q {sq}, causal {causal}, "
+                               f"softcap {cap}")
+
 class LibraryErrors(GpuCase):
     def test_head_dim(self):
         q = randn(1, 2, 64, 100)
