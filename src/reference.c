@@ -1090,10 +1090,15 @@ static fj_status bwd_unsupported(const char *fn, const fj_problem *p)
     return fj__fail(NULL, FJ_ERR_UNSUPPORTED,
                     "%s: mods.block_mask is not implemented in the backward",
                     fn);
-  if (p->kv_dtype == FJ_E4M3 || p->dtype == FJ_E4M3)
+  if (p->dtype == FJ_E4M3)
     return fj__fail(NULL, FJ_ERR_UNSUPPORTED,
-                    "%s: e4m3 is not implemented in the backward: Q, K and V "
-                    "in f16 or bf16",
+                    "%s: dtype e4m3 is not implemented in the backward (FP8 "
+                    "attention runs forward only): f16 or bf16",
+                    fn);
+  if (p->kv_dtype == FJ_E4M3)
+    return fj__fail(NULL, FJ_ERR_UNSUPPORTED,
+                    "%s: kv_dtype e4m3 is not implemented in the backward: "
+                    "K and V in dtype (f16 or bf16)",
                     fn);
   return FJ_OK;
 }

@@ -206,7 +206,7 @@
   local T = dtype  -- the wgmma forms' input type
   local frag = PC.regs{
     acc = acc, rows = rows, MR = 1, mrule = mrule, mods = mods,
-    sl2 = FP8 and "sl2_t" or "sl2", p_shift = P_SHIFT, no_big = FP8 or nil, lazy = LAZY and LAZY > 0 and LAZY or nil,
+    sl2 = FP8 and "sl2_t" or "sl2", p_shift = P_SHIFT, lazy = LAZY and LAZY > 0 and LAZY or nil,
     row0 = function(mi) return "m0 + wr + acc_r" end,
     head = function(r) return "blk.h" end,
   }

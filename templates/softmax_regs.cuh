@@ -14,9 +14,10 @@
              its scores less the max first (one vote a slice and tile, the
              subtraction only where some row of the warp needs it): the
              rounding of max * sl2 would otherwise be P's exponent at the
-             max (gpu_mods_int_ops' "score: shifts by 32, 40"); no_big (FP8
-             attention: no score expressions, scores bounded by e4m3's
-             range and the descales) leaves that out;
+             max (gpu_mods_int_ops' "score: shifts by 32, 40"); only where
+             a score expression can make such scores (mods.score: its
+             registers cost the mma family's widest picks spills
+             elsewhere);
     sum      per-lane partial row sums (the lanes are reduced once, in the
              epilogue), as a tree per 16 columns;
     pack     optional: P of tile j as A-operand registers while it is hot,
@@ -77,6 +78,8 @@
   -- a row's max may grow before the row takes the new max and O its
   -- rescale.
   local LAZY = lazy
+  -- Rows whose max may be huge and finite: a score expression's.
+  local big = mods and mods.score
 %}
 #pragma unroll
     for (int mi = 0; mi < {{ MR }}; ++mi) {
@@ -135,7 +138,7 @@
       // scores less the max and mu = 0, so P is 2^0 = 1 at the max, as in
       // the reference, and O's factor loses the same error: (old max - max)
       // * sl2 exactly, 0 where the max is kept.
-{% if not no_big then %}
+{% if big then %}
       if (__any_sync(0xffffffffu, {% for c = 1, NC do %}fj::big_max(mk{{ c }}) || {% end %}false)) {
 {% for c = 1, NC do %}
         const float off{{ c }} = fj::big_max(mk{{ c }}) ? mk{{ c }} : 0.f;

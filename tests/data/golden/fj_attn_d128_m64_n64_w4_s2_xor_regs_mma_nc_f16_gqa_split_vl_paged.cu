@@ -627,29 +627,6 @@ fj_attn_d128_m64_n64_w4_s2_xor_regs_mma_nc_f16_gqa_split_vl_paged(const fj::Para
       // scores less the max and mu = 0, so P is 2^0 = 1 at the max, as in
       // the reference, and O's factor loses the same error: (old max - max)
       // * sl2 exactly, 0 where the max is kept.
-      if (__any_sync(0xffffffffu, fj::big_max(mk1) || fj::big_max(mk2) || false)) {
-        const float off1 = fj::big_max(mk1) ? mk1 : 0.f;
-        if (off1 != 0.f) {
-          if (rs) ea1 -= fmaf(mk1, sl2, -mu1);
-          mu1 = 0.f;
-        }
-        const float off2 = fj::big_max(mk2) ? mk2 : 0.f;
-        if (off2 != 0.f) {
-          if (rs) ea2 -= fmaf(mk2, sl2, -mu2);
-          mu2 = 0.f;
-        }
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          sc[mi][j][0] -= off1;
-          sc[mi][j][1] -= off1;
-          sc[mi][j][2] -= off2;
-          sc[mi][j][3] -= off2;
-          sc[mi][j][4] -= off1;
-          sc[mi][j][5] -= off1;
-          sc[mi][j][6] -= off2;
-          sc[mi][j][7] -= off2;
-        }
-      }
       alpha1 = fj::fast_exp2(ea1);
       row_m[mi][0] = mk1;
       alpha2 = fj::fast_exp2(ea2);
