@@ -127,9 +127,15 @@
       // A row that has seen only hidden keys keeps max -inf; subtracting 0
       // instead keeps exp2 at 0 rather than NaN.
       mu{{ c }} = mk{{ c }} == FJ_NEG_INF ? 0.f : mk{{ c }} * {{ sl2 }};
+{%   if big then %}
       // O's factor 2^ea{{ c }}, from the old max to the new{{ LAZY and " (1 where the warp keeps its maxes)" or "" }}.
       float ea{{ c }} = {{ LAZY and "!rs ? 0.f : " or "" }}fmaf({{ m("mi", c) }}, {{ sl2 }}, -mu{{ c }});
+{%   else %}
+      {{ rescale and "alpha" .. c or alpha("mi", c) }} = fj::fast_exp2({{ m("mi", c) }} * {{ sl2 }} - mu{{ c }});
+      {{ m("mi", c) }} = mk{{ c }};
+{%   end %}
 {% end %}
+{% if big then %}
       // A max of magnitude 2^12 or more (a score expression's s - 1e30f,
       // say): mu is max * sl2 rounded, and P at the max, 2^(max * sl2 - mu),
       // would be 2 to that rounding error, about 2^72 at 1e30 (P inf or 0,
@@ -138,7 +144,6 @@
       // scores less the max and mu = 0, so P is 2^0 = 1 at the max, as in
       // the reference, and O's factor loses the same error: (old max - max)
       // * sl2 exactly, 0 where the max is kept.
-{% if big then %}
       if (__any_sync(0xffffffffu, {% for c = 1, NC do %}fj::big_max(mk{{ c }}) || {% end %}false)) {
 {% for c = 1, NC do %}
         const float off{{ c }} = fj::big_max(mk{{ c }}) ? mk{{ c }} : 0.f;
@@ -155,7 +160,7 @@
         }
       }
 {% end %}
-{% for c = 1, NC do %}
+{% for c = 1, big and NC or 0 do %}
       {{ rescale and "alpha" .. c or alpha("mi", c) }} = fj::fast_exp2(ea{{ c }});
       {{ m("mi", c) }} = mk{{ c }};
 {% end %}

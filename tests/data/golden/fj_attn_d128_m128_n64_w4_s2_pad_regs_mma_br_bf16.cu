@@ -432,25 +432,13 @@ fj_attn_d128_m128_n64_w4_s2_pad_regs_mma_br_bf16(const fj::Params p) {
       // A row that has seen only hidden keys keeps max -inf; subtracting 0
       // instead keeps exp2 at 0 rather than NaN.
       mu1 = mk1 == FJ_NEG_INF ? 0.f : mk1 * sl2;
-      // O's factor 2^ea1, from the old max to the new (1 where the warp keeps its maxes).
-      float ea1 = !rs ? 0.f : fmaf(row_m[mi][0], sl2, -mu1);
+      alpha1 = fj::fast_exp2(row_m[mi][0] * sl2 - mu1);
+      row_m[mi][0] = mk1;
       const float mk2 = rs ? mn2 : row_m[mi][1];
       // A row that has seen only hidden keys keeps max -inf; subtracting 0
       // instead keeps exp2 at 0 rather than NaN.
       mu2 = mk2 == FJ_NEG_INF ? 0.f : mk2 * sl2;
-      // O's factor 2^ea2, from the old max to the new (1 where the warp keeps its maxes).
-      float ea2 = !rs ? 0.f : fmaf(row_m[mi][1], sl2, -mu2);
-      // A max of magnitude 2^12 or more (a score expression's s - 1e30f,
-      // say): mu is max * sl2 rounded, and P at the max, 2^(max * sl2 - mu),
-      // would be 2 to that rounding error, about 2^72 at 1e30 (P inf or 0,
-      // the row NaN or 0; below 2^12 the error is under 2^-12 and cancels
-      // in O / l).  Such rows (rare: one vote a slice and tile) take their
-      // scores less the max and mu = 0, so P is 2^0 = 1 at the max, as in
-      // the reference, and O's factor loses the same error: (old max - max)
-      // * sl2 exactly, 0 where the max is kept.
-      alpha1 = fj::fast_exp2(ea1);
-      row_m[mi][0] = mk1;
-      alpha2 = fj::fast_exp2(ea2);
+      alpha2 = fj::fast_exp2(row_m[mi][1] * sl2 - mu2);
       row_m[mi][1] = mk2;
       float sum1 = 0.f;
       float sum2 = 0.f;
