@@ -264,8 +264,14 @@ int cli_check_variant(const cli *c, fj_ctx *ctx, run_data *d,
   double rel = e.ref2 > 0 ? sqrt(e.diff2 / e.ref2) : sqrt(e.diff2);
   double lse_rel = e.lse_ref2 > 0 ? sqrt(e.lse_diff2 / e.lse_ref2) : 0;
   fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
-  double limit = kv == FJ_E4M3 ? 3e-2 : 1e-2;
-  int pass = e.nonfinite == 0 && rel < limit && lse_rel < 1e-3;
+  /* FP8 attention rounds P to e4m3 too; FP8 K/V only their values. */
+  double limit = p->dtype == FJ_E4M3 ? 5e-2 : kv == FJ_E4M3 ? 3e-2 : 1e-2;
+  /* bf16 with a softcap sums P as P.V takes it, rounded to bf16 (so that
+   * one visible key gives V exactly): the log-sum-exp carries that
+   * rounding, up to about two bf16 steps. */
+  int capped = p->dtype == FJ_BF16 && p->mods && p->mods->softcap > 0.f;
+  double lse_limit = capped ? 8e-3 : 1e-3;
+  int pass = e.nonfinite == 0 && rel < limit && lse_rel < lse_limit;
   *rel_out = rel;
   if (!quiet)
     print_check(d, &e, rel, lse_rel, pass);
