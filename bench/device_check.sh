@@ -27,13 +27,19 @@ note "$(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperat
 #    layout tables, then its axes and cross product.  WGMMA_DEBUG=1 renders
 #    from a copy of templates/ whose mbarrier waits trap after 2^26 tries,
 #    so a wrong phase fails the launch instead of hanging the GPU.
-if part wgmma; then
+# WGMMA_DEBUG=1: the templates' copy whose mbarrier waits trap (its
+# directory in $tdir, for FLASHJIT_TEMPLATE_DIR; empty otherwise).
+debug_templates() {
   tdir=""
   if [ "${WGMMA_DEBUG:-0}" = 1 ]; then
     tdir=/tmp/fj-templates-debug
     rm -rf "$tdir" && cp -r /work/main/templates "$tdir"
     sed -i 's/WGMMA_SPIN_LIMIT or 0/1 << 26/' "$tdir/attention_wgmma.cu"
   fi
+}
+
+if part wgmma; then
+  debug_templates
   for t in gpu_lut_probe gpu_wgmma_axes gpu_wgmma_cross gpu_wgmma_seqlens; do
     FLASHJIT_TEMPLATE_DIR=$tdir timeout ${WGMMA_TIMEOUT:-240} ./tests/fj_tests $t >"$out/wgmma_$t.log" 2>&1
     rc=$?
@@ -440,12 +446,7 @@ fi
 # cuDNN's FP8 (its wheel carried in .whl/: ../shared/anchors/README.md;
 # FP8_ARGS for the script, e.g. "--dims 128 --seqs 4096 --long").
 if part fp8; then
-  tdir=""
-  if [ "${WGMMA_DEBUG:-0}" = 1 ]; then
-    tdir=/tmp/fj-templates-debug
-    rm -rf "$tdir" && cp -r /work/main/templates "$tdir"
-    sed -i 's/WGMMA_SPIN_LIMIT or 0/1 << 26/' "$tdir/attention_wgmma.cu"
-  fi
+  debug_templates
   for t in gpu_lut_probe gpu_lut_e4m3 gpu_fp8_forward; do
     FLASHJIT_TEMPLATE_DIR=$tdir timeout ${WGMMA_TIMEOUT:-240} ./tests/fj_tests $t >"$out/fp8_$t.log" 2>&1
     rc=$?

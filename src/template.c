@@ -546,7 +546,7 @@ typedef struct render_call {
   char bad_meta[256];  /* what is wrong with the meta table, if anything */
 } render_call;
 
-static void push_lut(lua_State *L, const fj_lut *lut)
+void fj__lut_push(lua_State *L, const fj_lut *lut)
 {
   lua_createtable(L, 0, 8);
   lua_pushstring(L, fj_frag_name(lut->frag));
@@ -590,7 +590,7 @@ static int push_value(lua_State *L, const fj_param *p)
     lua_pushboolean(L, p->i != 0);
     return 1;
   case FJ_PARAM_LUT:
-    push_lut(L, p->lut);
+    fj__lut_push(L, p->lut);
     return 1;
   case FJ_PARAM_TABLE:
     push_params(L, fj_param_kids(p), (size_t)p->i);

@@ -90,4 +90,10 @@ extern int fj__tpl_time_limit_ms;
 /* The text of a template file (the override directory first). */
 const char *fj__template_text(const char *name, size_t *len);
 
+/* Pushes a layout table as templates receive it: a Lua table of frag,
+ * slots, rows, cols, origin, device and map[lane * slots + slot + 1] =
+ * row * cols + col (lua_State from lua.h; tests read it too). */
+struct lua_State;
+void fj__lut_push(struct lua_State *L, const fj_lut *lut);
+
 #endif /* FJ_TEMPLATE_H */

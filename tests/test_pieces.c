@@ -43,29 +43,6 @@ static const char PRELUDE[] =
     "  return assert(load('return ' .. e, '=expr', 't', env))()\n"
     "end\n";
 
-/* A layout table as a template receives it (template.c's push_lut):
- * frag, slots, rows, cols, device and map[lane * slots + slot + 1]. */
-static void push_lut(lua_State *L, const fj_lut *lut)
-{
-  lua_createtable(L, 0, 6);
-  lua_pushstring(L, fj_frag_name(lut->frag));
-  lua_setfield(L, -2, "frag");
-  lua_pushinteger(L, lut->slots);
-  lua_setfield(L, -2, "slots");
-  lua_pushinteger(L, lut->rows);
-  lua_setfield(L, -2, "rows");
-  lua_pushinteger(L, lut->cols);
-  lua_setfield(L, -2, "cols");
-  lua_pushstring(L, lut->device);
-  lua_setfield(L, -2, "device");
-  lua_createtable(L, 32 * lut->slots, 0);
-  for (int lane = 0; lane < 32; lane++)
-    for (int s = 0; s < lut->slots; s++) {
-      lua_pushinteger(L, lut->map[lane][s]);
-      lua_rawseti(L, -2, lane * lut->slots + s + 1);
-    }
-  lua_setfield(L, -2, "map");
-}
 
 /* Runs chunk in a fresh state with the reference table of each kind in
  * frags[0..n) as global LUT_<name> (LUT_wgmma_a8, ...): 0 when it returns
@@ -82,7 +59,7 @@ static int run_lua_luts(const char *name, const char *chunk,
     fj_lut lut;
     char global[64];
     fj__lut_reference(frags[i], &lut);
-    push_lut(L, &lut);
+    fj__lut_push(L, &lut);
     snprintf(global, sizeof global, "LUT_%s", fj_frag_name(frags[i]));
     lua_setglobal(L, global);
   }
