@@ -1113,7 +1113,9 @@ typedef struct fj_launch_rec {
 typedef struct fj_launches {
   int count;             /* 0: nothing launched (a failed or checked call);
                             1; 2: a split-KV call, the attention kernel and
-                            then the combine */
+                            then the combine, or FP8 attention (dtype
+                            e4m3), its V^T pass and then the attention
+                            kernel */
   uint64_t zero_at;      /* not 0: before the launches the call set
                             zero_words 32-bit words at this device address
                             to 0 on the stream (a dynamic walk's counter,

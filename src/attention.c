@@ -827,7 +827,7 @@ static fj_status vt_pass(fj_ctx *ctx, const fj_problem *p, void *vt_fn,
   void *args[1] = {kp};
   fj_launch l = {vt_fn, {(unsigned)(keys / 128), (unsigned)(d / 64),
                          (unsigned)(p->batch * p->heads_kv)},
-                 {256, 1, 1}, 0, stream, args, 0};
+                 {256, 1, 1}, 0, stream, args, 0};  /* launch_record.c's too */
   return st == FJ_OK ? fj__cu_launch(ctx, &l) : st;
 }
 
@@ -996,8 +996,10 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   /* The record of what was launched: only where every launch was queued
    * (the public calls cleared it on entry). */
   if (st == FJ_OK && !oob && fj__launch_recording()) {
-    fj_launch_note n = {&plan, fn, combine_fn, stream, args,
-                        &kp, &maps, mod_args};
+    fj_launch_note n = {&plan, fn, combine_fn, vt_fn,
+                        {(unsigned)(kp.vt_keys / 128), (unsigned)(p->head_dim / 64),
+                         (unsigned)(p->batch * p->heads_kv)},
+                        stream, args, &kp, &maps, mod_args};
     fj__launch_record_note(&n);
   }
   if (oob)

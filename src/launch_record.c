@@ -79,12 +79,17 @@ void fj__launch_record_note(const fj_launch_note *n)
               : n->args[i] == (const void *)n->maps ? base + OFF_MAPS
                                                     : base + OFF_MODS;
   const fj_plan *p = n->plan;
-  one(&rec->launch[0], n->function, p->grid, p->threads, p->smem_bytes,
+  int i = 0;
+  if (n->vt) {
+    void *vt_args[3] = {base, NULL, NULL};
+    one(&rec->launch[i++], n->vt, n->vt_grid, 256, 0, n->stream, vt_args);
+  }
+  one(&rec->launch[i++], n->function, p->grid, p->threads, p->smem_bytes,
       n->stream, args);
   if (n->combine)
-    one(&rec->launch[1], n->combine, p->combine_grid, p->combine_threads, 0,
+    one(&rec->launch[i++], n->combine, p->combine_grid, p->combine_threads, 0,
         n->stream, args);
   rec->zero_at = (uint64_t)(uintptr_t)n->kp->work;
   rec->zero_words = n->kp->work ? 1 : 0;
-  rec->count = n->combine ? 2 : 1;
+  rec->count = i;
 }

@@ -16,6 +16,10 @@
 typedef struct fj_launch_note {
   const fj_plan *plan;
   void *function, *combine;  /* combine: NULL for a one-kernel call */
+  void *vt;                  /* FP8 attention's V^T pass, launched first
+                                (vt_grid, 256 threads, the parameter block
+                                its one argument); NULL otherwise */
+  unsigned vt_grid[3];
   void *stream;
   void *const *args;         /* 3 */
   const fj_kparams *kp;
