@@ -38,15 +38,25 @@ debug_templates() {
   fi
 }
 
-if part wgmma; then
-  debug_templates
-  for t in gpu_lut_probe gpu_wgmma_axes gpu_wgmma_cross gpu_wgmma_seqlens; do
-    FLASHJIT_TEMPLATE_DIR=$tdir timeout ${WGMMA_TIMEOUT:-240} ./tests/fj_tests $t >"$out/wgmma_$t.log" 2>&1
+# gpu_tests PART PATTERN TEST...: each test from $tdir's templates under a
+# timeout, its log $out/PART_TEST.log, its summary line and the log's lines
+# matching PATTERN; stops at the first that fails (rc its exit).
+gpu_tests() {
+  local name=$1 pat=$2 t
+  shift 2
+  for t in "$@"; do
+    FLASHJIT_TEMPLATE_DIR=$tdir timeout ${WGMMA_TIMEOUT:-240} ./tests/fj_tests $t >"$out/${name}_$t.log" 2>&1
     rc=$?
-    note "wgmma $t: exit $rc ($(grep -c ' ok$' "$out/wgmma_$t.log") ok, $(grep -c 'FAIL' "$out/wgmma_$t.log") FAIL lines)"
-    grep -E "wgmma.*(matches|holds|probe)|cross product|max rel_err|error|FAIL|check failed" "$out/wgmma_$t.log" | head -12 | tee -a "$summary"
+    note "$name $t: exit $rc ($(grep -c ' ok$' "$out/${name}_$t.log") ok, $(grep -c 'FAIL' "$out/${name}_$t.log") FAIL lines)"
+    grep -E "$pat" "$out/${name}_$t.log" | head -14 | tee -a "$summary"
     [ $rc = 0 ] || break
   done
+}
+
+if part wgmma; then
+  debug_templates
+  gpu_tests wgmma "wgmma.*(matches|holds|probe)|cross product|max rel_err|error|FAIL|check failed" \
+    gpu_lut_probe gpu_wgmma_axes gpu_wgmma_cross gpu_wgmma_seqlens
 fi
 
 # 0b. Before and after a change: the library's own picks (the problems of
@@ -447,13 +457,8 @@ fi
 # FP8_ARGS for the script, e.g. "--dims 128 --seqs 4096 --long").
 if part fp8; then
   debug_templates
-  for t in gpu_lut_probe gpu_lut_e4m3 gpu_fp8_forward; do
-    FLASHJIT_TEMPLATE_DIR=$tdir timeout ${WGMMA_TIMEOUT:-240} ./tests/fj_tests $t >"$out/fp8_$t.log" 2>&1
-    rc=$?
-    note "fp8 $t: exit $rc ($(grep -c ' ok$' "$out/fp8_$t.log") ok, $(grep -c 'FAIL' "$out/fp8_$t.log") FAIL lines)"
-    grep -E "max rel_err|error|FAIL|check failed|skipped|holds|probe" "$out/fp8_$t.log" | head -14 | tee -a "$summary"
-    [ $rc = 0 ] || break
-  done
+  gpu_tests fp8 "max rel_err|error|FAIL|check failed|skipped|holds|probe" \
+    gpu_lut_probe gpu_lut_e4m3 gpu_fp8_forward
   if [ "${rc:-1}" = 0 ]; then
     for c in "" "--causal"; do
       timeout 120 ./flashjit run --dtype e4m3 --shape 1,16,4096,128 $c --check --iters 20 2>&1 | tail -4 | tee -a "$summary"
@@ -468,3 +473,18 @@ if part fp8; then
   fi
 fi
 
+# A session's final check: the GPU tests it touched (FINAL_TESTS; gpu_cli
+# runs through ctest, being a script), then the package's GPU tests for
+# them (PY_TESTS), from python/ with build/'s library.
+if part final; then
+  tdir=""
+  for t in ${FINAL_TESTS:-gpu_lut_probe gpu_lut_e4m3 gpu_fp8_forward gpu_mods_int_ops gpu_exact_single_key gpu_wgmma_axes gpu_mma_axes gpu_mods_builtins gpu_attention_auto gpu_backward}; do
+    gpu_tests final "FAIL|check failed" $t
+  done
+  timeout 300 ctest -R '^gpu_cli$' --output-on-failure >"$out/final_gpu_cli.log" 2>&1
+  note "final gpu_cli: exit $? ($(grep -oE 'Passed|Failed|Skipped' "$out/final_gpu_cli.log" | head -1))"
+  (cd /work/main/python/tests && PYTHONPATH=/work/main/python FLASHJIT_LIB=/work/main/build/libflashjit.so \
+    timeout 400 python3 -m unittest ${PY_TESTS:-test_gpu.Exact test_gpu.Fp8 test_train}) >"$out/final_python.log" 2>&1
+  note "final python: exit $? $(grep -E '^Ran|^OK|^FAILED' "$out/final_python.log" | tr '\n' ' ')"
+  grep -E "^(FAIL|ERROR):" -A8 "$out/final_python.log" | head -30 | tee -a "$summary"
+fi

@@ -322,7 +322,8 @@ typedef struct fj_variant {
 
 /* Fills v (pack_gqa, split_kv, varlen and paged 0) with the WMMA family's default variant for a head dim, dtype and
  * causal mode: register softmax, a portable choice that fits every target
- * from sm_80 on.  fj_attention_variant gives the choice fj_attention_fwd
+ * from sm_80 on -- for dtype FJ_E4M3, whose only family is wgmma, that
+ * family's (tile_m 128, tile_n 128, 12 warps, XOR swizzle, sm_90a).  fj_attention_variant gives the choice fj_attention_fwd
  * makes for a problem on a context's device: on sm_90a the wgmma family
  * (head dims 64/128/192/256, f16/bf16 K/V, problems with at least one
  * 128-row block per multiprocessor), else on sm_80 and newer the mma

@@ -167,12 +167,6 @@ fj_status fj_problem_check(fj_ctx *ctx, const fj_problem *p)
   fj_variant v;
   fj_variant_default(&v, p->head_dim, p->dtype, p->causal);
   v.kv_dtype = p->kv_dtype;
-  /* FP8 attention has one family: the target's rules are its. */
-  if (p->dtype == FJ_E4M3) {
-    v.mma = FJ_MMA_WGMMA;
-    v.warps = 12;
-    v.swizzle = FJ_SWIZZLE_XOR;
-  }
   if ((st = fj__variant_validate(ctx, &v)) != FJ_OK)
     return st;
   return fj__check_scales(ctx, p, p->k_scale, p->v_scale);
@@ -845,7 +839,10 @@ static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
   else if (ws_bytes < plan->workspace_bytes)
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
                   "workspace_bytes %zu is too small: %s need %zu",
-                  ws_bytes, plan->variant.split_kv ? "the splits" : "the work counter",
+                  ws_bytes,
+                  plan->variant.split_kv            ? "the splits"
+                  : plan->variant.dtype == FJ_E4M3 ? "FP8 attention's V^T"
+                                                    : "the work counter",
                   plan->workspace_bytes);
   else if (base % 16)
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
@@ -949,11 +946,8 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   /* FP8 attention: the module's pass that writes V^T (the template's
    * second kernel, <symbol>_vt). */
   void *vt_fn = NULL;
-  if (st == FJ_OK && v->dtype == FJ_E4M3) {
-    char vt_name[sizeof kern->meta.symbol + 4];
-    snprintf(vt_name, sizeof vt_name, "%s_vt", kern->meta.symbol);
-    st = fj__kernel_symbol(ctx, kern, vt_name, &vt_fn);
-  }
+  if (st == FJ_OK && v->dtype == FJ_E4M3)
+    st = fj__kernel_vt_function(ctx, kern, &vt_fn);
   pthread_mutex_unlock(&ctx->lock);
   fj_problem pp = *p;
   pp.splits = given->splits;

@@ -386,25 +386,7 @@ static int write_atomic(const fj_cache *c, const char *name,
                                                   __ATOMIC_RELAXED),
            name);
   snprintf(path, sizeof path, "%s/%s", c->dir, name);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  int bad = fd < 0;
-  for (size_t i = 0; i < n && !bad; i++)
-    bad = fj__write_all(fd, parts[i], sizes[i]) != 0;
-  int err = errno;
-  if (fd >= 0 && close(fd) != 0 && !bad) {
-    bad = 1;
-    err = errno;
-  }
-  if (!bad && rename(tmp, path) != 0) {
-    bad = 1;
-    err = errno;
-  }
-  if (bad) {
-    unlink(tmp);
-    errno = err;
-    return -1;
-  }
-  return 0;
+  return fj__write_replace(tmp, path, 0644, parts, sizes, n);
 }
 
 static uint64_t entry_checksum(const char *kind, const char *label,

@@ -665,6 +665,19 @@ fj_status fj__kernel_symbol(fj_ctx *ctx, fj_kernel *k, const char *symbol,
                          main_kernel ? (unsigned)k->meta.smem_bytes : 0, function);
 }
 
+fj_status fj__kernel_vt_function(fj_ctx *ctx, fj_kernel *k, void **function)
+{
+  if (!k->vt_function) {
+    char name[sizeof k->meta.symbol + 4];
+    snprintf(name, sizeof name, "%s_vt", k->meta.symbol);
+    fj_status st = fj__kernel_symbol(ctx, k, name, &k->vt_function);
+    if (st != FJ_OK)
+      return st;
+  }
+  *function = k->vt_function;
+  return FJ_OK;
+}
+
 fj_status fj__kernel_function(fj_ctx *ctx, fj_kernel *k, void **function)
 {
   if (!k->function) {

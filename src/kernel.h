@@ -21,6 +21,7 @@ struct fj_kernel {
   fj_resources res;
   void *module;    /* CUmodule, loaded on first launch */
   void *function;  /* CUfunction */
+  void *vt_function;  /* FP8 attention's <symbol>_vt pass, on first use */
 };
 
 void fj__kmap_free(fj_kmap *m);
@@ -30,6 +31,9 @@ fj_status fj__kernel_function(fj_ctx *ctx, fj_kernel *k, void **function);
 /* Another function of the same module (the probe module has several). */
 fj_status fj__kernel_symbol(fj_ctx *ctx, fj_kernel *k, const char *symbol,
                             void **function);
+/* FP8 attention's V^T pass, the module's <symbol>_vt, looked up once.
+ * ctx->lock held, the CUDA context entered. */
+fj_status fj__kernel_vt_function(fj_ctx *ctx, fj_kernel *k, void **function);
 /* Compile-and-cache for any template, shared by attention kernels and the
  * layout probe: renders name with params, then memory/disk/NVRTC. */
 fj_status fj__kernel_build(fj_ctx *ctx, const char *template_name,

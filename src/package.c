@@ -174,22 +174,9 @@ static int write_file(const char *dir, const char *text, size_t len)
   char tmp[DIR_MAX + 96], path[DIR_MAX + 64];
   snprintf(tmp, sizeof tmp, "%s/.tmp-manifest-%ld", dir, (long)getpid());
   snprintf(path, sizeof path, "%s/%s", dir, FJ_PACKAGE_MANIFEST);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0444);
-  int bad = fd < 0 || fj__write_all(fd, text, len) != 0;
-  int err = errno;
-  if (fd >= 0 && close(fd) != 0 && !bad) {
-    bad = 1;
-    err = errno;
-  }
-  if (!bad && rename(tmp, path) != 0) {
-    bad = 1;
-    err = errno;
-  }
-  if (bad) {
-    unlink(tmp);
-    errno = err;
-  }
-  return bad ? -1 : 0;
+  unlink(tmp);  /* a crashed writer's of the same pid */
+  const void *parts[1] = {text};
+  return fj__write_replace(tmp, path, 0444, parts, &len, 1);
 }
 
 fj_status fj__package_manifest_add(fj_ctx *ctx, const char *dir,

@@ -42,7 +42,7 @@ typedef struct tune_run {
   uint64_t q, k, v, out, ref, sums, scales;
   size_t nout;           /* elements of the output span */
   void *compare_fn, *e0, *e1;
-  size_t done, total;    /* progress steps */
+  fj_tune_steps steps;
 } tune_run;
 
 /* The most timed launches per candidate (time_one keeps them on the
@@ -310,19 +310,19 @@ static size_t candidates(fj_ctx *ctx, const fj_problem *p, fj_variant *out,
   return n;
 }
 
-static void step(tune_run *t)
+void fj__tune_step(fj_tune_steps *s)
 {
-  t->done++;
-  if (t->o->progress)
-    t->o->progress(t->o->user, t->done, t->total);
+  s->done++;
+  if (s->o->progress)
+    s->o->progress(s->o->user, s->done, s->total);
 }
 
-static void compile_progress(void *user, size_t done, size_t total)
+void fj__tune_compile_progress(void *steps, size_t done, size_t total)
 {
-  tune_run *t = user;
+  fj_tune_steps *s = steps;
   (void)total;
-  if (t->o->progress && done <= t->total / 2)
-    t->o->progress(t->o->user, done, t->total);
+  if (s->o->progress && done <= s->total / 2)
+    s->o->progress(s->o->user, done, s->total);
 }
 
 /* Checks and times every compiled candidate; the first (the heuristic's)
@@ -331,7 +331,7 @@ static fj_status measure(tune_run *t, const fj_variant *vs, const fj_status *ok,
                          size_t n, fj_tune_report *r, size_t *best)
 {
   double best_ms = INFINITY;
-  for (size_t i = 0; i < n; i++, step(t)) {
+  for (size_t i = 0; i < n; i++, fj__tune_step(&t->steps)) {
     if (ok[i] != FJ_OK)
       continue;
     double rel = 0, ms = 0;
@@ -383,9 +383,9 @@ static fj_status tune_body(tune_run *t, fj_variant *best, fj_tune_report *r)
   }
   size_t n = candidates(t->ctx, t->p, vs, MAX), win = 0;
   r->candidates = (int)n;
-  t->total = 2 * n;
+  t->steps.total = 2 * n;
   double t0 = fj__now_ms();
-  fj_prepare_opts po = {t->o->workers, compile_progress, t};
+  fj_prepare_opts po = {t->o->workers, fj__tune_compile_progress, &t->steps};
   fj_kernel_prepare(t->ctx, vs, n, &po, ok);
   r->compile_s = (fj__now_ms() - t0) / 1e3;
   for (size_t i = 0; i < n; i++) {
@@ -393,7 +393,7 @@ static fj_status tune_body(tune_run *t, fj_variant *best, fj_tune_report *r)
     r->failed += ok[i] != FJ_OK && ok[i] != FJ_ERR_UNSUPPORTED &&
                  ok[i] != FJ_ERR_RESOURCES;
   }
-  t->done = n;
+  t->steps.done = n;
   fj_status st = ok[0] == FJ_OK ? measure(t, vs, ok, n, r, &win)
                                 : fj__fail(t->ctx, FJ_ERR_TUNE,
                                            "the default variant did not compile");
@@ -423,7 +423,7 @@ fj_status fj_tune(fj_ctx *ctx, const fj_problem *p, const fj_tune_opts *opts,
   if (st != FJ_OK)
     return st;
   tune_run t = {ctx, p, *p, opts, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL,
-                0, 0};
+                {opts, 0, 0}};
   double t0 = fj__now_ms();
   /* FP8 scales come from the tuner's own inputs. */
   static const float placeholder[1];

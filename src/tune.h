@@ -26,6 +26,17 @@ fj_status fj__tune_upload_random(fj_ctx *ctx, uint64_t *dst, fj_dtype dt,
  * the caller has entered the CUDA context, without ctx->lock). */
 fj_status fj__tune_compare_fn(fj_ctx *ctx, fj_dtype dt, void **fn);
 
+/* A tune's progress through its options' callback: `total` steps, the
+ * compiles the first half (fj__tune_compile_progress, a compile's
+ * callback with the steps as its user pointer), then one step
+ * (fj__tune_step) per candidate checked and timed. */
+typedef struct fj_tune_steps {
+  const fj_tune_opts *o;
+  size_t done, total;
+} fj_tune_steps;
+void fj__tune_step(fj_tune_steps *s);
+void fj__tune_compile_progress(void *steps, size_t done, size_t total);
+
 /* The median time of `iters` (0: 10; at most 256, as
  * fj__tune_check_opts allows) calls of run(arg) between events e0 and
  * e1, after `warmup` more.  The caller has entered the CUDA context. */

@@ -40,7 +40,7 @@ typedef struct bwd_tune {
   uint64_t q, k, v, out, dout, lse, grad[3], ref[3], dsinks, sums;
   size_t n[3];           /* elements of dQ's, dK's and dV's spans */
   void *compare_fn, *e0, *e1;
-  size_t done, total;    /* progress steps */
+  fj_tune_steps steps;
 } bwd_tune;
 
 /* One candidate: its plan, and its main kernel's parameters for the
@@ -56,20 +56,6 @@ static size_t span(const int64_t s[3], int b, int h, int seq, int d)
   return (size_t)((b - 1) * s[0] + (h - 1) * s[1] + (seq - 1) * s[2] + d);
 }
 
-static void step(bwd_tune *t)
-{
-  t->done++;
-  if (t->o->progress)
-    t->o->progress(t->o->user, t->done, t->total);
-}
-
-static void compile_progress(void *user, size_t done, size_t total)
-{
-  bwd_tune *t = user;
-  (void)total;
-  if (t->o->progress && done <= t->total / 2)
-    t->o->progress(t->o->user, done, t->total);
-}
 
 /* ---- inputs ------------------------------------------------------------------------ */
 
@@ -167,7 +153,7 @@ static void compile(bwd_tune *t, bwd_cand *c, int n, fj_tune_report *r)
   double t0 = fj__now_ms();
   int workers = t->o->workers;
   fj__kernel_build_many(t->ctx, b, (size_t)n, workers > 0 ? workers : NSPACE,
-                        compile_progress, t);
+                        fj__tune_compile_progress, &t->steps);
   r->compile_s = (fj__now_ms() - t0) / 1e3;
   for (int i = 0; i < n; i++) {
     if (c[i].st == FJ_OK && b[i].status != FJ_OK) {
@@ -243,7 +229,7 @@ static fj_status measure(bwd_tune *t, const bwd_cand *c, int n,
    * two kernels differ by about the error each has (test_gpu_backward.c). */
   double tol = t->p->dtype == FJ_BF16 ? 3e-2 : 1e-2, best_ms = INFINITY;
   int ref = -1;
-  for (int i = 0; i < n; i++, step(t)) {
+  for (int i = 0; i < n; i++, fj__tune_step(&t->steps)) {
     if (c[i].st != FJ_OK)
       continue;
     double rel = 0, ms = 0;
@@ -287,9 +273,9 @@ static fj_status tune_body(bwd_tune *t, fj_bwd_plan *best, fj_tune_report *r)
     return fj__fail(t->ctx, FJ_ERR_NOMEM, "out of memory");
   int n = candidates(t, c, r), win = -1;
   r->candidates = n;
-  t->total = 2 * (size_t)n;
+  t->steps.total = 2 * (size_t)n;
   compile(t, c, n, r);
-  t->done = (size_t)n;
+  t->steps.done = (size_t)n;
   fj_status st = measure(t, c, n, r, &win);
   if (st == FJ_OK && best)
     *best = c[win].plan;
@@ -344,6 +330,7 @@ fj_status fj_tune_bwd(fj_ctx *ctx, const fj_problem *p,
   t.ctx = ctx;
   t.p = p;
   t.o = opts;
+  t.steps.o = opts;
   if (st == FJ_OK && (st = fj__cu_enter(ctx)) == FJ_OK) {
     if ((st = inputs_make(&t)) == FJ_OK &&
         (st = fj__tune_compare_fn(ctx, p->dtype, &t.compare_fn)) == FJ_OK &&

@@ -114,6 +114,30 @@ int fj__write_all(int fd, const void *data, size_t len)
   return 0;
 }
 
+int fj__write_replace(const char *tmp, const char *path, int mode,
+                      const void *const *parts, const size_t *sizes,
+                      size_t n)
+{
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)mode);
+  int bad = fd < 0;
+  for (size_t i = 0; i < n && !bad; i++)
+    bad = fj__write_all(fd, parts[i], sizes[i]) != 0;
+  int err = errno;
+  if (fd >= 0 && close(fd) != 0 && !bad) {
+    bad = 1;
+    err = errno;
+  }
+  if (!bad && rename(tmp, path) != 0) {
+    bad = 1;
+    err = errno;
+  }
+  if (bad) {
+    unlink(tmp);
+    errno = err;
+  }
+  return bad ? -1 : 0;
+}
+
 double fj__now_ms(void)
 {
   struct timespec ts;

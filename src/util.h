@@ -32,6 +32,13 @@ void *fj__memdup(const void *p, size_t n);
 double fj__now_ms(void);
 /* write() until done (EINTR retried); 0 on success, -1 with errno. */
 int fj__write_all(int fd, const void *data, size_t len);
+/* Writes n parts to `path` through the temporary file `tmp`, created new
+ * (O_EXCL: never an existing file, nor a planted link) with `mode`, and a
+ * rename, so that a reader sees the whole file or none; 0, or -1 with
+ * errno (the temporary removed). */
+int fj__write_replace(const char *tmp, const char *path, int mode,
+                      const void *const *parts, const size_t *sizes,
+                      size_t n);
 /* Opens a file for reading only if it is a regular file of at most max
  * bytes, without blocking (a FIFO) and without following a symbolic link
  * in its last component: files of the cache directory may be anything.

@@ -108,6 +108,15 @@ void fj_variant_default(fj_variant *v, int head_dim, fj_dtype dtype,
   v->causal = causal;
   v->dtype = dtype;
   v->kv_dtype = 0;
+  /* FP8 attention (Q, K, V e4m3) has one family: its 128 x 128 tiles,
+   * two consumer warpgroups. */
+  if (dtype == FJ_E4M3) {
+    v->mma = FJ_MMA_WGMMA;
+    v->swizzle = FJ_SWIZZLE_XOR;
+    v->tile_m = 128;
+    v->tile_n = 128;
+    v->warps = 12;
+  }
 }
 
 /* ---- rules ----------------------------------------------------------------------- */

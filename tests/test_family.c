@@ -313,12 +313,7 @@ static int refused(fj_ctx *ctx, const fj_variant *v, fj_status want,
  * FP8 wgmma for both products and its _vt pass; then its refusals. */
 static void fp8_variant(fj_variant *v, int d, fj_causal m, int flush)
 {
-  fj_variant_default(v, d, FJ_E4M3, m);
-  v->mma = FJ_MMA_WGMMA;
-  v->swizzle = FJ_SWIZZLE_XOR;
-  v->tile_m = 128;
-  v->warps = 12;
-  v->tile_n = 128;
+  fj_variant_default(v, d, FJ_E4M3, m);  /* the wgmma family's 128 x 128 */
   v->fp8_flush = flush;
 }
 

@@ -979,11 +979,6 @@ int test_gpu_fp8_forward(void)
   fj_variant vs[16];
   for (size_t i = 0; i < n; i++) {
     fj_variant_default(&vs[i], fp8_cases[i].d, FJ_E4M3, fp8_cases[i].m);
-    vs[i].mma = FJ_MMA_WGMMA;
-    vs[i].swizzle = FJ_SWIZZLE_XOR;
-    vs[i].tile_m = 128;
-    vs[i].warps = 12;
-    vs[i].tile_n = 128;
     vs[i].stages = fp8_cases[i].stages;
     vs[i].fp8_flush = fp8_cases[i].flush;
   }
