@@ -473,6 +473,31 @@ if part fp8; then
   fi
 fi
 
+# Every head dim (issue 34): the padded wgmma head dims and the mma
+# family's multiples of 16 against the reference (WGMMA_DEBUG=1: waits that
+# trap), then bench/sdpa_compare.py's sweep beside SDPA (DIMS_ARGS, default
+# head dims 80 and 96 in bf16 at S >= 2048).
+if part dims; then
+  debug_templates
+  gpu_tests dims "max rel_err|error|FAIL|check failed|not run" gpu_head_dims
+  (cd /work/main && FLASHJIT_LIB=build/libflashjit.so timeout ${DIMS_TIMEOUT:-300} \
+    python3 bench/sdpa_compare.py ${DIMS_ARGS:---sweep-only --dims 80,96 --dtype bf16} --out "$out" \
+    >"$out/dims_compare.log" 2>&1)
+  note "dims compare: exit $?"
+  grep -E "geomean|^ *[0-9]+ " "$out/dims_compare.log" | tail -40 | tee -a "$summary"
+fi
+
+# Short sequences (issue 34): what the tuner finds beside the library's
+# pick for the shapes of 16k tokens at S = 512 and 1024 (SHORT_SHAPES:
+# "B,H,S,D:causal ..."; nothing is saved).
+if part short; then
+  for sc in ${SHORT_SHAPES:-32,32,512,64:top-left 16,32,1024,64:top-left 32,16,512,128:none 32,16,512,128:top-left 32,8,512,256:none 32,8,512,256:top-left}; do
+    timeout 200 ./flashjit tune --no-save --dtype bf16 --shape "${sc%%:*}" --causal="${sc##*:}" --iters 20 \
+      >"$out/short_${sc//[,:]/_}.log" 2>&1
+    note "short $sc: exit $? $(grep -E 'best|default|fastest|library' "$out/short_${sc//[,:]/_}.log" | tail -3 | tr '\n' ' ')"
+  done
+fi
+
 # A session's final check: the GPU tests it touched (FINAL_TESTS; gpu_cli
 # runs through ctest, being a script), then the package's GPU tests for
 # them (PY_TESTS), from python/ with build/'s library.

@@ -226,6 +226,11 @@ def main():
                     help="only the sweep's rows at S >= 2048 (no small shape, no JIT costs)")
     ap.add_argument("--jit-only", action="store_true",
                     help="only the cost of being a JIT (cold compiles, disk hits)")
+    ap.add_argument("--dims", default="64,128,256",
+                    help="the sweep's head dims (comma-separated; default 64,128,256)")
+    ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384",
+                    help="the sweep's lengths, B = 16384 / S (default 512 to 16384)")
+    ap.add_argument("--dtype", choices=("f16", "bf16"), default="f16", help="the sweep's dtype")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
@@ -252,12 +257,16 @@ def main():
     if a.sweep_only or a.jit_only:
         cases = []
     sweep = []
+    dims = [int(x) for x in a.dims.split(",")]
+    seqs = [int(x) for x in a.seqs.split(",")]
+    sdt = fjc.F16 if a.dtype == "f16" else fjc.BF16
     if not a.quick and not a.jit_only:
-        for D in (64, 128, 256):
+        for D in dims:
             for causal in (False, True):
-                for S in (512, 1024, 2048, 4096, 8192, 16384):
+                for S in seqs:
                     if S >= 2048 or not a.sweep_only:
-                        sweep.append((16384 // S, 2048 // D, S, D, causal, fjc.F16))
+                        # 2048 / D query heads (16 at 128), at least one
+                        sweep.append((16384 // S, max(1, 2048 // D), S, D, causal, sdt))
         if not a.sweep_only:
             cases += [(4, 16, 4096, 128, False, fjc.BF16), (4, 16, 4096, 128, True, fjc.BF16)]
     gqa_cases = [] if a.jit_only else [(1, 32, 8192, 128, True, fjc.BF16, 8)]
@@ -276,16 +285,20 @@ def main():
     if not a.sweep_only:
         result["jit"] = jit_costs(lib, a.quick)
         print("jit:", result["jit"])
-    for D in (64, 128, 256):
+    for D in dims:
         for causal in (False, True):
-            rs = [r for r in rows if r["sweep"] and r["D"] == D and r["causal"] == causal and r["S"] >= 2048]
-            if rs:
-                g = math.exp(sum(math.log(r["ratio_vs_flash"]) for r in rs) / len(rs))
-                gc = math.exp(sum(math.log(r["ratio_vs_cudnn"]) for r in rs) / len(rs))
-                tf = [r["flashjit_tflops"] for r in rs]
-                print(f"geomean D={D} {'causal' if causal else 'non-causal'}, S>=2048: "
-                      f"flashjit/flash {g:.3f}, cudnn-time/flashjit-time {gc:.3f}; "
-                      f"flashjit {min(tf):.0f}-{max(tf):.0f} TF ({min(tf) / 786:.2f}-{max(tf) / 786:.2f} of a bf16 GEMM's 786)")
+            for short in (True, False):
+                rs = [r for r in rows if r["sweep"] and r["D"] == D and r["causal"] == causal
+                      and (r["S"] < 2048) == short]
+                if rs:
+                    fl = [r["ratio_vs_flash"] for r in rs if r["ratio_vs_flash"]]
+                    g = math.exp(sum(math.log(x) for x in fl) / len(fl)) if fl else float("nan")
+                    gc = math.exp(sum(math.log(r["ratio_vs_cudnn"]) for r in rs) / len(rs))
+                    tf = [r["flashjit_tflops"] for r in rs]
+                    print(f"geomean D={D} {'causal' if causal else 'non-causal'}, "
+                          f"{'S<2048' if short else 'S>=2048'}: "
+                          f"flashjit/flash {g:.3f}, cudnn-time/flashjit-time {gc:.3f}; "
+                          f"flashjit {min(tf):.0f}-{max(tf):.0f} TF ({min(tf) / 786:.2f}-{max(tf) / 786:.2f} of a bf16 GEMM's 786)")
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "sdpa_compare.json"), "w") as fh:
         json.dump(result, fh, indent=1)

@@ -212,14 +212,28 @@ static void fit_smem(const fj_ctx *ctx, fj_variant *v)
   }
 }
 
-/* Whether the wgmma family can take the problem: sm_90a, head dims in
- * panels of 64, the same dtype for K/V, K/V not paged (the mma family's
+/* Whether the wgmma family takes the head dim on sm_90a: from 64 up (it
+ * pads to 64-column panels), and below where the mma family cannot (not a
+ * multiple of 16). */
+static int wgmma_head_dim(int d)
+{
+  return d % 8 == 0 && d <= 256 && (d >= 64 || d % 16 != 0);
+}
+
+/* The head dim the wgmma family's tiles have: whole 64-column panels. */
+static int wgmma_panels(int d)
+{
+  return (d + 63) / 64 * 64;
+}
+
+/* Whether the wgmma family can take the problem: sm_90a, its head dims
+ * (wgmma_head_dim), the same dtype for K/V, K/V not paged (the mma family's
  * for now), packed sequences with their totals (TMA must know where a
  * tensor ends), and strides TMA can encode (none zero where the extent is
  * above 1; packed tensors are one batch of their total rows). */
 static int wgmma_fits(const fj_ctx *ctx, const fj_problem *p)
 {
-  if (!fj__arch_has(ctx, FJ_ARCH_WGMMA) || p->head_dim % 64 != 0 ||
+  if (!fj__arch_has(ctx, FJ_ARCH_WGMMA) || !wgmma_head_dim(p->head_dim) ||
       (p->kv_dtype && p->kv_dtype != p->dtype) || p->block_table ||
       (p->cu_seqlens_q && p->total_q < 1) ||
       (p->cu_seqlens_kv && p->total_kv < 1))
@@ -249,7 +263,8 @@ static int left_window(const fj_mods *m)
  * sweeps of docs/PERF.md preferred. */
 static void wgmma_choice(fj_variant *v)
 {
-  int d = v->head_dim;
+  /* A padded head dim (80, 96, 160, ...) takes its panels' tiles. */
+  int d = wgmma_panels(v->head_dim);
   fj_mods_info mi;
   fj__mods_info_reads(v->mods, &mi);
   v->mma = FJ_MMA_WGMMA;
@@ -393,7 +408,10 @@ void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
    * keep its packing and split-KV; block masks of 64-row blocks its
    * 64-row tiles. */
   /* FP8 attention runs on the wgmma family alone. */
+  /* A head dim the mma family cannot take (not a multiple of 16) runs on
+   * wgmma whatever its shape. */
   if (p->dtype == FJ_E4M3 ||
+      (wgmma_fits(ctx, p) && p->head_dim % 16 != 0) ||
       (wgmma_fits(ctx, p) && !few_blocks(ctx, p) && !fj__decode_rows(p) &&
        p->splits < 2 && mi.block_q != 64))
     wgmma_choice(v);

@@ -121,14 +121,13 @@ void fj_variant_default(fj_variant *v, int head_dim, fj_dtype dtype,
 
 /* ---- rules ----------------------------------------------------------------------- */
 
-static const int head_dims[] = {32, 64, 96, 128, 160, 192, 256};
-
+/* Head dims: multiples of 8 (16-byte rows of 16-bit elements) up to 256.
+ * Each family takes those its instructions cover (the templates' refusals):
+ * wgmma any, padding to 64-column panels; mma and wmma multiples of 16;
+ * the backward multiples of 32 (64 and 128 on wgmma). */
 static int valid_head_dim(int d)
 {
-  for (size_t i = 0; i < FJ_ARRAY_LEN(head_dims); i++)
-    if (head_dims[i] == d)
-      return 1;
-  return 0;
+  return d >= 8 && d <= 256 && d % 8 == 0;
 }
 
 static fj_status check_range(const fj_ctx *ctx, const char *axis, int value,
@@ -188,8 +187,7 @@ static fj_status check_axes(const fj_ctx *ctx, const fj_variant *v)
 {
   if (!valid_head_dim(v->head_dim))
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "head_dim %d is invalid: one of 32, 64, 96, 128, 160, "
-                    "192, 256",
+                    "head_dim %d is invalid: a multiple of 8 from 8 to 256",
                     v->head_dim);
   fj_status st = check_range(ctx, "tile_m", v->tile_m, 16, 256, 16);
   if (st == FJ_OK)

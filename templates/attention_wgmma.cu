@@ -38,7 +38,7 @@
   local mods = import("mods.lua").new{ score = score_mod, mask = mask_mod, params = mod_params,
                                        softcap = softcap, sinks = sinks, checked = checked,
                                        bounded = dtype == "bf16" }
-  local D, BM, BN, S = head_dim, tile_m, tile_n, stages
+  local BM, BN, S = tile_m, tile_n, stages
   -- A caller's block mask lists each row tile's key tiles (block.cuh);
   -- the mask expression applies only on its partial blocks' tiles.
   local BMASK = (block_kv or 0) > 0 and { q = block_q, kv = block_kv } or nil
@@ -54,6 +54,15 @@
   -- of the reduction: k16 for 16-bit types, k32 for 8-bit ones).
   local ELEM = TR.ELEM[dtype]
   local KSTEP = 32 // (ELEM or 2)
+  -- The head dim: the problem's (DR: columns loaded and stored) and the
+  -- tiles' (D: whole 128-byte swizzled panels).  A head dim between
+  -- panels (80, 96, 160, ...) is padded: the TMA's boxes past DR read
+  -- zeros, which add nothing to S; S = Q K^T takes the k steps that hold
+  -- DR's columns, O += P V the whole padded width (its last columns are
+  -- zeros, never stored).
+  local PANEL = TR.ROW_BYTES // (ELEM or 2)
+  local DR = head_dim
+  local D = (DR + PANEL - 1) // PANEL * PANEL
   -- FP8 attention (dtype e4m3): Q, K and V in e4m3, S = Q K^T and O += P V
   -- on FP8 wgmma (k32), both operands K-major -- so V arrives transposed
   -- (V^T, written into the workspace by this module's _vt kernel, each 32
@@ -97,8 +106,8 @@
   end
   if FP8 then
     if kv_dtype ~= "e4m3" then no("dtype e4m3 with kv_dtype %s: FP8 attention takes Q, K and V in e4m3", kv_dtype) end
-    if D ~= 128 and D ~= 256 then
-      no("head_dim %d with dtype e4m3 is not implemented: 128 or 256 (rows of whole 128-byte swizzled panels of one-byte elements)", D)
+    if DR ~= 128 and DR ~= 256 then
+      no("head_dim %d with dtype e4m3 is not implemented: 128 or 256 (rows of whole 128-byte swizzled panels of one-byte elements)", DR)
     end
     if BN ~= 128 then
       no("tile_n %d with dtype e4m3: FP8 attention takes 128-key tiles (V^T's rows of 128 one-byte keys; fixed so that every length rounds alike)", BN)
@@ -108,8 +117,8 @@
     end
     if VL or BMASK then no("dtype e4m3 with %s is not implemented: dense problems", VL and "varlen" or "a block mask") end
   end
-  if (D * ELEM) % TR.ROW_BYTES ~= 0 then
-    no("head_dim %d is not implemented for the wgmma family: 64, 128, 192 or 256 (tiles are panels of %d columns)", D, TR.ROW_BYTES // ELEM)
+  if (DR * (ELEM or 2)) % 16 ~= 0 or D > 256 then
+    no("head_dim %d is not implemented for the wgmma family: a multiple of %d up to 256 (rows of whole 16-byte TMA units; wgmma's N is at most 256)", DR, 16 // (ELEM or 2))
   end
   if BM ~= 64 * C then
     no("tile_m %d with warps %d: each of the %d consumer warpgroups owns 64 rows, so tile_m is %d", BM, warps, C, 64 * C)
@@ -135,7 +144,8 @@
   local B = import("budget.lua").new{}
   local REGS = B.regs(C, C == 2 and BMASK and { producer = 40, consumer = 232 } or nil)
   B.check_regs(D // 2 * (TWO and 2 or 1) + BN // 2 + BN // (FP8 and 8 or 4) + 24,
-               ("head_dim %d and tile_n %d%s"):format(D, BN, TWO and " with FP8's two accumulators" or ""),
+               ("head_dim %d%s and tile_n %d%s"):format(DR, DR < D and (" (padded to %d)"):format(D) or "", BN,
+                                                       TWO and " with FP8's two accumulators" or ""),
                TWO and "O (both), S and P" or "O, S and P",
                TWO and "use fp8_flush -1 (never) or a smaller head dim" or "use a smaller tile_n or fewer warps")
 
@@ -214,7 +224,7 @@
   local function scheduler(part, extra)
     return PC.piece(include("scheduler.cuh", PC.with(PC.with(sched, extra or {}), { part = part, sched = sched })))
   end
-  local loop = { q = q, k = k, v = v, D = D, BN = BN, S = S, C = C, T = T, KSTEP = KSTEP, pingpong = PINGPONG,
+  local loop = { q = q, k = k, v = v, D = D, DR = DR, BN = BN, S = S, C = C, T = T, KSTEP = KSTEP, pingpong = PINGPONG,
                  frag = frag, mods = mods, mrule = mrule, BMASK = BMASK, N0 = N0, acc = acc, rows = rows, p_from = p_from,
                  FP8 = FP8, FLUSH = FLUSH, TWO = TWO }
   local function mainloop(part, extra)
@@ -316,7 +326,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   // O = O / l and the log-sum-exp (epilogue_regs.cuh).
   elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h){{ VL and " + seq.q_row0 * p.o_stride[2]" or "" }};
 {{ include("epilogue_regs.cuh", PC.with(frag, {
-     ND = D // 16, out_scale = FP8 and "p.v_scale[blk.b * p.heads_kv + blk.hk]" or "1.f", out_elem = FP8 and 2 or ELEM, rows_end = VL and "len_q" or nil,
+     ND = D // 16, cols = DR < D and DR or nil, out_scale = FP8 and "p.v_scale[blk.b * p.heads_kv + blk.hk]" or "1.f", out_elem = FP8 and 2 or ELEM, rows_end = VL and "len_q" or nil,
      sinks = mods.sinks,
      stage = STAGED and { addr = ("(base + %du + (cw * 4 + warp %% 4) * %du)"):format(OFF_STAGE, STAGE_WARP),
                           row0 = "m0 + wr", lrow = "acc_r" } or nil,

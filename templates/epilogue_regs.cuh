@@ -36,6 +36,8 @@
     LSE = (M + log2(l')) ln(2).
   A row that saw no key (b = -inf, l = 0) gets O = 0 and LSE = the sink.
   Split-KV partials never pass it: the combine adds the sink once.
+  cols (or nil: all 16 ND): the columns O has, a multiple of 8 below 16
+  ND -- a family whose tiles pad the head dim stores only these.
   p_shift (or nil): the main loop's P and row sums carry 2^p_shift
   (softmax_regs.cuh's shift): the row's base-2 max is m * sl2 - p_shift.
 #}
@@ -53,6 +55,13 @@
   end
   local ROW_COLS = PC.ROW_BYTES // OE
   local TILES = ROW_COLS // 16
+  -- The columns stored: 16-column tiles (ND_OUT, the last one partial
+  -- where COLS is not a multiple of 16) and staged panels (PN_OUT).
+  local COLS = cols or 16 * ND
+  if COLS % 8 ~= 0 or COLS > 16 * ND then error("epilogue_regs.cuh: cols must be a multiple of 8 up to 16 ND") end
+  if cols and out then error("epilogue_regs.cuh: cols is for one head's rows (no out)") end
+  local ND_OUT = (COLS + 15) // 16
+  local PN_OUT = (COLS + ROW_COLS - 1) // ROW_COLS
   -- A family's own rows (packed, partials) find their first element by
   -- divisions: their stores go row by row (below).
   local BY_ROW = out ~= nil
@@ -103,7 +112,7 @@
       if ({{ out.valid("row") }}) {
         {{ T.one }} *const out = {{ out.ptr("row") }} + {{ c0 }};
 #pragma unroll
-        for (int d = 0; d < {{ ND }}; ++d) {
+        for (int d = 0; d < {{ ND_OUT }}; ++d) {
 {%   for _, pr in ipairs(L.pairs(acc, false)) do %}
 {%     local s = pr[1] %}
 {%     if rows.class_of[s] == c then %}
@@ -126,7 +135,7 @@
       const unsigned st_lane = {{ stage.addr }} + {{ stage.lrow }} * {{ SR }}u + {{ c0 }} * {{ OE }}u;
       const unsigned ld_lane = {{ stage.addr }} + (lane / 8) * {{ SR }}u + (lane % 8) * 16u;
 #pragma unroll
-      for (int pn = 0; pn < {{ ND // TILES }}; ++pn) {
+      for (int pn = 0; pn < {{ PN_OUT }}; ++pn) {
 #pragma unroll
         for (int dd = 0; dd < {{ TILES }}; ++dd) {
           const int d = pn * {{ TILES }} + dd;
@@ -150,6 +159,9 @@
         for (int i = 0; i < 4; ++i) {
           const int row = {{ stage.row0 }} + i * 4 + lane / 8;
           const uint4 v = fj::ld_shared_v4(ld_lane + i * {{ 4 * SR }}u);
+{% if COLS % ROW_COLS ~= 0 then %}
+          if (pn * {{ ROW_COLS }} + (lane % 8) * {{ 16 // OE }} >= {{ COLS }}) continue;  // the pad
+{% end %}
           if ({{ out.valid("row") }})
             *reinterpret_cast<uint4 *>({{ out.ptr("row") }} + pn * {{ ROW_COLS }} + (lane % 8) * {{ 16 // OE }}) = v;
         }
@@ -160,12 +172,12 @@
     // Store by store (one head's rows: no division to share; grouped by
     // row, the mma family at 255 registers spilled).
 #pragma unroll
-    for (int d = 0; d < {{ ND }}; ++d) {
+    for (int d = 0; d < {{ ND_OUT }}; ++d) {
 {% for _, pr in ipairs(L.pairs(acc, false)) do %}
 {%   local s = pr[1] %}
       {
         const int row = {{ row0("mi") }} + {{ acc.drow[s] }}, col = d * 16 + {{ c0 }} + {{ acc.dcol[s] }};
-        if ({{ out.valid("row") }}) {
+        if ({{ out.valid("row") }}{{ COLS % 16 ~= 0 and (" && col < %d"):format(COLS) or "" }}) {
           {{ T.one }} *dst = {{ out.ptr("row") }} + col;
 {%   if #pr == 2 then %}
           *reinterpret_cast<{{ T.two }} *>(dst) = {{ T.make2 }}({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }},

@@ -35,7 +35,7 @@ expect 0 "flashjit 0." --version
 expect 2 "unknown command 'bogus'" bogus
 expect 2 "unknown option '--bogus'" emit --bogus
 expect 2 "unknown option '--shape'" lut --shape 1,1,1,64
-expect 2 "head_dim 7 is invalid: one of 32, 64, 96, 128, 160, 192, 256" emit --head-dim 7
+expect 2 "head_dim 7 is invalid: a multiple of 8 from 8 to 256" emit --head-dim 7
 expect 2 "tile_m -16 is invalid: must be a multiple of 16 in 16..256" emit --tile-m -16
 expect 2 "tile_n 0 is invalid" emit --tile-n=0
 expect 2 "invalid value 'abc' for --tile-m: expected an integer" emit --tile-m abc
@@ -86,7 +86,7 @@ expect 2 "the backward does not take score or mask expressions" run $BS --score-
 expect 2 "the backward does not take paged K/V" run --backward --shape 2,4,64,64 --page-size 16
 expect 2 "the backward does not take kv_dtype e4m3: K and V in dtype f16" run $BS --kv-dtype e4m3
 expect 2 "--check with --backward computes the float64 reference of every gradient on the host: B x H x Sq x Skv x D = 1073741824 is over 536870912 (about 10 s of one core); check a smaller --shape" run --backward --check --shape 1,8,1024,128
-expect 2 "head_dim 48 is invalid" run --backward --shape 1,4,64,48
+expect 2 "head_dim 48: the mma backward takes multiples of 32 up to 256" run --backward --shape 1,4,64,48
 expect 2 "the backward does not take score or mask expressions" tune --backward --shape 1,4,64,64 --mask-mod 'q >= kv'
 expect 2 "--backward does not apply with --show (it lists the database)" tune --show --backward
 expect 2 "--backward applies only to cache prewarm" cache ls --backward

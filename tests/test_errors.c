@@ -112,7 +112,7 @@ static int refuse(fj_ctx *ctx, void (*edit)(fj_variant *), fj_status want,
 }
 
 static void head_dim_7(fj_variant *v) { v->head_dim = 7; }
-static void head_dim_80(fj_variant *v) { v->head_dim = 80; }
+static void head_dim_84(fj_variant *v) { v->head_dim = 84; }
 static void tile_m_neg(fj_variant *v) { v->tile_m = -16; }
 static void tile_n_17(fj_variant *v) { v->tile_n = 17; }
 static void tile_m_big(fj_variant *v) { v->tile_m = 512; }
@@ -170,8 +170,8 @@ int test_errors_variant(void)
   fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
   CHECK(ctx);
   CHECK(refuse(ctx, head_dim_7, FJ_ERR_INVALID_ARG,
-               "head_dim 7 is invalid: one of 32, 64, 96, 128, 160, 192, 256") == 0);
-  CHECK(refuse(ctx, head_dim_80, FJ_ERR_INVALID_ARG, "head_dim 80") == 0);
+               "head_dim 7 is invalid: a multiple of 8 from 8 to 256") == 0);
+  CHECK(refuse(ctx, head_dim_84, FJ_ERR_INVALID_ARG, "head_dim 84") == 0);
   CHECK(refuse(ctx, tile_m_neg, FJ_ERR_INVALID_ARG,
                "tile_m -16 is invalid: must be a multiple of 16 in 16..256") == 0);
   CHECK(refuse(ctx, tile_n_17, FJ_ERR_INVALID_ARG, "tile_n 17 is invalid") == 0);
@@ -223,8 +223,8 @@ int test_errors_problem(void)
   p.seq_q = -5;
   CHECK(bad_problem(ctx, &p, "seq_q -5 is invalid") == 0);
   p.seq_q = 128;
-  p.head_dim = 48;
-  CHECK(bad_problem(ctx, &p, "head_dim 48 is invalid") == 0);
+  p.head_dim = 264;
+  CHECK(bad_problem(ctx, &p, "head_dim 264 is invalid") == 0);
   p.head_dim = 64;
   p.k_stride[2] = -64;
   CHECK(bad_problem(ctx, &p, "k_stride[2] (seq) = -64 is negative") == 0);

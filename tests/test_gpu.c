@@ -898,6 +898,91 @@ int test_gpu_wgmma_axes(void)
                   FJ_MMA_WGMMA);
 }
 
+/* ---- every head dim: the wgmma family's padded panels, the mma family's k16 steps ---- */
+
+/* Head dims between the wgmma family's 64-column panels (the TMA's zero
+ * fill pads them; only the problem's columns are stored), below 64 where
+ * the mma family cannot take them (not multiples of 16), and each mask,
+ * GQA, tails and both layouts (run_axes alternates them). */
+static const axis_case pad_cases[] = {
+    {"wgmma pad d8", 8, 192, 128, 16, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 300, 300, 0},
+    {"wgmma pad d40", 40, 192, 128, 16, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_TOP_LEFT, 1, 4, 2, 333, 333, 0},
+    {"wgmma pad d72", 72, 128, 160, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 200, 450, 0},
+    {"wgmma pad d80", 80, 128, 176, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_TOP_LEFT, 2, 4, 1, 300, 300, 0},
+    {"wgmma pad d80", 80, 128, 160, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 257, 257, 30},
+    {"wgmma pad d96", 96, 128, 160, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 500, 500, 0},
+    {"wgmma pad d96", 96, 128, 176, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_TOP_LEFT, 1, 8, 2, 300, 300, 0},
+    {"wgmma pad d96", 96, 64, 128, 8, 3, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 1, 100, 333, 0},
+    {"wgmma pad d112", 112, 128, 128, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 129, 129, 0},
+    {"wgmma pad d144", 144, 128, 96, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 300, 300, 0},
+    {"wgmma pad d160", 160, 128, 96, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 4, 2, 250, 400, 0},
+    {"wgmma pad d200", 200, 128, 80, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 200, 200, 0},
+    {"wgmma pad d248", 248, 128, 64, 12, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 257, 257, 0},
+};
+
+/* Multiples of 16 the mma family takes as they are (k16 steps, 8-column
+ * loads). */
+static const axis_case k16_cases[] = {
+    {"mma d48", 48, 64, 64, 4, 2, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_NONE, 1, 2, 2, 130, 200, 0},
+    {"mma d80", 80, 128, 64, 8, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_TOP_LEFT, 1, 4, 2, 257, 257, 0},
+    {"mma d112", 112, 128, 64, 8, 3, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 1, 100, 300, 0},
+    {"mma d144", 144, 64, 32, 4, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_NONE, 2, 2, 2, 90, 90, 0},
+    {"mma d208", 208, 64, 32, 4, 2, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_F16, 0, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 100, 100, 0},
+    {"mma d240", 240, 64, 32, 4, 1, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, 0, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 70, 130, 0},
+};
+
+/* The library's own choice at head dims between the old list's: prefill
+ * (wgmma on sm_90a), decode (mma's split-KV and its combine, or wgmma
+ * where mma cannot take the head dim). */
+static int head_dims_auto(fj_ctx *ctx, uint64_t *seed)
+{
+  static const struct {
+    int b, hq, hkv, sq, skv, d;
+    fj_dtype dt;
+    fj_causal m;
+  } cases[] = {
+      {1, 4, 4, 1500, 1500, 96, FJ_BF16, FJ_CAUSAL_TOP_LEFT},
+      {2, 2, 2, 777, 777, 80, FJ_F16, FJ_CAUSAL_NONE},
+      {1, 4, 2, 600, 900, 160, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT},
+      {4, 8, 2, 1, 3000, 80, FJ_BF16, FJ_CAUSAL_NONE},
+      {2, 8, 8, 1, 2000, 40, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT},
+  };
+  int failed = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    gpu_case c;
+    memset(&c, 0, sizeof c);
+    fj_problem_init(&c.p, cases[i].b, cases[i].hq, cases[i].hkv, cases[i].sq,
+                    cases[i].skv, cases[i].d, cases[i].dt, (fj_order)(i % 2));
+    c.p.causal = cases[i].m;
+    char label[120];
+    snprintf(label, sizeof label, "auto (%d,%d/%d,%d/%d,%d) %s %s", cases[i].b,
+             cases[i].hq, cases[i].hkv, cases[i].sq, cases[i].skv, cases[i].d,
+             fj_dtype_name(cases[i].dt), fj_causal_name(cases[i].m));
+    failed += run_case(ctx, &c, NULL, NULL, seed, label, "auto");
+  }
+  return failed;
+}
+
+int test_gpu_head_dims(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  int wgmma = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0;
+  uint64_t seed = 5150;
+  int failed = head_dims_auto(ctx, &seed);
+  fj_ctx_destroy(ctx);
+  failed += run_axes(k16_cases, sizeof k16_cases / sizeof k16_cases[0],
+                     FJ_MMA_SYNC);
+  if (wgmma)
+    failed += run_axes(pad_cases, sizeof pad_cases / sizeof pad_cases[0],
+                       FJ_MMA_WGMMA);
+  else
+    printf("the wgmma family's padded head dims need sm_90a: not run here\n");
+  return failed != 0;
+}
+
 /* head_dim x dtype x causal x stages (2-4), with the consumer warpgroups
  * (1-3) and key tiles rotating where registers and shared memory allow;
  * two problems each, checked against the reference. */

@@ -39,7 +39,7 @@ static const name_value layouts[] = {{"bhsd", FJ_BHSD}, {"bshd", FJ_BSHD}};
 
 const flag_def cli_flags[] = {
     {"head-dim", 1, CMD_VARIANT, cli_set_int, OFF(v.head_dim), LIB, .arg = "D",
-     .help = "head dimension: 32, 64, 96, 128, 160, 192, 256 (default 64, "
+     .help = "head dimension: a multiple of 8 from 8 to 256 (default 64, "
              "or --shape's D)"},
     FJ_VARIANT_AXES(AXIS)
     {"causal", 2, CMD_VARIANT | CMD_TUNE | CMD_PLAN, cli_set_causal,
