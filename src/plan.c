@@ -261,7 +261,17 @@ static int left_window(const fj_mods *m)
  * head dim 64), key tiles as large as registers and shared memory allow,
  * two stages -- FlashAttention-3's shapes, with the key tiles the H200
  * sweeps of docs/PERF.md preferred. */
-static void wgmma_choice(fj_variant *v)
+/* Short sequences: keys of at most 512 (2) or 1024 (1) in a dense problem,
+ * where a tile's worth of padding or of the causal diagonal's masked
+ * work is a large part of a row's; 0 otherwise. */
+static int short_keys(const fj_problem *p)
+{
+  if (fj__problem_varlen(p))
+    return 0;
+  return p->seq_kv <= 512 ? 2 : p->seq_kv <= 1024 ? 1 : 0;
+}
+
+static void wgmma_choice(fj_variant *v, const fj_problem *p)
 {
   /* A padded head dim (80, 96, 160, ...) takes its panels' tiles. */
   int d = wgmma_panels(v->head_dim);
@@ -282,6 +292,28 @@ static void wgmma_choice(fj_variant *v)
               : d == 128 ? (v->causal ? 176 : 160)
               : d == 192 ? 96
                          : 80;
+  /* Short sequences take tiles that divide them and meet the causal
+   * diagonal whole: what `flashjit tune` found on the H200 for 16k tokens
+   * at S = 512 and 1024, bf16 (docs/PERF.md, "Short sequences"): at head
+   * dim 128 128-key tiles with a causal mask or 512 keys (1.18-1.28x the
+   * tiles above; 1024 keys without a mask: a tie); at 256 64-key tiles
+   * (1.03-1.30x); at 192 64-key tiles causal at 512 (1.10x; a tie at
+   * 1024); at 64 two consumer warpgroups, not three, causal (1.13-1.16x;
+   * a tie without a mask). */
+  int short_kv = short_keys(p);
+  if (short_kv) {
+    int causal = v->causal != FJ_CAUSAL_NONE;
+    if (d == 64 && causal) {
+      v->tile_m = 128;
+      v->warps = 12;
+    } else if (d == 128 && (causal || short_kv == 2)) {
+      v->tile_n = 128;
+    } else if (d == 192 && causal && short_kv == 2) {
+      v->tile_n = 64;
+    } else if (d == 256) {
+      v->tile_n = 64;
+    }
+  }
   /* FP8 (dtype e4m3): 128-key tiles, one 128-byte swizzled row of V^T's
    * keys, at every head dim -- never chosen by length, so that decode and
    * prefill of one model round alike (the key tile decides P's and O's
@@ -414,7 +446,7 @@ void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
       (wgmma_fits(ctx, p) && p->head_dim % 16 != 0) ||
       (wgmma_fits(ctx, p) && !few_blocks(ctx, p) && !fj__decode_rows(p) &&
        p->splits < 2 && mi.block_q != 64))
-    wgmma_choice(v);
+    wgmma_choice(v, p);
 }
 
 /* Whether the heuristic gives a decode problem a third stage: decode_choice
@@ -438,7 +470,8 @@ int fj__plan_class(const fj_ctx *ctx, const fj_problem *p)
          fj__problem_varlen(p) << 11 | fj__problem_paged(p) << 12 |
          mi.on << 13 | mi.user << 14 | mi.softcap << 15 | (mi.reads >= 2) << 16 |
          mi.block_q / 64 << 17 | mi.block_kv / 64 << 20 |
-         left_window(p->mods) << 23 | decode_stages3(ctx, p) << 24;
+         left_window(p->mods) << 23 | decode_stages3(ctx, p) << 24 |
+         short_keys(p) << 25;
 }
 
 /* ---- splits, grids, workspace ------------------------------------------------------ */
