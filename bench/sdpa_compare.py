@@ -228,8 +228,9 @@ def main():
                     help="only the cost of being a JIT (cold compiles, disk hits)")
     ap.add_argument("--dims", default="64,128,256",
                     help="the sweep's head dims (comma-separated; default 64,128,256)")
-    ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384",
-                    help="the sweep's lengths, B = 16384 / S (default 512 to 16384)")
+    ap.add_argument("--seqs", default=None,
+                    help="the sweep's lengths, B = 16384 / S (default 512 to 16384; "
+                         "with --sweep-only 2048 to 16384)")
     ap.add_argument("--dtype", choices=("f16", "bf16"), default="f16", help="the sweep's dtype")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -258,15 +259,15 @@ def main():
         cases = []
     sweep = []
     dims = [int(x) for x in a.dims.split(",")]
-    seqs = [int(x) for x in a.seqs.split(",")]
+    seqs = [int(x) for x in (a.seqs or ("2048,4096,8192,16384" if a.sweep_only
+                                        else "512,1024,2048,4096,8192,16384")).split(",")]
     sdt = fjc.F16 if a.dtype == "f16" else fjc.BF16
     if not a.quick and not a.jit_only:
         for D in dims:
             for causal in (False, True):
                 for S in seqs:
-                    if S >= 2048 or not a.sweep_only:
-                        # 2048 / D query heads (16 at 128), at least one
-                        sweep.append((16384 // S, max(1, 2048 // D), S, D, causal, sdt))
+                    # 2048 / D query heads (16 at 128), at least one
+                    sweep.append((16384 // S, max(1, 2048 // D), S, D, causal, sdt))
         if not a.sweep_only:
             cases += [(4, 16, 4096, 128, False, fjc.BF16), (4, 16, 4096, 128, True, fjc.BF16)]
     gqa_cases = [] if a.jit_only else [(1, 32, 8192, 128, True, fjc.BF16, 8)]
