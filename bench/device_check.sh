@@ -225,7 +225,7 @@ fi
 #     and caches as they are) for a few split counts.
 if part decode; then
   (cd /work/main && FLASHJIT_LIB=build/libflashjit.so PYTHONUNBUFFERED=1 \
-     python3 bench/decode_probe.py >"$out/decode_probe.log" 2>&1)
+     python3 bench/decode_probe.py ${DECODE_ARGS:-} >"$out/decode_probe.log" 2>&1)
   note "decode_probe: exit $?"
   grep -E "^decode|Error|error" "$out/decode_probe.log" | cut -c1-240 | tee -a "$summary"
   for s in ${DECODE_SPLITS:-8 16 32}; do
