@@ -85,10 +85,8 @@ def main():
                     p.splits = s
                     v0, name, _ = fj.variant(p)
                     v0.tile_n, v0.stages = tn, st
-                    stream = torch.cuda.current_stream().cuda_stream
-
                     def run_v():
-                        fj.fwd_variant(p, v0, q, k, v, o, stream=stream)
+                        fj.fwd_variant(p, v0, q, k, v, o, stream=torch.cuda.current_stream().cuda_stream)
                     try:
                         run_v()
                     except Exception as ex:  # noqa: BLE001 -- a refused variant, printed
