@@ -216,6 +216,10 @@ TEST(hostile_b_package_load, cpu)
 TEST(hostile_b_export_target, cpu)
 TEST(hostile_b_reference_exact, cpu)
 TEST(gpu_exact_single_key, gpu)
+/* partial results merged (test_merge.c) */
+TEST(merge_reference, cpu)
+TEST(merge_errors, cpu)
+TEST(gpu_merge, gpu)
 /* the expressions' int operations C leaves undefined, against the
  * reference (test_gpu_int_ops.c) */
 TEST(mods_int_ops_reference, cpu)
