@@ -18,6 +18,7 @@ or the wheel):
     torchrun --standalone --nproc-per-node 2 bench/ring_bench.py [--seq 131072]
         [--heads 32 --heads-kv 8 --dim 128] [--order zigzag|contiguous]
         [--no-causal] [--dtype bf16|f16] [--iters 10] [--no-backward] [--out DIR]
+(python3 -m torch.distributed.run is torchrun where the script is not on PATH.)
 """
 import argparse
 import json
