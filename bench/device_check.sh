@@ -498,6 +498,42 @@ if part short; then
   done
 fi
 
+# 11. Context parallelism (issue 39): the merge kernel against its float64
+#     form (gpu_merge), then the package's ring tests from python/ with
+#     build/'s library (python/tests/test_ring.py: the ring simulated in one
+#     process on flashjit's kernels, world sizes 1-4, forward and backward,
+#     against flashjit.attention over the whole sequence; flashjit.merge on
+#     the GPU; ring_attention in a process group of one; the schedule's and
+#     the Gloo processes' CPU tests with them).  On two GPUs or more
+#     (nvidia-h200-x2) also bench/ring_bench.py under torchrun: (1, 32/8,
+#     131072, 128) causal bf16 over 2 ranks beside one GPU (RING_BENCH_ARGS;
+#     RING_BENCH=0 leaves it out, RING_TESTS=0 the tests).  PARTS=ring runs
+#     this part alone: PARTS=ring RING_BENCH=0 on one GPU, PARTS=ring
+#     RING_TESTS=0 on two (each within one call's ten minutes).
+if part ring && [ "${RING_TESTS:-1}" = 1 ]; then
+  tdir=""
+  gpu_tests ring "^(ok|FAIL)|check failed|SKIP" gpu_merge
+  (cd /work/main/python/tests && PYTHONPATH=/work/main/python FLASHJIT_LIB=/work/main/build/libflashjit.so \
+    timeout ${RING_TIMEOUT:-500} python3 -m unittest -v test_ring) >"$out/ring_python.log" 2>&1
+  note "ring python test_ring: exit $? $(grep -E '^Ran|^OK|^FAILED' "$out/ring_python.log" | tr '\n' ' ')"
+  grep -E "^(FAIL|ERROR):|skipped '" "$out/ring_python.log" | head -20 | tee -a "$summary"
+  note "ring simulated on the GPU: $(grep -c '^world ' "$out/ring_python.log") cases; the largest errors:"
+  awk '/^world / { m = 0; for (i = 1; i < NF; i++) if ($i ~ /^(out|dq|dk|dv)$/ && $(i + 1) + 0 > m) m = $(i + 1) + 0
+                   print m, $0 }' "$out/ring_python.log" | sort -g | tail -4 | cut -d' ' -f2- | tee -a "$summary"
+fi
+if part ring; then
+  ngpu=$(nvidia-smi -L | wc -l)
+  if [ "$ngpu" -ge 2 ] && [ "${RING_BENCH:-1}" = 1 ]; then
+    (cd /work/main && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so PYTHONUNBUFFERED=1 \
+      timeout ${RING_BENCH_TIMEOUT:-500} python3 -m torch.distributed.run --standalone --nproc-per-node 2 \
+      bench/ring_bench.py ${RING_BENCH_ARGS:-} --out "$out") >"$out/ring_bench.log" 2>&1
+    note "ring_bench (2 of $ngpu GPUs): exit $?"
+    grep -E "^(ring|single|speedup|rel_err)|Error" "$out/ring_bench.log" | head -12 | tee -a "$summary"
+  else
+    note "ring_bench: not run ($ngpu GPU; it needs 2: nvidia-h200-x2, or RING_BENCH=0)"
+  fi
+fi
+
 # A session's final check: the GPU tests it touched (FINAL_TESTS; gpu_cli
 # runs through ctest, being a script), then the package's GPU tests for
 # them (PY_TESTS), from python/ with build/'s library.

@@ -193,8 +193,9 @@ FJ_API void fj_ctx_destroy(fj_ctx *ctx);
 /*
  * The detailed message of the calling thread's last failed call on ctx.
  * ctx NULL: of the thread's last failed call without a context --
- * fj_ctx_create, fj_reference_fwd, fj_reference_bwd, fj_convert, or any
- * call that was given a NULL context.  Empty if that call succeeded.
+ * fj_ctx_create, fj_reference_fwd, fj_reference_bwd, fj_reference_merge,
+ * fj_convert, or any call that was given a NULL context.  Empty if that
+ * call succeeded.
  * Never NULL.  Valid until the thread's next call into flashjit.
  */
 FJ_API const char *fj_errmsg(const fj_ctx *ctx);
@@ -1008,6 +1009,61 @@ FJ_API fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
                                           void *o, float *lse, void *stream);
 
 /* ------------------------------------------------------------------------ */
+/* Merging partial results: split-KV's combine, for any caller                */
+
+/*
+ * Merges `parts` partial results of attention over the same query rows,
+ * each over its own disjoint set of keys -- split-KV's key ranges, the
+ * steps of a ring over sequence shards (context parallelism), a KV cache
+ * held in pieces -- into the attention over all of those keys, on the
+ * GPU, with the kernel that merges split-KV's partials
+ * (templates/combine.cu).  For each row (b, h, i) of p:
+ *
+ *   lse = log(sum_s exp(lse_s))          natural log; the max taken first
+ *   O   = sum_s exp(lse_s - lse) O_s
+ *
+ * where O_s is part s's output, normalised over its own keys, and lse_s
+ * the natural-log sum-exp of the row's scaled (and modified) scores over
+ * those keys: what fj_attention_fwd writes to o and lse.  The LSE
+ * conventions are fj_attention_fwd's: natural log, float32, and -inf for
+ * a part that saw no key of the row, which adds nothing (its O_s must be
+ * finite: fj_attention_fwd writes 0).  A row that no part saw gets O = 0
+ * and lse = -inf; a NaN lse_s makes its row NaN.  The sum runs over the
+ * parts in their order, part 0 first, in float32, the same order every
+ * run: the result does not depend on timing.  With sinks
+ * (p->mods->sinks, device memory, float32 [heads_q]) the row's head's
+ * sink joins once, lse = log(exp(sink[h]) + sum_s exp(lse_s)), so the
+ * parts must leave it out; a row no part saw then gets O = 0 and lse =
+ * the sink.
+ *
+ * p describes O: batch, heads_q, seq_q, head_dim, dtype (O is f16 or
+ * bf16; bf16 for an e4m3 problem, as its attention writes), o_stride,
+ * and for varlen rows cu_seqlens_q (device memory; a row past its
+ * sequence's end is not written).  The rest of p is checked as
+ * fj_problem_check checks it, and not used.  Layouts, those of the
+ * split-KV workspace (fj_plan.workspace_bytes):
+ *   o_parts    float32 [parts][batch][heads_q][seq_q][head_dim], contiguous
+ *   lse_parts  float32 [parts][batch][heads_q][seq_q], contiguous
+ *   o          p's dtype in p->o_stride
+ *   lse        float32 [batch][heads_q][seq_q], or NULL
+ * o and lse must not overlap the parts.  parts: 1..FJ_SPLITS_MAX.
+ * Asynchronous on stream like fj_attention_fwd (NULL: the legacy default
+ * stream); memory of another device is refused as it refuses it.  A
+ * compile-only context builds the kernel (into the caches, as
+ * fj_cache_prewarm would) and then returns FJ_ERR_COMPILE_ONLY.  Errors:
+ * FJ_ERR_INVALID_ARG for a NULL ctx, p, o_parts, lse_parts or o, parts
+ * out of range, a float32 pointer not 4-byte aligned or o not 2-byte
+ * aligned, and what fj_problem_check refuses (the message names the
+ * argument, its value and the limit); FJ_ERR_UNSUPPORTED for more rows
+ * than one grid merges.  fj_reference_merge is its float64 form on the
+ * host.
+ */
+FJ_API fj_status fj_attention_merge(fj_ctx *ctx, const fj_problem *p,
+                                    int parts, const float *o_parts,
+                                    const float *lse_parts, void *o,
+                                    float *lse, void *stream);
+
+/* ------------------------------------------------------------------------ */
 /* The backward                                                               */
 
 /*
@@ -1195,6 +1251,27 @@ FJ_API fj_status fj_reference_bwd(const fj_problem *p, const void *q,
                                   const void *k, const void *v,
                                   const void *dout, float *dq, float *dk,
                                   float *dv, float *dsinks);
+
+/*
+ * fj_attention_merge on the host in float64, for checking it and for
+ * callers without a GPU: the same formulas over the parts in the same
+ * order, on double arrays in the same layouts -- o_parts
+ * [parts][batch][heads_q][seq_q][head_dim] and lse_parts
+ * [parts][batch][heads_q][seq_q], contiguous -- into out
+ * [batch][heads_q][seq_q][head_dim] (fj_reference_fwd's layout, whatever
+ * p->o_stride says) and out_lse [batch][heads_q][seq_q] (may be NULL).
+ * A part whose lse_s is -inf is skipped (its O_s is not read).  The sinks
+ * (p->mods->sinks) and cu_seqlens_q are host arrays here, as for
+ * fj_reference_fwd; a row past its sequence's end gets O = 0 and a NaN
+ * log-sum-exp.  Checks p as fj_reference_fwd does (no context), parts
+ * 1..FJ_SPLITS_MAX, and that p, o_parts, lse_parts and out are not NULL:
+ * FJ_ERR_INVALID_ARG, with the message in fj_errmsg(NULL).  Touches no
+ * memory but the arrays given (and the calling thread's message).
+ */
+FJ_API fj_status fj_reference_merge(const fj_problem *p, int parts,
+                                    const double *o_parts,
+                                    const double *lse_parts, double *out,
+                                    double *out_lse);
 
 /* Converts n host values between dtypes (float32 <-> f16, bf16, e4m3) with
  * round-to-nearest-even.  FJ_ERR_INVALID_ARG for an unknown dtype, or a

@@ -686,9 +686,7 @@ fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
   return fj__kernel_build(ctx, "combine.cu", params, FJ_ARRAY_LEN(params), k);
 }
 
-/* The split-KV combine kernel's function, built and loaded if needed;
- * ctx->lock held and the CUDA context entered. */
-static fj_status ready_combine(fj_ctx *ctx, const fj_variant *v, void **fn)
+fj_status fj__combine_function(fj_ctx *ctx, const fj_variant *v, void **fn)
 {
   fj_mods_info mi;
   fj__mods_info(v->mods, &mi);
@@ -942,7 +940,7 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
              ? ready_tiered(ctx, p, v, stream, &kern, &fn, &plan, &first)
              : ready_kernel(ctx, v, &kern, &fn);
   if (st == FJ_OK && v->split_kv && !first)
-    st = ready_combine(ctx, v, &combine_fn);
+    st = fj__combine_function(ctx, v, &combine_fn);
   /* FP8 attention: the module's pass that writes V^T (the template's
    * second kernel, <symbol>_vt). */
   void *vt_fn = NULL;

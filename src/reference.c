@@ -1206,20 +1206,32 @@ static void bwd_key(const ref_head *h, int j, int64_t qrow, double pj,
   }
 }
 
+/* One part of a merged attention's keys (fj__reference_bwd_part64): the
+ * merged O, in o_stride, and its log-sum-exp [batch][heads_q][seq_q]. */
+typedef struct ref_merged {
+  const double *o, *lse;
+} ref_merged;
+
 /* One query row's gradients: dQ written, dK, dV and the sink's added to
  * the scratch.  A row that sees no key (and has no sink) depends on no
- * input: its gradients stay 0. */
+ * input: its gradients stay 0.  With mg, P and Delta come from the merged
+ * O and log-sum-exp instead of the row's own. */
 static void bwd_row(const ref_head *h, int row, double scale, const void *dout,
-                    const ref_grads *g, bwd_buf *w)
+                    const ref_merged *mg, const ref_grads *g, bwd_buf *w)
 {
   const fj_problem *p = h->p;
   int d = p->head_dim;
   double lse, delta = 0;
   ref_row(h, row, scale, w->s, w->o, &lse);
-  if (lse == -HUGE_VAL)
-    return;
   int64_t qrow = h->qoff + (int64_t)row * p->q_stride[2];
   int64_t orow = h->ooff + (int64_t)row * p->o_stride[2];
+  if (mg) {
+    lse = mg->lse[((int64_t)h->b * p->heads_q + h->hq) * p->seq_q + row];
+    for (int e = 0; e < d; e++)
+      w->o[e] = mg->o[orow + e];
+  }
+  if (lse == -HUGE_VAL)
+    return;
   for (int e = 0; e < d; e++) {
     w->dout[e] = elem(h->qdt, dout, orow + e);
     delta += w->dout[e] * w->o[e];
@@ -1252,7 +1264,8 @@ static void bwd_flush_kv(const ref_head *h, const ref_grads *g, bwd_buf *w)
 }
 
 static fj_status reference_bwd(const ref_run *r, const char *fn,
-                               const void *dout, const ref_grads *g)
+                               const void *dout, const ref_merged *mg,
+                               const ref_grads *g)
 {
   const fj_problem *p = r->p;
   bwd_buf w;
@@ -1269,7 +1282,7 @@ static fj_status reference_bwd(const ref_run *r, const char *fn,
       for (int hq = hk * group; hq < (hk + 1) * group; hq++) {
         int len_q = head_init(r, b, hq, &h);
         for (int row = 0; row < len_q; row++)
-          bwd_row(&h, row, r->scale, dout, g, &w);
+          bwd_row(&h, row, r->scale, dout, mg, g, &w);
       }
       bwd_flush_kv(&h, g, &w);
     }
@@ -1283,7 +1296,7 @@ static fj_status reference_bwd(const ref_run *r, const char *fn,
  * (f64 1: float64 inputs and gradients). */
 static fj_status bwd_entry(const char *fn, const fj_problem *p,
                            const void *const in[4], void *const out[3],
-                           void *dsinks, int f64)
+                           void *dsinks, const ref_merged *mg, int f64)
 {
   fj__clear_error(NULL);
   fj_status st = bwd_check(fn, p, in, out);
@@ -1293,7 +1306,7 @@ static fj_status bwd_entry(const char *fn, const fj_problem *p,
   if ((st = run_open(&r, p, in[0], in[1], in[2], NULL, NULL, f64)) != FJ_OK)
     return st;
   ref_grads g = {out[0], out[1], out[2], dsinks, f64};
-  st = reference_bwd(&r, fn, in[3], &g);
+  st = reference_bwd(&r, fn, in[3], mg, &g);
   ref_mods_close(&r.rm);
   return st;
 }
@@ -1304,7 +1317,7 @@ fj_status fj_reference_bwd(const fj_problem *p, const void *q, const void *k,
 {
   const void *in[4] = {q, k, v, dout};
   void *out[3] = {dq, dk, dv};
-  return bwd_entry("fj_reference_bwd", p, in, out, dsinks, 0);
+  return bwd_entry("fj_reference_bwd", p, in, out, dsinks, NULL, 0);
 }
 
 fj_status fj__reference_bwd64(const fj_problem *p, const double *q,
@@ -1314,5 +1327,21 @@ fj_status fj__reference_bwd64(const fj_problem *p, const double *q,
 {
   const void *in[4] = {q, k, v, dout};
   void *out[3] = {dq, dk, dv};
-  return bwd_entry("fj__reference_bwd64", p, in, out, dsinks, 1);
+  return bwd_entry("fj__reference_bwd64", p, in, out, dsinks, NULL, 1);
+}
+
+fj_status fj__reference_bwd_part64(const fj_problem *p, const double *q,
+                                   const double *k, const double *v,
+                                   const double *dout, const double *o,
+                                   const double *lse, double *dq, double *dk,
+                                   double *dv)
+{
+  const void *in[4] = {q, k, v, dout};
+  void *out[3] = {dq, dk, dv};
+  if (!o || !lse) {
+    fj__clear_error(NULL);
+    return fj__null_arg(NULL, "fj__reference_bwd_part64", !o ? "o" : "lse");
+  }
+  ref_merged mg = {o, lse};
+  return bwd_entry("fj__reference_bwd_part64", p, in, out, NULL, &mg, 1);
 }

@@ -51,4 +51,18 @@ fj_status fj__reference_bwd64(const fj_problem *p, const double *q,
                               const double *dout, double *dq, double *dk,
                               double *dv, double *dsinks);
 
+/* fj__reference_bwd64's gradients of one part of the keys of a merged
+ * attention (a ring step over one shard, a split; fj_attention_merge):
+ * with P = exp(S - lse) from the merged row's log-sum-exp and Delta =
+ * dout . o from the merged O, instead of the part's own, as
+ * fj_attention_bwd computes them when given the merged O and LSE.  The
+ * parts' gradients then sum to the merged attention's.  o: float64 in
+ * p->o_stride (as dout); lse: float64 [batch][heads_q][seq_q]; a row whose
+ * lse is -inf adds nothing.  No sinks' gradient. */
+fj_status fj__reference_bwd_part64(const fj_problem *p, const double *q,
+                                   const double *k, const double *v,
+                                   const double *dout, const double *o,
+                                   const double *lse, double *dq, double *dk,
+                                   double *dv);
+
 #endif /* FJ_REFERENCE_H */

@@ -19,7 +19,7 @@ layout
 variant
 tunedb plan tier
 attention
-tune cache_pack block_mask backward package_seal
+tune cache_pack block_mask backward package_seal merge
 tune_bwd prewarm_bwd
 lifecycle"
 src=$1

@@ -413,6 +413,36 @@ static fj_status fwd_variant_ctx_null(void)
   return fj_attention_fwd_variant(NULL, &fx.p, &fx.v, devmem, devmem, devmem,
                                   devmem, NULL, NULL);
 }
+/* fj_attention_merge, one NULL at a time (0 ctx, 1 p, 2 o_parts, 3
+ * lse_parts, 4 o; -1 none: a compile-only context refuses to launch). */
+static fj_status merge(int null_arg)
+{
+  void *a[5] = {fx.ctx, &fx.p, devmem, devmem, devmem};
+  if (null_arg >= 0)
+    a[null_arg] = NULL;
+  return fj_attention_merge(a[0], a[1], 2, a[2], a[3], a[4], NULL, NULL);
+}
+static fj_status merge_ctx_null(void) { return merge(0); }
+static fj_status merge_p_null(void) { return merge(1); }
+static fj_status merge_o_parts_null(void) { return merge(2); }
+static fj_status merge_lse_parts_null(void) { return merge(3); }
+static fj_status merge_o_null(void) { return merge(4); }
+static fj_status merge_compile_only(void) { return merge(-1); }
+static fj_status reference_merge_null(int which)
+{
+  static double parts[2 * 64], lse[2], out[64];
+  fj_problem p;
+  fj_problem_init(&p, 1, 1, 1, 1, 1, 64, FJ_F16, FJ_BHSD);
+  const double *in[2] = {parts, lse};
+  if (which < 2)
+    in[which] = NULL;
+  return fj_reference_merge(which == 3 ? NULL : &p, 2, in[0], in[1],
+                            which == 2 ? NULL : out, NULL);
+}
+static fj_status reference_merge_o_parts_null(void) { return reference_merge_null(0); }
+static fj_status reference_merge_lse_parts_null(void) { return reference_merge_null(1); }
+static fj_status reference_merge_out_null(void) { return reference_merge_null(2); }
+static fj_status reference_merge_p_null(void) { return reference_merge_null(3); }
 
 /* The reference, one NULL at a time (bad problems: reference_bad_problems). */
 static fj_status reference_null(int which)
@@ -622,6 +652,18 @@ static const api_case api_cases[] = {
     BAD_(reference_k_null, MSG_NULL, "fj_reference_fwd: k is NULL"),
     BAD_(reference_v_null, MSG_NULL, "fj_reference_fwd: v is NULL"),
     BAD_(reference_out_null, MSG_NULL, "fj_reference_fwd: out is NULL"),
+    BAD_(merge_ctx_null, MSG_NULL, "fj_attention_merge: ctx is NULL"),
+    BAD_(merge_p_null, MSG_CTX, "fj_attention_merge: p is NULL"),
+    BAD_(merge_o_parts_null, MSG_CTX, "fj_attention_merge: o_parts is NULL"),
+    BAD_(merge_lse_parts_null, MSG_CTX, "fj_attention_merge: lse_parts is NULL"),
+    BAD_(merge_o_null, MSG_CTX, "fj_attention_merge: o is NULL"),
+    {"merge_compile_only", merge_compile_only, FJ_ERR_COMPILE_ONLY, MSG_CTX,
+     "compile-only"},
+    BAD_(reference_merge_p_null, MSG_NULL, "fj_reference_merge: p is NULL"),
+    BAD_(reference_merge_o_parts_null, MSG_NULL, "fj_reference_merge: o_parts is NULL"),
+    BAD_(reference_merge_lse_parts_null, MSG_NULL,
+         "fj_reference_merge: lse_parts is NULL"),
+    BAD_(reference_merge_out_null, MSG_NULL, "fj_reference_merge: out is NULL"),
     BAD_(convert_dst_null, MSG_NULL, "fj_convert: dst is NULL"),
     BAD_(convert_src_null, MSG_NULL, "fj_convert: src is NULL"),
     BAD_(convert_from_bad, MSG_NULL, "from 99 is invalid"),

@@ -217,6 +217,12 @@ TEST(hostile_b_package_load, cpu)
 TEST(hostile_b_export_target, cpu)
 TEST(hostile_b_reference_exact, cpu)
 TEST(gpu_exact_single_key, gpu)
+/* partial results merged (test_merge.c); ring attention's schedule run
+ * with the float64 reference (test_ring.c) */
+TEST(merge_reference, cpu)
+TEST(merge_errors, cpu)
+TEST(gpu_merge, gpu)
+TEST(ring_reference, cpu)
 /* the expressions' int operations C leaves undefined, against the
  * reference (test_gpu_int_ops.c) */
 TEST(mods_int_ops_reference, cpu)

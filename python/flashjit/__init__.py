@@ -9,12 +9,15 @@
     k = flashjit.Kernel(head_dim=128, arch="sm_90a", dtype="bf16")  # no GPU needed
     print(k.name, k.resources.registers, k.ptx[:200])
     print(flashjit.plan(1, 32, 1, 128, heads_kv=8, seq_kv=4096))   # what would launch
+    out, lse = flashjit.merge([o1, o2], [lse1, lse2])    # partial results over disjoint keys
+    import flashjit.distributed   # ring_attention: a sequence over torch.distributed ranks
 
 The C library (libflashjit.so) is the one installed in this package, or
 $FLASHJIT_LIB; it is loaded on first use, so importing needs neither it
 nor PyTorch.  attention() and block_mask() need PyTorch and a GPU
-(BlockMask, PyTorch only); Kernel, plan and layout need neither (NVRTC
-compiles for the arch given); tune needs a GPU.
+(BlockMask, PyTorch only); merge() PyTorch (a GPU for CUDA tensors; CPU
+tensors merge on the host, in float64); Kernel, plan and layout need
+neither (NVRTC compiles for the arch given); tune needs a GPU.
 Contexts (one per GPU, one per inspected arch) are made on first use and
 kept for the process; every entry is thread-safe.
 """
@@ -34,6 +37,7 @@ except ImportError:
 
 if _torch is not None:
     from ._blockmask import BlockMask
+    from ._merge import merge
     from ._torch import attention, block_mask
 else:
     def _needs_torch(what):
@@ -47,9 +51,10 @@ else:
     attention = _needs_torch("attention")
     block_mask = _needs_torch("block_mask")
     BlockMask = _needs_torch("BlockMask")
+    merge = _needs_torch("merge")
 
-__all__ = ["attention", "block_mask", "BlockMask", "Kernel", "plan", "layout", "fragments",
-           "tune", "Plan", "Layout", "Resources", "TuneResult", "TensorParam", "Error",
+__all__ = ["attention", "block_mask", "BlockMask", "merge", "Kernel", "plan", "layout",
+           "fragments", "tune", "Plan", "Layout", "Resources", "TuneResult", "TensorParam", "Error",
            "InvalidArgument", "Unsupported", "ResourceLimit", "NoDevice", "CompileError",
            "LibraryNotFound",
            "device_info", "library_path", "library_version", "cache_dir", "builtin_mods"]
