@@ -279,7 +279,11 @@ if part alt; then
 not-persistent|s/local PERSISTENT = true/local PERSISTENT = false/}"
   for a in "${alts[@]}"; do
     name=${a%%|*} expr=${a#*|}
-    rm -rf "/tmp/fj-alt-$name" && cp -r /work/main/templates "/tmp/fj-alt-$name"
+    # "name|@DIR": the templates of DIR (relative to the repository root),
+    # e.g. another branch's, carried as an untracked folder.
+    src=/work/main/templates
+    [[ "$expr" == @* ]] && src=/work/main/${expr#@} expr=""
+    rm -rf "/tmp/fj-alt-$name" && cp -r "$src" "/tmp/fj-alt-$name"
     [ -z "$expr" ] || sed -i "$expr" "/tmp/fj-alt-$name/${ALT_FILE:-attention_wgmma.cu}"
   done
   while IFS= read -r args; do
