@@ -80,9 +80,13 @@ __device__ __forceinline__ Item get_item(const Params &p) {
 {%   elseif PERSISTENT then %}
   // A persistent grid (block.cuh's tile order): every warpgroup walks the
   // same tiles, so producer and consumers agree without talking.
+{#  FJ_TILES walks the pairs; each walk writes its loop over a pair's two
+    halves after it, under `#pragma unroll 1`: unrolled, the producer's
+    K/V loop had two copies.  Not in the macro: a pragma there is _Pragma,
+    which the cache's source check refuses on load (entry.c). #}
   const int total = fj::pairs_total(p);
   int k = 0;  // work tiles this block has started
-#define FJ_TILES for (int pair = blockIdx.x; pair < total; pair += gridDim.x) for (int half = 0; half < 2; ++half)
+#define FJ_TILES for (int pair = blockIdx.x; pair < total; pair += gridDim.x)
 #define FJ_BLOCK(blk) if (!fj::tile_of(p, pair, half, blk)) continue
 {%   else %}
   int k = 0;
@@ -114,6 +118,11 @@ __device__ __forceinline__ Item get_item(const Params &p) {
         fj::mbar_arrive(bar_item);
         if (w < 0) break;
 {{ head("w", BMASK and "np, n" or nil) }}
+{%   elseif PERSISTENT then %}
+      FJ_TILES
+#pragma unroll 1
+      for (int half = 0; half < 2; ++half) {
+{{ head() }}
 {%   else %}
       FJ_TILES {
 {{ head() }}
@@ -126,6 +135,11 @@ __device__ __forceinline__ Item get_item(const Params &p) {
   const int w = item.w;
   if (w < 0) break;
 {{ head("w", BMASK and "item.np, item.n" or nil) }}
+{%   elseif PERSISTENT then %}
+  FJ_TILES
+#pragma unroll 1
+  for (int half = 0; half < 2; ++half) {
+{{ head() }}
 {%   else %}
   FJ_TILES {
 {{ head() }}

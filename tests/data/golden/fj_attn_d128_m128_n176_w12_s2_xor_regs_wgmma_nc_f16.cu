@@ -350,7 +350,7 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
   // same tiles, so producer and consumers agree without talking.
   const int total = fj::pairs_total(p);
   int k = 0;  // work tiles this block has started
-#define FJ_TILES for (int pair = blockIdx.x; pair < total; pair += gridDim.x) for (int half = 0; half < 2; ++half)
+#define FJ_TILES for (int pair = blockIdx.x; pair < total; pair += gridDim.x)
 #define FJ_BLOCK(blk) if (!fj::tile_of(p, pair, half, blk)) continue
 
   if (threadIdx.x == 0) {
@@ -375,7 +375,9 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
     if (warp == 0 && lane == 0) {
       const void *mq = &maps.q, *mk = &maps.k, *mv = &maps.v;
       unsigned it = 0;
-      FJ_TILES {
+      FJ_TILES
+#pragma unroll 1
+      for (int half = 0; half < 2; ++half) {
         fj::Block blk;
         FJ_BLOCK(blk);
         const unsigned kq = (unsigned)k++;
@@ -433,7 +435,9 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
   unsigned pk[11][4];
   float row_m[1][2], row_l[1][2];
   unsigned it = 0;
-  FJ_TILES {
+  FJ_TILES
+#pragma unroll 1
+  for (int half = 0; half < 2; ++half) {
         fj::Block blk;
         FJ_BLOCK(blk);
         const unsigned kq = (unsigned)k++;
