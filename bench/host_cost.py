@@ -10,7 +10,9 @@ From the repository root on a GPU machine, with the package importable
    calls, the best of --rounds interleaved rounds -- of flashjit.attention
    against F.scaled_dot_product_attention on (1, 8, 128, 64) bf16, eager
    and inside a torch.compile'd function (one attention call: the compiled
-   graph's own cost of the op).
+   graph's own cost of the op), and of the serving calls
+   (attention_with_kvcache, paged decode; attention_varlen), whose bar is
+   1.2x attention's.
 2. The phases of one eager flashjit.attention call on that shape, each
    timed alone the same way: the lookup of the call (attention() with its
    launch stubbed), the output's allocation, the pointers and the stream,
@@ -94,6 +96,16 @@ def bars(a):
         f(q, k, v)
         return lambda: f(q, k, v)
 
+    # Serving: a paged decode (8 sequences, 16-token pages) and a varlen
+    # prefill of four short sequences, small enough that the GPU keeps up.
+    qd = torch.randn(8, 1, 8, 64, dtype=torch.bfloat16, device=dev)
+    pages = torch.randn(64, 16, 2, 64, dtype=torch.bfloat16, device=dev)
+    table_ = torch.randperm(64, device=dev, dtype=torch.int32).view(8, 8)
+    lens = torch.randint(1, 129, (8,), device=dev, dtype=torch.int32)
+    lengths = [32, 64, 16, 16]
+    cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int32,
+                      device=dev)
+    qv, kv = (torch.randn(128, 8, 64, dtype=torch.bfloat16, device=dev) for _ in range(2))
     cases = [
         ("flashjit.attention", lambda: flashjit.attention(q, k, v)),
         ("F.scaled_dot_product_attention", lambda: F.scaled_dot_product_attention(q, k, v)),
@@ -103,12 +115,20 @@ def bars(a):
          compiled(lambda q, k, v: flashjit.attention(q, k, v))),
         ("torch.compile: SDPA", compiled(lambda q, k, v: F.scaled_dot_product_attention(q, k,
                                                                                         v))),
+        ("attention_with_kvcache (paged decode)",
+         lambda: flashjit.attention_with_kvcache(qd, pages, pages, cache_seqlens=lens,
+                                                 block_table=table_, causal=True)),
+        ("attention_varlen", lambda: flashjit.attention_varlen(qv, kv, kv, cu, cu, 64, 64,
+                                                               causal=True)),
     ]
     got = rounds(cases, a.iters, a.rounds)
+    att = got["flashjit.attention"]
     rows = []
     for i in (0, 2, 4):
         (fj, _), (sdpa, _) = cases[i], cases[i + 1]
         rows += [(fj, got[fj]), (sdpa, got[sdpa], f"flashjit / SDPA = {got[fj] / got[sdpa]:.2f}")]
+    for name, _ in cases[6:]:
+        rows.append((name, got[name], f"/ flashjit.attention = {got[name] / att:.2f} (bar 1.2)"))
     table(f"Host time per call (median of {a.iters}, best of {a.rounds} rounds), "
           "(1, 8, 128, 64) bf16", rows)
     return got

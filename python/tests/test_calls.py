@@ -2,7 +2,7 @@
 and what makes a new entry, the pointers each call writes, threads,
 CUDA-graph capture's workspace, the backward's table, the options text of
 the ops, their fake implementations, and torch.compile's trace of
-attention().
+attention(), attention_varlen() and attention_with_kvcache().
 
 The GPU is stubbed: the tensors are CPU tensors (the device check let
 through), the context a compile-only one (sm_90a: plans need no GPU),
@@ -266,6 +266,144 @@ class CachedCalls(Stubbed):
 
 
 @unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
+class ServingCalls(Stubbed):
+    def varlen(self, lengths=(0, 30, 70, 0), hq=8, hk=2, d=128):
+        total = sum(lengths)
+        cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int32)
+        q = torch.randn(total, hq, d, dtype=BF16)
+        k, v = torch.randn(total, hk, d, dtype=BF16), torch.randn(total, hk, d, dtype=BF16)
+        return q, k, v, cu
+
+    def test_varlen(self):
+        q, k, v, cu = self.varlen()
+        for _ in range(2):
+            cu2 = cu.clone()
+            out, lse = flashjit.attention_varlen(q, k, v, cu2, cu2, 70, 70, causal=True,
+                                                 return_lse=True)
+            p = self.rec.calls[-1][2]
+            self.assertEqual((p.cu_seqlens_q, p.cu_seqlens_kv), (cu2.data_ptr(),) * 2)
+        self.assertEqual(self.plans(), 1)
+        self.assertEqual((out.shape, lse.shape), (q.shape, (8, 100)))
+        self.assertEqual((p.batch, p.seq_q, p.seq_kv, p.total_q, p.total_kv, p.causal),
+                         (4, 70, 70, 100, 100, capi.CAUSAL_BOTTOM_RIGHT))
+        self.assertEqual((list(p.q_stride), list(p.k_stride)), ([0, 128, 1024], [0, 128, 256]))
+        self.assertEqual(p.seqused_kv, None)
+        used = torch.tensor([0, 3, 5, 0], dtype=torch.int32)
+        flashjit.attention_varlen(q, k, v, cu, cu, 70, 70, seqused_k=used)
+        self.assertEqual(self.rec.calls[-1][2].seqused_kv, used.data_ptr())
+        flashjit.attention_varlen(q, k, v, cu, cu, 64, 70)  # another bound: another plan
+        self.assertEqual(self.plans(), 3)
+
+    def test_varlen_lse_is_flashattentions(self):
+        # The library's (batch, heads, max_seqlen_q) rows, gathered per token.
+        q, k, v, cu = self.varlen(lengths=(0, 3, 2, 0), hq=2, hk=2, d=64)
+        flashjit.attention_varlen(q, k, v, cu, cu, 3, 3, return_lse=True)
+        e = next(iter(calls.tables.calls.values()))
+        self.assertEqual(e.lse_shape, (4, 2, 3))
+        lib_lse = torch.arange(4 * 2 * 3, dtype=torch.float32).view(4, 2, 3)
+        got = e.post(lib_lse, (cu, cu))
+        want = torch.tensor([[6., 7, 8, 12, 13], [9, 10, 11, 15, 16]])
+        self.assertTrue(torch.equal(got, want), got)
+
+    def test_kvcache(self):
+        q = torch.randn(4, 1, 32, 128, dtype=BF16)
+        pages = torch.randn(64, 16, 8, 128, dtype=BF16)
+        table = torch.randint(0, 64, (4, 8), dtype=torch.int32)
+        lens = torch.tensor([0, 1, 100, 128], dtype=torch.int32)
+        for _ in range(2):
+            out = flashjit.attention_with_kvcache(q, pages, pages, cache_seqlens=lens,
+                                                  block_table=table, causal=True)
+        self.assertEqual((self.plans(), out.shape), (1, q.shape))
+        p = self.rec.calls[-1][2]
+        self.assertEqual((p.seq_q, p.seq_kv, p.page_size, p.max_pages, p.num_pages),
+                         (1, 128, 16, 8, 64))
+        self.assertEqual((p.block_table, p.seqused_kv), (table.data_ptr(), lens.data_ptr()))
+        self.assertEqual(list(p.k_stride), [16 * 8 * 128, 128, 8 * 128])
+        cache = torch.randn(4, 512, 8, 128, dtype=BF16)
+        out, lse = flashjit.attention_with_kvcache(q, cache, cache, cache_seqlens=300,
+                                                   return_lse=True, num_splits=3)
+        p = self.rec.calls[-1][2]
+        self.assertEqual((p.seq_kv, p.seqused_kv, p.block_table, p.splits), (300, None, None, 3))
+        self.assertEqual(lse.shape, (4, 32, 1))
+        flashjit.attention_with_kvcache(q, cache, cache)  # the whole cache
+        self.assertEqual(self.rec.calls[-1][2].seq_kv, 512)
+
+    def test_fp8_cache(self):
+        q = torch.randn(2, 1, 16, 128, dtype=BF16)
+        cache = torch.randn(2, 256, 4, 128).to(torch.float8_e4m3fn)
+        vd = torch.ones(2, 4)
+        out = flashjit.attention_with_kvcache(q, cache, cache, v_descale=vd)
+        p = self.rec.calls[-1][2]
+        self.assertEqual((out.dtype, p.kv_dtype, p.v_scale), (BF16, capi.E4M3, vd.data_ptr()))
+        self.assertNotIn(p.k_scale, (None, 0))
+
+    def test_fast_path_costs_the_same_entry(self):
+        q = torch.randn(4, 1, 32, 128, dtype=BF16)
+        cache = torch.randn(4, 512, 8, 128, dtype=BF16)
+        lens = torch.full((4,), 200, dtype=torch.int32)
+        flashjit.attention_with_kvcache(q, cache, cache, cache_seqlens=lens)
+        self.assertEqual(len(calls.tables.plain), 1)
+        flashjit.attention_with_kvcache(q, cache, cache, cache_seqlens=lens, sinks=torch.zeros(32))
+        self.assertEqual((len(calls.tables.plain), self.plans()), (2, 2))
+
+    def test_errors(self):
+        q, k, v, cu = self.varlen()
+        who = r"^flashjit.attention_varlen: "
+        for args, kw, exc, pattern in (
+                ((q[None], k, v, cu, cu, 8, 8), {}, ValueError,
+                 who + r"q has 4 dimensions .*; it takes 3: \(total_q, heads_q, head_dim\)"),
+                ((q.float(), k, v, cu, cu, 8, 8), {}, TypeError, who + r"q has dtype "
+                 r"torch.float32; it takes torch.float16 or torch.bfloat16"),
+                ((q, k.half(), v, cu, cu, 8, 8), {}, TypeError, who + r"k and v must both"),
+                ((q, k, v, cu.long(), cu, 8, 8), {}, TypeError,
+                 who + r"cu_seqlens_q has dtype torch.int64; it must be torch.int32$"),
+                ((q, k, v, cu, cu[:3], 8, 8), {}, ValueError,
+                 who + r"cu_seqlens_k has shape \(3,\); it must be \(5,\)$"),
+                ((q, k, v, cu, cu, 0, 8), {}, ValueError, r"max_seqlen_q=0 is below 1"),
+                ((q, k, v, cu, cu, 8, 8), dict(seqused_k=cu), ValueError,
+                 who + r"seqused_k has shape \(5,\); it must be \(4,\)$"),
+                ((q, k, v, cu, cu, 8, 8), dict(num_splits=300), ValueError,
+                 who + r"num_splits=300 is not 0"),
+                ((q, k, v, cu, cu, 8, 8), dict(k_descale=torch.ones(4, 2)), ValueError,
+                 who + r"k_descale is for FP8 inputs")):
+            with self.subTest(pattern=pattern):
+                with self.assertRaisesRegex(exc, pattern):
+                    flashjit.attention_varlen(*args, **kw)
+        who = r"^flashjit.attention_with_kvcache: "
+        q = torch.randn(4, 1, 32, 128, dtype=BF16)
+        pages = torch.randn(64, 16, 8, 128, dtype=BF16)
+        table = torch.zeros(4, 8, dtype=torch.int32)
+        for kw, exc, pattern in (
+                (dict(block_table=table[:2]), ValueError,
+                 who + r"block_table has shape \(2, 8\); it must be \(batch, max_pages\), "
+                 r"batch 4$"),
+                (dict(block_table=table[:, :4].t().contiguous().t()), ValueError,
+                 who + r"block_table is not contiguous \(strides \(1, 4\)\)"),
+                (dict(block_table=table, cache_seqlens=200), ValueError,
+                 who + r"cache_seqlens=200 is more than the cache holds \(128 keys"),
+                (dict(cache_seqlens=0), ValueError, who + r"cache_seqlens=0: an int"),
+                (dict(cache_seqlens=torch.zeros(4)), TypeError,
+                 who + r"cache_seqlens has dtype torch.float32"),
+                (dict(causal="diag"), ValueError, r"causal='diag' is not one of")):
+            with self.subTest(pattern=pattern):
+                with self.assertRaisesRegex(exc, pattern):
+                    flashjit.attention_with_kvcache(q, pages, pages, **kw)
+        with self.assertRaisesRegex(ValueError, who + r"k_cache has batch 2; q's batch 4"):
+            flashjit.attention_with_kvcache(q, pages[:2], pages[:2])
+        # The library's own refusals come through with its message.
+        with self.assertRaisesRegex(flashjit.Unsupported, r"kv_dtype e4m3 with paged K/V is "
+                                    r"not implemented"):
+            f8 = pages.to(torch.float8_e4m3fn)
+            flashjit.attention_with_kvcache(q, f8, f8, block_table=table)
+
+    def test_grad_refused(self):
+        q, k, v, cu = self.varlen()
+        with self.assertRaisesRegex(flashjit.Unsupported, r"attention_varlen runs forward "
+                                    r"only: an input requires grad"):
+            flashjit.attention_varlen(q.requires_grad_(), k, v, cu, cu, 70, 70)
+
+
+@unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
 class OptsText(unittest.TestCase):
     def test_round_trip(self):
         o = calls.opts("dense", causal=2, scale=0.125, layout=capi.BSHD, window_left=5,
@@ -401,6 +539,32 @@ class Traced(unittest.TestCase):
         want = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)),
                                               is_causal=True, enable_gqa=True)
         self.assertLess((out - want.transpose(1, 2) * 2).abs().max().item(), 0.05)
+
+    def test_serving(self):
+        q, k = torch.randn(40, 8, 64, dtype=BF16), torch.randn(40, 2, 64, dtype=BF16)
+        cu = torch.tensor([0, 0, 10, 40, 40], dtype=torch.int32)
+
+        def varlen(q, k, cu):
+            return flashjit.attention_varlen(q, k, k, cu, cu, 32, 32, causal=True,
+                                             return_lse=True)
+
+        out, lse = self.compiled(varlen, q, k, cu)
+        self.assertEqual((out.shape, lse.shape), (q.shape, (8, 40)))
+        self.assertEqual((self.seen[-1].kind, self.seen[-1].roles, self.seen[-1].causal),
+                         ("varlen", ("cu_seqlens_q", "cu_seqlens_k"),
+                          capi.CAUSAL_BOTTOM_RIGHT))
+        qd = torch.randn(2, 1, 8, 64, dtype=BF16)
+        pages = torch.randn(16, 16, 2, 64, dtype=BF16)
+        lens = torch.tensor([5, 30], dtype=torch.int32)
+        table = torch.zeros(2, 4, dtype=torch.int32)
+
+        def decode(q, pages, lens, table):
+            return flashjit.attention_with_kvcache(q, pages, pages, cache_seqlens=lens,
+                                                   block_table=table, num_splits=2)
+
+        self.assertEqual(self.compiled(decode, qd, pages, lens, table).shape, qd.shape)
+        self.assertEqual((self.seen[-1].kind, self.seen[-1].roles, self.seen[-1].num_splits),
+                         ("kvcache", ("cache_seqlens", "block_table"), 2))
 
 
 if __name__ == "__main__":
