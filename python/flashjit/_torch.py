@@ -16,6 +16,7 @@ flashjit::attention_train (built-in masks; its backward
 flashjit::attention_bwd), or runs it forward with a backward that raises.
 """
 import ctypes as C
+import functools
 import typing
 
 import torch
@@ -355,6 +356,22 @@ _lib.define("attention_lse(Tensor q, Tensor k, Tensor v, Tensor[] extra, str opt
             "(Tensor, Tensor)", tags=_TAGS)
 
 
+def _untraced(fn):
+    """An op's kernel that torch.compile's Dynamo never traces, as
+    custom_op's kernels are not: it runs where a compiled graph calls the
+    op, and after a graph break Dynamo would otherwise try to compile its
+    frames.  torch._dynamo is imported on the first call, not here."""
+    disabled = None
+
+    @functools.wraps(fn)
+    def kernel(*args):
+        nonlocal disabled
+        if disabled is None:
+            disabled = torch.compiler.disable(fn)
+        return disabled(*args)
+    return kernel
+
+
 def _op(q, k, v, extra, opts):
     """flashjit::attention: the output of attention(), or of a serving
     call, whose options `opts` holds (_calls.encode) and whose extra
@@ -379,8 +396,8 @@ def _op_lse_fake(q, k, v, extra, opts):
             q.new_empty(lse_shape(o, q), dtype=torch.float32))
 
 
-_lib.impl("attention", _op, "CUDA")
-_lib.impl("attention_lse", _op_lse, "CUDA")
+_lib.impl("attention", _untraced(_op), "CUDA")
+_lib.impl("attention_lse", _untraced(_op_lse), "CUDA")
 torch.library.register_fake("flashjit::attention", _op_fake, lib=_lib)
 torch.library.register_fake("flashjit::attention_lse", _op_lse_fake, lib=_lib)
 
@@ -393,22 +410,45 @@ def op_call(o, lse, q, k, v, extras):
     return torch.ops.flashjit.attention(q, k, v, list(extras), text), None
 
 
+_NO_BACKWARD = (f"{_WHO}: the backward does not take score_mod, mask_mod, params or "
+                "block_mask yet")
+
+
 class NoBackward(torch.autograd.Function):
     """A call whose inputs require grad but whose backward is not
     implemented (expressions, block masks): the forward through the op,
-    a backward that raises."""
+    and a backward of flashjit::no_backward, which raises when it runs --
+    at loss.backward(), eagerly or compiled -- and traces like any op, so
+    that torch.compile needs no graph break for it."""
 
     @staticmethod
     def forward(ctx, o, lse, q, k, v, *extras):
         out, l = op_call(o, lse, q, k, v, extras)
         if l is not None:
             ctx.mark_non_differentiable(l)
+        ctx.save_for_backward(q, k, v)
+        ctx.extras = len(extras)
         return out, l
 
     @staticmethod
-    def backward(ctx, *grads):
-        raise NotImplementedError(f"{_WHO}: the backward does not take score_mod, mask_mod, "
-                                  "params or block_mask yet")
+    def backward(ctx, dout, dlse):
+        grads = tuple(torch.ops.flashjit.no_backward(dout, t, _NO_BACKWARD)
+                      for t in ctx.saved_tensors)
+        return (None, None) + grads + (None,) * ctx.extras
+
+
+_lib.define("no_backward(Tensor grad, Tensor like, str why) -> Tensor", tags=_TAGS)
+
+
+def _no_backward(grad, like, why):
+    """flashjit::no_backward: the gradient of an input whose backward is
+    not implemented: raises NotImplementedError(why)."""
+    raise NotImplementedError(why)
+
+
+_lib.impl("no_backward", _untraced(_no_backward), "CompositeExplicitAutograd")
+torch.library.register_fake("flashjit::no_backward",
+                            lambda grad, like, why: torch.empty_like(like), lib=_lib)
 
 
 # ---- the backward ----------------------------------------------------------------

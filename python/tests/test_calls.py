@@ -540,6 +540,17 @@ class Traced(unittest.TestCase):
                                               is_causal=True, enable_gqa=True)
         self.assertLess((out - want.transpose(1, 2) * 2).abs().max().item(), 0.05)
 
+    def test_no_backward_traces(self):
+        # Inputs that require grad with an expression: traced whole, and
+        # the backward raises when it runs.
+        q = torch.randn(1, 2, 64, 64, dtype=BF16, requires_grad=True)
+        f = torch.compile(lambda q: flashjit.attention(q, q, q, score_mod="s * 0.5f"),
+                          backend="aot_eager", fullgraph=True)
+        out = f(q)
+        with self.assertRaisesRegex(NotImplementedError, r"the backward does not take "
+                                    r"score_mod"):
+            out.sum().backward()
+
     def test_serving(self):
         q, k = torch.randn(40, 8, 64, dtype=BF16), torch.randn(40, 2, 64, dtype=BF16)
         cu = torch.tensor([0, 0, 10, 40, 40], dtype=torch.int32)
