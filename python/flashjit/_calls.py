@@ -130,9 +130,10 @@ def decode(text):
 
 
 class _Tables(threading.local):
-    """This thread's entries: `plain` by attention()'s own arguments (its
-    plain calls: no expressions, sinks, block mask or FP8), `calls` by
-    signature, `bwd` the backward's by signature."""
+    """This thread's entries: `plain` by the entry points' own arguments
+    as given (calls without tensor parameters or a block mask, whose
+    lookup is the cheapest), `calls` by signature (Opts and the tensors'
+    metadata), `bwd` the backward's by signature."""
 
     def __init__(self):
         self.plain = {}
