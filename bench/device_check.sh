@@ -498,7 +498,7 @@ fi
 #     whole and test_train).  PARTS=pyhost runs this part alone.
 if part pyhost; then
   (cd /work/main && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so \
-    TORCHINDUCTOR_CACHE_DIR=/tmp/fj-inductor timeout ${HOST_COST_TIMEOUT:-240} \
+    TORCHINDUCTOR_CACHE_DIR=/tmp/fj-inductor timeout ${HOST_COST_TIMEOUT:-220} \
     python3 bench/host_cost.py ${HOST_COST_ARGS:---rounds 5} --out "$out") >"$out/pyhost_host_cost.log" 2>&1
   note "pyhost bench/host_cost.py: exit $?"
   grep -E "^ |^Host|^Phases|^examples" "$out/pyhost_host_cost.log" | cut -c1-150 | tee -a "$summary"
