@@ -499,7 +499,7 @@ fi
 if part pyhost; then
   (cd /work/main && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so \
     TORCHINDUCTOR_CACHE_DIR=/tmp/fj-inductor timeout ${HOST_COST_TIMEOUT:-220} \
-    python3 bench/host_cost.py ${HOST_COST_ARGS:---rounds 5} --out "$out") >"$out/pyhost_host_cost.log" 2>&1
+    python3 -u bench/host_cost.py ${HOST_COST_ARGS:---rounds 5} --out "$out") >"$out/pyhost_host_cost.log" 2>&1
   note "pyhost bench/host_cost.py: exit $?"
   grep -E "^ |^Host|^Phases|^examples" "$out/pyhost_host_cost.log" | cut -c1-150 | tee -a "$summary"
   (cd /work/main/python/tests && PYTHONPATH=/work/main/python FLASHJIT_LIB=/work/main/build/libflashjit.so \
