@@ -553,3 +553,24 @@ if part final; then
   note "final python: exit $? $(grep -E '^Ran|^OK|^FAILED' "$out/final_python.log" | tr '\n' ' ')"
   grep -E "^(FAIL|ERROR):" -A8 "$out/final_python.log" | head -30 | tee -a "$summary"
 fi
+
+# 11. Issue 37 (the Python call's host time) and issue 34's serving calls,
+#     from python/ with build/'s library: bench/host_cost.py (the bars
+#     beside SDPA, eager and compiled, the phases of one call, the GPT
+#     example's model eager / torch.compile / mode="reduce-overhead";
+#     HOST_COST_ARGS, default --rounds 5), then the package's GPU tests
+#     (PYHOST_TESTS, default the cached calls, the serving calls, test_gpu
+#     whole and test_train).  PARTS=pyhost runs this part alone.
+if part pyhost; then
+  (cd /work/main && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so \
+    TORCHINDUCTOR_CACHE_DIR=/tmp/fj-inductor timeout ${HOST_COST_TIMEOUT:-220} \
+    python3 -u bench/host_cost.py ${HOST_COST_ARGS:---rounds 5} --out "$out") >"$out/pyhost_host_cost.log" 2>&1
+  note "pyhost bench/host_cost.py: exit $?"
+  grep -E "^ |^Host|^Phases|^examples" "$out/pyhost_host_cost.log" | cut -c1-150 | tee -a "$summary"
+  (cd /work/main/python/tests && PYTHONPATH=/work/main/python FLASHJIT_LIB=/work/main/build/libflashjit.so \
+    TORCHINDUCTOR_CACHE_DIR=/tmp/fj-inductor timeout ${PYHOST_TIMEOUT:-330} python3 -m unittest -v \
+    ${PYHOST_TESTS:-test_calls test_serving test_gpu test_train}) >"$out/pyhost_tests.log" 2>&1
+  note "pyhost tests: exit $? ($(grep -E '^Ran [0-9]+ tests' "$out/pyhost_tests.log" | tail -1); $(grep -cE '\.\.\. ok$' "$out/pyhost_tests.log") ok, $(grep -cE '\.\.\. skipped' "$out/pyhost_tests.log") skipped)"
+  grep -E '^(FAILED|OK)|^(FAIL|ERROR):' "$out/pyhost_tests.log" | head -20 | tee -a "$summary"
+  grep -E "^(FAIL|ERROR):" -A12 "$out/pyhost_tests.log" | grep -E "Error|assert|line [0-9]+" | head -30 | tee -a "$summary"
+fi

@@ -2,6 +2,9 @@
 
     import flashjit
     out = flashjit.attention(q, k, v, causal="top_left")        # PyTorch, on the GPU
+    out = flashjit.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=True)
+    out = flashjit.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens,
+                                          block_table=table, causal=True)  # serving
     bm = flashjit.block_mask(q, k, mask_mod="doc(q) == doc(kv)", params={"doc": ids},
                              causal="top_left")                 # key blocks to skip
     out = flashjit.attention(q, k, v, causal="top_left", mask_mod="doc(q) == doc(kv)",
@@ -14,10 +17,11 @@
 
 The C library (libflashjit.so) is the one installed in this package, or
 $FLASHJIT_LIB; it is loaded on first use, so importing needs neither it
-nor PyTorch.  attention() and block_mask() need PyTorch and a GPU
-(BlockMask, PyTorch only); merge() PyTorch (a GPU for CUDA tensors; CPU
-tensors merge on the host, in float64); Kernel, plan and layout need
-neither (NVRTC compiles for the arch given); tune needs a GPU.
+nor PyTorch.  attention(), attention_varlen(), attention_with_kvcache()
+and block_mask() need PyTorch and a GPU (BlockMask, PyTorch only);
+merge() PyTorch (a GPU for CUDA tensors; CPU tensors merge on the host,
+in float64); Kernel, plan and layout need neither (NVRTC compiles for
+the arch given); tune needs a GPU.
 Contexts (one per GPU, one per inspected arch) are made on first use and
 kept for the process; every entry is thread-safe.
 """
@@ -37,8 +41,9 @@ except ImportError:
 
 if _torch is not None:
     from ._blockmask import BlockMask
+    from ._torch import attention, block_mask  # first: it replaces the name _torch above
+    from ._serving import attention_varlen, attention_with_kvcache
     from ._merge import merge
-    from ._torch import attention, block_mask
 else:
     def _needs_torch(what):
         def fn(*args, **kwargs):
@@ -49,12 +54,14 @@ else:
         return fn
 
     attention = _needs_torch("attention")
+    attention_varlen = _needs_torch("attention_varlen")
+    attention_with_kvcache = _needs_torch("attention_with_kvcache")
     block_mask = _needs_torch("block_mask")
     BlockMask = _needs_torch("BlockMask")
     merge = _needs_torch("merge")
 
-__all__ = ["attention", "block_mask", "BlockMask", "merge", "Kernel", "plan", "layout",
-           "fragments", "tune", "Plan", "Layout", "Resources", "TuneResult", "TensorParam", "Error",
-           "InvalidArgument", "Unsupported", "ResourceLimit", "NoDevice", "CompileError",
-           "LibraryNotFound",
+__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "block_mask",
+           "BlockMask", "merge", "Kernel", "plan", "layout", "fragments", "tune", "Plan",
+           "Layout", "Resources", "TuneResult", "TensorParam", "Error", "InvalidArgument",
+           "Unsupported", "ResourceLimit", "NoDevice", "CompileError", "LibraryNotFound",
            "device_info", "library_path", "library_version", "cache_dir", "builtin_mods"]

@@ -1,16 +1,28 @@
-"""flashjit.attention for PyTorch tensors, and its torch.library op.
+"""flashjit.attention for PyTorch tensors, and its torch.library ops.
 
-Imported by the package only where torch imports.  The op
-torch.ops.flashjit.attention carries a fake (meta) implementation, so that
-torch.compile traces through attention(); eager calls skip the dispatcher
-and launch straight from Python (less host time a call).
+Imported by the package only where torch imports.  Eager calls skip the
+dispatcher: attention() looks its call up in this thread's table of
+cached calls (_calls.py) by its own arguments -- one dict lookup -- and
+launches; a call not seen before is checked, planned and remembered.
+torch.compile traces attention() into the op torch.ops.flashjit.attention
+(or attention_lse, which also returns the log-sum-exp): the tensors, the
+extra tensors (sinks, the expressions' tensors, a block mask's lists,
+descales; varlen and paged arrays for the serving calls) in one list, and
+every other option in one string (_calls.encode), since each argument of
+an op costs dispatcher time on every call.  The ops are defined with
+torch.library directly, with a fake (meta) implementation each, and take
+no gradient: attention() sends a call whose inputs require grad to
+flashjit::attention_train (built-in masks; its backward
+flashjit::attention_bwd), or runs it forward with a backward that raises.
 """
 import ctypes as C
+import functools
 import typing
 
 import torch
 
 from . import _blockmask as bmask
+from . import _calls as calls
 from . import _capi as capi
 from . import _core as core
 from . import _problem as pr
@@ -88,12 +100,12 @@ def check_inputs(q, k, v, layout):
     return b, hq, hk, sq, sk, d
 
 
-def _device_error(q, k, v):
+def _device_error(q, k, v, who=_WHO):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.device.type != "cuda":
-            raise ValueError(f"{_WHO}: {name} is on {t.device}; flashjit runs on CUDA "
+            raise ValueError(f"{who}: {name} is on {t.device}; flashjit runs on CUDA "
                              "tensors")
-    raise ValueError(f"{_WHO}: q, k and v must be on one device; got {q.device}, "
+    raise ValueError(f"{who}: q, k and v must be on one device; got {q.device}, "
                      f"{k.device}, {v.device}")
 
 
@@ -109,243 +121,334 @@ def _out_dtype(dtype):
 _DESCALES = ("q_descale", "k_descale", "v_descale")
 
 
-def _check_descales(q, batch, heads_kv, descales):
+def check_descales(q, batch, heads_kv, descales, fp8, who=_WHO):
     """descales (q_descale, k_descale, v_descale): each None or a float32
-    (batch, heads_kv) tensor on q's device, contiguous; FP8 inputs only.
-    Returns whether q is FP8."""
-    fp8 = q.dtype == _FP8
+    (batch, heads_kv) tensor on q's device, contiguous; only where fp8
+    (the inputs it names are FP8)."""
     for name, t in zip(_DESCALES, descales):
         if t is None:
             continue
         if not fp8:
-            raise ValueError(f"{_WHO}: {name} is for FP8 inputs (torch.float8_e4m3fn); q, "
+            raise ValueError(f"{who}: {name} is for FP8 inputs (torch.float8_e4m3fn); q, "
                              f"k and v are {q.dtype}")
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{_WHO}: {name} is a {type(t).__name__}, not a torch.Tensor "
+            raise TypeError(f"{who}: {name} is a {type(t).__name__}, not a torch.Tensor "
                             "(float32, one descale per (batch, KV head))")
         if t.dtype != torch.float32:
-            raise TypeError(f"{_WHO}: {name} has dtype {t.dtype}; it must be torch.float32")
+            raise TypeError(f"{who}: {name} has dtype {t.dtype}; it must be torch.float32")
         if tuple(t.shape) != (batch, heads_kv):
-            raise ValueError(f"{_WHO}: {name} has shape {tuple(t.shape)}; it must be "
+            raise ValueError(f"{who}: {name} has shape {tuple(t.shape)}; it must be "
                              f"(batch, heads_kv) = ({batch}, {heads_kv})")
         if t.device != q.device:
-            raise ValueError(f"{_WHO}: {name} is on {t.device}; the attention inputs are on "
+            raise ValueError(f"{who}: {name} is on {t.device}; the attention inputs are on "
                              f"{q.device}")
         if not t.is_contiguous():
-            raise ValueError(f"{_WHO}: {name} is not contiguous (strides "
+            raise ValueError(f"{who}: {name} is not contiguous (strides "
                              f"{tuple(t.stride())}); call .contiguous()")
+
+
+def _check_descales(q, batch, heads_kv, descales):
+    """attention()'s descales (check_descales, FP8 where q is).  Returns
+    whether q is FP8."""
+    fp8 = q.dtype == _FP8
+    check_descales(q, batch, heads_kv, descales, fp8)
     return fp8
 
 
-# All-ones descales by (device, batch, heads_kv), for the descales not
-# given.  Bounded: cleared when full.
-_ones = {}
+def _check_sinks(sinks, q, heads_q, who=_WHO):
+    """sinks: None, or float32 (heads_q,) on q's device, contiguous."""
+    if sinks is None:
+        return
+    if not isinstance(sinks, torch.Tensor):
+        raise TypeError(f"{who}: sinks is a {type(sinks).__name__}, not a torch.Tensor "
+                        "(float32, one logit per query head)")
+    if sinks.dtype != torch.float32:
+        raise TypeError(f"{who}: sinks has dtype {sinks.dtype}; it must be torch.float32")
+    if tuple(sinks.shape) != (heads_q,):
+        raise ValueError(f"{who}: sinks has shape {tuple(sinks.shape)}; it must be "
+                         f"({heads_q},), one logit per query head")
+    if sinks.device != q.device:
+        raise ValueError(f"{who}: sinks is on {sinks.device}; the attention inputs are on "
+                         f"{q.device}")
+    if heads_q > 1 and sinks.stride(0) != 1:
+        raise ValueError(f"{who}: sinks is not contiguous (stride {sinks.stride(0)}); call "
+                         ".contiguous()")
 
 
-def _ones_of(dev, batch, heads_kv):
-    """A float32 (batch, heads_kv) tensor of ones on dev.  Before one is
-    kept for later calls its stream finishes filling it, so that a call
-    on another stream may read it; under CUDA-graph capture it is the
-    graph's own (filled at each replay) and not kept."""
-    key = (dev, batch, heads_kv)
-    t = _ones.get(key)
-    if t is None:
-        t = torch.ones((batch, heads_kv), dtype=torch.float32, device=dev)
-        if torch.cuda.is_current_stream_capturing():
-            return t
-        torch.cuda.current_stream(dev).synchronize()
-        if len(_ones) >= _PROBLEMS_MAX:
-            _ones.clear()
-        _ones[key] = t
-    return t
+# ---- options ------------------------------------------------------------------------
 
 
-def _fp8_scales(p, q, descales):
-    """Points the FP8 problem p (a copy) at the descales, ones where None;
-    returns the tensors, which must live until the launch returns."""
-    ts = [t if t is not None else _ones_of(q.device, p.batch, p.heads_kv) for t in descales]
-    p.q_scale, p.k_scale, p.v_scale = (t.data_ptr() for t in ts)
-    return ts
+def causal_code(causal, true=capi.CAUSAL_TOP_LEFT):
+    """causal as fj_causal: attention()'s True is PyTorch's is_causal
+    (top-left); the serving calls' True is FlashAttention's (bottom-right)."""
+    return true if causal is True else pr.causal_code(causal)
 
 
-def encode_params(params):
-    """A params dict as the op's arguments: "name=t,name=f,..." (t a tensor,
-    f a float, i an int), the tensors and the scalars, in order."""
+def window_arg(window, who=_WHO):
+    if window is None:
+        return -1, -1
+    if not isinstance(window, (tuple, list)) or len(window) != 2:
+        raise ValueError(f"{who}: window={window!r} must be a pair (left, right); -1 leaves "
+                         "a side unbounded")
+    return pr.int_arg("window[0]", window[0]), pr.int_arg("window[1]", window[1])
+
+
+def softcap_arg(softcap, who=_WHO):
+    if softcap is None:
+        return 0.0
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise TypeError(f"{who}: softcap must be a number or None, not {softcap!r}")
+    return pr.float32_arg("softcap", softcap)
+
+
+def check_exprs(score_mod, mask_mod, who=_WHO):
+    for what, text in (("score_mod", score_mod), ("mask_mod", mask_mod)):
+        if text is not None and not isinstance(text, str):
+            raise TypeError(f"{who}: {what} must be a C expression in a str, not {text!r}")
+
+
+def params_opts(params, who=_WHO):
+    """params as Opts.params, with the roles and the tensors among them
+    (the call's extras "param:NAME")."""
     if params is None:
-        return "", [], []
+        return (), (), ()
     if not isinstance(params, dict):
-        raise TypeError(f"{_WHO}: params must be a dict of name -> value, not "
+        raise TypeError(f"{who}: params must be a dict of name -> value, not "
                         f"{type(params).__name__}")
-    kinds, tensors, scalars = [], [], []
+    spec, roles, tensors = [], [], []
     for name, value in params.items():
         if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"{_WHO}: params: {name!r} is not a C identifier")
+            raise ValueError(f"{who}: params: {name!r} is not a C identifier")
         if isinstance(value, torch.Tensor):
-            kinds.append(f"{name}=t")
+            spec.append((name, "t", None))
+            roles.append("param:" + name)
             tensors.append(value)
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{_WHO}: params[{name!r}]={value!r}: an int (i32), a float "
+            raise TypeError(f"{who}: params[{name!r}]={value!r}: an int (i32), a float "
                             "(f32) or a tensor")
+        elif isinstance(value, int):
+            pr.scalar_param(name, value)
+            spec.append((name, "i", int(value)))
         else:
-            kinds.append(f"{name}={'i' if isinstance(value, int) else 'f'}")
-            scalars.append(pr.scalar_param(name, value)[1])
-    return ",".join(kinds), tensors, scalars
+            spec.append((name, "f", pr.scalar_param(name, value)[1]))
+    return tuple(spec), tuple(roles), tuple(tensors)
 
 
-def _decode_params(names, tensors, scalars):
-    if not names:
-        return None
-    out, ti, si = {}, iter(tensors), iter(scalars)
-    for item in names.split(","):
-        name, kind = item.split("=")
-        out[name] = next(ti) if kind == "t" else (
-            int(next(si)) if kind == "i" else float(next(si)))
-    return out
+def mods_of(o, x, device):
+    """The fj_mods of options o and the call's extras x (role -> tensor)
+    as a ModsArg, and the slots that take the call's pointers: the sinks,
+    the tensor parameters and a block mask's lists point at a placeholder
+    until a call writes its own.  Checks the parameters' tensors."""
+    params = {name: x["param:" + name] if kind == "t" else value
+              for name, kind, value in o.params}
+    bm = None
+    if o.block_q:
+        bm = bmask.struct_of(o.block_q, o.block_kv, x["kv_num"], x["kv_indices"],
+                             x.get("full_num"), x.get("full_indices"))
+    mods = pr.ModsArg((o.window_left, o.window_right), o.softcap, o.score_mod or None,
+                      o.mask_mod or None, params or None, device=device,
+                      sinks=True if "sinks" in x else None, block_mask=bm, checked=o.checked)
+    slots, ph = [], C.addressof(pr._PLACEHOLDER)
+    role = {r: i for i, r in enumerate(o.roles)}
+    if "sinks" in role:
+        slots.append((mods.mods, "sinks", role["sinks"]))
+    for i, (name, kind, _) in enumerate(o.params):
+        if kind == "t":
+            mods.mods.params[i].data = ph
+            slots.append((mods.mods.params[i], "data", role["param:" + name]))
+    if bm is not None:
+        for field in ("kv_num", "kv_indices", "full_num", "full_indices"):
+            if field in role:
+                setattr(bm, field, ph)
+                slots.append((bm, field, role[field]))
+    return mods, slots
 
 
-# Problems by everything they are made of (no mods): a hit skips building
-# the struct.  Bounded: cleared when full.
-_problems = {}
-_PROBLEMS_MAX = 1024
+def descale_slots(p, o, x, batch, heads_kv, fields):
+    """Descale pointers of p (fields: (role, struct field) pairs) as slots:
+    a placeholder until a call writes its own; the ones not given read a
+    kept all-ones tensor (Entry.ones).  Returns (slots, ones)."""
+    role = {r: i for i, r in enumerate(o.roles)}
+    ph = C.addressof(pr._PLACEHOLDER)
+    slots, missing = [], 0
+    for name, field in fields:
+        setattr(p, field, ph)
+        if name in role:
+            slots.append((p, field, role[name]))
+        else:
+            slots.append((p, field, len(o.roles) + missing))
+            missing += 1
+    return slots, (batch, heads_kv, missing) if missing else None
+
+
+def lse_shape(o, q):
+    """The log-sum-exp a call of options o returns for q: (batch,
+    heads_q, seq_q) -- FlashAttention's (heads_q, total_q) for varlen."""
+    if o.kind == "varlen":
+        return (q.shape[1], q.shape[0])
+    if o.kind == "kvcache":
+        return (q.shape[0], q.shape[2], q.shape[1])
+    b, h, s, _ = _sizes(q, o.layout)
+    return (b, h, s)
+
+
+# ---- the dense call -------------------------------------------------------------------
 
 
 def _problem(q, k, v, causal, scale, layout):
-    key = (q.shape, k.shape, q.stride(), k.stride(), v.stride(), q.dtype, causal, scale,
-           layout)
-    p = _problems.get(key)
-    if p is None:
-        b, hq, sq, d = _sizes(q, layout)
-        _, hk, sk, _ = _sizes(k, layout)
-        p = capi.Problem()
-        core.lib().fj_problem_init(C.byref(p), b, hq, hk, sq, sk, d, _DTYPES[q.dtype], layout)
-        p.causal, p.scale = causal, scale
-        # O is new and contiguous: fj_problem_init's strides.  Q, K, V as given.
-        p.q_stride[:], p.k_stride[:] = _strides(q, layout), _strides(k, layout)
-        p.v_stride[:] = _strides(v, layout)
-        if len(_problems) >= _PROBLEMS_MAX:
-            _problems.clear()
-        _problems[key] = p
+    """The fj_problem of dense q, k and v (O contiguous, as attention()
+    allocates it).  Reads only the tensors' shapes, strides and dtype."""
+    b, hq, sq, d = _sizes(q, layout)
+    _, hk, sk, _ = _sizes(k, layout)
+    p = capi.Problem()
+    core.lib().fj_problem_init(C.byref(p), b, hq, hk, sq, sk, d, _DTYPES[q.dtype], layout)
+    p.causal, p.scale = causal, scale
+    p.q_stride[:], p.k_stride[:] = _strides(q, layout), _strides(k, layout)
+    p.v_stride[:] = _strides(v, layout)
     return p
 
 
-# The current stream's handle: PyTorch's raw getter where it has one (a
-# tenth of current_stream()'s cost).
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+def _check_dense(o, q, k, v, x):
+    """The tensors of a dense call (attention()'s checks, in its order).
+    Returns (batch, heads_q, heads_kv, seq_q, seq_kv, head_dim)."""
+    sizes = check_inputs(q, k, v, o.layout)
+    b, hq, hk, sq, sk, _ = sizes
+    _check_descales(q, b, hk, tuple(x.get(n) for n in _DESCALES))
+    _check_sinks(x.get("sinks"), q, hq)
+    if o.block_q:
+        bmask._check_lists(x["kv_num"], x["kv_indices"], x.get("full_num"),
+                           x.get("full_indices"))
+    return sizes
 
 
-def _stream(dev):
-    if _raw_stream is not None:
-        return _raw_stream(dev.index)
-    return torch.cuda.current_stream(dev).cuda_stream
+def _build_dense(o, lse, q, k, v, extras):
+    """calls.BUILDERS["dense"]: the entry of an attention() call."""
+    x = dict(zip(o.roles, extras))
+    b, hq, hk, sq, sk, d = _check_dense(o, q, k, v, x)
+    lse_shape_ = (b, hq, sq) if lse else None
+    if b * hq * sq * d == 0:
+        return calls.make_entry(None, q.device, _out_dtype(q.dtype), lse_shape_, idle=True)
+    p = _problem(q, k, v, o.causal, o.scale, o.layout)
+    p.splits = o.num_splits
+    slots, ones, keep = [], None, ()
+    if q.dtype == _FP8:
+        slots, ones = descale_slots(p, o, x, b, hk, (("q_descale", "q_scale"),
+                                                      ("k_descale", "k_scale"),
+                                                      ("v_descale", "v_scale")))
+    mods, mod_slots = mods_of(o, x, q.device)
+    p.mods = mods.ptr
+    if mods.ptr is not None:
+        keep = (mods,)
+    return calls.make_entry(p, q.device, _out_dtype(q.dtype), lse_shape_,
+                            slots + mod_slots, keep, ones)
 
 
-def _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_right, softcap,
-            score_mod, mask_mod, params, sinks=None, block_q=0, block_kv=0, kv_num=None,
-            kv_indices=None, full_num=None, full_indices=None, checked=False,
-            descales=(None, None, None)):
-    """Runs attention; returns (out, lse), lse None unless return_lse.  A
-    block mask comes as its block sizes and checked lists (kv_num None:
-    none).  checked: checked mode (the call waits for its kernels).
-    descales: FP8 inputs' (q_descale, k_descale, v_descale), checked,
-    None for ones."""
-    b, hq, sq, d = _sizes(q, layout)
-    dev = q.device
-    out = torch.empty(_out_shape(b, hq, sq, d, layout), dtype=_out_dtype(q.dtype),
-                      device=dev)
-    lse = torch.empty((b, hq, sq), dtype=torch.float32, device=dev) if return_lse else None
-    if out.numel() == 0:
-        return out, lse
-    ctx = core.gpu_context(dev.index)
-    lib = core.lib()
-    p = _problem(q, k, v, causal, scale, layout)
-    mods = scales = None
-    if (window_left != -1 or window_right != -1 or softcap or score_mod or mask_mod or params
-            or sinks is not None or kv_num is not None or checked):
-        bm = None if kv_num is None else bmask.struct_of(block_q, block_kv, kv_num, kv_indices,
-                                                         full_num, full_indices)
-        mods = pr.ModsArg((window_left, window_right), softcap, score_mod, mask_mod, params,
-                          device=dev, sinks=sinks, block_mask=bm, checked=checked)
-        p = capi.Problem.from_buffer_copy(p)
-        p.mods = mods.ptr
-    if p.dtype == capi.E4M3:
-        if mods is None:
-            p = capi.Problem.from_buffer_copy(p)  # the cached one keeps no pointers
-        scales = _fp8_scales(p, q, descales)
-    lse_ptr = lse.data_ptr() if return_lse else None
-    stream = _stream(dev)
-    if torch.cuda.is_current_stream_capturing():
-        st = _launch_captured(lib, ctx, p, q, k, v, out, lse_ptr, stream)
-    else:
-        st = lib.fj_attention_fwd(ctx, C.byref(p), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                                  out.data_ptr(), lse_ptr, stream)
-    if st != capi.OK:
-        raise core.error(st, ctx)
-    del mods, scales  # held until here: the call reads them (the lists are the caller's)
-    return out, lse
+calls.BUILDERS["dense"] = _build_dense
 
 
-def _launch_captured(lib, ctx, p, q, k, v, out, lse_ptr, stream):
-    """Under CUDA-graph capture the context's workspace cannot grow: plan,
-    and take the split-KV workspace from PyTorch's allocator (the graph's
-    pool)."""
-    plan = capi.Plan()
-    st = lib.fj_attention_plan(ctx, C.byref(p), C.byref(plan))
-    if st != capi.OK:
-        return st
-    ws, ws_ptr = None, None
-    if plan.workspace_bytes:
-        ws = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=q.device)
-        ws_ptr = ws.data_ptr()
-    st = lib.fj_attention_fwd_plan(ctx, C.byref(p), C.byref(plan), q.data_ptr(), k.data_ptr(),
-                                   v.data_ptr(), out.data_ptr(), lse_ptr, ws_ptr,
-                                   plan.workspace_bytes, stream)
-    del ws  # freed in stream order: later work in the capture may reuse it
-    return st
+# ---- the ops ----------------------------------------------------------------------------
+
+_lib = torch.library.Library("flashjit", "FRAGMENT")  # kept: the ops live as long as it
+_TAGS = (torch.Tag.pt2_compliant_tag,)
+_lib.define("attention(Tensor q, Tensor k, Tensor v, Tensor[] extra, str opts) -> Tensor",
+            tags=_TAGS)
+_lib.define("attention_lse(Tensor q, Tensor k, Tensor v, Tensor[] extra, str opts) -> "
+            "(Tensor, Tensor)", tags=_TAGS)
 
 
-# ---- the op ------------------------------------------------------------------------
+def _untraced(fn):
+    """An op's kernel that torch.compile's Dynamo never traces, as
+    custom_op's kernels are not: it runs where a compiled graph calls the
+    op, and after a graph break Dynamo would otherwise try to compile its
+    frames.  torch._dynamo is imported on the first call, not here."""
+    disabled = None
 
-_Tensors = typing.List[torch.Tensor]
-_Floats = typing.List[float]
-
-
-@torch.library.custom_op("flashjit::attention", mutates_args=(), device_types="cuda")
-def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: int,
-                 scale: float, return_lse: bool, layout: int, window_left: int,
-                 window_right: int, softcap: float, score_mod: str, mask_mod: str,
-                 param_names: str, param_tensors: _Tensors, param_scalars: _Floats,
-                 sinks: typing.Optional[torch.Tensor] = None, block_q: int = 0,
-                 block_kv: int = 0, kv_num: typing.Optional[torch.Tensor] = None,
-                 kv_indices: typing.Optional[torch.Tensor] = None,
-                 full_num: typing.Optional[torch.Tensor] = None,
-                 full_indices: typing.Optional[torch.Tensor] = None,
-                 q_descale: typing.Optional[torch.Tensor] = None,
-                 k_descale: typing.Optional[torch.Tensor] = None,
-                 v_descale: typing.Optional[torch.Tensor] = None
-                 ) -> typing.Tuple[torch.Tensor, torch.Tensor]:
-    """flashjit attention as a PyTorch op: (out, lse); lse is empty unless
-    return_lse.  A block mask comes as its block sizes and its int32 lists
-    (kv_num None: none).  FP8 inputs take float32 (batch, heads_kv)
-    descales (None: ones) and give a bfloat16 out.  Use
-    flashjit.attention(), which builds and checks these arguments."""
-    out, lse = _launch(q, k, v, causal, scale, return_lse, layout, window_left, window_right,
-                       softcap, score_mod, mask_mod,
-                       _decode_params(param_names, param_tensors, param_scalars), sinks,
-                       block_q, block_kv, kv_num, kv_indices, full_num, full_indices,
-                       descales=(q_descale, k_descale, v_descale))
-    return out, lse if lse is not None else q.new_empty((0,), dtype=torch.float32)
+    @functools.wraps(fn)
+    def kernel(*args):
+        nonlocal disabled
+        if disabled is None:
+            disabled = torch.compiler.disable(fn)
+        return disabled(*args)
+    return kernel
 
 
-@attention_op.register_fake
-def _attention_fake(q, k, v, causal, scale, return_lse, layout, window_left, window_right,
-                    softcap, score_mod, mask_mod, param_names, param_tensors, param_scalars,
-                    sinks=None, block_q=0, block_kv=0, kv_num=None, kv_indices=None,
-                    full_num=None, full_indices=None, q_descale=None, k_descale=None,
-                    v_descale=None):
-    b, hq, sq, d = _sizes(q, layout)
-    out = q.new_empty(_out_shape(b, hq, sq, d, layout), dtype=_out_dtype(q.dtype))
-    lse = q.new_empty((b, hq, sq) if return_lse else (0,), dtype=torch.float32)
-    return out, lse
+def _op(q, k, v, extra, opts):
+    """flashjit::attention: the output of attention(), or of a serving
+    call, whose options `opts` holds (_calls.encode) and whose extra
+    tensors `extra` holds in the order of its roles."""
+    o = calls.decode(opts)
+    return calls.forward(calls.entry(o, False, q, k, v, extra), q, k, v, extra)[0]
+
+
+def _op_lse(q, k, v, extra, opts):
+    """flashjit::attention_lse: (out, lse) of the same call."""
+    o = calls.decode(opts)
+    return calls.forward(calls.entry(o, True, q, k, v, extra), q, k, v, extra)
+
+
+def _op_fake(q, k, v, extra, opts):
+    return q.new_empty(q.shape, dtype=_out_dtype(q.dtype))
+
+
+def _op_lse_fake(q, k, v, extra, opts):
+    o = calls.decode(opts)
+    return (q.new_empty(q.shape, dtype=_out_dtype(q.dtype)),
+            q.new_empty(lse_shape(o, q), dtype=torch.float32))
+
+
+_lib.impl("attention", _untraced(_op), "CUDA")
+_lib.impl("attention_lse", _untraced(_op_lse), "CUDA")
+torch.library.register_fake("flashjit::attention", _op_fake, lib=_lib)
+torch.library.register_fake("flashjit::attention_lse", _op_lse_fake, lib=_lib)
+
+
+def op_call(o, lse, q, k, v, extras):
+    """The call as the op (what torch.compile traces): (out, lse)."""
+    text = calls.encode(o)
+    if lse:
+        return torch.ops.flashjit.attention_lse(q, k, v, list(extras), text)
+    return torch.ops.flashjit.attention(q, k, v, list(extras), text), None
+
+
+_NO_BACKWARD = (f"{_WHO}: the backward does not take score_mod, mask_mod, params or "
+                "block_mask yet")
+
+
+class NoBackward(torch.autograd.Function):
+    """A call whose inputs require grad but whose backward is not
+    implemented (expressions, block masks): the forward through the op,
+    and a backward of flashjit::no_backward, which raises when it runs --
+    at loss.backward(), eagerly or compiled -- and traces like any op, so
+    that torch.compile needs no graph break for it."""
+
+    @staticmethod
+    def forward(ctx, o, lse, q, k, v, *extras):
+        out, l = op_call(o, lse, q, k, v, extras)
+        if l is not None:
+            ctx.mark_non_differentiable(l)
+        ctx.save_for_backward(q, k, v)
+        ctx.extras = len(extras)
+        return out, l
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        grads = tuple(torch.ops.flashjit.no_backward(dout, t, _NO_BACKWARD)
+                      for t in ctx.saved_tensors)
+        return (None, None) + grads + (None,) * ctx.extras
+
+
+_lib.define("no_backward(Tensor grad, Tensor like, str why) -> Tensor", tags=_TAGS)
+
+
+def _no_backward(grad, like, why):
+    """flashjit::no_backward: the gradient of an input whose backward is
+    not implemented: raises NotImplementedError(why)."""
+    raise NotImplementedError(why)
+
+
+_lib.impl("no_backward", _untraced(_no_backward), "CompositeExplicitAutograd")
+torch.library.register_fake("flashjit::no_backward",
+                            lambda grad, like, why: torch.empty_like(like), lib=_lib)
 
 
 # ---- the backward ----------------------------------------------------------------
@@ -364,12 +467,26 @@ def _dense(t):
 
 
 def _bwd_problem(q, k, v, causal, scale, layout, deterministic):
-    """The fj_problem of the backward: the forward's (a copy -- the cached
-    one stays as the forward built it) with the deterministic switch.
-    Reads only the tensors' shapes, strides and dtype."""
-    p = capi.Problem.from_buffer_copy(_problem(q, k, v, causal, scale, layout))
+    """The fj_problem of the backward: the forward's with the deterministic
+    switch.  Reads only the tensors' shapes, strides and dtype."""
+    p = _problem(q, k, v, causal, scale, layout)
     p.deterministic = 1 if deterministic else 0
     return p
+
+
+def _build_bwd(q, k, v, causal, scale, layout, window_left, window_right, softcap, sinks,
+               deterministic):
+    """The backward's entry: its problem (mods: window, softcap, sinks --
+    a placeholder until a call writes its own sinks), planned."""
+    p = _bwd_problem(q, k, v, causal, scale, layout, deterministic)
+    mods, slots = None, ()
+    if window_left != -1 or window_right != -1 or softcap or sinks is not None:
+        mods = pr.ModsArg((window_left, window_right), softcap, device=q.device,
+                          sinks=True if sinks is not None else None)
+        p.mods = mods.ptr
+        if sinks is not None:
+            slots = ((mods.mods, "sinks", 0),)
+    return calls.make_bwd_entry(p, q.device, sinks is not None, slots, (mods,))
 
 
 def _launch_bwd(dout, q, k, v, out, lse, causal, scale, layout, window_left, window_right,
@@ -381,39 +498,21 @@ def _launch_bwd(dout, q, k, v, out, lse, causal, scale, layout, window_left, win
     q, k, v = (t if _dense(t) else t.contiguous() for t in (q, k, v))
     # O and dO are read with one set of strides: O's, which the forward made contiguous.
     out, dout = out.contiguous(), dout.contiguous()
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    b, hq, sq, d = _sizes(q, layout)
-    dsinks = torch.empty((hq,) if sinks is not None else (0,), dtype=torch.float32,
-                         device=q.device)
-    if dq.numel() == 0:
-        return dq, dk.zero_(), dv.zero_(), dsinks.zero_()
-    dev = q.device
-    ctx = core.gpu_context(dev.index)
-    lib = core.lib()
-    p = _bwd_problem(q, k, v, causal, scale, layout, deterministic)
-    mods = None
-    if window_left != -1 or window_right != -1 or softcap or sinks is not None:
-        mods = pr.ModsArg((window_left, window_right), softcap, device=dev, sinks=sinks)
-        p.mods = mods.ptr
-    args = [q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(),
-            lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-            dsinks.data_ptr() if sinks is not None else None]
-    stream = _stream(dev)
-    if torch.cuda.is_current_stream_capturing():
-        # The context's workspace cannot grow under capture: PyTorch's (the graph's pool).
-        plan = capi.BwdPlan()
-        st = lib.fj_attention_bwd_plan(ctx, C.byref(p), C.byref(plan))
-        if st == capi.OK:
-            ws = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=dev)
-            st = lib.fj_attention_bwd_run(ctx, C.byref(p), C.byref(plan), *args,
-                                          ws.data_ptr(), plan.workspace_bytes, stream)
-            del ws
-    else:
-        st = lib.fj_attention_bwd(ctx, C.byref(p), *args, stream)
-    if st != capi.OK:
-        raise core.error(st, ctx)
-    del mods
-    return dq, dk, dv, dsinks
+    if q.numel() == 0:
+        hq = _sizes(q, layout)[1]
+        return (torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v),
+                torch.zeros((hq,) if sinks is not None else (0,), dtype=torch.float32,
+                            device=q.device))
+    meta = calls.meta
+    key = (causal, scale, layout, window_left, window_right, softcap, bool(deterministic),
+           meta(q), meta(k), meta(v), meta(out), meta(dout), meta(lse),
+           None if sinks is None else meta(sinks))
+    e = calls.tables.bwd.get(key)
+    if e is None:
+        e = _build_bwd(q, k, v, causal, scale, layout, window_left, window_right, softcap,
+                       sinks, deterministic)
+        calls.remember(calls.tables.bwd, key, e)
+    return calls.backward(e, dout, q, k, v, out, lse, (sinks,))
 
 
 @torch.library.custom_op("flashjit::attention_bwd", mutates_args=(), device_types="cuda")
@@ -422,7 +521,7 @@ def attention_bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
                      layout: int, window_left: int, window_right: int, softcap: float,
                      sinks: typing.Optional[torch.Tensor] = None, deterministic: bool = False
                      ) -> typing.Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The gradients of flashjit::attention: (dq, dk, dv, dsinks).
+    """The gradients of flashjit::attention_train: (dq, dk, dv, dsinks).
     deterministic: bit-identical gradients run to run (fj_problem's
     switch); an argument, never read from PyTorch's global state here, so
     that a traced or captured backward shows the mode it runs in."""
@@ -438,6 +537,12 @@ def _attention_bwd_fake(dout, q, k, v, out, lse, causal, scale, layout, window_l
             q.new_empty((hq,) if sinks is not None else (0,), dtype=torch.float32))
 
 
+def _train_opts(sinks, causal, scale, layout, window_left, window_right, softcap):
+    return calls.opts("dense", causal=causal, scale=scale, layout=layout,
+                      window_left=window_left, window_right=window_right, softcap=softcap,
+                      roles=("sinks",) if sinks is not None else ())
+
+
 @torch.library.custom_op("flashjit::attention_train", mutates_args=(), device_types="cuda")
 def attention_train_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        sinks: typing.Optional[torch.Tensor], causal: int, scale: float,
@@ -446,8 +551,9 @@ def attention_train_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """flashjit attention with its gradients: (out, lse), the built-in
     masks and modifications only (what fj_attention_bwd takes).  Use
     flashjit.attention(), which calls it when an input requires grad."""
-    return _launch(q, k, v, causal, scale, True, layout, window_left, window_right, softcap,
-                   "", "", None, sinks)
+    o = _train_opts(sinks, causal, scale, layout, window_left, window_right, softcap)
+    extras = (sinks,) if sinks is not None else ()
+    return calls.forward(calls.entry(o, True, q, k, v, extras), q, k, v, extras)
 
 
 @attention_train_op.register_fake
@@ -491,16 +597,7 @@ def _train_backward(ctx, dout, dlse):
 attention_train_op.register_autograd(_train_backward, setup_context=_train_setup)
 
 
-def _no_grad_setup(ctx, inputs, output):
-    pass
-
-
-def _no_grad_backward(ctx, *grads):
-    raise NotImplementedError(f"{_WHO}: the backward does not take score_mod, mask_mod, "
-                              "params or block_mask yet")
-
-
-attention_op.register_autograd(_no_grad_backward, setup_context=_no_grad_setup)
+# ---- attention() ----------------------------------------------------------------------
 
 
 def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhsd",
@@ -564,29 +661,67 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     is read when the backward runs, or under torch.compile when it is
     traced (a change recompiles).  Under CUDA-graph capture, run the call
     once before capturing (compile, layout probe).  torch.compile traces it
-    as torch.ops.flashjit.attention.  Raises TypeError / ValueError with a
-    one-line message for bad inputs (the library's own where it refuses).
+    as torch.ops.flashjit.attention (attention_lse with return_lse).
+    Raises TypeError / ValueError with a one-line message for bad inputs
+    (the library's own where it refuses).
+
+    A call repeats its thread's first call of the same signature -- the
+    tensors' shapes, strides, dtypes and devices, and the options as given
+    -- without its checks or planning: one lookup, the output's allocation
+    and one launch.
     """
+    key = None
+    if params is None and block_mask is None and not torch.compiler.is_compiling():
+        # The cached call (_calls.py): one lookup by the arguments as given
+        # (their reprs, so that True and 1 stay apart), and the launch.
+        try:
+            key = (f"{causal!r},{scale!r},{return_lse!r},{layout!r},{window!r},{softcap!r},"
+                   f"{score_mod!r},{mask_mod!r},{checked!r}", q.shape, q.stride(), q.dtype,
+                   q.device, k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(),
+                   v.dtype, v.device)
+            if sinks is None and q_descale is None and k_descale is None and v_descale is None:
+                extras = ()
+            else:
+                extras = tuple(t for t in (sinks, q_descale, k_descale, v_descale)
+                               if t is not None)
+                key += (sinks is None, q_descale is None, k_descale is None,
+                        v_descale is None) + tuple(calls.meta(t) for t in extras)
+            e = calls.tables.plain.get(key)
+        except (AttributeError, TypeError):  # not tensors: the checks below say so
+            key = e = None
+        if e is not None and not (torch.is_grad_enabled() and (
+                q.requires_grad or k.requires_grad or v.requires_grad or
+                (sinks is not None and sinks.requires_grad))):
+            out, lse = calls.forward(e, q, k, v, extras)
+            return (out, lse) if return_lse else out
+    return _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, score_mod,
+                      mask_mod, params, sinks, block_mask, checked,
+                      (q_descale, k_descale, v_descale), key)
+
+
+def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, score_mod,
+               mask_mod, params, sinks, block_mask, checked, descales, key):
+    """attention() of a call not in the table: every check, then the
+    route (the table's entry, the op under torch.compile, the training op
+    when an input requires grad).  key: the table's key for the call, to
+    remember its entry under (None: not a plain call)."""
     c = pr.causal_code(causal)
     lay = pr.choose("layout", layout, pr.LAYOUTS)
     sc = pr.scale_value(scale)
-    wl, wr = _window(window)
-    cap = _softcap(softcap)
-    for what, text in (("score_mod", score_mod), ("mask_mod", mask_mod)):
-        if text is not None and not isinstance(text, str):
-            raise TypeError(f"{_WHO}: {what} must be a C expression in a str, not {text!r}")
+    wl, wr = window_arg(window)
+    cap = softcap_arg(softcap)
+    check_exprs(score_mod, mask_mod)
     if checked is not False and checked is not True:
         raise TypeError(f"{_WHO}: checked must be True or False, not {checked!r}")
     b, hq, hk, sq, sk, _ = check_inputs(q, k, v, lay)
-    descales = (q_descale, k_descale, v_descale)
     fp8 = _check_descales(q, b, hk, descales)
     _check_sinks(sinks, q, hq)
     bm = _block_mask_args(block_mask, q, b, hq, sq, sk)
     if checked and torch.compiler.is_compiling():
         raise ValueError(f"{_WHO}: checked=True waits for its kernels and reports on the host: "
                          "call it outside torch.compile")
-    # Autograd goes through the op (its backward: register_autograd), which
-    # keeps the log-sum-exp for it.
+    # Autograd goes through the training op (its backward: register_autograd),
+    # which keeps the log-sum-exp for it.
     grad = torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, sinks) + descales)
     if grad and fp8:
@@ -594,16 +729,48 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     builtin = not (score_mod or mask_mod or params or block_mask is not None or checked)
     if grad and builtin:
         out, lse = attention_train_op(q, k, v, sinks, c, sc, lay, wl, wr, cap)
-    elif torch.compiler.is_compiling() or (grad and not checked):
-        names, tensors, scalars = encode_params(params)
-        out, lse = attention_op(q, k, v, c, sc, bool(return_lse), lay, wl, wr, cap,
-                                score_mod or "", mask_mod or "", names, tensors, scalars,
-                                sinks, *bm, *descales)
+        return (out, lse) if return_lse else out
+    o, extras = _dense_opts(c, sc, lay, wl, wr, cap, score_mod, mask_mod, params, sinks, bm,
+                            checked, descales)
+    lse = bool(return_lse)
+    if grad:
+        out, l = NoBackward.apply(o, lse, q, k, v, *extras)
+    elif torch.compiler.is_compiling():
+        out, l = op_call(o, lse, q, k, v, extras)
     else:
-        out, lse = _launch(q, k, v, c, sc, bool(return_lse), lay, wl, wr, cap,
-                           score_mod or "", mask_mod or "", params, sinks, *bm,
-                           checked=checked, descales=descales)
-    return (out, lse) if return_lse else out
+        e = calls.entry(o, lse, q, k, v, extras)
+        if key is not None:
+            calls.remember(calls.tables.plain, key, e)
+        out, l = calls.forward(e, q, k, v, extras)
+    return (out, l) if return_lse else out
+
+
+def _dense_opts(causal, scale, layout, wl, wr, softcap, score_mod, mask_mod, params, sinks,
+                bm, checked, descales):
+    """The Opts of a checked attention() call and its extra tensors, in
+    their roles' order: sinks, the tensor parameters, the block mask's
+    lists, the descales given."""
+    spec, param_roles, param_tensors = params_opts(params)
+    roles, extras = [], []
+    if sinks is not None:
+        roles.append("sinks")
+        extras.append(sinks)
+    roles += param_roles
+    extras += param_tensors
+    block_q, block_kv = bm[0], bm[1]
+    for name, t in zip(("kv_num", "kv_indices", "full_num", "full_indices"), bm[2:]):
+        if t is not None:
+            roles.append(name)
+            extras.append(t)
+    for name, t in zip(_DESCALES, descales):
+        if t is not None:
+            roles.append(name)
+            extras.append(t)
+    o = calls.opts("dense", causal=causal, scale=scale, layout=layout, window_left=wl,
+                   window_right=wr, softcap=softcap, score_mod=score_mod or "",
+                   mask_mod=mask_mod or "", params=spec, roles=tuple(roles), block_q=block_q,
+                   block_kv=block_kv, checked=bool(checked))
+    return o, tuple(extras)
 
 
 _NO_BLOCK_MASK = (0, 0, None, None, None, None)
@@ -620,8 +787,8 @@ def _fp8_grad_error(q, k, v, sinks, descales):
 
 
 def _block_mask_args(block_mask, q, batch, heads_q, seq_q, seq_kv):
-    """block_mask as the op's arguments (block_q, block_kv and the four
-    lists), after checking that it fits the problem."""
+    """block_mask as (block_q, block_kv) and the four lists, after checking
+    that it fits the problem."""
     if block_mask is None:
         return _NO_BLOCK_MASK
     if not isinstance(block_mask, BlockMask):
@@ -630,43 +797,6 @@ def _block_mask_args(block_mask, q, batch, heads_q, seq_q, seq_kv):
                         "flashjit.BlockMask.from_flex takes FlexAttention's)")
     block_mask._check_problem(batch, heads_q, seq_q, seq_kv, q.device, _WHO)
     return (block_mask.block_q, block_mask.block_kv) + block_mask._tensors()
-
-
-def _check_sinks(sinks, q, heads_q):
-    """sinks: None, or float32 (heads_q,) on q's device, contiguous."""
-    if sinks is None:
-        return
-    if not isinstance(sinks, torch.Tensor):
-        raise TypeError(f"{_WHO}: sinks is a {type(sinks).__name__}, not a torch.Tensor "
-                        "(float32, one logit per query head)")
-    if sinks.dtype != torch.float32:
-        raise TypeError(f"{_WHO}: sinks has dtype {sinks.dtype}; it must be torch.float32")
-    if tuple(sinks.shape) != (heads_q,):
-        raise ValueError(f"{_WHO}: sinks has shape {tuple(sinks.shape)}; it must be "
-                         f"({heads_q},), one logit per query head")
-    if sinks.device != q.device:
-        raise ValueError(f"{_WHO}: sinks is on {sinks.device}; the attention inputs are on "
-                         f"{q.device}")
-    if heads_q > 1 and sinks.stride(0) != 1:
-        raise ValueError(f"{_WHO}: sinks is not contiguous (stride {sinks.stride(0)}); call "
-                         ".contiguous()")
-
-
-def _window(window):
-    if window is None:
-        return -1, -1
-    if not isinstance(window, (tuple, list)) or len(window) != 2:
-        raise ValueError(f"{_WHO}: window={window!r} must be a pair (left, right); -1 leaves "
-                         "a side unbounded")
-    return pr.int_arg("window[0]", window[0]), pr.int_arg("window[1]", window[1])
-
-
-def _softcap(softcap):
-    if softcap is None:
-        return 0.0
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
-        raise TypeError(f"{_WHO}: softcap must be a number or None, not {softcap!r}")
-    return pr.float32_arg("softcap", softcap)
 
 
 # ---- block masks ---------------------------------------------------------------------
@@ -713,7 +843,7 @@ def block_mask(q=None, k=None, *, mask_mod=None, params=None, causal=None, windo
     buf = torch.empty(n, dtype=torch.uint8, device=dev)
     raw = capi.BlockMask()
     st = lib.fj_block_mask_build(ctx, C.byref(p), bq, bkv, buf.data_ptr(), n, C.byref(raw),
-                                 _stream(dev))
+                                 calls.stream(dev.index))
     if st != capi.OK:
         raise core.error(st, ctx)
     del mods  # held until here: the build read it (the parameters are the caller's)

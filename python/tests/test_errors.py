@@ -300,18 +300,17 @@ class AttentionErrors(Case):
         self.refuses(TypeError, r"checked must be True or False, not 1", flashjit.attention,
                      q, k, v, checked=1)
 
-    def test_params_encoding(self):
+    def test_params_options(self):
         from flashjit import _torch
-        self.assertEqual(_torch.encode_params({"a": 1, "b": 2.5}), ("a=i,b=f", [], [1.0, 2.5]))
+        self.assertEqual(_torch.params_opts({"a": 1, "b": 2.5}),
+                         ((("a", "i", 1), ("b", "f", 2.5)), (), ()))
         t = torch.zeros(4)
-        names, tensors, scalars = _torch.encode_params({"t": t, "n": 3})
-        self.assertEqual((names, scalars), ("t=t,n=i", [3.0]))
+        spec, roles, tensors = _torch.params_opts({"t": t, "n": 3})
+        self.assertEqual((spec, roles), ((("t", "t", None), ("n", "i", 3)), ("param:t",)))
         self.assertIs(tensors[0], t)
-        self.assertEqual(_torch._decode_params(names, tensors, scalars)["n"], 3)
         self.refuses(ValueError, r"params: 'a b' is not a C identifier",
-                     _torch.encode_params, {"a b": 1})
-        self.refuses(TypeError, r"params\['x'\]=True: an int \(i32\), a float \(f32\) or a "
-                     r"tensor", _torch.encode_params, {"x": True})
+                     _torch.params_opts, {"a b": 1})
+        self.refuses(TypeError, r"tensor", _torch.params_opts, {"x": True})
 
 
 @unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
@@ -575,62 +574,6 @@ class BlockMaskBuilder(Case):
         raw.full_indices = base + n - 4  # runs past the buffer
         self.refuses(RuntimeError, r"the library's full_indices .* is not within the "
                      rf"{n}-byte buffer", flashjit.BlockMask._of_buffer, buf, raw, 250, 600)
-
-
-@unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
-class FakeImplementation(unittest.TestCase):
-    """The op's fake (meta) implementation, which torch.compile traces."""
-
-    def test_registered(self):
-        self.assertTrue(hasattr(torch.ops.flashjit, "attention"))
-
-    def test_meta_shapes(self):
-        q = torch.empty((2, 8, 100, 64), dtype=torch.bfloat16, device="meta")
-        k = torch.empty((2, 2, 300, 64), dtype=torch.bfloat16, device="meta")
-        out, lse = torch.ops.flashjit.attention(q, k, k, 1, 0.0, True, 0, -1, -1, 0.0, "", "",
-                                                "", [], [])
-        self.assertEqual(tuple(out.shape), (2, 8, 100, 64))
-        self.assertEqual(out.dtype, torch.bfloat16)
-        self.assertEqual(tuple(lse.shape), (2, 8, 100))
-        self.assertEqual(lse.dtype, torch.float32)
-        qs = torch.empty((2, 100, 8, 64), dtype=torch.float16, device="meta")
-        ks = torch.empty((2, 300, 2, 64), dtype=torch.float16, device="meta")
-        out, lse = torch.ops.flashjit.attention(qs, ks, ks, 0, 0.0, False, 1, -1, -1, 0.0, "",
-                                                "", "", [], [])
-        self.assertEqual(tuple(out.shape), (2, 100, 8, 64))
-        self.assertEqual(tuple(lse.shape), (0,))
-
-    def test_meta_with_sinks_and_block_mask(self):
-        q = torch.empty((2, 8, 300, 64), dtype=torch.bfloat16, device="meta")
-        sinks = torch.empty((8,), dtype=torch.float32, device="meta")
-        num = torch.empty((1, 1, 3), dtype=torch.int32, device="meta")
-        idx = torch.empty((1, 1, 3, 3), dtype=torch.int32, device="meta")
-        out, lse = torch.ops.flashjit.attention(q, q, q, 1, 0.0, True, 0, -1, -1, 0.0, "",
-                                                "kv <= q", "", [], [], sinks, 128, 128, num,
-                                                idx, num, idx)
-        self.assertEqual(tuple(out.shape), (2, 8, 300, 64))
-        self.assertEqual(tuple(lse.shape), (2, 8, 300))
-        schema = str(torch.ops.flashjit.attention.default._schema)
-        self.assertIn("Tensor? sinks=None, SymInt block_q=0, SymInt block_kv=0, Tensor? "
-                      "kv_num=None, Tensor? kv_indices=None, Tensor? full_num=None, Tensor? "
-                      "full_indices=None, Tensor? q_descale=None, Tensor? k_descale=None, "
-                      "Tensor? v_descale=None", schema)
-
-    def test_meta_fp8(self):
-        # FP8 inputs give a bfloat16 output (and a float32 log-sum-exp).
-        f8 = torch.float8_e4m3fn
-        q = torch.empty((2, 8, 100, 128), dtype=f8, device="meta")
-        k = torch.empty((2, 2, 300, 128), dtype=f8, device="meta")
-        ds = torch.empty((2, 2), dtype=torch.float32, device="meta")
-        out, lse = torch.ops.flashjit.attention(q, k, k, 1, 0.0, True, 0, -1, -1, 0.0, "",
-                                                "", "", [], [], None, 0, 0, None, None,
-                                                None, None, ds, ds, ds)
-        self.assertEqual(tuple(out.shape), (2, 8, 100, 128))
-        self.assertEqual(out.dtype, torch.bfloat16)
-        self.assertEqual((tuple(lse.shape), lse.dtype), ((2, 8, 100), torch.float32))
-        out, _ = torch.ops.flashjit.attention(q, k, k, 0, 0.0, False, 0, -1, -1, 0.0, "", "",
-                                              "", [], [])
-        self.assertEqual(out.dtype, torch.bfloat16)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,13 @@ def sdpa(q, k, v, causal=None, scale=None):
                                           scale=scale, enable_gqa=q.shape[1] != k.shape[1])
 
 
+def op_args(q, k, v, extra, **opts):
+    """The arguments of torch.ops.flashjit.attention(_lse) for a dense
+    call of these options (flashjit._calls.Opts fields)."""
+    from flashjit import _calls
+    return (q, k, v, extra, _calls.encode(_calls.opts("dense", **opts)))
+
+
 def randn(*shape, dtype=None, device="cuda"):
     return torch.randn(shape, dtype=dtype or torch.bfloat16, device=device)
 
@@ -660,8 +667,11 @@ class BlockMasks(GpuCase):
         g.replay()
         torch.cuda.synchronize()
         self.close(out, f(q, k, v), 1e-3, "graph replay")
-        args = (q, k, v, 1, 0.0, False, 0, -1, -1, 0.0, "", self.DOC, "doc=t", [doc], [],
-                None, bm.block_q, bm.block_kv) + bm._tensors()
+        lists = [t for t in bm._tensors() if t is not None]
+        args = op_args(q, k, v, [doc] + lists, causal=1, mask_mod=self.DOC,
+                       params=(("doc", "t", None),), block_q=bm.block_q, block_kv=bm.block_kv,
+                       roles=("param:doc", "kv_num", "kv_indices", "full_num",
+                              "full_indices")[:1 + len(lists)])
         torch.library.opcheck(torch.ops.flashjit.attention.default, args,
                               test_utils=("test_schema", "test_faketensor"))
 
@@ -743,9 +753,86 @@ class Compile(GpuCase):
 
     def test_opcheck(self):
         q = randn(1, 4, 128, 64)
-        args = (q, q.clone(), q.clone(), 1, 0.0, True, 0, -1, -1, 0.0, "", "", "", [], [])
+        args = op_args(q, q.clone(), q.clone(), [], causal=1)
+        torch.library.opcheck(torch.ops.flashjit.attention_lse.default, args,
+                              test_utils=("test_schema", "test_faketensor"))
         torch.library.opcheck(torch.ops.flashjit.attention.default, args,
                               test_utils=("test_schema", "test_faketensor"))
+
+
+class CachedCalls(GpuCase):
+    """The cached call (flashjit/_calls.py, issue 37): a call that finds its
+    entry, the op a compiled graph calls, and torch.compile's graphs --
+    CUDA graphs included -- give the bits of a first call, which checks and
+    plans."""
+
+    def cases(self):
+        q, k, v = randn(2, 8, 256, 64), randn(2, 2, 256, 64), randn(2, 2, 256, 64)
+        qs, ks, vs = randn(2, 300, 12, 128).split([8, 2, 2], dim=2)
+        sinks = torch.randn(8, device="cuda")
+        decode = (randn(4, 32, 1, 128), randn(4, 8, 4096, 128), randn(4, 8, 4096, 128))
+        return [("plain", (q, k, v), {}),
+                ("causal, lse", (q, k, v), dict(causal="top_left", return_lse=True)),
+                ("bshd views of one tensor", (qs, ks, vs), dict(layout="bshd", causal=True)),
+                ("window, softcap, sinks", (q, k, v), dict(window=(64, 0), causal=True,
+                                                           softcap=30.0, sinks=sinks)),
+                ("expression with a tensor", (q, k, v), dict(score_mod="s + t(h)",
+                                                             params={"t": sinks})),
+                ("split decode (workspace)", decode, {})]
+
+    def fresh(self):
+        from flashjit import _calls
+        _calls.tables.plain.clear()
+        _calls.tables.calls.clear()
+
+    def same(self, got, want, what):
+        for g, w in zip(got if isinstance(got, tuple) else (got,),
+                        want if isinstance(want, tuple) else (want,)):
+            self.assertTrue(torch.equal(g, w), what)
+
+    def test_repeat_op_and_compile_are_bitwise(self):
+        for name, t, kw in self.cases():
+            with self.subTest(name):
+                self.fresh()
+                first = flashjit.attention(*t, **kw)
+                self.same(flashjit.attention(*t, **kw), first, "the call again")
+                torch._dynamo.reset()
+                compiled = torch.compile(lambda *a: flashjit.attention(*a, **kw),
+                                         fullgraph=True)
+                self.same(compiled(*t), first, "torch.compile")
+                # Other tensors of the same signature: the entry, their own pointers.
+                t2 = tuple(x * 0.5 for x in t)
+                hit = flashjit.attention(*t2, **kw)
+                self.fresh()
+                self.same(hit, flashjit.attention(*t2, **kw), "other tensors")
+
+    def test_reduce_overhead(self):
+        for name, t, kw in self.cases():
+            if kw.get("return_lse") or "params" in kw:
+                continue
+            with self.subTest(name):
+                torch._dynamo.reset()
+                ins = tuple(x.contiguous() if x.dim() else x for x in t)
+
+                def f(q, k, v):
+                    return flashjit.attention(q, k, v, **kw) * 2
+
+                g = torch.compile(f, mode="reduce-overhead", fullgraph=True)
+                for i in range(4):  # warm-up, recording, then replays
+                    for x in ins:
+                        x.copy_(torch.randn_like(x))
+                    got = g(*ins).clone()
+                    self.same(got, f(*ins), f"call {i}")
+
+    def test_backward_again(self):
+        q, k, v = (randn(1, 4, 256, 64).requires_grad_() for _ in range(3))
+        dout = randn(1, 4, 256, 64)
+        grads = []
+        for _ in range(2):
+            out = flashjit.attention(q, k, v, causal="top_left")
+            grads.append(torch.autograd.grad(out, (q, k, v), dout))
+        self.close(grads[1][0], grads[0][0], 1e-3, "dq")
+        self.same(grads[1][1:], grads[0][1:], "dk, dv")
 
 
 class Backward(GpuCase):
@@ -910,8 +997,8 @@ class Fp8(GpuCase):
         self.assertEqual(got.dtype, torch.bfloat16)
         self.assertTrue(torch.equal(got, f(q, k, v, *ds)))
         q1 = q[:1, :2, :128].contiguous()
-        args = (q1, q1.clone(), q1.clone(), 1, 0.0, True, 0, -1, -1, 0.0, "", "", "", [], [],
-                None, 0, 0, None, None, None, None, ds[0][:1].contiguous(), None, None)
+        args = op_args(q1, q1.clone(), q1.clone(), [ds[0][:1].contiguous()], causal=1,
+                       roles=("q_descale",))
         # test_schema multiplies the inputs, which PyTorch does not do in
         # float8_e4m3fn ("mul_cuda" not implemented): the fake tensor check only.
         torch.library.opcheck(torch.ops.flashjit.attention.default, args,

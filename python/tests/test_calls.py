@@ -1,0 +1,582 @@
+"""The cached calls (_calls.py) without a GPU: what a repeated call reuses
+and what makes a new entry, the pointers each call writes, threads,
+CUDA-graph capture's workspace, the backward's table, the options text of
+the ops, their fake implementations, and torch.compile's trace of
+attention(), attention_varlen() and attention_with_kvcache().
+
+The GPU is stubbed: the tensors are CPU tensors (the device check let
+through), the context a compile-only one (sm_90a: plans need no GPU),
+and the launching calls a recorder.  Needs PyTorch (any build); skipped,
+saying so, without it."""
+import ctypes as C
+import threading
+import unittest
+from unittest import mock
+
+import fjtest
+import flashjit
+from fjtest import torch
+
+if fjtest.HAS_TORCH:
+    import torch.nn.functional as F
+    from flashjit import _calls as calls
+    from flashjit import _capi as capi
+    from flashjit import _core as core
+    from flashjit import _torch as fjt
+
+BF16 = torch.bfloat16 if fjtest.HAS_TORCH else None
+
+
+class Recorder:
+    """Stands for the launching calls: keeps each call's name, arguments
+    and a copy of the problem as the library would read it."""
+
+    def __init__(self):
+        self.calls = []
+
+    def _keep(self, name, args):
+        raw = (C.c_char * C.sizeof(capi.Problem)).from_address(args[1])
+        self.calls.append((name, args, capi.Problem.from_buffer_copy(raw)))
+        return 0
+
+    def fwd(self, *args):
+        return self._keep("fwd", args)
+
+    def fwd_plan(self, *args):
+        return self._keep("fwd_plan", args)
+
+    def bwd(self, *args):
+        return self._keep("bwd", args)
+
+    def bwd_run(self, *args):
+        return self._keep("bwd_run", args)
+
+
+class Stubbed(unittest.TestCase):
+    """CPU tensors through the cached calls, the GPU stubbed (the module's
+    docstring); fresh tables and counts for each test."""
+
+    def setUp(self):
+        self.rec = Recorder()
+        self.capturing = False
+        ctx = core.arch_context("sm_90a")
+        for obj, name, value in (
+                (calls, "_fns", self.rec), (calls, "context", lambda index: ctx),
+                (calls, "stream", lambda index: 77),
+                (calls, "capturing", lambda: self.capturing),
+                (calls, "ones_of", lambda dev, b, h: torch.ones(b, h)),
+                (calls, "tables", calls._Tables()),
+                (calls, "counts", {"plans": 0, "bwd_plans": 0}),
+                (fjt, "_device_error", lambda *args: None)):
+            patcher = mock.patch.object(obj, name, value)
+            patcher.start()
+            self.addCleanup(patcher.stop)
+
+    def plans(self):
+        return calls.counts["plans"]
+
+    def launches(self):
+        return len(self.rec.calls)
+
+
+def qkv(b=1, hq=8, hk=8, s=128, d=64, dtype=None):
+    dtype = dtype or BF16
+    return (torch.randn(b, hq, s, d, dtype=dtype), torch.randn(b, hk, s, d, dtype=dtype),
+            torch.randn(b, hk, s, d, dtype=dtype))
+
+
+@unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
+class CachedCalls(Stubbed):
+    def test_a_hit_does_not_plan_again(self):
+        q, k, v = qkv()
+        for i in range(3):
+            out = flashjit.attention(q, k, v, causal="top_left")
+        self.assertEqual((self.plans(), self.launches()), (1, 3))
+        self.assertEqual((out.shape, out.dtype), (q.shape, q.dtype))
+        self.assertTrue(out.is_contiguous())
+        # One problem, launched three times with these tensors, on the stream.
+        addrs = {args[1] for _, args, _ in self.rec.calls}
+        self.assertEqual(len(addrs), 1)
+        _, args, p = self.rec.calls[-1]
+        self.assertEqual(args[2:5], (q.data_ptr(), k.data_ptr(), v.data_ptr()))
+        self.assertEqual(args[5], out.data_ptr())
+        self.assertEqual((args[6], args[7]), (None, 77))
+        self.assertEqual((p.batch, p.heads_q, p.seq_q, p.head_dim, p.causal),
+                         (1, 8, 128, 64, capi.CAUSAL_TOP_LEFT))
+        # Other tensors of the same signature: the same entry.
+        q2, k2, v2 = qkv()
+        flashjit.attention(q2, k2, v2, causal="top_left")
+        self.assertEqual((self.plans(), self.launches()), (1, 4))
+        self.assertEqual(self.rec.calls[-1][1][2], q2.data_ptr())
+
+    def test_what_makes_a_new_entry(self):
+        q, k, v = qkv()
+        base = dict(causal="top_left")
+        calls_ = [
+            ("base", (q, k, v), base),
+            ("shape", qkv(s=256), base),
+            ("gqa", qkv(hk=2), base),
+            ("dtype", qkv(dtype=torch.float16), base),
+            ("strides", (q.transpose(1, 2).contiguous().transpose(1, 2), k, v), base),
+            ("causal", (q, k, v), dict(causal="bottom_right")),
+            ("no causal", (q, k, v), {}),
+            ("scale", (q, k, v), dict(base, scale=0.5)),
+            ("window", (q, k, v), dict(base, window=(32, 0))),
+            ("softcap", (q, k, v), dict(base, softcap=30.0)),
+            ("lse", (q, k, v), dict(base, return_lse=True)),
+            ("layout", (q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)),
+             dict(base, layout="bshd")),
+            ("expression", (q, k, v), dict(base, score_mod="s * 0.5f")),
+            ("sinks", (q, k, v), dict(base, sinks=torch.zeros(8))),
+        ]
+        for n, (what, tensors, kw) in enumerate(calls_, 1):
+            with self.subTest(what):
+                flashjit.attention(*tensors, **kw)
+                self.assertEqual(self.plans(), n, f"{what}: a new signature plans")
+                flashjit.attention(*tensors, **kw)
+                self.assertEqual(self.plans(), n, f"{what}: its repeat does not")
+        self.assertEqual(self.launches(), 2 * len(calls_))
+
+    def test_the_problem_follows_the_signature(self):
+        q, k, v = qkv(b=2, hq=8, hk=2, s=64, d=128)
+        out, lse = flashjit.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                      layout="bshd", causal=True, window=(16, 0),
+                                      softcap=20.0, scale=0.25, return_lse=True)
+        self.assertEqual((out.shape, lse.shape), ((2, 64, 8, 128), (2, 8, 64)))
+        p = self.rec.calls[-1][2]
+        self.assertEqual((p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_kv, p.head_dim),
+                         (2, 8, 2, 64, 64, 128))
+        self.assertEqual(list(p.q_stride), [8 * 64 * 128, 64 * 128, 128])
+        self.assertEqual(list(p.o_stride), [64 * 8 * 128, 128, 8 * 128])
+        self.assertEqual((p.causal, p.scale), (capi.CAUSAL_TOP_LEFT, 0.25))
+        m = capi.Mods.from_address(p.mods)
+        self.assertEqual((m.window_left, m.window_right, m.softcap), (16, 0, 20.0))
+        self.assertEqual(self.rec.calls[-1][1][6], lse.data_ptr())
+
+    def test_arguments_keep_their_types(self):
+        # The table is keyed by the arguments' reprs: a value the checks
+        # refuse is refused after an equal one was accepted.
+        q, k, v = qkv()
+        flashjit.attention(q, k, v, causal=True, scale=1, softcap=2)
+        for kw, exc in ((dict(causal=1, scale=1, softcap=2), ValueError),
+                        (dict(causal=True, scale=True, softcap=2), TypeError),
+                        (dict(causal=True, scale=1, softcap=True), TypeError)):
+            with self.subTest(**kw):
+                self.assertRaises(exc, flashjit.attention, q, k, v, **kw)
+        # A list and a tuple: two keys of one signature, planned once.
+        flashjit.attention(q, k, v, causal=True, window=[4, 0])
+        flashjit.attention(q, k, v, causal=True, window=(4, 0))
+        self.assertRaises(TypeError, flashjit.attention, q, k, v, causal=True,
+                          window=(True, 0))
+        self.assertEqual((self.plans(), len(calls.tables.plain)), (2, 3))
+
+    def test_pointers_each_call(self):
+        # The sinks, the tensor parameters and the descales: each call's own,
+        # written into the one problem before its launch.
+        q, k, v = qkv()
+        for _ in range(2):
+            sinks, t = torch.zeros(8), torch.zeros(8)
+            flashjit.attention(q, k, v, sinks=sinks, score_mod="s + t(h)", params={"t": t})
+            m = capi.Mods.from_address(self.rec.calls[-1][2].mods)
+            self.assertEqual((m.sinks, m.params[0].data), (sinks.data_ptr(), t.data_ptr()))
+        self.assertEqual(self.plans(), 1)
+        f8 = torch.float8_e4m3fn
+        q8, k8, v8 = (t.to(f8) for t in qkv(b=2, hq=8, hk=4, d=128))
+        kd = torch.ones(2, 4)
+        flashjit.attention(q8, k8, v8, k_descale=kd)
+        p = self.rec.calls[-1][2]
+        self.assertEqual(p.k_scale, kd.data_ptr())
+        self.assertNotIn(p.q_scale, (None, 0, kd.data_ptr()))  # the ones, not given
+
+    def test_threads_have_their_own(self):
+        q, k, v = qkv()
+        flashjit.attention(q, k, v)
+        seen = []
+
+        def run():
+            flashjit.attention(q, k, v)
+            seen.append(self.rec.calls[-1][1][1])
+
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+        self.assertEqual(self.plans(), 2)
+        self.assertNotEqual(seen[0], self.rec.calls[0][1][1])
+
+    def test_capture_takes_a_pytorch_workspace(self):
+        # A split decode needs a workspace: eagerly the context's (NULL), under
+        # capture one from PyTorch's allocator, through the planned launch.
+        q = torch.randn(1, 32, 1, 128, dtype=BF16)
+        k = v = torch.randn(1, 8, 8192, 128, dtype=BF16)
+        flashjit.attention(q, k, v)
+        e = next(iter(calls.tables.calls.values()))
+        self.assertGreater(e.ws, 0)
+        self.assertEqual(self.rec.calls[-1][0], "fwd")
+        self.capturing = True
+        flashjit.attention(q, k, v)
+        name, args, _ = self.rec.calls[-1]
+        self.assertEqual((name, args[2], args[9]), ("fwd_plan", e.plan_addr, e.ws))
+        self.assertNotIn(args[8], (None, 0))
+        self.assertEqual(self.plans(), 1)
+
+    def test_no_workspace_no_question(self):
+        q, k, v = qkv(s=4096)
+        flashjit.attention(q, k, v)
+        self.capturing = True
+        flashjit.attention(q, k, v)
+        self.assertEqual([c[0] for c in self.rec.calls], ["fwd", "fwd"])
+
+    def test_the_table_is_bounded(self):
+        with mock.patch.object(calls, "MAX", 2):
+            for s in (64, 128, 192):
+                flashjit.attention(*qkv(s=s))
+            self.assertLessEqual(len(calls.tables.plain), 2)
+            self.assertLessEqual(len(calls.tables.calls), 2)
+
+    def test_grad_skips_the_table(self):
+        q, k, v = qkv()
+        flashjit.attention(q, k, v)
+        q.requires_grad_()
+        with mock.patch.object(fjt, "attention_train_op", return_value=(q, q)) as op:
+            flashjit.attention(q, k, v)
+            self.assertEqual(op.call_count, 1)
+            with torch.no_grad():
+                flashjit.attention(q, k, v)
+            self.assertEqual(op.call_count, 1)
+
+    def test_backward_table(self):
+        q, k, v = qkv()
+        out, lse = torch.empty_like(q), torch.empty(1, 8, 128)
+        args = (capi.CAUSAL_TOP_LEFT, 0.0, capi.BHSD, -1, -1, 0.0, None)
+        for det in (False, False, True, True):
+            dq, dk, dv, ds = fjt._launch_bwd(torch.randn_like(q), q, k, v, out, lse, *args,
+                                             deterministic=det)
+        self.assertEqual(calls.counts["bwd_plans"], 2)
+        self.assertEqual((dq.shape, dk.shape, ds.shape), (q.shape, k.shape, (0,)))
+        name, a, p = self.rec.calls[-1]
+        self.assertEqual((name, p.deterministic), ("bwd", 1))
+        self.assertEqual(a[2:10], (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                                   a[6], lse.data_ptr(), dq.data_ptr(), dk.data_ptr()))
+        self.capturing = True
+        sinks = torch.zeros(8)
+        fjt._launch_bwd(torch.randn_like(q), q, k, v, out, lse, *args[:-1], sinks)
+        name, a, p = self.rec.calls[-1]
+        self.assertEqual(name, "bwd_run")
+        self.assertEqual(capi.Mods.from_address(p.mods).sinks, sinks.data_ptr())
+
+
+@unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
+class ServingCalls(Stubbed):
+    def varlen(self, lengths=(0, 30, 70, 0), hq=8, hk=2, d=128):
+        total = sum(lengths)
+        cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int32)
+        q = torch.randn(total, hq, d, dtype=BF16)
+        k, v = torch.randn(total, hk, d, dtype=BF16), torch.randn(total, hk, d, dtype=BF16)
+        return q, k, v, cu
+
+    def test_varlen(self):
+        q, k, v, cu = self.varlen()
+        for _ in range(2):
+            cu2 = cu.clone()
+            out, lse = flashjit.attention_varlen(q, k, v, cu2, cu2, 70, 70, causal=True,
+                                                 return_lse=True)
+            p = self.rec.calls[-1][2]
+            self.assertEqual((p.cu_seqlens_q, p.cu_seqlens_kv), (cu2.data_ptr(),) * 2)
+        self.assertEqual(self.plans(), 1)
+        self.assertEqual((out.shape, lse.shape), (q.shape, (8, 100)))
+        self.assertEqual((p.batch, p.seq_q, p.seq_kv, p.total_q, p.total_kv, p.causal),
+                         (4, 70, 70, 100, 100, capi.CAUSAL_BOTTOM_RIGHT))
+        self.assertEqual((list(p.q_stride), list(p.k_stride)), ([0, 128, 1024], [0, 128, 256]))
+        self.assertEqual(p.seqused_kv, None)
+        used = torch.tensor([0, 3, 5, 0], dtype=torch.int32)
+        flashjit.attention_varlen(q, k, v, cu, cu, 70, 70, seqused_k=used)
+        self.assertEqual(self.rec.calls[-1][2].seqused_kv, used.data_ptr())
+        flashjit.attention_varlen(q, k, v, cu, cu, 64, 70)  # another bound: another plan
+        self.assertEqual(self.plans(), 3)
+
+    def test_varlen_lse_is_flashattentions(self):
+        # The library's (batch, heads, max_seqlen_q) rows, gathered per token.
+        q, k, v, cu = self.varlen(lengths=(0, 3, 2, 0), hq=2, hk=2, d=64)
+        flashjit.attention_varlen(q, k, v, cu, cu, 3, 3, return_lse=True)
+        e = next(iter(calls.tables.calls.values()))
+        self.assertEqual(e.lse_shape, (4, 2, 3))
+        lib_lse = torch.arange(4 * 2 * 3, dtype=torch.float32).view(4, 2, 3)
+        got = e.post(lib_lse, (cu, cu))
+        want = torch.tensor([[6., 7, 8, 12, 13], [9, 10, 11, 15, 16]])
+        self.assertTrue(torch.equal(got, want), got)
+
+    def test_kvcache(self):
+        q = torch.randn(4, 1, 32, 128, dtype=BF16)
+        pages = torch.randn(64, 16, 8, 128, dtype=BF16)
+        table = torch.randint(0, 64, (4, 8), dtype=torch.int32)
+        lens = torch.tensor([0, 1, 100, 128], dtype=torch.int32)
+        for _ in range(2):
+            out = flashjit.attention_with_kvcache(q, pages, pages, cache_seqlens=lens,
+                                                  block_table=table, causal=True)
+        self.assertEqual((self.plans(), out.shape), (1, q.shape))
+        p = self.rec.calls[-1][2]
+        self.assertEqual((p.seq_q, p.seq_kv, p.page_size, p.max_pages, p.num_pages),
+                         (1, 128, 16, 8, 64))
+        self.assertEqual((p.block_table, p.seqused_kv), (table.data_ptr(), lens.data_ptr()))
+        self.assertEqual(list(p.k_stride), [16 * 8 * 128, 128, 8 * 128])
+        cache = torch.randn(4, 512, 8, 128, dtype=BF16)
+        out, lse = flashjit.attention_with_kvcache(q, cache, cache, cache_seqlens=300,
+                                                   return_lse=True, num_splits=3)
+        p = self.rec.calls[-1][2]
+        self.assertEqual((p.seq_kv, p.seqused_kv, p.block_table, p.splits), (300, None, None, 3))
+        self.assertEqual(lse.shape, (4, 32, 1))
+        flashjit.attention_with_kvcache(q, cache, cache)  # the whole cache
+        self.assertEqual(self.rec.calls[-1][2].seq_kv, 512)
+
+    def test_fp8_cache(self):
+        q = torch.randn(2, 1, 16, 128, dtype=BF16)
+        cache = torch.randn(2, 256, 4, 128).to(torch.float8_e4m3fn)
+        vd = torch.ones(2, 4)
+        out = flashjit.attention_with_kvcache(q, cache, cache, v_descale=vd)
+        p = self.rec.calls[-1][2]
+        self.assertEqual((out.dtype, p.kv_dtype, p.v_scale), (BF16, capi.E4M3, vd.data_ptr()))
+        self.assertNotIn(p.k_scale, (None, 0))
+
+    def test_fast_path_costs_the_same_entry(self):
+        q = torch.randn(4, 1, 32, 128, dtype=BF16)
+        cache = torch.randn(4, 512, 8, 128, dtype=BF16)
+        lens = torch.full((4,), 200, dtype=torch.int32)
+        flashjit.attention_with_kvcache(q, cache, cache, cache_seqlens=lens)
+        self.assertEqual(len(calls.tables.plain), 1)
+        flashjit.attention_with_kvcache(q, cache, cache, cache_seqlens=lens, sinks=torch.zeros(32))
+        self.assertEqual((len(calls.tables.plain), self.plans()), (2, 2))
+
+    def test_errors(self):
+        q, k, v, cu = self.varlen()
+        who = r"^flashjit.attention_varlen: "
+        for args, kw, exc, pattern in (
+                ((q[None], k, v, cu, cu, 8, 8), {}, ValueError,
+                 who + r"q has 4 dimensions .*; it takes 3: \(total_q, heads_q, head_dim\)"),
+                ((q.float(), k, v, cu, cu, 8, 8), {}, TypeError, who + r"q has dtype "
+                 r"torch.float32; it takes torch.float16 or torch.bfloat16"),
+                ((q, k.half(), v, cu, cu, 8, 8), {}, TypeError, who + r"k and v must both"),
+                ((q, k, v, cu.long(), cu, 8, 8), {}, TypeError,
+                 who + r"cu_seqlens_q has dtype torch.int64; it must be torch.int32$"),
+                ((q, k, v, cu, cu[:3], 8, 8), {}, ValueError,
+                 who + r"cu_seqlens_k has shape \(3,\); it must be \(5,\)$"),
+                ((q, k, v, cu, cu, 0, 8), {}, ValueError, r"max_seqlen_q=0 is below 1"),
+                ((q, k, v, cu, cu, 8, 8), dict(seqused_k=cu), ValueError,
+                 who + r"seqused_k has shape \(5,\); it must be \(4,\)$"),
+                ((q, k, v, cu, cu, 8, 8), dict(num_splits=300), ValueError,
+                 who + r"num_splits=300 is not 0"),
+                ((q, k, v, cu, cu, 8, 8), dict(k_descale=torch.ones(4, 2)), ValueError,
+                 who + r"k_descale is for FP8 inputs")):
+            with self.subTest(pattern=pattern):
+                with self.assertRaisesRegex(exc, pattern):
+                    flashjit.attention_varlen(*args, **kw)
+        who = r"^flashjit.attention_with_kvcache: "
+        q = torch.randn(4, 1, 32, 128, dtype=BF16)
+        pages = torch.randn(64, 16, 8, 128, dtype=BF16)
+        table = torch.zeros(4, 8, dtype=torch.int32)
+        for kw, exc, pattern in (
+                (dict(block_table=table[:2]), ValueError,
+                 who + r"block_table has shape \(2, 8\); it must be \(batch, max_pages\), "
+                 r"batch 4$"),
+                (dict(block_table=table[:, :4].t().contiguous().t()), ValueError,
+                 who + r"block_table is not contiguous \(strides \(1, 4\)\)"),
+                (dict(block_table=table, cache_seqlens=200), ValueError,
+                 who + r"cache_seqlens=200 is more than the cache holds \(128 keys"),
+                (dict(cache_seqlens=0), ValueError, who + r"cache_seqlens=0: an int"),
+                (dict(cache_seqlens=torch.zeros(4)), TypeError,
+                 who + r"cache_seqlens has dtype torch.float32"),
+                (dict(causal="diag"), ValueError, r"causal='diag' is not one of")):
+            with self.subTest(pattern=pattern):
+                with self.assertRaisesRegex(exc, pattern):
+                    flashjit.attention_with_kvcache(q, pages, pages, **kw)
+        with self.assertRaisesRegex(ValueError, who + r"k_cache has batch 2; q's batch 4"):
+            flashjit.attention_with_kvcache(q, pages[:2], pages[:2])
+        # The library's own refusals come through with its message.
+        with self.assertRaisesRegex(flashjit.Unsupported, r"kv_dtype e4m3 with paged K/V is "
+                                    r"not implemented"):
+            f8 = pages.to(torch.float8_e4m3fn)
+            flashjit.attention_with_kvcache(q, f8, f8, block_table=table)
+
+    def test_grad_refused(self):
+        q, k, v, cu = self.varlen()
+        with self.assertRaisesRegex(flashjit.Unsupported, r"attention_varlen runs forward "
+                                    r"only: an input requires grad"):
+            flashjit.attention_varlen(q.requires_grad_(), k, v, cu, cu, 70, 70)
+
+
+@unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
+class OptsText(unittest.TestCase):
+    def test_round_trip(self):
+        o = calls.opts("dense", causal=2, scale=0.125, layout=capi.BSHD, window_left=5,
+                       window_right=0, softcap=float("inf"),
+                       score_mod="s + (q == kv ? 1.0f : 0.0f) ; '\"", mask_mod="kv <= q",
+                       params=(("t", "t", None), ("n", "i", -3), ("x", "f", 1e-30)),
+                       roles=("sinks", "param:t"), block_q=64, block_kv=128, checked=True,
+                       num_splits=4, max_seqlen_q=7, max_seqlen_k=9, seqlen_k=11)
+        text = calls.encode(o)
+        self.assertNotIn("\n", text)
+        self.assertEqual(calls.decode(text), o)
+        o2 = o._replace(softcap=float("nan"))
+        self.assertTrue(calls.decode(calls.encode(o2)).softcap != o2.softcap)  # nan stays nan
+
+    def test_bad_text(self):
+        with self.assertRaisesRegex(ValueError, r"is not flashjit's options text"):
+            calls.decode("{'kind': 'dense'}")
+
+
+@unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
+class FakeImplementations(unittest.TestCase):
+    """The ops' fake (meta) implementations, which torch.compile traces."""
+
+    def op(self, lse, q, k, v, extra, **fields):
+        text = calls.encode(calls.opts(**fields))
+        if lse:
+            return torch.ops.flashjit.attention_lse(q, k, v, extra, text)
+        return torch.ops.flashjit.attention(q, k, v, extra, text)
+
+    def test_schemas(self):
+        self.assertEqual(str(torch.ops.flashjit.attention.default._schema),
+                         "flashjit::attention(Tensor q, Tensor k, Tensor v, Tensor[] extra, "
+                         "str opts) -> Tensor")
+        self.assertEqual(str(torch.ops.flashjit.attention_lse.default._schema),
+                         "flashjit::attention_lse(Tensor q, Tensor k, Tensor v, Tensor[] "
+                         "extra, str opts) -> (Tensor, Tensor)")
+
+    def test_shapes(self):
+        m = dict(device="meta")
+        q = torch.empty(2, 8, 100, 64, dtype=BF16, **m)
+        k = torch.empty(2, 2, 300, 64, dtype=BF16, **m)
+        out, lse = self.op(True, q, k, k, [], kind="dense")
+        self.assertEqual((out.shape, out.dtype, lse.shape, lse.dtype),
+                         (q.shape, BF16, (2, 8, 100), torch.float32))
+        qs = q.transpose(1, 2)
+        out, lse = self.op(True, qs, k.transpose(1, 2), k.transpose(1, 2), [], kind="dense",
+                           layout=capi.BSHD)
+        self.assertEqual((out.shape, lse.shape), (qs.shape, (2, 8, 100)))
+        self.assertTrue(out.is_contiguous())
+        f8 = torch.float8_e4m3fn
+        out = self.op(False, q.to(f8), k.to(f8), k.to(f8), [], kind="dense")
+        self.assertEqual(out.dtype, BF16)
+        qv = torch.empty(1000, 8, 128, dtype=BF16, **m)
+        kv = torch.empty(3000, 2, 128, dtype=BF16, **m)
+        cu = torch.empty(5, dtype=torch.int32, **m)
+        out, lse = self.op(True, qv, kv, kv, [cu, cu], kind="varlen",
+                           roles=("cu_seqlens_q", "cu_seqlens_k"), max_seqlen_q=9,
+                           max_seqlen_k=9)
+        self.assertEqual((out.shape, lse.shape), (qv.shape, (8, 1000)))
+        qc = torch.empty(4, 3, 32, 128, dtype=BF16, **m)
+        cache = torch.empty(4, 512, 8, 128, dtype=f8, **m)
+        out, lse = self.op(True, qc, cache, cache, [], kind="kvcache", layout=capi.BSHD)
+        self.assertEqual((out.shape, out.dtype, lse.shape), (qc.shape, BF16, (4, 32, 3)))
+
+
+def reference_kernels(test):
+    """CPU kernels for the ops, for the tests that trace and then run on
+    the CPU: the dense call through SDPA, the others zeros; the options
+    each call received in test.seen."""
+    lib = torch.library.Library("flashjit", "IMPL")
+    test.addCleanup(lib._destroy)
+    test.seen = []
+
+    def out_of(q, k, v, extra, opts):
+        o = calls.decode(opts)
+        test.seen.append(o)
+        if o.kind != "dense":
+            return torch.zeros_like(q)
+        t = (lambda x: x.transpose(1, 2)) if o.layout == capi.BSHD else (lambda x: x)
+        out = F.scaled_dot_product_attention(t(q), t(k), t(v), is_causal=o.causal != 0,
+                                             enable_gqa=True)
+        return t(out).contiguous()
+
+    def with_lse(q, k, v, extra, opts):
+        return out_of(q, k, v, extra, opts), torch.zeros(fjt.lse_shape(calls.decode(opts), q))
+
+    lib.impl("attention", out_of, "CPU")
+    lib.impl("attention_lse", with_lse, "CPU")
+
+
+@unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
+class Traced(unittest.TestCase):
+    """torch.compile(fullgraph=True) traces each call into the ops (no
+    graph break), on CPU tensors with reference kernels (aot_eager: no
+    code generation)."""
+
+    def setUp(self):
+        reference_kernels(self)
+        p = mock.patch.object(fjt, "_device_error", lambda *args: None)
+        p.start()
+        self.addCleanup(p.stop)
+        torch._dynamo.reset()
+        self.addCleanup(torch._dynamo.reset)
+
+    def compiled(self, f, *args):
+        with torch.no_grad():
+            return torch.compile(f, backend="aot_eager", fullgraph=True)(*args)
+
+    def test_attention(self):
+        x = torch.randn(2, 64, 12, 64, dtype=BF16)
+        sinks = torch.randn(8)
+
+        def f(x, sinks):
+            q, k, v = x.split([8, 2, 2], dim=2)
+            a = flashjit.attention(q, k, v, causal="top_left", layout="bshd")
+            b, lse = flashjit.attention(q, k, v, layout="bshd", causal=True, window=(32, 0),
+                                        softcap=30.0, sinks=sinks, return_lse=True,
+                                        score_mod="s + t(h) * z", params={"t": sinks,
+                                                                         "z": 0.5})
+            return a + b, lse
+
+        out, lse = self.compiled(f, x, sinks)
+        self.assertEqual((out.shape, lse.shape), ((2, 64, 8, 64), (2, 8, 64)))
+        plain, mods = self.seen[0], self.seen[1]
+        if plain.roles:
+            plain, mods = mods, plain
+        self.assertEqual(plain, calls.opts("dense", causal=capi.CAUSAL_TOP_LEFT,
+                                           layout=capi.BSHD))
+        self.assertEqual((mods.window_left, mods.softcap, mods.roles, mods.params),
+                         (32, 30.0, ("sinks", "param:t"), (("t", "t", None),
+                                                           ("z", "f", 0.5))))
+        q, k, v = x.split([8, 2, 2], dim=2)
+        want = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)),
+                                              is_causal=True, enable_gqa=True)
+        self.assertLess((out - want.transpose(1, 2) * 2).abs().max().item(), 0.05)
+
+    def test_no_backward_traces(self):
+        # Inputs that require grad with an expression: traced whole, and
+        # the backward raises when it runs.
+        q = torch.randn(1, 2, 64, 64, dtype=BF16, requires_grad=True)
+        f = torch.compile(lambda q: flashjit.attention(q, q, q, score_mod="s * 0.5f"),
+                          backend="aot_eager", fullgraph=True)
+        out = f(q)
+        with self.assertRaisesRegex(NotImplementedError, r"the backward does not take "
+                                    r"score_mod"):
+            out.sum().backward()
+
+    def test_serving(self):
+        q, k = torch.randn(40, 8, 64, dtype=BF16), torch.randn(40, 2, 64, dtype=BF16)
+        cu = torch.tensor([0, 0, 10, 40, 40], dtype=torch.int32)
+
+        def varlen(q, k, cu):
+            return flashjit.attention_varlen(q, k, k, cu, cu, 32, 32, causal=True,
+                                             return_lse=True)
+
+        out, lse = self.compiled(varlen, q, k, cu)
+        self.assertEqual((out.shape, lse.shape), (q.shape, (8, 40)))
+        self.assertEqual((self.seen[-1].kind, self.seen[-1].roles, self.seen[-1].causal),
+                         ("varlen", ("cu_seqlens_q", "cu_seqlens_k"),
+                          capi.CAUSAL_BOTTOM_RIGHT))
+        qd = torch.randn(2, 1, 8, 64, dtype=BF16)
+        pages = torch.randn(16, 16, 2, 64, dtype=BF16)
+        lens = torch.tensor([5, 30], dtype=torch.int32)
+        table = torch.zeros(2, 4, dtype=torch.int32)
+
+        def decode(q, pages, lens, table):
+            return flashjit.attention_with_kvcache(q, pages, pages, cache_seqlens=lens,
+                                                   block_table=table, num_splits=2)
+
+        self.assertEqual(self.compiled(decode, qd, pages, lens, table).shape, qd.shape)
+        self.assertEqual((self.seen[-1].kind, self.seen[-1].roles, self.seen[-1].num_splits),
+                         ("kvcache", ("cache_seqlens", "block_table"), 2))
+
+
+if __name__ == "__main__":
+    unittest.main()
