@@ -223,7 +223,13 @@ def params_opts(params, who=_WHO):
             spec.append((name, "t", None))
             roles.append("param:" + name)
             tensors.append(value)
-        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        elif isinstance(value, tuple) and len(value) == 2:
+            raise TypeError(f"{who}: params[{name!r}] describes a tensor {value!r}; "
+                            "attention() and block_mask() need the tensor itself")
+        elif isinstance(value, bool):
+            raise TypeError(f"{who}: params[{name!r}]={value!r}: a bool is not a parameter "
+                            "(an int is i32, a float f32)")
+        elif not isinstance(value, (int, float)):
             raise TypeError(f"{who}: params[{name!r}]={value!r}: an int (i32), a float "
                             "(f32) or a tensor")
         elif isinstance(value, int):

@@ -58,7 +58,10 @@ class Serving(GpuCase):
             self.assertTrue(torch.equal(lse.isinf(), want_lse[0].isinf()), f"{what}: -inf rows")
             fin = want_lse[0].isfinite()
             if fin.any():
-                self.close(lse[fin], want_lse[0][fin], 2e-3, f"{what} lse")
+                # The softcap's tanh in bf16 moves the log-sum-exp more (as
+                # `flashjit run --check` allows: 8e-3 with a softcap).
+                lse_tol = 8e-3 if kw.get("softcap") else 2e-3
+                self.close(lse[fin], want_lse[0][fin], lse_tol, f"{what} lse")
 
     def check_batch(self, out, lse, q, keys, values, lens, what, **kw):
         """out (b, sq, hq, d) against each sequence's reference over its
