@@ -221,6 +221,8 @@ def model(a):
                     torch.cuda.synchronize()
                     ms.append((ns() - t0) / 50 / 1e6)
                 got[f"{mode} {name}"] = statistics.median(ms)
+                if a.trace and mode == "default":
+                    trace(a, m, tokens, name)
                 rows.append((f"{mode:15s} {name}", statistics.median(ms),
                              f"max |logits - SDPA eager's| {diff:.3g}"))
     for mode in ("eager", "default", "reduce-overhead"):
@@ -231,12 +233,29 @@ def model(a):
     return got
 
 
+def trace(a, m, tokens, name):
+    """A profiler trace of 10 compiled forwards (CPU and CUDA): the Chrome
+    trace to $OUT/trace_<name>.json and the host's busiest operators."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            m(tokens)
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(os.path.join(a.out, f"trace_{name}.json"))
+    print(f"torch.compile'd forward, {name}: the 8 operators with the most host time "
+          "(10 forwards)")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8,
+                                    max_name_column_width=48))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--iters", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", default=".")
     ap.add_argument("--no-model", action="store_true", help="skip the GPT model's timings")
+    ap.add_argument("--trace", action="store_true",
+                    help="profile the compiled model's forwards (Chrome traces to --out)")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("host_cost.py needs a CUDA GPU", file=sys.stderr)
