@@ -127,7 +127,7 @@ int test_tier_opts(void)
   CHECK_ST(ctx, fj_kernel_get_first(ctx, &v, NULL), FJ_ERR_INVALID_ARG);
   CHECK_MSG(ctx, "fj_kernel_get_first: kernel is NULL");
   /* A variant the checks refuse is refused here too. */
-  v.head_dim = 40;
+  v.head_dim = 44;
   CHECK_ST(ctx, fj_kernel_get_first(ctx, &v, &k), FJ_ERR_INVALID_ARG);
   fj_ctx_destroy(ctx);
   return 0;
