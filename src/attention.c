@@ -248,6 +248,12 @@ static fj_status plan_problem(fj_ctx *ctx, const fj_problem *p, fj_plan *plan)
   fj_variant v;
   fj_kmeta meta;
   fj_choice from;
+  const char *misfit = fj__split_misfit(ctx, p);
+  if (misfit)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "head_dim_v %d with head_dim %d runs on mma wgmma only, "
+                    "which does not take %s",
+                    fj__problem_dv(p), p->head_dim, misfit);
   fj_status st = choose(ctx, p, &v, &from, &meta);
   if (st != FJ_OK)
     return st;

@@ -255,6 +255,21 @@ static int wgmma_fits(const fj_ctx *ctx, const fj_problem *p)
   return 1;
 }
 
+const char *fj__split_misfit(const fj_ctx *ctx, const fj_problem *p)
+{
+  fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
+  if (fj__problem_dv(p) == p->head_dim || !fj__arch_has(ctx, FJ_ARCH_WGMMA) ||
+      p->dtype == FJ_E4M3 || kv != p->dtype || p->block_table ||
+      wgmma_fits(ctx, p))
+    return NULL;  /* fits, or the variant's rules name why not */
+  if ((p->cu_seqlens_q && p->total_q < 1) ||
+      (p->cu_seqlens_kv && p->total_kv < 1))
+    return "packed sequences without their totals (total_q, total_kv: TMA "
+           "must know where a tensor ends)";
+  return "a stride of 0 (a broadcast) where the extent is above 1, which "
+         "TMA cannot encode";
+}
+
 /* A window bounded on the left: its tiles cross the window's edge. */
 static int left_window(const fj_mods *m)
 {

@@ -167,6 +167,24 @@ static int family_refusals(fj_ctx *ctx90, fj_ctx *ctx80)
   f.v_stride[1] = 128;
   f.v_stride[2] = 8 * 128;
   CHECK(plan_refused(ctx90, &f, FJ_ERR_UNSUPPORTED, "for paged K/V") == 0);
+  /* What TMA cannot take, which only the wgmma family would have to. */
+  f = p;
+  f.k_stride[1] = 0;
+  CHECK(plan_refused(ctx90, &f, FJ_ERR_UNSUPPORTED,
+                     "head_dim_v 128 with head_dim 192 runs on mma wgmma "
+                     "only, which does not take a stride of 0") == 0);
+  f = p;
+  static const int32_t cu[3];
+  f.cu_seqlens_q = f.cu_seqlens_kv = cu;
+  memset(f.q_stride, 0, sizeof f.q_stride);
+  f.q_stride[1] = 192;
+  f.q_stride[2] = 8 * 192;
+  memcpy(f.k_stride, f.q_stride, sizeof f.k_stride);
+  f.v_stride[0] = f.o_stride[0] = 0;
+  f.v_stride[1] = f.o_stride[1] = 128;
+  f.v_stride[2] = f.o_stride[2] = 8 * 128;
+  CHECK(plan_refused(ctx90, &f, FJ_ERR_UNSUPPORTED,
+                     "does not take packed sequences without their totals") == 0);
   return 0;
 }
 
