@@ -44,6 +44,8 @@ expect 2 "head_dim_v 128 with head_dim 192 is not implemented for mma mma: split
 expect 2 "head_dim_v 128 with head_dim 192 is not implemented for FP8 (e4m3)" emit --head-dim 192 --head-dim-v 128 --dtype e4m3
 expect 0 "fj_attn_d192_v128_m128_n96_w12_s2_xor_regs_wgmma_nc_f16" emit --arch sm_90a --head-dim 192 --head-dim-v 128 --what name
 expect 0 "fj_attn_d192_v128_m128_n64_w12_s2_xor_regs_wgmma_nc_f16" emit --arch sm_90a --head-dim 192 --head-dim-v 128 --tile-n 64 --what name
+expect 0 "spill_store_bytes=0" emit --arch sm_90a --head-dim 192 --head-dim-v 128 --what resources
+expect 0 "variant: head_dim=192 head_dim_v=128 tile_m=128" emit --arch sm_90a --head-dim 192 --head-dim-v 128 --dtype bf16 --causal
 expect 0 "head_dim_v=128" plan --arch sm_90a --shape 2,16,4096,192 --head-dim-v 128
 expect 2 "head_dim_v 128 with head_dim 192 is not implemented for mma mma" plan --arch sm_80 --shape 2,16,4096,192 --head-dim-v 128
 expect 2 "splits 2 with head_dim_v 128 (head_dim 192) is not implemented" plan --arch sm_90a --shape 2,16,4096,192 --head-dim-v 128 --splits 2
