@@ -477,13 +477,14 @@ if part fp8; then
   fi
 fi
 
-# Every head dim (issue 34): the padded wgmma head dims and the mma
-# family's multiples of 16 against the reference (WGMMA_DEBUG=1: waits that
-# trap), then bench/sdpa_compare.py's sweep beside SDPA (DIMS_ARGS, default
-# head dims 80 and 96 in bf16 at S >= 2048).
+# Every head dim (issue 34): the padded wgmma head dims, the mma
+# family's multiples of 16 and split head dims (head_dim_v: MLA's 192/128
+# and kin) against the reference (WGMMA_DEBUG=1: waits that trap), then
+# bench/sdpa_compare.py's sweep beside SDPA (DIMS_ARGS, default head dims
+# 80 and 96 in bf16 at S >= 2048).
 if part dims; then
   debug_templates
-  gpu_tests dims "max rel_err|error|FAIL|check failed|not run" gpu_head_dims
+  gpu_tests dims "max rel_err|error|FAIL|check failed|not run" gpu_head_dims gpu_head_dim_v
   (cd /work/main && FLASHJIT_LIB=build/libflashjit.so timeout ${DIMS_TIMEOUT:-300} \
     python3 bench/sdpa_compare.py ${DIMS_ARGS:---sweep-only --dims 80,96 --dtype bf16} --out "$out" \
     >"$out/dims_compare.log" 2>&1)

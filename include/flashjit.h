@@ -51,7 +51,7 @@ extern "C" {
  * added, removed, retyped or moved), so that a binding that mirrors them
  * (python/flashjit/_capi.py) can refuse a library of another layout
  * instead of reading past a struct (fj_abi_version). */
-#define FJ_ABI_VERSION 5
+#define FJ_ABI_VERSION 6
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
@@ -268,7 +268,8 @@ typedef enum fj_causal {
 typedef struct fj_mods fj_mods;
 
 typedef struct fj_variant {
-  int head_dim;          /* 32..256 */
+  int head_dim;          /* Q and K (and V and O unless head_dim_v says
+                            otherwise): a multiple of 8 from 8 to 256 */
   int tile_m;            /* query rows per thread block */
   int tile_n;            /* key rows per inner iteration */
   int warps;             /* warps per thread block */
@@ -319,6 +320,14 @@ typedef struct fj_variant {
    * registers).  Named
    * "_fl" + N, or "_flnever".  Must be 0 for other dtypes. */
   int fp8_flush;
+  /* V's and O's head dim where it differs from Q's and K's (head_dim):
+   * split head dims, as DeepSeek's MLA prefill has (Q K^T over 192, V and
+   * O 128).  0 (or head_dim): the same.  A multiple of 8 from 8 to 256;
+   * it must be the problem's (fj_problem.head_dim_v).  Only the wgmma
+   * family on sm_90a with dtype f16 or bf16 takes one that differs
+   * (FJ_ERR_UNSUPPORTED otherwise, naming the value and the limit).
+   * Named "_v" + N where it differs. */
+  int head_dim_v;
 } fj_variant;
 
 /* Fills v (pack_gqa, split_kv, varlen and paged 0) with the WMMA family's default variant for a head dim, dtype and
@@ -540,7 +549,7 @@ typedef struct fj_problem {
   int heads_kv;       /* divides heads_q: GQA / MQA */
   int seq_q;
   int seq_kv;
-  int head_dim;
+  int head_dim;       /* Q's and K's (V's and O's too unless head_dim_v) */
   fj_dtype dtype;     /* Q and O; FJ_E4M3: Q (and K, V) FP8, O bf16 */
   fj_dtype kv_dtype;  /* 0: same as dtype; FJ_E4M3 for FP8 K/V */
   fj_causal causal;
@@ -624,6 +633,21 @@ typedef struct fj_problem {
    * dequantised, and O = P V with V dequantised by v_scale.  For
    * fj_reference_fwd it is host memory (as mods->sinks is). */
   const void *q_scale;
+  /* V's and O's head dim: 0 (fj_problem_init's) means head_dim.  Split
+   * head dims, as DeepSeek's MLA prefill has (Q and K 192 columns, V and
+   * O 128): S = Q K^T runs over head_dim, O = P V has head_dim_v columns,
+   * and v_stride and o_stride are the caller's (fj_problem_init makes
+   * them for head_dim: a caller with contiguous V and O sets them for
+   * head_dim_v).  A multiple of 8 from 8 to 256.  The default scale stays
+   * 1/sqrt(head_dim).  One that differs from head_dim runs on the wgmma
+   * family (sm_90a) with dtype f16 or bf16 only; refused with
+   * FJ_ERR_UNSUPPORTED, naming the value and the limit, elsewhere: the
+   * mma and wmma families (other targets), split-KV (splits above 1),
+   * GQA packing, FP8 (dtype or kv_dtype e4m3), paged K/V, the backward,
+   * and fj_tune (for now).  The tiered JIT's portable first kernel does
+   * not serve such a problem (its chosen kernel answers at once).
+   * fj_reference_fwd takes it (out rows of head_dim_v). */
+  int head_dim_v;
 } fj_problem;
 
 #define FJ_PAGE_SIZE_MAX 4096
@@ -873,7 +897,8 @@ FJ_API void fj_problem_init(fj_problem *p, int batch, int heads_q,
 /*
  * Validates a problem: positive sizes (batch and heads at most 65535,
  * sequences at most 2^30), heads_kv dividing heads_q, a head dim and dtypes
- * the context's target supports, a known mask, a finite scale, FP8 scales
+ * the context's target supports, head_dim_v 0 or a multiple of 8 from 8 to
+ * 256 (which family takes a split one is the plan's to say), a known mask, a finite scale, FP8 scales
  * for e4m3 K/V, splits 0..FJ_SPLITS_MAX, the varlen and paged fields
  * consistent (batch strides 0 with cu_seqlens, a power-of-two page size,
  * a block table long enough for seq_kv, no cu_seqlens_kv with pages; the
@@ -917,7 +942,8 @@ FJ_API fj_status fj_attention_variant(fj_ctx *ctx, const fj_problem *p,
  * The choice: problems with few query rows per KV head (seq_q x group at
  * most 128 and seq_q at most 16: decode, speculative decode) take the mma
  * family with GQA packing; others the family the context's target runs
- * best (fj_variant_default).  Splits (problem.splits 0): none when the
+ * best (fj_variant_default); split head dims (head_dim_v) the wgmma family
+ * on sm_90a whatever the shape, with the tiles of the wider head dim.  Splits (problem.splits 0): none when the
  * grid already fills the multiprocessors (0.8 of a wave or more);
  * otherwise the fewest (for decode shapes, or 16 key tiles or more; none for 4 or
  * fewer), at most 128 and at most the key tiles, whose
@@ -999,8 +1025,8 @@ FJ_API fj_status fj_attention_fwd_plan(fj_ctx *ctx, const fj_problem *p,
                                        float *lse, void *workspace,
                                        size_t workspace_bytes, void *stream);
 
-/* As fj_attention_fwd, with the variant given (its head_dim, dtypes and
- * causal mode must match the problem; a NULL v is named "v (the variant)",
+/* As fj_attention_fwd, with the variant given (its head_dim, head_dim_v,
+ * dtypes and causal mode must match the problem; a NULL v is named "v (the variant)",
  * a NULL v_ptr "v").  A split_kv variant splits as problem.splits says (0:
  * the plan's rule); an unsplit one refuses splits above 1. */
 FJ_API fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
@@ -1036,7 +1062,8 @@ FJ_API fj_status fj_attention_fwd_variant(fj_ctx *ctx, const fj_problem *p,
  * parts must leave it out; a row no part saw then gets O = 0 and lse =
  * the sink.
  *
- * p describes O: batch, heads_q, seq_q, head_dim, dtype (O is f16 or
+ * p describes O: batch, heads_q, seq_q, head_dim (head_dim_v where it is
+ * set: O's columns, the parts' too), dtype (O is f16 or
  * bf16; bf16 for an e4m3 problem, as its attention writes), o_stride,
  * and for varlen rows cu_seqlens_q (device memory; a row past its
  * sequence's end is not written).  The rest of p is checked as
@@ -1206,7 +1233,8 @@ FJ_API void fj_launch_record(fj_launches *rec);
  * Float64 reference on the host, for checking.  q, k, v are host arrays in
  * p's dtypes and strides (FP8 K/V: the scales are host arrays too);
  * out receives O in float64 for rows [row_begin, row_end) of every
- * (batch, head), [batch][heads_q][row_end-row_begin][head_dim]; out_lse, if
+ * (batch, head), [batch][heads_q][row_end-row_begin][head_dim_v] (head_dim_v
+ * 0: head_dim); out_lse, if
  * not NULL, the matching log-sum-exp values.  Before any memory is touched
  * it checks what fj_problem_check checks without a context (sizes, head
  * dim 1..256, dtypes, mask, scale, strides), 0 <= row_begin <= row_end <=

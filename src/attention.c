@@ -36,10 +36,11 @@ typedef struct fj_hot {
   fj_kernel *kernel;
   void *function;
 } fj_hot;
-enum { FJ_KEY = 9 };
+enum { FJ_KEY = 10 };
 typedef struct fj_pick {
   int key[FJ_KEY];  /* head dim, dtypes, mask, sequence buckets, GQA ratio,
-                       the heuristic's class (plan.c), the mods' form */
+                       the heuristic's class (plan.c), the mods' form, V's
+                       head dim */
   fj_variant v;
   fj_kmeta meta;    /* what v's template said of its kernel */
   fj_choice from;
@@ -165,6 +166,9 @@ fj_status fj_problem_check(fj_ctx *ctx, const fj_problem *p)
   if (st != FJ_OK)
     return st;
   fj_variant v;
+  /* The default variant has one head dim: head_dim_v's range is
+   * fj__problem_check_common's, which family takes a split one the
+   * plan's (fj__heuristic) and its variant's rules. */
   fj_variant_default(&v, p->head_dim, p->dtype, p->causal);
   v.kv_dtype = p->kv_dtype;
   if ((st = fj__variant_validate(ctx, &v)) != FJ_OK)
@@ -188,6 +192,8 @@ static void pick_key(const fj_ctx *ctx, const fj_problem *p, int key[FJ_KEY])
   key[7] = fj__plan_class(ctx, p);
   /* Modifications of one class may be tuned apart: their form's hash. */
   key[8] = (int)(unsigned)fj__mods_hash(p->mods);
+  /* Split head dims (192 / 128) never share a pick with one head dim. */
+  key[9] = fj__problem_dv(p);
 }
 
 /* The variant for p (the tuning database, else the heuristic) and what its
@@ -242,9 +248,21 @@ static fj_status plan_problem(fj_ctx *ctx, const fj_problem *p, fj_plan *plan)
   fj_variant v;
   fj_kmeta meta;
   fj_choice from;
+  const char *misfit = fj__split_misfit(ctx, p);
+  if (misfit)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "head_dim_v %d with head_dim %d runs on mma wgmma only, "
+                    "which does not take %s",
+                    fj__problem_dv(p), p->head_dim, misfit);
   fj_status st = choose(ctx, p, &v, &from, &meta);
   if (st != FJ_OK)
     return st;
+  if (p->splits >= 2 && fj__problem_dv(p) != p->head_dim)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "splits %d with head_dim_v %d (head_dim %d) is not "
+                    "implemented: split head dims run one kernel (splits 0 "
+                    "or 1)",
+                    p->splits, fj__problem_dv(p), p->head_dim);
   if (p->splits >= 2 && v.mma != FJ_MMA_SYNC)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "splits %d: split-KV is implemented for mma mma (sm_80 "
@@ -394,16 +412,17 @@ static fj_status check_match(const fj_ctx *ctx, const fj_problem *p,
                              const fj_variant *v)
 {
   fj_dtype pkv = p->kv_dtype ? p->kv_dtype : p->dtype;
-  if (v->head_dim != p->head_dim || v->dtype != p->dtype ||
-      fj__kv_dtype(v) != pkv || v->causal != p->causal)
+  if (v->head_dim != p->head_dim || fj__head_dim_v(v) != fj__problem_dv(p) ||
+      v->dtype != p->dtype || fj__kv_dtype(v) != pkv ||
+      v->causal != p->causal)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "variant (head_dim %d, dtype %s, kv %s, causal %s) does "
-                    "not match the problem (head_dim %d, dtype %s, kv %s, "
-                    "causal %s)",
-                    v->head_dim, fj_dtype_name(v->dtype),
+                    "variant (head_dim %d, head_dim_v %d, dtype %s, kv %s, "
+                    "causal %s) does not match the problem (head_dim %d, "
+                    "head_dim_v %d, dtype %s, kv %s, causal %s)",
+                    v->head_dim, fj__head_dim_v(v), fj_dtype_name(v->dtype),
                     fj_dtype_name(fj__kv_dtype(v)), fj_causal_name(v->causal),
-                    p->head_dim, fj_dtype_name(p->dtype), fj_dtype_name(pkv),
-                    fj_causal_name(p->causal));
+                    p->head_dim, fj__problem_dv(p), fj_dtype_name(p->dtype),
+                    fj_dtype_name(pkv), fj_causal_name(p->causal));
   if (v->paged != fj__problem_paged(p) ||
       (fj__problem_varlen(p) && !v->varlen))
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
@@ -781,7 +800,8 @@ fj_status fj__tensor_map(fj_ctx *ctx, const void *base, fj_dtype dt,
 }
 
 /* The tensor maps of a TMA kernel: Q in boxes of the block's rows, K and V
- * in boxes of tile_n rows. */
+ * in boxes of tile_n rows; V of head_dim_v columns (the TMA reads zeros
+ * past them into a padded panel, as past head_dim for Q and K). */
 static fj_status tensor_maps(fj_ctx *ctx, const fj_problem *p,
                              const fj_variant *v, const fj_kernel *kern,
                              const void *q, const void *k, const void *vp,
@@ -799,8 +819,8 @@ static fj_status tensor_maps(fj_ctx *ctx, const fj_problem *p,
     st = fj__tensor_map(ctx, k, p->dtype, p->k_stride, p->head_dim, skv,
                     p->heads_kv, bkv, v->tile_n, &maps->k);
   if (st == FJ_OK)
-    st = fj__tensor_map(ctx, vp, p->dtype, p->v_stride, p->head_dim, skv,
-                    p->heads_kv, bkv, v->tile_n, &maps->v);
+    st = fj__tensor_map(ctx, vp, p->dtype, p->v_stride, fj__problem_dv(p),
+                    skv, p->heads_kv, bkv, v->tile_n, &maps->v);
   return st;
 }
 
@@ -862,7 +882,7 @@ static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
   kp->splits = plan->splits;
   kp->combine_warps = fj__combine_warps(plan->splits);
   kp->o_part = (float *)(uintptr_t)base;
-  kp->lse_part = kp->o_part + rows * (size_t)p->head_dim;
+  kp->lse_part = kp->o_part + rows * (size_t)fj__problem_dv(p);
   return FJ_OK;
 }
 

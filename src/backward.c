@@ -56,6 +56,11 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
     return unsupported(ctx, "block masks (fj_mods.block_mask)");
   if (p->block_table)
     return unsupported(ctx, "paged K/V (block_table)");
+  if (fj__problem_dv(p) != p->head_dim)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "the backward does not take head_dim_v %d with head_dim "
+                    "%d yet: one head dim for Q, K, V and O (head_dim_v 0)",
+                    fj__problem_dv(p), p->head_dim);
   if (p->dtype == FJ_E4M3)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "the backward does not take dtype e4m3 (FP8 attention "

@@ -86,7 +86,7 @@ static fj_status merge_check(fj_ctx *ctx, const fj_problem *p, int parts,
 static void merge_variant(const fj_problem *p, fj_variant *v)
 {
   memset(v, 0, sizeof *v);
-  v->head_dim = p->head_dim;
+  v->head_dim = fj__problem_dv(p);  /* O's columns */
   v->dtype = fj__o_dtype(p);
   v->varlen = p->cu_seqlens_q != NULL;
   v->mods = p->mods;
@@ -233,7 +233,7 @@ fj_status fj_reference_merge(const fj_problem *p, int parts,
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
   size_t rows = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
-  int d = p->head_dim;
+  int d = fj__problem_dv(p);  /* O's columns */
   for (size_t f = 0; f < rows; f++) {
     int i = (int)(f % (size_t)p->seq_q);
     int h = (int)(f / (size_t)p->seq_q % (size_t)p->heads_q);

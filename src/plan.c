@@ -233,7 +233,11 @@ static int wgmma_panels(int d)
  * above 1; packed tensors are one batch of their total rows). */
 static int wgmma_fits(const fj_ctx *ctx, const fj_problem *p)
 {
-  if (!fj__arch_has(ctx, FJ_ARCH_WGMMA) || !wgmma_head_dim(p->head_dim) ||
+  /* Split head dims (head_dim_v) have no other family: any of them. */
+  int split = fj__problem_dv(p) != p->head_dim;
+  if (!fj__arch_has(ctx, FJ_ARCH_WGMMA) ||
+      (!split && !wgmma_head_dim(p->head_dim)) ||
+      (split && p->dtype == FJ_E4M3) ||
       (p->kv_dtype && p->kv_dtype != p->dtype) || p->block_table ||
       (p->cu_seqlens_q && p->total_q < 1) ||
       (p->cu_seqlens_kv && p->total_kv < 1))
@@ -249,6 +253,21 @@ static int wgmma_fits(const fj_ctx *ctx, const fj_problem *p)
       if (s[i][j] == 0 && ext[i][j] > 1)
         return 0;
   return 1;
+}
+
+const char *fj__split_misfit(const fj_ctx *ctx, const fj_problem *p)
+{
+  fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
+  if (fj__problem_dv(p) == p->head_dim || !fj__arch_has(ctx, FJ_ARCH_WGMMA) ||
+      p->dtype == FJ_E4M3 || kv != p->dtype || p->block_table ||
+      wgmma_fits(ctx, p))
+    return NULL;  /* fits, or the variant's rules name why not */
+  if ((p->cu_seqlens_q && p->total_q < 1) ||
+      (p->cu_seqlens_kv && p->total_kv < 1))
+    return "packed sequences without their totals (total_q, total_kv: TMA "
+           "must know where a tensor ends)";
+  return "a stride of 0 (a broadcast) where the extent is above 1, which "
+         "TMA cannot encode";
 }
 
 /* A window bounded on the left: its tiles cross the window's edge. */
@@ -273,14 +292,18 @@ static int short_keys(const fj_problem *p)
 
 static void wgmma_choice(fj_variant *v, const fj_problem *p)
 {
-  /* A padded head dim (80, 96, 160, ...) takes its panels' tiles. */
-  int d = wgmma_panels(v->head_dim);
+  /* A padded head dim (80, 96, 160, ...) takes its panels' tiles; split
+   * head dims (192 / 128) those of the wider (a safe start: V's narrower
+   * ring leaves room that larger key tiles could take). */
+  int dv = wgmma_panels(fj__head_dim_v(v));
+  int d = wgmma_panels(v->head_dim) > dv ? wgmma_panels(v->head_dim) : dv;
   fj_mods_info mi;
   fj__mods_info_reads(v->mods, &mi);
   v->mma = FJ_MMA_WGMMA;
   v->softmax = FJ_SOFTMAX_REGS;
   v->swizzle = FJ_SWIZZLE_XOR;
   v->stages = 2;
+  v->pack_gqa = 0;  /* a decode shape the mma family cannot take */
   v->tile_m = d == 64 ? 192 : 128;
   v->warps = d == 64 ? 16 : 12;
   /* Head dim 128: 192-key tiles ran fastest while O left from registers;
@@ -374,6 +397,7 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
   fj__mods_info(p->mods, &mi);
   fj_variant_default(v, p->head_dim, p->dtype, p->causal);
   v->kv_dtype = p->kv_dtype == p->dtype ? 0 : p->kv_dtype;
+  v->head_dim_v = fj__problem_dv(p) == p->head_dim ? 0 : fj__problem_dv(p);
   v->varlen = fj__problem_varlen(p);
   v->paged = fj__problem_paged(p);
   v->mods = mi.on ? p->mods : NULL;
@@ -440,10 +464,11 @@ void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
    * keep its packing and split-KV; block masks of 64-row blocks its
    * 64-row tiles. */
   /* FP8 attention runs on the wgmma family alone. */
-  /* A head dim the mma family cannot take (not a multiple of 16) runs on
-   * wgmma whatever its shape. */
+  /* A head dim the mma family cannot take (not a multiple of 16), or
+   * split head dims (head_dim_v), run on wgmma whatever the shape. */
   if (p->dtype == FJ_E4M3 ||
-      (wgmma_fits(ctx, p) && p->head_dim % 16 != 0) ||
+      (wgmma_fits(ctx, p) &&
+       (p->head_dim % 16 != 0 || fj__problem_dv(p) != p->head_dim)) ||
       (wgmma_fits(ctx, p) && !few_blocks(ctx, p) && !fj__decode_rows(p) &&
        p->splits < 2 && mi.block_q != 64))
     wgmma_choice(v, p);
@@ -637,7 +662,7 @@ fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
   plan->combine_threads = 128;
   uint64_t floats;
   if (__builtin_mul_overflow(all * (uint64_t)plan->splits,
-                             (uint64_t)p->head_dim + 1, &floats) ||
+                             (uint64_t)fj__problem_dv(p) + 1, &floats) ||
       floats > SIZE_MAX / sizeof(float))
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "splits %d over %llu rows need a workspace past what "

@@ -23,6 +23,11 @@ int fj__decode_rows(const fj_problem *p);
  * variant axes varlen and paged it needs. */
 int fj__problem_varlen(const fj_problem *p);
 int fj__problem_paged(const fj_problem *p);
+/* Why a split problem (head_dim_v) on an sm_90a target cannot take the
+ * wgmma family, its only one, where the variant's rules would not say it
+ * (packed sequences without their totals, strides TMA cannot encode); NULL
+ * otherwise.  Static text. */
+const char *fj__split_misfit(const fj_ctx *ctx, const fj_problem *p);
 /* What the heuristic's choice depends on beyond the tuning database's
  * problem class, as one number (for the dispatch caches' keys). */
 int fj__plan_class(const fj_ctx *ctx, const fj_problem *p);

@@ -172,6 +172,11 @@ int fj__dtype_bytes(fj_dtype d)
   return d == FJ_E4M3 ? 1 : d == FJ_F32 ? 4 : 2;
 }
 
+int fj__problem_dv(const fj_problem *p)
+{
+  return p->head_dim_v ? p->head_dim_v : p->head_dim;
+}
+
 fj_dtype fj__o_dtype(const fj_problem *p)
 {
   return p->dtype == FJ_E4M3 ? FJ_BF16 : p->dtype;
@@ -238,6 +243,13 @@ static fj_status check_sizes(const fj_ctx *ctx, const fj_problem *p)
     st = check_positive(ctx, "seq_kv", p->seq_kv, 1 << 30);
   if (st == FJ_OK)
     st = check_positive(ctx, "head_dim", p->head_dim, 256);
+  /* V's and O's head dim: 0 (the same), or one a kernel could have. */
+  if (st == FJ_OK && p->head_dim_v != 0 &&
+      (p->head_dim_v < 8 || p->head_dim_v > 256 || p->head_dim_v % 8 != 0))
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "head_dim_v %d is invalid: a multiple of 8 from 8 to 256, "
+                  "or 0 (head_dim)",
+                  p->head_dim_v);
   if (st == FJ_OK && p->heads_q % p->heads_kv != 0)
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
                   "heads_kv %d does not divide heads_q %d (GQA needs "
@@ -369,9 +381,10 @@ static fj_status check_strides(const fj_ctx *ctx, const fj_problem *p)
                   "the strides of q, k, v and o are all 0: never set "
                   "(fj_problem_init leaves them 0 for an order that is "
                   "neither FJ_BHSD nor FJ_BSHD)");
+  /* Q and K have head_dim columns, V and O head_dim_v. */
   for (int i = 0; i < 4 && st == FJ_OK; i++)
-    st = check_span(ctx, &t[i], p->head_dim);
-  return st == FJ_OK ? check_rows_apart(ctx, &t[3], p->head_dim) : st;
+    st = check_span(ctx, &t[i], i < 2 ? p->head_dim : fj__problem_dv(p));
+  return st == FJ_OK ? check_rows_apart(ctx, &t[3], fj__problem_dv(p)) : st;
 }
 
 /* The varlen and paged fields agree with each other and with the strides
@@ -711,7 +724,7 @@ static void ref_row(const ref_head *h, int row, double scale, double *s,
                     double *out, double *lse)
 {
   const fj_problem *p = h->p;
-  int d = p->head_dim, last = h->len_kv - 1;
+  int d = p->head_dim, dv = fj__problem_dv(p), last = h->len_kv - 1;
   double mx = -HUGE_VAL;
   for (int j = 0; j <= last; j++) {
     s[j] = -HUGE_VAL;
@@ -730,7 +743,7 @@ static void ref_row(const ref_head *h, int row, double scale, double *s,
    * below.  A row that sees no key then gets O = 0 and LSE = the sink. */
   const double sink = h->sink;
   if (isnan(sink)) {  /* as the kernels: NaN in, NaN out */
-    for (int e = 0; e < d; e++)
+    for (int e = 0; e < dv; e++)
       out[e] = NAN;
     if (lse)
       *lse = NAN;
@@ -738,7 +751,7 @@ static void ref_row(const ref_head *h, int row, double scale, double *s,
   }
   if (sink > mx)
     mx = sink;
-  memset(out, 0, sizeof *out * (size_t)d);
+  memset(out, 0, sizeof *out * (size_t)dv);
   double sum = sink == -HUGE_VAL ? 0.0 : sink == mx ? 1.0 : exp(sink - mx);
   for (int j = 0; j <= last && mx > -HUGE_VAL; j++) {
     if (s[j] == -HUGE_VAL)
@@ -746,10 +759,10 @@ static void ref_row(const ref_head *h, int row, double scale, double *s,
     double w = exp(s[j] - mx);
     int64_t vj = key_at(h, p->v_stride, h->voff, j);
     sum += w;
-    for (int e = 0; e < d; e++)
+    for (int e = 0; e < dv; e++)
       out[e] += w * elem(h->kv, h->v, vj + e);
   }
-  for (int e = 0; e < d && sum > 0; e++)
+  for (int e = 0; e < dv && sum > 0; e++)
     out[e] *= h->vscale / sum;
   if (lse)
     *lse = sum > 0 ? mx + log(sum) : -HUGE_VAL;
@@ -1001,7 +1014,7 @@ static fj_status reference_fwd(const ref_run *r, const char *fn, int row_begin,
   if (!s)
     return fj__fail(NULL, FJ_ERR_NOMEM, "%s: out of memory for %d scores",
                     fn, p->seq_kv);
-  size_t rows = (size_t)(row_end - row_begin), d = (size_t)p->head_dim;
+  size_t rows = (size_t)(row_end - row_begin), d = (size_t)fj__problem_dv(p);
   for (int b = 0; b < p->batch; b++)
     for (int hq = 0; hq < p->heads_q; hq++) {
       ref_head h;
@@ -1100,6 +1113,11 @@ static fj_status bwd_unsupported(const char *fn, const fj_problem *p)
                     "%s: kv_dtype e4m3 is not implemented in the backward: "
                     "K and V in dtype (f16 or bf16)",
                     fn);
+  if (fj__problem_dv(p) != p->head_dim)
+    return fj__fail(NULL, FJ_ERR_UNSUPPORTED,
+                    "%s: head_dim_v %d with head_dim %d is not implemented in "
+                    "the backward: one head dim (head_dim_v 0)",
+                    fn, fj__problem_dv(p), p->head_dim);
   return FJ_OK;
 }
 

@@ -21,6 +21,9 @@ uint8_t fj__float_to_e4m3(float f);
 int fj__dtype_bytes(fj_dtype d);
 /* O's element type: bf16 for FP8 attention (dtype e4m3), else dtype. */
 fj_dtype fj__o_dtype(const fj_problem *p);
+/* The problem's head_dim_v with 0 resolved to head_dim: V's and O's
+ * columns. */
+int fj__problem_dv(const fj_problem *p);
 
 /* The element types and the mask: f16 or bf16 for Q and O, K and V the
  * same or e4m3 (kv_dtype resolved: never 0), a known causal mode.  The

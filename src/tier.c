@@ -38,8 +38,9 @@ int fj__tier_serves(const fj_ctx *ctx, const fj_problem *p,
   fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
-  /* The portable kernel reads 16-bit Q, K and V. */
+  /* The portable kernel reads 16-bit Q, K and V of one head dim. */
   return ctx->opts.jit_tiers && !v->varlen && !v->paged && kv == p->dtype &&
+         fj__problem_dv(p) == p->head_dim &&
          p->dtype != FJ_E4M3 &&
          !p->cu_seqlens_q && !p->cu_seqlens_kv && !p->block_table &&
          !mi.checked &&
@@ -140,6 +141,13 @@ fj_status fj_kernel_get_first(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
   fj__clear_error(ctx);
   pthread_mutex_lock(&ctx->lock);
   fj_status st = fj__variant_validate(ctx, v);
+  /* The portable kernel has one head dim for Q, K, V and O. */
+  if (st == FJ_OK && fj__head_dim_v(v) != v->head_dim)
+    st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                  "fj_kernel_get_first: head_dim_v %d with head_dim %d: the "
+                  "tiered JIT's first kernel takes one head dim (head_dim_v "
+                  "0); a split problem waits for its chosen kernel",
+                  fj__head_dim_v(v), v->head_dim);
   if (st == FJ_OK)
     st = fj__tier_first(ctx, v, k);
   pthread_mutex_unlock(&ctx->lock);

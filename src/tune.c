@@ -437,6 +437,12 @@ fj_status fj_tune(fj_ctx *ctx, const fj_problem *p, const fj_tune_opts *opts,
     st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                   "tuning a varlen or paged problem is not implemented: "
                   "tune the dense problem of its longest sequence");
+  /* The tuning database's classes have one head dim (tunedb.c). */
+  if (st == FJ_OK && fj__problem_dv(p) != p->head_dim)
+    st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                  "tuning head_dim_v %d with head_dim %d is not implemented "
+                  "yet: the tuning database keeps one head dim a problem",
+                  fj__problem_dv(p), p->head_dim);
   /* Modifications are tuned with the caller's parameters and block mask
    * (the candidates read them as the calls will); checked mode waits for
    * every launch, so its times would say nothing. */

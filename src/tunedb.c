@@ -172,6 +172,10 @@ static int lookup(fj_ctx *ctx, const fj_problem *p, int backward,
 int fj__tune_lookup(fj_ctx *ctx, const fj_problem *p, fj_variant *v)
 {
   fj_variant tuned = *v;
+  /* Its classes have one head dim: a split one (head_dim_v) is never
+   * tuned (fj_tune refuses it). */
+  if (fj__problem_dv(p) != p->head_dim)
+    return 0;
   if (!lookup(ctx, p, 0, &tuned) || fj__variant_validate(ctx, &tuned) != FJ_OK)
     return 0;
   *v = tuned;

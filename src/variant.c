@@ -32,6 +32,11 @@ fj_dtype fj__kv_dtype(const fj_variant *v)
   return v->kv_dtype ? v->kv_dtype : v->dtype;
 }
 
+int fj__head_dim_v(const fj_variant *v)
+{
+  return v->head_dim_v ? v->head_dim_v : v->head_dim;
+}
+
 int fj__fp8_flush(const fj_variant *v)
 {
   if (v->fp8_flush)
@@ -58,7 +63,7 @@ static void mods_suffix(const fj_mods *m, char *buf, size_t size)
 
 int fj_variant_name(const fj_variant *v, char *buf, size_t size)
 {
-  char kv[16] = "", mods[64];
+  char kv[16] = "", mods[64], dv[16] = "";
   if (!v)
     return -1;
   if (!buf)
@@ -70,8 +75,11 @@ int fj_variant_name(const fj_variant *v, char *buf, size_t size)
   else if (v->dtype == FJ_E4M3)
     snprintf(kv, sizeof kv, "_flnever");
   mods_suffix(v->mods, mods, sizeof mods);
-  return snprintf(buf, size, "fj_attn_d%d_m%d_n%d_w%d_s%d_%s_%s_%s_%s_%s%s%s%s%s%s%s",
-                  v->head_dim, v->tile_m, v->tile_n, v->warps, v->stages,
+  /* Split head dims name V's and O's after Q's and K's: "_d192_v128". */
+  if (fj__head_dim_v(v) != v->head_dim)
+    snprintf(dv, sizeof dv, "_v%d", fj__head_dim_v(v));
+  return snprintf(buf, size, "fj_attn_d%d%s_m%d_n%d_w%d_s%d_%s_%s_%s_%s_%s%s%s%s%s%s%s",
+                  v->head_dim, dv, v->tile_m, v->tile_n, v->warps, v->stages,
                   fj_swizzle_name(v->swizzle), fj_softmax_name(v->softmax),
                   fj_mma_name(v->mma), causal_short(v->causal),
                   fj_dtype_name(v->dtype), kv, v->pack_gqa ? "_gqa" : "",
@@ -189,6 +197,11 @@ static fj_status check_axes(const fj_ctx *ctx, const fj_variant *v)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "head_dim %d is invalid: a multiple of 8 from 8 to 256",
                     v->head_dim);
+  if (v->head_dim_v != 0 && !valid_head_dim(v->head_dim_v))
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "head_dim_v %d is invalid: a multiple of 8 from 8 to 256, "
+                    "or 0 (head_dim)",
+                    v->head_dim_v);
   fj_status st = check_range(ctx, "tile_m", v->tile_m, 16, 256, 16);
   if (st == FJ_OK)
     st = check_range(ctx, "tile_n", v->tile_n, 16, 256, 16);
@@ -238,10 +251,38 @@ static fj_status check_wgmma(const fj_ctx *ctx, const fj_variant *v)
   return FJ_OK;
 }
 
+/* Split head dims (head_dim_v != head_dim): the wgmma family's forward
+ * in f16 or bf16, one query head a block, one kernel (no split-KV), on
+ * dense or varlen K/V; the rest has one head dim throughout. */
+static fj_status check_split_dims(const fj_ctx *ctx, const fj_variant *v)
+{
+  int dv = fj__head_dim_v(v);
+  int fp8 = v->dtype == FJ_E4M3 || fj__kv_dtype(v) == FJ_E4M3;
+  const char *what = fp8                      ? "FP8 (e4m3)"
+                     : v->paged               ? "paged K/V"
+                     : v->mma != FJ_MMA_WGMMA ? fj_mma_name(v->mma)
+                     : v->pack_gqa            ? "pack_gqa"
+                     : v->split_kv            ? "split_kv"
+                                              : NULL;
+  if (dv == v->head_dim || !what)
+    return FJ_OK;
+  return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                  "head_dim_v %d with head_dim %d is not implemented for %s%s: "
+                  "split head dims run on mma wgmma (sm_90a) with dtype f16 "
+                  "or bf16, one kernel per query head (no pack_gqa, split_kv "
+                  "or paged K/V)",
+                  dv, v->head_dim,
+                  !fp8 && !v->paged && v->mma != FJ_MMA_WGMMA ? "mma " : "",
+                  what);
+}
+
 /* Axis values that are valid but not generated (yet).  The templates add
  * the rules that depend on combinations (refuse() in templates/). */
 static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
 {
+  fj_status sd = check_split_dims(ctx, v);
+  if (sd != FJ_OK)
+    return sd;
   /* The wgmma family takes varlen (packed sequences), not the others.  A
    * paged problem is varlen too: named by what it is, paged. */
   const char *axis = v->pack_gqa ? "pack_gqa" : v->split_kv ? "split_kv"
@@ -419,6 +460,10 @@ fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
   fj_variant_name(v, o->symbol, sizeof o->symbol);
   add_head(ctx, o);
   add(o, "head_dim", FJ_PARAM_INT, v->head_dim, NULL, NULL);
+  /* V's and O's head dim, where it differs (the others' parameters, and
+   * so their sources and cache keys, stay as they were). */
+  if (fj__head_dim_v(v) != v->head_dim)
+    add(o, "head_dim_v", FJ_PARAM_INT, fj__head_dim_v(v), NULL, NULL);
   add(o, "tile_m", FJ_PARAM_INT, v->tile_m, NULL, NULL);
   add(o, "tile_n", FJ_PARAM_INT, v->tile_n, NULL, NULL);
   add(o, "warps", FJ_PARAM_INT, v->warps, NULL, NULL);

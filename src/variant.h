@@ -52,6 +52,8 @@ fj_status fj__variant_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k);
 int fj__variant_tiles_smem(const fj_variant *v);
 /* kv_dtype with 0 resolved to dtype. */
 fj_dtype fj__kv_dtype(const fj_variant *v);
+/* head_dim_v with 0 resolved to head_dim: V's and O's columns. */
+int fj__head_dim_v(const fj_variant *v);
 /* dtype e4m3: the key tiles between flushes of O's FP8 partial into its
  * float32 accumulator (fp8_flush resolved: 1..16, or -1 never). */
 int fj__fp8_flush(const fj_variant *v);

@@ -63,6 +63,13 @@
   local PANEL = TR.ROW_BYTES // (ELEM or 2)
   local DR = head_dim
   local D = (DR + PANEL - 1) // PANEL * PANEL
+  -- V's and O's head dim (head_dim_v: split head dims, as MLA's prefill
+  -- has, 192 for Q K^T and 128 for P V), real (DVR) and padded (DV): the
+  -- V ring, O's accumulator, P V's N and the epilogue's columns take it;
+  -- Q's and K's rings and S's k steps take D.  nil: the same as head_dim.
+  local DVR = head_dim_v or DR
+  local DV = (DVR + PANEL - 1) // PANEL * PANEL
+  local SPLIT = DVR ~= DR
   -- FP8 attention (dtype e4m3): Q, K and V in e4m3, S = Q K^T and O += P V
   -- on FP8 wgmma (k32), both operands K-major -- so V arrives transposed
   -- (V^T, written into the workspace by this module's _vt kernel, each 32
@@ -92,7 +99,7 @@
   -- counter (the static walk balances causal work only: the lengths of
   -- sequences and of a block mask's lists vary otherwise).
   local DYNAMIC = VL or BMASK ~= nil
-  local PINGPONG = C >= 2 and D <= 128
+  local PINGPONG = C >= 2 and D <= 128 and DV <= 128
   local function no(fmt, ...) refuse(fmt:format(...)) end
 
   if softmax ~= "regs" then
@@ -103,6 +110,9 @@
   end
   if not ELEM or (ELEM ~= 2 and not FP8) then
     no("dtype %s: the wgmma family's forward takes f16, bf16 and e4m3", dtype)
+  end
+  if FP8 and SPLIT then
+    no("head_dim_v %d with head_dim %d and dtype e4m3 is not implemented: split head dims take f16 or bf16", DVR, DR)
   end
   if FP8 then
     if kv_dtype ~= "e4m3" then no("dtype e4m3 with kv_dtype %s: FP8 attention takes Q, K and V in e4m3", kv_dtype) end
@@ -119,6 +129,9 @@
   end
   if (DR * (ELEM or 2)) % 16 ~= 0 or D > 256 then
     no("head_dim %d is not implemented for the wgmma family: a multiple of %d up to 256 (rows of whole 16-byte TMA units; wgmma's N is at most 256)", DR, 16 // (ELEM or 2))
+  end
+  if (DVR * (ELEM or 2)) % 16 ~= 0 or DV > 256 then
+    no("head_dim_v %d is not implemented for the wgmma family: a multiple of %d up to 256 (rows of whole 16-byte TMA units; wgmma's N is at most 256)", DVR, 16 // (ELEM or 2))
   end
   if BM ~= 64 * C then
     no("tile_m %d with warps %d: each of the %d consumer warpgroups owns 64 rows, so tile_m is %d", BM, warps, C, 64 * C)
@@ -140,12 +153,15 @@
   -- its tiles and reads the next one's counts early holds more than 24
   -- (ptxas spilled 16 bytes there, and 8-20 at 32): 40, the consumers
   -- 232, exactly the 168 x 384 the block starts with.  Per consumer thread
-  -- O (D/2), S (BN/2) and P (BN/4) stay live.
+  -- O (DV/2), S (BN/2) and P (BN/4) stay live.
   local B = import("budget.lua").new{}
   local REGS = B.regs(C, C == 2 and BMASK and { producer = 40, consumer = 232 } or nil)
-  B.check_regs(D // 2 * (TWO and 2 or 1) + BN // 2 + BN // (FP8 and 8 or 4) + 24,
-               ("head_dim %d%s and tile_n %d%s"):format(DR, DR < D and (" (padded to %d)"):format(D) or "", BN,
-                                                       TWO and " with FP8's two accumulators" or ""),
+  local function dim_text(name, real, padded)
+    return ("%s %d%s"):format(name, real, real < padded and (" (padded to %d)"):format(padded) or "")
+  end
+  B.check_regs(DV // 2 * (TWO and 2 or 1) + BN // 2 + BN // (FP8 and 8 or 4) + 24,
+               ("%s and tile_n %d%s"):format(SPLIT and dim_text("head_dim_v", DVR, DV) or dim_text("head_dim", DR, D), BN,
+                                             TWO and " with FP8's two accumulators" or ""),
                TWO and "O (both), S and P" or "O, S and P",
                TWO and "use fp8_flush -1 (never) or a smaller head dim" or "use a smaller tile_n or fewer warps")
 
@@ -172,14 +188,14 @@
   -- The producer's rings (tma_ring.lua): Q (one slot a work tile), K and
   -- V (S slots); their barriers, then a dynamic walk's item barrier.
   local bars = TR.barriers("bars")
-  local function ring(name, rows_, slots)
-    return TR.ring{ name = name, elem = ELEM, rows = rows_, cols = D, slots = slots, arrivals = 4 * C,
+  local function ring(name, rows_, slots, cols)
+    return TR.ring{ name = name, elem = ELEM, rows = rows_, cols = cols or D, slots = slots, arrivals = 4 * C,
                     smem = "s" .. name, map = "m" .. name, bars = bars }
   end
   local q, k = ring("q", BM, 1), ring("k", BN, S)
-  -- V, or FP8's V^T: head_dim rows of tile_n keys.
+  -- V (DV columns), or FP8's V^T: head_dim rows of tile_n keys.
   local v = FP8 and TR.ring{ name = "v", elem = ELEM, rows = D, cols = BN, slots = S, arrivals = 4 * C,
-                             smem = "sv", map = "mv", bars = bars } or ring("v", BN, S)
+                             smem = "sv", map = "mv", bars = bars } or ring("v", BN, S, DV)
   local ITEM = DYNAMIC and bars.at(("%du"):format(bars.take(1))) or nil
 
   -- Shared memory: Q, the K and V rings, 1024-byte aligned, then the
@@ -224,7 +240,7 @@
   local function scheduler(part, extra)
     return PC.piece(include("scheduler.cuh", PC.with(PC.with(sched, extra or {}), { part = part, sched = sched })))
   end
-  local loop = { q = q, k = k, v = v, D = D, DR = DR, BN = BN, S = S, C = C, T = T, KSTEP = KSTEP, pingpong = PINGPONG,
+  local loop = { q = q, k = k, v = v, D = D, DR = DR, DV = DV, BN = BN, S = S, C = C, T = T, KSTEP = KSTEP, pingpong = PINGPONG,
                  frag = frag, mods = mods, mrule = mrule, BMASK = BMASK, N0 = N0, acc = acc, rows = rows, p_from = p_from,
                  FP8 = FP8, FLUSH = FLUSH, TWO = TWO }
   local function mainloop(part, extra)
@@ -237,7 +253,7 @@
 {{ include("mods.cuh", { mods = mods, part = "decls" }) }}
 {% end %}
 {{ include("wgmma.cuh", { spin_limit = WGMMA_SPIN_LIMIT or 0, forms = {
-     { t = T, n = BN, a = "ss", tb = 0, k = KSTEP }, { t = T, n = D, a = "rs", tb = FP8 and 0 or 1, k = KSTEP } } }) }}
+     { t = T, n = BN, a = "ss", tb = 0, k = KSTEP }, { t = T, n = DV, a = "rs", tb = FP8 and 0 or 1, k = KSTEP } } }) }}
 {{ B.comment() }}
 // registers: producer {{ REGS[1] > 0 and REGS[1] or "as compiled" }}, consumers {{ REGS[2] }}
 // pieces: tma_ring.lua (producer), scheduler.cuh, mainloop_fwd.cuh, score_regs.cuh, softmax_regs.cuh, epilogue_regs.cuh, budget.lua
@@ -326,7 +342,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   // O = O / l and the log-sum-exp (epilogue_regs.cuh).
   elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h){{ VL and " + seq.q_row0 * p.o_stride[2]" or "" }};
 {{ include("epilogue_regs.cuh", PC.with(frag, {
-     ND = D // 16, cols = DR < D and DR or nil, out_scale = FP8 and "p.v_scale[blk.b * p.heads_kv + blk.hk]" or "1.f", out_elem = FP8 and 2 or ELEM, rows_end = VL and "len_q" or nil,
+     ND = DV // 16, cols = DVR < DV and DVR or nil, out_scale = FP8 and "p.v_scale[blk.b * p.heads_kv + blk.hk]" or "1.f", out_elem = FP8 and 2 or ELEM, rows_end = VL and "len_q" or nil,
      sinks = mods.sinks,
      stage = STAGED and { addr = ("(base + %du + (cw * 4 + warp %% 4) * %du)"):format(OFF_STAGE, STAGE_WARP),
                           row0 = "m0 + wr", lrow = "acc_r" } or nil,

@@ -6,7 +6,7 @@
 #}
 // flashjit generated kernel: {{ symbol }}
 {% if tile_m then %}
-// variant: head_dim={{ head_dim }} tile_m={{ tile_m }} tile_n={{ tile_n }} warps={{ warps }} stages={{ stages }} swizzle={{ swizzle }} softmax={{ softmax }} mma={{ mma }} causal={{ causal }} dtype={{ dtype }} kv_dtype={{ kv_dtype }}{{ pack_gqa and " pack_gqa" or "" }}{{ split_kv and " split_kv" or "" }}{{ varlen and " varlen" or "" }}{{ paged and " paged" or "" }}{{ window and " window" or "" }}{{ softcap and " softcap" or "" }}{{ (score_mod or "") ~= "" and " score_mod" or "" }}{{ (mask_mod or "") ~= "" and " mask_mod" or "" }}
+// variant: head_dim={{ head_dim }}{{ head_dim_v and (" head_dim_v=%d"):format(head_dim_v) or "" }} tile_m={{ tile_m }} tile_n={{ tile_n }} warps={{ warps }} stages={{ stages }} swizzle={{ swizzle }} softmax={{ softmax }} mma={{ mma }} causal={{ causal }} dtype={{ dtype }} kv_dtype={{ kv_dtype }}{{ pack_gqa and " pack_gqa" or "" }}{{ split_kv and " split_kv" or "" }}{{ varlen and " varlen" or "" }}{{ paged and " paged" or "" }}{{ window and " window" or "" }}{{ softcap and " softcap" or "" }}{{ (score_mod or "") ~= "" and " score_mod" or "" }}{{ (mask_mod or "") ~= "" and " mask_mod" or "" }}
 {% end %}
 // target: {{ arch }}; rendered by flashjit {{ version }} from templates/{{ template }}
 {# Only the headers a kernel uses: each costs NVRTC parse time (mma.h about

@@ -13,7 +13,7 @@
                     and v, tile `it` (counted over the block's life) in
                     slot it % S.  Reads blk, m0, ntiles and the key range
                     (scheduler.cuh's head), q_row, q_b, kv_row, kv_b.
-    consumer_setup  a consumer warpgroup's registers: o[D/16][8], s[BN/16][8],
+    consumer_setup  a consumer warpgroup's registers: o[DV/16][8], s[BN/16][8],
                     pk[BN/16][4] (P as the A operand), row_m and row_l per
                     row class, and it (the K/V tiles consumed); its scales,
                     the descriptors and the ping-pong turns (named barriers
@@ -26,10 +26,11 @@
                     landed, Q's once the last S has; it advanced by ntiles.
                     Leaves O unnormalised and row_m/row_l for the epilogue.
     consumer_end    after the walk: the setup's macros end.
-  Registers per consumer thread: about D/2 + BN/2 + BN/4 (O, S, P);
+  Registers per consumer thread: about DV/2 + BN/2 + BN/4 (O, S, P);
   shared memory: the rings'; barriers: the rings' and the turns.
   Parameters: q, k, v (rings), D (the tiles' head dim), DR (the
-  problem's, at most D: S takes its k steps), BN, S, C, T (the element type's name in
+  problem's, at most D: S takes its k steps), DV (V's and O's tiles'
+  head dim: ring v's columns, O's and P V's N; nil: D), BN, S, C, T (the element type's name in
   wgmma.cuh's forms), KSTEP (elements of one wgmma k step), pingpong,
   frag (pieces.lua's regs), mods, mrule, BMASK, N0, acc, rows, p_from.
   FP8 (dtype e4m3): ring v holds V^T (D rows of BN keys, K-major like K);
@@ -47,6 +48,7 @@
   -- wgmma k steps of S (those that hold the problem's DR columns: a
   -- padded head dim's last panel is part zeros) and of P V.
   local NK_QK, NK_PV = ((DR or D) + KSTEP - 1) // KSTEP, BN // KSTEP
+  local DV = DV or D                             -- O's tiles' head dim
   local KB = KSTEP * q.elem                      -- bytes of one k step along a row
   local PER_PANEL = q.panel_cols // KSTEP        -- k steps in a 128-byte panel
   -- Descriptors: Q's 64 rows of this warpgroup and K (both K-major, k
@@ -112,9 +114,9 @@
   if (cw == {{ C - 1 }}) fj::bar_arrive(1, {{ 256 }});
 {%   end %}
 
-  float o[{{ D // 16 }}][8];
+  float o[{{ DV // 16 }}][8];
 {%   if TWO then %}
-  float op[{{ D // 16 }}][8];  // O += P V lands here; added into o every {{ FLUSH }} key tiles
+  float op[{{ DV // 16 }}][8];  // O += P V lands here; added into o every {{ FLUSH }} key tiles
 {%   end %}
   float s[{{ BN // 16 }}][8];
   unsigned pk[{{ NK_PV }}][4];
@@ -137,10 +139,10 @@
     fj::wg_fence();
 {%   if FP8 then %}
 #pragma unroll
-    for (int kk = 0; kk < {{ NK_PV }}; ++kk) fj::wg_rs_{{ T }}_{{ D }}({{ OP }}, pk[kk], FJ_V_DESC({{ slot }}, kk), {{ TWO and "kk > 0 || pv_run > 0" or "1" }});
+    for (int kk = 0; kk < {{ NK_PV }}; ++kk) fj::wg_rs_{{ T }}_{{ DV }}({{ OP }}, pk[kk], FJ_V_DESC({{ slot }}, kk), {{ TWO and "kk > 0 || pv_run > 0" or "1" }});
 {%   else %}
 #pragma unroll
-    for (int kk = 0; kk < {{ NK_PV }}; ++kk) fj::wg_rs_{{ T }}_{{ D }}_t(o, pk[kk], FJ_V_DESC({{ slot }}, kk), 1);
+    for (int kk = 0; kk < {{ NK_PV }}; ++kk) fj::wg_rs_{{ T }}_{{ DV }}_t(o, pk[kk], FJ_V_DESC({{ slot }}, kk), 1);
 {%   end %}
     fj::wg_commit();
 {%
@@ -168,7 +170,7 @@
      NJ = BN // 16, mask = "branch",
      S = function(mi, j, i) return ("s[%s][%d]"):format(j, i) end,
      alpha = function(mi, c) return ("alpha[%d]"):format(c - 1) end, rescaled = not rescale and "resc" or nil,
-     rescale = rescale and { ND = D // 16, O = function(mi, d, i) return ("o[%s][%d]"):format(d, i) end } or nil })) }}
+     rescale = rescale and { ND = DV // 16, O = function(mi, d, i) return ("o[%s][%d]"):format(d, i) end } or nil })) }}
 {%
   end
   -- P as A-operand registers: register r of k-step j holds A slots 2r and
@@ -204,14 +206,14 @@
 %}
     if ({{ last and "true" or ("++pv_run == %d"):format(FLUSH) }}) {
 #pragma unroll
-      for (int d = 0; d < {{ D // 16 }}; ++d)
+      for (int d = 0; d < {{ DV // 16 }}; ++d)
 #pragma unroll
         for (int i = 0; i < 8; ++i) o[d][i] += op[d][i];
       pv_run = 0;
     }
 {% end %}
 #pragma unroll
-  for (int d = 0; d < {{ D // 16 }}; ++d)
+  for (int d = 0; d < {{ DV // 16 }}; ++d)
 #pragma unroll
     for (int i = 0; i < 8; ++i) o[d][i] = 0.f;
 #pragma unroll
@@ -267,13 +269,13 @@
     bool resc;
 {% softmax("t", false) %}
     fj::wg_wait<0>();
-{% hold(OP, D // 16) %}
+{% hold(OP, DV // 16) %}
     {{ PC.indent(v.release("pslot"), 4) }}
 {% flush(false) %}
     // Not under the softcap's fixed shift (softmax_regs.cuh's `rescaled`).
     if (resc)
 #pragma unroll
-    for (int d = 0; d < {{ D // 16 }}; ++d) {
+    for (int d = 0; d < {{ DV // 16 }}; ++d) {
 {% for i = 0, acc.slots - 1 do %}
       o[d][{{ i }}] *= alpha[{{ rows.class_of[i] - 1 }}];
 {% end %}
@@ -283,7 +285,7 @@
     // rewritten whole).
     if (resc && pv_run != 0)
 #pragma unroll
-    for (int d = 0; d < {{ D // 16 }}; ++d) {
+    for (int d = 0; d < {{ DV // 16 }}; ++d) {
 {%   for i = 0, acc.slots - 1 do %}
       op[d][{{ i }}] *= alpha[{{ rows.class_of[i] - 1 }}];
 {%   end %}
@@ -299,7 +301,7 @@
 {% pv("lslot") %}
     {{ turn("pass") }}
     fj::wg_wait<0>();
-{% hold(OP, D // 16) %}
+{% hold(OP, DV // 16) %}
     {{ PC.indent(v.release("lslot"), 4) }}
 {% flush(true) %}
   }

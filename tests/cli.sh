@@ -36,6 +36,20 @@ expect 2 "unknown command 'bogus'" bogus
 expect 2 "unknown option '--bogus'" emit --bogus
 expect 2 "unknown option '--shape'" lut --shape 1,1,1,64
 expect 2 "head_dim 7 is invalid: a multiple of 8 from 8 to 256" emit --head-dim 7
+# Split head dims (--head-dim-v): the wgmma family's, refused elsewhere.
+expect 0 "--head-dim-v" emit --help
+expect 0 "--head-dim-v" plan --help
+expect 2 "head_dim_v 130 is invalid: a multiple of 8 from 8 to 256, or 0 (head_dim)" emit --head-dim 192 --head-dim-v 130
+expect 2 "head_dim_v 128 with head_dim 192 is not implemented for mma mma: split head dims run on mma wgmma (sm_90a)" emit --head-dim 192 --head-dim-v 128 --mma mma
+expect 2 "head_dim_v 128 with head_dim 192 is not implemented for FP8 (e4m3)" emit --head-dim 192 --head-dim-v 128 --dtype e4m3
+expect 0 "fj_attn_d192_v128_m128_n96_w12_s2_xor_regs_wgmma_nc_f16" emit --arch sm_90a --head-dim 192 --head-dim-v 128 --what name
+expect 0 "fj_attn_d192_v128_m128_n64_w12_s2_xor_regs_wgmma_nc_f16" emit --arch sm_90a --head-dim 192 --head-dim-v 128 --tile-n 64 --what name
+expect 0 "spill_store_bytes=0" emit --arch sm_90a --head-dim 192 --head-dim-v 128 --what resources
+expect 0 "variant: head_dim=192 head_dim_v=128 tile_m=128" emit --arch sm_90a --head-dim 192 --head-dim-v 128 --dtype bf16 --causal
+expect 0 "head_dim_v=128" plan --arch sm_90a --shape 2,16,4096,192 --head-dim-v 128
+expect 2 "head_dim_v 128 with head_dim 192 is not implemented for mma mma" plan --arch sm_80 --shape 2,16,4096,192 --head-dim-v 128
+expect 2 "splits 2 with head_dim_v 128 (head_dim 192) is not implemented" plan --arch sm_90a --shape 2,16,4096,192 --head-dim-v 128 --splits 2
+expect 2 "the backward does not take head_dim_v 128 with head_dim 192 yet" run --backward --shape 1,4,64,192 --head-dim-v 128
 expect 2 "tile_m -16 is invalid: must be a multiple of 16 in 16..256" emit --tile-m -16
 expect 2 "tile_n 0 is invalid" emit --tile-n=0
 expect 2 "invalid value 'abc' for --tile-m: expected an integer" emit --tile-m abc

@@ -18,12 +18,14 @@ typedef struct gpu_case {
                                   NULL: p.mods */
   void *q, *k, *v, *o;         /* host copies, in the problem's dtypes */
   float *lse, *ks, *vs, *qs;   /* FP8 scales, host (qs: dtype e4m3) */
-  size_t nq, nk, nlse, qbytes, kvbytes;
+  size_t nq, nk, nlse, qbytes, kvbytes;  /* qbytes: O's buffer (Q's and
+                                            O's extents, the larger) */
   void *dq, *dk, *dv, *dout, *dks, *dvs, *dqs;
   float *dlse;
   int capture;                 /* 1: the call is captured into a CUDA graph
                                   on a stream of its own, then the graph
                                   launched (the stream argument unused) */
+  size_t nv, vbytes;           /* V: head_dim_v columns (p.head_dim_v) */
 } gpu_case;
 
 /* Makes c's inputs (from seed), launches it with v (NULL: the library's
@@ -34,5 +36,13 @@ int fjt_gpu_run(fj_ctx *ctx, gpu_case *c, const fj_variant *v, void *stream,
                 uint64_t *seed, const char *label, const char *axis);
 /* The largest error per axis since the last call. */
 void fjt_gpu_print_worst(void);
+
+/* Split head dims (test_head_dim_v.c): p as fj_problem_init makes it, with
+ * head_dim_v dv and V and O contiguous in that order for it; and the
+ * explicit wgmma variants gpu_head_dim_v runs (head_dim_v_compile compiles
+ * them without a GPU), up to max into out, how many. */
+void fjt_split_problem(fj_problem *p, int b, int hq, int hkv, int sq, int skv,
+                       int d, int dv, fj_dtype dt, fj_order order);
+size_t fjt_head_dim_v_variants(fj_variant *out, size_t max);
 
 #endif

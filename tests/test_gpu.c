@@ -187,11 +187,16 @@ static int case_setup(gpu_case *c, uint64_t *seed)
 {
   fj_problem *p = &c->p;
   fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
+  /* V and O have head_dim_v columns (split head dims). */
+  int dv = p->head_dim_v ? p->head_dim_v : p->head_dim;
   c->nq = span(p->q_stride, p->batch, p->heads_q, p->seq_q, p->head_dim);
   c->nk = span(p->k_stride, p->batch, p->heads_kv, p->seq_kv, p->head_dim);
+  c->nv = span(p->v_stride, p->batch, p->heads_kv, p->seq_kv, dv);
+  size_t no = span(p->o_stride, p->batch, p->heads_q, p->seq_q, dv);
   c->nlse = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
-  c->qbytes = c->nq * 2;
+  c->qbytes = (no > c->nq ? no : c->nq) * 2;
   c->kvbytes = c->nk * (size_t)(kv == FJ_E4M3 ? 1 : 2);
+  c->vbytes = c->nv * (size_t)(kv == FJ_E4M3 ? 1 : 2);
   /* FP8 attention (dtype e4m3): Q like FP8 K/V below; O is bf16. */
   int q8 = p->dtype == FJ_E4M3;
   c->q = random_tensor(p->dtype, c->nq, (c->input_scale ? c->input_scale : 1) * (q8 ? 40.f : 1.f),
@@ -199,11 +204,11 @@ static int case_setup(gpu_case *c, uint64_t *seed)
   /* FP8 K/V: values spread over the format's range, with per-head scales
    * that bring them back to unit size. */
   c->k = random_tensor(kv, c->nk, kv == FJ_E4M3 ? 40.f : 1.f, seed);
-  c->v = random_tensor(kv, c->nk, kv == FJ_E4M3 ? 40.f : 1.f, seed);
+  c->v = random_tensor(kv, c->nv, kv == FJ_E4M3 ? 40.f : 1.f, seed);
   c->o = malloc(c->qbytes);
   c->lse = malloc(c->nlse * sizeof(float));
   int bad = upload(&c->dq, c->q, c->nq * (q8 ? 1 : 2)) || upload(&c->dk, c->k, c->kvbytes) ||
-            upload(&c->dv, c->v, c->kvbytes) ||
+            upload(&c->dv, c->v, c->vbytes) ||
             cudaMalloc(&c->dout, c->qbytes) ||
             cudaMalloc((void **)&c->dlse, c->nlse * sizeof(float));
   if (kv == FJ_E4M3) {
@@ -279,7 +284,7 @@ static void compare(const gpu_case *c, const ref_job *j, errors *e,
                     double *d2, double *r2)
 {
   const fj_problem *p = &c->p;
-  int rows = j->r1 - j->r0, dim = p->head_dim;
+  int rows = j->r1 - j->r0, dim = p->head_dim_v ? p->head_dim_v : p->head_dim;
   for (int b = 0; b < p->batch; b++)
     for (int h = 0; h < p->heads_q; h++)
       for (int r = 0; r < rows; r++) {
@@ -319,7 +324,8 @@ static int check_case(const gpu_case *c, errors *e)
     jobs[i].r0 = p->seq_q * i / parts;
     jobs[i].r1 = p->seq_q * (i + 1) / parts;
     size_t rows = per * (size_t)(jobs[i].r1 - jobs[i].r0);
-    jobs[i].out = malloc(rows * (size_t)p->head_dim * sizeof(double));
+    jobs[i].out = malloc(rows * (size_t)(p->head_dim_v ? p->head_dim_v : p->head_dim) *
+                         sizeof(double));
     jobs[i].lse = malloc(rows * sizeof(double));
     pthread_create(&t[i], NULL, ref_thread, &jobs[i]);
   }
@@ -980,6 +986,76 @@ int test_gpu_head_dims(void)
                        FJ_MMA_WGMMA);
   else
     printf("the wgmma family's padded head dims need sm_90a: not run here\n");
+  return failed != 0;
+}
+
+/* ---- split head dims (head_dim_v): MLA's 192 / 128 and its kin ----------------- */
+
+/* The shapes split cases rotate through: GQA, lengths that are no
+ * multiple of any tile, more queries than keys (bottom-right: rows that
+ * see no key), and one of several row tiles a head. */
+static const int split_shapes[][5] = {
+    {2, 4, 2, 333, 333}, {1, 8, 2, 257, 517}, {1, 4, 4, 700, 300}, {1, 16, 16, 1024, 1024}};
+
+/* A split case of shape i (round robin), layout and dtype alternating. */
+static void split_case(gpu_case *c, int i, int d, int dv, fj_dtype dt,
+                       fj_causal m, char *label, size_t size, const char *who)
+{
+  const int *s = split_shapes[i % 4];
+  fj_order order = (fj_order)(i % 2);
+  memset(c, 0, sizeof *c);
+  fjt_split_problem(&c->p, s[0], s[1], s[2], s[3], s[4], d, dv, dt, order);
+  c->p.causal = m;
+  snprintf(label, size, "%s d%d/v%d (%d,%d/%d,%d/%d) %s %s %s", who, d, dv,
+           s[0], s[1], s[2], s[3], s[4], fj_dtype_name(dt), fj_causal_name(m),
+           order ? "bshd" : "bhsd");
+}
+
+/* The library's choice for each head dim pair and mask. */
+static int head_dim_v_auto(fj_ctx *ctx, uint64_t *seed)
+{
+  static const int dims[][2] = {{192, 128}, {128, 64}, {96, 64}, {256, 128}, {64, 128}};
+  int failed = 0, i = 0;
+  for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+    for (size_t m = 0; m < 3; m++, i++) {
+      gpu_case c;
+      char label[160];
+      split_case(&c, i, dims[d][0], dims[d][1], (i / 2) % 2 ? FJ_BF16 : FJ_F16,
+                 all_masks[m], label, sizeof label, "auto");
+      failed += run_case(ctx, &c, NULL, NULL, seed, label, "head_dim_v auto");
+    }
+  return failed;
+}
+
+/* Split head dims on the wgmma family (sm_90a; skipped elsewhere, saying
+ * so): the library's choice at 192/128, 128/64, 96/64, 256/128 and 64/128
+ * with every mask, and explicit variants (other tiles, warpgroups,
+ * stages), over GQA, tails and both layouts, against the reference. */
+int test_gpu_head_dim_v(void)
+{
+  fj_ctx *ctx;
+  int rc = wgmma_device(&ctx);
+  if (rc)
+    return rc;
+  uint64_t seed = 3434;
+  int failed = head_dim_v_auto(ctx, &seed);
+  fj_variant vs[8];
+  size_t n = fjt_head_dim_v_variants(vs, 8);
+  if (prepare(ctx, vs, n)) {
+    failed++;
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      gpu_case c;
+      char label[160], name[128];
+      fj_variant_name(&vs[i], name, sizeof name);
+      split_case(&c, (int)i + 1, vs[i].head_dim, vs[i].head_dim_v,
+                 vs[i].dtype, vs[i].causal, label, sizeof label, name);
+      failed += run_case(ctx, &c, &vs[i], NULL, &seed, label,
+                         "head_dim_v variants");
+    }
+  }
+  print_worst();
+  fj_ctx_destroy(ctx);
   return failed != 0;
 }
 

@@ -86,7 +86,8 @@ class AxisInfo(C.Structure):
 
 class Variant(C.Structure):
     _fields_ = [(n, C.c_int) for n in VARIANT_AXES] + [("mods", C.c_void_p),
-                                                        ("fp8_flush", C.c_int)]
+                                                        ("fp8_flush", C.c_int),
+                                                        ("head_dim_v", C.c_int)]
 
 
 class Resources(C.Structure):
@@ -113,7 +114,8 @@ class Problem(C.Structure):
                 ("seqused_kv", C.c_void_p), ("block_table", C.c_void_p),
                 ("max_pages", C.c_int), ("page_size", C.c_int), ("num_pages", C.c_int),
                 ("mods", C.c_void_p), ("total_q", C.c_int), ("total_kv", C.c_int),
-                ("deterministic", C.c_int), ("q_scale", C.c_void_p)]
+                ("deterministic", C.c_int), ("q_scale", C.c_void_p),
+                ("head_dim_v", C.c_int)]
 
 
 class ModParam(C.Structure):
@@ -306,7 +308,7 @@ SIGNATURES = {
 
 
 # FJ_ABI_VERSION of the header these structs mirror.
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 
 def open_library(path):

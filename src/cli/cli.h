@@ -128,10 +128,16 @@ typedef struct check_block {
 } check_block;
 
 /* The problem of `run` and `tune` and, for `run`, its buffers. */
+/* V's and O's head dim: head_dim_v, or head_dim where it is 0. */
+static inline int cli_head_dim_v(const fj_problem *p)
+{
+  return p->head_dim_v ? p->head_dim_v : p->head_dim;
+}
+
 typedef struct run_data {
   fj_problem p;               /* its index arrays: the device's (dix) */
   seq_index hix, dix;         /* --varlen, --page-size */
-  size_t nq, nk, no;          /* elements */
+  size_t nq, nk, nv, no;      /* elements (V: nv, head_dim_v columns) */
   void *hq, *hk, *hv, *ho;    /* host, in the problem's dtypes */
   void *dq, *dk, *dv, *dout;  /* device */
   float *dlse, *hlse;

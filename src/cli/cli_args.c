@@ -236,6 +236,7 @@ static void apply_defaults(cli *c)
   fj_variant given = c->v;
   fj_variant_default(&c->v, given.head_dim, given.dtype, given.causal);
   c->v.kv_dtype = given.kv_dtype;
+  c->v.head_dim_v = given.head_dim_v;
   if (given.kv_dtype == FJ_E4M3)
     c->v.stages = 1;  /* as the library's own choice does */
   c->v.varlen = given.varlen;
@@ -245,6 +246,10 @@ static void apply_defaults(cli *c)
   if ((given.varlen || given.paged || cli_mods_active(&c->mods)) &&
       !cli_flag_given(c, "mma"))
     c->v.mma = FJ_MMA_SYNC;
+  /* Split head dims are the wgmma family's alone. */
+  if (given.head_dim_v && given.head_dim_v != given.head_dim &&
+      !cli_flag_given(c, "mma"))
+    c->v.mma = FJ_MMA_WGMMA;
   for (int i = 0; i < fj_axis_count(); i++) {
     const flag_def *f = find_flag(c, axis_flag(i), strlen(axis_flag(i)));
     if (cli_flag_given(c, axis_flag(i))) {

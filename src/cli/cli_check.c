@@ -45,7 +45,8 @@ static double problem_flops(const run_data *d)
   for (int b = 0; b < p->batch; b++)
     pairs += window ? window_pairs(p, cli_len_q(d, b), cli_len_kv(d, b))
                     : (double)cli_len_q(d, b) * cli_len_kv(d, b);
-  double f = 4.0 * p->heads_q * pairs * p->head_dim;
+  /* Q K^T over head_dim, P V over head_dim_v: 2 FLOPs a product each. */
+  double f = 2.0 * p->heads_q * pairs * (p->head_dim + cli_head_dim_v(p));
   return p->causal != FJ_CAUSAL_NONE && !window ? f / 2 : f;
 }
 
@@ -93,7 +94,7 @@ static int check_blocks(run_data *d)
     keys += cli_len_kv(d, b);
     pairs += (double)cli_len_q(d, b) * cli_len_kv(d, b);
   }
-  double per_pair = 2.0 * p->heads_q * p->head_dim;
+  double per_pair = 1.0 * p->heads_q * (p->head_dim + cli_head_dim_v(p));
   double fit = keys > 0 ? 2e9 / (per_pair * keys) / 3 : (double)p->seq_q;
   int rows = (int)fmax(1, fmin((double)p->seq_q, fit));
   int sampled = pairs * per_pair > 2e9, varlen = d->hix.cu_q != NULL;
@@ -143,7 +144,7 @@ static void compare_row(const float *row, const double *want, int dim,
 static void compare_block(const run_data *d, const check_block *k, err_sum *e)
 {
   const fj_problem *p = &d->p;
-  int rows = k->r1 - k->r0, dim = p->head_dim;
+  int rows = k->r1 - k->r0, dim = cli_head_dim_v(p);  /* O's columns */
   float *row = malloc(sizeof *row * (size_t)dim);
   for (int b = k->b0; b < k->b1 && row; b++)
     for (int h = 0; h < p->heads_q; h++)
@@ -187,7 +188,7 @@ static int reference_block(const run_data *d, check_block *k)
 {
   fj_problem p = sub_problem(d, k->b0, k->b1);
   size_t cnt = (size_t)p.batch * (size_t)p.heads_q * (size_t)(k->r1 - k->r0);
-  k->ref = malloc((cnt ? cnt : 1) * (size_t)p.head_dim * sizeof(double));
+  k->ref = malloc((cnt ? cnt : 1) * (size_t)cli_head_dim_v(&p) * sizeof(double));
   k->lse = malloc((cnt ? cnt : 1) * sizeof(double));
   if (!k->ref || !k->lse ||
       fj_reference_fwd(&p, d->hq, d->hk, d->hv, p.k_scale, p.v_scale, k->r0,

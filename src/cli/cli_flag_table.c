@@ -41,6 +41,11 @@ const flag_def cli_flags[] = {
     {"head-dim", 1, CMD_VARIANT, cli_set_int, OFF(v.head_dim), LIB, .arg = "D",
      .help = "head dimension: a multiple of 8 from 8 to 256 (default 64, "
              "or --shape's D)"},
+    {"head-dim-v", 1, CMD_VARIANT | CMD_TUNE | CMD_PLAN, cli_set_int,
+     OFF(v.head_dim_v), LIB, .arg = "N",
+     .help = "V's and O's head dimension where it differs from --head-dim "
+             "(split head dims, as MLA's 192/128: the wgmma family, "
+             "sm_90a, f16 or bf16); default: the head dimension"},
     FJ_VARIANT_AXES(AXIS)
     {"causal", 2, CMD_VARIANT | CMD_TUNE | CMD_PLAN, cli_set_causal,
      OFF(v.causal), NAMES(causals), .arg = "[=top-left|bottom-right|none]",

@@ -238,30 +238,30 @@ static int run_upload_index(run_data *d)
 
 /* ---- inputs ---------------------------------------------------------------------- */
 
-/* Elements of Q (and O): with cu_seqlens_q the tokens of all sequences
- * packed, else batch x seq_q rows. */
-static size_t q_elements(const run_data *d, const int64_t s[3])
+/* Elements of Q (and O, whose rows have head_dim_v columns: dim): with
+ * cu_seqlens_q the tokens of all sequences packed, else batch x seq_q
+ * rows. */
+static size_t q_elements(const run_data *d, const int64_t s[3], int dim)
 {
   const fj_problem *p = &d->p;
   if (!d->hix.cu_q)
-    return span(s, p->batch, p->heads_q, p->seq_q, p->head_dim);
+    return span(s, p->batch, p->heads_q, p->seq_q, dim);
   int tokens = d->hix.cu_q[p->batch];
-  return span(s, 1, p->heads_q, tokens > 0 ? tokens : 1, p->head_dim);
+  return span(s, 1, p->heads_q, tokens > 0 ? tokens : 1, dim);
 }
 
-/* Elements of K (and V): num_pages pages of page_size tokens when paged,
- * all sequences' keys packed with cu_seqlens_kv, else batch x seq_kv rows. */
-static size_t kv_elements(const run_data *d)
+/* Elements of K (and V: its strides s, its head dim dim): num_pages pages
+ * of page_size tokens when paged, all sequences' keys packed with
+ * cu_seqlens_kv, else batch x seq_kv rows. */
+static size_t kv_elements(const run_data *d, const int64_t s[3], int dim)
 {
   const fj_problem *p = &d->p;
   if (p->block_table)
-    return span(p->k_stride, p->num_pages, p->heads_kv, p->page_size,
-                p->head_dim);
+    return span(s, p->num_pages, p->heads_kv, p->page_size, dim);
   if (!d->hix.cu_kv)
-    return span(p->k_stride, p->batch, p->heads_kv, p->seq_kv, p->head_dim);
+    return span(s, p->batch, p->heads_kv, p->seq_kv, dim);
   int tokens = d->hix.cu_kv[p->batch];
-  return span(p->k_stride, 1, p->heads_kv, tokens > 0 ? tokens : 1,
-              p->head_dim);
+  return span(s, 1, p->heads_kv, tokens > 0 ? tokens : 1, dim);
 }
 
 int cli_run_alloc(run_data *d, int seed)
@@ -273,15 +273,17 @@ int cli_run_alloc(run_data *d, int seed)
   d->esize = 2;
   size_t qsize = p->dtype == FJ_E4M3 ? 1 : 2;
   d->kvsize = kv == FJ_E4M3 ? 1 : 2;
-  d->nq = q_elements(d, p->q_stride);
-  d->nk = kv_elements(d);
-  d->no = q_elements(d, p->o_stride);
+  int dv = p->head_dim_v ? p->head_dim_v : p->head_dim;
+  d->nq = q_elements(d, p->q_stride, p->head_dim);
+  d->nk = kv_elements(d, p->k_stride, p->head_dim);
+  d->nv = kv_elements(d, p->v_stride, dv);
+  d->no = q_elements(d, p->o_stride, dv);
   if (run_upload_index(d))
     return EXIT_FAIL;
   uint64_t state = cli_seed_state(seed);
   d->hq = cli_random_tensor(p->dtype, d->nq, p->dtype == FJ_E4M3 ? 64.f : 1.f, &state);
   d->hk = cli_random_tensor(kv, d->nk, kv_scale, &state);
-  d->hv = cli_random_tensor(kv, d->nk, kv_scale, &state);
+  d->hv = cli_random_tensor(kv, d->nv, kv_scale, &state);
   if (kv == FJ_E4M3 && run_fp8_scales(d))
     return EXIT_FAIL;
   d->ho = malloc(d->no * d->esize);
@@ -293,12 +295,12 @@ int cli_run_alloc(run_data *d, int seed)
   }
   CUDA_TRY(cudaMalloc(&d->dq, d->nq * qsize));
   CUDA_TRY(cudaMalloc(&d->dk, d->nk * d->kvsize));
-  CUDA_TRY(cudaMalloc(&d->dv, d->nk * d->kvsize));
+  CUDA_TRY(cudaMalloc(&d->dv, d->nv * d->kvsize));
   CUDA_TRY(cudaMalloc(&d->dout, d->no * d->esize));
   CUDA_TRY(cudaMalloc((void **)&d->dlse, nlse * sizeof(float)));
   CUDA_TRY(cudaMemcpy(d->dq, d->hq, d->nq * qsize, cudaMemcpyHostToDevice));
   CUDA_TRY(cudaMemcpy(d->dk, d->hk, d->nk * d->kvsize, cudaMemcpyHostToDevice));
-  CUDA_TRY(cudaMemcpy(d->dv, d->hv, d->nk * d->kvsize, cudaMemcpyHostToDevice));
+  CUDA_TRY(cudaMemcpy(d->dv, d->hv, d->nv * d->kvsize, cudaMemcpyHostToDevice));
   return 0;
 }
 

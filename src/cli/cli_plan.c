@@ -150,6 +150,8 @@ int cli_cmd_plan(cli *c)
   const fj_variant *v = &plan.variant;
   printf("problem=%d,%d/%d,%d/%d,%d\n", p.batch, p.heads_q, p.heads_kv,
          p.seq_q, p.seq_kv, p.head_dim);
+  if (cli_head_dim_v(&p) != p.head_dim)
+    printf("head_dim_v=%d\n", cli_head_dim_v(&p));
   printf("arch=%s\n", fj_ctx_arch(ctx));
   printf("sm_count=%d\n", plan.sm_count);
   printf("sm_count_from=%s\n", on_device                ? "device"

@@ -71,10 +71,28 @@ static void page_problem(const cli *c, fj_problem *p)
     pages += cli_pages_for(c->lens ? c->lens[b].kv : p->seq_kv, n);
   p->max_pages = (int)cli_pages_for(p->seq_kv, n);
   p->num_pages = pages < 1 ? 1 : pages > INT32_MAX ? INT32_MAX : (int)pages;
-  int64_t row = (int64_t)p->heads_kv * p->head_dim;
-  int64_t s[3] = {row * n, p->head_dim, row};
+  int dv = p->head_dim_v ? p->head_dim_v : p->head_dim;
+  int64_t row = (int64_t)p->heads_kv * p->head_dim, vrow = (int64_t)p->heads_kv * dv;
+  int64_t s[3] = {row * n, p->head_dim, row}, sv[3] = {vrow * n, dv, vrow};
   memcpy(p->k_stride, s, sizeof s);
-  memcpy(p->v_stride, s, sizeof s);
+  memcpy(p->v_stride, sv, sizeof sv);
+}
+
+/* --head-dim-v: V and O contiguous with their own head dim (Q's and K's
+ * strides stay fj_problem_init's); the strides are those of a problem of
+ * that head dim in the same layout. */
+static void split_dims(const cli *c, fj_problem *p, int b, int h, int hkv,
+                       int s, int skv)
+{
+  fj_problem w;
+  int dv = c->v.head_dim_v;
+  p->head_dim_v = dv;
+  if (!dv || dv == p->head_dim)
+    return;
+  fj_problem_init(&w, b, h, hkv, s, skv, dv, c->v.dtype,
+                  c->lens ? FJ_THD : c->order);
+  memcpy(p->v_stride, w.v_stride, sizeof w.v_stride);
+  memcpy(p->o_stride, w.o_stride, sizeof w.o_stride);
 }
 
 /* emit's problem when --shape is not given: B,H,S,D = 2,16,4096,D; with
@@ -118,6 +136,7 @@ int cli_problem(cli *c, fj_problem *p)
   c->v.head_dim = dim;
   fj_problem_init(p, b, h, hkv, s, skv, dim, c->v.dtype,
                   c->lens ? FJ_THD : c->order);
+  split_dims(c, p, b, h, hkv, s, skv);
   p->causal = c->v.causal;
   p->kv_dtype = c->v.kv_dtype;
   p->splits = c->splits;

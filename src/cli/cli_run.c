@@ -288,10 +288,13 @@ void cli_print_problem(const cli *c, fj_ctx *ctx, const run_data *d)
   fj_device_get(ctx, &info);
   char layout[256];
   layout_words(c, d, layout, sizeof layout);
-  printf("device: %s (%s)\nproblem: B=%d H=%d Hkv=%d Sq=%d Skv=%d D=%d %s "
+  char dv[24] = "";
+  if (cli_head_dim_v(&d->p) != d->p.head_dim)
+    snprintf(dv, sizeof dv, " Dv=%d", cli_head_dim_v(&d->p));
+  printf("device: %s (%s)\nproblem: B=%d H=%d Hkv=%d Sq=%d Skv=%d D=%d%s %s "
          "causal=%s %s",
          info.name, fj_ctx_arch(ctx), d->p.batch, d->p.heads_q,
-         d->p.heads_kv, d->p.seq_q, d->p.seq_kv, d->p.head_dim,
+         d->p.heads_kv, d->p.seq_q, d->p.seq_kv, d->p.head_dim, dv,
          fj_dtype_name(d->p.dtype), fj_causal_name(d->p.causal), layout);
   cli_mods_print(c, " ", "");
   printf("\n");

@@ -74,7 +74,7 @@ static int bwd_alloc(const cli *c, const run_data *d, bwd_data *b)
   CUDA_TRY(cudaMemcpy(b->ddo, b->hdo, d->no * d->esize, cudaMemcpyHostToDevice));
   CUDA_TRY(cudaMalloc(&b->gq, d->nq * d->esize));
   CUDA_TRY(cudaMalloc(&b->gk, d->nk * d->esize));
-  CUDA_TRY(cudaMalloc(&b->gv, d->nk * d->esize));
+  CUDA_TRY(cudaMalloc(&b->gv, d->nv * d->esize));
   if (p->mods && p->mods->sinks)
     CUDA_TRY(cudaMalloc((void **)&b->gsinks, (size_t)p->heads_q * sizeof(float)));
   return 0;
@@ -232,7 +232,7 @@ static void host_free(bwd_host *h)
 static int bwd_download(cli *c, fj_ctx *ctx, run_data *d, bwd_data *b,
                         bwd_host *h)
 {
-  const size_t n[3] = {d->nq, d->nk, d->nk};
+  const size_t n[3] = {d->nq, d->nk, d->nv};
   void *dev[3] = {b->gq, b->gk, b->gv};
   size_t nsinks = (size_t)d->p.heads_q * sizeof(float);
   /* 0xff bytes are NaN in f16, bf16 and float32: an element the kernels
