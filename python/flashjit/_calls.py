@@ -221,7 +221,7 @@ class Entry:
     the structs point at."""
 
     __slots__ = ("ctx", "p", "p_addr", "plan", "plan_addr", "ws", "slots", "ones",
-                 "out_dtype", "lse_shape", "device", "index", "post", "idle", "keep")
+                 "out_dtype", "lse_shape", "device", "index", "post", "idle", "keep", "out_dv")
 
 
 def make_entry(p, device, out_dtype, lse_shape, slots=(), keep=(), ones=None, post=None,
@@ -232,6 +232,8 @@ def make_entry(p, device, out_dtype, lse_shape, slots=(), keep=(), ones=None, po
     e = Entry()
     e.p, e.p_addr = p, None if p is None else C.addressof(p)
     e.slots, e.keep, e.ones, e.post, e.idle = tuple(slots), keep, ones, post, idle
+    # O's head dim where it is not q's (fj_problem.head_dim_v), else 0.
+    e.out_dv = p.head_dim_v if p is not None and p.head_dim_v else 0
     e.out_dtype, e.lse_shape, e.device, e.index = out_dtype, lse_shape, device, device.index
     e.plan = capi.Plan()
     e.plan_addr, e.ws, e.ctx = C.addressof(e.plan), 0, None
@@ -269,7 +271,10 @@ def forward(e, q, k, v, extras):
         extras = (*extras, *(ones_of(e.device, b, hk),) * n)
     for obj, field, i in e.slots:
         setattr(obj, field, extras[i].data_ptr())
-    out = torch.empty_like(q, dtype=e.out_dtype, memory_format=torch.contiguous_format)
+    if e.out_dv:  # split head dims: q's shape with v's head dim
+        out = torch.empty((*q.shape[:-1], e.out_dv), dtype=e.out_dtype, device=e.device)
+    else:
+        out = torch.empty_like(q, dtype=e.out_dtype, memory_format=torch.contiguous_format)
     lse = None
     if e.lse_shape is not None:
         lse = torch.empty(size=e.lse_shape, dtype=torch.float32, device=e.device)

@@ -85,9 +85,9 @@ def check_inputs(q, k, v, layout):
                         f"{v.dtype}")
     if not b == bk == bv:
         raise ValueError(f"{_WHO}: batch sizes differ: q {b}, k {bk}, v {bv}")
-    if not d == dk == dv:
-        raise ValueError(f"{_WHO}: head dims differ: q {d}, k {dk}, v {dv}; flashjit "
-                         "needs one head dim")
+    if d != dk:
+        raise ValueError(f"{_WHO}: head dims differ: q {d}, k {dk}; q and k share one "
+                         "(v and the output may have another: head_dim_v)")
     if hk != hv or sk != sv:
         raise ValueError(f"{_WHO}: k {tuple(k.shape)} and v {tuple(v.shape)} must have the "
                          "same heads and sequence length")
@@ -228,7 +228,7 @@ def params_opts(params, who=_WHO):
                             "attention() and block_mask() need the tensor itself")
         elif isinstance(value, bool):
             raise TypeError(f"{who}: params[{name!r}]={value!r}: a bool is not a parameter "
-                            "(an int is i32, a float f32)")
+                            "(an int is i32, a float f32, or a tensor)")
         elif not isinstance(value, (int, float)):
             raise TypeError(f"{who}: params[{name!r}]={value!r}: an int (i32), a float "
                             "(f32) or a tensor")
@@ -303,15 +303,25 @@ def lse_shape(o, q):
 
 def _problem(q, k, v, causal, scale, layout):
     """The fj_problem of dense q, k and v (O contiguous, as attention()
-    allocates it).  Reads only the tensors' shapes, strides and dtype."""
+    allocates it: q's shape with v's head dim).  Reads only the tensors'
+    shapes, strides and dtype."""
     b, hq, sq, d = _sizes(q, layout)
-    _, hk, sk, _ = _sizes(k, layout)
+    _, hk, sk, dv = _sizes(v, layout)
     p = capi.Problem()
     core.lib().fj_problem_init(C.byref(p), b, hq, hk, sq, sk, d, _DTYPES[q.dtype], layout)
     p.causal, p.scale = causal, scale
     p.q_stride[:], p.k_stride[:] = _strides(q, layout), _strides(k, layout)
     p.v_stride[:] = _strides(v, layout)
+    if dv != d:
+        # Split head dims (MLA's 192/128): V and O have their own.
+        p.head_dim_v = dv
+        p.o_stride[:] = _strides(torch.empty(out_shape(q, v), device="meta"), layout)
     return p
+
+
+def out_shape(q, v):
+    """attention()'s output: q's shape with v's head dim (the last)."""
+    return (*q.shape[:-1], v.shape[-1])
 
 
 def _check_dense(o, q, k, v, x):
@@ -333,7 +343,9 @@ def _build_dense(o, lse, q, k, v, extras):
     b, hq, hk, sq, sk, d = _check_dense(o, q, k, v, x)
     lse_shape_ = (b, hq, sq) if lse else None
     if b * hq * sq * d == 0:
-        return calls.make_entry(None, q.device, _out_dtype(q.dtype), lse_shape_, idle=True)
+        e = calls.make_entry(None, q.device, _out_dtype(q.dtype), lse_shape_, idle=True)
+        e.out_dv = v.shape[-1] if v.shape[-1] != d else 0
+        return e
     p = _problem(q, k, v, o.causal, o.scale, o.layout)
     p.splits = o.num_splits
     slots, ones, keep = [], None, ()
@@ -393,12 +405,12 @@ def _op_lse(q, k, v, extra, opts):
 
 
 def _op_fake(q, k, v, extra, opts):
-    return q.new_empty(q.shape, dtype=_out_dtype(q.dtype))
+    return q.new_empty(out_shape(q, v), dtype=_out_dtype(q.dtype))
 
 
 def _op_lse_fake(q, k, v, extra, opts):
     o = calls.decode(opts)
-    return (q.new_empty(q.shape, dtype=_out_dtype(q.dtype)),
+    return (q.new_empty(out_shape(q, v), dtype=_out_dtype(q.dtype)),
             q.new_empty(lse_shape(o, q), dtype=torch.float32))
 
 
@@ -732,6 +744,10 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
         isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, sinks) + descales)
     if grad and fp8:
         _fp8_grad_error(q, k, v, sinks, descales)
+    if grad and v.shape[-1] != q.shape[-1]:
+        raise core.Unsupported(capi.ERR_UNSUPPORTED, (
+            f"{_WHO}: head_dim_v {v.shape[-1]} with head_dim {q.shape[-1]} has no backward "
+            "yet (the forward runs: call it under torch.no_grad())"))
     builtin = not (score_mod or mask_mod or params or block_mask is not None or checked)
     if grad and builtin:
         out, lse = attention_train_op(q, k, v, sinks, c, sc, lay, wl, wr, cap)

@@ -153,6 +153,29 @@ class CachedCalls(Stubbed):
         self.assertEqual((m.window_left, m.window_right, m.softcap), (16, 0, 20.0))
         self.assertEqual(self.rec.calls[-1][1][6], lse.data_ptr())
 
+    def test_split_head_dims(self):
+        # v's head dim is V's and O's (fj_problem.head_dim_v), O contiguous
+        # in q's layout with it.
+        q, k, _ = qkv(b=2, hq=8, hk=2, s=64, d=192)
+        v = torch.randn(2, 2, 64, 128, dtype=BF16)
+        out = flashjit.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                 layout="bshd")
+        self.assertEqual(tuple(out.shape), (2, 64, 8, 128))
+        self.assertTrue(out.is_contiguous())
+        p = self.rec.calls[-1][2]
+        self.assertEqual((p.head_dim, p.head_dim_v), (192, 128))
+        self.assertEqual(list(p.o_stride), [64 * 8 * 128, 128, 8 * 128])
+        self.assertEqual(list(p.v_stride), [64 * 2 * 128, 64 * 128, 128])  # v's view
+        again = flashjit.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                   layout="bshd")
+        self.assertEqual((tuple(again.shape), self.plans()), ((2, 64, 8, 128), 1))
+        p = self.rec.calls[-1][2]
+        self.assertEqual((p.head_dim, p.head_dim_v), (192, 128))
+        # One head dim: head_dim_v stays 0, O q's shape.
+        q, k, v = qkv(d=64)
+        flashjit.attention(q, k, v)
+        self.assertEqual(self.rec.calls[-1][2].head_dim_v, 0)
+
     def test_arguments_keep_their_types(self):
         # The table is keyed by the arguments' reprs: a value the checks
         # refuse is refused after an equal one was accepted.
@@ -453,6 +476,9 @@ class FakeImplementations(unittest.TestCase):
                            layout=capi.BSHD)
         self.assertEqual((out.shape, lse.shape), (qs.shape, (2, 8, 100)))
         self.assertTrue(out.is_contiguous())
+        vs = torch.empty(2, 2, 300, 32, dtype=BF16, **m)
+        out, lse = self.op(True, q, k, vs, [], kind="dense")
+        self.assertEqual((out.shape, lse.shape), ((2, 8, 100, 32), (2, 8, 100)))
         f8 = torch.float8_e4m3fn
         out = self.op(False, q.to(f8), k.to(f8), k.to(f8), [], kind="dense")
         self.assertEqual(out.dtype, BF16)

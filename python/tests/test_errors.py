@@ -263,8 +263,8 @@ class AttentionErrors(Case):
         h = torch.float16
         self.refuses(ValueError, r"batch sizes differ: q 1, k 2, v 1", flashjit.attention, q,
                      z((2, 2, 16, 64), dtype=h), v)
-        self.refuses(ValueError, r"head dims differ: q 64, k 64, v 128", flashjit.attention,
-                     q, k, z((1, 2, 16, 128), dtype=h))
+        self.refuses(ValueError, r"head dims differ: q 64, k 128; q and k share one",
+                     flashjit.attention, q, z((1, 2, 16, 128), dtype=h), v)
         self.refuses(ValueError, r"must have the same heads and sequence length",
                      flashjit.attention, q, k, z((1, 2, 17, 64), dtype=h))
         self.refuses(ValueError, r"q has 3 heads and k, v 2: the query heads must be a "

@@ -192,6 +192,33 @@ class Shapes(GpuCase):
         self.assertEqual(k.stride(0), 0)
         self.against_sdpa(q, k, v)
 
+    @unittest.skipUnless(fjtest.HAS_CUDA and torch.cuda.get_device_capability() == (9, 0),
+                         "split head dims run on the wgmma family (sm_90a)")
+    def test_split_head_dims(self):
+        # V and the output with a head dim of their own (MLA's 192/128).
+        for d, dv, layout, causal in ((192, 128, "bhsd", "top_left"), (128, 64, "bshd", None),
+                                      (64, 128, "bhsd", "bottom_right")):
+            with self.subTest(d=d, dv=dv, layout=layout, causal=causal):
+                q, k, v = randn(2, 8, 300, d), randn(2, 2, 333, d), randn(2, 2, 333, dv)
+                want, want_lse = reference(q, k, v, causal=causal)
+                if layout == "bshd":
+                    q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+                with torch.no_grad():
+                    out, lse = flashjit.attention(q, k, v, causal=causal, layout=layout,
+                                                  return_lse=True)
+                    again = flashjit.attention(q, k, v, causal=causal, layout=layout)
+                self.assertEqual(tuple(out.shape), (*q.shape[:-1], dv))
+                self.assertTrue(out.is_contiguous())
+                self.assertTrue(torch.equal(out, again))  # the cached call
+                if layout == "bshd":
+                    out = out.transpose(1, 2)
+                self.close(out, want, 2e-2, "out")
+                self.close(lse, want_lse, 2e-3, "lse")
+        q, k, v = (randn(1, 2, 64, n).requires_grad_() for n in (128, 128, 64))
+        with self.assertRaisesRegex(flashjit.Unsupported, r"head_dim_v 64 with head_dim 128 "
+                                    r"has no backward yet"):
+            flashjit.attention(q, k, v)
+
     def test_empty(self):
         q = randn(0, 4, 16, 64)
         out, lse = flashjit.attention(q, q, q, return_lse=True)
