@@ -50,23 +50,29 @@ def flops(B, H, S, Skv, D, causal):
     return 4 * B * H * S * Skv * D / (2 if causal else 1)
 
 
-def case(fj, B, H, S, D, causal, dtype, iters, Hkv=None):
+def case(fj, B, H, S, D, causal, dtype, iters, Hkv=None, Dv=None):
     """One shape, every implementation on the same inputs.  Hkv < H is GQA
-    (SDPA with enable_gqa=True, flashjit's heads_kv)."""
+    (SDPA with enable_gqa=True, flashjit's heads_kv); Dv != D: V's and
+    O's own head dim (flashjit's head_dim_v; FLOPs 2 (D + Dv) a pair)."""
     Hkv = Hkv or H
+    Dv = Dv or D
     tdt = torch.float16 if dtype == fjc.F16 else torch.bfloat16
     dev = torch.device("cuda")
     q = torch.randn(B, H, S, D, device=dev, dtype=tdt)
     k = torch.randn(B, Hkv, S, D, device=dev, dtype=tdt)
-    v = torch.randn_like(k)
-    o = torch.full_like(q, float("nan"))
+    v = torch.randn(B, Hkv, S, Dv, device=dev, dtype=tdt)
+    o = torch.full((B, H, S, Dv), float("nan"), device=dev, dtype=tdt)
     gqa = dict(enable_gqa=True) if Hkv != H else {}
     p = fj.problem(B, H, Hkv, S, S, D, dtype, fjc.CAUSAL_TOP_LEFT if causal else fjc.CAUSAL_NONE)
+    if Dv != D:  # V and O contiguous with their own head dim
+        p.head_dim_v = Dv
+        p.v_stride[:] = [Hkv * S * Dv, S * Dv, Dv]
+        p.o_stride[:] = [H * S * Dv, S * Dv, Dv]
     _, name, origin = fj.variant(p)
     stream = torch.cuda.current_stream().cuda_stream
-    row = dict(B=B, H=H, Hkv=Hkv, S=S, D=D, causal=causal, dtype=str(tdt).split(".")[-1],
+    row = dict(B=B, H=H, Hkv=Hkv, S=S, D=D, Dv=Dv, causal=causal, dtype=str(tdt).split(".")[-1],
                variant=name, choice=origin)
-    fl = flops(B, H, S, S, D, causal)
+    fl = flops(B, H, S, S, (D + Dv) / 2, causal)
     fj.fwd(p, q, k, v, o, stream=stream)  # compile or fetch, outside the timing
     torch.cuda.synchronize()
     ms = bench(lambda: fj.fwd(p, q, k, v, o, stream=stream), iters)
@@ -102,7 +108,8 @@ def case(fj, B, H, S, D, causal, dtype, iters, Hkv=None):
 def print_row(r):
     def f(x):
         return "    -  " if x is None else f"{x:7.1f}"
-    print(f"{r['B']:3d} {r['H']:3d}/{r['Hkv']:<3d} {r['S']:6d} {r['D']:4d} {'C' if r['causal'] else 'N'} "
+    dims = f"{r['D']}" + (f"/{r['Dv']}" if r.get("Dv", r["D"]) != r["D"] else "")
+    print(f"{r['B']:3d} {r['H']:3d}/{r['Hkv']:<3d} {r['S']:6d} {dims:>4s} {'C' if r['causal'] else 'N'} "
           f"{r['dtype']:8s} fj {f(r['flashjit_us'])}us {f(r['flashjit_tflops'])}TF | "
           + " | ".join(f"{b} {f(r.get(b + '_us'))}us {f(r.get(b + '_tflops'))}TF" for b in BACKENDS)
           + f" | fj/best {r['ratio_vs_best']:.2f} fj/flash {r['ratio_vs_flash'] or 0:.2f}"
@@ -232,6 +239,9 @@ def main():
                     help="the sweep's lengths, B = 16384 / S (default 512 to 16384; "
                          "with --sweep-only 2048 to 16384)")
     ap.add_argument("--dtype", choices=("f16", "bf16"), default="f16", help="the sweep's dtype")
+    ap.add_argument("--dv", type=int, default=None,
+                    help="the sweep's V and O head dim (default: the head dim; e.g. --dims 192 "
+                         "--dv 128, MLA's prefill)")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
@@ -267,14 +277,15 @@ def main():
             for causal in (False, True):
                 for S in seqs:
                     # 2048 / D query heads (16 at 128), at least one
-                    sweep.append((16384 // S, max(1, 2048 // D), S, D, causal, sdt))
+                    sweep.append((16384 // S, max(1, 2048 // D), S, D, causal, sdt, None, a.dv))
         if not a.sweep_only:
             cases += [(4, 16, 4096, 128, False, fjc.BF16), (4, 16, 4096, 128, True, fjc.BF16)]
     gqa_cases = [] if a.jit_only else [(1, 32, 8192, 128, True, fjc.BF16, 8)]
     rows = []
     print("B   H/Hkv   S      D    c dtype    times per implementation, ratios, error, variant")
     for c in cases + sweep + gqa_cases:
-        r = case(fj, *c[:6], iters=a.iters, Hkv=c[6] if len(c) > 6 else None)
+        r = case(fj, *c[:6], iters=a.iters, Hkv=c[6] if len(c) > 6 else None,
+                 Dv=c[7] if len(c) > 7 else None)
         r["sweep"] = c in sweep
         rows.append(r)
         print_row(r)
