@@ -134,6 +134,7 @@ TEST(gpu_sanitize_varlen, gpu)
 TEST(gpu_varlen_wgmma, gpu)
 TEST(gpu_sanitize_set, gpu)
 TEST(gpu_sanitize_wgmma, gpu)
+TEST(gpu_sanitize_pad, gpu)
 TEST(gpu_tune, gpu)
 /* expr.c */
 TEST(expr_refusals, cpu)
