@@ -20,8 +20,7 @@
 #include "plan.h"
 #include "reference.h"
 
-/* The checks both forms make of parts and of the parts' pointers'
- * alignment (the GPU form: float32 parts, O's element); fn names the
+/* The part count both forms check (1..FJ_SPLITS_MAX); fn names the
  * call. */
 static fj_status check_parts(const fj_ctx *ctx, const char *fn, int parts)
 {
@@ -32,6 +31,7 @@ static fj_status check_parts(const fj_ctx *ctx, const char *fn, int parts)
   return FJ_OK;
 }
 
+/* The GPU form's pointers: float32 parts, O's 16-bit elements. */
 static fj_status check_aligned(const fj_ctx *ctx, const char *name,
                                const void *ptr, unsigned bytes,
                                const char *what)

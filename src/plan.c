@@ -466,11 +466,11 @@ void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
   /* FP8 attention runs on the wgmma family alone. */
   /* A head dim the mma family cannot take (not a multiple of 16), or
    * split head dims (head_dim_v), run on wgmma whatever the shape. */
+  int wgmma = wgmma_fits(ctx, p);
   if (p->dtype == FJ_E4M3 ||
-      (wgmma_fits(ctx, p) &&
-       (p->head_dim % 16 != 0 || fj__problem_dv(p) != p->head_dim)) ||
-      (wgmma_fits(ctx, p) && !few_blocks(ctx, p) && !fj__decode_rows(p) &&
-       p->splits < 2 && mi.block_q != 64))
+      (wgmma && (p->head_dim % 16 != 0 || fj__problem_dv(p) != p->head_dim)) ||
+      (wgmma && !few_blocks(ctx, p) && !fj__decode_rows(p) && p->splits < 2 &&
+       mi.block_q != 64))
     wgmma_choice(v, p);
 }
 

@@ -61,14 +61,15 @@
   -- DR's columns, O += P V the whole padded width (its last columns are
   -- zeros, never stored).
   local PANEL = TR.ROW_BYTES // (ELEM or 2)
+  local function panels(d) return (d + PANEL - 1) // PANEL * PANEL end
   local DR = head_dim
-  local D = (DR + PANEL - 1) // PANEL * PANEL
+  local D = panels(DR)
   -- V's and O's head dim (head_dim_v: split head dims, as MLA's prefill
   -- has, 192 for Q K^T and 128 for P V), real (DVR) and padded (DV): the
   -- V ring, O's accumulator, P V's N and the epilogue's columns take it;
   -- Q's and K's rings and S's k steps take D.  nil: the same as head_dim.
   local DVR = head_dim_v or DR
-  local DV = (DVR + PANEL - 1) // PANEL * PANEL
+  local DV = panels(DVR)
   local SPLIT = DVR ~= DR
   -- FP8 attention (dtype e4m3): Q, K and V in e4m3, S = Q K^T and O += P V
   -- on FP8 wgmma (k32), both operands K-major -- so V arrives transposed

@@ -30,7 +30,7 @@
   shared memory: the rings'; barriers: the rings' and the turns.
   Parameters: q, k, v (rings), D (the tiles' head dim), DR (the
   problem's, at most D: S takes its k steps), DV (V's and O's tiles'
-  head dim: ring v's columns, O's and P V's N; nil: D), BN, S, C, T (the element type's name in
+  head dim: ring v's columns, O's and P V's N), BN, S, C, T (the element type's name in
   wgmma.cuh's forms), KSTEP (elements of one wgmma k step), pingpong,
   frag (pieces.lua's regs), mods, mrule, BMASK, N0, acc, rows, p_from.
   FP8 (dtype e4m3): ring v holds V^T (D rows of BN keys, K-major like K);
@@ -47,8 +47,7 @@
   local NC = #rows.classes
   -- wgmma k steps of S (those that hold the problem's DR columns: a
   -- padded head dim's last panel is part zeros) and of P V.
-  local NK_QK, NK_PV = ((DR or D) + KSTEP - 1) // KSTEP, BN // KSTEP
-  local DV = DV or D                             -- O's tiles' head dim
+  local NK_QK, NK_PV = (DR + KSTEP - 1) // KSTEP, BN // KSTEP
   local KB = KSTEP * q.elem                      -- bytes of one k step along a row
   local PER_PANEL = q.panel_cols // KSTEP        -- k steps in a 128-byte panel
   -- Descriptors: Q's 64 rows of this warpgroup and K (both K-major, k
