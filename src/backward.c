@@ -26,7 +26,8 @@
 #include "workspace.h"
 
 /* The main kernel's tiles: 64 query rows by 64 keys, 8 warps (mma); 64
- * query rows by 128 keys, a producer and two consumer warpgroups (wgmma).
+ * query rows by 128 keys, a producer and two consumer warpgroups (wgmma;
+ * 64 keys for head dims above 128, whose consumers split by role).
  * The workspace's rows are padded to whole query tiles (BWD_TILE). */
 #define BWD_TILE 64
 #define BWD_WARPS 8
@@ -86,7 +87,7 @@ static void main_variant(const fj_problem *p, fj_mma mma, int stages,
   memset(v, 0, sizeof *v);
   v->head_dim = p->head_dim;
   v->tile_m = BWD_TILE;
-  v->tile_n = wg ? BWD_WG_TILE_N : BWD_TILE;
+  v->tile_n = wg && p->head_dim <= 128 ? BWD_WG_TILE_N : BWD_TILE;
   v->warps = wg ? BWD_WG_WARPS : BWD_WARPS;
   v->stages = stages;
   v->swizzle = FJ_SWIZZLE_XOR;
@@ -194,11 +195,19 @@ static size_t pad_rows(const fj_problem *p)
   return (size_t)p->batch * (size_t)p->heads_q * (size_t)seq_pad(p);
 }
 
+/* dQ's accumulator's floats a row: the head dim rounded up to whole
+ * tiles of 64 columns (the wgmma kernel's tiles cover its padded
+ * panels; the mma kernel's rows of head_dim lie within). */
+static size_t acc_width(const fj_problem *p)
+{
+  return (size_t)(p->head_dim + 63) / 64 * 64;
+}
+
 /* dQ's tiles of 64 rows by 64 columns (bwd_common.cuh's dq_tile_base):
  * one turn counter each. */
 static size_t dq_tiles(const fj_problem *p)
 {
-  return pad_rows(p) / BWD_TILE * (size_t)((p->head_dim + 63) / 64);
+  return pad_rows(p) / BWD_TILE * (acc_width(p) / 64);
 }
 
 /* The plan's sizes for variant v, its kernel's metadata given. */
@@ -217,7 +226,7 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
   plan->rows_grid = (unsigned)((rows + BWD_ROWS - 1) / BWD_ROWS);
   /* delta, LSE2, dQ's accumulator, then its tiles' turns, each 16-byte
    * aligned (rows are multiples of 64) */
-  plan->workspace_bytes = rows * sizeof(float) * (2 + (size_t)p->head_dim) +
+  plan->workspace_bytes = rows * sizeof(float) * (2 + acc_width(p)) +
                           dq_tiles(p) * sizeof(int);
 }
 
@@ -226,6 +235,7 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
  * class (sequence-length buckets, GQA ratio). */
 typedef struct bwd_key {
   int head_dim, dtype, causal, window, softcap, sinks, checked;
+  int deterministic;  /* the wide wgmma kernel has no deterministic mode */
   int varlen;  /* 1 varlen; 2 varlen whose packed tensors lack a total */
   int q_log2, kv_log2, gqa;
 } bwd_key;
@@ -264,6 +274,7 @@ static bwd_key key_of(const fj_problem *p)
   k.softcap = mi.softcap;
   k.sinks = mi.sinks;
   k.checked = mi.checked;
+  k.deterministic = p->deterministic != 0;
   k.varlen = !fj__problem_varlen(p) ? 0 : untotalled(p) ? 2 : 1;
   k.q_log2 = fj__log2_floor(p->seq_q);
   k.kv_log2 = fj__log2_floor(p->seq_kv);
@@ -310,6 +321,15 @@ static void memo_add(fj_ctx *ctx, const bwd_key *k, const fj_variant *v,
   m->n++;
 }
 
+/* Whether the wgmma kernel may take p: TMA must know where the packed
+ * tensors end, and the wide heads' kernel (above 128) adds dQ from its
+ * consumers' registers, in no fixed order (no deterministic mode). */
+static int wgmma_may(const fj_ctx *ctx, const fj_problem *p)
+{
+  return fj__arch_has(ctx, FJ_ARCH_WGMMA) && !untotalled(p) &&
+         !(p->deterministic && p->head_dim > 128);
+}
+
 /* The main kernel of family mma with `stages` for p, rendered (not
  * built) and checked against the target's shared memory (the kernel's
  * own check); ctx->lock held. */
@@ -324,8 +344,8 @@ static fj_status try_main(fj_ctx *ctx, const fj_problem *p, fj_mma mma,
 /* The tuning database's pick where it has one for p (fj_tune_bwd's; only
  * its family and stages are taken, and only where the target renders
  * them); else the wgmma kernel where the target has wgmma and its
- * template takes p (head dims 64 and 128, 16-bit types: it refuses the
- * rest), else two stages of Q and dO on mma where the architecture's
+ * template takes p (head dims 64 to 256 in multiples of 16, 16-bit
+ * types: it refuses the rest; see wgmma_may), else two stages of Q and dO on mma where the architecture's
  * shared memory holds them, else one; ctx->lock held. */
 static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
                              fj_bwd_plan *plan)
@@ -341,12 +361,10 @@ static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
   fj_mma mma;
   int stages;
   if (fj__tune_lookup_bwd(ctx, p, &mma, &stages) &&
-      (mma == FJ_MMA_SYNC ||
-       (mma == FJ_MMA_WGMMA && fj__arch_has(ctx, FJ_ARCH_WGMMA) &&
-        !untotalled(p))) &&
+      (mma == FJ_MMA_SYNC || (mma == FJ_MMA_WGMMA && wgmma_may(ctx, p))) &&
       stages >= 1 && stages <= 2)
     st = try_main(ctx, p, mma, stages, &v, &meta);
-  if (st != FJ_OK && fj__arch_has(ctx, FJ_ARCH_WGMMA) && !untotalled(p))
+  if (st != FJ_OK && wgmma_may(ctx, p))
     st = try_main(ctx, p, FJ_MMA_WGMMA, 2, &v, &meta);
   for (stages = 2; stages >= 1 && st != FJ_OK; stages--)
     st = try_main(ctx, p, FJ_MMA_SYNC, stages, &v, &meta);
@@ -487,7 +505,7 @@ static void fill_bwd_params(fj_bwd_kparams *g, const fj_problem *p,
   g->delta = (float *)(uintptr_t)ws;
   g->lse2 = (float *)(uintptr_t)(ws + rows * sizeof(float));
   g->dq_acc = (float *)(uintptr_t)(ws + 2 * rows * sizeof(float));
-  g->dq_turns = (int *)(uintptr_t)(ws + (2 + (size_t)p->head_dim) * rows *
+  g->dq_turns = (int *)(uintptr_t)(ws + (2 + acc_width(p)) * rows *
                                             sizeof(float));
   g->seq_pad = seq_pad(p);
   g->deterministic = p->deterministic != 0;

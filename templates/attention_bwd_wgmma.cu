@@ -52,14 +52,36 @@
   past its end, of the next sequence or past total, are masked: keys by
   the mask rule on the sequence's lengths, queries by their LSE2 +inf in
   the workspace's padded rows).
-  Parameters: head_dim (64, 128), tile_m 64, tile_n 128, warps 12,
-  stages 2, causal, window, softcap, dtype (f16, bf16), varlen.
+  Head dims that are not whole 64-column panels run padded (DR, the head
+  dim rounded up to 64): TMA reads zeros past the head dim into the
+  panels, S^T and dP^T take only the k steps that hold it, dK and dV are
+  stored only over it.
+  Wide heads (DR 192 and 256): dK and dV of 64 keys take DR registers a
+  thread, more than a consumer has beside S^T and dP^T, so the two
+  consumers split the step by role over one key tile of tile_n = 64:
+    consumer 0: S^T, P^T, dV += P^T dO    (dV in registers)
+    consumer 1: dP^T, dS^T, dK += dS^T Q  (dK in registers)
+  P^T (times the softcap's 1 - tanh^2: the factor dS^T takes) passes from
+  consumer 0 to consumer 1 through shared memory, float32, each thread's
+  values at its own places (the two accumulators' layouts are the same),
+  behind named barrier 1; dS^T is written by consumer 1 and read by both
+  for dQ behind named barrier 2.  dQ goes by columns (consumer 0 the
+  first 128, consumer 1 the rest; 64 columns at a time), and each
+  consumer adds its part into g.dq_acc
+  from its registers (red.global.add.v2.f32: no staging buffer fits beside
+  the rings).  The wide kernel has no deterministic mode (the plan takes
+  the mma backward there).
+  Parameters: head_dim (a multiple of 16 from 64 to 256), tile_m 64,
+  tile_n 128 (64: wide heads), warps 12, stages 2, causal, window,
+  softcap, dtype (f16, bf16), varlen.
 #}
 {%
   local L = import("lut.lua")
   local PC = import("pieces.lua")
   local TR = import("tma_ring.lua")
   local D, BM, BN, S = head_dim, tile_m, tile_n, stages
+  local DR = (D + 63) // 64 * 64    -- the padded head dim (whole panels)
+  local WIDE = DR > 128             -- consumers split by role
   local mrule = PC.bwd_mask(import("mask.lua"))
   local mods = import("mods.lua").new{ softcap = softcap }
   local function no(fmt, ...) refuse(fmt:format(...)) end
@@ -69,25 +91,43 @@
   local C = warps // 4 - 1          -- consumer warpgroups
   local THREADS = 32 * warps
   if C ~= 2 then no("warps %d: the wgmma backward runs 12 warps (a producer and two consumer warpgroups)", warps) end
-  if BN ~= 64 * C then no("tile_n %d: each of the %d consumer warpgroups owns 64 keys, so tile_n is %d", BN, C, 64 * C) end
+  if D % 16 ~= 0 or D < 64 or D > 256 then
+    no("head_dim %d: the wgmma backward takes multiples of 16 from 64 to 256 (the mma backward takes the others)", D)
+  end
+  if WIDE and BN ~= 64 then no("tile_n %d: at head_dim %d the consumers split one key tile of 64 by role", BN, D) end
+  if not WIDE and BN ~= 64 * C then no("tile_n %d: each of the %d consumer warpgroups owns 64 keys, so tile_n is %d", BN, C, 64 * C) end
   if BM ~= 64 then no("tile_m %d: the wgmma backward walks query tiles of 64 rows", BM) end
-  if D ~= 64 and D ~= 128 then no("head_dim %d: the wgmma backward takes 64 and 128 (the mma backward takes the others)", D) end
   if S ~= 2 then no("stages %d: the wgmma backward keeps 2 slots of Q and dO", S) end
   local KSTEP = 32 // ELEM
   local PP = TR.ROW_BYTES // (KSTEP * ELEM)     -- k steps in a 128-byte panel row
+  -- The k steps of S^T and dP^T that hold the head dim (the rest of its
+  -- panels are zeros).
+  local KS = D // KSTEP
   -- dQ by columns where half the head dim is whole panels, else by turns.
-  local DQ_COLS = (D // 2) % (TR.ROW_BYTES // ELEM) == 0
-  local DQN = DQ_COLS and D // 2 or D
+  local DQ_COLS = (DR // 2) % (TR.ROW_BYTES // ELEM) == 0
+  local DQN = DQ_COLS and DR // 2 or DR
+  -- The wide kernel's dQ: consumer 0 the first 128 columns, consumer 1 the
+  -- rest (DR 256: 128 each; DR 192: 64), 64 at a time, so that a consumer
+  -- holds 32 registers of dQ beside its dK or dV.
+  local DQ_PARTS = WIDE and { { c0 = 0, n = 128 }, { c0 = 128, n = DR - 128 } } or {}
 
   local B = import("budget.lua").new{}
   -- The producer's second warp (the dQ writer) walks the deterministic
   -- mode's turns too: at head dim 64, where the consumers need far fewer
   -- than 240, it gets 40 registers (24 spilled under a window).
-  local REGS = B.regs(C, D == 64 and { producer = 40, consumer = 232 } or nil)
-  -- Per consumer thread: dK and dV (D/2 each), S^T and dP^T (BM/2 each;
-  -- P^T and dS^T as operands, BM/4 each, and dQ, DQN/2, take their place).
-  B.check_regs(D + BM + 24, ("head_dim %d"):format(D), "dK, dV, S and dP",
-               "the mma backward takes it")
+  local REGS = B.regs(C, D == 64 and { producer = 40, consumer = 232 }
+                         or WIDE and { producer = 32, consumer = 240 } or nil)
+  if WIDE then
+    -- Per consumer thread: dV or dK (DR/2), then S^T or dP^T (BM/2; its
+    -- operand BM/4) or 64 columns of dQ (32), and the addresses.
+    B.check_regs(DR // 2 + BM // 2 + BM // 4 + 24, ("head_dim %d"):format(D),
+                 "dK or dV, S or dP, and dQ", "the mma backward takes it")
+  else
+    -- Per consumer thread: dK and dV (DR/2 each), S^T and dP^T (BM/2 each;
+    -- P^T and dS^T as operands, BM/4 each, and dQ, DQN/2, take their place).
+    B.check_regs(DR + BM + 24, ("head_dim %d"):format(D), "dK, dV, S and dP",
+                 "the mma backward takes it")
+  end
 
   local acc, qa, rows, p_from = L.softmax_tables(lut_acc, lut_a, "wgmma", refuse)
   local pairs = L.pairs(acc)
@@ -102,7 +142,7 @@
   -- slots, one step each).
   local bars = TR.barriers("bars")
   local function ring(name, rows_, slots)
-    return TR.ring{ name = name, elem = ELEM, rows = rows_, cols = D, slots = slots, arrivals = 4 * C,
+    return TR.ring{ name = name, elem = ELEM, rows = rows_, cols = DR, slots = slots, arrivals = 4 * C,
                     smem = "s" .. name, map = "m" .. name, bars = bars }
   end
   local k, v = ring("k", BN, 1), ring("v", BN, 1)
@@ -111,25 +151,36 @@
   local KC = varlen and "%s * %d, (int)kv_row0 + n0, hk, kv_tb" or "%s * %d, n0, hk, b"
   local QC = varlen and "%s * %d, (int)q_row0 + m0, h, q_tb" or "%s * %d, m0, h, b"
   local q, dout = ring("q", BM, S), ring("dout", BM, S)
-  -- Shared memory: the rings, two dS^T buffers (BN key rows of BM query
-  -- columns: one panel), each slot's LSE2 and delta rows.
+  -- Shared memory: the rings, the dS^T buffers (BN key rows of BM query
+  -- columns: one panel; two, or one for the wide kernel, whose consumers
+  -- both finish a step's dQ before the next step's dS^T: barrier 1), each
+  -- slot's LSE2 and delta rows.
   local DS_BYTES = BN * BM * ELEM
   local LD_BYTES = 2 * BM * 4
   local OFF_K = B.region("k", k.bytes, 1024)
   local OFF_V = B.region("v", v.bytes, 1024)
   local OFF_Q = B.region("q", q.bytes, 1024)
   local OFF_DO = B.region("dout", dout.bytes, 1024)
-  local OFF_DS = B.region("ds", 2 * DS_BYTES, 1024)
-  -- dQ's staging: a buffer per consumer of BM rows of DQN floats, laid out
-  -- as the accumulator's tiles are (bwd_common.cuh's dq_tile_off), so that
-  -- one bulk reduce-add moves it whole.
-  if DQN ~= 64 or BM ~= 64 then no("dQ's tiles are 64 x 64 floats (head_dim %d, tile_m %d)", D, BM) end
-  local DQ_STAGE = BM * DQN * 4
-  local OFF_DQ = B.region("dq_stage", C * DQ_STAGE, 128)
+  local OFF_DS = B.region("ds", (WIDE and 1 or 2) * DS_BYTES, 1024)
+  local DQ_STAGE, OFF_DQ, OFF_DQBAR, OFF_PX = 0, 0, 0, 0
+  if WIDE then
+    -- P^T's handoff: BN x BM floats, a thread's value r at r * 128 + its
+    -- place in the warpgroup.
+    OFF_PX = B.region("p_handoff", BN * BM * 4, 16)
+  else
+    -- dQ's staging: a buffer per consumer of BM rows of DQN floats, laid
+    -- out as the accumulator's tiles are (bwd_common.cuh's dq_tile_off), so
+    -- that one bulk reduce-add moves it whole.
+    if DQN ~= 64 or BM ~= 64 then no("dQ's tiles are 64 x 64 floats (head_dim %d, tile_m %d)", D, BM) end
+    DQ_STAGE = BM * DQN * 4
+    OFF_DQ = B.region("dq_stage", C * DQ_STAGE, 128)
+  end
   local OFF_LD = B.region("lse_delta", S * LD_BYTES, 16)
   local OFF_BAR = B.region("barriers", 8 * bars.count, 8)
-  -- dQ's staging handoff: full (staged) and empty (read) per consumer.
-  local OFF_DQBAR = B.region("dq_barriers", 8 * 2 * C, 8)
+  if not WIDE then
+    -- dQ's staging handoff: full (staged) and empty (read) per consumer.
+    OFF_DQBAR = B.region("dq_barriers", 8 * 2 * C, 8)
+  end
   meta.symbol = symbol
   meta.threads = THREADS
   meta.smem_bytes = B.total()
@@ -160,10 +211,10 @@
 {{ include("mods.cuh", { mods = mods, part = "decls" }) }}
 {% end %}
 {{ include("wgmma.cuh", { spin_limit = WGMMA_SPIN_LIMIT or 0, forms = {
-     { t = T, n = BM, a = "ss", tb = 0 }, { t = T, n = D, a = "rs", tb = 1 },
-     { t = T, n = DQN, a = "ss", ta = 1, tb = 1 } } }) }}
+     { t = T, n = BM, a = "ss", tb = 0 }, { t = T, n = DR, a = "rs", tb = 1 },
+     { t = T, n = WIDE and 64 or DQN, a = "ss", ta = 1, tb = 1 } } }) }}
 {{ B.comment() }}
-// registers: producer {{ REGS[1] }}, consumers {{ REGS[2] }}; dQ split {{ DQ_COLS and "by columns" or "by turns" }}
+// registers: producer {{ REGS[1] }}, consumers {{ REGS[2] }}; dQ split {{ WIDE and ("by role: columns 0-127 and 128-%d"):format(DR - 1) or DQ_COLS and "by columns" or "by turns" }}
 // pieces: tma_ring.lua (producer), scheduler.cuh (kv_head), mask.lua, budget.lua, wgmma.cuh
 
 // From the accumulator table: each lane's base (row | col << 4); slot s adds
@@ -183,6 +234,13 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 __device__ __forceinline__ unsigned smem_base(const void *p) {
   return (smem_opaque(p) + 1023u) & ~1023u;
 }
+{% if WIDE then %}
+// Adds two floats at an 8-byte-aligned global address (sm_90's vector
+// reduction: dQ's additions from the consumers' registers).
+__device__ __forceinline__ void red_add_v2_f32(float *a, float x, float y) {
+  asm volatile("red.global.add.v2.f32 [%0], { %1, %2 };\n" :: "l"(a), "f"(x), "f"(y) : "memory");
+}
+{% end %}
 }  // namespace fj
 
 extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
@@ -191,9 +249,14 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   extern __shared__ __align__(1024) unsigned char smem[];
   const unsigned base = fj::smem_base(smem);
   const unsigned sk = base + {{ OFF_K }}, sv = base + {{ OFF_V }}, sq = base + {{ OFF_Q }}, sdout = base + {{ OFF_DO }};
+{% if WIDE then %}
+  const unsigned sds = base + {{ OFF_DS }}, sld = base + {{ OFF_LD }}, spx = base + {{ OFF_PX }};
+  const unsigned bars = base + {{ OFF_BAR }};
+{% else %}
   const unsigned sds = base + {{ OFF_DS }}, sld = base + {{ OFF_LD }}, sdq = base + {{ OFF_DQ }};
   const unsigned bars = base + {{ OFF_BAR }};
   const unsigned dq_full = base + {{ OFF_DQBAR }}, dq_empty = dq_full + {{ 8 * C }}u;  // + 8 cw
+{% end %}
   {{ PC.indent(TR.decls({ k, v, q, dout }, bars), 2) }}
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
   const fj::KvTile kt = fj::kv_tile(g.section, {{ mrule.bounded and "g.deterministic" or "false" }});  // bwd_common.cuh's launch order
@@ -218,7 +281,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   end
 %}
   if (threadIdx.x == 0) {
-    {{ PC.indent(TR.init({ k, v, q, dout }, { { "dq_full", 1 }, { "dq_full + 8u", 1 }, { "dq_empty", 1 }, { "dq_empty + 8u", 1 } }), 4) }}
+    {{ PC.indent(TR.init({ k, v, q, dout }, WIDE and {} or { { "dq_full", 1 }, { "dq_full + 8u", 1 }, { "dq_empty", 1 }, { "dq_empty + 8u", 1 } }), 4) }}
   }
   __syncthreads();
 
@@ -242,6 +305,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         {{ dout.wait_empty("slot", "ph ^ 1u") }}
         {{ PC.indent(dout.fill("slot", function(pn) return (QC):format(pn, dout.panel_cols) end), 8) }}
       }
+{% if not WIDE then %}
     } else if (warp == 1 && lane == 0) {
       // ---- dQ's writer: each consumer's staged tile, one bulk reduce-add --
 {% walk() %}
@@ -281,8 +345,193 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       }
       // The last reductions complete before the block ends.
       fj::bulk_wait();
+{% end %}
     }
   } else {
+{% if WIDE then %}
+    // ---- consumers, split by role (wide heads) ------------------------------
+    fj::regs_up<{{ REGS[2] }}>();
+{% walk() %}
+    const int cw = wg - 1;             // 0: S^T, P^T, dV; 1: dP^T, dS^T, dK
+    const int tid = threadIdx.x % 128; // this thread's place in its warpgroup (P^T's handoff)
+    const int wr = (warp % 4) * 16;    // this warp's first row of a product
+    const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
+    {{ mods.scales(4, "") }}
+    // A: the tile's 64 keys of K and V (K-major).
+#define FJ_KA(kk) {{ kmajor("ska", k.panel_bytes, "kk") }}
+#define FJ_VA(kk) {{ kmajor("sva", v.panel_bytes, "kk") }}
+    // B: Q and dO of a slot, K-major (S^T, dP^T) and MN-major (dK, dV).
+#define FJ_QB(slot, kk) {{ kmajor(("sq + (slot) * %d"):format(q.slot_bytes), q.panel_bytes, "kk") }}
+#define FJ_DOB(slot, kk) {{ kmajor(("sdout + (slot) * %d"):format(dout.slot_bytes), dout.panel_bytes, "kk") }}
+#define FJ_QT(slot, kk) {{ mnmajor(("sq + (slot) * %d"):format(q.slot_bytes), q.panel_bytes, "kk") }}
+#define FJ_DOT(slot, kk) {{ mnmajor(("sdout + (slot) * %d"):format(dout.slot_bytes), dout.panel_bytes, "kk") }}
+    // dQ: dS^T (MN-major A); K's columns (MN-major B) are each part's.
+#define FJ_DSA(kk) {{ mnmajor("sds", DS_BYTES, "kk") }}
+
+    float acc[{{ DR // 16 }}][8];  // dV (consumer 0) or dK (consumer 1)
+#pragma unroll
+    for (int d = 0; d < {{ DR // 16 }}; ++d)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[d][i] = 0.f;
+    {{ k.wait_full(0, "0") }}
+    {{ v.wait_full(0, "0") }}
+
+    // Each role its own walk of the steps (one loop with both roles' values
+    // live spills).
+{% for role = 0, 1 do %}
+{%   local part = DQ_PARTS[role + 1] %}
+    {{ role == 0 and "if (cw == 0) {" or "} else {" }}
+      for (int i = 0; i < steps; ++i) {
+        const unsigned ska = fj::opaque_u32(sk), sva = fj::opaque_u32(sv);
+        const unsigned slot = i % {{ S }}, ph = (i / {{ S }}) & 1u;
+        const int h = hk * p.group + i / nq, m0 = m_first + (i % nq) * {{ BM }};
+        const unsigned lse2 = sld + slot * {{ LD_BYTES }}u + 4 * acc_c, delta = lse2 + {{ BM * 4 }}u;
+        float x[{{ BM // 16 }}][8];     // S^T (consumer 0) or dP^T (consumer 1)
+        unsigned op[{{ BM // 16 }}][4]; // P^T or dS^T as A operands
+        {{ q.wait_full("slot", "ph") }}
+        {{ dout.wait_full("slot", "ph") }}
+{%   if role == 0 then %}
+        fj::wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < {{ KS }}; ++kk) fj::wg_ss_{{ T }}_{{ BM }}(x, FJ_KA(kk), FJ_QB(slot, kk), kk);
+        fj::wg_commit();
+        fj::wg_wait<0>();
+    {{ hold("x", BM // 16) }}
+        // The score step on S^T (a register's key is its row, its query its
+        // column), then P^T = exp2(S^T sl2 - LSE2): the dV operand, and
+        // consumer 1's factor of dS^T{{ mods.softcap and " (times 1 - tanh^2)" or "" }}.
+        const int key0 = n0 + wr + acc_r;
+        const bool need_mask = {{ mrule.tile_partial("n0", 64, "m0", ("m0 + %d"):format(BM - 1)) }};
+{% if mods.score then %}
+#pragma unroll
+        for (int j = 0; j < {{ BM // 16 }}; ++j) {
+{%   for i = 0, acc.slots - 1 do %}
+          {{ mods.apply_score(("x[j][%d]"):format(i), ("m0 + j * 16 + acc_c + %d"):format(acc.dcol[i]), "h", ("key0 + %d"):format(acc.drow[i]), nil) }}
+{%   end %}
+        }
+{% end %}
+        if (need_mask) {
+#pragma unroll
+          for (int j = 0; j < {{ BM // 16 }}; ++j) {
+{% for i = 0, acc.slots - 1 do %}
+            if (!({{ mrule.visible(("m0 + j * 16 + acc_c + %d"):format(acc.dcol[i]), ("key0 + %d"):format(acc.drow[i])) }})) x[j][{{ i }}] = FJ_NEG_INF;
+{% end %}
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < {{ BM // 16 }}; ++j) {
+{% for _, c in ipairs(cols) do %}
+          const float l{{ c }} = fj::ld_shared_f32(lse2 + 4 * (j * 16 + {{ c }}));
+{% end %}
+{% for i = 0, acc.slots - 1 do %}
+{%   if mods.softcap then %}
+          const float th{{ i }} = fmaxf(x[j][{{ i }}], -1.f);  // a hidden element's -inf counts as -1
+{%   end %}
+          x[j][{{ i }}] = fj::fast_exp2(fmaf(x[j][{{ i }}], sl2, -l{{ acc.dcol[i] }}));
+          fj::st_shared_b32(spx + 4u * (unsigned)((j * 8 + {{ i }}) * 128 + tid), __float_as_uint(x[j][{{ i }}]{{ mods.softcap and (" * (1.f - th%d * th%d)"):format(i, i) or "" }}));
+{% end %}
+{% for r = 0, 3 do %}
+          op[j][{{ r }}] = fj::pack2(x[j][{{ p_from[2 * r] }}], x[j][{{ p_from[2 * r + 1] }}]);
+{% end %}
+        }
+        fj::bar_arrive(1, 256);  // P^T handed over
+        // dV += P^T dO.
+        fj::wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < {{ BM // KSTEP }}; ++kk) fj::wg_rs_{{ T }}_{{ DR }}_t(acc, op[kk], FJ_DOT(slot, kk), 1);
+        fj::wg_commit();
+{%   else %}
+        fj::wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < {{ KS }}; ++kk) fj::wg_ss_{{ T }}_{{ BM }}(x, FJ_VA(kk), FJ_DOB(slot, kk), kk);
+        fj::wg_commit();
+        fj::wg_wait<0>();
+    {{ hold("x", BM // 16) }}
+        fj::bar_sync(1, 256);  // P^T handed over
+        // dS^T = P^T (dP^T - delta), then dK += dS^T Q.
+#pragma unroll
+        for (int j = 0; j < {{ BM // 16 }}; ++j) {
+{% for _, c in ipairs(cols) do %}
+          const float d{{ c }} = fj::ld_shared_f32(delta + 4 * (j * 16 + {{ c }}));
+{% end %}
+{% for i = 0, acc.slots - 1 do %}
+          x[j][{{ i }}] = fj::ld_shared_f32(spx + 4u * (unsigned)((j * 8 + {{ i }}) * 128 + tid)) * (x[j][{{ i }}] - d{{ acc.dcol[i] }});
+{% end %}
+{% for r = 0, 3 do %}
+          op[j][{{ r }}] = fj::pack2(x[j][{{ p_from[2 * r] }}], x[j][{{ p_from[2 * r + 1] }}]);
+{% end %}
+        }
+        fj::wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < {{ BM // KSTEP }}; ++kk) fj::wg_rs_{{ T }}_{{ DR }}_t(acc, op[kk], FJ_QT(slot, kk), 1);
+        fj::wg_commit();
+        // dS^T to shared memory ([key][query], swizzled) for dQ.
+#pragma unroll
+        for (int j = 0; j < {{ BM // 16 }}; ++j) {
+{% for _, pr in ipairs(pairs) do %}
+{%   local reg %}
+{%   for r = 0, 3 do if p_from[2 * r] == pr[1] and p_from[2 * r + 1] == pr[2] then reg = r end end %}
+          fj::st_shared_b32(sds + fj::sw128(wr + acc_r + {{ acc.drow[pr[1]] }}, j * 16 + acc_c + {{ acc.dcol[pr[1]] }}),
+                            {{ reg and ("op[j][%d]"):format(reg) or ("fj::pack2(x[j][%d], x[j][%d])"):format(pr[1], pr[2]) }});
+{% end %}
+        }
+        fj::fence_async_smem();
+{%   end %}
+        // dS^T written (and visible to wgmma) before either reads it.
+        fj::bar_sync(2, 256);
+        const long long bh = (long long)b * p.heads_q + h;
+{%   for c0 = part.c0, part.c0 + part.n - 1, 64 do %}
+        {
+          // dQ += dS K, columns {{ c0 }}-{{ c0 + 63 }}, added from the registers.
+          float dq[4][8];
+          fj::wg_fence();
+#pragma unroll
+          for (int kk = 0; kk < {{ BN // KSTEP }}; ++kk)
+            fj::wg_ss_{{ T }}_64_tt(dq, FJ_DSA(kk), {{ mnmajor(("ska + %d"):format(c0 // 64 * k.panel_bytes), k.panel_bytes, "kk") }}, kk);
+          fj::wg_commit();
+          fj::wg_wait<0>();
+    {{ hold("dq", 4) }}
+          float *const tile = g.dq_acc + fj::dq_tile_base(bh, m0, {{ c0 }}, g.seq_pad, {{ D }});
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+{%     for _, pr in ipairs(pairs) do %}
+            fj::red_add_v2_f32(tile + fj::dq_tile_off(wr + acc_r + {{ acc.drow[pr[1]] }}, j * 16 + acc_c + {{ acc.dcol[pr[1]] }}), dq[j][{{ pr[1] }}], dq[j][{{ pr[2] }}]);
+{%     end %}
+          }
+        }
+{%   end %}
+        fj::wg_wait<0>();
+      {{ hold("acc", DR // 16) }}
+        {{ PC.indent(q.release("slot"), 6) }}
+        {{ PC.indent(dout.release("slot"), 6) }}
+      }
+{% end %}
+    }
+
+    // dV (consumer 0) or dK times the softmax scale (consumer 1) over the
+    // head dim; keys past the sequence not written.
+    const float out_scale = cw == 0 ? 1.f : g.scale;
+    const long long os = cw == 0 ? g.dv_stride[2] : g.dk_stride[2];
+    elem_t *const og = cw == 0 ? fj::head_rows<elem_t>(g.dv, g.dv_stride, b, hk) + kv_row0 * os
+                               : fj::head_rows<elem_t>(g.dk, g.dk_stride, b, hk) + kv_row0 * os;
+#pragma unroll
+    for (int d = 0; d < {{ D // 16 }}; ++d) {
+{% for _, pr in ipairs(pairs) do %}
+      {
+        const int r = n0 + wr + acc_r + {{ acc.drow[pr[1]] }}, c = d * 16 + acc_c + {{ acc.dcol[pr[1]] }};
+        if (r < kv_rows)
+          *reinterpret_cast<unsigned *>(og + (long long)r * os + c) = fj::pack2(acc[d][{{ pr[1] }}] * out_scale, acc[d][{{ pr[2] }}] * out_scale);
+      }
+{% end %}
+    }
+#undef FJ_KA
+#undef FJ_VA
+#undef FJ_QB
+#undef FJ_DOB
+#undef FJ_QT
+#undef FJ_DOT
+#undef FJ_DSA
+{% else %}
     // ---- consumers --------------------------------------------------------
     fj::regs_up<{{ REGS[2] }}>();
 {% walk() %}
@@ -303,9 +552,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 #define FJ_DSA(buf, kk) {{ mnmajor(("sds + (buf) * %d"):format(DS_BYTES), DS_BYTES, "kk") }}
 #define FJ_KB(kk) {{ mnmajor(DQ_COLS and ("ska + cw * %d"):format((DQN // 64) * k.panel_bytes) or "ska", k.panel_bytes, "kk") }}
 
-    float dk[{{ D // 16 }}][8], dv[{{ D // 16 }}][8];
+    float dk[{{ DR // 16 }}][8], dv[{{ DR // 16 }}][8];
 #pragma unroll
-    for (int d = 0; d < {{ D // 16 }}; ++d)
+    for (int d = 0; d < {{ DR // 16 }}; ++d)
 #pragma unroll
       for (int i = 0; i < 8; ++i) dk[d][i] = dv[d][i] = 0.f;
     {{ k.wait_full(0, "0") }}
@@ -322,11 +571,11 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       {{ q.wait_full("slot", "ph") }}
       fj::wg_fence();
 #pragma unroll
-      for (int kk = 0; kk < {{ D // KSTEP }}; ++kk) fj::wg_ss_{{ T }}_{{ BM }}(s, FJ_KA(kk), FJ_QB(slot, kk), kk);
+      for (int kk = 0; kk < {{ KS }}; ++kk) fj::wg_ss_{{ T }}_{{ BM }}(s, FJ_KA(kk), FJ_QB(slot, kk), kk);
       fj::wg_commit();
       {{ dout.wait_full("slot", "ph") }}
 #pragma unroll
-      for (int kk = 0; kk < {{ D // KSTEP }}; ++kk) fj::wg_ss_{{ T }}_{{ BM }}(dp, FJ_VA(kk), FJ_DOB(slot, kk), kk);
+      for (int kk = 0; kk < {{ KS }}; ++kk) fj::wg_ss_{{ T }}_{{ BM }}(dp, FJ_VA(kk), FJ_DOB(slot, kk), kk);
       fj::wg_commit();
       fj::wg_wait<0>();
     {{ hold("s", BM // 16) }}
@@ -381,9 +630,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       // dV += P^T dO, dK += dS^T Q, issued; dS^T to shared memory meanwhile.
       fj::wg_fence();
 #pragma unroll
-      for (int kk = 0; kk < {{ BM // KSTEP }}; ++kk) fj::wg_rs_{{ T }}_{{ D }}_t(dv, pk[kk], FJ_DOT(slot, kk), 1);
+      for (int kk = 0; kk < {{ BM // KSTEP }}; ++kk) fj::wg_rs_{{ T }}_{{ DR }}_t(dv, pk[kk], FJ_DOT(slot, kk), 1);
 #pragma unroll
-      for (int kk = 0; kk < {{ BM // KSTEP }}; ++kk) fj::wg_rs_{{ T }}_{{ D }}_t(dk, dsk[kk], FJ_QT(slot, kk), 1);
+      for (int kk = 0; kk < {{ BM // KSTEP }}; ++kk) fj::wg_rs_{{ T }}_{{ DR }}_t(dk, dsk[kk], FJ_QT(slot, kk), 1);
       fj::wg_commit();
       const unsigned ds_rows = sds + buf * {{ DS_BYTES }}u;
 #pragma unroll
@@ -426,8 +675,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         if (threadIdx.x % 128 == 0) fj::mbar_arrive(dq_full + 8u * cw);
       }
       fj::wg_wait<0>();
-    {{ hold("dv", D // 16) }}
-    {{ hold("dk", D // 16) }}
+    {{ hold("dv", DR // 16) }}
+    {{ hold("dk", DR // 16) }}
       {{ PC.indent(q.release("slot"), 6) }}
       {{ PC.indent(dout.release("slot"), 6) }}
     }
@@ -455,6 +704,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 #undef FJ_DOT
 #undef FJ_DSA
 #undef FJ_KB
+{% end %}
   }
 {{ TR.undefs({ k, v, q, dout }) }}
 }

@@ -11,7 +11,8 @@
           dQ's strides; rows past a sequence's end are not written.  The
           accumulator is read row by row, or in tiles (tiled: the wgmma
           backward's layout, bwd_common.cuh's dq_tile_off).  The
-          preprocess's clearing covers either: D floats at f * D.  With
+          preprocess's clearing covers either: AW floats (the head dim
+          rounded up to 64, the tiles' width) at f * AW.  With
           attention sinks, block h (< heads_q) also writes the sink's
           gradient: the sink enters only each row's denominator, so
             d sink[h] = -sum over rows of exp(sink[h] - lse) * delta,
@@ -23,6 +24,7 @@
   local D = head_dim
   local WARPS = 4
   local PER = (D + 31) // 32
+  local AW = (D + 63) // 64 * 64
   local GUARD = D % 32 == 0 and "true" or ("lane + 32 * i < %d"):format(D)
   meta.symbol = symbol
   meta.threads = 32 * WARPS
@@ -82,7 +84,6 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
   const bool live = row < p.seq_q;
   const long long r = row;
 {% end %}
-  float *acc = g.dq_acc + f * {{ D }};
 {% if which == "post" and sinks then %}
   if (blockIdx.x < p.heads_q && g.dsinks) sink_grad(p, g, blockIdx.x);
 {% end %}
@@ -94,9 +95,9 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
   for (int i = 0; i < {{ PER }}; ++i)
     if (live && {{ GUARD }}) sum += fj::from_elem(o[lane + 32 * i]) * fj::from_elem(dout[lane + 32 * i]);
   sum = fj::warp_sum(sum);
+  float *const acc = g.dq_acc + f * {{ AW }};
 #pragma unroll
-  for (int i = 0; i < {{ PER }}; ++i)
-    if ({{ GUARD }}) acc[lane + 32 * i] = 0.f;
+  for (int i = 0; i < {{ AW // 32 }}; ++i) acc[lane + 32 * i] = 0.f;
   if (lane == 0) {
     const float lse = live ? g.lse[bh * p.seq_q + row] : FJ_NEG_INF;
     g.delta[f] = live ? sum : 0.f;
@@ -111,7 +112,6 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
 {%   if tiled then %}
   // The accumulator in tiles (bwd_common.cuh's dq_tile_off: the wgmma
   // backward's layout).
-  (void)acc;
 #pragma unroll
   for (int i = 0; i < {{ PER }}; ++i) {
     const int c = lane + 32 * i;
@@ -119,6 +119,7 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
       dq[c] = fj::to_elem(g.dq_acc[fj::dq_tile_base(bh, row & ~63, c & ~63, g.seq_pad, {{ D }}) + fj::dq_tile_off(row, c & 63)] * g.scale);
   }
 {%   else %}
+  const float *const acc = g.dq_acc + f * {{ D }};
 #pragma unroll
   for (int i = 0; i < {{ PER }}; ++i)
     if ({{ GUARD }}) dq[lane + 32 * i] = fj::to_elem(acc[lane + 32 * i] * g.scale);

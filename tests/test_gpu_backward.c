@@ -328,8 +328,8 @@ out:
 }
 
 /* The cases on the device's own target (sm_90a: the wgmma backward for
- * head dims 64 and 128), then, on an sm_90a device, those head dims again
- * on plain sm_90, whose backward is the mma family's. */
+ * head dims 64 to 256), then, on an sm_90a device, again on plain sm_90,
+ * whose backward is the mma family's. */
 static int run_cases(const bwd_case *cases, size_t n)
 {
   fj_ctx *ctx;
@@ -349,11 +349,8 @@ static int run_cases(const bwd_case *cases, size_t n)
     o.disk_cache = 0;
     CHECK(fj_ctx_create(&ctx, &o) == FJ_OK);
     printf("the mma family (sm_90):\n");
-    for (size_t i = 0; i < n; i++)
-      if (cases[i].d == 64 || cases[i].d == 128) {
-        fails += run_backward(ctx, &cases[i], &seed);
-        runs++;
-      }
+    for (size_t i = 0; i < n; i++, runs++)
+      fails += run_backward(ctx, &cases[i], &seed);
     fj_ctx_destroy(ctx);
   }
   printf("backward: %d runs, %d failed\n", runs, fails);
@@ -398,6 +395,16 @@ int test_gpu_backward(void)
       {3, 4, 4, 257, 257, 128, FJ_F16, BR, -1, 0, 0, 1, 0, {257, 0, 100}, {100, 50, 257}, {0}},
       {2, 2, 2, 200, 300, 128, FJ_BF16, BR, 60, 0, 1, 1, 0, {200, 77}, {300, 100}, {0}},
       {2, 4, 2, 190, 250, 64, FJ_F16, NC, -1, 20.f, 0, 1, 0, {190, 64}, {250, 128}, {180, 100}},
+      /* padded (96, 160, 224) and wide (192, 256) heads on wgmma: GQA, both
+       * alignments, a window, a softcap, sinks, large logits, varlen */
+      {1, 8, 2, 300, 300, 256, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 4, 4, 257, 100, 192, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 4, 4, 400, 400, 256, FJ_F16, BR, 100, 30.f, 1, 1, 0, {0}, {0}, {0}},
+      {1, 4, 4, 256, 256, 256, FJ_BF16, NC, -1, 0, 0, 30, 0, {0}, {0}, {0}},
+      {1, 4, 2, 333, 333, 224, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 6, 2, 200, 517, 96, FJ_BF16, NC, 64, 0, 1, 1, 0, {0}, {0}, {0}},
+      {3, 4, 2, 257, 257, 256, FJ_BF16, BR, -1, 0, 0, 1, 0, {257, 0, 100}, {100, 50, 257}, {0}},
+      {2, 2, 2, 200, 300, 160, FJ_F16, TL, -1, 0, 0, 1, 0, {200, 77}, {300, 100}, {290, 0}},
   };
   return run_cases(cases, sizeof cases / sizeof cases[0]);
 }
@@ -414,6 +421,7 @@ int test_gpu_backward_deterministic(void)
       {1, 4, 4, 1100, 1100, 64, FJ_BF16, BR, 300, 0, 0, 1, 1, {0}, {0}, {0}},
       {1, 4, 4, 700, 900, 128, FJ_F16, BR, 200, 30.f, 0, 1, 1, {0}, {0}, {0}},
       {3, 4, 2, 900, 1000, 128, FJ_BF16, TL, -1, 0, 0, 1, 1, {900, 1, 600}, {1000, 700, 600}, {0}},
+      {1, 4, 4, 700, 700, 192, FJ_BF16, TL, -1, 0, 0, 1, 1, {0}, {0}, {0}},  /* mma: no wide wgmma */
   };
   const size_t n = sizeof cases / sizeof cases[0];
   fj_ctx *ctx;
@@ -453,8 +461,10 @@ int test_gpu_sanitize_backward(void)
 {
   static const bwd_case cases[] = {
       {1, 4, 2, 100, 130, 64, FJ_BF16, TL, -1, 0, 1, 1, 0, {0}, {0}, {0}},
+      {1, 4, 2, 100, 130, 96, FJ_F16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 4, 2, 100, 130, 256, FJ_BF16, TL, -1, 0, 1, 1, 0, {0}, {0}, {0}},
   };
-  return run_cases(cases, 1);
+  return run_cases(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* The tuner's pick: a backward entry of the tuning database decides the
