@@ -115,8 +115,7 @@
   -- The producer's second warp (the dQ writer) walks the deterministic
   -- mode's turns too: at head dim 64, where the consumers need far fewer
   -- than 240, it gets 40 registers (24 spilled under a window).
-  local REGS = B.regs(C, D == 64 and { producer = 40, consumer = 232 }
-                         or WIDE and { producer = 32, consumer = 240 } or nil)
+  local REGS = B.regs(C, D == 64 and { producer = 40, consumer = 232 } or nil)
   if WIDE then
     -- Per consumer thread: dV or dK (DR/2), then S^T or dP^T (BM/2; its
     -- operand BM/4) or 64 columns of dQ (32), and the addresses.

@@ -62,13 +62,21 @@ function M.new(o)
 
   -- The register split.  A producer with more to do than issue loads (one
   -- that walks a block mask's lists, claims its tiles and reads the next
-  -- one's counts) passes extra = { producer = n, consumer = m }, exactly the
+  -- one's counts) passes extra = { producer = n, consumer = m }, at most the
   -- 64K the block starts with.
   function B.regs(consumers, extra)
     local r = SPLIT[consumers]
     if not r then refuse(("%d consumer warpgroups: the register split takes 1, 2 or 3"):format(consumers)) end
     B.consumers = consumers
     B.split = extra and { extra.producer, extra.consumer } or { r[1], r[2] }
+    -- A block starts with the registers its launch bounds give each of
+    -- its threads (64K over 128 (C + 1), down to a multiple of 8);
+    -- setmaxnreg.inc waits for more than that forever.
+    local have = (65536 // (128 * (consumers + 1))) // 8 * 8 * (consumers + 1)
+    if B.split[1] + consumers * B.split[2] > have then
+      refuse(("register split %d + %d x %d: over the %d a thread of each warpgroup the block starts with"):format(
+        B.split[1], consumers, B.split[2], have))
+    end
     return B.split
   end
 
