@@ -235,7 +235,6 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
  * class (sequence-length buckets, GQA ratio). */
 typedef struct bwd_key {
   int head_dim, dtype, causal, window, softcap, sinks, checked;
-  int deterministic;  /* the wide wgmma kernel has no deterministic mode */
   int varlen;  /* 1 varlen; 2 varlen whose packed tensors lack a total */
   int q_log2, kv_log2, gqa;
 } bwd_key;
@@ -274,7 +273,6 @@ static bwd_key key_of(const fj_problem *p)
   k.softcap = mi.softcap;
   k.sinks = mi.sinks;
   k.checked = mi.checked;
-  k.deterministic = p->deterministic != 0;
   k.varlen = !fj__problem_varlen(p) ? 0 : untotalled(p) ? 2 : 1;
   k.q_log2 = fj__log2_floor(p->seq_q);
   k.kv_log2 = fj__log2_floor(p->seq_kv);
@@ -322,12 +320,10 @@ static void memo_add(fj_ctx *ctx, const bwd_key *k, const fj_variant *v,
 }
 
 /* Whether the wgmma kernel may take p: TMA must know where the packed
- * tensors end, and the wide heads' kernel (above 128) adds dQ from its
- * consumers' registers, in no fixed order (no deterministic mode). */
+ * tensors end. */
 static int wgmma_may(const fj_ctx *ctx, const fj_problem *p)
 {
-  return fj__arch_has(ctx, FJ_ARCH_WGMMA) && !untotalled(p) &&
-         !(p->deterministic && p->head_dim > 128);
+  return fj__arch_has(ctx, FJ_ARCH_WGMMA) && !untotalled(p);
 }
 
 /* The main kernel of family mma with `stages` for p, rendered (not

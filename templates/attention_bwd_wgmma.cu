@@ -69,8 +69,8 @@
   first 128, consumer 1 the rest; 64 columns at a time), and each
   consumer adds its part into g.dq_acc
   from its registers (red.global.add.v2.f32: no staging buffer fits beside
-  the rings).  The wide kernel has no deterministic mode (the plan takes
-  the mma backward there).
+  the rings); in the deterministic mode a consumer adds a dQ tile in its
+  key tile's turn (kv_rank, as the writer does) behind named barrier 3 + cw.
   Parameters: head_dim (a multiple of 16 from 64 to 256), tile_m 64,
   tile_n 128 (64: wide heads), warps 12, stages 2, causal, window,
   softcap, dtype (f16, bf16), varlen.
@@ -380,6 +380,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% for role = 0, 1 do %}
 {%   local part = DQ_PARTS[role + 1] %}
     {{ role == 0 and "if (cw == 0) {" or "} else {" }}
+      int edge = 0;  // the deterministic mode's (scheduler.cuh's kv_rank)
       for (int i = 0; i < steps; ++i) {
         const unsigned ska = fj::opaque_u32(sk), sva = fj::opaque_u32(sv);
         const unsigned slot = i % {{ S }}, ph = (i / {{ S }}) & 1u;
@@ -479,6 +480,11 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         // dS^T written (and visible to wgmma) before either reads it.
         fj::bar_sync(2, 256);
         const long long bh = (long long)b * p.heads_q + h;
+        int *const turn = g.dq_turns + fj::dq_tile_base(bh, m0, 0, g.seq_pad, {{ D }}) / 4096;
+        int rank = 0;
+        if (g.deterministic) {
+{{ PC.piece(include("scheduler.cuh", { part = "kv_rank", mrule = mrule, BM = BM, BN = BN })) }}
+        }
 {%   for c0 = part.c0, part.c0 + part.n - 1, 64 do %}
         {
           // dQ += dS K, columns {{ c0 }}-{{ c0 + 63 }}, added from the registers.
@@ -491,11 +497,22 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
           fj::wg_wait<0>();
     {{ hold("dq", 4) }}
           float *const tile = g.dq_acc + fj::dq_tile_base(bh, m0, {{ c0 }}, g.seq_pad, {{ D }});
+          if (g.deterministic) {
+            // This dQ tile's turn (acquired by one thread, then the warpgroup).
+            if (tid == 0) fj::dq_turn_wait(turn + {{ c0 // 64 }}, rank);
+            fj::bar_sync(3 + cw, 128);
+          }
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
 {%     for _, pr in ipairs(pairs) do %}
             fj::red_add_v2_f32(tile + fj::dq_tile_off(wr + acc_r + {{ acc.drow[pr[1]] }}, j * 16 + acc_c + {{ acc.dcol[pr[1]] }}), dq[j][{{ pr[1] }}], dq[j][{{ pr[2] }}]);
 {%     end %}
+          }
+          if (g.deterministic) {
+            // Every thread's additions visible, then the turn passed on.
+            __threadfence();
+            fj::bar_sync(3 + cw, 128);
+            if (tid == 0) fj::dq_turn_done(turn + {{ c0 // 64 }});
           }
         }
 {%   end %}

@@ -110,8 +110,8 @@ int test_backward_memo(void)
   CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &b, 1, &k));
   CHECK(strstr(fj_kernel_name(k), "_cap") != NULL);
   p.mods = NULL;
-  /* Head dim 96 runs padded to 128 on wgmma, 256 with 64-key tiles; the
-   * deterministic mode takes mma above 128 (the wide kernel has none). */
+  /* Head dim 96 runs padded to 128 on wgmma, 256 with 64-key tiles, the
+   * deterministic mode too. */
   p.head_dim = 96;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
   CHECK(b.variant.mma == FJ_MMA_WGMMA && b.variant.head_dim == 96 && b.variant.tile_n == 128);
@@ -122,7 +122,7 @@ int test_backward_memo(void)
   CHECK(b.variant.mma == FJ_MMA_WGMMA && b.variant.tile_n == 64 && b.grid[0] == (5000 + 63) / 64);
   p.deterministic = 1;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
-  CHECK(b.variant.mma == FJ_MMA_SYNC && b.variant.head_dim == 256);
+  CHECK(b.variant.mma == FJ_MMA_WGMMA && b.variant.head_dim == 256);
   fj_ctx_destroy(ctx);
   return 0;
 }
