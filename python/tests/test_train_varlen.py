@@ -421,29 +421,10 @@ class VarlenBackward(GpuCase, DeterministicState):
             self.rel(g, w, f"{name} against attention()", 1e-2)
 
     def test_compile_fullgraph(self):
-        self.keep_deterministic_state()
-        torch._dynamo.reset()
-        self.addCleanup(torch._dynamo.reset)
-        lens = [1, 17, 200, 0, 90]
-        q, k, v, sinks, dout, cu, _, _ = self.case(lens, lens, hq=8, hk=2, sinks=True)
-
-        def step(q, k, v, sinks):
-            out = flashjit.attention_varlen(q, k, v, cu, cu, 200, 200, causal=True,
-                                            window=(64, 0), sinks=sinks)
-            return (out.float() * dout.float()).sum()
-
-        compiled = torch.compile(step, fullgraph=True)
-        for det in (False, True):
-            torch.use_deterministic_algorithms(det)
-            got = [t.detach().clone().requires_grad_() for t in (q, k, v, sinks)]
-            compiled(*got).backward()
-            want = [t.detach().clone().requires_grad_() for t in (q, k, v, sinks)]
-            step(*want).backward()
-            for name, g, w in zip(("dq", "dk", "dv", "dsinks"), got, want):
-                self.rel(g.grad, w.grad.float(), f"{name} compiled, deterministic={det}", 1e-2)
-
-    def test_compiled_launch_mode(self):
-        # The mode reaches the launch under torch.compile (a change recompiles).
+        """torch.compile(fullgraph=True) of attention_varlen and a loss, then
+        .backward(): eager's gradients, and the mode of
+        torch.use_deterministic_algorithms reaching the launch (a change
+        recompiles)."""
         self.keep_deterministic_state()
         torch._dynamo.reset()
         self.addCleanup(torch._dynamo.reset)
@@ -453,15 +434,26 @@ class VarlenBackward(GpuCase, DeterministicState):
             modes.append(args[-1])
             return launch(*args)
 
-        q, k, v, _, _, cu, _, _ = self.case([17, 1, 64], [17, 1, 64])
-        f = torch.compile(lambda q, k, v: flashjit.attention_varlen(
-            q, k, v, cu, cu, 64, 64, causal=True).float().sum(), fullgraph=True)
+        lens = [1, 17, 200, 0, 90]
+        q, k, v, sinks, dout, cu, _, _ = self.case(lens, lens, hq=8, hk=2, sinks=True)
+
+        def step(q, k, v, sinks):
+            out = flashjit.attention_varlen(q, k, v, cu, cu, 200, 200, causal=True,
+                                            window=(64, 0), sinks=sinks)
+            return (out.float() * dout.float()).sum()
+
+        compiled = torch.compile(step, fullgraph=True)
         with mock.patch.object(fjt, "_launch_bwd", spy):
             for det in (False, True):
                 torch.use_deterministic_algorithms(det)
-                f(*(t.detach().clone().requires_grad_() for t in (q, k, v))).backward()
+                got = [t.detach().clone().requires_grad_() for t in (q, k, v, sinks)]
+                compiled(*got).backward()
                 self.assertIs(modes[-1], det)
-
+                want = [t.detach().clone().requires_grad_() for t in (q, k, v, sinks)]
+                step(*want).backward()
+                for name, g, w in zip(("dq", "dk", "dv", "dsinks"), got, want):
+                    self.rel(g.grad, w.grad.float(), f"{name} compiled, deterministic={det}",
+                             1e-2)
 
 if __name__ == "__main__":
     unittest.main()
