@@ -20,6 +20,7 @@ varlen arguments: one autograd formula and one backward path
 """
 import ctypes as C
 import functools
+import inspect
 import typing
 
 import torch
@@ -646,7 +647,8 @@ def _attention_train_fake(q, k, v, sinks, causal, scale, layout, window_left, wi
                                                                       dtype=torch.float32)
 
 
-_TRAIN_ARGS = 16  # attention_train's arguments: its backward returns a gradient each
+# attention_train's arguments: its backward returns a gradient (or None) for each.
+_TRAIN_ARGS = len(inspect.signature(_attention_train).parameters)
 
 
 def _train_setup(ctx, inputs, output):
