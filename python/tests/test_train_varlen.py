@@ -7,13 +7,15 @@ problems the forward and the backward hand the library (lengths, totals,
 masks, sinks, the deterministic switch), the gradients' shapes and their
 zeroed rows, the op's fake implementations, AOTAutograd's backward graph
 and torch.compile(fullgraph=True) with .backward(), the refusals (FP8,
-the KV cache, the gradient through the log-sum-exp, expressions).
+the gradient through the log-sum-exp, expressions; the KV cache's is in
+test_calls).
 
 On the GPU: q.grad, k.grad, v.grad (and sinks.grad) of packed sequences
 of uneven lengths (1, 17, 0 among them) against each sequence's float32
 autograd reference: causal top-left and bottom-right with Sq != Skv,
 GQA 4:1, a window, a softcap, sinks, seqused_k, bf16 and f16; the
-deterministic mode's bits over runs; torch.compile(fullgraph=True).
+deterministic mode's bits over runs; torch.compile(fullgraph=True); a
+CUDA graph of forward and backward replayed after new lengths.
 
 Each skips, saying why, where PyTorch or a GPU is missing."""
 import unittest
@@ -419,6 +421,43 @@ class VarlenBackward(GpuCase, DeterministicState):
                 w[rows] = leaf.grad[0].float()
         for name, g, w in zip(("dq", "dk", "dv"), got, want):
             self.rel(g, w, f"{name} against attention()", 1e-2)
+
+    def test_cuda_graph_step(self):
+        """Forward and backward captured in one CUDA graph: each replay,
+        after new inputs and new lengths (the same total) were copied in,
+        gives the gradients of the same call run eagerly."""
+        lens = [1, 17, 200, 0, 90]
+        q, k, v, sinks, dout, cu, _, _ = self.case(lens, lens, hq=8, hk=2, sinks=True)
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, sinks)]
+
+        def step():
+            out = flashjit.attention_varlen(*leaves[:3], cu, cu, 200, 200, causal=True,
+                                            sinks=leaves[3])
+            (out.float() * dout.float()).sum().backward()
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):  # compile the kernels, plan
+                for t in leaves:
+                    t.grad = None
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        for t in leaves:
+            t.grad = None  # the graph's pool makes the gradients
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        for i, new in enumerate(([1, 17, 200, 0, 90], [90, 0, 200, 17, 1])):
+            with torch.no_grad():
+                for t in leaves + [dout]:
+                    t.copy_(torch.randn_like(t))
+            cu.copy_(int32(starts(new)))
+            graph.replay()
+            want = self.grads(*(t.detach() for t in leaves[:3]), leaves[3].detach(), dout, cu,
+                              cu, None, 200, 200, causal=True)
+            for name, t, w in zip(("dq", "dk", "dv", "dsinks"), leaves, want):
+                self.rel(t.grad, w.float(), f"replay {i} {new}: {name}", 1e-2)
 
     def test_compile_fullgraph(self):
         """torch.compile(fullgraph=True) of attention_varlen and a loss, then
