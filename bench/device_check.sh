@@ -550,7 +550,7 @@ if part final; then
   timeout 300 ctest -R '^gpu_cli$' --output-on-failure >"$out/final_gpu_cli.log" 2>&1
   note "final gpu_cli: exit $? ($(grep -oE 'Passed|Failed|Skipped' "$out/final_gpu_cli.log" | head -1))"
   (cd /work/main/python/tests && PYTHONPATH=/work/main/python FLASHJIT_LIB=/work/main/build/libflashjit.so \
-    timeout 400 python3 -m unittest ${PY_TESTS:-test_gpu.Exact test_gpu.Fp8 test_train}) >"$out/final_python.log" 2>&1
+    timeout 400 python3 -m unittest ${PY_TESTS:-test_gpu.Exact test_gpu.Fp8 test_train test_train_varlen}) >"$out/final_python.log" 2>&1
   note "final python: exit $? $(grep -E '^Ran|^OK|^FAILED' "$out/final_python.log" | tr '\n' ' ')"
   grep -E "^(FAIL|ERROR):" -A8 "$out/final_python.log" | head -30 | tee -a "$summary"
 fi
@@ -561,7 +561,7 @@ fi
 #     example's model eager / torch.compile / mode="reduce-overhead";
 #     HOST_COST_ARGS, default --rounds 5), then the package's GPU tests
 #     (PYHOST_TESTS, default the cached calls, the serving calls, test_gpu
-#     whole and test_train).  PARTS=pyhost runs this part alone.
+#     whole, test_train and test_train_varlen).  PARTS=pyhost runs this part alone.
 if part pyhost; then
   (cd /work/main && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so \
     TORCHINDUCTOR_CACHE_DIR=/tmp/fj-inductor timeout ${HOST_COST_TIMEOUT:-220} \
@@ -570,7 +570,7 @@ if part pyhost; then
   grep -E "^ |^Host|^Phases|^examples" "$out/pyhost_host_cost.log" | cut -c1-150 | tee -a "$summary"
   (cd /work/main/python/tests && PYTHONPATH=/work/main/python FLASHJIT_LIB=/work/main/build/libflashjit.so \
     TORCHINDUCTOR_CACHE_DIR=/tmp/fj-inductor timeout ${PYHOST_TIMEOUT:-330} python3 -m unittest -v \
-    ${PYHOST_TESTS:-test_calls test_serving test_gpu test_train}) >"$out/pyhost_tests.log" 2>&1
+    ${PYHOST_TESTS:-test_calls test_serving test_gpu test_train test_train_varlen}) >"$out/pyhost_tests.log" 2>&1
   note "pyhost tests: exit $? ($(grep -E '^Ran [0-9]+ tests' "$out/pyhost_tests.log" | tail -1); $(grep -cE '\.\.\. ok$' "$out/pyhost_tests.log") ok, $(grep -cE '\.\.\. skipped' "$out/pyhost_tests.log") skipped)"
   grep -E '^(FAILED|OK)|^(FAIL|ERROR):' "$out/pyhost_tests.log" | head -20 | tee -a "$summary"
   grep -E "^(FAIL|ERROR):" -A12 "$out/pyhost_tests.log" | grep -E "Error|assert|line [0-9]+" | head -30 | tee -a "$summary"

@@ -246,8 +246,17 @@ def make_entry(p, device, out_dtype, lse_shape, slots=(), keep=(), ones=None, po
 
 
 # Builders by kind: f(o, lse, q, k, v, extras) -> Entry, checking the
-# tensors (registered by the modules of the entry points).
+# tensors (registered by the modules of the entry points).  lse: False (no
+# log-sum-exp), True (as the call returns it), or RAW_LSE: the library's
+# [batch][heads_q][seq_q] (max_seqlen_q for varlen), which the backward
+# reads -- varlen returns FlashAttention's (heads_q, total_q) instead.
 BUILDERS = {}
+RAW_LSE = "raw"
+
+# The backward's problems by kind: f(o, q, k, v, x, deterministic) ->
+# (problem, slots), x the call's extras by role, checking the tensors; the
+# slots take the call's array pointers (varlen's lengths), as an Entry's.
+BWD_PROBLEMS = {}
 
 
 def entry(o, lse, q, k, v, extras):
@@ -328,11 +337,15 @@ class BwdEntry:
     the backward's plan (fj_bwd_plan) and whether it returns dsinks."""
 
     __slots__ = ("ctx", "p", "p_addr", "plan", "plan_addr", "ws", "slots", "device",
-                 "index", "sinks", "keep")
+                 "index", "sinks", "keep", "zero")
 
 
-def make_bwd_entry(p, device, sinks, slots=(), keep=()):
+def make_bwd_entry(p, device, sinks, slots=(), keep=(), zero=False):
+    """zero: the gradients start as zeros, for rows the kernels do not
+    write (varlen: rows past cu_seqlens[-1] or past max_seqlen, which no
+    sequence reads, so their gradients are 0)."""
     e = BwdEntry()
+    e.zero = zero
     ctx = context(device.index)
     e.plan = capi.BwdPlan()
     core.check(core.lib().fj_attention_bwd_plan(ctx, C.byref(p), C.byref(e.plan)), ctx)
@@ -348,7 +361,8 @@ def backward(e, dout, q, k, v, out, lse, extras):
     k's and v's strides, dsinks float32 (heads_q,) or empty."""
     for obj, field, i in e.slots:
         setattr(obj, field, extras[i].data_ptr())
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    alloc = torch.zeros_like if e.zero else torch.empty_like
+    dq, dk, dv = alloc(q), alloc(k), alloc(v)
     dsinks = torch.empty(size=(e.p.heads_q if e.sinks else 0,), dtype=torch.float32,
                          device=e.device)
     f = _fns or fns()

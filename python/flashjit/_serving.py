@@ -11,6 +11,10 @@ its entry's problem, read by the kernels on the device, so a captured
 CUDA graph replays correctly after their contents change.  Under
 torch.compile they are the ops flashjit::attention and
 flashjit::attention_lse, their options' kind "varlen" or "kvcache".
+A varlen call whose inputs require grad goes through attention()'s
+training op, flashjit::attention_train, with its varlen arguments (its
+backward flashjit::attention_bwd: the same problem, BWD_PROBLEMS);
+attention_with_kvcache() runs forward only.
 
 Imported only where torch imports.
 """
@@ -137,13 +141,9 @@ def _options(who, kind, causal, scale, window, softcap, score_mod, mask_mod, par
 
 
 def _run(who, o, lse, q, k, v, extras, key):
-    """The route of a checked serving call: the op under torch.compile,
-    else the cached call (its entry remembered under the arguments' key,
-    where the call had one)."""
-    if not _no_grad((q, k, v) + tuple(extras)):
-        raise core.Unsupported(capi.ERR_UNSUPPORTED, (
-            f"{who} runs forward only: an input requires grad (detach the inputs or call "
-            "it under torch.no_grad()); flashjit.attention() has the backward"))
+    """The forward-only route of a checked serving call: the op under
+    torch.compile, else the cached call (its entry remembered under the
+    arguments' key, where the call had one)."""
     if torch.compiler.is_compiling():
         return fjt.op_call(o, lse, q, k, v, extras)
     e = calls.entry(o, lse, q, k, v, extras)
@@ -172,9 +172,14 @@ def _fast(text, q, k, v, optional):
         return None, None, None
 
 
-def _no_grad(tensors):
-    return not torch.is_grad_enabled() or not any(
-        t.requires_grad for t in tensors if t is not None)
+def _needs_grad(names, tensors):
+    """The name of the first tensor that requires grad (None: none, or
+    grad mode is off)."""
+    if torch.is_grad_enabled():
+        for name, t in zip(names, tensors):
+            if t is not None and t.requires_grad:
+                return name
+    return None
 
 
 # ---- attention_varlen -------------------------------------------------------------
@@ -213,13 +218,24 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     fj_problem.splits (0: the library's choice, 1: none, 2..256).  FP8 k
     and v (torch.float8_e4m3fn) with 16-bit q: k_descale, v_descale
     float32 (batch, heads_kv) tensors, None for ones (the mma family,
-    sm_80 and newer).  Forward only: inputs that require grad are refused.
+    sm_80 and newer).
+
+    Differentiable in q, k, v and sinks as attention() is (loss.backward()
+    runs fj_attention_bwd on the packed sequences; O and the library's
+    log-sum-exp saved, not P; torch.use_deterministic_algorithms(True)
+    selects the deterministic mode): with causal (both alignments),
+    window, softcap, sinks, scale, GQA and seqused_k.  A call with
+    score_mod, mask_mod or params runs forward and its backward raises
+    NotImplementedError; FP8 k and v run forward only (inputs that
+    require grad are refused).  Gradients of rows no sequence reads
+    (past cu_seqlens[-1], or past max_seqlen) are 0.
 
     A call repeats without its checks or planning when its signature
     does: the tensors' shapes, strides, dtypes and devices and the
     options (max_seqlen_q and max_seqlen_k among them: each pair of
     values is planned once).  torch.compile traces it as
-    torch.ops.flashjit.attention (kind "varlen").
+    torch.ops.flashjit.attention (kind "varlen"), or with grad as
+    torch.ops.flashjit.attention_train (its backward attention_bwd).
     """
     if params is None and not torch.compiler.is_compiling():
         key, e, extras = _fast(
@@ -242,9 +258,33 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                          layout=capi.THD,
                          max_seqlen_q=pr.int_arg("max_seqlen_q", max_seqlen_q, lo=1),
                          max_seqlen_k=pr.int_arg("max_seqlen_k", max_seqlen_k, lo=1))
-    _check_varlen(o, q, k, v, dict(zip(o.roles, extras)))
-    out, lse = _run(_VARLEN, o, bool(return_lse), q, k, v, extras, key)
+    x = dict(zip(o.roles, extras))
+    _, fp8 = _check_varlen(o, q, k, v, x)
+    grad = _needs_grad(("q", "k", "v", "sinks"), (q, k, v, sinks))
+    if grad is not None:
+        out, lse = _varlen_grad(o, x, grad, fp8, bool(return_lse), q, k, v, extras)
+    else:
+        out, lse = _run(_VARLEN, o, bool(return_lse), q, k, v, extras, key)
     return (out, lse) if return_lse else out
+
+
+def _varlen_grad(o, x, grad, fp8, lse, q, k, v, extras):
+    """A checked varlen call with an input (named grad) that requires
+    grad: through the training op, whose log-sum-exp (the library's) the
+    call returns packed; with expressions the forward, whose backward
+    raises (as attention()'s).  (out, lse or None)"""
+    if fp8:
+        raise core.Unsupported(capi.ERR_UNSUPPORTED, (
+            f"{_VARLEN}: FP8 k and v run forward only: {grad} requires grad (detach the "
+            "inputs or call it under torch.no_grad())"))
+    if o.score_mod or o.mask_mod or o.params:
+        return fjt.NoBackward.apply(o, lse, q, k, v, *extras)
+    cu_q = x["cu_seqlens_q"]
+    out, lib_lse = fjt.attention_train_op(
+        q, k, v, x.get("sinks"), o.causal, o.scale, capi.THD, o.window_left, o.window_right,
+        o.softcap, cu_q, x["cu_seqlens_k"], x.get("seqused_k"), o.max_seqlen_q,
+        o.max_seqlen_k, o.num_splits)
+    return out, packed_lse(lib_lse, cu_q, q.shape[0]) if lse else None
 
 
 def _check_varlen(o, q, k, v, x):
@@ -266,14 +306,25 @@ def _check_varlen(o, q, k, v, x):
 
 
 def _build_varlen(o, lse, q, k, v, extras):
-    """calls.BUILDERS["varlen"]."""
+    """calls.BUILDERS["varlen"]: the log-sum-exp FlashAttention's
+    (heads_q, total_q) where lse is True, the library's for RAW_LSE."""
     x = dict(zip(o.roles, extras))
     batch, fp8 = _check_varlen(o, q, k, v, x)
-    (total_q, hq, d), (total_k, hk, _) = q.shape, k.shape
+    total_q, hq, d = q.shape
     lib_lse = (batch, hq, o.max_seqlen_q) if lse else None
+    packed = lse is True
     if total_q == 0 or hq == 0 or d == 0:
-        return calls.make_entry(None, q.device, q.dtype, (hq, total_q) if lse else None,
+        return calls.make_entry(None, q.device, q.dtype, (hq, total_q) if packed else lib_lse,
                                 idle=True)
+    p, slots = _varlen_problem(o, q, k, v, batch, fp8)
+    return _entry(p, o, x, q, batch, k.shape[1], fp8, lib_lse, slots,
+                  _packed_lse(o.roles.index("cu_seqlens_q"), total_q) if packed else None)
+
+
+def _varlen_problem(o, q, k, v, batch, fp8):
+    """The fj_problem of a checked varlen call and the slots of its
+    arrays (placeholders until a call writes its own)."""
+    (total_q, hq, d), (total_k, hk, _) = q.shape, k.shape
     p = capi.Problem()
     core.lib().fj_problem_init(C.byref(p), batch, hq, hk, o.max_seqlen_q, o.max_seqlen_k, d,
                                fjt._DTYPES[q.dtype], capi.THD)
@@ -286,23 +337,35 @@ def _build_varlen(o, lse, q, k, v, extras):
     slots = _pointer_slots(p, o, (("cu_seqlens_q", "cu_seqlens_q"),
                                   ("cu_seqlens_k", "cu_seqlens_kv"),
                                   ("seqused_k", "seqused_kv")))
-    return _entry(p, o, x, q, batch, hk, fp8, lib_lse, slots,
-                  _packed_lse(o.roles.index("cu_seqlens_q"), total_q) if lse else None)
+    return p, slots
 
 
-def _packed_lse(cu_index, total_q):
+def _varlen_bwd_problem(o, q, k, v, x, deterministic):
+    """calls.BWD_PROBLEMS["varlen"]: the forward's problem with the
+    deterministic switch (the library refuses FP8 with its message)."""
+    batch, fp8 = _check_varlen(o, q, k, v, x)
+    p, slots = _varlen_problem(o, q, k, v, batch, fp8)
+    p.deterministic = 1 if deterministic else 0
+    return p, slots
+
+
+def packed_lse(lse, cu_seqlens_q, total_q):
     """The varlen log-sum-exp as FlashAttention returns it, (heads_q,
     total_q), from the library's (batch, heads_q, max_seqlen_q): token t
     of sequence b (cu_seqlens_q[b] <= t < cu_seqlens_q[b + 1]) is
     position t - cu_seqlens_q[b] of b.  Found on the device (no wait for
-    the lengths), so that a graph replays it."""
-    def post(lse, extras):
-        cu = extras[cu_index]
-        t = torch.arange(total_q, dtype=torch.int32, device=lse.device)
-        b = torch.searchsorted(cu[1:], t, right=True).clamp_(max=lse.shape[0] - 1)
-        pos = (t - cu[b]).clamp_(0, lse.shape[2] - 1)
-        return lse[b, :, pos].t().contiguous()
-    return post
+    the lengths), so that a graph replays it; torch operations, so that
+    autograd and torch.compile follow it."""
+    t = torch.arange(total_q, dtype=torch.int32, device=lse.device)
+    b = torch.searchsorted(cu_seqlens_q[1:], t, right=True).clamp_(max=lse.shape[0] - 1)
+    pos = (t - cu_seqlens_q[b]).clamp_(0, lse.shape[2] - 1)
+    return lse[b, :, pos].t().contiguous()
+
+
+def _packed_lse(cu_index, total_q):
+    """packed_lse as an Entry's post (the call's cu_seqlens_q its extra
+    cu_index)."""
+    return lambda lse, extras: packed_lse(lse, extras[cu_index], total_q)
 
 
 # ---- attention_with_kvcache ------------------------------------------------------
@@ -378,6 +441,12 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_tab
                          seqlen_k=-1 if seqlen_k is None else pr.int_arg("cache_seqlens",
                                                                          seqlen_k))
     _check_kvcache(o, q, k_cache, v_cache, dict(zip(o.roles, extras)))
+    grad = _needs_grad(("q", "k_cache", "v_cache", "sinks"), (q, k_cache, v_cache, sinks))
+    if grad is not None:
+        raise core.Unsupported(capi.ERR_UNSUPPORTED, (
+            f"{_KVCACHE} runs forward only: {grad} requires grad (detach the inputs or call "
+            "it under torch.no_grad()); attention() and attention_varlen() have the "
+            "backward"))
     out, lse = _run(_KVCACHE, o, bool(return_lse), q, k_cache, v_cache, extras, key)
     return (out, lse) if return_lse else out
 
@@ -473,3 +542,4 @@ def _entry(p, o, x, q, batch, heads_kv, fp8, lse_shape, slots, post):
 
 calls.BUILDERS["varlen"] = _build_varlen
 calls.BUILDERS["kvcache"] = _build_kvcache
+calls.BWD_PROBLEMS["varlen"] = _varlen_bwd_problem

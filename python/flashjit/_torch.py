@@ -14,9 +14,13 @@ torch.library directly, with a fake (meta) implementation each, and take
 no gradient: attention() sends a call whose inputs require grad to
 flashjit::attention_train (built-in masks; its backward
 flashjit::attention_bwd), or runs it forward with a backward that raises.
+attention_varlen() (_serving.py) does the same with the training ops'
+varlen arguments: one autograd formula and one backward path
+(_launch_bwd, calls.BWD_PROBLEMS) for both kinds.
 """
 import ctypes as C
 import functools
+import inspect
 import typing
 
 import torch
@@ -428,8 +432,12 @@ def op_call(o, lse, q, k, v, extras):
     return torch.ops.flashjit.attention(q, k, v, list(extras), text), None
 
 
-_NO_BACKWARD = (f"{_WHO}: the backward does not take score_mod, mask_mod, params or "
-                "block_mask yet")
+# Why a call's backward raises, by the kind of call.
+_NO_BACKWARD = {
+    "dense": f"{_WHO}: the backward does not take score_mod, mask_mod, params or block_mask "
+             "yet",
+    "varlen": "flashjit.attention_varlen: the backward does not take score_mod, mask_mod or "
+              "params yet"}
 
 
 class NoBackward(torch.autograd.Function):
@@ -446,11 +454,12 @@ class NoBackward(torch.autograd.Function):
             ctx.mark_non_differentiable(l)
         ctx.save_for_backward(q, k, v)
         ctx.extras = len(extras)
+        ctx.why = _NO_BACKWARD[o.kind]
         return out, l
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        grads = tuple(torch.ops.flashjit.no_backward(dout, t, _NO_BACKWARD)
+        grads = tuple(torch.ops.flashjit.no_backward(dout, t, ctx.why)
                       for t in ctx.saved_tensors)
         return (None, None) + grads + (None,) * ctx.extras
 
@@ -484,6 +493,11 @@ def _dense(t):
     return True
 
 
+def _heads_q(q, layout):
+    """q's heads: packed (total_q, heads_q, head_dim) for FJ_THD."""
+    return q.shape[1] if layout == capi.THD else _sizes(q, layout)[1]
+
+
 def _bwd_problem(q, k, v, causal, scale, layout, deterministic):
     """The fj_problem of the backward: the forward's with the deterministic
     switch.  Reads only the tensors' shapes, strides and dtype."""
@@ -492,111 +506,169 @@ def _bwd_problem(q, k, v, causal, scale, layout, deterministic):
     return p
 
 
-def _build_bwd(q, k, v, causal, scale, layout, window_left, window_right, softcap, sinks,
-               deterministic):
-    """The backward's entry: its problem (mods: window, softcap, sinks --
-    a placeholder until a call writes its own sinks), planned."""
-    p = _bwd_problem(q, k, v, causal, scale, layout, deterministic)
-    mods, slots = None, ()
-    if window_left != -1 or window_right != -1 or softcap or sinks is not None:
-        mods = pr.ModsArg((window_left, window_right), softcap, device=q.device,
-                          sinks=True if sinks is not None else None)
-        p.mods = mods.ptr
-        if sinks is not None:
-            slots = ((mods.mods, "sinks", 0),)
-    return calls.make_bwd_entry(p, q.device, sinks is not None, slots, (mods,))
+def _dense_bwd_problem(o, q, k, v, x, deterministic):
+    """calls.BWD_PROBLEMS["dense"]: no arrays to point at."""
+    return _bwd_problem(q, k, v, o.causal, o.scale, o.layout, deterministic), ()
 
 
-def _launch_bwd(dout, q, k, v, out, lse, causal, scale, layout, window_left, window_right,
-                softcap, sinks, deterministic=False):
-    """fj_attention_bwd: (dq, dk, dv, dsinks), the gradients in q's, k's and
-    v's strides (dense copies of inputs that are not: broadcasts), dsinks
-    float32 (heads_q,) or empty.  deterministic: fj_problem.deterministic
-    (bit-identical gradients run to run)."""
+calls.BWD_PROBLEMS["dense"] = _dense_bwd_problem
+
+
+def _build_bwd(o, q, k, v, extras, deterministic):
+    """The backward's entry of a training call (options o, extras in its
+    roles' order): its kind's problem, the mods (window, softcap, sinks --
+    a placeholder until a call writes its own sinks), planned.  A varlen
+    call's gradients start as zeros (calls.make_bwd_entry)."""
+    x = dict(zip(o.roles, extras))
+    p, slots = calls.BWD_PROBLEMS[o.kind](o, q, k, v, x, deterministic)
+    mods, mod_slots = mods_of(o, x, q.device)
+    p.mods = mods.ptr
+    return calls.make_bwd_entry(p, q.device, "sinks" in x, tuple(slots) + tuple(mod_slots),
+                                (mods,), zero=o.kind != "dense")
+
+
+def _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic=False):
+    """fj_attention_bwd of a training call (_train_opts's o and extras):
+    (dq, dk, dv, dsinks), the gradients in q's, k's and v's strides (dense
+    copies of inputs that are not: broadcasts), dsinks float32 (heads_q,)
+    or empty.  lse: the library's (calls.RAW_LSE).  deterministic:
+    fj_problem.deterministic (bit-identical gradients run to run)."""
     q, k, v = (t if _dense(t) else t.contiguous() for t in (q, k, v))
     # O and dO are read with one set of strides: O's, which the forward made contiguous.
     out, dout = out.contiguous(), dout.contiguous()
-    if q.numel() == 0:
-        hq = _sizes(q, layout)[1]
-        return (torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v),
-                torch.zeros((hq,) if sinks is not None else (0,), dtype=torch.float32,
+    if q.numel() == 0 or k.numel() == 0:
+        # No rows, or no keys: the output depends on no input.
+        hq = _heads_q(q, o.layout)
+        return (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v),
+                torch.zeros((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32,
                             device=q.device))
     meta = calls.meta
-    key = (causal, scale, layout, window_left, window_right, softcap, bool(deterministic),
-           meta(q), meta(k), meta(v), meta(out), meta(dout), meta(lse),
-           None if sinks is None else meta(sinks))
+    key = (o, bool(deterministic), meta(q), meta(k), meta(v), meta(out), meta(dout),
+           meta(lse)) + tuple(map(meta, extras))
     e = calls.tables.bwd.get(key)
     if e is None:
-        e = _build_bwd(q, k, v, causal, scale, layout, window_left, window_right, softcap,
-                       sinks, deterministic)
+        e = _build_bwd(o, q, k, v, extras, deterministic)
         calls.remember(calls.tables.bwd, key, e)
-    return calls.backward(e, dout, q, k, v, out, lse, (sinks,))
+    return calls.backward(e, dout, q, k, v, out, lse, extras)
 
 
-@torch.library.custom_op("flashjit::attention_bwd", mutates_args=(), device_types="cuda")
-def attention_bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     out: torch.Tensor, lse: torch.Tensor, causal: int, scale: float,
-                     layout: int, window_left: int, window_right: int, softcap: float,
-                     sinks: typing.Optional[torch.Tensor] = None, deterministic: bool = False
-                     ) -> typing.Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _train_opts(sinks, causal, scale, layout, window_left, window_right, softcap,
+                cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0,
+                max_seqlen_k=0, num_splits=0):
+    """The Opts and extras of a training op's call: dense, or varlen
+    (packed FJ_THD, as attention_varlen() takes it) where cu_seqlens_q
+    and cu_seqlens_k are given; the extras in the serving call's roles'
+    order, the sinks last."""
+    if (cu_seqlens_q is None) != (cu_seqlens_k is None):
+        raise ValueError("flashjit.attention_varlen: cu_seqlens_q and cu_seqlens_k go "
+                         "together (both given: varlen; neither: dense)")
+    roles, extras = [], []
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
+                    ("seqused_k", seqused_k), ("sinks", sinks)):
+        if t is not None:
+            roles.append(name)
+            extras.append(t)
+    o = calls.opts("dense" if cu_seqlens_q is None else "varlen", causal=causal, scale=scale,
+                   layout=layout, window_left=window_left, window_right=window_right,
+                   softcap=softcap, roles=tuple(roles), num_splits=num_splits,
+                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+    return o, tuple(extras)
+
+
+def _attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   out: torch.Tensor, lse: torch.Tensor, causal: int, scale: float,
+                   layout: int, window_left: int, window_right: int, softcap: float,
+                   sinks: typing.Optional[torch.Tensor] = None, deterministic: bool = False,
+                   cu_seqlens_q: typing.Optional[torch.Tensor] = None,
+                   cu_seqlens_k: typing.Optional[torch.Tensor] = None,
+                   seqused_k: typing.Optional[torch.Tensor] = None, max_seqlen_q: int = 0,
+                   max_seqlen_k: int = 0
+                   ) -> typing.Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients of flashjit::attention_train: (dq, dk, dv, dsinks).
     deterministic: bit-identical gradients run to run (fj_problem's
     switch); an argument, never read from PyTorch's global state here, so
-    that a traced or captured backward shows the mode it runs in."""
-    return _launch_bwd(dout, q, k, v, out, lse, causal, scale, layout, window_left,
-                       window_right, softcap, sinks, deterministic)
+    that a traced or captured backward shows the mode it runs in.  The
+    varlen arguments as attention_train's; lse the library's."""
+    o, extras = _train_opts(sinks, causal, scale, layout, window_left, window_right, softcap,
+                            cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)
+    return _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic)
+
+
+attention_bwd_op = torch.library.custom_op("flashjit::attention_bwd", _attention_bwd,
+                                           mutates_args=(), device_types="cuda")
 
 
 @attention_bwd_op.register_fake
 def _attention_bwd_fake(dout, q, k, v, out, lse, causal, scale, layout, window_left,
-                        window_right, softcap, sinks=None, deterministic=False):
-    hq = _sizes(q, layout)[1]
+                        window_right, softcap, sinks=None, deterministic=False,
+                        cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0,
+                        max_seqlen_k=0):
+    hq = _heads_q(q, layout)
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
             q.new_empty((hq,) if sinks is not None else (0,), dtype=torch.float32))
 
 
-def _train_opts(sinks, causal, scale, layout, window_left, window_right, softcap):
-    return calls.opts("dense", causal=causal, scale=scale, layout=layout,
-                      window_left=window_left, window_right=window_right, softcap=softcap,
-                      roles=("sinks",) if sinks is not None else ())
-
-
-@torch.library.custom_op("flashjit::attention_train", mutates_args=(), device_types="cuda")
-def attention_train_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       sinks: typing.Optional[torch.Tensor], causal: int, scale: float,
-                       layout: int, window_left: int, window_right: int, softcap: float
-                       ) -> typing.Tuple[torch.Tensor, torch.Tensor]:
+def _attention_train(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     sinks: typing.Optional[torch.Tensor], causal: int, scale: float,
+                     layout: int, window_left: int, window_right: int, softcap: float,
+                     cu_seqlens_q: typing.Optional[torch.Tensor] = None,
+                     cu_seqlens_k: typing.Optional[torch.Tensor] = None,
+                     seqused_k: typing.Optional[torch.Tensor] = None, max_seqlen_q: int = 0,
+                     max_seqlen_k: int = 0, num_splits: int = 0
+                     ) -> typing.Tuple[torch.Tensor, torch.Tensor]:
     """flashjit attention with its gradients: (out, lse), the built-in
-    masks and modifications only (what fj_attention_bwd takes).  Use
-    flashjit.attention(), which calls it when an input requires grad."""
-    o = _train_opts(sinks, causal, scale, layout, window_left, window_right, softcap)
-    extras = (sinks,) if sinks is not None else ()
-    return calls.forward(calls.entry(o, True, q, k, v, extras), q, k, v, extras)
+    masks and modifications only (what fj_attention_bwd takes).  Dense
+    (layout BHSD or BSHD), or varlen: layout FJ_THD with cu_seqlens_q,
+    cu_seqlens_k (seqused_k) and max_seqlen_q, max_seqlen_k as
+    attention_varlen() takes them.  lse is the library's, which the
+    backward reads: (batch, heads_q, seq_q), varlen's (batch, heads_q,
+    max_seqlen_q).  Use flashjit.attention() or attention_varlen(), which
+    call it when an input requires grad."""
+    o, extras = _train_opts(sinks, causal, scale, layout, window_left, window_right, softcap,
+                            cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
+                            num_splits)
+    e = calls.entry(o, calls.RAW_LSE, q, k, v, extras)
+    return calls.forward(e, q, k, v, extras)
+
+
+attention_train_op = torch.library.custom_op("flashjit::attention_train", _attention_train,
+                                             mutates_args=(), device_types="cuda")
 
 
 @attention_train_op.register_fake
 def _attention_train_fake(q, k, v, sinks, causal, scale, layout, window_left, window_right,
-                          softcap):
+                          softcap, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None,
+                          max_seqlen_q=0, max_seqlen_k=0, num_splits=0):
+    if cu_seqlens_q is not None:
+        return q.new_empty(q.shape), q.new_empty((cu_seqlens_q.shape[0] - 1, q.shape[1],
+                                                  max_seqlen_q), dtype=torch.float32)
     b, hq, sq, d = _sizes(q, layout)
     return q.new_empty(_out_shape(b, hq, sq, d, layout)), q.new_empty((b, hq, sq),
                                                                       dtype=torch.float32)
 
 
+# attention_train's arguments: its backward returns a gradient (or None) for each.
+_TRAIN_ARGS = len(inspect.signature(_attention_train).parameters)
+
+
 def _train_setup(ctx, inputs, output):
-    q, k, v, sinks, causal, scale, layout, wl, wr, softcap = inputs
+    q, k, v, sinks = inputs[:4]
+    cu_q, cu_k, used, max_q, max_k = inputs[10:15]  # the defaults filled in where not given
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, sinks)
-    ctx.args = (causal, scale, layout, wl, wr, softcap)
+    ctx.save_for_backward(q, k, v, out, lse, sinks, cu_q, cu_k, used)
+    ctx.args = tuple(inputs[4:10])  # causal, scale, layout, window_left, window_right, softcap
+    ctx.max_seqlens = (max_q, max_k)
     ctx.set_materialize_grads(False)
 
 
 def _train_backward(ctx, dout, dlse):
+    q, k, v, out, lse, sinks, cu_q, cu_k, used = ctx.saved_tensors
     if dlse is not None:
-        raise NotImplementedError(f"{_WHO}: the gradient through the returned lse is not "
+        who = _WHO if cu_q is None else "flashjit.attention_varlen"
+        raise NotImplementedError(f"{who}: the gradient through the returned lse is not "
                                   "implemented yet: use the output only")
-    q, k, v, out, lse, sinks = ctx.saved_tensors
     if dout is None:
-        return (None,) * 10
+        return (None,) * _TRAIN_ARGS
     # The mode is read here, in the backward formula, and given to the op as
     # an argument.  Eagerly this runs at loss.backward(), when PyTorch's own
     # backward kernels read the flag too.  Under torch.compile AOTAutograd
@@ -607,9 +679,11 @@ def _train_backward(ctx, dout, dlse):
     # flag itself, a compiled or captured backward would depend on state its
     # graph does not show.  warn_only changes nothing: the mode exists.
     deterministic = torch.are_deterministic_algorithms_enabled()
+    varlen = () if cu_q is None else (cu_q, cu_k, used) + ctx.max_seqlens
     dq, dk, dv, dsinks = attention_bwd_op(dout, q, k, v, out, lse, *ctx.args, sinks,
-                                          deterministic)
-    return (dq, dk, dv, dsinks if sinks is not None else None) + (None,) * 6
+                                          deterministic, *varlen)
+    grads = (dq, dk, dv, dsinks if sinks is not None else None)
+    return grads + (None,) * (_TRAIN_ARGS - len(grads))
 
 
 attention_train_op.register_autograd(_train_backward, setup_context=_train_setup)

@@ -270,10 +270,10 @@ class CachedCalls(Stubbed):
     def test_backward_table(self):
         q, k, v = qkv()
         out, lse = torch.empty_like(q), torch.empty(1, 8, 128)
-        args = (capi.CAUSAL_TOP_LEFT, 0.0, capi.BHSD, -1, -1, 0.0, None)
+        args = (capi.CAUSAL_TOP_LEFT, 0.0, capi.BHSD, -1, -1, 0.0)
         for det in (False, False, True, True):
-            dq, dk, dv, ds = fjt._launch_bwd(torch.randn_like(q), q, k, v, out, lse, *args,
-                                             deterministic=det)
+            dq, dk, dv, ds = fjt._launch_bwd(torch.randn_like(q), q, k, v, out, lse,
+                                             *fjt._train_opts(None, *args), deterministic=det)
         self.assertEqual(calls.counts["bwd_plans"], 2)
         self.assertEqual((dq.shape, dk.shape, ds.shape), (q.shape, k.shape, (0,)))
         name, a, p = self.rec.calls[-1]
@@ -282,7 +282,7 @@ class CachedCalls(Stubbed):
                                    a[6], lse.data_ptr(), dq.data_ptr(), dk.data_ptr()))
         self.capturing = True
         sinks = torch.zeros(8)
-        fjt._launch_bwd(torch.randn_like(q), q, k, v, out, lse, *args[:-1], sinks)
+        fjt._launch_bwd(torch.randn_like(q), q, k, v, out, lse, *fjt._train_opts(sinks, *args))
         name, a, p = self.rec.calls[-1]
         self.assertEqual(name, "bwd_run")
         self.assertEqual(capi.Mods.from_address(p.mods).sinks, sinks.data_ptr())
@@ -420,10 +420,17 @@ class ServingCalls(Stubbed):
             flashjit.attention_with_kvcache(q, f8, f8, block_table=table)
 
     def test_grad_refused(self):
+        # attention_varlen's backward: test_train_varlen.py.
+        q = torch.randn(4, 1, 32, 128, dtype=BF16)
+        cache = torch.randn(4, 512, 8, 128, dtype=BF16)
+        with self.assertRaisesRegex(flashjit.Unsupported, r"^flashjit.attention_with_kvcache "
+                                    r"runs forward only: v_cache requires grad \(detach"):
+            flashjit.attention_with_kvcache(q, cache, cache.clone().requires_grad_())
         q, k, v, cu = self.varlen()
-        with self.assertRaisesRegex(flashjit.Unsupported, r"attention_varlen runs forward "
-                                    r"only: an input requires grad"):
-            flashjit.attention_varlen(q.requires_grad_(), k, v, cu, cu, 70, 70)
+        f8 = k.to(torch.float8_e4m3fn)
+        with self.assertRaisesRegex(flashjit.Unsupported, r"^flashjit.attention_varlen: FP8 k "
+                                    r"and v run forward only: q requires grad \(detach"):
+            flashjit.attention_varlen(q.requires_grad_(), f8, f8, cu, cu, 70, 70)
 
 
 @unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
