@@ -148,6 +148,11 @@ TEST(expr_facts_dg, cpu)
 TEST(expr_facts_kvq, cpu)
 TEST(expr_facts_rel, cpu)
 TEST(expr_print_round_trip, cpu)
+/* expr_grad.c */
+TEST(expr_grad_fd, cpu)
+TEST(expr_grad_fd_catches, cpu)
+TEST(expr_grad_text, cpu)
+TEST(expr_grad_kernel_form, cpu)
 /* mods.c, score and mask modifications */
 TEST(mods_refusals, cpu)
 TEST(mods_reference_builtins, cpu)

@@ -1,0 +1,26 @@
+/*
+ * expr_grad.h -- the derivative of a score expression with respect to its
+ * score s, generated from the parsed tree (expr_grad.c has the rules), for
+ * the backward pass.
+ *
+ * Thread safety: keeps no state; the tree is only read.
+ */
+#ifndef FJ_EXPR_GRAD_H
+#define FJ_EXPR_GRAD_H
+
+#include "expr.h"
+#include "util.h"
+
+/*
+ * Appends to out d e / d s, with s the variable of name index s, as an
+ * expression of the same language whose value is float: printed as
+ * fj__expr_print_cuda prints (o's names, substitutions and form apply to
+ * the operands it repeats), so that with o->plain it parses back with
+ * e's names and evaluates with fj__expr_eval.  An expression that does
+ * not depend on s (or only through int parts and floorf, ceilf, roundf,
+ * truncf) gives 0.0f.  0, or -1 out of memory (out then holds a part).
+ */
+int fj__expr_grad_cuda(const fj_expr *e, int s, const fj_expr_print *o,
+                       fj_buf *out);
+
+#endif /* FJ_EXPR_GRAD_H */
