@@ -1117,10 +1117,17 @@ typedef struct fj_bwd_plan {
  * the target still takes them), else the wgmma family's
  * (warp-specialised, TMA, 64 x 128 tiles) on sm_90a for head dims 64 and
  * 128, else the mma family's (64 x 64 tiles, two stages of Q and dO where
- * the shared memory holds them, else one).  A context remembers its
+ * the shared memory holds them, else one).  Score and mask expressions
+ * (fj_mods.score, .mask) run on the mma family: dS is multiplied by the
+ * score expression's derivative with respect to s, generated from the
+ * expression (the chain rule; the branch a ?: takes; int parts and floorf,
+ * ceilf, roundf, truncf contribute 0), at the raw scaled score;
+ * `flashjit emit --backward` shows it after #line 1 "score'".  Their
+ * parameters are constants to the backward: it computes no gradient for
+ * them.  A context remembers its
  * choices (until a tuning result is recorded), so a repeated plan renders
  * nothing.  Refused, FJ_ERR_UNSUPPORTED with the
- * reason: score or mask expressions and block masks (a later release),
+ * reason: block masks (a later release),
  * paged problems, FP8, head dims that are not multiples of 32
  * up to 256, architectures before sm_80.  Varlen problems (cu_seqlens,
  * seqused_kv) run on either family; on wgmma only with total_q and
@@ -1267,13 +1274,16 @@ FJ_API fj_status fj_reference_fwd(const fj_problem *p, const void *q,
  * sum of its gradients, and dk, dv sum a GQA group's query heads.
  * dsinks, if not NULL, receives float32 [heads_q]: with p->mods->sinks,
  * the sink logits' gradients, summed over batch and rows; without, 0.
+ * A score expression's gradient goes through its derivative with respect
+ * to s (the one fj_attention_bwd applies, evaluated on the host in float32
+ * as the expression is); its parameters get none.  A mask expression only
+ * decides which keys a row sees.
  * Computed in float64 throughout; it touches no memory but the arrays
  * given (and the calling thread's message).  Errors:
  * those of fj_reference_fwd for the problem and for p, q, k, v, dout, dq,
  * dk or dv NULL (FJ_ERR_INVALID_ARG naming it); FJ_ERR_UNSUPPORTED for a
- * score expression (its derivative is not generated yet), a block mask,
- * or e4m3 K/V (a mask expression is taken: it only decides which keys a
- * row sees); FJ_ERR_NOMEM.  The message is in fj_errmsg(NULL).
+ * block mask or e4m3 K/V; FJ_ERR_NOMEM.  The message is in
+ * fj_errmsg(NULL).
  */
 FJ_API fj_status fj_reference_bwd(const fj_problem *p, const void *q,
                                   const void *k, const void *v,

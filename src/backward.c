@@ -41,7 +41,10 @@ static fj_status unsupported(const fj_ctx *ctx, const char *what)
                   "the backward does not take %s yet", what);
 }
 
-/* What the backward takes of a problem the forward takes. */
+/* What the backward takes of a problem the forward takes.  Score and mask
+ * expressions are taken (the mma family applies the score expression's
+ * derivative, src/expr_grad.c); their parameters are constants here: the
+ * backward computes no gradient for them. */
 static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
 {
   fj_status st = fj_problem_check(ctx, p);
@@ -49,9 +52,6 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
     return st;
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
-  if (mi.user)
-    return unsupported(ctx, "score or mask expressions (fj_mods.score, "
-                            ".mask, .params)");
   if (mi.blocks)
     return unsupported(ctx, "block masks (fj_mods.block_mask)");
   if (p->block_table)
@@ -226,6 +226,10 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
  * class (sequence-length buckets, GQA ratio). */
 typedef struct bwd_key {
   int head_dim, dtype, causal, window, softcap, sinks, checked;
+  /* a score expression, a mask expression: only the mma family takes
+   * them, so the choice differs (the expressions' text does not enter:
+   * the kernel is built from the problem's at each call) */
+  int score, mask;
   int varlen;  /* 1 varlen; 2 varlen whose packed tensors lack a total */
   int q_log2, kv_log2, gqa;
 } bwd_key;
@@ -264,6 +268,8 @@ static bwd_key key_of(const fj_problem *p)
   k.softcap = mi.softcap;
   k.sinks = mi.sinks;
   k.checked = mi.checked;
+  k.score = p->mods && p->mods->score && p->mods->score[0];
+  k.mask = p->mods && p->mods->mask && p->mods->mask[0];
   k.varlen = !fj__problem_varlen(p) ? 0 : untotalled(p) ? 2 : 1;
   k.q_log2 = fj__log2_floor(p->seq_q);
   k.kv_log2 = fj__log2_floor(p->seq_kv);
@@ -325,7 +331,8 @@ static fj_status try_main(fj_ctx *ctx, const fj_problem *p, fj_mma mma,
  * its family and stages are taken, and only where the target renders
  * them); else the wgmma kernel where the target has wgmma and its
  * template takes p (head dims 64 and 128, 16-bit types: it refuses the
- * rest), else two stages of Q and dO on mma where the architecture's
+ * rest, and score or mask expressions, which only the mma family
+ * applies), else two stages of Q and dO on mma where the architecture's
  * shared memory holds them, else one; ctx->lock held. */
 static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
                              fj_bwd_plan *plan)
@@ -340,13 +347,13 @@ static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
   }
   fj_mma mma;
   int stages;
+  int wgmma = fj__arch_has(ctx, FJ_ARCH_WGMMA) && !untotalled(p) &&
+              !key.score && !key.mask;
   if (fj__tune_lookup_bwd(ctx, p, &mma, &stages) &&
-      (mma == FJ_MMA_SYNC ||
-       (mma == FJ_MMA_WGMMA && fj__arch_has(ctx, FJ_ARCH_WGMMA) &&
-        !untotalled(p))) &&
+      (mma == FJ_MMA_SYNC || (mma == FJ_MMA_WGMMA && wgmma)) &&
       stages >= 1 && stages <= 2)
     st = try_main(ctx, p, mma, stages, &v, &meta);
-  if (st != FJ_OK && fj__arch_has(ctx, FJ_ARCH_WGMMA) && !untotalled(p))
+  if (st != FJ_OK && wgmma)
     st = try_main(ctx, p, FJ_MMA_WGMMA, 2, &v, &meta);
   for (stages = 2; stages >= 1 && st != FJ_OK; stages--)
     st = try_main(ctx, p, FJ_MMA_SYNC, stages, &v, &meta);

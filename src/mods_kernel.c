@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "expr_grad.h"
 #include "mods_kernel.h"
 
 /* The name indices of fj__mods_names. */
@@ -91,6 +92,21 @@ static int print_dg(fj_mods_kform *k, const fj_mods *m, const fj_expr *e,
   return ok ? 0 : -1;
 }
 
+/* The score's derivative as CUDA with o's substitutions into k's arena;
+ * NULL where it is longer than FJ_MODS_GRAD_MAX or the arena is full (the
+ * forward needs none: only a backward refuses the expression then). */
+static const char *print_grad(fj_mods_kform *k, const fj_expr *e,
+                              const fj_expr_print *o, int s)
+{
+  fj_buf b = {0};
+  const char *t = NULL;
+  if (fj__expr_grad_cuda(e, s, o, &b) == 0 && b.data &&
+      b.len <= FJ_MODS_GRAD_MAX)
+    t = keep(k, b.data, b.len);
+  fj__buf_free(&b);
+  return t;
+}
+
 /* The whole expression as the kernel pastes it, with the subtrees the
  * family passes as its names. */
 static int print_kernel(fj_mods_kform *k, const fj_expr *e,
@@ -106,6 +122,8 @@ static int print_kernel(fj_mods_kform *k, const fj_expr *e,
     subs[n++] = (fj_expr_subst){x->f.kvq_scale, "fj_skvq"};
   fj_expr_print o = {names, score ? &v : NULL, subs, n, 0};
   x->cuda = print(k, e, -1, &o);
+  if (score)
+    x->grad = print_grad(k, e, &o, v.s);
   o.nsubs = 0;
   if (x->f.kvq_scale >= 0)
     x->factor = print(k, e, x->f.kvq_factor, &o);
@@ -215,12 +233,12 @@ static int dg_table(fj_mods_kparam *out, const fj_mods_kexpr *x, fj_param *at)
   return 0;
 }
 
-/* score = { text1, cuda, kvq, kvq_scale, dg, uses_s, rel_only } (dg and
- * kvq_scale nil where not taken); mask = { text1, cuda }. */
+/* score = { text1, cuda, kvq, kvq_scale, dg, uses_s, rel_only, grad } (dg,
+ * kvq_scale and grad nil where not taken); mask = { text1, cuda }. */
 static int expr_table(fj_mods_kparam *out, const fj_mods_kexpr *x,
                       const char *key, fj_param *at)
 {
-  fj_param *t = take(out, 7);
+  fj_param *t = take(out, 8);
   if (!t)
     return -1;
   t[0] = str("text1", x->text1);
@@ -230,7 +248,8 @@ static int expr_table(fj_mods_kparam *out, const fj_mods_kexpr *x,
   t[4] = str("dg", NULL);
   t[5] = num("uses_s", FJ_PARAM_BOOL, x->f.uses_s);
   t[6] = num("rel_only", FJ_PARAM_BOOL, x->f.rel_only);
-  *at = table(key, t, 7);
+  t[7] = str("grad", x->grad);
+  *at = table(key, t, 8);
   return x->f.dg >= 0 ? dg_table(out, x, &t[4]) : 0;
 }
 

@@ -24,6 +24,10 @@
  * under seven times the text. */
 #define FJ_MODS_CUDA_MAX (8 * FJ_MOD_EXPR_MAX + 64)
 
+/* Bytes a score expression's derivative as CUDA may take: it repeats
+ * operands, a few times the expression's text (expr_grad.c). */
+#define FJ_MODS_GRAD_MAX (3 * FJ_MODS_CUDA_MAX)
+
 /* One expression (score or mask) as the kernel takes it. */
 typedef struct fj_mods_kexpr {
   int on;             /* the expression is given */
@@ -35,6 +39,10 @@ typedef struct fj_mods_kexpr {
    * (0.f-fj_kvq), kvq_scale's product as fj_skvq, dg's read as fj_dg. */
   const char *cuda;
   const char *factor;  /* kvq_scale's F as CUDA, or NULL */
+  /* The score's derivative with respect to s as CUDA (expr_grad.c), with
+   * the same substitutions as cuda, for the backward; NULL for the mask,
+   * or where it is over FJ_MODS_GRAD_MAX bytes (the backward refuses). */
+  const char *grad;
   /* dg's read as CUDA (the call as written), X, and the indices before
    * the last; its parameter's index (0-based) and where the call starts
    * in the user's text (line and column from 1). */
@@ -47,7 +55,7 @@ typedef struct fj_mods_kform {
   /* Per parameter: a tensor the score expression reads at indices that
    * change from score to score (fj__expr_per_score: they use kv or s). */
   int per_score[FJ_MOD_PARAMS_MAX];
-  char arena[5 * FJ_MODS_CUDA_MAX];  /* the texts above */
+  char arena[5 * FJ_MODS_CUDA_MAX + FJ_MODS_GRAD_MAX];  /* the texts above */
   size_t used;
 } fj_mods_kform;
 
@@ -59,7 +67,8 @@ int fj__mods_kform(const fj_mods *m, fj_mods_kform *k, char *err,
 
 /* The template parameter mod_facts: a table
  *   { score = { text1, cuda, kvq, kvq_scale, dg = { param, sign, x,
- *               uniform = {...}, call, line, col }, uses_s, rel_only },
+ *               uniform = {...}, call, line, col }, uses_s, rel_only,
+ *               grad },
  *     mask = { text1, cuda }, params = { { name, type, rank, index,
  *     shared }, ... } }
  * (score, mask absent where not given). */

@@ -110,6 +110,9 @@ __device__ __forceinline__ int ishr(int a, int b) { return a >> ((unsigned)b > 3
 {%   if mods.score then %}
 __device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, {{ mods.kvq and (mods.kvq_scale and "float fj_skvq, " or "float fj_kvq, ") or "" }}{{ mods.dg and mods.dg.value .. " fj_dg, " or "" }}const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
 {%   end %}
+{%   if mods.grad then %}
+__device__ __forceinline__ float fj_score_grad(float s, int b, int h, int hkv, int q, int kv, {{ mods.kvq and (mods.kvq_scale and "float fj_skvq, " or "float fj_kvq, ") or "" }}{{ mods.dg and mods.dg.value .. " fj_dg, " or "" }}const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
+{%   end %}
 {%   if mods.kvq_scale then %}
 __device__ __forceinline__ float fj_kvq_scale(int b, int h, int hkv, const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
 {%   end %}
@@ -221,6 +224,20 @@ __device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, in
   s = fj_p.softcap * fj::softcap_tanh(s * fj_p.softcap_inv);
 {%     end %}
   return s;
+}
+{%   end %}
+{%   if mods.grad then %}
+// The derivative of the user's score expression with respect to s, at the
+// raw scaled score s (src/expr_grad.c: the chain rule on its tree; the
+// derivative of the branch a ?: takes; int parts and floorf, ceilf,
+// roundf, truncf contribute 0), with the same names as fj_score_mod.
+__device__ __forceinline__ float fj_score_grad(float s, int b, int h, int hkv, int q, int kv, {{ mods.kvq and (mods.kvq_scale and "float fj_skvq, " or "float fj_kvq, ") or "" }}{{ mods.dg and mods.dg.value .. " fj_dg, " or "" }}const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }}) {
+  (void)s; (void)b; (void)h; (void)hkv; (void)q; (void)kv; (void)fj_p;
+{%     locals() %}
+  return (float)(
+#line 1 "score'"
+{{ mods.kernel_grad_text }}
+  );
 }
 {%   end %}
 {%   if mods.mask then %}

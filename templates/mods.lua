@@ -26,6 +26,14 @@
 --                          whether the tile is of a partial block); the
 --                          family runs the mask statements of a tile only
 --                          where it holds, under one branch
+--   mods.grad             a backward asked for the score expression's
+--                          derivative (new{ grad = true }) and there is a
+--                          score expression: mods.apply_grad(glv, lv, ...)
+--                          (apply_score's arguments) is the statement that
+--                          sets glv to d score / d s at lv * qk_scale, the
+--                          raw score, before apply_score changes lv
+--                          (mods.cuh's fj_score_grad, the CUDA that
+--                          src/expr_grad.c generated)
 --   mods.qk_scale(base), mods.sl2   the family's scale of the scores into the
 --                          score function, and the softmax's log2 scale
 --   mods.sinks             attention sinks are on: no element work; the
@@ -145,6 +153,12 @@ function M.new(o)
   R.uses_s = SF and SF.uses_s or false
   R.rel_only = SF and SF.rel_only or false
   R.mask_cuda = MF and MF.cuda
+  -- The score expression's derivative, for a backward that asks for it.
+  R.grad = (o.grad and SF) and true or false
+  R.kernel_grad_text = SF and SF.grad
+  if R.grad and not R.kernel_grad_text then
+    refuse("score': the expression's derivative as CUDA is too long for the backward (src/mods_kernel.h's FJ_MODS_GRAD_MAX); write it with fewer nested calls")
+  end
   R.score = R.score_text ~= nil or R.softcap
   R.mask = R.mask_text ~= nil
   R.any = R.score or R.mask
@@ -204,6 +218,10 @@ function M.new(o)
   function R.apply_score(lv, q, h, kv, visible, kvq, dg)
     return only_visible(("%s = fj_score_mod(%s * qk_scale, %s, %s, %s, %s, %s, %s%sp%s);"):format(
       lv, lv, B, h, HKV, q, kv, R.kvq and kvq .. ", " or "", R.dg and dg .. ", " or "", MA), visible)
+  end
+  function R.apply_grad(glv, lv, q, h, kv, visible, kvq, dg)
+    return only_visible(("%s = fj_score_grad(%s * qk_scale, %s, %s, %s, %s, %s, %s%sp%s);"):format(
+      glv, lv, B, h, HKV, q, kv, R.kvq and kvq .. ", " or "", R.dg and dg .. ", " or "", MA), visible)
   end
   -- The distance table's element for a lane's score: at the row pointer
   -- ptr plus a constant (the fast path), or through the accessor.

@@ -81,6 +81,8 @@ TEST(refbwd_public, cpu)
 TEST(refbwd_varlen, cpu)
 TEST(refbwd_paged, cpu)
 TEST(refbwd_errors, cpu)
+TEST(refbwd_score_exprs, cpu)
+TEST(refbwd_score_exprs_catch, cpu)
 /* the kernel family, compile-only */
 TEST(family_sample_sm80, cpu)
 TEST(family_sample_sm90, cpu)
