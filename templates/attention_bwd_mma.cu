@@ -39,7 +39,7 @@
   Mask expressions hide elements in the score step, as the forward does.
   Parameters: the forward's mma variant axes (head_dim, tile_m, tile_n,
   warps 8, stages 1 or 2, swizzle), causal, window, softcap, dtype, and
-  the modifications (score_mod, mask_mod, mod_params, checked).
+  the modifications (score_mod, mask_mod, mod_params).
 #}
 {%
   local L = import("lut.lua")
@@ -47,8 +47,11 @@
   local D, BM, BN, S, W = head_dim, tile_m, tile_n, stages, warps
   local THREADS = 32 * W
   local mrule = PC.bwd_mask(import("mask.lua"))
+  -- Checked mode stays the forward's: the backward reads what the forward
+  -- read, out-of-range reads giving 0 here too, with no record to fill
+  -- (fj_attention_bwd passes none).
   local mods = import("mods.lua").new{ score = score_mod, mask = mask_mod, params = mod_params,
-                                       softcap = softcap, checked = checked, grad = true }
+                                       softcap = softcap, grad = true }
   local function no(fmt, ...) refuse(fmt:format(...)) end
   PC.bwd_scope{ exprs = true }
   -- The user's own expressions compile in a child process, as the

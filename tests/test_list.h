@@ -32,6 +32,8 @@ TEST(gpu_backward, gpu)
 TEST(gpu_backward_deterministic, gpu)
 TEST(gpu_sanitize_backward, gpu)
 TEST(gpu_backward_tuned, gpu)
+TEST(gpu_backward_mods, gpu)
+TEST(gpu_sanitize_backward_mods, gpu)
 /* the library's choice on every target NVRTC has (test_everyarch.c) */
 TEST(everyarch_picks, cpu)
 /* the device pieces' Lua contracts (mask.lua, tma_ring.lua, budget.lua, lut.lua) */
