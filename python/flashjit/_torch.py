@@ -13,7 +13,9 @@ an op costs dispatcher time on every call.  The ops are defined with
 torch.library directly, with a fake (meta) implementation each, and take
 no gradient: attention() sends a call whose inputs require grad to
 flashjit::attention_train (built-in masks; its backward
-flashjit::attention_bwd), or runs it forward with a backward that raises.
+flashjit::attention_bwd), to flashjit::attention_train_mods (score_mod,
+mask_mod, params; its backward flashjit::attention_bwd_mods), or runs it
+forward with a backward that raises (block masks, checked mode).
 """
 import ctypes as C
 import functools
@@ -428,8 +430,7 @@ def op_call(o, lse, q, k, v, extras):
     return torch.ops.flashjit.attention(q, k, v, list(extras), text), None
 
 
-_NO_BACKWARD = (f"{_WHO}: the backward does not take score_mod, mask_mod, params or "
-                "block_mask yet")
+_NO_BACKWARD = (f"{_WHO}: the backward does not take block_mask or checked=True yet")
 
 
 class NoBackward(torch.autograd.Function):
@@ -615,6 +616,112 @@ def _train_backward(ctx, dout, dlse):
 attention_train_op.register_autograd(_train_backward, setup_context=_train_setup)
 
 
+# ---- the backward with expressions -----------------------------------------------------
+# score_mod, mask_mod and params: the call's options in one text and its
+# extra tensors in one list, as flashjit::attention takes them (sinks and
+# the tensor parameters, in the roles' order).  fj_attention_bwd applies
+# the score expression's derivative; the parameters are constants to it.
+
+def _build_bwd_mods(o, q, k, v, extras, deterministic):
+    """The backward's entry of a call with expressions: its problem, with
+    the forward's modifications (the sinks' and tensor parameters'
+    pointers are slots a call writes), planned."""
+    p = _bwd_problem(q, k, v, o.causal, o.scale, o.layout, deterministic)
+    mods, slots = mods_of(o, dict(zip(o.roles, extras)), q.device)
+    p.mods = mods.ptr
+    return calls.make_bwd_entry(p, q.device, "sinks" in o.roles, slots, (mods,))
+
+
+def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic):
+    """_launch_bwd's counterpart for a call with expressions (opts: the
+    forward's options text)."""
+    o = calls.decode(opts)
+    q, k, v = (t if _dense(t) else t.contiguous() for t in (q, k, v))
+    out, dout = out.contiguous(), dout.contiguous()
+    if q.numel() == 0:
+        hq = _sizes(q, o.layout)[1]
+        return (torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v),
+                torch.zeros((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32,
+                            device=q.device))
+    meta = calls.meta
+    key = ("mods", opts, bool(deterministic), meta(q), meta(k), meta(v), meta(out),
+           meta(dout), meta(lse)) + tuple(meta(t) for t in extras)
+    e = calls.tables.bwd.get(key)
+    if e is None:
+        e = _build_bwd_mods(o, q, k, v, extras, deterministic)
+        calls.remember(calls.tables.bwd, key, e)
+    return calls.backward(e, dout, q, k, v, out, lse, tuple(extras))
+
+
+@torch.library.custom_op("flashjit::attention_bwd_mods", mutates_args=(), device_types="cuda")
+def attention_bwd_mods_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                          v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                          extra: typing.List[torch.Tensor], opts: str,
+                          deterministic: bool = False
+                          ) -> typing.Tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                            torch.Tensor]:
+    """The gradients of flashjit::attention_train_mods: (dq, dk, dv,
+    dsinks), dsinks empty without sinks."""
+    return _launch_bwd_mods(dout, q, k, v, out, lse, extra, opts, deterministic)
+
+
+@attention_bwd_mods_op.register_fake
+def _attention_bwd_mods_fake(dout, q, k, v, out, lse, extra, opts, deterministic=False):
+    o = calls.decode(opts)
+    hq = _sizes(q, o.layout)[1]
+    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+            q.new_empty((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32))
+
+
+@torch.library.custom_op("flashjit::attention_train_mods", mutates_args=(),
+                         device_types="cuda")
+def attention_train_mods_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                            extra: typing.List[torch.Tensor], opts: str
+                            ) -> typing.Tuple[torch.Tensor, torch.Tensor]:
+    """flashjit attention with score_mod, mask_mod and params, with its
+    gradients: (out, lse).  Use flashjit.attention(), which calls it when
+    an input requires grad."""
+    o = calls.decode(opts)
+    return calls.forward(calls.entry(o, True, q, k, v, extra), q, k, v, extra)
+
+
+@attention_train_mods_op.register_fake
+def _attention_train_mods_fake(q, k, v, extra, opts):
+    o = calls.decode(opts)
+    return (q.new_empty(out_shape(q, v), dtype=_out_dtype(q.dtype)),
+            q.new_empty(lse_shape(o, q), dtype=torch.float32))
+
+
+def _train_mods_setup(ctx, inputs, output):
+    q, k, v, extra, opts = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, *extra)
+    ctx.opts = opts
+    ctx.set_materialize_grads(False)
+
+
+def _train_mods_backward(ctx, dout, dlse):
+    if dlse is not None:
+        raise NotImplementedError(f"{_WHO}: the gradient through the returned lse is not "
+                                  "implemented yet: use the output only")
+    q, k, v, out, lse, *extra = ctx.saved_tensors
+    roles = calls.decode(ctx.opts).roles
+    if dout is None:
+        return None, None, None, [None] * len(extra), None
+    # The deterministic flag as _train_backward reads it.
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    dq, dk, dv, dsinks = attention_bwd_mods_op(dout, q, k, v, out, lse, list(extra),
+                                               ctx.opts, deterministic)
+    # The sinks' gradient where they are among the extras; the parameters
+    # get none (attention() refuses a parameter that requires grad).
+    grads = [dsinks if role == "sinks" else None for role in roles]
+    return dq, dk, dv, grads, None
+
+
+attention_train_mods_op.register_autograd(_train_mods_backward,
+                                          setup_context=_train_mods_setup)
+
+
 # ---- attention() ----------------------------------------------------------------------
 
 
@@ -670,8 +777,11 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
 
     Differentiable in q, k, v and sinks (loss.backward() runs
     fj_attention_bwd: O and the log-sum-exp are saved, not P) with causal,
-    window, softcap, sinks and GQA; a call with score_mod, mask_mod,
-    params or block_mask runs forward, and its backward raises.  Under
+    window, softcap, sinks, GQA, score_mod, mask_mod and params (the
+    backward multiplies by the score expression's derivative, which the
+    library generates from it); the params themselves get no gradient: a
+    tensor param that requires grad raises flashjit.Unsupported.  A call
+    with block_mask or checked=True runs forward, and its backward raises.  Under
     torch.use_deterministic_algorithms(True) (warn_only or not) the
     backward runs the library's deterministic mode (fj_problem's
     deterministic: q.grad, k.grad, v.grad and sinks.grad bit-identical run
@@ -755,6 +865,10 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
     o, extras = _dense_opts(c, sc, lay, wl, wr, cap, score_mod, mask_mod, params, sinks, bm,
                             checked, descales)
     lse = bool(return_lse)
+    if grad and block_mask is None and not checked:
+        _params_grad_error(params)
+        out, l = attention_train_mods_op(q, k, v, list(extras), calls.encode(o))
+        return (out, l) if return_lse else out
     if grad:
         out, l = NoBackward.apply(o, lse, q, k, v, *extras)
     elif torch.compiler.is_compiling():
@@ -796,6 +910,16 @@ def _dense_opts(causal, scale, layout, wl, wr, softcap, score_mod, mask_mod, par
 
 
 _NO_BLOCK_MASK = (0, 0, None, None, None, None)
+
+
+def _params_grad_error(params):
+    """Raises Unsupported naming the first tensor param that requires grad:
+    the backward computes no gradient for the expressions' parameters."""
+    for name, t in (params or {}).items():
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            raise core.Unsupported(capi.ERR_UNSUPPORTED, (
+                f"{_WHO}: params[{name!r}] requires grad: the backward computes no gradient "
+                "for the expressions' parameters yet (pass it detached)"))
 
 
 def _fp8_grad_error(q, k, v, sinks, descales):
