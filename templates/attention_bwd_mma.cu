@@ -264,6 +264,13 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
      S = function(mi, j, i) return ("s[%s][%d]"):format(j, i) end,
      G = function(mi, j, i) return ("gs[%s][%d]"):format(j, i) end }))) }}
     }
+{% if mods.grad then %}
+    // With a score expression: a row past the sequence gets P = 0, whatever
+    // its padding's score became under the expression (+inf or NaN would
+    // meet its LSE's +inf); dS is multiplied by the expression's derivative
+    // only where P is not 0, since a hidden element's (or the padding's)
+    // derivative may be inf or NaN.
+{% end %}
 #pragma unroll
     for (int j = 0; j < {{ BN // 32 }}; ++j) {
 {% for i = 0, acc.slots - 1 do %}
@@ -271,8 +278,6 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {%   local c = ("kw + j * 16 + acc_c + %d"):format(acc.dcol[i]) %}
       {
 {%   if mods.grad then %}
-        // A row past the sequence: P = 0, whatever its padding's score
-        // became under the expression (+inf or NaN would meet LSE's +inf).
         const float pe = m0 + {{ r }} < len_q ? fj::fast_exp2(fmaf(s[j][{{ i }}], sl2, -s_lse[{{ r }}])) : 0.f;
 {%   else %}
         const float pe = fj::fast_exp2(fmaf(s[j][{{ i }}], sl2, -s_lse[{{ r }}]));
@@ -284,8 +289,6 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         dse *= 1.f - th * th;
 {%   end %}
 {%   if mods.grad then %}
-        // Times the score expression's derivative, only where P is not 0:
-        // a hidden element's (or the padding's) derivative may be inf or NaN.
         dse = pe > 0.f ? dse * gs[j][{{ i }}] : 0.f;
 {%   end %}
         s_p[({{ r }}) * {{ LDP }} + {{ c }}] = fj::to_elem(pe);
