@@ -18,9 +18,11 @@ static int compile_all(fj_ctx *ctx, const fj_problem *p, const char *what)
 {
   fj_bwd_plan plan;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, p, &plan));
-  /* sm_90a's head dims 64 and 128 on wgmma (128-key tiles), the rest on
-   * mma (64-key tiles). */
-  int wg = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0 &&
+  /* sm_90a's head dims 64 and 128 on wgmma (128-key tiles), the rest and
+   * problems with expressions on mma (64-key tiles). */
+  const fj_mods *m = p->mods;
+  int exprs = m && ((m->score && m->score[0]) || (m->mask && m->mask[0]));
+  int wg = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0 && !exprs &&
            (p->head_dim == 64 || p->head_dim == 128);
   CHECK(plan.variant.mma == (wg ? FJ_MMA_WGMMA : FJ_MMA_SYNC));
   CHECK(plan.grid[0] == (unsigned)((p->seq_kv + plan.variant.tile_n - 1) /
@@ -76,6 +78,85 @@ int test_backward_compile(void)
     }
     fj_ctx_destroy(ctx);
   }
+  return 0;
+}
+
+/* Score and mask expressions: their backward runs on the mma family on
+ * both targets, its main kernel carries the derivative after #line 1
+ * "score'" (fj_score_grad) and the mask function, and every kernel
+ * compiles without spilling.  A derivative too long for the kernel is
+ * refused, in one line, while the forward of the same expression plans. */
+int test_backward_exprs_compile(void)
+{
+  static float table[4 * 64];
+  static int32_t docs[512];
+  const fj_mod_param params[2] = {
+      {"rel", FJ_MOD_F32, 2, {4, 64, 0, 0}, table, 0},
+      {"doc", FJ_MOD_I32, 1, {512, 0, 0, 0}, docs, 0}};
+  static const struct {
+    const char *score, *mask;
+    int d;
+    fj_dtype dt;
+  } cases[] = {
+      {"s + rel(h, q - kv + 32)", NULL, 64, FJ_BF16},
+      {"20.0f * tanhf(s / 20.0f)", "doc(q) == doc(kv)", 128, FJ_F16},
+      {"q >= kv ? s : 0.5f * s - 1.0f / (s * s + 1.0f)", NULL, 256, FJ_BF16},
+      {NULL, "doc(q) == doc(kv)", 96, FJ_F16},
+  };
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx != NULL);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+      fj_problem p;
+      fj_mods m;
+      fj_problem_init(&p, 1, 4, 2, 300, 300, cases[c].d, cases[c].dt, FJ_BSHD);
+      fj_mods_init(&m);
+      m.score = cases[c].score;
+      m.mask = cases[c].mask;
+      m.params = params;
+      m.num_params = 2;
+      p.mods = &m;
+      fj_bwd_plan plan;
+      CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+      CHECK(plan.variant.mma == FJ_MMA_SYNC);
+      fj_kernel *k;
+      CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
+      const char *src = fj_kernel_source(k, NULL);
+      CHECK(!strstr(src, "#line 1 \"score'\"") == !cases[c].score);
+      CHECK(!strstr(src, "fj_score_grad(") == !cases[c].score);
+      CHECK(!strstr(src, "#line 1 \"mask\"") == !cases[c].mask);
+      int rc = compile_all(ctx, &p, cases[c].score ? "score" : "mask");
+      if (rc) {
+        fj_ctx_destroy(ctx);
+        return rc;
+      }
+    }
+    fj_ctx_destroy(ctx);
+  }
+  /* s * s * ... * s: a product of 250 factors, whose derivative repeats
+   * every prefix (about 100 KB of CUDA). */
+  char text[1024];
+  strcpy(text, "s");
+  for (int i = 1; i < 250; i++)
+    strcat(text, "*s");
+  fj_ctx *ctx = fjt_ctx("sm_80", NULL);
+  CHECK(ctx != NULL);
+  fj_problem p;
+  fj_mods m;
+  fj_problem_init(&p, 1, 4, 4, 128, 128, 64, FJ_BF16, FJ_BSHD);
+  fj_mods_init(&m);
+  m.score = text;
+  p.mods = &m;
+  fj_plan fwd;
+  fj_bwd_plan plan;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &fwd));
+  fj_status st = fj_attention_bwd_plan(ctx, &p, &plan);
+  CHECK(st != FJ_OK);
+  CHECK_MSG(ctx, "score': the expression's derivative as CUDA is too long for the "
+                 "backward");
+  CHECK(!strchr(fj_errmsg(ctx), '\n'));
+  fj_ctx_destroy(ctx);
   return 0;
 }
 
