@@ -157,7 +157,7 @@ function M.new(o)
   R.grad = (o.grad and SF) and true or false
   R.kernel_grad_text = SF and SF.grad
   if R.grad and not R.kernel_grad_text then
-    refuse("score': the expression's derivative as CUDA is too long for the backward (src/mods_kernel.h's FJ_MODS_GRAD_MAX); write it with fewer nested calls")
+    refuse("score': the expression's derivative as CUDA is too long for the backward (src/mods_kernel.h's FJ_MODS_GRAD_MAX); write it with less nesting")
   end
   R.score = R.score_text ~= nil or R.softcap
   R.mask = R.mask_text ~= nil
