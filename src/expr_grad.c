@@ -2,7 +2,10 @@
  * expr_grad.c -- the derivative of a score expression with respect to its
  * score s, generated symbolically from the parsed tree as an expression of
  * the same language (expr.h), for the backward pass: dS is multiplied by
- * it where the forward applied the expression.
+ * it where the forward applied the expression.  The same rules give the
+ * derivative with respect to the value one tensor read fetches (that read
+ * as the variable, s and every other read held fixed), from which a
+ * parameter's gradient is built.
  *
  * The rules, node by node (u, v a node's operands; du, dv their
  * derivatives):
@@ -40,7 +43,8 @@ typedef struct grad {
   const fj_expr_print *o;
   fj_buf *out;
   unsigned char *zero;  /* per node: its derivative is identically 0 */
-  int s;                /* the name index of the variable s */
+  int s;                /* the name index of the variable s, or -1 */
+  int read;             /* or the node of a tensor read, or -1 */
   int failed;
 } grad;
 
@@ -60,8 +64,11 @@ static void value(grad *g, int k)
   put(g, cast ? ")" : "");
 }
 
+/* Whether node k is the variable differentiated by: s, or the read. */
 static int is_s(const grad *g, int k)
 {
+  if (g->read >= 0)
+    return k == g->read;
   return g->e->nodes[k].op == OP_VAR && g->e->nodes[k].ref == g->s;
 }
 
@@ -77,9 +84,10 @@ static int zero_of(const grad *g, int k)
   const node *nd = &g->e->nodes[k];
   if (nd->is_int)
     return 1;
+  if (is_s(g, k))
+    return 0;
   switch (nd->op) {
-  case OP_VAR: return nd->ref != g->s;
-  case OP_INT: case OP_FLOAT: case OP_TENSOR: return 1;
+  case OP_VAR: case OP_INT: case OP_FLOAT: case OP_TENSOR: return 1;
   case OP_COND: return g->zero[nd->kid[1]] && g->zero[nd->kid[2]];
   case OP_CALL:
     if (steps(nd->ref))
@@ -290,8 +298,11 @@ static void deriv_div(grad *g, const node *nd)
 static void deriv(grad *g, int k)
 {
   const node *nd = &g->e->nodes[k];
+  if (is_s(g, k)) {
+    put(g, "1.0f");
+    return;
+  }
   switch (nd->op) {
-  case OP_VAR: put(g, "1.0f"); return;
   case OP_TO_FLOAT: deriv(g, nd->kid[0]); return;
   case OP_NEG:
     put(g, "(-");
@@ -316,12 +327,12 @@ static void deriv(grad *g, int k)
   g->failed = 1;  /* an int node, whose derivative zero_of says is 0 */
 }
 
-int fj__expr_grad_cuda(const fj_expr *e, int s, const fj_expr_print *o,
-                       fj_buf *out)
+static int derive(const fj_expr *e, int s, int read, const fj_expr_print *o,
+                  fj_buf *out)
 {
   if (!e || e->n < 1)
     return -1;
-  grad g = {e, o, out, calloc((size_t)e->n, 1), s, 0};
+  grad g = {e, o, out, calloc((size_t)e->n, 1), s, read, 0};
   if (!g.zero)
     return -1;
   for (int k = 0; k < e->n; k++)
@@ -329,4 +340,31 @@ int fj__expr_grad_cuda(const fj_expr *e, int s, const fj_expr_print *o,
   deriv_or_zero(&g, e->root);
   free(g.zero);
   return g.failed ? -1 : 0;
+}
+
+int fj__expr_grad_cuda(const fj_expr *e, int s, const fj_expr_print *o,
+                       fj_buf *out)
+{
+  return derive(e, s, -1, o, out);
+}
+
+int fj__expr_grad_read_cuda(const fj_expr *e, int read,
+                            const fj_expr_print *o, fj_buf *out)
+{
+  if (!e || read < 0 || read >= e->n || e->nodes[read].op != OP_TENSOR)
+    return -1;
+  return derive(e, -1, read, o, out);
+}
+
+int fj__expr_reads_of(const fj_expr *e, int name, int *nodes, int max)
+{
+  int n = 0;
+  for (int k = 0; e && k < e->n; k++) {
+    if (e->nodes[k].op != OP_TENSOR || e->nodes[k].ref != name)
+      continue;
+    if (n < max)
+      nodes[n] = k;
+    n++;
+  }
+  return n;
 }

@@ -23,4 +23,17 @@
 int fj__expr_grad_cuda(const fj_expr *e, int s, const fj_expr_print *o,
                        fj_buf *out);
 
+/*
+ * The same with respect to the value of the tensor read at node `read`
+ * (fj__expr_reads_of), the other reads and s held fixed: how the score
+ * changes with the element that read fetches, for a parameter's gradient.
+ * -1 where read is not a tensor read of e, or out of memory.
+ */
+int fj__expr_grad_read_cuda(const fj_expr *e, int read,
+                            const fj_expr_print *o, fj_buf *out);
+
+/* The nodes of e's reads of tensor `name` (a name index), in the tree's
+ * post-order: up to max into nodes; returns how many there are. */
+int fj__expr_reads_of(const fj_expr *e, int name, int *nodes, int max);
+
 #endif /* FJ_EXPR_GRAD_H */

@@ -224,3 +224,122 @@ int test_expr_grad_kernel_form(void)
   CHECK(ok);
   return 0;
 }
+
+/* The bias element a perturbation shifts (test_expr_grad_reads): its
+ * indices and the shift; bias(i, j) is read_tensor's otherwise. */
+typedef struct nudge {
+  int32_t i, j;
+  float by;
+} nudge;
+
+static fj_expr_value read_nudged(void *user, int name, const int32_t *idx)
+{
+  const nudge *n = user;
+  fj_expr_value v = read_tensor(NULL, name, idx);
+  if (name == BIAS && idx[0] == n->i && idx[1] == n->j)
+    v.f += n->by;
+  return v;
+}
+
+static double at_nudged(const fj_expr *e, float s, const nudge *n)
+{
+  fj_expr_value vals[NNAMES] = {
+    [S] = {0, 0, s},     [B] = {1, 1, 0.f},   [H] = {1, 3, 0.f},
+    [HKV] = {1, 1, 0.f}, [Q] = {1, 5, 0.f},   [KV] = {1, 2, 0.f},
+    [SLOPE] = {0, 0, 0.25f}, [SHIFT] = {1, 2, 0.f}};
+  fj_expr_env env = {vals, read_nudged, (void *)n};
+  fj_expr_value v = fj__expr_eval(e, &env);
+  return v.is_int ? (double)v.i : (double)v.f;
+}
+
+/* The int value of e's subtree at node k (an index of a read), at
+ * at_nudged's variables. */
+static int index_at(const fj_expr *e, int k)
+{
+  fj_expr_print o = {names, NULL, NULL, 0, 1};
+  fj_buf b = {0};
+  nudge none = {0, 0, 0.f};
+  fj_expr *x = fj__expr_print_cuda(e, k, &o, &b) == 0 && b.data ? parse(b.data) : NULL;
+  int v = x ? (int)at_nudged(x, 0.f, &none) : -1;
+  fj__expr_free(x);
+  fj__buf_free(&b);
+  return v;
+}
+
+/* The derivative with respect to the element (i, j) of bias: the sum of
+ * the derivatives with respect to each read that fetches it (at q 5, kv 2,
+ * h 3), against a central difference that shifts that element alone. */
+static int check_read_fd(const char *text, int32_t i, int32_t j)
+{
+  fj_expr *e = parse(text);
+  int nodes[4], n = e ? fj__expr_reads_of(e, BIAS, nodes, 4) : 0;
+  fj_expr *d[4] = {NULL, NULL, NULL, NULL};
+  fj_expr_print o = {names, NULL, NULL, 0, 1};
+  int bad = !e || n < 1 || n > 4, hits = 0;
+  for (int r = 0; !bad && r < n; r++) {
+    if (index_at(e, fj__expr_kid(e, nodes[r], 0)) != i ||
+        index_at(e, fj__expr_kid(e, nodes[r], 1)) != j)
+      continue;
+    fj_buf b = {0};
+    bad = fj__expr_grad_read_cuda(e, nodes[r], &o, &b) != 0 || !b.data ||
+          !(d[r] = parse(b.data));
+    fj__buf_free(&b);
+    hits++;
+  }
+  bad |= hits == 0;
+  for (double s0 = -2.5; !bad && s0 <= 2.5; s0 += 0.5) {
+    const float step = 1e-3f;
+    nudge up = {i, j, step}, down = {i, j, -step}, none = {i, j, 0.f};
+    double fd = (at_nudged(e, (float)s0, &up) - at_nudged(e, (float)s0, &down)) /
+                (2.0 * (double)step);
+    double g = 0;
+    for (int r = 0; r < n; r++)
+      g += d[r] ? at_nudged(d[r], (float)s0, &none) : 0.0;
+    if (!(fabs(g - fd) <= 3e-3 * (1.0 + fabs(fd)))) {
+      fprintf(stderr, "d/d bias(%d, %d) of %s at s = %g: %.7g, finite difference "
+              "%.7g\n", (int)i, (int)j, text, s0, g, fd);
+      bad = 1;
+    }
+  }
+  for (int r = 0; r < 4; r++)
+    fj__expr_free(d[r]);
+  fj__expr_free(e);
+  return bad;
+}
+
+int test_expr_grad_reads(void)
+{
+  static const struct {
+    const char *text;
+    int32_t i, j;
+  } cases[] = {
+    {"s + bias(h, q - kv)", 3, 3},
+    {"s * bias(h, q - kv)", 3, 3},
+    {"s * bias(h, q - kv) + 2.0f * bias(h, kv - q + 3)", 3, 3},
+    {"s * bias(h, q - kv) + 2.0f * bias(h, kv - q + 3)", 3, 0},
+    {"tanhf(bias(h, q - kv) * s) + expf(bias(1, h))", 3, 3},
+    {"tanhf(bias(h, q - kv) * s) + expf(bias(1, h))", 1, 3},
+    {"q >= kv ? s / (1.0f + bias(h, q - kv) * bias(h, q - kv)) : s", 3, 3},
+    {"powf(fabsf(s) + 1.0f, bias(h, q - kv))", 3, 3},
+    {"fmaxf(s, bias(h, q - kv) * 10.0f)", 3, 3},
+  };
+  int failed = 0;
+  for (size_t c = 0; c < FJ_ARRAY_LEN(cases); c++)
+    failed += check_read_fd(cases[c].text, cases[c].i, cases[c].j);
+  /* An int tensor's read has no derivative; a node that is no read is
+   * refused. */
+  fj_expr *e = parse("s + (float)doc(kv)");
+  CHECK(e);
+  int node;
+  CHECK(fj__expr_reads_of(e, DOC, &node, 1) == 1);
+  fj_expr_print o = {names, NULL, NULL, 0, 1};
+  fj_buf b = {0};
+  CHECK(fj__expr_grad_read_cuda(e, node, &o, &b) == 0 && b.data &&
+        strcmp(b.data, "0.0f") == 0);
+  fj__buf_free(&b);
+  CHECK(fj__expr_grad_read_cuda(e, 0, &o, &b) == -1);
+  fj__buf_free(&b);
+  fj__expr_free(e);
+  CHECK(failed == 0);
+  return 0;
+}

@@ -158,6 +158,7 @@ TEST(expr_grad_fd, cpu)
 TEST(expr_grad_fd_catches, cpu)
 TEST(expr_grad_text, cpu)
 TEST(expr_grad_kernel_form, cpu)
+TEST(expr_grad_reads, cpu)
 /* mods.c, score and mask modifications */
 TEST(mods_refusals, cpu)
 TEST(mods_reference_builtins, cpu)
