@@ -780,6 +780,20 @@ struct fj_mods {
    * looks).  A problem without a tensor parameter has nothing to check.
    * Named "_chk". */
   int checked;
+  /* Gradients of the score expression's float tensor parameters, for the
+   * backward (fj_attention_bwd, fj_reference_bwd; the forward ignores
+   * it): NULL (none), or num_params pointers, each NULL or float32 memory
+   * holding parameter i's extents, contiguous and row-major, to which the
+   * backward *adds* d loss / d parameter at each element the score
+   * expression read for a pair the result uses (a read outside the
+   * extents adds nothing; the mask expression's reads add nothing).
+   * Device memory for fj_attention_bwd, host memory for fj_reference_bwd.
+   * Only F32, F16 and BF16 tensors have a gradient: a pointer for an I32
+   * tensor or a scalar is FJ_ERR_INVALID_ARG.  fj_attention_bwd adds with
+   * float32 atomics, whose order varies run to run: with
+   * fj_problem.deterministic it is FJ_ERR_UNSUPPORTED.  Which parameters
+   * have a gradient belongs to the backward's kernel. */
+  float *const *param_grads;
 };
 
 /*
@@ -1276,8 +1290,10 @@ FJ_API fj_status fj_reference_fwd(const fj_problem *p, const void *q,
  * the sink logits' gradients, summed over batch and rows; without, 0.
  * A score expression's gradient goes through its derivative with respect
  * to s (the one fj_attention_bwd applies, evaluated on the host in float32
- * as the expression is); its parameters get none.  A mask expression only
- * decides which keys a row sees.
+ * as the expression is); with fj_mods.param_grads (host float32 arrays)
+ * the float tensor parameters' gradients are added there, through the
+ * expression's derivatives with respect to each value it read.  A mask
+ * expression only decides which keys a row sees.
  * Computed in float64 throughout; it touches no memory but the arrays
  * given (and the calling thread's message).  Errors:
  * those of fj_reference_fwd for the problem and for p, q, k, v, dout, dq,

@@ -52,6 +52,14 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
     return st;
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
+  st = fj__mods_check_grads(ctx, p->mods, p->deterministic,
+                            "fj_attention_bwd");
+  if (st != FJ_OK)
+    return st;
+  for (int i = 0; p->mods && i < p->mods->num_params; i++)
+    if (fj__mods_has_grad(p->mods, i))
+      return unsupported(ctx, "the parameters' gradients "
+                              "(fj_mods.param_grads) on the GPU");
   if (mi.blocks)
     return unsupported(ctx, "block masks (fj_mods.block_mask)");
   if (p->block_table)

@@ -86,6 +86,8 @@ TEST(refbwd_paged, cpu)
 TEST(refbwd_errors, cpu)
 TEST(refbwd_score_exprs, cpu)
 TEST(refbwd_score_exprs_catch, cpu)
+TEST(refbwd_param_grads, cpu)
+TEST(refbwd_param_grads_refused, cpu)
 /* the kernel family, compile-only */
 TEST(family_sample_sm80, cpu)
 TEST(family_sample_sm90, cpu)

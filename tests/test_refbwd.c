@@ -287,6 +287,114 @@ int test_refbwd_score_exprs_catch(void)
   return 0;
 }
 
+/* The float tensor parameters' gradients (fj_mods.param_grads): a slope
+ * per head, a relative bias table and a per-key bias, each read by a score
+ * expression, against central differences of the float64 forward over
+ * every element (steps of 2^-10, whose float32 values are exact); an
+ * element no pair reads gets 0.  The int parameter doc has none. */
+static int param_case(const char *name, const char *score, const char *mask,
+                      float softcap)
+{
+  gproblem g;
+  if (gproblem_init(&g, 5, 7))
+    return 1;
+  float slope[2] = {0.5f, -0.25f}, keyb[8], rel[2][16];
+  static const int32_t docs[8] = {0, 0, 0, 1, 1, 2, 2, 2};
+  for (int i = 0; i < 8; i++)
+    keyb[i] = 0.1f * (float)(i % 3) - 0.15f;
+  for (int i = 0; i < 32; i++)
+    rel[i / 16][i % 16] = 0.05f * (float)((i * 7) % 11) - 0.25f;
+  fj_mod_param params[4] = {
+      {"slope", FJ_MOD_F32, 1, {2, 0, 0, 0}, slope, 0},
+      {"keyb", FJ_MOD_F32, 1, {8, 0, 0, 0}, keyb, 0},
+      {"rel", FJ_MOD_F32, 2, {2, 16, 0, 0}, rel, 0},
+      {"doc", FJ_MOD_I32, 1, {8, 0, 0, 0}, docs, 0}};
+  float gs[2] = {0}, gk[8] = {0}, gr[32] = {0};
+  float *const grads[4] = {gs, gk, gr, NULL};
+  float *const vals[3] = {slope, keyb, &rel[0][0]};
+  const int counts[3] = {2, 8, 32};
+  g.m.score = score;
+  g.m.mask = mask;
+  g.m.softcap = softcap;
+  g.m.params = params;
+  g.m.num_params = 4;
+  g.m.param_grads = grads;
+  double *buf = malloc(sizeof(double) * (2 * g.nq + 2 * g.nkv));
+  int bad = !buf;
+  double *dk = buf + g.nq, *dv = dk + g.nkv, *o = dv + g.nkv;
+  if (!bad)
+    bad = fj__reference_bwd64(&g.p, g.q, g.k, g.v, g.dout, buf, dk, dv,
+                              NULL) != FJ_OK;
+  double worst = 0, big = 0;
+  for (int t = 0; t < 3 && !bad; t++)
+    for (int i = 0; i < counts[t]; i++) {
+      const float h = 0x1p-10f, x0 = vals[t][i];
+      vals[t][i] = x0 + h;
+      double up = loss(&g, o);
+      vals[t][i] = x0 - h;
+      double down = loss(&g, o);
+      vals[t][i] = x0;
+      double want = (up - down) / (2.0 * (double)h), got = (double)grads[t][i];
+      double e = fabs(got - want);
+      worst = e > worst || isnan(e) ? e : worst;
+      big = fabs(want) > big ? fabs(want) : big;
+    }
+  double rel_e = big > 0 ? worst / big : worst;
+  printf("  %-28s dparams %.1e (largest %.2f)\n", name, rel_e, big);
+  if (bad)
+    fprintf(stderr, "%s: %s\n", name, fj_errmsg(NULL));
+  free(buf);
+  free(g.q);
+  return bad || !(rel_e < 2e-3) || !(big > 0.01);
+}
+
+int test_refbwd_param_grads(void)
+{
+  int bad = 0;
+  bad |= param_case("alibi slopes", "s + slope(h) * (float)(kv - q)", NULL, 0);
+  bad |= param_case("key bias, scaled", "s * (1.0f + keyb(kv)) + keyb(kv)", NULL, 0);
+  bad |= param_case("relative bias", "s + rel(h, q - kv + 6)", NULL, 0);
+  bad |= param_case("bias past the table", "s + rel(h, q - kv + 12)", NULL, 0);
+  bad |= param_case("all, softcap, mask",
+                    "tanhf(slope(h)) * s + rel(h, kv - q + 4) * keyb(kv)",
+                    "doc(q) == doc(kv) || kv <= 1", 2.0f);
+  return bad;
+}
+
+/* What param_grads may not hold: a gradient for an int tensor or a
+ * scalar. */
+int test_refbwd_param_grads_refused(void)
+{
+  fj_problem p;
+  fj_problem_init(&p, 1, 1, 1, 4, 4, 8, FJ_F16, FJ_BHSD);
+  static const uint16_t x[32] = {0};
+  float g[4][8], gp[8];
+  static const int32_t docs[4] = {0};
+  fj_mod_param params[2] = {{"doc", FJ_MOD_I32, 1, {4, 0, 0, 0}, docs, 0},
+                            {"z", FJ_MOD_F32, 0, {0, 0, 0, 0}, NULL, 0.5}};
+  float *grads[2] = {gp, NULL};
+  fj_mods m;
+  fj_mods_init(&m);
+  m.score = "s * z + (float)doc(q)";
+  m.params = params;
+  m.num_params = 2;
+  m.param_grads = (float *const *)grads;
+  p.mods = &m;
+  CHECK_ST(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "fj_reference_bwd: mods.param_grads[0] is given for doc, an "
+                  "i32 tensor: only float tensors (f32, f16, bf16) have a "
+                  "gradient");
+  grads[0] = NULL;
+  grads[1] = gp;
+  CHECK_ST(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "mods.param_grads[1] is given for z, a scalar");
+  grads[1] = NULL;
+  CHECK_OK(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL));
+  return 0;
+}
+
 /* Rows that see no key: bottom-right with seq_q 7 > seq_kv 5 hides every
  * key from rows 0 and 1.  Their dQ is exactly 0, and nothing is NaN; with
  * a sink as well (those rows' softmax is then the sink alone). */
