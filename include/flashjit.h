@@ -1136,9 +1136,10 @@ typedef struct fj_bwd_plan {
  * score expression's derivative with respect to s, generated from the
  * expression (the chain rule; the branch a ?: takes; int parts and floorf,
  * ceilf, roundf, truncf contribute 0), at the raw scaled score;
- * `flashjit emit --backward` shows it after #line 1 "score'".  Their
- * parameters are constants to the backward: it computes no gradient for
- * them.  A context remembers its
+ * `flashjit emit --backward` shows it after #line 1 "score'".  The
+ * float tensor parameters' gradients are added where fj_mods.param_grads
+ * asks (float32 atomics at the indices each read used; not in
+ * deterministic mode).  A context remembers its
  * choices (until a tuning result is recorded), so a repeated plan renders
  * nothing.  Refused, FJ_ERR_UNSUPPORTED with the
  * reason: block masks (a later release),

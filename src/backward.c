@@ -43,8 +43,8 @@ static fj_status unsupported(const fj_ctx *ctx, const char *what)
 
 /* What the backward takes of a problem the forward takes.  Score and mask
  * expressions are taken (the mma family applies the score expression's
- * derivative, src/expr_grad.c); their parameters are constants here: the
- * backward computes no gradient for them. */
+ * derivative, src/expr_grad.c), and the float tensor parameters'
+ * gradients where fj_mods.param_grads asks (not in deterministic mode). */
 static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
 {
   fj_status st = fj_problem_check(ctx, p);
@@ -56,10 +56,6 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
                             "fj_attention_bwd");
   if (st != FJ_OK)
     return st;
-  for (int i = 0; p->mods && i < p->mods->num_params; i++)
-    if (fj__mods_has_grad(p->mods, i))
-      return unsupported(ctx, "the parameters' gradients "
-                              "(fj_mods.param_grads) on the GPU");
   if (mi.blocks)
     return unsupported(ctx, "block masks (fj_mods.block_mask)");
   if (p->block_table)
@@ -129,6 +125,13 @@ static fj_status main_params(fj_ctx *ctx, const fj_variant *v, fj_vparams *vp)
   snprintf(vp->symbol, sizeof vp->symbol, "fj_bwd_%s", name + 3);
   vp->template_name = v->mma == FJ_MMA_WGMMA ? "attention_bwd_wgmma.cu"
                                              : "attention_bwd_mma.cu";
+  /* The parameters' gradients make another kernel (fj_param_grads). */
+  for (int i = 0; v->mods && i < v->mods->num_params; i++)
+    if (fj__mods_has_grad(v->mods, i)) {
+      size_t len = strlen(vp->symbol);
+      snprintf(vp->symbol + len, sizeof vp->symbol - len, "_pg");
+      break;
+    }
   set_param(vp, "template", vp->template_name);
   set_param(vp, "symbol", vp->symbol);
   if (vp->n >= FJ_ARRAY_LEN(vp->p))
@@ -592,6 +595,36 @@ static fj_status bwd_maps(fj_ctx *ctx, const fj_problem *p,
   return st;
 }
 
+/* The main kernel's fj::ModGrads (templates/mods.cuh): a gradient
+ * pointer per parameter, NULL where it has none. */
+typedef struct fj_mod_grads {
+  float *g[FJ_MOD_PARAMS_MAX];
+} fj_mod_grads;
+
+static void mod_grads(const fj_mods *m, fj_mod_grads *mg)
+{
+  memset(mg, 0, sizeof *mg);
+  for (int i = 0; m && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++)
+    if (fj__mods_has_grad(m, i))
+      mg->g[i] = m->param_grads[i];
+}
+
+/* The gradients' pointers, as the library checks every pointer it is
+ * given. */
+static fj_status check_grads(fj_ctx *ctx, const char *who, const fj_mods *m)
+{
+  static const char *const names[FJ_MOD_PARAMS_MAX] = {
+      "mods.param_grads[0]", "mods.param_grads[1]", "mods.param_grads[2]",
+      "mods.param_grads[3]", "mods.param_grads[4]", "mods.param_grads[5]",
+      "mods.param_grads[6]", "mods.param_grads[7]"};
+  fj_devptr list[FJ_MOD_PARAMS_MAX];
+  size_t n = 0;
+  for (int i = 0; m && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++)
+    if (fj__mods_has_grad(m, i))
+      list[n++] = (fj_devptr){names[i], -1, m->param_grads[i]};
+  return n ? fj__devptr_check_list(ctx, who, list, n) : FJ_OK;
+}
+
 static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
                         const fj_bwd_plan *plan, const bwd_args *a, void *ws,
                         size_t ws_bytes, void *stream)
@@ -611,6 +644,8 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
                               {"dsinks", -1, a->dsinks}};
     st = fj__devptr_check_list(ctx, who, more, FJ_ARRAY_LEN(more));
   }
+  if (st == FJ_OK)
+    st = check_grads(ctx, who, p->mods);
   if (st == FJ_OK) {
     pthread_mutex_lock(&ctx->lock);
     st = ready(ctx, p, plan, fn);
@@ -634,7 +669,11 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     fj__fill_params(&kp, p, a->q, a->k, a->v, (void *)(uintptr_t)a->o, NULL);
     fill_bwd_params(&g, p, a, base);
     g.section = section_of(ctx, p, plan);
-    void *args[3] = {&kp, &g, mod_args};
+    /* The mma kernel takes the parameters' gradients last where it has
+     * any (a kernel reads as many arguments as it has). */
+    fj_mod_grads mg;
+    mod_grads(p->mods, &mg);
+    void *args[4] = {&kp, &g, mod_args, &mg};
     /* The wgmma kernel takes its tensor maps before the modifications'. */
     void *wg_args[4] = {&kp, &g, &maps, mod_args};
     fj__mods_args(p->mods, 0, mod_args);

@@ -136,7 +136,7 @@ __constant__ unsigned char fj_base_acc[32] = { {{ L.base_bytes(acc) }} };
 {{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S }) }}
 
 extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
-{{ symbol }}(const fj::Params p, const fj::BwdParams g{{ mods.kernel_param }}) {
+{{ symbol }}(const fj::Params p, const fj::BwdParams g{{ mods.kernel_param }}{{ mods.grads_param }}) {
   using fj::elem_t;
   extern __shared__ __align__(128) unsigned char smem[];
   elem_t *const s_k = reinterpret_cast<elem_t *>(smem + {{ OFF_K }});
@@ -247,6 +247,14 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 
     // The score step (score_regs.cuh), then P and dS, into shared memory.
     const int key0 = n0 + kw;
+{% if mods.pgrads then %}
+    // The raw scaled scores, which the parameters' gradients read.
+    float sraw[{{ BN // 32 }}][8];
+#pragma unroll
+    for (int j = 0; j < {{ BN // 32 }}; ++j)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sraw[j][e] = s[j][e] * qk_scale;
+{% end %}
 {% if mods.grad then %}
     // The score expression's derivative at each element's raw score.
     float gs[{{ BN // 32 }}][8];
@@ -269,7 +277,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     // its padding's score became under the expression (+inf or NaN would
     // meet its LSE's +inf); dS is multiplied by the expression's derivative
     // only where P is not 0, since a hidden element's (or the padding's)
-    // derivative may be inf or NaN.
+    // derivative may be inf or NaN.{{ mods.pgrads and " The parameters' gradients take dS\n    // before that derivative, at the raw score (fj_param_grads)." or "" }}
 {% end %}
 #pragma unroll
     for (int j = 0; j < {{ BN // 32 }}; ++j) {
@@ -287,6 +295,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         // d(cap tanh(x / cap)) / dx; a hidden element's -inf counts as -1 (its P is 0).
         const float th = fmaxf(s[j][{{ i }}]{{ mods.fold and "" or " * p.softcap_inv" }}, -1.f);
         dse *= 1.f - th * th;
+{%   end %}
+{%   if mods.pgrads then %}
+        if (pe > 0.f) {{ mods.apply_pgrads("dse", ("sraw[j][%d]"):format(i), mrule.pos("m0 + " .. r), "h", "n0 + " .. c) }}
 {%   end %}
 {%   if mods.grad then %}
         dse = pe > 0.f ? dse * gs[j][{{ i }}] : 0.f;

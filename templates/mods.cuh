@@ -65,6 +65,15 @@ struct ModArgs {
 {%     end %}
 };
 static_assert(sizeof(ModArgs) == {{ bytes }}, "host and device disagree on the parameters' block");
+{%     if mods.pgrads then %}
+
+// The parameters' gradients (fj_mods.param_grads): a float32 array per
+// parameter, NULL where it has none (src/backward.c's fj_mod_grads).
+struct ModGrads {
+  float *g[8];
+};
+static_assert(sizeof(ModGrads) == 64, "host and device disagree on the gradients' block");
+{%     end %}
 {%     if mods.checked then %}
 
 // Checked mode: the first read out of range wins the record (word 0 from 0
@@ -109,6 +118,9 @@ __device__ __forceinline__ int ishr(int a, int b) { return a >> ((unsigned)b > 3
 }  // namespace fj
 {%   if mods.score then %}
 __device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, {{ mods.kvq and (mods.kvq_scale and "float fj_skvq, " or "float fj_kvq, ") or "" }}{{ mods.dg and mods.dg.value .. " fj_dg, " or "" }}const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
+{%   end %}
+{%   if mods.pgrads then %}
+__device__ __forceinline__ void fj_param_grads(float fj_ds, float s, int b, int h, int hkv, int q, int kv, const fj::Params &fj_p, const fj::ModArgs &fj_ma, const fj::ModGrads &fj_mg);
 {%   end %}
 {%   if mods.grad then %}
 __device__ __forceinline__ float fj_score_grad(float s, int b, int h, int hkv, int q, int kv, {{ mods.kvq and (mods.kvq_scale and "float fj_skvq, " or "float fj_kvq, ") or "" }}{{ mods.dg and mods.dg.value .. " fj_dg, " or "" }}const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
@@ -238,6 +250,34 @@ __device__ __forceinline__ float fj_score_grad(float s, int b, int h, int hkv, i
 #line 1 "score'"
 {{ mods.kernel_grad_text }}
   );
+}
+{%   end %}
+{%   if mods.pgrads then %}
+// The parameters' gradients at one score: fj_ds, d loss / d score, times
+// the score's derivative with respect to the value each read of a
+// parameter with a gradient fetched (src/expr_grad.c), added at the
+// indices it read -- nothing for a read outside the extents.  s is the
+// raw scaled score.
+__device__ __forceinline__ void fj_param_grads(float fj_ds, float s, int b, int h, int hkv, int q, int kv, const fj::Params &fj_p, const fj::ModArgs &fj_ma, const fj::ModGrads &fj_mg) {
+  (void)s; (void)b; (void)h; (void)hkv; (void)q; (void)kv; (void)fj_p;
+{%     locals() %}
+{%     for _, r in ipairs(mods.pgrads) do %}
+{%       local t = mods.params[r.param + 1] %}
+{%       local flat, inb = "(long long)fj_i0", {} %}
+{%       for d = 1, r.rank - 1 do flat = ("(%s * %s.e[%d] + fj_i%d)"):format(flat, t.name, d, d) end %}
+{%       for d = 0, r.rank - 1 do inb[#inb + 1] = ("(unsigned)fj_i%d < (unsigned)%s.e[%d]"):format(d, t.name, d) end %}
+  {
+    // A read of {{ t.name }}.
+{%       for d = 0, r.rank - 1 do %}
+    const int fj_i{{ d }} = ({{ r.idx[d + 1] }});
+{%       end %}
+    if ({{ table.concat(inb, " && ") }})
+      atomicAdd(fj_mg.g[{{ r.param }}] + {{ flat }}, fj_ds * (float)(
+#line 1 "score' by {{ t.name }}"
+{{ r.d }}
+      ));
+  }
+{%     end %}
 }
 {%   end %}
 {%   if mods.mask then %}

@@ -34,6 +34,15 @@
 --                          raw score, before apply_score changes lv
 --                          (mods.cuh's fj_score_grad, the CUDA that
 --                          src/expr_grad.c generated)
+--   mods.pgrads           (with mods.grad) the score expression's reads of
+--                          float tensor parameters with gradients
+--                          (fj_mods.param_grads), { { param, rank, d, idx },
+--                          ... }, or nil: mods.grads_param is the kernel's
+--                          parameter fj::ModGrads fj_mg (their pointers),
+--                          and mods.apply_pgrads(ds, s, q, h, kv) the
+--                          statement that adds ds times each read's
+--                          derivative at the indices read (mods.cuh's
+--                          fj_param_grads, float32 atomics)
 --   mods.qk_scale(base), mods.sl2   the family's scale of the scores into the
 --                          score function, and the softmax's log2 scale
 --   mods.sinks             attention sinks are on: no element work; the
@@ -159,6 +168,12 @@ function M.new(o)
   if R.grad and not R.kernel_grad_text then
     refuse("score': the expression's derivative as CUDA is too long for the backward (src/mods_kernel.h's FJ_MODS_GRAD_MAX); write it with less nesting")
   end
+  -- The parameters' gradients: the reads that add to them.
+  if R.grad and SF.pgrads == false then
+    refuse("mods.param_grads: the score expression reads the parameters with gradients more than 8 times, or their derivatives are too long (src/mods_kernel.h's FJ_MODS_PGRADS_MAX)")
+  end
+  R.pgrads = R.grad and SF.pgrads and #SF.pgrads > 0 and SF.pgrads or nil
+  R.grads_param = R.pgrads and ", const fj::ModGrads fj_mg" or ""
   R.score = R.score_text ~= nil or R.softcap
   R.mask = R.mask_text ~= nil
   R.any = R.score or R.mask
@@ -222,6 +237,9 @@ function M.new(o)
   function R.apply_grad(glv, lv, q, h, kv, visible, kvq, dg)
     return only_visible(("%s = fj_score_grad(%s * qk_scale, %s, %s, %s, %s, %s, %s%sp%s);"):format(
       glv, lv, B, h, HKV, q, kv, R.kvq and kvq .. ", " or "", R.dg and dg .. ", " or "", MA), visible)
+  end
+  function R.apply_pgrads(ds, s, q, h, kv)
+    return ("fj_param_grads(%s, %s, %s, %s, %s, %s, %s, p, fj_ma, fj_mg);"):format(ds, s, B, h, HKV, q, kv)
   end
   -- The distance table's element for a lane's score: at the row pointer
   -- ptr plus a constant (the fast path), or through the accessor.

@@ -160,6 +160,74 @@ int test_backward_exprs_compile(void)
   return 0;
 }
 
+/* The parameters' gradients (fj_mods.param_grads): the main kernel adds
+ * them in fj_param_grads (a read of each parameter with a gradient, an
+ * atomic each), named _pg, compiles without spilling on both targets; an
+ * int tensor's or a scalar's gradient, and any in deterministic mode, are
+ * refused with what they are. */
+int test_backward_param_grads_compile(void)
+{
+  static float slope[4], rel[4 * 64], grads_s[4], grads_r[4 * 64];
+  static int32_t docs[512];
+  const fj_mod_param params[4] = {
+      {"slope", FJ_MOD_F32, 1, {4, 0, 0, 0}, slope, 0},
+      {"rel", FJ_MOD_BF16, 2, {4, 64, 0, 0}, rel, 0},
+      {"doc", FJ_MOD_I32, 1, {512, 0, 0, 0}, docs, 0},
+      {"z", FJ_MOD_F32, 0, {0, 0, 0, 0}, NULL, 0.5}};
+  float *grads[4] = {grads_s, grads_r, NULL, NULL};
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx != NULL);
+    for (int d = 64; d <= 128; d += 64) {
+      fj_problem p;
+      fj_mods m;
+      fj_problem_init(&p, 1, 4, 2, 300, 300, d, FJ_BF16, FJ_BSHD);
+      fj_mods_init(&m);
+      m.score = "s * (1.0f + z * slope(h)) + rel(h, q - kv + 32) + slope(h) * (float)(kv - q)";
+      m.mask = "doc(q) == doc(kv)";
+      m.params = params;
+      m.num_params = 4;
+      m.param_grads = grads;
+      p.mods = &m;
+      fj_bwd_plan plan;
+      CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+      fj_kernel *k;
+      CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
+      const char *src = fj_kernel_source(k, NULL);
+      CHECK(strstr(src, "fj_param_grads(dse, sraw[j][0]") != NULL);
+      CHECK(strstr(src, "atomicAdd(fj_mg.g[0]") && strstr(src, "atomicAdd(fj_mg.g[1]") &&
+            !strstr(src, "fj_mg.g[2]"));
+      CHECK(strstr(fj_kernel_name(k), "_pg") != NULL);
+      int rc = compile_all(ctx, &p, "param grads");
+      if (rc) {
+        fj_ctx_destroy(ctx);
+        return rc;
+      }
+      /* Without gradients: another kernel, without the atomics. */
+      m.param_grads = NULL;
+      CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
+      CHECK(!strstr(fj_kernel_source(k, NULL), "fj_param_grads") &&
+            !strstr(fj_kernel_name(k), "_pg"));
+      m.param_grads = grads;
+      p.deterministic = 1;
+      CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_UNSUPPORTED);
+      CHECK_MSG(ctx, "fj_attention_bwd: mods.param_grads in deterministic mode");
+      p.deterministic = 0;
+      grads[2] = grads_s;
+      CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_INVALID_ARG);
+      CHECK_MSG(ctx, "mods.param_grads[2] is given for doc, an i32 tensor");
+      grads[2] = NULL;
+      grads[3] = grads_s;
+      CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_INVALID_ARG);
+      CHECK_MSG(ctx, "mods.param_grads[3] is given for z, a scalar");
+      grads[3] = NULL;
+    }
+    fj_ctx_destroy(ctx);
+  }
+  return 0;
+}
+
 /* A plan remembers its choice per context (backward.c's memo), never its
  * sizes: problems that differ in lengths, heads or modifications each get
  * their own grid, workspace and kernel. */

@@ -565,11 +565,53 @@ static void mods_params_free(mods_params *mp)
     cudaFree(mp->dev[i]);
 }
 
-/* One case: forward and backward with the expressions on the device, the
- * reference with the same expressions on the host.  0: right. */
-static int run_mods_case(fj_ctx *ctx, const mods_case *mc,
-                         const mods_params *mp, uint64_t *seed)
+/* ||got - want|| / ||want|| over n floats. */
+static double rel_err_f32(const float *got, const float *want, size_t n)
 {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)got[i] - (double)want[i];
+    num += d * d;
+    den += (double)want[i] * (double)want[i];
+  }
+  return isfinite(num) ? sqrt(num / (den > 0 ? den : 1)) : (double)INFINITY;
+}
+
+/* The parameters' gradients of a case (pgrads): slope's and rel's, on the
+ * device (zeroed: the backward adds) and the reference's on the host. */
+typedef struct mods_grads {
+  float *dev[2];
+  float host[2][16 * 2 * MODS_SEQ];
+  float got[2][16 * 2 * MODS_SEQ];
+  float *dptr[3], *hptr[3];
+} mods_grads;
+
+static const size_t grad_count[2] = {16, 16 * 2 * MODS_SEQ};
+
+static int mods_grads_init(mods_grads *mg)
+{
+  memset(mg, 0, sizeof *mg);
+  for (int t = 0; t < 2; t++) {
+    mg->dev[t] = upload(NULL, grad_count[t] * 4);
+    if (!mg->dev[t] || cudaMemset(mg->dev[t], 0, grad_count[t] * 4) != cudaSuccess)
+      return 1;
+    mg->dptr[t] = mg->dev[t];
+    mg->hptr[t] = mg->host[t];
+  }
+  return 0;
+}
+
+/* One case: forward and backward with the expressions on the device, the
+ * reference with the same expressions on the host; with pgrads, slope's
+ * and rel's gradients too (fj_mods.param_grads).  0: right. */
+static int run_mods_case(fj_ctx *ctx, const mods_case *mc,
+                         const mods_params *mp, uint64_t *seed, int pgrads)
+{
+  mods_grads *mg = pgrads ? malloc(sizeof *mg) : NULL;
+  if (pgrads && (!mg || mods_grads_init(mg))) {
+    fprintf(stderr, "out of memory for the parameters' gradients\n");
+    return 1;
+  }
   bwd_run r;
   memset(&r, 0, sizeof r);
   fj_problem *p = &r.p;
@@ -582,6 +624,7 @@ static int run_mods_case(fj_ctx *ctx, const mods_case *mc,
   r.m.softcap = mc->softcap;
   r.m.params = mp->dev_p;
   r.m.num_params = 3;
+  r.m.param_grads = pgrads ? mg->dptr : NULL;
   p->mods = &r.m;
   r.nq = (size_t)mc->b * (size_t)mc->sq * (size_t)mc->hq * (size_t)mc->d;
   r.nk = (size_t)mc->b * (size_t)mc->skv * (size_t)mc->hkv * (size_t)mc->d;
@@ -617,6 +660,7 @@ static int run_mods_case(fj_ctx *ctx, const mods_case *mc,
   fj_problem hp = r.p;
   fj_mods hm = r.m;
   hm.params = mp->host_p;
+  hm.param_grads = pgrads ? mg->hptr : NULL;
   hp.mods = &hm;
   st = fj_reference_bwd(&hp, r.q, r.k, r.v, r.dout, rq, rk, rv, NULL);
   if (st != FJ_OK) {
@@ -626,7 +670,14 @@ static int run_mods_case(fj_ctx *ctx, const mods_case *mc,
     double ek = rel_err(mc->dt, r.hk, rk, r.nk);
     double ev = rel_err(mc->dt, r.hv, rv, r.nk);
     double tol = mc->dt == FJ_BF16 ? 3e-2 : 1e-2;  /* as run_backward's */
-    rc = !(eq < tol && ek < tol && ev < tol);
+    double eg[2] = {0, 0};
+    for (int t = 0; pgrads && t < 2; t++) {
+      cudaMemcpy(mg->got[t], mg->dev[t], grad_count[t] * 4, cudaMemcpyDeviceToHost);
+      eg[t] = rel_err_f32(mg->got[t], mg->host[t], grad_count[t]);
+    }
+    rc = !(eq < tol && ek < tol && ev < tol && eg[0] < tol && eg[1] < tol);
+    if (pgrads)
+      printf("       dslope %.2e drel %.2e\n", eg[0], eg[1]);
     printf("%s %-5s %s d%-3d %s h%d/%d s%d/%d %s score '%s'%s%s%s: dq %.2e "
            "dk %.2e dv %.2e\n",
            rc ? "FAIL" : "ok  ", fj_mma_name(r.plan.variant.mma),
@@ -641,13 +692,18 @@ static int run_mods_case(fj_ctx *ctx, const mods_case *mc,
   free(rv);
 out:
   run_free(&r);
+  if (mg) {
+    cudaFree(mg->dev[0]);
+    cudaFree(mg->dev[1]);
+    free(mg);
+  }
   return rc;
 }
 
 /* The cases on the device's own target, then, on an sm_90a device, on
  * plain sm_90 too.  Both run the mma family: the plan routes expressions
  * there (the wgmma backward does not apply them). */
-static int run_mods_cases(const mods_case *cases, size_t n)
+static int run_mods_cases(const mods_case *cases, size_t n, int pgrads)
 {
   fj_ctx *ctx;
   int rc = fjt_gpu_ctx(NULL, &ctx);
@@ -658,7 +714,7 @@ static int run_mods_cases(const mods_case *cases, size_t n)
   CHECK(mp != NULL && mods_params_init(mp, &seed) == 0);
   int fails = 0, runs = 0;
   for (size_t i = 0; i < n; i++, runs++)
-    fails += run_mods_case(ctx, &cases[i], mp, &seed);
+    fails += run_mods_case(ctx, &cases[i], mp, &seed, pgrads);
   int hopper = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0;
   fj_ctx_destroy(ctx);
   if (hopper) {
@@ -668,7 +724,7 @@ static int run_mods_cases(const mods_case *cases, size_t n)
     o.disk_cache = 0;
     CHECK(fj_ctx_create(&ctx, &o) == FJ_OK);
     for (size_t i = 0; i < n; i++, runs++)
-      fails += run_mods_case(ctx, &cases[i], mp, &seed);
+      fails += run_mods_case(ctx, &cases[i], mp, &seed, pgrads);
     fj_ctx_destroy(ctx);
   }
   mods_params_free(mp);
@@ -703,7 +759,23 @@ int test_gpu_backward_mods(void)
       {1, 4, 4, 256, 256, 64, FJ_BF16, NC, "s * 1.5f + (float)(q - kv) * 0.01f",
        NULL, 10.f},
   };
-  return run_mods_cases(cases, sizeof cases / sizeof cases[0]);
+  return run_mods_cases(cases, sizeof cases / sizeof cases[0], 0);
+}
+
+/* The parameters' gradients (fj_mods.param_grads): ALiBi's slopes and a
+ * relative bias table, read by score expressions, against the reference's
+ * (float32 atomics on the device). */
+int test_gpu_backward_param_grads(void)
+{
+  static const mods_case cases[] = {
+      {2, 4, 4, 256, 256, 64, FJ_BF16, NC, ALIBI, NULL, 0},
+      {1, 4, 2, 300, 300, 128, FJ_F16, TL, ALIBI, NULL, 0},
+      {1, 4, 4, 300, 300, 64, FJ_BF16, TL, RELBIAS, NULL, 0},
+      {1, 8, 2, 190, 250, 128, FJ_F16, NC, "s * (1.0f + 0.1f * slope(h)) + rel(h, kv - q + 512)",
+       "doc(q) == doc(kv)", 0},
+      {1, 4, 4, 256, 256, 64, FJ_BF16, BR, "s + rel(h, q - kv + 512) * 2.0f", NULL, 10.f},
+  };
+  return run_mods_cases(cases, sizeof cases / sizeof cases[0], 1);
 }
 
 /* One small case with an expression that gives inf at the zero padding's
@@ -716,5 +788,5 @@ int test_gpu_sanitize_backward_mods(void)
        "s + (fabsf(s) > 0.25f ? 0.01f / s : 0.04f * s) + 0.0f * (1.0f / s)",
        "doc(q) == doc(kv)", 0},
   };
-  return run_mods_cases(cases, 1);
+  return run_mods_cases(cases, 1, 0);
 }
