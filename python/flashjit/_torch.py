@@ -620,57 +620,98 @@ attention_train_op.register_autograd(_train_backward, setup_context=_train_setup
 # score_mod, mask_mod and params: the call's options in one text and its
 # extra tensors in one list, as flashjit::attention takes them (sinks and
 # the tensor parameters, in the roles' order).  fj_attention_bwd applies
-# the score expression's derivative; the parameters are constants to it.
+# the score expression's derivative, and adds the gradients of the tensor
+# parameters that require grad (pgrads: a bit per parameter, in the
+# order of o.params) into one float32 tensor, dparams, theirs one after
+# another.
 
-def _build_bwd_mods(o, q, k, v, extras, deterministic):
+
+class _GradPtrs(C.Structure):
+    """fj_mods.param_grads' array: a pointer per parameter (slots a call
+    writes)."""
+    _fields_ = [(f"g{i}", C.c_void_p) for i in range(8)]
+
+
+def _pgrad_params(o, pgrads):
+    """The (parameter index, its role's index among the extras) of each
+    parameter whose gradient pgrads asks for."""
+    role = {r: i for i, r in enumerate(o.roles)}
+    return tuple((i, role["param:" + name]) for i, (name, kind, _) in enumerate(o.params)
+                 if pgrads >> i & 1 and kind == "t")
+
+
+def _build_bwd_mods(o, q, k, v, extras, deterministic, pgrads):
     """The backward's entry of a call with expressions: its problem, with
-    the forward's modifications (the sinks' and tensor parameters'
-    pointers are slots a call writes), planned."""
+    the forward's modifications (the sinks', the tensor parameters' and
+    their gradients' pointers are slots a call writes: the gradients'
+    after the extras), planned."""
     p = _bwd_problem(q, k, v, o.causal, o.scale, o.layout, deterministic)
     mods, slots = mods_of(o, dict(zip(o.roles, extras)), q.device)
+    keep = (mods,)
+    if pgrads:
+        ptrs = _GradPtrs()
+        mods.mods.param_grads = C.addressof(ptrs)
+        for j, (i, _) in enumerate(_pgrad_params(o, pgrads)):
+            setattr(ptrs, f"g{i}", C.addressof(pr._PLACEHOLDER))
+            slots.append((ptrs, f"g{i}", len(extras) + j))
+        keep += (ptrs,)
     p.mods = mods.ptr
-    return calls.make_bwd_entry(p, q.device, "sinks" in o.roles, slots, (mods,))
+    return calls.make_bwd_entry(p, q.device, "sinks" in o.roles, slots, keep)
 
 
-def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic):
+def _dparams_views(o, extras, pgrads, device):
+    """dparams, zeroed (the library adds), and its part for each
+    parameter with a gradient, in _pgrad_params' order."""
+    sizes = [extras[r].numel() for _, r in _pgrad_params(o, pgrads)]
+    dparams = torch.zeros(sum(sizes), dtype=torch.float32, device=device)
+    return dparams, tuple(dparams.split(sizes)) if sizes else ()
+
+
+def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrads):
     """_launch_bwd's counterpart for a call with expressions (opts: the
-    forward's options text)."""
+    forward's options text): (dq, dk, dv, dsinks, dparams)."""
     o = calls.decode(opts)
     q, k, v = (t if _dense(t) else t.contiguous() for t in (q, k, v))
     out, dout = out.contiguous(), dout.contiguous()
+    dparams, views = _dparams_views(o, extras, pgrads, q.device)
     if q.numel() == 0:
         hq = _sizes(q, o.layout)[1]
         return (torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v),
                 torch.zeros((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32,
-                            device=q.device))
+                            device=q.device), dparams)
     meta = calls.meta
-    key = ("mods", opts, bool(deterministic), meta(q), meta(k), meta(v), meta(out),
-           meta(dout), meta(lse)) + tuple(meta(t) for t in extras)
+    key = ("mods", opts, bool(deterministic), int(pgrads), meta(q), meta(k), meta(v),
+           meta(out), meta(dout), meta(lse)) + tuple(meta(t) for t in extras)
     e = calls.tables.bwd.get(key)
     if e is None:
-        e = _build_bwd_mods(o, q, k, v, extras, deterministic)
+        e = _build_bwd_mods(o, q, k, v, extras, deterministic, pgrads)
         calls.remember(calls.tables.bwd, key, e)
-    return calls.backward(e, dout, q, k, v, out, lse, tuple(extras))
+    return calls.backward(e, dout, q, k, v, out, lse, tuple(extras) + views) + (dparams,)
 
 
 @torch.library.custom_op("flashjit::attention_bwd_mods", mutates_args=(), device_types="cuda")
 def attention_bwd_mods_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                           v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                           extra: typing.List[torch.Tensor], opts: str,
-                          deterministic: bool = False
+                          deterministic: bool = False, pgrads: int = 0
                           ) -> typing.Tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                                            torch.Tensor]:
+                                            torch.Tensor, torch.Tensor]:
     """The gradients of flashjit::attention_train_mods: (dq, dk, dv,
-    dsinks), dsinks empty without sinks."""
-    return _launch_bwd_mods(dout, q, k, v, out, lse, extra, opts, deterministic)
+    dsinks, dparams), dsinks empty without sinks, dparams float32: the
+    gradients of the tensor parameters pgrads names (a bit per parameter
+    of the options' list), one after another, flat."""
+    return _launch_bwd_mods(dout, q, k, v, out, lse, extra, opts, deterministic, pgrads)
 
 
 @attention_bwd_mods_op.register_fake
-def _attention_bwd_mods_fake(dout, q, k, v, out, lse, extra, opts, deterministic=False):
+def _attention_bwd_mods_fake(dout, q, k, v, out, lse, extra, opts, deterministic=False,
+                             pgrads=0):
     o = calls.decode(opts)
     hq = _sizes(q, o.layout)[1]
+    n = sum(extra[r].numel() for _, r in _pgrad_params(o, pgrads))
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
-            q.new_empty((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32))
+            q.new_empty((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32),
+            q.new_empty((n,), dtype=torch.float32))
 
 
 @torch.library.custom_op("flashjit::attention_train_mods", mutates_args=(),
@@ -697,6 +738,11 @@ def _train_mods_setup(ctx, inputs, output):
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, *extra)
     ctx.opts = opts
+    # The tensor parameters that require grad, a bit each (o.params' order).
+    o = calls.decode(opts)
+    role = {r: i for i, r in enumerate(o.roles)}
+    ctx.pgrads = sum(1 << i for i, (name, kind, _) in enumerate(o.params)
+                     if kind == "t" and extra[role["param:" + name]].requires_grad)
     ctx.set_materialize_grads(False)
 
 
@@ -705,16 +751,21 @@ def _train_mods_backward(ctx, dout, dlse):
         raise NotImplementedError(f"{_WHO}: the gradient through the returned lse is not "
                                   "implemented yet: use the output only")
     q, k, v, out, lse, *extra = ctx.saved_tensors
-    roles = calls.decode(ctx.opts).roles
+    o = calls.decode(ctx.opts)
     if dout is None:
         return None, None, None, [None] * len(extra), None
     # The deterministic flag as _train_backward reads it.
     deterministic = torch.are_deterministic_algorithms_enabled()
-    dq, dk, dv, dsinks = attention_bwd_mods_op(dout, q, k, v, out, lse, list(extra),
-                                               ctx.opts, deterministic)
-    # The sinks' gradient where they are among the extras; the parameters
-    # get none (attention() refuses a parameter that requires grad).
-    grads = [dsinks if role == "sinks" else None for role in roles]
+    dq, dk, dv, dsinks, dparams = attention_bwd_mods_op(
+        dout, q, k, v, out, lse, list(extra), ctx.opts, deterministic, ctx.pgrads)
+    # The sinks' gradient where they are among the extras, and each
+    # parameter's that requires grad, in its shape and dtype.
+    grads = [dsinks if role == "sinks" else None for role in o.roles]
+    at = 0
+    for _, r in _pgrad_params(o, ctx.pgrads):
+        t = extra[r]
+        grads[r] = dparams[at:at + t.numel()].view(t.shape).to(t.dtype)
+        at += t.numel()
     return dq, dk, dv, grads, None
 
 
@@ -779,9 +830,11 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     fj_attention_bwd: O and the log-sum-exp are saved, not P) with causal,
     window, softcap, sinks, GQA, score_mod, mask_mod and params (the
     backward multiplies by the score expression's derivative, which the
-    library generates from it); the params themselves get no gradient: a
-    tensor param that requires grad raises flashjit.Unsupported.  A call
-    with block_mask or checked=True runs forward, and its backward raises.  Under
+    library generates from it), and in the float tensor params that require
+    grad (fj_mods.param_grads: float32 atomics, so not under
+    torch.use_deterministic_algorithms; an int tensor has no gradient).  A
+    call with block_mask or checked=True runs forward, and its backward
+    raises.  Under
     torch.use_deterministic_algorithms(True) (warn_only or not) the
     backward runs the library's deterministic mode (fj_problem's
     deterministic: q.grad, k.grad, v.grad and sinks.grad bit-identical run
@@ -851,7 +904,8 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
     # Autograd goes through the training op (its backward: register_autograd),
     # which keeps the log-sum-exp for it.
     grad = torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, sinks) + descales)
+        isinstance(t, torch.Tensor) and t.requires_grad
+        for t in (q, k, v, sinks) + descales + _param_tensors(params))
     if grad and fp8:
         _fp8_grad_error(q, k, v, sinks, descales)
     if grad and v.shape[-1] != q.shape[-1]:
@@ -866,7 +920,6 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
                             checked, descales)
     lse = bool(return_lse)
     if grad and block_mask is None and not checked:
-        _params_grad_error(params)
         out, l = attention_train_mods_op(q, k, v, list(extras), calls.encode(o))
         return (out, l) if return_lse else out
     if grad:
@@ -912,14 +965,11 @@ def _dense_opts(causal, scale, layout, wl, wr, softcap, score_mod, mask_mod, par
 _NO_BLOCK_MASK = (0, 0, None, None, None, None)
 
 
-def _params_grad_error(params):
-    """Raises Unsupported naming the first tensor param that requires grad:
-    the backward computes no gradient for the expressions' parameters."""
-    for name, t in (params or {}).items():
-        if isinstance(t, torch.Tensor) and t.requires_grad:
-            raise core.Unsupported(capi.ERR_UNSUPPORTED, (
-                f"{_WHO}: params[{name!r}] requires grad: the backward computes no gradient "
-                "for the expressions' parameters yet (pass it detached)"))
+def _param_tensors(params):
+    """The tensors among params (a dict, or anything the checks refuse)."""
+    if not isinstance(params, dict):
+        return ()
+    return tuple(t for t in params.values() if isinstance(t, torch.Tensor))
 
 
 def _fp8_grad_error(q, k, v, sinks, descales):
