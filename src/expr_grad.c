@@ -356,6 +356,18 @@ int fj__expr_grad_read_cuda(const fj_expr *e, int read,
   return derive(e, -1, read, o, out);
 }
 
+int fj__expr_node_uses(const fj_expr *e, int at, const int *names, int n)
+{
+  const node *nd = &e->nodes[at];
+  for (int i = 0; nd->op == OP_VAR && i < n; i++)
+    if (nd->ref == names[i])
+      return 1;
+  for (int k = 0; k < nd->nkids; k++)
+    if (fj__expr_node_uses(e, nd->kid[k], names, n))
+      return 1;
+  return 0;
+}
+
 int fj__expr_reads_of(const fj_expr *e, int name, int *nodes, int max)
 {
   int n = 0;

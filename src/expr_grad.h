@@ -32,6 +32,10 @@ int fj__expr_grad_cuda(const fj_expr *e, int s, const fj_expr_print *o,
 int fj__expr_grad_read_cuda(const fj_expr *e, int read,
                             const fj_expr_print *o, fj_buf *out);
 
+/* Whether the subtree at node `at` reads one of the n variables names
+ * (name indices), tensor reads' indices included. */
+int fj__expr_node_uses(const fj_expr *e, int at, const int *names, int n);
+
 /* The nodes of e's reads of tensor `name` (a name index), in the tree's
  * post-order: up to max into nodes; returns how many there are. */
 int fj__expr_reads_of(const fj_expr *e, int name, int *nodes, int max);

@@ -127,8 +127,13 @@ static int print_pgrads(fj_mods_kform *k, const fj_mods *m, const fj_expr *e,
     for (int r = 0; r < n; r++) {
       fj_mods_pgrad *pg = &x->pg[x->npg++];
       fj_buf b = {0};
+      const fj_expr_vars v = vars_of(1);
+      const int varying[3] = {v.q, v.kv, v.s};
       pg->param = i;
       pg->rank = m->params[i].rank;
+      pg->uniform = 1;
+      for (int d = 0; d < pg->rank; d++)
+        pg->uniform &= !fj__expr_node_uses(e, fj__expr_kid(e, nodes[r], d), varying, 3);
       if (fj__expr_grad_read_cuda(e, nodes[r], &o, &b) == 0 && b.data &&
           b.len <= FJ_MODS_GRAD_MAX)
         pg->d = keep(k, b.data, b.len);
@@ -273,7 +278,7 @@ static int dg_table(fj_mods_kparam *out, const fj_mods_kexpr *x, fj_param *at)
   return 0;
 }
 
-/* pgrads = { { param, rank, d, idx = {...} }, ... } (npg -1: pgrads =
+/* pgrads = { { param, rank, uniform, d, idx = {...} }, ... } (npg -1: pgrads =
  * false, which the backward refuses). */
 static int pgrads_table(fj_mods_kparam *out, const fj_mods_kexpr *x,
                         fj_param *at)
@@ -287,7 +292,7 @@ static int pgrads_table(fj_mods_kparam *out, const fj_mods_kexpr *x,
     return -1;
   for (int r = 0; r < x->npg; r++) {
     const fj_mods_pgrad *pg = &x->pg[r];
-    fj_param *idx = take(out, (size_t)pg->rank), *f = take(out, 4);
+    fj_param *idx = take(out, (size_t)pg->rank), *f = take(out, 5);
     if (!idx || !f)
       return -1;
     for (int d = 0; d < pg->rank; d++)
@@ -296,7 +301,8 @@ static int pgrads_table(fj_mods_kparam *out, const fj_mods_kexpr *x,
     f[1] = num("rank", FJ_PARAM_INT, pg->rank);
     f[2] = str("d", pg->d);
     f[3] = table("idx", idx, (size_t)pg->rank);
-    list[r] = table(NULL, f, 4);
+    f[4] = num("uniform", FJ_PARAM_BOOL, pg->uniform);
+    list[r] = table(NULL, f, 5);
   }
   *at = table("pgrads", list, (size_t)x->npg);
   return 0;

@@ -37,6 +37,10 @@
  * and its indices, printed without the family's substitutions. */
 typedef struct fj_mods_pgrad {
   int param, rank;
+  /* The indices use none of q, kv and s: the same element for a whole
+   * (batch, query head) -- a slope per head -- which a kernel sums over
+   * its scores before one atomic. */
+  int uniform;
   const char *d, *idx[FJ_EXPR_RANK_MAX];
 } fj_mods_pgrad;
 
@@ -85,7 +89,8 @@ int fj__mods_kform(const fj_mods *m, fj_mods_kform *k, char *err,
 /* The template parameter mod_facts: a table
  *   { score = { text1, cuda, kvq, kvq_scale, dg = { param, sign, x,
  *               uniform = {...}, call, line, col }, uses_s, rel_only,
- *               grad, pgrads = { { param, rank, d, idx = {...} }, ... } },
+ *               grad, pgrads = { { param, rank, uniform, d, idx = {...} },
+ *               ... } },
  *     mask = { text1, cuda }, params = { { name, type, rank, index,
  *     shared }, ... } }
  * (score, mask absent where not given). */

@@ -279,6 +279,10 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     // only where P is not 0, since a hidden element's (or the padding's)
     // derivative may be inf or NaN.{{ mods.pgrads and " The parameters' gradients take dS\n    // before that derivative, at the raw score (fj_param_grads)." or "" }}
 {% end %}
+{% if mods.pgrads_nsum > 0 then %}
+    // The sums of the reads at one element per head, flushed after the tile.
+    float {{ mods.pgrads_acc }}[{{ mods.pgrads_nsum }}] = {};
+{% end %}
 #pragma unroll
     for (int j = 0; j < {{ BN // 32 }}; ++j) {
 {% for i = 0, acc.slots - 1 do %}
@@ -307,6 +311,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       }
 {% end %}
     }
+{% if mods.pgrads_nsum > 0 then %}
+    {{ mods.pgrads_flush("h") }}
+{% end %}
     __syncthreads();
 
     // dV += P^T dO and dK += dS^T Q: keys kr.., head-dim columns dc..

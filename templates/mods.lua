@@ -42,7 +42,14 @@
 --                          and mods.apply_pgrads(ds, s, q, h, kv) the
 --                          statement that adds ds times each read's
 --                          derivative at the indices read (mods.cuh's
---                          fj_param_grads, float32 atomics)
+--                          fj_param_grads, float32 atomics).  Reads whose
+--                          indices use none of q, kv and s (a slope per
+--                          head) are summed instead into the family's
+--                          float mods.pgrads_acc[mods.pgrads_nsum] (zeroed
+--                          where its (batch, query head) starts), which
+--                          mods.pgrads_flush(h) adds, a warp's sum in one
+--                          atomic (fj_param_flush: every lane of the warp
+--                          runs it)
 --   mods.qk_scale(base), mods.sl2   the family's scale of the scores into the
 --                          score function, and the softmax's log2 scale
 --   mods.sinks             attention sinks are on: no element work; the
@@ -174,6 +181,14 @@ function M.new(o)
   end
   R.pgrads = R.grad and SF.pgrads and #SF.pgrads > 0 and SF.pgrads or nil
   R.grads_param = R.pgrads and ", const fj::ModGrads fj_mg" or ""
+  -- Those read at one element per (batch, query head), summed before
+  -- their atomics, and the others, one atomic per score.
+  R.pgrads_each, R.pgrads_sum = {}, {}
+  for _, r in ipairs(R.pgrads or {}) do
+    table.insert(r.uniform and R.pgrads_sum or R.pgrads_each, r)
+  end
+  R.pgrads_nsum = #R.pgrads_sum
+  R.pgrads_acc = "fj_pga"
   R.score = R.score_text ~= nil or R.softcap
   R.mask = R.mask_text ~= nil
   R.any = R.score or R.mask
@@ -239,7 +254,17 @@ function M.new(o)
       glv, lv, B, h, HKV, q, kv, R.kvq and kvq .. ", " or "", R.dg and dg .. ", " or "", MA), visible)
   end
   function R.apply_pgrads(ds, s, q, h, kv)
-    return ("fj_param_grads(%s, %s, %s, %s, %s, %s, %s, p, fj_ma, fj_mg);"):format(ds, s, B, h, HKV, q, kv)
+    local out = {}
+    if #R.pgrads_each > 0 then
+      out[#out + 1] = ("fj_param_grads(%s, %s, %s, %s, %s, %s, %s, p, fj_ma, fj_mg);"):format(ds, s, B, h, HKV, q, kv)
+    end
+    if R.pgrads_nsum > 0 then
+      out[#out + 1] = ("fj_param_dsum(%s, %s, %s, %s, %s, %s, %s, p, fj_ma, %s);"):format(ds, s, B, h, HKV, q, kv, R.pgrads_acc)
+    end
+    return #out > 1 and ("{ %s }"):format(table.concat(out, " ")) or out[1]
+  end
+  function R.pgrads_flush(h)
+    return ("fj_param_flush(%s, %s, %s, %s, p, fj_ma, fj_mg);"):format(R.pgrads_acc, B, h, HKV)
   end
   -- The distance table's element for a lane's score: at the row pointer
   -- ptr plus a constant (the fast path), or through the accessor.

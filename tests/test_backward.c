@@ -161,8 +161,8 @@ int test_backward_exprs_compile(void)
 }
 
 /* The parameters' gradients (fj_mods.param_grads): the main kernel adds
- * them in fj_param_grads (a read of each parameter with a gradient, an
- * atomic each), named _pg, compiles without spilling on both targets; an
+ * them in fj_param_grads (an atomic a score for a read whose indices move
+ * with q, kv or s; a warp's sum for the others), named _pg, compiles without spilling on both targets; an
  * int tensor's or a scalar's gradient, and any in deterministic mode, are
  * refused with what they are. */
 int test_backward_param_grads_compile(void)
@@ -198,6 +198,8 @@ int test_backward_param_grads_compile(void)
       CHECK(strstr(src, "fj_param_grads(dse, sraw[j][0]") != NULL);
       CHECK(strstr(src, "atomicAdd(fj_mg.g[0]") && strstr(src, "atomicAdd(fj_mg.g[1]") &&
             !strstr(src, "fj_mg.g[2]"));
+      /* slope(h) is one element per head: summed, a warp's sum one atomic. */
+      CHECK(strstr(src, "fj_param_flush(fj_pga, blk.b, h, blk.hk") != NULL);
       CHECK(strstr(fj_kernel_name(k), "_pg") != NULL);
       int rc = compile_all(ctx, &p, "param grads");
       if (rc) {
