@@ -780,6 +780,20 @@ struct fj_mods {
    * looks).  A problem without a tensor parameter has nothing to check.
    * Named "_chk". */
   int checked;
+  /* Gradients of the score expression's float tensor parameters, for the
+   * backward (fj_attention_bwd, fj_reference_bwd; the forward ignores
+   * it): NULL (none), or num_params pointers, each NULL or float32 memory
+   * holding parameter i's extents, contiguous and row-major, to which the
+   * backward *adds* d loss / d parameter at each element the score
+   * expression read for a pair the result uses (a read outside the
+   * extents adds nothing; the mask expression's reads add nothing).
+   * Device memory for fj_attention_bwd, host memory for fj_reference_bwd.
+   * Only F32, F16 and BF16 tensors have a gradient: a pointer for an I32
+   * tensor or a scalar is FJ_ERR_INVALID_ARG.  fj_attention_bwd adds with
+   * float32 atomics, whose order varies run to run: with
+   * fj_problem.deterministic it is FJ_ERR_UNSUPPORTED.  Which parameters
+   * have a gradient belongs to the backward's kernel. */
+  float *const *param_grads;
 };
 
 /*
@@ -1117,10 +1131,18 @@ typedef struct fj_bwd_plan {
  * the target still takes them), else the wgmma family's
  * (warp-specialised, TMA, 64 x 128 tiles) on sm_90a for head dims 64 and
  * 128, else the mma family's (64 x 64 tiles, two stages of Q and dO where
- * the shared memory holds them, else one).  A context remembers its
+ * the shared memory holds them, else one).  Score and mask expressions
+ * (fj_mods.score, .mask) run on the mma family: dS is multiplied by the
+ * score expression's derivative with respect to s, generated from the
+ * expression (the chain rule; the branch a ?: takes; int parts and floorf,
+ * ceilf, roundf, truncf contribute 0), at the raw scaled score;
+ * `flashjit emit --backward` shows it after #line 1 "score'".  The
+ * float tensor parameters' gradients are added where fj_mods.param_grads
+ * asks (float32 atomics at the indices each read used; not in
+ * deterministic mode).  A context remembers its
  * choices (until a tuning result is recorded), so a repeated plan renders
  * nothing.  Refused, FJ_ERR_UNSUPPORTED with the
- * reason: score or mask expressions and block masks (a later release),
+ * reason: block masks (a later release),
  * paged problems, FP8, head dims that are not multiples of 32
  * up to 256, architectures before sm_80.  Varlen problems (cu_seqlens,
  * seqused_kv) run on either family; on wgmma only with total_q and
@@ -1267,13 +1289,18 @@ FJ_API fj_status fj_reference_fwd(const fj_problem *p, const void *q,
  * sum of its gradients, and dk, dv sum a GQA group's query heads.
  * dsinks, if not NULL, receives float32 [heads_q]: with p->mods->sinks,
  * the sink logits' gradients, summed over batch and rows; without, 0.
+ * A score expression's gradient goes through its derivative with respect
+ * to s (the one fj_attention_bwd applies, evaluated on the host in float32
+ * as the expression is); with fj_mods.param_grads (host float32 arrays)
+ * the float tensor parameters' gradients are added there, through the
+ * expression's derivatives with respect to each value it read.  A mask
+ * expression only decides which keys a row sees.
  * Computed in float64 throughout; it touches no memory but the arrays
  * given (and the calling thread's message).  Errors:
  * those of fj_reference_fwd for the problem and for p, q, k, v, dout, dq,
  * dk or dv NULL (FJ_ERR_INVALID_ARG naming it); FJ_ERR_UNSUPPORTED for a
- * score expression (its derivative is not generated yet), a block mask,
- * or e4m3 K/V (a mask expression is taken: it only decides which keys a
- * row sees); FJ_ERR_NOMEM.  The message is in fj_errmsg(NULL).
+ * block mask or e4m3 K/V; FJ_ERR_NOMEM.  The message is in
+ * fj_errmsg(NULL).
  */
 FJ_API fj_status fj_reference_bwd(const fj_problem *p, const void *q,
                                   const void *k, const void *v,

@@ -42,7 +42,10 @@ static fj_status unsupported(const fj_ctx *ctx, const char *what)
                   "the backward does not take %s yet", what);
 }
 
-/* What the backward takes of a problem the forward takes. */
+/* What the backward takes of a problem the forward takes.  Score and mask
+ * expressions are taken (the mma family applies the score expression's
+ * derivative, src/expr_grad.c), and the float tensor parameters'
+ * gradients where fj_mods.param_grads asks (not in deterministic mode). */
 static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
 {
   fj_status st = fj_problem_check(ctx, p);
@@ -50,9 +53,10 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
     return st;
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
-  if (mi.user)
-    return unsupported(ctx, "score or mask expressions (fj_mods.score, "
-                            ".mask, .params)");
+  st = fj__mods_check_grads(ctx, p->mods, p->deterministic,
+                            "fj_attention_bwd");
+  if (st != FJ_OK)
+    return st;
   if (mi.blocks)
     return unsupported(ctx, "block masks (fj_mods.block_mask)");
   if (p->block_table)
@@ -122,6 +126,13 @@ static fj_status main_params(fj_ctx *ctx, const fj_variant *v, fj_vparams *vp)
   snprintf(vp->symbol, sizeof vp->symbol, "fj_bwd_%s", name + 3);
   vp->template_name = v->mma == FJ_MMA_WGMMA ? "attention_bwd_wgmma.cu"
                                              : "attention_bwd_mma.cu";
+  /* The parameters' gradients make another kernel (fj_param_grads). */
+  for (int i = 0; v->mods && i < v->mods->num_params; i++)
+    if (fj__mods_has_grad(v->mods, i)) {
+      size_t len = strlen(vp->symbol);
+      snprintf(vp->symbol + len, sizeof vp->symbol - len, "_pg");
+      break;
+    }
   set_param(vp, "template", vp->template_name);
   set_param(vp, "symbol", vp->symbol);
   if (vp->n >= FJ_ARRAY_LEN(vp->p))
@@ -235,6 +246,10 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
  * class (sequence-length buckets, GQA ratio). */
 typedef struct bwd_key {
   int head_dim, dtype, causal, window, softcap, sinks, checked;
+  /* a score expression, a mask expression: only the mma family takes
+   * them, so the choice differs (the expressions' text does not enter:
+   * the kernel is built from the problem's at each call) */
+  int score, mask;
   int varlen;  /* 1 varlen; 2 varlen whose packed tensors lack a total */
   int q_log2, kv_log2, gqa;
 } bwd_key;
@@ -273,6 +288,8 @@ static bwd_key key_of(const fj_problem *p)
   k.softcap = mi.softcap;
   k.sinks = mi.sinks;
   k.checked = mi.checked;
+  k.score = p->mods && p->mods->score && p->mods->score[0];
+  k.mask = p->mods && p->mods->mask && p->mods->mask[0];
   k.varlen = !fj__problem_varlen(p) ? 0 : untotalled(p) ? 2 : 1;
   k.q_log2 = fj__log2_floor(p->seq_q);
   k.kv_log2 = fj__log2_floor(p->seq_kv);
@@ -341,7 +358,9 @@ static fj_status try_main(fj_ctx *ctx, const fj_problem *p, fj_mma mma,
  * its family and stages are taken, and only where the target renders
  * them); else the wgmma kernel where the target has wgmma and its
  * template takes p (head dims 64 to 256 in multiples of 16, 16-bit
- * types: it refuses the rest; see wgmma_may), else two stages of Q and dO on mma where the architecture's
+ * types: it refuses the rest; see wgmma_may; not score or mask
+ * expressions, which only the mma family applies), else two stages of Q
+ * and dO on mma where the architecture's
  * shared memory holds them, else one; ctx->lock held. */
 static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
                              fj_bwd_plan *plan)
@@ -356,11 +375,12 @@ static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
   }
   fj_mma mma;
   int stages;
+  int wgmma = wgmma_may(ctx, p) && !key.score && !key.mask;
   if (fj__tune_lookup_bwd(ctx, p, &mma, &stages) &&
-      (mma == FJ_MMA_SYNC || (mma == FJ_MMA_WGMMA && wgmma_may(ctx, p))) &&
+      (mma == FJ_MMA_SYNC || (mma == FJ_MMA_WGMMA && wgmma)) &&
       stages >= 1 && stages <= 2)
     st = try_main(ctx, p, mma, stages, &v, &meta);
-  if (st != FJ_OK && wgmma_may(ctx, p))
+  if (st != FJ_OK && wgmma)
     st = try_main(ctx, p, FJ_MMA_WGMMA, 2, &v, &meta);
   for (stages = 2; stages >= 1 && st != FJ_OK; stages--)
     st = try_main(ctx, p, FJ_MMA_SYNC, stages, &v, &meta);
@@ -591,6 +611,36 @@ static fj_status bwd_maps(fj_ctx *ctx, const fj_problem *p,
   return st;
 }
 
+/* The main kernel's fj::ModGrads (templates/mods.cuh): a gradient
+ * pointer per parameter, NULL where it has none. */
+typedef struct fj_mod_grads {
+  float *g[FJ_MOD_PARAMS_MAX];
+} fj_mod_grads;
+
+static void mod_grads(const fj_mods *m, fj_mod_grads *mg)
+{
+  memset(mg, 0, sizeof *mg);
+  for (int i = 0; m && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++)
+    if (fj__mods_has_grad(m, i))
+      mg->g[i] = m->param_grads[i];
+}
+
+/* The gradients' pointers, as the library checks every pointer it is
+ * given. */
+static fj_status check_grads(fj_ctx *ctx, const char *who, const fj_mods *m)
+{
+  static const char *const names[FJ_MOD_PARAMS_MAX] = {
+      "mods.param_grads[0]", "mods.param_grads[1]", "mods.param_grads[2]",
+      "mods.param_grads[3]", "mods.param_grads[4]", "mods.param_grads[5]",
+      "mods.param_grads[6]", "mods.param_grads[7]"};
+  fj_devptr list[FJ_MOD_PARAMS_MAX];
+  size_t n = 0;
+  for (int i = 0; m && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++)
+    if (fj__mods_has_grad(m, i))
+      list[n++] = (fj_devptr){names[i], -1, m->param_grads[i]};
+  return n ? fj__devptr_check_list(ctx, who, list, n) : FJ_OK;
+}
+
 static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
                         const fj_bwd_plan *plan, const bwd_args *a, void *ws,
                         size_t ws_bytes, void *stream)
@@ -610,6 +660,8 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
                               {"dsinks", -1, a->dsinks}};
     st = fj__devptr_check_list(ctx, who, more, FJ_ARRAY_LEN(more));
   }
+  if (st == FJ_OK)
+    st = check_grads(ctx, who, p->mods);
   if (st == FJ_OK) {
     pthread_mutex_lock(&ctx->lock);
     st = ready(ctx, p, plan, fn);
@@ -633,7 +685,11 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     fj__fill_params(&kp, p, a->q, a->k, a->v, (void *)(uintptr_t)a->o, NULL);
     fill_bwd_params(&g, p, a, base);
     g.section = section_of(ctx, p, plan);
-    void *args[3] = {&kp, &g, mod_args};
+    /* The mma kernel takes the parameters' gradients last where it has
+     * any (a kernel reads as many arguments as it has). */
+    fj_mod_grads mg;
+    mod_grads(p->mods, &mg);
+    void *args[4] = {&kp, &g, mod_args, &mg};
     /* The wgmma kernel takes its tensor maps before the modifications'. */
     void *wg_args[4] = {&kp, &g, &maps, mod_args};
     fj__mods_args(p->mods, 0, mod_args);

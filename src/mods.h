@@ -56,6 +56,13 @@ int fj__block_size_ok(int n);
  * tensors' data pointers (a plan or a variant needs none); those are
  * fj__mods_check_data's, for launches and the reference. */
 fj_status fj__mods_check(const fj_ctx *ctx, const fj_mods *m);
+/* m's param_grads for a backward named `who`: pointers only for float
+ * tensors (FJ_ERR_INVALID_ARG), none in deterministic mode
+ * (FJ_ERR_UNSUPPORTED).  NULL m or param_grads: FJ_OK. */
+fj_status fj__mods_check_grads(const fj_ctx *ctx, const fj_mods *m,
+                               int deterministic, const char *who);
+/* Whether parameter i of m has a gradient pointer. */
+int fj__mods_has_grad(const fj_mods *m, int i);
 fj_status fj__mods_check_data(const fj_ctx *ctx, const fj_mods *m);
 /* A block mask against a problem's sizes (batch 1 or batch, heads 1 or
  * heads_q, the block counts its sequences need), and its arrays (not NULL,

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "expr_grad.h"
 #include "mods_kernel.h"
 
 /* The name indices of fj__mods_names. */
@@ -91,6 +92,62 @@ static int print_dg(fj_mods_kform *k, const fj_mods *m, const fj_expr *e,
   return ok ? 0 : -1;
 }
 
+/* The score's derivative as CUDA with o's substitutions into k's arena;
+ * NULL where it is longer than FJ_MODS_GRAD_MAX or the arena is full (the
+ * forward needs none: only a backward refuses the expression then). */
+static const char *print_grad(fj_mods_kform *k, const fj_expr *e,
+                              const fj_expr_print *o, int s)
+{
+  fj_buf b = {0};
+  const char *t = NULL;
+  if (fj__expr_grad_cuda(e, s, o, &b) == 0 && b.data &&
+      b.len <= FJ_MODS_GRAD_MAX)
+    t = keep(k, b.data, b.len);
+  fj__buf_free(&b);
+  return t;
+}
+
+/* The reads of the parameters with gradients: their derivatives and
+ * indices as CUDA, printed plain of substitutions (fj_param_grads takes
+ * none of the family's names).  0; -1 out of room, or too many reads
+ * (x->npg -1: the backward refuses). */
+static int print_pgrads(fj_mods_kform *k, const fj_mods *m, const fj_expr *e,
+                        const fj_expr_name *names, fj_mods_kexpr *x)
+{
+  fj_expr_print o = {names, NULL, NULL, 0, 0};
+  x->npg = 0;
+  for (int i = 0; i < m->num_params; i++) {
+    if (!fj__mods_has_grad(m, i))
+      continue;
+    int nodes[FJ_MODS_PGRADS_MAX];
+    int n = fj__expr_reads_of(e, fj__mods_first_param(1) + i, nodes,
+                              FJ_MODS_PGRADS_MAX);
+    if (x->npg + n > FJ_MODS_PGRADS_MAX)
+      return x->npg = -1;
+    for (int r = 0; r < n; r++) {
+      fj_mods_pgrad *pg = &x->pg[x->npg++];
+      fj_buf b = {0};
+      const fj_expr_vars v = vars_of(1);
+      const int varying[3] = {v.q, v.kv, v.s};
+      pg->param = i;
+      pg->rank = m->params[i].rank;
+      pg->uniform = 1;
+      for (int d = 0; d < pg->rank; d++)
+        pg->uniform &= !fj__expr_node_uses(e, fj__expr_kid(e, nodes[r], d), varying, 3);
+      if (fj__expr_grad_read_cuda(e, nodes[r], &o, &b) == 0 && b.data &&
+          b.len <= FJ_MODS_GRAD_MAX)
+        pg->d = keep(k, b.data, b.len);
+      fj__buf_free(&b);
+      int ok = pg->d != NULL;
+      for (int d = 0; ok && d < pg->rank; d++)
+        ok = (pg->idx[d] = print(k, e, fj__expr_kid(e, nodes[r], d), &o)) != NULL;
+      if (!ok)
+        return x->npg = -1;
+    }
+  }
+  return 0;
+}
+
 /* The whole expression as the kernel pastes it, with the subtrees the
  * family passes as its names. */
 static int print_kernel(fj_mods_kform *k, const fj_expr *e,
@@ -106,6 +163,8 @@ static int print_kernel(fj_mods_kform *k, const fj_expr *e,
     subs[n++] = (fj_expr_subst){x->f.kvq_scale, "fj_skvq"};
   fj_expr_print o = {names, score ? &v : NULL, subs, n, 0};
   x->cuda = print(k, e, -1, &o);
+  if (score)
+    x->grad = print_grad(k, e, &o, v.s);
   o.nsubs = 0;
   if (x->f.kvq_scale >= 0)
     x->factor = print(k, e, x->f.kvq_factor, &o);
@@ -139,6 +198,10 @@ static int kexpr(const fj_mods *m, int score, int checked, fj_mods_kform *k,
     rc = print_kernel(k, e, names, score, x);
   if (rc == 0 && x->f.dg >= 0)
     rc = print_dg(k, m, e, &(fj_expr_print){names, &v, NULL, 0, 0}, x);
+  /* Reads past the limit or out of room leave npg -1, which only the
+   * backward refuses. */
+  if (rc == 0 && score)
+    print_pgrads(k, m, e, names, x);
   for (int i = 0; score && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++)
     k->per_score[i] = fj__expr_per_score(e, fj__mods_first_param(1) + i, &v);
   fj__expr_free(e);
@@ -215,12 +278,43 @@ static int dg_table(fj_mods_kparam *out, const fj_mods_kexpr *x, fj_param *at)
   return 0;
 }
 
-/* score = { text1, cuda, kvq, kvq_scale, dg, uses_s, rel_only } (dg and
- * kvq_scale nil where not taken); mask = { text1, cuda }. */
+/* pgrads = { { param, rank, uniform, d, idx = {...} }, ... } (npg -1: pgrads =
+ * false, which the backward refuses). */
+static int pgrads_table(fj_mods_kparam *out, const fj_mods_kexpr *x,
+                        fj_param *at)
+{
+  if (x->npg < 0) {
+    *at = num("pgrads", FJ_PARAM_BOOL, 0);
+    return 0;
+  }
+  fj_param *list = take(out, (size_t)x->npg);
+  if (!list)
+    return -1;
+  for (int r = 0; r < x->npg; r++) {
+    const fj_mods_pgrad *pg = &x->pg[r];
+    fj_param *idx = take(out, (size_t)pg->rank), *f = take(out, 5);
+    if (!idx || !f)
+      return -1;
+    for (int d = 0; d < pg->rank; d++)
+      idx[d] = str(NULL, pg->idx[d]);
+    f[0] = num("param", FJ_PARAM_INT, pg->param);
+    f[1] = num("rank", FJ_PARAM_INT, pg->rank);
+    f[2] = str("d", pg->d);
+    f[3] = table("idx", idx, (size_t)pg->rank);
+    f[4] = num("uniform", FJ_PARAM_BOOL, pg->uniform);
+    list[r] = table(NULL, f, 5);
+  }
+  *at = table("pgrads", list, (size_t)x->npg);
+  return 0;
+}
+
+/* score = { text1, cuda, kvq, kvq_scale, dg, uses_s, rel_only, grad,
+ * pgrads } (dg, kvq_scale and grad nil where not taken; pgrads only where
+ * a parameter has a gradient); mask = { text1, cuda }. */
 static int expr_table(fj_mods_kparam *out, const fj_mods_kexpr *x,
                       const char *key, fj_param *at)
 {
-  fj_param *t = take(out, 7);
+  fj_param *t = take(out, 9);
   if (!t)
     return -1;
   t[0] = str("text1", x->text1);
@@ -230,7 +324,11 @@ static int expr_table(fj_mods_kparam *out, const fj_mods_kexpr *x,
   t[4] = str("dg", NULL);
   t[5] = num("uses_s", FJ_PARAM_BOOL, x->f.uses_s);
   t[6] = num("rel_only", FJ_PARAM_BOOL, x->f.rel_only);
-  *at = table(key, t, 7);
+  t[7] = str("grad", x->grad);
+  t[8] = str("pgrads", NULL);
+  *at = table(key, t, 9);
+  if (x->npg != 0 && pgrads_table(out, x, &t[8]))
+    return -1;
   return x->f.dg >= 0 ? dg_table(out, x, &t[4]) : 0;
 }
 

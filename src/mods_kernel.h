@@ -24,6 +24,26 @@
  * under seven times the text. */
 #define FJ_MODS_CUDA_MAX (8 * FJ_MOD_EXPR_MAX + 64)
 
+/* Bytes a score expression's derivative as CUDA may take: it repeats
+ * operands, a few times the expression's text (expr_grad.c). */
+#define FJ_MODS_GRAD_MAX (3 * FJ_MODS_CUDA_MAX)
+
+/* Reads of parameters with gradients (fj_mods.param_grads) a backward
+ * kernel takes: each adds to its parameter's gradient with an atomic. */
+#define FJ_MODS_PGRADS_MAX 8
+
+/* One read of a float tensor parameter with a gradient, as CUDA: the
+ * score's derivative with respect to the value it fetches (expr_grad.c)
+ * and its indices, printed without the family's substitutions. */
+typedef struct fj_mods_pgrad {
+  int param, rank;
+  /* The indices use none of q, kv and s: the same element for a whole
+   * (batch, query head) -- a slope per head -- which a kernel sums over
+   * its scores before one atomic. */
+  int uniform;
+  const char *d, *idx[FJ_EXPR_RANK_MAX];
+} fj_mods_pgrad;
+
 /* One expression (score or mask) as the kernel takes it. */
 typedef struct fj_mods_kexpr {
   int on;             /* the expression is given */
@@ -35,6 +55,15 @@ typedef struct fj_mods_kexpr {
    * (0.f-fj_kvq), kvq_scale's product as fj_skvq, dg's read as fj_dg. */
   const char *cuda;
   const char *factor;  /* kvq_scale's F as CUDA, or NULL */
+  /* The score's derivative with respect to s as CUDA (expr_grad.c), with
+   * the same substitutions as cuda, for the backward; NULL for the mask,
+   * or where it is over FJ_MODS_GRAD_MAX bytes (the backward refuses). */
+  const char *grad;
+  /* The score's reads of parameters with gradients (npg of them), or
+   * npg -1 where they are more than FJ_MODS_PGRADS_MAX or their CUDA does
+   * not fit (the backward refuses). */
+  fj_mods_pgrad pg[FJ_MODS_PGRADS_MAX];
+  int npg;
   /* dg's read as CUDA (the call as written), X, and the indices before
    * the last; its parameter's index (0-based) and where the call starts
    * in the user's text (line and column from 1). */
@@ -47,7 +76,7 @@ typedef struct fj_mods_kform {
   /* Per parameter: a tensor the score expression reads at indices that
    * change from score to score (fj__expr_per_score: they use kv or s). */
   int per_score[FJ_MOD_PARAMS_MAX];
-  char arena[5 * FJ_MODS_CUDA_MAX];  /* the texts above */
+  char arena[5 * FJ_MODS_CUDA_MAX + 2 * FJ_MODS_GRAD_MAX];  /* the texts above */
   size_t used;
 } fj_mods_kform;
 
@@ -59,11 +88,13 @@ int fj__mods_kform(const fj_mods *m, fj_mods_kform *k, char *err,
 
 /* The template parameter mod_facts: a table
  *   { score = { text1, cuda, kvq, kvq_scale, dg = { param, sign, x,
- *               uniform = {...}, call, line, col }, uses_s, rel_only },
+ *               uniform = {...}, call, line, col }, uses_s, rel_only,
+ *               grad, pgrads = { { param, rank, uniform, d, idx = {...} },
+ *               ... } },
  *     mask = { text1, cuda }, params = { { name, type, rank, index,
  *     shared }, ... } }
  * (score, mask absent where not given). */
-#define FJ_MODS_KPARAMS (48 + 6 * FJ_MOD_PARAMS_MAX)
+#define FJ_MODS_KPARAMS (48 + 6 * FJ_MOD_PARAMS_MAX + 10 * FJ_MODS_PGRADS_MAX)
 typedef struct fj_mods_kparam {
   fj_mods_kform form;
   fj_param kids[FJ_MODS_KPARAMS];

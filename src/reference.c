@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ctx.h"
+#include "expr_grad.h"
 #include "mods.h"
 #include "reference.h"
 
@@ -567,10 +568,27 @@ fj_status fj__check_scales(const fj_ctx *ctx, const fj_problem *p,
 /* A problem's modifications as the reference applies them: the user's
  * expressions parsed (expr.c evaluates them on the host: an oracle
  * independent of the generated code), the built-ins by their formulas. */
+/* One read, in the score expression, of a float tensor parameter that has
+ * a gradient (fj_mods.param_grads): the score's derivative with respect to
+ * the value it fetches and its indices, each printed by expr_grad.c or
+ * expr.c and parsed back, so that the evaluator computes them. */
+#define REF_READS_MAX 16
+typedef struct ref_read {
+  int param, rank;
+  fj_expr *d;
+  fj_expr *idx[FJ_EXPR_RANK_MAX];
+} ref_read;
+
 typedef struct ref_mods {
   const fj_mods *m;
   fj_mods_info info;          /* m's facts */
   fj_expr *score, *mask;
+  /* The score expression's derivative with respect to s (expr_grad.c's
+   * text, parsed back), for the backward; NULL without a score
+   * expression. */
+  fj_expr *dscore;
+  ref_read reads[REF_READS_MAX];  /* the reads with gradients */
+  int nreads;
   int left, right;            /* -1: unbounded */
   double softcap;             /* 0: none */
 } ref_mods;
@@ -719,9 +737,11 @@ static double ref_score(const ref_head *h, int row, int j, double x)
 }
 
 /* One output row: O[row] and its log-sum-exp, over the keys it may see
- * (s[j] = -inf for a hidden key). */
+ * (s[j] = -inf for a hidden key); raw (NULL: not kept) gets the scaled
+ * scores before the score functions, which the backward's derivative
+ * reads. */
 static void ref_row(const ref_head *h, int row, double scale, double *s,
-                    double *out, double *lse)
+                    double *raw, double *out, double *lse)
 {
   const fj_problem *p = h->p;
   int d = p->head_dim, dv = fj__problem_dv(p), last = h->len_kv - 1;
@@ -735,6 +755,8 @@ static void ref_row(const ref_head *h, int row, double scale, double *s,
     for (int e = 0; e < d; e++)
       acc += elem(h->qdt, h->q, h->qoff + (int64_t)row * p->q_stride[2] + e) *
              elem(h->kv, h->k, kj + e);
+    if (raw)
+      raw[j] = acc * h->kscale * scale;
     s[j] = ref_score(h, row, j, acc * h->kscale * scale);
     mx = s[j] > mx ? s[j] : mx;
   }
@@ -868,10 +890,87 @@ static fj_status check_rows(int row_begin, int row_end, int seq_q)
   return FJ_OK;
 }
 
+/* Text that expr_grad.c or expr.c printed (b), parsed back with the score
+ * expression's names; NULL when b is empty (out of memory). */
+static fj_expr *parse_printed(const ref_mods *rm, const fj_buf *b)
+{
+  fj_expr_name names[FJ_MOD_NAMES_MAX];
+  int n = fj__mods_names(rm->m, 1, names);
+  char err[512];
+  return b->data ? fj__expr_parse(b->data, "score'", names, n, err, sizeof err)
+                 : NULL;
+}
+
+/* Read node k of parameter i (its gradient's read): derivative, indices. */
+static int ref_read_open(ref_mods *rm, int i, int k, const fj_expr_print *o)
+{
+  ref_read *r = &rm->reads[rm->nreads++];
+  fj_buf b = {0};
+  int ok = fj__expr_grad_read_cuda(rm->score, k, o, &b) == 0 &&
+           (r->d = parse_printed(rm, &b)) != NULL;
+  r->param = i;
+  r->rank = rm->m->params[i].rank;
+  for (int d = 0; ok && d < r->rank; d++) {
+    fj__buf_free(&b);
+    ok = fj__expr_print_cuda(rm->score, fj__expr_kid(rm->score, k, d), o,
+                             &b) == 0 &&
+         (r->idx[d] = parse_printed(rm, &b)) != NULL;
+  }
+  fj__buf_free(&b);
+  return ok ? 0 : -1;
+}
+
+/* The reads of the parameters that have gradients. */
+static fj_status ref_reads_open(ref_mods *rm, const fj_expr_print *o)
+{
+  for (int i = 0; i < rm->m->num_params; i++) {
+    if (!fj__mods_has_grad(rm->m, i))
+      continue;
+    int nodes[REF_READS_MAX];
+    int n = fj__expr_reads_of(rm->score, fj__mods_first_param(1) + i, nodes,
+                              REF_READS_MAX);
+    if (rm->nreads + n > REF_READS_MAX)
+      return fj__fail(NULL, FJ_ERR_UNSUPPORTED,
+                      "mods.param_grads: the score expression reads the "
+                      "parameters with gradients more than %d times",
+                      REF_READS_MAX);
+    for (int r = 0; r < n; r++)
+      if (ref_read_open(rm, i, nodes[r], o))
+        return fj__fail(NULL, FJ_ERR_NOMEM,
+                        "mods.param_grads: out of memory for a derivative");
+  }
+  return FJ_OK;
+}
+
+static void ref_mods_close(ref_mods *rm);
+
+/* The score expression's derivative (expr_grad.c), printed in the form
+ * that parses back and parsed with the expression's names: the evaluator
+ * then computes it as it computes the expression; and the derivatives of
+ * the parameters' reads that have gradients. */
+static fj_status ref_derive(ref_mods *rm)
+{
+  fj_expr_name names[FJ_MOD_NAMES_MAX];
+  fj__mods_names(rm->m, 1, names);
+  fj_expr_print o = {names, NULL, NULL, 0, 1};
+  fj_buf b = {0};
+  /* s is name 5 (fj__mods_names: b, h, hkv, q, kv, s, the parameters). */
+  if (fj__expr_grad_cuda(rm->score, 5, &o, &b) == 0)
+    rm->dscore = parse_printed(rm, &b);
+  fj__buf_free(&b);
+  fj_status st = rm->dscore ? ref_reads_open(rm, &o)
+                            : fj__fail(NULL, FJ_ERR_NOMEM,
+                                       "mods.score: out of memory for the "
+                                       "expression's derivative");
+  if (st != FJ_OK)
+    ref_mods_close(rm);
+  return st;
+}
+
 /* The reference's view of p's modifications (parsed expressions). */
 static fj_status ref_mods_open(const fj_mods *m, ref_mods *rm)
 {
-  static const fj_mods none = {NULL, NULL, NULL, 0, -1, -1, 0.f, NULL, NULL, 0};
+  static const fj_mods none = {NULL, NULL, NULL, 0, -1, -1, 0.f, NULL, NULL, 0, NULL};
   const char *texts[2] = {m ? m->score : NULL, m ? m->mask : NULL};
   fj_expr **trees[2] = {&rm->score, &rm->mask};
   memset(rm, 0, sizeof *rm);
@@ -893,13 +992,21 @@ static fj_status ref_mods_open(const fj_mods *m, ref_mods *rm)
       return fj__fail(NULL, FJ_ERR_INVALID_ARG, "mods.%s", err);
     }
   }
-  return FJ_OK;
+  return rm->score ? ref_derive(rm) : FJ_OK;
 }
 
 static void ref_mods_close(ref_mods *rm)
 {
+  for (int i = 0; i < rm->nreads; i++) {
+    fj__expr_free(rm->reads[i].d);
+    for (int d = 0; d < FJ_EXPR_RANK_MAX; d++)
+      fj__expr_free(rm->reads[i].idx[d]);
+  }
+  rm->nreads = 0;
+  fj__expr_free(rm->dscore);
   fj__expr_free(rm->score);
   fj__expr_free(rm->mask);
+  rm->dscore = rm->score = rm->mask = NULL;
 }
 
 /* The checks of a problem that the forward and the backward share: what
@@ -1025,7 +1132,7 @@ static fj_status reference_fwd(const ref_run *r, const char *fn, int row_begin,
         double *o = out + (base + i) * d;
         double *l = out_lse ? out_lse + base + i : NULL;
         if (row < len_q) {
-          ref_row(&h, row, r->scale, s, o, l);
+          ref_row(&h, row, r->scale, s, NULL, o, l);
         } else {  /* past the sequence's end: no such row */
           memset(o, 0, sizeof *o * d);
           if (l)
@@ -1080,23 +1187,21 @@ fj_status fj__reference_fwd64(const fj_problem *p, const double *q,
  * The gradients of L = sum(dO . O), row by row: ref_row recomputes the
  * scores and the forward, then, for each key j the row sees, with
  * P_j = exp(s_j - LSE), dP_j = dO . V_j and Delta = dO . O:
- *   dV_j += P_j dO,   dS_j = P_j (dP_j - Delta) [x (1 - (s_j / c)^2)],
+ *   dV_j += P_j dO,   dS_j = P_j (dP_j - Delta) [x (1 - (s_j / c)^2)]
+ *                               {x f'(x_j)},
  *   dQ += scale dS_j K_j,   dK_j += scale dS_j Q,
  * and a sink's logit gets -exp(sink - LSE) Delta.  The bracket is the
  * softcap's derivative, c tanh(x / c)' = 1 - tanh^2, read off the capped
- * score itself.
+ * score itself; the brace the score expression f's derivative (expr_grad.c)
+ * at the raw scaled score x_j.  A float tensor parameter with a gradient
+ * (fj_mods.param_grads) gets, per element a read fetched, dS_j before the
+ * brace times the score's derivative with respect to that value.
  */
 
-/* What the backward does not take (yet): a score expression, whose
- * derivative is not generated; a block mask; FP8 K/V. */
+/* What the backward does not take (yet): a block mask; FP8 K/V. */
 static fj_status bwd_unsupported(const char *fn, const fj_problem *p)
 {
   const fj_mods *m = p->mods;
-  if (m && m->score && m->score[0])
-    return fj__fail(NULL, FJ_ERR_UNSUPPORTED,
-                    "%s: mods.score is not implemented in the backward (the "
-                    "score expression's derivative is not generated yet)",
-                    fn);
   fj_mods_info mi;
   fj__mods_info(m, &mi);
   if (mi.blocks)
@@ -1132,6 +1237,8 @@ static fj_status bwd_check(const char *fn, const fj_problem *p,
     if (!(i < 4 ? in[i] : out[i - 4]))
       return fj__null_arg(NULL, fn, names[i]);
   fj_status st = problem_check(p);
+  if (st == FJ_OK)
+    st = fj__mods_check_grads(NULL, p->mods, 0, fn);
   return st == FJ_OK ? bwd_unsupported(fn, p) : st;
 }
 
@@ -1180,28 +1287,68 @@ static void grads_zero(const ref_run *r, const ref_grads *g)
 }
 
 /* The backward's scratch: one row's scores, O, dO and dQ, one KV head's
- * dK and dV ([seq_kv][head_dim], summed over its query heads), and the
- * sinks' gradients. */
+ * dK and dV ([seq_kv][head_dim], summed over its query heads), the
+ * sinks' gradients, and the row's raw scores (before the score
+ * functions). */
 typedef struct bwd_buf {
   double *s, *o, *dout, *dq;
   double *dk, *dv;
   double *dsink;
+  double *raw;
 } bwd_buf;
 
 static double *bwd_buf_alloc(const fj_problem *p, bwd_buf *w)
 {
   size_t n = (size_t)p->seq_kv, d = (size_t)p->head_dim;
-  double *all = calloc(n + 4 * d + 2 * n * d + (size_t)p->heads_q,
-                       sizeof *all);
+  size_t hq = (size_t)p->heads_q;
+  double *all = calloc(2 * n + 4 * d + 2 * n * d + hq, sizeof *all);
   if (all)
     *w = (bwd_buf){all, all + n, all + n + d, all + n + 2 * d,
                    all + n + 3 * d, all + n + 3 * d + n * d,
-                   all + n + 3 * d + 2 * n * d};
+                   all + n + 3 * d + 2 * n * d,
+                   all + n + 3 * d + 2 * n * d + hq};
   return all;
 }
 
+/* The score expression's derivative at key j of row (1 without one):
+ * at the raw score, in float32, as the evaluator computes the expression. */
+static double score_slope(const ref_head *h, int row, int j, const bwd_buf *w)
+{
+  const fj_expr *d = h->mods->dscore;
+  if (!d)
+    return 1.0;
+  fj_expr_value v = eval_mod(h, d, 1, (float)w->raw[j], row, j);
+  return v.is_int ? (double)v.i : (double)v.f;
+}
+
+/* The parameters' gradients at key j of row: each read with a gradient
+ * adds ds (d loss / d score) times the score's derivative with respect to
+ * the value it fetched, at the indices it read (nothing outside the
+ * extents), into fj_mods.param_grads. */
+static void ref_param_grads(const ref_head *h, int row, int j, double ds,
+                            const bwd_buf *w)
+{
+  const ref_mods *rm = h->mods;
+  for (int r = 0; r < rm->nreads; r++) {
+    const ref_read *rd = &rm->reads[r];
+    const fj_mod_param *t = &rm->m->params[rd->param];
+    int64_t flat = 0;
+    int in = 1;
+    for (int d = 0; d < rd->rank; d++) {
+      fj_expr_value i = eval_mod(h, rd->idx[d], 1, (float)w->raw[j], row, j);
+      in &= i.i >= 0 && i.i < t->extents[d];
+      flat = flat * t->extents[d] + i.i;
+    }
+    if (!in)
+      continue;
+    fj_expr_value v = eval_mod(h, rd->d, 1, (float)w->raw[j], row, j);
+    float *g = rm->m->param_grads[rd->param] + flat;
+    *g = (float)((double)*g + ds * (v.is_int ? (double)v.i : (double)v.f));
+  }
+}
+
 /* Key j's part of the row's gradients (pj: its probability). */
-static void bwd_key(const ref_head *h, int j, int64_t qrow, double pj,
+static void bwd_key(const ref_head *h, int row, int j, int64_t qrow, double pj,
                     double delta, double scale, bwd_buf *w)
 {
   const fj_problem *p = h->p;
@@ -1217,7 +1364,8 @@ static void bwd_key(const ref_head *h, int j, int64_t qrow, double pj,
   double ds = pj * (dp - delta), cap = h->mods->softcap;
   if (cap > 0)
     ds *= 1.0 - (w->s[j] / cap) * (w->s[j] / cap);
-  ds *= scale;
+  ref_param_grads(h, row, j, ds, w);
+  ds *= scale * score_slope(h, row, j, w);
   for (int e = 0; e < d; e++) {
     w->dq[e] += ds * elem(h->kv, h->k, kj + e);
     dk[e] += ds * elem(h->qdt, h->q, qrow + e);
@@ -1240,7 +1388,7 @@ static void bwd_row(const ref_head *h, int row, double scale, const void *dout,
   const fj_problem *p = h->p;
   int d = p->head_dim;
   double lse, delta = 0;
-  ref_row(h, row, scale, w->s, w->o, &lse);
+  ref_row(h, row, scale, w->s, w->raw, w->o, &lse);
   int64_t qrow = h->qoff + (int64_t)row * p->q_stride[2];
   int64_t orow = h->ooff + (int64_t)row * p->o_stride[2];
   if (mg) {
@@ -1257,7 +1405,7 @@ static void bwd_row(const ref_head *h, int row, double scale, const void *dout,
   }
   for (int j = 0; j < h->len_kv; j++)
     if (w->s[j] != -HUGE_VAL)
-      bwd_key(h, j, qrow, exp(w->s[j] - lse), delta, scale, w);
+      bwd_key(h, row, j, qrow, exp(w->s[j] - lse), delta, scale, w);
   if (h->sink != -HUGE_VAL)
     w->dsink[h->hq] -= exp(h->sink - lse) * delta;
   for (int e = 0; e < d; e++)

@@ -65,6 +65,15 @@ struct ModArgs {
 {%     end %}
 };
 static_assert(sizeof(ModArgs) == {{ bytes }}, "host and device disagree on the parameters' block");
+{%     if mods.pgrads then %}
+
+// The parameters' gradients (fj_mods.param_grads): a float32 array per
+// parameter, NULL where it has none (src/backward.c's fj_mod_grads).
+struct ModGrads {
+  float *g[8];
+};
+static_assert(sizeof(ModGrads) == 64, "host and device disagree on the gradients' block");
+{%     end %}
 {%     if mods.checked then %}
 
 // Checked mode: the first read out of range wins the record (word 0 from 0
@@ -109,6 +118,16 @@ __device__ __forceinline__ int ishr(int a, int b) { return a >> ((unsigned)b > 3
 }  // namespace fj
 {%   if mods.score then %}
 __device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, int q, int kv, {{ mods.kvq and (mods.kvq_scale and "float fj_skvq, " or "float fj_kvq, ") or "" }}{{ mods.dg and mods.dg.value .. " fj_dg, " or "" }}const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
+{%   end %}
+{%   if #mods.pgrads_each > 0 then %}
+__device__ __forceinline__ void fj_param_grads(float fj_ds, float s, int b, int h, int hkv, int q, int kv, const fj::Params &fj_p, const fj::ModArgs &fj_ma, const fj::ModGrads &fj_mg);
+{%   end %}
+{%   if mods.pgrads_nsum > 0 then %}
+__device__ __forceinline__ void fj_param_dsum(float fj_ds, float s, int b, int h, int hkv, int q, int kv, const fj::Params &fj_p, const fj::ModArgs &fj_ma, float (&fj_acc)[{{ mods.pgrads_nsum }}]);
+__device__ __forceinline__ void fj_param_flush(const float (&fj_acc)[{{ mods.pgrads_nsum }}], int b, int h, int hkv, const fj::Params &fj_p, const fj::ModArgs &fj_ma, const fj::ModGrads &fj_mg);
+{%   end %}
+{%   if mods.grad then %}
+__device__ __forceinline__ float fj_score_grad(float s, int b, int h, int hkv, int q, int kv, {{ mods.kvq and (mods.kvq_scale and "float fj_skvq, " or "float fj_kvq, ") or "" }}{{ mods.dg and mods.dg.value .. " fj_dg, " or "" }}const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
 {%   end %}
 {%   if mods.kvq_scale then %}
 __device__ __forceinline__ float fj_kvq_scale(int b, int h, int hkv, const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
@@ -221,6 +240,90 @@ __device__ __forceinline__ float fj_score_mod(float s, int b, int h, int hkv, in
   s = fj_p.softcap * fj::softcap_tanh(s * fj_p.softcap_inv);
 {%     end %}
   return s;
+}
+{%   end %}
+{%   if mods.grad then %}
+// The derivative of the user's score expression with respect to s, at the
+// raw scaled score s (src/expr_grad.c: the chain rule on its tree; the
+// derivative of the branch a ?: takes; int parts and floorf, ceilf,
+// roundf, truncf contribute 0), with the same names as fj_score_mod.
+__device__ __forceinline__ float fj_score_grad(float s, int b, int h, int hkv, int q, int kv, {{ mods.kvq and (mods.kvq_scale and "float fj_skvq, " or "float fj_kvq, ") or "" }}{{ mods.dg and mods.dg.value .. " fj_dg, " or "" }}const fj::Params &fj_p{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }}) {
+  (void)s; (void)b; (void)h; (void)hkv; (void)q; (void)kv; (void)fj_p;
+{%     locals() %}
+  return (float)(
+#line 1 "score'"
+{{ mods.kernel_grad_text }}
+  );
+}
+{%   end %}
+{%
+  -- A read's indices as fj_i0.. (C declarations), whether they lie within
+  -- its tensor's extents, and its element's offset.
+  local function read_index(r)
+    local t = mods.params[r.param + 1]
+    local flat, inb, decl = "(long long)fj_i0", {}, {}
+    for d = 1, r.rank - 1 do flat = ("(%s * %s.e[%d] + fj_i%d)"):format(flat, t.name, d, d) end
+    for d = 0, r.rank - 1 do
+      inb[#inb + 1] = ("(unsigned)fj_i%d < (unsigned)%s.e[%d]"):format(d, t.name, d)
+      decl[#decl + 1] = ("const int fj_i%d = (%s);"):format(d, r.idx[d + 1])
+    end
+    return t, table.concat(decl, " "), table.concat(inb, " && "), flat
+  end
+%}
+{%   if #mods.pgrads_each > 0 then %}
+// The parameters' gradients at one score: fj_ds, d loss / d score, times
+// the score's derivative with respect to the value each read of a
+// parameter with a gradient fetched (src/expr_grad.c), added at the
+// indices it read -- nothing for a read outside the extents.  s is the
+// raw scaled score.
+__device__ __forceinline__ void fj_param_grads(float fj_ds, float s, int b, int h, int hkv, int q, int kv, const fj::Params &fj_p, const fj::ModArgs &fj_ma, const fj::ModGrads &fj_mg) {
+  (void)s; (void)b; (void)h; (void)hkv; (void)q; (void)kv; (void)fj_p;
+{%     locals() %}
+{%     for _, r in ipairs(mods.pgrads_each) do %}
+{%       local t, decl, inb, flat = read_index(r) %}
+  {
+    // A read of {{ t.name }}.
+    {{ decl }}
+    if ({{ inb }})
+      atomicAdd(fj_mg.g[{{ r.param }}] + {{ flat }}, fj_ds * (float)(
+#line 1 "score' by {{ t.name }}"
+{{ r.d }}
+      ));
+  }
+{%     end %}
+}
+{%   end %}
+{%   if mods.pgrads_nsum > 0 then %}
+// The reads whose indices use none of q, kv and s (one element per batch
+// and query head: a slope per head): fj_param_dsum adds fj_ds times the
+// score's derivative with respect to each one's value into fj_acc, and
+// fj_param_flush adds a warp's sums at their elements, one atomic each,
+// from lane 0 (every lane of the warp calls it).
+__device__ __forceinline__ void fj_param_dsum(float fj_ds, float s, int b, int h, int hkv, int q, int kv, const fj::Params &fj_p, const fj::ModArgs &fj_ma, float (&fj_acc)[{{ mods.pgrads_nsum }}]) {
+  (void)s; (void)b; (void)h; (void)hkv; (void)q; (void)kv; (void)fj_p;
+{%     locals() %}
+{%     for u, r in ipairs(mods.pgrads_sum) do %}
+  fj_acc[{{ u - 1 }}] += fj_ds * (float)(
+#line 1 "score' by {{ mods.params[r.param + 1].name }}"
+{{ r.d }}
+  );
+{%     end %}
+}
+
+__device__ __forceinline__ void fj_param_flush(const float (&fj_acc)[{{ mods.pgrads_nsum }}], int b, int h, int hkv, const fj::Params &fj_p, const fj::ModArgs &fj_ma, const fj::ModGrads &fj_mg) {
+  (void)b; (void)h; (void)hkv; (void)fj_p;
+{%     locals() %}
+{%     for u, r in ipairs(mods.pgrads_sum) do %}
+{%       local t, decl, inb, flat = read_index(r) %}
+  {
+    // The read of {{ t.name }} at one element for the batch and head.
+    float v = fj_acc[{{ u - 1 }}];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    {{ decl }}
+    if (threadIdx.x % 32 == 0 && {{ inb }}) atomicAdd(fj_mg.g[{{ r.param }}] + {{ flat }}, v);
+  }
+{%     end %}
 }
 {%   end %}
 {%   if mods.mask then %}

@@ -26,6 +26,30 @@
 --                          whether the tile is of a partial block); the
 --                          family runs the mask statements of a tile only
 --                          where it holds, under one branch
+--   mods.grad             a backward asked for the score expression's
+--                          derivative (new{ grad = true }) and there is a
+--                          score expression: mods.apply_grad(glv, lv, ...)
+--                          (apply_score's arguments) is the statement that
+--                          sets glv to d score / d s at lv * qk_scale, the
+--                          raw score, before apply_score changes lv
+--                          (mods.cuh's fj_score_grad, the CUDA that
+--                          src/expr_grad.c generated)
+--   mods.pgrads           (with mods.grad) the score expression's reads of
+--                          float tensor parameters with gradients
+--                          (fj_mods.param_grads), { { param, rank, d, idx },
+--                          ... }, or nil: mods.grads_param is the kernel's
+--                          parameter fj::ModGrads fj_mg (their pointers),
+--                          and mods.apply_pgrads(ds, s, q, h, kv) the
+--                          statement that adds ds times each read's
+--                          derivative at the indices read (mods.cuh's
+--                          fj_param_grads, float32 atomics).  Reads whose
+--                          indices use none of q, kv and s (a slope per
+--                          head) are summed instead into the family's
+--                          float mods.pgrads_acc[mods.pgrads_nsum] (zeroed
+--                          where its (batch, query head) starts), which
+--                          mods.pgrads_flush(h) adds, a warp's sum in one
+--                          atomic (fj_param_flush: every lane of the warp
+--                          runs it)
 --   mods.qk_scale(base), mods.sl2   the family's scale of the scores into the
 --                          score function, and the softmax's log2 scale
 --   mods.sinks             attention sinks are on: no element work; the
@@ -145,6 +169,26 @@ function M.new(o)
   R.uses_s = SF and SF.uses_s or false
   R.rel_only = SF and SF.rel_only or false
   R.mask_cuda = MF and MF.cuda
+  -- The score expression's derivative, for a backward that asks for it.
+  R.grad = (o.grad and SF) and true or false
+  R.kernel_grad_text = SF and SF.grad
+  if R.grad and not R.kernel_grad_text then
+    refuse("score': the expression's derivative as CUDA is too long for the backward (src/mods_kernel.h's FJ_MODS_GRAD_MAX); write it with less nesting")
+  end
+  -- The parameters' gradients: the reads that add to them.
+  if R.grad and SF.pgrads == false then
+    refuse("mods.param_grads: the score expression reads the parameters with gradients more than 8 times, or their derivatives are too long (src/mods_kernel.h's FJ_MODS_PGRADS_MAX)")
+  end
+  R.pgrads = R.grad and SF.pgrads and #SF.pgrads > 0 and SF.pgrads or nil
+  R.grads_param = R.pgrads and ", const fj::ModGrads fj_mg" or ""
+  -- Those read at one element per (batch, query head), summed before
+  -- their atomics, and the others, one atomic per score.
+  R.pgrads_each, R.pgrads_sum = {}, {}
+  for _, r in ipairs(R.pgrads or {}) do
+    table.insert(r.uniform and R.pgrads_sum or R.pgrads_each, r)
+  end
+  R.pgrads_nsum = #R.pgrads_sum
+  R.pgrads_acc = "fj_pga"
   R.score = R.score_text ~= nil or R.softcap
   R.mask = R.mask_text ~= nil
   R.any = R.score or R.mask
@@ -204,6 +248,23 @@ function M.new(o)
   function R.apply_score(lv, q, h, kv, visible, kvq, dg)
     return only_visible(("%s = fj_score_mod(%s * qk_scale, %s, %s, %s, %s, %s, %s%sp%s);"):format(
       lv, lv, B, h, HKV, q, kv, R.kvq and kvq .. ", " or "", R.dg and dg .. ", " or "", MA), visible)
+  end
+  function R.apply_grad(glv, lv, q, h, kv, visible, kvq, dg)
+    return only_visible(("%s = fj_score_grad(%s * qk_scale, %s, %s, %s, %s, %s, %s%sp%s);"):format(
+      glv, lv, B, h, HKV, q, kv, R.kvq and kvq .. ", " or "", R.dg and dg .. ", " or "", MA), visible)
+  end
+  function R.apply_pgrads(ds, s, q, h, kv)
+    local out = {}
+    if #R.pgrads_each > 0 then
+      out[#out + 1] = ("fj_param_grads(%s, %s, %s, %s, %s, %s, %s, p, fj_ma, fj_mg);"):format(ds, s, B, h, HKV, q, kv)
+    end
+    if R.pgrads_nsum > 0 then
+      out[#out + 1] = ("fj_param_dsum(%s, %s, %s, %s, %s, %s, %s, p, fj_ma, %s);"):format(ds, s, B, h, HKV, q, kv, R.pgrads_acc)
+    end
+    return #out > 1 and ("{ %s }"):format(table.concat(out, " ")) or out[1]
+  end
+  function R.pgrads_flush(h)
+    return ("fj_param_flush(%s, %s, %s, %s, p, fj_ma, fj_mg);"):format(R.pgrads_acc, B, h, HKV)
   end
   -- The distance table's element for a lane's score: at the row pointer
   -- ptr plus a constant (the fast path), or through the accessor.

@@ -63,11 +63,15 @@ end
 
 -- What every backward main kernel refuses (attention_bwd_mma.cu,
 -- attention_bwd_wgmma.cu), from the kernel's own parameters (imports see
--- them as include() does): expressions, block masks, and anything but a
--- dense problem of one dtype.
-function M.bwd_scope()
-  if (score_mod or "") ~= "" or (mask_mod or "") ~= "" or (block_kv or 0) > 0 then
-    refuse("the backward takes no score or mask expressions and no block mask yet")
+-- them as include() does): block masks, score and mask expressions unless
+-- the family applies them (o.exprs: it multiplies dS by the score
+-- expression's derivative), and anything but a dense problem of one dtype.
+function M.bwd_scope(o)
+  if (block_kv or 0) > 0 then
+    refuse("the backward takes no block mask yet")
+  end
+  if not (o and o.exprs) and ((score_mod or "") ~= "" or (mask_mod or "") ~= "") then
+    refuse("this backward family takes no score or mask expressions (attention_bwd_mma.cu does)")
   end
   if paged or pack_gqa or split_kv or kv_dtype ~= dtype then
     refuse(("the backward takes dense or varlen problems of one dtype (no %s)"):format(paged and "paged K/V"

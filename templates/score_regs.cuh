@@ -18,6 +18,11 @@
              bool `need_mask` holds);
     mods     mods.lua's object (nil: none), with head(row) the query head
              of a row; row0(mi), c0, n0 as pieces.lua says.
+    G        (a backward, where mods.grad) G(mi, j, i): where the
+             derivative of the score expression at the element's raw
+             score goes, set before the expression changes S; an element
+             the score step leaves alone (checked mode's hidden ones)
+             keeps the value the caller gave it.
   Which slot holds which (row, column) comes from the probed accumulator
   table (acc, rows: lut.lua).
 #}
@@ -52,9 +57,13 @@
 {%   for i = 0, acc.slots - 1 do %}
 {%     local c = rows.class_of[i] %}
 {%     local key = ("%s + %s + j * 16 + %d"):format(n0, c0, acc.dcol[i]) %}
-        {{ mods["apply_" .. part](S("mi", "j", i), "mq" .. c, "mh" .. c, key, mrule.used(("%s + %d"):format(row0("mi"), rows.classes[c].drow), key),
-                                  mods.kvq_scale and ("fmaf(mskv%d, (float)(j * 16 + %d), mkvq%d)"):format(c, acc.dcol[i], c)
-                                                 or ("mkvq%d + (float)(j * 16 + %d)"):format(c, acc.dcol[i]), dg and dg(i, c, key)) }}
+{%     local used = mrule.used(("%s + %d"):format(row0("mi"), rows.classes[c].drow), key) %}
+{%     local kvq = mods.kvq_scale and ("fmaf(mskv%d, (float)(j * 16 + %d), mkvq%d)"):format(c, acc.dcol[i], c)
+                                   or ("mkvq%d + (float)(j * 16 + %d)"):format(c, acc.dcol[i]) %}
+{%     if part == "score" and G and mods.grad then %}
+        {{ mods.apply_grad(G("mi", "j", i), S("mi", "j", i), "mq" .. c, "mh" .. c, key, used, kvq, dg and dg(i, c, key)) }}
+{%     end %}
+        {{ mods["apply_" .. part](S("mi", "j", i), "mq" .. c, "mh" .. c, key, used, kvq, dg and dg(i, c, key)) }}
 {%   end %}
       }
 {%

@@ -19,8 +19,11 @@ static int compile_all(fj_ctx *ctx, const fj_problem *p, const char *what)
   fj_bwd_plan plan;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, p, &plan));
   /* sm_90a's head dims 64-256 on wgmma (128-key tiles; 64 above 128, where
-   * the consumers split by role), the rest on mma (64-key tiles). */
-  int wg = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0 && p->head_dim >= 64;
+   * the consumers split by role), the rest and problems with expressions
+   * on mma (64-key tiles). */
+  const fj_mods *m = p->mods;
+  int exprs = m && ((m->score && m->score[0]) || (m->mask && m->mask[0]));
+  int wg = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0 && !exprs && p->head_dim >= 64;
   CHECK(plan.variant.mma == (wg ? FJ_MMA_WGMMA : FJ_MMA_SYNC));
   CHECK(plan.variant.tile_n == (wg && p->head_dim <= 128 ? 128 : 64));
   CHECK(plan.grid[0] == (unsigned)((p->seq_kv + plan.variant.tile_n - 1) /
@@ -73,6 +76,155 @@ int test_backward_compile(void)
         return 1;
       }
       p.mods = NULL;
+    }
+    fj_ctx_destroy(ctx);
+  }
+  return 0;
+}
+
+/* Score and mask expressions: their backward runs on the mma family on
+ * both targets, its main kernel carries the derivative after #line 1
+ * "score'" (fj_score_grad) and the mask function, and every kernel
+ * compiles without spilling.  A derivative too long for the kernel is
+ * refused, in one line, while the forward of the same expression plans. */
+int test_backward_exprs_compile(void)
+{
+  static float table[4 * 64];
+  static int32_t docs[512];
+  const fj_mod_param params[2] = {
+      {"rel", FJ_MOD_F32, 2, {4, 64, 0, 0}, table, 0},
+      {"doc", FJ_MOD_I32, 1, {512, 0, 0, 0}, docs, 0}};
+  static const struct {
+    const char *score, *mask;
+    int d;
+    fj_dtype dt;
+  } cases[] = {
+      {"s + rel(h, q - kv + 32)", NULL, 64, FJ_BF16},
+      {"20.0f * tanhf(s / 20.0f)", "doc(q) == doc(kv)", 128, FJ_F16},
+      {"q >= kv ? s : 0.5f * s - 1.0f / (s * s + 1.0f)", NULL, 256, FJ_BF16},
+      {NULL, "doc(q) == doc(kv)", 96, FJ_F16},
+  };
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx != NULL);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+      fj_problem p;
+      fj_mods m;
+      fj_problem_init(&p, 1, 4, 2, 300, 300, cases[c].d, cases[c].dt, FJ_BSHD);
+      fj_mods_init(&m);
+      m.score = cases[c].score;
+      m.mask = cases[c].mask;
+      m.params = params;
+      m.num_params = 2;
+      p.mods = &m;
+      fj_bwd_plan plan;
+      CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+      CHECK(plan.variant.mma == FJ_MMA_SYNC);
+      fj_kernel *k;
+      CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
+      const char *src = fj_kernel_source(k, NULL);
+      CHECK(!strstr(src, "#line 1 \"score'\"") == !cases[c].score);
+      CHECK(!strstr(src, "fj_score_grad(") == !cases[c].score);
+      CHECK(!strstr(src, "#line 1 \"mask\"") == !cases[c].mask);
+      int rc = compile_all(ctx, &p, cases[c].score ? "score" : "mask");
+      if (rc) {
+        fj_ctx_destroy(ctx);
+        return rc;
+      }
+    }
+    fj_ctx_destroy(ctx);
+  }
+  /* s * s * ... * s: a product of 250 factors, whose derivative repeats
+   * every prefix (about 100 KB of CUDA). */
+  char text[1024];
+  strcpy(text, "s");
+  for (int i = 1; i < 250; i++)
+    strcat(text, "*s");
+  fj_ctx *ctx = fjt_ctx("sm_80", NULL);
+  CHECK(ctx != NULL);
+  fj_problem p;
+  fj_mods m;
+  fj_problem_init(&p, 1, 4, 4, 128, 128, 64, FJ_BF16, FJ_BSHD);
+  fj_mods_init(&m);
+  m.score = text;
+  p.mods = &m;
+  fj_plan fwd;
+  fj_bwd_plan plan;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &fwd));
+  fj_status st = fj_attention_bwd_plan(ctx, &p, &plan);
+  CHECK(st != FJ_OK);
+  CHECK_MSG(ctx, "score': the expression's derivative as CUDA is too long for the "
+                 "backward");
+  CHECK(!strchr(fj_errmsg(ctx), '\n'));
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* The parameters' gradients (fj_mods.param_grads): the main kernel adds
+ * them in fj_param_grads (an atomic a score for a read whose indices move
+ * with q, kv or s; a warp's sum for the others), named _pg, compiles without spilling on both targets; an
+ * int tensor's or a scalar's gradient, and any in deterministic mode, are
+ * refused with what they are. */
+int test_backward_param_grads_compile(void)
+{
+  static float slope[4], rel[4 * 64], grads_s[4], grads_r[4 * 64];
+  static int32_t docs[512];
+  const fj_mod_param params[4] = {
+      {"slope", FJ_MOD_F32, 1, {4, 0, 0, 0}, slope, 0},
+      {"rel", FJ_MOD_BF16, 2, {4, 64, 0, 0}, rel, 0},
+      {"doc", FJ_MOD_I32, 1, {512, 0, 0, 0}, docs, 0},
+      {"z", FJ_MOD_F32, 0, {0, 0, 0, 0}, NULL, 0.5}};
+  float *grads[4] = {grads_s, grads_r, NULL, NULL};
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx != NULL);
+    for (int d = 64; d <= 128; d += 64) {
+      fj_problem p;
+      fj_mods m;
+      fj_problem_init(&p, 1, 4, 2, 300, 300, d, FJ_BF16, FJ_BSHD);
+      fj_mods_init(&m);
+      m.score = "s * (1.0f + z * slope(h)) + rel(h, q - kv + 32) + slope(h) * (float)(kv - q)";
+      m.mask = "doc(q) == doc(kv)";
+      m.params = params;
+      m.num_params = 4;
+      m.param_grads = grads;
+      p.mods = &m;
+      fj_bwd_plan plan;
+      CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+      fj_kernel *k;
+      CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
+      const char *src = fj_kernel_source(k, NULL);
+      CHECK(strstr(src, "fj_param_grads(dse, sraw[j][0]") != NULL);
+      CHECK(strstr(src, "atomicAdd(fj_mg.g[0]") && strstr(src, "atomicAdd(fj_mg.g[1]") &&
+            !strstr(src, "fj_mg.g[2]"));
+      /* slope(h) is one element per head: summed, a warp's sum one atomic. */
+      CHECK(strstr(src, "fj_param_flush(fj_pga, blk.b, h, blk.hk") != NULL);
+      CHECK(strstr(fj_kernel_name(k), "_pg") != NULL);
+      int rc = compile_all(ctx, &p, "param grads");
+      if (rc) {
+        fj_ctx_destroy(ctx);
+        return rc;
+      }
+      /* Without gradients: another kernel, without the atomics. */
+      m.param_grads = NULL;
+      CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
+      CHECK(!strstr(fj_kernel_source(k, NULL), "fj_param_grads") &&
+            !strstr(fj_kernel_name(k), "_pg"));
+      m.param_grads = grads;
+      p.deterministic = 1;
+      CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_UNSUPPORTED);
+      CHECK_MSG(ctx, "fj_attention_bwd: mods.param_grads in deterministic mode");
+      p.deterministic = 0;
+      grads[2] = grads_s;
+      CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_INVALID_ARG);
+      CHECK_MSG(ctx, "mods.param_grads[2] is given for doc, an i32 tensor");
+      grads[2] = NULL;
+      grads[3] = grads_s;
+      CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_INVALID_ARG);
+      CHECK_MSG(ctx, "mods.param_grads[3] is given for z, a scalar");
+      grads[3] = NULL;
     }
     fj_ctx_destroy(ctx);
   }
@@ -137,10 +289,13 @@ int test_backward_refusals(void)
   fj_mods m;
   fj_problem_init(&p, 1, 4, 4, 128, 128, 64, FJ_BF16, FJ_BHSD);
   fj_mods_init(&m);
+  /* Score and mask expressions are taken, by the mma family alone (the
+   * wgmma template refuses them), even on sm_90a. */
   m.score = "s * 0.5f";
+  m.mask = "q >= kv";
   p.mods = &m;
-  CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_UNSUPPORTED);
-  CHECK_MSG(ctx, "the backward does not take score or mask expressions");
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+  CHECK(plan.variant.mma == FJ_MMA_SYNC);
   static const int32_t cu_dummy[4] = {0, 0, 0, 0};
   fj_mods_init(&m);
   m.window_left = 64;
@@ -253,15 +408,12 @@ int test_backward_prewarm(void)
   CHECK_OK(ctx, fj_cache_prewarm_bwd(ctx, ps, 3, NULL, NULL, &r));
   CHECK(r.variants == 2 && r.kernels == 4 && r.compiled == 0 && r.cached == 4);
   /* A problem the backward refuses: the others are still prepared. */
-  fj_mods m;
-  fj_mods_init(&m);
-  m.score = "s * 0.5f";
-  ps[1].mods = &m;
+  ps[1].head_dim_v = 32;
   CHECK_ST(ctx, fj_cache_prewarm_bwd(ctx, ps, 2, NULL, each, &r),
            FJ_ERR_UNSUPPORTED);
   CHECK_MSG(ctx, "fj_cache_prewarm_bwd: 1 of 2 problems failed; the first, "
-                 "problems[1]: the backward does not take score or mask "
-                 "expressions");
+                 "problems[1]: the backward does not take head_dim_v 32 "
+                 "with head_dim 64");
   CHECK(each[0] == FJ_OK && each[1] == FJ_ERR_UNSUPPORTED);
   CHECK(r.variants == 2 && r.failed == 1 && r.kernels == 3);
   /* Arguments. */
@@ -326,10 +478,10 @@ int test_backward_tune(void)
   CHECK(r.candidates == 0 && r.timed == 0);
   fj_mods m;
   fj_mods_init(&m);
-  m.mask = "q >= kv";
+  m.mask = "q >= kv";  /* taken: the tuner then needs its GPU */
   p.mods = &m;
-  CHECK_ST(ctx, fj_tune_bwd(ctx, &p, NULL, NULL, NULL), FJ_ERR_UNSUPPORTED);
-  CHECK_MSG(ctx, "the backward does not take score or mask expressions");
+  CHECK_ST(ctx, fj_tune_bwd(ctx, &p, NULL, NULL, NULL), FJ_ERR_COMPILE_ONLY);
+  CHECK_MSG(ctx, "needs a GPU context");
   p.mods = NULL;
   /* The candidates the tuner counts: a family's template refusing a head
    * dim is a refusal (FJ_ERR_UNSUPPORTED), not a failure. */

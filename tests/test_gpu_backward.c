@@ -517,3 +517,287 @@ int test_gpu_backward_tuned(void)
   fj_ctx_destroy(ctx);
   return 0;
 }
+
+/* ---- score and mask expressions ---------------------------------------------
+ * The backward with the user's expressions (fj_mods.score, .mask) against
+ * the reference's, which applies the expression's derivative on the host
+ * (evaluated, not compiled).  Every case offers the same parameters:
+ * slope, float32 [heads]: ALiBi's slopes; rel, float32 [heads][1024]: a
+ * relative-position bias read at q - kv + 512; doc, int32 [512]: a
+ * document id per position (documents of 37 positions). */
+
+#define MODS_SEQ 512
+
+typedef struct mods_case {
+  int b, hq, hkv, sq, skv, d;
+  fj_dtype dt;
+  fj_causal causal;
+  const char *score, *mask;
+  float softcap;
+} mods_case;
+
+typedef struct mods_params {
+  float slope[16];
+  float rel[16 * 2 * MODS_SEQ];
+  int32_t doc[MODS_SEQ];
+  void *dev[3];
+  fj_mod_param host_p[3], dev_p[3];
+} mods_params;
+
+static int mods_params_init(mods_params *mp, uint64_t *seed)
+{
+  memset(mp, 0, sizeof *mp);
+  for (int h = 0; h < 16; h++)
+    mp->slope[h] = exp2f(-8.f * (float)(h + 1) / 16.f);
+  for (size_t i = 0; i < sizeof mp->rel / sizeof mp->rel[0]; i++)
+    mp->rel[i] = (float)(0.5 * normal(seed));
+  for (int i = 0; i < MODS_SEQ; i++)
+    mp->doc[i] = i / 37;
+  const void *host[3] = {mp->slope, mp->rel, mp->doc};
+  const size_t bytes[3] = {sizeof mp->slope, sizeof mp->rel, sizeof mp->doc};
+  const fj_mod_param shape[3] = {
+      {"slope", FJ_MOD_F32, 1, {16, 0, 0, 0}, NULL, 0},
+      {"rel", FJ_MOD_F32, 2, {16, 2 * MODS_SEQ, 0, 0}, NULL, 0},
+      {"doc", FJ_MOD_I32, 1, {MODS_SEQ, 0, 0, 0}, NULL, 0}};
+  for (int i = 0; i < 3; i++) {
+    mp->dev[i] = upload(host[i], bytes[i]);
+    if (!mp->dev[i])
+      return 1;
+    mp->host_p[i] = mp->dev_p[i] = shape[i];
+    mp->host_p[i].data = host[i];
+    mp->dev_p[i].data = mp->dev[i];
+  }
+  return 0;
+}
+
+static void mods_params_free(mods_params *mp)
+{
+  for (int i = 0; i < 3; i++)
+    cudaFree(mp->dev[i]);
+}
+
+/* ||got - want|| / ||want|| over n floats. */
+static double rel_err_f32(const float *got, const float *want, size_t n)
+{
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)got[i] - (double)want[i];
+    num += d * d;
+    den += (double)want[i] * (double)want[i];
+  }
+  return isfinite(num) ? sqrt(num / (den > 0 ? den : 1)) : (double)INFINITY;
+}
+
+/* The parameters' gradients of a case (pgrads): slope's and rel's, on the
+ * device (zeroed: the backward adds) and the reference's on the host. */
+typedef struct mods_grads {
+  float *dev[2];
+  float host[2][16 * 2 * MODS_SEQ];
+  float got[2][16 * 2 * MODS_SEQ];
+  float *dptr[3], *hptr[3];
+} mods_grads;
+
+static const size_t grad_count[2] = {16, 16 * 2 * MODS_SEQ};
+
+static int mods_grads_init(mods_grads *mg)
+{
+  memset(mg, 0, sizeof *mg);
+  for (int t = 0; t < 2; t++) {
+    mg->dev[t] = upload(NULL, grad_count[t] * 4);
+    if (!mg->dev[t] || cudaMemset(mg->dev[t], 0, grad_count[t] * 4) != cudaSuccess)
+      return 1;
+    mg->dptr[t] = mg->dev[t];
+    mg->hptr[t] = mg->host[t];
+  }
+  return 0;
+}
+
+/* One case: forward and backward with the expressions on the device, the
+ * reference with the same expressions on the host; with pgrads, slope's
+ * and rel's gradients too (fj_mods.param_grads).  0: right. */
+static int run_mods_case(fj_ctx *ctx, const mods_case *mc,
+                         const mods_params *mp, uint64_t *seed, int pgrads)
+{
+  mods_grads *mg = pgrads ? malloc(sizeof *mg) : NULL;
+  if (pgrads && (!mg || mods_grads_init(mg))) {
+    fprintf(stderr, "out of memory for the parameters' gradients\n");
+    return 1;
+  }
+  bwd_run r;
+  memset(&r, 0, sizeof r);
+  fj_problem *p = &r.p;
+  fj_problem_init(p, mc->b, mc->hq, mc->hkv, mc->sq, mc->skv, mc->d, mc->dt,
+                  FJ_BSHD);
+  p->causal = mc->causal;
+  fj_mods_init(&r.m);
+  r.m.score = mc->score;
+  r.m.mask = mc->mask;
+  r.m.softcap = mc->softcap;
+  r.m.params = mp->dev_p;
+  r.m.num_params = 3;
+  r.m.param_grads = pgrads ? mg->dptr : NULL;
+  p->mods = &r.m;
+  r.nq = (size_t)mc->b * (size_t)mc->sq * (size_t)mc->hq * (size_t)mc->d;
+  r.nk = (size_t)mc->b * (size_t)mc->skv * (size_t)mc->hkv * (size_t)mc->d;
+  size_t nl = (size_t)mc->b * (size_t)mc->hq * (size_t)mc->sq;
+  r.q = random_host(mc->dt, r.nq, 1.f, seed);
+  r.k = random_host(mc->dt, r.nk, 1.f, seed);
+  r.v = random_host(mc->dt, r.nk, 1.f, seed);
+  r.dout = random_host(mc->dt, r.nq, 1.f, seed);
+  r.q_d = upload(r.q, r.nq * 2);
+  r.k_d = upload(r.k, r.nk * 2);
+  r.v_d = upload(r.v, r.nk * 2);
+  r.do_d = upload(r.dout, r.nq * 2);
+  r.o_d = upload(NULL, r.nq * 2);
+  r.lse_d = upload(NULL, nl * 4);
+  r.gq = upload(NULL, r.nq * 2);
+  r.gk = upload(NULL, r.nk * 2);
+  r.gv = upload(NULL, r.nk * 2);
+  r.hq = malloc(r.nq * 2);
+  r.hk = malloc(r.nk * 2);
+  r.hv = malloc(r.nk * 2);
+  int rc = 1;
+  fj_status st = fj_attention_fwd(ctx, p, r.q_d, r.k_d, r.v_d, r.o_d,
+                                  r.lse_d, NULL);
+  if (st == FJ_OK)
+    st = fj_attention_bwd_plan(ctx, p, &r.plan);
+  if (st != FJ_OK) {
+    fprintf(stderr, "forward or plan: %s\n", fj_errmsg(ctx));
+    goto out;
+  }
+  if (run_pass(ctx, &r))
+    goto out;
+  float *rq = calloc(r.nq, 4), *rk = calloc(r.nk, 4), *rv = calloc(r.nk, 4);
+  fj_problem hp = r.p;
+  fj_mods hm = r.m;
+  hm.params = mp->host_p;
+  hm.param_grads = pgrads ? mg->hptr : NULL;
+  hp.mods = &hm;
+  st = fj_reference_bwd(&hp, r.q, r.k, r.v, r.dout, rq, rk, rv, NULL);
+  if (st != FJ_OK) {
+    fprintf(stderr, "reference: %s\n", fj_errmsg(NULL));
+  } else {
+    double eq = rel_err(mc->dt, r.hq, rq, r.nq);
+    double ek = rel_err(mc->dt, r.hk, rk, r.nk);
+    double ev = rel_err(mc->dt, r.hv, rv, r.nk);
+    double tol = mc->dt == FJ_BF16 ? 3e-2 : 1e-2;  /* as run_backward's */
+    double eg[2] = {0, 0};
+    for (int t = 0; pgrads && t < 2; t++) {
+      cudaMemcpy(mg->got[t], mg->dev[t], grad_count[t] * 4, cudaMemcpyDeviceToHost);
+      eg[t] = rel_err_f32(mg->got[t], mg->host[t], grad_count[t]);
+    }
+    rc = !(eq < tol && ek < tol && ev < tol && eg[0] < tol && eg[1] < tol);
+    if (pgrads)
+      printf("       dslope %.2e drel %.2e\n", eg[0], eg[1]);
+    printf("%s %-5s %s d%-3d %s h%d/%d s%d/%d %s score '%s'%s%s%s: dq %.2e "
+           "dk %.2e dv %.2e\n",
+           rc ? "FAIL" : "ok  ", fj_mma_name(r.plan.variant.mma),
+           fj_ctx_arch(ctx), mc->d, fj_dtype_name(mc->dt), mc->hq, mc->hkv,
+           mc->sq, mc->skv, fj_causal_name(mc->causal),
+           mc->score ? mc->score : "", mc->mask ? " mask '" : "",
+           mc->mask ? mc->mask : "", mc->softcap > 0 ? "' softcap" : "",
+           eq, ek, ev);
+  }
+  free(rq);
+  free(rk);
+  free(rv);
+out:
+  run_free(&r);
+  if (mg) {
+    cudaFree(mg->dev[0]);
+    cudaFree(mg->dev[1]);
+    free(mg);
+  }
+  return rc;
+}
+
+/* The cases on the device's own target, then, on an sm_90a device, on
+ * plain sm_90 too.  Both run the mma family: the plan routes expressions
+ * there (the wgmma backward does not apply them). */
+static int run_mods_cases(const mods_case *cases, size_t n, int pgrads)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(NULL, &ctx);
+  if (rc)
+    return rc;
+  uint64_t seed = 20261127;
+  mods_params *mp = malloc(sizeof *mp);
+  CHECK(mp != NULL && mods_params_init(mp, &seed) == 0);
+  int fails = 0, runs = 0;
+  for (size_t i = 0; i < n; i++, runs++)
+    fails += run_mods_case(ctx, &cases[i], mp, &seed, pgrads);
+  int hopper = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0;
+  fj_ctx_destroy(ctx);
+  if (hopper) {
+    fj_ctx_opts o;
+    fj_ctx_opts_init(&o);
+    o.arch = "sm_90";
+    o.disk_cache = 0;
+    CHECK(fj_ctx_create(&ctx, &o) == FJ_OK);
+    for (size_t i = 0; i < n; i++, runs++)
+      fails += run_mods_case(ctx, &cases[i], mp, &seed, pgrads);
+    fj_ctx_destroy(ctx);
+  }
+  mods_params_free(mp);
+  free(mp);
+  printf("backward with expressions: %d runs, %d failed\n", runs, fails);
+  return fails != 0;
+}
+
+#define ALIBI "s + slope(h) * (float)(kv - q)"
+#define SOFTCAP "20.0f * tanhf(s / 20.0f)"
+#define RELBIAS "s + rel(h, q - kv + 512)"
+#define INVERSE "s - 2.0f / (s * s + 1.0f)"
+#define BRANCH "q >= kv ? s * 1.5f : powf(fabsf(s) + 1.0f, 1.25f)"
+
+int test_gpu_backward_mods(void)
+{
+  static const mods_case cases[] = {
+      {2, 4, 4, 256, 256, 64, FJ_BF16, NC, ALIBI, NULL, 0},
+      {1, 4, 2, 300, 300, 128, FJ_F16, TL, ALIBI, NULL, 0},
+      {2, 4, 4, 256, 256, 64, FJ_F16, NC, SOFTCAP, NULL, 0},
+      {1, 4, 4, 200, 333, 128, FJ_BF16, BR, SOFTCAP, NULL, 0},
+      {1, 4, 4, 300, 300, 64, FJ_BF16, TL, RELBIAS, NULL, 0},
+      {1, 8, 2, 190, 250, 128, FJ_F16, NC, RELBIAS, NULL, 0},
+      {1, 4, 4, 257, 257, 64, FJ_F16, NC, INVERSE, NULL, 0},
+      {1, 2, 2, 130, 130, 96, FJ_BF16, TL, INVERSE, NULL, 0},
+      {1, 4, 4, 256, 256, 128, FJ_BF16, NC, BRANCH, NULL, 0},
+      {1, 2, 2, 100, 100, 32, FJ_F16, NC, BRANCH, NULL, 0},
+      /* a mask expression (documents), with and without a score one */
+      {2, 4, 4, 300, 300, 64, FJ_BF16, NC, NULL, "doc(q) == doc(kv)", 0},
+      {1, 4, 2, 257, 257, 128, FJ_F16, TL, ALIBI, "doc(q) == doc(kv)", 0},
+      /* an expression and the built-in softcap after it */
+      {1, 4, 4, 256, 256, 64, FJ_BF16, NC, "s * 1.5f + (float)(q - kv) * 0.01f",
+       NULL, 10.f},
+  };
+  return run_mods_cases(cases, sizeof cases / sizeof cases[0], 0);
+}
+
+/* The parameters' gradients (fj_mods.param_grads): ALiBi's slopes and a
+ * relative bias table, read by score expressions, against the reference's
+ * (float32 atomics on the device). */
+int test_gpu_backward_param_grads(void)
+{
+  static const mods_case cases[] = {
+      {2, 4, 4, 256, 256, 64, FJ_BF16, NC, ALIBI, NULL, 0},
+      {1, 4, 2, 300, 300, 128, FJ_F16, TL, ALIBI, NULL, 0},
+      {1, 4, 4, 300, 300, 64, FJ_BF16, TL, RELBIAS, NULL, 0},
+      {1, 8, 2, 190, 250, 128, FJ_F16, NC, "s * (1.0f + 0.1f * slope(h)) + rel(h, kv - q + 512)",
+       "doc(q) == doc(kv)", 0},
+      {1, 4, 4, 256, 256, 64, FJ_BF16, BR, "s + rel(h, q - kv + 512) * 2.0f", NULL, 10.f},
+  };
+  return run_mods_cases(cases, sizeof cases / sizeof cases[0], 1);
+}
+
+/* One small case with an expression that gives inf at the zero padding's
+ * score (1 / s at s = 0 past the sequence's 100 rows and 130 keys), for
+ * compute-sanitizer and for NaN: its gradients must stay finite. */
+int test_gpu_sanitize_backward_mods(void)
+{
+  static const mods_case cases[] = {
+      {1, 4, 2, 100, 130, 64, FJ_BF16, TL,
+       "s + (fabsf(s) > 0.25f ? 0.01f / s : 0.04f * s) + 0.0f * (1.0f / s)",
+       "doc(q) == doc(kv)", 0},
+  };
+  return run_mods_cases(cases, 1, 0);
+}

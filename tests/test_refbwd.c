@@ -20,6 +20,11 @@ typedef struct gproblem {
   float sinks[4];
   double *q, *k, *v, *dout;
   size_t nq, nkv;
+  /* The central differences' step and the largest relative error taken:
+   * 1e-5 and 1e-6, except where a score expression computes in float32
+   * (the reference's, as the kernels'), whose rounding a step of 1e-5
+   * would see. */
+  double step, tol;
 } gproblem;
 
 /* Uniform in [-a, a), from a fixed sequence. */
@@ -42,6 +47,8 @@ static int gproblem_init(gproblem *g, int sq, int skv)
   fj_problem_init(&g->p, 2, 2, 1, sq, skv, 8, FJ_F16, FJ_BHSD);
   fj_mods_init(&g->m);
   g->p.mods = &g->m;
+  g->step = 1e-5;
+  g->tol = 1e-6;
   g->nq = (size_t)2 * 2 * (size_t)sq * 8;
   g->nkv = (size_t)2 * 1 * (size_t)skv * 8;
   g->q = malloc(sizeof(double) * (2 * g->nq + 2 * g->nkv));
@@ -74,7 +81,7 @@ static double loss(const gproblem *g, double *o)
 static double fd_error(gproblem *g, double *x, const double *grad, size_t n,
                        double *o)
 {
-  const double h = 1e-5;
+  const double h = g->step;
   double worst = 0, big = 0;
   for (size_t i = 0; i < n; i++) {
     double x0 = x[i];
@@ -139,7 +146,7 @@ static int gradcheck(gproblem *g, const char *name)
     fprintf(stderr, "%s: status %d or a gradient not finite: %s\n", name,
             (int)st, fj_errmsg(NULL));
   for (int i = 0; i < 4; i++)
-    bad |= !(e[i] < 1e-6);
+    bad |= !(e[i] < g->tol);
   return bad;
 }
 
@@ -201,6 +208,191 @@ int test_refbwd_gradcheck(void)
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     bad |= run_case(&cases[i]);
   return bad;
+}
+
+/* Score expressions: the reference's backward multiplies dS by the
+ * expression's derivative (expr_grad.c) at the raw score; central
+ * differences of the forward (which evaluates the expression in float32)
+ * with steps of 1e-3, within 2e-3.  Parameters: a float slope table per
+ * head, an int document table per key. */
+int test_refbwd_score_exprs(void)
+{
+  static const float slopes[2] = {0.5f, -0.25f};
+  static const int32_t docs[7] = {0, 0, 0, 1, 1, 2, 2};
+  static const float bias[2][16] = {
+      {0.1f, -0.2f, 0.3f, 0.05f, -0.4f, 0.2f, 0.0f, 0.15f,
+       -0.1f, 0.25f, -0.3f, 0.35f, 0.1f, -0.05f, 0.2f, -0.15f},
+      {0.2f, 0.1f, -0.1f, 0.0f, 0.3f, -0.2f, 0.1f, 0.05f,
+       0.15f, -0.25f, 0.2f, 0.1f, -0.35f, 0.3f, 0.0f, 0.05f}};
+  fj_mod_param params[3] = {
+      {"slope", FJ_MOD_F32, 1, {2, 0, 0, 0}, slopes, 0},
+      {"doc", FJ_MOD_I32, 1, {7, 0, 0, 0}, docs, 0},
+      {"rel", FJ_MOD_F32, 2, {2, 16, 0, 0}, bias, 0}};
+  static const struct {
+    const char *name, *score, *mask;
+    float softcap;
+  } cases[] = {
+      {"alibi table", "s + slope(h) * (float)(kv - q)", NULL, 0},
+      {"user softcap", "3.0f * tanhf(s / 3.0f)", NULL, 0},
+      {"relative bias", "s + rel(h, q - kv + 8)", NULL, 0},
+      {"guarded 1/x", "s - 1.0f / (s * s + 1.0f)", NULL, 0},
+      {"ternary, powf", "q >= kv ? s * s * 0.5f : powf(fabsf(s) + 1.0f, 1.5f)",
+       NULL, 0},
+      {"expression, softcap", "s * 1.5f + (float)(q - kv) * 0.1f", NULL, 2.0f},
+      {"document mask", "s * slope(h)", "doc(q) == doc(kv)", 0},
+  };
+  int bad = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    gproblem g;
+    if (gproblem_init(&g, 5, 7))
+      return 1;
+    g.m.score = cases[i].score;
+    g.m.mask = cases[i].mask;
+    g.m.softcap = cases[i].softcap;
+    g.m.params = params;
+    g.m.num_params = 3;
+    g.step = 1e-3;
+    g.tol = 2e-3;
+    bad |= gradcheck(&g, cases[i].name);
+    free(g.q);
+  }
+  return bad;
+}
+
+/* The check above can fail: the derivative left out (a score expression
+ * whose derivative is far from 1, its gradients taken as if it were s),
+ * the finite differences disagree. */
+int test_refbwd_score_exprs_catch(void)
+{
+  gproblem g, h;
+  if (gproblem_init(&g, 5, 7) || gproblem_init(&h, 5, 7))
+    return 1;
+  g.m.score = "s * 3.0f";   /* the forward the differences see */
+  g.step = h.step = 1e-3;
+  double *grad = malloc(sizeof(double) * (2 * g.nq + 2 * g.nkv + 4));
+  CHECK(grad != NULL);
+  double *dk = grad + g.nq, *dv = dk + g.nkv, *o = dv + g.nkv;
+  /* h has no expression: its gradients lack the factor 3. */
+  CHECK_OK(NULL, fj__reference_bwd64(&h.p, h.q, h.k, h.v, h.dout, grad, dk,
+                                     dv, NULL));
+  double e = fd_error(&g, g.q, grad, g.nq, o);
+  CHECK_OK(NULL, fj__reference_bwd64(&g.p, g.q, g.k, g.v, g.dout, grad, dk,
+                                     dv, NULL));
+  double ok = fd_error(&g, g.q, grad, g.nq, o);
+  printf("  without the derivative %.1e, with it %.1e\n", e, ok);
+  free(grad);
+  free(g.q);
+  free(h.q);
+  CHECK(e > 0.1 && ok < 2e-3);
+  return 0;
+}
+
+/* The float tensor parameters' gradients (fj_mods.param_grads): a slope
+ * per head, a relative bias table and a per-key bias, each read by a score
+ * expression, against central differences of the float64 forward over
+ * every element (steps of 2^-10, whose float32 values are exact); an
+ * element no pair reads gets 0.  The int parameter doc has none. */
+static int param_case(const char *name, const char *score, const char *mask,
+                      float softcap)
+{
+  gproblem g;
+  if (gproblem_init(&g, 5, 7))
+    return 1;
+  float slope[2] = {0.5f, -0.25f}, keyb[8], rel[2][16];
+  static const int32_t docs[8] = {0, 0, 0, 1, 1, 2, 2, 2};
+  for (int i = 0; i < 8; i++)
+    keyb[i] = 0.1f * (float)(i % 3) - 0.15f;
+  for (int i = 0; i < 32; i++)
+    rel[i / 16][i % 16] = 0.05f * (float)((i * 7) % 11) - 0.25f;
+  fj_mod_param params[4] = {
+      {"slope", FJ_MOD_F32, 1, {2, 0, 0, 0}, slope, 0},
+      {"keyb", FJ_MOD_F32, 1, {8, 0, 0, 0}, keyb, 0},
+      {"rel", FJ_MOD_F32, 2, {2, 16, 0, 0}, rel, 0},
+      {"doc", FJ_MOD_I32, 1, {8, 0, 0, 0}, docs, 0}};
+  float gs[2] = {0}, gk[8] = {0}, gr[32] = {0};
+  float *const grads[4] = {gs, gk, gr, NULL};
+  float *const vals[3] = {slope, keyb, &rel[0][0]};
+  const int counts[3] = {2, 8, 32};
+  g.m.score = score;
+  g.m.mask = mask;
+  g.m.softcap = softcap;
+  g.m.params = params;
+  g.m.num_params = 4;
+  g.m.param_grads = grads;
+  double *buf = malloc(sizeof(double) * (2 * g.nq + 2 * g.nkv));
+  int bad = !buf;
+  double *dk = buf + g.nq, *dv = dk + g.nkv, *o = dv + g.nkv;
+  if (!bad)
+    bad = fj__reference_bwd64(&g.p, g.q, g.k, g.v, g.dout, buf, dk, dv,
+                              NULL) != FJ_OK;
+  double worst = 0, big = 0;
+  for (int t = 0; t < 3 && !bad; t++)
+    for (int i = 0; i < counts[t]; i++) {
+      const float h = 0x1p-10f, x0 = vals[t][i];
+      vals[t][i] = x0 + h;
+      double up = loss(&g, o);
+      vals[t][i] = x0 - h;
+      double down = loss(&g, o);
+      vals[t][i] = x0;
+      double want = (up - down) / (2.0 * (double)h), got = (double)grads[t][i];
+      double e = fabs(got - want);
+      worst = e > worst || isnan(e) ? e : worst;
+      big = fabs(want) > big ? fabs(want) : big;
+    }
+  double rel_e = big > 0 ? worst / big : worst;
+  printf("  %-28s dparams %.1e (largest %.2f)\n", name, rel_e, big);
+  if (bad)
+    fprintf(stderr, "%s: %s\n", name, fj_errmsg(NULL));
+  free(buf);
+  free(g.q);
+  return bad || !(rel_e < 2e-3) || !(big > 0.01);
+}
+
+int test_refbwd_param_grads(void)
+{
+  int bad = 0;
+  bad |= param_case("alibi slopes", "s + slope(h) * (float)(kv - q)", NULL, 0);
+  bad |= param_case("key bias, scaled", "s * (1.0f + keyb(kv)) + keyb(kv)", NULL, 0);
+  bad |= param_case("relative bias", "s + rel(h, q - kv + 6)", NULL, 0);
+  bad |= param_case("bias past the table", "s + rel(h, q - kv + 12)", NULL, 0);
+  bad |= param_case("all, softcap, mask",
+                    "tanhf(slope(h)) * s + rel(h, kv - q + 4) * keyb(kv)",
+                    "doc(q) == doc(kv) || kv <= 1", 2.0f);
+  return bad;
+}
+
+/* What param_grads may not hold: a gradient for an int tensor or a
+ * scalar. */
+int test_refbwd_param_grads_refused(void)
+{
+  fj_problem p;
+  fj_problem_init(&p, 1, 1, 1, 4, 4, 8, FJ_F16, FJ_BHSD);
+  static const uint16_t x[32] = {0};
+  float g[4][8], gp[8];
+  static const int32_t docs[4] = {0};
+  fj_mod_param params[2] = {{"doc", FJ_MOD_I32, 1, {4, 0, 0, 0}, docs, 0},
+                            {"z", FJ_MOD_F32, 0, {0, 0, 0, 0}, NULL, 0.5}};
+  float *grads[2] = {gp, NULL};
+  fj_mods m;
+  fj_mods_init(&m);
+  m.score = "s * z + (float)doc(q)";
+  m.params = params;
+  m.num_params = 2;
+  m.param_grads = (float *const *)grads;
+  p.mods = &m;
+  CHECK_ST(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "fj_reference_bwd: mods.param_grads[0] is given for doc, an "
+                  "i32 tensor: only float tensors (f32, f16, bf16) have a "
+                  "gradient");
+  grads[0] = NULL;
+  grads[1] = gp;
+  CHECK_ST(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "mods.param_grads[1] is given for z, a scalar");
+  grads[1] = NULL;
+  CHECK_OK(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL));
+  return 0;
 }
 
 /* Rows that see no key: bottom-right with seq_q 7 > seq_kv 5 hides every
@@ -410,16 +602,12 @@ int test_refbwd_errors(void)
            FJ_ERR_INVALID_ARG);
   CHECK_MSG(NULL, "head_dim 0 is invalid");
   p.head_dim = 8;
-  /* A score expression, a block mask, FP8 K/V: refused. */
+  /* A score expression is taken; a block mask, FP8 K/V: refused. */
   fj_mods m;
   fj_mods_init(&m);
   m.score = "s * 0.5f";
   p.mods = &m;
-  CHECK_ST(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL),
-           FJ_ERR_UNSUPPORTED);
-  CHECK_MSG(NULL, "fj_reference_bwd: mods.score is not implemented in the "
-                  "backward (the score expression's derivative is not "
-                  "generated yet)");
+  CHECK_OK(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL));
   m.score = NULL;
   static const int32_t one[1] = {1}, zero[1] = {0};
   fj_block_mask bm;

@@ -127,7 +127,8 @@ class Mods(C.Structure):
     _fields_ = [("score", C.c_char_p), ("mask", C.c_char_p), ("params", C.POINTER(ModParam)),
                 ("num_params", C.c_int), ("window_left", C.c_int), ("window_right", C.c_int),
                 ("softcap", C.c_float), ("sinks", C.c_void_p),
-                ("block_mask", C.c_void_p), ("checked", C.c_int)]
+                ("block_mask", C.c_void_p), ("checked", C.c_int),
+                ("param_grads", C.c_void_p)]
 
 
 class ModBuiltin(C.Structure):

@@ -13,10 +13,12 @@ an op costs dispatcher time on every call.  The ops are defined with
 torch.library directly, with a fake (meta) implementation each, and take
 no gradient: attention() sends a call whose inputs require grad to
 flashjit::attention_train (built-in masks; its backward
-flashjit::attention_bwd), or runs it forward with a backward that raises.
+flashjit::attention_bwd), to flashjit::attention_train_mods (score_mod,
+mask_mod, params; its backward flashjit::attention_bwd_mods), or runs it
+forward with a backward that raises (block masks, checked mode).
 attention_varlen() (_serving.py) does the same with the training ops'
-varlen arguments: one autograd formula and one backward path
-(_launch_bwd, calls.BWD_PROBLEMS) for both kinds.
+varlen arguments (built-in masks): one autograd formula and one backward
+path (_launch_bwd, calls.BWD_PROBLEMS) for both kinds.
 """
 import ctypes as C
 import functools
@@ -434,8 +436,7 @@ def op_call(o, lse, q, k, v, extras):
 
 # Why a call's backward raises, by the kind of call.
 _NO_BACKWARD = {
-    "dense": f"{_WHO}: the backward does not take score_mod, mask_mod, params or block_mask "
-             "yet",
+    "dense": f"{_WHO}: the backward does not take block_mask or checked=True yet",
     "varlen": "flashjit.attention_varlen: the backward does not take score_mod, mask_mod or "
               "params yet"}
 
@@ -689,6 +690,163 @@ def _train_backward(ctx, dout, dlse):
 attention_train_op.register_autograd(_train_backward, setup_context=_train_setup)
 
 
+# ---- the backward with expressions -----------------------------------------------------
+# score_mod, mask_mod and params: the call's options in one text and its
+# extra tensors in one list, as flashjit::attention takes them (sinks and
+# the tensor parameters, in the roles' order).  fj_attention_bwd applies
+# the score expression's derivative, and adds the gradients of the tensor
+# parameters that require grad (pgrads: a bit per parameter, in the
+# order of o.params) into one float32 tensor, dparams, theirs one after
+# another.
+
+
+class _GradPtrs(C.Structure):
+    """fj_mods.param_grads' array: a pointer per parameter (slots a call
+    writes)."""
+    _fields_ = [(f"g{i}", C.c_void_p) for i in range(8)]
+
+
+def _pgrad_params(o, pgrads):
+    """The (parameter index, its role's index among the extras) of each
+    parameter whose gradient pgrads asks for."""
+    role = {r: i for i, r in enumerate(o.roles)}
+    return tuple((i, role["param:" + name]) for i, (name, kind, _) in enumerate(o.params)
+                 if pgrads >> i & 1 and kind == "t")
+
+
+def _build_bwd_mods(o, q, k, v, extras, deterministic, pgrads):
+    """The backward's entry of a call with expressions: its problem, with
+    the forward's modifications (the sinks', the tensor parameters' and
+    their gradients' pointers are slots a call writes: the gradients'
+    after the extras), planned."""
+    p = _bwd_problem(q, k, v, o.causal, o.scale, o.layout, deterministic)
+    mods, slots = mods_of(o, dict(zip(o.roles, extras)), q.device)
+    keep = (mods,)
+    if pgrads:
+        ptrs = _GradPtrs()
+        mods.mods.param_grads = C.addressof(ptrs)
+        for j, (i, _) in enumerate(_pgrad_params(o, pgrads)):
+            setattr(ptrs, f"g{i}", C.addressof(pr._PLACEHOLDER))
+            slots.append((ptrs, f"g{i}", len(extras) + j))
+        keep += (ptrs,)
+    p.mods = mods.ptr
+    return calls.make_bwd_entry(p, q.device, "sinks" in o.roles, slots, keep)
+
+
+def _dparams_views(o, extras, pgrads, device):
+    """dparams, zeroed (the library adds), and its part for each
+    parameter with a gradient, in _pgrad_params' order."""
+    sizes = [extras[r].numel() for _, r in _pgrad_params(o, pgrads)]
+    dparams = torch.zeros(sum(sizes), dtype=torch.float32, device=device)
+    return dparams, tuple(dparams.split(sizes)) if sizes else ()
+
+
+def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrads):
+    """_launch_bwd's counterpart for a call with expressions (opts: the
+    forward's options text): (dq, dk, dv, dsinks, dparams)."""
+    o = calls.decode(opts)
+    q, k, v = (t if _dense(t) else t.contiguous() for t in (q, k, v))
+    out, dout = out.contiguous(), dout.contiguous()
+    dparams, views = _dparams_views(o, extras, pgrads, q.device)
+    if q.numel() == 0:
+        hq = _sizes(q, o.layout)[1]
+        return (torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v),
+                torch.zeros((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32,
+                            device=q.device), dparams)
+    meta = calls.meta
+    key = ("mods", opts, bool(deterministic), int(pgrads), meta(q), meta(k), meta(v),
+           meta(out), meta(dout), meta(lse)) + tuple(meta(t) for t in extras)
+    e = calls.tables.bwd.get(key)
+    if e is None:
+        e = _build_bwd_mods(o, q, k, v, extras, deterministic, pgrads)
+        calls.remember(calls.tables.bwd, key, e)
+    return calls.backward(e, dout, q, k, v, out, lse, tuple(extras) + views) + (dparams,)
+
+
+@torch.library.custom_op("flashjit::attention_bwd_mods", mutates_args=(), device_types="cuda")
+def attention_bwd_mods_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                          v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                          extra: typing.List[torch.Tensor], opts: str,
+                          deterministic: bool = False, pgrads: int = 0
+                          ) -> typing.Tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                            torch.Tensor, torch.Tensor]:
+    """The gradients of flashjit::attention_train_mods: (dq, dk, dv,
+    dsinks, dparams), dsinks empty without sinks, dparams float32: the
+    gradients of the tensor parameters pgrads names (a bit per parameter
+    of the options' list), one after another, flat."""
+    return _launch_bwd_mods(dout, q, k, v, out, lse, extra, opts, deterministic, pgrads)
+
+
+@attention_bwd_mods_op.register_fake
+def _attention_bwd_mods_fake(dout, q, k, v, out, lse, extra, opts, deterministic=False,
+                             pgrads=0):
+    o = calls.decode(opts)
+    hq = _sizes(q, o.layout)[1]
+    n = sum(extra[r].numel() for _, r in _pgrad_params(o, pgrads))
+    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+            q.new_empty((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32),
+            q.new_empty((n,), dtype=torch.float32))
+
+
+@torch.library.custom_op("flashjit::attention_train_mods", mutates_args=(),
+                         device_types="cuda")
+def attention_train_mods_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                            extra: typing.List[torch.Tensor], opts: str
+                            ) -> typing.Tuple[torch.Tensor, torch.Tensor]:
+    """flashjit attention with score_mod, mask_mod and params, with its
+    gradients: (out, lse).  Use flashjit.attention(), which calls it when
+    an input requires grad."""
+    o = calls.decode(opts)
+    return calls.forward(calls.entry(o, True, q, k, v, extra), q, k, v, extra)
+
+
+@attention_train_mods_op.register_fake
+def _attention_train_mods_fake(q, k, v, extra, opts):
+    o = calls.decode(opts)
+    return (q.new_empty(out_shape(q, v), dtype=_out_dtype(q.dtype)),
+            q.new_empty(lse_shape(o, q), dtype=torch.float32))
+
+
+def _train_mods_setup(ctx, inputs, output):
+    q, k, v, extra, opts = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, *extra)
+    ctx.opts = opts
+    # The tensor parameters that require grad, a bit each (o.params' order).
+    o = calls.decode(opts)
+    role = {r: i for i, r in enumerate(o.roles)}
+    ctx.pgrads = sum(1 << i for i, (name, kind, _) in enumerate(o.params)
+                     if kind == "t" and extra[role["param:" + name]].requires_grad)
+    ctx.set_materialize_grads(False)
+
+
+def _train_mods_backward(ctx, dout, dlse):
+    if dlse is not None:
+        raise NotImplementedError(f"{_WHO}: the gradient through the returned lse is not "
+                                  "implemented yet: use the output only")
+    q, k, v, out, lse, *extra = ctx.saved_tensors
+    o = calls.decode(ctx.opts)
+    if dout is None:
+        return None, None, None, [None] * len(extra), None
+    # The deterministic flag as _train_backward reads it.
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    dq, dk, dv, dsinks, dparams = attention_bwd_mods_op(
+        dout, q, k, v, out, lse, list(extra), ctx.opts, deterministic, ctx.pgrads)
+    # The sinks' gradient where they are among the extras, and each
+    # parameter's that requires grad, in its shape and dtype.
+    grads = [dsinks if role == "sinks" else None for role in o.roles]
+    at = 0
+    for _, r in _pgrad_params(o, ctx.pgrads):
+        t = extra[r]
+        grads[r] = dparams[at:at + t.numel()].view(t.shape).to(t.dtype)
+        at += t.numel()
+    return dq, dk, dv, grads, None
+
+
+attention_train_mods_op.register_autograd(_train_mods_backward,
+                                          setup_context=_train_mods_setup)
+
+
 # ---- attention() ----------------------------------------------------------------------
 
 
@@ -744,8 +902,13 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
 
     Differentiable in q, k, v and sinks (loss.backward() runs
     fj_attention_bwd: O and the log-sum-exp are saved, not P) with causal,
-    window, softcap, sinks and GQA; a call with score_mod, mask_mod,
-    params or block_mask runs forward, and its backward raises.  Under
+    window, softcap, sinks, GQA, score_mod, mask_mod and params (the
+    backward multiplies by the score expression's derivative, which the
+    library generates from it), and in the float tensor params that require
+    grad (fj_mods.param_grads: float32 atomics, so not under
+    torch.use_deterministic_algorithms; an int tensor has no gradient).  A
+    call with block_mask or checked=True runs forward, and its backward
+    raises.  Under
     torch.use_deterministic_algorithms(True) (warn_only or not) the
     backward runs the library's deterministic mode (fj_problem's
     deterministic: q.grad, k.grad, v.grad and sinks.grad bit-identical run
@@ -815,7 +978,8 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
     # Autograd goes through the training op (its backward: register_autograd),
     # which keeps the log-sum-exp for it.
     grad = torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, sinks) + descales)
+        isinstance(t, torch.Tensor) and t.requires_grad
+        for t in (q, k, v, sinks) + descales + _param_tensors(params))
     if grad and fp8:
         _fp8_grad_error(q, k, v, sinks, descales)
     if grad and v.shape[-1] != q.shape[-1]:
@@ -829,6 +993,9 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
     o, extras = _dense_opts(c, sc, lay, wl, wr, cap, score_mod, mask_mod, params, sinks, bm,
                             checked, descales)
     lse = bool(return_lse)
+    if grad and block_mask is None and not checked:
+        out, l = attention_train_mods_op(q, k, v, list(extras), calls.encode(o))
+        return (out, l) if return_lse else out
     if grad:
         out, l = NoBackward.apply(o, lse, q, k, v, *extras)
     elif torch.compiler.is_compiling():
@@ -870,6 +1037,13 @@ def _dense_opts(causal, scale, layout, wl, wr, softcap, score_mod, mask_mod, par
 
 
 _NO_BLOCK_MASK = (0, 0, None, None, None, None)
+
+
+def _param_tensors(params):
+    """The tensors among params (a dict, or anything the checks refuse)."""
+    if not isinstance(params, dict):
+        return ()
+    return tuple(t for t in params.values() if isinstance(t, torch.Tensor))
 
 
 def _fp8_grad_error(q, k, v, sinks, descales):

@@ -527,6 +527,94 @@ def reference_kernels(test):
     lib.impl("attention_lse", with_lse, "CPU")
 
 
+def mods_kernels(test):
+    """CPU kernels for the training ops with expressions: the forward
+    through SDPA (the expressions ignored), the backward constant
+    gradients (dq 2, dk 3, dv 4, dsinks 5, the parameters' 6, 7, ... in
+    turn), the options and the parameters' bits each backward received in
+    test.bwd_seen -- the autograd plumbing without a GPU."""
+    lib = torch.library.Library("flashjit", "IMPL")
+    test.addCleanup(lib._destroy)
+    test.bwd_seen = []
+
+    def train(q, k, v, extra, opts):
+        o = calls.decode(opts)
+        out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        return out.contiguous(), torch.zeros(fjt.lse_shape(o, q))
+
+    def bwd(dout, q, k, v, out, lse, extra, opts, deterministic=False, pgrads=0):
+        o = calls.decode(opts)
+        test.bwd_seen.append((o, pgrads))
+        hq = q.shape[1]
+        parts = [torch.full((extra[r].numel(),), 6.0 + j)
+                 for j, (_, r) in enumerate(fjt._pgrad_params(o, pgrads))]
+        return (torch.full_like(q, 2.0), torch.full_like(k, 3.0), torch.full_like(v, 4.0),
+                torch.full((hq,) if "sinks" in o.roles else (0,), 5.0),
+                torch.cat(parts) if parts else torch.zeros(0))
+
+    lib.impl("attention_train_mods", train, "CPU")
+    lib.impl("attention_bwd_mods", bwd, "CPU")
+
+
+@unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
+class ExpressionBackward(unittest.TestCase):
+    """attention() with score_mod, mask_mod and params is differentiable:
+    the training op with expressions, its backward op, the gradients back
+    to q, k, v and sinks (CPU kernels standing in for the GPU's)."""
+
+    def setUp(self):
+        mods_kernels(self)
+        p = mock.patch.object(fjt, "_device_error", lambda *args: None)
+        p.start()
+        self.addCleanup(p.stop)
+
+    def inputs(self):
+        q = torch.randn(1, 4, 32, 64, dtype=BF16, requires_grad=True)
+        k = torch.randn(1, 2, 48, 64, dtype=BF16, requires_grad=True)
+        v = torch.randn(1, 2, 48, 64, dtype=BF16, requires_grad=True)
+        return q, k, v
+
+    def test_gradients_reach_the_inputs(self):
+        q, k, v = self.inputs()
+        sinks = torch.zeros(4, requires_grad=True)
+        table = torch.randn(4)
+        out = flashjit.attention(q, k, v, score_mod="s + t(h) * z", mask_mod="kv <= q + 16",
+                                 params={"t": table, "z": 0.5}, sinks=sinks, causal=True)
+        out.float().sum().backward()
+        o, pgrads = self.bwd_seen[-1]
+        self.assertEqual((o.score_mod, o.mask_mod, o.roles, o.causal, pgrads),
+                         ("s + t(h) * z", "kv <= q + 16", ("sinks", "param:t"),
+                          capi.CAUSAL_TOP_LEFT, 0))
+        for t, want in ((q, 2.0), (k, 3.0), (v, 4.0), (sinks, 5.0)):
+            self.assertTrue(torch.equal(t.grad, torch.full_like(t, want)))
+
+    def test_params_get_their_gradients(self):
+        # Only the tensors that require grad: the bits name them in the
+        # params' order (z is a scalar, doc requires none), and each gets
+        # its part of dparams in its own shape and dtype.
+        q, k, v = self.inputs()
+        slopes = torch.randn(4, requires_grad=True)
+        table = torch.randn(4, 96, dtype=BF16, requires_grad=True)
+        doc = torch.zeros(48, dtype=torch.int32)
+        out = flashjit.attention(q.detach(), k.detach(), v.detach(),
+                                 score_mod="s * z + slopes(h) + table(h, q - kv + 48)",
+                                 mask_mod="doc(q) == doc(kv)",
+                                 params={"slopes": slopes, "z": 0.5, "doc": doc,
+                                         "table": table})
+        out.float().sum().backward()
+        o, pgrads = self.bwd_seen[-1]
+        self.assertEqual(pgrads, 0b1001)
+        self.assertTrue(torch.equal(slopes.grad, torch.full((4,), 6.0)))
+        self.assertEqual((table.grad.shape, table.grad.dtype), ((4, 96), BF16))
+        self.assertTrue(torch.equal(table.grad, torch.full((4, 96), 7.0, dtype=BF16)))
+
+    def test_lse_gradient_is_refused(self):
+        q, k, v = self.inputs()
+        out, lse = flashjit.attention(q, k, v, mask_mod="kv <= q", return_lse=True)
+        with self.assertRaisesRegex(NotImplementedError, r"through the returned lse"):
+            (out.float().sum() + lse.sum()).backward()
+
+
 @unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
 class Traced(unittest.TestCase):
     """torch.compile(fullgraph=True) traces each call into the ops (no
@@ -573,16 +661,17 @@ class Traced(unittest.TestCase):
                                               is_causal=True, enable_gqa=True)
         self.assertLess((out - want.transpose(1, 2) * 2).abs().max().item(), 0.05)
 
-    def test_no_backward_traces(self):
-        # Inputs that require grad with an expression: traced whole, and
-        # the backward raises when it runs.
+    def test_backward_with_expressions_traces(self):
+        # Inputs that require grad with an expression: traced whole into
+        # the training op, and its backward op runs at loss.backward().
+        mods_kernels(self)
         q = torch.randn(1, 2, 64, 64, dtype=BF16, requires_grad=True)
         f = torch.compile(lambda q: flashjit.attention(q, q, q, score_mod="s * 0.5f"),
                           backend="aot_eager", fullgraph=True)
         out = f(q)
-        with self.assertRaisesRegex(NotImplementedError, r"the backward does not take "
-                                    r"score_mod"):
-            out.sum().backward()
+        out.sum().backward()
+        self.assertEqual(self.bwd_seen[-1][0].score_mod, "s * 0.5f")
+        self.assertTrue(torch.equal(q.grad, torch.full_like(q, 2.0 + 3.0 + 4.0)))
 
     def test_serving(self):
         q, k = torch.randn(40, 8, 64, dtype=BF16), torch.randn(40, 2, 64, dtype=BF16)

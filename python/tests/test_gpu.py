@@ -928,11 +928,40 @@ class Backward(GpuCase):
         for g, w in zip((q.grad, k.grad, v.grad), want):
             self.rel(w, g.float(), "compiled backward", 1e-2)
 
-    def test_expressions_refused(self):
-        q = randn(1, 2, 64, 64).requires_grad_()
-        out = flashjit.attention(q, q, q, score_mod="s * 0.5f")
-        with self.assertRaisesRegex(NotImplementedError, "score_mod"):
-            out.sum().backward()
+    def test_expressions(self):
+        # score_mod and mask_mod: the gradients of q, k, v and of the float
+        # params that require grad against autograd through the float32
+        # reference of the same expressions.
+        q, k, v = randn(1, 4, 200, 64), randn(1, 2, 260, 64), randn(1, 2, 260, 64)
+        dout = torch.randn_like(q)
+        base = {"slopes": torch.rand(4, device="cuda") * 0.3,
+                "table": torch.randn(4, 512, device="cuda") * 0.5}
+        doc = (torch.arange(260, device="cuda") // 37).int()
+        cases = [
+            ("s + slopes(h) * (float)(kv - q)", None, ("slopes",),
+             lambda s, P, h, qi, ki: s + P["slopes"][h] * (ki - qi)),
+            ("20.0f * tanhf(s / 20.0f)", None, (),
+             lambda s, P, h, qi, ki: 20 * torch.tanh(s / 20)),
+            ("s * (1.0f + slopes(h)) + table(h, q - kv + 256)", "doc(q) == doc(kv)",
+             ("slopes", "table"),
+             lambda s, P, h, qi, ki: s * (1 + P["slopes"][h]) + P["table"][h, qi - ki + 256]),
+        ]
+        for score, mask, used, fn in cases:
+            leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+            params = {n: t.clone().requires_grad_() for n, t in base.items()}
+            out = flashjit.attention(*leaves, score_mod=score, mask_mod=mask,
+                                     params={**params, "doc": doc})
+            (out.float() * dout.float()).sum().backward()
+            ref = [t.detach().float().requires_grad_() for t in (q, k, v)]
+            rp = {n: t.clone().requires_grad_() for n, t in base.items()}
+            want_out, _ = reference(
+                *ref, score=lambda s, b, h, hk, qi, ki: fn(s, rp, h, qi, ki),
+                mask=(lambda b, h, hk, qi, ki: doc[qi] == doc[ki]) if mask else None)
+            (want_out * dout.float()).sum().backward()
+            for name, g, w in zip(("dq", "dk", "dv"), leaves, ref):
+                self.rel(g.grad, w.grad, f"{name} {score}", 3e-2)
+            for n in used:
+                self.rel(params[n].grad, rp[n].grad, f"d{n} {score}", 3e-2)
 
 
 def is_sm90():
