@@ -109,6 +109,27 @@ if part backward; then
   grep -E "^bwd|^geomean|Error" "$out/bwd_compare.log" | cut -c1-330 | tee -a "$summary"
 fi
 
+# 0e. Training beyond the built-in masks and dense batches: the backward
+#     with score and mask expressions and parameter gradients (TRAIN_TESTS),
+#     memcheck on one expression case, and the package's autograd tests
+#     (TRAIN_PY: varlen, expressions, the GPT example).
+if part train; then
+  for t in ${TRAIN_TESTS:-gpu_backward_mods gpu_backward_param_grads}; do
+    timeout ${TRAIN_TIMEOUT:-240} ./tests/fj_tests "$t" >"$out/train_$t.log" 2>&1
+    note "train $t: exit $? ($(grep -c '^ok ' "$out/train_$t.log") ok, $(grep -c '^FAIL' "$out/train_$t.log") FAIL)"
+    grep -E "^FAIL|error|check failed" "$out/train_$t.log" | head -8 | tee -a "$summary"
+  done
+  if [ "${TRAIN_SANITIZE:-1}" = 1 ]; then
+    timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 ./tests/fj_tests gpu_sanitize_backward_mods >"$out/train_sanitizer.log" 2>&1
+    note "compute-sanitizer --tool memcheck gpu_sanitize_backward_mods: exit $? ($(grep -E 'ERROR SUMMARY' "$out/train_sanitizer.log" | tail -1 | sed 's/=* //'))"
+  fi
+  (cd /work/main/python/tests && PYTHONPATH=/work/main/python FLASHJIT_LIB=/work/main/build/libflashjit.so \
+    TORCHINDUCTOR_CACHE_DIR=/tmp/fj-inductor timeout ${TRAIN_PY_TIMEOUT:-300} python3 -m unittest -v \
+    ${TRAIN_PY:-test_train_varlen test_gpu.Backward test_train}) >"$out/train_py.log" 2>&1
+  note "train python: exit $? ($(grep -E '^Ran [0-9]+ tests' "$out/train_py.log" | tail -1); $(grep -cE '\.\.\. ok$' "$out/train_py.log") ok, $(grep -cE '\.\.\. skipped' "$out/train_py.log") skipped)"
+  grep -E "^(FAIL|ERROR):" -A14 "$out/train_py.log" | grep -E "^(FAIL|ERROR)|Error|assert|line [0-9]+" | head -30 | tee -a "$summary"
+fi
+
 # 0d. The other targets' picks (bench/arch_picks.txt, made by
 #     bench/arch_picks.sh without a GPU): each as explicit variant flags,
 #     checked against the float64 reference (sampled rows) on this GPU.
