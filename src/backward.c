@@ -160,8 +160,9 @@ static fj_status main_kernel(fj_ctx *ctx, const fj_variant *v, int build,
 }
 
 /* The preprocess or postprocess kernel (which: "pre", "post"); a
- * postprocess reads dQ's accumulator in tiles where `tiled` (the wgmma
- * kernel's); ctx->lock held. */
+ * postprocess reads dQ's accumulator in tiles where `tiled` (1: the wgmma
+ * kernel's, 2: the wide wgmma kernel's, bwd_common.cuh's dq_tile_off4);
+ * ctx->lock held. */
 static fj_status row_kernel(fj_ctx *ctx, const fj_problem *p,
                             const char *which, int tiled, fj_kernel **k)
 {
@@ -169,11 +170,11 @@ static fj_status row_kernel(fj_ctx *ctx, const fj_problem *p,
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
   int sinks = mi.sinks && strcmp(which, "post") == 0;
-  tiled = tiled && strcmp(which, "post") == 0;
+  tiled = strcmp(which, "post") == 0 ? tiled : 0;
   int varlen = fj__problem_varlen(p);
   snprintf(symbol, sizeof symbol, "fj_bwd_%s_d%d_%s%s%s%s", which,
            p->head_dim, fj_dtype_name(p->dtype), sinks ? "_sink" : "",
-           tiled ? "_tiled" : "", varlen ? "_vl" : "");
+           tiled == 2 ? "_tiled4" : tiled ? "_tiled" : "", varlen ? "_vl" : "");
   fj_param params[] = {
       {"template", FJ_PARAM_STR, 0, "bwd_rows.cu", NULL},
       {"symbol", FJ_PARAM_STR, 0, symbol, NULL},
@@ -188,7 +189,7 @@ static fj_status row_kernel(fj_ctx *ctx, const fj_problem *p,
       {"varlen", FJ_PARAM_BOOL, varlen, NULL, NULL},
       {"sinks", FJ_PARAM_BOOL, sinks, NULL, NULL},
       {"which", FJ_PARAM_STR, 0, which, NULL},
-      {"tiled", FJ_PARAM_BOOL, tiled, NULL, NULL},
+      {"tiled", FJ_PARAM_INT, tiled, NULL, NULL},
   };
   return fj__kernel_build(ctx, "bwd_rows.cu", params, FJ_ARRAY_LEN(params), k);
 }
@@ -543,9 +544,11 @@ static fj_status bwd_kernel(fj_ctx *ctx, const fj_problem *p,
   v.mods = p->mods;
   if (which == 1)
     return main_kernel(ctx, &v, 1, NULL, k);
-  /* The wgmma kernel adds dQ in tiles (templates/bwd_common.cuh). */
-  return row_kernel(ctx, p, which == 0 ? "pre" : "post",
-                    plan->variant.mma == FJ_MMA_WGMMA, k);
+  /* The wgmma kernel adds dQ in tiles (templates/bwd_common.cuh), the
+   * wide one (64-key tiles) with the columns of each 16 permuted. */
+  int tiled = plan->variant.mma != FJ_MMA_WGMMA ? 0
+              : plan->variant.tile_n == BWD_WG_TILE_N ? 1 : 2;
+  return row_kernel(ctx, p, which == 0 ? "pre" : "post", tiled, k);
 }
 
 fj_status fj_attention_bwd_kernel(fj_ctx *ctx, const fj_problem *p,

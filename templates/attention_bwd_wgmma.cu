@@ -68,7 +68,8 @@
   for dQ behind named barrier 2.  dQ goes by columns (consumer 0 the
   first 128, consumer 1 the rest; 64 columns at a time), and each
   consumer adds its part into g.dq_acc
-  from its registers (red.global.add.v2.f32: no staging buffer fits beside
+  from its registers (red.global.add.v4.f32 in the permuted tiles of
+  bwd_common.cuh's dq_tile_off4: no staging buffer fits beside
   the rings); in the deterministic mode a consumer adds a dQ tile in its
   key tile's turn (kv_rank, as the writer does) behind named barrier 3 + cw.
   Parameters: head_dim (a multiple of 16 from 64 to 256), tile_m 64,
@@ -130,6 +131,18 @@
 
   local acc, qa, rows, p_from = L.softmax_tables(lut_acc, lut_a, "wgmma", refuse)
   local pairs = L.pairs(acc)
+  -- The wide kernel's dQ additions: a lane's slots of one row, columns c,
+  -- c+1, c+8, c+9 (two pairs 8 columns apart), one red.v4 each
+  -- (bwd_common.cuh's dq_tile_off4 keeps them one 16-byte chunk).
+  local quads = {}
+  for _, a in ipairs(pairs) do
+    for _, b in ipairs(pairs) do
+      if acc.drow[b[1]] == acc.drow[a[1]] and acc.dcol[b[1]] == acc.dcol[a[1]] + 8 then
+        quads[#quads + 1] = { a[1], a[2], b[1], b[2] }
+      end
+    end
+  end
+  if WIDE and #quads * 2 ~= #pairs then no("the accumulator table's pairs do not make rows of four (c, c+1, c+8, c+9)") end
   -- The distinct columns of a lane's slots in a tile of 16 (their LSE2 and
   -- delta are read once a tile).
   local cols, seen = {}, {}
@@ -234,10 +247,10 @@ __device__ __forceinline__ unsigned smem_base(const void *p) {
   return (smem_opaque(p) + 1023u) & ~1023u;
 }
 {% if WIDE then %}
-// Adds two floats at an 8-byte-aligned global address (sm_90's vector
+// Adds four floats at a 16-byte-aligned global address (sm_90's vector
 // reduction: dQ's additions from the consumers' registers).
-__device__ __forceinline__ void red_add_v2_f32(float *a, float x, float y) {
-  asm volatile("red.global.add.v2.f32 [%0], { %1, %2 };\n" :: "l"(a), "f"(x), "f"(y) : "memory");
+__device__ __forceinline__ void red_add_v4_f32(float *a, float x, float y, float z, float w) {
+  asm volatile("red.global.add.v4.f32 [%0], { %1, %2, %3, %4 };\n" :: "l"(a), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
 }
 {% end %}
 }  // namespace fj
@@ -504,8 +517,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
           }
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
-{%     for _, pr in ipairs(pairs) do %}
-            fj::red_add_v2_f32(tile + fj::dq_tile_off(wr + acc_r + {{ acc.drow[pr[1]] }}, j * 16 + acc_c + {{ acc.dcol[pr[1]] }}), dq[j][{{ pr[1] }}], dq[j][{{ pr[2] }}]);
+{%     for _, q4 in ipairs(quads) do %}
+            fj::red_add_v4_f32(tile + fj::dq_tile_off4(wr + acc_r + {{ acc.drow[q4[1]] }}, j * 16 + acc_c + {{ acc.dcol[q4[1]] }}),
+                               dq[j][{{ q4[1] }}], dq[j][{{ q4[2] }}], dq[j][{{ q4[3] }}], dq[j][{{ q4[4] }}]);
 {%     end %}
           }
           if (g.deterministic) {

@@ -36,6 +36,13 @@ struct BwdParams {
 __device__ __forceinline__ int dq_tile_off(int r, int c) {
   return (r & 63) * 64 + ((((c >> 2) ^ ((r & 7) << 1)) << 2) | (c & 3));
 }
+// The wide wgmma backward's tiles (the postprocess's `tiled` 2): within
+// each 16 columns, column k at 4 ((k % 8) / 2) + 2 (k / 8) + k % 2, so that
+// the four values a thread's accumulator holds of one row (columns c, c+1,
+// c+8, c+9 for even c < 8) are one 16-byte chunk: one red.global.add.v4.
+__device__ __forceinline__ int dq_tile_off4(int r, int c) {
+  return dq_tile_off(r, (c & ~15) | (((c & 7) >> 1) << 2) | ((c & 8) >> 2) | (c & 1));
+}
 // The first float of the tile holding padded row m (a multiple of 64) and
 // column c0 (a multiple of 64) of (batch, head) bh.
 __device__ __forceinline__ long long dq_tile_base(long long bh, int m, int c0, int seq_pad, int d) {

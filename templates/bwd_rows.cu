@@ -10,7 +10,8 @@
     post  after it: dQ = scale * the accumulator, in the inputs' dtype at
           dQ's strides; rows past a sequence's end are not written.  The
           accumulator is read row by row, or in tiles (tiled: the wgmma
-          backward's layout, bwd_common.cuh's dq_tile_off).  The
+          backward's layout, bwd_common.cuh's dq_tile_off; tiled 2: the
+          wide kernel's, dq_tile_off4).  The
           preprocess's clearing covers either: AW floats (the head dim
           rounded up to 64, the tiles' width) at f * AW.  With
           attention sinks, block h (< heads_q) also writes the sink's
@@ -116,7 +117,7 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
   for (int i = 0; i < {{ PER }}; ++i) {
     const int c = lane + 32 * i;
     if ({{ GUARD }})
-      dq[c] = fj::to_elem(g.dq_acc[fj::dq_tile_base(bh, row & ~63, c & ~63, g.seq_pad, {{ D }}) + fj::dq_tile_off(row, c & 63)] * g.scale);
+      dq[c] = fj::to_elem(g.dq_acc[fj::dq_tile_base(bh, row & ~63, c & ~63, g.seq_pad, {{ D }}) + fj::dq_tile_off{{ tiled == 2 and "4" or "" }}(row, c & 63)] * g.scale);
   }
 {%   else %}
   const float *const acc = g.dq_acc + f * {{ D }};
