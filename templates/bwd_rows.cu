@@ -19,7 +19,7 @@
             d sink[h] = -sum over rows of exp(sink[h] - lse) * delta,
           summed in one fixed order (bit-identical run to run), into
           g.dsinks[h] when it is not NULL.
-  Parameters: head_dim, dtype, sinks, varlen, which, tiled.
+  Parameters: head_dim, dtype, sinks, varlen, which, tiled (0, 1, 2).
 #}
 {%
   local D = head_dim
@@ -110,7 +110,7 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
 {% else %}
   if (!live) return;
   elem_t *dq = fj::head_rows<elem_t>(g.dq, g.dq_stride, b, h) + r * g.dq_stride[2];
-{%   if tiled then %}
+{%   if tiled > 0 then %}
   // The accumulator in tiles (bwd_common.cuh's dq_tile_off: the wgmma
   // backward's layout).
 #pragma unroll

@@ -46,6 +46,17 @@ static int compile_all(fj_ctx *ctx, const fj_problem *p, const char *what)
            r.shared_static + r.shared_dynamic, r.spill_store_bytes,
            r.spill_load_bytes);
     CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+    if (i == 2) {
+      /* The postprocess reads dQ's accumulator as the main kernel adds
+       * into it: rows (mma), tiles (wgmma), permuted tiles (wide wgmma). */
+      const char *src = fj_kernel_source(k, NULL);
+      const char *call = !wg ? NULL
+                         : plan.variant.tile_n == 128 ? "dq_tile_off(row"
+                                                      : "dq_tile_off4(row";
+      CHECK(call ? strstr(src, call) != NULL
+                 : strstr(src, "dq_tile_off(row") == NULL &&
+                       strstr(src, "dq_tile_off4(row") == NULL);
+    }
   }
   return 0;
 }
