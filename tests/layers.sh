@@ -10,7 +10,7 @@
 # The order, lowest first (README's "Layout of the source" explains each):
 layers="util
 ctx kparams expr mods_memo
-mods axes
+mods axes expr_grad
 driver template compile reference
 cache entry workspace devptr launch_record mods_kernel
 package
@@ -22,16 +22,24 @@ attention
 tune cache_pack block_mask backward package_seal merge
 tune_bwd prewarm_bwd
 lifecycle"
+# A module's private headers, part of it (name:module).
+parts="expr_tree:expr"
 src=$1
 nm=$2
 lib=$3
 fails=0
+module() {  # module NAME -> the module a file's base name belongs to
+  for p in $parts; do
+    [ "${p%%:*}" = "$1" ] && { echo "${p#*:}"; return; }
+  done
+  echo "$1"
+}
 level() {  # level MODULE -> its layer number, or nothing
   echo "$layers" | awk -v m="$1" '{ for (i = 1; i <= NF; i++) if ($i == m) print NR }'
 }
 for f in "$src"/*.c "$src"/*.h; do
   base=$(basename "$f")
-  mod=${base%.*}
+  mod=$(module "${base%.*}")
   mine=$(level "$mod")
   if [ -z "$mine" ]; then
     echo "FAIL: $base belongs to no layer (add its module to tests/layers.sh)"
@@ -39,6 +47,7 @@ for f in "$src"/*.c "$src"/*.h; do
     continue
   fi
   for h in $(sed -n 's/^#include "\([a-z_0-9]*\)\.h"$/\1/p' "$f"); do
+    h=$(module "$h")
     [ "$h" = "$mod" ] && continue
     [ "$h" = flashjit ] && continue
     theirs=$(level "$h")

@@ -309,7 +309,7 @@ SIGNATURES = {
 
 
 # FJ_ABI_VERSION of the header these structs mirror.
-ABI_VERSION = 6
+ABI_VERSION = 7
 
 
 def open_library(path):
