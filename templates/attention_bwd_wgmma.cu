@@ -215,6 +215,38 @@
   local function hold(name, n)
     return ("#pragma unroll\n    for (int j = 0; j < %d; ++j)\n#pragma unroll\n      for (int i = 0; i < 8; ++i) fj::wg_hold(%s[j][i]);"):format(n, name)
   end
+  -- The score step on S^T (x: the accumulator's name; a register's key is
+  -- its row, its query its column) of the 64 keys from k0 on: key0 and
+  -- need_mask declared, the score expression (softcap) applied, then
+  -- mask.lua's rule, on tiles that cross the sequence end, the diagonal or
+  -- the window only.  The text for a line `pad` spaces in.
+  local function score_step(x, k0, pad)
+    local L = {}
+    local function add(fmt, ...) L[#L + 1] = fmt:format(...) end
+    add("const int key0 = %s + wr + acc_r;", k0)
+    add("const bool need_mask = %s;", mrule.tile_partial(k0, 64, "m0", ("m0 + %d"):format(BM - 1)))
+    if mods.score then
+      add("#pragma unroll")
+      add("for (int j = 0; j < %d; ++j) {", BM // 16)
+      for i = 0, acc.slots - 1 do
+        add("  %s", mods.apply_score(("%s[j][%d]"):format(x, i), ("m0 + j * 16 + acc_c + %d"):format(acc.dcol[i]), "h",
+                                     ("key0 + %d"):format(acc.drow[i]), nil))
+      end
+      add("}")
+    end
+    add("// Only tiles that cross the sequence end, the diagonal or the window")
+    add("// are masked (one branch, the same for the whole warpgroup).")
+    add("if (need_mask) {")
+    add("#pragma unroll")
+    add("  for (int j = 0; j < %d; ++j) {", BM // 16)
+    for i = 0, acc.slots - 1 do
+      add("    if (!(%s)) %s[j][%d] = FJ_NEG_INF;", mrule.visible(("m0 + j * 16 + acc_c + %d"):format(acc.dcol[i]),
+          ("key0 + %d"):format(acc.drow[i])), x, i)
+    end
+    add("  }")
+    add("}")
+    return PC.indent(table.concat(L, "\n"), pad)
+  end
 %}
 {{ include("common.cuh") }}
 {{ include("block.cuh", { BM = BM, BN = BN }) }}
@@ -413,24 +445,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         // The score step on S^T (a register's key is its row, its query its
         // column), then P^T = exp2(S^T sl2 - LSE2): the dV operand, and
         // consumer 1's factor of dS^T{{ mods.softcap and " (times 1 - tanh^2)" or "" }}.
-        const int key0 = n0 + wr + acc_r;
-        const bool need_mask = {{ mrule.tile_partial("n0", 64, "m0", ("m0 + %d"):format(BM - 1)) }};
-{% if mods.score then %}
-#pragma unroll
-        for (int j = 0; j < {{ BM // 16 }}; ++j) {
-{%   for i = 0, acc.slots - 1 do %}
-          {{ mods.apply_score(("x[j][%d]"):format(i), ("m0 + j * 16 + acc_c + %d"):format(acc.dcol[i]), "h", ("key0 + %d"):format(acc.drow[i]), nil) }}
-{%   end %}
-        }
-{% end %}
-        if (need_mask) {
-#pragma unroll
-          for (int j = 0; j < {{ BM // 16 }}; ++j) {
-{% for i = 0, acc.slots - 1 do %}
-            if (!({{ mrule.visible(("m0 + j * 16 + acc_c + %d"):format(acc.dcol[i]), ("key0 + %d"):format(acc.drow[i])) }})) x[j][{{ i }}] = FJ_NEG_INF;
-{% end %}
-          }
-        }
+        {{ score_step("x", "n0", 8) }}
 #pragma unroll
         for (int j = 0; j < {{ BM // 16 }}; ++j) {
 {% for _, c in ipairs(cols) do %}
@@ -616,26 +631,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       // row, its query its column), P^T = exp2(S^T sl2 - LSE2), dS^T = P^T
       // (dP^T - delta){{ mods.softcap and " (1 - tanh^2)" or "" }}, both packed as A operands.
       const unsigned lse2 = sld + slot * {{ LD_BYTES }}u + 4 * acc_c, delta = lse2 + {{ BM * 4 }}u;
-      const int key0 = n0 + kw + wr + acc_r;
-      const bool need_mask = {{ mrule.tile_partial("n0 + kw", 64, "m0", ("m0 + %d"):format(BM - 1)) }};
-{% if mods.score then %}
-#pragma unroll
-      for (int j = 0; j < {{ BM // 16 }}; ++j) {
-{%   for i = 0, acc.slots - 1 do %}
-        {{ mods.apply_score(("s[j][%d]"):format(i), ("m0 + j * 16 + acc_c + %d"):format(acc.dcol[i]), "h", ("key0 + %d"):format(acc.drow[i]), nil) }}
-{%   end %}
-      }
-{% end %}
-      // Only tiles that cross the sequence end, the diagonal or the window
-      // are masked (one branch, the same for the whole warpgroup).
-      if (need_mask) {
-#pragma unroll
-        for (int j = 0; j < {{ BM // 16 }}; ++j) {
-{% for i = 0, acc.slots - 1 do %}
-          if (!({{ mrule.visible(("m0 + j * 16 + acc_c + %d"):format(acc.dcol[i]), ("key0 + %d"):format(acc.drow[i])) }})) s[j][{{ i }}] = FJ_NEG_INF;
-{% end %}
-        }
-      }
+      {{ score_step("s", "n0 + kw", 6) }}
       unsigned pk[{{ BM // 16 }}][4], dsk[{{ BM // 16 }}][4];
 #pragma unroll
       for (int j = 0; j < {{ BM // 16 }}; ++j) {
