@@ -65,13 +65,15 @@
   consumer 0 to consumer 1 through shared memory, float32, each thread's
   values at its own places (the two accumulators' layouts are the same),
   behind named barrier 1; dS^T is written by consumer 1 and read by both
-  for dQ behind named barrier 2.  dQ goes by columns (consumer 0 the
-  first 128, consumer 1 the rest; 64 columns at a time), and each
-  consumer adds its part into g.dq_acc
-  from its registers (red.global.add.v4.f32 in the permuted tiles of
-  bwd_common.cuh's dq_tile_off4: no staging buffer fits beside
-  the rings); in the deterministic mode a consumer adds a dQ tile in its
-  key tile's turn (kv_rank, as the writer does) behind named barrier 3 + cw.
+  for dQ behind named barrier 2 (one dS^T buffer: neither consumer starts
+  the next step's before both have passed barrier 1 again).  dQ goes by
+  columns (consumer 0 the first 128, consumer 1 the rest; 64 columns at a
+  time), each consumer adding its part into g.dq_acc from its registers
+  (red.global.add.v4.f32 in the permuted tiles of bwd_common.cuh's
+  dq_tile_off4: no staging buffer fits beside the rings); in the
+  deterministic mode a consumer adds a dQ tile in its key tile's turn
+  (kv_rank, as the writer does) behind named barrier 3 + cw.  Each role
+  walks the steps in a loop of its own.
   Parameters: head_dim (a multiple of 16 from 64 to 256), tile_m 64,
   tile_n 128 (64: wide heads), warps 12, stages 2, causal, window,
   softcap, dtype (f16, bf16), varlen.
