@@ -337,11 +337,14 @@ static void memo_add(fj_ctx *ctx, const bwd_key *k, const fj_variant *v,
   m->n++;
 }
 
-/* Whether the wgmma kernel may take p: TMA must know where the packed
- * tensors end. */
-static int wgmma_may(const fj_ctx *ctx, const fj_problem *p)
+/* Whether the wgmma kernel may take p (k its key): TMA must know where the
+ * packed tensors end, and score or mask expressions only the mma family
+ * applies (the wgmma template refuses them too; asked here, the plan does
+ * not render it to learn that). */
+static int wgmma_may(const fj_ctx *ctx, const fj_problem *p, const bwd_key *k)
 {
-  return fj__arch_has(ctx, FJ_ARCH_WGMMA) && !untotalled(p);
+  return fj__arch_has(ctx, FJ_ARCH_WGMMA) && !untotalled(p) && !k->score &&
+         !k->mask;
 }
 
 /* The main kernel of family mma with `stages` for p, rendered (not
@@ -358,11 +361,10 @@ static fj_status try_main(fj_ctx *ctx, const fj_problem *p, fj_mma mma,
 /* The tuning database's pick where it has one for p (fj_tune_bwd's; only
  * its family and stages are taken, and only where the target renders
  * them); else the wgmma kernel where the target has wgmma and its
- * template takes p (head dims 64 to 256 in multiples of 16, 16-bit
- * types: it refuses the rest; see wgmma_may; not score or mask
- * expressions, which only the mma family applies), else two stages of Q
- * and dO on mma where the architecture's
- * shared memory holds them, else one; ctx->lock held. */
+ * template takes p (wgmma_may; head dims 64 to 256 in multiples of 16,
+ * 16-bit types: it refuses the rest), else two stages of Q and dO on mma
+ * where the architecture's shared memory holds them, else one; ctx->lock
+ * held. */
 static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
                              fj_bwd_plan *plan)
 {
@@ -376,7 +378,7 @@ static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
   }
   fj_mma mma;
   int stages;
-  int wgmma = wgmma_may(ctx, p) && !key.score && !key.mask;
+  int wgmma = wgmma_may(ctx, p, &key);
   if (fj__tune_lookup_bwd(ctx, p, &mma, &stages) &&
       (mma == FJ_MMA_SYNC || (mma == FJ_MMA_WGMMA && wgmma)) &&
       stages >= 1 && stages <= 2)

@@ -137,7 +137,7 @@
   -- c+1, c+8, c+9 (two pairs 8 columns apart), one red.v4 each
   -- (bwd_common.cuh's dq_tile_off4 keeps them one 16-byte chunk).
   local quads = {}
-  for _, a in ipairs(pairs) do
+  for _, a in ipairs(WIDE and pairs or {}) do
     for _, b in ipairs(pairs) do
       if acc.drow[b[1]] == acc.drow[a[1]] and acc.dcol[b[1]] == acc.dcol[a[1]] + 8 then
         quads[#quads + 1] = { a[1], a[2], b[1], b[2] }
@@ -248,6 +248,30 @@
     add("  }")
     add("}")
     return PC.indent(table.concat(L, "\n"), pad)
+  end
+  -- The consumers' operand descriptors as macros: A, K and V's 64 keys from
+  -- the addresses ka and va (K-major); B, Q and dO of a slot, K-major (S^T,
+  -- dP^T) and MN-major (dK, dV); dS^T as dQ's A (MN-major, of buffer `buf`
+  -- where there are two).  undefine() takes them back.
+  local MACROS = { "FJ_KA", "FJ_VA", "FJ_QB", "FJ_DOB", "FJ_QT", "FJ_DOT", "FJ_DSA" }
+  local function operands(ka, va)
+    local qs, ds = ("sq + (slot) * %d"):format(q.slot_bytes), ("sdout + (slot) * %d"):format(dout.slot_bytes)
+    local two = not WIDE
+    return table.concat({
+      "#define FJ_KA(kk) " .. kmajor(ka, k.panel_bytes, "kk"),
+      "#define FJ_VA(kk) " .. kmajor(va, v.panel_bytes, "kk"),
+      "#define FJ_QB(slot, kk) " .. kmajor(qs, q.panel_bytes, "kk"),
+      "#define FJ_DOB(slot, kk) " .. kmajor(ds, dout.panel_bytes, "kk"),
+      "#define FJ_QT(slot, kk) " .. mnmajor(qs, q.panel_bytes, "kk"),
+      "#define FJ_DOT(slot, kk) " .. mnmajor(ds, dout.panel_bytes, "kk"),
+      two and ("#define FJ_DSA(buf, kk) " .. mnmajor(("sds + (buf) * %d"):format(DS_BYTES), DS_BYTES, "kk"))
+          or ("#define FJ_DSA(kk) " .. mnmajor("sds", DS_BYTES, "kk")) }, "\n")
+  end
+  local function undefine(extra)
+    local out = {}
+    for _, m in ipairs(MACROS) do out[#out + 1] = "#undef " .. m end
+    for _, m in ipairs(extra or {}) do out[#out + 1] = "#undef " .. m end
+    return table.concat(out, "\n")
   end
 %}
 {{ include("common.cuh") }}
@@ -403,16 +427,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     const int wr = (warp % 4) * 16;    // this warp's first row of a product
     const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
     {{ mods.scales(4, "") }}
-    // A: the tile's 64 keys of K and V (K-major).
-#define FJ_KA(kk) {{ kmajor("ska", k.panel_bytes, "kk") }}
-#define FJ_VA(kk) {{ kmajor("sva", v.panel_bytes, "kk") }}
-    // B: Q and dO of a slot, K-major (S^T, dP^T) and MN-major (dK, dV).
-#define FJ_QB(slot, kk) {{ kmajor(("sq + (slot) * %d"):format(q.slot_bytes), q.panel_bytes, "kk") }}
-#define FJ_DOB(slot, kk) {{ kmajor(("sdout + (slot) * %d"):format(dout.slot_bytes), dout.panel_bytes, "kk") }}
-#define FJ_QT(slot, kk) {{ mnmajor(("sq + (slot) * %d"):format(q.slot_bytes), q.panel_bytes, "kk") }}
-#define FJ_DOT(slot, kk) {{ mnmajor(("sdout + (slot) * %d"):format(dout.slot_bytes), dout.panel_bytes, "kk") }}
-    // dQ: dS^T (MN-major A); K's columns (MN-major B) are each part's.
-#define FJ_DSA(kk) {{ mnmajor("sds", DS_BYTES, "kk") }}
+    // The operands (the tile's 64 keys of K and V); dQ's B, K's columns,
+    // is each part's.
+{{ operands("ska", "sva") }}
 
     float acc[{{ DR // 16 }}][8];  // dV (consumer 0) or dK (consumer 1)
 #pragma unroll
@@ -571,13 +588,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       }
 {% end %}
     }
-#undef FJ_KA
-#undef FJ_VA
-#undef FJ_QB
-#undef FJ_DOB
-#undef FJ_QT
-#undef FJ_DOT
-#undef FJ_DSA
+{{ undefine() }}
 {% else %}
     // ---- consumers --------------------------------------------------------
     fj::regs_up<{{ REGS[2] }}>();
@@ -587,16 +598,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     const int wr = (warp % 4) * 16;                 // this warp's first row of a product
     const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
     {{ mods.scales(4, "") }}
-    // A: this warpgroup's 64 rows of K and V (K-major).
-#define FJ_KA(kk) {{ kmajor(("ska + %d * kw"):format(TR.ROW_BYTES), k.panel_bytes, "kk") }}
-#define FJ_VA(kk) {{ kmajor(("sva + %d * kw"):format(TR.ROW_BYTES), v.panel_bytes, "kk") }}
-    // B: Q and dO of a slot, K-major (S^T, dP^T) and MN-major (dK, dV).
-#define FJ_QB(slot, kk) {{ kmajor(("sq + (slot) * %d"):format(q.slot_bytes), q.panel_bytes, "kk") }}
-#define FJ_DOB(slot, kk) {{ kmajor(("sdout + (slot) * %d"):format(dout.slot_bytes), dout.panel_bytes, "kk") }}
-#define FJ_QT(slot, kk) {{ mnmajor(("sq + (slot) * %d"):format(q.slot_bytes), q.panel_bytes, "kk") }}
-#define FJ_DOT(slot, kk) {{ mnmajor(("sdout + (slot) * %d"):format(dout.slot_bytes), dout.panel_bytes, "kk") }}
-    // dQ: dS^T of a buffer (MN-major A) and K's columns (MN-major B).
-#define FJ_DSA(buf, kk) {{ mnmajor(("sds + (buf) * %d"):format(DS_BYTES), DS_BYTES, "kk") }}
+    // The operands (this warpgroup's 64 rows of K and V), and dQ's B, K's
+    // columns (MN-major).
+{{ operands(("ska + %d * kw"):format(TR.ROW_BYTES), ("sva + %d * kw"):format(TR.ROW_BYTES)) }}
 #define FJ_KB(kk) {{ mnmajor(DQ_COLS and ("ska + cw * %d"):format((DQN // 64) * k.panel_bytes) or "ska", k.panel_bytes, "kk") }}
 
     float dk[{{ DR // 16 }}][8], dv[{{ DR // 16 }}][8];
@@ -724,14 +728,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       }
 {% end %}
     }
-#undef FJ_KA
-#undef FJ_VA
-#undef FJ_QB
-#undef FJ_DOB
-#undef FJ_QT
-#undef FJ_DOT
-#undef FJ_DSA
-#undef FJ_KB
+{{ undefine({ "FJ_KB" }) }}
 {% end %}
   }
 {{ TR.undefs({ k, v, q, dout }) }}

@@ -328,6 +328,22 @@ out:
   return rc;
 }
 
+/* Where ctx's target is sm_90a, a context of plain sm_90 on the same
+ * device (whose backward is the mma family's) in *plain; else NULL.  0:
+ * done. */
+static int plain_sm90(fj_ctx *ctx, fj_ctx **plain)
+{
+  *plain = NULL;
+  if (strcmp(fj_ctx_arch(ctx), "sm_90a") != 0)
+    return 0;
+  fj_ctx_opts o;
+  fj_ctx_opts_init(&o);
+  o.arch = "sm_90";
+  o.disk_cache = 0;
+  CHECK(fj_ctx_create(plain, &o) == FJ_OK);
+  return 0;
+}
+
 /* The cases on the device's own target (sm_90a: the wgmma backward for
  * head dims 64 to 256), then, on an sm_90a device, again on plain sm_90,
  * whose backward is the mma family's. */
@@ -341,18 +357,16 @@ static int run_cases(const bwd_case *cases, size_t n)
   int fails = 0, runs = 0;
   for (size_t i = 0; i < n; i++, runs++)
     fails += run_backward(ctx, &cases[i], &seed);
-  int hopper = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0;
+  fj_ctx *plain;
+  rc = plain_sm90(ctx, &plain);
   fj_ctx_destroy(ctx);
-  if (hopper) {
-    fj_ctx_opts o;
-    fj_ctx_opts_init(&o);
-    o.arch = "sm_90";
-    o.disk_cache = 0;
-    CHECK(fj_ctx_create(&ctx, &o) == FJ_OK);
+  if (rc)
+    return rc;
+  if (plain) {
     printf("the mma family (sm_90):\n");
     for (size_t i = 0; i < n; i++, runs++)
-      fails += run_backward(ctx, &cases[i], &seed);
-    fj_ctx_destroy(ctx);
+      fails += run_backward(plain, &cases[i], &seed);
+    fj_ctx_destroy(plain);
   }
   printf("backward: %d runs, %d failed\n", runs, fails);
   return fails != 0;
@@ -435,15 +449,13 @@ int test_gpu_backward_deterministic(void)
   for (int fam = 0; fam < 2; fam++) {
     if (fam == 1) {
       /* On an sm_90a device, the mma family (plain sm_90) too. */
-      int hopper = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0;
+      fj_ctx *plain;
+      rc = plain_sm90(ctx, &plain);
       fj_ctx_destroy(ctx);
-      if (!hopper)
+      if (rc)
+        return rc;
+      if (!(ctx = plain))
         break;
-      fj_ctx_opts o;
-      fj_ctx_opts_init(&o);
-      o.arch = "sm_90";
-      o.disk_cache = 0;
-      CHECK(fj_ctx_create(&ctx, &o) == FJ_OK);
     }
     for (size_t i = 0; i < n; i++) {
       bwd_case dflt = cases[i];
@@ -796,18 +808,15 @@ static int run_mods_cases(const mods_case *cases, size_t n, int pgrads)
   int fails = 0, runs = 0;
   for (size_t i = 0; i < n; i++, runs++)
     fails += run_mods_case(ctx, &cases[i], mp, &seed, pgrads);
-  int hopper = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0;
+  fj_ctx *plain;
+  rc = plain_sm90(ctx, &plain);
   fj_ctx_destroy(ctx);
-  if (hopper) {
-    fj_ctx_opts o;
-    fj_ctx_opts_init(&o);
-    o.arch = "sm_90";
-    o.disk_cache = 0;
-    CHECK(fj_ctx_create(&ctx, &o) == FJ_OK);
-    for (size_t i = 0; i < n; i++, runs++)
-      fails += run_mods_case(ctx, &cases[i], mp, &seed, pgrads);
-    fj_ctx_destroy(ctx);
-  }
+  if (rc)
+    return rc;
+  for (size_t i = 0; plain && i < n; i++, runs++)
+    fails += run_mods_case(plain, &cases[i], mp, &seed, pgrads);
+  if (plain)
+    fj_ctx_destroy(plain);
   mods_params_free(mp);
   free(mp);
   printf("backward with expressions: %d runs, %d failed\n", runs, fails);
