@@ -1129,17 +1129,18 @@ typedef struct fj_bwd_plan {
  * too).  The main kernel is the tuning database's pick where fj_tune_bwd
  * recorded one for p's class on this GPU (its family and stages, where
  * the target still takes them), else the wgmma family's
- * (warp-specialised, TMA, 64 x 128 tiles) on sm_90a for head dims 64 and
- * 128, else the mma family's (64 x 64 tiles, two stages of Q and dO where
- * the shared memory holds them, else one).  Score and mask expressions
- * (fj_mods.score, .mask) run on the mma family: dS is multiplied by the
+ * (warp-specialised, TMA, 64 x 128 tiles; 64 x 64 above head dim 128) on
+ * sm_90a for head dims 64 to 256 in multiples of 16, else the mma
+ * family's (64 x 64 tiles, two stages of Q and dO where the shared memory
+ * holds them, else one).  Score and mask expressions (fj_mods.score,
+ * .mask) run on both families: dS is multiplied by the
  * score expression's derivative with respect to s, generated from the
  * expression (the chain rule; the branch a ?: takes; int parts and floorf,
  * ceilf, roundf, truncf contribute 0), at the raw scaled score;
  * `flashjit emit --backward` shows it after #line 1 "score'".  The
  * float tensor parameters' gradients are added where fj_mods.param_grads
  * asks (float32 atomics at the indices each read used; not in
- * deterministic mode).  A context remembers its
+ * deterministic mode; on the mma family above head dim 128).  A context remembers its
  * choices (until a tuning result is recorded), so a repeated plan renders
  * nothing.  Refused, FJ_ERR_UNSUPPORTED with the
  * reason: block masks (a later release),

@@ -247,10 +247,10 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
  * class (sequence-length buckets, GQA ratio). */
 typedef struct bwd_key {
   int head_dim, dtype, causal, window, softcap, sinks, checked;
-  /* a score expression, a mask expression: only the mma family takes
-   * them, so the choice differs (the expressions' text does not enter:
-   * the kernel is built from the problem's at each call) */
-  int score, mask;
+  /* a score expression, a mask expression, parameters' gradients (the
+   * expressions' text does not enter: the kernel is built from the
+   * problem's at each call) */
+  int score, mask, pgrads;
   int varlen;  /* 1 varlen; 2 varlen whose packed tensors lack a total */
   int q_log2, kv_log2, gqa;
 } bwd_key;
@@ -291,6 +291,8 @@ static bwd_key key_of(const fj_problem *p)
   k.checked = mi.checked;
   k.score = p->mods && p->mods->score && p->mods->score[0];
   k.mask = p->mods && p->mods->mask && p->mods->mask[0];
+  for (int i = 0; p->mods && i < p->mods->num_params; i++)
+    k.pgrads |= fj__mods_has_grad(p->mods, i);
   k.varlen = !fj__problem_varlen(p) ? 0 : untotalled(p) ? 2 : 1;
   k.q_log2 = fj__log2_floor(p->seq_q);
   k.kv_log2 = fj__log2_floor(p->seq_kv);
@@ -338,13 +340,13 @@ static void memo_add(fj_ctx *ctx, const bwd_key *k, const fj_variant *v,
 }
 
 /* Whether the wgmma kernel may take p (k its key): TMA must know where the
- * packed tensors end, and score or mask expressions only the mma family
- * applies (the wgmma template refuses them too; asked here, the plan does
- * not render it to learn that). */
+ * packed tensors end, and the parameters' gradients above head dim 128
+ * only the mma family adds (the wgmma template refuses them too; asked
+ * here, the plan does not render it to learn that). */
 static int wgmma_may(const fj_ctx *ctx, const fj_problem *p, const bwd_key *k)
 {
-  return fj__arch_has(ctx, FJ_ARCH_WGMMA) && !untotalled(p) && !k->score &&
-         !k->mask;
+  return fj__arch_has(ctx, FJ_ARCH_WGMMA) && !untotalled(p) &&
+         !(k->pgrads && p->head_dim > 128);
 }
 
 /* The main kernel of family mma with `stages` for p, rendered (not
@@ -696,7 +698,7 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     mod_grads(p->mods, &mg);
     void *args[4] = {&kp, &g, mod_args, &mg};
     /* The wgmma kernel takes its tensor maps before the modifications'. */
-    void *wg_args[4] = {&kp, &g, &maps, mod_args};
+    void *wg_args[5] = {&kp, &g, &maps, mod_args, &mg};
     fj__mods_args(p->mods, 0, mod_args);
     const unsigned rows = plan->rows_grid;
     fj_launch l[3] = {

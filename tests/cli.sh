@@ -85,7 +85,7 @@ expect 0 "workspace_bytes=" plan --backward --shape 2,8,300,64 --window 16,0 --s
 expect 0 "the main kernel of the library's backward" emit --backward --shape 1,4,128,64 --arch sm_80
 expect 0 "direction=backward" emit --backward --shape 1,4,128,128 --causal --what resources
 expect 2 "--backward emits the library's backward for --shape's problem: it takes no variant flags" emit --backward --tile-m 64
-expect 0 "_mma_" plan --backward --shape 1,4,64,64 --score-mod 's * 2.f'
+expect 0 "_wgmma_" plan --backward --shape 1,4,64,64 --score-mod 's * 2.f'
 expect 0 "#line 1 \"score'\"" emit --backward --shape 1,4,64,64 --arch sm_80 --score-mod 's * s * 0.5f'
 expect 2 "the backward does not take block masks" plan --backward --shape 1,4,128,64 --mask-mod 'q >= kv' --block-mask 128,128
 expect 2 "the backward does not take paged K/V" emit --backward --shape 2,4,64,64 --page-size 16

@@ -19,11 +19,13 @@ static int compile_all(fj_ctx *ctx, const fj_problem *p, const char *what)
   fj_bwd_plan plan;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, p, &plan));
   /* sm_90a's head dims 64-256 on wgmma (128-key tiles; 64 above 128, where
-   * the consumers split by role), the rest and problems with expressions
-   * on mma (64-key tiles). */
+   * the consumers split by role), with or without expressions, but for
+   * the parameters' gradients above head dim 128; the rest on mma (64-key
+   * tiles). */
   const fj_mods *m = p->mods;
-  int exprs = m && ((m->score && m->score[0]) || (m->mask && m->mask[0]));
-  int wg = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0 && !exprs && p->head_dim >= 64;
+  int pgrads = m && m->param_grads;
+  int wg = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0 && p->head_dim >= 64 &&
+           !(pgrads && p->head_dim > 128);
   CHECK(plan.variant.mma == (wg ? FJ_MMA_WGMMA : FJ_MMA_SYNC));
   CHECK(plan.variant.tile_n == (wg && p->head_dim <= 128 ? 128 : 64));
   CHECK(plan.grid[0] == (unsigned)((p->seq_kv + plan.variant.tile_n - 1) /
@@ -93,8 +95,8 @@ int test_backward_compile(void)
   return 0;
 }
 
-/* Score and mask expressions: their backward runs on the mma family on
- * both targets, its main kernel carries the derivative after #line 1
+/* Score and mask expressions: their backward runs on both families (mma
+ * on sm_80, wgmma on sm_90a), its main kernel carries the derivative after #line 1
  * "score'" (fj_score_grad) and the mask function, and every kernel
  * compiles without spilling.  A derivative too long for the kernel is
  * refused, in one line, while the forward of the same expression plans. */
@@ -131,7 +133,7 @@ int test_backward_exprs_compile(void)
       p.mods = &m;
       fj_bwd_plan plan;
       CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
-      CHECK(plan.variant.mma == FJ_MMA_SYNC);
+      CHECK(plan.variant.mma == (a == 1 ? FJ_MMA_WGMMA : FJ_MMA_SYNC));
       fj_kernel *k;
       CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
       const char *src = fj_kernel_source(k, NULL);
@@ -191,7 +193,10 @@ int test_backward_param_grads_compile(void)
   for (int a = 0; a < 2; a++) {
     fj_ctx *ctx = fjt_ctx(archs[a], NULL);
     CHECK(ctx != NULL);
-    for (int d = 64; d <= 128; d += 64) {
+    /* 192: on mma on sm_90a too (the wide wgmma kernel adds none). */
+    static const int dims[] = {64, 128, 192};
+    for (int di = 0; di < 3; di++) {
+      const int d = dims[di];
       fj_problem p;
       fj_mods m;
       fj_problem_init(&p, 1, 4, 2, 300, 300, d, FJ_BF16, FJ_BSHD);
@@ -207,7 +212,8 @@ int test_backward_param_grads_compile(void)
       fj_kernel *k;
       CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
       const char *src = fj_kernel_source(k, NULL);
-      CHECK(strstr(src, "fj_param_grads(dse, sraw[j][0]") != NULL);
+      CHECK(strstr(src, plan.variant.mma == FJ_MMA_WGMMA ? "fj_param_grads(dse, sr0, "
+                                                         : "fj_param_grads(dse, sraw[j][0]") != NULL);
       CHECK(strstr(src, "atomicAdd(fj_mg.g[0]") && strstr(src, "atomicAdd(fj_mg.g[1]") &&
             !strstr(src, "fj_mg.g[2]"));
       /* slope(h) is one element per head: summed, a warp's sum one atomic. */
@@ -300,13 +306,12 @@ int test_backward_refusals(void)
   fj_mods m;
   fj_problem_init(&p, 1, 4, 4, 128, 128, 64, FJ_BF16, FJ_BHSD);
   fj_mods_init(&m);
-  /* Score and mask expressions are taken, by the mma family alone (the
-   * wgmma template refuses them), even on sm_90a. */
+  /* Score and mask expressions are taken, on wgmma on sm_90a. */
   m.score = "s * 0.5f";
   m.mask = "q >= kv";
   p.mods = &m;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
-  CHECK(plan.variant.mma == FJ_MMA_SYNC);
+  CHECK(plan.variant.mma == FJ_MMA_WGMMA);
   static const int32_t cu_dummy[4] = {0, 0, 0, 0};
   fj_mods_init(&m);
   m.window_left = 64;

@@ -794,8 +794,9 @@ out:
 }
 
 /* The cases on the device's own target, then, on an sm_90a device, on
- * plain sm_90 too.  Both run the mma family: the plan routes expressions
- * there (the wgmma backward does not apply them). */
+ * plain sm_90 too: on sm_90a the wgmma family for head dims 64 to 256
+ * (the wide kernel above 128; the parameters' gradients there on mma),
+ * on sm_90 the mma family. */
 static int run_mods_cases(const mods_case *cases, size_t n, int pgrads)
 {
   fj_ctx *ctx;
@@ -848,6 +849,11 @@ int test_gpu_backward_mods(void)
       /* an expression and the built-in softcap after it */
       {1, 4, 4, 256, 256, 64, FJ_BF16, NC, "s * 1.5f + (float)(q - kv) * 0.01f",
        NULL, 10.f},
+      /* padded and wide heads (the wgmma kernel's role split above 128) */
+      {1, 4, 4, 256, 256, 96, FJ_BF16, NC, SOFTCAP, "doc(q) == doc(kv)", 0},
+      {1, 4, 2, 200, 200, 192, FJ_BF16, TL, ALIBI, "doc(q) == doc(kv)", 0},
+      {1, 2, 2, 130, 190, 256, FJ_F16, BR, RELBIAS, NULL, 10.f},
+      {1, 2, 2, 190, 130, 256, FJ_BF16, NC, BRANCH, NULL, 0},
   };
   return run_mods_cases(cases, sizeof cases / sizeof cases[0], 0);
 }
@@ -864,6 +870,8 @@ int test_gpu_backward_param_grads(void)
       {1, 8, 2, 190, 250, 128, FJ_F16, NC, "s * (1.0f + 0.1f * slope(h)) + rel(h, kv - q + 512)",
        "doc(q) == doc(kv)", 0},
       {1, 4, 4, 256, 256, 64, FJ_BF16, BR, "s + rel(h, q - kv + 512) * 2.0f", NULL, 10.f},
+      /* above head dim 128: the mma family on sm_90a too */
+      {1, 2, 2, 130, 130, 192, FJ_BF16, TL, ALIBI, NULL, 0},
   };
   return run_mods_cases(cases, sizeof cases / sizeof cases[0], 1);
 }
