@@ -232,6 +232,21 @@ if part mods; then
   grep -E "^mods|Error|error" "$out/mods_compare.log" | cut -c1-400 | tee -a "$summary"
 fi
 
+# 4e. Issue 33's bar: the forward and backward of each modification beside
+#     FlexAttention's, cuDNN for the plain cases, and each modification's
+#     first forward + backward on a fresh context with an empty disk cache
+#     (bench/train_mods_compare.py from the repository root, PYTHONPATH=python,
+#     this build's library; TRAINMODS_ARGS, e.g. "--quick --cases softcap").
+#     The summary gets its lines and the markdown table.
+if part trainmods; then
+  (cd /work/main && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so \
+    TORCHINDUCTOR_CACHE_DIR=/tmp/fj-inductor timeout ${TRAINMODS_TIMEOUT:-540} \
+    python3 -u bench/train_mods_compare.py ${TRAINMODS_ARGS:-} --commit "${1:-unknown}" --out "$out") \
+    >"$out/train_mods_compare.log" 2>&1
+  note "train_mods_compare: exit $?"
+  grep -E "^train|^\||^[A-Za-z]*Error|Traceback" "$out/train_mods_compare.log" | cut -c1-700 | tee -a "$summary"
+fi
+
 # 4b. Serving shapes (decode, GQA, split-KV) beside SDPA and a copy
 #     (bench/serving_compare.py).
 if part serving; then

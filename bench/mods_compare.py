@@ -1,24 +1,25 @@
 """Score and mask modifications beside FlexAttention, on the GPU machine.
 
 The cases of the issue (../shared/anchors/train_flex_anchors.py, forward
-only), shape (4, 16, 4096, 128) bf16: flashjit with each modification, the
-same flashjit kernel without it on the same mask (timed right after each
-case, and the case once more after it), FlexAttention
-(torch.compile(flex_attention), its block mask) and cuDNN where SDPA has the
-case.  Times: median of --iters CUDA-event timed calls after warm-up.  Each
-flashjit output is compared with FlexAttention's (max |diff|).  Compile cost:
-a fresh context with an empty disk cache times its first call with each
-modification, then a second call with other values (a changed scalar or
-window: no compile); then the same with the tiered JIT (jit_tiers=1): the
-first call (the first kernel's result), and how long until the chosen
-kernel answers (calls every 50 ms until first_launches stops counting).
+only; their table is bench/mods_cases.py, shared with
+train_mods_compare.py, the forward and backward), shape (4, 16, 4096, 128)
+bf16: flashjit with each modification, the same flashjit kernel without it
+on the same mask (timed right after each case, and the case once more
+after it), FlexAttention (torch.compile(flex_attention), its block mask)
+and cuDNN where SDPA has the case.  Times: median of --iters CUDA-event
+timed calls after warm-up.  Each flashjit output is compared with
+FlexAttention's (max |diff|).  Compile cost: a fresh context with an empty
+disk cache times its first call with each modification, then a second call
+with other values (a changed scalar or window: no compile); then the same
+with the tiered JIT (jit_tiers=1): the first call (the first kernel's
+result), and how long until the chosen kernel answers (calls every 50 ms
+until first_launches stops counting).
 
 FLASHJIT_LIB=build/libflashjit.so python3 bench/mods_compare.py [--iters 20] [--out DIR]
 """
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -30,22 +31,32 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flashjit_ctypes as fjc  # noqa: E402
+from mods_cases import bench, make_cases, modified  # noqa: E402
 
 
-def bench(fn, iters, warm=3):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(iters):
-        s = torch.cuda.Event(enable_timing=True)
-        e = torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e))
-    return statistics.median(ts) * 1e3
+def fj_mods(c):
+    """The fj_mods of case c (mods_cases.Case), None where it has no
+    modification (the plain kernel)."""
+    if not modified(c):
+        return None
+    params = [(name, fjc.MOD_F32 if t.dtype == torch.float32 else fjc.MOD_I32, t)
+              for name, t in (c.params or {}).items()]
+    return fjc.mods(score=c.score_mod, mask=c.mask_mod, params=params,
+                    window=c.window or (-1, -1), softcap=c.softcap or 0.0)
+
+
+def with_block_mask(fj, m, B, H, S, D, iters, dev):
+    """m with the library's block mask of its mask (built on the GPU, its
+    time the median of `iters` builds, printed)."""
+    pb = fj.problem(B, H, H, S, S, D, fjc.BF16, fjc.CAUSAL_TOP_LEFT)
+    pb.mods = fjc.C.cast(fjc.C.pointer(m), fjc.C.c_void_p)
+    alloc = lambda n: torch.empty(n, dtype=torch.uint8, device=dev)  # noqa: E731
+    bm = fj.block_mask(pb, 128, 128, alloc)
+    build_us = bench(lambda: fj.block_mask(pb, 128, 128, alloc), iters)
+    print(f"mods block_mask_build_us={build_us:.1f} batch={bm.batch} heads={bm.heads}", flush=True)
+    m.block_mask = fjc.C.cast(fjc.C.pointer(bm), fjc.C.c_void_p)
+    m._keep = (m._keep, bm)
+    return m
 
 
 def main():
@@ -59,46 +70,19 @@ def main():
     torch.manual_seed(0)
     q, k, v = (torch.randn(B, H, S, D, device=dev, dtype=dt) for _ in range(3))
     o = torch.empty_like(q)
-    slopes = torch.exp2(-8.0 * torch.arange(1, H + 1, device=dev) / H).float()
-    bias = (torch.randn(H, 2 * S, device=dev, dtype=torch.float32) * 0.1).contiguous()
-    doc = torch.sort(torch.randint(0, 8, (S,), device=dev)).values.int().contiguous()
-    docl = doc.long()
-
-    def causal_m(b, h, qi, ki): return qi >= ki
-    def window_m(b, h, qi, ki): return (qi >= ki) & (qi - ki <= 1024)
-    def doc_m(b, h, qi, ki): return (docl[qi] == docl[ki]) & (qi >= ki)
-    def noop(s, b, h, qi, ki): return s
-    def softcap(s, b, h, qi, ki): return 30.0 * torch.tanh(s / 30.0)
-    def alibi(s, b, h, qi, ki): return s + slopes[h] * (ki - qi)
-    def relbias(s, b, h, qi, ki): return s + bias[h, qi - ki + S]
-
+    table = make_cases(B, H, S, dev)
     lib = fjc.load()
     fj = fjc.Flashjit(lib)
-    # The document mask's block mask, built by the library on the GPU (its
-    # time: the median of a.iters builds).
-    mdoc = fjc.mods(mask="doc(q) == doc(kv)", params=[("doc", fjc.MOD_I32, doc)])
-    pb = fj.problem(B, H, H, S, S, D, fjc.BF16, fjc.CAUSAL_TOP_LEFT)
-    pb.mods = fjc.C.cast(fjc.C.pointer(mdoc), fjc.C.c_void_p)
-    alloc = lambda n: torch.empty(n, dtype=torch.uint8, device=dev)  # noqa: E731
-    bm = fj.block_mask(pb, 128, 128, alloc)
-    build_us = bench(lambda: fj.block_mask(pb, 128, 128, alloc), a.iters)
-    print(f"mods block_mask_build_us={build_us:.1f} batch={bm.batch} heads={bm.heads}", flush=True)
-    mdoc.block_mask = fjc.C.cast(fjc.C.pointer(bm), fjc.C.c_void_p)
-    mdoc._keep = (mdoc._keep, bm)
-    # name, flex score_mod, flex mask_mod, flashjit causal, flashjit mods (None: none)
-    cases = [
-        ("full/noop", noop, None, fjc.CAUSAL_NONE, None),
-        ("causal", noop, causal_m, fjc.CAUSAL_TOP_LEFT, None),
-        ("softcap30+causal", softcap, causal_m, fjc.CAUSAL_TOP_LEFT, fjc.mods(softcap=30.0)),
-        ("alibi+causal", alibi, causal_m, fjc.CAUSAL_TOP_LEFT,
-         fjc.mods(score="s + slopes(h) * (float)(kv - q)", params=[("slopes", fjc.MOD_F32, slopes)])),
-        ("relbias+causal", relbias, causal_m, fjc.CAUSAL_TOP_LEFT,
-         fjc.mods(score="s + bias(h, q - kv + 4096)", params=[("bias", fjc.MOD_F32, bias)])),
-        ("window1024+causal", noop, window_m, fjc.CAUSAL_TOP_LEFT, fjc.mods(window=(1024, 0))),
-        ("document8+causal", noop, doc_m, fjc.CAUSAL_TOP_LEFT,
-         fjc.mods(mask="doc(q) == doc(kv)", params=[("doc", fjc.MOD_I32, doc)])),
-        ("document8+causal blocks", noop, doc_m, fjc.CAUSAL_TOP_LEFT, mdoc),
-    ]
+    # name, flex score_mod, flex mask_mod, flashjit causal, flashjit mods
+    # (None: none); a block-mask case twice: its expression alone, then
+    # with the library's block mask ("blocks").
+    cases = []
+    for c in table:
+        causal = fjc.CAUSAL_TOP_LEFT if c.causal else fjc.CAUSAL_NONE
+        cases.append((c.name, c.flex_score, c.flex_mask, causal, fj_mods(c)))
+        if c.block_mask:
+            m = with_block_mask(fj, fj_mods(c), B, H, S, D, a.iters, dev)
+            cases.append((c.name + " blocks", c.flex_score, c.flex_mask, causal, m))
     flex = torch.compile(flex_attention, dynamic=False)
     rows = []
     plain = {}
