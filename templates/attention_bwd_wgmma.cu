@@ -243,6 +243,22 @@
   -- need_mask declared, the score expression (softcap) applied, then
   -- mask.lua's rule, on tiles that cross the sequence end, the diagonal or
   -- the window only.  The text for a line `pad` spaces in.
+  -- mask.lua's rule on every element of S^T in x, in one branch where
+  -- need_mask holds, through add: q(i) the query of slot i of tile j,
+  -- extra(i) nil or more of its test.
+  local function mask_tile(add, x, q, extra)
+    add("// Only tiles that cross the sequence end, the diagonal or the window")
+    add("// are masked (one branch, the same for the whole warpgroup).")
+    add("if (need_mask) {")
+    add("#pragma unroll")
+    add("  for (int j = 0; j < %d; ++j) {", BM // 16)
+    for i = 0, acc.slots - 1 do
+      add("    if (!(%s%s)) %s[j][%d] = FJ_NEG_INF;", mrule.visible(q(i), ("key0 + %d"):format(acc.drow[i])),
+          extra and extra(i) or "", x, i)
+    end
+    add("  }")
+    add("}")
+  end
   local function score_step(x, k0, pad)
     local L = {}
     local function add(fmt, ...) L[#L + 1] = fmt:format(...) end
@@ -257,17 +273,7 @@
       end
       add("}")
     end
-    add("// Only tiles that cross the sequence end, the diagonal or the window")
-    add("// are masked (one branch, the same for the whole warpgroup).")
-    add("if (need_mask) {")
-    add("#pragma unroll")
-    add("  for (int j = 0; j < %d; ++j) {", BM // 16)
-    for i = 0, acc.slots - 1 do
-      add("    if (!(%s)) %s[j][%d] = FJ_NEG_INF;", mrule.visible(("m0 + j * 16 + acc_c + %d"):format(acc.dcol[i]),
-          ("key0 + %d"):format(acc.drow[i])), x, i)
-    end
-    add("  }")
-    add("}")
+    mask_tile(add, x, function(i) return ("m0 + j * 16 + acc_c + %d"):format(acc.dcol[i]) end)
     return PC.indent(table.concat(L, "\n"), pad)
   end
   -- The user's expressions on S^T of a step (USER): user_head(k0) the
@@ -285,7 +291,11 @@
     local L = {}
     local function add(fmt, ...) L[#L + 1] = fmt:format(...) end
     add("const int key0 = %s + wr + acc_r;", k0)
-    add("const bool need_mask = %s;", mrule.tile_partial(k0, 64, "m0", ("m0 + %d"):format(BM - 1)))
+    -- Under a score expression the tile that crosses the query end is
+    -- masked too (its padding's P^T must be 0 whatever the expression made
+    -- of its score: +inf or NaN would meet its LSE2's +inf).
+    add("const bool need_mask = %s%s;", mrule.tile_partial(k0, 64, "m0", ("m0 + %d"):format(BM - 1)),
+        mods.grad and (" || m0 + %d > len_q"):format(BM) or "")
     add("const int mq0 = %s;  // this lane's first query (slot i of tile j: + 16 j + its column)", mrule.pos("m0 + acc_c"))
     if mods.kvq_scale then
       add("const float mskv = fj_kvq_scale(%s, h, %s, p%s);", mods.b, mods.hkv, mods.args and ", fj_ma" or "")
@@ -312,7 +322,7 @@
     end
     return PC.indent(table.concat(L, "\n"), pad)
   end
-  local function user_tile(x, pad)
+  local function user_tile(x, pad, whole)
     local L = {}
     local function add(fmt, ...) L[#L + 1] = fmt:format(...) end
     for i = 0, acc.slots - 1 do
@@ -338,43 +348,65 @@
       local dgv = mods.dg and ("dgv[%d]"):format(i)
       local q, kv = "uq" .. i, "uk" .. i
       if mods.pgrads then add("const float sr%d = %s * qk_scale;", i, lv) end
-      if mods.grad then
+      if mods.grad and not whole then
         add("float g%d;", i)
         add("%s", mods.apply_grad("g" .. i, lv, q, "h", kv, nil, kvq, dgv))
       end
       if mods.score then add("%s", mods.apply_score(lv, q, "h", kv, nil, kvq, dgv)) end
       if mods.mask then add("%s", mods.apply_mask(lv, q, "h", kv, nil)) end
     end
-    add("if (need_mask) {")
-    for i = 0, acc.slots - 1 do
-      add("  if (!(%s)) %s[j][%d] = FJ_NEG_INF;", mrule.visible("uq" .. i, "uk" .. i), x, i)
+    if not whole then
+      add("if (need_mask) {")
+      for i = 0, acc.slots - 1 do
+        add("  if (!(%s%s)) %s[j][%d] = FJ_NEG_INF;", mrule.visible("uq" .. i, "uk" .. i),
+            mods.grad and (" && uq%d < len_q"):format(i) or "", x, i)
+      end
+      add("}")
     end
+    return PC.indent(table.concat(L, "\n"), pad)
+  end
+  -- The expressions on the whole of S^T at once, then the mask in one
+  -- branch, as score_step (WHOLE): where no derivative needs keeping (a
+  -- mask expression alone, or a derivative that is a number, as a bias's
+  -- 1), so that the compiler does not turn a mask per tile of 16 into
+  -- selects on every element.
+  local WHOLE = USER and (not mods.grad or mods.grad_const) and not mods.pgrads
+  local function user_whole(x, pad)
+    local L = {}
+    local function add(fmt, ...) L[#L + 1] = fmt:format(...) end
+    add("#pragma unroll")
+    add("for (int j = 0; j < %d; ++j) {", BM // 16)
+    add("%s", user_tile(x, 2, true))
     add("}")
+    mask_tile(add, x, function(i) return ("mq0 + j * 16 + %d"):format(acc.dcol[i]) end,
+              mods.grad and function(i) return (" && mq0 + j * 16 + %d < len_q"):format(acc.dcol[i]) end)
     return PC.indent(table.concat(L, "\n"), pad)
   end
   -- P^T of slot i of tile j from its score in x (its query's LSE2 in
-  -- l<column>): under a score expression a query past the sequence gets 0,
-  -- whatever its padding's score became (+inf or NaN would meet its LSE2's
-  -- +inf).  The softcap's 1 - tanh^2 at the final score: th<i>, declared
-  -- first (a hidden element's -inf counts as -1).
+  -- l<column>).  The softcap's 1 - tanh^2 at the final score: th<i>,
+  -- declared first (a hidden element's -inf counts as -1).
   local function p_elem(x, i)
     local out = {}
     if mods.softcap then
       out[#out + 1] = ("const float th%d = fmaxf(%s[j][%d]%s, -1.f);"):format(i, x, i, mods.fold and "" or " * p.softcap_inv")
     end
-    local e = ("fj::fast_exp2(fmaf(%s[j][%d], sl2, -l%d))"):format(x, i, acc.dcol[i])
-    if mods.grad then e = ("uq%d < len_q ? %s : 0.f"):format(i, e) end
-    out[#out + 1] = ("%s[j][%d] = %s;"):format(x, i, e)
+    out[#out + 1] = ("%s[j][%d] = fj::fast_exp2(fmaf(%s[j][%d], sl2, -l%d));"):format(x, i, x, i, acc.dcol[i])
     return table.concat(out, " ")
   end
   -- dS^T's factor beside dP^T - delta for slot i (P^T in x): P^T, times
   -- 1 - tanh^2 under a softcap, times the score expression's derivative
   -- where P^T is not 0 (elsewhere 0: a hidden element's derivative may be
-  -- inf or NaN).
+  -- inf or NaN; not so a number's: mods.grad_const).
   local function ds_factor(x, i)
     local f = ("%s[j][%d]"):format(x, i)
     if mods.softcap then f = ("%s * (1.f - th%d * th%d)"):format(f, i, i) end
-    if mods.grad then f = ("(%s[j][%d] > 0.f ? %s * g%d : 0.f)"):format(x, i, f, i) end
+    if mods.grad and WHOLE then
+      f = ("%s * (%s)"):format(f, mods.kernel_grad_text)
+    elseif mods.grad and mods.grad_const then
+      f = ("%s * g%d"):format(f, i)
+    elseif mods.grad then
+      f = ("(%s[j][%d] > 0.f ? %s * g%d : 0.f)"):format(x, i, f, i)
+    end
     return f
   end
   -- The consumers' operand descriptors as macros: A, K and V's 64 keys from
@@ -594,6 +626,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         // consumer 1's factor of dS^T{{ mods.softcap and " (times 1 - tanh^2)" or "" }}.
 {%     if USER then %}
         {{ user_head("n0", 8) }}
+{%       if WHOLE then %}
+        {{ user_whole("x", 8) }}
+{%       end %}
 {%     else %}
         {{ score_step("x", "n0", 8) }}
 {%     end %}
@@ -603,7 +638,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
           const float l{{ c }} = fj::ld_shared_f32(lse2 + 4 * (j * 16 + {{ c }}));
 {% end %}
 {%     if USER then %}
+{%       if not WHOLE then %}
           {{ user_tile("x", 10) }}
+{%       end %}
 {%       for i = 0, acc.slots - 1 do %}
           {{ p_elem("x", i) }}
           fj::st_shared_b32(spx + 4u * (unsigned)((j * 8 + {{ i }}) * 128 + tid), __float_as_uint({{ ds_factor("x", i) }}));
@@ -779,6 +816,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       const unsigned lse2 = sld + slot * {{ LD_BYTES }}u + 4 * acc_c, delta = lse2 + {{ BM * 4 }}u;
 {% if USER then %}
       {{ user_head("n0 + kw", 6) }}
+{%   if WHOLE then %}
+      {{ user_whole("s", 6) }}
+{%   end %}
 {% else %}
       {{ score_step("s", "n0 + kw", 6) }}
 {% end %}
@@ -790,7 +830,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         const float d{{ c }} = fj::ld_shared_f32(delta + 4 * (j * 16 + {{ c }}));
 {% end %}
 {% if USER then %}
+{%   if not WHOLE then %}
         {{ user_tile("s", 8) }}
+{%   end %}
 {%   for i = 0, acc.slots - 1 do %}
         {{ p_elem("s", i) }}
 {%     if mods.pgrads then %}
@@ -798,7 +840,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
           // The parameters' gradients take dS^T before the derivative, at the raw score (fj_param_grads).
           const float dse = s[j][{{ i }}] * (dp[j][{{ i }}] - d{{ acc.dcol[i] }}){{ mods.softcap and (" * (1.f - th%d * th%d)"):format(i, i) or "" }};
           if (s[j][{{ i }}] > 0.f) {{ mods.apply_pgrads("dse", "sr" .. i, "uq" .. i, "h", "uk" .. i) }}
-          dp[j][{{ i }}] = s[j][{{ i }}] > 0.f ? dse * g{{ i }} : 0.f;
+          dp[j][{{ i }}] = {{ mods.grad_const and ("dse * g%d"):format(i) or ("s[j][%d] > 0.f ? dse * g%d : 0.f"):format(i, i) }};
         }
 {%     else %}
         dp[j][{{ i }}] = (dp[j][{{ i }}] - d{{ acc.dcol[i] }}) * {{ ds_factor("s", i) }};

@@ -34,6 +34,8 @@
 --                          raw score, before apply_score changes lv
 --                          (mods.cuh's fj_score_grad, the CUDA that
 --                          src/expr_grad.c generated)
+--   mods.grad_const        the derivative is a finite number (no guard
+--                          against inf or NaN where P is 0 is needed)
 --   mods.pgrads           (with mods.grad) the score expression's reads of
 --                          float tensor parameters with gradients
 --                          (fj_mods.param_grads), { { param, rank, d, idx },
@@ -172,6 +174,10 @@ function M.new(o)
   -- The score expression's derivative, for a backward that asks for it.
   R.grad = (o.grad and SF) and true or false
   R.kernel_grad_text = SF and SF.grad
+  -- A derivative that is a finite number (ALiBi's and a bias table's 1):
+  -- times P = 0 it is 0, so a family need not guard it against inf or NaN.
+  local gnum = R.kernel_grad_text and tonumber((R.kernel_grad_text:match("^%s*(.-)f?%s*$")))
+  R.grad_const = gnum ~= nil and gnum == gnum and gnum ~= math.huge and gnum ~= -math.huge
   if R.grad and not R.kernel_grad_text then
     refuse("score': the expression's derivative as CUDA is too long for the backward (src/mods_kernel.h's FJ_MODS_GRAD_MAX); write it with less nesting")
   end
