@@ -51,7 +51,7 @@ extern "C" {
  * added, removed, retyped or moved), so that a binding that mirrors them
  * (python/flashjit/_capi.py) can refuse a library of another layout
  * instead of reading past a struct (fj_abi_version). */
-#define FJ_ABI_VERSION 7
+#define FJ_ABI_VERSION 8
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
@@ -815,11 +815,26 @@ struct fj_mods {
  * and an index outside 0..kv_blocks - 1 reads no keys: a bad array gives
  * wrong results, never a read outside the tensors.
  *
+ * The same blocks the other way round (FlexAttention's q_num_blocks,
+ * q_indices, full_q_num_blocks, full_q_indices): per key block, the query
+ * blocks that keep it in part and whole, each list ascending:
+ *   q_num [batch][heads][kv_blocks]            partial query blocks per key block
+ *   q_indices [batch][heads][kv_blocks][q_blocks]   their indices, first q_num used
+ *   full_q_num, full_q_indices                 the same for full blocks
+ * The backward (fj_attention_bwd), which keeps a key tile and walks the
+ * query tiles that see it, reads these; the forward ignores them.  The
+ * backward needs q_num and q_indices, and full_q_num and full_q_indices
+ * exactly where full_num and full_indices are given (both NULL: none),
+ * and takes the two directions to describe the same blocks: where they
+ * disagree, its gradients are those of the mask the transposed lists
+ * describe.  Counts and indices are clamped as above.
+ * fj_block_mask_build fills both directions.
+ *
  * block_q and block_kv are 64, 128 or 256 (FlexAttention's default is
  * 128, 128).  The kernel's tiles must divide them: fj_attention_fwd picks
  * such a variant, and a given variant whose tile_m does not divide
  * block_q or whose tile_n does not divide block_kv is refused, naming
- * both.
+ * both.  The backward's tiles (64 x 64) divide every block size.
  */
 typedef struct fj_block_mask {
   int block_q, block_kv;
@@ -829,6 +844,11 @@ typedef struct fj_block_mask {
   const int32_t *kv_indices;
   const int32_t *full_num;
   const int32_t *full_indices;
+  /* the transposed lists (the backward's; NULL where not given) */
+  const int32_t *q_num;
+  const int32_t *q_indices;
+  const int32_t *full_q_num;
+  const int32_t *full_q_indices;
 } fj_block_mask;
 
 /* Fills m with no expressions, no parameters, no window and no softcap.
@@ -882,6 +902,10 @@ FJ_API const fj_mod_builtin *fj_mod_builtin_find(const char *name);
  * built once.  block_q and block_kv: 64, 128 or 256.  The problem's
  * other fields (tensors, dtypes) are not read; varlen and paged problems
  * are refused.
+ *
+ * Both directions are built in the one launch: per query block its key
+ * blocks (the forward's lists) and per key block its query blocks (the
+ * backward's q_num, q_indices, full_q_num, full_q_indices).
  *
  * fj_block_mask_size: the device bytes the mask takes.
  * fj_block_mask_build: fills buf (device memory of at least that size,
