@@ -1318,12 +1318,15 @@ FJ_API fj_status fj_reference_fwd(const fj_problem *p, const void *q,
  * as the expression is); with fj_mods.param_grads (host float32 arrays)
  * the float tensor parameters' gradients are added there, through the
  * expression's derivatives with respect to each value it read.  A mask
- * expression only decides which keys a row sees.
+ * expression only decides which keys a row sees, as a block mask does
+ * (read as the forward's reference reads it: the query blocks' lists,
+ * host memory; with transposed lists given too, FJ_ERR_INVALID_ARG where
+ * they describe other blocks than the rows' lists, naming the first).
  * Computed in float64 throughout; it touches no memory but the arrays
  * given (and the calling thread's message).  Errors:
  * those of fj_reference_fwd for the problem and for p, q, k, v, dout, dq,
- * dk or dv NULL (FJ_ERR_INVALID_ARG naming it); FJ_ERR_UNSUPPORTED for a
- * block mask or e4m3 K/V; FJ_ERR_NOMEM.  The message is in
+ * dk or dv NULL (FJ_ERR_INVALID_ARG naming it); FJ_ERR_UNSUPPORTED for
+ * e4m3 K/V; FJ_ERR_NOMEM.  The message is in
  * fj_errmsg(NULL).
  */
 FJ_API fj_status fj_reference_bwd(const fj_problem *p, const void *q,
