@@ -1165,9 +1165,11 @@ typedef struct fj_bwd_plan {
  * asks (float32 atomics at the indices each read used; not in
  * deterministic mode).  A context remembers its
  * choices (until a tuning result is recorded), so a repeated plan renders
- * nothing.  Refused, FJ_ERR_UNSUPPORTED with the
- * reason: block masks (a later release),
- * paged problems, FP8, head dims that are not multiples of 32
+ * nothing.  A block mask (fj_mods.block_mask) runs on the mma family,
+ * which walks each key tile's query blocks from the mask's transposed
+ * lists (q_num, q_indices: FJ_ERR_INVALID_ARG without them); not in
+ * deterministic mode (FJ_ERR_UNSUPPORTED).  Refused, FJ_ERR_UNSUPPORTED
+ * with the reason: paged problems, FP8, head dims that are not multiples of 32
  * up to 256, architectures before sm_80.  Varlen problems (cu_seqlens,
  * seqused_kv) run on either family; on wgmma only with total_q and
  * total_kv given where Q or K is packed.  ctx, p and plan may not be
@@ -1195,7 +1197,7 @@ FJ_API fj_status fj_attention_bwd_kernel(fj_ctx *ctx, const fj_problem *p,
  * strides may be 0 (a broadcast input has no gradient of its own there).
  * dsinks, if not NULL, receives the gradient of p->mods's sinks, float32
  * [heads_q] (it needs sinks).  Every mask and built-in modification the
- * forward takes except expressions and block masks (see
+ * forward takes, expressions and block masks included (see
  * fj_attention_bwd_plan).  dq's additions run in whatever order the GPU
  * makes them (float32 reduce-adds): dq may differ in its last bits from
  * run to run, unless p->deterministic asks for one order (dk, dv and
