@@ -51,7 +51,7 @@ extern "C" {
  * added, removed, retyped or moved), so that a binding that mirrors them
  * (python/flashjit/_capi.py) can refuse a library of another layout
  * instead of reading past a struct (fj_abi_version). */
-#define FJ_ABI_VERSION 7
+#define FJ_ABI_VERSION 8
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
@@ -815,11 +815,26 @@ struct fj_mods {
  * and an index outside 0..kv_blocks - 1 reads no keys: a bad array gives
  * wrong results, never a read outside the tensors.
  *
+ * The same blocks the other way round (FlexAttention's q_num_blocks,
+ * q_indices, full_q_num_blocks, full_q_indices): per key block, the query
+ * blocks that keep it in part and whole, each list ascending:
+ *   q_num [batch][heads][kv_blocks]            partial query blocks per key block
+ *   q_indices [batch][heads][kv_blocks][q_blocks]   their indices, first q_num used
+ *   full_q_num, full_q_indices                 the same for full blocks
+ * The backward (fj_attention_bwd), which keeps a key tile and walks the
+ * query tiles that see it, reads these; the forward ignores them.  The
+ * backward needs q_num and q_indices, and full_q_num and full_q_indices
+ * exactly where full_num and full_indices are given (both NULL: none),
+ * and takes the two directions to describe the same blocks: where they
+ * disagree, its gradients are those of the mask the transposed lists
+ * describe.  Counts and indices are clamped as above.
+ * fj_block_mask_build fills both directions.
+ *
  * block_q and block_kv are 64, 128 or 256 (FlexAttention's default is
  * 128, 128).  The kernel's tiles must divide them: fj_attention_fwd picks
  * such a variant, and a given variant whose tile_m does not divide
  * block_q or whose tile_n does not divide block_kv is refused, naming
- * both.
+ * both.  The backward's tiles (64 x 64) divide every block size.
  */
 typedef struct fj_block_mask {
   int block_q, block_kv;
@@ -829,6 +844,11 @@ typedef struct fj_block_mask {
   const int32_t *kv_indices;
   const int32_t *full_num;
   const int32_t *full_indices;
+  /* the transposed lists (the backward's; NULL where not given) */
+  const int32_t *q_num;
+  const int32_t *q_indices;
+  const int32_t *full_q_num;
+  const int32_t *full_q_indices;
 } fj_block_mask;
 
 /* Fills m with no expressions, no parameters, no window and no softcap.
@@ -882,6 +902,10 @@ FJ_API const fj_mod_builtin *fj_mod_builtin_find(const char *name);
  * built once.  block_q and block_kv: 64, 128 or 256.  The problem's
  * other fields (tensors, dtypes) are not read; varlen and paged problems
  * are refused.
+ *
+ * Both directions are built in the one launch: per query block its key
+ * blocks (the forward's lists) and per key block its query blocks (the
+ * backward's q_num, q_indices, full_q_num, full_q_indices).
  *
  * fj_block_mask_size: the device bytes the mask takes.
  * fj_block_mask_build: fills buf (device memory of at least that size,
@@ -1142,9 +1166,11 @@ typedef struct fj_bwd_plan {
  * asks (float32 atomics at the indices each read used; not in
  * deterministic mode; on the mma family above head dim 128).  A context remembers its
  * choices (until a tuning result is recorded), so a repeated plan renders
- * nothing.  Refused, FJ_ERR_UNSUPPORTED with the
- * reason: block masks (a later release),
- * paged problems, FP8, head dims that are not multiples of 32
+ * nothing.  A block mask (fj_mods.block_mask) runs on the mma family,
+ * which walks each key tile's query blocks from the mask's transposed
+ * lists (q_num, q_indices: FJ_ERR_INVALID_ARG without them); not in
+ * deterministic mode (FJ_ERR_UNSUPPORTED).  Refused, FJ_ERR_UNSUPPORTED
+ * with the reason: paged problems, FP8, head dims that are not multiples of 32
  * up to 256, architectures before sm_80.  Varlen problems (cu_seqlens,
  * seqused_kv) run on either family; on wgmma only with total_q and
  * total_kv given where Q or K is packed.  ctx, p and plan may not be
@@ -1172,7 +1198,7 @@ FJ_API fj_status fj_attention_bwd_kernel(fj_ctx *ctx, const fj_problem *p,
  * strides may be 0 (a broadcast input has no gradient of its own there).
  * dsinks, if not NULL, receives the gradient of p->mods's sinks, float32
  * [heads_q] (it needs sinks).  Every mask and built-in modification the
- * forward takes except expressions and block masks (see
+ * forward takes, expressions and block masks included (see
  * fj_attention_bwd_plan).  dq's additions run in whatever order the GPU
  * makes them (float32 reduce-adds): dq may differ in its last bits from
  * run to run, unless p->deterministic asks for one order (dk, dv and
@@ -1295,12 +1321,15 @@ FJ_API fj_status fj_reference_fwd(const fj_problem *p, const void *q,
  * as the expression is); with fj_mods.param_grads (host float32 arrays)
  * the float tensor parameters' gradients are added there, through the
  * expression's derivatives with respect to each value it read.  A mask
- * expression only decides which keys a row sees.
+ * expression only decides which keys a row sees, as a block mask does
+ * (read as the forward's reference reads it: the query blocks' lists,
+ * host memory; with transposed lists given too, FJ_ERR_INVALID_ARG where
+ * they describe other blocks than the rows' lists, naming the first).
  * Computed in float64 throughout; it touches no memory but the arrays
  * given (and the calling thread's message).  Errors:
  * those of fj_reference_fwd for the problem and for p, q, k, v, dout, dq,
- * dk or dv NULL (FJ_ERR_INVALID_ARG naming it); FJ_ERR_UNSUPPORTED for a
- * block mask or e4m3 K/V; FJ_ERR_NOMEM.  The message is in
+ * dk or dv NULL (FJ_ERR_INVALID_ARG naming it); FJ_ERR_UNSUPPORTED for
+ * e4m3 K/V; FJ_ERR_NOMEM.  The message is in
  * fj_errmsg(NULL).
  */
 FJ_API fj_status fj_reference_bwd(const fj_problem *p, const void *q,

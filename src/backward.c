@@ -42,10 +42,42 @@ static fj_status unsupported(const fj_ctx *ctx, const char *what)
                   "the backward does not take %s yet", what);
 }
 
+/* A block mask's arrays as the backward walks them, checked where a call
+ * launches (a plan, like the forward's, takes a mask of NULL arrays for
+ * inspection): by its transposed lists (a key block's query blocks), which
+ * must be there, with full ones exactly where the forward's lists have
+ * full ones (else the backward would drop or add blocks the forward
+ * computed). */
+static fj_status check_block_lists(const fj_ctx *ctx, const char *who,
+                                   const fj_problem *p)
+{
+  const fj_block_mask *bm = p->mods ? p->mods->block_mask : NULL;
+  if (!bm)
+    return FJ_OK;
+  fj_status st = fj__mods_check_blocks_data(ctx, p->mods);
+  if (st != FJ_OK)
+    return st;
+  if (!bm->q_num || !bm->q_indices)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s: mods.block_mask->%s is NULL: the backward walks each "
+                    "key block's query blocks (q_num, q_indices; "
+                    "fj_block_mask_build fills them)",
+                    who, bm->q_num ? "q_indices" : "q_num");
+  if (!bm->full_num != !bm->full_q_num)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s: mods.block_mask->%s is NULL but %s is not: full "
+                    "blocks need their lists in both directions "
+                    "(fj_block_mask_build fills them)",
+                    who, bm->full_num ? "full_q_num" : "full_num",
+                    bm->full_num ? "full_num" : "full_q_num");
+  return FJ_OK;
+}
+
 /* What the backward takes of a problem the forward takes.  Score and mask
  * expressions are taken (the mma family applies the score expression's
  * derivative, src/expr_grad.c), and the float tensor parameters'
- * gradients where fj_mods.param_grads asks (not in deterministic mode). */
+ * gradients where fj_mods.param_grads asks (not in deterministic mode);
+ * block masks (their arrays: check_block_lists, at a call). */
 static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
 {
   fj_status st = fj_problem_check(ctx, p);
@@ -57,8 +89,15 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
                             "fj_attention_bwd");
   if (st != FJ_OK)
     return st;
-  if (mi.blocks)
-    return unsupported(ctx, "block masks (fj_mods.block_mask)");
+  /* One order of dQ's additions is not kept under a block mask: the
+   * deterministic mode's turns count the key tiles the mask rule sends to
+   * a query tile, not those a block mask lists. */
+  if (mi.blocks && p->deterministic)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "the backward does not take deterministic with "
+                    "mods.block_mask yet: dQ's additions in a fixed order "
+                    "follow the mask rule's key tiles, not a block mask's "
+                    "(deterministic 0)");
   if (p->block_table)
     return unsupported(ctx, "paged K/V (block_table)");
   if (fj__problem_dv(p) != p->head_dim)
@@ -249,8 +288,10 @@ typedef struct bwd_key {
   int head_dim, dtype, causal, window, softcap, sinks, checked;
   /* a score expression, a mask expression, parameters' gradients (the
    * expressions' text does not enter: the kernel is built from the
-   * problem's at each call) */
+   * problem's at each call); a block mask's sizes, likewise (0 without
+   * one) */
   int score, mask, pgrads;
+  int block_q, block_kv;
   int varlen;  /* 1 varlen; 2 varlen whose packed tensors lack a total */
   int q_log2, kv_log2, gqa;
 } bwd_key;
@@ -293,6 +334,8 @@ static bwd_key key_of(const fj_problem *p)
   k.mask = p->mods && p->mods->mask && p->mods->mask[0];
   for (int i = 0; p->mods && i < p->mods->num_params; i++)
     k.pgrads |= fj__mods_has_grad(p->mods, i);
+  k.block_q = mi.block_q;
+  k.block_kv = mi.block_kv;
   k.varlen = !fj__problem_varlen(p) ? 0 : untotalled(p) ? 2 : 1;
   k.q_log2 = fj__log2_floor(p->seq_q);
   k.kv_log2 = fj__log2_floor(p->seq_kv);
@@ -341,12 +384,12 @@ static void memo_add(fj_ctx *ctx, const bwd_key *k, const fj_variant *v,
 
 /* Whether the wgmma kernel may take p (k its key): TMA must know where the
  * packed tensors end, and the parameters' gradients above head dim 128
- * only the mma family adds (the wgmma template refuses them too; asked
- * here, the plan does not render it to learn that). */
+ * and block masks only the mma family takes (the wgmma template refuses
+ * them too; asked here, the plan does not render it to learn that). */
 static int wgmma_may(const fj_ctx *ctx, const fj_problem *p, const bwd_key *k)
 {
   return fj__arch_has(ctx, FJ_ARCH_WGMMA) && !untotalled(p) &&
-         !(k->pgrads && p->head_dim > 128);
+         !(k->pgrads && p->head_dim > 128) && !k->block_kv;
 }
 
 /* The main kernel of family mma with `stages` for p, rendered (not
@@ -491,7 +534,7 @@ static fj_status check_args(const fj_ctx *ctx, const char *who,
                     "%s: dsinks is given but the problem has no sinks "
                     "(fj_mods.sinks)",
                     who);
-  return FJ_OK;
+  return check_block_lists(ctx, who, p);
 }
 
 /* The main kernel's launch order (bwd_common.cuh's kv_tile).  Under a
@@ -538,6 +581,22 @@ static void fill_bwd_params(fj_bwd_kparams *g, const fj_problem *p,
     g->dv_stride[i] = p->v_stride[i];
   }
   g->scale = p->scale > 0.f ? p->scale : 1.f / sqrtf((float)p->head_dim);
+}
+
+/* A block mask's lists as the backward walks them (kparams.h): the
+ * transposed ones, per key block, in the fields the forward gives its
+ * query blocks' lists. */
+static void fill_bwd_blocks(fj_kparams *kp, const fj_problem *p)
+{
+  const fj_block_mask *bm = p->mods ? p->mods->block_mask : NULL;
+  if (!bm)
+    return;
+  kp->bm_num = bm->q_num;
+  kp->bm_idx = bm->q_indices;
+  kp->bm_full_num = bm->full_q_num;
+  kp->bm_full_idx = bm->full_q_indices;
+  kp->bm_stride_h = bm->heads > 1 ? bm->kv_blocks : 0;
+  kp->bm_stride_b = bm->batch > 1 ? bm->heads * bm->kv_blocks : 0;
 }
 
 /* Kernel `which` of the plan (0 pre, 1 main, 2 post); ctx->lock held. */
@@ -690,6 +749,7 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     st = bwd_maps(ctx, p, plan, a, &maps);
   if (st == FJ_OK) {
     fj__fill_params(&kp, p, a->q, a->k, a->v, (void *)(uintptr_t)a->o, NULL);
+    fill_bwd_blocks(&kp, p);
     fill_bwd_params(&g, p, a, base);
     g.section = section_of(ctx, p, plan);
     /* The mma kernel takes the parameters' gradients last where it has

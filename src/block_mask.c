@@ -3,7 +3,8 @@
  * expression with the causal mask, the window and the sequence ends)
  * evaluated per block on the GPU by templates/block_mask.cu, which stores
  * per query block the lists of partial and full key blocks that the
- * attention kernels walk (fj_block_mask).  The checks of a block mask a
+ * forward walks, and per key block those of query blocks that the
+ * backward walks (fj_block_mask).  The checks of a block mask a
  * caller passes are mods.c's.
  */
 #include <stdint.h>
@@ -14,6 +15,7 @@
 #include "flashjit.h"
 
 #include "attention.h"
+#include "block_mask.h"
 #include "devptr.h"
 #include "driver.h"
 #include "expr.h"
@@ -54,10 +56,16 @@ static fj_status mask_dims(const fj_ctx *ctx, const fj_problem *p, int *batch,
   return FJ_OK;
 }
 
-/* The shape of the mask: its dimensions and the bytes of its arrays. */
+/* The shape of the mask: its dimensions and the bytes of its arrays.  The
+ * buffer holds the counts -- num [rows], q_num [cols] (the two the kernel
+ * counts in, zeroed by one memset), full_num [rows], full_q_num [cols] --
+ * then, 16-byte aligned, the index lists: idx and full_idx [rows][kv_blocks],
+ * q_idx and full_q_idx [cols][q_blocks] (rows x kv_blocks = cols x
+ * q_blocks elements each). */
 typedef struct bm_shape {
   int batch, heads, q_blocks, kv_blocks;
   size_t rows;         /* batch x heads x q_blocks */
+  size_t cols;         /* batch x heads x kv_blocks */
   size_t idx_offset;   /* the index lists' first byte (16-aligned) */
   size_t bytes;
 } bm_shape;
@@ -96,8 +104,9 @@ static fj_status shape_of(fj_ctx *ctx, const char *fn, const fj_problem *p,
                     "builder's %d pairs of blocks; take larger blocks",
                     fn, s->q_blocks, s->kv_blocks, INT32_MAX);
   s->rows = (size_t)s->batch * (size_t)s->heads * (size_t)s->q_blocks;
-  s->idx_offset = (2 * s->rows * sizeof(int32_t) + 15) / 16 * 16;
-  s->bytes = s->idx_offset + 2 * s->rows * (size_t)s->kv_blocks * sizeof(int32_t);
+  s->cols = (size_t)s->batch * (size_t)s->heads * (size_t)s->kv_blocks;
+  s->idx_offset = (2 * (s->rows + s->cols) * sizeof(int32_t) + 15) / 16 * 16;
+  s->bytes = s->idx_offset + 4 * s->rows * (size_t)s->kv_blocks * sizeof(int32_t);
   return FJ_OK;
 }
 
@@ -165,11 +174,54 @@ static fj_status builder(fj_ctx *ctx, const fj_problem *p, int block_q,
   return st;
 }
 
+fj_status fj__block_mask_kernel(fj_ctx *ctx, const fj_problem *p, int block_q,
+                                int block_kv, fj_kernel **k)
+{
+  bm_problem bp;
+  bm_shape s;
+  fj_status st = shape_of(ctx, "fj_block_mask_build", p, block_q, block_kv,
+                          &bp, &s);
+  if (st != FJ_OK)
+    return st;
+  pthread_mutex_lock(&ctx->lock);
+  st = builder(ctx, &bp.p, block_q, block_kv, k);
+  pthread_mutex_unlock(&ctx->lock);
+  return st;
+}
+
 /* templates/block_mask.cu's fj::MaskOut. */
 typedef struct bm_out {
   uint64_t num, full_num, idx, full_idx;
+  uint64_t q_num, full_q_num, q_idx, full_q_idx;
   int32_t kv_blocks, q_blocks;
 } bm_out;
+
+/* The mask's arrays in buf (bm_shape's layout). */
+typedef struct bm_arrays {
+  int32_t *num, *full_num, *idx, *full_idx;
+  int32_t *q_num, *full_q_num, *q_idx, *full_q_idx;
+} bm_arrays;
+
+static bm_arrays arrays_in(void *buf, const bm_shape *s)
+{
+  unsigned char *base = buf;
+  size_t list = s->rows * (size_t)s->kv_blocks;
+  bm_arrays a;
+  a.num = (int32_t *)base;
+  a.q_num = a.num + s->rows;
+  a.full_num = a.q_num + s->cols;
+  a.full_q_num = a.full_num + s->rows;
+  a.idx = (int32_t *)(base + s->idx_offset);
+  a.full_idx = a.idx + list;
+  a.q_idx = a.full_idx + list;
+  a.full_q_idx = a.q_idx + list;
+  return a;
+}
+
+static uint64_t addr(const void *p)
+{
+  return (uint64_t)(uintptr_t)p;
+}
 
 fj_status fj_block_mask_build(fj_ctx *ctx, const fj_problem *p, int block_q,
                               int block_kv, void *buf, size_t bytes,
@@ -208,15 +260,12 @@ fj_status fj_block_mask_build(fj_ctx *ctx, const fj_problem *p, int block_q,
                     "fj_block_mask_build: the mask's kernel %s compiled; "
                     "cannot launch it on a compile-only context (arch %s)",
                     kern->meta.symbol, ctx->arch);
-  unsigned char *base = buf;
-  int32_t *num = (int32_t *)base, *full_num = num + s.rows;
-  int32_t *idx = (int32_t *)(base + s.idx_offset);
-  int32_t *full_idx = idx + s.rows * (size_t)s.kv_blocks;
+  bm_arrays a = arrays_in(buf, &s);
   fj_kparams kp;
   fj__fill_params(&kp, &bp.p, NULL, NULL, NULL, NULL, NULL);
-  bm_out o = {(uint64_t)(uintptr_t)num, (uint64_t)(uintptr_t)full_num,
-              (uint64_t)(uintptr_t)idx, (uint64_t)(uintptr_t)full_idx,
-              s.kv_blocks, s.q_blocks};
+  bm_out o = {addr(a.num), addr(a.full_num), addr(a.idx), addr(a.full_idx),
+              addr(a.q_num), addr(a.full_q_num), addr(a.q_idx),
+              addr(a.full_q_idx), s.kv_blocks, s.q_blocks};
   unsigned char mod_args[FJ_MOD_ARGS_MAX];
   void *args[3] = {&kp, &o, mod_args};
   fj__mods_args(bp.p.mods, 0, mod_args);  /* 0: its kernel is never checked */
@@ -234,10 +283,11 @@ fj_status fj_block_mask_build(fj_ctx *ctx, const fj_problem *p, int block_q,
     st = fj__kernel_function(ctx, kern, &fn);
     pthread_mutex_unlock(&ctx->lock);
   }
-  /* The counts start at 0: the kernel counts each row's blocks in them
-   * until the row's last block replaces the count with the list's. */
+  /* The counts start at 0: the kernel counts each row's (column's) blocks
+   * in them until its last block replaces the count with the list's.
+   * num and q_num lie together. */
   if (st == FJ_OK)
-    st = fj__cu_memset32_async(ctx, (uint64_t)(uintptr_t)num, 0, s.rows, stream);
+    st = fj__cu_memset32_async(ctx, addr(a.num), 0, s.rows + s.cols, stream);
   if (st == FJ_OK) {
     fj_launch l = {fn, {(unsigned)(s.q_blocks * s.kv_blocks), (unsigned)s.heads,
                         (unsigned)s.batch},
@@ -248,6 +298,7 @@ fj_status fj_block_mask_build(fj_ctx *ctx, const fj_problem *p, int block_q,
   if (st != FJ_OK)
     return st;
   *out = (fj_block_mask){block_q, block_kv, s.batch, s.heads, s.q_blocks,
-                         s.kv_blocks, num, idx, full_num, full_idx};
+                         s.kv_blocks, a.num, a.idx, a.full_num, a.full_idx,
+                         a.q_num, a.q_idx, a.full_q_num, a.full_q_idx};
   return FJ_OK;
 }

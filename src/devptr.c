@@ -60,6 +60,10 @@ static void add_mods(const fj_mods *m, fj_devptr *out, size_t *n)
     add(out, n, "mods.block_mask.kv_indices", -1, b->kv_indices);
     add(out, n, "mods.block_mask.full_num", -1, b->full_num);
     add(out, n, "mods.block_mask.full_indices", -1, b->full_indices);
+    add(out, n, "mods.block_mask.q_num", -1, b->q_num);
+    add(out, n, "mods.block_mask.q_indices", -1, b->q_indices);
+    add(out, n, "mods.block_mask.full_q_num", -1, b->full_q_num);
+    add(out, n, "mods.block_mask.full_q_indices", -1, b->full_q_indices);
   }
   for (int i = 0; m->params && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++)
     if (m->params[i].rank > 0)

@@ -37,7 +37,11 @@ typedef struct fj_kparams {
   unsigned *work;
   /* A block mask (fj_block_mask; NULL where absent): the counts and
    * lists of batch b, head h start at query block b * bm_stride_b +
-   * h * bm_stride_h (0 for a dimension the mask broadcasts). */
+   * h * bm_stride_h (0 for a dimension the mask broadcasts).  The
+   * backward's main kernel walks the other direction and gets the
+   * transposed lists here instead (q_num, q_indices, full_q_num,
+   * full_q_indices): its strides count key blocks, each list holds
+   * bm_q_blocks entries (src/backward.c's fill_bwd_blocks). */
   const int32_t *bm_num, *bm_idx, *bm_full_num, *bm_full_idx;
   int bm_stride_b, bm_stride_h, bm_q_blocks, bm_kv_blocks;
   /* Attention sinks (fj_mods.sinks): [heads_q] logits, or NULL. */

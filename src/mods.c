@@ -525,15 +525,24 @@ fj_status fj__mods_check_blocks_data(const fj_ctx *ctx, const fj_mods *m)
                     "mods.block_mask->%s is NULL: the partial blocks' counts "
                     "and indices are required",
                     bm->kv_num ? "kv_indices" : "kv_num");
-  if (!bm->full_num != !bm->full_indices)
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "mods.block_mask->%s is NULL but %s is not: give both "
-                    "(full blocks) or neither",
-                    bm->full_num ? "full_indices" : "full_num",
-                    bm->full_num ? "full_num" : "full_indices");
-  const void *arr[4] = {bm->kv_num, bm->kv_indices, bm->full_num, bm->full_indices};
-  static const char *const names[4] = {"kv_num", "kv_indices", "full_num", "full_indices"};
-  for (int i = 0; i < 4; i++)
+  /* Counts and indices go in pairs: the full lists, and each of the
+   * transposed lists (the backward's, which it requires itself). */
+  const void *arr[8] = {bm->kv_num,     bm->kv_indices, bm->full_num,
+                        bm->full_indices, bm->q_num,    bm->q_indices,
+                        bm->full_q_num, bm->full_q_indices};
+  static const char *const names[8] = {"kv_num", "kv_indices", "full_num",
+                                       "full_indices", "q_num", "q_indices",
+                                       "full_q_num", "full_q_indices"};
+  static const char *const what[4] = {"", "full blocks", "the transposed lists",
+                                      "full blocks of the transposed lists"};
+  for (int i = 2; i < 8; i += 2)
+    if (!arr[i] != !arr[i + 1])
+      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                      "mods.block_mask->%s is NULL but %s is not: give both "
+                      "(%s) or neither",
+                      names[arr[i] ? i + 1 : i], names[arr[i] ? i : i + 1],
+                      what[i / 2]);
+  for (int i = 0; i < 8; i++)
     if ((uintptr_t)arr[i] % 4)
       return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                       "mods.block_mask->%s %p is not 4-byte aligned", names[i],

@@ -1198,16 +1198,9 @@ fj_status fj__reference_fwd64(const fj_problem *p, const double *q,
  * brace times the score's derivative with respect to that value.
  */
 
-/* What the backward does not take (yet): a block mask; FP8 K/V. */
+/* What the backward does not take (yet): FP8 K/V, split head dims. */
 static fj_status bwd_unsupported(const char *fn, const fj_problem *p)
 {
-  const fj_mods *m = p->mods;
-  fj_mods_info mi;
-  fj__mods_info(m, &mi);
-  if (mi.blocks)
-    return fj__fail(NULL, FJ_ERR_UNSUPPORTED,
-                    "%s: mods.block_mask is not implemented in the backward",
-                    fn);
   if (p->dtype == FJ_E4M3)
     return fj__fail(NULL, FJ_ERR_UNSUPPORTED,
                     "%s: dtype e4m3 is not implemented in the backward (FP8 "
@@ -1226,6 +1219,66 @@ static fj_status bwd_unsupported(const char *fn, const fj_problem *p)
   return FJ_OK;
 }
 
+/* The states (0 none, 1 partial, 2 full) of one (batch, head)'s blocks,
+ * [q_blocks][kv_blocks], from one direction of a block mask's lists: the
+ * rows' (by query block; cols 0) or the transposed ones (by key block),
+ * counts clamped and indices out of range dropped as the kernels do. */
+static void block_states(const fj_block_mask *bm, int64_t first, int cols,
+                         int8_t *out)
+{
+  int n = cols ? bm->kv_blocks : bm->q_blocks, len = cols ? bm->q_blocks
+                                                          : bm->kv_blocks;
+  const int32_t *num[2] = {cols ? bm->q_num : bm->kv_num,
+                           cols ? bm->full_q_num : bm->full_num};
+  const int32_t *idx[2] = {cols ? bm->q_indices : bm->kv_indices,
+                           cols ? bm->full_q_indices : bm->full_indices};
+  memset(out, 0, (size_t)bm->q_blocks * (size_t)bm->kv_blocks);
+  for (int f = 0; f < 2; f++)
+    for (int r = 0; num[f] && r < n; r++) {
+      int64_t at = first + r;
+      int c = num[f][at] < 0 ? 0 : num[f][at] > len ? len : num[f][at];
+      for (int i = 0; i < c; i++) {
+        int32_t e = idx[f][at * len + i];
+        if (e >= 0 && e < len)
+          out[cols ? (int64_t)e * bm->kv_blocks + r
+                   : (int64_t)r * bm->kv_blocks + e] = (int8_t)(f + 1);
+      }
+    }
+}
+
+/* Where a block mask has transposed lists (the kernels' backward walks
+ * them), they must describe the blocks its rows' lists do, which this
+ * reference reads: FJ_ERR_INVALID_ARG naming the first block where not. */
+static fj_status bwd_blocks_agree(const char *fn, const fj_block_mask *bm)
+{
+  static const char *const kind[3] = {"none", "partial", "full"};
+  size_t n = (size_t)bm->q_blocks * (size_t)bm->kv_blocks;
+  int8_t *rows = malloc(n), *cols = malloc(n);
+  fj_status st = rows && cols ? FJ_OK
+                 : fj__fail(NULL, FJ_ERR_NOMEM,
+                            "%s: out of memory for a block mask of %zu blocks",
+                            fn, n);
+  for (int bh = 0; st == FJ_OK && bh < bm->batch * bm->heads; bh++) {
+    block_states(bm, (int64_t)bh * bm->q_blocks, 0, rows);
+    block_states(bm, (int64_t)bh * bm->kv_blocks, 1, cols);
+    for (size_t i = 0; i < n; i++)
+      if (rows[i] != cols[i]) {
+        st = fj__fail(NULL, FJ_ERR_INVALID_ARG,
+                      "%s: mods.block_mask's lists disagree at batch %d, head "
+                      "%d, query block %d, key block %d: %s by kv_num and "
+                      "kv_indices, %s by q_num and q_indices",
+                      fn, bh / bm->heads, bh % bm->heads,
+                      (int)(i / (size_t)bm->kv_blocks),
+                      (int)(i % (size_t)bm->kv_blocks), kind[(int)rows[i]],
+                      kind[(int)cols[i]]);
+        break;
+      }
+  }
+  free(rows);
+  free(cols);
+  return st;
+}
+
 static fj_status bwd_check(const char *fn, const fj_problem *p,
                            const void *const in[4], void *const out[3])
 {
@@ -1239,6 +1292,9 @@ static fj_status bwd_check(const char *fn, const fj_problem *p,
   fj_status st = problem_check(p);
   if (st == FJ_OK)
     st = fj__mods_check_grads(NULL, p->mods, 0, fn);
+  const fj_block_mask *bm = p->mods ? p->mods->block_mask : NULL;
+  if (st == FJ_OK && bm && bm->q_num)
+    st = bwd_blocks_agree(fn, bm);
   return st == FJ_OK ? bwd_unsupported(fn, p) : st;
 }
 

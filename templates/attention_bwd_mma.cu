@@ -37,9 +37,17 @@
   element or the zero padding (1 / s at s = 0) never reaches a product.
   Rows past the sequence get P = 0 whatever their scores became.
   Mask expressions hide elements in the score step, as the forward does.
+  Block masks (block_q, block_kv > 0): a block walks, for each query head
+  of the group, the query tiles of the query blocks its key block's
+  transposed lists name (bwd_common.cuh's QWalk: partial blocks, then full
+  ones) that lie in the mask rule's query range; the mask expression runs
+  on a partial block's tiles only (mods.mask_guard), the built-in rules on
+  every tile.  Not in the deterministic mode (the host refuses it: the
+  turns count the rule's key tiles).
   Parameters: the forward's mma variant axes (head_dim, tile_m, tile_n,
-  warps 8, stages 1 or 2, swizzle), causal, window, softcap, dtype, and
-  the modifications (score_mod, mask_mod, mod_params).
+  warps 8, stages 1 or 2, swizzle), causal, window, softcap, dtype, the
+  modifications (score_mod, mask_mod, mod_params), and a block mask's
+  block_q and block_kv (0: none).
 #}
 {%
   local L = import("lut.lua")
@@ -53,7 +61,9 @@
   local mods = import("mods.lua").new{ score = score_mod, mask = mask_mod, params = mod_params,
                                        softcap = softcap, grad = true }
   local function no(fmt, ...) refuse(fmt:format(...)) end
-  PC.bwd_scope{ exprs = true }
+  PC.bwd_scope{ exprs = true, blocks = true }
+  local BMASK = (block_kv or 0) > 0 and { q = block_q, kv = block_kv } or nil
+  if BMASK then mods.mask_guard = "bm_part" end
   -- The user's own expressions compile in a child process, as the
   -- forward's: a compiler crash on them is an error, never the host's death.
   if mods.score_text or mods.mask_text then meta.isolate = 1 end
@@ -61,6 +71,9 @@
   if BM ~= 64 or BN ~= 64 then no("tile_m %d, tile_n %d: the mma backward takes 64 x 64 tiles", BM, BN) end
   if D % 32 ~= 0 or D > 256 then no("head_dim %d: the mma backward takes multiples of 32 up to 256", D) end
   if S < 1 or S > 2 then no("stages %d: the mma backward takes 1 or 2", S) end
+  if BMASK and (BMASK.q % BM ~= 0 or BMASK.kv % BN ~= 0) then
+    no("tile_m %d and tile_n %d must divide the block mask's blocks (%d query rows, %d keys)", BM, BN, BMASK.q, BMASK.kv)
+  end
   -- dQ's product in chunks of DQT tiles of 16 columns (all of a warp's
   -- half up to 5 tiles, else the largest divisor up to 4), so that head
   -- dim 256 holds dK and dV (D/32 tiles of 8 each), S and dP (two tiles
@@ -122,7 +135,7 @@
 %}
 {{ include("common.cuh") }}
 {{ include("block.cuh", { BM = BM, BN = BN }) }}
-{{ include("bwd_common.cuh") }}
+{{ include("bwd_common.cuh", { BMASK = BMASK, BM = BM }) }}
 {% if mods.any then %}
 {{ include("mods.cuh", { mods = mods, part = "decls" }) }}
 {% end %}
@@ -180,7 +193,14 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   // The query rows that see this key tile, in whole row tiles (the
   // scheduler's head of a key tile: mask.lua's rows_begin / rows_end).
 {{ PC.piece(include("scheduler.cuh", { part = "kv_head", mrule = mrule, BM = BM, BN = BN })) }}
+{% if BMASK then %}
+  // The block mask's walk (bwd_common.cuh): the query tiles its key block's
+  // transposed lists name, per query head of the group, within that range.
+  fj::QWalk cur = fj::qwalk_start();
+  bool have = fj::qwalk_next(p, b, hk, n0, m_first, m_first + nq * {{ BM }}, cur);
+{% else %}
   const int steps = nq * p.group;  // (query head of the group, row tile) pairs
+{% end %}
 
   float dk[{{ DH // 16 }}][8], dv[{{ DH // 16 }}][8];
 #pragma unroll
@@ -188,9 +208,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 #pragma unroll
     for (int i = 0; i < 8; ++i) dk[d][i] = dv[d][i] = 0.f;
 
-  // Step i's Q and dO rows, LSE and delta into stage i % S.
-  auto load_step = [&](int i) {
-    const int st = i % {{ S }}, hq = hk * p.group + i / nq, mq = m_first + (i % nq) * {{ BM }};
+  // The Q and dO rows mq.. of query head hq, their LSE and delta, into stage st.
+  auto load_rows = [&](int st, int hq, int mq) {
     const elem_t *qg = fj::head_rows<const elem_t>(p.q, p.q_stride, b, hq) + q_row0 * p.q_stride[2];
     const elem_t *dg = fj::head_rows<const elem_t>(g.dout, g.do_stride, b, hq) + q_row0 * g.do_stride[2];
     fj::load_tile<{{ BM }}>(s_q + st * {{ BM * LD }}, qg, p.q_stride[2], mq, len_q);
@@ -204,21 +223,47 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       s_ld[st * {{ 2 * BM }} + {{ BM }} + threadIdx.x] = g.delta[f];
     }
   };
-{% if S > 1 then %}
+{% if BMASK then %}
+{%   if S > 1 then %}
+  if (have) load_rows(0, hk * p.group + cur.g, cur.m0);
+  fj::cp_async_commit();
+{%   end %}
+
+  for (int i = 0; have; ++i) {
+    const int st = i % {{ S }}, h = hk * p.group + cur.g, m0 = cur.m0;
+    const bool bm_part = cur.part;  // the mask expression applies
+    (void)bm_part;
+{%   if S > 1 then %}
+    // The next step's tiles load while this one computes.
+    fj::QWalk nxt = cur;
+    const bool more = fj::qwalk_next(p, b, hk, n0, m_first, m_first + nq * {{ BM }}, nxt);
+    if (more) load_rows((i + 1) % {{ S }}, hk * p.group + nxt.g, nxt.m0);
+    fj::cp_async_commit();
+    fj::cp_async_wait<1>();
+{%   else %}
+    load_rows(st, h, m0);
+{%   end %}
+{% else %}
+  // Step i: query head i / nq of the group, its row tile i % nq.
+  auto load_step = [&](int i) {
+    load_rows(i % {{ S }}, hk * p.group + i / nq, m_first + (i % nq) * {{ BM }});
+  };
+{%   if S > 1 then %}
   if (steps > 0) load_step(0);
   fj::cp_async_commit();
-{% end %}
+{%   end %}
 
   int edge = 0;  // the deterministic mode's (scheduler.cuh's kv_rank)
   for (int i = 0; i < steps; ++i) {
     const int st = i % {{ S }}, h = hk * p.group + i / nq, m0 = m_first + (i % nq) * {{ BM }};
-{% if S > 1 then %}
+{%   if S > 1 then %}
     // The next step's tiles load while this one computes.
     if (i + 1 < steps) load_step(i + 1);
     fj::cp_async_commit();
     fj::cp_async_wait<1>();
-{% else %}
+{%   else %}
     load_step(i);
+{%   end %}
 {% end %}
     __syncthreads();
     const unsigned sq_u = fj::smem_addr(s_q + st * {{ BM * LD }}), sdo_u = fj::smem_addr(s_do + st * {{ BM * LD }});
@@ -338,6 +383,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     // counter, bwd_common.cuh), so every element's sum has one order.
     const long long bh = (long long)b * p.heads_q + h;
     float *dq_rows = g.dq_acc + bh * g.seq_pad * {{ D }};
+{% if not BMASK then %}
     int *const turn = g.dq_turns + fj::dq_tile_base(bh, m0, 0, g.seq_pad, {{ D }}) / 4096;
     if (g.deterministic) {
       if (threadIdx.x == 0) {
@@ -347,6 +393,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       }
       __syncthreads();
     }
+{% end %}
 #pragma unroll
     for (int dq0 = 0; dq0 < {{ NT }}; dq0 += {{ DQT }}) {
       float dq[{{ DQT }}][8];
@@ -375,10 +422,20 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
       }
     }
+{% if BMASK then %}
+    __syncthreads();  // P, dS and this stage are read before they are written again
+{%   if S > 1 then %}
+    cur = nxt;
+    have = more;
+{%   else %}
+    have = fj::qwalk_next(p, b, hk, n0, m_first, m_first + nq * {{ BM }}, cur);
+{%   end %}
+{% else %}
     // Every thread's additions done at the GPU before the turn passes on.
     if (g.deterministic) __threadfence();
     __syncthreads();  // P, dS and this stage are read before they are written again
     if (g.deterministic && threadIdx.x == 0) fj::dq_turn_done(turn);
+{% end %}
   }
 
   // dK (times the softmax scale) and dV, keys past the sequence not written.

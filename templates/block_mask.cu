@@ -6,7 +6,9 @@
   the sequence ends, the causal mask, the window) let no row reach is
   dropped at once; otherwise the block tests every (query, key) pair in
   it.  The last block of a row of blocks to finish lists the row's kept
-  key blocks:
+  key blocks, and the last block of a column of blocks (one key block's
+  query blocks) the column's kept query blocks, both directions in the
+  same launch (the forward walks rows, the backward columns):
     partial   some pair kept, and some pair the built-in rules keep is
               hidden by the mask expression (the attention kernel then
               runs the expression per element);
@@ -36,15 +38,40 @@
 {% end %}
 
 namespace fj {
-// Where the lists go (src/block_mask.c lays them out in one buffer):
-// counts [rows], full counts [rows], indices [rows][kv_blocks], full
-// indices [rows][kv_blocks], rows = batch x heads x q_blocks of the mask.
-// The host zeroes the counts first: until a row is done its count is the
-// number of its blocks tested so far.
+// Where the lists go (src/block_mask.c lays them out in one buffer): per
+// row (batch x heads x q_blocks of the mask) a count of partial and of
+// full key blocks and their indices [rows][kv_blocks]; per column (batch
+// x heads x kv_blocks) the same of query blocks, [cols][q_blocks].  The
+// host zeroes num and q_num first: until a row (column) is done its count
+// is the number of its blocks tested so far.
 struct MaskOut {
   int *num, *full_num, *idx, *full_idx;
+  int *q_num, *full_q_num, *q_idx, *full_q_idx;
   int kv_blocks, q_blocks;
 };
+
+// One warp turns the n states of a row or column (0 none kept, 1 partial,
+// 2 full: written where the partial list goes) into its lists, ascending:
+// 32 states at a time, read (from L2: other blocks wrote them) before any
+// is overwritten, since an index goes to or before a state read.
+__device__ __forceinline__ void states_to_lists(int *state, int *full, int n, int *num,
+                                                int *full_num, int lane) {
+  int np = 0, nf = 0;
+  for (int c = 0; c < n; c += 32) {
+    const int k = c + lane;
+    const int st = k < n ? __ldcg(state + k) : 0;
+    const unsigned part = __ballot_sync(0xffffffffu, st == 1), whole = __ballot_sync(0xffffffffu, st == 2);
+    const unsigned below = (1u << lane) - 1u;
+    if (st == 1) state[np + __popc(part & below)] = k;
+    if (st == 2) full[nf + __popc(whole & below)] = k;
+    np += __popc(part);
+    nf += __popc(whole);
+  }
+  if (lane == 0) {
+    *num = np;
+    *full_num = nf;
+  }
+}
 }  // namespace fj
 
 extern "C" __global__ void __launch_bounds__({{ THREADS }})
@@ -73,35 +100,33 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }})
   any = __syncthreads_or(any);
   all = __syncthreads_and(all);
   // The block's state (0 none kept, 1 partial, 2 full) goes where the
-  // row's index list will be; the row's last block to finish (its count
-  // reaching kv_blocks) turns the states into the lists.
-  int *state = out.idx + row * out.kv_blocks;
-  __shared__ bool last;
+  // row's index list will be and where the column's will be (separate
+  // storage: the two conversions never touch the other's); the row's last
+  // block to finish (its count reaching kv_blocks) turns the row's states
+  // into its lists with warp 0, the column's last (q_blocks) the column's
+  // with warp 1.
+  const long long col = ((long long)b * gridDim.y + h) * out.kv_blocks + kb;
+  int *const state = out.idx + row * out.kv_blocks;
+  int *const cstate = out.q_idx + col * out.q_blocks;
+  __shared__ bool last, clast;
   if (threadIdx.x == 0) {
-    state[kb] = any ? (all ? 2 : 1) : 0;
+    const int st = any ? (all ? 2 : 1) : 0;
+    state[kb] = st;
+    cstate[qb] = st;
     __threadfence();
     last = atomicAdd(out.num + row, 1) == out.kv_blocks - 1;
+    clast = atomicAdd(out.q_num + col, 1) == out.q_blocks - 1;
   }
   __syncthreads();
-  if (!last || threadIdx.x >= 32) return;
-  __threadfence();
-  // One warp, 32 states at a time, read (from L2: other blocks wrote them)
-  // before any is overwritten: an index goes to or before a state read.
-  const int lane = threadIdx.x;
-  int np = 0, nf = 0;
-  for (int c = 0; c < out.kv_blocks; c += 32) {
-    const int k = c + lane;
-    const int st = k < out.kv_blocks ? __ldcg(state + k) : 0;
-    const unsigned part = __ballot_sync(0xffffffffu, st == 1), full = __ballot_sync(0xffffffffu, st == 2);
-    const unsigned below = (1u << lane) - 1u;
-    if (st == 1) state[np + __popc(part & below)] = k;
-    if (st == 2) out.full_idx[row * out.kv_blocks + nf + __popc(full & below)] = k;
-    np += __popc(part);
-    nf += __popc(full);
-  }
-  if (lane == 0) {
-    out.num[row] = np;
-    out.full_num[row] = nf;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warp == 0 && last) {
+    __threadfence();
+    fj::states_to_lists(state, out.full_idx + row * out.kv_blocks, out.kv_blocks, out.num + row,
+                        out.full_num + row, lane);
+  } else if (warp == 1 && clast) {
+    __threadfence();
+    fj::states_to_lists(cstate, out.full_q_idx + col * out.q_blocks, out.q_blocks, out.q_num + col,
+                        out.full_q_num + col, lane);
   }
 }
 {% if mods.any then %}

@@ -4,7 +4,35 @@
   problem's sizes, strides, mask and modifications).  It must match
   fj_bwd_kparams in src/kparams.h byte for byte; bwd_params_bytes is its
   size as the host sees it.
+
+  With a block mask (the kernel's block_q, block_kv > 0; BMASK = { q, kv }
+  and BM, the query tile's rows, may be given, else the kernel's own), the
+  walk of a key tile's query tiles by the mask's transposed lists, which
+  the host puts in p.bm_* (src/backward.c's fill_bwd_blocks):
+    QList q_list(p, b, h, n0)   key block n0 / kv's lists for batch b, query
+                                head h: np partial entries, n in all,
+                                counts clamped to 0..q_blocks
+    qlist_m0(l, t)              the first row of query tile t of the list
+                                (q / BM tiles a query block, partial blocks
+                                first); an index outside 0..q_blocks - 1
+                                gives the tile past the last block, which
+                                the walk skips: a bad list reads no rows
+    qlist_partial(l, t)         whether tile t is of a partial block (the
+                                mask expression applies there)
+    QWalk, qwalk_next(p, b, hk, n0, m_lo, m_hi, w)
+                                the next (query head of hk's group, listed
+                                tile) pair, heads in order, whose tile lies
+                                in [m_lo, m_hi) -- the mask rule's query
+                                range of the key tile, so the built-in
+                                rules still skip tiles; false at the end.
+                                Lists are read per head: a mask of
+                                heads_q heads lists each head's own.
+  No shared memory, no barriers; a QWalk is a few registers.
 #}
+{%
+  local BMASK = BMASK or ((block_kv or 0) > 0 and { q = block_q, kv = block_kv } or nil)
+  local BM = BM or tile_m
+%}
 namespace fj {
 
 struct BwdParams {
@@ -89,5 +117,70 @@ __device__ __forceinline__ void dq_turn_done(int *turn) {
 }
 
 static_assert(sizeof(BwdParams) == {{ bwd_params_bytes }}, "host and device disagree on the backward's parameter block");
+{% if BMASK then %}
+
+// A key block's query blocks (the block mask's transposed lists): partial
+// entries first, then full ones, each block of {{ BMASK.q }} rows walked as
+// {{ BMASK.q // BM }} query tile(s) of {{ BM }}.
+struct QList {
+  const int *part, *full;
+  int np, n, qb;  // partial entries, all entries, query blocks
+};
+
+__device__ __forceinline__ QList q_list(const Params &p, int b, int h, int n0) {
+  const long long col = (long long)b * p.bm_stride_b + (long long)h * p.bm_stride_h + n0 / {{ BMASK.kv }};
+  QList l;
+  l.qb = p.bm_q_blocks;
+  l.np = min(max(__ldg(p.bm_num + col), 0), l.qb);
+  l.n = l.np + (p.bm_full_num ? min(max(__ldg(p.bm_full_num + col), 0), l.qb) : 0);
+  l.part = p.bm_idx + col * l.qb;
+  l.full = p.bm_full_idx ? p.bm_full_idx + col * l.qb : l.part;
+  return l;
+}
+
+__device__ __forceinline__ int qlist_m0(const QList &l, int t) {
+  const int e = t / {{ BMASK.q // BM }};
+  const unsigned i = (unsigned)(e < l.np ? __ldg(l.part + e) : __ldg(l.full + (e - l.np)));
+  return (i < (unsigned)l.qb ? (int)i : l.qb) * {{ BMASK.q }} + t % {{ BMASK.q // BM }} * {{ BM }};
+}
+
+__device__ __forceinline__ bool qlist_partial(const QList &l, int t) {
+  return t / {{ BMASK.q // BM }} < l.np;
+}
+
+// A walk's place: query head g of the group (its list l), tile t of the
+// list, and the tile's first row and kind.  Start from qwalk_start().
+struct QWalk {
+  QList l;
+  int g, t, m0;
+  bool part;
+};
+
+__device__ __forceinline__ QWalk qwalk_start() {
+  QWalk w;
+  w.l.part = w.l.full = nullptr;
+  w.l.np = w.l.n = w.l.qb = 0;
+  w.g = w.t = -1;
+  w.m0 = 0;
+  w.part = false;
+  return w;
+}
+
+__device__ __forceinline__ bool qwalk_next(const Params &p, int b, int hk, int n0, int m_lo, int m_hi, QWalk &w) {
+  for (;;) {
+    ++w.t;
+    while (w.t >= w.l.n * {{ BMASK.q // BM }}) {
+      if (++w.g >= p.group) return false;
+      w.l = q_list(p, b, hk * p.group + w.g, n0);
+      w.t = 0;
+    }
+    w.m0 = qlist_m0(w.l, w.t);
+    if (w.m0 >= m_lo && w.m0 < m_hi) {
+      w.part = qlist_partial(w.l, w.t);
+      return true;
+    }
+  }
+}
+{% end %}
 
 }  // namespace fj

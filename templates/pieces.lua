@@ -63,12 +63,14 @@ end
 
 -- What every backward main kernel refuses (attention_bwd_mma.cu,
 -- attention_bwd_wgmma.cu), from the kernel's own parameters (imports see
--- them as include() does): block masks, score and mask expressions unless
--- the family applies them (o.exprs: it multiplies dS by the score
--- expression's derivative), and anything but a dense problem of one dtype.
+-- them as include() does): block masks unless the family walks their
+-- transposed lists (o.blocks: bwd_common.cuh's QWalk), score and mask
+-- expressions unless the family applies them (o.exprs: it multiplies dS
+-- by the score expression's derivative), and anything but a dense problem
+-- of one dtype.
 function M.bwd_scope(o)
-  if (block_kv or 0) > 0 then
-    refuse("the backward takes no block mask yet")
+  if (block_kv or 0) > 0 and not (o and o.blocks) then
+    refuse("this backward family takes no block mask yet (attention_bwd_mma.cu does)")
   end
   if not (o and o.exprs) and ((score_mod or "") ~= "" or (mask_mod or "") ~= "") then
     refuse("this backward family takes no score or mask expressions (attention_bwd_mma.cu does)")

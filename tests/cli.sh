@@ -87,7 +87,8 @@ expect 0 "direction=backward" emit --backward --shape 1,4,128,128 --causal --wha
 expect 2 "--backward emits the library's backward for --shape's problem: it takes no variant flags" emit --backward --tile-m 64
 expect 0 "_wgmma_" plan --backward --shape 1,4,64,64 --score-mod 's * 2.f'
 expect 0 "#line 1 \"score'\"" emit --backward --shape 1,4,64,64 --arch sm_80 --score-mod 's * s * 0.5f'
-expect 2 "the backward does not take block masks" plan --backward --shape 1,4,128,64 --mask-mod 'q >= kv' --block-mask 128,128
+expect 0 "main=fj_bwd_attn_d64_m64_n64_w8_s2_xor_regs_mma_nc_f16_bm128x128_x" plan --backward --shape 1,4,128,64 --mask-mod 'q >= kv' --block-mask 128,128
+expect 0 "fj::qwalk_next(p, b, hk, n0, m_first" emit --backward --shape 1,4,128,64 --arch sm_80 --mask-mod 'q >= kv' --block-mask 64,128
 expect 2 "the backward does not take paged K/V" emit --backward --shape 2,4,64,64 --page-size 16
 expect 0 "_vl is the main kernel" emit --backward --shape 2,4,64,64 --varlen 10,20
 expect 2 "the backward needs sm_80 or newer" plan --backward --shape 1,4,64,64 --arch sm_75
@@ -98,12 +99,10 @@ expect 2 "--backward runs the library's backward for --shape's problem: it takes
 expect 2 "--backward runs the library's backward for --shape's problem: it takes no --mma" run $BS --mma wgmma
 expect 2 "it takes no --sweep" run $BS --sweep
 expect 2 "it takes no --jit-tiers" run $BS --jit-tiers
-expect 2 "the backward does not take block masks" run $BS --mask-mod 'q >= kv' --block-mask 128,128
 expect 2 "the backward does not take paged K/V" run --backward --shape 2,4,64,64 --page-size 16
 expect 2 "the backward does not take kv_dtype e4m3: K and V in dtype f16" run $BS --kv-dtype e4m3
 expect 2 "--check with --backward computes the float64 reference of every gradient on the host: B x H x Sq x Skv x D = 1073741824 is over 536870912 (about 10 s of one core); check a smaller --shape" run --backward --check --shape 1,8,1024,128
 expect 2 "head_dim 48: the mma backward takes multiples of 32 up to 256" run --backward --shape 1,4,64,48
-expect 2 "the backward does not take block masks" tune --backward --shape 1,4,64,64 --mask-mod 'q >= kv' --block-mask 128,128
 expect 2 "--backward does not apply with --show (it lists the database)" tune --show --backward
 expect 2 "--backward applies only to cache prewarm" cache ls --backward
 expect 2 "--backward prewarms the backward's kernels of the lists: it does not combine with --from-tune-db" cache prewarm --backward --from-tune-db

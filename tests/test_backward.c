@@ -25,7 +25,7 @@ static int compile_all(fj_ctx *ctx, const fj_problem *p, const char *what)
   const fj_mods *m = p->mods;
   int pgrads = m && m->param_grads;
   int wg = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0 && p->head_dim >= 64 &&
-           !(pgrads && p->head_dim > 128);
+           !(pgrads && p->head_dim > 128) && !(m && m->block_mask);
   CHECK(plan.variant.mma == (wg ? FJ_MMA_WGMMA : FJ_MMA_SYNC));
   CHECK(plan.variant.tile_n == (wg && p->head_dim <= 128 ? 128 : 64));
   CHECK(plan.grid[0] == (unsigned)((p->seq_kv + plan.variant.tile_n - 1) /
@@ -171,6 +171,72 @@ int test_backward_exprs_compile(void)
                  "backward");
   CHECK(!strchr(fj_errmsg(ctx), '\n'));
   fj_ctx_destroy(ctx);
+  return 0;
+}
+
+
+/* Block masks on the mma backward: the plan's kernel walks the transposed
+ * lists (bwd_common.cuh's QWalk), its name carries the block sizes, the
+ * mask expression runs only on partial tiles, and it compiles without
+ * spills on sm_80 and sm_90a, with both stage counts (the walk's two
+ * forms: prefetching the next step or not), with and without a mask
+ * expression, GQA, a mask of one list per head. */
+int test_backward_block_mask_compile(void)
+{
+  static int32_t docs[1024], lists[64];
+  const fj_mod_param doc = {"doc", FJ_MOD_I32, 1, {1024, 0, 0, 0}, docs, 0};
+  static const struct {
+    const char *arch, *mask;
+    int bq, bkv, heads, d, stages;
+    fj_dtype dt;
+  } cases[] = {
+      {"sm_90a", "doc(q) == doc(kv)", 128, 128, 1, 64, 2, FJ_BF16},
+      {"sm_80", "kv + 64 >= q && kv <= q + h", 64, 256, 8, 128, 1, FJ_F16},
+      {"sm_80", NULL, 256, 64, 1, 96, 2, FJ_BF16},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    fj_ctx *ctx = fjt_ctx(cases[c].arch, NULL);
+    CHECK(ctx != NULL);
+    fj_problem p;
+    fj_mods m;
+    fj_block_mask bm = {cases[c].bq, cases[c].bkv, 1, cases[c].heads,
+                        (1000 + cases[c].bq - 1) / cases[c].bq,
+                        (1000 + cases[c].bkv - 1) / cases[c].bkv,
+                        lists, lists, lists, lists, lists, lists, lists, lists};
+    fj_problem_init(&p, 2, 8, 2, 1000, 1000, cases[c].d, cases[c].dt, FJ_BSHD);
+    p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    fj_mods_init(&m);
+    m.mask = cases[c].mask;
+    m.params = &doc;
+    m.num_params = cases[c].mask ? 1 : 0;
+    m.block_mask = &bm;
+    p.mods = &m;
+    fj_bwd_plan plan;
+    CHECK_OK(ctx, fj__bwd_plan_candidate(ctx, &p, FJ_MMA_SYNC, cases[c].stages, &plan));
+    fj_kernel *k;
+    CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
+    char want[24];
+    snprintf(want, sizeof want, "_bm%dx%d", cases[c].bq, cases[c].bkv);
+    CHECK(strstr(fj_kernel_name(k), want) != NULL);
+    const char *src = fj_kernel_source(k, NULL);
+    CHECK(strstr(src, "fj::qwalk_next(p, b, hk, n0, m_first, m_first + nq * 64, ") != NULL);
+    CHECK(strstr(src, "const bool bm_part = cur.part;") != NULL);
+    /* The mask expression behind the partial tiles' guard, if any. */
+    CHECK(!strstr(src, "if (bm_part) {") == !cases[c].mask);
+    /* The deterministic mode's turns are not in it (the host refuses). */
+    CHECK(strstr(src, "fj::dq_turn_wait(turn") == NULL);
+    fj_resources r;
+    fj_kernel_resources(k, &r);
+    printf("%-7s %-60s regs=%3d spill=%d/%d\n", cases[c].arch, fj_kernel_name(k),
+           r.registers, r.spill_store_bytes, r.spill_load_bytes);
+    CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+    /* The plan's own choice compiles too (its pre- and postprocess). */
+    if (c == 0 && compile_all(ctx, &p, "block mask")) {
+      fj_ctx_destroy(ctx);
+      return 1;
+    }
+    fj_ctx_destroy(ctx);
+  }
   return 0;
 }
 
@@ -321,8 +387,40 @@ int test_backward_refusals(void)
   bm.batch = bm.heads = bm.q_blocks = bm.kv_blocks = 1;
   bm.kv_num = bm.kv_indices = cu_dummy;
   m.block_mask = &bm;
+  /* A block mask: not in deterministic mode; a call needs its transposed
+   * lists (full ones where the rows' lists have full ones), named before
+   * anything launches. */
+  p.deterministic = 1;
   CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_UNSUPPORTED);
-  CHECK_MSG(ctx, "block masks");
+  CHECK_MSG(ctx, "the backward does not take deterministic with "
+                 "mods.block_mask yet");
+  CHECK(!strchr(fj_errmsg(ctx), '\n'));
+  p.deterministic = 0;
+  char args[64];
+  void *a = args;
+  CHECK_ST(ctx, fj_attention_bwd(ctx, &p, a, a, a, a, a, (float *)a, a, a, a, NULL, NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "fj_attention_bwd: mods.block_mask->q_num is NULL: the "
+                 "backward walks each key block's query blocks (q_num, "
+                 "q_indices; fj_block_mask_build fills them)");
+  bm.q_num = bm.q_indices = cu_dummy;
+  bm.full_num = bm.full_indices = cu_dummy;
+  CHECK_ST(ctx, fj_attention_bwd(ctx, &p, a, a, a, a, a, (float *)a, a, a, a, NULL, NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "fj_attention_bwd: mods.block_mask->full_q_num is NULL but "
+                 "full_num is not: full blocks need their lists in both "
+                 "directions (fj_block_mask_build fills them)");
+  bm.full_q_num = bm.full_q_indices = cu_dummy;
+  CHECK_ST(ctx, fj_attention_bwd(ctx, &p, a, a, a, a, a, (float *)a, a, a, a, NULL, NULL),
+           FJ_ERR_COMPILE_ONLY);
+  /* Taken, by the mma family (the wgmma backward does not walk block
+   * masks yet) at a head dim whose plan is wgmma's without one; the
+   * context's memo keeps the two apart. */
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+  CHECK(plan.variant.mma == FJ_MMA_SYNC && plan.variant.tile_n == 64);
+  m.block_mask = NULL;
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+  CHECK(plan.variant.mma == FJ_MMA_WGMMA);
   p.mods = NULL;
   fj_problem_init(&p, 2, 4, 4, 128, 128, 64, FJ_BF16, FJ_THD);
   int32_t cu[3] = {0, 100, 200};

@@ -12,25 +12,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block_mask.h"
 #include "runner.h"
 
-/* A block mask's arrays on the host: [rows][kvb] lists, counts per row. */
+/* A block mask's arrays on the host: [rows][kvb] lists, counts per row,
+ * and the transposed ones: [cols][qb] lists, counts per column. */
 typedef struct host_mask {
   fj_block_mask bm;
   int32_t *num, *idx, *full_num, *full_idx;
+  int32_t *q_num, *q_idx, *full_q_num, *full_q_idx;
 } host_mask;
 
-/* Lists built by testing every pair of every block with keep(b, h, q, kv)
- * (the brute force the builder kernel avoids), for a mask of one batch
- * index and one head (rows = q_blocks). */
+/* Lists built by testing every pair of every block with keep(q, kv) (the
+ * brute force the builder kernel avoids), for a mask of one batch index
+ * and one head (rows = q_blocks, cols = kv_blocks), in both directions. */
 static void host_lists(host_mask *m, int bq, int bkv, int seq_q, int seq_kv,
                        int (*keep)(int q, int kv))
 {
   int qb = (seq_q + bq - 1) / bq, kb = (seq_kv + bkv - 1) / bkv;
-  m->num = calloc((size_t)qb, 4);
-  m->full_num = calloc((size_t)qb, 4);
-  m->idx = calloc((size_t)qb * (size_t)kb, 4);
-  m->full_idx = calloc((size_t)qb * (size_t)kb, 4);
+  size_t n = (size_t)qb * (size_t)kb;
+  int32_t **arr[8] = {&m->num, &m->full_num, &m->idx, &m->full_idx,
+                      &m->q_num, &m->full_q_num, &m->q_idx, &m->full_q_idx};
+  const size_t len[8] = {(size_t)qb, (size_t)qb, n, n, (size_t)kb, (size_t)kb, n, n};
+  for (int i = 0; i < 8; i++)
+    *arr[i] = calloc(len[i], 4);
   for (int i = 0; i < qb; i++)
     for (int j = 0; j < kb; j++) {
       int any = 0, all = 1;
@@ -39,21 +44,26 @@ static void host_lists(host_mask *m, int bq, int bkv, int seq_q, int seq_kv,
           any |= keep(q, kv);
           all &= keep(q, kv);
         }
-      if (any && all)
+      /* i ascends within each column's lists, j within each row's. */
+      if (any && all) {
         m->full_idx[i * kb + m->full_num[i]++] = j;
-      else if (any)
+        m->full_q_idx[j * qb + m->full_q_num[j]++] = i;
+      } else if (any) {
         m->idx[i * kb + m->num[i]++] = j;
+        m->q_idx[j * qb + m->q_num[j]++] = i;
+      }
     }
   m->bm = (fj_block_mask){bq, bkv, 1, 1, qb, kb, m->num, m->idx, m->full_num,
-                          m->full_idx};
+                          m->full_idx, m->q_num, m->q_idx, m->full_q_num,
+                          m->full_q_idx};
 }
 
 static void host_free(host_mask *m)
 {
-  free(m->num);
-  free(m->idx);
-  free(m->full_num);
-  free(m->full_idx);
+  int32_t *arr[8] = {m->num, m->full_num, m->idx, m->full_idx,
+                     m->q_num, m->full_q_num, m->q_idx, m->full_q_idx};
+  for (int i = 0; i < 8; i++)
+    free(arr[i]);
 }
 
 /* ---- refusals ------------------------------------------------------------------- */
@@ -63,7 +73,7 @@ int test_block_mask_refusals(void)
   fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
   CHECK(ctx);
   int32_t arr[64] = {0};
-  fj_block_mask bm = {128, 128, 1, 1, 8, 8, arr, arr, NULL, NULL};
+  fj_block_mask bm = {128, 128, 1, 1, 8, 8, arr, arr, NULL, NULL, NULL, NULL, NULL, NULL};
   fj_mods m;
   fj_problem p;
   fj_mods_init(&m);
@@ -135,7 +145,8 @@ int test_block_mask_refusals(void)
 /* ---- sizes -------------------------------------------------------------------------- */
 
 /* The mask's batch and heads follow what its expression reads; the bytes
- * are the counts (16-byte aligned) then the two index lists. */
+ * are the counts of both directions (16-byte aligned) then the four index
+ * lists. */
 int test_block_mask_size(void)
 {
   fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
@@ -161,7 +172,8 @@ int test_block_mask_size(void)
     size_t bytes;
     CHECK_OK(ctx, fj_block_mask_size(ctx, &p, 128, 64, &bytes));
     size_t rows = (size_t)cases[i].batch * (size_t)cases[i].heads * 32;
-    size_t want = (rows * 8 + 15) / 16 * 16 + rows * 47 * 8;  /* 3000 keys: 47 blocks */
+    size_t cols = (size_t)cases[i].batch * (size_t)cases[i].heads * 47;  /* 3000 keys */
+    size_t want = ((rows + cols) * 8 + 15) / 16 * 16 + rows * 47 * 16;
     printf("mask %s: %zu bytes (want %zu)\n", cases[i].mask ? cases[i].mask : "(none)",
            bytes, want);
     CHECK(bytes == want);
@@ -276,7 +288,8 @@ int test_block_mask_compile(void)
     CHECK(ctx);
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
       fj_block_mask bm = {sizes[i][0], sizes[i][1], 1, 1,
-                          4096 / sizes[i][0], 4096 / sizes[i][1], arr, arr, arr, arr};
+                          4096 / sizes[i][0], 4096 / sizes[i][1], arr, arr, arr, arr,
+                          arr, arr, arr, arr};
       fj_mods m;
       fj_problem p;
       fj_mods_init(&m);
@@ -327,6 +340,13 @@ int test_block_mask_compile(void)
                                         &out, NULL),
                FJ_ERR_COMPILE_ONLY);
       CHECK_MSG(ctx, "fj_block_mask_build: the mask's kernel fj_block_mask_");
+      /* That kernel lists both directions: each column's last block (its
+       * count in q_num) turns the column's states into its lists. */
+      fj_kernel *bk;
+      CHECK_OK(ctx, fj__block_mask_kernel(ctx, &p, sizes[i][0], sizes[i][1], &bk));
+      const char *bsrc = fj_kernel_source(bk, NULL);
+      CHECK(strstr(bsrc, "clast = atomicAdd(out.q_num + col, 1) == out.q_blocks - 1;") &&
+            strstr(bsrc, "fj::states_to_lists(cstate, out.full_q_idx + col * out.q_blocks"));
       doc.data = NULL;
       free(buf);
     }

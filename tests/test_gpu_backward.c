@@ -5,7 +5,9 @@
  * a window, a softcap), GQA and MQA, tails, large logits and rows that see
  * no key.  The forward (fj_attention_fwd) gives O and the LSE; gradients
  * are poisoned with NaN before every run; inputs are fresh random normals.
- * The tuner's pick (fj_tune_bwd, the database's backward entries).
+ * The tuner's pick (fj_tune_bwd, the database's backward entries); score
+ * and mask expressions; block masks the library builds, whose transposed
+ * lists are checked against its rows' lists.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -887,4 +889,230 @@ int test_gpu_sanitize_backward_mods(void)
        "doc(q) == doc(kv)", 0},
   };
   return run_mods_cases(cases, 1, 0);
+}
+
+/* ---- block masks ---------------------------------------------------------------
+ * The backward with a block mask the library builds (fj_block_mask_build)
+ * from the case's mask, against the reference with the mask's download
+ * (which reads the rows' lists and refuses transposed lists that describe
+ * other blocks).  The builder's transposed lists are checked first against
+ * its rows' lists: the same blocks, each list ascending.  The mma family
+ * runs them on every target (the plan refuses the wgmma one). */
+
+typedef struct bm_case {
+  int b, hq, hkv, sq, skv, d;
+  fj_dtype dt;
+  fj_causal causal;
+  const char *mask;
+  int bq, bkv;
+  int heads;  /* the mask's heads the builder should give (1 or hq) */
+} bm_case;
+
+/* One direction's lists of (batch, head) bh as states [q_blocks][kv_blocks]
+ * (0 none, 1 partial, 2 full); 1 where a list is out of order or names a
+ * block twice or out of range. */
+static int bm_states(const fj_block_mask *bm, int bh, int cols, unsigned char *out)
+{
+  int n = cols ? bm->kv_blocks : bm->q_blocks, len = cols ? bm->q_blocks : bm->kv_blocks;
+  const int32_t *num[2] = {cols ? bm->q_num : bm->kv_num, cols ? bm->full_q_num : bm->full_num};
+  const int32_t *idx[2] = {cols ? bm->q_indices : bm->kv_indices,
+                           cols ? bm->full_q_indices : bm->full_indices};
+  memset(out, 0, (size_t)bm->q_blocks * (size_t)bm->kv_blocks);
+  for (int f = 0; f < 2; f++)
+    for (int r = 0; r < n; r++) {
+      long long at = (long long)bh * n + r;
+      if (num[f][at] < 0 || num[f][at] > len)
+        return 1;
+      for (int i = 0; i < num[f][at]; i++) {
+        int e = idx[f][at * len + i];
+        if (e < 0 || e >= len || (i > 0 && e <= idx[f][at * len + i - 1]))
+          return 1;
+        unsigned char *s = &out[cols ? (size_t)e * (size_t)bm->kv_blocks + (size_t)r
+                                     : (size_t)r * (size_t)bm->kv_blocks + (size_t)e];
+        if (*s)
+          return 1;
+        *s = (unsigned char)(f + 1);
+      }
+    }
+  return 0;
+}
+
+/* The builder's mask in both memories: dm (device, into *buf) and hm (its
+ * download, into *hbuf); the two directions compared.  0: built, agreeing. */
+static int bm_build(fj_ctx *ctx, const fj_problem *p, const bm_case *bc,
+                    fj_block_mask *dm, fj_block_mask *hm, void **buf, void **hbuf)
+{
+  size_t bytes;
+  *buf = *hbuf = NULL;
+  if (fj_block_mask_size(ctx, p, bc->bq, bc->bkv, &bytes) != FJ_OK ||
+      cudaMalloc(buf, bytes) != cudaSuccess ||
+      fj_block_mask_build(ctx, p, bc->bq, bc->bkv, *buf, bytes, dm, NULL) != FJ_OK) {
+    fprintf(stderr, "block mask: %s\n", fj_errmsg(ctx));
+    return 1;
+  }
+  *hbuf = malloc(bytes);
+  if (!*hbuf || cudaMemcpy(*hbuf, *buf, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+    return 1;
+  const char *d0 = *buf, *h0 = *hbuf;
+  const int32_t **dev[8] = {&dm->kv_num, &dm->kv_indices, &dm->full_num, &dm->full_indices,
+                            &dm->q_num, &dm->q_indices, &dm->full_q_num, &dm->full_q_indices};
+  const int32_t **host[8] = {&hm->kv_num, &hm->kv_indices, &hm->full_num, &hm->full_indices,
+                             &hm->q_num, &hm->q_indices, &hm->full_q_num, &hm->full_q_indices};
+  *hm = *dm;
+  for (int i = 0; i < 8; i++)
+    *host[i] = (const int32_t *)(h0 + ((const char *)*dev[i] - d0));
+  size_t n = (size_t)hm->q_blocks * (size_t)hm->kv_blocks;
+  unsigned char *rows = malloc(n), *cols = malloc(n);
+  int bad = !rows || !cols || hm->heads != bc->heads || hm->batch != 1, kept = 0, partial = 0;
+  for (int bh = 0; !bad && bh < hm->batch * hm->heads; bh++) {
+    bad = bm_states(hm, bh, 0, rows) || bm_states(hm, bh, 1, cols) || memcmp(rows, cols, n);
+    for (size_t i = 0; i < n; i++) {
+      kept += rows[i] != 0;
+      partial += rows[i] == 1;
+    }
+  }
+  printf("       block mask %dx%d, %d head(s): %d x %d blocks, %d kept (%d partial): %s\n",
+         bc->bq, bc->bkv, hm->heads, hm->q_blocks, hm->kv_blocks, kept, partial,
+         bad ? "TRANSPOSED LISTS WRONG" : "both directions agree");
+  free(rows);
+  free(cols);
+  return bad;
+}
+
+/* One case: the mask built, forward and backward with it on the device,
+ * the reference on the host.  0: right. */
+static int run_bm_case(fj_ctx *ctx, const bm_case *bc, const mods_params *mp,
+                       uint64_t *seed)
+{
+  bwd_run r;
+  memset(&r, 0, sizeof r);
+  fj_problem *p = &r.p;
+  fj_problem_init(p, bc->b, bc->hq, bc->hkv, bc->sq, bc->skv, bc->d, bc->dt, FJ_BSHD);
+  p->causal = bc->causal;
+  fj_mods_init(&r.m);
+  r.m.mask = bc->mask;
+  r.m.params = mp->dev_p;
+  r.m.num_params = 3;
+  p->mods = &r.m;
+  fj_block_mask dm, hm;
+  void *buf = NULL, *hbuf = NULL;
+  int rc = 1;
+  if (bm_build(ctx, p, bc, &dm, &hm, &buf, &hbuf))
+    goto out;
+  r.m.block_mask = &dm;
+  r.nq = (size_t)bc->b * (size_t)bc->sq * (size_t)bc->hq * (size_t)bc->d;
+  r.nk = (size_t)bc->b * (size_t)bc->skv * (size_t)bc->hkv * (size_t)bc->d;
+  size_t nl = (size_t)bc->b * (size_t)bc->hq * (size_t)bc->sq;
+  r.q = random_host(bc->dt, r.nq, 1.f, seed);
+  r.k = random_host(bc->dt, r.nk, 1.f, seed);
+  r.v = random_host(bc->dt, r.nk, 1.f, seed);
+  r.dout = random_host(bc->dt, r.nq, 1.f, seed);
+  r.q_d = upload(r.q, r.nq * 2);
+  r.k_d = upload(r.k, r.nk * 2);
+  r.v_d = upload(r.v, r.nk * 2);
+  r.do_d = upload(r.dout, r.nq * 2);
+  r.o_d = upload(NULL, r.nq * 2);
+  r.lse_d = upload(NULL, nl * 4);
+  r.gq = upload(NULL, r.nq * 2);
+  r.gk = upload(NULL, r.nk * 2);
+  r.gv = upload(NULL, r.nk * 2);
+  r.hq = malloc(r.nq * 2);
+  r.hk = malloc(r.nk * 2);
+  r.hv = malloc(r.nk * 2);
+  fj_status st = fj_attention_fwd(ctx, p, r.q_d, r.k_d, r.v_d, r.o_d, r.lse_d, NULL);
+  if (st == FJ_OK)
+    st = fj_attention_bwd_plan(ctx, p, &r.plan);
+  if (st != FJ_OK) {
+    fprintf(stderr, "forward or plan: %s\n", fj_errmsg(ctx));
+    goto out;
+  }
+  if (r.plan.variant.mma != FJ_MMA_SYNC) {
+    fprintf(stderr, "the plan's backward is not the mma family's\n");
+    goto out;
+  }
+  if (run_pass(ctx, &r))
+    goto out;
+  float *rq = calloc(r.nq, 4), *rk = calloc(r.nk, 4), *rv = calloc(r.nk, 4);
+  fj_problem hp = r.p;
+  fj_mods hmods = r.m;
+  hmods.params = mp->host_p;
+  hmods.block_mask = &hm;
+  hp.mods = &hmods;
+  st = fj_reference_bwd(&hp, r.q, r.k, r.v, r.dout, rq, rk, rv, NULL);
+  if (st != FJ_OK) {
+    fprintf(stderr, "reference: %s\n", fj_errmsg(NULL));
+  } else {
+    double eq = rel_err(bc->dt, r.hq, rq, r.nq);
+    double ek = rel_err(bc->dt, r.hk, rk, r.nk);
+    double ev = rel_err(bc->dt, r.hv, rv, r.nk);
+    double tol = bc->dt == FJ_BF16 ? 3e-2 : 1e-2;  /* as run_backward's */
+    rc = !(eq < tol && ek < tol && ev < tol);
+    printf("%s %-5s %s d%-3d %s b%d h%d/%d s%d/%d %s mask '%s' bm%dx%d: dq %.2e dk %.2e "
+           "dv %.2e\n",
+           rc ? "FAIL" : "ok  ", fj_mma_name(r.plan.variant.mma), fj_ctx_arch(ctx), bc->d,
+           fj_dtype_name(bc->dt), bc->b, bc->hq, bc->hkv, bc->sq, bc->skv,
+           fj_causal_name(bc->causal), bc->mask, bc->bq, bc->bkv, eq, ek, ev);
+  }
+  free(rq);
+  free(rk);
+  free(rv);
+out:
+  run_free(&r);
+  cudaFree(buf);
+  free(hbuf);
+  return rc;
+}
+
+/* The cases on the device's own target (sm_90a too: the plan takes the
+ * mma family there). */
+static int run_bm_cases(const bm_case *cases, size_t n)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(NULL, &ctx);
+  if (rc)
+    return rc;
+  uint64_t seed = 20261128;
+  mods_params *mp = malloc(sizeof *mp);
+  CHECK(mp != NULL && mods_params_init(mp, &seed) == 0);
+  int fails = 0;
+  for (size_t i = 0; i < n; i++)
+    fails += run_bm_case(ctx, &cases[i], mp, &seed);
+  fj_ctx_destroy(ctx);
+  mods_params_free(mp);
+  free(mp);
+  printf("backward with block masks: %zu runs, %d failed\n", n, fails);
+  return fails != 0;
+}
+
+#define DOCS "doc(q) == doc(kv)"
+#define WINDOW "q - kv >= 0 && q - kv < 100"
+#define PER_HEAD "(kv + h * 37) % 5 != 0 || q == kv"
+
+int test_gpu_backward_block_mask(void)
+{
+  static const bm_case cases[] = {
+      /* documents of 37 positions under a causal mask: both dtypes, d64
+       * and d128, lengths not multiples of the blocks, GQA 4:1 */
+      {2, 4, 4, 500, 500, 64, FJ_BF16, BR, DOCS, 128, 128, 1},
+      {1, 8, 2, 333, 333, 128, FJ_F16, TL, DOCS, 128, 128, 1},
+      {1, 8, 2, 300, 450, 64, FJ_F16, BR, DOCS, 64, 256, 1},
+      /* a window written as an expression (no built-in mask): blocks of
+       * the diagonal partial, those inside the window full */
+      {1, 4, 4, 512, 512, 128, FJ_BF16, NC, WINDOW, 64, 64, 1},
+      {2, 8, 2, 400, 300, 64, FJ_F16, NC, WINDOW, 256, 128, 1},
+      /* a mask that reads h: one list per query head, GQA 4:1 */
+      {1, 8, 2, 257, 257, 64, FJ_BF16, NC, PER_HEAD, 64, 64, 8},
+      {1, 4, 1, 200, 300, 128, FJ_F16, BR, PER_HEAD, 128, 64, 4},
+  };
+  return run_bm_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* One small case for compute-sanitizer: the builder's both directions and
+ * the walk over a per-head mask with tails. */
+int test_gpu_sanitize_backward_block_mask(void)
+{
+  static const bm_case cases[] = {
+      {1, 4, 2, 100, 130, 64, FJ_BF16, TL, PER_HEAD, 64, 128, 4},
+  };
+  return run_bm_cases(cases, 1);
 }

@@ -735,8 +735,8 @@ int test_gpu_block_mask(void)
   cudaMemcpy(dbuf + 8, hidx, sizeof hidx, cudaMemcpyHostToDevice);
   cudaMemcpy(dbuf + 24, hfull, sizeof hfull, cudaMemcpyHostToDevice);
   twin_init(&w, NULL, "kv % 3 != 1");
-  fj_block_mask hb = {128, 128, 1, 1, 4, 4, hnum, hidx, hfull_num, hfull};
-  fj_block_mask db = {128, 128, 1, 1, 4, 4, dbuf, dbuf + 8, dbuf + 4, dbuf + 24};
+  fj_block_mask hb = {128, 128, 1, 1, 4, 4, hnum, hidx, hfull_num, hfull, NULL, NULL, NULL, NULL};
+  fj_block_mask db = {128, 128, 1, 1, 4, 4, dbuf, dbuf + 8, dbuf + 4, dbuf + 24, NULL, NULL, NULL, NULL};
   w.hm.block_mask = &hb;
   w.dm.block_mask = &db;
   bad |= run_mod_case(ctx, &uc, &w, &seed);

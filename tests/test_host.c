@@ -63,7 +63,8 @@ static void make_cases(hcase c[4])
   c[1].m.mask = "doc(q) == doc(kv)";
   c[1].m.params = c[1].prm;
   c[1].m.num_params = 1;
-  c[1].bm = (fj_block_mask){128, 128, 1, 1, 16, 16, fake, fake, NULL, NULL};
+  c[1].bm = (fj_block_mask){128, 128, 1, 1, 16, 16, fake, fake, NULL, NULL,
+                             NULL, NULL, NULL, NULL};
   c[1].m.block_mask = &c[1].bm;
   c[1].p.mods = &c[1].m;
   base(&c[2], "bias");

@@ -489,7 +489,7 @@ int test_mods_plan_cache(void)
 {
   static _Alignas(16) int32_t arr[64];
   fj_mod_param doc = {"doc", FJ_MOD_I32, 1, {2048, 0, 0, 0}, arr, 0};
-  fj_block_mask bm = {128, 128, 1, 1, 16, 16, arr, arr, NULL, NULL};
+  fj_block_mask bm = {128, 128, 1, 1, 16, 16, arr, arr, NULL, NULL, NULL, NULL, NULL, NULL};
   enum { N = 8 };
   fj_mods m[N];
   for (int i = 0; i < N; i++)

@@ -116,7 +116,7 @@ int test_devptr_check(void)
 int test_devptr_list(void)
 {
   static const float scales[4], sinks[4];
-  static const int32_t ints[8];
+  static const int32_t ints[12];
   fj_problem p;
   fj_problem_init(&p, 2, 2, 2, 64, 64, 64, FJ_F16, FJ_THD);
   p.kv_dtype = FJ_E4M3;
@@ -132,6 +132,10 @@ int test_devptr_list(void)
   bm.kv_indices = ints + 5;
   bm.full_num = ints + 6;
   bm.full_indices = ints + 7;
+  bm.q_num = ints + 8;
+  bm.q_indices = ints + 9;
+  bm.full_q_num = ints + 10;
+  bm.full_q_indices = ints + 11;
   fj_mod_param params[3];
   memset(params, 0, sizeof params);
   params[0].rank = 1;
@@ -154,11 +158,13 @@ int test_devptr_list(void)
       "cu_seqlens_q", "cu_seqlens_kv", "seqused_kv", "block_table",
       "mods.sinks", "mods.block_mask.kv_num", "mods.block_mask.kv_indices",
       "mods.block_mask.full_num", "mods.block_mask.full_indices",
+      "mods.block_mask.q_num", "mods.block_mask.q_indices",
+      "mods.block_mask.full_q_num", "mods.block_mask.full_q_indices",
       "mods.params", "mods.params"};
-  CHECK(n == sizeof names / sizeof names[0]);
+  CHECK(n == sizeof names / sizeof names[0] && n <= FJ_DEVPTR_MAX);
   for (size_t i = 0; i < n; i++)
     CHECK(!strcmp(out[i].name, names[i]) && out[i].ptr);
-  CHECK(out[17].index == 0 && out[18].index == 2 && out[0].index == -1);
+  CHECK(out[21].index == 0 && out[22].index == 2 && out[0].index == -1);
   /* NULL arguments, and the scales of a problem without FP8 K/V, are not
    * listed. */
   p.kv_dtype = 0;

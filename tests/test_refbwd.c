@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "reference.h"
 #include "runner.h"
@@ -602,7 +603,8 @@ int test_refbwd_errors(void)
            FJ_ERR_INVALID_ARG);
   CHECK_MSG(NULL, "head_dim 0 is invalid");
   p.head_dim = 8;
-  /* A score expression is taken; a block mask, FP8 K/V: refused. */
+  /* A score expression is taken, and a block mask (by its rows' lists;
+   * transposed lists given must agree with them); FP8 K/V: refused. */
   fj_mods m;
   fj_mods_init(&m);
   m.score = "s * 0.5f";
@@ -617,10 +619,21 @@ int test_refbwd_errors(void)
   bm.kv_num = one;
   bm.kv_indices = zero;
   m.block_mask = &bm;
+  CHECK_OK(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL));
+  bm.q_num = zero;
+  bm.q_indices = zero;
   CHECK_ST(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL),
-           FJ_ERR_UNSUPPORTED);
-  CHECK_MSG(NULL, "fj_reference_bwd: mods.block_mask is not implemented in "
-                  "the backward");
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "fj_reference_bwd: mods.block_mask's lists disagree at "
+                  "batch 0, head 0, query block 0, key block 0: partial by "
+                  "kv_num and kv_indices, none by q_num and q_indices");
+  bm.q_num = one;
+  CHECK_OK(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL));
+  bm.q_indices = NULL;
+  CHECK_ST(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "mods.block_mask->q_indices is NULL but q_num is not: give "
+                  "both (the transposed lists) or neither");
   m.block_mask = NULL;
   m.mask = "kv <= q";  /* a mask expression is taken */
   CHECK_OK(NULL, fj_reference_bwd(&p, x, x, x, x, g[0], g[1], g[2], NULL));
@@ -630,6 +643,160 @@ int test_refbwd_errors(void)
            FJ_ERR_UNSUPPORTED);
   CHECK_MSG(NULL, "fj_reference_bwd: kv_dtype e4m3 is not implemented in "
                   "the backward");
+  return 0;
+}
+
+/* ---- block masks ---------------------------------------------------------------
+ * A block mask whose lists are exact (a block partial where the mask
+ * expression hides some pair the built-in rules keep, full where it hides
+ * none) changes nothing: the gradients equal the expression's alone, bit
+ * for bit.  A block left out of both directions' lists hides its pairs,
+ * as the expression extended to hide them does. */
+
+/* A pair's fate under the whole mask: -1 hidden by a built-in rule, 0 by
+ * the expression, 1 kept. */
+typedef int (*bm_fate)(int h, int q, int kv);
+
+/* Block lists of one batch index and `heads` heads, both directions, from
+ * every pair's fate; arrays in one allocation (free(bm->kv_num)). */
+static int exact_lists(fj_block_mask *bm, int heads, int bq, int bkv, int sq,
+                       int skv, bm_fate fate)
+{
+  int qb = (sq + bq - 1) / bq, kb = (skv + bkv - 1) / bkv;
+  size_t rows = (size_t)heads * (size_t)qb, cols = (size_t)heads * (size_t)kb;
+  size_t list = rows * (size_t)kb;
+  int32_t *a = calloc(2 * (rows + cols) + 4 * list, sizeof *a);
+  if (!a)
+    return 1;
+  int32_t *num = a, *full_num = num + rows, *q_num = full_num + rows,
+          *full_q_num = q_num + cols, *idx = full_q_num + cols,
+          *full_idx = idx + list, *q_idx = full_idx + list,
+          *full_q_idx = q_idx + list;
+  for (int h = 0; h < heads; h++)
+    for (int i = 0; i < qb; i++)
+      for (int j = 0; j < kb; j++) {
+        int any = 0, all = 1;
+        for (int q = i * bq; q < (i + 1) * bq && q < sq; q++)
+          for (int kv = j * bkv; kv < (j + 1) * bkv && kv < skv; kv++) {
+            int f = fate(h, q, kv);
+            any |= f == 1;
+            all &= f != 0;
+          }
+        size_t r = (size_t)h * (size_t)qb + (size_t)i,
+               c = (size_t)h * (size_t)kb + (size_t)j;
+        if (any && all) {
+          full_idx[r * (size_t)kb + (size_t)full_num[r]++] = j;
+          full_q_idx[c * (size_t)qb + (size_t)full_q_num[c]++] = i;
+        } else if (any) {
+          idx[r * (size_t)kb + (size_t)num[r]++] = j;
+          q_idx[c * (size_t)qb + (size_t)q_num[c]++] = i;
+        }
+      }
+  *bm = (fj_block_mask){bq, bkv, 1, heads, qb, kb, num, idx, full_num,
+                        full_idx, q_num, q_idx, full_q_num, full_q_idx};
+  return 0;
+}
+
+/* Removes block (i, j) of head h from both directions' partial lists;
+ * 0 where it was there. */
+static int drop_block(fj_block_mask *bm, int h, int i, int j)
+{
+  int32_t *num = (int32_t *)bm->kv_num, *idx = (int32_t *)bm->kv_indices;
+  int32_t *q_num = (int32_t *)bm->q_num, *q_idx = (int32_t *)bm->q_indices;
+  size_t r = (size_t)h * (size_t)bm->q_blocks + (size_t)i,
+         c = (size_t)h * (size_t)bm->kv_blocks + (size_t)j;
+  int found = 0;
+  for (int e = 0; e < num[r]; e++)
+    if (idx[r * (size_t)bm->kv_blocks + (size_t)e] == j) {
+      memmove(idx + r * (size_t)bm->kv_blocks + e, idx + r * (size_t)bm->kv_blocks + e + 1,
+              (size_t)(num[r] - e - 1) * sizeof *idx);
+      num[r]--;
+      found++;
+      break;
+    }
+  for (int e = 0; e < q_num[c]; e++)
+    if (q_idx[c * (size_t)bm->q_blocks + (size_t)e] == i) {
+      memmove(q_idx + c * (size_t)bm->q_blocks + e, q_idx + c * (size_t)bm->q_blocks + e + 1,
+              (size_t)(q_num[c] - e - 1) * sizeof *q_idx);
+      q_num[c]--;
+      found++;
+      break;
+    }
+  return found != 2;
+}
+
+/* The three gradients of g's problem (float64, into out: nq + 2 nkv). */
+static int grads_of(const gproblem *g, double *out)
+{
+  fj_status st = fj__reference_bwd64(&g->p, g->q, g->k, g->v, g->dout, out,
+                                     out + g->nq, out + g->nq + g->nkv, NULL);
+  if (st != FJ_OK)
+    fprintf(stderr, "fj__reference_bwd64: %s\n", fj_errmsg(NULL));
+  return st != FJ_OK;
+}
+
+/* Documents of 70 positions under a bottom-right causal mask (seq 200 /
+ * 170: off -30); and a mask of its own per head. */
+static int doc_fate(int h, int q, int kv)
+{
+  (void)h;
+  return kv > q - 30 ? -1 : q / 70 == kv / 70;
+}
+static int head_fate(int h, int q, int kv)
+{
+  return (kv + h * 37) % 5 != 0 || q == kv;
+}
+
+int test_refbwd_block_mask(void)
+{
+  static const struct {
+    const char *mask, *dropped;
+    fj_causal causal;
+    int heads, bq, bkv;
+    bm_fate fate;
+  } cases[] = {
+      {"q / 70 == kv / 70", "q / 70 == kv / 70 && !(q / 64 == %d && kv / 64 == %d)",
+       FJ_CAUSAL_BOTTOM_RIGHT, 1, 64, 64, doc_fate},
+      {"(kv + h * 37) % 5 != 0 || q == kv",
+       "((kv + h * 37) % 5 != 0 || q == kv) && !(h == 1 && q / 128 == %d && kv / 64 == %d)",
+       FJ_CAUSAL_NONE, 2, 128, 64, head_fate},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    gproblem g;
+    CHECK(gproblem_init(&g, 200, 170) == 0);
+    g.p.causal = cases[c].causal;
+    size_t n = g.nq + 2 * g.nkv;
+    double *want = malloc(2 * n * sizeof *want), *got = want + n;
+    fj_block_mask bm;
+    CHECK(want && exact_lists(&bm, cases[c].heads, cases[c].bq, cases[c].bkv,
+                              200, 170, cases[c].fate) == 0);
+    g.m.mask = cases[c].mask;
+    CHECK(grads_of(&g, want) == 0);
+    g.m.block_mask = &bm;
+    CHECK(grads_of(&g, got) == 0);
+    CHECK(memcmp(want, got, n * sizeof *want) == 0);
+    /* The first partial block of the last head's lists dropped. */
+    int h = cases[c].heads - 1, i = -1, j = -1;
+    for (int r = 0; r < bm.q_blocks && i < 0; r++)
+      if (bm.kv_num[(size_t)h * (size_t)bm.q_blocks + (size_t)r] > 0) {
+        i = r;
+        j = bm.kv_indices[((size_t)h * (size_t)bm.q_blocks + (size_t)r) * (size_t)bm.kv_blocks];
+      }
+    CHECK(i >= 0 && drop_block(&bm, h, i, j) == 0);
+    CHECK(grads_of(&g, got) == 0);
+    CHECK(memcmp(want, got, n * sizeof *want) != 0);
+    char text[160];
+    snprintf(text, sizeof text, cases[c].dropped, i, j);
+    g.m.mask = text;
+    g.m.block_mask = NULL;
+    CHECK(grads_of(&g, want) == 0);
+    CHECK(memcmp(want, got, n * sizeof *want) == 0);
+    printf("  %-36s heads %d, blocks %dx%d: equal; block (%d, %d) of head %d dropped: equal\n",
+           cases[c].mask, cases[c].heads, cases[c].bq, cases[c].bkv, i, j, h);
+    free((void *)bm.kv_num);
+    free(want);
+    free(g.q);
+  }
   return 0;
 }
 

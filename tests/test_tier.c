@@ -333,8 +333,8 @@ int test_gpu_jit_tiers(void)
   CHECK(device_copy((void **)&dbuf, all, sizeof all) == 0);
   const tier_case lc = {"caller's block mask", 4, 16, 16, 500, 480, 128, FJ_BF16, FJ_CAUSAL_NONE, 1,
                         NULL, "kv % 3 != 1", 0, -1, -1, 0};
-  fj_block_mask hb = {128, 128, 1, 1, 4, 4, hnum, hidx, hfull_num, hfull};
-  fj_block_mask db = {128, 128, 1, 1, 4, 4, dbuf, dbuf + 8, dbuf + 4, dbuf + 24};
+  fj_block_mask hb = {128, 128, 1, 1, 4, 4, hnum, hidx, hfull_num, hfull, NULL, NULL, NULL, NULL};
+  fj_block_mask db = {128, 128, 1, 1, 4, 4, dbuf, dbuf + 8, dbuf + 4, dbuf + 24, NULL, NULL, NULL, NULL};
   fj_mods hm, dm;
   fj_mods_init(&hm);
   hm.mask = lc.mask;

@@ -13,11 +13,20 @@ never loaded.  int32 tensors, row-major:
     kv_indices (batch, heads, q_blocks, kv_blocks)   their indices, first kv_num used
     full_num, full_indices                           the same for full blocks
 
+and the same blocks per key block (FlexAttention's q_num_blocks,
+q_indices, full_q_num_blocks, full_q_indices), which the backward walks:
+
+    q_num      (batch, heads, kv_blocks)             partial query blocks per key block
+    q_indices  (batch, heads, kv_blocks, q_blocks)   their indices, ascending
+    full_q_num, full_q_indices                       the same for full blocks
+
 batch is 1 (one list for every batch index) or the problem's batch, heads
 1 or its heads_q; q_blocks = ceil(seq_q / block_q), kv_blocks =
 ceil(seq_kv / block_kv); block sizes 64, 128 or 256.  flashjit.block_mask()
 builds one from a mask on the GPU; BlockMask(...) wraps the caller's own
-lists; BlockMask.from_flex takes a FlexAttention BlockMask's.
+lists; BlockMask.from_flex takes a FlexAttention BlockMask's.  A mask
+without the transposed lists runs forward only (a call through it whose
+inputs require grad is refused).
 
 Imported only where torch imports.
 """
@@ -27,7 +36,8 @@ from . import _capi as capi
 from . import _problem as pr
 
 _WHO = "flashjit.BlockMask"
-_NAMES = ("kv_num", "kv_indices", "full_num", "full_indices")
+_NAMES = ("kv_num", "kv_indices", "full_num", "full_indices",
+          "q_num", "q_indices", "full_q_num", "full_q_indices")
 
 
 class BlockMask:
@@ -37,29 +47,39 @@ class BlockMask:
     whole).
 
     BlockMask(kv_num, kv_indices, full_num=None, full_indices=None, *,
-    block_q=128, block_kv=128) wraps the caller's own tensors (not copied:
-    they must live as long as this object and are read by every call it is
+    block_q=128, block_kv=128, q_num=None, q_indices=None, full_q_num=None,
+    full_q_indices=None) wraps the caller's own tensors (not copied: they
+    must live as long as this object and are read by every call it is
     passed to): int32, contiguous, on one device, kv_num (batch, heads,
     q_blocks) and kv_indices (batch, heads, q_blocks, kv_blocks), the full
     pair of the same shapes or neither.  Counts are clamped to 0..kv_blocks
     and an index outside 0..kv_blocks - 1 reads no keys: a wrong list gives
     wrong results, never a read outside the tensors.  Each key block should
-    appear at most once in a query block's two lists.
+    appear at most once in a query block's two lists.  The transposed
+    lists, for the backward: q_num (batch, heads, kv_blocks) and q_indices
+    (batch, heads, kv_blocks, q_blocks), and full_q_num, full_q_indices of
+    the same shapes where full_num and full_indices are given; they must
+    describe the same blocks (the backward walks them, the forward the
+    others).
 
     flashjit.block_mask(...) builds one from a mask expression on the GPU.
     Attributes: block_q, block_kv, batch, heads, q_blocks, kv_blocks, the
-    four tensors (full_num and full_indices None where absent), device, and
-    seq_q / seq_kv (the lengths it was built for; None for the caller's own
-    lists, which fit every length of those blocks).
+    eight tensors (None where absent), device, and seq_q / seq_kv (the
+    lengths it was built for; None for the caller's own lists, which fit
+    every length of those blocks).
     """
 
     def __init__(self, kv_num, kv_indices, full_num=None, full_indices=None, *,
-                 block_q=128, block_kv=128):
+                 block_q=128, block_kv=128, q_num=None, q_indices=None, full_q_num=None,
+                 full_q_indices=None):
         self.block_q = _block_size("block_q", block_q)
         self.block_kv = _block_size("block_kv", block_kv)
-        _check_lists(kv_num, kv_indices, full_num, full_indices)
+        _check_lists(kv_num, kv_indices, full_num, full_indices, q_num, q_indices,
+                     full_q_num, full_q_indices)
         self.kv_num, self.kv_indices = kv_num, kv_indices
         self.full_num, self.full_indices = full_num, full_indices
+        self.q_num, self.q_indices = q_num, q_indices
+        self.full_q_num, self.full_q_indices = full_q_num, full_q_indices
         self.batch, self.heads, self.q_blocks = (int(n) for n in kv_num.shape)
         self.kv_blocks = int(kv_indices.shape[3])
         self.device = kv_num.device
@@ -70,7 +90,9 @@ class BlockMask:
     def from_flex(cls, mask):
         """The lists of a FlexAttention BlockMask
         (torch.nn.attention.flex_attention.create_block_mask): its
-        kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices and
+        kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices, the
+        transposed q_num_blocks, q_indices, full_q_num_blocks,
+        full_q_indices (the backward's; None where it lacks them) and
         BLOCK_SIZE, made contiguous where they are not (a copy then)."""
         missing = [a for a in ("kv_num_blocks", "kv_indices", "BLOCK_SIZE")
                    if not hasattr(mask, a)]
@@ -81,9 +103,11 @@ class BlockMask:
         if isinstance(size, int):
             size = (size, size)
         lists = [getattr(mask, a, None) for a in ("kv_num_blocks", "kv_indices",
-                                                  "full_kv_num_blocks", "full_kv_indices")]
+                                                  "full_kv_num_blocks", "full_kv_indices",
+                                                  "q_num_blocks", "q_indices",
+                                                  "full_q_num_blocks", "full_q_indices")]
         lists = [t.contiguous() if isinstance(t, torch.Tensor) else t for t in lists]
-        return cls(*lists, block_q=size[0], block_kv=size[1])
+        return cls(*lists[:4], block_q=size[0], block_kv=size[1], **_transposed(lists[4:]))
 
     @property
     def shape(self):
@@ -97,12 +121,20 @@ class BlockMask:
         if device == self.device:
             return self
         moved = [None if t is None else t.to(device) for t in self._tensors()]
-        out = BlockMask(*moved, block_q=self.block_q, block_kv=self.block_kv)
+        out = BlockMask(*moved[:4], block_q=self.block_q, block_kv=self.block_kv,
+                        **_transposed(moved[4:]))
         out.seq_q, out.seq_kv = self.seq_q, self.seq_kv
         return out
 
     def _tensors(self):
-        return self.kv_num, self.kv_indices, self.full_num, self.full_indices
+        """The eight lists in _NAMES' order (None where absent)."""
+        return (self.kv_num, self.kv_indices, self.full_num, self.full_indices,
+                self.q_num, self.q_indices, self.full_q_num, self.full_q_indices)
+
+    @property
+    def has_backward(self):
+        """Whether the transposed lists the backward walks are here."""
+        return self.q_num is not None
 
     def _check_problem(self, batch, heads_q, seq_q, seq_kv, device, who):
         """Refuses, in one line naming the value and the rule, a mask that
@@ -124,6 +156,7 @@ class BlockMask:
 
     def __repr__(self):
         full = "" if self.full_num is None else " with full blocks"
+        full += "" if self.q_num is None else ", transposed"
         built = "" if self.seq_q is None else f" for seq_q {self.seq_q}, seq_kv {self.seq_kv}"
         return (f"<flashjit.BlockMask {self.batch}x{self.heads}x{self.q_blocks}x"
                 f"{self.kv_blocks} of blocks {self.block_q}x{self.block_kv}{full}{built} on "
@@ -132,10 +165,11 @@ class BlockMask:
     @classmethod
     def _of_buffer(cls, buf, raw, seq_q, seq_kv):
         """A built mask: raw (fj_block_mask, from fj_block_mask_build) points
-        into buf (a uint8 tensor); the four tensors are views of buf."""
+        into buf (a uint8 tensor); the eight tensors are views of buf."""
         base, size = buf.data_ptr(), buf.numel()
         rows = (raw.batch, raw.heads, raw.q_blocks)
-        lists = (rows, rows + (raw.kv_blocks,))
+        cols = (raw.batch, raw.heads, raw.kv_blocks)
+        lists = (rows, rows + (raw.kv_blocks,), cols, cols + (raw.q_blocks,))
 
         def view(ptr, shape, name):
             n = 1
@@ -147,9 +181,10 @@ class BlockMask:
                                    f"{size}-byte buffer at {base}")
             return buf[off:off + 4 * n].view(torch.int32).view(shape)
 
-        tensors = [view(getattr(raw, name), lists[i % 2], name)
+        tensors = [view(getattr(raw, name), lists[i // 4 * 2 + i % 2], name)
                    for i, name in enumerate(_NAMES)]
-        self = cls(*tensors, block_q=raw.block_q, block_kv=raw.block_kv)
+        self = cls(*tensors[:4], block_q=raw.block_q, block_kv=raw.block_kv,
+                   **_transposed(tensors[4:]))
         self._buf, self.seq_q, self.seq_kv = buf, seq_q, seq_kv
         return self
 
@@ -161,19 +196,41 @@ def _block_size(what, value):
         raise type(e)(str(e).replace("flashjit:", f"{_WHO}:", 1)) from None
 
 
-def _check_lists(kv_num, kv_indices, full_num, full_indices):
-    given = dict(zip(_NAMES, (kv_num, kv_indices, full_num, full_indices)))
+def _transposed(lists):
+    """The transposed lists (q_num, q_indices, full_q_num, full_q_indices)
+    as BlockMask's keyword arguments."""
+    return dict(zip(_NAMES[4:], lists))
+
+
+def _check_pair(given, num, idx, what):
+    """Counts and indices go together."""
+    if (given[num] is None) != (given[idx] is None):
+        have, lack = (num, idx) if given[idx] is None else (idx, num)
+        raise ValueError(f"{_WHO}: {have} is given but {lack} is not: give both ({what}) or "
+                         "neither")
+
+
+def _check_lists(kv_num, kv_indices, full_num, full_indices, q_num=None, q_indices=None,
+                 full_q_num=None, full_q_indices=None):
+    given = dict(zip(_NAMES, (kv_num, kv_indices, full_num, full_indices, q_num, q_indices,
+                              full_q_num, full_q_indices)))
     for name, t in given.items():
         if t is None and name in ("kv_num", "kv_indices"):
             raise TypeError(f"{_WHO}: {name} is None; the partial blocks' counts and indices "
                             "are required")
         if t is not None and not isinstance(t, torch.Tensor):
             raise TypeError(f"{_WHO}: {name} is a {type(t).__name__}, not a torch.Tensor")
-    if (full_num is None) != (full_indices is None):
-        have, lack = ("full_num", "full_indices") if full_indices is None else (
-            "full_indices", "full_num")
-        raise ValueError(f"{_WHO}: {have} is given but {lack} is not: give both (full "
-                         "blocks) or neither")
+    _check_pair(given, "full_num", "full_indices", "full blocks")
+    _check_pair(given, "q_num", "q_indices", "the transposed lists")
+    _check_pair(given, "full_q_num", "full_q_indices", "full blocks of the transposed lists")
+    if q_num is None and full_q_num is not None:
+        raise ValueError(f"{_WHO}: full_q_num is given but q_num is not: the transposed lists "
+                         "need their partial blocks' counts and indices")
+    if q_num is not None and (full_num is None) != (full_q_num is None):
+        have, lack = ("full_num", "full_q_num") if full_q_num is None else (
+            "full_q_num", "full_num")
+        raise ValueError(f"{_WHO}: {have} is given but {lack} is not: full blocks need their "
+                         "lists in both directions")
     for name, t in given.items():
         if t is None:
             continue
@@ -199,28 +256,33 @@ def _check_lists(kv_num, kv_indices, full_num, full_indices):
                              f"{tuple(kv_indices.shape)})")
         if dim > 2 ** 31 - 1:
             raise ValueError(f"{_WHO}: {name} {dim} does not fit a C int")
-    if full_num is not None:
-        for name, t, like in (("full_num", full_num, kv_num),
-                              ("full_indices", full_indices, kv_indices)):
-            if tuple(t.shape) != tuple(like.shape):
-                raise ValueError(f"{_WHO}: {name} has shape {tuple(t.shape)}; it must be "
-                                 f"{tuple(like.shape)}, {_NAMES[_NAMES.index(name) - 2]}'s")
+    b, h, qb, kb = (int(n) for n in kv_indices.shape)
+    shapes = {"full_num": ((b, h, qb), "kv_num's"), "full_indices": ((b, h, qb, kb), "kv_indices's"),
+              "q_num": ((b, h, kb), "(batch, heads, kv_blocks)"),
+              "q_indices": ((b, h, kb, qb), "(batch, heads, kv_blocks, q_blocks)"),
+              "full_q_num": ((b, h, kb), "q_num's"), "full_q_indices": ((b, h, kb, qb), "q_indices's")}
+    for name, (want, why) in shapes.items():
+        t = given[name]
+        if t is not None and tuple(t.shape) != want:
+            raise ValueError(f"{_WHO}: {name} has shape {tuple(t.shape)}; it must be {want}, "
+                             f"{why}")
 
 
-def struct_of(block_q, block_kv, kv_num, kv_indices, full_num, full_indices):
-    """The fj_block_mask of checked lists (pointers into the tensors, which
-    the caller keeps alive for the call)."""
+def struct_of(block_q, block_kv, *lists):
+    """The fj_block_mask of checked lists (the eight in _NAMES' order, None
+    where absent; pointers into the tensors, which the caller keeps alive
+    for the call)."""
+    kv_num, kv_indices = lists[0], lists[1]
     b, h, qb = kv_num.shape
     return capi.BlockMask(block_q, block_kv, b, h, qb, kv_indices.shape[3],
-                          kv_num.data_ptr(), kv_indices.data_ptr(),
-                          None if full_num is None else full_num.data_ptr(),
-                          None if full_indices is None else full_indices.data_ptr())
+                          *(None if t is None else t.data_ptr() for t in lists))
 
 
 # The bytes of a built mask's buffer for its dimensions, as
-# fj_block_mask_size counts them: the two count arrays, then (16-byte
-# aligned) the two index arrays.  For the tests' cross-check of the library.
+# fj_block_mask_size counts them: the four count arrays (rows and columns),
+# then (16-byte aligned) the four index arrays.  For the tests' cross-check
+# of the library.
 def buffer_bytes(batch, heads, q_blocks, kv_blocks):
-    rows = batch * heads * q_blocks
-    return (2 * rows * 4 + 15) // 16 * 16 + 2 * rows * kv_blocks * 4
+    rows, cols = batch * heads * q_blocks, batch * heads * kv_blocks
+    return (2 * (rows + cols) * 4 + 15) // 16 * 16 + 4 * rows * kv_blocks * 4
 

@@ -140,7 +140,9 @@ class BlockMask(C.Structure):
     _fields_ = [("block_q", C.c_int), ("block_kv", C.c_int), ("batch", C.c_int),
                 ("heads", C.c_int), ("q_blocks", C.c_int), ("kv_blocks", C.c_int),
                 ("kv_num", C.c_void_p), ("kv_indices", C.c_void_p),
-                ("full_num", C.c_void_p), ("full_indices", C.c_void_p)]
+                ("full_num", C.c_void_p), ("full_indices", C.c_void_p),
+                ("q_num", C.c_void_p), ("q_indices", C.c_void_p),
+                ("full_q_num", C.c_void_p), ("full_q_indices", C.c_void_p)]
 
 
 class Plan(C.Structure):
@@ -309,7 +311,7 @@ SIGNATURES = {
 
 
 # FJ_ABI_VERSION of the header these structs mirror.
-ABI_VERSION = 7
+ABI_VERSION = 8
 
 
 def open_library(path):

@@ -255,8 +255,7 @@ def mods_of(o, x, device):
               for name, kind, value in o.params}
     bm = None
     if o.block_q:
-        bm = bmask.struct_of(o.block_q, o.block_kv, x["kv_num"], x["kv_indices"],
-                             x.get("full_num"), x.get("full_indices"))
+        bm = bmask.struct_of(o.block_q, o.block_kv, *(x.get(n) for n in bmask._NAMES))
     mods = pr.ModsArg((o.window_left, o.window_right), o.softcap, o.score_mod or None,
                       o.mask_mod or None, params or None, device=device,
                       sinks=True if "sinks" in x else None, block_mask=bm, checked=o.checked)
@@ -269,7 +268,7 @@ def mods_of(o, x, device):
             mods.mods.params[i].data = ph
             slots.append((mods.mods.params[i], "data", role["param:" + name]))
     if bm is not None:
-        for field in ("kv_num", "kv_indices", "full_num", "full_indices"):
+        for field in bmask._NAMES:
             if field in role:
                 setattr(bm, field, ph)
                 slots.append((bm, field, role[field]))
@@ -338,8 +337,7 @@ def _check_dense(o, q, k, v, x):
     _check_descales(q, b, hk, tuple(x.get(n) for n in _DESCALES))
     _check_sinks(x.get("sinks"), q, hq)
     if o.block_q:
-        bmask._check_lists(x["kv_num"], x["kv_indices"], x.get("full_num"),
-                           x.get("full_indices"))
+        bmask._check_lists(*(x.get(n) for n in bmask._NAMES))
     return sizes
 
 
@@ -436,14 +434,14 @@ def op_call(o, lse, q, k, v, extras):
 
 # Why a call's backward raises, by the kind of call.
 _NO_BACKWARD = {
-    "dense": f"{_WHO}: the backward does not take block_mask or checked=True yet",
+    "dense": f"{_WHO}: the backward does not take checked=True yet",
     "varlen": "flashjit.attention_varlen: the backward does not take score_mod, mask_mod or "
               "params yet"}
 
 
 class NoBackward(torch.autograd.Function):
     """A call whose inputs require grad but whose backward is not
-    implemented (expressions, block masks): the forward through the op,
+    implemented (checked mode, varlen expressions): the forward through the op,
     and a backward of flashjit::no_backward, which raises when it runs --
     at loss.backward(), eagerly or compiled -- and traces like any op, so
     that torch.compile needs no graph break for it."""
@@ -906,9 +904,12 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     backward multiplies by the score expression's derivative, which the
     library generates from it), and in the float tensor params that require
     grad (fj_mods.param_grads: float32 atomics, so not under
-    torch.use_deterministic_algorithms; an int tensor has no gradient).  A
-    call with block_mask or checked=True runs forward, and its backward
-    raises.  Under
+    torch.use_deterministic_algorithms; an int tensor has no gradient), and
+    with block_mask where it has the transposed lists (flashjit.block_mask()
+    builds them; a BlockMask without them is refused when an input requires
+    grad; not under torch.use_deterministic_algorithms, which the library
+    refuses with it).  A call with checked=True runs forward, and its
+    backward raises.  Under
     torch.use_deterministic_algorithms(True) (warn_only or not) the
     backward runs the library's deterministic mode (fj_problem's
     deterministic: q.grad, k.grad, v.grad and sinks.grad bit-identical run
@@ -993,7 +994,11 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
     o, extras = _dense_opts(c, sc, lay, wl, wr, cap, score_mod, mask_mod, params, sinks, bm,
                             checked, descales)
     lse = bool(return_lse)
-    if grad and block_mask is None and not checked:
+    if grad and block_mask is not None and not block_mask.has_backward:
+        raise ValueError(f"{_WHO}: block_mask has no transposed lists (q_num, q_indices), "
+                         "which the backward walks: flashjit.block_mask() builds them; "
+                         "BlockMask(..., q_num=, q_indices=) and from_flex take them")
+    if grad and not checked:
         out, l = attention_train_mods_op(q, k, v, list(extras), calls.encode(o))
         return (out, l) if return_lse else out
     if grad:
@@ -1012,7 +1017,7 @@ def _dense_opts(causal, scale, layout, wl, wr, softcap, score_mod, mask_mod, par
                 bm, checked, descales):
     """The Opts of a checked attention() call and its extra tensors, in
     their roles' order: sinks, the tensor parameters, the block mask's
-    lists, the descales given."""
+    lists (those given of the eight), the descales given."""
     spec, param_roles, param_tensors = params_opts(params)
     roles, extras = [], []
     if sinks is not None:
@@ -1021,7 +1026,7 @@ def _dense_opts(causal, scale, layout, wl, wr, softcap, score_mod, mask_mod, par
     roles += param_roles
     extras += param_tensors
     block_q, block_kv = bm[0], bm[1]
-    for name, t in zip(("kv_num", "kv_indices", "full_num", "full_indices"), bm[2:]):
+    for name, t in zip(bmask._NAMES, bm[2:]):
         if t is not None:
             roles.append(name)
             extras.append(t)
@@ -1036,7 +1041,7 @@ def _dense_opts(causal, scale, layout, wl, wr, softcap, score_mod, mask_mod, par
     return o, tuple(extras)
 
 
-_NO_BLOCK_MASK = (0, 0, None, None, None, None)
+_NO_BLOCK_MASK = (0, 0) + (None,) * 8
 
 
 def _param_tensors(params):
@@ -1057,7 +1062,7 @@ def _fp8_grad_error(q, k, v, sinks, descales):
 
 
 def _block_mask_args(block_mask, q, batch, heads_q, seq_q, seq_kv):
-    """block_mask as (block_q, block_kv) and the four lists, after checking
+    """block_mask as (block_q, block_kv) and the eight lists, after checking
     that it fits the problem."""
     if block_mask is None:
         return _NO_BLOCK_MASK
@@ -1095,8 +1100,9 @@ def block_mask(q=None, k=None, *, mask_mod=None, params=None, causal=None, windo
     The work goes on the current CUDA stream (as a kernel launch, so it
     can be captured in a CUDA graph once it has compiled).  The result
     serves every later call of that shape, mask and parameter values --
-    every layer, every step; it holds one buffer, which its four tensors
-    view.  Raises TypeError / ValueError naming the bad value, the
+    every layer, every step; it holds one buffer, which its eight tensors
+    view (the lists per query block, and per key block the transposed ones
+    the backward walks).  Raises TypeError / ValueError naming the bad value, the
     library's errors (InvalidArgument for the mask expression), and
     NoDevice without a GPU.
     """

@@ -608,6 +608,31 @@ class ExpressionBackward(unittest.TestCase):
         self.assertEqual((table.grad.shape, table.grad.dtype), ((4, 96), BF16))
         self.assertTrue(torch.equal(table.grad, torch.full((4, 96), 7.0, dtype=BF16)))
 
+    def test_block_mask_backward(self):
+        # A block mask with its transposed lists: differentiable, its eight
+        # lists among the extras of both ops; one without them is refused
+        # at the call, naming what the backward walks.
+        q, k, v = self.inputs()
+        qb, kb = 1, 1  # 32 rows, 48 keys: one block of 64 each way
+        z = [torch.zeros(s, dtype=torch.int32) for s in ((1, 1, qb), (1, 1, qb, kb),
+                                                          (1, 1, kb), (1, 1, kb, qb))]
+        bm = flashjit.BlockMask(z[0], z[1], z[0].clone(), z[1].clone(), block_q=64,
+                                block_kv=64, q_num=z[2], q_indices=z[3],
+                                full_q_num=z[2].clone(), full_q_indices=z[3].clone())
+        out = flashjit.attention(q, k, v, mask_mod="kv <= q", block_mask=bm)
+        out.float().sum().backward()
+        o, _ = self.bwd_seen[-1]
+        self.assertEqual((o.block_q, o.block_kv, o.roles),
+                         (64, 64, ("kv_num", "kv_indices", "full_num", "full_indices",
+                                   "q_num", "q_indices", "full_q_num", "full_q_indices")))
+        for t, want in ((q, 2.0), (k, 3.0), (v, 4.0)):
+            self.assertTrue(torch.equal(t.grad, torch.full_like(t, want)))
+        forward_only = flashjit.BlockMask(z[0], z[1], block_q=64, block_kv=64)
+        with self.assertRaisesRegex(ValueError, r"flashjit.attention: block_mask has no "
+                                    r"transposed lists \(q_num, q_indices\), which the "
+                                    r"backward walks: flashjit.block_mask\(\) builds them"):
+            flashjit.attention(q, k, v, block_mask=forward_only)
+
     def test_lse_gradient_is_refused(self):
         q, k, v = self.inputs()
         out, lse = flashjit.attention(q, k, v, mask_mod="kv <= q", return_lse=True)
@@ -671,6 +696,23 @@ class Traced(unittest.TestCase):
         out = f(q)
         out.sum().backward()
         self.assertEqual(self.bwd_seen[-1][0].score_mod, "s * 0.5f")
+        self.assertTrue(torch.equal(q.grad, torch.full_like(q, 2.0 + 3.0 + 4.0)))
+
+    def test_backward_with_block_mask_traces(self):
+        # A block mask's eight lists are graph inputs of the training op,
+        # traced whole, and its backward op runs at loss.backward().
+        mods_kernels(self)
+        z = [torch.zeros(s, dtype=torch.int32) for s in ((1, 1, 1), (1, 1, 1, 1))]
+        bm = flashjit.BlockMask(z[0], z[1], block_q=64, block_kv=64, q_num=z[0].clone(),
+                                q_indices=z[1].clone())
+        q = torch.randn(1, 2, 64, 64, dtype=BF16, requires_grad=True)
+        f = torch.compile(lambda q: flashjit.attention(q, q, q, mask_mod="kv <= q",
+                                                       block_mask=bm),
+                          backend="aot_eager", fullgraph=True)
+        f(q).sum().backward()
+        o = self.bwd_seen[-1][0]
+        self.assertEqual((o.mask_mod, o.roles), ("kv <= q", ("kv_num", "kv_indices", "q_num",
+                                                             "q_indices")))
         self.assertTrue(torch.equal(q.grad, torch.full_like(q, 2.0 + 3.0 + 4.0)))
 
     def test_serving(self):

@@ -368,6 +368,35 @@ class BlockMaskErrors(Case):
                      r"call .contiguous\(\)", flashjit.BlockMask, n,
                      torch.zeros((1, 4, 2, 5), dtype=torch.int32).transpose(1, 2))
 
+    def test_transposed_lists(self):
+        # The backward's lists (per key block, its query blocks): in pairs,
+        # full ones exactly where the rows' lists have full ones, shapes
+        # (batch, heads, kv_blocks[, q_blocks]).
+        n, i, fn, fi = self.lists(b=1, h=2, qb=4, kb=5)
+        qn, qi, fqn, fqi = self.lists(b=1, h=2, qb=5, kb=4)
+        bm = flashjit.BlockMask(n, i, fn, fi, q_num=qn, q_indices=qi, full_q_num=fqn,
+                                full_q_indices=fqi)
+        self.assertTrue(bm.has_backward)
+        self.assertIs(bm._tensors()[7], fqi)
+        self.assertIn("with full blocks, transposed", repr(bm))
+        self.assertEqual(bm.to("meta").q_indices.device.type, "meta")
+        self.assertFalse(flashjit.BlockMask(n, i, fn, fi).has_backward)
+        self.refuses(ValueError, r"q_num is given but q_indices is not: give both \(the "
+                     r"transposed lists\) or neither", flashjit.BlockMask, n, i, q_num=qn)
+        self.refuses(ValueError, r"full_num is given but full_q_num is not: full blocks need "
+                     r"their lists in both directions", flashjit.BlockMask, n, i, fn, fi,
+                     q_num=qn, q_indices=qi)
+        self.refuses(ValueError, r"full_q_num is given but full_num is not",
+                     flashjit.BlockMask, n, i, q_num=qn, q_indices=qi, full_q_num=fqn,
+                     full_q_indices=fqi)
+        self.refuses(ValueError, r"full_q_num is given but q_num is not", flashjit.BlockMask,
+                     n, i, fn, fi, full_q_num=fqn, full_q_indices=fqi)
+        self.refuses(ValueError, r"q_indices has shape \(1, 2, 5, 5\); it must be \(1, 2, 5, "
+                     r"4\), \(batch, heads, kv_blocks, q_blocks\)", flashjit.BlockMask, n, i,
+                     q_num=qn, q_indices=torch.zeros((1, 2, 5, 5), dtype=torch.int32))
+        self.refuses(TypeError, r"q_num has dtype torch.int64", flashjit.BlockMask, n, i,
+                     q_num=qn.long(), q_indices=qi)
+
     def test_shapes(self):
         n, i, fn, fi = self.lists(b=1, h=2, qb=4, kb=5)
         self.refuses(ValueError, r"kv_num has 2 dimensions \(2, 4\); it takes 3: \(batch, "
@@ -394,7 +423,7 @@ class BlockMaskErrors(Case):
         self.assertIs(args[2], bm.kv_num)
         self.assertIs(args[5], bm.full_indices)
         self.assertEqual(_torch._block_mask_args(None, q, 1, 2, 256, 600),
-                         (0, 0, None, None, None, None))
+                         (0, 0) + (None,) * 8)
         self.refuses(ValueError, r"flashjit.attention: block_mask has heads 2; it must be 1 "
                      r"\(one list for every head\) or the problem's heads_q 4",
                      _torch._block_mask_args, bm, q, 1, 4, 256, 600)
@@ -429,7 +458,14 @@ class BlockMaskErrors(Case):
         self.assertEqual((bm.block_q, bm.block_kv, bm.shape), (128, 64, (1, 2, 4, 5)))
         self.assertTrue(bm.kv_indices.is_contiguous())
         self.assertIs(bm.full_num, f.full_kv_num_blocks)
+        self.assertFalse(bm.has_backward)  # this one has no transposed lists
+        f.q_num_blocks, f.q_indices, f.full_q_num_blocks, f.full_q_indices = self.lists(qb=5,
+                                                                                        kb=4)
+        bm = flashjit.BlockMask.from_flex(f)
+        self.assertTrue(bm.has_backward)
+        self.assertIs(bm.full_q_indices, f.full_q_indices)
         f.full_kv_num_blocks = f.full_kv_indices = None
+        f.full_q_num_blocks = f.full_q_indices = None
         self.assertIsNone(flashjit.BlockMask.from_flex(f).full_num)
         self.refuses(TypeError, r"from_flex: a tuple is not a FlexAttention BlockMask \(it has "
                      r"no kv_num_blocks, kv_indices, BLOCK_SIZE\)", flashjit.BlockMask.from_flex,
@@ -451,6 +487,12 @@ class BlockMaskErrors(Case):
         self.assertEqual(bm.kv_num.flatten().tolist(), [1, 1, 1])
         self.assertEqual(bm.full_num.flatten().tolist(), [0, 1, 2])
         self.assertEqual([bm.kv_indices[0, 0, r, 0].item() for r in range(3)], [0, 1, 2])
+        # The transposed lists: each key block kept in part by its diagonal
+        # query block, whole by the later ones.
+        self.assertTrue(bm.has_backward)
+        self.assertEqual(bm.q_num.flatten().tolist(), [1, 1, 1])
+        self.assertEqual(bm.full_q_num.flatten().tolist(), [2, 1, 0])
+        self.assertEqual(bm.full_q_indices[0, 0, 0, :2].tolist(), [1, 2])
 
 
 @unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
@@ -524,7 +566,8 @@ class BlockMaskBuilder(Case):
     def test_size_agrees_with_the_library(self):
         # The mask's batch is 1 unless its expression reads b, its heads 1
         # unless it reads h or hkv (include/flashjit.h); the buffer holds
-        # the two count arrays, then, 16-byte aligned, the two index arrays.
+        # the four count arrays (rows' and columns'), then, 16-byte aligned,
+        # the four index arrays.
         from flashjit import _blockmask, _core, _torch
         ctx = _core.arch_context("sm_90a")
         qb, kb = 8, 47  # 1000 / 128 and 3000 / 64, rounded up
@@ -540,23 +583,27 @@ class BlockMaskBuilder(Case):
                 self.assertEqual(got, _blockmask.buffer_bytes(batch, heads, qb, kb))
         p, _, _ = _torch._block_mask_problem(None, None, None, None, None, None, "bhsd", 1, 1,
                                              None, 100, 100, None)
-        self.assertEqual(_torch._block_mask_size(ctx, p, 256, 256), 16 + 8)  # 1 x 1 blocks
+        self.assertEqual(_torch._block_mask_size(ctx, p, 256, 256), 16 + 16)  # 1 x 1 blocks
         self.refuses(flashjit.InvalidArgument, r"fj_block_mask_size: block_q 100 is not a "
                      r"block size: 64, 128 or 256", _torch._block_mask_size, ctx, p, 100, 64)
 
     def test_views_of_the_buffer(self):
-        # What block_mask() makes of fj_block_mask_build's answer: the four
+        # What block_mask() makes of fj_block_mask_build's answer: the eight
         # lists as int32 views of its one buffer, at the offsets the
-        # library's pointers say (simulated here on a CPU buffer).
+        # library's pointers say (simulated here on a CPU buffer): counts
+        # num, q_num, full_num, full_q_num, then the index lists.
         from flashjit import _blockmask, _capi
         b, h, qb, kb = 2, 3, 4, 5
         n = _blockmask.buffer_bytes(b, h, qb, kb)
         buf = torch.zeros(n, dtype=torch.uint8)
-        rows = b * h * qb
-        idx = (2 * rows * 4 + 15) // 16 * 16
-        offs = (0, idx, rows * 4, idx + rows * kb * 4)
+        rows, cols = b * h * qb, b * h * kb
+        idx = (2 * (rows + cols) * 4 + 15) // 16 * 16
+        lst = rows * kb * 4
+        offs = (0, idx, (rows + cols) * 4, idx + lst,
+                rows * 4, idx + 2 * lst, (2 * rows + cols) * 4, idx + 3 * lst)
+        counts = (rows, rows * kb, rows, rows * kb, cols, rows * kb, cols, rows * kb)
         words = buf.view(torch.int32)
-        for k, (off, count) in enumerate(zip(offs, (rows, rows * kb, rows, rows * kb))):
+        for k, (off, count) in enumerate(zip(offs, counts)):
             words[off // 4:off // 4 + count] = torch.arange(count, dtype=torch.int32) + 1000 * k
         base = buf.data_ptr()
         raw = _capi.BlockMask(64, 128, b, h, qb, kb, *(base + o for o in offs))
@@ -570,6 +617,12 @@ class BlockMaskBuilder(Case):
         self.assertEqual(bm.full_num[0, 1, 0].item(), 2000 + qb)
         self.assertEqual(bm.full_indices[1, 2, 3, 4].item(), 3000 + rows * kb - 1)
         self.assertEqual(bm.kv_num.data_ptr(), base)
+        self.assertEqual(tuple(bm.q_num.shape), (b, h, kb))
+        self.assertEqual(tuple(bm.full_q_indices.shape), (b, h, kb, qb))
+        self.assertEqual(bm.q_num[1, 2, 4].item(), 4000 + cols - 1)
+        self.assertEqual(bm.q_indices[0, 0, 1, 2].item(), 5000 + qb + 2)
+        self.assertEqual(bm.full_q_num[0, 1, 0].item(), 6000 + kb)
+        self.assertTrue(bm.has_backward)
         self.assertIn("for seq_q 250, seq_kv 600", repr(bm))
         raw.full_indices = base + n - 4  # runs past the buffer
         self.refuses(RuntimeError, r"the library's full_indices .* is not within the "

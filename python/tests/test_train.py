@@ -2,8 +2,9 @@
 (on the CPU: the flag in the fj_problem the backward builds, and in the
 backward graph AOTAutograd traces), and on the GPU examples/gpt_train.py
 beside SDPA, a training step captured in a CUDA graph, torch.compile with
-fullgraph=True and .backward(), and bit-identical gradients under
-torch.use_deterministic_algorithms(True).
+fullgraph=True and .backward(), bit-identical gradients under
+torch.use_deterministic_algorithms(True), and block masks' gradients
+against their mask expression's.
 
 The CPU tests need PyTorch (any build); the GPU tests PyTorch with a CUDA
 GPU.  Each skips, saying why, where that is missing."""
@@ -264,6 +265,48 @@ class Training(unittest.TestCase, DeterministicState):
                         self.assertTrue(torch.equal(a, b), f"{name} differs in run {run + 2}")
                 for name, a, b in zip(("dq", "dk", "dv", "dsinks"), first, loose):
                     self.assertLess(rel(a, b), 1e-2, f"{name}: deterministic against default")
+
+    def test_block_mask_backward(self):
+        """block_mask= is differentiable: with a mask the library built from
+        mask_mod, the gradients equal those of mask_mod alone (the same
+        mask, every pair decided per element), eagerly and under
+        torch.compile(fullgraph=True); documents under a causal mask and a
+        mask of one list per query head, GQA 4:1, lengths not multiples of
+        the blocks.  Under torch.use_deterministic_algorithms(True) the
+        backward is refused, naming why."""
+        self.keep_deterministic_state()
+        doc = (torch.arange(700, device="cuda") // 150).int()
+        cases = (("doc(q) == doc(kv)", {"doc": doc}, "top_left", 128, 128),
+                 ("(kv + h * 37) % 5 != 0 || q == kv", None, None, 64, 128))
+        for mask, params, causal, bq, bkv in cases:
+            with self.subTest(mask=mask):
+                q, k, v = randn(1, 700, 8, 64), randn(1, 650, 2, 64), randn(1, 650, 2, 64)
+                dout = randn(1, 700, 8, 64)
+                kw = dict(mask_mod=mask, params=params, causal=causal, layout="bshd")
+                bm = flashjit.block_mask(q, k, block_q=bq, block_kv=bkv, **kw)
+                self.assertTrue(bm.has_backward)
+                self.assertEqual(bm.heads, 1 if params else 8)
+                want = self.masked_grads(flashjit.attention, (q, k, v), dout, kw)
+                got = self.masked_grads(flashjit.attention, (q, k, v), dout,
+                                        dict(kw, block_mask=bm))
+                compiled = torch.compile(
+                    lambda q, k, v: flashjit.attention(q, k, v, block_mask=bm, **kw),
+                    fullgraph=True)
+                traced = self.masked_grads(lambda *t, **_: compiled(*t), (q, k, v), dout, {})
+                for name, w, g, c in zip(("dq", "dk", "dv"), want, got, traced):
+                    self.assertLess(rel(g, w), 1e-2, f"{name} with the block mask")
+                    self.assertLess(rel(c, w), 1e-2, f"{name} with the block mask, compiled")
+                torch.use_deterministic_algorithms(True)
+                with self.assertRaisesRegex(flashjit.Unsupported, r"deterministic with "
+                                            r"mods.block_mask"):
+                    self.masked_grads(flashjit.attention, (q, k, v), dout,
+                                      dict(kw, block_mask=bm))
+                torch.use_deterministic_algorithms(False)
+
+    @staticmethod
+    def masked_grads(fn, inputs, dout, kw):
+        leaves = [t.clone().requires_grad_() for t in inputs]
+        return torch.autograd.grad(fn(*leaves, **kw), leaves, dout)
 
     def grads(self, q, k, v, dout, kw):
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]

@@ -167,6 +167,10 @@ int cli_run_block_mask(const cli *c, fj_ctx *ctx, run_data *d)
   d->hbm.kv_indices = (const int32_t *)(h0 + ((const char *)d->dbm.kv_indices - d0));
   d->hbm.full_num = (const int32_t *)(h0 + ((const char *)d->dbm.full_num - d0));
   d->hbm.full_indices = (const int32_t *)(h0 + ((const char *)d->dbm.full_indices - d0));
+  d->hbm.q_num = (const int32_t *)(h0 + ((const char *)d->dbm.q_num - d0));
+  d->hbm.q_indices = (const int32_t *)(h0 + ((const char *)d->dbm.q_indices - d0));
+  d->hbm.full_q_num = (const int32_t *)(h0 + ((const char *)d->dbm.full_q_num - d0));
+  d->hbm.full_q_indices = (const int32_t *)(h0 + ((const char *)d->dbm.full_q_indices - d0));
   size_t rows = (size_t)d->dbm.batch * (size_t)d->dbm.heads * (size_t)d->dbm.q_blocks;
   long kept = 0, full = 0;
   for (size_t r = 0; r < rows; r++) {
