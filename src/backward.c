@@ -383,13 +383,15 @@ static void memo_add(fj_ctx *ctx, const bwd_key *k, const fj_variant *v,
 }
 
 /* Whether the wgmma kernel may take p (k its key): TMA must know where the
- * packed tensors end, and the parameters' gradients above head dim 128
- * and block masks only the mma family takes (the wgmma template refuses
- * them too; asked here, the plan does not render it to learn that). */
+ * packed tensors end, the parameters' gradients above head dim 128 only
+ * the mma family adds, and a block mask's key blocks must be whole key
+ * tiles (128 keys; 64 above head dim 128) -- the wgmma template refuses
+ * the rest too; asked here, the plan does not render it to learn that. */
 static int wgmma_may(const fj_ctx *ctx, const fj_problem *p, const bwd_key *k)
 {
+  int tile_n = p->head_dim <= 128 ? BWD_WG_TILE_N : BWD_TILE;
   return fj__arch_has(ctx, FJ_ARCH_WGMMA) && !untotalled(p) &&
-         !(k->pgrads && p->head_dim > 128) && !k->block_kv;
+         !(k->pgrads && p->head_dim > 128) && k->block_kv % tile_n == 0;
 }
 
 /* The main kernel of family mma with `stages` for p, rendered (not

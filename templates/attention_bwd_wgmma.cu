@@ -86,10 +86,16 @@
   derivative) run on the narrow kernel only.  Along a lane's elements of a
   step only kv - q changes, by a constant of the slot and tile, so ALiBi's
   distance and a distance table's row pointer are taken once a step.
+  Block masks (block_q, block_kv: whole key tiles a key block): each role
+  walks the query tiles its key block's transposed lists name within the
+  mask rule's query range (bwd_common.cuh's QWalk: partial blocks, then
+  full ones, per query head of the group); the mask expression runs on a
+  partial block's tiles only.  Not in the deterministic mode (the host
+  refuses it; the turns count the rule's key tiles).
   Parameters: head_dim (a multiple of 16 from 64 to 256), tile_m 64,
   tile_n 128 (64: wide heads), warps 12, stages 2, causal, window,
   softcap, dtype (f16, bf16), varlen, the modifications (score_mod,
-  mask_mod, mod_params).
+  mask_mod, mod_params), a block mask's block_q and block_kv (0: none).
 #}
 {%
   local L = import("lut.lua")
@@ -102,7 +108,12 @@
   local mods = import("mods.lua").new{ score = score_mod, mask = mask_mod, params = mod_params,
                                        softcap = softcap, grad = true }
   local function no(fmt, ...) refuse(fmt:format(...)) end
-  PC.bwd_scope{ exprs = true }
+  PC.bwd_scope{ exprs = true, blocks = true }
+  -- A block mask (block_q, block_kv): each role walks the query tiles its
+  -- key block's transposed lists name (bwd_common.cuh's QWalk); the mask
+  -- expression runs on a partial block's tiles only.
+  local BMASK = (block_kv or 0) > 0 and { q = block_q, kv = block_kv } or nil
+  if BMASK then mods.mask_guard = "bm_part" end
   -- The user's expressions (mods.lua) run tile by tile of 16 queries in
   -- the P^T loop (user_tile below), so that only 8 elements' derivatives
   -- and raw scores live at a time beside dK, dV, S^T and dP^T.
@@ -121,6 +132,9 @@
   if WIDE and BN ~= 64 then no("tile_n %d: at head_dim %d the consumers split one key tile of 64 by role", BN, D) end
   if not WIDE and BN ~= 64 * C then no("tile_n %d: each of the %d consumer warpgroups owns 64 keys, so tile_n is %d", BN, C, 64 * C) end
   if BM ~= 64 then no("tile_m %d: the wgmma backward walks query tiles of 64 rows", BM) end
+  if BMASK and (BMASK.q % BM ~= 0 or BMASK.kv % BN ~= 0) then
+    no("tile_m %d and tile_n %d must divide the block mask's blocks (%d query rows, %d keys)", BM, BN, BMASK.q, BMASK.kv)
+  end
   if S ~= 2 then no("stages %d: the wgmma backward keeps 2 slots of Q and dO", S) end
   local KSTEP = 32 // ELEM
   local PP = TR.ROW_BYTES // (KSTEP * ELEM)     -- k steps in a 128-byte panel row
@@ -235,6 +249,13 @@
   local function mnmajor(base, panel_bytes, kk)
     return ("fj::wg_desc(%s + (%s) * %d, %d, 1024)"):format(base, kk, KSTEP * TR.ROW_BYTES, panel_bytes)
   end
+  -- A role's loop over its steps: STEP_FOR opens it, STEP_AT names the
+  -- step's query head h and first row m0, STEP_NEXT (a block mask's walk)
+  -- moves on before the loop's end.
+  local STEP_FOR = BMASK and "for (int i = 0; have; ++i) {" or "for (int i = 0; i < steps; ++i) {"
+  local STEP_AT = BMASK and "const int h = hk * p.group + cur.g, m0 = cur.m0;"
+                         or ("const int h = hk * p.group + i / nq, m0 = m_first + (i %% nq) * %d;"):format(BM)
+  local STEP_NEXT = BMASK and ("have = fj::qwalk_next(p, b, hk, n0, m_first, m_first + nq * %d, cur);"):format(BM)
   local function hold(name, n)
     return ("#pragma unroll\n    for (int j = 0; j < %d; ++j)\n#pragma unroll\n      for (int i = 0; i < 8; ++i) fj::wg_hold(%s[j][i]);"):format(n, name)
   end
@@ -353,7 +374,13 @@
         add("%s", mods.apply_grad("g" .. i, lv, q, "h", kv, nil, kvq, dgv))
       end
       if mods.score then add("%s", mods.apply_score(lv, q, "h", kv, nil, kvq, dgv)) end
-      if mods.mask then add("%s", mods.apply_mask(lv, q, "h", kv, nil)) end
+    end
+    if mods.mask then
+      if mods.mask_guard then add("if (%s) {  // the mask expression on a partial block's tile only", mods.mask_guard) end
+      for i = 0, acc.slots - 1 do
+        add("%s%s", mods.mask_guard and "  " or "", mods.apply_mask(("%s[j][%d]"):format(x, i), "uq" .. i, "h", "uk" .. i, nil))
+      end
+      if mods.mask_guard then add("}") end
     end
     if not whole then
       add("if (need_mask) {")
@@ -436,7 +463,7 @@
 %}
 {{ include("common.cuh") }}
 {{ include("block.cuh", { BM = BM, BN = BN }) }}
-{{ include("bwd_common.cuh") }}
+{{ include("bwd_common.cuh", { BMASK = BMASK, BM = BM }) }}
 {% if mods.any then %}
 {{ include("mods.cuh", { mods = mods, part = "decls" }) }}
 {% end %}
@@ -506,7 +533,15 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const int q_tb = p.cu_seqlens_q ? 0 : b, kv_tb = p.cu_seqlens_kv ? 0 : b;
 {% end %}
 {{ PC.piece(include("scheduler.cuh", { part = "kv_head", mrule = mrule, BM = BM, BN = BN })) }}
+{% if BMASK then %}
+    // The block mask's walk (bwd_common.cuh): the query tiles its key
+    // block's transposed lists name, per query head of the group, within
+    // that range.
+    fj::QWalk cur = fj::qwalk_start();
+    bool have = fj::qwalk_next(p, b, hk, n0, m_first, m_first + nq * {{ BM }}, cur);
+{% else %}
     const int steps = nq * p.group;  // (query head of the group, row tile) pairs
+{% end %}
 {%
   end
 %}
@@ -523,9 +558,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       const void *mk = &maps.k, *mv = &maps.v, *mq = &maps.q, *mdout = &maps.dout;
       {{ PC.indent(k.fill(0, function(pn) return (KC):format(pn, k.panel_cols) end), 6) }}
       {{ PC.indent(v.fill(0, function(pn) return (KC):format(pn, v.panel_cols) end), 6) }}
-      for (int i = 0; i < steps; ++i) {
+      {{ STEP_FOR }}
         const unsigned slot = i % {{ S }}, ph = (i / {{ S }}) & 1u;
-        const int h = hk * p.group + i / nq, m0 = m_first + (i % nq) * {{ BM }};
+        {{ STEP_AT }}
         // The rows' LSE2 and delta (padded rows: no tail) ride on Q's barrier.
         const long long f = ((long long)b * p.heads_q + h) * g.seq_pad + m0;
         {{ q.wait_empty("slot", "ph ^ 1u") }}
@@ -534,28 +569,37 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         fj::bulk_load(sld + slot * {{ LD_BYTES }}u + {{ BM * 4 }}u, g.delta + f, {{ BM * 4 }}u, {{ q.full("slot") }});
         {{ dout.wait_empty("slot", "ph ^ 1u") }}
         {{ PC.indent(dout.fill("slot", function(pn) return (QC):format(pn, dout.panel_cols) end), 8) }}
+{% if BMASK then %}
+        {{ STEP_NEXT }}
+{% end %}
       }
 {% if not WIDE then %}
     } else if (warp == 1 && lane == 0) {
       // ---- dQ's writer: each consumer's staged tile, one bulk reduce-add --
 {% walk() %}
+{% if not BMASK then %}
       int edge = 0;  // the deterministic mode's (scheduler.cuh's kv_rank)
-      for (int i = 0; i < steps; ++i) {
-        const int h = hk * p.group + i / nq, m0 = m_first + (i % nq) * {{ BM }};
+{% end %}
+      {{ STEP_FOR }}
+        {{ STEP_AT }}
         const long long bh = (long long)b * p.heads_q + h;
+{% if not BMASK then %}
         int *const turn = g.dq_turns + fj::dq_tile_base(bh, m0, 0, g.seq_pad, {{ D }}) / 4096;
         int rank = 0;
         if (g.deterministic) {
 {{ PC.piece(include("scheduler.cuh", { part = "kv_rank", mrule = mrule, BM = BM, BN = BN })) }}
         }
+{% end %}
 {% local adders = DQ_COLS and { "0", "1" } or { "(i & 1)" } %}
 {% local uses = DQ_COLS and "(unsigned)i" or "(unsigned)(i >> 1)" %}
 {% for j, cw in ipairs(adders) do %}
         fj::mbar_wait(dq_full + 8u * {{ cw }}, {{ uses }} & 1u);
+{%   if not BMASK then %}
         if (g.deterministic) {
           fj::dq_turn_wait(turn + {{ DQ_COLS and cw or "0" }}, rank);
           fj::fence_async_global();
         }
+{%   end %}
         fj::bulk_reduce_add_f32(g.dq_acc + fj::dq_tile_base(bh, m0, {{ DQ_COLS and ("%s * %d"):format(cw, DQN) or "0" }}, g.seq_pad, {{ D }}),
                                 sdq + {{ cw }} * {{ DQ_STAGE }}u, {{ DQ_STAGE }}u);
         fj::bulk_commit();
@@ -564,14 +608,19 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         fj::bulk_wait_read<{{ #adders - j }}>();
         fj::mbar_arrive(dq_empty + 8u * {{ cw }});
 {% end %}
+{% if not BMASK then %}
         if (g.deterministic) {
           // Complete, then visible to the next key tile's acquire.
           fj::bulk_wait();
           fj::fence_async_global();
-{% for j, cw in ipairs(adders) do %}
+{%   for j, cw in ipairs(adders) do %}
           fj::dq_turn_done(turn + {{ DQ_COLS and cw or "0" }});
-{% end %}
+{%   end %}
         }
+{% end %}
+{% if BMASK then %}
+        {{ STEP_NEXT }}
+{% end %}
       }
       // The last reductions complete before the block ends.
       fj::bulk_wait();
@@ -604,11 +653,17 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% for role = 0, 1 do %}
 {%   local part = DQ_PARTS[role + 1] %}
     {{ role == 0 and "if (cw == 0) {" or "} else {" }}
+{%   if not BMASK then %}
       int edge = 0;  // the deterministic mode's (scheduler.cuh's kv_rank)
-      for (int i = 0; i < steps; ++i) {
+{%   end %}
+      {{ STEP_FOR }}
         const unsigned ska = fj::opaque_u32(sk), sva = fj::opaque_u32(sv);
         const unsigned slot = i % {{ S }}, ph = (i / {{ S }}) & 1u;
-        const int h = hk * p.group + i / nq, m0 = m_first + (i % nq) * {{ BM }};
+        {{ STEP_AT }}
+{% if BMASK then %}
+        const bool bm_part = cur.part;  // the mask expression applies (a partial block)
+        (void)bm_part;
+{% end %}
         const unsigned lse2 = sld + slot * {{ LD_BYTES }}u + 4 * acc_c, delta = lse2 + {{ BM * 4 }}u;
         float x[{{ BM // 16 }}][8];     // S^T (consumer 0) or dP^T (consumer 1)
         unsigned op[{{ BM // 16 }}][4]; // P^T or dS^T as A operands
@@ -704,11 +759,13 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         // dS^T written (and visible to wgmma) before either reads it.
         fj::bar_sync(2, 256);
         const long long bh = (long long)b * p.heads_q + h;
+{%   if not BMASK then %}
         int *const turn = g.dq_turns + fj::dq_tile_base(bh, m0, 0, g.seq_pad, {{ D }}) / 4096;
         int rank = 0;
         if (g.deterministic) {
 {{ PC.piece(include("scheduler.cuh", { part = "kv_rank", mrule = mrule, BM = BM, BN = BN })) }}
         }
+{%   end %}
 {%   for c0 = part.c0, part.c0 + part.n - 1, 64 do %}
         {
           // dQ += dS K, columns {{ c0 }}-{{ c0 + 63 }}, added from the registers.
@@ -721,11 +778,13 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
           fj::wg_wait<0>();
     {{ hold("dq", 4) }}
           float *const tile = g.dq_acc + fj::dq_tile_base(bh, m0, {{ c0 }}, g.seq_pad, {{ D }});
+{%     if not BMASK then %}
           if (g.deterministic) {
             // This dQ tile's turn (acquired by one thread, then the warpgroup).
             if (tid == 0) fj::dq_turn_wait(turn + {{ c0 // 64 }}, rank);
             fj::bar_sync(3 + cw, 128);
           }
+{%     end %}
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
 {%     for _, q4 in ipairs(quads) do %}
@@ -733,18 +792,23 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
                                dq[j][{{ q4[1] }}], dq[j][{{ q4[2] }}], dq[j][{{ q4[3] }}], dq[j][{{ q4[4] }}]);
 {%     end %}
           }
+{%     if not BMASK then %}
           if (g.deterministic) {
             // Every thread's additions visible, then the turn passed on.
             __threadfence();
             fj::bar_sync(3 + cw, 128);
             if (tid == 0) fj::dq_turn_done(turn + {{ c0 // 64 }});
           }
+{%     end %}
         }
 {%   end %}
         fj::wg_wait<0>();
       {{ hold("acc", DR // 16) }}
         {{ PC.indent(q.release("slot"), 6) }}
         {{ PC.indent(dout.release("slot"), 6) }}
+{%   if BMASK then %}
+        {{ STEP_NEXT }}
+{%   end %}
       }
 {% end %}
     }
@@ -788,12 +852,16 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     {{ k.wait_full(0, "0") }}
     {{ v.wait_full(0, "0") }}
 
-    for (int i = 0; i < steps; ++i) {
+    {{ STEP_FOR }}
       // K's and V's addresses made anew each step, so that the compiler does
       // not keep every k step's descriptor of them in registers across it.
       const unsigned ska = fj::opaque_u32(sk), sva = fj::opaque_u32(sv);
       const unsigned slot = i % {{ S }}, ph = (i / {{ S }}) & 1u, buf = i & 1;
-      const int h = hk * p.group + i / nq, m0 = m_first + (i % nq) * {{ BM }};
+      {{ STEP_AT }}
+{% if BMASK then %}
+      const bool bm_part = cur.part;  // the mask expression applies (a partial block)
+      (void)bm_part;
+{% end %}
       (void)h;
       float s[{{ BM // 16 }}][8], dp[{{ BM // 16 }}][8];
       {{ q.wait_full("slot", "ph") }}
@@ -917,6 +985,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     {{ hold("dk", DR // 16) }}
       {{ PC.indent(q.release("slot"), 6) }}
       {{ PC.indent(dout.release("slot"), 6) }}
+{% if BMASK then %}
+      {{ STEP_NEXT }}
+{% end %}
     }
 
     // dK (times the softmax scale) and dV; keys past the sequence not written.

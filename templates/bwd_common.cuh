@@ -148,35 +148,38 @@ __device__ __forceinline__ bool qlist_partial(const QList &l, int t) {
   return t / {{ BMASK.q // BM }} < l.np;
 }
 
-// A walk's place: query head g of the group (its list l), tile t of the
-// list, and the tile's first row and kind.  Start from qwalk_start().
+// A walk's place: query head g of the group, tile t of its list, and the
+// tile's first row and kind.  Start from qwalk_start().  Only the place is
+// kept: the list is read again at each step (its counts, then an index:
+// loads that hit L1), so that a walk costs the consumers of the wgmma
+// backward, which keep dK and dV in registers, four registers.
 struct QWalk {
-  QList l;
   int g, t, m0;
   bool part;
 };
 
 __device__ __forceinline__ QWalk qwalk_start() {
   QWalk w;
-  w.l.part = w.l.full = nullptr;
-  w.l.np = w.l.n = w.l.qb = 0;
-  w.g = w.t = -1;
+  w.g = 0;
+  w.t = -1;
   w.m0 = 0;
   w.part = false;
   return w;
 }
 
 __device__ __forceinline__ bool qwalk_next(const Params &p, int b, int hk, int n0, int m_lo, int m_hi, QWalk &w) {
+  if (w.g >= p.group) return false;
+  QList l = q_list(p, b, hk * p.group + w.g, n0);
   for (;;) {
     ++w.t;
-    while (w.t >= w.l.n * {{ BMASK.q // BM }}) {
+    while (w.t >= l.n * {{ BMASK.q // BM }}) {
       if (++w.g >= p.group) return false;
-      w.l = q_list(p, b, hk * p.group + w.g, n0);
+      l = q_list(p, b, hk * p.group + w.g, n0);
       w.t = 0;
     }
-    w.m0 = qlist_m0(w.l, w.t);
+    w.m0 = qlist_m0(l, w.t);
     if (w.m0 >= m_lo && w.m0 < m_hi) {
-      w.part = qlist_partial(w.l, w.t);
+      w.part = qlist_partial(l, w.t);
       return true;
     }
   }

@@ -87,7 +87,8 @@ expect 0 "direction=backward" emit --backward --shape 1,4,128,128 --causal --wha
 expect 2 "--backward emits the library's backward for --shape's problem: it takes no variant flags" emit --backward --tile-m 64
 expect 0 "_wgmma_" plan --backward --shape 1,4,64,64 --score-mod 's * 2.f'
 expect 0 "#line 1 \"score'\"" emit --backward --shape 1,4,64,64 --arch sm_80 --score-mod 's * s * 0.5f'
-expect 0 "main=fj_bwd_attn_d64_m64_n64_w8_s2_xor_regs_mma_nc_f16_bm128x128_x" plan --backward --shape 1,4,128,64 --mask-mod 'q >= kv' --block-mask 128,128
+expect 0 "main=fj_bwd_attn_d64_m64_n128_w12_s2_xor_regs_wgmma_nc_f16_bm128x128_x" plan --backward --shape 1,4,128,64 --mask-mod 'q >= kv' --block-mask 128,128
+expect 0 "main=fj_bwd_attn_d64_m64_n64_w8_s2_xor_regs_mma_nc_f16_bm64x64_x" plan --backward --shape 1,4,128,64 --mask-mod 'q >= kv' --block-mask 64,64
 expect 0 "fj::qwalk_next(p, b, hk, n0, m_first" emit --backward --shape 1,4,128,64 --arch sm_80 --mask-mod 'q >= kv' --block-mask 64,128
 expect 2 "the backward does not take paged K/V" emit --backward --shape 2,4,64,64 --page-size 16
 expect 0 "_vl is the main kernel" emit --backward --shape 2,4,64,64 --varlen 10,20

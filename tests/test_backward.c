@@ -24,8 +24,10 @@ static int compile_all(fj_ctx *ctx, const fj_problem *p, const char *what)
    * tiles). */
   const fj_mods *m = p->mods;
   int pgrads = m && m->param_grads;
+  int tile_n = p->head_dim <= 128 ? 128 : 64;  /* a block mask's blocks: whole key tiles */
   int wg = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0 && p->head_dim >= 64 &&
-           !(pgrads && p->head_dim > 128) && !(m && m->block_mask);
+           !(pgrads && p->head_dim > 128) &&
+           !(m && m->block_mask && m->block_mask->block_kv % tile_n);
   CHECK(plan.variant.mma == (wg ? FJ_MMA_WGMMA : FJ_MMA_SYNC));
   CHECK(plan.variant.tile_n == (wg && p->head_dim <= 128 ? 128 : 64));
   CHECK(plan.grid[0] == (unsigned)((p->seq_kv + plan.variant.tile_n - 1) /
@@ -189,10 +191,15 @@ int test_backward_block_mask_compile(void)
     const char *arch, *mask;
     int bq, bkv, heads, d, stages;
     fj_dtype dt;
+    fj_mma mma;
   } cases[] = {
-      {"sm_90a", "doc(q) == doc(kv)", 128, 128, 1, 64, 2, FJ_BF16},
-      {"sm_80", "kv + 64 >= q && kv <= q + h", 64, 256, 8, 128, 1, FJ_F16},
-      {"sm_80", NULL, 256, 64, 1, 96, 2, FJ_BF16},
+      {"sm_90a", "doc(q) == doc(kv)", 128, 128, 1, 64, 2, FJ_BF16, FJ_MMA_SYNC},
+      {"sm_80", "kv + 64 >= q && kv <= q + h", 64, 256, 8, 128, 1, FJ_F16, FJ_MMA_SYNC},
+      {"sm_80", NULL, 256, 64, 1, 96, 2, FJ_BF16, FJ_MMA_SYNC},
+      /* wgmma: 128-key tiles (d64-128), 64 above */
+      {"sm_90a", "doc(q) == doc(kv)", 128, 128, 1, 128, 2, FJ_BF16, FJ_MMA_WGMMA},
+      {"sm_90a", "kv + 64 >= q && kv <= q + h", 64, 256, 8, 64, 2, FJ_F16, FJ_MMA_WGMMA},
+      {"sm_90a", NULL, 256, 64, 1, 192, 2, FJ_BF16, FJ_MMA_WGMMA},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     fj_ctx *ctx = fjt_ctx(cases[c].arch, NULL);
@@ -212,7 +219,7 @@ int test_backward_block_mask_compile(void)
     m.block_mask = &bm;
     p.mods = &m;
     fj_bwd_plan plan;
-    CHECK_OK(ctx, fj__bwd_plan_candidate(ctx, &p, FJ_MMA_SYNC, cases[c].stages, &plan));
+    CHECK_OK(ctx, fj__bwd_plan_candidate(ctx, &p, cases[c].mma, cases[c].stages, &plan));
     fj_kernel *k;
     CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
     char want[24];
@@ -231,7 +238,7 @@ int test_backward_block_mask_compile(void)
            r.registers, r.spill_store_bytes, r.spill_load_bytes);
     CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
     /* The plan's own choice compiles too (its pre- and postprocess). */
-    if (c == 0 && compile_all(ctx, &p, "block mask")) {
+    if ((c == 0 || c == 3) && compile_all(ctx, &p, "block mask")) {
       fj_ctx_destroy(ctx);
       return 1;
     }
@@ -413,9 +420,13 @@ int test_backward_refusals(void)
   bm.full_q_num = bm.full_q_indices = cu_dummy;
   CHECK_ST(ctx, fj_attention_bwd(ctx, &p, a, a, a, a, a, (float *)a, a, a, a, NULL, NULL),
            FJ_ERR_COMPILE_ONLY);
-  /* Taken, by the mma family (the wgmma backward does not walk block
-   * masks yet) at a head dim whose plan is wgmma's without one; the
-   * context's memo keeps the two apart. */
+  /* Taken: by the wgmma family where its key blocks are whole key tiles
+   * of 128, else by the mma family; the context's memo keeps the three
+   * apart. */
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+  CHECK(plan.variant.mma == (bm.block_kv % 128 ? FJ_MMA_SYNC : FJ_MMA_WGMMA));
+  bm.block_kv = 64;
+  bm.kv_blocks = 2;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
   CHECK(plan.variant.mma == FJ_MMA_SYNC && plan.variant.tile_n == 64);
   m.block_mask = NULL;

@@ -1063,8 +1063,10 @@ out:
   return rc;
 }
 
-/* The cases on the device's own target (sm_90a too: the plan takes the
- * mma family there). */
+/* The cases on the device's own target, then, on an sm_90a device, on
+ * plain sm_90 too: on sm_90a the wgmma family where the key blocks are
+ * whole key tiles (128 keys up to head dim 128, 64 above), else mma; on
+ * sm_90 the mma family. */
 static int run_bm_cases(const bm_case *cases, size_t n)
 {
   fj_ctx *ctx;
@@ -1074,13 +1076,21 @@ static int run_bm_cases(const bm_case *cases, size_t n)
   uint64_t seed = 20261128;
   mods_params *mp = malloc(sizeof *mp);
   CHECK(mp != NULL && mods_params_init(mp, &seed) == 0);
-  int fails = 0;
-  for (size_t i = 0; i < n; i++)
+  int fails = 0, runs = 0;
+  for (size_t i = 0; i < n; i++, runs++)
     fails += run_bm_case(ctx, &cases[i], mp, &seed);
+  fj_ctx *plain;
+  rc = plain_sm90(ctx, &plain);
   fj_ctx_destroy(ctx);
+  if (rc)
+    return rc;
+  for (size_t i = 0; plain && i < n; i++, runs++)
+    fails += run_bm_case(plain, &cases[i], mp, &seed);
+  if (plain)
+    fj_ctx_destroy(plain);
   mods_params_free(mp);
   free(mp);
-  printf("backward with block masks: %zu runs, %d failed\n", n, fails);
+  printf("backward with block masks: %d runs, %d failed\n", runs, fails);
   return fails != 0;
 }
 
@@ -1103,6 +1113,9 @@ int test_gpu_backward_block_mask(void)
       /* a mask that reads h: one list per query head, GQA 4:1 */
       {1, 8, 2, 257, 257, 64, FJ_BF16, NC, PER_HEAD, 64, 64, 8},
       {1, 4, 1, 200, 300, 128, FJ_F16, BR, PER_HEAD, 128, 64, 4},
+      /* wide heads (the wgmma kernel's 64-key tiles on sm_90a) */
+      {1, 4, 2, 300, 300, 192, FJ_BF16, TL, DOCS, 128, 64, 1},
+      {1, 4, 4, 260, 260, 256, FJ_F16, NC, PER_HEAD, 64, 128, 4},
   };
   return run_bm_cases(cases, sizeof cases / sizeof cases[0]);
 }
