@@ -1026,8 +1026,12 @@ static int run_bm_case(fj_ctx *ctx, const bm_case *bc, const mods_params *mp,
     fprintf(stderr, "forward or plan: %s\n", fj_errmsg(ctx));
     goto out;
   }
-  if (r.plan.variant.mma != FJ_MMA_SYNC) {
-    fprintf(stderr, "the plan's backward is not the mma family's\n");
+  /* wgmma on sm_90a where the key blocks are whole key tiles, else mma */
+  int wg_tile = bc->d <= 128 ? 128 : 64;
+  int want_wg = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0 && bc->bkv % wg_tile == 0;
+  if (r.plan.variant.mma != (want_wg ? FJ_MMA_WGMMA : FJ_MMA_SYNC)) {
+    fprintf(stderr, "the plan's backward is %s's, not %s's\n", fj_mma_name(r.plan.variant.mma),
+            want_wg ? "wgmma" : "mma");
     goto out;
   }
   if (run_pass(ctx, &r))
