@@ -1178,6 +1178,18 @@ typedef struct fj_bwd_plan {
 FJ_API fj_status fj_attention_bwd_plan(fj_ctx *ctx, const fj_problem *p,
                                        fj_bwd_plan *plan);
 
+/* Starts compiling, each on a thread of its own, those of the backward's
+ * three kernels for p (as fj_attention_bwd_plan chooses them) that the
+ * caches lack, and returns without waiting: a later fj_attention_bwd or
+ * fj_attention_bwd_kernel of p waits for those compiles instead of
+ * starting its own.  For a training step's first forward: its backward's
+ * compile then overlaps the forward's compile and run.  A context keeps
+ * a handful under way (beyond, nothing more starts; the call compiles as
+ * without).  Errors: p's (as fj_attention_bwd_plan's) and a failure to
+ * render; a compile's failure is reported by the call that waits for it.
+ * Works on compile-only contexts. */
+FJ_API fj_status fj_attention_bwd_prefetch(fj_ctx *ctx, const fj_problem *p);
+
 /* The backward's kernels, for inspection (no GPU needed): which 0 is the
  * preprocess, 1 the main kernel, 2 the postprocess, of the plan's variant
  * for p.  Built (compiled or fetched from the caches) like fj_kernel_get's;

@@ -182,15 +182,21 @@ static fj_status main_params(fj_ctx *ctx, const fj_variant *v, fj_vparams *vp)
   return FJ_OK;
 }
 
-/* The main kernel, rendered (meta only) or built; ctx->lock held. */
-static fj_status main_kernel(fj_ctx *ctx, const fj_variant *v, int build,
+/* How main_kernel and row_kernel make a kernel: rendered (meta only),
+ * built, or its compile started ahead of use (fj__kernel_ahead). */
+enum { BWD_RENDER, BWD_BUILD, BWD_AHEAD };
+
+/* The main kernel, made as `how` says; ctx->lock held. */
+static fj_status main_kernel(fj_ctx *ctx, const fj_variant *v, int how,
                              fj_kmeta *meta, fj_kernel **k)
 {
   fj_vparams vp;
   fj_status st = main_params(ctx, v, &vp);
   if (st != FJ_OK)
     return st;
-  if (build)
+  if (how == BWD_AHEAD)
+    return fj__kernel_ahead(ctx, vp.template_name, vp.p, vp.n);
+  if (how == BWD_BUILD)
     return fj__kernel_build(ctx, vp.template_name, vp.p, vp.n, k);
   fj_buf src = {0};
   st = fj__render(ctx, vp.template_name, vp.p, vp.n, &src, meta);
@@ -198,12 +204,13 @@ static fj_status main_kernel(fj_ctx *ctx, const fj_variant *v, int build,
   return st;
 }
 
-/* The preprocess or postprocess kernel (which: "pre", "post"); a
- * postprocess reads dQ's accumulator in tiles where `tiled` (1: the wgmma
- * kernel's, 2: the wide wgmma kernel's, bwd_common.cuh's dq_tile_off4);
- * ctx->lock held. */
+/* The preprocess or postprocess kernel (which: "pre", "post"), built or
+ * (how BWD_AHEAD) its compile started ahead of use; a postprocess reads
+ * dQ's accumulator in tiles where `tiled` (1: the wgmma kernel's, 2: the
+ * wide wgmma kernel's, bwd_common.cuh's dq_tile_off4); ctx->lock held. */
 static fj_status row_kernel(fj_ctx *ctx, const fj_problem *p,
-                            const char *which, int tiled, fj_kernel **k)
+                            const char *which, int tiled, int how,
+                            fj_kernel **k)
 {
   char symbol[64];
   fj_mods_info mi;
@@ -230,6 +237,8 @@ static fj_status row_kernel(fj_ctx *ctx, const fj_problem *p,
       {"which", FJ_PARAM_STR, 0, which, NULL},
       {"tiled", FJ_PARAM_INT, tiled, NULL, NULL},
   };
+  if (how == BWD_AHEAD)
+    return fj__kernel_ahead(ctx, "bwd_rows.cu", params, FJ_ARRAY_LEN(params));
   return fj__kernel_build(ctx, "bwd_rows.cu", params, FJ_ARRAY_LEN(params), k);
 }
 
@@ -401,7 +410,7 @@ static fj_status try_main(fj_ctx *ctx, const fj_problem *p, fj_mma mma,
                           int stages, fj_variant *v, fj_kmeta *meta)
 {
   main_variant(p, mma, stages, v);
-  fj_status st = main_kernel(ctx, v, 0, meta, NULL);
+  fj_status st = main_kernel(ctx, v, BWD_RENDER, meta, NULL);
   return st == FJ_OK ? fj__check_smem(ctx, meta) : st;
 }
 
@@ -603,17 +612,18 @@ static void fill_bwd_blocks(fj_kparams *kp, const fj_problem *p)
 
 /* Kernel `which` of the plan (0 pre, 1 main, 2 post); ctx->lock held. */
 static fj_status bwd_kernel(fj_ctx *ctx, const fj_problem *p,
-                            const fj_bwd_plan *plan, int which, fj_kernel **k)
+                            const fj_bwd_plan *plan, int which, int how,
+                            fj_kernel **k)
 {
   fj_variant v = plan->variant;
   v.mods = p->mods;
   if (which == 1)
-    return main_kernel(ctx, &v, 1, NULL, k);
+    return main_kernel(ctx, &v, how, NULL, k);
   /* The wgmma kernel adds dQ in tiles (templates/bwd_common.cuh), the
    * wide one (64-key tiles) with the columns of each 16 permuted. */
   int tiled = plan->variant.mma != FJ_MMA_WGMMA ? 0
               : plan->variant.tile_n == BWD_WG_TILE_N ? 1 : 2;
-  return row_kernel(ctx, p, which == 0 ? "pre" : "post", tiled, k);
+  return row_kernel(ctx, p, which == 0 ? "pre" : "post", tiled, how, k);
 }
 
 fj_status fj_attention_bwd_kernel(fj_ctx *ctx, const fj_problem *p,
@@ -633,7 +643,26 @@ fj_status fj_attention_bwd_kernel(fj_ctx *ctx, const fj_problem *p,
   if (st != FJ_OK)
     return st;
   pthread_mutex_lock(&ctx->lock);
-  st = bwd_kernel(ctx, p, plan, which, kernel);
+  st = bwd_kernel(ctx, p, plan, which, BWD_BUILD, kernel);
+  pthread_mutex_unlock(&ctx->lock);
+  return st;
+}
+
+fj_status fj_attention_bwd_prefetch(fj_ctx *ctx, const fj_problem *p)
+{
+  if (!ctx || !p)
+    return fj__null_arg(ctx, "fj_attention_bwd_prefetch", ctx ? "p" : "ctx");
+  fj__clear_error(ctx);
+  fj_status st = check_problem(ctx, p);
+  if (st != FJ_OK)
+    return st;
+  fj_bwd_plan plan;
+  pthread_mutex_lock(&ctx->lock);
+  st = plan_locked(ctx, p, &plan);
+  /* The main kernel first: the longest compile. */
+  static const int order[FJ_BWD_KERNELS] = {1, 0, 2};
+  for (int i = 0; i < FJ_BWD_KERNELS && st == FJ_OK; i++)
+    st = bwd_kernel(ctx, p, &plan, order[i], BWD_AHEAD, NULL);
   pthread_mutex_unlock(&ctx->lock);
   return st;
 }
@@ -645,7 +674,7 @@ static fj_status ready(fj_ctx *ctx, const fj_problem *p,
   fj_status st = FJ_OK;
   for (int i = 0; i < FJ_BWD_KERNELS && st == FJ_OK; i++) {
     fj_kernel *k = NULL;
-    st = bwd_kernel(ctx, p, plan, i, &k);
+    st = bwd_kernel(ctx, p, plan, i, BWD_BUILD, &k);
     if (st == FJ_OK)
       st = fj__kernel_function(ctx, k, &fn[i]);
   }

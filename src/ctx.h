@@ -20,6 +20,7 @@ typedef struct fj_wspace fj_wspace;     /* workspace.c */
 typedef struct fj_tier fj_tier;         /* tier.c */
 typedef struct fj_bwd_memo fj_bwd_memo; /* backward.c */
 typedef struct fj_package fj_package;   /* package.c */
+typedef struct fj_ahead fj_ahead;       /* kernel.c */
 
 struct fj_ctx {
   uint64_t serial;  /* identifies the context in thread-local messages */
@@ -44,6 +45,7 @@ struct fj_ctx {
   fj_dispatch *dispatch; /* attention.c: what recent launches chose */
   fj_wspace *workspaces; /* workspace.c: device memory per stream */
   fj_tier *tier;    /* tier.c: the background compiles of the tiered JIT */
+  fj_ahead *ahead;  /* kernel.c: compiles started ahead of their first use */
   fj_bwd_memo *bwd_memo; /* backward.c: the backward's recent choices */
   long renders;     /* templates rendered (the render index saves some) */
   char templates_hash[33]; /* the built-in templates, "" until needed */

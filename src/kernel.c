@@ -387,17 +387,22 @@ static fj_kernel *keep(fj_ctx *ctx, fj_buf *key, fj_kernel *k)
   return k;
 }
 
+static fj_kjob *ahead_take(fj_ctx *ctx, const fj_buf *key);
+
 fj_status fj__kernel_build(fj_ctx *ctx, const char *name,
                            const fj_param *params, size_t n, fj_kernel **out)
 {
   fj_buf key = {0};
   fj_kernel *k = NULL;
+  fj_kjob *job = NULL;
   fj_status st = memory_key(&key, name, params, n)
                      ? fj__fail(ctx, FJ_ERR_NOMEM, "out of memory")
                      : FJ_OK;
   if (st == FJ_OK && (k = kmap_find(ctx->kernels, &key)) != NULL) {
     k->res.cache = FJ_CACHE_MEMORY;
     fj__cache_count(ctx, FJ_CACHE_MEMORY);
+  } else if (st == FJ_OK && (job = ahead_take(ctx, &key)) != NULL) {
+    st = fj__kjob_finish(ctx, job, &k);  /* its compile, started ahead */
   } else if (st == FJ_OK &&
              (st = kernel_render(ctx, name, params, n, &key, &k)) == FJ_OK) {
     fj_cache_key dk;
@@ -728,4 +733,87 @@ void fj_kernel_resources(const fj_kernel *k, fj_resources *res)
 {
   if (k && res)
     *res = k->res;
+}
+
+/* ---- compiles ahead of use ------------------------------------------------------------ */
+
+/* The compiles fj__kernel_ahead started, in start order (TIER_JOBS-like:
+ * a handful; a training step's first forward starts its backward's). */
+enum { AHEAD_MAX = 8 };
+
+struct fj_ahead {
+  fj_kjob *jobs[AHEAD_MAX];
+  int n;
+};
+
+static void ahead_remove(fj_ahead *a, int i)
+{
+  memmove(&a->jobs[i], &a->jobs[i + 1], (size_t)(a->n - i - 1) * sizeof a->jobs[0]);
+  a->n--;
+}
+
+/* The compile ahead of the kernel with memory key `key`, taken off the
+ * list (the caller finishes it), or NULL. */
+static fj_kjob *ahead_take(fj_ctx *ctx, const fj_buf *key)
+{
+  fj_ahead *a = ctx->ahead;
+  for (int i = 0; a && i < a->n; i++) {
+    fj_kjob *j = a->jobs[i];
+    if (j->key.len == key->len && !memcmp(j->key.data, key->data, key->len)) {
+      ahead_remove(a, i);
+      return j;
+    }
+  }
+  return NULL;
+}
+
+fj_status fj__kernel_ahead(fj_ctx *ctx, const char *name,
+                           const fj_param *params, size_t n)
+{
+  if (!ctx->ahead && !(ctx->ahead = calloc(1, sizeof *ctx->ahead)))
+    return FJ_OK;  /* nothing ahead: the build compiles as without */
+  fj_ahead *a = ctx->ahead;
+  /* Compiles that ended join the caches now, making room. */
+  for (int i = 0; i < a->n;) {
+    if (!fj__kjob_done(a->jobs[i])) {
+      i++;
+      continue;
+    }
+    fj_kjob *j = a->jobs[i];
+    fj_kernel *k;
+    ahead_remove(a, i);
+    if (fj__kjob_finish(ctx, j, &k) != FJ_OK)
+      fj__clear_error(ctx);  /* the build of that kernel meets it again */
+  }
+  if (a->n == AHEAD_MAX)
+    return FJ_OK;
+  fj_buf key = {0};
+  if (memory_key(&key, name, params, n)) {
+    fj__buf_free(&key);
+    return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  }
+  fj_kjob *pending = ahead_take(ctx, &key);
+  fj__buf_free(&key);
+  if (pending) {  /* already under way: back on the list */
+    a->jobs[a->n++] = pending;
+    return FJ_OK;
+  }
+  fj_kernel *k;
+  fj_kjob *job;
+  fj_status st = fj__kernel_build_async(ctx, name, params, n, &k, &job);
+  if (st != FJ_OK || !job)
+    return st;  /* a failure to render, or a kernel the caches had */
+  fj__log(ctx, FJ_LOG_DEBUG, "compiling %s ahead of its first use", fj__kjob_symbol(job));
+  if ((st = fj__kjob_start(ctx, job)) == FJ_OK)
+    a->jobs[a->n++] = job;
+  return st;
+}
+
+void fj__kernel_ahead_free(fj_ctx *ctx)
+{
+  fj_ahead *a = ctx->ahead;
+  for (int i = 0; a && i < a->n; i++)
+    fj__kjob_abandon(a->jobs[i]);
+  free(a);
+  ctx->ahead = NULL;
 }

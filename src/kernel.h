@@ -82,6 +82,17 @@ fj_status fj__kjob_finish(fj_ctx *ctx, fj_kjob *job, fj_kernel **out);
 /* Waits for the job and frees it and its kernel (the context is going). */
 void fj__kjob_abandon(fj_kjob *job);
 
+/* Compiles ahead of use: a kernel the caches lack starts compiling on a
+ * thread of its own (fj__kernel_build_async, fj__kjob_start), and a later
+ * fj__kernel_build of it waits for that compile instead of starting its
+ * own.  At most a few are in flight per context; beyond, nothing is
+ * started (the build compiles then, as without).  A compile that failed
+ * is reported by the build that waits for it.  ctx->lock held. */
+fj_status fj__kernel_ahead(fj_ctx *ctx, const char *template_name,
+                           const fj_param *params, size_t nparams);
+/* Waits for the compiles ahead and frees them (the context is going). */
+void fj__kernel_ahead_free(fj_ctx *ctx);
+
 /* FJ_ERR_RESOURCES when the rendered kernel needs more shared memory than
  * the target allows per block. */
 fj_status fj__check_smem(const fj_ctx *ctx, const fj_kmeta *meta);

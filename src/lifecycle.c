@@ -133,6 +133,7 @@ void fj_ctx_destroy(fj_ctx *ctx)
   if (!ctx)
     return;
   fj__tier_free(ctx);  /* its compiles end before the caches close */
+  fj__kernel_ahead_free(ctx);
   fj__workspace_free(ctx);
   /* Modules are unloaded from their own context, whichever context the
    * calling thread has current (another device's, or none). */

@@ -10,6 +10,7 @@
 
 #include "backward.h"
 #include "tunedb.h"
+#include "util.h"
 #include "runner.h"
 
 /* Plans p's backward on ctx and compiles its three kernels: 0 when each
@@ -318,6 +319,67 @@ int test_backward_param_grads_compile(void)
     }
     fj_ctx_destroy(ctx);
   }
+  return 0;
+}
+
+/* The log's "ahead" lines: how many compiles fj_attention_bwd_prefetch
+ * started. */
+static void count_ahead(void *user, fj_log_level level, const char *msg)
+{
+  (void)level;
+  if (strstr(msg, "ahead of its first use"))
+    ++*(int *)user;
+}
+
+/* fj_attention_bwd_prefetch starts the backward's kernels compiling and
+ * returns before they are done; fj_attention_bwd_kernel then takes those
+ * compiles (the same kernels as a context without the prefetch builds),
+ * and a second prefetch starts nothing (the kernels are in the memory
+ * cache); a problem the backward refuses is refused here too. */
+int test_backward_prefetch(void)
+{
+  int started = 0;
+  fj_ctx_opts o;
+  fj_ctx_opts_init(&o);
+  o.device = -1;
+  o.arch = "sm_90a";
+  o.disk_cache = 0;
+  o.log = count_ahead;
+  o.log_user = &started;
+  fj_ctx *ctx, *plain = fjt_ctx("sm_90a", NULL);
+  CHECK(plain != NULL);
+  CHECK(fj_ctx_create(&ctx, &o) == FJ_OK);
+  fj_problem p;
+  fj_mods m;
+  fj_problem_init(&p, 1, 4, 2, 300, 300, 128, FJ_BF16, FJ_BSHD);
+  fj_mods_init(&m);
+  m.score = "s * 0.5f";
+  p.mods = &m;
+  double t0 = fj__now_ms();
+  CHECK_OK(ctx, fj_attention_bwd_prefetch(ctx, &p));
+  double t_prefetch = fj__now_ms() - t0;
+  CHECK(started == 3);
+  fj_bwd_plan plan;
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+  for (int i = 0; i < FJ_BWD_KERNELS; i++) {
+    fj_kernel *k, *want;
+    CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, i, &k));
+    CHECK_OK(plain, fj_attention_bwd_kernel(plain, &p, &plan, i, &want));
+    CHECK(strcmp(fj_kernel_name(k), fj_kernel_name(want)) == 0);
+    CHECK(strcmp(fj_kernel_source(k, NULL), fj_kernel_source(want, NULL)) == 0);
+  }
+  double t_all = fj__now_ms() - t0;
+  printf("prefetch returned after %.0f ms; its three kernels ready after %.0f ms\n",
+         t_prefetch, t_all);
+  CHECK(t_prefetch < t_all / 2);
+  CHECK_OK(ctx, fj_attention_bwd_prefetch(ctx, &p));
+  CHECK(started == 3);
+  p.head_dim_v = 64;
+  CHECK_ST(ctx, fj_attention_bwd_prefetch(ctx, &p), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "the backward does not take head_dim_v 64 with head_dim 128");
+  CHECK_ST(ctx, fj_attention_bwd_prefetch(ctx, NULL), FJ_ERR_INVALID_ARG);
+  fj_ctx_destroy(ctx);
+  fj_ctx_destroy(plain);
   return 0;
 }
 

@@ -259,14 +259,22 @@ RAW_LSE = "raw"
 BWD_PROBLEMS = {}
 
 
-def entry(o, lse, q, k, v, extras):
-    """The entry of a call's signature, made (checked, planned) on a miss."""
+def entry(o, lse, q, k, v, extras, ahead=None):
+    """The entry of a call's signature, made (checked, planned) on a miss.
+    ahead: called first on a miss (a training call starts its backward's
+    compile there: prefetch_bwd); what it raises is dropped (the backward
+    meets it again)."""
     key = (o, lse, q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype,
            k.device, v.shape, v.stride(), v.dtype, v.device)
     if extras:
         key += tuple(map(meta, extras))
     e = tables.calls.get(key)
     if e is None:
+        if ahead is not None:
+            try:
+                ahead()
+            except Exception:  # noqa: BLE001 -- the backward reports it
+                pass
         e = BUILDERS[o.kind](o, lse, q, k, v, extras)
         remember(tables.calls, key, e)
     return e
@@ -354,6 +362,13 @@ def make_bwd_entry(p, device, sinks, slots=(), keep=(), zero=False):
     e.ws, e.slots, e.keep = e.plan.workspace_bytes, tuple(slots), keep
     e.device, e.index, e.sinks = device, device.index, sinks
     return e
+
+
+def prefetch_bwd(e):
+    """Starts backward entry e's kernels compiling in the background
+    (fj_attention_bwd_prefetch), so that the backward's first call waits
+    for less; its status is dropped (the backward reports a failure)."""
+    core.lib().fj_attention_bwd_prefetch(e.ctx, e.p_addr)
 
 
 def backward(e, dout, q, k, v, out, lse, extras):

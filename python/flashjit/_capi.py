@@ -272,6 +272,7 @@ SIGNATURES = {
     "fj_attention_workspace_size": (_I, [_VP, _P(Problem), _P(_S)]),
     "fj_attention_fwd": (_I, [_VP, _P(Problem), _VP, _VP, _VP, _VP, _VP, _VP]),
     "fj_attention_bwd_plan": (_I, [_VP, _P(Problem), _P(BwdPlan)]),
+    "fj_attention_bwd_prefetch": (_I, [_VP, _P(Problem)]),
     "fj_attention_bwd_kernel": (_I, [_VP, _P(Problem), _P(BwdPlan), _I, _P(_VP)]),
     "fj_attention_bwd": (_I, [_VP, _P(Problem), _VP, _VP, _VP, _VP, _VP, _VP, _VP, _VP, _VP,
                               _VP, _VP]),

@@ -626,7 +626,10 @@ def _attention_train(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     o, extras = _train_opts(sinks, causal, scale, layout, window_left, window_right, softcap,
                             cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
                             num_splits)
-    e = calls.entry(o, calls.RAW_LSE, q, k, v, extras)
+    # A new call's backward starts compiling before its forward does.
+    det = torch.are_deterministic_algorithms_enabled()
+    e = calls.entry(o, calls.RAW_LSE, q, k, v, extras,
+                    ahead=lambda: calls.prefetch_bwd(_build_bwd(o, q, k, v, extras, det)))
     return calls.forward(e, q, k, v, extras)
 
 
@@ -795,7 +798,18 @@ def attention_train_mods_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     gradients: (out, lse).  Use flashjit.attention(), which calls it when
     an input requires grad."""
     o = calls.decode(opts)
-    return calls.forward(calls.entry(o, True, q, k, v, extra), q, k, v, extra)
+
+    def ahead():
+        # A new call's backward starts compiling before its forward does,
+        # with the gradients of the parameters that require grad (as
+        # _train_mods_setup counts them).
+        role = {r: i for i, r in enumerate(o.roles)}
+        pgrads = sum(1 << i for i, (name, kind, _) in enumerate(o.params)
+                     if kind == "t" and extra[role["param:" + name]].requires_grad)
+        det = torch.are_deterministic_algorithms_enabled()
+        calls.prefetch_bwd(_build_bwd_mods(o, q, k, v, extra, det, pgrads))
+
+    return calls.forward(calls.entry(o, True, q, k, v, extra, ahead=ahead), q, k, v, extra)
 
 
 @attention_train_mods_op.register_fake
