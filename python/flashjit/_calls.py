@@ -262,8 +262,9 @@ BWD_PROBLEMS = {}
 def entry(o, lse, q, k, v, extras, ahead=None):
     """The entry of a call's signature, made (checked, planned) on a miss.
     ahead: called first on a miss (a training call starts its backward's
-    compile there: prefetch_bwd); what it raises is dropped (the backward
-    meets it again)."""
+    compile there: prefetch_bwd); a refusal it raises (the library's, or
+    the package's ValueError or NotImplementedError) is dropped: the
+    backward meets it again."""
     key = (o, lse, q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype,
            k.device, v.shape, v.stride(), v.dtype, v.device)
     if extras:
@@ -273,7 +274,7 @@ def entry(o, lse, q, k, v, extras, ahead=None):
         if ahead is not None:
             try:
                 ahead()
-            except Exception:  # noqa: BLE001 -- the backward reports it
+            except (core.Error, ValueError, NotImplementedError):
                 pass
         e = BUILDERS[o.kind](o, lse, q, k, v, extras)
         remember(tables.calls, key, e)
@@ -367,8 +368,9 @@ def make_bwd_entry(p, device, sinks, slots=(), keep=(), zero=False):
 def prefetch_bwd(e):
     """Starts backward entry e's kernels compiling in the background
     (fj_attention_bwd_prefetch), so that the backward's first call waits
-    for less; its status is dropped (the backward reports a failure)."""
-    core.lib().fj_attention_bwd_prefetch(e.ctx, e.p_addr)
+    for less.  Returns the status, which callers may drop (the backward
+    reports a failure)."""
+    return core.lib().fj_attention_bwd_prefetch(e.ctx, C.byref(e.p))
 
 
 def backward(e, dout, q, k, v, out, lse, extras):

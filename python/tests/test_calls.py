@@ -267,6 +267,20 @@ class CachedCalls(Stubbed):
                 flashjit.attention(q, k, v)
             self.assertEqual(op.call_count, 1)
 
+    def test_training_forward_prefetches_its_backward(self):
+        q, k, v = qkv()
+        args = (None, capi.CAUSAL_TOP_LEFT, 0.0, capi.BHSD, -1, -1, 0.0)
+        with mock.patch.object(calls, "prefetch_bwd") as pf:
+            for _ in range(2):
+                fjt._attention_train(q, k, v, *args)
+        # Once, for the new call, with the backward's problem of it.
+        self.assertEqual(pf.call_count, 1)
+        e = pf.call_args[0][0]
+        self.assertEqual((e.p.seq_q, e.p.head_dim, e.p.causal, e.p.deterministic),
+                         (128, 64, capi.CAUSAL_TOP_LEFT, 0))
+        # The call itself reaches the library, which starts the compiles.
+        self.assertEqual(calls.prefetch_bwd(e), 0)
+
     def test_backward_table(self):
         q, k, v = qkv()
         out, lse = torch.empty_like(q), torch.empty(1, 8, 128)
