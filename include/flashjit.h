@@ -1168,8 +1168,9 @@ typedef struct fj_bwd_plan {
  * choices (until a tuning result is recorded), so a repeated plan renders
  * nothing.  A block mask (fj_mods.block_mask) runs on the mma family,
  * which walks each key tile's query blocks from the mask's transposed
- * lists (q_num, q_indices: FJ_ERR_INVALID_ARG without them); not in
- * deterministic mode (FJ_ERR_UNSUPPORTED).  Refused, FJ_ERR_UNSUPPORTED
+ * lists (q_num, q_indices; fj_attention_bwd and _run refuse a mask
+ * without them, FJ_ERR_INVALID_ARG); not in deterministic mode
+ * (FJ_ERR_UNSUPPORTED).  Refused, FJ_ERR_UNSUPPORTED
  * with the reason: paged problems, FP8, head dims that are not multiples of 32
  * up to 256, architectures before sm_80.  Varlen problems (cu_seqlens,
  * seqused_kv) run on either family; on wgmma only with total_q and

@@ -377,10 +377,16 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       }
     }
 
+{% if BMASK then %}
+    // dQ += dS K: rows wr.., columns dc.., {{ DQT * 16 }} at a time, into the
+    // float32 accumulator (in any order: the host refuses the deterministic
+    // mode with a block mask).
+{% else %}
     // dQ += dS K: rows wr.., columns dc.., {{ DQT * 16 }} at a time, into the
     // float32 accumulator; in the deterministic mode once the key tiles
     // before this one that walk these rows have added theirs (their turn
     // counter, bwd_common.cuh), so every element's sum has one order.
+{% end %}
     const long long bh = (long long)b * p.heads_q + h;
     float *dq_rows = g.dq_acc + bh * g.seq_pad * {{ D }};
 {% if not BMASK then %}

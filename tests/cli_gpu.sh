@@ -14,7 +14,8 @@
 # passes, so this script asks for 0.  The library's choice (mma; on sm_90a
 # wgmma at 4096 queries), the mma family forced (and wgmma on sm_90a),
 # both causal alignments, a mask expression, and a decode's GQA-packed
-# split-KV with its combine.
+# split-KV with its combine; and the backward with a block mask (run
+# --backward --check against the reference).
 FJ=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -61,6 +62,21 @@ for cap in 15 50; do
   fi
 done
 exact --shape 2,4,256,64 --heads-kv 2 --seq-kv 384 --window 0,0 --softcap 55
+
+# The backward with a block mask the run builds from the mask (both
+# directions), checked against the float64 reference: a PASS.
+for dt in bf16 f16; do
+  "$FJ" run --backward --check --iters 1 --warmup 0 --dtype $dt --shape 1,8,333,64 \
+    --heads-kv 2 --causal --mask-mod '(kv + h * 37) % 5 != 0 || q == kv' \
+    --block-mask 64,128 >"$tmp/out" 2>&1
+  code=$?
+  if [ "$code" = 0 ] && grep -q "^check: .* -> PASS$" "$tmp/out"; then
+    echo "ok   run --backward --block-mask 64,128 ($dt): $(grep '^check: ' "$tmp/out")"
+  else
+    echo "FAIL: run --backward --block-mask 64,128 ($dt) -> $code: $(cat "$tmp/out")"
+    fails=$((fails + 1))
+  fi
+done
 
 [ "$fails" = 0 ] && echo "cli_gpu: all passed" || echo "cli_gpu: $fails failed"
 [ "$fails" = 0 ]

@@ -56,7 +56,8 @@ MAX = 1024
 #                  extras as "param:name"; value None), "i" or "f"
 #   roles          what each of the call's extra tensors is, in order:
 #                  "sinks", "param:NAME", "kv_num", "kv_indices", "full_num",
-#                  "full_indices", "q_descale", "k_descale", "v_descale",
+#                  "full_indices", "q_num", "q_indices", "full_q_num",
+#                  "full_q_indices", "q_descale", "k_descale", "v_descale",
 #                  "cu_seqlens_q", "cu_seqlens_k", "seqused_k",
 #                  "cache_seqlens", "block_table"
 #   block_q, block_kv           a block mask's block sizes (0: none)

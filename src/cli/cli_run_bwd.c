@@ -326,6 +326,10 @@ int cli_run_backward(cli *c, fj_ctx *ctx, run_data *d)
   int rc = cli_run_alloc(d, c->seed);
   if (!rc)
     rc = cli_run_mods(c, d, c->seed);
+  /* --block-mask: both directions' lists built on the GPU (the backward
+   * walks the transposed ones), and their download for --check. */
+  if (!rc)
+    rc = cli_run_block_mask(c, ctx, d);
   if (!rc)
     rc = bwd_alloc(c, d, &b);
   if (!rc)
