@@ -198,7 +198,9 @@ function M.new(o)
   R.score = R.score_text ~= nil or R.softcap
   R.mask = R.mask_text ~= nil
   R.any = R.score or R.mask
-  R.args = #R.params > 0
+  -- Only expressions read the parameters: without one the kernel takes
+  -- no fj::ModArgs (and mods.cuh's declarations are not included).
+  R.args = #R.params > 0 and R.any
   R.kernel_param = R.args and ", const fj::ModArgs fj_ma" or ""
   R.ctype = CTYPE
   for _, p in ipairs(R.params) do

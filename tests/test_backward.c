@@ -119,6 +119,8 @@ int test_backward_exprs_compile(void)
       {"20.0f * tanhf(s / 20.0f)", "doc(q) == doc(kv)", 128, FJ_F16},
       {"q >= kv ? s : 0.5f * s - 1.0f / (s * s + 1.0f)", NULL, 256, FJ_BF16},
       {NULL, "doc(q) == doc(kv)", 96, FJ_F16},
+      /* parameters that no expression reads */
+      {NULL, NULL, 64, FJ_BF16},
   };
   static const char *const archs[] = {"sm_80", "sm_90a"};
   for (int a = 0; a < 2; a++) {
@@ -143,7 +145,7 @@ int test_backward_exprs_compile(void)
       CHECK(!strstr(src, "#line 1 \"score'\"") == !cases[c].score);
       CHECK(!strstr(src, "fj_score_grad(") == !cases[c].score);
       CHECK(!strstr(src, "#line 1 \"mask\"") == !cases[c].mask);
-      int rc = compile_all(ctx, &p, cases[c].score ? "score" : "mask");
+      int rc = compile_all(ctx, &p, cases[c].score ? "score" : cases[c].mask ? "mask" : "params");
       if (rc) {
         fj_ctx_destroy(ctx);
         return rc;
