@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -350,16 +351,27 @@ static void child_finish(child *c, const char *name, job *j)
                                : "exited without a result");
 }
 
+/* NVRTC and fork() in one process: a child forked while another thread
+ * of the parent is inside NVRTC would inherit NVRTC's locks held by a
+ * thread it does not have, and wait on them for ever (the backward's
+ * compiles ahead, kernel.c, run in-process and isolated compiles on
+ * threads side by side).  An in-process compile holds the guard shared;
+ * a fork holds it alone, around the fork only.  The child never takes it
+ * (its copy stays held by the forking thread). */
+static pthread_rwlock_t fork_guard = PTHREAD_RWLOCK_INITIALIZER;
+
 static int child_start(child *c, size_t index, const fj_compile_job *jb)
 {
   int fds[2];
   if (pipe(fds) != 0)
     return -1;
+  pthread_rwlock_wrlock(&fork_guard);
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
     child_main(fds[1], jb->name, jb->src, jb->arch);
   }
+  pthread_rwlock_unlock(&fork_guard);
   close(fds[1]);
   if (pid < 0) {
     close(fds[0]);
@@ -474,7 +486,9 @@ fj_status fj__compile(const fj_ctx *ctx, const char *name, const char *src,
       fj__buf_appendf(&j.msg, "%s", jb.message);
     free(jb.message);
   } else {
+    pthread_rwlock_rdlock(&fork_guard);
     compile_here(name, src, arch, &j);
+    pthread_rwlock_unlock(&fork_guard);
   }
   if (j.status != FJ_OK) {
     fj__compiled_free(&j.out);
