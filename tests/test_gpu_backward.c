@@ -116,6 +116,41 @@ static void run_free(bwd_run *r)
     free(host[i]);
 }
 
+/* The inputs of r's problem (rows_q and rows_kv rows: packed or batch x
+ * sequence; Q scaled by q_scale), its gradients' buffers, its forward's
+ * O and LSE and the backward's plan.  0: ready. */
+static int run_tensors(fj_ctx *ctx, bwd_run *r, size_t rows_q, size_t rows_kv,
+                       float q_scale, uint64_t *seed)
+{
+  const fj_problem *p = &r->p;
+  r->nq = rows_q * (size_t)p->heads_q * (size_t)p->head_dim;
+  r->nk = rows_kv * (size_t)p->heads_kv * (size_t)p->head_dim;
+  size_t nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+  r->q = random_host(p->dtype, r->nq, q_scale, seed);
+  r->k = random_host(p->dtype, r->nk, 1.f, seed);
+  r->v = random_host(p->dtype, r->nk, 1.f, seed);
+  r->dout = random_host(p->dtype, r->nq, 1.f, seed);
+  r->q_d = upload(r->q, r->nq * 2);
+  r->k_d = upload(r->k, r->nk * 2);
+  r->v_d = upload(r->v, r->nk * 2);
+  r->do_d = upload(r->dout, r->nq * 2);
+  r->o_d = upload(NULL, r->nq * 2);
+  r->lse_d = upload(NULL, nl * 4);
+  r->gq = upload(NULL, r->nq * 2);
+  r->gk = upload(NULL, r->nk * 2);
+  r->gv = upload(NULL, r->nk * 2);
+  r->hq = malloc(r->nq * 2);
+  r->hk = malloc(r->nk * 2);
+  r->hv = malloc(r->nk * 2);
+  fj_status st = fj_attention_fwd(ctx, p, r->q_d, r->k_d, r->v_d, r->o_d,
+                                  r->lse_d, NULL);
+  if (st == FJ_OK)
+    st = fj_attention_bwd_plan(ctx, p, &r->plan);
+  if (st != FJ_OK)
+    fprintf(stderr, "forward or plan: %s\n", fj_errmsg(ctx));
+  return st != FJ_OK;
+}
+
 /* The case's inputs and its forward.  0: ready. */
 static int run_setup(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed,
                      bwd_run *r)
@@ -166,33 +201,8 @@ static int run_setup(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed,
     r->sinks_d = upload(r->sinks_h, (size_t)bc->hq * sizeof(float));
     r->m.sinks = r->sinks_d;
   }
-  r->nq = rows_q * (size_t)bc->hq * (size_t)bc->d;
-  r->nk = rows_kv * (size_t)bc->hkv * (size_t)bc->d;
-  size_t nl = (size_t)bc->b * (size_t)bc->hq * (size_t)bc->sq;
-  r->q = random_host(bc->dt, r->nq, bc->in_scale, seed);
-  r->k = random_host(bc->dt, r->nk, 1.f, seed);
-  r->v = random_host(bc->dt, r->nk, 1.f, seed);
-  r->dout = random_host(bc->dt, r->nq, 1.f, seed);
-  r->q_d = upload(r->q, r->nq * 2);
-  r->k_d = upload(r->k, r->nk * 2);
-  r->v_d = upload(r->v, r->nk * 2);
-  r->do_d = upload(r->dout, r->nq * 2);
-  r->o_d = upload(NULL, r->nq * 2);
-  r->lse_d = upload(NULL, nl * 4);
-  r->gq = upload(NULL, r->nq * 2);
-  r->gk = upload(NULL, r->nk * 2);
-  r->gv = upload(NULL, r->nk * 2);
   r->gs = bc->sinks ? upload(NULL, (size_t)bc->hq * 4) : NULL;
-  r->hq = malloc(r->nq * 2);
-  r->hk = malloc(r->nk * 2);
-  r->hv = malloc(r->nk * 2);
-  fj_status st = fj_attention_fwd(ctx, p, r->q_d, r->k_d, r->v_d, r->o_d,
-                                  r->lse_d, NULL);
-  if (st == FJ_OK)
-    st = fj_attention_bwd_plan(ctx, p, &r->plan);
-  if (st != FJ_OK)
-    fprintf(stderr, "forward or plan: %s\n", fj_errmsg(ctx));
-  return st != FJ_OK;
+  return run_tensors(ctx, r, rows_q, rows_kv, bc->in_scale, seed);
 }
 
 /* One backward into poisoned gradients, copied to the host.  0: ran. */
@@ -714,34 +724,12 @@ static int run_mods_case(fj_ctx *ctx, const mods_case *mc,
   r.m.num_params = 3;
   r.m.param_grads = pgrads ? mg->dptr : NULL;
   p->mods = &r.m;
-  r.nq = (size_t)mc->b * (size_t)mc->sq * (size_t)mc->hq * (size_t)mc->d;
-  r.nk = (size_t)mc->b * (size_t)mc->skv * (size_t)mc->hkv * (size_t)mc->d;
   size_t nl = (size_t)mc->b * (size_t)mc->hq * (size_t)mc->sq;
-  r.q = random_host(mc->dt, r.nq, 1.f, seed);
-  r.k = random_host(mc->dt, r.nk, 1.f, seed);
-  r.v = random_host(mc->dt, r.nk, 1.f, seed);
-  r.dout = random_host(mc->dt, r.nq, 1.f, seed);
-  r.q_d = upload(r.q, r.nq * 2);
-  r.k_d = upload(r.k, r.nk * 2);
-  r.v_d = upload(r.v, r.nk * 2);
-  r.do_d = upload(r.dout, r.nq * 2);
-  r.o_d = upload(NULL, r.nq * 2);
-  r.lse_d = upload(NULL, nl * 4);
-  r.gq = upload(NULL, r.nq * 2);
-  r.gk = upload(NULL, r.nk * 2);
-  r.gv = upload(NULL, r.nk * 2);
-  r.hq = malloc(r.nq * 2);
-  r.hk = malloc(r.nk * 2);
-  r.hv = malloc(r.nk * 2);
   int rc = 1;
-  fj_status st = fj_attention_fwd(ctx, p, r.q_d, r.k_d, r.v_d, r.o_d,
-                                  r.lse_d, NULL);
-  if (st == FJ_OK)
-    st = fj_attention_bwd_plan(ctx, p, &r.plan);
-  if (st != FJ_OK) {
-    fprintf(stderr, "forward or plan: %s\n", fj_errmsg(ctx));
+  fj_status st;
+  if (run_tensors(ctx, &r, (size_t)mc->b * (size_t)mc->sq,
+                  (size_t)mc->b * (size_t)mc->skv, 1.f, seed))
     goto out;
-  }
   if (run_pass(ctx, &r))
     goto out;
   float *rq = calloc(r.nq, 4), *rk = calloc(r.nk, 4), *rv = calloc(r.nk, 4);
@@ -795,35 +783,59 @@ out:
   return rc;
 }
 
-/* The cases on the device's own target, then, on an sm_90a device, on
- * plain sm_90 too: on sm_90a the wgmma family for head dims 64 to 256
- * (the wide kernel above 128; the parameters' gradients there on mma),
- * on sm_90 the mma family. */
-static int run_mods_cases(const mods_case *cases, size_t n, int pgrads)
+/* One case of a set (its index i) on ctx; 0: passed. */
+typedef int (*case_fn)(fj_ctx *ctx, size_t i, const mods_params *mp,
+                       uint64_t *seed, const void *set);
+
+/* A set's n cases on the device's own target, then, on an sm_90a device,
+ * on plain sm_90 too (the mma family there), the parameters' tensors
+ * drawn from `seed`; what: the summary line's name.  0: all passed. */
+static int run_set(const char *what, size_t n, case_fn fn, const void *set,
+                   uint64_t seed)
 {
   fj_ctx *ctx;
   int rc = fjt_gpu_ctx(NULL, &ctx);
   if (rc)
     return rc;
-  uint64_t seed = 20261127;
   mods_params *mp = malloc(sizeof *mp);
   CHECK(mp != NULL && mods_params_init(mp, &seed) == 0);
   int fails = 0, runs = 0;
   for (size_t i = 0; i < n; i++, runs++)
-    fails += run_mods_case(ctx, &cases[i], mp, &seed, pgrads);
+    fails += fn(ctx, i, mp, &seed, set);
   fj_ctx *plain;
   rc = plain_sm90(ctx, &plain);
   fj_ctx_destroy(ctx);
   if (rc)
     return rc;
   for (size_t i = 0; plain && i < n; i++, runs++)
-    fails += run_mods_case(plain, &cases[i], mp, &seed, pgrads);
+    fails += fn(plain, i, mp, &seed, set);
   if (plain)
     fj_ctx_destroy(plain);
   mods_params_free(mp);
   free(mp);
-  printf("backward with expressions: %d runs, %d failed\n", runs, fails);
+  printf("backward with %s: %d runs, %d failed\n", what, runs, fails);
   return fails != 0;
+}
+
+typedef struct mods_set {
+  const mods_case *cases;
+  int pgrads;
+} mods_set;
+
+static int mods_case_fn(fj_ctx *ctx, size_t i, const mods_params *mp,
+                        uint64_t *seed, const void *set)
+{
+  const mods_set *ms = set;
+  return run_mods_case(ctx, &ms->cases[i], mp, seed, ms->pgrads);
+}
+
+/* The expression cases: on sm_90a the wgmma family for head dims 64 to
+ * 256 (the wide kernel above 128; the parameters' gradients there on
+ * mma), on plain sm_90 the mma family. */
+static int run_mods_cases(const mods_case *cases, size_t n, int pgrads)
+{
+  const mods_set set = {cases, pgrads};
+  return run_set("expressions", n, mods_case_fn, &set, 20261127);
 }
 
 #define ALIBI "s + slope(h) * (float)(kv - q)"
@@ -1000,32 +1012,9 @@ static int run_bm_case(fj_ctx *ctx, const bm_case *bc, const mods_params *mp,
   if (bm_build(ctx, p, bc, &dm, &hm, &buf, &hbuf))
     goto out;
   r.m.block_mask = &dm;
-  r.nq = (size_t)bc->b * (size_t)bc->sq * (size_t)bc->hq * (size_t)bc->d;
-  r.nk = (size_t)bc->b * (size_t)bc->skv * (size_t)bc->hkv * (size_t)bc->d;
-  size_t nl = (size_t)bc->b * (size_t)bc->hq * (size_t)bc->sq;
-  r.q = random_host(bc->dt, r.nq, 1.f, seed);
-  r.k = random_host(bc->dt, r.nk, 1.f, seed);
-  r.v = random_host(bc->dt, r.nk, 1.f, seed);
-  r.dout = random_host(bc->dt, r.nq, 1.f, seed);
-  r.q_d = upload(r.q, r.nq * 2);
-  r.k_d = upload(r.k, r.nk * 2);
-  r.v_d = upload(r.v, r.nk * 2);
-  r.do_d = upload(r.dout, r.nq * 2);
-  r.o_d = upload(NULL, r.nq * 2);
-  r.lse_d = upload(NULL, nl * 4);
-  r.gq = upload(NULL, r.nq * 2);
-  r.gk = upload(NULL, r.nk * 2);
-  r.gv = upload(NULL, r.nk * 2);
-  r.hq = malloc(r.nq * 2);
-  r.hk = malloc(r.nk * 2);
-  r.hv = malloc(r.nk * 2);
-  fj_status st = fj_attention_fwd(ctx, p, r.q_d, r.k_d, r.v_d, r.o_d, r.lse_d, NULL);
-  if (st == FJ_OK)
-    st = fj_attention_bwd_plan(ctx, p, &r.plan);
-  if (st != FJ_OK) {
-    fprintf(stderr, "forward or plan: %s\n", fj_errmsg(ctx));
+  if (run_tensors(ctx, &r, (size_t)bc->b * (size_t)bc->sq,
+                  (size_t)bc->b * (size_t)bc->skv, 1.f, seed))
     goto out;
-  }
   /* wgmma on sm_90a where the key blocks are whole key tiles, else mma */
   int wg_tile = bc->d <= 128 ? 128 : 64;
   int want_wg = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0 && bc->bkv % wg_tile == 0;
@@ -1042,7 +1031,7 @@ static int run_bm_case(fj_ctx *ctx, const bm_case *bc, const mods_params *mp,
   hmods.params = mp->host_p;
   hmods.block_mask = &hm;
   hp.mods = &hmods;
-  st = fj_reference_bwd(&hp, r.q, r.k, r.v, r.dout, rq, rk, rv, NULL);
+  fj_status st = fj_reference_bwd(&hp, r.q, r.k, r.v, r.dout, rq, rk, rv, NULL);
   if (st != FJ_OK) {
     fprintf(stderr, "reference: %s\n", fj_errmsg(NULL));
   } else {
@@ -1067,35 +1056,18 @@ out:
   return rc;
 }
 
-/* The cases on the device's own target, then, on an sm_90a device, on
- * plain sm_90 too: on sm_90a the wgmma family where the key blocks are
- * whole key tiles (128 keys up to head dim 128, 64 above), else mma; on
- * sm_90 the mma family. */
+static int bm_case_fn(fj_ctx *ctx, size_t i, const mods_params *mp,
+                      uint64_t *seed, const void *set)
+{
+  return run_bm_case(ctx, &((const bm_case *)set)[i], mp, seed);
+}
+
+/* The block-mask cases: on sm_90a the wgmma family where the key blocks
+ * are whole key tiles (128 keys up to head dim 128, 64 above), else mma;
+ * on plain sm_90 the mma family. */
 static int run_bm_cases(const bm_case *cases, size_t n)
 {
-  fj_ctx *ctx;
-  int rc = fjt_gpu_ctx(NULL, &ctx);
-  if (rc)
-    return rc;
-  uint64_t seed = 20261128;
-  mods_params *mp = malloc(sizeof *mp);
-  CHECK(mp != NULL && mods_params_init(mp, &seed) == 0);
-  int fails = 0, runs = 0;
-  for (size_t i = 0; i < n; i++, runs++)
-    fails += run_bm_case(ctx, &cases[i], mp, &seed);
-  fj_ctx *plain;
-  rc = plain_sm90(ctx, &plain);
-  fj_ctx_destroy(ctx);
-  if (rc)
-    return rc;
-  for (size_t i = 0; plain && i < n; i++, runs++)
-    fails += run_bm_case(plain, &cases[i], mp, &seed);
-  if (plain)
-    fj_ctx_destroy(plain);
-  mods_params_free(mp);
-  free(mp);
-  printf("backward with block masks: %d runs, %d failed\n", runs, fails);
-  return fails != 0;
+  return run_set("block masks", n, bm_case_fn, cases, 20261128);
 }
 
 #define DOCS "doc(q) == doc(kv)"
