@@ -1166,8 +1166,10 @@ typedef struct fj_bwd_plan {
  * asks (float32 atomics at the indices each read used; not in
  * deterministic mode; on the mma family above head dim 128).  A context remembers its
  * choices (until a tuning result is recorded), so a repeated plan renders
- * nothing.  A block mask (fj_mods.block_mask) runs on the mma family,
- * which walks each key tile's query blocks from the mask's transposed
+ * nothing.  A block mask (fj_mods.block_mask) runs on the wgmma family
+ * where its key blocks are whole key tiles (block_kv a multiple of 128
+ * up to head dim 128, of 64 above), else on the mma family; either
+ * walks each key tile's query blocks from the mask's transposed
  * lists (q_num, q_indices; fj_attention_bwd and _run refuse a mask
  * without them, FJ_ERR_INVALID_ARG); not in deterministic mode
  * (FJ_ERR_UNSUPPORTED).  Refused, FJ_ERR_UNSUPPORTED
