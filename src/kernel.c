@@ -752,19 +752,27 @@ static void ahead_remove(fj_ahead *a, int i)
   a->n--;
 }
 
-/* The compile ahead of the kernel with memory key `key`, taken off the
- * list (the caller finishes it), or NULL. */
+/* The index of the compile ahead of the kernel with memory key `key`, or
+ * -1. */
+static int ahead_index(const fj_ahead *a, const fj_buf *key)
+{
+  for (int i = 0; a && i < a->n; i++) {
+    const fj_buf *k = &a->jobs[i]->key;
+    if (k->len == key->len && !memcmp(k->data, key->data, key->len))
+      return i;
+  }
+  return -1;
+}
+
+/* That compile, taken off the list (the caller finishes it), or NULL. */
 static fj_kjob *ahead_take(fj_ctx *ctx, const fj_buf *key)
 {
-  fj_ahead *a = ctx->ahead;
-  for (int i = 0; a && i < a->n; i++) {
-    fj_kjob *j = a->jobs[i];
-    if (j->key.len == key->len && !memcmp(j->key.data, key->data, key->len)) {
-      ahead_remove(a, i);
-      return j;
-    }
-  }
-  return NULL;
+  int i = ahead_index(ctx->ahead, key);
+  if (i < 0)
+    return NULL;
+  fj_kjob *j = ctx->ahead->jobs[i];
+  ahead_remove(ctx->ahead, i);
+  return j;
 }
 
 fj_status fj__kernel_ahead(fj_ctx *ctx, const char *name,
@@ -792,12 +800,10 @@ fj_status fj__kernel_ahead(fj_ctx *ctx, const char *name,
     fj__buf_free(&key);
     return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
   }
-  fj_kjob *pending = ahead_take(ctx, &key);
+  int pending = ahead_index(a, &key);
   fj__buf_free(&key);
-  if (pending) {  /* already under way: back on the list */
-    a->jobs[a->n++] = pending;
-    return FJ_OK;
-  }
+  if (pending >= 0)
+    return FJ_OK;  /* already under way */
   fj_kernel *k;
   fj_kjob *job;
   fj_status st = fj__kernel_build_async(ctx, name, params, n, &k, &job);

@@ -409,6 +409,16 @@
               mods.grad and function(i) return (" && mq0 + j * 16 + %d < len_q"):format(acc.dcol[i]) end)
     return PC.indent(table.concat(L, "\n"), pad)
   end
+  -- What a step does to S^T (in x) before the loop over its tiles of 16
+  -- queries: the built-in score step, or the user's expressions' head,
+  -- and with WHOLE the expressions and the mask on all of it (else they
+  -- run per tile: user_tile).
+  local function score_head(x, k0, pad)
+    if not USER then return score_step(x, k0, pad) end
+    local head = user_head(k0, pad)
+    if not WHOLE then return head end
+    return head .. "\n" .. (" "):rep(pad) .. user_whole(x, pad)
+  end
   -- P^T of slot i of tile j from its score in x (its query's LSE2 in
   -- l<column>).  The softcap's 1 - tanh^2 at the final score: th<i>,
   -- declared first (a hidden element's -inf counts as -1).
@@ -679,14 +689,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         // The score step on S^T (a register's key is its row, its query its
         // column), then P^T = exp2(S^T sl2 - LSE2): the dV operand, and
         // consumer 1's factor of dS^T{{ mods.softcap and " (times 1 - tanh^2)" or "" }}.
-{%     if USER then %}
-        {{ user_head("n0", 8) }}
-{%       if WHOLE then %}
-        {{ user_whole("x", 8) }}
-{%       end %}
-{%     else %}
-        {{ score_step("x", "n0", 8) }}
-{%     end %}
+        {{ score_head("x", "n0", 8) }}
 #pragma unroll
         for (int j = 0; j < {{ BM // 16 }}; ++j) {
 {% for _, c in ipairs(cols) do %}
@@ -882,14 +885,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       // row, its query its column), P^T = exp2(S^T sl2 - LSE2), dS^T = P^T
       // (dP^T - delta){{ mods.softcap and " (1 - tanh^2)" or "" }}, both packed as A operands.
       const unsigned lse2 = sld + slot * {{ LD_BYTES }}u + 4 * acc_c, delta = lse2 + {{ BM * 4 }}u;
-{% if USER then %}
-      {{ user_head("n0 + kw", 6) }}
-{%   if WHOLE then %}
-      {{ user_whole("s", 6) }}
-{%   end %}
-{% else %}
-      {{ score_step("s", "n0 + kw", 6) }}
-{% end %}
+      {{ score_head("s", "n0 + kw", 6) }}
       unsigned pk[{{ BM // 16 }}][4], dsk[{{ BM // 16 }}][4];
 #pragma unroll
       for (int j = 0; j < {{ BM // 16 }}; ++j) {
