@@ -513,6 +513,28 @@ if part fp8; then
   fi
 fi
 
+# FP8 KV caches under 16-bit queries (issue 32's item 4: the mma family's
+# FP8 ring, templates/tile_fp8.cuh): its GPU tests (FP8KV_TESTS), memcheck
+# and racecheck on its small cases, a checked run of the library's decode
+# choice, then bench/fp8_kv_compare.py (FP8KV_ARGS) beside the 16-bit
+# decode, cuDNN and a copy.
+if part fp8kv; then
+  tdir=""
+  gpu_tests fp8kv "cases passed|fp8 library|max rel_err|error|FAIL|check failed" \
+    ${FP8KV_TESTS:-gpu_fp8_kv gpu_fp8_kv_paged}
+  if [ "${FP8KV_SANITIZE:-1}" = 1 ]; then
+    for tool in memcheck racecheck; do
+      timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 ./tests/fj_tests gpu_sanitize_fp8_kv >>"$out/fp8kv_sanitizer.log" 2>&1
+      note "compute-sanitizer --tool $tool gpu_sanitize_fp8_kv: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/fp8kv_sanitizer.log" | tail -1 | sed 's/=* //'))"
+    done
+  fi
+  timeout 120 ./flashjit run --shape 64,32,1,128 --heads-kv 8 --seq-kv 4096 --dtype bf16 --kv-dtype e4m3 --check --iters 20 2>&1 | tail -3 | tee -a "$summary"
+  (cd /work/main && FLASHJIT_LIB=build/libflashjit.so PYTHONUNBUFFERED=1 timeout ${FP8KV_TIMEOUT:-400} \
+     python3 bench/fp8_kv_compare.py ${FP8KV_ARGS:-} --out "$out" >"$out/fp8_kv_compare.log" 2>&1)
+  note "fp8_kv_compare: exit $?"
+  grep -E "^fp8kv|Error|error" "$out/fp8_kv_compare.log" | cut -c1-400 | tee -a "$summary"
+fi
+
 # Every head dim (issue 34): the padded wgmma head dims, the mma
 # family's multiples of 16 and split head dims (head_dim_v: MLA's 192/128
 # and kin) against the reference (WGMMA_DEBUG=1: waits that trap), then

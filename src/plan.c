@@ -82,8 +82,9 @@ static void mma_choice(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
    * sm_80, sm_86, sm_89 and sm_100 (sm_110 with the causal third stage).
    * 16-row warps (8 of them) keep 200-250 and spill nothing.  The causal
    * three-stage kernel at head dim 64 on sm_80 and sm_87 (255, no spill)
-   * stays.  Not timed: no part but the H100 and H200 was measured. */
-  int keep3 = ctx->sm < 90 && v->stages == 3 &&
+   * stays, but not with FP8 K/V, whose conversion spills 8 bytes there.
+   * Not timed: no part but the H100 and H200 was measured. */
+  int keep3 = ctx->sm < 90 && v->stages == 3 && v->kv_dtype != FJ_E4M3 &&
               fj__variant_tiles_smem(v) <= fj__smem_limit(ctx);
   if (!measured(ctx) && d >= 64 && d <= 128 && !keep3)
     v->warps = 8;
@@ -105,8 +106,10 @@ static int split_rule(long blocks, int slots, int tiles_kv);
 static int ks_walk(const fj_ctx *ctx, const fj_problem *p, const fj_variant *v,
                    int stages)
 {
-  int ld = v->head_dim + (v->swizzle == FJ_SWIZZLE_PAD ? 8 : 0);
-  unsigned smem = (unsigned)((16 + 2 * stages * v->tile_n) * ld * 2);
+  fj_variant w = *v;
+  w.tile_m = 16;
+  w.stages = stages;
+  unsigned smem = (unsigned)fj__variant_tiles_smem(&w);
   int tiles_kv = (p->seq_kv + v->tile_n - 1) / v->tile_n;
   int splits = p->splits >= 1
                    ? p->splits
@@ -136,7 +139,7 @@ static void decode_choice(const fj_ctx *ctx, const fj_problem *p,
    * H200, (64, 32/8, 1/4096, 128) bf16, pages of 16). */
   if (v->paged) {
     v->tile_n = v->tile_n > 64 ? 64 : v->tile_n;
-    v->stages = v->kv_dtype == FJ_E4M3 ? v->stages : 3;
+    v->stages = 3;
   }
   /* A score or mask function per element: at 128 keys a window with the
    * softcap spills 16 bytes (d64). */
@@ -147,15 +150,12 @@ static void decode_choice(const fj_ctx *ctx, const fj_problem *p,
   /* XOR: 257 us against pad's 273 on the H200 (64, 32/8, 1/4096, 128);
    * at head dims 192 and 256 ptxas spills with it. */
   v->swizzle = d >= 192 ? FJ_SWIZZLE_PAD : FJ_SWIZZLE_XOR;
-  int ld = d + (v->swizzle == FJ_SWIZZLE_PAD ? 8 : 0);
-  if ((rows + 2 * v->stages * v->tile_n) * ld * 2 > fj__smem_limit(ctx))
+  if (fj__variant_tiles_smem(v) > fj__smem_limit(ctx))
     v->tile_n = 32;
   /* Up to 16 packed rows: one 16-row tile whose 4 warps split each key
    * tile (attention_mma.cu's KS), so that a warp computes a quarter of
    * what a 64-row tile's warp does for the same keys.  Only on the
-   * cp.async ring (2 or 3 stages): the H200 ran KS there; FP8 K/V load
-   * synchronously (1 stage), a path KS has not run on, so they keep 64
-   * rows. */
+   * cp.async ring (2 or 3 stages), FP8 K/V's included (tile_fp8.cuh). */
   if ((long)p->seq_q * (p->heads_q / p->heads_kv) <= 16 &&
       v->tile_n % 64 == 0 && v->stages >= 2) {
     v->tile_m = 16;
@@ -401,12 +401,12 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
   v->varlen = fj__problem_varlen(p);
   v->paged = fj__problem_paged(p);
   v->mods = mi.on ? p->mods : NULL;
-  if (v->kv_dtype == FJ_E4M3)
-    v->stages = 1;  /* FP8 K/V are dequantised as they load */
   /* Without mma.sync m16n8k16 (sm_75) the WMMA family's defaults stand,
-   * with synchronous loads where cp.async is missing too. */
+   * with synchronous loads where cp.async is missing too, and FP8 K/V
+   * dequantised as they load (the mma family's FP8 ring is its own:
+   * tile_fp8.cuh). */
   if (!fj__arch_has(ctx, FJ_ARCH_MMA_SYNC)) {
-    if (!fj__arch_has(ctx, FJ_ARCH_CP_ASYNC))
+    if (!fj__arch_has(ctx, FJ_ARCH_CP_ASYNC) || v->kv_dtype == FJ_E4M3)
       v->stages = 1;
     fit_smem(ctx, v);
     return;

@@ -350,9 +350,15 @@ static int aligned128(int bytes)
 int fj__variant_tiles_smem(const fj_variant *v)
 {
   int ld = v->head_dim + (v->swizzle == FJ_SWIZZLE_PAD ? 8 : 0);
-  int elem = 2;  /* e4m3 K/V land in shared memory as Q's type */
-  return aligned128(v->tile_m * ld * elem) +
-         2 * aligned128(v->stages * v->tile_n * ld * elem);
+  int elem = 2;  /* e4m3 K/V reach the products in Q's type */
+  int q = aligned128(v->tile_m * ld * elem);
+  /* FP8 K/V on the cp.async ring (tile_fp8.cuh): FP8 rings of the stages,
+   * beside two 16-bit tiles of K and one of V. */
+  if (fj__kv_dtype(v) == FJ_E4M3 && v->dtype != FJ_E4M3 && v->stages > 1)
+    return q + aligned128(2 * v->tile_n * ld * elem) +
+           aligned128(v->tile_n * ld * elem) +
+           2 * aligned128(v->stages * v->tile_n * v->head_dim);
+  return q + 2 * aligned128(v->stages * v->tile_n * ld * elem);
 }
 
 /* ---- template parameters ------------------------------------------------------------ */

@@ -68,6 +68,10 @@
   local OFFSET = (split_kv or window) and not BMASK
   local THREADS = 32 * W
   local fp8 = kv_dtype == "e4m3"
+  -- FP8 K/V on the cp.async ring (2 or 3 stages): FP8 rings, each tile
+  -- dequantised once into the 16-bit tiles the products read
+  -- (tile_fp8.cuh); with 1 stage they are dequantised as they load.
+  local RING8 = fp8 and S > 1
   local function no(fmt, ...) refuse(fmt:format(...)) end
 
   if softmax ~= "regs" then
@@ -97,11 +101,8 @@
   if BMASK and (BMASK.q % BM ~= 0 or BMASK.kv % BN ~= 0) then
     no("tile_m %d and tile_n %d must divide the block mask's blocks (%d query rows, %d keys)", BM, BN, BMASK.q, BMASK.kv)
   end
-  if fp8 and PAGED then
-    no("kv_dtype e4m3 with paged K/V is not implemented: f16 or bf16 pages")
-  end
-  if fp8 and S > 1 then
-    no("kv_dtype e4m3 is dequantised as it loads, so it takes stages 1 (not %d)", S)
+  if fp8 and PAGED and not RING8 then
+    no("kv_dtype e4m3 with paged K/V takes stages 2 or 3 (the FP8 ring); stages 1 dequantises as it loads, from contiguous rows only")
   end
 
   -- Registers per thread: O (MR x D/2 floats) and S (MR x BN/2) live across
@@ -120,7 +121,7 @@
   -- registers allow: a split's bounds leave none (8 bytes spilled at head
   -- dim 128, sm_90a), so one there.
   local TPR = SPLIT and D // 8 or D // 16
-  local PF = PAGED and S >= 2 and 32 % TPR == 0 and BN % (THREADS // TPR) == 0 and
+  local PF = PAGED and S >= 2 and not RING8 and 32 % TPR == 0 and BN % (THREADS // TPR) == 0 and
              BN // (THREADS // TPR) * (32 // TPR) <= 32
   local live = o_regs + s_regs * (PIPE and 2 or 1)
   local QREGS = live + q_regs + 40 <= 224
@@ -143,14 +144,26 @@
     offset = offset + (bytes + 127) // 128 * 128
   end
   region("q", BM * LD * 2)
-  region("k", S * BN * LD * 2)
-  region("v", S * BN * LD * 2)
+  if RING8 then
+    -- The 16-bit tiles the products read (two of K: S(t + 1) is computed
+    -- beside tile t's softmax), then the FP8 rings.
+    region("k", 2 * BN * LD * 2)
+    region("v", BN * LD * 2)
+    region("k8", S * BN * D)
+    plan[#plan].type = "unsigned char"
+    region("v8", S * BN * D)
+    plan[#plan].type = "unsigned char"
+  else
+    region("k", S * BN * LD * 2)
+    region("v", S * BN * LD * 2)
+  end
+  local KV_BYTES = offset - plan[2].offset
   -- KS: the warps' maxima, then warps 1.. their O and sums, merged through
   -- the K and V rings once the walk is done.
   local MERGE_BYTES = (W * NC + (W - 1) * (D // 2 + NC)) * 32 * 4
-  if KS and MERGE_BYTES > 2 * S * BN * LD * 2 then
+  if KS and MERGE_BYTES > KV_BYTES then
     no("tile_m 16 with warps %d at head_dim %d: the warps' merge needs %d bytes of shared memory, the K and V tiles have %d: more stages or a larger tile_n",
-       W, D, MERGE_BYTES, 2 * S * BN * LD * 2)
+       W, D, MERGE_BYTES, KV_BYTES)
   end
   meta.symbol = symbol
   meta.threads = THREADS
@@ -181,6 +194,11 @@
   -- uses.
   local KVROWS = OFFSET and "kv_rows" or LEN_KV
   local N0 = BMASK and "fj::list_n0(bl, t)" or OFFSET and ("kv0 + t * %d"):format(BN) or ("t * %d"):format(BN)
+  -- The copy of key tile i of K or V ("k", "v") into its ring.
+  local function LOAD(which, i)
+    return ("fj::%s(s_%s%s, %ssrc, %s, %s)"):format(RING8 and "ring8_load" or "ring_load", which,
+                                                    RING8 and "8" or "", which, i, KVROWS)
+  end
 
   -- Where a row's output goes (epilogue_regs.cuh): the default (one head's
   -- rows of O, up to LEN_Q) unless rows are packed or the block writes
@@ -211,7 +229,7 @@
 {% if mods.any then %}
 {{ include("mods.cuh", { mods = mods, part = "decls" }) }}
 {% end %}
-{% if fp8 then %}
+{% if fp8 and not RING8 then %}
 #include <cuda_fp8.h>
 {% end %}
 // shared memory: {{ offset }} bytes{% for _, r in ipairs(plan) do %}; {{ r.name }} @{{ r.offset }}{% end %}
@@ -222,6 +240,9 @@ __constant__ unsigned char fj_base_acc[32] = { {{ L.base_bytes(acc) }} };
 
 {{ include("mma_frag.cuh") }}
 {{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S, fp8 = fp8, PF = PF, PF_TPR = TPR, BMASK = BMASK }) }}
+{% if RING8 then %}
+{{ include("tile_fp8.cuh", { THREADS = THREADS, S = S, BMASK = BMASK }) }}
+{% end %}
 
 namespace fj {
 // Two floats as the A-operand register of two 16-bit elements (the first low).
@@ -238,7 +259,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   using fj::elem_t;
   extern __shared__ __align__(128) unsigned char smem[];
 {% for _, r in ipairs(plan) do %}
-  elem_t *const s_{{ r.name }} = reinterpret_cast<elem_t *>(smem + {{ r.offset }});
+  {{ r.type or "elem_t" }} *const s_{{ r.name }} = reinterpret_cast<{{ r.type or "elem_t" }} *>(smem + {{ r.offset }});
 {% end %}
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -336,12 +357,12 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   }
   int pg_k = fj::tile_pages(ksrc, {{ S }}, {{ KVROWS }});
 {%   else %}
-  if (ntiles > 0) fj::ring_load(s_k, ksrc, 0, {{ KVROWS }});
+  if (ntiles > 0) {{ LOAD("k", "0") }};
   fj::cp_async_commit();
 #pragma unroll
   for (int i = 0; i < {{ S - 1 }}; ++i) {
-    if (i + 1 < ntiles) fj::ring_load(s_k, ksrc, i + 1, {{ KVROWS }});
-    if (i < ntiles) fj::ring_load(s_v, vsrc, i, {{ KVROWS }});
+    if (i + 1 < ntiles) {{ LOAD("k", "i + 1") }};
+    if (i < ntiles) {{ LOAD("v", "i") }};
     fj::cp_async_commit();
   }
 {%   end %}
@@ -350,9 +371,17 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {%   if PF then %}
   int kv_pages;  // the page numbers of the next tile to load (tile_io.cuh)
 {%   end %}
+{%   if RING8 then %}
+  fj::kv_start8(s_k8, s_v8, ksrc, vsrc, {{ KVROWS }}, ntiles);
+{%   else %}
   fj::kv_start(s_k, s_v, ksrc, vsrc, {{ KVROWS }}, ntiles{{ PF and ", kv_pages" or "" }});
+{%   end %}
 {% end %}
   __syncthreads();
+{% if RING8 and PIPE then %}
+  fj::dequant_tile(s_k, s_k8);  // K(0), which S(0) reads
+  __syncthreads();
+{% end %}
 
 {% if KS then %}
   // Every warp has the tile's 16 rows (wr = 0) and keys kw .. kw + {{ NJ * 16 - 1 }}
@@ -466,12 +495,22 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       pg_v = pg_k;
       pg_k = fj::tile_pages(ksrc, i + 2, {{ KVROWS }});  // in flight meanwhile
 {%   else %}
-      if (i + 1 < ntiles) fj::ring_load(s_k, ksrc, i + 1, {{ KVROWS }});
-      if (i < ntiles) fj::ring_load(s_v, vsrc, i, {{ KVROWS }});
+      if (i + 1 < ntiles) {{ LOAD("k", "i + 1") }};
+      if (i < ntiles) {{ LOAD("v", "i") }};
       fj::cp_async_commit();
 {%   end %}
     }
+{%   if RING8 then %}
+    // K(t + 1) and V(t) as 16-bit tiles: K's other tile (K(t)'s, read by
+    // S(t) last iteration) and V's one (every warp is past P(t - 1) V(t - 1)).
+    // Their FP8 slots are not the ones being refilled.
+    if (t + 1 < ntiles) fj::dequant_tile(s_k + ((t + 1) % 2) * {{ BN * LD }}, s_k8 + ((t + 1) % {{ S }}) * {{ BN * D }});
+    fj::dequant_tile(s_v, s_v8 + (t % {{ S }}) * {{ BN * D }});
+    __syncthreads();
+    const unsigned kn = sk_u + ((t + 1) % 2) * {{ BN * LD * 2 }}, vt = sv_u;
+{%   else %}
     const unsigned kn = sk_u + ((t + 1) % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
+{%   end %}
     float sn[{{ MR }}][{{ NJ }}][8];
 {%   qk("sn", "kn") %}
     unsigned pk[{{ MR }}][{{ NJ }}][4];
@@ -493,8 +532,13 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     const bool bm_part = fj::list_partial(bl, t);  // the mask expression applies
     (void)bm_part;
 {%   end %}
+{%   if RING8 then %}
+    fj::kv_ready8(s_k, s_v, s_k8, s_v8, ksrc, vsrc, {{ KVROWS }}, t, ntiles);
+    const unsigned kt = sk_u, vt = sv_u;
+{%   else %}
     fj::kv_ready(s_k, s_v, ksrc, vsrc, {{ KVROWS }}, t, ntiles{{ PF and ", kv_pages" or "" }});
     const unsigned kt = sk_u + (t % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
+{%   end %}
     // Masks only where a key is past the end or above some row's diagonal.
     const bool need_mask = {{ mrule.tile_partial("n0", NJ * 16, "m0", "m0 + " .. (BM - 1)) }};
 

@@ -5,7 +5,8 @@
     XM      the XOR mask of the "xor" swizzle (chunk c of row r is stored at
             c ^ (r & XM)),
     THREADS the block's threads, S the stages (> 1: cp.async), fp8 (K/V in
-            e4m3, dequantised as they load), BMASK (key tile t is tile t
+            e4m3: with 1 stage dequantised as they load; with more, the
+            ring's loads are tile_fp8.cuh's), BMASK (key tile t is tile t
             of a block mask's list, KvSrc.list: block.cuh), PF (paged K/V on the plain
             ring: page numbers read a tile ahead, shared by K and V;
             PF_TPR threads copy a row).
@@ -105,7 +106,7 @@ __device__ __forceinline__ void load_tile_packed(elem_t *dst, const elem_t *src,
   }
 }
 {% end %}
-{% if fp8 then %}
+{% if fp8 and S == 1 then %}
 
 // FP8 e4m3 rows: 16 bytes of global memory become two 16-byte chunks of
 // elem_t in shared memory.  The conversion is exact.
@@ -162,7 +163,7 @@ struct KvSrc {
   BlockList list;     // the row tile's key tiles (a block mask)
 {% end %}
 };
-{% if paged then %}
+{% if paged and (not fp8 or S == 1) then %}
 
 // Paged key rows: row j is key first + j, token (first + j) % 2^shift of
 // page pages[(first + j) >> shift]; rows at or past `rows` become zeros.
@@ -235,6 +236,7 @@ __device__ __forceinline__ void copy_tile_paged(elem_t *ring, const KvSrc &s, in
   }
 }
 {% end %}
+{% if not fp8 or S == 1 then %}
 // Key tile t of one head's K or V into its slot of a ring.
 __device__ __forceinline__ void ring_load(elem_t *ring, const KvSrc &src, int t, int rows) {
 {% if paged then %}
@@ -301,5 +303,6 @@ __device__ __forceinline__ void kv_ready(elem_t *s_k, elem_t *s_v, const KvSrc &
 {% end %}
   __syncthreads();
 }
+{% end %}
 
 }  // namespace fj

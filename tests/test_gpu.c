@@ -790,6 +790,92 @@ int test_gpu_mma_axes(void)
   return run_axes(mma_cases, sizeof mma_cases / sizeof mma_cases[0], FJ_MMA_SYNC);
 }
 
+/* FP8 K/V with 16-bit queries on the mma family's cp.async ring
+ * (templates/tile_fp8.cuh): each swizzle, 2 and 3 stages, the software
+ * pipeline (16-row warps) and the plain ring (32-row warps), warps that
+ * split the keys (tile_m 16), tails, GQA, both causal alignments and rows
+ * that see no key. */
+static const axis_case fp8_ring_cases[] = {
+    {"fp8 ring xor", 64, 64, 64, 4, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, FJ_E4M3, FJ_CAUSAL_NONE, 2, 2, 2, 200, 200, 0},
+    {"fp8 ring pipelined", 128, 128, 64, 8, 3, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_BF16, FJ_E4M3, FJ_CAUSAL_TOP_LEFT, 1, 4, 2, 257, 300, 0},
+    {"fp8 ring plain", 128, 128, 64, 4, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, FJ_E4M3, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 300, 333, 0},
+    {"fp8 ring pad", 256, 64, 32, 4, 3, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_BF16, FJ_E4M3, FJ_CAUSAL_NONE, 1, 2, 2, 100, 170, 0},
+    {"fp8 ring none", 96, 64, 32, 4, 2, FJ_SWIZZLE_NONE, FJ_SOFTMAX_REGS, FJ_F16, FJ_E4M3, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 1, 65, 65, 0},
+    {"fp8 ring warps split keys", 128, 16, 64, 4, 3, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, FJ_E4M3, FJ_CAUSAL_NONE, 2, 8, 2, 5, 1000, 0},
+    {"fp8 ring warps split keys", 64, 16, 128, 4, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, FJ_E4M3, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 16, 333, 0},
+    {"fp8 ring gqa=8:1", 64, 128, 128, 8, 3, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, FJ_E4M3, FJ_CAUSAL_TOP_LEFT, 2, 16, 2, 200, 200, 0},
+    {"fp8 ring inputs x30", 128, 64, 64, 4, 3, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, FJ_E4M3, FJ_CAUSAL_NONE, 1, 2, 2, 300, 300, 30},
+    {"fp8 ring no visible key", 64, 128, 64, 8, 3, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_F16, FJ_E4M3, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 300, 40, 0},
+    {"fp8 ring one key", 128, 64, 64, 4, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, FJ_E4M3, FJ_CAUSAL_NONE, 1, 2, 2, 70, 1, 0},
+};
+
+static int serving_case_kv(fj_ctx *ctx, int b, int hq, int hkv, int sq, int skv,
+                           int d, fj_dtype dt, fj_dtype kv, fj_causal m, int splits,
+                           fj_order order, uint64_t *seed, const char *axis);
+
+/* FP8 K/V on the ring: the explicit variants above, then the library's
+ * own choice (a 16-row decode tile whose warps split the keys, split-KV,
+ * GQA packing; prefill's tiles) over decode and prefill shapes. */
+int test_gpu_fp8_kv(void)
+{
+  int failed = run_axes(fp8_ring_cases, sizeof fp8_ring_cases / sizeof fp8_ring_cases[0],
+                        FJ_MMA_SYNC);
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  static const int groups[][2] = {{8, 8}, {32, 8}, {32, 1}};
+  static const int skvs[] = {1, 17, 4096, 32768};
+  static const int dims[] = {64, 128, 256};
+  static const int splits[] = {0, 1, 3, 64};
+  uint64_t seed = 808;
+  int cases = 0;
+  for (int g = 0; g < 3; g++)
+    for (int k = 0; k < 4; k++)
+      for (int sq = 1; sq <= 4; sq *= 4, cases++) {
+        int i = cases;
+        failed += serving_case_kv(ctx, skvs[k] >= 32768 ? 1 : 1 + i % 3, groups[g][0],
+                                  groups[g][1], sq, skvs[k], dims[i % 3],
+                                  i % 2 ? FJ_BF16 : FJ_F16, FJ_E4M3,
+                                  i % 3 == 1 ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE,
+                                  splits[(i / 2) % 4], (fj_order)(i % 2), &seed,
+                                  "fp8 decode");
+      }
+  /* Prefill shapes: the library's tiles over FP8 K/V. */
+  failed += serving_case_kv(ctx, 1, 8, 2, 700, 700, 128, FJ_BF16, FJ_E4M3,
+                            FJ_CAUSAL_TOP_LEFT, 0, FJ_BHSD, &seed, "fp8 prefill");
+  failed += serving_case_kv(ctx, 2, 4, 4, 300, 513, 64, FJ_F16, FJ_E4M3,
+                            FJ_CAUSAL_BOTTOM_RIGHT, 0, FJ_BSHD, &seed, "fp8 prefill");
+  failed += serving_case_kv(ctx, 1, 4, 1, 129, 257, 256, FJ_BF16, FJ_E4M3,
+                            FJ_CAUSAL_NONE, 0, FJ_BHSD, &seed, "fp8 prefill");
+  cases += 3;
+  printf("%d fp8 library-choice cases\n", cases);
+  print_worst();
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
+/* One small FP8-ring case per path (pipelined, plain ring, warps that split
+ * the keys, split-KV decode) for compute-sanitizer. */
+int test_gpu_sanitize_fp8_kv(void)
+{
+  static const axis_case small[] = {
+      {"fp8 ring pipelined", 128, 128, 64, 8, 3, FJ_SWIZZLE_PAD, FJ_SOFTMAX_REGS, FJ_BF16, FJ_E4M3, FJ_CAUSAL_TOP_LEFT, 1, 2, 1, 130, 150, 0},
+      {"fp8 ring plain", 128, 128, 64, 4, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, FJ_E4M3, FJ_CAUSAL_NONE, 1, 2, 2, 70, 90, 0},
+      {"fp8 ring warps split keys", 128, 16, 64, 4, 3, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, FJ_E4M3, FJ_CAUSAL_NONE, 1, 2, 2, 3, 200, 0},
+  };
+  int failed = run_axes(small, sizeof small / sizeof small[0], FJ_MMA_SYNC);
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  uint64_t seed = 3;
+  failed += serving_case_kv(ctx, 1, 32, 8, 1, 700, 128, FJ_BF16, FJ_E4M3,
+                            FJ_CAUSAL_NONE, 4, FJ_BHSD, &seed, "fp8 decode split");
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
 /* A cross product's variants on two problems each, shapes[s] = {seq_q,
  * seq_kv, heads_q, heads_kv}, the first BHSD, the second BSHD; returns the
  * failures and prints "<axis> product: ...". */
@@ -1400,15 +1486,20 @@ int test_gpu_tune(void)
 
 /* One decode-shaped case through the library's plan (splits as given: 0
  * auto), checked against the reference; the label shows the plan. */
-static int serving_case(fj_ctx *ctx, int b, int hq, int hkv, int sq, int skv,
-                        int d, fj_dtype dt, fj_causal m, int splits,
-                        fj_order order, uint64_t *seed, const char *axis)
+static int serving_case_kv(fj_ctx *ctx, int b, int hq, int hkv, int sq, int skv,
+                           int d, fj_dtype dt, fj_dtype kv, fj_causal m, int splits,
+                           fj_order order, uint64_t *seed, const char *axis)
 {
   gpu_case c;
   memset(&c, 0, sizeof c);
   fj_problem_init(&c.p, b, hq, hkv, sq, skv, d, dt, order);
   c.p.causal = m;
   c.p.splits = splits;
+  c.p.kv_dtype = kv;
+  /* The plan reads no scale; case_setup replaces these with device ones. */
+  static const float one = 1.f;
+  if (kv == FJ_E4M3)
+    c.p.k_scale = c.p.v_scale = &one;
   fj_plan plan;
   if (fj_attention_plan(ctx, &c.p, &plan) != FJ_OK) {
     fprintf(stderr, "plan (%d,%d/%d,%d/%d,%d): %s\n", b, hq, hkv, sq, skv, d,
@@ -1427,6 +1518,14 @@ static int serving_case(fj_ctx *ctx, int b, int hq, int hkv, int sq, int skv,
   snprintf(label, sizeof label, "%s (%d,%d/%d,%d/%d) splits=%d%s", name, b, hq,
            hkv, sq, skv, plan.splits, order == FJ_BSHD ? " bshd" : "");
   return run_case(ctx, &c, NULL, NULL, seed, label, axis);
+}
+
+static int serving_case(fj_ctx *ctx, int b, int hq, int hkv, int sq, int skv,
+                        int d, fj_dtype dt, fj_causal m, int splits,
+                        fj_order order, uint64_t *seed, const char *axis)
+{
+  return serving_case_kv(ctx, b, hq, hkv, sq, skv, d, dt, 0, m, splits, order,
+                         seed, axis);
 }
 
 int test_gpu_serving_decode(void)

@@ -24,16 +24,20 @@ enum { MAXB = 8, GUARD_ROWS = 1 };
  * family must then be the one that runs. */
 static int with_totals, want_wgmma;
 
+/* Whether K and V are e4m3 with descales per (sequence, KV head): an FP8
+ * KV cache under 16-bit queries. */
+static int kv8;
+
 /* One case: the problem the library runs (device arrays) and its twin with
  * host arrays (the reference's). */
 typedef struct vl_case {
   fj_problem p, hp;
   int batch, lq[MAXB], lkv[MAXB];
   int32_t cuq[MAXB + 1], cukv[MAXB + 1], used[MAXB], *table;
-  uint16_t *q, *k, *v, *o;
-  float *lse;
+  uint16_t *q, *k, *v, *o;  /* K and V: one byte an element where kv8 */
+  float *lse, *ks, *vs;
   size_t nq, nkv, no, nlse;
-  void *dq, *dk, *dv, *dout, *dlse, *dcuq, *dcukv, *dused, *dtable;
+  void *dq, *dk, *dv, *dout, *dlse, *dcuq, *dcukv, *dused, *dtable, *dks, *dvs;
 } vl_case;
 
 static uint64_t next_u64(uint64_t *s)
@@ -132,23 +136,47 @@ static int vl_setup(vl_case *c, int n, const int *lq, const int *lkv, int hq,
   c->no = c->nq + GUARD_ROWS * (size_t)(hq * d);
   c->nkv = kv_rows * (size_t)(hkv * d);
   c->nlse = (size_t)(n * hq * mq);
+  fj_dtype kvt = kv8 ? FJ_E4M3 : dt;
+  size_t kvb = kv8 ? 1 : 2;
   c->q = random_values(dt, c->nq + 1, s);
-  c->k = random_values(dt, c->nkv + 1, s);
-  c->v = random_values(dt, c->nkv + 1, s);
+  c->k = random_values(kvt, c->nkv + 1, s);
+  c->v = random_values(kvt, c->nkv + 1, s);
   c->o = malloc(c->no * 2);
   c->lse = malloc(c->nlse * sizeof(float));
   if (!c->q || !c->k || !c->v || !c->o || !c->lse)
     return 1;
   size_t tbytes = ps ? sizeof(int32_t) * (size_t)(n * p->max_pages) : 0;
-  if (to_device(&c->dq, c->q, c->nq * 2) || to_device(&c->dk, c->k, c->nkv * 2) ||
-      to_device(&c->dv, c->v, c->nkv * 2) || cudaMalloc(&c->dout, c->no * 2) != cudaSuccess ||
+  if (to_device(&c->dq, c->q, c->nq * 2) || to_device(&c->dk, c->k, c->nkv * kvb) ||
+      to_device(&c->dv, c->v, c->nkv * kvb) || cudaMalloc(&c->dout, c->no * 2) != cudaSuccess ||
       cudaMalloc(&c->dlse, c->nlse * sizeof(float)) != cudaSuccess ||
       to_device(&c->dcuq, c->cuq, sizeof(int32_t) * (size_t)(n + 1)) ||
       to_device(&c->dcukv, c->cukv, sizeof(int32_t) * (size_t)(n + 1)) ||
       to_device(&c->dused, c->used, sizeof(int32_t) * (size_t)n) ||
       (ps && to_device(&c->dtable, c->table, tbytes)))
     return 1;
+  if (kv8) {
+    /* Descales per (sequence, KV head) that differ from one another. */
+    size_t ns = (size_t)(n * hkv);
+    c->ks = malloc(ns * sizeof(float));
+    c->vs = malloc(ns * sizeof(float));
+    if (!c->ks || !c->vs)
+      return 1;
+    for (size_t i = 0; i < ns; i++) {
+      c->ks[i] = (float)(0.5 + 0.25 * (double)(i % 3));
+      c->vs[i] = (float)(1.25 - 0.25 * (double)(i % 4));
+    }
+    if (to_device(&c->dks, c->ks, ns * sizeof(float)) ||
+        to_device(&c->dvs, c->vs, ns * sizeof(float)))
+      return 1;
+    p->kv_dtype = FJ_E4M3;
+    p->k_scale = c->dks;
+    p->v_scale = c->dvs;
+  }
   c->hp = *p;
+  if (kv8) {
+    c->hp.k_scale = c->ks;
+    c->hp.v_scale = c->vs;
+  }
   p->cu_seqlens_q = c->dcuq;
   c->hp.cu_seqlens_q = c->cuq;
   if (ps) {
@@ -169,7 +197,8 @@ static int vl_setup(vl_case *c, int n, const int *lq, const int *lkv, int hq,
 
 static void vl_free(vl_case *c)
 {
-  void *dev[] = {c->dq, c->dk, c->dv, c->dout, c->dlse, c->dcuq, c->dcukv, c->dused, c->dtable};
+  void *dev[] = {c->dq, c->dk, c->dv, c->dout, c->dlse, c->dcuq, c->dcukv, c->dused, c->dtable,
+                 c->dks, c->dvs};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
     cudaFree(dev[i]);
   free(c->q);
@@ -178,6 +207,8 @@ static void vl_free(vl_case *c)
   free(c->o);
   free(c->lse);
   free(c->table);
+  free(c->ks);
+  free(c->vs);
 }
 
 /* ---- the check: a reference job per (sequence, row range) ------------------------ */
@@ -204,6 +235,10 @@ static void *vl_ref(void *arg)
     one.seqused_kv = c->used + j->b;
   if (one.block_table)
     one.block_table = c->table + j->b * one.max_pages;
+  if (kv8) {
+    one.k_scale = c->ks + j->b * one.heads_kv;
+    one.v_scale = c->vs + j->b * one.heads_kv;
+  }
   j->st = fj_reference_fwd(&one, c->q, c->k, c->v, NULL, NULL, j->r0, j->r1,
                            j->out, j->lse);
   return NULL;
@@ -454,6 +489,44 @@ int test_gpu_serving_varlen(void)
   for (int i = 0; i < 4; i++, cases++)
     failed += vl_case_run(ctx, 4, one, kd, 32, 8, 128, FJ_BF16, FJ_CAUSAL_NONE,
                           16, counts[i], &s, "paged splits");
+  printf("%d of %d cases passed\n", cases - failed, cases);
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
+/* FP8 KV caches under 16-bit queries (the mma family's FP8 ring): paged
+ * decode at page sizes 1/16/64/256 with shuffled tables and a shared
+ * first page, GQA 8:1 and 1:1; several queries a sequence with
+ * bottom-right causal; forced splits; packed (varlen) K/V. */
+int test_gpu_fp8_kv_paged(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  kv8 = 1;
+  uint64_t s = 88;
+  int failed = 0, cases = 0;
+  static const int one[4] = {1, 1, 1, 1}, kd[4] = {4096, 17, 1000, 1};
+  static const int pages[] = {1, 16, 64, 256};
+  for (int i = 0; i < 8; i++, cases++)
+    failed += vl_case_run(ctx, 4, one, kd, 32, i < 4 ? 4 : 32, i % 3 == 2 ? 256 : i % 2 ? 128 : 64,
+                          i % 2 ? FJ_BF16 : FJ_F16, FJ_CAUSAL_NONE, pages[i % 4], 0,
+                          &s, "fp8 paged decode");
+  static const int q3[3] = {4, 100, 0}, k3[3] = {1000, 300, 17};
+  for (int i = 0; i < 3; i++, cases++)
+    failed += vl_case_run(ctx, 3, q3, k3, 16, i % 2 ? 2 : 16, i < 2 ? 128 : 64,
+                          FJ_BF16, i < 2 ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_TOP_LEFT,
+                          pages[1 + i % 3], 0, &s, "fp8 paged chunk");
+  static const int counts[] = {1, 7, 64};
+  for (int i = 0; i < 3; i++, cases++)
+    failed += vl_case_run(ctx, 4, one, kd, 32, 8, 128, FJ_BF16, FJ_CAUSAL_NONE,
+                          16, counts[i], &s, "fp8 paged splits");
+  static const int pre[5] = {17, 0, 1000, 1, 513};
+  for (int i = 0; i < 2; i++, cases++)
+    failed += vl_case_run(ctx, 5, pre, pre, 8, 2, i ? 128 : 64, i ? FJ_BF16 : FJ_F16,
+                          masks[1 + i], 0, 0, &s, "fp8 varlen prefill");
+  kv8 = 0;
   printf("%d of %d cases passed\n", cases - failed, cases);
   fj_ctx_destroy(ctx);
   return failed != 0;
