@@ -194,6 +194,27 @@
   -- uses.
   local KVROWS = OFFSET and "kv_rows" or LEN_KV
   local N0 = BMASK and "fj::list_n0(bl, t)" or OFFSET and ("kv0 + t * %d"):format(BN) or ("t * %d"):format(BN)
+  -- FP8 K/V (RING8): tile_fp8.cuh's conversion of rows the products read
+  -- next, then the threads that read them synchronised: with KS each warp
+  -- converts the keys it alone reads (from k0 on), else the block all.
+  -- parts: { dst, src[, cond] } each; with KS both in one call (their
+  -- loads all in flight at once), else a chunk at a time (the 32-row
+  -- warps of prefill tiles have no registers for more: 84-168 bytes
+  -- spilled at head dims 64-128 on sm_90a).
+  local function DEQUANT(parts, k0, pad)
+    local nl = "\n" .. (" "):rep(pad or 2)
+    local function src(x) return x[3] and ("%s ? %s : nullptr"):format(x[3], x[2]) or x[2] end
+    if KS then
+      local b = parts[2] or { "nullptr", "nullptr" }
+      return ("fj::dequant_rows<%d, 32>(%s, %s, %s, %s, %s, lane);"):format(NJ * 16, parts[1][1], src(parts[1]),
+                                                                           b[1], src(b), k0) .. nl .. "__syncwarp();"
+    end
+    local out = {}
+    for _, x in ipairs(parts) do
+      out[#out + 1] = ("%sfj::dequant_tile(%s, %s);"):format(x[3] and ("if (%s) "):format(x[3]) or "", x[1], x[2])
+    end
+    return table.concat(out, nl) .. nl .. "__syncthreads();"
+  end
   -- The copy of key tile i of K or V ("k", "v") into its ring.
   local function LOAD(which, i)
     return ("fj::%s(s_%s%s, %ssrc, %s, %s)"):format(RING8 and "ring8_load" or "ring_load", which,
@@ -379,8 +400,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
   __syncthreads();
 {% if RING8 and PIPE then %}
-  fj::dequant_tile(s_k, s_k8);  // K(0), which S(0) reads
-  __syncthreads();
+  // K(0), which S(0) reads.
+  {{ DEQUANT({ { "s_k", "s_k8" } }, "warp * " .. (NJ * 16)) }}
 {% end %}
 
 {% if KS then %}
@@ -501,12 +522,12 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {%   end %}
     }
 {%   if RING8 then %}
-    // K(t + 1) and V(t) as 16-bit tiles: K's other tile (K(t)'s, read by
-    // S(t) last iteration) and V's one (every warp is past P(t - 1) V(t - 1)).
+    // V(t) and K(t + 1) as 16-bit tiles: V's one (every warp is past P(t -
+    // 1) V(t - 1)) and K's other (K(t)'s, read by S(t) last iteration).
     // Their FP8 slots are not the ones being refilled.
-    if (t + 1 < ntiles) fj::dequant_tile(s_k + ((t + 1) % 2) * {{ BN * LD }}, s_k8 + ((t + 1) % {{ S }}) * {{ BN * D }});
-    fj::dequant_tile(s_v, s_v8 + (t % {{ S }}) * {{ BN * D }});
-    __syncthreads();
+    {{ DEQUANT({ { "s_v", ("s_v8 + (t %% %d) * %d"):format(S, BN * D) },
+                 { ("s_k + ((t + 1) %% 2) * %d"):format(BN * LD), ("s_k8 + ((t + 1) %% %d) * %d"):format(S, BN * D),
+                   "t + 1 < ntiles" } }, "kw", 4) }}
     const unsigned kn = sk_u + ((t + 1) % 2) * {{ BN * LD * 2 }}, vt = sv_u;
 {%   else %}
     const unsigned kn = sk_u + ((t + 1) % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};

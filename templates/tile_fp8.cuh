@@ -7,12 +7,15 @@
   ring of S slots (tile_n rows of head_dim bytes, no padding), issued by
   every thread of the block with cp.async (one group a tile, committed by
   the caller), half the bytes of a 16-bit ring.  Once the caller has waited
-  for the group and synchronised the block, dequant_tile converts the slot
-  into a 16-bit tile of the layout the products read (tile_io.cuh's
-  tile_off: padded or XOR-swizzled), exactly (every e4m3 value is an f16
-  and a bf16); the descales stay outside (K's in the softmax scale, V's in
-  the epilogue).  The caller synchronises again before the products read
-  the converted tile.  Shared memory: the two FP8 rings (2 S tile_n
+  for the group and synchronised the block, dequant_rows (all loads in
+  flight at once) or dequant_tile (a chunk at a time) converts rows of the
+  slot into a 16-bit tile of the layout the products read
+  (tile_io.cuh's tile_off: padded or XOR-swizzled), exactly (every e4m3
+  value is an f16 and a bf16); the descales stay outside (K's in the
+  softmax scale, V's in the epilogue).  The caller synchronises the threads
+  that converted rows with those that read them before the products: the
+  block, or one warp where a warp reads only the rows it converted (the
+  mma family's warps that split the keys).  Shared memory: the two FP8 rings (2 S tile_n
   head_dim bytes) beside the 16-bit tiles the products read.
   Both sides are laid out so that a quarter-warp's 16-byte accesses fall
   in distinct banks: an FP8 row's chunk c is stored at c ^ (row & XM8)
@@ -114,20 +117,54 @@ __device__ __forceinline__ void ring8_load(unsigned char *ring8, const KvSrc &s,
 }
 {% end %}
 
-// An FP8 slot (src) as a 16-bit tile (dst, tile_off's layout).  Thread i
-// takes rows i % 8 + 8 k of chunk i / 8 % {{ C8 }}: eight rows of one chunk a
-// quarter-warp, whose reads and writes then fall in distinct banks.
-__device__ __forceinline__ void dequant_tile(elem_t *dst, const unsigned char *src) {
-  for (int i = threadIdx.x; i < {{ tile_n * C8 }}; i += {{ THREADS }}) {
-    const int r = i % 8 + 8 * (i / {{ 8 * C8 }}), c = i / 8 % {{ C8 }};
-    const uint4 raw = *reinterpret_cast<const uint4 *>(src + off8(r, c));
-    const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
-    unsigned o[8];
+// One 16-byte chunk i of rows r0 .. of an FP8 slot, loaded (dequant_rows's
+// order: rows r0 + i % 8 + 8 k of chunk i / 8 % {{ C8 }}, eight rows of one chunk
+// a quarter-warp, whose loads and stores then fall in distinct banks).
+__device__ __forceinline__ uint4 chunk8_load(const unsigned char *src, int r0, int i) {
+  return *reinterpret_cast<const uint4 *>(src + off8(r0 + i % 8 + 8 * (i / {{ 8 * C8 }}), i / 8 % {{ C8 }}));
+}
+
+// Chunk i of chunk8_load (raw) converted into its place in a 16-bit tile.
+__device__ __forceinline__ void chunk8_store(elem_t *dst, int r0, int i, uint4 raw) {
+  const int r = r0 + i % 8 + 8 * (i / {{ 8 * C8 }}), c = i / 8 % {{ C8 }};
+  const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+  unsigned o[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) o[e] = e4m3x2_to_elem2((unsigned short)(w[e / 2] >> (16 * (e % 2))));
-    *reinterpret_cast<uint4 *>(dst + tile_off(r, c * 16)) = make_uint4(o[0], o[1], o[2], o[3]);
-    *reinterpret_cast<uint4 *>(dst + tile_off(r, c * 16 + 8)) = make_uint4(o[4], o[5], o[6], o[7]);
-  }
+  for (int e = 0; e < 8; ++e) o[e] = e4m3x2_to_elem2((unsigned short)(w[e / 2] >> (16 * (e % 2))));
+  *reinterpret_cast<uint4 *>(dst + tile_off(r, c * 16)) = make_uint4(o[0], o[1], o[2], o[3]);
+  *reinterpret_cast<uint4 *>(dst + tile_off(r, c * 16 + 8)) = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+// Rows r0 .. r0 + ROWS - 1 of one or two FP8 slots (src0, src1; src1
+// NULL: one) as the same rows of 16-bit tiles (dst0, dst1), by NT
+// threads, this one number tid, which takes chunks tid, tid + NT, ...
+// (chunk8_load's order).  Every load is issued before the first
+// conversion, so their latencies overlap; the registers hold them all.
+// r0 is a multiple of 8.
+template <int ROWS, int NT>
+__device__ __forceinline__ void dequant_rows(elem_t *dst0, const unsigned char *src0, elem_t *dst1,
+                                             const unsigned char *src1, int r0, int tid) {
+  constexpr int ALL = ROWS * {{ C8 }}, N = (ALL + NT - 1) / NT;
+  static_assert(ROWS % 8 == 0, "whole groups of eight rows");
+  uint4 raw[2][N];
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+    if (ALL % NT == 0 || tid + n * NT < ALL) {
+      raw[0][n] = chunk8_load(src0, r0, tid + n * NT);
+      if (src1) raw[1][n] = chunk8_load(src1, r0, tid + n * NT);
+    }
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+    if (ALL % NT == 0 || tid + n * NT < ALL) {
+      chunk8_store(dst0, r0, tid + n * NT, raw[0][n]);
+      if (src1) chunk8_store(dst1, r0, tid + n * NT, raw[1][n]);
+    }
+}
+
+// A whole FP8 slot as a 16-bit tile by the block, a chunk at a time (where
+// registers are scarce: the 32-row warps of prefill tiles).
+__device__ __forceinline__ void dequant_tile(elem_t *dst, const unsigned char *src) {
+  for (int i = threadIdx.x; i < {{ tile_n * C8 }}; i += {{ THREADS }}) chunk8_store(dst, 0, i, chunk8_load(src, 0, i));
 }
 
 // After Q's copies have been issued (the ring without the software

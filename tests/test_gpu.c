@@ -824,32 +824,41 @@ int test_gpu_fp8_kv(void)
   int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
   if (rc)
     return rc;
-  static const int groups[][2] = {{8, 8}, {32, 8}, {32, 1}};
-  static const int skvs[] = {1, 17, 4096, 32768};
-  static const int dims[] = {64, 128, 256};
-  static const int splits[] = {0, 1, 3, 64};
+  /* batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, bf16, causal, splits. */
+  static const int cases[][9] = {
+      {3, 32, 8, 1, 1, 64, 0, 0, 0},      {2, 32, 8, 4, 17, 128, 1, 2, 1},
+      {2, 32, 8, 1, 4096, 256, 0, 0, 3},  {1, 32, 8, 4, 32768, 128, 1, 0, 0},
+      {1, 32, 1, 1, 17, 128, 1, 0, 64},   {3, 32, 1, 4, 4096, 64, 0, 2, 0},
+      {1, 32, 1, 1, 32768, 64, 1, 0, 0},  {2, 8, 8, 1, 4096, 128, 0, 0, 0},
+      {1, 8, 8, 4, 1, 256, 1, 2, 0},      {2, 32, 4, 1, 1000, 128, 1, 0, 7},
+      /* Prefill shapes: the library's tiles over FP8 K/V. */
+      {1, 8, 2, 700, 700, 128, 1, 1, 0},  {2, 4, 4, 300, 513, 64, 0, 2, 0},
+      {1, 4, 1, 129, 257, 256, 1, 0, 0},
+  };
+  enum { N = sizeof cases / sizeof cases[0] };
+  static const float one = 1.f;
+  fj_variant vs[N];
+  for (int i = 0; i < N; i++) {
+    const int *c = cases[i];
+    fj_problem p;
+    fj_problem_init(&p, c[0], c[1], c[2], c[3], c[4], c[5], c[6] ? FJ_BF16 : FJ_F16, FJ_BHSD);
+    p.kv_dtype = FJ_E4M3;
+    p.k_scale = p.v_scale = &one;
+    p.causal = (fj_causal)c[7];
+    p.splits = c[8];
+    fj_plan plan;
+    CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+    vs[i] = plan.variant;
+  }
+  CHECK(prepare(ctx, vs, N) == 0);
   uint64_t seed = 808;
-  int cases = 0;
-  for (int g = 0; g < 3; g++)
-    for (int k = 0; k < 4; k++)
-      for (int sq = 1; sq <= 4; sq *= 4, cases++) {
-        int i = cases;
-        failed += serving_case_kv(ctx, skvs[k] >= 32768 ? 1 : 1 + i % 3, groups[g][0],
-                                  groups[g][1], sq, skvs[k], dims[i % 3],
-                                  i % 2 ? FJ_BF16 : FJ_F16, FJ_E4M3,
-                                  i % 3 == 1 ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE,
-                                  splits[(i / 2) % 4], (fj_order)(i % 2), &seed,
-                                  "fp8 decode");
-      }
-  /* Prefill shapes: the library's tiles over FP8 K/V. */
-  failed += serving_case_kv(ctx, 1, 8, 2, 700, 700, 128, FJ_BF16, FJ_E4M3,
-                            FJ_CAUSAL_TOP_LEFT, 0, FJ_BHSD, &seed, "fp8 prefill");
-  failed += serving_case_kv(ctx, 2, 4, 4, 300, 513, 64, FJ_F16, FJ_E4M3,
-                            FJ_CAUSAL_BOTTOM_RIGHT, 0, FJ_BSHD, &seed, "fp8 prefill");
-  failed += serving_case_kv(ctx, 1, 4, 1, 129, 257, 256, FJ_BF16, FJ_E4M3,
-                            FJ_CAUSAL_NONE, 0, FJ_BHSD, &seed, "fp8 prefill");
-  cases += 3;
-  printf("%d fp8 library-choice cases\n", cases);
+  for (int i = 0; i < N; i++) {
+    const int *c = cases[i];
+    failed += serving_case_kv(ctx, c[0], c[1], c[2], c[3], c[4], c[5], c[6] ? FJ_BF16 : FJ_F16,
+                              FJ_E4M3, (fj_causal)c[7], c[8], (fj_order)(i % 2), &seed,
+                              i < 10 ? "fp8 decode" : "fp8 prefill");
+  }
+  printf("%d fp8 library-choice cases\n", (int)N);
   print_worst();
   fj_ctx_destroy(ctx);
   return failed != 0;
