@@ -432,6 +432,14 @@ int test_gpu_backward(void)
       {1, 6, 2, 200, 517, 96, FJ_BF16, NC, 64, 0, 1, 1, 0, {0}, {0}, {0}},
       {3, 4, 2, 257, 257, 256, FJ_BF16, BR, -1, 0, 0, 1, 0, {257, 0, 100}, {100, 50, 257}, {0}},
       {2, 2, 2, 200, 300, 160, FJ_F16, TL, -1, 0, 0, 1, 0, {200, 77}, {300, 100}, {290, 0}},
+      /* head dim 64 on wgmma, K and V as register operands (issue 31):
+       * unequal lengths both ways, a softcap, large logits, varlen with
+       * a window and sinks */
+      {1, 2, 2, 100, 257, 64, FJ_F16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 2, 2, 257, 100, 64, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}},  /* rows that see no key */
+      {1, 4, 4, 400, 400, 64, FJ_F16, NC, -1, 30.f, 0, 1, 0, {0}, {0}, {0}},
+      {1, 4, 4, 256, 256, 64, FJ_F16, NC, -1, 0, 0, 30, 0, {0}, {0}, {0}},
+      {2, 2, 2, 200, 300, 64, FJ_BF16, BR, 60, 0, 1, 1, 0, {200, 77}, {300, 100}, {0}},
   };
   return run_cases(cases, sizeof cases / sizeof cases[0]);
 }
@@ -868,6 +876,9 @@ int test_gpu_backward_mods(void)
       {1, 4, 2, 200, 200, 192, FJ_BF16, TL, ALIBI, "doc(q) == doc(kv)", 0},
       {1, 2, 2, 130, 190, 256, FJ_F16, BR, RELBIAS, NULL, 10.f},
       {1, 2, 2, 190, 130, 256, FJ_BF16, NC, BRANCH, NULL, 0},
+      /* head dim 64 (K and V as register operands): a derivative kept per
+       * tile of 16 queries, a mask expression, bottom-right */
+      {1, 4, 4, 300, 350, 64, FJ_F16, BR, BRANCH, "doc(q) == doc(kv)", 0},
   };
   return run_mods_cases(cases, sizeof cases / sizeof cases[0], 0);
 }
