@@ -12,7 +12,11 @@
   copies from the preprocess's padded rows, on Q's barrier).  Two consumer
   warpgroups each own 64 of the keys and compute, transposed so that the
   keys are the products' rows (M):
-    S^T = K Q^T, dP^T = V dO^T            wgmma, both operands in shared memory
+    S^T = K Q^T, dP^T = V dO^T            wgmma, both operands in shared memory;
+                                          at head dim 64 K and V from
+                                          registers (KV_REGS: the
+                                          warpgroup's 64 keys of each
+                                          loaded once as A operands)
     the score step on S^T                 softcap; mask.lua's rule per element
     P^T = exp2(S^T sl2 - LSE2[query])     (rows that see no key: LSE2 = +inf)
     dV += P^T dO                          P^T as the register A operand
@@ -167,6 +171,32 @@
   end
 
   local acc, qa, rows, p_from = L.softmax_tables(lut_acc, lut_a, "wgmma", refuse)
+  -- K and V in registers (issue 31).  S^T = K Q^T and dP^T = V dO^T with
+  -- both operands in shared memory read (64 + BM) rows of a k step for a
+  -- 64 x BM product: at BM = 64, 4 KB for 131k FLOP, as many bytes a clock
+  -- as shared memory delivers while the tensor cores run at full rate.  K
+  -- and V stay in a block for its whole walk, so where a consumer thread
+  -- has room for them -- 4 registers a k step each, 8 KS beside dK, dV,
+  -- S^T and dP^T: DR 64 -- its warpgroup's 64 keys of both are loaded once
+  -- as A fragments, and S^T and dP^T take the rs form, which reads only Q
+  -- or dO from shared memory (a quarter less a step).  The probed A table
+  -- (qa) says which elements a register holds: register r, slots 2r and
+  -- 2r + 1, the lower half first (as P^T is packed), loaded as one 32-bit
+  -- word where the table puts the two side by side in one row at an even
+  -- column in every lane (lut.lua's pairs); a table that does not keeps
+  -- the ss form, as does any head dim whose dK and dV leave no room.
+  -- (Measured with NVRTC 13.0: the consumers' highest register goes from
+  -- R172 to R205 of the 232 they have, R228 under a score expression with
+  -- a derivative kept per tile; no spills.)
+  local function a_words(info)
+    local ps = L.pairs(info)
+    if #ps ~= 4 then return false end
+    for r = 0, 3 do
+      if ps[r + 1][1] ~= 2 * r or ps[r + 1][2] ~= 2 * r + 1 then return false end
+    end
+    return true
+  end
+  local KV_REGS = not WIDE and DR == 64 and a_words(qa) and DR + BM + 24 + 8 * KS <= REGS[2]
   local pairs = L.pairs(acc)
   -- The wide kernel's dQ additions: a lane's slots of one row, columns c,
   -- c+1, c+8, c+9 (two pairs 8 columns apart), one red.v4 each
@@ -477,12 +507,19 @@
 {% if mods.any then %}
 {{ include("mods.cuh", { mods = mods, part = "decls" }) }}
 {% end %}
-{{ include("wgmma.cuh", { spin_limit = WGMMA_SPIN_LIMIT or 0, forms = {
-     { t = T, n = BM, a = "ss", tb = 0 }, { t = T, n = DR, a = "rs", tb = 1 },
-     { t = T, n = WIDE and 64 or DQN, a = "ss", ta = 1, tb = 1 } } }) }}
+{%
+  local forms = { { t = T, n = BM, a = "ss", tb = 0 }, { t = T, n = DR, a = "rs", tb = 1 },
+                  { t = T, n = WIDE and 64 or DQN, a = "ss", ta = 1, tb = 1 } }
+  -- S^T and dP^T with K and V from registers (KV_REGS).
+  if KV_REGS then forms[#forms + 1] = { t = T, n = BM, a = "rs", tb = 0 } end
+%}
+{{ include("wgmma.cuh", { spin_limit = WGMMA_SPIN_LIMIT or 0, forms = forms }) }}
 {{ B.comment() }}
 // registers: producer {{ REGS[1] }}, consumers {{ REGS[2] }}; dQ split {{ WIDE and ("by role: columns 0-127 and 128-%d"):format(DR - 1) or DQ_COLS and "by columns" or "by turns" }}
 // pieces: tma_ring.lua (producer), scheduler.cuh (kv_head), mask.lua, budget.lua, wgmma.cuh
+{% if KV_REGS then %}
+// K and V of each consumer's 64 keys held as A operands (loaded once): S^T and dP^T read only Q and dO from shared memory
+{% end %}
 
 // From the accumulator table: each lane's base (row | col << 4); slot s adds
 // (drow, dcol) = {% for s = 0, acc.slots - 1 do %}({{ acc.drow[s] }}, {{ acc.dcol[s] }}){{ s < acc.slots - 1 and " " or "" }}{% end %}; register 8j + s of
@@ -501,6 +538,15 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 __device__ __forceinline__ unsigned smem_base(const void *p) {
   return (smem_opaque(p) + 1023u) & ~1023u;
 }
+{% if KV_REGS then %}
+// A 32-bit word of shared memory: two 16-bit elements of K or V, one
+// register of an A operand.
+__device__ __forceinline__ unsigned ld_shared_b32(unsigned a) {
+  unsigned v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(a) : "memory");
+  return v;
+}
+{% end %}
 {% if WIDE then %}
 // Adds four floats at a 16-byte-aligned global address (sm_90's vector
 // reduction: dQ's additions from the consumers' registers).
@@ -854,11 +900,34 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       for (int i = 0; i < 8; ++i) dk[d][i] = dv[d][i] = 0.f;
     {{ k.wait_full(0, "0") }}
     {{ v.wait_full(0, "0") }}
+{% if KV_REGS then %}
+    // This warpgroup's 64 keys of K and V as the A operands of S^T and dP^T
+    // for the whole walk: word r of k step kk holds A slots 2r and 2r + 1
+    // of the probed table, whose lane bases are the accumulator's (lut.lua's
+    // a_from_acc checks it lane for lane), in the tile's one panel.
+    unsigned ka[{{ KS }}][4], va[{{ KS }}][4];
+#pragma unroll
+    for (int kk = 0; kk < {{ KS }}; ++kk) {
+{%   for r = 0, 3 do %}
+      {
+        const unsigned e = fj::sw128(kw + wr + acc_r + {{ qa.drow[2 * r] }}, kk * {{ KSTEP }} + acc_c + {{ qa.dcol[2 * r] }});
+        ka[kk][{{ r }}] = fj::ld_shared_b32(sk + e);
+        va[kk][{{ r }}] = fj::ld_shared_b32(sv + e);
+      }
+{%   end %}
+    }
+{% end %}
 
     {{ STEP_FOR }}
+{% if KV_REGS then %}
+      // K's address (dQ's B) made anew each step, so that the compiler does
+      // not keep every k step's descriptor of it in registers across it.
+      const unsigned ska = fj::opaque_u32(sk);
+{% else %}
       // K's and V's addresses made anew each step, so that the compiler does
       // not keep every k step's descriptor of them in registers across it.
       const unsigned ska = fj::opaque_u32(sk), sva = fj::opaque_u32(sv);
+{% end %}
       const unsigned slot = i % {{ S }}, ph = (i / {{ S }}) & 1u, buf = i & 1;
       {{ STEP_AT }}
 {% if BMASK then %}
@@ -870,11 +939,19 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       {{ q.wait_full("slot", "ph") }}
       fj::wg_fence();
 #pragma unroll
+{% if KV_REGS then %}
+      for (int kk = 0; kk < {{ KS }}; ++kk) fj::wg_rs_{{ T }}_{{ BM }}(s, ka[kk], FJ_QB(slot, kk), kk);
+{% else %}
       for (int kk = 0; kk < {{ KS }}; ++kk) fj::wg_ss_{{ T }}_{{ BM }}(s, FJ_KA(kk), FJ_QB(slot, kk), kk);
+{% end %}
       fj::wg_commit();
       {{ dout.wait_full("slot", "ph") }}
 #pragma unroll
+{% if KV_REGS then %}
+      for (int kk = 0; kk < {{ KS }}; ++kk) fj::wg_rs_{{ T }}_{{ BM }}(dp, va[kk], FJ_DOB(slot, kk), kk);
+{% else %}
       for (int kk = 0; kk < {{ KS }}; ++kk) fj::wg_ss_{{ T }}_{{ BM }}(dp, FJ_VA(kk), FJ_DOB(slot, kk), kk);
+{% end %}
       fj::wg_commit();
       fj::wg_wait<0>();
     {{ hold("s", BM // 16) }}

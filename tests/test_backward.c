@@ -98,6 +98,64 @@ int test_backward_compile(void)
   return 0;
 }
 
+/* Issue 31: at head dim 64 the wgmma backward holds each consumer's 64
+ * keys of K and V as register A operands, so S^T and dP^T are the rs form
+ * (one word of the probed A table a register); the kernel compiles
+ * without spilling and without ptxas serialising its wgmmas.  Head dims
+ * whose dK and dV leave no room (96, 128) keep both operands in shared
+ * memory. */
+int test_backward_kv_regs(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx != NULL);
+  static const struct {
+    int d;
+    fj_dtype dt;
+    fj_causal causal;
+    int window_left;
+    float softcap;
+  } cases[] = {
+      {64, FJ_BF16, FJ_CAUSAL_NONE, -1, 0},
+      {64, FJ_F16, FJ_CAUSAL_TOP_LEFT, 100, 30.f},
+      {96, FJ_F16, FJ_CAUSAL_NONE, -1, 0},
+      {128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, 0},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    fj_problem p;
+    fj_mods m;
+    fj_problem_init(&p, 2, 8, 2, 700, 700, cases[c].d, cases[c].dt, FJ_BSHD);
+    p.causal = cases[c].causal;
+    fj_mods_init(&m);
+    m.window_left = cases[c].window_left;
+    m.window_right = cases[c].window_left < 0 ? -1 : 0;
+    m.softcap = cases[c].softcap;
+    p.mods = &m;
+    fj_bwd_plan plan;
+    CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+    CHECK(plan.variant.mma == FJ_MMA_WGMMA);
+    fj_kernel *k;
+    CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
+    const char *src = fj_kernel_source(k, NULL), *t = cases[c].dt == FJ_F16 ? "f16" : "bf16";
+    char s_rs[64], dp_rs[64], s_ss[64];
+    snprintf(s_rs, sizeof s_rs, "fj::wg_rs_%s_64(s, ka[kk], FJ_QB(slot, kk), kk);", t);
+    snprintf(dp_rs, sizeof dp_rs, "fj::wg_rs_%s_64(dp, va[kk], FJ_DOB(slot, kk), kk);", t);
+    snprintf(s_ss, sizeof s_ss, "fj::wg_ss_%s_64(s, FJ_KA(kk), FJ_QB(slot, kk), kk);", t);
+    int regs = cases[c].d == 64;
+    CHECK(!strstr(src, s_rs) == !regs && !strstr(src, dp_rs) == !regs);
+    CHECK((strstr(src, s_ss) == NULL) == regs);
+    CHECK(!strstr(src, "unsigned ka[4][4], va[4][4];") == !regs);
+    fj_resources r;
+    fj_kernel_resources(k, &r);
+    printf("%-60s regs=%3d spill=%d/%d\n", fj_kernel_name(k), r.registers,
+           r.spill_store_bytes, r.spill_load_bytes);
+    CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+    const char *log = fj_kernel_log(k);
+    CHECK(log != NULL && strstr(log, "serialized") == NULL);
+  }
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
 /* Score and mask expressions: their backward runs on both families (mma
  * on sm_80, wgmma on sm_90a), its main kernel carries the derivative after #line 1
  * "score'" (fj_score_grad) and the mask function, and every kernel
