@@ -519,8 +519,10 @@ fi
 # choice, then bench/fp8_kv_compare.py (FP8KV_ARGS) beside the 16-bit
 # decode, cuDNN and a copy.
 if part fp8kv; then
+  # Each case compiles its own kernel and runs the float64 reference: on
+  # the H200 gpu_fp8_kv took about 6 s a case, gpu_fp8_kv_paged 19.
   tdir=""
-  gpu_tests fp8kv "cases passed|fp8 library|max rel_err|error|FAIL|check failed" \
+  WGMMA_TIMEOUT=${FP8KV_TEST_TIMEOUT:-600} gpu_tests fp8kv "cases passed|fp8 library|max rel_err|error|FAIL|check failed" \
     ${FP8KV_TESTS:-gpu_fp8_kv gpu_fp8_kv_paged}
   if [ "${FP8KV_SANITIZE:-1}" = 1 ]; then
     for tool in memcheck racecheck; do

@@ -228,8 +228,11 @@ typedef enum fj_dtype {
   FJ_F16 = 1,
   FJ_BF16 = 2,
   /* FP8 (one byte an element, a float descale per (batch, KV head)).  As
-   * kv_dtype: K and V of an f16 or bf16 problem (the mma and wmma
-   * families dequantise them as they load).  As dtype: Q, K and V all
+   * kv_dtype: K and V of an f16 or bf16 problem, an FP8 KV cache
+   * (contiguous, packed or paged): with 2-3 stages the mma family's ring
+   * holds them in FP8 and converts each tile once for its 16-bit
+   * products; with 1 stage (the wmma family's only way) they are
+   * dequantised as they load.  As dtype: Q, K and V all
    * e4m3 on the wgmma family (sm_90a), whose products run in FP8; O is
    * then bfloat16 (fj_problem's q_scale, k_scale, v_scale). */
   FJ_E4M3 = 3,
@@ -337,8 +340,8 @@ typedef struct fj_variant {
  * makes for a problem on a context's device: on sm_90a the wgmma family
  * (head dims 64/128/192/256, f16/bf16 K/V, problems with at least one
  * 128-row block per multiprocessor), else on sm_80 and newer the mma
- * family (mma.sync) with its own tiles, on sm_75 this default; one stage
- * for FP8 K/V; a tuned entry where the tuning database has one.  v NULL:
+ * family (mma.sync) with its own tiles, on sm_75 this default (one stage
+ * for FP8 K/V there); a tuned entry where the tuning database has one.  v NULL:
  * does nothing.  Values out of range are kept as given, for
  * fj_variant_check to refuse. */
 FJ_API void fj_variant_default(fj_variant *v, int head_dim, fj_dtype dtype,

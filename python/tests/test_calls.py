@@ -432,11 +432,13 @@ class ServingCalls(Stubbed):
                     flashjit.attention_with_kvcache(q, pages, pages, **kw)
         with self.assertRaisesRegex(ValueError, who + r"k_cache has batch 2; q's batch 4"):
             flashjit.attention_with_kvcache(q, pages[:2], pages[:2])
-        # The library's own refusals come through with its message.
-        with self.assertRaisesRegex(flashjit.Unsupported, r"kv_dtype e4m3 with paged K/V is "
-                                    r"not implemented"):
-            f8 = pages.to(torch.float8_e4m3fn)
-            flashjit.attention_with_kvcache(q, f8, f8, block_table=table)
+        # FP8 pages reach the library, which plans them (its FP8 ring) and
+        # launches with the table and the FP8 dtype.
+        f8 = pages.to(torch.float8_e4m3fn)
+        flashjit.attention_with_kvcache(q, f8, f8, block_table=table)
+        p = self.rec.calls[-1][2]
+        self.assertEqual((p.kv_dtype, p.block_table, p.page_size),
+                         (capi.E4M3, table.data_ptr(), 16))
 
     def test_grad_refused(self):
         # attention_varlen's backward: test_train_varlen.py.

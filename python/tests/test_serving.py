@@ -224,6 +224,26 @@ class KvCache(Serving):
         vv = (v8.float() * vd[:, None, :, None]).to(torch.bfloat16)
         self.check_batch(out, None, q, kk, vv, lens, "FP8 cache", causal=BR)
 
+    def test_fp8_paged_cache(self):
+        # An FP8 cache in shuffled pages (page sizes 1, 16, 256): the
+        # library's FP8 ring (templates/tile_fp8.cuh) over the block table.
+        cache_k, cache_v = randn(4, 1024, 2, 128), randn(4, 1024, 2, 128)
+        k8, kd = fp8_of(cache_k)
+        v8, vd = fp8_of(cache_v)
+        kk = (k8.float() * kd[:, None, :, None]).to(torch.bfloat16)
+        vv = (v8.float() * vd[:, None, :, None]).to(torch.bfloat16)
+        lens = [0, 300, 1024, 17]
+        lt = int32(lens)
+        for page_size in (1, 16, 256):
+            with self.subTest(page_size=page_size):
+                kp, vp, table = self.paged(k8.view(torch.uint8), v8.view(torch.uint8), page_size)
+                kp, vp = kp.view(torch.float8_e4m3fn), vp.view(torch.float8_e4m3fn)
+                q = randn(4, 2, 16, 128)
+                out = flashjit.attention_with_kvcache(q, kp, vp, cache_seqlens=lt, block_table=table,
+                                                      k_descale=kd, v_descale=vd, causal=True)
+                self.check_batch(out, None, q, kk, vv, lens, f"FP8 pages of {page_size}",
+                                 causal=BR)
+
     def test_paged_page_sizes(self):
         for page_size in (1, 16, 256):
             with self.subTest(page_size=page_size):

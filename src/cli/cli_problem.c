@@ -160,7 +160,8 @@ static int check_given_variant(cli *c, fj_ctx *ctx)
 }
 
 /* The library's choice for the problem, planned for sm_90a: what it
- * refuses for every target (FP8 K/V in pages, say) is refused here. */
+ * refuses for every target (FP8 K/V in pages of stages 1, say) is refused
+ * here. */
 static int check_plan(cli *c, fj_ctx *ctx, const fj_problem *p)
 {
   fj_plan plan;
