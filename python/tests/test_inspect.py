@@ -151,7 +151,10 @@ class KernelInspection(unittest.TestCase):
     def test_fp8_kv(self):
         k = flashjit.Kernel(128, arch="sm_90a", dtype="bf16", kv_dtype="e4m3")
         self.assertEqual(k.variant["kv_dtype"], "e4m3")
-        self.assertEqual(k.variant["stages"], 1)
+        # FP8 K/V ride the mma family's cp.async ring (tile_fp8.cuh).
+        self.assertEqual(k.variant["mma"], "mma")
+        self.assertGreaterEqual(k.variant["stages"], 2)
+        self.assertIn("ring8_load(", k.source)
 
     def test_log(self):
         k = flashjit.Kernel(64, arch="sm_80", dtype="f16")
