@@ -8,7 +8,7 @@
 set -u
 out=${1:-/tmp}
 here=$(cd "$(dirname "$0")" && pwd)
-rm -rf /tmp/fj-next && mkdir /tmp/fj-next && cp -r /work/main/templates /tmp/fj-next/
+rm -rf /tmp/fj-next && mkdir /tmp/fj-next && cp -r "$here/../../templates" /tmp/fj-next/
 (cd /tmp/fj-next && git apply "$here/fp8_ring_next.patch") || { echo "fp8 next: the patch does not apply"; exit 1; }
 for t in gpu_fp8_kv gpu_fp8_kv_paged; do
   FLASHJIT_TEMPLATE_DIR=/tmp/fj-next/templates timeout ${NEXT_TEST_TIMEOUT:-400} ./tests/fj_tests $t >"$out/next_$t.log" 2>&1
