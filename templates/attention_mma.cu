@@ -139,8 +139,8 @@
   local XM = XW - 1
   local LD = D + (swizzle == "pad" and 8 or 0)
   local plan, offset = {}, 0
-  local function region(name, bytes)
-    plan[#plan + 1] = { name = name, offset = offset, bytes = bytes }
+  local function region(name, bytes, type)
+    plan[#plan + 1] = { name = name, offset = offset, bytes = bytes, type = type }
     offset = offset + (bytes + 127) // 128 * 128
   end
   region("q", BM * LD * 2)
@@ -149,10 +149,8 @@
     -- beside tile t's softmax), then the FP8 rings.
     region("k", 2 * BN * LD * 2)
     region("v", BN * LD * 2)
-    region("k8", S * BN * D)
-    plan[#plan].type = "unsigned char"
-    region("v8", S * BN * D)
-    plan[#plan].type = "unsigned char"
+    region("k8", S * BN * D, "unsigned char")
+    region("v8", S * BN * D, "unsigned char")
   else
     region("k", S * BN * LD * 2)
     region("v", S * BN * LD * 2)

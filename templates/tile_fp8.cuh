@@ -15,13 +15,13 @@
   softmax scale, V's in the epilogue).  The caller synchronises the threads
   that converted rows with those that read them before the products: the
   block, or one warp where a warp reads only the rows it converted (the
-  mma family's warps that split the keys).  Shared memory: the two FP8 rings (2 S tile_n
-  head_dim bytes) beside the 16-bit tiles the products read.
-  Both sides are laid out so that a quarter-warp's 16-byte accesses fall
-  in distinct banks: an FP8 row's chunk c is stored at c ^ (row & XM8)
-  (XM8 + 1 the largest power of two, at most 8, dividing the row's
-  chunks), and dequant_tile's threads take eight rows of one chunk at a
-  time.
+  mma family's warps that split the keys).  Shared memory: the two FP8
+  rings (2 S tile_n head_dim bytes) beside the 16-bit tiles the products
+  read.  Both sides are laid out so that a quarter-warp's 16-byte accesses
+  fall in distinct banks: an FP8 row's chunk c is stored at c ^ (row &
+  XM8) (XM8 + 1 the largest power of two, at most 8, dividing the row's
+  chunks), and the conversions take eight rows of one chunk at a time
+  (chunk8_load's order).
   The including template passes THREADS, S, tile_n, head_dim (as the
   variant), paged, BMASK and sm (>= 89: the hardware's e4m3x2 conversion;
   below it, the same values by bit arithmetic).

@@ -10,7 +10,8 @@ out=${1:-/tmp}
 shape="--shape 64,32,1,128 --heads-kv 8 --seq-kv 4096 --dtype bf16"
 v="--mma mma --tile-m 16 --warps 4 --swizzle xor --softmax regs --pack-gqa"
 for kv in e4m3 bf16; do
-  ncu -f -o /tmp/fp8kv_$kv --section SpeedOfLight --section WarpStateStats --section Occupancy \
+  # Bounded: this step once ran past a call's 600 s on the H200.
+  timeout ${NCU_TIMEOUT:-150} ncu -f -o /tmp/fp8kv_$kv --section SpeedOfLight --section WarpStateStats --section Occupancy \
     --section LaunchStats --section MemoryWorkloadAnalysis --clock-control none -k regex:fj_attn -c 1 \
     ./flashjit run $shape --kv-dtype $kv --iters 1 --warmup 0 2>&1 | grep -vE '^==PROF==' | tail -2
   ncu --import /tmp/fp8kv_$kv.ncu-rep --page details 2>&1 | grep -vE '^\s*$' >"$out/fp8kv_ncu_$kv.txt"
