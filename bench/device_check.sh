@@ -537,6 +537,21 @@ if part fp8kv; then
   grep -E "^fp8kv|Error|error" "$out/fp8_kv_compare.log" | cut -c1-400 | tee -a "$summary"
 fi
 
+# Wide heads and MLA's latent decode (issue 34, item 3): the GPU tests
+# (head dims above 256, V read from K's rows, paged), a checked run of the
+# library's MLA decode, then bench/mla_compare.py (MLA_ARGS) beside a copy.
+if part mla; then
+  tdir=""
+  WGMMA_TIMEOUT=${MLA_TEST_TIMEOUT:-240} gpu_tests mla "cases passed|max rel_err|error|FAIL|check failed|refused" \
+    ${MLA_TESTS:-gpu_wide_heads gpu_mla_paged}
+  timeout 120 ./flashjit run --shape 64,16,1,576 --heads-kv 1 --seq-kv 4096 --head-dim-v 512 --latent \
+    --dtype bf16 --check --iters 20 2>&1 | tail -3 | tee -a "$summary"
+  (cd /work/main && FLASHJIT_LIB=build/libflashjit.so PYTHONUNBUFFERED=1 timeout ${MLA_TIMEOUT:-300} \
+     python3 bench/mla_compare.py ${MLA_ARGS:---tile-m 32} --out "$out" >"$out/mla_compare.log" 2>&1)
+  note "mla_compare: exit $?"
+  grep -E "^mla|Error|error" "$out/mla_compare.log" | cut -c1-400 | tee -a "$summary"
+fi
+
 # Every head dim (issue 34): the padded wgmma head dims, the mma
 # family's multiples of 16 and split head dims (head_dim_v: MLA's 192/128
 # and kin) against the reference (WGMMA_DEBUG=1: waits that trap), then

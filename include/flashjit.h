@@ -270,9 +270,18 @@ typedef enum fj_causal {
 /* Score and mask modifications: defined with the problem, below. */
 typedef struct fj_mods fj_mods;
 
+/* The largest head dims: Q's and K's (MLA's latent rows with their rotary
+ * part), V's and O's.  Above 256 only the mma family runs them. */
+#define FJ_HEAD_DIM_MAX 576
+#define FJ_HEAD_DIM_V_MAX 512
+
 typedef struct fj_variant {
   int head_dim;          /* Q and K (and V and O unless head_dim_v says
-                            otherwise): a multiple of 8 from 8 to 256 */
+                            otherwise): a multiple of 8 from 8 to
+                            FJ_HEAD_DIM_MAX; above 256 the mma family's,
+                            with tile_m 16 or 32 and warps that split the
+                            key tiles (and, where V has more than 256
+                            columns, V's columns) */
   int tile_m;            /* query rows per thread block */
   int tile_n;            /* key rows per inner iteration */
   int warps;             /* warps per thread block */
@@ -325,11 +334,14 @@ typedef struct fj_variant {
   int fp8_flush;
   /* V's and O's head dim where it differs from Q's and K's (head_dim):
    * split head dims, as DeepSeek's MLA prefill has (Q K^T over 192, V and
-   * O 128).  0 (or head_dim): the same.  A multiple of 8 from 8 to 256;
-   * it must be the problem's (fj_problem.head_dim_v).  Only the wgmma
-   * family on sm_90a with dtype f16 or bf16 takes one that differs
-   * (FJ_ERR_UNSUPPORTED otherwise, naming the value and the limit).
-   * Named "_v" + N where it differs. */
+   * O 128).  0 (or head_dim): the same.  A multiple of 8 from 8 to
+   * FJ_HEAD_DIM_V_MAX; it must be the problem's (fj_problem.head_dim_v).
+   * The wgmma family on sm_90a with dtype f16 or bf16 takes one that
+   * differs (both at most 256), and the mma family one below head_dim,
+   * which it reads as the first head_dim_v columns of K's rows (MLA's
+   * latent cache: the problem's v must be k); FJ_ERR_UNSUPPORTED
+   * otherwise, naming the value and the limit.  Named "_v" + N where it
+   * differs. */
   int head_dim_v;
 } fj_variant;
 
@@ -398,7 +410,7 @@ FJ_API const char *fj_causal_name(fj_causal c);
   X(tile_n, "tile-n", FJ_AXIS_INT, FJ_NO_NAMES,                                \
     "key rows per iteration, a multiple of 16 up to 256")                     \
   X(warps, "warps", FJ_AXIS_INT, FJ_NO_NAMES,                                  \
-    "warps per block: 4 or 8 (wmma, mma); 8, 12 or 16 (wgmma)")               \
+    "warps per block: 4 or 8 (wmma, mma; 2 for mma's V above 256 columns); 8, 12 or 16 (wgmma)")               \
   X(stages, "stages", FJ_AXIS_INT, FJ_NO_NAMES,                                \
     "1 = synchronous loads, 2-3 = cp.async ring; wgmma 2-4 (TMA ring)")       \
   X(swizzle, "swizzle", FJ_AXIS_NAMED, FJ_SWIZZLE_NAMES,                       \
@@ -641,15 +653,21 @@ typedef struct fj_problem {
    * O 128): S = Q K^T runs over head_dim, O = P V has head_dim_v columns,
    * and v_stride and o_stride are the caller's (fj_problem_init makes
    * them for head_dim: a caller with contiguous V and O sets them for
-   * head_dim_v).  A multiple of 8 from 8 to 256.  The default scale stays
-   * 1/sqrt(head_dim).  One that differs from head_dim runs on the wgmma
-   * family (sm_90a) with dtype f16 or bf16 only; refused with
-   * FJ_ERR_UNSUPPORTED, naming the value and the limit, elsewhere: the
-   * mma and wmma families (other targets), split-KV (splits above 1),
-   * GQA packing, FP8 (dtype or kv_dtype e4m3), paged K/V, the backward,
-   * and fj_tune (for now).  The tiered JIT's portable first kernel does
-   * not serve such a problem (its chosen kernel answers at once).
-   * fj_reference_fwd takes it (out rows of head_dim_v). */
+   * head_dim_v).  A multiple of 8 from 8 to FJ_HEAD_DIM_V_MAX (head_dim up
+   * to FJ_HEAD_DIM_MAX).  The default scale stays 1/sqrt(head_dim).  One
+   * that differs from head_dim runs
+   *   - on the wgmma family (sm_90a, both at most 256) with dtype f16 or
+   *     bf16, dense or varlen, one kernel;
+   *   - on the mma family (sm_80 and newer; MLA's decode, 576 / 512) where
+   *     head_dim_v is below head_dim and V is the first head_dim_v columns
+   *     of K's rows: the caller passes v = k (the same pointer, and
+   *     v_stride = k_stride), and only K's rows are read.  GQA packing,
+   *     split-KV and paged K/V (16-bit) are taken there.
+   * Refused with FJ_ERR_UNSUPPORTED, naming the value and the limit,
+   * elsewhere: the wmma family, FP8 (dtype or kv_dtype e4m3), the
+   * backward, and fj_tune (for now).  The tiered JIT's portable first
+   * kernel does not serve such a problem (its chosen kernel answers at
+   * once).  fj_reference_fwd takes it (out rows of head_dim_v). */
   int head_dim_v;
 } fj_problem;
 

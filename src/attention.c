@@ -257,12 +257,6 @@ static fj_status plan_problem(fj_ctx *ctx, const fj_problem *p, fj_plan *plan)
   fj_status st = choose(ctx, p, &v, &from, &meta);
   if (st != FJ_OK)
     return st;
-  if (p->splits >= 2 && fj__problem_dv(p) != p->head_dim)
-    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                    "splits %d with head_dim_v %d (head_dim %d) is not "
-                    "implemented: split head dims run one kernel (splits 0 "
-                    "or 1)",
-                    p->splits, fj__problem_dv(p), p->head_dim);
   if (p->splits >= 2 && v.mma != FJ_MMA_SYNC)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "splits %d: split-KV is implemented for mma mma (sm_80 "
@@ -687,7 +681,9 @@ fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
   fj_mods_info mi;
   fj__mods_info(v->mods, &mi);
   int sinks = mi.sinks;
-  snprintf(symbol, sizeof symbol, "fj_combine_d%d_%s%s%s", v->head_dim,
+  /* O's columns: the attention variant's head_dim_v. */
+  int d = fj__head_dim_v(v);
+  snprintf(symbol, sizeof symbol, "fj_combine_d%d_%s%s%s", d,
            fj_dtype_name(v->dtype), v->varlen ? "_vl" : "",
            sinks ? "_sink" : "");
   fj_param params[] = {
@@ -697,7 +693,7 @@ fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
       {"sm", FJ_PARAM_INT, ctx->sm, NULL, NULL},
       {"version", FJ_PARAM_STR, 0, fj_version(), NULL},
       {"params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_kparams), NULL, NULL},
-      {"head_dim", FJ_PARAM_INT, v->head_dim, NULL, NULL},
+      {"head_dim", FJ_PARAM_INT, d, NULL, NULL},
       {"dtype", FJ_PARAM_STR, 0, fj_dtype_name(v->dtype), NULL},
       {"varlen", FJ_PARAM_BOOL, v->varlen, NULL, NULL},
       {"sinks", FJ_PARAM_BOOL, sinks, NULL, NULL},
@@ -1032,6 +1028,15 @@ static fj_status checked_launch(fj_ctx *ctx, const char *who,
   fj_status st = check_match(ctx, p, &plan->variant);
   if (st == FJ_OK)
     st = check_pointers(ctx, p, q, k, vp, o);
+  /* The mma family's split head dims read V from K's rows (MLA). */
+  const fj_variant *v = &plan->variant;
+  if (st == FJ_OK && v->mma == FJ_MMA_SYNC && fj__head_dim_v(v) != v->head_dim &&
+      (vp != k || memcmp(p->v_stride, p->k_stride, sizeof p->k_stride)))
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "%s: head_dim_v %d with head_dim %d on mma mma reads V as "
+                  "the first %d columns of K's rows (MLA's latent cache): v "
+                  "must be k, with v_stride k_stride (v %p, k %p)",
+                  who, fj__head_dim_v(v), v->head_dim, fj__head_dim_v(v), vp, k);
   if (st == FJ_OK && !ctx->has_device)
     st = fj__fail(ctx, FJ_ERR_COMPILE_ONLY,
                   "cannot launch on a compile-only context (arch %s)",

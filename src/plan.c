@@ -99,6 +99,36 @@ static void mma_choice(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
 static int blocks_per_sm(const fj_ctx *ctx, unsigned threads, unsigned smem);
 static int split_rule(long blocks, int slots, int tiles_kv);
 
+/* Wide and split head dims on the mma family (head_dim above 256, or
+ * head_dim_v below head_dim: MLA, V read from K's rows): 16-row tiles
+ * (the GQA-packed rows of a decode) whose 4 warps split each 64-key tile,
+ * and V's columns where it has more than 256 (attention_mma.cu's KS and
+ * CS), two stages; where those do not fit the shared memory one stage,
+ * then (V above 256 columns) 2 warps and 32-key tiles, two stages or one.
+ * Not timed yet beyond MLA's decode (docs/PERF.md). */
+static void wide_choice(const fj_ctx *ctx, const fj_problem *p,
+                        fj_variant *v)
+{
+  v->mma = FJ_MMA_SYNC;
+  v->softmax = FJ_SOFTMAX_REGS;
+  v->pack_gqa = fj__decode_rows(p) && p->heads_q > p->heads_kv;
+  v->tile_m = 16;
+  v->warps = 4;
+  v->tile_n = 64;
+  v->stages = 2;
+  v->swizzle = FJ_SWIZZLE_PAD;
+  int limit = fj__smem_limit(ctx);
+  if (fj__variant_tiles_smem(v) > limit)
+    v->stages = 1;
+  if (fj__variant_tiles_smem(v) > limit && fj__problem_dv(p) > 256) {
+    v->warps = 2;
+    v->tile_n = 32;
+    v->stages = 2;
+    if (fj__variant_tiles_smem(v) > limit)
+      v->stages = 1;
+  }
+}
+
 /* The key tiles each block of a 16-row decode tile (KS, below) walks with
  * `stages` stages: the keys' tiles over the split rule's count, the rule
  * given the multiprocessors' room for blocks of that shared memory (one
@@ -233,9 +263,11 @@ static int wgmma_panels(int d)
  * above 1; packed tensors are one batch of their total rows). */
 static int wgmma_fits(const fj_ctx *ctx, const fj_problem *p)
 {
-  /* Split head dims (head_dim_v) have no other family: any of them. */
+  /* Split head dims (head_dim_v) up to 256: any of them (the mma family
+   * takes those below head_dim only, reading V from K's rows). */
   int split = fj__problem_dv(p) != p->head_dim;
   if (!fj__arch_has(ctx, FJ_ARCH_WGMMA) ||
+      p->head_dim > 256 || fj__problem_dv(p) > 256 ||
       (!split && !wgmma_head_dim(p->head_dim)) ||
       (split && p->dtype == FJ_E4M3) ||
       (p->kv_dtype && p->kv_dtype != p->dtype) || p->block_table ||
@@ -258,6 +290,11 @@ static int wgmma_fits(const fj_ctx *ctx, const fj_problem *p)
 const char *fj__split_misfit(const fj_ctx *ctx, const fj_problem *p)
 {
   fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
+  /* head_dim_v below head_dim, or above 256: the mma family's (which
+   * reads V from K's rows; its variant's rules name what it refuses). */
+  if (fj__problem_dv(p) < p->head_dim || p->head_dim > 256 ||
+      fj__problem_dv(p) > 256)
+    return NULL;
   if (fj__problem_dv(p) == p->head_dim || !fj__arch_has(ctx, FJ_ARCH_WGMMA) ||
       p->dtype == FJ_E4M3 || kv != p->dtype || p->block_table ||
       wgmma_fits(ctx, p))
@@ -412,6 +449,10 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
     return;
   }
   mma_choice(ctx, p, v);
+  if (p->head_dim > 256 || fj__problem_dv(p) != p->head_dim) {
+    wide_choice(ctx, p, v);
+    return;
+  }
   if (fj__decode_rows(p)) {
     decode_choice(ctx, p, v);
   } else if (v->varlen) {
@@ -465,10 +506,13 @@ void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
    * 64-row tiles. */
   /* FP8 attention runs on the wgmma family alone. */
   /* A head dim the mma family cannot take (not a multiple of 16), or
-   * split head dims (head_dim_v), run on wgmma whatever the shape. */
+   * split head dims (head_dim_v), run on wgmma whatever the shape --
+   * but for asked-for splits, which the mma family's split head dims
+   * take (V read from K's rows). */
   int wgmma = wgmma_fits(ctx, p);
   if (p->dtype == FJ_E4M3 ||
-      (wgmma && (p->head_dim % 16 != 0 || fj__problem_dv(p) != p->head_dim)) ||
+      (wgmma && (p->head_dim % 16 != 0 ||
+                 (fj__problem_dv(p) != p->head_dim && p->splits < 2))) ||
       (wgmma && !few_blocks(ctx, p) && !fj__decode_rows(p) && p->splits < 2 &&
        mi.block_q != 64))
     wgmma_choice(v, p);

@@ -232,7 +232,8 @@ static fj_status check_positive(const fj_ctx *ctx, const char *field,
 static fj_status check_sizes(const fj_ctx *ctx, const fj_problem *p)
 {
   /* batch and heads become grid dimensions (at most 65535); no kernel has
-   * a head dim above 256 (the target's rules say which exist). */
+   * a head dim above FJ_HEAD_DIM_MAX (the target's rules say which
+   * exist). */
   fj_status st = check_positive(ctx, "batch", p->batch, 65535);
   if (st == FJ_OK)
     st = check_positive(ctx, "heads_q", p->heads_q, 65535);
@@ -243,14 +244,14 @@ static fj_status check_sizes(const fj_ctx *ctx, const fj_problem *p)
   if (st == FJ_OK)
     st = check_positive(ctx, "seq_kv", p->seq_kv, 1 << 30);
   if (st == FJ_OK)
-    st = check_positive(ctx, "head_dim", p->head_dim, 256);
+    st = check_positive(ctx, "head_dim", p->head_dim, FJ_HEAD_DIM_MAX);
   /* V's and O's head dim: 0 (the same), or one a kernel could have. */
   if (st == FJ_OK && p->head_dim_v != 0 &&
-      (p->head_dim_v < 8 || p->head_dim_v > 256 || p->head_dim_v % 8 != 0))
+      (p->head_dim_v < 8 || p->head_dim_v > FJ_HEAD_DIM_V_MAX || p->head_dim_v % 8 != 0))
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                  "head_dim_v %d is invalid: a multiple of 8 from 8 to 256, "
+                  "head_dim_v %d is invalid: a multiple of 8 from 8 to %d, "
                   "or 0 (head_dim)",
-                  p->head_dim_v);
+                  p->head_dim_v, FJ_HEAD_DIM_V_MAX);
   if (st == FJ_OK && p->heads_q % p->heads_kv != 0)
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
                   "heads_kv %d does not divide heads_q %d (GQA needs "

@@ -124,18 +124,28 @@ void fj_variant_default(fj_variant *v, int head_dim, fj_dtype dtype,
     v->tile_m = 128;
     v->tile_n = 128;
     v->warps = 12;
+  } else if (head_dim > 256) {
+    /* Above 256 the mma family alone: 16 rows, 4 warps that split each
+     * 64-key tile (and V's columns), as the plan's wide_choice. */
+    v->mma = FJ_MMA_SYNC;
+    v->tile_m = 16;
+    v->tile_n = 64;
+    v->warps = 4;
   }
 }
 
 /* ---- rules ----------------------------------------------------------------------- */
 
-/* Head dims: multiples of 8 (16-byte rows of 16-bit elements) up to 256.
- * Each family takes those its instructions cover (the templates' refusals):
- * wgmma any, padding to 64-column panels; mma and wmma multiples of 16;
- * the backward multiples of 32 (64 and 128 on wgmma). */
-static int valid_head_dim(int d)
+/* Head dims: multiples of 8 (16-byte rows of 16-bit elements) up to 576
+ * (V's up to 512).  Each family takes those its instructions cover (the
+ * templates' refusals): wgmma any up to 256, padding to 64-column panels;
+ * mma multiples of 16 up to the limits; wmma multiples of 16 up to 256;
+ * the backward multiples of 32 up to 256 (64 and 128 on wgmma). */
+/* Q's and K's head dim up to 576 (MLA's latent rows with their rotary
+ * part), V's and O's up to 512; above 256 the mma family alone. */
+static int valid_head_dim(int d, int most)
 {
-  return d >= 8 && d <= 256 && d % 8 == 0;
+  return d >= 8 && d <= most && d % 8 == 0;
 }
 
 static fj_status check_range(const fj_ctx *ctx, const char *axis, int value,
@@ -193,15 +203,15 @@ static fj_status check_enums(const fj_ctx *ctx, const fj_variant *v)
 
 static fj_status check_axes(const fj_ctx *ctx, const fj_variant *v)
 {
-  if (!valid_head_dim(v->head_dim))
+  if (!valid_head_dim(v->head_dim, FJ_HEAD_DIM_MAX))
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "head_dim %d is invalid: a multiple of 8 from 8 to 256",
-                    v->head_dim);
-  if (v->head_dim_v != 0 && !valid_head_dim(v->head_dim_v))
+                    "head_dim %d is invalid: a multiple of 8 from 8 to %d",
+                    v->head_dim, FJ_HEAD_DIM_MAX);
+  if (v->head_dim_v != 0 && !valid_head_dim(v->head_dim_v, FJ_HEAD_DIM_V_MAX))
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "head_dim_v %d is invalid: a multiple of 8 from 8 to 256, "
+                    "head_dim_v %d is invalid: a multiple of 8 from 8 to %d, "
                     "or 0 (head_dim)",
-                    v->head_dim_v);
+                    v->head_dim_v, FJ_HEAD_DIM_V_MAX);
   fj_status st = check_range(ctx, "tile_m", v->tile_m, 16, 256, 16);
   if (st == FJ_OK)
     st = check_range(ctx, "tile_n", v->tile_n, 16, 256, 16);
@@ -253,11 +263,34 @@ static fj_status check_wgmma(const fj_ctx *ctx, const fj_variant *v)
 
 /* Split head dims (head_dim_v != head_dim): the wgmma family's forward
  * in f16 or bf16, one query head a block, one kernel (no split-KV), on
- * dense or varlen K/V; the rest has one head dim throughout. */
+ * dense or varlen K/V; the mma family's with head_dim_v below head_dim,
+ * V read as K's first columns (attention_mma.cu's VK: MLA), 16-bit; the
+ * rest has one head dim throughout.  Head dims above 256: the mma
+ * family's. */
 static fj_status check_split_dims(const fj_ctx *ctx, const fj_variant *v)
 {
   int dv = fj__head_dim_v(v);
   int fp8 = v->dtype == FJ_E4M3 || fj__kv_dtype(v) == FJ_E4M3;
+  if ((v->head_dim > 256 || dv > 256) && v->mma != FJ_MMA_SYNC)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "head_dim %d with head_dim_v %d is not implemented for "
+                    "mma %s: head dims above 256 run on mma mma",
+                    v->head_dim, dv, fj_mma_name(v->mma));
+  if (dv != v->head_dim && v->mma == FJ_MMA_SYNC) {
+    if (fp8)
+      return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                      "head_dim_v %d with head_dim %d is not implemented for "
+                      "FP8 (e4m3) on mma mma: 16-bit K/V",
+                      dv, v->head_dim);
+    if (dv > v->head_dim)
+      return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                      "head_dim_v %d with head_dim %d is not implemented for "
+                      "mma mma: it reads V as the first head_dim_v columns "
+                      "of K's rows (MLA's latent cache, v = k), so head_dim_v "
+                      "is at most head_dim; mma wgmma (sm_90a) takes more",
+                      dv, v->head_dim);
+    return FJ_OK;
+  }
   const char *what = fp8                      ? "FP8 (e4m3)"
                      : v->paged               ? "paged K/V"
                      : v->mma != FJ_MMA_WGMMA ? fj_mma_name(v->mma)
@@ -270,7 +303,7 @@ static fj_status check_split_dims(const fj_ctx *ctx, const fj_variant *v)
                   "head_dim_v %d with head_dim %d is not implemented for %s%s: "
                   "split head dims run on mma wgmma (sm_90a) with dtype f16 "
                   "or bf16, one kernel per query head (no pack_gqa, split_kv "
-                  "or paged K/V)",
+                  "or paged K/V), or on mma mma with V as K's first columns",
                   dv, v->head_dim,
                   !fp8 && !v->paged && v->mma != FJ_MMA_WGMMA ? "mma " : "",
                   what);
@@ -324,9 +357,13 @@ static fj_status check_implemented(const fj_ctx *ctx, const fj_variant *v)
                     "mma mma (mma.sync m16n8k16) needs sm_80 or newer; the "
                     "target is %s",
                     ctx->arch);
-  if (v->warps != 4 && v->warps != 8)
+  /* Two warps: the mma family's wide heads (V above 256 columns), whose
+   * warps split V's columns, where four do not fit the shared memory. */
+  int wide = v->mma == FJ_MMA_SYNC && fj__head_dim_v(v) > 256;
+  if (v->warps != 4 && v->warps != 8 && !(wide && v->warps == 2))
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                    "warps %d is not implemented: 4 or 8", v->warps);
+                    "warps %d is not implemented: 4 or 8%s", v->warps,
+                    wide ? " (or 2 where head_dim_v is above 256)" : "");
   if (v->dtype == FJ_BF16 && !fj__arch_has(ctx, FJ_ARCH_BF16))
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "dtype bf16 needs sm_80 or newer; the target is %s",
@@ -350,6 +387,17 @@ static int aligned128(int bytes)
 int fj__variant_tiles_smem(const fj_variant *v)
 {
   int ld = v->head_dim + (v->swizzle == FJ_SWIZZLE_PAD ? 8 : 0);
+  /* The mma family's split head dims read V from K's tiles (VK); above
+   * 256 columns of V its warps trade row maxima and P (CS). */
+  int dv = fj__head_dim_v(v);
+  if (v->mma == FJ_MMA_SYNC && (dv != v->head_dim || dv > 256)) {
+    int kv = aligned128(v->stages * v->tile_n * ld * 2);
+    int rows = v->tile_m / 16;
+    int cs = dv > 256 ? aligned128(rows * v->warps * 2 * 32 * 4) +
+                            aligned128(rows * (v->tile_n / 16) * 32 * 16)
+                      : 0;
+    return aligned128(v->tile_m * ld * 2) + kv + (dv != v->head_dim ? 0 : kv) + cs;
+  }
   int elem = 2;  /* e4m3 K/V reach the products in Q's type */
   int q = aligned128(v->tile_m * ld * elem);
   /* FP8 K/V on the cp.async ring (tile_fp8.cuh): FP8 rings of the stages,

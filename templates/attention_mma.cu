@@ -29,6 +29,17 @@
   tiles and write O / l and the log-sum-exp as float32 partials
   (p.o_part, p.lse_part), which combine.cu merges.
 
+  Wide heads (head_dim_v above 256: CS) keep no warp's O whole: with
+  tile_m 16 or 32 every warp has all the rows, computes S for its share
+  of each key tile's keys (as KS), and owns head_dim_v / warps of O's
+  columns.  The warps' row maxima meet in shared memory before the
+  exponentials (one max per row for all), P goes through shared memory as
+  A-operand registers (every warp multiplies all of it by its columns of
+  V), and the per-warp row sums add up after the walk.  Split head dims
+  (head_dim_v below head_dim, VK) read V as the first head_dim_v columns
+  of K's rows -- MLA's latent cache, where the caller passes v = k --, so
+  only K's tiles are loaded.
+
   Attention sinks (mods.sinks) enter at the end: the epilogue adds each
   row's sink, of its own query head (head(r): packed rows differ), to the
   row's denominator; split partials leave it to the combine.
@@ -61,6 +72,11 @@
                                        softcap = softcap, sinks = sinks, checked = checked,
                                        bounded = dtype == "bf16" }
   local D, BM, BN, W, S = head_dim, tile_m, tile_n, warps, stages
+  -- V's and O's columns: head_dim_v where it differs (VK: then V is K's
+  -- first DV columns), split over the warps where wide (CS: DVW each).
+  local DV = head_dim_v or D
+  local VK = DV ~= D
+  local CS = DV > 256
   -- A caller's block mask lists each row tile's key tiles (block.cuh);
   -- the mask expression applies only on its partial blocks' tiles.
   local BMASK = (block_kv or 0) > 0 and { q = block_q, kv = block_kv } or nil
@@ -78,12 +94,30 @@
     no("softmax %s: the mma family keeps the softmax in registers (softmax regs); smem is the wmma family's", softmax)
   end
   if D % 16 ~= 0 then no("head_dim %d: the mma family needs a multiple of 16", D) end
+  if DV % 16 ~= 0 then no("head_dim_v %d: the mma family needs a multiple of 16", DV) end
+  if VK and DV > D then
+    no("head_dim_v %d above head_dim %d: the mma family reads V as the first head_dim_v columns of K's rows (MLA's latent cache), so head_dim_v is at most head_dim", DV, D)
+  end
+  if VK and fp8 then no("head_dim_v %d with head_dim %d and kv_dtype e4m3 is not implemented: split head dims take 16-bit K/V", DV, D) end
   if BN % 16 ~= 0 then no("tile_n %d: the mma family needs a multiple of 16", BN) end
   -- KS: 16 rows a block, each warp its share of every key tile (decode's
   -- few rows: a quarter of a tile's work a warp), merged after the walk.
-  local KS = BM == 16 and W > 1
-  local MR = KS and 1 or BM // (16 * W)
-  if not KS and (BM % (16 * W) ~= 0 or MR < 1 or MR > 2) then
+  local KS = BM == 16 and W > 1 and not CS
+  -- KW: the warps split each key tile (KS, CS).
+  local KW = KS or CS
+  local MR = KS and 1 or CS and BM // 16 or BM // (16 * W)
+  local DVW = CS and DV // W or DV
+  if CS then
+    if W < 2 or (BM ~= 16 and BM ~= 32) then
+      no("head_dim_v %d (above 256) takes tile_m 16 or 32 with 2 or more warps, which split V's columns (got tile_m %d, warps %d)", DV, BM, W)
+    end
+    if DV % (16 * W) ~= 0 then no("head_dim_v %d over %d warps: each warp's columns must be a multiple of 16", DV, W) end
+    if BN % (16 * W) ~= 0 then
+      no("head_dim_v %d with warps %d splits each key tile over the warps: tile_n %d must be a multiple of %d", DV, W, BN, 16 * W)
+    end
+    if BMASK then no("head_dim_v %d (above 256) with a block mask is not implemented", DV) end
+    if fp8 then no("head_dim_v %d (above 256) with kv_dtype e4m3 is not implemented: 16-bit K/V", DV) end
+  elseif not KS and (BM % (16 * W) ~= 0 or MR < 1 or MR > 2) then
     no("tile_m %d with warps %d: each warp owns 16 or 32 rows, so tile_m is %d or %d (or 16: the warps split each key tile)", BM, W, 16 * W, 32 * W)
   end
   if KS and BN % (16 * W) ~= 0 then
@@ -93,7 +127,7 @@
     no("tile_m 16 (warps splitting the keys) with a block mask is not implemented: tile_m 64 or more")
   end
   -- Key columns a warp computes per tile, in 16s.
-  local NJ = (KS and BN // W or BN) // 16
+  local NJ = (KW and BN // W or BN) // 16
   if S > 3 then no("stages %d is not implemented: 1, 2 or 3", S) end
   if BMASK and (PACK or SPLIT or VL) then
     no("a block mask with %s is not implemented: block masks take dense problems", PACK and "pack_gqa" or SPLIT and "split_kv" or "varlen or paged K/V")
@@ -107,14 +141,16 @@
 
   -- Registers per thread: O (MR x D/2 floats) and S (MR x BN/2) live across
   -- the softmax; Q (MR x D/4) stays resident when the total allows.
-  local o_regs, s_regs, q_regs = MR * D // 2, MR * NJ * 8, MR * D // 4
+  local o_regs, s_regs, q_regs = MR * DVW // 2, MR * NJ * 8, MR * D // 4
   if o_regs + s_regs + 40 > 255 then
     no("head_dim %d, tile_n %d and %d rows per warp need about %d registers per thread for O and S; the limit is 255 (over by %d): use a smaller tile_n or tile_m",
        D, BN, 16 * MR, o_regs + s_regs + 40, o_regs + s_regs + 40 - 255)
   end
   -- With 2 or more stages K can run a tile ahead of V, so S(t + 1) is
   -- computed beside the softmax of tile t -- if both S fit in registers.
-  local PIPE = S >= 2 and o_regs + 2 * s_regs + 40 <= 240
+  -- (Not where V is K's tile: K's slot of tile t would be refilled before
+  -- P(t) V(t).)
+  local PIPE = S >= 2 and o_regs + 2 * s_regs + 40 <= 240 and not VK
   -- Paged K and V read each tile's page numbers a tile ahead, one row per
   -- lane (tile_io.cuh), where a warp's share of a tile fits in its lanes;
   -- V takes K's.  Two chunks a thread (one address for both) where
@@ -123,12 +159,35 @@
   local TPR = SPLIT and D // 8 or D // 16
   local PF = PAGED and S >= 2 and not RING8 and 32 % TPR == 0 and BN % (THREADS // TPR) == 0 and
              BN // (THREADS // TPR) * (32 // TPR) <= 32
+  -- Rows of more than 32 chunks (head dims above 256): a warp a row, the
+  -- page numbers a tile ahead too (tile_io.cuh's PF_WIDE).
+  local PF_WIDE = PAGED and S >= 2 and not RING8 and D // 8 > 32 and BN % W == 0 and BN // W <= 32
+  PF = PF or PF_WIDE
   local live = o_regs + s_regs * (PIPE and 2 or 1)
   local QREGS = live + q_regs + 40 <= 224
 
   -- The layout tables.
   local acc, qa, rows, p_from = L.softmax_tables(lut_acc, lut_a, "mma", refuse)
   local NC = #rows.classes
+  -- CS: the rows' maxima over the warps (softmax_regs.cuh's exchange),
+  -- each warp's mx of its keys in x_m, then the largest of them all, in
+  -- every warp alike.
+  local EXCHANGE
+  if CS then
+    local t = { "      // The row's max over every warp's keys (CS): one for all the warps." }
+    for c = 1, NC do
+      t[#t + 1] = ("      x_m[((mi * %d + warp) * %d + %d) * 32 + lane] = mx%d;"):format(W, NC, c - 1, c)
+    end
+    t[#t + 1] = "      __syncthreads();"
+    for c = 1, NC do
+      local terms = {}
+      for w = 0, W - 1 do terms[#terms + 1] = ("x_m[(mi * %d + %d) * 32 + lane]"):format(W * NC, w * NC + c - 1) end
+      local e = terms[1]
+      for i = 2, #terms do e = ("fmaxf(%s, %s)"):format(e, terms[i]) end
+      t[#t + 1] = ("      mx%d = %s;"):format(c, e)
+    end
+    EXCHANGE = table.concat(t, "\n")
+  end
 
   -- Shared tiles: Q, then the K and V rings.  "xor" permutes chunk c of row
   -- r to c ^ (r & XM), XM + 1 the largest power of two (at most 8) dividing
@@ -153,12 +212,19 @@
     region("v8", S * BN * D, "unsigned char")
   else
     region("k", S * BN * LD * 2)
-    region("v", S * BN * LD * 2)
+    if not VK then region("v", S * BN * LD * 2) end
   end
   local KV_BYTES = offset - plan[2].offset
+  -- CS: the warps' row maxima (and after the walk their row sums),
+  -- [slice][warp][class][lane]; P of a tile as A-operand registers,
+  -- [slice][16 keys][lane] of 16 bytes.
+  if CS then
+    region("xm", MR * W * 2 * 32 * 4, "float")
+    region("xp", MR * (BN // 16) * 32 * 16, "uint4")
+  end
   -- KS: the warps' maxima, then warps 1.. their O and sums, merged through
   -- the K and V rings once the walk is done.
-  local MERGE_BYTES = (W * NC + (W - 1) * (D // 2 + NC)) * 32 * 4
+  local MERGE_BYTES = (W * NC + (W - 1) * (DV // 2 + NC)) * 32 * 4
   if KS and MERGE_BYTES > KV_BYTES then
     no("tile_m 16 with warps %d at head_dim %d: the warps' merge needs %d bytes of shared memory, the K and V tiles have %d: more stages or a larger tile_n",
        W, D, MERGE_BYTES, KV_BYTES)
@@ -233,7 +299,7 @@
     out = { valid = function(r) return ("%s < %s"):format(r, rows_end) end }
     if SPLIT then
       out.f32, out.lse_always = true, true
-      out.ptr = function(r) return ("p.o_part + (part0 + %s) * %d"):format(flat(r), D) end
+      out.ptr = function(r) return ("p.o_part + (part0 + %s) * %d"):format(flat(r), DV) end
       out.lse = function(r) return ("p.lse_part[part0 + %s]"):format(flat(r)) end
     else
       out.ptr = function(r)
@@ -258,7 +324,7 @@
 __constant__ unsigned char fj_base_acc[32] = { {{ L.base_bytes(acc) }} };
 
 {{ include("mma_frag.cuh") }}
-{{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S, fp8 = fp8, PF = PF, PF_TPR = TPR, BMASK = BMASK }) }}
+{{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S, fp8 = fp8, PF = PF, PF_TPR = TPR, PF_WIDE = PF_WIDE, BMASK = BMASK, VK = VK }) }}
 {% if RING8 then %}
 {{ include("tile_fp8.cuh", { THREADS = THREADS, S = S, BMASK = BMASK }) }}
 {% end %}
@@ -316,7 +382,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const int rm_r = fj::ldm_row_rm(lane), rm_c = fj::ldm_col_rm(lane);
   const int nm_r = fj::ldm_row_nm(lane), nm_c = fj::ldm_col_nm(lane);
   const unsigned rm_off = 2 * (rm_r * {{ LD }} + rm_c), nm_off = 2 * (nm_r * {{ LD }} + nm_c);
-  const unsigned sq_u = fj::smem_addr(s_q), sk_u = fj::smem_addr(s_k), sv_u = fj::smem_addr(s_v);
+  const unsigned sq_u = fj::smem_addr(s_q), sk_u = fj::smem_addr(s_k), sv_u = {{ VK and "sk_u" or "fj::smem_addr(s_v)" }};
   (void)rm_off; (void)nm_off;
 
 {% if BMASK then %}
@@ -393,7 +459,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {%   if RING8 then %}
   fj::kv_start8(s_k8, s_v8, ksrc, vsrc, {{ KVROWS }}, ntiles);
 {%   else %}
-  fj::kv_start(s_k, s_v, ksrc, vsrc, {{ KVROWS }}, ntiles{{ PF and ", kv_pages" or "" }});
+  fj::kv_start(s_k, {{ VK and "s_k" or "s_v" }}, ksrc, vsrc, {{ KVROWS }}, ntiles{{ PF and ", kv_pages" or "" }});
 {%   end %}
 {% end %}
   __syncthreads();
@@ -402,20 +468,24 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   {{ DEQUANT({ { "s_k", "s_k8" } }, "warp * " .. (NJ * 16)) }}
 {% end %}
 
-{% if KS then %}
-  // Every warp has the tile's 16 rows (wr = 0) and keys kw .. kw + {{ NJ * 16 - 1 }}
-  // of each key tile.
+{% if KW then %}
+  // Every warp has the tile's {{ 16 * MR }} rows (wr = 0) and keys kw .. kw + {{ NJ * 16 - 1 }}
+  // of each key tile{{ CS and (", and O's columns cw .. cw + %d"):format(DVW - 1) or "" }}.
   const int wr = 0, kw = warp * {{ NJ * 16 }};
+{%   if CS then %}
+  const int cw = warp * {{ DVW }};
+  float *const x_m = s_xm;  // [slice][warp][class][lane]
+{%   end %}
 {% else %}
   // This warp's rows: wr + 16 mi + (the accumulator's row), mi < {{ MR }}.
   const int wr = warp * {{ 16 * MR }};
 {% end %}
-  float o[{{ MR }}][{{ D // 16 }}][8];
+  float o[{{ MR }}][{{ DVW // 16 }}][8];
   float row_m[{{ MR }}][{{ NC }}], row_l[{{ MR }}][{{ NC }}];
 #pragma unroll
   for (int mi = 0; mi < {{ MR }}; ++mi) {
 #pragma unroll
-    for (int d = 0; d < {{ D // 16 }}; ++d)
+    for (int d = 0; d < {{ DVW // 16 }}; ++d)
 #pragma unroll
       for (int s = 0; s < 8; ++s) o[mi][d][s] = 0.f;
 #pragma unroll
@@ -443,7 +513,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 #pragma unroll
       for (int j = 0; j < {{ NJ }}; ++j) {
         unsigned kf[4];
-        fj::ldsm_x4(kf, {{ addr(kbuf, "nm", KS and "kw + j * 16" or "j * 16", "kk * 16") }});
+        fj::ldsm_x4(kf, {{ addr(kbuf, "nm", KW and "kw + j * 16" or "j * 16", "kk * 16") }});
 #pragma unroll
         for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_{{ T }}({{ dst }}[mi][j], {{ QREGS and "qf[mi][kk]" or "qk[mi]" }}, kf);
       }
@@ -457,25 +527,54 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   local function softmax(src, mask)
 %}
 {{ PC.softmax_step(with(frag, {
-     NJ = NJ, mask = mask, lazy = 8,
+     NJ = NJ, mask = mask, lazy = 8, exchange = CS and EXCHANGE or nil,
      S = function(mi, j, i) return ("%s[%s][%s][%d]"):format(src, mi, j, i) end,
-     rescale = { ND = D // 16, O = function(mi, d, i) return ("o[%s][%s][%d]"):format(mi, d, i) end },
+     rescale = { ND = DVW // 16, O = function(mi, d, i) return ("o[%s][%s][%d]"):format(mi, d, i) end },
      pack = { from = p_from, P = function(mi, j, r) return ("pk[%s][%s][%d]"):format(mi, j, r) end } })) }}
+{%   if CS then %}
+    // P to every warp: this warp's keys' A-operand registers.
+#pragma unroll
+    for (int mi = 0; mi < {{ MR }}; ++mi)
+#pragma unroll
+      for (int j = 0; j < {{ NJ }}; ++j)
+        s_xp[(mi * {{ BN // 16 }} + warp * {{ NJ }} + j) * 32 + lane] = make_uint4(pk[mi][j][0], pk[mi][j][1], pk[mi][j][2], pk[mi][j][3]);
+    __syncthreads();
+{%   end %}
 {%
   end
   -- pv: O += P V, P from pk in registers, V from the tile at vbuf.
   local function pv(vbuf)
 %}
+{%   if CS then %}
+    // Every key of the tile against this warp's columns of V.
+#pragma unroll
+    for (int kk = 0; kk < {{ BN // 16 }}; ++kk) {
+      unsigned pa[{{ MR }}][4];
+#pragma unroll
+      for (int mi = 0; mi < {{ MR }}; ++mi) {
+        const uint4 x = s_xp[(mi * {{ BN // 16 }} + kk) * 32 + lane];
+        pa[mi][0] = x.x; pa[mi][1] = x.y; pa[mi][2] = x.z; pa[mi][3] = x.w;
+      }
+#pragma unroll
+      for (int d = 0; d < {{ DVW // 16 }}; ++d) {
+        unsigned vf[4];
+        fj::ldsm_x4_t(vf, {{ addr(vbuf, "rm", "kk * 16", "cw + d * 16") }});
+#pragma unroll
+        for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_{{ T }}(o[mi][d], pa[mi], vf);
+      }
+    }
+{%   else %}
 #pragma unroll
     for (int kk = 0; kk < {{ NJ }}; ++kk) {
 #pragma unroll
-      for (int d = 0; d < {{ D // 16 }}; ++d) {
+      for (int d = 0; d < {{ DV // 16 }}; ++d) {
         unsigned vf[4];
         fj::ldsm_x4_t(vf, {{ addr(vbuf, "rm", KS and "kw + kk * 16" or "kk * 16", "d * 16") }});
 #pragma unroll
         for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_{{ T }}(o[mi][d], pk[mi][kk], vf);
       }
     }
+{%   end %}
 {% end %}
 {% if QREGS then %}
   unsigned qf[{{ MR }}][{{ D // 16 }}][4];
@@ -498,7 +597,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {%   qk("sc", "sk_u") %}
   }
   for (int t = 0; t < ntiles; ++t) {
-    const int n0 = {{ N0 }}{{ KS and " + kw" or "" }};  // this warp's first key
+    const int n0 = {{ N0 }}{{ KW and " + kw" or "" }};  // this warp's first key
 {%   if BMASK then %}
     const bool bm_part = fj::list_partial(bl, t);  // the mask expression applies
     (void)bm_part;
@@ -546,7 +645,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% else %}
 
   for (int t = 0; t < ntiles; ++t) {
-    const int n0 = {{ N0 }}{{ KS and " + kw" or "" }};  // this warp's first key
+    const int n0 = {{ N0 }}{{ KW and " + kw" or "" }};  // this warp's first key
 {%   if BMASK then %}
     const bool bm_part = fj::list_partial(bl, t);  // the mask expression applies
     (void)bm_part;
@@ -555,7 +654,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     fj::kv_ready8(s_k, s_v, s_k8, s_v8, ksrc, vsrc, {{ KVROWS }}, t, ntiles);
     const unsigned kt = sk_u, vt = sv_u;
 {%   else %}
-    fj::kv_ready(s_k, s_v, ksrc, vsrc, {{ KVROWS }}, t, ntiles{{ PF and ", kv_pages" or "" }});
+    fj::kv_ready(s_k, {{ VK and "s_k" or "s_v" }}, ksrc, vsrc, {{ KVROWS }}, t, ntiles{{ PF and ", kv_pages" or "" }});
     const unsigned kt = sk_u + (t % {{ S }}) * {{ BN * LD * 2 }}, vt = sv_u + (t % {{ S }}) * {{ BN * LD * 2 }};
 {%   end %}
     // Masks only where a key is past the end or above some row's diagonal.
@@ -595,7 +694,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     row_m[0][c] = mx;
     row_l[0][c] *= f;
 #pragma unroll
-    for (int d = 0; d < {{ D // 16 }}; ++d) {
+    for (int d = 0; d < {{ DV // 16 }}; ++d) {
 {%   for i = 0, acc.slots - 1 do %}
       if (c == {{ rows.class_of[i] - 1 }}) o[0][d][{{ i }}] *= f;
 {%   end %}
@@ -603,23 +702,42 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   }
   if (warp > 0) {
 #pragma unroll
-    for (int d = 0; d < {{ D // 16 }}; ++d)
+    for (int d = 0; d < {{ DV // 16 }}; ++d)
 #pragma unroll
-      for (int i = 0; i < 8; ++i) x_o[((warp - 1) * {{ D // 2 + NC }} + d * 8 + i) * 32 + lane] = o[0][d][i];
+      for (int i = 0; i < 8; ++i) x_o[((warp - 1) * {{ DV // 2 + NC }} + d * 8 + i) * 32 + lane] = o[0][d][i];
 #pragma unroll
-    for (int c = 0; c < {{ NC }}; ++c) x_o[((warp - 1) * {{ D // 2 + NC }} + {{ D // 2 }} + c) * 32 + lane] = row_l[0][c];
+    for (int c = 0; c < {{ NC }}; ++c) x_o[((warp - 1) * {{ DV // 2 + NC }} + {{ DV // 2 }} + c) * 32 + lane] = row_l[0][c];
   }
   __syncthreads();
   if (warp > 0) return;
 #pragma unroll
   for (int w = 0; w < {{ W - 1 }}; ++w) {
 #pragma unroll
-    for (int d = 0; d < {{ D // 16 }}; ++d)
+    for (int d = 0; d < {{ DV // 16 }}; ++d)
 #pragma unroll
-      for (int i = 0; i < 8; ++i) o[0][d][i] += x_o[(w * {{ D // 2 + NC }} + d * 8 + i) * 32 + lane];
+      for (int i = 0; i < 8; ++i) o[0][d][i] += x_o[(w * {{ DV // 2 + NC }} + d * 8 + i) * 32 + lane];
 #pragma unroll
-    for (int c = 0; c < {{ NC }}; ++c) row_l[0][c] += x_o[(w * {{ D // 2 + NC }} + {{ D // 2 }} + c) * 32 + lane];
+    for (int c = 0; c < {{ NC }}; ++c) row_l[0][c] += x_o[(w * {{ DV // 2 + NC }} + {{ DV // 2 }} + c) * 32 + lane];
   }
+{% end %}
+{% if CS then %}
+  // The warps' row sums, each over its own keys at the same maxima, added
+  // up in warp order (every warp the same total).
+  __syncthreads();  // the last tile's maxima have been read
+#pragma unroll
+  for (int mi = 0; mi < {{ MR }}; ++mi)
+#pragma unroll
+    for (int c = 0; c < {{ NC }}; ++c) x_m[((mi * {{ W }} + warp) * {{ NC }} + c) * 32 + lane] = row_l[mi][c];
+  __syncthreads();
+#pragma unroll
+  for (int mi = 0; mi < {{ MR }}; ++mi)
+#pragma unroll
+    for (int c = 0; c < {{ NC }}; ++c) {
+      float l = 0.f;
+#pragma unroll
+      for (int w = 0; w < {{ W }}; ++w) l += x_m[((mi * {{ W }} + w) * {{ NC }} + c) * 32 + lane];
+      row_l[mi][c] = l;
+    }
 {% end %}
 {% if SPLIT and sm >= 90 then %}
   // The combine kernel may be scheduled now (launched to start early, it
@@ -635,7 +753,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h){{ VL and " + seq.q_row0 * p.o_stride[2]" or "" }};
 {% end %}
 {{ include("epilogue_regs.cuh", with(frag, {
-     ND = D // 16, out_scale = fp8 and "v_scale" or "1.f", out = out, rows_end = LEN_Q,
+     ND = DVW // 16, out_scale = fp8 and "v_scale" or "1.f", out = out, rows_end = LEN_Q,
+     c0 = CS and "(acc_c + cw)" or nil,
      sinks = mods.sinks and not SPLIT,
      O = function(mi, d, i) return ("o[%s][%s][%d]"):format(mi, d, i) end })) }}
 }

@@ -31,6 +31,11 @@
     rescale  O *= 2^(old max - new max), or (rescale = nil) the factors left
              in `alpha(mi, c)` for a caller that must wait before touching O,
              and (rescaled = a bool's name) whether it must rescale at all.
+    exchange optional code that replaces each row class c's max of this
+             warp's scores, mx<c> (after the lanes' shuffles), by the
+             max over the warps that share the rows (the mma family's
+             CS, whose warps each see a share of the keys); every warp
+             must run it (it may synchronise the block).
              With lazy = k, a warp keeps its rows' max (alpha 1, no rescale)
              until one grows by more than 2^k, so P may reach 2^k.
   With a softcap on bfloat16 P (mods.bounded), where the host's fixed shift
@@ -113,7 +118,15 @@
 {%   for _, x in ipairs(rows.masks) do %}
       mx{{ c }} = fmaxf(mx{{ c }}, __shfl_xor_sync(0xffffffffu, mx{{ c }}, {{ x }}));
 {%   end %}
+{%   if not exchange then %}
       const float mn{{ c }} = fmaxf({{ m("mi", c) }}, mx{{ c }});
+{%   end %}
+{% end %}
+{% if exchange then %}
+{{ exchange }}
+{%   for c = 1, NC do %}
+      const float mn{{ c }} = fmaxf({{ m("mi", c) }}, mx{{ c }});
+{%   end %}
 {% end %}
 {% if LAZY then %}
       // Lazy rescale: unless the max of some row of this warp grew by more

@@ -9,7 +9,10 @@
             ring's loads are tile_fp8.cuh's), BMASK (key tile t is tile t
             of a block mask's list, KvSrc.list: block.cuh), PF (paged K/V on the plain
             ring: page numbers read a tile ahead, shared by K and V;
-            PF_TPR threads copy a row).
+            PF_TPR threads copy a row; PF_WIDE: a warp a row, for rows of
+            more than 32 chunks), VK (V is K's tile: MLA's latent
+            rows, whose first columns are V; kv_start and kv_ready load K
+            alone).
   A tile row holds head_dim elements, head_dim / 8 chunks of 16 bytes.
   K and V move through rings of S slots of tile_n rows: key tile t lives in
   slot t % S.  kv_start and kv_ready run the plain ring (K and V of a tile
@@ -75,6 +78,21 @@ __device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long l
     const bool in = row0 + r + n * {{ PER }} < rows;
     copy16(d + n * {{ PER * LD }}, g, src, in);
     g += step;
+  }
+}
+{% elseif CHUNKS > 32 then %}
+// Rows wider than a warp's chunks (head dims above 256): warp w copies
+// rows w, w + {{ THREADS // 32 }}, ..., its lanes a row's chunks (no division per chunk).
+template <int ROWS>
+__device__ __forceinline__ void load_tile(elem_t *dst, const elem_t *src, long long stride,
+                                          int row0, int rows) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll 1
+  for (int r = threadIdx.x / 32; r < ROWS; r += {{ THREADS // 32 }}) {
+    const bool in = row0 + r < rows;
+    const elem_t *g = src + (long long)(row0 + r) * stride;
+#pragma unroll
+    for (int c = lane; c < {{ CHUNKS }}; c += 32) copy16(dst + tile_off(r, c * 8), g + c * 8, src, in);
   }
 }
 {% else %}
@@ -188,6 +206,25 @@ __device__ __forceinline__ void load_tile_paged(elem_t *dst, const KvSrc &s, int
     copy16(dst + tile_off(r + n * {{ PER }}, c * 8), s.row(key, page[n]) + c * 8, s.base, page[n] >= 0);
   }
 }
+{%   elseif CHUNKS > 32 and tile_n // (THREADS // 32) <= 32 then %}
+// Rows wider than a warp's chunks (head dims above 256): warp w copies
+// rows {{ tile_n // (THREADS // 32) }} w .. {{ tile_n // (THREADS // 32) }} w + {{ tile_n // (THREADS // 32) - 1 }}, its lanes a row's chunks; lane l looks up
+// the page of the warp's row l once, and each row takes it from there.
+template <int ROWS>
+__device__ __forceinline__ void load_tile_paged(elem_t *dst, const KvSrc &s, int row0, int rows) {
+  constexpr int RPW = (ROWS + {{ THREADS // 32 - 1 }}) / {{ THREADS // 32 }};
+  const int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * RPW;
+  const int j = row0 + r0 + lane;
+  const int page = lane < RPW && r0 + lane < ROWS && j < rows ? s.page_of(s.first + j) : -1;
+#pragma unroll 1
+  for (int r = 0; r < RPW; ++r) {
+    const int pg = __shfl_sync(0xffffffffu, page, r);
+    if (r0 + r >= ROWS) break;
+    const kv_t *g = s.row(s.first + row0 + r0 + r, max(pg, 0));
+#pragma unroll
+    for (int c = lane; c < {{ CHUNKS }}; c += 32) copy16(dst + tile_off(r0 + r, c * 8), g + c * 8, s.base, pg >= 0);
+  }
+}
 {%   else %}
 template <int ROWS>
 __device__ __forceinline__ void load_tile_paged(elem_t *dst, const KvSrc &s, int row0, int rows) {
@@ -201,7 +238,35 @@ __device__ __forceinline__ void load_tile_paged(elem_t *dst, const KvSrc &s, int
 {%   end %}
 {% end %}
 
-{% if PF then %}
+{% if PF and PF_WIDE then %}
+{%   local RPW = tile_n // (THREADS // 32) %}
+
+// The plain ring's paged loads for rows wider than a warp's chunks (head
+// dims above 256, PF_WIDE): K and V of a key tile share its page numbers,
+// read a tile before its copies are issued.  Warp w copies rows {{ RPW }} w ..
+// {{ RPW }} w + {{ RPW - 1 }} of a tile, its lanes a row's chunks; lane l holds the
+// page of the warp's row l, -1 past `rows`.
+__device__ __forceinline__ int tile_pages(const KvSrc &s, int t, int rows) {
+  const int lane = threadIdx.x % 32;
+  const int j = t * {{ tile_n }} + (threadIdx.x / 32) * {{ RPW }} + lane;
+  return lane < {{ RPW }} && j < rows ? s.page_of(s.first + j) : -1;
+}
+
+// Tile t of one head's paged K or V into its ring slot, each row's page
+// taken from the lane that holds it (tile_pages).
+__device__ __forceinline__ void copy_tile_paged(elem_t *ring, const KvSrc &s, int t, int pages) {
+  const int lane = threadIdx.x % 32, r0 = (threadIdx.x / 32) * {{ RPW }};
+  elem_t *dst = ring + (t % {{ S }}) * {{ tile_n * LD }};
+#pragma unroll 1
+  for (int r = 0; r < {{ RPW }}; ++r) {
+    const int page = __shfl_sync(0xffffffffu, pages, r);
+    const kv_t *src = s.row(s.first + t * {{ tile_n }} + r0 + r, max(page, 0));
+#pragma unroll
+    for (int c = lane; c < {{ CHUNKS }}; c += 32)
+      copy16(dst + tile_off(r0 + r, c * 8), src + c * 8, s.base, page >= 0);
+  }
+}
+{% elseif PF then %}
 {%   local TPR = PF_TPR %}
 {%   local G, P4, RPW = CHUNKS // TPR, THREADS // TPR, 32 // TPR %}
 {%   local N = tile_n // P4 %}
@@ -259,10 +324,14 @@ __device__ __forceinline__ void kv_start(elem_t *s_k, elem_t *s_v, const KvSrc &
 {%   if PF then %}
       const int pg = tile_pages(k, t, rows);
       copy_tile_paged(s_k, k, t, pg);
+{%     if not VK then %}
       copy_tile_paged(s_v, v, t, pg);
+{%     end %}
 {%   else %}
       ring_load(s_k, k, t, rows);
+{%     if not VK then %}
       ring_load(s_v, v, t, rows);
+{%     end %}
 {%   end %}
     }
     cp_async_commit();
@@ -283,16 +352,22 @@ __device__ __forceinline__ void kv_ready(elem_t *s_k, elem_t *s_v, const KvSrc &
 {% if S == 1 then %}
   if (t > 0) __syncthreads();
   ring_load(s_k, k, t, rows);
+{%   if not VK then %}
   ring_load(s_v, v, t, rows);
+{%   end %}
 {% else %}
   const int nt = t + {{ S - 1 }};
   if (nt < ntiles) {
 {%   if PF then %}
     copy_tile_paged(s_k, k, nt, pages);
+{%     if not VK then %}
     copy_tile_paged(s_v, v, nt, pages);
+{%     end %}
 {%   else %}
     ring_load(s_k, k, nt, rows);
+{%     if not VK then %}
     ring_load(s_v, v, nt, rows);
+{%     end %}
 {%   end %}
   }
   cp_async_commit();

@@ -35,20 +35,25 @@ expect 0 "flashjit 0." --version
 expect 2 "unknown command 'bogus'" bogus
 expect 2 "unknown option '--bogus'" emit --bogus
 expect 2 "unknown option '--shape'" lut --shape 1,1,1,64
-expect 2 "head_dim 7 is invalid: a multiple of 8 from 8 to 256" emit --head-dim 7
-# Split head dims (--head-dim-v): the wgmma family's, refused elsewhere.
+expect 2 "head_dim 7 is invalid: a multiple of 8 from 8 to 576" emit --head-dim 7
+# Split head dims (--head-dim-v): the wgmma family's, and the mma family's
+# with V as K's first columns (--latent: MLA); wider than K refused there.
 expect 0 "--head-dim-v" emit --help
 expect 0 "--head-dim-v" plan --help
-expect 2 "head_dim_v 130 is invalid: a multiple of 8 from 8 to 256, or 0 (head_dim)" emit --head-dim 192 --head-dim-v 130
-expect 2 "head_dim_v 128 with head_dim 192 is not implemented for mma mma: split head dims run on mma wgmma (sm_90a)" emit --head-dim 192 --head-dim-v 128 --mma mma
+expect 2 "head_dim_v 130 is invalid: a multiple of 8 from 8 to 512, or 0 (head_dim)" emit --head-dim 192 --head-dim-v 130
+expect 0 "fj_attn_d192_v128_m128_n64_w8_s2_pad_regs_mma_nc_f16" emit --head-dim 192 --head-dim-v 128 --mma mma --what name
+expect 2 "head_dim_v 256 with head_dim 192 is not implemented for mma mma: it reads V as the first head_dim_v columns of K's rows" emit --head-dim 192 --head-dim-v 256 --mma mma
+expect 0 "fj_attn_d576_v512_m16_n64_w4_s2_pad_regs_mma_nc_bf16_gqa_split" plan --arch sm_90a --shape 4,16,1,576 --heads-kv 1 --seq-kv 4096 --head-dim-v 512 --latent --dtype bf16
+expect 0 "spill_store_bytes=0" emit --arch sm_90a --shape 4,16,1,576 --heads-kv 1 --seq-kv 4096 --head-dim-v 512 --latent --dtype bf16 --what resources
+expect 2 "head_dim 576 with head_dim_v 512 is not implemented for mma wgmma: head dims above 256 run on mma mma" emit --head-dim 576 --head-dim-v 512 --mma wgmma
 expect 2 "head_dim_v 128 with head_dim 192 is not implemented for FP8 (e4m3)" emit --head-dim 192 --head-dim-v 128 --dtype e4m3
 expect 0 "fj_attn_d192_v128_m128_n96_w12_s2_xor_regs_wgmma_nc_f16" emit --arch sm_90a --head-dim 192 --head-dim-v 128 --what name
 expect 0 "fj_attn_d192_v128_m128_n64_w12_s2_xor_regs_wgmma_nc_f16" emit --arch sm_90a --head-dim 192 --head-dim-v 128 --tile-n 64 --what name
 expect 0 "spill_store_bytes=0" emit --arch sm_90a --head-dim 192 --head-dim-v 128 --what resources
 expect 0 "variant: head_dim=192 head_dim_v=128 tile_m=128" emit --arch sm_90a --head-dim 192 --head-dim-v 128 --dtype bf16 --causal
 expect 0 "head_dim_v=128" plan --arch sm_90a --shape 2,16,4096,192 --head-dim-v 128
-expect 2 "head_dim_v 128 with head_dim 192 is not implemented for mma mma" plan --arch sm_80 --shape 2,16,4096,192 --head-dim-v 128
-expect 2 "splits 2 with head_dim_v 128 (head_dim 192) is not implemented" plan --arch sm_90a --shape 2,16,4096,192 --head-dim-v 128 --splits 2
+expect 0 "mma_nc_f16" plan --arch sm_80 --shape 2,16,4096,192 --head-dim-v 128
+expect 0 "split" plan --arch sm_90a --shape 2,16,4096,192 --head-dim-v 128 --splits 2
 expect 2 "the backward does not take head_dim_v 128 with head_dim 192 yet" run --backward --shape 1,4,64,192 --head-dim-v 128
 expect 2 "tile_m -16 is invalid: must be a multiple of 16 in 16..256" emit --tile-m -16
 expect 2 "tile_n 0 is invalid" emit --tile-n=0
@@ -59,7 +64,7 @@ expect 2 "invalid value 'zigzag' for --swizzle: one of none, pad, xor" emit --sw
 expect 2 "invalid value 'f64' for --dtype: one of f16, bf16" emit --dtype f64
 expect 2 "warps 4 is not implemented for mma wgmma: 8, 12 or 16" emit --mma wgmma --warps 4
 expect 0 "wgmma.mma_async" emit --mma wgmma --head-dim 128 --what ptx --arch sm_90a
-expect 2 "invalid value '3' for --warps: expected 4 or 8 (wmma, mma) or 8, 12 or 16" emit --warps 3
+expect 2 "invalid value '3' for --warps: expected 4 or 8 (wmma, mma; 2 for mma's head dims above 256) or 8, 12 or 16" emit --warps 3
 expect 2 "warps 12 is not implemented" emit --mma mma --warps 12
 expect 2 "over by" emit --head-dim 256 --tile-m 256 --tile-n 256 --warps 8 --softmax smem
 expect 2 "softmax regs: tile_m 128 must be 16 x warps = 64" emit --softmax regs --tile-m 128 --warps 4

@@ -26,6 +26,9 @@ typedef struct gpu_case {
                                   on a stream of its own, then the graph
                                   launched (the stream argument unused) */
   size_t nv, vbytes;           /* V: head_dim_v columns (p.head_dim_v) */
+  int latent;                  /* 1: V is K's rows (their first head_dim_v
+                                  columns; v = k, v_stride = k_stride):
+                                  MLA's latent cache */
 } gpu_case;
 
 /* Makes c's inputs (from seed), launches it with v (NULL: the library's

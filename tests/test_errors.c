@@ -170,7 +170,7 @@ int test_errors_variant(void)
   fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
   CHECK(ctx);
   CHECK(refuse(ctx, head_dim_7, FJ_ERR_INVALID_ARG,
-               "head_dim 7 is invalid: a multiple of 8 from 8 to 256") == 0);
+               "head_dim 7 is invalid: a multiple of 8 from 8 to 576") == 0);
   CHECK(refuse(ctx, head_dim_84, FJ_ERR_INVALID_ARG, "head_dim 84") == 0);
   CHECK(refuse(ctx, tile_m_neg, FJ_ERR_INVALID_ARG,
                "tile_m -16 is invalid: must be a multiple of 16 in 16..256") == 0);
@@ -223,8 +223,8 @@ int test_errors_problem(void)
   p.seq_q = -5;
   CHECK(bad_problem(ctx, &p, "seq_q -5 is invalid") == 0);
   p.seq_q = 128;
-  p.head_dim = 264;
-  CHECK(bad_problem(ctx, &p, "head_dim 264 is invalid") == 0);
+  p.head_dim = 584;
+  CHECK(bad_problem(ctx, &p, "head_dim 584 is invalid: must be in 1..576") == 0);
   p.head_dim = 64;
   p.k_stride[2] = -64;
   CHECK(bad_problem(ctx, &p, "k_stride[2] (seq) = -64 is negative") == 0);

@@ -189,6 +189,8 @@ static int case_setup(gpu_case *c, uint64_t *seed)
   fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
   /* V and O have head_dim_v columns (split head dims). */
   int dv = p->head_dim_v ? p->head_dim_v : p->head_dim;
+  if (c->latent)
+    memcpy(p->v_stride, p->k_stride, sizeof p->k_stride);
   c->nq = span(p->q_stride, p->batch, p->heads_q, p->seq_q, p->head_dim);
   c->nk = span(p->k_stride, p->batch, p->heads_kv, p->seq_kv, p->head_dim);
   c->nv = span(p->v_stride, p->batch, p->heads_kv, p->seq_kv, dv);
@@ -204,11 +206,11 @@ static int case_setup(gpu_case *c, uint64_t *seed)
   /* FP8 K/V: values spread over the format's range, with per-head scales
    * that bring them back to unit size. */
   c->k = random_tensor(kv, c->nk, kv == FJ_E4M3 ? 40.f : 1.f, seed);
-  c->v = random_tensor(kv, c->nv, kv == FJ_E4M3 ? 40.f : 1.f, seed);
+  c->v = c->latent ? NULL : random_tensor(kv, c->nv, kv == FJ_E4M3 ? 40.f : 1.f, seed);
   c->o = malloc(c->qbytes);
   c->lse = malloc(c->nlse * sizeof(float));
   int bad = upload(&c->dq, c->q, c->nq * (q8 ? 1 : 2)) || upload(&c->dk, c->k, c->kvbytes) ||
-            upload(&c->dv, c->v, c->vbytes) ||
+            (!c->latent && upload(&c->dv, c->v, c->vbytes)) ||
             cudaMalloc(&c->dout, c->qbytes) ||
             cudaMalloc((void **)&c->dlse, c->nlse * sizeof(float));
   if (kv == FJ_E4M3) {
@@ -264,7 +266,7 @@ static void *ref_thread(void *arg)
     p.mods = j->c->host_mods;  /* tensor parameters in host memory */
   if (p.dtype == FJ_E4M3)
     p.q_scale = j->c->qs;      /* host memory for the reference */
-  j->st = fj_reference_fwd(&p, j->c->q, j->c->k, j->c->v, j->c->ks,
+  j->st = fj_reference_fwd(&p, j->c->q, j->c->k, j->c->latent ? j->c->k : j->c->v, j->c->ks,
                            j->c->vs, j->r0, j->r1, j->out, j->lse);
   return NULL;
 }
@@ -360,9 +362,10 @@ static int launch_case(fj_ctx *ctx, gpu_case *c, const fj_variant *v,
   }
   if (c->capture)
     stream = cs;
+  void *dv = c->latent ? c->dk : c->dv;
   fj_status st = v ? fj_attention_fwd_variant(ctx, &c->p, v, c->dq, c->dk,
-                                              c->dv, c->dout, c->dlse, stream)
-                   : fj_attention_fwd(ctx, &c->p, c->dq, c->dk, c->dv,
+                                              dv, c->dout, c->dlse, stream)
+                   : fj_attention_fwd(ctx, &c->p, c->dq, c->dk, dv,
                                       c->dout, c->dlse, stream);
   if (c->capture) {
     cudaGraphExec_t ge;
@@ -1149,6 +1152,113 @@ int test_gpu_head_dim_v(void)
                          "head_dim_v variants");
     }
   }
+  print_worst();
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
+/* ---- wide heads (above 256) and MLA's latent cache on the mma family --------------- */
+
+/* One wide case: shape (b, hq/hkv, sq/skv), head dims d/dv, V read from K's
+ * rows where latent; variant (tile_m, tile_n, warps, stages, splits) where
+ * tile_m is not 0, else the library's choice. */
+typedef struct wide_case {
+  int b, hq, hkv, sq, skv, d, dv, latent;
+  fj_dtype dt;
+  fj_causal m;
+  fj_order order;
+  int tile_m, tile_n, warps, stages, splits;
+} wide_case;
+
+static const wide_case wide_cases[] = {
+    /* MLA's decode: 16 and 128 query heads over one latent head. */
+    {2, 16, 1, 1, 1000, 576, 512, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 0},
+    {1, 128, 1, 1, 777, 576, 512, 1, FJ_F16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 0},
+    /* Speculative decode (bottom-right), and a prefill of the latent rows. */
+    {2, 16, 1, 4, 1000, 576, 512, 1, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BSHD, 0, 0, 0, 0, 0},
+    {1, 8, 1, 300, 300, 576, 512, 1, FJ_BF16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 0, 0, 0, 0, 0},
+    /* One head dim above 256: 512 and 320, prefill and decode. */
+    {1, 4, 2, 300, 333, 512, 512, 0, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 0, 0, 0, 0, 0},
+    {2, 4, 4, 100, 700, 320, 320, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 0},
+    {4, 32, 8, 1, 2000, 512, 512, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BHSD, 0, 0, 0, 0, 0},
+    /* head_dim above 256, V's 256 (the warps split keys only: KS). */
+    {1, 8, 2, 64, 500, 384, 256, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BHSD, 0, 0, 0, 0, 0},
+    /* Split head dims of MLA's prefill on the mma family (V from K). */
+    {2, 4, 2, 333, 333, 192, 128, 1, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 16, 64, 4, 2, 0},
+    /* Explicit variants: 32-row tiles (two row slices a warp), two warps
+     * of 32 keys, one stage, forced splits. */
+    {1, 128, 1, 1, 777, 576, 512, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 32, 64, 4, 2, 3},
+    {2, 16, 1, 2, 1000, 576, 512, 1, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BSHD, 16, 32, 2, 2, 5},
+    {2, 16, 1, 1, 513, 576, 512, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 16, 64, 4, 1, 7},
+    {1, 4, 2, 200, 333, 512, 512, 0, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BHSD, 32, 64, 4, 1, 0},
+};
+
+static int run_wide(fj_ctx *ctx, const wide_case *w, uint64_t *seed)
+{
+  gpu_case c;
+  memset(&c, 0, sizeof c);
+  fjt_split_problem(&c.p, w->b, w->hq, w->hkv, w->sq, w->skv, w->d, w->dv, w->dt, w->order);
+  if (w->dv == w->d)
+    c.p.head_dim_v = 0;
+  c.p.causal = w->m;
+  c.p.splits = w->splits;
+  c.latent = w->latent;
+  fj_variant v, *vp = NULL;
+  char label[200], name[128] = "library's choice";
+  if (w->tile_m) {
+    fj_variant_default(&v, w->d, w->dt, w->m);
+    v.head_dim_v = w->dv == w->d ? 0 : w->dv;
+    v.mma = FJ_MMA_SYNC;
+    v.swizzle = FJ_SWIZZLE_PAD;
+    v.tile_m = w->tile_m;
+    v.tile_n = w->tile_n;
+    v.warps = w->warps;
+    v.stages = w->stages;
+    v.pack_gqa = w->hq > w->hkv && w->sq * (w->hq / w->hkv) <= 128;
+    v.split_kv = w->splits > 1;
+    vp = &v;
+  } else {
+    fj_attention_variant(ctx, &c.p, &v, NULL);
+  }
+  fj_variant_name(&v, name, sizeof name);
+  snprintf(label, sizeof label, "%s (%d,%d/%d,%d/%d) %s%s%s", name, w->b, w->hq, w->hkv,
+           w->sq, w->skv, fj_causal_name(w->m), w->latent ? " latent" : "",
+           vp ? "" : " (library)");
+  return run_case(ctx, &c, vp, NULL, seed, label, "wide heads");
+}
+
+/* Head dims above 256 (up to 576 / 512) and MLA's latent cache (V as
+ * K's first head_dim_v columns, v = k) on the mma family, every target
+ * with mma.sync: the library's choice and explicit variants, against the
+ * reference; and a launch whose v is not k refused. */
+int test_gpu_wide_heads(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  uint64_t seed = 576;
+  int failed = 0;
+  for (size_t i = 0; i < sizeof wide_cases / sizeof wide_cases[0]; i++)
+    failed += run_wide(ctx, &wide_cases[i], &seed);
+  /* V apart from K with split head dims on the mma family: refused. */
+  fj_problem p;
+  fjt_split_problem(&p, 1, 16, 1, 1, 64, 576, 512, FJ_BF16, FJ_BSHD);
+  void *q, *k, *v, *o;
+  int bad = cudaMalloc(&q, 1 << 20) || cudaMalloc(&k, 1 << 20) ||
+            cudaMalloc(&v, 1 << 20) || cudaMalloc(&o, 1 << 20);
+  fj_status st = bad ? FJ_OK : fj_attention_fwd(ctx, &p, q, k, v, o, NULL, NULL);
+  if (bad || st != FJ_ERR_INVALID_ARG || !strstr(fj_errmsg(ctx), "v must be k")) {
+    fprintf(stderr, "a split head dim with v apart from k: %s (%s)\n", fj_status_str(st),
+            fj_errmsg(ctx));
+    failed++;
+  } else {
+    printf("v apart from k refused: %s\n", fj_errmsg(ctx));
+  }
+  cudaFree(q);
+  cudaFree(k);
+  cudaFree(v);
+  cudaFree(o);
   print_worst();
   fj_ctx_destroy(ctx);
   return failed != 0;

@@ -28,6 +28,10 @@ static int with_totals, want_wgmma;
  * KV cache under 16-bit queries. */
 static int kv8;
 
+/* MLA's latent cache where not 0: V is the first latent_dv columns of K's
+ * rows (v = k, head_dim_v latent_dv), O has latent_dv columns. */
+static int latent_dv;
+
 /* One case: the problem the library runs (device arrays) and its twin with
  * host arrays (the reference's). */
 typedef struct vl_case {
@@ -36,7 +40,7 @@ typedef struct vl_case {
   int32_t cuq[MAXB + 1], cukv[MAXB + 1], used[MAXB], *table;
   uint16_t *q, *k, *v, *o;  /* K and V: one byte an element where kv8 */
   float *lse, *ks, *vs;
-  size_t nq, nkv, no, nlse;
+  size_t nq, nkv, no, nob, nlse;  /* nob: O's elements before the guard */
   void *dq, *dk, *dv, *dout, *dlse, *dcuq, *dcukv, *dused, *dtable, *dks, *dvs;
 } vl_case;
 
@@ -132,22 +136,33 @@ static int vl_setup(vl_case *c, int n, const int *lq, const int *lkv, int hq,
     memcpy(p->k_stride, st, sizeof st);
     memcpy(p->v_stride, st, sizeof st);
   }
+  /* O's columns: latent_dv for MLA's latent cache (V = K's first ones). */
+  int dv = latent_dv ? latent_dv : d;
+  if (latent_dv) {
+    fj_problem w;
+    fj_problem_init(&w, n, hq, hkv, mq, mkv, dv, dt, FJ_THD);
+    p->head_dim_v = dv;
+    memcpy(p->o_stride, w.o_stride, sizeof w.o_stride);
+    memcpy(p->v_stride, p->k_stride, sizeof p->k_stride);
+  }
   c->nq = (size_t)c->cuq[n] * (size_t)(hq * d);
-  c->no = c->nq + GUARD_ROWS * (size_t)(hq * d);
+  c->nob = (size_t)c->cuq[n] * (size_t)(hq * dv);
+  c->no = c->nob + GUARD_ROWS * (size_t)(hq * dv);
   c->nkv = kv_rows * (size_t)(hkv * d);
   c->nlse = (size_t)(n * hq * mq);
   fj_dtype kvt = kv8 ? FJ_E4M3 : dt;
   size_t kvb = kv8 ? 1 : 2;
   c->q = random_values(dt, c->nq + 1, s);
   c->k = random_values(kvt, c->nkv + 1, s);
-  c->v = random_values(kvt, c->nkv + 1, s);
+  c->v = latent_dv ? c->k : random_values(kvt, c->nkv + 1, s);
   c->o = malloc(c->no * 2);
   c->lse = malloc(c->nlse * sizeof(float));
   if (!c->q || !c->k || !c->v || !c->o || !c->lse)
     return 1;
   size_t tbytes = ps ? sizeof(int32_t) * (size_t)(n * p->max_pages) : 0;
   if (to_device(&c->dq, c->q, c->nq * 2) || to_device(&c->dk, c->k, c->nkv * kvb) ||
-      to_device(&c->dv, c->v, c->nkv * kvb) || cudaMalloc(&c->dout, c->no * 2) != cudaSuccess ||
+      (latent_dv ? (c->dv = c->dk, 0) : to_device(&c->dv, c->v, c->nkv * kvb)) ||
+      cudaMalloc(&c->dout, c->no * 2) != cudaSuccess ||
       cudaMalloc(&c->dlse, c->nlse * sizeof(float)) != cudaSuccess ||
       to_device(&c->dcuq, c->cuq, sizeof(int32_t) * (size_t)(n + 1)) ||
       to_device(&c->dcukv, c->cukv, sizeof(int32_t) * (size_t)(n + 1)) ||
@@ -197,6 +212,10 @@ static int vl_setup(vl_case *c, int n, const int *lq, const int *lkv, int hq,
 
 static void vl_free(vl_case *c)
 {
+  if (latent_dv) {  /* V is K */
+    c->v = NULL;
+    c->dv = NULL;
+  }
   void *dev[] = {c->dq, c->dk, c->dv, c->dout, c->dlse, c->dcuq, c->dcukv, c->dused, c->dtable,
                  c->dks, c->dvs};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
@@ -252,8 +271,8 @@ typedef struct vl_err {
 static void vl_compare(const vl_case *c, const vl_job *j, vl_err *e)
 {
   const fj_problem *p = &c->p;
-  int hq = p->heads_q, d = p->head_dim, rows = j->r1 - j->r0;
-  float row[256];
+  int hq = p->heads_q, d = p->head_dim_v ? p->head_dim_v : p->head_dim, rows = j->r1 - j->r0;
+  float row[FJ_HEAD_DIM_V_MAX];
   for (int h = 0; h < hq; h++)
     for (int r = 0; r < rows; r++) {
       size_t ri = (size_t)(h * rows + r);
@@ -283,8 +302,8 @@ static void vl_compare(const vl_case *c, const vl_job *j, vl_err *e)
 static size_t poison_left(const vl_case *c)
 {
   size_t changed = 0;
-  const uint16_t *guard = c->o + c->nq;
-  for (size_t i = 0; i < c->no - c->nq; i++)
+  const uint16_t *guard = c->o + c->nob;
+  for (size_t i = 0; i < c->no - c->nob; i++)
     changed += guard[i] != 0xffff;
   for (int b = 0; b < c->batch; b++)
     for (int h = 0; h < c->p.heads_q; h++)
@@ -528,6 +547,48 @@ int test_gpu_fp8_kv_paged(void)
     failed += vl_case_run(ctx, 5, pre, pre, 8, 2, i ? 128 : 64, i ? FJ_BF16 : FJ_F16,
                           masks[1 + i], 0, 0, &s, "fp8 varlen prefill");
   kv8 = 0;
+  printf("%d of %d cases passed\n", cases - failed, cases);
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
+/* MLA's latent cache on the mma family: head_dim 576 whose first 512
+ * columns are V (v = k), one latent head under 16 and 128 query heads;
+ * paged decode at page sizes 1/16/64/256 with shuffled tables and a
+ * shared first page; several queries a sequence with bottom-right causal;
+ * forced splits; packed (varlen) latent rows; and head dim 512 (V apart)
+ * paged. */
+int test_gpu_mla_paged(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  latent_dv = 512;
+  uint64_t s = 576;
+  int failed = 0, cases = 0;
+  static const int one[4] = {1, 1, 1, 1}, kd[4] = {2048, 17, 1000, 1};
+  static const int pages[] = {1, 16, 64, 256};
+  for (int i = 0; i < 4; i++, cases++)
+    failed += vl_case_run(ctx, 4, one, kd, i == 3 ? 128 : 16, 1, 576, i % 2 ? FJ_BF16 : FJ_F16,
+                          FJ_CAUSAL_NONE, pages[i], 0, &s, "mla paged decode");
+  static const int q3[3] = {4, 100, 0}, k3[3] = {1000, 300, 17};
+  for (int i = 0; i < 2; i++, cases++)
+    failed += vl_case_run(ctx, 3, q3, k3, 16, 1, 576, FJ_BF16,
+                          i ? FJ_CAUSAL_TOP_LEFT : FJ_CAUSAL_BOTTOM_RIGHT, pages[1 + 2 * i], 0,
+                          &s, "mla paged chunk");
+  static const int counts[] = {1, 7, 64};
+  for (int i = 0; i < 3; i++, cases++)
+    failed += vl_case_run(ctx, 4, one, kd, 16, 1, 576, FJ_BF16, FJ_CAUSAL_NONE, 64,
+                          counts[i], &s, "mla paged splits");
+  static const int pre[5] = {17, 0, 300, 1, 129};
+  failed += vl_case_run(ctx, 5, pre, pre, 16, 1, 576, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 0, 0,
+                        &s, "mla varlen prefill");
+  cases++;
+  latent_dv = 0;
+  for (int i = 0; i < 2; i++, cases++)
+    failed += vl_case_run(ctx, 4, one, kd, 8, 2, 512, FJ_BF16, FJ_CAUSAL_NONE, pages[1 + i], 0,
+                          &s, "d512 paged decode");
   printf("%d of %d cases passed\n", cases - failed, cases);
   fj_ctx_destroy(ctx);
   return failed != 0;

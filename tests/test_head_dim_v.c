@@ -85,7 +85,7 @@ static int variant_refused(fj_ctx *ctx, const fj_variant *v, fj_status want,
 /* Values out of range, on the problem and on the variant. */
 static int range_refusals(fj_ctx *ctx)
 {
-  static const int bad[] = {130, 264, -8, 4, 7};
+  static const int bad[] = {130, 520, -8, 4, 7};
   fj_problem p;
   fj_variant v;
   char want[96];
@@ -93,7 +93,7 @@ static int range_refusals(fj_ctx *ctx)
     fjt_split_problem(&p, 1, 2, 2, 64, 64, 192, 128, FJ_F16, FJ_BHSD);
     p.head_dim_v = bad[i];
     snprintf(want, sizeof want, "head_dim_v %d is invalid: a multiple of 8 "
-             "from 8 to 256, or 0 (head_dim)", bad[i]);
+             "from 8 to 512, or 0 (head_dim)", bad[i]);
     CHECK_ST(ctx, fj_problem_check(ctx, &p), FJ_ERR_INVALID_ARG);
     CHECK_MSG(ctx, want);
     CHECK_ST(NULL, fj_problem_check_lengths(&p), FJ_ERR_INVALID_ARG);
@@ -105,26 +105,47 @@ static int range_refusals(fj_ctx *ctx)
   return 0;
 }
 
-/* What takes one head dim only: the other families, FP8, GQA packing,
- * split-KV, paged K/V. */
+/* p's plan on ctx: the mma family with V read from K's rows (head_dim_v
+ * kept), what the wgmma family does not take. */
+static int plan_mma(fj_ctx *ctx, const fj_problem *p)
+{
+  fj_plan plan;
+  CHECK_ST(ctx, fj_attention_plan(ctx, p, &plan), FJ_OK);
+  CHECK(plan.variant.mma == FJ_MMA_SYNC);
+  CHECK(plan.variant.head_dim_v == p->head_dim_v);
+  return 0;
+}
+
+/* What takes one head dim only (the wmma family, FP8, the wgmma family's
+ * GQA packing and split-KV), and what the mma family takes instead of the
+ * wgmma family (V as K's first columns: splits, pages, strides TMA cannot
+ * encode, sm_80), or refuses (head_dim_v above head_dim). */
 static int family_refusals(fj_ctx *ctx90, fj_ctx *ctx80)
 {
-  static const char tail[] = "split head dims run on mma wgmma (sm_90a) with "
-                             "dtype f16 or bf16";
   fj_problem p;
   fjt_split_problem(&p, 2, 8, 8, 1024, 1024, 192, 128, FJ_F16, FJ_BHSD);
-  CHECK(plan_refused(ctx80, &p, FJ_ERR_UNSUPPORTED,
-                     "head_dim_v 128 with head_dim 192 is not implemented "
-                     "for mma mma: split head dims") == 0);
-  CHECK_MSG(ctx80, tail);
+  CHECK(plan_mma(ctx80, &p) == 0);
+  fj_problem up = p;
+  fjt_split_problem(&up, 2, 8, 8, 1024, 1024, 64, 128, FJ_F16, FJ_BHSD);
+  CHECK(plan_refused(ctx80, &up, FJ_ERR_UNSUPPORTED,
+                     "head_dim_v 128 with head_dim 64 is not implemented "
+                     "for mma mma: it reads V as the first head_dim_v "
+                     "columns of K's rows") == 0);
   fj_variant v;
   fj_variant_default(&v, 192, FJ_F16, FJ_CAUSAL_NONE);
   v.head_dim_v = 128;
   CHECK(variant_refused(ctx90, &v, FJ_ERR_UNSUPPORTED,
                         "head_dim_v 128 with head_dim 192 is not implemented "
                         "for mma wmma") == 0);
+  CHECK_MSG(ctx90, "split head dims run on mma wgmma (sm_90a) with dtype f16 "
+                   "or bf16");
   v.mma = FJ_MMA_SYNC;
-  CHECK(variant_refused(ctx90, &v, FJ_ERR_UNSUPPORTED, "for mma mma") == 0);
+  v.tile_m = 16;
+  v.warps = 4;
+  CHECK_ST(ctx90, fj_variant_check(ctx90, &v), FJ_OK);
+  v.head_dim_v = 256;
+  CHECK(variant_refused(ctx90, &v, FJ_ERR_UNSUPPORTED, "so head_dim_v is at most "
+                        "head_dim") == 0);
   fjt_head_dim_v_variants(&v, 1);
   v.pack_gqa = 1;
   CHECK(variant_refused(ctx90, &v, FJ_ERR_UNSUPPORTED,
@@ -139,7 +160,17 @@ static int family_refusals(fj_ctx *ctx90, fj_ctx *ctx80)
   CHECK(variant_refused(ctx90, &v, FJ_ERR_UNSUPPORTED,
                         "head_dim_v 128 with head_dim 192 is not implemented "
                         "for FP8 (e4m3)") == 0);
-  /* The problems: FP8 (Q, K and V; K and V alone), splits, pages. */
+  /* Head dims above 256: the mma family's alone. */
+  fj_variant_default(&v, 576, FJ_BF16, FJ_CAUSAL_NONE);
+  v.head_dim_v = 512;
+  CHECK(v.mma == FJ_MMA_SYNC && v.tile_m == 16);
+  CHECK_ST(ctx90, fj_variant_check(ctx90, &v), FJ_OK);
+  v.mma = FJ_MMA_WGMMA;
+  CHECK(variant_refused(ctx90, &v, FJ_ERR_UNSUPPORTED,
+                        "head_dim 576 with head_dim_v 512 is not implemented "
+                        "for mma wgmma: head dims above 256 run on mma mma") == 0);
+  /* The problems: FP8 (Q, K and V; K and V alone) refused; splits,
+   * pages and what TMA cannot take go to the mma family. */
   static const float scales[1];
   fj_problem f = p;
   f.dtype = FJ_E4M3;
@@ -150,9 +181,7 @@ static int family_refusals(fj_ctx *ctx90, fj_ctx *ctx80)
   CHECK(plan_refused(ctx90, &f, FJ_ERR_UNSUPPORTED, "for FP8 (e4m3)") == 0);
   f = p;
   f.splits = 2;
-  CHECK(plan_refused(ctx90, &f, FJ_ERR_UNSUPPORTED,
-                     "splits 2 with head_dim_v 128 (head_dim 192) is not "
-                     "implemented: split head dims run one kernel") == 0);
+  CHECK(plan_mma(ctx90, &f) == 0);
   static const int32_t table[1];
   f = p;
   f.block_table = f.seqused_kv = table;
@@ -163,28 +192,18 @@ static int family_refusals(fj_ctx *ctx90, fj_ctx *ctx80)
   f.k_stride[0] = 16 * 8 * 192;
   f.k_stride[1] = 192;
   f.k_stride[2] = 8 * 192;
-  f.v_stride[0] = 16 * 8 * 128;
-  f.v_stride[1] = 128;
-  f.v_stride[2] = 8 * 128;
-  CHECK(plan_refused(ctx90, &f, FJ_ERR_UNSUPPORTED, "for paged K/V") == 0);
-  /* What TMA cannot take, which only the wgmma family would have to. */
+  memcpy(f.v_stride, f.k_stride, sizeof f.v_stride);
+  CHECK(plan_mma(ctx90, &f) == 0);
   f = p;
   f.k_stride[1] = 0;
+  CHECK(plan_mma(ctx90, &f) == 0);
+  /* Where the wgmma family must run (head_dim_v above head_dim), what TMA
+   * cannot take is named. */
+  f = up;
+  f.k_stride[1] = 0;
   CHECK(plan_refused(ctx90, &f, FJ_ERR_UNSUPPORTED,
-                     "head_dim_v 128 with head_dim 192 runs on mma wgmma "
+                     "head_dim_v 128 with head_dim 64 runs on mma wgmma "
                      "only, which does not take a stride of 0") == 0);
-  f = p;
-  static const int32_t cu[3];
-  f.cu_seqlens_q = f.cu_seqlens_kv = cu;
-  memset(f.q_stride, 0, sizeof f.q_stride);
-  f.q_stride[1] = 192;
-  f.q_stride[2] = 8 * 192;
-  memcpy(f.k_stride, f.q_stride, sizeof f.k_stride);
-  f.v_stride[0] = f.o_stride[0] = 0;
-  f.v_stride[1] = f.o_stride[1] = 128;
-  f.v_stride[2] = f.o_stride[2] = 8 * 128;
-  CHECK(plan_refused(ctx90, &f, FJ_ERR_UNSUPPORTED,
-                     "does not take packed sequences without their totals") == 0);
   return 0;
 }
 

@@ -10,7 +10,7 @@ out=${1:-/tmp}
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf /tmp/fj-next && mkdir /tmp/fj-next && cp -r "$here/../../templates" /tmp/fj-next/
 (cd /tmp/fj-next && git apply "$here/fp8_ring_next.patch") || { echo "fp8 next: the patch does not apply"; exit 1; }
-for t in gpu_fp8_kv gpu_fp8_kv_paged; do
+for t in ${NEXT_TESTS-gpu_fp8_kv gpu_fp8_kv_paged}; do
   FLASHJIT_TEMPLATE_DIR=/tmp/fj-next/templates timeout ${NEXT_TEST_TIMEOUT:-400} ./tests/fj_tests $t >"$out/next_$t.log" 2>&1
   echo "fp8 next $t: exit $? ($(grep -c ' ok$' "$out/next_$t.log") ok, $(grep -c FAIL "$out/next_$t.log") FAIL)"
 done
@@ -20,10 +20,10 @@ for round in 1 2; do
     line="fp8 next r$round $args:"
     for t in tree /tmp/fj-next/templates; do
       dir=$([ "$t" = tree ] || echo "$t")
-      ms=$(FLASHJIT_TEMPLATE_DIR=$dir ./flashjit run $args --iters 50 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+      ms=$(FLASHJIT_TEMPLATE_DIR=$dir timeout 60 ./flashjit run $args --iters 50 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
       line="$line ${t##*/} ${ms:-?}"
     done
-    echo "$line us" | sed "s/$v64/64x4096/"
+    echo "$line us" | sed "s/$v64/64x4096/" | tee -a "$out/next_times.txt"
   done <<EOF
 --shape 64,32,1,128 --heads-kv 8 --seq-kv 4096 --dtype bf16 --kv-dtype e4m3
 --shape 1,32,1,128 --heads-kv 8 --seq-kv 32768 --dtype bf16 --kv-dtype e4m3

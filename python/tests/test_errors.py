@@ -24,7 +24,7 @@ class Case(unittest.TestCase):
 
 class KernelErrors(Case):
     def test_head_dim(self):
-        e = self.refuses(ValueError, r"head_dim 100 is invalid: a multiple of 8 from 8 to 256",
+        e = self.refuses(ValueError, r"head_dim 100 is invalid: a multiple of 8 from 8 to 576",
                          flashjit.Kernel, 100)
         self.assertIsInstance(e, flashjit.InvalidArgument)
         self.assertEqual(e.status_name, "invalid argument")

@@ -78,6 +78,7 @@ typedef struct cli {
   seq_len *lens;          /* --varlen's entries (owned; cli_release frees) */
   int nlens;
   int page_size;          /* --page-size: 0 for dense K/V */
+  int latent;             /* --latent: V is K's first head_dim_v columns */
   int splits;             /* fj_problem.splits: 0 auto */
   int sms;                /* plan: multiprocessors of a compile-only target */
   fj_order order;
@@ -154,6 +155,7 @@ typedef struct run_data {
   check_block *blocks;           /* rows the check covers, computed once */
   int nblocks;
   int sampled;                   /* 1: some rows of each sequence, not all */
+  int latent;                    /* --latent: hv and dv are hk and dk */
 } run_data;
 
 /* ---- cli_args.c: the command line ------------------------------------------------ */

@@ -246,10 +246,13 @@ static void apply_defaults(cli *c)
   if ((given.varlen || given.paged || cli_mods_active(&c->mods)) &&
       !cli_flag_given(c, "mma"))
     c->v.mma = FJ_MMA_SYNC;
-  /* Split head dims are the wgmma family's alone. */
+  /* Split head dims are the wgmma family's, or with --latent (V as K's
+   * first columns) the mma family's; above 256 the mma family's alone. */
   if (given.head_dim_v && given.head_dim_v != given.head_dim &&
       !cli_flag_given(c, "mma"))
-    c->v.mma = FJ_MMA_WGMMA;
+    c->v.mma = c->latent || given.head_dim > 256 || given.head_dim_v > 256
+                   ? FJ_MMA_SYNC
+                   : FJ_MMA_WGMMA;
   for (int i = 0; i < fj_axis_count(); i++) {
     const flag_def *f = find_flag(c, axis_flag(i), strlen(axis_flag(i)));
     if (cli_flag_given(c, axis_flag(i))) {

@@ -39,13 +39,19 @@ static const name_value layouts[] = {{"bhsd", FJ_BHSD}, {"bshd", FJ_BSHD}};
 
 const flag_def cli_flags[] = {
     {"head-dim", 1, CMD_VARIANT, cli_set_int, OFF(v.head_dim), LIB, .arg = "D",
-     .help = "head dimension: a multiple of 8 from 8 to 256 (default 64, "
-             "or --shape's D)"},
+     .help = "head dimension: a multiple of 8 from 8 to 576 (above 256 the "
+             "mma family; default 64, or --shape's D)"},
     {"head-dim-v", 1, CMD_VARIANT | CMD_TUNE | CMD_PLAN, cli_set_int,
      OFF(v.head_dim_v), LIB, .arg = "N",
-     .help = "V's and O's head dimension where it differs from --head-dim "
-             "(split head dims, as MLA's 192/128: the wgmma family, "
-             "sm_90a, f16 or bf16); default: the head dimension"},
+     .help = "V's and O's head dimension where it differs from --head-dim, "
+             "up to 512 (split head dims, as MLA's 192/128 on the wgmma "
+             "family, sm_90a, f16 or bf16; below --head-dim on the mma "
+             "family with --latent, as MLA's decode 576/512); default: the "
+             "head dimension"},
+    {"latent", 0, CMD_VARIANT | CMD_PLAN, cli_set_switch, OFF(latent),
+     .help = "V is the first --head-dim-v columns of K's rows (MLA's latent "
+             "cache: v = k, one tensor read), as the mma family's split head "
+             "dims need"},
     FJ_VARIANT_AXES(AXIS)
     {"causal", 2, CMD_VARIANT | CMD_TUNE | CMD_PLAN, cli_set_causal,
      OFF(v.causal), NAMES(causals), .arg = "[=top-left|bottom-right|none]",

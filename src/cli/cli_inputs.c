@@ -277,13 +277,15 @@ int cli_run_alloc(run_data *d, int seed)
   d->nq = q_elements(d, p->q_stride, p->head_dim);
   d->nk = kv_elements(d, p->k_stride, p->head_dim);
   d->nv = kv_elements(d, p->v_stride, dv);
+  /* --latent: V is K (cli_problem gave it K's strides). */
+  d->latent = d->latent && dv <= p->head_dim;
   d->no = q_elements(d, p->o_stride, dv);
   if (run_upload_index(d))
     return EXIT_FAIL;
   uint64_t state = cli_seed_state(seed);
   d->hq = cli_random_tensor(p->dtype, d->nq, p->dtype == FJ_E4M3 ? 64.f : 1.f, &state);
   d->hk = cli_random_tensor(kv, d->nk, kv_scale, &state);
-  d->hv = cli_random_tensor(kv, d->nv, kv_scale, &state);
+  d->hv = d->latent ? d->hk : cli_random_tensor(kv, d->nv, kv_scale, &state);
   if (kv == FJ_E4M3 && run_fp8_scales(d))
     return EXIT_FAIL;
   d->ho = malloc(d->no * d->esize);
@@ -295,12 +297,16 @@ int cli_run_alloc(run_data *d, int seed)
   }
   CUDA_TRY(cudaMalloc(&d->dq, d->nq * qsize));
   CUDA_TRY(cudaMalloc(&d->dk, d->nk * d->kvsize));
-  CUDA_TRY(cudaMalloc(&d->dv, d->nv * d->kvsize));
+  if (d->latent)
+    d->dv = d->dk;
+  else
+    CUDA_TRY(cudaMalloc(&d->dv, d->nv * d->kvsize));
   CUDA_TRY(cudaMalloc(&d->dout, d->no * d->esize));
   CUDA_TRY(cudaMalloc((void **)&d->dlse, nlse * sizeof(float)));
   CUDA_TRY(cudaMemcpy(d->dq, d->hq, d->nq * qsize, cudaMemcpyHostToDevice));
   CUDA_TRY(cudaMemcpy(d->dk, d->hk, d->nk * d->kvsize, cudaMemcpyHostToDevice));
-  CUDA_TRY(cudaMemcpy(d->dv, d->hv, d->nv * d->kvsize, cudaMemcpyHostToDevice));
+  if (!d->latent)
+    CUDA_TRY(cudaMemcpy(d->dv, d->hv, d->nv * d->kvsize, cudaMemcpyHostToDevice));
   return 0;
 }
 
@@ -311,7 +317,8 @@ void cli_run_free(run_data *d)
   free(d->hbm_buf);
   free(d->hq);
   free(d->hk);
-  free(d->hv);
+  if (!d->latent)
+    free(d->hv);
   free(d->ho);
   free(d->hlse);
   free(d->hks);
@@ -323,7 +330,8 @@ void cli_run_free(run_data *d)
   cli_free_blocks(d);
   cudaFree(d->dq);
   cudaFree(d->dk);
-  cudaFree(d->dv);
+  if (!d->latent)
+    cudaFree(d->dv);
   cudaFree(d->dout);
   cudaFree(d->dlse);
   cli_index_free(&d->hix);

@@ -146,6 +146,9 @@ int cli_problem(cli *c, fj_problem *p)
     varlen_problem(c, p);
   if (cli_flag_given(c, "page-size"))
     page_problem(c, p);
+  /* --latent: V is K's rows (their first head_dim_v columns). */
+  if (c->latent)
+    memcpy(p->v_stride, p->k_stride, sizeof p->k_stride);
   return 0;
 }
 
@@ -201,6 +204,7 @@ static int run_validate(cli *c, const fj_problem *p)
 int cli_problem_on_device(cli *c, run_data *d, fj_ctx **ctx)
 {
   memset(d, 0, sizeof *d);
+  d->latent = c->latent;
   int rc = cli_problem(c, &d->p);
   if (!rc)
     rc = run_validate(c, &d->p);

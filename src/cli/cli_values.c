@@ -69,8 +69,9 @@ int cli_set_int(cli *c, const flag_def *f, const char *value)
 int cli_set_warps(cli *c, const flag_def *f, const char *value)
 {
   int n = cli_parse_count(value, strlen(value));
-  if (n != 4 && n != 8 && n != 12 && n != 16)
-    return cli_bad_value(c, f, value, "expected 4 or 8 (wmma, mma) or 8, 12 "
+  if (n != 2 && n != 4 && n != 8 && n != 12 && n != 16)
+    return cli_bad_value(c, f, value, "expected 4 or 8 (wmma, mma; 2 for "
+                                      "mma's head dims above 256) or 8, 12 "
                                       "or 16 (wgmma: a producer and 1-3 "
                                       "consumer warpgroups)");
   c->v.warps = n;
