@@ -538,12 +538,24 @@ if part fp8kv; then
 fi
 
 # Wide heads and MLA's latent decode (issue 34, item 3): the GPU tests
-# (head dims above 256, V read from K's rows, paged), a checked run of the
-# library's MLA decode, then bench/mla_compare.py (MLA_ARGS) beside a copy.
+# (head dims above 256, V read from K's rows, paged), memcheck and
+# racecheck on small cases (MLA_SANITIZE=0: not), the single decode with
+# each of MLA_SPLITS, a checked run of the library's MLA decode, then
+# bench/mla_compare.py (MLA_ARGS) beside a copy.
 if part mla; then
   tdir=""
   WGMMA_TIMEOUT=${MLA_TEST_TIMEOUT:-240} gpu_tests mla "cases passed|max rel_err|error|FAIL|check failed|refused" \
     ${MLA_TESTS:-gpu_wide_heads gpu_mla_paged}
+  if [ "${MLA_SANITIZE:-1}" = 1 ]; then
+    for tool in memcheck racecheck; do
+      timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 ./tests/fj_tests gpu_sanitize_wide >>"$out/mla_sanitizer.log" 2>&1
+      note "compute-sanitizer --tool $tool gpu_sanitize_wide: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/mla_sanitizer.log" | tail -1 | sed 's/=* //'))"
+    done
+  fi
+  for sp in ${MLA_SPLITS:-}; do
+    timeout 60 ./flashjit run --shape 1,16,1,576 --heads-kv 1 --seq-kv 32768 --head-dim-v 512 --latent \
+      --dtype bf16 --splits $sp --iters 30 2>&1 | grep -E "^time" | sed "s/^/mla single decode splits $sp: /" | tee -a "$summary"
+  done
   timeout 120 ./flashjit run --shape 64,16,1,576 --heads-kv 1 --seq-kv 4096 --head-dim-v 512 --latent \
     --dtype bf16 --check --iters 20 2>&1 | tail -3 | tee -a "$summary"
   (cd /work/main && FLASHJIT_LIB=build/libflashjit.so PYTHONUNBUFFERED=1 timeout ${MLA_TIMEOUT:-300} \

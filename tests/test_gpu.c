@@ -1264,6 +1264,28 @@ int test_gpu_wide_heads(void)
   return failed != 0;
 }
 
+/* For compute-sanitizer: small wide-head cases (the warps' shared row
+ * maxima and P, V from K's tiles, 2 warps, 32-row tiles, splits). */
+int test_gpu_sanitize_wide(void)
+{
+  static const wide_case small[] = {
+      {1, 16, 1, 1, 200, 576, 512, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 2},
+      {1, 2, 2, 40, 70, 512, 512, 0, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 0, 0, 0, 0, 0},
+      {1, 32, 1, 1, 150, 576, 512, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 32, 64, 4, 2, 0},
+      {1, 16, 1, 2, 100, 576, 512, 1, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BSHD, 16, 32, 2, 2, 3},
+  };
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  uint64_t seed = 5760;
+  int failed = 0;
+  for (size_t i = 0; i < sizeof small / sizeof small[0]; i++)
+    failed += run_wide(ctx, &small[i], &seed);
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
 /* For compute-sanitizer: the library's choice at padded head dims and at
  * split ones, small problems in BSHD (O's rows of one position packed
  * head after head, so a store past a head's columns lands in the next
