@@ -36,11 +36,22 @@ _16BIT = (torch.float16, torch.bfloat16)
 # ---- checks ----------------------------------------------------------------------
 
 
-def _check_qkv(who, q, k, v, q_dims, kv_dims):
+def _latent(k, v):
+    """Whether v is the first columns of k's rows (MLA's latent cache:
+    k_cache[..., :head_dim_v], one tensor read once): the same first
+    element, shape but the last, and strides, fewer columns, 16-bit."""
+    return (isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor) and
+            k.dtype in _16BIT and v.dtype == k.dtype and v.dim() == k.dim() and
+            v.data_ptr() == k.data_ptr() and v.shape[:-1] == k.shape[:-1] and
+            v.stride() == k.stride() and 0 < v.shape[-1] < k.shape[-1])
+
+
+def _check_qkv(who, q, k, v, q_dims, kv_dims, latent=False):
     """q, k and v: tensors of len(q_dims) and len(kv_dims) dimensions
     (named for the messages), q 16-bit, k and v q's dtype or both FP8,
-    one head dim, contiguous along it, on one CUDA device.  Returns
-    whether k and v are FP8."""
+    one head dim (or, where latent, v a view of k's first columns:
+    _latent), contiguous along it, on one CUDA device.  Returns whether
+    k and v are FP8."""
     for name, t, dims in (("q", q, q_dims), ("k", k, kv_dims), ("v", v, kv_dims)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{who}: {name} is a {type(t).__name__}, not a torch.Tensor")
@@ -57,9 +68,10 @@ def _check_qkv(who, q, k, v, q_dims, kv_dims):
     if k.dtype != v.dtype or (k.dtype != q.dtype and not fp8):
         raise TypeError(f"{who}: k and v must both be q's dtype {q.dtype} or both "
                         f"torch.float8_e4m3fn; got {k.dtype}, {v.dtype}")
-    if k.shape != v.shape:
+    if k.shape != v.shape and not (latent and _latent(k, v)):
         raise ValueError(f"{who}: k {tuple(k.shape)} and v {tuple(v.shape)} must have one "
-                         "shape")
+                         "shape" + (" (or v be k's first columns, k[..., :head_dim_v]: "
+                                    "MLA's latent cache)" if latent else ""))
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"{who}: head dims differ: q {q.shape[-1]}, k and v "
                          f"{k.shape[-1]}; flashjit needs one head dim")
@@ -405,8 +417,12 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_tab
     which splits long caches for decode; 1: none; 2..256).  FP8 caches
     (torch.float8_e4m3fn) with 16-bit q: k_descale, v_descale float32
     (batch, heads_kv) tensors, None for ones (the mma family, sm_80 and
-    newer; contiguous caches: the library refuses FP8 pages, not
-    implemented).  Forward only: inputs that require grad are refused.
+    newer, contiguous and paged).  MLA's latent cache (DeepSeek's decode:
+    head_dim 576 whose first 512 columns are V): pass v_cache as
+    k_cache[..., :head_dim_v], a view of the same tensor (same first
+    element and strides), and the cache is read once (the mma family;
+    out has head_dim_v columns; 16-bit).  Forward only: inputs that
+    require grad are refused.
 
     A call repeats without its checks or planning when its signature
     does (the tensors' shapes, strides, dtypes and devices, and the
@@ -457,7 +473,7 @@ def _check_kvcache(o, q, k, v, x):
     paged = "block_table" in x
     fp8 = _check_qkv(_KVCACHE, q, k, v, ("batch", "seqlen_q", "heads_q", "head_dim"),
                      ("num_pages", "page_size", "heads_kv", "head_dim") if paged else
-                     ("batch_cache", "seqlen_cache", "heads_kv", "head_dim"))
+                     ("batch_cache", "seqlen_cache", "heads_kv", "head_dim"), latent=True)
     batch = q.shape[0]
     if paged:
         table = x["block_table"]
@@ -499,6 +515,11 @@ def _build_kvcache(o, lse, q, k, v, extras):
     # A page, a head, a token within the page -- or a sequence, a head, a key.
     p.k_stride[:] = (k.stride(0), k.stride(2), k.stride(1))
     p.v_stride[:] = (v.stride(0), v.stride(2), v.stride(1))
+    if v.shape[-1] != d:
+        # MLA's latent cache: V is k's first columns, O has as many.
+        dv = v.shape[-1]
+        p.head_dim_v = dv
+        p.o_stride[:] = (sq * hq * dv, dv, hq * dv)
     if "block_table" in x:
         p.page_size, p.num_pages = k.shape[1], k.shape[0]
         p.max_pages = x["block_table"].shape[1]

@@ -370,6 +370,30 @@ class ServingCalls(Stubbed):
         flashjit.attention_with_kvcache(q, cache, cache)  # the whole cache
         self.assertEqual(self.rec.calls[-1][2].seq_kv, 512)
 
+    def test_kvcache_latent(self):
+        # MLA's latent cache: one tensor of 576 columns whose first 512 are
+        # V, passed as k_cache and k_cache[..., :512] (read once: v = k).
+        q = torch.randn(2, 1, 16, 576, dtype=BF16)
+        cache = torch.randn(2, 256, 1, 576, dtype=BF16)
+        out = flashjit.attention_with_kvcache(q, cache, cache[..., :512], cache_seqlens=200)
+        name, args, p = self.rec.calls[-1]
+        self.assertEqual(out.shape, (2, 1, 16, 512))
+        self.assertEqual((p.head_dim, p.head_dim_v, p.seq_kv), (576, 512, 200))
+        self.assertEqual(list(p.v_stride), list(p.k_stride))
+        self.assertEqual(list(p.o_stride), [16 * 512, 512, 16 * 512])
+        self.assertEqual((args[3], args[4]), (cache.data_ptr(),) * 2)  # k, v
+        # Paged: pages of the latent rows.
+        pages = torch.randn(64, 16, 1, 576, dtype=BF16)
+        table = torch.randint(0, 64, (2, 8), dtype=torch.int32)
+        out = flashjit.attention_with_kvcache(q, pages, pages[..., :512], block_table=table,
+                                              cache_seqlens=100)
+        p = self.rec.calls[-1][2]
+        self.assertEqual((out.shape[-1], p.head_dim_v, p.page_size), (512, 512, 16))
+        # A V of its own with fewer columns is no latent cache.
+        with self.assertRaisesRegex(ValueError, r"must have one shape \(or v be k's first "
+                                                r"columns"):
+            flashjit.attention_with_kvcache(q, cache, cache[..., :512].clone())
+
     def test_fp8_cache(self):
         q = torch.randn(2, 1, 16, 128, dtype=BF16)
         cache = torch.randn(2, 256, 4, 128).to(torch.float8_e4m3fn)
