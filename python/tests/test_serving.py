@@ -244,6 +244,26 @@ class KvCache(Serving):
                 self.check_batch(out, None, q, kk, vv, lens, f"FP8 pages of {page_size}",
                                  causal=BR)
 
+    def test_mla_latent_cache(self):
+        # MLA: 16 query heads over one latent head of 576 columns whose
+        # first 512 are V, passed as a view (read once), contiguous and
+        # in shuffled pages of 64; speculative rows bottom-right.
+        latent = randn(3, 1024, 1, 576)
+        lens = [0, 700, 1024]
+        lt = int32(lens)
+        kp, _, table = self.paged(latent, latent.clone(), 64)
+        for sq in (1, 2):
+            q = randn(3, sq, 16, 576)
+            out = flashjit.attention_with_kvcache(q, latent, latent[..., :512],
+                                                  cache_seqlens=lt, causal=True)
+            self.assertEqual(out.shape, (3, sq, 16, 512))
+            self.check_batch(out, None, q, latent, latent[..., :512], lens,
+                             f"latent, seqlen_q {sq}", causal=BR)
+            out = flashjit.attention_with_kvcache(q, kp, kp[..., :512], cache_seqlens=lt,
+                                                  block_table=table, causal=True)
+            self.check_batch(out, None, q, latent, latent[..., :512], lens,
+                             f"latent pages, seqlen_q {sq}", causal=BR)
+
     def test_paged_page_sizes(self):
         for page_size in (1, 16, 256):
             with self.subTest(page_size=page_size):
