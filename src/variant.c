@@ -271,11 +271,15 @@ static fj_status check_split_dims(const fj_ctx *ctx, const fj_variant *v)
 {
   int dv = fj__head_dim_v(v);
   int fp8 = v->dtype == FJ_E4M3 || fj__kv_dtype(v) == FJ_E4M3;
-  if ((v->head_dim > 256 || dv > 256) && v->mma != FJ_MMA_SYNC)
+  if ((v->head_dim > 256 || dv > 256) && v->mma != FJ_MMA_SYNC) {
+    char with[32] = "";
+    if (dv != v->head_dim)
+      snprintf(with, sizeof with, " with head_dim_v %d", dv);
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                    "head_dim %d with head_dim_v %d is not implemented for "
-                    "mma %s: head dims above 256 run on mma mma",
-                    v->head_dim, dv, fj_mma_name(v->mma));
+                    "head_dim %d%s is not implemented for mma %s: head dims "
+                    "above 256 run on mma mma (sm_80 and newer)",
+                    v->head_dim, with, fj_mma_name(v->mma));
+  }
   if (dv != v->head_dim && v->mma == FJ_MMA_SYNC) {
     if (fp8)
       return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
