@@ -15,6 +15,7 @@
 #include "gpu_case.h"
 #include "runner.h"
 #include "tier.h"
+#include "variant.h"
 
 /* V and O contiguous in the problem's order with head_dim_v columns. */
 void fjt_split_problem(fj_problem *p, int b, int hq, int hkv, int sq, int skv,
@@ -389,6 +390,61 @@ int test_head_dim_v_compile(void)
   CHECK(plan.variant.mma == FJ_MMA_WGMMA && plan.variant.varlen);
   CHECK(compiles(ctx, &plan.variant) == 0);
   fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* Wide heads and MLA's latent cache on the mma family, compiled without a
+ * GPU for sm_80 and sm_90a: the library's plans (MLA's decode contiguous,
+ * paged and speculative; head dims 512 and 320) are the mma family's, compile
+ * without spills, and launch with the shared memory the kernel asks for
+ * (the plan's estimate, fj__variant_tiles_smem, is the template's); the
+ * latent kernels have no V ring, the wide ones the warps' exchange. */
+int test_wide_heads_compile(void)
+{
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  static const int32_t table[1];
+  for (size_t a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx);
+    for (int i = 0; i < 5; i++) {
+      fj_problem p;
+      if (i < 3) {  /* MLA: 16 heads over one latent head, v = k */
+        fjt_split_problem(&p, 8, 16, 1, i == 2 ? 2 : 1, 4096, 576, 512, FJ_BF16, FJ_BSHD);
+        memcpy(p.v_stride, p.k_stride, sizeof p.v_stride);
+        p.causal = i == 2 ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE;
+        if (i == 1) {
+          p.block_table = p.seqused_kv = table;
+          p.page_size = 64;
+          p.max_pages = 64;
+          p.num_pages = 512;
+          int64_t st[3] = {64 * 576, 576, 576};
+          memcpy(p.k_stride, st, sizeof st);
+          memcpy(p.v_stride, st, sizeof st);
+        }
+      } else {
+        fj_problem_init(&p, 2, 8, 4, 1024, 1024, i == 3 ? 512 : 320, FJ_F16, FJ_BHSD);
+        p.causal = FJ_CAUSAL_TOP_LEFT;
+      }
+      fj_plan plan;
+      CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+      CHECK(plan.variant.mma == FJ_MMA_SYNC && plan.variant.tile_m == 16);
+      fj_kernel *k;
+      CHECK_OK(ctx, fj_kernel_get(ctx, &plan.variant, &k));
+      fj_resources r;
+      fj_kernel_resources(k, &r);
+      printf("%s %s: %d registers, %d/%d spill bytes, %d bytes of shared memory (plan %u)\n",
+             archs[a], fj_kernel_name(k), r.registers, r.spill_store_bytes,
+             r.spill_load_bytes, r.shared_dynamic, plan.smem_bytes);
+      CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+      CHECK((unsigned)r.shared_dynamic == plan.smem_bytes);
+      fj_variant v = plan.variant;
+      CHECK(fj__variant_tiles_smem(&v) == r.shared_dynamic);
+      const char *src = fj_kernel_source(k, NULL);
+      CHECK(!strstr(src, "; v @") == (i < 3));   /* V is K's tile */
+      CHECK(strstr(src, "; xp @") != NULL);       /* V above 256 columns */
+    }
+    fj_ctx_destroy(ctx);
+  }
   return 0;
 }
 

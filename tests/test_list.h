@@ -109,6 +109,7 @@ TEST(family_lut_disagrees, cpu)
 TEST(head_dim_v_refusals, cpu)
 TEST(head_dim_v_names, cpu)
 TEST(head_dim_v_compile, cpu)
+TEST(wide_heads_compile, cpu)
 TEST(head_dim_v_reference, cpu)
 /* tune.c */
 TEST(tune_database, cpu)
