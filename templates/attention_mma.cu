@@ -143,8 +143,10 @@
   -- the softmax; Q (MR x D/4) stays resident when the total allows.
   local o_regs, s_regs, q_regs = MR * DVW // 2, MR * NJ * 8, MR * D // 4
   if o_regs + s_regs + 40 > 255 then
-    no("head_dim %d, tile_n %d and %d rows per warp need about %d registers per thread for O and S; the limit is 255 (over by %d): use a smaller tile_n or tile_m",
-       D, BN, 16 * MR, o_regs + s_regs + 40, o_regs + s_regs + 40 - 255)
+    no("%s, tile_n %d and %d rows per warp need about %d registers per thread for O and S; the limit is 255 (over by %d): use a smaller tile_n or tile_m%s",
+       CS and ("head_dim_v %d over %d warps (%d columns each)"):format(DV, W, DVW)
+          or VK and ("head_dim_v %d"):format(DV) or ("head_dim %d"):format(D),
+       BN, 16 * MR, o_regs + s_regs + 40, o_regs + s_regs + 40 - 255, CS and ", or more warps" or "")
   end
   -- With 2 or more stages K can run a tile ahead of V, so S(t + 1) is
   -- computed beside the softmax of tile t -- if both S fit in registers.

@@ -187,30 +187,52 @@ static size_t wgmma_sweep(const cli *c, fj_variant *out)
   return n;
 }
 
-/* All combinations, written into out (NULL: only counted). */
-static size_t sweep_variants(const cli *c, fj_variant *out)
+/* Every combination of the axes' values (each axis not fixed by its
+ * flag), written into out (NULL: only counted). */
+static size_t axes_sweep(const cli *c, const sweep_axis *axes, size_t na,
+                         fj_variant *out)
 {
-  if (c->v.mma == FJ_MMA_WGMMA)
-    return wgmma_sweep(c, out);
-  size_t n = 1, count[SWEEP_AXES];
-  for (size_t a = 0; a < SWEEP_AXES; a++) {
-    count[a] = cli_flag_given(c, sweep_axes[a].flag)
-                   ? 1
-                   : (size_t)sweep_axes[a].count;
+  size_t n = 1, count[8];
+  for (size_t a = 0; a < na; a++) {
+    count[a] = cli_flag_given(c, axes[a].flag) ? 1 : (size_t)axes[a].count;
     n *= count[a];
   }
   for (size_t i = 0; out && i < n; i++) {
     cli tmp = *c;
     size_t rest = i;
-    for (size_t a = 0; a < SWEEP_AXES; a++) {
+    for (size_t a = 0; a < na; a++) {
       if (count[a] > 1)
-        *(int *)(void *)((char *)&tmp + sweep_axes[a].offset) =
-            sweep_axes[a].values[rest % count[a]];
+        *(int *)(void *)((char *)&tmp + axes[a].offset) = axes[a].values[rest % count[a]];
       rest /= count[a];
     }
     out[i] = tmp.v;
   }
   return n;
+}
+
+/* The mma family's wide heads (head dims above 256): 16- or 32-row tiles
+ * whose 2, 4 or 8 warps split the keys (and V's columns), key tiles,
+ * stages and swizzles; the softmax in registers. */
+static const sweep_axis wide_axes[] = {
+    {"tile-m", OFF(v.tile_m), {16, 32}, 2},
+    {"tile-n", OFF(v.tile_n), {32, 64, 128}, 3},
+    {"warps", OFF(v.warps), {2, 4, 8}, 3},
+    {"stages", OFF(v.stages), {1, 2, 3}, 3},
+    {"swizzle", OFF(v.swizzle), {FJ_SWIZZLE_PAD, FJ_SWIZZLE_XOR}, 2},
+};
+
+/* All combinations, written into out (NULL: only counted). */
+static size_t sweep_variants(const cli *c, fj_variant *out)
+{
+  if (c->v.mma == FJ_MMA_WGMMA)
+    return wgmma_sweep(c, out);
+  if (c->v.mma == FJ_MMA_SYNC &&
+      (c->v.head_dim > 256 || (c->v.head_dim_v && c->v.head_dim_v > 256))) {
+    cli regs = *c;
+    regs.v.softmax = FJ_SOFTMAX_REGS;
+    return axes_sweep(&regs, wide_axes, sizeof wide_axes / sizeof wide_axes[0], out);
+  }
+  return axes_sweep(c, sweep_axes, SWEEP_AXES, out);
 }
 
 static void sweep_progress(void *user, size_t done, size_t total)
