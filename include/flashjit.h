@@ -1002,7 +1002,11 @@ FJ_API fj_status fj_attention_variant(fj_ctx *ctx, const fj_problem *p,
  * most 128 and seq_q at most 16: decode, speculative decode) take the mma
  * family with GQA packing; others the family the context's target runs
  * best (fj_variant_default); split head dims (head_dim_v) the wgmma family
- * on sm_90a whatever the shape, with the tiles of the wider head dim.  Splits (problem.splits 0): none when the
+ * on sm_90a whatever the shape, with the tiles of the wider head dim,
+ * where it takes them (both at most 256, dense or packed, no splits asked
+ * for); head dims above 256 and the other split ones the mma family's
+ * 16-row tiles whose warps split the keys (and V's columns above 256),
+ * V read from K's rows where head_dim_v is below head_dim.  Splits (problem.splits 0): none when the
  * grid already fills the multiprocessors (0.8 of a wave or more);
  * otherwise the fewest (for decode shapes, or 16 key tiles or more; none for 4 or
  * fewer), at most 128 and at most the key tiles, whose
