@@ -448,11 +448,11 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
     fit_smem(ctx, v);
     return;
   }
-  mma_choice(ctx, p, v);
   if (p->head_dim > 256 || fj__problem_dv(p) != p->head_dim) {
     wide_choice(ctx, p, v);
     return;
   }
+  mma_choice(ctx, p, v);
   if (fj__decode_rows(p)) {
     decode_choice(ctx, p, v);
   } else if (v->varlen) {

@@ -397,6 +397,7 @@ int fj__variant_tiles_smem(const fj_variant *v)
   if (v->mma == FJ_MMA_SYNC && (dv != v->head_dim || dv > 256)) {
     int kv = aligned128(v->stages * v->tile_n * ld * 2);
     int rows = v->tile_m / 16;
+    /* (2: the row classes of an mma accumulator, lut.lua's) */
     int cs = dv > 256 ? aligned128(rows * v->warps * 2 * 32 * 4) +
                             aligned128(rows * (v->tile_n / 16) * 32 * 16)
                       : 0;

@@ -98,7 +98,9 @@
   if VK and DV > D then
     no("head_dim_v %d above head_dim %d: the mma family reads V as the first head_dim_v columns of K's rows (MLA's latent cache), so head_dim_v is at most head_dim", DV, D)
   end
-  if VK and fp8 then no("head_dim_v %d with head_dim %d and kv_dtype e4m3 is not implemented: split head dims take 16-bit K/V", DV, D) end
+  if (VK or CS) and fp8 then
+    no("head_dim_v %d with head_dim %d and kv_dtype e4m3 is not implemented: split and wide head dims take 16-bit K/V", DV, D)
+  end
   if BN % 16 ~= 0 then no("tile_n %d: the mma family needs a multiple of 16", BN) end
   -- KS: 16 rows a block, each warp its share of every key tile (decode's
   -- few rows: a quarter of a tile's work a warp), merged after the walk.
@@ -116,7 +118,6 @@
       no("head_dim_v %d with warps %d splits each key tile over the warps: tile_n %d must be a multiple of %d", DV, W, BN, 16 * W)
     end
     if BMASK then no("head_dim_v %d (above 256) with a block mask is not implemented", DV) end
-    if fp8 then no("head_dim_v %d (above 256) with kv_dtype e4m3 is not implemented: 16-bit K/V", DV) end
   elseif not KS and (BM % (16 * W) ~= 0 or MR < 1 or MR > 2) then
     no("tile_m %d with warps %d: each warp owns 16 or 32 rows, so tile_m is %d or %d (or 16: the warps split each key tile)", BM, W, 16 * W, 32 * W)
   end
@@ -221,7 +222,7 @@
   -- [slice][warp][class][lane]; P of a tile as A-operand registers,
   -- [slice][16 keys][lane] of 16 bytes.
   if CS then
-    region("xm", MR * W * 2 * 32 * 4, "float")
+    region("xm", MR * W * NC * 32 * 4, "float")
     region("xp", MR * (BN // 16) * 32 * 16, "uint4")
   end
   -- KS: the warps' maxima, then warps 1.. their O and sums, merged through
@@ -529,7 +530,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   local function softmax(src, mask)
 %}
 {{ PC.softmax_step(with(frag, {
-     NJ = NJ, mask = mask, lazy = 8, exchange = CS and EXCHANGE or nil,
+     NJ = NJ, mask = mask, lazy = 8, exchange = EXCHANGE,
      S = function(mi, j, i) return ("%s[%s][%s][%d]"):format(src, mi, j, i) end,
      rescale = { ND = DVW // 16, O = function(mi, d, i) return ("o[%s][%s][%d]"):format(mi, d, i) end },
      pack = { from = p_from, P = function(mi, j, r) return ("pk[%s][%s][%d]"):format(mi, j, r) end } })) }}

@@ -46,6 +46,7 @@ expect 2 "head_dim_v 256 with head_dim 192 is not implemented for mma mma: it re
 expect 0 "fj_attn_d576_v512_m16_n64_w4_s2_pad_regs_mma_nc_bf16_gqa_split" plan --arch sm_90a --shape 4,16,1,576 --heads-kv 1 --seq-kv 4096 --head-dim-v 512 --latent --dtype bf16
 expect 0 "spill_store_bytes=0" emit --arch sm_90a --shape 4,16,1,576 --heads-kv 1 --seq-kv 4096 --head-dim-v 512 --latent --dtype bf16 --what resources
 expect 2 "head_dim 576 with head_dim_v 512 is not implemented for mma wgmma: head dims above 256 run on mma mma" emit --head-dim 576 --head-dim-v 512 --mma wgmma
+expect 2 "--latent reads V as the first --head-dim-v columns of K's rows: --head-dim-v must be below D = 192 (got 0)" emit --shape 1,16,1,192 --latent
 # The wide sweep: 16- and 32-row tiles of 2, 4 and 8 warps (the others fixed).
 expect 0 "fj_attn_d576_v512_m32_n64_w4_s2_pad_regs_mma_nc_bf16     regs=" emit --sweep --head-dim 576 --head-dim-v 512 --dtype bf16 --tile-n 64 --stages 2 --swizzle pad --workers 2
 expect 0 "6 variants" emit --sweep --head-dim 576 --head-dim-v 512 --dtype bf16 --tile-n 64 --stages 2 --swizzle pad --workers 2

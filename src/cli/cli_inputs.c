@@ -277,14 +277,13 @@ int cli_run_alloc(run_data *d, int seed)
   d->nq = q_elements(d, p->q_stride, p->head_dim);
   d->nk = kv_elements(d, p->k_stride, p->head_dim);
   d->nv = kv_elements(d, p->v_stride, dv);
-  /* --latent: V is K (cli_problem gave it K's strides). */
-  d->latent = d->latent && dv <= p->head_dim;
   d->no = q_elements(d, p->o_stride, dv);
   if (run_upload_index(d))
     return EXIT_FAIL;
   uint64_t state = cli_seed_state(seed);
   d->hq = cli_random_tensor(p->dtype, d->nq, p->dtype == FJ_E4M3 ? 64.f : 1.f, &state);
   d->hk = cli_random_tensor(kv, d->nk, kv_scale, &state);
+  /* --latent: V is K (cli_problem gave it K's strides). */
   d->hv = d->latent ? d->hk : cli_random_tensor(kv, d->nv, kv_scale, &state);
   if (kv == FJ_E4M3 && run_fp8_scales(d))
     return EXIT_FAIL;

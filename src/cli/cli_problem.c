@@ -133,6 +133,10 @@ int cli_problem(cli *c, fj_problem *p)
   int rc = c->lens ? check_varlen(c, b, s, skv) : 0;
   if (rc)
     return rc;
+  if (c->latent && !(c->v.head_dim_v > 0 && c->v.head_dim_v < dim))
+    return cli_usage_error(c, "--latent reads V as the first --head-dim-v columns "
+                              "of K's rows: --head-dim-v must be below D = %d (got %d)",
+                           dim, c->v.head_dim_v);
   c->v.head_dim = dim;
   fj_problem_init(p, b, h, hkv, s, skv, dim, c->v.dtype,
                   c->lens ? FJ_THD : c->order);
