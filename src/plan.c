@@ -104,7 +104,8 @@ static int split_rule(long blocks, int slots, int tiles_kv);
  * (the GQA-packed rows of a decode) whose 4 warps split each 64-key tile,
  * and V's columns where it has more than 256 (attention_mma.cu's KS and
  * CS), two stages; where those do not fit the shared memory one stage,
- * then (V above 256 columns) 2 warps and 32-key tiles, two stages or one.
+ * then (V above 256 columns) 2 warps and 32-key tiles in the XOR layout,
+ * two stages or one.
  * Not timed yet beyond MLA's decode (docs/PERF.md). */
 static void wide_choice(const fj_ctx *ctx, const fj_problem *p,
                         fj_variant *v)
@@ -121,9 +122,13 @@ static void wide_choice(const fj_ctx *ctx, const fj_problem *p,
   if (fj__variant_tiles_smem(v) > limit)
     v->stages = 1;
   if (fj__variant_tiles_smem(v) > limit && fj__problem_dv(p) > 256) {
+    /* Two warps hold 256 of O's columns each: with the padded layout
+     * ptxas spilled 12-68 bytes at head dim 512 (sm_86, sm_89, sm_120),
+     * with the XOR swizzle none (by the resource report; not run). */
     v->warps = 2;
     v->tile_n = 32;
     v->stages = 2;
+    v->swizzle = FJ_SWIZZLE_XOR;
     if (fj__variant_tiles_smem(v) > limit)
       v->stages = 1;
   }

@@ -226,8 +226,14 @@
     region("xp", MR * (BN // 16) * 32 * 16, "uint4")
   end
   -- KS: the warps' maxima, then warps 1.. their O and sums, merged through
-  -- the K and V rings once the walk is done.
+  -- the K and V rings once the walk is done -- where V is K's tile (VK)
+  -- and K's ring alone is too small, from Q's tile on (Q, just before it,
+  -- is no longer read then).
   local MERGE_BYTES = (W * NC + (W - 1) * (DV // 2 + NC)) * 32 * 4
+  local MERGE_AT = "s_k"
+  if KS and VK and MERGE_BYTES > KV_BYTES then
+    MERGE_AT, KV_BYTES = "s_q", KV_BYTES + plan[2].offset
+  end
   if KS and MERGE_BYTES > KV_BYTES then
     no("tile_m 16 with warps %d at head_dim %d: the warps' merge needs %d bytes of shared memory, the K and V tiles have %d: more stages or a larger tile_n",
        W, D, MERGE_BYTES, KV_BYTES)
@@ -682,7 +688,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   // 0's, lane by lane (a lane holds the same rows and columns in every
   // warp), in warp order.
   __syncthreads();  // every warp is done with the K and V tiles
-  float *const x_m = reinterpret_cast<float *>(s_k);   // [warp][class][lane]
+  float *const x_m = reinterpret_cast<float *>({{ MERGE_AT }});   // [warp][class][lane]
   float *const x_o = x_m + {{ W * NC * 32 }};            // [warp - 1][O, l][lane]
 #pragma unroll
   for (int c = 0; c < {{ NC }}; ++c) x_m[(warp * {{ NC }} + c) * 32 + lane] = row_m[0][c];

@@ -394,16 +394,17 @@ int test_head_dim_v_compile(void)
 }
 
 /* Wide heads and MLA's latent cache on the mma family, compiled without a
- * GPU for sm_80 and sm_90a: the library's plans (MLA's decode contiguous,
+ * GPU for sm_80, sm_86 and sm_90a: the library's plans (MLA's decode contiguous,
  * paged and speculative; head dims 512 and 320) are the mma family's, compile
  * without spills, and launch with the shared memory the kernel asks for
  * (the plan's estimate, fj__variant_tiles_smem, is the template's); the
  * latent kernels have no V ring, the wide ones the warps' exchange. */
 int test_wide_heads_compile(void)
 {
-  static const char *const archs[] = {"sm_80", "sm_90a"};
+  /* sm_86: a part of about 100 KB a block, where the plan falls back. */
+  static const char *const archs[] = {"sm_80", "sm_86", "sm_90a"};
   static const int32_t table[1];
-  for (size_t a = 0; a < 2; a++) {
+  for (size_t a = 0; a < 3; a++) {
     fj_ctx *ctx = fjt_ctx(archs[a], NULL);
     CHECK(ctx);
     for (int i = 0; i < 5; i++) {
