@@ -104,20 +104,28 @@ uint8_t fj__float_to_e4m3(float f)
   float a = fabsf(f);
   if (isnan(f))
     return 0x7f;
-  if (a >= 464.0f)  /* saturate: the format has no infinity */
+  if (a >= 448.0f)  /* saturate: the format has no infinity */
     return (uint8_t)(sign | 0x7e);
-  /* Search the 127 non-negative finite codes for the nearest, ties to the
-   * even code: simple, exact, and only used on the host. */
-  uint8_t best = 0;
-  float best_err = INFINITY;
-  for (int c = 0; c < 0x7f; c++) {
-    float err = fabsf(fj__e4m3_to_float((uint8_t)c) - a);
-    if (err < best_err || (err == best_err && (c & 1) == 0)) {
-      best = (uint8_t)c;
-      best_err = err;
-    }
+  /* The codes are monotonic in value: below 2^-6 (subnormals) a code is
+   * a count of 2^-9; from 2^-6 on, code = 8 (e + 6) + m, where 2^e <= a <
+   * 2^(e+1) and m in [8, 16] is a's 24-bit significand rounded to 4 bits
+   * (m = 16 carries into the next exponent by itself). Ties go to the
+   * even m, which is the even code, as round-to-nearest-even wants. */
+  int code;
+  if (a < 0.015625f) {
+    code = (int)rintf(a * 512.0f);  /* exact scaling; rintf: ties to even */
+  } else {
+    uint32_t bits;
+    memcpy(&bits, &a, sizeof bits);
+    uint32_t sig = (bits & 0x7fffffu) | 0x800000u, rem = sig & 0xfffffu;
+    int m = (int)(sig >> 20);
+    if (rem > 0x80000u || (rem == 0x80000u && (m & 1)))
+      m++;
+    code = 8 * ((int)(bits >> 23) - 121) + m;
   }
-  return (uint8_t)(sign | best);
+  if (code > 0x7e)
+    code = 0x7e;
+  return (uint8_t)(sign | code);
 }
 
 static float to_float(fj_dtype d, const void *src, size_t i)

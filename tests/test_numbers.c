@@ -275,6 +275,29 @@ int test_convert_formats(void)
   CHECK(isnan(fj__e4m3_to_float(0x7f)));
   for (int c = 0; c < 0x7f; c++)
     CHECK(fj__float_to_e4m3(fj__e4m3_to_float((uint8_t)c)) == c);
+  /* Nearest code, ties to the even one, against a search of all codes:
+   * every midpoint between neighbours and a point either side of it. */
+  for (int c = 0; c < 0x7e; c++) {
+    float lo = fj__e4m3_to_float((uint8_t)c), hi = fj__e4m3_to_float((uint8_t)(c + 1));
+    float mid = 0.5f * (lo + hi);
+    float probe[3] = {mid, nextafterf(mid, 0.0f), nextafterf(mid, 1000.0f)};
+    for (int i = 0; i < 3; i++) {
+      uint8_t best = 0;
+      float best_err = INFINITY;
+      for (int k = 0; k < 0x7f; k++) {
+        float err = fabsf(fj__e4m3_to_float((uint8_t)k) - probe[i]);
+        if (err < best_err || (err == best_err && (k & 1) == 0)) {
+          best = (uint8_t)k;
+          best_err = err;
+        }
+      }
+      CHECK(fj__float_to_e4m3(probe[i]) == best);
+      CHECK(fj__float_to_e4m3(-probe[i]) == (0x80 | best));
+    }
+  }
+  CHECK(fj__float_to_e4m3(460.0f) == 0x7e && fj__float_to_e4m3(470.0f) == 0x7e);
+  CHECK(fj__float_to_e4m3(INFINITY) == 0x7e && fj__float_to_e4m3(-INFINITY) == 0xfe);
+  CHECK(fj__float_to_e4m3(1e-30f) == 0 && fj__float_to_e4m3(-0.0f) == 0x80);
   /* through the public entry point */
   float in[3] = {0.5f, -3.0f, 1e-3f}, back[3];
   uint16_t h[3];
