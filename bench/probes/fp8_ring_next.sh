@@ -1,34 +1,44 @@
 #!/bin/bash
-# fp8_ring_next.sh OUTDIR -- fp8_ring_next.patch (P V in f16 under bf16
-# queries; paged FP8 page numbers a tile ahead) against the tree's
-# templates, from build/ on the GPU machine: the FP8-KV GPU tests with the
-# patched templates first (FLASHJIT_TEMPLATE_DIR; the test binary is the
-# tree's), then `flashjit run` medians of the decode shapes, contiguous and
-# paged, each template folder in turn, twice.
+# fp8_ring_next.sh OUTDIR -- the FP8 ring's two prepared steps against the
+# tree's templates, from build/ on the GPU machine:
+#   next: fp8_ring_next.patch (P V in f16 under bf16 queries; paged FP8
+#         page numbers a tile ahead);
+#   k16:  fp8_k16.patch (next, and Q K^T in f16 too: K's tiles f16, Q's
+#         tile f16 times a power of two; the decode loop 811 -> 715 -> 619
+#         SASS instructions a 64-key tile).
+# First the FP8-KV GPU tests with each patched set (FLASHJIT_TEMPLATE_DIR;
+# the test binary is the tree's), then `flashjit run` medians of the
+# decode shapes, contiguous and paged, each template folder in turn, twice.
+# NEXT_SETS picks the sets ("next k16"), NEXT_TESTS the tests.
 set -u
 out=${1:-/tmp}
 here=$(cd "$(dirname "$0")" && pwd)
-rm -rf /tmp/fj-next && mkdir /tmp/fj-next && cp -r "$here/../../templates" /tmp/fj-next/
-(cd /tmp/fj-next && git apply "$here/fp8_ring_next.patch") || { echo "fp8 next: the patch does not apply"; exit 1; }
-for t in ${NEXT_TESTS-gpu_fp8_kv gpu_fp8_kv_paged}; do
-  FLASHJIT_TEMPLATE_DIR=/tmp/fj-next/templates timeout ${NEXT_TEST_TIMEOUT:-400} ./tests/fj_tests $t >"$out/next_$t.log" 2>&1
-  echo "fp8 next $t: exit $? ($(grep -c ' ok$' "$out/next_$t.log") ok, $(grep -c FAIL "$out/next_$t.log") FAIL)"
+sets=${NEXT_SETS-next k16}
+for s in $sets; do
+  rm -rf /tmp/fj-$s && mkdir /tmp/fj-$s && cp -r "$here/../../templates" /tmp/fj-$s/
+  patch=$([ "$s" = next ] && echo fp8_ring_next.patch || echo fp8_$s.patch)
+  (cd /tmp/fj-$s && git apply "$here/$patch") || { echo "fp8 $s: $patch does not apply"; exit 1; }
+  for t in ${NEXT_TESTS-gpu_fp8_kv gpu_fp8_kv_paged}; do
+    FLASHJIT_TEMPLATE_DIR=/tmp/fj-$s/templates timeout ${NEXT_TEST_TIMEOUT:-200} ./tests/fj_tests $t >"$out/${s}_$t.log" 2>&1
+    echo "fp8 $s $t: exit $? ($(grep -c ' ok$' "$out/${s}_$t.log") ok, $(grep -c FAIL "$out/${s}_$t.log") FAIL)"
+  done
 done
 v64=$(python3 -c 'print(",".join(["1:4096"] * 64))')
 for round in 1 2; do
   while IFS= read -r args; do
-    line="fp8 next r$round $args:"
-    for t in tree /tmp/fj-next/templates; do
-      dir=$([ "$t" = tree ] || echo "$t")
-      ms=$(FLASHJIT_TEMPLATE_DIR=$dir timeout 60 ./flashjit run $args --iters 50 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
-      line="$line ${t##*/} ${ms:-?}"
+    line="fp8 r$round $args:"
+    for t in tree $sets; do
+      dir=$([ "$t" = tree ] || echo "/tmp/fj-$t/templates")
+      us=$(FLASHJIT_TEMPLATE_DIR=$dir timeout 60 ./flashjit run $args --iters 50 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+      line="$line $t ${us:-?}"
     done
     echo "$line us" | sed "s/$v64/64x4096/" | tee -a "$out/next_times.txt"
-  done <<EOF
+  done <<EOF2
 --shape 64,32,1,128 --heads-kv 8 --seq-kv 4096 --dtype bf16 --kv-dtype e4m3
 --shape 1,32,1,128 --heads-kv 8 --seq-kv 32768 --dtype bf16 --kv-dtype e4m3
 --shape 64,32,1,64 --heads-kv 8 --seq-kv 4096 --dtype bf16 --kv-dtype e4m3
 --shape 64,32,1,128 --heads-kv 8 --seq-kv 4096 --dtype bf16 --kv-dtype e4m3 --varlen $v64 --page-size 16
+--shape 64,32,1,128 --heads-kv 8 --seq-kv 4096 --dtype f16 --kv-dtype e4m3
 --shape 64,32,1,128 --heads-kv 8 --seq-kv 4096 --dtype bf16
-EOF
+EOF2
 done
