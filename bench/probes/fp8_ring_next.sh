@@ -42,3 +42,14 @@ for round in 1 2; do
 --shape 64,32,1,128 --heads-kv 8 --seq-kv 4096 --dtype bf16
 EOF2
 done
+# The decode's other tiles, stages and swizzles (fewer stages or no K
+# pipeline fit 3-4 blocks a multiprocessor instead of 2), with the tree's
+# templates and the last set's: the fastest of each.
+if [ "${NEXT_SWEEP:-1}" = 1 ]; then
+  for t in tree ${sets##* }; do
+    dir=$([ "$t" = tree ] || echo "/tmp/fj-$t/templates")
+    FLASHJIT_TEMPLATE_DIR=$dir timeout 150 ./flashjit run --shape 64,32,1,128 --heads-kv 8 --seq-kv 4096 --dtype bf16 \
+      --kv-dtype e4m3 --pack-gqa --mma mma --softmax regs --sweep --iters 20 >"$out/sweep_$t.log" 2>&1
+    echo "fp8 sweep $t: exit $?; $(grep -c ' us' "$out/sweep_$t.log") timed; $(grep -i fastest "$out/sweep_$t.log")"
+  done
+fi
