@@ -133,11 +133,14 @@ def decode(text):
 class _Tables(threading.local):
     """This thread's entries: `plain` by the entry points' own arguments
     as given (calls without tensor parameters or a block mask, whose
-    lookup is the cheapest), `calls` by signature (Opts and the tensors'
-    metadata), `bwd` the backward's by signature."""
+    lookup is the cheapest), `train` the training op's checked arguments
+    by the same key (calls with an input that requires grad), `calls` by
+    signature (Opts and the tensors' metadata), `bwd` the backward's by
+    signature."""
 
     def __init__(self):
         self.plain = {}
+        self.train = {}
         self.calls = {}
         self.bwd = {}
 

@@ -292,7 +292,7 @@ def _varlen_grad(o, x, grad, fp8, lse, q, k, v, extras):
     if o.score_mod or o.mask_mod or o.params:
         return fjt.NoBackward.apply(o, lse, q, k, v, *extras)
     cu_q = x["cu_seqlens_q"]
-    out, lib_lse = fjt.attention_train_op(
+    out, lib_lse = fjt.train(
         q, k, v, x.get("sinks"), o.causal, o.scale, capi.THD, o.window_left, o.window_right,
         o.softcap, cu_q, x["cu_seqlens_k"], x.get("seqused_k"), o.max_seqlen_q,
         o.max_seqlen_k, o.num_splits)

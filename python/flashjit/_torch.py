@@ -663,14 +663,18 @@ def _train_setup(ctx, inputs, output):
     ctx.set_materialize_grads(False)
 
 
-def _train_backward(ctx, dout, dlse):
-    q, k, v, out, lse, sinks, cu_q, cu_k, used = ctx.saved_tensors
+def _train_grads(saved, args, max_seqlens, dout, dlse, bwd):
+    """The backward of a training call, the op's (_train_backward) and
+    _Train's alike: (dq, dk, dv, dsinks or None), or None where no
+    gradient reaches the output.  saved: _train_setup's tensors; bwd:
+    attention_bwd_op, or eagerly the function it wraps."""
+    q, k, v, out, lse, sinks, cu_q, cu_k, used = saved
     if dlse is not None:
         who = _WHO if cu_q is None else "flashjit.attention_varlen"
         raise NotImplementedError(f"{who}: the gradient through the returned lse is not "
                                   "implemented yet: use the output only")
     if dout is None:
-        return (None,) * _TRAIN_ARGS
+        return None
     # The mode is read here, in the backward formula, and given to the op as
     # an argument.  Eagerly this runs at loss.backward(), when PyTorch's own
     # backward kernels read the flag too.  Under torch.compile AOTAutograd
@@ -681,14 +685,63 @@ def _train_backward(ctx, dout, dlse):
     # flag itself, a compiled or captured backward would depend on state its
     # graph does not show.  warn_only changes nothing: the mode exists.
     deterministic = torch.are_deterministic_algorithms_enabled()
-    varlen = () if cu_q is None else (cu_q, cu_k, used) + ctx.max_seqlens
-    dq, dk, dv, dsinks = attention_bwd_op(dout, q, k, v, out, lse, *ctx.args, sinks,
-                                          deterministic, *varlen)
-    grads = (dq, dk, dv, dsinks if sinks is not None else None)
+    varlen = () if cu_q is None else (cu_q, cu_k, used) + tuple(max_seqlens)
+    dq, dk, dv, dsinks = bwd(dout, q, k, v, out, lse, *args, sinks, deterministic, *varlen)
+    return dq, dk, dv, dsinks if sinks is not None else None
+
+
+def _train_backward(ctx, dout, dlse):
+    grads = _train_grads(ctx.saved_tensors, ctx.args, ctx.max_seqlens, dout, dlse,
+                         attention_bwd_op)
+    if grads is None:
+        return (None,) * _TRAIN_ARGS
     return grads + (None,) * (_TRAIN_ARGS - len(grads))
 
 
 attention_train_op.register_autograd(_train_backward, setup_context=_train_setup)
+
+
+# attention_train's arguments after sinks, with their defaults (the
+# varlen ones: cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+# max_seqlen_k, num_splits).
+_TRAIN_DEFAULTS = (None, None, None, 0, 0, 0)
+
+
+class _Train(torch.autograd.Function):
+    """attention_train_op's autograd outside torch.compile: the same
+    forward (_attention_train), saved tensors and backward (_train_grads,
+    calling the function attention_bwd_op wraps), without the custom op's
+    dispatch, whose host time a small model's training step pays per layer
+    (PyTorch fills a custom op's defaults from its schema at every call:
+    66 us of 153 here for attention_train's 16 arguments)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, sinks, *args):
+        out, lse = _attention_train(q, k, v, sinks, *args)
+        full = args + _TRAIN_DEFAULTS[len(args) - 6:]
+        ctx.save_for_backward(q, k, v, out, lse, sinks, *full[6:9])
+        ctx.args = full[:6]  # causal, scale, layout, window_left, window_right, softcap
+        ctx.max_seqlens = full[9:11]
+        ctx.inputs = 4 + len(args)
+        ctx.set_materialize_grads(False)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        grads = _train_grads(ctx.saved_tensors, ctx.args, ctx.max_seqlens, dout, dlse,
+                             attention_bwd_op if torch.compiler.is_compiling()
+                             else _attention_bwd)
+        # One for each of forward's inputs.
+        return (None,) * ctx.inputs if grads is None else grads + (None,) * (ctx.inputs - 4)
+
+
+def train(q, k, v, sinks, *args):
+    """A training call with the built-in masks (attention_train_op's
+    arguments): (out, lse).  Through the op under torch.compile (which
+    traces it and its backward, attention_bwd), eagerly through _Train."""
+    if torch.compiler.is_compiling():
+        return attention_train_op(q, k, v, sinks, *args)
+    return _Train.apply(q, k, v, sinks, *args)
 
 
 # ---- the backward with expressions -----------------------------------------------------
@@ -956,13 +1009,15 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
                                if t is not None)
                 key += (sinks is None, q_descale is None, k_descale is None,
                         v_descale is None) + tuple(calls.meta(t) for t in extras)
-            e = calls.tables.plain.get(key)
+            grad = torch.is_grad_enabled() and (
+                q.requires_grad or k.requires_grad or v.requires_grad or
+                (sinks is not None and sinks.requires_grad))
+            # With grad, the training op's arguments as the checks left them.
+            e = (calls.tables.train if grad else calls.tables.plain).get(key)
         except (AttributeError, TypeError):  # not tensors: the checks below say so
             key = e = None
-        if e is not None and not (torch.is_grad_enabled() and (
-                q.requires_grad or k.requires_grad or v.requires_grad or
-                (sinks is not None and sinks.requires_grad))):
-            out, lse = calls.forward(e, q, k, v, extras)
+        if e is not None:
+            out, lse = train(q, k, v, sinks, *e) if grad else calls.forward(e, q, k, v, extras)
             return (out, lse) if return_lse else out
     return _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, score_mod,
                       mask_mod, params, sinks, block_mask, checked,
@@ -1003,7 +1058,10 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
             "yet (the forward runs: call it under torch.no_grad())"))
     builtin = not (score_mod or mask_mod or params or block_mask is not None or checked)
     if grad and builtin:
-        out, lse = attention_train_op(q, k, v, sinks, c, sc, lay, wl, wr, cap)
+        args = (c, sc, lay, wl, wr, cap)
+        if key is not None:
+            calls.remember(calls.tables.train, key, args)
+        out, lse = train(q, k, v, sinks, *args)
         return (out, lse) if return_lse else out
     o, extras = _dense_opts(c, sc, lay, wl, wr, cap, score_mod, mask_mod, params, sinks, bm,
                             checked, descales)

@@ -261,16 +261,68 @@ class CachedCalls(Stubbed):
             self.assertLessEqual(len(calls.tables.plain), 2)
             self.assertLessEqual(len(calls.tables.calls), 2)
 
-    def test_grad_skips_the_table(self):
+    def test_grad_has_its_own_table(self):
         q, k, v = qkv()
         flashjit.attention(q, k, v)
         q.requires_grad_()
-        with mock.patch.object(fjt, "attention_train_op", return_value=(q, q)) as op:
-            flashjit.attention(q, k, v)
-            self.assertEqual(op.call_count, 1)
+        with mock.patch.object(fjt, "train", return_value=(q, q)) as op, \
+                mock.patch.object(fjt, "check_inputs", wraps=fjt.check_inputs) as checks:
+            # The first call with grad is checked, the next ones come from the
+            # training table with the arguments the checks made.
+            for _ in range(3):
+                flashjit.attention(q, k, v, causal="top_left")
+            self.assertEqual((op.call_count, checks.call_count), (3, 1))
+            self.assertEqual(len(calls.tables.train), 1)
+            self.assertEqual(op.call_args[0][3:], (None, capi.CAUSAL_TOP_LEFT, 0.0, capi.BHSD,
+                                                   -1, -1, 0.0))
+            # Without grad, the plain table, never the training call.
             with torch.no_grad():
-                flashjit.attention(q, k, v)
-            self.assertEqual(op.call_count, 1)
+                flashjit.attention(q, k, v, causal="top_left")
+            self.assertEqual(op.call_count, 3)
+            # Another option is another entry, checked once.
+            checks.reset_mock()
+            for _ in range(2):
+                flashjit.attention(q, k, v, causal="top_left", softcap=30.0)
+            self.assertEqual((op.call_count, checks.call_count, len(calls.tables.train)),
+                             (5, 1, 2))
+
+    def test_eager_training_skips_the_custom_op(self):
+        """Eagerly, autograd runs through _Train (an autograd.Function over
+        the same forward and backward), not the custom ops, whose dispatch
+        fills their defaults from the schema at every call."""
+        q, k, v = (t.requires_grad_() for t in qkv(hk=2))
+        with mock.patch.object(fjt, "attention_train_op") as op, \
+                mock.patch.object(fjt, "attention_bwd_op") as bwd_op:
+            out = flashjit.attention(q, k, v, causal="top_left")
+            self.assertEqual(type(out.grad_fn).__name__, "_TrainBackward")
+            out.backward(torch.ones_like(out))
+            self.assertEqual((op.call_count, bwd_op.call_count), (0, 0))
+        self.assertEqual([c[0] for c in self.rec.calls], ["fwd", "bwd"])
+        self.assertEqual((q.grad.shape, k.grad.shape, v.grad.shape), (q.shape, k.shape, v.shape))
+        # The backward's problem is the forward's.
+        p = self.rec.calls[-1][2]
+        self.assertEqual((p.heads_q, p.heads_kv, p.causal, p.deterministic),
+                         (8, 2, capi.CAUSAL_TOP_LEFT, 0))
+        # No gradient into the returned lse, as the op's backward says.
+        out, lse = flashjit.attention(q, k, v, return_lse=True)
+        with self.assertRaisesRegex(NotImplementedError, "gradient through the returned lse"):
+            lse.sum().backward()
+
+    def test_varlen_training_goes_the_same_way(self):
+        q = torch.randn(256, 8, 64, dtype=BF16, requires_grad=True)
+        k, v = (torch.randn(256, 2, 64, dtype=BF16, requires_grad=True) for _ in range(2))
+        cu = torch.tensor([0, 100, 256], dtype=torch.int32)
+        with mock.patch.object(fjt, "attention_train_op") as op:
+            for _ in range(2):
+                out = flashjit.attention_varlen(q, k, v, cu, cu, 156, 156, causal=True)
+                out.backward(torch.ones_like(out))
+            self.assertEqual(op.call_count, 0)
+        self.assertEqual(type(out.grad_fn).__name__, "_TrainBackward")
+        self.assertEqual([c[0] for c in self.rec.calls], ["fwd", "bwd"] * 2)
+        self.assertEqual((q.grad.shape, k.grad.shape), (q.shape, k.shape))
+        p = self.rec.calls[-1][2]
+        self.assertEqual((p.batch, p.heads_kv, p.seq_q, p.causal),
+                         (2, 2, 156, capi.CAUSAL_BOTTOM_RIGHT))
 
     def test_training_forward_prefetches_its_backward(self):
         q, k, v = qkv()
