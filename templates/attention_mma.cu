@@ -40,6 +40,13 @@
   of K's rows -- MLA's latent cache, where the caller passes v = k --, so
   only K's tiles are loaded.
 
+  Head dims that are a multiple of 8 but not of 16 (40, 72, 264, ...)
+  are padded to the next multiple of 16 (and V's above 256 to 16 columns
+  a warp): a tile row has the padded width, the loads fill the head dim's
+  columns, and the rest is zeroed once before them, so Q's and K's pad
+  adds nothing to S; V's pad reaches only O's pad columns, never stored.
+  FP8 K/V (a 16-byte chunk of 16 elements) take multiples of 16.
+
   Attention sinks (mods.sinks) enter at the end: the epilogue adds each
   row's sink, of its own query head (head(r): packed rows differ), to the
   row's denominator; split partials leave it to the combine.
@@ -94,7 +101,7 @@
     no("softmax %s: the mma family keeps the softmax in registers (softmax regs); smem is the wmma family's", softmax)
   end
   if fp8 and D % 16 ~= 0 then
-    no("head_dim %d with kv_dtype e4m3 is not implemented: FP8 K/V take a multiple of 16 (a 16-byte chunk of FP8 is 16 elements)", D)
+    no("head_dim %d with kv_dtype e4m3 is not implemented: FP8 K/V take a multiple of 16 (a 16-byte chunk of e4m3 is 16 elements; 16-bit K/V take any multiple of 8)", D)
   end
   if VK and DV > D then
     no("head_dim_v %d above head_dim %d: the mma family reads V as the first head_dim_v columns of K's rows (MLA's latent cache), so head_dim_v is at most head_dim", DV, D)
