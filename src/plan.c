@@ -56,6 +56,14 @@ static int measured(const fj_ctx *ctx)
   return ctx->sm == 90 && ctx->arch_specific;
 }
 
+/* The head dim the mma family's products see: a multiple of 8 but not of
+ * 16 is padded to the next multiple of 16 (attention_mma.cu), and takes
+ * the tiles of that one. */
+static int mma_dim(int d)
+{
+  return (d + 15) / 16 * 16;
+}
+
 /* The mma family where the target has mma.sync m16n8k16 (sm_80 on), with
  * the shapes that ran fastest in the H200 sweeps of docs/PERF.md (S = 4096
  * and 16384, causal and not): up to head_dim 128 each of 4 warps owns 32
@@ -64,7 +72,7 @@ static int measured(const fj_ctx *ctx)
  * except head_dim 256 with 64-key tiles, taken only where it fits. */
 static void mma_choice(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
 {
-  int d = v->head_dim;
+  int d = mma_dim(v->head_dim);
   v->mma = FJ_MMA_SYNC;
   v->softmax = FJ_SOFTMAX_REGS;
   v->tile_m = 128;
@@ -164,7 +172,7 @@ static int ks_walk(const fj_ctx *ctx, const fj_problem *p, const fj_variant *v,
 static void decode_choice(const fj_ctx *ctx, const fj_problem *p,
                           fj_variant *v)
 {
-  int rows = fj__decode_rows(p), d = v->head_dim;
+  int rows = fj__decode_rows(p), d = mma_dim(v->head_dim);
   v->pack_gqa = p->heads_q > p->heads_kv;
   v->tile_m = rows;
   v->warps = rows / 16;
@@ -248,8 +256,9 @@ static void fit_smem(const fj_ctx *ctx, fj_variant *v)
 }
 
 /* Whether the wgmma family takes the head dim on sm_90a: from 64 up (it
- * pads to 64-column panels), and below where the mma family cannot (not a
- * multiple of 16). */
+ * pads to 64-column panels), and below where it is not a multiple of 16
+ * (the mma family pads those to 16 columns now; sm_90a keeps the wgmma
+ * family's picks, not compared with it yet). */
 static int wgmma_head_dim(int d)
 {
   return d % 8 == 0 && d <= 256 && (d >= 64 || d % 16 != 0);
@@ -468,8 +477,9 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
      * (sm_80, sm_87, sm_90 and sm_90a): 32-key tiles, but on sm_90a,
      * where the 64-key tiles measured 2% faster all the same (the H100,
      * docs/PERF.md: 422-424 us against 431-433). */
+    int d = mma_dim(v->head_dim);
     v->warps = v->tile_m / 16;
-    if (v->head_dim > 192 || (v->head_dim == 160 && !v->causal && !measured(ctx)))
+    if (d > 192 || (d == 160 && !v->causal && !measured(ctx)))
       v->tile_n = 32;
     /* Paged rows find their pages: with the causal third stage at head
      * dim 64 ptxas for Blackwell (sm_100) spills 4 bytes; two stages do
@@ -479,13 +489,14 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
   } else if (mi.user || mi.softcap) {
     /* A score or mask function per element: with two 16-row slices a warp
      * ptxas spills 24-120 bytes at head dim 128 (sm_80); with one, none. */
+    int d = mma_dim(v->head_dim);
     v->warps = v->tile_m / 16;
     /* A bias table with a document mask still spills 12-20 bytes at head
      * dims 96-128 with 64-key tiles, the softcap 16 at head dim 160, ALiBi
      * 52 at head dim 64 with 128 (sm_80). */
-    if (v->head_dim <= 64 && v->tile_n > 64)
+    if (d <= 64 && v->tile_n > 64)
       v->tile_n = 64;
-    else if (v->head_dim >= (mi.user ? 96 : 160))
+    else if (d >= (mi.user ? 96 : 160))
       v->tile_n = 32;
   }
   /* A block mask's blocks hold whole tiles (64-row tiles for 64-row
@@ -510,7 +521,8 @@ void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
    * keep its packing and split-KV; block masks of 64-row blocks its
    * 64-row tiles. */
   /* FP8 attention runs on the wgmma family alone. */
-  /* A head dim the mma family cannot take (not a multiple of 16), or
+  /* A head dim that is not a multiple of 16 (which the mma family pads;
+   * not compared on sm_90a yet), or
    * split head dims (head_dim_v), run on wgmma whatever the shape --
    * but for asked-for splits, which the mma family's split head dims
    * take (V read from K's rows). */

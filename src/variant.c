@@ -139,7 +139,8 @@ void fj_variant_default(fj_variant *v, int head_dim, fj_dtype dtype,
 /* Head dims: multiples of 8 (16-byte rows of 16-bit elements) up to 576
  * (V's up to 512).  Each family takes those its instructions cover (the
  * templates' refusals): wgmma any up to 256, padding to 64-column panels;
- * mma multiples of 16 up to the limits; wmma multiples of 16 up to 256;
+ * mma's forward any up to the limits, padding to 16 columns (with FP8
+ * K/V multiples of 16); wmma multiples of 16 up to 256;
  * the backward multiples of 32 up to 256 (64 and 128 on wgmma). */
 /* Q's and K's head dim up to 576 (MLA's latent rows with their rotary
  * part), V's and O's up to 512; above 256 the mma family alone. */
@@ -388,9 +389,23 @@ static int aligned128(int bytes)
   return (bytes + 127) / 128 * 128;
 }
 
+static int round_up(int x, int m)
+{
+  return (x + m - 1) / m * m;
+}
+
+int fj__mma_tile_cols(const fj_variant *v)
+{
+  int dv = fj__head_dim_v(v);
+  int d = round_up(v->head_dim, 16);
+  dv = round_up(dv, dv > 256 && v->warps > 0 ? 16 * v->warps : 16);
+  return d > dv ? d : dv;
+}
+
 int fj__variant_tiles_smem(const fj_variant *v)
 {
-  int ld = v->head_dim + (v->swizzle == FJ_SWIZZLE_PAD ? 8 : 0);
+  int cols = v->mma == FJ_MMA_SYNC ? fj__mma_tile_cols(v) : v->head_dim;
+  int ld = cols + (v->swizzle == FJ_SWIZZLE_PAD ? 8 : 0);
   /* The mma family's split head dims read V from K's tiles (VK); above
    * 256 columns of V its warps trade row maxima and P (CS). */
   int dv = fj__head_dim_v(v);

@@ -50,6 +50,10 @@ fj_status fj__variant_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k);
  * not count; the kernel's check (kernel.c) has the template's exact
  * number. */
 int fj__variant_tiles_smem(const fj_variant *v);
+/* The columns of an mma variant's shared tile rows (attention_mma.cu's
+ * DT): Q's and K's head dim and V's rounded up to the products' 16 (V's
+ * above 256 columns to 16 a warp, its warps splitting them), the wider. */
+int fj__mma_tile_cols(const fj_variant *v);
 /* kv_dtype with 0 resolved to dtype. */
 fj_dtype fj__kv_dtype(const fj_variant *v);
 /* head_dim_v with 0 resolved to head_dim: V's and O's columns. */

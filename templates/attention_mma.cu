@@ -40,6 +40,13 @@
   of K's rows -- MLA's latent cache, where the caller passes v = k --, so
   only K's tiles are loaded.
 
+  Head dims that are a multiple of 8 but not of 16 (40, 72, 264, ...)
+  are padded to the next multiple of 16 (and V's above 256 to 16 columns
+  a warp): a tile row has the padded width, the loads fill the head dim's
+  columns, and the rest is zeroed once before them, so Q's and K's pad
+  adds nothing to S; V's pad reaches only O's pad columns, never stored.
+  FP8 K/V (a 16-byte chunk of 16 elements) take multiples of 16.
+
   Attention sinks (mods.sinks) enter at the end: the epilogue adds each
   row's sink, of its own query head (head(r): packed rows differ), to the
   row's denominator; split partials leave it to the combine.
@@ -93,8 +100,9 @@
   if softmax ~= "regs" then
     no("softmax %s: the mma family keeps the softmax in registers (softmax regs); smem is the wmma family's", softmax)
   end
-  if D % 16 ~= 0 then no("head_dim %d: the mma family needs a multiple of 16", D) end
-  if DV % 16 ~= 0 then no("head_dim_v %d: the mma family needs a multiple of 16", DV) end
+  if fp8 and D % 16 ~= 0 then
+    no("head_dim %d with kv_dtype e4m3 is not implemented: FP8 K/V take a multiple of 16 (a 16-byte chunk of e4m3 is 16 elements; 16-bit K/V take any multiple of 8)", D)
+  end
   if VK and DV > D then
     no("head_dim_v %d above head_dim %d: the mma family reads V as the first head_dim_v columns of K's rows (MLA's latent cache), so head_dim_v is at most head_dim", DV, D)
   end
@@ -108,12 +116,21 @@
   -- KW: the warps split each key tile (KS, CS).
   local KW = KS or CS
   local MR = KS and 1 or CS and BM // 16 or BM // (16 * W)
-  local DVW = CS and DV // W or DV
+  -- Head dims that are a multiple of 8 but not of 16 are padded to the
+  -- products' 16 columns: DP of Q and K, DVP of V and O (with CS a
+  -- multiple of 16 a warp, so that the warps own equal columns).  A tile
+  -- row has DT columns; the loads write the first D (tile_io.cuh), and
+  -- the rest is zeroed once before them (zero_pad): Q's and K's pad meets
+  -- in S = Q K^T, where uninitialised shared memory could hold NaN.  V's
+  -- pad feeds only O's pad columns, which are never stored.
+  local function up(x, m) return (x + m - 1) // m * m end
+  local DP, DVP = up(D, 16), up(DV, CS and 16 * W or 16)
+  local DT = math.max(DP, DVP)
+  local DVW = CS and DVP // W or DVP
   if CS then
     if W < 2 or (BM ~= 16 and BM ~= 32) then
       no("head_dim_v %d (above 256) takes tile_m 16 or 32 with 2 or more warps, which split V's columns (got tile_m %d, warps %d)", DV, BM, W)
     end
-    if DV % (16 * W) ~= 0 then no("head_dim_v %d over %d warps: each warp's columns must be a multiple of 16", DV, W) end
     if BN % (16 * W) ~= 0 then
       no("head_dim_v %d with warps %d splits each key tile over the warps: tile_n %d must be a multiple of %d", DV, W, BN, 16 * W)
     end
@@ -142,7 +159,7 @@
 
   -- Registers per thread: O (MR x D/2 floats) and S (MR x BN/2) live across
   -- the softmax; Q (MR x D/4) stays resident when the total allows.
-  local o_regs, s_regs, q_regs = MR * DVW // 2, MR * NJ * 8, MR * D // 4
+  local o_regs, s_regs, q_regs = MR * DVW // 2, MR * NJ * 8, MR * DP // 4
   if o_regs + s_regs + 40 > 255 then
     no("%s, tile_n %d and %d rows per warp need about %d registers per thread for O and S; the limit is 255 (over by %d): use a smaller tile_n or tile_m%s",
        CS and ("head_dim_v %d over %d warps (%d columns each)"):format(DV, W, DVW)
@@ -158,8 +175,9 @@
   -- lane (tile_io.cuh), where a warp's share of a tile fits in its lanes;
   -- V takes K's.  Two chunks a thread (one address for both) where
   -- registers allow: a split's bounds leave none (8 bytes spilled at head
-  -- dim 128, sm_90a), so one there.
-  local TPR = SPLIT and D // 8 or D // 16
+  -- dim 128, sm_90a), so one there -- and one where a row has an odd
+  -- number of chunks (a head dim that is not a multiple of 16).
+  local TPR = (SPLIT or D % 16 ~= 0) and D // 8 or D // 16
   local PF = PAGED and S >= 2 and not RING8 and 32 % TPR == 0 and BN % (THREADS // TPR) == 0 and
              BN // (THREADS // TPR) * (32 // TPR) <= 32
   -- Rows of more than 32 chunks (head dims above 256): a warp a row, the
@@ -194,12 +212,12 @@
 
   -- Shared tiles: Q, then the K and V rings.  "xor" permutes chunk c of row
   -- r to c ^ (r & XM), XM + 1 the largest power of two (at most 8) dividing
-  -- the chunks per row.
-  local CHUNKS = D // 8
+  -- the chunks per row (DT's: the pad included).
+  local CHUNKS = DT // 8
   local XW = 1
   while XW < 8 and CHUNKS % (XW * 2) == 0 do XW = XW * 2 end
   local XM = XW - 1
-  local LD = D + (swizzle == "pad" and 8 or 0)
+  local LD = DT + (swizzle == "pad" and 8 or 0)
   local plan, offset = {}, 0
   local function region(name, bytes, type)
     plan[#plan + 1] = { name = name, offset = offset, bytes = bytes, type = type }
@@ -229,7 +247,7 @@
   -- the K and V rings once the walk is done -- where V is K's tile (VK)
   -- and K's ring alone is too small, from Q's tile on (Q, just before it,
   -- is no longer read then).
-  local MERGE_BYTES = (W * NC + (W - 1) * (DV // 2 + NC)) * 32 * 4
+  local MERGE_BYTES = (W * NC + (W - 1) * (DVP // 2 + NC)) * 32 * 4
   local MERGE_AT = "s_k"
   if KS and VK and MERGE_BYTES > KV_BYTES then
     MERGE_AT, KV_BYTES = "s_q", KV_BYTES + plan[2].offset
@@ -333,7 +351,8 @@
 __constant__ unsigned char fj_base_acc[32] = { {{ L.base_bytes(acc) }} };
 
 {{ include("mma_frag.cuh") }}
-{{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S, fp8 = fp8, PF = PF, PF_TPR = TPR, PF_WIDE = PF_WIDE, BMASK = BMASK, VK = VK }) }}
+{{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S, fp8 = fp8, PF = PF, PF_TPR = TPR, PF_WIDE = PF_WIDE, BMASK = BMASK, VK = VK,
+                      PADC = DT > D and DT // 8 or nil }) }}
 {% if RING8 then %}
 {{ include("tile_fp8.cuh", { THREADS = THREADS, S = S, BMASK = BMASK }) }}
 {% end %}
@@ -427,6 +446,14 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
 {% end %}
 
+{% if DT > D then %}
+  // The tiles' pad columns, {{ D }} .. {{ DT - 1 }}, as zeros (the loads never write them).
+  fj::zero_pad(s_q, {{ BM }});
+  fj::zero_pad(s_k, {{ S * BN }});
+{%   if not VK then %}
+  fj::zero_pad(s_v, {{ S * BN }});
+{%   end %}
+{% end %}
 {% if PACK then %}
   fj::load_tile_packed<{{ BM }}>(s_q, q, p.q_stride[1], p.q_stride[2], p.group, m0, {{ LEN_Q }} * p.group);
 {% else %}
@@ -512,7 +539,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 #pragma unroll
         for (int s = 0; s < 8; ++s) {{ dst }}[mi][j][s] = 0.f;
 #pragma unroll
-    for (int kk = 0; kk < {{ D // 16 }}; ++kk) {
+    for (int kk = 0; kk < {{ DP // 16 }}; ++kk) {
 {%   if not QREGS then %}
       unsigned qk[{{ MR }}][4];
 #pragma unroll
@@ -576,7 +603,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 #pragma unroll
     for (int kk = 0; kk < {{ NJ }}; ++kk) {
 #pragma unroll
-      for (int d = 0; d < {{ DV // 16 }}; ++d) {
+      for (int d = 0; d < {{ DVP // 16 }}; ++d) {
         unsigned vf[4];
         fj::ldsm_x4_t(vf, {{ addr(vbuf, "rm", KS and "kw + kk * 16" or "kk * 16", "d * 16") }});
 #pragma unroll
@@ -586,11 +613,11 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {%   end %}
 {% end %}
 {% if QREGS then %}
-  unsigned qf[{{ MR }}][{{ D // 16 }}][4];
+  unsigned qf[{{ MR }}][{{ DP // 16 }}][4];
 #pragma unroll
   for (int mi = 0; mi < {{ MR }}; ++mi)
 #pragma unroll
-    for (int kk = 0; kk < {{ D // 16 }}; ++kk)
+    for (int kk = 0; kk < {{ DP // 16 }}; ++kk)
       fj::ldsm_x4(qf[mi][kk], {{ addr("sq_u", "rm", "wr + mi * 16", "kk * 16") }});
 {% end %}
 {% if PIPE then %}
@@ -703,7 +730,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     row_m[0][c] = mx;
     row_l[0][c] *= f;
 #pragma unroll
-    for (int d = 0; d < {{ DV // 16 }}; ++d) {
+    for (int d = 0; d < {{ DVP // 16 }}; ++d) {
 {%   for i = 0, acc.slots - 1 do %}
       if (c == {{ rows.class_of[i] - 1 }}) o[0][d][{{ i }}] *= f;
 {%   end %}
@@ -711,22 +738,22 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   }
   if (warp > 0) {
 #pragma unroll
-    for (int d = 0; d < {{ DV // 16 }}; ++d)
+    for (int d = 0; d < {{ DVP // 16 }}; ++d)
 #pragma unroll
-      for (int i = 0; i < 8; ++i) x_o[((warp - 1) * {{ DV // 2 + NC }} + d * 8 + i) * 32 + lane] = o[0][d][i];
+      for (int i = 0; i < 8; ++i) x_o[((warp - 1) * {{ DVP // 2 + NC }} + d * 8 + i) * 32 + lane] = o[0][d][i];
 #pragma unroll
-    for (int c = 0; c < {{ NC }}; ++c) x_o[((warp - 1) * {{ DV // 2 + NC }} + {{ DV // 2 }} + c) * 32 + lane] = row_l[0][c];
+    for (int c = 0; c < {{ NC }}; ++c) x_o[((warp - 1) * {{ DVP // 2 + NC }} + {{ DVP // 2 }} + c) * 32 + lane] = row_l[0][c];
   }
   __syncthreads();
   if (warp > 0) return;
 #pragma unroll
   for (int w = 0; w < {{ W - 1 }}; ++w) {
 #pragma unroll
-    for (int d = 0; d < {{ DV // 16 }}; ++d)
+    for (int d = 0; d < {{ DVP // 16 }}; ++d)
 #pragma unroll
-      for (int i = 0; i < 8; ++i) o[0][d][i] += x_o[(w * {{ DV // 2 + NC }} + d * 8 + i) * 32 + lane];
+      for (int i = 0; i < 8; ++i) o[0][d][i] += x_o[(w * {{ DVP // 2 + NC }} + d * 8 + i) * 32 + lane];
 #pragma unroll
-    for (int c = 0; c < {{ NC }}; ++c) row_l[0][c] += x_o[(w * {{ DV // 2 + NC }} + {{ DV // 2 }} + c) * 32 + lane];
+    for (int c = 0; c < {{ NC }}; ++c) row_l[0][c] += x_o[(w * {{ DVP // 2 + NC }} + {{ DVP // 2 }} + c) * 32 + lane];
   }
 {% end %}
 {% if CS then %}
@@ -764,6 +791,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {{ include("epilogue_regs.cuh", with(frag, {
      ND = DVW // 16, out_scale = fp8 and "v_scale" or "1.f", out = out, rows_end = LEN_Q,
      c0 = CS and "(acc_c + cw)" or nil,
+     cols = DV < DVP and DV or nil, cols_split = CS,
      sinks = mods.sinks and not SPLIT,
      O = function(mi, d, i) return ("o[%s][%s][%d]"):format(mi, d, i) end })) }}
 }

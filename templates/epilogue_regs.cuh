@@ -38,6 +38,9 @@
   Split-KV partials never pass it: the combine adds the sink once.
   cols (or nil: all 16 ND): the columns O has, a multiple of 8 below 16
   ND -- a family whose tiles pad the head dim stores only these.
+  cols_split: the warps split a row's columns (c0 carries the warp's
+  first), and cols counts the whole row's: each store is checked against
+  it.
   p_shift (or nil): the main loop's P and row sums carry 2^p_shift
   (softmax_regs.cuh's shift): the row's base-2 max is m * sl2 - p_shift.
 #}
@@ -58,9 +61,12 @@
   -- The columns stored: 16-column tiles (ND_OUT, the last one partial
   -- where COLS is not a multiple of 16) and staged panels (PN_OUT).
   local COLS = cols or 16 * ND
-  if COLS % 8 ~= 0 or COLS > 16 * ND then error("epilogue_regs.cuh: cols must be a multiple of 8 up to 16 ND") end
-  if cols and out then error("epilogue_regs.cuh: cols is for one head's rows (no out)") end
-  local ND_OUT = (COLS + 15) // 16
+  if COLS % 8 ~= 0 or (COLS > 16 * ND and not cols_split) then error("epilogue_regs.cuh: cols must be a multiple of 8 up to 16 ND") end
+  if cols and stage and cols_split then error("epilogue_regs.cuh: cols_split is not for staged stores") end
+  local ND_OUT = cols_split and ND or (COLS + 15) // 16
+  -- Stores checked by column: a partial last tile, or the warps' columns
+  -- past the row's (cols_split).
+  local CHECK = COLS % 16 ~= 0 or (cols and cols_split)
   local PN_OUT = (COLS + ROW_COLS - 1) // ROW_COLS
   -- A family's own rows (packed, partials) find their first element by
   -- divisions: their stores go row by row (below).
@@ -116,6 +122,9 @@
 {%   for _, pr in ipairs(L.pairs(acc, false)) do %}
 {%     local s = pr[1] %}
 {%     if rows.class_of[s] == c then %}
+{%       if CHECK then %}
+          if (d * 16 + {{ c0 }} + {{ acc.dcol[s] }} < {{ COLS }})
+{%       end %}
 {%       if #pr == 2 then %}
           *reinterpret_cast<{{ T.two }} *>(out + d * 16 + {{ acc.dcol[s] }}) =
               {{ T.make2 }}({{ O("mi", "d", s) }} * inv{{ c }}, {{ O("mi", "d", pr[2]) }} * inv{{ c }});
@@ -177,7 +186,7 @@
 {%   local s = pr[1] %}
       {
         const int row = {{ row0("mi") }} + {{ acc.drow[s] }}, col = d * 16 + {{ c0 }} + {{ acc.dcol[s] }};
-        if ({{ out.valid("row") }}{{ COLS % 16 ~= 0 and (" && col < %d"):format(COLS) or "" }}) {
+        if ({{ out.valid("row") }}{{ CHECK and (" && col < %d"):format(COLS) or "" }}) {
           {{ T.one }} *dst = {{ out.ptr("row") }} + col;
 {%   if #pr == 2 then %}
           *reinterpret_cast<{{ T.two }} *>(dst) = {{ T.make2 }}({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }},

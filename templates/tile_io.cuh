@@ -12,8 +12,11 @@
             PF_TPR threads copy a row; PF_WIDE: a warp a row, for rows of
             more than 32 chunks), VK (V is K's tile: MLA's latent
             rows, whose first columns are V; kv_start and kv_ready load K
-            alone).
-  A tile row holds head_dim elements, head_dim / 8 chunks of 16 bytes.
+            alone), PADC (or nil: none) the chunks of a tile row where
+            they are more than head_dim's (a head dim padded to the
+            products' columns: zero_pad fills the rest with zeros).
+  A row holds head_dim elements, head_dim / 8 chunks of 16 bytes; the
+  loads write those alone, whatever a tile row's width.
   K and V move through rings of S slots of tile_n rows: key tile t lives in
   slot t % S.  kv_start and kv_ready run the plain ring (K and V of a tile
   together); ring_load serves templates that schedule K and V apart.  A
@@ -58,6 +61,19 @@ __device__ __forceinline__ void copy16(elem_t *d, const elem_t *g, const elem_t 
 {% end %}
 }
 
+{% if PADC and PADC > CHUNKS then %}
+// The pad of `rows` tile rows (chunks {{ CHUNKS }} .. {{ PADC - 1 }} of each: the head
+// dim rounded up to the products' columns) as zeros.  Called once before
+// the first loads, which never write it; the caller's next barrier makes
+// it visible.
+__device__ __forceinline__ void zero_pad(elem_t *dst, int rows) {
+  for (int i = threadIdx.x; i < rows * {{ PADC - CHUNKS }}; i += {{ THREADS }}) {
+    const int r = i / {{ PADC - CHUNKS }}, c = {{ CHUNKS }} + i % {{ PADC - CHUNKS }};
+    *reinterpret_cast<uint4 *>(dst + tile_off(r, c * 8)) = make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+{% end %}
 // Copies rows [row0, row0 + ROWS) of one head (row stride `stride`
 // elements) into a shared tile; rows at or past `rows` become zeros.
 {% local PER = THREADS // CHUNKS %}

@@ -1191,6 +1191,27 @@ static const wide_case wide_cases[] = {
     {2, 16, 1, 2, 1000, 576, 512, 1, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BSHD, 16, 32, 2, 2, 5},
     {2, 16, 1, 1, 513, 576, 512, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 16, 64, 4, 1, 7},
     {1, 4, 2, 200, 333, 512, 512, 0, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BHSD, 32, 64, 4, 1, 0},
+    /* Head dims that are a multiple of 8 but not of 16, which the mma
+     * family pads to 16 columns, and 272, whose warps split V's columns
+     * in padded tiles (17 tiles of 16): prefill (explicit variants up to
+     * 256, which sm_90a's library choice gives the wgmma family; above,
+     * the library's choice), decode (GQA packed, split), and split head
+     * dims from K's rows. */
+    {2, 4, 2, 333, 333, 40, 40, 0, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 64, 64, 4, 2, 0},
+    {1, 4, 4, 300, 517, 40, 40, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 128, 128, 4, 3, 0},
+    {2, 4, 2, 257, 257, 72, 72, 0, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BSHD, 128, 64, 8, 2, 0},
+    {1, 8, 8, 200, 333, 72, 72, 0, FJ_F16, FJ_CAUSAL_NONE, FJ_BHSD, 64, 64, 4, 1, 0},
+    {1, 4, 2, 300, 300, 264, 264, 0, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 0, 0, 0, 0, 0},
+    {2, 4, 4, 100, 700, 264, 264, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 0},
+    {1, 4, 2, 129, 250, 272, 272, 0, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BHSD, 0, 0, 0, 0, 0},
+    {1, 4, 2, 100, 200, 520, 520, 0, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BSHD, 0, 0, 0, 0, 0},
+    {4, 32, 8, 1, 2000, 40, 40, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BHSD, 16, 64, 4, 2, 4},
+    {4, 32, 8, 1, 2000, 72, 72, 0, FJ_F16, FJ_CAUSAL_NONE, FJ_BSHD, 64, 64, 4, 2, 3},
+    {4, 32, 8, 1, 2000, 264, 264, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BHSD, 0, 0, 0, 0, 0},
+    {2, 32, 8, 3, 999, 264, 264, 0, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BHSD, 16, 64, 4, 1, 5},
+    {2, 16, 1, 1, 1000, 72, 40, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 16, 64, 4, 2, 3},
+    {2, 4, 2, 333, 333, 72, 40, 1, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 16, 64, 4, 2, 0},
+    {2, 16, 1, 1, 1000, 576, 504, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 0},
 };
 
 static int run_wide(fj_ctx *ctx, const wide_case *w, uint64_t *seed)
@@ -1227,10 +1248,11 @@ static int run_wide(fj_ctx *ctx, const wide_case *w, uint64_t *seed)
   return run_case(ctx, &c, vp, NULL, seed, label, "wide heads");
 }
 
-/* Head dims above 256 (up to 576 / 512) and MLA's latent cache (V as
- * K's first head_dim_v columns, v = k) on the mma family, every target
- * with mma.sync: the library's choice and explicit variants, against the
- * reference; and a launch whose v is not k refused. */
+/* Head dims above 256 (up to 576 / 512), MLA's latent cache (V as K's
+ * first head_dim_v columns, v = k) and head dims padded to 16 columns on
+ * the mma family, every target with mma.sync: the library's choice and
+ * explicit variants, against the reference; and a launch whose v is not
+ * k refused. */
 int test_gpu_wide_heads(void)
 {
   fj_ctx *ctx;

@@ -509,6 +509,20 @@ int test_gpu_serving_varlen(void)
   for (int i = 0; i < 4; i++, cases++)
     failed += vl_case_run(ctx, 4, one, kd, 32, 8, 128, FJ_BF16, FJ_CAUSAL_NONE,
                           16, counts[i], &s, "paged splits");
+  /* Head dims the mma family pads to 16 columns (40, 72; 264 also has
+   * its warps split V's columns): paged decode, paged chunks with forced
+   * splits, varlen prefill. */
+  static const int padded[] = {40, 72, 264};
+  for (int i = 0; i < 3; i++, cases++)
+    failed += vl_case_run(ctx, 4, one, kd, 32, i == 1 ? 32 : 8, padded[i],
+                          i % 2 ? FJ_F16 : FJ_BF16, FJ_CAUSAL_NONE, pages[1 + i], 0,
+                          &s, "padded paged decode");
+  for (int i = 0; i < 3; i++, cases++)
+    failed += vl_case_run(ctx, 3, q3, k3, 16, 2, padded[i], FJ_BF16,
+                          masks[i], pages[i % 3], 1 + 3 * i, &s, "padded paged chunk");
+  for (int i = 0; i < 3; i++, cases++)
+    failed += vl_case_run(ctx, 5, pre, pre, 8, 2, padded[i], i % 2 ? FJ_BF16 : FJ_F16,
+                          masks[(i + 1) % 3], 0, 0, &s, "padded varlen prefill");
   printf("%d of %d cases passed\n", cases - failed, cases);
   fj_ctx_destroy(ctx);
   return failed != 0;
@@ -556,8 +570,8 @@ int test_gpu_fp8_kv_paged(void)
  * columns are V (v = k), one latent head under 16 and 128 query heads;
  * paged decode at page sizes 1/16/64/256 with shuffled tables and a
  * shared first page; several queries a sequence with bottom-right causal;
- * forced splits; packed (varlen) latent rows; and head dim 512 (V apart)
- * paged. */
+ * forced splits; packed (varlen) latent rows; V's 504 columns (padded to
+ * 512); and head dim 512 (V apart) paged. */
 int test_gpu_mla_paged(void)
 {
   fj_ctx *ctx;
@@ -584,6 +598,11 @@ int test_gpu_mla_paged(void)
   static const int pre[5] = {17, 0, 300, 1, 129};
   failed += vl_case_run(ctx, 5, pre, pre, 16, 1, 576, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 0, 0,
                         &s, "mla varlen prefill");
+  cases++;
+  /* V's head dim padded to 16 columns (504 of K's 576). */
+  latent_dv = 504;
+  failed += vl_case_run(ctx, 4, one, kd, 16, 1, 576, FJ_BF16, FJ_CAUSAL_NONE, 16, 0, &s,
+                        "mla 576/504 paged decode");
   cases++;
   latent_dv = 0;
   for (int i = 0; i < 2; i++, cases++)

@@ -4,8 +4,9 @@
  * prefill has (192 / 128).  CPU: every refusal (one line naming the value
  * and the limit), the names, the plan and its memory of picks, the wgmma
  * kernels compiling for sm_90a without spills, and the float64 reference
- * against itself and a naive loop.  The GPU test, gpu_head_dim_v, is
- * test_gpu.c's.
+ * against itself and a naive loop; and the mma family's head dims padded
+ * to 16 columns (padded_heads_compile).  The GPU tests, gpu_head_dim_v
+ * and gpu_wide_heads, are test_gpu.c's.
  */
 #include <math.h>
 #include <stdint.h>
@@ -446,6 +447,118 @@ int test_wide_heads_compile(void)
     }
     fj_ctx_destroy(ctx);
   }
+  return 0;
+}
+
+/* ---- head dims padded to 16 columns (the mma family) ------------------------------ */
+
+/* A paged decode's K and V: pages of 16 tokens of one KV head's rows. */
+static void make_paged(fj_problem *p, const int32_t *table)
+{
+  int d = p->head_dim;
+  p->block_table = p->seqused_kv = table;
+  p->page_size = 16;
+  p->max_pages = 256;
+  p->num_pages = 256 * p->batch;
+  int64_t st[3] = {16 * p->heads_kv * (int64_t)d, d, p->heads_kv * (int64_t)d};
+  memcpy(p->k_stride, st, sizeof st);
+  memcpy(p->v_stride, st, sizeof st);
+}
+
+/* Problem i of padded_cases for head dim d (dv: V's, 0 for d): prefill
+ * (causal), a GQA decode (packed and split) and a paged one; split head
+ * dims as MLA's decode (v = k). */
+static void padded_problem(fj_problem *p, int d, int dv, int kind,
+                           const int32_t *table)
+{
+  if (dv) {
+    fjt_split_problem(p, 8, 16, 1, 1, 4096, d, dv, FJ_BF16, FJ_BSHD);
+    memcpy(p->v_stride, p->k_stride, sizeof p->v_stride);
+  } else if (kind == 0) {
+    fj_problem_init(p, 2, 8, 8, 1024, 1024, d, FJ_BF16, FJ_BHSD);
+    p->causal = FJ_CAUSAL_TOP_LEFT;
+  } else {
+    fj_problem_init(p, 8, 32, 8, 1, 4096, d, FJ_BF16, FJ_BSHD);
+    if (kind == 2)
+      make_paged(p, table);
+  }
+}
+
+/* The plan's kernel compiles without spills, with the shared memory the
+ * plan counts; a padded head dim zeroes its tiles' pad. */
+static int padded_compiles(fj_ctx *ctx, const char *arch, const fj_plan *plan)
+{
+  fj_kernel *k;
+  CHECK_OK(ctx, fj_kernel_get(ctx, &plan->variant, &k));
+  fj_resources r;
+  fj_kernel_resources(k, &r);
+  printf("%s %s: %d registers, %d/%d spill bytes, %d bytes of shared memory\n",
+         arch, fj_kernel_name(k), r.registers, r.spill_store_bytes,
+         r.spill_load_bytes, r.shared_dynamic);
+  CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+  CHECK((unsigned)r.shared_dynamic == plan->smem_bytes);
+  CHECK(fj__variant_tiles_smem(&plan->variant) == r.shared_dynamic);
+  int padded = fj__mma_tile_cols(&plan->variant) > plan->variant.head_dim;
+  CHECK(!strstr(fj_kernel_source(k, NULL), "fj::zero_pad(s_k") == !padded);
+  return 0;
+}
+
+/* Head dims that are a multiple of 8 but not of 16, which the mma family
+ * pads to 16 columns (attention_mma.cu's DP and DVP), and wide ones whose
+ * warps split V's columns in padded tiles (272: 17 tiles of 16).  The
+ * library's picks compile on sm_80 (prefill, a packed and split decode,
+ * a paged one for a few) and on sm_90a where they go to the mma family
+ * (above 256; MLA's split head dims); FP8 K/V refuse a padded head dim
+ * in one line. */
+int test_padded_heads_compile(void)
+{
+  static const int dims[][3] = {
+      /* d, dv, the paged decode too */
+      {8, 0, 0},   {24, 0, 0},  {40, 0, 1},  {72, 0, 0},  {104, 0, 0},
+      {136, 0, 0}, {200, 0, 1}, {264, 0, 1}, {272, 0, 0}, {520, 0, 0},
+      {72, 40, 0}, {576, 504, 0}, {520, 264, 0},
+  };
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  static const int32_t table[1];  /* never read: nothing runs */
+  for (size_t a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx);
+    int ran = 0;
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+      for (int kind = 0; kind < (dims[i][1] ? 1 : dims[i][2] ? 3 : 2); kind++) {
+        fj_problem p;
+        padded_problem(&p, dims[i][0], dims[i][1], kind, table);
+        fj_plan plan;
+        CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+        /* sm_90a keeps the wgmma family's picks up to 256. */
+        if (plan.variant.mma != FJ_MMA_SYNC) {
+          CHECK(a == 1 && p.head_dim <= 256);
+          continue;
+        }
+        CHECK(padded_compiles(ctx, archs[a], &plan) == 0);
+        ran++;
+      }
+    CHECK(a == 0 ? ran == 26 : ran >= 9);
+    fj_ctx_destroy(ctx);
+  }
+  /* FP8 K/V: a 16-byte chunk is 16 elements, so no padded head dim. */
+  fj_ctx *ctx = fjt_ctx("sm_80", NULL);
+  CHECK(ctx);
+  static const float scales[8 * 8];
+  fj_problem p;
+  padded_problem(&p, 40, 0, 1, table);
+  p.kv_dtype = FJ_E4M3;
+  p.k_scale = p.v_scale = scales;
+  CHECK(plan_refused(ctx, &p, FJ_ERR_UNSUPPORTED,
+                     "head_dim 40 with kv_dtype e4m3 is not implemented: FP8 "
+                     "K/V take a multiple of 16") == 0);
+  /* The backward keeps its rule, in one line. */
+  padded_problem(&p, 40, 0, 0, table);
+  fj_bwd_plan bp;
+  CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &bp), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "head_dim 40: the mma backward takes multiples of 32");
+  CHECK(!strchr(fj_errmsg(ctx), '\n'));
+  fj_ctx_destroy(ctx);
   return 0;
 }
 

@@ -110,6 +110,7 @@ TEST(head_dim_v_refusals, cpu)
 TEST(head_dim_v_names, cpu)
 TEST(head_dim_v_compile, cpu)
 TEST(wide_heads_compile, cpu)
+TEST(padded_heads_compile, cpu)
 TEST(head_dim_v_reference, cpu)
 /* tune.c */
 TEST(tune_database, cpu)
