@@ -1,0 +1,48 @@
+#!/bin/bash
+# pending.sh PART OUTDIR -- what the tenth session (no GPU lent after its
+# first call) built and prepared, to run on the next device calls, each
+# part within one call's ten minutes; from the repository root with
+# build/ carried (bench/device_check.sh's conventions: logs to OUTDIR).
+#   a: the GPU tests of what landed unrun -- head dims padded to 16 on the
+#      mma family (gpu_wide_heads, gpu_serving_varlen, gpu_mla_paged),
+#      FP8 K/V (gpu_fp8_kv: its inputs are now made in seconds), the
+#      Python training path through _Train (test_train, test_train_varlen,
+#      test_calls), then examples/gpt_train.py's step beside SDPA;
+#   b: the FP8 ring's two prepared steps (bench/probes/fp8_ring_next.sh);
+#   c: bench/probes/s10_probe.sh (single-decode kernel times by ncu, the
+#      d128 backward under ncu's full set, the short shapes' tuner);
+#   d: the backward's prepared step (bench/probes/bwd_next.sh), where it
+#      exists.
+set -u
+part=${1:?part a, b, c or d}
+out=${2:-/tmp/fj-pending}
+mkdir -p "$out"
+root=$(pwd)
+if [ "$root" != /work/main ] && [ ! -e /work/main ]; then
+  mkdir -p /work && ln -s "$root" /work/main
+fi
+export FLASHJIT_CACHE_DIR=/tmp/fj-cache FJT_DATA_DIR=/work/main/tests/data
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+cd /work/main/build || exit 1
+case $part in
+a)
+  for t in gpu_wide_heads gpu_serving_varlen gpu_mla_paged gpu_fp8_kv; do
+    timeout 100 ./tests/fj_tests "$t" >"$out/a_$t.log" 2>&1
+    echo "a $t: exit $? ($(grep -c ' ok$' "$out/a_$t.log") ok, $(grep -c FAIL "$out/a_$t.log") FAIL)"
+    grep -E "FAIL|error" "$out/a_$t.log" | head -5
+  done
+  (cd /work/main/python/tests && PYTHONPATH=/work/main/python FLASHJIT_LIB=/work/main/build/libflashjit.so \
+    TORCHINDUCTOR_CACHE_DIR=/tmp/fj-inductor timeout 200 python3 -m unittest -v test_train test_train_varlen test_calls) \
+    >"$out/a_python.log" 2>&1
+  echo "a python: exit $? ($(grep -E '^Ran [0-9]+ tests' "$out/a_python.log" | tail -1); $(grep -cE '\.\.\. ok$' "$out/a_python.log") ok)"
+  grep -E "^(FAIL|ERROR):" "$out/a_python.log" | head -8
+  (cd /work/main && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so timeout 150 \
+    python3 examples/gpt_train.py --steps 300) >"$out/a_gpt.log" 2>&1
+  echo "a gpt_train: exit $?; $(grep -iE 'step|loss' "$out/a_gpt.log" | tail -4 | tr '\n' '|')"
+  ;;
+b) timeout 560 bash ../bench/probes/fp8_ring_next.sh "$out" ;;
+c) timeout 560 bash ../bench/probes/s10_probe.sh "$out" ;;
+d) if [ -f ../bench/probes/bwd_next.sh ]; then timeout 560 bash ../bench/probes/bwd_next.sh "$out"
+   else echo "d: no bench/probes/bwd_next.sh"; fi ;;
+*) echo "pending.sh: part $part is not a, b, c or d"; exit 2 ;;
+esac
