@@ -1490,7 +1490,8 @@ typedef struct fj_tune_entry {
   const char *key;      /* device|arch|driver|problem class; a backward's
                            entry (fj_tune_bwd's) ends in "|bwd" and its
                            variant is the main kernel's */
-  fj_variant variant;
+  fj_variant variant;   /* the winner: the class's head dim, dtypes and
+                           mask (from the key) with the tuned axes */
   double ms;            /* the winner's median time when tuned */
   double default_ms;    /* the heuristic's, for comparison */
   const char *shape;    /* the problem tuned on, "B,Hq/Hkv,Sq/Skv,D" */

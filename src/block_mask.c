@@ -105,6 +105,16 @@ static fj_status shape_of(fj_ctx *ctx, const char *fn, const fj_problem *p,
                     fn, s->q_blocks, s->kv_blocks, INT32_MAX);
   s->rows = (size_t)s->batch * (size_t)s->heads * (size_t)s->q_blocks;
   s->cols = (size_t)s->batch * (size_t)s->heads * (size_t)s->kv_blocks;
+  /* The four index lists take 16 bytes a (query block, key block) pair of
+   * each batch and head: up to 2^67 bytes, which a size_t would wrap
+   * round to a small size. */
+  double lists = 16.0 * (double)s->rows * (double)s->kv_blocks;
+  if (lists > 0x1p63)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s: batch %d x heads %d x %d query blocks x %d key "
+                    "blocks take %.3g bytes of lists, more than 2^63; "
+                    "take larger blocks",
+                    fn, s->batch, s->heads, s->q_blocks, s->kv_blocks, lists);
   s->idx_offset = (2 * (s->rows + s->cols) * sizeof(int32_t) + 15) / 16 * 16;
   s->bytes = s->idx_offset + 4 * s->rows * (size_t)s->kv_blocks * sizeof(int32_t);
   return FJ_OK;

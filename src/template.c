@@ -254,19 +254,96 @@ static size_t class_len(const char *p, const char *end)
   return (size_t)(q < end ? q + 1 - p : end - p);
 }
 
+/* Whether the byte c is in the class letter cl of a pattern's %x, as
+ * Lua's matcher decides it (lstrlib.c's match_class): an upper-case class
+ * is the complement, any other byte stands for itself. */
+static int in_class(int c, int cl)
+{
+  int r;
+  switch (tolower(cl)) {
+  case 'a': r = isalpha(c); break;
+  case 'c': r = iscntrl(c); break;
+  case 'd': r = isdigit(c); break;
+  case 'g': r = isgraph(c); break;
+  case 'l': r = islower(c); break;
+  case 'p': r = ispunct(c); break;
+  case 's': r = isspace(c); break;
+  case 'u': r = isupper(c); break;
+  case 'w': r = isalnum(c); break;
+  case 'x': r = isxdigit(c); break;
+  default: return cl == c;
+  }
+  return isupper(cl) ? !r : r != 0;
+}
+
+/* Whether c is in the set [...] from p to its ']' at ec (matchbracketclass). */
+static int in_set(int c, const char *p, const char *ec)
+{
+  int sig = 1;
+  if (p[1] == '^') {
+    sig = 0;
+    p++;
+  }
+  while (++p < ec) {
+    if (*p == '%') {
+      if (++p < ec && in_class(c, (unsigned char)*p))
+        return sig;
+    } else if (p[1] == '-' && p + 2 < ec) {
+      p += 2;
+      if ((unsigned char)p[-2] <= c && c <= (unsigned char)*p)
+        return sig;
+    } else if ((unsigned char)*p == c) {
+      return sig;
+    }
+  }
+  return !sig;
+}
+
+/* The longest run of the subject's bytes that the class at p (len bytes)
+ * matches, or n where that is not worked out ('.', a malformed set).  A
+ * repetition of one class cannot take more steps than that run plus one
+ * (lstrlib.c's max_expand counts matches, min_expand stops at the first
+ * byte the class refuses), so `%s*` around a long text of few blanks is
+ * cheap however long the text is. */
+static size_t class_run(const char *p, size_t len, const char *s, size_t n)
+{
+  if (*p == '.' || (*p == '[' && (len < 2 || p[len - 1] != ']')) ||
+      (*p == '%' && len < 2))
+    return n;
+  size_t run = 0, best = 0;
+  for (size_t i = 0; i < n; i++) {
+    int c = (unsigned char)s[i];
+    int in = *p == '%'   ? in_class(c, (unsigned char)p[1])
+             : *p == '[' ? in_set(c, p, p + len - 1)
+                         : c == (unsigned char)*p;
+    run = in ? run + 1 : 0;
+    best = run > best ? run : best;
+  }
+  return best;
+}
+
+/* Classes whose runs pattern_cost works out; past them, n + 1 a
+ * repetition (each run costs a pass over the subject). */
+#define TPL_PATTERN_RUNS 8
+
 /* An upper bound of the steps Lua's matcher can take for pattern p (m
- * bytes) from one start position of a subject of n bytes: the pattern's
- * length, times n + 1 for every repetition ('*', '+', '-'), balance (%b)
- * and back-reference (%1..%9), times 2 for every '?'.  Backtracking makes
- * the real cost grow as that product, so a pattern that could run for
- * hours is refused before it starts.  *anchored: the pattern starts with
- * '^' (where anchor allows it), so only one start position is tried. */
-static double pattern_cost(const char *p, size_t m, size_t n, int anchor,
-                           int *anchored)
+ * bytes) from one start position of the subject s (n bytes): the
+ * pattern's length, times n + 1 for every balance (%b) and
+ * back-reference (%1..%9), times the longest run of bytes its class
+ * matches in s, plus one, for every repetition ('*', '+', '-'), times 2
+ * for every '?'.  Backtracking makes the real cost grow as that product,
+ * so a pattern that could run for hours is refused before it starts.
+ * *anchored: the pattern starts with '^' (where anchor allows it), so
+ * only one start position is tried.  *scanned: the subject's bytes read
+ * to find the runs, for the render's budget. */
+static double pattern_cost(const char *p, size_t m, const char *s, size_t n,
+                           int anchor, int *anchored, double *scanned)
 {
   const char *end = p + m;
   double cost = (double)m + 1, per = (double)n + 1;
+  int runs = 0;
   *anchored = anchor && p < end && *p == '^';
+  *scanned = 0;
   p += *anchored;
   while (p < end) {
     if (*p == '(' || *p == ')') {
@@ -277,9 +354,19 @@ static double pattern_cost(const char *p, size_t m, size_t n, int anchor,
     } else if (*p == '%' && p + 1 < end && p[1] == 'f') {
       p += 2 + class_len(p + 2, end);
     } else {
+      const char *cl = p;
       p += class_len(p, end);
-      if (p < end && (*p == '*' || *p == '+' || *p == '-' || *p == '?'))
-        cost *= *p++ == '?' ? 2 : per;
+      if (p >= end || (*p != '*' && *p != '+' && *p != '-' && *p != '?'))
+        continue;
+      if (*p++ == '?') {
+        cost *= 2;
+      } else if (runs < TPL_PATTERN_RUNS) {
+        runs++;
+        *scanned += (double)n;
+        cost *= (double)class_run(cl, (size_t)(p - 1 - cl), s, n) + 1;
+      } else {
+        cost *= per;
+      }
     }
   }
   return cost;
@@ -310,13 +397,15 @@ static size_t pattern_span(lua_State *L, int kind, size_t n)
 static int bounded_pattern(lua_State *L)
 {
   size_t n, m;
-  luaL_checklstring(L, 1, &n);
+  const char *s = luaL_checklstring(L, 1, &n);
   const char *p = luaL_checklstring(L, 2, &m);
   int kind = (int)lua_tointeger(L, lua_upvalueindex(2)), anchored = 0;
   int plain = kind == PAT_FIND && lua_toboolean(L, 4);
   size_t span = pattern_span(L, kind, n);
+  double scanned = 0;
   double per = plain ? (double)m + 1
-                     : pattern_cost(p, m, span, kind != PAT_GMATCH, &anchored);
+                     : pattern_cost(p, m, s + (n - span), span,
+                                    kind != PAT_GMATCH, &anchored, &scanned);
   double cost = per * (anchored ? 1 : (double)span + 1);
   fj_tpl *t;
   lua_getallocf(L, (void **)&t);
@@ -334,7 +423,7 @@ static int bounded_pattern(lua_State *L)
   lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
   if (kind == PAT_FIND && !anchored && lua_isinteger(L, 1))
     cost = per * (double)(lua_tointeger(L, 1) - from + 1);
-  t->steps += (long long)cost;
+  t->steps += (long long)(cost + scanned);
   check_limits(L, t);
   return lua_gettop(L);
 }

@@ -156,6 +156,45 @@ static int variant_from_json(json_t *j, fj_variant *v)
   return 0;
 }
 
+/* The value of enumeration name's spelling among first..last (name(v)
+ * gives each), or 0 where none has it. */
+static int enum_value(const char *text, int first, int last,
+                      const char *(*name)(int))
+{
+  for (int v = first; v <= last; v++)
+    if (!strcmp(text, name(v)))
+      return v;
+  return 0;
+}
+
+static const char *dtype_name(int d) { return fj_dtype_name((fj_dtype)d); }
+static const char *causal_name(int c) { return fj_causal_name((fj_causal)c); }
+
+/* The problem class's head dim, dtypes and mask (class_key's fields after
+ * device|arch|driver|) onto v: an entry's axes alone are no variant, and
+ * `cache prewarm --from-tune-db` prewarms what fj_tune_list gives.  A key
+ * of another form leaves v as it is. */
+static void class_from_key(const char *key, fj_variant *v)
+{
+  const char *p = key;
+  for (int bars = 0; p && bars < 3; bars++)
+    p = strchr(p, '|') ? strchr(p, '|') + 1 : NULL;
+  char dt[16], kv[16], causal[16];
+  int d;
+  if (!p || sscanf(p, "d%d|%15[^|]|kv=%15[^|]|causal=%15[^|]", &d, dt, kv,
+                   causal) != 4)
+    return;
+  int dtype = enum_value(dt, FJ_F16, FJ_F32, dtype_name);
+  int kvt = enum_value(kv, FJ_F16, FJ_F32, dtype_name);
+  int c = enum_value(causal, FJ_CAUSAL_NONE, FJ_CAUSAL_BOTTOM_RIGHT, causal_name);
+  if (!dtype || !kvt || (!c && strcmp(causal, "none") != 0))
+    return;
+  v->head_dim = d;
+  v->dtype = (fj_dtype)dtype;
+  v->kv_dtype = kvt == dtype ? 0 : (fj_dtype)kvt;
+  v->causal = (fj_causal)c;
+}
+
 /* The entry's variant for p's class (forward or backward) onto *v; 0 if
  * there is none or it does not read as a variant. */
 static int lookup(fj_ctx *ctx, const fj_problem *p, int backward,
@@ -289,6 +328,7 @@ fj_status fj_tune_list(fj_ctx *ctx, fj_tune_visit_fn fn, void *user)
     fj_tune_entry te;
     memset(&te, 0, sizeof te);
     te.key = keys[i];
+    class_from_key(keys[i], &te.variant);
     variant_from_json(json_object_get(e, "variant"), &te.variant);
     te.ms = json_real_value(json_object_get(e, "ms"));
     te.default_ms = json_real_value(json_object_get(e, "default_ms"));

@@ -178,6 +178,22 @@ int test_block_mask_size(void)
            bytes, want);
     CHECK(bytes == want);
   }
+  /* Lists past 2^63 bytes are refused, naming the blocks, not sized by a
+   * product that wrapped round (65535 batches and heads of 2^20 rows of 64
+   * columns in 64-row blocks: 2^64 bytes, which was 5.6e14). */
+  fj_problem_init(&p, 65535, 65535, 65535, 1 << 20, 1 << 20, 8, FJ_F16, FJ_BHSD);
+  p.mods = &m;
+  m.mask = "b != h";
+  m.num_params = 0;
+  size_t bytes = 0;
+  CHECK_ST(ctx, fj_block_mask_size(ctx, &p, 64, 64, &bytes), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "fj_block_mask_size: batch 65535 x heads 65535 x 16384 query "
+                 "blocks x 16384 key blocks take 1.84e+19 bytes of lists, more "
+                 "than 2^63; take larger blocks");
+  CHECK(bytes == 0);
+  p.seq_q = p.seq_kv = 1 << 19;  /* 2^62 bytes: counted */
+  CHECK_OK(ctx, fj_block_mask_size(ctx, &p, 64, 64, &bytes));
+  CHECK(bytes > ((size_t)1 << 62));
   fj_ctx_destroy(ctx);
   return 0;
 }

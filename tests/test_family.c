@@ -619,6 +619,11 @@ int test_tune_database(void)
   CHECK(s.n == 1 && s.v.tile_m == 128 && s.v.tile_n == 64 && s.v.warps == 8);
   CHECK(s.v.stages == 3 && s.v.swizzle == FJ_SWIZZLE_XOR && s.v.softmax == FJ_SOFTMAX_REGS);
   CHECK(s.ms == 2.25 && s.default_ms == 2.5 && strstr(s.key, "|d128|f16|"));
+  /* The class's head dim, dtypes and mask come from the key: the axes
+   * alone made variants of head dim 0, which `cache prewarm
+   * --from-tune-db` failed, every one. */
+  CHECK(s.v.head_dim == 128 && s.v.dtype == FJ_F16 && s.v.kv_dtype == 0 &&
+        s.v.causal == FJ_CAUSAL_NONE);
   /* A damaged file lists as empty rather than failing. */
   CHECK(fjt_write_file(path, "{not json", 9) == 0);
   memset(&s, 0, sizeof s);
@@ -640,6 +645,13 @@ int test_tune_database(void)
   CHECK(s.v.tile_m == rv.tile_m && s.v.tile_n == rv.tile_n && s.v.warps == rv.warps &&
         s.v.stages == 3 && s.v.swizzle == FJ_SWIZZLE_NONE && s.v.softmax == rv.softmax &&
         s.v.mma == FJ_MMA_WMMA);
+  CHECK(s.v.head_dim == 96 && s.v.dtype == FJ_BF16 && s.v.kv_dtype == 0 &&
+        s.v.causal == FJ_CAUSAL_BOTTOM_RIGHT);
+  char name[160];
+  fj_variant_name(&s.v, name, sizeof name);
+  fj_variant_name(&rv, path, sizeof path);
+  CHECK(strcmp(name, path) == 0);
+  CHECK_OK(ctx, fj_variant_check(ctx, &s.v));
   /* Tuning needs a device. */
   fj_problem p;
   fj_problem_init(&p, 1, 2, 2, 64, 64, 64, FJ_F16, FJ_BHSD);

@@ -1204,3 +1204,38 @@ int test_mods_long_exprs(void)
   }
   return 0;
 }
+
+/* Score expressions whose derivative in s is a long text (a clamp blended
+ * with s: 140 bytes of CUDA; a sum of 500 s) plan on both fast families,
+ * forward and backward: the renderer's bound on mods.lua's match of that
+ * text counts the blanks the text has, not its length cubed (it refused
+ * every derivative past about 115 bytes, so these 46-character
+ * expressions could not run). */
+int test_mods_score_derivative_text(void)
+{
+  static char sum[FJ_MOD_EXPR_MAX + 1];
+  int n = snprintf(sum, sizeof sum, "s");
+  while (n + 2 <= 1001)
+    n += snprintf(sum + n, sizeof sum - (size_t)n, "+s");
+  const char *const exprs[] = {
+      "fminf(fmaxf(s, -10.0f), 10.0f) * 0.5f + s * 0.5f",
+      "expf(-s*s/100.0f) * s + tanhf(s) * logf(1.0f + fabsf(s))", sum};
+  static const char *const archs[] = {"sm_80", "sm_90a"};
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *ctx = fjt_ctx(archs[a], NULL);
+    CHECK(ctx);
+    for (size_t i = 0; i < sizeof exprs / sizeof exprs[0]; i++) {
+      fj_problem p;
+      fj_mods m;
+      fj_plan plan;
+      fj_bwd_plan bplan;
+      prefill_mods(&p, &m, exprs[i], NULL, 0);
+      CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+      CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &bplan));
+      p.seq_q = p.seq_kv = 512;  /* a short prefill: the mma family */
+      CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+    }
+    fj_ctx_destroy(ctx);
+  }
+  return 0;
+}

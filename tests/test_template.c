@@ -373,6 +373,8 @@ int test_sandbox_patterns(void)
       "{% for x in ('a'):rep(3000):gmatch('a-a-a-b') do end %}",
       "{% local m = string.match(('x'):rep(100000), '%b()%b()') %}",
       "{% local m = ('ab'):rep(20000):find('(.-)%1%1') %}",
+      /* blanks around a text of blanks: each %s* may take them all */
+      "{% local m = (' '):rep(3000):match('^%s*(.-)f?%s*$') %}",
   };
   fj_ctx *ctx = NULL;
   double ms;
@@ -388,11 +390,14 @@ int test_sandbox_patterns(void)
            FJ_ERR_TEMPLATE);
   CHECK_MSG(ctx, "instruction limit");
   CHECK(ms < 20000);
-  /* What templates do with patterns still renders (mods.lua, lut_probe). */
+  /* What templates do with patterns still renders (mods.lua, lut_probe),
+   * whatever the length of a subject with few bytes of a repeated class. */
   CHECK_OK(ctx, render_text(&ctx, "ok.cu", META
            "{% local n, t, r = ('bias:f16:2'):match('^([%w_]+):(%w+):(%d)$') %}"
            "{{ n }} {{ t }} {{ r }}{% for w in ('a;b;c'):gmatch('[^;]+') do %}"
-           "{{ w }}{% end %} {{ ('sm_90a'):sub(-1) }} {{ select(2, ('a.b.c'):gsub('%.', '')) }}"));
+           "{{ w }}{% end %} {{ ('sm_90a'):sub(-1) }} {{ select(2, ('a.b.c'):gsub('%.', '')) }}"
+           /* mods.lua's trim of a long derivative: %s* takes its few blanks */
+           "{% local d = ('(1.0f - s) * '):rep(400):match('^%s*(.-)f?%s*$') %}"));
   fj_buf out = {0};
   fj_kmeta meta;
   CHECK_OK(ctx, fj__render(ctx, "ok.cu", NULL, 0, &out, &meta));

@@ -38,13 +38,32 @@ static void print_lut(const fj_lut *l)
   }
 }
 
+/* --frag against the kinds the library names, before any GPU is looked
+ * for: bad input is refused as such, with the kinds it may be. */
+static int check_frag(const cli *c)
+{
+  char kinds[1024] = "", q[300];
+  size_t n = 0;
+  for (int f = 1; f <= FJ_FRAG_COUNT; f++) {
+    if (!strcmp(c->frag, fj_frag_name((fj_frag)f)))
+      return 0;
+    n += (size_t)snprintf(kinds + n, sizeof kinds - n, "%s%s", f > 1 ? ", " : "",
+                          fj_frag_name((fj_frag)f));
+    if (n >= sizeof kinds)
+      break;
+  }
+  return cli_usage_error(c, "unknown fragment kind '%s' for --frag: one of %s",
+                         cli_quote(c->frag, q, sizeof q), kinds);
+}
+
 int cli_cmd_lut(cli *c)
 {
   fj_ctx *ctx;
+  if (c->frag && check_frag(c))
+    return EXIT_USAGE;
   int rc = cli_open_ctx(c, c->arch ? -1 : c->device, c->arch, &ctx);
   if (rc)
     return rc;
-  int shown = 0;
   for (int f = 1; f <= FJ_FRAG_COUNT && !rc; f++) {
     if (c->frag && strcmp(c->frag, fj_frag_name((fj_frag)f)) != 0)
       continue;
@@ -57,10 +76,7 @@ int cli_cmd_lut(cli *c)
       rc = cli_fj_error(c, ctx, st);
     else
       print_lut(&l);
-    shown++;
   }
-  if (!shown && !rc)
-    rc = cli_usage_error(c, "unknown fragment kind '%s'", c->frag);
   fj_ctx_destroy(ctx);
   return rc;
 }

@@ -20,20 +20,24 @@ static const int32_t index_placeholder[1];
  * within seq_q and seq_kv (a seq_kv below 1 is the library's to name). */
 static int check_varlen(const cli *c, int batch, int seq_q, int seq_kv)
 {
+  /* The list is quoted to its first 200 bytes, so that the item and the
+   * limit after it stay in the message however many sequences it has. */
+  char q[300];
+  const char *list = cli_quote(c->varlen, q, sizeof q);
   if (c->nlens != batch)
     return cli_usage_error(c, "invalid value '%s' for --varlen: %d items for "
                               "--shape's B = %d (one Q[:K] per sequence)",
-                           c->varlen, c->nlens, batch);
+                           list, c->nlens, batch);
   for (int b = 0; b < batch; b++) {
     if (c->lens[b].q > seq_q)
       return cli_usage_error(c, "invalid value '%s' for --varlen: item %d has "
                                 "%d queries, more than --shape's S = %d",
-                             c->varlen, b + 1, c->lens[b].q, seq_q);
+                             list, b + 1, c->lens[b].q, seq_q);
     if (seq_kv >= 1 && c->lens[b].kv > seq_kv)
       return cli_usage_error(c, "invalid value '%s' for --varlen: item %d has "
                                 "%d keys, more than seq_kv = %d (--seq-kv, "
                                 "default S)",
-                             c->varlen, b + 1, c->lens[b].kv, seq_kv);
+                             list, b + 1, c->lens[b].kv, seq_kv);
   }
   return 0;
 }
