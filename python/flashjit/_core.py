@@ -157,6 +157,13 @@ def _log_sink(user, level, msg):
 _LOG_CB = capi.LOG_FN(_log_sink)
 
 
+def bundled_kernels():
+    """The kernel package a wheel built with FLASHJIT_WHEEL_KERNELS=ON
+    carries (python/CMakeLists.txt): its folder, or None."""
+    d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+    return d if os.path.isfile(os.path.join(d, "flashjit-package.txt")) else None
+
+
 def _create(device, arch, sm_count):
     L = lib()
     o = capi.CtxOpts()
@@ -166,6 +173,11 @@ def _create(device, arch, sm_count):
     o.arch = pr.c_string("arch", arch) if arch else None
     o.sm_count = pr.int_arg("sm_count", sm_count)
     o.log = _LOG_CB
+    # The wheel's own kernel package, consulted after the context's cache,
+    # unless $FLASHJIT_PACKAGE_DIR names one (or, empty, none).  The
+    # library checks it as any package (NVRTC version, format, arch).
+    pkg = bundled_kernels() if "FLASHJIT_PACKAGE_DIR" not in os.environ else None
+    o.package_dir = os.fsencode(pkg) if pkg else None
     ctx = C.c_void_p()
     check(L.fj_ctx_create(C.byref(ctx), C.byref(o)), None)
     return ctx

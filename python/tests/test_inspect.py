@@ -1,4 +1,5 @@
 """Import and inspection with no GPU: Kernel, plan, layout, fragments."""
+import ctypes as C
 import io
 import os
 import shutil
@@ -6,9 +7,12 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 import fjtest
 import flashjit
+from flashjit import _capi as capi
+from flashjit import _core as core
 
 PKG = os.path.dirname(os.path.abspath(flashjit.__file__))
 
@@ -427,6 +431,64 @@ class NoGpu(unittest.TestCase):
             self.skipTest("a GPU is present")
         with self.assertRaises(flashjit.NoDevice):
             flashjit.layout("mma_acc_f16")
+
+
+class WheelKernels(unittest.TestCase):
+    """A wheel built with FLASHJIT_WHEEL_KERNELS=ON carries a kernel package
+    in flashjit/kernels (python/CMakeLists.txt); the package's contexts
+    consult it unless $FLASHJIT_PACKAGE_DIR is set.  A small package made
+    here stands for it."""
+
+    @classmethod
+    def setUpClass(cls):
+        # Made by this process's library (its NVRTC: a package another
+        # NVRTC made is refused, as it should be): one kernel and the
+        # layout probe, sealed.
+        cls.tmp = tempfile.mkdtemp(prefix="fj-wheel-kernels-")
+        cls.pkg = os.path.join(cls.tmp, "kernels")
+        L = core.lib()
+        o = capi.CtxOpts()
+        L.fj_ctx_opts_init(C.byref(o))
+        o.device, o.arch, o.cache_dir = -1, b"sm_90a", os.fsencode(cls.pkg)
+        o.package_dir = b""
+        ctx = C.c_void_p()
+        core.check(L.fj_ctx_create(C.byref(ctx), C.byref(o)), None)
+        try:
+            v = capi.Variant()
+            L.fj_variant_default(C.byref(v), 64, capi.F16, capi.CAUSAL_NONE)
+            core.check(L.fj_cache_prewarm(ctx, C.byref(v), 1, None, None, None), ctx)
+            core.check(L.fj_cache_package_seal(ctx, C.byref(capi.PackageReport())), ctx)
+        finally:
+            L.fj_ctx_destroy(ctx)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def context(self, sm_count):
+        # A fresh compile-only context (contexts are kept by arch and
+        # sm_count), and the package it reads.
+        ctx = core.arch_context("sm_90a", sm_count)
+        d = core.lib().fj_cache_package_dir(ctx)
+        return d.decode() if d else None
+
+    def test_the_bundled_package_is_read(self):
+        env = {k: v for k, v in os.environ.items() if k != "FLASHJIT_PACKAGE_DIR"}
+        with mock.patch.dict(os.environ, env, clear=True), \
+                mock.patch.object(core, "bundled_kernels", return_value=self.pkg):
+            self.assertEqual(self.context(101), self.pkg)
+
+    def test_the_environment_comes_first(self):
+        with mock.patch.dict(os.environ, {"FLASHJIT_PACKAGE_DIR": ""}), \
+                mock.patch.object(core, "bundled_kernels", return_value=self.pkg):
+            self.assertIsNone(self.context(102))
+
+    def test_no_package_in_a_plain_install(self):
+        # This checkout's python/flashjit has no kernels folder.
+        self.assertIsNone(core.bundled_kernels())
+        # A module beside a sealed kernels folder finds it.
+        with mock.patch.object(core, "__file__", os.path.join(self.tmp, "_core.py")):
+            self.assertEqual(core.bundled_kernels(), self.pkg)
 
 
 if __name__ == "__main__":
