@@ -38,7 +38,7 @@ a)
   grep -E "^(FAIL|ERROR):" "$out/a_python.log" | head -8
   (cd /work/main && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so timeout 150 \
     python3 examples/gpt_train.py --steps 300) >"$out/a_gpt.log" 2>&1
-  echo "a gpt_train: exit $?; $(grep -iE 'step|loss' "$out/a_gpt.log" | tail -4 | tr '\n' '|')"
+  echo "a gpt_train: exit $?; $(grep -E 'median step|max \|loss|PASS|FAIL' "$out/a_gpt.log" | tr '\n' '|')"
   ;;
 b) timeout 560 bash ../bench/probes/fp8_ring_next.sh "$out" ;;
 c) timeout 560 bash ../bench/probes/s10_probe.sh "$out" ;;
