@@ -8,7 +8,8 @@
 #      FP8 K/V (gpu_fp8_kv: its inputs are now made in seconds), the
 #      Python training path through _Train (test_train, test_train_varlen,
 #      test_calls), then examples/gpt_train.py's step beside SDPA;
-#   b: the FP8 ring's two prepared steps (bench/probes/fp8_ring_next.sh);
+#   b: the FP8 ring's prepared steps (bench/probes/fp8_ring_next.sh: k16,
+#      then regs -- the decode's products straight from the FP8 ring);
 #   c: bench/probes/s10_probe.sh (single-decode kernel times by ncu, the
 #      d128 backward under ncu's full set, the short shapes' tuner);
 #   d: the backward's prepared step (bench/probes/bwd_next.sh), where it
@@ -40,7 +41,10 @@ a)
     python3 examples/gpt_train.py --steps 300) >"$out/a_gpt.log" 2>&1
   echo "a gpt_train: exit $?; $(grep -E 'median step|max \|loss|PASS|FAIL' "$out/a_gpt.log" | tr '\n' '|')"
   ;;
-b) timeout 560 bash ../bench/probes/fp8_ring_next.sh "$out" ;;
+b) # k16 (next included) and regs (k16, and the decode's products straight
+   # from the FP8 ring: fp8_regs.md); the tests bounded to fit one call.
+   NEXT_SETS=${NEXT_SETS-k16 regs} NEXT_TEST_TIMEOUT=${NEXT_TEST_TIMEOUT:-90} \
+     timeout 560 bash ../bench/probes/fp8_ring_next.sh "$out" ;;
 c) timeout 560 bash ../bench/probes/s10_probe.sh "$out" ;;
 d) if [ -f ../bench/probes/bwd_next.sh ]; then timeout 560 bash ../bench/probes/bwd_next.sh "$out"
    else echo "d: no bench/probes/bwd_next.sh"; fi ;;
