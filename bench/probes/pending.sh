@@ -43,6 +43,9 @@ a)
   ;;
 b) # k16 (next included) and regs (k16, and the decode's products straight
    # from the FP8 ring: fp8_regs.md); the tests bounded to fit one call.
+   # With build-regs/ carried (bench/probes/build_regs.sh), the regs set's
+   # own binaries run its new test cases too.
+   [ -x ../build-regs/flashjit ] && export REGS_BIN=${REGS_BIN:-$PWD/../build-regs}
    NEXT_SETS=${NEXT_SETS-k16 regs} NEXT_TEST_TIMEOUT=${NEXT_TEST_TIMEOUT:-90} \
      timeout 560 bash ../bench/probes/fp8_ring_next.sh "$out" ;;
 c) timeout 560 bash ../bench/probes/s10_probe.sh "$out" ;;
