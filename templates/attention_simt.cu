@@ -3,8 +3,11 @@
   attention on the CUDA cores, without the matrix units and with its loops
   left rolled, so that NVRTC compiles it in a fraction of a family's time.
   It answers a problem's first calls while the variant chosen for it
-  compiles in the background; then the variant takes over.  Its numbers
-  are not the variant's (other rounding, float32 products): the tiered JIT
+  compiles in the background; then the variant takes over.  It rounds P to
+  the element type before P V, as the families' matrix products take it
+  (their largest rounding; the row sums take P unrounded, as theirs do),
+  so that its answer and the variant's differ about as two variants'
+  would; the products' order and float32 sums are its own.  The tiered JIT
   is the caller's choice (fj_ctx_opts.jit_tiers).
 
   The same rules as every family: mask.lua's keys (sequence end, causal,
@@ -136,7 +139,7 @@ extern "C" __global__ void __launch_bounds__({{ 32 * BM }})
     const float pv = mn == FJ_NEG_INF ? 0.f : fast_exp2(t - mn);
     l = l * alpha + warp_sum(pv);
     m = mn;
-    ps[warp][lane] = pv;
+    ps[warp][lane] = from_elem(to_elem(pv));  // P as the matrix units take it
 #pragma unroll
     for (int j = 0; j < {{ DJ }}; ++j) o[j] *= alpha;
     __syncthreads();  // K is read

@@ -6,6 +6,9 @@
 #   a: the GPU tests of what landed unrun -- head dims padded to 16 on the
 #      mma family (gpu_wide_heads, gpu_serving_varlen, gpu_mla_paged),
 #      FP8 K/V (gpu_fp8_kv: its inputs are now made in seconds), the
+#      tiered JIT's first kernel with P rounded as the matrix units take it
+#      (gpu_jit_tiers: its "first" and "later" calls' errors side by side),
+#      the
 #      Python training path through _Train (test_train, test_train_varlen,
 #      test_calls), then examples/gpt_train.py's step beside SDPA;
 #   b: the FP8 ring's prepared steps (bench/probes/fp8_ring_next.sh: k16,
@@ -27,7 +30,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 cd /work/main/build || exit 1
 case $part in
 a)
-  for t in gpu_wide_heads gpu_serving_varlen gpu_mla_paged gpu_fp8_kv; do
+  for t in gpu_wide_heads gpu_serving_varlen gpu_mla_paged gpu_fp8_kv gpu_jit_tiers; do
     timeout 100 ./tests/fj_tests "$t" >"$out/a_$t.log" 2>&1
     echo "a $t: exit $? ($(grep -c ' ok$' "$out/a_$t.log") ok, $(grep -c FAIL "$out/a_$t.log") FAIL)"
     grep -E "FAIL|error" "$out/a_$t.log" | head -5
