@@ -123,9 +123,7 @@ uint8_t fj__float_to_e4m3(float f)
       m++;
     code = 8 * ((int)(bits >> 23) - 121) + m;
   }
-  if (code > 0x7e)
-    code = 0x7e;
-  return (uint8_t)(sign | code);
+  return (uint8_t)(sign | code);  /* below 448: m <= 14 at e = 8, code <= 0x7e */
 }
 
 static float to_float(fj_dtype d, const void *src, size_t i)

@@ -719,12 +719,10 @@ class _Train(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, sinks, *args):
         out, lse = _attention_train(q, k, v, sinks, *args)
-        full = args + _TRAIN_DEFAULTS[len(args) - 6:]
-        ctx.save_for_backward(q, k, v, out, lse, sinks, *full[6:9])
-        ctx.args = full[:6]  # causal, scale, layout, window_left, window_right, softcap
-        ctx.max_seqlens = full[9:11]
+        # What the op's setup keeps, its inputs' defaults filled in as
+        # PyTorch fills them for it.
+        _train_setup(ctx, (q, k, v, sinks) + args + _TRAIN_DEFAULTS[len(args) - 6:], (out, lse))
         ctx.inputs = 4 + len(args)
-        ctx.set_materialize_grads(False)
         return out, lse
 
     @staticmethod
