@@ -227,7 +227,8 @@ FJ_API fj_status fj_device_get(fj_ctx *ctx, fj_device_info *info);
 typedef enum fj_dtype {
   FJ_F16 = 1,
   FJ_BF16 = 2,
-  /* FP8 (one byte an element, a float descale per (batch, KV head)).  As
+  /* FP8 (one byte an element, a float descale per (batch, KV head) or per
+   * tensor: fj_problem.scale_layout).  As
    * kv_dtype: K and V of an f16 or bf16 problem, an FP8 KV cache
    * (contiguous, packed or paged): with 2-3 stages the mma family's ring
    * holds them in FP8 and converts each tile once for its 16-bit
@@ -558,6 +559,12 @@ typedef enum fj_order {
                    another (batch strides 0), for cu_seqlens_q/_kv */
 } fj_order;
 
+/* How an FP8 problem's descales are laid out (fj_problem.scale_layout). */
+typedef enum fj_scale_layout {
+  FJ_SCALE_PER_HEAD = 0,   /* [batch][heads_kv] floats */
+  FJ_SCALE_PER_TENSOR = 1  /* one float */
+} fj_scale_layout;
+
 typedef struct fj_problem {
   int batch;
   int heads_q;
@@ -578,7 +585,8 @@ typedef struct fj_problem {
   int64_t v_stride[3];
   int64_t o_stride[3];
   /* FP8 K/V only: device pointers to float scales, one per (batch, kv head),
-   * batch-major: k = k_fp8 * k_scale[b * heads_kv + h]. */
+   * batch-major: k = k_fp8 * k_scale[b * heads_kv + h] -- or one each
+   * where scale_layout is FJ_SCALE_PER_TENSOR (below). */
   const void *k_scale;
   const void *v_scale;
   /* Split-KV: the key ranges each row tile is split into, merged by a
@@ -644,7 +652,7 @@ typedef struct fj_problem {
   /* dtype FJ_E4M3 only: a device pointer to Q's float descales, one per
    * (batch, KV head), batch-major like k_scale (FlashAttention-3's
    * q_descale): q = q_fp8 * q_scale[b * heads_kv + h / (heads_q /
-   * heads_kv)].  The scores are (q . k) * scale with q and k so
+   * heads_kv)] (one float where scale_layout is FJ_SCALE_PER_TENSOR).  The scores are (q . k) * scale with q and k so
    * dequantised, and O = P V with V dequantised by v_scale.  For
    * fj_reference_fwd it is host memory (as mods->sinks is). */
   const void *q_scale;
@@ -669,6 +677,14 @@ typedef struct fj_problem {
    * kernel does not serve such a problem (its chosen kernel answers at
    * once).  fj_reference_fwd takes it (out rows of head_dim_v). */
   int head_dim_v;
+  /* FP8 only (dtype or kv_dtype e4m3): how q_scale, k_scale and v_scale
+   * hold their descales, the three alike.  FJ_SCALE_PER_HEAD (0,
+   * fj_problem_init's): one float per (batch, KV head), batch-major, as
+   * above.  FJ_SCALE_PER_TENSOR: one float each, for every batch and head
+   * (vLLM's k_scale and v_scale; a torch descale expanded from one
+   * element to (batch, heads_kv) has this layout).  Ignored for 16-bit
+   * problems. */
+  fj_scale_layout scale_layout;
 } fj_problem;
 
 #define FJ_PAGE_SIZE_MAX 4096

@@ -543,6 +543,7 @@ void fj__fill_params(fj_kparams *kp, const fj_problem *p, const void *q,
   kp->v_scale = p->v_scale;
   kp->q_scale = p->q_scale;
   kp->vt_keys = (p->seq_kv + 127) / 128 * 128;
+  kp->scale_per_head = p->scale_layout != FJ_SCALE_PER_TENSOR;
   for (int i = 0; i < 3; i++) {
     kp->q_stride[i] = p->q_stride[i];
     kp->k_stride[i] = p->k_stride[i];

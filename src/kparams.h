@@ -54,7 +54,9 @@ typedef struct fj_kparams {
   const void *q_scale;
   unsigned char *vt;
   int vt_keys;
-  int pad_;
+  /* FP8: the descales' index is (b * heads_kv + h) * scale_per_head --
+   * 1 for fj_problem's FJ_SCALE_PER_HEAD, 0 for FJ_SCALE_PER_TENSOR. */
+  int scale_per_head;
 } fj_kparams;
 
 /* The backward's own parameter block, after the forward's fj_kparams

@@ -558,6 +558,12 @@ fj_status fj__check_scales(const fj_ctx *ctx, const fj_problem *p,
                            const void *k_scale, const void *v_scale)
 {
   fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
+  if (kv == FJ_E4M3 && p->scale_layout != FJ_SCALE_PER_HEAD &&
+      p->scale_layout != FJ_SCALE_PER_TENSOR)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "scale_layout %d is invalid: FJ_SCALE_PER_HEAD (0) or "
+                    "FJ_SCALE_PER_TENSOR (1)",
+                    (int)p->scale_layout);
   if (p->dtype == FJ_E4M3 && !p->q_scale)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "dtype e4m3 needs q_scale, k_scale and v_scale: q_scale "
@@ -1095,7 +1101,9 @@ static void seq_offsets(const fj_problem *p, int b, int64_t off[4])
 static int head_init(const ref_run *r, int b, int hq, ref_head *h)
 {
   const fj_problem *p = r->p;
-  int hk = hq / (p->heads_q / p->heads_kv), kvh = b * p->heads_kv + hk;
+  int hk = hq / (p->heads_q / p->heads_kv);
+  /* The FP8 descales' entry: this (batch, KV head)'s, or the tensor's. */
+  int kvh = p->scale_layout == FJ_SCALE_PER_TENSOR ? 0 : b * p->heads_kv + hk;
   int len_q = p->cu_seqlens_q ? p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b]
                               : p->seq_q;
   int len_kv = kv_len(p, b), fp8 = r->kv == FJ_E4M3;

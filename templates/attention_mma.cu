@@ -402,7 +402,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   fj::KvSrc vsrc = {fj::head_rows<const fj::kv_t>(p.v, p.v_stride, blk.b, blk.hk), p.v_stride[2]};
 {% end %}
 {% if fp8 then %}
-  const float k_scale = p.k_scale[blk.b * p.heads_kv + blk.hk], v_scale = p.v_scale[blk.b * p.heads_kv + blk.hk];
+  const int at_scale = fj::scale_at(p, blk.b, blk.hk);
+  const float k_scale = p.k_scale[at_scale], v_scale = p.v_scale[at_scale];
 {% end %}
   {{ mods.scales(2, fp8 and " * k_scale" or "") }}
   const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;

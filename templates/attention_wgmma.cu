@@ -343,7 +343,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   // O = O / l and the log-sum-exp (epilogue_regs.cuh).
   elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h){{ VL and " + seq.q_row0 * p.o_stride[2]" or "" }};
 {{ include("epilogue_regs.cuh", PC.with(frag, {
-     ND = DV // 16, cols = DVR < DV and DVR or nil, out_scale = FP8 and "p.v_scale[blk.b * p.heads_kv + blk.hk]" or "1.f", out_elem = FP8 and 2 or ELEM, rows_end = VL and "len_q" or nil,
+     ND = DV // 16, cols = DVR < DV and DVR or nil, out_scale = FP8 and "p.v_scale[fj::scale_at(p, blk.b, blk.hk)]" or "1.f", out_elem = FP8 and 2 or ELEM, rows_end = VL and "len_q" or nil,
      sinks = mods.sinks,
      stage = STAGED and { addr = ("(base + %du + (cw * 4 + warp %% 4) * %du)"):format(OFF_STAGE, STAGE_WARP),
                           row0 = "m0 + wr", lrow = "acc_r" } or nil,

@@ -278,7 +278,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const fj::kv_t *k = fj::head_rows<const fj::kv_t>(p.k, p.k_stride, blk.b, blk.hk);
   const fj::kv_t *v = fj::head_rows<const fj::kv_t>(p.v, p.v_stride, blk.b, blk.hk);
 {% if fp8 then %}
-  const float k_scale = p.k_scale[blk.b * p.heads_kv + blk.hk], v_scale = p.v_scale[blk.b * p.heads_kv + blk.hk];
+  const int at_scale = fj::scale_at(p, blk.b, blk.hk);
+  const float k_scale = p.k_scale[at_scale], v_scale = p.v_scale[at_scale];
   const float sl2 = p.scale_log2 * k_scale;
 {% else %}
   const float sl2 = p.scale_log2;

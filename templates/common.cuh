@@ -61,9 +61,16 @@ struct Params {
   // the workspace, [batch][heads_kv][head_dim][vt_keys] bytes.
   const float *q_scale;
   unsigned char *vt;
-  int vt_keys, pad_;
+  int vt_keys;
+  int scale_per_head;       // FP8 descales: 1 per (batch, KV head), 0 one a tensor
 };
 static_assert(sizeof(Params) == {{ params_bytes }}, "host and device disagree on the parameter block");
+
+// The index of batch b's KV head hk in the FP8 descales (q_scale, k_scale,
+// v_scale): [batch][heads_kv], or 0 for one a tensor.
+__device__ __forceinline__ int scale_at(const Params &p, int b, int hk) {
+  return (b * p.heads_kv + hk) * p.scale_per_head;
+}
 
 {# elem_t: Q's and O's element; for FP8 attention (dtype e4m3) O's, bf16. #}
 {% if dtype == "f16" then %}

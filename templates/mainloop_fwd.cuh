@@ -220,7 +220,7 @@
 {% if FP8 then %}
   // The descales of this (batch, KV head): Q's and K's join the softmax
   // scale, V's the epilogue's.
-  const float sl2_t = sl2 * p.q_scale[blk.b * p.heads_kv + blk.hk] * p.k_scale[blk.b * p.heads_kv + blk.hk];
+  const float sl2_t = sl2 * p.q_scale[fj::scale_at(p, blk.b, blk.hk)] * p.k_scale[fj::scale_at(p, blk.b, blk.hk)];
 {% end %}
 {% if TWO then %}
   int pv_run = 0;  // key tiles in op since it last joined o

@@ -321,6 +321,47 @@ static void fp8_variant(fj_variant *v, int d, fj_causal m, int flush)
   v->fp8_flush = flush;
 }
 
+/* The reference reads one descale a tensor where scale_layout says so:
+ * the first entry of each array, for every (batch, KV head) -- the same
+ * result as per-head arrays that hold it everywhere, another than the
+ * arrays' own per-head values. */
+static int fp8_reference_per_tensor(void)
+{
+  enum { B = 2, H = 2, S = 5, D = 16, N = B * H * S * D };
+  static uint8_t q8[N], k8[N], v8[N];
+  static float qf[N], kf[N], vf[N];
+  for (int i = 0; i < N; i++) {
+    qf[i] = (float)((i * 37) % 23 - 11);
+    kf[i] = (float)((i * 53) % 19 - 9);
+    vf[i] = (float)((i * 29) % 17 - 8);
+  }
+  CHECK(fj_convert(FJ_E4M3, q8, FJ_F32, qf, N) == FJ_OK);
+  CHECK(fj_convert(FJ_E4M3, k8, FJ_F32, kf, N) == FJ_OK);
+  CHECK(fj_convert(FJ_E4M3, v8, FJ_F32, vf, N) == FJ_OK);
+  float qs[B * H] = {0.05f, 0.07f, 0.02f, 0.03f}, ks[B * H] = {0.04f, 0.01f, 0.06f, 0.02f},
+        vs[B * H] = {0.5f, 0.25f, 2.f, 1.f};
+  float qs1[B * H], ks1[B * H], vs1[B * H];
+  for (int i = 0; i < B * H; i++) {
+    qs1[i] = qs[0];
+    ks1[i] = ks[0];
+    vs1[i] = vs[0];
+  }
+  static double o_tensor[N], o_heads[N], o_own[N], lse[B * H * S];
+  fj_problem p;
+  fj_problem_init(&p, B, H, H, S, S, D, FJ_E4M3, FJ_BHSD);
+  p.scale_layout = FJ_SCALE_PER_TENSOR;
+  p.q_scale = qs;
+  CHECK_OK(NULL, fj_reference_fwd(&p, q8, k8, v8, ks, vs, 0, S, o_tensor, lse));
+  p.scale_layout = FJ_SCALE_PER_HEAD;
+  p.q_scale = qs1;
+  CHECK_OK(NULL, fj_reference_fwd(&p, q8, k8, v8, ks1, vs1, 0, S, o_heads, lse));
+  p.q_scale = qs;
+  CHECK_OK(NULL, fj_reference_fwd(&p, q8, k8, v8, ks, vs, 0, S, o_own, lse));
+  CHECK(memcmp(o_tensor, o_heads, sizeof o_tensor) == 0);
+  CHECK(memcmp(o_tensor, o_own, sizeof o_tensor) != 0);
+  return 0;
+}
+
 int test_family_fp8_sm90a(void)
 {
   static const struct { int d; fj_causal m; int flush; } picks[] = {
@@ -484,8 +525,14 @@ int test_family_refusals(void)
   p.k_scale = NULL;
   CHECK_ST(ctx, fj_problem_check(ctx, &p), FJ_ERR_INVALID_ARG);
   CHECK_MSG(ctx, "kv_dtype e4m3 needs k_scale and v_scale");
+  p.k_scale = scale;
+  p.scale_layout = (fj_scale_layout)7;
+  CHECK_ST(ctx, fj_problem_check(ctx, &p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "scale_layout 7 is invalid: FJ_SCALE_PER_HEAD (0) or FJ_SCALE_PER_TENSOR (1)");
+  p.kv_dtype = FJ_F16;  /* 16-bit problems ignore it */
+  CHECK_OK(ctx, fj_problem_check(ctx, &p));
   fj_ctx_destroy(ctx);
-  return 0;
+  return fp8_reference_per_tensor();
 }
 
 /* ---- when the layout table is not what the generator needs ---------------------------- */

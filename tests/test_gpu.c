@@ -816,9 +816,35 @@ static int serving_case_kv(fj_ctx *ctx, int b, int hq, int hkv, int sq, int skv,
                            int d, fj_dtype dt, fj_dtype kv, fj_causal m, int splits,
                            fj_order order, uint64_t *seed, const char *axis);
 
+/* One descale a tensor (fj_problem.scale_layout FJ_SCALE_PER_TENSOR) with
+ * the library's choice: a decode (split-KV, GQA packing) and a prefill.
+ * case_setup's descales differ by (batch, KV head), so a kernel that read
+ * any but the first disagrees with the reference, which reads the first.
+ * dt: Q's dtype (FJ_E4M3: FP8 attention, else FP8 K/V). */
+static int fp8_per_tensor(fj_ctx *ctx, fj_dtype dt, uint64_t *seed)
+{
+  static const int cases[][6] = {{2, 32, 8, 1, 4096, 128}, {2, 8, 2, 300, 513, 128}};
+  int failed = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const int *s = cases[i];
+    gpu_case c;
+    memset(&c, 0, sizeof c);
+    fj_problem_init(&c.p, s[0], s[1], s[2], s[3], s[4], s[5], dt, (fj_order)i);
+    c.p.kv_dtype = FJ_E4M3;
+    c.p.causal = i ? FJ_CAUSAL_BOTTOM_RIGHT : FJ_CAUSAL_NONE;
+    c.p.scale_layout = FJ_SCALE_PER_TENSOR;
+    char label[160];
+    snprintf(label, sizeof label, "(%d,%d/%d,%d/%d,%d) %s scales per tensor", s[0], s[1], s[2],
+             s[3], s[4], s[5], fj_dtype_name(dt));
+    failed += run_case(ctx, &c, NULL, NULL, seed, label, "fp8 per tensor");
+  }
+  return failed;
+}
+
 /* FP8 K/V on the ring: the explicit variants above, then the library's
  * own choice (a 16-row decode tile whose warps split the keys, split-KV,
- * GQA packing; prefill's tiles) over decode and prefill shapes. */
+ * GQA packing; prefill's tiles) over decode and prefill shapes, and
+ * descales per tensor. */
 int test_gpu_fp8_kv(void)
 {
   int failed = run_axes(fp8_ring_cases, sizeof fp8_ring_cases / sizeof fp8_ring_cases[0],
@@ -862,6 +888,7 @@ int test_gpu_fp8_kv(void)
                               i < 10 ? "fp8 decode" : "fp8 prefill");
   }
   printf("%d fp8 library-choice cases\n", (int)N);
+  failed += fp8_per_tensor(ctx, FJ_BF16, &seed);
   print_worst();
   fj_ctx_destroy(ctx);
   return failed != 0;
@@ -1439,6 +1466,7 @@ int test_gpu_fp8_forward(void)
     failed += run_case(ctx, &c, i < n ? &vs[i] : NULL, NULL, &seed, label,
                        i < n ? fp8_cases[i].axis : "fp8 auto");
   }
+  failed += fp8_per_tensor(ctx, FJ_E4M3, &seed);
   print_worst();
   fj_ctx_destroy(ctx);
   return failed != 0;

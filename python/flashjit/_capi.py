@@ -38,6 +38,7 @@ SWIZZLE_NONE, SWIZZLE_PAD, SWIZZLE_XOR = 1, 2, 3
 CAUSAL_NONE, CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT = 0, 1, 2
 CACHE_MISS, CACHE_MEMORY, CACHE_DISK = 0, 1, 2
 BHSD, BSHD, THD = 0, 1, 2
+SCALE_PER_HEAD, SCALE_PER_TENSOR = 0, 1
 CHOICE_HEURISTIC, CHOICE_TUNED = 0, 1
 MOD_F32, MOD_I32, MOD_F16, MOD_BF16 = 1, 2, 3, 4
 LUT_PROBED, LUT_CACHED, LUT_REFERENCE = 1, 2, 3
@@ -115,7 +116,7 @@ class Problem(C.Structure):
                 ("max_pages", C.c_int), ("page_size", C.c_int), ("num_pages", C.c_int),
                 ("mods", C.c_void_p), ("total_q", C.c_int), ("total_kv", C.c_int),
                 ("deterministic", C.c_int), ("q_scale", C.c_void_p),
-                ("head_dim_v", C.c_int)]
+                ("head_dim_v", C.c_int), ("scale_layout", C.c_int)]
 
 
 class ModParam(C.Structure):

@@ -229,8 +229,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     sequence's start) and sinks as attention() takes them; num_splits as
     fj_problem.splits (0: the library's choice, 1: none, 2..256).  FP8 k
     and v (torch.float8_e4m3fn) with 16-bit q: k_descale, v_descale
-    float32 (batch, heads_kv) tensors, None for ones (the mma family,
-    sm_80 and newer).
+    float32 (batch, heads_kv) tensors, or one each (attention()'s rule),
+    None for ones (the mma family, sm_80 and newer).
 
     Differentiable in q, k, v and sinks as attention() is (loss.backward()
     runs fj_attention_bwd on the packed sequences; O and the library's
@@ -416,7 +416,8 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_tab
     takes them; num_splits as fj_problem.splits (0: the library's choice,
     which splits long caches for decode; 1: none; 2..256).  FP8 caches
     (torch.float8_e4m3fn) with 16-bit q: k_descale, v_descale float32
-    (batch, heads_kv) tensors, None for ones (the mma family, sm_80 and
+    (batch, heads_kv) tensors, or one each (vLLM's per-tensor k_scale and
+    v_scale; attention()'s rule), None for ones (the mma family, sm_80 and
     newer, contiguous and paged).  MLA's latent cache (DeepSeek's decode:
     head_dim 576 whose first 512 columns are V): pass v_cache as
     k_cache[..., :head_dim_v], a view of the same tensor (same first
@@ -554,6 +555,7 @@ def _entry(p, o, x, q, batch, heads_kv, fp8, lse_shape, slots, post):
     if fp8:
         more, ones = fjt.descale_slots(p, o, x, batch, heads_kv, (("k_descale", "k_scale"),
                                                                   ("v_descale", "v_scale")))
+        p.scale_layout = fjt.scale_layout((None, x.get("k_descale"), x.get("v_descale")))
         slots = slots + more
     mods, mod_slots = fjt.mods_of(o, x, q.device)
     p.mods = mods.ptr

@@ -127,10 +127,19 @@ def _out_dtype(dtype):
 _DESCALES = ("q_descale", "k_descale", "v_descale")
 
 
+def _per_tensor(t):
+    """Whether descale t holds one value for every (batch, KV head): one
+    element, or (batch, heads_kv) expanded from one (strides 0, as vLLM's
+    k_scale.expand(...) makes)."""
+    return t.numel() == 1 or all(s == 0 for s in t.stride())
+
+
 def check_descales(q, batch, heads_kv, descales, fp8, who=_WHO):
     """descales (q_descale, k_descale, v_descale): each None or a float32
-    (batch, heads_kv) tensor on q's device, contiguous; only where fp8
-    (the inputs it names are FP8)."""
+    tensor on q's device, only where fp8 (the inputs it names are FP8):
+    (batch, heads_kv) contiguous, one per (batch, KV head); or one for the
+    tensor -- shape () or (1,), or (batch, heads_kv) with strides 0.
+    Those given are all one kind or all the other (scale_layout)."""
     for name, t in zip(_DESCALES, descales):
         if t is None:
             continue
@@ -139,18 +148,36 @@ def check_descales(q, batch, heads_kv, descales, fp8, who=_WHO):
                              f"k and v are {q.dtype}")
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{who}: {name} is a {type(t).__name__}, not a torch.Tensor "
-                            "(float32, one descale per (batch, KV head))")
+                            "(float32, one descale per (batch, KV head) or one in all)")
         if t.dtype != torch.float32:
             raise TypeError(f"{who}: {name} has dtype {t.dtype}; it must be torch.float32")
-        if tuple(t.shape) != (batch, heads_kv):
+        if tuple(t.shape) not in ((batch, heads_kv), (), (1,)):
             raise ValueError(f"{who}: {name} has shape {tuple(t.shape)}; it must be "
-                             f"(batch, heads_kv) = ({batch}, {heads_kv})")
+                             f"(batch, heads_kv) = ({batch}, {heads_kv}), or () or (1,) "
+                             "for one descale in all")
         if t.device != q.device:
             raise ValueError(f"{who}: {name} is on {t.device}; the attention inputs are on "
                              f"{q.device}")
-        if not t.is_contiguous():
+        if not t.is_contiguous() and not _per_tensor(t):
             raise ValueError(f"{who}: {name} is not contiguous (strides "
                              f"{tuple(t.stride())}); call .contiguous()")
+    scale_layout(descales, who)
+
+
+def scale_layout(descales, who=_WHO):
+    """fj_problem.scale_layout for the descales given: SCALE_PER_TENSOR
+    where each holds one value, SCALE_PER_HEAD where each holds one per
+    (batch, KV head) (those not given read all-ones (batch, heads_kv),
+    right for both).  A mix is refused: the kernels read the three
+    alike."""
+    given = [(n, _per_tensor(t)) for n, t in zip(_DESCALES, descales) if t is not None]
+    one = [n for n, per in given if per]
+    if one and len(one) < len(given):
+        other = next(n for n, per in given if not per)
+        raise ValueError(f"{who}: {one[0]} holds one descale for the tensor and {other} one "
+                         "per (batch, KV head): give them alike (expand the single one to "
+                         "(batch, heads_kv) and call .contiguous())")
+    return capi.SCALE_PER_TENSOR if one else capi.SCALE_PER_HEAD
 
 
 def _check_descales(q, batch, heads_kv, descales):
@@ -357,6 +384,7 @@ def _build_dense(o, lse, q, k, v, extras):
         slots, ones = descale_slots(p, o, x, b, hk, (("q_descale", "q_scale"),
                                                       ("k_descale", "k_scale"),
                                                       ("v_descale", "v_scale")))
+        p.scale_layout = scale_layout(tuple(x.get(n) for n in _DESCALES))
     mods, mod_slots = mods_of(o, x, q.device)
     p.mods = mods.ptr
     if mods.ptr is not None:
@@ -959,7 +987,9 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     q, k and v all torch.float8_e4m3fn, and q_descale=, k_descale=,
     v_descale= float32 tensors (batch, heads_kv) on q's device,
     contiguous, None for ones: q = q_fp8 * q_descale[b, h // (heads_q //
-    heads_kv)], k and v by theirs.  The output is bfloat16 (not q's
+    heads_kv)], k and v by theirs; or one descale a tensor (shape () or
+    (1,), or (batch, heads_kv) expanded from one: strides 0), the given
+    ones alike.  The output is bfloat16 (not q's
     dtype); the log-sum-exp float32 as above.  causal, scale, window,
     mask_mod and params, sinks, return_lse, both layouts and GQA apply;
     what the FP8 kernel does not take (score_mod, softcap, block_mask;

@@ -234,7 +234,7 @@ class AttentionErrors(Case):
                  r"torch.float32$"),
                 ((None, None, ok[:1]), ValueError,
                  r"^flashjit.attention: v_descale has shape \(1, 4\); it must be \(batch, "
-                 r"heads_kv\) = \(2, 4\)$"),
+                 r"heads_kv\) = \(2, 4\), or \(\) or \(1,\) for one descale in all$"),
                 ((torch.ones(8), None, None), ValueError, r"q_descale has shape \(8,\)"),
                 ((ok.t().contiguous().t(), None, None), ValueError,
                  r"^flashjit.attention: q_descale is not contiguous \(strides \(1, 2\)\); "
@@ -249,6 +249,31 @@ class AttentionErrors(Case):
         self.refuses(ValueError, r"^flashjit.attention: k_descale is for FP8 inputs "
                      r"\(torch.float8_e4m3fn\); q, k and v are torch.float16$",
                      _check_descales, q.half(), 2, 4, (None, ok, None))
+
+    def test_fp8_descale_layouts(self):
+        # One descale a tensor: shape () or (1,), or (batch, heads_kv)
+        # expanded from one (vLLM's k_scale.expand(...)); the given ones
+        # alike, else refused by name.
+        from flashjit import _capi as capi
+        from flashjit._torch import _check_descales, scale_layout
+        q = torch.zeros((2, 8, 16, 64), dtype=torch.float8_e4m3fn)
+        head, one = torch.ones((2, 4)), torch.ones(())
+        for descales, want in (((head, None, head), capi.SCALE_PER_HEAD),
+                               ((None, None, None), capi.SCALE_PER_HEAD),
+                               ((one, torch.ones(1), None), capi.SCALE_PER_TENSOR),
+                               ((None, torch.ones(1).expand(2, 4), one), capi.SCALE_PER_TENSOR)):
+            with self.subTest(descales=[None if t is None else tuple(t.stride())
+                                        for t in descales]):
+                self.assertTrue(_check_descales(q, 2, 4, descales))
+                self.assertEqual(scale_layout(descales), want)
+        # A (1, 1) problem's one descale is both; a strided one is not one.
+        self.assertEqual(scale_layout((torch.ones(1, 1), None, None)), capi.SCALE_PER_TENSOR)
+        self.refuses(ValueError, r"^flashjit.attention: q_descale holds one descale for the "
+                     r"tensor and v_descale one per \(batch, KV head\): give them alike "
+                     r"\(expand the single one to \(batch, heads_kv\) and call "
+                     r"\.contiguous\(\)\)$", _check_descales, q, 2, 4, (one, None, head))
+        self.refuses(ValueError, r"k_descale is not contiguous \(strides \(0, 1\)\)",
+                     _check_descales, q, 2, 4, (None, torch.ones(4).expand(2, 4), None))
 
     def test_rank(self):
         q, k, v = self.qkv()

@@ -1053,6 +1053,24 @@ class Fp8(GpuCase):
                                v_descale=ones)
         self.assertTrue(torch.equal(a, b))
 
+    def test_per_tensor_descales(self):
+        # One descale a tensor (scale_layout FJ_SCALE_PER_TENSOR), as a
+        # 0-dim tensor and as vLLM's expand(): the same bits as the same
+        # values per (batch, KV head), and the reference's result.
+        (q, k, v), _ = fp8_inputs(2, 8, 2, 300, 700, 128)
+        one = [torch.tensor(s, device="cuda") for s in (0.03125, 0.0234375, 0.046875)]
+        heads = [t.expand(2, 2).contiguous() for t in one]
+        expanded = [t.reshape(1).expand(2, 2) for t in one]
+        want = flashjit.attention(q, k, v, causal="bottom_right", q_descale=heads[0],
+                                  k_descale=heads[1], v_descale=heads[2])
+        for ds in (one, expanded):
+            got = flashjit.attention(q, k, v, causal="bottom_right", q_descale=ds[0],
+                                     k_descale=ds[1], v_descale=ds[2])
+            self.assertTrue(torch.equal(got, want), f"strides {ds[0].stride()}")
+        ref, _ = reference(dequantised(q, heads[0]), dequantised(k, heads[1]),
+                           dequantised(v, heads[2]), causal="bottom_right")
+        self.rel(want, ref, "FP8 per-tensor descales")
+
     def test_compile(self):
         (q, k, v), ds = fp8_inputs(2, 8, 2, 256, 256, 128)
 

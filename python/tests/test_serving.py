@@ -224,6 +224,29 @@ class KvCache(Serving):
         vv = (v8.float() * vd[:, None, :, None]).to(torch.bfloat16)
         self.check_batch(out, None, q, kk, vv, lens, "FP8 cache", causal=BR)
 
+    def test_fp8_cache_per_tensor(self):
+        # vLLM's form: one k_scale and one v_scale for the cache, expanded
+        # to (batch, heads_kv) with strides 0 (fj_problem.scale_layout
+        # FJ_SCALE_PER_TENSOR), contiguous and paged.
+        cache_k, cache_v = randn(3, 1024, 2, 128), randn(3, 1024, 2, 128)
+        ks = (cache_k.float().abs().amax() / 448).reshape(1)
+        vs = (cache_v.float().abs().amax() / 448).reshape(1)
+        k8 = (cache_k.float() / ks).to(torch.float8_e4m3fn)
+        v8 = (cache_v.float() / vs).to(torch.float8_e4m3fn)
+        kk, vv = (k8.float() * ks).to(torch.bfloat16), (v8.float() * vs).to(torch.bfloat16)
+        lens = [5, 1024, 300]
+        lt = int32(lens)
+        q = randn(3, 1, 16, 128)
+        kd, vd = ks.expand(3, 2), vs.expand(3, 2)
+        out = flashjit.attention_with_kvcache(q, k8, v8, cache_seqlens=lt, k_descale=kd,
+                                              v_descale=vd, causal=True)
+        self.check_batch(out, None, q, kk, vv, lens, "FP8 cache, per-tensor", causal=BR)
+        kp, vp, table = self.paged(k8.view(torch.uint8), v8.view(torch.uint8), 16)
+        kp, vp = kp.view(torch.float8_e4m3fn), vp.view(torch.float8_e4m3fn)
+        out = flashjit.attention_with_kvcache(q, kp, vp, cache_seqlens=lt, block_table=table,
+                                              k_descale=ks, v_descale=vs, causal=True)
+        self.check_batch(out, None, q, kk, vv, lens, "FP8 pages, per-tensor", causal=BR)
+
     def test_fp8_paged_cache(self):
         # An FP8 cache in shuffled pages (page sizes 1, 16, 256): the
         # library's FP8 ring (templates/tile_fp8.cuh) over the block table.

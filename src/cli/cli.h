@@ -82,6 +82,7 @@ typedef struct cli {
   int splits;             /* fj_problem.splits: 0 auto */
   int sms;                /* plan: multiprocessors of a compile-only target */
   fj_order order;
+  fj_scale_layout scale_layout;  /* --fp8-scales */
   int check;
   int iters;
   int warmup;

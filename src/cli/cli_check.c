@@ -170,7 +170,9 @@ static void compare_block(const run_data *d, const check_block *k, err_sum *e)
 static fj_problem sub_problem(const run_data *d, int b0, int b1)
 {
   fj_problem p = cli_host_problem(d);
-  size_t hkv = (size_t)b0 * (size_t)p.heads_kv;
+  size_t hkv = p.scale_layout == FJ_SCALE_PER_TENSOR
+                   ? 0
+                   : (size_t)b0 * (size_t)p.heads_kv;
   p.batch = b1 - b0;
   p.cu_seqlens_q = p.cu_seqlens_q ? p.cu_seqlens_q + b0 : NULL;
   p.cu_seqlens_kv = p.cu_seqlens_kv ? p.cu_seqlens_kv + b0 : NULL;

@@ -19,6 +19,8 @@ static const name_value causals[] = {{"top-left", FJ_CAUSAL_TOP_LEFT},
                                      {"bottom-right", FJ_CAUSAL_BOTTOM_RIGHT},
                                      {"none", FJ_CAUSAL_NONE}};
 static const name_value layouts[] = {{"bhsd", FJ_BHSD}, {"bshd", FJ_BSHD}};
+static const name_value scale_layouts[] = {{"head", FJ_SCALE_PER_HEAD},
+                                           {"tensor", FJ_SCALE_PER_TENSOR}};
 
 #define NAMES(t) .names = t, .nnames = sizeof(t) / sizeof((t)[0])
 /* A flag whose value the library checks (no range here). */
@@ -95,6 +97,10 @@ const flag_def cli_flags[] = {
      .arg = "N", .help = "K/V heads, dividing H (GQA; default H)"},
     {"layout", 1, CMD_PROBLEM, cli_set_name, OFF(order), NAMES(layouts),
      .arg = "bhsd|bshd", .help = "Q and O (K and V unless paged); default bhsd"},
+    {"fp8-scales", 1, CMD_PROBLEM, cli_set_name, OFF(scale_layout),
+     NAMES(scale_layouts), .arg = "head|tensor",
+     .help = "FP8 descales (--dtype or --kv-dtype e4m3): one per (batch, KV "
+             "head) or one a tensor (default head)"},
     {"varlen", 1, CMD_EMIT | CMD_RUN | CMD_PLAN, cli_set_varlen, 0,
      .arg = "Q1[:K1],...",
      .help = "a variable-length batch, one item per sequence (B items): Q "

@@ -147,6 +147,7 @@ int cli_problem(cli *c, fj_problem *p)
   split_dims(c, p, b, h, hkv, s, skv);
   p->causal = c->v.causal;
   p->kv_dtype = c->v.kv_dtype;
+  p->scale_layout = c->scale_layout;
   p->splits = c->splits;
   p->mods = c->mods_on ? &c->mods : NULL;
   cli_block_mask_shape(c, p);
