@@ -235,7 +235,8 @@ typedef enum fj_dtype {
    * products; with 1 stage (the wmma family's only way) they are
    * dequantised as they load.  As dtype: Q, K and V all
    * e4m3 on the wgmma family (sm_90a), whose products run in FP8; O is
-   * then bfloat16 (fj_problem's q_scale, k_scale, v_scale). */
+   * then bfloat16, or fj_problem.o_dtype's (f16, or e4m3 with o_scale and
+   * o_amax) (fj_problem's q_scale, k_scale, v_scale). */
   FJ_E4M3 = 3,
   FJ_F32 = 4    /* host-side conversion only */
 } fj_dtype;
@@ -344,6 +345,11 @@ typedef struct fj_variant {
    * otherwise, naming the value and the limit.  Named "_v" + N where it
    * differs. */
   int head_dim_v;
+  /* O's element (fj_problem.o_dtype; it must be the problem's): 0 for
+   * dtype's (bf16 for dtype e4m3).  FP8 attention (dtype e4m3) writes
+   * FJ_BF16, FJ_F16 or FJ_E4M3.  Named "_o" + its name where it is not
+   * the default ("_oe4m3"). */
+  fj_dtype o_dtype;
 } fj_variant;
 
 /* Fills v (pack_gqa, split_kv, varlen and paged 0) with the WMMA family's default variant for a head dim, dtype and
@@ -572,7 +578,7 @@ typedef struct fj_problem {
   int seq_q;
   int seq_kv;
   int head_dim;       /* Q's and K's (V's and O's too unless head_dim_v) */
-  fj_dtype dtype;     /* Q and O; FJ_E4M3: Q (and K, V) FP8, O bf16 */
+  fj_dtype dtype;     /* Q and O; FJ_E4M3: Q (and K, V) FP8, O o_dtype's */
   fj_dtype kv_dtype;  /* 0: same as dtype; FJ_E4M3 for FP8 K/V */
   fj_causal causal;
   float scale;        /* softmax scale, above 0; 0 means 1/sqrt(head_dim) */
@@ -685,6 +691,22 @@ typedef struct fj_problem {
    * element to (batch, heads_kv) has this layout).  Ignored for 16-bit
    * problems. */
   fj_scale_layout scale_layout;
+  /* O's element.  0 (fj_problem_init's): dtype's, bfloat16 for dtype
+   * e4m3.  FP8 attention (dtype FJ_E4M3) may write FJ_BF16, FJ_F16 or
+   * FJ_E4M3 -- then O = e4m3(O * o_scale), rounded to nearest even and
+   * saturated to +-448, one byte an element (o_stride in elements, as
+   * always).  A 16-bit problem writes its dtype (o_dtype 0 or the same);
+   * anything else is refused, naming the combination. */
+  fj_dtype o_dtype;
+  /* o_dtype e4m3 only: a device pointer to one float, O's scale (cuDNN's
+   * scale_o; a training recipe's 448 / amax); NULL: 1. */
+  const void *o_scale;
+  /* dtype e4m3 only, or NULL: a device pointer to one float that receives
+   * max |O| over every row and column of the output, before o_scale
+   * (cuDNN's amax_o), so that a recipe can choose the next call's scale.
+   * Each call sets it to 0 on its stream before its kernel raises it (a
+   * replayed launch record does too: fj_launches.zero_at). */
+  void *o_amax;
 } fj_problem;
 
 #define FJ_PAGE_SIZE_MAX 4096
@@ -1308,6 +1330,7 @@ typedef struct fj_launches {
   uint64_t zero_at;      /* not 0: before the launches the call set
                             zero_words 32-bit words at this device address
                             to 0 on the stream (a dynamic walk's counter,
+                            or FP8 attention's o_amax: never both;
                             cuMemsetD32Async); a replay must too */
   size_t zero_words;
   fj_launch_rec launch[2];

@@ -183,7 +183,7 @@ fj_status fj_problem_check(fj_ctx *ctx, const fj_problem *p)
 static void pick_key(const fj_ctx *ctx, const fj_problem *p, int key[FJ_KEY])
 {
   key[0] = p->head_dim;
-  key[1] = (int)p->dtype;
+  key[1] = (int)p->dtype | (int)fj__o_dtype(p) << 8;  /* O's element too */
   key[2] = (int)(p->kv_dtype ? p->kv_dtype : p->dtype);
   key[3] = (int)p->causal;
   key[4] = fj__log2_floor(p->seq_q);
@@ -417,6 +417,12 @@ static fj_status check_match(const fj_ctx *ctx, const fj_problem *p,
                     fj_dtype_name(fj__kv_dtype(v)), fj_causal_name(v->causal),
                     p->head_dim, fj__problem_dv(p), fj_dtype_name(p->dtype),
                     fj_dtype_name(pkv), fj_causal_name(p->causal));
+  if (fj__variant_o_dtype(v) != fj__o_dtype(p))
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "variant (o_dtype %s) does not match the problem "
+                    "(o_dtype %s)",
+                    fj_dtype_name(fj__variant_o_dtype(v)),
+                    fj_dtype_name(fj__o_dtype(p)));
   if (v->paged != fj__problem_paged(p) ||
       (fj__problem_varlen(p) && !v->varlen))
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
@@ -487,6 +493,13 @@ static fj_status check_pointers(const fj_ctx *ctx, const fj_problem *p,
     st = fj__check_alignment(ctx, "v", v, p->v_stride, kv);
   if (st == FJ_OK)
     st = fj__check_alignment(ctx, "o", o, p->o_stride, fj__o_dtype(p));
+  /* One float each (o_amax raised by atomics). */
+  const void *one[2] = {p->o_scale, p->o_amax};
+  for (int i = 0; i < 2 && st == FJ_OK; i++)
+    if ((uintptr_t)one[i] % 4)
+      st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "%s = %p is not 4-byte aligned: it points at a float",
+                    i ? "o_amax" : "o_scale", one[i]);
   if (st == FJ_OK)
     st = fj__mods_check_blocks_data(ctx, p->mods);
   return st == FJ_OK ? fj__mods_check_data(ctx, p->mods) : st;
@@ -544,6 +557,8 @@ void fj__fill_params(fj_kparams *kp, const fj_problem *p, const void *q,
   kp->q_scale = p->q_scale;
   kp->vt_keys = (p->seq_kv + 127) / 128 * 128;
   kp->scale_per_head = p->scale_layout != FJ_SCALE_PER_TENSOR;
+  kp->o_scale = p->o_scale;
+  kp->o_amax = p->o_amax;
   for (int i = 0; i < 3; i++) {
     kp->q_stride[i] = p->q_stride[i];
     kp->k_stride[i] = p->k_stride[i];
@@ -988,6 +1003,9 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     if (plan.workspace_bytes)
       st = workspace(ctx, p, &plan, ws, ws_bytes, stream, &kp);
   }
+  /* FP8 attention's max |O|: raised by the kernel from 0. */
+  if (st == FJ_OK && kp.o_amax)
+    st = fj__cu_memset32_async(ctx, (uint64_t)(uintptr_t)kp.o_amax, 0, 1, stream);
   if (st == FJ_OK && vt_fn)
     st = vt_pass(ctx, p, vt_fn, &kp, &maps, stream);
   if (st == FJ_OK) {

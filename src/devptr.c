@@ -85,8 +85,11 @@ size_t fj__devptr_list(const fj_problem *p, const void *q, const void *k,
     add(out, &n, "k_scale", -1, p->k_scale);
     add(out, &n, "v_scale", -1, p->v_scale);
   }
-  if (p->dtype == FJ_E4M3)
+  if (p->dtype == FJ_E4M3) {
     add(out, &n, "q_scale", -1, p->q_scale);
+    add(out, &n, "o_scale", -1, p->o_scale);
+    add(out, &n, "o_amax", -1, p->o_amax);
+  }
   add(out, &n, "cu_seqlens_q", -1, p->cu_seqlens_q);
   add(out, &n, "cu_seqlens_kv", -1, p->cu_seqlens_kv);
   add(out, &n, "seqused_kv", -1, p->seqused_kv);

@@ -22,9 +22,10 @@ typedef struct fj_devptr {
 } fj_devptr;
 
 /* The most pointers one call has: q, k, v, o, lse, the workspace, three FP8
- * scales, three varlen arrays, the block table, the sinks, eight arrays of
- * a block mask (both directions), and the tensor parameters. */
-#define FJ_DEVPTR_MAX (22 + FJ_MOD_PARAMS_MAX)
+ * scales, O's scale and amax, three varlen arrays, the block table, the
+ * sinks, eight arrays of a block mask (both directions), and the tensor
+ * parameters. */
+#define FJ_DEVPTR_MAX (24 + FJ_MOD_PARAMS_MAX)
 
 /* How an address is looked up: fj__cu_memory, or a test's stand-in. */
 typedef fj_status (*fj_mem_query)(const fj_ctx *ctx, const void *ptr,

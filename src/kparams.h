@@ -57,6 +57,11 @@ typedef struct fj_kparams {
   /* FP8: the descales' index is (b * heads_kv + h) * scale_per_head --
    * 1 for fj_problem's FJ_SCALE_PER_HEAD, 0 for FJ_SCALE_PER_TENSOR. */
   int scale_per_head;
+  /* FP8 attention: O's scale (one float; NULL: 1) for an e4m3 O, and
+   * where max |O| goes (one float, zeroed before the launch; NULL: not
+   * kept). */
+  const void *o_scale;
+  void *o_amax;
 } fj_kparams;
 
 /* The backward's own parameter block, after the forward's fj_kparams

@@ -186,6 +186,8 @@ int fj__problem_dv(const fj_problem *p)
 
 fj_dtype fj__o_dtype(const fj_problem *p)
 {
+  if (p->o_dtype)
+    return p->o_dtype;
   return p->dtype == FJ_E4M3 ? FJ_BF16 : p->dtype;
 }
 
@@ -196,6 +198,24 @@ static const char *dtype_text(fj_dtype d, char buf[16])
     return fj_dtype_name(d);
   snprintf(buf, 16, "%d", (int)d);
   return buf;
+}
+
+fj_status fj__check_o_dtype(const fj_ctx *ctx, fj_dtype dtype, fj_dtype o)
+{
+  char buf[16];
+  if (o == 0 || o == (dtype == FJ_E4M3 ? FJ_BF16 : dtype))
+    return FJ_OK;
+  if (o != FJ_F16 && o != FJ_BF16 && o != FJ_E4M3)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "o_dtype %s is invalid: 0 (dtype's), f16, bf16 or e4m3",
+                    dtype_text(o, buf));
+  if (dtype != FJ_E4M3)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "o_dtype %s with dtype %s is not implemented: a 16-bit "
+                    "problem writes O in its dtype; FP8 attention (dtype "
+                    "e4m3) writes bf16, f16 or e4m3",
+                    fj_dtype_name(o), dtype_text(dtype, buf));
+  return FJ_OK;
 }
 
 fj_status fj__check_types(const fj_ctx *ctx, fj_dtype dtype, fj_dtype kv,
@@ -519,6 +539,19 @@ fj_status fj__problem_check_common(const fj_ctx *ctx, const fj_problem *p)
   if (st == FJ_OK)
     st = fj__check_types(ctx, p->dtype, p->kv_dtype ? p->kv_dtype : p->dtype,
                          p->causal);
+  if (st == FJ_OK)
+    st = fj__check_o_dtype(ctx, p->dtype, p->o_dtype);
+  /* O's scale and amax are FP8 attention's, the scale its e4m3 O's. */
+  if (st == FJ_OK && p->o_scale && fj__o_dtype(p) != FJ_E4M3)
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "o_scale is for an e4m3 O (o_dtype e4m3); O is %s: pass "
+                  "NULL",
+                  fj_dtype_name(fj__o_dtype(p)));
+  if (st == FJ_OK && p->o_amax && p->dtype != FJ_E4M3)
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "o_amax is for FP8 attention (dtype e4m3); dtype is %s: "
+                  "pass NULL",
+                  fj_dtype_name(p->dtype));
   if (st == FJ_OK && !isfinite(p->scale))
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG, "scale %g is not finite",
                   (double)p->scale);

@@ -21,6 +21,9 @@ uint8_t fj__float_to_e4m3(float f);
 int fj__dtype_bytes(fj_dtype d);
 /* O's element type: bf16 for FP8 attention (dtype e4m3), else dtype. */
 fj_dtype fj__o_dtype(const fj_problem *p);
+/* o_dtype against dtype (fj_problem's and fj_variant's rule): 0 or the
+ * default, or FP8 attention's bf16, f16 or e4m3; the message names both. */
+fj_status fj__check_o_dtype(const fj_ctx *ctx, fj_dtype dtype, fj_dtype o);
 /* The problem's head_dim_v with 0 resolved to head_dim: V's and O's
  * columns. */
 int fj__problem_dv(const fj_problem *p);

@@ -443,6 +443,13 @@ fj_status fj_tune(fj_ctx *ctx, const fj_problem *p, const fj_tune_opts *opts,
                   "tuning head_dim_v %d with head_dim %d is not implemented "
                   "yet: the tuning database keeps one head dim a problem",
                   fj__problem_dv(p), p->head_dim);
+  /* Its outputs are 16-bit; FP8 attention's tiles are O's element's
+   * alike. */
+  if (st == FJ_OK && fj__o_dtype(p) != (p->dtype == FJ_E4M3 ? FJ_BF16 : p->dtype))
+    st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                  "tuning o_dtype %s is not implemented: tune the problem with "
+                  "o_dtype 0 (bf16), whose tiles an %s O takes alike",
+                  fj_dtype_name(fj__o_dtype(p)), fj_dtype_name(fj__o_dtype(p)));
   /* Modifications are tuned with the caller's parameters and block mask
    * (the candidates read them as the calls will); checked mode waits for
    * every launch, so its times would say nothing. */

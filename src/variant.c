@@ -37,6 +37,13 @@ int fj__head_dim_v(const fj_variant *v)
   return v->head_dim_v ? v->head_dim_v : v->head_dim;
 }
 
+fj_dtype fj__variant_o_dtype(const fj_variant *v)
+{
+  if (v->o_dtype)
+    return v->o_dtype;
+  return v->dtype == FJ_E4M3 ? FJ_BF16 : v->dtype;
+}
+
 int fj__fp8_flush(const fj_variant *v)
 {
   if (v->fp8_flush)
@@ -63,7 +70,7 @@ static void mods_suffix(const fj_mods *m, char *buf, size_t size)
 
 int fj_variant_name(const fj_variant *v, char *buf, size_t size)
 {
-  char kv[16] = "", mods[64], dv[16] = "";
+  char kv[16] = "", mods[64], dv[16] = "", od[16] = "";
   if (!v)
     return -1;
   if (!buf)
@@ -78,11 +85,14 @@ int fj_variant_name(const fj_variant *v, char *buf, size_t size)
   /* Split head dims name V's and O's after Q's and K's: "_d192_v128". */
   if (fj__head_dim_v(v) != v->head_dim)
     snprintf(dv, sizeof dv, "_v%d", fj__head_dim_v(v));
-  return snprintf(buf, size, "fj_attn_d%d%s_m%d_n%d_w%d_s%d_%s_%s_%s_%s_%s%s%s%s%s%s%s",
+  /* O's element where it is not the dtype's own: "_oe4m3". */
+  if (v->o_dtype && v->o_dtype != (v->dtype == FJ_E4M3 ? FJ_BF16 : v->dtype))
+    snprintf(od, sizeof od, "_o%s", fj_dtype_name(v->o_dtype));
+  return snprintf(buf, size, "fj_attn_d%d%s_m%d_n%d_w%d_s%d_%s_%s_%s_%s_%s%s%s%s%s%s%s%s",
                   v->head_dim, dv, v->tile_m, v->tile_n, v->warps, v->stages,
                   fj_swizzle_name(v->swizzle), fj_softmax_name(v->softmax),
                   fj_mma_name(v->mma), causal_short(v->causal),
-                  fj_dtype_name(v->dtype), kv, v->pack_gqa ? "_gqa" : "",
+                  fj_dtype_name(v->dtype), kv, od, v->pack_gqa ? "_gqa" : "",
                   v->split_kv ? "_split" : "", v->varlen ? "_vl" : "",
                   v->paged ? "_paged" : "", mods);
 }
@@ -235,6 +245,8 @@ static fj_status check_axes(const fj_ctx *ctx, const fj_variant *v)
                   "fp8_flush %d is invalid: 1..16 key tiles, -1 (never) or 0 "
                   "(the library's default)",
                   v->fp8_flush);
+  if (st == FJ_OK)
+    st = fj__check_o_dtype(ctx, v->dtype, v->o_dtype);
   return st == FJ_OK ? check_enums(ctx, v) : st;
 }
 
@@ -554,6 +566,10 @@ fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
   add(o, "paged", FJ_PARAM_BOOL, v->paged, NULL, NULL);
   if (v->dtype == FJ_E4M3)
     add(o, "fp8_flush", FJ_PARAM_INT, fj__fp8_flush(v), NULL, NULL);
+  /* O's element where it is not the default (FP8 attention's f16 or
+   * e4m3): the others' sources stay as they were. */
+  if (fj__variant_o_dtype(v) != (v->dtype == FJ_E4M3 ? FJ_BF16 : v->dtype))
+    add(o, "o_dtype", FJ_PARAM_STR, 0, fj_dtype_name(fj__variant_o_dtype(v)), NULL);
   fj_status st = add_mods(ctx, o, v->mods);
   if (st != FJ_OK)
     return st;

@@ -54,6 +54,8 @@ int fj__variant_tiles_smem(const fj_variant *v);
  * DT): Q's and K's head dim and V's rounded up to the products' 16 (V's
  * above 256 columns to 16 a warp, its warps splitting them), the wider. */
 int fj__mma_tile_cols(const fj_variant *v);
+/* o_dtype with 0 resolved: dtype's, bf16 for dtype e4m3. */
+fj_dtype fj__variant_o_dtype(const fj_variant *v);
 /* kv_dtype with 0 resolved to dtype. */
 fj_dtype fj__kv_dtype(const fj_variant *v);
 /* head_dim_v with 0 resolved to head_dim: V's and O's columns. */

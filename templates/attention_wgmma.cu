@@ -79,6 +79,8 @@
   -- row sums carry the same factor), and O's FP8 partial added
   -- into a float32 accumulator every FLUSH key tiles (-1: never).
   local FP8 = dtype == "e4m3"
+  -- FP8 attention's O in e4m3 (o_dtype; nil: bf16): one byte an element.
+  local O8 = o_dtype == "e4m3"
   local FLUSH = FP8 and fp8_flush or -1
   local TWO = FP8 and FLUSH > 0
   -- FP8: P = 2^(x - max + P_SHIFT) (the row sums count the same), and
@@ -340,10 +342,15 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {{ mainloop("consumer_tile") }}
 {{ scheduler("consumer_next") }}
 
-  // O = O / l and the log-sum-exp (epilogue_regs.cuh).
+  // O = O / l and the log-sum-exp (epilogue_regs.cuh); FP8 attention's
+  // max |O| where p.o_amax asks, and an e4m3 O's scale.
   elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h){{ VL and " + seq.q_row0 * p.o_stride[2]" or "" }};
+{% if O8 then %}
+  const float o_scale = p.o_scale ? *p.o_scale : 1.f;
+{% end %}
 {{ include("epilogue_regs.cuh", PC.with(frag, {
-     ND = DV // 16, cols = DVR < DV and DVR or nil, out_scale = FP8 and "p.v_scale[fj::scale_at(p, blk.b, blk.hk)]" or "1.f", out_elem = FP8 and 2 or ELEM, rows_end = VL and "len_q" or nil,
+     ND = DV // 16, cols = DVR < DV and DVR or nil, out_scale = FP8 and "p.v_scale[fj::scale_at(p, blk.b, blk.hk)]" or "1.f", out_elem = FP8 and (O8 and 1 or 2) or ELEM, rows_end = VL and "len_q" or nil,
+     amax = FP8 and "p.o_amax" or nil, post_scale = O8 and "o_scale" or nil,
      sinks = mods.sinks,
      stage = STAGED and { addr = ("(base + %du + (cw * 4 + warp %% 4) * %du)"):format(OFF_STAGE, STAGE_WARP),
                           row0 = "m0 + wr", lrow = "acc_r" } or nil,

@@ -63,6 +63,10 @@ struct Params {
   unsigned char *vt;
   int vt_keys;
   int scale_per_head;       // FP8 descales: 1 per (batch, KV head), 0 one a tensor
+  // FP8 attention: an e4m3 O's scale (NULL: 1), and where max |O| goes
+  // (NULL: not kept; the host zeroes it before the launch).
+  const float *o_scale;
+  float *o_amax;
 };
 static_assert(sizeof(Params) == {{ params_bytes }}, "host and device disagree on the parameter block");
 
@@ -72,8 +76,23 @@ __device__ __forceinline__ int scale_at(const Params &p, int b, int hk) {
   return (b * p.heads_kv + hk) * p.scale_per_head;
 }
 
-{# elem_t: Q's and O's element; for FP8 attention (dtype e4m3) O's, bf16. #}
-{% if dtype == "f16" then %}
+{# elem_t: Q's and O's element; for FP8 attention (dtype e4m3) O's:
+   o_dtype's (bf16 where nil, f16, or e4m3 -- a byte, converted with
+   round-to-nearest-even and saturation to +-448 by sm_89's cvt). #}
+{% if o_dtype == "e4m3" then %}
+struct e4m3_t { unsigned char bits; };
+struct e4m3x2_t { unsigned short bits; };  // the first element in the low byte
+typedef e4m3_t elem_t;
+typedef e4m3x2_t elem2_t;
+__device__ __forceinline__ elem2_t to_elem2(float a, float b) {
+  elem2_t e;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(e.bits) : "f"(b), "f"(a));
+  return e;
+}
+__device__ __forceinline__ elem_t to_elem(float x) {
+  return elem_t{(unsigned char)to_elem2(x, 0.f).bits};
+}
+{% elseif dtype == "f16" or o_dtype == "f16" then %}
 typedef __half elem_t;
 typedef __half2 elem2_t;
 __device__ __forceinline__ elem_t to_elem(float x) { return __float2half_rn(x); }

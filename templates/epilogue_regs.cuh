@@ -43,6 +43,12 @@
   it.
   p_shift (or nil): the main loop's P and row sums carry 2^p_shift
   (softmax_regs.cuh's shift): the row's base-2 max is m * sl2 - p_shift.
+  amax (or nil): a C pointer expression (float *, may be NULL at run
+  time): max |O| over the rows and columns stored, before post_scale, is
+  raised there (an unsigned atomicMax of the float's bits: every value is
+  at least 0, which the host wrote first).  post_scale (or nil): a C
+  float expression each stored value is multiplied by after amax took it
+  (FP8 attention's o_scale for an e4m3 O).
 #}
 {%
   local NC, L = #rows.classes, import("lut.lua")
@@ -82,6 +88,9 @@
 %}
   // One lane per row group writes the log-sum-exp: the group's lowest.
   int leader = lane;
+{% if amax then %}
+  float o_max = 0.f;  // max |O| of this lane's stored elements
+{% end %}
 {% for _, x in ipairs(rows.offsets) do %}
   leader = min(leader, lane ^ {{ x }});
 {% end %}
@@ -103,9 +112,25 @@
     const float mz{{ c }} = mt{{ c }} == FJ_NEG_INF ? 0.f : mt{{ c }};
     const float a{{ c }} = fj::fast_exp2(mb{{ c }} - mz{{ c }});
     l{{ c }} = l{{ c }} * a{{ c }} + (sk{{ c }} >= mb{{ c }} ? (sk{{ c }} == FJ_NEG_INF ? 0.f : 1.f) : fj::fast_exp2(sk{{ c }} - mz{{ c }}));
-    const float inv{{ c }} = !(l{{ c }} <= 0.f) ? {{ out_scale }} * a{{ c }} / l{{ c }} : 0.f;
+    {{ post_scale and "float" or "const float" }} inv{{ c }} = !(l{{ c }} <= 0.f) ? {{ out_scale }} * a{{ c }} / l{{ c }} : 0.f;
 {%   else %}
-    const float inv{{ c }} = l{{ c }} > 0.f ? {{ out_scale == "1.f" and ("fj::rcp_ftz(l%d)"):format(c) or ("%s / l%d"):format(out_scale, c) }} : 0.f;
+    {{ post_scale and "float" or "const float" }} inv{{ c }} = l{{ c }} > 0.f ? {{ out_scale == "1.f" and ("fj::rcp_ftz(l%d)"):format(c) or ("%s / l%d"):format(out_scale, c) }} : 0.f;
+{%   end %}
+{% end %}
+{% if amax then %}
+    if ({{ amax }}) {
+#pragma unroll
+      for (int d = 0; d < {{ ND_OUT }}; ++d) {
+{%   for s = 0, acc.slots - 1 do %}
+        if ({{ out.valid(("%s + %d"):format(row0("mi"), acc.drow[s])) }}{{ CHECK and (" && d * 16 + %s + %d < %d"):format(c0, acc.dcol[s], COLS) or "" }})
+          o_max = fmaxf(o_max, fabsf({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }}));
+{%   end %}
+      }
+    }
+{% end %}
+{% if post_scale then %}
+{%   for c = 1, NC do %}
+    inv{{ c }} *= {{ post_scale }};
 {%   end %}
 {% end %}
 {% if BY_ROW then %}
@@ -155,10 +180,18 @@
 {%   if #pr == 2 then %}
             const fj::elem2_t e = fj::to_elem2({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }},
                                                {{ O("mi", "d", pr[2]) }} * inv{{ rows.class_of[s] }});
+{%     if OE == 1 then %}
+            fj::st_shared_b16(at, *reinterpret_cast<const unsigned short *>(&e));
+{%     else %}
             fj::st_shared_b32(at, *reinterpret_cast<const unsigned *>(&e));
+{%     end %}
 {%   else %}
             const elem_t e = fj::to_elem({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }});
+{%     if OE == 1 then %}
+            fj::st_shared_b8(at, *reinterpret_cast<const unsigned char *>(&e));
+{%     else %}
             fj::st_shared_b16(at, *reinterpret_cast<const unsigned short *>(&e));
+{%     end %}
 {%   end %}
           }
 {% end %}
@@ -214,3 +247,11 @@
 {% end %}
     }
   }
+{% if amax then %}
+  // The warp's max |O|, raised into *amax by one lane.
+  if ({{ amax }}) {
+#pragma unroll
+    for (int x = 16; x > 0; x >>= 1) o_max = fmaxf(o_max, __shfl_xor_sync(0xffffffffu, o_max, x));
+    if (lane == 0) atomicMax(reinterpret_cast<unsigned *>({{ amax }}), __float_as_uint(o_max));
+  }
+{% end %}

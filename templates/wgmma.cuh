@@ -53,6 +53,9 @@ __device__ __forceinline__ void st_shared_b32(unsigned a, unsigned v) {
 __device__ __forceinline__ void st_shared_b16(unsigned a, unsigned short v) {
   asm volatile("st.shared.b16 [%0], %1;\n" :: "r"(a), "h"(v) : "memory");
 }
+__device__ __forceinline__ void st_shared_b8(unsigned a, unsigned char v) {
+  asm volatile("st.shared.b8 [%0], %1;\n" :: "r"(a), "h"((unsigned short)v) : "memory");
+}
 __device__ __forceinline__ float ld_shared_f32(unsigned a) {
   float v;
   asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(a) : "memory");

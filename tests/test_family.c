@@ -362,6 +362,67 @@ static int fp8_reference_per_tensor(void)
   return 0;
 }
 
+/* FP8 attention's O (o_dtype, o_scale, o_amax): the choice follows the
+ * problem (named "_oe4m3", a pick of its own), the e4m3 O compiles with
+ * no spills beyond the bf16 O's and raises the amax by an atomic max;
+ * what does not apply is refused by name.  p: a valid FP8 problem. */
+static int fp8_out_rules(fj_ctx *ctx, fj_problem *p)
+{
+  static float one;
+  fj_variant v;
+  fj_choice from;
+  p->o_dtype = FJ_E4M3;
+  p->o_scale = p->o_amax = &one;
+  CHECK_OK(ctx, fj_problem_check(ctx, p));
+  CHECK_OK(ctx, fj_attention_variant(ctx, p, &v, &from));
+  CHECK(v.o_dtype == FJ_E4M3);
+  char name[160];
+  fj_variant_name(&v, name, sizeof name);
+  CHECK(strstr(name, "_e4m3_fl1_oe4m3"));
+  for (int d = 128; d <= 256; d += 128) {
+    fj_variant w;
+    fp8_variant(&w, d, FJ_CAUSAL_TOP_LEFT, 0);
+    w.o_dtype = FJ_E4M3;
+    fj_kernel *k;
+    CHECK_OK(ctx, fj_kernel_get(ctx, &w, &k));
+    fj_resources r;
+    fj_kernel_resources(k, &r);
+    CHECK(r.spill_store_bytes <= (d == 256 ? 24 : 0));
+    const char *ptx = fj_kernel_ptx(k, NULL);
+    CHECK(strstr(ptx, "atom.global.max.u32") && strstr(ptx, "st.shared.b16"));
+  }
+  p->o_dtype = FJ_F16;
+  CHECK_ST(ctx, fj_problem_check(ctx, p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "o_scale is for an e4m3 O (o_dtype e4m3); O is f16: pass NULL");
+  p->o_scale = NULL;
+  CHECK_OK(ctx, fj_problem_check(ctx, p));
+  p->o_dtype = (fj_dtype)99;
+  CHECK_ST(ctx, fj_problem_check(ctx, p), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "o_dtype 99 is invalid: 0 (dtype's), f16, bf16 or e4m3");
+  fj_problem q = *p;
+  q.dtype = q.kv_dtype = FJ_BF16;
+  q.o_dtype = FJ_E4M3;
+  q.o_amax = NULL;
+  CHECK_ST(ctx, fj_problem_check(ctx, &q), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "o_dtype e4m3 with dtype bf16 is not implemented: a 16-bit problem writes O in its dtype");
+  q.o_dtype = 0;
+  q.o_amax = &one;
+  CHECK_ST(ctx, fj_problem_check(ctx, &q), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "o_amax is for FP8 attention (dtype e4m3); dtype is bf16: pass NULL");
+  q.o_amax = NULL;
+  q.o_dtype = FJ_BF16;  /* its own dtype: the default, said */
+  CHECK_OK(ctx, fj_problem_check(ctx, &q));
+  /* A variant must write the problem's O. */
+  p->o_dtype = 0;
+  p->o_amax = NULL;
+  static _Alignas(16) char buf[64];
+  v.o_dtype = FJ_E4M3;
+  CHECK_ST(ctx, fj_attention_fwd_variant(ctx, p, &v, buf, buf, buf, buf, NULL, NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "variant (o_dtype e4m3) does not match the problem (o_dtype bf16)");
+  return 0;
+}
+
 int test_family_fp8_sm90a(void)
 {
   static const struct { int d; fj_causal m; int flush; } picks[] = {
@@ -383,7 +444,7 @@ int test_family_fp8_sm90a(void)
     fj_resources r;
     fj_kernel_resources(k, &r);
     /* Head dim 256 holds O (128 registers), S (64) and P (16) in its 240:
-     * ptxas spills a few bytes there (4 unmasked, 8 causal on NVRTC
+     * ptxas spills a few bytes there (0-4 unmasked, 8 causal on NVRTC
      * 13.0); head dim 128 none. */
     CHECK(r.spill_store_bytes <= (picks[i].d == 256 ? 24 : 0));
     const char *ptx = fj_kernel_ptx(k, NULL), *log = fj_kernel_log(k);
@@ -430,6 +491,8 @@ int test_family_fp8_sm90a(void)
   fj_choice from;
   CHECK_OK(ctx, fj_attention_variant(ctx, &p, &chosen, &from));
   CHECK(chosen.mma == FJ_MMA_WGMMA && chosen.dtype == FJ_E4M3 && chosen.tile_n == 128);
+  CHECK(chosen.o_dtype == 0);
+  CHECK(fp8_out_rules(ctx, &p) == 0);
   fj_bwd_plan bp;
   CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &bp), FJ_ERR_UNSUPPORTED);
   CHECK_MSG(ctx, "the backward does not take dtype e4m3");

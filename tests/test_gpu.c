@@ -1472,6 +1472,114 @@ int test_gpu_fp8_forward(void)
   return failed != 0;
 }
 
+/* One FP8 attention call of c (inputs made) into out, O's element o (0:
+ * bf16) with o_scale and o_amax as given; the amax first poisoned, so
+ * that a call which did not zero it shows.  0 on success. */
+static int fp8_out_call(fj_ctx *ctx, gpu_case *c, fj_dtype o, float *scale, float *amax,
+                        void *out, float *lse)
+{
+  static const float poison = 1e30f;
+  c->p.o_dtype = o;
+  c->p.o_scale = scale;
+  c->p.o_amax = amax;
+  if (amax && cudaMemcpy(amax, &poison, 4, cudaMemcpyHostToDevice) != cudaSuccess)
+    return 1;
+  fj_status st = fj_attention_fwd(ctx, &c->p, c->dq, c->dk, c->dv, out, lse, NULL);
+  if (st != FJ_OK) {
+    fprintf(stderr, "fp8 out %s: %s\n", fj_dtype_name(o ? o : FJ_BF16), fj_errmsg(ctx));
+    return 1;
+  }
+  return cudaDeviceSynchronize() != cudaSuccess;
+}
+
+/* FP8 attention's O in f16 and e4m3 (fj_problem.o_dtype, o_scale) and
+ * its amax (o_amax), against the same kernel's bf16 O: the values before
+ * rounding are the same, so
+ *   - amax is max |O| within bf16's half step of the bf16 O's largest,
+ *     and the same bits whatever O's element;
+ *   - the f16 O is within a bf16 step of the bf16 O;
+ *   - the e4m3 O is e4m3(O_bf16 x o_scale), or a neighbour where the bf16
+ *     rounding moved a value across an e4m3 midpoint;
+ *   - the log-sum-exp is the same bits.
+ * Head dims 128 and 256, GQA, tails, bottom-right causal. */
+int test_gpu_fp8_out(void)
+{
+  fj_ctx *ctx;
+  int rc = wgmma_device(&ctx);
+  if (rc)
+    return rc;
+  uint64_t seed = 4242;
+  int failed = 0;
+  for (int d = 128; d <= 256; d += 128) {
+    gpu_case c;
+    memset(&c, 0, sizeof c);
+    fj_problem_init(&c.p, 2, 8, 2, 300, 700, d, FJ_E4M3, FJ_BHSD);
+    c.p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    CHECK(case_setup(&c, &seed) == 0);
+    size_t n = c.nq, nl = c.nlse;
+    float *dscale = NULL, *damax = NULL, *dlse2 = NULL;
+    void *d8 = NULL;
+    const float scale = 8.f;
+    uint16_t *o16 = malloc(n * 2), *of16 = malloc(n * 2);
+    uint8_t *o8 = malloc(n);
+    float *lse = malloc(nl * 4), *lse2 = malloc(nl * 4), *f = malloc(n * 4), *g = malloc(n * 4);
+    CHECK(o16 && of16 && o8 && lse && lse2 && f && g);
+    CHECK(cudaMalloc((void **)&dscale, 4) == cudaSuccess && cudaMalloc((void **)&damax, 4) == cudaSuccess &&
+          cudaMalloc((void **)&dlse2, nl * 4) == cudaSuccess && cudaMalloc(&d8, n) == cudaSuccess &&
+          cudaMemcpy(dscale, &scale, 4, cudaMemcpyHostToDevice) == cudaSuccess);
+    float amax = 0.f, amax8 = 0.f;
+    /* bf16 with the amax. */
+    CHECK(fp8_out_call(ctx, &c, 0, NULL, damax, c.dout, c.dlse) == 0);
+    CHECK(cudaMemcpy(o16, c.dout, n * 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
+          cudaMemcpy(lse, c.dlse, nl * 4, cudaMemcpyDeviceToHost) == cudaSuccess &&
+          cudaMemcpy(&amax, damax, 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+    fj_convert(FJ_F32, f, FJ_BF16, o16, n);
+    float big = 0.f;
+    for (size_t i = 0; i < n; i++)
+      big = fmaxf(big, fabsf(f[i]));
+    int bad = !(fabsf(amax - big) <= big * (1.f / 256));
+    printf("fp8 out d%d: amax %.6g, the bf16 O's largest %.6g\n", d, (double)amax, (double)big);
+    /* f16, no amax. */
+    CHECK(fp8_out_call(ctx, &c, FJ_F16, NULL, NULL, c.dout, dlse2) == 0);
+    CHECK(cudaMemcpy(of16, c.dout, n * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+    fj_convert(FJ_F32, g, FJ_F16, of16, n);
+    size_t off16 = 0, off8 = 0, far8 = 0;
+    for (size_t i = 0; i < n; i++)
+      off16 += !(fabsf(g[i] - f[i]) <= fabsf(f[i]) * (1.f / 128) + 1e-6f);
+    /* e4m3 times the scale, with the amax again. */
+    CHECK(fp8_out_call(ctx, &c, FJ_E4M3, dscale, damax, d8, dlse2) == 0);
+    CHECK(cudaMemcpy(o8, d8, n, cudaMemcpyDeviceToHost) == cudaSuccess &&
+          cudaMemcpy(lse2, dlse2, nl * 4, cudaMemcpyDeviceToHost) == cudaSuccess &&
+          cudaMemcpy(&amax8, damax, 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+    for (size_t i = 0; i < n; i++)
+      g[i] = f[i] * scale;
+    uint8_t *want = malloc(n);
+    CHECK(want);
+    fj_convert(FJ_E4M3, want, FJ_F32, g, n);
+    fj_convert(FJ_F32, g, FJ_E4M3, o8, n);
+    fj_convert(FJ_F32, f, FJ_E4M3, want, n);
+    for (size_t i = 0; i < n; i++) {
+      off8 += o8[i] != want[i];
+      /* A neighbour: one e4m3 step (1/8 of the binade, 2^-9 subnormal). */
+      far8 += !(fabsf(g[i] - f[i]) <= fabsf(f[i]) * 0.125f + 0x1p-9f);
+    }
+    bad |= off16 != 0 || far8 != 0 || off8 > n / 100 || memcmp(&amax, &amax8, 4) != 0 ||
+           memcmp(lse, lse2, nl * 4) != 0;
+    printf("fp8 out d%d: f16 %zu of %zu off the bf16 O; e4m3 %zu a step off, %zu further; "
+           "amax %s; lse %s -> %s\n",
+           d, off16, n, off8, far8, memcmp(&amax, &amax8, 4) ? "differs" : "the same bits",
+           memcmp(lse, lse2, nl * 4) ? "differs" : "the same bits", bad ? "FAIL" : "ok");
+    failed += bad;
+    free(want);
+    free(o16), free(of16), free(o8), free(lse), free(lse2), free(f), free(g);
+    cudaFree(dscale), cudaFree(damax), cudaFree(dlse2), cudaFree(d8);
+    c.p.o_scale = c.p.o_amax = NULL;
+    case_free(&c);
+  }
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
 /* One wgmma variant per (head dim, stages, causal), small problems with
  * tails, for compute-sanitizer (memcheck, racecheck, synccheck). */
 int test_gpu_sanitize_wgmma(void)

@@ -83,6 +83,7 @@ typedef struct cli {
   int sms;                /* plan: multiprocessors of a compile-only target */
   fj_order order;
   fj_scale_layout scale_layout;  /* --fp8-scales */
+  float o_scale;                 /* --o-scale (run; an e4m3 O's) */
   int check;
   int iters;
   int warmup;
@@ -136,6 +137,14 @@ static inline int cli_head_dim_v(const fj_problem *p)
   return p->head_dim_v ? p->head_dim_v : p->head_dim;
 }
 
+/* O's element: o_dtype, or dtype's where it is 0 (bf16 for e4m3). */
+static inline fj_dtype cli_o_dtype(const fj_problem *p)
+{
+  if (p->o_dtype)
+    return p->o_dtype;
+  return p->dtype == FJ_E4M3 ? FJ_BF16 : p->dtype;
+}
+
 typedef struct run_data {
   fj_problem p;               /* its index arrays: the device's (dix) */
   seq_index hix, dix;         /* --varlen, --page-size */
@@ -157,6 +166,10 @@ typedef struct run_data {
   int nblocks;
   int sampled;                   /* 1: some rows of each sequence, not all */
   int latent;                    /* --latent: hv and dv are hk and dk */
+  /* FP8 attention (--dtype e4m3): O's amax, and an e4m3 O's scale
+   * (--o-scale), device floats (p.o_amax, p.o_scale). */
+  float o_scale;
+  float *damax, *dos;
 } run_data;
 
 /* ---- cli_args.c: the command line ------------------------------------------------ */
@@ -201,6 +214,7 @@ int cli_parse_count(const char *s, size_t len);
  * once every flag is in (0, or the exit status). */
 int cli_set_window(cli *c, const flag_def *f, const char *value);
 int cli_set_softcap(cli *c, const flag_def *f, const char *value);
+int cli_set_o_scale(cli *c, const flag_def *f, const char *value);
 int cli_set_block_mask(cli *c, const flag_def *f, const char *value);
 int cli_set_checked(cli *c, const flag_def *f, const char *value);
 int cli_set_mod(cli *c, const flag_def *f, const char *value);

@@ -209,6 +209,7 @@ static void cli_defaults(cli *c)
   c->warmup = 3;
   c->seed = 1;
   c->order = FJ_BHSD;
+  c->o_scale = 1.f;
   fj_mods_init(&c->mods);
 }
 
@@ -237,6 +238,7 @@ static void apply_defaults(cli *c)
   fj_variant_default(&c->v, given.head_dim, given.dtype, given.causal);
   c->v.kv_dtype = given.kv_dtype;
   c->v.head_dim_v = given.head_dim_v;
+  c->v.o_dtype = given.o_dtype;
   if (given.kv_dtype == FJ_E4M3)
     c->v.stages = 1;  /* as the library's own choice does */
   c->v.varlen = given.varlen;

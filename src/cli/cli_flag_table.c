@@ -15,6 +15,8 @@ static const name_value dtypes[] = {
     {"f16", FJ_F16}, {"bf16", FJ_BF16}, {"e4m3", FJ_E4M3}};
 static const name_value kv_dtypes[] = {
     {"f16", FJ_F16}, {"bf16", FJ_BF16}, {"e4m3", FJ_E4M3}};
+static const name_value o_dtypes[] = {
+    {"f16", FJ_F16}, {"bf16", FJ_BF16}, {"e4m3", FJ_E4M3}};
 static const name_value causals[] = {{"top-left", FJ_CAUSAL_TOP_LEFT},
                                      {"bottom-right", FJ_CAUSAL_BOTTOM_RIGHT},
                                      {"none", FJ_CAUSAL_NONE}};
@@ -65,6 +67,13 @@ const flag_def cli_flags[] = {
     {"kv-dtype", 1, CMD_VARIANT | CMD_TUNE | CMD_PLAN, cli_set_name,
      OFF(v.kv_dtype), NAMES(kv_dtypes), .arg = "f16|bf16|e4m3",
      .help = "K and V (default: --dtype)"},
+    {"o-dtype", 1, CMD_VARIANT | CMD_TUNE | CMD_PLAN, cli_set_name,
+     OFF(v.o_dtype), NAMES(o_dtypes), .arg = "f16|bf16|e4m3",
+     .help = "O, for --dtype e4m3 (default bf16; e4m3: O times --o-scale; "
+             "run --check reports max |O|, the amax)"},
+    {"o-scale", 1, CMD_RUN, cli_set_o_scale, 0, .arg = "F",
+     .help = "an e4m3 O's scale (--o-dtype e4m3): O is written as e4m3(O x "
+             "F) (default 1)"},
     {"arch", 1, CMD_EMIT | CMD_PLAN | CMD_CACHE, cli_set_string, OFF(arch), .arg = "sm_XY[a]",
      .help = "target architecture (default sm_90a)"},
     {"arch", 1, CMD_LUT, cli_set_string, OFF(arch), .arg = "sm_XY[a]",

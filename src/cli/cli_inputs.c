@@ -269,8 +269,9 @@ int cli_run_alloc(run_data *d, int seed)
   const fj_problem *p = &d->p;
   fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
   float kv_scale = kv == FJ_E4M3 ? 64.f : 1.f;
-  /* esize: O's element (bf16 for --dtype e4m3); qsize: Q's. */
-  d->esize = 2;
+  /* esize: O's element (bf16 for --dtype e4m3 unless --o-dtype); qsize:
+   * Q's. */
+  d->esize = cli_o_dtype(p) == FJ_E4M3 ? 1 : 2;
   size_t qsize = p->dtype == FJ_E4M3 ? 1 : 2;
   d->kvsize = kv == FJ_E4M3 ? 1 : 2;
   int dv = p->head_dim_v ? p->head_dim_v : p->head_dim;
@@ -302,6 +303,16 @@ int cli_run_alloc(run_data *d, int seed)
     CUDA_TRY(cudaMalloc(&d->dv, d->nv * d->kvsize));
   CUDA_TRY(cudaMalloc(&d->dout, d->no * d->esize));
   CUDA_TRY(cudaMalloc((void **)&d->dlse, nlse * sizeof(float)));
+  /* FP8 attention: max |O| kept, and an e4m3 O's scale. */
+  if (p->dtype == FJ_E4M3) {
+    CUDA_TRY(cudaMalloc((void **)&d->damax, sizeof(float)));
+    d->p.o_amax = d->damax;
+  }
+  if (cli_o_dtype(p) == FJ_E4M3) {
+    CUDA_TRY(cudaMalloc((void **)&d->dos, sizeof(float)));
+    CUDA_TRY(cudaMemcpy(d->dos, &d->o_scale, sizeof(float), cudaMemcpyHostToDevice));
+    d->p.o_scale = d->dos;
+  }
   CUDA_TRY(cudaMemcpy(d->dq, d->hq, d->nq * qsize, cudaMemcpyHostToDevice));
   CUDA_TRY(cudaMemcpy(d->dk, d->hk, d->nk * d->kvsize, cudaMemcpyHostToDevice));
   if (!d->latent)
@@ -326,6 +337,8 @@ void cli_run_free(run_data *d)
   cudaFree(d->dks);
   cudaFree(d->dvs);
   cudaFree(d->dqs);
+  cudaFree(d->damax);
+  cudaFree(d->dos);
   cli_free_blocks(d);
   cudaFree(d->dq);
   cudaFree(d->dk);

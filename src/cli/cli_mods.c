@@ -79,6 +79,18 @@ int cli_set_softcap(cli *c, const flag_def *f, const char *value)
   return 0;
 }
 
+/* --o-scale F: an e4m3 O's scale, finite and above 0. */
+int cli_set_o_scale(cli *c, const flag_def *f, const char *value)
+{
+  double v;
+  if (parse_f32(value, &v) != 0 || !((float)v >= FLT_MIN))
+    return cli_bad_value(c, f, value,
+                         "expected a finite number above 0, not a float32 "
+                         "denormal (O's scale, e.g. 8)");
+  c->o_scale = (float)v;
+  return 0;
+}
+
 /* --sinks VALUE: one finite logit for every head.  The form needs only a
  * pointer that is not NULL; run fills heads_q copies (cli_run_mods). */
 int cli_set_sinks(cli *c, const flag_def *f, const char *value)

@@ -148,6 +148,7 @@ int cli_problem(cli *c, fj_problem *p)
   p->causal = c->v.causal;
   p->kv_dtype = c->v.kv_dtype;
   p->scale_layout = c->scale_layout;
+  p->o_dtype = c->v.o_dtype;
   p->splits = c->splits;
   p->mods = c->mods_on ? &c->mods : NULL;
   cli_block_mask_shape(c, p);
@@ -214,6 +215,7 @@ int cli_problem_on_device(cli *c, run_data *d, fj_ctx **ctx)
 {
   memset(d, 0, sizeof *d);
   d->latent = c->latent;
+  d->o_scale = c->o_scale;
   int rc = cli_problem(c, &d->p);
   if (!rc)
     rc = run_validate(c, &d->p);
