@@ -65,13 +65,16 @@ MAX = 1024
 #   num_splits     fj_problem.splits (0: the library's choice)
 #   max_seqlen_q, max_seqlen_k  varlen upper bounds (0 otherwise)
 #   seqlen_k       kvcache: an int cache_seqlens (-1: a tensor, or none)
+#   out_dtype      fj_problem.o_dtype (0: the default; FP8 attention's f16 or
+#                  e4m3 O), its scale the extra "o_scale" where given
+#   amax           FP8 attention: the call returns max |O| (fj_problem.o_amax)
 Opts = namedtuple("Opts", "kind causal scale layout window_left window_right softcap "
                           "score_mod mask_mod params roles block_q block_kv checked "
-                          "num_splits max_seqlen_q max_seqlen_k seqlen_k")
+                          "num_splits max_seqlen_q max_seqlen_k seqlen_k out_dtype amax")
 OPTS_DEFAULTS = dict(causal=capi.CAUSAL_NONE, scale=0.0, layout=capi.BHSD, window_left=-1,
                      window_right=-1, softcap=0.0, score_mod="", mask_mod="", params=(),
                      roles=(), block_q=0, block_kv=0, checked=False, num_splits=0,
-                     max_seqlen_q=0, max_seqlen_k=0, seqlen_k=-1)
+                     max_seqlen_q=0, max_seqlen_k=0, seqlen_k=-1, out_dtype=0, amax=False)
 
 
 def opts(kind, **given):
@@ -99,7 +102,8 @@ def encode(o):
             f"'block': ({int(o.block_q)}, {int(o.block_kv)}), 'checked': {bool(o.checked)}, "
             f"'num_splits': {int(o.num_splits)}, "
             f"'max_seqlen': ({int(o.max_seqlen_q)}, {int(o.max_seqlen_k)}), "
-            f"'seqlen_k': {int(o.seqlen_k)}}}")
+            f"'seqlen_k': {int(o.seqlen_k)}, 'out_dtype': {int(o.out_dtype)}, "
+            f"'amax': {bool(o.amax)}}}")
 
 
 _decoded = {}
@@ -116,7 +120,7 @@ def decode(text):
             o = Opts(d["kind"], d["causal"], float(d["scale"]), d["layout"], *d["window"],
                      float(d["softcap"]), d["score_mod"], d["mask_mod"], params,
                      tuple(d["roles"]), *d["block"], d["checked"], d["num_splits"],
-                     *d["max_seqlen"], d["seqlen_k"])
+                     *d["max_seqlen"], d["seqlen_k"], d["out_dtype"], d["amax"])
         except (ValueError, SyntaxError, KeyError, TypeError) as e:
             raise ValueError(f"flashjit: opts {text!r} is not flashjit's options text "
                              f"({type(e).__name__}: {e}); call flashjit.attention(), which "
@@ -285,9 +289,12 @@ def entry(o, lse, q, k, v, extras, ahead=None):
     return e
 
 
-def forward(e, q, k, v, extras):
+def forward(e, q, k, v, extras, amax=None):
     """Runs entry e's call on these tensors: (out, lse), lse None unless
-    the entry returns it.  out has q's shape, contiguous."""
+    the entry returns it.  out has q's shape, contiguous.  amax: FP8
+    attention's float32 () tensor for max |O| (an Opts.amax entry's)."""
+    if amax is not None:
+        e.p.o_amax = amax.data_ptr()
     if e.ones is not None:
         b, hk, n = e.ones
         extras = (*extras, *(ones_of(e.device, b, hk),) * n)

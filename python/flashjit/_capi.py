@@ -88,7 +88,8 @@ class AxisInfo(C.Structure):
 class Variant(C.Structure):
     _fields_ = [(n, C.c_int) for n in VARIANT_AXES] + [("mods", C.c_void_p),
                                                         ("fp8_flush", C.c_int),
-                                                        ("head_dim_v", C.c_int)]
+                                                        ("head_dim_v", C.c_int),
+                                                        ("o_dtype", C.c_int)]
 
 
 class Resources(C.Structure):
@@ -116,7 +117,8 @@ class Problem(C.Structure):
                 ("max_pages", C.c_int), ("page_size", C.c_int), ("num_pages", C.c_int),
                 ("mods", C.c_void_p), ("total_q", C.c_int), ("total_kv", C.c_int),
                 ("deterministic", C.c_int), ("q_scale", C.c_void_p),
-                ("head_dim_v", C.c_int), ("scale_layout", C.c_int)]
+                ("head_dim_v", C.c_int), ("scale_layout", C.c_int),
+                ("o_dtype", C.c_int), ("o_scale", C.c_void_p), ("o_amax", C.c_void_p)]
 
 
 class ModParam(C.Structure):

@@ -40,6 +40,7 @@ _FP8 = getattr(torch, "float8_e4m3fn", None)
 _DTYPES = {torch.float16: capi.F16, torch.bfloat16: capi.BF16}
 if _FP8 is not None:
     _DTYPES[_FP8] = capi.E4M3
+_TORCH_OF = {code: t for t, code in _DTYPES.items()}
 _TAKES = "torch.float16 or torch.bfloat16" + (
     ", or torch.float8_e4m3fn (FP8 attention)" if _FP8 is not None else "")
 _LAYOUT_DIMS = {capi.BHSD: "(batch, heads, seq, head_dim)",
@@ -119,9 +120,45 @@ def _out_shape(b, h, s, d, layout):
     return (b, h, s, d) if layout == capi.BHSD else (b, s, h, d)
 
 
-def _out_dtype(dtype):
-    """O's dtype: q's, or bfloat16 for FP8 inputs."""
+def _out_dtype(dtype, o=None):
+    """O's dtype: q's, or bfloat16 for FP8 inputs -- or the call's
+    out_dtype (Opts o's, a capi code) where it chose one."""
+    if o is not None and o.out_dtype:
+        return _TORCH_OF[o.out_dtype]
     return torch.bfloat16 if dtype == _FP8 else dtype
+
+
+def _check_out(q, out_dtype, o_scale, return_amax, fp8):
+    """out_dtype, o_scale and return_amax (FP8 attention's output): the
+    capi code of out_dtype (0: the default)."""
+    code = 0
+    if out_dtype is not None and out_dtype is not _out_dtype(q.dtype):
+        if not fp8:
+            raise ValueError(f"{_WHO}: out_dtype={out_dtype} is for FP8 attention "
+                             f"(torch.float8_e4m3fn inputs); {q.dtype} inputs write {q.dtype}")
+        if out_dtype not in (torch.float16, _FP8):
+            raise ValueError(f"{_WHO}: out_dtype={out_dtype!r} is not torch.bfloat16, "
+                             "torch.float16 or torch.float8_e4m3fn")
+        code = _DTYPES[out_dtype]
+    if o_scale is not None:
+        if code != capi.E4M3:
+            raise ValueError(f"{_WHO}: o_scale is an e4m3 O's scale: pass "
+                             "out_dtype=torch.float8_e4m3fn with it")
+        if not isinstance(o_scale, torch.Tensor):
+            raise TypeError(f"{_WHO}: o_scale is a {type(o_scale).__name__}, not a "
+                            "torch.Tensor (float32, one element)")
+        if o_scale.dtype != torch.float32 or o_scale.numel() != 1:
+            raise ValueError(f"{_WHO}: o_scale has dtype {o_scale.dtype} and shape "
+                             f"{tuple(o_scale.shape)}; it must be float32 with one element")
+        if o_scale.device != q.device:
+            raise ValueError(f"{_WHO}: o_scale is on {o_scale.device}; the attention inputs "
+                             f"are on {q.device}")
+    if return_amax is not False and return_amax is not True:
+        raise TypeError(f"{_WHO}: return_amax must be True or False, not {return_amax!r}")
+    if return_amax and not fp8:
+        raise ValueError(f"{_WHO}: return_amax is FP8 attention's (torch.float8_e4m3fn "
+                         f"inputs); q is {q.dtype}")
+    return code
 
 
 _DESCALES = ("q_descale", "k_descale", "v_descale")
@@ -374,7 +411,7 @@ def _build_dense(o, lse, q, k, v, extras):
     b, hq, hk, sq, sk, d = _check_dense(o, q, k, v, x)
     lse_shape_ = (b, hq, sq) if lse else None
     if b * hq * sq * d == 0:
-        e = calls.make_entry(None, q.device, _out_dtype(q.dtype), lse_shape_, idle=True)
+        e = calls.make_entry(None, q.device, _out_dtype(q.dtype, o), lse_shape_, idle=True)
         e.out_dv = v.shape[-1] if v.shape[-1] != d else 0
         return e
     p = _problem(q, k, v, o.causal, o.scale, o.layout)
@@ -385,11 +422,16 @@ def _build_dense(o, lse, q, k, v, extras):
                                                       ("k_descale", "k_scale"),
                                                       ("v_descale", "v_scale")))
         p.scale_layout = scale_layout(tuple(x.get(n) for n in _DESCALES))
+        # O's element, its scale (an e4m3 O's) and, per call, its amax.
+        p.o_dtype = o.out_dtype
+        if "o_scale" in x:
+            p.o_scale = C.addressof(pr._PLACEHOLDER)
+            slots.append((p, "o_scale", o.roles.index("o_scale")))
     mods, mod_slots = mods_of(o, x, q.device)
     p.mods = mods.ptr
     if mods.ptr is not None:
         keep = (mods,)
-    return calls.make_entry(p, q.device, _out_dtype(q.dtype), lse_shape_,
+    return calls.make_entry(p, q.device, _out_dtype(q.dtype, o), lse_shape_,
                             slots + mod_slots, keep, ones)
 
 
@@ -404,6 +446,8 @@ _lib.define("attention(Tensor q, Tensor k, Tensor v, Tensor[] extra, str opts) -
             tags=_TAGS)
 _lib.define("attention_lse(Tensor q, Tensor k, Tensor v, Tensor[] extra, str opts) -> "
             "(Tensor, Tensor)", tags=_TAGS)
+_lib.define("attention_amax(Tensor q, Tensor k, Tensor v, Tensor[] extra, str opts) -> "
+            "(Tensor, Tensor, Tensor)", tags=_TAGS)
 
 
 def _untraced(fn):
@@ -436,25 +480,44 @@ def _op_lse(q, k, v, extra, opts):
     return calls.forward(calls.entry(o, True, q, k, v, extra), q, k, v, extra)
 
 
+def _op_amax(q, k, v, extra, opts):
+    """flashjit::attention_amax: (out, lse, amax) of an FP8 attention call
+    whose Opts.amax is set: amax float32 (), max |O| (fj_problem.o_amax)."""
+    o = calls.decode(opts)
+    amax = torch.empty((), dtype=torch.float32, device=q.device)
+    out, lse = calls.forward(calls.entry(o, True, q, k, v, extra), q, k, v, extra, amax)
+    return out, lse, amax
+
+
 def _op_fake(q, k, v, extra, opts):
-    return q.new_empty(out_shape(q, v), dtype=_out_dtype(q.dtype))
+    o = calls.decode(opts)
+    return q.new_empty(out_shape(q, v), dtype=_out_dtype(q.dtype, o))
 
 
 def _op_lse_fake(q, k, v, extra, opts):
     o = calls.decode(opts)
-    return (q.new_empty(out_shape(q, v), dtype=_out_dtype(q.dtype)),
+    return (q.new_empty(out_shape(q, v), dtype=_out_dtype(q.dtype, o)),
             q.new_empty(lse_shape(o, q), dtype=torch.float32))
+
+
+def _op_amax_fake(q, k, v, extra, opts):
+    return _op_lse_fake(q, k, v, extra, opts) + (q.new_empty((), dtype=torch.float32),)
 
 
 _lib.impl("attention", _untraced(_op), "CUDA")
 _lib.impl("attention_lse", _untraced(_op_lse), "CUDA")
+_lib.impl("attention_amax", _untraced(_op_amax), "CUDA")
 torch.library.register_fake("flashjit::attention", _op_fake, lib=_lib)
 torch.library.register_fake("flashjit::attention_lse", _op_lse_fake, lib=_lib)
+torch.library.register_fake("flashjit::attention_amax", _op_amax_fake, lib=_lib)
 
 
 def op_call(o, lse, q, k, v, extras):
-    """The call as the op (what torch.compile traces): (out, lse)."""
+    """The call as the op (what torch.compile traces): (out, lse) -- with
+    Opts.amax, (out, lse, amax), lse always made."""
     text = calls.encode(o)
+    if o.amax:
+        return torch.ops.flashjit.attention_amax(q, k, v, list(extras), text)
     if lse:
         return torch.ops.flashjit.attention_lse(q, k, v, list(extras), text)
     return torch.ops.flashjit.attention(q, k, v, list(extras), text), None
@@ -948,7 +1011,7 @@ attention_train_mods_op.register_autograd(_train_mods_backward,
 def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhsd",
               window=None, softcap=None, score_mod=None, mask_mod=None, params=None,
               sinks=None, block_mask=None, checked=False, q_descale=None, k_descale=None,
-              v_descale=None):
+              v_descale=None, out_dtype=None, o_scale=None, return_amax=False):
     """softmax(scale * q k^T [masked]) v on the GPU, as a new tensor.
 
     q: (batch, heads_q, seq_q, head_dim) for layout "bhsd", or (batch,
@@ -990,7 +1053,13 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     heads_kv)], k and v by theirs; or one descale a tensor (shape () or
     (1,), or (batch, heads_kv) expanded from one: strides 0), the given
     ones alike.  The output is bfloat16 (not q's
-    dtype); the log-sum-exp float32 as above.  causal, scale, window,
+    dtype), or out_dtype's: torch.float16, or torch.float8_e4m3fn --
+    e4m3(O * o_scale), o_scale a float32 one-element tensor (None: 1),
+    rounded to nearest even and saturated to 448.  return_amax=True also
+    returns max |O| before o_scale, a float32 () tensor, last: (out,
+    amax), or (out, lse, amax) with return_lse (cuDNN's amax_o, for a
+    recipe's next o_scale = 448 / amax).  The log-sum-exp float32 as
+    above.  causal, scale, window,
     mask_mod and params, sinks, return_lse, both layouts and GQA apply;
     what the FP8 kernel does not take (score_mod, softcap, block_mask;
     another GPU) the library refuses with its message.  16-bit q over
@@ -1026,7 +1095,8 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     and one launch.
     """
     key = None
-    if params is None and block_mask is None and not torch.compiler.is_compiling():
+    if (params is None and block_mask is None and out_dtype is None and o_scale is None and
+            return_amax is False and not torch.compiler.is_compiling()):
         # The cached call (_calls.py): one lookup by the arguments as given
         # (their reprs, so that True and 1 stay apart), and the launch.
         try:
@@ -1053,11 +1123,12 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
             return (out, lse) if return_lse else out
     return _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, score_mod,
                       mask_mod, params, sinks, block_mask, checked,
-                      (q_descale, k_descale, v_descale), key)
+                      (q_descale, k_descale, v_descale), key, (out_dtype, o_scale, return_amax))
 
 
 def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, score_mod,
-               mask_mod, params, sinks, block_mask, checked, descales, key):
+               mask_mod, params, sinks, block_mask, checked, descales, key,
+               out=(None, None, False)):
     """attention() of a call not in the table: every check, then the
     route (the table's entry, the op under torch.compile, the training op
     when an input requires grad).  key: the table's key for the call, to
@@ -1072,6 +1143,8 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
         raise TypeError(f"{_WHO}: checked must be True or False, not {checked!r}")
     b, hq, hk, sq, sk, _ = check_inputs(q, k, v, lay)
     fp8 = _check_descales(q, b, hk, descales)
+    out_code = _check_out(q, *out, fp8)
+    o_scale, amax = out[1], out[2]
     _check_sinks(sinks, q, hq)
     bm = _block_mask_args(block_mask, q, b, hq, sq, sk)
     if checked and torch.compiler.is_compiling():
@@ -1096,8 +1169,16 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
         out, lse = train(q, k, v, sinks, *args)
         return (out, lse) if return_lse else out
     o, extras = _dense_opts(c, sc, lay, wl, wr, cap, score_mod, mask_mod, params, sinks, bm,
-                            checked, descales)
+                            checked, descales, out_code, o_scale, amax)
     lse = bool(return_lse)
+    if amax:
+        # FP8 attention's max |O| (its inputs never require grad: above).
+        if torch.compiler.is_compiling():
+            res, l, a = op_call(o, True, q, k, v, extras)
+        else:
+            a = torch.empty((), dtype=torch.float32, device=q.device)
+            res, l = calls.forward(calls.entry(o, True, q, k, v, extras), q, k, v, extras, a)
+        return (res, l, a) if return_lse else (res, a)
     if grad and block_mask is not None and not block_mask.has_backward:
         raise ValueError(f"{_WHO}: block_mask has no transposed lists (q_num, q_indices), "
                          "which the backward walks: flashjit.block_mask() builds them; "
@@ -1118,10 +1199,10 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
 
 
 def _dense_opts(causal, scale, layout, wl, wr, softcap, score_mod, mask_mod, params, sinks,
-                bm, checked, descales):
+                bm, checked, descales, out_dtype=0, o_scale=None, amax=False):
     """The Opts of a checked attention() call and its extra tensors, in
     their roles' order: sinks, the tensor parameters, the block mask's
-    lists (those given of the eight), the descales given."""
+    lists (those given of the eight), the descales given, O's scale."""
     spec, param_roles, param_tensors = params_opts(params)
     roles, extras = [], []
     if sinks is not None:
@@ -1138,10 +1219,14 @@ def _dense_opts(causal, scale, layout, wl, wr, softcap, score_mod, mask_mod, par
         if t is not None:
             roles.append(name)
             extras.append(t)
+    if o_scale is not None:
+        roles.append("o_scale")
+        extras.append(o_scale)
     o = calls.opts("dense", causal=causal, scale=scale, layout=layout, window_left=wl,
                    window_right=wr, softcap=softcap, score_mod=score_mod or "",
                    mask_mod=mask_mod or "", params=spec, roles=tuple(roles), block_q=block_q,
-                   block_kv=block_kv, checked=bool(checked))
+                   block_kv=block_kv, checked=bool(checked), out_dtype=out_dtype,
+                   amax=bool(amax))
     return o, tuple(extras)
 
 

@@ -538,7 +538,8 @@ class OptsText(unittest.TestCase):
                        score_mod="s + (q == kv ? 1.0f : 0.0f) ; '\"", mask_mod="kv <= q",
                        params=(("t", "t", None), ("n", "i", -3), ("x", "f", 1e-30)),
                        roles=("sinks", "param:t"), block_q=64, block_kv=128, checked=True,
-                       num_splits=4, max_seqlen_q=7, max_seqlen_k=9, seqlen_k=11)
+                       num_splits=4, max_seqlen_q=7, max_seqlen_k=9, seqlen_k=11,
+                       out_dtype=capi.E4M3, amax=True)
         text = calls.encode(o)
         self.assertNotIn("\n", text)
         self.assertEqual(calls.decode(text), o)
@@ -567,6 +568,9 @@ class FakeImplementations(unittest.TestCase):
         self.assertEqual(str(torch.ops.flashjit.attention_lse.default._schema),
                          "flashjit::attention_lse(Tensor q, Tensor k, Tensor v, Tensor[] "
                          "extra, str opts) -> (Tensor, Tensor)")
+        self.assertEqual(str(torch.ops.flashjit.attention_amax.default._schema),
+                         "flashjit::attention_amax(Tensor q, Tensor k, Tensor v, Tensor[] "
+                         "extra, str opts) -> (Tensor, Tensor, Tensor)")
 
     def test_shapes(self):
         m = dict(device="meta")
@@ -586,6 +590,15 @@ class FakeImplementations(unittest.TestCase):
         f8 = torch.float8_e4m3fn
         out = self.op(False, q.to(f8), k.to(f8), k.to(f8), [], kind="dense")
         self.assertEqual(out.dtype, BF16)
+        # FP8 attention's own O (out_dtype) and its amax (the third op).
+        out = self.op(False, q.to(f8), k.to(f8), k.to(f8), [], kind="dense",
+                      out_dtype=capi.E4M3)
+        self.assertEqual(out.dtype, f8)
+        out, lse, amax = torch.ops.flashjit.attention_amax(
+            q.to(f8), k.to(f8), k.to(f8), [],
+            calls.encode(calls.opts("dense", out_dtype=capi.F16, amax=True)))
+        self.assertEqual((out.dtype, lse.shape, amax.shape, amax.dtype),
+                         (torch.float16, (2, 8, 100), (), torch.float32))
         qv = torch.empty(1000, 8, 128, dtype=BF16, **m)
         kv = torch.empty(3000, 2, 128, dtype=BF16, **m)
         cu = torch.empty(5, dtype=torch.int32, **m)

@@ -250,6 +250,45 @@ class AttentionErrors(Case):
                      r"\(torch.float8_e4m3fn\); q, k and v are torch.float16$",
                      _check_descales, q.half(), 2, 4, (None, ok, None))
 
+    def test_fp8_out(self):
+        # out_dtype, o_scale and return_amax: FP8 attention's, checked
+        # after the device (called directly: CPU tensors stop there).
+        from flashjit import _capi as capi
+        from flashjit._torch import _check_out
+        f8 = torch.float8_e4m3fn
+        q = torch.zeros((2, 8, 16, 64), dtype=f8)
+        one = torch.ones(1)
+        for args, want in (((None, None, False), 0), ((torch.bfloat16, None, True), 0),
+                           ((torch.float16, None, False), capi.F16),
+                           ((f8, one, True), capi.E4M3), ((f8, None, False), capi.E4M3)):
+            with self.subTest(args=args):
+                self.assertEqual(_check_out(q, *args, True), want)
+        self.assertEqual(_check_out(q.half(), torch.float16, None, False, False), 0)
+        who = r"^flashjit.attention: "
+        for qq, args, fp8, exc, pattern in (
+                (q.half(), (f8, None, False), False, ValueError,
+                 who + r"out_dtype=torch.float8_e4m3fn is for FP8 attention \(torch.float8_e4m3fn "
+                 r"inputs\); torch.float16 inputs write torch.float16$"),
+                (q, (torch.float32, None, False), True, ValueError,
+                 who + r"out_dtype=torch.float32 is not torch.bfloat16, torch.float16 or "
+                 r"torch.float8_e4m3fn$"),
+                (q, (None, one, False), True, ValueError,
+                 who + r"o_scale is an e4m3 O's scale: pass out_dtype=torch.float8_e4m3fn with "
+                 r"it$"),
+                (q, (f8, 2.0, False), True, TypeError, who + r"o_scale is a float, not a "),
+                (q, (f8, torch.ones(2), False), True, ValueError,
+                 who + r"o_scale has dtype torch.float32 and shape \(2,\); it must be float32 "
+                 r"with one element$"),
+                (q, (f8, one.to("meta"), False), True, ValueError,
+                 who + r"o_scale is on meta; the attention inputs are on cpu$"),
+                (q, (None, None, 1), True, TypeError,
+                 who + r"return_amax must be True or False, not 1$"),
+                (q.half(), (None, None, True), False, ValueError,
+                 who + r"return_amax is FP8 attention's \(torch.float8_e4m3fn inputs\); q is "
+                 r"torch.float16$")):
+            with self.subTest(pattern=pattern):
+                self.refuses(exc, pattern, _check_out, qq, *args, fp8)
+
     def test_fp8_descale_layouts(self):
         # One descale a tensor: shape () or (1,), or (batch, heads_kv)
         # expanded from one (vLLM's k_scale.expand(...)); the given ones

@@ -1053,6 +1053,38 @@ class Fp8(GpuCase):
                                v_descale=ones)
         self.assertTrue(torch.equal(a, b))
 
+    def test_out_dtypes_and_amax(self):
+        # FP8 attention's O in f16 and e4m3 (times o_scale) and its amax,
+        # against the same kernel's bf16 O: the values before rounding are
+        # the same, so the amax is within half a bf16 step of the bf16 O's
+        # largest and the same bits whatever O's element, the f16 O within
+        # a bf16 step, the e4m3 O e4m3(O_bf16 x 8) or a neighbour.
+        (q, k, v), ds = fp8_inputs(2, 8, 2, 300, 700, 128)
+        kw = dict(causal="bottom_right", q_descale=ds[0], k_descale=ds[1], v_descale=ds[2])
+        ref, amax = flashjit.attention(q, k, v, return_amax=True, **kw)
+        self.assertEqual((ref.dtype, amax.shape, amax.dtype), (torch.bfloat16, (), torch.float32))
+        big = ref.float().abs().max().item()
+        self.assertLessEqual(abs(amax.item() - big), big / 256)
+        f16 = flashjit.attention(q, k, v, out_dtype=torch.float16, **kw)
+        self.assertEqual(f16.dtype, torch.float16)
+        torch.testing.assert_close(f16.float(), ref.float(), rtol=1 / 128, atol=1e-6)
+        scale = torch.tensor([8.0], device="cuda")
+        o8, lse, amax8 = flashjit.attention(q, k, v, out_dtype=torch.float8_e4m3fn, o_scale=scale,
+                                            return_lse=True, return_amax=True, **kw)
+        self.assertEqual(o8.dtype, torch.float8_e4m3fn)
+        self.assertTrue(torch.equal(amax8, amax))
+        want = (ref.float() * 8).to(torch.float8_e4m3fn).float()
+        got = o8.float()
+        self.assertLess((got != want).float().mean().item(), 0.01)
+        self.assertTrue(torch.all((got - want).abs() <= want.abs() * 0.125 + 2 ** -9))
+        # Under torch.compile: the amax op, the same bytes.
+        f = torch.compile(lambda a, b, c: flashjit.attention(
+            a, b, c, out_dtype=torch.float8_e4m3fn, o_scale=scale, return_amax=True, **kw),
+            fullgraph=True)
+        c8, camax = f(q, k, v)
+        self.assertTrue(torch.equal(c8.view(torch.uint8), o8.view(torch.uint8)))
+        self.assertTrue(torch.equal(camax, amax))
+
     def test_per_tensor_descales(self):
         # One descale a tensor (scale_layout FJ_SCALE_PER_TENSOR), as a
         # 0-dim tensor and as vLLM's expand(): the same bits as the same
