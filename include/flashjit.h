@@ -1488,7 +1488,10 @@ FJ_API void fj_tune_opts_init(fj_tune_opts *opts);
  * fj_attention_fwd finds it.  best, report and opts may be NULL; options
  * out of range (negative counts, iters over 256) are FJ_ERR_INVALID_ARG.
  * Needs a GPU context; allocates its own inputs (about 4 x the problem's
- * size).  A problem with modifications (mods) is tuned with the caller's
+ * size) -- for FP8 (dtype or kv_dtype e4m3) its own descales too, so
+ * that q_scale, k_scale and v_scale may be NULL; an O other than the
+ * default (o_dtype) is tuned as the default's (FJ_ERR_UNSUPPORTED asks
+ * for it).  A problem with modifications (mods) is tuned with the caller's
  * parameters and block mask, which must hold valid device memory, and its
  * entry is of its form (expressions, parameters' names, types and ranks,
  * built-ins, block sizes), so other forms of its class keep theirs; in

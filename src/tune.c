@@ -100,22 +100,24 @@ fj_status fj__tune_upload_random(fj_ctx *ctx, uint64_t *dst, fj_dtype dt,
   return st;
 }
 
-/* FP8 K/V: values over e4m3's range with per-head scales of 1/64. */
+/* FP8 K/V (and Q, for FP8 attention): values over e4m3's range with
+ * per-head scales of 1/64 -- the tuner's own, whatever the caller's. */
 static fj_status fp8_scales(tune_run *t)
 {
-  size_t n = (size_t)t->prob.batch * (size_t)t->prob.heads_kv;
-  float *s = malloc(n * sizeof *s);
+  size_t n = (size_t)t->prob.batch * (size_t)t->prob.heads_kv, bytes = n * sizeof(float);
+  float *s = malloc(bytes);
   if (!s)
     return fj__fail(t->ctx, FJ_ERR_NOMEM, "out of memory");
   for (size_t i = 0; i < n; i++)
     s[i] = 1.0f / 64;
-  fj_status st = fj__cu_alloc(t->ctx, 2 * n * sizeof *s, &t->scales);
-  if (st == FJ_OK)
-    st = fj__cu_copy_to_device(t->ctx, t->scales, s, n * sizeof *s);
-  if (st == FJ_OK)
-    st = fj__cu_copy_to_device(t->ctx, t->scales + n * sizeof *s, s, n * sizeof *s);
+  fj_status st = fj__cu_alloc(t->ctx, 3 * bytes, &t->scales);
+  for (size_t i = 0; i < 3 && st == FJ_OK; i++)
+    st = fj__cu_copy_to_device(t->ctx, t->scales + i * bytes, s, bytes);
   t->prob.k_scale = (const void *)(uintptr_t)t->scales;
-  t->prob.v_scale = (const void *)(uintptr_t)(t->scales + n * sizeof *s);
+  t->prob.v_scale = (const void *)(uintptr_t)(t->scales + bytes);
+  t->prob.q_scale = t->prob.dtype == FJ_E4M3 ? (const void *)(uintptr_t)(t->scales + 2 * bytes)
+                                             : NULL;
+  t->prob.scale_layout = FJ_SCALE_PER_HEAD;
   free(s);
   return st;
 }
@@ -129,7 +131,8 @@ static fj_status inputs_make(tune_run *t)
   t->nout = span(p->o_stride, p->batch, p->heads_q, p->seq_q, p->head_dim);
   uint64_t state = UINT64_C(0x2545f4914f6cdd1d);
   float kvs = kv == FJ_E4M3 ? 64.f : 1.f;
-  fj_status st = fj__tune_upload_random(t->ctx, &t->q, p->dtype, nq, 1.f, &state);
+  fj_status st = fj__tune_upload_random(t->ctx, &t->q, p->dtype, nq,
+                                        p->dtype == FJ_E4M3 ? 64.f : 1.f, &state);
   if (st == FJ_OK)
     st = fj__tune_upload_random(t->ctx, &t->k, kv, nk, kvs, &state);
   if (st == FJ_OK)
@@ -425,11 +428,14 @@ fj_status fj_tune(fj_ctx *ctx, const fj_problem *p, const fj_tune_opts *opts,
   tune_run t = {ctx, p, *p, opts, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL,
                 {opts, 0, 0}};
   double t0 = fj__now_ms();
+  t.prob.o_amax = NULL;  /* the candidates' amax is nobody's */
   /* FP8 scales come from the tuner's own inputs. */
   static const float placeholder[1];
   fj_problem check = *p;
-  if (check.kv_dtype == FJ_E4M3)
+  if ((check.kv_dtype ? check.kv_dtype : check.dtype) == FJ_E4M3)
     check.k_scale = check.v_scale = placeholder;
+  if (check.dtype == FJ_E4M3)
+    check.q_scale = placeholder;
   st = fj_problem_check(ctx, &check);
   /* The tuner makes its own dense inputs; a varlen or paged problem's
    * arrays are the caller's. */
@@ -461,7 +467,8 @@ fj_status fj_tune(fj_ctx *ctx, const fj_problem *p, const fj_tune_opts *opts,
                   "FLASHJIT_CHECK_BOUNDS=1) is not meaningful: each call "
                   "waits for its kernels; tune with checked mode off");
   if (st == FJ_OK && (st = fj__cu_enter(ctx)) == FJ_OK) {
-    if ((st = inputs_make(&t)) == FJ_OK && (st = fj__tune_compare_fn(ctx, t.prob.dtype, &t.compare_fn)) == FJ_OK &&
+    if ((st = inputs_make(&t)) == FJ_OK &&
+        (st = fj__tune_compare_fn(ctx, fj__o_dtype(&t.prob), &t.compare_fn)) == FJ_OK &&
         (st = fj__cu_event_create(ctx, &t.e0)) == FJ_OK &&
         (st = fj__cu_event_create(ctx, &t.e1)) == FJ_OK)
       st = tune_body(&t, best, &r);

@@ -16,9 +16,14 @@
 #   c: bench/probes/s10_probe.sh (single-decode kernel times by ncu, the
 #      d128 backward under ncu's full set, the short shapes' tuner);
 #   d: the backward's prepared step (bench/probes/bwd_next.sh), where it
-#      exists.
+#      exists;
+#   e: the eleventh session's FP8 output and scales (no GPU lent then):
+#      gpu_fp8_out (f16 and e4m3 O, the amax), gpu_fp8_forward (with its
+#      per-tensor descale cases), then the package's Fp8 tests and the
+#      per-tensor FP8 cache (test_serving), compute-sanitizer on one e4m3-O
+#      call (memcheck, racecheck).
 set -u
-part=${1:?part a, b, c or d}
+part=${1:?part a, b, c, d or e}
 out=${2:-/tmp/fj-pending}
 mkdir -p "$out"
 root=$(pwd)
@@ -54,5 +59,22 @@ b) # k16 (next included) and regs (k16, and the decode's products straight
 c) timeout 560 bash ../bench/probes/s10_probe.sh "$out" ;;
 d) if [ -f ../bench/probes/bwd_next.sh ]; then timeout 560 bash ../bench/probes/bwd_next.sh "$out"
    else echo "d: no bench/probes/bwd_next.sh"; fi ;;
-*) echo "pending.sh: part $part is not a, b, c or d"; exit 2 ;;
+e)
+  for t in gpu_fp8_out gpu_fp8_forward; do
+    timeout 150 ./tests/fj_tests "$t" >"$out/e_$t.log" 2>&1
+    echo "e $t: exit $? ($(grep -c ' ok$' "$out/e_$t.log") ok, $(grep -c FAIL "$out/e_$t.log") FAIL)"
+    grep -E "FAIL|error|fp8 out" "$out/e_$t.log" | head -8
+  done
+  (cd /work/main/python/tests && PYTHONPATH=/work/main/python FLASHJIT_LIB=/work/main/build/libflashjit.so \
+    TORCHINDUCTOR_CACHE_DIR=/tmp/fj-inductor timeout 200 python3 -m unittest -v test_gpu.Fp8 \
+    test_serving.KvCache.test_fp8_cache_per_tensor test_serving.KvCache.test_fp8_cache) >"$out/e_python.log" 2>&1
+  echo "e python: exit $? ($(grep -E '^Ran [0-9]+ tests' "$out/e_python.log" | tail -1); $(grep -cE '\.\.\. ok$' "$out/e_python.log") ok)"
+  grep -E "^(FAIL|ERROR):|Error" "$out/e_python.log" | head -8
+  for tool in memcheck racecheck; do
+    timeout 120 compute-sanitizer --tool $tool ./flashjit run --shape 1,4,300,128 --seq-kv 333 --dtype e4m3 \
+      --o-dtype e4m3 --o-scale 8 --causal=bottom-right --check --iters 1 --warmup 0 >"$out/e_$tool.log" 2>&1
+    echo "e $tool: exit $?; $(grep -E 'ERROR SUMMARY|^check|^amax' "$out/e_$tool.log" | tr '\n' '|')"
+  done
+  ;;
+*) echo "pending.sh: part $part is not a, b, c, d or e"; exit 2 ;;
 esac

@@ -364,13 +364,8 @@ def tune(batch, heads_q, seq_q, head_dim, *, heads_kv=None, seq_kv=None, dtype="
     attention() then uses for problems of that class.  progress: True
     draws a tqdm-style bar on stderr, False nothing, or a callable
     progress(done, total).  Raises flashjit.NoDevice without a GPU.
-    dtype "e4m3" is refused: fj_tune reads Q's FP8 descales from the
-    problem, and tune() has none to give it (`flashjit tune --dtype e4m3`
-    makes them)."""
-    if pr.dtype_code(dtype) == capi.E4M3:
-        raise ValueError(f"flashjit.tune: dtype={dtype!r} is not tuned from Python yet: "
-                         "fj_tune reads Q's FP8 descales from the problem, which tune() "
-                         "does not make (`flashjit tune --dtype e4m3` does); f16 or bf16")
+    dtype "e4m3" tunes FP8 attention (sm_90a) on the tuner's own inputs
+    and descales."""
     try:
         ctx = core.context(device=device)
     except core.NoDevice as e:

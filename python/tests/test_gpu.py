@@ -1085,6 +1085,15 @@ class Fp8(GpuCase):
         self.assertTrue(torch.equal(c8.view(torch.uint8), o8.view(torch.uint8)))
         self.assertTrue(torch.equal(camax, amax))
 
+    def test_tune(self):
+        # FP8 attention tuned from Python: fj_tune's own inputs and
+        # descales; every candidate that ran agreed with the default.
+        r = flashjit.tune(1, 8, 2048, 128, dtype="e4m3", causal="top_left", iters=3,
+                          warmup=1, save=False, progress=False)
+        self.assertGreater(r.timed, 0)
+        self.assertEqual((r.wrong, r.failed), (0, 0))
+        self.assertIn("_e4m3", r.name)
+
     def test_per_tensor_descales(self):
         # One descale a tensor (scale_layout FJ_SCALE_PER_TENSOR), as a
         # 0-dim tensor and as vLLM's expand(): the same bits as the same
