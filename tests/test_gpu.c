@@ -1580,6 +1580,134 @@ int test_gpu_fp8_out(void)
   return failed != 0;
 }
 
+/* FP8 attention at long context: a needle.  Each of five heads has one
+ * key whose score stands about 13 above the others' (whose spread is
+ * 0.65), so that it takes about 0.7 of each row's softmax over 131072
+ * keys, at position 1000, 4095, 16384, 65537 or 131071: early, the later
+ * tiles add little to O; last, O's partial over 131071 keys is rescaled
+ * by about e^-10 when it arrives.  Every query row is the same (q = 1),
+ * so each head's output rows all equal one float64 row computed here;
+ * O's relative error must stay under 2% at every position, for O's FP8
+ * partial flushed every key tile and never (FlashAttention-3's way) at
+ * head dim 128, and at 256 (never: its default). */
+int test_gpu_fp8_needle(void)
+{
+  enum { H = 5, SQ = 64, SK = 131072 };
+  static const int at[H] = {1000, 4095, 16384, 65537, 131071};
+  fj_ctx *ctx;
+  int rc = wgmma_device(&ctx);
+  if (rc)
+    return rc;
+  int failed = 0;
+  for (int run = 0; run < 3; run++) {
+    const int d = run < 2 ? 128 : 256, flush = run == 0 ? 1 : -1;
+    const size_t nk = (size_t)H * SK * (size_t)d, nq = (size_t)H * SQ * (size_t)d;
+    float *f = malloc(nk * sizeof(float));
+    uint8_t *k8 = malloc(nk), *v8 = malloc(nk), *q8 = malloc(nq);
+    uint16_t *o = malloc(nq * 2);
+    double *want = malloc((size_t)H * (size_t)d * sizeof(double));
+    CHECK(f && k8 && v8 && q8 && o && want);
+    uint64_t seed = 99 + (uint64_t)run;
+    /* K and V: e4m3 over [-64, 64], descales 1/64; the needles' keys 64
+     * in every column (1 once dequantised); Q all 16 (descale 1/16).  The
+     * float64 row of each head as they come: s_j = 0.1 x sum_x k_jx, then
+     * softmax and P V. */
+    const double scale = 0.1;
+    double *s = malloc((size_t)H * SK * sizeof(double));
+    CHECK(s);
+    for (int which = 0; which < 2; which++) {
+      for (size_t i = 0; i < nk; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        f[i] = (float)(2.0 * ((double)(seed >> 11) * 0x1p-53) - 1.0) * 64.f;
+      }
+      if (which == 0)
+        for (int h = 0; h < H; h++)
+          for (int x = 0; x < d; x++)
+            f[((size_t)h * SK + (size_t)at[h]) * (size_t)d + (size_t)x] = 64.f;
+      fj_convert(FJ_E4M3, which ? v8 : k8, FJ_F32, f, nk);
+      fj_convert(FJ_F32, f, FJ_E4M3, which ? v8 : k8, nk);  /* as dequantised, x 64 */
+      for (int h = 0; h < H; h++) {
+        const float *fh = f + (size_t)h * SK * (size_t)d;
+        double *sh = s + (size_t)h * SK, *w = want + h * d;
+        if (which == 0) {
+          for (int j = 0; j < SK; j++) {
+            double acc = 0.0;
+            for (int x = 0; x < d; x++)
+              acc += (double)fh[(size_t)j * (size_t)d + (size_t)x] / 64.0;
+            sh[j] = acc * scale;
+          }
+          continue;
+        }
+        double m = -INFINITY, l = 0.0;
+        for (int j = 0; j < SK; j++)
+          m = fmax(m, sh[j]);
+        for (int x = 0; x < d; x++)
+          w[x] = 0.0;
+        for (int j = 0; j < SK; j++) {
+          double pj = exp(sh[j] - m);
+          l += pj;
+          for (int x = 0; x < d; x++)
+            w[x] += pj * (double)fh[(size_t)j * (size_t)d + (size_t)x] / 64.0;
+        }
+        for (int x = 0; x < d; x++)
+          w[x] /= l;
+      }
+    }
+    free(s);
+    for (size_t i = 0; i < nq; i++)
+      f[i] = 16.f;
+    fj_convert(FJ_E4M3, q8, FJ_F32, f, nq);
+    void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL;
+    float *ds = NULL;
+    const float scales[3] = {1.f / 16, 1.f / 64, 1.f / 64};
+    float sc[3 * H];
+    for (int i = 0; i < 3 * H; i++)
+      sc[i] = scales[i / H];
+    CHECK(cudaMalloc(&dq, nq) == cudaSuccess && cudaMalloc(&dk, nk) == cudaSuccess &&
+          cudaMalloc(&dv, nk) == cudaSuccess && cudaMalloc(&dout, nq * 2) == cudaSuccess &&
+          cudaMalloc((void **)&ds, sizeof sc) == cudaSuccess);
+    CHECK(cudaMemcpy(dq, q8, nq, cudaMemcpyHostToDevice) == cudaSuccess &&
+          cudaMemcpy(dk, k8, nk, cudaMemcpyHostToDevice) == cudaSuccess &&
+          cudaMemcpy(dv, v8, nk, cudaMemcpyHostToDevice) == cudaSuccess &&
+          cudaMemcpy(ds, sc, sizeof sc, cudaMemcpyHostToDevice) == cudaSuccess);
+    fj_problem p;
+    fj_problem_init(&p, 1, H, H, SQ, SK, d, FJ_E4M3, FJ_BHSD);
+    p.scale = (float)scale;
+    p.q_scale = ds;
+    p.k_scale = ds + H;
+    p.v_scale = ds + 2 * H;
+    fj_variant v;
+    fj_variant_default(&v, d, FJ_E4M3, FJ_CAUSAL_NONE);
+    v.fp8_flush = flush;
+    fj_status st = fj_attention_fwd_variant(ctx, &p, &v, dq, dk, dv, dout, NULL, NULL);
+    if (st != FJ_OK)
+      fprintf(stderr, "fp8 needle d%d: %s\n", d, fj_errmsg(ctx));
+    CHECK(st == FJ_OK && cudaDeviceSynchronize() == cudaSuccess &&
+          cudaMemcpy(o, dout, nq * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+    fj_convert(FJ_F32, f, FJ_BF16, o, nq);
+    for (int h = 0; h < H; h++) {
+      double rel = 0.0;
+      for (int r = 0; r < SQ; r++) {
+        double e2 = 0.0, w2 = 0.0;
+        for (int x = 0; x < d; x++) {
+          double g = f[((size_t)h * SQ + (size_t)r) * (size_t)d + (size_t)x], w = want[h * d + x];
+          e2 += (g - w) * (g - w);
+          w2 += w * w;
+        }
+        rel = fmax(rel, sqrt(e2 / w2));
+      }
+      int bad = !(rel < 2e-2);
+      printf("fp8 needle d%d flush %s at %6d of %d keys: relative error %.3e -> %s\n", d,
+             flush > 0 ? "1" : "never", at[h], SK, rel, bad ? "FAIL" : "ok");
+      failed += bad;
+    }
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(ds);
+    free(f), free(k8), free(v8), free(q8), free(o), free(want);
+  }
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
 /* One wgmma variant per (head dim, stages, causal), small problems with
  * tails, for compute-sanitizer (memcheck, racecheck, synccheck). */
 int test_gpu_sanitize_wgmma(void)

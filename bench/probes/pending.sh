@@ -18,7 +18,8 @@
 #   d: the backward's prepared step (bench/probes/bwd_next.sh), where it
 #      exists;
 #   e: the eleventh session's FP8 output and scales (no GPU lent then):
-#      gpu_fp8_out (f16 and e4m3 O, the amax), gpu_fp8_forward (with its
+#      gpu_fp8_out (f16 and e4m3 O, the amax), gpu_fp8_needle (one key at
+#      1k..128k of 131072), gpu_fp8_forward (with its
 #      per-tensor descale cases), then the package's Fp8 tests and the
 #      per-tensor FP8 cache (test_serving), compute-sanitizer on one e4m3-O
 #      call (memcheck, racecheck).
@@ -60,7 +61,7 @@ c) timeout 560 bash ../bench/probes/s10_probe.sh "$out" ;;
 d) if [ -f ../bench/probes/bwd_next.sh ]; then timeout 560 bash ../bench/probes/bwd_next.sh "$out"
    else echo "d: no bench/probes/bwd_next.sh"; fi ;;
 e)
-  for t in gpu_fp8_out gpu_fp8_forward; do
+  for t in gpu_fp8_out gpu_fp8_needle gpu_fp8_forward; do
     timeout 150 ./tests/fj_tests "$t" >"$out/e_$t.log" 2>&1
     echo "e $t: exit $? ($(grep -c ' ok$' "$out/e_$t.log") ok, $(grep -c FAIL "$out/e_$t.log") FAIL)"
     grep -E "FAIL|error|fp8 out" "$out/e_$t.log" | head -8
