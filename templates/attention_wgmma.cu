@@ -119,8 +119,13 @@
   end
   if FP8 then
     if kv_dtype ~= "e4m3" then no("dtype e4m3 with kv_dtype %s: FP8 attention takes Q, K and V in e4m3", kv_dtype) end
-    if DR ~= 128 and DR ~= 256 then
-      no("head_dim %d with dtype e4m3 is not implemented: 128 or 256 (rows of whole 128-byte swizzled panels of one-byte elements)", DR)
+    -- Rows of whole 128-byte panels of one-byte elements: 64 and 192 are
+    -- padded to 128 and 256 (TMA reads zeros past the head dim; S takes
+    -- DR's k steps, P V the padded width, whose last columns are never
+    -- stored), at 128's and 256's cost; the _vt pass takes the head dim 64
+    -- at a time.
+    if DR % 64 ~= 0 then
+      no("head_dim %d with dtype e4m3 is not implemented: 64, 128, 192 or 256 (V^T is written 64 of the head dim at a time; 64 and 192 run padded to 128 and 256)", DR)
     end
     if BN ~= 128 then
       no("tile_n %d with dtype e4m3: FP8 attention takes 128-key tiles (V^T's rows of 128 one-byte keys; fixed so that every length rounds alike)", BN)

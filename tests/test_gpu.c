@@ -1410,7 +1410,8 @@ int test_gpu_wgmma_cross(void)
 }
 
 /* FP8 attention (dtype e4m3: Q, K, V in e4m3, O bf16) on the wgmma family:
- * head dims 128 and 256, every mask, GQA, tails, both layouts, the flush
+ * head dims 128 and 256 (64 and 192 padded to them), every mask, GQA,
+ * tails, both layouts, the flush
  * of O's FP8 partial every 1, 4 or 16 key tiles or never; then the
  * library's own choice.  Inputs spread over e4m3's range with descales
  * that bring them back to unit size; checked against the float64
@@ -1433,6 +1434,10 @@ static const struct {
     {"fp8 d256", 256, 0, 2, FJ_CAUSAL_NONE, 1, 2, 2, 300, 300},
     {"fp8 d256", 256, 0, 2, FJ_CAUSAL_BOTTOM_RIGHT, 2, 4, 2, 200, 333},
     {"fp8 d256 stages=3", 256, -1, 3, FJ_CAUSAL_TOP_LEFT, 1, 2, 1, 129, 129},
+    /* 64 and 192, padded to 128 and 256 (their V^T boxes too). */
+    {"fp8 d64", 64, 0, 2, FJ_CAUSAL_TOP_LEFT, 2, 4, 2, 300, 300},
+    {"fp8 d64", 64, -1, 3, FJ_CAUSAL_NONE, 1, 2, 2, 200, 513},
+    {"fp8 d192", 192, 0, 2, FJ_CAUSAL_BOTTOM_RIGHT, 1, 4, 2, 257, 700},
 };
 
 int test_gpu_fp8_forward(void)

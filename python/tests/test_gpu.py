@@ -1030,7 +1030,7 @@ class Fp8(GpuCase):
             self.close(got[1], want_lse, 2e-2, what + " lse")
 
     def test_against_float32(self):
-        for d in (128, 256):  # FP8's head dims (64 is refused: test_refusals)
+        for d in (64, 128, 192, 256):  # FP8's head dims (96 is refused: test_refusals)
             for causal in (None, "top_left", "bottom_right"):
                 with self.subTest(d=d, causal=causal):
                     self.check(2, 8, 2, 300, 700, d, causal=causal)  # GQA, tails
@@ -1141,10 +1141,10 @@ class Fp8(GpuCase):
         with torch.no_grad():  # no grad, no refusal
             flashjit.attention(q, k, v, k_descale=ds[1])
         # The library's own refusals come through as they are.
-        (q64, k64, v64), _ = fp8_inputs(1, 4, 4, 128, 128, 64)
-        with self.assertRaisesRegex(flashjit.Unsupported, r"head_dim 64 with dtype e4m3 is not "
-                                    r"implemented: 128 or 256"):
-            flashjit.attention(q64, k64, v64)
+        (q96, k96, v96), _ = fp8_inputs(1, 4, 4, 128, 128, 96)
+        with self.assertRaisesRegex(flashjit.Unsupported, r"head_dim 96 with dtype e4m3 is not "
+                                    r"implemented: 64, 128, 192 or 256"):
+            flashjit.attention(q96, k96, v96)
         for kw in (dict(softcap=30.0), dict(score_mod="s * 0.5f")):
             with self.subTest(**kw), self.assertRaisesRegex(
                     flashjit.Unsupported, r"^dtype e4m3 with a score expression or softcap "
