@@ -6,7 +6,8 @@ D, BHSD), e4m3 inputs torch.randn(...).to(float8_e4m3fn) with descales 1
 through cudnn-frontend's sdpa_fp8 graph as ../shared/anchors/fp8_anchor.py
 builds it (bench/fp8_anchor.py is that script; O in e4m3, the only FP8
 output cuDNN takes on Hopper); flashjit through fj_attention_fwd (O in
-bf16).  Both are checked against a float32 reference of the dequantised
+bf16, or with --o-dtype e4m3 in e4m3 as cuDNN's: its scale chosen as the
+anchor's, a power of two from a first call's amax, fj_problem.o_amax).  Both are checked against a float32 reference of the dequantised
 inputs on batch 0, head 0.  CUDA events, median of --iters after warm-up.
 Also, with --long: flashjit's error against the reference as the keys
 grow (one head, 4 query rows x 1k..128k keys), per flush setting.
@@ -40,7 +41,7 @@ def flops(B, H, S, D, causal):
 class Fp8:
     """flashjit's FP8 forward on one problem: the scales (all 1), the output."""
 
-    def __init__(self, fj, B, H, Hkv, Sq, Skv, D, causal, flush=0, fields=None):
+    def __init__(self, fj, B, H, Hkv, Sq, Skv, D, causal, flush=0, fields=None, o8=False):
         self.fj, self.D = fj, D
         self.p = fj.problem(B, H, Hkv, Sq, Skv, D, dtype=fjc.E4M3,
                             causal=fjc.CAUSAL_TOP_LEFT if causal else fjc.CAUSAL_NONE)
@@ -48,7 +49,15 @@ class Fp8:
         self.p.q_scale = self.scales[0].data_ptr()
         self.p.k_scale = self.scales[1].data_ptr()
         self.p.v_scale = self.scales[2].data_ptr()
-        self.o = torch.empty(B, H, Sq, D, dtype=torch.bfloat16, device="cuda")
+        # O in e4m3 (o8): its scale (1 until calibrate()) and amax.
+        self.o_scale = torch.ones(1, dtype=torch.float32, device="cuda")
+        self.amax = torch.zeros(1, dtype=torch.float32, device="cuda")
+        if o8:
+            self.p.o_dtype = fjc.E4M3
+            self.p.o_scale = self.o_scale.data_ptr()
+            self.p.o_amax = self.amax.data_ptr()
+        self.o = torch.empty(B, H, Sq, D, dtype=torch.float8_e4m3fn if o8 else torch.bfloat16,
+                             device="cuda")
         self.variant, self.name, _ = fj.variant(self.p)
         fields = dict(fields or {})
         if flush:
@@ -65,6 +74,18 @@ class Fp8:
                             stream=torch.cuda.current_stream().cuda_stream)
         return self.o
 
+    def calibrate(self, q, k, v):
+        """An e4m3 O's scale as the cuDNN anchor chooses it: the power of
+        two that brings a first call's amax to at most 256."""
+        self(q, k, v)
+        a = self.amax.item()
+        if a > 0 and math.isfinite(a):
+            self.o_scale.fill_(2.0 ** math.floor(math.log2(256.0 / a)))
+
+    def dequantised(self, o):
+        """O as float32 (an e4m3 O divided by its scale)."""
+        return o.float() / self.o_scale if o.dtype == torch.float8_e4m3fn else o
+
 
 def sweep(fj, args, cudnn, handle, results):
     aargs = types.SimpleNamespace(layout="bhsd", stats=False, out="e4m3", no_amax_s=False,
@@ -80,11 +101,13 @@ def sweep(fj, args, cudnn, handle, results):
                 f = flops(B, H, S, D, causal)
                 ref = anchor.ref_attention_bh0(q, k, v, 1.0, 1.0, 1.0, 1.0 / math.sqrt(D), causal)
                 row = dict(D=D, causal=causal, S=S, B=B, H=H)
-                fp8 = Fp8(fj, B, H, H, S, S, D, causal, args.flush[0])
+                fp8 = Fp8(fj, B, H, H, S, S, D, causal, args.flush[0], o8=args.o_dtype == "e4m3")
+                if args.o_dtype == "e4m3":
+                    fp8.calibrate(q, k, v)
                 o = fp8(q, k, v)
                 torch.cuda.synchronize()
                 row["flashjit_variant"] = fp8.name
-                row["flashjit_err"] = anchor.err_stats(o[0, 0], ref)
+                row["flashjit_err"] = anchor.err_stats(fp8.dequantised(o[0, 0]), ref)
                 us, _ = anchor.time_us(lambda: fp8(q, k, v), 3, args.iters)
                 row["flashjit_us"], row["flashjit_tflops"] = round(us, 2), round(f / us / 1e6, 1)
                 res = {}
@@ -155,6 +178,8 @@ def main():
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--no-cudnn", action="store_true", help="flashjit alone (A/B of templates)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--o-dtype", default="bf16", choices=("bf16", "e4m3"),
+                    help="flashjit's O: bf16, or e4m3 as cuDNN's (scaled as the anchor does)")
     args = ap.parse_args()
     args.dims = [int(x) for x in args.dims.split(",")]
     args.seqs = [int(x) for x in args.seqs.split(",")]
