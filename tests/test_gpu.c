@@ -1063,8 +1063,8 @@ static const axis_case k16_cases[] = {
 };
 
 /* The library's own choice at head dims between the old list's: prefill
- * (wgmma on sm_90a), decode (mma's split-KV and its combine, or wgmma
- * where mma cannot take the head dim). */
+ * (wgmma on sm_90a), decode (mma's split-KV and its combine, the padded
+ * head dim 40 too). */
 static int head_dims_auto(fj_ctx *ctx, uint64_t *seed)
 {
   static const struct {
