@@ -1529,9 +1529,11 @@ FJ_API fj_status fj_tune_bwd(fj_ctx *ctx, const fj_problem *p,
                              fj_tune_report *report);
 
 typedef struct fj_tune_entry {
-  const char *key;      /* device|arch|driver|problem class; a backward's
-                           entry (fj_tune_bwd's) ends in "|bwd" and its
-                           variant is the main kernel's */
+  const char *key;      /* device|arch|driver|problem class; a class with
+                           modifications ends in "|mods=<hash>" (of their
+                           form: the expressions are not in the database);
+                           a backward's entry (fj_tune_bwd's) ends in
+                           "|bwd" and its variant is the main kernel's */
   fj_variant variant;   /* the winner: the class's head dim, dtypes and
                            mask (from the key) with the tuned axes */
   double ms;            /* the winner's median time when tuned */

@@ -258,7 +258,7 @@ static void fit_smem(const fj_ctx *ctx, fj_variant *v)
 /* Whether the wgmma family takes the head dim on sm_90a: from 64 up (it
  * pads to 64-column panels), and below where it is not a multiple of 16
  * (the mma family pads those to 16 columns now; sm_90a keeps the wgmma
- * family's picks, not compared with it yet). */
+ * family's prefill picks, not compared with it yet). */
 static int wgmma_head_dim(int d)
 {
   return d % 8 == 0 && d <= 256 && (d >= 64 || d % 16 != 0);
@@ -524,15 +524,18 @@ void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
    * keep its packing and split-KV; block masks of 64-row blocks its
    * 64-row tiles. */
   /* FP8 attention runs on the wgmma family alone. */
-  /* A head dim that is not a multiple of 16 (which the mma family pads;
-   * not compared on sm_90a yet), or
-   * split head dims (head_dim_v), run on wgmma whatever the shape --
-   * but for asked-for splits, which the mma family's split head dims
-   * take (V read from K's rows). */
+  /* A head dim that is not a multiple of 16, or split head dims
+   * (head_dim_v), run on wgmma whatever the shape -- but for asked-for
+   * splits, which the mma family takes (split head dims with V read from
+   * K's rows), and, at the padded head dims, for decodes, whose packing
+   * and split-KV the mma family has as it has at 48 or 64 (it pads those
+   * dims to 16 columns; its prefill is not compared with wgmma's on
+   * sm_90a yet, so prefill stays there). */
   int wgmma = wgmma_fits(ctx, p);
+  int padded = p->head_dim % 16 != 0 && !fj__decode_rows(p);
   if (p->dtype == FJ_E4M3 ||
-      (wgmma && (p->head_dim % 16 != 0 ||
-                 (fj__problem_dv(p) != p->head_dim && p->splits < 2))) ||
+      (wgmma && p->splits < 2 &&
+       (padded || fj__problem_dv(p) != p->head_dim)) ||
       (wgmma && !few_blocks(ctx, p) && !fj__decode_rows(p) && p->splits < 2 &&
        mi.block_q != 64))
     wgmma_choice(v, p);

@@ -98,6 +98,15 @@ float fj__e4m3_to_float(uint8_t v)
   return sign ? -f : f;
 }
 
+/* sig / 2^shift (shift 1..31) rounded to the nearest integer, ties to the
+ * even one: by bits, whatever rounding mode the caller set (fesetround). */
+static uint32_t round_shift(uint32_t sig, int shift)
+{
+  uint32_t q = sig >> shift, rem = sig & ((1u << shift) - 1u);
+  uint32_t half = 1u << (shift - 1);
+  return q + (rem > half || (rem == half && (q & 1u)));
+}
+
 uint8_t fj__float_to_e4m3(float f)
 {
   uint8_t sign = signbit(f) ? 0x80 : 0;
@@ -110,18 +119,22 @@ uint8_t fj__float_to_e4m3(float f)
    * a count of 2^-9; from 2^-6 on, code = 8 (e + 6) + m, where 2^e <= a <
    * 2^(e+1) and m in [8, 16] is a's 24-bit significand rounded to 4 bits
    * (m = 16 carries into the next exponent by itself). Ties go to the
-   * even m, which is the even code, as round-to-nearest-even wants. */
+   * even m, which is the even code, as round-to-nearest-even wants.
+   * Both round by bits (round_shift): a float rounding (rintf) would
+   * follow the caller's fesetround mode. */
+  uint32_t bits;
+  memcpy(&bits, &a, sizeof bits);
+  int be = (int)(bits >> 23);  /* biased exponent: a = sig 2^(be - 150) */
+  uint32_t sig = (bits & 0x7fffffu) | (be ? 0x800000u : 0u);
   int code;
   if (a < 0.015625f) {
-    code = (int)rintf(a * 512.0f);  /* exact scaling; rintf: ties to even */
+    /* code = a 2^9 = sig 2^-(141 - be) rounded, be <= 120 here (a float
+     * subnormal counts as be = 1); from a shift of 25 on (sig < 2^24) it
+     * is below one half. */
+    int shift = 141 - (be ? be : 1);
+    code = shift > 24 ? 0 : (int)round_shift(sig, shift);
   } else {
-    uint32_t bits;
-    memcpy(&bits, &a, sizeof bits);
-    uint32_t sig = (bits & 0x7fffffu) | 0x800000u, rem = sig & 0xfffffu;
-    int m = (int)(sig >> 20);
-    if (rem > 0x80000u || (rem == 0x80000u && (m & 1)))
-      m++;
-    code = 8 * ((int)(bits >> 23) - 121) + m;
+    code = 8 * (be - 121) + (int)round_shift(sig, 20);
   }
   return (uint8_t)(sign | code);  /* below 448: m <= 14 at e = 8, code <= 0x7e */
 }

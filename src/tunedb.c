@@ -173,7 +173,11 @@ static const char *causal_name(int c) { return fj_causal_name((fj_causal)c); }
 /* The problem class's head dim, dtypes and mask (class_key's fields after
  * device|arch|driver|) onto v: an entry's axes alone are no variant, and
  * `cache prewarm --from-tune-db` prewarms what fj_tune_list gives.  A key
- * of another form leaves v as it is. */
+ * of another form leaves v as it is.  A class with modifications
+ * (|mods=<hash>) gives its fields too, but not the expressions, which the
+ * key names by their hash alone: v is the plain dense kernel of the
+ * class, which the prewarm skips (cli_cache.c's key_extra), as it skips
+ * any key with fields after gqa= (a head_dim_v, were one ever tuned). */
 static void class_from_key(const char *key, fj_variant *v)
 {
   const char *p = key;

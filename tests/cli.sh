@@ -408,6 +408,33 @@ expect 2 "cache export needs a FILE" cache export
 expect 2 "--head-dim applies only to cache prewarm" cache import "$tmp/fleet.fjpack" --head-dim 64
 "$FJ" cache clear >/dev/null
 
+# cache prewarm --from-tune-db: the forward's entries of the arch; those
+# with modifications (|mods=<hash>) and of classes a variant cannot hold (a
+# head_dim_v) are skipped and counted -- their plain dense kernels are ones
+# nobody asks for -- as are the backward's and another arch's, silently.
+TD="$tmp/tunedb"
+mkdir -p "$TD"
+entry() {
+  printf '"NVIDIA H200|%s|13000|d%s|f16|kv=f16|causal=%s|q=2^12|k=2^12|gqa=1%s": {"variant": {"tile_m": %s, "tile_n": 64, "warps": %s, "stages": 2, "swizzle": "xor", "softmax": "regs", "mma": "%s"}, "ms": 1.0, "default_ms": 1.25, "shape": "4,16/16,4096/4096,%s", "date": "2026-12-05T00:00:00Z"}' "$@"
+}
+{
+  printf '{"format": 1, "entries": {'
+  entry sm_90a 64 none "" 64 4 mma 64; printf ', '
+  entry sm_90a 64 none "|mods=0123456789abcdef" 128 4 mma 64; printf ', '
+  entry sm_90a 64 top-left "|mods=fedcba9876543210" 128 4 mma 64; printf ', '
+  entry sm_90a 64 none "|bwd" 64 12 wgmma 64; printf ', '
+  entry sm_90a 192 none "|dv=128" 128 12 wgmma 192; printf ', '
+  entry sm_80 64 none "|mods=0123456789abcdef" 128 4 mma 64
+  printf '}}\n'
+} >"$TD/tune.json"
+FLASHJIT_CACHE_DIR="$TD" "$FJ" cache prewarm --arch sm_90a --from-tune-db >"$tmp/warm" 2>"$tmp/err" \
+  && grep -qx "ok     fj_attn_d64_m64_n64_w4_s2_xor_regs_mma_nc_f16" "$tmp/warm" \
+  && grep -qx "prewarm sm_90a: 1 variants, 1 kernels: 1 compiled, 0 already cached, 0 failed" "$tmp/warm" \
+  && grep -qx "2 entries with modifications skipped: their expressions are not in the database" "$tmp/warm" \
+  && grep -qx "1 entries of classes a variant cannot hold skipped (a head_dim_v, or a key this flashjit does not read)" "$tmp/warm" \
+  && [ "$(wc -l <"$tmp/warm")" = 4 ] \
+  || fail "cache prewarm --from-tune-db: $(cat "$tmp/warm" "$tmp/err")"
+
 # cache prewarm --backward: the backward's three kernels of each problem,
 # with no GPU, into a fresh directory; emit --backward of a problem of the
 # same kind then finds each of them there, and so does a machine that

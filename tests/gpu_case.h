@@ -29,6 +29,9 @@ typedef struct gpu_case {
   int latent;                  /* 1: V is K's rows (their first head_dim_v
                                   columns; v = k, v_stride = k_stride):
                                   MLA's latent cache */
+  int o_gaps;                  /* 1: every element of O's buffer outside
+                                  O's rows (a gap o_stride leaves between
+                                  them) must keep its poison */
 } gpu_case;
 
 /* Makes c's inputs (from seed), launches it with v (NULL: the library's
@@ -47,5 +50,10 @@ void fjt_gpu_print_worst(void);
 void fjt_split_problem(fj_problem *p, int b, int hq, int hkv, int sq, int skv,
                        int d, int dv, fj_dtype dt, fj_order order);
 size_t fjt_head_dim_v_variants(fj_variant *out, size_t max);
+/* gpu_wide_heads' explicit variants at padded head dims (test_gpu.c), each
+ * with its problem (O's rows apart where the case says so), up to max
+ * into p and v; how many there are.  padded_heads_compile compiles them
+ * without a GPU. */
+size_t fjt_padded_variants(fj_problem *p, fj_variant *v, size_t max);
 
 #endif

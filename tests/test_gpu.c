@@ -434,6 +434,35 @@ static int verdict(const gpu_case *c, const errors *e, const char *label)
   return bad;
 }
 
+/* With o_gaps: the elements of O's buffer that no row of O holds (the gaps
+ * between rows) still hold the poison, 0xffff; 1 (printed) where a store
+ * reached one. */
+static int gaps_written(const gpu_case *c, const char *label)
+{
+  const fj_problem *p = &c->p;
+  size_t n = c->qbytes / 2, written = 0, first = 0;
+  int dv = p->head_dim_v ? p->head_dim_v : p->head_dim;
+  unsigned char *in_o = calloc(n, 1);
+  if (!in_o)
+    return 1;
+  for (int b = 0; b < p->batch; b++)
+    for (int h = 0; h < p->heads_q; h++)
+      for (int i = 0; i < p->seq_q; i++)
+        memset(in_o + (size_t)(b * p->o_stride[0] + h * p->o_stride[1] +
+                               i * p->o_stride[2]),
+               1, (size_t)dv);
+  const uint16_t *o = c->o;
+  for (size_t e = 0; e < n; e++)
+    if (!in_o[e] && o[e] != 0xffff && written++ == 0)
+      first = e;
+  free(in_o);
+  if (written)
+    fprintf(stderr, "%s: %zu elements between O's rows written (the first at "
+            "element %zu: 0x%04x); they must keep the poison 0xffff\n",
+            label, written, first, o[first]);
+  return written != 0;
+}
+
 /* Runs one case with a variant (NULL: the library's choice) and checks it
  * against the reference; the case's inputs are made here and freed. */
 static int run_case(fj_ctx *ctx, gpu_case *c, const fj_variant *v,
@@ -446,7 +475,8 @@ static int run_case(fj_ctx *ctx, gpu_case *c, const fj_variant *v,
     case_free(c);
     return 1;
   }
-  int bad = launch_case(ctx, c, v, stream, label) || check_case(c, &e);
+  int bad = launch_case(ctx, c, v, stream, label) || check_case(c, &e) ||
+            (c->o_gaps && gaps_written(c, label));
   if (!bad) {
     bad = verdict(c, &e, label);
     note_worst(axis, e.rel);
@@ -1063,8 +1093,8 @@ static const axis_case k16_cases[] = {
 };
 
 /* The library's own choice at head dims between the old list's: prefill
- * (wgmma on sm_90a), decode (mma's split-KV and its combine, or wgmma
- * where mma cannot take the head dim). */
+ * (wgmma on sm_90a), decode (mma's split-KV and its combine, the padded
+ * head dim 40 too). */
 static int head_dims_auto(fj_ctx *ctx, uint64_t *seed)
 {
   static const struct {
@@ -1187,97 +1217,161 @@ int test_gpu_head_dim_v(void)
 /* ---- wide heads (above 256) and MLA's latent cache on the mma family --------------- */
 
 /* One wide case: shape (b, hq/hkv, sq/skv), head dims d/dv, V read from K's
- * rows where latent; variant (tile_m, tile_n, warps, stages, splits) where
- * tile_m is not 0, else the library's choice. */
+ * rows where latent; variant (tile_m, tile_n, warps, stages, splits, the
+ * swizzle sw, 0 for pad) where tile_m is not 0, else the library's choice;
+ * O's rows dv + o_gap apart, the gap poisoned and checked unchanged. */
 typedef struct wide_case {
   int b, hq, hkv, sq, skv, d, dv, latent;
   fj_dtype dt;
   fj_causal m;
   fj_order order;
   int tile_m, tile_n, warps, stages, splits;
+  fj_swizzle sw;
+  int o_gap;
 } wide_case;
 
 static const wide_case wide_cases[] = {
     /* MLA's decode: 16 and 128 query heads over one latent head. */
-    {2, 16, 1, 1, 1000, 576, 512, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 0},
-    {1, 128, 1, 1, 777, 576, 512, 1, FJ_F16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 0},
+    {2, 16, 1, 1, 1000, 576, 512, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 0, 0, 0},
+    {1, 128, 1, 1, 777, 576, 512, 1, FJ_F16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 0, 0, 0},
     /* Speculative decode (bottom-right), and a prefill of the latent rows. */
-    {2, 16, 1, 4, 1000, 576, 512, 1, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BSHD, 0, 0, 0, 0, 0},
-    {1, 8, 1, 300, 300, 576, 512, 1, FJ_BF16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 0, 0, 0, 0, 0},
+    {2, 16, 1, 4, 1000, 576, 512, 1, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BSHD, 0, 0, 0, 0, 0, 0, 0},
+    {1, 8, 1, 300, 300, 576, 512, 1, FJ_BF16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 0, 0, 0, 0, 0, 0, 0},
     /* One head dim above 256: 512 and 320, prefill and decode. */
-    {1, 4, 2, 300, 333, 512, 512, 0, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 0, 0, 0, 0, 0},
-    {2, 4, 4, 100, 700, 320, 320, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 0},
-    {4, 32, 8, 1, 2000, 512, 512, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BHSD, 0, 0, 0, 0, 0},
+    {1, 4, 2, 300, 333, 512, 512, 0, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 0, 0, 0, 0, 0, 0, 0},
+    {2, 4, 4, 100, 700, 320, 320, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 0, 0, 0},
+    {4, 32, 8, 1, 2000, 512, 512, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BHSD, 0, 0, 0, 0, 0, 0, 0},
     /* head_dim above 256, V's 256 (the warps split keys only: KS). */
-    {1, 8, 2, 64, 500, 384, 256, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BHSD, 0, 0, 0, 0, 0},
+    {1, 8, 2, 64, 500, 384, 256, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BHSD, 0, 0, 0, 0, 0, 0, 0},
     /* Split head dims of MLA's prefill on the mma family (V from K). */
-    {2, 4, 2, 333, 333, 192, 128, 1, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 16, 64, 4, 2, 0},
+    {2, 4, 2, 333, 333, 192, 128, 1, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 16, 64, 4, 2, 0, 0, 0},
     /* Explicit variants: 32-row tiles (two row slices a warp), two warps
      * of 32 keys, one stage, forced splits. */
-    {1, 128, 1, 1, 777, 576, 512, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 32, 64, 4, 2, 3},
-    {2, 16, 1, 2, 1000, 576, 512, 1, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BSHD, 16, 32, 2, 2, 5},
-    {2, 16, 1, 1, 513, 576, 512, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 16, 64, 4, 1, 7},
-    {1, 4, 2, 200, 333, 512, 512, 0, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BHSD, 32, 64, 4, 1, 0},
+    {1, 128, 1, 1, 777, 576, 512, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 32, 64, 4, 2, 3, 0, 0},
+    {2, 16, 1, 2, 1000, 576, 512, 1, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BSHD, 16, 32, 2, 2, 5, 0, 0},
+    {2, 16, 1, 1, 513, 576, 512, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 16, 64, 4, 1, 7, 0, 0},
+    {1, 4, 2, 200, 333, 512, 512, 0, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BHSD, 32, 64, 4, 1, 0, 0, 0},
     /* Head dims that are a multiple of 8 but not of 16, which the mma
      * family pads to 16 columns, and 272, whose warps split V's columns
      * in padded tiles (17 tiles of 16): prefill (explicit variants up to
      * 256, which sm_90a's library choice gives the wgmma family; above,
      * the library's choice), decode (GQA packed, split), and split head
      * dims from K's rows. */
-    {2, 4, 2, 333, 333, 40, 40, 0, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 64, 64, 4, 2, 0},
-    {1, 4, 4, 300, 517, 40, 40, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 128, 128, 4, 3, 0},
-    {2, 4, 2, 257, 257, 72, 72, 0, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BSHD, 128, 64, 8, 2, 0},
-    {1, 8, 8, 200, 333, 72, 72, 0, FJ_F16, FJ_CAUSAL_NONE, FJ_BHSD, 64, 64, 4, 1, 0},
-    {1, 4, 2, 300, 300, 264, 264, 0, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 0, 0, 0, 0, 0},
-    {2, 4, 4, 100, 700, 264, 264, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 0},
-    {1, 4, 2, 129, 250, 272, 272, 0, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BHSD, 0, 0, 0, 0, 0},
-    {1, 4, 2, 100, 200, 520, 520, 0, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BSHD, 0, 0, 0, 0, 0},
-    {4, 32, 8, 1, 2000, 40, 40, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BHSD, 16, 64, 4, 2, 4},
-    {4, 32, 8, 1, 2000, 72, 72, 0, FJ_F16, FJ_CAUSAL_NONE, FJ_BSHD, 64, 64, 4, 2, 3},
-    {4, 32, 8, 1, 2000, 264, 264, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BHSD, 0, 0, 0, 0, 0},
-    {2, 32, 8, 3, 999, 264, 264, 0, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BHSD, 16, 64, 4, 1, 5},
-    {2, 16, 1, 1, 1000, 72, 40, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 16, 64, 4, 2, 3},
-    {2, 4, 2, 333, 333, 72, 40, 1, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 16, 64, 4, 2, 0},
-    {2, 16, 1, 1, 1000, 576, 504, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 0},
+    {2, 4, 2, 333, 333, 40, 40, 0, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 64, 64, 4, 2, 0, 0, 0},
+    {1, 4, 4, 300, 517, 40, 40, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 128, 128, 4, 3, 0, 0, 0},
+    {2, 4, 2, 257, 257, 72, 72, 0, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BSHD, 128, 64, 8, 2, 0, 0, 0},
+    {1, 8, 8, 200, 333, 72, 72, 0, FJ_F16, FJ_CAUSAL_NONE, FJ_BHSD, 64, 64, 4, 1, 0, 0, 0},
+    {1, 4, 2, 300, 300, 264, 264, 0, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 0, 0, 0, 0, 0, 0, 0},
+    {2, 4, 4, 100, 700, 264, 264, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 0, 0, 0},
+    {1, 4, 2, 129, 250, 272, 272, 0, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BHSD, 0, 0, 0, 0, 0, 0, 0},
+    {1, 4, 2, 100, 200, 520, 520, 0, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BSHD, 0, 0, 0, 0, 0, 0, 0},
+    {4, 32, 8, 1, 2000, 40, 40, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BHSD, 16, 64, 4, 2, 4, 0, 0},
+    {4, 32, 8, 1, 2000, 72, 72, 0, FJ_F16, FJ_CAUSAL_NONE, FJ_BSHD, 64, 64, 4, 2, 3, 0, 0},
+    {4, 32, 8, 1, 2000, 264, 264, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BHSD, 0, 0, 0, 0, 0, 0, 0},
+    {2, 32, 8, 3, 999, 264, 264, 0, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BHSD, 16, 64, 4, 1, 5, 0, 0},
+    {2, 16, 1, 1, 1000, 72, 40, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 16, 64, 4, 2, 3, 0, 0},
+    {2, 4, 2, 333, 333, 72, 40, 1, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 16, 64, 4, 2, 0, 0, 0},
+    {2, 16, 1, 1, 1000, 576, 504, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 0, 0, 0},
+    /* The XOR swizzle on padded tiles (chunk c of row r at c ^ (r & XM),
+     * XM from the padded row's chunks): prefill with 4 and 8 warps and
+     * three stages, a packed and split decode. */
+    {2, 4, 2, 333, 333, 40, 40, 0, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BSHD, 128, 128, 4, 3, 0, FJ_SWIZZLE_XOR, 0},
+    {2, 4, 2, 257, 257, 72, 72, 0, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BHSD, 128, 64, 8, 3, 0, FJ_SWIZZLE_XOR, 0},
+    {4, 32, 8, 1, 2000, 72, 72, 0, FJ_F16, FJ_CAUSAL_NONE, FJ_BSHD, 16, 64, 4, 3, 3, FJ_SWIZZLE_XOR, 0},
+    /* Head dim 8, one chunk a row (tile_io.cuh's load_tile whose threads
+     * step by rows), and 24, three (its loop over every chunk, as 40 and
+     * 72 take): prefill in both layouts, synchronous loads (one stage),
+     * decodes packed and split; the library's choice of their decodes. */
+    {2, 4, 2, 300, 517, 8, 8, 0, FJ_BF16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 64, 64, 4, 2, 0, FJ_SWIZZLE_PAD, 0},
+    {1, 8, 8, 129, 250, 8, 8, 0, FJ_F16, FJ_CAUSAL_NONE, FJ_BSHD, 128, 128, 4, 3, 0, FJ_SWIZZLE_XOR, 0},
+    {4, 32, 8, 1, 2000, 8, 8, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BHSD, 16, 128, 4, 2, 4, FJ_SWIZZLE_XOR, 0},
+    {2, 4, 4, 333, 333, 24, 24, 0, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BSHD, 128, 128, 4, 3, 0, FJ_SWIZZLE_XOR, 0},
+    {1, 4, 2, 200, 300, 24, 24, 0, FJ_BF16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 64, 64, 4, 1, 0, FJ_SWIZZLE_PAD, 0},
+    {2, 32, 8, 2, 999, 24, 24, 0, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BSHD, 16, 64, 4, 2, 5, FJ_SWIZZLE_PAD, 0},
+    {4, 32, 8, 1, 2000, 8, 8, 0, FJ_F16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 0, 0, 0},
+    {4, 32, 8, 1, 2000, 24, 24, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BHSD, 0, 0, 0, 0, 0, 0, 0},
+    /* O's rows 8 elements apart beyond head_dim_v, the padded tiles' 8
+     * columns: a store of a pad column lands in the gap, which must keep
+     * its poison.  The attention kernel's stores (prefill, explicit and
+     * the library's choice: wgmma on sm_90a) and the combine's (a split
+     * decode). */
+    {2, 4, 2, 333, 333, 40, 40, 0, FJ_BF16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 64, 64, 4, 2, 0, FJ_SWIZZLE_PAD, 8},
+    {4, 32, 8, 1, 2000, 72, 72, 0, FJ_F16, FJ_CAUSAL_NONE, FJ_BSHD, 16, 64, 4, 2, 4, FJ_SWIZZLE_XOR, 8},
+    {1, 4, 2, 300, 300, 40, 40, 0, FJ_F16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 0, 0, 8},
 };
+
+/* Case w's problem: O's strides those of rows dv + o_gap wide (the
+ * contiguous ones scaled), V's K's where latent. */
+static void wide_problem(const wide_case *w, fj_problem *p)
+{
+  fjt_split_problem(p, w->b, w->hq, w->hkv, w->sq, w->skv, w->d, w->dv, w->dt, w->order);
+  if (w->dv == w->d)
+    p->head_dim_v = 0;
+  p->causal = w->m;
+  p->splits = w->splits;
+  for (int i = 0; i < 3; i++)
+    p->o_stride[i] = p->o_stride[i] / w->dv * (w->dv + w->o_gap);
+  if (w->latent)
+    memcpy(p->v_stride, p->k_stride, sizeof p->k_stride);
+}
+
+/* Case w's explicit variant (w->tile_m not 0). */
+static void wide_variant(const wide_case *w, fj_variant *v)
+{
+  fj_variant_default(v, w->d, w->dt, w->m);
+  v->head_dim_v = w->dv == w->d ? 0 : w->dv;
+  v->mma = FJ_MMA_SYNC;
+  v->swizzle = w->sw ? w->sw : FJ_SWIZZLE_PAD;
+  v->tile_m = w->tile_m;
+  v->tile_n = w->tile_n;
+  v->warps = w->warps;
+  v->stages = w->stages;
+  v->pack_gqa = w->hq > w->hkv && w->sq * (w->hq / w->hkv) <= 128;
+  v->split_kv = w->splits > 1;
+}
+
+size_t fjt_padded_variants(fj_problem *p, fj_variant *v, size_t max)
+{
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof wide_cases / sizeof wide_cases[0]; i++) {
+    const wide_case *w = &wide_cases[i];
+    if (!w->tile_m || (w->d % 16 == 0 && w->dv % 16 == 0))
+      continue;
+    if (n < max) {
+      wide_problem(w, &p[n]);
+      wide_variant(w, &v[n]);
+    }
+    n++;
+  }
+  return n;
+}
 
 static int run_wide(fj_ctx *ctx, const wide_case *w, uint64_t *seed)
 {
   gpu_case c;
   memset(&c, 0, sizeof c);
-  fjt_split_problem(&c.p, w->b, w->hq, w->hkv, w->sq, w->skv, w->d, w->dv, w->dt, w->order);
-  if (w->dv == w->d)
-    c.p.head_dim_v = 0;
-  c.p.causal = w->m;
-  c.p.splits = w->splits;
+  wide_problem(w, &c.p);
   c.latent = w->latent;
+  c.o_gaps = w->o_gap > 0;
   fj_variant v, *vp = NULL;
   char label[200], name[128] = "library's choice";
   if (w->tile_m) {
-    fj_variant_default(&v, w->d, w->dt, w->m);
-    v.head_dim_v = w->dv == w->d ? 0 : w->dv;
-    v.mma = FJ_MMA_SYNC;
-    v.swizzle = FJ_SWIZZLE_PAD;
-    v.tile_m = w->tile_m;
-    v.tile_n = w->tile_n;
-    v.warps = w->warps;
-    v.stages = w->stages;
-    v.pack_gqa = w->hq > w->hkv && w->sq * (w->hq / w->hkv) <= 128;
-    v.split_kv = w->splits > 1;
+    wide_variant(w, &v);
     vp = &v;
   } else {
     fj_attention_variant(ctx, &c.p, &v, NULL);
   }
   fj_variant_name(&v, name, sizeof name);
-  snprintf(label, sizeof label, "%s (%d,%d/%d,%d/%d) %s%s%s", name, w->b, w->hq, w->hkv,
+  snprintf(label, sizeof label, "%s (%d,%d/%d,%d/%d) %s%s%s%s", name, w->b, w->hq, w->hkv,
            w->sq, w->skv, fj_causal_name(w->m), w->latent ? " latent" : "",
-           vp ? "" : " (library)");
+           w->o_gap ? " O rows gapped" : "", vp ? "" : " (library)");
   return run_case(ctx, &c, vp, NULL, seed, label, "wide heads");
 }
 
 /* Head dims above 256 (up to 576 / 512), MLA's latent cache (V as K's
  * first head_dim_v columns, v = k) and head dims padded to 16 columns on
- * the mma family, every target with mma.sync: the library's choice and
+ * the mma family (8 to 72, both swizzles; O's rows apart, the gap left
+ * as it was), every target with mma.sync: the library's choice and
  * explicit variants, against the reference; and a launch whose v is not
  * k refused. */
 int test_gpu_wide_heads(void)
@@ -1318,10 +1412,10 @@ int test_gpu_wide_heads(void)
 int test_gpu_sanitize_wide(void)
 {
   static const wide_case small[] = {
-      {1, 16, 1, 1, 200, 576, 512, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 2},
-      {1, 2, 2, 40, 70, 512, 512, 0, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 0, 0, 0, 0, 0},
-      {1, 32, 1, 1, 150, 576, 512, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 32, 64, 4, 2, 0},
-      {1, 16, 1, 2, 100, 576, 512, 1, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BSHD, 16, 32, 2, 2, 3},
+      {1, 16, 1, 1, 200, 576, 512, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 2, 0, 0},
+      {1, 2, 2, 40, 70, 512, 512, 0, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 0, 0, 0, 0, 0, 0, 0},
+      {1, 32, 1, 1, 150, 576, 512, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 32, 64, 4, 2, 0, 0, 0},
+      {1, 16, 1, 2, 100, 576, 512, 1, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BSHD, 16, 32, 2, 2, 3, 0, 0},
   };
   fj_ctx *ctx;
   int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);

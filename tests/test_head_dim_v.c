@@ -484,22 +484,129 @@ static void padded_problem(fj_problem *p, int d, int dv, int kind,
   }
 }
 
-/* The plan's kernel compiles without spills, with the shared memory the
- * plan counts; a padded head dim zeroes its tiles' pad. */
-static int padded_compiles(fj_ctx *ctx, const char *arch, const fj_plan *plan)
+/* p's plan on sm_90a is the mma family's with the same tiles, packing,
+ * splits and grid as q's (q: the head dim p's pads to). */
+static int plans_alike(fj_ctx *ctx, const fj_problem *p, const fj_problem *q)
+{
+  fj_plan a, b;
+  CHECK_OK(ctx, fj_attention_plan(ctx, p, &a));
+  CHECK_OK(ctx, fj_attention_plan(ctx, q, &b));
+  char name[160];
+  fj_variant_name(&a.variant, name, sizeof name);
+  printf("d%d (%d,%d/%d,%d/%d) splits %d: %s, %d splits, grid %u,%u,%u\n",
+         p->head_dim, p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_kv,
+         p->splits, name, a.splits, a.grid[0], a.grid[1], a.grid[2]);
+  CHECK(a.variant.mma == FJ_MMA_SYNC && b.variant.mma == FJ_MMA_SYNC);
+  CHECK(a.variant.pack_gqa == b.variant.pack_gqa &&
+        a.variant.split_kv == b.variant.split_kv);
+  CHECK(a.variant.tile_m == b.variant.tile_m &&
+        a.variant.tile_n == b.variant.tile_n &&
+        a.variant.warps == b.variant.warps &&
+        a.variant.stages == b.variant.stages);
+  CHECK(a.splits == b.splits && a.rows == b.rows &&
+        !memcmp(a.grid, b.grid, sizeof a.grid));
+  return 0;
+}
+
+/* On sm_90a the decodes of head dims padded to 16 columns (40, 72, 88),
+ * and their problems that ask for splits, are the mma family's, packed
+ * and split as the head dim they pad to (48, 80, 96): a single decode
+ * (8 query heads over one KV head, 30000 keys: packed, split), a batched
+ * GQA one (64, 32/8, 1/4096: packed, not split) and 4 asked-for splits,
+ * of a decode and of a prefill.  A prefill without splits keeps the
+ * wgmma family's pick. */
+int test_padded_heads_plan(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  static const int dims[] = {40, 72, 88};
+  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+    int d = dims[i];
+    fj_problem p, q;
+    fj_plan plan;
+    fj_problem_init(&p, 1, 8, 1, 1, 30000, d, FJ_F16, FJ_BHSD);
+    fj_problem_init(&q, 1, 8, 1, 1, 30000, d + 8, FJ_F16, FJ_BHSD);
+    CHECK(plans_alike(ctx, &p, &q) == 0);
+    CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+    CHECK(plan.variant.pack_gqa && plan.rows == 8 && plan.splits > 1 &&
+          plan.variant.split_kv);
+    p.splits = q.splits = 4;
+    CHECK(plans_alike(ctx, &p, &q) == 0);
+    CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+    CHECK(plan.splits == 4 && plan.variant.pack_gqa);
+    fj_problem_init(&p, 64, 32, 8, 1, 4096, d, FJ_BF16, FJ_BSHD);
+    fj_problem_init(&q, 64, 32, 8, 1, 4096, d + 8, FJ_BF16, FJ_BSHD);
+    CHECK(plans_alike(ctx, &p, &q) == 0);
+    CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+    CHECK(plan.variant.pack_gqa && plan.rows == 4 && plan.splits == 1 &&
+          plan.variant.tile_m == 16);
+    fj_problem_init(&p, 2, 8, 8, 1000, 1000, d, FJ_F16, FJ_BHSD);
+    p.splits = 4;
+    CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+    CHECK(plan.variant.mma == FJ_MMA_SYNC && plan.splits == 4 &&
+          plan.variant.split_kv);
+    p.splits = 0;
+    CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+    CHECK(plan.variant.mma == FJ_MMA_WGMMA && plan.splits == 1);
+  }
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* v's kernel compiles without spills, with the shared memory smem (the
+ * plan's) that fj__variant_tiles_smem counts; a padded head dim zeroes its
+ * tiles' pad. */
+static int padded_compiles(fj_ctx *ctx, const char *arch, const fj_variant *v,
+                           unsigned smem)
 {
   fj_kernel *k;
-  CHECK_OK(ctx, fj_kernel_get(ctx, &plan->variant, &k));
+  CHECK_OK(ctx, fj_kernel_get(ctx, v, &k));
   fj_resources r;
   fj_kernel_resources(k, &r);
   printf("%s %s: %d registers, %d/%d spill bytes, %d bytes of shared memory\n",
          arch, fj_kernel_name(k), r.registers, r.spill_store_bytes,
          r.spill_load_bytes, r.shared_dynamic);
   CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
-  CHECK((unsigned)r.shared_dynamic == plan->smem_bytes);
-  CHECK(fj__variant_tiles_smem(&plan->variant) == r.shared_dynamic);
-  int padded = fj__mma_tile_cols(&plan->variant) > plan->variant.head_dim;
+  CHECK((unsigned)r.shared_dynamic == smem);
+  CHECK(fj__variant_tiles_smem(v) == r.shared_dynamic);
+  int padded = fj__mma_tile_cols(v) > v->head_dim;
   CHECK(!strstr(fj_kernel_source(k, NULL), "fj::zero_pad(s_k") == !padded);
+  return 0;
+}
+
+/* gpu_wide_heads' explicit variants at padded head dims (both swizzles,
+ * head dims 8 and 24, O's rows apart): each passes fj_variant_check,
+ * compiles as padded_compiles says, and its problem passes every check
+ * of a launch but the device (FJ_ERR_COMPILE_ONLY: the variant matches
+ * the problem, O's strides and the splits are taken). */
+static int padded_gpu_variants(fj_ctx *ctx, const char *arch)
+{
+  enum { MAX = 32 };
+  fj_problem p[MAX];
+  fj_variant v[MAX];
+  size_t n = fjt_padded_variants(p, v, MAX);
+  CHECK(n >= 20 && n <= MAX);
+  int xor = 0, narrow = 0, gaps = 0;
+  for (size_t i = 0; i < n; i++) {
+    CHECK_OK(ctx, fj_variant_check(ctx, &v[i]));
+    CHECK(padded_compiles(ctx, arch, &v[i],
+                          (unsigned)fj__variant_tiles_smem(&v[i])) == 0);
+    /* 16-byte aligned, never read. */
+    void *q = (void *)(uintptr_t)0x100000, *o = (void *)(uintptr_t)0x300000;
+    void *k = (void *)(uintptr_t)0x200000, *vp = (void *)(uintptr_t)0x400000;
+    if (p[i].head_dim_v && p[i].head_dim_v != p[i].head_dim)
+      vp = k;  /* V is K's rows */
+    CHECK_ST(ctx, fj_attention_fwd_variant(ctx, &p[i], &v[i], q, k, vp, o,
+                                           NULL, NULL),
+             FJ_ERR_COMPILE_ONLY);
+    xor += v[i].swizzle == FJ_SWIZZLE_XOR;
+    narrow += v[i].head_dim < 32;
+    gaps += p[i].o_stride[2] % dv_of(&v[i]) != 0 ||
+            p[i].o_stride[1] % dv_of(&v[i]) != 0;
+  }
+  printf("%s: %zu explicit variants of gpu_wide_heads, %d xor, %d of head "
+         "dim 8 or 24, %d with O's rows apart\n", arch, n, xor, narrow, gaps);
+  CHECK(xor >= 5 && narrow >= 6 && gaps == 2);
   return 0;
 }
 
@@ -508,8 +615,9 @@ static int padded_compiles(fj_ctx *ctx, const char *arch, const fj_plan *plan)
  * warps split V's columns in padded tiles (272: 17 tiles of 16).  The
  * library's picks compile on sm_80 (prefill, a packed and split decode,
  * a paged one for a few) and on sm_90a where they go to the mma family
- * (above 256; MLA's split head dims); FP8 K/V refuse a padded head dim
- * in one line. */
+ * (decodes; above 256; MLA's split head dims above 256), and so do the
+ * GPU test's explicit variants at these head dims on both; FP8 K/V refuse
+ * a padded head dim in one line. */
 int test_padded_heads_compile(void)
 {
   static const int dims[][3] = {
@@ -530,15 +638,17 @@ int test_padded_heads_compile(void)
         padded_problem(&p, dims[i][0], dims[i][1], kind, table);
         fj_plan plan;
         CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
-        /* sm_90a keeps the wgmma family's picks up to 256. */
+        /* sm_90a keeps the wgmma family's picks up to 256 but for
+         * decodes (padded_heads_plan). */
         if (plan.variant.mma != FJ_MMA_SYNC) {
-          CHECK(a == 1 && p.head_dim <= 256);
+          CHECK(a == 1 && p.head_dim <= 256 && (kind == 0 || dims[i][1]));
           continue;
         }
-        CHECK(padded_compiles(ctx, archs[a], &plan) == 0);
+        CHECK(padded_compiles(ctx, archs[a], &plan.variant, plan.smem_bytes) == 0);
         ran++;
       }
-    CHECK(a == 0 ? ran == 26 : ran >= 9);
+    CHECK(a == 0 ? ran == 26 : ran == 18);
+    CHECK(padded_gpu_variants(ctx, archs[a]) == 0);
     fj_ctx_destroy(ctx);
   }
   /* FP8 K/V: a 16-byte chunk is 16 elements, so no padded head dim. */

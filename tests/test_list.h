@@ -111,6 +111,7 @@ TEST(head_dim_v_names, cpu)
 TEST(head_dim_v_compile, cpu)
 TEST(wide_heads_compile, cpu)
 TEST(padded_heads_compile, cpu)
+TEST(padded_heads_plan, cpu)
 TEST(head_dim_v_reference, cpu)
 /* tune.c */
 TEST(tune_database, cpu)

@@ -2,7 +2,9 @@
  * test_numbers.c -- the layout tables' validation, the host number formats
  * and the float64 reference, all on the CPU.
  */
+#include <fenv.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -249,6 +251,48 @@ int test_lut_validate(void)
   return 0;
 }
 
+/* The e4m3 codes of the subnormal midpoints (0.5 to 7.5 times 2^-9, and
+ * the one between 7 and 8, 2^-6's code) and of a float either side of
+ * each, both signs, under every rounding mode fesetround takes: the same
+ * bytes as under FE_TONEAREST (the conversion rounds by bits, ties to
+ * even, whatever the caller's mode). */
+static int e4m3_any_rounding_mode(void)
+{
+  static const int modes[] = {FE_UPWARD, FE_DOWNWARD, FE_TOWARDZERO};
+  float probe[8 * 3 * 2];
+  uint8_t want[8 * 3 * 2];
+  int n = 0;
+  for (int c = 0; c < 8; c++) {
+    float mid = ((float)c + 0.5f) / 512.0f;  /* exact */
+    float p3[3] = {mid, nextafterf(mid, 0.0f), nextafterf(mid, 1.0f)};
+    for (int i = 0; i < 3; i++) {
+      probe[n++] = p3[i];
+      probe[n++] = -p3[i];
+    }
+  }
+  for (int i = 0; i < n; i++)
+    want[i] = fj__float_to_e4m3(probe[i]);
+  /* Ties to the even code: 0.5 -> 0, 1.5 -> 2, ..., 7.5 -> 8 (2^-6). */
+  for (int c = 0; c < 8; c++)
+    CHECK(want[6 * c] == (uint8_t)((c + 1) / 2 * 2) &&
+          want[6 * c + 1] == (0x80 | want[6 * c]));
+  int bad = 0;
+  for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+    CHECK(fesetround(modes[m]) == 0);
+    for (int i = 0; i < n && !bad; i++) {
+      uint8_t got = fj__float_to_e4m3(probe[i]);
+      if (got != want[i]) {
+        fprintf(stderr, "e4m3 of %a under rounding mode %d: 0x%02x, under "
+                "FE_TONEAREST 0x%02x\n", (double)probe[i], modes[m], got,
+                want[i]);
+        bad = 1;
+      }
+    }
+    fesetround(FE_TONEAREST);
+  }
+  return bad;
+}
+
 int test_convert_formats(void)
 {
   /* f16: exact values, round to nearest even, overflow, subnormals. */
@@ -298,6 +342,7 @@ int test_convert_formats(void)
   CHECK(fj__float_to_e4m3(460.0f) == 0x7e && fj__float_to_e4m3(470.0f) == 0x7e);
   CHECK(fj__float_to_e4m3(INFINITY) == 0x7e && fj__float_to_e4m3(-INFINITY) == 0xfe);
   CHECK(fj__float_to_e4m3(1e-30f) == 0 && fj__float_to_e4m3(-0.0f) == 0x80);
+  CHECK(e4m3_any_rounding_mode() == 0);
   /* through the public entry point */
   float in[3] = {0.5f, -3.0f, 1e-3f}, back[3];
   uint16_t h[3];

@@ -171,11 +171,30 @@ typedef struct tune_pick {
   int filter_heads, filter_dtypes, filter_causals;
   fj_variant *vs;
   size_t n, cap;
+  int mods, other;  /* entries skipped: with modifications, of other classes */
 } tune_pick;
+
+/* What a forward's key holds after its class's last plain field (gqa=N):
+ * nothing (0: the class is the variant's head dim, dtypes and mask, which
+ * fj_tune_list restores), |mods=<hash> (1: modifications, whose
+ * expressions the database does not hold), or anything else (2: a
+ * head_dim_v, or a key of a form this build does not read). */
+static int key_extra(const char *key)
+{
+  const char *g = strstr(key, "|gqa=");
+  if (!g)
+    return 2;
+  g += 5;
+  while (*g >= '0' && *g <= '9')
+    g++;
+  return !*g ? 0 : !strncmp(g, "|mods=", 6) ? 1 : 2;
+}
 
 /* One tuning entry, taken when its key's arch (device|arch|...) is ours,
  * it is the forward's (a backward's key ends in |bwd: its variant is a
- * main kernel of the backward's) and it passes the lists that were
+ * main kernel of the backward's), its class restores into a variant
+ * whole (key_extra; the others are counted: a plain dense kernel of the
+ * class is one nobody asks for) and it passes the lists that were
  * given. */
 static int tune_visit(void *user, const fj_tune_entry *e)
 {
@@ -186,6 +205,11 @@ static int tune_visit(void *user, const fj_tune_entry *e)
   if (!bar || strncmp(bar + 1, t->arch, len) != 0 || bar[1 + len] != '|')
     return 0;
   if (klen >= 4 && !strcmp(e->key + klen - 4, "|bwd"))
+    return 0;
+  int extra = key_extra(e->key);
+  t->mods += extra == 1;
+  t->other += extra == 2;
+  if (extra)
     return 0;
   if ((t->filter_heads && !in_list(t->w->heads, t->w->nheads, v->head_dim)) ||
       (t->filter_dtypes && !in_list(t->w->dtypes, t->w->ndtypes, (int)v->dtype)) ||
@@ -331,6 +355,7 @@ static int cache_prewarm(cli *c, fj_ctx *ctx)
 {
   warm_lists w;
   size_t cap = (size_t)LIST_MAX * LIST_MAX * 3 * NSHAPES + 4096, n = 0;
+  int skipped_mods = 0, skipped_other = 0;
   int rc = parse_lists(c, &w);
   fj_variant *vs = rc ? NULL : calloc(cap, sizeof *vs);
   fj_status *each = rc ? NULL : calloc(cap, sizeof *each);
@@ -342,10 +367,13 @@ static int cache_prewarm(cli *c, fj_ctx *ctx)
     rc = cache_prewarm_bwd(c, ctx, &w);
   } else if (!rc && c->from_tune_db) {
     tune_pick t = {fj_ctx_arch(ctx), &w, c->heads_list != NULL,
-                   c->dtypes_list != NULL, c->causals_list != NULL, vs, 0, cap};
+                   c->dtypes_list != NULL, c->causals_list != NULL, vs, 0, cap,
+                   0, 0};
     fj_status st = fj_tune_list(ctx, tune_visit, &t);
     rc = st == FJ_OK ? 0 : cli_fj_error(c, ctx, st);
     n = t.n;
+    skipped_mods = t.mods;
+    skipped_other = t.other;
   } else if (!rc) {
     rc = picks(c, ctx, &w, vs, &n);
   }
@@ -355,6 +383,13 @@ static int cache_prewarm(cli *c, fj_ctx *ctx)
     fj_prewarm_report r;
     fj_status st = fj_cache_prewarm(ctx, vs, n, &po, each, &r);
     rc = warm_report(c, ctx, vs, n, each, &r, st);
+    if (skipped_mods)
+      printf("%d entries with modifications skipped: their expressions are "
+             "not in the database\n", skipped_mods);
+    if (skipped_other)
+      printf("%d entries of classes a variant cannot hold skipped (a "
+             "head_dim_v, or a key this flashjit does not read)\n",
+             skipped_other);
   }
   free(vs);
   free(each);

@@ -199,7 +199,8 @@ const flag_def cli_flags[] = {
     {"from-tune-db", 0, CMD_CACHE, cli_set_switch, OFF(from_tune_db),
      .help = "prewarm: every variant the tuning database has for --arch "
              "(--head-dim, --dtype, --causal filter them when given) instead "
-             "of the library's picks"},
+             "of the library's picks; entries with modifications (not in "
+             "the database) are skipped and counted"},
     {"verify", 0, CMD_CACHE, cli_set_switch, OFF(verify),
      .help = "import: compile every kernel of the pack again from its "
              "rendered source and refuse the file unless each PTX and cubin "
