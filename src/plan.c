@@ -524,18 +524,17 @@ void fj__heuristic(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
    * keep its packing and split-KV; block masks of 64-row blocks its
    * 64-row tiles. */
   /* FP8 attention runs on the wgmma family alone. */
-  /* A head dim that is not a multiple of 16, or split head dims
-   * (head_dim_v), run on wgmma whatever the shape -- but for asked-for
-   * splits, which the mma family takes (split head dims with V read from
-   * K's rows), and, at the padded head dims, for decodes, whose packing
-   * and split-KV the mma family has as it has at 48 or 64 (it pads those
-   * dims to 16 columns; its prefill is not compared with wgmma's on
-   * sm_90a yet, so prefill stays there). */
+  /* Split head dims (head_dim_v) run on wgmma whatever the shape -- but
+   * for asked-for splits, which the mma family takes (split head dims
+   * with V read from K's rows).  A head dim that is not a multiple of 16
+   * follows the rule of the next one up (the mma family pads it to 16
+   * columns, the wgmma family to its panels): decodes keep the mma
+   * family's packing and split-KV, problems too small for 128-row blocks
+   * its 64-row blocks (at (1,8,512,40) 64 blocks, where wgmma's 192-row
+   * blocks made 16 of 132). */
   int wgmma = wgmma_fits(ctx, p);
-  int padded = p->head_dim % 16 != 0 && !fj__decode_rows(p);
   if (p->dtype == FJ_E4M3 ||
-      (wgmma && p->splits < 2 &&
-       (padded || fj__problem_dv(p) != p->head_dim)) ||
+      (wgmma && p->splits < 2 && fj__problem_dv(p) != p->head_dim) ||
       (wgmma && !few_blocks(ctx, p) && !fj__decode_rows(p) && p->splits < 2 &&
        mi.block_q != 64))
     wgmma_choice(v, p);

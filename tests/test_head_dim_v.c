@@ -513,8 +513,9 @@ static int plans_alike(fj_ctx *ctx, const fj_problem *p, const fj_problem *q)
  * and split as the head dim they pad to (48, 80, 96): a single decode
  * (8 query heads over one KV head, 30000 keys: packed, split), a batched
  * GQA one (64, 32/8, 1/4096: packed, not split) and 4 asked-for splits,
- * of a decode and of a prefill.  A prefill without splits keeps the
- * wgmma family's pick. */
+ * of a decode and of a prefill.  A prefill without splits follows the
+ * rule of d + 8 too: the mma family's where it is too small for 128-row
+ * blocks, the wgmma family's when long. */
 int test_padded_heads_plan(void)
 {
   fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
@@ -545,7 +546,12 @@ int test_padded_heads_plan(void)
     CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
     CHECK(plan.variant.mma == FJ_MMA_SYNC && plan.splits == 4 &&
           plan.variant.split_kv);
+    /* Without splits: too small for a 128-row block per multiprocessor,
+     * the mma family's 64-row blocks as at d + 8; a long prefill wgmma. */
     p.splits = 0;
+    fj_problem_init(&q, 2, 8, 8, 1000, 1000, d + 8, FJ_F16, FJ_BHSD);
+    CHECK(plans_alike(ctx, &p, &q) == 0);
+    fj_problem_init(&p, 4, 16, 16, 4096, 4096, d, FJ_F16, FJ_BHSD);
     CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
     CHECK(plan.variant.mma == FJ_MMA_WGMMA && plan.splits == 1);
   }
