@@ -68,6 +68,12 @@ static fj_status merge_check(fj_ctx *ctx, const fj_problem *p, int parts,
                              const void *o, const float *lse)
 {
   fj_status st = fj_problem_check(ctx, p);
+  /* The combine writes 16-bit O (an e4m3 O's scale is not its). */
+  if (st == FJ_OK && fj__o_dtype(p) == FJ_E4M3)
+    st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                  "fj_attention_merge: o_dtype e4m3 is not implemented: the "
+                  "merge writes O in f16 or bf16 (merge in bf16, then "
+                  "quantise)");
   if (st == FJ_OK)
     st = check_parts(ctx, "fj_attention_merge", parts);
   if (st == FJ_OK)

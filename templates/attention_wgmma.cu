@@ -392,7 +392,9 @@ extern "C" __global__ void __launch_bounds__(256) {{ symbol }}_vt(const fj::Para
   }
   __syncthreads();
   const unsigned char *tb = reinterpret_cast<const unsigned char *>(t);
-  unsigned char *out = p.vt + ((long long)blockIdx.z * {{ D }} + d0) * p.vt_keys + n0;
+  // head_dim (DR) rows a (batch, KV head), as the host lays them out; the
+  // main kernel's boxes of D rows read zeros past them.
+  unsigned char *out = p.vt + ((long long)blockIdx.z * {{ DR }} + d0) * p.vt_keys + n0;
   for (int c = threadIdx.x; c < 64 * 8; c += 256) {
     const int dr = c / 8, k0 = (c % 8) * 16;  // a row of V^T, 16 of its keys
     unsigned w[4];

@@ -169,6 +169,13 @@ int test_merge_errors(void)
   p.heads_kv = 4;
   CHECK_ST(ctx, fj_attention_merge(ctx, &p, 2, buf, buf, o, NULL, NULL), FJ_ERR_COMPILE_ONLY);
   CHECK_MSG(ctx, "fj_attention_merge: the merge's kernel fj_combine_d128_bf16 compiled");
+  /* FP8 attention's e4m3 O is not the merge's (its f16 or bf16 O is). */
+  fj_problem_init(&p, 1, 4, 4, 100, 100, 128, FJ_E4M3, FJ_BSHD);
+  p.q_scale = p.k_scale = p.v_scale = buf;
+  p.o_dtype = FJ_E4M3;
+  CHECK_ST(ctx, fj_attention_merge(ctx, &p, 2, buf, buf, o, NULL, NULL), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "fj_attention_merge: o_dtype e4m3 is not implemented: the merge writes O in "
+                 "f16 or bf16");
   fj_ctx_destroy(ctx);
   return 0;
 }

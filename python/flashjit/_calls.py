@@ -294,7 +294,10 @@ def forward(e, q, k, v, extras, amax=None):
     the entry returns it.  out has q's shape, contiguous.  amax: FP8
     attention's float32 () tensor for max |O| (an Opts.amax entry's)."""
     if amax is not None:
-        e.p.o_amax = amax.data_ptr()
+        if e.idle:  # an empty output's largest |O|
+            amax.zero_()
+        else:
+            e.p.o_amax = amax.data_ptr()
     if e.ones is not None:
         b, hk, n = e.ones
         extras = (*extras, *(ones_of(e.device, b, hk),) * n)

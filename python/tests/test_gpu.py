@@ -1073,10 +1073,14 @@ class Fp8(GpuCase):
                                             return_lse=True, return_amax=True, **kw)
         self.assertEqual(o8.dtype, torch.float8_e4m3fn)
         self.assertTrue(torch.equal(amax8, amax))
-        want = (ref.float() * 8).to(torch.float8_e4m3fn).float()
-        got = o8.float()
-        self.assertLess((got != want).float().mean().item(), 0.01)
-        self.assertTrue(torch.all((got - want).abs() <= want.abs() * 0.125 + 2 ** -9))
+        # e4m3(bf16 O x 8), but for the other neighbour where the bf16
+        # rounding put the value on an e4m3 midpoint (ties to even there;
+        # the kernel rounds once).
+        x = ref.float() * 8
+        want = x.to(torch.float8_e4m3fn)
+        gb, wb = o8.view(torch.uint8).int(), want.view(torch.uint8).int()
+        tie = ((gb - wb).abs() == 1) & ((o8.float() - x).abs() == (want.float() - x).abs())
+        self.assertFalse(torch.any((gb != wb) & ~tie).item())
         # Under torch.compile: the amax op, the same bytes.
         f = torch.compile(lambda a, b, c: flashjit.attention(
             a, b, c, out_dtype=torch.float8_e4m3fn, o_scale=scale, return_amax=True, **kw),

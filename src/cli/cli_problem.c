@@ -187,6 +187,9 @@ static int check_plan(cli *c, fj_ctx *ctx, const fj_problem *p)
  * as bad input on any machine. */
 static int run_validate(cli *c, const fj_problem *p)
 {
+  if (cli_flag_given(c, "o-scale") && cli_o_dtype(p) != FJ_E4M3)
+    return cli_usage_error(c, "--o-scale is an e4m3 O's scale: give --o-dtype e4m3 (with "
+                              "--dtype e4m3) too, or leave it out");
   fj_ctx *ctx;
   int rc = cli_open_ctx(c, -1, "sm_90a", &ctx);
   if (rc)
