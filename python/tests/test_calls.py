@@ -532,6 +532,15 @@ class ServingCalls(Stubbed):
 
 @unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
 class OptsText(unittest.TestCase):
+    def test_idle_amax(self):
+        # A call with an empty output launches nothing: its amax (FP8
+        # attention's return_amax) is 0, not what the tensor held.
+        e = calls.make_entry(None, torch.device("cpu"), torch.float8_e4m3fn, None, idle=True)
+        q = torch.zeros(0, 4, 8, 64, dtype=torch.float8_e4m3fn)
+        amax = torch.full((), 5.0)
+        out, lse = calls.forward(e, q, q, q, (), amax)
+        self.assertEqual((amax.item(), out.shape, out.dtype, lse), (0.0, q.shape, q.dtype, None))
+
     def test_round_trip(self):
         o = calls.opts("dense", causal=2, scale=0.125, layout=capi.BSHD, window_left=5,
                        window_right=0, softcap=float("inf"),
