@@ -51,7 +51,7 @@ extern "C" {
  * added, removed, retyped or moved), so that a binding that mirrors them
  * (python/flashjit/_capi.py) can refuse a library of another layout
  * instead of reading past a struct (fj_abi_version). */
-#define FJ_ABI_VERSION 8
+#define FJ_ABI_VERSION 9
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */

@@ -621,7 +621,8 @@ static int padded_gpu_variants(fj_ctx *ctx, const char *arch)
  * warps split V's columns in padded tiles (272: 17 tiles of 16).  The
  * library's picks compile on sm_80 (prefill, a packed and split decode,
  * a paged one for a few) and on sm_90a where they go to the mma family
- * (decodes; above 256; MLA's split head dims above 256), and so do the
+ * (decodes; a prefill too small for wgmma's 128-row blocks; above 256;
+ * MLA's split head dims above 256), and so do the
  * GPU test's explicit variants at these head dims on both; FP8 K/V refuse
  * a padded head dim in one line. */
 int test_padded_heads_compile(void)
@@ -644,16 +645,17 @@ int test_padded_heads_compile(void)
         padded_problem(&p, dims[i][0], dims[i][1], kind, table);
         fj_plan plan;
         CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
-        /* sm_90a keeps the wgmma family's picks up to 256 but for
-         * decodes (padded_heads_plan). */
+        /* sm_90a's wgmma family takes only the split head dims up to
+         * 256 here: the prefill (2,8,1024) is too small for its 128-row
+         * blocks, as at d + 8 (padded_heads_plan). */
         if (plan.variant.mma != FJ_MMA_SYNC) {
-          CHECK(a == 1 && p.head_dim <= 256 && (kind == 0 || dims[i][1]));
+          CHECK(a == 1 && p.head_dim <= 256 && dims[i][1]);
           continue;
         }
         CHECK(padded_compiles(ctx, archs[a], &plan.variant, plan.smem_bytes) == 0);
         ran++;
       }
-    CHECK(a == 0 ? ran == 26 : ran == 18);
+    CHECK(a == 0 ? ran == 26 : ran == 25);
     CHECK(padded_gpu_variants(ctx, archs[a]) == 0);
     fj_ctx_destroy(ctx);
   }

@@ -315,7 +315,7 @@ SIGNATURES = {
 
 
 # FJ_ABI_VERSION of the header these structs mirror.
-ABI_VERSION = 8
+ABI_VERSION = 9
 
 
 def open_library(path):

@@ -44,9 +44,20 @@ struct Params {
   // the workspace, [batch][heads_kv][head_dim][vt_keys] bytes.
   const float *q_scale;
   unsigned char *vt;
-  int vt_keys, pad_;
+  int vt_keys;
+  int scale_per_head;       // FP8 descales: 1 per (batch, KV head), 0 one a tensor
+  // FP8 attention: an e4m3 O's scale (NULL: 1), and where max |O| goes
+  // (NULL: not kept; the host zeroes it before the launch).
+  const float *o_scale;
+  float *o_amax;
 };
-static_assert(sizeof(Params) == 368, "host and device disagree on the parameter block");
+static_assert(sizeof(Params) == 384, "host and device disagree on the parameter block");
+
+// The index of batch b's KV head hk in the FP8 descales (q_scale, k_scale,
+// v_scale): [batch][heads_kv], or 0 for one a tensor.
+__device__ __forceinline__ int scale_at(const Params &p, int b, int hk) {
+  return (b * p.heads_kv + hk) * p.scale_per_head;
+}
 
 typedef __half elem_t;
 typedef __half2 elem2_t;
@@ -163,6 +174,9 @@ __device__ __forceinline__ void st_shared_b32(unsigned a, unsigned v) {
 }
 __device__ __forceinline__ void st_shared_b16(unsigned a, unsigned short v) {
   asm volatile("st.shared.b16 [%0], %1;\n" :: "r"(a), "h"(v) : "memory");
+}
+__device__ __forceinline__ void st_shared_b8(unsigned a, unsigned char v) {
+  asm volatile("st.shared.b8 [%0], %1;\n" :: "r"(a), "h"((unsigned short)v) : "memory");
 }
 __device__ __forceinline__ float ld_shared_f32(unsigned a) {
   float v;
@@ -710,7 +724,8 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
   it += ntiles;
 
 
-  // O = O / l and the log-sum-exp (epilogue_regs.cuh).
+  // O = O / l and the log-sum-exp (epilogue_regs.cuh); FP8 attention's
+  // max |O| where p.o_amax asks, and an e4m3 O's scale.
   elem_t *o_out = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h);
   // One lane per row group writes the log-sum-exp: the group's lowest.
   int leader = lane;

@@ -45,9 +45,20 @@ struct Params {
   // the workspace, [batch][heads_kv][head_dim][vt_keys] bytes.
   const float *q_scale;
   unsigned char *vt;
-  int vt_keys, pad_;
+  int vt_keys;
+  int scale_per_head;       // FP8 descales: 1 per (batch, KV head), 0 one a tensor
+  // FP8 attention: an e4m3 O's scale (NULL: 1), and where max |O| goes
+  // (NULL: not kept; the host zeroes it before the launch).
+  const float *o_scale;
+  float *o_amax;
 };
-static_assert(sizeof(Params) == 368, "host and device disagree on the parameter block");
+static_assert(sizeof(Params) == 384, "host and device disagree on the parameter block");
+
+// The index of batch b's KV head hk in the FP8 descales (q_scale, k_scale,
+// v_scale): [batch][heads_kv], or 0 for one a tensor.
+__device__ __forceinline__ int scale_at(const Params &p, int b, int hk) {
+  return (b * p.heads_kv + hk) * p.scale_per_head;
+}
 
 typedef __nv_bfloat16 elem_t;
 typedef __nv_bfloat162 elem2_t;
