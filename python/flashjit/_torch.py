@@ -623,23 +623,26 @@ def _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic=False):
     copies of inputs that are not: broadcasts), dsinks float32 (heads_q,)
     or empty.  lse: the library's (calls.RAW_LSE).  deterministic:
     fj_problem.deterministic (bit-identical gradients run to run)."""
-    q, k, v = (t if _dense(t) else t.contiguous() for t in (q, k, v))
-    # O and dO are read with one set of strides: O's, which the forward made contiguous.
-    out, dout = out.contiguous(), dout.contiguous()
     if q.numel() == 0 or k.numel() == 0:
         # No rows, or no keys: the output depends on no input.
         hq = _heads_q(q, o.layout)
         return (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v),
                 torch.zeros((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32,
                             device=q.device))
+    # The entry by the tensors as given, with which of q, k and v become
+    # dense copies (broadcasts): their metadata decide it.
     meta = calls.meta
     key = (o, bool(deterministic), meta(q), meta(k), meta(v), meta(out), meta(dout),
            meta(lse)) + tuple(map(meta, extras))
-    e = calls.tables.bwd.get(key)
-    if e is None:
-        e = _build_bwd(o, q, k, v, extras, deterministic)
-        calls.remember(calls.tables.bwd, key, e)
-    return calls.backward(e, dout, q, k, v, out, lse, extras)
+    hit = calls.tables.bwd.get(key)
+    copy = hit[1] if hit is not None else tuple(not _dense(t) for t in (q, k, v))
+    if copy[0] or copy[1] or copy[2]:
+        q, k, v = (t.contiguous() if c else t for t, c in zip((q, k, v), copy))
+    if hit is None:
+        hit = (_build_bwd(o, q, k, v, extras, deterministic), copy)
+        calls.remember(calls.tables.bwd, key, hit)
+    # O and dO are read with one set of strides: O's, which the forward made contiguous.
+    return calls.backward(hit[0], dout.contiguous(), q, k, v, out.contiguous(), lse, extras)
 
 
 def _train_opts(sinks, causal, scale, layout, window_left, window_right, softcap,
@@ -717,6 +720,11 @@ def _attention_train(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     o, extras = _train_opts(sinks, causal, scale, layout, window_left, window_right, softcap,
                             cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
                             num_splits)
+    return _train_forward(o, extras, q, k, v)
+
+
+def _train_forward(o, extras, q, k, v):
+    """_attention_train of its options and extras (_train_opts's)."""
     # A new call's backward starts compiling before its forward does.
     det = torch.are_deterministic_algorithms_enabled()
     e = calls.entry(o, calls.RAW_LSE, q, k, v, extras,
@@ -754,11 +762,12 @@ def _train_setup(ctx, inputs, output):
     ctx.set_materialize_grads(False)
 
 
-def _train_grads(saved, args, max_seqlens, dout, dlse, bwd):
+def _train_grads(saved, args, max_seqlens, dout, dlse, bwd, opts=None):
     """The backward of a training call, the op's (_train_backward) and
     _Train's alike: (dq, dk, dv, dsinks or None), or None where no
     gradient reaches the output.  saved: _train_setup's tensors; bwd:
-    attention_bwd_op, or eagerly the function it wraps."""
+    attention_bwd_op, or eagerly the function it wraps -- or, given opts
+    (the forward's Opts and extras, eagerly), _launch_bwd on them."""
     q, k, v, out, lse, sinks, cu_q, cu_k, used = saved
     if dlse is not None:
         who = _WHO if cu_q is None else "flashjit.attention_varlen"
@@ -776,6 +785,9 @@ def _train_grads(saved, args, max_seqlens, dout, dlse, bwd):
     # flag itself, a compiled or captured backward would depend on state its
     # graph does not show.  warn_only changes nothing: the mode exists.
     deterministic = torch.are_deterministic_algorithms_enabled()
+    if opts is not None:
+        dq, dk, dv, dsinks = _launch_bwd(dout, q, k, v, out, lse, *opts, deterministic)
+        return dq, dk, dv, dsinks if sinks is not None else None
     varlen = () if cu_q is None else (cu_q, cu_k, used) + tuple(max_seqlens)
     dq, dk, dv, dsinks = bwd(dout, q, k, v, out, lse, *args, sinks, deterministic, *varlen)
     return dq, dk, dv, dsinks if sinks is not None else None
@@ -809,18 +821,21 @@ class _Train(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, sinks, *args):
-        out, lse = _attention_train(q, k, v, sinks, *args)
+        o, extras = _train_opts(sinks, *args)
+        out, lse = _train_forward(o, extras, q, k, v)
         # What the op's setup keeps, its inputs' defaults filled in as
-        # PyTorch fills them for it.
+        # PyTorch fills them for it; and the options, which the backward
+        # takes as they are (the split count is the forward's alone).
         _train_setup(ctx, (q, k, v, sinks) + args + _TRAIN_DEFAULTS[len(args) - 6:], (out, lse))
         ctx.inputs = 4 + len(args)
+        ctx.opts = (o._replace(num_splits=0) if o.num_splits else o, extras)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
+        compiling = torch.compiler.is_compiling()
         grads = _train_grads(ctx.saved_tensors, ctx.args, ctx.max_seqlens, dout, dlse,
-                             attention_bwd_op if torch.compiler.is_compiling()
-                             else _attention_bwd)
+                             attention_bwd_op, None if compiling else ctx.opts)
         # One for each of forward's inputs.
         return (None,) * ctx.inputs if grads is None else grads + (None,) * (ctx.inputs - 4)
 
