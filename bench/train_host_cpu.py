@@ -4,7 +4,8 @@ torch.autograd.grad, on CPU tensors with the library's launching calls
 stubbed (as python/tests/test_calls.py does) and the training ops given
 CPU kernels, so that only the package's and PyTorch's host work is
 timed.  Beside them the same call without grad (the cached call).  Best
-of 5 rounds of 300 calls, microseconds a call.
+of 20 rounds of 300 calls, microseconds a call (a process of a busy
+machine may run all of them slow: compare the best of a few processes).
 
     FLASHJIT_LIB=build/libflashjit.so python3 bench/train_host_cpu.py
 
@@ -64,7 +65,7 @@ def main():
         for _ in range(5):
             f()
         best = float("inf")
-        for _ in range(5):
+        for _ in range(20):
             t = time.perf_counter()
             for _ in range(300):
                 f()
