@@ -1,8 +1,11 @@
 #!/bin/bash
-# pending.sh PART OUTDIR -- what the tenth session (no GPU lent after its
-# first call) built and prepared, to run on the next device calls, each
-# part within one call's ten minutes; from the repository root with
-# build/ carried (bench/device_check.sh's conventions: logs to OUTDIR).
+# pending.sh PART OUTDIR -- what the tenth and eleventh sessions (no GPU
+# lent) built and prepared, to run on the next device calls, each part
+# within one call's ten minutes; from the repository root with build/
+# carried (bench/device_check.sh's conventions: logs to OUTDIR).  Order,
+# for a session's 30 minutes: e and a first (the correctness of what
+# landed unrun; a again on nvidia-h100-x1), then d and b (prepared speed
+# steps, each with its own A/B), then c (probes).
 #   a: the GPU tests of what landed unrun -- head dims padded to 16 on the
 #      mma family (gpu_wide_heads, gpu_serving_varlen, gpu_mla_paged),
 #      FP8 K/V (gpu_fp8_kv: its inputs are now made in seconds), the
@@ -37,7 +40,7 @@ cd /work/main/build || exit 1
 case $part in
 a)
   for t in gpu_wide_heads gpu_serving_varlen gpu_mla_paged gpu_fp8_kv gpu_jit_tiers; do
-    timeout 100 ./tests/fj_tests "$t" >"$out/a_$t.log" 2>&1
+    timeout 130 ./tests/fj_tests "$t" >"$out/a_$t.log" 2>&1
     echo "a $t: exit $? ($(grep -c ' ok$' "$out/a_$t.log") ok, $(grep -c FAIL "$out/a_$t.log") FAIL)"
     grep -E "FAIL|error" "$out/a_$t.log" | head -5
   done
