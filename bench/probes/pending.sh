@@ -3,17 +3,15 @@
 # lent) built and prepared, to run on the next device calls, each part
 # within one call's ten minutes; from the repository root with build/
 # carried (bench/device_check.sh's conventions: logs to OUTDIR).  Order,
-# for a session's 30 minutes: e and a first (the correctness of what
+# for a session's 30 minutes: e, a and p first (the correctness of what
 # landed unrun; a again on nvidia-h100-x1), then d and b (prepared speed
 # steps, each with its own A/B), then c (probes).
 #   a: the GPU tests of what landed unrun -- head dims padded to 16 on the
 #      mma family (gpu_wide_heads, gpu_serving_varlen, gpu_mla_paged),
-#      FP8 K/V (gpu_fp8_kv: its inputs are now made in seconds), the
-#      tiered JIT's first kernel with P rounded as the matrix units take it
-#      (gpu_jit_tiers: its "first" and "later" calls' errors side by side),
-#      the
-#      Python training path through _Train (test_train, test_train_varlen,
-#      test_calls), then examples/gpt_train.py's step beside SDPA;
+#      FP8 K/V (gpu_fp8_kv: its inputs are now made in seconds; descales
+#      per tensor), the tiered JIT's first kernel with P rounded as the
+#      matrix units take it (gpu_jit_tiers: its "first" and "later" calls'
+#      errors side by side);
 #   b: the FP8 ring's prepared steps (bench/probes/fp8_ring_next.sh: k16,
 #      then regs -- the decode's products straight from the FP8 ring);
 #   c: bench/probes/s10_probe.sh (single-decode kernel times by ncu, the
@@ -23,11 +21,12 @@
 #   e: the eleventh session's FP8 output and scales (no GPU lent then):
 #      gpu_fp8_out (f16 and e4m3 O, the amax), gpu_fp8_needle (one key at
 #      1k..128k of 131072), gpu_fp8_forward (with its
-#      per-tensor descale cases), then the package's Fp8 tests and the
-#      per-tensor FP8 cache (test_serving), compute-sanitizer on one e4m3-O
-#      call (memcheck, racecheck).
+#      per-tensor descale cases and d64, d192), compute-sanitizer on one
+#      e4m3-O call (memcheck, racecheck);
+#   p: the package's tests of all that (training, FP8), then
+#      examples/gpt_train.py's step beside SDPA.
 set -u
-part=${1:?part a, b, c, d or e}
+part=${1:?part a, b, c, d, e or p}
 out=${2:-/tmp/fj-pending}
 mkdir -p "$out"
 root=$(pwd)
@@ -40,18 +39,10 @@ cd /work/main/build || exit 1
 case $part in
 a)
   for t in gpu_wide_heads gpu_serving_varlen gpu_mla_paged gpu_fp8_kv gpu_jit_tiers; do
-    timeout 130 ./tests/fj_tests "$t" >"$out/a_$t.log" 2>&1
+    timeout 110 ./tests/fj_tests "$t" >"$out/a_$t.log" 2>&1
     echo "a $t: exit $? ($(grep -c ' ok$' "$out/a_$t.log") ok, $(grep -c FAIL "$out/a_$t.log") FAIL)"
     grep -E "FAIL|error" "$out/a_$t.log" | head -5
   done
-  (cd /work/main/python/tests && PYTHONPATH=/work/main/python FLASHJIT_LIB=/work/main/build/libflashjit.so \
-    TORCHINDUCTOR_CACHE_DIR=/tmp/fj-inductor timeout 200 python3 -m unittest -v test_train test_train_varlen test_calls) \
-    >"$out/a_python.log" 2>&1
-  echo "a python: exit $? ($(grep -E '^Ran [0-9]+ tests' "$out/a_python.log" | tail -1); $(grep -cE '\.\.\. ok$' "$out/a_python.log") ok)"
-  grep -E "^(FAIL|ERROR):" "$out/a_python.log" | head -8
-  (cd /work/main && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so timeout 150 \
-    python3 examples/gpt_train.py --steps 300) >"$out/a_gpt.log" 2>&1
-  echo "a gpt_train: exit $?; $(grep -E 'median step|max \|loss|PASS|FAIL' "$out/a_gpt.log" | tr '\n' '|')"
   ;;
 b) # k16 (next included) and regs (k16, and the decode's products straight
    # from the FP8 ring: fp8_regs.md); the tests bounded to fit one call.
@@ -65,20 +56,29 @@ d) if [ -f ../bench/probes/bwd_next.sh ]; then timeout 560 bash ../bench/probes/
    else echo "d: no bench/probes/bwd_next.sh"; fi ;;
 e)
   for t in gpu_fp8_out gpu_fp8_needle gpu_fp8_forward; do
-    timeout 150 ./tests/fj_tests "$t" >"$out/e_$t.log" 2>&1
+    timeout 140 ./tests/fj_tests "$t" >"$out/e_$t.log" 2>&1
     echo "e $t: exit $? ($(grep -c ' ok$' "$out/e_$t.log") ok, $(grep -c FAIL "$out/e_$t.log") FAIL)"
     grep -E "FAIL|error|fp8 out" "$out/e_$t.log" | head -8
   done
-  (cd /work/main/python/tests && PYTHONPATH=/work/main/python FLASHJIT_LIB=/work/main/build/libflashjit.so \
-    TORCHINDUCTOR_CACHE_DIR=/tmp/fj-inductor timeout 200 python3 -m unittest -v test_gpu.Fp8 \
-    test_serving.KvCache.test_fp8_cache_per_tensor test_serving.KvCache.test_fp8_cache) >"$out/e_python.log" 2>&1
-  echo "e python: exit $? ($(grep -E '^Ran [0-9]+ tests' "$out/e_python.log" | tail -1); $(grep -cE '\.\.\. ok$' "$out/e_python.log") ok)"
-  grep -E "^(FAIL|ERROR):|Error" "$out/e_python.log" | head -8
   for tool in memcheck racecheck; do
-    timeout 120 compute-sanitizer --tool $tool ./flashjit run --shape 1,4,300,128 --seq-kv 333 --dtype e4m3 \
+    timeout 70 compute-sanitizer --tool $tool ./flashjit run --shape 1,4,300,128 --seq-kv 333 --dtype e4m3 \
       --o-dtype e4m3 --o-scale 8 --causal=bottom-right --check --iters 1 --warmup 0 >"$out/e_$tool.log" 2>&1
     echo "e $tool: exit $?; $(grep -E 'ERROR SUMMARY|^check|^amax' "$out/e_$tool.log" | tr '\n' '|')"
   done
   ;;
-*) echo "pending.sh: part $part is not a, b, c, d or e"; exit 2 ;;
+p) # the package's tests of what landed unrun: the training path through
+   # _Train (its backward now takes the forward's options), FP8's O, amax,
+   # per-tensor descales, d64/d192 and tune; then examples/gpt_train.py's
+   # step beside SDPA.
+  (cd /work/main/python/tests && PYTHONPATH=/work/main/python FLASHJIT_LIB=/work/main/build/libflashjit.so \
+    TORCHINDUCTOR_CACHE_DIR=/tmp/fj-inductor timeout 330 python3 -m unittest -v test_train test_train_varlen \
+    test_calls test_gpu.Fp8 test_serving.KvCache.test_fp8_cache_per_tensor test_serving.KvCache.test_fp8_cache) \
+    >"$out/p_python.log" 2>&1
+  echo "p python: exit $? ($(grep -E '^Ran [0-9]+ tests' "$out/p_python.log" | tail -1); $(grep -cE '\.\.\. ok$' "$out/p_python.log") ok)"
+  grep -E "^(FAIL|ERROR):" "$out/p_python.log" | head -8
+  (cd /work/main && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so timeout 200 \
+    python3 examples/gpt_train.py --steps 300) >"$out/p_gpt.log" 2>&1
+  echo "p gpt_train: exit $?; $(grep -E 'median step|max \|loss|PASS|FAIL' "$out/p_gpt.log" | tr '\n' '|')"
+  ;;
+*) echo "pending.sh: part $part is not a, b, c, d, e or p"; exit 2 ;;
 esac
