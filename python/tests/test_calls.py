@@ -216,6 +216,33 @@ class CachedCalls(Stubbed):
         self.assertEqual(p.k_scale, kd.data_ptr())
         self.assertNotIn(p.q_scale, (None, 0, kd.data_ptr()))  # the ones, not given
 
+    def test_fp8_scales_and_output(self):
+        # One descale a tensor (a 0-dim tensor, vLLM's expand()) sets
+        # scale_layout; out_dtype, o_scale and return_amax set o_dtype,
+        # o_scale and, per call, o_amax to the amax returned.
+        f8 = torch.float8_e4m3fn
+        q8, k8, v8 = (t.to(f8) for t in qkv(b=2, hq=8, hk=4, d=128))
+        one = torch.ones(())
+        flashjit.attention(q8, k8, v8, q_descale=one, k_descale=one.reshape(1).expand(2, 4))
+        p = self.rec.calls[-1][2]
+        self.assertEqual((p.scale_layout, p.q_scale, p.k_scale),
+                         (capi.SCALE_PER_TENSOR, one.data_ptr(), one.data_ptr()))
+        flashjit.attention(q8, k8, v8, k_descale=torch.ones(2, 4))
+        self.assertEqual(self.rec.calls[-1][2].scale_layout, capi.SCALE_PER_HEAD)
+        out = flashjit.attention(q8, k8, v8, out_dtype=torch.float16)
+        self.assertEqual((out.dtype, self.rec.calls[-1][2].o_dtype), (torch.float16, capi.F16))
+        scale = torch.full((1,), 8.0)
+        for _ in range(2):
+            out, amax = flashjit.attention(q8, k8, v8, out_dtype=f8, o_scale=scale,
+                                           return_amax=True)
+            p = self.rec.calls[-1][2]
+            self.assertEqual((out.dtype, amax.shape, amax.dtype), (f8, (), torch.float32))
+            self.assertEqual((p.o_dtype, p.o_scale, p.o_amax),
+                             (capi.E4M3, scale.data_ptr(), amax.data_ptr()))
+        out, lse, amax = flashjit.attention(q8, k8, v8, return_lse=True, return_amax=True)
+        self.assertEqual((out.dtype, lse.shape, self.rec.calls[-1][2].o_amax),
+                         (BF16, (2, 8, q8.shape[2]), amax.data_ptr()))
+
     def test_threads_have_their_own(self):
         q, k, v = qkv()
         flashjit.attention(q, k, v)
