@@ -24,9 +24,14 @@
 #      per-tensor descale cases and d64, d192), compute-sanitizer on one
 #      e4m3-O call (memcheck, racecheck);
 #   p: the package's tests of all that (training, FP8), then
-#      examples/gpt_train.py's step beside SDPA.
+#      examples/gpt_train.py's step beside SDPA;
+#   g: the GPT step's shapes tuned: its backward at (8, 8/2, 512, 64)
+#      bf16 causal plans wgmma's 4 x 2 x 8 = 64 blocks on 132
+#      multiprocessors (the wgmma backward runs 12 warps, 128-key tiles
+#      only); the tuner times the mma family's 64-key tiles (128 blocks)
+#      beside it.  The step before, the tuner's reports, the step after.
 set -u
-part=${1:?part a, b, c, d, e or p}
+part=${1:?part a, b, c, d, e, p or g}
 out=${2:-/tmp/fj-pending}
 mkdir -p "$out"
 root=$(pwd)
@@ -80,5 +85,19 @@ p) # the package's tests of what landed unrun: the training path through
     python3 examples/gpt_train.py --steps 300) >"$out/p_gpt.log" 2>&1
   echo "p gpt_train: exit $?; $(grep -E 'median step|max \|loss|PASS|FAIL' "$out/p_gpt.log" | tr '\n' '|')"
   ;;
-*) echo "pending.sh: part $part is not a, b, c, d, e or p"; exit 2 ;;
+g)
+  gpt() {
+    (cd /work/main && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so timeout 150 \
+      python3 examples/gpt_train.py --steps 200) >"$out/g_gpt_$1.log" 2>&1
+    echo "g gpt $1: exit $?; $(grep -E 'median step|PASS|FAIL' "$out/g_gpt_$1.log" | tr '\n' '|')"
+  }
+  gpt before
+  for dir in "--backward" ""; do
+    timeout 120 ./flashjit tune $dir --shape 8,8,512,64 --heads-kv 2 --causal --dtype bf16 \
+      >"$out/g_tune${dir:+_bwd}.log" 2>&1
+    echo "g tune $dir: exit $?; $(tail -4 "$out/g_tune${dir:+_bwd}.log" | tr '\n' '|')"
+  done
+  gpt after
+  ;;
+*) echo "pending.sh: part $part is not a, b, c, d, e, p or g"; exit 2 ;;
 esac
