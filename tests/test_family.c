@@ -412,10 +412,30 @@ static int fp8_out_rules(fj_ctx *ctx, fj_problem *p)
   q.o_amax = NULL;
   q.o_dtype = FJ_BF16;  /* its own dtype: the default, said */
   CHECK_OK(ctx, fj_problem_check(ctx, &q));
+  /* The tuner tunes the default O's tiles, which an e4m3 O takes. */
+  p->o_dtype = FJ_E4M3;
+  CHECK_ST(ctx, fj_tune(ctx, p, NULL, NULL, NULL), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "tuning o_dtype e4m3 is not implemented: tune the problem with o_dtype 0 (bf16)");
+  /* O's scale and amax are floats: 4-byte aligned, checked at the call. */
+  static _Alignas(16) char buf[64];
+  fj_variant w;
+  CHECK_OK(ctx, fj_attention_variant(ctx, p, &w, &from));
+  p->o_scale = buf + 2;
+  CHECK_ST(ctx, fj_attention_fwd_variant(ctx, p, &w, buf, buf, buf, buf, NULL, NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "o_scale = ");
+  CHECK_MSG(ctx, "is not 4-byte aligned: it points at a float");
+  p->o_scale = buf;
+  p->o_amax = buf + 1;
+  CHECK_ST(ctx, fj_attention_fwd_variant(ctx, p, &w, buf, buf, buf, buf, NULL, NULL),
+           FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "o_amax = ");
+  p->o_amax = buf;
+  CHECK_ST(ctx, fj_attention_fwd_variant(ctx, p, &w, buf, buf, buf, buf, NULL, NULL),
+           FJ_ERR_COMPILE_ONLY);
   /* A variant must write the problem's O. */
   p->o_dtype = 0;
-  p->o_amax = NULL;
-  static _Alignas(16) char buf[64];
+  p->o_scale = p->o_amax = NULL;
   v.o_dtype = FJ_E4M3;
   CHECK_ST(ctx, fj_attention_fwd_variant(ctx, p, &v, buf, buf, buf, buf, NULL, NULL),
            FJ_ERR_INVALID_ARG);
