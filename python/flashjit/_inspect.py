@@ -52,8 +52,9 @@ class Kernel:
     With no variant axis given it is the library's own pick (what
     attention() would run) for a long prefill of this head dim, dtype, mask
     and modifications on `arch`.  dtype: "f16", "bf16" or "e4m3" (Q, K and
-    V in FP8, O in bf16: the wgmma family, sm_90a); kv_dtype "e4m3": FP8 K
-    and V under 16-bit Q (the mma and wmma families).  The modifications are attention()'s
+    V in FP8, O in bf16 or o_dtype's -- "f16", or "e4m3" with a scale and
+    amax: the wgmma family, sm_90a); kv_dtype "e4m3": FP8 K and V under
+    16-bit Q (the mma and wmma families).  The modifications are attention()'s
     (window, softcap, score_mod, mask_mod, params: tensors described by
     TensorParam), and the switches that compile another kernel:
     sinks=True (attention sinks, "_sink"), block_mask=(block_q, block_kv)
@@ -73,7 +74,7 @@ class Kernel:
                  kv_dtype=None, mma=None, tile_m=None, tile_n=None, warps=None, stages=None,
                  swizzle=None, softmax=None, pack_gqa=None, split_kv=None, window=None,
                  softcap=None, score_mod=None, mask_mod=None, params=None, sinks=False,
-                 block_mask=None, checked=False, device=None, sm_count=None):
+                 block_mask=None, checked=False, device=None, sm_count=None, o_dtype=None):
         if device is not None:
             arch = None
         self._ctx = core.context(arch=arch, device=device, sm_count=sm_count)
@@ -87,7 +88,7 @@ class Kernel:
                      swizzle=swizzle, softmax=softmax, pack_gqa=pack_gqa, split_kv=split_kv)
         p = pr.shape_problem(lib, head_dim=head_dim, dtype=dtype, kv_dtype=kv_dtype,
                              causal=causal, layout="bhsd", scale=None, splits=0,
-                             **_PICK_SHAPE)
+                             o_dtype=o_dtype, **_PICK_SHAPE)
         p.mods = mods.ptr
         v = capi.Variant()
         core.check(lib.fj_attention_variant(self._ctx, C.byref(p), C.byref(v), None), self._ctx)
@@ -154,9 +155,9 @@ def _apply_axes(lib, v, given, mods_ptr):
     defaults as the CLI's do."""
     mma = None if given["mma"] is None else pr.choose("mma", given["mma"], pr.axis_values("mma"))
     if mma is not None and mma != v.mma:
-        head_dim, dtype, causal, kv = v.head_dim, v.dtype, v.causal, v.kv_dtype
+        head_dim, dtype, causal, kv, o = v.head_dim, v.dtype, v.causal, v.kv_dtype, v.o_dtype
         lib.fj_variant_default(C.byref(v), head_dim, dtype, causal)
-        v.kv_dtype, v.mma, v.mods = kv, mma, mods_ptr
+        v.kv_dtype, v.mma, v.mods, v.o_dtype = kv, mma, mods_ptr, o
         if kv == capi.E4M3:
             v.stages = 1
         if mma == capi.MMA_WGMMA:
@@ -223,13 +224,14 @@ class Plan:
 def plan(batch, heads_q, seq_q, head_dim, *, heads_kv=None, seq_kv=None, dtype="bf16",
          kv_dtype=None, causal=None, layout="bhsd", scale=None, splits=0, window=None,
          softcap=None, score_mod=None, mask_mod=None, params=None, sinks=False,
-         block_mask=None, checked=False, arch="sm_90a", sm_count=None, device=None):
+         block_mask=None, checked=False, arch="sm_90a", sm_count=None, device=None,
+         o_dtype=None):
     """What the library would launch for attention of this shape: the
     variant, grid, split-KV splits and workspace, as `flashjit plan`
     prints.  With no GPU it plans for `arch` and that arch's largest part
     (sm_count= says otherwise); device= plans for that GPU instead.
-    heads_kv and seq_kv default to heads_q and seq_q; dtype and kv_dtype
-    are Kernel's (dtype "e4m3": FP8 attention).  The modifications
+    heads_kv and seq_kv default to heads_q and seq_q; dtype, kv_dtype and
+    o_dtype are Kernel's (dtype "e4m3": FP8 attention).  The modifications
     and switches are Kernel's; block_mask= is a pair (block_q, block_kv)
     (one list for every batch index and head) or a flashjit.BlockMask,
     whose batch, heads and blocks the library checks against this
@@ -241,7 +243,7 @@ def plan(batch, heads_q, seq_q, head_dim, *, heads_kv=None, seq_kv=None, dtype="
     lib = core.lib()
     p = pr.shape_problem(lib, batch, heads_q, heads_q if heads_kv is None else heads_kv,
                          seq_q, seq_q if seq_kv is None else seq_kv, head_dim, dtype,
-                         kv_dtype, causal, layout, scale, splits)
+                         kv_dtype, causal, layout, scale, splits, o_dtype)
     mods = pr.ModsArg(window, softcap, score_mod, mask_mod, params,
                       sinks=_flag("sinks", sinks),
                       block_mask=_inspect_block_mask(block_mask, p.seq_q, p.seq_kv, False),

@@ -407,7 +407,7 @@ def placeholder_block_mask(value, seq_q, seq_kv):
 
 
 def shape_problem(lib, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, dtype,
-                  kv_dtype, causal, layout, scale, splits):
+                  kv_dtype, causal, layout, scale, splits, o_dtype=None):
     """An fj_problem of contiguous tensors from sizes (plan, Kernel).  An
     FP8 problem's descales point at a placeholder: planning and compiling
     check only that they are there, and nothing launches it."""
@@ -419,6 +419,8 @@ def shape_problem(lib, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, dtype,
                         choose("layout", layout, LAYOUTS))
     if kv_dtype is not None:
         p.kv_dtype = dtype_code(kv_dtype, "kv_dtype")
+    if o_dtype is not None:
+        p.o_dtype = dtype_code(o_dtype, "o_dtype")
     if capi.E4M3 in (p.dtype, p.kv_dtype):
         p.k_scale = p.v_scale = C.addressof(_PLACEHOLDER)
     if p.dtype == capi.E4M3:

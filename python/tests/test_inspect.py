@@ -347,6 +347,19 @@ class Fp8(unittest.TestCase):
         self.assertIn(f".entry {k.name}", k.ptx)
         self.assertEqual(k.resources.spills, 0, k.resources)
 
+    def test_o_dtype(self):
+        # FP8 attention's own O: named "_oe4m3" (a kernel of its own), its
+        # amax raised by an atomic max; refused for a 16-bit problem.
+        p = flashjit.plan(2, 8, 1024, 64, dtype="e4m3", o_dtype="e4m3", arch="sm_90a")
+        self.assertTrue(p.name.endswith("_oe4m3"), p.name)
+        k = flashjit.Kernel(64, arch="sm_90a", dtype="e4m3", o_dtype="float8_e4m3fn")
+        self.assertEqual(k.name, p.name)  # FP8's one tile shape
+        self.assertIn("atom.global.max.u32", k.ptx)
+        self.assertEqual(k.resources.spills, 0, k.resources)
+        with self.assertRaisesRegex(flashjit.Unsupported, r"^o_dtype e4m3 with dtype bf16 is "
+                                    r"not implemented"):
+            flashjit.plan(2, 8, 1024, 64, o_dtype="e4m3", arch="sm_90a")
+
     def test_refused_with_the_library_message(self):
         with self.assertRaisesRegex(flashjit.Unsupported, r"^mma wgmma \(wgmma.mma_async, "
                                     r"TMA\) needs sm_90a; the target is sm_80$"):
