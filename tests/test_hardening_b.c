@@ -131,7 +131,7 @@ int test_hostile_b_c_loops(void)
   };
   fj_ctx *ctx = NULL;
   for (size_t i = 0; i < FJ_ARRAY_LEN(loops); i++) {
-    double ms;
+    double ms = 0;
     CHECK(dev_dir(NULL, "common.cuh", loops[i]) == 0);
     fj_status st = dev_build(&ctx, &ms);
     /* Bounded, not fast: the limit stops each loop after 200 million Lua
