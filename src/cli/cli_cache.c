@@ -63,16 +63,19 @@ static int parse_list(const cli *c, const char *name, const char *text,
       v = -1;
     else if (len < 31 && !table)
       v = cli_parse_count(p, len);
-    char qi[300];
+    /* What the list takes: the table's names, or head dims. */
+    char qi[300], names[128] = "head dims in 1..256";
+    size_t at = 0;
+    for (size_t i = 0; table && i < ntable && at < sizeof names; i++)
+      at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", i ? ", " : "",
+                             table[i].name);
     if (v < 0 || (!table && (v < 1 || v > 256)))
       return cli_usage_error(
           c, "invalid value '%s' for --%s%s%s%s: expected a comma-separated "
              "list of %s", cli_quote(item, qi, sizeof qi), name,
           strchr(text, ',') ? " (in '" : "",
           strchr(text, ',') ? cli_quote(text, q, sizeof q) : "",
-          strchr(text, ',') ? "')" : "",
-          table ? (ntable == 2 ? "f16, bf16" : "none, top-left, bottom-right")
-                : "head dims in 1..256");
+          strchr(text, ',') ? "')" : "", names);
     if (*n == LIST_MAX)
       return cli_usage_error(c, "--%s has more than %d values", name,
                              LIST_MAX);
@@ -91,7 +94,8 @@ typedef struct warm_lists {
 
 static int parse_lists(const cli *c, warm_lists *w)
 {
-  static const name_value dts[] = {{"f16", FJ_F16}, {"bf16", FJ_BF16}};
+  static const name_value dts[] = {
+      {"f16", FJ_F16}, {"bf16", FJ_BF16}, {"e4m3", FJ_E4M3}};
   static const name_value cs[] = {{"none", FJ_CAUSAL_NONE},
                                   {"top-left", FJ_CAUSAL_TOP_LEFT},
                                   {"bottom-right", FJ_CAUSAL_BOTTOM_RIGHT}};
@@ -101,7 +105,7 @@ static int parse_lists(const cli *c, warm_lists *w)
                       NULL, 0, w->heads, &w->nheads);
   if (!rc)
     rc = parse_list(c, "dtype", c->dtypes_list ? c->dtypes_list : "f16,bf16",
-                    dts, 2, w->dtypes, &w->ndtypes);
+                    dts, 3, w->dtypes, &w->ndtypes);
   if (!rc)
     rc = parse_list(c, "causal",
                     c->causals_list ? c->causals_list
@@ -141,9 +145,30 @@ static const struct {
 };
 enum { NSHAPES = sizeof warm_shapes / sizeof warm_shapes[0], NPLAIN = 3 };
 
-/* The library's picks for every combination; 0, or the exit status. */
+/* A prewarm problem: shape s at head dim d, dtype dt (e4m3: FP8
+ * attention), K and V in kv (0: dt's; e4m3 under a 16-bit dt: an FP8 KV
+ * cache), mask m; FP8 descales point at a placeholder (planning checks
+ * only that they are there). */
+static void warm_problem(fj_problem *p, int s, int d, fj_dtype dt, fj_dtype kv,
+                         fj_causal m)
+{
+  static const float placeholder[1];
+  fj_problem_init(p, warm_shapes[s].batch, warm_shapes[s].heads_q,
+                  warm_shapes[s].heads_kv, warm_shapes[s].seq_q,
+                  warm_shapes[s].seq_kv, d, dt, FJ_BHSD);
+  p->causal = m;
+  p->kv_dtype = dt == FJ_E4M3 ? 0 : kv;
+  if (dt == FJ_E4M3 || p->kv_dtype == FJ_E4M3)
+    p->k_scale = p->v_scale = placeholder;
+  if (dt == FJ_E4M3)
+    p->q_scale = placeholder;
+}
+
+/* The library's picks for every combination; 0, or the exit status.
+ * FP8 attention (dtype e4m3) where the arch has no FP8 family (a package's
+ * sm_80) is skipped and counted in *skipped. */
 static int picks(const cli *c, fj_ctx *ctx, const warm_lists *w,
-                 fj_variant *vs, size_t *n)
+                 fj_variant *vs, size_t *n, int *skipped)
 {
   *n = 0;
   for (int h = 0; h < w->nheads; h++)
@@ -151,13 +176,14 @@ static int picks(const cli *c, fj_ctx *ctx, const warm_lists *w,
       for (int m = 0; m < w->ncausals; m++)
         for (int s = 0; s < (c->package ? NSHAPES : NPLAIN); s++) {
           fj_problem p;
-          fj_problem_init(&p, warm_shapes[s].batch, warm_shapes[s].heads_q,
-                          warm_shapes[s].heads_kv, warm_shapes[s].seq_q,
-                          warm_shapes[s].seq_kv, w->heads[h],
-                          (fj_dtype)w->dtypes[d], FJ_BHSD);
-          p.causal = (fj_causal)w->causals[m];
+          warm_problem(&p, s, w->heads[h], (fj_dtype)w->dtypes[d], c->v.kv_dtype,
+                       (fj_causal)w->causals[m]);
           fj_plan plan;
           fj_status st = fj_attention_plan(ctx, &p, &plan);
+          if (st == FJ_ERR_UNSUPPORTED && p.dtype == FJ_E4M3 && c->package) {
+            (*skipped)++;
+            continue;
+          }
           if (st != FJ_OK)
             return cli_fj_error(c, ctx, st);
           vs[(*n)++] = plan.variant;
@@ -355,7 +381,7 @@ static int cache_prewarm(cli *c, fj_ctx *ctx)
 {
   warm_lists w;
   size_t cap = (size_t)LIST_MAX * LIST_MAX * 3 * NSHAPES + 4096, n = 0;
-  int skipped_mods = 0, skipped_other = 0;
+  int skipped_mods = 0, skipped_other = 0, skipped_fp8 = 0;
   int rc = parse_lists(c, &w);
   fj_variant *vs = rc ? NULL : calloc(cap, sizeof *vs);
   fj_status *each = rc ? NULL : calloc(cap, sizeof *each);
@@ -375,7 +401,7 @@ static int cache_prewarm(cli *c, fj_ctx *ctx)
     skipped_mods = t.mods;
     skipped_other = t.other;
   } else if (!rc) {
-    rc = picks(c, ctx, &w, vs, &n);
+    rc = picks(c, ctx, &w, vs, &n, &skipped_fp8);
   }
   if (!rc && !c->backward) {
     n = dedupe(vs, n);
@@ -390,6 +416,9 @@ static int cache_prewarm(cli *c, fj_ctx *ctx)
       printf("%d entries of classes a variant cannot hold skipped (a "
              "head_dim_v, or a key this flashjit does not read)\n",
              skipped_other);
+    if (skipped_fp8)
+      printf("%d FP8 attention problems skipped: dtype e4m3 runs on sm_90a, "
+             "not %s\n", skipped_fp8, fj_ctx_arch(ctx));
   }
   free(vs);
   free(each);
@@ -463,7 +492,8 @@ static int check_action(cli *c)
   static const char *const warm_only[] = {"arch",         "head-dim",
                                           "dtype",        "causal",
                                           "from-tune-db", "workers",
-                                          "backward",     "package"};
+                                          "backward",     "package",
+                                          "kv-dtype"};
   const char *a = c->action;
   char q[300];
   int known = 0;
@@ -492,6 +522,11 @@ static int check_action(cli *c)
     return cli_usage_error(c, "--backward prewarms the backward's kernels of "
                               "the lists: it does not combine with "
                               "--from-tune-db (the forward's tuned variants)");
+  if ((c->backward || c->from_tune_db) && cli_flag_given(c, "kv-dtype"))
+    return cli_usage_error(c, "--kv-dtype (FP8 KV caches under 16-bit "
+                              "queries) is for the forward's picks: not with "
+                              "--%s",
+                           c->backward ? "backward" : "from-tune-db");
   if (strcmp(a, "import") && cli_flag_given(c, "verify"))
     return cli_usage_error(c, "--verify applies only to cache import");
   static const char *const not_package[] = {"cache-dir", "no-disk-cache",

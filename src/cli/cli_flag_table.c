@@ -67,6 +67,10 @@ const flag_def cli_flags[] = {
     {"kv-dtype", 1, CMD_VARIANT | CMD_TUNE | CMD_PLAN, cli_set_name,
      OFF(v.kv_dtype), NAMES(kv_dtypes), .arg = "f16|bf16|e4m3",
      .help = "K and V (default: --dtype)"},
+    {"kv-dtype", 1, CMD_CACHE, cli_set_name, OFF(v.kv_dtype), NAMES(kv_dtypes),
+     .arg = "e4m3",
+     .help = "prewarm: K and V of the 16-bit --dtype entries in FP8 (FP8 KV "
+             "caches; default: the dtype's own)"},
     {"o-dtype", 1, CMD_VARIANT | CMD_TUNE | CMD_PLAN, cli_set_name,
      OFF(v.o_dtype), NAMES(o_dtypes), .arg = "f16|bf16|e4m3",
      .help = "O, for --dtype e4m3 (default bf16; e4m3: O times --o-scale; "
@@ -192,7 +196,9 @@ const flag_def cli_flags[] = {
     {"head-dim", 1, CMD_CACHE, cli_set_string, OFF(heads_list), .arg = "D,...",
      .help = "prewarm: head dims, 1..256 each (default 64,128)"},
     {"dtype", 1, CMD_CACHE, cli_set_string, OFF(dtypes_list),
-     .arg = "f16|bf16,...", .help = "prewarm: dtypes (default f16,bf16)"},
+     .arg = "f16|bf16|e4m3,...",
+     .help = "prewarm: dtypes (default f16,bf16; e4m3: FP8 attention, sm_90a, "
+             "skipped and counted on a package's sm_80)"},
     {"causal", 1, CMD_CACHE, cli_set_string, OFF(causals_list),
      .arg = "none|top-left|bottom-right,...",
      .help = "prewarm: causal masks (default none,top-left)"},
