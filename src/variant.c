@@ -293,6 +293,16 @@ static fj_status check_split_dims(const fj_ctx *ctx, const fj_variant *v)
                     "above 256 run on mma mma (sm_80 and newer)",
                     v->head_dim, with, fj_mma_name(v->mma));
   }
+  /* Split head dims whose V is above 256 columns and padded (504 under
+   * 576: the warps split V's columns, padded to 16 a warp) gave wrong
+   * results on the H200 (gpu_wide_heads, gpu_mla_paged, 2026-12-05);
+   * one head dim padded above 256 (264, 272, 520) and 576/512 are right. */
+  if (dv != v->head_dim && dv > 256 && dv % 16 != 0)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "head_dim_v %d with head_dim %d is not implemented: above "
+                    "256 a split head_dim_v must be a multiple of 16 (512 "
+                    "for MLA's 576)",
+                    dv, v->head_dim);
   if (dv != v->head_dim && v->mma == FJ_MMA_SYNC) {
     if (fp8)
       return fj__fail(ctx, FJ_ERR_UNSUPPORTED,

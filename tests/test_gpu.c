@@ -1271,7 +1271,6 @@ static const wide_case wide_cases[] = {
     {2, 32, 8, 3, 999, 264, 264, 0, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BHSD, 16, 64, 4, 1, 5, 0, 0},
     {2, 16, 1, 1, 1000, 72, 40, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 16, 64, 4, 2, 3, 0, 0},
     {2, 4, 2, 333, 333, 72, 40, 1, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 16, 64, 4, 2, 0, 0, 0},
-    {2, 16, 1, 1, 1000, 576, 504, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 0, 0, 0, 0, 0, 0, 0},
     /* The XOR swizzle on padded tiles (chunk c of row r at c ^ (r & XM),
      * XM from the padded row's chunks): prefill with 4 and 8 warps and
      * three stages, a packed and split decode. */

@@ -570,8 +570,8 @@ int test_gpu_fp8_kv_paged(void)
  * columns are V (v = k), one latent head under 16 and 128 query heads;
  * paged decode at page sizes 1/16/64/256 with shuffled tables and a
  * shared first page; several queries a sequence with bottom-right causal;
- * forced splits; packed (varlen) latent rows; V's 504 columns (padded to
- * 512); and head dim 512 (V apart) paged. */
+ * forced splits; packed (varlen) latent rows; and head dim 512 (V apart)
+ * paged. */
 int test_gpu_mla_paged(void)
 {
   fj_ctx *ctx;
@@ -599,11 +599,9 @@ int test_gpu_mla_paged(void)
   failed += vl_case_run(ctx, 5, pre, pre, 16, 1, 576, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 0, 0,
                         &s, "mla varlen prefill");
   cases++;
-  /* V's head dim padded to 16 columns (504 of K's 576). */
-  latent_dv = 504;
-  failed += vl_case_run(ctx, 4, one, kd, 16, 1, 576, FJ_BF16, FJ_CAUSAL_NONE, 16, 0, &s,
-                        "mla 576/504 paged decode");
-  cases++;
+  /* V's head dim padded to 16 columns (504 of K's 576) gave wrong
+   * results here (2026-12-05): refused until it is right
+   * (padded_heads_compile checks the refusal). */
   latent_dv = 0;
   for (int i = 0; i < 2; i++, cases++)
     failed += vl_case_run(ctx, 4, one, kd, 8, 2, 512, FJ_BF16, FJ_CAUSAL_NONE, pages[1 + i], 0,
