@@ -23,7 +23,6 @@ path (_launch_bwd, calls.BWD_PROBLEMS) for both kinds.
 import ctypes as C
 import functools
 import inspect
-import os
 import typing
 
 import torch
@@ -618,32 +617,6 @@ def _build_bwd(o, q, k, v, extras, deterministic):
                                 (mods,), zero=o.kind != "dense")
 
 
-# Experimental (FLASHJIT_BWD_GQA_SPLIT=1, read at import): a dense GQA
-# call's backward runs as multi-head attention over K and V repeated for
-# each query head, and dK and dV are summed over each group.  The wgmma
-# backward's block keeps one (key tile, KV head) and walks the group's
-# query heads, so a short GQA shape fills few multiprocessors (the GPT
-# example's (8, 8/2, 512, 64): 64 blocks on 132); repeated, 256.  It
-# costs K's and V's copies and the sums; whether it pays is measured by
-# bench/probes/pending.sh part g.  Off by default.
-_GQA_SPLIT = os.environ.get("FLASHJIT_BWD_GQA_SPLIT") == "1"
-
-
-def _gqa_split_bwd(dout, q, k, v, out, lse, o, extras, deterministic):
-    """_launch_bwd of a dense GQA call as multi-head attention (see
-    _GQA_SPLIT): (dq, dk, dv, dsinks), dk and dv summed over each group in
-    float32 (deterministic: one order)."""
-    axis = 1 if o.layout == capi.BHSD else 2
-    group = q.shape[axis] // k.shape[axis]
-    kx, vx = (t.repeat_interleave(group, dim=axis) for t in (k, v))
-    dq, dkx, dvx, dsinks = _launch_bwd(dout, q, kx, vx, out, lse, o, extras, deterministic)
-
-    def fold(g, like):
-        parts = g.float().unflatten(axis, (like.shape[axis], group))
-        return parts.sum(axis + 1).to(like.dtype)
-    return dq, fold(dkx, k), fold(dvx, v), dsinks
-
-
 def _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic=False):
     """fj_attention_bwd of a training call (_train_opts's o and extras):
     (dq, dk, dv, dsinks), the gradients in q's, k's and v's strides (dense
@@ -656,9 +629,6 @@ def _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic=False):
         return (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v),
                 torch.zeros((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32,
                             device=q.device))
-    if _GQA_SPLIT and o.kind == "dense" and q.shape[1 if o.layout == capi.BHSD else 2] != \
-            k.shape[1 if o.layout == capi.BHSD else 2]:
-        return _gqa_split_bwd(dout, q, k, v, out, lse, o, extras, deterministic)
     # The entry by the tensors as given, with which of q, k and v become
     # dense copies (broadcasts): their metadata decide it.
     meta = calls.meta

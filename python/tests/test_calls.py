@@ -313,44 +313,6 @@ class CachedCalls(Stubbed):
             self.assertEqual((op.call_count, checks.call_count, len(calls.tables.train)),
                              (5, 1, 2))
 
-    def test_gqa_split_backward(self):
-        # FLASHJIT_BWD_GQA_SPLIT=1 (experimental): a GQA call's backward
-        # runs as multi-head attention over K and V repeated per query
-        # head, and dK, dV are each group's sums, in K's and V's shapes
-        # and layouts; MHA and varlen calls keep theirs.
-        with mock.patch.object(fjt, "_GQA_SPLIT", True):
-            for layout in ("bhsd", "bshd"):
-                q, k, v = qkv(b=2, hq=8, hk=2)
-                if layout == "bshd":
-                    q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
-                q, k, v = (t.requires_grad_() for t in (q, k, v))
-                out = flashjit.attention(q, k, v, causal="top_left", layout=layout)
-                out.backward(torch.ones_like(out))
-                p = self.rec.calls[-1][2]
-                self.assertEqual((self.rec.calls[-1][0], p.heads_q, p.heads_kv), ("bwd", 8, 8))
-                self.assertEqual((k.grad.shape, v.grad.shape, k.grad.dtype),
-                                 (k.shape, v.shape, k.dtype))
-            q, k, v = (t.requires_grad_() for t in qkv(hq=4, hk=4))
-            flashjit.attention(q, k, v).sum().backward()
-            self.assertEqual(self.rec.calls[-1][2].heads_kv, 4)
-        # Off (the default): the GQA problem itself.
-        q, k, v = (t.requires_grad_() for t in qkv(hk=2))
-        flashjit.attention(q, k, v).sum().backward()
-        self.assertEqual(self.rec.calls[-1][2].heads_kv, 2)
-
-    def test_gqa_split_folds_by_group(self):
-        # The fold itself: head h of the repeated K is KV head h // group.
-        from flashjit import _calls as c
-        o = c.opts("dense", layout=capi.BHSD)
-        k = torch.randn(2, 2, 16, 8)
-        dkx = torch.arange(2 * 8 * 16 * 8, dtype=torch.float32).view(2, 8, 16, 8)
-        with mock.patch.object(fjt, "_launch_bwd",
-                               lambda *a: (None, dkx, dkx * 2, None)):
-            _, dk, dv, _ = fjt._gqa_split_bwd(None, torch.zeros(2, 8, 16, 8), k, k, None,
-                                              None, o, (), False)
-        want = dkx.view(2, 2, 4, 16, 8).sum(2)
-        self.assertTrue(torch.equal(dk, want) and torch.equal(dv, want * 2))
-
     def test_eager_training_skips_the_custom_op(self):
         """Eagerly, autograd runs through _Train (an autograd.Function over
         the same forward and backward), not the custom ops, whose dispatch
