@@ -2,10 +2,10 @@
 # pending.sh PART OUTDIR -- what the tenth and eleventh sessions (no GPU
 # lent) built and prepared, to run on the next device calls, each part
 # within one call's ten minutes; from the repository root with build/
-# carried (bench/device_check.sh's conventions: logs to OUTDIR).  Order,
-# for a session's 30 minutes: e, a and p first (the correctness of what
-# landed unrun; a again on nvidia-h100-x1), then d and b (prepared speed
-# steps, each with its own A/B), then c (probes).
+# carried (bench/device_check.sh's conventions: logs to OUTDIR).  e, a, p
+# and g ran on the H200 on 2026-12-05 (docs/PERF.md C22, C23, G1).  Next:
+# d and b (the prepared speed steps, each with its own A/B), then e, a
+# and p on nvidia-h100-x1, then c (probes).
 #   a: the GPU tests of what landed unrun -- head dims padded to 16 on the
 #      mma family (gpu_wide_heads, gpu_serving_varlen, gpu_mla_paged),
 #      FP8 K/V (gpu_fp8_kv: its inputs are now made in seconds; descales
