@@ -6,15 +6,7 @@
 set -u
 out=${OUT:-/tmp/fj-out}
 mkdir -p "$out"
-root=$(pwd)
-# The build folder was configured at /work/main on the build machine; ctest
-# and the tests find their files there.
-if [ "$root" != /work/main ] && [ ! -e /work/main ]; then
-  mkdir -p /work && ln -s "$root" /work/main
-fi
-export FLASHJIT_CACHE_DIR=/tmp/fj-cache FJT_DATA_DIR=/work/main/tests/data
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-cd /work/main/build || exit 1
+. bench/device_env.sh
 summary="$out/summary.txt"
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }

@@ -449,9 +449,7 @@ void fj__heuristic_sync(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
   fj_variant_default(v, p->head_dim, p->dtype, p->causal);
   v->kv_dtype = p->kv_dtype == p->dtype ? 0 : p->kv_dtype;
   v->head_dim_v = fj__problem_dv(p) == p->head_dim ? 0 : fj__problem_dv(p);
-  v->o_dtype = fj__o_dtype(p) == (p->dtype == FJ_E4M3 ? FJ_BF16 : p->dtype)
-                   ? 0
-                   : fj__o_dtype(p);
+  v->o_dtype = fj__o_dtype(p) == fj__default_o_dtype(p->dtype) ? 0 : fj__o_dtype(p);
   v->varlen = fj__problem_varlen(p);
   v->paged = fj__problem_paged(p);
   v->mods = mi.on ? p->mods : NULL;

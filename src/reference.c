@@ -197,11 +197,14 @@ int fj__problem_dv(const fj_problem *p)
   return p->head_dim_v ? p->head_dim_v : p->head_dim;
 }
 
+fj_dtype fj__default_o_dtype(fj_dtype dtype)
+{
+  return dtype == FJ_E4M3 ? FJ_BF16 : dtype;
+}
+
 fj_dtype fj__o_dtype(const fj_problem *p)
 {
-  if (p->o_dtype)
-    return p->o_dtype;
-  return p->dtype == FJ_E4M3 ? FJ_BF16 : p->dtype;
+  return p->o_dtype ? p->o_dtype : fj__default_o_dtype(p->dtype);
 }
 
 /* A dtype's name, or its number where it has none ("f32", "99"). */
@@ -216,7 +219,7 @@ static const char *dtype_text(fj_dtype d, char buf[16])
 fj_status fj__check_o_dtype(const fj_ctx *ctx, fj_dtype dtype, fj_dtype o)
 {
   char buf[16];
-  if (o == 0 || o == (dtype == FJ_E4M3 ? FJ_BF16 : dtype))
+  if (o == 0 || o == fj__default_o_dtype(dtype))
     return FJ_OK;
   if (o != FJ_F16 && o != FJ_BF16 && o != FJ_E4M3)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,

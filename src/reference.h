@@ -19,7 +19,10 @@ uint16_t fj__float_to_bf16(float f);
 float fj__e4m3_to_float(uint8_t v);
 uint8_t fj__float_to_e4m3(float f);
 int fj__dtype_bytes(fj_dtype d);
-/* O's element type: bf16 for FP8 attention (dtype e4m3), else dtype. */
+/* O's element where o_dtype does not say: dtype's, bf16 for FP8
+ * attention (dtype e4m3). */
+fj_dtype fj__default_o_dtype(fj_dtype dtype);
+/* O's element type: o_dtype, else fj__default_o_dtype(dtype). */
 fj_dtype fj__o_dtype(const fj_problem *p);
 /* o_dtype against dtype (fj_problem's and fj_variant's rule): 0 or the
  * default, or FP8 attention's bf16, f16 or e4m3; the message names both. */

@@ -451,7 +451,7 @@ fj_status fj_tune(fj_ctx *ctx, const fj_problem *p, const fj_tune_opts *opts,
                   fj__problem_dv(p), p->head_dim);
   /* Its outputs are 16-bit; FP8 attention's tiles are O's element's
    * alike. */
-  if (st == FJ_OK && fj__o_dtype(p) != (p->dtype == FJ_E4M3 ? FJ_BF16 : p->dtype))
+  if (st == FJ_OK && fj__o_dtype(p) != fj__default_o_dtype(p->dtype))
     st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                   "tuning o_dtype %s is not implemented: tune the problem with "
                   "o_dtype 0 (bf16), whose tiles an %s O takes alike",

@@ -39,9 +39,7 @@ int fj__head_dim_v(const fj_variant *v)
 
 fj_dtype fj__variant_o_dtype(const fj_variant *v)
 {
-  if (v->o_dtype)
-    return v->o_dtype;
-  return v->dtype == FJ_E4M3 ? FJ_BF16 : v->dtype;
+  return v->o_dtype ? v->o_dtype : fj__default_o_dtype(v->dtype);
 }
 
 int fj__fp8_flush(const fj_variant *v)
@@ -86,7 +84,7 @@ int fj_variant_name(const fj_variant *v, char *buf, size_t size)
   if (fj__head_dim_v(v) != v->head_dim)
     snprintf(dv, sizeof dv, "_v%d", fj__head_dim_v(v));
   /* O's element where it is not the dtype's own: "_oe4m3". */
-  if (v->o_dtype && v->o_dtype != (v->dtype == FJ_E4M3 ? FJ_BF16 : v->dtype))
+  if (fj__variant_o_dtype(v) != fj__default_o_dtype(v->dtype))
     snprintf(od, sizeof od, "_o%s", fj_dtype_name(v->o_dtype));
   return snprintf(buf, size, "fj_attn_d%d%s_m%d_n%d_w%d_s%d_%s_%s_%s_%s_%s%s%s%s%s%s%s%s",
                   v->head_dim, dv, v->tile_m, v->tile_n, v->warps, v->stages,
@@ -578,7 +576,7 @@ fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
     add(o, "fp8_flush", FJ_PARAM_INT, fj__fp8_flush(v), NULL, NULL);
   /* O's element where it is not the default (FP8 attention's f16 or
    * e4m3): the others' sources stay as they were. */
-  if (fj__variant_o_dtype(v) != (v->dtype == FJ_E4M3 ? FJ_BF16 : v->dtype))
+  if (fj__variant_o_dtype(v) != fj__default_o_dtype(v->dtype))
     add(o, "o_dtype", FJ_PARAM_STR, 0, fj_dtype_name(fj__variant_o_dtype(v)), NULL);
   fj_status st = add_mods(ctx, o, v->mods);
   if (st != FJ_OK)

@@ -62,6 +62,9 @@
   local function mbase(c)
     return ("%s * %s%s"):format(m("mi", c), sl2, p_shift and (" - %d.f"):format(p_shift) or "")
   end
+  -- The staged stores of a pair and of one element, by their bits.
+  local ST2, ST1 = 16 * OE, 8 * OE
+  local UINT = { [8] = "unsigned char", [16] = "unsigned short", [32] = "unsigned" }
   local ROW_COLS = PC.ROW_BYTES // OE
   local TILES = ROW_COLS // 16
   -- The columns stored: 16-column tiles (ND_OUT, the last one partial
@@ -180,18 +183,10 @@
 {%   if #pr == 2 then %}
             const fj::elem2_t e = fj::to_elem2({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }},
                                                {{ O("mi", "d", pr[2]) }} * inv{{ rows.class_of[s] }});
-{%     if OE == 1 then %}
-            fj::st_shared_b16(at, *reinterpret_cast<const unsigned short *>(&e));
-{%     else %}
-            fj::st_shared_b32(at, *reinterpret_cast<const unsigned *>(&e));
-{%     end %}
+            fj::st_shared_b{{ ST2 }}(at, *reinterpret_cast<const {{ UINT[ST2] }} *>(&e));
 {%   else %}
             const elem_t e = fj::to_elem({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }});
-{%     if OE == 1 then %}
-            fj::st_shared_b8(at, *reinterpret_cast<const unsigned char *>(&e));
-{%     else %}
-            fj::st_shared_b16(at, *reinterpret_cast<const unsigned short *>(&e));
-{%     end %}
+            fj::st_shared_b{{ ST1 }}(at, *reinterpret_cast<const {{ UINT[ST1] }} *>(&e));
 {%   end %}
           }
 {% end %}

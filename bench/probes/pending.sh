@@ -34,13 +34,7 @@ set -u
 part=${1:?part a, b, c, d, e, p or g}
 out=${2:-/tmp/fj-pending}
 mkdir -p "$out"
-root=$(pwd)
-if [ "$root" != /work/main ] && [ ! -e /work/main ]; then
-  mkdir -p /work && ln -s "$root" /work/main
-fi
-export FLASHJIT_CACHE_DIR=/tmp/fj-cache FJT_DATA_DIR=/work/main/tests/data
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-cd /work/main/build || exit 1
+. bench/device_env.sh
 case $part in
 a)
   for t in gpu_wide_heads gpu_serving_varlen gpu_mla_paged gpu_fp8_kv gpu_jit_tiers; do

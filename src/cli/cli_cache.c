@@ -46,6 +46,19 @@ enum { LIST_MAX = 16 };
 
 /* A comma-separated list of --name's values: each looked up in table (or,
  * table NULL, a count in 1..256); 0 and *n items, or the exit status. */
+/* What a list takes, for its refusal: the table's names, or head dims. */
+static const char *list_names(const name_value *table, size_t ntable, char *buf,
+                              size_t size)
+{
+  if (!table)
+    return "head dims in 1..256";
+  size_t at = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < ntable && at < size; i++)
+    at += (size_t)snprintf(buf + at, size - at, "%s%s", i ? ", " : "", table[i].name);
+  return buf;
+}
+
 static int parse_list(const cli *c, const char *name, const char *text,
                       const name_value *table, size_t ntable, int *out,
                       int *n)
@@ -63,19 +76,14 @@ static int parse_list(const cli *c, const char *name, const char *text,
       v = -1;
     else if (len < 31 && !table)
       v = cli_parse_count(p, len);
-    /* What the list takes: the table's names, or head dims. */
-    char qi[300], names[128] = "head dims in 1..256";
-    size_t at = 0;
-    for (size_t i = 0; table && i < ntable && at < sizeof names; i++)
-      at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", i ? ", " : "",
-                             table[i].name);
+    char qi[300], names[128];
     if (v < 0 || (!table && (v < 1 || v > 256)))
       return cli_usage_error(
           c, "invalid value '%s' for --%s%s%s%s: expected a comma-separated "
              "list of %s", cli_quote(item, qi, sizeof qi), name,
           strchr(text, ',') ? " (in '" : "",
           strchr(text, ',') ? cli_quote(text, q, sizeof q) : "",
-          strchr(text, ',') ? "')" : "", names);
+          strchr(text, ',') ? "')" : "", list_names(table, ntable, names, sizeof names));
     if (*n == LIST_MAX)
       return cli_usage_error(c, "--%s has more than %d values", name,
                              LIST_MAX);
