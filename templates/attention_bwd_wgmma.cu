@@ -216,6 +216,53 @@
   for i = 0, acc.slots - 1 do
     if not seen[acc.dcol[i]] then seen[acc.dcol[i]] = true; cols[#cols + 1] = acc.dcol[i] end
   end
+  -- The narrow kernel reads them two at a time where a lane's columns c
+  -- and c + 1 are both its own at an even c in every lane (one 8-byte load:
+  -- the rows' LSE2 and delta are float32 from an 8-byte-aligned start);
+  -- lane_cols(x, base) declares x<column> for each of the lane's columns of
+  -- tile j.
+  local even = not mods.pgrads
+  for lane = 0, 31 do
+    if acc.base[lane][2] % 2 ~= 0 then even = false end
+  end
+  local function lane_cols(x, base)
+    local out = {}
+    for _, c in ipairs(cols) do
+      if even and c % 2 == 0 and seen[c + 1] then
+        out[#out + 1] = ("const float2 %s_v%d = fj::ld_shared_v2_f32(%s + 4 * (j * 16 + %d));"):format(x, c, base, c)
+        out[#out + 1] = ("const float %s%d = %s_v%d.x, %s%d = %s_v%d.y;"):format(x, c, x, c, x, c + 1, x, c)
+      elseif not (even and c % 2 == 1 and seen[c - 1]) then
+        out[#out + 1] = ("const float %s%d = fj::ld_shared_f32(%s + 4 * (j * 16 + %d));"):format(x, c, base, c)
+      end
+    end
+    return table.concat(out, "\n")
+  end
+  -- A lane's stores of dS^T and of dQ's staging at tile j of 16 queries
+  -- (XJ): where every lane's columns lie below 16 (base + dcol), column
+  -- j * 16 + c puts j in bits the swizzles only XOR (sw128's chunk c >> 3:
+  -- 2 j ^ ...; dq_tile_off's chunk c >> 2: 4 j ^ ...), so the address at
+  -- tile j is the address at tile 0 XOR 32 j (dS^T) or 64 j (dQ, from a
+  -- 256-byte-aligned buffer): one register a slot pair, one instruction a
+  -- store.
+  local XJ = not mods.pgrads
+  for lane = 0, 31 do
+    for i = 0, acc.slots - 1 do
+      if acc.base[lane][2] + acc.dcol[i] >= 16 then XJ = false end
+    end
+  end
+  -- P^T before dS^T (SPLIT): the narrow kernel with the built-in score step
+  -- only waits for S^T, makes P^T while the tensor cores run dP^T, then
+  -- waits for dP^T.  A softcap's 1 - tanh^2 and the expressions'
+  -- derivatives, which dS^T takes per element, would have to live across
+  -- the wait (32 registers more): those keep the one loop after both.
+  local SPLIT = not WIDE and not USER and not mods.softcap
+  -- dQ before dK (DQ_FIRST): dK issued behind dQ, so that dQ is staged
+  -- while the tensor cores run dK; dQ's 32 registers then live beside
+  -- dS^T's operand.  The parameters' gradients' kernel has no room for
+  -- that (it spills, as it does with any of this kernel's other steps
+  -- below, so it takes none of them: its consumers are the ones before):
+  -- it issues dK with dV and stages dQ after both.
+  local DQ_FIRST = not mods.pgrads
 
   -- The producer's rings: K and V (one slot, loaded once), Q and dO (S
   -- slots, one step each).
@@ -252,7 +299,8 @@
     -- that one bulk reduce-add moves it whole.
     if DQN ~= 64 or BM ~= 64 then no("dQ's tiles are 64 x 64 floats (head_dim %d, tile_m %d)", D, BM) end
     DQ_STAGE = BM * DQN * 4
-    OFF_DQ = B.region("dq_stage", C * DQ_STAGE, 128)
+    -- 256-byte aligned: a lane's stores of one row pair move by XOR (XJ below).
+    OFF_DQ = B.region("dq_stage", C * DQ_STAGE, mods.pgrads and 128 or 256)
   end
   local OFF_LD = B.region("lse_delta", S * LD_BYTES, 16)
   local OFF_BAR = B.region("barriers", 8 * bars.count, 8)
@@ -278,6 +326,18 @@
   -- step is KSTEP rows of 128 bytes on; panels (64 columns) panel_bytes apart.
   local function mnmajor(base, panel_bytes, kk)
     return ("fj::wg_desc(%s + (%s) * %d, %d, 1024)"):format(base, kk, KSTEP * TR.ROW_BYTES, panel_bytes)
+  end
+  -- The same descriptors as the base's descriptor plus the k step's byte
+  -- offset (wg_desc_at below: one add to the start address field),
+  -- so that the compiler makes a product's base descriptor once and each k
+  -- step's with one instruction, not the masks and shifts of wg_desc
+  -- anew (the narrow kernel's consumers).
+  local function kmajor_at(base, panel_bytes, kk)
+    return ("fj::wg_desc_at(fj::wg_desc(%s, 16, 1024), ((%s) / %d) * %d + ((%s) %% %d) * %d)"):format(
+      base, kk, PP, panel_bytes, kk, PP, KSTEP * ELEM)
+  end
+  local function mnmajor_at(base, panel_bytes, kk)
+    return ("fj::wg_desc_at(fj::wg_desc(%s, %d, 1024), (%s) * %d)"):format(base, panel_bytes, kk, KSTEP * TR.ROW_BYTES)
   end
   -- A role's loop over its steps: STEP_FOR opens it, STEP_AT names the
   -- step's query head h and first row m0, STEP_NEXT (a block mask's walk)
@@ -481,18 +541,19 @@
   -- dP^T) and MN-major (dK, dV); dS^T as dQ's A (MN-major, of buffer `buf`
   -- where there are two).  undefine() takes them back.
   local MACROS = { "FJ_KA", "FJ_VA", "FJ_QB", "FJ_DOB", "FJ_QT", "FJ_DOT", "FJ_DSA" }
-  local function operands(ka, va)
+  local function operands(ka, va, at)
     local qs, ds = ("sq + (slot) * %d"):format(q.slot_bytes), ("sdout + (slot) * %d"):format(dout.slot_bytes)
     local two = not WIDE
+    local km, mn = at and kmajor_at or kmajor, at and mnmajor_at or mnmajor
     return table.concat({
-      "#define FJ_KA(kk) " .. kmajor(ka, k.panel_bytes, "kk"),
-      "#define FJ_VA(kk) " .. kmajor(va, v.panel_bytes, "kk"),
-      "#define FJ_QB(slot, kk) " .. kmajor(qs, q.panel_bytes, "kk"),
-      "#define FJ_DOB(slot, kk) " .. kmajor(ds, dout.panel_bytes, "kk"),
-      "#define FJ_QT(slot, kk) " .. mnmajor(qs, q.panel_bytes, "kk"),
-      "#define FJ_DOT(slot, kk) " .. mnmajor(ds, dout.panel_bytes, "kk"),
-      two and ("#define FJ_DSA(buf, kk) " .. mnmajor(("sds + (buf) * %d"):format(DS_BYTES), DS_BYTES, "kk"))
-          or ("#define FJ_DSA(kk) " .. mnmajor("sds", DS_BYTES, "kk")) }, "\n")
+      "#define FJ_KA(kk) " .. km(ka, k.panel_bytes, "kk"),
+      "#define FJ_VA(kk) " .. km(va, v.panel_bytes, "kk"),
+      "#define FJ_QB(slot, kk) " .. km(qs, q.panel_bytes, "kk"),
+      "#define FJ_DOB(slot, kk) " .. km(ds, dout.panel_bytes, "kk"),
+      "#define FJ_QT(slot, kk) " .. mn(qs, q.panel_bytes, "kk"),
+      "#define FJ_DOT(slot, kk) " .. mn(ds, dout.panel_bytes, "kk"),
+      two and ("#define FJ_DSA(buf, kk) " .. mn(("sds + (buf) * %d"):format(DS_BYTES), DS_BYTES, "kk"))
+          or ("#define FJ_DSA(kk) " .. mn("sds", DS_BYTES, "kk")) }, "\n")
   end
   local function undefine(extra)
     local out = {}
@@ -544,6 +605,23 @@ __device__ __forceinline__ unsigned smem_base(const void *p) {
 __device__ __forceinline__ unsigned ld_shared_b32(unsigned a) {
   unsigned v;
   asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(a) : "memory");
+  return v;
+}
+{% end %}
+{% if not WIDE then %}
+// Descriptor d moved `bytes` (a multiple of 16) on: an add to its start
+// address field alone.  Exact, with no carry out of the field: shared-space
+// addresses lie below 2^18, so the field (address >> 4, bits 0-13) of the
+// base and of base + bytes are the base's and base + bytes' own.
+__device__ __forceinline__ unsigned long long wg_desc_at(unsigned long long d, unsigned bytes) {
+  const unsigned lo = (unsigned)d + (bytes >> 4), hi = (unsigned)(d >> 32);
+  return (unsigned long long)hi << 32 | lo;
+}
+// Two adjacent floats of shared memory (8-byte aligned): a lane's LSE2 or
+// delta of two neighbouring query columns.
+__device__ __forceinline__ float2 ld_shared_v2_f32(unsigned a) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 { %0, %1 }, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(a) : "memory");
   return v;
 }
 {% end %}
@@ -883,15 +961,22 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     // ---- consumers --------------------------------------------------------
     fj::regs_up<{{ REGS[2] }}>();
 {% walk() %}
+    // This consumer warpgroup, read from lane 0 so that the compiler knows
+    // it is the same in every lane: the descriptors of K's and V's rows of
+    // it (and all that follows from it) are then made in uniform registers.
+{% if mods.pgrads then %}
     const int cw = wg - 1;                          // this consumer warpgroup
+{% else %}
+    const int cw = __shfl_sync(0xffffffffu, wg - 1, 0);
+{% end %}
     const int kw = cw * 64;                         // its first key in the tile
     const int wr = (warp % 4) * 16;                 // this warp's first row of a product
     const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
     {{ mods.scales(4, "") }}
     // The operands (this warpgroup's 64 rows of K and V), and dQ's B, K's
     // columns (MN-major).
-{{ operands(("ska + %d * kw"):format(TR.ROW_BYTES), ("sva + %d * kw"):format(TR.ROW_BYTES)) }}
-#define FJ_KB(kk) {{ mnmajor(DQ_COLS and ("ska + cw * %d"):format((DQN // 64) * k.panel_bytes) or "ska", k.panel_bytes, "kk") }}
+{{ operands(("ska + %d * kw"):format(TR.ROW_BYTES), ("sva + %d * kw"):format(TR.ROW_BYTES), not mods.pgrads) }}
+#define FJ_KB(kk) {{ (mods.pgrads and mnmajor or mnmajor_at)(DQ_COLS and ("ska + cw * %d"):format((DQN // 64) * k.panel_bytes) or "ska", k.panel_bytes, "kk") }}
 
     float dk[{{ DR // 16 }}][8], dv[{{ DR // 16 }}][8];
 #pragma unroll
@@ -953,6 +1038,49 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       for (int kk = 0; kk < {{ KS }}; ++kk) fj::wg_ss_{{ T }}_{{ BM }}(dp, FJ_VA(kk), FJ_DOB(slot, kk), kk);
 {% end %}
       fj::wg_commit();
+{% if SPLIT then %}
+      // S^T done (dP^T may still run): the score step and P^T on the CUDA
+      // cores while the tensor cores take dP^T.
+      fj::wg_wait<1>();
+    {{ hold("s", BM // 16) }}
+      const unsigned lse2 = sld + slot * {{ LD_BYTES }}u + 4 * acc_c, delta = lse2 + {{ BM * 4 }}u;
+      {{ score_head("s", "n0 + kw", 6) }}
+      // P^T = exp2(S^T sl2 - LSE2) (a register's key is its row, its query
+      // its column), packed as dV's A operand, and kept in float32 for
+      // dS^T.
+      unsigned pk[{{ BM // 16 }}][4], dsk[{{ BM // 16 }}][4];
+#pragma unroll
+      for (int j = 0; j < {{ BM // 16 }}; ++j) {
+        {{ PC.indent(lane_cols("l", "lse2"), 8) }}
+{% for i = 0, acc.slots - 1 do %}
+        s[j][{{ i }}] = fj::fast_exp2(fmaf(s[j][{{ i }}], sl2, -l{{ acc.dcol[i] }}));
+{% end %}
+{% for r = 0, 3 do %}
+        pk[j][{{ r }}] = fj::pack2(s[j][{{ p_from[2 * r] }}], s[j][{{ p_from[2 * r + 1] }}]);
+{% end %}
+      }
+      // dV += P^T dO, issued behind dP^T: the compiler cannot move P^T's
+      // work past it, nor the tensor cores idle between the two.
+      fj::wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < {{ BM // KSTEP }}; ++kk) fj::wg_rs_{{ T }}_{{ DR }}_t(dv, pk[kk], FJ_DOT(slot, kk), 1);
+      fj::wg_commit();
+      // dP^T done (dV may still run).
+      fj::wg_wait<1>();
+    {{ hold("dp", BM // 16) }}
+      // dS^T = P^T (dP^T - delta), tile by tile of 16 queries, packed as
+      // dK's A operand.
+#pragma unroll
+      for (int j = 0; j < {{ BM // 16 }}; ++j) {
+        {{ PC.indent(lane_cols("d", "delta"), 8) }}
+{% for i = 0, acc.slots - 1 do %}
+        dp[j][{{ i }}] = s[j][{{ i }}] * (dp[j][{{ i }}] - d{{ acc.dcol[i] }});
+{% end %}
+{% for r = 0, 3 do %}
+        dsk[j][{{ r }}] = fj::pack2(dp[j][{{ p_from[2 * r] }}], dp[j][{{ p_from[2 * r + 1] }}]);
+{% end %}
+      }
+{% else %}
       fj::wg_wait<0>();
     {{ hold("s", BM // 16) }}
     {{ hold("dp", BM // 16) }}
@@ -966,10 +1094,8 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       unsigned pk[{{ BM // 16 }}][4], dsk[{{ BM // 16 }}][4];
 #pragma unroll
       for (int j = 0; j < {{ BM // 16 }}; ++j) {
-{% for _, c in ipairs(cols) do %}
-        const float l{{ c }} = fj::ld_shared_f32(lse2 + 4 * (j * 16 + {{ c }}));
-        const float d{{ c }} = fj::ld_shared_f32(delta + 4 * (j * 16 + {{ c }}));
-{% end %}
+        {{ PC.indent(lane_cols("l", "lse2"), 8) }}
+        {{ PC.indent(lane_cols("d", "delta"), 8) }}
 {% if USER then %}
 {%   if not WHOLE then %}
         {{ user_tile("s", 8) }}
@@ -1006,53 +1132,94 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% if mods.pgrads_nsum > 0 then %}
       {{ mods.pgrads_flush("h") }}
 {% end %}
-      // dV += P^T dO, dK += dS^T Q, issued; dS^T to shared memory meanwhile.
+      // dV += P^T dO{{ DQ_FIRST and "" or ", dK += dS^T Q" }} issued; dS^T to shared memory meanwhile.
       fj::wg_fence();
 #pragma unroll
       for (int kk = 0; kk < {{ BM // KSTEP }}; ++kk) fj::wg_rs_{{ T }}_{{ DR }}_t(dv, pk[kk], FJ_DOT(slot, kk), 1);
+{%   if not DQ_FIRST then %}
 #pragma unroll
       for (int kk = 0; kk < {{ BM // KSTEP }}; ++kk) fj::wg_rs_{{ T }}_{{ DR }}_t(dk, dsk[kk], FJ_QT(slot, kk), 1);
+{%   end %}
       fj::wg_commit();
+{% end %}
+      // dS^T to shared memory ([key][query], swizzled) for dQ.
       const unsigned ds_rows = sds + buf * {{ DS_BYTES }}u;
+{% if XJ then %}
+{%   for n, pr in ipairs(pairs) do %}
+      const unsigned ds_at{{ n }} = ds_rows + fj::sw128(kw + wr + acc_r + {{ acc.drow[pr[1]] }}, acc_c + {{ acc.dcol[pr[1]] }});
+{%   end %}
+{% end %}
 #pragma unroll
       for (int j = 0; j < {{ BM // 16 }}; ++j) {
-{% for _, pr in ipairs(pairs) do %}
+{% for n, pr in ipairs(pairs) do %}
 {%   local reg %}
 {%   for r = 0, 3 do if p_from[2 * r] == pr[1] and p_from[2 * r + 1] == pr[2] then reg = r end end %}
+{%   if XJ then %}
+        fj::st_shared_b32(ds_at{{ n }} ^ (unsigned)(j * 32),
+{%   else %}
         fj::st_shared_b32(ds_rows + fj::sw128(kw + wr + acc_r + {{ acc.drow[pr[1]] }}, j * 16 + acc_c + {{ acc.dcol[pr[1]] }}),
+{%   end %}
                           {{ reg and ("dsk[j][%d]"):format(reg) or ("fj::pack2(dp[j][%d], dp[j][%d])"):format(pr[1], pr[2]) }});
 {% end %}
       }
       // Both warpgroups' dS^T written (and visible to wgmma) before dQ reads it.
       fj::fence_async_smem();
       fj::bar_sync(1, {{ 128 * C }});
+{% local dk_issue = ("fj::wg_fence();\n#pragma unroll\nfor (int kk = 0; kk < %d; ++kk) fj::wg_rs_%s_%d_t(dk, dsk[kk], FJ_QT(slot, kk), 1);\nfj::wg_commit();"):format(BM // KSTEP, T, DR) %}
 {% if DQ_COLS then %}
       {
 {% else %}
       if ((i & 1) == cw) {
+{% end %}
+{% if DQ_FIRST then %}
+        // dQ += dS K, then dK += dS^T Q behind it: dQ is staged while the
+        // tensor cores run dK.
+{% else %}
+        // dQ += dS K.
 {% end %}
         float dq[{{ DQN // 16 }}][8];
         fj::wg_fence();
 #pragma unroll
         for (int kk = 0; kk < {{ BN // KSTEP }}; ++kk) fj::wg_ss_{{ T }}_{{ DQN }}_tt(dq, FJ_DSA(buf, kk), FJ_KB(kk), kk);
         fj::wg_commit();
+{% if DQ_FIRST then %}
+        {{ PC.indent(dk_issue, 8) }}
+        // dV and dQ done (dK may still run).
+        fj::wg_wait<1>();
+{% else %}
         fj::wg_wait<0>();
+{% end %}
     {{ hold("dq", DQN // 16) }}
         // dQ's float32 reductions: staged in this warpgroup's buffer as
         // the accumulator's tile (bwd_common.cuh's dq_tile_off) once the
         // writer's last reduce-add has read it, then handed to the writer.
         fj::mbar_wait(dq_empty + 8u * cw, ({{ DQ_COLS and "(unsigned)i" or "(unsigned)(i >> 1)" }} & 1u) ^ 1u);
         const unsigned stage = sdq + cw * {{ DQ_STAGE }}u;
+{% if XJ then %}
+{%   for n, pr in ipairs(pairs) do %}
+        const unsigned dq_at{{ n }} = stage + 4u * (unsigned)fj::dq_tile_off(wr + acc_r + {{ acc.drow[pr[1]] }}, acc_c + {{ acc.dcol[pr[1]] }});
+{%   end %}
+{% end %}
 #pragma unroll
         for (int j = 0; j < {{ DQN // 16 }}; ++j) {
-{% for _, pr in ipairs(pairs) do %}
+{% for n, pr in ipairs(pairs) do %}
+{%   if XJ then %}
+          fj::st_shared_v2_f32(dq_at{{ n }} ^ (unsigned)(j * 64), dq[j][{{ pr[1] }}], dq[j][{{ pr[2] }}]);
+{%   else %}
           fj::st_shared_v2_f32(stage + 4u * (unsigned)fj::dq_tile_off(wr + acc_r + {{ acc.drow[pr[1]] }}, j * 16 + acc_c + {{ acc.dcol[pr[1]] }}), dq[j][{{ pr[1] }}], dq[j][{{ pr[2] }}]);
+{%   end %}
 {% end %}
         }
         fj::fence_async_smem();
         fj::bar_sync(2 + cw, 128);
         if (threadIdx.x % 128 == 0) fj::mbar_arrive(dq_full + 8u * cw);
       }
+{% if DQ_FIRST and not DQ_COLS then %}
+      else {
+        // dK += dS^T Q (the other consumer's turn at dQ).
+        {{ PC.indent(dk_issue, 8) }}
+      }
+{% end %}
       fj::wg_wait<0>();
     {{ hold("dv", DR // 16) }}
     {{ hold("dk", DR // 16) }}
