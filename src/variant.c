@@ -422,6 +422,23 @@ int fj__mma_tile_cols(const fj_variant *v)
   return d > dv ? d : dv;
 }
 
+/* The mma family's 16-row tiles whose warps split the keys, over FP8 K/V
+ * on the pipelined cp.async ring (attention_mma.cu's KS, PIPE and REGS):
+ * the products read the FP8 rings themselves, with no 16-bit tiles --
+ * where the probed B tables are the PTX ISA's, which the template checks
+ * and this assumes (elsewhere the template's plan differs from this one
+ * and the launch takes the template's). */
+static int fp8_regs(const fj_variant *v)
+{
+  int dvp = round_up(fj__head_dim_v(v), 16);
+  int warps = v->warps > 0 ? v->warps : 1;
+  int s_regs = v->tile_n / warps / 16 * 8;
+  return v->mma == FJ_MMA_SYNC && v->tile_m == 16 && warps > 1 &&
+         fj__head_dim_v(v) == v->head_dim &&
+         (v->head_dim == 64 || v->head_dim == 128) &&  /* the template's gate */
+         dvp <= 256 && dvp / 2 + 2 * s_regs + 40 <= 240;
+}
+
 int fj__variant_tiles_smem(const fj_variant *v)
 {
   int cols = v->mma == FJ_MMA_SYNC ? fj__mma_tile_cols(v) : v->head_dim;
@@ -441,11 +458,17 @@ int fj__variant_tiles_smem(const fj_variant *v)
   int elem = 2;  /* e4m3 K/V reach the products in Q's type */
   int q = aligned128(v->tile_m * ld * elem);
   /* FP8 K/V on the cp.async ring (tile_fp8.cuh): FP8 rings of the stages,
-   * beside two 16-bit tiles of K and one of V. */
-  if (fj__kv_dtype(v) == FJ_E4M3 && v->dtype != FJ_E4M3 && v->stages > 1)
+   * beside two 16-bit tiles of K and one of V unless the products read
+   * the rings (fp8_regs); under bf16 queries a float a warp (Q's largest
+   * magnitude: tile_fp8.cuh's q_to_f16). */
+  if (fj__kv_dtype(v) == FJ_E4M3 && v->dtype != FJ_E4M3 && v->stages > 1) {
+    int rings = 2 * aligned128(v->stages * v->tile_n * v->head_dim);
+    int qx = v->dtype == FJ_BF16 ? aligned128(v->warps * 4) : 0;
+    if (fp8_regs(v))
+      return q + rings + qx;
     return q + aligned128(2 * v->tile_n * ld * elem) +
-           aligned128(v->tile_n * ld * elem) +
-           2 * aligned128(v->stages * v->tile_n * v->head_dim);
+           aligned128(v->tile_n * ld * elem) + rings + qx;
+  }
   return q + 2 * aligned128(v->stages * v->tile_n * ld * elem);
 }
 

@@ -95,6 +95,14 @@
   -- dequantised once into the 16-bit tiles the products read
   -- (tile_fp8.cuh); with 1 stage they are dequantised as they load.
   local RING8 = fp8 and S > 1
+  -- Under bf16 queries both products run in f16 (H16): an e4m3 pair
+  -- becomes an f16 pair in one instruction, a bf16 pair in four (through
+  -- float32).  P (at most 2^8: the lazy rescale) and e4m3 fit f16, whose
+  -- 10 mantissa bits keep more of P than bf16's 7; Q's tile becomes f16
+  -- times a power of two that brings its largest magnitude near f16's top
+  -- (tile_fp8.cuh's q_to_f16: exact where bf16 is), and the score scale
+  -- undoes it -- the scaled score equals bf16 Q's bit for bit.
+  local H16 = RING8 and dtype == "bf16"
   local function no(fmt, ...) refuse(fmt:format(...)) end
 
   if softmax ~= "regs" then
@@ -184,11 +192,36 @@
   -- page numbers a tile ahead too (tile_io.cuh's PF_WIDE).
   local PF_WIDE = PAGED and S >= 2 and not RING8 and D // 8 > 32 and BN % W == 0 and BN // W <= 32
   PF = PF or PF_WIDE
+  -- The FP8 ring's paged rows the same way, on the pipelined ring (one
+  -- 16-byte chunk a thread: tile_fp8.cuh's tile_pages8, ring8_paged).
+  local C8 = D // 16
+  if RING8 and PAGED and PIPE and 32 % C8 == 0 and BN % (THREADS // C8) == 0 and
+     BN // (THREADS // C8) * (32 // C8) <= 32 then
+    PF = true
+  end
   local live = o_regs + s_regs * (PIPE and 2 or 1)
   local QREGS = live + q_regs + 40 <= 224
 
   -- The layout tables.
   local acc, qa, rows, p_from = L.softmax_tables(lut_acc, lut_a, "mma", refuse)
+  -- REGS: the KS decode's products straight from the FP8 ring, under
+  -- 16-bit queries (both products in f16): no 16-bit K and V tiles, each
+  -- warp's keys read by ldmatrix on the FP8 bytes and converted in
+  -- registers (tile_fp8.cuh's k8_pair, v8_pair), Q's tile permuted within
+  -- each 16-column block to match K's registers, O's columns permuted
+  -- within each 16-column tile and put back by the epilogue (OCOLS).  The
+  -- register facts: the probed B tables, checked to be the PTX ISA's
+  -- (lut.lua's fp8_b_isa; elsewhere the 16-bit tiles), and the ISA's
+  -- ldmatrix (16-bit units, whatever they hold).  Only with the pipelined
+  -- ring (PIPE): K(t + 1) is read from its slot while tile t's softmax
+  -- runs, as the 16-bit ring's.  Head dims 64 and 128 only (K's and
+  -- V's alike), the ones seen right on the GPU (gpu_fp8_kv,
+  -- gpu_fp8_kv_paged, 2026-12-05); the other widths' cases (test_gpu.c's
+  -- "fp8 ring split keys") keep the 16-bit tiles until they have run.
+  local OCOLS = KS and RING8 and PIPE and (dtype == "bf16" or dtype == "f16") and
+                DV == D and (D == 64 or D == 128) and
+                L.fp8_b_isa(lut_bk, lut_bv) and L.fp8_v_cols(acc) or nil
+  local REGS = OCOLS ~= nil
   local NC = #rows.classes
   -- CS: the rows' maxima over the warps (softmax_regs.cuh's exchange),
   -- each warp's mx of its keys in x_m, then the largest of them all, in
@@ -227,10 +260,14 @@
   if RING8 then
     -- The 16-bit tiles the products read (two of K: S(t + 1) is computed
     -- beside tile t's softmax), then the FP8 rings.
-    region("k", 2 * BN * LD * 2)
-    region("v", BN * LD * 2)
+    if not REGS then
+      region("k", 2 * BN * LD * 2)
+      region("v", BN * LD * 2)
+    end
     region("k8", S * BN * D, "unsigned char")
     region("v8", S * BN * D, "unsigned char")
+    -- H16: the warps' largest magnitudes of Q (q_to_f16).
+    if H16 then region("qx", W * 4, "float") end
   else
     region("k", S * BN * LD * 2)
     if not VK then region("v", S * BN * LD * 2) end
@@ -248,7 +285,7 @@
   -- and K's ring alone is too small, from Q's tile on (Q, just before it,
   -- is no longer read then).
   local MERGE_BYTES = (W * NC + (W - 1) * (DVP // 2 + NC)) * 32 * 4
-  local MERGE_AT = "s_k"
+  local MERGE_AT = REGS and "s_k8" or "s_k"
   if KS and VK and MERGE_BYTES > KV_BYTES then
     MERGE_AT, KV_BYTES = "s_q", KV_BYTES + plan[2].offset
   end
@@ -259,6 +296,22 @@
   meta.symbol = symbol
   meta.threads = THREADS
   meta.smem_bytes = offset
+  -- REGS: the blocks a multiprocessor holds by shared memory (1 KB
+  -- reserved a block), up to 4; the launch bounds then cap the registers
+  -- so that they hold as many (64K a multiprocessor: 128 a thread for 4
+  -- blocks of 128 threads, 168 for 3), and below 160 Q is read from
+  -- shared memory each tile rather than kept in registers (kept, ptxas
+  -- spilled 24 bytes at d128 under 128 registers, sm_90a).  Paged rows'
+  -- page numbers take more: up to 3 blocks there (at 4, 12 bytes spilled
+  -- at d128, sm_90a).
+  local MINB = 1
+  if REGS then
+    MINB = math.max(1, math.min(PAGED and 3 or 4, import("budget.lua").smem_sm(sm) // (offset + 1024)))
+    local function cap() return math.min(255, 65536 // (MINB * THREADS) // 8 * 8) end
+    -- O, both S and 40 more (at d256 under 168, 4 bytes spilled).
+    while MINB > 1 and o_regs + 2 * s_regs + 40 > cap() do MINB = MINB - 1 end
+    if cap() < 160 then QREGS = false end
+  end
   meta.rows_per_block = BM
   -- The user's own expressions compile in a child process: a compiler crash
   -- on them is an error, never the host's death.
@@ -295,16 +348,28 @@
   local function DEQUANT(parts, k0, pad)
     local nl = "\n" .. (" "):rep(pad or 2)
     local function src(x) return x[3] and ("%s ? %s : nullptr"):format(x[3], x[2]) or x[2] end
+    local h = H16 and "true" or "false"
     if KS then
       local b = parts[2] or { "nullptr", "nullptr" }
-      return ("fj::dequant_rows<%d, 32>(%s, %s, %s, %s, %s, lane);"):format(NJ * 16, parts[1][1], src(parts[1]),
-                                                                           b[1], src(b), k0) .. nl .. "__syncwarp();"
+      return ("fj::dequant_rows<%d, 32, %s>(%s, %s, %s, %s, %s, lane);"):format(NJ * 16, h, parts[1][1],
+                                                                               src(parts[1]), b[1], src(b), k0)
+             .. nl .. "__syncwarp();"
     end
     local out = {}
     for _, x in ipairs(parts) do
-      out[#out + 1] = ("%sfj::dequant_tile(%s, %s);"):format(x[3] and ("if (%s) "):format(x[3]) or "", x[1], x[2])
+      out[#out + 1] = ("%sfj::dequant_tile<%s>(%s, %s);"):format(x[3] and ("if (%s) "):format(x[3]) or "", h,
+                                                                 x[1], x[2])
     end
     return table.concat(out, nl) .. nl .. "__syncthreads();"
+  end
+  -- Paged rings (PF): the page numbers of key tile ti, a row a lane, and
+  -- the copy of tile i of K or V ("k", "v") with them (pg).
+  local function PAGES(ti)
+    return ("fj::%s(ksrc, %s, %s)"):format(RING8 and "tile_pages8" or "tile_pages", ti, KVROWS)
+  end
+  local function PCOPY(which, i, pg)
+    if RING8 then return ("fj::ring8_paged(s_%s8, %ssrc, %s, %s)"):format(which, which, i, pg) end
+    return ("fj::copy_tile_paged(s_%s, %ssrc, %s, %s)"):format(which, which, i, pg)
   end
   -- The copy of key tile i of K or V ("k", "v") into its ring.
   local function LOAD(which, i)
@@ -351,23 +416,32 @@
 __constant__ unsigned char fj_base_acc[32] = { {{ L.base_bytes(acc) }} };
 
 {{ include("mma_frag.cuh") }}
-{{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S, fp8 = fp8, PF = PF, PF_TPR = TPR, PF_WIDE = PF_WIDE, BMASK = BMASK, VK = VK,
+{{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S, fp8 = fp8, PF = PF and not RING8, PF_TPR = TPR, PF_WIDE = PF_WIDE, BMASK = BMASK, VK = VK,
                       PADC = DT > D and DT // 8 or nil }) }}
 {% if RING8 then %}
-{{ include("tile_fp8.cuh", { THREADS = THREADS, S = S, BMASK = BMASK }) }}
+{{ include("tile_fp8.cuh", { THREADS = THREADS, S = S, BMASK = BMASK, H16 = H16, PF = PF, REGS = REGS }) }}
 {% end %}
 
 namespace fj {
+{% if H16 then %}
+// Two floats as the A-operand register of two f16 elements (the first
+// low): P for P V in f16 (H16).
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  const __half2 e = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const unsigned *>(&e);
+}
+{% else %}
 // Two floats as the A-operand register of two 16-bit elements (the first low).
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {
   const elem2_t e = to_elem2(lo, hi);
   return *reinterpret_cast<const unsigned *>(&e);
 }
+{% end %}
 }  // namespace fj
 
 // Minimum one block per multiprocessor, so that ptxas budgets registers for
-// O, S and Q instead of spilling.
-extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
+// O, S and Q instead of spilling{% if MINB > 1 then %} (here {{ MINB }}: as many as the shared memory holds){% end %}.
+extern "C" __global__ void __launch_bounds__({{ THREADS }}, {{ MINB }})
 {{ symbol }}(const fj::Params p{{ mods.kernel_param }}) {
   using fj::elem_t;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -405,13 +479,13 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const int at_scale = fj::scale_at(p, blk.b, blk.hk);
   const float k_scale = p.k_scale[at_scale], v_scale = p.v_scale[at_scale];
 {% end %}
-  {{ mods.scales(2, fp8 and " * k_scale" or "") }}
+  {{ H16 and "// The scales follow Q's conversion to f16 (H16), below." or mods.scales(2, fp8 and " * k_scale" or "") }}
   const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
   // ldmatrix source rows and columns of this lane (mma_frag.cuh).
   const int rm_r = fj::ldm_row_rm(lane), rm_c = fj::ldm_col_rm(lane);
   const int nm_r = fj::ldm_row_nm(lane), nm_c = fj::ldm_col_nm(lane);
   const unsigned rm_off = 2 * (rm_r * {{ LD }} + rm_c), nm_off = 2 * (nm_r * {{ LD }} + nm_c);
-  const unsigned sq_u = fj::smem_addr(s_q), sk_u = fj::smem_addr(s_k), sv_u = {{ VK and "sk_u" or "fj::smem_addr(s_v)" }};
+  const unsigned sq_u = fj::smem_addr(s_q), sk_u = fj::smem_addr({{ REGS and "s_k8" or "s_k" }}), sv_u = {{ VK and "sk_u" or REGS and "fj::smem_addr(s_v8)" or "fj::smem_addr(s_v)" }};
   (void)rm_off; (void)nm_off;
 
 {% if BMASK then %}
@@ -466,18 +540,18 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {%   if PF then %}
   // Page numbers: pg_v those of the next V tile to load (K's of the
   // iteration before), pg_k those of the next K tile, read a tile ahead.
-  int pg_v = fj::tile_pages(ksrc, 0, {{ KVROWS }});
-  if (ntiles > 0) fj::copy_tile_paged(s_k, ksrc, 0, pg_v);
+  int pg_v = {{ PAGES("0") }};
+  if (ntiles > 0) {{ PCOPY("k", "0", "pg_v") }};
   fj::cp_async_commit();
 #pragma unroll
   for (int i = 0; i < {{ S - 1 }}; ++i) {
-    const int pg_n = fj::tile_pages(ksrc, i + 1, {{ KVROWS }});
-    if (i + 1 < ntiles) fj::copy_tile_paged(s_k, ksrc, i + 1, pg_n);
-    if (i < ntiles) fj::copy_tile_paged(s_v, vsrc, i, pg_v);
+    const int pg_n = {{ PAGES("i + 1") }};
+    if (i + 1 < ntiles) {{ PCOPY("k", "i + 1", "pg_n") }};
+    if (i < ntiles) {{ PCOPY("v", "i", "pg_v") }};
     pg_v = pg_n;
     fj::cp_async_commit();
   }
-  int pg_k = fj::tile_pages(ksrc, {{ S }}, {{ KVROWS }});
+  int pg_k = {{ PAGES(tostring(S)) }};
 {%   else %}
   if (ntiles > 0) {{ LOAD("k", "0") }};
   fj::cp_async_commit();
@@ -500,7 +574,20 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {%   end %}
 {% end %}
   __syncthreads();
-{% if RING8 and PIPE then %}
+{% if H16 then %}
+  // Q in f16, times 2^e (tile_fp8.cuh); the score scale takes 2^-e.
+{%   if REGS then %}
+  // (Each 16-column block permuted too, as K's registers take it: REGS.)
+{%   end %}
+  const float q_unscale = fj::q_to_f16<{{ BM }}>(s_q, s_qx);
+  {{ mods.scales(2, " * k_scale * q_unscale") }}
+{% end %}
+{% if REGS and not H16 then %}
+  // Q's tile permuted within each 16-column block, as K's registers take
+  // it (REGS: tile_fp8.cuh's q_perm).
+  fj::q_perm<{{ BM }}>(s_q);
+{% end %}
+{% if RING8 and PIPE and not REGS then %}
   // K(0), which S(0) reads.
   {{ DEQUANT({ { "s_k", "s_k8" } }, "warp * " .. (NJ * 16)) }}
 {% end %}
@@ -539,6 +626,54 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       for (int j = 0; j < {{ NJ }}; ++j)
 #pragma unroll
         for (int s = 0; s < 8; ++s) {{ dst }}[mi][j][s] = 0.f;
+{%   if REGS then %}
+    // K's FP8 bytes by ldmatrix, two 16-dim blocks an x4 (tile_fp8.cuh's k8_pair).
+{%     local NB = DP // 16 %}
+{%     if NB >= 2 then %}
+#pragma unroll
+    for (int kk = 0; kk < {{ NB // 2 }}; ++kk) {
+{%       if not QREGS then %}
+      unsigned qk[{{ MR }}][2][4];
+#pragma unroll
+      for (int mi = 0; mi < {{ MR }}; ++mi) {
+        fj::ldsm_x4(qk[mi][0], {{ addr("sq_u", "rm", "wr + mi * 16", "kk * 32") }});
+        fj::ldsm_x4(qk[mi][1], {{ addr("sq_u", "rm", "wr + mi * 16", "kk * 32 + 16") }});
+      }
+{%       end %}
+#pragma unroll
+      for (int j = 0; j < {{ NJ }}; ++j) {
+        unsigned r[4], kf[2][4];
+        fj::ldsm_x4(r, {{ kbuf }} + fj::off8(kw + j * 16 + nm_r, 2 * kk + (nm_c >> 3)));
+        fj::k8_pair(kf[0], r[0], r[2]);
+        fj::k8_pair(kf[1], r[1], r[3]);
+#pragma unroll
+        for (int mi = 0; mi < {{ MR }}; ++mi) {
+          fj::mma_tile_f16({{ dst }}[mi][j], {{ QREGS and "qf[mi][2 * kk]" or "qk[mi][0]" }}, kf[0]);
+          fj::mma_tile_f16({{ dst }}[mi][j], {{ QREGS and "qf[mi][2 * kk + 1]" or "qk[mi][1]" }}, kf[1]);
+        }
+      }
+    }
+{%     end %}
+{%     if NB % 2 == 1 then %}
+    {
+      // The last 16-dim block alone (x2: its keys 0-7 and 8-15).
+{%       if not QREGS then %}
+      unsigned qk[{{ MR }}][4];
+#pragma unroll
+      for (int mi = 0; mi < {{ MR }}; ++mi)
+        fj::ldsm_x4(qk[mi], {{ addr("sq_u", "rm", "wr + mi * 16", tostring((NB - 1) * 16)) }});
+{%       end %}
+#pragma unroll
+      for (int j = 0; j < {{ NJ }}; ++j) {
+        unsigned r[2], kf[4];
+        fj::ldsm_x2(r, {{ kbuf }} + fj::off8(kw + j * 16 + rm_r, {{ NB - 1 }}));
+        fj::k8_pair(kf, r[0], r[1]);
+#pragma unroll
+        for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_f16({{ dst }}[mi][j], {{ QREGS and ("qf[mi][%d]"):format(NB - 1) or "qk[mi]" }}, kf);
+      }
+    }
+{%     end %}
+{%   else %}
 #pragma unroll
     for (int kk = 0; kk < {{ DP // 16 }}; ++kk) {
 {%   if not QREGS then %}
@@ -552,9 +687,10 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         unsigned kf[4];
         fj::ldsm_x4(kf, {{ addr(kbuf, "nm", KW and "kw + j * 16" or "j * 16", "kk * 16") }});
 #pragma unroll
-        for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_{{ T }}({{ dst }}[mi][j], {{ QREGS and "qf[mi][kk]" or "qk[mi]" }}, kf);
+        for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_{{ H16 and "f16" or T }}({{ dst }}[mi][j], {{ QREGS and "qf[mi][kk]" or "qk[mi]" }}, kf);
       }
     }
+{%   end %}
 {%
   end
   -- softmax: the online softmax of src (softmax_regs.cuh), P packed as
@@ -600,6 +736,37 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_{{ T }}(o[mi][d], pa[mi], vf);
       }
     }
+{%   elseif REGS then %}
+    // V's FP8 bytes by ldmatrix.trans, two 16-dim blocks an x4
+    // (tile_fp8.cuh's v8_pair): O's tile d holds dims 16 d + 2c (columns
+    // c < 8) and 16 d + 2c + 1 (columns 8 + c), put back by the epilogue.
+{%     local NB = DVP // 16 %}
+#pragma unroll
+    for (int kk = 0; kk < {{ NJ }}; ++kk) {
+{%     if NB >= 2 then %}
+#pragma unroll
+      for (int d = 0; d < {{ NB // 2 }}; ++d) {
+        unsigned r[4], vf[2][4];
+        fj::ldsm_x4_t(r, {{ vbuf }} + fj::off8(kw + kk * 16 + rm_r, 2 * d + (rm_c >> 3)));
+        fj::v8_pair(vf[0], r[0], r[1]);
+        fj::v8_pair(vf[1], r[2], r[3]);
+#pragma unroll
+        for (int mi = 0; mi < {{ MR }}; ++mi) {
+          fj::mma_tile_f16(o[mi][2 * d], pk[mi][kk], vf[0]);
+          fj::mma_tile_f16(o[mi][2 * d + 1], pk[mi][kk], vf[1]);
+        }
+      }
+{%     end %}
+{%     if NB % 2 == 1 then %}
+      {
+        unsigned r[2], vf[4];
+        fj::ldsm_x2_t(r, {{ vbuf }} + fj::off8(kw + kk * 16 + rm_r, {{ NB - 1 }}));
+        fj::v8_pair(vf, r[0], r[1]);
+#pragma unroll
+        for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_f16(o[mi][{{ NB - 1 }}], pk[mi][kk], vf);
+      }
+{%     end %}
+    }
 {%   else %}
 #pragma unroll
     for (int kk = 0; kk < {{ NJ }}; ++kk) {
@@ -608,7 +775,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         unsigned vf[4];
         fj::ldsm_x4_t(vf, {{ addr(vbuf, "rm", KS and "kw + kk * 16" or "kk * 16", "d * 16") }});
 #pragma unroll
-        for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_{{ T }}(o[mi][d], pk[mi][kk], vf);
+        for (int mi = 0; mi < {{ MR }}; ++mi) fj::mma_tile_{{ H16 and "f16" or T }}(o[mi][d], pk[mi][kk], vf);
       }
     }
 {%   end %}
@@ -644,18 +811,22 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     {
       const int i = t + {{ S - 1 }};
 {%   if PF then %}
-      if (i + 1 < ntiles) fj::copy_tile_paged(s_k, ksrc, i + 1, pg_k);
-      if (i < ntiles) fj::copy_tile_paged(s_v, vsrc, i, pg_v);
+      if (i + 1 < ntiles) {{ PCOPY("k", "i + 1", "pg_k") }};
+      if (i < ntiles) {{ PCOPY("v", "i", "pg_v") }};
       fj::cp_async_commit();
       pg_v = pg_k;
-      pg_k = fj::tile_pages(ksrc, i + 2, {{ KVROWS }});  // in flight meanwhile
+      pg_k = {{ PAGES("i + 2") }};  // in flight meanwhile
 {%   else %}
       if (i + 1 < ntiles) {{ LOAD("k", "i + 1") }};
       if (i < ntiles) {{ LOAD("v", "i") }};
       fj::cp_async_commit();
 {%   end %}
     }
-{%   if RING8 then %}
+{%   if REGS then %}
+    // K(t + 1) and V(t) straight from their FP8 slots (REGS), neither of
+    // them the ones being refilled.
+    const unsigned kn = sk_u + ((t + 1) % {{ S }}) * {{ BN * D }}, vt = sv_u + (t % {{ S }}) * {{ BN * D }};
+{%   elseif RING8 then %}
     // V(t) and K(t + 1) as 16-bit tiles: V's one (every warp is past P(t -
     // 1) V(t - 1)) and K's other (K(t)'s, read by S(t) last iteration).
     // Their FP8 slots are not the ones being refilled.
@@ -791,7 +962,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
 {{ include("epilogue_regs.cuh", with(frag, {
      ND = DVW // 16, out_scale = fp8 and "v_scale" or "1.f", out = out, rows_end = LEN_Q,
-     c0 = CS and "(acc_c + cw)" or nil,
+     c0 = CS and "(acc_c + cw)" or REGS and "(2 * acc_c)" or nil, ocols = OCOLS,
      cols = DV < DVP and DV or nil, cols_split = CS,
      sinks = mods.sinks and not SPLIT,
      O = function(mi, d, i) return ("o[%s][%s][%d]"):format(mi, d, i) end })) }}

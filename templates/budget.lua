@@ -31,6 +31,15 @@ local M = {}
 -- one block per multiprocessor splits it as the table below).
 M.SM90_SMEM = 227 * 1024
 
+-- Shared memory per multiprocessor by compute capability (src/ctx.c's
+-- arch_table, kept in step), for a kernel's blocks a multiprocessor holds.
+function M.smem_sm(sm)
+  if sm == 75 then return 64 * 1024 end
+  if sm == 80 or sm == 87 then return 164 * 1024 end
+  if sm == 86 or sm == 88 or sm == 89 or sm >= 120 then return 100 * 1024 end
+  return 228 * 1024
+end
+
 -- setmaxnreg's split per consumer warpgroups: the producer gives its
 -- registers to the consumers (24 or 32 left to it), whose count must be a
 -- multiple of 8 with the block's total within 64K.

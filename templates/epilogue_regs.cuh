@@ -49,6 +49,11 @@
   at least 0, which the host wrote first).  post_scale (or nil): a C
   float expression each stored value is multiplied by after amax took it
   (FP8 attention's o_scale for an e4m3 O).
+  ocols (or nil: the accumulator's own columns): O's columns permuted in
+  registers (the mma family's FP8 V read from its ring: lut.lua's
+  fp8_v_cols): slot s of a 16-column tile holds column c0 + ocols.dcol[s],
+  and ocols.pairs lists the slots stored together (neighbours, the even
+  column first); c0 is then the permuted base.  Not with stage or cols.
 #}
 {%
   local NC, L = #rows.classes, import("lut.lua")
@@ -72,6 +77,10 @@
   local COLS = cols or 16 * ND
   if COLS % 8 ~= 0 or (COLS > 16 * ND and not cols_split) then error("epilogue_regs.cuh: cols must be a multiple of 8 up to 16 ND") end
   if cols and stage and cols_split then error("epilogue_regs.cuh: cols_split is not for staged stores") end
+  if ocols and (stage or cols) then error("epilogue_regs.cuh: ocols takes neither stage nor cols") end
+  -- Each slot's column in a tile and the slots stored together.
+  local DCOL = ocols and ocols.dcol or acc.dcol
+  local PAIRS = ocols and ocols.pairs or L.pairs(acc, false)
   local ND_OUT = cols_split and ND or (COLS + 15) // 16
   -- Stores checked by column: a partial last tile, or the warps' columns
   -- past the row's (cols_split).
@@ -125,7 +134,7 @@
 #pragma unroll
       for (int d = 0; d < {{ ND_OUT }}; ++d) {
 {%   for s = 0, acc.slots - 1 do %}
-        if ({{ out.valid(("%s + %d"):format(row0("mi"), acc.drow[s])) }}{{ CHECK and (" && d * 16 + %s + %d < %d"):format(c0, acc.dcol[s], COLS) or "" }})
+        if ({{ out.valid(("%s + %d"):format(row0("mi"), acc.drow[s])) }}{{ CHECK and (" && d * 16 + %s + %d < %d"):format(c0, DCOL[s], COLS) or "" }})
           o_max = fmaxf(o_max, fabsf({{ O("mi", "d", s) }} * inv{{ rows.class_of[s] }}));
 {%   end %}
       }
@@ -147,17 +156,17 @@
         {{ T.one }} *const out = {{ out.ptr("row") }} + {{ c0 }};
 #pragma unroll
         for (int d = 0; d < {{ ND_OUT }}; ++d) {
-{%   for _, pr in ipairs(L.pairs(acc, false)) do %}
+{%   for _, pr in ipairs(PAIRS) do %}
 {%     local s = pr[1] %}
 {%     if rows.class_of[s] == c then %}
 {%       if CHECK then %}
-          if (d * 16 + {{ c0 }} + {{ acc.dcol[s] }} < {{ COLS }})
+          if (d * 16 + {{ c0 }} + {{ DCOL[s] }} < {{ COLS }})
 {%       end %}
 {%       if #pr == 2 then %}
-          *reinterpret_cast<{{ T.two }} *>(out + d * 16 + {{ acc.dcol[s] }}) =
+          *reinterpret_cast<{{ T.two }} *>(out + d * 16 + {{ DCOL[s] }}) =
               {{ T.make2 }}({{ O("mi", "d", s) }} * inv{{ c }}, {{ O("mi", "d", pr[2]) }} * inv{{ c }});
 {%       else %}
-          out[d * 16 + {{ acc.dcol[s] }}] = {{ T.make1 }}({{ O("mi", "d", s) }} * inv{{ c }});
+          out[d * 16 + {{ DCOL[s] }}] = {{ T.make1 }}({{ O("mi", "d", s) }} * inv{{ c }});
 {%       end %}
 {%     end %}
 {%   end %}
@@ -210,10 +219,10 @@
     // row, the mma family at 255 registers spilled).
 #pragma unroll
     for (int d = 0; d < {{ ND_OUT }}; ++d) {
-{% for _, pr in ipairs(L.pairs(acc, false)) do %}
+{% for _, pr in ipairs(PAIRS) do %}
 {%   local s = pr[1] %}
       {
-        const int row = {{ row0("mi") }} + {{ acc.drow[s] }}, col = d * 16 + {{ c0 }} + {{ acc.dcol[s] }};
+        const int row = {{ row0("mi") }} + {{ acc.drow[s] }}, col = d * 16 + {{ c0 }} + {{ DCOL[s] }};
         if ({{ out.valid("row") }}{{ CHECK and (" && col < %d"):format(COLS) or "" }}) {
           {{ T.one }} *dst = {{ out.ptr("row") }} + col;
 {%   if #pr == 2 then %}

@@ -246,6 +246,81 @@ function M.p8_from_acc(a8, acc)
   return from, sigma
 end
 
+-- fp8_b_isa(bk, bv) -> true | nil, why
+-- The mma family's FP8 products straight from the ring (attention_mma.cu's
+-- REGS) read e4m3 bytes with the 16-bit B loads (mma_frag.cuh's ldmatrix
+-- addressing, K non-transposed, V .trans) and convert them in registers.
+-- ldmatrix moves 16-bit units, whatever they hold (the PTX ISA), so a
+-- register's bytes are the two stored units the probed B tables place in
+-- it; which FP8 element each converted pair then holds is derived in the
+-- template from the ISA's m16n8k16 B layout: register i of lane (g, t) =
+-- (l / 4, l % 4) holds (k, n) = (2t + e + 8 (i % 2), g + 8 (i // 2)), e =
+-- 0, 1 in its low and high half.  This checks that both probed tables
+-- (bk: K-style, n-major; bv: V-style, .trans) are exactly that; where not,
+-- the template keeps the 16-bit tiles.
+function M.fp8_b_isa(bk, bv)
+  for _, x in ipairs({ { bk, "K-style B" }, { bv, "V-style B" } }) do
+    local lut, what = x[1], x[2]
+    if lut.slots < 8 then return nil, ("%s has %d slots, not 8"):format(what, lut.slots) end
+    for lane = 0, 31 do
+      local g, t = lane // 4, lane % 4
+      for i = 0, 3 do
+        for e = 0, 1 do
+          local k, n = rc(lut, lane, 2 * i + e)
+          if k ~= 2 * t + e + 8 * (i % 2) or n ~= g + 8 * (i // 2) then
+            return nil, ("%s: lane %d slot %d holds (k %d, n %d), not the PTX ISA's (%d, %d)")
+              :format(what, lane, 2 * i + e, k, n, 2 * t + e + 8 * (i % 2), g + 8 * (i // 2))
+          end
+        end
+      end
+    end
+  end
+  return true
+end
+
+-- fp8_v_cols(acc) -> { dcol = {[s] = ...}, pairs = { {s, s'} | {s} ... } } | nil, why
+-- O's columns where FP8 V is read by ldmatrix.trans on bytes (REGS): in
+-- each 16-column tile of O the mma's first 8 columns (B registers 0-1:
+-- the accumulator's columns 0-7, mma_frag.cuh) hold the even head dims,
+-- column c dim 2c, and the second 8 the odd ones, column 8 + c dim 2c + 1.
+-- From the accumulator table: slot s of a lane holds dim 2 acc_c + dcol[s]
+-- (acc_c the lane's base column, checked separable so), and pairs lists
+-- the slots in pairs of neighbouring dims of one row (even dim first), so
+-- that a store stays two elements.
+function M.fp8_v_cols(acc)
+  local dcol = {}
+  local function dim(col) return col < 8 and 2 * col or 2 * (col - 8) + 1 end
+  for s = 0, acc.slots - 1 do
+    dcol[s] = dim(acc.base[0][2] + acc.dcol[s]) - 2 * acc.base[0][2]
+  end
+  for lane = 0, 31 do
+    local bc = acc.base[lane][2]
+    for s = 0, acc.slots - 1 do
+      local c = bc + acc.dcol[s]
+      if c < 0 or c > 15 or dim(c) ~= 2 * bc + dcol[s] then
+        return nil, ("the accumulator's lane %d slot %d (column %d) breaks the even/odd dims' map"):format(lane, s, c)
+      end
+    end
+  end
+  local pairs_, used = {}, {}
+  for _, s in ipairs(acc.distinct) do
+    if not used[s] then
+      used[s] = true
+      local pr = { s }
+      if dcol[s] % 2 == 0 then
+        for _, u in ipairs(acc.distinct) do
+          if not used[u] and acc.drow[u] == acc.drow[s] and dcol[u] == dcol[s] + 1 then
+            pr[2], used[u] = u, true
+            break
+          end
+        end
+      end
+      pairs_[#pairs_ + 1] = pr
+    end
+  end
+  return { dcol = dcol, pairs = pairs_ }
+end
+
 -- The tables a register softmax with P in registers needs, each checked:
 -- the accumulator and the A operand (analysed), the accumulator's row
 -- classes and the A slot -> accumulator slot mapping of P.  refuse(why)

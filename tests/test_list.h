@@ -49,6 +49,7 @@ TEST(pieces_mask_directions, cpu)
 TEST(pieces_ring_elem, cpu)
 TEST(pieces_budget, cpu)
 TEST(pieces_p8_from_acc, cpu)
+TEST(pieces_fp8_regs, cpu)
 /* compile.c */
 TEST(compile_sm80_sm90, cpu)
 TEST(compile_lut_probe, cpu)

@@ -6,7 +6,9 @@
  * and the producer's rings (tma_ring.lua) and the budget (budget.lua) take
  * any element width and refuse with the value and the limit; FP8's P
  * operand from the accumulator (lut.lua's p8_from_acc) on the reference
- * tables.
+ * tables; the mma family's FP8 products read from the ring (lut.lua's
+ * fp8_b_isa and fp8_v_cols, tile_fp8.cuh's k8_pair, v8_pair, q_perm16 and
+ * off8) emulated lane by lane.
  */
 #include <lauxlib.h>
 #include <lua.h>
@@ -252,5 +254,169 @@ int test_pieces_p8_from_acc(void)
       "f, why = L.p8_from_acc(shifted, acc)\n"
       "assert(f == nil and why:find('lane 0 holds 0 elements of row 0 as the 8-bit A and 8', 1, true), why)\n";
   CHECK(run_lua_luts("p8_from_acc", chunk, frags, FJ_ARRAY_LEN(frags)) == 0);
+  return 0;
+}
+
+/* The mma family's FP8 decode products straight from the ring
+ * (attention_mma.cu's REGS), emulated lane by lane on the reference
+ * tables: FP8 rows stored in the ring's swizzle (tile_fp8.cuh's off8 under
+ * REGS), read by ldmatrix as the PTX ISA defines it (non-transposed: lane
+ * l's register i is 4 bytes of row l / 4 of matrix i, from byte 4 (l % 4);
+ * .trans: the 16-bit units (2 (l % 4), l / 4) and (2 (l % 4) + 1, l / 4)),
+ * with mma_frag.cuh's lane addressing; the bytes paired as k8_pair and
+ * v8_pair pair them, each pair's place in the B operand from the probed
+ * B tables (which (k, n) a slot holds), Q's tile permuted as q_perm16
+ * does, O's slots put back by fp8_v_cols's columns.  S = Q K^T and O =
+ * P V come out exact for head dims 16 to 256 (80: the odd block read by
+ * ldmatrix.x2); eight rows of one chunk fall in distinct banks (the
+ * conflict-free ldmatrix); a doctored B table is refused with its lane. */
+int test_pieces_fp8_regs(void)
+{
+  static const fj_frag frags[] = {FJ_FRAG_MMA_ACC_BF16, FJ_FRAG_MMA_A, FJ_FRAG_MMA_B_COL,
+                                  FJ_FRAG_MMA_B_ROW};
+  static const char chunk[] =
+      "local L = import('lut.lua')\n"
+      "local acc = assert(L.analyse(LUT_mma_acc_bf16, 'acc'))\n"
+      "assert(L.fp8_b_isa(LUT_mma_b_col, LUT_mma_b_row))\n"
+      "local oc = assert(L.fp8_v_cols(acc))\n"
+      "local want = { [0] = 0, 2, 0, 2, 1, 3, 1, 3 }\n"
+      "for s = 0, 7 do assert(oc.dcol[s] == want[s], s) end\n"
+      "assert(#oc.pairs == 4)\n"
+      "for i, pr in ipairs(oc.pairs) do assert(pr[1] == i - 1 and pr[2] == i + 3, i) end\n"
+      "local function rc(t, lane, s) return L.rc(t, lane, s) end\n"
+      "for _, D in ipairs({ 16, 32, 64, 80, 96, 128, 256 }) do\n"
+      " local C8 = D // 16\n"
+      " local XW8 = 1\n"
+      " while XW8 < 8 and C8 % (XW8 * 2) == 0 do XW8 = XW8 * 2 end\n"
+      " local XS8 = (C8 < 8 and XW8 == C8) and ({ [1] = 3, [2] = 2, [4] = 1 })[C8] or 0\n"
+      " local function off8(r, c) return r * D + ((c ~ ((r >> XS8) & (XW8 - 1))) << 4) end\n"
+      " -- eight rows of a chunk: distinct 16-byte bank groups where the row\n"
+      " -- length allows (a power of two of chunks, or a multiple of 8)\n"
+      " if XW8 == C8 or C8 % 8 == 0 then\n"
+      "  for r0 = 0, 8, 8 do for c = 0, C8 - 1 do\n"
+      "   local seen = {}\n"
+      "   for r = r0, r0 + 7 do\n"
+      "    local b = off8(r, c) // 16 % 8\n"
+      "    assert(not seen[b], ('d%d rows %d.. chunk %d: bank group %d twice'):format(D, r0, c, b))\n"
+      "    seen[b] = true\n"
+      "   end\n"
+      "  end end\n"
+      " end\n"
+      " local function Q(m, d) return (m * 7 + d * 3) % 11 - 5 end\n"
+      " local function K(n, d) return (n * 5 + d * 13) % 9 end\n"
+      " local function V(n, d) return (n * 3 + d * 7) % 10 end\n"
+      " local function P(m, n) return (m * 5 + n * 11) % 7 - 3 end\n"
+      " local kr, vr = {}, {}\n"
+      " for n = 0, 15 do for d = 0, D - 1 do\n"
+      "  kr[off8(n, d // 16) + d % 16] = K(n, d)\n"
+      "  vr[off8(n, d // 16) + d % 16] = V(n, d)\n"
+      " end end\n"
+      " -- ldmatrix: addr[lane] for the lanes naming matrix rows; nm registers\n"
+      " local function ldsm(ring, addr, nm, trans)\n"
+      "  local out = {}\n"
+      "  for l = 0, 31 do\n"
+      "   out[l] = {}\n"
+      "   for i = 0, nm - 1 do\n"
+      "    local g, t = l // 4, l % 4\n"
+      "    local b = {}\n"
+      "    if trans then\n"
+      "     for h = 0, 1 do for e = 0, 1 do b[2 * h + e] = ring[addr[8 * i + 2 * t + h] + 2 * g + e] end end\n"
+      "    else\n"
+      "     for e = 0, 3 do b[e] = ring[addr[8 * i + g] + 4 * t + e] end\n"
+      "    end\n"
+      "    out[l][i] = b\n"
+      "   end\n"
+      "  end\n"
+      "  return out\n"
+      " end\n"
+      " local function nm_r(l) return (l & 7) | ((l >> 4) << 3) end\n"
+      " local function nm_c(l) return l & 8 end\n"
+      " local function rm_r(l) return l & 15 end\n"
+      " local function rm_c(l) return (l >> 4) << 3 end\n"
+      " -- B of one 16-dim block from per-lane registers b[0..3] (each two\n"
+      " -- values, low first), placed by the probed table\n"
+      " local function bmat(lut, regs)\n"
+      "  local B = {}\n"
+      "  for l = 0, 31 do for s = 0, 7 do\n"
+      "   local k, n = rc(lut, l, s)\n"
+      "   local v = regs[l][s // 2][s % 2]\n"
+      "   assert(B[k * 16 + n] == nil or B[k * 16 + n] == v)\n"
+      "   B[k * 16 + n] = v\n"
+      "  end end\n"
+      "  return B\n"
+      " end\n"
+      " local function pairs2(a, b) return { [0] = { [0] = a[0], a[1] }, { [0] = a[2], a[3] }, { [0] = b[0], b[1] }, { [0] = b[2], b[3] } } end\n"
+      " local function prmt3120(a) return { [0] = a[0], a[2], a[1], a[3] } end\n"
+      " -- v8_pair: b[0], b[2] from keys 0-7, b[1], b[3] from keys 8-15\n"
+      " local function vpair(a, b)\n"
+      "  local x, y = prmt3120(a), prmt3120(b)\n"
+      "  return { [0] = { [0] = x[0], x[1] }, { [0] = y[0], y[1] }, { [0] = x[2], x[3] }, { [0] = y[2], y[3] } }\n"
+      " end\n"
+      " -- the K and V blocks' B operands, x4 pairs then the odd one by x2\n"
+      " local KB, VB = {}, {}\n"
+      " for kk = 0, C8 // 2 - 1 do\n"
+      "  local ka, va = {}, {}\n"
+      "  for l = 0, 31 do\n"
+      "   ka[l] = off8(nm_r(l), 2 * kk + (nm_c(l) >> 3))\n"
+      "   va[l] = off8(rm_r(l), 2 * kk + (rm_c(l) >> 3))\n"
+      "  end\n"
+      "  local kreg, vreg = ldsm(kr, ka, 4, false), ldsm(vr, va, 4, true)\n"
+      "  local k0, k1, v0, v1 = {}, {}, {}, {}\n"
+      "  for l = 0, 31 do\n"
+      "   local r = kreg[l]\n"
+      "   k0[l], k1[l] = pairs2(r[0], r[2]), pairs2(r[1], r[3])\n"
+      "   r = vreg[l]\n"
+      "   v0[l], v1[l] = vpair(r[0], r[1]), vpair(r[2], r[3])\n"
+      "  end\n"
+      "  KB[2 * kk], KB[2 * kk + 1] = bmat(LUT_mma_b_col, k0), bmat(LUT_mma_b_col, k1)\n"
+      "  VB[2 * kk], VB[2 * kk + 1] = bmat(LUT_mma_b_row, v0), bmat(LUT_mma_b_row, v1)\n"
+      " end\n"
+      " if C8 % 2 == 1 then\n"
+      "  local a = {}\n"
+      "  for l = 0, 31 do a[l] = off8(rm_r(l), C8 - 1) end\n"
+      "  local kreg, vreg = ldsm(kr, a, 2, false), ldsm(vr, a, 2, true)\n"
+      "  local k0, v0 = {}, {}\n"
+      "  for l = 0, 31 do k0[l] = pairs2(kreg[l][0], kreg[l][1]); v0[l] = vpair(vreg[l][0], vreg[l][1]) end\n"
+      "  KB[C8 - 1], VB[C8 - 1] = bmat(LUT_mma_b_col, k0), bmat(LUT_mma_b_row, v0)\n"
+      " end\n"
+      " -- S = Q K^T: A from Q's tile permuted (q_perm16: columns 0-7 of a\n"
+      " -- block take dims 0 1 4 5 8 9 12 13, 8-15 dims 2 3 6 7 10 11 14 15)\n"
+      " local perm = { [0] = 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15 }\n"
+      " for m = 0, 15 do for n = 0, 15 do\n"
+      "  local s, ref = 0, 0\n"
+      "  for b = 0, C8 - 1 do for k = 0, 15 do\n"
+      "   s = s + Q(m, 16 * b + perm[k]) * KB[b][k * 16 + n]\n"
+      "  end end\n"
+      "  for d = 0, D - 1 do ref = ref + Q(m, d) * K(n, d) end\n"
+      "  assert(s == ref, ('d%d S[%d][%d] = %d, not %d'):format(D, m, n, s, ref))\n"
+      " end end\n"
+      " -- O = P V: the accumulator tile of block b, slot s of lane l at its\n"
+      " -- (row, col), stored at dim 16 b + 2 acc_c + dcol[s]\n"
+      " for b = 0, C8 - 1 do\n"
+      "  local got = {}\n"
+      "  for l = 0, 31 do for s = 0, 7 do\n"
+      "   local m, c = rc(LUT_mma_acc_bf16, l, s)\n"
+      "   local o = 0\n"
+      "   for k = 0, 15 do o = o + P(m, k) * VB[b][k * 16 + c] end\n"
+      "   local d = 16 * b + 2 * acc.base[l][2] + oc.dcol[s]\n"
+      "   assert(got[m * D + d] == nil, 'a dim twice')\n"
+      "   got[m * D + d] = o\n"
+      "  end end\n"
+      "  for m = 0, 15 do for d = 16 * b, 16 * b + 15 do\n"
+      "   local ref = 0\n"
+      "   for k = 0, 15 do ref = ref + P(m, k) * V(k, d) end\n"
+      "   assert(got[m * D + d] == ref, ('d%d O[%d][%d] = %s, not %d'):format(D, m, d, tostring(got[m * D + d]), ref))\n"
+      "  end end\n"
+      " end\n"
+      "end\n"
+      "-- a B table whose lanes are one row group off is refused\n"
+      "local t = { frag = 'mma_b_col', slots = 8, rows = 16, cols = 16, device = 'x', map = {} }\n"
+      "for l = 0, 31 do for s = 0, 7 do\n"
+      " local k, n = rc(LUT_mma_b_col, (l + 4) % 32, s)\n"
+      " t.map[l * 8 + s + 1] = k * 16 + n\n"
+      "end end\n"
+      "local ok, why = L.fp8_b_isa(t, LUT_mma_b_row)\n"
+      "assert(ok == nil and why:find('K-style B: lane 0 slot 0 holds (k 0, n 1)', 1, true), why)\n";
+  CHECK(run_lua_luts("fp8_regs", chunk, frags, FJ_ARRAY_LEN(frags)) == 0);
   return 0;
 }
