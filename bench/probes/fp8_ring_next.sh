@@ -1,67 +1,40 @@
 #!/bin/bash
-# fp8_ring_next.sh OUTDIR -- the FP8 ring's two prepared steps against the
-# tree's templates, from build/ on the GPU machine:
-#   next: fp8_ring_next.patch (P V in f16 under bf16 queries; paged FP8
-#         page numbers a tile ahead);
-#   k16:  fp8_k16.patch (next, and Q K^T in f16 too: K's tiles f16, Q's
-#         tile f16 times a power of two; the decode loop 811 -> 715 -> 619
-#         SASS instructions a 64-key tile);
-#   regs: fp8_regs.patch (k16, and the 16-row decode tiles whose warps
-#         split the keys read K and V straight from the FP8 ring by
-#         ldmatrix, no 16-bit tiles: 53 KB of shared memory instead of
-#         102 KB at d128, 4 blocks a multiprocessor, the loop 619 -> 468
-#         SASS instructions; fp8_regs.md).  Its src/
-#         part (variant.c: the plan's shared-memory estimate) needs a
-#         rebuilt library; without it the H200's picks are the same and
-#         each launch takes the kernel's own figure (fj__plan_fill), so the
-#         set runs with the tree's binaries; REGS_BIN (below) names
-#         binaries of the whole patch, carried, for its new test cases.
+# fp8_ring_next.sh OUTDIR -- prepared steps of the FP8 ring against the
+# tree's templates, from build/ on the GPU machine.  Each set S is a patch
+# (bench/probes/fp8_S.patch) applied onto a copy of the tree's templates:
+#   regs_widths: the products straight from the FP8 ring (cf46ccd: warps
+#         that split the keys read K and V from the ring by ldmatrix, no
+#         16-bit tiles; fp8_regs.md) at every head dim, not only 64 and
+#         128 (the template's gate lifted).  Its src/ part (variant.c's
+#         fp8_regs: the plan's shared-memory estimate) stays gated, so the
+#         launch takes the template's own figure (fj__plan_fill) there.
+# (The sets next, k16 and regs that ran on 2026-12-05 landed: 5f6597c's
+# neighbour cf46ccd; PERF.md C24.)
 # First the FP8-KV GPU tests with each patched set (FLASHJIT_TEMPLATE_DIR;
 # the test binary is the tree's), then `flashjit run` medians of the
 # decode shapes, contiguous and paged, each template folder in turn, twice.
-# NEXT_SETS picks the sets ("next k16"; "k16 regs" for this one's
-# comparison), NEXT_TESTS the tests.
+# NEXT_SETS picks the sets (default regs_widths), NEXT_TESTS the tests.
 set -u
 out=${1:-/tmp}
 here=$(cd "$(dirname "$0")" && pwd)
-sets=${NEXT_SETS-next k16}
+sets=${NEXT_SETS-regs_widths}
 for s in $sets; do
   rm -rf /tmp/fj-$s && mkdir /tmp/fj-$s && cp -r "$here/../../templates" /tmp/fj-$s/
-  patch=$([ "$s" = next ] && echo fp8_ring_next.patch || echo fp8_$s.patch)
-  # Templates only here (a patch's src/ part: REGS_BIN, below).
+  patch=fp8_$s.patch
+  # Templates only (a patch's src/ part would need a rebuilt library).
   (cd /tmp/fj-$s && git apply --include='templates/*' "$here/$patch") || { echo "fp8 $s: $patch does not apply"; exit 1; }
   for t in ${NEXT_TESTS-gpu_fp8_kv gpu_fp8_kv_paged}; do
     FLASHJIT_TEMPLATE_DIR=/tmp/fj-$s/templates timeout ${NEXT_TEST_TIMEOUT:-200} ./tests/fj_tests $t >"$out/${s}_$t.log" 2>&1
     echo "fp8 $s $t: exit $? ($(grep -c ' ok$' "$out/${s}_$t.log") ok, $(grep -c FAIL "$out/${s}_$t.log") FAIL)"
   done
 done
-# The regs set with binaries built from the whole patch (src/ and tests
-# included), where REGS_BIN names them: the GPU machine has no Lua to build
-# with, so build them on the build machine and carry them, e.g.
-#   git worktree add /tmp/wt-regs main && cd /tmp/wt-regs &&
-#   git apply bench/probes/fp8_regs.patch && cmake -S . -B build && cmake --build build -j2
-#   mkdir -p <repo>/build-regs/tests && cp build/flashjit build/*.so* <repo>/build-regs/ &&
-#   cp build/tests/fj_tests <repo>/build-regs/tests/
-# and pass REGS_BIN=$PWD/../build-regs (run from build/).
-bin=.
-if [ -n "${REGS_BIN:-}" ] && [ -x "$REGS_BIN/flashjit" ]; then
-  bin=$REGS_BIN
-  for t in ${NEXT_TESTS-gpu_fp8_kv gpu_fp8_kv_paged}; do
-    LD_LIBRARY_PATH=$bin:${LD_LIBRARY_PATH:-} FLASHJIT_TEMPLATE_DIR=/tmp/fj-regs/templates \
-      timeout ${NEXT_TEST_TIMEOUT:-200} $bin/tests/fj_tests $t >"$out/regs_built_$t.log" 2>&1
-    echo "fp8 regs (its own binaries) $t: exit $? ($(grep -c ' ok$' "$out/regs_built_$t.log") ok, $(grep -c FAIL "$out/regs_built_$t.log") FAIL)"
-  done
-fi
 v64=$(python3 -c 'print(",".join(["1:4096"] * 64))')
 for round in 1 2; do
   while IFS= read -r args; do
     line="fp8 r$round $args:"
     for t in tree $sets; do
       dir=$([ "$t" = tree ] || echo "/tmp/fj-$t/templates")
-      fj=./flashjit
-      [ "$t" = regs ] && [ "$bin" != . ] && fj=$bin/flashjit
-      us=$(LD_LIBRARY_PATH=$([ "$fj" = ./flashjit ] || echo "$bin:")${LD_LIBRARY_PATH:-} \
-           FLASHJIT_TEMPLATE_DIR=$dir timeout 60 $fj run $args --iters 50 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+      us=$(FLASHJIT_TEMPLATE_DIR=$dir timeout 60 ./flashjit run $args --iters 50 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
       line="$line $t ${us:-?}"
     done
     echo "$line us" | sed "s/$v64/64x4096/" | tee -a "$out/next_times.txt"
@@ -69,6 +42,8 @@ for round in 1 2; do
 --shape 64,32,1,128 --heads-kv 8 --seq-kv 4096 --dtype bf16 --kv-dtype e4m3
 --shape 1,32,1,128 --heads-kv 8 --seq-kv 32768 --dtype bf16 --kv-dtype e4m3
 --shape 64,32,1,64 --heads-kv 8 --seq-kv 4096 --dtype bf16 --kv-dtype e4m3
+--shape 64,32,1,96 --heads-kv 8 --seq-kv 4096 --dtype bf16 --kv-dtype e4m3
+--shape 64,32,1,80 --heads-kv 8 --seq-kv 4096 --dtype f16 --kv-dtype e4m3
 --shape 64,32,1,128 --heads-kv 8 --seq-kv 4096 --dtype bf16 --kv-dtype e4m3 --varlen $v64 --page-size 16
 --shape 64,32,1,128 --heads-kv 8 --seq-kv 4096 --dtype f16 --kv-dtype e4m3
 --shape 64,32,1,128 --heads-kv 8 --seq-kv 4096 --dtype bf16

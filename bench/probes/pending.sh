@@ -1,28 +1,28 @@
 #!/bin/bash
-# pending.sh PART OUTDIR -- what the tenth and eleventh sessions (no GPU
-# lent) built and prepared, to run on the next device calls, each part
-# within one call's ten minutes; from the repository root with build/
-# carried (bench/device_check.sh's conventions: logs to OUTDIR).  e, a, p
-# and g ran on the H200 on 2026-12-05 (docs/PERF.md C22, C23, G1).  Next:
-# d and b (the prepared speed steps, each with its own A/B), then e, a
-# and p on nvidia-h100-x1, then c (probes).
+# pending.sh PART OUTDIR -- what sessions without (enough) GPU time built
+# and prepared, to run on the next device calls, each part within one
+# call's ten minutes; from the repository root with build/ carried
+# (bench/device_check.sh's conventions: logs to OUTDIR).  e, a, p and g
+# ran on the H200 on 2026-12-05 (docs/PERF.md C22, C23, G1); the twelfth
+# session's d (the backward's next step) and b (the FP8 ring's k16 and
+# regs sets) ran there too and landed (5f6597c, cf46ccd; PERF.md C24).
+# Next: b (the regs path at the other head dims), then e, a and p on
+# nvidia-h100-x1, then c (probes).
 #   a: the GPU tests of what landed unrun -- head dims padded to 16 on the
 #      mma family (gpu_wide_heads, gpu_serving_varlen, gpu_mla_paged),
-#      FP8 K/V (gpu_fp8_kv: its inputs are now made in seconds; descales
-#      per tensor), the tiered JIT's first kernel with P rounded as the
-#      matrix units take it (gpu_jit_tiers: its "first" and "later" calls'
-#      errors side by side);
-#   b: the FP8 ring's prepared steps (bench/probes/fp8_ring_next.sh: k16,
-#      then regs -- the decode's products straight from the FP8 ring);
+#      FP8 K/V (gpu_fp8_kv, with the regs path's new "split keys" cases),
+#      the tiered JIT's first kernel (gpu_jit_tiers);
+#   b: the FP8 ring's products straight from the ring (cf46ccd's regs
+#      path) at head dims other than 64 and 128: fp8_regs_widths.patch
+#      lifts the template's gate; gpu_fp8_kv's "split keys" cases d32,
+#      d80, d96, d256 (bench/probes/fp8_ring_next.sh's set regs_widths),
+#      then the decode medians beside the tree's;
 #   c: bench/probes/s10_probe.sh (single-decode kernel times by ncu, the
 #      d128 backward under ncu's full set, the short shapes' tuner);
-#   d: the backward's prepared step (bench/probes/bwd_next.sh), where it
-#      exists;
-#   e: the eleventh session's FP8 output and scales (no GPU lent then):
-#      gpu_fp8_out (f16 and e4m3 O, the amax), gpu_fp8_needle (one key at
-#      1k..128k of 131072), gpu_fp8_forward (with its
-#      per-tensor descale cases and d64, d192), compute-sanitizer on one
-#      e4m3-O call (memcheck, racecheck);
+#   e: the eleventh session's FP8 output and scales: gpu_fp8_out (f16 and
+#      e4m3 O, the amax), gpu_fp8_needle (one key at 1k..128k of 131072),
+#      gpu_fp8_forward (with its per-tensor descale cases and d64, d192),
+#      compute-sanitizer on one e4m3-O call (memcheck, racecheck);
 #   p: the package's tests of all that (training, FP8), then
 #      examples/gpt_train.py's step beside SDPA;
 #   g: the GPT step's shapes tuned: its backward at (8, 8/2, 512, 64)
@@ -31,7 +31,7 @@
 #      only); the tuner times the mma family's 64-key tiles (128 blocks)
 #      beside it.  The step before, the tuner's reports, the step after.
 set -u
-part=${1:?part a, b, c, d, e, p or g}
+part=${1:?part a, b, c, e, p or g}
 out=${2:-/tmp/fj-pending}
 mkdir -p "$out"
 . bench/device_env.sh
@@ -43,16 +43,9 @@ a)
     grep -E "FAIL|error" "$out/a_$t.log" | head -5
   done
   ;;
-b) # k16 (next included) and regs (k16, and the decode's products straight
-   # from the FP8 ring: fp8_regs.md); the tests bounded to fit one call.
-   # With build-regs/ carried (bench/probes/build_regs.sh), the regs set's
-   # own binaries run its new test cases too.
-   [ -x ../build-regs/flashjit ] && export REGS_BIN=${REGS_BIN:-$PWD/../build-regs}
-   NEXT_SETS=${NEXT_SETS-k16 regs} NEXT_TEST_TIMEOUT=${NEXT_TEST_TIMEOUT:-90} \
-     timeout 560 bash ../bench/probes/fp8_ring_next.sh "$out" ;;
+b) NEXT_SETS=${NEXT_SETS-regs_widths} NEXT_TEST_TIMEOUT=${NEXT_TEST_TIMEOUT:-120} NEXT_SWEEP=${NEXT_SWEEP:-0} \
+     NEXT_TESTS=${NEXT_TESTS-gpu_fp8_kv gpu_fp8_kv_paged} timeout 560 bash ../bench/probes/fp8_ring_next.sh "$out" ;;
 c) timeout 560 bash ../bench/probes/s10_probe.sh "$out" ;;
-d) if [ -f ../bench/probes/bwd_next.sh ]; then timeout 560 bash ../bench/probes/bwd_next.sh "$out"
-   else echo "d: no bench/probes/bwd_next.sh"; fi ;;
 e)
   for t in gpu_fp8_out gpu_fp8_needle gpu_fp8_forward; do
     timeout 140 ./tests/fj_tests "$t" >"$out/e_$t.log" 2>&1
@@ -93,5 +86,5 @@ g)
   done
   gpt after
   ;;
-*) echo "pending.sh: part $part is not a, b, c, d, e, p or g"; exit 2 ;;
+*) echo "pending.sh: part $part is not a, b, c, e, p or g"; exit 2 ;;
 esac
