@@ -137,19 +137,25 @@ typedef struct fj_ctx_opts {
    * fj_attention_plan).  A GPU context uses its device's count and
    * refuses any other value. */
   int sm_count;
-  /* 1: the tiered JIT.  A dense fj_attention_fwd call whose chosen kernel
-   * is in neither cache launches the problem's first kernel instead
-   * (CUDA cores, loops not unrolled: compiled in a fraction of the time;
+  /* 1 (fj_ctx_opts_init's default): the tiered JIT.  A dense
+   * fj_attention_fwd call whose chosen kernel is in neither cache (nor the
+   * kernel package) launches the problem's first kernel instead (CUDA
+   * cores, loops not unrolled: compiled in about a third of the time;
    * fj_kernel_get_first shows it) and compiles the chosen kernel on a
    * thread of its own; the first call after that compile ended launches
-   * the chosen kernel.  The first kernel is correct but slow, and its
-   * results round differently from the chosen kernel's: with tiers, the
-   * same call may give other low bits before and after the switch.  Calls
-   * it cannot answer (varlen, paged K/V, FP8 K/V, checked mode), calls on
-   * a stream being captured or from a thread that records launches (a
-   * graph or a replay would keep the first kernel for good), and
-   * fj_attention_fwd_plan/_variant compile and wait as without tiers.
-   * fj_ctx_destroy waits for the compiles still running.  Default 0; the
+   * the chosen kernel.  The first kernel is correct (its error against a
+   * float reference is the chosen kernels', docs/PERF.md) but slow, and
+   * its results round differently from the chosen kernel's: the same call
+   * may give other low bits before and after the switch.  These calls
+   * compile and wait as without tiers: fj_attention_fwd_plan/_variant,
+   * calls on a stream being captured or from a thread that records
+   * launches (a graph or a replay would keep the first kernel for good),
+   * varlen, paged K/V, FP8, checked mode, problems with
+   * fj_problem.deterministic set, and problems of more than 2^41 FLOPs
+   * (4 B Hq Sq Skv D, half when causal: the first kernel would take
+   * longer than the compile).  Time kernels after fj_ctx_tiers_wait, or
+   * with tiers off.  0: every call compiles its chosen kernel and waits.
+   * fj_ctx_destroy waits for the compiles still running.  The
    * environment's FLASHJIT_JIT_TIERS=1 (or 0) overrides it. */
   int jit_tiers;
   /* A read-only kernel package (fj_cache_package_seal; `flashjit cache
@@ -189,6 +195,15 @@ FJ_API fj_status fj_ctx_create(fj_ctx **ctx, const fj_ctx_opts *opts);
 /* Destroys a context, its kernels and modules.  NULL is a no-op.  No other
  * thread may use the context during or after this call. */
 FJ_API void fj_ctx_destroy(fj_ctx *ctx);
+
+/* Waits for the tiered JIT's background compiles (fj_ctx_opts.jit_tiers)
+ * to end, so that the calls after it launch their chosen kernels: call it
+ * after a warm-up and before timing or comparing bits.  Other threads'
+ * calls on ctx wait meanwhile.  FJ_OK when nothing was compiling; a
+ * compile that failed returns its error (the first one; the others are
+ * dropped, and their calls compile again).  FJ_ERR_INVALID_ARG when ctx
+ * is NULL. */
+FJ_API fj_status fj_ctx_tiers_wait(fj_ctx *ctx);
 
 /*
  * The detailed message of the calling thread's last failed call on ctx.
@@ -652,8 +667,11 @@ typedef struct fj_problem {
    * tile's dq is added by the key tiles that see it one after another in
    * ascending key order, and the sinks' gradient is summed in row order.
    * It costs the waits between those additions.  0: dq's additions run in
-   * whatever order the GPU makes them.  The forward is deterministic
-   * either way and ignores it. */
+   * whatever order the GPU makes them.  The forward's kernels are
+   * deterministic either way; for the forward it keeps the tiered JIT
+   * (fj_ctx_opts.jit_tiers) away: the call waits for its chosen kernel
+   * instead of being answered by the first kernel, whose results round
+   * differently, so that its bits never depend on when a compile ended. */
   int deterministic;
   /* dtype FJ_E4M3 only: a device pointer to Q's float descales, one per
    * (batch, KV head), batch-major like k_scale (FlashAttention-3's

@@ -27,6 +27,7 @@ void fj_ctx_opts_init(fj_ctx_opts *opts)
   memset(opts, 0, sizeof *opts);
   opts->device = 0;
   opts->disk_cache = 1;
+  opts->jit_tiers = 1;
 }
 
 static fj_status ctx_init(fj_ctx *ctx, const fj_ctx_opts *opts)

@@ -32,14 +32,25 @@ struct fj_tier {
   int n;
 };
 
+double fj__tier_flops(const fj_problem *p)
+{
+  double f = 4.0 * p->batch * p->heads_q * (double)p->seq_q * p->seq_kv *
+             p->head_dim;
+  return p->causal != FJ_CAUSAL_NONE ? f / 2 : f;
+}
+
 int fj__tier_serves(const fj_ctx *ctx, const fj_problem *p,
                     const fj_variant *v)
 {
   fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
-  /* The portable kernel reads 16-bit Q, K and V of one head dim. */
+  /* The portable kernel reads 16-bit Q, K and V of one head dim.  A
+   * deterministic problem's bits must not depend on when a compile ends;
+   * a problem too large for the first kernel would wait longer on it than
+   * on the compile. */
   return ctx->opts.jit_tiers && !v->varlen && !v->paged && kv == p->dtype &&
+         !p->deterministic && fj__tier_flops(p) <= FJ_TIER_MAX_FLOPS &&
          fj__problem_dv(p) == p->head_dim &&
          p->dtype != FJ_E4M3 &&
          !p->cu_seqlens_q && !p->cu_seqlens_kv && !p->block_table &&
@@ -152,6 +163,24 @@ fj_status fj_kernel_get_first(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
     st = fj__tier_first(ctx, v, k);
   pthread_mutex_unlock(&ctx->lock);
   return st;
+}
+
+fj_status fj_ctx_tiers_wait(fj_ctx *ctx)
+{
+  if (!ctx)
+    return fj__null_arg(NULL, "fj_ctx_tiers_wait", "ctx");
+  fj__clear_error(ctx);
+  pthread_mutex_lock(&ctx->lock);
+  fj_status first = FJ_OK;
+  fj_tier *t = ctx->tier;
+  while (t && t->n > 0) {
+    fj_kernel *k;
+    fj_status st = fj__kjob_finish(ctx, take(t, t->n - 1), &k);
+    if (first == FJ_OK)
+      first = st;
+  }
+  pthread_mutex_unlock(&ctx->lock);
+  return first;
 }
 
 void fj__tier_free(fj_ctx *ctx)

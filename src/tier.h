@@ -13,10 +13,19 @@
 
 typedef struct fj_tier fj_tier;
 
+/* The most work (fj__tier_flops) the first kernel takes on: it runs on
+ * CUDA cores at about 7 TFLOP/s on an H200 (40 ms for (4, 16, 4096, 128)
+ * causal, docs/PERF.md J3), so 2^41 FLOPs is about 0.3 s -- past that,
+ * waiting for the chosen kernel's compile (0.5-1.5 s) costs less than
+ * running it. */
+#define FJ_TIER_MAX_FLOPS 2199023255552.0
+/* p's attention FLOPs: 4 B Hq Sq Skv D, half under a causal mask (a
+ * window or a mask expression is not counted: the estimate errs large). */
+double fj__tier_flops(const fj_problem *p);
 /* Whether the first kernel may answer p with variant v: the context asks
- * for tiers, and the problem is dense (no varlen or pages), of f16 or
- * bf16 K/V, not in checked mode, with its heads and batch within a grid's
- * y and z. */
+ * for tiers, the problem is dense (no varlen or pages), of f16 or bf16
+ * K/V, not deterministic, not in checked mode, at most FJ_TIER_MAX_FLOPS
+ * of work, with its heads and batch within a grid's y and z. */
 int fj__tier_serves(const fj_ctx *ctx, const fj_problem *p,
                     const fj_variant *v);
 /* v's kernel where it is ready: in memory, on disk, or its background

@@ -91,6 +91,9 @@ int fjt_gpu_ctx(const char *dir, fj_ctx **ctx)
   fj_ctx_opts_init(&o);
   o.cache_dir = dir;
   o.disk_cache = dir != NULL;
+  /* The GPU tests check the chosen kernels; test_tier.c's cases check the
+   * tiered JIT, on by default, and its default. */
+  o.jit_tiers = 0;
   fj_status st = fj_ctx_create(ctx, &o);
   if (st == FJ_ERR_NO_DEVICE)
     return fjt_skip("no GPU: %s", fj_errmsg(NULL));

@@ -352,6 +352,7 @@ static int plain_sm90(fj_ctx *ctx, fj_ctx **plain)
   fj_ctx_opts_init(&o);
   o.arch = "sm_90";
   o.disk_cache = 0;
+  o.jit_tiers = 0;  /* the chosen kernels (fjt_gpu_ctx) */
   CHECK(fj_ctx_create(plain, &o) == FJ_OK);
   return 0;
 }

@@ -52,6 +52,7 @@ static int two_contexts(const char *dir, fj_ctx *ctx[2])
     o.device = d;
     o.cache_dir = dir;
     o.disk_cache = dir != NULL;
+    o.jit_tiers = 0;  /* the chosen kernels (fjt_gpu_ctx) */
     if (fj_ctx_create(&ctx[d], &o) != FJ_OK) {
       fprintf(stderr, "context on device %d: %s\n", d, fj_errmsg(NULL));
       rc = 1;

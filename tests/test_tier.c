@@ -18,6 +18,7 @@
 #include "gpu_case.h"
 #include "mods_cases.h"
 #include "runner.h"
+#include "tier.h"
 
 /* The first kernel of p (its library choice's variant); no spills, its
  * name and text what the problem says. */
@@ -100,7 +101,9 @@ int test_tier_opts(void)
 {
   fj_ctx_opts o;
   fj_ctx_opts_init(&o);
-  CHECK(o.jit_tiers == 0);
+  CHECK(o.jit_tiers == 1);  /* on by default */
+  CHECK_ST(NULL, fj_ctx_tiers_wait(NULL), FJ_ERR_INVALID_ARG);
+  CHECK_MSG(NULL, "fj_ctx_tiers_wait: ctx is NULL");
   o.device = -1;
   o.arch = "sm_90a";
   o.disk_cache = 0;
@@ -129,6 +132,46 @@ int test_tier_opts(void)
   /* A variant the checks refuse is refused here too. */
   v.head_dim = 44;
   CHECK_ST(ctx, fj_kernel_get_first(ctx, &v, &k), FJ_ERR_INVALID_ARG);
+  /* Nothing compiling: returns at once. */
+  CHECK_OK(ctx, fj_ctx_tiers_wait(ctx));
+  /* Which calls the first kernel may answer: up to 2^41 FLOPs (4 B Hq Sq
+   * Skv D, half when causal), not deterministic problems. */
+  struct {
+    int b, sq, skv;
+    fj_causal causal;
+    int deterministic, serves;
+  } rule[] = {
+      {4, 8192, 8192, FJ_CAUSAL_NONE, 0, 1},        /* 2^41 exactly */
+      {5, 8192, 8192, FJ_CAUSAL_NONE, 0, 0},        /* above */
+      {5, 8192, 8192, FJ_CAUSAL_TOP_LEFT, 0, 1},    /* halved: below */
+      {8, 8192, 8192, FJ_CAUSAL_BOTTOM_RIGHT, 0, 1}, /* halved: 2^41 */
+      {9, 8192, 8192, FJ_CAUSAL_BOTTOM_RIGHT, 0, 0},
+      {1, 300, 300, FJ_CAUSAL_NONE, 1, 0},          /* deterministic */
+      {1, 300, 300, FJ_CAUSAL_NONE, 0, 1},
+  };
+  for (size_t i = 0; i < sizeof rule / sizeof rule[0]; i++) {
+    fj_problem p;
+    fj_problem_init(&p, rule[i].b, 16, 16, rule[i].sq, rule[i].skv, 128, FJ_BF16, FJ_BHSD);
+    p.causal = rule[i].causal;
+    p.deterministic = rule[i].deterministic;
+    fj_plan plan;
+    CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+    if (fj__tier_serves(ctx, &p, &plan.variant) != rule[i].serves) {
+      fprintf(stderr, "rule %zu (b %d, %.3g FLOPs, causal %d, deterministic %d): "
+              "served %d, expected %d\n", i, rule[i].b, fj__tier_flops(&p),
+              (int)p.causal, p.deterministic, !rule[i].serves, rule[i].serves);
+      return 1;
+    }
+  }
+  fj_ctx_destroy(ctx);
+  /* Off: nothing is served. */
+  o.jit_tiers = 0;
+  CHECK_OK(NULL, fj_ctx_create(&ctx, &o));
+  fj_problem p;
+  fj_problem_init(&p, 1, 16, 16, 300, 300, 128, FJ_BF16, FJ_BHSD);
+  fj_plan plan;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+  CHECK(!fj__tier_serves(ctx, &p, &plan.variant));
   fj_ctx_destroy(ctx);
   return 0;
 }
@@ -162,9 +205,14 @@ static uint64_t firsts(fj_ctx *ctx)
 }
 
 /* How tier_run makes its calls: as they come; captured into a CUDA graph;
- * from a thread that records its launches.  The last two must wait for
- * the chosen kernel. */
-enum { CALLS_PLAIN, CALLS_CAPTURED, CALLS_RECORDED };
+ * from a thread that records its launches; with fj_problem.deterministic
+ * (those three must wait for the chosen kernel); as they come, with
+ * fj_ctx_tiers_wait after the first (the second must be the chosen
+ * kernel's). */
+enum { CALLS_PLAIN, CALLS_CAPTURED, CALLS_RECORDED, CALLS_DETERMINISTIC, CALLS_WAITED };
+
+static const char *const calls_name[] = {"plain", "captured", "recorded",
+                                         "deterministic", "waited"};
 
 /* One case: its first call on the first kernel, then calls until the
  * chosen kernel answers (at most 120 s), each checked; captured or
@@ -184,19 +232,21 @@ static int tier_run_as(fj_ctx *ctx, const tier_case *tc, const fj_mods *hm,
     c.host_mods = hm;
     c.input_scale = tc->input_scale;
     c.capture = how == CALLS_CAPTURED;
+    c.p.deterministic = how == CALLS_DETERMINISTIC;
+    int waits = how != CALLS_PLAIN && how != CALLS_WAITED;
     uint64_t before = firsts(ctx);
     snprintf(label, sizeof label, "%s, call %d", tc->name, call + 1);
     fj_launches rec;
     if (how == CALLS_RECORDED)
       fj_launch_record(&rec);
     bad |= fjt_gpu_run(ctx, &c, NULL, NULL, seed, label,
-                       how != CALLS_PLAIN ? "chosen" : call ? "later" : "first");
+                       waits ? "chosen" : call ? "later" : "first");
     fj_launch_record(NULL);
     uint64_t first = firsts(ctx) - before;
-    if (how != CALLS_PLAIN) {
+    if (waits) {
       if (first) {
         fprintf(stderr, "%s: the first kernel answered a %s call\n", tc->name,
-                how == CALLS_CAPTURED ? "captured" : "recorded");
+                calls_name[how]);
         return 1;
       }
       if (how == CALLS_RECORDED && rec.count != 1) {
@@ -204,12 +254,30 @@ static int tier_run_as(fj_ctx *ctx, const tier_case *tc, const fj_mods *hm,
         return 1;
       }
       printf("%s: the chosen kernel answered the %s call\n", tc->name,
-             how == CALLS_CAPTURED ? "captured" : "recorded");
+             calls_name[how]);
+      return bad;
+    }
+    if (how == CALLS_WAITED && call == 1) {
+      if (first) {
+        fprintf(stderr, "%s: the first kernel answered after fj_ctx_tiers_wait\n",
+                tc->name);
+        return 1;
+      }
+      printf("%s: the chosen kernel answered the call after fj_ctx_tiers_wait\n",
+             tc->name);
       return bad;
     }
     if (call == 0 && first != 1) {
       fprintf(stderr, "%s: the first call did not run the first kernel\n", tc->name);
       return 1;
+    }
+    if (how == CALLS_WAITED) {
+      fj_status st = fj_ctx_tiers_wait(ctx);
+      if (st != FJ_OK) {
+        fprintf(stderr, "%s: fj_ctx_tiers_wait: %s\n", tc->name, fj_errmsg(ctx));
+        return 1;
+      }
+      continue;
     }
     if (!first) {
       printf("%s: the chosen kernel answered call %d, %.2f s after the first\n",
@@ -365,6 +433,24 @@ int test_gpu_jit_tiers(void)
          (unsigned long long)s.first_launches,
          (unsigned long long)s.background_compiles);
   CHECK(s.background_compiles == sizeof cases / sizeof cases[0] + 1);
+  fj_ctx_destroy(ctx);
+  /* The defaults (fj_ctx_opts_init's, untouched: tiers on): a first call
+   * answered by the first kernel; fj_ctx_tiers_wait, after which the
+   * chosen kernel answers; a deterministic problem waits for its chosen
+   * kernel.  Fresh problems, a fresh cache. */
+  fj_ctx_opts_init(&o);
+  o.cache_dir = fjt_tmpdir();
+  CHECK_OK(NULL, fj_ctx_create(&ctx, &o));
+  const tier_case dflt[3] = {
+      {"default options", 1, 8, 8, 190, 190, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1, NULL, NULL, 0, -1, -1, 0},
+      {"default options, waited", 2, 4, 2, 260, 140, 64, FJ_F16, FJ_CAUSAL_NONE, 1, NULL, NULL, 0, -1, -1, 0},
+      {"default options, deterministic", 1, 4, 4, 230, 230, 256, FJ_BF16, FJ_CAUSAL_TOP_LEFT, 1, NULL, NULL, 0, -1, -1, 0},
+  };
+  fj_mods_init(&hm);
+  bad |= tier_run_as(ctx, &dflt[0], &hm, &hm, &seed, CALLS_PLAIN);
+  bad |= tier_run_as(ctx, &dflt[1], &hm, &hm, &seed, CALLS_WAITED);
+  bad |= tier_run_as(ctx, &dflt[2], &hm, &hm, &seed, CALLS_DETERMINISTIC);
+  CHECK_OK(ctx, fj_ctx_tiers_wait(ctx));  /* nothing left: returns at once */
   fjt_gpu_print_worst();
   cudaFree(dbias);
   cudaFree(dslopes);

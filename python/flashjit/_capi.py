@@ -236,6 +236,7 @@ SIGNATURES = {
     "fj_ctx_opts_init": (None, [_P(CtxOpts)]),
     "fj_ctx_create": (_I, [_P(_VP), _P(CtxOpts)]),
     "fj_ctx_destroy": (None, [_VP]),
+    "fj_ctx_tiers_wait": (_I, [_VP]),
     "fj_errmsg": (_STR, [_VP]),
     "fj_ctx_arch": (_STR, [_VP]),
     "fj_ctx_has_device": (_I, [_VP]),

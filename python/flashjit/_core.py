@@ -173,6 +173,12 @@ def _create(device, arch, sm_count):
     o.arch = pr.c_string("arch", arch) if arch else None
     o.sm_count = pr.int_arg("sm_count", sm_count)
     o.log = _LOG_CB
+    # The tiered JIT (on in the C library's defaults) stays off here: a
+    # PyTorch caller times, trains and compares bits from its first calls
+    # on, and a first kernel answering until a compile ends would change
+    # both speed and low bits with the clock.  FLASHJIT_JIT_TIERS=1 (read
+    # by the library) turns it on.
+    o.jit_tiers = 0
     # The wheel's own kernel package, consulted after the context's cache,
     # unless $FLASHJIT_PACKAGE_DIR names one (or, empty, none).  The
     # library checks it as any package (NVRTC version, format, arch).
