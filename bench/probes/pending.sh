@@ -11,7 +11,9 @@
 #   a: the GPU tests of what landed unrun -- head dims padded to 16 on the
 #      mma family (gpu_wide_heads, gpu_serving_varlen, gpu_mla_paged),
 #      FP8 K/V (gpu_fp8_kv, with the regs path's new "split keys" cases),
-#      the tiered JIT's first kernel (gpu_jit_tiers);
+#      the tiered JIT (gpu_jit_tiers: with 0ddf2ff's defaults -- on in
+#      fj_ctx_opts_init, deterministic problems waiting, fj_ctx_tiers_wait
+#      -- and the demo, whose first calls now take the first kernel);
 #   b: the FP8 ring's products straight from the ring (cf46ccd's regs
 #      path) at head dims other than 64 and 128: fp8_regs_widths.patch
 #      lifts the template's gate; gpu_fp8_kv's "split keys" cases d32,
@@ -42,6 +44,8 @@ a)
     echo "a $t: exit $? ($(grep -c ' ok$' "$out/a_$t.log") ok, $(grep -c FAIL "$out/a_$t.log") FAIL)"
     grep -E "FAIL|error" "$out/a_$t.log" | head -5
   done
+  timeout 120 ./flashjit-demo >"$out/a_demo.log" 2>&1
+  echo "a demo: exit $?; $(grep -cE 'PASS$' "$out/a_demo.log") PASS, $(tail -1 "$out/a_demo.log")"
   ;;
 b) NEXT_SETS=${NEXT_SETS-regs_widths} NEXT_TEST_TIMEOUT=${NEXT_TEST_TIMEOUT:-120} NEXT_SWEEP=${NEXT_SWEEP:-0} \
      NEXT_TESTS=${NEXT_TESTS-gpu_fp8_kv gpu_fp8_kv_paged} timeout 560 bash ../bench/probes/fp8_ring_next.sh "$out" ;;
