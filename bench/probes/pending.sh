@@ -22,7 +22,8 @@
 #      then the decode medians beside the tree's;
 #   f: bench/probes/fp8_poly.sh: fp8_poly.patch (one exponential in k on
 #      the FMA pipe, FP8 at head dims up to 128) -- the FP8 tests with
-#      k = 4, then the FP8 forward's medians, the tree and k = 2, 4, 8;
+#      k = 4 (set w4: also 16-bit head dims up to 64), then the medians
+#      of the FP8 forward and the bf16 d64 forward, the tree and each set;
 #      where it wins, `PARTS=fp8 bash bench/device_check.sh` with the
 #      winner's templates for the ratio against cuDNN's FP8;
 #   c: bench/probes/s10_probe.sh (single-decode kernel times by ncu, the
