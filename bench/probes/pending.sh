@@ -6,7 +6,8 @@
 # ran on the H200 on 2026-12-05 (docs/PERF.md C22, C23, G1); the twelfth
 # session's d (the backward's next step) and b (the FP8 ring's k16 and
 # regs sets) ran there too and landed (5f6597c, cf46ccd; PERF.md C24).
-# Next: f (the FP8 forward's exponentials on the FMA pipe, its A/B), b
+# Next: f (the FP8 forward's exponentials on the FMA pipe, its A/B), m
+# (FP8 with score expressions and the softcap, checked), b
 # (the regs path at the other head dims), then e, a and p on
 # nvidia-h100-x1, then c (probes).
 #   a: the GPU tests of what landed unrun -- head dims padded to 16 on the
@@ -26,6 +27,11 @@
 #      of the FP8 forward and the bf16 d64 forward, the tree and each set;
 #      where it wins, `PARTS=fp8 bash bench/device_check.sh` with the
 #      winner's templates for the ratio against cuDNN's FP8;
+#   m: bench/probes/fp8_mods.sh: fp8_mods.patch (branch fp8mods: FP8
+#      attention with score expressions and the softcap, head dims up to
+#      128) -- `flashjit run --check` of seven cases with the patched
+#      templates, each beside its time without the modification; where
+#      they pass, land the branch and run its gpu_fp8_mods;
 #   c: bench/probes/s10_probe.sh (single-decode kernel times by ncu, the
 #      d128 backward under ncu's full set, the short shapes' tuner);
 #   e: the eleventh session's FP8 output and scales: gpu_fp8_out (f16 and
@@ -40,7 +46,7 @@
 #      only); the tuner times the mma family's 64-key tiles (128 blocks)
 #      beside it.  The step before, the tuner's reports, the step after.
 set -u
-part=${1:?part a, b, c, e, f, p or g}
+part=${1:?part a, b, c, e, f, m, p or g}
 out=${2:-/tmp/fj-pending}
 mkdir -p "$out"
 . bench/device_env.sh
@@ -58,6 +64,7 @@ b) NEXT_SETS=${NEXT_SETS-regs_widths} NEXT_TEST_TIMEOUT=${NEXT_TEST_TIMEOUT:-120
      NEXT_TESTS=${NEXT_TESTS-gpu_fp8_kv gpu_fp8_kv_paged} timeout 560 bash ../bench/probes/fp8_ring_next.sh "$out" ;;
 c) timeout 560 bash ../bench/probes/s10_probe.sh "$out" ;;
 f) timeout 560 bash ../bench/probes/fp8_poly.sh "$out" ;;
+m) timeout 560 bash ../bench/probes/fp8_mods.sh "$out" ;;
 e)
   for t in gpu_fp8_out gpu_fp8_needle gpu_fp8_forward; do
     timeout 140 ./tests/fj_tests "$t" >"$out/e_$t.log" 2>&1
@@ -98,5 +105,5 @@ g)
   done
   gpt after
   ;;
-*) echo "pending.sh: part $part is not a, b, c, e, f, p or g"; exit 2 ;;
+*) echo "pending.sh: part $part is not a, b, c, e, f, m, p or g"; exit 2 ;;
 esac
