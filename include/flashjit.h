@@ -140,7 +140,7 @@ typedef struct fj_ctx_opts {
   /* 1 (fj_ctx_opts_init's default): the tiered JIT.  A dense
    * fj_attention_fwd call whose chosen kernel is in neither cache (nor the
    * kernel package) launches the problem's first kernel instead (CUDA
-   * cores, loops not unrolled: compiled in about a third of the time;
+   * cores, loops not unrolled: about 0.2 s of NVRTC against 0.5-1.5 s;
    * fj_kernel_get_first shows it) and compiles the chosen kernel on a
    * thread of its own; the first call after that compile ended launches
    * the chosen kernel.  The first kernel is correct (its error against a
@@ -193,7 +193,9 @@ FJ_API void fj_ctx_opts_init(fj_ctx_opts *opts);
 FJ_API fj_status fj_ctx_create(fj_ctx **ctx, const fj_ctx_opts *opts);
 
 /* Destroys a context, its kernels and modules.  NULL is a no-op.  No other
- * thread may use the context during or after this call. */
+ * thread may use the context during or after this call.  The tiered JIT's
+ * compiles still running (fj_ctx_opts.jit_tiers) are waited for, and
+ * their kernels written to the disk cache, so the next run finds them. */
 FJ_API void fj_ctx_destroy(fj_ctx *ctx);
 
 /* Waits for the tiered JIT's background compiles (fj_ctx_opts.jit_tiers)

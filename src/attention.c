@@ -630,7 +630,9 @@ static fj_status ready_kernel(fj_ctx *ctx, const fj_variant *v,
   uint64_t mods = fj__mods_hash(v->mods);
   if (hot_kernel(ctx, v, mods, k, fn))
     return FJ_OK;
-  fj_status st = fj__variant_kernel(ctx, v, k);
+  /* A compile of v already running for the tiered JIT is joined, not
+   * started again (fj__variant_kernel where none is). */
+  fj_status st = fj__tier_wait(ctx, v, k);
   return st == FJ_OK ? keep_hot(ctx, v, mods, *k, fn) : st;
 }
 

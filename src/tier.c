@@ -2,12 +2,14 @@
  * tier.c -- the tiered JIT (fj_ctx_opts.jit_tiers).  A call whose chosen
  * kernel is in neither cache starts that kernel's compile on a thread of
  * its own and launches the problem's first kernel: CUDA cores, loops left
- * rolled, about a tenth of the compile (docs/PERF.md).  Each later call
+ * rolled, about 0.2 s of NVRTC against the chosen kernel's 0.5-1.5 s
+ * (docs/PERF.md).  Each later call
  * asks whether the compile has ended (an atomic load); once it has, the
  * kernel joins the caches as any other and the call launches it.  The
  * compiles in flight are kept per variant (and modifications' form), so a
  * burst of calls starts one.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,9 +36,15 @@ struct fj_tier {
 
 double fj__tier_flops(const fj_problem *p)
 {
-  double f = 4.0 * p->batch * p->heads_q * (double)p->seq_q * p->seq_kv *
-             p->head_dim;
-  return p->causal != FJ_CAUSAL_NONE ? f / 2 : f;
+  double sq = p->seq_q, skv = p->seq_kv, pairs = sq * skv;
+  if (p->causal != FJ_CAUSAL_NONE) {
+    /* Row i sees clamp(i + a, 0, Skv) keys, a = 1 (top-left) or
+     * Skv - Sq + 1 (bottom-right): zero, then a + i, then Skv. */
+    double a = p->causal == FJ_CAUSAL_BOTTOM_RIGHT ? skv - sq + 1 : 1;
+    double lo = fmax(0, 1 - a), hi = fmin(sq, fmax(lo, skv - a + 1));
+    pairs = (hi - lo) * (lo + hi - 1 + 2 * a) / 2 + (sq - hi) * skv;
+  }
+  return 4.0 * p->batch * p->heads_q * pairs * p->head_dim;
 }
 
 int fj__tier_serves(const fj_ctx *ctx, const fj_problem *p,
@@ -172,22 +180,37 @@ fj_status fj_ctx_tiers_wait(fj_ctx *ctx)
   fj__clear_error(ctx);
   pthread_mutex_lock(&ctx->lock);
   fj_status first = FJ_OK;
+  char *why = NULL;  /* the first failure's message */
   fj_tier *t = ctx->tier;
-  while (t && t->n > 0) {
+  for (int i = 0; t && i < t->n; i++) {
     fj_kernel *k;
-    fj_status st = fj__kjob_finish(ctx, take(t, t->n - 1), &k);
-    if (first == FJ_OK)
+    fj_status st = fj__kjob_finish(ctx, t->jobs[i].job, &k);
+    if (st != FJ_OK && first == FJ_OK) {
       first = st;
+      why = strdup(fj_errmsg(ctx));
+    }
   }
+  if (t)
+    t->n = 0;
+  if (first != FJ_OK)
+    fj__fail(ctx, first, "%s", why ? why : "compile failed");
+  free(why);
   pthread_mutex_unlock(&ctx->lock);
   return first;
 }
 
 void fj__tier_free(fj_ctx *ctx)
 {
+  /* Each compile is joined and finished, not dropped: a program that
+   * exits while its chosen kernel compiles still leaves it in the disk
+   * cache for its next run. */
   fj_tier *t = ctx->tier;
-  for (int i = 0; t && i < t->n; i++)
-    fj__kjob_abandon(t->jobs[i].job);
+  pthread_mutex_lock(&ctx->lock);
+  for (int i = 0; t && i < t->n; i++) {
+    fj_kernel *k;
+    (void)fj__kjob_finish(ctx, t->jobs[i].job, &k);
+  }
+  pthread_mutex_unlock(&ctx->lock);
   free(t);
   ctx->tier = NULL;
 }

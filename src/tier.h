@@ -19,8 +19,9 @@ typedef struct fj_tier fj_tier;
  * waiting for the chosen kernel's compile (0.5-1.5 s) costs less than
  * running it. */
 #define FJ_TIER_MAX_FLOPS 2199023255552.0
-/* p's attention FLOPs: 4 B Hq Sq Skv D, half under a causal mask (a
- * window or a mask expression is not counted: the estimate errs large). */
+/* p's attention FLOPs: 4 B Hq D times the (query, key) pairs the causal
+ * mask leaves (all Sq Skv without one; a window or a mask expression is
+ * not counted: there the estimate errs large). */
 double fj__tier_flops(const fj_problem *p);
 /* Whether the first kernel may answer p with variant v: the context asks
  * for tiers, the problem is dense (no varlen or pages), of f16 or bf16
@@ -44,7 +45,8 @@ fj_status fj__tier_start(fj_ctx *ctx, const fj_variant *v, fj_kjob *fresh);
 fj_status fj__tier_wait(fj_ctx *ctx, const fj_variant *v, fj_kernel **k);
 /* The first kernel of v's problem, built (or found) now; ctx->lock held. */
 fj_status fj__tier_first(fj_ctx *ctx, const fj_variant *v, fj_kernel **k);
-/* Waits for the compiles still running and frees them (fj_ctx_destroy). */
+/* Waits for the compiles still running and keeps their kernels (the disk
+ * cache writes them), then frees the table (fj_ctx_destroy). */
 void fj__tier_free(fj_ctx *ctx);
 
 #endif /* FJ_TIER_H */

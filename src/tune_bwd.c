@@ -94,8 +94,13 @@ static fj_status inputs_make(bwd_tune *t)
     st = fj__cu_alloc(t->ctx, (size_t)p->heads_q * sizeof(float), &t->dsinks);
   if (st == FJ_OK)
     st = fj__cu_alloc(t->ctx, 3 * sizeof(double), &t->sums);
+  /* The forward's O and LSE from its chosen kernel, compiled here, not in
+   * the background beside the tuner's compiles (deterministic keeps the
+   * tiered JIT away). */
+  fj_problem fp = *p;
+  fp.deterministic = 1;
   if (st == FJ_OK)
-    st = fj_attention_fwd(t->ctx, p, (void *)(uintptr_t)t->q,
+    st = fj_attention_fwd(t->ctx, &fp, (void *)(uintptr_t)t->q,
                           (void *)(uintptr_t)t->k, (void *)(uintptr_t)t->v,
                           (void *)(uintptr_t)t->out,
                           (float *)(uintptr_t)t->lse, NULL);

@@ -134,8 +134,9 @@ int test_tier_opts(void)
   CHECK_ST(ctx, fj_kernel_get_first(ctx, &v, &k), FJ_ERR_INVALID_ARG);
   /* Nothing compiling: returns at once. */
   CHECK_OK(ctx, fj_ctx_tiers_wait(ctx));
-  /* Which calls the first kernel may answer: up to 2^41 FLOPs (4 B Hq Sq
-   * Skv D, half when causal), not deterministic problems. */
+  /* Which calls the first kernel may answer: up to 2^41 FLOPs (4 B Hq D
+   * times the (query, key) pairs the causal mask leaves), not
+   * deterministic problems. */
   struct {
     int b, sq, skv;
     fj_causal causal;
@@ -143,9 +144,14 @@ int test_tier_opts(void)
   } rule[] = {
       {4, 8192, 8192, FJ_CAUSAL_NONE, 0, 1},        /* 2^41 exactly */
       {5, 8192, 8192, FJ_CAUSAL_NONE, 0, 0},        /* above */
-      {5, 8192, 8192, FJ_CAUSAL_TOP_LEFT, 0, 1},    /* halved: below */
-      {8, 8192, 8192, FJ_CAUSAL_BOTTOM_RIGHT, 0, 1}, /* halved: 2^41 */
-      {9, 8192, 8192, FJ_CAUSAL_BOTTOM_RIGHT, 0, 0},
+      {5, 8192, 8192, FJ_CAUSAL_TOP_LEFT, 0, 1},    /* about half: below */
+      {7, 8192, 8192, FJ_CAUSAL_BOTTOM_RIGHT, 0, 1},
+      {8, 8192, 8192, FJ_CAUSAL_BOTTOM_RIGHT, 0, 0}, /* S(S+1)/2 pairs: above */
+      /* Few queries at the end of many keys see nearly all of them, and
+       * many queries over few keys most of them: not half. */
+      {5, 1024, 65536, FJ_CAUSAL_BOTTOM_RIGHT, 0, 0},
+      {4, 16384, 4096, FJ_CAUSAL_TOP_LEFT, 0, 1},
+      {5, 16384, 4096, FJ_CAUSAL_TOP_LEFT, 0, 0},
       {1, 300, 300, FJ_CAUSAL_NONE, 1, 0},          /* deterministic */
       {1, 300, 300, FJ_CAUSAL_NONE, 0, 1},
   };
@@ -306,6 +312,65 @@ static int tier_run(fj_ctx *ctx, const tier_case *tc, const fj_mods *hm,
   return tier_run_as(ctx, tc, hm, dm, seed, CALLS_PLAIN);
 }
 
+/* One plain call of (1, h, 300, 300, d) bf16 causal with deterministic
+ * det; 0 when right. */
+static int keep_call(fj_ctx *ctx, int h, int d, int det, uint64_t *seed,
+                     const char *label)
+{
+  gpu_case c;
+  memset(&c, 0, sizeof c);
+  fj_problem_init(&c.p, 1, h, h, 300, 300, d, FJ_BF16, FJ_BHSD);
+  c.p.causal = FJ_CAUSAL_TOP_LEFT;
+  c.p.deterministic = det;
+  return fjt_gpu_run(ctx, &c, NULL, NULL, seed, label, det ? "chosen" : "first");
+}
+
+/* A call the first kernel does not answer (deterministic) joins its
+ * variant's compile already running instead of compiling it again (so
+ * fj_ctx_tiers_wait finds nothing left: no count moves); a context
+ * destroyed while a compile runs leaves that kernel in the disk cache
+ * (the next context's first call finds it there: no first kernel). */
+static int tier_keeps(uint64_t *seed)
+{
+  const char *dir = fjt_tmpdir();
+  fj_ctx_opts o;
+  fj_ctx_opts_init(&o);
+  o.cache_dir = dir;
+  o.jit_tiers = 1;
+  fj_ctx *ctx;
+  CHECK_OK(NULL, fj_ctx_create(&ctx, &o));
+  int bad = keep_call(ctx, 4, 128, 0, seed, "joined: first call");
+  CHECK(firsts(ctx) == 1);
+  bad |= keep_call(ctx, 4, 128, 1, seed, "joined: the same problem, deterministic");
+  fj_cache_stats s0, s1;
+  fj_cache_stats_get(ctx, &s0);
+  CHECK(s0.first_launches == 1 && s0.background_compiles == 1);
+  CHECK_OK(ctx, fj_ctx_tiers_wait(ctx));
+  fj_cache_stats_get(ctx, &s1);
+  if (s1.misses != s0.misses || s1.memory_hits != s0.memory_hits) {
+    fprintf(stderr, "joined: fj_ctx_tiers_wait finished a second compile of the "
+            "variant (misses %llu -> %llu)\n", (unsigned long long)s0.misses,
+            (unsigned long long)s1.misses);
+    bad = 1;
+  }
+  bad |= keep_call(ctx, 4, 64, 0, seed, "kept: first call, then destroyed");
+  CHECK(firsts(ctx) == 2);
+  fj_ctx_destroy(ctx);  /* its d64 compile still running, likely */
+  CHECK_OK(NULL, fj_ctx_create(&ctx, &o));
+  bad |= keep_call(ctx, 4, 64, 0, seed, "kept: the next context's first call");
+  fj_cache_stats_get(ctx, &s1);
+  if (s1.first_launches != 0 || s1.disk_hits < 1) {
+    fprintf(stderr, "kept: the chosen kernel was not on disk (first launches %llu, "
+            "disk hits %llu)\n", (unsigned long long)s1.first_launches,
+            (unsigned long long)s1.disk_hits);
+    bad = 1;
+  }
+  fj_ctx_destroy(ctx);
+  printf("tiers: a deterministic call joined the running compile; a destroyed "
+         "context's compile reached the disk cache\n");
+  return bad;
+}
+
 static void sink_values(float *s, int n)
 {
   for (int i = 0; i < n; i++)
@@ -440,6 +505,9 @@ int test_gpu_jit_tiers(void)
    * kernel.  Fresh problems, a fresh cache. */
   fj_ctx_opts_init(&o);
   o.cache_dir = fjt_tmpdir();
+  /* The library's defaults, not the environment's. */
+  unsetenv("FLASHJIT_JIT_TIERS");
+  unsetenv("FLASHJIT_PACKAGE_DIR");
   CHECK_OK(NULL, fj_ctx_create(&ctx, &o));
   const tier_case dflt[3] = {
       {"default options", 1, 8, 8, 190, 190, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1, NULL, NULL, 0, -1, -1, 0},
@@ -451,6 +519,7 @@ int test_gpu_jit_tiers(void)
   bad |= tier_run_as(ctx, &dflt[1], &hm, &hm, &seed, CALLS_WAITED);
   bad |= tier_run_as(ctx, &dflt[2], &hm, &hm, &seed, CALLS_DETERMINISTIC);
   CHECK_OK(ctx, fj_ctx_tiers_wait(ctx));  /* nothing left: returns at once */
+  bad |= tier_keeps(&seed);
   fjt_gpu_print_worst();
   cudaFree(dbias);
   cudaFree(dslopes);

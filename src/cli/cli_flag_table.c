@@ -235,7 +235,9 @@ const flag_def cli_flags[] = {
     {"jit-tiers", 0, CMD_RUN, cli_set_switch, OFF(jit_tiers),
      .help = "the tiered JIT: where the chosen kernel is not compiled yet, "
              "the first kernel answers while it compiles in the background "
-             "(fj_ctx_opts.jit_tiers)"},
+             "(fj_ctx_opts.jit_tiers, which the library turns on by default; "
+             "the CLI keeps it off without this flag, so run times the "
+             "chosen kernel)"},
     {"first", 0, CMD_EMIT, cli_set_switch, OFF(first),
      .help = "the tiered JIT's first kernel for the problem or variant "
              "(CUDA cores, loops not unrolled) instead of the kernel itself"},
