@@ -8,8 +8,8 @@
 # regs sets) ran there too and landed (5f6597c, cf46ccd; PERF.md C24).
 # Next: f (the FP8 forward's exponentials on the FMA pipe, its A/B), m
 # (FP8 with score expressions and the softcap, checked), b
-# (the regs path at the other head dims), then e, a and p on
-# nvidia-h100-x1, then c (probes).
+# (the regs path at the other head dims), h on nvidia-h100-x1 (when it
+# is lent), a (this session's tiers and the demo), then c (probes).
 #   a: the GPU tests of what landed unrun -- head dims padded to 16 on the
 #      mma family (gpu_wide_heads, gpu_serving_varlen, gpu_mla_paged),
 #      FP8 K/V (gpu_fp8_kv, with the regs path's new "split keys" cases),
@@ -32,6 +32,11 @@
 #      128) -- `flashjit run --check` of seven cases with the patched
 #      templates, each beside its time without the modification; where
 #      they pass, land the branch and run its gpu_fp8_mods;
+#   h: one call's worth of each kernel family's GPU tests, for the H100
+#      (nvidia-h100-x1), which has not run any kernel change since the
+#      eighth session: the backward (wgmma and mma), the FP8 forward, out
+#      and KV caches, the wgmma forward's axes, wide heads, the tiered JIT;
+#      each test bounded (a test cut short by its bound says so: exit 124);
 #   c: bench/probes/s10_probe.sh (single-decode kernel times by ncu, the
 #      d128 backward under ncu's full set, the short shapes' tuner);
 #   e: the eleventh session's FP8 output and scales: gpu_fp8_out (f16 and
@@ -46,7 +51,7 @@
 #      only); the tuner times the mma family's 64-key tiles (128 blocks)
 #      beside it.  The step before, the tuner's reports, the step after.
 set -u
-part=${1:?part a, b, c, e, f, m, p or g}
+part=${1:?part a, b, c, e, f, h, m, p or g}
 out=${2:-/tmp/fj-pending}
 mkdir -p "$out"
 . bench/device_env.sh
@@ -63,6 +68,16 @@ a)
 b) NEXT_SETS=${NEXT_SETS-regs_widths} NEXT_TEST_TIMEOUT=${NEXT_TEST_TIMEOUT:-120} NEXT_SWEEP=${NEXT_SWEEP:-0} \
      NEXT_TESTS=${NEXT_TESTS-gpu_fp8_kv gpu_fp8_kv_paged} timeout 560 bash ../bench/probes/fp8_ring_next.sh "$out" ;;
 c) timeout 560 bash ../bench/probes/s10_probe.sh "$out" ;;
+h)
+  nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/h gpu: /'
+  for tb in gpu_backward:110 gpu_backward_deterministic:60 gpu_fp8_forward:60 gpu_fp8_out:40 \
+            gpu_fp8_kv:60 gpu_wgmma_axes:60 gpu_wide_heads:60 gpu_jit_tiers:80; do
+    t=${tb%%:*}
+    timeout ${tb##*:} ./tests/fj_tests "$t" >"$out/h_$t.log" 2>&1
+    echo "h $t: exit $? ($(grep -c ' ok$\|^ok ' "$out/h_$t.log") ok, $(grep -c FAIL "$out/h_$t.log") FAIL)"
+    grep -E "^FAIL|FAIL$" "$out/h_$t.log" | head -4
+  done
+  ;;
 f) timeout 560 bash ../bench/probes/fp8_poly.sh "$out" ;;
 m) timeout 560 bash ../bench/probes/fp8_mods.sh "$out" ;;
 e)
@@ -105,5 +120,5 @@ g)
   done
   gpt after
   ;;
-*) echo "pending.sh: part $part is not a, b, c, e, f, m, p or g"; exit 2 ;;
+*) echo "pending.sh: part $part is not a, b, c, e, f, h, m, p or g"; exit 2 ;;
 esac
