@@ -346,6 +346,16 @@
   local STEP_AT = BMASK and "const int h = hk * p.group + cur.g, m0 = cur.m0;"
                          or ("const int h = hk * p.group + i / nq, m0 = m_first + (i %% nq) * %d;"):format(BM)
   local STEP_NEXT = BMASK and ("have = fj::qwalk_next(p, b, hk, n0, m_first, m_first + nq * %d, cur);"):format(BM)
+  -- The four A-operand registers dst[0..3] of one 16-column tile, packed
+  -- from accumulator values src[...] in the probed pairs (p_from): C
+  -- statements, the lines after the first indented by pad.
+  local function pack_a(dst, src, pad)
+    local out = {}
+    for r = 0, 3 do
+      out[#out + 1] = ("%s[%d] = fj::pack2(%s[%d], %s[%d]);"):format(dst, r, src, p_from[2 * r], src, p_from[2 * r + 1])
+    end
+    return table.concat(out, "\n" .. (" "):rep(pad))
+  end
   local function hold(name, n)
     return ("#pragma unroll\n    for (int j = 0; j < %d; ++j)\n#pragma unroll\n      for (int i = 0; i < 8; ++i) fj::wg_hold(%s[j][i]);"):format(n, name)
   end
@@ -836,9 +846,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
           fj::st_shared_b32(spx + 4u * (unsigned)((j * 8 + {{ i }}) * 128 + tid), __float_as_uint(x[j][{{ i }}]{{ mods.softcap and (" * (1.f - th%d * th%d)"):format(i, i) or "" }}));
 {% end %}
 {%     end %}
-{% for r = 0, 3 do %}
-          op[j][{{ r }}] = fj::pack2(x[j][{{ p_from[2 * r] }}], x[j][{{ p_from[2 * r + 1] }}]);
-{% end %}
+          {{ pack_a("op[j]", "x[j]", 10) }}
         }
         fj::bar_arrive(1, 256);  // P^T handed over
         // dV += P^T dO.
@@ -863,9 +871,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% for i = 0, acc.slots - 1 do %}
           x[j][{{ i }}] = fj::ld_shared_f32(spx + 4u * (unsigned)((j * 8 + {{ i }}) * 128 + tid)) * (x[j][{{ i }}] - d{{ acc.dcol[i] }});
 {% end %}
-{% for r = 0, 3 do %}
-          op[j][{{ r }}] = fj::pack2(x[j][{{ p_from[2 * r] }}], x[j][{{ p_from[2 * r + 1] }}]);
-{% end %}
+          {{ pack_a("op[j]", "x[j]", 10) }}
         }
         fj::wg_fence();
 #pragma unroll
@@ -1055,9 +1061,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% for i = 0, acc.slots - 1 do %}
         s[j][{{ i }}] = fj::fast_exp2(fmaf(s[j][{{ i }}], sl2, -l{{ acc.dcol[i] }}));
 {% end %}
-{% for r = 0, 3 do %}
-        pk[j][{{ r }}] = fj::pack2(s[j][{{ p_from[2 * r] }}], s[j][{{ p_from[2 * r + 1] }}]);
-{% end %}
+        {{ pack_a("pk[j]", "s[j]", 8) }}
       }
       // dV += P^T dO, issued behind dP^T: the compiler cannot move P^T's
       // work past it, nor the tensor cores idle between the two.
@@ -1076,9 +1080,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% for i = 0, acc.slots - 1 do %}
         dp[j][{{ i }}] = s[j][{{ i }}] * (dp[j][{{ i }}] - d{{ acc.dcol[i] }});
 {% end %}
-{% for r = 0, 3 do %}
-        dsk[j][{{ r }}] = fj::pack2(dp[j][{{ p_from[2 * r] }}], dp[j][{{ p_from[2 * r + 1] }}]);
-{% end %}
+        {{ pack_a("dsk[j]", "dp[j]", 8) }}
       }
 {% else %}
       fj::wg_wait<0>();
