@@ -130,8 +130,8 @@
     if BN ~= 128 then
       no("tile_n %d with dtype e4m3: FP8 attention takes 128-key tiles (V^T's rows of 128 one-byte keys; fixed so that every length rounds alike)", BN)
     end
-    if mods.score or mods.softcap then
-      no("dtype e4m3 with a score expression or softcap is not implemented (mask expressions, windows, causal masks and sinks are)")
+    if (mods.score or mods.softcap) and D > 128 then
+      no("dtype e4m3 with a score expression or softcap at head_dim %d is not implemented: up to 128 (above, the consumers' registers spill)", DR)
     end
     if VL or BMASK then no("dtype e4m3 with %s is not implemented: dense problems", VL and "varlen" or "a block mask") end
   end

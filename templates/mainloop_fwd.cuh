@@ -98,7 +98,7 @@
   const int cw = wg - 1;                       // this consumer warpgroup
   const int wr = cw * 64 + (warp % 4) * 16;    // this warp's first row in the tile
   const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
-  {{ mods.scales(2, "") }}
+  {{ mods.scales(2, "", FP8 and "qk_scale0" or nil) }}
   const unsigned qa = sq + cw * 64 * {{ q.panel_bytes // q.rows }};
   // Descriptors: Q's 64 rows of this warpgroup and K (both K-major, k
   // steps {{ KB }} bytes apart within a panel), V (MN-major, panels {{ v.panel_bytes }}
@@ -220,7 +220,15 @@
 {% if FP8 then %}
   // The descales of this (batch, KV head): Q's and K's join the softmax
   // scale, V's the epilogue's.
+{%   if mods.score then %}
+  // A score function (or the softcap) sees the scaled score: the
+  // descales join its input's scale, and the softmax takes its results in
+  // natural units (sl2).
+  const float qk_scale = qk_scale0 * p.q_scale[fj::scale_at(p, blk.b, blk.hk)] * p.k_scale[fj::scale_at(p, blk.b, blk.hk)];
+  const float sl2_t = sl2;
+{%   else %}
   const float sl2_t = sl2 * p.q_scale[fj::scale_at(p, blk.b, blk.hk)] * p.k_scale[fj::scale_at(p, blk.b, blk.hk)];
+{%   end %}
 {% end %}
 {% if TWO then %}
   int pv_run = 0;  // key tiles in op since it last joined o

@@ -229,15 +229,18 @@ function M.new(o)
   -- The declarations of a family's scales (C statements, indent spaces
   -- before the lines after the first): qk_scale into the score function
   -- where one runs, and sl2, the softmax's log2 scale; factor multiplies
-  -- the problem's scale (FP8 K's " * k_scale"), or "".
-  function R.scales(indent, factor)
+  -- the problem's scale (FP8 K's " * k_scale"), or ""; qk_name (default
+  -- qk_scale) names the first, for a family that scales it again where the
+  -- score function runs (FP8 attention: by each work tile's descales,
+  -- into a qk_scale of its own).
+  function R.scales(indent, factor, qk_name)
     local pad = (" "):rep(indent)
     if R.score then
       return table.concat({
         "// A score function sees the scaled score, so the softmax works on its",
         pad .. "// results in natural units (mods.lua: with the softcap alone, the cap",
         pad .. "// folded into both scales).",
-        pad .. ("const float qk_scale = %s;"):format(R.qk_scale("p.scale_log2 * 0.69314718056f" .. factor)),
+        pad .. ("const float %s = %s;"):format(qk_name or "qk_scale", R.qk_scale("p.scale_log2 * 0.69314718056f" .. factor)),
         pad .. ("const float sl2 = %s;"):format(R.sl2) }, "\n")
     end
     return ("const float sl2 = p.scale_log2%s;"):format(factor)

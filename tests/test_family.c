@@ -498,6 +498,29 @@ int test_family_fp8_sm90a(void)
   v.mma = FJ_MMA_SYNC;
   v.warps = 4;
   CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "dtype e4m3 (Q, K and V in FP8) is implemented for mma wgmma only") == 0);
+  /* Score expressions and the softcap at head dims up to 128: the
+   * descales join the score function's input scale, per work tile; above
+   * 128 they are refused (the consumers' registers would spill). */
+  /* Either alone compiles without spills; both together spill a few
+   * bytes at d128 under a causal mask (12-60 on NVRTC 13.0). */
+  fj_mods m;
+  for (int i = 0; i < 6; i++) {
+    fj_mods_init(&m);
+    m.score = i % 3 != 1 ? "s - 0.125f * (float)(q - kv)" : NULL;
+    m.softcap = i % 3 != 0 ? 30.f : 0.f;
+    fp8_variant(&v, i < 3 ? 64 : 128, FJ_CAUSAL_TOP_LEFT, 0);
+    v.mods = &m;
+    fj_kernel *k;
+    CHECK_OK(ctx, fj_kernel_get(ctx, &v, &k));
+    fj_resources r;
+    fj_kernel_resources(k, &r);
+    CHECK(r.spill_store_bytes <= (i == 5 ? 64 : 0));
+    CHECK(strstr(fj_kernel_source(k, NULL), "const float qk_scale = qk_scale0 * p.q_scale["));
+    CHECK(strstr(fj_kernel_source(k, NULL), "const float sl2_t = sl2;"));
+  }
+  fp8_variant(&v, 256, FJ_CAUSAL_NONE, 0);
+  v.mods = &m;
+  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "dtype e4m3 with a score expression or softcap at head_dim 256 is not implemented: up to 128") == 0);
   fj_variant_default(&v, 128, FJ_F16, FJ_CAUSAL_NONE);
   v.fp8_flush = 2;
   CHECK(refused(ctx, &v, FJ_ERR_INVALID_ARG, "fp8_flush 2 is invalid with dtype f16") == 0);

@@ -365,8 +365,11 @@ class Fp8(unittest.TestCase):
                                     r"TMA\) needs sm_90a; the target is sm_80$"):
             flashjit.plan(2, 8, 1024, 128, dtype="e4m3", arch="sm_80")
         with self.assertRaisesRegex(flashjit.Unsupported, r"^dtype e4m3 with a score "
-                                    r"expression or softcap is not implemented"):
-            flashjit.plan(2, 8, 1024, 128, dtype="e4m3", softcap=30.0, arch="sm_90a")
+                                    r"expression or softcap at head_dim 256 is not implemented"):
+            flashjit.plan(2, 8, 1024, 256, dtype="e4m3", softcap=30.0, arch="sm_90a")
+        # At 128 and below they plan (the descales join the score's scale).
+        self.assertEqual(flashjit.plan(2, 8, 1024, 128, dtype="e4m3", softcap=30.0,
+                                       arch="sm_90a").variant["mma"], "wgmma")
         with self.assertRaisesRegex(flashjit.InvalidArgument, r"^kv_dtype bf16 is invalid "
                                     r"with dtype e4m3"):
             flashjit.Kernel(128, arch="sm_90a", dtype="e4m3", kv_dtype="bf16")
