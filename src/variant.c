@@ -434,8 +434,7 @@ static int fp8_regs(const fj_variant *v)
   int warps = v->warps > 0 ? v->warps : 1;
   int s_regs = v->tile_n / warps / 16 * 8;
   return v->mma == FJ_MMA_SYNC && v->tile_m == 16 && warps > 1 &&
-         fj__head_dim_v(v) == v->head_dim &&
-         (v->head_dim == 64 || v->head_dim == 128) &&  /* the template's gate */
+         fj__head_dim_v(v) == v->head_dim &&  /* the template's gate */
          dvp <= 256 && dvp / 2 + 2 * s_regs + 40 <= 240;
 }
 

@@ -214,12 +214,10 @@
   -- (lut.lua's fp8_b_isa; elsewhere the 16-bit tiles), and the ISA's
   -- ldmatrix (16-bit units, whatever they hold).  Only with the pipelined
   -- ring (PIPE): K(t + 1) is read from its slot while tile t's softmax
-  -- runs, as the 16-bit ring's.  Head dims 64 and 128 only (K's and
-  -- V's alike), the ones seen right on the GPU (gpu_fp8_kv,
-  -- gpu_fp8_kv_paged, 2026-12-05); the other widths' cases (test_gpu.c's
-  -- "fp8 ring split keys") keep the 16-bit tiles until they have run.
-  local OCOLS = KS and RING8 and PIPE and (dtype == "bf16" or dtype == "f16") and
-                DV == D and (D == 64 or D == 128) and
+  -- runs, as the 16-bit ring's.  K's and V's head dims alike (DV == D);
+  -- every width seen right on the GPU (gpu_fp8_kv's "split keys" d32,
+  -- d64, d80, d96, d128, d256 and gpu_fp8_kv_paged, 2026-12-05).
+  local OCOLS = KS and RING8 and PIPE and (dtype == "bf16" or dtype == "f16") and DV == D and
                 L.fp8_b_isa(lut_bk, lut_bv) and L.fp8_v_cols(acc) or nil
   local REGS = OCOLS ~= nil
   local NC = #rows.classes

@@ -843,9 +843,7 @@ static const axis_case fp8_ring_cases[] = {
     /* Warps that split the keys read the FP8 ring itself (attention_mma.cu's
      * REGS): an odd number of 16-dim blocks (the last by ldmatrix.x2), Q
      * from shared memory each tile (d256), the ring's swizzle for 2 chunks
-     * a row (d32) and for 6 (d96: the plain one).  The template takes that
-     * path at head dims 64 and 128 only for now (its gate, until these
-     * cases have run there); the others check the 16-bit tiles meanwhile. */
+     * a row (d32) and for 6 (d96: the plain one). */
     {"fp8 ring split keys d64", 64, 16, 128, 4, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, FJ_E4M3, FJ_CAUSAL_BOTTOM_RIGHT, 2, 4, 2, 3, 901, 0},
     {"fp8 ring split keys d80", 80, 16, 64, 4, 3, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_BF16, FJ_E4M3, FJ_CAUSAL_NONE, 1, 8, 2, 5, 777, 0},
     {"fp8 ring split keys d256", 256, 16, 64, 4, 2, FJ_SWIZZLE_XOR, FJ_SOFTMAX_REGS, FJ_F16, FJ_E4M3, FJ_CAUSAL_BOTTOM_RIGHT, 1, 4, 2, 16, 300, 0},
