@@ -51,7 +51,7 @@
 #      only); the tuner times the mma family's 64-key tiles (128 blocks)
 #      beside it.  The step before, the tuner's reports, the step after.
 set -u
-part=${1:?part a, b, c, e, f, h, m, p or g}
+part=${1:?part a, b, c, e, f, h, j, m, p or g}
 out=${2:-/tmp/fj-pending}
 mkdir -p "$out"
 . bench/device_env.sh
@@ -77,6 +77,29 @@ h)
     echo "h $t: exit $? ($(grep -c ' ok$\|^ok ' "$out/h_$t.log") ok, $(grep -c FAIL "$out/h_$t.log") FAIL)"
     grep -E "^FAIL|FAIL$" "$out/h_$t.log" | head -4
   done
+  ;;
+j) # issue 36: why the GPU host compiled slower than the 2-core machine
+   # (PERF.md J7: whole processes, 0.74-1.66 s against 0.46-0.82): the
+   # host's CPU, NVRTC alone on the twenty picks rendered on the build
+   # machine (build/bench/srcs, /tmp/pick_sources there; the same files
+   # timed there: perf-history's session-13 entry), the library's own
+   # compile_ms beside the process's wall time, and a bare kernel's
+   # compile (NVRTC's start-up).  Build machine first:
+   #   cc -O2 bench/nvrtc_time.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 \
+   #      -lnvrtc -Wl,-rpath,/usr/local/cuda/lib64 -o build/bench/nvrtc_time
+   #   mkdir build/bench/srcs && FLASHJIT_CACHE_DIR=/tmp/ps /tmp/pick_sources build/bench/srcs
+  lscpu | grep -E 'Model name|^CPU\(s\)|MHz|Thread' | sed 's/^/j cpu: /'
+  nproc | sed 's/^/j nproc: /'; uptime | sed 's/^/j load: /'
+  printf '__global__ void k(float *x) { x[threadIdx.x] += 1.f; }\n' >/tmp/bare.cu
+  ./bench/nvrtc_time -n 5 --phases /tmp/bare.cu -default-device -std=c++17 --no-cache \
+    --gpu-architecture=sm_90a 2>&1 | tail -1 | sed 's/^/j bare: /'
+  NVRTC_TIME=$PWD/bench/nvrtc_time timeout 400 bash ../bench/compile_cost.sh bench/srcs 3 | tee "$out/j_phases.md"
+  for d in 64 128 256; do for c in "" --causal; do
+    t0=$EPOCHREALTIME
+    ms=$(FLASHJIT_CACHE_DIR=$(mktemp -d) ./flashjit emit --arch sm_90a --head-dim $d $c --what resources |
+         grep -E '^compile_ms' | cut -d= -f2)
+    echo "j emit d$d$c: process $(awk "BEGIN{printf \"%.0f\", ($EPOCHREALTIME - $t0) * 1000}") ms, compile_ms $ms"
+  done; done
   ;;
 f) timeout 560 bash ../bench/probes/fp8_poly.sh "$out" ;;
 m) timeout 560 bash ../bench/probes/fp8_mods.sh "$out" ;;
@@ -120,5 +143,5 @@ g)
   done
   gpt after
   ;;
-*) echo "pending.sh: part $part is not a, b, c, e, f, h, m, p or g"; exit 2 ;;
+*) echo "pending.sh: part $part is not a, b, c, e, f, h, j, m, p or g"; exit 2 ;;
 esac
