@@ -45,9 +45,10 @@ typedef struct fj_pick {
   fj_kmeta meta;    /* what v's template said of its kernel */
   fj_choice from;
 } fj_pick;
-/* The split-KV combine kernels, by head dim, dtype, varlen and sinks. */
+/* The split-KV combine kernels, by O's head dim (V's: the combine's rows
+ * are O's), dtype, varlen and sinks. */
 typedef struct fj_hot_combine {
-  int head_dim;
+  int head_dim_v;
   fj_dtype dtype;
   int varlen;
   int sinks;
@@ -724,8 +725,13 @@ fj_status fj__combine_function(fj_ctx *ctx, const fj_variant *v, void **fn)
   fj_mods_info mi;
   fj__mods_info(v->mods, &mi);
   fj_dispatch *d = dispatch(ctx);
+  /* By O's columns, as fj__combine_kernel renders it: 576/504 and
+   * 576/512 share head_dim, not their combine (until 2026-12-05 the key
+   * was head_dim, and a context that had run one took its combine for
+   * the other: wrong O and writes past it). */
+  int dv = fj__head_dim_v(v);
   for (int i = 0; d && i < d->ncombine; i++)
-    if (d->combine[i].head_dim == v->head_dim &&
+    if (d->combine[i].head_dim_v == dv &&
         d->combine[i].dtype == v->dtype && d->combine[i].varlen == v->varlen &&
         d->combine[i].sinks == mi.sinks) {
       *fn = d->combine[i].function;
@@ -738,7 +744,7 @@ fj_status fj__combine_function(fj_ctx *ctx, const fj_variant *v, void **fn)
   if (st == FJ_OK && d) {
     fj_hot_combine *h =
         &d->combine[d->ncombine < FJ_HOT ? d->ncombine++ : FJ_HOT - 1];
-    h->head_dim = v->head_dim;
+    h->head_dim_v = dv;
     h->dtype = v->dtype;
     h->varlen = v->varlen;
     h->sinks = mi.sinks;

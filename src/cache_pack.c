@@ -28,6 +28,7 @@
 #include "entry.h"
 #include "template.h"
 #include "util.h"
+#include "variant.h"
 
 #define PACK_MAGIC "FJPACK01"
 /* The largest pack read: a few thousand kernels of a few MB each. */
@@ -80,7 +81,8 @@ static fj_status prewarm_combines(fj_ctx *ctx, const fj_variant *vs,
     int dup = 0;
     for (size_t j = 0; j < i && !dup; j++)
       dup = each[j] == FJ_OK && vs[j].split_kv &&
-            vs[j].head_dim == vs[i].head_dim && vs[j].dtype == vs[i].dtype &&
+            fj__head_dim_v(&vs[j]) == fj__head_dim_v(&vs[i]) &&
+            vs[j].dtype == vs[i].dtype &&
             vs[j].varlen == vs[i].varlen;
     if (each[i] != FJ_OK || !vs[i].split_kv || dup)
       continue;

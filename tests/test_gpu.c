@@ -1279,6 +1279,12 @@ static const wide_case wide_cases[] = {
     {4, 32, 8, 1, 2000, 72, 72, 0, FJ_F16, FJ_CAUSAL_NONE, FJ_BSHD, 64, 64, 4, 2, 3, 0, 0},
     {4, 32, 8, 1, 2000, 264, 264, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BHSD, 0, 0, 0, 0, 0, 0, 0},
     {2, 32, 8, 3, 999, 264, 264, 0, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, FJ_BHSD, 16, 64, 4, 1, 5, 0, 0},
+    /* A split decode of 72/72 and then of 72/40 in one context (dtype,
+     * varlen and sinks alike): each needs its own combine, which the
+     * context's table of combines once found by head_dim alone, handing
+     * the second the first's (O's rows 72 wide: wrong O, and writes past
+     * it -- 576/504 after 576/512 on the H200, 2026-12-05). */
+    {2, 16, 1, 1, 1000, 72, 72, 0, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 16, 64, 4, 2, 3, 0, 0},
     {2, 16, 1, 1, 1000, 72, 40, 1, FJ_BF16, FJ_CAUSAL_NONE, FJ_BSHD, 16, 64, 4, 2, 3, 0, 0},
     {2, 4, 2, 333, 333, 72, 40, 1, FJ_F16, FJ_CAUSAL_TOP_LEFT, FJ_BHSD, 16, 64, 4, 2, 0, 0, 0},
     /* The XOR swizzle on padded tiles (chunk c of row r at c ^ (r & XM),
