@@ -6,10 +6,15 @@
 # ran on the H200 on 2026-12-05 (docs/PERF.md C22, C23, G1); the twelfth
 # session's d (the backward's next step) and b (the FP8 ring's k16 and
 # regs sets) ran there too and landed (5f6597c, cf46ccd; PERF.md C24).
-# Next: f (the FP8 forward's exponentials on the FMA pipe, its A/B), m
-# (FP8 with score expressions and the softcap, checked), b
-# (the regs path at the other head dims), h on nvidia-h100-x1 (when it
-# is lent), a (this session's tiers and the demo), then c (probes).
+# The thirteenth session ran h, m, f and b on the H100 (PERF.md C25;
+# perf-history's session-13 entry): m and b landed (9bfa652, 966bfc6), f
+# missed (as the fourth session's same idea had).  Next: j (the GPU host's
+# compile cost by phase), s (the split decode's combine, f720fcf: branch
+# split504 built here and carried as build/, then its gpu_wide_heads and
+# gpu_mla_paged), a (its gpu_wide_heads now runs 72/72 then 72/40 split in
+# one context), then c; and on the H200 the FP8 KV ratios at d80/d96
+# (`PARTS=fp8kv bash bench/device_check.sh`: bench/fp8_kv_compare.py has
+# those rows since the thirteenth session).
 #   a: the GPU tests of what landed unrun -- head dims padded to 16 on the
 #      mma family (gpu_wide_heads, gpu_serving_varlen, gpu_mla_paged),
 #      FP8 K/V (gpu_fp8_kv, with the regs path's new "split keys" cases),
@@ -51,7 +56,7 @@
 #      only); the tuner times the mma family's 64-key tiles (128 blocks)
 #      beside it.  The step before, the tuner's reports, the step after.
 set -u
-part=${1:?part a, b, c, e, f, h, j, m, p or g}
+part=${1:?part a, b, c, e, f, h, j, m, p, s or g}
 out=${2:-/tmp/fj-pending}
 mkdir -p "$out"
 . bench/device_env.sh
@@ -101,6 +106,15 @@ j) # issue 36: why the GPU host compiled slower than the 2-core machine
     echo "j emit d$d$c: process $(awk "BEGIN{printf \"%.0f\", ($EPOCHREALTIME - $t0) * 1000}") ms, compile_ms $ms"
   done; done
   ;;
+s) # the split decode's combine found by O's head dim (f720fcf): with the
+   # branch split504's build carried as build/ (576/504 and 520/264 taken
+   # again, their cases restored: 576/504 after 576/512 in one context)
+  for t in gpu_wide_heads gpu_mla_paged; do
+    timeout 150 ./tests/fj_tests "$t" >"$out/s_$t.log" 2>&1
+    echo "s $t: exit $? ($(grep -c ' ok$\|^ok ' "$out/s_$t.log") ok, $(grep -c FAIL "$out/s_$t.log") FAIL)"
+    grep -E "FAIL|576/504|72/40" "$out/s_$t.log" | head -6
+  done
+  ;;
 f) timeout 560 bash ../bench/probes/fp8_poly.sh "$out" ;;
 m) timeout 560 bash ../bench/probes/fp8_mods.sh "$out" ;;
 e)
@@ -143,5 +157,5 @@ g)
   done
   gpt after
   ;;
-*) echo "pending.sh: part $part is not a, b, c, e, f, h, j, m, p or g"; exit 2 ;;
+*) echo "pending.sh: part $part is not a, b, c, e, f, h, j, m, p, s or g"; exit 2 ;;
 esac
