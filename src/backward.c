@@ -165,13 +165,17 @@ static fj_status main_params(fj_ctx *ctx, const fj_variant *v, fj_vparams *vp)
   snprintf(vp->symbol, sizeof vp->symbol, "fj_bwd_%s", name + 3);
   vp->template_name = v->mma == FJ_MMA_WGMMA ? "attention_bwd_wgmma.cu"
                                              : "attention_bwd_mma.cu";
-  /* The parameters' gradients make another kernel (fj_param_grads). */
-  for (int i = 0; v->mods && i < v->mods->num_params; i++)
-    if (fj__mods_has_grad(v->mods, i)) {
-      size_t len = strlen(vp->symbol);
-      snprintf(vp->symbol + len, sizeof vp->symbol - len, "_pg");
-      break;
-    }
+  /* The parameters' gradients make another kernel (fj_param_grads), one
+   * per set of parameters that have them (mod_facts' pgrads): "_pg" and
+   * that set's bits, so that the name tells the kernels apart. */
+  unsigned grads = 0;
+  for (int i = 0; v->mods && i < v->mods->num_params && i < FJ_MOD_PARAMS_MAX; i++)
+    if (fj__mods_has_grad(v->mods, i))
+      grads |= 1u << i;
+  if (grads) {
+    size_t len = strlen(vp->symbol);
+    snprintf(vp->symbol + len, sizeof vp->symbol - len, "_pg%x", grads);
+  }
   set_param(vp, "template", vp->template_name);
   set_param(vp, "symbol", vp->symbol);
   if (vp->n >= FJ_ARRAY_LEN(vp->p))
@@ -296,13 +300,16 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
 typedef struct bwd_key {
   int head_dim, dtype, causal, window, softcap, sinks, checked;
   /* a score expression, a mask expression, parameters' gradients (the
-   * expressions' text does not enter: the kernel is built from the
-   * problem's at each call); a block mask's sizes, likewise (0 without
-   * one) */
+   * kernel is built from the problem's expressions at each call; their
+   * form's hash, below, keeps apart choices the tuning database makes per
+   * expression); a block mask's sizes, likewise (0 without one) */
   int score, mask, pgrads;
   int block_q, block_kv;
   int varlen;  /* 1 varlen; 2 varlen whose packed tensors lack a total */
   int q_log2, kv_log2, gqa;
+  /* the form's hash, as the tuning database's class has it (|mods=):
+   * expressions of one presence may be tuned apart */
+  uint64_t mods;
 } bwd_key;
 
 /* The context's memo of recent choices: a plan renders the main template
@@ -349,6 +356,7 @@ static bwd_key key_of(const fj_problem *p)
   k.q_log2 = fj__log2_floor(p->seq_q);
   k.kv_log2 = fj__log2_floor(p->seq_kv);
   k.gqa = p->heads_q / p->heads_kv;
+  k.mods = fj__mods_hash(p->mods);
   return k;
 }
 

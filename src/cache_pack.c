@@ -26,6 +26,7 @@
 #include "compile.h"
 #include "ctx.h"
 #include "entry.h"
+#include "mods.h"
 #include "template.h"
 #include "util.h"
 #include "variant.h"
@@ -79,11 +80,17 @@ static fj_status prewarm_combines(fj_ctx *ctx, const fj_variant *vs,
   fj_status first = FJ_OK;
   for (size_t i = 0; i < n; i++) {
     int dup = 0;
-    for (size_t j = 0; j < i && !dup; j++)
+    fj_mods_info mi, mj;
+    fj__mods_info(vs[i].mods, &mi);
+    /* By all fj__combine_kernel renders from: O's head dim, dtype,
+     * varlen and sinks. */
+    for (size_t j = 0; j < i && !dup; j++) {
+      fj__mods_info(vs[j].mods, &mj);
       dup = each[j] == FJ_OK && vs[j].split_kv &&
             fj__head_dim_v(&vs[j]) == fj__head_dim_v(&vs[i]) &&
             vs[j].dtype == vs[i].dtype &&
-            vs[j].varlen == vs[i].varlen;
+            vs[j].varlen == vs[i].varlen && mj.sinks == mi.sinks;
+    }
     if (each[i] != FJ_OK || !vs[i].split_kv || dup)
       continue;
     fj_kernel *k;

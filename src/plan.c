@@ -550,6 +550,20 @@ static int decode_stages3(const fj_ctx *ctx, const fj_problem *p)
   return v.stages == 3;
 }
 
+/* Whether decode_choice may give p one 16-row tile whose warps split the
+ * keys (its packed rows up to 16): seq_q 2 and 3 at GQA 8 share a
+ * sequence bucket, not that choice. */
+static int decode_ks(const fj_problem *p)
+{
+  return fj__decode_rows(p) &&
+         (long)p->seq_q * (p->heads_q / p->heads_kv) <= 16;
+}
+
+int fj__plan_wgmma_fits(const fj_ctx *ctx, const fj_problem *p)
+{
+  return wgmma_fits(ctx, p);
+}
+
 int fj__plan_class(const fj_ctx *ctx, const fj_problem *p)
 {
   fj_mods_info mi;
@@ -560,7 +574,7 @@ int fj__plan_class(const fj_ctx *ctx, const fj_problem *p)
          mi.on << 13 | mi.user << 14 | mi.softcap << 15 | (mi.reads >= 2) << 16 |
          mi.block_q / 64 << 17 | mi.block_kv / 64 << 20 |
          left_window(p->mods) << 23 | decode_stages3(ctx, p) << 24 |
-         short_keys(p) << 25;
+         short_keys(p) << 25 | decode_ks(p) << 27;
 }
 
 /* ---- splits, grids, workspace ------------------------------------------------------ */

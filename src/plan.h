@@ -31,6 +31,9 @@ const char *fj__split_misfit(const fj_ctx *ctx, const fj_problem *p);
 /* What the heuristic's choice depends on beyond the tuning database's
  * problem class, as one number (for the dispatch caches' keys). */
 int fj__plan_class(const fj_ctx *ctx, const fj_problem *p);
+/* Whether the wgmma family can take p on ctx's arch: its head dims, dtypes,
+ * and strides TMA can encode (no broadcast dimension of extent above 1). */
+int fj__plan_wgmma_fits(const fj_ctx *ctx, const fj_problem *p);
 /* The split-KV combine's warps a row for `splits` splits (1, 2 or 4;
  * combine.cu): enough that each warp loads all its splits' partials at
  * once up to 32 splits. */

@@ -25,6 +25,7 @@
 #include "axes.h"
 #include "ctx.h"
 #include "mods.h"
+#include "plan.h"
 #include "tunedb.h"
 #include "util.h"
 #include "variant.h"
@@ -220,6 +221,10 @@ int fj__tune_lookup(fj_ctx *ctx, const fj_problem *p, fj_variant *v)
   if (fj__problem_dv(p) != p->head_dim)
     return 0;
   if (!lookup(ctx, p, 0, &tuned) || fj__variant_validate(ctx, &tuned) != FJ_OK)
+    return 0;
+  /* A class tuned on dense tensors to wgmma does not fit a member whose
+   * strides TMA cannot encode (a broadcast Q, K or V): the heuristic's. */
+  if (tuned.mma == FJ_MMA_WGMMA && !fj__plan_wgmma_fits(ctx, p))
     return 0;
   *v = tuned;
   return 1;
