@@ -12,7 +12,10 @@
 # compile cost by phase), s (the split decode's combine, f720fcf: branch
 # split504 built here and carried as build/, then its gpu_wide_heads and
 # gpu_mla_paged), a (its gpu_wide_heads now runs 72/72 then 72/40 split in
-# one context), then c; and on the H200 the FP8 KV ratios at d80/d96
+# one context), r (the deterministic backward's rotation: branch bwdrot,
+# checked out and built as build/, its bench/probes/bwd_rot.sh: the
+# rotated deterministic cases, then bwd_compare with and without
+# FLASHJIT_BWD_ROTATE=0; on the H200 for its figures), then c; and on the H200 the FP8 KV ratios at d80/d96
 # (`PARTS=fp8kv bash bench/device_check.sh`: bench/fp8_kv_compare.py has
 # those rows since the thirteenth session).
 #   a: the GPU tests of what landed unrun -- head dims padded to 16 on the
@@ -56,7 +59,7 @@
 #      only); the tuner times the mma family's 64-key tiles (128 blocks)
 #      beside it.  The step before, the tuner's reports, the step after.
 set -u
-part=${1:?part a, b, c, e, f, h, j, m, p, s or g}
+part=${1:?part a, b, c, e, f, h, j, m, p, r, s or g}
 out=${2:-/tmp/fj-pending}
 mkdir -p "$out"
 . bench/device_env.sh
@@ -115,6 +118,9 @@ s) # the split decode's combine found by O's head dim (f720fcf): with the
     grep -E "FAIL|576/504|72/40" "$out/s_$t.log" | head -6
   done
   ;;
+r) # from a checkout of the branch bwdrot with its build as build/
+  [ -f ../bench/probes/bwd_rot.sh ] || { echo "r: bench/probes/bwd_rot.sh is the branch bwdrot's"; exit 2; }
+  timeout 560 bash ../bench/probes/bwd_rot.sh "$out" ;;
 f) timeout 560 bash ../bench/probes/fp8_poly.sh "$out" ;;
 m) timeout 560 bash ../bench/probes/fp8_mods.sh "$out" ;;
 e)
@@ -157,5 +163,5 @@ g)
   done
   gpt after
   ;;
-*) echo "pending.sh: part $part is not a, b, c, e, f, h, j, m, p, s or g"; exit 2 ;;
+*) echo "pending.sh: part $part is not a, b, c, e, f, h, j, m, p, r, s or g"; exit 2 ;;
 esac
