@@ -69,6 +69,7 @@ TEST(cache_render_index_facts, cpu)
 /* the kernel package (test_package.c) */
 TEST(package_first_call, cpu)
 TEST(package_refusals, cpu)
+TEST(package_examples, cpu)
 TEST(gpu_package_first_call, gpu)
 /* errors and validation */
 TEST(abi_sizes, cpu)

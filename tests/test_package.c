@@ -10,9 +10,12 @@
  * nothing, the layout probe included, and is right.
  */
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "compile.h"
 #include "ctx.h"
@@ -165,6 +168,90 @@ int test_package_first_call(void)
   unsetenv("FLASHJIT_PACKAGE_DIR");
   CHECK(ctx && fj_cache_package_dir(ctx) &&
         !strcmp(fj_cache_package_dir(ctx), pkg));
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+#ifndef FJT_CLI
+#define FJT_CLI ""
+#endif
+
+/* `flashjit cache prewarm --package dir` on sm_90a at head dim 64, bf16,
+ * top-left, with --backward when bwd (a package compiles into its own
+ * directory); its output in dir.log.  0 when it succeeded. */
+static int cli_package(const char *cli, const char *dir, int bwd)
+{
+  char log[4300];
+  snprintf(log, sizeof log, "%s.log", dir);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    execl(cli, "flashjit", "cache", "prewarm", "--package", dir, "--arch",
+          "sm_90a", "--head-dim", "64", "--dtype", "bf16", "--causal",
+          "top-left", "--workers", "2", bwd ? "--backward" : (char *)NULL,
+          (char *)NULL);
+    _exit(127);
+  }
+  int ws = 0;
+  return pid > 0 && waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) &&
+                 WEXITSTATUS(ws) == 0
+             ? 0
+             : 1;
+}
+
+/* The GPT examples' attention (head dim 64, 8/2 heads, 512 tokens, bf16,
+ * causal top-left, BSHD): examples/gpt_flashjit.py's batch 2 and
+ * examples/gpt_train.py's batch 8, which take different forward kernels
+ * on sm_90a.  With the package that `cache prewarm --package` (then
+ * `--backward`) makes for their head dim, dtype and mask, a context plans
+ * and gets their forward kernels and the backward's three without one
+ * NVRTC call or render (issue 36's bar: the GPT example's calls compile
+ * nothing). */
+int test_package_examples(void)
+{
+  const char *cli = getenv("FJT_CLI");
+  if (!cli || !*cli)
+    cli = FJT_CLI;
+  if (!*cli || access(cli, X_OK) != 0)
+    return fjt_skip("no flashjit command-line tool (built without "
+                    "FLASHJIT_BUILD_CLI; FJT_CLI names one)");
+  char pkg[4200], own[4096];
+  snprintf(pkg, sizeof pkg, "%s/pkg", fjt_tmpdir());
+  CHECK(cli_package(cli, pkg, 0) == 0);
+  CHECK(cli_package(cli, pkg, 1) == 0);
+  snprintf(own, sizeof own, "%s", fjt_tmpdir());
+  fj_ctx *ctx = pkg_ctx("sm_90a", own, pkg);
+  CHECK(ctx && fj_cache_package_dir(ctx) && warning[0] == '\0');
+  unsigned long nvrtc = fj__nvrtc_compiles();
+  char names[2][160];
+  for (int i = 0; i < 2; i++) {
+    fj_problem p;
+    fj_problem_init(&p, i ? 8 : 2, 8, 2, 512, 512, 64, FJ_BF16, FJ_BSHD);
+    p.causal = FJ_CAUSAL_TOP_LEFT;
+    fj_plan plan;
+    fj_kernel *k;
+    CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+    CHECK_OK(ctx, fj_kernel_get(ctx, &plan.variant, &k));
+    snprintf(names[i], sizeof names[i], "%s", fj_kernel_name(k));
+    fj_bwd_plan bp;
+    CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &bp));
+    for (int w = 0; w < FJ_BWD_KERNELS; w++)
+      CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &bp, w, &k));
+  }
+  printf("forward kernels: %s (batch 2), %s (batch 8)\n", names[0], names[1]);
+  fj_cache_stats s;
+  fj_cache_stats_get(ctx, &s);
+  printf("NVRTC calls %lu, renders %ld, misses %llu, package hits %llu\n",
+         fj__nvrtc_compiles() - nvrtc, ctx->renders,
+         (unsigned long long)s.misses, (unsigned long long)s.package_hits);
+  CHECK(strcmp(names[0], names[1]) != 0);  /* two forward kernels */
+  CHECK(fj__nvrtc_compiles() == nvrtc);
+  CHECK(ctx->renders == 0);
+  CHECK(s.misses == 0 && s.package_hits >= 5);
   fj_ctx_destroy(ctx);
   return 0;
 }

@@ -144,10 +144,12 @@ static const struct {
     /* A package (--package) adds the shapes of the README's and the
      * examples' calls, so that their first call compiles nothing: the
      * Python quick start (and its GQA call), examples/gpt_flashjit.py's
-     * defaults, examples/demo.c's. */
+     * defaults, examples/gpt_train.py's (batch 8: on sm_90a the wgmma
+     * family, where batch 2 takes the mma family), examples/demo.c's. */
     {"README quick start", 2, 8, 8, 4096, 4096},
     {"README quick start, GQA", 2, 8, 2, 4096, 4096},
     {"gpt_flashjit.py", 2, 8, 2, 512, 512},
+    {"gpt_train.py", 8, 8, 2, 512, 512},
     {"demo.c, GQA", 4, 32, 8, 4096, 4096},
     {"demo.c, prefill", 4, 16, 16, 4096, 4096},
 };
