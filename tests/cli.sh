@@ -129,6 +129,11 @@ expect 2 "unknown option '--tile-m'" plan --shape 1,8,1,64 --tile-m 64
 for kv in "pack_gqa=1" "rows=4" "mma=mma" "sm_count=132" "combine=fj_combine_d128_f16"; do
   grep -qx "$kv" "$tmp/plan" || fail "decode plan lacks $kv: $(tr '\n' ' ' <"$tmp/plan")"
 done
+# The combine as the library names it: O's head dim (MLA's 576/512), sinks.
+"$FJ" plan --shape 2,16,1,576 --heads-kv 1 --seq-kv 1000 --head-dim-v 512 --latent --dtype bf16 \
+  --splits 3 | grep -qx "combine=fj_combine_d512_bf16" || fail "MLA plan: the combine is not O's d512"
+"$FJ" plan --shape 2,32,1,128 --heads-kv 8 --seq-kv 8000 --dtype bf16 --splits 4 --sinks 0.5 \
+  | grep -qx "combine=fj_combine_d128_bf16_sink" || fail "plan with sinks: the combine is not the _sink one"
 splits=$(sed -n 's/^splits=//p' "$tmp/plan")
 [ "${splits:-1}" -gt 1 ] && grep -qx "grid=$splits,8,1" "$tmp/plan" \
   && grep -qx "workspace_bytes=$((splits * 32 * 129 * 4))" "$tmp/plan" \

@@ -173,8 +173,12 @@ int cli_cmd_plan(cli *c)
   printf("blocks_per_sm=%d\n", plan.blocks_per_sm);
   printf("splits=%d\n", plan.splits);
   if (v->split_kv) {
-    printf("combine=fj_combine_d%d_%s%s\n", v->head_dim,
-           fj_dtype_name(v->dtype), v->varlen ? "_vl" : "");
+    /* As the library names it (attention.c's fj__combine_kernel): O's
+     * head dim, the dtype, varlen, sinks. */
+    printf("combine=fj_combine_d%d_%s%s%s\n",
+           v->head_dim_v ? v->head_dim_v : v->head_dim,
+           fj_dtype_name(v->dtype), v->varlen ? "_vl" : "",
+           p.mods && p.mods->sinks ? "_sink" : "");
     print_grid("combine_grid", plan.combine_grid);
     printf("combine_threads=%u\n", plan.combine_threads);
   }
