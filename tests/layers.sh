@@ -17,7 +17,8 @@ package
 kernel
 layout
 variant
-tunedb plan tier
+plan
+tunedb tier
 attention
 tune cache_pack block_mask backward package_seal merge
 tune_bwd prewarm_bwd
