@@ -271,3 +271,10 @@ TEST(ring_reference, cpu)
 TEST(mods_int_ops_reference, cpu)
 TEST(mods_int_ops_softmax, cpu)
 TEST(gpu_mods_int_ops, gpu)
+/* tables keyed short of what they hold: the prewarm's combines, the
+ * backward's main kernel, the forward's picks, a tuned pick's fit
+ * (test_keys.c) */
+TEST(keys_prewarm_sinks, cpu)
+TEST(keys_backward_param_grads, cpu)
+TEST(keys_decode_ks_class, cpu)
+TEST(keys_tuned_broadcast, cpu)
