@@ -521,6 +521,17 @@ static void fill_mods(fj_kparams *kp, const fj_problem *p,
   }
   if (p->causal != FJ_CAUSAL_NONE)
     kp->window_right = 0;
+  /* The kernels add a side to a row's diagonal (up to seq_kv - 1) in
+   * 32-bit ints: a side of FJ_WINDOW_MAX (2^30, also an unbounded one)
+   * with seq_kv 2^30 makes 2^31, and the last row tile's keys_end wraps
+   * negative (its rows see no key).  FJ_WINDOW_MAX - 1 hides and shows
+   * the same keys: a side of 2^30 reaches past 2^30 - 1 only from a row
+   * whose diagonal lies below 0 (above seq_kv - 1 for the left side),
+   * where no key (0 .. seq_kv - 1 <= 2^30 - 1) is 2^30 away. */
+  if (kp->window_left > FJ_WINDOW_MAX - 1)
+    kp->window_left = FJ_WINDOW_MAX - 1;
+  if (kp->window_right > FJ_WINDOW_MAX - 1)
+    kp->window_right = FJ_WINDOW_MAX - 1;
   if (mi->softcap) {
     kp->softcap = m->softcap;
     kp->softcap_inv = 1.f / m->softcap;

@@ -665,8 +665,17 @@ fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
                     "(meta.rows_per_block): an attention kernel covers "
                     "1..65536", m->symbol, m->rows_per_block);
   int group = p->heads_q / p->heads_kv;
-  int rows = v->pack_gqa ? p->seq_q * group : p->seq_q;
   unsigned per = (unsigned)m->rows_per_block;
+  /* Packed rows (seq_q x group) are counted in 32-bit ints by the host
+   * and the kernels (m0 + tile rows included): at most INT32_MAX - 65536
+   * (seq_q up to 2^30 times a group up to 65535 would wrap). */
+  int64_t rows64 = v->pack_gqa ? (int64_t)p->seq_q * group : p->seq_q;
+  if (rows64 > INT32_MAX - 65536)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "pack_gqa with seq_q %d x group %d = %lld packed rows: "
+                    "the kernels count at most %d; use pack_gqa 0",
+                    p->seq_q, group, (long long)rows64, INT32_MAX - 65536);
+  int rows = (int)rows64;
   uint64_t tiles_m = ((uint64_t)rows + per - 1) / per;
   plan->variant = *v;
   plan->rows = rows;
@@ -691,13 +700,15 @@ fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
      * from its producer to its consumers through the words after it. */
     uint64_t units = m->persistent == 2 ? tiles_m : (tiles_m + 1) / 2;
     uint64_t total = units * (uint64_t)p->heads_q * (uint64_t)p->batch;
-    if (total > INT32_MAX)
+    /* The kernels count units in ints and each block steps (or claims)
+     * once past the last: total + the grid's blocks must fit. */
+    if (total + (uint64_t)plan->sm_count > INT32_MAX)
       return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                       "%llu %s of %u rows: a persistent kernel counts at "
                       "most %d",
                       (unsigned long long)total,
                       m->persistent == 2 ? "work tiles" : "pairs of work tiles",
-                      per, INT32_MAX);
+                      per, INT32_MAX - plan->sm_count);
     uint64_t sms = (uint64_t)plan->sm_count;
     plan->grid[0] = (unsigned)(total < sms ? total : sms);
     plan->grid[1] = plan->grid[2] = 1;

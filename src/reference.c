@@ -617,6 +617,22 @@ fj_status fj__check_scales(const fj_ctx *ctx, const fj_problem *p,
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "dtype e4m3 needs q_scale, k_scale and v_scale: q_scale "
                     "is NULL");
+  /* The kernels index descales per (batch, KV head) in 32-bit ints, and
+   * FP8 attention's V^T pass takes the (batch, KV head)s on one grid
+   * dimension (at most 65535). */
+  int64_t bh = (int64_t)p->batch * p->heads_kv;
+  if (kv == FJ_E4M3 && p->scale_layout == FJ_SCALE_PER_HEAD && bh > INT32_MAX)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "batch %d x heads_kv %d = %lld descales per (batch, head) "
+                    "is not implemented: at most %d (or scale_layout "
+                    "FJ_SCALE_PER_TENSOR)",
+                    p->batch, p->heads_kv, (long long)bh, INT32_MAX);
+  if (p->dtype == FJ_E4M3 && bh > 65535)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "batch %d x heads_kv %d = %lld with dtype e4m3 is not "
+                    "implemented: FP8 attention's V^T pass takes at most 65535 "
+                    "(batch, KV head)s",
+                    p->batch, p->heads_kv, (long long)bh);
   if (kv != FJ_E4M3 || (k_scale && v_scale))
     return FJ_OK;
   return fj__fail(ctx, FJ_ERR_INVALID_ARG,
@@ -1152,7 +1168,7 @@ static int head_init(const ref_run *r, int b, int hq, ref_head *h)
   const fj_problem *p = r->p;
   int hk = hq / (p->heads_q / p->heads_kv);
   /* The FP8 descales' entry: this (batch, KV head)'s, or the tensor's. */
-  int kvh = p->scale_layout == FJ_SCALE_PER_TENSOR ? 0 : b * p->heads_kv + hk;
+  int64_t kvh = p->scale_layout == FJ_SCALE_PER_TENSOR ? 0 : (int64_t)b * p->heads_kv + hk;
   int len_q = p->cu_seqlens_q ? p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b]
                               : p->seq_q;
   int len_kv = kv_len(p, b), fp8 = r->kv == FJ_E4M3;
