@@ -1,23 +1,18 @@
 #!/bin/bash
 # fp8_ring_next.sh OUTDIR -- prepared steps of the FP8 ring against the
 # tree's templates, from build/ on the GPU machine.  Each set S is a patch
-# (bench/probes/fp8_S.patch) applied onto a copy of the tree's templates:
-#   regs_widths: the products straight from the FP8 ring (cf46ccd: warps
-#         that split the keys read K and V from the ring by ldmatrix, no
-#         16-bit tiles; fp8_regs.md) at every head dim, not only 64 and
-#         128 (the template's gate lifted).  Its src/ part (variant.c's
-#         fp8_regs: the plan's shared-memory estimate) stays gated, so the
-#         launch takes the template's own figure (fj__plan_fill) there.
-# (The sets next, k16 and regs that ran on 2026-12-05 landed: 5f6597c's
-# neighbour cf46ccd; PERF.md C24.)
+# (bench/probes/fp8_S.patch) applied onto a copy of the tree's templates.
+# None is pending: next, k16 and regs ran on 2026-12-05 and landed (cf46ccd;
+# PERF.md C24), regs_widths (every head dim) ran on the H100 the same day
+# and landed as 966bfc6 (C25).  With no set, only the tree's medians run.
 # First the FP8-KV GPU tests with each patched set (FLASHJIT_TEMPLATE_DIR;
 # the test binary is the tree's), then `flashjit run` medians of the
 # decode shapes, contiguous and paged, each template folder in turn, twice.
-# NEXT_SETS picks the sets (default regs_widths), NEXT_TESTS the tests.
+# NEXT_SETS picks the sets (default none), NEXT_TESTS the tests.
 set -u
 out=${1:-/tmp}
 here=$(cd "$(dirname "$0")" && pwd)
-sets=${NEXT_SETS-regs_widths}
+sets=${NEXT_SETS-}
 for s in $sets; do
   rm -rf /tmp/fj-$s && mkdir /tmp/fj-$s && cp -r "$here/../../templates" /tmp/fj-$s/
   patch=fp8_$s.patch

@@ -24,22 +24,14 @@
 #      the tiered JIT (gpu_jit_tiers: with 0ddf2ff's defaults -- on in
 #      fj_ctx_opts_init, deterministic problems waiting, fj_ctx_tiers_wait
 #      -- and the demo, whose first calls now take the first kernel);
-#   b: the FP8 ring's products straight from the ring (cf46ccd's regs
-#      path) at head dims other than 64 and 128: fp8_regs_widths.patch
-#      lifts the template's gate; gpu_fp8_kv's "split keys" cases d32,
-#      d80, d96, d256 (bench/probes/fp8_ring_next.sh's set regs_widths),
-#      then the decode medians beside the tree's;
+#   b: the FP8 ring's sets (bench/probes/fp8_ring_next.sh; regs_widths
+#      ran on the H100 and landed as 966bfc6: its patch is gone);
 #   f: bench/probes/fp8_poly.sh: fp8_poly.patch (one exponential in k on
 #      the FMA pipe, FP8 at head dims up to 128) -- the FP8 tests with
 #      k = 4 (set w4: also 16-bit head dims up to 64), then the medians
 #      of the FP8 forward and the bf16 d64 forward, the tree and each set;
 #      where it wins, `PARTS=fp8 bash bench/device_check.sh` with the
 #      winner's templates for the ratio against cuDNN's FP8;
-#   m: bench/probes/fp8_mods.sh: fp8_mods.patch (branch fp8mods: FP8
-#      attention with score expressions and the softcap, head dims up to
-#      128) -- `flashjit run --check` of seven cases with the patched
-#      templates, each beside its time without the modification; where
-#      they pass, land the branch and run its gpu_fp8_mods;
 #   h: one call's worth of each kernel family's GPU tests, for the H100
 #      (nvidia-h100-x1), which has not run any kernel change since the
 #      eighth session: the backward (wgmma and mma), the FP8 forward, out
@@ -59,7 +51,7 @@
 #      only); the tuner times the mma family's 64-key tiles (128 blocks)
 #      beside it.  The step before, the tuner's reports, the step after.
 set -u
-part=${1:?part a, b, c, e, f, h, j, m, p, r, s or g}
+part=${1:?part a, b, c, e, f, h, j, p, r, s or g}
 out=${2:-/tmp/fj-pending}
 mkdir -p "$out"
 . bench/device_env.sh
@@ -73,7 +65,7 @@ a)
   timeout 120 ./flashjit-demo >"$out/a_demo.log" 2>&1
   echo "a demo: exit $?; $(grep -cE 'PASS$' "$out/a_demo.log") PASS, $(tail -1 "$out/a_demo.log")"
   ;;
-b) NEXT_SETS=${NEXT_SETS-regs_widths} NEXT_TEST_TIMEOUT=${NEXT_TEST_TIMEOUT:-120} NEXT_SWEEP=${NEXT_SWEEP:-0} \
+b) NEXT_SETS=${NEXT_SETS-} NEXT_TEST_TIMEOUT=${NEXT_TEST_TIMEOUT:-120} NEXT_SWEEP=${NEXT_SWEEP:-0} \
      NEXT_TESTS=${NEXT_TESTS-gpu_fp8_kv gpu_fp8_kv_paged} timeout 560 bash ../bench/probes/fp8_ring_next.sh "$out" ;;
 c) timeout 560 bash ../bench/probes/s10_probe.sh "$out" ;;
 h)
@@ -122,7 +114,6 @@ r) # from a checkout of the branch bwdrot with its build as build/
   [ -f ../bench/probes/bwd_rot.sh ] || { echo "r: bench/probes/bwd_rot.sh is the branch bwdrot's"; exit 2; }
   timeout 560 bash ../bench/probes/bwd_rot.sh "$out" ;;
 f) timeout 560 bash ../bench/probes/fp8_poly.sh "$out" ;;
-m) timeout 560 bash ../bench/probes/fp8_mods.sh "$out" ;;
 e)
   for t in gpu_fp8_out gpu_fp8_needle gpu_fp8_forward; do
     timeout 140 ./tests/fj_tests "$t" >"$out/e_$t.log" 2>&1
@@ -163,5 +154,5 @@ g)
   done
   gpt after
   ;;
-*) echo "pending.sh: part $part is not a, b, c, e, f, h, j, m, p, r, s or g"; exit 2 ;;
+*) echo "pending.sh: part $part is not a, b, c, e, f, h, j, p, r, s or g"; exit 2 ;;
 esac
