@@ -177,7 +177,9 @@ def _apply_axes(lib, v, given, mods_ptr):
 
 
 def _flag(what, value):
-    if isinstance(value, bool) or value in (0, 1):
+    # An int 0 or 1 only: `value in (0, 1)` would take 1.0, and raise
+    # PyTorch's ambiguity error for a tensor (sinks=the sinks themselves).
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
         return bool(value)
     raise TypeError(f"flashjit: {what} must be True or False, not {value!r}")
 

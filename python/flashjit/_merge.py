@@ -15,6 +15,8 @@ from . import _problem as pr
 
 _WHO = "flashjit.merge"
 _DTYPES = {torch.float16: capi.F16, torch.bfloat16: capi.BF16}
+_LAYOUT_DIMS = {capi.BHSD: "(batch, heads, seq, head_dim)",
+                capi.BSHD: "(batch, seq, heads, head_dim)"}
 
 
 def _dims(t, layout):
@@ -47,7 +49,10 @@ def _check(outs, lses, layout):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{_WHO}: {name}[{i}] is a {type(t).__name__}, not a "
                                 "torch.Tensor")
-        if o.dim() != 4 or o.shape != o0.shape:
+        if o.dim() != 4:
+            raise ValueError(f"{_WHO}: outs[{i}] has {o.dim()} dimensions {tuple(o.shape)}; "
+                             f"a part takes 4: {_LAYOUT_DIMS[layout]}")
+        if o.shape != o0.shape:
             raise ValueError(f"{_WHO}: outs[{i}] has shape {tuple(o.shape)}; every part "
                              f"must have outs[0]'s 4-d shape {tuple(o0.shape)}")
         if not o.is_floating_point() or o.dtype == getattr(torch, "float8_e4m3fn", None):
@@ -86,12 +91,18 @@ def merge(outs, lses, *, layout="bhsd", sinks=None, dtype=None):
 
     CUDA tensors: fj_attention_merge (the split-KV combine kernel, in
     float32) on the current stream.  CPU tensors: fj_reference_merge (in
-    float64).  At most 256 parts at once (FJ_SPLITS_MAX).
+    float64).  At most 256 parts at once (FJ_SPLITS_MAX).  Forward only:
+    a part (or sinks) that requires grad is refused (flashjit.Unsupported).
     """
     lay = pr.choose("layout", layout, pr.LAYOUTS)
     outs, lses = _as_list("outs", outs), _as_list("lses", lses)
     b, h, s, d = _check(outs, lses, lay)
+    _check_no_grad(outs, lses, sinks)
     dev = outs[0].device
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or
+                              not dtype.is_floating_point or dtype.itemsize == 1):
+        raise TypeError(f"{_WHO}: dtype={dtype!r} is not a floating torch.dtype "
+                        "(torch.float16, torch.bfloat16, torch.float32)")
     dtype = outs[0].dtype if dtype is None else dtype
     out = torch.empty(outs[0].shape, dtype=dtype, device=dev)
     lse = torch.empty((b, h, s), dtype=torch.float32, device=dev)
@@ -102,6 +113,20 @@ def merge(outs, lses, *, layout="bhsd", sinks=None, dtype=None):
     merge_into(parts.to(work).contiguous(), torch.stack(lses).to(work).contiguous(), out, lse,
                lay, sinks)
     return out, lse
+
+
+def _check_no_grad(outs, lses, sinks):
+    """merge() has no backward: a part that requires grad is refused, not
+    merged into an output that silently drops its gradient."""
+    if not torch.is_grad_enabled():
+        return
+    named = [(f"outs[{i}]", t) for i, t in enumerate(outs)]
+    named += [(f"lses[{i}]", t) for i, t in enumerate(lses)] + [("sinks", sinks)]
+    for name, t in named:
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            raise core.Unsupported(capi.ERR_UNSUPPORTED, (
+                f"{_WHO} runs forward only: {name} requires grad (detach the parts or call "
+                "it under torch.no_grad())"))
 
 
 def _check_sinks(sinks, heads, dev):

@@ -184,12 +184,15 @@ def _fast(text, q, k, v, optional):
         return None, None, None
 
 
-def _needs_grad(names, tensors):
-    """The name of the first tensor that requires grad (None: none, or
-    grad mode is off)."""
+def _needs_grad(names, tensors, params=None):
+    """The name of the first tensor that requires grad, among tensors and
+    the tensor parameters (None: none, or grad mode is off)."""
     if torch.is_grad_enabled():
+        if isinstance(params, dict):
+            names = tuple(names) + tuple(f"params[{n!r}]" for n in params)
+            tensors = tuple(tensors) + tuple(params.values())
         for name, t in zip(names, tensors):
-            if t is not None and t.requires_grad:
+            if isinstance(t, torch.Tensor) and t.requires_grad:
                 return name
     return None
 
@@ -256,11 +259,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
             q, k, v, (cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, k_descale, v_descale))
         if e is not None and not (torch.is_grad_enabled() and (
                 q.requires_grad or k.requires_grad or v.requires_grad or
-                (sinks is not None and sinks.requires_grad))):
+                any(t.requires_grad for t in extras))):
             out, lse = calls.forward(e, q, k, v, extras)
             return (out, lse) if return_lse else out
     else:
         key = None
+    fjt.bool_arg("return_lse", return_lse, _VARLEN)
     o, extras = _options(_VARLEN, "varlen", causal, scale, window, softcap, score_mod,
                          mask_mod, params, sinks, (k_descale, v_descale), num_splits,
                          ("cu_seqlens_q", "cu_seqlens_k") + (
@@ -272,7 +276,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                          max_seqlen_k=pr.int_arg("max_seqlen_k", max_seqlen_k, lo=1))
     x = dict(zip(o.roles, extras))
     _, fp8 = _check_varlen(o, q, k, v, x)
-    grad = _needs_grad(("q", "k", "v", "sinks"), (q, k, v, sinks))
+    grad = _needs_grad(("q", "k", "v", "sinks", "k_descale", "v_descale"),
+                       (q, k, v, sinks, k_descale, v_descale), params)
     if grad is not None:
         out, lse = _varlen_grad(o, x, grad, fp8, bool(return_lse), q, k, v, extras)
     else:
@@ -325,7 +330,8 @@ def _build_varlen(o, lse, q, k, v, extras):
     total_q, hq, d = q.shape
     lib_lse = (batch, hq, o.max_seqlen_q) if lse else None
     packed = lse is True
-    if total_q == 0 or hq == 0 or d == 0:
+    # No rows: nothing to launch (a head dim of 0 with rows: the library refuses it).
+    if total_q == 0 or hq == 0:
         return calls.make_entry(None, q.device, q.dtype, (hq, total_q) if packed else lib_lse,
                                 idle=True)
     p, slots = _varlen_problem(o, q, k, v, batch, fp8)
@@ -439,11 +445,12 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_tab
             q, k_cache, v_cache, (lens, block_table, sinks, k_descale, v_descale))
         if e is not None and not (torch.is_grad_enabled() and (
                 q.requires_grad or k_cache.requires_grad or v_cache.requires_grad or
-                (sinks is not None and sinks.requires_grad))):
+                any(t.requires_grad for t in extras))):
             out, lse = calls.forward(e, q, k_cache, v_cache, extras)
             return (out, lse) if return_lse else out
     else:
         key = None
+    fjt.bool_arg("return_lse", return_lse, _KVCACHE)
     if seqlen_k is not None and (isinstance(cache_seqlens, bool) or seqlen_k < 1):
         raise ValueError(f"{_KVCACHE}: cache_seqlens={cache_seqlens!r}: an int is the keys "
                          "of every sequence, 1 or more (a tensor's lengths may be 0)")
@@ -458,7 +465,8 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_tab
                          seqlen_k=-1 if seqlen_k is None else pr.int_arg("cache_seqlens",
                                                                          seqlen_k))
     _check_kvcache(o, q, k_cache, v_cache, dict(zip(o.roles, extras)))
-    grad = _needs_grad(("q", "k_cache", "v_cache", "sinks"), (q, k_cache, v_cache, sinks))
+    grad = _needs_grad(("q", "k_cache", "v_cache", "sinks", "k_descale", "v_descale"),
+                       (q, k_cache, v_cache, sinks, k_descale, v_descale), params)
     if grad is not None:
         raise core.Unsupported(capi.ERR_UNSUPPORTED, (
             f"{_KVCACHE} runs forward only: {grad} requires grad (detach the inputs or call "
@@ -506,7 +514,7 @@ def _build_kvcache(o, lse, q, k, v, extras):
     b, sq, hq, d = q.shape
     hk = k.shape[2]
     lse_shape = (b, hq, sq) if lse else None
-    if q.numel() == 0:
+    if b * sq * hq == 0:  # no rows (a head dim of 0 with rows: the library refuses it)
         return calls.make_entry(None, q.device, q.dtype, lse_shape, idle=True)
     p = capi.Problem()
     core.lib().fj_problem_init(C.byref(p), b, hq, hk, sq, keys, d, fjt._DTYPES[q.dtype],

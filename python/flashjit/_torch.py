@@ -101,6 +101,10 @@ def check_inputs(q, k, v, layout):
     if hk == 0 or hq % hk:
         raise ValueError(f"{_WHO}: q has {hq} heads and k, v {hk}: the query heads must be "
                          "a multiple of the KV heads (GQA)")
+    if dv == 0 and d and b * hq * sq:
+        # O would have no columns, but its rows' log-sum-exps would still be owed.
+        raise ValueError(f"{_WHO}: v {tuple(v.shape)} has head dim 0; it must be q's "
+                         f"{d} or a head_dim_v, a multiple of 8 from 8")
     dev = q.device
     if dev.type != "cuda" or k.device != dev or v.device != dev:
         _device_error(q, k, v)
@@ -263,6 +267,13 @@ def window_arg(window, who=_WHO):
     return pr.int_arg("window[0]", window[0]), pr.int_arg("window[1]", window[1])
 
 
+def bool_arg(what, value, who=_WHO):
+    """A switch: True or False (a truthy string such as "no" would turn it on)."""
+    if value is not False and value is not True:
+        raise TypeError(f"{who}: {what} must be True or False, not {value!r}")
+    return value
+
+
 def softcap_arg(softcap, who=_WHO):
     if softcap is None:
         return 0.0
@@ -410,7 +421,9 @@ def _build_dense(o, lse, q, k, v, extras):
     x = dict(zip(o.roles, extras))
     b, hq, hk, sq, sk, d = _check_dense(o, q, k, v, x)
     lse_shape_ = (b, hq, sq) if lse else None
-    if b * hq * sq * d == 0:
+    # No rows: nothing to launch.  A head dim of 0 with rows is the
+    # library's to refuse (an idle call would return O and lse unwritten).
+    if b * hq * sq == 0:
         e = calls.make_entry(None, q.device, _out_dtype(q.dtype, o), lse_shape_, idle=True)
         e.out_dv = v.shape[-1] if v.shape[-1] != d else 0
         return e
@@ -1126,9 +1139,11 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
                                if t is not None)
                 key += (sinks is None, q_descale is None, k_descale is None,
                         v_descale is None) + tuple(calls.meta(t) for t in extras)
+            # Any tensor that requires grad: a descale's makes an FP8 call
+            # refused (_attention), as its first call was.
             grad = torch.is_grad_enabled() and (
                 q.requires_grad or k.requires_grad or v.requires_grad or
-                (sinks is not None and sinks.requires_grad))
+                any(t.requires_grad for t in extras))
             # With grad, the training op's arguments as the checks left them.
             e = (calls.tables.train if grad else calls.tables.plain).get(key)
         except (AttributeError, TypeError):  # not tensors: the checks below say so
@@ -1154,8 +1169,8 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
     wl, wr = window_arg(window)
     cap = softcap_arg(softcap)
     check_exprs(score_mod, mask_mod)
-    if checked is not False and checked is not True:
-        raise TypeError(f"{_WHO}: checked must be True or False, not {checked!r}")
+    bool_arg("checked", checked)
+    bool_arg("return_lse", return_lse)
     b, hq, hk, sq, sk, _ = check_inputs(q, k, v, lay)
     fp8 = _check_descales(q, b, hk, descales)
     out_code = _check_out(q, *out, fp8)
@@ -1171,7 +1186,7 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
         isinstance(t, torch.Tensor) and t.requires_grad
         for t in (q, k, v, sinks) + descales + _param_tensors(params))
     if grad and fp8:
-        _fp8_grad_error(q, k, v, sinks, descales)
+        _fp8_grad_error(q, k, v, sinks, descales, params)
     if grad and v.shape[-1] != q.shape[-1]:
         raise core.Unsupported(capi.ERR_UNSUPPORTED, (
             f"{_WHO}: head_dim_v {v.shape[-1]} with head_dim {q.shape[-1]} has no backward "
@@ -1255,11 +1270,13 @@ def _param_tensors(params):
     return tuple(t for t in params.values() if isinstance(t, torch.Tensor))
 
 
-def _fp8_grad_error(q, k, v, sinks, descales):
-    """Raises Unsupported naming the first FP8 input that requires grad."""
-    names = ("q", "k", "v", "sinks") + _DESCALES
-    name = next(n for n, t in zip(names, (q, k, v, sinks) + descales)
-                if isinstance(t, torch.Tensor) and t.requires_grad)
+def _fp8_grad_error(q, k, v, sinks, descales, params=None):
+    """Raises Unsupported naming the first FP8 input (a tensor parameter
+    among them) that requires grad."""
+    named = list(zip(("q", "k", "v", "sinks") + _DESCALES, (q, k, v, sinks) + descales))
+    if isinstance(params, dict):
+        named += [(f"params[{n!r}]", t) for n, t in params.items()]
+    name = next(n for n, t in named if isinstance(t, torch.Tensor) and t.requires_grad)
     raise core.Unsupported(capi.ERR_UNSUPPORTED, (
         f"{_WHO}: FP8 attention runs forward only: {name} requires grad (detach the inputs "
         "or call it under torch.no_grad())"))
