@@ -369,7 +369,7 @@ int test_refbwd_param_grads_refused(void)
   fj_problem p;
   fj_problem_init(&p, 1, 1, 1, 4, 4, 8, FJ_F16, FJ_BHSD);
   static const uint16_t x[32] = {0};
-  float g[4][8], gp[8];
+  float g[3][32], gp[8]; /* dQ, dK, dV: seq 4 x head_dim 8 each */
   static const int32_t docs[4] = {0};
   fj_mod_param params[2] = {{"doc", FJ_MOD_I32, 1, {4, 0, 0, 0}, docs, 0},
                             {"z", FJ_MOD_F32, 0, {0, 0, 0, 0}, NULL, 0.5}};
@@ -758,7 +758,7 @@ int test_refbwd_block_mask(void)
       {"q / 70 == kv / 70", "q / 70 == kv / 70 && !(q / 64 == %d && kv / 64 == %d)",
        FJ_CAUSAL_BOTTOM_RIGHT, 1, 64, 64, doc_fate},
       {"(kv + h * 37) % 5 != 0 || q == kv",
-       "((kv + h * 37) % 5 != 0 || q == kv) && !(h == 1 && q / 128 == %d && kv / 64 == %d)",
+       "((kv + h * 37) %% 5 != 0 || q == kv) && !(h == 1 && q / 128 == %d && kv / 64 == %d)",
        FJ_CAUSAL_NONE, 2, 128, 64, head_fate},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
