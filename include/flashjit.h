@@ -1134,8 +1134,9 @@ FJ_API fj_status fj_attention_fwd(fj_ctx *ctx, const fj_problem *p,
  * unsplit one with 1).  workspace: device memory of at least
  * plan->workspace_bytes, 16-byte aligned, used only by this call's kernels
  * in stream order -- a caller that captures CUDA graphs passes its own.
- * NULL: the context's, one per stream, grown as needed and freed with the
- * context (never while a captured graph may still use it); while the
+ * NULL: the context's, one per stream and calling thread, grown as
+ * needed and freed with the context (never while a captured graph may
+ * still use it); while the
  * stream is being captured it cannot grow, and a call that needs more than
  * that stream's workspace already holds fails with FJ_ERR_INVALID_ARG
  * saying so.  workspace_bytes is ignored for a NULL workspace.

@@ -1,8 +1,9 @@
 /*
  * workspace.c -- the context's device scratch memory, one buffer per
- * stream (workspace.h).  Buffers grow by doubling and are freed only with
- * the context: a CUDA graph captured with one keeps its address.
+ * stream and thread (workspace.h).  Buffers grow by doubling and are freed
+ * only with the context: a CUDA graph captured with one keeps its address.
  */
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "ctx.h"
@@ -11,26 +12,34 @@
 
 typedef struct fj_wbuf {
   void *stream;
+  pthread_t thread;  /* whose calls on the stream take it */
   uint64_t ptr;
   size_t bytes;
 } fj_wbuf;
 
 struct fj_wspace {
-  fj_wbuf *live;     /* one per stream */
+  fj_wbuf *live;     /* one per (stream, thread) */
   size_t nlive;
   uint64_t *retired; /* outgrown buffers, freed with the context */
   size_t nretired;
 };
 
+/* The calling thread's buffer for stream.  By thread too: two threads'
+ * calls on one stream (the default stream, say) enqueue their launches
+ * without a lock between them, so one buffer would take the second call's
+ * partials (or counter, or V^T) before the first call's kernels read
+ * them. */
 static fj_wbuf *find(fj_wspace *w, void *stream)
 {
+  pthread_t self = pthread_self();
   for (size_t i = 0; i < w->nlive; i++)
-    if (w->live[i].stream == stream)
+    if (w->live[i].stream == stream && pthread_equal(w->live[i].thread, self))
       return &w->live[i];
   return NULL;
 }
 
-/* The stream's entry, added empty if it has none; NULL when out of memory. */
+/* The entry of (stream, this thread), added empty if it has none; NULL
+ * when out of memory. */
 static fj_wbuf *entry(fj_wspace *w, void *stream)
 {
   fj_wbuf *b = find(w, stream);
@@ -42,6 +51,7 @@ static fj_wbuf *entry(fj_wspace *w, void *stream)
   w->live = grown;
   b = &w->live[w->nlive++];
   b->stream = stream;
+  b->thread = pthread_self();
   b->ptr = 0;
   b->bytes = 0;
   return b;
@@ -85,8 +95,8 @@ fj_status fj__workspace(fj_ctx *ctx, void *stream, size_t bytes,
                     "the call needs a workspace of %zu bytes and stream %p "
                     "is being captured into a CUDA graph, where the context "
                     "cannot allocate (its workspace for that stream holds "
-                    "%zu): run the call once before capturing, or pass a "
-                    "workspace to fj_attention_fwd_plan",
+                    "%zu): run the call once on this thread and stream before "
+                    "capturing, or pass a workspace to fj_attention_fwd_plan",
                     bytes, stream, b->bytes);
     if (st == FJ_OK)
       st = grow(ctx, ctx->workspaces, b, bytes);

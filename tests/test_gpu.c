@@ -401,18 +401,21 @@ static int launch_case(fj_ctx *ctx, gpu_case *c, const fj_variant *v,
 static double worst[64];
 static const char *worst_name[64];
 static int nworst;
+static pthread_mutex_t worst_lock = PTHREAD_MUTEX_INITIALIZER;  /* cases on threads */
 
 static void note_worst(const char *axis, double rel)
 {
-  for (int i = 0; i < nworst; i++)
-    if (!strcmp(worst_name[i], axis)) {
-      worst[i] = fmax(worst[i], rel);
-      return;
-    }
-  if (nworst < 64) {
+  pthread_mutex_lock(&worst_lock);
+  int i = 0;
+  while (i < nworst && strcmp(worst_name[i], axis))
+    i++;
+  if (i < nworst)
+    worst[i] = fmax(worst[i], rel);
+  else if (nworst < 64) {
     worst_name[nworst] = axis;
     worst[nworst++] = rel;
   }
+  pthread_mutex_unlock(&worst_lock);
 }
 
 static void print_worst(void)
@@ -2306,6 +2309,59 @@ int test_gpu_sanitize_serving(void)
 }
 
 /* ---- for the other GPU test files (gpu_case.h) ---------------------------------- */
+
+/* ---- two threads, one context, one stream ------------------------------------------- */
+
+typedef struct ws_job {
+  fj_ctx *ctx;
+  int which, failed;
+} ws_job;
+
+/* Split decodes of one shape (thread 0's or thread 1's, their workspaces
+ * of different sizes) on the default stream, again and again. */
+static void *ws_thread(void *arg)
+{
+  ws_job *j = arg;
+  uint64_t seed = 4242 + (uint64_t)j->which;
+  for (int i = 0; i < 12; i++) {
+    gpu_case c;
+    memset(&c, 0, sizeof c);
+    if (j->which == 0)
+      fj_problem_init(&c.p, 4, 32, 8, 1, 3000, 128, FJ_BF16, FJ_BHSD);
+    else
+      fj_problem_init(&c.p, 2, 16, 4, 3, 2100, 64, FJ_F16, FJ_BSHD);
+    c.p.splits = j->which ? 5 : 3;
+    char label[64];
+    snprintf(label, sizeof label, "thread %d call %d (split %d)", j->which, i,
+             c.p.splits);
+    j->failed += run_case(j->ctx, &c, NULL, NULL, &seed, label,
+                          j->which ? "threads: thread 1" : "threads: thread 0");
+  }
+  return NULL;
+}
+
+/* A context is thread-safe (flashjit.h): two threads' split decodes on one
+ * context and the default stream enqueue their launches without a lock
+ * between them, so each thread must have its own workspace (workspace.c:
+ * one per stream and thread) -- with one per stream, a thread's combine
+ * could read the other's partials. */
+int test_gpu_threads_workspace(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  ws_job jobs[2] = {{ctx, 0, 0}, {ctx, 1, 0}};
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    pthread_create(&t[i], NULL, ws_thread, &jobs[i]);
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
+  fj_ctx_destroy(ctx);
+  int failed = jobs[0].failed + jobs[1].failed;
+  printf("two threads on one stream: %d of 24 calls failed\n", failed);
+  return failed != 0;
+}
 
 int fjt_gpu_run(fj_ctx *ctx, gpu_case *c, const fj_variant *v, void *stream,
                 uint64_t *seed, const char *label, const char *axis)

@@ -12,7 +12,8 @@
 # compile cost by phase), s (the split decode's combine, f720fcf: branch
 # split504 built here and carried as build/, then its gpu_wide_heads and
 # gpu_mla_paged), a (its gpu_wide_heads now runs 72/72 then 72/40 split in
-# one context), r (the deterministic backward's rotation: branch bwdrot,
+# one context; gpu_threads_workspace: two threads' split decodes on one
+# stream, each with its own workspace since the thirteenth session), r (the deterministic backward's rotation: branch bwdrot,
 # checked out and built as build/, its bench/probes/bwd_rot.sh: the
 # rotated deterministic cases, then bwd_compare with and without
 # FLASHJIT_BWD_ROTATE=0; on the H200 for its figures), then c; and on the H200 the FP8 KV ratios at d80/d96
@@ -57,7 +58,7 @@ mkdir -p "$out"
 . bench/device_env.sh
 case $part in
 a)
-  for t in gpu_wide_heads gpu_serving_varlen gpu_mla_paged gpu_fp8_kv gpu_jit_tiers; do
+  for t in gpu_wide_heads gpu_threads_workspace gpu_serving_varlen gpu_mla_paged gpu_fp8_kv gpu_jit_tiers; do
     timeout 110 ./tests/fj_tests "$t" >"$out/a_$t.log" 2>&1
     echo "a $t: exit $? ($(grep -c ' ok$' "$out/a_$t.log") ok, $(grep -c FAIL "$out/a_$t.log") FAIL)"
     grep -E "FAIL|error" "$out/a_$t.log" | head -5
