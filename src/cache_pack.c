@@ -26,10 +26,8 @@
 #include "compile.h"
 #include "ctx.h"
 #include "entry.h"
-#include "mods.h"
 #include "template.h"
 #include "util.h"
-#include "variant.h"
 
 #define PACK_MAGIC "FJPACK01"
 /* The largest pack read: a few thousand kernels of a few MB each. */
@@ -73,35 +71,39 @@ static int first_of_name(const fj_variant *vs, size_t i)
 }
 
 /* The combine kernels of the split variants that were made ready; the
- * first failure's status (its message on ctx). */
+ * first failure's status (its message on ctx).  *ready counts distinct
+ * kernels: fj__combine_kernel's own memory cache, keyed by everything the
+ * combine is rendered from, hands variants that share one the same
+ * kernel. */
 static fj_status prewarm_combines(fj_ctx *ctx, const fj_variant *vs,
                                   const fj_status *each, size_t n, int *ready)
 {
   fj_status first = FJ_OK;
+  fj_kernel **seen = calloc(n ? n : 1, sizeof *seen);
+  size_t nseen = 0;
+  if (!seen)
+    return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
   for (size_t i = 0; i < n; i++) {
-    int dup = 0;
-    fj_mods_info mi, mj;
-    fj__mods_info(vs[i].mods, &mi);
-    /* By all fj__combine_kernel renders from: O's head dim, dtype,
-     * varlen and sinks. */
-    for (size_t j = 0; j < i && !dup; j++) {
-      fj__mods_info(vs[j].mods, &mj);
-      dup = each[j] == FJ_OK && vs[j].split_kv &&
-            fj__head_dim_v(&vs[j]) == fj__head_dim_v(&vs[i]) &&
-            vs[j].dtype == vs[i].dtype &&
-            vs[j].varlen == vs[i].varlen && mj.sinks == mi.sinks;
-    }
-    if (each[i] != FJ_OK || !vs[i].split_kv || dup)
+    if (each[i] != FJ_OK || !vs[i].split_kv)
       continue;
     fj_kernel *k;
     pthread_mutex_lock(&ctx->lock);
     fj_status st = fj__combine_kernel(ctx, &vs[i], &k);
     pthread_mutex_unlock(&ctx->lock);
-    if (st == FJ_OK)
+    if (st != FJ_OK) {
+      if (first == FJ_OK)
+        first = st;
+      continue;
+    }
+    size_t j = 0;
+    while (j < nseen && seen[j] != k)
+      j++;
+    if (j == nseen) {
+      seen[nseen++] = k;
       (*ready)++;
-    else if (first == FJ_OK)
-      first = st;
+    }
   }
+  free(seen);
   return first;
 }
 

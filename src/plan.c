@@ -715,7 +715,16 @@ fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
     /* The counter, then each block's record of its current item (16
      * bytes: the item and its block-mask list's counts). */
     plan->workspace_bytes = m->persistent == 2 ? 16 + 16 * (size_t)plan->grid[0] : 0;
-    plan->workspace_bytes += fj__plan_vt_bytes(p, v);
+    size_t vt = fj__plan_vt_bytes(p, v);
+    /* FP8 attention's V^T pass: one grid row per (batch, KV head), its z. */
+    if (vt && (int64_t)p->batch * p->heads_kv > 65535)
+      return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                      "batch %d x heads_kv %d = %lld with dtype e4m3 is not "
+                      "implemented: FP8 attention's V^T pass takes at most "
+                      "65535 (batch, KV head)s",
+                      p->batch, p->heads_kv,
+                      (long long)p->batch * p->heads_kv);
+    plan->workspace_bytes += vt;
     return FJ_OK;
   }
   long heads = v->pack_gqa ? p->heads_kv : p->heads_q;

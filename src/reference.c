@@ -617,9 +617,7 @@ fj_status fj__check_scales(const fj_ctx *ctx, const fj_problem *p,
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "dtype e4m3 needs q_scale, k_scale and v_scale: q_scale "
                     "is NULL");
-  /* The kernels index descales per (batch, KV head) in 32-bit ints, and
-   * FP8 attention's V^T pass takes the (batch, KV head)s on one grid
-   * dimension (at most 65535). */
+  /* The kernels index descales per (batch, KV head) in 32-bit ints. */
   int64_t bh = (int64_t)p->batch * p->heads_kv;
   if (kv == FJ_E4M3 && p->scale_layout == FJ_SCALE_PER_HEAD && bh > INT32_MAX)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
@@ -627,12 +625,6 @@ fj_status fj__check_scales(const fj_ctx *ctx, const fj_problem *p,
                     "is not implemented: at most %d (or scale_layout "
                     "FJ_SCALE_PER_TENSOR)",
                     p->batch, p->heads_kv, (long long)bh, INT32_MAX);
-  if (p->dtype == FJ_E4M3 && bh > 65535)
-    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                    "batch %d x heads_kv %d = %lld with dtype e4m3 is not "
-                    "implemented: FP8 attention's V^T pass takes at most 65535 "
-                    "(batch, KV head)s",
-                    p->batch, p->heads_kv, (long long)bh);
   if (kv != FJ_E4M3 || (k_scale && v_scale))
     return FJ_OK;
   return fj__fail(ctx, FJ_ERR_INVALID_ARG,

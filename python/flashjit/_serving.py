@@ -187,14 +187,7 @@ def _fast(text, q, k, v, optional):
 def _needs_grad(names, tensors, params=None):
     """The name of the first tensor that requires grad, among tensors and
     the tensor parameters (None: none, or grad mode is off)."""
-    if torch.is_grad_enabled():
-        if isinstance(params, dict):
-            names = tuple(names) + tuple(f"params[{n!r}]" for n in params)
-            tensors = tuple(tensors) + tuple(params.values())
-        for name, t in zip(names, tensors):
-            if isinstance(t, torch.Tensor) and t.requires_grad:
-                return name
-    return None
+    return fjt.grad_name(names, tensors, params) if torch.is_grad_enabled() else None
 
 
 # ---- attention_varlen -------------------------------------------------------------

@@ -1270,13 +1270,20 @@ def _param_tensors(params):
     return tuple(t for t in params.values() if isinstance(t, torch.Tensor))
 
 
+def grad_name(names, tensors, params=None):
+    """The name of the first of tensors (then of the tensor parameters)
+    that requires grad; None where none does."""
+    named = list(zip(names, tensors))
+    if isinstance(params, dict):
+        named += [(f"params[{n!r}]", t) for n, t in params.items()]
+    return next((n for n, t in named if isinstance(t, torch.Tensor) and t.requires_grad),
+                None)
+
+
 def _fp8_grad_error(q, k, v, sinks, descales, params=None):
     """Raises Unsupported naming the first FP8 input (a tensor parameter
     among them) that requires grad."""
-    named = list(zip(("q", "k", "v", "sinks") + _DESCALES, (q, k, v, sinks) + descales))
-    if isinstance(params, dict):
-        named += [(f"params[{n!r}]", t) for n, t in params.items()]
-    name = next(n for n, t in named if isinstance(t, torch.Tensor) and t.requires_grad)
+    name = grad_name(("q", "k", "v", "sinks") + _DESCALES, (q, k, v, sinks) + descales, params)
     raise core.Unsupported(capi.ERR_UNSUPPORTED, (
         f"{_WHO}: FP8 attention runs forward only: {name} requires grad (detach the inputs "
         "or call it under torch.no_grad())"))
