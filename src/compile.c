@@ -8,6 +8,7 @@
  * becomes FJ_ERR_COMPILE naming the signal.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -29,7 +30,14 @@
 #define FJ_CUDA_INCLUDE_DIR "/usr/local/cuda/include"
 #endif
 
-enum { CHILD_TIMEOUT_MS = 600 * 1000 };
+enum {
+  CHILD_TIMEOUT_MS = 600 * 1000,
+  /* How often the parent also asks whether a child has exited: its pipe's
+   * EOF can be late (below, service). */
+  CHILD_POLL_MS = 200
+};
+
+void (*fj__compile_child_hook)(void);
 
 /* ---- options ------------------------------------------------------------- */
 
@@ -256,6 +264,8 @@ static void child_main(int fd, const char *name, const char *src,
   static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
   for (size_t i = 0; i < FJ_ARRAY_LEN(crash_signals); i++)
     signal(crash_signals[i], SIG_DFL);
+  if (fj__compile_child_hook)
+    fj__compile_child_hook();
   job j = {FJ_OK, {0}, {0}};
   compile_here(name, src, arch, &j);
   int32_t st = (int32_t)j.status;
@@ -271,7 +281,9 @@ static void child_main(int fd, const char *name, const char *src,
 
 typedef struct child {
   pid_t pid;
-  int fd;          /* -1 once the child has closed its end */
+  int fd;          /* -1 once everything it sent has been read */
+  int reaped;      /* 1 once waitpid has returned its status */
+  int status;      /* waitpid's status, when reaped */
   size_t index;    /* the job it compiles */
   double deadline;
   fj_buf bytes;    /* everything it sent */
@@ -326,12 +338,13 @@ static int parse_child(const fj_buf *b, job *j)
 /* Reaps a child and turns what it sent (or how it died) into its result. */
 static void child_finish(child *c, const char *name, job *j)
 {
-  int ws = 0;
+  int ws = c->status;
   if (c->fd >= 0) {  /* stopped early: timed out */
-    kill(c->pid, SIGKILL);
+    if (!c->reaped)
+      kill(c->pid, SIGKILL);
     close(c->fd);
   }
-  while (waitpid(c->pid, &ws, 0) < 0 && errno == EINTR)
+  while (!c->reaped && waitpid(c->pid, &ws, 0) < 0 && errno == EINTR)
     ;
   int parsed = c->fd < 0 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0 &&
                parse_child(&c->bytes, j) == 0;
@@ -399,6 +412,35 @@ static int child_read(child *c)
   return 1;
 }
 
+/* A child that has exited has sent everything (its writes completed before
+ * _exit), yet its pipe's EOF can wait on another holder of the write end:
+ * a process the host forked between our pipe() and close() inherits it and
+ * may live on.  So a child's exit also ends its read: what the pipe holds
+ * is taken without blocking, and the result is complete.  1 when it has
+ * exited (reaped, its pipe drained and closed). */
+static int child_exited(child *c)
+{
+  int ws;
+  if (waitpid(c->pid, &ws, WNOHANG) != c->pid)
+    return 0;
+  c->reaped = 1;
+  c->status = ws;
+  int flags = fcntl(c->fd, F_GETFL);
+  if (flags >= 0)
+    fcntl(c->fd, F_SETFL, flags | O_NONBLOCK);
+  char chunk[65536];
+  for (;;) {
+    ssize_t r = read(c->fd, chunk, sizeof chunk);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0 || fj__buf_append(&c->bytes, chunk, (size_t)r))
+      break;
+  }
+  close(c->fd);
+  c->fd = -1;
+  return 1;
+}
+
 static void job_done(fj_compile_job *jb, job *j)
 {
   jb->status = j->status;
@@ -411,7 +453,7 @@ static void job_done(fj_compile_job *jb, job *j)
 static size_t service(child *run, size_t *nrun, fj_compile_job *jobs)
 {
   struct pollfd pfd[64];
-  double now = fj__now_ms(), next = now + 1000;
+  double now = fj__now_ms(), next = now + CHILD_POLL_MS;
   for (size_t i = 0; i < *nrun; i++) {
     pfd[i].fd = run[i].fd;
     pfd[i].events = POLLIN;
@@ -425,6 +467,8 @@ static size_t service(child *run, size_t *nrun, fj_compile_job *jobs)
   for (size_t i = 0; i < *nrun;) {
     child *c = &run[i];
     int closed = (pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) ? child_read(c) : 0;
+    if (closed == 0 && !pfd[i].revents)
+      closed = child_exited(c);
     if (closed == 0 && now < c->deadline) {
       i++;
       continue;

@@ -54,6 +54,9 @@ typedef struct fj_compile_job {
  * progress (optional) is called from this thread as jobs finish. */
 void fj__compile_many(fj_compile_job *jobs, size_t n, int workers,
                       fj_progress_fn progress, void *user);
+/* Tests only: called in each compile child before it compiles (a test
+ * makes the child leave a process holding its pipe). */
+extern void (*fj__compile_child_hook)(void);
 /* Compiles src for arch; isolate runs NVRTC in a child process. */
 fj_status fj__compile(const fj_ctx *ctx, const char *name, const char *src,
                       const char *arch, int isolate, fj_compiled *out);

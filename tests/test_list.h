@@ -55,6 +55,7 @@ TEST(compile_sm80_sm90, cpu)
 TEST(compile_lut_probe, cpu)
 TEST(compile_error_log, cpu)
 TEST(compile_isolated_crash, cpu)
+TEST(compile_child_pipe_held, cpu)
 TEST(resources_parse, cpu)
 /* cache.c */
 TEST(cache_hit_miss, cpu)
