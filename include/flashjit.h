@@ -51,7 +51,7 @@ extern "C" {
  * added, removed, retyped or moved), so that a binding that mirrors them
  * (python/flashjit/_capi.py) can refuse a library of another layout
  * instead of reading past a struct (fj_abi_version). */
-#define FJ_ABI_VERSION 9
+#define FJ_ABI_VERSION 10
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
@@ -727,6 +727,16 @@ typedef struct fj_problem {
    * Each call sets it to 0 on its stream before its kernel raises it (a
    * replayed launch record does too: fj_launches.zero_at). */
   void *o_amax;
+  /* The backward only, or NULL: the gradient of the loss at the
+   * forward's log-sum-exp, float32 laid out as lse ([batch][heads_q]
+   * [seq_q]; entries of rows past a sequence's end are not read), device
+   * memory -- for a loss that uses the LSE besides O (partial attentions
+   * merged by their LSEs, a penalty on the LSE).  The LSE's derivative at
+   * score s[i][j] is P[i][j] (a sink's at the sink: its share), so
+   * fj_attention_bwd adds dlse[i] * P[i][j] to dS[i][j]: it subtracts
+   * dlse[i] from the row's rowsum(dO o O).  NULL: the loss uses O only.
+   * The forward ignores it; for fj_reference_bwd it is host memory. */
+  const float *dlse;
 } fj_problem;
 
 #define FJ_PAGE_SIZE_MAX 4096
@@ -1416,7 +1426,8 @@ FJ_API fj_status fj_reference_fwd(const fj_problem *p, const void *q,
  * sum of its gradients, and dk, dv sum a GQA group's query heads.
  * dsinks, if not NULL, receives float32 [heads_q]: with p->mods->sinks,
  * the sink logits' gradients, summed over batch and rows; without, 0.
- * A score expression's gradient goes through its derivative with respect
+ * With p->dlse (host float32 in lse's layout) the loss's gradient at the
+ * log-sum-exp is taken too.  A score expression's gradient goes through its derivative with respect
  * to s (the one fj_attention_bwd applies, evaluated on the host in float32
  * as the expression is); with fj_mods.param_grads (host float32 arrays)
  * the float tensor parameters' gradients are added there, through the

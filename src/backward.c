@@ -585,6 +585,7 @@ static void fill_bwd_params(fj_bwd_kparams *g, const fj_problem *p,
   g->dk = a->dk;
   g->dv = a->dv;
   g->lse = a->lse;
+  g->dlse = p->dlse;
   g->delta = (float *)(uintptr_t)ws;
   g->lse2 = (float *)(uintptr_t)(ws + rows * sizeof(float));
   g->dq_acc = (float *)(uintptr_t)(ws + 2 * rows * sizeof(float));
@@ -762,7 +763,8 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   if (st == FJ_OK) {
     const fj_devptr more[] = {{"dout", -1, a->dout}, {"dq", -1, a->dq},
                               {"dk", -1, a->dk}, {"dv", -1, a->dv},
-                              {"dsinks", -1, a->dsinks}};
+                              {"dsinks", -1, a->dsinks},
+                              {"dlse", -1, p->dlse}};
     st = fj__devptr_check_list(ctx, who, more, FJ_ARRAY_LEN(more));
   }
   if (st == FJ_OK)

@@ -71,6 +71,7 @@ typedef struct fj_bwd_kparams {
   const void *dout;
   void *dq, *dk, *dv;
   const float *lse;
+  const float *dlse;  /* the loss's gradient at lse (fj_problem.dlse) or NULL */
   /* The workspace's rows are padded: seq_pad (seq_q rounded up to 64) a
    * (batch, head); rows past seq_q hold delta 0 and LSE2 +inf. */
   float *delta;   /* rowsum(dO o O), float32 [batch][heads_q][seq_pad] */

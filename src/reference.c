@@ -1531,6 +1531,9 @@ static void bwd_row(const ref_head *h, int row, double scale, const void *dout,
     delta += w->dout[e] * w->o[e];
     w->dq[e] = 0;
   }
+  /* A loss that uses the LSE too: its derivative at s[j] is P[j]. */
+  if (p->dlse)
+    delta -= (double)p->dlse[((int64_t)h->b * p->heads_q + h->hq) * p->seq_q + row];
   for (int j = 0; j < h->len_kv; j++)
     if (w->s[j] != -HUGE_VAL)
       bwd_key(h, row, j, qrow, exp(w->s[j] - lse), delta, scale, w);

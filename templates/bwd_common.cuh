@@ -39,6 +39,7 @@ struct BwdParams {
   const void *dout;        // dO, laid out as p.o_stride says (do_stride)
   void *dq, *dk, *dv;      // the gradients, in the inputs' dtype
   const float *lse;        // the forward's natural-log sum-exp [batch][heads_q][seq_q]
+  const float *dlse;       // the loss's gradient at lse, same layout, or NULL
   // Rows of the workspace are padded to seq_pad (seq_q rounded up to 64) a
   // (batch, head): whole tiles with no tail; padding rows hold delta 0 and
   // LSE2 +inf, so their P is 0.

@@ -1,7 +1,8 @@
 {#
   bwd_rows.cu: the backward's kernels over query rows, one warp a row (4
   rows a block), which = "pre" or "post":
-    pre   before the main kernel: delta = rowsum(dO o O) in float32, the
+    pre   before the main kernel: delta = rowsum(dO o O) in float32 (less
+          dlse, the loss's gradient at the LSE, where g.dlse is given), the
           row's LSE * log2(e) (LSE2; +inf where the row saw no key), the
           row's dQ accumulator cleared (the main kernel adds into it), and
           the first row of each 64 clears its dQ tiles' turns (the
@@ -101,7 +102,8 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
   for (int i = 0; i < {{ AW // 32 }}; ++i) acc[lane + 32 * i] = 0.f;
   if (lane == 0) {
     const float lse = live ? g.lse[bh * p.seq_q + row] : FJ_NEG_INF;
-    g.delta[f] = live ? sum : 0.f;
+    // A loss that uses the LSE too: dS = P (dP - delta + dlse).
+    g.delta[f] = live ? (g.dlse ? sum - g.dlse[bh * p.seq_q + row] : sum) : 0.f;
     // exp2(s - LSE2) is 0 where no key was seen (and on padding rows).
     g.lse2[f] = lse == FJ_NEG_INF ? __int_as_float(0x7f800000) : lse * 1.44269504089f;
   }

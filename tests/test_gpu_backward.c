@@ -5,6 +5,7 @@
  * a window, a softcap), GQA and MQA, tails, large logits and rows that see
  * no key.  The forward (fj_attention_fwd) gives O and the LSE; gradients
  * are poisoned with NaN before every run; inputs are fresh random normals.
+ * A loss that uses the LSE too (fj_problem.dlse).
  * The tuner's pick (fj_tune_bwd, the database's backward entries); score
  * and mask expressions; block masks the library builds, whose transposed
  * lists are checked against its rows' lists.
@@ -85,6 +86,7 @@ typedef struct bwd_case {
   /* Varlen: b sequences of lq[i] queries and lkv[i] keys, packed (FJ_THD);
    * used[i] > 0: seqused_kv (the sequence sees its first used[i] keys). */
   int lq[4], lkv[4], used[4];
+  int dlse;             /* the loss uses the LSE too: fj_problem.dlse */
 } bwd_case;
 
 /* A case's problem, its inputs (host and device), the forward's O and LSE,
@@ -97,6 +99,8 @@ typedef struct bwd_run {
   void *q, *k, *v, *dout;                     /* host */
   void *sinks_d, *q_d, *k_d, *v_d, *do_d, *o_d, *lse_d;
   int32_t cuq[5], cukv[5], used[4];          /* host varlen arrays */
+  float *dlse_h;                              /* fj_problem.dlse, host */
+  void *dlse_d;
   void *cuq_d, *cukv_d, *used_d;
   void *gq, *gk, *gv, *gs;                    /* device gradients */
   void *hq, *hk, *hv;                         /* host gradients */
@@ -108,10 +112,10 @@ static void run_free(bwd_run *r)
 {
   void *dev[] = {r->sinks_d, r->q_d, r->k_d, r->v_d, r->do_d, r->o_d,
                  r->lse_d, r->gq, r->gk, r->gv, r->gs, r->cuq_d, r->cukv_d,
-                 r->used_d};
+                 r->used_d, r->dlse_d};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
     cudaFree(dev[i]);
-  void *host[] = {r->q, r->k, r->v, r->dout, r->hq, r->hk, r->hv};
+  void *host[] = {r->q, r->k, r->v, r->dout, r->hq, r->hk, r->hv, r->dlse_h};
   for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
     free(host[i]);
 }
@@ -202,6 +206,14 @@ static int run_setup(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed,
     r->m.sinks = r->sinks_d;
   }
   r->gs = bc->sinks ? upload(NULL, (size_t)bc->hq * 4) : NULL;
+  if (bc->dlse) {
+    size_t nl = (size_t)bc->b * (size_t)bc->hq * (size_t)bc->sq;
+    r->dlse_h = malloc(nl * sizeof(float));
+    for (size_t i = 0; i < nl; i++)
+      r->dlse_h[i] = (float)normal(seed);
+    r->dlse_d = upload(r->dlse_h, nl * sizeof(float));
+    p->dlse = r->dlse_d;
+  }
   return run_tensors(ctx, r, rows_q, rows_kv, bc->in_scale, seed);
 }
 
@@ -246,6 +258,7 @@ static int run_backward(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed)
   float *rq = calloc(nq, 4), *rk = calloc(nk, 4), *rv = calloc(nk, 4), rs[64];
   fj_problem hp = r.p;
   fj_mods hm = r.m;
+  hp.dlse = r.dlse_h;
   if (hp.cu_seqlens_q) {
     hp.cu_seqlens_q = r.cuq;
     hp.cu_seqlens_kv = r.cukv;
@@ -280,7 +293,8 @@ static int run_backward(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed)
            rc ? "FAIL" : "ok  ", fj_mma_name(r.plan.variant.mma), bc->d, fj_dtype_name(bc->dt), bc->b, bc->hq,
            bc->hkv, bc->sq, bc->skv, fj_causal_name(bc->causal),
            bc->window_left >= 0 ? " window" : "", bc->softcap > 0 ? " softcap" : "",
-           bc->sinks ? " sinks" : "", bc->deterministic ? " deterministic" : bc->lq[0] ? " varlen" : "",
+           bc->sinks ? " sinks" : "",
+           bc->deterministic ? " deterministic" : bc->lq[0] ? " varlen" : bc->dlse ? " dlse" : "",
            (double)bc->in_scale, eq, ek, ev);
     if (r.gs)
       printf("       dsinks %.2e\n", es);
@@ -393,54 +407,60 @@ int test_gpu_backward(void)
 {
   static const bwd_case cases[] = {
       /* every head dim, both dtypes, causal and not */
-      {2, 4, 4, 256, 256, 64, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {2, 4, 4, 256, 256, 64, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 4, 4, 300, 300, 128, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 4, 4, 300, 300, 128, FJ_F16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 2, 2, 200, 200, 256, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 2, 2, 200, 200, 256, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 2, 2, 130, 130, 32, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 2, 2, 130, 130, 96, FJ_F16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 2, 2, 130, 130, 160, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 2, 2, 130, 130, 192, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {2, 4, 4, 256, 256, 64, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {2, 4, 4, 256, 256, 64, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 4, 300, 300, 128, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 4, 300, 300, 128, FJ_F16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 200, 200, 256, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 200, 200, 256, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 130, 130, 32, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 130, 130, 96, FJ_F16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 130, 130, 160, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 130, 130, 192, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
       /* tails and unequal lengths both ways, both alignments */
-      {1, 2, 2, 1, 1, 64, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 2, 2, 17, 17, 64, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 2, 2, 1000, 1000, 64, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 2, 2, 100, 257, 128, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 2, 2, 257, 100, 128, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}},  /* rows that see no key */
-      {1, 2, 2, 257, 100, 128, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {1, 2, 2, 1, 1, 64, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 17, 17, 64, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 1000, 1000, 64, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 100, 257, 128, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 257, 100, 128, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},  /* rows that see no key */
+      {1, 2, 2, 257, 100, 128, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
       /* GQA 8:1 and MQA */
-      {2, 16, 2, 200, 200, 64, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 8, 1, 150, 333, 128, FJ_F16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}},
+      {2, 16, 2, 200, 200, 64, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 8, 1, 150, 333, 128, FJ_F16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
       /* a window, a softcap, sinks, large logits */
-      {1, 4, 4, 400, 400, 64, FJ_BF16, TL, 100, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 4, 4, 400, 400, 128, FJ_BF16, NC, -1, 30.f, 0, 1, 0, {0}, {0}, {0}},
-      {1, 4, 2, 300, 300, 64, FJ_F16, TL, -1, 0, 1, 1, 0, {0}, {0}, {0}},
-      {1, 4, 4, 256, 256, 128, FJ_BF16, NC, -1, 0, 0, 30, 0, {0}, {0}, {0}},
+      {1, 4, 4, 400, 400, 64, FJ_BF16, TL, 100, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 4, 400, 400, 128, FJ_BF16, NC, -1, 30.f, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 2, 300, 300, 64, FJ_F16, TL, -1, 0, 1, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 4, 256, 256, 128, FJ_BF16, NC, -1, 0, 0, 30, 0, {0}, {0}, {0}, 0},
       /* varlen: packed sequences (a tail of 1, an empty one), seqused_kv */
-      {3, 4, 2, 300, 400, 64, FJ_BF16, TL, -1, 0, 0, 1, 0, {300, 1, 130}, {200, 400, 130}, {0}},
-      {3, 4, 4, 257, 257, 128, FJ_F16, BR, -1, 0, 0, 1, 0, {257, 0, 100}, {100, 50, 257}, {0}},
-      {2, 2, 2, 200, 300, 128, FJ_BF16, BR, 60, 0, 1, 1, 0, {200, 77}, {300, 100}, {0}},
-      {2, 4, 2, 190, 250, 64, FJ_F16, NC, -1, 20.f, 0, 1, 0, {190, 64}, {250, 128}, {180, 100}},
+      {3, 4, 2, 300, 400, 64, FJ_BF16, TL, -1, 0, 0, 1, 0, {300, 1, 130}, {200, 400, 130}, {0}, 0},
+      {3, 4, 4, 257, 257, 128, FJ_F16, BR, -1, 0, 0, 1, 0, {257, 0, 100}, {100, 50, 257}, {0}, 0},
+      {2, 2, 2, 200, 300, 128, FJ_BF16, BR, 60, 0, 1, 1, 0, {200, 77}, {300, 100}, {0}, 0},
+      {2, 4, 2, 190, 250, 64, FJ_F16, NC, -1, 20.f, 0, 1, 0, {190, 64}, {250, 128}, {180, 100}, 0},
       /* padded (96, 160, 224) and wide (192, 256) heads on wgmma: GQA, both
        * alignments, a window, a softcap, sinks, large logits, varlen */
-      {1, 8, 2, 300, 300, 256, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 4, 4, 257, 100, 192, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 4, 4, 400, 400, 256, FJ_F16, BR, 100, 30.f, 1, 1, 0, {0}, {0}, {0}},
-      {1, 4, 4, 256, 256, 256, FJ_BF16, NC, -1, 0, 0, 30, 0, {0}, {0}, {0}},
-      {1, 4, 2, 333, 333, 224, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 6, 2, 200, 517, 96, FJ_BF16, NC, 64, 0, 1, 1, 0, {0}, {0}, {0}},
-      {3, 4, 2, 257, 257, 256, FJ_BF16, BR, -1, 0, 0, 1, 0, {257, 0, 100}, {100, 50, 257}, {0}},
-      {2, 2, 2, 200, 300, 160, FJ_F16, TL, -1, 0, 0, 1, 0, {200, 77}, {300, 100}, {290, 0}},
+      {1, 8, 2, 300, 300, 256, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 4, 257, 100, 192, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 4, 400, 400, 256, FJ_F16, BR, 100, 30.f, 1, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 4, 256, 256, 256, FJ_BF16, NC, -1, 0, 0, 30, 0, {0}, {0}, {0}, 0},
+      {1, 4, 2, 333, 333, 224, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 6, 2, 200, 517, 96, FJ_BF16, NC, 64, 0, 1, 1, 0, {0}, {0}, {0}, 0},
+      {3, 4, 2, 257, 257, 256, FJ_BF16, BR, -1, 0, 0, 1, 0, {257, 0, 100}, {100, 50, 257}, {0}, 0},
+      {2, 2, 2, 200, 300, 160, FJ_F16, TL, -1, 0, 0, 1, 0, {200, 77}, {300, 100}, {290, 0}, 0},
       /* head dim 64 on wgmma, K and V as register operands (issue 31):
        * unequal lengths both ways, a softcap, large logits, varlen with
        * a window and sinks */
-      {1, 2, 2, 100, 257, 64, FJ_F16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 2, 2, 257, 100, 64, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}},  /* rows that see no key */
-      {1, 4, 4, 400, 400, 64, FJ_F16, NC, -1, 30.f, 0, 1, 0, {0}, {0}, {0}},
-      {1, 4, 4, 256, 256, 64, FJ_F16, NC, -1, 0, 0, 30, 0, {0}, {0}, {0}},
-      {2, 2, 2, 200, 300, 64, FJ_BF16, BR, 60, 0, 1, 1, 0, {200, 77}, {300, 100}, {0}},
+      {1, 2, 2, 100, 257, 64, FJ_F16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 257, 100, 64, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},  /* rows that see no key */
+      {1, 4, 4, 400, 400, 64, FJ_F16, NC, -1, 30.f, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 4, 256, 256, 64, FJ_F16, NC, -1, 0, 0, 30, 0, {0}, {0}, {0}, 0},
+      {2, 2, 2, 200, 300, 64, FJ_BF16, BR, 60, 0, 1, 1, 0, {200, 77}, {300, 100}, {0}, 0},
+      /* a loss that uses the LSE too (fj_problem.dlse): the narrow and
+       * wide wgmma kernels, rows that see no key, sinks, varlen */
+      {2, 4, 2, 256, 256, 64, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 1},
+      {1, 4, 4, 257, 100, 128, FJ_F16, BR, -1, 0, 1, 1, 0, {0}, {0}, {0}, 1},
+      {1, 2, 2, 200, 200, 256, FJ_BF16, TL, -1, 20.f, 0, 1, 0, {0}, {0}, {0}, 1},
+      {3, 4, 2, 257, 257, 128, FJ_F16, BR, -1, 0, 1, 1, 0, {257, 0, 100}, {100, 50, 257}, {0}, 1},
   };
   return run_cases(cases, sizeof cases / sizeof cases[0]);
 }
@@ -452,13 +472,13 @@ int test_gpu_backward(void)
 int test_gpu_backward_deterministic(void)
 {
   static const bwd_case cases[] = {
-      {1, 8, 8, 2048, 2048, 128, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}},
-      {1, 8, 2, 1500, 1500, 64, FJ_F16, TL, -1, 0, 1, 1, 1, {0}, {0}, {0}},
-      {1, 4, 4, 1100, 1100, 64, FJ_BF16, BR, 300, 0, 0, 1, 1, {0}, {0}, {0}},
-      {1, 4, 4, 700, 900, 128, FJ_F16, BR, 200, 30.f, 0, 1, 1, {0}, {0}, {0}},
-      {3, 4, 2, 900, 1000, 128, FJ_BF16, TL, -1, 0, 0, 1, 1, {900, 1, 600}, {1000, 700, 600}, {0}},
-      {1, 4, 4, 700, 700, 192, FJ_BF16, TL, -1, 0, 0, 1, 1, {0}, {0}, {0}},
-      {1, 4, 2, 600, 600, 256, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}},
+      {1, 8, 8, 2048, 2048, 128, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+      {1, 8, 2, 1500, 1500, 64, FJ_F16, TL, -1, 0, 1, 1, 1, {0}, {0}, {0}, 0},
+      {1, 4, 4, 1100, 1100, 64, FJ_BF16, BR, 300, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+      {1, 4, 4, 700, 900, 128, FJ_F16, BR, 200, 30.f, 0, 1, 1, {0}, {0}, {0}, 0},
+      {3, 4, 2, 900, 1000, 128, FJ_BF16, TL, -1, 0, 0, 1, 1, {900, 1, 600}, {1000, 700, 600}, {0}, 0},
+      {1, 4, 4, 700, 700, 192, FJ_BF16, TL, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+      {1, 4, 2, 600, 600, 256, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
   };
   const size_t n = sizeof cases / sizeof cases[0];
   fj_ctx *ctx;
@@ -495,9 +515,9 @@ int test_gpu_backward_deterministic(void)
 int test_gpu_sanitize_backward(void)
 {
   static const bwd_case cases[] = {
-      {1, 4, 2, 100, 130, 64, FJ_BF16, TL, -1, 0, 1, 1, 0, {0}, {0}, {0}},
-      {1, 4, 2, 100, 130, 96, FJ_F16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}},
-      {1, 4, 2, 100, 130, 256, FJ_BF16, TL, -1, 0, 1, 1, 0, {0}, {0}, {0}},
+      {1, 4, 2, 100, 130, 64, FJ_BF16, TL, -1, 0, 1, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 2, 100, 130, 96, FJ_F16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 2, 100, 130, 256, FJ_BF16, TL, -1, 0, 1, 1, 0, {0}, {0}, {0}, 0},
   };
   return run_cases(cases, sizeof cases / sizeof cases[0]);
 }

@@ -1,7 +1,8 @@
 /*
  * test_refbwd.c -- the float64 reference's backward (fj_reference_bwd):
- * its gradients against central differences of L = sum(dout . O) through
- * the reference's forward, on float64 inputs (reference.h's
+ * its gradients against central differences of L = sum(dout . O) (plus
+ * sum(dlse . LSE) where the problem has dlse) through the reference's
+ * forward, on float64 inputs (reference.h's
  * fj__reference_fwd64/_bwd64: 16-bit inputs cannot be nudged by a small
  * step); the public float32 call against that path; its refusals.
  */
@@ -19,6 +20,7 @@ typedef struct gproblem {
   fj_problem p;
   fj_mods m;
   float sinks[4];
+  float dlse[64];  /* the loss's weights of the LSEs, where p.dlse is set */
   double *q, *k, *v, *dout;
   size_t nq, nkv;
   /* The central differences' step and the largest relative error taken:
@@ -63,17 +65,24 @@ static int gproblem_init(gproblem *g, int sq, int skv)
   fill(g->k, g->nkv, &state, 1.5);
   fill(g->v, g->nkv, &state, 1.0);
   fill(g->dout, g->nq, &state, 1.0);
+  for (size_t i = 0; i < sizeof g->dlse / sizeof g->dlse[0]; i++)
+    g->dlse[i] = (float)next_value(&state, 1.0);
   return 0;
 }
 
-/* L = sum(dout . O), or NAN where the forward fails. */
+/* L = sum(dout . O) + sum(dlse . LSE) over the rows that see a key, or
+ * NAN where the forward fails. */
 static double loss(const gproblem *g, double *o)
 {
-  if (fj__reference_fwd64(&g->p, g->q, g->k, g->v, o, NULL) != FJ_OK)
+  double lse[64];
+  if (fj__reference_fwd64(&g->p, g->q, g->k, g->v, o, lse) != FJ_OK)
     return NAN;
   double l = 0;
   for (size_t i = 0; i < g->nq; i++)
     l += g->dout[i] * o[i];
+  for (size_t i = 0; g->p.dlse && i < g->nq / 8; i++)
+    if (isfinite(lse[i]))
+      l += (double)g->dlse[i] * lse[i];
   return l;
 }
 
@@ -162,11 +171,13 @@ typedef struct gcase {
   const char *mask;
 } gcase;
 
-static int run_case(const gcase *c)
+static int run_case(const gcase *c, int dlse)
 {
   gproblem g;
   if (gproblem_init(&g, c->sq, c->skv))
     return 1;
+  if (dlse)
+    g.p.dlse = g.dlse;
   g.p.causal = c->causal;
   g.p.scale = c->scale;
   g.m.window_left = c->left;
@@ -207,7 +218,10 @@ int test_refbwd_gradcheck(void)
   };
   int bad = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-    bad |= run_case(&cases[i]);
+    bad |= run_case(&cases[i], 0);
+  /* The loss uses the LSEs too (fj_problem.dlse). */
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    bad |= run_case(&cases[i], 1);
   return bad;
 }
 
