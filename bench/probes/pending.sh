@@ -8,7 +8,8 @@
 # regs sets) ran there too and landed (5f6597c, cf46ccd; PERF.md C24).
 # The thirteenth session ran h, m, f and b on the H100 (PERF.md C25;
 # perf-history's session-13 entry): m and b landed (9bfa652, 966bfc6), f
-# missed (as the fourth session's same idea had).  Next: j (the GPU host's
+# missed (as the fourth session's same idea had).  The fourteenth session
+# had no device; it added l.  Next: l, j (the GPU host's
 # compile cost by phase), s (the split decode's combine, f720fcf: branch
 # split504 built here and carried as build/, then its gpu_wide_heads and
 # gpu_mla_paged), a (its gpu_wide_heads now runs 72/72 then 72/40 split in
@@ -19,6 +20,13 @@
 # FLASHJIT_BWD_ROTATE=0; on the H200 for its figures), then c; and on the H200 the FP8 KV ratios at d80/d96
 # (`PARTS=fp8kv bash bench/device_check.sh`: bench/fp8_kv_compare.py has
 # those rows since the thirteenth session).
+#   l: the gradient through the returned log-sum-exp (fj_problem.dlse,
+#      the fourteenth session's, which had no device): gpu_backward (its
+#      four dlse cases: d64, d128 with sinks and rows that see no key,
+#      d256 softcap, varlen) and the package's
+#      test_gpu.Backward (test_lse_in_the_loss, test_parts_merged: two
+#      calls over parts of the keys merged by flashjit.merge, whose
+#      backward is new too) and test_ring (the ring with dlse);
 #   a: the GPU tests of what landed unrun -- head dims padded to 16 on the
 #      mma family (gpu_wide_heads, gpu_serving_varlen, gpu_mla_paged),
 #      FP8 K/V (gpu_fp8_kv, with the regs path's new "split keys" cases),
@@ -52,11 +60,20 @@
 #      only); the tuner times the mma family's 64-key tiles (128 blocks)
 #      beside it.  The step before, the tuner's reports, the step after.
 set -u
-part=${1:?part a, b, c, e, f, h, j, p, r, s or g}
+part=${1:?part a, b, c, e, f, h, j, l, p, r, s or g}
 out=${2:-/tmp/fj-pending}
 mkdir -p "$out"
 . bench/device_env.sh
 case $part in
+l)
+  timeout 200 ./tests/fj_tests gpu_backward >"$out/l_gpu_backward.log" 2>&1
+  echo "l gpu_backward: exit $? ($(grep -c '^ok' "$out/l_gpu_backward.log") ok, $(grep -c '^FAIL' "$out/l_gpu_backward.log") FAIL)"
+  grep -E "^FAIL| dlse" "$out/l_gpu_backward.log" | head -8
+  (cd /work/main/python/tests && PYTHONPATH=.. FLASHJIT_LIB=/work/main/build/libflashjit.so timeout 200 \
+    python3 -m unittest -v test_gpu.Backward test_ring) >"$out/l_python.log" 2>    python3 -m unittest -v test_gpu.Backward) >"$out/l_python.log" 2>&11
+  echo "l python: exit $? ($(grep -E '^Ran [0-9]+ tests' "$out/l_python.log" | tail -1); $(grep -cE '\.\.\. ok$' "$out/l_python.log") ok)"
+  grep -E "^(FAIL|ERROR):|Error" "$out/l_python.log" | head -6
+  ;;
 a)
   for t in gpu_wide_heads gpu_threads_workspace gpu_serving_varlen gpu_mla_paged gpu_fp8_kv gpu_jit_tiers; do
     timeout 110 ./tests/fj_tests "$t" >"$out/a_$t.log" 2>&1

@@ -118,7 +118,8 @@ class Problem(C.Structure):
                 ("mods", C.c_void_p), ("total_q", C.c_int), ("total_kv", C.c_int),
                 ("deterministic", C.c_int), ("q_scale", C.c_void_p),
                 ("head_dim_v", C.c_int), ("scale_layout", C.c_int),
-                ("o_dtype", C.c_int), ("o_scale", C.c_void_p), ("o_amax", C.c_void_p)]
+                ("o_dtype", C.c_int), ("o_scale", C.c_void_p), ("o_amax", C.c_void_p),
+                ("dlse", C.c_void_p)]
 
 
 class ModParam(C.Structure):
@@ -316,7 +317,7 @@ SIGNATURES = {
 
 
 # FJ_ABI_VERSION of the header these structs mirror.
-ABI_VERSION = 9
+ABI_VERSION = 10
 
 
 def open_library(path):

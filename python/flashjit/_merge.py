@@ -91,13 +91,26 @@ def merge(outs, lses, *, layout="bhsd", sinks=None, dtype=None):
 
     CUDA tensors: fj_attention_merge (the split-KV combine kernel, in
     float32) on the current stream.  CPU tensors: fj_reference_merge (in
-    float64).  At most 256 parts at once (FJ_SPLITS_MAX).  Forward only:
-    a part (or sinks) that requires grad is refused (flashjit.Unsupported).
+    float64).  At most 256 parts at once (FJ_SPLITS_MAX).
+
+    Differentiable in outs, lses and sinks (out and lse alike), so that
+    parts of flashjit.attention(..., return_lse=True) merged here train:
+    with w_s = exp(lse_s - lse), d out_s = w_s dout and d lse_s = w_s
+    ((out_s - out) . dout + dlse), a sink's as a part whose out is 0; in
+    float32 (float64 on the CPU) with out recomputed from the parts.
     """
     lay = pr.choose("layout", layout, pr.LAYOUTS)
     outs, lses = _as_list("outs", outs), _as_list("lses", lses)
-    b, h, s, d = _check(outs, lses, lay)
-    _check_no_grad(outs, lses, sinks)
+    _check(outs, lses, lay)
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                       for t in outs + lses + [sinks]):
+        return _Merge.apply(lay, sinks, dtype, len(outs), *outs, *lses)
+    return _merge(outs, lses, lay, sinks, dtype)
+
+
+def _merge(outs, lses, lay, sinks, dtype):
+    """merge() of checked parts, without autograd."""
+    b, h, s, d = _dims(outs[0], lay)
     dev = outs[0].device
     if dtype is not None and (not isinstance(dtype, torch.dtype) or
                               not dtype.is_floating_point or dtype.itemsize == 1):
@@ -115,18 +128,39 @@ def merge(outs, lses, *, layout="bhsd", sinks=None, dtype=None):
     return out, lse
 
 
-def _check_no_grad(outs, lses, sinks):
-    """merge() has no backward: a part that requires grad is refused, not
-    merged into an output that silently drops its gradient."""
-    if not torch.is_grad_enabled():
-        return
-    named = [(f"outs[{i}]", t) for i, t in enumerate(outs)]
-    named += [(f"lses[{i}]", t) for i, t in enumerate(lses)] + [("sinks", sinks)]
-    for name, t in named:
-        if isinstance(t, torch.Tensor) and t.requires_grad:
-            raise core.Unsupported(capi.ERR_UNSUPPORTED, (
-                f"{_WHO} runs forward only: {name} requires grad (detach the parts or call "
-                "it under torch.no_grad())"))
+class _Merge(torch.autograd.Function):
+    """merge() with its gradients (the docstring's formulas)."""
+
+    @staticmethod
+    def forward(ctx, lay, sinks, dtype, n, *parts):
+        outs, lses = list(parts[:n]), list(parts[n:])
+        out, lse = _merge(outs, lses, lay, sinks, dtype)
+        ctx.save_for_backward(lse, *parts, *(() if sinks is None else (sinks,)))
+        ctx.lay, ctx.n, ctx.sinks = lay, n, sinks is not None
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        lse, *saved = ctx.saved_tensors
+        n, lay = ctx.n, ctx.lay
+        outs, lses = saved[:n], saved[n:2 * n]
+        sinks = saved[2 * n] if ctx.sinks else None
+        work = torch.float32 if lse.device.type == "cuda" else torch.float64
+        bhsd = (lambda t: t) if lay == capi.BHSD else (lambda t: t.transpose(1, 2))
+        o = torch.stack([bhsd(t).to(work) for t in outs])            # (n, b, h, s, d)
+        w = torch.exp(torch.stack(lses).to(work) - lse.to(work)).nan_to_num_(0.0)  # (n, b, h, s)
+        merged = (w[..., None] * o).sum(0)
+        g = torch.zeros_like(merged) if dout is None else bhsd(dout).to(work)
+        gl = torch.zeros_like(w[0]) if dlse is None else dlse.to(work)
+        # d lse_s = w_s ((out_s - out) . dout + dlse); rows that no part saw have w 0.
+        dl = w * (((o - merged) * g).sum(-1) + gl)
+        grads = [bhsd(w[i][..., None] * g).to(t.dtype) for i, t in enumerate(outs)]
+        grads += [dl[i].to(torch.float32) for i in range(n)]
+        dsinks = None
+        if sinks is not None and ctx.needs_input_grad[1]:
+            ws = torch.exp(sinks.to(work)[None, :, None] - lse.to(work)).nan_to_num_(0.0)
+            dsinks = (ws * (gl - (merged * g).sum(-1))).sum((0, 2)).to(sinks.dtype)
+        return (None, dsinks, None, None) + tuple(grads)
 
 
 def _check_sinks(sinks, heads, dev):

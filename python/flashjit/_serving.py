@@ -214,7 +214,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
     Returns out (total_q, heads_q, head_dim) in q's dtype (rows past
     cu_seqlens_q[-1] are not written), and with return_lse=True also the
-    log-sum-exp, float32 (heads_q, total_q) as FlashAttention returns it.
+    log-sum-exp, float32 (heads_q, total_q) as FlashAttention returns it
+    (with grad: differentiable like out).
 
     causal: None, True or "bottom_right" (FlashAttention's alignment: each
     sequence's last query sees its last key), or "top_left" (PyTorch's).

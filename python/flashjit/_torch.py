@@ -630,12 +630,13 @@ def _build_bwd(o, q, k, v, extras, deterministic):
                                 (mods,), zero=o.kind != "dense")
 
 
-def _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic=False):
+def _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic=False, dlse=None):
     """fj_attention_bwd of a training call (_train_opts's o and extras):
     (dq, dk, dv, dsinks), the gradients in q's, k's and v's strides (dense
     copies of inputs that are not: broadcasts), dsinks float32 (heads_q,)
     or empty.  lse: the library's (calls.RAW_LSE).  deterministic:
-    fj_problem.deterministic (bit-identical gradients run to run)."""
+    fj_problem.deterministic (bit-identical gradients run to run).  dlse:
+    the loss's gradient at lse (lse's shape), or None."""
     if q.numel() == 0 or k.numel() == 0:
         # No rows, or no keys: the output depends on no input.
         hq = _heads_q(q, o.layout)
@@ -655,7 +656,15 @@ def _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic=False):
         hit = (_build_bwd(o, q, k, v, extras, deterministic), copy)
         calls.remember(calls.tables.bwd, key, hit)
     # O and dO are read with one set of strides: O's, which the forward made contiguous.
-    return calls.backward(hit[0], dout.contiguous(), q, k, v, out.contiguous(), lse, extras)
+    return calls.backward(hit[0], dout.contiguous(), q, k, v, out.contiguous(), lse, extras,
+                          _dlse_arg(dlse))
+
+
+def _dlse_arg(dlse):
+    """The loss's gradient at the log-sum-exp as fj_problem.dlse reads it
+    (float32, contiguous in lse's layout: a sum's gradient comes expanded,
+    strides 0), or None."""
+    return None if dlse is None else dlse.to(torch.float32).contiguous()
 
 
 def _train_opts(sinks, causal, scale, layout, window_left, window_right, softcap,
@@ -688,16 +697,17 @@ def _attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
                    cu_seqlens_q: typing.Optional[torch.Tensor] = None,
                    cu_seqlens_k: typing.Optional[torch.Tensor] = None,
                    seqused_k: typing.Optional[torch.Tensor] = None, max_seqlen_q: int = 0,
-                   max_seqlen_k: int = 0
+                   max_seqlen_k: int = 0, dlse: typing.Optional[torch.Tensor] = None
                    ) -> typing.Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients of flashjit::attention_train: (dq, dk, dv, dsinks).
     deterministic: bit-identical gradients run to run (fj_problem's
     switch); an argument, never read from PyTorch's global state here, so
     that a traced or captured backward shows the mode it runs in.  The
-    varlen arguments as attention_train's; lse the library's."""
+    varlen arguments as attention_train's; lse the library's; dlse the
+    loss's gradient at lse, or None."""
     o, extras = _train_opts(sinks, causal, scale, layout, window_left, window_right, softcap,
                             cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)
-    return _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic)
+    return _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic, dlse)
 
 
 attention_bwd_op = torch.library.custom_op("flashjit::attention_bwd", _attention_bwd,
@@ -708,7 +718,7 @@ attention_bwd_op = torch.library.custom_op("flashjit::attention_bwd", _attention
 def _attention_bwd_fake(dout, q, k, v, out, lse, causal, scale, layout, window_left,
                         window_right, softcap, sinks=None, deterministic=False,
                         cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0,
-                        max_seqlen_k=0):
+                        max_seqlen_k=0, dlse=None):
     hq = _heads_q(q, layout)
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
             q.new_empty((hq,) if sinks is not None else (0,), dtype=torch.float32))
@@ -782,12 +792,10 @@ def _train_grads(saved, args, max_seqlens, dout, dlse, bwd, opts=None):
     attention_bwd_op, or eagerly the function it wraps -- or, given opts
     (the forward's Opts and extras, eagerly), _launch_bwd on them."""
     q, k, v, out, lse, sinks, cu_q, cu_k, used = saved
-    if dlse is not None:
-        who = _WHO if cu_q is None else "flashjit.attention_varlen"
-        raise NotImplementedError(f"{who}: the gradient through the returned lse is not "
-                                  "implemented yet: use the output only")
-    if dout is None:
+    if dout is None and dlse is None:
         return None
+    if dout is None:  # a loss of the log-sum-exp alone
+        dout = torch.zeros_like(out)
     # The mode is read here, in the backward formula, and given to the op as
     # an argument.  Eagerly this runs at loss.backward(), when PyTorch's own
     # backward kernels read the flag too.  Under torch.compile AOTAutograd
@@ -799,10 +807,11 @@ def _train_grads(saved, args, max_seqlens, dout, dlse, bwd, opts=None):
     # graph does not show.  warn_only changes nothing: the mode exists.
     deterministic = torch.are_deterministic_algorithms_enabled()
     if opts is not None:
-        dq, dk, dv, dsinks = _launch_bwd(dout, q, k, v, out, lse, *opts, deterministic)
+        dq, dk, dv, dsinks = _launch_bwd(dout, q, k, v, out, lse, *opts, deterministic, dlse)
         return dq, dk, dv, dsinks if sinks is not None else None
     varlen = () if cu_q is None else (cu_q, cu_k, used) + tuple(max_seqlens)
-    dq, dk, dv, dsinks = bwd(dout, q, k, v, out, lse, *args, sinks, deterministic, *varlen)
+    dq, dk, dv, dsinks = bwd(dout, q, k, v, out, lse, *args, sinks, deterministic, *varlen,
+                             dlse=dlse)
     return dq, dk, dv, dsinks if sinks is not None else None
 
 
@@ -916,7 +925,7 @@ def _dparams_views(o, extras, pgrads, device):
     return dparams, tuple(dparams.split(sizes)) if sizes else ()
 
 
-def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrads):
+def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrads, dlse=None):
     """_launch_bwd's counterpart for a call with expressions (opts: the
     forward's options text): (dq, dk, dv, dsinks, dparams)."""
     o = calls.decode(opts)
@@ -935,26 +944,30 @@ def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrad
     if e is None:
         e = _build_bwd_mods(o, q, k, v, extras, deterministic, pgrads)
         calls.remember(calls.tables.bwd, key, e)
-    return calls.backward(e, dout, q, k, v, out, lse, tuple(extras) + views) + (dparams,)
+    return calls.backward(e, dout, q, k, v, out, lse, tuple(extras) + views,
+                          _dlse_arg(dlse)) + (dparams,)
 
 
 @torch.library.custom_op("flashjit::attention_bwd_mods", mutates_args=(), device_types="cuda")
 def attention_bwd_mods_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                           v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                           extra: typing.List[torch.Tensor], opts: str,
-                          deterministic: bool = False, pgrads: int = 0
+                          deterministic: bool = False, pgrads: int = 0,
+                          dlse: typing.Optional[torch.Tensor] = None
                           ) -> typing.Tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                                             torch.Tensor, torch.Tensor]:
     """The gradients of flashjit::attention_train_mods: (dq, dk, dv,
     dsinks, dparams), dsinks empty without sinks, dparams float32: the
     gradients of the tensor parameters pgrads names (a bit per parameter
-    of the options' list), one after another, flat."""
-    return _launch_bwd_mods(dout, q, k, v, out, lse, extra, opts, deterministic, pgrads)
+    of the options' list), one after another, flat.  dlse: the loss's
+    gradient at lse, or None."""
+    return _launch_bwd_mods(dout, q, k, v, out, lse, extra, opts, deterministic, pgrads,
+                            dlse)
 
 
 @attention_bwd_mods_op.register_fake
 def _attention_bwd_mods_fake(dout, q, k, v, out, lse, extra, opts, deterministic=False,
-                             pgrads=0):
+                             pgrads=0, dlse=None):
     o = calls.decode(opts)
     hq = _sizes(q, o.layout)[1]
     n = sum(extra[r].numel() for _, r in _pgrad_params(o, pgrads))
@@ -1007,17 +1020,16 @@ def _train_mods_setup(ctx, inputs, output):
 
 
 def _train_mods_backward(ctx, dout, dlse):
-    if dlse is not None:
-        raise NotImplementedError(f"{_WHO}: the gradient through the returned lse is not "
-                                  "implemented yet: use the output only")
     q, k, v, out, lse, *extra = ctx.saved_tensors
     o = calls.decode(ctx.opts)
-    if dout is None:
+    if dout is None and dlse is None:
         return None, None, None, [None] * len(extra), None
+    if dout is None:  # a loss of the log-sum-exp alone
+        dout = torch.zeros_like(out)
     # The deterministic flag as _train_backward reads it.
     deterministic = torch.are_deterministic_algorithms_enabled()
     dq, dk, dv, dsinks, dparams = attention_bwd_mods_op(
-        dout, q, k, v, out, lse, list(extra), ctx.opts, deterministic, ctx.pgrads)
+        dout, q, k, v, out, lse, list(extra), ctx.opts, deterministic, ctx.pgrads, dlse)
     # The sinks' gradient where they are among the extras, and each
     # parameter's that requires grad, in its shape and dtype.
     grads = [dsinks if role == "sinks" else None for role in o.roles]
@@ -1053,7 +1065,8 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     causal: None, "top_left" (True; PyTorch's is_causal) or "bottom_right"
     (FlashAttention's alignment when seq_q != seq_kv).  scale: None for
     1/sqrt(head_dim).  return_lse: also return the natural-log sum-exp of
-    each row, float32 (batch, heads_q, seq_q).  window=(left, right): a
+    each row, float32 (batch, heads_q, seq_q), differentiable like out
+    (the backward takes both gradients).  window=(left, right): a
     sliding window around the causal diagonal (-1 unbounded).  softcap:
     softcap * tanh(s / softcap).  score_mod / mask_mod: C expressions over
     s, b, h, hkv, q, kv and params (README: "Your own attention"); params:

@@ -144,15 +144,17 @@ def _fj_fwd(q, k, v, **call):
     return attention(q, k, v, return_lse=True, **call)
 
 
-def _fj_bwd(dout, q, k, v, out, lse, *, causal, window, softcap, scale, layout):
+def _fj_bwd(dout, q, k, v, out, lse, *, causal, window, softcap, scale, layout, dlse=None):
     """A step's gradients given the merged O and LSE (fj_attention_bwd
     through torch.ops.flashjit.attention_bwd): P = exp(S - LSE) of the
-    whole row, so each step adds its part of the gradients."""
+    whole row, so each step adds its part of the gradients.  dlse: the
+    loss's gradient at the merged LSE (the step's rows), or None."""
     wl, wr = window if window else (-1, -1)
     dq, dk, dv, _ = torch.ops.flashjit.attention_bwd(
         dout, q, k, v, out, lse.contiguous(), pr.causal_code(causal), pr.scale_value(scale),
         pr.LAYOUTS[layout], wl, wr, softcap or 0.0, None,
-        torch.are_deterministic_algorithms_enabled())
+        torch.are_deterministic_algorithms_enabled(),
+        dlse=None if dlse is None else dlse.contiguous())
     return dq, dk, dv
 
 
@@ -201,21 +203,23 @@ class _RankFwd:
 
 class _RankBwd:
     """One rank's backward: each call's gradients from the merged O and
-    LSE; dQ summed here (float32), dK and dV handed back per call for the
-    shard's travelling sums."""
+    LSE (and the loss's gradient at that LSE, dlse, where it has one); dQ
+    summed here (float32), dK and dV handed back per call for the shard's
+    travelling sums."""
 
-    def __init__(self, q, out, lse, dout, steps, spec):
+    def __init__(self, q, out, lse, dout, steps, spec, dlse=None):
         self.q, self.out, self.lse, self.dout = q, out, lse, dout
-        self.steps, self.spec = steps, spec
+        self.steps, self.spec, self.dlse = steps, spec, dlse
         self.dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
 
     def step(self, s, k, v):
         sp, got = self.spec, []
         for c in self.steps[s]:
             r = functools.partial(sp.rows, lo=c.q_lo, hi=c.q_hi)
+            more = {} if self.dlse is None else {"dlse": self.dlse[:, :, c.q_lo:c.q_hi]}
             dq, dk, dv = sp.bwd(r(self.dout), r(self.q), sp.rows(k, c.k_lo, c.k_hi),
                                 sp.rows(v, c.k_lo, c.k_hi), r(self.out),
-                                self.lse[:, :, c.q_lo:c.q_hi], **sp.call_args(c))
+                                self.lse[:, :, c.q_lo:c.q_hi], **sp.call_args(c), **more)
             r(self.dq).add_(dq)
             got.append((c.k_lo, c.k_hi, dk, dv))
         return got
@@ -297,8 +301,9 @@ class _Run:
                 k, v = nk, nv
         return fwd.finish()
 
-    def backward(self, q, k, v, out, lse, dout):
-        bwd, sp, world = _RankBwd(q, out, lse, dout, self.steps, self.spec), self.spec, self.world
+    def backward(self, q, k, v, out, lse, dout, dlse=None):
+        bwd, sp, world = (_RankBwd(q, out, lse, dout, self.steps, self.spec, dlse), self.spec,
+                          self.world)
         acc = dkv = None
         for s in range(world):
             works = []
@@ -339,13 +344,11 @@ class _RingFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        if dlse is not None:
-            raise NotImplementedError(f"{_WHO}: the gradient through the returned lse is not "
-                                      "implemented: use the output only")
         q, k, v, out, lse = ctx.saved_tensors
         if dout is None:  # every rank must still take its part in the ring
             dout = torch.zeros_like(out)
-        dq, dk, dv = ctx.run.backward(q, k, v, out, lse, dout.contiguous())
+        dq, dk, dv = ctx.run.backward(q, k, v, out, lse, dout.contiguous(),
+                                      None if dlse is None else dlse.contiguous())
         return dq, dk, dv, None
 
 
@@ -467,12 +470,13 @@ def ring_attention(q, k, v, group=None, *, causal=None, window=None, softcap=Non
 # ---- the ring simulated in one process (tests) ---------------------------------------------
 
 def _simulate(q, k, v, world, *, order="contiguous", shard_lens=None, causal=None, window=None,
-              softcap=None, scale=None, layout="bhsd", dout=None, _attention=None):
+              softcap=None, scale=None, layout="bhsd", dout=None, dlse=None, _attention=None):
     """ring_attention over `world` simulated ranks in one process, on full
     tensors: each rank's shard cut by shard(), the same schedule, the same
     per-rank classes and merges, the shards and the dK/dV sums passed by
     hand in the ring's order.  Returns (out, lse) of the full sequence,
-    and with dout (the full output's gradient) also (dq, dk, dv)."""
+    and with dout (the full output's gradient; dlse, the full lse's, if
+    any) also (dq, dk, dv)."""
     spec = _spec(q, k, v, causal, window, softcap, scale, layout, _attention)
     dim = spec.seq_dim
     cut = functools.partial(shard, world=world, order=order, dim=dim, shard_lens=shard_lens)
@@ -490,7 +494,8 @@ def _simulate(q, k, v, world, *, order="contiguous", shard_lens=None, causal=Non
     if dout is None:
         return out, lse
     douts = [cut(dout, rank=r) for r in range(world)]
-    bwds = [_RankBwd(qs[r], res[r][0], res[r][1], douts[r], plan[r], spec)
+    dlses = [None if dlse is None else cut(dlse, rank=r, dim=2) for r in range(world)]
+    bwds = [_RankBwd(qs[r], res[r][0], res[r][1], douts[r], plan[r], spec, dlses[r])
             for r in range(world)]
     acc = [None] * world
     for s in range(world):

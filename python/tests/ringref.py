@@ -55,10 +55,11 @@ def fwd(q, k, v, *, causal=None, window=None, softcap=None, scale=None, layout="
 
 
 def bwd(dout, q, k, v, out, lse, *, causal=None, window=None, softcap=None, scale=None,
-        layout="bhsd"):
+        layout="bhsd", dlse=None):
     """The gradients of one part of the keys given the merged out and lse
     (what fj_attention_bwd computes when handed them): P = exp(S - lse),
-    Delta = rowsum(dout * out).  (dq, dk, dv) in the inputs' dtypes and
+    Delta = rowsum(dout * out), less dlse (the loss's gradient at lse)
+    where given.  (dq, dk, dv) in the inputs' dtypes and
     layout; dk and dv summed over each GQA group."""
     s, keep, qh, kh, sc, group = _scores(q, k, causal, window, softcap, scale, layout)
     vh = _bhsd(v, layout).double().repeat_interleave(group, dim=1)
@@ -69,6 +70,8 @@ def bwd(dout, q, k, v, out, lse, *, causal=None, window=None, softcap=None, scal
     dv = p.transpose(-1, -2) @ do
     dp = do @ vh.transpose(-1, -2)
     delta = (do * o).sum(-1, keepdim=True)
+    if dlse is not None:
+        delta = delta - dlse.double()[..., None]
     ds = p * (dp - delta)
     if softcap:
         ds = ds * (1 - (s / softcap) ** 2)
@@ -84,7 +87,7 @@ def bwd(dout, q, k, v, out, lse, *, causal=None, window=None, softcap=None, scal
 HOOK = (fwd, bwd)
 
 
-def full_grads(q, k, v, dout, **mask):
+def full_grads(q, k, v, dout, dlse=None, **mask):
     """The full sequence's out, lse and (dq, dk, dv) by the reference."""
     out, lse = fwd(q, k, v, **mask)
-    return out, lse, bwd(dout, q, k, v, out, lse, **mask)
+    return out, lse, bwd(dout, q, k, v, out, lse, dlse=dlse, **mask)

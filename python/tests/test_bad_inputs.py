@@ -1,7 +1,8 @@
 """Bad inputs the entry points once took without a clear refusal: a head
 dim of 0 with rows (O and the log-sum-exp returned unwritten), inputs
 that require grad where no gradient can reach them (dropped silently, or
-a bare StopIteration), truthy non-bools, and merge()'s dtype and ranks.
+a bare StopIteration), truthy non-bools, and merge()'s dtype and ranks
+(with grad too).
 
 CPU tensors through the cached calls with the GPU stubbed (test_calls's
 Stubbed: the checks up to the launch run).  Needs PyTorch (any build)."""
@@ -127,8 +128,13 @@ class BadInputs(Stubbed):
         self.refuses(ValueError, r"^flashjit.merge: outs\[0\] has 3 dimensions \(2, 4, 8\); a "
                      r"part takes 4: \(batch, heads, seq, head_dim\)$", flashjit.merge,
                      [t[0] for t in o], [t[0] for t in lse])
-        self.refuses(flashjit.Unsupported, r"^flashjit.merge runs forward only: outs\[1\] "
-                     r"requires grad", flashjit.merge, [o[0], o[1].requires_grad_()], lse)
+        # A part that requires grad gets its gradient (test_ring.MergeCPU
+        # checks the values); dtype is checked on that path too.
+        part = o[1].clone().requires_grad_()
+        self.refuses(TypeError, r"^flashjit.merge: dtype=.* is not a floating torch.dtype",
+                     flashjit.merge, [o[0], part], lse, dtype=torch.int32)
+        flashjit.merge([o[0], part], lse)[0].sum().backward()
+        self.assertEqual(part.grad.shape, part.shape)
         with torch.no_grad():
             flashjit.merge(o, lse)
 

@@ -35,10 +35,15 @@ class Recorder:
 
     def __init__(self):
         self.calls = []
+        self.dlse = []  # each call's fj_problem.dlse as it read: a copy, or None
 
     def _keep(self, name, args):
         raw = (C.c_char * C.sizeof(capi.Problem)).from_address(args[1])
-        self.calls.append((name, args, capi.Problem.from_buffer_copy(raw)))
+        p = capi.Problem.from_buffer_copy(raw)
+        self.calls.append((name, args, p))
+        n = p.batch * p.heads_q * p.seq_q
+        self.dlse.append(torch.tensor(list((C.c_float * n).from_address(p.dlse)))
+                         .view(p.batch, p.heads_q, p.seq_q) if p.dlse else None)
         return 0
 
     def fwd(self, *args):
@@ -330,10 +335,20 @@ class CachedCalls(Stubbed):
         p = self.rec.calls[-1][2]
         self.assertEqual((p.heads_q, p.heads_kv, p.causal, p.deterministic),
                          (8, 2, capi.CAUSAL_TOP_LEFT, 0))
-        # No gradient into the returned lse, as the op's backward says.
+        self.assertIsNone(self.rec.dlse[-1])  # the loss did not use the lse
+        # The gradient through the returned lse: fj_problem.dlse, float32 in
+        # lse's layout, with or without O's.
         out, lse = flashjit.attention(q, k, v, return_lse=True)
-        with self.assertRaisesRegex(NotImplementedError, "gradient through the returned lse"):
-            lse.sum().backward()
+        w = torch.randn(lse.shape)
+        (out.float().sum() + (lse * w).sum()).backward()
+        self.assertEqual(self.rec.calls[-1][0], "bwd")
+        self.assertTrue(torch.equal(self.rec.dlse[-1], w))
+        # A sum's gradient comes expanded (strides 0): a dense copy; no
+        # gradient at O: dO zeros.
+        out, lse = flashjit.attention(q, k, v, return_lse=True)
+        lse.sum().backward()
+        self.assertTrue(torch.equal(self.rec.dlse[-1], torch.ones(lse.shape)))
+        self.assertEqual([c[0] for c in self.rec.calls], ["fwd", "bwd"] * 3)
 
     def test_varlen_training_goes_the_same_way(self):
         q = torch.randn(256, 8, 64, dtype=BF16, requires_grad=True)
@@ -682,15 +697,17 @@ def mods_kernels(test):
     lib = torch.library.Library("flashjit", "IMPL")
     test.addCleanup(lib._destroy)
     test.bwd_seen = []
+    test.bwd_dlse = []
 
     def train(q, k, v, extra, opts):
         o = calls.decode(opts)
         out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
         return out.contiguous(), torch.zeros(fjt.lse_shape(o, q))
 
-    def bwd(dout, q, k, v, out, lse, extra, opts, deterministic=False, pgrads=0):
+    def bwd(dout, q, k, v, out, lse, extra, opts, deterministic=False, pgrads=0, dlse=None):
         o = calls.decode(opts)
         test.bwd_seen.append((o, pgrads))
+        test.bwd_dlse.append(dlse)
         hq = q.shape[1]
         parts = [torch.full((extra[r].numel(),), 6.0 + j)
                  for j, (_, r) in enumerate(fjt._pgrad_params(o, pgrads))]
@@ -779,11 +796,16 @@ class ExpressionBackward(unittest.TestCase):
                                     r"backward walks: flashjit.block_mask\(\) builds them"):
             flashjit.attention(q, k, v, block_mask=forward_only)
 
-    def test_lse_gradient_is_refused(self):
+    def test_lse_gradient_reaches_the_backward(self):
         q, k, v = self.inputs()
         out, lse = flashjit.attention(q, k, v, mask_mod="kv <= q", return_lse=True)
-        with self.assertRaisesRegex(NotImplementedError, r"through the returned lse"):
-            (out.float().sum() + lse.sum()).backward()
+        out.float().sum().backward()
+        self.assertIsNone(self.bwd_dlse[-1])
+        out, lse = flashjit.attention(q, k, v, mask_mod="kv <= q", return_lse=True)
+        w = torch.randn(lse.shape)
+        (lse * w).sum().backward()  # the lse alone: dO zeros
+        self.assertTrue(torch.equal(self.bwd_dlse[-1], w))
+        self.assertTrue(torch.equal(q.grad, torch.full_like(q, 4.0)))  # two backwards
 
 
 @unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)

@@ -866,17 +866,22 @@ class Backward(GpuCase):
     """loss.backward() through flashjit.attention against autograd through
     the float32 reference on the same inputs."""
 
-    def grads(self, q, k, v, sinks=None, **kw):
+    def grads(self, q, k, v, sinks=None, lse_weight=0.0, ref_kw=None, **kw):
+        """lse_weight: the loss adds sum(w * lse) with w random times it
+        (the gradient through the returned lse; rows must see a key)."""
         dout = torch.randn_like(q)
+        w = torch.randn(q.shape[:3], device=q.device) * lse_weight
         leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
         s_leaf = sinks.detach().clone().requires_grad_() if sinks is not None else None
-        out = flashjit.attention(*leaves, sinks=s_leaf, **kw)
-        (out.float() * dout.float()).sum().backward()
+        out, lse = flashjit.attention(*leaves, sinks=s_leaf, return_lse=True, **kw)
+        loss = (out.float() * dout.float()).sum()
+        (loss + (lse * w).sum() if lse_weight else loss).backward()
         got = [t.grad for t in leaves] + ([s_leaf.grad] if sinks is not None else [])
         ref_leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
         rs = sinks.detach().float().requires_grad_() if sinks is not None else None
-        want_out, _ = reference(*ref_leaves, sinks=rs, **kw)
-        (want_out * dout.float()).sum().backward()
+        want_out, want_lse = reference(*ref_leaves, sinks=rs, **(ref_kw or kw))
+        loss = (want_out * dout.float()).sum()
+        (loss + (want_lse * w).sum() if lse_weight else loss).backward()
         want = [t.grad for t in ref_leaves] + ([rs.grad] if sinks is not None else [])
         return got, want
 
@@ -905,6 +910,41 @@ class Backward(GpuCase):
         self.check(q, k, v, causal="top_left", window=(64, 0))
         self.check(q, k, v, softcap=20.0)
         self.check(q, k, v, causal="top_left", sinks=torch.randn(8, device="cuda"))
+
+    def test_lse_in_the_loss(self):
+        """A loss of O and the returned lse (fj_problem.dlse), on both
+        wgmma kernels, with GQA, sinks, a softcap and an expression."""
+        for d, causal in ((64, None), (128, "top_left"), (256, "top_left")):
+            self.check(randn(2, 4, 200, d), randn(2, 2, 200, d), randn(2, 2, 200, d),
+                       causal=causal, lse_weight=3.0)
+        q, k, v = randn(1, 8, 300, 64), randn(1, 2, 300, 64), randn(1, 2, 300, 64)
+        self.check(q, k, v, causal="top_left", sinks=torch.randn(8, device="cuda"),
+                   lse_weight=3.0)
+        self.check(q, k, v, softcap=20.0, lse_weight=3.0)
+        self.check(q, k, v, score_mod="s * 0.5f", lse_weight=3.0,
+                   ref_kw=dict(score=lambda s, b, h, hk, qi, ki: s * 0.5))
+
+    def test_parts_merged(self):
+        """Two calls over parts of the keys, merged by flashjit.merge, train
+        as one call over all of them: the gradients go through each part's
+        out and lse (fj_problem.dlse) and the merge's backward."""
+        q, k, v = randn(1, 4, 256, 64), randn(1, 4, 512, 64), randn(1, 4, 512, 64)
+        dout = torch.randn_like(q)
+
+        def grads(split):
+            leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+            if split:
+                parts = [flashjit.attention(leaves[0], leaves[1][:, :, r], leaves[2][:, :, r],
+                                            return_lse=True)
+                         for r in (slice(0, 200), slice(200, 512))]
+                out, _ = flashjit.merge([p[0] for p in parts], [p[1] for p in parts])
+            else:
+                out = flashjit.attention(*leaves)
+            (out.float() * dout.float()).sum().backward()
+            return [t.grad for t in leaves]
+
+        for name, x, y in zip(("dq", "dk", "dv"), grads(True), grads(False)):
+            self.rel(x, y.float(), name, 2e-2)
 
     def test_bshd_and_views(self):
         x = randn(2, 128, 3, 4, 64)  # packed qkv: (batch, seq, 3, heads, d)

@@ -217,6 +217,46 @@ class MergeCPU(unittest.TestCase):
         full = torch.logsumexp(torch.stack(lses + [sinks[None, :, None].expand(2, 3, 7)]), 0)
         self.assertTrue(torch.allclose(lse, full, atol=1e-6))
 
+    def test_gradients_against_torch(self):
+        """merge()'s backward against autograd through the formulas in
+        torch (float64): outs, lses and sinks, a loss of out and lse, rows
+        a part did not see and one no part saw."""
+        import flashjit
+        g = torch.Generator().manual_seed(4)
+        for layout, sinks in (("bhsd", False), ("bshd", True)):
+            with self.subTest(layout=layout, sinks=sinks):
+                shape = (2, 3, 5, 8) if layout == "bhsd" else (2, 5, 3, 8)
+                outs = [torch.randn(shape, generator=g) for _ in range(3)]
+                lses = [torch.randn(2, 3, 5, generator=g) * 2 for _ in range(3)]
+                lses[0][0, 1, 2] = float("-inf")
+                for t in lses:
+                    t[1, 0, 3] = float("-inf")
+                sk = torch.tensor([0.3, -0.7, 1.1]) if sinks else None
+                dout = torch.randn(shape, generator=g)
+                dlse = torch.randn(2, 3, 5, generator=g)
+                leaves = [t.clone().requires_grad_() for t in outs + lses]
+                sl = sk.clone().requires_grad_() if sinks else None
+                out, lse = flashjit.merge(leaves[:3], leaves[3:], layout=layout, sinks=sl)
+                ((out * dout).sum() + (lse * dlse).where(lse.isfinite(), 0).sum()).backward()
+                got = [t.grad for t in leaves] + ([sl.grad] if sinks else [])
+                ref = [t.double().clone().requires_grad_() for t in outs + lses]
+                rs = sk.double().clone().requires_grad_() if sinks else None
+                ls = torch.stack(ref[3:])
+                if sinks:
+                    ls = torch.cat([ls, rs[None, None, :, None].expand(1, 2, 3, 5)])
+                rl = torch.logsumexp(ls, 0)
+                w = torch.exp(torch.stack(ref[3:]) - rl).nan_to_num(0.0)
+                os = torch.stack(ref[:3])
+                if layout == "bshd":
+                    w = w.transpose(2, 3)
+                ro = (w[..., None] * os).sum(0)
+                ((ro * dout).sum() + (rl * dlse).where(rl.isfinite(), 0).sum()).backward()
+                want = [t.grad.nan_to_num(0.0) for t in ref] + ([rs.grad] if sinks else [])
+                self.assertLess(_rel(out, ro), 1e-6)
+                for i, (x, y) in enumerate(zip(got, want)):
+                    self.assertTrue(torch.isfinite(x).all(), i)
+                    self.assertLess(_rel(x, y), 1e-6, i)
+
     def test_refusals(self):
         import flashjit
         o, l = torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3)
@@ -264,6 +304,39 @@ class SimulatedCPU(unittest.TestCase):
                     self.assertTrue(torch.allclose(lse, fl, atol=1e-5))
                     for what, x, y in zip(("dq", "dk", "dv"), grads, fg):
                         self.assertLess(_rel(x, y), 1e-6, what)
+                    # A loss that uses the merged lse too: each step's
+                    # backward takes its rows of dlse.
+                    dlse = torch.randn(fl.shape, generator=g, dtype=torch.float64)
+                    _, _, grads = fjd._simulate(q, k, v, world, order=order, shard_lens=lens,
+                                                dout=dout, dlse=dlse, _attention=ringref.HOOK,
+                                                **mask)
+                    _, _, fg2 = ringref.full_grads(q, k, v, dout, dlse=dlse, **mask)
+                    for what, x, y, y0 in zip(("dq", "dk", "dv"), grads, fg2, fg):
+                        self.assertLess(_rel(x, y), 1e-6, what + " with dlse")
+                    self.assertGreater(_rel(fg2[0], fg[0]), 1e-3)  # dlse mattered
+
+    def test_reference_dlse_against_autograd(self):
+        """ringref.bwd's dlse term: the gradient of sum(dout * out) +
+        sum(dlse * lse) by torch's autograd through ringref.fwd."""
+        import ringref
+        g = torch.Generator().manual_seed(3)
+        for causal, window, cap in ((None, None, None), ("top_left", None, 2.5),
+                                    ("bottom_right", (4, -1), None)):
+            with self.subTest(causal=causal, window=window, softcap=cap):
+                q = torch.randn(2, 4, 9, 8, generator=g, dtype=torch.float64)
+                k, v = (torch.randn(2, 2, 11, 8, generator=g, dtype=torch.float64)
+                        for _ in range(2))
+                dout = torch.randn(q.shape, generator=g, dtype=torch.float64)
+                dlse = torch.randn(2, 4, 9, generator=g, dtype=torch.float64)
+                mask = dict(causal=causal, window=window, softcap=cap)
+                for t in (q, k, v):
+                    t.requires_grad_()
+                out, lse = ringref.fwd(q, k, v, **mask)
+                ((out * dout).sum() + (lse.double() * dlse).sum()).backward()
+                got = ringref.bwd(dout, q.detach(), k.detach(), v.detach(), out.detach(),
+                                  lse.detach(), dlse=dlse, **mask)
+                for what, x, t in zip(("dq", "dk", "dv"), got, (q, k, v)):
+                    self.assertLess(_rel(x, t.grad), 1e-5, what)
 
 
 def _gloo_rank(rank, world, path, configs):
@@ -281,13 +354,14 @@ def _gloo_rank(rank, world, path, configs):
         order, lens, tensors, kw = cfg["order"], cfg["lens"], cfg["tensors"], cfg["kw"]
         dim = 2 if kw.get("layout", "bhsd") == "bhsd" else 1
         q, k, v, dout = (fjd.shard(t, world, rank, order=order, dim=dim, shard_lens=lens)
-                         for t in tensors)
+                         for t in tensors[:4])
+        dlse = fjd.shard(tensors[4], world, rank, order=order, dim=2, shard_lens=lens)
         for t in (q, k, v):
             t.requires_grad_()
         out, lse = fjd.ring_attention(q, k, v, order=order, return_lse=True,
                                       shard_lens=cfg.get("shard_lens"), _attention=ringref.HOOK,
                                       **kw)
-        (out * dout).sum().backward()
+        ((out * dout).sum() + (lse.double() * dlse).sum()).backward()
         results.append([out.detach(), lse, q.grad, k.grad, v.grad])
     torch.save(results, f"{path}.{rank}")
     dist.barrier()
@@ -322,6 +396,8 @@ class Gloo(unittest.TestCase):
             shape = (lambda h: (1, h, seq, 8)) if layout == "bhsd" else (lambda h: (1, seq, h, 8))
             tensors = [torch.randn(shape(h), generator=g, dtype=torch.float64)
                        for h in (4, 2, 2, 4)]
+            # The loss's weights of the lse (1, heads_q, seq): it uses both outputs.
+            tensors.append(torch.randn((1, 4, seq), generator=g, dtype=torch.float64))
             kw = dict(causal=causal, window=window, softcap=cap, layout=layout)
             out.append(dict(order=order, lens=lens, tensors=tensors, kw=kw,
                             shard_lens=lens if lens and world == 4 else None))
@@ -336,8 +412,8 @@ class Gloo(unittest.TestCase):
             kw = dict(cfg["kw"])
             kw["causal"] = "top_left" if kw["causal"] else None
             dim = 2 if kw["layout"] == "bhsd" else 1
-            q, k, v, dout = cfg["tensors"]
-            fo, fl, fg = ringref.full_grads(q, k, v, dout, **kw)
+            q, k, v, dout, dlse = cfg["tensors"]
+            fo, fl, fg = ringref.full_grads(q, k, v, dout, dlse=dlse, **kw)
             got = [fjd.unshard([r[i][j] for r in ranks], order=cfg["order"],
                                dim=2 if j == 1 else dim) for j in range(5)]
             with self.subTest(config=i, order=cfg["order"], layout=kw["layout"]):

@@ -84,7 +84,7 @@ class DeterministicPlumbing(unittest.TestCase, DeterministicState):
         inputs = len(torch.ops.flashjit.attention_train.default._schema.arguments)
         seen = []
 
-        def bwd_op(*args):
+        def bwd_op(*args, dlse=None):
             seen.append(args[-1])
             return q, q, q, lse.new_empty(0)
 

@@ -7,8 +7,8 @@ problems the forward and the backward hand the library (lengths, totals,
 masks, sinks, the deterministic switch), the gradients' shapes and their
 zeroed rows, the op's fake implementations, AOTAutograd's backward graph
 and torch.compile(fullgraph=True) with .backward(), the refusals (FP8,
-the gradient through the log-sum-exp, expressions; the KV cache's is in
-test_calls).
+expressions; the KV cache's is in test_calls), the gradient through the
+log-sum-exp in the library's layout.
 
 On the GPU: q.grad, k.grad, v.grad (and sinks.grad) of packed sequences
 of uneven lengths (1, 17, 0 among them) against each sequence's float32
@@ -159,12 +159,24 @@ class VarlenGradPlumbing(Stubbed, DeterministicState):
         self.assertEqual((q.grad.shape, k.grad.shape), ((0, 8, 64), (7, 2, 64)))
         self.assertFalse(k.grad.any().item())
 
+    def test_lse_gradient(self):
+        """The packed lse's gradient reaches the backward in the library's
+        layout (batch, heads_q, max_seqlen_q): token t of sequence b at
+        t - cu_seqlens_q[b], 0 past each sequence's end."""
+        q, k, v, cu_q, cu_k = self.inputs()  # lengths 0, 30, 70, 1, 0
+        _, lse = flashjit.attention_varlen(q, k, v, cu_q, cu_k, 70, 70, return_lse=True)
+        self.assertEqual(lse.shape, (8, 101))
+        w = torch.randn(lse.shape)
+        (lse * w).sum().backward()
+        want = torch.zeros(5, 8, 70)
+        want[1, :, :30] = w[:, :30]
+        want[2, :, :70] = w[:, 30:100]
+        want[3, :, 0] = w[:, 100]
+        self.assertTrue(torch.equal(self.rec.dlse[-1], want))
+        self.assertEqual(q.grad.shape, q.shape)
+
     def test_refusals(self):
         q, k, v, cu_q, cu_k = self.inputs()
-        _, lse = flashjit.attention_varlen(q, k, v, cu_q, cu_k, 70, 70, return_lse=True)
-        with self.assertRaisesRegex(NotImplementedError, r"^flashjit.attention_varlen: the "
-                                    r"gradient through the returned lse is not implemented"):
-            lse[:, 3:].sum().backward()
         out = flashjit.attention_varlen(q, k, v, cu_q, cu_k, 70, 70, score_mod="s * 0.5f")
         self.assertEqual(self.launched("fwd")[-1][1].mods is not None, True)
         with self.assertRaisesRegex(NotImplementedError, r"^flashjit.attention_varlen: the "
