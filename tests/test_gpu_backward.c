@@ -588,6 +588,9 @@ typedef struct mods_case {
   fj_causal causal;
   const char *score, *mask;
   float softcap;
+  /* Varlen (lq[0] > 0): b packed sequences of lq[i] queries and lkv[i]
+   * keys, at most sq and skv (MODS_SEQ: the parameters' positions). */
+  int lq[3], lkv[3];
 } mods_case;
 
 typedef struct mods_params {
@@ -689,6 +692,10 @@ static int ref_grads_o16(const bwd_run *r, const fj_mods *hm, size_t nl)
       goto out;
   fj_problem hp = *p;
   hp.mods = hm;
+  if (hp.cu_seqlens_q) {  /* the host's copies */
+    hp.cu_seqlens_q = r->cuq;
+    hp.cu_seqlens_kv = r->cukv;
+  }
   rc = fj__reference_bwd_part64(&hp, in[0], in[1], in[2], in[3], in[4], lse64,
                                 g[0], g[1], g[2]) != FJ_OK;
   if (rc)
@@ -742,9 +749,26 @@ static int run_mods_case(fj_ctx *ctx, const mods_case *mc,
   bwd_run r;
   memset(&r, 0, sizeof r);
   fj_problem *p = &r.p;
+  int varlen = mc->lq[0] > 0;
   fj_problem_init(p, mc->b, mc->hq, mc->hkv, mc->sq, mc->skv, mc->d, mc->dt,
-                  FJ_BSHD);
+                  varlen ? FJ_THD : FJ_BSHD);
   p->causal = mc->causal;
+  size_t rows_q = (size_t)mc->b * (size_t)mc->sq,
+         rows_kv = (size_t)mc->b * (size_t)mc->skv;
+  if (varlen) {
+    for (int i = 0; i < mc->b; i++) {
+      r.cuq[i + 1] = r.cuq[i] + mc->lq[i];
+      r.cukv[i + 1] = r.cukv[i] + mc->lkv[i];
+    }
+    rows_q = (size_t)r.cuq[mc->b];
+    rows_kv = (size_t)r.cukv[mc->b];
+    r.cuq_d = upload(r.cuq, sizeof(int32_t) * (size_t)(mc->b + 1));
+    r.cukv_d = upload(r.cukv, sizeof(int32_t) * (size_t)(mc->b + 1));
+    p->cu_seqlens_q = r.cuq_d;
+    p->cu_seqlens_kv = r.cukv_d;
+    p->total_q = (int)rows_q;
+    p->total_kv = (int)rows_kv;
+  }
   fj_mods_init(&r.m);
   r.m.score = mc->score;
   r.m.mask = mc->mask;
@@ -756,14 +780,17 @@ static int run_mods_case(fj_ctx *ctx, const mods_case *mc,
   size_t nl = (size_t)mc->b * (size_t)mc->hq * (size_t)mc->sq;
   int rc = 1;
   fj_status st;
-  if (run_tensors(ctx, &r, (size_t)mc->b * (size_t)mc->sq,
-                  (size_t)mc->b * (size_t)mc->skv, 1.f, seed))
+  if (run_tensors(ctx, &r, rows_q, rows_kv, 1.f, seed))
     goto out;
   if (run_pass(ctx, &r))
     goto out;
   float *rq = calloc(r.nq, 4), *rk = calloc(r.nk, 4), *rv = calloc(r.nk, 4);
   fj_problem hp = r.p;
   fj_mods hm = r.m;
+  if (varlen) {
+    hp.cu_seqlens_q = r.cuq;
+    hp.cu_seqlens_kv = r.cukv;
+  }
   hm.params = mp->host_p;
   hm.param_grads = pgrads ? mg->hptr : NULL;
   hp.mods = &hm;
@@ -790,11 +817,11 @@ static int run_mods_case(fj_ctx *ctx, const mods_case *mc,
     rc = !(eq < tol && ek < tol && ev < tol && eg[0] < tol && eg[1] < tol);
     if (pgrads)
       printf("       dslope %.2e drel %.2e\n", eg[0], eg[1]);
-    printf("%s %-5s %s d%-3d %s h%d/%d s%d/%d %s score '%s'%s%s%s: dq %.2e "
+    printf("%s %-5s %s d%-3d %s h%d/%d s%d/%d%s %s score '%s'%s%s%s: dq %.2e "
            "dk %.2e dv %.2e\n",
            rc ? "FAIL" : "ok  ", fj_mma_name(r.plan.variant.mma),
            fj_ctx_arch(ctx), mc->d, fj_dtype_name(mc->dt), mc->hq, mc->hkv,
-           mc->sq, mc->skv, fj_causal_name(mc->causal),
+           mc->sq, mc->skv, varlen ? " varlen" : "", fj_causal_name(mc->causal),
            mc->score ? mc->score : "", mc->mask ? " mask '" : "",
            mc->mask ? mc->mask : "", mc->softcap > 0 ? "' softcap" : "",
            eq, ek, ev);
@@ -876,30 +903,35 @@ static int run_mods_cases(const mods_case *cases, size_t n, int pgrads)
 int test_gpu_backward_mods(void)
 {
   static const mods_case cases[] = {
-      {2, 4, 4, 256, 256, 64, FJ_BF16, NC, ALIBI, NULL, 0},
-      {1, 4, 2, 300, 300, 128, FJ_F16, TL, ALIBI, NULL, 0},
-      {2, 4, 4, 256, 256, 64, FJ_F16, NC, SOFTCAP, NULL, 0},
-      {1, 4, 4, 200, 333, 128, FJ_BF16, BR, SOFTCAP, NULL, 0},
-      {1, 4, 4, 300, 300, 64, FJ_BF16, TL, RELBIAS, NULL, 0},
-      {1, 8, 2, 190, 250, 128, FJ_F16, NC, RELBIAS, NULL, 0},
-      {1, 4, 4, 257, 257, 64, FJ_F16, NC, INVERSE, NULL, 0},
-      {1, 2, 2, 130, 130, 96, FJ_BF16, TL, INVERSE, NULL, 0},
-      {1, 4, 4, 256, 256, 128, FJ_BF16, NC, BRANCH, NULL, 0},
-      {1, 2, 2, 100, 100, 32, FJ_F16, NC, BRANCH, NULL, 0},
+      {2, 4, 4, 256, 256, 64, FJ_BF16, NC, ALIBI, NULL, 0, {0}, {0}},
+      {1, 4, 2, 300, 300, 128, FJ_F16, TL, ALIBI, NULL, 0, {0}, {0}},
+      {2, 4, 4, 256, 256, 64, FJ_F16, NC, SOFTCAP, NULL, 0, {0}, {0}},
+      {1, 4, 4, 200, 333, 128, FJ_BF16, BR, SOFTCAP, NULL, 0, {0}, {0}},
+      {1, 4, 4, 300, 300, 64, FJ_BF16, TL, RELBIAS, NULL, 0, {0}, {0}},
+      {1, 8, 2, 190, 250, 128, FJ_F16, NC, RELBIAS, NULL, 0, {0}, {0}},
+      {1, 4, 4, 257, 257, 64, FJ_F16, NC, INVERSE, NULL, 0, {0}, {0}},
+      {1, 2, 2, 130, 130, 96, FJ_BF16, TL, INVERSE, NULL, 0, {0}, {0}},
+      {1, 4, 4, 256, 256, 128, FJ_BF16, NC, BRANCH, NULL, 0, {0}, {0}},
+      {1, 2, 2, 100, 100, 32, FJ_F16, NC, BRANCH, NULL, 0, {0}, {0}},
       /* a mask expression (documents), with and without a score one */
-      {2, 4, 4, 300, 300, 64, FJ_BF16, NC, NULL, "doc(q) == doc(kv)", 0},
-      {1, 4, 2, 257, 257, 128, FJ_F16, TL, ALIBI, "doc(q) == doc(kv)", 0},
+      {2, 4, 4, 300, 300, 64, FJ_BF16, NC, NULL, "doc(q) == doc(kv)", 0, {0}, {0}},
+      {1, 4, 2, 257, 257, 128, FJ_F16, TL, ALIBI, "doc(q) == doc(kv)", 0, {0}, {0}},
       /* an expression and the built-in softcap after it */
       {1, 4, 4, 256, 256, 64, FJ_BF16, NC, "s * 1.5f + (float)(q - kv) * 0.01f",
-       NULL, 10.f},
+       NULL, 10.f, {0}, {0}},
       /* padded and wide heads (the wgmma kernel's role split above 128) */
-      {1, 4, 4, 256, 256, 96, FJ_BF16, NC, SOFTCAP, "doc(q) == doc(kv)", 0},
-      {1, 4, 2, 200, 200, 192, FJ_BF16, TL, ALIBI, "doc(q) == doc(kv)", 0},
-      {1, 2, 2, 130, 190, 256, FJ_F16, BR, RELBIAS, NULL, 10.f},
-      {1, 2, 2, 190, 130, 256, FJ_BF16, NC, BRANCH, NULL, 0},
+      {1, 4, 4, 256, 256, 96, FJ_BF16, NC, SOFTCAP, "doc(q) == doc(kv)", 0, {0}, {0}},
+      {1, 4, 2, 200, 200, 192, FJ_BF16, TL, ALIBI, "doc(q) == doc(kv)", 0, {0}, {0}},
+      {1, 2, 2, 130, 190, 256, FJ_F16, BR, RELBIAS, NULL, 10.f, {0}, {0}},
+      {1, 2, 2, 190, 130, 256, FJ_BF16, NC, BRANCH, NULL, 0, {0}, {0}},
       /* head dim 64 (K and V as register operands): a derivative kept per
        * tile of 16 queries, a mask expression, bottom-right */
-      {1, 4, 4, 300, 350, 64, FJ_F16, BR, BRANCH, "doc(q) == doc(kv)", 0},
+      {1, 4, 4, 300, 350, 64, FJ_F16, BR, BRANCH, "doc(q) == doc(kv)", 0, {0}, {0}},
+      /* varlen: positions count from each sequence's start (an empty one,
+       * a tail of 1); the narrow and wide wgmma kernels */
+      {3, 4, 2, 300, 400, 64, FJ_BF16, TL, ALIBI, "doc(q) == doc(kv)", 0, {300, 1, 130}, {200, 400, 130}},
+      {3, 4, 4, 257, 257, 128, FJ_F16, BR, RELBIAS, NULL, 0, {257, 0, 100}, {100, 50, 257}},
+      {2, 2, 2, 200, 300, 256, FJ_BF16, BR, SOFTCAP, "doc(q) == doc(kv)", 0, {200, 77}, {300, 100}},
   };
   return run_mods_cases(cases, sizeof cases / sizeof cases[0], 0);
 }
@@ -910,14 +942,16 @@ int test_gpu_backward_mods(void)
 int test_gpu_backward_param_grads(void)
 {
   static const mods_case cases[] = {
-      {2, 4, 4, 256, 256, 64, FJ_BF16, NC, ALIBI, NULL, 0},
-      {1, 4, 2, 300, 300, 128, FJ_F16, TL, ALIBI, NULL, 0},
-      {1, 4, 4, 300, 300, 64, FJ_BF16, TL, RELBIAS, NULL, 0},
+      {2, 4, 4, 256, 256, 64, FJ_BF16, NC, ALIBI, NULL, 0, {0}, {0}},
+      {1, 4, 2, 300, 300, 128, FJ_F16, TL, ALIBI, NULL, 0, {0}, {0}},
+      {1, 4, 4, 300, 300, 64, FJ_BF16, TL, RELBIAS, NULL, 0, {0}, {0}},
       {1, 8, 2, 190, 250, 128, FJ_F16, NC, "s * (1.0f + 0.1f * slope(h)) + rel(h, kv - q + 512)",
-       "doc(q) == doc(kv)", 0},
-      {1, 4, 4, 256, 256, 64, FJ_BF16, BR, "s + rel(h, q - kv + 512) * 2.0f", NULL, 10.f},
+       "doc(q) == doc(kv)", 0, {0}, {0}},
+      {1, 4, 4, 256, 256, 64, FJ_BF16, BR, "s + rel(h, q - kv + 512) * 2.0f", NULL, 10.f, {0}, {0}},
       /* above head dim 128: the mma family on sm_90a too */
-      {1, 2, 2, 130, 130, 192, FJ_BF16, TL, ALIBI, NULL, 0},
+      {1, 2, 2, 130, 130, 192, FJ_BF16, TL, ALIBI, NULL, 0, {0}, {0}},
+      /* varlen */
+      {2, 4, 2, 300, 300, 64, FJ_BF16, TL, ALIBI, NULL, 0, {300, 41}, {200, 300}},
   };
   return run_mods_cases(cases, sizeof cases / sizeof cases[0], 1);
 }
@@ -930,7 +964,7 @@ int test_gpu_sanitize_backward_mods(void)
   static const mods_case cases[] = {
       {1, 4, 2, 100, 130, 64, FJ_BF16, TL,
        "s + (fabsf(s) > 0.25f ? 0.01f / s : 0.04f * s) + 0.0f * (1.0f / s)",
-       "doc(q) == doc(kv)", 0},
+       "doc(q) == doc(kv)", 0, {0}, {0}},
   };
   return run_mods_cases(cases, 1, 0);
 }

@@ -554,29 +554,40 @@ int test_refbwd_varlen(void)
     dq[i] = 99;
   for (int i = 0; i < 13 * D; i++)
     dk[i] = dv[i] = 99;
-  fj_problem p;
-  fj_problem_init(&p, 2, 2, 1, SQ, SKV, D, FJ_F16, FJ_THD);
-  p.cu_seqlens_q = cu_q;
-  p.cu_seqlens_kv = cu_kv;
-  p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
-  CHECK_OK(NULL, fj__reference_bwd64(&p, q, k, v, dout, dq, dk, dv, NULL));
-  for (int b = 0; b < 2; b++) {
-    int lq = cu_q[b + 1] - cu_q[b], lk = cu_kv[b + 1] - cu_kv[b];
-    fj_problem one;
-    fj_problem_init(&one, 1, 2, 1, lq, lk, D, FJ_F16, FJ_BSHD);
-    one.causal = p.causal;
-    double oq[6 * 2 * D], ok[7 * D], ov[7 * D];
-    const double *sq = q + cu_q[b] * 2 * D, *sd = dout + cu_q[b] * 2 * D;
-    CHECK_OK(NULL, fj__reference_bwd64(&one, sq, k + cu_kv[b] * D,
-                                       v + cu_kv[b] * D, sd, oq, ok, ov,
-                                       NULL));
-    size_t nq = sizeof(double) * (size_t)(lq * 2 * D);
-    size_t nk = sizeof(double) * (size_t)(lk * D);
-    CHECK(memcmp(oq, dq + cu_q[b] * 2 * D, nq) == 0);
-    CHECK(memcmp(ok, dk + cu_kv[b] * D, nk) == 0);
-    CHECK(memcmp(ov, dv + cu_kv[b] * D, nk) == 0);
+  /* Without, then with expressions of the positions (which count from
+   * each sequence's start: the packed sequences' gradients are the
+   * sequences' own). */
+  for (int with_mods = 0; with_mods < 2; with_mods++) {
+    fj_mods m;
+    fj_mods_init(&m);
+    m.score = "s + 0.25f * (float)(kv - q) + (float)h * 0.5f";
+    m.mask = "(q + kv) % 4 != 1";
+    fj_problem p;
+    fj_problem_init(&p, 2, 2, 1, SQ, SKV, D, FJ_F16, FJ_THD);
+    p.cu_seqlens_q = cu_q;
+    p.cu_seqlens_kv = cu_kv;
+    p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    p.mods = with_mods ? &m : NULL;
+    CHECK_OK(NULL, fj__reference_bwd64(&p, q, k, v, dout, dq, dk, dv, NULL));
+    for (int b = 0; b < 2; b++) {
+      int lq = cu_q[b + 1] - cu_q[b], lk = cu_kv[b + 1] - cu_kv[b];
+      fj_problem one;
+      fj_problem_init(&one, 1, 2, 1, lq, lk, D, FJ_F16, FJ_BSHD);
+      one.causal = p.causal;
+      one.mods = p.mods;
+      double oq[6 * 2 * D], ok[7 * D], ov[7 * D];
+      const double *sq = q + cu_q[b] * 2 * D, *sd = dout + cu_q[b] * 2 * D;
+      CHECK_OK(NULL, fj__reference_bwd64(&one, sq, k + cu_kv[b] * D,
+                                         v + cu_kv[b] * D, sd, oq, ok, ov,
+                                         NULL));
+      size_t nq = sizeof(double) * (size_t)(lq * 2 * D);
+      size_t nk = sizeof(double) * (size_t)(lk * D);
+      CHECK(memcmp(oq, dq + cu_q[b] * 2 * D, nq) == 0);
+      CHECK(memcmp(ok, dk + cu_kv[b] * D, nk) == 0);
+      CHECK(memcmp(ov, dv + cu_kv[b] * D, nk) == 0);
+    }
+    CHECK(dq[10 * 2 * D] == 99 && dk[12 * D] == 99 && dv[12 * D] == 99);
   }
-  CHECK(dq[10 * 2 * D] == 99 && dk[12 * D] == 99 && dv[12 * D] == 99);
   return 0;
 }
 

@@ -26,7 +26,9 @@
 #      d256 softcap, varlen) and the package's
 #      test_gpu.Backward (test_lse_in_the_loss, test_parts_merged: two
 #      calls over parts of the keys merged by flashjit.merge, whose
-#      backward is new too) and test_ring (the ring with dlse);
+#      backward is new too) and test_ring (the ring with dlse); the
+#      backward of varlen with expressions (gpu_backward_mods' varlen
+#      cases, test_train_varlen.VarlenBackward.test_expressions);
 #   a: the GPU tests of what landed unrun -- head dims padded to 16 on the
 #      mma family (gpu_wide_heads, gpu_serving_varlen, gpu_mla_paged),
 #      FP8 K/V (gpu_fp8_kv, with the regs path's new "split keys" cases),
@@ -66,11 +68,15 @@ mkdir -p "$out"
 . bench/device_env.sh
 case $part in
 l)
-  timeout 200 ./tests/fj_tests gpu_backward >"$out/l_gpu_backward.log" 2>&1
-  echo "l gpu_backward: exit $? ($(grep -c '^ok' "$out/l_gpu_backward.log") ok, $(grep -c '^FAIL' "$out/l_gpu_backward.log") FAIL)"
-  grep -E "^FAIL| dlse" "$out/l_gpu_backward.log" | head -8
+  for tb in gpu_backward:200 gpu_backward_mods:150; do
+    t=${tb%%:*}
+    timeout ${tb##*:} ./tests/fj_tests "$t" >"$out/l_$t.log" 2>&1
+    echo "l $t: exit $? ($(grep -c '^ok' "$out/l_$t.log") ok, $(grep -c '^FAIL' "$out/l_$t.log") FAIL)"
+    grep -E "^FAIL| dlse| varlen" "$out/l_$t.log" | head -8
+  done
   (cd /work/main/python/tests && PYTHONPATH=.. FLASHJIT_LIB=/work/main/build/libflashjit.so timeout 200 \
-    python3 -m unittest -v test_gpu.Backward test_ring) >"$out/l_python.log" 2>    python3 -m unittest -v test_gpu.Backward) >"$out/l_python.log" 2>&11
+    python3 -m unittest -v test_gpu.Backward test_ring test_train_varlen.VarlenBackward) \
+    >"$out/l_python.log" 2>&1
   echo "l python: exit $? ($(grep -E '^Ran [0-9]+ tests' "$out/l_python.log" | tail -1); $(grep -cE '\.\.\. ok$' "$out/l_python.log") ok)"
   grep -E "^(FAIL|ERROR):|Error" "$out/l_python.log" | head -6
   ;;

@@ -233,10 +233,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     runs fj_attention_bwd on the packed sequences; O and the library's
     log-sum-exp saved, not P; torch.use_deterministic_algorithms(True)
     selects the deterministic mode): with causal (both alignments),
-    window, softcap, sinks, scale, GQA and seqused_k.  A call with
-    score_mod, mask_mod or params runs forward and its backward raises
-    NotImplementedError; FP8 k and v run forward only (inputs that
-    require grad are refused).  Gradients of rows no sequence reads
+    window, softcap, sinks, scale, GQA, seqused_k, and score_mod, mask_mod
+    and params (a float tensor param that requires grad gets its
+    gradient, as attention()'s); the returned lse too.  FP8 k and v run
+    forward only (inputs that require grad are refused).  Gradients of rows no sequence reads
     (past cu_seqlens[-1], or past max_seqlen) are 0.
 
     A call repeats without its checks or planning when its signature
@@ -281,16 +281,17 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 def _varlen_grad(o, x, grad, fp8, lse, q, k, v, extras):
     """A checked varlen call with an input (named grad) that requires
-    grad: through the training op, whose log-sum-exp (the library's) the
-    call returns packed; with expressions the forward, whose backward
-    raises (as attention()'s).  (out, lse or None)"""
+    grad: through the training op (with expressions, the expressions'
+    one), whose log-sum-exp (the library's) the call returns packed.
+    (out, lse or None)"""
     if fp8:
         raise core.Unsupported(capi.ERR_UNSUPPORTED, (
             f"{_VARLEN}: FP8 k and v run forward only: {grad} requires grad (detach the "
             "inputs or call it under torch.no_grad())"))
-    if o.score_mod or o.mask_mod or o.params:
-        return fjt.NoBackward.apply(o, lse, q, k, v, *extras)
     cu_q = x["cu_seqlens_q"]
+    if o.score_mod or o.mask_mod or o.params:
+        out, lib_lse = fjt.attention_train_mods_op(q, k, v, list(extras), calls.encode(o))
+        return out, packed_lse(lib_lse, cu_q, q.shape[0]) if lse else None
     out, lib_lse = fjt.train(
         q, k, v, x.get("sinks"), o.causal, o.scale, capi.THD, o.window_left, o.window_right,
         o.softcap, cu_q, x["cu_seqlens_k"], x.get("seqused_k"), o.max_seqlen_q,

@@ -538,14 +538,12 @@ def op_call(o, lse, q, k, v, extras):
 
 # Why a call's backward raises, by the kind of call.
 _NO_BACKWARD = {
-    "dense": f"{_WHO}: the backward does not take checked=True yet",
-    "varlen": "flashjit.attention_varlen: the backward does not take score_mod, mask_mod or "
-              "params yet"}
+    "dense": f"{_WHO}: the backward does not take checked=True yet"}
 
 
 class NoBackward(torch.autograd.Function):
     """A call whose inputs require grad but whose backward is not
-    implemented (checked mode, varlen expressions): the forward through the op,
+    implemented (checked mode): the forward through the op,
     and a backward of flashjit::no_backward, which raises when it runs --
     at loss.backward(), eagerly or compiled -- and traces like any op, so
     that torch.compile needs no graph break for it."""
@@ -903,8 +901,10 @@ def _build_bwd_mods(o, q, k, v, extras, deterministic, pgrads):
     the forward's modifications (the sinks', the tensor parameters' and
     their gradients' pointers are slots a call writes: the gradients'
     after the extras), planned."""
-    p = _bwd_problem(q, k, v, o.causal, o.scale, o.layout, deterministic)
-    mods, slots = mods_of(o, dict(zip(o.roles, extras)), q.device)
+    x = dict(zip(o.roles, extras))
+    p, arrays = calls.BWD_PROBLEMS[o.kind](o, q, k, v, x, deterministic)
+    mods, slots = mods_of(o, x, q.device)
+    slots = list(arrays) + slots
     keep = (mods,)
     if pgrads:
         ptrs = _GradPtrs()
@@ -914,7 +914,8 @@ def _build_bwd_mods(o, q, k, v, extras, deterministic, pgrads):
             slots.append((ptrs, f"g{i}", len(extras) + j))
         keep += (ptrs,)
     p.mods = mods.ptr
-    return calls.make_bwd_entry(p, q.device, "sinks" in o.roles, slots, keep)
+    return calls.make_bwd_entry(p, q.device, "sinks" in o.roles, slots, keep,
+                                zero=o.kind != "dense")
 
 
 def _dparams_views(o, extras, pgrads, device):
@@ -933,7 +934,7 @@ def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrad
     out, dout = out.contiguous(), dout.contiguous()
     dparams, views = _dparams_views(o, extras, pgrads, q.device)
     if q.numel() == 0:
-        hq = _sizes(q, o.layout)[1]
+        hq = _heads_q(q, o.layout)
         return (torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v),
                 torch.zeros((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32,
                             device=q.device), dparams)
@@ -948,8 +949,7 @@ def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrad
                           _dlse_arg(dlse)) + (dparams,)
 
 
-@torch.library.custom_op("flashjit::attention_bwd_mods", mutates_args=(), device_types="cuda")
-def attention_bwd_mods_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+def _attention_bwd_mods(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                           v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                           extra: typing.List[torch.Tensor], opts: str,
                           deterministic: bool = False, pgrads: int = 0,
@@ -965,6 +965,11 @@ def attention_bwd_mods_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                             dlse)
 
 
+attention_bwd_mods_op = torch.library.custom_op("flashjit::attention_bwd_mods",
+                                                _attention_bwd_mods, mutates_args=(),
+                                                device_types="cuda")
+
+
 @attention_bwd_mods_op.register_fake
 def _attention_bwd_mods_fake(dout, q, k, v, out, lse, extra, opts, deterministic=False,
                              pgrads=0, dlse=None):
@@ -976,14 +981,13 @@ def _attention_bwd_mods_fake(dout, q, k, v, out, lse, extra, opts, deterministic
             q.new_empty((n,), dtype=torch.float32))
 
 
-@torch.library.custom_op("flashjit::attention_train_mods", mutates_args=(),
-                         device_types="cuda")
-def attention_train_mods_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+def _attention_train_mods(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             extra: typing.List[torch.Tensor], opts: str
                             ) -> typing.Tuple[torch.Tensor, torch.Tensor]:
     """flashjit attention with score_mod, mask_mod and params, with its
-    gradients: (out, lse).  Use flashjit.attention(), which calls it when
-    an input requires grad."""
+    gradients: (out, lse), lse the library's (varlen: (batch, heads_q,
+    max_seqlen_q)).  Use flashjit.attention() or attention_varlen(),
+    which call it when an input requires grad."""
     o = calls.decode(opts)
 
     def ahead():
@@ -996,14 +1000,29 @@ def attention_train_mods_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         det = torch.are_deterministic_algorithms_enabled()
         calls.prefetch_bwd(_build_bwd_mods(o, q, k, v, extra, det, pgrads))
 
-    return calls.forward(calls.entry(o, True, q, k, v, extra, ahead=ahead), q, k, v, extra)
+    return calls.forward(calls.entry(o, calls.RAW_LSE, q, k, v, extra, ahead=ahead), q, k, v,
+                         extra)
+
+
+attention_train_mods_op = torch.library.custom_op("flashjit::attention_train_mods",
+                                                  _attention_train_mods, mutates_args=(),
+                                                  device_types="cuda")
 
 
 @attention_train_mods_op.register_fake
 def _attention_train_mods_fake(q, k, v, extra, opts):
     o = calls.decode(opts)
     return (q.new_empty(out_shape(q, v), dtype=_out_dtype(q.dtype)),
-            q.new_empty(lse_shape(o, q), dtype=torch.float32))
+            q.new_empty(_raw_lse_shape(o, q, extra), dtype=torch.float32))
+
+
+def _raw_lse_shape(o, q, extra):
+    """The log-sum-exp the training ops return: the library's, which their
+    backward reads -- (batch, heads_q, max_seqlen_q) for varlen."""
+    if o.kind == "varlen":
+        batch = extra[o.roles.index("cu_seqlens_q")].shape[0] - 1
+        return (batch, q.shape[1], o.max_seqlen_q)
+    return lse_shape(o, q)
 
 
 def _train_mods_setup(ctx, inputs, output):

@@ -51,6 +51,8 @@ def cpu_kernels(test):
     test.addCleanup(lib._destroy)
     lib.impl("attention_train", fjt._attention_train, "CPU")
     lib.impl("attention_bwd", fjt._attention_bwd, "CPU")
+    lib.impl("attention_train_mods", fjt._attention_train_mods, "CPU")
+    lib.impl("attention_bwd_mods", fjt._attention_bwd_mods, "CPU")
     lib.impl("attention", fjt._op, "CPU")
     lib.impl("attention_lse", fjt._op_lse, "CPU")
 
@@ -175,13 +177,36 @@ class VarlenGradPlumbing(Stubbed, DeterministicState):
         self.assertTrue(torch.equal(self.rec.dlse[-1], want))
         self.assertEqual(q.grad.shape, q.shape)
 
+    def test_expressions(self):
+        """score_mod, mask_mod and params through the expressions' training
+        ops: the backward's problem is the packed one (lengths, totals,
+        the library's lse, zeroed gradients) with the forward's mods, and a
+        tensor param that requires grad gets its gradient."""
+        q, k, v, cu_q, cu_k = self.inputs(hq=8, hk=2)
+        table = torch.randn(8, requires_grad=True)
+        out, lse = flashjit.attention_varlen(q, k, v, cu_q, cu_k, 70, 70, causal=True,
+                                             score_mod="s + t(h) * 0.5f", mask_mod="kv >= q - 9",
+                                             params={"t": table}, return_lse=True)
+        self.assertEqual((out.shape, lse.shape), (q.shape, (8, 101)))
+        w = torch.randn(lse.shape)
+        (out.float().sum() + (lse * w).sum()).backward()
+        (fa, pf), (ba, pb) = self.launched("fwd")[-1], self.launched("bwd")[-1]
+        for p in (pf, pb):
+            self.assertEqual((p.batch, p.seq_q, p.total_q, p.total_kv, p.causal),
+                             (5, 70, 101, 101, capi.CAUSAL_BOTTOM_RIGHT))
+            self.assertEqual((p.cu_seqlens_q, p.cu_seqlens_kv), (cu_q.data_ptr(), cu_k.data_ptr()))
+            m = capi.Mods.from_address(p.mods)
+            self.assertEqual((m.score, m.mask), (b"s + t(h) * 0.5f", b"kv >= q - 9"))
+        self.assertEqual(ba[7], fa[6])  # the forward's lse (the library's) is the backward's
+        self.assertIsNotNone(capi.Mods.from_address(pb.mods).param_grads)
+        want = torch.zeros(5, 8, 70)
+        want[1, :, :30], want[2, :, :70], want[3, :, 0] = w[:, :30], w[:, 30:100], w[:, 100]
+        self.assertTrue(torch.equal(self.rec.dlse[-1], want))
+        self.assertEqual((q.grad.shape, k.grad.shape, table.grad.shape),
+                         (q.shape, k.shape, table.shape))
+
     def test_refusals(self):
         q, k, v, cu_q, cu_k = self.inputs()
-        out = flashjit.attention_varlen(q, k, v, cu_q, cu_k, 70, 70, score_mod="s * 0.5f")
-        self.assertEqual(self.launched("fwd")[-1][1].mods is not None, True)
-        with self.assertRaisesRegex(NotImplementedError, r"^flashjit.attention_varlen: the "
-                                    r"backward does not take score_mod, mask_mod or params"):
-            out.sum().backward()
         f8 = k.detach().to(torch.float8_e4m3fn)
         with self.assertRaisesRegex(flashjit.Unsupported, r"^flashjit.attention_varlen: FP8 k "
                                     r"and v run forward only: q requires grad"):
@@ -349,12 +374,15 @@ class VarlenBackward(GpuCase, DeterministicState):
         return err
 
     def check(self, lens_q, lens_k=None, max_q=None, max_k=None, tol=3e-2, hq=4, hk=4, d=64,
-              dtype=None, sinks=False, used=None, **kw):
+              dtype=None, sinks=False, used=None, ref=None, **kw):
+        """ref: the reference's arguments in place of kw's score_mod and
+        mask_mod (its Python callables)."""
         lens_k = lens_k or lens_q
         t = self.case(lens_q, lens_k, hq, hk, d, dtype, sinks, used)
         max_q, max_k = max_q or max(lens_q), max_k or max(lens_k)
         got = self.grads(*t, max_q, max_k, **kw)
-        want = self.want(*t[:5], lens_q, lens_k, used, **kw)
+        rkw = {n: x for n, x in kw.items() if n not in ("score_mod", "mask_mod")}
+        want = self.want(*t[:5], lens_q, lens_k, used, **rkw, **(ref or {}))
         what = f"{lens_q}/{lens_k} h{hq}/{hk} d{d} {dtype or BF16} {kw}"
         for name, g, w in zip(("dq", "dk", "dv", "dsinks"), got, want):
             self.assertEqual(g.shape, w.shape, name)
@@ -386,6 +414,17 @@ class VarlenBackward(GpuCase, DeterministicState):
                 self.check(lens, hq=8, hk=2, d=d, softcap=20.0)
                 self.check(lens, hq=8, hk=2, d=d, causal=True, sinks=True)
                 self.check(lens, hq=8, hk=2, d=d, scale=0.05, dtype=torch.float16, tol=1e-2)
+
+    def test_expressions(self):
+        """score_mod and mask_mod on packed sequences (q and kv count from
+        each sequence's start), through the expressions' backward."""
+        lens = [1, 17, 300, 0, 90]
+        for d in (64, 128):
+            with self.subTest(d=d):
+                self.check(lens, hq=8, hk=2, d=d, causal=True,
+                           score_mod="s + 0.05f * (float)(kv - q)", mask_mod="kv >= q - 40",
+                           ref=dict(score=lambda s, b, h, hk, qi, ki: s + 0.05 * (ki - qi),
+                                    mask=lambda b, h, hk, qi, ki: ki >= qi - 40))
 
     def test_seqused_and_larger_bounds(self):
         lens_q, lens_k = [5, 17, 60, 1], [40, 17, 100, 20]
