@@ -1706,7 +1706,9 @@ typedef int (*fj_cache_visit_fn)(void *user, const fj_cache_entry *entry);
 
 /* Visits the disk cache's entries in file-name order.  Files are read
  * without blocking and without following links.  ctx and fn must not be
- * NULL; FJ_ERR_NOT_FOUND when the disk cache is disabled. */
+ * NULL; FJ_ERR_NOT_FOUND when the disk cache is disabled; FJ_ERR_NOMEM
+ * (or FJ_ERR_IO, out of file descriptors) when the directory or an entry
+ * could not be read whole, never an entry left out. */
 FJ_API fj_status fj_cache_list(fj_ctx *ctx, fj_cache_visit_fn fn, void *user);
 
 /* Removes every entry (and stray temporary file) from the disk cache.  The
@@ -1719,7 +1721,9 @@ FJ_API fj_status fj_cache_clear(fj_ctx *ctx, int *removed);
  * fj_cache_list marks them) -- and keeps the rest.  *removed (optional)
  * gets how many.  Errors: FJ_ERR_INVALID_ARG (ctx NULL), FJ_ERR_NOT_FOUND
  * (the disk cache is disabled), FJ_ERR_IO (the directory cannot be read,
- * a file cannot be removed: the message names it).  Safe beside other
+ * a file cannot be removed: the message names it), FJ_ERR_NOMEM (memory
+ * ran out reading the directory or an entry: an entry that could not be
+ * checked is kept, and the rest pruned).  Safe beside other
  * processes using the directory: an entry being written is a temporary
  * file, which prune leaves alone. */
 FJ_API fj_status fj_cache_prune(fj_ctx *ctx, int *removed);

@@ -428,7 +428,8 @@ static fj_status try_main(fj_ctx *ctx, const fj_problem *p, fj_mma mma,
  * template takes p (wgmma_may; head dims 64 to 256 in multiples of 16,
  * 16-bit types: it refuses the rest), else two stages of Q and dO on mma
  * where the architecture's shared memory holds them, else one; ctx->lock
- * held. */
+ * held.  Memory running out ends the search: another kernel picked for
+ * it would be a plan that differs by the allocator's luck. */
 static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
                              fj_bwd_plan *plan)
 {
@@ -447,9 +448,9 @@ static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
       (mma == FJ_MMA_SYNC || (mma == FJ_MMA_WGMMA && wgmma)) &&
       stages >= 1 && stages <= 2)
     st = try_main(ctx, p, mma, stages, &v, &meta);
-  if (st != FJ_OK && wgmma)
+  if (st != FJ_OK && st != FJ_ERR_NOMEM && wgmma)
     st = try_main(ctx, p, FJ_MMA_WGMMA, 2, &v, &meta);
-  for (stages = 2; stages >= 1 && st != FJ_OK; stages--)
+  for (stages = 2; stages >= 1 && st != FJ_OK && st != FJ_ERR_NOMEM; stages--)
     st = try_main(ctx, p, FJ_MMA_SYNC, stages, &v, &meta);
   if (st == FJ_OK) {
     memo_add(ctx, &key, &v, &meta);

@@ -252,16 +252,18 @@ static const char *header_wrong(const entry_header *h, uint64_t size)
   return NULL;
 }
 
+static const char BODY_NOMEM[] = "cannot be read (out of memory)";
+
 /* The body after a header that fits, checked against its checksum; NULL
- * if it cannot be read or is not what the header says (*why is changed
- * only when memory ran out: otherwise the entry is corrupt). */
+ * with *why if it cannot be read or is not what the header says (BODY_NOMEM
+ * when memory ran out: otherwise the entry is corrupt). */
 static char *body_read(int fd, const entry_header *h, const char **why)
 {
   size_t len = (size_t)(h->payload_len + h->kind_len + h->label_len +
                         h->key_len);
   char *body = malloc(len + 1);
   if (!body) {
-    *why = "cannot be read (out of memory)";
+    *why = BODY_NOMEM;
     return NULL;
   }
   if (fj__read_all(fd, body, len) != 0 ||
@@ -297,8 +299,17 @@ const char *fj__cache_entry_parse(const void *data, size_t len,
   return NULL;
 }
 
+/* Whether open's errno says the process, not the file, is short of
+ * something: the file may be a good entry. */
+static int open_short(int err)
+{
+  return err == ENOMEM || err == EMFILE || err == ENFILE;
+}
+
 /* Reads and checks the entry at path.  0 on success; else -1 with why
- * saying what is wrong with the file, or empty when there is no file. */
+ * saying what is wrong with the file, or empty when there is no file; or
+ * -2 with why and errno (ENOMEM, EMFILE, ENFILE) when the file could not
+ * be checked: memory or descriptors ran out, and it may be whole. */
 static int entry_read(const char *path, entry_file *e, char *why, size_t n)
 {
   const char *reason = "is corrupt or stale (shorter than a header: truncated)";
@@ -307,9 +318,11 @@ static int entry_read(const char *path, entry_file *e, char *why, size_t n)
   why[0] = '\0';
   int fd = fj__open_file(path, ENTRY_MAX, &size);
   if (fd < 0) {
-    if (errno != ENOENT)
-      fj__open_why(errno, size, ENTRY_MAX, why, n);
-    return -1;
+    int err = errno;
+    if (err != ENOENT)
+      fj__open_why(err, size, ENTRY_MAX, why, n);
+    errno = err;
+    return open_short(err) ? -2 : -1;
   }
   if (size >= sizeof e->h && fj__read_all(fd, &e->h, sizeof e->h) == 0 &&
       !(reason = header_wrong(&e->h, size)))
@@ -317,7 +330,8 @@ static int entry_read(const char *path, entry_file *e, char *why, size_t n)
   close(fd);
   if (!e->body) {
     snprintf(why, n, "%s", reason);
-    return -1;
+    errno = ENOMEM;
+    return reason == BODY_NOMEM ? -2 : -1;
   }
   e->kind = e->body;
   e->label = e->kind + e->h.kind_len;
@@ -451,8 +465,15 @@ static int name_cmp(const void *a, const void *b)
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+static void free_names(char **names, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    free(names[i]);
+  free(names);
+}
+
 /* The sorted names of the directory's entries (and temporaries if asked);
- * -1 with errno if the directory cannot be read. */
+ * -1 with errno if the directory cannot be read (ENOMEM: nor held). */
 static int dir_names(const char *dir, int temps, char ***out, size_t *count)
 {
   DIR *d = opendir(dir);
@@ -460,6 +481,7 @@ static int dir_names(const char *dir, int temps, char ***out, size_t *count)
     return -1;
   char **names = NULL;
   size_t n = 0, cap = 0;
+  int nomem = 0;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     size_t len = strlen(e->d_name);
@@ -470,14 +492,26 @@ static int dir_names(const char *dir, int temps, char ***out, size_t *count)
     if (n == cap) {
       cap = cap ? cap * 2 : 64;
       char **p = realloc(names, cap * sizeof *names);
-      if (!p)
+      if (!p) {
+        nomem = 1;
         break;
+      }
       names = p;
     }
-    if ((names[n] = fj__strdup(e->d_name)) != NULL)
-      n++;
+    /* A name left out would be an entry left out of a listing, an
+     * export or a clear that still succeeds: all or nothing. */
+    if (!(names[n] = fj__strdup(e->d_name))) {
+      nomem = 1;
+      break;
+    }
+    n++;
   }
   closedir(d);
+  if (nomem) {
+    free_names(names, n);
+    errno = ENOMEM;
+    return -1;
+  }
   if (names)
     qsort(names, n, sizeof *names, name_cmp);
   *out = names;
@@ -485,20 +519,24 @@ static int dir_names(const char *dir, int temps, char ***out, size_t *count)
   return 0;
 }
 
-static void free_names(char **names, size_t n)
+/* An entry that could not be checked (entry_read's -2, err its errno):
+ * an error, not an invalid entry. */
+static fj_status entry_unchecked(fj_ctx *ctx, const char *path, int err,
+                                 const char *why)
 {
-  for (size_t i = 0; i < n; i++)
-    free(names[i]);
-  free(names);
+  return fj__fail(ctx, err == ENOMEM ? FJ_ERR_NOMEM : FJ_ERR_IO,
+                  "cache entry %s %s", path, why);
 }
 
 /* One entry for the visitor: its size and time as the directory has them
- * (lstat: a link is not followed), valid only if it reads as an entry. */
-static int visit_entry(const fj_cache *c, const char *name,
-                       fj_cache_visit_fn fn, void *user)
+ * (lstat: a link is not followed), valid only if it reads as an entry.
+ * Non-zero to stop: the visitor's, or 1 with *status when the entry
+ * could not be checked. */
+static int visit_entry(fj_ctx *ctx, const char *name, fj_cache_visit_fn fn,
+                       void *user, fj_status *status)
 {
   char path[4200], why[128];
-  snprintf(path, sizeof path, "%s/%s", c->dir, name);
+  snprintf(path, sizeof path, "%s/%s", ctx->cache->dir, name);
   struct stat st;
   if (lstat(path, &st) != 0)
     return 0;  /* removed since the directory was read */
@@ -506,7 +544,12 @@ static int visit_entry(const fj_cache *c, const char *name,
   char kind_s[32] = "?", label_s[256] = "?";
   fj_cache_entry ce = {name, kind_s, label_s, (uint64_t)st.st_size,
                        (int64_t)st.st_mtime, 0};
-  if (entry_read(path, &e, why, sizeof why) == 0) {
+  int r = entry_read(path, &e, why, sizeof why);
+  if (r == -2) {
+    *status = entry_unchecked(ctx, path, errno, why);
+    return 1;
+  }
+  if (r == 0) {
     char made[128];
     snprintf(kind_s, sizeof kind_s, "%.*s", (int)e.h.kind_len, e.kind);
     snprintf(label_s, sizeof label_s, "%.*s", (int)e.h.label_len, e.label);
@@ -529,8 +572,8 @@ static fj_status cache_names(fj_ctx *ctx, int temps, char ***names, size_t *n)
   if (!c->enabled)
     return fj__fail(ctx, FJ_ERR_NOT_FOUND, "the disk cache is disabled");
   if (dir_names(c->dir, temps, names, n) != 0)
-    return fj__fail(ctx, FJ_ERR_IO, "cannot read %s: %s", c->dir,
-                    strerror(errno));
+    return fj__fail(ctx, errno == ENOMEM ? FJ_ERR_NOMEM : FJ_ERR_IO,
+                    "cannot read %s: %s", c->dir, strerror(errno));
   return FJ_OK;
 }
 
@@ -543,20 +586,28 @@ fj_status fj_cache_list(fj_ctx *ctx, fj_cache_visit_fn fn, void *user)
   char **names = NULL;
   fj_status st = cache_names(ctx, 0, &names, &n);
   for (size_t i = 0; st == FJ_OK && i < n; i++)
-    if (visit_entry(ctx->cache, names[i], fn, user))
+    if (visit_entry(ctx, names[i], fn, user, &st))
       break;
   free_names(names, n);
   return st;
 }
 
 /* Whether a file of the cache directory is an entry this process can
- * use: whole, and of its format and NVRTC version. */
-static int entry_usable(const fj_cache *c, const char *name)
+ * use: whole, and of its format and NVRTC version; -1 when it could not
+ * be checked (*st gets the error unless it holds one). */
+static int entry_usable(fj_ctx *ctx, const char *name, fj_status *st)
 {
   char path[4200], why[128];
-  snprintf(path, sizeof path, "%s/%s", c->dir, name);
+  snprintf(path, sizeof path, "%s/%s", ctx->cache->dir, name);
   entry_file e;
-  if (entry_read(path, &e, why, sizeof why) != 0)
+  int r = entry_read(path, &e, why, sizeof why);
+  if (r == -2) {
+    int err = errno;
+    if (*st == FJ_OK)
+      *st = entry_unchecked(ctx, path, err, why);
+    return -1;
+  }
+  if (r != 0)
     return 0;
   int ok = fj__cache_key_current(e.key, e.h.key_len, why, sizeof why);
   free(e.body);
@@ -579,8 +630,8 @@ static fj_status remove_files(fj_ctx *ctx, const char *who, int prune,
     return st;
   int count = 0;
   for (size_t i = 0; i < n; i++) {
-    if (prune && entry_usable(c, names[i]))
-      continue;
+    if (prune && entry_usable(ctx, names[i], &st))
+      continue;  /* usable, or kept unchecked */
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", c->dir, names[i]);
     if (unlink(path) == 0)

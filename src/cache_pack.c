@@ -215,9 +215,12 @@ static int export_visit(void *user, const fj_cache_entry *e)
   char path[4400];
   snprintf(path, sizeof path, "%s/%s", fj_cache_dir(x->ctx), e->file);
   size_t len = 0;
-  char *data = e->valid && strlen(e->file) == NAME_LEN
-                   ? fj__file_read(path, FJ_CACHE_ENTRY_MAX, &len)
-                   : NULL;
+  int wanted = e->valid && strlen(e->file) == NAME_LEN;
+  char *data = wanted ? fj__file_read(path, FJ_CACHE_ENTRY_MAX, &len) : NULL;
+  /* An entry that memory could not hold is no "other file": the pack
+   * would lack it, and say it was made. */
+  if (wanted && !data && errno == ENOMEM)
+    return x->nomem = 1;
   fj_entry_view v;
   if (!data || fj__cache_entry_parse(data, len, &v) || !kind_is_compiled(&v) ||
       !key_is_current(&v)) {

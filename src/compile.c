@@ -232,6 +232,12 @@ static void compile_here(const char *name, const char *src, const char *arch,
     fj__buf_appendf(&j->msg, "NVRTC %s failed to compile %s for %s: %s\n%s",
                     fj__nvrtc_version(), name, arch, nvrtcGetErrorString(r),
                     j->out.log ? j->out.log : "");
+  } else if (!j->out.log) {
+    /* A kernel's log is never NULL past here: the resource report and
+     * the cache's payload read it. */
+    j->status = FJ_ERR_NOMEM;
+    fj__buf_appendf(&j->msg, "out of memory reading NVRTC's log for %s",
+                    name);
   } else if (nvrtc_outputs(prog, &j->out) != 0) {
     j->status = FJ_ERR_COMPILE;
     fj__buf_appendf(&j->msg, "NVRTC compiled %s but its outputs could not "

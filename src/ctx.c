@@ -105,7 +105,11 @@ fj_status fj__fail(const fj_ctx *ctx, fj_status status, const char *fmt, ...)
   if (!m)
     return status;
   m->serial = serial_of(ctx);
+  /* Emptied first: a message that memory cannot hold must not leave the
+   * previous error's in its place. */
   m->text.len = 0;
+  if (m->text.data)
+    m->text.data[0] = '\0';
   va_list ap;
   va_start(ap, fmt);
   fj__buf_vappendf(&m->text, fmt, ap);

@@ -44,6 +44,7 @@ static const double TPL_PATTERN_LIMIT = 5e7;
 struct fj_tpl {
   lua_State *L;
   size_t mem_used;
+  int refused;         /* 1 once TPL_MEM_LIMIT refused an allocation */
   int limited;         /* 1 while a render (or the renderer's load) runs */
   long long steps;     /* instructions and pattern steps of this render */
   double deadline_ms;  /* fj__now_ms() past which the render is stopped */
@@ -185,8 +186,10 @@ static void *tpl_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     t->mem_used -= old;
     return NULL;
   }
-  if (t->mem_used - old + nsize > (size_t)TPL_MEM_LIMIT)
+  if (t->mem_used - old + nsize > (size_t)TPL_MEM_LIMIT) {
+    t->refused = 1;
     return NULL;
+  }
   void *p = realloc(ptr, nsize);
   if (p)
     t->mem_used = t->mem_used - old + nsize;
@@ -601,8 +604,10 @@ static fj_status tpl_open(fj_ctx *ctx)
   lua_pushcfunction(L, msgh);
   lua_pushcfunction(L, open_renderer);
   lua_pushlightuserdata(L, t);
-  if (lua_pcall(L, 1, 0, 1) != LUA_OK) {
-    fj_status st = fj__fail(ctx, FJ_ERR_TEMPLATE,
+  int rc = lua_pcall(L, 1, 0, 1);
+  if (rc != LUA_OK) {
+    fj_status st = fj__fail(ctx, rc == LUA_ERRMEM && !t->refused
+                                     ? FJ_ERR_NOMEM : FJ_ERR_TEMPLATE,
                             "cannot load the template renderer: %s",
                             lua_tostring(L, -1));
     fj__tpl_close(t);
@@ -835,6 +840,9 @@ static fj_status render_failed(fj_ctx *ctx, const char *name, int rc,
     msg = "(no message)";
   if (msg[0] == '\1')
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED, "%s", msg + 1);
+  /* The process's memory, not the template's limit, ran out. */
+  if (rc == LUA_ERRMEM && !ctx->tpl->refused)
+    return fj__fail(ctx, FJ_ERR_NOMEM, "rendering %s: out of memory", name);
   if (rc == LUA_ERRMEM)
     return fj__fail(ctx, FJ_ERR_TEMPLATE,
                     "rendering %s: template exceeded the memory limit "
@@ -853,6 +861,7 @@ fj_status fj__render(fj_ctx *ctx, const char *name, const fj_param *params,
   }
   lua_State *L = ctx->tpl->L;
   render_call c = {ctx->tpl, name, params, nparams, out, meta, 0, ""};
+  ctx->tpl->refused = 0;
   lua_settop(L, 0);
   lua_pushcfunction(L, msgh);
   lua_pushcfunction(L, render_protected);
