@@ -184,8 +184,11 @@ FJ_API void fj_ctx_opts_init(fj_ctx_opts *opts);
  * the driver (libcuda.so.1) is loaded on first need and the device's primary
  * context is retained.  Errors: FJ_ERR_INVALID_ARG (ctx NULL, bad arch
  * string or an arch this NVRTC does not target -- the message lists those
- * it does, from nvrtcGetSupportedArchs --, device below -1, cache_dir over
- * 4095 bytes), FJ_ERR_NO_DEVICE
+ * it does, from nvrtcGetSupportedArchs --, device below -1, device -1
+ * without an arch, sm_count out of range or, on a GPU context, not the
+ * device's, disk_cache, isolate_compile or jit_tiers other than 0 or 1,
+ * $FLASHJIT_JIT_TIERS other than 0, 1 or empty, cache_dir "" or over 4095
+ * bytes, package_dir over 4095 bytes), FJ_ERR_NO_DEVICE
  * (no driver or no such device), FJ_ERR_CUDA, FJ_ERR_NOMEM.
  * On failure *ctx is set to NULL and, where a message exists, it is available
  * from fj_errmsg(NULL).
@@ -372,9 +375,11 @@ typedef struct fj_variant {
 /* Fills v (pack_gqa, split_kv, varlen and paged 0) with the WMMA family's default variant for a head dim, dtype and
  * causal mode: register softmax, a portable choice that fits every target
  * from sm_80 on -- for dtype FJ_E4M3, whose only family is wgmma, that
- * family's (tile_m 128, tile_n 128, 12 warps, XOR swizzle, sm_90a).  fj_attention_variant gives the choice fj_attention_fwd
+ * family's (tile_m 128, tile_n 128, 12 warps, XOR swizzle, sm_90a); above
+ * head dim 256, the mma family's (tile_m 16, tile_n 64, 4 warps).
+ * fj_attention_variant gives the choice fj_attention_fwd
  * makes for a problem on a context's device: on sm_90a the wgmma family
- * (head dims 64/128/192/256, f16/bf16 K/V, problems with at least one
+ * (head dims 64 to 256, f16/bf16 K/V, problems with at least one
  * 128-row block per multiprocessor), else on sm_80 and newer the mma
  * family (mma.sync) with its own tiles, on sm_75 this default (one stage
  * for FP8 K/V there); a tuned entry where the tuning database has one.  v NULL:
@@ -1025,7 +1030,7 @@ FJ_API void fj_problem_init(fj_problem *p, int batch, int heads_q,
  * Validates a problem: positive sizes (batch and heads at most 65535,
  * sequences at most 2^30), heads_kv dividing heads_q, a head dim and dtypes
  * the context's target supports, head_dim_v 0 or a multiple of 8 from 8 to
- * 256 (which family takes a split one is the plan's to say), a known mask, a finite scale, FP8 scales
+ * FJ_HEAD_DIM_V_MAX (which family takes a split one is the plan's to say), a known mask, a finite scale, FP8 scales
  * for e4m3 K/V, splits 0..FJ_SPLITS_MAX, the varlen and paged fields
  * consistent (batch strides 0 with cu_seqlens, a power-of-two page size,
  * a block table long enough for seq_kv, no cu_seqlens_kv with pages; the
@@ -1082,9 +1087,9 @@ FJ_API fj_status fj_attention_variant(fj_ctx *ctx, const fj_problem *p,
  * rule, with the blocks each multiprocessor holds (shared memory, and 255
  * registers a thread) counted.  A compile-only context plans for
  * fj_ctx_opts.sm_count multiprocessors, or its architecture's largest
- * part (sm_80 108, sm_86 84, sm_89 128, sm_90 132, sm_100 148, sm_120
- * 170; others 132).  Renders the kernel (for its shared memory) but does
- * not compile it.  ctx, p and plan may not be NULL.
+ * part (sm_75 72, sm_80 108, sm_86 and sm_88 84, sm_87 16, sm_89 128,
+ * sm_90 132, sm_100 and sm_103 148, sm_110 20, sm_120 170, sm_121 48).
+ * Renders the kernel (for its shared memory) but does not compile it.  ctx, p and plan may not be NULL.
  */
 typedef struct fj_plan {
   fj_variant variant;      /* the attention kernel */
@@ -1396,8 +1401,8 @@ FJ_API void fj_launch_record(fj_launches *rec);
  * 0: head_dim); out_lse, if
  * not NULL, the matching log-sum-exp values.  Before any memory is touched
  * it checks what fj_problem_check checks without a context (sizes, head
- * dim 1..256, dtypes, mask, scale, strides), 0 <= row_begin <= row_end <=
- * seq_q, that p, q, k, v and out are not NULL, and the scales for e4m3
+ * dim 1..FJ_HEAD_DIM_MAX, dtypes, mask, scale, strides), 0 <= row_begin
+ * <= row_end <= seq_q, that p, q, k, v and out are not NULL, and the scales for e4m3
  * K/V: FJ_ERR_INVALID_ARG, with the message in fj_errmsg(NULL).  For a
  * varlen or paged problem, p's cu_seqlens_q, cu_seqlens_kv, seqused_kv
  * and block_table are host arrays here, checked first as
@@ -1689,7 +1694,8 @@ FJ_API void fj_cache_stats_get(fj_ctx *ctx, fj_cache_stats *stats);
 
 typedef struct fj_cache_entry {
   const char *file;     /* file name inside the cache directory */
-  const char *kind;     /* "kernel", "lut" */
+  const char *kind;     /* "kernel", "render" (a rendered source: the
+                           render index), "lut" */
   const char *label;    /* the variant name or fragment kind; for an
                            invalid entry, what is wrong with it */
   uint64_t bytes;       /* file size (a symbolic link's own) */

@@ -1120,8 +1120,9 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     amax), or (out, lse, amax) with return_lse (cuDNN's amax_o, for a
     recipe's next o_scale = 448 / amax).  The log-sum-exp float32 as
     above.  causal, scale, window,
-    mask_mod and params, sinks, return_lse, both layouts and GQA apply;
-    what the FP8 kernel does not take (score_mod, softcap, block_mask;
+    mask_mod and params, sinks, return_lse, both layouts and GQA apply,
+    and score_mod and softcap at head dims up to 128; what the FP8 kernel
+    does not take (block_mask, score_mod or softcap above head dim 128;
     another GPU) the library refuses with its message.  16-bit q over
     FP8 k and v is not implemented (refused), nor a backward: an FP8
     call whose inputs require grad raises flashjit.Unsupported.

@@ -291,7 +291,8 @@ static int check_combinations(cli *c)
                                         "sms"};
   static const char *const tune_show[] = {"shape", "seq-kv", "heads-kv", "layout",
                                           "causal", "dtype", "kv-dtype", "workers",
-                                          "iters", "no-save", "device", "backward"};
+                                          "iters", "no-save", "device", "backward",
+                                          "seed"};
   const char *p, *a = axis_given(c);
   if (c->cmd == CMD_EMIT && c->sweep && (c->what || c->out_file))
     return cli_usage_error(c, "%s does not apply with --sweep (it prints one "

@@ -96,7 +96,7 @@ const flag_def cli_flags[] = {
              "the fastest last"},
     {"workers", 1, CMD_EMIT | CMD_RUN, cli_set_int, OFF(workers), .lo = 1, .hi = 64,
      .arg = "N", .help = "compiler processes at once for --sweep (default: one "
-                         "per CPU)"},
+                         "per CPU, at most 16)"},
     {"workers", 1, CMD_TUNE | CMD_CACHE, cli_set_int, OFF(workers), .lo = 1, .hi = 64, .arg = "N",
      .help = "compiler processes at once (default: one per CPU, at most 16)"},
     {"shape", 1, CMD_PROBLEM, cli_set_shape, 0, .arg = "B,H,S,D",
@@ -191,6 +191,9 @@ const flag_def cli_flags[] = {
      .help = "untimed runs before the timed ones (default 3; with --sweep 2)"},
     {"seed", 1, CMD_RUN, cli_set_int, OFF(seed), .lo = 0, .hi = INT_MAX, .arg = "N",
      .help = "seed of the random inputs and --param tensors (default 1)"},
+    {"seed", 1, CMD_TUNE, cli_set_int, OFF(seed), .lo = 0, .hi = INT_MAX, .arg = "N",
+     .help = "seed of the random --param tensors (default 1; the tuner "
+             "makes its own inputs)"},
     {"frag", 1, CMD_LUT, cli_set_string, OFF(frag), .arg = "KIND",
      .help = "one fragment kind, e.g. wmma_acc_f32 (default: all)"},
     {"head-dim", 1, CMD_CACHE, cli_set_string, OFF(heads_list), .arg = "D,...",
