@@ -974,7 +974,7 @@ attention_bwd_mods_op = torch.library.custom_op("flashjit::attention_bwd_mods",
 def _attention_bwd_mods_fake(dout, q, k, v, out, lse, extra, opts, deterministic=False,
                              pgrads=0, dlse=None):
     o = calls.decode(opts)
-    hq = _sizes(q, o.layout)[1]
+    hq = _heads_q(q, o.layout)  # packed q for varlen
     n = sum(extra[r].numel() for _, r in _pgrad_params(o, pgrads))
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
             q.new_empty((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32),

@@ -31,6 +31,7 @@ from test_train import DeterministicState, bwd_argument
 if fjtest.HAS_TORCH:
     from flashjit import _calls as calls
     from flashjit import _capi as capi
+    from flashjit import _serving as sv
     from flashjit import _torch as fjt
 
 BF16 = torch.bfloat16 if fjtest.HAS_TORCH else None
@@ -240,6 +241,25 @@ class VarlenGradPlumbing(Stubbed, DeterministicState):
             self.assertEqual(sinks.grad.shape, (8,))
 
 
+    def test_compiled_backward_expressions(self):
+        """As test_compiled_backward, with a score expression and a loss of
+        the lse: the expressions' ops traced (their fake implementations
+        on packed q) and the backward run."""
+        torch._dynamo.reset()
+        self.addCleanup(torch._dynamo.reset)
+        q, k, v, cu_q, cu_k = self.inputs()
+
+        def step(q, k, v, cu_q, cu_k):
+            out, lse = flashjit.attention_varlen(q, k, v, cu_q, cu_k, 70, 70, causal=True,
+                                                 score_mod="s * 0.5f", return_lse=True)
+            return out.float().square().sum() + lse.sum()
+
+        torch.compile(step, backend="aot_eager", fullgraph=True)(q, k, v, cu_q, cu_k).backward()
+        p = self.launched("bwd")[-1][1]
+        self.assertEqual((p.total_q, capi.Mods.from_address(p.mods).score),
+                         (101, b"s * 0.5f"))
+        self.assertEqual(q.grad.shape, q.shape)
+
 @unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
 class VarlenOps(unittest.TestCase, DeterministicState):
     """The training ops' varlen schema and fake implementations, and the
@@ -268,6 +288,24 @@ class VarlenOps(unittest.TestCase, DeterministicState):
         grads = fjt.attention_bwd_op(out, q, k, k, out, lse, capi.CAUSAL_BOTTOM_RIGHT, 0.0,
                                      capi.THD, -1, -1, 0.0, sinks, True, cu, cu, None, 300, 900)
         self.assertEqual([g.shape for g in grads], [q.shape, k.shape, k.shape, (8,)])
+
+    def test_fake_shapes_expressions(self):
+        """The expressions' ops on packed (3-d) q: the forward's lse the
+        library's, the backward's gradients q's, k's, v's and the sinks'."""
+        m = dict(device="meta")
+        q = torch.empty(100, 8, 64, dtype=BF16, **m)
+        k = torch.empty(120, 2, 64, dtype=BF16, **m)
+        cu = torch.empty(4, dtype=torch.int32, **m)
+        sinks = torch.empty(8, **m)
+        o, extras = sv._options(sv._VARLEN, "varlen", None, None, None, None, "s * 0.5f", None,
+                                None, sinks, (None, None), 0, ("cu_seqlens_q", "cu_seqlens_k"),
+                                (cu, cu), layout=capi.THD, max_seqlen_q=64, max_seqlen_k=64)
+        opts = calls.encode(o)
+        out, lse = fjt.attention_train_mods_op(q, k, k, list(extras), opts)
+        self.assertEqual((out.shape, lse.shape), (q.shape, (3, 8, 64)))
+        grads = fjt.attention_bwd_mods_op(out, q, k, k, out, lse, list(extras), opts, False, 0,
+                                          lse)
+        self.assertEqual([g.shape for g in grads], [q.shape, k.shape, k.shape, (8,), (0,)])
 
     def test_mismatched_lengths_refused(self):
         q = torch.empty(10, 2, 64, dtype=BF16, device="meta")
