@@ -333,7 +333,11 @@ fj_status fj_tune_bwd(fj_ctx *ctx, const fj_problem *p,
   bwd_tune t;
   memset(&t, 0, sizeof t);
   t.ctx = ctx;
-  t.p = p;
+  /* The candidates run on the tuner's own inputs: the caller's dlse (its
+   * loss's gradient at the LSE, maybe host memory) is nobody's here. */
+  fj_problem tp = *p;
+  tp.dlse = NULL;
+  t.p = &tp;
   t.o = opts;
   t.steps.o = opts;
   if (st == FJ_OK && (st = fj__cu_enter(ctx)) == FJ_OK) {

@@ -102,8 +102,11 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
   for (int i = 0; i < {{ AW // 32 }}; ++i) acc[lane + 32 * i] = 0.f;
   if (lane == 0) {
     const float lse = live ? g.lse[bh * p.seq_q + row] : FJ_NEG_INF;
-    // A loss that uses the LSE too: dS = P (dP - delta + dlse).
-    g.delta[f] = live ? (g.dlse ? sum - g.dlse[bh * p.seq_q + row] : sum) : 0.f;
+    // A loss that uses the LSE too: dS = P (dP - delta + dlse).  A row that
+    // saw no key (P = 0) keeps delta 0, whatever dlse (or dO) holds there:
+    // 0 (dP - NaN) would be NaN.
+    g.delta[f] = live && lse != FJ_NEG_INF
+                     ? (g.dlse ? sum - g.dlse[bh * p.seq_q + row] : sum) : 0.f;
     // exp2(s - LSE2) is 0 where no key was seen (and on padding rows).
     g.lse2[f] = lse == FJ_NEG_INF ? __int_as_float(0x7f800000) : lse * 1.44269504089f;
   }

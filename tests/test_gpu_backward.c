@@ -86,7 +86,10 @@ typedef struct bwd_case {
   /* Varlen: b sequences of lq[i] queries and lkv[i] keys, packed (FJ_THD);
    * used[i] > 0: seqused_kv (the sequence sees its first used[i] keys). */
   int lq[4], lkv[4], used[4];
-  int dlse;             /* the loss uses the LSE too: fj_problem.dlse */
+  int dlse;             /* the loss uses the LSE too: fj_problem.dlse; 2:
+                           NaN at rows that see no key (bottom-right,
+                           sq > skv: the first sq - skv), which must not
+                           reach the gradients */
 } bwd_case;
 
 /* A case's problem, its inputs (host and device), the forward's O and LSE,
@@ -210,7 +213,8 @@ static int run_setup(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed,
     size_t nl = (size_t)bc->b * (size_t)bc->hq * (size_t)bc->sq;
     r->dlse_h = malloc(nl * sizeof(float));
     for (size_t i = 0; i < nl; i++)
-      r->dlse_h[i] = (float)normal(seed);
+      r->dlse_h[i] = bc->dlse == 2 && (int)(i % (size_t)bc->sq) < bc->sq - bc->skv
+                         ? NAN : (float)normal(seed);
     r->dlse_d = upload(r->dlse_h, nl * sizeof(float));
     p->dlse = r->dlse_d;
   }
@@ -461,6 +465,8 @@ int test_gpu_backward(void)
       {1, 4, 4, 257, 100, 128, FJ_F16, BR, -1, 0, 1, 1, 0, {0}, {0}, {0}, 1},
       {1, 2, 2, 200, 200, 256, FJ_BF16, TL, -1, 20.f, 0, 1, 0, {0}, {0}, {0}, 1},
       {3, 4, 2, 257, 257, 128, FJ_F16, BR, -1, 0, 1, 1, 0, {257, 0, 100}, {100, 50, 257}, {0}, 1},
+      {1, 4, 2, 257, 100, 64, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 2},
+      {1, 2, 2, 190, 130, 256, FJ_F16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 2},
   };
   return run_cases(cases, sizeof cases / sizeof cases[0]);
 }

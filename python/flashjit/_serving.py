@@ -366,13 +366,16 @@ def packed_lse(lse, cu_seqlens_q, total_q):
     """The varlen log-sum-exp as FlashAttention returns it, (heads_q,
     total_q), from the library's (batch, heads_q, max_seqlen_q): token t
     of sequence b (cu_seqlens_q[b] <= t < cu_seqlens_q[b + 1]) is
-    position t - cu_seqlens_q[b] of b.  Found on the device (no wait for
-    the lengths), so that a graph replays it; torch operations, so that
-    autograd and torch.compile follow it."""
+    position t - cu_seqlens_q[b] of b; a token no sequence holds (past
+    cu_seqlens_q[-1], or past max_seqlen_q) gets -inf, and no gradient.
+    Found on the device (no wait for the lengths), so that a graph replays
+    it; torch operations, so that autograd and torch.compile follow it."""
     t = torch.arange(total_q, dtype=torch.int32, device=lse.device)
     b = torch.searchsorted(cu_seqlens_q[1:], t, right=True).clamp_(max=lse.shape[0] - 1)
-    pos = (t - cu_seqlens_q[b]).clamp_(0, lse.shape[2] - 1)
-    return lse[b, :, pos].t().contiguous()
+    pos = t - cu_seqlens_q[b]
+    held = (pos < lse.shape[2]) & (t < cu_seqlens_q[-1])
+    rows = lse[b, :, pos.clamp_(0, lse.shape[2] - 1)].t()
+    return rows.masked_fill(~held, float("-inf")).contiguous()
 
 
 def _packed_lse(cu_index, total_q):

@@ -450,7 +450,8 @@ def ring_attention(q, k, v, group=None, *, causal=None, window=None, softcap=Non
     _attention (testing): a pair (fwd, bwd) that replaces flashjit's
     kernels -- fwd(q, k, v, *, causal, window, softcap, scale, layout) ->
     (out, lse) and bwd(dout, q, k, v, out, lse, **the same) -> (dq, dk, dv)
-    with the merged out and lse -- so that the schedule and the transport
+    with the merged out and lse (and dlse=, the step's rows of the merged
+    lse's gradient, where the loss uses the returned lse) -- so that the schedule and the transport
     run on CPU tensors (Gloo) without a GPU.
     """
     spec = _spec(q, k, v, causal, window, softcap, scale, layout, _attention)

@@ -178,6 +178,20 @@ class VarlenGradPlumbing(Stubbed, DeterministicState):
         self.assertTrue(torch.equal(self.rec.dlse[-1], want))
         self.assertEqual(q.grad.shape, q.shape)
 
+    def test_lse_of_tokens_no_sequence_holds(self):
+        """Packed rows past cu_seqlens_q[-1] and past max_seqlen_q: lse
+        -inf, and their gradient reaches no row."""
+        q, k, v, cu_q, cu_k = self.inputs(lengths=(30, 50))  # 80 rows
+        cu_q = torch.tensor([0, 30, 75], dtype=torch.int32)  # sequence 1: 45 rows, 5 past
+        _, lse = flashjit.attention_varlen(q, k, v, cu_q, cu_k, 40, 50, return_lse=True)
+        self.assertEqual(lse.shape, (8, 80))
+        self.assertTrue(bool((lse[:, 70:] == float("-inf")).all()))  # past 40 of 1, past 75
+        lse.sum().backward()
+        want = torch.zeros(2, 8, 40)
+        want[0, :, :30] = 1
+        want[1, :, :40] = 1
+        self.assertTrue(torch.equal(self.rec.dlse[-1], want))
+
     def test_expressions(self):
         """score_mod, mask_mod and params through the expressions' training
         ops: the backward's problem is the packed one (lengths, totals,
