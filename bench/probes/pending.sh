@@ -9,7 +9,9 @@
 # The thirteenth session ran h, m, f and b on the H100 (PERF.md C25;
 # perf-history's session-13 entry): m and b landed (9bfa652, 966bfc6), f
 # missed (as the fourth session's same idea had).  The fourteenth session
-# had no device; it added l.  Next: l, j (the GPU host's
+# had no device; it added l, and rebased the branches split504 and bwdrot
+# onto its main (both build, no spills; their CPU tests pass).  Next: l, a
+# (both main's build), j (the GPU host's
 # compile cost by phase), s (the split decode's combine, f720fcf: branch
 # split504 built here and carried as build/, then its gpu_wide_heads and
 # gpu_mla_paged), a (its gpu_wide_heads now runs 72/72 then 72/40 split in
