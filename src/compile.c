@@ -426,8 +426,11 @@ static int child_read(child *c)
  * exited (reaped, its pipe drained and closed). */
 static int child_exited(child *c)
 {
-  int ws;
-  if (waitpid(c->pid, &ws, WNOHANG) != c->pid)
+  int ws = 0;
+  pid_t got = waitpid(c->pid, &ws, WNOHANG);
+  /* ECHILD: a host that ignores SIGCHLD has the system reap its children;
+   * the result then stands or falls by what the child sent. */
+  if (got == 0 || (got < 0 && errno != ECHILD))
     return 0;
   c->reaped = 1;
   c->status = ws;
