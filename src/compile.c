@@ -290,6 +290,7 @@ typedef struct child {
   int fd;          /* -1 once everything it sent has been read */
   int reaped;      /* 1 once waitpid has returned its status */
   int status;      /* waitpid's status, when reaped */
+  int nomem;       /* 1 once memory for what it sent ran out */
   size_t index;    /* the job it compiles */
   double deadline;
   fj_buf bytes;    /* everything it sent */
@@ -352,15 +353,18 @@ static void child_finish(child *c, const char *name, job *j)
   }
   while (!c->reaped && waitpid(c->pid, &ws, 0) < 0 && errno == EINTR)
     ;
-  int parsed = c->fd < 0 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0 &&
-               parse_child(&c->bytes, j) == 0;
+  int parsed = c->fd < 0 && !c->nomem && WIFEXITED(ws) &&
+               WEXITSTATUS(ws) == 0 && parse_child(&c->bytes, j) == 0;
   fj__buf_free(&c->bytes);
   if (parsed)
     return;
   fj__compiled_free(&j->out);
-  j->status = FJ_ERR_COMPILE;
+  j->status = c->nomem ? FJ_ERR_NOMEM : FJ_ERR_COMPILE;
   j->msg.len = 0;
-  if (WIFSIGNALED(ws) && c->fd < 0)
+  if (c->nomem)
+    fj__buf_appendf(&j->msg, "out of memory reading the compiler process's "
+                             "result for %s", name);
+  else if (WIFSIGNALED(ws) && c->fd < 0)
     fj__buf_appendf(&j->msg, "NVRTC crashed while compiling %s: the "
                              "compiler process was killed by signal %d (%s)",
                     name, WTERMSIG(ws), strsignal(WTERMSIG(ws)));
@@ -411,8 +415,12 @@ static int child_read(child *c)
   ssize_t r = read(c->fd, chunk, sizeof chunk);
   if (r < 0 && errno == EINTR)
     return 0;
-  if (r > 0)
-    return fj__buf_append(&c->bytes, chunk, (size_t)r) ? -1 : 0;
+  if (r > 0) {
+    if (!fj__buf_append(&c->bytes, chunk, (size_t)r))
+      return 0;
+    c->nomem = 1;
+    return -1;
+  }
   close(c->fd);
   c->fd = -1;
   return 1;
@@ -442,8 +450,12 @@ static int child_exited(child *c)
     ssize_t r = read(c->fd, chunk, sizeof chunk);
     if (r < 0 && errno == EINTR)
       continue;
-    if (r <= 0 || fj__buf_append(&c->bytes, chunk, (size_t)r))
+    if (r <= 0)
       break;
+    if (fj__buf_append(&c->bytes, chunk, (size_t)r)) {
+      c->nomem = 1;
+      break;
+    }
   }
   close(c->fd);
   c->fd = -1;
