@@ -274,14 +274,21 @@ char *strndup(const char *s, size_t m)
   return p;
 }
 
-FILE *fopen(const char *path, const char *mode)
+/* Whether the I/O call made from `caller` fails (errno set to err). */
+static int io_fails(void *caller, int err)
 {
   if (!ready && !busy)
     init();
-  if (io && should_fail(__builtin_return_address(0))) {
-    errno = EMFILE;
+  if (!io || !should_fail(caller))
+    return 0;
+  errno = err;
+  return 1;
+}
+
+FILE *fopen(const char *path, const char *mode)
+{
+  if (io_fails(__builtin_return_address(0), EMFILE))
     return NULL;
-  }
   return real_fopen(path, mode);
 }
 
@@ -291,12 +298,8 @@ int open(const char *path, int flags, ...)
   va_start(ap, flags);
   int mode = (flags & (O_CREAT | O_TMPFILE)) ? va_arg(ap, int) : 0;
   va_end(ap);
-  if (!ready && !busy)
-    init();
-  if (io && should_fail(__builtin_return_address(0))) {
-    errno = EMFILE;
+  if (io_fails(__builtin_return_address(0), EMFILE))
     return -1;
-  }
   return real_open(path, flags, mode);
 }
 
@@ -306,22 +309,14 @@ int openat(int dir, const char *path, int flags, ...)
   va_start(ap, flags);
   int mode = (flags & (O_CREAT | O_TMPFILE)) ? va_arg(ap, int) : 0;
   va_end(ap);
-  if (!ready && !busy)
-    init();
-  if (io && should_fail(__builtin_return_address(0))) {
-    errno = EMFILE;
+  if (io_fails(__builtin_return_address(0), EMFILE))
     return -1;
-  }
   return real_openat(dir, path, flags, mode);
 }
 
 ssize_t write(int fd, const void *data, size_t n)
 {
-  if (!ready && !busy)
-    init();
-  if (io && should_fail(__builtin_return_address(0))) {
-    errno = ENOSPC;
+  if (io_fails(__builtin_return_address(0), ENOSPC))
     return -1;
-  }
   return real_write(fd, data, n);
 }

@@ -191,14 +191,30 @@ class _RankFwd:
             self.lse_parts[self.part, :, :, c.q_lo:c.q_hi].copy_(lse)
             self.part += 1
 
-    def finish(self):
+    def finish(self, sinks=None):
+        """The merged (O, LSE); sinks (float32 (heads_q,), or None) join
+        each row's sum here, once: the steps' calls leave them out."""
         q, lay = self.q, self.spec.layout
         b, h, s, _ = _dims(q, lay)
         out = torch.zeros_like(q, memory_format=torch.contiguous_format)
         lse = torch.full((b, h, s), -math.inf, dtype=torch.float32, device=q.device)
+        if sinks is not None:
+            lse.copy_(sinks.float().view(1, h, 1).expand(b, h, s))  # a row no part saw
         if self.part:
-            _merge.merge_into(self.o_parts, self.lse_parts, out, lse, pr.LAYOUTS[lay])
+            _merge.merge_into(self.o_parts, self.lse_parts, out, lse, pr.LAYOUTS[lay], sinks)
         return out, lse
+
+
+def _sink_grad(out, dout, lse, dlse, sinks, layout):
+    """This rank's rows' part of the sinks' gradient (float32 (heads_q,)):
+    a sink enters only its rows' denominators, so d sink[h] = -sum over
+    rows of exp(sink[h] - lse) (rowsum(dO o O) - dlse)."""
+    o, do = (t.float() if layout == "bhsd" else t.float().transpose(1, 2) for t in (out, dout))
+    delta = (o * do).sum(-1)
+    if dlse is not None:
+        delta = delta - dlse.float()
+    w = torch.exp(sinks.float().view(1, -1, 1) - lse.float())
+    return -(w * delta).sum((0, 2))
 
 
 class _RankBwd:
@@ -288,7 +304,7 @@ class _Run:
         n = self.lens[(self.rank - s - 1) % self.world]
         return (_zeros(k, self.spec, n, empty=True), _zeros(v, self.spec, n, empty=True))
 
-    def forward(self, q, k, v):
+    def forward(self, q, k, v, sinks=None):
         fwd = _RankFwd(q, self.steps, self.spec)
         for s in range(self.world):
             works = []
@@ -299,7 +315,7 @@ class _Run:
             if s + 1 < self.world:
                 self.comm.wait(works)
                 k, v = nk, nv
-        return fwd.finish()
+        return fwd.finish(sinks)
 
     def backward(self, q, k, v, out, lse, dout, dlse=None):
         bwd, sp, world = (_RankBwd(q, out, lse, dout, self.steps, self.spec, dlse), self.spec,
@@ -335,21 +351,29 @@ class _Run:
 
 class _RingFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, run):
-        out, lse = run.forward(q, k, v)
-        ctx.save_for_backward(q, k, v, out, lse)
+    def forward(ctx, q, k, v, sinks, run):
+        out, lse = run.forward(q, k, v, None if sinks is None else sinks.detach().contiguous())
+        ctx.save_for_backward(q, k, v, out, lse, sinks)
         ctx.run = run
         ctx.set_materialize_grads(False)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, sinks = ctx.saved_tensors
         if dout is None:  # every rank must still take its part in the ring
             dout = torch.zeros_like(out)
-        dq, dk, dv = ctx.run.backward(q, k, v, out, lse, dout.contiguous(),
-                                      None if dlse is None else dlse.contiguous())
-        return dq, dk, dv, None
+        dlse = None if dlse is None else dlse.contiguous()
+        dq, dk, dv = ctx.run.backward(q, k, v, out, lse, dout.contiguous(), dlse)
+        dsinks = None
+        if sinks is not None and ctx.needs_input_grad[3]:
+            # Every rank's rows: summed over the group (each rank calls this
+            # backward, so each takes part).
+            dsinks = _sink_grad(out, dout, lse, dlse, sinks, ctx.run.spec.layout)
+            if ctx.run.world > 1:
+                dist.all_reduce(dsinks, group=ctx.run.comm.group)
+            dsinks = dsinks.to(sinks.dtype)
+        return dq, dk, dv, dsinks, None
 
 
 # ---- the entry ---------------------------------------------------------------------------
@@ -393,6 +417,18 @@ def _spec(q, k, v, causal, window, softcap, scale, layout, attention):
     return _Spec(mask, softcap or None, scale, lay, fwd, bwd)
 
 
+def _check_sinks(sinks, q, spec):
+    """sinks: None, or float32 (heads_q,) on q's device (one line else)."""
+    if sinks is None:
+        return
+    heads = _dims(q, spec.layout)[1]
+    if (not isinstance(sinks, torch.Tensor) or sinks.dtype != torch.float32 or
+            tuple(sinks.shape) != (heads,) or sinks.device != q.device):
+        raise ValueError(f"{_WHO}: sinks must be a float32 tensor ({heads},) on {q.device}, "
+                         f"not {getattr(sinks, 'dtype', type(sinks).__name__)} "
+                         f"{tuple(getattr(sinks, 'shape', ()))}")
+
+
 def _lengths(q, spec, group, world, rank, shard_lens):
     """Every rank's length: shard_lens, checked against this rank's, or
     gathered from the ranks (one all_gather)."""
@@ -415,7 +451,7 @@ def _lengths(q, spec, group, world, rank, shard_lens):
 
 def ring_attention(q, k, v, group=None, *, causal=None, window=None, softcap=None,
                    scale=None, layout="bhsd", order="contiguous", shard_lens=None,
-                   return_lse=False, _attention=None):
+                   return_lse=False, sinks=None, _attention=None):
     """Attention over a sequence whose positions are spread over the ranks
     of `group` (torch.distributed; None: the default group): this rank's
     rows of softmax(scale * Q K^T [masked]) V over the whole sequence.
@@ -434,7 +470,11 @@ def ring_attention(q, k, v, group=None, *, causal=None, window=None, softcap=Non
     sequence being both the queries and the keys), window=(left, right),
     softcap and scale as flashjit.attention takes them, for the whole
     sequence.  return_lse: also this rank's rows' natural-log sum-exp,
-    float32 (batch, heads_q, rows).
+    float32 (batch, heads_q, rows).  sinks: float32 (heads_q,) logits on
+    q's device, the same on every rank, that join each row's denominator
+    once (flashjit.attention's): the merge adds them, and their gradient
+    (where they require grad, on every rank alike) is summed over the
+    group by one all_reduce.
 
     K and V go around the ring (torch.distributed.batch_isend_irecv, on the
     process group's stream, while flashjit.attention computes the held
@@ -451,8 +491,8 @@ def ring_attention(q, k, v, group=None, *, causal=None, window=None, softcap=Non
     kernels -- fwd(q, k, v, *, causal, window, softcap, scale, layout) ->
     (out, lse) and bwd(dout, q, k, v, out, lse, **the same) -> (dq, dk, dv)
     with the merged out and lse (and dlse=, the step's rows of the merged
-    lse's gradient, where the loss uses the returned lse) -- so that the schedule and the transport
-    run on CPU tensors (Gloo) without a GPU.
+    lse's gradient, where the loss uses the returned lse) -- so that the
+    schedule and the transport run on CPU tensors (Gloo) without a GPU.
     """
     spec = _spec(q, k, v, causal, window, softcap, scale, layout, _attention)
     if not dist.is_available() or not dist.is_initialized():
@@ -464,21 +504,25 @@ def ring_attention(q, k, v, group=None, *, causal=None, window=None, softcap=Non
     steps = _plan(layout_, spec.mask)[rank]
     run = _Run(_Comm(group, rank, world), rank, lens, steps, spec)
     k, v = k.contiguous(), v.contiguous()  # they travel: point-to-point wants them dense
-    out, lse = _RingFunction.apply(q, k, v, run)
+    _check_sinks(sinks, q, spec)
+    out, lse = _RingFunction.apply(q, k, v, sinks, run)
     return (out, lse) if return_lse else out
 
 
 # ---- the ring simulated in one process (tests) ---------------------------------------------
 
 def _simulate(q, k, v, world, *, order="contiguous", shard_lens=None, causal=None, window=None,
-              softcap=None, scale=None, layout="bhsd", dout=None, dlse=None, _attention=None):
+              softcap=None, scale=None, layout="bhsd", dout=None, dlse=None, sinks=None,
+              _attention=None):
     """ring_attention over `world` simulated ranks in one process, on full
     tensors: each rank's shard cut by shard(), the same schedule, the same
     per-rank classes and merges, the shards and the dK/dV sums passed by
     hand in the ring's order.  Returns (out, lse) of the full sequence,
     and with dout (the full output's gradient; dlse, the full lse's, if
-    any) also (dq, dk, dv)."""
+    any) also (dq, dk, dv), and with sinks dsinks after them (the ranks'
+    parts summed in rank order)."""
     spec = _spec(q, k, v, causal, window, softcap, scale, layout, _attention)
+    _check_sinks(sinks, q, spec)
     dim = spec.seq_dim
     cut = functools.partial(shard, world=world, order=order, dim=dim, shard_lens=shard_lens)
     qs, ks, vs = ([cut(t, rank=r) for r in range(world)] for t in (q, k, v))
@@ -489,7 +533,7 @@ def _simulate(q, k, v, world, *, order="contiguous", shard_lens=None, causal=Non
         for r in range(world):
             src = _ring.ring_source(r, s, world)
             fwds[r].step(s, ks[src], vs[src])
-    res = [f.finish() for f in fwds]
+    res = [f.finish(None if sinks is None else sinks.contiguous()) for f in fwds]
     join = functools.partial(unshard, order=order, dim=dim)
     out, lse = join([o for o, _ in res]), unshard([l for _, l in res], order=order, dim=2)
     if dout is None:
@@ -510,4 +554,8 @@ def _simulate(q, k, v, world, *, order="contiguous", shard_lens=None, causal=Non
     dq = join([b.finish() for b in bwds])
     dk = join([a[0].to(k.dtype) for a in acc])
     dv = join([a[1].to(v.dtype) for a in acc])
-    return out, lse, (dq, dk, dv)
+    if sinks is None:
+        return out, lse, (dq, dk, dv)
+    dsinks = sum(_sink_grad(res[r][0], douts[r], res[r][1], dlses[r], sinks, spec.layout)
+                 for r in range(world))
+    return out, lse, (dq, dk, dv, dsinks)

@@ -42,13 +42,19 @@ def _scores(q, k, causal, window, softcap, scale, layout):
     return s, keep, qh, kh, sc, group
 
 
-def fwd(q, k, v, *, causal=None, window=None, softcap=None, scale=None, layout="bhsd"):
+def fwd(q, k, v, *, causal=None, window=None, softcap=None, scale=None, layout="bhsd",
+        sinks=None):
     """(out in q's dtype and layout, lse float32 (b, h, sq)); a row that
-    sees no key gets 0 and -inf."""
+    sees no key gets 0 and -inf (the sink's logit with sinks: (h,) logits
+    in each row's denominator).  Differentiable (torch operations)."""
     s, keep, _, _, _, group = _scores(q, k, causal, window, softcap, scale, layout)
     vh = _bhsd(v, layout).double().repeat_interleave(group, dim=1)
     s = s.masked_fill(~keep, -math.inf)
-    lse = torch.logsumexp(s, dim=-1)
+    if sinks is not None:
+        col = sinks.double().view(1, -1, 1, 1).expand(*s.shape[:3], 1)
+        lse = torch.logsumexp(torch.cat([s, col], dim=-1), dim=-1)
+    else:
+        lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
     out = p @ vh
     return _bhsd(out, layout).to(q.dtype).contiguous(), lse.float()

@@ -315,6 +315,39 @@ class SimulatedCPU(unittest.TestCase):
                         self.assertLess(_rel(x, y), 1e-6, what + " with dlse")
                     self.assertGreater(_rel(fg2[0], fg[0]), 1e-3)  # dlse mattered
 
+    def test_sinks(self):
+        """Sinks join each row's denominator once, in the merge; their
+        gradient is the ranks' parts summed: against autograd through the
+        whole sequence's reference, with a loss of out and lse."""
+        import flashjit.distributed as fjd
+        import ringref
+        g = torch.Generator().manual_seed(5)
+        for case in CASES[1:5] + CASES[6:7]:
+            name, order, world, sizes, causal, left, right, b, hq, hk, d, cap = case
+            seq = sum(sizes) if order == "contiguous" else sizes
+            lens = sizes if order == "contiguous" else None
+            with self.subTest(case=name):
+                q, dout = (torch.randn(b, hq, seq, d, generator=g, dtype=torch.float64)
+                           for _ in range(2))
+                k, v = (torch.randn(b, hk, seq, d, generator=g, dtype=torch.float64)
+                        for _ in range(2))
+                dlse = torch.randn(b, hq, seq, generator=g, dtype=torch.float64)
+                sinks = torch.randn(hq, generator=g)
+                mask = dict(causal="top_left" if causal else None,
+                            window=None if (left, right) == (-1, -1) else (left, right),
+                            softcap=cap or None)
+                out, lse, grads = fjd._simulate(q, k, v, world, order=order, shard_lens=lens,
+                                                dout=dout, dlse=dlse, sinks=sinks,
+                                                _attention=ringref.HOOK, **mask)
+                leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+                sl = sinks.double().requires_grad_()
+                fo, fl = ringref.fwd(*leaves, sinks=sl, **mask)
+                ((fo * dout).sum() + (fl.double() * dlse).sum()).backward()
+                self.assertLess(_rel(out, fo.detach()), 1e-6)
+                self.assertTrue(torch.allclose(lse, fl.detach(), atol=1e-5))
+                for what, x, t in zip(("dq", "dk", "dv", "dsinks"), grads, leaves + [sl]):
+                    self.assertLess(_rel(x, t.grad), 1e-5, what)
+
     def test_reference_dlse_against_autograd(self):
         """ringref.bwd's dlse term: the gradient of sum(dout * out) +
         sum(dlse * lse) by torch's autograd through ringref.fwd."""
@@ -356,13 +389,16 @@ def _gloo_rank(rank, world, path, configs):
         q, k, v, dout = (fjd.shard(t, world, rank, order=order, dim=dim, shard_lens=lens)
                          for t in tensors[:4])
         dlse = fjd.shard(tensors[4], world, rank, order=order, dim=2, shard_lens=lens)
+        sinks = cfg.get("sinks")
+        sinks = None if sinks is None else sinks.clone().requires_grad_()
         for t in (q, k, v):
             t.requires_grad_()
         out, lse = fjd.ring_attention(q, k, v, order=order, return_lse=True,
                                       shard_lens=cfg.get("shard_lens"), _attention=ringref.HOOK,
-                                      **kw)
+                                      sinks=sinks, **kw)
         ((out * dout).sum() + (lse.double() * dlse).sum()).backward()
-        results.append([out.detach(), lse, q.grad, k.grad, v.grad])
+        results.append([out.detach(), lse, q.grad, k.grad, v.grad,
+                        None if sinks is None else sinks.grad])
     torch.save(results, f"{path}.{rank}")
     dist.barrier()
     dist.destroy_process_group()
@@ -401,6 +437,9 @@ class Gloo(unittest.TestCase):
             kw = dict(causal=causal, window=window, softcap=cap, layout=layout)
             out.append(dict(order=order, lens=lens, tensors=tensors, kw=kw,
                             shard_lens=lens if lens and world == 4 else None))
+        # Sinks (their gradient summed over the ranks by all_reduce), on the
+        # second config's shapes.
+        out.append(dict(out[1], sinks=torch.randn(4, generator=g)))
         return out
 
     def check(self, world):
@@ -413,7 +452,17 @@ class Gloo(unittest.TestCase):
             kw["causal"] = "top_left" if kw["causal"] else None
             dim = 2 if kw["layout"] == "bhsd" else 1
             q, k, v, dout, dlse = cfg["tensors"]
-            fo, fl, fg = ringref.full_grads(q, k, v, dout, dlse=dlse, **kw)
+            sinks = cfg.get("sinks")
+            if sinks is None:
+                fo, fl, fg = ringref.full_grads(q, k, v, dout, dlse=dlse, **kw)
+            else:  # autograd through the reference, the sinks' gradient too
+                leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+                sl = sinks.double().requires_grad_()
+                fo, fl = ringref.fwd(*leaves, sinks=sl, **kw)
+                ((fo * dout).sum() + (fl.double() * dlse).sum()).backward()
+                fo, fl, fg = fo.detach(), fl.detach(), [t.grad for t in leaves]
+                for r in ranks:  # every rank holds the whole sum
+                    self.assertLess(_rel(r[i][5], sl.grad), 1e-5, "dsinks")
             got = [fjd.unshard([r[i][j] for r in ranks], order=cfg["order"],
                                dim=2 if j == 1 else dim) for j in range(5)]
             with self.subTest(config=i, order=cfg["order"], layout=kw["layout"]):
@@ -494,6 +543,33 @@ class SimulatedGPU(unittest.TestCase):
                         self.assertLess(e[1], 1e-3)
                         bound = 3e-2 if dtype == torch.bfloat16 else 1e-2
                         self.assertLess(max(e[2:]), bound)
+
+    def test_sinks_and_lse(self):
+        """Sinks (in the merge; their gradient the ranks' parts) and a loss
+        of out and lse (each step's backward takes its rows of dlse),
+        against flashjit.attention with the sinks over the whole
+        sequence."""
+        import flashjit
+        import flashjit.distributed as fjd
+        g = torch.Generator(device="cuda").manual_seed(7)
+        for world, order, causal in ((2, "zigzag", "top_left"), (3, "contiguous", None)):
+            with self.subTest(world=world, order=order, causal=causal):
+                q, dout = (torch.randn(2, 8, 600, 128, generator=g, device="cuda",
+                                       dtype=torch.bfloat16) for _ in range(2))
+                k, v = (torch.randn(2, 2, 600, 128, generator=g, device="cuda",
+                                    dtype=torch.bfloat16) for _ in range(2))
+                dlse = torch.randn(2, 8, 600, generator=g, device="cuda")
+                sinks = torch.randn(8, generator=g, device="cuda")
+                out, lse, grads = fjd._simulate(q, k, v, world, order=order, causal=causal,
+                                                dout=dout, dlse=dlse, sinks=sinks)
+                leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, sinks)]
+                fo, fl = flashjit.attention(*leaves[:3], sinks=leaves[3], causal=causal,
+                                            return_lse=True)
+                ((fo.float() * dout.float()).sum() + (fl * dlse).sum()).backward()
+                self.assertLess(_rel(out, fo), 1e-2)
+                self.assertLess((lse - fl).abs().max().item(), 1e-3)
+                for what, x, t in zip(("dq", "dk", "dv", "dsinks"), grads, leaves):
+                    self.assertLess(_rel(x, t.grad), 3e-2, what)
 
 
 @unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
