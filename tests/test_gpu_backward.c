@@ -378,6 +378,17 @@ static int plain_sm90(fj_ctx *ctx, fj_ctx **plain)
 /* The cases on the device's own target (sm_90a: the wgmma backward for
  * head dims 64 to 256), then, on an sm_90a device, again on plain sm_90,
  * whose backward is the mma family's. */
+/* Whether ctx's backward takes the case's head dim: a multiple of 16
+ * that is not one of 32 only on the wgmma family (sm_90a). */
+static int takes(fj_ctx *ctx, const bwd_case *bc)
+{
+  if (bc->d % 32 == 0 || !strcmp(fj_ctx_arch(ctx), "sm_90a"))
+    return 1;
+  printf("skip  d%d on %s: the mma backward takes multiples of 32\n", bc->d,
+         fj_ctx_arch(ctx));
+  return 0;
+}
+
 static int run_cases(const bwd_case *cases, size_t n)
 {
   fj_ctx *ctx;
@@ -386,8 +397,11 @@ static int run_cases(const bwd_case *cases, size_t n)
     return rc;
   uint64_t seed = 20261126;
   int fails = 0, runs = 0;
-  for (size_t i = 0; i < n; i++, runs++)
-    fails += run_backward(ctx, &cases[i], &seed);
+  for (size_t i = 0; i < n; i++)
+    if (takes(ctx, &cases[i])) {
+      fails += run_backward(ctx, &cases[i], &seed);
+      runs++;
+    }
   fj_ctx *plain;
   rc = plain_sm90(ctx, &plain);
   fj_ctx_destroy(ctx);
@@ -395,8 +409,11 @@ static int run_cases(const bwd_case *cases, size_t n)
     return rc;
   if (plain) {
     printf("the mma family (sm_90):\n");
-    for (size_t i = 0; i < n; i++, runs++)
-      fails += run_backward(plain, &cases[i], &seed);
+    for (size_t i = 0; i < n; i++)
+      if (takes(plain, &cases[i])) {
+        fails += run_backward(plain, &cases[i], &seed);
+        runs++;
+      }
     fj_ctx_destroy(plain);
   }
   printf("backward: %d runs, %d failed\n", runs, fails);
@@ -467,6 +484,13 @@ int test_gpu_backward(void)
       {3, 4, 2, 257, 257, 128, FJ_F16, BR, -1, 0, 1, 1, 0, {257, 0, 100}, {100, 50, 257}, {0}, 1},
       {1, 4, 2, 257, 100, 64, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 2},
       {1, 2, 2, 190, 130, 256, FJ_F16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 2},
+      /* head dims that are multiples of 16 but not 32, which the wgmma
+       * backward plans on sm_90a (padded to its 64-column panels; the mma
+       * family refuses them on plain sm_90) */
+      {1, 4, 2, 300, 300, 80, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 4, 257, 200, 112, FJ_F16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 200, 200, 144, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 190, 250, 240, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
   };
   return run_cases(cases, sizeof cases / sizeof cases[0]);
 }

@@ -24,8 +24,10 @@
 # those rows since the thirteenth session).
 #   l: the gradient through the returned log-sum-exp (fj_problem.dlse,
 #      the fourteenth session's, which had no device): gpu_backward (its
-#      four dlse cases: d64, d128 with sinks and rows that see no key,
-#      d256 softcap, varlen) and the package's
+#      six dlse cases: d64, d128 with sinks and rows that see no key,
+#      d256 softcap, varlen, NaN dlse at rows that see no key; and head
+#      dims 80, 112, 144, 240, which the wgmma backward plans but no test
+#      had run) and the package's
 #      test_gpu.Backward (test_lse_in_the_loss, test_parts_merged: two
 #      calls over parts of the keys merged by flashjit.merge, whose
 #      backward is new too) and test_ring (the ring with dlse); the
