@@ -402,6 +402,48 @@ class CachedCalls(Stubbed):
 
 
 @unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
+class FakeStridesMatch(Stubbed):
+    """The backward ops' fakes give the gradients the strides the calls
+    return: Inductor lays out what follows a custom op by its fake, so a
+    gradient whose strides differ reads wrong elements (or fails its
+    size_asserts)."""
+
+    def inputs(self):
+        # A fused QKV projection viewed as BHSD (q not dense: its copy is
+        # contiguous), a GQA broadcast k (strides 0) and a dense v.
+        qkv = torch.randn(2, 64, 3, 4, 64, dtype=BF16)
+        q = qkv[:, :, 0].transpose(1, 2)
+        k = torch.randn(2, 1, 64, 64, dtype=BF16).expand(2, 4, 64, 64)
+        v = torch.randn(2, 64, 4, 64, dtype=BF16).transpose(1, 2)
+        out = torch.empty(2, 4, 64, 64, dtype=BF16)
+        return torch.randn_like(out), q, k, v, out, torch.empty(2, 4, 64)
+
+    def same(self, real, fake):
+        self.assertEqual([(t.shape, t.stride(), t.dtype) for t in real],
+                         [(t.shape, t.stride(), t.dtype) for t in fake])
+
+    def test_attention_bwd(self):
+        args = self.inputs() + (capi.CAUSAL_TOP_LEFT, 0.0, capi.BHSD, -1, -1, 0.0)
+        self.same(fjt._attention_bwd(*args), fjt._attention_bwd_fake(*args))
+        self.assertEqual(self.launches(), 1)
+
+    def test_attention_bwd_mods(self):
+        args = self.inputs() + ([], calls.encode(calls.opts("dense", score_mod="s * 0.5f")))
+        self.same(fjt._attention_bwd_mods(*args), fjt._attention_bwd_mods_fake(*args))
+        self.assertEqual(self.launches(), 1)
+
+    def test_no_rows(self):
+        # No launch: the gradients as the fake lays them out all the same.
+        dout, q, k, v, out, lse = self.inputs()
+        args = (dout[:, :, :0], q[:, :, :0], k, v, out[:, :, :0], lse[:, :, :0])
+        dense = args + (capi.CAUSAL_NONE, 0.0, capi.BHSD, -1, -1, 0.0)
+        self.same(fjt._attention_bwd(*dense), fjt._attention_bwd_fake(*dense))
+        mods = args + ([], calls.encode(calls.opts("dense", score_mod="s * 0.5f")))
+        self.same(fjt._attention_bwd_mods(*mods), fjt._attention_bwd_mods_fake(*mods))
+        self.assertEqual(self.launches(), 0)
+
+
+@unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
 class ServingCalls(Stubbed):
     def varlen(self, lengths=(0, 30, 70, 0), hq=8, hk=2, d=128):
         total = sum(lengths)
