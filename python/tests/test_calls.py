@@ -263,6 +263,33 @@ class CachedCalls(Stubbed):
         self.assertEqual(self.plans(), 2)
         self.assertNotEqual(seen[0], self.rec.calls[0][1][1])
 
+    def test_threads_launch_their_own_pointers(self):
+        # Two threads, one signature (this thread's entry made first), their
+        # own sinks: each writes its pointer, then both wait inside the
+        # launch until the other has written its own; each launch still
+        # reads its own thread's.
+        q, k, v = qkv()
+        sinks = [torch.zeros(8), torch.ones(8)]
+        flashjit.attention(q, k, v, sinks=sinks[0])
+        met = threading.Barrier(2, timeout=10)
+        seen = {}
+
+        def launch(*args):
+            met.wait()
+            read = capi.Mods.from_address(capi.Problem.from_address(args[1]).mods).sinks
+            seen[threading.current_thread().name] = read
+            return 0
+
+        self.rec.fwd = launch
+        threads = [threading.Thread(target=flashjit.attention, args=(q, k, v),
+                                    kwargs={"sinks": s}, name=str(i))
+                   for i, s in enumerate(sinks)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(seen, {"0": sinks[0].data_ptr(), "1": sinks[1].data_ptr()})
+
     def test_capture_takes_a_pytorch_workspace(self):
         # A split decode needs a workspace: eagerly the context's (NULL), under
         # capture one from PyTorch's allocator, through the planned launch.
