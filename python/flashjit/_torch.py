@@ -594,6 +594,16 @@ def _dense(t):
     return True
 
 
+def grad_like(t):
+    """An empty gradient of q, k or v as the backward lays it out: in t's
+    strides where t is dense, else contiguous (the backward runs on a
+    contiguous copy of a broadcast or a strided view).  The backward ops'
+    fakes use it too: Inductor lays out what follows an op by its fake's
+    strides, and a fused QKV projection viewed as BHSD is no dense tensor,
+    whose torch.empty_like keeps its BSHD order."""
+    return torch.empty_like(t) if _dense(t) else t.new_empty(t.shape)
+
+
 def _heads_q(q, layout):
     """q's heads: packed (total_q, heads_q, head_dim) for FJ_THD."""
     return q.shape[1] if layout == capi.THD else _sizes(q, layout)[1]
@@ -638,7 +648,7 @@ def _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic=False, dlse=No
     if q.numel() == 0 or k.numel() == 0:
         # No rows, or no keys: the output depends on no input.
         hq = _heads_q(q, o.layout)
-        return (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v),
+        return (grad_like(q).zero_(), grad_like(k).zero_(), grad_like(v).zero_(),
                 torch.zeros((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32,
                             device=q.device))
     # The entry by the tensors as given, with which of q, k and v become
@@ -718,7 +728,7 @@ def _attention_bwd_fake(dout, q, k, v, out, lse, causal, scale, layout, window_l
                         cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0,
                         max_seqlen_k=0, dlse=None):
     hq = _heads_q(q, layout)
-    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+    return (grad_like(q), grad_like(k), grad_like(v),
             q.new_empty((hq,) if sinks is not None else (0,), dtype=torch.float32))
 
 
@@ -935,7 +945,7 @@ def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrad
     dparams, views = _dparams_views(o, extras, pgrads, q.device)
     if q.numel() == 0:
         hq = _heads_q(q, o.layout)
-        return (torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v),
+        return (grad_like(q), grad_like(k).zero_(), grad_like(v).zero_(),
                 torch.zeros((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32,
                             device=q.device), dparams)
     meta = calls.meta
@@ -976,7 +986,7 @@ def _attention_bwd_mods_fake(dout, q, k, v, out, lse, extra, opts, deterministic
     o = calls.decode(opts)
     hq = _heads_q(q, o.layout)  # packed q for varlen
     n = sum(extra[r].numel() for _, r in _pgrad_params(o, pgrads))
-    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+    return (grad_like(q), grad_like(k), grad_like(v),
             q.new_empty((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32),
             q.new_empty((n,), dtype=torch.float32))
 

@@ -263,6 +263,33 @@ class CachedCalls(Stubbed):
         self.assertEqual(self.plans(), 2)
         self.assertNotEqual(seen[0], self.rec.calls[0][1][1])
 
+    def test_threads_launch_their_own_pointers(self):
+        # Two threads, one signature (this thread's entry made first), their
+        # own sinks: each writes its pointer, then both wait inside the
+        # launch until the other has written its own; each launch still
+        # reads its own thread's.
+        q, k, v = qkv()
+        sinks = [torch.zeros(8), torch.ones(8)]
+        flashjit.attention(q, k, v, sinks=sinks[0])
+        met = threading.Barrier(2, timeout=10)
+        seen = {}
+
+        def launch(*args):
+            met.wait()
+            read = capi.Mods.from_address(capi.Problem.from_address(args[1]).mods).sinks
+            seen[threading.current_thread().name] = read
+            return 0
+
+        self.rec.fwd = launch
+        threads = [threading.Thread(target=flashjit.attention, args=(q, k, v),
+                                    kwargs={"sinks": s}, name=str(i))
+                   for i, s in enumerate(sinks)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(seen, {"0": sinks[0].data_ptr(), "1": sinks[1].data_ptr()})
+
     def test_capture_takes_a_pytorch_workspace(self):
         # A split decode needs a workspace: eagerly the context's (NULL), under
         # capture one from PyTorch's allocator, through the planned launch.
@@ -399,6 +426,48 @@ class CachedCalls(Stubbed):
         name, a, p = self.rec.calls[-1]
         self.assertEqual(name, "bwd_run")
         self.assertEqual(capi.Mods.from_address(p.mods).sinks, sinks.data_ptr())
+
+
+@unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
+class FakeStridesMatch(Stubbed):
+    """The backward ops' fakes give the gradients the strides the calls
+    return: Inductor lays out what follows a custom op by its fake, so a
+    gradient whose strides differ reads wrong elements (or fails its
+    size_asserts)."""
+
+    def inputs(self):
+        # A fused QKV projection viewed as BHSD (q not dense: its copy is
+        # contiguous), a GQA broadcast k (strides 0) and a dense v.
+        qkv = torch.randn(2, 64, 3, 4, 64, dtype=BF16)
+        q = qkv[:, :, 0].transpose(1, 2)
+        k = torch.randn(2, 1, 64, 64, dtype=BF16).expand(2, 4, 64, 64)
+        v = torch.randn(2, 64, 4, 64, dtype=BF16).transpose(1, 2)
+        out = torch.empty(2, 4, 64, 64, dtype=BF16)
+        return torch.randn_like(out), q, k, v, out, torch.empty(2, 4, 64)
+
+    def same(self, real, fake):
+        self.assertEqual([(t.shape, t.stride(), t.dtype) for t in real],
+                         [(t.shape, t.stride(), t.dtype) for t in fake])
+
+    def test_attention_bwd(self):
+        args = self.inputs() + (capi.CAUSAL_TOP_LEFT, 0.0, capi.BHSD, -1, -1, 0.0)
+        self.same(fjt._attention_bwd(*args), fjt._attention_bwd_fake(*args))
+        self.assertEqual(self.launches(), 1)
+
+    def test_attention_bwd_mods(self):
+        args = self.inputs() + ([], calls.encode(calls.opts("dense", score_mod="s * 0.5f")))
+        self.same(fjt._attention_bwd_mods(*args), fjt._attention_bwd_mods_fake(*args))
+        self.assertEqual(self.launches(), 1)
+
+    def test_no_rows(self):
+        # No launch: the gradients as the fake lays them out all the same.
+        dout, q, k, v, out, lse = self.inputs()
+        args = (dout[:, :, :0], q[:, :, :0], k, v, out[:, :, :0], lse[:, :, :0])
+        dense = args + (capi.CAUSAL_NONE, 0.0, capi.BHSD, -1, -1, 0.0)
+        self.same(fjt._attention_bwd(*dense), fjt._attention_bwd_fake(*dense))
+        mods = args + ([], calls.encode(calls.opts("dense", score_mod="s * 0.5f")))
+        self.same(fjt._attention_bwd_mods(*mods), fjt._attention_bwd_mods_fake(*mods))
+        self.assertEqual(self.launches(), 0)
 
 
 @unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
