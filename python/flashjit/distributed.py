@@ -495,6 +495,7 @@ def ring_attention(q, k, v, group=None, *, causal=None, window=None, softcap=Non
     schedule and the transport run on CPU tensors (Gloo) without a GPU.
     """
     spec = _spec(q, k, v, causal, window, softcap, scale, layout, _attention)
+    _check_sinks(sinks, q, spec)  # before any collective: every rank refuses alike
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError(f"{_WHO}: torch.distributed is not initialized "
                            "(dist.init_process_group, e.g. under torchrun)")
@@ -504,7 +505,6 @@ def ring_attention(q, k, v, group=None, *, causal=None, window=None, softcap=Non
     steps = _plan(layout_, spec.mask)[rank]
     run = _Run(_Comm(group, rank, world), rank, lens, steps, spec)
     k, v = k.contiguous(), v.contiguous()  # they travel: point-to-point wants them dense
-    _check_sinks(sinks, q, spec)
     out, lse = _RingFunction.apply(q, k, v, sinks, run)
     return (out, lse) if return_lse else out
 

@@ -347,6 +347,10 @@ class SimulatedCPU(unittest.TestCase):
                 self.assertTrue(torch.allclose(lse, fl.detach(), atol=1e-5))
                 for what, x, t in zip(("dq", "dk", "dv", "dsinks"), grads, leaves + [sl]):
                     self.assertLess(_rel(x, t.grad), 1e-5, what)
+        q = torch.zeros(1, 4, 8, 8, dtype=torch.float64)
+        for bad in (torch.zeros(3), torch.zeros(4, dtype=torch.float64), 0.5):
+            with self.assertRaisesRegex(ValueError, r"sinks must be a float32 tensor \(4,\)"):
+                fjd._simulate(q, q, q, 2, sinks=bad, _attention=ringref.HOOK)
 
     def test_reference_dlse_against_autograd(self):
         """ringref.bwd's dlse term: the gradient of sum(dout * out) +
