@@ -253,6 +253,18 @@ def step_calls(q_segs, k_segs, mask):
     return tuple(_call(b, band) for b, band in boxes)
 
 
+def cross_plan(q_lens, kv_lens):
+    """plan() without a mask where the queries and the keys are other
+    positions (cross-attention: rank r holds q_lens[r] queries and
+    kv_lens[r] keys): at each step one call of all the rank's rows over
+    the whole shard it holds, none where either is empty."""
+    world = len(q_lens)
+    return tuple(tuple(((Call(0, q_lens[r], 0, kv_lens[ring_source(r, s, world)], None, None),)
+                        if q_lens[r] and kv_lens[ring_source(r, s, world)] else ())
+                       for s in range(world))
+                 for r in range(world))
+
+
 def plan(layout, mask):
     """plan[r][s]: the calls of rank r at step s (a tuple, maybe empty),
     for every rank and every step of the ring."""

@@ -293,6 +293,7 @@ class _Run:
     lengths, the schedule, the calls' spec, the transport."""
 
     def __init__(self, comm, rank, lens, steps, spec):
+        """lens: every rank's K/V length (the shards that travel)."""
         self.comm, self.rank, self.lens, self.steps, self.spec = comm, rank, lens, steps, spec
 
     @property
@@ -387,11 +388,10 @@ def _spec(q, k, v, causal, window, softcap, scale, layout, attention):
                              f"{getattr(t, 'shape', type(t).__name__)}")
     bq, hq, sq, dq = _dims(q, lay)
     bk, hk, sk, dk = _dims(k, lay)
-    if tuple(k.shape) != tuple(v.shape) or bq != bk or dq != dk or sq != sk:
+    if tuple(k.shape) != tuple(v.shape) or bq != bk or dq != dk:
         raise ValueError(f"{_WHO}: q {tuple(q.shape)}, k {tuple(k.shape)} and v "
-                         f"{tuple(v.shape)} must be one rank's shard of the same positions "
-                         f"(layout '{lay}': equal batch, sequence and head dim; k and v "
-                         "alike)")
+                         f"{tuple(v.shape)} must be one rank's shards (layout '{lay}': equal "
+                         "batch and head dim; k and v alike)")
     if hk == 0 or hq % hk:
         raise ValueError(f"{_WHO}: q has {hq} heads and k, v {hk}: the query heads must be a "
                          "multiple of the KV heads (GQA)")
@@ -407,6 +407,10 @@ def _spec(q, k, v, causal, window, softcap, scale, layout, attention):
         raise ValueError(f"{_WHO}: window={window!r} must be a pair (left, right); -1 leaves "
                          "a side unbounded")
     mask = _ring.mask_of(c, left, right)
+    if sq != sk and mask != _ring.mask_of(False):
+        raise ValueError(f"{_WHO}: q holds {sq} positions and k, v {sk}: a causal mask or "
+                         "a window needs the keys of the queries' positions (cross-attention, "
+                         "other positions, takes neither)")
     if softcap is not None:
         if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
             raise TypeError(f"{_WHO}: softcap must be a number or None, not {softcap!r}")
@@ -429,29 +433,62 @@ def _check_sinks(sinks, q, spec):
                          f"{tuple(getattr(sinks, 'shape', ()))}")
 
 
-def _lengths(q, spec, group, world, rank, shard_lens):
-    """Every rank's length: shard_lens, checked against this rank's, or
-    gathered from the ranks (one all_gather)."""
-    n = q.shape[spec.seq_dim]
-    if shard_lens is not None:
-        lens = tuple(shard_lens)
-        if len(lens) != world or any(isinstance(x, bool) or not isinstance(x, int) or x < 0
-                                     for x in lens):
-            raise ValueError(f"{_WHO}: shard_lens={shard_lens!r} must be {world} ints >= 0, "
-                             "one a rank")
-        if lens[rank] != n:
-            raise ValueError(f"{_WHO}: shard_lens[{rank}] = {lens[rank]} but rank {rank} holds "
-                             f"{n} positions")
-        return lens
-    mine = torch.tensor([n], dtype=torch.int64, device=q.device)
-    every = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(every, mine, group=group)
-    return tuple(int(t.item()) for t in every)
+def _given_lens(name, lens, world, rank, n, what):
+    """A lengths argument, checked against this rank's n."""
+    out = tuple(lens)
+    if len(out) != world or any(isinstance(x, bool) or not isinstance(x, int) or x < 0
+                                for x in out):
+        raise ValueError(f"{_WHO}: {name}={lens!r} must be {world} ints >= 0, one a rank")
+    if out[rank] != n:
+        raise ValueError(f"{_WHO}: {name}[{rank}] = {out[rank]} but rank {rank} holds {n} "
+                         f"{what}")
+    return out
+
+
+def _lengths(q, k, spec, group, world, rank, shard_lens, kv_shard_lens):
+    """(every rank's query length, every rank's K/V length): the
+    arguments, checked against this rank's, or gathered from the ranks
+    (one all_gather of both).  Without kv_shard_lens the keys are the
+    queries' positions where shard_lens is given."""
+    nq, nk = q.shape[spec.seq_dim], k.shape[spec.seq_dim]
+    gathered = None
+    if shard_lens is None:
+        mine = torch.tensor([nq, nk], dtype=torch.int64, device=q.device)
+        every = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(every, mine, group=group)
+        gathered = [tuple(int(x) for x in t.tolist()) for t in every]
+        q_lens = tuple(g[0] for g in gathered)
+    else:
+        q_lens = _given_lens("shard_lens", shard_lens, world, rank, nq, "query positions")
+    if kv_shard_lens is not None:
+        kv_lens = _given_lens("kv_shard_lens", kv_shard_lens, world, rank, nk,
+                              "key/value positions")
+    elif gathered is not None:
+        kv_lens = tuple(g[1] for g in gathered)
+    else:
+        kv_lens = _given_lens("shard_lens", shard_lens, world, rank, nk,
+                              "key/value positions (kv_shard_lens: other ones)")
+    return q_lens, kv_lens
+
+
+def _schedule(order, q_lens, kv_lens, mask):
+    """Every rank's steps: plan() over the order's layout where the keys
+    are the queries' positions, cross_plan() where they are not (no mask:
+    _spec refuses one there)."""
+    _layout(_order(order), q_lens)
+    if tuple(kv_lens) == tuple(q_lens):
+        return _plan(_layout(order, q_lens), mask)
+    if mask != _ring.mask_of(False):
+        raise ValueError(f"{_WHO}: the ranks hold {list(q_lens)} query positions and "
+                         f"{list(kv_lens)} key/value positions: a causal mask or a window "
+                         "needs the keys of the queries' positions")
+    _layout(order, kv_lens)
+    return _ring.cross_plan(tuple(q_lens), tuple(kv_lens))
 
 
 def ring_attention(q, k, v, group=None, *, causal=None, window=None, softcap=None,
                    scale=None, layout="bhsd", order="contiguous", shard_lens=None,
-                   return_lse=False, sinks=None, _attention=None):
+                   kv_shard_lens=None, return_lse=False, sinks=None, _attention=None):
     """Attention over a sequence whose positions are spread over the ranks
     of `group` (torch.distributed; None: the default group): this rank's
     rows of softmax(scale * Q K^T [masked]) V over the whole sequence.
@@ -465,6 +502,12 @@ def ring_attention(q, k, v, group=None, *, causal=None, window=None, softcap=Non
     (flashjit.distributed.shard cuts a full tensor so), which balances a
     causal mask's work.  shard_lens: every rank's length, in rank order;
     None gathers them (one all_gather a call).
+
+    Cross-attention: without a causal mask or a window, k and v may hold
+    other positions than q (an encoder's keys, say), each rank its shard
+    of them (kv_shard_lens: every rank's K/V length where shard_lens is
+    given; else gathered with the queries'): each step attends the rank's
+    rows to the whole shard it holds.
 
     causal (None, True, "top_left", "bottom_right": one mask here, the
     sequence being both the queries and the keys), window=(left, right),
@@ -500,10 +543,9 @@ def ring_attention(q, k, v, group=None, *, causal=None, window=None, softcap=Non
         raise RuntimeError(f"{_WHO}: torch.distributed is not initialized "
                            "(dist.init_process_group, e.g. under torchrun)")
     world, rank = dist.get_world_size(group), dist.get_rank(group)
-    lens = _lengths(q, spec, group, world, rank, shard_lens)
-    layout_ = _layout(_order(order), lens)
-    steps = _plan(layout_, spec.mask)[rank]
-    run = _Run(_Comm(group, rank, world), rank, lens, steps, spec)
+    q_lens, kv_lens = _lengths(q, k, spec, group, world, rank, shard_lens, kv_shard_lens)
+    steps = _schedule(order, q_lens, kv_lens, spec.mask)[rank]
+    run = _Run(_Comm(group, rank, world), rank, kv_lens, steps, spec)
     k, v = k.contiguous(), v.contiguous()  # they travel: point-to-point wants them dense
     out, lse = _RingFunction.apply(q, k, v, sinks, run)
     return (out, lse) if return_lse else out
@@ -511,9 +553,9 @@ def ring_attention(q, k, v, group=None, *, causal=None, window=None, softcap=Non
 
 # ---- the ring simulated in one process (tests) ---------------------------------------------
 
-def _simulate(q, k, v, world, *, order="contiguous", shard_lens=None, causal=None, window=None,
-              softcap=None, scale=None, layout="bhsd", dout=None, dlse=None, sinks=None,
-              _attention=None):
+def _simulate(q, k, v, world, *, order="contiguous", shard_lens=None, kv_shard_lens=None,
+              causal=None, window=None, softcap=None, scale=None, layout="bhsd", dout=None,
+              dlse=None, sinks=None, _attention=None):
     """ring_attention over `world` simulated ranks in one process, on full
     tensors: each rank's shard cut by shard(), the same schedule, the same
     per-rank classes and merges, the shards and the dK/dV sums passed by
@@ -525,9 +567,13 @@ def _simulate(q, k, v, world, *, order="contiguous", shard_lens=None, causal=Non
     _check_sinks(sinks, q, spec)
     dim = spec.seq_dim
     cut = functools.partial(shard, world=world, order=order, dim=dim, shard_lens=shard_lens)
-    qs, ks, vs = ([cut(t, rank=r) for r in range(world)] for t in (q, k, v))
-    lens = tuple(t.shape[dim] for t in qs)
-    plan = _plan(_layout(_order(order), lens), spec.mask)
+    cut_kv = functools.partial(shard, world=world, order=order, dim=dim,
+                               shard_lens=kv_shard_lens if kv_shard_lens is not None else
+                               shard_lens if k.shape[dim] == q.shape[dim] else None)
+    qs = [cut(q, rank=r) for r in range(world)]
+    ks, vs = ([cut_kv(t, rank=r) for r in range(world)] for t in (k, v))
+    lens = tuple(t.shape[dim] for t in ks)
+    plan = _schedule(order, tuple(t.shape[dim] for t in qs), lens, spec.mask)
     fwds = [_RankFwd(qs[r], plan[r], spec) for r in range(world)]
     for s in range(world):
         for r in range(world):

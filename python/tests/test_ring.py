@@ -352,6 +352,47 @@ class SimulatedCPU(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, r"sinks must be a float32 tensor \(4,\)"):
                 fjd._simulate(q, q, q, 2, sinks=bad, _attention=ringref.HOOK)
 
+    def test_cross_attention(self):
+        """Keys of other positions than the queries (no mask), each rank
+        its shard of both, uneven and empty ones: the ring against the
+        whole reference, forward and backward with a loss of out and
+        lse."""
+        import flashjit.distributed as fjd
+        import ringref
+        g = torch.Generator().manual_seed(6)
+        for world, q_lens, kv_lens, hq, hk, cap, layout in (
+                (1, [9], [20], 2, 2, None, "bhsd"),
+                (2, [7, 5], [30, 11], 4, 2, 2.5, "bshd"),
+                (3, [6, 0, 9], [0, 17, 4], 4, 1, None, "bhsd"),
+                (4, [3, 8, 0, 5], [10, 10, 10, 2], 2, 2, None, "bshd")):
+            with self.subTest(world=world, q_lens=q_lens, kv_lens=kv_lens):
+                sq, sk = sum(q_lens), sum(kv_lens)
+
+                def shape(h, s):
+                    return (2, h, s, 8) if layout == "bhsd" else (2, s, h, 8)
+                q, dout = (torch.randn(shape(hq, sq), generator=g, dtype=torch.float64)
+                           for _ in range(2))
+                k, v = (torch.randn(shape(hk, sk), generator=g, dtype=torch.float64)
+                        for _ in range(2))
+                dlse = torch.randn(2, hq, sq, generator=g, dtype=torch.float64)
+                mask = dict(softcap=cap, layout=layout)
+                out, lse, grads = fjd._simulate(q, k, v, world, shard_lens=q_lens,
+                                                kv_shard_lens=kv_lens, dout=dout, dlse=dlse,
+                                                _attention=ringref.HOOK, **mask)
+                fo, fl, fg = ringref.full_grads(q, k, v, dout, dlse=dlse, **mask)
+                self.assertLess(_rel(out, fo), 1e-6)
+                self.assertTrue(torch.allclose(lse, fl, atol=1e-5))
+                for what, x, y in zip(("dq", "dk", "dv"), grads, fg):
+                    self.assertLess(_rel(x, y), 1e-6, what)
+        q, k = torch.zeros(1, 2, 8, 8), torch.zeros(1, 2, 12, 8)
+        with self.assertRaisesRegex(ValueError, r"q holds 8 positions and k, v 12: a causal "
+                                                r"mask or a window needs"):
+            fjd._simulate(q, k, k, 2, causal=True, _attention=ringref.HOOK)
+        with self.assertRaisesRegex(ValueError, r"ranks hold \[4, 4\] query positions and "
+                                                r"\[6, 2\] key/value positions: a causal mask"):
+            fjd._simulate(q, q, q, 2, shard_lens=[4, 4], kv_shard_lens=[6, 2],
+                          window=(2, 2), _attention=ringref.HOOK)
+
     def test_reference_dlse_against_autograd(self):
         """ringref.bwd's dlse term: the gradient of sum(dout * out) +
         sum(dlse * lse) by torch's autograd through ringref.fwd."""
@@ -390,8 +431,11 @@ def _gloo_rank(rank, world, path, configs):
     for cfg in configs:
         order, lens, tensors, kw = cfg["order"], cfg["lens"], cfg["tensors"], cfg["kw"]
         dim = 2 if kw.get("layout", "bhsd") == "bhsd" else 1
-        q, k, v, dout = (fjd.shard(t, world, rank, order=order, dim=dim, shard_lens=lens)
-                         for t in tensors[:4])
+        kv_lens = cfg.get("kv_lens", lens)
+        q, dout = (fjd.shard(t, world, rank, order=order, dim=dim, shard_lens=lens)
+                   for t in (tensors[0], tensors[3]))
+        k, v = (fjd.shard(t, world, rank, order=order, dim=dim, shard_lens=kv_lens)
+                for t in tensors[1:3])
         dlse = fjd.shard(tensors[4], world, rank, order=order, dim=2, shard_lens=lens)
         sinks = cfg.get("sinks")
         sinks = None if sinks is None else sinks.clone().requires_grad_()
@@ -444,6 +488,16 @@ class Gloo(unittest.TestCase):
         # Sinks (their gradient summed over the ranks by all_reduce), on the
         # second config's shapes.
         out.append(dict(out[1], sinks=torch.randn(4, generator=g)))
+        # Cross-attention: K/V of other positions, their lengths gathered
+        # with the queries' (one all_gather of both).
+        q_lens, kv_lens = ([5, 0, 9, 4], [3, 3, 0, 11]) if world == 4 else ([5, 9], [13, 4])
+        sq, sk = sum(q_lens), sum(kv_lens)
+        tensors = [torch.randn(1, h, s, 8, generator=g, dtype=torch.float64)
+                   for h, s in ((4, sq), (2, sk), (2, sk), (4, sq))]
+        tensors.append(torch.randn((1, 4, sq), generator=g, dtype=torch.float64))
+        out.append(dict(order="contiguous", lens=q_lens, kv_lens=kv_lens, tensors=tensors,
+                        kw=dict(causal=False, window=None, softcap=None, layout="bhsd"),
+                        shard_lens=None))
         return out
 
     def check(self, world):
@@ -547,6 +601,30 @@ class SimulatedGPU(unittest.TestCase):
                         self.assertLess(e[1], 1e-3)
                         bound = 3e-2 if dtype == torch.bfloat16 else 1e-2
                         self.assertLess(max(e[2:]), bound)
+
+    def test_cross_attention(self):
+        """Keys of other positions (no mask), each rank its shard of both,
+        against flashjit.attention over the whole of them."""
+        import flashjit
+        import flashjit.distributed as fjd
+        g = torch.Generator(device="cuda").manual_seed(8)
+        for world, q_lens, kv_lens in ((2, [300, 212], [1000, 24]), (3, [0, 256, 100],
+                                                                      [333, 0, 600])):
+            with self.subTest(world=world):
+                def rand(h, s):
+                    return torch.randn(1, h, s, 128, generator=g, device="cuda",
+                                       dtype=torch.bfloat16)
+                q, dout = rand(8, sum(q_lens)), rand(8, sum(q_lens))
+                k, v = rand(2, sum(kv_lens)), rand(2, sum(kv_lens))
+                out, lse, grads = fjd._simulate(q, k, v, world, shard_lens=q_lens,
+                                                kv_shard_lens=kv_lens, dout=dout)
+                leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+                fo, fl = flashjit.attention(*leaves, return_lse=True)
+                fo.backward(dout)
+                self.assertLess(_rel(out, fo), 1e-2)
+                self.assertLess((lse - fl).abs().max().item(), 1e-3)
+                for what, x, t in zip(("dq", "dk", "dv"), grads, leaves):
+                    self.assertLess(_rel(x, t.grad), 3e-2, what)
 
     def test_sinks_and_lse(self):
         """Sinks (in the merge; their gradient the ranks' parts) and a loss
