@@ -208,12 +208,13 @@ class _RankFwd:
 def _sink_grad(out, dout, lse, dlse, sinks, layout):
     """This rank's rows' part of the sinks' gradient (float32 (heads_q,)):
     a sink enters only its rows' denominators, so d sink[h] = -sum over
-    rows of exp(sink[h] - lse) (rowsum(dO o O) - dlse)."""
+    rows of exp(sink[h] - lse) (rowsum(dO o O) - dlse); 0 for a row of
+    lse -inf (a sink of -inf that saw nothing)."""
     o, do = (t.float() if layout == "bhsd" else t.float().transpose(1, 2) for t in (out, dout))
     delta = (o * do).sum(-1)
     if dlse is not None:
         delta = delta - dlse.float()
-    w = torch.exp(sinks.float().view(1, -1, 1) - lse.float())
+    w = torch.exp(sinks.float().view(1, -1, 1) - lse.float()).nan_to_num_(0.0)
     return -(w * delta).sum((0, 2))
 
 
@@ -368,12 +369,10 @@ class _RingFunction(torch.autograd.Function):
         dq, dk, dv = ctx.run.backward(q, k, v, out, lse, dout.contiguous(), dlse)
         dsinks = None
         if sinks is not None and ctx.needs_input_grad[3]:
-            # Every rank's rows: summed over the group (each rank calls this
-            # backward, so each takes part).
+            # This rank's rows' part, as its dq, dk and dv carry its rows'
+            # part into the weights: the trainer's reduction over the group
+            # sums the ranks' parts (a sum here would be counted world times).
             dsinks = _sink_grad(out, dout, lse, dlse, sinks, ctx.run.spec.layout)
-            if ctx.run.world > 1:
-                dist.all_reduce(dsinks, group=ctx.run.comm.group)
-            dsinks = dsinks.to(sinks.dtype)
         return dq, dk, dv, dsinks, None
 
 
@@ -407,10 +406,6 @@ def _spec(q, k, v, causal, window, softcap, scale, layout, attention):
         raise ValueError(f"{_WHO}: window={window!r} must be a pair (left, right); -1 leaves "
                          "a side unbounded")
     mask = _ring.mask_of(c, left, right)
-    if sq != sk and mask != _ring.mask_of(False):
-        raise ValueError(f"{_WHO}: q holds {sq} positions and k, v {sk}: a causal mask or "
-                         "a window needs the keys of the queries' positions (cross-attention, "
-                         "other positions, takes neither)")
     if softcap is not None:
         if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
             raise TypeError(f"{_WHO}: softcap must be a number or None, not {softcap!r}")
@@ -422,15 +417,20 @@ def _spec(q, k, v, causal, window, softcap, scale, layout, attention):
 
 
 def _check_sinks(sinks, q, spec):
-    """sinks: None, or float32 (heads_q,) on q's device (one line else)."""
+    """sinks: None, or float32 (heads_q,) on q's kind of device (one line
+    else); returned on q's device itself (differentiably).  What every
+    rank checks alike: a sink on another GPU than the rank's is moved,
+    not refused on some ranks only (the others would wait in the ring)."""
     if sinks is None:
-        return
+        return None
     heads = _dims(q, spec.layout)[1]
     if (not isinstance(sinks, torch.Tensor) or sinks.dtype != torch.float32 or
-            tuple(sinks.shape) != (heads,) or sinks.device != q.device):
-        raise ValueError(f"{_WHO}: sinks must be a float32 tensor ({heads},) on {q.device}, "
-                         f"not {getattr(sinks, 'dtype', type(sinks).__name__)} "
+            tuple(sinks.shape) != (heads,) or sinks.device.type != q.device.type):
+        raise ValueError(f"{_WHO}: sinks must be a float32 tensor ({heads},) on a "
+                         f"{q.device.type} device, not "
+                         f"{getattr(sinks, 'dtype', type(sinks).__name__)} "
                          f"{tuple(getattr(sinks, 'shape', ()))}")
+    return sinks.to(q.device)
 
 
 def _given_lens(name, lens, world, rank, n, what):
@@ -460,11 +460,16 @@ def _lengths(q, k, spec, group, world, rank, shard_lens, kv_shard_lens):
         q_lens = tuple(g[0] for g in gathered)
     else:
         q_lens = _given_lens("shard_lens", shard_lens, world, rank, nq, "query positions")
-    if kv_shard_lens is not None:
+    if gathered is not None:
+        # The gathered lengths are every rank's: an argument that disagrees
+        # is refused on every rank alike.
+        kv_lens = tuple(g[1] for g in gathered)
+        if kv_shard_lens is not None and tuple(kv_shard_lens) != kv_lens:
+            raise ValueError(f"{_WHO}: kv_shard_lens={kv_shard_lens!r} but the ranks hold "
+                             f"{list(kv_lens)} key/value positions")
+    elif kv_shard_lens is not None:
         kv_lens = _given_lens("kv_shard_lens", kv_shard_lens, world, rank, nk,
                               "key/value positions")
-    elif gathered is not None:
-        kv_lens = tuple(g[1] for g in gathered)
     else:
         kv_lens = _given_lens("shard_lens", shard_lens, world, rank, nk,
                               "key/value positions (kv_shard_lens: other ones)")
@@ -477,13 +482,19 @@ def _schedule(order, q_lens, kv_lens, mask):
     _spec refuses one there)."""
     _layout(_order(order), q_lens)
     if tuple(kv_lens) == tuple(q_lens):
-        return _plan(_layout(order, q_lens), mask)
-    if mask != _ring.mask_of(False):
+        plan = _plan(_layout(order, q_lens), mask)
+    elif mask != _ring.mask_of(False):
         raise ValueError(f"{_WHO}: the ranks hold {list(q_lens)} query positions and "
                          f"{list(kv_lens)} key/value positions: a causal mask or a window "
                          "needs the keys of the queries' positions")
-    _layout(order, kv_lens)
-    return _ring.cross_plan(tuple(q_lens), tuple(kv_lens))
+    else:  # the keys' order does not matter without a mask
+        plan = _ring.cross_plan(tuple(q_lens), tuple(kv_lens))
+    # Every rank's count, so that every rank refuses alike.
+    nparts = max(sum(len(c) for c in steps) for steps in plan)
+    if nparts > capi.SPLITS_MAX:
+        raise ValueError(f"{_WHO}: {nparts} attention calls on one rank: at most "
+                         f"{capi.SPLITS_MAX} merge at once (fewer ranks, or contiguous shards)")
+    return plan
 
 
 def ring_attention(q, k, v, group=None, *, causal=None, window=None, softcap=None,
@@ -515,9 +526,10 @@ def ring_attention(q, k, v, group=None, *, causal=None, window=None, softcap=Non
     sequence.  return_lse: also this rank's rows' natural-log sum-exp,
     float32 (batch, heads_q, rows).  sinks: float32 (heads_q,) logits on
     q's device, the same on every rank, that join each row's denominator
-    once (flashjit.attention's): the merge adds them, and their gradient
-    (where they require grad, on every rank alike) is summed over the
-    group by one all_reduce.
+    once (flashjit.attention's): the merge adds them, and each rank's
+    sinks.grad is its rows' part (as the weights' gradients through q, k
+    and v are: the data- and context-parallel reduction of a trainer sums
+    them over the ranks).
 
     K and V go around the ring (torch.distributed.batch_isend_irecv, on the
     process group's stream, while flashjit.attention computes the held
@@ -538,7 +550,7 @@ def ring_attention(q, k, v, group=None, *, causal=None, window=None, softcap=Non
     schedule and the transport run on CPU tensors (Gloo) without a GPU.
     """
     spec = _spec(q, k, v, causal, window, softcap, scale, layout, _attention)
-    _check_sinks(sinks, q, spec)  # before any collective: every rank refuses alike
+    sinks = _check_sinks(sinks, q, spec)  # before any collective: every rank refuses alike
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError(f"{_WHO}: torch.distributed is not initialized "
                            "(dist.init_process_group, e.g. under torchrun)")
@@ -564,7 +576,7 @@ def _simulate(q, k, v, world, *, order="contiguous", shard_lens=None, kv_shard_l
     any) also (dq, dk, dv), and with sinks dsinks after them (the ranks'
     parts summed in rank order)."""
     spec = _spec(q, k, v, causal, window, softcap, scale, layout, _attention)
-    _check_sinks(sinks, q, spec)
+    sinks = _check_sinks(sinks, q, spec)
     dim = spec.seq_dim
     cut = functools.partial(shard, world=world, order=order, dim=dim, shard_lens=shard_lens)
     cut_kv = functools.partial(shard, world=world, order=order, dim=dim,
