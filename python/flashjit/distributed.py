@@ -512,7 +512,9 @@ def ring_attention(q, k, v, group=None, *, causal=None, window=None, softcap=Non
     2 x world chunks and rank r holding chunks r and 2 world - 1 - r
     (flashjit.distributed.shard cuts a full tensor so), which balances a
     causal mask's work.  shard_lens: every rank's length, in rank order;
-    None gathers them (one all_gather a call).
+    None gathers them (one all_gather a call).  Given, they must be the
+    same list on every rank: a rank whose own length disagrees refuses
+    alone, and the others then wait in the ring.
 
     Cross-attention: without a causal mask or a window, k and v may hold
     other positions than q (an encoder's keys, say), each rank its shard
