@@ -244,7 +244,8 @@ static void describe(const parser *p, int pos, int end, char *out, size_t n)
   } else if (c == '\'' && end == pos + 1) {
     snprintf(out, n, "\"'\"");
   } else {
-    int len = end - pos > 32 ? 32 : end - pos;
+    /* end > pos here; clamped both ways so that the compiler sees it */
+    int len = end - pos > 32 ? 32 : end - pos < 0 ? 0 : end - pos;
     char shown[33];
     for (int k = 0; k < len; k++)
       shown[k] = is_space(p->text[pos + k]) ? ' ' : p->text[pos + k];
