@@ -403,23 +403,6 @@ static int write_atomic(const fj_cache *c, const char *name,
   return fj__write_replace(tmp, path, 0644, parts, sizes, n);
 }
 
-static uint64_t entry_checksum(const char *kind, const char *label,
-                               const char *key, const void *payload,
-                               size_t len)
-{
-  fj_buf b = {0};
-  if (fj__buf_append(&b, kind, strlen(kind)) ||
-      fj__buf_append(&b, label, strlen(label)) ||
-      fj__buf_append(&b, key, strlen(key)) ||
-      fj__buf_append(&b, payload, len)) {
-    fj__buf_free(&b);
-    return 0;
-  }
-  uint64_t sum = fj__hash64(b.data, b.len);
-  fj__buf_free(&b);
-  return sum;
-}
-
 void fj__cache_store(fj_ctx *ctx, const char *kind, const char *label,
                      const fj_cache_key *key, const void *payload, size_t len)
 {
@@ -433,9 +416,12 @@ void fj__cache_store(fj_ctx *ctx, const char *kind, const char *label,
   h.label_len = (uint32_t)strlen(label);
   h.key_len = (uint32_t)strlen(key->text);
   h.payload_len = len;
-  h.checksum = entry_checksum(kind, label, key->text, payload, len);
   const void *parts[] = {&h, kind, label, key->text, payload};
   size_t sizes[] = {sizeof h, h.kind_len, h.label_len, h.key_len, len};
+  /* Hashed in place: a copy that memory could not hold once gave the
+   * entry a checksum of 0, written as a corrupt entry (and, in a kernel
+   * package, sealed as one). */
+  h.checksum = fj__hash64_parts(parts + 1, sizes + 1, FJ_ARRAY_LEN(parts) - 1);
   char name[64], path[4200];
   snprintf(name, sizeof name, "%s%s", key->hex, ENTRY_SUFFIX);
   if (write_atomic(c, name, parts, sizes, FJ_ARRAY_LEN(parts)) != 0) {

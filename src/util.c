@@ -267,6 +267,17 @@ uint64_t fj__hash64_seed(const void *data, size_t len, uint64_t seed)
   return XXH3_64bits_withSeed(data, len, seed);
 }
 
+uint64_t fj__hash64_parts(const void *const *parts, const size_t *sizes,
+                          size_t n)
+{
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_64bits_reset(&state);
+  for (size_t i = 0; i < n; i++)
+    XXH3_64bits_update(&state, parts[i], sizes[i]);
+  return XXH3_64bits_digest(&state);
+}
+
 int fj__log2_floor(int n)
 {
   int b = 0;

@@ -64,6 +64,10 @@ uint64_t fj__hash64(const void *data, size_t len);
 /* The same with a seed: hashes of pieces chained without copying them
  * into one buffer. */
 uint64_t fj__hash64_seed(const void *data, size_t len, uint64_t seed);
+/* fj__hash64 of the n parts one after another, without joining them (so
+ * without an allocation that could fail). */
+uint64_t fj__hash64_parts(const void *const *parts, const size_t *sizes,
+                          size_t n);
 /* floor(log2(n)) for n >= 1 (0 for n < 1), for every int up to INT_MAX:
  * a loop that doubles an int would pass 2^30 into 2^31 and never end. */
 int fj__log2_floor(int n);
