@@ -436,6 +436,17 @@ void fj__cache_store(fj_ctx *ctx, const char *kind, const char *label,
   c->stats.disk_writes++;
 }
 
+void fj__cache_store_lost(fj_ctx *ctx, const char *kind, const char *label)
+{
+  fj_cache *c = ctx->cache;
+  if (!c || !c->enabled || !c->writable)
+    return;
+  c->stats.disk_errors++;
+  fj__log(ctx, FJ_LOG_WARN,
+          "cannot write the %s cache entry of %s (out of memory): kept in "
+          "memory only", kind, label);
+}
+
 int fj__cache_install(fj_ctx *ctx, const char *name, const void *data,
                       size_t len)
 {

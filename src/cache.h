@@ -49,6 +49,11 @@ int fj__cache_entry_load(const char *path, const char *kind,
  * otherwise ignored: the cache is an optimisation. */
 void fj__cache_store(fj_ctx *ctx, const char *kind, const char *label,
                      const fj_cache_key *key, const void *payload, size_t len);
+/* A store that never reached fj__cache_store (memory for its payload ran
+ * out): logged and counted as a failed write, so that a prewarm, whose
+ * work is the disk's entries, fails instead of sealing a package without
+ * the entry. */
+void fj__cache_store_lost(fj_ctx *ctx, const char *kind, const char *label);
 void fj__cache_count(fj_ctx *ctx, fj_cache_origin origin);
 /* A kernel the kernel package (package.c) answered; fj__cache_count
  * counted it as a disk hit. */

@@ -168,8 +168,10 @@ fj_status fj__check_smem(const fj_ctx *ctx, const fj_kmeta *meta)
 
 /* ---- the render index ------------------------------------------------------------ */
 
-/* The key of a memory key's index entry; 0 when there is none to use. */
-static int index_key(fj_ctx *ctx, const fj_buf *mkey, fj_cache_key *key)
+/* The key of a memory key's index entry for template name; 0 when there
+ * is none to use. */
+static int index_key(fj_ctx *ctx, const char *name, const fj_buf *mkey,
+                     fj_cache_key *key)
 {
   const char *dir = getenv("FLASHJIT_TEMPLATE_DIR");
   if (!ctx->cache || (dir && *dir))
@@ -181,6 +183,7 @@ static int index_key(fj_ctx *ctx, const fj_buf *mkey, fj_cache_key *key)
                           (unsigned long long)fj__hash64(fj__embedded[i].data,
                                                          fj__embedded[i].len))) {
         fj__buf_free(&all);
+        fj__cache_store_lost(ctx, "render", name);
         return 0;
       }
     fj__hash_hex(all.data, all.len, ctx->templates_hash);
@@ -259,6 +262,8 @@ static void index_store(fj_ctx *ctx, const fj_cache_key *key, const fj_kernel *k
   fj_buf b = {0};
   if (fj__render_payload(&k->meta, k->source, k->source_len, &b) == 0)
     fj__cache_store(ctx, "render", k->meta.symbol, key, b.data, b.len);
+  else
+    fj__cache_store_lost(ctx, "render", k->meta.symbol);
   fj__buf_free(&b);
 }
 
@@ -291,7 +296,7 @@ static fj_status kernel_render(fj_ctx *ctx, const char *name,
                                const fj_buf *mkey, fj_kernel **out)
 {
   fj_cache_key ik;
-  int indexed = index_key(ctx, mkey, &ik);
+  int indexed = index_key(ctx, name, mkey, &ik);
   if (indexed && (*out = index_load(ctx, &ik)) != NULL)
     return FJ_OK;
   fj_kernel *k = calloc(1, sizeof *k);
@@ -355,6 +360,8 @@ static void to_disk(fj_ctx *ctx, fj_kernel *k, const fj_cache_key *key)
   k->res.cache = FJ_CACHE_MISS;
   if (fj__kernel_payload(&k->out, &b) == 0)
     fj__cache_store(ctx, "kernel", k->meta.symbol, key, b.data, b.len);
+  else
+    fj__cache_store_lost(ctx, "kernel", k->meta.symbol);
   fj__buf_free(&b);
 }
 
