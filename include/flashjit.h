@@ -1820,8 +1820,9 @@ typedef struct fj_package_report {
  * kernels its prewarm found there instead of compiling them into its
  * directory; the directory already holds a package of another NVRTC
  * version or cache format), FJ_ERR_NOT_FOUND (the disk
- * cache is disabled), FJ_ERR_IO (the manifest cannot be written), the
- * probe kernel's compile errors.
+ * cache is disabled), FJ_ERR_IO (the manifest, or the probe kernel's
+ * entries, cannot be written: then no manifest is), the probe kernel's
+ * compile errors.
  */
 FJ_API fj_status fj_cache_package_seal(fj_ctx *ctx, fj_package_report *report);
 

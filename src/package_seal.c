@@ -52,15 +52,27 @@ fj_status fj_cache_package_seal(fj_ctx *ctx, fj_package_report *report)
                     "package is the cache directory)");
   fj_package_report r = {0, 0, 0};
   fj_kernel *k;
+  fj_cache_stats before, after;
+  fj_cache_stats_get(ctx, &before);
   pthread_mutex_lock(&ctx->lock);
   fj_status st = fj__layout_probe_kernel(ctx, &k);
   pthread_mutex_unlock(&ctx->lock);
+  fj_cache_stats_get(ctx, &after);
   r.probe = st == FJ_OK;
-  if (st == FJ_OK)
-    st = fj__package_manifest_add(ctx, dir, ctx->arch);
+  /* The probe's entries are the package's as the prewarm's are: one that
+   * stayed in memory is a package without it, never sealed. */
+  if (st == FJ_OK && after.disk_errors != before.disk_errors)
+    st = fj__fail(ctx, FJ_ERR_IO,
+                  "fj_cache_package_seal: the layout probe's cache entries "
+                  "could not be written to %s (the log names each): not "
+                  "sealed", dir);
+  /* Counted before the manifest is written: a seal that fails leaves
+   * none. */
   seal_count sc = {&r};
   if (st == FJ_OK)
     st = fj_cache_list(ctx, count_entry, &sc);
+  if (st == FJ_OK)
+    st = fj__package_manifest_add(ctx, dir, ctx->arch);
   if (report)
     *report = r;
   return st;
