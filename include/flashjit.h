@@ -1583,8 +1583,9 @@ typedef int (*fj_tune_visit_fn)(void *user, const fj_tune_entry *entry);
 
 /* Visits the tuning database's entries in key order (FJ_ERR_NOT_FOUND if
  * there is none).  A file that is damaged, not a regular file, or over 64
- * MiB lists as empty (and is logged).  The entry's strings are valid
- * during the call only. */
+ * MiB lists as empty (and is logged); one this process cannot read is
+ * FJ_ERR_NOMEM or FJ_ERR_IO (memory, file descriptors, the disk).  The
+ * entry's strings are valid during the call only. */
 FJ_API fj_status fj_tune_list(fj_ctx *ctx, fj_tune_visit_fn fn, void *user);
 
 /* ------------------------------------------------------------------------ */

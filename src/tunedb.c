@@ -71,20 +71,38 @@ static int db_path(const fj_ctx *ctx, char *out, size_t size)
   return 0;
 }
 
+/* Whether a read failing with err says the file is no database (a link,
+ * not a regular file, too large), rather than that this process could
+ * not read it (memory, file descriptors, the disk). */
+static int not_a_db(int err)
+{
+  return err == ELOOP || err == EINVAL || err == EFBIG;
+}
+
 /* The file's entries object, or a new empty one if there is no valid file
- * (a file that cannot be read is logged: it is ignored, not waited on). */
+ * (a file that is no database is logged: it is ignored, not waited on);
+ * NULL with errno when the file could not be read, which is no empty
+ * database: a store would write the file anew with its one entry, a
+ * listing list none. */
 static json_t *db_read(const fj_ctx *ctx, const char *path)
 {
   json_error_t err;
   size_t len = 0;
   char *text = path ? fj__file_read(path, DB_MAX, &len) : NULL;
+  if (path && !text && errno != ENOENT && !not_a_db(errno))
+    return NULL;
   if (path && !text && errno != ENOENT) {
     char why[128];
     fj__open_why(errno, len, DB_MAX, why, sizeof why);
     fj__log(ctx, FJ_LOG_WARN, "tuning database %s %s: ignored", path, why);
   }
   json_t *root = text ? json_loadb(text, len, 0, &err) : NULL;
+  int nomem = text && !root && json_error_code(&err) == json_error_out_of_memory;
   free(text);
+  if (nomem) {
+    errno = ENOMEM;
+    return NULL;
+  }
   json_t *entries = root ? json_object_get(root, "entries") : NULL;
   if (!json_is_object(entries) ||
       json_integer_value(json_object_get(root, "format")) != DB_FORMAT)
@@ -286,6 +304,13 @@ static fj_status db_store(fj_ctx *ctx, const char *key, json_t *entry)
     return FJ_OK;
   }
   json_t *entries = db_read(ctx, path);
+  if (!entries) {
+    fj__log(ctx, FJ_LOG_WARN, "cannot read %s (%s): tuning result kept in "
+                              "memory only", path, strerror(errno));
+    flock(fd, LOCK_UN);
+    close(fd);
+    return FJ_OK;
+  }
   json_object_set(entries, key, entry);
   /* What other processes recorded (another GPU's tuner, say) is the
    * context's to use from now on too. */
@@ -319,6 +344,10 @@ fj_status fj_tune_list(fj_ctx *ctx, fj_tune_visit_fn fn, void *user)
     return fj__fail(ctx, FJ_ERR_NOT_FOUND, "no tuning database (%s)",
                     fj_cache_dir(ctx) ? path : "the disk cache is disabled");
   json_t *entries = db_read(ctx, path);
+  if (!entries)
+    return fj__fail(ctx, errno == ENOMEM ? FJ_ERR_NOMEM : FJ_ERR_IO,
+                    "cannot read the tuning database %s: %s", path,
+                    strerror(errno));
   size_t count = json_object_size(entries);
   const char **keys = calloc(count + 1, sizeof *keys);
   if (!keys) {
