@@ -206,6 +206,8 @@ typedef struct export_state {
   uint32_t count;
   int skipped;
   int nomem;
+  int err;           /* errno of an entry that could not be read again */
+  char bad[80];      /* its file name */
 } export_state;
 
 /* One file of the cache directory into the pack, if it belongs there. */
@@ -221,6 +223,13 @@ static int export_visit(void *user, const fj_cache_entry *e)
    * would lack it, and say it was made. */
   if (wanted && !data && errno == ENOMEM)
     return x->nomem = 1;
+  /* Nor is one the disk would not give back (short of file descriptors,
+   * an I/O error); one removed since the listing (a prune) is gone. */
+  if (wanted && !data && errno != ENOENT) {
+    x->err = errno;
+    snprintf(x->bad, sizeof x->bad, "%s", e->file);
+    return 1;
+  }
   fj_entry_view v;
   if (!data || fj__cache_entry_parse(data, len, &v) || !kind_is_compiled(&v) ||
       !key_is_current(&v)) {
@@ -315,7 +324,7 @@ fj_status fj_cache_export(fj_ctx *ctx, const char *path,
   if (!*path)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                     "fj_cache_export: the path is empty");
-  export_state x = {ctx, {0}, 0, 0, 0};
+  export_state x = {ctx, {0}, 0, 0, 0, 0, ""};
   fj_status st = export_target(ctx, path);
   if (st != FJ_OK) {
     if (report)
@@ -326,6 +335,10 @@ fj_status fj_cache_export(fj_ctx *ctx, const char *path,
   if (st == FJ_OK && x.nomem)
     st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory packing %u entries",
                   x.count);
+  if (st == FJ_OK && x.err)
+    st = fj__fail(ctx, FJ_ERR_IO, "cannot read the cache entry %s/%s: %s "
+                  "(nothing written)", fj_cache_dir(ctx), x.bad,
+                  strerror(x.err));
   if (st == FJ_OK) {
     pack_header h;
     pack_header_init(&h, x.count, &x.body);
