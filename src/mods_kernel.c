@@ -92,19 +92,21 @@ static int print_dg(fj_mods_kform *k, const fj_mods *m, const fj_expr *e,
   return ok ? 0 : -1;
 }
 
-/* The score's derivative as CUDA with o's substitutions into k's arena;
- * NULL where it is longer than FJ_MODS_GRAD_MAX or the arena is full (the
- * forward needs none: only a backward refuses the expression then). */
-static const char *print_grad(fj_mods_kform *k, const fj_expr *e,
-                              const fj_expr_print *o, int s)
+/* The score's derivative as CUDA with o's substitutions into k's arena,
+ * as *t; NULL where it is longer than FJ_MODS_GRAD_MAX or the arena is
+ * full (the forward needs none: only a backward refuses the expression
+ * then).  -1 when memory ran out deriving it: no refusal, which would
+ * send a backward's plan on to another kernel. */
+static int print_grad(fj_mods_kform *k, const fj_expr *e,
+                      const fj_expr_print *o, int s, const char **t)
 {
   fj_buf b = {0};
-  const char *t = NULL;
-  if (fj__expr_grad_cuda(e, s, o, &b) == 0 && b.data &&
-      b.len <= FJ_MODS_GRAD_MAX)
-    t = keep(k, b.data, b.len);
+  int rc = fj__expr_grad_cuda(e, s, o, &b);
+  *t = NULL;
+  if (rc == 0 && b.data && b.len <= FJ_MODS_GRAD_MAX)
+    *t = keep(k, b.data, b.len);
   fj__buf_free(&b);
-  return t;
+  return rc;
 }
 
 /* The reads of the parameters with gradients: their derivatives and
@@ -163,12 +165,11 @@ static int print_kernel(fj_mods_kform *k, const fj_expr *e,
     subs[n++] = (fj_expr_subst){x->f.kvq_scale, "fj_skvq"};
   fj_expr_print o = {names, score ? &v : NULL, subs, n, 0};
   x->cuda = print(k, e, -1, &o);
-  if (score)
-    x->grad = print_grad(k, e, &o, v.s);
+  int nomem = score && print_grad(k, e, &o, v.s, &x->grad) != 0;
   o.nsubs = 0;
   if (x->f.kvq_scale >= 0)
     x->factor = print(k, e, x->f.kvq_factor, &o);
-  if (!x->cuda || (x->f.kvq_scale >= 0 && !x->factor))
+  if (!x->cuda || nomem || (x->f.kvq_scale >= 0 && !x->factor))
     return -1;
   return 0;
 }
