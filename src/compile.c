@@ -408,7 +408,9 @@ static int child_start(child *c, size_t index, const fj_compile_job *jb)
   return 0;
 }
 
-/* Reads what is there; 1 when the child has closed its end. */
+/* Reads what is there; 1 once there is no more (the child closed its end,
+ * or a non-blocking read found the pipe empty) and the pipe is closed; -1
+ * when memory for it ran out (c->nomem). */
 static int child_read(child *c)
 {
   char chunk[65536];
@@ -445,20 +447,12 @@ static int child_exited(child *c)
   int flags = fcntl(c->fd, F_GETFL);
   if (flags >= 0)
     fcntl(c->fd, F_SETFL, flags | O_NONBLOCK);
-  char chunk[65536];
-  for (;;) {
-    ssize_t r = read(c->fd, chunk, sizeof chunk);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      break;
-    if (fj__buf_append(&c->bytes, chunk, (size_t)r)) {
-      c->nomem = 1;
-      break;
-    }
+  while (child_read(c) == 0)  /* ends at an empty pipe (EAGAIN) or EOF */
+    ;
+  if (c->fd >= 0) {  /* memory ran out: the rest is not read */
+    close(c->fd);
+    c->fd = -1;
   }
-  close(c->fd);
-  c->fd = -1;
   return 1;
 }
 

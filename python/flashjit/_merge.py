@@ -158,9 +158,21 @@ class _Merge(torch.autograd.Function):
         grads += [dl[i].to(torch.float32) for i in range(n)]
         dsinks = None
         if sinks is not None and ctx.needs_input_grad[1]:
-            ws = torch.exp(sinks.to(work)[None, :, None] - lse.to(work)).nan_to_num_(0.0)
-            dsinks = (ws * (gl - (merged * g).sum(-1))).sum((0, 2)).to(sinks.dtype)
+            dsinks = sink_grad(merged, g, lse, gl, sinks).to(sinks.dtype)
         return (None, dsinks, None, None) + tuple(grads)
+
+
+def sink_grad(o, dout, lse, dlse, sinks):
+    """The sinks' gradient over the rows given (o, dout: (batch, heads,
+    rows, head_dim); lse, dlse: (batch, heads, rows), dlse None for 0), in
+    o's dtype: a sink enters only its rows' denominators, so d sink[h] =
+    -sum over rows of exp(sink[h] - lse) (rowsum(dO o O) - dlse); 0 for a
+    row of lse -inf (a sink of -inf that saw nothing)."""
+    delta = (o * dout).sum(-1)
+    if dlse is not None:
+        delta = delta - dlse.to(o.dtype)
+    w = torch.exp(sinks.to(o.dtype).view(1, -1, 1) - lse.to(o.dtype)).nan_to_num_(0.0)
+    return -(w * delta).sum((0, 2))
 
 
 def _check_sinks(sinks, heads, dev):

@@ -169,11 +169,7 @@ class _RankFwd:
 
     def __init__(self, q, steps, spec):
         self.q, self.steps, self.spec = q, steps, spec
-        nparts = sum(len(c) for c in steps)
-        if nparts > capi.SPLITS_MAX:
-            raise ValueError(f"{_WHO}: {nparts} attention calls on one rank: at most "
-                             f"{capi.SPLITS_MAX} merge at once (fewer ranks, or contiguous "
-                             "shards)")
+        nparts = sum(len(c) for c in steps)  # at most SPLITS_MAX: _schedule checks it
         b, h, s, d = _dims(q, spec.layout)
         work = torch.float32 if q.is_cuda else torch.float64
         self.o_parts = torch.zeros((nparts, b, h, s, d), dtype=work, device=q.device)
@@ -206,16 +202,10 @@ class _RankFwd:
 
 
 def _sink_grad(out, dout, lse, dlse, sinks, layout):
-    """This rank's rows' part of the sinks' gradient (float32 (heads_q,)):
-    a sink enters only its rows' denominators, so d sink[h] = -sum over
-    rows of exp(sink[h] - lse) (rowsum(dO o O) - dlse); 0 for a row of
-    lse -inf (a sink of -inf that saw nothing)."""
+    """This rank's rows' part of the sinks' gradient, float32 (heads_q,)
+    (_merge.sink_grad of out and dout in the layout)."""
     o, do = (t.float() if layout == "bhsd" else t.float().transpose(1, 2) for t in (out, dout))
-    delta = (o * do).sum(-1)
-    if dlse is not None:
-        delta = delta - dlse.float()
-    w = torch.exp(sinks.float().view(1, -1, 1) - lse.float()).nan_to_num_(0.0)
-    return -(w * delta).sum((0, 2))
+    return _merge.sink_grad(o, do, lse, dlse, sinks)
 
 
 class _RankBwd:
