@@ -1239,7 +1239,8 @@ FJ_API fj_status fj_attention_merge(fj_ctx *ctx, const fj_problem *p,
  */
 typedef struct fj_bwd_plan {
   fj_variant variant;      /* the main kernel's tiles and axes */
-  unsigned grid[3];        /* its grid: key tiles, KV heads, batch */
+  unsigned grid[3];        /* its grid: blocks of key tiles (two a tile
+                              for a cluster pair), KV heads, batch */
   unsigned threads;        /* its block */
   unsigned smem_bytes;     /* its dynamic shared memory */
   unsigned rows_grid;      /* the pre- and postprocess' blocks (4 rows each) */
@@ -1252,7 +1253,9 @@ typedef struct fj_bwd_plan {
  * too).  The main kernel is the tuning database's pick where fj_tune_bwd
  * recorded one for p's class on this GPU (its family and stages, where
  * the target still takes them), else the wgmma family's
- * (warp-specialised, TMA, 64 x 128 tiles; 64 x 64 above head dim 128) on
+ * (warp-specialised, TMA, 64 x 128 tiles; 64 x 64 above head dim 128,
+ * and above 192 without a mask 64 x 128 split over a cluster of two
+ * blocks -- not in the deterministic mode -- grid[0] counting blocks) on
  * sm_90a for head dims 64 to 256 in multiples of 16, else the mma
  * family's (64 x 64 tiles, two stages of Q and dO where the shared memory
  * holds them, else one).  Score and mask expressions (fj_mods.score,

@@ -27,7 +27,9 @@
 
 /* The main kernel's tiles: 64 query rows by 64 keys, 8 warps (mma); 64
  * query rows by 128 keys, a producer and two consumer warpgroups (wgmma;
- * 64 keys for head dims above 128, whose consumers split by role).
+ * 64 keys for head dims above 128, whose consumers split by role -- or,
+ * above 192, 128 keys split over a pair of blocks, a cluster of two that
+ * share dS so that each adds half of dQ's columns: bwd_pair).
  * The workspace's rows are padded to whole query tiles (BWD_TILE). */
 #define BWD_TILE 64
 #define BWD_WARPS 8
@@ -122,6 +124,42 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
   return FJ_OK;
 }
 
+/* Whether the wide wgmma kernel takes p's key tiles in pairs (a cluster
+ * of two blocks, 64 keys each, exchanging dS: each adds dQ over both
+ * tiles' 128 keys for half of its columns, half the float32 additions):
+ * head dims above 192 (four panels of dQ's columns, one per consumer of
+ * the pair) without a mask (measured on the H100, docs/PERF.md: 1-4%
+ * faster than 64-key tiles without a mask, 4-5% slower under a causal
+ * one, where the pair walks its first tile's query range and the blocks
+ * of a pair are scheduled together), not in the deterministic mode (its
+ * turns count single key tiles) nor under a block mask (whose walks
+ * differ per key block).  FLASHJIT_BWD_PAIR=0 in the environment turns it
+ * off, =1 on under a causal mask or a window too (A/B runs). */
+static int pair_ok(const fj_problem *p)
+{
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
+  const char *e = getenv("FLASHJIT_BWD_PAIR");
+  int masked = p->causal != FJ_CAUSAL_NONE || mi.window;
+  if (p->head_dim <= 192 || p->deterministic || mi.block_kv != 0 ||
+      (e && strcmp(e, "0") == 0))
+    return 0;
+  return !masked || (e && strcmp(e, "1") == 0);
+}
+
+/* Whether variant v is the wide wgmma kernel's pair (its tile_n 128). */
+static int bwd_pair(const fj_variant *v)
+{
+  return v->mma == FJ_MMA_WGMMA && v->head_dim > 128 &&
+         v->tile_n == BWD_WG_TILE_N;
+}
+
+/* The keys one block of v's main kernel keeps (a pair splits its tile). */
+static int block_keys(const fj_variant *v)
+{
+  return bwd_pair(v) ? v->tile_n / 2 : v->tile_n;
+}
+
 /* The main kernel's variant of family mma (FJ_MMA_WGMMA or FJ_MMA_SYNC). */
 static void main_variant(const fj_problem *p, fj_mma mma, int stages,
                          fj_variant *v)
@@ -130,7 +168,8 @@ static void main_variant(const fj_problem *p, fj_mma mma, int stages,
   memset(v, 0, sizeof *v);
   v->head_dim = p->head_dim;
   v->tile_m = BWD_TILE;
-  v->tile_n = wg && p->head_dim <= 128 ? BWD_WG_TILE_N : BWD_TILE;
+  v->tile_n = wg && (p->head_dim <= 128 || pair_ok(p)) ? BWD_WG_TILE_N
+                                                       : BWD_TILE;
   v->warps = wg ? BWD_WG_WARPS : BWD_WARPS;
   v->stages = stages;
   v->swizzle = FJ_SWIZZLE_XOR;
@@ -282,7 +321,9 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
   memset(plan, 0, sizeof *plan);
   plan->variant = *v;
   plan->variant.mods = NULL;  /* the problem's, not kept */
-  plan->grid[0] = (unsigned)((p->seq_kv + v->tile_n - 1) / v->tile_n);
+  /* A pair's two blocks are consecutive in x (the cluster's). */
+  plan->grid[0] = (unsigned)((p->seq_kv + v->tile_n - 1) / v->tile_n *
+                             (v->tile_n / block_keys(v)));
   plan->grid[1] = (unsigned)p->heads_kv;
   plan->grid[2] = (unsigned)p->batch;
   plan->threads = (unsigned)meta->threads;
@@ -307,6 +348,7 @@ typedef struct bwd_key {
   int block_q, block_kv;
   int varlen;  /* 1 varlen; 2 varlen whose packed tensors lack a total */
   int q_log2, kv_log2, gqa;
+  int pair;  /* pair_ok: the wide kernel's tiles in pairs */
   /* the form's hash, as the tuning database's class has it (|mods=):
    * expressions of one presence may be tuned apart */
   uint64_t mods;
@@ -356,6 +398,7 @@ static bwd_key key_of(const fj_problem *p)
   k.q_log2 = fj__log2_floor(p->seq_q);
   k.kv_log2 = fj__log2_floor(p->seq_kv);
   k.gqa = p->heads_q / p->heads_kv;
+  k.pair = pair_ok(p);
   k.mods = fj__mods_hash(p->mods);
   return k;
 }
@@ -630,9 +673,9 @@ static fj_status bwd_kernel(fj_ctx *ctx, const fj_problem *p,
   if (which == 1)
     return main_kernel(ctx, &v, how, NULL, k);
   /* The wgmma kernel adds dQ in tiles (templates/bwd_common.cuh), the
-   * wide one (64-key tiles) with the columns of each 16 permuted. */
+   * wide one (head dims above 128) with the columns of each 16 permuted. */
   int tiled = plan->variant.mma != FJ_MMA_WGMMA ? 0
-              : plan->variant.tile_n == BWD_WG_TILE_N ? 1 : 2;
+              : plan->variant.head_dim <= 128 ? 1 : 2;
   return row_kernel(ctx, p, which == 0 ? "pre" : "post", tiled, how, k);
 }
 
@@ -698,7 +741,7 @@ static fj_status bwd_maps(fj_ctx *ctx, const fj_problem *p,
                           fj_bwd_tmaps *m)
 {
   const int d = p->head_dim, tm = plan->variant.tile_m,
-            tn = plan->variant.tile_n;
+            tn = block_keys(&plan->variant);
   /* Packed sequences are one batch of their total rows. */
   int sq = p->cu_seqlens_q ? p->total_q : p->seq_q;
   int bq = p->cu_seqlens_q ? 1 : p->batch;
@@ -821,6 +864,11 @@ static fj_status checked(fj_ctx *ctx, const char *who, const fj_problem *p,
                          void *ws, size_t ws_bytes, void *stream)
 {
   fj_status st = check_args(ctx, who, p, a);
+  if (st == FJ_OK && bwd_pair(&plan->variant) && p->deterministic)
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "%s: the plan's kernel takes key tiles in pairs, which "
+                  "is not deterministic: plan with deterministic 1",
+                  who);
   if (st == FJ_OK && !ctx->has_device)
     st = fj__fail(ctx, FJ_ERR_COMPILE_ONLY,
                   "cannot launch on a compile-only context (arch %s)",

@@ -78,6 +78,24 @@
   deterministic mode a consumer adds a dQ tile in its key tile's turn
   (kv_rank, as the writer does) behind named barrier 3 + cw.  Each role
   walks the steps in a loop of its own.
+  The pair (tile_n 128 at head dims above 192, PAIR): a cluster of two
+  blocks splits a key tile of 128, 64 keys each (block rank r, kv_tile's
+  width 2), both walking the query range of the whole tile, so that each
+  adds dQ over all 128 keys for half of its columns -- half the float32
+  additions of one block per key tile of 64.  Per step, consumer 1 copies
+  its dS^T into the other block's ds_in (one bulk copy, counted on that
+  block's in_full barrier, which its own consumer 1 expects), and consumer
+  c adds columns 128 r + 64 c: dS K over its own keys, then, once in_full
+  completes, over the other's (their columns of this half loaded once
+  into k_peer).  Each consumer warp that has read ds_in arrives on the
+  other block's out_free; consumer 1 waits for its own out_free (the copy
+  it sent read, the other's ds_in free) before it writes dS^T again.  dO
+  has one slot (its shared memory holds ds_in and k_peer), released as
+  soon as dP^T and dV have read it.  The blocks meet at cluster barriers
+  at the start (each one's barriers initialised before the other
+  signals them) and at the end (neither leaves while the other may
+  still copy into it).  Not in the deterministic mode (the host plans
+  64-key tiles there) nor with a block mask.
   Score and mask expressions (mods.lua: the user's, with their
   parameters) run on S^T tile by tile of 16 queries, in the loop that
   makes P^T: each element's derivative of the score expression at its raw
@@ -97,7 +115,8 @@
   partial block's tiles only.  Not in the deterministic mode (the host
   refuses it; the turns count the rule's key tiles).
   Parameters: head_dim (a multiple of 16 from 64 to 256), tile_m 64,
-  tile_n 128 (64: wide heads), warps 12, stages 2, causal, window,
+  tile_n 128 (wide heads: 64, or 128 above 192 for the pair), warps 12,
+  stages 2, causal, window,
   softcap, dtype (f16, bf16), varlen, the modifications (score_mod,
   mask_mod, mod_params), a block mask's block_q and block_kv (0: none).
 #}
@@ -133,7 +152,16 @@
   if WIDE and mods.pgrads then
     no("head_dim %d: the parameters' gradients (mods.param_grads) run on the mma backward above head dim 128", D)
   end
-  if WIDE and BN ~= 64 then no("tile_n %d: at head_dim %d the consumers split one key tile of 64 by role", BN, D) end
+  -- The pair (PAIR): a cluster of two blocks splits a key tile of 128,
+  -- 64 keys each; each hands the other its dS^T and adds dQ over all 128
+  -- keys for half of the columns (DR 256: a panel per consumer).
+  local PAIR = WIDE and BN == 128
+  if WIDE and BN ~= 64 and not PAIR then
+    no("tile_n %d: at head_dim %d the consumers split one key tile of 64 by role (128: a pair of blocks)", BN, D)
+  end
+  if PAIR and DR ~= 256 then no("tile_n 128 at head_dim %d: a pair of blocks splits dQ's four panels (head dims above 192)", D) end
+  if PAIR and BMASK then no("tile_n 128: a pair of blocks walks one query range, not a block mask's lists (tile_n 64)") end
+  local BK = PAIR and 64 or BN       -- the keys a block keeps
   if not WIDE and BN ~= 64 * C then no("tile_n %d: each of the %d consumer warpgroups owns 64 keys, so tile_n is %d", BN, C, 64 * C) end
   if BM ~= 64 then no("tile_m %d: the wgmma backward walks query tiles of 64 rows", BM) end
   if BMASK and (BMASK.q % BM ~= 0 or BMASK.kv % BN ~= 0) then
@@ -271,17 +299,20 @@
     return TR.ring{ name = name, elem = ELEM, rows = rows_, cols = DR, slots = slots, arrivals = 4 * C,
                     smem = "s" .. name, map = "m" .. name, bars = bars }
   end
-  local k, v = ring("k", BN, 1), ring("v", BN, 1)
+  local k, v = ring("k", BK, 1), ring("v", BK, 1)
   -- The boxes' coordinates (column, row, head, batch); varlen: a packed
   -- sequence's rows from its first.
   local KC = varlen and "%s * %d, (int)kv_row0 + n0, hk, kv_tb" or "%s * %d, n0, hk, b"
   local QC = varlen and "%s * %d, (int)q_row0 + m0, h, q_tb" or "%s * %d, m0, h, b"
-  local q, dout = ring("q", BM, S), ring("dout", BM, S)
+  -- The pair keeps one slot of dO (released as soon as dP^T and dV have
+  -- read it): its shared memory holds the other block's dS^T and keys.
+  local q, dout = ring("q", BM, S), ring("dout", BM, PAIR and 1 or S)
+  local DSLOT, DPH = PAIR and "0" or "slot", PAIR and "dph" or "ph"
   -- Shared memory: the rings, the dS^T buffers (BN key rows of BM query
   -- columns: one panel; two, or one for the wide kernel, whose consumers
   -- both finish a step's dQ before the next step's dS^T: barrier 1), each
   -- slot's LSE2 and delta rows.
-  local DS_BYTES = BN * BM * ELEM
+  local DS_BYTES = BK * BM * ELEM
   local LD_BYTES = 2 * BM * 4
   local OFF_K = B.region("k", k.bytes, 1024)
   local OFF_V = B.region("v", v.bytes, 1024)
@@ -292,7 +323,7 @@
   if WIDE then
     -- P^T's handoff: BN x BM floats, a thread's value r at r * 128 + its
     -- place in the warpgroup.
-    OFF_PX = B.region("p_handoff", BN * BM * 4, 16)
+    OFF_PX = B.region("p_handoff", BK * BM * 4, 16)
   else
     -- dQ's staging: a buffer per consumer of BM rows of DQN floats, laid
     -- out as the accumulator's tiles are (bwd_common.cuh's dq_tile_off), so
@@ -302,8 +333,21 @@
     -- 256-byte aligned: a lane's stores of one row pair move by XOR (XJ below).
     OFF_DQ = B.region("dq_stage", C * DQ_STAGE, mods.pgrads and 128 or 256)
   end
+  local OFF_DSIN, OFF_KP, OFF_PBAR = 0, 0, 0
+  if PAIR then
+    -- The other block's dS^T (its bulk copy of its buffer), and its keys'
+    -- columns of this block's half of dQ (two panels, loaded once).
+    OFF_DSIN = B.region("ds_in", DS_BYTES, 1024)
+    OFF_KP = B.region("k_peer", 2 * k.panel_bytes, 1024)
+  end
   local OFF_LD = B.region("lse_delta", S * LD_BYTES, 16)
   local OFF_BAR = B.region("barriers", 8 * bars.count, 8)
+  if PAIR then
+    -- in_full: the other block's dS^T arrived (this block's expect, its
+    -- bytes); out_free: the other block has read the dS^T this one sent
+    -- (an arrival from each of its consumer warps).
+    OFF_PBAR = B.region("pair_barriers", 16, 8)
+  end
   if not WIDE then
     -- dQ's staging handoff: full (staged) and empty (read) per consumer.
     OFF_DQBAR = B.region("dq_barriers", 8 * 2 * C, 8)
@@ -311,7 +355,7 @@
   meta.symbol = symbol
   meta.threads = THREADS
   meta.smem_bytes = B.total()
-  meta.rows_per_block = BN
+  meta.rows_per_block = BK
   meta.tma = 1
   meta.isolate = 1  -- NVRTC 13.0's PTX compiler can crash on wgmma code
 
@@ -550,9 +594,10 @@
   -- the addresses ka and va (K-major); B, Q and dO of a slot, K-major (S^T,
   -- dP^T) and MN-major (dK, dV); dS^T as dQ's A (MN-major, of buffer `buf`
   -- where there are two).  undefine() takes them back.
-  local MACROS = { "FJ_KA", "FJ_VA", "FJ_QB", "FJ_DOB", "FJ_QT", "FJ_DOT", "FJ_DSA" }
+  local MACROS = { "FJ_KA", "FJ_VA", "FJ_QB", "FJ_DOB", "FJ_QT", "FJ_DOT", "FJ_DSA", "FJ_DSIN" }
   local function operands(ka, va, at)
-    local qs, ds = ("sq + (slot) * %d"):format(q.slot_bytes), ("sdout + (slot) * %d"):format(dout.slot_bytes)
+    local qs = ("sq + (slot) * %d"):format(q.slot_bytes)
+    local ds = PAIR and "sdout" or ("sdout + (slot) * %d"):format(dout.slot_bytes)
     local two = not WIDE
     local km, mn = at and kmajor_at or kmajor, at and mnmajor_at or mnmajor
     return table.concat({
@@ -563,7 +608,8 @@
       "#define FJ_QT(slot, kk) " .. mn(qs, q.panel_bytes, "kk"),
       "#define FJ_DOT(slot, kk) " .. mn(ds, dout.panel_bytes, "kk"),
       two and ("#define FJ_DSA(buf, kk) " .. mn(("sds + (buf) * %d"):format(DS_BYTES), DS_BYTES, "kk"))
-          or ("#define FJ_DSA(kk) " .. mn("sds", DS_BYTES, "kk")) }, "\n")
+          or ("#define FJ_DSA(kk) " .. mn("sds", DS_BYTES, "kk")),
+      PAIR and ("#define FJ_DSIN(kk) " .. mn("sds_in", DS_BYTES, "kk")) or "" }, "\n")
   end
   local function undefine(extra)
     local out = {}
@@ -635,6 +681,47 @@ __device__ __forceinline__ float2 ld_shared_v2_f32(unsigned a) {
   return v;
 }
 {% end %}
+{% if PAIR then %}
+// ---- the pair: a cluster of two blocks ----
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of both blocks (release, then acquire: the barriers'
+// initialisation seen by the other block; neither block's shared memory
+// goes while the other may still write it).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// The address in the other block (rank `to`) of shared-space address a.
+__device__ __forceinline__ unsigned peer_addr(unsigned a, unsigned to) {
+  unsigned r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(to));
+  return r;
+}
+// An arrival on the other block's barrier (remote: a mapa address),
+// releasing this thread's reads and writes at cluster scope.
+__device__ __forceinline__ void mbar_arrive_peer(unsigned remote) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" :: "r"(remote) : "memory");
+}
+// A wait on this block's barrier for arrivals from the other block
+// (acquire at cluster scope).
+__device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile("{ .reg .pred p;\n"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p; }\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}
+// `bytes` of this block's shared memory copied into the other block's (dst,
+// remote), counted there on its barrier `bar` (remote) as transactions.
+__device__ __forceinline__ void bulk_to_peer(unsigned dst, unsigned src, unsigned bytes, unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               :: "r"(dst), "r"(src), "r"(bytes), "r"(bar) : "memory");
+}
+{% end %}
 {% if WIDE then %}
 // Adds four floats at a 16-byte-aligned global address (sm_90's vector
 // reduction: dQ's additions from the consumers' registers).
@@ -644,7 +731,7 @@ __device__ __forceinline__ void red_add_v4_f32(float *a, float x, float y, float
 {% end %}
 }  // namespace fj
 
-extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
+extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__launch_bounds__({{ THREADS }}, 1)
 {{ symbol }}(const fj::Params p, const fj::BwdParams g, const __grid_constant__ fj::BwdMaps maps{{ mods.kernel_param }}{{ mods.grads_param }}) {
   using fj::elem_t;
   extern __shared__ __align__(1024) unsigned char smem[];
@@ -660,8 +747,16 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% end %}
   {{ PC.indent(TR.decls({ k, v, q, dout }, bars), 2) }}
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
-  const fj::KvTile kt = fj::kv_tile(g.section, {{ mrule.bounded and "g.deterministic" or "false" }});  // bwd_common.cuh's launch order
-  const int nt = kt.n, n0 = nt * {{ BN }}, hk = kt.hk, b = kt.b;
+  const fj::KvTile kt = fj::kv_tile(g.section, {{ mrule.bounded and "g.deterministic" or "false" }}{{ PAIR and ", 2" or "" }});  // bwd_common.cuh's launch order
+  const int nt = kt.n, n0 = nt * {{ BK }}, hk = kt.hk, b = kt.b;
+{% if PAIR then %}
+  // The pair: this block's rank in the cluster (its key tile's parity),
+  // the pair's first key, and the pair's barriers and buffers.
+  const unsigned crank = fj::cluster_rank();
+  const int n0p = (nt & ~1) * 64;
+  const unsigned in_full = base + {{ OFF_PBAR }}, out_free = in_full + 8u;
+  const unsigned sds_in = base + {{ OFF_DSIN }}, skp = base + {{ OFF_KP }};
+{% end %}
   fj::Block blk;  // the modifications' view of the block (mods.lua)
   blk.b = b;
   blk.hk = hk;
@@ -676,7 +771,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   // TMA coordinates: packed sequences are rows of one batch.
   const int q_tb = p.cu_seqlens_q ? 0 : b, kv_tb = p.cu_seqlens_kv ? 0 : b;
 {% end %}
-{{ PC.piece(include("scheduler.cuh", { part = "kv_head", mrule = mrule, BM = BM, BN = BN })) }}
+{{ PC.piece(include("scheduler.cuh", { part = "kv_head", mrule = mrule, BM = BM, BN = BN, N0 = PAIR and "n0p" or nil })) }}
 {% if BMASK then %}
     // The block mask's walk (bwd_common.cuh): the query tiles its key
     // block's transposed lists name, per query head of the group, within
@@ -690,9 +785,14 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   end
 %}
   if (threadIdx.x == 0) {
-    {{ PC.indent(TR.init({ k, v, q, dout }, WIDE and {} or { { "dq_full", 1 }, { "dq_full + 8u", 1 }, { "dq_empty", 1 }, { "dq_empty + 8u", 1 } }), 4) }}
+    {{ PC.indent(TR.init({ k, v, q, dout }, PAIR and { { "in_full", 1 }, { "out_free", 4 * C } } or WIDE and {}
+                         or { { "dq_full", 1 }, { "dq_full + 8u", 1 }, { "dq_empty", 1 }, { "dq_empty + 8u", 1 } }), 4) }}
   }
+{% if PAIR then %}
+  fj::cluster_sync();  // both blocks' barriers ready before either signals the other's
+{% else %}
   __syncthreads();
+{% end %}
 
   if (wg == 0) {
     // ---- producer: one thread issues every load --------------------------
@@ -700,7 +800,14 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
     if (warp == 0 && lane == 0) {
 {% walk() %}
       const void *mk = &maps.k, *mv = &maps.v, *mq = &maps.q, *mdout = &maps.dout;
-      {{ PC.indent(k.fill(0, function(pn) return (KC):format(pn, k.panel_cols) end), 6) }}
+      {{ PC.indent(k.fill(0, function(pn) return (KC):format(pn, k.panel_cols) end, PAIR and 2 * k.panel_bytes or nil), 6) }}
+{% if PAIR then %}
+      // The other key tile's columns of this block's half of dQ (panels
+      // 2 rank and 2 rank + 1), on K's barrier.
+#pragma unroll
+      for (int pn = 0; pn < 2; ++pn)
+        fj::tma_load4(skp + pn * {{ k.panel_bytes }}u, mk, {{ k.full(0) }}, {{ (KC:gsub("n0", "(n0 ^ 64)")):format("(2 * (int)crank + pn)", k.panel_cols) }});
+{% end %}
       {{ PC.indent(v.fill(0, function(pn) return (KC):format(pn, v.panel_cols) end), 6) }}
       {{ STEP_FOR }}
         const unsigned slot = i % {{ S }}, ph = (i / {{ S }}) & 1u;
@@ -711,8 +818,11 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         {{ PC.indent(q.fill("slot", function(pn) return (QC):format(pn, q.panel_cols) end, LD_BYTES), 8) }}
         fj::bulk_load(sld + slot * {{ LD_BYTES }}u, g.lse2 + f, {{ BM * 4 }}u, {{ q.full("slot") }});
         fj::bulk_load(sld + slot * {{ LD_BYTES }}u + {{ BM * 4 }}u, g.delta + f, {{ BM * 4 }}u, {{ q.full("slot") }});
-        {{ dout.wait_empty("slot", "ph ^ 1u") }}
-        {{ PC.indent(dout.fill("slot", function(pn) return (QC):format(pn, dout.panel_cols) end), 8) }}
+{% if PAIR then %}
+        const unsigned dph = (unsigned)i & 1u;  // dO's one slot
+{% end %}
+        {{ dout.wait_empty(DSLOT, DPH .. " ^ 1u") }}
+        {{ PC.indent(dout.fill(DSLOT, function(pn) return (QC):format(pn, dout.panel_cols) end), 8) }}
 {% if BMASK then %}
         {{ STEP_NEXT }}
 {% end %}
@@ -797,12 +907,15 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% for role = 0, 1 do %}
 {%   local part = DQ_PARTS[role + 1] %}
     {{ role == 0 and "if (cw == 0) {" or "} else {" }}
-{%   if not BMASK then %}
+{%   if not BMASK and not PAIR then %}
       int edge = 0;  // the deterministic mode's (scheduler.cuh's kv_rank)
 {%   end %}
       {{ STEP_FOR }}
         const unsigned ska = fj::opaque_u32(sk), sva = fj::opaque_u32(sv);
         const unsigned slot = i % {{ S }}, ph = (i / {{ S }}) & 1u;
+{% if PAIR then %}
+        const unsigned dph = (unsigned)i & 1u;  // dO's one slot; the pair's barriers' phase
+{% end %}
         {{ STEP_AT }}
 {% if BMASK then %}
         const bool bm_part = cur.part;  // the mask expression applies (a partial block)
@@ -812,7 +925,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         float x[{{ BM // 16 }}][8];     // S^T (consumer 0) or dP^T (consumer 1)
         unsigned op[{{ BM // 16 }}][4]; // P^T or dS^T as A operands
         {{ q.wait_full("slot", "ph") }}
-        {{ dout.wait_full("slot", "ph") }}
+        {{ dout.wait_full(DSLOT, DPH) }}
 {%   if role == 0 then %}
         fj::wg_fence();
 #pragma unroll
@@ -854,6 +967,13 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 #pragma unroll
         for (int kk = 0; kk < {{ BM // KSTEP }}; ++kk) fj::wg_rs_{{ T }}_{{ DR }}_t(acc, op[kk], FJ_DOT(slot, kk), 1);
         fj::wg_commit();
+{%     if PAIR then %}
+        // dO read: its one slot back to the producer (consumer 1 has read
+        // it for dP^T).
+        fj::wg_wait<0>();
+      {{ hold("acc", DR // 16) }}
+        {{ PC.indent(dout.release("0"), 8) }}
+{%     end %}
 {%   else %}
         fj::wg_fence();
 #pragma unroll
@@ -861,6 +981,12 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         fj::wg_commit();
         fj::wg_wait<0>();
     {{ hold("x", BM // 16) }}
+{%     if PAIR then %}
+        {{ PC.indent(dout.release("0"), 8) }}
+        // The other block has read the dS^T this one sent last step: the
+        // copy has read this block's buffer, and the other's is free.
+        if (tid == 0) fj::mbar_wait_cluster(out_free, dph ^ 1u);
+{%     end %}
         fj::bar_sync(1, 256);  // P^T handed over
         // dS^T = P^T (dP^T - delta), then dK += dS^T Q.
 #pragma unroll
@@ -891,15 +1017,54 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {%   end %}
         // dS^T written (and visible to wgmma) before either reads it.
         fj::bar_sync(2, 256);
+{%   if PAIR and role == 1 then %}
+        if (tid == 0) {
+          // This step's dS^T to the other block, and this block's
+          // expectation of the other's.
+          fj::bulk_to_peer(fj::peer_addr(sds_in, crank ^ 1u), sds, {{ DS_BYTES }}u, fj::peer_addr(in_full, crank ^ 1u));
+          fj::mbar_expect(in_full, {{ DS_BYTES }}u);
+        }
+{%   end %}
         const long long bh = (long long)b * p.heads_q + h;
-{%   if not BMASK then %}
+{%   if not BMASK and not PAIR then %}
         int *const turn = g.dq_turns + fj::dq_tile_base(bh, m0, 0, g.seq_pad, {{ D }}) / 4096;
         int rank = 0;
         if (g.deterministic) {
 {{ PC.piece(include("scheduler.cuh", { part = "kv_rank", mrule = mrule, BM = BM, BN = BN })) }}
         }
 {%   end %}
-{%   for c0 = part.c0, part.c0 + part.n - 1, 64 do %}
+{%   if PAIR then %}
+        {
+          // dQ += dS K over the pair's 128 keys, columns c0..c0 + 63: this
+          // block's keys, then the other's (its dS^T, once copied here).
+          const int c0 = (int)crank * 128 + {{ role * 64 }};
+          float dq[4][8];
+          fj::wg_fence();
+#pragma unroll
+          for (int kk = 0; kk < {{ BK // KSTEP }}; ++kk)
+            fj::wg_ss_{{ T }}_64_tt(dq, FJ_DSA(kk), {{ mnmajor(("ska + (2 * crank + %d) * %d"):format(role, k.panel_bytes), k.panel_bytes, "kk") }}, kk);
+          fj::wg_commit();
+          fj::mbar_wait(in_full, dph);
+#pragma unroll
+          for (int kk = 0; kk < {{ BK // KSTEP }}; ++kk)
+            fj::wg_ss_{{ T }}_64_tt(dq, FJ_DSIN(kk), {{ mnmajor(("skp + %d"):format(role * k.panel_bytes), k.panel_bytes, "kk") }}, 1);
+          fj::wg_commit();
+          fj::wg_wait<0>();
+    {{ hold("dq", 4) }}
+          // The other block's dS^T read: its buffer here is free again.
+          __syncwarp();
+          if (lane == 0) fj::mbar_arrive_peer(fj::peer_addr(out_free, crank ^ 1u));
+          float *const tile = g.dq_acc + fj::dq_tile_base(bh, m0, c0, g.seq_pad, {{ D }});
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+{%     for _, q4 in ipairs(quads) do %}
+            fj::red_add_v4_f32(tile + fj::dq_tile_off4(wr + acc_r + {{ acc.drow[q4[1]] }}, j * 16 + acc_c + {{ acc.dcol[q4[1]] }}),
+                               dq[j][{{ q4[1] }}], dq[j][{{ q4[2] }}], dq[j][{{ q4[3] }}], dq[j][{{ q4[4] }}]);
+{%     end %}
+          }
+        }
+{%   end %}
+{%   for c0 = part.c0, PAIR and part.c0 - 1 or part.c0 + part.n - 1, 64 do %}
         {
           // dQ += dS K, columns {{ c0 }}-{{ c0 + 63 }}, added from the registers.
           float dq[4][8];
@@ -938,7 +1103,9 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
         fj::wg_wait<0>();
       {{ hold("acc", DR // 16) }}
         {{ PC.indent(q.release("slot"), 6) }}
+{%   if not PAIR then %}
         {{ PC.indent(dout.release("slot"), 6) }}
+{%   end %}
 {%   if BMASK then %}
         {{ STEP_NEXT }}
 {%   end %}
@@ -1250,6 +1417,11 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {{ undefine({ "FJ_KB" }) }}
 {% end %}
   }
+{% if PAIR then %}
+  // Neither block of the pair ends while the other may still copy into
+  // its shared memory or arrive on its barriers.
+  fj::cluster_sync();
+{% end %}
 {{ TR.undefs({ k, v, q, dout }) }}
 }
 {% if mods.any then %}

@@ -89,17 +89,20 @@ __device__ __forceinline__ long long dq_tile_base(long long bh, int m, int c0, i
 // key tile of a head starts after the tiles before it of the same head,
 // so the deterministic mode's turns only wait on blocks launched earlier;
 // `last_first` reverses the key tiles (the deterministic mode's order
-// under a mask with a right side: scheduler.cuh's kv_rank).
+// under a mask with a right side: scheduler.cuh's kv_rank).  `width`
+// blocks of consecutive x (a cluster: the wide wgmma kernel's pairs) take
+// consecutive key tiles of one head, the cluster's place in the order
+// being a block's in the plain one.
 struct KvTile { int n, hk, b; };
-__device__ __forceinline__ KvTile kv_tile(int section, bool last_first) {
-  const int tiles = gridDim.x, heads = gridDim.y * gridDim.z;
-  const int lin = blockIdx.x + tiles * (blockIdx.y + gridDim.y * blockIdx.z);
+__device__ __forceinline__ KvTile kv_tile(int section, bool last_first, int width = 1) {
+  const int tiles = gridDim.x / width, heads = gridDim.y * gridDim.z;
+  const int lin = blockIdx.x / width + tiles * (blockIdx.y + gridDim.y * blockIdx.z);
   const int s0 = lin / (section * tiles) * section;   // the section's first head
   const int in = min(section, heads - s0);            // its heads
   const int i = lin - s0 * tiles;
   const int head = s0 + i % in;
   KvTile t;
-  t.n = last_first ? tiles - 1 - i / in : i / in;
+  t.n = (last_first ? tiles - 1 - i / in : i / in) * width + blockIdx.x % width;
   t.hk = head % gridDim.y;
   t.b = head / gridDim.y;
   return t;

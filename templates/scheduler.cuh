@@ -31,7 +31,9 @@
                     walk), counts: the list counts the producer read
   part = "kv_head"  the head of a key tile (the backward): blk.n0 the first
                     key, and its query range: m_first and nq query tiles of
-                    BM rows (the mask rule's rows_begin / rows_end)
+                    BM rows (the mask rule's rows_begin / rows_end); of the
+                    BN keys from N0 (a C expression, "n0" unless given: a
+                    pair's tile where a cluster of two blocks splits it)
   part = "kv_rank"  (the backward's deterministic dQ) sets the caller's
                     int rank: how many key tiles add the dQ of query tile
                     m0 (step i of nq a head) before key tile nt (BN keys
@@ -41,7 +43,7 @@
                     consecutive (both ends of a key tile's query range grow
                     with it); the caller's int edge carries their far end
                     from step to step
-  Parameters: mrule, BM, BN, BMASK, VL, DYNAMIC, PERSISTENT, and sched
+  Parameters: mrule, BM, BN, N0, BMASK, VL, DYNAMIC, PERSISTENT, and sched
   (the same fields as a table, for the parts that include others).
 #}
 {%
@@ -184,11 +186,12 @@ __device__ __forceinline__ Item get_item(const Params &p) {
         const int ntiles = n_end > t_first * {{ BN }} ? (n_end - t_first * {{ BN }} + {{ BN - 1 }}) / {{ BN }} : 0;
 {%   end %}
 {% elseif part == "kv_head" then %}
+{%   local n0 = N0 or "n0" %}
   // Query rows this key tile is seen by: from the first row whose keys
   // reach it to the last its window's left side lets see it.
-  const int m_first = {{ mrule.rows_begin("n0") }} / {{ BM }} * {{ BM }};
-  const int m_end = {{ mrule.rows_end("n0 + " .. BN) }};
-  const int nq = m_end > m_first && n0 < {{ mrule.kv }} ? (m_end - m_first + {{ BM - 1 }}) / {{ BM }} : 0;
+  const int m_first = {{ mrule.rows_begin(n0) }} / {{ BM }} * {{ BM }};
+  const int m_end = {{ mrule.rows_end(n0 .. " + " .. BN) }};
+  const int nq = m_end > m_first && {{ n0 }} < {{ mrule.kv }} ? (m_end - m_first + {{ BM - 1 }}) / {{ BM }} : 0;
 {% elseif part == "kv_rank" then %}
         // The key tiles whose walks hold m0 are consecutive: edge, kept
         // over this head's steps (reset at its first), is the far end of

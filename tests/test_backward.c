@@ -29,10 +29,16 @@ static int compile_all(fj_ctx *ctx, const fj_problem *p, const char *what)
   int wg = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0 && p->head_dim >= 64 &&
            !(pgrads && p->head_dim > 128) &&
            !(m && m->block_mask && m->block_mask->block_kv % tile_n);
+  /* Above head dim 192 a pair of blocks (a cluster of two) splits a key
+   * tile of 128 where nothing is masked (no causal mask, window or block
+   * mask), but in the deterministic mode. */
+  int pair = wg && p->head_dim > 192 && !p->deterministic &&
+             p->causal == FJ_CAUSAL_NONE &&
+             !(m && (m->block_mask || m->window_left != -1 || m->window_right != -1));
   CHECK(plan.variant.mma == (wg ? FJ_MMA_WGMMA : FJ_MMA_SYNC));
-  CHECK(plan.variant.tile_n == (wg && p->head_dim <= 128 ? 128 : 64));
+  CHECK(plan.variant.tile_n == (wg && (p->head_dim <= 128 || pair) ? 128 : 64));
   CHECK(plan.grid[0] == (unsigned)((p->seq_kv + plan.variant.tile_n - 1) /
-                                   plan.variant.tile_n));
+                                   plan.variant.tile_n * (pair ? 2 : 1)));
   CHECK(plan.grid[1] == (unsigned)p->heads_kv && plan.grid[2] == (unsigned)p->batch);
   /* delta, LSE2 and dQ's accumulator (rows of the head dim rounded up to
    * 64) over rows padded to 64, then a turn counter per dQ tile of 64 x 64 */
@@ -56,8 +62,8 @@ static int compile_all(fj_ctx *ctx, const fj_problem *p, const char *what)
        * into it: rows (mma), tiles (wgmma), permuted tiles (wide wgmma). */
       const char *src = fj_kernel_source(k, NULL);
       const char *call = !wg ? NULL
-                         : plan.variant.tile_n == 128 ? "dq_tile_off(row"
-                                                      : "dq_tile_off4(row";
+                         : p->head_dim <= 128 ? "dq_tile_off(row"
+                                              : "dq_tile_off4(row";
       CHECK(call ? strstr(src, call) != NULL
                  : strstr(src, "dq_tile_off(row") == NULL &&
                        strstr(src, "dq_tile_off4(row") == NULL);
@@ -474,8 +480,9 @@ int test_backward_memo(void)
   CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &b, 1, &k));
   CHECK(strstr(fj_kernel_name(k), "_cap") != NULL);
   p.mods = NULL;
-  /* Head dim 96 runs padded to 128 on wgmma, 256 with 64-key tiles, the
-   * deterministic mode too. */
+  /* Head dim 96 runs padded to 128 on wgmma; 256 without a mask on a pair
+   * of blocks (a tile of 128 keys, 64 each: two blocks a tile), but in the
+   * deterministic mode (64-key tiles, one block each). */
   p.head_dim = 96;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
   CHECK(b.variant.mma == FJ_MMA_WGMMA && b.variant.head_dim == 96 && b.variant.tile_n == 128);
@@ -483,10 +490,27 @@ int test_backward_memo(void)
                                (size_t)3 * 8 * 5 * 2 * sizeof(int));
   fj_problem_init(&p, 3, 8, 2, 300, 5000, 256, FJ_BF16, FJ_BSHD);
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
-  CHECK(b.variant.mma == FJ_MMA_WGMMA && b.variant.tile_n == 64 && b.grid[0] == (5000 + 63) / 64);
+  CHECK(b.variant.mma == FJ_MMA_WGMMA && b.variant.tile_n == 128 && b.grid[0] == (5000 + 127) / 128 * 2);
+  fj_kernel *pk;
+  CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &b, 1, &pk));
+  CHECK(strstr(fj_kernel_source(pk, NULL), "__cluster_dims__(2, 1, 1)") != NULL);
+  fj_bwd_plan pair = b;
   p.deterministic = 1;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
-  CHECK(b.variant.mma == FJ_MMA_WGMMA && b.variant.head_dim == 256);
+  CHECK(b.variant.mma == FJ_MMA_WGMMA && b.variant.head_dim == 256 && b.variant.tile_n == 64 &&
+        b.grid[0] == (5000 + 63) / 64);
+  /* The pair's plan is refused for a deterministic call, before any launch. */
+  static char buf[64];
+  void *d = buf;
+  CHECK(fj_attention_bwd_run(ctx, &p, &pair, d, d, d, d, d, (const float *)d, d, d, d, NULL,
+                             NULL, 0, NULL) == FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "fj_attention_bwd_run: the plan's kernel takes key tiles in pairs, which is "
+                 "not deterministic: plan with deterministic 1");
+  /* Under a causal mask 64-key tiles, one block each (the pair is slower there). */
+  p.deterministic = 0;
+  p.causal = FJ_CAUSAL_TOP_LEFT;
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
+  CHECK(b.variant.tile_n == 64 && b.grid[0] == (5000 + 63) / 64);
   fj_ctx_destroy(ctx);
   return 0;
 }

@@ -491,6 +491,13 @@ int test_gpu_backward(void)
       {1, 4, 4, 257, 200, 112, FJ_F16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
       {1, 2, 2, 200, 200, 144, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
       {1, 2, 2, 190, 250, 240, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      /* the pair (head dims above 192 without a mask: a cluster of two
+       * blocks splits each key tile of 128): GQA with sinks and a key
+       * tile of the last pair past the end, a last pair with one key,
+       * varlen with an empty sequence, a softcap and dlse at 224 */
+      {1, 8, 2, 300, 333, 256, FJ_BF16, NC, -1, 0, 1, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 100, 129, 256, FJ_F16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {3, 4, 2, 257, 257, 224, FJ_F16, NC, -1, 20.f, 0, 1, 0, {257, 0, 100}, {100, 50, 257}, {0}, 1},
   };
   return run_cases(cases, sizeof cases / sizeof cases[0]);
 }
