@@ -1045,6 +1045,7 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
             fj::wg_ss_{{ T }}_64_tt(dq, FJ_DSA(kk), {{ mnmajor(("ska + (2 * crank + %d) * %d"):format(role, k.panel_bytes), k.panel_bytes, "kk") }}, kk);
           fj::wg_commit();
           fj::mbar_wait(in_full, dph);
+          fj::wg_fence();  // (else ptxas fences after the spin itself, serializing every wgmma)
 #pragma unroll
           for (int kk = 0; kk < {{ BK // KSTEP }}; ++kk)
             fj::wg_ss_{{ T }}_64_tt(dq, FJ_DSIN(kk), {{ mnmajor(("skp + %d"):format(role * k.panel_bytes), k.panel_bytes, "kk") }}, 1);

@@ -109,7 +109,9 @@ int test_backward_compile(void)
  * (one word of the probed A table a register); the kernel compiles
  * without spilling and without ptxas serialising its wgmmas.  Head dims
  * whose dK and dV leave no room (96, 128) keep both operands in shared
- * memory. */
+ * memory.  The wide kernels (192, 256: 64-key tiles under a mask, the
+ * cluster pair without one) are not serialised either (the pair was, by
+ * a fence ptxas put after a spin, until its own). */
 int test_backward_kv_regs(void)
 {
   fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
@@ -125,6 +127,9 @@ int test_backward_kv_regs(void)
       {64, FJ_F16, FJ_CAUSAL_TOP_LEFT, 100, 30.f},
       {96, FJ_F16, FJ_CAUSAL_NONE, -1, 0},
       {128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, -1, 0},
+      {192, FJ_BF16, FJ_CAUSAL_TOP_LEFT, -1, 30.f},
+      {256, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, -1, 0},
+      {256, FJ_BF16, FJ_CAUSAL_NONE, -1, 0},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     fj_problem p;
@@ -146,10 +151,13 @@ int test_backward_kv_regs(void)
     snprintf(s_rs, sizeof s_rs, "fj::wg_rs_%s_64(s, ka[kk], FJ_QB(slot, kk), kk);", t);
     snprintf(dp_rs, sizeof dp_rs, "fj::wg_rs_%s_64(dp, va[kk], FJ_DOB(slot, kk), kk);", t);
     snprintf(s_ss, sizeof s_ss, "fj::wg_ss_%s_64(s, FJ_KA(kk), FJ_QB(slot, kk), kk);", t);
-    int regs = cases[c].d == 64;
+    int regs = cases[c].d == 64, wide = cases[c].d > 128;
     CHECK(!strstr(src, s_rs) == !regs && !strstr(src, dp_rs) == !regs);
-    CHECK((strstr(src, s_ss) == NULL) == regs);
+    CHECK(wide || (strstr(src, s_ss) == NULL) == regs);
     CHECK(!strstr(src, "unsigned ka[4][4], va[4][4];") == !regs);
+    /* the pair where nothing is masked */
+    CHECK(!strstr(src, "__cluster_dims__") ==
+          !(cases[c].d == 256 && cases[c].causal == FJ_CAUSAL_NONE));
     fj_resources r;
     fj_kernel_resources(k, &r);
     printf("%-60s regs=%3d spill=%d/%d\n", fj_kernel_name(k), r.registers,
