@@ -1115,7 +1115,11 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
     }
 
     // dV (consumer 0) or dK times the softmax scale (consumer 1) over the
-    // head dim; keys past the sequence not written.
+    // head dim; keys past the sequence not written.  Every tile held first:
+    // a padded head dim's last tiles, never stored, would otherwise be dead
+    // outputs of the step's wgmmas, and ptxas serializes all of them for it
+    // (C7511 at head dims 144-176 and 208-240).
+    {{ hold("acc", DR // 16) }}
     const float out_scale = cw == 0 ? 1.f : g.scale;
     const long long os = cw == 0 ? g.dv_stride[2] : g.dk_stride[2];
     elem_t *const og = cw == 0 ? fj::head_rows<elem_t>(g.dv, g.dv_stride, b, hk) + kv_row0 * os
