@@ -128,13 +128,15 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
  * of two blocks, 64 keys each, exchanging dS: each adds dQ over both
  * tiles' 128 keys for half of its columns, half the float32 additions):
  * head dims above 192 (four panels of dQ's columns, one per consumer of
- * the pair) without a mask (measured on the H100, docs/PERF.md: 1-4%
- * faster than 64-key tiles without a mask, 4-5% slower under a causal
- * one, where the pair walks its first tile's query range and the blocks
- * of a pair are scheduled together), not in the deterministic mode (its
- * turns count single key tiles) nor under a block mask (whose walks
- * differ per key block).  FLASHJIT_BWD_PAIR=0 in the environment turns it
- * off, =1 on under a causal mask or a window too (A/B runs). */
+ * the pair) without a causal mask or window (measured on the H100,
+ * docs/PERF.md, before 8246c67 removed a serialization of its wgmmas:
+ * 1-4% faster than 64-key tiles without a mask, 4-5% slower under a
+ * causal one, where the pair walks its first tile's query range and the
+ * blocks of a pair are scheduled together; mask expressions take it),
+ * not in the deterministic mode (its turns count single key tiles) nor
+ * under a block mask (whose walks differ per key block).
+ * FLASHJIT_BWD_PAIR=0 in the environment turns it off, =1 on under a
+ * causal mask or a window too (A/B runs). */
 static int pair_ok(const fj_problem *p)
 {
   fj_mods_info mi;
@@ -349,6 +351,8 @@ typedef struct bwd_key {
   int varlen;  /* 1 varlen; 2 varlen whose packed tensors lack a total */
   int q_log2, kv_log2, gqa;
   int pair;  /* pair_ok: the wide kernel's tiles in pairs */
+  int pad_;  /* zero (key_of's memset): no padding before mods, which
+                memo_find compares with the rest */
   /* the form's hash, as the tuning database's class has it (|mods=):
    * expressions of one presence may be tuned apart */
   uint64_t mods;

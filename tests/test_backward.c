@@ -17,6 +17,7 @@
  * compiles without spilling (the resources printed). */
 static int compile_all(fj_ctx *ctx, const fj_problem *p, const char *what)
 {
+  unsetenv("FLASHJIT_BWD_PAIR");  /* the library's own choice, checked below */
   fj_bwd_plan plan;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, p, &plan));
   /* sm_90a's head dims 64-256 on wgmma (128-key tiles; 64 above 128, where
@@ -116,6 +117,7 @@ int test_backward_compile(void)
  * stored, until the epilogue held them). */
 int test_backward_kv_regs(void)
 {
+  unsetenv("FLASHJIT_BWD_PAIR");
   fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
   CHECK(ctx != NULL);
   static const struct {
@@ -134,6 +136,7 @@ int test_backward_kv_regs(void)
       {256, FJ_BF16, FJ_CAUSAL_NONE, -1, 0},
       {224, FJ_BF16, FJ_CAUSAL_TOP_LEFT, -1, 0},
       {160, FJ_F16, FJ_CAUSAL_NONE, -1, 0},
+      {224, FJ_F16, FJ_CAUSAL_NONE, -1, 0},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     fj_problem p;
@@ -466,6 +469,7 @@ int test_backward_prefetch(void)
  * their own grid, workspace and kernel. */
 int test_backward_memo(void)
 {
+  unsetenv("FLASHJIT_BWD_PAIR");
   fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
   CHECK(ctx != NULL);
   fj_problem p;
@@ -523,6 +527,23 @@ int test_backward_memo(void)
   p.causal = FJ_CAUSAL_TOP_LEFT;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
   CHECK(b.variant.tile_n == 64 && b.grid[0] == (5000 + 63) / 64);
+  /* FLASHJIT_BWD_PAIR=1: the pair under the causal mask too (the memo
+   * keeps the choices apart), =0: 64-key tiles without a mask too; never
+   * in the deterministic mode. */
+  setenv("FLASHJIT_BWD_PAIR", "1", 1);
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
+  CHECK(b.variant.tile_n == 128 && b.grid[0] == (5000 + 127) / 128 * 2);
+  p.deterministic = 1;
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
+  CHECK(b.variant.tile_n == 64);
+  p.deterministic = 0;
+  p.causal = FJ_CAUSAL_NONE;
+  setenv("FLASHJIT_BWD_PAIR", "0", 1);
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
+  CHECK(b.variant.tile_n == 64 && b.grid[0] == (5000 + 63) / 64);
+  unsetenv("FLASHJIT_BWD_PAIR");
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
+  CHECK(b.variant.tile_n == 128);
   fj_ctx_destroy(ctx);
   return 0;
 }

@@ -555,6 +555,8 @@ int test_gpu_sanitize_backward(void)
       {1, 4, 2, 100, 130, 64, FJ_BF16, TL, -1, 0, 1, 1, 0, {0}, {0}, {0}, 0},
       {1, 4, 2, 100, 130, 96, FJ_F16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
       {1, 4, 2, 100, 130, 256, FJ_BF16, TL, -1, 0, 1, 1, 0, {0}, {0}, {0}, 0},
+      /* the cluster pair (no mask): its exchange of dS^T between blocks */
+      {1, 4, 2, 100, 130, 256, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
   };
   return run_cases(cases, sizeof cases / sizeof cases[0]);
 }

@@ -10,7 +10,15 @@
 # perf-history's session-13 entry): m and b landed (9bfa652, 966bfc6), f
 # missed (as the fourth session's same idea had).  The fourteenth session
 # had no device; it added l, and rebased the branches split504 and bwdrot
-# onto its main (both build, no spills; their CPU tests pass).  Next: l, a
+# onto its main (both build, no spills; their CPU tests pass).  The
+# fifteenth got two H100 calls (its H200 calls were refused): l's C part
+# ran (PERF.md P1 row: 95/95, 43/43) with the cluster pair, whose A/B is
+# P1 (pair.sh); l's Python part did not.  Next, first: s15.sh (pchk: the
+# pair with 8246c67's fence where nothing is masked; l's Python part;
+# pair.sh and bwd_compare --dims 256 on the H200; ncu on the d256
+# kernels; a), or at least s15b.sh (a short call: pchk, the fixed pair's
+# A/B, the widepipe branch's checks and A/B: build-wp/templates from the
+# branch widepipe); then widepipe.sh with its tests; then a
 # (both main's build), j (the GPU host's
 # compile cost by phase), s (the split decode's combine, f720fcf: branch
 # split504 built here and carried as build/, then its gpu_wide_heads and
