@@ -375,7 +375,10 @@
   -- offset (wg_desc_at below: one add to the start address field),
   -- so that the compiler makes a product's base descriptor once and each k
   -- step's with one instruction, not the masks and shifts of wg_desc
-  -- anew (the narrow kernel's consumers).
+  -- anew (every consumer's but the parameters' gradients'; in the wide
+  -- kernel, with its role read from lane 0, they are uniform registers:
+  -- 4 instructions between its S^T's wgmmas instead of 13 with a chain
+  -- through R2UR, in the SASS at d256).
   local function kmajor_at(base, panel_bytes, kk)
     return ("fj::wg_desc_at(fj::wg_desc(%s, 16, 1024), ((%s) / %d) * %d + ((%s) %% %d) * %d)"):format(
       base, kk, PP, panel_bytes, kk, PP, KSTEP * ELEM)
@@ -664,7 +667,6 @@ __device__ __forceinline__ unsigned ld_shared_b32(unsigned a) {
   return v;
 }
 {% end %}
-{% if not WIDE then %}
 // Descriptor d moved `bytes` (a multiple of 16) on: an add to its start
 // address field alone.  Exact, with no carry out of the field: shared-space
 // addresses lie below 2^18, so the field (address >> 4, bits 0-13) of the
@@ -673,6 +675,7 @@ __device__ __forceinline__ unsigned long long wg_desc_at(unsigned long long d, u
   const unsigned lo = (unsigned)d + (bytes >> 4), hi = (unsigned)(d >> 32);
   return (unsigned long long)hi << 32 | lo;
 }
+{% if not WIDE then %}
 // Two adjacent floats of shared memory (8-byte aligned): a lane's LSE2 or
 // delta of two neighbouring query columns.
 __device__ __forceinline__ float2 ld_shared_v2_f32(unsigned a) {
@@ -885,14 +888,17 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
     // ---- consumers, split by role (wide heads) ------------------------------
     fj::regs_up<{{ REGS[2] }}>();
 {% walk() %}
-    const int cw = wg - 1;             // 0: S^T, P^T, dV; 1: dP^T, dS^T, dK
+    // The role, read from lane 0 so that the compiler knows it is the same
+    // in every lane: each role's descriptors are then made in uniform
+    // registers (as the narrow kernel's).
+    const int cw = __shfl_sync(0xffffffffu, wg - 1, 0);  // 0: S^T, P^T, dV; 1: dP^T, dS^T, dK
     const int tid = threadIdx.x % 128; // this thread's place in its warpgroup (P^T's handoff)
     const int wr = (warp % 4) * 16;    // this warp's first row of a product
     const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
     {{ mods.scales(4, "") }}
     // The operands (the tile's 64 keys of K and V); dQ's B, K's columns,
     // is each part's.
-{{ operands("ska", "sva") }}
+{{ operands("ska", "sva", true) }}
 
     float acc[{{ DR // 16 }}][8];  // dV (consumer 0) or dK (consumer 1)
 #pragma unroll
@@ -1042,13 +1048,13 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
           fj::wg_fence();
 #pragma unroll
           for (int kk = 0; kk < {{ BK // KSTEP }}; ++kk)
-            fj::wg_ss_{{ T }}_64_tt(dq, FJ_DSA(kk), {{ mnmajor(("ska + (2 * crank + %d) * %d"):format(role, k.panel_bytes), k.panel_bytes, "kk") }}, kk);
+            fj::wg_ss_{{ T }}_64_tt(dq, FJ_DSA(kk), {{ mnmajor_at(("ska + (2 * crank + %d) * %d"):format(role, k.panel_bytes), k.panel_bytes, "kk") }}, kk);
           fj::wg_commit();
           fj::mbar_wait(in_full, dph);
           fj::wg_fence();  // (else ptxas fences after the spin itself, serializing every wgmma)
 #pragma unroll
           for (int kk = 0; kk < {{ BK // KSTEP }}; ++kk)
-            fj::wg_ss_{{ T }}_64_tt(dq, FJ_DSIN(kk), {{ mnmajor(("skp + %d"):format(role * k.panel_bytes), k.panel_bytes, "kk") }}, 1);
+            fj::wg_ss_{{ T }}_64_tt(dq, FJ_DSIN(kk), {{ mnmajor_at(("skp + %d"):format(role * k.panel_bytes), k.panel_bytes, "kk") }}, 1);
           fj::wg_commit();
           fj::wg_wait<0>();
     {{ hold("dq", 4) }}
@@ -1072,7 +1078,7 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
           fj::wg_fence();
 #pragma unroll
           for (int kk = 0; kk < {{ BN // KSTEP }}; ++kk)
-            fj::wg_ss_{{ T }}_64_tt(dq, FJ_DSA(kk), {{ mnmajor(("ska + %d"):format(c0 // 64 * k.panel_bytes), k.panel_bytes, "kk") }}, kk);
+            fj::wg_ss_{{ T }}_64_tt(dq, FJ_DSA(kk), {{ mnmajor_at(("ska + %d"):format(c0 // 64 * k.panel_bytes), k.panel_bytes, "kk") }}, kk);
           fj::wg_commit();
           fj::wg_wait<0>();
     {{ hold("dq", 4) }}

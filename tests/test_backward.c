@@ -162,6 +162,9 @@ int test_backward_kv_regs(void)
     CHECK(!strstr(src, s_rs) == !regs && !strstr(src, dp_rs) == !regs);
     CHECK(wide || (strstr(src, s_ss) == NULL) == regs);
     CHECK(!strstr(src, "unsigned ka[4][4], va[4][4];") == !regs);
+    /* every consumer's descriptors as a base's plus the k step's offset
+     * (one uniform add a step, not wg_desc's masks and shifts) */
+    CHECK(strstr(src, "#define FJ_KA(kk) fj::wg_desc_at(") != NULL);
     /* the pair where nothing is masked */
     CHECK(!strstr(src, "__cluster_dims__") ==
           !(cases[c].d > 192 && cases[c].causal == FJ_CAUSAL_NONE));
