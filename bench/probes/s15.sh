@@ -50,10 +50,15 @@ done
 }
 part_pchk() {
 # The pair where nothing is masked, checked against the float64 reference
-# (gpu_backward's three pair cases, as CLI calls).
+# (gpu_backward's three pair cases, as CLI calls), then the wide kernel's
+# other changes since it last ran (b1b304b's descriptors, 6ad891b's held
+# tiles at d224): d256 and d224 causal, d192.
 for args in "--shape 1,8,300,256 --heads-kv 2 --seq-kv 333 --sinks 0.5 --dtype bf16" \
             "--shape 1,2,100,256 --seq-kv 129 --dtype f16" \
-            "--shape 3,4,257,224 --heads-kv 2 --seq-kv 257 --varlen 257:100,0:50,100:257 --softcap 20 --dtype f16"; do
+            "--shape 3,4,257,224 --heads-kv 2 --seq-kv 257 --varlen 257:100,0:50,100:257 --softcap 20 --dtype f16" \
+            "--shape 1,2,640,256 --causal --dtype bf16" \
+            "--shape 1,2,500,224 --causal --dtype f16" \
+            "--shape 1,4,500,192 --heads-kv 2 --seq-kv 700 --dtype f16"; do
   timeout $(bound 40) ./flashjit run --backward $args --check >"$out/pchk.log" 2>&1
   echo "s15 pchk $args: exit $?; $(grep -E '^check' "$out/pchk.log" | grep -oE 'dq rel_err=[^ ]+|-> [A-Z]+' | tr '\n' ' ') $(grep -oE 'fj_bwd_attn[a-z0-9_]+|grid: [0-9,]+' "$out/pchk.log" | tr '\n' ' ')"
   grep -iE "error|invalid" "$out/pchk.log" | head -2

@@ -7,6 +7,6 @@
 set -u
 out=${1:-/tmp/fj-s15b}
 mkdir -p "$out"
-S15_PARTS=pchk S15_SECONDS=40 bash bench/probes/s15.sh "$out" 2>&1 | grep -E "^s15"
+S15_PARTS=pchk S15_SECONDS=70 bash bench/probes/s15.sh "$out" 2>&1 | grep -E "^s15"
 PAIR_TESTS="" PAIR_SHAPES="8,8,2048,256" timeout 40 bash bench/probes/pair.sh "$out/pair" 2>&1 | grep -E "^pair 8"
 WP_TESTS="" WP_SHAPES="8,8,2048,256 --causal;8,10,2048,192" timeout 60 bash bench/probes/widepipe.sh "$out/wp" 2>&1 | grep -E "^widepipe"
