@@ -31,10 +31,9 @@ static int compile_all(fj_ctx *ctx, const fj_problem *p, const char *what)
            !(pgrads && p->head_dim > 128) &&
            !(m && m->block_mask && m->block_mask->block_kv % tile_n);
   /* Above head dim 192 a pair of blocks (a cluster of two) splits a key
-   * tile of 128 where nothing is masked (no causal mask, window or block
-   * mask), but in the deterministic mode. */
+   * tile of 128, causal or not, but under a window or a block mask and in
+   * the deterministic mode. */
   int pair = wg && p->head_dim > 192 && !p->deterministic &&
-             p->causal == FJ_CAUSAL_NONE &&
              !(m && (m->block_mask || m->window_left != -1 || m->window_right != -1));
   CHECK(plan.variant.mma == (wg ? FJ_MMA_WGMMA : FJ_MMA_SYNC));
   CHECK(plan.variant.tile_n == (wg && (p->head_dim <= 128 || pair) ? 128 : 64));
@@ -110,8 +109,8 @@ int test_backward_compile(void)
  * (one word of the probed A table a register); the kernel compiles
  * without spilling and without ptxas serialising its wgmmas.  Head dims
  * whose dK and dV leave no room (96, 128) keep both operands in shared
- * memory.  The wide kernels (192, 256: 64-key tiles under a mask, the
- * cluster pair without one; padded, 160 and 224) are not serialised
+ * memory.  The wide kernels (192, 256: 64-key tiles under a window, the
+ * cluster pair otherwise; padded, 160 and 224) are not serialised
  * either (the pair was, by a fence ptxas put after a spin, until its
  * own; the padded ones were, by their last tiles of dK and dV never
  * stored, until the epilogue held them). */
@@ -137,6 +136,8 @@ int test_backward_kv_regs(void)
       {224, FJ_BF16, FJ_CAUSAL_TOP_LEFT, -1, 0},
       {160, FJ_F16, FJ_CAUSAL_NONE, -1, 0},
       {224, FJ_F16, FJ_CAUSAL_NONE, -1, 0},
+      {256, FJ_BF16, FJ_CAUSAL_TOP_LEFT, 100, 0},  /* a window: 64-key tiles */
+      {224, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 100, 20.f},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     fj_problem p;
@@ -165,9 +166,8 @@ int test_backward_kv_regs(void)
     /* every consumer's descriptors as a base's plus the k step's offset
      * (one uniform add a step, not wg_desc's masks and shifts) */
     CHECK(strstr(src, "#define FJ_KA(kk) fj::wg_desc_at(") != NULL);
-    /* the pair where nothing is masked */
-    CHECK(!strstr(src, "__cluster_dims__") ==
-          !(cases[c].d > 192 && cases[c].causal == FJ_CAUSAL_NONE));
+    /* the pair above head dim 192 without a window */
+    CHECK(!strstr(src, "__cluster_dims__") == !(cases[c].d > 192 && cases[c].window_left < 0));
     fj_resources r;
     fj_kernel_resources(k, &r);
     printf("%-60s regs=%3d spill=%d/%d\n", fj_kernel_name(k), r.registers,
@@ -525,14 +525,22 @@ int test_backward_memo(void)
                              NULL, 0, NULL) == FJ_ERR_INVALID_ARG);
   CHECK_MSG(ctx, "fj_attention_bwd_run: the plan's kernel takes key tiles in pairs, which is "
                  "not deterministic: plan with deterministic 1");
-  /* Under a causal mask 64-key tiles, one block each (the pair is slower there). */
+  /* Under a causal mask the pair too; under a window 64-key tiles, one
+   * block each (the pair was slower there). */
   p.deterministic = 0;
   p.causal = FJ_CAUSAL_TOP_LEFT;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
+  CHECK(b.variant.tile_n == 128 && b.grid[0] == (5000 + 127) / 128 * 2);
+  fj_mods wm;
+  fj_mods_init(&wm);
+  wm.window_left = 512;
+  wm.window_right = 0;
+  p.mods = &wm;
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
   CHECK(b.variant.tile_n == 64 && b.grid[0] == (5000 + 63) / 64);
-  /* FLASHJIT_BWD_PAIR=1: the pair under the causal mask too (the memo
-   * keeps the choices apart), =0: 64-key tiles without a mask too; never
-   * in the deterministic mode. */
+  /* FLASHJIT_BWD_PAIR=1: the pair under the window too (the memo keeps
+   * the choices apart), =0: 64-key tiles without one too; never in the
+   * deterministic mode. */
   setenv("FLASHJIT_BWD_PAIR", "1", 1);
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
   CHECK(b.variant.tile_n == 128 && b.grid[0] == (5000 + 127) / 128 * 2);
@@ -540,6 +548,7 @@ int test_backward_memo(void)
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
   CHECK(b.variant.tile_n == 64);
   p.deterministic = 0;
+  p.mods = NULL;
   p.causal = FJ_CAUSAL_NONE;
   setenv("FLASHJIT_BWD_PAIR", "0", 1);
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));

@@ -20,7 +20,7 @@ if ! grep -q -- '-> PASS' "$out/first.log"; then
   echo "pair: the first check did not pass; no more"
   exit 1
 fi
-for tb in ${PAIR_TESTS:-gpu_backward:200 gpu_backward_mods:120 gpu_backward_deterministic:90}; do
+for tb in ${PAIR_TESTS-gpu_backward:200 gpu_backward_mods:120 gpu_backward_deterministic:90}; do
   t=${tb%%:*}
   timeout ${tb##*:} ./tests/fj_tests "$t" >"$out/$t.log" 2>&1
   echo "pair $t: exit $? ($(grep -c '^ok' "$out/$t.log") ok, $(grep -c '^FAIL' "$out/$t.log") FAIL)"
