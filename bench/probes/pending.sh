@@ -11,14 +11,16 @@
 # missed (as the fourth session's same idea had).  The fourteenth session
 # had no device; it added l, and rebased the branches split504 and bwdrot
 # onto its main (both build, no spills; their CPU tests pass).  The
-# fifteenth got two H100 calls (its H200 calls were refused): l's C part
-# ran (PERF.md P1 row: 95/95, 43/43) with the cluster pair, whose A/B is
-# P1 (pair.sh); l's Python part did not.  Next, first: s15.sh (pchk: the
-# pair with 8246c67's fence where nothing is masked; l's Python part;
-# pair.sh and bwd_compare --dims 256 on the H200; ncu on the d256
-# kernels; a), or at least s15b.sh (a short call: pchk, the fixed pair's
-# A/B, the widepipe branch's checks and A/B: build-wp/templates from the
-# branch widepipe); then widepipe.sh with its tests; then a
+# fifteenth got H100 calls only (its H200 calls were refused): l's C part
+# ran (PERF.md's P1 row: 95/95, 43/43) with the cluster pair; s15b.sh
+# (P2: the wide kernel's checked calls, the fixed pair 0.89-0.92 of the
+# 64-key kernel's time, widepipe slower).  l's Python part did not run.
+# Next, first: s15.sh on the H200 (pchk; l's Python part; pair.sh and
+# bwd_compare --dims 256: the pair's ratio to cuDNN; ncu on the d256
+# kernels; a); then `gpu_backward` and `gpu_sanitize_backward` (its pair
+# case) on main's build; then fwddesc.sh (branch fwddesc's forward
+# descriptors: build-fd/templates from the branch; for issue 32's FP8
+# d128 gap too); then a
 # (both main's build), j (the GPU host's
 # compile cost by phase), s (the split decode's combine, f720fcf: branch
 # split504 built here and carried as build/, then its gpu_wide_heads and
