@@ -238,6 +238,19 @@
     end
   end
   if WIDE and #quads * 2 ~= #pairs then no("the accumulator table's pairs do not make rows of four (c, c+1, c+8, c+9)") end
+  -- The wide kernel's additions of a 64 x 64 dQ tile from registers
+  -- (dq[4][8]) at `tile`: one red.global.add.v4.f32 a quad of a lane's
+  -- slots, in bwd_common.cuh's dq_tile_off4 order.
+  local function red_tile()
+    local out = { "#pragma unroll", "for (int j = 0; j < 4; ++j) {" }
+    for _, q4 in ipairs(quads) do
+      out[#out + 1] = ("  fj::red_add_v4_f32(tile + fj::dq_tile_off4(wr + acc_r + %d, j * 16 + acc_c + %d),"):format(
+        acc.drow[q4[1]], acc.dcol[q4[1]])
+      out[#out + 1] = ("                     dq[j][%d], dq[j][%d], dq[j][%d], dq[j][%d]);"):format(q4[1], q4[2], q4[3], q4[4])
+    end
+    out[#out + 1] = "}"
+    return table.concat(out, "\n")
+  end
   -- The distinct columns of a lane's slots in a tile of 16 (their LSE2 and
   -- delta are read once a tile).
   local cols, seen = {}, {}
@@ -1062,13 +1075,7 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
           __syncwarp();
           if (lane == 0) fj::mbar_arrive_peer(fj::peer_addr(out_free, crank ^ 1u));
           float *const tile = g.dq_acc + fj::dq_tile_base(bh, m0, c0, g.seq_pad, {{ D }});
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-{%     for _, q4 in ipairs(quads) do %}
-            fj::red_add_v4_f32(tile + fj::dq_tile_off4(wr + acc_r + {{ acc.drow[q4[1]] }}, j * 16 + acc_c + {{ acc.dcol[q4[1]] }}),
-                               dq[j][{{ q4[1] }}], dq[j][{{ q4[2] }}], dq[j][{{ q4[3] }}], dq[j][{{ q4[4] }}]);
-{%     end %}
-          }
+          {{ PC.indent(red_tile(), 10) }}
         }
 {%   end %}
 {%   for c0 = part.c0, PAIR and part.c0 - 1 or part.c0 + part.n - 1, 64 do %}
@@ -1090,13 +1097,7 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
             fj::bar_sync(3 + cw, 128);
           }
 {%     end %}
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-{%     for _, q4 in ipairs(quads) do %}
-            fj::red_add_v4_f32(tile + fj::dq_tile_off4(wr + acc_r + {{ acc.drow[q4[1]] }}, j * 16 + acc_c + {{ acc.dcol[q4[1]] }}),
-                               dq[j][{{ q4[1] }}], dq[j][{{ q4[2] }}], dq[j][{{ q4[3] }}], dq[j][{{ q4[4] }}]);
-{%     end %}
-          }
+          {{ PC.indent(red_tile(), 10) }}
 {%     if not BMASK then %}
           if (g.deterministic) {
             // Every thread's additions visible, then the turn passed on.
