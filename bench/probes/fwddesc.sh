@@ -18,23 +18,7 @@ for args in "--shape 1,4,1000,128 --causal --dtype bf16" "--shape 1,4,1000,128 -
   FLASHJIT_TEMPLATE_DIR=$fd timeout 60 ./flashjit run $args --check >"$out/check.log" 2>&1
   echo "fwddesc check $args: exit $?; $(grep -oE 'fj_attn[a-z0-9_]+' "$out/check.log" | head -1) $(grep -oE 'rel_err=[^ ]+ [a-zA-Z]+' "$out/check.log" | head -2 | tr '\n' ' ')"
 done
-for tb in ${FD_TESTS-gpu_wgmma_axes:150 gpu_fp8_forward:120}; do
-  t=${tb%%:*}
-  FLASHJIT_TEMPLATE_DIR=$fd timeout ${tb##*:} ./tests/fj_tests "$t" >"$out/$t.log" 2>&1
-  echo "fwddesc $t: exit $? ($(grep -c '^ok\| ok$' "$out/$t.log") ok, $(grep -c 'FAIL' "$out/$t.log") FAIL)"
-  grep -E "FAIL|check failed" "$out/$t.log" | head -6
-done
-IFS=';' read -ra shapes <<<"${FD_SHAPES:-4,16,4096,128 --dtype bf16;4,16,4096,128 --dtype bf16 --causal;4,32,4096,64 --dtype bf16 --causal;4,16,4096,128 --dtype e4m3;4,16,4096,128 --dtype e4m3 --causal;4,8,4096,256 --dtype e4m3}"
-for shape in "${shapes[@]}"; do
-  line="fwddesc $shape:"
-  for round in 1 2; do
-    for tdir in "" "$fd"; do
-      us=$(FLASHJIT_TEMPLATE_DIR=$tdir timeout 60 ./flashjit run --shape $shape --iters 30 2>&1 |
-           grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
-      name=before
-      [ -n "$tdir" ] && name=after
-      line="$line $name=${us:-?}"
-    done
-  done
-  echo "$line"
-done
+. ../bench/probes/ab_lib.sh
+ab_tests fwddesc "$out" "${FD_TESTS-gpu_wgmma_axes:150 gpu_fp8_forward:120}" FLASHJIT_TEMPLATE_DIR="$fd"
+ab_shapes fwddesc "${FD_SHAPES:-4,16,4096,128 --dtype bf16;4,16,4096,128 --dtype bf16 --causal;4,32,4096,64 --dtype bf16 --causal;4,16,4096,128 --dtype e4m3;4,16,4096,128 --dtype e4m3 --causal;4,8,4096,256 --dtype e4m3}" \
+  "" before FLASHJIT_TEMPLATE_DIR= after "FLASHJIT_TEMPLATE_DIR=$fd"

@@ -20,23 +20,7 @@ if ! grep -q -- '-> PASS' "$out/first.log"; then
   echo "pair: the first check did not pass; no more"
   exit 1
 fi
-for tb in ${PAIR_TESTS-gpu_backward:200 gpu_backward_mods:120 gpu_backward_deterministic:90}; do
-  t=${tb%%:*}
-  timeout ${tb##*:} ./tests/fj_tests "$t" >"$out/$t.log" 2>&1
-  echo "pair $t: exit $? ($(grep -c '^ok' "$out/$t.log") ok, $(grep -c '^FAIL' "$out/$t.log") FAIL)"
-  grep -E "^FAIL|check failed" "$out/$t.log" | head -6
-done
-IFS=';' read -ra shapes <<<"${PAIR_SHAPES:-8,8,2048,256;8,8,2048,256 --causal;2,8,8192,256;2,8,8192,256 --causal;2,9,8192,224 --causal}"
-for shape in "${shapes[@]}"; do
-  line="pair $shape:"
-  for round in 1 2; do
-    for pair in 0 1; do
-      us=$(FLASHJIT_BWD_PAIR=$pair timeout 60 ./flashjit run --backward --shape $shape --dtype bf16 --iters 30 2>&1 |
-           grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
-      name=single
-      [ $pair = 1 ] && name=pair
-      line="$line $name=${us:-?}"
-    done
-  done
-  echo "$line"
-done
+. ../bench/probes/ab_lib.sh
+ab_tests pair "$out" "${PAIR_TESTS-gpu_backward:200 gpu_backward_mods:120 gpu_backward_deterministic:90}"
+ab_shapes pair "${PAIR_SHAPES:-8,8,2048,256;8,8,2048,256 --causal;2,8,8192,256;2,8,8192,256 --causal;2,9,8192,224 --causal}" \
+  "--backward --dtype bf16" single FLASHJIT_BWD_PAIR=0 pair FLASHJIT_BWD_PAIR=1

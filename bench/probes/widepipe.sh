@@ -19,23 +19,7 @@ for args in "--shape 1,2,640,256 --causal --dtype bf16" "--shape 1,4,500,192 --h
   echo "widepipe check $args: exit $?; $(grep -oE 'fj_bwd_attn[a-z0-9_]+' "$out/check.log" | head -1) $(grep -E '^check' "$out/check.log" | grep -oE 'dq rel_err=[^ ]+|-> [A-Z]+' | tr '\n' ' ')"
   grep -q -- '-> PASS' "$out/check.log" || { echo "widepipe: a check did not pass; no more"; exit 1; }
 done
-for tb in ${WP_TESTS-gpu_backward:200}; do
-  t=${tb%%:*}
-  FLASHJIT_TEMPLATE_DIR=$wp timeout ${tb##*:} ./tests/fj_tests "$t" >"$out/$t.log" 2>&1
-  echo "widepipe $t: exit $? ($(grep -c '^ok' "$out/$t.log") ok, $(grep -c '^FAIL' "$out/$t.log") FAIL)"
-  grep -E "^FAIL|check failed" "$out/$t.log" | head -6
-done
-IFS=';' read -ra shapes <<<"${WP_SHAPES:-8,8,2048,256 --causal;2,8,8192,256 --causal;8,10,2048,192;8,10,2048,192 --causal;8,8,2048,256}"
-for shape in "${shapes[@]}"; do
-  line="widepipe $shape:"
-  for round in 1 2; do
-    for tdir in "" "$wp"; do
-      us=$(FLASHJIT_BWD_PAIR=0 FLASHJIT_TEMPLATE_DIR=$tdir timeout 60 ./flashjit run --backward --shape $shape --dtype bf16 --iters 30 2>&1 |
-           grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
-      name=before
-      [ -n "$tdir" ] && name=after
-      line="$line $name=${us:-?}"
-    done
-  done
-  echo "$line"
-done
+. ../bench/probes/ab_lib.sh
+ab_tests widepipe "$out" "${WP_TESTS-gpu_backward:200}" FLASHJIT_TEMPLATE_DIR="$wp"
+ab_shapes widepipe "${WP_SHAPES:-8,8,2048,256 --causal;2,8,8192,256 --causal;8,10,2048,192;8,10,2048,192 --causal;8,8,2048,256}" \
+  "--backward --dtype bf16" before "FLASHJIT_BWD_PAIR=0 FLASHJIT_TEMPLATE_DIR=" after "FLASHJIT_BWD_PAIR=0 FLASHJIT_TEMPLATE_DIR=$wp"
