@@ -108,7 +108,7 @@ b) NEXT_SETS=${NEXT_SETS-} NEXT_TEST_TIMEOUT=${NEXT_TEST_TIMEOUT:-120} NEXT_SWEE
 c) timeout 560 bash ../bench/probes/s10_probe.sh "$out" ;;
 h)
   nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/h gpu: /'
-  for tb in gpu_backward:110 gpu_backward_deterministic:60 gpu_fp8_forward:60 gpu_fp8_out:40 \
+  for tb in gpu_backward:110 gpu_backward_deterministic:150 gpu_fp8_forward:60 gpu_fp8_out:40 \
             gpu_fp8_kv:60 gpu_wgmma_axes:60 gpu_wide_heads:60 gpu_jit_tiers:80; do
     t=${tb%%:*}
     timeout ${tb##*:} ./tests/fj_tests "$t" >"$out/h_$t.log" 2>&1
