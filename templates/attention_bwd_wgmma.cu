@@ -402,9 +402,18 @@
   -- A role's loop over its steps: STEP_FOR opens it, STEP_AT names the
   -- step's query head h and first row m0, STEP_NEXT (a block mask's walk)
   -- moves on before the loop's end.
-  local STEP_FOR = BMASK and "for (int i = 0; have; ++i) {" or "for (int i = 0; i < steps; ++i) {"
+  -- Without a block mask the step's query tile iq and head hq of the
+  -- group are counted along (i / nq and i % nq cost a division a step,
+  -- some 25 instructions under a causal mask, where the consumers use m0)
+  -- where the registers hold two more: the wide kernel and head dim 64
+  -- (at 96-128 they spill 4 bytes).
+  local COUNT = not BMASK and (WIDE or DR == 64)
+  local STEP_FOR = BMASK and "for (int i = 0; have; ++i) {"
+                   or COUNT and "for (int i = 0, iq = 0, hq = 0; i < steps; ++i, hq += iq + 1 == nq, iq = iq + 1 == nq ? 0 : iq + 1) {"
+                   or "for (int i = 0; i < steps; ++i) {"
   local STEP_AT = BMASK and "const int h = hk * p.group + cur.g, m0 = cur.m0;"
-                         or ("const int h = hk * p.group + i / nq, m0 = m_first + (i %% nq) * %d;"):format(BM)
+                  or COUNT and ("const int h = hk * p.group + hq, m0 = m_first + iq * %d;"):format(BM)
+                  or ("const int h = hk * p.group + i / nq, m0 = m_first + (i %% nq) * %d;"):format(BM)
   local STEP_NEXT = BMASK and ("have = fj::qwalk_next(p, b, hk, n0, m_first, m_first + nq * %d, cur);"):format(BM)
   -- The four A-operand registers dst[0..3] of one 16-column tile, packed
   -- from accumulator values src[...] in the probed pairs (p_from): C
@@ -683,10 +692,11 @@ __device__ __forceinline__ unsigned ld_shared_b32(unsigned a) {
 // Descriptor d moved `bytes` (a multiple of 16) on: an add to its start
 // address field alone.  Exact, with no carry out of the field: shared-space
 // addresses lie below 2^18, so the field (address >> 4, bits 0-13) of the
-// base and of base + bytes are the base's and base + bytes' own.
+// base and of base + bytes are the base's and base + bytes' own.  One
+// 64-bit add (not the halves split and joined, which made ptxas move the
+// high word anew for every wgmma: 56 instructions a step at d128).
 __device__ __forceinline__ unsigned long long wg_desc_at(unsigned long long d, unsigned bytes) {
-  const unsigned lo = (unsigned)d + (bytes >> 4), hi = (unsigned)(d >> 32);
-  return (unsigned long long)hi << 32 | lo;
+  return d + (unsigned long long)(bytes >> 4);
 }
 {% if not WIDE then %}
 // Two adjacent floats of shared memory (8-byte aligned): a lane's LSE2 or
