@@ -135,15 +135,13 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
  * deterministic mode (its turns count single key tiles) nor under a
  * block mask (whose walks differ per key block).  FLASHJIT_BWD_PAIR=0 in
  * the environment turns it off, =1 on under a window too (A/B runs). */
-static int pair_ok(const fj_problem *p)
+static int pair_ok(const fj_problem *p, const fj_mods_info *mi)
 {
-  fj_mods_info mi;
-  fj__mods_info(p->mods, &mi);
   const char *e = getenv("FLASHJIT_BWD_PAIR");
-  if (p->head_dim <= 192 || p->deterministic || mi.block_kv != 0 ||
+  if (p->head_dim <= 192 || p->deterministic || mi->block_kv != 0 ||
       (e && strcmp(e, "0") == 0))
     return 0;
-  return !mi.window || (e && strcmp(e, "1") == 0);
+  return !mi->window || (e && strcmp(e, "1") == 0);
 }
 
 /* Whether variant v is the wide wgmma kernel's pair (its tile_n 128). */
@@ -164,11 +162,13 @@ static void main_variant(const fj_problem *p, fj_mma mma, int stages,
                          fj_variant *v)
 {
   int wg = mma == FJ_MMA_WGMMA;
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
   memset(v, 0, sizeof *v);
   v->head_dim = p->head_dim;
   v->tile_m = BWD_TILE;
-  v->tile_n = wg && (p->head_dim <= 128 || pair_ok(p)) ? BWD_WG_TILE_N
-                                                       : BWD_TILE;
+  v->tile_n = wg && (p->head_dim <= 128 || pair_ok(p, &mi)) ? BWD_WG_TILE_N
+                                                            : BWD_TILE;
   v->warps = wg ? BWD_WG_WARPS : BWD_WARPS;
   v->stages = stages;
   v->swizzle = FJ_SWIZZLE_XOR;
@@ -399,7 +399,7 @@ static bwd_key key_of(const fj_problem *p)
   k.q_log2 = fj__log2_floor(p->seq_q);
   k.kv_log2 = fj__log2_floor(p->seq_kv);
   k.gqa = p->heads_q / p->heads_kv;
-  k.pair = pair_ok(p);
+  k.pair = pair_ok(p, &mi);  /* the mods' facts key_of has read */
   k.mods = fj__mods_hash(p->mods);
   return k;
 }
