@@ -50,6 +50,20 @@ expect 2 "--latent reads V as the first --head-dim-v columns of K's rows: --head
 # The wide sweep: 16- and 32-row tiles of 2, 4 and 8 warps (the others fixed).
 expect 0 "fj_attn_d576_v512_m32_n64_w4_s2_pad_regs_mma_nc_bf16     regs=" emit --sweep --head-dim 576 --head-dim-v 512 --dtype bf16 --tile-n 64 --stages 2 --swizzle pad --workers 2
 expect 0 "6 variants" emit --sweep --head-dim 576 --head-dim-v 512 --dtype bf16 --tile-n 64 --stages 2 --swizzle pad --workers 2
+# A sweep whose kernels the check accepts but NVRTC rejects (a copy of the
+# templates with a line that is not CUDA): each such line says failed, and
+# the sweep exits 1 with one line counting them (it exited 0).
+mkdir -p "$tmp/badtpl" && cp -R "$(dirname "$0")/../templates/." "$tmp/badtpl/" &&
+  { echo 'this_is_not_cuda;'; cat "$(dirname "$0")/../templates/attention_mma.cu"; } >"$tmp/badtpl/attention_mma.cu"
+FLASHJIT_TEMPLATE_DIR=$tmp/badtpl FLASHJIT_CACHE_DIR=$tmp/badcache "$FJ" emit --sweep --head-dim 576 --head-dim-v 512 \
+  --dtype bf16 --tile-n 64 --stages 2 --swizzle pad --workers 2 >"$tmp/out" 2>"$tmp/err"
+code=$?
+if [ "$code" = 1 ] && [ "$(grep -c ' failed: ' "$tmp/out")" = 3 ] && [ "$(grep -c ' refused: ' "$tmp/out")" = 3 ] &&
+   grep -q '^flashjit emit --sweep: 3 of its 6 variants failed to build' "$tmp/err"; then
+  echo "ok   emit --sweep with templates NVRTC rejects -> 1, three lines failed"
+else
+  fail "emit --sweep with templates NVRTC rejects: exit $code; $(cat "$tmp/out" "$tmp/err" | head -9)"
+fi
 expect 2 "head_dim_v 128 with head_dim 192 is not implemented for FP8 (e4m3)" emit --head-dim 192 --head-dim-v 128 --dtype e4m3
 expect 0 "fj_attn_d192_v128_m128_n96_w12_s2_xor_regs_wgmma_nc_f16" emit --arch sm_90a --head-dim 192 --head-dim-v 128 --what name
 expect 0 "fj_attn_d192_v128_m128_n64_w12_s2_xor_regs_wgmma_nc_f16" emit --arch sm_90a --head-dim 192 --head-dim-v 128 --tile-n 64 --what name

@@ -255,7 +255,10 @@ static void refusal(fj_ctx *ctx, const fj_variant *v, fj_status st, char *why,
   why[strcspn(why, "\n")] = '\0';
 }
 
-static void sweep_line(fj_ctx *ctx, const fj_variant *v, fj_status st)
+/* One variant's line; returns 1 when it failed to build although the check
+ * accepts it (a compile, template or memory failure: the sweep's exit
+ * status says so), 0 when it built or was refused. */
+static int sweep_line(fj_ctx *ctx, const fj_variant *v, fj_status st)
 {
   char name[160];
   fj_variant_name(v, name, sizeof name);
@@ -263,16 +266,21 @@ static void sweep_line(fj_ctx *ctx, const fj_variant *v, fj_status st)
   if (st == FJ_OK)
     st = fj_kernel_get(ctx, v, &k);
   if (st != FJ_OK) {
-    char why[160];
+    if (fj_variant_check(ctx, v) == FJ_OK) {
+      printf("%-56s failed: %s\n", name, fj_status_str(st));
+      return 1;
+    }
+    char why[400];
     refusal(ctx, v, st, why, sizeof why);
     printf("%-56s refused: %s\n", name, why);
-    return;
+    return 0;
   }
   fj_resources r;
   fj_kernel_resources(k, &r);
   printf("%-56s regs=%3d smem=%6d spill=%d/%d local=%d compile_ms=%.0f\n", name,
          r.registers, r.shared_static + r.shared_dynamic, r.spill_store_bytes,
          r.spill_load_bytes, r.local_bytes, r.compile_ms);
+  return 0;
 }
 
 /* The sweep's variants, compiled in parallel; *st gets each one's status.
@@ -313,13 +321,20 @@ static int sweep_check(cli *c, fj_ctx *ctx, const fj_variant *vs, size_t n)
   return cli_usage_error(c, "%s", line);
 }
 
+/* A sweep that could not build what it should have: one line, exit 1. */
+static int sweep_failed(const char *why)
+{
+  fprintf(stderr, "flashjit emit --sweep: %s\n", why);
+  return EXIT_FAIL;
+}
+
 static int emit_sweep(cli *c, fj_ctx *ctx)
 {
   fj_variant *vs;
   fj_status *st;
   size_t n = sweep_variants(c, NULL);
   if (!(vs = calloc(n, sizeof *vs)))
-    return EXIT_FAIL;
+    return sweep_failed("its variants: out of memory");
   sweep_variants(c, vs);
   int rc = sweep_check(c, ctx, vs, n);
   free(vs);
@@ -335,11 +350,18 @@ static int emit_sweep(cli *c, fj_ctx *ctx)
          fj_ctx_arch(ctx), n);
   fflush(stdout);
   if (!(n = cli_sweep_prepare(c, ctx, &vs, &st)))
-    return EXIT_FAIL;
+    return sweep_failed("its variants: out of memory");
+  size_t failed = 0;
   for (size_t i = 0; i < n; i++)
-    sweep_line(ctx, &vs[i], st[i]);
+    failed += (size_t)sweep_line(ctx, &vs[i], st[i]);
   free(vs);
   free(st);
+  if (failed) {
+    char line[120];
+    snprintf(line, sizeof line, "%zu of its %zu variants failed to build "
+             "(the lines marked failed)", failed, n);
+    return sweep_failed(line);
+  }
   return 0;
 }
 

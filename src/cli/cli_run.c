@@ -328,8 +328,10 @@ static int run_report(cli *c, fj_ctx *ctx, run_data *d)
 }
 
 /* run --sweep: every combination emit --sweep would compile, timed on this
- * problem (and checked with --check), one line each, the fastest last. */
-static void sweep_time_line(const cli *c, fj_ctx *ctx, run_data *d,
+ * problem (and checked with --check), one line each, the fastest last.
+ * Returns 1 when the variant failed (to build though the check accepts it,
+ * to launch, or the --check), 0 when it ran or was refused. */
+static int sweep_time_line(const cli *c, fj_ctx *ctx, run_data *d,
                             const fj_variant *v, fj_status st, double *best_ms,
                             fj_variant *best)
 {
@@ -341,12 +343,15 @@ static void sweep_time_line(const cli *c, fj_ctx *ctx, run_data *d,
                       c->iters > 0 ? c->iters : 10, &t);
   if (st != FJ_OK) {
     /* The batch compile kept no message per variant: ask again. */
-    char why[160];
-    int rechecked = fj_variant_check(ctx, v) != FJ_OK;
-    snprintf(why, sizeof why, "%s", rechecked ? fj_errmsg(ctx) : fj_status_str(st));
+    if (fj_variant_check(ctx, v) == FJ_OK) {
+      printf("%-56s failed: %s\n", name, fj_status_str(st));
+      return 1;
+    }
+    char why[400];
+    snprintf(why, sizeof why, "%s", fj_errmsg(ctx));
     why[strcspn(why, "\n")] = '\0';
     printf("%-56s refused: %s\n", name, why);
-    return;
+    return 0;
   }
   double rel = 0;
   int fail = c->check ? cli_check_variant(c, ctx, d, v, 1, &rel) : 0;
@@ -359,6 +364,7 @@ static void sweep_time_line(const cli *c, fj_ctx *ctx, run_data *d,
     *best_ms = t.median_ms;
     *best = *v;
   }
+  return fail != 0;
 }
 
 static int run_sweep(const cli *c, fj_ctx *ctx, run_data *d)
@@ -366,11 +372,14 @@ static int run_sweep(const cli *c, fj_ctx *ctx, run_data *d)
   fj_variant *vs, best;
   fj_status *st;
   size_t n = cli_sweep_prepare(c, ctx, &vs, &st);
-  if (!n)
+  if (!n) {
+    fprintf(stderr, "flashjit run --sweep: its variants: out of memory\n");
     return EXIT_FAIL;
+  }
   double best_ms = INFINITY;
+  size_t failed = 0;
   for (size_t i = 0; i < n; i++)
-    sweep_time_line(c, ctx, d, &vs[i], st[i], &best_ms, &best);
+    failed += (size_t)sweep_time_line(c, ctx, d, &vs[i], st[i], &best_ms, &best);
   if (isfinite(best_ms)) {
     char name[160];
     fj_variant_name(&best, name, sizeof name);
@@ -379,6 +388,11 @@ static int run_sweep(const cli *c, fj_ctx *ctx, run_data *d)
   }
   free(vs);
   free(st);
+  if (failed) {
+    fprintf(stderr, "flashjit run --sweep: %zu of its %zu variants failed (the "
+            "lines marked failed or FAIL)\n", failed, n);
+    return EXIT_FAIL;
+  }
   return 0;
 }
 

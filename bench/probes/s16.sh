@@ -1,0 +1,37 @@
+#!/bin/bash
+# s16.sh OUTDIR -- the sixteenth session's calls (from the repository root,
+# build/ carried, and build-fd/templates for part fd): main's unrun kernels
+# first (cd9c913's backward instructions: the checked calls, gpu_backward,
+# gpu_backward_mods, the backward under memcheck), the package's training
+# tests, then branch fwddesc (fwddesc.sh), the pair's A/B and bwd_compare.
+#   S16_PARTS (default "pchk t san l fd") picks and orders them; S16_SECONDS
+#   the whole bound; FD_SHAPES and FD_TESTS pass to fwddesc.sh.
+set -u
+out=${1:-/tmp/fj-s16}
+mkdir -p "$out"
+root=$(pwd)
+deadline=$((SECONDS + ${S16_SECONDS:-570}))
+bound() { local b=$(( deadline - SECONDS )); [ $b -gt $1 ] && b=$1; [ $b -lt 1 ] && b=1; echo $b; }
+part_pchk() { (cd "$root" && S15_PARTS=pchk S15_SECONDS=$(bound 90) bash bench/probes/s15.sh "$out") 2>&1 | grep -E "^s15|rror"; }
+part_t() {
+  (cd "$root" && . bench/device_env.sh && . ../bench/probes/ab_lib.sh &&
+   ab_tests s16 "$out" "gpu_backward:$(bound 200) gpu_backward_mods:$(bound 120)")
+}
+part_san() {
+  (cd "$root" && . bench/device_env.sh &&
+   timeout $(bound 170) compute-sanitizer --tool memcheck --error-exitcode 9 ./tests/fj_tests gpu_sanitize_backward >"$out/san.log" 2>&1
+   echo "s16 memcheck gpu_sanitize_backward: exit $? ($(grep -E 'ERROR SUMMARY' "$out/san.log" | tail -1 | sed 's/=* //'); $(grep -c '^ok\| ok$' "$out/san.log") ok)")
+}
+part_l() { (cd "$root" && S15_PARTS=l S15_SECONDS=$(bound 170) bash bench/probes/s15.sh "$out") 2>&1 | grep -vE "^s15 gpu"; }
+part_fd() { (cd "$root" && timeout $(bound 300) bash bench/probes/fwddesc.sh "$out/fd") 2>&1 | grep -E "^fwddesc|FAIL" | cut -c1-220; }
+part_pair() { (cd "$root" && S15_PARTS=pair S15_SECONDS=$(bound 120) bash bench/probes/s15.sh "$out") 2>&1 | grep -E "^pair"; }
+part_cmp() { (cd "$root" && S15_PARTS=cmp S15_SECONDS=$(bound 130) bash bench/probes/s15.sh "$out") 2>&1 | grep -vE "^s15 gpu"; }
+part_ncu() { (cd "$root" && S15_PARTS=ncu S15_SECONDS=$(bound 170) bash bench/probes/s15.sh "$out") 2>&1 | grep -vE "^s15 gpu"; }
+part_a() { (cd "$root" && S15_PARTS=a S15_SECONDS=$(bound 300) bash bench/probes/s15.sh "$out") 2>&1 | grep -vE "^s15 gpu"; }
+nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s16 gpu: /'
+for p in ${S16_PARTS:-pchk t san l fd}; do
+  [ $SECONDS -lt $deadline ] || { echo "s16: out of time before $p"; break; }
+  echo "s16 part $p at ${SECONDS}s"
+  part_$p
+done
+echo "s16 done at ${SECONDS}s"
