@@ -3,7 +3,9 @@
 # build/ carried, and build-fd/templates for part fd): main's unrun kernels
 # first (cd9c913's backward instructions: the checked calls, gpu_backward,
 # gpu_backward_mods, the backward under memcheck), the package's training
-# tests, then branch fwddesc (fwddesc.sh), the pair's A/B and bwd_compare.
+# tests, then branch fwddesc (fwddesc.sh), branch pinwait (part pw: the
+# same probe with build-pw/templates; part fdpw: both branches together,
+# build-fdpw/templates), the pair's A/B and bwd_compare.
 #   S16_PARTS (default "pchk t san l fd") picks and orders them; S16_SECONDS
 #   the whole bound; FD_SHAPES and FD_TESTS pass to fwddesc.sh.
 set -u
@@ -24,6 +26,10 @@ part_san() {
 }
 part_l() { (cd "$root" && S15_PARTS=l S15_SECONDS=$(bound 170) bash bench/probes/s15.sh "$out") 2>&1 | grep -vE "^s15 gpu"; }
 part_fd() { (cd "$root" && timeout $(bound 300) bash bench/probes/fwddesc.sh "$out/fd") 2>&1 | grep -E "^fwddesc|FAIL" | cut -c1-220; }
+# ab_fwd TAG DIR: fwddesc.sh's checks, tests and A/B with the templates in DIR.
+ab_fwd() { (cd "$root" && FD_TEMPLATES=$root/$2/templates timeout $(bound 300) bash bench/probes/fwddesc.sh "$out/$1") 2>&1 | grep -E "^fwddesc|FAIL" | sed "s/^fwddesc/$1/" | cut -c1-220; }
+part_pw() { ab_fwd pinwait build-pw; }
+part_fdpw() { ab_fwd fdpw build-fdpw; }
 part_pair() { (cd "$root" && S15_PARTS=pair S15_SECONDS=$(bound 120) bash bench/probes/s15.sh "$out") 2>&1 | grep -E "^pair"; }
 part_cmp() { (cd "$root" && S15_PARTS=cmp S15_SECONDS=$(bound 130) bash bench/probes/s15.sh "$out") 2>&1 | grep -vE "^s15 gpu"; }
 part_ncu() { (cd "$root" && S15_PARTS=ncu S15_SECONDS=$(bound 170) bash bench/probes/s15.sh "$out") 2>&1 | grep -vE "^s15 gpu"; }
