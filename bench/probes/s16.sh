@@ -5,7 +5,8 @@
 # gpu_backward_mods, the backward under memcheck), the package's training
 # tests, then branch fwddesc (fwddesc.sh), branch pinwait (part pw: the
 # same probe with build-pw/templates; part fdpw: both branches together,
-# build-fdpw/templates), the pair's A/B and bwd_compare.
+# build-fdpw/templates; fdpwl: those with lazy rescaling for 16-bit types
+# too, no tests), the pair's A/B and bwd_compare.  S16_T: part t's tests.
 #   S16_PARTS (default "pchk t san l fd") picks and orders them; S16_SECONDS
 #   the whole bound; FD_SHAPES and FD_TESTS pass to fwddesc.sh.
 set -u
@@ -17,7 +18,7 @@ bound() { local b=$(( deadline - SECONDS )); [ $b -gt $1 ] && b=$1; [ $b -lt 1 ]
 part_pchk() { (cd "$root" && S15_PARTS=pchk S15_SECONDS=$(bound 90) bash bench/probes/s15.sh "$out") 2>&1 | grep -E "^s15|rror"; }
 part_t() {
   (cd "$root" && . bench/device_env.sh && . ../bench/probes/ab_lib.sh &&
-   ab_tests s16 "$out" "gpu_backward:$(bound 200) gpu_backward_mods:$(bound 120)")
+   ab_tests s16 "$out" "${S16_T:-gpu_backward:$(bound 200) gpu_backward_mods:$(bound 120)}")
 }
 part_san() {
   (cd "$root" && . bench/device_env.sh &&
@@ -30,6 +31,7 @@ part_fd() { (cd "$root" && timeout $(bound 300) bash bench/probes/fwddesc.sh "$o
 ab_fwd() { (cd "$root" && FD_TEMPLATES=$root/$2/templates timeout $(bound 300) bash bench/probes/fwddesc.sh "$out/$1") 2>&1 | grep -E "^fwddesc|FAIL" | sed "s/^fwddesc/$1/" | cut -c1-220; }
 part_pw() { ab_fwd pinwait build-pw; }
 part_fdpw() { ab_fwd fdpw build-fdpw; }
+part_fdpwl() { FD_TESTS="" ab_fwd fdpwl build-fdpwl; }
 part_pair() { (cd "$root" && S15_PARTS=pair S15_SECONDS=$(bound 120) bash bench/probes/s15.sh "$out") 2>&1 | grep -E "^pair"; }
 part_cmp() { (cd "$root" && S15_PARTS=cmp S15_SECONDS=$(bound 130) bash bench/probes/s15.sh "$out") 2>&1 | grep -vE "^s15 gpu"; }
 part_ncu() { (cd "$root" && S15_PARTS=ncu S15_SECONDS=$(bound 170) bash bench/probes/s15.sh "$out") 2>&1 | grep -vE "^s15 gpu"; }
