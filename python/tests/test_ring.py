@@ -717,7 +717,7 @@ class OnGPU(unittest.TestCase):
                 for x, t in zip(grads, (q, k, v)):
                     self.assertLess(_rel(x, t.grad), 3e-2)
                 with self.assertRaisesRegex(ValueError, r"shard_lens\[0\] = 100 but rank 0 "
-                                                        "holds 256 positions"):
+                                                        "holds 256 query positions"):
                     fjd.ring_attention(q, k, v, shard_lens=[100])
                 with self.assertRaisesRegex(ValueError, r"window\[1\]=4 with a causal mask"):
                     fjd.ring_attention(q, k, v, causal=True, window=(8, 4), shard_lens=[256])

@@ -9,6 +9,7 @@ against their mask expression's.
 The CPU tests need PyTorch (any build); the GPU tests PyTorch with a CUDA
 GPU.  Each skips, saying why, where that is missing."""
 import copy
+import inspect
 import os
 import re
 import subprocess
@@ -221,9 +222,11 @@ class Training(unittest.TestCase, DeterministicState):
         self.keep_deterministic_state()
         modes, launch = [], fjt._launch_bwd
 
-        def spy(*args):
-            modes.append(args[-1])
-            return launch(*args)
+        def spy(*args, **kwargs):
+            # The mode by name: dlse follows it (the launch's last argument).
+            bound = inspect.signature(launch).bind(*args, **kwargs)
+            modes.append(bound.arguments.get("deterministic", False))
+            return launch(*args, **kwargs)
 
         def step(q, k, v):
             o = flashjit.attention(q, k, v, causal="top_left", layout="bshd")

@@ -18,6 +18,7 @@ deterministic mode's bits over runs; torch.compile(fullgraph=True); a
 CUDA graph of forward and backward replayed after new lengths.
 
 Each skips, saying why, where PyTorch or a GPU is missing."""
+import inspect
 import unittest
 from unittest import mock
 
@@ -574,9 +575,11 @@ class VarlenBackward(GpuCase, DeterministicState):
         self.addCleanup(torch._dynamo.reset)
         modes, launch = [], fjt._launch_bwd
 
-        def spy(*args):
-            modes.append(args[-1])
-            return launch(*args)
+        def spy(*args, **kwargs):
+            # The mode by name: dlse follows it (the launch's last argument).
+            bound = inspect.signature(launch).bind(*args, **kwargs)
+            modes.append(bound.arguments.get("deterministic", False))
+            return launch(*args, **kwargs)
 
         lens = [1, 17, 200, 0, 90]
         q, k, v, sinks, dout, cu, _, _ = self.case(lens, lens, hq=8, hk=2, sinks=True)
