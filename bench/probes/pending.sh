@@ -15,23 +15,20 @@
 # ran (PERF.md's P1 row: 95/95, 43/43) with the cluster pair; s15b.sh
 # (P2: the wide kernel's checked calls, the fixed pair 0.89-0.92 of the
 # 64-key kernel's time, widepipe slower).  l's Python part did not run.
-# Next, first: s15.sh on the H200 (pchk; l's Python part; pair.sh and
-# bwd_compare --dims 256: the pair's ratio to cuDNN; ncu on the d256
-# kernels; a); then `gpu_backward` and `gpu_sanitize_backward` (its pair
-# case) on main's build; then fwddesc.sh (branch fwddesc's forward
-# descriptors: build-fd/templates from the branch; for issue 32's FP8
-# d128 gap too); then a
-# (both main's build), j (the GPU host's
-# compile cost by phase), s (the split decode's combine, f720fcf: branch
-# split504 built here and carried as build/, then its gpu_wide_heads and
-# gpu_mla_paged), a (its gpu_wide_heads now runs 72/72 then 72/40 split in
-# one context; gpu_threads_workspace: two threads' split decodes on one
-# stream, each with its own workspace since the thirteenth session), r (the deterministic backward's rotation: branch bwdrot,
-# checked out and built as build/, its bench/probes/bwd_rot.sh: the
-# rotated deterministic cases, then bwd_compare with and without
-# FLASHJIT_BWD_ROTATE=0; on the H200 for its figures), then c; and on the H200 the FP8 KV ratios at d80/d96
-# (`PARTS=fp8kv bash bench/device_check.sh`: bench/fp8_kv_compare.py has
-# those rows since the thirteenth session).
+# The sixteenth got the H100 only (the H200 refused): main's backward
+# (48eb736) passed every GPU test and check (PERF.md C26), l's Python part
+# 36 of 38 (two stale tests, fixed in cb8c394, not rerun); branches fdpw
+# and fdpwl (bench/probes/s16.sh; perf-history's session-16 entry) were
+# A/B'd there: d256 2.5-3.6% faster, FP8 d128 +-1.5%, short causal 1-1.5%
+# slower, not landed.
+# Next, first, on the H200: s16.sh's parts pair cmp (the pair's ratio to
+# cuDNN at d256, bwd_compare) and fdpw fdpwl (build-fdpw/templates and
+# build-fdpwl/templates from those branches: their ratio to cuDNN is what
+# decides), ncu on the FP8 d128 forward loop (issue slots, stalls); the
+# Python tests of cb8c394 (test_ring, test_train_varlen, test_train);
+# then a, j, s, r and c as below; and on the H200 the FP8 KV ratios at
+# d80/d96 (`PARTS=fp8kv bash bench/device_check.sh`: bench/fp8_kv_compare.py
+# has those rows since the thirteenth session).
 #   l: the gradient through the returned log-sum-exp (fj_problem.dlse,
 #      the fourteenth session's, which had no device): gpu_backward (its
 #      six dlse cases: d64, d128 with sinks and rows that see no key,
