@@ -6,7 +6,8 @@
 # tests, then branch fwddesc (fwddesc.sh), branch pinwait (part pw: the
 # same probe with build-pw/templates; part fdpw: both branches together,
 # build-fdpw/templates; fdpwl: those with lazy rescaling for 16-bit types
-# too, no tests), the pair's A/B and bwd_compare.  S16_T: part t's tests.
+# too, no tests), the pair's A/B and bwd_compare; ncuf: ncu on the FP8 d128
+# forward, main and the branches.  S16_T: part t's tests.
 #   S16_PARTS (default "pchk t san l fd") picks and orders them; S16_SECONDS
 #   the whole bound; FD_SHAPES and FD_TESTS pass to fwddesc.sh.
 set -u
@@ -35,6 +36,22 @@ part_fdpwl() { FD_TESTS="" ab_fwd fdpwl build-fdpwl; }
 part_pair() { (cd "$root" && S15_PARTS=pair S15_SECONDS=$(bound 120) bash bench/probes/s15.sh "$out") 2>&1 | grep -E "^pair"; }
 part_cmp() { (cd "$root" && S15_PARTS=cmp S15_SECONDS=$(bound 130) bash bench/probes/s15.sh "$out") 2>&1 | grep -vE "^s15 gpu"; }
 part_ncu() { (cd "$root" && S15_PARTS=ncu S15_SECONDS=$(bound 170) bash bench/probes/s15.sh "$out") 2>&1 | grep -vE "^s15 gpu"; }
+# ncu on the FP8 d128 forward (issue 32's gap), main's templates and each
+# branch's given in S16_NCU_TEMPLATES (build-X names, ' ' between; default
+# build-fdpw): issue slots, pipes, stall reasons.
+part_ncuf() {
+  local t
+  for t in "" ${S16_NCU_TEMPLATES-build-fdpw}; do
+    (cd "$root" && . bench/device_env.sh &&
+     FLASHJIT_TEMPLATE_DIR=${t:+$root/$t/templates} timeout $(bound 90) ncu --section SpeedOfLight \
+       --section WarpStateStats --section ComputeWorkloadAnalysis --section InstructionStats \
+       --section SchedulerStats -k regex:fj_attn_d128 -c 1 \
+       ./flashjit run --shape 4,16,4096,128 --dtype e4m3 --iters 1 >"$out/ncuf_${t:-main}.log" 2>&1
+     echo "s16 ncuf ${t:-main}: exit $?"
+     grep -E "Duration|Issue Slots Busy|Issued Ipc|Warp Cycles Per Issued|Stall|No Eligible|Eligible Warps|pipe|Tensor" \
+       "$out/ncuf_${t:-main}.log" | cut -c1-200 | head -30)
+  done
+}
 part_a() { (cd "$root" && S15_PARTS=a S15_SECONDS=$(bound 300) bash bench/probes/s15.sh "$out") 2>&1 | grep -vE "^s15 gpu"; }
 nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s16 gpu: /'
 for p in ${S16_PARTS:-pchk t san l fd}; do
