@@ -24,7 +24,12 @@
 # Next, first, on the H200: s16.sh's parts pair cmp (the pair's ratio to
 # cuDNN at d256, bwd_compare) and fdpw fdpwl (build-fdpw/templates and
 # build-fdpwl/templates from those branches: their ratio to cuDNN is what
-# decides), ncu on the FP8 d128 forward loop (issue slots, stalls); the
+# decides), ncu on the FP8 d128 forward loop (issue slots, stalls:
+# s16.sh part ncuf); branch bwdrows (the backward's pre- and postprocess
+# vectorized, 16 rows a block: its own build, slimmed, as build-rows/,
+# then bench/probes/bwdrows.sh: checks, its gpu_backward, the A/B; the two
+# took 170 us of a 1.5-2 ms backward at 16k tokens, so d64/d128's 0.98/1.04
+# of cuDNN without a mask may reach 1.05); the
 # Python tests of cb8c394 (test_ring, test_train_varlen, test_train);
 # then a, j, s, r and c as below; and on the H200 the FP8 KV ratios at
 # d80/d96 (`PARTS=fp8kv bash bench/device_check.sh`: bench/fp8_kv_compare.py
