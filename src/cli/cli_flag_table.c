@@ -90,10 +90,10 @@ const flag_def cli_flags[] = {
     {"sweep", 0, CMD_EMIT, cli_set_switch, OFF(sweep),
      .help = "compile every tile/warps/stages/swizzle/softmax combination not "
              "fixed by a flag (wgmma: warpgroups, key tiles, stages), one line "
-             "each"},
+             "each; exit 1 if one the check accepts fails to build"},
     {"sweep", 0, CMD_RUN, cli_set_switch, OFF(sweep),
      .help = "time every combination emit --sweep compiles, one line each, "
-             "the fastest last"},
+             "the fastest last; exit 1 if one fails to build, run or --check"},
     {"workers", 1, CMD_EMIT | CMD_RUN, cli_set_int, OFF(workers), .lo = 1, .hi = 64,
      .arg = "N", .help = "compiler processes at once for --sweep (default: one "
                          "per CPU, at most 16)"},
