@@ -24,7 +24,12 @@
 # Next, first, on the H200: s16.sh's parts pair cmp (the pair's ratio to
 # cuDNN at d256, bwd_compare) and fdpw fdpwl (build-fdpw/templates and
 # build-fdpwl/templates from those branches: their ratio to cuDNN is what
-# decides), ncu on the FP8 d128 forward loop (issue slots, stalls:
+# decides; and the short sweep, issue 34's three cells below cuDNN, d256
+# none at 512/1024 and d64 causal at 512, which fdpw's d256/d64 gains may
+# lift: FLASHJIT_TEMPLATE_DIR=$PWD/build-fdpw/templates PARTS=dims
+# DIMS_ARGS="--sweep-only --dims 64,128,256 --seqs 512,1024 --dtype bf16
+# --iters 30" bash bench/device_check.sh, beside the same without it),
+# ncu on the FP8 d128 forward loop (issue slots, stalls:
 # s16.sh part ncuf); branch bwdrows (the backward's pre- and postprocess
 # vectorized, 16 rows a block: its own build, slimmed, as build-rows/,
 # then bench/probes/bwdrows.sh: checks, its gpu_backward, the A/B; the two
