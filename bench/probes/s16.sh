@@ -3,11 +3,11 @@
 # build/ carried, and build-fd/templates for part fd): main's unrun kernels
 # first (cd9c913's backward instructions: the checked calls, gpu_backward,
 # gpu_backward_mods, the backward under memcheck), the package's training
-# tests, then branch fwddesc (fwddesc.sh), branch pinwait (part pw: the
-# same probe with build-pw/templates; part fdpw: both branches together,
-# build-fdpw/templates; fdpwl: those with lazy rescaling for 16-bit types
-# too, no tests), the pair's A/B and bwd_compare; ncuf: ncu on the FP8 d128
-# forward, main and the branches.  S16_T: part t's tests.
+# tests, then branch fwddesc (fwddesc.sh), branch fdpw (part fdpw: the
+# same probe with build-fdpw/templates: fwddesc's descriptors and the P V
+# wait kept after the softmax; fdpwl: branch fdpwl's, lazy rescaling for
+# 16-bit types too, no tests), the pair's A/B and bwd_compare; ncuf: ncu
+# on the FP8 d128 forward, main and the branches.  S16_T: part t's tests.
 #   S16_PARTS (default "pchk t san l fd") picks and orders them; S16_SECONDS
 #   the whole bound; FD_SHAPES and FD_TESTS pass to fwddesc.sh.
 set -u
@@ -30,7 +30,6 @@ part_l() { (cd "$root" && S15_PARTS=l S15_SECONDS=$(bound 170) bash bench/probes
 part_fd() { (cd "$root" && timeout $(bound 300) bash bench/probes/fwddesc.sh "$out/fd") 2>&1 | grep -E "^fwddesc|FAIL" | cut -c1-220; }
 # ab_fwd TAG DIR: fwddesc.sh's checks, tests and A/B with the templates in DIR.
 ab_fwd() { (cd "$root" && FD_TEMPLATES=$root/$2/templates timeout $(bound 300) bash bench/probes/fwddesc.sh "$out/$1") 2>&1 | grep -E "^fwddesc|FAIL" | sed "s/^fwddesc/$1/" | cut -c1-220; }
-part_pw() { ab_fwd pinwait build-pw; }
 part_fdpw() { ab_fwd fdpw build-fdpw; }
 part_fdpwl() { FD_TESTS="" ab_fwd fdpwl build-fdpwl; }
 part_pair() { (cd "$root" && S15_PARTS=pair S15_SECONDS=$(bound 120) bash bench/probes/s15.sh "$out") 2>&1 | grep -E "^pair"; }
