@@ -21,6 +21,10 @@
 # and fdpwl (bench/probes/s16.sh; perf-history's session-16 entry) were
 # A/B'd there: d256 2.5-3.6% faster, FP8 d128 +-1.5%, short causal 1-1.5%
 # slower, not landed.
+# The carries (each under 64 MB together, build/ slimmed to ~20 MB: no
+# CMakeFiles, *.a, tests/consumer or caches): build-X/templates from
+# `git archive X templates | tar -x -C build-X` for X = fwddesc, fdpw,
+# fdpwl; build-rows/ a slimmed build of branch bwdrows (its host differs).
 # Next, first, on the H200: s16.sh's parts pair cmp (the pair's ratio to
 # cuDNN at d256, bwd_compare) and fdpw fdpwl (build-fdpw/templates and
 # build-fdpwl/templates from those branches: their ratio to cuDNN is what
