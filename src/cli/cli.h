@@ -248,6 +248,12 @@ int cli_cmd_emit(cli *c);
 size_t cli_sweep_prepare(const cli *c, fj_ctx *ctx, fj_variant **vs,
                          fj_status **st);
 
+/* The line of a sweep's variant that did not build or run (status st):
+ * "refused" with the check's message, or "failed" with the status where
+ * the check accepts it.  Returns 1 for failed (the sweep exits 1), 0. */
+int cli_sweep_unbuilt(fj_ctx *ctx, const fj_variant *v, fj_status st,
+                      const char *name);
+
 /* ---- cli_problem.c: the problem, its inputs and the reference check ---------------- */
 
 /* Reports a failed CUDA runtime call; returns EXIT_FAIL. */

@@ -244,15 +244,20 @@ static void sweep_progress(void *user, size_t done, size_t total)
     fprintf(stderr, "compiling: %zu/%zu\n", done, total);
 }
 
-/* Why variant v failed to build (status st): the check's message when the
- * check refuses it, else the status (the batch keeps no message per
- * variant, and the context's last message is another call's). */
-static void refusal(fj_ctx *ctx, const fj_variant *v, fj_status st, char *why,
-                    size_t size)
+int cli_sweep_unbuilt(fj_ctx *ctx, const fj_variant *v, fj_status st,
+                      const char *name)
 {
-  int refused = fj_variant_check(ctx, v) != FJ_OK;
-  snprintf(why, size, "%s", refused ? fj_errmsg(ctx) : fj_status_str(st));
+  /* The batch keeps no message per variant, and the context's last
+   * message is another call's: the check is asked again. */
+  if (fj_variant_check(ctx, v) == FJ_OK) {
+    printf("%-56s failed: %s\n", name, fj_status_str(st));
+    return 1;
+  }
+  char why[400];
+  snprintf(why, sizeof why, "%s", fj_errmsg(ctx));
   why[strcspn(why, "\n")] = '\0';
+  printf("%-56s refused: %s\n", name, why);
+  return 0;
 }
 
 /* One variant's line; returns 1 when it failed to build although the check
@@ -265,16 +270,8 @@ static int sweep_line(fj_ctx *ctx, const fj_variant *v, fj_status st)
   fj_kernel *k;
   if (st == FJ_OK)
     st = fj_kernel_get(ctx, v, &k);
-  if (st != FJ_OK) {
-    if (fj_variant_check(ctx, v) == FJ_OK) {
-      printf("%-56s failed: %s\n", name, fj_status_str(st));
-      return 1;
-    }
-    char why[400];
-    refusal(ctx, v, st, why, sizeof why);
-    printf("%-56s refused: %s\n", name, why);
-    return 0;
-  }
+  if (st != FJ_OK)
+    return cli_sweep_unbuilt(ctx, v, st, name);
   fj_resources r;
   fj_kernel_resources(k, &r);
   printf("%-56s regs=%3d smem=%6d spill=%d/%d local=%d compile_ms=%.0f\n", name,

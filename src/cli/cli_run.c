@@ -341,18 +341,8 @@ static int sweep_time_line(const cli *c, fj_ctx *ctx, run_data *d,
   if (st == FJ_OK)
     st = time_variant(ctx, d, v, cli_flag_given(c, "warmup") ? c->warmup : 2,
                       c->iters > 0 ? c->iters : 10, &t);
-  if (st != FJ_OK) {
-    /* The batch compile kept no message per variant: ask again. */
-    if (fj_variant_check(ctx, v) == FJ_OK) {
-      printf("%-56s failed: %s\n", name, fj_status_str(st));
-      return 1;
-    }
-    char why[400];
-    snprintf(why, sizeof why, "%s", fj_errmsg(ctx));
-    why[strcspn(why, "\n")] = '\0';
-    printf("%-56s refused: %s\n", name, why);
-    return 0;
-  }
+  if (st != FJ_OK)
+    return cli_sweep_unbuilt(ctx, v, st, name);
   double rel = 0;
   int fail = c->check ? cli_check_variant(c, ctx, d, v, 1, &rel) : 0;
   printf("%-56s %9.1f us %7.1f TFLOP/s", name, t.median_ms * 1e3,
