@@ -79,6 +79,19 @@ __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.s
 template <int N> __device__ __forceinline__ void wg_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
 }
+// wgmma.wait_group 0 kept after the work that c depends on.  ptxas moves a
+// plain wait to the top of its block, above work that touches no register
+// of the pending wgmmas (the forward's softmax, which the wait should
+// overlap with O += P V); it does not move it across a branch, so this
+// waits on both sides of one on c (warp-uniform: the wait is .aligned),
+// and the branch cannot be taken before c is known.  Either side waits:
+// c's value changes nothing but the order.
+__device__ __forceinline__ void wg_wait0_after(bool c) {
+  if (__all_sync(0xffffffffu, c))
+    asm volatile("wgmma.wait_group.sync.aligned 0;  // after c" ::: "memory");
+  else
+    asm volatile("wgmma.wait_group.sync.aligned 0;  // after !c" ::: "memory");
+}
 // Keeps the compiler from moving register work on an accumulator across
 // the wgmma that owns it (it cannot see the asynchrony).
 __device__ __forceinline__ void wg_hold(float &x) { asm volatile("" : "+f"(x) :: "memory"); }

@@ -201,6 +201,19 @@ __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.s
 template <int N> __device__ __forceinline__ void wg_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
 }
+// wgmma.wait_group 0 kept after the work that c depends on.  ptxas moves a
+// plain wait to the top of its block, above work that touches no register
+// of the pending wgmmas (the forward's softmax, which the wait should
+// overlap with O += P V); it does not move it across a branch, so this
+// waits on both sides of one on c (warp-uniform: the wait is .aligned),
+// and the branch cannot be taken before c is known.  Either side waits:
+// c's value changes nothing but the order.
+__device__ __forceinline__ void wg_wait0_after(bool c) {
+  if (__all_sync(0xffffffffu, c))
+    asm volatile("wgmma.wait_group.sync.aligned 0;  // after c" ::: "memory");
+  else
+    asm volatile("wgmma.wait_group.sync.aligned 0;  // after !c" ::: "memory");
+}
 // Keeps the compiler from moving register work on an accumulator across
 // the wgmma that owns it (it cannot see the asynchrony).
 __device__ __forceinline__ void wg_hold(float &x) { asm volatile("" : "+f"(x) :: "memory"); }
@@ -675,7 +688,9 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
       row_l[mi][1] = row_l[mi][1] * alpha[1] + sum2;
     }
 
-    fj::wg_wait<0>();
+    // O += P(t - 1) V(t - 1) waited for after the softmax's row sums (all
+    // of its exponentials), not before them (wgmma.cuh's wg_wait0_after).
+    fj::wg_wait0_after(row_l[0][0] + row_l[0][1] > 0.f);
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
