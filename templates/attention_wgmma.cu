@@ -103,11 +103,6 @@
   -- sequences and of a block mask's lists vary otherwise).
   local DYNAMIC = VL or BMASK ~= nil
   local PINGPONG = C >= 2 and D <= 128 and DV <= 128
-  -- The wait for O += P(t - 1) V(t - 1) kept after tile t's softmax
-  -- (mainloop_fwd.cuh; ptxas would hoist it above the exponentials), but
-  -- for FP8 above head dim 128 or with a score function, whose registers
-  -- then spill (4-16 bytes).
-  local PIN_WAIT = not (FP8 and (D > 128 or mods.score))
   local function no(fmt, ...) refuse(fmt:format(...)) end
 
   if softmax ~= "regs" then
@@ -255,7 +250,7 @@
   end
   local loop = { q = q, k = k, v = v, D = D, DR = DR, DV = DV, BN = BN, S = S, C = C, T = T, KSTEP = KSTEP, pingpong = PINGPONG,
                  frag = frag, mods = mods, mrule = mrule, BMASK = BMASK, N0 = N0, acc = acc, rows = rows, p_from = p_from,
-                 FP8 = FP8, FLUSH = FLUSH, TWO = TWO, pin_wait = PIN_WAIT }
+                 FP8 = FP8, FLUSH = FLUSH, TWO = TWO }
   local function mainloop(part, extra)
     return PC.piece(include("mainloop_fwd.cuh", PC.with(PC.with(loop, extra or {}), { part = part })))
   end

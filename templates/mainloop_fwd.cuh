@@ -32,8 +32,7 @@
   problem's, at most D: S takes its k steps), DV (V's and O's tiles'
   head dim: ring v's columns, O's and P V's N), BN, S, C, T (the element type's name in
   wgmma.cuh's forms), KSTEP (elements of one wgmma k step), pingpong,
-  frag (pieces.lua's regs), mods, mrule, BMASK, N0, acc, rows, p_from,
-  pin_wait (P V's wait kept after the softmax: wgmma.cuh's wg_wait0_after).
+  frag (pieces.lua's regs), mods, mrule, BMASK, N0, acc, rows, p_from.
   FP8 (dtype e4m3): ring v holds V^T (D rows of BN keys, K-major like K);
   P (up to 2^frag.p_shift) goes into the A operand as e4m3 (p_from:
   lut.lua's p8_from_acc, { group, slot } per A slot); each work tile sets
@@ -282,13 +281,9 @@
     float alpha[{{ NC }}];
     bool resc;
 {% softmax("t", false) %}
-{% if pin_wait then %}
     // O += P(t - 1) V(t - 1) waited for after the softmax's row sums (all
     // of its exponentials), not before them (wgmma.cuh's wg_wait0_after).
     fj::wg_wait0_after(row_l[0][0] + row_l[0][{{ NC - 1 }}] > 0.f);
-{% else %}
-    fj::wg_wait<0>();
-{% end %}
 {% hold(OP, DV // 16) %}
     {{ PC.indent(v.release("pslot"), 4) }}
 {% flush(false) %}
