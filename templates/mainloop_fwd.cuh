@@ -281,9 +281,9 @@
     float alpha[{{ NC }}];
     bool resc;
 {% softmax("t", false) %}
-    // O += P(t - 1) V(t - 1) waited for after the softmax's row sums (all
-    // of its exponentials), not before them (wgmma.cuh's wg_wait0_after).
-    fj::wg_wait0_after(row_l[0][0] + row_l[0][{{ NC - 1 }}] > 0.f);
+    // O += P(t - 1) V(t - 1) waited for after the softmax, not before its
+    // exponentials (wgmma.cuh's wg_wait0_split).
+    fj::wg_wait0_split((unsigned)t);
 {% hold(OP, DV // 16) %}
     {{ PC.indent(v.release("pslot"), 4) }}
 {% flush(false) %}

@@ -219,19 +219,6 @@ __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.s
 template <int N> __device__ __forceinline__ void wg_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
 }
-// wgmma.wait_group 0 kept after the work that c depends on.  ptxas moves a
-// plain wait to the top of its block, above work that touches no register
-// of the pending wgmmas (the forward's softmax, which the wait should
-// overlap with O += P V); it does not move it across a branch, so this
-// waits on both sides of one on c (warp-uniform: the wait is .aligned),
-// and the branch cannot be taken before c is known.  Either side waits:
-// c's value changes nothing but the order.
-__device__ __forceinline__ void wg_wait0_after(bool c) {
-  if (__all_sync(0xffffffffu, c))
-    asm volatile("wgmma.wait_group.sync.aligned 0;  // after c" ::: "memory");
-  else
-    asm volatile("wgmma.wait_group.sync.aligned 0;  // after !c" ::: "memory");
-}
 // Keeps the compiler from moving register work on an accumulator across
 // the wgmma that owns it (it cannot see the asynchrony).
 __device__ __forceinline__ void wg_hold(float &x) { asm volatile("" : "+f"(x) :: "memory"); }
@@ -243,12 +230,26 @@ __device__ __forceinline__ unsigned opaque_u32(unsigned a) {
   return b;
 }
 
+// wgmma.wait_group 0 at the top of a block of its own.  ptxas moves a wait
+// to the top of its block, above any work that touches no register of the
+// pending wgmmas (the forward's softmax, which the wait should overlap with
+// O += P V), but not across a branch: this waits on both sides of one
+// whose condition neither NVVM nor ptxas can fold (u, through opaque_u32,
+// against ~0u), so the work before it in the source stays before it.
+// u must be the same in every thread of the warpgroup (the wait is
+// .aligned over it): a loop counter, say.  Either side waits.
+__device__ __forceinline__ void wg_wait0_split(unsigned u) {
+  if (opaque_u32(u) != ~0u)
+    asm volatile("wgmma.wait_group.sync.aligned 0;  // split" ::: "memory");
+  else
+    asm volatile("wgmma.wait_group.sync.aligned 0;  // split, other side" ::: "memory");
+}
+
 // A shared-space address the compiler cannot fold into a constant: NVRTC
 // 13.0's PTX compiler crashes on wgmma whose descriptors are constants.
 __device__ __forceinline__ unsigned smem_opaque(const void *p) {
   return opaque_u32((unsigned)__cvta_generic_to_shared(p));
 }
-
 
 // Generic-proxy writes to shared memory, made visible to wgmma and TMA.
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -708,9 +709,9 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
       row_l[mi][1] = row_l[mi][1] * alpha[1] + sum2;
     }
 
-    // O += P(t - 1) V(t - 1) waited for after the softmax's row sums (all
-    // of its exponentials), not before them (wgmma.cuh's wg_wait0_after).
-    fj::wg_wait0_after(row_l[0][0] + row_l[0][1] > 0.f);
+    // O += P(t - 1) V(t - 1) waited for after the softmax, not before its
+    // exponentials (wgmma.cuh's wg_wait0_split).
+    fj::wg_wait0_split((unsigned)t);
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
