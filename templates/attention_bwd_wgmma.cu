@@ -689,15 +689,6 @@ __device__ __forceinline__ unsigned ld_shared_b32(unsigned a) {
   return v;
 }
 {% end %}
-// Descriptor d moved `bytes` (a multiple of 16) on: an add to its start
-// address field alone.  Exact, with no carry out of the field: shared-space
-// addresses lie below 2^18, so the field (address >> 4, bits 0-13) of the
-// base and of base + bytes are the base's and base + bytes' own.  One
-// 64-bit add (not the halves split and joined, which made ptxas move the
-// high word anew for every wgmma: 56 instructions a step at d128).
-__device__ __forceinline__ unsigned long long wg_desc_at(unsigned long long d, unsigned bytes) {
-  return d + (unsigned long long)(bytes >> 4);
-}
 {% if not WIDE then %}
 // Two adjacent floats of shared memory (8-byte aligned): a lane's LSE2 or
 // delta of two neighbouring query columns.

@@ -90,7 +90,7 @@
   -- 4096 / 16384): head dim 256 with 2^4 1164-1309 TF against 1127-1212
   -- without, both masks; head dim 128 with 2^2 +4-6% unmasked, -5-7%
   -- causal, so causal keeps every rescale there.
-  local LAZY = FP8 and (D > 128 and 4 or causal == "none" and 2 or 0) or nil
+  local LAZY = FP8 and (D > 128 and 4 or causal == "none" and 2 or 0) or 8
   local P_SHIFT = FP8 and 8 - (LAZY or 0) or nil
   -- A persistent grid of one block per multiprocessor walks the work tiles
   -- in pairs of equal causal work (block.cuh);

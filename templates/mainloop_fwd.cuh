@@ -53,19 +53,23 @@
   -- Descriptors: Q's 64 rows of this warpgroup and K (both K-major, k
   -- steps KB bytes apart within a panel), V (MN-major: panels apart by the
   -- leading offset, a k step KSTEP rows of 128 bytes on) of a ring slot.
+  -- Each as its base's descriptor plus the k step's (and slot's) byte
+  -- offset (wgmma.cuh's wg_desc_at: one add), so that a product's base is
+  -- made once and each k step's descriptor by one uniform add (wg_desc_at_lo), not
+  -- wg_desc's masks and shifts anew.
   local function qdesc(kk)
-    return ("fj::wg_desc(qa + ((%s) / %d) * %d + ((%s) %% %d) * %d, 16, 1024)"):format(kk, PER_PANEL, q.panel_bytes, kk, PER_PANEL, KB)
+    return ("fj::wg_desc_at_lo(fj::wg_desc(qa, 16, 1024), ((%s) / %d) * %d + ((%s) %% %d) * %d)"):format(kk, PER_PANEL, q.panel_bytes, kk, PER_PANEL, KB)
   end
   local function kdesc(slot, kk)
-    return ("fj::wg_desc(sk + (%s) * %d + ((%s) / %d) * %d + ((%s) %% %d) * %d, 16, 1024)"):format(
+    return ("fj::wg_desc_at_lo(fj::wg_desc(sk, 16, 1024), (%s) * %d + ((%s) / %d) * %d + ((%s) %% %d) * %d)"):format(
       slot, k.slot_bytes, kk, PER_PANEL, k.panel_bytes, kk, PER_PANEL, KB)
   end
   local function vdesc(slot, kk)
     if FP8 then  -- V^T: K-major, as K
-      return ("fj::wg_desc(sv + (%s) * %d + ((%s) / %d) * %d + ((%s) %% %d) * %d, 16, 1024)"):format(
+      return ("fj::wg_desc_at_lo(fj::wg_desc(sv, 16, 1024), (%s) * %d + ((%s) / %d) * %d + ((%s) %% %d) * %d)"):format(
         slot, v.slot_bytes, kk, PER_PANEL, v.panel_bytes, kk, PER_PANEL, KB)
     end
-    return ("fj::wg_desc(sv + (%s) * %d + (%s) * %d, %d, 1024)"):format(slot, v.slot_bytes, kk, KSTEP * v.panel_bytes // v.rows, v.panel_bytes)
+    return ("fj::wg_desc_at_lo(fj::wg_desc(sv, %d, 1024), (%s) * %d + (%s) * %d)"):format(v.panel_bytes, slot, v.slot_bytes, kk, KSTEP * v.panel_bytes // v.rows)
   end
   -- O += P V's accumulator: o, or FP8's second one.
   local OP = TWO and "op" or "o"
@@ -95,7 +99,9 @@
 {%   end %}
         }
 {% elseif part == "consumer_setup" then %}
-  const int cw = wg - 1;                       // this consumer warpgroup
+  // This consumer warpgroup, read from lane 0 so that the compiler knows
+  // it is the same in every lane: its descriptors live in uniform registers.
+  const int cw = __shfl_sync(0xffffffffu, wg - 1, 0);
   const int wr = cw * 64 + (warp % 4) * 16;    // this warp's first row in the tile
   const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
   {{ mods.scales(2, "", FP8 and "qk_scale0" or nil) }}
@@ -275,7 +281,9 @@
     float alpha[{{ NC }}];
     bool resc;
 {% softmax("t", false) %}
-    fj::wg_wait<0>();
+    // O += P(t - 1) V(t - 1) waited for after the softmax, not before its
+    // exponentials (wgmma.cuh's wg_wait0_split).
+    fj::wg_wait0_split((unsigned)t);
 {% hold(OP, DV // 16) %}
     {{ PC.indent(v.release("pslot"), 4) }}
 {% flush(false) %}

@@ -73,6 +73,24 @@ __device__ __forceinline__ unsigned long long wg_desc(unsigned saddr, unsigned l
   return (unsigned long long)((saddr & 0x3FFFFu) >> 4) | ((unsigned long long)(lead >> 4) << 16) |
          ((unsigned long long)(stride >> 4) << 32) | (1ull << 62);
 }
+// Descriptor d moved `bytes` (a multiple of 16) on: an add to its start
+// address field alone.  Exact, with no carry out of the field: shared-space
+// addresses lie below 2^18, so the field (address >> 4, bits 0-13) of the
+// base and of base + bytes are the base's and base + bytes' own.  One
+// 64-bit add (not the halves split and joined, which made ptxas move the
+// high word anew for every wgmma: 56 instructions a step at d128).
+__device__ __forceinline__ unsigned long long wg_desc_at(unsigned long long d, unsigned bytes) {
+  return d + (unsigned long long)(bytes >> 4);
+}
+// The same as two 32-bit halves, the low one added to and the high one
+// kept: what the forward's main loop compiles best with (nvdisasm at bf16
+// d128: 21 R2UR against 27 with the 64-bit add; FP8 d256 causal spills
+// none against 16 bytes), where the backward's compiles best with the
+// 64-bit add above.
+__device__ __forceinline__ unsigned long long wg_desc_at_lo(unsigned long long d, unsigned bytes) {
+  const unsigned lo = (unsigned)d + (bytes >> 4), hi = (unsigned)(d >> 32);
+  return (unsigned long long)hi << 32 | lo;
+}
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -90,12 +108,26 @@ __device__ __forceinline__ unsigned opaque_u32(unsigned a) {
   return b;
 }
 
+// wgmma.wait_group 0 at the top of a block of its own.  ptxas moves a wait
+// to the top of its block, above any work that touches no register of the
+// pending wgmmas (the forward's softmax, which the wait should overlap with
+// O += P V), but not across a branch: this waits on both sides of one
+// whose condition neither NVVM nor ptxas can fold (u, through opaque_u32,
+// against ~0u), so the work before it in the source stays before it.
+// u must be the same in every thread of the warpgroup (the wait is
+// .aligned over it): a loop counter, say.  Either side waits.
+__device__ __forceinline__ void wg_wait0_split(unsigned u) {
+  if (opaque_u32(u) != ~0u)
+    asm volatile("wgmma.wait_group.sync.aligned 0;  // split" ::: "memory");
+  else
+    asm volatile("wgmma.wait_group.sync.aligned 0;  // split, other side" ::: "memory");
+}
+
 // A shared-space address the compiler cannot fold into a constant: NVRTC
 // 13.0's PTX compiler crashes on wgmma whose descriptors are constants.
 __device__ __forceinline__ unsigned smem_opaque(const void *p) {
   return opaque_u32((unsigned)__cvta_generic_to_shared(p));
 }
-
 
 // Generic-proxy writes to shared memory, made visible to wgmma and TMA.
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }

@@ -195,6 +195,24 @@ __device__ __forceinline__ unsigned long long wg_desc(unsigned saddr, unsigned l
   return (unsigned long long)((saddr & 0x3FFFFu) >> 4) | ((unsigned long long)(lead >> 4) << 16) |
          ((unsigned long long)(stride >> 4) << 32) | (1ull << 62);
 }
+// Descriptor d moved `bytes` (a multiple of 16) on: an add to its start
+// address field alone.  Exact, with no carry out of the field: shared-space
+// addresses lie below 2^18, so the field (address >> 4, bits 0-13) of the
+// base and of base + bytes are the base's and base + bytes' own.  One
+// 64-bit add (not the halves split and joined, which made ptxas move the
+// high word anew for every wgmma: 56 instructions a step at d128).
+__device__ __forceinline__ unsigned long long wg_desc_at(unsigned long long d, unsigned bytes) {
+  return d + (unsigned long long)(bytes >> 4);
+}
+// The same as two 32-bit halves, the low one added to and the high one
+// kept: what the forward's main loop compiles best with (nvdisasm at bf16
+// d128: 21 R2UR against 27 with the 64-bit add; FP8 d256 causal spills
+// none against 16 bytes), where the backward's compiles best with the
+// 64-bit add above.
+__device__ __forceinline__ unsigned long long wg_desc_at_lo(unsigned long long d, unsigned bytes) {
+  const unsigned lo = (unsigned)d + (bytes >> 4), hi = (unsigned)(d >> 32);
+  return (unsigned long long)hi << 32 | lo;
+}
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -212,12 +230,26 @@ __device__ __forceinline__ unsigned opaque_u32(unsigned a) {
   return b;
 }
 
+// wgmma.wait_group 0 at the top of a block of its own.  ptxas moves a wait
+// to the top of its block, above any work that touches no register of the
+// pending wgmmas (the forward's softmax, which the wait should overlap with
+// O += P V), but not across a branch: this waits on both sides of one
+// whose condition neither NVVM nor ptxas can fold (u, through opaque_u32,
+// against ~0u), so the work before it in the source stays before it.
+// u must be the same in every thread of the warpgroup (the wait is
+// .aligned over it): a loop counter, say.  Either side waits.
+__device__ __forceinline__ void wg_wait0_split(unsigned u) {
+  if (opaque_u32(u) != ~0u)
+    asm volatile("wgmma.wait_group.sync.aligned 0;  // split" ::: "memory");
+  else
+    asm volatile("wgmma.wait_group.sync.aligned 0;  // split, other side" ::: "memory");
+}
+
 // A shared-space address the compiler cannot fold into a constant: NVRTC
 // 13.0's PTX compiler crashes on wgmma whose descriptors are constants.
 __device__ __forceinline__ unsigned smem_opaque(const void *p) {
   return opaque_u32((unsigned)__cvta_generic_to_shared(p));
 }
-
 
 // Generic-proxy writes to shared memory, made visible to wgmma and TMA.
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -428,7 +460,9 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
   } else {
   // ---- consumers ----------------------------------------------------------
   fj::regs_up<240>();
-  const int cw = wg - 1;                       // this consumer warpgroup
+  // This consumer warpgroup, read from lane 0 so that the compiler knows
+  // it is the same in every lane: its descriptors live in uniform registers.
+  const int cw = __shfl_sync(0xffffffffu, wg - 1, 0);
   const int wr = cw * 64 + (warp % 4) * 16;    // this warp's first row in the tile
   const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
   const float sl2 = p.scale_log2;
@@ -436,9 +470,9 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
   // Descriptors: Q's 64 rows of this warpgroup and K (both K-major, k
   // steps 32 bytes apart within a panel), V (MN-major, panels 22528
   // bytes apart) of a ring slot.
-#define FJ_Q_DESC(kk) fj::wg_desc(qa + ((kk) / 4) * 16384 + ((kk) % 4) * 32, 16, 1024)
-#define FJ_K_DESC(slot, kk) fj::wg_desc(sk + (slot) * 45056 + ((kk) / 4) * 22528 + ((kk) % 4) * 32, 16, 1024)
-#define FJ_V_DESC(slot, kk) fj::wg_desc(sv + (slot) * 45056 + (kk) * 2048, 22528, 1024)
+#define FJ_Q_DESC(kk) fj::wg_desc_at_lo(fj::wg_desc(qa, 16, 1024), ((kk) / 4) * 16384 + ((kk) % 4) * 32)
+#define FJ_K_DESC(slot, kk) fj::wg_desc_at_lo(fj::wg_desc(sk, 16, 1024), (slot) * 45056 + ((kk) / 4) * 22528 + ((kk) % 4) * 32)
+#define FJ_V_DESC(slot, kk) fj::wg_desc_at_lo(fj::wg_desc(sv, 22528, 1024), (slot) * 45056 + (kk) * 2048)
   // Ping-pong: the consumer warpgroups take turns to issue their products
   // (named barrier 1 + w is warpgroup w's turn), so one's softmax runs
   // while another's products occupy the tensor cores.  Warpgroup 0 starts.
@@ -675,7 +709,9 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
       row_l[mi][1] = row_l[mi][1] * alpha[1] + sum2;
     }
 
-    fj::wg_wait<0>();
+    // O += P(t - 1) V(t - 1) waited for after the softmax, not before its
+    // exponentials (wgmma.cuh's wg_wait0_split).
+    fj::wg_wait0_split((unsigned)t);
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
