@@ -281,6 +281,7 @@ static fj_status row_kernel(fj_ctx *ctx, const fj_problem *p,
       {"which", FJ_PARAM_STR, 0, which, NULL},
       {"tiled", FJ_PARAM_INT, tiled, NULL, NULL},
       {"rows", FJ_PARAM_INT, BWD_ROWS, NULL, NULL},
+      {"warps", FJ_PARAM_INT, BWD_ROW_WARPS, NULL, NULL},
   };
   if (how == BWD_AHEAD)
     return fj__kernel_ahead(ctx, "bwd_rows.cu", params, FJ_ARRAY_LEN(params));

@@ -1,8 +1,9 @@
 {#
-  bwd_rows.cu: the backward's kernels over query rows, one warp a row at a
-  time (`rows` rows a block of 4 warps, the host's BWD_ROWS: each warp
-  takes rows / 4 of them, its loads for all of them issued before their
-  sums or stores), which = "pre" or "post".  A lane reads 4 consecutive
+  bwd_rows.cu: the backward's kernels over query rows: `rows` rows a block
+  of `warps` warps (the host's BWD_ROWS and BWD_ROW_WARPS), each warp
+  rows / warps of them, its loads for all of them issued before their sums
+  or stores, a row's elements over the warp's lanes; which = "pre" or
+  "post".  A lane reads 4 consecutive
   elements at once (8 bytes of O, dO and dQ, 16 of the accumulator) where
   the tensors' addresses and strides allow it (checked once a block: 8-byte
   aligned, strides multiples of 4 elements), else one at a time:
@@ -26,11 +27,12 @@
           summed in one fixed order (bit-identical run to run), into
           g.dsinks[h] when it is not NULL.
   Parameters: head_dim, dtype, sinks, varlen, which, tiled (0, 1, 2),
-  rows (a multiple of 4).
+  rows (a divisor of 64: a block's rows share their (batch, head)), warps
+  (dividing rows).
 #}
 {%
   local D = head_dim
-  local WARPS = 4
+  local WARPS = warps
   local RW = rows // WARPS               -- rows a warp
   local PER = (D + 31) // 32             -- elements a lane a row, one at a time
   local AW = (D + 63) // 64 * 64
@@ -42,8 +44,14 @@
   local VGUARD = (D // 4) % 32 == 0 and "true" or ("lane + 32 * i < %d"):format(D // 4)
   local NZ = (AW // 4 + 31) // 32
   local ZGUARD = (AW // 4) % 32 == 0 and "true" or ("lane + 32 * i < %d"):format(AW // 4)
-  if rows % WARPS ~= 0 or D % 4 ~= 0 then
-    refuse(("rows %d and head_dim %d: the row kernels take rows a multiple of %d and head dims of 4"):format(rows, D, WARPS))
+  if rows % WARPS ~= 0 or 64 % rows ~= 0 then
+    refuse(("rows %d over warps %d: the row kernels take a divisor of 64 rows a block, a multiple of its warps"):format(rows, WARPS))
+  end
+  if D % 4 ~= 0 or (tiled == 2 and D % 16 ~= 0) then
+    refuse(("head_dim %d: the row kernels take multiples of 4 (16 from the wide kernel's tiles)"):format(D))
+  end
+  if dtype ~= "f16" and dtype ~= "bf16" then
+    refuse(("dtype %s: the row kernels take f16 and bf16 (their vectors are 4 elements of 2 bytes)"):format(dtype))
   end
   meta.symbol = symbol
   meta.threads = 32 * WARPS
@@ -93,22 +101,39 @@ struct RowAt {
   int b, h, row;
   bool in, live;
 };
-__device__ __forceinline__ RowAt row_at(const Params &p, const BwdParams &g, long long f) {
-  RowAt a;
-  a.f = f;
-  a.in = f < (long long)p.batch * p.heads_q * g.seq_pad;
-  a.row = (int)(f % g.seq_pad);
-  a.bh = f / g.seq_pad;
+// Row i of block `block`'s {{ rows }} (rows in the same (batch, head): seq_pad is a
+// multiple of 64, which {{ rows }} divides), its (batch, head) and sequence found
+// once a block.
+struct BlockRows {
+  RowAt first;
+  int len_q;
+};
+__device__ __forceinline__ BlockRows block_rows(const Params &p, const BwdParams &g, long long block) {
+  BlockRows br;
+  RowAt &a = br.first;
+  a.f = block * {{ rows }};
+  a.in = a.f < (long long)p.batch * p.heads_q * g.seq_pad;
+  a.row = (int)(a.f % g.seq_pad);
+  a.bh = a.f / g.seq_pad;
   a.h = (int)(a.bh % p.heads_q);
   a.b = (int)(a.bh / p.heads_q);
 {% if varlen then %}
   const Seq seq = seq_of(p, a.in ? a.b : 0);
-  a.live = a.in && a.row < seq.len_q;
+  br.len_q = seq.len_q;
   a.r = seq.q_row0 + a.row;
 {% else %}
-  a.live = a.in && a.row < p.seq_q;
+  br.len_q = p.seq_q;
   a.r = a.row;
 {% end %}
+  a.live = false;
+  return br;
+}
+__device__ __forceinline__ RowAt row_at(const BlockRows &br, int i) {
+  RowAt a = br.first;
+  a.f += i;
+  a.row += i;
+  a.r += i;
+  a.live = a.in && a.row < br.len_q;
   return a;
 }
 // Whether a tensor (its base and strides, elements) takes 4-element
@@ -141,9 +166,10 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
   if (blockIdx.x < p.heads_q && g.dsinks) sink_grad(p, g, blockIdx.x);
 {% end %}
   // This warp's rows: {{ RW }} of the block's {{ rows }}, {{ WARPS }} apart.
+  const fj::BlockRows br = fj::block_rows(p, g, blockIdx.x);
   fj::RowAt at[{{ RW }}];
 #pragma unroll
-  for (int k = 0; k < {{ RW }}; ++k) at[k] = fj::row_at(p, g, (long long)blockIdx.x * {{ rows }} + warp + {{ WARPS }} * k);
+  for (int k = 0; k < {{ RW }}; ++k) at[k] = fj::row_at(br, warp + {{ WARPS }} * k);
 {% if which == "pre" then %}
   float sum[{{ RW }}];
   if (fj::vec4_ok(p.o, p.o_stride) && fj::vec4_ok(g.dout, g.do_stride)) {
