@@ -1243,7 +1243,7 @@ typedef struct fj_bwd_plan {
                               for a cluster pair), KV heads, batch */
   unsigned threads;        /* its block */
   unsigned smem_bytes;     /* its dynamic shared memory */
-  unsigned rows_grid;      /* the pre- and postprocess' blocks (4 rows each) */
+  unsigned rows_grid;      /* the pre- and postprocess' blocks (16 rows each) */
   size_t workspace_bytes;  /* delta, LSE2 and dQ's accumulator, float32,
                               over rows padded to 64, and a counter per
                               64 x 64 tile of dQ (deterministic turns) */

@@ -35,8 +35,10 @@
 #define BWD_WARPS 8
 #define BWD_WG_TILE_N 128
 #define BWD_WG_WARPS 12
-/* Rows a block of the pre- and postprocess covers (a warp each). */
-#define BWD_ROWS 4
+/* Rows a block of the pre- and postprocess covers, and its warps (each
+ * takes BWD_ROWS / BWD_ROW_WARPS rows, their loads issued together). */
+#define BWD_ROWS 16
+#define BWD_ROW_WARPS 4
 
 static fj_status unsupported(const fj_ctx *ctx, const char *what)
 {
@@ -278,6 +280,8 @@ static fj_status row_kernel(fj_ctx *ctx, const fj_problem *p,
       {"sinks", FJ_PARAM_BOOL, sinks, NULL, NULL},
       {"which", FJ_PARAM_STR, 0, which, NULL},
       {"tiled", FJ_PARAM_INT, tiled, NULL, NULL},
+      {"rows", FJ_PARAM_INT, BWD_ROWS, NULL, NULL},
+      {"warps", FJ_PARAM_INT, BWD_ROW_WARPS, NULL, NULL},
   };
   if (how == BWD_AHEAD)
     return fj__kernel_ahead(ctx, "bwd_rows.cu", params, FJ_ARRAY_LEN(params));
@@ -848,11 +852,11 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     fj__mods_args(p->mods, 0, mod_args);
     const unsigned rows = plan->rows_grid;
     fj_launch l[3] = {
-        {fn[0], {rows, 1, 1}, {32 * BWD_ROWS, 1, 1}, 0, stream, args, 0},
+        {fn[0], {rows, 1, 1}, {32 * BWD_ROW_WARPS, 1, 1}, 0, stream, args, 0},
         {fn[1], {plan->grid[0], plan->grid[1], plan->grid[2]},
          {plan->threads, 1, 1}, plan->smem_bytes, stream,
          wg ? wg_args : args, 0},
-        {fn[2], {rows, 1, 1}, {32 * BWD_ROWS, 1, 1}, 0, stream, args, 0}};
+        {fn[2], {rows, 1, 1}, {32 * BWD_ROW_WARPS, 1, 1}, 0, stream, args, 0}};
     for (int i = 0; i < 3 && st == FJ_OK; i++)
       st = fj__cu_launch(ctx, &l[i]);
   }
