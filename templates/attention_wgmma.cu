@@ -89,8 +89,14 @@
   -- normal range below its 448.  On the H200 (bench/fp8_compare.py, S
   -- 4096 / 16384): head dim 256 with 2^4 1164-1309 TF against 1127-1212
   -- without, both masks; head dim 128 with 2^2 +4-6% unmasked, -5-7%
-  -- causal, so causal keeps every rescale there.
-  local LAZY = FP8 and (D > 128 and 4 or causal == "none" and 2 or 0) or 8
+  -- causal, so causal keeps every rescale there.  16-bit types: 2^8 (P up
+  -- to 256; H100, 2026-12-05: 0.6-3.5% faster at head dims 64-256, with
+  -- mainloop_fwd.cuh's wait after the softmax).  A user's expression keeps
+  -- every rescale, and the main loop's forms that cost no registers
+  -- (mainloop_fwd.cuh's user_expr): they would spill 8-48 bytes at head dim 128.
+  local USER_EXPR = mods.score_text ~= nil or mods.mask_text ~= nil
+  local LAZY = FP8 and (D > 128 and 4 or causal == "none" and 2 or 0)
+               or (not USER_EXPR and 8 or nil)
   local P_SHIFT = FP8 and 8 - (LAZY or 0) or nil
   -- A persistent grid of one block per multiprocessor walks the work tiles
   -- in pairs of equal causal work (block.cuh);
@@ -250,7 +256,7 @@
   end
   local loop = { q = q, k = k, v = v, D = D, DR = DR, DV = DV, BN = BN, S = S, C = C, T = T, KSTEP = KSTEP, pingpong = PINGPONG,
                  frag = frag, mods = mods, mrule = mrule, BMASK = BMASK, N0 = N0, acc = acc, rows = rows, p_from = p_from,
-                 FP8 = FP8, FLUSH = FLUSH, TWO = TWO }
+                 FP8 = FP8, FLUSH = FLUSH, TWO = TWO, user_expr = USER_EXPR }
   local function mainloop(part, extra)
     return PC.piece(include("mainloop_fwd.cuh", PC.with(PC.with(loop, extra or {}), { part = part })))
   end

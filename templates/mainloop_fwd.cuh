@@ -32,7 +32,11 @@
   problem's, at most D: S takes its k steps), DV (V's and O's tiles'
   head dim: ring v's columns, O's and P V's N), BN, S, C, T (the element type's name in
   wgmma.cuh's forms), KSTEP (elements of one wgmma k step), pingpong,
-  frag (pieces.lua's regs), mods, mrule, BMASK, N0, acc, rows, p_from.
+  frag (pieces.lua's regs), mods, mrule, BMASK, N0, acc, rows, p_from,
+  user_expr (a user's score or mask expression: the descriptors' and
+  the P V wait's forms that cost no registers; else O += P V is waited
+  for where ptxas keeps it, after the softmax's exponentials: wgmma.cuh's
+  wg_wait0_split, where a plain wait is hoisted above them).
   FP8 (dtype e4m3): ring v holds V^T (D rows of BN keys, K-major like K);
   P (up to 2^frag.p_shift) goes into the A operand as e4m3 (p_from:
   lut.lua's p8_from_acc, { group, slot } per A slot); each work tile sets
@@ -57,14 +61,30 @@
   -- offset (wgmma.cuh's wg_desc_at: one add), so that a product's base is
   -- made once and each k step's descriptor by one uniform add (wg_desc_at_lo), not
   -- wg_desc's masks and shifts anew.
+  -- A user's expression (user_expr) keeps wg_desc's whole form per k step
+  -- and a per-lane warpgroup index: the uniform registers' form costs its
+  -- registers 12-48 spilled bytes at head dim 128 (tests/test_mods.c).
   local function qdesc(kk)
+    if user_expr then
+      return ("fj::wg_desc(qa + ((%s) / %d) * %d + ((%s) %% %d) * %d, 16, 1024)"):format(kk, PER_PANEL, q.panel_bytes, kk, PER_PANEL, KB)
+    end
     return ("fj::wg_desc_at_lo(fj::wg_desc(qa, 16, 1024), ((%s) / %d) * %d + ((%s) %% %d) * %d)"):format(kk, PER_PANEL, q.panel_bytes, kk, PER_PANEL, KB)
   end
   local function kdesc(slot, kk)
+    if user_expr then
+      return ("fj::wg_desc(sk + (%s) * %d + ((%s) / %d) * %d + ((%s) %% %d) * %d, 16, 1024)"):format(
+        slot, k.slot_bytes, kk, PER_PANEL, k.panel_bytes, kk, PER_PANEL, KB)
+    end
     return ("fj::wg_desc_at_lo(fj::wg_desc(sk, 16, 1024), (%s) * %d + ((%s) / %d) * %d + ((%s) %% %d) * %d)"):format(
       slot, k.slot_bytes, kk, PER_PANEL, k.panel_bytes, kk, PER_PANEL, KB)
   end
   local function vdesc(slot, kk)
+    if FP8 and user_expr then
+      return ("fj::wg_desc(sv + (%s) * %d + ((%s) / %d) * %d + ((%s) %% %d) * %d, 16, 1024)"):format(
+        slot, v.slot_bytes, kk, PER_PANEL, v.panel_bytes, kk, PER_PANEL, KB)
+    elseif user_expr then
+      return ("fj::wg_desc(sv + (%s) * %d + (%s) * %d, %d, 1024)"):format(slot, v.slot_bytes, kk, KSTEP * v.panel_bytes // v.rows, v.panel_bytes)
+    end
     if FP8 then  -- V^T: K-major, as K
       return ("fj::wg_desc_at_lo(fj::wg_desc(sv, 16, 1024), (%s) * %d + ((%s) / %d) * %d + ((%s) %% %d) * %d)"):format(
         slot, v.slot_bytes, kk, PER_PANEL, v.panel_bytes, kk, PER_PANEL, KB)
@@ -101,7 +121,11 @@
 {% elseif part == "consumer_setup" then %}
   // This consumer warpgroup, read from lane 0 so that the compiler knows
   // it is the same in every lane: its descriptors live in uniform registers.
+{% if user_expr then %}
+  const int cw = wg - 1;
+{% else %}
   const int cw = __shfl_sync(0xffffffffu, wg - 1, 0);
+{% end %}
   const int wr = cw * 64 + (warp % 4) * 16;    // this warp's first row in the tile
   const int acc_r = fj_base_acc[lane] & 15, acc_c = fj_base_acc[lane] >> 4;
   {{ mods.scales(2, "", FP8 and "qk_scale0" or nil) }}
@@ -281,9 +305,13 @@
     float alpha[{{ NC }}];
     bool resc;
 {% softmax("t", false) %}
+{% if not user_expr then %}
     // O += P(t - 1) V(t - 1) waited for after the softmax, not before its
     // exponentials (wgmma.cuh's wg_wait0_split).
     fj::wg_wait0_split((unsigned)t);
+{% else %}
+    fj::wg_wait<0>();
+{% end %}
 {% hold(OP, DV // 16) %}
     {{ PC.indent(v.release("pslot"), 4) }}
 {% flush(false) %}

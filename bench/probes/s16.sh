@@ -44,7 +44,7 @@ part_ncuf() {
     (cd "$root" && . bench/device_env.sh &&
      FLASHJIT_TEMPLATE_DIR=${t:+$root/$t/templates} timeout $(bound 90) ncu --section SpeedOfLight \
        --section WarpStateStats --section ComputeWorkloadAnalysis --section InstructionStats \
-       --section SchedulerStats -k regex:fj_attn_d128 -c 1 \
+       --section SchedulerStats -k regex:"fj_attn_d128_m[0-9a-z_]*e4m3_fl1$" -c 1 \
        ./flashjit run --shape 4,16,4096,128 --dtype e4m3 --iters 1 >"$out/ncuf_${t:-main}.log" 2>&1
      echo "s16 ncuf ${t:-main}: exit $?"
      grep -E "Duration|Issue Slots Busy|Issued Ipc|Warp Cycles Per Issued|Stall|No Eligible|Eligible Warps|pipe|Tensor" \

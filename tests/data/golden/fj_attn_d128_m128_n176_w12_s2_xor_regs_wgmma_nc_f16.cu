@@ -561,13 +561,18 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
       mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 1));
       mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 2));
       const float mn2 = fmaxf(row_m[mi][1], mx2);
-      const float mk1 = mn1;
+      // Lazy rescale: unless the max of some row of this warp grew by more
+      // than 2^8 (in base-2 units), the rows keep their old max and O its
+      // scale; P then reaches at most 2^8, which every 16-bit type holds.
+      // (A row that saw only hidden keys has -inf - -inf = NaN: no growth.)
+      rs = __any_sync(0xffffffffu, mn1 * sl2 - row_m[mi][0] * sl2 > 8.f || mn2 * sl2 - row_m[mi][1] * sl2 > 8.f || false);
+      const float mk1 = rs ? mn1 : row_m[mi][0];
       // A row that has seen only hidden keys keeps max -inf; subtracting 0
       // instead keeps exp2 at 0 rather than NaN.
       mu1 = mk1 == FJ_NEG_INF ? 0.f : mk1 * sl2;
       alpha1 = fj::fast_exp2(row_m[mi][0] * sl2 - mu1);
       row_m[mi][0] = mk1;
-      const float mk2 = mn2;
+      const float mk2 = rs ? mn2 : row_m[mi][1];
       // A row that has seen only hidden keys keeps max -inf; subtracting 0
       // instead keeps exp2 at 0 rather than NaN.
       mu2 = mk2 == FJ_NEG_INF ? 0.f : mk2 * sl2;
@@ -677,13 +682,18 @@ fj_attn_d128_m128_n176_w12_s2_xor_regs_wgmma_nc_f16(const fj::Params p, const __
       mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 1));
       mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, 2));
       const float mn2 = fmaxf(row_m[mi][1], mx2);
-      const float mk1 = mn1;
+      // Lazy rescale: unless the max of some row of this warp grew by more
+      // than 2^8 (in base-2 units), the rows keep their old max and O its
+      // scale; P then reaches at most 2^8, which every 16-bit type holds.
+      // (A row that saw only hidden keys has -inf - -inf = NaN: no growth.)
+      rs = __any_sync(0xffffffffu, mn1 * sl2 - row_m[mi][0] * sl2 > 8.f || mn2 * sl2 - row_m[mi][1] * sl2 > 8.f || false);
+      const float mk1 = rs ? mn1 : row_m[mi][0];
       // A row that has seen only hidden keys keeps max -inf; subtracting 0
       // instead keeps exp2 at 0 rather than NaN.
       mu1 = mk1 == FJ_NEG_INF ? 0.f : mk1 * sl2;
       alpha[0] = fj::fast_exp2(row_m[mi][0] * sl2 - mu1);
       row_m[mi][0] = mk1;
-      const float mk2 = mn2;
+      const float mk2 = rs ? mn2 : row_m[mi][1];
       // A row that has seen only hidden keys keeps max -inf; subtracting 0
       // instead keeps exp2 at 0 rather than NaN.
       mu2 = mk2 == FJ_NEG_INF ? 0.f : mk2 * sl2;
