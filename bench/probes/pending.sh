@@ -21,28 +21,29 @@
 # and fdpwl (bench/probes/s16.sh; perf-history's session-16 entry) were
 # A/B'd there: d256 2.5-3.6% faster, FP8 d128 +-1.5%, short causal 1-1.5%
 # slower, not landed.
+# The seventeenth got H100s only (every call named nvidia-h200): bwdrows
+# and fdpwl passed their checks and tests and A/B'd 0.6-3.5% faster, and
+# landed (PERF.md C27; perf-history's seventeenth-session entry), the
+# package's training tests passed; ncu put FP8's _vt pass at 4.7-7% of an
+# FP8 call.
 # The carries (each under 64 MB together, build/ slimmed to ~20 MB: no
 # CMakeFiles, *.a, tests/consumer or caches): build-X/templates from
-# `git archive X templates | tar -x -C build-X` for X = fwddesc, fdpw,
-# fdpwl; build-rows/ a slimmed build of branch bwdrows (its host differs).
-# Next, first, on the H200: s16.sh's parts pair cmp (the pair's ratio to
-# cuDNN at d256, bwd_compare) and fdpw fdpwl (build-fdpw/templates and
-# build-fdpwl/templates from those branches: their ratio to cuDNN is what
-# decides; and the short sweep, issue 34's three cells below cuDNN, d256
-# none at 512/1024 and d64 causal at 512, which fdpw's d256/d64 gains may
-# lift: FLASHJIT_TEMPLATE_DIR=$PWD/build-fdpw/templates PARTS=dims
-# DIMS_ARGS="--sweep-only --dims 64,128,256 --seqs 512,1024 --dtype bf16
-# --iters 30" bash bench/device_check.sh, beside the same without it),
-# ncu on the FP8 d128 forward loop (issue slots, stalls:
-# s16.sh part ncuf); branch bwdrows (the backward's pre- and postprocess
-# vectorized, 16 rows a block: its own build, slimmed, as build-rows/,
-# then bench/probes/bwdrows.sh: checks, its gpu_backward, the A/B; the two
-# took 170 us of a 1.5-2 ms backward at 16k tokens, so d64/d128's 0.98/1.04
-# of cuDNN without a mask may reach 1.05); the
-# Python tests of cb8c394 (test_ring, test_train_varlen, test_train);
-# then a, j, s, r and c as below; and on the H200 the FP8 KV ratios at
-# d80/d96 (`PARTS=fp8kv bash bench/device_check.sh`: bench/fp8_kv_compare.py
-# has those rows since the thirteenth session).
+# `git archive X templates | tar -x -C build-X`; build-X/ a slimmed build
+# of branch X where its host differs.
+# Next, first: branch vtin (FP8's V transposed inside the kernel up to head
+# dim 128 without a score function -- staging ring, three producer warps,
+# no _vt pass or workspace -- and a _vt pass that transposes 4 x 4 byte
+# blocks where it stays; its host reads meta.vt_pass): a slimmed build as
+# build-vtin/ with its templates in build-vtin/templates, then
+# bench/probes/vtin.sh (checks with trapping waits, racecheck and
+# synccheck, the FP8 tests, the A/B against main; predicted 4-5% off FP8
+# d128 and 2-3% off d256); where it wins, `PARTS=fp8 bash
+# bench/device_check.sh` with it on the H200 for the ratio to cuDNN's FP8
+# (issue 32's bar: 1.1). Then on the H200 (none of these are H200
+# figures yet): s17.sh's cmp (the backward's ratio with bwdrows merged) and
+# the forward sweep with fdpwl merged (`PARTS=bench`), and the FP8 KV
+# ratios at d80/d96 (`PARTS=fp8kv bash bench/device_check.sh`); then a, j,
+# s, r and c as below.
 #   l: the gradient through the returned log-sum-exp (fj_problem.dlse,
 #      the fourteenth session's, which had no device): gpu_backward (its
 #      six dlse cases: d64, d128 with sinks and rows that see no key,
