@@ -32,12 +32,8 @@ for tool in racecheck synccheck; do
   timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$vb/flashjit" run --shape 1,4,640,128 --dtype e4m3 --causal --iters 1 >"$out/$tool.log" 2>&1
   echo "vtin $tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | tail -1))"
 done
-for tb in ${VTIN_TESTS-gpu_fp8_forward:150 gpu_fp8_out:60 gpu_fp8_needle:90 gpu_fp8_mods:90}; do
-  t=${tb%%:*}
-  (cd "$vb" && timeout ${tb##*:} ./tests/fj_tests "$t") >"$out/$t.log" 2>&1
-  echo "vtin $t: exit $? ($(grep -c '^ok\| ok$' "$out/$t.log") ok, $(grep -c '^FAIL' "$out/$t.log") FAIL)"
-  grep -E "^FAIL|check failed" "$out/$t.log" | head -6
-done
+. ../bench/probes/ab_lib.sh
+(cd "$vb" && ab_tests vtin "$out" "${VTIN_TESTS-gpu_fp8_forward:150 gpu_fp8_out:60 gpu_fp8_needle:90 gpu_fp8_mods:90}")
 IFS=';' read -ra shapes <<<"${VTIN_SHAPES:-4,16,4096,128;4,16,4096,128 --causal;4,32,4096,64;1,16,16384,128;4,8,4096,256}"
 for shape in "${shapes[@]}"; do
   line="vtin $shape:"
