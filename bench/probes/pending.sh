@@ -30,7 +30,8 @@
 # CMakeFiles, *.a, tests/consumer or caches): build-X/templates from
 # `git archive X templates | tar -x -C build-X`; build-X/ a slimmed build
 # of branch X where its host differs.
-# Next, first: branch vtin (FP8's V transposed inside the kernel up to head
+# bench/probes/s18.sh runs the next calls in order (its header says what
+# to carry).  Next, first: branch vtin (FP8's V transposed inside the kernel up to head
 # dim 128 without a score function -- staging ring, three producer warps,
 # no _vt pass or workspace -- and a _vt pass that transposes 4 x 4 byte
 # blocks where it stays; its host reads meta.vt_pass): a slimmed build as

@@ -8,7 +8,8 @@
 #           with main's library: the backward's ratio to cuDNN
 #   cmprows the same with build-rows/'s library, over S17_ROWS_DIMS (64,128)
 #   short   bench/sdpa_compare.py's short sweep (head dims 64, 128, 256 at
-#           S = 512, 1024, bf16) with main's templates, then fdpw's
+#           S = 512, 1024, bf16) with main's templates, then each of
+#           S17_SHORT_TEMPLATES (build-X names; build-fdpw in its session)
 #   fdpw, fdpwl, pair, ncuf, l   s16.sh's parts of those names
 #   py      the package's training tests changed by cb8c394
 #   S17_PARTS picks and orders them; S17_SECONDS bounds the whole.
@@ -29,7 +30,7 @@ part_cmp() { cmp main /work/main/build/libflashjit.so "${S17_DIMS:-64,128,256}";
 part_cmprows() { cmp rows /work/main/build-rows/libflashjit.so "${S17_ROWS_DIMS:-64,128}"; }
 part_short() {
   local t
-  for t in "" build-fdpw; do
+  for t in "" ${S17_SHORT_TEMPLATES-}; do
     mkdir -p "$out/short_${t:-main}"
     (cd /work/main && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so \
      FLASHJIT_TEMPLATE_DIR=${t:+/work/main/$t/templates} timeout $(bound 150) \
