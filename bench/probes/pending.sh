@@ -33,8 +33,10 @@
 # bench/probes/s18.sh runs the next calls in order (its header says what
 # to carry).  Next, first: branch vtin (FP8's V transposed inside the kernel up to head
 # dim 128 without a score function -- staging ring, three producer warps,
-# no _vt pass or workspace -- and a _vt pass that transposes 4 x 4 byte
-# blocks where it stays; its host reads meta.vt_pass): a slimmed build as
+# no _vt pass or workspace; head dim 64's O and P V at 64 columns, not
+# 128's; opt-in key tiles of 192 and 224 with --fp8-flush -1 -- and a _vt
+# pass that transposes 4 x 4 byte blocks where it stays; its host reads
+# meta.vt_pass): a slimmed build as
 # build-vtin/ with its templates in build-vtin/templates, then
 # bench/probes/vtin.sh (checks with trapping waits, racecheck and
 # synccheck, the FP8 tests, the A/B against main; predicted 4-5% off FP8
