@@ -7,7 +7,7 @@
 # the order they matter (S18_PARTS; S18_SECONDS bounds the whole):
 #   vtin     bench/probes/vtin.sh: branch vtin checked (trapping waits,
 #            racecheck, synccheck), its FP8 tests, its A/B against main
-#   fp8      bench/fp8_compare.py beside cuDNN's FP8 (d128, d256; S 2048
+#   fp8      bench/fp8_compare.py beside cuDNN's FP8 (d64, d128, d256; S 2048
 #            to 16384, both masks), main's library then vtin's: issue 32's
 #            ratio (bar 1.1) -- on the H200 for a bar figure
 #   bwd      s17.sh's cmp: the backward beside cuDNN at d64, d128, d256
@@ -27,7 +27,7 @@ part_fp8() {
   for lib in build build-vtin; do
     mkdir -p "$out/fp8_$lib"
     (cd /work/main && PYTHONPATH=/tmp/site:python FLASHJIT_LIB=$lib/libflashjit.so timeout $(bound 240) \
-      python3 bench/fp8_compare.py --dims 128,256 --iters 20 --out "$out/fp8_$lib") >"$out/fp8_$lib.log" 2>&1
+      python3 bench/fp8_compare.py --dims 64,128,256 --iters 20 --out "$out/fp8_$lib") >"$out/fp8_$lib.log" 2>&1
     echo "s18 fp8 $lib: exit $?"
     grep -E "geomean|Error" "$out/fp8_$lib.log" | cut -c1-240
   done
