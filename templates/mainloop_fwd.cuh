@@ -64,32 +64,20 @@
   -- A user's expression (user_expr) keeps wg_desc's whole form per k step
   -- and a per-lane warpgroup index: the uniform registers' form costs its
   -- registers 12-48 spilled bytes at head dim 128 (tests/test_mods.c).
-  local function qdesc(kk)
-    if user_expr then
-      return ("fj::wg_desc(qa + ((%s) / %d) * %d + ((%s) %% %d) * %d, 16, 1024)"):format(kk, PER_PANEL, q.panel_bytes, kk, PER_PANEL, KB)
-    end
-    return ("fj::wg_desc_at_lo(fj::wg_desc(qa, 16, 1024), ((%s) / %d) * %d + ((%s) %% %d) * %d)"):format(kk, PER_PANEL, q.panel_bytes, kk, PER_PANEL, KB)
+  local function desc(base, lead, off)
+    if user_expr then return ("fj::wg_desc(%s + %s, %d, 1024)"):format(base, off, lead) end
+    return ("fj::wg_desc_at_lo(fj::wg_desc(%s, %d, 1024), %s)"):format(base, lead, off)
   end
-  local function kdesc(slot, kk)
-    if user_expr then
-      return ("fj::wg_desc(sk + (%s) * %d + ((%s) / %d) * %d + ((%s) %% %d) * %d, 16, 1024)"):format(
-        slot, k.slot_bytes, kk, PER_PANEL, k.panel_bytes, kk, PER_PANEL, KB)
-    end
-    return ("fj::wg_desc_at_lo(fj::wg_desc(sk, 16, 1024), (%s) * %d + ((%s) / %d) * %d + ((%s) %% %d) * %d)"):format(
-      slot, k.slot_bytes, kk, PER_PANEL, k.panel_bytes, kk, PER_PANEL, KB)
+  -- K-major (Q, K, FP8's V^T): k step kk's bytes into slot `slot` (nil: Q's).
+  local function kmajor(r, slot, kk)
+    local at = ("((%s) / %d) * %d + ((%s) %% %d) * %d"):format(kk, PER_PANEL, r.panel_bytes, kk, PER_PANEL, KB)
+    return slot and ("(%s) * %d + %s"):format(slot, r.slot_bytes, at) or at
   end
+  local function qdesc(kk) return desc("qa", 16, kmajor(q, nil, kk)) end
+  local function kdesc(slot, kk) return desc("sk", 16, kmajor(k, slot, kk)) end
   local function vdesc(slot, kk)
-    if FP8 and user_expr then
-      return ("fj::wg_desc(sv + (%s) * %d + ((%s) / %d) * %d + ((%s) %% %d) * %d, 16, 1024)"):format(
-        slot, v.slot_bytes, kk, PER_PANEL, v.panel_bytes, kk, PER_PANEL, KB)
-    elseif user_expr then
-      return ("fj::wg_desc(sv + (%s) * %d + (%s) * %d, %d, 1024)"):format(slot, v.slot_bytes, kk, KSTEP * v.panel_bytes // v.rows, v.panel_bytes)
-    end
-    if FP8 then  -- V^T: K-major, as K
-      return ("fj::wg_desc_at_lo(fj::wg_desc(sv, 16, 1024), (%s) * %d + ((%s) / %d) * %d + ((%s) %% %d) * %d)"):format(
-        slot, v.slot_bytes, kk, PER_PANEL, v.panel_bytes, kk, PER_PANEL, KB)
-    end
-    return ("fj::wg_desc_at_lo(fj::wg_desc(sv, %d, 1024), (%s) * %d + (%s) * %d)"):format(v.panel_bytes, slot, v.slot_bytes, kk, KSTEP * v.panel_bytes // v.rows)
+    if FP8 then return desc("sv", 16, kmajor(v, slot, kk)) end  -- V^T: K-major, as K
+    return desc("sv", v.panel_bytes, ("(%s) * %d + (%s) * %d"):format(slot, v.slot_bytes, kk, KSTEP * v.panel_bytes // v.rows))
   end
   -- O += P V's accumulator: o, or FP8's second one.
   local OP = TWO and "op" or "o"

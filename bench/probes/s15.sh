@@ -16,11 +16,8 @@
 #   nothing is masked, three checked calls) picks and orders them; S15_SECONDS
 #   the whole bound.
 set -u
-out=${1:-/tmp/fj-s15}
-mkdir -p "$out"
-root=$(pwd)
-deadline=$((SECONDS + ${S15_SECONDS:-540}))
-bound() { local b=$(( deadline - SECONDS )); [ $b -gt $1 ] && b=$1; [ $b -lt 1 ] && b=1; echo $b; }
+. bench/probes/parts_lib.sh
+parts_start s15 "${1:-}" ${S15_SECONDS:-540}
 . bench/device_env.sh
 nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s15 gpu: /'
 part_l() {
@@ -73,7 +70,4 @@ done
 timeout $(bound 60) ./flashjit-demo >"$out/a_demo.log" 2>&1
 echo "s15 a demo: exit $?; $(grep -cE 'PASS$' "$out/a_demo.log") PASS, $(tail -1 "$out/a_demo.log")"
 }
-for p in ${S15_PARTS:-pchk l pair cmp ncu a}; do
-  [ $SECONDS -lt $deadline ] || { echo "s15: out of time before $p"; break; }
-  part_$p
-done
+parts_run s15 ${S15_PARTS:-pchk l pair cmp ncu a}

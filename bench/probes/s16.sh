@@ -11,11 +11,8 @@
 #   S16_PARTS (default "pchk t san l fd") picks and orders them; S16_SECONDS
 #   the whole bound; FD_SHAPES and FD_TESTS pass to fwddesc.sh.
 set -u
-out=${1:-/tmp/fj-s16}
-mkdir -p "$out"
-root=$(pwd)
-deadline=$((SECONDS + ${S16_SECONDS:-570}))
-bound() { local b=$(( deadline - SECONDS )); [ $b -gt $1 ] && b=$1; [ $b -lt 1 ] && b=1; echo $b; }
+. bench/probes/parts_lib.sh
+parts_start s16 "${1:-}" ${S16_SECONDS:-570}
 part_pchk() { (cd "$root" && S15_PARTS=pchk S15_SECONDS=$(bound 90) bash bench/probes/s15.sh "$out") 2>&1 | grep -E "^s15|rror"; }
 part_t() {
   (cd "$root" && . bench/device_env.sh && . ../bench/probes/ab_lib.sh &&
@@ -53,9 +50,5 @@ part_ncuf() {
 }
 part_a() { (cd "$root" && S15_PARTS=a S15_SECONDS=$(bound 300) bash bench/probes/s15.sh "$out") 2>&1 | grep -vE "^s15 gpu"; }
 nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s16 gpu: /'
-for p in ${S16_PARTS:-pchk t san l fd}; do
-  [ $SECONDS -lt $deadline ] || { echo "s16: out of time before $p"; break; }
-  echo "s16 part $p at ${SECONDS}s"
-  part_$p
-done
+parts_run s16 ${S16_PARTS:-pchk t san l fd}
 echo "s16 done at ${SECONDS}s"

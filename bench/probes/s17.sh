@@ -14,11 +14,8 @@
 #   py      the package's training tests changed by cb8c394
 #   S17_PARTS picks and orders them; S17_SECONDS bounds the whole.
 set -u
-out=${1:-/tmp/fj-s17}
-mkdir -p "$out"
-root=$(pwd)
-deadline=$((SECONDS + ${S17_SECONDS:-570}))
-bound() { local b=$(( deadline - SECONDS )); [ $b -gt $1 ] && b=$1; [ $b -lt 1 ] && b=1; echo $b; }
+. bench/probes/parts_lib.sh
+parts_start s17 "${1:-}" ${S17_SECONDS:-570}
 part_rows() { (cd "$root" && ROWS_TESTS=${ROWS_TESTS-gpu_backward:200} timeout $(bound 400) bash bench/probes/bwdrows.sh "$out/rows") 2>&1 | cut -c1-240; }
 cmp() {  # cmp TAG LIB DIMS
   (cd /work/main && PYTHONPATH=python FLASHJIT_LIB=$2 timeout $(bound 300) \
@@ -53,8 +50,4 @@ part_pair() { s16 pair 120; }
 part_ncuf() { s16 ncuf 200; }
 part_l() { s16 l 170; }
 nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s17 gpu: /'
-for p in ${S17_PARTS:-rows cmp cmprows}; do
-  [ $SECONDS -lt $deadline ] || { echo "s17: out of time before $p"; break; }
-  echo "s17 part $p at ${SECONDS}s"
-  part_$p
-done
+parts_run s17 ${S17_PARTS:-rows cmp cmprows}

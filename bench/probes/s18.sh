@@ -15,11 +15,8 @@
 #   short    s17.sh's short: S 512/1024 beside cuDNN with fdpwl merged
 #            (issue 34's cells)
 set -u
-out=${1:-/tmp/fj-s18}
-mkdir -p "$out"
-root=$(pwd)
-deadline=$((SECONDS + ${S18_SECONDS:-570}))
-bound() { local b=$(( deadline - SECONDS )); [ $b -gt $1 ] && b=$1; [ $b -lt 1 ] && b=1; echo $b; }
+. bench/probes/parts_lib.sh
+parts_start s18 "${1:-}" ${S18_SECONDS:-570}
 part_vtin() { (cd "$root" && timeout $(bound 330) bash bench/probes/vtin.sh "$out/vtin") 2>&1 | cut -c1-240; }
 part_fp8() {
   python3 -m pip install -q --no-index --no-deps --target /tmp/site "$root"/.whl/nvidia_cudnn_frontend-*.whl || return
@@ -35,8 +32,4 @@ part_fp8() {
 part_bwd() { (cd "$root" && S17_PARTS=cmp S17_SECONDS=$(bound 300) bash bench/probes/s17.sh "$out") 2>&1 | grep -E "geomean|exit|Error"; }
 part_short() { (cd "$root" && S17_PARTS=short S17_SECONDS=$(bound 300) bash bench/probes/s17.sh "$out") 2>&1 | grep -E "geomean|exit|Error"; }
 (cd "$root" && . bench/device_env.sh >/dev/null && nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s18 gpu: /')
-for p in ${S18_PARTS:-vtin fp8}; do
-  [ $SECONDS -lt $deadline ] || { echo "s18: out of time before $p"; break; }
-  echo "s18 part $p at ${SECONDS}s"
-  part_$p
-done
+parts_run s18 ${S18_PARTS:-vtin fp8}

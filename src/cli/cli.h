@@ -254,6 +254,10 @@ size_t cli_sweep_prepare(const cli *c, fj_ctx *ctx, fj_variant **vs,
 int cli_sweep_unbuilt(fj_ctx *ctx, const fj_variant *v, fj_status st,
                       const char *name);
 
+/* A sweep that could not do what it should have: one line on stderr,
+ * "flashjit <who> --sweep: <why>"; returns EXIT_FAIL. */
+int cli_sweep_failed(const char *who, const char *why);
+
 /* ---- cli_problem.c: the problem, its inputs and the reference check ---------------- */
 
 /* Reports a failed CUDA runtime call; returns EXIT_FAIL. */

@@ -318,10 +318,9 @@ static int sweep_check(cli *c, fj_ctx *ctx, const fj_variant *vs, size_t n)
   return cli_usage_error(c, "%s", line);
 }
 
-/* A sweep that could not build what it should have: one line, exit 1. */
-static int sweep_failed(const char *why)
+int cli_sweep_failed(const char *who, const char *why)
 {
-  fprintf(stderr, "flashjit emit --sweep: %s\n", why);
+  fprintf(stderr, "flashjit %s --sweep: %s\n", who, why);
   return EXIT_FAIL;
 }
 
@@ -331,7 +330,7 @@ static int emit_sweep(cli *c, fj_ctx *ctx)
   fj_status *st;
   size_t n = sweep_variants(c, NULL);
   if (!(vs = calloc(n, sizeof *vs)))
-    return sweep_failed("its variants: out of memory");
+    return cli_sweep_failed("emit", "its variants: out of memory");
   sweep_variants(c, vs);
   int rc = sweep_check(c, ctx, vs, n);
   free(vs);
@@ -347,7 +346,7 @@ static int emit_sweep(cli *c, fj_ctx *ctx)
          fj_ctx_arch(ctx), n);
   fflush(stdout);
   if (!(n = cli_sweep_prepare(c, ctx, &vs, &st)))
-    return sweep_failed("its variants: out of memory");
+    return cli_sweep_failed("emit", "its variants: out of memory");
   size_t failed = 0;
   for (size_t i = 0; i < n; i++)
     failed += (size_t)sweep_line(ctx, &vs[i], st[i]);
@@ -357,7 +356,7 @@ static int emit_sweep(cli *c, fj_ctx *ctx)
     char line[120];
     snprintf(line, sizeof line, "%zu of its %zu variants failed to build "
              "(the lines marked failed)", failed, n);
-    return sweep_failed(line);
+    return cli_sweep_failed("emit", line);
   }
   return 0;
 }

@@ -362,10 +362,8 @@ static int run_sweep(const cli *c, fj_ctx *ctx, run_data *d)
   fj_variant *vs, best;
   fj_status *st;
   size_t n = cli_sweep_prepare(c, ctx, &vs, &st);
-  if (!n) {
-    fprintf(stderr, "flashjit run --sweep: its variants: out of memory\n");
-    return EXIT_FAIL;
-  }
+  if (!n)
+    return cli_sweep_failed("run", "its variants: out of memory");
   double best_ms = INFINITY;
   size_t failed = 0;
   for (size_t i = 0; i < n; i++)
@@ -379,9 +377,10 @@ static int run_sweep(const cli *c, fj_ctx *ctx, run_data *d)
   free(vs);
   free(st);
   if (failed) {
-    fprintf(stderr, "flashjit run --sweep: %zu of its %zu variants failed (the "
-            "lines marked failed or FAIL)\n", failed, n);
-    return EXIT_FAIL;
+    char line[120];
+    snprintf(line, sizeof line, "%zu of its %zu variants failed (the lines "
+             "marked failed or FAIL)", failed, n);
+    return cli_sweep_failed("run", line);
   }
   return 0;
 }
