@@ -1,0 +1,82 @@
+#!/bin/bash
+# s19.sh OUTDIR -- the nineteenth session's device calls, from the
+# repository root with build-c/ (main's slimmed build: start with
+# `rm -rf build && mv build-c build`), build-rot/ (branch bwdrot2's
+# slimmed build: the deterministic backward's rotation, host and
+# templates), build-vt/templates (branch vtfast's templates: FP8's _vt
+# pass with 4 x 4 byte transposes) and .whl/ (the cudnn-frontend wheel,
+# ../shared/anchors/README.md) carried.  Parts (S19_PARTS; S19_SECONDS
+# bounds the whole):
+#   vt     vtfast's templates under main's build: checked FP8 calls (d64
+#          to d256, tails, GQA, both causal corners, e4m3 O) with waits
+#          that trap, memcheck and racecheck on one call, the FP8 tests,
+#          then FP8 forward time main / vtfast, two rounds.  Predicted: the
+#          _vt pass from 33 us to under 20 us on the H100, 2-3% off FP8
+#          d128 and 3-4% off d256 at S = 4096.
+#   fp8    bench/fp8_compare.py beside cuDNN's FP8 at d64, d128, d256 with
+#          vtfast's templates (S19_FP8_TEMPLATES= for main's): issue 32
+#   rot    bench/probes/bwd_rot.sh with build-rot as build/: issue 31's
+#          deterministic bar (predicted 1.38-1.40x -> <= 1.15x at S 2048)
+#   bwd    bench/bwd_compare.py --quick at d256 (issue 31's d256 bar)
+#   short  sdpa_compare's S 512 and 1024 cells (issue 34)
+set -u
+. bench/probes/parts_lib.sh
+parts_start s19 "${1:-}" ${S19_SECONDS:-570}
+vt=$root/build-vt/templates
+part_vt() {
+  (
+  . bench/device_env.sh
+  local trap_t=$out/trap_templates args tool
+  rm -rf "$trap_t" && cp -r "$vt" "$trap_t"
+  sed -i 's/WGMMA_SPIN_LIMIT or 0/1 << 26/' "$trap_t/attention_wgmma.cu"
+  for args in "--shape 1,4,1000,128" "--shape 1,4,1000,128 --causal" "--shape 2,8,700,64 --causal" \
+              "--shape 1,8,777,128 --heads-kv 2" "--shape 1,4,300,128 --causal=bottom-right" \
+              "--shape 3,4,129,64" "--shape 1,4,700,256 --causal" "--shape 1,4,333,192" \
+              "--shape 1,4,500,128 --causal --softcap 30" "--shape 2,4,1000,128 --o-dtype e4m3 --o-scale 8"; do
+    FLASHJIT_TEMPLATE_DIR=$trap_t timeout $(bound 90) ./flashjit run $args --dtype e4m3 --check --iters 3 >"$out/vt_check.log" 2>&1
+    echo "vt check $args: exit $?; $(grep -E '^check' "$out/vt_check.log" | grep -oE 'rel_err=[^ ]+|-> [A-Z]+|PASS|FAIL' | tr '\n' ' ')"
+    grep -iE "error|trap|invalid|illegal" "$out/vt_check.log" | head -2
+  done
+  for tool in memcheck racecheck; do
+    FLASHJIT_TEMPLATE_DIR=$vt timeout $(bound 120) compute-sanitizer --tool $tool --error-exitcode 9 ./flashjit run \
+      --shape 1,4,640,128 --seq-kv 333 --dtype e4m3 --causal=bottom-right --iters 1 --warmup 0 >"$out/vt_$tool.log" 2>&1
+    echo "vt $tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/vt_$tool.log" | tail -1))"
+  done
+  . ../bench/probes/ab_lib.sh
+  ab_tests vt "$out" "${VT_TESTS-gpu_fp8_forward:150 gpu_fp8_out:60}" FLASHJIT_TEMPLATE_DIR=$vt
+  ab_shapes vt "${VT_SHAPES:-4,16,4096,128;4,8,4096,256;1,16,16384,128;4,32,4096,64;4,16,4096,128 --causal}" \
+    "--dtype e4m3" main "FLASHJIT_CACHE_DIR=/tmp/fj-cache" vtfast "FLASHJIT_TEMPLATE_DIR=$vt"
+  ) 2>&1 | cut -c1-240
+}
+part_fp8() {
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site "$root"/.whl/nvidia_cudnn_frontend-*.whl || return
+  local t=${S19_FP8_TEMPLATES-$vt}
+  (cd /work/main && PYTHONPATH=/tmp/site:python FLASHJIT_LIB=build/libflashjit.so FLASHJIT_TEMPLATE_DIR=$t \
+    timeout $(bound 300) python3 bench/fp8_compare.py --dims ${S19_FP8_DIMS:-64,128,256} --iters 20 --out "$out/fp8") \
+    >"$out/fp8.log" 2>&1
+  echo "s19 fp8 (templates ${t:-of main}): exit $?"
+  grep -E "geomean|Error|^\|" "$out/fp8.log" | cut -c1-240 | head -40
+}
+part_rot() {
+  [ -x "$root/build-rot/flashjit" ] || { echo "rot: no build-rot"; return; }
+  mv "$root/build" "$root/build-main" && mv "$root/build-rot" "$root/build"
+  (cd "$root/build" && FLASHJIT_CACHE_DIR=/tmp/fj-cache-rot LD_LIBRARY_PATH=/usr/local/cuda/lib64 \
+    FJT_DATA_DIR=/work/main/tests/data timeout $(bound 560) bash ../bench/probes/bwd_rot.sh "$out/rot") 2>&1 | cut -c1-240
+  mv "$root/build" "$root/build-rot" && mv "$root/build-main" "$root/build"
+}
+part_bwd() {
+  (cd /work/main && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so timeout $(bound 300) \
+    python3 bench/bwd_compare.py --quick --dims ${S19_BWD_DIMS:-256} --out "$out/bwd") >"$out/bwd.log" 2>&1
+  echo "s19 bwd: exit $?"
+  grep -E "geomean|Error|^\|" "$out/bwd.log" | cut -c1-240 | head -20
+}
+part_short() {
+  mkdir -p "$out/short"
+  (cd /work/main && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so timeout $(bound 200) \
+    python3 bench/sdpa_compare.py --sweep-only --dims 64,128,256 --seqs 512,1024 --dtype bf16 --out "$out/short") \
+    >"$out/short.log" 2>&1
+  echo "s19 short: exit $?"
+  grep -E "geomean|Error" "$out/short.log" | cut -c1-240 | head -20
+}
+(cd "$root" && . bench/device_env.sh >/dev/null && nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s19 gpu: /')
+parts_run s19 ${S19_PARTS:-vt fp8}
