@@ -624,6 +624,38 @@ static int section_of(const fj_ctx *ctx, const fj_problem *p,
   return (int)(s < 1 ? 1 : s > heads ? heads : s);
 }
 
+/* The deterministic mode's rotation (attention_bwd_wgmma.cu's ROT):
+ * where every key tile walks every query tile -- no causal mask, no
+ * window, dense, no expressions; the narrow wgmma kernel, head dims up to
+ * 128 -- key tile t of T starts its walk at query tile t nq / T, so a dQ
+ * tile's adds come one a step in that rotation's order instead of each
+ * key tile waiting on the one launched before it at every step.  A key
+ * tile then waits on tiles launched after it: all of a head's key tiles
+ * must be resident at once, so T at most the multiprocessors (one block
+ * of the 12-warp kernel a multiprocessor), the plain launch order
+ * (section 1: a head's key tiles consecutive) and, for the kernel's
+ * 32-bit rank, T nq < 2^31.  FLASHJIT_BWD_ROTATE=0 turns it off (a GPU
+ * shared by MPS with fewer multiprocessors than it reports).  Where the
+ * kernel was not rendered with ROT it takes 2 as 1; its order of the adds
+ * is then the plain one.  Either way the bits repeat run to run. */
+static int rotates(const fj_ctx *ctx, const fj_problem *p,
+                   const fj_bwd_plan *plan, int section)
+{
+  static int off = -1;
+  if (off < 0) {
+    const char *e = getenv("FLASHJIT_BWD_ROTATE");
+    off = e && !strcmp(e, "0");
+  }
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
+  int64_t tiles = plan->grid[0], nq = ((int64_t)p->seq_q + 63) / 64;
+  return !off && p->deterministic && plan->variant.mma == FJ_MMA_WGMMA &&
+         plan->variant.head_dim <= 128 && p->causal == FJ_CAUSAL_NONE &&
+         !mi.window && !mi.user && !mi.blocks && !p->cu_seqlens_q &&
+         !p->cu_seqlens_kv && section == 1 &&
+         tiles <= fj__sm_count(ctx) && tiles * nq < ((int64_t)1 << 31);
+}
+
 static void fill_bwd_params(fj_bwd_kparams *g, const fj_problem *p,
                             const bwd_args *a, uint64_t ws)
 {
@@ -842,6 +874,8 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     fill_bwd_blocks(&kp, p);
     fill_bwd_params(&g, p, a, base);
     g.section = section_of(ctx, p, plan);
+    if (rotates(ctx, p, plan, g.section))
+      g.deterministic = 2;
     /* The mma kernel takes the parameters' gradients last where it has
      * any (a kernel reads as many arguments as it has). */
     fj_mod_grads mg;

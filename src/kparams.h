@@ -82,7 +82,8 @@ typedef struct fj_bwd_kparams {
   long long do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];
   float scale;
   int seq_pad;
-  int deterministic;
+  int deterministic;  /* 1: dQ added in a fixed order; 2: in the rotation's
+                         (backward.c's rotates) */
   int section;  /* (batch, KV head)s a section of the main kernel's order */
   int pad_;
 } fj_bwd_kparams;

@@ -39,8 +39,10 @@
   so the consumers never wait on a reduce-add.  In the deterministic mode
   (g.deterministic) the writer adds a tile only in its key tile's turn
   (scheduler.cuh's kv_rank: later key tiles first under a causal mask or
-  a window's right side, earlier ones first otherwise; bwd_common.cuh's
-  dq_turn_wait) and passes the turn on once the add has completed.  Blocks start in bwd_common.cuh's
+  a window's right side, earlier ones first otherwise -- or, with
+  g.deterministic 2 where ROT holds, in the order a rotation of the walks
+  brings them (ROT below); bwd_common.cuh's dq_turn_wait) and passes the
+  turn on once the add has completed.  Blocks start in bwd_common.cuh's
   kv_tile order (first key tiles first: the longest walks under a causal
   mask, a section at a time).  dK (times the softmax scale) and dV stay in registers over the
   walk, summed over the group's query heads, so GQA needs no reduction.
@@ -414,6 +416,26 @@
   local STEP_AT = BMASK and "const int h = hk * p.group + cur.g, m0 = cur.m0;"
                   or COUNT and ("const int h = hk * p.group + hq, m0 = m_first + iq * %d;"):format(BM)
                   or ("const int h = hk * p.group + i / nq, m0 = m_first + (i %% nq) * %d;"):format(BM)
+  -- ROT: where every key tile walks every query tile (no causal mask, no
+  -- window, dense, no expressions: the narrow kernel's consumers then
+  -- name no query row), the deterministic mode may start key tile t's
+  -- walk at query tile rot = t nq / T (g.deterministic 2; the host sets it
+  -- only where all of a head's T key tiles can be resident at once), so
+  -- that a dQ tile's adds come one a step in a rotation instead of each
+  -- key tile waiting on the one before it at every step (scheduler.cuh's
+  -- kv_rank with rot).  The producer and the writer address by the
+  -- rotated row (STEP_AT_ROT); the consumers' STEP_AT_C names no m0, so a
+  -- consumer that used it would not compile.  Elsewhere 2 is taken as 1.
+  local ROT = not WIDE and not BMASK and not mrule.bounded and not mrule.left and not varlen and
+              not mods.any and not mods.pgrads
+  -- (qt, the step's query tile, is carried from step to step: the
+  -- producer's warpgroup has 24 registers at head dim 128, and a rotation
+  -- recomputed from i each step spilled there.)
+  local HQ = COUNT and "hq" or "i / nq"
+  local STEP_AT_ROT = ROT and
+    ("const int h = hk * p.group + %s, m0 = m_first + qt * %d;\n        qt = qt + 1 < nq ? qt + 1 : 0;"):format(HQ, BM)
+  local STEP_AT_C = ROT and ("const int h = hk * p.group + %s; (void)h;"):format(HQ) or STEP_AT
+  local ROT_AT = ROT and "int qt = g.deterministic == 2 ? (int)((unsigned)(nt * nq) / gridDim.x) : 0;  // the rotation's first query tile (ROT; T nq < 2^31, the host's condition)"
   local STEP_NEXT = BMASK and ("have = fj::qwalk_next(p, b, hk, n0, m_first, m_first + nq * %d, cur);"):format(BM)
   -- The four A-operand registers dst[0..3] of one 16-column tile, packed
   -- from accumulator values src[...] in the probed pairs (p_from): C
@@ -826,9 +848,12 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
         fj::tma_load4(skp + pn * {{ k.panel_bytes }}u, mk, {{ k.full(0) }}, {{ (KC:gsub("n0", "(n0 ^ 64)")):format("(2 * (int)crank + pn)", k.panel_cols) }});
 {% end %}
       {{ PC.indent(v.fill(0, function(pn) return (KC):format(pn, v.panel_cols) end), 6) }}
+{% if ROT then %}
+      {{ ROT_AT }}
+{% end %}
       {{ STEP_FOR }}
         const unsigned slot = i % {{ S }}, ph = (i / {{ S }}) & 1u;
-        {{ STEP_AT }}
+        {{ ROT and STEP_AT_ROT or STEP_AT }}
         // The rows' LSE2 and delta (padded rows: no tail) ride on Q's barrier.
         const long long f = ((long long)b * p.heads_q + h) * g.seq_pad + m0;
         {{ q.wait_empty("slot", "ph ^ 1u") }}
@@ -851,14 +876,17 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
 {% if not BMASK then %}
       int edge = 0;  // the deterministic mode's (scheduler.cuh's kv_rank)
 {% end %}
+{% if ROT then %}
+      {{ ROT_AT }}
+{% end %}
       {{ STEP_FOR }}
-        {{ STEP_AT }}
+        {{ ROT and STEP_AT_ROT or STEP_AT }}
         const long long bh = (long long)b * p.heads_q + h;
 {% if not BMASK then %}
         int *const turn = g.dq_turns + fj::dq_tile_base(bh, m0, 0, g.seq_pad, {{ D }}) / 4096;
         int rank = 0;
         if (g.deterministic) {
-{{ PC.piece(include("scheduler.cuh", { part = "kv_rank", mrule = mrule, BM = BM, BN = BN })) }}
+{{ PC.piece(include("scheduler.cuh", { part = "kv_rank", mrule = mrule, BM = BM, BN = BN, rot = ROT })) }}
         }
 {% end %}
 {% local adders = DQ_COLS and { "0", "1" } or { "(i & 1)" } %}
@@ -936,7 +964,7 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
 {% if PAIR then %}
         const unsigned dph = (unsigned)i & 1u;  // dO's one slot; the pair's barriers' phase
 {% end %}
-        {{ STEP_AT }}
+        {{ STEP_AT_C }}
 {% if BMASK then %}
         const bool bm_part = cur.part;  // the mask expression applies (a partial block)
         (void)bm_part;

@@ -42,7 +42,10 @@
                     those before it.  The tiles that walk a query tile are
                     consecutive (both ends of a key tile's query range grow
                     with it); the caller's int edge carries their far end
-                    from step to step
+                    from step to step.  rot (a template flag): under
+                    g.deterministic 2 every key tile t walks every query
+                    tile from t nq / T on, and the rank follows that
+                    rotation
   Parameters: mrule, BM, BN, N0, BMASK, VL, DYNAMIC, PERSISTENT, and sched
   (the same fields as a table, for the parts that include others).
 #}
@@ -207,9 +210,25 @@ __device__ __forceinline__ Item get_item(const Params &p) {
         while (edge + 1 < (int)gridDim.x && walks(edge + 1)) ++edge;
         rank = edge - nt;
 {%   else %}
+{%     if rot then %}
+        if (g.deterministic == 2) {
+          // The rotation (the caller's rot): every key tile walks every
+          // query tile, key tile t from r(t) = t nq / T on, so query tile
+          // qi sees those with r(t) <= qi first, the last of them first
+          // (it reached qi soonest), then the others, the last first.  A:
+          // how many have r(t) <= qi, the smallest t with t nq >= (qi + 1) T
+          // (32-bit: the host sets 2 only where T nq < 2^31).
+          const int T = (int)gridDim.x, qi = (m0 - m_first) / {{ BM }};
+          const int A = min(T, (int)(((unsigned)((qi + 1) * T) + nq - 1) / (unsigned)nq));
+          rank = nt < A ? A - 1 - nt : A + T - 1 - nt;
+        } else {
+{%     end %}
         // Earlier key tiles first (every walk starts at the same query tile).
         if (i % nq == 0) edge = 0;
         while (edge < nt && !walks(edge)) ++edge;
         rank = nt - edge;
+{%     if rot then %}
+        }
+{%     end %}
 {%   end %}
 {% end %}
