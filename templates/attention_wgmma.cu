@@ -383,38 +383,53 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 // ([batch][heads_kv][head_dim][vt_keys] bytes), the keys of each 32 in the
 // order the P operand takes them: column c holds key 32 (c / 32) +
 // sigma[c % 32] (lut.lua's p8_from_acc).  Keys past seq_kv are 0.
-__constant__ unsigned char fj_sigma[32] = { {% for c = 0, 31 do %}{{ sigma[c] }}{{ c < 31 and ", " or "" }}{% end %} };
+// Shared memory holds the tile as [key][16 words of 4 dims], word w of key
+// k at w ^ fj_vt_swz(k) (the reads below then meet at most two to a bank);
+// a thread reads the 8 keys of 8 adjacent columns at 4 dims and writes
+// them as 4 rows of 8 bytes after two 4 x 4 byte transposes (a warp's
+// 32 threads: two rows' 128 bytes).
+__device__ __forceinline__ int fj_vt_swz(int k) { return ((k >> 1) ^ ((k >> 5) << 2)) & 15; }
 
 extern "C" __global__ void __launch_bounds__(256) {{ symbol }}_vt(const fj::Params p) {
-  __shared__ __align__(16) unsigned t[128][17];  // [key][4 dims a word], a word of padding
+  __shared__ __align__(16) unsigned t[128 * 16];
   const int b = blockIdx.z / p.heads_kv, hk = blockIdx.z % p.heads_kv;
   const int n0 = blockIdx.x * 128, d0 = blockIdx.y * 64;
   const unsigned char *v = static_cast<const unsigned char *>(p.v) + b * p.v_stride[0] + hk * p.v_stride[1] + d0;
-  for (int c = threadIdx.x; c < 128 * 4; c += 256) {
-    const int r = c / 4, w = (c % 4) * 4;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int c = threadIdx.x + 256 * j, r = c / 4, q = c % 4;
     uint4 x = make_uint4(0u, 0u, 0u, 0u);
-    if (n0 + r < p.seq_kv) x = *reinterpret_cast<const uint4 *>(v + (long long)(n0 + r) * p.v_stride[2] + w * 4);
-    t[r][w] = x.x; t[r][w + 1] = x.y; t[r][w + 2] = x.z; t[r][w + 3] = x.w;
+    if (n0 + r < p.seq_kv) x = *reinterpret_cast<const uint4 *>(v + (long long)(n0 + r) * p.v_stride[2] + q * 16);
+    const int sw = fj_vt_swz(r);
+    t[r * 16 + ((4 * q) ^ sw)] = x.x; t[r * 16 + ((4 * q + 1) ^ sw)] = x.y;
+    t[r * 16 + ((4 * q + 2) ^ sw)] = x.z; t[r * 16 + ((4 * q + 3) ^ sw)] = x.w;
   }
   __syncthreads();
-  const unsigned char *tb = reinterpret_cast<const unsigned char *>(t);
+  const int dq = threadIdx.x / 16, cc = threadIdx.x % 16;  // dims 4 dq.., columns 8 cc..
+  unsigned a[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    // Column 8 cc + j's key: sigma[8 (cc % 4) + j], four choices packed in one word.
+{% local packed = {} %}
+{% for j = 0, 7 do packed[j] = ("0x%08xu"):format(sigma[j] | sigma[8 + j] << 8 | sigma[16 + j] << 16 | sigma[24 + j] << 24) end %}
+    const unsigned pk = {% for j = 0, 6 do %}j == {{ j }} ? {{ packed[j] }} : {% end %}{{ packed[7] }};
+    const int key = 32 * (cc / 4) + (int)((pk >> (8 * (cc % 4))) & 0xffu);
+    a[j] = t[key * 16 + (dq ^ fj_vt_swz(key))];
+  }
+  unsigned o[2][4];
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {
+    // Four keys' 4 dims each (byte i: dim i) into 4 dims' 4 keys each.
+    const unsigned t0 = __byte_perm(a[4 * g], a[4 * g + 1], 0x5140), t1 = __byte_perm(a[4 * g], a[4 * g + 1], 0x7362);
+    const unsigned u0 = __byte_perm(a[4 * g + 2], a[4 * g + 3], 0x5140), u1 = __byte_perm(a[4 * g + 2], a[4 * g + 3], 0x7362);
+    o[g][0] = __byte_perm(t0, u0, 0x5410); o[g][1] = __byte_perm(t0, u0, 0x7632);
+    o[g][2] = __byte_perm(t1, u1, 0x5410); o[g][3] = __byte_perm(t1, u1, 0x7632);
+  }
   // head_dim (DR) rows a (batch, KV head), as the host lays them out; the
   // main kernel's boxes of D rows read zeros past them.
-  unsigned char *out = p.vt + ((long long)blockIdx.z * {{ DR }} + d0) * p.vt_keys + n0;
-  for (int c = threadIdx.x; c < 64 * 8; c += 256) {
-    const int dr = c / 8, k0 = (c % 8) * 16;  // a row of V^T, 16 of its keys
-    unsigned w[4];
+  unsigned char *out = p.vt + ((long long)blockIdx.z * {{ DR }} + d0 + 4 * dq) * p.vt_keys + n0 + 8 * cc;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      unsigned x = 0u;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = k0 + 4 * i + e, key = (col & ~31) + fj_sigma[col & 31];
-        x |= (unsigned)tb[key * 68 + dr] << (8 * e);
-      }
-      w[i] = x;
-    }
-    *reinterpret_cast<uint4 *>(out + (long long)dr * p.vt_keys + k0) = make_uint4(w[0], w[1], w[2], w[3]);
-  }
+  for (int i = 0; i < 4; ++i)
+    *reinterpret_cast<uint2 *>(out + (long long)i * p.vt_keys) = make_uint2(o[0][i], o[1][i]);
 }
 {% end %}
