@@ -4,8 +4,11 @@
 # `rm -rf build && mv build-c build`), build-rot/ (branch bwdrot2's
 # slimmed build: the deterministic backward's rotation, host and
 # templates), build-vt/templates (branch vtfast's templates: FP8's _vt
-# pass with 4 x 4 byte transposes) and .whl/ (the cudnn-frontend wheel,
-# ../shared/anchors/README.md) carried.  Parts (S19_PARTS; S19_SECONDS
+# pass with 4 x 4 byte transposes), build-d64/ (branch fp8d64's slimmed
+# build, its templates in build-d64/templates) and .whl/ (the
+# cudnn-frontend wheel, ../shared/anchors/README.md) carried, as each
+# part needs them.  The first call ran vt and fp8 (main at 3d76b0d with
+# vtfast's templates), the second rot; both branches then merged (5f1a213).  Parts (S19_PARTS; S19_SECONDS
 # bounds the whole):
 #   vt     vtfast's templates under main's build: checked FP8 calls (d64
 #          to d256, tails, GQA, both causal corners, e4m3 O) with waits
@@ -13,10 +16,18 @@
 #          then FP8 forward time main / vtfast, two rounds.  Predicted: the
 #          _vt pass from 33 us to under 20 us on the H100, 2-3% off FP8
 #          d128 and 3-4% off d256 at S = 4096.
-#   fp8    bench/fp8_compare.py beside cuDNN's FP8 at d64, d128, d256 with
-#          vtfast's templates (S19_FP8_TEMPLATES= for main's): issue 32
+#   fp8    bench/fp8_compare.py beside cuDNN's FP8 at d64, d128, d256
+#          (S19_FP8_DIMS) with build/'s library (S19_FP8_LIB=build-d64 for
+#          the branch's; S19_FP8_TEMPLATES: a templates folder): issue 32
 #   rot    bench/probes/bwd_rot.sh with build-rot as build/: issue 31's
 #          deterministic bar (predicted 1.38-1.40x -> <= 1.15x at S 2048)
+#   d64    branch fp8d64 (build-d64/, its templates in build-d64/templates:
+#          FP8 head dims 64 and 192 with P V and O at their own width):
+#          checked calls with waits that trap, memcheck, the FP8 tests,
+#          forward time main (build/ with build-vt/templates, i.e. main
+#          after vtfast) / fp8d64, two rounds, and d64 at 2, 3 and 4
+#          stages.  Predicted: FP8 d64 20-30% faster, d192 10-15%, d128
+#          and d256 unchanged.
 #   bwd    bench/bwd_compare.py --quick at d256 (issue 31's d256 bar)
 #   short  sdpa_compare's S 512 and 1024 cells (issue 34)
 set -u
@@ -48,14 +59,55 @@ part_vt() {
     "--dtype e4m3" main "FLASHJIT_CACHE_DIR=/tmp/fj-cache" vtfast "FLASHJIT_TEMPLATE_DIR=$vt"
   ) 2>&1 | cut -c1-240
 }
+part_d64() {
+  (
+  . bench/device_env.sh
+  local db=$root/build-d64 trap_t=$out/trap_d64 args s shape line round us
+  rm -rf "$trap_t" && cp -r "$db/templates" "$trap_t"
+  sed -i 's/WGMMA_SPIN_LIMIT or 0/1 << 26/' "$trap_t/attention_wgmma.cu"
+  for args in "--shape 2,8,700,64 --causal" "--shape 3,4,129,64" "--shape 1,8,777,64 --heads-kv 2" \
+              "--shape 1,4,300,64 --seq-kv 1000 --causal=bottom-right --stages 4" "--shape 1,4,1000,64 --stages 3" \
+              "--shape 1,4,333,192" "--shape 1,4,700,192 --causal" "--shape 2,4,1000,64 --o-dtype e4m3 --o-scale 8" \
+              "--shape 1,4,500,64 --causal --softcap 30" "--shape 1,4,1000,128"; do
+    FLASHJIT_TEMPLATE_DIR=$trap_t timeout $(bound 90) "$db/flashjit" run $args --dtype e4m3 --check --iters 3 >"$out/d64_check.log" 2>&1
+    echo "d64 check $args: exit $?; $(grep -E '^check' "$out/d64_check.log" | grep -oE 'rel_err=[^ ]+|-> [A-Z]+' | tr '\n' ' ')"
+    grep -iE "error|trap|invalid|illegal" "$out/d64_check.log" | head -2
+  done
+  timeout $(bound 120) compute-sanitizer --tool memcheck --error-exitcode 9 "$db/flashjit" run \
+    --shape 1,4,640,64 --seq-kv 333 --dtype e4m3 --causal=bottom-right --iters 1 --warmup 0 >"$out/d64_memcheck.log" 2>&1
+  echo "d64 memcheck: exit $? ($(grep -E 'ERROR SUMMARY' "$out/d64_memcheck.log" | tail -1))"
+  . ../bench/probes/ab_lib.sh
+  (cd "$db" && ab_tests d64 "$out" "${D64_TESTS-gpu_fp8_forward:150 gpu_fp8_out:60 gpu_fp8_mods:90}")
+  IFS=';' read -ra shapes <<<"${D64_SHAPES:-4,32,4096,64;4,32,4096,64 --causal;8,32,2048,64;2,10,8192,192;2,10,8192,192 --causal;4,16,4096,128}"
+  for shape in "${shapes[@]}"; do
+    line="d64 $shape:"
+    for round in 1 2; do
+      us=$(FLASHJIT_TEMPLATE_DIR=$root/build-vt/templates timeout 60 ./flashjit run --dtype e4m3 --shape $shape --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+      line="$line main=${us:-?}"
+      us=$(timeout 60 "$db/flashjit" run --dtype e4m3 --shape $shape --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+      line="$line d64=${us:-?}"
+    done
+    echo "$line"
+  done
+  for shape in "4,32,4096,64" "4,32,4096,64 --causal" "2,32,8192,64"; do
+    line="d64 stages $shape:"
+    for s in 2 3 4 2 3 4; do
+      us=$(timeout 60 "$db/flashjit" run --dtype e4m3 --shape $shape --stages $s --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+      line="$line s$s=${us:-?}"
+    done
+    echo "$line"
+  done
+  ) 2>&1 | cut -c1-240
+}
 part_fp8() {
   python3 -m pip install -q --no-index --no-deps --target /tmp/site "$root"/.whl/nvidia_cudnn_frontend-*.whl || return
-  local t=${S19_FP8_TEMPLATES-$vt}
-  (cd /work/main && PYTHONPATH=/tmp/site:python FLASHJIT_LIB=build/libflashjit.so FLASHJIT_TEMPLATE_DIR=$t \
-    timeout $(bound 300) python3 bench/fp8_compare.py --dims ${S19_FP8_DIMS:-64,128,256} --iters 20 --out "$out/fp8") \
-    >"$out/fp8.log" 2>&1
-  echo "s19 fp8 (templates ${t:-of main}): exit $?"
-  grep -E "geomean|Error|^\|" "$out/fp8.log" | cut -c1-240 | head -40
+  local lib=${S19_FP8_LIB:-build} t=${S19_FP8_TEMPLATES-}
+  mkdir -p "$out/fp8_$lib"
+  (cd /work/main && PYTHONPATH=/tmp/site:python FLASHJIT_LIB=$lib/libflashjit.so FLASHJIT_TEMPLATE_DIR=$t \
+    timeout $(bound 300) python3 bench/fp8_compare.py --dims ${S19_FP8_DIMS:-64,128,256} --iters 20 --out "$out/fp8_$lib") \
+    >"$out/fp8_$lib.log" 2>&1
+  echo "s19 fp8 ($lib${t:+, templates $t}): exit $?"
+  grep -E "geomean|Error" "$out/fp8_$lib.log" | cut -c1-240 | head -40
 }
 part_rot() {
   [ -x "$root/build-rot/flashjit" ] || { echo "rot: no build-rot"; return; }
