@@ -197,6 +197,7 @@ def main():
         sweep(fj, args, cudnn, handle, results)
     if args.long:
         long_context(fj, args, results)
+    os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "fp8_compare.json"), "w") as f:
         json.dump(dict(device=torch.cuda.get_device_name(), results=results), f, indent=1)
 
