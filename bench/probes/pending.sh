@@ -30,23 +30,18 @@
 # CMakeFiles, *.a, tests/consumer or caches): build-X/templates from
 # `git archive X templates | tar -x -C build-X`; build-X/ a slimmed build
 # of branch X where its host differs.
-# bench/probes/s18.sh runs the next calls in order (its header says what
-# to carry).  Next, first: branch vtin (FP8's V transposed inside the kernel up to head
-# dim 128 without a score function -- staging ring, three producer warps,
-# no _vt pass or workspace; head dim 64's O and P V at 64 columns, not
-# 128's; opt-in key tiles of 192 and 224 with --fp8-flush -1 -- and a _vt
-# pass that transposes 4 x 4 byte blocks where it stays; its host reads
-# meta.vt_pass): a slimmed build as
-# build-vtin/ with its templates in build-vtin/templates, then
-# bench/probes/vtin.sh (checks with trapping waits, racecheck and
-# synccheck, the FP8 tests, the A/B against main; predicted 4-5% off FP8
-# d128 and 2-3% off d256); where it wins, `PARTS=fp8 bash
-# bench/device_check.sh` with it on the H200 for the ratio to cuDNN's FP8
-# (issue 32's bar: 1.1). Then on the H200 (none of these are H200
-# figures yet): s17.sh's cmp (the backward's ratio with bwdrows merged) and
-# the forward sweep with fdpwl merged (`PARTS=bench`), and the FP8 KV
-# ratios at d80/d96 (`PARTS=fp8kv bash bench/device_check.sh`); then a, j,
-# s, r and c as below.
+# The eighteenth got H100s only (three calls; then none could be
+# started): branch vtin (FP8's V transposed inside the kernel) was lost
+# with the checkout -- only main survives a session -- and is not rebuilt;
+# its faster _vt pass was rebuilt as vtfast and landed with the
+# deterministic backward's rotation (part r: bwdrot2) after their checks
+# (PERF.md C28; perf-history's eighteenth-session entry).
+# bench/probes/s18.sh runs this session's calls (its header says what to
+# carry; part d64 is branch fp8d64's check and A/B).  Next: on the H200
+# (none of these are H200 figures yet): s18.sh's fp8 (issue 32's ratio),
+# s17.sh's cmp (the backward's ratio with bwdrows and the rotation), the
+# forward sweep (`PARTS=bench`), the FP8 KV ratios at d80/d96 (`PARTS=fp8kv
+# bash bench/device_check.sh`); then a, j, s and c as below.
 #   l: the gradient through the returned log-sum-exp (fj_problem.dlse,
 #      the fourteenth session's, which had no device): gpu_backward (its
 #      six dlse cases: d64, d128 with sinks and rows that see no key,
@@ -163,8 +158,7 @@ s) # the split decode's combine found by O's head dim (f720fcf): with the
     grep -E "FAIL|576/504|72/40" "$out/s_$t.log" | head -6
   done
   ;;
-r) # from a checkout of the branch bwdrot with its build as build/
-  [ -f ../bench/probes/bwd_rot.sh ] || { echo "r: bench/probes/bwd_rot.sh is the branch bwdrot's"; exit 2; }
+r) # the deterministic backward's rotation (landed: main's build)
   timeout 560 bash ../bench/probes/bwd_rot.sh "$out" ;;
 f) timeout 560 bash ../bench/probes/fp8_poly.sh "$out" ;;
 e)
