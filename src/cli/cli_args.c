@@ -239,6 +239,9 @@ static void apply_defaults(cli *c)
   c->v.kv_dtype = given.kv_dtype;
   c->v.head_dim_v = given.head_dim_v;
   c->v.o_dtype = given.o_dtype;
+  c->v.fp8_flush = given.fp8_flush;
+  if (cli_flag_given(c, "fp8-flush"))
+    c->variant_given = 1;
   if (given.kv_dtype == FJ_E4M3)
     c->v.stages = 1;  /* as the library's own choice does */
   c->v.varlen = given.varlen;

@@ -75,6 +75,13 @@ const flag_def cli_flags[] = {
      OFF(v.o_dtype), NAMES(o_dtypes), .arg = "f16|bf16|e4m3",
      .help = "O, for --dtype e4m3 (default bf16; e4m3: O times --o-scale; "
              "run --check reports max |O|, the amax)"},
+    {"fp8-flush", 1, CMD_VARIANT, cli_set_int, OFF(v.fp8_flush), LIB,
+     .arg = "N",
+     .help = "for --dtype e4m3: O's FP8 partial added into float32 every N "
+             "key tiles, -1 never (FlashAttention-3's way); like the "
+             "structural flags, takes the variant the flags describe "
+             "(default 0: the library's, every tile up to head dim 128, "
+             "never above)"},
     {"o-scale", 1, CMD_RUN, cli_set_o_scale, 0, .arg = "F",
      .help = "an e4m3 O's scale (--o-dtype e4m3): O is written as e4m3(O x "
              "F) (default 1)"},
