@@ -24,9 +24,8 @@
 #   d64    branch fp8d64 (build-d64/, its templates in build-d64/templates:
 #          FP8 head dims 64 and 192 with P V and O at their own width):
 #          checked calls with waits that trap, memcheck, the FP8 tests,
-#          forward time main (build/ with build-vt/templates, i.e. main
-#          after vtfast) / fp8d64, two rounds, and d64 at 2, 3 and 4
-#          stages.  Predicted: FP8 d64 20-30% faster, d192 10-15%, d128
+#          forward time main (build/, 5f1a213 or later) / fp8d64, two
+#          rounds, and d64 at 2, 3 and 4 stages.  Predicted: FP8 d64 20-30% faster, d192 10-15%, d128
 #          and d256 unchanged.
 #   bwd    bench/bwd_compare.py --quick at d256 (issue 31's d256 bar)
 #   short  sdpa_compare's S 512 and 1024 cells (issue 34)
@@ -34,20 +33,27 @@ set -u
 . bench/probes/parts_lib.sh
 parts_start s18 "${1:-}" ${S18_SECONDS:-570}
 vt=$root/build-vt/templates
+# trap_checks TAG BIN TEMPLATES ARGS...: each ARGS (one string) as a checked
+# FP8 call of BIN under a copy of TEMPLATES whose mbarrier waits trap.
+trap_checks() {
+  local tag=$1 bin=$2 t=$out/trap_$1 args
+  shift 2
+  rm -rf "$t" && cp -r "$1" "$t" && shift
+  sed -i 's/WGMMA_SPIN_LIMIT or 0/1 << 26/' "$t/attention_wgmma.cu"
+  for args in "$@"; do
+    FLASHJIT_TEMPLATE_DIR=$t timeout $(bound 90) "$bin" run $args --dtype e4m3 --check --iters 3 >"$out/${tag}_check.log" 2>&1
+    echo "$tag check $args: exit $?; $(grep -E '^check' "$out/${tag}_check.log" | grep -oE 'rel_err=[^ ]+|-> [A-Z]+' | tr '\n' ' ')"
+    grep -iE "error|trap|invalid|illegal" "$out/${tag}_check.log" | head -2
+  done
+}
 part_vt() {
   (
   . bench/device_env.sh
-  local trap_t=$out/trap_templates args tool
-  rm -rf "$trap_t" && cp -r "$vt" "$trap_t"
-  sed -i 's/WGMMA_SPIN_LIMIT or 0/1 << 26/' "$trap_t/attention_wgmma.cu"
-  for args in "--shape 1,4,1000,128" "--shape 1,4,1000,128 --causal" "--shape 2,8,700,64 --causal" \
-              "--shape 1,8,777,128 --heads-kv 2" "--shape 1,4,300,128 --causal=bottom-right" \
-              "--shape 3,4,129,64" "--shape 1,4,700,256 --causal" "--shape 1,4,333,192" \
-              "--shape 1,4,500,128 --causal --softcap 30" "--shape 2,4,1000,128 --o-dtype e4m3 --o-scale 8"; do
-    FLASHJIT_TEMPLATE_DIR=$trap_t timeout $(bound 90) ./flashjit run $args --dtype e4m3 --check --iters 3 >"$out/vt_check.log" 2>&1
-    echo "vt check $args: exit $?; $(grep -E '^check' "$out/vt_check.log" | grep -oE 'rel_err=[^ ]+|-> [A-Z]+|PASS|FAIL' | tr '\n' ' ')"
-    grep -iE "error|trap|invalid|illegal" "$out/vt_check.log" | head -2
-  done
+  local tool
+  trap_checks vt ./flashjit "$vt" "--shape 1,4,1000,128" "--shape 1,4,1000,128 --causal" "--shape 2,8,700,64 --causal" \
+    "--shape 1,8,777,128 --heads-kv 2" "--shape 1,4,300,128 --causal=bottom-right" "--shape 3,4,129,64" \
+    "--shape 1,4,700,256 --causal" "--shape 1,4,333,192" "--shape 1,4,500,128 --causal --softcap 30" \
+    "--shape 2,4,1000,128 --o-dtype e4m3 --o-scale 8"
   for tool in memcheck racecheck; do
     FLASHJIT_TEMPLATE_DIR=$vt timeout $(bound 120) compute-sanitizer --tool $tool --error-exitcode 9 ./flashjit run \
       --shape 1,4,640,128 --seq-kv 333 --dtype e4m3 --causal=bottom-right --iters 1 --warmup 0 >"$out/vt_$tool.log" 2>&1
@@ -62,17 +68,11 @@ part_vt() {
 part_d64() {
   (
   . bench/device_env.sh
-  local db=$root/build-d64 trap_t=$out/trap_d64 args s shape line round us
-  rm -rf "$trap_t" && cp -r "$db/templates" "$trap_t"
-  sed -i 's/WGMMA_SPIN_LIMIT or 0/1 << 26/' "$trap_t/attention_wgmma.cu"
-  for args in "--shape 2,8,700,64 --causal" "--shape 3,4,129,64" "--shape 1,8,777,64 --heads-kv 2" \
-              "--shape 1,4,300,64 --seq-kv 1000 --causal=bottom-right --stages 4" "--shape 1,4,1000,64 --stages 3" \
-              "--shape 1,4,333,192" "--shape 1,4,700,192 --causal" "--shape 2,4,1000,64 --o-dtype e4m3 --o-scale 8" \
-              "--shape 1,4,500,64 --causal --softcap 30" "--shape 1,4,1000,128"; do
-    FLASHJIT_TEMPLATE_DIR=$trap_t timeout $(bound 90) "$db/flashjit" run $args --dtype e4m3 --check --iters 3 >"$out/d64_check.log" 2>&1
-    echo "d64 check $args: exit $?; $(grep -E '^check' "$out/d64_check.log" | grep -oE 'rel_err=[^ ]+|-> [A-Z]+' | tr '\n' ' ')"
-    grep -iE "error|trap|invalid|illegal" "$out/d64_check.log" | head -2
-  done
+  local db=$root/build-d64 s shape line round us
+  trap_checks d64 "$db/flashjit" "$db/templates" "--shape 2,8,700,64 --causal" "--shape 3,4,129,64" \
+    "--shape 1,8,777,64 --heads-kv 2" "--shape 1,4,300,64 --seq-kv 1000 --causal=bottom-right --stages 4" \
+    "--shape 1,4,1000,64 --stages 3" "--shape 1,4,333,192" "--shape 1,4,700,192 --causal" \
+    "--shape 2,4,1000,64 --o-dtype e4m3 --o-scale 8" "--shape 1,4,500,64 --causal --softcap 30" "--shape 1,4,1000,128"
   timeout $(bound 120) compute-sanitizer --tool memcheck --error-exitcode 9 "$db/flashjit" run \
     --shape 1,4,640,64 --seq-kv 333 --dtype e4m3 --causal=bottom-right --iters 1 --warmup 0 >"$out/d64_memcheck.log" 2>&1
   echo "d64 memcheck: exit $? ($(grep -E 'ERROR SUMMARY' "$out/d64_memcheck.log" | tail -1))"
@@ -82,7 +82,7 @@ part_d64() {
   for shape in "${shapes[@]}"; do
     line="d64 $shape:"
     for round in 1 2; do
-      us=$(FLASHJIT_TEMPLATE_DIR=$root/build-vt/templates timeout 60 ./flashjit run --dtype e4m3 --shape $shape --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+      us=$(timeout 60 ./flashjit run --dtype e4m3 --shape $shape --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
       line="$line main=${us:-?}"
       us=$(timeout 60 "$db/flashjit" run --dtype e4m3 --shape $shape --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
       line="$line d64=${us:-?}"
