@@ -89,7 +89,8 @@ part_d64() {
     done
     echo "$line"
   done
-  for shape in "4,32,4096,64" "4,32,4096,64 --causal" "2,32,8192,64"; do
+  IFS=';' read -ra shapes <<<"${D64_STAGES-4,32,4096,64;4,32,4096,64 --causal;2,32,8192,64}"
+  for shape in "${shapes[@]}"; do
     line="d64 stages $shape:"
     for s in 2 3 4 2 3 4; do
       us=$(timeout 60 "$db/flashjit" run --dtype e4m3 --shape $shape --stages $s --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
