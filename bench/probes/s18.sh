@@ -69,6 +69,8 @@ part_d64() {
   (
   . bench/device_env.sh
   local db=$root/build-d64 s shape line round us
+  . ../bench/probes/ab_lib.sh
+  (cd "$db" && ab_tests d64 "$out" "${D64_TESTS-gpu_fp8_forward:150 gpu_fp8_out:60 gpu_fp8_mods:90}")
   trap_checks d64 "$db/flashjit" "$db/templates" "--shape 2,8,700,64 --causal" "--shape 3,4,129,64" \
     "--shape 1,8,777,64 --heads-kv 2" "--shape 1,4,300,64 --seq-kv 1000 --causal=bottom-right --stages 4" \
     "--shape 1,4,1000,64 --stages 3" "--shape 1,4,333,192" "--shape 1,4,700,192 --causal" \
@@ -76,8 +78,6 @@ part_d64() {
   timeout $(bound 120) compute-sanitizer --tool memcheck --error-exitcode 9 "$db/flashjit" run \
     --shape 1,4,640,64 --seq-kv 333 --dtype e4m3 --causal=bottom-right --iters 1 --warmup 0 >"$out/d64_memcheck.log" 2>&1
   echo "d64 memcheck: exit $? ($(grep -E 'ERROR SUMMARY' "$out/d64_memcheck.log" | tail -1))"
-  . ../bench/probes/ab_lib.sh
-  (cd "$db" && ab_tests d64 "$out" "${D64_TESTS-gpu_fp8_forward:150 gpu_fp8_out:60 gpu_fp8_mods:90}")
   IFS=';' read -ra shapes <<<"${D64_SHAPES:-4,32,4096,64;4,32,4096,64 --causal;8,32,2048,64;2,10,8192,192;2,10,8192,192 --causal;4,16,4096,128}"
   for shape in "${shapes[@]}"; do
     line="d64 $shape:"
