@@ -30,7 +30,7 @@
 # CMakeFiles, *.a, tests/consumer or caches): build-X/templates from
 # `git archive X templates | tar -x -C build-X`; build-X/ a slimmed build
 # of branch X where its host differs.
-# The eighteenth got H100s only (three calls; then none could be
+# The eighteenth got H100s only (two calls; then none could be
 # started): branch vtin (FP8's V transposed inside the kernel) was lost
 # with the checkout -- only main survives a session -- and is not rebuilt;
 # its faster _vt pass was rebuilt as vtfast and landed with the
