@@ -37,7 +37,9 @@
 # deterministic backward's rotation (part r: bwdrot2) after their checks
 # (PERF.md C28; perf-history's eighteenth-session entry).
 # bench/probes/s18.sh runs this session's calls (its header says what to
-# carry; part d64 is branch fp8d64's check and A/B).  Next: on the H200
+# carry; part d64 checks and times bench/probes/fp8wide.patch: FP8 d64
+# and d192 at their own P V width, opt-in key tiles of 192 and 256 -- the
+# first thing to run next).  Next: on the H200
 # (none of these are H200 figures yet): s18.sh's fp8 (issue 32's ratio),
 # s17.sh's cmp (the backward's ratio with bwdrows and the rotation), the
 # forward sweep (`PARTS=bench`), the FP8 KV ratios at d80/d96 (`PARTS=fp8kv

@@ -4,8 +4,9 @@
 # `rm -rf build && mv build-c build`), build-rot/ (branch bwdrot2's
 # slimmed build: the deterministic backward's rotation, host and
 # templates), build-vt/templates (branch vtfast's templates: FP8's _vt
-# pass with 4 x 4 byte transposes), build-d64/ (branch fp8d64's slimmed
-# build, its templates in build-d64/templates) and .whl/ (the
+# pass with 4 x 4 byte transposes), build-fp8/ (main with
+# bench/probes/fp8wide.patch applied, built and slimmed, its templates in
+# build-fp8/templates) and .whl/ (the
 # cudnn-frontend wheel, ../shared/anchors/README.md) carried, as each
 # part needs them.  The first call ran vt and fp8 (main at 3d76b0d with
 # vtfast's templates), the second rot; both branches then merged (5f1a213).  Parts (S18_PARTS; S18_SECONDS
@@ -17,16 +18,21 @@
 #          _vt pass from 33 us to under 20 us on the H100, 2-3% off FP8
 #          d128 and 3-4% off d256 at S = 4096.
 #   fp8    bench/fp8_compare.py beside cuDNN's FP8 at d64, d128, d256
-#          (S18_FP8_DIMS) with build/'s library (S18_FP8_LIB=build-d64 for
-#          the branch's; S18_FP8_TEMPLATES: a templates folder): issue 32
+#          (S18_FP8_DIMS) with build/'s library (S18_FP8_LIB=build-fp8 for
+#          the patch's; S18_FP8_TEMPLATES: a templates folder): issue 32
 #   rot    bench/probes/bwd_rot.sh with build-rot as build/: issue 31's
 #          deterministic bar (predicted 1.38-1.40x -> <= 1.15x at S 2048)
-#   d64    branch fp8d64 (build-d64/, its templates in build-d64/templates:
-#          FP8 head dims 64 and 192 with P V and O at their own width):
+#   d64    bench/probes/fp8wide.patch (build-fp8/: main with the patch
+#          applied, slimmed, its templates in build-fp8/templates): FP8
+#          head dims 64 and 192 with P V and O at their own width, and
+#          opt-in key tiles of 192 and 256 with fp8_flush -1:
 #          checked calls with waits that trap, memcheck, the FP8 tests,
-#          forward time main (build/, 5f1a213 or later) / fp8d64, two
-#          rounds, and d64 at 2, 3 and 4 stages.  Predicted: FP8 d64 20-30% faster, d192 10-15%, d128
-#          and d256 unchanged.
+#          forward time main (build/, 5f1a213 or later) / the patch's, two
+#          rounds, d64 at 2, 3 and 4 stages, and d128 with key tiles of
+#          192 beside 128 (each with fp8_flush -1, and the default).
+#          Predicted: FP8 d64 20-30% faster, d192 10-15%, d128 and d256
+#          unchanged; tiles of 192 a few percent off d128 (fewer waits,
+#          turns and shuffles a key).
 #   bwd    bench/bwd_compare.py --quick at d256 (issue 31's d256 bar)
 #   short  sdpa_compare's S 512 and 1024 cells (issue 34)
 set -u
@@ -68,13 +74,15 @@ part_vt() {
 part_d64() {
   (
   . bench/device_env.sh
-  local db=$root/build-d64 s shape line round us
+  local db=$root/build-fp8 s shape line round us
   . ../bench/probes/ab_lib.sh
   (cd "$db" && ab_tests d64 "$out" "${D64_TESTS-gpu_fp8_forward:150 gpu_fp8_out:60 gpu_fp8_mods:90}")
   trap_checks d64 "$db/flashjit" "$db/templates" "--shape 2,8,700,64 --causal" "--shape 3,4,129,64" \
     "--shape 1,8,777,64 --heads-kv 2" "--shape 1,4,300,64 --seq-kv 1000 --causal=bottom-right --stages 4" \
     "--shape 1,4,1000,64 --stages 3" "--shape 1,4,333,192" "--shape 1,4,700,192 --causal" \
-    "--shape 2,4,1000,64 --o-dtype e4m3 --o-scale 8" "--shape 1,4,500,64 --causal --softcap 30" "--shape 1,4,1000,128"
+    "--shape 2,4,1000,64 --o-dtype e4m3 --o-scale 8" "--shape 1,4,500,64 --causal --softcap 30" "--shape 1,4,1000,128" \
+    "--shape 1,4,1000,128 --tile-n 192 --fp8-flush -1" "--shape 2,8,700,128 --heads-kv 2 --causal --tile-n 192 --fp8-flush -1" \
+    "--shape 1,4,333,64 --seq-kv 900 --causal=bottom-right --tile-n 256 --fp8-flush -1"
   timeout $(bound 120) compute-sanitizer --tool memcheck --error-exitcode 9 "$db/flashjit" run \
     --shape 1,4,640,64 --seq-kv 333 --dtype e4m3 --causal=bottom-right --iters 1 --warmup 0 >"$out/d64_memcheck.log" 2>&1
   echo "d64 memcheck: exit $? ($(grep -E 'ERROR SUMMARY' "$out/d64_memcheck.log" | tail -1))"
@@ -95,6 +103,17 @@ part_d64() {
     for s in 2 3 4 2 3 4; do
       us=$(timeout 60 "$db/flashjit" run --dtype e4m3 --shape $shape --stages $s --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
       line="$line s$s=${us:-?}"
+    done
+    echo "$line"
+  done
+  IFS=';' read -ra shapes <<<"${D64_WIDE-4,16,4096,128;4,16,4096,128 --causal;1,16,16384,128}"
+  for shape in "${shapes[@]}"; do
+    line="d64 wide $shape:"
+    for round in 1 2; do
+      for v in "" "--fp8-flush -1" "--tile-n 192 --fp8-flush -1"; do
+        us=$(timeout 60 "$db/flashjit" run --dtype e4m3 --shape $shape $v --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+        line="$line [${v:-default}]=${us:-?}"
+      done
     done
     echo "$line"
   done
