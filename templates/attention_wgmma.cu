@@ -406,14 +406,13 @@ extern "C" __global__ void __launch_bounds__(256) {{ symbol }}_vt(const fj::Para
   }
   __syncthreads();
   const int dq = threadIdx.x / 16, cc = threadIdx.x % 16;  // dims 4 dq.., columns 8 cc..
+  // Column 8 cc + j's key within its 32: sigma[8 (cc % 4) + j], the four
+  // choices of each j packed in one word (immediates once unrolled).
+  const unsigned keys_of[8] = { {% for j = 0, 7 do %}{{ ("0x%08xu"):format(sigma[j] | sigma[8 + j] << 8 | sigma[16 + j] << 16 | sigma[24 + j] << 24) }}{{ j < 7 and ", " or "" }}{% end %} };
   unsigned a[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    // Column 8 cc + j's key: sigma[8 (cc % 4) + j], four choices packed in one word.
-{% local packed = {} %}
-{% for j = 0, 7 do packed[j] = ("0x%08xu"):format(sigma[j] | sigma[8 + j] << 8 | sigma[16 + j] << 16 | sigma[24 + j] << 24) end %}
-    const unsigned pk = {% for j = 0, 6 do %}j == {{ j }} ? {{ packed[j] }} : {% end %}{{ packed[7] }};
-    const int key = 32 * (cc / 4) + (int)((pk >> (8 * (cc % 4))) & 0xffu);
+    const int key = 32 * (cc / 4) + (int)((keys_of[j] >> (8 * (cc % 4))) & 0xffu);
     a[j] = t[key * 16 + (dq ^ fj_vt_swz(key))];
   }
   unsigned o[2][4];
