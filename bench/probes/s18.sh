@@ -52,6 +52,25 @@ trap_checks() {
     grep -iE "error|trap|invalid|illegal" "$out/${tag}_check.log" | head -2
   done
 }
+# fp8_rows TAG "SHAPE;SHAPE..." NAME=BIN ARGS...: one line a shape, the
+# FP8 forward's median (us) under each NAME's binary and arguments in
+# turn, two rounds.
+fp8_rows() {
+  local tag=$1 shape round v line us
+  local -a shapes
+  IFS=';' read -ra shapes <<<"$2"
+  shift 2
+  for shape in "${shapes[@]}"; do
+    line="$tag $shape:"
+    for round in 1 2; do
+      for v in "$@"; do
+        us=$(timeout 60 ${v#*=} run --dtype e4m3 --shape $shape --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+        line="$line ${v%%=*}=${us:-?}"
+      done
+    done
+    echo "$line"
+  done
+}
 part_vt() {
   (
   . bench/device_env.sh
@@ -74,7 +93,7 @@ part_vt() {
 part_d64() {
   (
   . bench/device_env.sh
-  local db=$root/build-fp8 s shape line round us
+  local db=$root/build-fp8
   . ../bench/probes/ab_lib.sh
   (cd "$db" && ab_tests d64 "$out" "${D64_TESTS-gpu_fp8_forward:150 gpu_fp8_out:60 gpu_fp8_mods:90}")
   trap_checks d64 "$db/flashjit" "$db/templates" "--shape 2,8,700,64 --causal" "--shape 3,4,129,64" \
@@ -86,37 +105,12 @@ part_d64() {
   timeout $(bound 120) compute-sanitizer --tool memcheck --error-exitcode 9 "$db/flashjit" run \
     --shape 1,4,640,64 --seq-kv 333 --dtype e4m3 --causal=bottom-right --iters 1 --warmup 0 >"$out/d64_memcheck.log" 2>&1
   echo "d64 memcheck: exit $? ($(grep -E 'ERROR SUMMARY' "$out/d64_memcheck.log" | tail -1))"
-  IFS=';' read -ra shapes <<<"${D64_SHAPES:-4,32,4096,64;4,32,4096,64 --causal;8,32,2048,64;2,10,8192,192;2,10,8192,192 --causal;4,16,4096,128}"
-  for shape in "${shapes[@]}"; do
-    line="d64 $shape:"
-    for round in 1 2; do
-      us=$(timeout 60 ./flashjit run --dtype e4m3 --shape $shape --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
-      line="$line main=${us:-?}"
-      us=$(timeout 60 "$db/flashjit" run --dtype e4m3 --shape $shape --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
-      line="$line d64=${us:-?}"
-    done
-    echo "$line"
-  done
-  IFS=';' read -ra shapes <<<"${D64_STAGES-4,32,4096,64;4,32,4096,64 --causal;2,32,8192,64}"
-  for shape in "${shapes[@]}"; do
-    line="d64 stages $shape:"
-    for s in 2 3 4 2 3 4; do
-      us=$(timeout 60 "$db/flashjit" run --dtype e4m3 --shape $shape --stages $s --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
-      line="$line s$s=${us:-?}"
-    done
-    echo "$line"
-  done
-  IFS=';' read -ra shapes <<<"${D64_WIDE-4,16,4096,128;4,16,4096,128 --causal;1,16,16384,128}"
-  for shape in "${shapes[@]}"; do
-    line="d64 wide $shape:"
-    for round in 1 2; do
-      for v in "" "--fp8-flush -1" "--tile-n 192 --fp8-flush -1"; do
-        us=$(timeout 60 "$db/flashjit" run --dtype e4m3 --shape $shape $v --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
-        line="$line [${v:-default}]=${us:-?}"
-      done
-    done
-    echo "$line"
-  done
+  fp8_rows "d64" "${D64_SHAPES:-4,32,4096,64;4,32,4096,64 --causal;8,32,2048,64;2,10,8192,192;2,10,8192,192 --causal;4,16,4096,128}" \
+    "main=./flashjit" "d64=$db/flashjit"
+  fp8_rows "d64 stages" "${D64_STAGES-4,32,4096,64;4,32,4096,64 --causal;2,32,8192,64}" \
+    "s2=$db/flashjit --stages 2" "s3=$db/flashjit --stages 3" "s4=$db/flashjit --stages 4"
+  fp8_rows "d64 wide" "${D64_WIDE-4,16,4096,128;4,16,4096,128 --causal;1,16,16384,128}" \
+    "default=$db/flashjit" "never=$db/flashjit --fp8-flush -1" "n192=$db/flashjit --tile-n 192 --fp8-flush -1"
   ) 2>&1 | cut -c1-240
 }
 part_fp8() {
