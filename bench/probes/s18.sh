@@ -29,7 +29,8 @@
 #          checked calls with waits that trap, memcheck, the FP8 tests,
 #          forward time main (build/, 5f1a213 or later) / the patch's, two
 #          rounds, d64 at 2, 3 and 4 stages, and d128 with key tiles of
-#          192 beside 128 (each with fp8_flush -1, and the default).
+#          192 and 224 beside 128 (each with fp8_flush -1, and the
+#          default), d64 and d192 with 160 (FlashAttention-3's FP8 tiles).
 #          Predicted: FP8 d64 20-30% faster, d192 10-15%, d128 and d256
 #          unchanged; tiles of 192 a few percent off d128 (fewer waits,
 #          turns and shuffles a key).
@@ -101,7 +102,9 @@ part_d64() {
     "--shape 1,4,1000,64 --stages 3" "--shape 1,4,333,192" "--shape 1,4,700,192 --causal" \
     "--shape 2,4,1000,64 --o-dtype e4m3 --o-scale 8" "--shape 1,4,500,64 --causal --softcap 30" "--shape 1,4,1000,128" \
     "--shape 1,4,1000,128 --tile-n 192 --fp8-flush -1" "--shape 2,8,700,128 --heads-kv 2 --causal --tile-n 192 --fp8-flush -1" \
-    "--shape 1,4,333,64 --seq-kv 900 --causal=bottom-right --tile-n 256 --fp8-flush -1"
+    "--shape 1,4,333,64 --seq-kv 900 --causal=bottom-right --tile-n 256 --fp8-flush -1" \
+    "--shape 1,4,1000,128 --tile-n 224 --fp8-flush -1" "--shape 2,8,700,128 --heads-kv 2 --causal --tile-n 224 --fp8-flush -1" \
+    "--shape 1,4,1000,64 --causal --tile-n 160" "--shape 1,4,777,192 --tile-n 160"
   timeout $(bound 120) compute-sanitizer --tool memcheck --error-exitcode 9 "$db/flashjit" run \
     --shape 1,4,640,64 --seq-kv 333 --dtype e4m3 --causal=bottom-right --iters 1 --warmup 0 >"$out/d64_memcheck.log" 2>&1
   echo "d64 memcheck: exit $? ($(grep -E 'ERROR SUMMARY' "$out/d64_memcheck.log" | tail -1))"
@@ -110,7 +113,10 @@ part_d64() {
   fp8_rows "d64 stages" "${D64_STAGES-4,32,4096,64;4,32,4096,64 --causal;2,32,8192,64}" \
     "s2=$db/flashjit --stages 2" "s3=$db/flashjit --stages 3" "s4=$db/flashjit --stages 4"
   fp8_rows "d64 wide" "${D64_WIDE-4,16,4096,128;4,16,4096,128 --causal;1,16,16384,128}" \
-    "default=$db/flashjit" "never=$db/flashjit --fp8-flush -1" "n192=$db/flashjit --tile-n 192 --fp8-flush -1"
+    "default=$db/flashjit" "never=$db/flashjit --fp8-flush -1" "n192=$db/flashjit --tile-n 192 --fp8-flush -1" \
+    "n224=$db/flashjit --tile-n 224 --fp8-flush -1"
+  fp8_rows "d64 n160" "${D64_N160-4,32,4096,64;4,32,4096,64 --causal;2,10,8192,192;2,10,8192,192 --causal}" \
+    "default=$db/flashjit" "n160=$db/flashjit --tile-n 160"
   ) 2>&1 | cut -c1-240
 }
 part_fp8() {
