@@ -124,6 +124,7 @@ def sweep(fj, args, cudnn, handle, results):
                     alt = Fp8(fj, B, H, H, S, S, D, causal, *((fl, None) if isinstance(fl, int) else (0, fl)))
                     ua, _ = anchor.time_us(lambda: alt(q, k, v), 3, args.iters)
                     row.setdefault("alt", {})[alt.name] = round(f / ua / 1e6, 1)
+                    row.setdefault("alt_tflops", []).append(round(f / ua / 1e6, 1))
                     print(f"  {alt.name}: {f / ua / 1e6:.1f} TF", flush=True)
                 print(f"D={D} causal={int(causal)} S={S}: flashjit {row['flashjit_tflops']} TF "
                       f"(rel {row['flashjit_err']['rel']:.4f}) cuDNN FP8 {row.get('cudnn_tflops')} TF "
@@ -139,12 +140,17 @@ def sweep(fj, args, cudnn, handle, results):
                 tf = math.exp(statistics.mean(math.log(r["flashjit_tflops"]) for r in rs))
                 print(f"geomean D={D} causal={int(causal)}: flashjit/cuDNN FP8 x{g:.3f}, "
                       f"flashjit {tf:.0f} TF")
+                # Each timed alternative (--flush's others, then --alt's) beside cuDNN.
+                for i, name in enumerate([f"fp8_flush={fl}" for fl in args.flush[1:]] +
+                                         ["+".join(f"{k}={v}" for k, v in a.items()) for a in args.alt]):
+                    ga = math.exp(statistics.mean(math.log(r["alt_tflops"][i] / r["cudnn_tflops"]) for r in rs))
+                    print(f"geomean D={D} causal={int(causal)} {name}: flashjit/cuDNN FP8 x{ga:.3f}")
 
 
 def long_context(fj, args, results):
     """The error against the float32 reference as the keys grow: one head,
     queries 4 rows, keys 1k..128k, for each flush setting (never, the
-    default, 1)."""
+    default, 1) and each --alt variant."""
     D = 128
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1)
@@ -154,8 +160,8 @@ def long_context(fj, args, results):
         v = torch.randn(1, 1, skv, D, device="cuda", generator=gen).to(torch.float8_e4m3fn)
         s = (q[0, 0].float() @ k[0, 0].float().t()) / math.sqrt(D)
         ref = torch.softmax(s, -1) @ v[0, 0].float()
-        for flush in (-1, 0, 1):
-            fp8 = Fp8(fj, 1, 1, 1, 64, skv, D, False, flush)
+        for flush, fields in [(-1, None), (0, None), (1, None)] + [(0, a) for a in args.alt]:
+            fp8 = Fp8(fj, 1, 1, 1, 64, skv, D, False, flush, fields)
             o = fp8(q, k, v)
             torch.cuda.synchronize()
             e = anchor.err_stats(o[0, 0], ref)

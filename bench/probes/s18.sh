@@ -19,7 +19,9 @@
 #          d128 and 3-4% off d256 at S = 4096.
 #   fp8    bench/fp8_compare.py beside cuDNN's FP8 at d64, d128, d256
 #          (S18_FP8_DIMS) with build/'s library (S18_FP8_LIB=build-fp8 for
-#          the patch's; S18_FP8_TEMPLATES: a templates folder): issue 32
+#          the patch's; S18_FP8_TEMPLATES: a templates folder;
+#          S18_FP8_ARGS: more of fp8_compare.py's arguments, as --alt
+#          tile_n=224+fp8_flush=-1 --long): issue 32
 #   rot    bench/probes/bwd_rot.sh with build-rot as build/: issue 31's
 #          deterministic bar (predicted 1.38-1.40x -> <= 1.15x at S 2048)
 #   d64    bench/probes/fp8wide.patch (build-fp8/: main with the patch
@@ -124,10 +126,10 @@ part_fp8() {
   local lib=${S18_FP8_LIB:-build} t=${S18_FP8_TEMPLATES-}
   mkdir -p "$out/fp8_$lib"
   (cd /work/main && PYTHONPATH=/tmp/site:python FLASHJIT_LIB=$lib/libflashjit.so FLASHJIT_TEMPLATE_DIR=$t \
-    timeout $(bound 300) python3 bench/fp8_compare.py --dims ${S18_FP8_DIMS:-64,128,256} --iters 20 --out "$out/fp8_$lib") \
+    timeout $(bound 300) python3 bench/fp8_compare.py --dims ${S18_FP8_DIMS:-64,128,256} --iters 20 ${S18_FP8_ARGS-} --out "$out/fp8_$lib") \
     >"$out/fp8_$lib.log" 2>&1
   echo "s18 fp8 ($lib${t:+, templates $t}): exit $?"
-  grep -E "geomean|Error" "$out/fp8_$lib.log" | cut -c1-240 | head -40
+  grep -E "geomean|Error|^keys" "$out/fp8_$lib.log" | cut -c1-240 | head -60
 }
 part_rot() {
   [ -x "$root/build-rot/flashjit" ] || { echo "rot: no build-rot"; return; }
