@@ -36,11 +36,15 @@
 # its faster _vt pass was rebuilt as vtfast and landed with the
 # deterministic backward's rotation (part r: bwdrot2) after their checks
 # (PERF.md C28; perf-history's eighteenth-session entry).
-# bench/probes/s18.sh runs this session's calls (its header says what to
-# carry; part d64 checks and times bench/probes/fp8wide.patch: FP8 d64
-# and d192 at their own P V width, opt-in key tiles of 192 and 256 -- the
-# first thing to run next).  Next: on the H200
-# (none of these are H200 figures yet): s18.sh's fp8 (issue 32's ratio),
+# The nineteenth got four H100 calls (no H200; failed starts and the
+# idle machine spent the rest): fp8wide.patch (widened to key tiles of
+# 128-256 in steps of 32) passed its checks and tests there and landed
+# with the wider tiles as the library's FP8 choice (PERF.md F4, C29).
+# First thing next, on any GPU: from build/, ./tests/fj_tests
+# gpu_fp8_forward (its library-choice cases at d64 -- 256 keys unmasked,
+# 192 causal, never flushed -- have not run) and a checked
+# `flashjit run --dtype e4m3 --shape 1,4,700,64 --window 256,0 --check`.
+# Then on the H200: s18.sh's fp8 (issue 32's ratio with the new tiles),
 # s17.sh's cmp (the backward's ratio with bwdrows and the rotation), the
 # forward sweep (`PARTS=bench`), the FP8 KV ratios at d80/d96 (`PARTS=fp8kv
 # bash bench/device_check.sh`); then a, j, s and c as below.

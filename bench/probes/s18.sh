@@ -24,8 +24,9 @@
 #          tile_n=224+fp8_flush=-1 --long): issue 32
 #   rot    bench/probes/bwd_rot.sh with build-rot as build/: issue 31's
 #          deterministic bar (predicted 1.38-1.40x -> <= 1.15x at S 2048)
-#   d64    bench/probes/fp8wide.patch (build-fp8/: main with the patch
-#          applied, slimmed, its templates in build-fp8/templates): FP8
+#   d64    bench/probes/fp8wide.patch (landed 2026-12-06 as branch
+#          fp8wide's merge; build-fp8/: a build to set beside build/'s,
+#          slimmed, its templates in build-fp8/templates): FP8
 #          head dims 64 and 192 with P V and O at their own width, and
 #          opt-in key tiles of 192 and 256 with fp8_flush -1:
 #          checked calls with waits that trap, memcheck, the FP8 tests,
@@ -60,14 +61,17 @@ trap_checks() {
 # turn, two rounds.
 fp8_rows() {
   local tag=$1 shape round v line us
-  local -a shapes
+  local -a shapes cmd
   IFS=';' read -ra shapes <<<"$2"
   shift 2
   for shape in "${shapes[@]}"; do
     line="$tag $shape:"
     for round in 1 2; do
       for v in "$@"; do
-        us=$(timeout 60 ${v#*=} run --dtype e4m3 --shape $shape --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+        # NAME=BIN ARGS...: the binary, then run, then its arguments (flashjit
+        # takes options after the subcommand).
+        read -ra cmd <<<"${v#*=}"
+        us=$(timeout 60 "${cmd[0]}" run --dtype e4m3 --shape $shape "${cmd[@]:1}" --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
         line="$line ${v%%=*}=${us:-?}"
       done
     done
