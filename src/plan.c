@@ -579,6 +579,13 @@ int fj__plan_class(const fj_ctx *ctx, const fj_problem *p)
 
 /* ---- splits, grids, workspace ------------------------------------------------------ */
 
+/* The rows of FP8 attention's V^T boxes (the head dim in 64s, as
+ * attention_wgmma.cu's DV for e4m3: P V and O take no padded columns). */
+int fj__plan_vt_rows(int head_dim)
+{
+  return (head_dim + 63) / 64 * 64;
+}
+
 size_t fj__plan_vt_bytes(const fj_problem *p, const fj_variant *v)
 {
   if (v->dtype != FJ_E4M3)
