@@ -138,8 +138,8 @@
     if DR % 64 ~= 0 then
       no("head_dim %d with dtype e4m3 is not implemented: 64, 128, 192 or 256 (V^T is written 64 of the head dim at a time)", DR)
     end
-    if BN ~= 128 and BN ~= 192 and BN ~= 256 then
-      no("tile_n %d with dtype e4m3: FP8 attention takes key tiles of 128 (the default), 192 or 256 (V^T's rows in 128-key boxes; fixed per head dim so that every length rounds alike)", BN)
+    if BN % 32 ~= 0 or BN < 128 or BN > 256 then
+      no("tile_n %d with dtype e4m3: FP8 attention takes key tiles of 128 (the default) to 256 in steps of 32 (P V's k steps; V^T's rows load in 128-key boxes; fixed per head dim so that every length rounds alike)", BN)
     end
     if (mods.score or mods.softcap) and D > 128 then
       no("dtype e4m3 with a score expression or softcap at head_dim %d is not implemented: up to 128 (above, the consumers' registers spill)", DR)
@@ -213,8 +213,8 @@
   end
   local q, k = ring("q", BM, 1), ring("k", BN, S)
   -- V (DV columns), or FP8's V^T: DV rows of tile_n keys
-  -- (V^T's rows are whole 128-key boxes: a 192-key tile loads 256 keys,
-  -- P V reads its first 192.)
+  -- (V^T's rows are whole 128-key boxes: a 160- to 256-key tile loads
+  -- 256 keys, P V reads its first tile_n.)
   local v = FP8 and TR.ring{ name = "v", elem = ELEM, rows = DV, cols = (BN + 127) // 128 * 128, slots = S, arrivals = 4 * C,
                              smem = "sv", map = "mv", bars = bars } or ring("v", BN, S, DV)
   local ITEM = DYNAMIC and bars.at(("%du"):format(bars.take(1))) or nil

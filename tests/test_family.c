@@ -486,7 +486,7 @@ int test_family_fp8_sm90a(void)
   CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "head_dim 160 with dtype e4m3 is not implemented: 64, 128, 192 or 256") == 0);
   fp8_variant(&v, 128, FJ_CAUSAL_NONE, 0);
   v.tile_n = 176;
-  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "tile_n 176 with dtype e4m3: FP8 attention takes key tiles of 128 (the default), 192 or 256") == 0);
+  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "tile_n 176 with dtype e4m3: FP8 attention takes key tiles of 128 (the default) to 256 in steps of 32") == 0);
   /* Key tiles of 192 (opt-in): S at N 192, P V at the head dim; one
    * accumulator only (two would not fit the registers). */
   fp8_variant(&v, 128, FJ_CAUSAL_TOP_LEFT, -1);
@@ -500,6 +500,15 @@ int test_family_fp8_sm90a(void)
   CHECK(wr.spill_store_bytes == 0);
   const char *wptx = fj_kernel_ptx(wide, NULL);
   CHECK(strstr(wptx, "m64n192k32.f32.e4m3.e4m3") && strstr(wptx, "m64n128k32.f32.e4m3.e4m3"));
+  /* 224 (FlashAttention-3's FP8 d128 tile): seven k steps of P V, the
+   * last V^T box half read. */
+  v.tile_n = 224;
+  fj_kernel_prepare(ctx, &v, 1, &o, &wst);
+  fj_kernel *w224 = prepared(ctx, &v, wst);
+  CHECK(w224);
+  fj_kernel_resources(w224, &wr);
+  CHECK(wr.spill_store_bytes == 0);
+  CHECK(strstr(fj_kernel_ptx(w224, NULL), "m64n224k32.f32.e4m3.e4m3"));
   fp8_variant(&v, 128, FJ_CAUSAL_NONE, 1);
   v.tile_n = 192;
   CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "tile_n 192 with FP8's two accumulators need about") == 0);

@@ -1523,7 +1523,8 @@ int test_gpu_wgmma_cross(void)
 
 /* FP8 attention (dtype e4m3: Q, K, V in e4m3, O bf16) on the wgmma family:
  * head dims 64 to 256 (64 and 192 with Q K^T padded to 128 and 256, P V
- * and V^T's boxes at their own width), every mask, GQA,
+ * and V^T's boxes at their own width), key tiles of 128 to 256, every
+ * mask, GQA,
  * tails, both layouts, the flush
  * of O's FP8 partial every 1, 4 or 16 key tiles or never; then the
  * library's own choice.  Inputs spread over e4m3's range with descales
@@ -1560,6 +1561,12 @@ static const struct {
     {"fp8 d128 tile_n=192", 128, -1, 2, FJ_CAUSAL_BOTTOM_RIGHT, 2, 4, 4, 333, 700, 192},
     {"fp8 d128 tile_n=192", 128, -1, 3, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 1000, 1000, 192},
     {"fp8 d64 tile_n=256", 64, -1, 2, FJ_CAUSAL_TOP_LEFT, 1, 4, 2, 700, 700, 256},
+    /* FlashAttention-3's FP8 tiles: 224 keys at head dim 128, 160 at 64
+     * and 192 (each 5 or 7 k steps of 32, not a whole 128-key box). */
+    {"fp8 d128 tile_n=224", 128, -1, 2, FJ_CAUSAL_NONE, 1, 4, 2, 700, 1000, 224},
+    {"fp8 d128 tile_n=224", 128, -1, 2, FJ_CAUSAL_BOTTOM_RIGHT, 2, 4, 2, 333, 900, 224},
+    {"fp8 d64 tile_n=160", 64, 1, 2, FJ_CAUSAL_TOP_LEFT, 1, 4, 2, 1000, 1000, 160},
+    {"fp8 d192 tile_n=160", 192, -1, 2, FJ_CAUSAL_NONE, 1, 2, 2, 500, 777, 160},
 };
 
 int test_gpu_fp8_forward(void)
