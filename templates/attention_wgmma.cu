@@ -172,14 +172,15 @@
   -- its tiles and reads the next one's counts early holds more than 24
   -- (ptxas spilled 16 bytes there, and 8-20 at 32): 40, the consumers
   -- 232, exactly the 168 x 384 the block starts with.  Per consumer thread
-  -- O (DV/2), S (BN/2) and P (BN/4) stay live.
+  -- O (DV/2; FP8's O is not padded, so the text names DV), S (BN/2) and P
+  -- (BN/4, FP8's BN/8) stay live.
   local B = import("budget.lua").new{}
   local REGS = B.regs(C, C == 2 and BMASK and { producer = 40, consumer = 232 } or nil)
   local function dim_text(name, real, padded)
     return ("%s %d%s"):format(name, real, real < padded and (" (padded to %d)"):format(padded) or "")
   end
   B.check_regs(DV // 2 * (TWO and 2 or 1) + BN // 2 + BN // (FP8 and 8 or 4) + 24,
-               ("%s and tile_n %d%s"):format(SPLIT and dim_text("head_dim_v", DVR, DV) or dim_text("head_dim", DR, D), BN,
+               ("%s and tile_n %d%s"):format(SPLIT and dim_text("head_dim_v", DVR, DV) or dim_text("head_dim", DR, FP8 and DV or D), BN,
                                              TWO and " with FP8's two accumulators" or ""),
                TWO and "O (both), S and P" or "O, S and P",
                TWO and "use fp8_flush -1 (never) or a smaller head dim" or "use a smaller tile_n or fewer warps")
