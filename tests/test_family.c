@@ -378,7 +378,7 @@ static int fp8_out_rules(fj_ctx *ctx, fj_problem *p)
   CHECK(v.o_dtype == FJ_E4M3);
   char name[160];
   fj_variant_name(&v, name, sizeof name);
-  CHECK(strstr(name, "_e4m3_fl1_oe4m3"));
+  CHECK(strstr(name, "_e4m3_flnever_oe4m3"));
   for (int d = 128; d <= 256; d += 128) {
     fj_variant w;
     fp8_variant(&w, d, FJ_CAUSAL_TOP_LEFT, 0);
@@ -561,8 +561,34 @@ int test_family_fp8_sm90a(void)
   fj_variant chosen;
   fj_choice from;
   CHECK_OK(ctx, fj_attention_variant(ctx, &p, &chosen, &from));
-  CHECK(chosen.mma == FJ_MMA_WGMMA && chosen.dtype == FJ_E4M3 && chosen.tile_n == 128);
+  CHECK(chosen.mma == FJ_MMA_WGMMA && chosen.dtype == FJ_E4M3 && chosen.tile_n == 192);
   CHECK(chosen.o_dtype == 0);
+  /* The key tiles, fixed per head dim and mask (plan.c), and the flush
+   * they leave: every tile where two accumulators fit, else never. */
+  static const struct {
+    int d;
+    fj_causal c;
+    int softcap, n, flush;
+  } rule[] = {
+      {64, FJ_CAUSAL_NONE, 0, 256, -1},         {64, FJ_CAUSAL_TOP_LEFT, 0, 192, -1},
+      {64, FJ_CAUSAL_BOTTOM_RIGHT, 0, 192, -1}, {128, FJ_CAUSAL_NONE, 0, 192, -1},
+      {128, FJ_CAUSAL_TOP_LEFT, 0, 192, -1},    {192, FJ_CAUSAL_NONE, 0, 128, -1},
+      {256, FJ_CAUSAL_TOP_LEFT, 0, 128, -1},    {64, FJ_CAUSAL_NONE, 1, 128, 1},
+      {128, FJ_CAUSAL_TOP_LEFT, 1, 128, 1},
+  };
+  fj_mods cap;
+  fj_mods_init(&cap);
+  cap.softcap = 30.0f;
+  for (size_t i = 0; i < FJ_ARRAY_LEN(rule); i++) {
+    fj_problem r;
+    fj_problem_init(&r, 1, 2, 2, 256, 256, rule[i].d, FJ_E4M3, FJ_BHSD);
+    r.q_scale = r.k_scale = r.v_scale = scale;
+    r.causal = rule[i].c;
+    r.mods = rule[i].softcap ? &cap : NULL;
+    CHECK_OK(ctx, fj_attention_variant(ctx, &r, &chosen, &from));
+    CHECK(chosen.tile_n == rule[i].n);
+    CHECK(fj__fp8_flush(&chosen) == rule[i].flush);
+  }
   CHECK(fp8_out_rules(ctx, &p) == 0);
   fj_bwd_plan bp;
   CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &bp), FJ_ERR_UNSUPPORTED);
