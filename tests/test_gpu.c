@@ -1587,9 +1587,12 @@ int test_gpu_fp8_forward(void)
   CHECK(prepare(ctx, vs, n) == 0);
   uint64_t seed = 808;
   int failed = 0;
-  for (size_t i = 0; i < n + 2; i++) {
-    /* The last two: the library's choice (d128 causal, d256 plain). */
-    size_t k = i < n ? i : i == n ? 1 : 9;
+  /* Then the library's choice (its key tiles by head dim and mask) on the
+   * problems of cases 1 (d128 causal), 9 (d256), 12 (d64 causal) and 13
+   * (d64, no mask). */
+  static const size_t own[] = {1, 9, 12, 13};
+  for (size_t i = 0; i < n + FJ_ARRAY_LEN(own); i++) {
+    size_t k = i < n ? i : own[i - n];
     gpu_case c;
     memset(&c, 0, sizeof c);
     fj_problem_init(&c.p, fp8_cases[k].b, fp8_cases[k].hq, fp8_cases[k].hkv,
