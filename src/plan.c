@@ -403,8 +403,7 @@ static void wgmma_choice(fj_variant *v, const fj_problem *p)
    * block masks too (their registers, and block sizes that 192 does not
    * divide). */
   if (v->dtype == FJ_E4M3) {
-    int masked = v->causal != FJ_CAUSAL_NONE || left_window(v->mods) ||
-                 mi.window;
+    int masked = v->causal != FJ_CAUSAL_NONE || mi.window;
     v->tile_m = 128;
     v->warps = 12;
     v->tile_n = 128;

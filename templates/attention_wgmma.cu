@@ -75,7 +75,7 @@
   -- panel), so P V and O take it in 64s, not in 128-byte panels: head dim
   -- 64 at 64 columns, 192 at 192 (not 128 and 256: a quarter to a half of
   -- P V's products on zeros).  The host's V^T boxes have as many rows
-  -- (attention.c's vt_pass: fj__vt_rows).
+  -- (attention.c's vt_pass: fj__plan_vt_rows).
   if FP8 then DV = (DVR + 63) // 64 * 64 end
   local SPLIT = DVR ~= DR
   -- FP8 attention (dtype e4m3): Q, K and V in e4m3, S = Q K^T and O += P V
