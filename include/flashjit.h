@@ -348,10 +348,12 @@ typedef struct fj_variant {
    * of O joins a float32 accumulator, in key tiles: 1..16, or -1 never
    * (FlashAttention-3's way: O stays in the tensor cores' accumulator,
    * whose additions keep about 22 bits, so its error grows with the
-   * keys).  0: the library's default for the head dim (1 at 128: as fast
-   * as 4 and 8 on the H200, and its error does not grow with the keys;
-   * never at 256, where the second accumulator does not fit the
-   * registers).  Named
+   * keys).  0: the library's default: 1 with 128-key tiles up to head
+   * dim 128 (its error does not grow with the keys), never where the
+   * second accumulator does not fit the registers -- the wider key tiles
+   * the library takes at head dims 64 and 128 (192 or 256 keys, where
+   * the error at 128k keys stays within 1.05x of 4k's) and head dims 192
+   * and 256.  Named
    * "_fl" + N, or "_flnever".  Must be 0 for other dtypes. */
   int fp8_flush;
   /* V's and O's head dim where it differs from Q's and K's (head_dim):

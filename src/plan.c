@@ -388,14 +388,31 @@ static void wgmma_choice(fj_variant *v, const fj_problem *p)
       v->tile_n = 64;
     }
   }
-  /* FP8 (dtype e4m3): 128-key tiles, one 128-byte swizzled row of V^T's
-   * keys, at every head dim -- never chosen by length, so that decode and
-   * prefill of one model round alike (the key tile decides P's and O's
-   * rounding); two consumer warpgroups. */
+  /* FP8 (dtype e4m3): key tiles fixed per head dim and mask, never chosen
+   * by length, so that decode and prefill of one model round alike (the
+   * key tile decides P's and O's rounding; README, "FP8"); two consumer
+   * warpgroups.  Wider than 128 keys, O's FP8 partial stays in the
+   * tensor cores' accumulator (variant.c's fp8_flush default: never),
+   * whose error at 128k keys was 1.04x its error at 4k (d128, 192 keys;
+   * docs/PERF.md F4).  On the H100 (F4), against 128-key tiles flushed
+   * every tile: head dim 128 at 192 keys 1.08x (no mask) and 1.12x
+   * (causal) faster than 128 keys, 224 keys 1.07x and 1.07x; head dim 64
+   * at 256 keys without a mask 1.29x (192 keys 1.18x), with a causal mask
+   * or window 192 keys 1.13x (256 keys 1.03x).  Head dims 192 and 256
+   * keep 128 keys (160 at 192 ran 2% slower); expressions, softcap and
+   * block masks too (their registers, and block sizes that 192 does not
+   * divide). */
   if (v->dtype == FJ_E4M3) {
+    int masked = v->causal != FJ_CAUSAL_NONE || mi.window;
     v->tile_m = 128;
     v->warps = 12;
     v->tile_n = 128;
+    if (!mi.user && !mi.softcap && !mi.blocks) {
+      if (v->head_dim == 64)
+        v->tile_n = masked ? 192 : 256;
+      else if (v->head_dim == 128)
+        v->tile_n = 192;
+    }
     return;
   }
   /* A score or mask function holds more registers per element of S: with
@@ -578,6 +595,13 @@ int fj__plan_class(const fj_ctx *ctx, const fj_problem *p)
 }
 
 /* ---- splits, grids, workspace ------------------------------------------------------ */
+
+/* The rows of FP8 attention's V^T boxes (the head dim in 64s, as
+ * attention_wgmma.cu's DV for e4m3: P V and O take no padded columns). */
+int fj__plan_vt_rows(int head_dim)
+{
+  return (head_dim + 63) / 64 * 64;
+}
 
 size_t fj__plan_vt_bytes(const fj_problem *p, const fj_variant *v)
 {

@@ -46,7 +46,9 @@ int fj__fp8_flush(const fj_variant *v)
 {
   if (v->fp8_flush)
     return v->fp8_flush;
-  return v->head_dim <= 128 ? 1 : -1;
+  /* Every key tile where a second accumulator fits the registers (128-key
+   * tiles up to head dim 128), else never (plan.c's FP8 tiles). */
+  return v->head_dim <= 128 && v->tile_n <= 128 ? 1 : -1;
 }
 
 /* The modifications' part of a name: "_win", "_cap", "_bm" + a block

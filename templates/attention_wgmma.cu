@@ -70,6 +70,13 @@
   -- Q's and K's rings and S's k steps take D.  nil: the same as head_dim.
   local DVR = head_dim_v or DR
   local DV = panels(DVR)
+  local FP8 = dtype == "e4m3"
+  -- FP8's V^T has the head dim as its rows (each 128 keys, one 128-byte
+  -- panel), so P V and O take it in 64s, not in 128-byte panels: head dim
+  -- 64 at 64 columns, 192 at 192 (not 128 and 256: a quarter to a half of
+  -- P V's products on zeros).  The host's V^T boxes have as many rows
+  -- (attention.c's vt_pass: fj__plan_vt_rows).
+  if FP8 then DV = (DVR + 63) // 64 * 64 end
   local SPLIT = DVR ~= DR
   -- FP8 attention (dtype e4m3): Q, K and V in e4m3, S = Q K^T and O += P V
   -- on FP8 wgmma (k32), both operands K-major -- so V arrives transposed
@@ -78,7 +85,6 @@
   -- registers (up to 256, so that small P keeps e4m3's normal range: the
   -- row sums carry the same factor), and O's FP8 partial added
   -- into a float32 accumulator every FLUSH key tiles (-1: never).
-  local FP8 = dtype == "e4m3"
   -- FP8 attention's O in e4m3 (o_dtype; nil: bf16): one byte an element.
   local O8 = o_dtype == "e4m3"
   local FLUSH = FP8 and fp8_flush or -1
@@ -125,16 +131,15 @@
   end
   if FP8 then
     if kv_dtype ~= "e4m3" then no("dtype e4m3 with kv_dtype %s: FP8 attention takes Q, K and V in e4m3", kv_dtype) end
-    -- Rows of whole 128-byte panels of one-byte elements: 64 and 192 are
-    -- padded to 128 and 256 (TMA reads zeros past the head dim; S takes
-    -- DR's k steps, P V the padded width, whose last columns are never
-    -- stored), at 128's and 256's cost; the _vt pass takes the head dim 64
-    -- at a time.
+    -- Q's and K's rows are whole 128-byte panels of one-byte elements: 64
+    -- and 192 are padded to 128 and 256 there (TMA reads zeros past the
+    -- head dim; S takes DR's k steps only); V^T and O take DV (above); the
+    -- _vt pass takes the head dim 64 at a time.
     if DR % 64 ~= 0 then
-      no("head_dim %d with dtype e4m3 is not implemented: 64, 128, 192 or 256 (V^T is written 64 of the head dim at a time; 64 and 192 run padded to 128 and 256)", DR)
+      no("head_dim %d with dtype e4m3 is not implemented: 64, 128, 192 or 256 (V^T is written 64 of the head dim at a time)", DR)
     end
-    if BN ~= 128 then
-      no("tile_n %d with dtype e4m3: FP8 attention takes 128-key tiles (V^T's rows of 128 one-byte keys; fixed so that every length rounds alike)", BN)
+    if BN % 32 ~= 0 or BN < 128 or BN > 256 then
+      no("tile_n %d with dtype e4m3: FP8 attention takes key tiles of 128 (the default) to 256 in steps of 32 (P V's k steps; V^T's rows load in 128-key boxes; fixed per head dim so that every length rounds alike)", BN)
     end
     if (mods.score or mods.softcap) and D > 128 then
       no("dtype e4m3 with a score expression or softcap at head_dim %d is not implemented: up to 128 (above, the consumers' registers spill)", DR)
@@ -167,14 +172,15 @@
   -- its tiles and reads the next one's counts early holds more than 24
   -- (ptxas spilled 16 bytes there, and 8-20 at 32): 40, the consumers
   -- 232, exactly the 168 x 384 the block starts with.  Per consumer thread
-  -- O (DV/2), S (BN/2) and P (BN/4) stay live.
+  -- O (DV/2; FP8's O is not padded, so the text names DV), S (BN/2) and P
+  -- (BN/4, FP8's BN/8) stay live.
   local B = import("budget.lua").new{}
   local REGS = B.regs(C, C == 2 and BMASK and { producer = 40, consumer = 232 } or nil)
   local function dim_text(name, real, padded)
     return ("%s %d%s"):format(name, real, real < padded and (" (padded to %d)"):format(padded) or "")
   end
   B.check_regs(DV // 2 * (TWO and 2 or 1) + BN // 2 + BN // (FP8 and 8 or 4) + 24,
-               ("%s and tile_n %d%s"):format(SPLIT and dim_text("head_dim_v", DVR, DV) or dim_text("head_dim", DR, D), BN,
+               ("%s and tile_n %d%s"):format(SPLIT and dim_text("head_dim_v", DVR, DV) or dim_text("head_dim", DR, FP8 and DV or D), BN,
                                              TWO and " with FP8's two accumulators" or ""),
                TWO and "O (both), S and P" or "O, S and P",
                TWO and "use fp8_flush -1 (never) or a smaller head dim" or "use a smaller tile_n or fewer warps")
@@ -207,8 +213,10 @@
                     smem = "s" .. name, map = "m" .. name, bars = bars }
   end
   local q, k = ring("q", BM, 1), ring("k", BN, S)
-  -- V (DV columns), or FP8's V^T: head_dim rows of tile_n keys.
-  local v = FP8 and TR.ring{ name = "v", elem = ELEM, rows = D, cols = BN, slots = S, arrivals = 4 * C,
+  -- V (DV columns), or FP8's V^T: DV rows of tile_n keys
+  -- (V^T's rows are whole 128-key boxes: a 160- to 256-key tile loads
+  -- 256 keys, P V reads its first tile_n.)
+  local v = FP8 and TR.ring{ name = "v", elem = ELEM, rows = DV, cols = (BN + 127) // 128 * 128, slots = S, arrivals = 4 * C,
                              smem = "sv", map = "mv", bars = bars } or ring("v", BN, S, DV)
   local ITEM = DYNAMIC and bars.at(("%du"):format(bars.take(1))) or nil
 

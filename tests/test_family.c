@@ -378,7 +378,7 @@ static int fp8_out_rules(fj_ctx *ctx, fj_problem *p)
   CHECK(v.o_dtype == FJ_E4M3);
   char name[160];
   fj_variant_name(&v, name, sizeof name);
-  CHECK(strstr(name, "_e4m3_fl1_oe4m3"));
+  CHECK(strstr(name, "_e4m3_flnever_oe4m3"));
   for (int d = 128; d <= 256; d += 128) {
     fj_variant w;
     fp8_variant(&w, d, FJ_CAUSAL_TOP_LEFT, 0);
@@ -449,8 +449,7 @@ int test_family_fp8_sm90a(void)
       {128, FJ_CAUSAL_NONE, 0}, {128, FJ_CAUSAL_TOP_LEFT, 0},
       {128, FJ_CAUSAL_BOTTOM_RIGHT, 1}, {128, FJ_CAUSAL_NONE, -1},
       {256, FJ_CAUSAL_NONE, 0}, {256, FJ_CAUSAL_TOP_LEFT, 0},
-      /* 64 and 192 padded to 128 and 256 (the products' N: O's padded
-       * columns). */
+      /* 64 and 192: Q and K padded to 128 and 256, P V and O not. */
       {64, FJ_CAUSAL_TOP_LEFT, 0}, {192, FJ_CAUSAL_NONE, 0}};
   enum { N = sizeof picks / sizeof picks[0] };
   fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
@@ -472,7 +471,8 @@ int test_family_fp8_sm90a(void)
     CHECK(r.spill_store_bytes <= (picks[i].d > 128 ? 24 : 0));
     const char *ptx = fj_kernel_ptx(k, NULL), *log = fj_kernel_log(k);
     char want[96];
-    snprintf(want, sizeof want, "m64n%dk32.f32.e4m3.e4m3", (picks[i].d + 127) / 128 * 128);
+    /* P V's N: the head dim in 64s (64 and 192 take no padded columns). */
+    snprintf(want, sizeof want, "m64n%dk32.f32.e4m3.e4m3", (picks[i].d + 63) / 64 * 64);
     CHECK(strstr(ptx, "m64n128k32.f32.e4m3.e4m3") && strstr(ptx, want));
     CHECK(strstr(ptx, "cvt.rn.satfinite.e4m3x2.f32"));
     char name[160];
@@ -486,7 +486,32 @@ int test_family_fp8_sm90a(void)
   CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "head_dim 160 with dtype e4m3 is not implemented: 64, 128, 192 or 256") == 0);
   fp8_variant(&v, 128, FJ_CAUSAL_NONE, 0);
   v.tile_n = 176;
-  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "tile_n 176 with dtype e4m3: FP8 attention takes 128-key tiles") == 0);
+  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "tile_n 176 with dtype e4m3: FP8 attention takes key tiles of 128 (the default) to 256 in steps of 32") == 0);
+  /* Key tiles of 192 (opt-in): S at N 192, P V at the head dim; one
+   * accumulator only (two would not fit the registers). */
+  fp8_variant(&v, 128, FJ_CAUSAL_TOP_LEFT, -1);
+  v.tile_n = 192;
+  fj_status wst;
+  fj_kernel_prepare(ctx, &v, 1, &o, &wst);
+  fj_kernel *wide = prepared(ctx, &v, wst);
+  CHECK(wide);
+  fj_resources wr;
+  fj_kernel_resources(wide, &wr);
+  CHECK(wr.spill_store_bytes == 0);
+  const char *wptx = fj_kernel_ptx(wide, NULL);
+  CHECK(strstr(wptx, "m64n192k32.f32.e4m3.e4m3") && strstr(wptx, "m64n128k32.f32.e4m3.e4m3"));
+  /* 224 (FlashAttention-3's FP8 d128 tile): seven k steps of P V, the
+   * last V^T box half read. */
+  v.tile_n = 224;
+  fj_kernel_prepare(ctx, &v, 1, &o, &wst);
+  fj_kernel *w224 = prepared(ctx, &v, wst);
+  CHECK(w224);
+  fj_kernel_resources(w224, &wr);
+  CHECK(wr.spill_store_bytes == 0);
+  CHECK(strstr(fj_kernel_ptx(w224, NULL), "m64n224k32.f32.e4m3.e4m3"));
+  fp8_variant(&v, 128, FJ_CAUSAL_NONE, 1);
+  v.tile_n = 192;
+  CHECK(refused(ctx, &v, FJ_ERR_UNSUPPORTED, "tile_n 192 with FP8's two accumulators need about") == 0);
   fp8_variant(&v, 128, FJ_CAUSAL_NONE, 0);
   v.kv_dtype = FJ_F16;
   CHECK(refused(ctx, &v, FJ_ERR_INVALID_ARG, "kv_dtype f16 is invalid with dtype e4m3") == 0);
@@ -536,8 +561,34 @@ int test_family_fp8_sm90a(void)
   fj_variant chosen;
   fj_choice from;
   CHECK_OK(ctx, fj_attention_variant(ctx, &p, &chosen, &from));
-  CHECK(chosen.mma == FJ_MMA_WGMMA && chosen.dtype == FJ_E4M3 && chosen.tile_n == 128);
+  CHECK(chosen.mma == FJ_MMA_WGMMA && chosen.dtype == FJ_E4M3 && chosen.tile_n == 192);
   CHECK(chosen.o_dtype == 0);
+  /* The key tiles, fixed per head dim and mask (plan.c), and the flush
+   * they leave: every tile where two accumulators fit, else never. */
+  static const struct {
+    int d;
+    fj_causal c;
+    int softcap, n, flush;
+  } rule[] = {
+      {64, FJ_CAUSAL_NONE, 0, 256, -1},         {64, FJ_CAUSAL_TOP_LEFT, 0, 192, -1},
+      {64, FJ_CAUSAL_BOTTOM_RIGHT, 0, 192, -1}, {128, FJ_CAUSAL_NONE, 0, 192, -1},
+      {128, FJ_CAUSAL_TOP_LEFT, 0, 192, -1},    {192, FJ_CAUSAL_NONE, 0, 128, -1},
+      {256, FJ_CAUSAL_TOP_LEFT, 0, 128, -1},    {64, FJ_CAUSAL_NONE, 1, 128, 1},
+      {128, FJ_CAUSAL_TOP_LEFT, 1, 128, 1},
+  };
+  fj_mods cap;
+  fj_mods_init(&cap);
+  cap.softcap = 30.0f;
+  for (size_t i = 0; i < FJ_ARRAY_LEN(rule); i++) {
+    fj_problem r;
+    fj_problem_init(&r, 1, 2, 2, 256, 256, rule[i].d, FJ_E4M3, FJ_BHSD);
+    r.q_scale = r.k_scale = r.v_scale = scale;
+    r.causal = rule[i].c;
+    r.mods = rule[i].softcap ? &cap : NULL;
+    CHECK_OK(ctx, fj_attention_variant(ctx, &r, &chosen, &from));
+    CHECK(chosen.tile_n == rule[i].n);
+    CHECK(fj__fp8_flush(&chosen) == rule[i].flush);
+  }
   CHECK(fp8_out_rules(ctx, &p) == 0);
   fj_bwd_plan bp;
   CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &bp), FJ_ERR_UNSUPPORTED);

@@ -1522,7 +1522,9 @@ int test_gpu_wgmma_cross(void)
 }
 
 /* FP8 attention (dtype e4m3: Q, K, V in e4m3, O bf16) on the wgmma family:
- * head dims 128 and 256 (64 and 192 padded to them), every mask, GQA,
+ * head dims 64 to 256 (64 and 192 with Q K^T padded to 128 and 256, P V
+ * and V^T's boxes at their own width), key tiles of 128 to 256, every
+ * mask, GQA,
  * tails, both layouts, the flush
  * of O's FP8 partial every 1, 4 or 16 key tiles or never; then the
  * library's own choice.  Inputs spread over e4m3's range with descales
@@ -1533,23 +1535,38 @@ static const struct {
   int d, flush, stages;
   fj_causal m;
   int b, hq, hkv, sq, skv;
+  int n;  /* tile_n; 0: 128, the default */
 } fp8_cases[] = {
-    {"fp8 d128", 128, 0, 2, FJ_CAUSAL_NONE, 1, 2, 2, 300, 300},
-    {"fp8 d128", 128, 0, 2, FJ_CAUSAL_TOP_LEFT, 2, 4, 2, 257, 257},
-    {"fp8 d128", 128, 0, 3, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 1, 200, 700},
-    {"fp8 d128 flush=1", 128, 1, 2, FJ_CAUSAL_NONE, 1, 2, 2, 1000, 1000},
-    {"fp8 d128 flush=16", 128, 16, 2, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 1000, 2100},
-    {"fp8 d128 flush=never", 128, -1, 2, FJ_CAUSAL_NONE, 1, 2, 2, 500, 1500},
-    {"fp8 d128 gqa=8:1", 128, 0, 2, FJ_CAUSAL_TOP_LEFT, 1, 16, 2, 300, 300},
-    {"fp8 d128 seq 1", 128, 0, 2, FJ_CAUSAL_NONE, 1, 2, 2, 1, 1},
-    {"fp8 d128 no visible key", 128, 0, 2, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 300, 40},
-    {"fp8 d256", 256, 0, 2, FJ_CAUSAL_NONE, 1, 2, 2, 300, 300},
-    {"fp8 d256", 256, 0, 2, FJ_CAUSAL_BOTTOM_RIGHT, 2, 4, 2, 200, 333},
-    {"fp8 d256 stages=3", 256, -1, 3, FJ_CAUSAL_TOP_LEFT, 1, 2, 1, 129, 129},
-    /* 64 and 192, padded to 128 and 256 (their V^T boxes too). */
-    {"fp8 d64", 64, 0, 2, FJ_CAUSAL_TOP_LEFT, 2, 4, 2, 300, 300},
-    {"fp8 d64", 64, -1, 3, FJ_CAUSAL_NONE, 1, 2, 2, 200, 513},
-    {"fp8 d192", 192, 0, 2, FJ_CAUSAL_BOTTOM_RIGHT, 1, 4, 2, 257, 700},
+    {"fp8 d128", 128, 0, 2, FJ_CAUSAL_NONE, 1, 2, 2, 300, 300, 0},
+    {"fp8 d128", 128, 0, 2, FJ_CAUSAL_TOP_LEFT, 2, 4, 2, 257, 257, 0},
+    {"fp8 d128", 128, 0, 3, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 1, 200, 700, 0},
+    {"fp8 d128 flush=1", 128, 1, 2, FJ_CAUSAL_NONE, 1, 2, 2, 1000, 1000, 0},
+    {"fp8 d128 flush=16", 128, 16, 2, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 1000, 2100, 0},
+    {"fp8 d128 flush=never", 128, -1, 2, FJ_CAUSAL_NONE, 1, 2, 2, 500, 1500, 0},
+    {"fp8 d128 gqa=8:1", 128, 0, 2, FJ_CAUSAL_TOP_LEFT, 1, 16, 2, 300, 300, 0},
+    {"fp8 d128 seq 1", 128, 0, 2, FJ_CAUSAL_NONE, 1, 2, 2, 1, 1, 0},
+    {"fp8 d128 no visible key", 128, 0, 2, FJ_CAUSAL_BOTTOM_RIGHT, 1, 2, 2, 300, 40, 0},
+    {"fp8 d256", 256, 0, 2, FJ_CAUSAL_NONE, 1, 2, 2, 300, 300, 0},
+    {"fp8 d256", 256, 0, 2, FJ_CAUSAL_BOTTOM_RIGHT, 2, 4, 2, 200, 333, 0},
+    {"fp8 d256 stages=3", 256, -1, 3, FJ_CAUSAL_TOP_LEFT, 1, 2, 1, 129, 129, 0},
+    /* 64 and 192: Q K^T padded to 128 and 256, P V at 64 and 192. */
+    {"fp8 d64", 64, 0, 2, FJ_CAUSAL_TOP_LEFT, 2, 4, 2, 300, 300, 0},
+    {"fp8 d64", 64, -1, 3, FJ_CAUSAL_NONE, 1, 2, 2, 200, 513, 0},
+    {"fp8 d64 stages=4", 64, 1, 4, FJ_CAUSAL_BOTTOM_RIGHT, 1, 8, 2, 333, 1000, 0},
+    {"fp8 d192", 192, 0, 2, FJ_CAUSAL_BOTTOM_RIGHT, 1, 4, 2, 257, 700, 0},
+    {"fp8 d192", 192, -1, 2, FJ_CAUSAL_NONE, 2, 2, 1, 129, 300, 0},
+    /* Key tiles of 192 and 256 (one accumulator: fp8_flush -1); V^T's
+     * rows in 128-key boxes, the last tile's past the keys. */
+    {"fp8 d128 tile_n=192", 128, -1, 2, FJ_CAUSAL_NONE, 1, 4, 2, 500, 1000, 192},
+    {"fp8 d128 tile_n=192", 128, -1, 2, FJ_CAUSAL_BOTTOM_RIGHT, 2, 4, 4, 333, 700, 192},
+    {"fp8 d128 tile_n=192", 128, -1, 3, FJ_CAUSAL_TOP_LEFT, 1, 2, 2, 1000, 1000, 192},
+    {"fp8 d64 tile_n=256", 64, -1, 2, FJ_CAUSAL_TOP_LEFT, 1, 4, 2, 700, 700, 256},
+    /* FlashAttention-3's FP8 tiles: 224 keys at head dim 128, 160 at 64
+     * and 192 (each 5 or 7 k steps of 32, not a whole 128-key box). */
+    {"fp8 d128 tile_n=224", 128, -1, 2, FJ_CAUSAL_NONE, 1, 4, 2, 700, 1000, 224},
+    {"fp8 d128 tile_n=224", 128, -1, 2, FJ_CAUSAL_BOTTOM_RIGHT, 2, 4, 2, 333, 900, 224},
+    {"fp8 d64 tile_n=160", 64, 1, 2, FJ_CAUSAL_TOP_LEFT, 1, 4, 2, 1000, 1000, 160},
+    {"fp8 d192 tile_n=160", 192, -1, 2, FJ_CAUSAL_NONE, 1, 2, 2, 500, 777, 160},
 };
 
 int test_gpu_fp8_forward(void)
@@ -1559,18 +1576,23 @@ int test_gpu_fp8_forward(void)
   if (rc)
     return rc;
   size_t n = sizeof fp8_cases / sizeof fp8_cases[0];
-  fj_variant vs[16];
+  fj_variant vs[sizeof fp8_cases / sizeof fp8_cases[0]];
   for (size_t i = 0; i < n; i++) {
     fj_variant_default(&vs[i], fp8_cases[i].d, FJ_E4M3, fp8_cases[i].m);
     vs[i].stages = fp8_cases[i].stages;
     vs[i].fp8_flush = fp8_cases[i].flush;
+    if (fp8_cases[i].n)
+      vs[i].tile_n = fp8_cases[i].n;
   }
   CHECK(prepare(ctx, vs, n) == 0);
   uint64_t seed = 808;
   int failed = 0;
-  for (size_t i = 0; i < n + 2; i++) {
-    /* The last two: the library's choice (d128 causal, d256 plain). */
-    size_t k = i < n ? i : i == n ? 1 : 9;
+  /* Then the library's choice (its key tiles by head dim and mask) on the
+   * problems of cases 1 (d128 causal), 9 (d256), 12 (d64 causal) and 13
+   * (d64, no mask). */
+  static const size_t own[] = {1, 9, 12, 13};
+  for (size_t i = 0; i < n + FJ_ARRAY_LEN(own); i++) {
+    size_t k = i < n ? i : own[i - n];
     gpu_case c;
     memset(&c, 0, sizeof c);
     fj_problem_init(&c.p, fp8_cases[k].b, fp8_cases[k].hq, fp8_cases[k].hkv,
