@@ -579,16 +579,23 @@ int test_family_fp8_sm90a(void)
   fj_mods cap;
   fj_mods_init(&cap);
   cap.softcap = 30.0f;
-  for (size_t i = 0; i < FJ_ARRAY_LEN(rule); i++) {
-    fj_problem r;
-    fj_problem_init(&r, 1, 2, 2, 256, 256, rule[i].d, FJ_E4M3, FJ_BHSD);
-    r.q_scale = r.k_scale = r.v_scale = scale;
-    r.causal = rule[i].c;
-    r.mods = rule[i].softcap ? &cap : NULL;
-    CHECK_OK(ctx, fj_attention_variant(ctx, &r, &chosen, &from));
-    CHECK(chosen.tile_n == rule[i].n);
-    CHECK(fj__fp8_flush(&chosen) == rule[i].flush);
-  }
+  /* Each at three lengths (heads q/kv, seq q/kv) -- a short prefill, a
+   * decode step over a long cache (GQA), a long prefill: the tile never
+   * follows the length, so that a model's decode and prefill round alike
+   * (README, FP8). */
+  static const int len[][4] = {{2, 2, 256, 256}, {8, 2, 1, 8192}, {16, 4, 16384, 16384}};
+  for (size_t i = 0; i < FJ_ARRAY_LEN(rule); i++)
+    for (size_t l = 0; l < FJ_ARRAY_LEN(len); l++) {
+      fj_problem r;
+      fj_problem_init(&r, 1, len[l][0], len[l][1], len[l][2], len[l][3], rule[i].d, FJ_E4M3,
+                      FJ_BHSD);
+      r.q_scale = r.k_scale = r.v_scale = scale;
+      r.causal = rule[i].c;
+      r.mods = rule[i].softcap ? &cap : NULL;
+      CHECK_OK(ctx, fj_attention_variant(ctx, &r, &chosen, &from));
+      CHECK(chosen.tile_n == rule[i].n);
+      CHECK(fj__fp8_flush(&chosen) == rule[i].flush);
+    }
   CHECK(fp8_out_rules(ctx, &p) == 0);
   fj_bwd_plan bp;
   CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &bp), FJ_ERR_UNSUPPORTED);
