@@ -247,8 +247,10 @@ static void apply_defaults(cli *c)
   c->v.varlen = given.varlen;
   c->v.paged = given.paged;
   /* Varlen, paged K/V and modifications are the mma family's (mma.sync;
-   * modifications the wgmma family's too). */
-  if ((given.varlen || given.paged || cli_mods_active(&c->mods)) &&
+   * modifications the wgmma family's too) -- except FP8 attention's
+   * modifications (dtype e4m3 is the wgmma family's alone). */
+  if ((given.varlen || given.paged ||
+       (cli_mods_active(&c->mods) && given.dtype != FJ_E4M3)) &&
       !cli_flag_given(c, "mma"))
     c->v.mma = FJ_MMA_SYNC;
   /* Split head dims are the wgmma family's, or with --latent (V as K's

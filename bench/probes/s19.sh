@@ -1,0 +1,110 @@
+#!/bin/bash
+# s19.sh OUTDIR -- the next device calls after the nineteenth session, from
+# the repository root with build/ (main's slimmed build) and .whl/ (the
+# cudnn-frontend wheel, ../shared/anchors/README.md) carried.  Parts
+# (S19_PARTS; S19_SECONDS bounds the whole, default 570):
+#   fp8chk  what the nineteenth session landed without running it: the FP8
+#           tests (gpu_fp8_forward's library-choice cases at d64: 256 keys
+#           unmasked, 192 causal, never flushed), checked calls of the
+#           library's own FP8 choice at every head dim and mask (a window
+#           at d64 among them) with mbarrier waits that trap, memcheck on
+#           one d64 call.  Any GPU.
+#   fp8     bench/fp8_compare.py beside cuDNN's FP8 at d64, d128, d256
+#           with --long: issue 32's ratios and long-context curve with the
+#           wider tiles (S19_FP8_ARGS: more arguments).  The H200 only
+#           for a figure.
+#   fp8mods FP8 with the softcap at d64 and d128: the library's 128-key
+#           tiles beside 192 and 256 never flushed (no spills at either;
+#           not yet run), each checked once, then timed two rounds.
+#           Predicted: 1.1-1.25x at d64 unmasked (what the wider tiles
+#           gave without a modification), less at d128.
+#   bwd     bench/bwd_compare.py --quick at d64, d128, d256 (issue 31's
+#           ratios; S19_BWD_DIMS)
+#   short   bench/sdpa_compare.py's S 512 and 1024 cells (issue 34)
+set -u
+. bench/probes/parts_lib.sh
+parts_start s19 "${1:-}" ${S19_SECONDS:-570}
+fj=$root/build/flashjit
+# checked TAG TEMPLATES ARGS...: each ARGS (one string) as a checked FP8
+# call under a copy of TEMPLATES whose mbarrier waits trap.
+checked() {
+  local tag=$1 t=$out/trap_$1 args
+  rm -rf "$t" && cp -r "$2" "$t" && shift 2
+  sed -i 's/WGMMA_SPIN_LIMIT or 0/1 << 26/' "$t/attention_wgmma.cu"
+  for args in "$@"; do
+    FLASHJIT_TEMPLATE_DIR=$t timeout $(bound 90) "$fj" run $args --dtype e4m3 --check --iters 3 >"$out/${tag}_check.log" 2>&1
+    echo "$tag check $args: exit $?; $(grep -oE 'variant=[^ ]+' "$out/${tag}_check.log" | head -1) $(grep -E '^check' "$out/${tag}_check.log" | grep -oE 'rel_err=[^ ]+|-> [A-Z]+' | tr '\n' ' ')"
+    grep -iE "error|trap|invalid|illegal" "$out/${tag}_check.log" | head -2
+  done
+}
+# rows TAG "SHAPE;SHAPE..." NAME=ARGS...: one line a shape, the FP8
+# forward's median (us) under each NAME's arguments in turn, two rounds.
+rows() {
+  local tag=$1 shape round v line us
+  local -a shapes
+  IFS=';' read -ra shapes <<<"$2"
+  shift 2
+  for shape in "${shapes[@]}"; do
+    line="$tag $shape:"
+    for round in 1 2; do
+      for v in "$@"; do
+        us=$(timeout 60 "$fj" run --dtype e4m3 --shape $shape ${v#*=} --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+        line="$line ${v%%=*}=${us:-?}"
+      done
+    done
+    echo "$line"
+  done
+}
+part_fp8chk() {
+  (
+  . bench/device_env.sh
+  . ../bench/probes/ab_lib.sh
+  ab_tests fp8 "$out" "${S19_TESTS-gpu_fp8_forward:150 gpu_fp8_out:60 gpu_fp8_mods:90}"
+  checked own "$root/templates" "--shape 2,8,700,64" "--shape 2,8,700,64 --causal" \
+    "--shape 1,8,777,64 --heads-kv 2 --causal=bottom-right --seq-kv 1500" "--shape 1,4,1000,64 --window 256,0" \
+    "--shape 3,4,129,64" "--shape 1,4,1000,128" "--shape 2,8,700,128 --heads-kv 2 --causal" \
+    "--shape 1,8,1,128 --heads-kv 2 --seq-kv 5000" "--shape 1,8,1,64 --heads-kv 2 --seq-kv 5000 --causal=bottom-right" \
+    "--shape 1,4,333,192 --causal" "--shape 1,4,500,256" "--shape 2,4,1000,64 --o-dtype e4m3 --o-scale 8"
+  timeout $(bound 120) compute-sanitizer --tool memcheck --error-exitcode 9 "$fj" run \
+    --shape 1,4,640,64 --seq-kv 333 --dtype e4m3 --causal=bottom-right --iters 1 --warmup 0 >"$out/memcheck.log" 2>&1
+  echo "fp8chk memcheck: exit $? ($(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1))"
+  ) 2>&1 | cut -c1-260
+}
+part_fp8() {
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site "$root"/.whl/nvidia_cudnn_frontend-*.whl || return
+  mkdir -p "$out/fp8"
+  (cd "$root" && PYTHONPATH=/tmp/site:python FLASHJIT_LIB=build/libflashjit.so \
+    timeout $(bound 300) python3 bench/fp8_compare.py --dims ${S19_FP8_DIMS:-64,128,256} --iters 20 --long \
+      ${S19_FP8_ARGS-} --out "$out/fp8") >"$out/fp8.log" 2>&1
+  echo "s19 fp8: exit $?"
+  grep -E "geomean|Error|^keys" "$out/fp8.log" | cut -c1-240 | head -60
+}
+part_fp8mods() {
+  (
+  . bench/device_env.sh
+  checked mods "$root/templates" "--shape 1,4,1000,64 --softcap 30 --tile-n 192 --fp8-flush -1" \
+    "--shape 2,8,700,64 --causal --softcap 30 --tile-n 192 --fp8-flush -1" \
+    "--shape 1,4,1000,64 --softcap 30 --tile-n 256 --fp8-flush -1" \
+    "--shape 1,4,1000,128 --softcap 30 --tile-n 192 --fp8-flush -1"
+  rows mods "4,32,4096,64 --softcap 30;4,32,4096,64 --causal --softcap 30" \
+    "own=" "n192=--tile-n 192 --fp8-flush -1" "n256=--tile-n 256 --fp8-flush -1"
+  rows mods "4,16,4096,128 --softcap 30;4,16,4096,128 --causal --softcap 30" \
+    "own=" "n192=--tile-n 192 --fp8-flush -1"
+  ) 2>&1 | cut -c1-260
+}
+part_bwd() {
+  (cd "$root" && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so timeout $(bound 300) \
+    python3 bench/bwd_compare.py --quick --dims ${S19_BWD_DIMS:-64,128,256} --out "$out/bwd") >"$out/bwd.log" 2>&1
+  echo "s19 bwd: exit $?"
+  grep -E "^bwd|geomean|Error" "$out/bwd.log" | cut -c1-240 | head -30
+}
+part_short() {
+  mkdir -p "$out/short"
+  (cd "$root" && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so timeout $(bound 200) \
+    python3 bench/sdpa_compare.py --sweep-only --dims 64,128,256 --seqs 512,1024 --dtype bf16 --iters 30 --out "$out/short") \
+    >"$out/short.log" 2>&1
+  echo "s19 short: exit $?"
+  grep -E "geomean|Error" "$out/short.log" | cut -c1-240 | head -20
+}
+(cd "$root" && . bench/device_env.sh >/dev/null && nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s19 gpu: /')
+parts_run s19 ${S19_PARTS:-fp8chk fp8}
