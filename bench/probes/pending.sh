@@ -40,11 +40,12 @@
 # idle machine spent the rest): fp8wide.patch (widened to key tiles of
 # 128-256 in steps of 32) passed its checks and tests there and landed
 # with the wider tiles as the library's FP8 choice (PERF.md F4, C29).
-# First thing next, on any GPU: from build/, ./tests/fj_tests
-# gpu_fp8_forward (its library-choice cases at d64 -- 256 keys unmasked,
-# 192 causal, never flushed -- have not run) and a checked
-# `flashjit run --dtype e4m3 --shape 1,4,700,64 --window 256,0 --check`.
-# Then on the H200: s18.sh's fp8 (issue 32's ratio with the new tiles),
+# First thing next, on any GPU: `S19_PARTS=fp8chk bash
+# bench/probes/s19.sh $OUT` (gpu_fp8_forward's library-choice cases at
+# d64 -- 256 keys unmasked, 192 causal, never flushed -- and checked calls
+# of the library's FP8 choice, a window among them, have not run).  Then
+# on the H200: s19.sh's fp8 (issue 32's ratio with the new tiles), its
+# fp8mods (FP8 softcap at wider tiles), bwd and short;
 # s17.sh's cmp (the backward's ratio with bwdrows and the rotation), the
 # forward sweep (`PARTS=bench`), the FP8 KV ratios at d80/d96 (`PARTS=fp8kv
 # bash bench/device_check.sh`); then a, j, s and c as below.
