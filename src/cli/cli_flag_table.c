@@ -80,8 +80,8 @@ const flag_def cli_flags[] = {
      .help = "for --dtype e4m3: O's FP8 partial added into float32 every N "
              "key tiles, -1 never (FlashAttention-3's way); like the "
              "structural flags, takes the variant the flags describe "
-             "(default 0: the library's, every tile up to head dim 128, "
-             "never above)"},
+             "(default 0: the library's, every tile with 128-key tiles up "
+             "to head dim 128, never with wider tiles or above)"},
     {"o-scale", 1, CMD_RUN, cli_set_o_scale, 0, .arg = "F",
      .help = "an e4m3 O's scale (--o-dtype e4m3): O is written as e4m3(O x "
              "F) (default 1)"},
