@@ -10,7 +10,8 @@ bf16, or with --o-dtype e4m3 in e4m3 as cuDNN's: its scale chosen as the
 anchor's, a power of two from a first call's amax, fj_problem.o_amax).  Both are checked against a float32 reference of the dequantised
 inputs on batch 0, head 0.  CUDA events, median of --iters after warm-up.
 Also, with --long: flashjit's error against the reference as the keys
-grow (one head, 4 query rows x 1k..128k keys), per flush setting.
+grow (one head, 64 query rows x 1k..128k keys, head dims --long-dims), per
+flush setting.
 
 Run on the GPU machine from the repository root, the cudnn-frontend wheel
 installed to /tmp/site (../shared/anchors/README.md):
@@ -121,8 +122,13 @@ def sweep(fj, args, cudnn, handle, results):
                 except Exception as e:  # noqa: BLE001
                     row["cudnn_error"] = anchor.first_line(e)
                 for fl in args.flush[1:] + args.alt:
-                    alt = Fp8(fj, B, H, H, S, S, D, causal, *((fl, None) if isinstance(fl, int) else (0, fl)))
-                    ua, _ = anchor.time_us(lambda: alt(q, k, v), 3, args.iters)
+                    try:
+                        alt = Fp8(fj, B, H, H, S, S, D, causal, *((fl, None) if isinstance(fl, int) else (0, fl)))
+                        ua, _ = anchor.time_us(lambda: alt(q, k, v), 3, args.iters)
+                    except Exception as ex:  # noqa: BLE001 -- a variant this head dim refuses
+                        row.setdefault("alt_tflops", []).append(None)
+                        print(f"  {fl}: {anchor.first_line(ex)}", flush=True)
+                        continue
                     row.setdefault("alt", {})[alt.name] = round(f / ua / 1e6, 1)
                     row.setdefault("alt_tflops", []).append(round(f / ua / 1e6, 1))
                     print(f"  {alt.name}: {f / ua / 1e6:.1f} TF", flush=True)
@@ -143,35 +149,38 @@ def sweep(fj, args, cudnn, handle, results):
                 # Each timed alternative (--flush's others, then --alt's) beside cuDNN.
                 for i, name in enumerate([f"fp8_flush={fl}" for fl in args.flush[1:]] +
                                          ["+".join(f"{k}={v}" for k, v in a.items()) for a in args.alt]):
-                    ga = math.exp(statistics.mean(math.log(r["alt_tflops"][i] / r["cudnn_tflops"]) for r in rs))
-                    print(f"geomean D={D} causal={int(causal)} {name}: flashjit/cuDNN FP8 x{ga:.3f}")
+                    rsa = [r for r in rs if r["alt_tflops"][i]]
+                    if rsa:
+                        ga = math.exp(statistics.mean(math.log(r["alt_tflops"][i] / r["cudnn_tflops"])
+                                                      for r in rsa))
+                        print(f"geomean D={D} causal={int(causal)} {name}: flashjit/cuDNN FP8 x{ga:.3f}")
 
 
 def long_context(fj, args, results):
     """The error against the float32 reference as the keys grow: one head,
-    64 query rows, keys 1k..128k, for each flush setting (never and the
-    default at the library's key tile, every tile at 128 keys) and each
-    --alt variant."""
-    D = 128
+    64 query rows, keys 1k..128k, at each of --long-dims, for the library's
+    default and 128-key tiles flushed every tile and never, then each --alt
+    variant (one the head dim refuses is reported and skipped)."""
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1)
-    for skv in (1024, 4096, 16384, 65536, 131072):
+    for D, skv in [(D, skv) for D in args.long_dims for skv in (1024, 4096, 16384, 65536, 131072)]:
         q = torch.randn(1, 1, 64, D, device="cuda", generator=gen).to(torch.float8_e4m3fn)
         k = torch.randn(1, 1, skv, D, device="cuda", generator=gen).to(torch.float8_e4m3fn)
         v = torch.randn(1, 1, skv, D, device="cuda", generator=gen).to(torch.float8_e4m3fn)
         s = (q[0, 0].float() @ k[0, 0].float().t()) / math.sqrt(D)
         ref = torch.softmax(s, -1) @ v[0, 0].float()
-        # never and the default at the library's key tile; 128-key tiles
-        # flushed every tile (a wider tile has no room for the second
-        # accumulator); then each --alt.
-        for flush, fields in ([(-1, None), (0, None), (0, {"tile_n": 128, "fp8_flush": 1})] +
-                              [(0, a) for a in args.alt]):
-            fp8 = Fp8(fj, 1, 1, 1, 64, skv, D, False, flush, fields)
-            o = fp8(q, k, v)
-            torch.cuda.synchronize()
+        for fields in ([None, {"tile_n": 128, "fp8_flush": 1}, {"tile_n": 128, "fp8_flush": -1}] +
+                       args.alt):
+            try:
+                fp8 = Fp8(fj, 1, 1, 1, 64, skv, D, False, 0, fields)
+                o = fp8(q, k, v)
+                torch.cuda.synchronize()
+            except Exception as ex:  # noqa: BLE001
+                print(f"D={D} keys {skv}: {fields}: {anchor.first_line(ex)}", flush=True)
+                continue
             e = anchor.err_stats(o[0, 0], ref)
-            results.append(dict(long=True, skv=skv, flush=flush, variant=fp8.name, err=e))
-            print(f"keys {skv}: flush {flush} ({fp8.name}) rel {e['rel']:.5f}", flush=True)
+            results.append(dict(long=True, D=D, skv=skv, fields=fields or {}, variant=fp8.name, err=e))
+            print(f"D={D} keys {skv}: {fp8.name} rel {e['rel']:.5f}", flush=True)
 
 
 def main():
@@ -181,6 +190,7 @@ def main():
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--long", action="store_true")
+    ap.add_argument("--long-dims", default="128", help="head dims of --long's curves")
     ap.add_argument("--alt", default="", help="variants timed beside the library's choice: "
                     "field=value[+field=value] of fj_variant, comma-separated (stages=3+fp8_flush=8)")
     ap.add_argument("--flush", default="0",
@@ -194,6 +204,7 @@ def main():
     args = ap.parse_args()
     args.dims = [int(x) for x in args.dims.split(",")]
     args.seqs = [int(x) for x in args.seqs.split(",")]
+    args.long_dims = [int(x) for x in args.long_dims.split(",")]
     args.causal = [bool(int(x)) for x in args.causal.split(",")]
     args.flush = [int(x) for x in args.flush.split(",")]
     args.alt = [dict((kv.split("=")[0], int(kv.split("=")[1])) for kv in a.split("+"))

@@ -349,11 +349,11 @@ typedef struct fj_variant {
    * (FlashAttention-3's way: O stays in the tensor cores' accumulator,
    * whose additions keep about 22 bits, so its error grows with the
    * keys).  0: the library's default: 1 with 128-key tiles up to head
-   * dim 128 (its error does not grow with the keys), never where the
-   * second accumulator does not fit the registers -- the wider key tiles
-   * the library takes at head dims 64 and 128 (192 or 256 keys, where
-   * the error at 128k keys stays within 1.05x of 4k's) and head dims 192
-   * and 256.  Named
+   * dim 128 (its error does not grow with the keys); never with the
+   * wider key tiles the library takes at head dims 64 and 128 (chosen
+   * for speed; at head dim 128, 192 keys, the error at 128k keys was
+   * 1.04x its error at 4k) and at head dims 192 and 256, where a second
+   * accumulator does not fit the registers.  Named
    * "_fl" + N, or "_flnever".  Must be 0 for other dtypes. */
   int fp8_flush;
   /* V's and O's head dim where it differs from Q's and K's (head_dim):

@@ -394,14 +394,16 @@ static void wgmma_choice(fj_variant *v, const fj_problem *p)
    * warpgroups.  Wider than 128 keys, O's FP8 partial stays in the
    * tensor cores' accumulator (variant.c's fp8_flush default: never),
    * whose error at 128k keys was 1.04x its error at 4k (d128, 192 keys;
-   * docs/PERF.md F4).  On the H100 (F4), against 128-key tiles flushed
-   * every tile: head dim 128 at 192 keys 1.08x (no mask) and 1.12x
-   * (causal) faster than 128 keys, 224 keys 1.07x and 1.07x; head dim 64
-   * at 256 keys without a mask 1.29x (192 keys 1.18x), with a causal mask
-   * or window 192 keys 1.13x (256 keys 1.03x).  Head dims 192 and 256
-   * keep 128 keys (160 at 192 ran 2% slower); expressions, softcap and
-   * block masks too (their registers, and block sizes that 192 does not
-   * divide). */
+   * docs/PERF.md F4; not measured at d64).  On the H100 (F4), cuDNN
+   * FP8's time over ours against 128-key tiles flushed every tile: head
+   * dim 128 at 192 keys 1.08x (no mask) and 1.12x (causal), 224 keys
+   * 1.07x and 1.08x; head dim 64, in µs against main's P V at 128
+   * columns (128-key tiles), 256 keys without a mask 1.29x (192 keys
+   * 1.18x), with a causal mask 192 keys 1.13x (256 keys 1.03x).  Head
+   * dims 192 and 256 keep 128 keys (160 at 192 ran 2% slower);
+   * expressions, softcap and block masks too (wider tiles compile for
+   * them with no spills but were not yet timed or checked; block sizes
+   * 192 does not divide). */
   if (v->dtype == FJ_E4M3) {
     int masked = v->causal != FJ_CAUSAL_NONE || mi.window;
     v->tile_m = 128;

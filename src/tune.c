@@ -247,7 +247,10 @@ static fj_status time_one(tune_run *t, const fj_variant *v, double *median)
 }
 
 /* The wgmma family's space (sm_90a): 1-3 consumer warpgroups, key tiles of
- * 64 to 256, 2-4 stages; the template refuses what does not fit. */
+ * 64 to 256, 2-4 stages; the template refuses what does not fit.  FP8
+ * (dtype e4m3) keeps the heuristic's key tile and flush: they decide its
+ * rounding, which must not follow the length class a tuned pick is kept
+ * for (a model's decode and prefill round alike; README, FP8). */
 static size_t wgmma_candidates(const fj_variant *base, fj_variant *out,
                                size_t n, size_t max)
 {
@@ -256,6 +259,8 @@ static size_t wgmma_candidates(const fj_variant *base, fj_variant *out,
     for (size_t b = 0; b < sizeof tn / sizeof tn[0]; b++)
       for (int st = 2; st <= 4 && n < max; st++) {
         fj_variant v = *base;
+        if (base->dtype == FJ_E4M3 && tn[b] != base->tile_n)
+          continue;
         v.mma = FJ_MMA_WGMMA;
         v.softmax = FJ_SOFTMAX_REGS;
         v.swizzle = FJ_SWIZZLE_XOR;
@@ -284,8 +289,8 @@ static int target_allows(const fj_ctx *ctx, const fj_variant *v)
  * tile/warps/stages/swizzle/softmax combination of the family without TMA
  * (for decode shapes also 16-row tiles, whose warps split the keys), then,
  * on sm_90a, the wgmma family's space. */
-static size_t candidates(fj_ctx *ctx, const fj_problem *p, fj_variant *out,
-                         size_t max)
+size_t fj__tune_candidates(fj_ctx *ctx, const fj_problem *p, fj_variant *out,
+                           size_t max)
 {
   static const int tm[] = {16, 64, 128}, tn[] = {32, 64, 128}, w[] = {4, 8};
   size_t n = 0;
@@ -384,7 +389,7 @@ static fj_status tune_body(tune_run *t, fj_variant *best, fj_tune_report *r)
     free(ok);
     return fj__fail(t->ctx, FJ_ERR_NOMEM, "out of memory");
   }
-  size_t n = candidates(t->ctx, t->p, vs, MAX), win = 0;
+  size_t n = fj__tune_candidates(t->ctx, t->p, vs, MAX), win = 0;
   r->candidates = (int)n;
   t->steps.total = 2 * n;
   double t0 = fj__now_ms();

@@ -11,6 +11,11 @@
 
 #include "ctx.h"
 
+/* The variants a tune of p times, at most max into out: the heuristic's
+ * first, then the families' spaces (tune.c says which). */
+size_t fj__tune_candidates(fj_ctx *ctx, const fj_problem *p, fj_variant *out,
+                           size_t max);
+
 /* FJ_ERR_INVALID_ARG, the message starting with `who`, for options out of
  * range (iters outside 0..256, a negative warmup or workers). */
 fj_status fj__tune_check_opts(const fj_ctx *ctx, const char *who,

@@ -46,8 +46,9 @@ int fj__fp8_flush(const fj_variant *v)
 {
   if (v->fp8_flush)
     return v->fp8_flush;
-  /* Every key tile where a second accumulator fits the registers (128-key
-   * tiles up to head dim 128), else never (plan.c's FP8 tiles). */
+  /* Every key tile with 128-key tiles up to head dim 128; never with the
+   * wider tiles plan.c takes (chosen for speed: at head dim 64 a second
+   * accumulator would fit 192 keys; at 128 it does not) and above 128. */
   return v->head_dim <= 128 && v->tile_n <= 128 ? 1 : -1;
 }
 

@@ -432,8 +432,8 @@ extern "C" __global__ void __launch_bounds__(256) {{ symbol }}_vt(const fj::Para
     o[g][0] = __byte_perm(t0, u0, 0x5410); o[g][1] = __byte_perm(t0, u0, 0x7632);
     o[g][2] = __byte_perm(t1, u1, 0x5410); o[g][3] = __byte_perm(t1, u1, 0x7632);
   }
-  // head_dim (DR) rows a (batch, KV head), as the host lays them out; the
-  // main kernel's boxes of D rows read zeros past them.
+  // head_dim (DR) rows a (batch, KV head), as the host lays them out (the
+  // main kernel's boxes have as many rows: fj__plan_vt_rows, its DV).
   unsigned char *out = p.vt + ((long long)blockIdx.z * {{ DR }} + d0 + 4 * dq) * p.vt_keys + n0 + 8 * cc;
 #pragma unroll
   for (int i = 0; i < 4; ++i)

@@ -37,7 +37,8 @@
   the P V wait's forms that cost no registers; else O += P V is waited
   for where ptxas keeps it, after the softmax's exponentials: wgmma.cuh's
   wg_wait0_split, where a plain wait is hoisted above them).
-  FP8 (dtype e4m3): ring v holds V^T (D rows of BN keys, K-major like K);
+  FP8 (dtype e4m3): ring v holds V^T (DV rows of BN keys in whole
+  128-key boxes, K-major like K);
   P (up to 2^frag.p_shift) goes into the A operand as e4m3 (p_from:
   lut.lua's p8_from_acc, { group, slot } per A slot); each work tile sets
   sl2_t (the softmax scale with Q's and K's descales); the epilogue's

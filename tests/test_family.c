@@ -10,6 +10,7 @@
 #include "compile.h"
 #include "layout.h"
 #include "template.h"
+#include "tune.h"
 #include "tunedb.h"
 #include "util.h"
 #include "variant.h"
@@ -565,20 +566,27 @@ int test_family_fp8_sm90a(void)
   CHECK(chosen.o_dtype == 0);
   /* The key tiles, fixed per head dim and mask (plan.c), and the flush
    * they leave: every tile where two accumulators fit, else never. */
+  /* mods: 0 none, 1 softcap, 2 a window (a mask without causal), 3 a
+   * score expression. */
   static const struct {
     int d;
     fj_causal c;
-    int softcap, n, flush;
+    int mods, n, flush;
   } rule[] = {
       {64, FJ_CAUSAL_NONE, 0, 256, -1},         {64, FJ_CAUSAL_TOP_LEFT, 0, 192, -1},
       {64, FJ_CAUSAL_BOTTOM_RIGHT, 0, 192, -1}, {128, FJ_CAUSAL_NONE, 0, 192, -1},
       {128, FJ_CAUSAL_TOP_LEFT, 0, 192, -1},    {192, FJ_CAUSAL_NONE, 0, 128, -1},
       {256, FJ_CAUSAL_TOP_LEFT, 0, 128, -1},    {64, FJ_CAUSAL_NONE, 1, 128, 1},
-      {128, FJ_CAUSAL_TOP_LEFT, 1, 128, 1},
+      {128, FJ_CAUSAL_TOP_LEFT, 1, 128, 1},     {64, FJ_CAUSAL_NONE, 2, 192, -1},
+      {128, FJ_CAUSAL_NONE, 2, 192, -1},        {64, FJ_CAUSAL_NONE, 3, 128, 1},
   };
-  fj_mods cap;
-  fj_mods_init(&cap);
-  cap.softcap = 30.0f;
+  fj_mods mods[4];
+  for (int i = 0; i < 4; i++)
+    fj_mods_init(&mods[i]);
+  mods[1].softcap = 30.0f;
+  mods[2].window_left = 256;
+  mods[2].window_right = 0;
+  mods[3].score = "s * 0.5f";
   /* Each at three lengths (heads q/kv, seq q/kv) -- a short prefill, a
    * decode step over a long cache (GQA), a long prefill: the tile never
    * follows the length, so that a model's decode and prefill round alike
@@ -591,10 +599,34 @@ int test_family_fp8_sm90a(void)
                       FJ_BHSD);
       r.q_scale = r.k_scale = r.v_scale = scale;
       r.causal = rule[i].c;
-      r.mods = rule[i].softcap ? &cap : NULL;
+      r.mods = rule[i].mods ? &mods[rule[i].mods] : NULL;
       CHECK_OK(ctx, fj_attention_variant(ctx, &r, &chosen, &from));
       CHECK(chosen.tile_n == rule[i].n);
       CHECK(fj__fp8_flush(&chosen) == rule[i].flush);
+      /* The library's own picks compile with no spills (once each). */
+      if (l == 0 && !rule[i].mods && rule[i].d <= 128) {
+        fj_status pst;
+        fj_kernel_prepare(ctx, &chosen, 1, &o, &pst);
+        fj_kernel *own = prepared(ctx, &chosen, pst);
+        CHECK(own);
+        fj_resources res;
+        fj_kernel_resources(own, &res);
+        CHECK(res.spill_store_bytes == 0);
+      }
+      /* A tune keeps the key tile and flush (tune.c): they decide the
+       * rounding, which must not follow a tuned length class. */
+      if (l == 1) {
+        fj_variant cand[384];
+        size_t nc = fj__tune_candidates(ctx, &r, cand, FJ_ARRAY_LEN(cand)), others = 0;
+        CHECK(nc > 1);
+        for (size_t j = 0; j < nc; j++)
+          if (cand[j].mma == FJ_MMA_WGMMA) {
+            CHECK(cand[j].tile_n == chosen.tile_n);
+            CHECK(fj__fp8_flush(&cand[j]) == rule[i].flush);
+            others += cand[j].stages != chosen.stages || cand[j].tile_m != chosen.tile_m;
+          }
+        CHECK(others > 0);
+      }
     }
   CHECK(fp8_out_rules(ctx, &p) == 0);
   fj_bwd_plan bp;

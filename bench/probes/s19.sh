@@ -10,8 +10,10 @@
 #           at d64 among them) with mbarrier waits that trap, memcheck on
 #           one d64 call.  Any GPU.
 #   fp8     bench/fp8_compare.py beside cuDNN's FP8 at d64, d128, d256
-#           with --long: issue 32's ratios and long-context curve with the
-#           wider tiles (S19_FP8_ARGS: more arguments).  The H200 only
+#           with --long at d64 and d128: issue 32's ratios and long-context
+#           curves with the wider tiles, never flushed (d64's not yet
+#           measured) beside 128-key tiles flushed (S19_FP8_ARGS: more
+#           arguments).  The H200 only
 #           for a figure.
 #   fp8mods FP8 with the softcap at d64 and d128: the library's 128-key
 #           tiles beside 192 and 256 never flushed (no spills at either;
@@ -24,17 +26,19 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s19 "${1:-}" ${S19_SECONDS:-570}
+out=$(cd "$out" && pwd)  # the parts change directory (device_env.sh: build/)
 fj=$root/build/flashjit
 # checked TAG TEMPLATES ARGS...: each ARGS (one string) as a checked FP8
 # call under a copy of TEMPLATES whose mbarrier waits trap.
 checked() {
-  local tag=$1 t=$out/trap_$1 args
+  local tag=$1 t=$out/trap_$1 args i=0 log
   rm -rf "$t" && cp -r "$2" "$t" && shift 2
   sed -i 's/WGMMA_SPIN_LIMIT or 0/1 << 26/' "$t/attention_wgmma.cu"
   for args in "$@"; do
-    FLASHJIT_TEMPLATE_DIR=$t timeout $(bound 90) "$fj" run $args --dtype e4m3 --check --iters 3 >"$out/${tag}_check.log" 2>&1
-    echo "$tag check $args: exit $?; $(grep -oE 'variant=[^ ]+' "$out/${tag}_check.log" | head -1) $(grep -E '^check' "$out/${tag}_check.log" | grep -oE 'rel_err=[^ ]+|-> [A-Z]+' | tr '\n' ' ')"
-    grep -iE "error|trap|invalid|illegal" "$out/${tag}_check.log" | head -2
+    i=$((i + 1)) log=$out/${tag}_check_$i.log
+    FLASHJIT_TEMPLATE_DIR=$t timeout $(bound 90) "$fj" run $args --dtype e4m3 --check --iters 3 >"$log" 2>&1
+    echo "$tag check $args: exit $?; $(grep -oE 'variant=[^ ]+' "$log" | head -1) $(grep -E '^check' "$log" | grep -oE 'rel_err=[^ ]+|-> [A-Z]+' | tr '\n' ' ')"
+    grep -iE "error|trap|invalid|illegal" "$log" | head -2
   done
 }
 # rows TAG "SHAPE;SHAPE..." NAME=ARGS...: one line a shape, the FP8
@@ -74,7 +78,7 @@ part_fp8() {
   python3 -m pip install -q --no-index --no-deps --target /tmp/site "$root"/.whl/nvidia_cudnn_frontend-*.whl || return
   mkdir -p "$out/fp8"
   (cd "$root" && PYTHONPATH=/tmp/site:python FLASHJIT_LIB=build/libflashjit.so \
-    timeout $(bound 300) python3 bench/fp8_compare.py --dims ${S19_FP8_DIMS:-64,128,256} --iters 20 --long \
+    timeout $(bound 300) python3 bench/fp8_compare.py --dims ${S19_FP8_DIMS:-64,128,256} --iters 20 --long --long-dims 64,128 \
       ${S19_FP8_ARGS-} --out "$out/fp8") >"$out/fp8.log" 2>&1
   echo "s19 fp8: exit $?"
   grep -E "geomean|Error|^keys" "$out/fp8.log" | cut -c1-240 | head -60

@@ -81,7 +81,8 @@ const flag_def cli_flags[] = {
              "key tiles, -1 never (FlashAttention-3's way); like the "
              "structural flags, takes the variant the flags describe "
              "(default 0: the library's, every tile with 128-key tiles up "
-             "to head dim 128, never with wider tiles or above)"},
+             "to head dim 128, never with the library's wider tiles or "
+             "above)"},
     {"o-scale", 1, CMD_RUN, cli_set_o_scale, 0, .arg = "F",
      .help = "an e4m3 O's scale (--o-dtype e4m3): O is written as e4m3(O x "
              "F) (default 1)"},
