@@ -203,6 +203,19 @@ static fj_kernel *prepared(fj_ctx *ctx, const fj_variant *v, fj_status st)
   return k;
 }
 
+/* v compiled alone (o's workers), or NULL where it fails or spills. */
+static fj_kernel *compiled_unspilled(fj_ctx *ctx, const fj_variant *v,
+                                     const fj_prepare_opts *o)
+{
+  fj_status st;
+  fj_kernel_prepare(ctx, v, 1, o, &st);
+  fj_kernel *k = prepared(ctx, v, st);
+  fj_resources r;
+  if (k)
+    fj_kernel_resources(k, &r);
+  return k && r.spill_store_bytes == 0 ? k : NULL;
+}
+
 /* The wgmma family on sm_90a: the library's pick for every head dim it
  * takes x dtype x mask, and a sample of its other shapes (one and three
  * consumer warpgroups, 3 and 4 stages, the smallest and largest key
@@ -492,23 +505,15 @@ int test_family_fp8_sm90a(void)
    * accumulator only (two would not fit the registers). */
   fp8_variant(&v, 128, FJ_CAUSAL_TOP_LEFT, -1);
   v.tile_n = 192;
-  fj_status wst;
-  fj_kernel_prepare(ctx, &v, 1, &o, &wst);
-  fj_kernel *wide = prepared(ctx, &v, wst);
+  fj_kernel *wide = compiled_unspilled(ctx, &v, &o);
   CHECK(wide);
-  fj_resources wr;
-  fj_kernel_resources(wide, &wr);
-  CHECK(wr.spill_store_bytes == 0);
   const char *wptx = fj_kernel_ptx(wide, NULL);
   CHECK(strstr(wptx, "m64n192k32.f32.e4m3.e4m3") && strstr(wptx, "m64n128k32.f32.e4m3.e4m3"));
   /* 224 (FlashAttention-3's FP8 d128 tile): seven k steps of P V, the
    * last V^T box half read. */
   v.tile_n = 224;
-  fj_kernel_prepare(ctx, &v, 1, &o, &wst);
-  fj_kernel *w224 = prepared(ctx, &v, wst);
+  fj_kernel *w224 = compiled_unspilled(ctx, &v, &o);
   CHECK(w224);
-  fj_kernel_resources(w224, &wr);
-  CHECK(wr.spill_store_bytes == 0);
   CHECK(strstr(fj_kernel_ptx(w224, NULL), "m64n224k32.f32.e4m3.e4m3"));
   fp8_variant(&v, 128, FJ_CAUSAL_NONE, 1);
   v.tile_n = 192;
@@ -604,15 +609,8 @@ int test_family_fp8_sm90a(void)
       CHECK(chosen.tile_n == rule[i].n);
       CHECK(fj__fp8_flush(&chosen) == rule[i].flush);
       /* The library's own picks compile with no spills (once each). */
-      if (l == 0 && !rule[i].mods && rule[i].d <= 128) {
-        fj_status pst;
-        fj_kernel_prepare(ctx, &chosen, 1, &o, &pst);
-        fj_kernel *own = prepared(ctx, &chosen, pst);
-        CHECK(own);
-        fj_resources res;
-        fj_kernel_resources(own, &res);
-        CHECK(res.spill_store_bytes == 0);
-      }
+      if (l == 0 && !rule[i].mods && rule[i].d <= 128)
+        CHECK(compiled_unspilled(ctx, &chosen, &o));
       /* A tune keeps the key tile and flush (tune.c): they decide the
        * rounding, which must not follow a tuned length class. */
       if (l == 1) {

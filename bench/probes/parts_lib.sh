@@ -1,10 +1,12 @@
-# parts_lib.sh -- sourced by the sessions' probes (s15.sh .. s18.sh), from
+# parts_lib.sh -- sourced by the sessions' probes (s15.sh .. s19.sh), from
 # the repository root: one time bound over a device call's parts.
 #   parts_start TAG OUTDIR SECONDS  out (OUTDIR, or /tmp/fj-TAG; made),
 #                                   root (the repository root), the deadline
 #   bound N                         a part's seconds: N, or what is left
 #                                   (at least 1)
 #   parts_run TAG PART...           part_<PART> in turn while time is left
+#   fp8_rows TAG SHAPES NAME=BIN... the FP8 forward's median per shape
+#                                   under each binary and its arguments
 parts_start() {
   out=${2:-/tmp/fj-$1}
   mkdir -p "$out"
@@ -19,5 +21,27 @@ parts_run() {
     [ $SECONDS -lt $deadline ] || { echo "$tag: out of time before $p"; break; }
     echo "$tag part $p at ${SECONDS}s"
     part_$p
+  done
+}
+# fp8_rows TAG "SHAPE;SHAPE..." NAME=BIN ARGS...: one line a shape, the
+# FP8 forward's median (us) under each NAME's binary and arguments in
+# turn, two rounds.
+fp8_rows() {
+  local tag=$1 shape round v line us
+  local -a shapes cmd
+  IFS=';' read -ra shapes <<<"$2"
+  shift 2
+  for shape in "${shapes[@]}"; do
+    line="$tag $shape:"
+    for round in 1 2; do
+      for v in "$@"; do
+        # NAME=BIN ARGS...: the binary, then run, then its arguments (flashjit
+        # takes options after the subcommand).
+        read -ra cmd <<<"${v#*=}"
+        us=$(timeout 60 "${cmd[0]}" run --dtype e4m3 --shape $shape "${cmd[@]:1}" --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+        line="$line ${v%%=*}=${us:-?}"
+      done
+    done
+    echo "$line"
   done
 }

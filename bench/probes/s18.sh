@@ -56,28 +56,6 @@ trap_checks() {
     grep -iE "error|trap|invalid|illegal" "$out/${tag}_check.log" | head -2
   done
 }
-# fp8_rows TAG "SHAPE;SHAPE..." NAME=BIN ARGS...: one line a shape, the
-# FP8 forward's median (us) under each NAME's binary and arguments in
-# turn, two rounds.
-fp8_rows() {
-  local tag=$1 shape round v line us
-  local -a shapes cmd
-  IFS=';' read -ra shapes <<<"$2"
-  shift 2
-  for shape in "${shapes[@]}"; do
-    line="$tag $shape:"
-    for round in 1 2; do
-      for v in "$@"; do
-        # NAME=BIN ARGS...: the binary, then run, then its arguments (flashjit
-        # takes options after the subcommand).
-        read -ra cmd <<<"${v#*=}"
-        us=$(timeout 60 "${cmd[0]}" run --dtype e4m3 --shape $shape "${cmd[@]:1}" --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
-        line="$line ${v%%=*}=${us:-?}"
-      done
-    done
-    echo "$line"
-  done
-}
 part_vt() {
   (
   . bench/device_env.sh

@@ -41,24 +41,6 @@ checked() {
     grep -iE "error|trap|invalid|illegal" "$log" | head -2
   done
 }
-# rows TAG "SHAPE;SHAPE..." NAME=ARGS...: one line a shape, the FP8
-# forward's median (us) under each NAME's arguments in turn, two rounds.
-rows() {
-  local tag=$1 shape round v line us
-  local -a shapes
-  IFS=';' read -ra shapes <<<"$2"
-  shift 2
-  for shape in "${shapes[@]}"; do
-    line="$tag $shape:"
-    for round in 1 2; do
-      for v in "$@"; do
-        us=$(timeout 60 "$fj" run --dtype e4m3 --shape $shape ${v#*=} --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
-        line="$line ${v%%=*}=${us:-?}"
-      done
-    done
-    echo "$line"
-  done
-}
 part_fp8chk() {
   (
   . bench/device_env.sh
@@ -90,10 +72,10 @@ part_fp8mods() {
     "--shape 2,8,700,64 --causal --softcap 30 --tile-n 192 --fp8-flush -1" \
     "--shape 1,4,1000,64 --softcap 30 --tile-n 256 --fp8-flush -1" \
     "--shape 1,4,1000,128 --softcap 30 --tile-n 192 --fp8-flush -1"
-  rows mods "4,32,4096,64 --softcap 30;4,32,4096,64 --causal --softcap 30" \
-    "own=" "n192=--tile-n 192 --fp8-flush -1" "n256=--tile-n 256 --fp8-flush -1"
-  rows mods "4,16,4096,128 --softcap 30;4,16,4096,128 --causal --softcap 30" \
-    "own=" "n192=--tile-n 192 --fp8-flush -1"
+  fp8_rows mods "4,32,4096,64 --softcap 30;4,32,4096,64 --causal --softcap 30" \
+    "own=$fj" "n192=$fj --tile-n 192 --fp8-flush -1" "n256=$fj --tile-n 256 --fp8-flush -1"
+  fp8_rows mods "4,16,4096,128 --softcap 30;4,16,4096,128 --causal --softcap 30" \
+    "own=$fj" "n192=$fj --tile-n 192 --fp8-flush -1"
   ) 2>&1 | cut -c1-260
 }
 part_bwd() {
