@@ -864,11 +864,11 @@ static fj_status vt_pass(fj_ctx *ctx, const fj_problem *p, void *vt_fn,
 {
   int64_t keys = kp->vt_keys, d = p->head_dim;
   int64_t s[3] = {(int64_t)p->heads_kv * d * keys, d * keys, keys};
-  /* Boxes of the kernel's V^T rows (fj__plan_vt_rows: the head dim in
-   * 64s, as the kernel's DV). */
+  /* Boxes of head_dim rows: the kernel's V^T rows (its DV; FP8's head
+   * dims are multiples of 64, P V and O unpadded). */
   fj_status st = fj__tensor_map(ctx, kp->vt, FJ_E4M3, s, kp->vt_keys,
                                 p->head_dim, p->heads_kv, p->batch,
-                                fj__plan_vt_rows(p->head_dim), &maps->v);
+                                p->head_dim, &maps->v);
   void *args[1] = {kp};
   fj_launch l = {vt_fn, {(unsigned)(keys / 128), (unsigned)(d / 64),
                          (unsigned)(p->batch * p->heads_kv)},

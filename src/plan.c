@@ -392,18 +392,12 @@ static void wgmma_choice(fj_variant *v, const fj_problem *p)
    * by length, so that decode and prefill of one model round alike (the
    * key tile decides P's and O's rounding; README, "FP8"); two consumer
    * warpgroups.  Wider than 128 keys, O's FP8 partial stays in the
-   * tensor cores' accumulator (variant.c's fp8_flush default: never),
-   * whose error at 128k keys was 1.04x its error at 4k (d128, 192 keys;
-   * docs/PERF.md F4; not measured at d64).  On the H100 (F4), cuDNN
-   * FP8's time over ours against 128-key tiles flushed every tile: head
-   * dim 128 at 192 keys 1.08x (no mask) and 1.12x (causal), 224 keys
-   * 1.07x and 1.08x; head dim 64, in µs against main's P V at 128
-   * columns (128-key tiles), 256 keys without a mask 1.29x (192 keys
-   * 1.18x), with a causal mask 192 keys 1.13x (256 keys 1.03x).  Head
-   * dims 192 and 256 keep 128 keys (160 at 192 ran 2% slower);
-   * expressions, softcap and block masks too (wider tiles compile for
-   * them with no spills but were not yet timed or checked; block sizes
-   * 192 does not divide). */
+   * tensor cores' accumulator (variant.c's fp8_flush default: never).
+   * The widths are the fastest of 128-256 on the H100 (docs/PERF.md F4,
+   * with their error at 128k keys); head dims 192 and 256 keep 128 keys,
+   * and so do expressions, softcap and block masks (wider tiles compile
+   * for them with no spills but were not yet timed or checked; block
+   * sizes 192 does not divide). */
   if (v->dtype == FJ_E4M3) {
     int masked = v->causal != FJ_CAUSAL_NONE || mi.window;
     v->tile_m = 128;
@@ -597,13 +591,6 @@ int fj__plan_class(const fj_ctx *ctx, const fj_problem *p)
 }
 
 /* ---- splits, grids, workspace ------------------------------------------------------ */
-
-/* The rows of FP8 attention's V^T boxes (the head dim in 64s, as
- * attention_wgmma.cu's DV for e4m3: P V and O take no padded columns). */
-int fj__plan_vt_rows(int head_dim)
-{
-  return (head_dim + 63) / 64 * 64;
-}
 
 size_t fj__plan_vt_bytes(const fj_problem *p, const fj_variant *v)
 {

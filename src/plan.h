@@ -41,7 +41,6 @@ int fj__combine_warps(int splits);
 /* FP8 attention (dtype e4m3): the bytes of V^T the workspace begins
  * with (kparams.h's vt); 0 for other variants. */
 size_t fj__plan_vt_bytes(const fj_problem *p, const fj_variant *v);
-int fj__plan_vt_rows(int head_dim);
 /* The plan of variant v for p, its kernel's template having said m: splits
  * (problem.splits, else the rule), grids, workspace.  The caller fills
  * plan->from. */

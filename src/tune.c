@@ -257,10 +257,10 @@ static size_t wgmma_candidates(const fj_variant *base, fj_variant *out,
   static const int tn[] = {64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256};
   for (int c = 1; c <= 3; c++)
     for (size_t b = 0; b < sizeof tn / sizeof tn[0]; b++)
-      for (int st = 2; st <= 4 && n < max; st++) {
+      for (int st = 2; st <= 4 && n < max &&
+                       (base->dtype != FJ_E4M3 || tn[b] == base->tile_n);
+           st++) {
         fj_variant v = *base;
-        if (base->dtype == FJ_E4M3 && tn[b] != base->tile_n)
-          continue;
         v.mma = FJ_MMA_WGMMA;
         v.softmax = FJ_SOFTMAX_REGS;
         v.swizzle = FJ_SWIZZLE_XOR;

@@ -72,11 +72,12 @@
   local DV = panels(DVR)
   local FP8 = dtype == "e4m3"
   -- FP8's V^T has the head dim as its rows (each 128 keys, one 128-byte
-  -- panel), so P V and O take it in 64s, not in 128-byte panels: head dim
-  -- 64 at 64 columns, 192 at 192 (not 128 and 256: a quarter to a half of
-  -- P V's products on zeros).  The host's V^T boxes have as many rows
-  -- (attention.c's vt_pass: fj__plan_vt_rows).
-  if FP8 then DV = (DVR + 63) // 64 * 64 end
+  -- panel), so P V and O take the head dim itself (a multiple of 64, one
+  -- for Q, K and V: refused below otherwise), not 128-byte panels: 64 at
+  -- 64 columns, 192 at 192 (not 128 and 256: a quarter to a half of P V's
+  -- products on zeros).  The host's V^T boxes have head_dim rows
+  -- (attention.c's vt_pass).
+  if FP8 then DV = DVR end
   local SPLIT = DVR ~= DR
   -- FP8 attention (dtype e4m3): Q, K and V in e4m3, S = Q K^T and O += P V
   -- on FP8 wgmma (k32), both operands K-major -- so V arrives transposed
@@ -433,7 +434,7 @@ extern "C" __global__ void __launch_bounds__(256) {{ symbol }}_vt(const fj::Para
     o[g][2] = __byte_perm(t1, u1, 0x5410); o[g][3] = __byte_perm(t1, u1, 0x7632);
   }
   // head_dim (DR) rows a (batch, KV head), as the host lays them out (the
-  // main kernel's boxes have as many rows: fj__plan_vt_rows, its DV).
+  // main kernel's boxes have as many rows: its DV).
   unsigned char *out = p.vt + ((long long)blockIdx.z * {{ DR }} + d0 + 4 * dq) * p.vt_keys + n0 + 8 * cc;
 #pragma unroll
   for (int i = 0; i < 4; ++i)
