@@ -136,6 +136,7 @@ def main():
                 print(f"geomean D={D} causal={causal}: cuDNN time / flashjit time {gm:.3f} "
                       f"over S={[r['S'] for r in sel]}; deterministic / default time {dm:.3f}",
                       flush=True)
+    os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "bwd_compare.json"), "w") as f:
         json.dump(rows, f, indent=1)
 

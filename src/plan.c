@@ -373,13 +373,15 @@ static void wgmma_choice(fj_variant *v, const fj_problem *p)
    * tiles above; 1024 keys without a mask: a tie); at 256 64-key tiles
    * (1.03-1.30x); at 192 64-key tiles causal at 512 (1.10x; a tie at
    * 1024); at 64 two consumer warpgroups, not three, causal (1.13-1.16x;
-   * a tie without a mask). */
+   * a tie without a mask), with four stages (the H100, 2026-12-06: 1.03x
+   * two stages at both lengths; docs/PERF.md, "Short sequences"). */
   int short_kv = short_keys(p);
   if (short_kv) {
     int causal = v->causal != FJ_CAUSAL_NONE;
     if (d == 64 && causal) {
       v->tile_m = 128;
       v->warps = 12;
+      v->stages = 4;
     } else if (d == 128 && (causal || short_kv == 2)) {
       v->tile_n = 128;
     } else if (d == 192 && causal && short_kv == 2) {

@@ -316,6 +316,47 @@ int test_family_wgmma_refusals(void)
   return 0;
 }
 
+/* The wgmma family's picks for short sequences (plan.c's short_keys:
+ * 16k tokens at S = 512 and 1024, what `flashjit tune` found), beside
+ * the same head dims at S = 2048; the causal d64 pick with its four
+ * stages compiles with no spills. */
+int test_family_wgmma_short(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  static const struct {
+    int d, s;
+    fj_causal c;
+    int tile_m, tile_n, warps, stages;
+  } rule[] = {
+      {64, 512, FJ_CAUSAL_TOP_LEFT, 128, 128, 12, 4},   {64, 1024, FJ_CAUSAL_TOP_LEFT, 128, 128, 12, 4},
+      {64, 2048, FJ_CAUSAL_TOP_LEFT, 192, 128, 16, 2},  {64, 512, FJ_CAUSAL_NONE, 192, 128, 16, 2},
+      {128, 512, FJ_CAUSAL_NONE, 128, 128, 12, 2},      {128, 1024, FJ_CAUSAL_NONE, 128, 160, 12, 2},
+      {128, 1024, FJ_CAUSAL_TOP_LEFT, 128, 128, 12, 2}, {128, 2048, FJ_CAUSAL_TOP_LEFT, 128, 176, 12, 2},
+      {256, 1024, FJ_CAUSAL_NONE, 128, 64, 12, 2},      {256, 2048, FJ_CAUSAL_NONE, 128, 80, 12, 2},
+  };
+  fj_prepare_opts o = {1, NULL, NULL};
+  for (size_t i = 0; i < FJ_ARRAY_LEN(rule); i++) {
+    fj_problem p;
+    fj_problem_init(&p, 16384 / rule[i].s, 2048 / rule[i].d, 2048 / rule[i].d, rule[i].s,
+                    rule[i].s, rule[i].d, FJ_BF16, FJ_BHSD);
+    p.causal = rule[i].c;
+    fj_variant v;
+    fj_choice from;
+    CHECK_OK(ctx, fj_attention_variant(ctx, &p, &v, &from));
+    if (v.tile_m != rule[i].tile_m || v.tile_n != rule[i].tile_n || v.warps != rule[i].warps ||
+        v.stages != rule[i].stages)
+      printf("d%d S=%d causal %d: m%d n%d w%d s%d\n", rule[i].d, rule[i].s, (int)rule[i].c,
+             v.tile_m, v.tile_n, v.warps, v.stages);
+    CHECK(v.mma == FJ_MMA_WGMMA && v.tile_m == rule[i].tile_m && v.tile_n == rule[i].tile_n &&
+          v.warps == rule[i].warps && v.stages == rule[i].stages);
+    if (i == 0)
+      CHECK(compiled_unspilled(ctx, &v, &o));
+  }
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
 /* ---- refusals ------------------------------------------------------------------ */
 
 static int refused(fj_ctx *ctx, const fj_variant *v, fj_status want,

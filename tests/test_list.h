@@ -106,6 +106,7 @@ TEST(family_mma_sm80_sm90, cpu)
 TEST(family_wgmma_sm90a, cpu)
 TEST(family_wgmma_refusals, cpu)
 TEST(family_fp8_sm90a, cpu)
+TEST(family_wgmma_short, cpu)
 TEST(family_refusals, cpu)
 TEST(family_lut_disagrees, cpu)
 /* split head dims: head_dim_v (test_head_dim_v.c) */

@@ -23,6 +23,16 @@
 #   bwd     bench/bwd_compare.py --quick at d64, d128, d256 (issue 31's
 #           ratios; S19_BWD_DIMS)
 #   short   bench/sdpa_compare.py's S 512 and 1024 cells (issue 34)
+#   comb    branch comb (the split-KV combine in column slices of 128,
+#           build-comb/ carried, slimmed): gpu_mla_paged, gpu_wide_heads and
+#           gpu_serving_varlen under its build, then bench/mla_compare.py
+#           under main's build and comb's, twice, each its own disk cache.
+#           Predicted: the single MLA decode 1-3 us faster (16 combine
+#           blocks -> 64), the batched ones unchanged.
+#   shorttune  flashjit tune --no-save on the short cells below 1 in H2
+#           (d256 none at 512 and 1024, d64 causal at 512; bf16): how far
+#           the heuristic's pick is from the best candidate (S20_TUNE:
+#           shapes, ';'-separated, each with its flags)
 set -u
 . bench/probes/parts_lib.sh
 parts_start s19 "${1:-}" ${S19_SECONDS:-570}
@@ -91,6 +101,34 @@ part_short() {
     >"$out/short.log" 2>&1
   echo "s19 short: exit $?"
   grep -E "geomean|Error" "$out/short.log" | cut -c1-240 | head -20
+}
+part_comb() {
+  (
+  . bench/device_env.sh
+  cd "$root/build-comb" && . "$root/bench/probes/ab_lib.sh" &&
+    ab_tests comb "$out" "${S20_COMB_TESTS-gpu_mla_paged:90 gpu_wide_heads:90 gpu_serving_varlen:60}"
+  ) 2>&1 | cut -c1-260
+  local lib round
+  for round in 1 2; do
+    for lib in build build-comb; do
+      (cd "$root" && FLASHJIT_CACHE_DIR=/tmp/fjc-$lib PYTHONPATH=python FLASHJIT_LIB=$lib/libflashjit.so \
+        timeout $(bound 100) python3 bench/mla_compare.py --iters 50 --out "$out/mla_${lib}_$round") \
+        >"$out/mla_${lib}_$round.log" 2>&1
+      echo "comb mla $lib round $round: exit $?"
+      grep -E "^mla" "$out/mla_${lib}_$round.log" | cut -c1-200
+    done
+  done
+}
+part_shorttune() {
+  local shape i=0
+  IFS=';' read -ra shapes <<<"${S20_TUNE:-32,8,512,256;16,8,1024,256;32,32,512,64 --causal;16,32,1024,64 --causal}"
+  for shape in "${shapes[@]}"; do
+    i=$((i + 1))
+    timeout $(bound 150) "$fj" tune --dtype bf16 --shape $shape --iters 20 --no-save --no-disk-cache \
+      >"$out/tune_$i.log" 2>&1
+    echo "s19 tune $shape: exit $?"
+    grep -E "^best|^heuristic|^candidates|^compile" "$out/tune_$i.log" | cut -c1-200
+  done
 }
 (cd "$root" && . bench/device_env.sh >/dev/null && nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s19 gpu: /')
 parts_run s19 ${S19_PARTS:-fp8chk fp8}
