@@ -40,13 +40,10 @@
 # idle machine spent the rest): fp8wide.patch (widened to key tiles of
 # 128-256 in steps of 32) passed its checks and tests there and landed
 # with the wider tiles as the library's FP8 choice (PERF.md F4, C29).
-# First thing next, on any GPU: `S19_PARTS=fp8chk bash
-# bench/probes/s19.sh $OUT` (gpu_fp8_forward's library-choice cases at
-# d64 -- 256 keys unmasked, 192 causal, never flushed -- and checked calls
-# of the library's FP8 choice, a window among them, have not run).  Then
-# on the H200: s19.sh's fp8 (issue 32's ratio with the new tiles), its
-# fp8mods (FP8 softcap at wider tiles), bwd and short;
-# s17.sh's cmp (the backward's ratio with bwdrows and the rotation), the
+# The twentieth ran all of s19.sh (fp8chk and fp8mods on an H100; fp8,
+# bwd, short, shorttune and comb on the H200: PERF.md F5, T12, H4, C30,
+# C31).  Next: s19.sh's shortn (the short cells below 1 beside 128-key
+# tiles) where it did not run; s17.sh's cmp (the backward's ratio with bwdrows and the rotation), the
 # forward sweep (`PARTS=bench`), the FP8 KV ratios at d80/d96 (`PARTS=fp8kv
 # bash bench/device_check.sh`); then a, j, s and c as below.
 #   l: the gradient through the returned log-sum-exp (fj_problem.dlse,

@@ -29,6 +29,9 @@
 #           under main's build and comb's, twice, each its own disk cache.
 #           Predicted: the single MLA decode 1-3 us faster (16 combine
 #           blocks -> 64), the batched ones unchanged.
+#   shortn  the two short cells below 1 in H4 (d96, d128 without a mask at
+#           S = 1024: the 160-key pick) beside 128-key tiles, bf16, two
+#           rounds of `flashjit run` medians (us)
 #   shorttune  flashjit tune --no-save on the short cells below 1 in H2
 #           (d256 none at 512 and 1024, d64 causal at 512; bf16): how far
 #           the heuristic's pick is from the best candidate (S20_TUNE:
@@ -97,26 +100,40 @@ part_bwd() {
 part_short() {
   mkdir -p "$out/short"
   (cd "$root" && PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so timeout $(bound 200) \
-    python3 bench/sdpa_compare.py --sweep-only --dims 64,128,256 --seqs 512,1024 --dtype bf16 --iters 30 --out "$out/short") \
+    python3 bench/sdpa_compare.py --sweep-only --dims ${S19_SHORT_DIMS:-64,128,256} --seqs 512,1024 --dtype bf16 --iters 30 --out "$out/short") \
     >"$out/short.log" 2>&1
   echo "s19 short: exit $?"
   grep -E "geomean|Error" "$out/short.log" | cut -c1-240 | head -20
 }
 part_comb() {
-  (
+  [ -n "${S20_COMB_TESTS-x}" ] && (
   . bench/device_env.sh
   cd "$root/build-comb" && . "$root/bench/probes/ab_lib.sh" &&
     ab_tests comb "$out" "${S20_COMB_TESTS-gpu_mla_paged:90 gpu_wide_heads:90 gpu_serving_varlen:60}"
   ) 2>&1 | cut -c1-260
   local lib round
   for round in 1 2; do
-    for lib in build build-comb; do
+    for lib in ${S20_COMB_ORDER:-build build-comb}; do
       (cd "$root" && FLASHJIT_CACHE_DIR=/tmp/fjc-$lib PYTHONPATH=python FLASHJIT_LIB=$lib/libflashjit.so \
         timeout $(bound 100) python3 bench/mla_compare.py --iters 50 --out "$out/mla_${lib}_$round") \
         >"$out/mla_${lib}_$round.log" 2>&1
       echo "comb mla $lib round $round: exit $?"
       grep -E "^mla" "$out/mla_${lib}_$round.log" | cut -c1-200
     done
+  done
+}
+part_shortn() {
+  local shape round line v us
+  for shape in 16,21,1024,96 16,16,1024,128 32,21,512,96; do
+    line="shortn $shape:"
+    for round in 1 2; do
+      for v in own n128; do
+        us=$(timeout $(bound 60) "$fj" run --dtype bf16 --shape $shape $([ $v = n128 ] && echo --mma wgmma --tile-n 128) \
+          --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+        line="$line $v=${us:-?}"
+      done
+    done
+    echo "$line"
   done
 }
 part_shorttune() {
