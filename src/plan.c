@@ -397,9 +397,10 @@ static void wgmma_choice(fj_variant *v, const fj_problem *p)
    * tensor cores' accumulator (variant.c's fp8_flush default: never).
    * The widths are the fastest of 128-256 on the H100 (docs/PERF.md F4,
    * with their error at 128k keys); head dims 192 and 256 keep 128 keys,
-   * and so do expressions, softcap and block masks (wider tiles compile
-   * for them with no spills but were not yet timed or checked; block
-   * sizes 192 does not divide). */
+   * and so do expressions, softcap and block masks (with the softcap the
+   * wider tiles passed their checks but ran 1.05-1.2x slower at d64 and
+   * 1.02-1.03x at d128 on the H100, PERF.md F5; block sizes 192 does not
+   * divide). */
   if (v->dtype == FJ_E4M3) {
     int masked = v->causal != FJ_CAUSAL_NONE || mi.window;
     v->tile_m = 128;
