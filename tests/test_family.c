@@ -344,12 +344,13 @@ int test_family_wgmma_short(void)
     fj_variant v;
     fj_choice from;
     CHECK_OK(ctx, fj_attention_variant(ctx, &p, &v, &from));
-    if (v.tile_m != rule[i].tile_m || v.tile_n != rule[i].tile_n || v.warps != rule[i].warps ||
-        v.stages != rule[i].stages)
+    int as_ruled = v.mma == FJ_MMA_WGMMA && v.tile_m == rule[i].tile_m &&
+                   v.tile_n == rule[i].tile_n && v.warps == rule[i].warps &&
+                   v.stages == rule[i].stages;
+    if (!as_ruled)
       printf("d%d S=%d causal %d: m%d n%d w%d s%d\n", rule[i].d, rule[i].s, (int)rule[i].c,
              v.tile_m, v.tile_n, v.warps, v.stages);
-    CHECK(v.mma == FJ_MMA_WGMMA && v.tile_m == rule[i].tile_m && v.tile_n == rule[i].tile_n &&
-          v.warps == rule[i].warps && v.stages == rule[i].stages);
+    CHECK(as_ruled);
     if (i == 0)
       CHECK(compiled_unspilled(ctx, &v, &o));
   }

@@ -5,8 +5,9 @@
 #   bound N                         a part's seconds: N, or what is left
 #                                   (at least 1)
 #   parts_run TAG PART...           part_<PART> in turn while time is left
-#   fp8_rows TAG SHAPES NAME=BIN... the FP8 forward's median per shape
+#   rows TAG DTYPE SHAPES NAME=BIN...  the forward's median per shape
 #                                   under each binary and its arguments
+#   fp8_rows TAG SHAPES NAME=BIN... rows in e4m3
 parts_start() {
   out=${2:-/tmp/fj-$1}
   mkdir -p "$out"
@@ -23,14 +24,14 @@ parts_run() {
     part_$p
   done
 }
-# fp8_rows TAG "SHAPE;SHAPE..." NAME=BIN ARGS...: one line a shape, the
-# FP8 forward's median (us) under each NAME's binary and arguments in
-# turn, two rounds.
-fp8_rows() {
-  local tag=$1 shape round v line us
+# rows TAG DTYPE "SHAPE;SHAPE..." NAME=BIN ARGS...: one line a shape, the
+# forward's median (us) in DTYPE under each NAME's binary and arguments
+# in turn, two rounds.
+rows() {
+  local tag=$1 dtype=$2 shape round v line us
   local -a shapes cmd
-  IFS=';' read -ra shapes <<<"$2"
-  shift 2
+  IFS=';' read -ra shapes <<<"$3"
+  shift 3
   for shape in "${shapes[@]}"; do
     line="$tag $shape:"
     for round in 1 2; do
@@ -38,10 +39,11 @@ fp8_rows() {
         # NAME=BIN ARGS...: the binary, then run, then its arguments (flashjit
         # takes options after the subcommand).
         read -ra cmd <<<"${v#*=}"
-        us=$(timeout 60 "${cmd[0]}" run --dtype e4m3 --shape $shape "${cmd[@]:1}" --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+        us=$(timeout 60 "${cmd[0]}" run --dtype $dtype --shape $shape "${cmd[@]:1}" --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
         line="$line ${v%%=*}=${us:-?}"
       done
     done
     echo "$line"
   done
 }
+fp8_rows() { local tag=$1; shift; rows "$tag" e4m3 "$@"; }

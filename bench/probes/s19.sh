@@ -123,18 +123,7 @@ part_comb() {
   done
 }
 part_shortn() {
-  local shape round line v us
-  for shape in 16,21,1024,96 16,16,1024,128 32,21,512,96; do
-    line="shortn $shape:"
-    for round in 1 2; do
-      for v in own n128; do
-        us=$(timeout $(bound 60) "$fj" run --dtype bf16 --shape $shape $([ $v = n128 ] && echo --mma wgmma --tile-n 128) \
-          --iters 30 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
-        line="$line $v=${us:-?}"
-      done
-    done
-    echo "$line"
-  done
+  rows shortn bf16 "16,21,1024,96;16,16,1024,128;32,21,512,96" "own=$fj" "n128=$fj --mma wgmma --tile-n 128"
 }
 part_shorttune() {
   local shape i=0
