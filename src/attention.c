@@ -724,6 +724,8 @@ fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
       {"version", FJ_PARAM_STR, 0, fj_version(), NULL},
       {"params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_kparams), NULL, NULL},
       {"head_dim", FJ_PARAM_INT, d, NULL, NULL},
+      /* A block's columns: the plan's grid y is their slices. */
+      {"cols", FJ_PARAM_INT, fj__combine_cols(d), NULL, NULL},
       {"dtype", FJ_PARAM_STR, 0, fj_dtype_name(v->dtype), NULL},
       {"varlen", FJ_PARAM_BOOL, v->varlen, NULL, NULL},
       {"sinks", FJ_PARAM_BOOL, sinks, NULL, NULL},

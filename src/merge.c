@@ -44,9 +44,10 @@ static fj_status check_aligned(const fj_ctx *ctx, const char *name,
 }
 
 /* The rows the combine covers and its grid: 4 / fj__combine_warps rows a
- * block of 128 threads, as plan.c plans split-KV's. */
+ * block of 128 threads, y the slices of their columns, as plan.c plans
+ * split-KV's. */
 static fj_status merge_grid(const fj_ctx *ctx, const fj_problem *p, int parts,
-                            unsigned *grid)
+                            unsigned grid[2])
 {
   uint64_t rows = (uint64_t)p->batch * (uint64_t)p->heads_q *
                   (uint64_t)p->seq_q;
@@ -58,7 +59,8 @@ static fj_status merge_grid(const fj_ctx *ctx, const fj_problem *p, int parts,
                     "merges at most %llu",
                     (unsigned long long)rows, parts,
                     (unsigned long long)INT32_MAX * per_block);
-  *grid = (unsigned)blocks;
+  grid[0] = (unsigned)blocks;
+  grid[1] = (unsigned)fj__combine_slices(fj__problem_dv(p));
   return FJ_OK;
 }
 
@@ -103,7 +105,7 @@ static void merge_variant(const fj_problem *p, fj_variant *v)
 static fj_status merge_launch(fj_ctx *ctx, const fj_problem *p,
                               const fj_variant *v, int parts,
                               const float *o_parts, const float *lse_parts,
-                              void *o, float *lse, unsigned grid,
+                              void *o, float *lse, const unsigned grid[2],
                               void *stream)
 {
   fj_devptr ptrs[FJ_DEVPTR_MAX];
@@ -126,7 +128,7 @@ static fj_status merge_launch(fj_ctx *ctx, const fj_problem *p,
   kp.o_part = (float *)(uintptr_t)o_parts;  /* only read */
   kp.lse_part = (float *)(uintptr_t)lse_parts;
   void *args[1] = {&kp};
-  fj_launch l = {fn, {grid, 1, 1}, {128, 1, 1}, 0, stream, args, 0};
+  fj_launch l = {fn, {grid[0], grid[1], 1}, {128, 1, 1}, 0, stream, args, 0};
   return fj__cu_launch(ctx, &l);
 }
 
@@ -142,10 +144,10 @@ fj_status fj_attention_merge(fj_ctx *ctx, const fj_problem *p, int parts,
                         : !lse_parts ? "lse_parts"
                                      : "o");
   fj__clear_error(ctx);
-  unsigned grid = 0;
+  unsigned grid[2] = {0, 0};
   fj_status st = merge_check(ctx, p, parts, o_parts, lse_parts, o, lse);
   if (st == FJ_OK)
-    st = merge_grid(ctx, p, parts, &grid);
+    st = merge_grid(ctx, p, parts, grid);
   if (st != FJ_OK)
     return st;
   /* Built first: a compile-only context makes the kernel (for the disk

@@ -624,6 +624,17 @@ int fj__combine_warps(int splits)
   return splits <= 4 ? 1 : splits <= 8 ? 2 : 4;
 }
 
+int fj__combine_cols(int head_dim_v)
+{
+  return head_dim_v < 128 ? head_dim_v : 128;
+}
+
+int fj__combine_slices(int head_dim_v)
+{
+  int cols = fj__combine_cols(head_dim_v);
+  return (head_dim_v + cols - 1) / cols;
+}
+
 /* FlashAttention's rule: no split when the grid fills 80% of a wave or
  * the keys are 4 tiles or fewer; otherwise, of the counts up to 128 and the key tiles that change the
  * tiles per split, the smallest whose waves are at least 85% as full as
@@ -762,8 +773,9 @@ fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
   plan->grid[2] = (unsigned)p->batch;
   if (!v->split_kv)
     return FJ_OK;
-  /* The combine: 4 / fj__combine_warps rows a block of 128 threads
-   * (combine.cu). */
+  /* The combine: 4 / fj__combine_warps rows a block of 128 threads, y
+   * the slices of their columns (combine.cu): at most 5, of
+   * FJ_HEAD_DIM_MAX columns, far inside a grid's 65535. */
   uint64_t all = (uint64_t)p->batch * (uint64_t)p->heads_q * (uint64_t)p->seq_q;
   uint64_t per_block = 4 / (uint64_t)fj__combine_warps(plan->splits);
   if ((all + per_block - 1) / per_block > INT32_MAX)
@@ -772,7 +784,8 @@ fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
                     "most %llu", (unsigned long long)all, plan->splits,
                     (unsigned long long)INT32_MAX * per_block);
   plan->combine_grid[0] = (unsigned)((all + per_block - 1) / per_block);
-  plan->combine_grid[1] = plan->combine_grid[2] = 1;
+  plan->combine_grid[1] = (unsigned)fj__combine_slices(fj__head_dim_v(v));
+  plan->combine_grid[2] = 1;
   plan->combine_threads = 128;
   uint64_t floats;
   if (__builtin_mul_overflow(all * (uint64_t)plan->splits,

@@ -38,6 +38,11 @@ int fj__plan_wgmma_fits(const fj_ctx *ctx, const fj_problem *p);
  * combine.cu): enough that each warp loads all its splits' partials at
  * once up to 32 splits. */
 int fj__combine_warps(int splits);
+/* The split-KV combine's columns a block (combine.cu's cols) for O's
+ * head_dim_v columns: slices of at most 128, so that a wide O spreads over
+ * more blocks; and the slices a row takes, its grid's y. */
+int fj__combine_cols(int head_dim_v);
+int fj__combine_slices(int head_dim_v);
 /* FP8 attention (dtype e4m3): the bytes of V^T the workspace begins
  * with (kparams.h's vt); 0 for other variants. */
 size_t fj__plan_vt_bytes(const fj_problem *p, const fj_variant *v);

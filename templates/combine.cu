@@ -4,32 +4,45 @@
   natural-log sum-exp as float32 partials ([split][batch][heads_q][seq_q],
   then head_dim floats a row).  Here p.combine_warps warps (1, 2 or 4, by
   the plan from the split count) merge one row, 4 / p.combine_warps rows a
-  block; warp w of a row takes splits w, w + warps, ... :
+  block; a block takes one slice of its rows' columns, cols wide (the
+  host's fj__combine_cols: at most 128), slice blockIdx.y, so that a wide
+  O (MLA's 512 columns) spreads over more blocks than rows / 4.  Warp w of
+  a row takes splits w, w + warps, ... :
     lse = log(sum_s exp(lse_s))        (max first: no overflow)
     O   = sum_s exp(lse_s - lse) O_s   each warp its splits in order, then
                                        the warps' sums in warp order,
   the same order every run (the warps per row depend on the split count
-  alone), and writes O in the output's dtype and strides, and the LSE if
-  asked.  A range that saw no key (lse_s = -inf) adds nothing; a row no
-  range saw gets O = 0 and LSE -inf, as the one-kernel path gives.  For
-  varlen problems (varlen) a row past its sequence's end is no row:
-  skipped, and O's rows start at the sequence's first.  With attention
-  sinks (sinks), the row's head's sink joins here, once (the partials
-  leave it out):
+  alone; each slice's block finds the row's lse and weights alike, and a
+  column's sum does not depend on the slice that holds it), and writes
+  its columns of O in the output's dtype and strides, and the LSE if
+  asked (slice 0).  A range that saw no key (lse_s = -inf) adds nothing;
+  a row no range saw gets O = 0 and LSE -inf, as the one-kernel path
+  gives.  For varlen problems (varlen) a row past its sequence's end is
+  no row: skipped, and O's rows start at the sequence's first.  With
+  attention sinks (sinks), the row's head's sink joins here, once (the
+  partials leave it out):
     lse = log(exp(sink[h]) + sum_s exp(lse_s)),
   so that the weights exp(lse_s - lse) sum to less than 1; a row no range
   saw gets O = 0 and LSE = the sink.  On sm_90 and newer the kernel is
   launched to start early (programmatic dependent launch) and waits for
   the attention kernel's writes before its first read.
-  Parameters: head_dim, dtype, varlen, sinks, sm, symbol.
+  Parameters: head_dim, cols, dtype, varlen, sinks, sm, symbol.
 #}
 {%
-  local D = head_dim
-  local PER = (D + 31) // 32
+  local D, C = head_dim, cols
+  if C < 1 or C > D then
+    error(("combine.cu: cols %d is not in 1..head_dim %d"):format(C, D))
+  end
+  local PER = (C + 31) // 32
   local WARPS = 4
   local UNROLL = 8  -- a warp's splits whose partials are loaded at once
-  -- Columns lane + 32 i; guarded where head_dim is not a multiple of 32.
-  local GUARD = D % 32 == 0 and "true" or ("lane + 32 * i < %d"):format(D)
+  -- Columns c0 + lane + 32 i of the slice that starts at c0; guarded where
+  -- the slice is not a multiple of 32 wide, or the last one ends past
+  -- head_dim.
+  local guards = {}
+  if C % 32 ~= 0 then guards[#guards + 1] = ("lane + 32 * i < %d"):format(C) end
+  if D % C ~= 0 then guards[#guards + 1] = ("c0 + lane + 32 * i < %d"):format(D) end
+  local GUARD = #guards > 0 and table.concat(guards, " && ") or "true"
   meta.symbol = symbol
   meta.threads = 32 * WARPS
   meta.smem_bytes = 0
@@ -65,7 +78,8 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
   const long long row0 = 0;
 {% end %}
   const float *lse_s = p.lse_part + f;
-  const float *src = p.o_part + f * {{ D }} + lane;
+  const int c0 = blockIdx.y * {{ C }};  // the slice's first column
+  const float *src = p.o_part + f * {{ D }} + c0 + lane;
   const long long step = rows * {{ D }};
   const int mine = live ? (p.splits - part + wpr - 1) / wpr : 0;
   float x[{{ UNROLL }}][{{ PER }}], l[{{ UNROLL }}];
@@ -132,6 +146,6 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
   fj::elem_t *dst = static_cast<fj::elem_t *>(p.o) + b * p.o_stride[0] + h * p.o_stride[1] + (row0 + row) * p.o_stride[2];
 #pragma unroll
   for (int i = 0; i < {{ PER }}; ++i)
-    if ({{ GUARD }}) dst[lane + 32 * i] = fj::to_elem(acc[i]);
-  if (p.lse && lane == 0) p.lse[f] = lse;
+    if ({{ GUARD }}) dst[c0 + lane + 32 * i] = fj::to_elem(acc[i]);
+  if (p.lse && lane == 0 && blockIdx.y == 0) p.lse[f] = lse;
 }

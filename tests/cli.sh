@@ -144,14 +144,19 @@ for kv in "pack_gqa=1" "rows=4" "mma=mma" "sm_count=132" "combine=fj_combine_d12
   grep -qx "$kv" "$tmp/plan" || fail "decode plan lacks $kv: $(tr '\n' ' ' <"$tmp/plan")"
 done
 # The combine as the library names it: O's head dim (MLA's 576/512), sinks.
+# Its grid: 32 rows, 4 a block (3 splits: a warp a row), y O's 4 slices of
+# 128 columns.
 "$FJ" plan --shape 2,16,1,576 --heads-kv 1 --seq-kv 1000 --head-dim-v 512 --latent --dtype bf16 \
-  --splits 3 | grep -qx "combine=fj_combine_d512_bf16" || fail "MLA plan: the combine is not O's d512"
+  --splits 3 >"$tmp/mla" || fail "MLA plan"
+grep -qx "combine=fj_combine_d512_bf16" "$tmp/mla" || fail "MLA plan: the combine is not O's d512"
+grep -qx "combine_grid=8,4,1" "$tmp/mla" || fail "MLA plan: the combine's grid is not 8,4,1: $(tr '\n' ' ' <"$tmp/mla")"
 "$FJ" plan --shape 2,32,1,128 --heads-kv 8 --seq-kv 8000 --dtype bf16 --splits 4 --sinks 0.5 \
   | grep -qx "combine=fj_combine_d128_bf16_sink" || fail "plan with sinks: the combine is not the _sink one"
 splits=$(sed -n 's/^splits=//p' "$tmp/plan")
 [ "${splits:-1}" -gt 1 ] && grep -qx "grid=$splits,8,1" "$tmp/plan" \
+  && grep -qx "combine_grid=[0-9]*,1,1" "$tmp/plan" \
   && grep -qx "workspace_bytes=$((splits * 32 * 129 * 4))" "$tmp/plan" \
-  || fail "decode plan: splits $splits, grid and workspace do not agree: $(tr '\n' ' ' <"$tmp/plan")"
+  || fail "decode plan: splits $splits, grids and workspace do not agree: $(tr '\n' ' ' <"$tmp/plan")"
 "$FJ" plan --shape 1,32,1,128 --heads-kv 8 --seq-kv 4096 --sms 16 | grep -qx "splits=4" \
   || fail "plan for 16 multiprocessors: $("$FJ" plan --shape 1,32,1,128 --heads-kv 8 --seq-kv 4096 --sms 16 | tr '\n' ' ')"
 "$FJ" plan --shape 64,32,1,128 --heads-kv 8 --seq-kv 4096 --dtype bf16 >"$tmp/plan" || fail "plan batched decode"

@@ -451,7 +451,9 @@ static int record_case(fj_ctx *ctx, launch_fn launch, const char *name,
   CHECK(!memcmp(rec->launch[0].grid, plan.grid, sizeof plan.grid));
   CHECK(rec->launch[0].block[0] == plan.threads &&
         rec->launch[0].smem_bytes == plan.smem_bytes);
-  CHECK(launches == 1 || rec->launch[1].block[0] == plan.combine_threads);
+  CHECK(launches == 1 || (rec->launch[1].block[0] == plan.combine_threads &&
+                          !memcmp(rec->launch[1].grid, plan.combine_grid,
+                                  sizeof plan.combine_grid)));
   CHECK(take_output(&io, a) == 0);
   CHECK(replay(launch, rec) == 0);
   CHECK(take_output(&io, b) == 0);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "gpu_case.h"
 #include "runner.h"
 
 static void decode_problem(fj_problem *p, int b, int hq, int hkv, int sq,
@@ -65,9 +66,35 @@ int test_serving_plan(void)
   CHECK(plan.grid[0] == (unsigned)plan.splits && plan.grid[1] == 8 && plan.grid[2] == 1);
   CHECK(plan.workspace_bytes == (size_t)plan.splits * 32 * 129 * 4);
   /* The combine: 32 rows, one warp a row up to 4 splits, two up to 8,
-   * four past that; 128 threads a block. */
+   * four past that; 128 threads a block; O's 128 columns one slice. */
   unsigned warps = plan.splits <= 4 ? 1 : plan.splits <= 8 ? 2 : 4;
   CHECK(plan.combine_grid[0] == 32 / (4 / warps) && plan.combine_threads == 128);
+  CHECK(plan.combine_grid[1] == 1 && plan.combine_grid[2] == 1);
+  {
+    /* MLA's long decode (16 heads over one latent head, O 512 columns,
+     * 128 splits): a row a block, 4 slices of 128 columns; O 496 columns
+     * too, its last slice 112 wide. */
+    fj_problem pm;
+    fj_plan planm;
+    fj_kernel *c;
+    fj_resources r;
+    fjt_split_problem(&pm, 1, 16, 1, 1, 32768, 576, 512, FJ_BF16, FJ_BSHD);
+    memcpy(pm.v_stride, pm.k_stride, sizeof pm.v_stride);
+    pm.splits = 128;
+    CHECK_OK(ctx, fj_attention_plan(ctx, &pm, &planm));
+    CHECK(planm.splits == 128 && planm.combine_grid[0] == 16 &&
+          planm.combine_grid[1] == 4 && planm.combine_grid[2] == 1);
+    CHECK_OK(ctx, fj__combine_kernel(ctx, &planm.variant, &c));
+    fj_kernel_resources(c, &r);
+    CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+    CHECK(strstr(fj_kernel_source(c, NULL), "blockIdx.y * 128;"));
+    fjt_split_problem(&pm, 1, 16, 1, 1, 32768, 576, 496, FJ_BF16, FJ_BSHD);
+    memcpy(pm.v_stride, pm.k_stride, sizeof pm.v_stride);
+    CHECK_OK(ctx, fj_attention_plan(ctx, &pm, &planm));
+    CHECK(planm.combine_grid[1] == 4);
+    CHECK_OK(ctx, fj__combine_kernel(ctx, &planm.variant, &c));
+    CHECK(strstr(fj_kernel_source(c, NULL), "c0 + lane + 32 * i < 496"));
+  }
   size_t ws = 0;
   CHECK_OK(ctx, fj_attention_workspace_size(ctx, &p, &ws));
   CHECK(ws == plan.workspace_bytes);
