@@ -51,7 +51,7 @@ extern "C" {
  * added, removed, retyped or moved), so that a binding that mirrors them
  * (python/flashjit/_capi.py) can refuse a library of another layout
  * instead of reading past a struct (fj_abi_version). */
-#define FJ_ABI_VERSION 10
+#define FJ_ABI_VERSION 11
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
@@ -1108,6 +1108,10 @@ typedef struct fj_plan {
   int sm_count;            /* the multiprocessors planned for */
   unsigned combine_grid[3];    /* splits > 1: the combine kernel's grid */
   unsigned combine_threads;
+  int combine_cols;        /* splits > 1: O's columns a combine block takes
+                              (combine_grid[1] slices of them): head_dim_v,
+                              or 128 where O is wider and the row blocks
+                              (combine_grid[0]) are fewer than sm_count */
   size_t workspace_bytes;  /* splits > 1: float32 partial rows and their
                               log-sum-exp; the wgmma family's varlen
                               kernels: 16 + 4 x grid[0], the counter their

@@ -46,9 +46,11 @@ typedef struct fj_pick {
   fj_choice from;
 } fj_pick;
 /* The split-KV combine kernels, by O's head dim (V's: the combine's rows
- * are O's), dtype, varlen and sinks. */
+ * are O's), the columns a block takes (the plan's combine_cols), dtype,
+ * varlen and sinks. */
 typedef struct fj_hot_combine {
   int head_dim_v;
+  int cols;
   fj_dtype dtype;
   int varlen;
   int sinks;
@@ -705,17 +707,22 @@ static fj_status ready_tiered(fj_ctx *ctx, const fj_problem *p,
   return FJ_OK;
 }
 
-fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
+fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, int cols,
+                             fj_kernel **k)
 {
-  char symbol[64];
+  char symbol[64], slice[16] = "";
   fj_mods_info mi;
   fj__mods_info(v->mods, &mi);
   int sinks = mi.sinks;
   /* O's columns: the attention variant's head_dim_v. */
   int d = fj__head_dim_v(v);
-  snprintf(symbol, sizeof symbol, "fj_combine_d%d_%s%s%s", d,
+  /* A block's slice of them: a sliced kernel is named apart, for the
+   * caches and `flashjit plan`; one slice keeps the plain name. */
+  if (cols != d)
+    snprintf(slice, sizeof slice, "_c%d", cols);
+  snprintf(symbol, sizeof symbol, "fj_combine_d%d_%s%s%s%s", d,
            fj_dtype_name(v->dtype), v->varlen ? "_vl" : "",
-           sinks ? "_sink" : "");
+           sinks ? "_sink" : "", slice);
   fj_param params[] = {
       {"template", FJ_PARAM_STR, 0, "combine.cu", NULL},
       {"symbol", FJ_PARAM_STR, 0, symbol, NULL},
@@ -725,7 +732,7 @@ fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
       {"params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_kparams), NULL, NULL},
       {"head_dim", FJ_PARAM_INT, d, NULL, NULL},
       /* A block's columns: the plan's grid y is their slices. */
-      {"cols", FJ_PARAM_INT, fj__combine_cols(d), NULL, NULL},
+      {"cols", FJ_PARAM_INT, cols, NULL, NULL},
       {"dtype", FJ_PARAM_STR, 0, fj_dtype_name(v->dtype), NULL},
       {"varlen", FJ_PARAM_BOOL, v->varlen, NULL, NULL},
       {"sinks", FJ_PARAM_BOOL, sinks, NULL, NULL},
@@ -733,7 +740,8 @@ fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
   return fj__kernel_build(ctx, "combine.cu", params, FJ_ARRAY_LEN(params), k);
 }
 
-fj_status fj__combine_function(fj_ctx *ctx, const fj_variant *v, void **fn)
+fj_status fj__combine_function(fj_ctx *ctx, const fj_variant *v, int cols,
+                               void **fn)
 {
   fj_mods_info mi;
   fj__mods_info(v->mods, &mi);
@@ -741,23 +749,25 @@ fj_status fj__combine_function(fj_ctx *ctx, const fj_variant *v, void **fn)
   /* By O's columns, as fj__combine_kernel renders it: 576/504 and
    * 576/512 share head_dim, not their combine (until 2026-12-05 the key
    * was head_dim, and a context that had run one took its combine for
-   * the other: wrong O and writes past it). */
+   * the other: wrong O and writes past it); and by the columns a block
+   * takes, the plan's, which its grid's y counts slices of. */
   int dv = fj__head_dim_v(v);
   for (int i = 0; d && i < d->ncombine; i++)
-    if (d->combine[i].head_dim_v == dv &&
+    if (d->combine[i].head_dim_v == dv && d->combine[i].cols == cols &&
         d->combine[i].dtype == v->dtype && d->combine[i].varlen == v->varlen &&
         d->combine[i].sinks == mi.sinks) {
       *fn = d->combine[i].function;
       return FJ_OK;
     }
   fj_kernel *k;
-  fj_status st = fj__combine_kernel(ctx, v, &k);
+  fj_status st = fj__combine_kernel(ctx, v, cols, &k);
   if (st == FJ_OK)
     st = fj__kernel_function(ctx, k, fn);
   if (st == FJ_OK && d) {
     fj_hot_combine *h =
         &d->combine[d->ncombine < FJ_HOT ? d->ncombine++ : FJ_HOT - 1];
     h->head_dim_v = dv;
+    h->cols = cols;
     h->dtype = v->dtype;
     h->varlen = v->varlen;
     h->sinks = mi.sinks;
@@ -994,20 +1004,21 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     st = fresh && fj__tier_serves(ctx, p, v)
              ? ready_tiered(ctx, p, v, stream, &kern, &fn, &plan, &first)
              : ready_kernel(ctx, v, &kern, &fn);
-  if (st == FJ_OK && v->split_kv && !first)
-    st = fj__combine_function(ctx, v, &combine_fn);
-  /* FP8 attention: the module's pass that writes V^T (the template's
-   * second kernel, <symbol>_vt). */
-  void *vt_fn = NULL;
-  if (st == FJ_OK && v->dtype == FJ_E4M3)
-    st = fj__kernel_vt_function(ctx, kern, &vt_fn);
-  pthread_mutex_unlock(&ctx->lock);
   fj_problem pp = *p;
   pp.splits = given->splits;
   if (st == FJ_OK && !first &&
       (!fresh || kern->meta.threads != (int)plan.threads ||
        kern->meta.smem_bytes != (int)plan.smem_bytes))
     st = fj__plan_fill(ctx, &pp, v, &kern->meta, &plan);
+  /* The combine of the plan's columns: planned before it is fetched. */
+  if (st == FJ_OK && v->split_kv && !first)
+    st = fj__combine_function(ctx, v, plan.combine_cols, &combine_fn);
+  /* FP8 attention: the module's pass that writes V^T (the template's
+   * second kernel, <symbol>_vt). */
+  void *vt_fn = NULL;
+  if (st == FJ_OK && v->dtype == FJ_E4M3)
+    st = fj__kernel_vt_function(ctx, kern, &vt_fn);
+  pthread_mutex_unlock(&ctx->lock);
   if (st == FJ_OK && kern->meta.tma)
     st = tensor_maps(ctx, p, v, kern, q, k, vp, &maps);
   /* Checked mode: a zeroed record for the first read out of range. */

@@ -13,13 +13,17 @@
 
 void fj__dispatch_free(fj_dispatch *d);
 /* The split-KV combine kernel of a split variant (templates/combine.cu:
- * its head dim, dtype and varlen), built or fetched like any kernel;
+ * O's head dim, dtype, varlen and sinks) whose blocks take `cols` of O's
+ * columns (fj__combine_cols: O's head dim, the plain fj_combine_d<D>_...
+ * kernel, or 128, named ..._c128), built or fetched like any kernel;
  * ctx->lock held. */
-fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k);
+fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, int cols,
+                             fj_kernel **k);
 /* Its function, built and loaded if needed (remembered in the dispatch
  * caches); ctx->lock held and the CUDA context entered.  split-KV's
  * launches and fj_attention_merge (merge.c) take it from here. */
-fj_status fj__combine_function(fj_ctx *ctx, const fj_variant *v, void **fn);
+fj_status fj__combine_function(fj_ctx *ctx, const fj_variant *v, int cols,
+                               void **fn);
 /* The kernels' parameter block for p and the given tensors: sizes,
  * strides, the mask's offset, the built-in modifications' values, the
  * varlen, paged and block-mask arrays (block_mask.c's kernel reads the

@@ -28,6 +28,7 @@
 #include "entry.h"
 #include "template.h"
 #include "util.h"
+#include "variant.h"
 
 #define PACK_MAGIC "FJPACK01"
 /* The largest pack read: a few thousand kernels of a few MB each. */
@@ -70,38 +71,53 @@ static int first_of_name(const fj_variant *vs, size_t i)
   return 1;
 }
 
+/* One combine kernel, its blocks `cols` of O's columns, counted in *ready
+ * unless seen[] has it already. */
+static fj_status prewarm_combine(fj_ctx *ctx, const fj_variant *v, int cols,
+                                 fj_kernel **seen, size_t *nseen, int *ready)
+{
+  fj_kernel *k;
+  pthread_mutex_lock(&ctx->lock);
+  fj_status st = fj__combine_kernel(ctx, v, cols, &k);
+  pthread_mutex_unlock(&ctx->lock);
+  if (st != FJ_OK)
+    return st;
+  size_t j = 0;
+  while (j < *nseen && seen[j] != k)
+    j++;
+  if (j == *nseen) {
+    seen[(*nseen)++] = k;
+    (*ready)++;
+  }
+  return FJ_OK;
+}
+
 /* The combine kernels of the split variants that were made ready; the
- * first failure's status (its message on ctx).  *ready counts distinct
- * kernels: fj__combine_kernel's own memory cache, keyed by everything the
- * combine is rendered from, hands variants that share one the same
- * kernel. */
+ * first failure's status (its message on ctx).  A variant does not say
+ * the problem, hence not the columns its plans give a combine block
+ * (fj__combine_cols: O's head dim, or 128 where O is wider and the row
+ * blocks are fewer than the multiprocessors): each variant's one-slice
+ * kernel, and for O wider than 128 columns the one of 128-column slices
+ * too.  *ready counts distinct kernels: fj__combine_kernel's own memory
+ * cache, keyed by everything the combine is rendered from, hands variants
+ * that share one the same kernel. */
 static fj_status prewarm_combines(fj_ctx *ctx, const fj_variant *vs,
                                   const fj_status *each, size_t n, int *ready)
 {
   fj_status first = FJ_OK;
-  fj_kernel **seen = calloc(n ? n : 1, sizeof *seen);
+  fj_kernel **seen = calloc(n ? 2 * n : 1, sizeof *seen);
   size_t nseen = 0;
   if (!seen)
     return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
   for (size_t i = 0; i < n; i++) {
     if (each[i] != FJ_OK || !vs[i].split_kv)
       continue;
-    fj_kernel *k;
-    pthread_mutex_lock(&ctx->lock);
-    fj_status st = fj__combine_kernel(ctx, &vs[i], &k);
-    pthread_mutex_unlock(&ctx->lock);
-    if (st != FJ_OK) {
-      if (first == FJ_OK)
-        first = st;
-      continue;
-    }
-    size_t j = 0;
-    while (j < nseen && seen[j] != k)
-      j++;
-    if (j == nseen) {
-      seen[nseen++] = k;
-      (*ready)++;
-    }
+    int dv = fj__head_dim_v(&vs[i]);
+    fj_status st = prewarm_combine(ctx, &vs[i], dv, seen, &nseen, ready);
+    if (st == FJ_OK && dv > 128)
+      st = prewarm_combine(ctx, &vs[i], 128, seen, &nseen, ready);
+    if (st != FJ_OK && first == FJ_OK)
+      first = st;
   }
   free(seen);
   return first;

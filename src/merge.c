@@ -44,23 +44,25 @@ static fj_status check_aligned(const fj_ctx *ctx, const char *name,
 }
 
 /* The rows the combine covers and its grid: 4 / fj__combine_warps rows a
- * block of 128 threads, y the slices of their columns, as plan.c plans
- * split-KV's. */
+ * block of 128 threads, y the slices of their columns, *cols wide, as
+ * plan.c plans split-KV's. */
 static fj_status merge_grid(const fj_ctx *ctx, const fj_problem *p, int parts,
-                            unsigned grid[2])
+                            unsigned grid[2], int *cols)
 {
   uint64_t rows = (uint64_t)p->batch * (uint64_t)p->heads_q *
                   (uint64_t)p->seq_q;
   uint64_t per_block = 4 / (uint64_t)fj__combine_warps(parts);
-  uint64_t blocks = (rows + per_block - 1) / per_block;
+  uint64_t blocks = fj__combine_blocks(rows, parts);
   if (blocks > INT32_MAX)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "fj_attention_merge: %llu rows of %d parts: one grid "
                     "merges at most %llu",
                     (unsigned long long)rows, parts,
                     (unsigned long long)INT32_MAX * per_block);
+  int dv = fj__problem_dv(p);
+  *cols = fj__combine_cols(ctx, rows, parts, dv);
   grid[0] = (unsigned)blocks;
-  grid[1] = (unsigned)fj__combine_slices(fj__problem_dv(p));
+  grid[1] = (unsigned)fj__combine_slices(dv, *cols);
   return FJ_OK;
 }
 
@@ -106,7 +108,7 @@ static fj_status merge_launch(fj_ctx *ctx, const fj_problem *p,
                               const fj_variant *v, int parts,
                               const float *o_parts, const float *lse_parts,
                               void *o, float *lse, const unsigned grid[2],
-                              void *stream)
+                              int cols, void *stream)
 {
   fj_devptr ptrs[FJ_DEVPTR_MAX];
   size_t n = fj__devptr_list(p, NULL, NULL, NULL, o, lse, NULL, ptrs);
@@ -116,7 +118,7 @@ static fj_status merge_launch(fj_ctx *ctx, const fj_problem *p,
   void *fn = NULL;
   if (st == FJ_OK) {
     pthread_mutex_lock(&ctx->lock);
-    st = fj__combine_function(ctx, v, &fn);
+    st = fj__combine_function(ctx, v, cols, &fn);
     pthread_mutex_unlock(&ctx->lock);
   }
   if (st != FJ_OK)
@@ -145,9 +147,10 @@ fj_status fj_attention_merge(fj_ctx *ctx, const fj_problem *p, int parts,
                                      : "o");
   fj__clear_error(ctx);
   unsigned grid[2] = {0, 0};
+  int cols = 0;
   fj_status st = merge_check(ctx, p, parts, o_parts, lse_parts, o, lse);
   if (st == FJ_OK)
-    st = merge_grid(ctx, p, parts, grid);
+    st = merge_grid(ctx, p, parts, grid, &cols);
   if (st != FJ_OK)
     return st;
   /* Built first: a compile-only context makes the kernel (for the disk
@@ -156,7 +159,7 @@ fj_status fj_attention_merge(fj_ctx *ctx, const fj_problem *p, int parts,
   merge_variant(p, &v);
   fj_kernel *kern;
   pthread_mutex_lock(&ctx->lock);
-  st = fj__combine_kernel(ctx, &v, &kern);
+  st = fj__combine_kernel(ctx, &v, cols, &kern);
   pthread_mutex_unlock(&ctx->lock);
   if (st != FJ_OK)
     return st;
@@ -168,7 +171,7 @@ fj_status fj_attention_merge(fj_ctx *ctx, const fj_problem *p, int parts,
   if ((st = fj__cu_enter(ctx)) != FJ_OK)
     return st;
   st = merge_launch(ctx, p, &v, parts, o_parts, lse_parts, o, lse, grid,
-                    stream);
+                    cols, stream);
   fj__cu_leave(ctx);
   return st;
 }

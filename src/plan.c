@@ -624,14 +624,29 @@ int fj__combine_warps(int splits)
   return splits <= 4 ? 1 : splits <= 8 ? 2 : 4;
 }
 
-int fj__combine_cols(int head_dim_v)
+uint64_t fj__combine_blocks(uint64_t rows, int splits)
 {
-  return head_dim_v < 128 ? head_dim_v : 128;
+  uint64_t per_block = 4 / (uint64_t)fj__combine_warps(splits);
+  return (rows + per_block - 1) / per_block;
 }
 
-int fj__combine_slices(int head_dim_v)
+/* Slices pay only where the row blocks leave multiprocessors idle
+ * (bench/mla_compare.py on an H200: MLA's decode of 16 rows at 128
+ * splits, 16 blocks, 6% faster in slices of 128; batched decodes of 1024
+ * rows at 2 splits, 256 blocks, 2-3.5% slower): where the row blocks
+ * fill the GPU, a block keeps its rows' whole O, the kernel as it was
+ * before slices. */
+int fj__combine_cols(const fj_ctx *ctx, uint64_t rows, int splits,
+                     int head_dim_v)
 {
-  int cols = fj__combine_cols(head_dim_v);
+  if (head_dim_v > 128 &&
+      fj__combine_blocks(rows, splits) < (uint64_t)fj__sm_count(ctx))
+    return 128;
+  return head_dim_v;
+}
+
+int fj__combine_slices(int head_dim_v, int cols)
+{
   return (head_dim_v + cols - 1) / cols;
 }
 
@@ -714,6 +729,7 @@ fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
   memset(plan->grid, 0, sizeof plan->grid);
   memset(plan->combine_grid, 0, sizeof plan->combine_grid);
   plan->combine_threads = 0;
+  plan->combine_cols = 0;
   plan->workspace_bytes = 0;
   if (p->splits > 1 && !v->split_kv)
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
@@ -774,17 +790,19 @@ fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
   if (!v->split_kv)
     return FJ_OK;
   /* The combine: 4 / fj__combine_warps rows a block of 128 threads, y
-   * the slices of their columns (combine.cu): at most 5, of
-   * FJ_HEAD_DIM_MAX columns, far inside a grid's 65535. */
+   * the slices of their columns (combine.cu): 1, or at most 5 slices of
+   * 128 of FJ_HEAD_DIM_MAX columns, far inside a grid's 65535. */
   uint64_t all = (uint64_t)p->batch * (uint64_t)p->heads_q * (uint64_t)p->seq_q;
   uint64_t per_block = 4 / (uint64_t)fj__combine_warps(plan->splits);
-  if ((all + per_block - 1) / per_block > INT32_MAX)
+  if (fj__combine_blocks(all, plan->splits) > INT32_MAX)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "%llu rows: the split-KV combine of %d splits takes at "
                     "most %llu", (unsigned long long)all, plan->splits,
                     (unsigned long long)INT32_MAX * per_block);
-  plan->combine_grid[0] = (unsigned)((all + per_block - 1) / per_block);
-  plan->combine_grid[1] = (unsigned)fj__combine_slices(fj__head_dim_v(v));
+  int dv = fj__head_dim_v(v);
+  plan->combine_cols = fj__combine_cols(ctx, all, plan->splits, dv);
+  plan->combine_grid[0] = (unsigned)fj__combine_blocks(all, plan->splits);
+  plan->combine_grid[1] = (unsigned)fj__combine_slices(dv, plan->combine_cols);
   plan->combine_grid[2] = 1;
   plan->combine_threads = 128;
   uint64_t floats;

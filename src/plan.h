@@ -38,11 +38,17 @@ int fj__plan_wgmma_fits(const fj_ctx *ctx, const fj_problem *p);
  * combine.cu): enough that each warp loads all its splits' partials at
  * once up to 32 splits. */
 int fj__combine_warps(int splits);
+/* The split-KV combine's blocks across (its grid's x) for `rows` rows of
+ * `splits` splits: 4 / fj__combine_warps(splits) rows a block. */
+uint64_t fj__combine_blocks(uint64_t rows, int splits);
 /* The split-KV combine's columns a block (combine.cu's cols) for O's
- * head_dim_v columns: slices of at most 128, so that a wide O spreads over
- * more blocks; and the slices a row takes, its grid's y. */
-int fj__combine_cols(int head_dim_v);
-int fj__combine_slices(int head_dim_v);
+ * head_dim_v columns over `rows` rows of `splits` splits: head_dim_v (one
+ * slice: a block holds its rows' whole O), unless O is wider than 128
+ * columns and the row blocks are fewer than ctx's multiprocessors, then
+ * 128; and the slices a row takes for those columns, the grid's y. */
+int fj__combine_cols(const fj_ctx *ctx, uint64_t rows, int splits,
+                     int head_dim_v);
+int fj__combine_slices(int head_dim_v, int cols);
 /* FP8 attention (dtype e4m3): the bytes of V^T the workspace begins
  * with (kparams.h's vt); 0 for other variants. */
 size_t fj__plan_vt_bytes(const fj_problem *p, const fj_variant *v);

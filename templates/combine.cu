@@ -4,10 +4,12 @@
   natural-log sum-exp as float32 partials ([split][batch][heads_q][seq_q],
   then head_dim floats a row).  Here p.combine_warps warps (1, 2 or 4, by
   the plan from the split count) merge one row, 4 / p.combine_warps rows a
-  block; a block takes one slice of its rows' columns, cols wide (the
-  host's fj__combine_cols: at most 128), slice blockIdx.y, so that a wide
-  O (MLA's 512 columns) spreads over more blocks than rows / 4.  Warp w of
-  a row takes splits w, w + warps, ... :
+  block.  A block takes cols of its rows' columns (the host's
+  fj__combine_cols): head_dim, the whole row (one slice, blockIdx.y
+  unused), or where the row blocks are fewer than the multiprocessors
+  and O is wider, 128: slice blockIdx.y, so that a wide O (MLA's 512
+  columns) spreads over more blocks than rows / 4.  Warp w of a row
+  takes splits w, w + warps, ... :
     lse = log(sum_s exp(lse_s))        (max first: no overflow)
     O   = sum_s exp(lse_s - lse) O_s   each warp its splits in order, then
                                        the warps' sums in warp order,
@@ -36,9 +38,14 @@
   local PER = (C + 31) // 32
   local WARPS = 4
   local UNROLL = 8  -- a warp's splits whose partials are loaded at once
-  -- Columns c0 + lane + 32 i of the slice that starts at c0; guarded where
-  -- the slice is not a multiple of 32 wide, or the last one ends past
-  -- head_dim.
+  -- Sliced: columns c0 + lane + 32 i of the slice that starts at c0, and
+  -- the LSE written by slice 0; one slice: columns lane + 32 i, the code
+  -- the same as before slices were (no c0).
+  local SLICED = C < D
+  local C0 = SLICED and "c0 + " or ""
+  local LSE_LANE = SLICED and "lane == 0 && blockIdx.y == 0" or "lane == 0"
+  -- Guarded where the slice is not a multiple of 32 wide, or the last one
+  -- ends past head_dim.
   local guards = {}
   if C % 32 ~= 0 then guards[#guards + 1] = ("lane + 32 * i < %d"):format(C) end
   if D % C ~= 0 then guards[#guards + 1] = ("c0 + lane + 32 * i < %d"):format(D) end
@@ -78,8 +85,10 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
   const long long row0 = 0;
 {% end %}
   const float *lse_s = p.lse_part + f;
+{% if SLICED then %}
   const int c0 = blockIdx.y * {{ C }};  // the slice's first column
-  const float *src = p.o_part + f * {{ D }} + c0 + lane;
+{% end %}
+  const float *src = p.o_part + f * {{ D }} + {{ C0 }}lane;
   const long long step = rows * {{ D }};
   const int mine = live ? (p.splits - part + wpr - 1) / wpr : 0;
   float x[{{ UNROLL }}][{{ PER }}], l[{{ UNROLL }}];
@@ -146,6 +155,6 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
   fj::elem_t *dst = static_cast<fj::elem_t *>(p.o) + b * p.o_stride[0] + h * p.o_stride[1] + (row0 + row) * p.o_stride[2];
 #pragma unroll
   for (int i = 0; i < {{ PER }}; ++i)
-    if ({{ GUARD }}) dst[c0 + lane + 32 * i] = fj::to_elem(acc[i]);
-  if (p.lse && lane == 0 && blockIdx.y == 0) p.lse[f] = lse;
+    if ({{ GUARD }}) dst[{{ C0 }}lane + 32 * i] = fj::to_elem(acc[i]);
+  if (p.lse && {{ LSE_LANE }}) p.lse[f] = lse;
 }

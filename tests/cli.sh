@@ -143,13 +143,25 @@ expect 2 "unknown option '--tile-m'" plan --shape 1,8,1,64 --tile-m 64
 for kv in "pack_gqa=1" "rows=4" "mma=mma" "sm_count=132" "combine=fj_combine_d128_f16"; do
   grep -qx "$kv" "$tmp/plan" || fail "decode plan lacks $kv: $(tr '\n' ' ' <"$tmp/plan")"
 done
-# The combine as the library names it: O's head dim (MLA's 576/512), sinks.
-# Its grid: 32 rows, 4 a block (3 splits: a warp a row), y O's 4 slices of
-# 128 columns.
-"$FJ" plan --shape 2,16,1,576 --heads-kv 1 --seq-kv 1000 --head-dim-v 512 --latent --dtype bf16 \
-  --splits 3 >"$tmp/mla" || fail "MLA plan"
-grep -qx "combine=fj_combine_d512_bf16" "$tmp/mla" || fail "MLA plan: the combine is not O's d512"
-grep -qx "combine_grid=8,4,1" "$tmp/mla" || fail "MLA plan: the combine's grid is not 8,4,1: $(tr '\n' ' ' <"$tmp/mla")"
+# The combine as the library names it: O's head dim (MLA's 576/512), sinks,
+# and _c128 where its blocks take slices of 128 of O's columns (the grid's
+# y): O wider than 128 and the row blocks fewer than the multiprocessors.
+# MLA's long decode: 16 rows at 128 splits, a row a block, 16 blocks on 132.
+MLA="--heads-kv 1 --head-dim-v 512 --latent --dtype bf16"
+"$FJ" plan --shape 1,16,1,576 --seq-kv 32768 $MLA --splits 128 >"$tmp/mla" || fail "MLA plan"
+grep -qx "combine=fj_combine_d512_bf16_c128" "$tmp/mla" && grep -qx "combine_grid=16,4,1" "$tmp/mla" \
+  || fail "MLA plan: the combine is not d512's in 4 slices: $(tr '\n' ' ' <"$tmp/mla")"
+# Batched with 2 splits: 64 x 16 rows, 4 a block (a warp a row), 256 blocks
+# fill the GPU: one slice, the plain d512 combine.
+"$FJ" plan --shape 64,16,1,576 --seq-kv 4096 $MLA --splits 2 >"$tmp/mla" || fail "batched MLA plan"
+grep -qx "combine=fj_combine_d512_bf16" "$tmp/mla" && grep -qx "combine_grid=256,1,1" "$tmp/mla" \
+  || fail "batched MLA plan: the combine is not d512's in one slice: $(tr '\n' ' ' <"$tmp/mla")"
+# 32 rows, 8 blocks: in slices on 132 multiprocessors, one slice on 8.
+"$FJ" plan --shape 2,16,1,576 --seq-kv 1000 $MLA --splits 3 | grep -qx "combine_grid=8,4,1" \
+  || fail "MLA plan of 8 combine blocks on 132 multiprocessors: not in 4 slices"
+"$FJ" plan --shape 2,16,1,576 --seq-kv 1000 $MLA --splits 3 --sms 8 >"$tmp/mla" || fail "MLA plan, 8 SMs"
+grep -qx "combine=fj_combine_d512_bf16" "$tmp/mla" && grep -qx "combine_grid=8,1,1" "$tmp/mla" \
+  || fail "MLA plan of 8 combine blocks on 8 multiprocessors: not one slice: $(tr '\n' ' ' <"$tmp/mla")"
 "$FJ" plan --shape 2,32,1,128 --heads-kv 8 --seq-kv 8000 --dtype bf16 --splits 4 --sinks 0.5 \
   | grep -qx "combine=fj_combine_d128_bf16_sink" || fail "plan with sinks: the combine is not the _sink one"
 splits=$(sed -n 's/^splits=//p' "$tmp/plan")

@@ -516,7 +516,7 @@ int test_cache_pack_round_trip(void)
   for (int i = 0; i < 2; i++)
     CHECK_OK(b, fj_kernel_get(b, &vs[i], &k));
   pthread_mutex_lock(&b->lock);
-  CHECK_OK(b, fj__combine_kernel(b, &vs[0], &k));
+  CHECK_OK(b, fj__combine_kernel(b, &vs[0], 64, &k));  /* d64: one slice */
   pthread_mutex_unlock(&b->lock);
   fj_cache_stats s;
   fj_cache_stats_get(b, &s);

@@ -3,10 +3,11 @@
  * after f720fcf): a table that finds an entry by fewer facts than the
  * entry was made from hands one problem another's kernel or choice.
  * Without a GPU, each failing before its fix: the prewarm's combines
- * apart by sinks, the backward's main kernels apart by the set of
- * parameters with gradients, the forward's picks apart by the 16-row
- * split-keys decode, and a tuned wgmma pick kept from a problem whose
- * strides TMA cannot encode.
+ * apart by sinks (and by the columns a block takes, both widths of a wide
+ * O), the backward's main kernels apart by the set of parameters with
+ * gradients, the forward's picks apart by the 16-row split-keys decode,
+ * and a tuned wgmma pick kept from a problem whose strides TMA cannot
+ * encode.
  */
 #include <string.h>
 
@@ -64,6 +65,34 @@ int test_keys_prewarm_sinks(void)
   CHECK_OK(ctx, fj_cache_list(ctx, combine_visit, &s));
   CHECK(strstr(s.labels, "|fj_combine_d64_f16|") &&
         strstr(s.labels, "|fj_combine_d64_f16_sink|"));
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* A split decode of O wider than 128 columns launches one of two combines
+ * by its rows (fj__combine_cols): the one-slice fj_combine_d256_f16 where
+ * the row blocks fill the GPU, fj_combine_d256_f16_c128 where they do
+ * not.  A variant does not say the rows, so the prewarm makes both. */
+int test_keys_prewarm_slices(void)
+{
+  const char *dir = fjt_tmpdir();
+  fj_ctx *ctx = fjt_ctx("sm_80", dir);
+  CHECK(ctx);
+  fj_problem p;
+  fj_plan plan;
+  fj_problem_init(&p, 2, 8, 2, 1, 4096, 256, FJ_F16, FJ_BHSD);
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+  CHECK(plan.variant.split_kv && plan.combine_cols == 128);
+  fj_status each[1];
+  fj_prewarm_report r;
+  CHECK_OK(ctx, fj_cache_prewarm(ctx, &plan.variant, 1, NULL, each, &r));
+  CHECK(each[0] == FJ_OK && r.variants == 1 && r.failed == 0);
+  /* The variant and its two combines. */
+  CHECK(r.kernels == 3 && r.compiled == 3);
+  combines_seen s = {""};
+  CHECK_OK(ctx, fj_cache_list(ctx, combine_visit, &s));
+  CHECK(strstr(s.labels, "|fj_combine_d256_f16|") &&
+        strstr(s.labels, "|fj_combine_d256_f16_c128|"));
   fj_ctx_destroy(ctx);
   return 0;
 }

@@ -169,6 +169,15 @@ int test_merge_errors(void)
   p.heads_kv = 4;
   CHECK_ST(ctx, fj_attention_merge(ctx, &p, 2, buf, buf, o, NULL, NULL), FJ_ERR_COMPILE_ONLY);
   CHECK_MSG(ctx, "fj_attention_merge: the merge's kernel fj_combine_d128_bf16 compiled");
+  /* O of 512 columns: 16 rows of 128 parts (16 blocks, fewer than sm_90a's
+   * 132 multiprocessors) in slices of 128 columns, split-KV's rule; 64 x
+   * 16 rows of 2 parts (256 blocks) one slice, the plain kernel. */
+  fj_problem_init(&p, 1, 16, 16, 1, 100, 512, FJ_BF16, FJ_BSHD);
+  CHECK_ST(ctx, fj_attention_merge(ctx, &p, 128, buf, buf, o, NULL, NULL), FJ_ERR_COMPILE_ONLY);
+  CHECK_MSG(ctx, "the merge's kernel fj_combine_d512_bf16_c128 compiled");
+  p.batch = 64;
+  CHECK_ST(ctx, fj_attention_merge(ctx, &p, 2, buf, buf, o, NULL, NULL), FJ_ERR_COMPILE_ONLY);
+  CHECK_MSG(ctx, "the merge's kernel fj_combine_d512_bf16 compiled");
   /* FP8 attention's e4m3 O is not the merge's (its f16 or bf16 O is). */
   fj_problem_init(&p, 1, 4, 4, 100, 100, 128, FJ_E4M3, FJ_BSHD);
   p.q_scale = p.k_scale = p.v_scale = buf;

@@ -69,11 +69,13 @@ int test_serving_plan(void)
    * four past that; 128 threads a block; O's 128 columns one slice. */
   unsigned warps = plan.splits <= 4 ? 1 : plan.splits <= 8 ? 2 : 4;
   CHECK(plan.combine_grid[0] == 32 / (4 / warps) && plan.combine_threads == 128);
-  CHECK(plan.combine_grid[1] == 1 && plan.combine_grid[2] == 1);
+  CHECK(plan.combine_grid[1] == 1 && plan.combine_grid[2] == 1 &&
+        plan.combine_cols == 128);
   {
     /* MLA's long decode (16 heads over one latent head, O 512 columns,
-     * 128 splits): a row a block, 4 slices of 128 columns; O 496 columns
-     * too, its last slice 112 wide. */
+     * 128 splits): a row a block, 16 blocks on 132 multiprocessors, hence
+     * 4 slices of 128 columns, its own kernel (_c128); O 496 columns too,
+     * its last slice 112 wide. */
     fj_problem pm;
     fj_plan planm;
     fj_kernel *c;
@@ -83,17 +85,41 @@ int test_serving_plan(void)
     pm.splits = 128;
     CHECK_OK(ctx, fj_attention_plan(ctx, &pm, &planm));
     CHECK(planm.splits == 128 && planm.combine_grid[0] == 16 &&
-          planm.combine_grid[1] == 4 && planm.combine_grid[2] == 1);
-    CHECK_OK(ctx, fj__combine_kernel(ctx, &planm.variant, &c));
+          planm.combine_grid[1] == 4 && planm.combine_grid[2] == 1 &&
+          planm.combine_cols == 128);
+    CHECK_OK(ctx, fj__combine_kernel(ctx, &planm.variant, planm.combine_cols, &c));
+    CHECK(!strcmp(fj_kernel_name(c), "fj_combine_d512_bf16_c128"));
     fj_kernel_resources(c, &r);
     CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
     CHECK(strstr(fj_kernel_source(c, NULL), "blockIdx.y * 128;"));
     fjt_split_problem(&pm, 1, 16, 1, 1, 32768, 576, 496, FJ_BF16, FJ_BSHD);
     memcpy(pm.v_stride, pm.k_stride, sizeof pm.v_stride);
     CHECK_OK(ctx, fj_attention_plan(ctx, &pm, &planm));
-    CHECK(planm.combine_grid[1] == 4);
-    CHECK_OK(ctx, fj__combine_kernel(ctx, &planm.variant, &c));
+    CHECK(planm.combine_grid[1] == 4 && planm.combine_cols == 128);
+    CHECK_OK(ctx, fj__combine_kernel(ctx, &planm.variant, planm.combine_cols, &c));
     CHECK(strstr(fj_kernel_source(c, NULL), "c0 + lane + 32 * i < 496"));
+    /* Batched, 2 splits (a warp a row, 4 rows a block): 64 x 16 rows,
+     * 256 blocks, fill the GPU: one slice, the plain kernel with no
+     * slice in it.  At the edge, 33 x 16 rows are 132 blocks (one slice)
+     * and 32 x 16 are 128 (slices). */
+    fjt_split_problem(&pm, 64, 16, 1, 1, 4096, 576, 512, FJ_BF16, FJ_BSHD);
+    memcpy(pm.v_stride, pm.k_stride, sizeof pm.v_stride);
+    pm.splits = 2;
+    CHECK_OK(ctx, fj_attention_plan(ctx, &pm, &planm));
+    CHECK(planm.splits == 2 && planm.combine_grid[0] == 256 &&
+          planm.combine_grid[1] == 1 && planm.combine_grid[2] == 1 &&
+          planm.combine_cols == 512);
+    CHECK_OK(ctx, fj__combine_kernel(ctx, &planm.variant, planm.combine_cols, &c));
+    CHECK(!strcmp(fj_kernel_name(c), "fj_combine_d512_bf16"));
+    CHECK(!strstr(fj_kernel_source(c, NULL), "blockIdx.y"));
+    pm.batch = 33;
+    CHECK_OK(ctx, fj_attention_plan(ctx, &pm, &planm));
+    CHECK(planm.combine_grid[0] == 132 && planm.combine_grid[1] == 1 &&
+          planm.combine_cols == 512);
+    pm.batch = 32;
+    CHECK_OK(ctx, fj_attention_plan(ctx, &pm, &planm));
+    CHECK(planm.combine_grid[0] == 128 && planm.combine_grid[1] == 4 &&
+          planm.combine_cols == 128);
   }
   size_t ws = 0;
   CHECK_OK(ctx, fj_attention_workspace_size(ctx, &p, &ws));
@@ -177,7 +203,9 @@ int test_serving_plan(void)
 }
 
 /* The decode picks of three head dims in both dtypes compile for sm_90a
- * without spills; so do their combine kernels. */
+ * without spills; so do their combine kernels, for d256 both the plan's
+ * (slices of 128 columns: 32 rows, fewer blocks than multiprocessors) and
+ * the one-slice kernel of batches that fill the GPU. */
 int test_serving_compile(void)
 {
   fj_ctx *ctx = fjt_ctx("sm_90a", fjt_tmpdir());
@@ -202,12 +230,15 @@ int test_serving_compile(void)
     printf("%s: %d registers, %d bytes spilled\n", fj_kernel_name(k),
            r.registers, r.spill_store_bytes);
     CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
-    fj_kernel *c;
-    CHECK_OK(ctx, fj__combine_kernel(ctx, &vs[i], &c));
-    fj_kernel_resources(c, &r);
-    printf("%s: %d registers, %d bytes spilled\n", fj_kernel_name(c),
-           r.registers, r.spill_store_bytes);
-    CHECK(r.spill_store_bytes == 0 && strstr(fj_kernel_ptx(c, NULL), "shfl.sync"));
+    const int d = dims[i / 2], cols[2] = {d, 128};
+    for (int j = 0; j < (d > 128 ? 2 : 1); j++) {
+      fj_kernel *c;
+      CHECK_OK(ctx, fj__combine_kernel(ctx, &vs[i], cols[j], &c));
+      fj_kernel_resources(c, &r);
+      printf("%s: %d registers, %d bytes spilled\n", fj_kernel_name(c),
+             r.registers, r.spill_store_bytes);
+      CHECK(r.spill_store_bytes == 0 && strstr(fj_kernel_ptx(c, NULL), "shfl.sync"));
+    }
   }
   fj_ctx_destroy(ctx);
   return 0;
@@ -519,11 +550,13 @@ int test_serving_varlen_compile(void)
      * thread in its paged copies). */
     paged_problem(&ps[5], 64, 32, 8, 1, 4096, 128, 16);
     fj_variant vs[6];
+    int cols[6];
     for (int i = 0; i < 6; i++) {
       fj_plan plan;
       CHECK_OK(ctx, fj_attention_plan(ctx, &ps[i], &plan));
       CHECK(plan.variant.varlen && plan.variant.paged == (i > 0 && i != 4));
       vs[i] = plan.variant;
+      cols[i] = plan.combine_cols;
     }
     CHECK(!vs[5].split_kv);
     CHECK(vs[1].split_kv && vs[3].split_kv && vs[3].pack_gqa);
@@ -542,7 +575,7 @@ int test_serving_varlen_compile(void)
       if (!vs[i].split_kv)
         continue;
       fj_kernel *c;
-      CHECK_OK(ctx, fj__combine_kernel(ctx, &vs[i], &c));
+      CHECK_OK(ctx, fj__combine_kernel(ctx, &vs[i], cols[i], &c));
       CHECK(strstr(fj_kernel_name(c), "_vl") && strstr(fj_kernel_source(c, NULL), "seq_of"));
     }
     fj_ctx_destroy(ctx);

@@ -155,7 +155,7 @@ class Plan(C.Structure):
                 ("rows", C.c_int), ("grid", C.c_uint * 3), ("threads", C.c_uint),
                 ("smem_bytes", C.c_uint), ("blocks_per_sm", C.c_int), ("sm_count", C.c_int),
                 ("combine_grid", C.c_uint * 3), ("combine_threads", C.c_uint),
-                ("workspace_bytes", C.c_size_t)]
+                ("combine_cols", C.c_int), ("workspace_bytes", C.c_size_t)]
 
 
 class BwdPlan(C.Structure):
@@ -317,7 +317,7 @@ SIGNATURES = {
 
 
 # FJ_ABI_VERSION of the header these structs mirror.
-ABI_VERSION = 10
+ABI_VERSION = 11
 
 
 def open_library(path):

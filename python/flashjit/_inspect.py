@@ -213,6 +213,7 @@ class Plan:
     blocks_per_sm: int
     combine_grid: tuple     # splits > 1: the combine kernel's grid
     combine_threads: int
+    combine_cols: int       # splits > 1: O's columns a combine block takes
     workspace_bytes: int    # splits > 1: the scratch the launch needs
     _ctx: object = field(repr=False, compare=False)
     _raw: object = field(repr=False, compare=False)
@@ -258,7 +259,8 @@ def plan(batch, heads_q, seq_q, head_dim, *, heads_kv=None, seq_kv=None, dtype="
                 "tuned" if raw.choice == capi.CHOICE_TUNED else "heuristic",
                 lib.fj_ctx_arch(ctx).decode(), raw.sm_count, raw.splits, raw.rows,
                 tuple(raw.grid), raw.threads, raw.smem_bytes, raw.blocks_per_sm,
-                tuple(raw.combine_grid), raw.combine_threads, raw.workspace_bytes,
+                tuple(raw.combine_grid), raw.combine_threads, raw.combine_cols,
+                raw.workspace_bytes,
                 ctx, v, mods)
 
 

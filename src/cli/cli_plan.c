@@ -174,11 +174,15 @@ int cli_cmd_plan(cli *c)
   printf("splits=%d\n", plan.splits);
   if (v->split_kv) {
     /* As the library names it (attention.c's fj__combine_kernel): O's
-     * head dim, the dtype, varlen, sinks. */
-    printf("combine=fj_combine_d%d_%s%s%s\n",
-           v->head_dim_v ? v->head_dim_v : v->head_dim,
-           fj_dtype_name(v->dtype), v->varlen ? "_vl" : "",
-           p.mods && p.mods->sinks ? "_sink" : "");
+     * head dim, the dtype, varlen, sinks, and a block's columns where
+     * they are a slice of O's. */
+    int dv = v->head_dim_v ? v->head_dim_v : v->head_dim;
+    char slice[16] = "";
+    if (plan.combine_cols != dv)
+      snprintf(slice, sizeof slice, "_c%d", plan.combine_cols);
+    printf("combine=fj_combine_d%d_%s%s%s%s\n", dv, fj_dtype_name(v->dtype),
+           v->varlen ? "_vl" : "", p.mods && p.mods->sinks ? "_sink" : "",
+           slice);
     print_grid("combine_grid", plan.combine_grid);
     printf("combine_threads=%u\n", plan.combine_threads);
   }
