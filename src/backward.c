@@ -133,14 +133,14 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
  * the pair), with or without a causal mask, but not under a window
  * (measured on the H100, docs/PERF.md: 0.89-0.92 of the 64-key kernel's
  * time without a mask, 0.89-0.91 under a causal one, 1.03 under a window
- * of 512 without one; mask expressions take it), not in the
- * deterministic mode (its turns count single key tiles) nor under a
- * block mask (whose walks differ per key block).  FLASHJIT_BWD_PAIR=0 in
+ * of 512 without one; mask expressions take it), in the deterministic
+ * mode too (its turns then count pairs), but not under a block mask
+ * (whose walks differ per key block).  FLASHJIT_BWD_PAIR=0 in
  * the environment turns it off, =1 on under a window too (A/B runs). */
 static int pair_ok(const fj_problem *p, const fj_mods_info *mi)
 {
   const char *e = getenv("FLASHJIT_BWD_PAIR");
-  if (p->head_dim <= 192 || p->deterministic || mi->block_kv != 0 ||
+  if (p->head_dim <= 192 || mi->block_kv != 0 ||
       (e && strcmp(e, "0") == 0))
     return 0;
   return !mi->window || (e && strcmp(e, "1") == 0);
@@ -903,11 +903,6 @@ static fj_status checked(fj_ctx *ctx, const char *who, const fj_problem *p,
                          void *ws, size_t ws_bytes, void *stream)
 {
   fj_status st = check_args(ctx, who, p, a);
-  if (st == FJ_OK && bwd_pair(&plan->variant) && p->deterministic)
-    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                  "%s: the plan's kernel takes key tiles in pairs, which "
-                  "is not deterministic: plan with deterministic 1",
-                  who);
   if (st == FJ_OK && !ctx->has_device)
     st = fj__fail(ctx, FJ_ERR_COMPILE_ONLY,
                   "cannot launch on a compile-only context (arch %s)",

@@ -96,8 +96,10 @@
   soon as dP^T and dV have read it.  The blocks meet at cluster barriers
   at the start (each one's barriers initialised before the other
   signals them) and at the end (neither leaves while the other may
-  still copy into it).  Not in the deterministic mode (the host plans
-  64-key tiles there) nor with a block mask.
+  still copy into it).  In the deterministic mode a dQ tile takes one
+  add a pair (its 64 columns are one consumer's of one block), in the
+  pairs' turns (kv_rank over tiles of 128 keys: nt / 2 of half the
+  grid's width).  Not with a block mask.
   Score and mask expressions (mods.lua: the user's, with their
   parameters) run on S^T tile by tile of 16 queries, in the loop that
   makes P^T: each element's derivative of the score expression at its raw
@@ -955,7 +957,7 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
 {% for role = 0, 1 do %}
 {%   local part = DQ_PARTS[role + 1] %}
     {{ role == 0 and "if (cw == 0) {" or "} else {" }}
-{%   if not BMASK and not PAIR then %}
+{%   if not BMASK then %}
       int edge = 0;  // the deterministic mode's (scheduler.cuh's kv_rank)
 {%   end %}
       {{ STEP_FOR }}
@@ -1074,11 +1076,12 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
         }
 {%   end %}
         const long long bh = (long long)b * p.heads_q + h;
-{%   if not BMASK and not PAIR then %}
+{%   if not BMASK then %}
         int *const turn = g.dq_turns + fj::dq_tile_base(bh, m0, 0, g.seq_pad, {{ D }}) / 4096;
         int rank = 0;
         if (g.deterministic) {
-{{ PC.piece(include("scheduler.cuh", { part = "kv_rank", mrule = mrule, BM = BM, BN = BN })) }}
+{{ PC.piece(include("scheduler.cuh", { part = "kv_rank", mrule = mrule, BM = BM, BN = BN,
+                                       NT = PAIR and "(nt >> 1)" or nil, TILES = PAIR and "((int)gridDim.x >> 1)" or nil })) }}
         }
 {%   end %}
 {%   if PAIR then %}
@@ -1104,7 +1107,17 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
           __syncwarp();
           if (lane == 0) fj::mbar_arrive_peer(fj::peer_addr(out_free, crank ^ 1u));
           float *const tile = g.dq_acc + fj::dq_tile_base(bh, m0, c0, g.seq_pad, {{ D }});
+          if (g.deterministic) {
+            // This dQ tile's turn: one add a pair, in the pairs' order.
+            if (tid == 0) fj::dq_turn_wait(turn + c0 / 64, rank);
+            fj::bar_sync(3 + cw, 128);
+          }
           {{ PC.indent(red_tile(), 10) }}
+          if (g.deterministic) {
+            __threadfence();
+            fj::bar_sync(3 + cw, 128);
+            if (tid == 0) fj::dq_turn_done(turn + c0 / 64);
+          }
         }
 {%   end %}
 {%   for c0 = part.c0, PAIR and part.c0 - 1 or part.c0 + part.n - 1, 64 do %}

@@ -45,8 +45,11 @@
                     from step to step.  rot (a template flag): under
                     g.deterministic 2 every key tile t walks every query
                     tile from t nq / T on, and the rank follows that
-                    rotation
-  Parameters: mrule, BM, BN, N0, BMASK, VL, DYNAMIC, PERSISTENT, and sched
+                    rotation.  NT and TILES (C expressions; "nt" and
+                    the grid's width unless given): this key tile's index
+                    and how many a head has (a pair's: nt / 2, half the
+                    grid's width)
+  Parameters: mrule, BM, BN, N0, NT, TILES, BMASK, VL, DYNAMIC, PERSISTENT, and sched
   (the same fields as a table, for the parts that include others).
 #}
 {%
@@ -196,6 +199,7 @@ __device__ __forceinline__ Item get_item(const Params &p) {
   const int m_end = {{ mrule.rows_end(n0 .. " + " .. BN) }};
   const int nq = m_end > m_first && {{ n0 }} < {{ mrule.kv }} ? (m_end - m_first + {{ BM - 1 }}) / {{ BM }} : 0;
 {% elseif part == "kv_rank" then %}
+{%   local NT, TILES = NT or "nt", TILES or "(int)gridDim.x" %}
         // The key tiles whose walks hold m0 are consecutive: edge, kept
         // over this head's steps (reset at its first), is the far end of
         // those before (after) this one, found with the walk's own test.
@@ -206,9 +210,9 @@ __device__ __forceinline__ Item get_item(const Params &p) {
 {%   if mrule.bounded then %}
         // Later key tiles first: each starts its walk at a later query tile,
         // so it reaches m0 sooner.
-        if (i % nq == 0) edge = nt;
-        while (edge + 1 < (int)gridDim.x && walks(edge + 1)) ++edge;
-        rank = edge - nt;
+        if (i % nq == 0) edge = {{ NT }};
+        while (edge + 1 < {{ TILES }} && walks(edge + 1)) ++edge;
+        rank = edge - {{ NT }};
 {%   else %}
 {%     if rot then %}
         if (g.deterministic == 2) {
@@ -218,15 +222,15 @@ __device__ __forceinline__ Item get_item(const Params &p) {
           // (it reached qi soonest), then the others, the last first.  A:
           // how many have r(t) <= qi, the smallest t with t nq >= (qi + 1) T
           // (32-bit: the host sets 2 only where T nq < 2^31).
-          const int T = (int)gridDim.x, qi = (m0 - m_first) / {{ BM }};
+          const int T = {{ TILES }}, qi = (m0 - m_first) / {{ BM }};
           const int A = min(T, (int)(((unsigned)((qi + 1) * T) + nq - 1) / (unsigned)nq));
-          rank = nt < A ? A - 1 - nt : A + T - 1 - nt;
+          rank = {{ NT }} < A ? A - 1 - {{ NT }} : A + T - 1 - {{ NT }};
         } else {
 {%     end %}
         // Earlier key tiles first (every walk starts at the same query tile).
         if (i % nq == 0) edge = 0;
-        while (edge < nt && !walks(edge)) ++edge;
-        rank = nt - edge;
+        while (edge < {{ NT }} && !walks(edge)) ++edge;
+        rank = {{ NT }} - edge;
 {%     if rot then %}
         }
 {%     end %}

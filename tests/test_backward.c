@@ -31,9 +31,9 @@ static int compile_all(fj_ctx *ctx, const fj_problem *p, const char *what)
            !(pgrads && p->head_dim > 128) &&
            !(m && m->block_mask && m->block_mask->block_kv % tile_n);
   /* Above head dim 192 a pair of blocks (a cluster of two) splits a key
-   * tile of 128, causal or not, but under a window or a block mask and in
-   * the deterministic mode. */
-  int pair = wg && p->head_dim > 192 && !p->deterministic &&
+   * tile of 128, causal or not, deterministic or not, but under a window
+   * or a block mask. */
+  int pair = wg && p->head_dim > 192 &&
              !(m && (m->block_mask || m->window_left != -1 || m->window_right != -1));
   CHECK(plan.variant.mma == (wg ? FJ_MMA_WGMMA : FJ_MMA_SYNC));
   CHECK(plan.variant.tile_n == (wg && (p->head_dim <= 128 || pair) ? 128 : 64));
@@ -513,24 +513,28 @@ int test_backward_memo(void)
   fj_kernel *pk;
   CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &b, 1, &pk));
   CHECK(strstr(fj_kernel_source(pk, NULL), "__cluster_dims__(2, 1, 1)") != NULL);
-  fj_bwd_plan pair = b;
+  /* The deterministic mode takes the pair too: its dQ tiles' turns count
+   * pairs (one add a pair a tile), the rank over tiles of 128 keys. */
   p.deterministic = 1;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
-  CHECK(b.variant.mma == FJ_MMA_WGMMA && b.variant.head_dim == 256 && b.variant.tile_n == 64 &&
-        b.grid[0] == (5000 + 63) / 64);
-  /* The pair's plan is refused for a deterministic call, before any launch. */
-  static char buf[64];
-  void *d = buf;
-  CHECK(fj_attention_bwd_run(ctx, &p, &pair, d, d, d, d, d, (const float *)d, d, d, d, NULL,
-                             NULL, 0, NULL) == FJ_ERR_INVALID_ARG);
-  CHECK_MSG(ctx, "fj_attention_bwd_run: the plan's kernel takes key tiles in pairs, which is "
-                 "not deterministic: plan with deterministic 1");
+  CHECK(b.variant.mma == FJ_MMA_WGMMA && b.variant.head_dim == 256 && b.variant.tile_n == 128 &&
+        b.grid[0] == (5000 + 127) / 128 * 2);
+  const char *src = fj_kernel_source(pk, NULL);
+  CHECK(strstr(src, "fj::dq_turn_wait(turn + c0 / 64, rank)") != NULL);
+  CHECK(strstr(src, "rank = edge - (nt >> 1);") == NULL);  /* no causal mask: earlier pairs first */
+  CHECK(strstr(src, "rank = (nt >> 1) - edge;") != NULL);
+  CHECK(strstr(src, "while (edge < (nt >> 1) && !walks(edge)) ++edge;") != NULL);
   /* Under a causal mask the pair too; under a window 64-key tiles, one
    * block each (the pair was slower there). */
   p.deterministic = 0;
   p.causal = FJ_CAUSAL_TOP_LEFT;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
   CHECK(b.variant.tile_n == 128 && b.grid[0] == (5000 + 127) / 128 * 2);
+  /* Causal: later pairs first, over half the grid's width. */
+  CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &b, 1, &pk));
+  src = fj_kernel_source(pk, NULL);
+  CHECK(strstr(src, "while (edge + 1 < ((int)gridDim.x >> 1) && walks(edge + 1)) ++edge;") != NULL);
+  CHECK(strstr(src, "rank = edge - (nt >> 1);") != NULL);
   fj_mods wm;
   fj_mods_init(&wm);
   wm.window_left = 512;
@@ -539,14 +543,14 @@ int test_backward_memo(void)
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
   CHECK(b.variant.tile_n == 64 && b.grid[0] == (5000 + 63) / 64);
   /* FLASHJIT_BWD_PAIR=1: the pair under the window too (the memo keeps
-   * the choices apart), =0: 64-key tiles without one too; never in the
-   * deterministic mode. */
+   * the choices apart; deterministic too), =0: 64-key tiles without one
+   * too. */
   setenv("FLASHJIT_BWD_PAIR", "1", 1);
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
   CHECK(b.variant.tile_n == 128 && b.grid[0] == (5000 + 127) / 128 * 2);
   p.deterministic = 1;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
-  CHECK(b.variant.tile_n == 64);
+  CHECK(b.variant.tile_n == 128);
   p.deterministic = 0;
   p.mods = NULL;
   p.causal = FJ_CAUSAL_NONE;

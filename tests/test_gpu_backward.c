@@ -521,6 +521,12 @@ int test_gpu_backward_deterministic(void)
       {3, 4, 2, 900, 1000, 128, FJ_BF16, TL, -1, 0, 0, 1, 1, {900, 1, 600}, {1000, 700, 600}, {0}, 0},
       {1, 4, 4, 700, 700, 192, FJ_BF16, TL, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
       {1, 4, 2, 600, 600, 256, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+      /* The pair in turns (above head dim 192: a dQ tile's adds one a
+       * pair): causal bottom-right with GQA and sinks (later pairs first,
+       * a last pair with one key tile past the end), varlen top-left at
+       * 224 with a softcap (a one-row and an empty sequence). */
+      {1, 4, 2, 777, 1000, 256, FJ_F16, BR, -1, 0, 1, 1, 1, {0}, {0}, {0}, 0},
+      {3, 4, 4, 700, 700, 224, FJ_BF16, TL, -1, 20.f, 0, 1, 1, {700, 1, 0}, {700, 129, 300}, {0}, 0},
   };
   const size_t n = sizeof cases / sizeof cases[0];
   fj_ctx *ctx;
