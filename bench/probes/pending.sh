@@ -42,19 +42,13 @@
 # with the wider tiles as the library's FP8 choice (PERF.md F4, C29).
 # The twentieth ran all of s19.sh (fp8chk and fp8mods on an H100; fp8,
 # bwd, short, shorttune and comb on the H200: PERF.md F5, T12, H4, C30,
-# C31).  Next: bench/probes/comb.patch (two commits: the split-KV
-# combine in 128-column slices where its row blocks do not fill the GPU;
-# its first commit, slicing every combine wider than 128, ran on the H200:
-# the single MLA decode 6% faster, batched 2-split decodes 2-3.5% slower;
-# the second, conditional, has not run on a GPU) -- `git am` it on a
-# branch, build, carry that build slimmed as build-comb/ beside main's as
-# build/, then on the H200
-#   S20_COMB_TESTS="gpu_mla_paged:60 gpu_merge:30 gpu_launch_record:20 \
-#     gpu_serving_varlen:40 gpu_serving_decode:40" \
-#     S19_PARTS="comb" bash bench/probes/s19.sh $OUT
-# (the launch record and serving tests reach its reordered launch), and
-# again with S20_COMB_ORDER="build-comb build" for the order; land it if
-# the tests pass and the batched rows match main's.  Then s19.sh's shortn
+# C31).  The twenty-first ran comb's conditional commit on an H100 (its
+# tests passed; single MLA decodes 0.92-0.98 of main's time, batched
+# ones equal) and landed it (6fbfb77; PERF.md L3, C32); its bench/probes/
+# s21.sh holds the deterministic backward on the d256 pair (part det)
+# and issue 33's and 36's re-measures (trainmods, nvrtc).  Next: s21.sh's
+# parts that have not run (see perf-history's twenty-first entry);
+# then s19.sh's shortn
 # (the short cells below 1 beside 128-key tiles); s17.sh's cmp (the backward's ratio with bwdrows and the rotation), the
 # forward sweep (`PARTS=bench`), the FP8 KV ratios at d80/d96 (`PARTS=fp8kv
 # bash bench/device_check.sh`); then a, j, s and c as below.
