@@ -45,9 +45,12 @@
 # C31).  The twenty-first ran comb's conditional commit on an H100 (its
 # tests passed; single MLA decodes 0.92-0.98 of main's time, batched
 # ones equal) and landed it (6fbfb77; PERF.md L3, C32); its bench/probes/
-# s21.sh holds the deterministic backward on the d256 pair (part det)
-# and issue 33's and 36's re-measures (trainmods, nvrtc).  Next: s21.sh's
-# parts that have not run (see perf-history's twenty-first entry);
+# s21.sh's det (the deterministic mode on the d256 pair, landed in
+# 228cbf4: T13, C33) and nvrtc (J8) ran on an H100.  Next, on the H200:
+# s21.sh's trainmods (issue 33's table, last run at 2745797, before the
+# row kernels and the pair) and det (the figure there), and
+# gpu_backward_deterministic with a bound of 900 s (its pair cases have
+# not run; bench/probes/det_repeat.py checked the pair's bits);
 # then s19.sh's shortn
 # (the short cells below 1 beside 128-key tiles); s17.sh's cmp (the backward's ratio with bwdrows and the rotation), the
 # forward sweep (`PARTS=bench`), the FP8 KV ratios at d80/d96 (`PARTS=fp8kv
