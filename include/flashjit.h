@@ -1452,7 +1452,12 @@ FJ_API fj_status fj_reference_fwd(const fj_problem *p, const void *q,
  * host memory; with transposed lists given too, FJ_ERR_INVALID_ARG where
  * they describe other blocks than the rows' lists, naming the first).
  * Computed in float64 throughout; it touches no memory but the arrays
- * given (and the calling thread's message).  Errors:
+ * given (and the calling thread's message).  Both references spread their
+ * (batch, head) items over threads (FLASHJIT_REFERENCE_THREADS, 1-64;
+ * default the online processors up to 16), each item computed as on one
+ * thread, so the results do not depend on the count; the backward keeps
+ * to the calling thread where items add into the same elements (sinks,
+ * parameters' gradients, shared pages, strides that repeat).  Errors:
  * those of fj_reference_fwd for the problem and for p, q, k, v, dout, dq,
  * dk or dv NULL (FJ_ERR_INVALID_ARG naming it); FJ_ERR_UNSUPPORTED for
  * e4m3 K/V; FJ_ERR_NOMEM.  The message is in

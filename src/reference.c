@@ -7,9 +7,12 @@
  */
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctx.h"
 #include "expr_grad.h"
@@ -381,13 +384,12 @@ static fj_status check_span(const fj_ctx *ctx, const tensor *t, int head_dim)
   return FJ_OK;
 }
 
-/* O's rows must lie apart, or two blocks write one place at once.  Taken
- * from the smallest stride out, each dimension of extent above 1 must step
- * past all the elements inside it.  (Rows that interleave without meeting
- * are refused too: no kernel writes such a layout.)  Q, K and V are only
- * read: a stride of 0 there broadcasts, as torch's expand() does. */
-static fj_status check_rows_apart(const fj_ctx *ctx, const tensor *t,
-                                  int head_dim)
+/* Whether t's rows lie apart: taken from the smallest stride out, each
+ * dimension of extent above 1 must step past all the elements inside it
+ * (rows that interleave without meeting count as overlapping).  -1 where
+ * they do, else the first dimension that does not, and the elements
+ * inside it (*inside). */
+static int rows_overlap(const tensor *t, int head_dim, int64_t *inside)
 {
   int order[3] = {0, 1, 2};
   for (int i = 1; i < 3; i++)
@@ -396,21 +398,35 @@ static fj_status check_rows_apart(const fj_ctx *ctx, const tensor *t,
       order[j] = order[j - 1];
       order[j - 1] = x;
     }
-  int64_t inside = head_dim;
+  *inside = head_dim;
   for (int n = 0; n < 3; n++) {
     int i = order[n];
     if (t->ext[i] <= 1)
       continue;
-    if (t->s[i] < inside)
-      return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                      "%s_stride[%d] (%s) = %lld with extent %lld is less than "
-                      "the %lld elements inside each step: rows of O would "
-                      "overlap",
-                      t->name, i, dim_names[i], (long long)t->s[i],
-                      (long long)t->ext[i], (long long)inside);
-    inside += (t->ext[i] - 1) * t->s[i];  /* check_span bounds it */
+    if (t->s[i] < *inside)
+      return i;
+    *inside += (t->ext[i] - 1) * t->s[i];  /* check_span bounds it */
   }
-  return FJ_OK;
+  return -1;
+}
+
+/* O's rows must lie apart, or two blocks write one place at once.  (Rows
+ * that interleave without meeting are refused too: no kernel writes such
+ * a layout.)  Q, K and V are only read: a stride of 0 there broadcasts, as
+ * torch's expand() does. */
+static fj_status check_rows_apart(const fj_ctx *ctx, const tensor *t,
+                                  int head_dim)
+{
+  int64_t inside;
+  int i = rows_overlap(t, head_dim, &inside);
+  if (i < 0)
+    return FJ_OK;
+  return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "%s_stride[%d] (%s) = %lld with extent %lld is less than "
+                  "the %lld elements inside each step: rows of O would "
+                  "overlap",
+                  t->name, i, dim_names[i], (long long)t->s[i],
+                  (long long)t->ext[i], (long long)inside);
 }
 
 static fj_status check_strides(const fj_ctx *ctx, const fj_problem *p)
@@ -1185,34 +1201,127 @@ static int head_init(const ref_run *r, int b, int hq, ref_head *h)
   return len_q;
 }
 
+/* ---- threads ------------------------------------------------------------------ */
+
+/* The reference spreads its items -- (batch, head) pairs -- over threads,
+ * each with its own scratch, the caller's among them; each item is
+ * computed exactly as on one thread, so the results are the same bits.
+ * FLASHJIT_REFERENCE_THREADS (1 to 64) says how many, else the online
+ * processors up to 16.  A thread that cannot have its scratch or cannot
+ * be started leaves its items to the others. */
+#define REF_THREADS_MAX 64
+
+static int ref_threads(int64_t items)
+{
+  const char *e = getenv("FLASHJIT_REFERENCE_THREADS");
+  long n = e && *e ? strtol(e, NULL, 10) : 0;
+  if (n < 1 || n > REF_THREADS_MAX) {
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+    n = n < 1 ? 1 : n > 16 ? 16 : n;
+  }
+  return (int)(items < n ? (items < 1 ? 1 : items) : n);
+}
+
+typedef struct ref_work {
+  void (*run)(void *job, int item, void *scratch);
+  void *(*scratch_new)(void *job);  /* NULL: out of memory */
+  void (*scratch_free)(void *scratch);
+  void *job;
+  int items;
+  atomic_int next;                  /* the next item to claim */
+  atomic_int done;                  /* items run */
+} ref_work;
+
+static void *ref_worker(void *arg)
+{
+  ref_work *w = arg;
+  void *scratch = w->scratch_new(w->job);
+  if (!scratch)
+    return NULL;
+  for (int i; (i = atomic_fetch_add(&w->next, 1)) < w->items;) {
+    w->run(w->job, i, scratch);
+    atomic_fetch_add(&w->done, 1);
+  }
+  w->scratch_free(scratch);
+  return NULL;
+}
+
+/* How many threads the calling thread's last reference run used. */
+static _Thread_local int last_threads;
+
+int fj__reference_last_threads(void)
+{
+  return last_threads;
+}
+
+/* Runs every item of w on up to `threads` threads; 0, or -1 where no
+ * thread had its scratch (some items did not run: out of memory). */
+static int ref_parallel(ref_work *w, int threads)
+{
+  pthread_t t[REF_THREADS_MAX];
+  int started = 0;
+  atomic_init(&w->next, 0);
+  atomic_init(&w->done, 0);
+  while (started < threads - 1 &&
+         pthread_create(&t[started], NULL, ref_worker, w) == 0)
+    started++;
+  ref_worker(w);
+  for (int i = 0; i < started; i++)
+    pthread_join(t[i], NULL);
+  last_threads = started + 1;
+  return atomic_load(&w->done) == w->items ? 0 : -1;
+}
+
+/* ---- forward ------------------------------------------------------------------ */
+
+/* The forward's items: (b, hq), the rows [row_begin, row_end) of each;
+ * scratch: one row's scores. */
+typedef struct fwd_job {
+  const ref_run *r;
+  int row_begin, row_end;
+  double *out, *out_lse;
+} fwd_job;
+
+static void *fwd_scratch(void *job)
+{
+  const fwd_job *j = job;
+  return malloc(sizeof(double) * ((size_t)j->r->p->seq_kv + 1));
+}
+
+static void fwd_item(void *job, int item, void *scratch)
+{
+  const fwd_job *j = job;
+  const ref_run *r = j->r;
+  const fj_problem *p = r->p;
+  int b = item / p->heads_q, hq = item % p->heads_q;
+  size_t rows = (size_t)(j->row_end - j->row_begin), d = (size_t)fj__problem_dv(p);
+  ref_head h;
+  int len_q = head_init(r, b, hq, &h);
+  size_t base = (size_t)item * rows;
+  for (size_t i = 0; i < rows; i++) {
+    int row = j->row_begin + (int)i;
+    double *o = j->out + (base + i) * d;
+    double *l = j->out_lse ? j->out_lse + base + i : NULL;
+    if (row < len_q) {
+      ref_row(&h, row, r->scale, scratch, NULL, o, l);
+    } else {  /* past the sequence's end: no such row */
+      memset(o, 0, sizeof *o * d);
+      if (l)
+        *l = NAN;
+    }
+  }
+}
+
 static fj_status reference_fwd(const ref_run *r, const char *fn, int row_begin,
                                int row_end, double *out, double *out_lse)
 {
   const fj_problem *p = r->p;
-  double *s = malloc(sizeof *s * (size_t)p->seq_kv);
-  if (!s)
+  fwd_job job = {r, row_begin, row_end, out, out_lse};
+  ref_work w = {.run = fwd_item, .scratch_new = fwd_scratch, .scratch_free = free,
+                .job = &job, .items = p->batch * p->heads_q};
+  if (ref_parallel(&w, ref_threads(w.items)) != 0)
     return fj__fail(NULL, FJ_ERR_NOMEM, "%s: out of memory for %d scores",
                     fn, p->seq_kv);
-  size_t rows = (size_t)(row_end - row_begin), d = (size_t)fj__problem_dv(p);
-  for (int b = 0; b < p->batch; b++)
-    for (int hq = 0; hq < p->heads_q; hq++) {
-      ref_head h;
-      int len_q = head_init(r, b, hq, &h);
-      size_t base = ((size_t)b * (size_t)p->heads_q + (size_t)hq) * rows;
-      for (size_t i = 0; i < rows; i++) {
-        int row = row_begin + (int)i;
-        double *o = out + (base + i) * d;
-        double *l = out_lse ? out_lse + base + i : NULL;
-        if (row < len_q) {
-          ref_row(&h, row, r->scale, s, NULL, o, l);
-        } else {  /* past the sequence's end: no such row */
-          memset(o, 0, sizeof *o * d);
-          if (l)
-            *l = NAN;
-        }
-      }
-    }
-  free(s);
   return FJ_OK;
 }
 
@@ -1560,32 +1669,101 @@ static void bwd_flush_kv(const ref_head *h, const ref_grads *g, bwd_buf *w)
   memset(w->dv, 0, sizeof *w->dv * (size_t)p->seq_kv * d);
 }
 
+/* The backward's items: (b, hk), its group's query heads' rows, then the
+ * KV head's dK and dV; scratch: a bwd_buf. */
+typedef struct bwd_job {
+  const ref_run *r;
+  const void *dout;
+  const ref_merged *mg;
+  const ref_grads *g;
+} bwd_job;
+
+typedef struct bwd_scratch {
+  bwd_buf w;
+  double *all;
+} bwd_scratch;
+
+static void *bwd_scratch_new(void *job)
+{
+  const bwd_job *j = job;
+  bwd_scratch *sc = malloc(sizeof *sc);
+  if (sc && !(sc->all = bwd_buf_alloc(j->r->p, &sc->w))) {
+    free(sc);
+    sc = NULL;
+  }
+  return sc;
+}
+
+static void bwd_scratch_free(void *scratch)
+{
+  bwd_scratch *sc = scratch;
+  free(sc->all);
+  free(sc);
+}
+
+static void bwd_item(void *job, int item, void *scratch)
+{
+  const bwd_job *j = job;
+  const fj_problem *p = j->r->p;
+  bwd_buf *w = &((bwd_scratch *)scratch)->w;
+  int b = item / p->heads_kv, hk = item % p->heads_kv;
+  int group = p->heads_q / p->heads_kv;
+  ref_head h;
+  for (int hq = hk * group; hq < (hk + 1) * group; hq++) {
+    int len_q = head_init(j->r, b, hq, &h);
+    for (int row = 0; row < len_q; row++)
+      bwd_row(&h, row, j->r->scale, j->dout, j->mg, j->g, w);
+  }
+  bwd_flush_kv(&h, j->g, w);
+}
+
+/* Whether the backward's items may run on several threads: each writes
+ * only its own elements of dQ, dK and dV (their rows apart, no shared
+ * pages) and nothing the others add to (no sinks' or parameters'
+ * gradients, summed over every item). */
+static int bwd_items_apart(const ref_run *r)
+{
+  const fj_problem *p = r->p;
+  if (p->block_table || r->rm.info.sinks || r->rm.nreads)
+    return 0;
+  tensor t[4];
+  tensors_of(p, t);
+  int64_t inside;
+  return rows_overlap(&t[0], p->head_dim, &inside) < 0 &&
+         rows_overlap(&t[1], p->head_dim, &inside) < 0 &&
+         rows_overlap(&t[2], fj__problem_dv(p), &inside) < 0;
+}
+
 static fj_status reference_bwd(const ref_run *r, const char *fn,
                                const void *dout, const ref_merged *mg,
                                const ref_grads *g)
 {
   const fj_problem *p = r->p;
-  bwd_buf w;
-  double *all = bwd_buf_alloc(p, &w);
-  if (!all)
+  grads_zero(r, g);
+  bwd_job job = {r, dout, mg, g};
+  ref_work w = {.run = bwd_item, .scratch_new = bwd_scratch_new,
+                .scratch_free = bwd_scratch_free, .job = &job,
+                .items = p->batch * p->heads_kv};
+  bwd_scratch *one = NULL;
+  int ok;
+  if (bwd_items_apart(r)) {
+    ok = ref_parallel(&w, ref_threads(w.items)) == 0;
+  } else if ((ok = (one = bwd_scratch_new(&job)) != NULL)) {
+    /* One thread, the items in order: the sinks' and the parameters'
+     * gradients are sums over all of them. */
+    for (int i = 0; i < w.items; i++)
+      bwd_item(&job, i, one);
+    last_threads = 1;
+  }
+  if (!ok)
     return fj__fail(NULL, FJ_ERR_NOMEM,
                     "%s: out of memory for the gradients of %d keys", fn,
                     p->seq_kv);
-  int group = p->heads_q / p->heads_kv;
-  grads_zero(r, g);
-  for (int b = 0; b < p->batch; b++)
-    for (int hk = 0; hk < p->heads_kv; hk++) {
-      ref_head h;
-      for (int hq = hk * group; hq < (hk + 1) * group; hq++) {
-        int len_q = head_init(r, b, hq, &h);
-        for (int row = 0; row < len_q; row++)
-          bwd_row(&h, row, r->scale, dout, mg, g, &w);
-      }
-      bwd_flush_kv(&h, g, &w);
-    }
+  /* Without sinks (every case on threads) their gradients are 0. */
   for (int hq = 0; g->dsinks && hq < p->heads_q; hq++)
-    grad_put(g, g->dsinks, hq, w.dsink[hq], 0);
-  free(all);
+    grad_put(g, g->dsinks, hq, one ? one->w.dsink[hq] : 0, 0);
+  if (one)
+    bwd_scratch_free(one);
   return FJ_OK;
 }
 

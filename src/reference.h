@@ -47,6 +47,13 @@ fj_status fj__problem_check_common(const fj_ctx *ctx, const fj_problem *p);
 fj_status fj__check_scales(const fj_ctx *ctx, const fj_problem *p,
                            const void *k_scale, const void *v_scale);
 
+/* How many threads the calling thread's last fj_reference_fwd or _bwd
+ * (or their float64 forms) spread its (batch, head) items over: up to
+ * FLASHJIT_REFERENCE_THREADS (1-64), else the online processors up to
+ * 16; the backward keeps to one where items add into the same elements
+ * (sinks' or parameters' gradients, pages or rows that strides share). */
+int fj__reference_last_threads(void);
+
 /* fj_reference_fwd (all rows) and fj_reference_bwd on float64 inputs --
  * q, k, v and dout as double in p's strides, whatever p's dtype says --
  * with float64 gradients (dsinks: double [heads_q], may be NULL): for

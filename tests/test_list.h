@@ -98,6 +98,7 @@ TEST(refbwd_block_mask, cpu)
 TEST(refbwd_score_exprs, cpu)
 TEST(refbwd_score_exprs_catch, cpu)
 TEST(refbwd_param_grads, cpu)
+TEST(refbwd_threads, cpu)
 TEST(refbwd_param_grads_refused, cpu)
 /* the kernel family, compile-only */
 TEST(family_sample_sm80, cpu)

@@ -868,3 +868,65 @@ int test_refbwd_paged(void)
       }
   return 0;
 }
+
+/* The reference on several threads (FLASHJIT_REFERENCE_THREADS): the
+ * forward's O and LSE and the backward's gradients bit for bit those of
+ * one thread -- dense GQA with a mask and a score expression, varlen, and
+ * keys broadcast over heads (a stride of 0: gradients that add up across
+ * items, which keep to one thread). */
+int test_refbwd_threads(void)
+{
+  enum { B = 3, HQ = 4, HKV = 2, SQ = 37, SKV = 53, D = 16 };
+  enum { NQ = B * HQ * SQ * D, NKV = B * HKV * SKV * D };
+  static uint16_t q[NQ], k[NKV], v[NKV], dout[NQ];
+  static double o[2][NQ], lse[2][B * HQ * SQ];
+  static float dq[2][NQ], dk[2][NKV], dv[2][NKV];
+  uint32_t state = 11;
+  for (int i = 0; i < NQ; i++) {
+    q[i] = fj__float_to_half((float)next_value(&state, 1.5));
+    dout[i] = fj__float_to_half((float)next_value(&state, 1.0));
+  }
+  for (int i = 0; i < NKV; i++) {
+    k[i] = fj__float_to_half((float)next_value(&state, 1.5));
+    v[i] = fj__float_to_half((float)next_value(&state, 1.0));
+  }
+  static const int32_t cu_q[B + 1] = {0, 30, 31, 60}, cu_kv[B + 1] = {0, 53, 60, 100};
+  fj_mods m;
+  fj_mods_init(&m);
+  m.score = "s + 0.125f * (float)(kv - q) - (float)h * 0.25f";
+  for (int form = 0; form < 3; form++) {
+    fj_problem p;
+    fj_problem_init(&p, B, HQ, HKV, SQ, SKV, D, FJ_F16, form == 1 ? FJ_THD : FJ_BHSD);
+    p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+    p.mods = form == 0 ? &m : NULL;
+    if (form == 1) {
+      p.cu_seqlens_q = cu_q;
+      p.cu_seqlens_kv = cu_kv;
+    }
+    if (form == 2)
+      p.k_stride[1] = p.v_stride[1] = 0;  /* both KV heads read head 0 */
+    for (int t = 0; t < 2; t++) {
+      setenv("FLASHJIT_REFERENCE_THREADS", t ? "5" : "1", 1);
+      memset(dq[t], 0, sizeof dq[t]);
+      memset(dk[t], 0, sizeof dk[t]);
+      memset(dv[t], 0, sizeof dv[t]);
+      CHECK_OK(NULL, fj_reference_fwd(&p, q, k, v, NULL, NULL, 0, SQ, o[t], lse[t]));
+      CHECK(fj__reference_last_threads() == (t ? 5 : 1));
+      CHECK_OK(NULL, fj_reference_bwd(&p, q, k, v, dout, dq[t], dk[t], dv[t], NULL));
+      /* B x HKV = 6 items; broadcast keys add across them: one thread */
+      CHECK(fj__reference_last_threads() == (t && form < 2 ? 5 : 1));
+    }
+    CHECK(memcmp(o[0], o[1], sizeof o[0]) == 0);
+    CHECK(memcmp(lse[0], lse[1], sizeof lse[0]) == 0);
+    CHECK(memcmp(dq[0], dq[1], sizeof dq[0]) == 0);
+    CHECK(memcmp(dk[0], dk[1], sizeof dk[0]) == 0);
+    CHECK(memcmp(dv[0], dv[1], sizeof dv[0]) == 0);
+    /* Not all zeros: the items ran. */
+    double sum = 0;
+    for (int i = 0; i < NKV; i++)
+      sum += fabs((double)dk[1][i]);
+    CHECK(sum > 0);
+  }
+  unsetenv("FLASHJIT_REFERENCE_THREADS");
+  return 0;
+}
