@@ -1457,7 +1457,8 @@ FJ_API fj_status fj_reference_fwd(const fj_problem *p, const void *q,
  * default the online processors up to 16), each item computed as on one
  * thread, so the results do not depend on the count; the backward keeps
  * to the calling thread where items add into the same elements (sinks,
- * parameters' gradients, shared pages, strides that repeat).  Errors:
+ * parameters' gradients, shared pages, strides that repeat, a packed
+ * sequence's seqused_kv past its own keys).  Errors:
  * those of fj_reference_fwd for the problem and for p, q, k, v, dout, dq,
  * dk or dv NULL (FJ_ERR_INVALID_ARG naming it); FJ_ERR_UNSUPPORTED for
  * e4m3 K/V; FJ_ERR_NOMEM.  The message is in

@@ -1210,26 +1210,32 @@ static int head_init(const ref_run *r, int b, int hq, ref_head *h)
  * processors up to 16.  A thread that cannot have its scratch or cannot
  * be started leaves its items to the others. */
 #define REF_THREADS_MAX 64
+#define REF_SCRATCH_BUDGET ((size_t)1 << 30)
 
-static int ref_threads(int64_t items)
+static int ref_threads(int64_t items, size_t scratch_bytes)
 {
   const char *e = getenv("FLASHJIT_REFERENCE_THREADS");
-  long n = e && *e ? strtol(e, NULL, 10) : 0;
-  if (n < 1 || n > REF_THREADS_MAX) {
+  char *end = NULL;
+  long n = e && *e ? strtol(e, &end, 10) : 0;
+  if (n < 1 || n > REF_THREADS_MAX || (end && *end)) {
     n = sysconf(_SC_NPROCESSORS_ONLN);
     n = n < 1 ? 1 : n > 16 ? 16 : n;
   }
+  /* Each thread's scratch within REF_SCRATCH_BUDGET in all. */
+  if (scratch_bytes && (size_t)n * scratch_bytes > REF_SCRATCH_BUDGET)
+    n = (long)(REF_SCRATCH_BUDGET / scratch_bytes);
+  n = n < 1 ? 1 : n;
   return (int)(items < n ? (items < 1 ? 1 : items) : n);
 }
 
 typedef struct ref_work {
-  void (*run)(void *job, int item, void *scratch);
+  void (*run)(void *job, int64_t item, void *scratch);
   void *(*scratch_new)(void *job);  /* NULL: out of memory */
   void (*scratch_free)(void *scratch);
   void *job;
-  int items;
-  atomic_int next;                  /* the next item to claim */
-  atomic_int done;                  /* items run */
+  int64_t items;
+  atomic_llong next;                /* the next item to claim */
+  atomic_llong done;                /* items run */
 } ref_work;
 
 static void *ref_worker(void *arg)
@@ -1238,7 +1244,7 @@ static void *ref_worker(void *arg)
   void *scratch = w->scratch_new(w->job);
   if (!scratch)
     return NULL;
-  for (int i; (i = atomic_fetch_add(&w->next, 1)) < w->items;) {
+  for (long long i; (i = atomic_fetch_add(&w->next, 1)) < w->items;) {
     w->run(w->job, i, scratch);
     atomic_fetch_add(&w->done, 1);
   }
@@ -1288,12 +1294,12 @@ static void *fwd_scratch(void *job)
   return malloc(sizeof(double) * ((size_t)j->r->p->seq_kv + 1));
 }
 
-static void fwd_item(void *job, int item, void *scratch)
+static void fwd_item(void *job, int64_t item, void *scratch)
 {
   const fwd_job *j = job;
   const ref_run *r = j->r;
   const fj_problem *p = r->p;
-  int b = item / p->heads_q, hq = item % p->heads_q;
+  int b = (int)(item / p->heads_q), hq = (int)(item % p->heads_q);
   size_t rows = (size_t)(j->row_end - j->row_begin), d = (size_t)fj__problem_dv(p);
   ref_head h;
   int len_q = head_init(r, b, hq, &h);
@@ -1318,8 +1324,8 @@ static fj_status reference_fwd(const ref_run *r, const char *fn, int row_begin,
   const fj_problem *p = r->p;
   fwd_job job = {r, row_begin, row_end, out, out_lse};
   ref_work w = {.run = fwd_item, .scratch_new = fwd_scratch, .scratch_free = free,
-                .job = &job, .items = p->batch * p->heads_q};
-  if (ref_parallel(&w, ref_threads(w.items)) != 0)
+                .job = &job, .items = (int64_t)p->batch * p->heads_q};
+  if (ref_parallel(&w, ref_threads(w.items, 0)) != 0)
     return fj__fail(NULL, FJ_ERR_NOMEM, "%s: out of memory for %d scores",
                     fn, p->seq_kv);
   return FJ_OK;
@@ -1534,11 +1540,18 @@ typedef struct bwd_buf {
   double *raw;
 } bwd_buf;
 
+/* The scratch's doubles. */
+static size_t bwd_buf_doubles(const fj_problem *p)
+{
+  size_t n = (size_t)p->seq_kv, d = (size_t)p->head_dim;
+  return 2 * n + 4 * d + 2 * n * d + (size_t)p->heads_q;
+}
+
 static double *bwd_buf_alloc(const fj_problem *p, bwd_buf *w)
 {
   size_t n = (size_t)p->seq_kv, d = (size_t)p->head_dim;
   size_t hq = (size_t)p->heads_q;
-  double *all = calloc(2 * n + 4 * d + 2 * n * d + hq, sizeof *all);
+  double *all = calloc(bwd_buf_doubles(p), sizeof *all);
   if (all)
     *w = (bwd_buf){all, all + n, all + n + d, all + n + 2 * d,
                    all + n + 3 * d, all + n + 3 * d + n * d,
@@ -1701,12 +1714,12 @@ static void bwd_scratch_free(void *scratch)
   free(sc);
 }
 
-static void bwd_item(void *job, int item, void *scratch)
+static void bwd_item(void *job, int64_t item, void *scratch)
 {
   const bwd_job *j = job;
   const fj_problem *p = j->r->p;
   bwd_buf *w = &((bwd_scratch *)scratch)->w;
-  int b = item / p->heads_kv, hk = item % p->heads_kv;
+  int b = (int)(item / p->heads_kv), hk = (int)(item % p->heads_kv);
   int group = p->heads_q / p->heads_kv;
   ref_head h;
   for (int hq = hk * group; hq < (hk + 1) * group; hq++) {
@@ -1726,6 +1739,11 @@ static int bwd_items_apart(const ref_run *r)
   const fj_problem *p = r->p;
   if (p->block_table || r->rm.info.sinks || r->rm.nreads)
     return 0;
+  /* A packed sequence whose used keys run past its own rows into the
+   * next's. */
+  for (int b = 0; p->cu_seqlens_kv && p->seqused_kv && b < p->batch; b++)
+    if (p->seqused_kv[b] > p->cu_seqlens_kv[b + 1] - p->cu_seqlens_kv[b])
+      return 0;
   tensor t[4];
   tensors_of(p, t);
   int64_t inside;
@@ -1743,15 +1761,16 @@ static fj_status reference_bwd(const ref_run *r, const char *fn,
   bwd_job job = {r, dout, mg, g};
   ref_work w = {.run = bwd_item, .scratch_new = bwd_scratch_new,
                 .scratch_free = bwd_scratch_free, .job = &job,
-                .items = p->batch * p->heads_kv};
+                .items = (int64_t)p->batch * p->heads_kv};
   bwd_scratch *one = NULL;
   int ok;
   if (bwd_items_apart(r)) {
-    ok = ref_parallel(&w, ref_threads(w.items)) == 0;
+    size_t per = sizeof(double) * bwd_buf_doubles(p);
+    ok = ref_parallel(&w, ref_threads(w.items, per)) == 0;
   } else if ((ok = (one = bwd_scratch_new(&job)) != NULL)) {
     /* One thread, the items in order: the sinks' and the parameters'
      * gradients are sums over all of them. */
-    for (int i = 0; i < w.items; i++)
+    for (int64_t i = 0; i < w.items; i++)
       bwd_item(&job, i, one);
     last_threads = 1;
   }

@@ -50,8 +50,10 @@ fj_status fj__check_scales(const fj_ctx *ctx, const fj_problem *p,
 /* How many threads the calling thread's last fj_reference_fwd or _bwd
  * (or their float64 forms) spread its (batch, head) items over: up to
  * FLASHJIT_REFERENCE_THREADS (1-64), else the online processors up to
- * 16; the backward keeps to one where items add into the same elements
- * (sinks' or parameters' gradients, pages or rows that strides share). */
+ * 16, fewer where their scratch would pass 1 GiB; the backward keeps to
+ * one where items add into the same elements (sinks' or parameters'
+ * gradients, pages or rows that strides share, a packed sequence's used
+ * keys past its own). */
 int fj__reference_last_threads(void);
 
 /* fj_reference_fwd (all rows) and fj_reference_bwd on float64 inputs --

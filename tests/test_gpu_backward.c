@@ -504,40 +504,19 @@ int test_gpu_backward(void)
 
 /* One small case for compute-sanitizer. */
 /* The deterministic mode: right against the reference, and the same bits
- * over 10 runs, on both families; the default mode's run-to-run
- * differences on the same shapes, for comparison. */
-int test_gpu_backward_deterministic(void)
+ * over 10 runs; the default mode's run-to-run differences on the same
+ * shapes, for comparison.  On the device's own family, then (families 2)
+ * on an sm_90a device the mma family too (plain sm_90). */
+static int run_deterministic(const bwd_case *cases, size_t n, int families)
 {
-  static const bwd_case cases[] = {
-      {1, 8, 8, 2048, 2048, 128, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
-      /* The rotation (backward.c's rotates; no mask, dense, up to head
-       * dim 128 on wgmma): GQA, a softcap, 8 key tiles over 11 query
-       * tiles; 16 key tiles over 6 (rotations that tie), head dim 96. */
-      {2, 8, 2, 700, 1000, 64, FJ_F16, NC, -1, 30.f, 0, 1, 1, {0}, {0}, {0}, 0},
-      {1, 4, 4, 333, 2000, 96, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
-      {1, 8, 2, 1500, 1500, 64, FJ_F16, TL, -1, 0, 1, 1, 1, {0}, {0}, {0}, 0},
-      {1, 4, 4, 1100, 1100, 64, FJ_BF16, BR, 300, 0, 0, 1, 1, {0}, {0}, {0}, 0},
-      {1, 4, 4, 700, 900, 128, FJ_F16, BR, 200, 30.f, 0, 1, 1, {0}, {0}, {0}, 0},
-      {3, 4, 2, 900, 1000, 128, FJ_BF16, TL, -1, 0, 0, 1, 1, {900, 1, 600}, {1000, 700, 600}, {0}, 0},
-      {1, 4, 4, 700, 700, 192, FJ_BF16, TL, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
-      {1, 4, 2, 600, 600, 256, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
-      /* The pair in turns (above head dim 192: a dQ tile's adds one a
-       * pair): causal bottom-right with GQA and sinks (later pairs first,
-       * a last pair with one key tile past the end), varlen top-left at
-       * 224 with a softcap (a one-row and an empty sequence). */
-      {1, 4, 2, 777, 1000, 256, FJ_F16, BR, -1, 0, 1, 1, 1, {0}, {0}, {0}, 0},
-      {3, 4, 4, 700, 700, 224, FJ_BF16, TL, -1, 20.f, 0, 1, 1, {700, 1, 0}, {700, 129, 300}, {0}, 0},
-  };
-  const size_t n = sizeof cases / sizeof cases[0];
   fj_ctx *ctx;
   int rc = fjt_gpu_ctx(NULL, &ctx);
   if (rc)
     return rc;
   uint64_t seed = 20261127;
   int fails = 0;
-  for (int fam = 0; fam < 2; fam++) {
+  for (int fam = 0; fam < families; fam++) {
     if (fam == 1) {
-      /* On an sm_90a device, the mma family (plain sm_90) too. */
       fj_ctx *plain;
       rc = plain_sm90(ctx, &plain);
       fj_ctx_destroy(ctx);
@@ -553,11 +532,46 @@ int test_gpu_backward_deterministic(void)
       fails += run_repeats(ctx, &cases[i], &seed, 10);
       fails += run_repeats(ctx, &dflt, &seed, 10);
     }
-    if (fam == 1)
-      fj_ctx_destroy(ctx);
   }
+  if (ctx)
+    fj_ctx_destroy(ctx);
   printf("deterministic backward: %d failed\n", fails);
   return fails != 0;
+}
+
+int test_gpu_backward_deterministic(void)
+{
+  static const bwd_case cases[] = {
+      {1, 8, 8, 2048, 2048, 128, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+      /* The rotation (backward.c's rotates; no mask, dense, up to head
+       * dim 128 on wgmma): GQA, a softcap, 8 key tiles over 11 query
+       * tiles; 16 key tiles over 6 (rotations that tie), head dim 96. */
+      {2, 8, 2, 700, 1000, 64, FJ_F16, NC, -1, 30.f, 0, 1, 1, {0}, {0}, {0}, 0},
+      {1, 4, 4, 333, 2000, 96, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+      {1, 8, 2, 1500, 1500, 64, FJ_F16, TL, -1, 0, 1, 1, 1, {0}, {0}, {0}, 0},
+      {1, 4, 4, 1100, 1100, 64, FJ_BF16, BR, 300, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+      {1, 4, 4, 700, 900, 128, FJ_F16, BR, 200, 30.f, 0, 1, 1, {0}, {0}, {0}, 0},
+      {3, 4, 2, 900, 1000, 128, FJ_BF16, TL, -1, 0, 0, 1, 1, {900, 1, 600}, {1000, 700, 600}, {0}, 0},
+      {1, 4, 4, 700, 700, 192, FJ_BF16, TL, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+      {1, 4, 2, 600, 600, 256, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+  };
+  return run_deterministic(cases, sizeof cases / sizeof cases[0], 2);
+}
+
+/* The pair in turns (above head dim 192 on sm_90a: a dQ tile's adds one a
+ * pair, ranked over 128-key tiles): no mask with GQA, causal bottom-right
+ * with GQA and sinks (later pairs first, a last pair with one key tile
+ * past the end), varlen top-left at 224 with a softcap (a one-row and an
+ * empty sequence).  A test of its own, so that a device call can run it
+ * in a minute. */
+int test_gpu_backward_deterministic_pair(void)
+{
+  static const bwd_case cases[] = {
+      {1, 4, 2, 600, 600, 256, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+      {1, 4, 2, 777, 1000, 256, FJ_F16, BR, -1, 0, 1, 1, 1, {0}, {0}, {0}, 0},
+      {3, 4, 4, 700, 700, 224, FJ_BF16, TL, -1, 20.f, 0, 1, 1, {700, 1, 0}, {700, 129, 300}, {0}, 0},
+  };
+  return run_deterministic(cases, sizeof cases / sizeof cases[0], 1);
 }
 
 int test_gpu_sanitize_backward(void)

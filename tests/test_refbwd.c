@@ -871,9 +871,10 @@ int test_refbwd_paged(void)
 
 /* The reference on several threads (FLASHJIT_REFERENCE_THREADS): the
  * forward's O and LSE and the backward's gradients bit for bit those of
- * one thread -- dense GQA with a mask and a score expression, varlen, and
- * keys broadcast over heads (a stride of 0: gradients that add up across
- * items, which keep to one thread). */
+ * one thread -- dense GQA with a mask and a score expression, varlen;
+ * and where items' gradients add into the same elements, which keep the
+ * backward to one thread: keys broadcast over heads (a stride of 0), a
+ * packed sequence whose used keys (seqused_kv) run into the next's. */
 int test_refbwd_threads(void)
 {
   enum { B = 3, HQ = 4, HKV = 2, SQ = 37, SKV = 53, D = 16 };
@@ -891,17 +892,19 @@ int test_refbwd_threads(void)
     v[i] = fj__float_to_half((float)next_value(&state, 1.0));
   }
   static const int32_t cu_q[B + 1] = {0, 30, 31, 60}, cu_kv[B + 1] = {0, 53, 60, 100};
+  static const int32_t used[B] = {53, 40, 40};  /* the second's 40 keys: 33 of the third's */
   fj_mods m;
   fj_mods_init(&m);
   m.score = "s + 0.125f * (float)(kv - q) - (float)h * 0.25f";
-  for (int form = 0; form < 3; form++) {
+  for (int form = 0; form < 4; form++) {
     fj_problem p;
-    fj_problem_init(&p, B, HQ, HKV, SQ, SKV, D, FJ_F16, form == 1 ? FJ_THD : FJ_BHSD);
+    fj_problem_init(&p, B, HQ, HKV, SQ, SKV, D, FJ_F16, form % 2 ? FJ_THD : FJ_BHSD);
     p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
     p.mods = form == 0 ? &m : NULL;
-    if (form == 1) {
+    if (form == 1 || form == 3) {
       p.cu_seqlens_q = cu_q;
       p.cu_seqlens_kv = cu_kv;
+      p.seqused_kv = form == 3 ? used : NULL;
     }
     if (form == 2)
       p.k_stride[1] = p.v_stride[1] = 0;  /* both KV heads read head 0 */
@@ -913,7 +916,7 @@ int test_refbwd_threads(void)
       CHECK_OK(NULL, fj_reference_fwd(&p, q, k, v, NULL, NULL, 0, SQ, o[t], lse[t]));
       CHECK(fj__reference_last_threads() == (t ? 5 : 1));
       CHECK_OK(NULL, fj_reference_bwd(&p, q, k, v, dout, dq[t], dk[t], dv[t], NULL));
-      /* B x HKV = 6 items; broadcast keys add across them: one thread */
+      /* B x HKV = 6 items; where their gradients meet, one thread */
       CHECK(fj__reference_last_threads() == (t && form < 2 ? 5 : 1));
     }
     CHECK(memcmp(o[0], o[1], sizeof o[0]) == 0);
