@@ -48,9 +48,13 @@
 # s21.sh's det (the deterministic mode on the d256 pair, landed in
 # 228cbf4: T13, C33) and nvrtc (J8) ran on an H100.  Next, on the H200:
 # s21.sh's trainmods (issue 33's table, last run at 2745797, before the
-# row kernels and the pair) and det (the figure there), and
-# gpu_backward_deterministic with a bound of 900 s (its pair cases have
-# not run; bench/probes/det_repeat.py checked the pair's bits);
+# row kernels and the pair) and det (the figure there, and
+# gpu_backward_deterministic_pair: the pair's deterministic cases with
+# varlen, bottom-right and sinks have not run -- bench/probes/
+# det_repeat.py checked the bits of dense ones); every GPU test's float64
+# reference now runs on the host's cores (7da8553): the tests that ended
+# at their bounds (serving_decode, serving_varlen, fp8_kv,
+# backward_deterministic) may now finish;
 # then s19.sh's shortn
 # (the short cells below 1 beside 128-key tiles); s17.sh's cmp (the backward's ratio with bwdrows and the rotation), the
 # forward sweep (`PARTS=bench`), the FP8 KV ratios at d80/d96 (`PARTS=fp8kv

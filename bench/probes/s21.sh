@@ -4,8 +4,8 @@
 # the deterministic pair as build/tmpl-old) carried.  Parts (S21_PARTS;
 # S21_SECONDS bounds the whole, default 570):
 #   det       the deterministic backward with the d256 cluster pair:
-#             gpu_backward_deterministic (both families; the pair's cases
-#             at d224 and d256), then bench/bwd_compare.py --quick --dims
+#             gpu_backward_deterministic_pair (its three cases at d224
+#             and d256: GQA, causal with sinks, varlen), then bench/bwd_compare.py --quick --dims
 #             256 three ways: this build ("new": the default and the
 #             deterministic mode on the pair), the templates before it
 #             ("old": the default mode's baseline, its deterministic column
@@ -26,8 +26,8 @@ parts_start s21 "${1:-}" ${S21_SECONDS:-570}
 out=$(cd "$out" && pwd)
 echo "s21 gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
 part_det() {
-  (cd build && timeout $(bound 240) ./tests/fj_tests gpu_backward_deterministic >"$out/det_test.log" 2>&1
-   echo "det gpu_backward_deterministic: exit $? ($(grep -c ' ok$' "$out/det_test.log") ok lines, $(grep -c FAIL "$out/det_test.log") FAIL)"
+  (cd build && timeout $(bound 240) ./tests/fj_tests gpu_backward_deterministic_pair >"$out/det_test.log" 2>&1
+   echo "det gpu_backward_deterministic_pair: exit $? ($(grep -c ' ok$' "$out/det_test.log") ok lines: right, then the deterministic and the default reruns per case, $(grep -c FAIL "$out/det_test.log") FAIL)"
    grep -E "FAIL|failed|differ" "$out/det_test.log" | grep -v ' 0 failed' | head -8)
   local cfg env
   for cfg in new old nopair; do
