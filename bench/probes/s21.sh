@@ -48,6 +48,10 @@ part_trainmods() {
     >"$out/train_mods_compare.log" 2>&1
   echo "s21 trainmods: exit $?"
   grep -E "^\|" "$out/train_mods_compare.log" | cut -c1-400
+  # the forwards alone (fwd+bwd less bwd was the same for every mask at 2745797)
+  grep -E "^train .*fj_fwd_us" "$out/train_mods_compare.log" | while read -r l; do
+    echo "fwd $(grep -oE 'key=[^ ]+|fj_fwd_us=[0-9.]+|flex_fwd_us=[0-9.]+' <<<"$l" | paste -sd' ')"
+  done
 }
 part_nvrtc() {
   lscpu | grep -E 'Model name|^CPU\(s\)|MHz' | tr -s ' '
