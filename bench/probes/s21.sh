@@ -4,8 +4,8 @@
 # the deterministic pair as build/tmpl-old) carried.  Parts (S21_PARTS;
 # S21_SECONDS bounds the whole, default 570):
 #   det       the deterministic backward with the d256 cluster pair:
-#             gpu_backward_deterministic_pair (its three cases at d224
-#             and d256: GQA, causal with sinks, varlen), then bench/bwd_compare.py --quick --dims
+#             gpu_backward_deterministic_pair (its two cases: d256
+#             causal with GQA and sinks, d224 varlen), then bench/bwd_compare.py --quick --dims
 #             256 three ways: this build ("new": the default and the
 #             deterministic mode on the pair), the templates before it
 #             ("old": the default mode's baseline, its deterministic column
