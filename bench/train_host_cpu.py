@@ -42,6 +42,8 @@ def main():
     # The ops' CPU kernels: where torch.compile or a caller reaches them.
     fjt.attention_train_op.register_kernel("cpu")(fjt._attention_train)
     fjt.attention_bwd_op.register_kernel("cpu")(fjt._attention_bwd)
+    fjt.attention_train_mods_op.register_kernel("cpu")(fjt._attention_train_mods)
+    fjt.attention_bwd_mods_op.register_kernel("cpu")(fjt._attention_bwd_mods)
     bf = torch.bfloat16
     # One layer of examples/gpt_train.py: batch 2, 8/2 heads, 512, head dim 64.
     q = torch.randn(2, 8, 512, 64, dtype=bf, requires_grad=True)
@@ -60,8 +62,32 @@ def main():
         out = flashjit.attention(q, k, v, causal="top_left")
         torch.autograd.grad(out, (q, k, v), g)
 
+    # Issue 33's document case in small: a mask expression over a tensor
+    # parameter and a block mask with its transposed lists.
+    doc = torch.zeros(512, dtype=torch.int32)
+    z = [torch.zeros(sh, dtype=torch.int32) for sh in ((1, 1, 4), (1, 1, 4, 4))]
+    bm = flashjit.BlockMask(z[0], z[1], z[0].clone(), z[1].clone(), q_num=z[0].clone(),
+                            q_indices=z[1].clone(), full_q_num=z[0].clone(),
+                            full_q_indices=z[1].clone())
+    doc_kw = dict(causal="top_left", mask_mod="doc(q) == doc(kv)", params={"doc": doc},
+                  block_mask=bm)
+
+    def doc_no_grad():
+        with torch.no_grad():
+            flashjit.attention(q, k, v, **doc_kw)
+
+    def doc_fwd():
+        flashjit.attention(q, k, v, **doc_kw)
+
+    def doc_fwd_bwd():
+        out = flashjit.attention(q, k, v, **doc_kw)
+        torch.autograd.grad(out, (q, k, v), g)
+
     for name, f in (("forward, no grad", no_grad), ("forward with grad", fwd),
-                    ("forward + autograd.grad", fwd_bwd)):
+                    ("forward + autograd.grad", fwd_bwd),
+                    ("documents: forward, no grad", doc_no_grad),
+                    ("documents: forward with grad", doc_fwd),
+                    ("documents: forward + autograd.grad", doc_fwd_bwd)):
         for _ in range(5):
             f()
         best = float("inf")

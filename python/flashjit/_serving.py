@@ -290,7 +290,7 @@ def _varlen_grad(o, x, grad, fp8, lse, q, k, v, extras):
             "inputs or call it under torch.no_grad())"))
     cu_q = x["cu_seqlens_q"]
     if o.score_mod or o.mask_mod or o.params:
-        out, lib_lse = fjt.attention_train_mods_op(q, k, v, list(extras), calls.encode(o))
+        out, lib_lse = fjt.train_mods(q, k, v, extras, calls.encode(o))
         return out, packed_lse(lib_lse, cu_q, q.shape[0]) if lse else None
     out, lib_lse = fjt.train(
         q, k, v, x.get("sinks"), o.causal, o.scale, capi.THD, o.window_left, o.window_right,

@@ -1048,30 +1048,107 @@ def _train_mods_setup(ctx, inputs, output):
     ctx.set_materialize_grads(False)
 
 
-def _train_mods_backward(ctx, dout, dlse):
-    q, k, v, out, lse, *extra = ctx.saved_tensors
-    o = calls.decode(ctx.opts)
+def _mods_grads(saved, opts, pgrads, dout, dlse, bwd):
+    """The backward of a training call with expressions, the op's
+    (_train_mods_backward) and _TrainMods's alike: (dq, dk, dv, the
+    extras' gradients as a list), or None where no gradient reaches the
+    output.  saved: _train_mods_setup's tensors; bwd: attention_bwd_mods_op,
+    or eagerly the function it wraps."""
+    q, k, v, out, lse, *extra = saved
+    o = calls.decode(opts)
     if dout is None and dlse is None:
-        return None, None, None, [None] * len(extra), None
+        return None
     if dout is None:  # a loss of the log-sum-exp alone
         dout = torch.zeros_like(out)
     # The deterministic flag as _train_backward reads it.
     deterministic = torch.are_deterministic_algorithms_enabled()
-    dq, dk, dv, dsinks, dparams = attention_bwd_mods_op(
-        dout, q, k, v, out, lse, list(extra), ctx.opts, deterministic, ctx.pgrads, dlse)
+    dq, dk, dv, dsinks, dparams = bwd(dout, q, k, v, out, lse, list(extra), opts,
+                                      deterministic, pgrads, dlse)
     # The sinks' gradient where they are among the extras, and each
     # parameter's that requires grad, in its shape and dtype.
     grads = [dsinks if role == "sinks" else None for role in o.roles]
     at = 0
-    for _, r in _pgrad_params(o, ctx.pgrads):
+    for _, r in _pgrad_params(o, pgrads):
         t = extra[r]
         grads[r] = dparams[at:at + t.numel()].view(t.shape).to(t.dtype)
         at += t.numel()
-    return dq, dk, dv, grads, None
+    return dq, dk, dv, grads
+
+
+def _train_mods_backward(ctx, dout, dlse):
+    grads = _mods_grads(ctx.saved_tensors, ctx.opts, ctx.pgrads, dout, dlse,
+                        attention_bwd_mods_op)
+    if grads is None:
+        return None, None, None, [None] * (len(ctx.saved_tensors) - 5), None
+    return grads + (None,)
 
 
 attention_train_mods_op.register_autograd(_train_mods_backward,
                                           setup_context=_train_mods_setup)
+
+
+class _TrainMods(torch.autograd.Function):
+    """attention_train_mods_op's autograd outside torch.compile, as _Train
+    is attention_train_op's: the same forward, saved tensors and backward
+    without the custom ops' dispatch (a call with expressions and a block
+    mask paid 250 us more host time a forward with grad than without, on
+    an H100's host)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, opts, *extra):
+        out, lse = _attention_train_mods(q, k, v, list(extra), opts)
+        _train_mods_setup(ctx, (q, k, v, extra, opts), (out, lse))
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        grads = _mods_grads(ctx.saved_tensors, ctx.opts, ctx.pgrads, dout, dlse,
+                            _attention_bwd_mods)
+        n = len(ctx.saved_tensors) - 5
+        if grads is None:
+            return (None,) * (4 + n)
+        return grads[:3] + (None,) + tuple(grads[3])
+
+
+def train_mods(q, k, v, extras, opts):
+    """A training call with expressions (attention_train_mods_op's
+    arguments, opts its options' text): (out, lse).  Through the op under
+    torch.compile, eagerly through _TrainMods."""
+    if torch.compiler.is_compiling():
+        return attention_train_mods_op(q, k, v, list(extras), opts)
+    return _TrainMods.apply(q, k, v, opts, *extras)
+
+
+def _given_extras(sinks, params, block_mask, descales):
+    """The extra tensors of an attention() call as given, in its roles'
+    order (_dense_opts': the sinks, the tensor parameters, the block mask's
+    lists, the descales), and what else of them the cached call's key
+    holds: which are given, the parameters' names and scalar values (their
+    types and reprs: 1, 1.0 and True stay apart), the block
+    mask's sizes.  Raises TypeError where the checks would refuse the
+    arguments' kinds: the call goes the checked way then."""
+    extras = [] if sinks is None else [sinks]
+    more = [sinks is None]
+    if params is not None:
+        if type(params) is not dict:
+            raise TypeError("params")
+        for name, value in params.items():
+            if isinstance(value, torch.Tensor):
+                extras.append(value)
+                more.append(name)
+            else:
+                more.append((name, type(value), repr(value)))
+    more.append(len(extras))
+    if block_mask is not None:
+        if type(block_mask) is not BlockMask:
+            raise TypeError("block_mask")
+        lists = block_mask._tensors()
+        extras += [t for t in lists if t is not None]
+        more.append((block_mask.block_q, block_mask.block_kv) +
+                    tuple(t is None for t in lists))
+    extras += [t for t in descales if t is not None]
+    more.append(tuple(t is None for t in descales))
+    return tuple(extras), tuple(more)
 
 
 # ---- attention() ----------------------------------------------------------------------
@@ -1166,8 +1243,8 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     and one launch.
     """
     key = None
-    if (params is None and block_mask is None and out_dtype is None and o_scale is None and
-            return_amax is False and not torch.compiler.is_compiling()):
+    if (out_dtype is None and o_scale is None and return_amax is False and
+            not torch.compiler.is_compiling()):
         # The cached call (_calls.py): one lookup by the arguments as given
         # (their reprs, so that True and 1 stay apart), and the launch.
         try:
@@ -1175,24 +1252,32 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
                    f"{score_mod!r},{mask_mod!r},{checked!r}", q.shape, q.stride(), q.dtype,
                    q.device, k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(),
                    v.dtype, v.device)
-            if sinks is None and q_descale is None and k_descale is None and v_descale is None:
+            if (sinks is None and q_descale is None and k_descale is None and
+                    v_descale is None and params is None and block_mask is None):
                 extras = ()
             else:
-                extras = tuple(t for t in (sinks, q_descale, k_descale, v_descale)
-                               if t is not None)
-                key += (sinks is None, q_descale is None, k_descale is None,
-                        v_descale is None) + tuple(calls.meta(t) for t in extras)
+                # The extras in the roles' order (_dense_opts'), and what of
+                # the parameters and the block mask the checks read.
+                extras, more = _given_extras(sinks, params, block_mask,
+                                             (q_descale, k_descale, v_descale))
+                key += more + tuple(calls.meta(t) for t in extras)
             # Any tensor that requires grad: a descale's makes an FP8 call
             # refused (_attention), as its first call was.
             grad = torch.is_grad_enabled() and (
                 q.requires_grad or k.requires_grad or v.requires_grad or
                 any(t.requires_grad for t in extras))
-            # With grad, the training op's arguments as the checks left them.
+            # With grad, the training op's arguments as the checks left them
+            # (the options' text where the call has expressions).
             e = (calls.tables.train if grad else calls.tables.plain).get(key)
         except (AttributeError, TypeError):  # not tensors: the checks below say so
             key = e = None
         if e is not None:
-            out, lse = train(q, k, v, sinks, *e) if grad else calls.forward(e, q, k, v, extras)
+            if not grad:
+                out, lse = calls.forward(e, q, k, v, extras)
+            elif isinstance(e, str):
+                out, lse = train_mods(q, k, v, extras, e)
+            else:
+                out, lse = train(q, k, v, sinks, *e)
             return (out, lse) if return_lse else out
     return _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, score_mod,
                       mask_mod, params, sinks, block_mask, checked,
@@ -1257,7 +1342,10 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
                          "which the backward walks: flashjit.block_mask() builds them; "
                          "BlockMask(..., q_num=, q_indices=) and from_flex take them")
     if grad and not checked:
-        out, l = attention_train_mods_op(q, k, v, list(extras), calls.encode(o))
+        text = calls.encode(o)
+        if key is not None:
+            calls.remember(calls.tables.train, key, text)
+        out, l = train_mods(q, k, v, extras, text)
         return (out, l) if return_lse else out
     if grad:
         out, l = NoBackward.apply(o, lse, q, k, v, *extras)

@@ -98,10 +98,9 @@ class BadInputs(Stubbed):
         with self.assertRaisesRegex(flashjit.Unsupported, r"k_descale requires grad"):
             flashjit.attention_varlen(*args, k_descale=torch.ones(2, 2, requires_grad=True))
         self.assertEqual(self.launches(), n)
-        # varlen with a param that requires grad: the expressions' training op
-        # (test_train_varlen checks its backward).
-        with mock.patch.object(fjt, "attention_train_mods_op",
-                               return_value=(None, None)) as op:
+        # varlen with a param that requires grad: the expressions' training
+        # call (eagerly _TrainMods; test_train_varlen checks its backward).
+        with mock.patch.object(fjt, "train_mods", return_value=(None, None)) as op:
             flashjit.attention_varlen(*self.varlen(), score_mod="s + x(h)",
                                       params={"x": z(4, requires_grad=True)})
         self.assertEqual(op.call_count, 1)

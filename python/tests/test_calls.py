@@ -221,6 +221,57 @@ class CachedCalls(Stubbed):
         self.assertEqual(p.k_scale, kd.data_ptr())
         self.assertNotIn(p.q_scale, (None, 0, kd.data_ptr()))  # the ones, not given
 
+    def test_parameters_and_block_masks_are_cached(self):
+        # Calls with tensor parameters and a block mask come from the table
+        # too, checked once, each writing its own pointers; scalar
+        # parameters are part of the key by type and repr.
+        q, k, v = qkv(s=64)
+
+        def mask():
+            z = [torch.zeros(sh, dtype=torch.int32) for sh in ((1, 1, 1), (1, 1, 1, 1))]
+            return flashjit.BlockMask(z[0], z[1], block_q=64, block_kv=64,
+                                      q_num=z[0].clone(), q_indices=z[1].clone())
+
+        with mock.patch.object(fjt, "check_inputs", wraps=fjt.check_inputs) as checks:
+            first = None
+            for _ in range(3):
+                t, bm = torch.zeros(8), mask()
+                flashjit.attention(q, k, v, score_mod="s + t(h) * z", mask_mod="kv <= q",
+                                   params={"t": t, "z": 0.5}, block_mask=bm)
+                m = capi.Mods.from_address(self.rec.calls[-1][2].mods)
+                raw = capi.BlockMask.from_address(m.block_mask)
+                self.assertEqual((m.params[0].data, raw.kv_num, raw.q_indices),
+                                 (t.data_ptr(), bm.kv_num.data_ptr(), bm.q_indices.data_ptr()))
+                first = first or checks.call_count  # the call's, and its entry's build
+            self.assertEqual((checks.call_count, self.plans(), self.launches()), (first, 1, 3))
+            # Another scalar value or type: another entry; a bool is refused
+            # however often an int was accepted.
+            for z, plans in ((0.25, 2), (1, 3), (1.0, 4), (0.0, 5), (1, 5)):
+                flashjit.attention(q, k, v, score_mod="s * z", params={"z": z})
+                self.assertEqual(self.plans(), plans, f"z={z!r}")
+            for _ in range(2):
+                self.assertRaises(TypeError, flashjit.attention, q, k, v, score_mod="s * z",
+                                  params={"z": True})
+            # The block mask's lists given are part of the key: without its
+            # transposed pair, another entry.
+            z = [torch.zeros(sh, dtype=torch.int32) for sh in ((1, 1, 1), (1, 1, 1, 1))]
+            flashjit.attention(q, k, v, block_mask=flashjit.BlockMask(z[0], z[1], block_q=64,
+                                                                      block_kv=64))
+            self.assertEqual(self.plans(), 6)
+            # With grad: the training table, checked once, eagerly through
+            # _TrainMods with the call's own pointers.
+            q.requires_grad_()
+            checks.reset_mock()
+            for _ in range(3):
+                t, bm = torch.zeros(8), mask()
+                out = flashjit.attention(q, k, v, score_mod="s + t(h) * z", mask_mod="kv <= q",
+                                         params={"t": t, "z": 0.5}, block_mask=bm)
+                self.assertEqual(type(out.grad_fn).__name__, "_TrainModsBackward")
+                m = capi.Mods.from_address(self.rec.calls[-1][2].mods)
+                self.assertEqual(m.params[0].data, t.data_ptr())
+            self.assertEqual(checks.call_count, 2)  # the first call's, and its entry's build
+            self.assertEqual([type(e) for e in calls.tables.train.values()], [str])
+
     def test_fp8_scales_and_output(self):
         # One descale a tensor (a 0-dim tensor, vLLM's expand()) sets
         # scale_layout; out_dtype, o_scale and return_amax set o_dtype,
@@ -758,7 +809,8 @@ def reference_kernels(test):
 
 
 def mods_kernels(test):
-    """CPU kernels for the training ops with expressions: the forward
+    """CPU kernels for the training ops with expressions (and the
+    functions they wrap, which the eager path calls): the forward
     through SDPA (the expressions ignored), the backward constant
     gradients (dq 2, dk 3, dv 4, dsinks 5, the parameters' 6, 7, ... in
     turn), the options and the parameters' bits each backward received in
@@ -786,6 +838,11 @@ def mods_kernels(test):
 
     lib.impl("attention_train_mods", train, "CPU")
     lib.impl("attention_bwd_mods", bwd, "CPU")
+    # Eagerly, _TrainMods calls the functions the ops wrap.
+    for name, f in (("_attention_train_mods", train), ("_attention_bwd_mods", bwd)):
+        p = mock.patch.object(fjt, name, f)
+        p.start()
+        test.addCleanup(p.stop)
 
 
 @unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
@@ -819,6 +876,19 @@ class ExpressionBackward(unittest.TestCase):
                           capi.CAUSAL_TOP_LEFT, 0))
         for t, want in ((q, 2.0), (k, 3.0), (v, 4.0), (sinks, 5.0)):
             self.assertTrue(torch.equal(t.grad, torch.full_like(t, want)))
+
+    def test_eager_training_skips_the_custom_ops(self):
+        """Eagerly, autograd runs through _TrainMods, not the custom ops
+        (as _Train for the built-in masks)."""
+        q, k, v = self.inputs()
+        with mock.patch.object(fjt, "attention_train_mods_op") as op, \
+                mock.patch.object(fjt, "attention_bwd_mods_op") as bwd_op:
+            out = flashjit.attention(q, k, v, score_mod="s * 0.5f")
+            self.assertEqual(type(out.grad_fn).__name__, "_TrainModsBackward")
+            out.float().sum().backward()
+            self.assertEqual((op.call_count, bwd_op.call_count), (0, 0))
+        self.assertEqual(self.bwd_seen[-1][0].score_mod, "s * 0.5f")
+        self.assertTrue(torch.equal(q.grad, torch.full_like(q, 2.0)))
 
     def test_params_get_their_gradients(self):
         # Only the tensors that require grad: the bits name them in the

@@ -1,0 +1,42 @@
+#!/bin/bash
+# s22.sh OUTDIR -- the twenty-second session's device calls, from the
+# repository root with build/ carried.  Parts (S22_PARTS; S22_SECONDS
+# bounds the whole, default 570):
+#   fwdsparse  why the document case's forward (issue 33's table: 312 us
+#              on an H100 where its block density, 0.21 of causal's,
+#              predicts ~130) costs what it does: `flashjit run` of the
+#              forward, (4, 16, 4096, 128) bf16 causal, plain, window 1024,
+#              documents with and without the 128 x 128 block mask, a block
+#              mask of the causal mask alone; ncu's sections of one
+#              document and one causal forward; then the package's
+#              forward's host time per call (eager, graph built, no grad).
+set -u
+. bench/probes/parts_lib.sh
+parts_start s22 "${1:-}" ${S22_SECONDS:-570}
+out=$(cd "$out" && pwd)
+echo "s22 gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
+doc="--mod documents --param doc:i32[4096]@$root/bench/probes/doc8_4096.i32"
+base="--shape 4,16,4096,128 --dtype bf16 --causal"
+part_fwdsparse() {
+  local c args
+  declare -A cases=([causal]="" [window]="--window 1024,0" [docbm]="$doc --block-mask 128,128"
+                    [docnobm]="$doc" [causalbm]="--block-mask 128,128"
+                    [docbm64]="$doc --block-mask 128,64")
+  for c in causal window docbm docnobm causalbm docbm64; do
+    # shellcheck disable=SC2086
+    timeout $(bound 60) build/flashjit run $base ${cases[$c]} --iters 20 >"$out/run_$c.log" 2>&1
+    echo "fwd $c: $(grep -iE 'variant|median|TFLOP' "$out/run_$c.log" | tr '\n' ' ' | cut -c1-260)"
+  done
+  for c in docbm causal; do
+    # shellcheck disable=SC2086
+    timeout $(bound 90) ncu --section SpeedOfLight --section Occupancy --section SchedulerStats \
+      --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
+      -k regex:fj_attn --launch-count 1 build/flashjit run $base ${cases[$c]} --iters 1 --warmup 0 \
+      >"$out/ncu_$c.txt" 2>&1
+    echo "ncu $c: $(grep -E 'Duration|Elapsed Cycles|SM Busy|Achieved Occupancy|Issued Warp|No Eligible|Stall|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Dynamic Shared' "$out/ncu_$c.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-900)"
+  done
+  PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so timeout $(bound 120) python3 bench/probes/fwd_host.py \
+    >"$out/fwd_host.log" 2>&1
+  echo "host: exit $?"; cat "$out/fwd_host.log" | tail -20
+}
+parts_run s22 ${S22_PARTS:-fwdsparse}
