@@ -10,6 +10,14 @@
 #              mask of the causal mask alone; ncu's sections of one
 #              document and one causal forward; then the package's
 #              forward's host time per call (eager, graph built, no grad).
+#   pytrain    after caf9d14 (calls with parameters and block masks from the
+#              call table; eager training with expressions through
+#              _TrainMods): the package's training tests (test_train,
+#              test_train_varlen, test_calls, test_bad_inputs) on the GPU,
+#              bench/probes/fwd_host.py, then bench/train_mods_compare.py
+#              (issue 33's table).  Predicted: the document case's forward
+#              with grad 529 -> ~200 us (its kernel's 188), fwd+bwd 1159 ->
+#              ~950; the others within 3%.
 set -u
 . bench/probes/parts_lib.sh
 parts_start s22 "${1:-}" ${S22_SECONDS:-570}
@@ -38,5 +46,22 @@ part_fwdsparse() {
   PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so timeout $(bound 120) python3 bench/probes/fwd_host.py \
     >"$out/fwd_host.log" 2>&1
   echo "host: exit $?"; cat "$out/fwd_host.log" | tail -20
+}
+part_pytrain() {
+  (cd python/tests && PYTHONPATH=..:. FLASHJIT_LIB=$root/build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s22-py \
+    timeout $(bound 200) python3 -m unittest test_train test_train_varlen test_calls test_bad_inputs \
+    >"$out/pytests.log" 2>&1; echo "pytests: exit $?"; tail -4 "$out/pytests.log"
+   grep -E '^(FAIL|ERROR):' "$out/pytests.log" | head -8)
+  PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so timeout $(bound 60) python3 bench/probes/fwd_host.py \
+    >"$out/fwd_host.log" 2>&1
+  echo "host: exit $?"; tail -8 "$out/fwd_host.log"
+  PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so TORCHINDUCTOR_CACHE_DIR=/tmp/s22-inductor \
+    timeout $(bound 300) python3 -u bench/train_mods_compare.py --commit "${S22_COMMIT:-unknown}" --out "$out" \
+    >"$out/train_mods_compare.log" 2>&1
+  echo "trainmods: exit $?"
+  grep -E "^\|" "$out/train_mods_compare.log" | cut -c1-330
+  grep -E "^train .*fj_fwd_us" "$out/train_mods_compare.log" | while read -r l; do
+    echo "fwd $(grep -oE 'key=[^ ]+|fj_fwd_us=[0-9.]+|flex_fwd_us=[0-9.]+' <<<"$l" | paste -sd' ')"
+  done
 }
 parts_run s22 ${S22_PARTS:-fwdsparse}
