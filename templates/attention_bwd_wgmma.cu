@@ -490,34 +490,36 @@
     mask_tile(add, x, function(i) return ("m0 + j * 16 + acc_c + %d"):format(acc.dcol[i]) end)
     return PC.indent(table.concat(L, "\n"), pad)
   end
-  -- The user's expressions on S^T of a step (USER): user_head(k0) the
-  -- step's declarations -- key0, need_mask as score_step's, the lane's
-  -- first query mq0, and what mods.lua's fast paths take once a step (the
-  -- distance kv - q at the lane's first element, ALiBi's slope, a distance
-  -- table's row pointer: along a lane's elements only the distance
-  -- changes, by a constant of the slot and tile); then, inside the loop
+  -- The user's expressions on S^T of a step (USER): user_head(k0, pad,
+  -- part) the step's declarations -- key0, need_mask as score_step's, the
+  -- lane's first query mq0, and what mods.lua's fast paths take once a
+  -- step (the distance kv - q at the lane's first element, ALiBi's slope,
+  -- a distance table's row pointer, its lines asked for ahead: along a
+  -- lane's elements only the distance changes, by a constant of the slot
+  -- and tile), in two parts around the wait for the step's products
+  -- (score_pre, score_head); then, inside the loop
   -- over tiles j of 16 queries, user_tile(x) each element's query uq<i>
   -- and key uk<i>, the derivative g<i> (mods.grad) and raw score sr<i>
   -- (mods.pgrads) at the element, the score and mask expressions, then
   -- mask.lua's rule where need_mask holds.  The text for lines `pad`
   -- spaces in.
-  local function user_head(k0, pad)
+  local function user_head(k0, pad, part)
     local L = {}
     local function add(fmt, ...) L[#L + 1] = fmt:format(...) end
-    add("const int key0 = %s + wr + acc_r;", k0)
-    -- Under a score expression the tile that crosses the query end is
-    -- masked too (its padding's P^T must be 0 whatever the expression made
-    -- of its score: +inf or NaN would meet its LSE2's +inf).
-    add("const bool need_mask = %s%s;", mrule.tile_partial(k0, 64, "m0", ("m0 + %d"):format(BM - 1)),
-        mods.grad and (" || m0 + %d > len_q"):format(BM) or "")
-    add("const int mq0 = %s;  // this lane's first query (slot i of tile j: + 16 j + its column)", mrule.pos("m0 + acc_c"))
-    if mods.kvq_scale then
-      add("const float mskv = fj_kvq_scale(%s, h, %s, p%s);", mods.b, mods.hkv, mods.args and ", fj_ma" or "")
-      add("const float mkvq = mskv * (float)(key0 - mq0);")
-    elseif mods.kvq then
-      add("const float mkvq = (float)(key0 - mq0);")
+    -- part "pre": what comes before the wait for the step's products where
+    -- a distance table is read (score_pre); "post" the rest after it;
+    -- nil: all of it after the wait.
+    local pre = part ~= "post"
+    local post = part ~= "pre"
+    if not mods.dg then
+      if part == "pre" then return "" end
+      pre = true
     end
-    if mods.dg then
+    if pre then
+      add("const int key0 = %s + wr + acc_r;", k0)
+      add("const int mq0 = %s;  // this lane's first query (slot i of tile j: + 16 j + its column)", mrule.pos("m0 + acc_c"))
+    end
+    if pre and mods.dg then
       -- A slot's element lies 16 j + its column - its row from the lane's
       -- first in q - kv.
       local lo, hi = math.huge, -math.huge
@@ -530,6 +532,32 @@
       add("bool dgin;")
       add("%s", mods.dg_row("dgp", "dgin", "h", "mq0 - key0", lo, hi))
       add("const bool dgfast = __all_sync(0xffffffffu, dgin);  // every lane's elements within the table")
+      -- The fast path's lines of the table, asked for here: before the wait
+      -- for the step's products, which hide their latency (loaded after
+      -- the wait, one L2 round trip a step went exposed: the bias table's
+      -- backward cost 1.28x the plain one's).  Registers would hold them
+      -- too, but spill at head dim 128.
+      local es = mods.dg.param.type == "f32" and 4 or 2
+      add("if (dgfast) {")
+      local off = lo
+      while off < hi do
+        add("  fj::prefetch_l1(dgp + (%d));", off)
+        off = off + 128 // es
+      end
+      add("  fj::prefetch_l1(dgp + (%d));", hi)
+      add("}")
+    end
+    if not post then return PC.indent(table.concat(L, "\n"), pad) end
+    -- Under a score expression the tile that crosses the query end is
+    -- masked too (its padding's P^T must be 0 whatever the expression made
+    -- of its score: +inf or NaN would meet its LSE2's +inf).
+    add("const bool need_mask = %s%s;", mrule.tile_partial(k0, 64, "m0", ("m0 + %d"):format(BM - 1)),
+        mods.grad and (" || m0 + %d > len_q"):format(BM) or "")
+    if mods.kvq_scale then
+      add("const float mskv = fj_kvq_scale(%s, h, %s, p%s);", mods.b, mods.hkv, mods.args and ", fj_ma" or "")
+      add("const float mkvq = mskv * (float)(key0 - mq0);")
+    elseif mods.kvq then
+      add("const float mkvq = (float)(key0 - mq0);")
     end
     if mods.pgrads_nsum > 0 then
       add("float %s[%d] = {};  // the reads at one element a head, flushed after the step", mods.pgrads_acc, mods.pgrads_nsum)
@@ -608,9 +636,15 @@
   -- run per tile: user_tile).
   local function score_head(x, k0, pad)
     if not USER then return score_step(x, k0, pad) end
-    local head = user_head(k0, pad)
+    local head = user_head(k0, pad, "post")
     if not WHOLE then return head end
     return head .. "\n" .. (" "):rep(pad) .. user_whole(x, pad)
+  end
+  -- What of the user's expressions' head comes before the wait for the
+  -- step's products (a distance table's row and its lines asked for: their
+  -- latency runs under the products), or nothing.
+  local function score_pre(k0, pad)
+    return USER and user_head(k0, pad, "pre") or ""
   end
   -- P^T of slot i of tile j from its score in x (its query's LSE2 in
   -- l<column>).  The softcap's 1 - tanh^2 at the final score: th<i>,
@@ -981,6 +1015,7 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
 #pragma unroll
         for (int kk = 0; kk < {{ KS }}; ++kk) fj::wg_ss_{{ T }}_{{ BM }}(x, FJ_KA(kk), FJ_QB(slot, kk), kk);
         fj::wg_commit();
+        {{ score_pre("n0", 8) }}
         fj::wg_wait<0>();
     {{ hold("x", BM // 16) }}
         // The score step on S^T (a register's key is its row, its query its
@@ -1268,6 +1303,7 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
 {% if SPLIT then %}
       // S^T done (dP^T may still run): the score step and P^T on the CUDA
       // cores while the tensor cores take dP^T.
+      {{ score_pre("n0 + kw", 6) }}
       fj::wg_wait<1>();
     {{ hold("s", BM // 16) }}
       const unsigned lse2 = sld + slot * {{ LD_BYTES }}u + 4 * acc_c, delta = lse2 + {{ BM * 4 }}u;
@@ -1304,6 +1340,7 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
         {{ pack_a("dsk[j]", "dp[j]", 8) }}
       }
 {% else %}
+      {{ score_pre("n0 + kw", 6) }}
       fj::wg_wait<0>();
     {{ hold("s", BM // 16) }}
     {{ hold("dp", BM // 16) }}

@@ -64,4 +64,35 @@ part_pytrain() {
     echo "fwd $(grep -oE 'key=[^ ]+|fj_fwd_us=[0-9.]+|flex_fwd_us=[0-9.]+' <<<"$l" | paste -sd' ')"
   done
 }
+# bwdpre: the backward's distance-table lines asked for before the wait
+# for a step's products (this tree) against the templates before it
+# (build/tmpl-base): `flashjit run --backward`, (4, 16, 4096, 128) bf16
+# causal, plain, the bias table (issue 33's relbias), ALiBi, softcap,
+# documents with the block mask, two rounds; then the backward's GPU tests
+# with expressions.  Predicted: relbias / causal 1.28 -> ~1.1; the rest
+# unchanged (within 2%).
+part_bwdpre() {
+  local c cfg round env
+  declare -A cases=([causal]="" [relbias]="--score-mod s+bias(h,q-kv+4096) --param bias:f32[16,8192]"
+                    [alibi]="--mod alibi --param slopes:f32[16]" [softcap]="--softcap 30"
+                    [docbm]="$doc --block-mask 128,128")
+  for round in 1 2; do
+    for c in causal relbias alibi softcap docbm; do
+      for cfg in base new; do
+        env=X=1
+        [ $cfg = base ] && env=FLASHJIT_TEMPLATE_DIR=$root/build/tmpl-base
+        # shellcheck disable=SC2086
+        env $env FLASHJIT_CACHE_DIR=/tmp/s22-$cfg timeout $(bound 60) build/flashjit run --backward $base \
+          ${cases[$c]} --iters 20 >"$out/bwd_${c}_$cfg.log" 2>&1
+        echo "bwd r$round $c $cfg: $(grep -oE 'median [0-9.]+ us' "$out/bwd_${c}_$cfg.log")"
+      done
+    done
+  done
+  local t
+  for t in gpu_backward_mods gpu_backward_param_grads gpu_backward_block_mask; do
+    (cd build && FLASHJIT_CACHE_DIR=/tmp/s22-tests timeout $(bound 150) ./tests/fj_tests $t >"$out/$t.log" 2>&1
+     echo "$t: exit $? ($(grep -c '^ok' "$out/$t.log") ok, $(grep -c 'FAIL' "$out/$t.log") FAIL)"
+     grep -E 'FAIL|check failed' "$out/$t.log" | head -5)
+  done
+}
 parts_run s22 ${S22_PARTS:-fwdsparse}
