@@ -110,4 +110,15 @@ part_bwddoc() {
     grep -E 'Stall|stall' "$out/ncu_bwd_$c.txt" | head -6 | cut -c1-200
   done
 }
+# pyquick: pytrain's tests and fwd_host.py alone (after the ModsCall's
+# cached forward entry).
+part_pyquick() {
+  (cd python/tests && PYTHONPATH=..:. FLASHJIT_LIB=$root/build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s22-py \
+    timeout $(bound 200) python3 -m unittest test_train test_train_varlen test_calls test_bad_inputs test_gpu \
+    >"$out/pytests.log" 2>&1; echo "pytests: exit $?"; tail -4 "$out/pytests.log"
+   grep -E '^(FAIL|ERROR):' "$out/pytests.log" | head -8)
+  PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so timeout $(bound 60) python3 bench/probes/fwd_host.py \
+    >"$out/fwd_host.log" 2>&1
+  echo "host: exit $?"; tail -8 "$out/fwd_host.log"
+}
 parts_run s22 ${S22_PARTS:-fwdsparse}

@@ -267,16 +267,26 @@ RAW_LSE = "raw"
 BWD_PROBLEMS = {}
 
 
+def _entry_key(o, lse, q, k, v, extras):
+    key = (o, lse, q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype,
+           k.device, v.shape, v.stride(), v.dtype, v.device)
+    if extras:
+        key += tuple(map(meta, extras))
+    return key
+
+
+def known(o, lse, q, k, v, extras):
+    """The entry of a call's signature where one was made, else None."""
+    return tables.calls.get(_entry_key(o, lse, q, k, v, extras))
+
+
 def entry(o, lse, q, k, v, extras, ahead=None):
     """The entry of a call's signature, made (checked, planned) on a miss.
     ahead: called first on a miss (a training call starts its backward's
     compile there: prefetch_bwd); a refusal it raises (the library's, or
     the package's ValueError or NotImplementedError) is dropped: the
     backward meets it again."""
-    key = (o, lse, q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype,
-           k.device, v.shape, v.stride(), v.dtype, v.device)
-    if extras:
-        key += tuple(map(meta, extras))
+    key = _entry_key(o, lse, q, k, v, extras)
     e = tables.calls.get(key)
     if e is None:
         if ahead is not None:

@@ -1087,6 +1087,17 @@ attention_train_mods_op.register_autograd(_train_mods_backward,
                                           setup_context=_train_mods_setup)
 
 
+class ModsCall:
+    """A training call with expressions as the call table keeps it: its
+    options' text, and the forward's entry once the first call made it
+    (None until then), which later calls launch without looking it up."""
+
+    __slots__ = ("opts", "entry")
+
+    def __init__(self, opts):
+        self.opts, self.entry = opts, None
+
+
 class _TrainMods(torch.autograd.Function):
     """attention_train_mods_op's autograd outside torch.compile, as _Train
     is attention_train_op's: the same forward, saved tensors and backward
@@ -1095,9 +1106,13 @@ class _TrainMods(torch.autograd.Function):
     an H100's host)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, opts, *extra):
-        out, lse = _attention_train_mods(q, k, v, list(extra), opts)
-        _train_mods_setup(ctx, (q, k, v, extra, opts), (out, lse))
+    def forward(ctx, q, k, v, call, *extra):
+        if call.entry is not None:
+            out, lse = calls.forward(call.entry, q, k, v, extra)
+        else:
+            out, lse = _attention_train_mods(q, k, v, list(extra), call.opts)
+            call.entry = calls.known(calls.decode(call.opts), calls.RAW_LSE, q, k, v, extra)
+        _train_mods_setup(ctx, (q, k, v, extra, call.opts), (out, lse))
         return out, lse
 
     @staticmethod
@@ -1110,13 +1125,15 @@ class _TrainMods(torch.autograd.Function):
         return grads[:3] + (None,) + tuple(grads[3])
 
 
-def train_mods(q, k, v, extras, opts):
+def train_mods(q, k, v, extras, call):
     """A training call with expressions (attention_train_mods_op's
-    arguments, opts its options' text): (out, lse).  Through the op under
-    torch.compile, eagerly through _TrainMods."""
+    arguments; call a ModsCall, or its options' text): (out, lse).
+    Through the op under torch.compile, eagerly through _TrainMods."""
+    if isinstance(call, str):
+        call = ModsCall(call)
     if torch.compiler.is_compiling():
-        return attention_train_mods_op(q, k, v, list(extras), opts)
-    return _TrainMods.apply(q, k, v, opts, *extras)
+        return attention_train_mods_op(q, k, v, list(extras), call.opts)
+    return _TrainMods.apply(q, k, v, call, *extras)
 
 
 def _given_extras(sinks, params, block_mask, descales):
@@ -1267,14 +1284,14 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
                 q.requires_grad or k.requires_grad or v.requires_grad or
                 any(t.requires_grad for t in extras))
             # With grad, the training op's arguments as the checks left them
-            # (the options' text where the call has expressions).
+            # (a ModsCall where the call has expressions).
             e = (calls.tables.train if grad else calls.tables.plain).get(key)
         except (AttributeError, TypeError):  # not tensors: the checks below say so
             key = e = None
         if e is not None:
             if not grad:
                 out, lse = calls.forward(e, q, k, v, extras)
-            elif isinstance(e, str):
+            elif isinstance(e, ModsCall):
                 out, lse = train_mods(q, k, v, extras, e)
             else:
                 out, lse = train(q, k, v, sinks, *e)
@@ -1342,10 +1359,10 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
                          "which the backward walks: flashjit.block_mask() builds them; "
                          "BlockMask(..., q_num=, q_indices=) and from_flex take them")
     if grad and not checked:
-        text = calls.encode(o)
+        call = ModsCall(calls.encode(o))
         if key is not None:
-            calls.remember(calls.tables.train, key, text)
-        out, l = train_mods(q, k, v, extras, text)
+            calls.remember(calls.tables.train, key, call)
+        out, l = train_mods(q, k, v, extras, call)
         return (out, l) if return_lse else out
     if grad:
         out, l = NoBackward.apply(o, lse, q, k, v, *extras)

@@ -270,7 +270,10 @@ class CachedCalls(Stubbed):
                 m = capi.Mods.from_address(self.rec.calls[-1][2].mods)
                 self.assertEqual(m.params[0].data, t.data_ptr())
             self.assertEqual(checks.call_count, 2)  # the first call's, and its entry's build
-            self.assertEqual([type(e) for e in calls.tables.train.values()], [str])
+            self.assertEqual([type(e) for e in calls.tables.train.values()], [fjt.ModsCall])
+            # The forward's entry is the call's own after its first call.
+            self.assertIs(next(iter(calls.tables.train.values())).entry,
+                          list(calls.tables.calls.values())[-1])
 
     def test_fp8_scales_and_output(self):
         # One descale a tensor (a 0-dim tensor, vLLM's expand()) sets
