@@ -46,12 +46,11 @@
 # tests passed; single MLA decodes 0.92-0.98 of main's time, batched
 # ones equal) and landed it (6fbfb77; PERF.md L3, C32); its bench/probes/
 # s21.sh's det (the deterministic mode on the d256 pair, landed in
-# 228cbf4: T13, C33) and nvrtc (J8) ran on an H100.  Next, on the H200:
-# s21.sh's trainmods (issue 33's table, last run at 2745797, before the
-# row kernels and the pair) and det (the figure there, and
-# gpu_backward_deterministic_pair: the pair's deterministic cases with
-# varlen, bottom-right and sinks have not run -- bench/probes/
-# det_repeat.py checked the bits of dense ones); every GPU test's float64
+# 228cbf4: T13, C33) and nvrtc (J8) ran on an H100.  The twenty-second
+# ran s21.sh's trainmods and det on an H100 (the pair's test passed: C34),
+# then bench/probes/s22.sh (fwdsparse, pytrain, bwdpre, bwddoc, pyquick;
+# issue 33's table on the H200 at 00da432: PERF.md R2-R4).  Next, on the
+# H200: s21.sh's det (T13's figure there); every GPU test's float64
 # reference now runs on the host's cores (7da8553): the tests that ended
 # at their bounds (serving_decode, serving_varlen, fp8_kv,
 # backward_deterministic) may now finish;
