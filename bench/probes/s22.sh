@@ -121,4 +121,21 @@ part_pyquick() {
     >"$out/fwd_host.log" 2>&1
   echo "host: exit $?"; tail -8 "$out/fwd_host.log"
 }
+# sweeps: every wgmma variant the sweep compiles for the document case's
+# forward (block mask 128 x 128) and the window's, timed; then the
+# backward's tuner on the documents (its candidates' times).
+part_sweeps() {
+  local c
+  declare -A cases=([docbm]="$doc --block-mask 128,128" [window]="--window 1024,0")
+  for c in docbm window; do
+    # shellcheck disable=SC2086
+    FLASHJIT_CACHE_DIR=/tmp/s22-sw timeout $(bound 120) build/flashjit run $base ${cases[$c]} --sweep \
+      >"$out/sweep_$c.log" 2>&1
+    echo "sweep $c: exit $?"; grep -E 'fj_attn' "$out/sweep_$c.log" | sort -t' ' -k2 | tail -12 | cut -c1-130
+  done
+  # shellcheck disable=SC2086
+  FLASHJIT_CACHE_DIR=/tmp/s22-sw timeout $(bound 150) build/flashjit tune --backward \
+    $base ${cases[docbm]} >"$out/tune_bwd_docbm.log" 2>&1
+  echo "tune bwd docbm: exit $?"; grep -E 'fj_bwd|us' "$out/tune_bwd_docbm.log" | tail -14 | cut -c1-130
+}
 parts_run s22 ${S22_PARTS:-fwdsparse}
