@@ -129,7 +129,7 @@ part_sweeps() {
   declare -A cases=([docbm]="$doc --block-mask 128,128" [window]="--window 1024,0")
   for c in docbm window; do
     # shellcheck disable=SC2086
-    FLASHJIT_CACHE_DIR=/tmp/s22-sw timeout $(bound 120) build/flashjit run $base ${cases[$c]} --sweep \
+    FLASHJIT_CACHE_DIR=/tmp/s22-sw timeout $(bound 120) build/flashjit run $base ${cases[$c]} --mma wgmma --sweep \
       >"$out/sweep_$c.log" 2>&1
     echo "sweep $c: exit $?"; grep -E 'fj_attn' "$out/sweep_$c.log" | sort -t' ' -k2 | tail -12 | cut -c1-130
   done
