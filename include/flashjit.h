@@ -51,7 +51,7 @@ extern "C" {
  * added, removed, retyped or moved), so that a binding that mirrors them
  * (python/flashjit/_capi.py) can refuse a library of another layout
  * instead of reading past a struct (fj_abi_version). */
-#define FJ_ABI_VERSION 11
+#define FJ_ABI_VERSION 12
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
@@ -372,6 +372,18 @@ typedef struct fj_variant {
    * FJ_BF16, FJ_F16 or FJ_E4M3.  Named "_o" + its name where it is not
    * the default ("_oe4m3"). */
   fj_dtype o_dtype;
+  /* 1: every read the kernel's tiles make of the score expression's
+   * distance table -- a read T(A..., q - kv + X), as a relative-position
+   * bias makes, which the wgmma and mma families take per tile at a row
+   * pointer -- lies within T's extents for the problem: the kernel reads
+   * the table without its path that checks each element against the
+   * extents (a third of such a forward's compile).  Set from the problem,
+   * not tuned: fj_attention_variant proves it on the host from the
+   * lengths (plus 256: a tile's padding), heads, batch, the indices'
+   * scalar parameters and T's extents, where the indices read no tensor;
+   * a launch whose problem the proof fails refuses a variant with it
+   * (FJ_ERR_INVALID_ARG).  0 otherwise.  Named "_tin". */
+  int table_inside;
 } fj_variant;
 
 /* Fills v (pack_gqa, split_kv, varlen and paged 0) with the WMMA family's default variant for a head dim, dtype and

@@ -244,6 +244,8 @@ static fj_status choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
   return st;
 }
 
+static int table_inside(const fj_problem *p, const fj_variant *v);
+
 /* The plan of the chosen variant: split-KV where the problem asks for
  * splits or, on the mma family, where the split rule wants more than one. */
 static fj_status plan_problem(fj_ctx *ctx, const fj_problem *p, fj_plan *plan)
@@ -260,6 +262,9 @@ static fj_status plan_problem(fj_ctx *ctx, const fj_problem *p, fj_plan *plan)
   fj_status st = choose(ctx, p, &v, &from, &meta);
   if (st != FJ_OK)
     return st;
+  /* The distance table's reads, proved within it for this problem (the
+   * choice is shared by a class of problems; the proof is not). */
+  v.table_inside = table_inside(p, &v);
   if (p->splits >= 2 && v.mma != FJ_MMA_SYNC)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "splits %d: split-KV is implemented for mma mma (sm_80 "
@@ -405,6 +410,25 @@ fj_status fj_attention_workspace_size(fj_ctx *ctx, const fj_problem *p,
 
 /* ---- launching ------------------------------------------------------------------- */
 
+/* Whether variant v's kernel reads p's distance table within its extents
+ * (fj__mods_table_inside) at every position its tiles reach: rows in
+ * tiles of tile_m from each sequence's start (GQA packing: group rows a
+ * position), keys in tiles of tile_n, anywhere below the sequence's end
+ * plus a tile where split-KV ranges may start between tiles (the mma
+ * family). */
+static int table_inside(const fj_problem *p, const fj_variant *v)
+{
+  if (v->mma != FJ_MMA_WGMMA && v->mma != FJ_MMA_SYNC)
+    return 0;
+  long long tm = v->tile_m, tn = v->tile_n, g = p->heads_q / p->heads_kv;
+  long long rows = v->pack_gqa ? (long long)p->seq_q * g : p->seq_q;
+  long long rows_end = (rows + tm - 1) / tm * tm;
+  long long q_end = v->pack_gqa ? (rows_end - 1) / g + 1 : rows_end;
+  long long kv_end = v->mma == FJ_MMA_SYNC ? (long long)p->seq_kv + tn
+                                           : ((long long)p->seq_kv + tn - 1) / tn * tn;
+  return fj__mods_table_inside(p, q_end, kv_end);
+}
+
 static fj_status check_match(const fj_ctx *ctx, const fj_problem *p,
                              const fj_variant *v)
 {
@@ -447,6 +471,13 @@ static fj_status check_match(const fj_ctx *ctx, const fj_problem *p,
                     "sinks of its problem (fj_attention_variant sets them)",
                     vi.on ? "on" : "none", pi.on ? "on" : "none", differs);
   }
+  if (v->table_inside && !table_inside(p, v))
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                    "variant's table_inside 1 does not hold for the problem: "
+                    "a read of its score expression's distance table may "
+                    "fall outside the table's extents, or the host cannot "
+                    "show it does not (an index reads a tensor); "
+                    "fj_attention_variant sets it from the problem");
   if (v->mma == FJ_MMA_WGMMA && ((p->cu_seqlens_q && p->total_q < 1) ||
                                  (p->cu_seqlens_kv && p->total_kv < 1)))
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,

@@ -1017,6 +1017,19 @@ int fj__expr_uses(const fj_expr *e, int name)
   return 0;
 }
 
+int fj__expr_subtree_uses(const fj_expr *e, int k, int name)
+{
+  if (!e || k < 0 || k >= e->n)
+    return 0;
+  const node *nd = &e->nodes[k];
+  if ((nd->op == OP_VAR || nd->op == OP_TENSOR) && nd->ref == name)
+    return 1;
+  for (int i = 0; i < nd->nkids; i++)
+    if (fj__expr_subtree_uses(e, nd->kid[i], name))
+      return 1;
+  return 0;
+}
+
 static int is_var(const fj_expr *e, int k, int name)
 {
   return e->nodes[k].op == OP_VAR && e->nodes[k].ref == name;
@@ -1631,4 +1644,9 @@ static fj_expr_value eval(const fj_expr *e, int k, const fj_expr_env *env)
 fj_expr_value fj__expr_eval(const fj_expr *e, const fj_expr_env *env)
 {
   return e ? eval(e, e->root, env) : vint(0);
+}
+
+fj_expr_value fj__expr_eval_at(const fj_expr *e, int k, const fj_expr_env *env)
+{
+  return e && k >= 0 && k < e->n ? eval(e, k, env) : vint(0);
 }

@@ -80,6 +80,9 @@ void fj__expr_free(fj_expr *e);
 /* Whether the expression reads name index `name` (a variable or a
  * parameter); NULL: 0. */
 int fj__expr_uses(const fj_expr *e, int name);
+/* Whether the subtree at node k names `name` (a variable or a tensor
+ * parameter); k outside e: 0. */
+int fj__expr_subtree_uses(const fj_expr *e, int k, int name);
 /* Tensor reads (calls) of e whose indices use variable `name`. */
 int fj__expr_reads_using(const fj_expr *e, int name);
 /* Tensor reads of e at a distance: T(A..., q - kv + X) or T(A..., kv - q
@@ -210,5 +213,8 @@ typedef struct fj_expr_env {
  * bounded by FJ_EXPR_LEN_MAX.
  */
 fj_expr_value fj__expr_eval(const fj_expr *e, const fj_expr_env *env);
+/* fj__expr_eval of the subtree at node k (a node index of e's facts);
+ * k outside e gives int 0. */
+fj_expr_value fj__expr_eval_at(const fj_expr *e, int k, const fj_expr_env *env);
 
 #endif /* FJ_EXPR_H */

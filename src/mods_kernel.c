@@ -379,3 +379,124 @@ int fj__mods_kparam(const fj_mods *m, fj_mods_kparam *out, char *err,
              FJ_MODS_KPARAMS);
   return rc ? -1 : 0;
 }
+
+/* ---- the distance table's reads, proved within its extents ------------------- */
+
+/* A tensor read among the indices: its value is on the device, unknown
+ * here, so the proof fails. */
+static fj_expr_value unknown_read(void *user, int name, const int32_t *idx)
+{
+  (void)name;
+  (void)idx;
+  *(int *)user = 1;
+  fj_expr_value v = {1, 0, 0.f};
+  return v;
+}
+
+/* fj__mods_table_inside's proof, from the expression's tree. */
+static int prove_inside(const fj_problem *p, const fj_mods *m, long long q_end,
+                        long long kv_end)
+{
+  fj_expr_name names[FJ_MOD_NAMES_MAX];
+  int n = fj__mods_names(m, 1, names);
+  fj_expr *e = fj__expr_parse(m->score, "score", names, n, NULL, 0);
+  if (!e)
+    return 0;
+  fj_expr_vars vars = vars_of(1);
+  fj_expr_facts f;
+  int first = fj__mods_first_param(1);
+  int ok = fj__expr_facts(e, &vars, &f) == 0 && f.dg >= 0;
+  const fj_mod_param *t = ok ? &m->params[f.dg_name - first] : NULL;
+  ok = ok && t->rank == f.dg_rank && t->rank >= 1;
+  /* The scalar parameters' values; variables set per (b, h) below, q and
+   * kv 0: X is the last index with the distance 0. */
+  fj_expr_value vals[FJ_MOD_NAMES_MAX];
+  memset(vals, 0, sizeof vals);
+  for (int i = 0; ok && i < m->num_params && first + i < FJ_MOD_NAMES_MAX; i++) {
+    const fj_mod_param *a = &m->params[i];
+    vals[first + i].is_int = a->type == FJ_MOD_I32;
+    if (a->rank == 0 && a->type == FJ_MOD_I32)
+      vals[first + i].i = (int32_t)a->value;
+    else if (a->rank == 0)
+      vals[first + i].f = (float)a->value;
+  }
+  for (int v = 0; v < 5; v++)
+    vals[v].is_int = 1;
+  vals[5].is_int = 0;
+  int unknown = 0;
+  fj_expr_env env = {vals, unknown_read, &unknown};
+  /* The distance q - kv over the positions the tiles reach. */
+  long long dmin = -(kv_end - 1), dmax = q_end - 1;
+  long long lo = f.dg_sign > 0 ? dmin : -dmax, hi = f.dg_sign > 0 ? dmax : -dmin;
+  /* Only the indices that name b (or h, hkv) need every batch index (or
+   * head). */
+  int idx[FJ_EXPR_RANK_MAX];
+  int nidx = 0;
+  for (int i = 0; ok && i + 1 < t->rank; i++)
+    idx[nidx++] = fj__expr_kid(e, f.dg, i);
+  if (ok)
+    idx[nidx++] = f.dg_x;
+  int use_b = 0, use_h = 0;
+  for (int i = 0; ok && i < nidx; i++) {
+    use_b |= fj__expr_subtree_uses(e, idx[i], vars.b);
+    use_h |= fj__expr_subtree_uses(e, idx[i], vars.h) || fj__expr_subtree_uses(e, idx[i], vars.hkv);
+  }
+  int group = p->heads_q / p->heads_kv;
+  int nb = use_b ? p->batch : 1, nh = use_h ? p->heads_q : 1;
+  for (int b = 0; ok && b < nb; b++)
+    for (int h = 0; ok && h < nh; h++) {
+      vals[vars.b].i = b;
+      vals[vars.h].i = h;
+      vals[vars.hkv].i = group > 0 ? h / group : 0;
+      for (int i = 0; ok && i < nidx; i++) {
+        fj_expr_value x = fj__expr_eval_at(e, idx[i], &env);
+        long long e_i = t->extents[i];
+        if (!x.is_int || unknown)
+          ok = 0;
+        else if (i + 1 < nidx)
+          ok = x.i >= 0 && x.i < e_i;
+        else
+          ok = (long long)x.i + lo >= 0 && (long long)x.i + hi < e_i;
+      }
+    }
+  fj__expr_free(e);
+  return ok;
+}
+
+/* The proofs this thread made lately, by the mods' contents (texts,
+ * parameters with their extents and values) and the problem's sizes: a
+ * launch that checks a variant's table_inside finds its own here. */
+enum { INSIDE_MEMO = 4 };
+typedef struct inside_memo {
+  int used, result;
+  long long dims[5];
+  fj_mods_copy c;
+} inside_memo;
+static _Thread_local inside_memo inside_memos[INSIDE_MEMO];
+static _Thread_local int inside_next;
+
+int fj__mods_table_inside(const fj_problem *p, long long q_end, long long kv_end)
+{
+  const fj_mods *m = p ? p->mods : NULL;
+  fj_mods_info mi;
+  fj__mods_info(m, &mi);
+  if (!m || !mi.user || mi.checked || !has_text(m->score) || p->heads_kv < 1)
+    return 0;
+  long long dims[5] = {p->batch, p->heads_q, p->heads_kv, q_end, kv_end};
+  for (int i = 0; i < INSIDE_MEMO; i++) {
+    const inside_memo *e = &inside_memos[i];
+    if (e->used && !memcmp(e->dims, dims, sizeof dims) && fj__mods_copy_same(&e->c, m))
+      return e->result;
+  }
+  int result = prove_inside(p, m, q_end, kv_end);
+  inside_memo *e = &inside_memos[inside_next];
+  if (fj__mods_copy(&e->c, m) == 0) {
+    e->used = 1;
+    e->result = result;
+    memcpy(e->dims, dims, sizeof dims);
+    inside_next = (inside_next + 1) % INSIDE_MEMO;
+  } else {
+    e->used = 0;
+  }
+  return result;
+}

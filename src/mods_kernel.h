@@ -106,4 +106,20 @@ typedef struct fj_mods_kparam {
 int fj__mods_kparam(const fj_mods *m, fj_mods_kparam *out, char *err,
                     size_t errsize);
 
+/*
+ * Whether every read of p's score expression's distance table (its
+ * T(A..., q - kv + X) read, fj_expr_facts' dg) that a kernel's tiles make
+ * lies within T's extents: the indices A and X evaluated on the host for
+ * every batch index and head they name (q and kv 0, the scalar
+ * parameters' values), the last index X + (q - kv) over the query
+ * positions 0..q_end - 1 and keys 0..kv_end - 1 that the kernel's tiles
+ * reach (a last tile's padding included).  1 proves it: the kernel may
+ * read the table without checking each element (fj_variant.table_inside).
+ * 0 where it fails or cannot be shown: no such read, checked mode, or an
+ * index that reads a tensor (its value is on the device).  Parses the
+ * expression where this thread has not proved the same lately (a few
+ * proofs are remembered by the mods' contents and these sizes).
+ */
+int fj__mods_table_inside(const fj_problem *p, long long q_end, long long kv_end);
+
 #endif /* FJ_MODS_KERNEL_H */

@@ -89,13 +89,13 @@ int fj_variant_name(const fj_variant *v, char *buf, size_t size)
   /* O's element where it is not the dtype's own: "_oe4m3". */
   if (fj__variant_o_dtype(v) != fj__default_o_dtype(v->dtype))
     snprintf(od, sizeof od, "_o%s", fj_dtype_name(v->o_dtype));
-  return snprintf(buf, size, "fj_attn_d%d%s_m%d_n%d_w%d_s%d_%s_%s_%s_%s_%s%s%s%s%s%s%s%s",
+  return snprintf(buf, size, "fj_attn_d%d%s_m%d_n%d_w%d_s%d_%s_%s_%s_%s_%s%s%s%s%s%s%s%s%s",
                   v->head_dim, dv, v->tile_m, v->tile_n, v->warps, v->stages,
                   fj_swizzle_name(v->swizzle), fj_softmax_name(v->softmax),
                   fj_mma_name(v->mma), causal_short(v->causal),
                   fj_dtype_name(v->dtype), kv, od, v->pack_gqa ? "_gqa" : "",
                   v->split_kv ? "_split" : "", v->varlen ? "_vl" : "",
-                  v->paged ? "_paged" : "", mods);
+                  v->paged ? "_paged" : "", mods, v->table_inside ? "_tin" : "");
 }
 
 /* ---- defaults ------------------------------------------------------------------- */
@@ -248,6 +248,21 @@ static fj_status check_axes(const fj_ctx *ctx, const fj_variant *v)
                   v->fp8_flush);
   if (st == FJ_OK)
     st = fj__check_o_dtype(ctx, v->dtype, v->o_dtype);
+  if (st == FJ_OK && (v->table_inside < 0 || v->table_inside > 1))
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "table_inside %d is invalid: 0 or 1 (set from the problem)",
+                  v->table_inside);
+  if (st == FJ_OK && v->table_inside &&
+      (!v->mods || !v->mods->score || !v->mods->score[0] ||
+       (v->mma != FJ_MMA_WGMMA && v->mma != FJ_MMA_SYNC)))
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "table_inside 1 is invalid here: it is for a score "
+                  "expression's distance table on mma wgmma or mma (this "
+                  "variant: %s, mma %s)",
+                  v->mods && v->mods->score && v->mods->score[0]
+                      ? "a score expression"
+                      : "no score expression",
+                  fj_mma_name(v->mma));
   return st == FJ_OK ? check_enums(ctx, v) : st;
 }
 
@@ -603,6 +618,10 @@ fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
    * e4m3): the others' sources stay as they were. */
   if (fj__variant_o_dtype(v) != fj__default_o_dtype(v->dtype))
     add(o, "o_dtype", FJ_PARAM_STR, 0, fj_dtype_name(fj__variant_o_dtype(v)), NULL);
+  /* The distance table proved within its extents (the others' sources
+   * stay as they were). */
+  if (v->table_inside)
+    add(o, "table_inside", FJ_PARAM_BOOL, 1, NULL, NULL);
   fj_status st = add_mods(ctx, o, v->mods);
   if (st != FJ_OK)
     return st;

@@ -23,7 +23,7 @@ typedef struct fj_vparams {
   const char *template_name;
   char symbol[128];
   fj_lut luts[4];  /* accumulator, A, B col_major (K), B row_major (V) */
-  fj_param p[40];
+  fj_param p[48];
   size_t n;
   char mod_params[FJ_MOD_PARAMS_MAX * (FJ_MOD_NAME_MAX + 12) + 1];
   fj_mods_kparam mod_facts;  /* the expressions' facts (mods_kernel.h) */

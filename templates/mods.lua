@@ -162,9 +162,13 @@ function M.new(o)
   if SF and SF.dg then
     local d = SF.dg
     local t = R.params[d.param + 1]
+    -- inside: the variant's table_inside (fj_variant): the host proved
+    -- every read a tile makes within the table, so the families read it
+    -- at the row pointer alone, with no path through the accessor.
     R.dg = { name = t.name, param = t, sign = d.sign, x = d.x, uniform = d.uniform or {},
              call = d.call, line = d.line, col = d.col,
-             value = t.type == "i32" and "int" or "float" }
+             value = t.type == "i32" and "int" or "float",
+             inside = table_inside and true or false }
   end
   -- Facts for later use: whether the score reads s, and whether it
   -- depends on nothing but s, h, the parameters and kv - q.

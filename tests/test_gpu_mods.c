@@ -154,6 +154,37 @@ static int run_mod_case(fj_ctx *ctx, const mod_case *mc, twin *w, uint64_t *seed
   return bad;
 }
 
+/* A distance table that covers every position its kernel's tiles reach
+ * ("bias", e0 x e1 floats): the plan proves it (fj_variant.table_inside:
+ * the kernel reads it at its row pointer alone), and the case runs as the
+ * others, on the mma family's variant too (no proof: the accessor path). */
+static int inside_case(fj_ctx *ctx, const mod_case *mc, const char *score, int64_t e0,
+                       int64_t e1, uint64_t *seed)
+{
+  float *tab = malloc((size_t)(e0 * e1) * sizeof *tab);
+  if (!tab)
+    return 1;
+  for (int64_t i = 0; i < e0 * e1; i++)
+    tab[i] = (float)((i * 29) % 89) / 44.f - 1.f;
+  twin w;
+  twin_init(&w, score, NULL);
+  int bad = twin_tensor(&w, "bias", FJ_MOD_F32, 2, (int64_t[]){e0, e1}, tab);
+  fj_problem p;
+  fj_problem_init(&p, mc->b, mc->hq, mc->hkv, mc->sq, mc->skv, mc->d, mc->dt, FJ_BHSD);
+  p.causal = mc->causal;
+  p.mods = &w.dm;
+  fj_plan plan;
+  if (!bad && (fj_attention_plan(ctx, &p, &plan) != FJ_OK || !plan.variant.table_inside)) {
+    fprintf(stderr, "%s: the plan does not prove the table inside (%s)\n", mc->name,
+            fj_errmsg(ctx));
+    bad = 1;
+  }
+  bad |= run_mod_case(ctx, mc, &w, seed);
+  twin_free(&w);
+  free(tab);
+  return bad;
+}
+
 static int window_case(fj_ctx *ctx, const mod_case *mc, int left, int right,
                        uint64_t *seed)
 {
@@ -310,6 +341,10 @@ int test_gpu_mods_user(void)
   bad |= run_mod_case(ctx, &dt, &w, &seed);
   twin_free(&w);
   free(rel);
+  /* A table over every distance the tiles reach, rows and keys past the
+   * sequences' ends included (from -1163 to 1151 on either family). */
+  const mod_case ti = {"table inside", 2, 16, 16, 1100, 1100, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1};
+  bad |= inside_case(ctx, &ti, "s + bias(h, q - kv + 1200)", 16, 2400, &seed);
   /* Integer arithmetic, a ternary, tanhf; a scalar int. */
   const mod_case ar = {"arith", 1, 8, 8, 400, 400, 128, FJ_F16, FJ_CAUSAL_TOP_LEFT, 3};
   twin_init(&w, "(q - kv) % period == 0 ? s * 0.5f : s + tanhf(s)", "(q ^ kv) != 7");
@@ -362,6 +397,10 @@ int test_gpu_mods_decode(void)
     twin_free(&w);
   }
   free(tab);
+  /* The same under GQA packing and split-KV, over a table that covers
+   * every distance: proved inside. */
+  const mod_case din = {"decode table inside", 2, 32, 8, 1, 4096, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1};
+  bad |= inside_case(ctx, &din, "s + bias(h, q - kv + 4200)", 32, 8400, &seed);
   fjt_gpu_print_worst();
   fj_ctx_destroy(ctx);
   return bad;

@@ -997,6 +997,93 @@ static int score_line_is(const char *src, const char *score, const char *want)
   return 0;
 }
 
+/* fj_variant.table_inside: the plan proves a distance table's reads
+ * within its extents from the problem's lengths (rounded up to the
+ * tiles), heads and the indices' scalar values, and the kernel then has
+ * no accessor path in its score step; a table one element short, a head
+ * short, an index that reads a tensor, checked mode, a length whose last
+ * tile reaches past the table: no proof.  A variant that claims it for a
+ * problem the proof fails is refused at launch, naming the rule. */
+int test_mods_table_inside(void)
+{
+  static const struct {
+    const char *score;
+    int64_t e0, e1;  /* bias's extents */
+    int seq, offv;   /* both lengths; off's value */
+    int checked, want;
+  } cases[] = {
+      {"s + bias(h, q - kv + 4096)", 16, 8192, 4096, 0, 0, 1},
+      {"s + bias(h, q - kv + 4096)", 16, 8191, 4096, 0, 0, 0},
+      {"s + bias(h, q - kv + 4096)", 15, 8192, 4096, 0, 0, 0},
+      {"s + bias(h, q - kv + 4096)", 16, 8192, 4096, 0, 1, 0},
+      /* 4000 keys reach 4095 in 128-key tiles: offset 4000 is short. */
+      {"s + bias(h, q - kv + 4096)", 16, 8192, 4000, 0, 0, 1},
+      {"s + bias(h, q - kv + 4000)", 16, 8001, 4000, 0, 0, 0},
+      /* A scalar in X, and kv - q. */
+      {"s + bias(h, q - kv + off)", 16, 8192, 4096, 4096, 0, 1},
+      {"s + bias(h, q - kv + off)", 16, 8192, 4096, 4094, 0, 0},
+      {"s + bias(h / 2, kv - q + 4095)", 8, 8192, 4096, 0, 0, 1},
+      /* An index that reads a tensor: its value is on the device. */
+      {"s + bias(h, q - kv + (int)tab(h))", 16, 8192, 4096, 0, 0, 0},
+  };
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fj_mod_param prm[3] = {{"bias", FJ_MOD_F32, 2, {cases[i].e0, cases[i].e1}, NULL, 0},
+                           {"off", FJ_MOD_I32, 0, {0}, NULL, cases[i].offv},
+                           {"tab", FJ_MOD_F32, 1, {16}, NULL, 0}};
+    fj_problem p;
+    fj_mods m;
+    prefill_mods(&p, &m, cases[i].score, prm, 3);
+    p.causal = FJ_CAUSAL_TOP_LEFT;
+    p.seq_q = p.seq_kv = cases[i].seq;
+    m.checked = cases[i].checked;
+    fj_plan plan;
+    CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+    char name[160];
+    fj_variant_name(&plan.variant, name, sizeof name);
+    if (plan.variant.table_inside != cases[i].want ||
+        !strstr(name, "_tin") != !cases[i].want) {
+      fprintf(stderr, "%s over [%lld, %lld], %d positions: table_inside %d (%s), want %d\n",
+              cases[i].score, (long long)cases[i].e0, (long long)cases[i].e1, cases[i].seq,
+              plan.variant.table_inside, name, cases[i].want);
+      return 1;
+    }
+  }
+  /* The kernel with the proof reads the table at its row pointer alone. */
+  fj_mod_param prm[1] = {{"bias", FJ_MOD_F32, 2, {16, 8192}, NULL, 0}};
+  fj_problem p;
+  fj_mods m;
+  fj_kernel *k;
+  prefill_mods(&p, &m, "s + bias(h, q - kv + 4096)", prm, 1);
+  p.causal = FJ_CAUSAL_TOP_LEFT;
+  CHECK(compile_pick(ctx, &p, FJ_MMA_WGMMA, &k) == 0);
+  const char *src = fj_kernel_source(k, NULL);
+  CHECK(strstr(src, "Proved within the table on the host"));
+  CHECK(!strstr(src, "if (__all_sync(0xffffffffu, dgin"));
+  /* Claimed for a problem whose table is one element short: refused at
+   * launch (before anything else of the launch is looked at). */
+  fj_plan plan;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+  CHECK(plan.variant.table_inside == 1);
+  fj_mod_param shortp[1] = {{"bias", FJ_MOD_F32, 2, {16, 8191}, NULL, 0}};
+  m.params = shortp;
+  char dummy[16] __attribute__((aligned(16)));
+  CHECK(fj_attention_fwd_variant(ctx, &p, &plan.variant, dummy, dummy, dummy, dummy, NULL,
+                                 NULL) == FJ_ERR_INVALID_ARG);
+  CHECK(strstr(fj_errmsg(ctx), "table_inside 1 does not hold for the problem"));
+  /* The variant's own rule: 0 or 1, and only with a score expression. */
+  fj_variant v = plan.variant;
+  v.table_inside = 2;
+  CHECK(fj_variant_check(ctx, &v) == FJ_ERR_INVALID_ARG);
+  v.table_inside = 1;
+  v.mods = NULL;
+  CHECK(fj_variant_check(ctx, &v) == FJ_ERR_INVALID_ARG);
+  CHECK(strstr(fj_errmsg(ctx), "table_inside 1 is invalid here"));
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
 /* A distance table (mods.lua's dg): the score expression's first read
  * T(A..., q - kv + X) (or kv - q, the difference possibly in parentheses)
  * becomes fj_dg in the kernel's printed expression, read per tile at a

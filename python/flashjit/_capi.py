@@ -89,7 +89,8 @@ class Variant(C.Structure):
     _fields_ = [(n, C.c_int) for n in VARIANT_AXES] + [("mods", C.c_void_p),
                                                         ("fp8_flush", C.c_int),
                                                         ("head_dim_v", C.c_int),
-                                                        ("o_dtype", C.c_int)]
+                                                        ("o_dtype", C.c_int),
+                                                        ("table_inside", C.c_int)]
 
 
 class Resources(C.Structure):
@@ -317,7 +318,7 @@ SIGNATURES = {
 
 
 # FJ_ABI_VERSION of the header these structs mirror.
-ABI_VERSION = 11
+ABI_VERSION = 12
 
 
 def open_library(path):
