@@ -138,4 +138,27 @@ part_sweeps() {
     $base ${cases[docbm]} >"$out/tune_bwd_docbm.log" 2>&1
   echo "tune bwd docbm: exit $?"; grep -E 'fj_bwd|us' "$out/tune_bwd_docbm.log" | tail -14 | cut -c1-130
 }
+# tin: fj_variant.table_inside on the GPU: the mods tests with its cases
+# (table inside: prefill and decode), the relative bias's forward compile
+# with and without the proof (a table one element short), then
+# train_mods_compare.py's bias-table case (its first call).
+part_tin() {
+  local t e
+  for t in gpu_mods_user:100 gpu_mods_decode:80; do
+    (cd build && FLASHJIT_CACHE_DIR=/tmp/s22-tin timeout $(bound ${t#*:}) ./tests/fj_tests ${t%%:*} >"$out/${t%%:*}.log" 2>&1
+     echo "${t%%:*}: exit $? ($(grep -c '^ok' "$out/${t%%:*}.log") ok, $(grep -c 'FAIL' "$out/${t%%:*}.log") FAIL)"
+     grep -E 'inside|FAIL|check failed' "$out/${t%%:*}.log" | head -6 | cut -c1-200)
+  done
+  for e in "bias:f32[16,8192]" "bias:f32[16,8191]"; do
+    rm -rf /tmp/s22-c1
+    # shellcheck disable=SC2086
+    FLASHJIT_CACHE_DIR=/tmp/s22-c1 timeout $(bound 30) build/flashjit emit $base --score-mod 's+bias(h,q-kv+4096)' \
+      --param "$e" --what resources 2>&1 | grep -A16 'variant=fj_attn' | grep -E 'variant|compile_ms|spill_store' | tr '\n' ' '
+    echo
+  done
+  PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so TORCHINDUCTOR_CACHE_DIR=/tmp/s22-inductor \
+    timeout $(bound 150) python3 -u bench/train_mods_compare.py --cases relbias --commit "${S22_COMMIT:-unknown}" \
+    --out "$out" >"$out/train_relbias.log" 2>&1
+  echo "trainmods relbias: exit $?"; grep -E "^\|" "$out/train_relbias.log" | tail -1 | cut -c1-330
+}
 parts_run s22 ${S22_PARTS:-fwdsparse}
