@@ -34,6 +34,7 @@ compiled kernels).  counts says how many plans were made, for the tests.
 """
 import ast
 import ctypes as C
+import math
 import threading
 from collections import namedtuple
 
@@ -272,6 +273,9 @@ def _entry_key(o, lse, q, k, v, extras):
            k.device, v.shape, v.stride(), v.dtype, v.device)
     if extras:
         key += tuple(map(meta, extras))
+    if o.params:
+        # A float parameter's sign too: -0.0 == 0.0, but s / z differs.
+        key += tuple(math.copysign(1.0, value) for _, kind, value in o.params if kind == "f")
     return key
 
 

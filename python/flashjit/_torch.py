@@ -1141,7 +1141,7 @@ def _given_extras(sinks, params, block_mask, descales):
     order (_dense_opts': the sinks, the tensor parameters, the block mask's
     lists, the descales), and what else of them the cached call's key
     holds: which are given, the parameters' names and scalar values (their
-    types and reprs: 1, 1.0 and True stay apart), the block
+    types and reprs: 1, 1.0, True, 0.0 and -0.0 stay apart), the block
     mask's sizes.  Raises TypeError where the checks would refuse the
     arguments' kinds: the call goes the checked way then."""
     extras = [] if sinks is None else [sinks]

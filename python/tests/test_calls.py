@@ -244,9 +244,9 @@ class CachedCalls(Stubbed):
                                  (t.data_ptr(), bm.kv_num.data_ptr(), bm.q_indices.data_ptr()))
                 first = first or checks.call_count  # the call's, and its entry's build
             self.assertEqual((checks.call_count, self.plans(), self.launches()), (first, 1, 3))
-            # Another scalar value or type: another entry; a bool is refused
-            # however often an int was accepted.
-            for z, plans in ((0.25, 2), (1, 3), (1.0, 4), (0.0, 5), (1, 5)):
+            # Another scalar value, type or sign: another entry; a bool is
+            # refused however often an int was accepted.
+            for z, plans in ((0.25, 2), (1, 3), (1.0, 4), (0.0, 5), (-0.0, 6), (1, 6)):
                 flashjit.attention(q, k, v, score_mod="s * z", params={"z": z})
                 self.assertEqual(self.plans(), plans, f"z={z!r}")
             for _ in range(2):
@@ -257,7 +257,7 @@ class CachedCalls(Stubbed):
             z = [torch.zeros(sh, dtype=torch.int32) for sh in ((1, 1, 1), (1, 1, 1, 1))]
             flashjit.attention(q, k, v, block_mask=flashjit.BlockMask(z[0], z[1], block_q=64,
                                                                       block_kv=64))
-            self.assertEqual(self.plans(), 6)
+            self.assertEqual(self.plans(), 7)
             # With grad: the training table, checked once, eagerly through
             # _TrainMods with the call's own pointers.
             q.requires_grad_()
