@@ -463,40 +463,80 @@ static int prove_inside(const fj_problem *p, const fj_mods *m, long long q_end,
   return ok;
 }
 
-/* The proofs this thread made lately, by the mods' contents (texts,
- * parameters with their extents and values) and the problem's sizes: a
- * launch that checks a variant's table_inside finds its own here. */
+/* The proofs this thread made lately, by what they read: the score
+ * expression, each parameter's name, type, rank, extents and value (not
+ * where its data lies: a call may pass a new tensor of the same shape) and
+ * the problem's sizes.  A launch that checks a variant's table_inside
+ * finds its own here. */
 enum { INSIDE_MEMO = 4 };
+typedef struct inside_param {
+  char name[FJ_MOD_NAME_MAX + 1];
+  fj_mod_type type;
+  int rank;
+  int64_t extents[4];
+  double value;
+} inside_param;
 typedef struct inside_memo {
-  int used, result;
+  int used, result, num_params;
   long long dims[5];
-  fj_mods_copy c;
+  char score[FJ_MOD_EXPR_MAX + 1];
+  inside_param params[FJ_MOD_PARAMS_MAX];
 } inside_memo;
 static _Thread_local inside_memo inside_memos[INSIDE_MEMO];
 static _Thread_local int inside_next;
+
+/* m's parameter i as the memo keeps it (a NULL name as ""). */
+static void inside_param_of(const fj_mods *m, int i, inside_param *out)
+{
+  const fj_mod_param *a = &m->params[i];
+  memset(out, 0, sizeof *out);
+  snprintf(out->name, sizeof out->name, "%s", a->name ? a->name : "");
+  out->type = a->type;
+  out->rank = a->rank;
+  memcpy(out->extents, a->extents, sizeof out->extents);
+  out->value = a->rank == 0 ? a->value : 0;
+}
+
+/* Whether memo entry e was made for m (its score at most FJ_MOD_EXPR_MAX
+ * characters, its parameters at most FJ_MOD_PARAMS_MAX: the checks refuse
+ * others before a plan). */
+static int inside_same(const inside_memo *e, const fj_mods *m)
+{
+  if (!e->used || e->num_params != m->num_params || strcmp(e->score, m->score))
+    return 0;
+  for (int i = 0; i < m->num_params; i++) {
+    inside_param a;
+    inside_param_of(m, i, &a);
+    if (memcmp(&a, &e->params[i], sizeof a))
+      return 0;
+  }
+  return 1;
+}
 
 int fj__mods_table_inside(const fj_problem *p, long long q_end, long long kv_end)
 {
   const fj_mods *m = p ? p->mods : NULL;
   fj_mods_info mi;
   fj__mods_info(m, &mi);
-  if (!m || !mi.user || mi.checked || !has_text(m->score) || p->heads_kv < 1)
+  if (!m || !mi.user || mi.checked || !has_text(m->score) || p->heads_kv < 1 ||
+      m->num_params < 0 || m->num_params > FJ_MOD_PARAMS_MAX || !m->params ||
+      strlen(m->score) > FJ_MOD_EXPR_MAX)
     return 0;
   long long dims[5] = {p->batch, p->heads_q, p->heads_kv, q_end, kv_end};
   for (int i = 0; i < INSIDE_MEMO; i++) {
     const inside_memo *e = &inside_memos[i];
-    if (e->used && !memcmp(e->dims, dims, sizeof dims) && fj__mods_copy_same(&e->c, m))
+    if (!memcmp(e->dims, dims, sizeof dims) && inside_same(e, m))
       return e->result;
   }
   int result = prove_inside(p, m, q_end, kv_end);
   inside_memo *e = &inside_memos[inside_next];
-  if (fj__mods_copy(&e->c, m) == 0) {
-    e->used = 1;
-    e->result = result;
-    memcpy(e->dims, dims, sizeof dims);
-    inside_next = (inside_next + 1) % INSIDE_MEMO;
-  } else {
-    e->used = 0;
-  }
+  inside_next = (inside_next + 1) % INSIDE_MEMO;
+  e->used = 1;
+  e->result = result;
+  e->num_params = m->num_params;
+  memcpy(e->dims, dims, sizeof dims);
+  snprintf(e->score, sizeof e->score, "%s", m->score);
+  for (int i = 0; i < m->num_params; i++)
+    inside_param_of(m, i, &e->params[i]);
   return result;
 }
