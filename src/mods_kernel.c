@@ -4,8 +4,10 @@
  * family's names substituted, and handed to templates/mods.lua as one
  * table, mod_facts.
  */
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "expr_grad.h"
@@ -393,21 +395,16 @@ static fj_expr_value unknown_read(void *user, int name, const int32_t *idx)
   return v;
 }
 
-/* fj__mods_table_inside's proof, from the expression's tree. */
+/* fj__mods_table_inside's proof for p's sizes and m's values, from the
+ * score's tree e and its facts f (dg >= 0). */
 static int prove_inside(const fj_problem *p, const fj_mods *m, long long q_end,
-                        long long kv_end)
+                        long long kv_end, const fj_expr *e, const fj_expr_facts *fp)
 {
-  fj_expr_name names[FJ_MOD_NAMES_MAX];
-  int n = fj__mods_names(m, 1, names);
-  fj_expr *e = fj__expr_parse(m->score, "score", names, n, NULL, 0);
-  if (!e)
-    return 0;
+  const fj_expr_facts f = *fp;
   fj_expr_vars vars = vars_of(1);
-  fj_expr_facts f;
   int first = fj__mods_first_param(1);
-  int ok = fj__expr_facts(e, &vars, &f) == 0 && f.dg >= 0;
-  const fj_mod_param *t = ok ? &m->params[f.dg_name - first] : NULL;
-  ok = ok && t->rank == f.dg_rank && t->rank >= 1;
+  const fj_mod_param *t = &m->params[f.dg_name - first];
+  int ok = t->rank == f.dg_rank && t->rank >= 1;
   /* The scalar parameters' values; variables set per (b, h) below, q and
    * kv 0: X is the last index with the distance 0. */
   fj_expr_value vals[FJ_MOD_NAMES_MAX];
@@ -459,16 +456,17 @@ static int prove_inside(const fj_problem *p, const fj_mods *m, long long q_end,
           ok = (long long)x.i + lo >= 0 && (long long)x.i + hi < e_i;
       }
     }
-  fj__expr_free(e);
   return ok;
 }
 
-/* The proofs this thread made lately, by what they read: the score
- * expression, each parameter's name, type, rank, extents and value (not
- * where its data lies: a call may pass a new tensor of the same shape) and
- * the problem's sizes.  A launch that checks a variant's table_inside
- * finds its own here. */
-enum { INSIDE_MEMO = 4 };
+/* What this thread remembers for fj__mods_table_inside, freed when it
+ * exits: the score expressions it parsed (a tree a form: the text and the
+ * parameters' names, types and ranks), and its proofs by what they read
+ * -- each parameter's extents and value besides (not where its data lies:
+ * a call may pass a new tensor of the same shape) and the problem's
+ * sizes -- so that a launch checking a variant's table_inside, or a plan
+ * of new lengths, parses nothing. */
+enum { INSIDE_FORMS = 4, INSIDE_PROOFS = 8 };
 typedef struct inside_param {
   char name[FJ_MOD_NAME_MAX + 1];
   fj_mod_type type;
@@ -476,41 +474,121 @@ typedef struct inside_param {
   int64_t extents[4];
   double value;
 } inside_param;
-typedef struct inside_memo {
+typedef struct inside_form {
+  fj_expr *e;  /* NULL: unused */
+  fj_expr_facts f;
+  int num_params;
+  char score[FJ_MOD_EXPR_MAX + 1];
+  inside_param params[FJ_MOD_PARAMS_MAX];  /* names, types, ranks only */
+} inside_form;
+typedef struct inside_proof {
   int used, result, num_params;
   long long dims[5];
   char score[FJ_MOD_EXPR_MAX + 1];
   inside_param params[FJ_MOD_PARAMS_MAX];
-} inside_memo;
-static _Thread_local inside_memo inside_memos[INSIDE_MEMO];
-static _Thread_local int inside_next;
+} inside_proof;
+typedef struct inside_cache {
+  inside_form forms[INSIDE_FORMS];
+  inside_proof proofs[INSIDE_PROOFS];
+  int next_form, next_proof;
+} inside_cache;
 
-/* m's parameter i as the memo keeps it (a NULL name as ""). */
-static void inside_param_of(const fj_mods *m, int i, inside_param *out)
+static pthread_key_t inside_key;
+static pthread_once_t inside_once = PTHREAD_ONCE_INIT;
+static int inside_key_ok;
+
+static void inside_free(void *ptr)
+{
+  inside_cache *c = ptr;
+  for (int i = 0; c && i < INSIDE_FORMS; i++)
+    fj__expr_free(c->forms[i].e);
+  free(c);
+}
+
+static void inside_make_key(void)
+{
+  inside_key_ok = pthread_key_create(&inside_key, inside_free) == 0;
+}
+
+/* This thread's cache, made on first use; NULL out of memory. */
+static inside_cache *inside_cache_get(void)
+{
+  pthread_once(&inside_once, inside_make_key);
+  if (!inside_key_ok)
+    return NULL;
+  inside_cache *c = pthread_getspecific(inside_key);
+  if (!c && (c = calloc(1, sizeof *c)) && pthread_setspecific(inside_key, c)) {
+    free(c);
+    c = NULL;
+  }
+  return c;
+}
+
+/* m's parameter i as the cache keeps it (a NULL name as ""); values only
+ * with `values`. */
+static void inside_param_of(const fj_mods *m, int i, int values, inside_param *out)
 {
   const fj_mod_param *a = &m->params[i];
   memset(out, 0, sizeof *out);
   snprintf(out->name, sizeof out->name, "%s", a->name ? a->name : "");
   out->type = a->type;
   out->rank = a->rank;
-  memcpy(out->extents, a->extents, sizeof out->extents);
-  out->value = a->rank == 0 ? a->value : 0;
+  if (values) {
+    memcpy(out->extents, a->extents, sizeof out->extents);
+    out->value = a->rank == 0 ? a->value : 0;
+  }
 }
 
-/* Whether memo entry e was made for m (its score at most FJ_MOD_EXPR_MAX
- * characters, its parameters at most FJ_MOD_PARAMS_MAX: the checks refuse
- * others before a plan). */
-static int inside_same(const inside_memo *e, const fj_mods *m)
+/* Whether score, params (n of them) were kept from m. */
+static int inside_same(const char *score, const inside_param *params, int n,
+                       const fj_mods *m, int values)
 {
-  if (!e->used || e->num_params != m->num_params || strcmp(e->score, m->score))
+  if (n != m->num_params || strcmp(score, m->score))
     return 0;
-  for (int i = 0; i < m->num_params; i++) {
+  for (int i = 0; i < n; i++) {
     inside_param a;
-    inside_param_of(m, i, &a);
-    if (memcmp(&a, &e->params[i], sizeof a))
+    inside_param_of(m, i, values, &a);
+    if (memcmp(&a, &params[i], sizeof a))
       return 0;
   }
   return 1;
+}
+
+/* m's score tree and facts, parsed once per form; NULL where the parse
+ * fails or memory runs out. *owned: the caller frees the tree (no cache). */
+static const fj_expr *inside_tree(inside_cache *c, const fj_mods *m, fj_expr_facts *f,
+                                  int *owned)
+{
+  *owned = 0;
+  for (int i = 0; c && i < INSIDE_FORMS; i++) {
+    inside_form *g = &c->forms[i];
+    if (g->e && inside_same(g->score, g->params, g->num_params, m, 0)) {
+      *f = g->f;
+      return g->e;
+    }
+  }
+  fj_expr_name names[FJ_MOD_NAMES_MAX];
+  int n = fj__mods_names(m, 1, names);
+  fj_expr *e = fj__expr_parse(m->score, "score", names, n, NULL, 0);
+  fj_expr_vars vars = vars_of(1);
+  if (!e || fj__expr_facts(e, &vars, f)) {
+    fj__expr_free(e);
+    return NULL;
+  }
+  if (!c) {
+    *owned = 1;
+    return e;
+  }
+  inside_form *g = &c->forms[c->next_form];
+  c->next_form = (c->next_form + 1) % INSIDE_FORMS;
+  fj__expr_free(g->e);
+  g->e = e;
+  g->f = *f;
+  g->num_params = m->num_params;
+  snprintf(g->score, sizeof g->score, "%s", m->score);
+  for (int i = 0; i < m->num_params; i++)
+    inside_param_of(m, i, 0, &g->params[i]);
+  return e;
 }
 
 int fj__mods_table_inside(const fj_problem *p, long long q_end, long long kv_end)
@@ -519,24 +597,33 @@ int fj__mods_table_inside(const fj_problem *p, long long q_end, long long kv_end
   fj_mods_info mi;
   fj__mods_info(m, &mi);
   if (!m || !mi.user || mi.checked || !has_text(m->score) || p->heads_kv < 1 ||
-      m->num_params < 0 || m->num_params > FJ_MOD_PARAMS_MAX || !m->params ||
-      strlen(m->score) > FJ_MOD_EXPR_MAX)
+      m->num_params < 0 || m->num_params > FJ_MOD_PARAMS_MAX ||
+      (m->num_params && !m->params) || strlen(m->score) > FJ_MOD_EXPR_MAX)
     return 0;
+  inside_cache *c = inside_cache_get();
   long long dims[5] = {p->batch, p->heads_q, p->heads_kv, q_end, kv_end};
-  for (int i = 0; i < INSIDE_MEMO; i++) {
-    const inside_memo *e = &inside_memos[i];
-    if (!memcmp(e->dims, dims, sizeof dims) && inside_same(e, m))
-      return e->result;
+  for (int i = 0; c && i < INSIDE_PROOFS; i++) {
+    const inside_proof *r = &c->proofs[i];
+    if (r->used && !memcmp(r->dims, dims, sizeof dims) &&
+        inside_same(r->score, r->params, r->num_params, m, 1))
+      return r->result;
   }
-  int result = prove_inside(p, m, q_end, kv_end);
-  inside_memo *e = &inside_memos[inside_next];
-  inside_next = (inside_next + 1) % INSIDE_MEMO;
-  e->used = 1;
-  e->result = result;
-  e->num_params = m->num_params;
-  memcpy(e->dims, dims, sizeof dims);
-  snprintf(e->score, sizeof e->score, "%s", m->score);
-  for (int i = 0; i < m->num_params; i++)
-    inside_param_of(m, i, &e->params[i]);
+  fj_expr_facts f;
+  int owned;
+  const fj_expr *e = inside_tree(c, m, &f, &owned);
+  int result = e && f.dg >= 0 && prove_inside(p, m, q_end, kv_end, e, &f);
+  if (owned)
+    fj__expr_free((fj_expr *)e);
+  if (c) {
+    inside_proof *r = &c->proofs[c->next_proof];
+    c->next_proof = (c->next_proof + 1) % INSIDE_PROOFS;
+    r->used = 1;
+    r->result = result;
+    r->num_params = m->num_params;
+    memcpy(r->dims, dims, sizeof dims);
+    snprintf(r->score, sizeof r->score, "%s", m->score);
+    for (int i = 0; i < m->num_params; i++)
+      inside_param_of(m, i, 1, &r->params[i]);
+  }
   return result;
 }
