@@ -116,9 +116,10 @@ int fj__mods_kparam(const fj_mods *m, fj_mods_kparam *out, char *err,
  * reach (a last tile's padding included).  1 proves it: the kernel may
  * read the table without checking each element (fj_variant.table_inside).
  * 0 where it fails or cannot be shown: no such read, checked mode, or an
- * index that reads a tensor (its value is on the device).  Parses the
- * expression where this thread has not proved the same lately (a few
- * proofs are remembered by the mods' contents and these sizes).
+ * index that reads a tensor (its value is on the device).  A thread
+ * parses each score expression once (a few trees kept), and remembers its
+ * last proofs by what they read (the expression, the parameters' extents
+ * and values, these sizes): 2 us a proof, under 1 us repeated.
  */
 int fj__mods_table_inside(const fj_problem *p, long long q_end, long long kv_end);
 
