@@ -190,4 +190,11 @@ __device__ __forceinline__ bool qwalk_next(const Params &p, int b, int hk, int n
 }
 {% end %}
 
+// Asks for the 128-byte line holding p in L1 (and L2), and returns at once:
+// a later load of it hits L1 (PTX prefetch.global.L1).  p must point into
+// an allocation.
+__device__ __forceinline__ void prefetch_l1(const void *p) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+}
+
 }  // namespace fj

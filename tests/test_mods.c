@@ -418,7 +418,9 @@ static int compile_pick(fj_ctx *ctx, const fj_problem *p, fj_mma family,
 
 /* Both fast families compile every kind of modification without spills;
  * changed values (a scalar, a tensor's extents, the window's sizes, the
- * softcap) reuse the kernel; a changed expression compiles another. */
+ * softcap) reuse the kernel -- but where extents decide whether a distance
+ * table is proved inside (table_inside); a changed expression compiles
+ * another. */
 int test_mods_compile(void)
 {
   static const char *const archs[] = {"sm_80", "sm_90a"};
@@ -457,7 +459,7 @@ int test_mods_compile(void)
     CHECK(compile_pick(ctx, &p, family, &k1) == 0);
     CHECK(strstr(fj_kernel_source(k1, NULL), "#line 1 \"mask\"\n(doc(q) == doc(kv))"));
     fj_cache_stats_get(ctx, &before);
-    prm[0].extents[1] = 100;
+    prm[0].extents[1] = 9000;
     CHECK(compile_pick(ctx, &p, family, &k2) == 0);
     fj_cache_stats_get(ctx, &after);
     CHECK(k2 == k1 && after.misses == before.misses);
@@ -465,6 +467,15 @@ int test_mods_compile(void)
     CHECK(compile_pick(ctx, &p, family, &k2) == 0);
     fj_cache_stats_get(ctx, &after);
     CHECK(k2 != k1 && after.misses == before.misses + 1);
+    /* Extents decide one thing of the kernel: whether the table is proved
+     * inside (fj_variant.table_inside, the wgmma pick's 128-key tiles
+     * here; the mma family's bound takes a tile more, past this table). */
+    fj_kernel *k3;
+    prm[0].extents[1] = 100;
+    CHECK(compile_pick(ctx, &p, family, &k3) == 0);
+    fj_cache_stats_get(ctx, &before);
+    CHECK((k3 != k2) == (a == 1) && before.misses == after.misses + (a == 1));
+    prm[0].extents[1] = 8192;
     /* Parameter names the generated code also uses for its own (the
      * kernel's parameter block is p) are the user's inside the functions. */
     fj_mod_param own[2] = {{"p", FJ_MOD_F32, 0, {0}, NULL, 2}, {"blk", FJ_MOD_I32, 0, {0}, NULL, 3}};
