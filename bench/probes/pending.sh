@@ -49,8 +49,11 @@
 # 228cbf4: T13, C33) and nvrtc (J8) ran on an H100.  The twenty-second
 # ran s21.sh's trainmods and det on an H100 (the pair's test passed: C34),
 # then bench/probes/s22.sh (fwdsparse, pytrain, bwdpre, bwddoc, pyquick;
-# issue 33's table on the H200 at 00da432: PERF.md R2-R4).  Next, on the
-# H200: s21.sh's det (T13's figure there); every GPU test's float64
+# issue 33's table on the H200 at 00da432: PERF.md R2-R4; R5's sweeps;
+# tin: fj_variant.table_inside on an H100, J10, C36).  Next, on the H200:
+# S22_PARTS=tin bash bench/probes/s22.sh (the bias table's first call on
+# the H200's host: the bar) and issue 33's whole table (trainmods);
+# s21.sh's det (T13's figure there); every GPU test's float64
 # reference now runs on the host's cores (7da8553): the tests that ended
 # at their bounds (serving_decode, serving_varlen, fp8_kv,
 # backward_deterministic) may now finish;
