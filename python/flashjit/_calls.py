@@ -137,10 +137,11 @@ def decode(text):
 
 class _Tables(threading.local):
     """This thread's entries: `plain` by the entry points' own arguments
-    as given (calls without tensor parameters or a block mask, whose
-    lookup is the cheapest), `train` the training op's checked arguments
-    by the same key (calls with an input that requires grad), `calls` by
-    signature (Opts and the tensors' metadata), `bwd` the backward's by
+    as given (with the metadata of the extra tensors and the scalar
+    parameters' types and reprs: the cheapest lookup), `train` the
+    training call's checked arguments by the same key (calls with an input
+    that requires grad; a ModsCall where they have expressions), `calls`
+    by signature (Opts and the tensors' metadata), `bwd` the backward's by
     signature."""
 
     def __init__(self):

@@ -14,11 +14,13 @@ torch.library directly, with a fake (meta) implementation each, and take
 no gradient: attention() sends a call whose inputs require grad to
 flashjit::attention_train (built-in masks; its backward
 flashjit::attention_bwd), to flashjit::attention_train_mods (score_mod,
-mask_mod, params; its backward flashjit::attention_bwd_mods), or runs it
-forward with a backward that raises (block masks, checked mode).
-attention_varlen() (_serving.py) does the same with the training ops'
-varlen arguments (built-in masks): one autograd formula and one backward
-path (_launch_bwd, calls.BWD_PROBLEMS) for both kinds.
+mask_mod, params, block masks; its backward flashjit::attention_bwd_mods),
+or runs it forward with a backward that raises (checked mode).  Eagerly
+the training calls skip those ops' dispatch: autograd.Functions (_Train,
+_TrainMods) run the same forwards and backwards.  attention_varlen()
+(_serving.py) does the same with the training ops' varlen arguments: one
+autograd formula and one backward path (_launch_bwd, calls.BWD_PROBLEMS)
+for both kinds.
 """
 import ctypes as C
 import functools
