@@ -471,13 +471,6 @@ static fj_status check_match(const fj_ctx *ctx, const fj_problem *p,
                     "sinks of its problem (fj_attention_variant sets them)",
                     vi.on ? "on" : "none", pi.on ? "on" : "none", differs);
   }
-  if (v->table_inside && !table_inside(p, v))
-    return fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                    "variant's table_inside 1 does not hold for the problem: "
-                    "a read of its score expression's distance table may "
-                    "fall outside the table's extents, or the host cannot "
-                    "show it does not (an index reads a tensor); "
-                    "fj_attention_variant sets it from the problem");
   if (v->mma == FJ_MMA_WGMMA && ((p->cu_seqlens_q && p->total_q < 1) ||
                                  (p->cu_seqlens_kv && p->total_kv < 1)))
     return fj__fail(ctx, FJ_ERR_INVALID_ARG,
@@ -1110,6 +1103,16 @@ static fj_status checked_launch(fj_ctx *ctx, const char *who,
                                 size_t ws_bytes, void *stream)
 {
   fj_status st = check_match(ctx, p, &plan->variant);
+  /* A caller's variant or plan may claim a proof its problem fails; the
+   * library's own plan proved it for this problem (plan_problem). */
+  if (st == FJ_OK && !fresh && plan->variant.table_inside &&
+      !table_inside(p, &plan->variant))
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "variant's table_inside 1 does not hold for the problem: "
+                  "a read of its score expression's distance table may "
+                  "fall outside the table's extents, or the host cannot "
+                  "show it does not (an index reads a tensor); "
+                  "fj_attention_variant sets it from the problem");
   if (st == FJ_OK)
     st = check_pointers(ctx, p, q, k, vp, o);
   /* The mma family's split head dims read V from K's rows (MLA). */

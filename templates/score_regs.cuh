@@ -95,15 +95,16 @@
       {{ mods.dg_row("dgp" .. c, "dgin" .. c, "mh" .. c, ("mq%d - (%s + %s)"):format(c, n0, c0), lo, hi) }}
 {%           fast[#fast + 1] = "dgin" .. c %}
 {%         end %}
+{%         local function at_row(i, c) return mods.dg_load("dgp" .. c, ("%s(j * 16 + %d)"):format(mods.dg.sign > 0 and "-" or "", acc.dcol[i])) end %}
 {%         if mods.dg.inside then %}
       // Proved within the table on the host (fj_variant.table_inside).
       (void)({{ table.concat(fast, " && ") }});
       {
-{%           elements(part, function(i, c) return mods.dg_load("dgp" .. c, ("%s(j * 16 + %d)"):format(mods.dg.sign > 0 and "-" or "", acc.dcol[i])) end) %}
+{%           elements(part, at_row) %}
       }
 {%         else %}
       if (__all_sync(0xffffffffu, {{ table.concat(fast, " && ") }})) {
-{%           elements(part, function(i, c) return mods.dg_load("dgp" .. c, ("%s(j * 16 + %d)"):format(mods.dg.sign > 0 and "-" or "", acc.dcol[i])) end) %}
+{%           elements(part, at_row) %}
       } else {
 {%           elements(part, function(i, c, key) return mods.dg_read("mq" .. c, "mh" .. c, key) end) %}
       }

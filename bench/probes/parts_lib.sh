@@ -8,6 +8,10 @@
 #   rows TAG DTYPE SHAPES NAME=BIN...  the forward's median per shape
 #                                   under each binary and its arguments
 #   fp8_rows TAG SHAPES NAME=BIN... rows in e4m3
+#   gpu_tests CACHE PATTERN NAME:SECONDS...  each GPU test of build/'s
+#                                   fj_tests within its bound, its log
+#                                   $out/NAME.log; a line each, then its
+#                                   lines matching PATTERN
 parts_start() {
   out=${2:-/tmp/fj-$1}
   mkdir -p "$out"
@@ -47,3 +51,13 @@ rows() {
   done
 }
 fp8_rows() { local tag=$1; shift; rows "$tag" e4m3 "$@"; }
+gpu_tests() {
+  local cache=$1 pattern=$2 t name
+  shift 2
+  for t in "$@"; do
+    name=${t%%:*}
+    (cd build && FLASHJIT_CACHE_DIR=$cache timeout $(bound ${t#*:}) ./tests/fj_tests $name >"$out/$name.log" 2>&1
+     echo "$name: exit $? ($(grep -c '^ok' "$out/$name.log") ok, $(grep -c 'FAIL' "$out/$name.log") FAIL)"
+     grep -E "$pattern" "$out/$name.log" | head -6 | cut -c1-200)
+  done
+}

@@ -88,12 +88,8 @@ part_bwdpre() {
       done
     done
   done
-  local t
-  for t in gpu_backward_mods gpu_backward_param_grads gpu_backward_block_mask; do
-    (cd build && FLASHJIT_CACHE_DIR=/tmp/s22-tests timeout $(bound 150) ./tests/fj_tests $t >"$out/$t.log" 2>&1
-     echo "$t: exit $? ($(grep -c '^ok' "$out/$t.log") ok, $(grep -c 'FAIL' "$out/$t.log") FAIL)"
-     grep -E 'FAIL|check failed' "$out/$t.log" | head -5)
-  done
+  gpu_tests /tmp/s22-tests 'FAIL|check failed' gpu_backward_mods:150 gpu_backward_param_grads:150 \
+    gpu_backward_block_mask:150
 }
 # bwddoc: ncu's sections of the backward's main kernel, documents with the
 # block mask beside causal (the documents' backward is 0.44 of causal's
@@ -143,12 +139,8 @@ part_sweeps() {
 # with and without the proof (a table one element short), then
 # train_mods_compare.py's bias-table case (its first call).
 part_tin() {
-  local t e
-  for t in gpu_mods_user:100 gpu_mods_decode:80; do
-    (cd build && FLASHJIT_CACHE_DIR=/tmp/s22-tin timeout $(bound ${t#*:}) ./tests/fj_tests ${t%%:*} >"$out/${t%%:*}.log" 2>&1
-     echo "${t%%:*}: exit $? ($(grep -c '^ok' "$out/${t%%:*}.log") ok, $(grep -c 'FAIL' "$out/${t%%:*}.log") FAIL)"
-     grep -E 'inside|FAIL|check failed' "$out/${t%%:*}.log" | head -6 | cut -c1-200)
-  done
+  local e
+  gpu_tests /tmp/s22-tin 'inside|FAIL|check failed' gpu_mods_user:100 gpu_mods_decode:80
   for e in "bias:f32[16,8192]" "bias:f32[16,8191]"; do
     rm -rf /tmp/s22-c1
     # shellcheck disable=SC2086

@@ -1347,6 +1347,11 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
         return (out, lse) if return_lse else out
     o, extras = _dense_opts(c, sc, lay, wl, wr, cap, score_mod, mask_mod, params, sinks, bm,
                             checked, descales, out_code, o_scale, amax)
+    # A repeat finds its entry by the extras as given (_given_extras): they
+    # must be these, in this order, or the call is not remembered.
+    if key is not None and tuple(map(id, extras)) != tuple(
+            map(id, _given_extras(sinks, params, block_mask, descales)[0])):
+        key = None
     lse = bool(return_lse)
     if amax:
         # FP8 attention's max |O| (its inputs never require grad: above).
