@@ -626,20 +626,22 @@ static int section_of(const fj_ctx *ctx, const fj_problem *p,
 
 /* The deterministic mode's rotation (attention_bwd_wgmma.cu's ROT):
  * where every key tile walks every query tile -- no causal mask, no
- * window, dense, no expressions; the narrow wgmma kernel, head dims up to
- * 128 -- key tile t of T starts its walk at query tile t nq / T, so a dQ
- * tile's adds come one a step in that rotation's order instead of each
- * key tile waiting on the one launched before it at every step.  A key
- * tile then waits on tiles launched after it: all of a head's key tiles
- * must be resident at once, so T at most the multiprocessors (one block
- * of the 12-warp kernel a multiprocessor), the plain launch order
- * (section 1: a head's key tiles consecutive) and, for the kernel's
- * 32-bit rank, T nq < 2^31.  FLASHJIT_BWD_ROTATE=0 turns it off (a GPU
- * shared by MPS with fewer multiprocessors than it reports).  Where the
- * kernel was not rendered with ROT it takes 2 as 1; its order of the adds
- * is then the plain one.  Either way the bits repeat run to run. */
+ * window, dense, no expressions; the wgmma kernels -- key tile t of T
+ * starts its walk at query tile t nq / T, so a dQ tile's adds come one a
+ * step in that rotation's order instead of each key tile waiting on the
+ * one launched before it at every step.  A key tile then waits on tiles
+ * launched after it: all of a head's key tiles must be resident at once,
+ * so T at most the multiprocessors (one block of the 12-warp kernels a
+ * multiprocessor) and, for the wide kernel's pairs (clusters of two
+ * blocks), at most twice the clusters the driver says can be resident
+ * (fn: the main kernel), the plain launch order (section 1: a head's key
+ * tiles consecutive) and, for the kernel's 32-bit rank, T nq < 2^31.
+ * FLASHJIT_BWD_ROTATE=0 turns it off (a GPU shared by MPS with fewer
+ * multiprocessors than it reports).  Where the kernel was not rendered
+ * with ROT it takes 2 as 1; its order of the adds is then the plain one.
+ * Either way the bits repeat run to run. */
 static int rotates(const fj_ctx *ctx, const fj_problem *p,
-                   const fj_bwd_plan *plan, int section)
+                   const fj_bwd_plan *plan, int section, void *fn)
 {
   static int off = -1;
   if (off < 0) {
@@ -649,11 +651,16 @@ static int rotates(const fj_ctx *ctx, const fj_problem *p,
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
   int64_t tiles = plan->grid[0], nq = ((int64_t)p->seq_q + 63) / 64;
-  return !off && p->deterministic && plan->variant.mma == FJ_MMA_WGMMA &&
-         plan->variant.head_dim <= 128 && p->causal == FJ_CAUSAL_NONE &&
-         !mi.window && !mi.user && !mi.blocks && !p->cu_seqlens_q &&
-         !p->cu_seqlens_kv && section == 1 &&
-         tiles <= fj__sm_count(ctx) && tiles * nq < ((int64_t)1 << 31);
+  if (off || !p->deterministic || plan->variant.mma != FJ_MMA_WGMMA ||
+      p->causal != FJ_CAUSAL_NONE || mi.window || mi.user || mi.blocks ||
+      p->cu_seqlens_q || p->cu_seqlens_kv || section != 1 ||
+      tiles > fj__sm_count(ctx) || tiles * nq >= ((int64_t)1 << 31))
+    return 0;
+  if (!bwd_pair(&plan->variant))
+    return 1;
+  fj_launch l = {fn,   {plan->grid[0], plan->grid[1], plan->grid[2]},
+                 {plan->threads, 1, 1}, plan->smem_bytes, NULL, NULL, 0};
+  return 2 * (int64_t)fj__cu_resident_clusters(&l) >= tiles;
 }
 
 static void fill_bwd_params(fj_bwd_kparams *g, const fj_problem *p,
@@ -874,7 +881,7 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     fill_bwd_blocks(&kp, p);
     fill_bwd_params(&g, p, a, base);
     g.section = section_of(ctx, p, plan);
-    if (rotates(ctx, p, plan, g.section))
+    if (rotates(ctx, p, plan, g.section, fn[1]))
       g.deterministic = 2;
     /* The mma kernel takes the parameters' gradients last where it has
      * any (a kernel reads as many arguments as it has). */

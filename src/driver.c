@@ -71,6 +71,11 @@ static tensor_map_fn cu_tensor_map_encode;
 typedef CUresult (*launch_ex_fn)(const CUlaunchConfig *, CUfunction, void **,
                                  void **);
 static launch_ex_fn cu_launch_ex;
+/* How many clusters of a kernel can be resident at once (CUDA 12.0 and
+ * newer drivers), looked up on its own: the backward's rotation asks it
+ * before it makes every pair of a head wait on the others. */
+typedef CUresult (*max_clusters_fn)(int *, CUfunction, const CUlaunchConfig *);
+static max_clusters_fn cu_max_clusters;
 
 static cu_api cu;
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
@@ -138,6 +143,8 @@ static void cu_load(void)
   }
   cu_tensor_map_encode = (tensor_map_fn)dlsym(h, "cuTensorMapEncodeTiled");
   cu_launch_ex = (launch_ex_fn)dlsym(h, "cuLaunchKernelEx");
+  cu_max_clusters =
+      (max_clusters_fn)dlsym(h, "cuOccupancyMaxActiveClusters");
   CUresult r = cu.init(0);
   if (r != CUDA_SUCCESS) {
     const char *name = "?";
@@ -316,6 +323,19 @@ fj_status fj__cu_launch(const fj_ctx *ctx, const fj_launch *l)
                                  l->block[1], l->block[2], l->smem_bytes,
                                  (CUstream)l->stream, l->args, NULL));
   return FJ_OK;
+}
+
+int fj__cu_resident_clusters(const fj_launch *l)
+{
+  if (!cu_max_clusters)
+    return 0;
+  CUlaunchConfig c = {l->grid[0],  l->grid[1],  l->grid[2],
+                      l->block[0], l->block[1], l->block[2],
+                      l->smem_bytes, (CUstream)l->stream, NULL, 0};
+  int n = 0;
+  return cu_max_clusters(&n, (CUfunction)l->function, &c) == CUDA_SUCCESS
+             ? n
+             : 0;
 }
 
 fj_status fj__cu_alloc(const fj_ctx *ctx, size_t bytes, uint64_t *dptr)

@@ -42,6 +42,10 @@ fj_status fj__cu_function(const fj_ctx *ctx, void *module, const char *symbol,
                           unsigned smem_bytes, void **function);
 void fj__cu_module_unload(void *module);
 fj_status fj__cu_launch(const fj_ctx *ctx, const fj_launch *l);
+/* How many clusters of l's kernel (its cluster size compiled in) can be
+ * resident at once on the current context's device; 0 where the driver
+ * cannot say. */
+int fj__cu_resident_clusters(const fj_launch *l);
 fj_status fj__cu_alloc(const fj_ctx *ctx, size_t bytes, uint64_t *dptr);
 void fj__cu_free(uint64_t dptr);
 /* Whether work on stream is being captured into a CUDA graph. */

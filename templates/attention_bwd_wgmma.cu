@@ -77,8 +77,11 @@
   time), each consumer adding its part into g.dq_acc from its registers
   (red.global.add.v4.f32 in the permuted tiles of bwd_common.cuh's
   dq_tile_off4: no staging buffer fits beside the rings); in the
-  deterministic mode a consumer adds a dQ tile in its key tile's turn
-  (kv_rank, as the writer does) behind named barrier 3 + cw.  Each role
+  deterministic mode each consumer warp adds its rows of a dQ tile in its
+  key tile's turn (kv_rank, as the writer does; a turn counts four warps)
+  and passes the turn on at once or, where the next key tile in the
+  order is a step or more behind (a mask's right side, the rotation), a
+  step late, when its additions are complete (pass_turns).  Each role
   walks the steps in a loop of its own.
   The pair (tile_n 128 at head dims above 192, PAIR): a cluster of two
   blocks splits a key tile of 128, 64 keys each (block rank r, kv_tile's
@@ -99,7 +102,7 @@
   still copy into it).  In the deterministic mode a dQ tile takes one
   add a pair (its 64 columns are one consumer's of one block), in the
   pairs' turns (kv_rank over tiles of 128 keys: nt / 2 of half the
-  grid's width).  Not with a block mask.
+  grid's width; a pair rotates as one key tile).  Not with a block mask.
   Score and mask expressions (mods.lua: the user's, with their
   parameters) run on S^T tile by tile of 16 queries, in the loop that
   makes P^T: each element's derivative of the score expression at its raw
@@ -254,6 +257,35 @@
     end
     out[#out + 1] = "}"
     return table.concat(out, "\n")
+  end
+  -- The wide kernel's deterministic mode: a step's dQ turns (pend, null
+  -- once passed on).  A block's float32 additions of a step (32 KB) drain
+  -- at about the pace the step computes (ncu: a release a step after them
+  -- still waits), and a fence that waits for them before the turn passes
+  -- cost each step that much (1.3-1.5x the default mode's time at head
+  -- dim 256).  Where the next key tile in a dQ tile's order runs a step or
+  -- more behind this one -- under a mask with a right side (later key
+  -- tiles first, each starting its walk BN / BM query tiles later) or
+  -- rotated (g.deterministic 2) -- the turns pass late (`late`): while
+  -- the next step's dQ product runs, when the additions are complete;
+  -- elsewhere at once,
+  -- each key tile waiting on the one before it at every step.  Each warp
+  -- waits for a turn and passes it on by itself (a turn counts four warps
+  -- a key tile), so that no warp waits on the others' fences.  The text of
+  -- consumer `role`'s part `part`, `pad` spaces in.
+  local function pass_turns(role, part, pad)
+    local L = { "if (pend) {", "  fj::fence_gpu();", "  __syncwarp();", "  if (lane == 0) {" }
+    if PAIR then
+      L[#L + 1] = ("    fj::dq_turn_pass(pend + 2 * (int)crank + %d);"):format(role)
+    else
+      for c0 = part.c0, part.c0 + part.n - 1, 64 do
+        L[#L + 1] = ("    fj::dq_turn_pass(pend + %d);"):format(c0 // 64)
+      end
+    end
+    L[#L + 1] = "  }"
+    L[#L + 1] = "  pend = nullptr;"
+    L[#L + 1] = "}"
+    return table.concat(L, "\n" .. (" "):rep(pad))
   end
   -- The distinct columns of a lane's slots in a tile of 16 (their LSE2 and
   -- delta are read once a tile).
@@ -426,18 +458,22 @@
   -- that a dQ tile's adds come one a step in a rotation instead of each
   -- key tile waiting on the one before it at every step (scheduler.cuh's
   -- kv_rank with rot).  The producer and the writer address by the
-  -- rotated row (STEP_AT_ROT); the consumers' STEP_AT_C names no m0, so a
-  -- consumer that used it would not compile.  Elsewhere 2 is taken as 1.
-  local ROT = not WIDE and not BMASK and not mrule.bounded and not mrule.left and not varlen and
+  -- rotated row (STEP_AT_ROT); the narrow kernel's consumers' STEP_AT_C
+  -- names no m0, so a consumer that used it would not compile; the wide
+  -- kernel's consumers, which add dQ themselves, walk the rotation too.
+  -- A pair rotates as one key tile of 128 (RNT of RTILES).  Elsewhere 2 is
+  -- taken as 1.
+  local ROT = not BMASK and not mrule.bounded and not mrule.left and not varlen and
               not mods.any and not mods.pgrads
+  local RNT = PAIR and "(nt >> 1)" or "nt"
   -- (qt, the step's query tile, is carried from step to step: the
   -- producer's warpgroup has 24 registers at head dim 128, and a rotation
   -- recomputed from i each step spilled there.)
   local HQ = COUNT and "hq" or "i / nq"
   local STEP_AT_ROT = ROT and
     ("const int h = hk * p.group + %s, m0 = m_first + qt * %d;\n        qt = qt + 1 < nq ? qt + 1 : 0;"):format(HQ, BM)
-  local STEP_AT_C = ROT and ("const int h = hk * p.group + %s; (void)h;"):format(HQ) or STEP_AT
-  local ROT_AT = ROT and "int qt = g.deterministic == 2 ? (int)((unsigned)(nt * nq) / gridDim.x) : 0;  // the rotation's first query tile (ROT; T nq < 2^31, the host's condition)"
+  local STEP_AT_C = ROT and (WIDE and STEP_AT_ROT or ("const int h = hk * p.group + %s; (void)h;"):format(HQ)) or STEP_AT
+  local ROT_AT = ROT and ("int qt = g.deterministic == 2 ? (int)((unsigned)(%s * nq) / %s) : 0;  // the rotation's first query tile (ROT; T nq < 2^31, the host's condition)"):format(RNT, PAIR and "(gridDim.x >> 1)" or "gridDim.x")
   local STEP_NEXT = BMASK and ("have = fj::qwalk_next(p, b, hk, n0, m_first, m_first + nq * %d, cur);"):format(BM)
   -- The four A-operand registers dst[0..3] of one 16-column tile, packed
   -- from accumulator values src[...] in the probed pairs (p_from): C
@@ -776,9 +812,13 @@ __device__ __forceinline__ unsigned peer_addr(unsigned a, unsigned to) {
   return r;
 }
 // An arrival on the other block's barrier (remote: a mapa address),
-// releasing this thread's reads and writes at cluster scope.
+// relaxed: it says that this warp's wgmmas have read the other block's
+// dS^T here, reads of the async proxy completed at their wait, which a
+// release would not order anyway; a release waited for every float32
+// addition of dQ the thread had in flight (MEMBAR.GPU: ncu put some 3.5%
+// of each consumer's stall samples there).
 __device__ __forceinline__ void mbar_arrive_peer(unsigned remote) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" :: "r"(remote) : "memory");
+  asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];\n" :: "r"(remote) : "memory");
 }
 // A wait on this block's barrier for arrivals from the other block
 // (acquire at cluster scope).
@@ -993,6 +1033,12 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
     {{ role == 0 and "if (cw == 0) {" or "} else {" }}
 {%   if not BMASK then %}
       int edge = 0;  // the deterministic mode's (scheduler.cuh's kv_rank)
+      int *pend = nullptr;  // the last step's dQ turns, not yet passed on (pass_turns)
+      const bool late = {{ mrule.bounded and "true" or "g.deterministic == 2" }};  // passed a step late (pass_turns)
+      (void)late;
+{%   end %}
+{%   if ROT then %}
+      {{ ROT_AT }}
 {%   end %}
       {{ STEP_FOR }}
         const unsigned ska = fj::opaque_u32(sk), sva = fj::opaque_u32(sv);
@@ -1115,7 +1161,7 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
         int *const turn = g.dq_turns + fj::dq_tile_base(bh, m0, 0, g.seq_pad, {{ D }}) / 4096;
         int rank = 0;
         if (g.deterministic) {
-{{ PC.piece(include("scheduler.cuh", { part = "kv_rank", mrule = mrule, BM = BM, BN = BN,
+{{ PC.piece(include("scheduler.cuh", { part = "kv_rank", mrule = mrule, BM = BM, BN = BN, rot = ROT,
                                        NT = PAIR and "(nt >> 1)" or nil, TILES = PAIR and "((int)gridDim.x >> 1)" or nil })) }}
         }
 {%   end %}
@@ -1124,6 +1170,7 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
           // dQ += dS K over the pair's 128 keys, columns c0..c0 + 63: this
           // block's keys, then the other's (its dS^T, once copied here).
           const int c0 = (int)crank * 128 + {{ role * 64 }};
+          const int seen = g.deterministic && lane == 0 ? fj::dq_turn_peek(turn + c0 / 64) : 0;
           float dq[4][8];
           fj::wg_fence();
 #pragma unroll
@@ -1136,6 +1183,10 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
           for (int kk = 0; kk < {{ BK // KSTEP }}; ++kk)
             fj::wg_ss_{{ T }}_64_tt(dq, FJ_DSIN(kk), {{ mnmajor_at(("skp + %d"):format(role * k.panel_bytes), k.panel_bytes, "kk") }}, 1);
           fj::wg_commit();
+          if (late) {
+            // The last step's turns, while the products run.
+            {{ pass_turns(role, part, 12) }}
+          }
           fj::wg_wait<0>();
     {{ hold("dq", 4) }}
           // The other block's dS^T read: its buffer here is free again.
@@ -1143,44 +1194,52 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
           if (lane == 0) fj::mbar_arrive_peer(fj::peer_addr(out_free, crank ^ 1u));
           float *const tile = g.dq_acc + fj::dq_tile_base(bh, m0, c0, g.seq_pad, {{ D }});
           if (g.deterministic) {
-            // This dQ tile's turn: one add a pair, in the pairs' order.
-            if (tid == 0) fj::dq_turn_wait(turn + c0 / 64, rank);
-            fj::bar_sync(3 + cw, 128);
+            // This dQ tile's turn: one add a pair, in the pairs' order,
+            // each warp's (four a pair: pass_turns).
+            if (lane == 0) fj::dq_turn_wait_from(turn + c0 / 64, 4 * rank, seen);
+            __syncwarp();
+            pend = turn;
           }
           {{ PC.indent(red_tile(), 10) }}
-          if (g.deterministic) {
-            __threadfence();
-            fj::bar_sync(3 + cw, 128);
-            if (tid == 0) fj::dq_turn_done(turn + c0 / 64);
+          if (!late) {
+            {{ pass_turns(role, part, 12) }}
           }
         }
 {%   end %}
 {%   for c0 = part.c0, PAIR and part.c0 - 1 or part.c0 + part.n - 1, 64 do %}
         {
           // dQ += dS K, columns {{ c0 }}-{{ c0 + 63 }}, added from the registers.
+{%     if not BMASK then %}
+          const int seen = g.deterministic && lane == 0 ? fj::dq_turn_peek(turn + {{ c0 // 64 }}) : 0;
+{%     end %}
           float dq[4][8];
           fj::wg_fence();
 #pragma unroll
           for (int kk = 0; kk < {{ BN // KSTEP }}; ++kk)
             fj::wg_ss_{{ T }}_64_tt(dq, FJ_DSA(kk), {{ mnmajor_at(("ska + %d"):format(c0 // 64 * k.panel_bytes), k.panel_bytes, "kk") }}, kk);
           fj::wg_commit();
+{%     if not BMASK and c0 == part.c0 then %}
+          if (late) {
+            // The last step's turns, while the product runs.
+            {{ pass_turns(role, part, 12) }}
+          }
+{%     end %}
           fj::wg_wait<0>();
     {{ hold("dq", 4) }}
           float *const tile = g.dq_acc + fj::dq_tile_base(bh, m0, {{ c0 }}, g.seq_pad, {{ D }});
 {%     if not BMASK then %}
           if (g.deterministic) {
-            // This dQ tile's turn (acquired by one thread, then the warpgroup).
-            if (tid == 0) fj::dq_turn_wait(turn + {{ c0 // 64 }}, rank);
-            fj::bar_sync(3 + cw, 128);
+            // This dQ tile's turn, each warp's (four a key tile:
+            // pass_turns).
+            if (lane == 0) fj::dq_turn_wait_from(turn + {{ c0 // 64 }}, 4 * rank, seen);
+            __syncwarp();
+            pend = turn;
           }
 {%     end %}
           {{ PC.indent(red_tile(), 10) }}
-{%     if not BMASK then %}
-          if (g.deterministic) {
-            // Every thread's additions visible, then the turn passed on.
-            __threadfence();
-            fj::bar_sync(3 + cw, 128);
-            if (tid == 0) fj::dq_turn_done(turn + {{ c0 // 64 }});
+{%     if not BMASK and c0 + 64 >= part.c0 + part.n then %}
+          if (!late) {
+            {{ pass_turns(role, part, 12) }}
           }
 {%     end %}
         }
@@ -1195,6 +1254,10 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
         {{ STEP_NEXT }}
 {%   end %}
       }
+{%   if not BMASK then %}
+      // The last step's turns.
+      {{ pass_turns(role, part, 6) }}
+{%   end %}
 {% end %}
     }
 

@@ -119,6 +119,31 @@ __device__ __forceinline__ void dq_turn_wait(const int *turn, int rank) {
 __device__ __forceinline__ void dq_turn_done(int *turn) {
   asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" :: "l"(turn) : "memory");
 }
+// The wide kernel's consumers, which add dQ themselves: the turn read
+// ahead (relaxed: peek before the dQ products, so that its latency runs
+// beside them), then waited for from what was seen (dq_turn_wait_from: an
+// acquire only where it must spin; a turn seen early takes no fence -- the
+// additions that follow are atomic reductions performed at L2 after the
+// turn was seen there, issued only once it was, and the key tile before
+// completed its own before it passed the turn on, so their order at each
+// address is the turns' order; an acquire's L1 invalidation would serve no
+// load), and each thread's additions ordered before its warp's turn passes
+// on (fence_gpu, then one lane's dq_turn_pass; the wide kernel's
+// pass_turns says when).
+__device__ __forceinline__ int dq_turn_peek(const int *turn) {
+  int seen;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(turn) : "memory");
+  return seen;
+}
+__device__ __forceinline__ void fence_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
+// The turn passed on after the warp's fence_gpu and __syncwarp (those
+// make it a release: the fence-then-relaxed pattern, no second fence).
+__device__ __forceinline__ void dq_turn_pass(int *turn) {
+  asm volatile("red.relaxed.gpu.global.add.s32 [%0], 1;\n" :: "l"(turn) : "memory");
+}
+__device__ __forceinline__ void dq_turn_wait_from(const int *turn, int need, int seen) {
+  if (seen < need) dq_turn_wait(turn, need);
+}
 
 static_assert(sizeof(BwdParams) == {{ bwd_params_bytes }}, "host and device disagree on the backward's parameter block");
 {% if BMASK then %}

@@ -557,18 +557,22 @@ int test_gpu_backward_deterministic(void)
   return run_deterministic(cases, sizeof cases / sizeof cases[0], 2);
 }
 
-/* The pair in turns (above head dim 192 on sm_90a: a dQ tile's adds one a
- * pair, ranked over 128-key tiles; the dense case without a mask is
- * gpu_backward_deterministic's last): causal bottom-right
- * with GQA and sinks (later pairs first, a last pair with one key tile
- * past the end), varlen top-left at 224 with a softcap (a one-row and an
- * empty sequence).  A test of its own, so that a device call can run it
- * in a minute. */
+/* The wide kernel in turns (above head dim 128 on sm_90a; its consumers
+ * add dQ themselves and pass a step's turns on at the next step): the
+ * pair (above 192: a dQ tile's adds one a pair, ranked over 128-key
+ * tiles) causal bottom-right with GQA and sinks (later pairs first, a
+ * last pair with one key tile past the end), varlen top-left at 224 with
+ * a softcap (a one-row and an empty sequence); the rotation (no mask,
+ * dense: backward.c's rotates) on pairs with GQA, 11 pairs over 24 query
+ * tiles, and on the 64-key tiles of head dim 192, 33 over 15.  A test of
+ * its own, so that a device call can run it in a minute or two. */
 int test_gpu_backward_deterministic_pair(void)
 {
   static const bwd_case cases[] = {
       {1, 4, 2, 777, 1000, 256, FJ_F16, BR, -1, 0, 1, 1, 1, {0}, {0}, {0}, 0},
       {3, 4, 4, 700, 700, 224, FJ_BF16, TL, -1, 20.f, 0, 1, 1, {700, 1, 0}, {700, 129, 300}, {0}, 0},
+      {1, 8, 2, 1500, 1300, 256, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+      {1, 4, 4, 900, 2100, 192, FJ_F16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
   };
   return run_deterministic(cases, sizeof cases / sizeof cases[0], 1);
 }

@@ -1,0 +1,73 @@
+#!/bin/bash
+# s23.sh OUTDIR -- the twenty-third session's device calls, from the
+# repository root with build/ carried (and build/tmpl-old: the templates
+# before the change, `git archive <commit> templates`, for det).  Parts
+# (S23_PARTS; S23_SECONDS bounds the whole, default 570):
+#   det   the wide kernel's deterministic mode (head dims above 128):
+#         a step's dQ turns passed on at the next step's first product,
+#         the turn read ahead of the dQ products, and the rotation on
+#         pairs and on 64-key tiles (no mask).  gpu_backward_deterministic_pair
+#         (with its two rotation cases), bench/probes/det_repeat.py, then
+#         bench/bwd_compare.py --quick three ways: this build ("new"),
+#         FLASHJIT_BWD_ROTATE=0 ("norot": the turns passed late, no
+#         rotation), the templates before ("old": turns passed at once).
+#         Predicted: deterministic / default at d256 1.28-1.46 -> 1.1-1.2,
+#         the default mode unchanged (within 1-2%).
+#   detncu where the deterministic mode's time goes at d256: the main
+#         kernel of (8, 8, 2048, 256) bf16 without a mask (the rotation)
+#         and (2, 8, 8192, 256) causal, deterministic and default, under
+#         ncu (warp states, the stall samples per SASS instruction:
+#         OUTDIR/det_<case>_<mode>.csv).
+#   tests the backward's GPU tests that a det call's bound cut short
+#         (S23_TESTS: NAME:SECONDS ..., default gpu_backward:330).
+#   tin   s22.sh's tin (fj_variant.table_inside's GPU tests, the bias
+#         table's first forward + backward on this host).
+set -u
+. bench/probes/parts_lib.sh
+parts_start s23 "${1:-}" ${S23_SECONDS:-570}
+out=$(cd "$out" && pwd)
+echo "s23 gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
+part_det() {
+  # shellcheck disable=SC2086
+  gpu_tests /tmp/s23-det 'FAIL|failed|differ' gpu_backward_deterministic_pair:200 ${S23_DET_TESTS:-}
+  PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s23-det \
+    timeout $(bound 90) python3 bench/probes/det_repeat.py 6 >"$out/det_repeat.log" 2>&1
+  echo "det_repeat: exit $?"; cut -c1-200 "$out/det_repeat.log" | tail -12
+  local cfg env dims
+  for cfg in ${S23_DET_CFGS:-new norot old}; do
+    env=X=1 dims=${S23_DET_DIMS:-192,256}
+    [ $cfg = old ] && env=FLASHJIT_TEMPLATE_DIR=$root/build/tmpl-old dims=256
+    [ $cfg = norot ] && env=FLASHJIT_BWD_ROTATE=0 dims=256
+    env $env FLASHJIT_CACHE_DIR=/tmp/s23-$cfg PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so \
+      timeout $(bound 150) python3 bench/bwd_compare.py --quick --dims $dims --out "$out/bwd_$cfg" >"$out/bwd_$cfg.log" 2>&1
+    echo "det bwd_compare $cfg: exit $?"
+    grep -E '^bwd' "$out/bwd_$cfg.log" | while read -r l; do
+      grep -oE ' (S|D)=[0-9]+|causal=[^ ]+|flashjit_us=[0-9.]+|det_us=[0-9.]+|det_over_default=[0-9.]+|cudnn_us=[0-9.]+' <<<"$l" | paste -sd' '
+    done
+    grep -E 'geomean' "$out/bwd_$cfg.log" | cut -c1-200
+  done
+}
+part_detncu() {
+  local c m args
+  for c in nc tl; do
+    args="8 8 2048 256 0"
+    [ $c = tl ] && args="2 8 8192 256 1"
+    for m in 1 0; do
+      # shellcheck disable=SC2086
+      PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s23-det timeout $(bound 120) \
+        ncu -f -o /tmp/det_$c$m --section SourceCounters --section WarpStateStats --section SpeedOfLight \
+        -k regex:fj_bwd_attn -s 1 -c 1 python3 bench/bwd_one.py $args 2 $m 2>&1 | grep -vE '^==PROF==' | tail -2
+      echo "detncu $c det=$m:"
+      ncu --import /tmp/det_$c$m.ncu-rep --page details 2>&1 | grep -E 'Duration|Stall|Warp Cycles|Issued Warp|No Eligible|Active Warps' | head -16
+      ncu --import /tmp/det_$c$m.ncu-rep --page source --csv --print-source sass >"$out/det_${c}_$m.csv" 2>&1
+    done
+  done
+}
+part_tests() {
+  # shellcheck disable=SC2086
+  gpu_tests /tmp/s23-tests 'FAIL|failed' ${S23_TESTS:-gpu_backward:330}
+}
+part_tin() {
+  S22_PARTS=tin S22_SECONDS=$(bound 280) bash bench/probes/s22.sh "$out/tin"
+}
+parts_run s23 ${S23_PARTS:-det tin}
