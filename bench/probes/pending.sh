@@ -50,7 +50,14 @@
 # ran s21.sh's trainmods and det on an H100 (the pair's test passed: C34),
 # then bench/probes/s22.sh (fwdsparse, pytrain, bwdpre, bwddoc, pyquick;
 # issue 33's table on the H200 at 00da432: PERF.md R2-R4; R5's sweeps;
-# tin: fj_variant.table_inside on an H100, J10, C36).  Next, on the H200:
+# tin: fj_variant.table_inside on an H100, J10, C36).  The twenty-third
+# got H100s only: bench/probes/s23.sh's det (the wide kernel's
+# deterministic turns passed late, the rotation on it, the pair's relaxed
+# arrival: landed as 7b7c2b9, PERF.md T14, C37) and detncu.  Next, on the
+# H200: S23_PARTS=det bash bench/probes/s23.sh (T14's figures there, with
+# the templates of 6f2a9f7 as build/tmpl-old), then the backward's whole
+# table (s19.sh's bwd: T12 again, d256's default since the relaxed
+# arrival); then, as the twenty-second left it, on the H200:
 # S22_PARTS=tin bash bench/probes/s22.sh (the bias table's first call on
 # the H200's host: the bar) and issue 33's whole table (trainmods);
 # s21.sh's det (T13's figure there); every GPU test's float64
