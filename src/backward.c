@@ -18,6 +18,7 @@
 #include "kernel.h"
 #include "kparams.h"
 #include "mods.h"
+#include "mods_kernel.h"
 #include "plan.h"
 #include "reference.h"
 #include "tunedb.h"
@@ -317,6 +318,25 @@ static size_t dq_tiles(const fj_problem *p)
 }
 
 /* The plan's sizes for variant v, its kernel's metadata given. */
+/* Whether the wgmma backward's main kernel (v) reads p's distance table
+ * within its extents (fj__mods_table_inside) at every position its tiles
+ * reach: query tiles of tile_m rows from each sequence's start, key tiles
+ * of tile_n (a pair's 128), up to the sequences' ends rounded up to them
+ * (the tiles read every element before the mask rule hides any).  Its
+ * kernel then reads the table at the row pointer alone.  The mma family
+ * reads it through the accessor whatever the variant says. */
+static int bwd_table_inside(const fj_problem *p, const fj_variant *v)
+{
+  if (v->mma != FJ_MMA_WGMMA || v->tile_m < 1 || v->tile_n < 1)
+    return 0;
+  long long tm = v->tile_m, tn = v->tile_n;
+  return fj__mods_table_inside(p, ((long long)p->seq_q + tm - 1) / tm * tm,
+                               ((long long)p->seq_kv + tn - 1) / tn * tn);
+}
+
+/* The plan of main kernel v for p; its table_inside proved for p (the
+ * memo keeps choices without it: they hold for problems of other
+ * lengths and tables). */
 static void fill_plan(const fj_problem *p, const fj_variant *v,
                       const fj_kmeta *meta, fj_bwd_plan *plan)
 {
@@ -324,6 +344,7 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
   memset(plan, 0, sizeof *plan);
   plan->variant = *v;
   plan->variant.mods = NULL;  /* the problem's, not kept */
+  plan->variant.table_inside = bwd_table_inside(p, v);
   /* A pair's two blocks are consecutive in x (the cluster's). */
   plan->grid[0] = (unsigned)((p->seq_kv + v->tile_n - 1) / v->tile_n *
                              (v->tile_n / block_keys(v)));
@@ -931,6 +952,16 @@ fj_status fj_attention_bwd_run(fj_ctx *ctx, const fj_problem *p,
   fj__clear_error(ctx);
   bwd_args a = {q, k, v, o, dout, lse, dq, dk, dv, dsinks};
   fj_status st = check_problem(ctx, p);
+  /* A caller's plan may claim a proof its problem fails (a plan of
+   * another problem); fj_attention_bwd's own plan proved it. */
+  if (st == FJ_OK && plan->variant.table_inside &&
+      !bwd_table_inside(p, &plan->variant))
+    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "fj_attention_bwd_run: the plan's table_inside 1 does not "
+                  "hold for the problem: a read of its score expression's "
+                  "distance table may fall outside the table's extents, or "
+                  "the host cannot show it does not; fj_attention_bwd_plan "
+                  "sets it from the problem");
   return st == FJ_OK ? checked(ctx, "fj_attention_bwd_run", p, plan, &a,
                                workspace, workspace_bytes, stream)
                      : st;

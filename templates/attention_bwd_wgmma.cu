@@ -567,7 +567,14 @@
       end
       add("bool dgin;")
       add("%s", mods.dg_row("dgp", "dgin", "h", "mq0 - key0", lo, hi))
-      add("const bool dgfast = __all_sync(0xffffffffu, dgin);  // every lane's elements within the table")
+      if mods.dg.inside then
+        -- Proved within the table on the host (fj_variant.table_inside):
+        -- no path through the accessor.
+        add("(void)dgin;")
+        add("constexpr bool dgfast = true;  // proved on the host (fj_variant.table_inside)")
+      else
+        add("const bool dgfast = __all_sync(0xffffffffu, dgin);  // every lane's elements within the table")
+      end
       -- The fast path's lines of the table, asked for here: before the wait
       -- for the step's products, which hide their latency (loaded after
       -- the wait, one L2 round trip a step went exposed: the bias table's
@@ -613,9 +620,11 @@
         local off = ("j * 16 + %d"):format(acc.dcol[i] - acc.drow[i])
         add("  dgv[%d] = %s;", i, mods.dg_load("dgp", mods.dg.sign > 0 and off or ("-(%s)"):format(off)))
       end
-      add("} else {")
-      for i = 0, acc.slots - 1 do
-        add("  dgv[%d] = %s;", i, mods.dg_read("uq" .. i, "h", "uk" .. i))
+      if not mods.dg.inside then
+        add("} else {")
+        for i = 0, acc.slots - 1 do
+          add("  dgv[%d] = %s;", i, mods.dg_read("uq" .. i, "h", "uk" .. i))
+        end
       end
       add("}")
     end

@@ -180,6 +180,82 @@ int test_backward_kv_regs(void)
   return 0;
 }
 
+/* fj_variant.table_inside in the backward: the plan proves a distance
+ * table's reads within its extents for the wgmma backward's tiles (query
+ * tiles of 64 rows, key tiles of 128, a pair's too), and the main kernel
+ * then reads it at the row pointer alone; a table one element short: no
+ * proof, the accessor path kept; a plan whose proof the problem fails is
+ * refused at fj_attention_bwd_run, naming the rule. */
+int test_backward_table_inside(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx != NULL);
+  static const struct {
+    int64_t e0, e1;
+    int seq, d, want;
+  } cases[] = {
+      {16, 8192, 4096, 128, 1},
+      {16, 8191, 4096, 128, 0},
+      /* 4000 queries and keys: the pair's tiles reach key 4095, query
+       * 4031 -- q - kv + 4096 within 1..8127 */
+      {16, 8128, 4000, 256, 1},
+      {16, 8127, 4000, 256, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fj_mod_param prm[1] = {{"bias", FJ_MOD_F32, 2, {cases[i].e0, cases[i].e1, 0, 0}, NULL, 0}};
+    fj_problem p;
+    fj_mods m;
+    fj_problem_init(&p, 1, 16, 4, cases[i].seq, cases[i].seq, cases[i].d, FJ_BF16, FJ_BSHD);
+    p.causal = FJ_CAUSAL_TOP_LEFT;
+    fj_mods_init(&m);
+    m.score = "s + bias(h, q - kv + 4096)";
+    m.params = prm;
+    m.num_params = 1;
+    p.mods = &m;
+    fj_bwd_plan plan;
+    CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+    char name[160];
+    fj_variant_name(&plan.variant, name, sizeof name);
+    if (plan.variant.mma != FJ_MMA_WGMMA || plan.variant.table_inside != cases[i].want ||
+        !strstr(name, "_tin") != !cases[i].want) {
+      fprintf(stderr, "bias [%lld, %lld], %d positions, d%d: %s table_inside %d, want %d\n",
+              (long long)cases[i].e0, (long long)cases[i].e1, cases[i].seq, cases[i].d, name,
+              plan.variant.table_inside, cases[i].want);
+      return 1;
+    }
+    if (i < 2) {
+      fj_kernel *k;
+      CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
+      const char *src = fj_kernel_source(k, NULL);
+      CHECK(!strstr(src, "constexpr bool dgfast = true;") == !cases[i].want);
+      CHECK(!strstr(src, "__all_sync(0xffffffffu, dgin)") == !!cases[i].want);
+    }
+  }
+  /* The first case's plan claimed for a table one element short. */
+  fj_mod_param prm[1] = {{"bias", FJ_MOD_F32, 2, {16, 8192, 0, 0}, NULL, 0}};
+  fj_problem p;
+  fj_mods m;
+  fj_problem_init(&p, 1, 16, 4, 4096, 4096, 128, FJ_BF16, FJ_BSHD);
+  p.causal = FJ_CAUSAL_TOP_LEFT;
+  fj_mods_init(&m);
+  m.score = "s + bias(h, q - kv + 4096)";
+  m.params = prm;
+  m.num_params = 1;
+  p.mods = &m;
+  fj_bwd_plan plan;
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+  CHECK(plan.variant.table_inside == 1);
+  prm[0].extents[1] = 8191;
+  char dummy[16] __attribute__((aligned(16)));
+  float lse[1];
+  CHECK(fj_attention_bwd_run(ctx, &p, &plan, dummy, dummy, dummy, dummy, dummy, lse, dummy,
+                             dummy, dummy, NULL, NULL, 0, NULL) == FJ_ERR_INVALID_ARG);
+  CHECK_MSG(ctx, "table_inside 1 does not hold for the problem");
+  CHECK(!strchr(fj_errmsg(ctx), '\n'));
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
 /* Score and mask expressions: their backward runs on both families (mma
  * on sm_80, wgmma on sm_90a), its main kernel carries the derivative after #line 1
  * "score'" (fj_score_grad) and the mask function, and every kernel
@@ -514,16 +590,25 @@ int test_backward_memo(void)
   CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &b, 1, &pk));
   CHECK(strstr(fj_kernel_source(pk, NULL), "__cluster_dims__(2, 1, 1)") != NULL);
   /* The deterministic mode takes the pair too: its dQ tiles' turns count
-   * pairs (one add a pair a tile), the rank over tiles of 128 keys. */
+   * pairs (one add a pair a tile, four warps an add), the rank over tiles
+   * of 128 keys; without a mask, where the host rotates (g.deterministic
+   * 2), each pair starts its walk at its own query tile and the turns
+   * pass a step late; the arrival on the other block's out_free is
+   * relaxed (a release waited for the step's dQ additions). */
   p.deterministic = 1;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &b));
   CHECK(b.variant.mma == FJ_MMA_WGMMA && b.variant.head_dim == 256 && b.variant.tile_n == 128 &&
         b.grid[0] == (5000 + 127) / 128 * 2);
   const char *src = fj_kernel_source(pk, NULL);
-  CHECK(strstr(src, "fj::dq_turn_wait(turn + c0 / 64, rank)") != NULL);
+  CHECK(strstr(src, "fj::dq_turn_wait_from(turn + c0 / 64, 4 * rank, seen)") != NULL);
   CHECK(strstr(src, "rank = edge - (nt >> 1);") == NULL);  /* no causal mask: earlier pairs first */
   CHECK(strstr(src, "rank = (nt >> 1) - edge;") != NULL);
   CHECK(strstr(src, "while (edge < (nt >> 1) && !walks(edge)) ++edge;") != NULL);
+  CHECK(strstr(src, "rank = (nt >> 1) < A ? A - 1 - (nt >> 1) : A + T - 1 - (nt >> 1);") != NULL);
+  CHECK(strstr(src, "int qt = g.deterministic == 2 ? (int)((unsigned)((nt >> 1) * nq) / (gridDim.x >> 1)) : 0;") != NULL);
+  CHECK(strstr(src, "const bool late = g.deterministic == 2;") != NULL);
+  CHECK(strstr(src, "mbarrier.arrive.relaxed.cluster.shared::cluster.b64") != NULL);
+  CHECK(strstr(src, "mbarrier.arrive.release.cluster") == NULL);
   /* Under a causal mask the pair too; under a window 64-key tiles, one
    * block each (the pair was slower there). */
   p.deterministic = 0;
@@ -535,6 +620,8 @@ int test_backward_memo(void)
   src = fj_kernel_source(pk, NULL);
   CHECK(strstr(src, "while (edge + 1 < ((int)gridDim.x >> 1) && walks(edge + 1)) ++edge;") != NULL);
   CHECK(strstr(src, "rank = edge - (nt >> 1);") != NULL);
+  CHECK(strstr(src, "const bool late = true;") != NULL);  /* later pairs start their walks later */
+  CHECK(strstr(src, "int qt =") == NULL);                 /* no rotation under a mask */
   fj_mods wm;
   fj_mods_init(&wm);
   wm.window_left = 512;
