@@ -382,7 +382,10 @@ typedef struct fj_variant {
    * lengths (plus 256: a tile's padding), heads, batch, the indices'
    * scalar parameters and T's extents, where the indices read no tensor;
    * a launch whose problem the proof fails refuses a variant with it
-   * (FJ_ERR_INVALID_ARG).  0 otherwise.  Named "_tin". */
+   * (FJ_ERR_INVALID_ARG).  0 otherwise.  Named "_tin".  The wgmma
+   * backward's plan (fj_attention_bwd_plan) sets it likewise for its
+   * tiles, and fj_attention_bwd_run refuses a plan whose problem the
+   * proof fails. */
   int table_inside;
 } fj_variant;
 

@@ -53,8 +53,10 @@
 # tin: fj_variant.table_inside on an H100, J10, C36).  The twenty-third
 # got H100s only: bench/probes/s23.sh's det (the wide kernel's
 # deterministic turns passed late, the rotation on it, the pair's relaxed
-# arrival: landed as 7b7c2b9, PERF.md T14, C37) and detncu.  Next, on the
-# H200: S23_PARTS=det bash bench/probes/s23.sh (T14's figures there, with
+# arrival: landed as 7b7c2b9, PERF.md T14, C37) and detncu; its
+# 0e79c13 (the backward's table_inside) ran on no GPU.  Next: on any GPU
+# first, S23_PARTS=bwdtin bash bench/probes/s23.sh (gpu_backward_mods
+# takes the _tin backward now); on the H200: S23_PARTS=det bash bench/probes/s23.sh (T14's figures there, with
 # the templates of 6f2a9f7 as build/tmpl-old), then the backward's whole
 # table (s19.sh's bwd: T12 again, d256's default since the relaxed
 # arrival); then, as the twenty-second left it, on the H200:

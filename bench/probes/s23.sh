@@ -20,6 +20,15 @@
 #         OUTDIR/det_<case>_<mode>.csv).
 #   tests the backward's GPU tests that a det call's bound cut short
 #         (S23_TESTS: NAME:SECONDS ..., default gpu_backward:330).
+#   bwdtin the backward's table_inside (0e79c13): gpu_backward_mods (its
+#         bias-table cases now take the _tin kernels: tables over every
+#         distance their tiles reach), then `flashjit run --backward` of
+#         the bias table's (4, 16, 4096, 128) bf16 causal with the table
+#         [16, 8192] (proved: _tin) and [16, 8191] (not), and the plain
+#         causal backward, alternately, two rounds.  Predicted: _tin
+#         0.97-1.0 of the other's time (the fast path ran on every tile
+#         already; the branch and registers go); issue 33's bar is the
+#         bias table's backward <= 1.15x the plain one's (1.26 at 00da432).
 #   tin   s22.sh's tin (fj_variant.table_inside's GPU tests, the bias
 #         table's first forward + backward on this host).
 set -u
@@ -66,6 +75,23 @@ part_detncu() {
 part_tests() {
   # shellcheck disable=SC2086
   gpu_tests /tmp/s23-tests 'FAIL|failed' ${S23_TESTS:-gpu_backward:330}
+}
+part_bwdtin() {
+  gpu_tests /tmp/s23-bwdtin 'FAIL|failed' gpu_backward_mods:200
+  local round e us
+  for round in 1 2; do
+    for e in "bias:f32[16,8192]" "bias:f32[16,8191]" plain; do
+      if [ "$e" = plain ]; then
+        us=$(cd build && FLASHJIT_CACHE_DIR=/tmp/s23-bwdtin timeout $(bound 60) ./flashjit run --backward \
+          --shape 4,16,4096,128 --causal --dtype bf16 --iters 30 2>&1 | grep -oE 'median [0-9.]+ us')
+      else
+        us=$(cd build && FLASHJIT_CACHE_DIR=/tmp/s23-bwdtin timeout $(bound 60) ./flashjit run --backward \
+          --shape 4,16,4096,128 --causal --dtype bf16 --score-mod 's+bias(h,q-kv+4096)' --param "$e" \
+          --iters 30 2>&1 | grep -oE 'median [0-9.]+ us')
+      fi
+      echo "bwdtin round $round $e: ${us:-?}"
+    done
+  done
 }
 part_tin() {
   S22_PARTS=tin S22_SECONDS=$(bound 280) bash bench/probes/s22.sh "$out/tin"
