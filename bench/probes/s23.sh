@@ -29,6 +29,15 @@
 #         0.97-1.0 of the other's time (the fast path ran on every tile
 #         already; the branch and registers go); issue 33's bar is the
 #         bias table's backward <= 1.15x the plain one's (1.26 at 00da432).
+#   sendearly bench/probes/send_early.patch (the pair's consumer 1 sends
+#         its dS^T to the other block once its own warpgroup has written
+#         it, before it waits for consumer 0 at barrier 2; ncu put 8% of
+#         the d256 default's stall samples at the wait for the other
+#         block's dS^T, T14's detncu): `flashjit run --backward --check`
+#         with the patched templates (d256, the pair, both masks),
+#         gpu_backward_deterministic_pair under them, then the backward's
+#         median, the tree's templates and the patched ones alternately,
+#         two rounds, four d256 shapes.  Predicted 0.97-1.0 of the time.
 #   tin   s22.sh's tin (fj_variant.table_inside's GPU tests, the bias
 #         table's first forward + backward on this host).
 set -u
@@ -91,6 +100,31 @@ part_bwdtin() {
       fi
       echo "bwdtin round $round $e: ${us:-?}"
     done
+  done
+}
+part_sendearly() {
+  local t=/tmp/s23-tmpl-se round shape c us line
+  rm -rf $t && cp -r templates $t && patch -d $t -p1 -s <bench/probes/send_early.patch || { echo "sendearly: the patch does not apply"; return; }
+  for c in "" --causal; do
+    # shellcheck disable=SC2086
+    (cd build && FLASHJIT_TEMPLATE_DIR=$t FLASHJIT_CACHE_DIR=/tmp/s23-se timeout $(bound 90) ./flashjit run --backward \
+      --shape 1,2,1000,256 $c --dtype bf16 --check --iters 3 2>&1 | grep -E 'check|error|FAIL|PASS' | head -4)
+  done
+  (cd build && FLASHJIT_TEMPLATE_DIR=$t FLASHJIT_CACHE_DIR=/tmp/s23-se timeout $(bound 150) \
+    ./tests/fj_tests gpu_backward_deterministic_pair >"$out/se_det.log" 2>&1
+   echo "sendearly gpu_backward_deterministic_pair: exit $? ($(grep -c '^ok' "$out/se_det.log") ok, $(grep -c FAIL "$out/se_det.log") FAIL)")
+  for shape in "8,8,2048,256" "2,8,8192,256" "8,8,2048,256 --causal" "2,8,8192,256 --causal"; do
+    line="sendearly $shape:"
+    for round in 1 2; do
+      for c in tree se; do
+        # shellcheck disable=SC2086
+        us=$(cd build && env $([ $c = se ] && echo FLASHJIT_TEMPLATE_DIR=$t) FLASHJIT_CACHE_DIR=/tmp/s23-se-$c \
+          timeout $(bound 60) ./flashjit run --backward --shape $shape --dtype bf16 --iters 30 2>&1 |
+          grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+        line="$line $c=${us:-?}"
+      done
+    done
+    echo "$line"
   done
 }
 part_tin() {
