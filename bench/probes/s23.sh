@@ -38,6 +38,14 @@
 #         gpu_backward_deterministic_pair under them, then the backward's
 #         median, the tree's templates and the patched ones alternately,
 #         two rounds, four d256 shapes.  Predicted 0.97-1.0 of the time.
+#   narrowlate bench/probes/narrow_late.patch: the narrow kernel's dQ
+#         writer passes a step's turns on once the next step's reductions
+#         are issued (a mask's right side, the rotation), as 7b7c2b9 does
+#         on the wide kernel: gpu_backward_deterministic under the patched
+#         templates, then bench/bwd_compare.py --quick --dims 64,128 under
+#         the tree's and the patched templates (the deterministic column).
+#         Predicted: deterministic / default up to d128 1.12-1.27 (H200)
+#         -> 1.05-1.15; the default mode unchanged.
 #   tin   s22.sh's tin (fj_variant.table_inside's GPU tests, the bias
 #         table's first forward + backward on this host).
 set -u
@@ -125,6 +133,22 @@ part_sendearly() {
       done
     done
     echo "$line"
+  done
+}
+part_narrowlate() {
+  local t=/tmp/s23-tmpl-nl cfg
+  rm -rf $t && cp -r templates $t && patch -d $t -p1 -s <bench/probes/narrow_late.patch || { echo "narrowlate: the patch does not apply"; return; }
+  (cd build && FLASHJIT_TEMPLATE_DIR=$t FLASHJIT_CACHE_DIR=/tmp/s23-nl timeout $(bound 150) \
+    ./tests/fj_tests gpu_backward_deterministic >"$out/nl_det.log" 2>&1
+   echo "narrowlate gpu_backward_deterministic: exit $? ($(grep -c '^ok' "$out/nl_det.log") ok, $(grep -c FAIL "$out/nl_det.log") FAIL)")
+  for cfg in tree nl; do
+    env $([ $cfg = nl ] && echo FLASHJIT_TEMPLATE_DIR=$t) FLASHJIT_CACHE_DIR=/tmp/s23-nl-$cfg PYTHONPATH=python \
+      FLASHJIT_LIB=build/libflashjit.so timeout $(bound 200) python3 bench/bwd_compare.py --quick --dims 64,128 \
+      --out "$out/nl_$cfg" >"$out/nl_$cfg.log" 2>&1
+    echo "narrowlate bwd_compare $cfg: exit $?"
+    grep -E '^bwd' "$out/nl_$cfg.log" | while read -r l; do
+      grep -oE ' (S|D)=[0-9]+|causal=[^ ]+|flashjit_us=[0-9.]+|det_us=[0-9.]+|det_over_default=[0-9.]+' <<<"$l" | paste -sd' '
+    done
   done
 }
 part_tin() {
