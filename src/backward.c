@@ -647,7 +647,8 @@ static int section_of(const fj_ctx *ctx, const fj_problem *p,
 
 /* The deterministic mode's rotation (attention_bwd_wgmma.cu's ROT):
  * where every key tile walks every query tile -- no causal mask, no
- * window, dense, no expressions; the wgmma kernels -- key tile t of T
+ * window, dense, no expressions or softcap (the kernel's ROT); the wgmma
+ * kernels -- key tile t of T
  * starts its walk at query tile t nq / T, so a dQ tile's adds come one a
  * step in that rotation's order instead of each key tile waiting on the
  * one launched before it at every step.  A key tile then waits on tiles
@@ -673,8 +674,8 @@ static int rotates(const fj_ctx *ctx, const fj_problem *p,
   fj__mods_info(p->mods, &mi);
   int64_t tiles = plan->grid[0], nq = ((int64_t)p->seq_q + 63) / 64;
   if (off || !p->deterministic || plan->variant.mma != FJ_MMA_WGMMA ||
-      p->causal != FJ_CAUSAL_NONE || mi.window || mi.user || mi.blocks ||
-      p->cu_seqlens_q || p->cu_seqlens_kv || section != 1 ||
+      p->causal != FJ_CAUSAL_NONE || mi.window || mi.user || mi.softcap ||
+      mi.blocks || fj__problem_varlen(p) || section != 1 ||
       tiles > fj__sm_count(ctx) || tiles * nq >= ((int64_t)1 << 31))
     return 0;
   if (!bwd_pair(&plan->variant))

@@ -266,10 +266,10 @@
   -- dim 256).  Where the next key tile in a dQ tile's order runs a step or
   -- more behind this one -- under a mask with a right side (later key
   -- tiles first, each starting its walk BN / BM query tiles later) or
-  -- rotated (g.deterministic 2) -- the turns pass late (`late`): while
-  -- the next step's dQ product runs, when the additions are complete;
-  -- elsewhere at once,
-  -- each key tile waiting on the one before it at every step.  Each warp
+  -- rotated (g.deterministic 2, T <= nq: LATE) -- the turns pass late
+  -- (`late`): while the next step's dQ product runs, when the additions
+  -- are complete; elsewhere at once, each key tile waiting on the one
+  -- before it at every step.  Each warp
   -- waits for a turn and passes it on by itself (a turn counts four warps
   -- a key tile), so that no warp waits on the others' fences.  The text of
   -- consumer `role`'s part `part`, `pad` spaces in.
@@ -466,6 +466,13 @@
   local ROT = not BMASK and not mrule.bounded and not mrule.left and not varlen and
               not mods.any and not mods.pgrads
   local RNT = PAIR and "(nt >> 1)" or "nt"
+  -- The wide kernel's deterministic turns pass a step late (pass_turns)
+  -- under a mask with a right side, or rotated where the rotation's
+  -- starts are all different (T <= nq: tiles that start at one query tile
+  -- would each wait a step for the one before); else at once.
+  local LATE = mrule.bounded and "true"
+               or ROT and ("g.deterministic == 2 && (int)%s <= nq"):format(PAIR and "(gridDim.x >> 1)" or "gridDim.x")
+               or "false"
   -- (qt, the step's query tile, is carried from step to step: the
   -- producer's warpgroup has 24 registers at head dim 128, and a rotation
   -- recomputed from i each step spilled there.)
@@ -821,13 +828,21 @@ __device__ __forceinline__ unsigned peer_addr(unsigned a, unsigned to) {
   return r;
 }
 // An arrival on the other block's barrier (remote: a mapa address),
-// relaxed: it says that this warp's wgmmas have read the other block's
-// dS^T here, reads of the async proxy completed at their wait, which a
-// release would not order anyway; a release waited for every float32
+// relaxed where NVRTC knows it (PTX ISA 8.6, CUDA 12.8): it says that this
+// warp's wgmmas have read the other block's dS^T here (async-proxy reads,
+// complete at their wait, which a release would not order anyway), and,
+// to the other block, that its copy of that dS^T has read its buffer --
+// which the copy completed before its bytes counted on this block's
+// in_full, waited for before: an order the hardware keeps, where the PTX
+// model would ask for a release.  A release waited for every float32
 // addition of dQ the thread had in flight (MEMBAR.GPU: ncu put some 3.5%
-// of each consumer's stall samples there).
+// of each consumer's stall samples there, 5-10% of the pair's time).
 __device__ __forceinline__ void mbar_arrive_peer(unsigned remote) {
+#if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 8)
   asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];\n" :: "r"(remote) : "memory");
+#else
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" :: "r"(remote) : "memory");
+#endif
 }
 // A wait on this block's barrier for arrivals from the other block
 // (acquire at cluster scope).
@@ -1043,7 +1058,7 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
 {%   if not BMASK then %}
       int edge = 0;  // the deterministic mode's (scheduler.cuh's kv_rank)
       int *pend = nullptr;  // the last step's dQ turns, not yet passed on (pass_turns)
-      const bool late = {{ mrule.bounded and "true" or "g.deterministic == 2" }};  // passed a step late (pass_turns)
+      const bool late = {{ LATE }};  // passed a step late (pass_turns)
       (void)late;
 {%   end %}
 {%   if ROT then %}

@@ -124,10 +124,12 @@ __device__ __forceinline__ void dq_turn_done(int *turn) {
 // beside them), then waited for from what was seen (dq_turn_wait_from: an
 // acquire only where it must spin; a turn seen early takes no fence -- the
 // additions that follow are atomic reductions performed at L2 after the
-// turn was seen there, issued only once it was, and the key tile before
-// completed its own before it passed the turn on, so their order at each
-// address is the turns' order; an acquire's L1 invalidation would serve no
-// load), and each thread's additions ordered before its warp's turn passes
+// turn was seen there, issued only once it was (lane 0's branch, then
+// __syncwarp), and the key tile before completed its own before it passed
+// the turn on, so their order at each address is the turns' order: an
+// order the hardware keeps, where the PTX model would ask for an acquire,
+// whose L1 invalidation would serve no load here), and each thread's
+// additions ordered before its warp's turn passes
 // on (fence_gpu, then one lane's dq_turn_pass; the wide kernel's
 // pass_turns says when).
 __device__ __forceinline__ int dq_turn_peek(const int *turn) {

@@ -542,9 +542,10 @@ int test_gpu_backward_deterministic(void)
 {
   static const bwd_case cases[] = {
       {1, 8, 8, 2048, 2048, 128, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
-      /* The rotation (backward.c's rotates; no mask, dense, up to head
-       * dim 128 on wgmma): GQA, a softcap, 8 key tiles over 11 query
-       * tiles; 16 key tiles over 6 (rotations that tie), head dim 96. */
+      /* The rotation (backward.c's rotates; no mask, dense, no
+       * expressions or softcap, on wgmma): the plain order beside it
+       * with GQA and a softcap, 8 key tiles over 11 query tiles; 16 key
+       * tiles over 6 (rotations that tie), head dim 96. */
       {2, 8, 2, 700, 1000, 64, FJ_F16, NC, -1, 30.f, 0, 1, 1, {0}, {0}, {0}, 0},
       {1, 4, 4, 333, 2000, 96, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
       {1, 8, 2, 1500, 1500, 64, FJ_F16, TL, -1, 0, 1, 1, 1, {0}, {0}, {0}, 0},
