@@ -167,10 +167,10 @@ void fj_cache_stats_get(fj_ctx *ctx, fj_cache_stats *stats)
 /* ---- keys ---------------------------------------------------------------------- */
 
 void fj__cache_key(fj_cache_key *key, const char *kind, const char *arch,
-                   const char *source_hash, const char *extra)
+                   int quick, const char *source_hash, const char *extra)
 {
   fj_nvrtc_opts o;
-  fj__nvrtc_options(arch, &o);
+  fj__nvrtc_options(arch, quick, &o);
   int n = snprintf(key->text, sizeof key->text,
                    "flashjit format=%d\nkind=%s\nnvrtc=%s\nsource=%s\n%s\n"
                    "options=",

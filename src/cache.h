@@ -14,7 +14,7 @@
 
 /* Bumped whenever the cache file format, the kernel ABI or the meaning of a
  * rendered template changes, so that older disk entries become misses. */
-#define FJ_FORMAT_VERSION 2
+#define FJ_FORMAT_VERSION 3  /* 3: fj_kmeta's quick in render entries */
 
 typedef struct fj_cache_key {
   char text[512];  /* everything the entry depends on */
@@ -22,9 +22,10 @@ typedef struct fj_cache_key {
 } fj_cache_key;
 
 /* The key of an entry of `kind` for arch: the source's hash, NVRTC's
- * version and options, the format version, and `extra`. */
+ * version and options (quick: a kernel's meta.quick's), the format
+ * version, and `extra`. */
 void fj__cache_key(fj_cache_key *key, const char *kind, const char *arch,
-                   const char *source_hash, const char *extra);
+                   int quick, const char *source_hash, const char *extra);
 fj_status fj__cache_open(fj_ctx *ctx);
 void fj__cache_close(fj_cache *c);
 /* 1 and the payload (malloc'd) on a valid hit; 0 on a miss, which also

@@ -613,7 +613,7 @@ static long kernel_of(const pack_item *it, uint32_t n, const char *arch,
   char hash[33];
   fj_cache_key kk;
   fj__hash_hex(src, src_len, hash);
-  fj__cache_key(&kk, "kernel", arch, hash, m->symbol);
+  fj__cache_key(&kk, "kernel", arch, m->quick, hash, m->symbol);
   for (uint32_t i = 0; i < n; i++)
     if (kind_is(&it[i].v, "kernel") && !memcmp(it[i].name, kk.hex, 32))
       return (long)i;
@@ -663,6 +663,7 @@ static int verify_jobs_make(pack_item *it, uint32_t n, verify_jobs *j)
     job->name = fj__strdup(m.symbol);
     job->src = fj__memdup(src, src_len + 1);
     job->arch = fj__strdup(arch);
+    job->quick = m.quick;
     if (!job->name || !job->src || !job->arch)
       return j->n++, -1;
     ((char *)job->src)[src_len] = '\0';

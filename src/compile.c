@@ -109,7 +109,18 @@ static int nvrtc_has_cache(void)
   return nvrtc_major > 12 || (nvrtc_major == 12 && nvrtc_minor >= 9);
 }
 
-void fj__nvrtc_options(const char *arch, fj_nvrtc_opts *o)
+/* NVRTC 12.8 and later take --Ofast-compile: a quick kernel's (the
+ * tiered JIT's first: a small CUDA-core kernel, 300 -> 170 ms to compile
+ * on a 2-core machine with "min", NVVM a third of its time; no local
+ * memory; the same arithmetic, its loops less unrolled: docs/PERF.md J12).
+ * "mid" put its arrays in local memory. */
+static int nvrtc_has_fast_compile(void)
+{
+  pthread_once(&nvrtc_version_once, nvrtc_version_read);
+  return nvrtc_major > 12 || (nvrtc_major == 12 && nvrtc_minor >= 8);
+}
+
+void fj__nvrtc_options(const char *arch, int quick, fj_nvrtc_opts *o)
 {
   static const char *const fixed[] = {"-default-device", "-std=c++17",
                                       "-lineinfo", "-Xptxas", "-v"};
@@ -121,6 +132,8 @@ void fj__nvrtc_options(const char *arch, fj_nvrtc_opts *o)
     o->argv[o->argc++] = fixed[i];
   if (nvrtc_has_cache())
     o->argv[o->argc++] = "--no-cache";
+  if (quick && nvrtc_has_fast_compile())
+    o->argv[o->argc++] = "--Ofast-compile=min";
   if (include_opt[0])
     o->argv[o->argc++] = include_opt;
 }
@@ -208,7 +221,7 @@ static int nvrtc_outputs(nvrtcProgram prog, fj_compiled *out)
 }
 
 static void compile_here(const char *name, const char *src, const char *arch,
-                         job *j)
+                         int quick, job *j)
 {
   nvrtcProgram prog;
   nvrtcResult r = nvrtcCreateProgram(&prog, src, name, 0, NULL, NULL);
@@ -219,7 +232,7 @@ static void compile_here(const char *name, const char *src, const char *arch,
     return;
   }
   fj_nvrtc_opts o;
-  fj__nvrtc_options(arch, &o);
+  fj__nvrtc_options(arch, quick, &o);
   double t0 = fj__now_ms();
   atomic_fetch_add(&nvrtc_compiles, 1);
   r = nvrtcCompileProgram(prog, o.argc, o.argv);
@@ -265,7 +278,7 @@ static int write_blob(int fd, const void *p, uint64_t n)
  * have installed handlers of its own (a Python fault handler, a sanitizer)
  * that must not run here, and the parent reads the signal a crash sends. */
 static void child_main(int fd, const char *name, const char *src,
-                       const char *arch)
+                       const char *arch, int quick)
 {
   static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
   for (size_t i = 0; i < FJ_ARRAY_LEN(crash_signals); i++)
@@ -273,7 +286,7 @@ static void child_main(int fd, const char *name, const char *src,
   if (fj__compile_child_hook)
     fj__compile_child_hook();
   job j = {FJ_OK, {0}, {0}};
-  compile_here(name, src, arch, &j);
+  compile_here(name, src, arch, quick, &j);
   int32_t st = (int32_t)j.status;
   const char *log = j.out.log ? j.out.log : "";
   int bad = fj__write_all(fd, &st, sizeof st) ||
@@ -392,7 +405,7 @@ static int child_start(child *c, size_t index, const fj_compile_job *jb)
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
-    child_main(fds[1], jb->name, jb->src, jb->arch);
+    child_main(fds[1], jb->name, jb->src, jb->arch, jb->quick);
   }
   pthread_rwlock_unlock(&fork_guard);
   close(fds[1]);
@@ -533,11 +546,12 @@ void fj__compile_many(fj_compile_job *jobs, size_t n, int workers,
 /* ---- entry points ----------------------------------------------------------- */
 
 fj_status fj__compile(const fj_ctx *ctx, const char *name, const char *src,
-                      const char *arch, int isolate, fj_compiled *out)
+                      const char *arch, int flags, fj_compiled *out)
 {
   job j = {FJ_OK, {0}, {0}};
-  if (isolate) {
-    fj_compile_job jb = {name, src, arch, FJ_OK, NULL, {0}};
+  int quick = (flags & FJ_COMPILE_QUICK) != 0;
+  if (flags & FJ_COMPILE_ISOLATE) {
+    fj_compile_job jb = {name, src, arch, quick, FJ_OK, NULL, {0}};
     fj__compile_many(&jb, 1, 1, NULL, NULL);
     j.status = jb.status;
     j.out = jb.out;
@@ -546,7 +560,7 @@ fj_status fj__compile(const fj_ctx *ctx, const char *name, const char *src,
     free(jb.message);
   } else {
     pthread_rwlock_rdlock(&fork_guard);
-    compile_here(name, src, arch, &j);
+    compile_here(name, src, arch, quick, &j);
     pthread_rwlock_unlock(&fork_guard);
   }
   if (j.status != FJ_OK) {

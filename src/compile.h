@@ -25,8 +25,10 @@ typedef struct fj_nvrtc_opts {
   int argc;
 } fj_nvrtc_opts;
 
-/* The options passed to NVRTC for arch. */
-void fj__nvrtc_options(const char *arch, fj_nvrtc_opts *o);
+/* The options passed to NVRTC for arch; quick (a template's meta.quick):
+ * with NVRTC's least optimisation too (--Ofast-compile=min, NVRTC 12.8
+ * on; the same arithmetic, loops less unrolled). */
+void fj__nvrtc_options(const char *arch, int quick, fj_nvrtc_opts *o);
 /* FJ_OK when NVRTC targets arch (sm and specific as fj__parse_arch gives
  * them), else FJ_ERR_INVALID_ARG with a one-line message listing the
  * targets this NVRTC has (nvrtcGetSupportedArchs).  An NVRTC that cannot
@@ -45,6 +47,7 @@ typedef struct fj_compile_job {
   const char *name;
   const char *src;
   const char *arch;
+  int quick;  /* fj__nvrtc_options' */
   fj_status status;
   char *message;
   fj_compiled out;
@@ -57,9 +60,14 @@ void fj__compile_many(fj_compile_job *jobs, size_t n, int workers,
 /* Tests only: called in each compile child before it compiles (a test
  * makes the child leave a process holding its pipe). */
 extern void (*fj__compile_child_hook)(void);
-/* Compiles src for arch; isolate runs NVRTC in a child process. */
+/* fj__compile's flags. */
+enum {
+  FJ_COMPILE_ISOLATE = 1,  /* NVRTC in a child process */
+  FJ_COMPILE_QUICK = 2     /* fj__nvrtc_options' quick */
+};
+/* Compiles src for arch with flags (FJ_COMPILE_*; 1 is FJ_COMPILE_ISOLATE). */
 fj_status fj__compile(const fj_ctx *ctx, const char *name, const char *src,
-                      const char *arch, int isolate, fj_compiled *out);
+                      const char *arch, int flags, fj_compiled *out);
 void fj__compiled_free(fj_compiled *c);
 /* Reads registers, barriers, shared memory, spills and stack frame from a
  * ptxas -v log: of entry function `symbol` where the module has several

@@ -192,7 +192,7 @@ static int index_key(fj_ctx *ctx, const char *name, const fj_buf *mkey,
   char mhash[33], extra[48];
   fj__hash_hex(mkey->data, mkey->len, mhash);
   snprintf(extra, sizeof extra, "templates=%s", ctx->templates_hash);
-  fj__cache_key(key, "render", ctx->arch, mhash, extra);
+  fj__cache_key(key, "render", ctx->arch, 0, mhash, extra);
   return 1;
 }
 
@@ -323,11 +323,19 @@ static fj_status kernel_render(fj_ctx *ctx, const char *name,
   return FJ_OK;
 }
 
+/* How k compiles (fj__compile's flags): in a child process where the
+ * context or its template asks; quick where its template does. */
+static int compile_flags(const fj_ctx *ctx, const fj_kernel *k)
+{
+  return (ctx->opts.isolate_compile || k->meta.isolate ? FJ_COMPILE_ISOLATE : 0) |
+         (k->meta.quick ? FJ_COMPILE_QUICK : 0);
+}
+
 static void disk_key(const fj_ctx *ctx, const fj_kernel *k, fj_cache_key *key)
 {
   char src_hash[33];
   fj__hash_hex(k->source, k->source_len, src_hash);
-  fj__cache_key(key, "kernel", ctx->arch, src_hash, k->meta.symbol);
+  fj__cache_key(key, "kernel", ctx->arch, k->meta.quick, src_hash, k->meta.symbol);
 }
 
 /* 1 when the disk cache, else the kernel package, had the kernel's cubin,
@@ -416,7 +424,7 @@ fj_status fj__kernel_build(fj_ctx *ctx, const char *name,
     disk_key(ctx, k, &dk);
     if (!from_disk(ctx, k, &dk)) {
       st = fj__compile(ctx, k->meta.symbol, k->source, ctx->arch,
-                       ctx->opts.isolate_compile || k->meta.isolate, &k->out);
+                       compile_flags(ctx, k), &k->out);
       if (st == FJ_OK)
         to_disk(ctx, k, &dk);
     }
@@ -443,7 +451,7 @@ struct fj_kjob {
   fj_buf key;
   fj_kernel *k;
   fj_cache_key dk;
-  int isolate;
+  int flags;  /* fj__compile's */
   const fj_ctx *ctx;
   pthread_t thread;
   fj_status status;
@@ -456,7 +464,7 @@ static void *kjob_run(void *arg)
 {
   fj_kjob *j = arg;
   j->status = fj__compile(j->ctx, j->k->meta.symbol, j->k->source,
-                          j->ctx->arch, j->isolate, &j->k->out);
+                          j->ctx->arch, j->flags, &j->k->out);
   if (j->status != FJ_OK)
     j->message = fj__strdup(fj_errmsg(j->ctx));
   atomic_store(&j->done, 1);
@@ -490,7 +498,7 @@ fj_status fj__kernel_build_async(fj_ctx *ctx, const char *name,
       j->k = NULL;
     } else {
       j->ctx = ctx;
-      j->isolate = ctx->opts.isolate_compile || j->k->meta.isolate;
+      j->flags = compile_flags(ctx, j->k);
       *job = j;
       return FJ_OK;
     }
@@ -598,7 +606,7 @@ static size_t batch_prepare(fj_ctx *ctx, batch_item *it, size_t n,
     if (from_disk(ctx, it[i].k, &it[i].dk))
       continue;
     fj_compile_job j = {it[i].k->meta.symbol, it[i].k->source, ctx->arch,
-                        FJ_OK, NULL, {0}};
+                        it[i].k->meta.quick, FJ_OK, NULL, {0}};
     jobs[njobs] = j;
     job_of[njobs++] = i;
   }

@@ -561,7 +561,7 @@ static void lut_key(const fj_ctx *ctx, const fj_kernel *probe,
   snprintf(extra, sizeof extra, "device=%s\ncc=%d.%d\ndriver=%d",
            ctx->dev.name, ctx->dev.cc_major, ctx->dev.cc_minor,
            ctx->dev.driver_version);
-  fj__cache_key(key, "lut", ctx->arch, src_hash, extra);
+  fj__cache_key(key, "lut", ctx->arch, 0, src_hash, extra);
 }
 
 static int load_cached(fj_ctx *ctx, const fj_cache_key *key, fj_lut *luts)

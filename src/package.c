@@ -4,7 +4,7 @@
  * checksum, payload; named by the hash of the key), and a manifest:
  *
  *   flashjit package 1
- *   format=2
+ *   format=3
  *   nvrtc=13.0
  *   library=0.1.0
  *   arch=sm_80

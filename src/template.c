@@ -723,6 +723,7 @@ static const struct meta_field {
     {"tma", offsetof(fj_kmeta, tma), 0, 1, 0},
     {"persistent", offsetof(fj_kmeta, persistent), 0, 2, 0},
     {"isolate", offsetof(fj_kmeta, isolate), 0, 1, 0},
+    {"quick", offsetof(fj_kmeta, quick), 0, 1, 0},
 };
 
 /* The value at the top of the stack as a message shows it. */

@@ -68,6 +68,9 @@ typedef struct fj_kmeta {
                           the host zeroes before each launch */
   int isolate;         /* 1: compile in a child process even when the context
                           compiles in-process (code NVRTC may crash on) */
+  int quick;           /* 1: compile with NVRTC's least optimisation
+                          (fj__nvrtc_options): a kernel whose compile time
+                          matters more than its own, the tiered JIT's first */
 } fj_kmeta;
 
 /* What is wrong with a kernel's metadata, by the rules a template's meta

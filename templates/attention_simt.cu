@@ -43,6 +43,9 @@
   meta.smem_bytes = 0
   meta.rows_per_block = BM
   if mods.score_text or mods.mask_text then meta.isolate = 1 end
+  -- The first kernel answers while the chosen one compiles: its compile
+  -- is the first result's wait, its own time a few tens of milliseconds.
+  meta.quick = 1
   -- The score function's extra arguments, which the families build per
   -- tile (mods.lua's kvq and dg): here per element, as the text reads them.
   local KVQ = mods.kvq and (mods.kvq_scale and "fj_kvq_scale(b, h, hkv, p" .. (mods.args and ", fj_ma" or "") .. ") * (float)(key - row)"

@@ -292,7 +292,8 @@ static int entry_of(fj_ctx *ctx, const fj_variant *v, char *path, size_t n)
   size_t len;
   const char *src = fj_kernel_source(k, &len);
   fj__hash_hex(src, len, src_hash);
-  fj__cache_key(&key, "kernel", ctx->arch, src_hash, fj_kernel_name(k));
+  fj__cache_key(&key, "kernel", ctx->arch, 0 /* not a quick kernel */, src_hash,
+                fj_kernel_name(k));
   snprintf(path, n, "%s/%s.fjc", fj_cache_dir(ctx), key.hex);
   return 0;
 }

@@ -2,20 +2,25 @@
  * test_tier.c -- the tiered JIT (fj_ctx_opts.jit_tiers, src/tier.c).  CPU:
  * the first kernel (templates/attention_simt.cu) of every built-in
  * modification and of plain problems compiles for sm_80 and sm_90a without
- * spills and carries the user's text; the option and its environment
+ * spills and carries the user's text, compiled quick (meta.quick: NVRTC's
+ * --Ofast-compile=min from NVRTC 12.8 on, the chosen kernels never); the
+ * option and its environment
  * variable refuse bad values.  GPU: with tiers on and empty caches, each
  * case's first call is answered by the first kernel, checked against the
  * float64 reference like any kernel (outputs poisoned); the calls after it
  * are too, until the chosen kernel's background compile has ended and it
  * takes over (checked again).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include <cuda_runtime_api.h>
 
+#include "compile.h"
 #include "gpu_case.h"
+#include "kernel.h"
 #include "mods_cases.h"
 #include "runner.h"
 #include "tier.h"
@@ -35,6 +40,7 @@ static int first_of(fj_ctx *ctx, const fj_problem *p, fj_kernel **k)
          r.spill_store_bytes, r.spill_load_bytes, r.compile_ms);
   CHECK(!strncmp(fj_kernel_name(*k), "fj_simt_d", 9));
   CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+  CHECK((*k)->meta.quick == 1);
   CHECK(r.threads == 256);
   const fj_mods *m = p->mods;
   if (m && m->score && m->score[0])
@@ -46,9 +52,37 @@ static int first_of(fj_ctx *ctx, const fj_problem *p, fj_kernel **k)
   return 0;
 }
 
+/* Whether NVRTC's options for arch (quick or not) name --Ofast-compile. */
+static int fast_compile_opt(const char *arch, int quick)
+{
+  fj_nvrtc_opts o;
+  fj__nvrtc_options(arch, quick, &o);
+  for (int i = 0; i < o.argc; i++)
+    if (!strncmp(o.argv[i], "--Ofast-compile", 15))
+      return 1;
+  return 0;
+}
+
 int test_tier_first_compile(void)
 {
   static const char *const archs[] = {"sm_80", "sm_90a"};
+  int major = 0, minor = 0;
+  CHECK(sscanf(fj__nvrtc_version(), "%d.%d", &major, &minor) == 2);
+  int has = major > 12 || (major == 12 && minor >= 8);
+  CHECK(fast_compile_opt("sm_90a", 1) == has && !fast_compile_opt("sm_90a", 0));
+  /* A chosen kernel is never quick. */
+  {
+    fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+    CHECK(ctx);
+    fj_problem p;
+    fj_problem_init(&p, 1, 8, 8, 512, 512, 64, FJ_BF16, FJ_BSHD);
+    fj_plan plan;
+    fj_kernel *k;
+    CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+    CHECK_OK(ctx, fj_kernel_get(ctx, &plan.variant, &k));
+    CHECK(k->meta.quick == 0);
+    fj_ctx_destroy(ctx);
+  }
   const fjt_builtin_case *builtins = fjt_builtin_cases;
   for (int a = 0; a < 2; a++) {
     fj_ctx *ctx = fjt_ctx(archs[a], NULL);

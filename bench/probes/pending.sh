@@ -56,9 +56,11 @@
 # arrival: landed as 7b7c2b9, PERF.md T14, C37) and detncu; its
 # 0e79c13 (the backward's table_inside) ran on no GPU.  Next: on any GPU
 # first, S23_PARTS=bwdtin bash bench/probes/s23.sh (gpu_backward_mods
-# takes the _tin backward now), S23_PARTS=sendearly (send_early.patch:
-# the d256 default's wait for the other block's dS^T) and narrowlate
-# (narrow_late.patch: the narrow kernel's turns passed late); on the H200:
+# takes the _tin backward now) and tiers (the first kernel compiled
+# quick: gpu_jit_tiers, the first results), then S23_PARTS=sendearly
+# (send_early.patch: the d256 default's wait for the other block's dS^T)
+# and narrowlate (narrow_late.patch: the narrow kernel's turns passed
+# late); on the H200:
 # S23_PARTS=det bash bench/probes/s23.sh (T14's figures there, with
 # the templates of 6f2a9f7 as build/tmpl-old), then the backward's whole
 # table (s19.sh's bwd: T12 again, d256's default since the relaxed

@@ -46,6 +46,14 @@
 #         the tree's and the patched templates (the deterministic column).
 #         Predicted: deterministic / default up to d128 1.12-1.27 (H200)
 #         -> 1.05-1.15; the default mode unchanged.
+#   tiers the tiered JIT's first kernel compiled quick (meta.quick:
+#         --Ofast-compile=min; J12): gpu_jit_tiers, then each modification's
+#         first call (`flashjit run --jit-tiers`, a fresh cache each: the
+#         first kernel's compile, load and run) under the tree's templates
+#         and under a copy without `meta.quick = 1`, alternately, two
+#         rounds.  Predicted: the first result 0.1-0.2 s sooner on this
+#         host (NVRTC about 0.55 of its time), the first kernel's own run
+#         somewhat slower (its dot loop not unrolled).
 #   tin   s22.sh's tin (fj_variant.table_inside's GPU tests, the bias
 #         table's first forward + backward on this host).
 set -u
@@ -148,6 +156,24 @@ part_narrowlate() {
     echo "narrowlate bwd_compare $cfg: exit $?"
     grep -E '^bwd' "$out/nl_$cfg.log" | while read -r l; do
       grep -oE ' (S|D)=[0-9]+|causal=[^ ]+|flashjit_us=[0-9.]+|det_us=[0-9.]+|det_over_default=[0-9.]+' <<<"$l" | paste -sd' '
+    done
+  done
+}
+part_tiers() {
+  local t=/tmp/s23-tmpl-slow round m c ms
+  gpu_tests /tmp/s23-tiers 'FAIL|failed|first kernel' gpu_jit_tiers:200
+  rm -rf $t && cp -r templates $t && sed -i '/^  meta.quick = 1$/d' $t/attention_simt.cu
+  grep -q 'meta.quick' $t/attention_simt.cu && { echo "tiers: meta.quick still in the copy"; return; }
+  for m in "--softcap 30" "--score-mod s+slope(h)*(float)(kv-q) --param slope:f32[16]" "--window 1024,0" "--score-mod s+bias(h,q-kv+4096) --param bias:f32[16,8192]"; do
+    for round in 1 2; do
+      for c in quick slow; do
+        rm -rf /tmp/s23-tiers-c
+        # shellcheck disable=SC2086
+        ms=$(cd build && env $([ $c = slow ] && echo FLASHJIT_TEMPLATE_DIR=$t) FLASHJIT_CACHE_DIR=/tmp/s23-tiers-c \
+          timeout $(bound 60) ./flashjit run --jit-tiers --shape 4,16,4096,128 --dtype bf16 --causal $m --iters 5 2>&1 |
+          grep -oE 'first call[^:]*: [0-9.]+ ms' | grep -oE '[0-9.]+ ms')
+        echo "tiers $m round $round $c: first call ${ms:-?}"
+      done
     done
   done
 }
