@@ -1107,12 +1107,7 @@ static fj_status checked_launch(fj_ctx *ctx, const char *who,
    * library's own plan proved it for this problem (plan_problem). */
   if (st == FJ_OK && !fresh && plan->variant.table_inside &&
       !table_inside(p, &plan->variant))
-    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                  "variant's table_inside 1 does not hold for the problem: "
-                  "a read of its score expression's distance table may "
-                  "fall outside the table's extents, or the host cannot "
-                  "show it does not (an index reads a tensor); "
-                  "fj_attention_variant sets it from the problem");
+    st = fj__mods_table_inside_fail(ctx, "variant", "fj_attention_variant");
   if (st == FJ_OK)
     st = check_pointers(ctx, p, q, k, vp, o);
   /* The mma family's split head dims read V from K's rows (MLA). */

@@ -317,7 +317,6 @@ static size_t dq_tiles(const fj_problem *p)
   return pad_rows(p) / BWD_TILE * (acc_width(p) / 64);
 }
 
-/* The plan's sizes for variant v, its kernel's metadata given. */
 /* Whether the wgmma backward's main kernel (v) reads p's distance table
  * within its extents (fj__mods_table_inside) at every position its tiles
  * reach: query tiles of tile_m rows from each sequence's start, key tiles
@@ -334,9 +333,9 @@ static int bwd_table_inside(const fj_problem *p, const fj_variant *v)
                                ((long long)p->seq_kv + tn - 1) / tn * tn);
 }
 
-/* The plan of main kernel v for p; its table_inside proved for p (the
- * memo keeps choices without it: they hold for problems of other
- * lengths and tables). */
+/* The plan's sizes for main kernel v, its kernel's metadata given, and
+ * its table_inside proved for p (the memo keeps choices without it: they
+ * hold for problems of other lengths and tables). */
 static void fill_plan(const fj_problem *p, const fj_variant *v,
                       const fj_kmeta *meta, fj_bwd_plan *plan)
 {
@@ -648,10 +647,9 @@ static int section_of(const fj_ctx *ctx, const fj_problem *p,
 /* The deterministic mode's rotation (attention_bwd_wgmma.cu's ROT):
  * where every key tile walks every query tile -- no causal mask, no
  * window, dense, no expressions or softcap (the kernel's ROT); the wgmma
- * kernels -- key tile t of T
- * starts its walk at query tile t nq / T, so a dQ tile's adds come one a
- * step in that rotation's order instead of each key tile waiting on the
- * one launched before it at every step.  A key tile then waits on tiles
+ * kernels -- key tile t of T starts its walk at query tile t nq / T, so a
+ * dQ tile's adds come one a step in that rotation's order instead of each
+ * key tile waiting on the one launched before it at every step.  A key tile then waits on tiles
  * launched after it: all of a head's key tiles must be resident at once,
  * so T at most the multiprocessors (one block of the 12-warp kernels a
  * multiprocessor) and, for the wide kernel's pairs (clusters of two
@@ -957,12 +955,8 @@ fj_status fj_attention_bwd_run(fj_ctx *ctx, const fj_problem *p,
    * another problem); fj_attention_bwd's own plan proved it. */
   if (st == FJ_OK && plan->variant.table_inside &&
       !bwd_table_inside(p, &plan->variant))
-    st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
-                  "fj_attention_bwd_run: the plan's table_inside 1 does not "
-                  "hold for the problem: a read of its score expression's "
-                  "distance table may fall outside the table's extents, or "
-                  "the host cannot show it does not; fj_attention_bwd_plan "
-                  "sets it from the problem");
+    st = fj__mods_table_inside_fail(ctx, "fj_attention_bwd_run: the plan",
+                                    "fj_attention_bwd_plan");
   return st == FJ_OK ? checked(ctx, "fj_attention_bwd_run", p, plan, &a,
                                workspace, workspace_bytes, stream)
                      : st;

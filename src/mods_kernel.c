@@ -627,3 +627,15 @@ int fj__mods_table_inside(const fj_problem *p, long long q_end, long long kv_end
   }
   return result;
 }
+
+fj_status fj__mods_table_inside_fail(const fj_ctx *ctx, const char *what,
+                                     const char *setter)
+{
+  return fj__fail(ctx, FJ_ERR_INVALID_ARG,
+                  "%s's table_inside 1 does not hold for the problem: a read "
+                  "of its score expression's distance table may fall "
+                  "outside the table's extents, or the host cannot show it "
+                  "does not (an index reads a tensor); %s sets it from the "
+                  "problem",
+                  what, setter);
+}

@@ -122,5 +122,10 @@ int fj__mods_kparam(const fj_mods *m, fj_mods_kparam *out, char *err,
  * and values, these sizes): 2 us a proof, under 1 us repeated.
  */
 int fj__mods_table_inside(const fj_problem *p, long long q_end, long long kv_end);
+/* FJ_ERR_INVALID_ARG for a launch whose `what` ("variant", "...: the
+ * plan") claims table_inside where the problem fails the proof; `setter`
+ * names the call that sets it from the problem. */
+fj_status fj__mods_table_inside_fail(const fj_ctx *ctx, const char *what,
+                                     const char *setter);
 
 #endif /* FJ_MODS_KERNEL_H */

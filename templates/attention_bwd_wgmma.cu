@@ -1059,7 +1059,6 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
       int edge = 0;  // the deterministic mode's (scheduler.cuh's kv_rank)
       int *pend = nullptr;  // the last step's dQ turns, not yet passed on (pass_turns)
       const bool late = {{ LATE }};  // passed a step late (pass_turns)
-      (void)late;
 {%   end %}
 {%   if ROT then %}
       {{ ROT_AT }}

@@ -186,6 +186,19 @@ int test_backward_kv_regs(void)
  * then reads it at the row pointer alone; a table one element short: no
  * proof, the accessor path kept; a plan whose proof the problem fails is
  * refused at fj_attention_bwd_run, naming the rule. */
+/* A causal bf16 problem of seq positions at head dim d whose score
+ * expression reads prm (bias, [16, n]) at q - kv + 4096. */
+static void bias_problem(fj_problem *p, fj_mods *m, const fj_mod_param *prm, int seq, int d)
+{
+  fj_problem_init(p, 1, 16, 4, seq, seq, d, FJ_BF16, FJ_BSHD);
+  p->causal = FJ_CAUSAL_TOP_LEFT;
+  fj_mods_init(m);
+  m->score = "s + bias(h, q - kv + 4096)";
+  m->params = prm;
+  m->num_params = 1;
+  p->mods = m;
+}
+
 int test_backward_table_inside(void)
 {
   fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
@@ -205,13 +218,7 @@ int test_backward_table_inside(void)
     fj_mod_param prm[1] = {{"bias", FJ_MOD_F32, 2, {cases[i].e0, cases[i].e1, 0, 0}, NULL, 0}};
     fj_problem p;
     fj_mods m;
-    fj_problem_init(&p, 1, 16, 4, cases[i].seq, cases[i].seq, cases[i].d, FJ_BF16, FJ_BSHD);
-    p.causal = FJ_CAUSAL_TOP_LEFT;
-    fj_mods_init(&m);
-    m.score = "s + bias(h, q - kv + 4096)";
-    m.params = prm;
-    m.num_params = 1;
-    p.mods = &m;
+    bias_problem(&p, &m, prm, cases[i].seq, cases[i].d);
     fj_bwd_plan plan;
     CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
     char name[160];
@@ -235,13 +242,7 @@ int test_backward_table_inside(void)
   fj_mod_param prm[1] = {{"bias", FJ_MOD_F32, 2, {16, 8192, 0, 0}, NULL, 0}};
   fj_problem p;
   fj_mods m;
-  fj_problem_init(&p, 1, 16, 4, 4096, 4096, 128, FJ_BF16, FJ_BSHD);
-  p.causal = FJ_CAUSAL_TOP_LEFT;
-  fj_mods_init(&m);
-  m.score = "s + bias(h, q - kv + 4096)";
-  m.params = prm;
-  m.num_params = 1;
-  p.mods = &m;
+  bias_problem(&p, &m, prm, 4096, 128);
   fj_bwd_plan plan;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
   CHECK(plan.variant.table_inside == 1);
