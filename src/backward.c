@@ -382,6 +382,16 @@ typedef struct bwd_key {
 /* The context's memo of recent choices: a plan renders the main template
  * (milliseconds), which a training step would pay every call. */
 #define BWD_MEMO 16
+/* And the functions of recent launches, as fj_attention_fwd's dispatch
+ * keeps its own: a launch whose problem's key and plan's variant are
+ * here takes its three kernels without building their parameters and
+ * memory keys (tens of microseconds a call on a training step's path). */
+#define BWD_HOT 8
+typedef struct bwd_hot {
+  bwd_key key;
+  fj_variant v;  /* mods: the problem's pointer, as launched */
+  void *fn[FJ_BWD_KERNELS];
+} bwd_hot;
 struct fj_bwd_memo {
   int n;
   unsigned generation;  /* ctx->tunedb_generation the choices were made in */
@@ -390,6 +400,8 @@ struct fj_bwd_memo {
     fj_variant v;  /* mods NULL */
     fj_kmeta meta;
   } e[BWD_MEMO];
+  int nhot;
+  bwd_hot hot[BWD_HOT];  /* most recent first */
 };
 
 /* A varlen problem whose packed tensors lack their totals: TMA, which must
@@ -784,16 +796,40 @@ fj_status fj_attention_bwd_prefetch(fj_ctx *ctx, const fj_problem *p)
   return st;
 }
 
-/* The three kernels' functions; ctx->lock held. */
+/* The three kernels' functions, from the recent launches' where p's key
+ * and the plan's variant are there (moved to the front), else built and
+ * remembered; ctx->lock held. */
 static fj_status ready(fj_ctx *ctx, const fj_problem *p,
                        const fj_bwd_plan *plan, void *fn[3])
 {
+  bwd_key key = key_of(p);
+  fj_variant v = plan->variant;
+  v.mods = p->mods;
+  fj_bwd_memo *m = ctx->bwd_memo;
+  for (int i = 0; m && i < m->nhot; i++)
+    if (!memcmp(&m->hot[i].key, &key, sizeof key) &&
+        !memcmp(&m->hot[i].v, &v, sizeof v)) {
+      memcpy(fn, m->hot[i].fn, sizeof m->hot[i].fn);
+      if (i) {
+        bwd_hot h = m->hot[i];
+        memmove(&m->hot[1], &m->hot[0], (size_t)i * sizeof m->hot[0]);
+        m->hot[0] = h;
+      }
+      return FJ_OK;
+    }
   fj_status st = FJ_OK;
   for (int i = 0; i < FJ_BWD_KERNELS && st == FJ_OK; i++) {
     fj_kernel *k = NULL;
     st = bwd_kernel(ctx, p, plan, i, BWD_BUILD, &k);
     if (st == FJ_OK)
       st = fj__kernel_function(ctx, k, &fn[i]);
+  }
+  if (st == FJ_OK && m) {
+    int keep = m->nhot < BWD_HOT ? m->nhot++ : BWD_HOT - 1;
+    memmove(&m->hot[1], &m->hot[0], (size_t)keep * sizeof m->hot[0]);
+    m->hot[0].key = key;
+    m->hot[0].v = v;
+    memcpy(m->hot[0].fn, fn, sizeof m->hot[0].fn);
   }
   return st;
 }

@@ -43,6 +43,46 @@ struct fj_kmap {
 
 static int key_kid(fj_buf *key, const fj_param *p);
 
+/* The key's pieces, written without printf (a call's kernels are looked
+ * up by their keys on every launch): a string, and a number as "%lld" or
+ * "%016llx" would print it. */
+static int key_str(fj_buf *key, const char *s)
+{
+  return fj__buf_append(key, s ? s : "(null)", strlen(s ? s : "(null)"));
+}
+
+static int key_int(fj_buf *key, long long v)
+{
+  char d[24], *e = d + sizeof d, *c = e;
+  unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v
+                                : (unsigned long long)v;
+  do
+    *--c = (char)('0' + u % 10);
+  while (u /= 10);
+  if (v < 0)
+    *--c = '-';
+  return fj__buf_append(key, c, (size_t)(e - c));
+}
+
+static int key_hex(fj_buf *key, uint64_t v)
+{
+  char d[16];
+  for (int i = 15; i >= 0; i--, v >>= 4)
+    d[i] = "0123456789abcdef"[v & 15];
+  return fj__buf_append(key, d, sizeof d);
+}
+
+/* "|name=" of a parameter. */
+static int key_name(fj_buf *key, const char *name)
+{
+  return key_str(key, "|") || key_str(key, name) || key_str(key, "=");
+}
+
+static uint64_t lut_hash(const fj_param *p)
+{
+  return fj__hash64(p->lut->map, sizeof p->lut->map);
+}
+
 /* A table parameter's part of a key: every kid, whole.  Its contents are
  * what the C side printed for the template (the expressions' CUDA and
  * facts: mods_kernel.c), so the key -- the render index's too -- changes
@@ -51,12 +91,12 @@ static int key_kid(fj_buf *key, const fj_param *p);
 static int key_table(fj_buf *key, const fj_param *p)
 {
   const fj_param *kid = fj_param_kids(p);
-  int bad = fj__buf_appendf(key, "{");
+  int bad = key_str(key, "{");
   for (long long i = 0; i < p->i && !bad; i++)
-    bad = fj__buf_appendf(key, "%s%s=", i ? "," : "",
-                          kid[i].key ? kid[i].key : "") ||
+    bad = (i && key_str(key, ",")) ||
+          key_str(key, kid[i].key ? kid[i].key : "") || key_str(key, "=") ||
           key_kid(key, &kid[i]);
-  return bad || fj__buf_appendf(key, "}");
+  return bad || key_str(key, "}");
 }
 
 /* A table's kid, typed as the template receives it; a string with its
@@ -65,20 +105,19 @@ static int key_kid(fj_buf *key, const fj_param *p)
 {
   switch (p->type) {
   case FJ_PARAM_STR:
-    return p->s ? fj__buf_appendf(key, "s%zu:%s", strlen(p->s), p->s)
-                : fj__buf_appendf(key, "~");
+    return p->s ? key_str(key, "s") || key_int(key, (long long)strlen(p->s)) ||
+                      key_str(key, ":") || key_str(key, p->s)
+                : key_str(key, "~");
   case FJ_PARAM_BOOL:
-    return fj__buf_appendf(key, "b%d", p->i != 0);
+    return key_str(key, p->i ? "b1" : "b0");
   case FJ_PARAM_TABLE:
     return key_table(key, p);
   case FJ_PARAM_LUT:
-    return fj__buf_appendf(key, "l%016llx",
-                           (unsigned long long)fj__hash64(p->lut->map,
-                                                          sizeof p->lut->map));
+    return key_str(key, "l") || key_hex(key, lut_hash(p));
   case FJ_PARAM_INT:
     break;
   }
-  return fj__buf_appendf(key, "i%lld", p->i);
+  return key_str(key, "i") || key_int(key, p->i);
 }
 
 /* The memory-cache key: the template name and every parameter, in the order
@@ -86,18 +125,19 @@ static int key_kid(fj_buf *key, const fj_param *p)
 static int memory_key(fj_buf *key, const char *name, const fj_param *p,
                       size_t n)
 {
-  int bad = fj__buf_appendf(key, "%s", name);
+  int bad = key_str(key, name);
   for (size_t i = 0; i < n && !bad; i++) {
+    bad = key_name(key, p[i].key);
+    if (bad)
+      break;
     if (p[i].type == FJ_PARAM_STR)
-      bad = fj__buf_appendf(key, "|%s=%s", p[i].key, p[i].s);
+      bad = key_str(key, p[i].s);
     else if (p[i].type == FJ_PARAM_LUT)
-      bad = fj__buf_appendf(key, "|%s=%016llx", p[i].key,
-                            (unsigned long long)fj__hash64(p[i].lut->map,
-                                                           sizeof p[i].lut->map));
+      bad = key_hex(key, lut_hash(&p[i]));
     else if (p[i].type == FJ_PARAM_TABLE)
-      bad = fj__buf_appendf(key, "|%s=", p[i].key) || key_table(key, &p[i]);
+      bad = key_table(key, &p[i]);
     else
-      bad = fj__buf_appendf(key, "|%s=%lld", p[i].key, p[i].i);
+      bad = key_int(key, p[i].i);
   }
   return bad;
 }

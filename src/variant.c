@@ -586,11 +586,21 @@ static void add_head(const fj_ctx *ctx, fj_vparams *o)
   add(o, "params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_kparams), NULL, NULL);
 }
 
+/* o as fj__variant_params and fj__variant_simt_params begin it: no
+ * parameters yet.  Not the whole struct zeroed: its tables and the
+ * modifications' facts are over 100 kB, filled where used. */
+static void vparams_start(fj_vparams *o, const char *template_name)
+{
+  o->template_name = template_name;
+  o->symbol[0] = '\0';
+  o->n = 0;
+  o->mod_params[0] = '\0';
+}
+
 fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
                              fj_vparams *o)
 {
-  memset(o, 0, sizeof *o);
-  o->template_name = template_of(v);
+  vparams_start(o, template_of(v));
   fj_variant_name(v, o->symbol, sizeof o->symbol);
   add_head(ctx, o);
   add(o, "head_dim", FJ_PARAM_INT, v->head_dim, NULL, NULL);
@@ -635,8 +645,7 @@ fj_status fj__variant_simt_params(fj_ctx *ctx, const fj_variant *v,
                                   fj_vparams *o)
 {
   char mods[64];
-  memset(o, 0, sizeof *o);
-  o->template_name = "attention_simt.cu";
+  vparams_start(o, "attention_simt.cu");
   mods_suffix(v->mods, mods, sizeof mods);
   snprintf(o->symbol, sizeof o->symbol, "fj_simt_d%d_%s_%s%s", v->head_dim,
            causal_short(v->causal), fj_dtype_name(v->dtype), mods);
