@@ -1168,17 +1168,20 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
 {% end %}
         }
         fj::fence_async_smem();
-{%   end %}
-        // dS^T written (and visible to wgmma) before either reads it.
-        fj::bar_sync(2, 256);
-{%   if PAIR and role == 1 then %}
+{%     if PAIR then %}
+        // This step's dS^T to the other block as soon as this warpgroup
+        // has written it (named barrier 3: consumer 1's threads), before
+        // it waits for consumer 0 at barrier 2; and this block's
+        // expectation of the other's.
+        fj::bar_sync(3, 128);
         if (tid == 0) {
-          // This step's dS^T to the other block, and this block's
-          // expectation of the other's.
           fj::bulk_to_peer(fj::peer_addr(sds_in, crank ^ 1u), sds, {{ DS_BYTES }}u, fj::peer_addr(in_full, crank ^ 1u));
           fj::mbar_expect(in_full, {{ DS_BYTES }}u);
         }
+{%     end %}
 {%   end %}
+        // dS^T written (and visible to wgmma) before either reads it.
+        fj::bar_sync(2, 256);
         const long long bh = (long long)b * p.heads_q + h;
 {%   if not BMASK then %}
         int *const turn = g.dq_turns + fj::dq_tile_base(bh, m0, 0, g.seq_pad, {{ D }}) / 4096;
