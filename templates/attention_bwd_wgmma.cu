@@ -389,6 +389,12 @@
     OFF_DSIN = B.region("ds_in", DS_BYTES, 1024)
     OFF_KP = B.region("k_peer", 2 * k.panel_bytes, 1024)
   end
+  -- A step's dS^T to the other block, and this block's expectation of
+  -- the other's (one thread; at `pad` spaces).
+  local function send_ds(pad)
+    return ("fj::bulk_to_peer(fj::peer_addr(sds_in, crank ^ 1u), sds, %du, fj::peer_addr(in_full, crank ^ 1u));\n%sfj::mbar_expect(in_full, %du);")
+        :format(DS_BYTES, (" "):rep(pad), DS_BYTES)
+  end
   local OFF_LD = B.region("lse_delta", S * LD_BYTES, 16)
   local OFF_BAR = B.region("barriers", 8 * bars.count, 8)
   if PAIR then
@@ -1172,16 +1178,23 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
         // This step's dS^T to the other block as soon as this warpgroup
         // has written it (named barrier 3: consumer 1's threads), before
         // it waits for consumer 0 at barrier 2; and this block's
-        // expectation of the other's.
-        fj::bar_sync(3, 128);
-        if (tid == 0) {
-          fj::bulk_to_peer(fj::peer_addr(sds_in, crank ^ 1u), sds, {{ DS_BYTES }}u, fj::peer_addr(in_full, crank ^ 1u));
-          fj::mbar_expect(in_full, {{ DS_BYTES }}u);
+        // expectation of the other's.  The deterministic mode sends after
+        // barrier 2, as before: early it ran 2-4% slower (PERF.md T15).
+        if (!g.deterministic) {
+          fj::bar_sync(3, 128);
+          if (tid == 0) {
+            {{ send_ds(12) }}
+          }
         }
 {%     end %}
 {%   end %}
         // dS^T written (and visible to wgmma) before either reads it.
         fj::bar_sync(2, 256);
+{%   if PAIR and role == 1 then %}
+        if (g.deterministic && tid == 0) {
+          {{ send_ds(10) }}
+        }
+{%   end %}
         const long long bh = (long long)b * p.heads_q + h;
 {%   if not BMASK then %}
         int *const turn = g.dq_turns + fj::dq_tile_base(bh, m0, 0, g.seq_pad, {{ D }}) / 4096;

@@ -21,6 +21,15 @@
 #         cuDNN and flash (bench/bwd_compare.py --quick, S24_BWD_DIMS,
 #         default 128,256): send_early.patch landed (the pair's dS^T sent
 #         before barrier 2; d256 0.92-0.96 of the time on an H100).
+#   detab the deterministic backward at d256 under the templates before
+#         send_early.patch landed (build/tmpl-pre: 3e45dd1's) and the
+#         tree's, alternately, two rounds (bench/probes/det_ab.py: the
+#         default's and the deterministic mode's medians): T14's 1.20 at
+#         (2, 8, 8192, 256) causal read 1.34 after it.
+#   detrt the early send in the default mode only (a runtime branch: the
+#         deterministic mode sends after barrier 2 as before):
+#         gpu_backward_deterministic_pair, a checked d256 pair run each
+#         mask, then detab's A/B on two shapes (tree against build/tmpl-pre).
 #   train issue 33's table (bench/train_mods_compare.py, every case).
 set -u
 . bench/probes/parts_lib.sh
@@ -50,6 +59,30 @@ part_bwd() {
     python3 bench/bwd_compare.py --quick --dims ${S24_BWD_DIMS:-128,256} --out "$out/bwd" >"$out/bwd.log" 2>&1
   echo "s24 bwd: exit $?"
   grep -E "^bwd|geomean|Error" "$out/bwd.log" | cut -c1-260 | head -30
+}
+part_detab() {
+  local round t shape shapes
+  IFS=';' read -ra shapes <<<"${S24_DETAB_SHAPES:-2 8 8192 256 1;2 8 8192 256 0;8 8 2048 256 1}"
+  for shape in "${shapes[@]}"; do
+    for round in 1 2; do
+      for t in pre tree; do
+        # shellcheck disable=SC2086
+        env $([ $t = pre ] && echo FLASHJIT_TEMPLATE_DIR=$root/build/tmpl-pre) FLASHJIT_CACHE_DIR=/tmp/s24-detab-$t \
+          PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so timeout $(bound 60) \
+          python3 bench/probes/det_ab.py $shape 20 2>&1 | grep -E 'det_ab|Error' | sed "s/^/$t round $round: /"
+      done
+    done
+  done
+}
+part_detrt() {
+  gpu_tests /tmp/s24-detrt 'FAIL|failed' gpu_backward_deterministic_pair:120
+  local c
+  for c in "" --causal; do
+    # shellcheck disable=SC2086
+    (cd build && FLASHJIT_CACHE_DIR=/tmp/s24-detrt timeout $(bound 90) ./flashjit run --backward \
+      --shape 1,2,1000,256 $c --dtype bf16 --check --iters 3 2>&1 | grep -E 'check|error|FAIL' | head -3)
+  done
+  S24_DETAB_SHAPES="2 8 8192 256 1;2 8 8192 256 0" part_detab
 }
 part_train() {
   PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s24-train timeout $(bound 560) \
