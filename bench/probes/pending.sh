@@ -54,13 +54,14 @@
 # got H100s only: bench/probes/s23.sh's det (the wide kernel's
 # deterministic turns passed late, the rotation on it, the pair's relaxed
 # arrival: landed as 7b7c2b9, PERF.md T14, C37) and detncu; its
-# 0e79c13 (the backward's table_inside) ran on no GPU.  Next: on any GPU
-# first, S23_PARTS=bwdtin bash bench/probes/s23.sh (gpu_backward_mods
-# takes the _tin backward now) and tiers (the first kernel compiled
-# quick: gpu_jit_tiers, the first results), then S23_PARTS=sendearly
-# (send_early.patch: the d256 default's wait for the other block's dS^T)
-# and narrowlate (narrow_late.patch: the narrow kernel's turns passed
-# late); on the H200:
+# 0e79c13 (the backward's table_inside) ran on no GPU.  The twenty-fourth
+# got H100s only: s23.sh's bwdtin and tiers (PERF.md R6, J13, C38),
+# sendearly (landed: 518bcca, 1ccfc48; T15) and narrowlate (missed),
+# bench/probes/s24.sh's host (3e45dd1: R7), bwd, detab, detrt and train
+# (R6).  Next, on the H200: S24_BWD_DIMS=64,128,256 S24_PARTS=bwd bash
+# bench/probes/s24.sh (the backward's whole table since 518bcca: T12
+# again, d256's bar), S24_PARTS=train (issue 33's table: R2 again, the
+# bias table's bar), then, as before:
 # S23_PARTS=det bash bench/probes/s23.sh (T14's figures there, with
 # the templates of 6f2a9f7 as build/tmpl-old), then the backward's whole
 # table (s19.sh's bwd: T12 again, d256's default since the relaxed
