@@ -17,7 +17,8 @@ flashjit::attention_bwd), to flashjit::attention_train_mods (score_mod,
 mask_mod, params, block masks; its backward flashjit::attention_bwd_mods),
 or runs it forward with a backward that raises (checked mode).  Eagerly
 the training calls skip those ops' dispatch: autograd.Functions (_Train,
-_TrainMods) run the same forwards and backwards.  attention_varlen()
+_TrainCall for attention()'s repeats, _TrainMods) run the same forwards
+and backwards.  attention_varlen()
 (_serving.py) does the same with the training ops' varlen arguments: one
 autograd formula and one backward path (_launch_bwd, calls.BWD_PROBLEMS)
 for both kinds.
@@ -640,34 +641,47 @@ def _build_bwd(o, q, k, v, extras, deterministic):
                                 (mods,), zero=o.kind != "dense")
 
 
-def _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic=False, dlse=None):
+def _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic=False, dlse=None,
+                mine=None):
     """fj_attention_bwd of a training call (_train_opts's o and extras):
     (dq, dk, dv, dsinks), the gradients in q's, k's and v's strides (dense
     copies of inputs that are not: broadcasts), dsinks float32 (heads_q,)
     or empty.  lse: the library's (calls.RAW_LSE).  deterministic:
     fj_problem.deterministic (bit-identical gradients run to run).  dlse:
-    the loss's gradient at lse (lse's shape), or None."""
+    the loss's gradient at lse (lse's shape), or None.  mine: a TrainCall's
+    own entries by mode (its signature fixes every tensor's metadata but
+    dO's, which is read as O's), or None."""
     if q.numel() == 0 or k.numel() == 0:
         # No rows, or no keys: the output depends on no input.
         hq = _heads_q(q, o.layout)
         return (grad_like(q).zero_(), grad_like(k).zero_(), grad_like(v).zero_(),
                 torch.zeros((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32,
                             device=q.device))
-    # The entry by the tensors as given, with which of q, k and v become
-    # dense copies (broadcasts): their metadata decide it.
+    hit = None if mine is None else mine.get(bool(deterministic))
+    if hit is None:
+        hit = _bwd_entry(dout, q, k, v, out, lse, o, extras, deterministic)
+        if mine is not None:
+            mine[bool(deterministic)] = hit
+    if hit[1][0] or hit[1][1] or hit[1][2]:
+        q, k, v = (t.contiguous() if c else t for t, c in zip((q, k, v), hit[1]))
+    # O and dO are read with one set of strides: O's, which the forward made contiguous.
+    return calls.backward(hit[0], dout.contiguous(), q, k, v, out.contiguous(), lse, extras,
+                          _dlse_arg(dlse))
+
+
+def _bwd_entry(dout, q, k, v, out, lse, o, extras, deterministic):
+    """_launch_bwd's (entry, which of q, k and v become dense copies), by
+    the tensors as given: their metadata decide it."""
     meta = calls.meta
     key = (o, bool(deterministic), meta(q), meta(k), meta(v), meta(out), meta(dout),
            meta(lse)) + tuple(map(meta, extras))
     hit = calls.tables.bwd.get(key)
-    copy = hit[1] if hit is not None else tuple(not _dense(t) for t in (q, k, v))
-    if copy[0] or copy[1] or copy[2]:
-        q, k, v = (t.contiguous() if c else t for t, c in zip((q, k, v), copy))
     if hit is None:
+        copy = tuple(not _dense(t) for t in (q, k, v))
+        q, k, v = (t.contiguous() if c else t for t, c in zip((q, k, v), copy))
         hit = (_build_bwd(o, q, k, v, extras, deterministic), copy)
         calls.remember(calls.tables.bwd, key, hit)
-    # O and dO are read with one set of strides: O's, which the forward made contiguous.
-    return calls.backward(hit[0], dout.contiguous(), q, k, v, out.contiguous(), lse, extras,
-                          _dlse_arg(dlse))
+    return hit
 
 
 def _dlse_arg(dlse):
@@ -817,7 +831,8 @@ def _train_grads(saved, args, max_seqlens, dout, dlse, bwd, opts=None):
     # graph does not show.  warn_only changes nothing: the mode exists.
     deterministic = torch.are_deterministic_algorithms_enabled()
     if opts is not None:
-        dq, dk, dv, dsinks = _launch_bwd(dout, q, k, v, out, lse, *opts, deterministic, dlse)
+        dq, dk, dv, dsinks = _launch_bwd(dout, q, k, v, out, lse, opts[0], opts[1],
+                                         deterministic, dlse, opts[2] if len(opts) > 2 else None)
         return dq, dk, dv, dsinks if sinks is not None else None
     varlen = () if cu_q is None else (cu_q, cu_k, used) + tuple(max_seqlens)
     dq, dk, dv, dsinks = bwd(dout, q, k, v, out, lse, *args, sinks, deterministic, *varlen,
@@ -870,6 +885,62 @@ class _Train(torch.autograd.Function):
                              attention_bwd_op, None if compiling else ctx.opts)
         # One for each of forward's inputs.
         return (None,) * ctx.inputs if grads is None else grads + (None,) * (ctx.inputs - 4)
+
+
+class TrainCall:
+    """A training call of attention() with the built-in masks as the call
+    table keeps it: attention_train's arguments after sinks (args), its
+    options (_train_opts' Opts: the roles depend only on whether sinks are
+    given, which the table's key fixes), the forward's entry once the
+    first call made it, and the backward's entries by mode (_launch_bwd's
+    mine): a repeat builds no options and looks up no entry."""
+
+    __slots__ = ("args", "o", "entry", "bwd")
+
+    def __init__(self, args, sinks):
+        self.args = args
+        self.o = _train_opts(sinks, *args)[0]
+        self.entry = None
+        self.bwd = {}
+
+
+class _TrainCall(torch.autograd.Function):
+    """_Train for a TrainCall: the same forward and backward, the call's
+    options and entries taken as they are, and five inputs instead of ten
+    (autograd's apply costs a few microseconds an input)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, sinks, call):
+        extras = () if sinks is None else (sinks,)
+        if call.entry is not None:
+            out, lse = calls.forward(call.entry, q, k, v, extras)
+        else:
+            out, lse = _train_forward(call.o, extras, q, k, v)
+            call.entry = calls.known(call.o, calls.RAW_LSE, q, k, v, extras)
+        ctx.save_for_backward(q, k, v, out, lse, sinks)
+        ctx.call = call
+        ctx.set_materialize_grads(False)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, out, lse, sinks = ctx.saved_tensors
+        call = ctx.call
+        mine = None
+        if not torch.compiler.is_compiling():
+            mine = (call.o, () if sinks is None else (sinks,), call.bwd)
+        grads = _train_grads((q, k, v, out, lse, sinks, None, None, None), call.args, (0, 0),
+                             dout, dlse, attention_bwd_op, mine)
+        return (None,) * 5 if grads is None else grads + (None,)
+
+
+def train_call(q, k, v, sinks, call):
+    """attention()'s training call with the built-in masks (call: a
+    TrainCall): (out, lse).  Through the op under torch.compile, eagerly
+    through _TrainCall."""
+    if torch.compiler.is_compiling():
+        return attention_train_op(q, k, v, sinks, *call.args)
+    return _TrainCall.apply(q, k, v, sinks, call)
 
 
 def train(q, k, v, sinks, *args):
@@ -1285,8 +1356,8 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
             grad = torch.is_grad_enabled() and (
                 q.requires_grad or k.requires_grad or v.requires_grad or
                 any(t.requires_grad for t in extras))
-            # With grad, the training op's arguments as the checks left them
-            # (a ModsCall where the call has expressions).
+            # With grad, the training call as the checks left it (a
+            # TrainCall, or a ModsCall where the call has expressions).
             e = (calls.tables.train if grad else calls.tables.plain).get(key)
         except (AttributeError, TypeError):  # not tensors: the checks below say so
             key = e = None
@@ -1296,7 +1367,7 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
             elif isinstance(e, ModsCall):
                 out, lse = train_mods(q, k, v, extras, e)
             else:
-                out, lse = train(q, k, v, sinks, *e)
+                out, lse = train_call(q, k, v, sinks, e)
             return (out, lse) if return_lse else out
     return _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, score_mod,
                       mask_mod, params, sinks, block_mask, checked,
@@ -1340,10 +1411,10 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
             "yet (the forward runs: call it under torch.no_grad())"))
     builtin = not (score_mod or mask_mod or params or block_mask is not None or checked)
     if grad and builtin:
-        args = (c, sc, lay, wl, wr, cap)
+        call = TrainCall((c, sc, lay, wl, wr, cap), sinks)
         if key is not None:
-            calls.remember(calls.tables.train, key, args)
-        out, lse = train(q, k, v, sinks, *args)
+            calls.remember(calls.tables.train, key, call)
+        out, lse = train_call(q, k, v, sinks, call)
         return (out, lse) if return_lse else out
     o, extras = _dense_opts(c, sc, lay, wl, wr, cap, score_mod, mask_mod, params, sinks, bm,
                             checked, descales, out_code, o_scale, amax)

@@ -378,16 +378,19 @@ class CachedCalls(Stubbed):
         q, k, v = qkv()
         flashjit.attention(q, k, v)
         q.requires_grad_()
-        with mock.patch.object(fjt, "train", return_value=(q, q)) as op, \
+        with mock.patch.object(fjt, "train_call", return_value=(q, q)) as op, \
                 mock.patch.object(fjt, "check_inputs", wraps=fjt.check_inputs) as checks:
             # The first call with grad is checked, the next ones come from the
-            # training table with the arguments the checks made.
+            # training table with the call the checks made.
             for _ in range(3):
                 flashjit.attention(q, k, v, causal="top_left")
             self.assertEqual((op.call_count, checks.call_count), (3, 1))
             self.assertEqual(len(calls.tables.train), 1)
-            self.assertEqual(op.call_args[0][3:], (None, capi.CAUSAL_TOP_LEFT, 0.0, capi.BHSD,
-                                                   -1, -1, 0.0))
+            self.assertIsNone(op.call_args[0][3])
+            call = op.call_args[0][4]
+            self.assertIsInstance(call, fjt.TrainCall)
+            self.assertEqual(call.args, (capi.CAUSAL_TOP_LEFT, 0.0, capi.BHSD, -1, -1, 0.0))
+            self.assertIs(op.call_args_list[0][0][4], call)  # one call object throughout
             # Without grad, the plain table, never the training call.
             with torch.no_grad():
                 flashjit.attention(q, k, v, causal="top_left")
@@ -400,14 +403,14 @@ class CachedCalls(Stubbed):
                              (5, 1, 2))
 
     def test_eager_training_skips_the_custom_op(self):
-        """Eagerly, autograd runs through _Train (an autograd.Function over
-        the same forward and backward), not the custom ops, whose dispatch
-        fills their defaults from the schema at every call."""
+        """Eagerly, autograd runs through _TrainCall (an autograd.Function
+        over the same forward and backward), not the custom ops, whose
+        dispatch fills their defaults from the schema at every call."""
         q, k, v = (t.requires_grad_() for t in qkv(hk=2))
         with mock.patch.object(fjt, "attention_train_op") as op, \
                 mock.patch.object(fjt, "attention_bwd_op") as bwd_op:
             out = flashjit.attention(q, k, v, causal="top_left")
-            self.assertEqual(type(out.grad_fn).__name__, "_TrainBackward")
+            self.assertEqual(type(out.grad_fn).__name__, "_TrainCallBackward")
             out.backward(torch.ones_like(out))
             self.assertEqual((op.call_count, bwd_op.call_count), (0, 0))
         self.assertEqual([c[0] for c in self.rec.calls], ["fwd", "bwd"])
