@@ -363,10 +363,10 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
  * class (sequence-length buckets, GQA ratio). */
 typedef struct bwd_key {
   int head_dim, dtype, causal, window, softcap, sinks, checked;
-  /* a score expression, a mask expression, parameters' gradients (the
-   * kernel is built from the problem's expressions at each call; their
-   * form's hash, below, keeps apart choices the tuning database makes per
-   * expression); a block mask's sizes, likewise (0 without one) */
+  /* a score expression, a mask expression, the parameters that have
+   * gradients (a bit each; their form's hash, below, keeps apart choices
+   * the tuning database makes per expression); a block mask's sizes,
+   * likewise (0 without one) */
   int score, mask, pgrads;
   int block_q, block_kv;
   int varlen;  /* 1 varlen; 2 varlen whose packed tensors lack a total */
@@ -427,8 +427,11 @@ static bwd_key key_of(const fj_problem *p)
   k.checked = mi.checked;
   k.score = p->mods && p->mods->score && p->mods->score[0];
   k.mask = p->mods && p->mods->mask && p->mods->mask[0];
-  for (int i = 0; p->mods && i < p->mods->num_params; i++)
-    k.pgrads |= fj__mods_has_grad(p->mods, i);
+  /* Which parameters have gradients, a bit each: each set is its own
+   * main kernel (main_params' "_pg" suffix), which the recent launches'
+   * list (ready) must tell apart for one fj_mods whose param_grads change. */
+  for (int i = 0; p->mods && i < p->mods->num_params && i < FJ_MOD_PARAMS_MAX; i++)
+    k.pgrads |= fj__mods_has_grad(p->mods, i) << i;
   k.block_q = mi.block_q;
   k.block_kv = mi.block_kv;
   k.varlen = !fj__problem_varlen(p) ? 0 : untotalled(p) ? 2 : 1;

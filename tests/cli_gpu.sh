@@ -15,7 +15,7 @@
 # wgmma at 4096 queries), the mma family forced (and wgmma on sm_90a),
 # both causal alignments, a mask expression, and a decode's GQA-packed
 # split-KV with its combine; and the backward with a block mask (run
-# --backward --check against the reference).
+# --backward --check against the reference), and its deterministic mode.
 FJ=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -77,6 +77,19 @@ for dt in bf16 f16; do
     fails=$((fails + 1))
   fi
 done
+
+# The backward's deterministic mode (--deterministic): checked, and its
+# report says the mode (the pair at head dim 256, GQA, causal).
+"$FJ" run --backward --deterministic --check --iters 1 --warmup 0 --dtype bf16 \
+  --shape 1,8,300,256 --heads-kv 2 --causal >"$tmp/out" 2>&1
+code=$?
+if [ "$code" = 0 ] && grep -q "^backward (deterministic): " "$tmp/out" &&
+    grep -q "^check: .* -> PASS$" "$tmp/out"; then
+  echo "ok   run --backward --deterministic: $(grep '^check: ' "$tmp/out")"
+else
+  echo "FAIL: run --backward --deterministic -> $code: $(cat "$tmp/out")"
+  fails=$((fails + 1))
+fi
 
 [ "$fails" = 0 ] && echo "cli_gpu: all passed" || echo "cli_gpu: $fails failed"
 [ "$fails" = 0 ]

@@ -806,7 +806,8 @@ static int mods_grads_init(mods_grads *mg)
 
 /* One case: forward and backward with the expressions on the device, the
  * reference with the same expressions on the host; with pgrads, slope's
- * and rel's gradients too (fj_mods.param_grads).  0: right. */
+ * and rel's gradients too (fj_mods.param_grads), or with pgrads 2 rel's
+ * alone (slope's pointer NULL: its buffer must stay zero).  0: right. */
 static int run_mods_case(fj_ctx *ctx, const mods_case *mc,
                          const mods_params *mp, uint64_t *seed, int pgrads)
 {
@@ -815,6 +816,8 @@ static int run_mods_case(fj_ctx *ctx, const mods_case *mc,
     fprintf(stderr, "out of memory for the parameters' gradients\n");
     return 1;
   }
+  if (pgrads == 2)
+    mg->dptr[0] = mg->hptr[0] = NULL;
   bwd_run r;
   memset(&r, 0, sizeof r);
   fj_problem *p = &r.p;
@@ -882,6 +885,12 @@ static int run_mods_case(fj_ctx *ctx, const mods_case *mc,
     for (int t = 0; o16 && t < 2; t++) {
       cudaMemcpy(mg->got[t], mg->dev[t], grad_count[t] * 4, cudaMemcpyDeviceToHost);
       eg[t] = rel_err_f32(mg->got[t], mg->host[t], grad_count[t]);
+      if (!mg->dptr[t]) {  /* no gradient asked for: nothing written */
+        eg[t] = 0;
+        for (size_t i = 0; i < grad_count[t]; i++)
+          if (mg->got[t][i] != 0.f)
+            eg[t] = INFINITY;
+      }
     }
     rc = !(eq < tol && ek < tol && ev < tol && eg[0] < tol && eg[1] < tol);
     if (pgrads)
@@ -1023,6 +1032,35 @@ int test_gpu_backward_param_grads(void)
       {2, 4, 2, 300, 300, 64, FJ_BF16, TL, ALIBI, NULL, 0, {300, 41}, {200, 300}},
   };
   return run_mods_cases(cases, sizeof cases / sizeof cases[0], 1);
+}
+
+/* One fj_mods whose param_grads change between calls on one context:
+ * both gradients, then rel's alone, then both again (the context keeps the
+ * backward's recent kernels by problem, and each set of parameters with a
+ * gradient is a main kernel of its own: a launch must not take the last
+ * set's).  run_mods_case's fj_mods is its own local, so the calls likely
+ * see it at one address, as a caller that reuses its fj_mods would. */
+int test_gpu_backward_param_grads_sets(void)
+{
+  static const mods_case c = {1, 8, 2, 190, 250, 128, FJ_F16, NC,
+                              "s * (1.0f + 0.1f * slope(h)) + rel(h, kv - q + 512)",
+                              "doc(q) == doc(kv)", 0, {0}, {0}};
+  static const int sets[] = {1, 2, 1};
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(NULL, &ctx);
+  if (rc)
+    return rc;
+  uint64_t seed = 20261206;
+  mods_params *mp = malloc(sizeof *mp);
+  CHECK(mp != NULL && mods_params_init(mp, &seed) == 0);
+  int fails = 0;
+  for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+    fails += run_mods_case(ctx, &c, mp, &seed, sets[i]);
+  fj_ctx_destroy(ctx);
+  mods_params_free(mp);
+  free(mp);
+  printf("parameters' gradient sets on one context: %d failed\n", fails);
+  return fails != 0;
 }
 
 /* One small case with an expression that gives inf at the zero padding's

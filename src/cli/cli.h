@@ -61,6 +61,8 @@ typedef struct cli {
   int jit_tiers;          /* --jit-tiers (run) */
   int first;              /* --first (emit): the tiered JIT's first kernel */
   int backward;           /* --backward (emit, plan): the backward's kernels */
+  int deterministic;      /* --deterministic (run, plan with --backward):
+                             fj_problem.deterministic */
   int verbose;
   /* emit */
   const char *what;

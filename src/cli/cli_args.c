@@ -314,6 +314,9 @@ static int check_combinations(cli *c)
     return cli_usage_error(c, "--%s picks the library's choice for a problem: "
                               "it does not combine with %s%s",
                            p, c->sweep ? "--sweep" : "--", c->sweep ? "" : a);
+  if (c->deterministic && !c->backward)
+    return cli_usage_error(c, "--deterministic is the backward's mode "
+                              "(fj_problem.deterministic): give --backward too");
   if (c->cmd == CMD_RUN && c->backward && (a || c->sweep || c->jit_tiers))
     return cli_usage_error(c, "--backward runs the library's backward for "
                               "--shape's problem: it takes no --%s",

@@ -263,6 +263,11 @@ const flag_def cli_flags[] = {
              "(and dsinks) against the float64 reference, every element (B x "
              "H x Sq x Skv x D at most 536870912); no variant flags, --sweep "
              "or --jit-tiers"},
+    {"deterministic", 0, CMD_RUN | CMD_PLAN, cli_set_switch, OFF(deterministic),
+     .help = "with --backward: the backward's deterministic mode "
+             "(fj_problem.deterministic: dq, dk, dv bit-identical run to "
+             "run, dQ added in a fixed order); plan prints the mode, run "
+             "times it"},
     {"backward", 0, CMD_TUNE, cli_set_switch, OFF(backward),
      .help = "tune the backward's main kernel (fj_tune_bwd: the families and "
              "stages its plan could take, checked against the plan's choice) "

@@ -97,6 +97,7 @@ static int plan_backward(cli *c, fj_ctx *ctx, const fj_problem *p)
          p->seq_q, p->seq_kv, p->head_dim);
   printf("arch=%s\n", fj_ctx_arch(ctx));
   printf("direction=backward\n");
+  printf("deterministic=%d\n", p->deterministic);
   for (int i = 0; i < FJ_BWD_KERNELS; i++) {
     fj_kernel *k;
     static const char *const keys[] = {"preprocess", "main", "postprocess"};

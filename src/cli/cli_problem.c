@@ -150,6 +150,7 @@ int cli_problem(cli *c, fj_problem *p)
   p->scale_layout = c->scale_layout;
   p->o_dtype = c->v.o_dtype;
   p->splits = c->splits;
+  p->deterministic = c->deterministic;
   p->mods = c->mods_on ? &c->mods : NULL;
   cli_block_mask_shape(c, p);
   if (c->lens)

@@ -112,10 +112,11 @@ static int print_plan(cli *c, fj_ctx *ctx, const run_data *d,
     names[i] = fj_kernel_name(k);
   }
   const fj_variant *v = &plan->variant;
-  printf("backward: %s (mma %s, tiles %d x %d, %d warps, %d stage%s); "
+  printf("backward%s: %s (mma %s, tiles %d x %d, %d warps, %d stage%s); "
          "preprocess %s, postprocess %s\n",
-         names[1], fj_mma_name(v->mma), v->tile_m, v->tile_n, v->warps,
-         v->stages, v->stages == 1 ? "" : "s", names[0], names[2]);
+         d->p.deterministic ? " (deterministic)" : "", names[1],
+         fj_mma_name(v->mma), v->tile_m, v->tile_n, v->warps, v->stages,
+         v->stages == 1 ? "" : "s", names[0], names[2]);
   printf("grid: %u,%u,%u x %u threads, %u bytes of dynamic shared memory; "
          "workspace %zu bytes\n",
          plan->grid[0], plan->grid[1], plan->grid[2], plan->threads,
