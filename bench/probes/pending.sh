@@ -58,7 +58,12 @@
 # got H100s only: s23.sh's bwdtin and tiers (PERF.md R6, J13, C38),
 # sendearly (landed: 518bcca, 1ccfc48; T15) and narrowlate (missed),
 # bench/probes/s24.sh's host (3e45dd1: R7), bwd, detab, detrt and train
-# (R6).  Next, on the H200: S24_BWD_DIMS=64,128,256 S24_PARTS=bwd bash
+# (R6).  Next, on any GPU first, what ran nowhere yet:
+# gpu_backward_param_grads_sets, gpu_backward_mods and
+# gpu_backward_param_grads (the backward's recent launches' list with
+# expressions: 3e45dd1, b84e869), gpu_cli (run --backward
+# --deterministic) and the package's tests (4dab5bf's TrainCall); then on
+# the H200: S24_BWD_DIMS=64,128,256 S24_PARTS=bwd bash
 # bench/probes/s24.sh (the backward's whole table since 518bcca: T12
 # again, d256's bar), S24_PARTS=train (issue 33's table: R2 again, the
 # bias table's bar), then, as before:
