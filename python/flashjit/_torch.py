@@ -1009,9 +1009,12 @@ def _dparams_views(o, extras, pgrads, device):
     return dparams, tuple(dparams.split(sizes)) if sizes else ()
 
 
-def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrads, dlse=None):
+def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrads, dlse=None,
+                     mine=None):
     """_launch_bwd's counterpart for a call with expressions (opts: the
-    forward's options text): (dq, dk, dv, dsinks, dparams)."""
+    forward's options text): (dq, dk, dv, dsinks, dparams).  mine: a
+    ModsCall's own entries by mode and gradients (its signature fixes
+    every tensor's metadata but dO's, read contiguous), or None."""
     o = calls.decode(opts)
     q, k, v = (t if _dense(t) else t.contiguous() for t in (q, k, v))
     out, dout = out.contiguous(), dout.contiguous()
@@ -1021,13 +1024,17 @@ def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrad
         return (grad_like(q), grad_like(k).zero_(), grad_like(v).zero_(),
                 torch.zeros((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32,
                             device=q.device), dparams)
-    meta = calls.meta
-    key = ("mods", opts, bool(deterministic), int(pgrads), meta(q), meta(k), meta(v),
-           meta(out), meta(dout), meta(lse)) + tuple(meta(t) for t in extras)
-    e = calls.tables.bwd.get(key)
+    e = None if mine is None else mine.get((bool(deterministic), int(pgrads)))
     if e is None:
-        e = _build_bwd_mods(o, q, k, v, extras, deterministic, pgrads)
-        calls.remember(calls.tables.bwd, key, e)
+        meta = calls.meta
+        key = ("mods", opts, bool(deterministic), int(pgrads), meta(q), meta(k), meta(v),
+               meta(out), meta(dout), meta(lse)) + tuple(meta(t) for t in extras)
+        e = calls.tables.bwd.get(key)
+        if e is None:
+            e = _build_bwd_mods(o, q, k, v, extras, deterministic, pgrads)
+            calls.remember(calls.tables.bwd, key, e)
+        if mine is not None:
+            mine[(bool(deterministic), int(pgrads))] = e
     return calls.backward(e, dout, q, k, v, out, lse, tuple(extras) + views,
                           _dlse_arg(dlse)) + (dparams,)
 
@@ -1162,13 +1169,14 @@ attention_train_mods_op.register_autograd(_train_mods_backward,
 
 class ModsCall:
     """A training call with expressions as the call table keeps it: its
-    options' text, and the forward's entry once the first call made it
-    (None until then), which later calls launch without looking it up."""
+    options' text, the forward's entry once the first call made it (None
+    until then), which later calls launch without looking it up, and the
+    backward's entries (_launch_bwd_mods' mine)."""
 
-    __slots__ = ("opts", "entry")
+    __slots__ = ("opts", "entry", "bwd")
 
     def __init__(self, opts):
-        self.opts, self.entry = opts, None
+        self.opts, self.entry, self.bwd = opts, None, {}
 
 
 class _TrainMods(torch.autograd.Function):
@@ -1186,12 +1194,18 @@ class _TrainMods(torch.autograd.Function):
             out, lse = _attention_train_mods(q, k, v, list(extra), call.opts)
             call.entry = calls.known(calls.decode(call.opts), calls.RAW_LSE, q, k, v, extra)
         _train_mods_setup(ctx, (q, k, v, extra, call.opts), (out, lse))
+        ctx.call = call
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
+        mine = ctx.call.bwd
+
+        def bwd(*args):
+            return _launch_bwd_mods(*args, mine=mine)
+
         grads = _mods_grads(ctx.saved_tensors, ctx.opts, ctx.pgrads, dout, dlse,
-                            _attention_bwd_mods)
+                            _attention_bwd_mods if torch.compiler.is_compiling() else bwd)
         n = len(ctx.saved_tensors) - 5
         if grads is None:
             return (None,) * (4 + n)

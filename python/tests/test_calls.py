@@ -402,6 +402,26 @@ class CachedCalls(Stubbed):
             self.assertEqual((op.call_count, checks.call_count, len(calls.tables.train)),
                              (5, 1, 2))
 
+    def test_training_call_keeps_its_entries(self):
+        """A repeated training call (a TrainCall) takes its forward's and
+        its backward's entries as it kept them: options, entry keys and
+        the backward's plan are made once, the deterministic mode's apart."""
+        q, k, v = (t.requires_grad_() for t in qkv(hk=2))
+        with mock.patch.object(fjt, "_train_opts", wraps=fjt._train_opts) as opts, \
+                mock.patch.object(fjt, "_bwd_entry", wraps=fjt._bwd_entry) as entry:
+            for _ in range(3):
+                flashjit.attention(q, k, v, causal="top_left").float().sum().backward()
+            self.assertEqual((opts.call_count, entry.call_count), (1, 1))
+            torch.use_deterministic_algorithms(True)
+            try:
+                for _ in range(2):
+                    flashjit.attention(q, k, v, causal="top_left").float().sum().backward()
+            finally:
+                torch.use_deterministic_algorithms(False)
+            self.assertEqual(entry.call_count, 2)
+        self.assertEqual([c[2].deterministic for c in self.rec.calls if c[0] == "bwd"],
+                         [0, 0, 0, 1, 1])
+
     def test_eager_training_skips_the_custom_op(self):
         """Eagerly, autograd runs through _TrainCall (an autograd.Function
         over the same forward and backward), not the custom ops, whose
@@ -844,8 +864,12 @@ def mods_kernels(test):
 
     lib.impl("attention_train_mods", train, "CPU")
     lib.impl("attention_bwd_mods", bwd, "CPU")
-    # Eagerly, _TrainMods calls the functions the ops wrap.
-    for name, f in (("_attention_train_mods", train), ("_attention_bwd_mods", bwd)):
+    # Eagerly, _TrainMods calls the forward the op wraps, and the launch
+    # the backward op's function makes (with the call's own entries).
+    def launch(*args, mine=None):
+        return bwd(*args)
+
+    for name, f in (("_attention_train_mods", train), ("_launch_bwd_mods", launch)):
         p = mock.patch.object(fjt, name, f)
         p.start()
         test.addCleanup(p.stop)
