@@ -1170,13 +1170,14 @@ attention_train_mods_op.register_autograd(_train_mods_backward,
 class ModsCall:
     """A training call with expressions as the call table keeps it: its
     options' text, the forward's entry once the first call made it (None
-    until then), which later calls launch without looking it up, and the
-    backward's entries (_launch_bwd_mods' mine)."""
+    until then), which later calls launch without looking it up, the
+    backward's entries (_launch_bwd_mods' mine), and which extras are
+    floating-point (_TrainMods' inputs; None until the first call)."""
 
-    __slots__ = ("opts", "entry", "bwd")
+    __slots__ = ("opts", "entry", "bwd", "floats")
 
     def __init__(self, opts):
-        self.opts, self.entry, self.bwd = opts, None, {}
+        self.opts, self.entry, self.bwd, self.floats = opts, None, {}, None
 
 
 class _TrainMods(torch.autograd.Function):
@@ -1184,10 +1185,14 @@ class _TrainMods(torch.autograd.Function):
     is attention_train_op's: the same forward, saved tensors and backward
     without the custom ops' dispatch (a call with expressions and a block
     mask paid 250 us more host time a forward with grad than without, on
-    an H100's host)."""
+    an H100's host).  extra: the call's extras, a tuple that autograd does
+    not look into; after it, as inputs, the floating-point ones (the
+    sinks, the float tensor parameters: those that may take a gradient;
+    autograd's apply costs a few microseconds an input, and a block mask
+    brings eight integer lists)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, call, *extra):
+    def forward(ctx, q, k, v, call, extra, *floats):
         if call.entry is not None:
             out, lse = calls.forward(call.entry, q, k, v, extra)
         else:
@@ -1206,10 +1211,10 @@ class _TrainMods(torch.autograd.Function):
 
         grads = _mods_grads(ctx.saved_tensors, ctx.opts, ctx.pgrads, dout, dlse,
                             _attention_bwd_mods if torch.compiler.is_compiling() else bwd)
-        n = len(ctx.saved_tensors) - 5
+        at = ctx.call.floats
         if grads is None:
-            return (None,) * (4 + n)
-        return grads[:3] + (None,) + tuple(grads[3])
+            return (None,) * (5 + len(at))
+        return grads[:3] + (None, None) + tuple(grads[3][i] for i in at)
 
 
 def train_mods(q, k, v, extras, call):
@@ -1220,7 +1225,10 @@ def train_mods(q, k, v, extras, call):
         call = ModsCall(call)
     if torch.compiler.is_compiling():
         return attention_train_mods_op(q, k, v, list(extras), call.opts)
-    return _TrainMods.apply(q, k, v, call, *extras)
+    extras = tuple(extras)
+    if call.floats is None:  # the call table's key fixes the extras' dtypes
+        call.floats = tuple(i for i, t in enumerate(extras) if t.is_floating_point())
+    return _TrainMods.apply(q, k, v, call, extras, *(extras[i] for i in call.floats))
 
 
 def _given_extras(sinks, params, block_mask, descales):

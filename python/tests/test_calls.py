@@ -959,6 +959,14 @@ class ExpressionBackward(unittest.TestCase):
                                    "q_num", "q_indices", "full_q_num", "full_q_indices")))
         for t, want in ((q, 2.0), (k, 3.0), (v, 4.0)):
             self.assertTrue(torch.equal(t.grad, torch.full_like(t, want)))
+        # Autograd's inputs are q, k, v and the floating-point extras only
+        # (here the sinks): the eight integer lists ride in the extras'
+        # tuple (apply's cost grows with its inputs).
+        sinks = torch.zeros(4, requires_grad=True)
+        out = flashjit.attention(q, k, v, mask_mod="kv <= q", block_mask=bm, sinks=sinks)
+        self.assertEqual(len(out.grad_fn.next_functions), 4)
+        out.float().sum().backward()
+        self.assertTrue(torch.equal(sinks.grad, torch.full_like(sinks, 5.0)))
         forward_only = flashjit.BlockMask(z[0], z[1], block_q=64, block_kv=64)
         with self.assertRaisesRegex(ValueError, r"flashjit.attention: block_mask has no "
                                     r"transposed lists \(q_num, q_indices\), which the "
