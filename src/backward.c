@@ -664,13 +664,14 @@ static int section_of(const fj_ctx *ctx, const fj_problem *p,
  * window, dense, no expressions or softcap (the kernel's ROT); the wgmma
  * kernels -- key tile t of T starts its walk at query tile t nq / T, so a
  * dQ tile's adds come one a step in that rotation's order instead of each
- * key tile waiting on the one launched before it at every step.  A key tile then waits on tiles
- * launched after it: all of a head's key tiles must be resident at once,
- * so T at most the multiprocessors (one block of the 12-warp kernels a
- * multiprocessor) and, for the wide kernel's pairs (clusters of two
- * blocks), at most twice the clusters the driver says can be resident
- * (fn: the main kernel), the plain launch order (section 1: a head's key
- * tiles consecutive) and, for the kernel's 32-bit rank, T nq < 2^31.
+ * key tile waiting on the one launched before it at every step.  A key
+ * tile then waits on tiles launched after it: all of a head's key tiles
+ * must be resident at once, so T at most the multiprocessors (one block
+ * of the 12-warp kernels a multiprocessor) and, for the wide kernel's
+ * pairs (clusters of two blocks), at most twice the clusters the driver
+ * says can be resident (fn: the main kernel), the plain launch order
+ * (section 1: a head's key tiles consecutive) and, for the kernel's
+ * 32-bit rank, T nq < 2^31.
  * FLASHJIT_BWD_ROTATE=0 turns it off (a GPU shared by MPS with fewer
  * multiprocessors than it reports).  Where the kernel was not rendered
  * with ROT it takes 2 as 1; its order of the adds is then the plain one.

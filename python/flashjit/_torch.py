@@ -814,7 +814,8 @@ def _train_grads(saved, args, max_seqlens, dout, dlse, bwd, opts=None):
     _Train's alike: (dq, dk, dv, dsinks or None), or None where no
     gradient reaches the output.  saved: _train_setup's tensors; bwd:
     attention_bwd_op, or eagerly the function it wraps -- or, given opts
-    (the forward's Opts and extras, eagerly), _launch_bwd on them."""
+    (the forward's Opts and extras, and a TrainCall's own backward entries
+    or None; eagerly), _launch_bwd on them."""
     q, k, v, out, lse, sinks, cu_q, cu_k, used = saved
     if dout is None and dlse is None:
         return None
@@ -831,8 +832,9 @@ def _train_grads(saved, args, max_seqlens, dout, dlse, bwd, opts=None):
     # graph does not show.  warn_only changes nothing: the mode exists.
     deterministic = torch.are_deterministic_algorithms_enabled()
     if opts is not None:
-        dq, dk, dv, dsinks = _launch_bwd(dout, q, k, v, out, lse, opts[0], opts[1],
-                                         deterministic, dlse, opts[2] if len(opts) > 2 else None)
+        o, extras, mine = opts
+        dq, dk, dv, dsinks = _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic, dlse,
+                                         mine)
         return dq, dk, dv, dsinks if sinks is not None else None
     varlen = () if cu_q is None else (cu_q, cu_k, used) + tuple(max_seqlens)
     dq, dk, dv, dsinks = bwd(dout, q, k, v, out, lse, *args, sinks, deterministic, *varlen,
@@ -875,7 +877,7 @@ class _Train(torch.autograd.Function):
         # takes as they are (the split count is the forward's alone).
         _train_setup(ctx, (q, k, v, sinks) + args + _TRAIN_DEFAULTS[len(args) - 6:], (out, lse))
         ctx.inputs = 4 + len(args)
-        ctx.opts = (o._replace(num_splits=0) if o.num_splits else o, extras)
+        ctx.opts = (o._replace(num_splits=0) if o.num_splits else o, extras, None)
         return out, lse
 
     @staticmethod
@@ -926,11 +928,11 @@ class _TrainCall(torch.autograd.Function):
     def backward(ctx, dout, dlse):
         q, k, v, out, lse, sinks = ctx.saved_tensors
         call = ctx.call
-        mine = None
+        opts = None
         if not torch.compiler.is_compiling():
-            mine = (call.o, () if sinks is None else (sinks,), call.bwd)
+            opts = (call.o, () if sinks is None else (sinks,), call.bwd)
         grads = _train_grads((q, k, v, out, lse, sinks, None, None, None), call.args, (0, 0),
-                             dout, dlse, attention_bwd_op, mine)
+                             dout, dlse, attention_bwd_op, opts)
         return (None,) * 5 if grads is None else grads + (None,)
 
 
@@ -1024,7 +1026,8 @@ def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrad
         return (grad_like(q), grad_like(k).zero_(), grad_like(v).zero_(),
                 torch.zeros((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32,
                             device=q.device), dparams)
-    e = None if mine is None else mine.get((bool(deterministic), int(pgrads)))
+    mode = (bool(deterministic), int(pgrads))
+    e = None if mine is None else mine.get(mode)
     if e is None:
         meta = calls.meta
         key = ("mods", opts, bool(deterministic), int(pgrads), meta(q), meta(k), meta(v),
@@ -1034,7 +1037,7 @@ def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrad
             e = _build_bwd_mods(o, q, k, v, extras, deterministic, pgrads)
             calls.remember(calls.tables.bwd, key, e)
         if mine is not None:
-            mine[(bool(deterministic), int(pgrads))] = e
+            mine[mode] = e
     return calls.backward(e, dout, q, k, v, out, lse, tuple(extras) + views,
                           _dlse_arg(dlse)) + (dparams,)
 
