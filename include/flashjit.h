@@ -1256,7 +1256,8 @@ FJ_API fj_status fj_attention_merge(fj_ctx *ctx, const fj_problem *p,
  * rowsum(dO o O), dQ's float32 accumulator cleared), the main kernel (K
  * and V stationary; dK and dV summed over each GQA group in registers, dQ
  * added into the accumulator, in key-tile order under p->deterministic)
- * and a postprocess (dQ in the inputs' dtype, the sinks' gradient).
+ * and a postprocess (dQ in the inputs' dtype, the sinks' gradient) --
+ * or, where dq_fused says so, none: the main kernel converts dQ itself.
  */
 typedef struct fj_bwd_plan {
   fj_variant variant;      /* the main kernel's tiles and axes */
@@ -1265,6 +1266,14 @@ typedef struct fj_bwd_plan {
   unsigned threads;        /* its block */
   unsigned smem_bytes;     /* its dynamic shared memory */
   unsigned rows_grid;      /* the pre- and postprocess' blocks (16 rows each) */
+  unsigned dq_fused;       /* 1: the main kernel converts each dQ tile into
+                              dq as its last addition completes, and no
+                              postprocess runs (the wgmma kernel up to head
+                              dim 128, without varlen, a block mask or
+                              sinks, where dq is 16-byte aligned and
+                              p->q_stride multiples of 8; else the
+                              postprocess runs).  Off by default for now:
+                              FLASHJIT_BWD_FUSE=1 turns it on */
   size_t workspace_bytes;  /* delta, LSE2 and dQ's accumulator, float32,
                               over rows padded to 64, and a counter per
                               64 x 64 tile of dQ (deterministic turns) */
@@ -1318,8 +1327,8 @@ FJ_API fj_status fj_attention_bwd_plan(fj_ctx *ctx, const fj_problem *p,
 FJ_API fj_status fj_attention_bwd_prefetch(fj_ctx *ctx, const fj_problem *p);
 
 /* The backward's kernels, for inspection (no GPU needed): which 0 is the
- * preprocess, 1 the main kernel, 2 the postprocess, of the plan's variant
- * for p.  Built (compiled or fetched from the caches) like fj_kernel_get's;
+ * preprocess, 1 the main kernel, 2 the postprocess (which a plan with
+ * dq_fused does not launch), of the plan's variant for p.  Built (compiled or fetched from the caches) like fj_kernel_get's;
  * the kernel belongs to the context.  FJ_ERR_INVALID_ARG for which outside
  * 0..2. */
 #define FJ_BWD_KERNELS 3

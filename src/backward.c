@@ -333,6 +333,27 @@ static int bwd_table_inside(const fj_problem *p, const fj_variant *v)
                                ((long long)p->seq_kv + tn - 1) / tn * tn);
 }
 
+/* Whether the main kernel v converts p's dQ itself (fj_bwd_plan.dq_fused):
+ * the wgmma kernel whose consumers both own 64 keys (head dims up to 128:
+ * the template's CONV), without varlen or a block mask, whose walks count
+ * a dQ tile's key tiles as the plain rule gives them, nor sinks (the
+ * postprocess sums their gradient).  The template traps a launch that
+ * asks a kernel without CONV.  FLASHJIT_BWD_FUSE=0 turns it off, =1 on
+ * (A/B runs); unset, BWD_FUSE_DEFAULT says. */
+#define BWD_FUSE_DEFAULT 0
+static int dq_fusable(const fj_problem *p, const fj_variant *v)
+{
+  static int off = -1;
+  if (off < 0) {
+    const char *e = getenv("FLASHJIT_BWD_FUSE");
+    off = e && *e ? strcmp(e, "0") == 0 : !BWD_FUSE_DEFAULT;
+  }
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
+  return !off && v->mma == FJ_MMA_WGMMA && v->head_dim <= 128 &&
+         !fj__problem_varlen(p) && !mi.blocks && !mi.sinks;
+}
+
 /* The plan's sizes for main kernel v, its kernel's metadata given, and
  * its table_inside proved for p (the memo keeps choices without it: they
  * hold for problems of other lengths and tables). */
@@ -352,6 +373,7 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
   plan->threads = (unsigned)meta->threads;
   plan->smem_bytes = (unsigned)meta->smem_bytes;
   plan->rows_grid = (unsigned)((rows + BWD_ROWS - 1) / BWD_ROWS);
+  plan->dq_fused = (unsigned)dq_fusable(p, v);
   /* delta, LSE2, dQ's accumulator, then its tiles' turns, each 16-byte
    * aligned (rows are multiples of 64) */
   plan->workspace_bytes = rows * sizeof(float) * (2 + acc_width(p)) +
@@ -792,9 +814,10 @@ fj_status fj_attention_bwd_prefetch(fj_ctx *ctx, const fj_problem *p)
   fj_bwd_plan plan;
   pthread_mutex_lock(&ctx->lock);
   st = plan_locked(ctx, p, &plan);
-  /* The main kernel first: the longest compile. */
+  /* The main kernel first: the longest compile; no postprocess where the
+   * main kernel converts dQ. */
   static const int order[FJ_BWD_KERNELS] = {1, 0, 2};
-  for (int i = 0; i < FJ_BWD_KERNELS && st == FJ_OK; i++)
+  for (int i = 0; i < FJ_BWD_KERNELS - (int)plan.dq_fused && st == FJ_OK; i++)
     st = bwd_kernel(ctx, p, &plan, order[i], BWD_AHEAD, NULL);
   pthread_mutex_unlock(&ctx->lock);
   return st;
@@ -802,9 +825,10 @@ fj_status fj_attention_bwd_prefetch(fj_ctx *ctx, const fj_problem *p)
 
 /* The three kernels' functions, from the recent launches' where p's key
  * and the plan's variant are there (moved to the front), else built and
- * remembered; ctx->lock held. */
+ * remembered (the postprocess's NULL where the main kernel converts dQ:
+ * fused); ctx->lock held. */
 static fj_status ready(fj_ctx *ctx, const fj_problem *p,
-                       const fj_bwd_plan *plan, void *fn[3])
+                       const fj_bwd_plan *plan, int fused, void *fn[3])
 {
   bwd_key key = key_of(p);
   fj_variant v = plan->variant;
@@ -812,7 +836,7 @@ static fj_status ready(fj_ctx *ctx, const fj_problem *p,
   fj_bwd_memo *m = ctx->bwd_memo;
   for (int i = 0; m && i < m->nhot; i++)
     if (!memcmp(&m->hot[i].key, &key, sizeof key) &&
-        !memcmp(&m->hot[i].v, &v, sizeof v)) {
+        !memcmp(&m->hot[i].v, &v, sizeof v) && (fused || m->hot[i].fn[2])) {
       memcpy(fn, m->hot[i].fn, sizeof m->hot[i].fn);
       if (i) {
         bwd_hot h = m->hot[i];
@@ -822,7 +846,8 @@ static fj_status ready(fj_ctx *ctx, const fj_problem *p,
       return FJ_OK;
     }
   fj_status st = FJ_OK;
-  for (int i = 0; i < FJ_BWD_KERNELS && st == FJ_OK; i++) {
+  fn[2] = NULL;
+  for (int i = 0; i < FJ_BWD_KERNELS - fused && st == FJ_OK; i++) {
     fj_kernel *k = NULL;
     st = bwd_kernel(ctx, p, plan, i, BWD_BUILD, &k);
     if (st == FJ_OK)
@@ -842,7 +867,7 @@ static fj_status ready(fj_ctx *ctx, const fj_problem *p,
  * and V of a key tile. */
 static fj_status bwd_maps(fj_ctx *ctx, const fj_problem *p,
                           const fj_bwd_plan *plan, const bwd_args *a,
-                          fj_bwd_tmaps *m)
+                          int fused, fj_bwd_tmaps *m)
 {
   const int d = p->head_dim, tm = plan->variant.tile_m,
             tn = block_keys(&plan->variant);
@@ -862,6 +887,12 @@ static fj_status bwd_maps(fj_ctx *ctx, const fj_problem *p,
   if (st == FJ_OK)
     st = fj__tensor_map(ctx, a->dout, p->dtype, p->o_stride, d, sq,
                         p->heads_q, bq, tm, &m->dout);
+  /* dQ's, where the main kernel stores it (one 64-row tile at a time) */
+  if (st == FJ_OK && fused)
+    st = fj__tensor_map(ctx, a->dq, p->dtype, p->q_stride, d, sq,
+                        p->heads_q, bq, 64, &m->dq);
+  else
+    memset(&m->dq, 0, sizeof m->dq);
   return st;
 }
 
@@ -917,9 +948,14 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   }
   if (st == FJ_OK)
     st = check_grads(ctx, who, p->mods);
+  /* A caller's plan of another problem may claim dq_fused: checked again;
+   * the kernel's conversion stores 16 bytes of a row at once. */
+  int fused = plan->dq_fused && dq_fusable(p, &plan->variant) &&
+              (uintptr_t)a->dq % 16 == 0 &&
+              (p->q_stride[0] | p->q_stride[1] | p->q_stride[2]) % 8 == 0;
   if (st == FJ_OK) {
     pthread_mutex_lock(&ctx->lock);
-    st = ready(ctx, p, plan, fn);
+    st = ready(ctx, p, plan, fused, fn);
     pthread_mutex_unlock(&ctx->lock);
   }
   if (st == FJ_OK && !ws)
@@ -935,12 +971,13 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   fj_bwd_tmaps maps;
   int wg = plan->variant.mma == FJ_MMA_WGMMA;
   if (st == FJ_OK && wg)
-    st = bwd_maps(ctx, p, plan, a, &maps);
+    st = bwd_maps(ctx, p, plan, a, fused, &maps);
   if (st == FJ_OK) {
     fj__fill_params(&kp, p, a->q, a->k, a->v, (void *)(uintptr_t)a->o, NULL);
     fill_bwd_blocks(&kp, p);
     fill_bwd_params(&g, p, a, base);
     g.section = section_of(ctx, p, plan);
+    g.fuse = fused;
     if (rotates(ctx, p, plan, g.section, fn[1]))
       g.deterministic = 2;
     /* The mma kernel takes the parameters' gradients last where it has
@@ -958,7 +995,7 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
          {plan->threads, 1, 1}, plan->smem_bytes, stream,
          wg ? wg_args : args, 0},
         {fn[2], {rows, 1, 1}, {32 * BWD_ROW_WARPS, 1, 1}, 0, stream, args, 0}};
-    for (int i = 0; i < 3 && st == FJ_OK; i++)
+    for (int i = 0; i < 3 - g.fuse && st == FJ_OK; i++)
       st = fj__cu_launch(ctx, &l[i]);
   }
   fj__cu_leave(ctx);

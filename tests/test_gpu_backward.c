@@ -249,6 +249,10 @@ static int run_pass(fj_ctx *ctx, bwd_run *r)
   return 0;
 }
 
+/* How many of run_backward's plans converted dQ in the main kernel
+ * (fj_bwd_plan.dq_fused). */
+static int fused_plans;
+
 /* One case: forward, backward, reference, the verdict.  0: right. */
 static int run_backward(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed)
 {
@@ -293,13 +297,14 @@ static int run_backward(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed)
      * reference are of the order of 1e-2 there. */
     double tol = bc->dt == FJ_BF16 ? 3e-2 : 1e-2;
     rc = !(eq < tol && ek < tol && ev < tol && es < tol);
-    printf("%s %-5s d%-3d %s b%d h%d/%d s%d/%d %s%s%s%s%s x%.0f: dq %.2e dk %.2e dv %.2e\n",
+    fused_plans += r.plan.dq_fused != 0;
+    printf("%s %-5s d%-3d %s b%d h%d/%d s%d/%d %s%s%s%s%s x%.0f%s: dq %.2e dk %.2e dv %.2e\n",
            rc ? "FAIL" : "ok  ", fj_mma_name(r.plan.variant.mma), bc->d, fj_dtype_name(bc->dt), bc->b, bc->hq,
            bc->hkv, bc->sq, bc->skv, fj_causal_name(bc->causal),
            bc->window_left >= 0 ? " window" : "", bc->softcap > 0 ? " softcap" : "",
            bc->sinks ? " sinks" : "",
            bc->deterministic ? " deterministic" : bc->lq[0] ? " varlen" : bc->dlse ? " dlse" : "",
-           (double)bc->in_scale, eq, ek, ev);
+           (double)bc->in_scale, r.plan.dq_fused ? " (dQ in the main kernel)" : "", eq, ek, ev);
     if (r.gs)
       printf("       dsinks %.2e\n", es);
   }
@@ -318,6 +323,30 @@ static int same_bits(const bwd_run *r, void *const first[4])
          !memcmp(first[1], r->hk, r->nk * 2) &&
          !memcmp(first[2], r->hv, r->nk * 2) &&
          (!r->gs || !memcmp(first[3], r->hs, (size_t)r->p.heads_q * 4));
+}
+
+/* Where r's plan converts dQ in the main kernel (dq_fused), the same
+ * backward with dQ one element past a 16-byte boundary, which the
+ * conversion's 16-byte stores cannot take, so the postprocess converts
+ * it: in the deterministic mode the two must give the same bits.  1:
+ * they differ (or the call failed); -1: the plan does not fuse. */
+static int fused_differs(fj_ctx *ctx, bwd_run *r, const void *first_dq)
+{
+  if (!r->plan.dq_fused)
+    return -1;
+  const fj_problem *p = &r->p;
+  unsigned char *buf = upload(NULL, r->nq * 2 + 16);
+  void *hq = malloc(r->nq * 2);
+  int rc = 1;
+  cudaMemset(buf, 0xff, r->nq * 2 + 16);
+  if (fj_attention_bwd(ctx, p, r->q_d, r->k_d, r->v_d, r->o_d, r->do_d,
+                       r->lse_d, buf + 2, r->gk, r->gv, r->gs, NULL) != FJ_OK)
+    fprintf(stderr, "backward (dQ unaligned): %s\n", fj_errmsg(ctx));
+  else if (cudaMemcpy(hq, buf + 2, r->nq * 2, cudaMemcpyDeviceToHost) == cudaSuccess)
+    rc = memcmp(hq, first_dq, r->nq * 2) != 0;
+  free(hq);
+  cudaFree(buf);
+  return rc;
 }
 
 /* The case's backward `runs` times on the same inputs: in the
@@ -345,12 +374,15 @@ static int run_repeats(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed,
       goto out;
     differ += !same_bits(&r, first);
   }
-  rc = bc->deterministic && differ > 0;
-  printf("%s %-5s d%-3d %s h%d/%d s%d %s%s%s %s: %d of %d runs differ from the first\n",
+  int unfused = bc->deterministic ? fused_differs(ctx, &r, first[0]) : -1;
+  rc = bc->deterministic && (differ > 0 || unfused > 0);
+  printf("%s %-5s d%-3d %s h%d/%d s%d %s%s%s %s: %d of %d runs differ from the first%s\n",
          rc ? "FAIL" : "ok  ", fj_mma_name(r.plan.variant.mma), bc->d,
          fj_dtype_name(bc->dt), bc->hq, bc->hkv, bc->sq, fj_causal_name(bc->causal),
          bc->window_left >= 0 ? " window" : "", bc->sinks ? " sinks" : "",
-         bc->deterministic ? "deterministic" : "default", differ, runs - 1);
+         bc->deterministic ? "deterministic" : "default", differ, runs - 1,
+         unfused < 0 ? "" : unfused ? "; dQ converted by the postprocess differs from the main kernel's"
+                                    : "; dQ by the postprocess the same bits as the main kernel's");
 out:
   for (int i = 0; i < 4; i++)
     free(first[i]);
@@ -556,6 +588,69 @@ int test_gpu_backward_deterministic(void)
       {1, 4, 2, 600, 600, 256, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
   };
   return run_deterministic(cases, sizeof cases / sizeof cases[0], 2);
+}
+
+/* The main kernel's own dQ conversion (fj_bwd_plan.dq_fused: the narrow
+ * wgmma kernel, head dims up to 128, where no postprocess runs), turned on
+ * in this process whatever the library's default (FLASHJIT_BWD_FUSE=1,
+ * read at the first plan): every case must plan it and be right against
+ * the reference -- masks of both sides (each dQ tile converted by the last
+ * of the key tiles that walk it: scheduler.cuh's kv_count), rows that see
+ * no key (the preprocess writes their dQ), GQA and MQA, padded head dims,
+ * the LSE's gradient --, and in the deterministic mode give the same bits
+ * run to run and as the postprocess (dQ placed where the conversion's
+ * 16-byte stores cannot go). */
+int test_gpu_backward_fused(void)
+{
+  static const bwd_case cases[] = {
+      {2, 4, 4, 256, 256, 64, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 4, 300, 300, 128, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 4, 300, 300, 128, FJ_F16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 100, 257, 128, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 257, 100, 128, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},  /* rows that see no key */
+      {1, 2, 2, 257, 100, 64, FJ_F16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 17, 17, 64, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {2, 16, 2, 200, 200, 64, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 8, 1, 150, 333, 128, FJ_F16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 4, 400, 400, 64, FJ_BF16, TL, 100, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 6, 2, 200, 517, 96, FJ_BF16, NC, 64, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 4, 400, 400, 128, FJ_BF16, NC, -1, 30.f, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 4, 256, 256, 128, FJ_BF16, NC, -1, 0, 0, 30, 0, {0}, {0}, {0}, 0},
+      {1, 4, 2, 300, 300, 80, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 4, 257, 200, 112, FJ_F16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {2, 4, 2, 256, 256, 64, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 1},
+      {1, 4, 2, 257, 100, 64, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 2},
+      {1, 8, 8, 2048, 2048, 128, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+      {2, 8, 2, 700, 1000, 64, FJ_F16, NC, -1, 30.f, 0, 1, 1, {0}, {0}, {0}, 0},
+      {1, 8, 2, 1500, 1500, 64, FJ_F16, TL, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+      {1, 4, 4, 1100, 1100, 64, FJ_BF16, BR, 300, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+  };
+  const int n = (int)(sizeof cases / sizeof cases[0]);
+  setenv("FLASHJIT_BWD_FUSE", "1", 1);
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(NULL, &ctx);
+  if (rc)
+    return rc;
+  if (strcmp(fj_ctx_arch(ctx), "sm_90a")) {
+    rc = fjt_skip("the main kernel converts dQ on sm_90a only (this device: %s)", fj_ctx_arch(ctx));
+    fj_ctx_destroy(ctx);
+    return rc;
+  }
+  uint64_t seed = 20261206;
+  int fails = 0;
+  fused_plans = 0;
+  for (int i = 0; i < n; i++) {
+    fails += run_backward(ctx, &cases[i], &seed);
+    if (cases[i].deterministic)
+      fails += run_repeats(ctx, &cases[i], &seed, 3);
+  }
+  fj_ctx_destroy(ctx);
+  if (fused_plans != n) {
+    printf("FAIL %d of %d cases planned dQ in the main kernel\n", fused_plans, n);
+    fails++;
+  }
+  printf("fused backward: %d failed\n", fails);
+  return fails != 0;
 }
 
 /* The wide kernel in turns (above head dim 128 on sm_90a; its consumers

@@ -162,7 +162,7 @@ class Plan(C.Structure):
 class BwdPlan(C.Structure):
     _fields_ = [("variant", Variant), ("grid", C.c_uint * 3), ("threads", C.c_uint),
                 ("smem_bytes", C.c_uint), ("rows_grid", C.c_uint),
-                ("workspace_bytes", C.c_size_t)]
+                ("dq_fused", C.c_uint), ("workspace_bytes", C.c_size_t)]
 
 
 class TuneOpts(C.Structure):
