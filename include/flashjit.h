@@ -1270,10 +1270,12 @@ typedef struct fj_bwd_plan {
                               dq as its last addition completes, and no
                               postprocess runs (the wgmma kernel up to head
                               dim 128, without varlen, a block mask or
-                              sinks, where dq is 16-byte aligned and
-                              p->q_stride multiples of 8; else the
-                              postprocess runs).  Off by default for now:
-                              FLASHJIT_BWD_FUSE=1 turns it on */
+                              sinks).  Off by default for now
+                              (FLASHJIT_BWD_FUSE=1, read at each plan,
+                              turns it on); a caller may clear it (the
+                              postprocess runs) or set it in its plan
+                              (ignored where the problem does not allow
+                              it) */
   size_t workspace_bytes;  /* delta, LSE2 and dQ's accumulator, float32,
                               over rows padded to 64, and a counter per
                               64 x 64 tile of dQ (deterministic turns) */

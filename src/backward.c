@@ -333,25 +333,28 @@ static int bwd_table_inside(const fj_problem *p, const fj_variant *v)
                                ((long long)p->seq_kv + tn - 1) / tn * tn);
 }
 
-/* Whether the main kernel v converts p's dQ itself (fj_bwd_plan.dq_fused):
+/* Whether the main kernel v can convert p's dQ itself (fj_bwd_plan.dq_fused):
  * the wgmma kernel whose consumers both own 64 keys (head dims up to 128:
  * the template's CONV), without varlen or a block mask, whose walks count
  * a dQ tile's key tiles as the plain rule gives them, nor sinks (the
  * postprocess sums their gradient).  The template traps a launch that
- * asks a kernel without CONV.  FLASHJIT_BWD_FUSE=0 turns it off, =1 on
- * (A/B runs); unset, BWD_FUSE_DEFAULT says. */
-#define BWD_FUSE_DEFAULT 0
+ * asks a kernel without CONV. */
 static int dq_fusable(const fj_problem *p, const fj_variant *v)
 {
-  static int off = -1;
-  if (off < 0) {
-    const char *e = getenv("FLASHJIT_BWD_FUSE");
-    off = e && *e ? strcmp(e, "0") == 0 : !BWD_FUSE_DEFAULT;
-  }
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
-  return !off && v->mma == FJ_MMA_WGMMA && v->head_dim <= 128 &&
+  return v->mma == FJ_MMA_WGMMA && v->head_dim <= 128 &&
          !fj__problem_varlen(p) && !mi.blocks && !mi.sinks;
+}
+
+/* Whether plans convert dQ in the main kernel where it can: off by default
+ * until it has run on a GPU (BWD_FUSE_DEFAULT); FLASHJIT_BWD_FUSE=1 on, =0
+ * off, read at each plan. */
+#define BWD_FUSE_DEFAULT 0
+static int fuse_on(void)
+{
+  const char *e = getenv("FLASHJIT_BWD_FUSE");
+  return e && *e ? strcmp(e, "0") != 0 : BWD_FUSE_DEFAULT;
 }
 
 /* The plan's sizes for main kernel v, its kernel's metadata given, and
@@ -373,7 +376,7 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
   plan->threads = (unsigned)meta->threads;
   plan->smem_bytes = (unsigned)meta->smem_bytes;
   plan->rows_grid = (unsigned)((rows + BWD_ROWS - 1) / BWD_ROWS);
-  plan->dq_fused = (unsigned)dq_fusable(p, v);
+  plan->dq_fused = (unsigned)(fuse_on() && dq_fusable(p, v));
   /* delta, LSE2, dQ's accumulator, then its tiles' turns, each 16-byte
    * aligned (rows are multiples of 64) */
   plan->workspace_bytes = rows * sizeof(float) * (2 + acc_width(p)) +
@@ -948,11 +951,9 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   }
   if (st == FJ_OK)
     st = check_grads(ctx, who, p->mods);
-  /* A caller's plan of another problem may claim dq_fused: checked again;
-   * the kernel's conversion stores 16 bytes of a row at once. */
-  int fused = plan->dq_fused && dq_fusable(p, &plan->variant) &&
-              (uintptr_t)a->dq % 16 == 0 &&
-              (p->q_stride[0] | p->q_stride[1] | p->q_stride[2]) % 8 == 0;
+  /* The plan's dq_fused, where its problem allows it (a caller may set or
+   * clear it; a plan of another problem may claim it). */
+  int fused = plan->dq_fused && dq_fusable(p, &plan->variant);
   if (st == FJ_OK) {
     pthread_mutex_lock(&ctx->lock);
     st = ready(ctx, p, plan, fused, fn);
