@@ -431,13 +431,13 @@
   -- walk's), nor where the buffers do not fit.
   local CONV_Q = 8  -- the queue's entries (a step each)
   local CONV = not WIDE and not BMASK and not varlen and
-               B.fits(64 * 64 * 4 + 64 * 64 * ELEM + 16 * CONV_Q + 8 + 8 * (2 * CONV_Q + 1) + 1024 + 128)
+               B.fits(64 * 64 * 4 + 64 * 64 * ELEM + 16 * CONV_Q + 8 + 8 * (2 * CONV_Q + 2) + 1024 + 128)
   local OFF_CONV, OFF_COUT, OFF_CQ, OFF_CBAR = 0, 0, 0, 0
   if CONV then
     OFF_COUT = B.region("dq_out", 64 * 64 * ELEM, 1024)
-    OFF_CONV = B.region("dq_convert", 64 * 64 * 4, 128)
+    OFF_CONV = B.region("dq_convert", 64 * 64 * 4, 128)  -- two buffers of half a panel
     OFF_CQ = B.region("convert_queue", 16 * CONV_Q + 8, 16)  -- the entries, then the count
-    OFF_CBAR = B.region("convert_barriers", 8 * (2 * CONV_Q + 1), 8)
+    OFF_CBAR = B.region("convert_barriers", 8 * (2 * CONV_Q + 2), 8)
   end
   meta.symbol = symbol
   meta.threads = THREADS
@@ -901,12 +901,17 @@ __device__ __forceinline__ void bulk_to_peer(unsigned dst, unsigned src, unsigne
 {% end %}
 {% if CONV then %}
 // The conversion's queue entries (h, m0, seen), count and buffers, and the
-// thread's index read where it is used (volatile: not kept in a register
-// over a loop).
+// thread's index and the grid's width read where they are used (volatile:
+// not kept in a register over a loop).
 __device__ __forceinline__ unsigned tid_x() {
   unsigned t;
   asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
   return t;
+}
+__device__ __forceinline__ unsigned nctaid_x() {
+  unsigned n;
+  asm volatile("mov.u32 %0, %%nctaid.x;\n" : "=r"(n));
+  return n;
 }
 __device__ __forceinline__ void st_shared_v2_s32(unsigned a, int x, int y) {
   asm volatile("st.shared.v2.s32 [%0], { %1, %2 };\n" :: "r"(a), "r"(x), "r"(y) : "memory");
@@ -931,7 +936,8 @@ __device__ __forceinline__ float4 ld_shared_v4_f32(unsigned a) {
 }
 // Queues a step (h, m0, seen) for the conversion: entry n % Q of the
 // queue at scq (16 bytes each), n (the steps queued so far) kept after its
-// Q entries (shared memory rather than a register: the writer has 24),
+// Q entries, beside the block's key tile (shared memory rather than a
+// register: the writer has 24),
 // once the entry's last use has been read (its empty barrier, Q after its
 // full one).
 __device__ __forceinline__ void conv_push(unsigned scq, unsigned full, int h, int m0, int seen) {
@@ -939,7 +945,7 @@ __device__ __forceinline__ void conv_push(unsigned scq, unsigned full, int h, in
   mbar_wait(full + {{ 8 * CONV_Q }}u + 8u * e, ((n / {{ CONV_Q }}u) & 1u) ^ 1u);
   st_shared_v4_b32(scq + 16u * e, (unsigned)h, (unsigned)m0, (unsigned)seen, 0u);
   mbar_arrive(full + 8u * e);
-  st_shared_v2_s32(scq + {{ 16 * CONV_Q }}u, (int)n + 1, 0);
+  asm volatile("st.shared.s32 [%0], %1;\n" :: "r"(scq + {{ 16 * CONV_Q }}u), "r"((int)n + 1) : "memory");
 }
 // A dQ tile's arrival in the default mode: the count before this one
 // (acq_rel: the tile's additions, this block's complete before it, others'
@@ -1033,11 +1039,14 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
       extra[#extra + 1] = { ("cv_empty + %du"):format(8 * e), 64 }
     end
     extra[#extra + 1] = { "cv_load", 1 }
+    extra[#extra + 1] = { "cv_load + 8u", 1 }
   end
 %}
     {{ PC.indent(TR.init({ k, v, q, dout }, extra), 4) }}
 {% if CONV then %}
-    fj::st_shared_v2_s32(scq + {{ 16 * CONV_Q }}u, 0, 0);  // no step queued yet
+    // No step queued yet; this block's key tile (the converter's count
+    // reads it here rather than keep it in a register).
+    fj::st_shared_v2_s32(scq + {{ 16 * CONV_Q }}u, 0, nt);
 {% end %}
   }
 {% if PAIR then %}
@@ -1159,67 +1168,97 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
 {% end %}
 {% if CONV then %}
     } else if (warp >= 2 && g.fuse) {
-      // ---- dQ's conversion: each queued tile a panel of 64 columns at a
-      // time, loaded into the buffer (a bulk copy: float32 from L2, where
-      // the additions completed), converted to dQ = scale * it in the
-      // inputs' dtype into the out buffer (maps.dq's box: 64 rows of 128
-      // bytes, 16-byte chunk j of row r at j ^ (r % 8)), stored by TMA
-      // (which leaves out rows past the sequence and columns past the head
-      // dim).  8 threads a row, a 16-byte chunk (8 columns) each, 8 rows
-      // at a time: a thread's rows are 8 apart, so its chunks lie 2048
-      // bytes apart in the buffer (dq_tile_off's swizzle is the row's
-      // % 8) and 1024 in the out buffer.  Its first thread issues the copies.
+      // ---- dQ's conversion: each queued step whose tile it completed, a
+      // panel of 64 columns at a time, loaded into the buffers (bulk
+      // copies: float32 from L2, where the additions completed),
+      // converted to dQ = scale * it in the inputs' dtype into the out
+      // buffer (maps.dq's box: 64 rows of 128 bytes, 16-byte chunk j of
+      // row r at j ^ (r % 8)), stored by TMA (which leaves out rows past
+      // the sequence and columns past the head dim).  8 threads a row, a
+      // 16-byte chunk (8 columns) each, 8 rows at a time: a thread's rows
+      // are 8 apart, so its chunks lie 2048 bytes apart in a buffer
+      // (dq_tile_off's swizzle is the row's % 8) and 1024 in the out
+      // buffer.  Its first thread issues the copies.
       {{ PC.bwd_seq(mrule) }}
       const bool t0 = threadIdx.x == 64;  // the copies' thread
-      // The entries taken (from bit 1 on) and the buffer's load phase (bit
+      // The entries taken (from bit 1 on) and the buffers' load phase (bit
       // 0), in one register (the warpgroup has 24).
       for (unsigned st = 0;; st += 2u) {
         const unsigned e = st >> 1, s = e % {{ CONV_Q }}u;
         fj::mbar_wait(cv_full + 8u * s, (e / {{ CONV_Q }}u) & 1u);
-        const uint4 q4 = fj::ld_shared_v4(scq + 16u * s);
-        fj::mbar_arrive(cv_empty + 8u * s);
-        const int2 it = make_int2((int)q4.x, (int)q4.y);
-        if (it.x < 0) break;
+        // The entry stays in its slot while its tile is converted (h and m0
+        // read there where they are used: the warpgroup has 24 registers).
+        const unsigned ent = scq + 16u * s;
+        const uint4 q4 = fj::ld_shared_v4(ent);
+        if ((int)q4.x < 0) {
+          fj::mbar_arrive(cv_empty + 8u * s);
+          break;
+        }
         // The step's tile is converted where it was the last key tile's.
-        const int m0 = it.y;
+        const int m0 = (int)q4.y;
         int count;
-{{ PC.piece(include("scheduler.cuh", { part = "kv_count", mrule = mrule, BM = BM, BN = BN })) }}
-        if ((int)q4.z + 1 != count) continue;
+{{ PC.piece(include("scheduler.cuh", { part = "kv_count", mrule = mrule, BM = BM, BN = BN,
+                                       NT = ("fj::ld_shared_v2_s32(scq + %du).y"):format(16 * CONV_Q), TILES = "(int)fj::nctaid_x()" })) }}
+        if ((int)q4.z + 1 != count) {
+          fj::mbar_arrive(cv_empty + 8u * s);
+          continue;
+        }
+        // In units of half a panel (32 rows of 64 columns, 8 KB of the
+        // tile, contiguous), one a buffer at a time, so that a unit's copy
+        // runs while the one before is converted: unit u (panel u / 2,
+        // rows 32 (u % 2)) into buffer u % 2.  A buffer's load completes
+        // once a use, NP (panels) uses a tile: its phase is bit 0 of st at
+        // the tile's start, plus u / 2.
+        auto issue = [&](int u) {
+          // The other threads' reads of the buffer (bar 4) before the copy's
+          // writes; the writer's acquire before the copy's reads.
+          fj::fence_async_smem();
+          fj::fence_async_global();
+          fj::mbar_expect(cv_load + 8u * (u & 1), 8192u);
+          const int2 hm = fj::ld_shared_v2_s32(ent);
+          fj::bulk_load(sconv + 8192u * (u & 1),
+                        g.dq_acc + fj::dq_tile_base((long long)b * p.heads_q + hm.x, hm.y, 64 * (u >> 1), g.seq_pad, {{ D }}) + 2048 * (u & 1),
+                        8192u, cv_load + 8u * (u & 1));
+        };
+        if (t0) {
+          fj::bulk_wait_read<0>();  // the last tile's store has read the out buffer
+          issue(0);
+          issue(1);
+        }
 #pragma unroll 1
-        for (int pn = 0; pn < {{ DR // 64 }}; ++pn) {
-          if (t0) {
-            // The last store has read the out buffer; the other threads'
-            // reads of the buffer (bar 4) before the copy's writes; the
-            // writer's acquire before the copy's reads.
-            fj::bulk_wait_read<0>();
-            fj::fence_async_smem();
-            fj::fence_async_global();
-            fj::mbar_expect(cv_load, 16384u);
-            fj::bulk_load(sconv, g.dq_acc + fj::dq_tile_base((long long)b * p.heads_q + it.x, it.y, 64 * pn, g.seq_pad, {{ D }}),
-                          16384u, cv_load);
-          }
-          fj::mbar_wait(cv_load, st & 1u);
-          st ^= 1u;
-          // This thread's chunks (the thread's place read here, not kept
-          // over the loop: the warpgroup has 24 registers).
+        for (int u = 0; u < {{ 2 * (DR // 64) }}; ++u) {
+          fj::mbar_wait(cv_load + 8u * (u & 1), ((st & 1u) + (unsigned)(u >> 1)) & 1u);
+          // This thread's chunks (its place read here, not kept over the
+          // loop: the warpgroup has 24 registers).
           const int t = (int)fj::tid_x() - 64;
-          const unsigned sat = sconv + 4u * (unsigned)fj::dq_tile_off(t >> 3, (t & 7) * 8);
-          const unsigned sot = sout + (unsigned)(t >> 3) * 128u + (unsigned)(((t & 7) ^ (t >> 3)) << 4);
+          const unsigned sat = sconv + 8192u * (u & 1) + 4u * (unsigned)fj::dq_tile_off(t >> 3, (t & 7) * 8);
+          const unsigned sot = sout + 4096u * (u & 1) + (unsigned)(t >> 3) * 128u + (unsigned)(((t & 7) ^ (t >> 3)) << 4);
 #pragma unroll
-          for (int k = 0; k < 8; ++k) {
+          for (int k = 0; k < 4; ++k) {
             const float4 x = fj::ld_shared_v4_f32(sat + 2048u * k), y = fj::ld_shared_v4_f32(sat + 2048u * k + 16u);
             const fj::elem2_t e0 = fj::to_elem2(x.x * g.scale, x.y * g.scale), e1 = fj::to_elem2(x.z * g.scale, x.w * g.scale);
             const fj::elem2_t e2 = fj::to_elem2(y.x * g.scale, y.y * g.scale), e3 = fj::to_elem2(y.z * g.scale, y.w * g.scale);
             fj::st_shared_v4_b32(sot + 1024u * k, *reinterpret_cast<const unsigned *>(&e0), *reinterpret_cast<const unsigned *>(&e1),
                                  *reinterpret_cast<const unsigned *>(&e2), *reinterpret_cast<const unsigned *>(&e3));
           }
-          fj::fence_async_smem();
-          fj::bar_sync(4, 64);  // the buffer read and the out buffer written
+          if (u & 1) fj::fence_async_smem();
+          fj::bar_sync(4, 64);  // the buffer read (after a panel's second half, the out buffer written)
           if (t0) {
-            fj::tma_store4(&maps.dq, sout, 64 * pn, it.y, it.x, b);
-            fj::bulk_commit();
+            if (u & 1) {
+              const int2 hm = fj::ld_shared_v2_s32(ent);
+              fj::tma_store4(&maps.dq, sout, 64 * (u >> 1), hm.y, hm.x, b);
+              fj::bulk_commit();
+            }
+            if (u + 2 < {{ 2 * (DR // 64) }}) issue(u + 2);
+          }
+          if ((u & 1) && u + 1 < {{ 2 * (DR // 64) }}) {
+            // The next panel writes the out buffer once the store has read it.
+            if (t0) fj::bulk_wait_read<0>();
+            fj::bar_sync(4, 64);
           }
         }
+        fj::mbar_arrive(cv_empty + 8u * s);
+        st ^= {{ (DR // 64) % 2 }}u;
       }
       if (t0) fj::bulk_wait();  // the stores complete before the block ends
 {% end %}

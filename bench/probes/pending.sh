@@ -58,11 +58,17 @@
 # got H100s only: s23.sh's bwdtin and tiers (PERF.md R6, J13, C38),
 # sendearly (landed: 518bcca, 1ccfc48; T15) and narrowlate (missed),
 # bench/probes/s24.sh's host (3e45dd1: R7), bwd, detab, detrt and train
-# (R6).  Next, on any GPU first, what ran nowhere yet:
-# gpu_backward_param_grads_sets, gpu_backward_mods and
-# gpu_backward_param_grads (the backward's recent launches' list with
-# expressions: 3e45dd1, b84e869), gpu_cli (run --backward
-# --deterministic) and the package's tests (4dab5bf's TrainCall); then on
+# (R6).  The twenty-fifth got one H100 call (every later start failed
+# and spent the rest): s25.sh's unrun (the twenty-fourth's unrun commits:
+# gpu_backward_param_grads_sets 4/4, gpu_backward_param_grads 15/15,
+# gpu_backward_mods 43/43, gpu_cli with run --backward --deterministic,
+# the package's tests 151 OK); its d05de29 (the narrow wgmma backward
+# converting dQ in its main kernel, off by default) ran on no GPU.  Next,
+# on any GPU first: S25_PARTS=fuse bash bench/probes/s25.sh
+# (gpu_backward_fused: the conversion right against the reference and,
+# deterministic, the same bits as the postprocess; then its A/B rows);
+# where it passes and wins, BWD_FUSE_DEFAULT 1 in src/backward.c (and
+# README's and flashjit.h's words on it); then on
 # the H200: S24_BWD_DIMS=64,128,256 S24_PARTS=bwd bash
 # bench/probes/s24.sh (the backward's whole table since 518bcca: T12
 # again, d256's bar), S24_PARTS=train (issue 33's table: R2 again, the
