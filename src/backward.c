@@ -193,7 +193,11 @@ static void set_param(fj_vparams *vp, const char *key, const char *s)
 
 /* The main kernel's template parameters: the forward variant's, with the
  * backward's template, symbol and parameter block; ctx->lock held. */
-static fj_status main_params(fj_ctx *ctx, const fj_variant *v, fj_vparams *vp)
+/* conv: the kernel holds the code that converts dQ (the template's
+ * dq_convert: a launch with dq_fused), named "_cv"; its shared memory is
+ * the same either way, so a plan's size holds for both. */
+static fj_status main_params(fj_ctx *ctx, const fj_variant *v, int conv,
+                             fj_vparams *vp)
 {
   fj_status st = fj__variant_params(ctx, v, vp);
   if (st != FJ_OK)
@@ -217,13 +221,19 @@ static fj_status main_params(fj_ctx *ctx, const fj_variant *v, fj_vparams *vp)
     size_t len = strlen(vp->symbol);
     snprintf(vp->symbol + len, sizeof vp->symbol - len, "_pg%x", grads);
   }
+  if (conv) {
+    size_t len = strlen(vp->symbol);
+    snprintf(vp->symbol + len, sizeof vp->symbol - len, "_cv");
+  }
   set_param(vp, "template", vp->template_name);
   set_param(vp, "symbol", vp->symbol);
-  if (vp->n >= FJ_ARRAY_LEN(vp->p))
+  if (vp->n + 2 > FJ_ARRAY_LEN(vp->p))
     return fj__fail(ctx, FJ_ERR_TEMPLATE, "too many template parameters");
-  fj_param extra = {"bwd_params_bytes", FJ_PARAM_INT,
-                    (long long)sizeof(fj_bwd_kparams), NULL, NULL};
-  vp->p[vp->n++] = extra;
+  fj_param extra[2] = {{"bwd_params_bytes", FJ_PARAM_INT,
+                        (long long)sizeof(fj_bwd_kparams), NULL, NULL},
+                       {"dq_convert", FJ_PARAM_BOOL, conv, NULL, NULL}};
+  vp->p[vp->n++] = extra[0];
+  vp->p[vp->n++] = extra[1];
   return FJ_OK;
 }
 
@@ -232,11 +242,11 @@ static fj_status main_params(fj_ctx *ctx, const fj_variant *v, fj_vparams *vp)
 enum { BWD_RENDER, BWD_BUILD, BWD_AHEAD };
 
 /* The main kernel, made as `how` says; ctx->lock held. */
-static fj_status main_kernel(fj_ctx *ctx, const fj_variant *v, int how,
-                             fj_kmeta *meta, fj_kernel **k)
+static fj_status main_kernel(fj_ctx *ctx, const fj_variant *v, int conv,
+                             int how, fj_kmeta *meta, fj_kernel **k)
 {
   fj_vparams vp;
-  fj_status st = main_params(ctx, v, &vp);
+  fj_status st = main_params(ctx, v, conv, &vp);
   if (st != FJ_OK)
     return st;
   if (how == BWD_AHEAD)
@@ -415,6 +425,7 @@ typedef struct bwd_key {
 typedef struct bwd_hot {
   bwd_key key;
   fj_variant v;  /* mods: the problem's pointer, as launched */
+  int fused;     /* the main kernel converts dQ; no postprocess */
   void *fn[FJ_BWD_KERNELS];
 } bwd_hot;
 struct fj_bwd_memo {
@@ -526,7 +537,7 @@ static fj_status try_main(fj_ctx *ctx, const fj_problem *p, fj_mma mma,
                           int stages, fj_variant *v, fj_kmeta *meta)
 {
   main_variant(p, mma, stages, v);
-  fj_status st = main_kernel(ctx, v, BWD_RENDER, meta, NULL);
+  fj_status st = main_kernel(ctx, v, 0, BWD_RENDER, meta, NULL);
   return st == FJ_OK ? fj__check_smem(ctx, meta) : st;
 }
 
@@ -604,7 +615,7 @@ fj_status fj__bwd_main_params(fj_ctx *ctx, const fj_problem *p,
 {
   fj_variant v = plan->variant;
   v.mods = p->mods;
-  return main_params(ctx, &v, vp);
+  return main_params(ctx, &v, plan->dq_fused && dq_fusable(p, &v), vp);
 }
 
 /* ---- the call ---------------------------------------------------------------------- */
@@ -776,7 +787,8 @@ static fj_status bwd_kernel(fj_ctx *ctx, const fj_problem *p,
   fj_variant v = plan->variant;
   v.mods = p->mods;
   if (which == 1)
-    return main_kernel(ctx, &v, how, NULL, k);
+    return main_kernel(ctx, &v, plan->dq_fused && dq_fusable(p, &v), how,
+                       NULL, k);
   /* The wgmma kernel adds dQ in tiles (templates/bwd_common.cuh), the
    * wide one (head dims above 128) with the columns of each 16 permuted. */
   int tiled = plan->variant.mma != FJ_MMA_WGMMA ? 0
@@ -839,7 +851,7 @@ static fj_status ready(fj_ctx *ctx, const fj_problem *p,
   fj_bwd_memo *m = ctx->bwd_memo;
   for (int i = 0; m && i < m->nhot; i++)
     if (!memcmp(&m->hot[i].key, &key, sizeof key) &&
-        !memcmp(&m->hot[i].v, &v, sizeof v) && (fused || m->hot[i].fn[2])) {
+        !memcmp(&m->hot[i].v, &v, sizeof v) && m->hot[i].fused == fused) {
       memcpy(fn, m->hot[i].fn, sizeof m->hot[i].fn);
       if (i) {
         bwd_hot h = m->hot[i];
@@ -861,6 +873,7 @@ static fj_status ready(fj_ctx *ctx, const fj_problem *p,
     memmove(&m->hot[1], &m->hot[0], (size_t)keep * sizeof m->hot[0]);
     m->hot[0].key = key;
     m->hot[0].v = v;
+    m->hot[0].fused = fused;
     memcpy(m->hot[0].fn, fn, sizeof m->hot[0].fn);
   }
   return st;

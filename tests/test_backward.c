@@ -488,8 +488,9 @@ int test_backward_param_grads_compile(void)
  * problem allows it -- the wgmma kernel up to head dim 128 (padded 96
  * too), masks of either side, GQA, the deterministic mode -- and never
  * at head dims above 128 (the wide kernel), with varlen, a block mask or
- * sinks; a fused plan's main kernel holds the conversion (its queue) and
- * its preprocess reads g.fuse. */
+ * sinks; a fused plan's main kernel holds the conversion (its queue; no
+ * spills), an unfused one's does not, in the same shared memory as the
+ * plan says, and the preprocess reads g.fuse. */
 int test_backward_dq_fused(void)
 {
   fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
@@ -559,6 +560,20 @@ int test_backward_dq_fused(void)
         fj_kernel *k;
         CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
         CHECK(strstr(fj_kernel_source(k, NULL), "fj::conv_push(") != NULL);
+        /* the conversion's warps have 24 registers: none spilled there */
+        fj_resources r;
+        fj_kernel_resources(k, &r);
+        printf("  %s: spill %d/%d\n", fj_kernel_name(k), r.spill_store_bytes, r.spill_load_bytes);
+        CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+        /* and without dq_fused, a kernel without that code (the same shared memory) */
+        fj_bwd_plan off = plan;
+        fj_kernel *k0;
+        off.dq_fused = 0;
+        CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &off, 1, &k0));
+        CHECK(strstr(fj_kernel_source(k0, NULL), "fj::conv_push(") == NULL);
+        fj_resources r0;
+        fj_kernel_resources(k0, &r0);
+        CHECK(r0.shared_dynamic == r.shared_dynamic && r.shared_dynamic == (int)plan.smem_bytes);
         CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 0, &k));
         CHECK(strstr(fj_kernel_source(k, NULL), "g.fuse") != NULL);
       }
