@@ -17,6 +17,9 @@
 #          Predicted: 0.95-0.97 of the time at (4, 16, 4096, 128) causal
 #          (the postprocess was 87 of ~2050 us by ncu), 0.96-0.98 without
 #          a mask, d64 alike; GQA and the deterministic mode alike.
+#   fusencu  where fuse misses: ncu's duration and stall reasons of the
+#          main kernel, fused and not, at (4, 16, 4096, 128) causal (key
+#          tile 0's block converts nearly every tile of its head there).
 #   bwd, train  bench/probes/s24.sh's parts of those names (the H200's
 #          bar figures: T12 and R2 again).
 set -u
@@ -48,6 +51,16 @@ part_fuse() {
      --shape 2,4,1000,128 --causal --dtype bf16 --check --iters 3 2>&1 | grep -E 'check|error' | head -2)
   local shapes=${S25_FUSE_SHAPES:-"4,16,4096,128 --causal;4,16,4096,128;8,16,2048,128 --causal;2,16,8192,128;8,32,2048,64 --causal;2,32,8192,64;1,32,8192,128 --heads-kv 8 --causal;8,21,2048,96;4,16,4096,128 --causal --window 1024,0;4,16,4096,128 --causal --deterministic"}
   FLASHJIT_CACHE_DIR=/tmp/s25-fuse rows fuse bf16 "$shapes" "post=build/flashjit-post --backward" "fused=build/flashjit-fused --backward"
+}
+part_fusencu() {
+  local w
+  for w in 0 1; do
+    FLASHJIT_BWD_FUSE=$w FLASHJIT_CACHE_DIR=/tmp/s25-fuse timeout $(bound 120) ncu --section SpeedOfLight \
+      --section WarpStateStats --section LaunchStats -k regex:fj_bwd --launch-count 3 \
+      build/flashjit run --backward --shape 4,16,4096,128 --causal --dtype bf16 --iters 1 --warmup 0 \
+      >"$out/ncu_fuse$w.txt" 2>&1
+    echo "ncu fuse=$w: $(grep -E 'fj_bwd|Duration' "$out/ncu_fuse$w.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-600)"
+  done
 }
 part_bwd() { S24_PARTS=bwd S24_BWD_DIMS=${S25_BWD_DIMS:-64,128,256} S24_SECONDS=$(bound 560) bash bench/probes/s24.sh "$out/s24"; }
 part_train() { S24_PARTS=train S24_SECONDS=$(bound 560) bash bench/probes/s24.sh "$out/s24"; }
