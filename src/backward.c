@@ -193,9 +193,9 @@ static void set_param(fj_vparams *vp, const char *key, const char *s)
 
 /* The main kernel's template parameters: the forward variant's, with the
  * backward's template, symbol and parameter block; ctx->lock held. */
-/* conv: the kernel holds the code that converts dQ (the template's
- * dq_convert: a launch with dq_fused), named "_cv"; its shared memory is
- * the same either way, so a plan's size holds for both. */
+/* conv: the kernel converts dQ (the template's dq_convert: a plan or
+ * launch with dq_fused), named "_cv", with its buffers (more shared
+ * memory). */
 static fj_status main_params(fj_ctx *ctx, const fj_variant *v, int conv,
                              fj_vparams *vp)
 {
@@ -371,7 +371,7 @@ static int fuse_on(void)
  * its table_inside proved for p (the memo keeps choices without it: they
  * hold for problems of other lengths and tables). */
 static void fill_plan(const fj_problem *p, const fj_variant *v,
-                      const fj_kmeta *meta, fj_bwd_plan *plan)
+                      const fj_kmeta *meta, int conv, fj_bwd_plan *plan)
 {
   size_t rows = pad_rows(p);
   memset(plan, 0, sizeof *plan);
@@ -386,7 +386,7 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
   plan->threads = (unsigned)meta->threads;
   plan->smem_bytes = (unsigned)meta->smem_bytes;
   plan->rows_grid = (unsigned)((rows + BWD_ROWS - 1) / BWD_ROWS);
-  plan->dq_fused = (unsigned)(fuse_on() && dq_fusable(p, v));
+  plan->dq_fused = (unsigned)conv;
   /* delta, LSE2, dQ's accumulator, then its tiles' turns, each 16-byte
    * aligned (rows are multiples of 64) */
   plan->workspace_bytes = rows * sizeof(float) * (2 + acc_width(p)) +
@@ -407,8 +407,8 @@ typedef struct bwd_key {
   int varlen;  /* 1 varlen; 2 varlen whose packed tensors lack a total */
   int q_log2, kv_log2, gqa;
   int pair;  /* pair_ok: the wide kernel's tiles in pairs */
-  int pad_;  /* zero (key_of's memset): no padding before mods, which
-                memo_find compares with the rest */
+  int fuse;  /* fuse_on(): plans convert dQ in the main kernel where they
+                can (its kernel and shared memory differ) */
   /* the form's hash, as the tuning database's class has it (|mods=):
    * expressions of one presence may be tuned apart */
   uint64_t mods;
@@ -426,6 +426,7 @@ typedef struct bwd_hot {
   bwd_key key;
   fj_variant v;  /* mods: the problem's pointer, as launched */
   int fused;     /* the main kernel converts dQ; no postprocess */
+  unsigned smem; /* the main kernel's dynamic shared memory */
   void *fn[FJ_BWD_KERNELS];
 } bwd_hot;
 struct fj_bwd_memo {
@@ -435,6 +436,7 @@ struct fj_bwd_memo {
     bwd_key key;
     fj_variant v;  /* mods NULL */
     fj_kmeta meta;
+    int conv;      /* the kernel converts dQ (the plan's dq_fused) */
   } e[BWD_MEMO];
   int nhot;
   bwd_hot hot[BWD_HOT];  /* most recent first */
@@ -475,13 +477,14 @@ static bwd_key key_of(const fj_problem *p)
   k.kv_log2 = fj__log2_floor(p->seq_kv);
   k.gqa = p->heads_q / p->heads_kv;
   k.pair = pair_ok(p, &mi);  /* the mods' facts key_of has read */
+  k.fuse = fuse_on();
   k.mods = fj__mods_hash(p->mods);
   return k;
 }
 
 /* The memo's entry for p, or NULL; ctx->lock held. */
 static int memo_find(const fj_ctx *ctx, const bwd_key *k, fj_variant *v,
-                     fj_kmeta *meta)
+                     fj_kmeta *meta, int *conv)
 {
   const fj_bwd_memo *m = ctx->bwd_memo;
   if (m && m->generation != ctx->tunedb_generation)
@@ -490,6 +493,7 @@ static int memo_find(const fj_ctx *ctx, const bwd_key *k, fj_variant *v,
     if (!memcmp(&m->e[i].key, k, sizeof *k)) {
       *v = m->e[i].v;
       *meta = m->e[i].meta;
+      *conv = m->e[i].conv;
       return 1;
     }
   return 0;
@@ -498,7 +502,7 @@ static int memo_find(const fj_ctx *ctx, const bwd_key *k, fj_variant *v,
 /* Remembers a choice (the oldest goes when the memo is full); ctx->lock
  * held.  Without memory the plan is only slower. */
 static void memo_add(fj_ctx *ctx, const bwd_key *k, const fj_variant *v,
-                     const fj_kmeta *meta)
+                     const fj_kmeta *meta, int conv)
 {
   if (!ctx->bwd_memo && !(ctx->bwd_memo = calloc(1, sizeof *ctx->bwd_memo)))
     return;
@@ -515,6 +519,7 @@ static void memo_add(fj_ctx *ctx, const bwd_key *k, const fj_variant *v,
   m->e[m->n].v = *v;
   m->e[m->n].v.mods = NULL;
   m->e[m->n].meta = *meta;
+  m->e[m->n].conv = conv;
   m->n++;
 }
 
@@ -532,13 +537,23 @@ static int wgmma_may(const fj_ctx *ctx, const fj_problem *p, const bwd_key *k)
 
 /* The main kernel of family mma with `stages` for p, rendered (not
  * built) and checked against the target's shared memory (the kernel's
- * own check); ctx->lock held. */
+ * own check), converting dQ (*conv) where plans do (fuse_on) and it can,
+ * else not; ctx->lock held. */
 static fj_status try_main(fj_ctx *ctx, const fj_problem *p, fj_mma mma,
-                          int stages, fj_variant *v, fj_kmeta *meta)
+                          int stages, fj_variant *v, fj_kmeta *meta,
+                          int *conv)
 {
   main_variant(p, mma, stages, v);
-  fj_status st = main_kernel(ctx, v, 0, BWD_RENDER, meta, NULL);
-  return st == FJ_OK ? fj__check_smem(ctx, meta) : st;
+  fj_status st = FJ_ERR_UNSUPPORTED;
+  for (int c = fuse_on() && dq_fusable(p, v); c >= 0; c--) {
+    st = main_kernel(ctx, v, c, BWD_RENDER, meta, NULL);
+    if (st == FJ_OK)
+      st = fj__check_smem(ctx, meta);
+    *conv = c;
+    if (st == FJ_OK || st == FJ_ERR_NOMEM)
+      break;
+  }
+  return st;
 }
 
 /* The tuning database's pick where it has one for p (fj_tune_bwd's; only
@@ -554,10 +569,11 @@ static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
 {
   fj_variant v;
   fj_kmeta meta;
+  int conv = 0;
   fj_status st = FJ_ERR_UNSUPPORTED;
   bwd_key key = key_of(p);
-  if (memo_find(ctx, &key, &v, &meta)) {
-    fill_plan(p, &v, &meta, plan);
+  if (memo_find(ctx, &key, &v, &meta, &conv)) {
+    fill_plan(p, &v, &meta, conv, plan);
     return FJ_OK;
   }
   fj_mma mma;
@@ -566,14 +582,14 @@ static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
   if (fj__tune_lookup_bwd(ctx, p, &mma, &stages) &&
       (mma == FJ_MMA_SYNC || (mma == FJ_MMA_WGMMA && wgmma)) &&
       stages >= 1 && stages <= 2)
-    st = try_main(ctx, p, mma, stages, &v, &meta);
+    st = try_main(ctx, p, mma, stages, &v, &meta, &conv);
   if (st != FJ_OK && st != FJ_ERR_NOMEM && wgmma)
-    st = try_main(ctx, p, FJ_MMA_WGMMA, 2, &v, &meta);
+    st = try_main(ctx, p, FJ_MMA_WGMMA, 2, &v, &meta, &conv);
   for (stages = 2; stages >= 1 && st != FJ_OK && st != FJ_ERR_NOMEM; stages--)
-    st = try_main(ctx, p, FJ_MMA_SYNC, stages, &v, &meta);
+    st = try_main(ctx, p, FJ_MMA_SYNC, stages, &v, &meta, &conv);
   if (st == FJ_OK) {
-    memo_add(ctx, &key, &v, &meta);
-    fill_plan(p, &v, &meta, plan);
+    memo_add(ctx, &key, &v, &meta, conv);
+    fill_plan(p, &v, &meta, conv, plan);
   }
   return st;
 }
@@ -599,13 +615,14 @@ fj_status fj__bwd_plan_candidate(fj_ctx *ctx, const fj_problem *p,
 {
   fj_variant v;
   fj_kmeta meta;
+  int conv = 0;
   fj_status st = check_problem(ctx, p);
   if (st != FJ_OK)
     return st;
   pthread_mutex_lock(&ctx->lock);
-  st = try_main(ctx, p, mma, stages, &v, &meta);
+  st = try_main(ctx, p, mma, stages, &v, &meta, &conv);
   if (st == FJ_OK)
-    fill_plan(p, &v, &meta, plan);
+    fill_plan(p, &v, &meta, conv, plan);
   pthread_mutex_unlock(&ctx->lock);
   return st;
 }
@@ -843,7 +860,8 @@ fj_status fj_attention_bwd_prefetch(fj_ctx *ctx, const fj_problem *p)
  * remembered (the postprocess's NULL where the main kernel converts dQ:
  * fused); ctx->lock held. */
 static fj_status ready(fj_ctx *ctx, const fj_problem *p,
-                       const fj_bwd_plan *plan, int fused, void *fn[3])
+                       const fj_bwd_plan *plan, int fused, void *fn[3],
+                       unsigned *smem)
 {
   bwd_key key = key_of(p);
   fj_variant v = plan->variant;
@@ -853,6 +871,7 @@ static fj_status ready(fj_ctx *ctx, const fj_problem *p,
     if (!memcmp(&m->hot[i].key, &key, sizeof key) &&
         !memcmp(&m->hot[i].v, &v, sizeof v) && m->hot[i].fused == fused) {
       memcpy(fn, m->hot[i].fn, sizeof m->hot[i].fn);
+      *smem = m->hot[i].smem;
       if (i) {
         bwd_hot h = m->hot[i];
         memmove(&m->hot[1], &m->hot[0], (size_t)i * sizeof m->hot[0]);
@@ -867,6 +886,8 @@ static fj_status ready(fj_ctx *ctx, const fj_problem *p,
     st = bwd_kernel(ctx, p, plan, i, BWD_BUILD, &k);
     if (st == FJ_OK)
       st = fj__kernel_function(ctx, k, &fn[i]);
+    if (st == FJ_OK && i == 1)
+      *smem = (unsigned)k->meta.smem_bytes;
   }
   if (st == FJ_OK && m) {
     int keep = m->nhot < BWD_HOT ? m->nhot++ : BWD_HOT - 1;
@@ -874,6 +895,7 @@ static fj_status ready(fj_ctx *ctx, const fj_problem *p,
     m->hot[0].key = key;
     m->hot[0].v = v;
     m->hot[0].fused = fused;
+    m->hot[0].smem = *smem;
     memcpy(m->hot[0].fn, fn, sizeof m->hot[0].fn);
   }
   return st;
@@ -967,9 +989,12 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   /* The plan's dq_fused, where its problem allows it (a caller may set or
    * clear it; a plan of another problem may claim it). */
   int fused = plan->dq_fused && dq_fusable(p, &plan->variant);
+  /* The main kernel's own shared memory: a caller's plan may have set or
+   * cleared dq_fused, whose kernel's differs. */
+  unsigned smem = plan->smem_bytes;
   if (st == FJ_OK) {
     pthread_mutex_lock(&ctx->lock);
-    st = ready(ctx, p, plan, fused, fn);
+    st = ready(ctx, p, plan, fused, fn, &smem);
     pthread_mutex_unlock(&ctx->lock);
   }
   if (st == FJ_OK && !ws)
@@ -1006,7 +1031,7 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     fj_launch l[3] = {
         {fn[0], {rows, 1, 1}, {32 * BWD_ROW_WARPS, 1, 1}, 0, stream, args, 0},
         {fn[1], {plan->grid[0], plan->grid[1], plan->grid[2]},
-         {plan->threads, 1, 1}, plan->smem_bytes, stream,
+         {plan->threads, 1, 1}, smem, stream,
          wg ? wg_args : args, 0},
         {fn[2], {rows, 1, 1}, {32 * BWD_ROW_WARPS, 1, 1}, 0, stream, args, 0}};
     for (int i = 0; i < 3 - g.fuse && st == FJ_OK; i++)

@@ -489,8 +489,8 @@ int test_backward_param_grads_compile(void)
  * too), masks of either side, GQA, the deterministic mode -- and never
  * at head dims above 128 (the wide kernel), with varlen, a block mask or
  * sinks; a fused plan's main kernel holds the conversion (its queue; no
- * spills), an unfused one's does not, in the same shared memory as the
- * plan says, and the preprocess reads g.fuse. */
+ * spills) in the shared memory the plan says, an unfused one's neither
+ * (less), and the preprocess reads g.fuse. */
 int test_backward_dq_fused(void)
 {
   fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
@@ -565,7 +565,7 @@ int test_backward_dq_fused(void)
         fj_kernel_resources(k, &r);
         printf("  %s: spill %d/%d\n", fj_kernel_name(k), r.spill_store_bytes, r.spill_load_bytes);
         CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
-        /* and without dq_fused, a kernel without that code (the same shared memory) */
+        /* and without dq_fused, a kernel without it (nor its buffers) */
         fj_bwd_plan off = plan;
         fj_kernel *k0;
         off.dq_fused = 0;
@@ -573,7 +573,7 @@ int test_backward_dq_fused(void)
         CHECK(strstr(fj_kernel_source(k0, NULL), "fj::conv_push(") == NULL);
         fj_resources r0;
         fj_kernel_resources(k0, &r0);
-        CHECK(r0.shared_dynamic == r.shared_dynamic && r.shared_dynamic == (int)plan.smem_bytes);
+        CHECK(r.shared_dynamic == (int)plan.smem_bytes && r0.shared_dynamic < r.shared_dynamic);
         CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 0, &k));
         CHECK(strstr(fj_kernel_source(k, NULL), "g.fuse") != NULL);
       }
