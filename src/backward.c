@@ -192,10 +192,9 @@ static void set_param(fj_vparams *vp, const char *key, const char *s)
 }
 
 /* The main kernel's template parameters: the forward variant's, with the
- * backward's template, symbol and parameter block; ctx->lock held. */
-/* conv: the kernel converts dQ (the template's dq_convert: a plan or
- * launch with dq_fused), named "_cv", with its buffers (more shared
- * memory). */
+ * backward's template, symbol and parameter block, and conv: the kernel
+ * converts dQ (the template's dq_convert: a plan or launch with dq_fused;
+ * named "_cv", its buffers more shared memory); ctx->lock held. */
 static fj_status main_params(fj_ctx *ctx, const fj_variant *v, int conv,
                              fj_vparams *vp)
 {
@@ -347,8 +346,8 @@ static int bwd_table_inside(const fj_problem *p, const fj_variant *v)
  * the wgmma kernel whose consumers both own 64 keys (head dims up to 128:
  * the template's CONV), without varlen or a block mask, whose walks count
  * a dQ tile's key tiles as the plain rule gives them, nor sinks (the
- * postprocess sums their gradient).  The template traps a launch that
- * asks a kernel without CONV. */
+ * postprocess sums their gradient).  The template refuses dq_convert
+ * elsewhere, and a kernel without it traps a launch that sets g.fuse. */
 static int dq_fusable(const fj_problem *p, const fj_variant *v)
 {
   fj_mods_info mi;

@@ -428,26 +428,25 @@
   -- (float32, from L2) into a buffer, convert it into another (dQ = scale
   -- * it in the inputs' dtype) and store that by TMA (maps.dq).  Not with
   -- a block mask or varlen (the count of a tile's key tiles is the plain
-  -- walk's), nor where the buffers do not fit.  The buffers are laid out
-  -- wherever it can (CONV_SMEM: the kernel's shared memory the same with
-  -- or without, so a plan's size holds for both), the code only where the
-  -- host asks for it (dq_convert: a launch with dq_fused; some 15% of the
-  -- kernel's compile at head dim 128).
+  -- walk's), nor where the buffers do not fit; only where the host asks
+  -- for it (dq_convert: a plan or launch with dq_fused), so that other
+  -- kernels keep their shared memory and compile (the code is some 15% of
+  -- the kernel's compile at head dim 128).
   local CONV_Q = 8  -- the queue's entries (a step each)
-  local CONV_SMEM = not WIDE and not BMASK and not varlen and
-                    B.fits(64 * 64 * 4 + 64 * 64 * ELEM + 16 * CONV_Q + 8 + 8 * (2 * CONV_Q + 2) + 1024 + 128)
+  local CONV_OK = not WIDE and not BMASK and not varlen and
+                  B.fits(64 * 64 * 4 + 64 * 64 * ELEM + 16 * CONV_Q + 8 + 8 * (2 * CONV_Q + 2) + 1024 + 128)
+  if dq_convert and not CONV_OK then
+    no("dq_convert: this kernel cannot convert dQ (head_dim %d%s%s, or its buffers do not fit)", D,
+       BMASK and ", a block mask" or "", varlen and ", varlen" or "")
+  end
+  local CONV = CONV_OK and dq_convert and true or false
   local OFF_CONV, OFF_COUT, OFF_CQ, OFF_CBAR = 0, 0, 0, 0
-  if CONV_SMEM then
+  if CONV then
     OFF_COUT = B.region("dq_out", 64 * 64 * ELEM, 1024)
     OFF_CONV = B.region("dq_convert", 64 * 64 * 4, 128)  -- two buffers of half a panel
     OFF_CQ = B.region("convert_queue", 16 * CONV_Q + 8, 16)  -- the entries, then the count
     OFF_CBAR = B.region("convert_barriers", 8 * (2 * CONV_Q + 2), 8)
   end
-  if dq_convert and not CONV_SMEM then
-    no("dq_convert: this kernel cannot convert dQ (head_dim %d%s%s)", D, BMASK and ", a block mask" or "",
-       varlen and ", varlen" or "")
-  end
-  local CONV = CONV_SMEM and dq_convert and true or false
   meta.symbol = symbol
   meta.threads = THREADS
   meta.smem_bytes = B.total()
