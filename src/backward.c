@@ -356,6 +356,14 @@ static int dq_fusable(const fj_problem *p, const fj_variant *v)
          !fj__problem_varlen(p) && !mi.blocks && !mi.sinks;
 }
 
+/* Whether a launch of plan converts p's dQ in the main kernel: the plan's
+ * dq_fused (a caller may set or clear it; a plan of another problem may
+ * claim it) where the problem allows it. */
+static int plan_converts(const fj_problem *p, const fj_bwd_plan *plan)
+{
+  return plan->dq_fused && dq_fusable(p, &plan->variant);
+}
+
 /* Whether plans convert dQ in the main kernel where it can: off by default
  * until it has run on a GPU (BWD_FUSE_DEFAULT); FLASHJIT_BWD_FUSE=1 on, =0
  * off, read at each plan. */
@@ -631,7 +639,7 @@ fj_status fj__bwd_main_params(fj_ctx *ctx, const fj_problem *p,
 {
   fj_variant v = plan->variant;
   v.mods = p->mods;
-  return main_params(ctx, &v, plan->dq_fused && dq_fusable(p, &v), vp);
+  return main_params(ctx, &v, plan_converts(p, plan), vp);
 }
 
 /* ---- the call ---------------------------------------------------------------------- */
@@ -803,8 +811,7 @@ static fj_status bwd_kernel(fj_ctx *ctx, const fj_problem *p,
   fj_variant v = plan->variant;
   v.mods = p->mods;
   if (which == 1)
-    return main_kernel(ctx, &v, plan->dq_fused && dq_fusable(p, &v), how,
-                       NULL, k);
+    return main_kernel(ctx, &v, plan_converts(p, plan), how, NULL, k);
   /* The wgmma kernel adds dQ in tiles (templates/bwd_common.cuh), the
    * wide one (head dims above 128) with the columns of each 16 permuted. */
   int tiled = plan->variant.mma != FJ_MMA_WGMMA ? 0
@@ -985,9 +992,7 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   }
   if (st == FJ_OK)
     st = check_grads(ctx, who, p->mods);
-  /* The plan's dq_fused, where its problem allows it (a caller may set or
-   * clear it; a plan of another problem may claim it). */
-  int fused = plan->dq_fused && dq_fusable(p, &plan->variant);
+  int fused = plan_converts(p, plan);
   /* The main kernel's own shared memory: a caller's plan may have set or
    * cleared dq_fused, whose kernel's differs. */
   unsigned smem = plan->smem_bytes;

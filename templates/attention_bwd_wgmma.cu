@@ -945,9 +945,8 @@ __device__ __forceinline__ float4 ld_shared_v4_f32(unsigned a) {
 // Queues a step (h, m0, seen) for the conversion: entry n % Q of the
 // queue at scq (16 bytes each), n (the steps queued so far) kept after its
 // Q entries, beside the block's key tile (shared memory rather than a
-// register: the writer has 24),
-// once the entry's last use has been read (its empty barrier, Q after its
-// full one).
+// register: the writer has 24), once the entry's last use has been read
+// (its empty barrier, Q after its full one).
 __device__ __forceinline__ void conv_push(unsigned scq, unsigned full, int h, int m0, int seen) {
   const unsigned n = (unsigned)ld_shared_v2_s32(scq + {{ 16 * CONV_Q }}u).x, e = n % {{ CONV_Q }}u;
   mbar_wait(full + {{ 8 * CONV_Q }}u + 8u * e, ((n / {{ CONV_Q }}u) & 1u) ^ 1u);
@@ -988,8 +987,8 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
   const unsigned dq_full = base + {{ OFF_DQBAR }}, dq_empty = dq_full + {{ 8 * C }}u;  // + 8 cw
 {% end %}
 {% if CONV then %}
-  // The conversion's buffer, queue and barriers: full and empty an entry
-  // (+ 8 e), then the buffer's load.
+  // The conversion's buffers, queue and barriers: full and empty an entry
+  // (+ 8 e), then each buffer's load (+ 8 b).
   const unsigned sconv = base + {{ OFF_CONV }}, sout = base + {{ OFF_COUT }}, scq = base + {{ OFF_CQ }};
   const unsigned cv_full = base + {{ OFF_CBAR }}, cv_empty = cv_full + {{ 8 * CONV_Q }}u, cv_load = cv_full + {{ 16 * CONV_Q }}u;
 {% end %}
