@@ -434,7 +434,7 @@
   -- the kernel's compile at head dim 128).
   local CONV_Q = 8  -- the queue's entries (a step each)
   local CONV_OK = not WIDE and not BMASK and not varlen and
-                  B.fits(64 * 64 * 4 + 64 * 64 * ELEM + 16 * CONV_Q + 8 + 8 * (2 * CONV_Q + 2) + 1024 + 128)
+                  B.fits(64 * 64 * 4 + 64 * 64 * ELEM + 16 * CONV_Q + 16 + 8 * (2 * CONV_Q + 2) + 1024 + 128)
   if dq_convert and not CONV_OK then
     no("dq_convert: this kernel cannot convert dQ (head_dim %d%s%s, or its buffers do not fit)", D,
        BMASK and ", a block mask" or "", varlen and ", varlen" or "")
@@ -444,7 +444,7 @@
   if CONV then
     OFF_COUT = B.region("dq_out", 64 * 64 * ELEM, 1024)
     OFF_CONV = B.region("dq_convert", 64 * 64 * 4, 128)  -- two buffers of half a panel
-    OFF_CQ = B.region("convert_queue", 16 * CONV_Q + 8, 16)  -- the entries, then the count
+    OFF_CQ = B.region("convert_queue", 16 * CONV_Q + 16, 16)  -- the entries, the count, the late step
     OFF_CBAR = B.region("convert_barriers", 8 * (2 * CONV_Q + 2), 8)
   end
   meta.symbol = symbol
@@ -962,6 +962,20 @@ __device__ __forceinline__ int dq_arrive(int *count) {
   asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n" : "=r"(old) : "l"(count) : "memory");
   return old;
 }
+// The default mode's late step (h, m0; h < 0 for none, kept after the
+// queue's count), queued with its arrival once its additions (the bulk
+// groups issued so far) have completed.  bh0: the block's batch times
+// heads_q.
+__device__ __forceinline__ void conv_late(unsigned scq, unsigned full, const BwdParams &g, int bh0) {
+  const int2 late = ld_shared_v2_s32(scq + {{ 16 * CONV_Q + 8 }}u);
+  if (late.x < 0) return;
+  bulk_wait<0>();
+  fence_async_global();
+  // The tile's first turn word (dq_tile_base / 4096, in 32 bits: the
+  // count of tiles is far below 2^31).
+  const int turn = ((bh0 + late.x) * (g.seq_pad >> 6) + (late.y >> 6)) * {{ (D + 63) // 64 }};
+  conv_push(scq, full, late.x, late.y, dq_arrive(g.dq_turns + turn));
+}
 {% end %}
 {% if WIDE then %}
 // Adds four floats at a 16-byte-aligned global address (sm_90's vector
@@ -1052,8 +1066,9 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
     {{ PC.indent(TR.init({ k, v, q, dout }, extra), 4) }}
 {% if CONV then %}
     // No step queued yet; this block's key tile (the converter's count
-    // reads it here rather than keep it in a register).
+    // reads it here rather than keep it in a register); no late step.
     fj::st_shared_v2_s32(scq + {{ 16 * CONV_Q }}u, 0, nt);
+    fj::st_shared_v2_s32(scq + {{ 16 * CONV_Q + 8 }}u, -1, 0);
 {% end %}
   }
 {% if PAIR then %}
@@ -1110,6 +1125,17 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
 {% end %}
       {{ STEP_FOR }}
         {{ ROT and STEP_AT_ROT or STEP_AT }}
+{% if CONV then %}
+        if (g.fuse && !g.deterministic) {
+          // The step before, once its additions have completed (they ran
+          // while this step's tile was computed: waiting for a step's own
+          // right after its issue would stall the writer, and the
+          // consumers behind it, each step); this one kept in shared
+          // memory (the writer has 24 registers).
+          fj::conv_late(scq, cv_full, g, b * p.heads_q);
+          fj::st_shared_v2_s32(scq + {{ 16 * CONV_Q + 8 }}u, h, m0);
+        }
+{% end %}
         const long long bh = (long long)b * p.heads_q + h;
 {% if not BMASK then %}
         int *const turn = g.dq_turns + fj::dq_tile_base(bh, m0, 0, g.seq_pad, {{ D }}) / 4096;
@@ -1148,18 +1174,14 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
 {% end %}
 {% if CONV then %}
         if (g.fuse) {
-          // The step's tile, once its addition has completed, to the
+          // A step's tile, once its addition has completed, to the
           // conversion with what says whether it was the last: in the
-          // deterministic mode its turn (rank), else the count of key
-          // tiles that had arrived on the tile's counter (its first turn
-          // word, which only the deterministic mode uses otherwise) before.
-          int seen = rank;
-          if (!g.deterministic) {
-            fj::bulk_wait();
-            fj::fence_async_global();
-            seen = fj::dq_arrive(turn);
-          }
-          fj::conv_push(scq, cv_full, h, m0, seen);
+          // deterministic mode its turn (rank: the addition has completed
+          // above), else the count of key tiles that had arrived on the
+          // tile's counter (its first turn word, which only the
+          // deterministic mode uses otherwise) before, taken a step late
+          // (at the next step's start).
+          if (g.deterministic) fj::conv_push(scq, cv_full, h, m0, rank);
         }
 {% end %}
 {% if BMASK then %}
@@ -1170,6 +1192,7 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
       fj::bulk_wait();
 {% if CONV then %}
       if (g.fuse) {
+        if (!g.deterministic) fj::conv_late(scq, cv_full, g, b * p.heads_q);  // the last step's tile
         fj::conv_push(scq, cv_full, -1, 0, 0);  // the end of the queue
       }
 {% end %}
