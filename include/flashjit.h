@@ -1270,8 +1270,9 @@ typedef struct fj_bwd_plan {
                               dq as its last addition completes, and no
                               postprocess runs (the wgmma kernel up to head
                               dim 128, without varlen, a block mask or
-                              sinks).  Off by default for now
-                              (FLASHJIT_BWD_FUSE=1, read at each plan,
+                              sinks).  Off by default: slower than the
+                              postprocess so far (docs/PERF.md;
+                              FLASHJIT_BWD_FUSE=1, read at each plan,
                               turns it on); a caller may clear it (the
                               postprocess runs) or set it in its plan
                               (ignored where the problem does not allow

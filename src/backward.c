@@ -365,8 +365,8 @@ static int plan_converts(const fj_problem *p, const fj_bwd_plan *plan)
 }
 
 /* Whether plans convert dQ in the main kernel where it can: off by default
- * until it has run on a GPU (BWD_FUSE_DEFAULT); FLASHJIT_BWD_FUSE=1 on, =0
- * off, read at each plan. */
+ * (BWD_FUSE_DEFAULT; 1.1-1.2x slower than the postprocess on an H100,
+ * docs/PERF.md's T16); FLASHJIT_BWD_FUSE=1 on, =0 off, read at each plan. */
 #define BWD_FUSE_DEFAULT 0
 static int fuse_on(void)
 {
