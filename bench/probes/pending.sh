@@ -63,12 +63,13 @@
 # gpu_backward_param_grads_sets 4/4, gpu_backward_param_grads 15/15,
 # gpu_backward_mods 43/43, gpu_cli with run --backward --deterministic,
 # the package's tests 151 OK); its d05de29 (the narrow wgmma backward
-# converting dQ in its main kernel, off by default) ran on no GPU.  Next,
-# on any GPU first: S25_PARTS=fuse bash bench/probes/s25.sh
-# (gpu_backward_fused: the conversion right against the reference and,
-# deterministic, the same bits as the postprocess; then its A/B rows);
-# where it passes and wins, BWD_FUSE_DEFAULT 1 in src/backward.c (and
-# README's and flashjit.h's words on it); then on
+# converting dQ in its main kernel, off by default) ran on no GPU.  The
+# twenty-sixth got H100 calls only: s25.sh's fuse (gpu_backward_fused 26
+# ok at 144c8eb and 98eee77, gpu_backward 101 ok; the conversion 1.06-
+# 1.24x slower than the postprocess: PERF.md T16, C40; off by default).
+# Next, on any GPU first: S26_PARTS=fuseparts bash bench/probes/s26.sh
+# (which part of the conversion's work costs it; where none can be made
+# cheap, the conversion goes); then on
 # the H200: S24_BWD_DIMS=64,128,256 S24_PARTS=bwd bash
 # bench/probes/s24.sh (the backward's whole table since 518bcca: T12
 # again, d256's bar), S24_PARTS=train (issue 33's table: R2 again, the
