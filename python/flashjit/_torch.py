@@ -85,12 +85,12 @@ def check_inputs(q, k, v, layout):
     b, hq, sq, d = _check_tensor("q", q, layout)
     bk, hk, sk, dk = _check_tensor("k", k, layout)
     bv, hv, sv, dv = _check_tensor("v", v, layout)
-    if k.dtype != q.dtype or v.dtype != q.dtype:
+    if (k.dtype != q.dtype or v.dtype != q.dtype) and not kv_fp8(q, k, v):
         if _FP8 in (q.dtype, k.dtype, v.dtype):
-            raise core.Unsupported(capi.ERR_UNSUPPORTED, (
+            raise TypeError(
                 f"{_WHO}: q, k and v are {q.dtype}, {k.dtype}, {v.dtype}; FP8 attention "
-                "takes all three in torch.float8_e4m3fn (16-bit q over FP8 k and v is not "
-                "implemented yet)"))
+                "takes all three in torch.float8_e4m3fn, an FP8 KV cache's k and v both "
+                "under a float16 or bfloat16 q")
         raise TypeError(f"{_WHO}: q, k and v must share a dtype; got {q.dtype}, {k.dtype}, "
                         f"{v.dtype}")
     if not b == bk == bv:
@@ -112,6 +112,13 @@ def check_inputs(q, k, v, layout):
     if dev.type != "cuda" or k.device != dev or v.device != dev:
         _device_error(q, k, v)
     return b, hq, hk, sq, sk, d
+
+
+def kv_fp8(q, k, v):
+    """Whether k and v are FP8 under a 16-bit q (an FP8 KV cache's:
+    fj_problem.kv_dtype; the library dequantises them on load)."""
+    return (_FP8 is not None and k.dtype == _FP8 and v.dtype == _FP8 and
+            q.dtype in (torch.float16, torch.bfloat16))
 
 
 def _device_error(q, k, v, who=_WHO):
@@ -224,11 +231,17 @@ def scale_layout(descales, who=_WHO):
     return capi.SCALE_PER_TENSOR if one else capi.SCALE_PER_HEAD
 
 
-def _check_descales(q, batch, heads_kv, descales):
-    """attention()'s descales (check_descales, FP8 where q is).  Returns
-    whether q is FP8."""
+def _check_descales(q, k, batch, heads_kv, descales):
+    """attention()'s descales (check_descales): all three where q is FP8,
+    k's and v's where only they are (kv_fp8).  Returns whether q is FP8."""
     fp8 = q.dtype == _FP8
-    check_descales(q, batch, heads_kv, descales, fp8)
+    if not fp8 and k.dtype == _FP8 and descales[0] is not None:
+        raise ValueError(f"{_WHO}: q_descale is for an FP8 q; q is {q.dtype} (k_descale and "
+                         "v_descale scale the FP8 k and v)")
+    if fp8 or k.dtype != _FP8:
+        check_descales(q, batch, heads_kv, descales, fp8)
+    else:
+        check_descales(q, batch, heads_kv, (None,) + tuple(descales[1:]), True)
     return fp8
 
 
@@ -412,7 +425,7 @@ def _check_dense(o, q, k, v, x):
     Returns (batch, heads_q, heads_kv, seq_q, seq_kv, head_dim)."""
     sizes = check_inputs(q, k, v, o.layout)
     b, hq, hk, sq, sk, _ = sizes
-    _check_descales(q, b, hk, tuple(x.get(n) for n in _DESCALES))
+    _check_descales(q, k, b, hk, tuple(x.get(n) for n in _DESCALES))
     _check_sinks(x.get("sinks"), q, hq)
     if o.block_q:
         bmask._check_lists(*(x.get(n) for n in bmask._NAMES))
@@ -443,6 +456,12 @@ def _build_dense(o, lse, q, k, v, extras):
         if "o_scale" in x:
             p.o_scale = C.addressof(pr._PLACEHOLDER)
             slots.append((p, "o_scale", o.roles.index("o_scale")))
+    elif kv_fp8(q, k, v):
+        # An FP8 KV cache's k and v under a 16-bit q: O in q's dtype.
+        p.kv_dtype = capi.E4M3
+        slots, ones = descale_slots(p, o, x, b, hk, (("k_descale", "k_scale"),
+                                                      ("v_descale", "v_scale")))
+        p.scale_layout = scale_layout((None, x.get("k_descale"), x.get("v_descale")))
     mods, mod_slots = mods_of(o, x, q.device)
     p.mods = mods.ptr
     if mods.ptr is not None:
@@ -1325,9 +1344,12 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     mask_mod and params, sinks, return_lse, both layouts and GQA apply,
     and score_mod and softcap at head dims up to 128; what the FP8 kernel
     does not take (block_mask, score_mod or softcap above head dim 128;
-    another GPU) the library refuses with its message.  16-bit q over
-    FP8 k and v is not implemented (refused), nor a backward: an FP8
-    call whose inputs require grad raises flashjit.Unsupported.
+    another GPU) the library refuses with its message.  An FP8 KV
+    cache's k and v: both torch.float8_e4m3fn under a float16 or bfloat16
+    q, with k_descale= and v_descale= as above (no q_descale), dequantised
+    as they load (the mma family; the output in q's dtype; out_dtype,
+    o_scale and return_amax are FP8 attention's).  No backward: a call
+    with FP8 inputs whose inputs require grad raises flashjit.Unsupported.
 
     Differentiable in q, k, v and sinks (loss.backward() runs
     fj_attention_bwd: O and the log-sum-exp are saved, not P) with causal,
@@ -1415,7 +1437,7 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
     bool_arg("checked", checked)
     bool_arg("return_lse", return_lse)
     b, hq, hk, sq, sk, _ = check_inputs(q, k, v, lay)
-    fp8 = _check_descales(q, b, hk, descales)
+    fp8 = _check_descales(q, k, b, hk, descales)
     out_code = _check_out(q, *out, fp8)
     o_scale, amax = out[1], out[2]
     _check_sinks(sinks, q, hq)
@@ -1428,7 +1450,7 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
     grad = torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad
         for t in (q, k, v, sinks) + descales + _param_tensors(params))
-    if grad and fp8:
+    if grad and (fp8 or kv_fp8(q, k, v)):
         _fp8_grad_error(q, k, v, sinks, descales, params)
     if grad and v.shape[-1] != q.shape[-1]:
         raise core.Unsupported(capi.ERR_UNSUPPORTED, (
@@ -1535,8 +1557,9 @@ def _fp8_grad_error(q, k, v, sinks, descales, params=None):
     """Raises Unsupported naming the first FP8 input (a tensor parameter
     among them) that requires grad."""
     name = grad_name(("q", "k", "v", "sinks") + _DESCALES, (q, k, v, sinks) + descales, params)
+    what = "FP8 attention" if q.dtype == _FP8 else f"{q.dtype} q over FP8 k and v"
     raise core.Unsupported(capi.ERR_UNSUPPORTED, (
-        f"{_WHO}: FP8 attention runs forward only: {name} requires grad (detach the inputs "
+        f"{_WHO}: {what} runs forward only: {name} requires grad (detach the inputs "
         "or call it under torch.no_grad())"))
 
 

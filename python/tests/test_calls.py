@@ -221,6 +221,43 @@ class CachedCalls(Stubbed):
         self.assertEqual(p.k_scale, kd.data_ptr())
         self.assertNotIn(p.q_scale, (None, 0, kd.data_ptr()))  # the ones, not given
 
+    def test_fp8_kv_under_16_bit_q(self):
+        # An FP8 KV cache's k and v under a bf16 q: the problem's kv_dtype
+        # e4m3, k's and v's descales (per head, or one in all), O in q's
+        # dtype; another entry than the 16-bit k and v's, and the descales
+        # each call's own.
+        f8 = torch.float8_e4m3fn
+        q, k, v = qkv(b=2, hq=8, hk=4, d=128)
+        flashjit.attention(q, k, v, causal=True)
+        p = self.rec.calls[-1][2]
+        self.assertEqual((p.dtype, p.kv_dtype), (capi.BF16, 0))
+        for i in range(2):
+            kd, vd = torch.full((2, 4), 0.5), torch.full((2, 4), 2.0)
+            out = flashjit.attention(q, k.to(f8), v.to(f8), causal=True, k_descale=kd,
+                                     v_descale=vd)
+            p = self.rec.calls[-1][2]
+            self.assertEqual((out.dtype, out.shape), (BF16, q.shape))
+            self.assertEqual((p.dtype, p.kv_dtype, p.k_scale, p.v_scale, p.q_scale,
+                              p.scale_layout),
+                             (capi.BF16, capi.E4M3, kd.data_ptr(), vd.data_ptr(), None,
+                              capi.SCALE_PER_HEAD))
+            self.assertEqual(self.plans(), 2, f"call {i}")
+        one = torch.ones(())
+        flashjit.attention(q.half(), k.to(f8), v.to(f8), k_descale=one)
+        p = self.rec.calls[-1][2]
+        self.assertEqual((p.dtype, p.kv_dtype, p.scale_layout, p.k_scale),
+                         (capi.F16, capi.E4M3, capi.SCALE_PER_TENSOR, one.data_ptr()))
+        self.assertNotIn(p.v_scale, (None, 0))  # the ones, not given
+        # No backward, and no q_descale (q is not FP8).
+        self.assertRaisesRegex(flashjit.Unsupported, r"torch.bfloat16 q over FP8 k and v runs "
+                               r"forward only: q requires grad", flashjit.attention,
+                               q.clone().requires_grad_(), k.to(f8), v.to(f8))
+        self.assertRaisesRegex(ValueError, r"q_descale is for an FP8 q; q is torch.bfloat16",
+                               flashjit.attention, q, k.to(f8), v.to(f8), q_descale=one)
+        self.assertRaisesRegex(ValueError, r"out_dtype=torch.float16 is for FP8 attention",
+                               flashjit.attention, q, k.to(f8), v.to(f8),
+                               out_dtype=torch.float16)
+
     def test_parameters_and_block_masks_are_cached(self):
         # Calls with tensor parameters and a block mask come from the table
         # too, checked once, each writing its own pointers; scalar
@@ -787,6 +824,9 @@ class FakeImplementations(unittest.TestCase):
         f8 = torch.float8_e4m3fn
         out = self.op(False, q.to(f8), k.to(f8), k.to(f8), [], kind="dense")
         self.assertEqual(out.dtype, BF16)
+        # An FP8 KV cache's k and v under a 16-bit q: O in q's dtype.
+        out = self.op(False, q.half(), k.to(f8), k.to(f8), [], kind="dense")
+        self.assertEqual(out.dtype, torch.float16)
         # FP8 attention's own O (out_dtype) and its amax (the third op).
         out = self.op(False, q.to(f8), k.to(f8), k.to(f8), [], kind="dense",
                       out_dtype=capi.E4M3)

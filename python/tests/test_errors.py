@@ -209,16 +209,24 @@ class AttentionErrors(Case):
                      r"attention\)$", flashjit.attention, q, k, v)
 
     def test_fp8_mixed(self):
-        # 16-bit queries over FP8 keys and values: not implemented yet.
+        # 16-bit queries over FP8 keys and values pass the dtypes (the
+        # device check, CPU tensors, stops them next); other mixes do not.
         q, k, v = self.qkv(dtype=torch.float8_e4m3fn)
-        e = self.refuses(flashjit.Unsupported, r"^flashjit.attention: q, k and v are "
-                         r"torch.bfloat16, torch.float8_e4m3fn, torch.float8_e4m3fn; FP8 "
-                         r"attention takes all three in torch.float8_e4m3fn \(16-bit q over "
-                         r"FP8 k and v is not implemented yet\)$", flashjit.attention,
-                         q.bfloat16(), k, v)
-        self.assertIsInstance(e, ValueError)
-        self.refuses(flashjit.Unsupported, r"q, k and v are torch.float8_e4m3fn, "
-                     r"torch.float16, torch.float8_e4m3fn", flashjit.attention, q, k.half(), v)
+        self.refuses(ValueError, r"^flashjit.attention: q is on cpu; flashjit runs on CUDA "
+                     r"tensors$", flashjit.attention, q.bfloat16(), k, v)
+        self.refuses(ValueError, r"^flashjit.attention: q is on cpu", flashjit.attention,
+                     q.half(), k, v)
+        for qq, kk, vv, names in (
+                (q, k.half(), v, "torch.float8_e4m3fn, torch.float16, torch.float8_e4m3fn"),
+                (q.half(), k, v.half(), "torch.float16, torch.float8_e4m3fn, torch.float16"),
+                (q.float(), k, v, "torch.float32, torch.float8_e4m3fn, torch.float8_e4m3fn")):
+            with self.subTest(names=names):
+                pattern = (r"^flashjit.attention: q, k and v are " + names + r"; FP8 "
+                           r"attention takes all three in torch.float8_e4m3fn, an FP8 KV "
+                           r"cache's k and v both under a float16 or bfloat16 q$")
+                if qq.dtype == torch.float32:
+                    pattern = r"^flashjit.attention: q has dtype torch.float32"
+                self.refuses(TypeError, pattern, flashjit.attention, qq, kk, vv)
 
     def test_fp8_descales(self):
         # attention() checks them after the device (CPU tensors stop there),
@@ -226,8 +234,15 @@ class AttentionErrors(Case):
         from flashjit._torch import _check_descales
         q = torch.zeros((2, 8, 16, 64), dtype=torch.float8_e4m3fn)
         ok = torch.ones((2, 4))
-        self.assertTrue(_check_descales(q, 2, 4, (ok, None, ok)))
-        self.assertFalse(_check_descales(q.half(), 2, 4, (None, None, None)))
+        self.assertTrue(_check_descales(q, q, 2, 4, (ok, None, ok)))
+        self.assertFalse(_check_descales(q.half(), q.half(), 2, 4, (None, None, None)))
+        # FP8 k and v under a 16-bit q: their descales, not q's.
+        self.assertFalse(_check_descales(q.half(), q, 2, 4, (None, ok, ok)))
+        self.refuses(ValueError, r"^flashjit.attention: q_descale is for an FP8 q; q is "
+                     r"torch.bfloat16 \(k_descale and v_descale scale the FP8 k and v\)$",
+                     _check_descales, q.bfloat16(), q, 2, 4, (ok, None, None))
+        self.refuses(TypeError, r"^flashjit.attention: v_descale has dtype torch.float64",
+                     _check_descales, q.half(), q, 2, 4, (None, None, ok.double()))
         for descales, exc, pattern in (
                 ((None, ok.double(), None), TypeError,
                  r"^flashjit.attention: k_descale has dtype torch.float64; it must be "
@@ -245,10 +260,10 @@ class AttentionErrors(Case):
                  r"^flashjit.attention: q_descale is on meta; the attention inputs are on "
                  r"cpu$")):
             with self.subTest(pattern=pattern):
-                self.refuses(exc, pattern, _check_descales, q, 2, 4, descales)
+                self.refuses(exc, pattern, _check_descales, q, q, 2, 4, descales)
         self.refuses(ValueError, r"^flashjit.attention: k_descale is for FP8 inputs "
                      r"\(torch.float8_e4m3fn\); q, k and v are torch.float16$",
-                     _check_descales, q.half(), 2, 4, (None, ok, None))
+                     _check_descales, q.half(), q.half(), 2, 4, (None, ok, None))
 
     def test_fp8_out(self):
         # out_dtype, o_scale and return_amax: FP8 attention's, checked
@@ -303,16 +318,16 @@ class AttentionErrors(Case):
                                ((None, torch.ones(1).expand(2, 4), one), capi.SCALE_PER_TENSOR)):
             with self.subTest(descales=[None if t is None else tuple(t.stride())
                                         for t in descales]):
-                self.assertTrue(_check_descales(q, 2, 4, descales))
+                self.assertTrue(_check_descales(q, q, 2, 4, descales))
                 self.assertEqual(scale_layout(descales), want)
         # A (1, 1) problem's one descale is both; a strided one is not one.
         self.assertEqual(scale_layout((torch.ones(1, 1), None, None)), capi.SCALE_PER_TENSOR)
         self.refuses(ValueError, r"^flashjit.attention: q_descale holds one descale for the "
                      r"tensor and v_descale one per \(batch, KV head\): give them alike "
                      r"\(expand the single one to \(batch, heads_kv\) and call "
-                     r"\.contiguous\(\)\)$", _check_descales, q, 2, 4, (one, None, head))
+                     r"\.contiguous\(\)\)$", _check_descales, q, q, 2, 4, (one, None, head))
         self.refuses(ValueError, r"k_descale is not contiguous \(strides \(0, 1\)\)",
-                     _check_descales, q, 2, 4, (None, torch.ones(4).expand(2, 4), None))
+                     _check_descales, q, q, 2, 4, (None, torch.ones(4).expand(2, 4), None))
 
     def test_rank(self):
         q, k, v = self.qkv()

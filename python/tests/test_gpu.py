@@ -1039,6 +1039,40 @@ def dequantised(t, descale, layout="bhsd"):
     return t * descale.repeat_interleave(g, dim=1).view(b, h, 1, 1)
 
 
+@unittest.skipUnless(is_sm90(), "checked on sm_90a (H100/H200)")
+class Fp8KV(GpuCase):
+    """An FP8 KV cache's k and v (torch.float8_e4m3fn, descales per (batch,
+    KV head) or one in all) under a bfloat16 or float16 q, through
+    attention(): O in q's dtype, against a float32 reference of the
+    dequantised k and v."""
+
+    def test_against_float32(self):
+        for dtype, d, causal, layout in ((torch.bfloat16, 128, "top_left", "bhsd"),
+                                         (torch.float16, 64, None, "bshd"),
+                                         (torch.bfloat16, 256, "bottom_right", "bhsd")):
+            with self.subTest(dtype=dtype, d=d, causal=causal, layout=layout):
+                (_, k, v), ds = fp8_inputs(2, 8, 2, 300, 700, d, layout)
+                shape = (2, 8, 300, d) if layout == "bhsd" else (2, 300, 8, d)
+                q = randn(*shape, dtype=dtype)
+                out = flashjit.attention(q, k, v, causal=causal, layout=layout,
+                                         k_descale=ds[1], v_descale=ds[2])
+                self.assertEqual((out.dtype, out.shape), (dtype, q.shape))
+                qf = q.float() if layout == "bhsd" else q.float().transpose(1, 2)
+                want, _ = reference(qf, dequantised(k, ds[1], layout),
+                                    dequantised(v, ds[2], layout), causal=causal)
+                got = out.float() if layout == "bhsd" else out.float().transpose(1, 2)
+                err = ((got - want).norm() / want.norm()).item()
+                self.assertLess(err, 2e-2, f"relative error {err:.3g}")
+        # One descale for each tensor: the same as that value everywhere.
+        (_, k, v), _ = fp8_inputs(1, 4, 4, 128, 128, 128)
+        q = randn(1, 4, 128, 128, dtype=torch.bfloat16)
+        one = torch.full((), 0.03, device="cuda")
+        a = flashjit.attention(q, k, v, k_descale=one, v_descale=one)
+        b = flashjit.attention(q, k, v, k_descale=one.expand(1, 4).contiguous(),
+                               v_descale=one.expand(1, 4).contiguous())
+        self.assertTrue(torch.equal(a, b))
+
+
 @unittest.skipUnless(is_sm90(), "FP8 attention runs on sm_90a (H100/H200)")
 class Fp8(GpuCase):
     """FP8 attention (q, k, v torch.float8_e4m3fn, descales per (batch, KV
