@@ -1298,7 +1298,10 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     seq_q, heads_q, head_dim) for "bshd"; k and v likewise with heads_kv
     and seq_kv.  float16 or bfloat16 (or FP8, below), CUDA, any strides
     with a contiguous head dim; heads_q a multiple of heads_kv (GQA, MQA)
-    -- K and V are not copied.  The output has q's layout and shape (and
+    -- K and V are not copied, except where a head dim (q's and k's, or
+    v's) is not a multiple of 8: then q, k and v are copied with zero
+    columns to the next multiple of 8 (the scale stays 1/sqrt of q's own)
+    and O's columns sliced back, as FlashAttention's wrapper does.  The output has q's layout and shape (and
     dtype, FP8 aside), contiguous, on q's device; the work goes on the
     current CUDA stream.
 
@@ -1379,6 +1382,20 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     -- without its checks or planning: one lookup, the output's allocation
     and one launch.
     """
+    if _needs_pad(q, k, v):
+        # A head dim that is not a multiple of 8: zero columns to the next
+        # one, at the unpadded dim's scale, then O's columns sliced back.
+        d, dv = q.shape[-1], v.shape[-1]
+        got = attention(_pad8(q), _pad8(k), _pad8(v), causal=causal,
+                        scale=d ** -0.5 if scale is None else scale, return_lse=return_lse,
+                        layout=layout, window=window, softcap=softcap, score_mod=score_mod,
+                        mask_mod=mask_mod, params=params, sinks=sinks, block_mask=block_mask,
+                        checked=checked, q_descale=q_descale, k_descale=k_descale,
+                        v_descale=v_descale, out_dtype=out_dtype, o_scale=o_scale,
+                        return_amax=return_amax)
+        if isinstance(got, tuple):
+            return (got[0][..., :dv],) + got[1:]
+        return got[..., :dv]
     key = None
     if (out_dtype is None and o_scale is None and return_amax is False and
             not torch.compiler.is_compiling()):
@@ -1419,6 +1436,26 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     return _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, score_mod,
                       mask_mod, params, sinks, block_mask, checked,
                       (q_descale, k_descale, v_descale), key, (out_dtype, o_scale, return_amax))
+
+
+def _needs_pad(q, k, v):
+    """Whether attention() pads the head dims: 16-bit 4-d q, k and v whose
+    q/k head dim (the same) or v's is not a multiple of 8, none above the
+    library's largest (FJ_HEAD_DIM_MAX: the library's own message there)."""
+    try:
+        d, dv = q.shape[-1], v.shape[-1]
+        return ((d % 8 or dv % 8) and 0 < d <= capi.HEAD_DIM_MAX and
+                0 < dv <= capi.HEAD_DIM_MAX and k.shape[-1] == d and
+                all(t.dim() == 4 and t.dtype in (torch.float16, torch.bfloat16)
+                    for t in (q, k, v)))
+    except AttributeError:  # not tensors: the checks say so
+        return False
+
+
+def _pad8(t):
+    """t with zero columns to the next multiple of 8 of its last dim
+    (autograd takes the gradient back through the pad)."""
+    return torch.nn.functional.pad(t, (0, -t.shape[-1] % 8))
 
 
 def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, score_mod,

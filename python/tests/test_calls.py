@@ -258,6 +258,32 @@ class CachedCalls(Stubbed):
                                flashjit.attention, q, k.to(f8), v.to(f8),
                                out_dtype=torch.float16)
 
+    def test_head_dims_padded_to_8(self):
+        # A head dim that is not a multiple of 8: the problem's the next
+        # one up, at the unpadded dim's scale (or the caller's), O sliced
+        # back to v's; the same for q/k and v apart (head_dim_v).
+        q, k, v = qkv(hq=8, hk=2, d=100)
+        out = flashjit.attention(q, k, v, causal=True)
+        p = self.rec.calls[-1][2]
+        self.assertEqual((p.head_dim, p.head_dim_v, out.shape), (104, 0, q.shape))
+        self.assertAlmostEqual(p.scale, 0.1, places=6)
+        flashjit.attention(q, k, v, scale=0.5)
+        self.assertEqual(self.rec.calls[-1][2].scale, 0.5)
+        out, lse = flashjit.attention(q, k, v[..., :60], return_lse=True, layout="bhsd")
+        p = self.rec.calls[-1][2]
+        self.assertEqual((p.head_dim, p.head_dim_v, out.shape, lse.shape),
+                         (104, 64, (1, 8, 128, 60), (1, 8, 128)))
+        qs, ks, vs = (t.transpose(1, 2) for t in qkv(hq=4, hk=4, d=36))
+        out = flashjit.attention(qs, ks, vs, layout="bshd")
+        self.assertEqual((self.rec.calls[-1][2].head_dim, out.shape), (40, qs.shape))
+        # With grad: the pad is part of the graph.
+        out = flashjit.attention(q.clone().requires_grad_(), k, v, causal=True)
+        self.assertTrue(out.requires_grad)
+        # Above the library's largest, no pad: its message names the dim.
+        big = torch.zeros(1, 1, 8, 580, dtype=BF16)
+        self.assertRaisesRegex(ValueError, r"head_dim 580 is invalid", flashjit.attention,
+                               big, big, big)
+
     def test_parameters_and_block_masks_are_cached(self):
         # Calls with tensor parameters and a block mask come from the table
         # too, checked once, each writing its own pointers; scalar

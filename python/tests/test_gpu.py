@@ -155,6 +155,20 @@ class Shapes(GpuCase):
                 k, v = randn(2, hk, 500, 128), randn(2, hk, 500, 128)
                 self.against_sdpa(q, k, v, causal="bottom_right")
 
+    def test_head_dims_not_multiples_of_8(self):
+        # attention() pads them with zero columns at the unpadded scale.
+        for d, causal in ((100, "top_left"), (36, None), (250, "bottom_right")):
+            with self.subTest(d=d, causal=causal):
+                q, k, v = randn(2, 8, 300, d), randn(2, 2, 400, d), randn(2, 2, 400, d)
+                out = self.against_sdpa(q, k, v, causal=causal)
+                self.assertEqual(tuple(out.shape), (2, 8, 300, d))
+        q, k, v = randn(1, 4, 200, 100), randn(1, 4, 200, 100), randn(1, 4, 200, 60)
+        out, lse = flashjit.attention(q, k, v, causal=True, return_lse=True)
+        want, want_lse = reference(q, k, v, causal="top_left")
+        self.assertEqual(tuple(out.shape), (1, 4, 200, 60))
+        self.close(out, want, 2e-2, "q/k 100, v 60")
+        self.close(lse, want_lse, 1e-3, "q/k 100, v 60: lse")
+
     def test_decode_split_kv(self):
         q = randn(4, 32, 1, 128)
         k, v = randn(4, 8, 4096, 128), randn(4, 8, 4096, 128)
@@ -459,8 +473,8 @@ class Exact(GpuCase):
 
 class LibraryErrors(GpuCase):
     def test_head_dim(self):
-        q = randn(1, 2, 64, 100)
-        with self.assertRaisesRegex(ValueError, r"head_dim 100 is invalid") as cm:
+        q = randn(1, 2, 64, 584)
+        with self.assertRaisesRegex(ValueError, r"head_dim 584 is invalid") as cm:
             flashjit.attention(q, q, q)
         self.assertIsInstance(cm.exception, flashjit.InvalidArgument)
 
@@ -904,6 +918,11 @@ class Backward(GpuCase):
         q = randn(1, 4, 100, 64, dtype=torch.float16)
         k, v = randn(1, 4, 257, 64, dtype=torch.float16), randn(1, 4, 257, 64, dtype=torch.float16)
         self.check(q, k, v, causal="bottom_right", tol=1e-2)
+
+    def test_head_dim_not_multiple_of_8(self):
+        # The pad's gradient: autograd slices it off.
+        self.check(randn(2, 4, 200, 100), randn(2, 2, 200, 100), randn(2, 2, 200, 100),
+                   causal="top_left")
 
     def test_gqa_window_softcap_sinks(self):
         q, k, v = randn(1, 8, 300, 64), randn(1, 2, 300, 64), randn(1, 2, 300, 64)
