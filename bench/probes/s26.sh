@@ -15,6 +15,10 @@
 #          C40: D 0.95 of post causal (no postprocess), F1 near fused
 #          causal if key tile 0's block's conversions (every tile of its
 #          head) are the cost there.
+#   py     the package's GPU tests of this session's Python (FP8 k/v
+#          under a 16-bit q through attention(); head dims padded to 8):
+#          test_gpu.Fp8KV, Shapes.test_head_dims_not_multiples_of_8,
+#          Backward.test_head_dim_not_multiple_of_8, LibraryErrors.
 set -u
 . bench/probes/parts_lib.sh
 parts_start s26 "${1:-}" ${S26_SECONDS:-570}
@@ -35,4 +39,10 @@ part_fuseparts() {
   done
   FLASHJIT_CACHE_DIR=/tmp/s26-fp rows parts bf16 "${S26_SHAPES:-4,16,4096,128 --causal;2,16,8192,128}" "${args[@]}"
 }
-parts_run s26 ${S26_PARTS:-fuseparts}
+part_py() {
+  (cd python/tests && PYTHONPATH=..:. FLASHJIT_LIB=$root/build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s26-py \
+    timeout $(bound 240) python3 -m unittest test_gpu.Fp8KV test_gpu.Shapes.test_head_dims_not_multiples_of_8 \
+    test_gpu.Backward.test_head_dim_not_multiple_of_8 test_gpu.LibraryErrors >"$out/py.log" 2>&1
+   echo "py: exit $?"; tail -3 "$out/py.log"; grep -E '^(FAIL|ERROR):|Error:' "$out/py.log" | head -8)
+}
+parts_run s26 ${S26_PARTS:-py fuseparts}
