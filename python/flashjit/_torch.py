@@ -26,6 +26,7 @@ for both kinds.
 import ctypes as C
 import functools
 import inspect
+import operator
 import typing
 
 import torch
@@ -146,10 +147,13 @@ def _check_out(q, out_dtype, o_scale, return_amax, fp8):
     """out_dtype, o_scale and return_amax (FP8 attention's output): the
     capi code of out_dtype (0: the default)."""
     code = 0
+    # A 16-bit q's call (FP8 k and v among them: an FP8 KV cache's) writes O
+    # in q's dtype.
+    writes = f"a {q.dtype} q's call writes O in {q.dtype}"
     if out_dtype is not None and out_dtype is not _out_dtype(q.dtype):
         if not fp8:
             raise ValueError(f"{_WHO}: out_dtype={out_dtype} is for FP8 attention "
-                             f"(torch.float8_e4m3fn inputs); {q.dtype} inputs write {q.dtype}")
+                             f"(q, k and v torch.float8_e4m3fn); {writes}")
         if out_dtype not in (torch.float16, _FP8):
             raise ValueError(f"{_WHO}: out_dtype={out_dtype!r} is not torch.bfloat16, "
                              "torch.float16 or torch.float8_e4m3fn")
@@ -170,8 +174,8 @@ def _check_out(q, out_dtype, o_scale, return_amax, fp8):
     if return_amax is not False and return_amax is not True:
         raise TypeError(f"{_WHO}: return_amax must be True or False, not {return_amax!r}")
     if return_amax and not fp8:
-        raise ValueError(f"{_WHO}: return_amax is FP8 attention's (torch.float8_e4m3fn "
-                         f"inputs); q is {q.dtype}")
+        raise ValueError(f"{_WHO}: return_amax is FP8 attention's (q, k and v "
+                         f"torch.float8_e4m3fn); q is {q.dtype}")
     return code
 
 
@@ -1384,8 +1388,15 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     """
     if _needs_pad(q, k, v):
         # A head dim that is not a multiple of 8: zero columns to the next
-        # one, at the unpadded dim's scale, then O's columns sliced back.
-        d, dv = q.shape[-1], v.shape[-1]
+        # one, at the unpadded dim's scale, then O's columns sliced back
+        # (contiguous, as the unpadded call's).  The checks that name the
+        # dims run on the caller's tensors first.  The dims are static
+        # under torch.compile (the scale is a constant of the call).
+        d, dv = operator.index(q.shape[-1]), operator.index(v.shape[-1])
+        check_inputs(q, k, v, pr.choose("layout", layout, pr.LAYOUTS))
+        if dv != d and torch.is_grad_enabled() and any(
+                isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, sinks)):
+            _split_grad_error(q, v)
         got = attention(_pad8(q), _pad8(k), _pad8(v), causal=causal,
                         scale=d ** -0.5 if scale is None else scale, return_lse=return_lse,
                         layout=layout, window=window, softcap=softcap, score_mod=score_mod,
@@ -1394,8 +1405,8 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
                         v_descale=v_descale, out_dtype=out_dtype, o_scale=o_scale,
                         return_amax=return_amax)
         if isinstance(got, tuple):
-            return (got[0][..., :dv],) + got[1:]
-        return got[..., :dv]
+            return (got[0][..., :dv].contiguous(),) + got[1:]
+        return got[..., :dv].contiguous()
     key = None
     if (out_dtype is None and o_scale is None and return_amax is False and
             not torch.compiler.is_compiling()):
@@ -1438,14 +1449,21 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
                       (q_descale, k_descale, v_descale), key, (out_dtype, o_scale, return_amax))
 
 
+def _split_grad_error(q, v):
+    raise core.Unsupported(capi.ERR_UNSUPPORTED, (
+        f"{_WHO}: head_dim_v {v.shape[-1]} with head_dim {q.shape[-1]} has no backward "
+        "yet (the forward runs: call it under torch.no_grad())"))
+
+
 def _needs_pad(q, k, v):
     """Whether attention() pads the head dims: 16-bit 4-d q, k and v whose
     q/k head dim (the same) or v's is not a multiple of 8, none above the
-    library's largest (FJ_HEAD_DIM_MAX: the library's own message there)."""
+    library's largest (FJ_HEAD_DIM_MAX, FJ_HEAD_DIM_V_MAX: the library's
+    own message there)."""
     try:
         d, dv = q.shape[-1], v.shape[-1]
         return ((d % 8 or dv % 8) and 0 < d <= capi.HEAD_DIM_MAX and
-                0 < dv <= capi.HEAD_DIM_MAX and k.shape[-1] == d and
+                0 < dv <= capi.HEAD_DIM_V_MAX and k.shape[-1] == d and
                 all(t.dim() == 4 and t.dtype in (torch.float16, torch.bfloat16)
                     for t in (q, k, v)))
     except AttributeError:  # not tensors: the checks say so
@@ -1454,8 +1472,10 @@ def _needs_pad(q, k, v):
 
 def _pad8(t):
     """t with zero columns to the next multiple of 8 of its last dim
-    (autograd takes the gradient back through the pad)."""
-    return torch.nn.functional.pad(t, (0, -t.shape[-1] % 8))
+    (autograd takes the gradient back through the pad); t itself where it
+    has them."""
+    n = -t.shape[-1] % 8
+    return torch.nn.functional.pad(t, (0, n)) if n else t
 
 
 def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, score_mod,
@@ -1490,9 +1510,7 @@ def _attention(q, k, v, causal, scale, return_lse, layout, window, softcap, scor
     if grad and (fp8 or kv_fp8(q, k, v)):
         _fp8_grad_error(q, k, v, sinks, descales, params)
     if grad and v.shape[-1] != q.shape[-1]:
-        raise core.Unsupported(capi.ERR_UNSUPPORTED, (
-            f"{_WHO}: head_dim_v {v.shape[-1]} with head_dim {q.shape[-1]} has no backward "
-            "yet (the forward runs: call it under torch.no_grad())"))
+        _split_grad_error(q, v)
     builtin = not (score_mod or mask_mod or params or block_mask is not None or checked)
     if grad and builtin:
         call = TrainCall((c, sc, lay, wl, wr, cap), sinks)

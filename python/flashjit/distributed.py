@@ -384,6 +384,11 @@ def _spec(q, k, v, causal, window, softcap, scale, layout, attention):
     if hk == 0 or hq % hk:
         raise ValueError(f"{_WHO}: q has {hq} heads and k, v {hk}: the query heads must be a "
                          "multiple of the KV heads (GQA)")
+    if dq % 8:
+        # attention() would pad the forward's calls, but the ring's backward
+        # calls the library's on the shards as they are.
+        raise ValueError(f"{_WHO}: head dim {dq} is not a multiple of 8: pad q, k and v "
+                         f"with zero columns to {dq + -dq % 8} and pass scale={dq}**-0.5")
     if not q.device == k.device == v.device:
         raise ValueError(f"{_WHO}: q, k and v must be on one device; got {q.device}, "
                          f"{k.device}, {v.device}")

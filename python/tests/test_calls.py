@@ -266,6 +266,7 @@ class CachedCalls(Stubbed):
         out = flashjit.attention(q, k, v, causal=True)
         p = self.rec.calls[-1][2]
         self.assertEqual((p.head_dim, p.head_dim_v, out.shape), (104, 0, q.shape))
+        self.assertTrue(out.is_contiguous())
         self.assertAlmostEqual(p.scale, 0.1, places=6)
         flashjit.attention(q, k, v, scale=0.5)
         self.assertEqual(self.rec.calls[-1][2].scale, 0.5)
@@ -273,9 +274,23 @@ class CachedCalls(Stubbed):
         p = self.rec.calls[-1][2]
         self.assertEqual((p.head_dim, p.head_dim_v, out.shape, lse.shape),
                          (104, 64, (1, 8, 128, 60), (1, 8, 128)))
+        self.assertTrue(out.is_contiguous())
         qs, ks, vs = (t.transpose(1, 2) for t in qkv(hq=4, hk=4, d=36))
         out = flashjit.attention(qs, ks, vs, layout="bshd")
         self.assertEqual((self.rec.calls[-1][2].head_dim, out.shape), (40, qs.shape))
+        self.assertTrue(out.is_contiguous())
+        # A tensor whose head dim is a multiple of 8 is not copied.
+        with mock.patch.object(torch.nn.functional, "pad", wraps=torch.nn.functional.pad) as pad:
+            flashjit.attention(q[..., :64], k[..., :64], v[..., :60])
+            self.assertEqual(pad.call_count, 1)
+        # The checks name the caller's dims, before any copy: split head
+        # dims with grad, a v above FJ_HEAD_DIM_V_MAX.
+        self.assertRaisesRegex(flashjit.Unsupported, r"head_dim_v 60 with head_dim 100 has no "
+                               r"backward", flashjit.attention, q.clone().requires_grad_(), k,
+                               v[..., :60])
+        wide = torch.zeros(1, 2, 128, 515, dtype=BF16)
+        self.assertRaisesRegex(ValueError, r"head_dim_v 515 is invalid", flashjit.attention,
+                               q, k, wide)
         # With grad: the pad is part of the graph.
         out = flashjit.attention(q.clone().requires_grad_(), k, v, causal=True)
         self.assertTrue(out.requires_grad)

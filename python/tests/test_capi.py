@@ -34,7 +34,7 @@ def _c_program():
                  "CHOICE_TUNED", "MOD_F32", "MOD_I32", "MOD_F16", "MOD_BF16", "LUT_PROBED",
                  "LUT_CACHED", "LUT_REFERENCE", "PAGE_SIZE_MAX", "MOD_PARAMS_MAX",
                  "MOD_EXPR_MAX", "MOD_NAME_MAX", "WINDOW_MAX", "SPLITS_MAX", "FRAG_COUNT",
-                 "LUT_MAX_SLOTS", "ABI_VERSION", "HEAD_DIM_MAX"):
+                 "LUT_MAX_SLOTS", "ABI_VERSION", "HEAD_DIM_MAX", "HEAD_DIM_V_MAX"):
         lines.append(f'  printf("value {name} %lld\\n", (long long)FJ_{name});')
     lines += ["  return 0;", "}"]
     return "\n".join(lines) + "\n"

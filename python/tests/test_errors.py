@@ -282,8 +282,8 @@ class AttentionErrors(Case):
         who = r"^flashjit.attention: "
         for qq, args, fp8, exc, pattern in (
                 (q.half(), (f8, None, False), False, ValueError,
-                 who + r"out_dtype=torch.float8_e4m3fn is for FP8 attention \(torch.float8_e4m3fn "
-                 r"inputs\); torch.float16 inputs write torch.float16$"),
+                 who + r"out_dtype=torch.float8_e4m3fn is for FP8 attention \(q, k and v "
+                 r"torch.float8_e4m3fn\); a torch.float16 q's call writes O in torch.float16$"),
                 (q, (torch.float32, None, False), True, ValueError,
                  who + r"out_dtype=torch.float32 is not torch.bfloat16, torch.float16 or "
                  r"torch.float8_e4m3fn$"),
@@ -299,8 +299,8 @@ class AttentionErrors(Case):
                 (q, (None, None, 1), True, TypeError,
                  who + r"return_amax must be True or False, not 1$"),
                 (q.half(), (None, None, True), False, ValueError,
-                 who + r"return_amax is FP8 attention's \(torch.float8_e4m3fn inputs\); q is "
-                 r"torch.float16$")):
+                 who + r"return_amax is FP8 attention's \(q, k and v torch.float8_e4m3fn\); "
+                 r"q is torch.float16$")):
             with self.subTest(pattern=pattern):
                 self.refuses(exc, pattern, _check_out, qq, *args, fp8)
 

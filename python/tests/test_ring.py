@@ -351,6 +351,12 @@ class SimulatedCPU(unittest.TestCase):
         for bad in (torch.zeros(3), torch.zeros(4, dtype=torch.float64), 0.5):
             with self.assertRaisesRegex(ValueError, r"sinks must be a float32 tensor \(4,\)"):
                 fjd._simulate(q, q, q, 2, sinks=bad, _attention=ringref.HOOK)
+        # A head dim that is not a multiple of 8: refused up front (the
+        # ring's backward runs on the shards as they are).
+        q5 = torch.zeros(1, 4, 8, 12, dtype=torch.float64)
+        with self.assertRaisesRegex(ValueError, r"head dim 12 is not a multiple of 8: pad q, "
+                                    r"k and v with zero columns to 16 and pass scale=12\*\*-0.5"):
+            fjd._simulate(q5, q5, q5, 2, _attention=ringref.HOOK)
 
     def test_cross_attention(self):
         """Keys of other positions than the queries (no mask), each rank
