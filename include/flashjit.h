@@ -1309,8 +1309,9 @@ typedef struct fj_bwd_plan {
  * lists (q_num, q_indices; fj_attention_bwd and _run refuse a mask
  * without them, FJ_ERR_INVALID_ARG); not in deterministic mode
  * (FJ_ERR_UNSUPPORTED).  Refused, FJ_ERR_UNSUPPORTED
- * with the reason: paged problems, FP8, head dims that are not multiples of 32
- * up to 256, architectures before sm_80.  Varlen problems (cu_seqlens,
+ * with the reason: paged problems, FP8, head dims above 256, architectures
+ * before sm_80 (head dims that are not multiples of 32 run padded to the
+ * next one on the mma family, 64-column panels on wgmma).  Varlen problems (cu_seqlens,
  * seqused_kv) run on either family; on wgmma only with total_q and
  * total_kv given where Q or K is packed.  ctx, p and plan may not be
  * NULL. */

@@ -152,7 +152,7 @@ void fj_variant_default(fj_variant *v, int head_dim, fj_dtype dtype,
  * templates' refusals): wgmma any up to 256, padding to 64-column panels;
  * mma's forward any up to the limits, padding to 16 columns (with FP8
  * K/V multiples of 16); wmma multiples of 16 up to 256;
- * the backward multiples of 32 up to 256 (64 and 128 on wgmma). */
+ * the backward any up to 256 (mma padding to 32 columns, wgmma to 64). */
 /* Q's and K's head dim up to 576 (MLA's latent rows with their rotary
  * part), V's and O's up to 512; above 256 the mma family alone. */
 static int valid_head_dim(int d, int most)

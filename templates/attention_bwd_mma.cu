@@ -69,16 +69,23 @@
   if mods.score_text or mods.mask_text then meta.isolate = 1 end
   if W ~= 8 then no("warps %d: the mma backward runs 8 warps (4 row groups x 2 halves)", W) end
   if BM ~= 64 or BN ~= 64 then no("tile_m %d, tile_n %d: the mma backward takes 64 x 64 tiles", BM, BN) end
-  if D % 32 ~= 0 or D > 256 then no("head_dim %d: the mma backward takes multiples of 32 up to 256", D) end
+  if D % 8 ~= 0 or D > 256 then no("head_dim %d: the mma backward takes multiples of 8 up to 256", D) end
+  -- A head dim that is not a multiple of 32 is padded to DP, the next one
+  -- (each warp owns half of dK's, dV's and dQ's columns in tiles of 16): a
+  -- tile row has DP columns, the loads write the first D (tile_io.cuh) and
+  -- the rest is zeroed once (zero_pad), so that the pad adds nothing to S
+  -- and dP and its columns of dK, dV and dQ are 0; only the first D of
+  -- those are stored.  DP = D otherwise: the same kernel as before.
+  local DP = (D + 31) // 32 * 32
   if S < 1 or S > 2 then no("stages %d: the mma backward takes 1 or 2", S) end
   if BMASK and (BMASK.q % BM ~= 0 or BMASK.kv % BN ~= 0) then
     no("tile_m %d and tile_n %d must divide the block mask's blocks (%d query rows, %d keys)", BM, BN, BMASK.q, BMASK.kv)
   end
   -- dQ's product in chunks of DQT tiles of 16 columns (all of a warp's
   -- half up to 5 tiles, else the largest divisor up to 4), so that head
-  -- dim 256 holds dK and dV (D/32 tiles of 8 each), S and dP (two tiles
+  -- dim 256 holds dK and dV (DP/32 tiles of 8 each), S and dP (two tiles
   -- each) and one chunk.
-  local NT = D // 32
+  local NT = DP // 32
   local DQT = NT
   if NT > 5 then
     DQT = 4
@@ -102,15 +109,15 @@
     QC = QC | ((at.quad[i][2] & 1) << i)
   end
   local NC = #rows.classes
-  local DH = D // 2          -- the head-dim half a warp owns in dK, dV and dQ
+  local DH = DP // 2         -- the head-dim half a warp owns in dK, dV and dQ
 
   -- Shared memory: K and V (stationary), S stages of Q and dO, P and dS
   -- ([query][key]), the rows' LSE and delta.
-  local CHUNKS = D // 8
+  local CHUNKS = DP // 8
   local XW = 1
   while XW < 8 and CHUNKS % (XW * 2) == 0 do XW = XW * 2 end
   local XM = XW - 1
-  local LD = D + (swizzle == "pad" and 8 or 0)
+  local LD = DP + (swizzle == "pad" and 8 or 0)
   local LDP = BN + 8          -- P and dS rows, padded: no bank conflicts
   local B = import("budget.lua").new{ smem_limit = 1 << 30, slack = 0 }
   local OFF_K = B.region("k", BN * LD * 2, 128)
@@ -146,7 +153,7 @@
 __constant__ unsigned char fj_base_acc[32] = { {{ L.base_bytes(acc) }} };
 
 {{ include("mma_frag.cuh") }}
-{{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S }) }}
+{{ include("tile_io.cuh", { LD = LD, XM = XM, THREADS = THREADS, S = S, PADC = DP > D and DP // 8 or nil }) }}
 
 extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {{ symbol }}(const fj::Params p, const fj::BwdParams g{{ mods.kernel_param }}{{ mods.grads_param }}) {
@@ -189,6 +196,14 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
   const elem_t *vg = fj::head_rows<const elem_t>(p.v, p.v_stride, b, hk) + kv_row0 * p.v_stride[2];
   fj::load_tile<{{ BN }}>(s_k, kg, p.k_stride[2], n0, len_kv);
   fj::load_tile<{{ BN }}>(s_v, vg, p.v_stride[2], n0, len_kv);
+{% if DP > D then %}
+  // The head dim's pad (columns {{ D }}..{{ DP - 1 }}), which no load writes, zero
+  // before the first step's barrier.
+  fj::zero_pad(s_k, {{ BN }});
+  fj::zero_pad(s_v, {{ BN }});
+  fj::zero_pad(s_q, {{ S * BM }});
+  fj::zero_pad(s_do, {{ S * BM }});
+{% end %}
 
   // The query rows that see this key tile, in whole row tiles (the
   // scheduler's head of a key tile: mask.lua's rows_begin / rows_end).
@@ -276,7 +291,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 #pragma unroll
       for (int e = 0; e < 8; ++e) s[j][e] = dp[j][e] = 0.f;
 #pragma unroll
-    for (int kk = 0; kk < {{ D // 16 }}; ++kk) {
+    for (int kk = 0; kk < {{ DP // 16 }}; ++kk) {
       unsigned qf[4], df[4];
       fj::ldsm_x4(qf, {{ addr("sq_u", "rm", "wr", "kk * 16") }});
       fj::ldsm_x4(df, {{ addr("sdo_u", "rm", "wr", "kk * 16") }});
@@ -422,8 +437,13 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       for (int d = 0; d < {{ DQT }}; ++d) {
 {% for i = 0, acc.slots - 1 do %}
         {
+{%   if DP > D then %}
+          const int r = m0 + wr + acc_r + {{ acc.drow[i] }}, c = dc + (dq0 + d) * 16 + acc_c + {{ acc.dcol[i] }};
+          if (r < len_q && c < {{ D }}) atomicAdd(dq_rows + (long long)r * {{ D }} + c, dq[d][{{ i }}]);
+{%   else %}
           const int r = m0 + wr + acc_r + {{ acc.drow[i] }};
           if (r < len_q) atomicAdd(dq_rows + (long long)r * {{ D }} + dc + (dq0 + d) * 16 + acc_c + {{ acc.dcol[i] }}, dq[d][{{ i }}]);
+{%   end %}
         }
 {% end %}
       }
@@ -452,7 +472,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 {% for i = 0, acc.slots - 1 do %}
     {
       const int r = n0 + kr + acc_r + {{ acc.drow[i] }}, c = dc + d * 16 + acc_c + {{ acc.dcol[i] }};
-      if (r < kv_rows) {
+      if (r < kv_rows{{ DP > D and (" && c < %d"):format(D) or "" }}) {
         dkg[(long long)r * g.dk_stride[2] + c] = fj::to_elem(dk[d][{{ i }}] * g.scale);
         dvg[(long long)r * g.dv_stride[2] + c] = fj::to_elem(dv[d][{{ i }}]);
       }

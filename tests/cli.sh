@@ -126,7 +126,7 @@ expect 2 "it takes no --jit-tiers" run $BS --jit-tiers
 expect 2 "the backward does not take paged K/V" run --backward --shape 2,4,64,64 --page-size 16
 expect 2 "the backward does not take kv_dtype e4m3: K and V in dtype f16" run $BS --kv-dtype e4m3
 expect 2 "--check with --backward computes the float64 reference of every gradient on the host: B x H x Sq x Skv x D = 1073741824 is over 536870912 (about 10 s of one core); check a smaller --shape" run --backward --check --shape 1,8,1024,128
-expect 2 "head_dim 48: the mma backward takes multiples of 32 up to 256" run --backward --shape 1,4,64,48
+expect 2 "head_dim 264: the mma backward takes multiples of 8 up to 256" run --backward --shape 1,4,64,264
 expect 2 "--backward does not apply with --show (it lists the database)" tune --show --backward
 expect 2 "--backward applies only to cache prewarm" cache ls --backward
 expect 2 "--backward prewarms the backward's kernels of the lists: it does not combine with --from-tune-db" cache prewarm --backward --from-tune-db

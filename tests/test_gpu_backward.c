@@ -419,18 +419,8 @@ static int plain_sm90(fj_ctx *ctx, fj_ctx **plain)
 
 /* The cases on the device's own target (sm_90a: the wgmma backward for
  * head dims 64 to 256), then, on an sm_90a device, again on plain sm_90,
- * whose backward is the mma family's. */
-/* Whether ctx's backward takes the case's head dim: a multiple of 16
- * that is not one of 32 only on the wgmma family (sm_90a). */
-static int takes(fj_ctx *ctx, const bwd_case *bc)
-{
-  if (bc->d % 32 == 0 || !strcmp(fj_ctx_arch(ctx), "sm_90a"))
-    return 1;
-  printf("skip  d%d on %s: the mma backward takes multiples of 32\n", bc->d,
-         fj_ctx_arch(ctx));
-  return 0;
-}
-
+ * whose backward is the mma family's (head dims that are not multiples
+ * of 32 padded to the next one). */
 static int run_cases(const bwd_case *cases, size_t n)
 {
   fj_ctx *ctx;
@@ -439,11 +429,10 @@ static int run_cases(const bwd_case *cases, size_t n)
     return rc;
   uint64_t seed = 20261126;
   int fails = 0, runs = 0;
-  for (size_t i = 0; i < n; i++)
-    if (takes(ctx, &cases[i])) {
-      fails += run_backward(ctx, &cases[i], &seed);
-      runs++;
-    }
+  for (size_t i = 0; i < n; i++) {
+    fails += run_backward(ctx, &cases[i], &seed);
+    runs++;
+  }
   fj_ctx *plain;
   rc = plain_sm90(ctx, &plain);
   fj_ctx_destroy(ctx);
@@ -451,11 +440,10 @@ static int run_cases(const bwd_case *cases, size_t n)
     return rc;
   if (plain) {
     printf("the mma family (sm_90):\n");
-    for (size_t i = 0; i < n; i++)
-      if (takes(plain, &cases[i])) {
-        fails += run_backward(plain, &cases[i], &seed);
-        runs++;
-      }
+    for (size_t i = 0; i < n; i++) {
+      fails += run_backward(plain, &cases[i], &seed);
+      runs++;
+    }
     fj_ctx_destroy(plain);
   }
   printf("backward: %d runs, %d failed\n", runs, fails);
@@ -480,6 +468,11 @@ int test_gpu_backward(void)
       {1, 2, 2, 130, 130, 96, FJ_F16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
       {1, 2, 2, 130, 130, 160, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
       {1, 2, 2, 130, 130, 192, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      /* head dims padded (mma: to 32 columns; wgmma: to 64-column panels) */
+      {1, 4, 2, 200, 300, 40, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 4, 4, 150, 150, 72, FJ_F16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 130, 257, 120, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 100, 100, 8, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
       /* tails and unequal lengths both ways, both alignments */
       {1, 2, 2, 1, 1, 64, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
       {1, 2, 2, 17, 17, 64, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
