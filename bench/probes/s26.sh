@@ -19,6 +19,9 @@
 #          under a 16-bit q through attention(); head dims padded to 8):
 #          test_gpu.Fp8KV, Shapes.test_head_dims_not_multiples_of_8,
 #          Backward.test_head_dim_not_multiple_of_8, LibraryErrors.
+#   pad    gpu_backward whole (every case on sm_90a, then on plain sm_90:
+#          the mma backward, with its new padded head dims 8, 40, 72, 120
+#          and the d80 case, which skipped there before 736cc8f).
 set -u
 . bench/probes/parts_lib.sh
 parts_start s26 "${1:-}" ${S26_SECONDS:-570}
@@ -45,4 +48,7 @@ part_py() {
     test_gpu.Backward.test_head_dim_not_multiple_of_8 test_gpu.LibraryErrors >"$out/py.log" 2>&1
    echo "py: exit $?"; tail -3 "$out/py.log"; grep -E '^(FAIL|ERROR):|Error:' "$out/py.log" | head -8)
 }
-parts_run s26 ${S26_PARTS:-py fuseparts}
+part_pad() {
+  gpu_tests /tmp/s26-pad 'FAIL|failed|d(8|40|72|80|120) ' gpu_backward:330
+}
+parts_run s26 ${S26_PARTS:-py pad fuseparts}
