@@ -473,6 +473,8 @@ int test_gpu_backward(void)
       {1, 4, 4, 150, 150, 72, FJ_F16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
       {1, 2, 2, 130, 257, 120, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
       {1, 2, 2, 100, 100, 8, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 140, 140, 56, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      {1, 2, 2, 130, 130, 200, FJ_F16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
       /* tails and unequal lengths both ways, both alignments */
       {1, 2, 2, 1, 1, 64, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
       {1, 2, 2, 17, 17, 64, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
@@ -521,7 +523,7 @@ int test_gpu_backward(void)
       {1, 2, 2, 190, 130, 256, FJ_F16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 2},
       /* head dims that are multiples of 16 but not 32, which the wgmma
        * backward plans on sm_90a (padded to its 64-column panels; the mma
-       * family refuses them on plain sm_90) */
+       * family's, on plain sm_90, to 32 columns) */
       {1, 4, 2, 300, 300, 80, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
       {1, 4, 4, 257, 200, 112, FJ_F16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
       {1, 2, 2, 200, 200, 144, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
@@ -589,6 +591,10 @@ int test_gpu_backward_deterministic(void)
       {3, 4, 2, 900, 1000, 128, FJ_BF16, TL, -1, 0, 0, 1, 1, {900, 1, 600}, {1000, 700, 600}, {0}, 0},
       {1, 4, 4, 700, 700, 192, FJ_BF16, TL, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
       {1, 4, 2, 600, 600, 256, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+      /* head dims the mma backward pads (on plain sm_90: 40 to 64, 72 to
+       * 96; the wgmma kernel's panels on sm_90a for 72) */
+      {1, 4, 2, 500, 500, 40, FJ_BF16, TL, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+      {1, 4, 4, 400, 600, 72, FJ_F16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
   };
   return run_deterministic(cases, sizeof cases / sizeof cases[0], 2);
 }
