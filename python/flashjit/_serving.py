@@ -19,6 +19,7 @@ attention_with_kvcache() runs forward only.
 Imported only where torch imports.
 """
 import ctypes as C
+import operator
 
 import torch
 
@@ -245,7 +246,24 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     values is planned once).  torch.compile traces it as
     torch.ops.flashjit.attention (kind "varlen"), or with grad as
     torch.ops.flashjit.attention_train (its backward attention_bwd).
+
+    A head dim that is not a multiple of 8 (up to 576; q and k's, and v's
+    the same) is padded as attention() pads it: q, k and v copied with
+    zero columns to the next multiple of 8, the scale 1/sqrt of q's own,
+    O's columns sliced back.
     """
+    if fjt._needs_pad(q, k, v, 3) and q.shape[-1] == v.shape[-1]:
+        d = operator.index(q.shape[-1])
+        got = attention_varlen(fjt._pad8(q), fjt._pad8(k), fjt._pad8(v), cu_seqlens_q,
+                               cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k,
+                               causal=causal, scale=d ** -0.5 if scale is None else scale,
+                               return_lse=return_lse, window=window, softcap=softcap,
+                               score_mod=score_mod, mask_mod=mask_mod, params=params,
+                               sinks=sinks, k_descale=k_descale, v_descale=v_descale,
+                               num_splits=num_splits)
+        if return_lse:
+            return got[0][..., :d].contiguous(), got[1]
+        return got[..., :d].contiguous()
     if params is None and not torch.compiler.is_compiling():
         key, e, extras = _fast(
             f"varlen,{causal!r},{scale!r},{return_lse!r},{window!r},{softcap!r},"

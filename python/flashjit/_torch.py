@@ -1455,16 +1455,17 @@ def _split_grad_error(q, v):
         "yet (the forward runs: call it under torch.no_grad())"))
 
 
-def _needs_pad(q, k, v):
-    """Whether attention() pads the head dims: 16-bit 4-d q, k and v whose
-    q/k head dim (the same) or v's is not a multiple of 8, none above the
-    library's largest (FJ_HEAD_DIM_MAX, FJ_HEAD_DIM_V_MAX: the library's
-    own message there)."""
+def _needs_pad(q, k, v, ndim=4):
+    """Whether attention() (ndim 4) or attention_varlen() (3) pads the head
+    dims: 16-bit q, k and v of ndim dimensions whose q/k head dim (the
+    same) or v's is not a multiple of 8, none above the library's largest
+    (FJ_HEAD_DIM_MAX, FJ_HEAD_DIM_V_MAX: the library's own message
+    there)."""
     try:
         d, dv = q.shape[-1], v.shape[-1]
         return ((d % 8 or dv % 8) and 0 < d <= capi.HEAD_DIM_MAX and
                 0 < dv <= capi.HEAD_DIM_V_MAX and k.shape[-1] == d and
-                all(t.dim() == 4 and t.dtype in (torch.float16, torch.bfloat16)
+                all(t.dim() == ndim and t.dtype in (torch.float16, torch.bfloat16)
                     for t in (q, k, v)))
     except AttributeError:  # not tensors: the checks say so
         return False

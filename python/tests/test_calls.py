@@ -654,6 +654,20 @@ class ServingCalls(Stubbed):
         flashjit.attention_varlen(q, k, v, cu, cu, 64, 70)  # another bound: another plan
         self.assertEqual(self.plans(), 3)
 
+    def test_varlen_head_dim_padded_to_8(self):
+        # attention_varlen pads a head dim that is not a multiple of 8 as
+        # attention() does: the problem's 104 at 100's scale, O sliced back,
+        # contiguous; the log-sum-exp as FlashAttention returns it.
+        q, k, v, cu = self.varlen(d=100)
+        out, lse = flashjit.attention_varlen(q, k, v, cu, cu, 70, 70, causal=True,
+                                             return_lse=True)
+        p = self.rec.calls[-1][2]
+        self.assertEqual((p.head_dim, out.shape, lse.shape), (104, q.shape, (8, 100)))
+        self.assertAlmostEqual(p.scale, 0.1, places=6)
+        self.assertTrue(out.is_contiguous())
+        out = flashjit.attention_varlen(q, k, v, cu, cu, 70, 70, scale=0.25)
+        self.assertEqual((self.rec.calls[-1][2].scale, out.shape), (0.25, q.shape))
+
     def test_varlen_lse_is_flashattentions(self):
         # The library's (batch, heads, max_seqlen_q) rows, gathered per token.
         q, k, v, cu = self.varlen(lengths=(0, 3, 2, 0), hq=2, hk=2, d=64)

@@ -168,6 +168,17 @@ class Shapes(GpuCase):
         self.assertEqual(tuple(out.shape), (1, 4, 200, 60))
         self.close(out, want, 2e-2, "q/k 100, v 60")
         self.close(lse, want_lse, 1e-3, "q/k 100, v 60: lse")
+        # attention_varlen pads alike: two packed sequences against the
+        # float32 reference of each.
+        q, k, v = randn(500, 4, 100), randn(700, 2, 100), randn(700, 2, 100)
+        cq = torch.tensor([0, 200, 500], dtype=torch.int32, device="cuda")
+        ck = torch.tensor([0, 300, 700], dtype=torch.int32, device="cuda")
+        out = flashjit.attention_varlen(q, k, v, cq, ck, 300, 400, causal=True)
+        self.assertEqual(tuple(out.shape), (500, 4, 100))
+        for a, b, c, e in ((0, 200, 0, 300), (200, 500, 300, 700)):
+            want, _ = reference(q[a:b].transpose(0, 1)[None], k[c:e].transpose(0, 1)[None],
+                                v[c:e].transpose(0, 1)[None], causal="bottom_right")
+            self.close(out[a:b].transpose(0, 1)[None], want, 2e-2, f"varlen rows {a}-{b}")
 
     def test_decode_split_kv(self):
         q = randn(4, 32, 1, 128)
