@@ -20,8 +20,9 @@
 #          test_gpu.Fp8KV, Shapes.test_head_dims_not_multiples_of_8,
 #          Backward.test_head_dim_not_multiple_of_8, LibraryErrors.
 #   pad    gpu_backward whole (every case on sm_90a, then on plain sm_90:
-#          the mma backward, with its new padded head dims 8, 40, 72, 120
-#          and the d80 case, which skipped there before 736cc8f).
+#          the mma backward, with its padded head dims 8, 40, 56, 72, 120,
+#          200 and the 80-240 cases, which skipped there before 736cc8f),
+#          then gpu_backward_deterministic (its d40 and d72 cases).
 set -u
 . bench/probes/parts_lib.sh
 parts_start s26 "${1:-}" ${S26_SECONDS:-570}
@@ -49,6 +50,6 @@ part_py() {
    echo "py: exit $?"; tail -3 "$out/py.log"; grep -E '^(FAIL|ERROR):|Error:' "$out/py.log" | head -8)
 }
 part_pad() {
-  gpu_tests /tmp/s26-pad 'FAIL|failed|d(8|40|72|80|120) ' gpu_backward:330
+  gpu_tests /tmp/s26-pad 'FAIL|failed|differ' gpu_backward:330 gpu_backward_deterministic:150
 }
 parts_run s26 ${S26_PARTS:-py pad fuseparts}
