@@ -414,8 +414,10 @@ typedef struct bwd_key {
   int varlen;  /* 1 varlen; 2 varlen whose packed tensors lack a total */
   int q_log2, kv_log2, gqa;
   int pair;  /* pair_ok: the wide kernel's tiles in pairs */
-  int fuse;  /* fuse_on(): plans convert dQ in the main kernel where they
-                can (its kernel and shared memory differ) */
+  int fuse;  /* the plan's key: fuse_on(), plans convert dQ in the main
+                kernel where they can (its kernel and shared memory
+                differ); 0 in the recent launches', which keep the
+                launch's own (bwd_hot.fused) */
   /* the form's hash, as the tuning database's class has it (|mods=):
    * expressions of one presence may be tuned apart */
   uint64_t mods;
@@ -484,7 +486,6 @@ static bwd_key key_of(const fj_problem *p)
   k.kv_log2 = fj__log2_floor(p->seq_kv);
   k.gqa = p->heads_q / p->heads_kv;
   k.pair = pair_ok(p, &mi);  /* the mods' facts key_of has read */
-  k.fuse = fuse_on();
   k.mods = fj__mods_hash(p->mods);
   return k;
 }
@@ -579,6 +580,7 @@ static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
   int conv = 0;
   fj_status st = FJ_ERR_UNSUPPORTED;
   bwd_key key = key_of(p);
+  key.fuse = fuse_on();
   if (memo_find(ctx, &key, &v, &meta, &conv)) {
     fill_plan(p, &v, &meta, conv, plan);
     return FJ_OK;

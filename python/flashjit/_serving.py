@@ -261,9 +261,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                                score_mod=score_mod, mask_mod=mask_mod, params=params,
                                sinks=sinks, k_descale=k_descale, v_descale=v_descale,
                                num_splits=num_splits)
-        if return_lse:
-            return got[0][..., :d].contiguous(), got[1]
-        return got[..., :d].contiguous()
+        return fjt._unpad(got, d)
     if params is None and not torch.compiler.is_compiling():
         key, e, extras = _fast(
             f"varlen,{causal!r},{scale!r},{return_lse!r},{window!r},{softcap!r},"

@@ -1404,9 +1404,7 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
                         checked=checked, q_descale=q_descale, k_descale=k_descale,
                         v_descale=v_descale, out_dtype=out_dtype, o_scale=o_scale,
                         return_amax=return_amax)
-        if isinstance(got, tuple):
-            return (got[0][..., :dv].contiguous(),) + got[1:]
-        return got[..., :dv].contiguous()
+        return _unpad(got, dv)
     key = None
     if (out_dtype is None and o_scale is None and return_amax is False and
             not torch.compiler.is_compiling()):
@@ -1469,6 +1467,14 @@ def _needs_pad(q, k, v, ndim=4):
                     for t in (q, k, v)))
     except AttributeError:  # not tensors: the checks say so
         return False
+
+
+def _unpad(got, dv):
+    """A padded call's result (O, or a tuple O first) with O's first dv
+    columns, contiguous as an unpadded call's O."""
+    if isinstance(got, tuple):
+        return (got[0][..., :dv].contiguous(),) + got[1:]
+    return got[..., :dv].contiguous()
 
 
 def _pad8(t):
