@@ -901,9 +901,14 @@ struct fj_mods {
    * Device memory for fj_attention_bwd, host memory for fj_reference_bwd.
    * Only F32, F16 and BF16 tensors have a gradient: a pointer for an I32
    * tensor or a scalar is FJ_ERR_INVALID_ARG.  fj_attention_bwd adds with
-   * float32 atomics, whose order varies run to run: with
-   * fj_problem.deterministic it is FJ_ERR_UNSUPPORTED.  Which parameters
-   * have a gradient belongs to the backward's kernel. */
+   * float32 atomics, whose order varies run to run; with
+   * fj_problem.deterministic, as 64-bit fixed point in the workspace (16
+   * bytes an element of each parameter with a gradient: integers, whose
+   * sum is the same in any order), added to the gradient once at the end:
+   * bit-identical run to run, exact to 2^-56 of each value, for values and
+   * sums below 2^38 in magnitude (a value beyond, or inf or NaN, is added
+   * as float32, as in the other mode).  Which parameters have a gradient
+   * belongs to the backward's kernel. */
   float *const *param_grads;
 };
 
@@ -1278,8 +1283,11 @@ typedef struct fj_bwd_plan {
                               (ignored where the problem does not allow
                               it) */
   size_t workspace_bytes;  /* delta, LSE2 and dQ's accumulator, float32,
-                              over rows padded to 64, and a counter per
-                              64 x 64 tile of dQ (deterministic turns) */
+                              over rows padded to 64, a counter per
+                              64 x 64 tile of dQ (deterministic turns),
+                              and in deterministic mode 16 bytes per
+                              element of each parameter with a gradient
+                              (fj_mods.param_grads) */
 } fj_bwd_plan;
 
 /* The plan of the backward of p (no compile; a compile-only context plans
@@ -1299,8 +1307,9 @@ typedef struct fj_bwd_plan {
  * ceilf, roundf, truncf contribute 0), at the raw scaled score;
  * `flashjit emit --backward` shows it after #line 1 "score'".  The
  * float tensor parameters' gradients are added where fj_mods.param_grads
- * asks (float32 atomics at the indices each read used; not in
- * deterministic mode; on the mma family above head dim 128).  A context remembers its
+ * asks (float32 atomics at the indices each read used; fixed point in
+ * the workspace in deterministic mode; on the mma family above head dim
+ * 128).  A context remembers its
  * choices (until a tuning result is recorded), so a repeated plan renders
  * nothing.  A block mask (fj_mods.block_mask) runs on the wgmma family
  * where its key blocks are whole key tiles (block_kv a multiple of 128

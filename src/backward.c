@@ -81,7 +81,8 @@ static fj_status check_block_lists(const fj_ctx *ctx, const char *who,
 /* What the backward takes of a problem the forward takes.  Score and mask
  * expressions are taken (the mma family applies the score expression's
  * derivative, src/expr_grad.c), and the float tensor parameters'
- * gradients where fj_mods.param_grads asks (not in deterministic mode);
+ * gradients where fj_mods.param_grads asks (in the deterministic mode
+ * through the workspace's fixed-point words: pgrad_elems);
  * block masks (their arrays: check_block_lists, at a call). */
 static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
 {
@@ -90,8 +91,7 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
     return st;
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
-  st = fj__mods_check_grads(ctx, p->mods, p->deterministic,
-                            "fj_attention_bwd");
+  st = fj__mods_check_grads(ctx, p->mods, "fj_attention_bwd");
   if (st != FJ_OK)
     return st;
   /* One order of dQ's additions is not kept under a block mask: the
@@ -326,6 +326,35 @@ static size_t dq_tiles(const fj_problem *p)
   return pad_rows(p) / BWD_TILE * (acc_width(p) / 64);
 }
 
+/* The elements of the parameters with a gradient, in the deterministic
+ * mode (0 in the other, whose atomics add into the gradients directly):
+ * two int64 words each in the workspace (bwd_common.cuh's
+ * pgrad_words_add), after the turns. */
+static size_t pgrad_elems(const fj_problem *p)
+{
+  size_t n = 0;
+  for (int i = 0; p->deterministic && p->mods && i < p->mods->num_params &&
+                  i < FJ_MOD_PARAMS_MAX;
+       i++)
+    if (fj__mods_has_grad(p->mods, i)) {
+      const fj_mod_param *t = &p->mods->params[i];
+      size_t e = 1;
+      for (int d = 0; d < t->rank && d < 4; d++)
+        e *= (size_t)t->extents[d];
+      n += e;
+    }
+  return n;
+}
+
+/* Where the parameters' words start in the workspace: after delta, LSE2,
+ * dQ's accumulator and its tiles' turns, 16-byte aligned. */
+static size_t pgrad_offset(const fj_problem *p)
+{
+  size_t at = pad_rows(p) * sizeof(float) * (2 + acc_width(p)) +
+              dq_tiles(p) * sizeof(int);
+  return (at + 15) / 16 * 16;
+}
+
 /* Whether the wgmma backward's main kernel (v) reads p's distance table
  * within its extents (fj__mods_table_inside) at every position its tiles
  * reach: query tiles of tile_m rows from each sequence's start, key tiles
@@ -353,7 +382,8 @@ static int dq_fusable(const fj_problem *p, const fj_variant *v)
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
   return v->mma == FJ_MMA_WGMMA && v->head_dim <= 128 &&
-         !fj__problem_varlen(p) && !mi.blocks && !mi.sinks;
+         !fj__problem_varlen(p) && !mi.blocks && !mi.sinks &&
+         pgrad_elems(p) == 0;
 }
 
 /* Whether a launch of plan converts p's dQ in the main kernel: the plan's
@@ -395,9 +425,12 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
   plan->rows_grid = (unsigned)((rows + BWD_ROWS - 1) / BWD_ROWS);
   plan->dq_fused = (unsigned)conv;
   /* delta, LSE2, dQ's accumulator, then its tiles' turns, each 16-byte
-   * aligned (rows are multiples of 64) */
-  plan->workspace_bytes = rows * sizeof(float) * (2 + acc_width(p)) +
-                          dq_tiles(p) * sizeof(int);
+   * aligned (rows are multiples of 64), then in the deterministic mode the
+   * parameters' gradients' words */
+  size_t pg = pgrad_elems(p);
+  plan->workspace_bytes = pg ? pgrad_offset(p) + pg * 2 * sizeof(long long)
+                             : rows * sizeof(float) * (2 + acc_width(p)) +
+                                   dq_tiles(p) * sizeof(int);
 }
 
 /* What shapes the main kernel's choice and source (the built-in
@@ -787,6 +820,24 @@ static void fill_bwd_params(fj_bwd_kparams *g, const fj_problem *p,
     g->dv_stride[i] = p->v_stride[i];
   }
   g->scale = p->scale > 0.f ? p->scale : 1.f / sqrtf((float)p->head_dim);
+  /* The deterministic mode's words for the parameters' gradients, each
+   * parameter's elements after the last's (pg_end: cumulative, the
+   * parameters without one adding none). */
+  if (pgrad_elems(p)) {
+    g->pg_words = (long long *)(uintptr_t)(ws + pgrad_offset(p));
+    long long end = 0;
+    for (int i = 0; i < FJ_MOD_PARAMS_MAX; i++) {
+      if (i < p->mods->num_params && fj__mods_has_grad(p->mods, i)) {
+        const fj_mod_param *t = &p->mods->params[i];
+        long long e = 1;
+        for (int d = 0; d < t->rank && d < 4; d++)
+          e *= t->extents[d];
+        g->pg_out[i] = p->mods->param_grads[i];
+        end += e;
+      }
+      g->pg_end[i] = end;
+    }
+  }
 }
 
 /* A block mask's lists as the backward walks them (kparams.h): the
@@ -943,17 +994,23 @@ static fj_status bwd_maps(fj_ctx *ctx, const fj_problem *p,
 }
 
 /* The main kernel's fj::ModGrads (templates/mods.cuh): a gradient
- * pointer per parameter, NULL where it has none. */
+ * pointer per parameter, NULL where it has none, and in the deterministic
+ * mode its words in the workspace (g->pg_words, fill_bwd_params'). */
 typedef struct fj_mod_grads {
   float *g[FJ_MOD_PARAMS_MAX];
+  long long *w[FJ_MOD_PARAMS_MAX];
 } fj_mod_grads;
 
-static void mod_grads(const fj_mods *m, fj_mod_grads *mg)
+static void mod_grads(const fj_mods *m, const fj_bwd_kparams *g,
+                      fj_mod_grads *mg)
 {
   memset(mg, 0, sizeof *mg);
   for (int i = 0; m && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++)
-    if (fj__mods_has_grad(m, i))
+    if (fj__mods_has_grad(m, i)) {
       mg->g[i] = m->param_grads[i];
+      if (g->pg_words)
+        mg->w[i] = g->pg_words + 2 * (i ? g->pg_end[i - 1] : 0);
+    }
 }
 
 /* The gradients' pointers, as the library checks every pointer it is
@@ -1028,7 +1085,7 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     /* The mma kernel takes the parameters' gradients last where it has
      * any (a kernel reads as many arguments as it has). */
     fj_mod_grads mg;
-    mod_grads(p->mods, &mg);
+    mod_grads(p->mods, &g, &mg);
     void *args[4] = {&kp, &g, mod_args, &mg};
     /* The wgmma kernel takes its tensor maps before the modifications'. */
     void *wg_args[5] = {&kp, &g, &maps, mod_args, &mg};

@@ -79,6 +79,13 @@ typedef struct fj_bwd_kparams {
   float *dq_acc;  /* float32 [batch][heads_q][seq_pad][head_dim] */
   float *dsinks;  /* [heads_q] or NULL */
   int *dq_turns;  /* per dQ tile: the key tiles that added (deterministic) */
+  /* The parameters' gradients in the deterministic mode (NULL words
+   * elsewhere): two int64 words of fixed point per element of each
+   * parameter with a gradient, in order (pg_end[i]: the elements of
+   * parameters 0..i), added into pg_out[i] by the postprocess. */
+  long long *pg_words;
+  float *pg_out[8];
+  long long pg_end[8];
   long long do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];
   float scale;
   int seq_pad;

@@ -594,14 +594,12 @@ int fj__mods_has_grad(const fj_mods *m, int i)
 }
 
 fj_status fj__mods_check_grads(const fj_ctx *ctx, const fj_mods *m,
-                               int deterministic, const char *who)
+                               const char *who)
 {
-  int any = 0;
   for (int i = 0; m && m->param_grads && i < m->num_params; i++) {
     const fj_mod_param *p = &m->params[i];
     if (!m->param_grads[i])
       continue;
-    any = 1;
     if (p->rank < 1 || p->type == FJ_MOD_I32)
       return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                       "%s: mods.param_grads[%d] is given for %s, %s: only "
@@ -609,12 +607,6 @@ fj_status fj__mods_check_grads(const fj_ctx *ctx, const fj_mods *m,
                       who, i, p->name ? p->name : "(null)",
                       p->rank < 1 ? "a scalar" : "an i32 tensor");
   }
-  if (any && deterministic)
-    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                    "%s: mods.param_grads in deterministic mode: the "
-                    "parameters' gradients are added with atomics, in no "
-                    "fixed order (not implemented deterministically yet)",
-                    who);
   return FJ_OK;
 }
 

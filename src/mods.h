@@ -57,10 +57,9 @@ int fj__block_size_ok(int n);
  * fj__mods_check_data's, for launches and the reference. */
 fj_status fj__mods_check(const fj_ctx *ctx, const fj_mods *m);
 /* m's param_grads for a backward named `who`: pointers only for float
- * tensors (FJ_ERR_INVALID_ARG), none in deterministic mode
- * (FJ_ERR_UNSUPPORTED).  NULL m or param_grads: FJ_OK. */
+ * tensors (FJ_ERR_INVALID_ARG).  NULL m or param_grads: FJ_OK. */
 fj_status fj__mods_check_grads(const fj_ctx *ctx, const fj_mods *m,
-                               int deterministic, const char *who);
+                               const char *who);
 /* Whether parameter i of m has a gradient pointer. */
 int fj__mods_has_grad(const fj_mods *m, int i);
 fj_status fj__mods_check_data(const fj_ctx *ctx, const fj_mods *m);

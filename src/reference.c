@@ -1478,7 +1478,7 @@ static fj_status bwd_check(const char *fn, const fj_problem *p,
       return fj__null_arg(NULL, fn, names[i]);
   fj_status st = problem_check(p);
   if (st == FJ_OK)
-    st = fj__mods_check_grads(NULL, p->mods, 0, fn);
+    st = fj__mods_check_grads(NULL, p->mods, fn);
   const fj_block_mask *bm = p->mods ? p->mods->block_mask : NULL;
   if (st == FJ_OK && bm && bm->q_num)
     st = bwd_blocks_agree(fn, bm);

@@ -50,6 +50,15 @@ struct BwdParams {
   // The deterministic mode's turns: per dQ tile (dq_tile_base / 4096),
   // how many key tiles have added into it (the preprocess clears them).
   int *dq_turns;
+  // The parameters' gradients in the deterministic mode (fj_mods.param_grads;
+  // pg_words NULL elsewhere): two int64 words of fixed point an element,
+  // for the elements of the parameters with a gradient one after another
+  // (pg_end[i]: those of parameters 0..i), which the main kernel adds into
+  // (mods.cuh's pgrad_add), the preprocess clears and the postprocess adds
+  // to pg_out[i] (pgrad_words).
+  long long *pg_words;
+  float *pg_out[8];
+  long long pg_end[8];
   long long do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];  // b, h, s
   float scale;             // the softmax scale (dQ and dK carry it)
   int seq_pad;
@@ -74,6 +83,28 @@ __device__ __forceinline__ int dq_tile_off4(int r, int c) {
 }
 // The first float of the tile holding padded row m (a multiple of 64) and
 // column c0 (a multiple of 64) of (batch, head) bh.
+// The parameters' gradients in the deterministic mode: a value v adds
+// trunc(v 2^24) to word 0 and the rest, times 2^32 and rounded, to word 1,
+// as 64-bit integers, whose sums do not depend on the order of the
+// additions; the element's gradient is word 0 2^-24 + word 1 2^-56
+// (pgrad_value).  Exact but for what lies below 2^-56 of each value, for
+// |v| < 2^38 and sums below 2^39 in magnitude; a value beyond that, or
+// not finite, is added to the gradient itself in float32 (an infinity or a
+// NaN gives the same result in any order; a finite value that large does
+// not).
+__device__ __forceinline__ void pgrad_words_add(long long *w, float v) {
+  const float x = v * 16777216.f;  // 2^24: exact
+  const float hi = truncf(x);
+  const long long h = (long long)hi, l = __float2ll_rn((x - hi) * 4294967296.f);
+  if (h) atomicAdd(reinterpret_cast<unsigned long long *>(w), (unsigned long long)h);
+  if (l) atomicAdd(reinterpret_cast<unsigned long long *>(w + 1), (unsigned long long)l);
+}
+__device__ __forceinline__ bool pgrad_fixed(float v) {
+  return fabsf(v) < 274877906944.f;  // 2^38 (false for NaN)
+}
+__device__ __forceinline__ double pgrad_value(const long long *w) {
+  return (double)w[0] * 0x1p-24 + (double)w[1] * 0x1p-56;
+}
 __device__ __forceinline__ long long dq_tile_base(long long bh, int m, int c0, int seq_pad, int d) {
   return ((bh * (seq_pad >> 6) + (m >> 6)) * ((d + 63) >> 6) + (c0 >> 6)) * 4096;
 }

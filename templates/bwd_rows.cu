@@ -29,6 +29,10 @@
             d sink[h] = -sum over rows of exp(sink[h] - lse) * delta,
           summed in one fixed order (bit-identical run to run), into
           g.dsinks[h] when it is not NULL.
+  Where g.pg_words is given (the parameters' gradients in the
+  deterministic mode), the preprocess clears those words and the
+  postprocess adds each element's value (bwd_common.cuh's pgrad_value) to
+  its gradient, the launch's threads taking the elements in turn.
   Parameters: head_dim, dtype, sinks, varlen, which, tiled (0, 1, 2),
   rows (a divisor of 64: a block's rows share their (batch, head)), warps
   (dividing rows).
@@ -158,6 +162,30 @@ __device__ __forceinline__ void store4(elem_t *x, float a, float b, float c, flo
   const elem2_t lo = to_elem2(a, b), hi = to_elem2(c, d);
   *reinterpret_cast<uint2 *>(x) = make_uint2(*reinterpret_cast<const unsigned *>(&lo),
                                              *reinterpret_cast<const unsigned *>(&hi));
+}
+}  // namespace fj
+
+namespace fj {
+// The deterministic mode's parameter gradients (BwdParams.pg_words): the
+// words cleared before the main kernel, their values added to the
+// gradients after it.
+__device__ __forceinline__ void pgrad_words(const BwdParams &g) {
+  const long long n = g.pg_end[7];
+  for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
+       e += (long long)gridDim.x * blockDim.x) {
+{% if which == "pre" then %}
+    reinterpret_cast<longlong2 *>(g.pg_words)[e] = make_longlong2(0, 0);
+{% else %}
+    // The parameter whose elements hold e (static indices: no copy of g).
+    float *out = g.pg_out[0];
+    long long base = 0;
+#pragma unroll
+    for (int j = 0; j < 7; ++j)
+      if (e >= g.pg_end[j]) { out = g.pg_out[j + 1]; base = g.pg_end[j]; }
+    out += e - base;
+    *out = (float)((double)*out + pgrad_value(g.pg_words + 2 * e));
+{% end %}
+  }
 }
 }  // namespace fj
 
@@ -316,4 +344,5 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
     }
   }
 {% end %}
+  if (g.pg_words) fj::pgrad_words(g);
 }

@@ -68,11 +68,23 @@ static_assert(sizeof(ModArgs) == {{ bytes }}, "host and device disagree on the p
 {%     if mods.pgrads then %}
 
 // The parameters' gradients (fj_mods.param_grads): a float32 array per
-// parameter, NULL where it has none (src/backward.c's fj_mod_grads).
+// parameter, NULL where it has none, and in the deterministic mode its
+// words of fixed point in the workspace (w, two an element; NULL in the
+// other mode: float32 atomics into g) -- src/backward.c's fj_mod_grads.
 struct ModGrads {
   float *g[8];
+  long long *w[8];
 };
-static_assert(sizeof(ModGrads) == 64, "host and device disagree on the gradients' block");
+static_assert(sizeof(ModGrads) == 128, "host and device disagree on the gradients' block");
+// Adds v at element at of parameter i's gradient: float32 atomics, or the
+// deterministic mode's words (bwd_common.cuh's pgrad_words_add) for the
+// values they hold.
+__device__ __forceinline__ void pgrad_add(const ModGrads &mg, int i, long long at, float v) {
+  if (mg.w[i] && pgrad_fixed(v))
+    pgrad_words_add(mg.w[i] + 2 * at, v);
+  else
+    atomicAdd(mg.g[i] + at, v);
+}
 {%     end %}
 {%     if mods.checked then %}
 
@@ -285,7 +297,7 @@ __device__ __forceinline__ void fj_param_grads(float fj_ds, float s, int b, int 
     // A read of {{ t.name }}.
     {{ decl }}
     if ({{ inb }})
-      atomicAdd(fj_mg.g[{{ r.param }}] + {{ flat }}, fj_ds * (float)(
+      fj::pgrad_add(fj_mg, {{ r.param }}, {{ flat }}, fj_ds * (float)(
 #line 1 "score' by {{ t.name }}"
 {{ r.d }}
       ));
@@ -321,7 +333,7 @@ __device__ __forceinline__ void fj_param_flush(const float (&fj_acc)[{{ mods.pgr
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     {{ decl }}
-    if (threadIdx.x % 32 == 0 && {{ inb }}) atomicAdd(fj_mg.g[{{ r.param }}] + {{ flat }}, v);
+    if (threadIdx.x % 32 == 0 && {{ inb }}) fj::pgrad_add(fj_mg, {{ r.param }}, {{ flat }}, v);
   }
 {%     end %}
 }

@@ -412,8 +412,10 @@ int test_backward_block_mask_compile(void)
 /* The parameters' gradients (fj_mods.param_grads): the main kernel adds
  * them in fj_param_grads (an atomic a score for a read whose indices move
  * with q, kv or s; a warp's sum for the others), named _pg, compiles without spilling on both targets; an
- * int tensor's or a scalar's gradient, and any in deterministic mode, are
- * refused with what they are. */
+ * int tensor's or a scalar's gradient is refused with what it is.  In the
+ * deterministic mode the same kernel adds them as fixed point into the
+ * workspace (16 bytes an element of each parameter with a gradient, after
+ * the rest) and dQ is not converted in the main kernel. */
 int test_backward_param_grads_compile(void)
 {
   static float slope[4], rel[4 * 64], grads_s[4], grads_r[4 * 64];
@@ -449,8 +451,8 @@ int test_backward_param_grads_compile(void)
       const char *src = fj_kernel_source(k, NULL);
       CHECK(strstr(src, plan.variant.mma == FJ_MMA_WGMMA ? "fj_param_grads(dse, sr0, "
                                                          : "fj_param_grads(dse, sraw[j][0]") != NULL);
-      CHECK(strstr(src, "atomicAdd(fj_mg.g[0]") && strstr(src, "atomicAdd(fj_mg.g[1]") &&
-            !strstr(src, "fj_mg.g[2]"));
+      CHECK(strstr(src, "fj::pgrad_add(fj_mg, 0, ") && strstr(src, "fj::pgrad_add(fj_mg, 1, ") &&
+            !strstr(src, "fj::pgrad_add(fj_mg, 2, "));
       /* slope(h) is one element per head: summed, a warp's sum one atomic. */
       CHECK(strstr(src, "fj_param_flush(fj_pga, blk.b, h, blk.hk") != NULL);
       CHECK(strstr(fj_kernel_name(k), "_pg") != NULL);
@@ -465,9 +467,19 @@ int test_backward_param_grads_compile(void)
       CHECK(!strstr(fj_kernel_source(k, NULL), "fj_param_grads") &&
             !strstr(fj_kernel_name(k), "_pg"));
       m.param_grads = grads;
+      /* Deterministic: the same main kernel, the words after the rest. */
+      CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+      const size_t ws = plan.workspace_bytes;
+      char name[256];
+      CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
+      snprintf(name, sizeof name, "%s", fj_kernel_name(k));
       p.deterministic = 1;
-      CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_UNSUPPORTED);
-      CHECK_MSG(ctx, "fj_attention_bwd: mods.param_grads in deterministic mode");
+      CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+      CHECK(plan.workspace_bytes >= ws + 16 * (4 + 4 * 64) &&
+            plan.workspace_bytes <= ws + 16 + 16 * (4 + 4 * 64));
+      CHECK(!plan.dq_fused);
+      CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
+      CHECK(strcmp(fj_kernel_name(k), name) == 0);
       p.deterministic = 0;
       grads[2] = grads_s;
       CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_INVALID_ARG);

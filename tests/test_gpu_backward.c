@@ -912,8 +912,12 @@ static int mods_grads_init(mods_grads *mg)
  * reference with the same expressions on the host; with pgrads, slope's
  * and rel's gradients too (fj_mods.param_grads), or with pgrads 2 rel's
  * alone (slope's pointer NULL: its buffer must stay zero).  0: right. */
-static int run_mods_case(fj_ctx *ctx, const mods_case *mc,
-                         const mods_params *mp, uint64_t *seed, int pgrads)
+/* With det, the deterministic mode: the backward runs a second time with
+ * the gradients cleared, which must give the same bits (dQ, dK, dV and
+ * the parameters'). */
+static int run_mods_case_det(fj_ctx *ctx, const mods_case *mc,
+                             const mods_params *mp, uint64_t *seed,
+                             int pgrads, int det)
 {
   mods_grads *mg = pgrads ? malloc(sizeof *mg) : NULL;
   if (pgrads && (!mg || mods_grads_init(mg))) {
@@ -953,6 +957,7 @@ static int run_mods_case(fj_ctx *ctx, const mods_case *mc,
   r.m.num_params = 3;
   r.m.param_grads = pgrads ? mg->dptr : NULL;
   p->mods = &r.m;
+  p->deterministic = det;
   size_t nl = (size_t)mc->b * (size_t)mc->hq * (size_t)mc->sq;
   int rc = 1;
   fj_status st;
@@ -999,6 +1004,30 @@ static int run_mods_case(fj_ctx *ctx, const mods_case *mc,
     rc = !(eq < tol && ek < tol && ev < tol && eg[0] < tol && eg[1] < tol);
     if (pgrads)
       printf("       dslope %.2e drel %.2e\n", eg[0], eg[1]);
+    if (det && rc == 0) {
+      /* Again from cleared gradients: the same bits everywhere. */
+      void *first[3] = {malloc(r.nq * 2), malloc(r.nk * 2), malloc(r.nk * 2)};
+      if (first[0] && first[1] && first[2]) {
+        memcpy(first[0], r.hq, r.nq * 2);
+        memcpy(first[1], r.hk, r.nk * 2);
+        memcpy(first[2], r.hv, r.nk * 2);
+        for (int t = 0; pgrads && t < 2; t++)
+          cudaMemset(mg->dev[t], 0, grad_count[t] * 4);
+        int again = run_pass(ctx, &r) == 0 && !memcmp(first[0], r.hq, r.nq * 2) &&
+                    !memcmp(first[1], r.hk, r.nk * 2) && !memcmp(first[2], r.hv, r.nk * 2);
+        static float twice[16 * 2 * MODS_SEQ];
+        for (int t = 0; again && pgrads && t < 2; t++) {
+          cudaMemcpy(twice, mg->dev[t], grad_count[t] * 4, cudaMemcpyDeviceToHost);
+          again = !memcmp(twice, mg->got[t], grad_count[t] * 4);
+        }
+        printf("       deterministic: the second run's bits %s\n", again ? "the same" : "DIFFER");
+        rc = !again;
+      } else {
+        rc = 1;
+      }
+      for (int i = 0; i < 3; i++)
+        free(first[i]);
+    }
     printf("%s %-5s %s d%-3d %s h%d/%d s%d/%d%s %s score '%s'%s%s%s: dq %.2e "
            "dk %.2e dv %.2e\n",
            rc ? "FAIL" : "ok  ", fj_mma_name(r.plan.variant.mma),
@@ -1019,6 +1048,12 @@ out:
     free(mg);
   }
   return rc;
+}
+
+static int run_mods_case(fj_ctx *ctx, const mods_case *mc,
+                         const mods_params *mp, uint64_t *seed, int pgrads)
+{
+  return run_mods_case_det(ctx, mc, mp, seed, pgrads, 0);
 }
 
 /* One case of a set (its index i) on ctx; 0: passed. */
@@ -1057,14 +1092,14 @@ static int run_set(const char *what, size_t n, case_fn fn, const void *set,
 
 typedef struct mods_set {
   const mods_case *cases;
-  int pgrads;
+  int pgrads, det;
 } mods_set;
 
 static int mods_case_fn(fj_ctx *ctx, size_t i, const mods_params *mp,
                         uint64_t *seed, const void *set)
 {
   const mods_set *ms = set;
-  return run_mods_case(ctx, &ms->cases[i], mp, seed, ms->pgrads);
+  return run_mods_case_det(ctx, &ms->cases[i], mp, seed, ms->pgrads, ms->det);
 }
 
 /* The expression cases: on sm_90a the wgmma family for head dims 64 to
@@ -1072,7 +1107,7 @@ static int mods_case_fn(fj_ctx *ctx, size_t i, const mods_params *mp,
  * mma), on plain sm_90 the mma family. */
 static int run_mods_cases(const mods_case *cases, size_t n, int pgrads)
 {
-  const mods_set set = {cases, pgrads};
+  const mods_set set = {cases, pgrads, 0};
   return run_set("expressions", n, mods_case_fn, &set, 20261127);
 }
 
@@ -1136,6 +1171,26 @@ int test_gpu_backward_param_grads(void)
       {2, 4, 2, 300, 300, 64, FJ_BF16, TL, ALIBI, NULL, 0, {300, 41}, {200, 300}},
   };
   return run_mods_cases(cases, sizeof cases / sizeof cases[0], 1);
+}
+
+/* The parameters' gradients in the deterministic mode (fixed point in the
+ * workspace, bwd_common.cuh's pgrad_words_add): against the reference as
+ * above, and the same bits from a second run -- a slope per head (a
+ * warp's sums), a table read per element, both with a mask expression,
+ * above head dim 128 (the mma family), varlen. */
+int test_gpu_backward_param_grads_deterministic(void)
+{
+  static const mods_case cases[] = {
+      {2, 4, 4, 256, 256, 64, FJ_BF16, NC, ALIBI, NULL, 0, {0}, {0}},
+      {1, 4, 4, 300, 300, 64, FJ_BF16, TL, RELBIAS, NULL, 0, {0}, {0}},
+      {1, 8, 2, 190, 250, 128, FJ_F16, NC, "s * (1.0f + 0.1f * slope(h)) + rel(h, kv - q + 512)",
+       "doc(q) == doc(kv)", 0, {0}, {0}},
+      {1, 2, 2, 130, 130, 192, FJ_BF16, TL, ALIBI, NULL, 0, {0}, {0}},
+      {2, 4, 2, 300, 300, 64, FJ_BF16, TL, RELBIAS, NULL, 0, {300, 41}, {200, 300}},
+  };
+  const mods_set set = {cases, 1, 1};
+  return run_set("expressions, deterministic", sizeof cases / sizeof cases[0],
+                 mods_case_fn, &set, 20261206);
 }
 
 /* One fj_mods whose param_grads change between calls on one context:

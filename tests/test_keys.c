@@ -128,8 +128,9 @@ int test_keys_backward_param_grads(void)
     CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
     CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k[i]));
     const char *src = fj_kernel_source(k[i], NULL);
-    CHECK(strstr(src, "fj_mg.g[0]") != NULL);
-    CHECK(i ? strstr(src, "fj_mg.g[1]") != NULL : strstr(src, "fj_mg.g[1]") == NULL);
+    CHECK(strstr(src, "fj::pgrad_add(fj_mg, 0, ") != NULL);
+    CHECK(i ? strstr(src, "fj::pgrad_add(fj_mg, 1, ") != NULL
+            : strstr(src, "fj::pgrad_add(fj_mg, 1, ") == NULL);
     fj_resources r;
     fj_kernel_resources(k[i], &r);
     printf("param grads %s: %s (%s) regs=%d spill=%d/%d\n", i ? "a, bb" : "a",

@@ -1363,8 +1363,9 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     window, softcap, sinks, GQA, score_mod, mask_mod and params (the
     backward multiplies by the score expression's derivative, which the
     library generates from it), and in the float tensor params that require
-    grad (fj_mods.param_grads: float32 atomics, so not under
-    torch.use_deterministic_algorithms; an int tensor has no gradient), and
+    grad (fj_mods.param_grads: float32 atomics; under
+    torch.use_deterministic_algorithms, fixed point added in any order, so
+    bit-identical run to run; an int tensor has no gradient), and
     with block_mask where it has the transposed lists (flashjit.block_mask()
     builds them; a BlockMask without them is refused when an input requires
     grad; not under torch.use_deterministic_algorithms, which the library
@@ -1372,8 +1373,9 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     backward raises.  Under
     torch.use_deterministic_algorithms(True) (warn_only or not) the
     backward runs the library's deterministic mode (fj_problem's
-    deterministic: q.grad, k.grad, v.grad and sinks.grad bit-identical run
-    to run); otherwise dq's float32 additions run in any order.  The flag
+    deterministic: q.grad, k.grad, v.grad, sinks.grad and the params'
+    gradients bit-identical run to run); otherwise dq's float32 additions
+    run in any order.  The flag
     is read when the backward runs, or under torch.compile when it is
     traced (a change recompiles).  Under CUDA-graph capture, run the call
     once before capturing (compile, layout probe).  torch.compile traces it
