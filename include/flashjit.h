@@ -51,7 +51,7 @@ extern "C" {
  * added, removed, retyped or moved), so that a binding that mirrors them
  * (python/flashjit/_capi.py) can refuse a library of another layout
  * instead of reading past a struct (fj_abi_version). */
-#define FJ_ABI_VERSION 12
+#define FJ_ABI_VERSION 13
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
@@ -1261,8 +1261,7 @@ FJ_API fj_status fj_attention_merge(fj_ctx *ctx, const fj_problem *p,
  * rowsum(dO o O), dQ's float32 accumulator cleared), the main kernel (K
  * and V stationary; dK and dV summed over each GQA group in registers, dQ
  * added into the accumulator, in key-tile order under p->deterministic)
- * and a postprocess (dQ in the inputs' dtype, the sinks' gradient) --
- * or, where dq_fused says so, none: the main kernel converts dQ itself.
+ * and a postprocess (dQ in the inputs' dtype, the sinks' gradient).
  */
 typedef struct fj_bwd_plan {
   fj_variant variant;      /* the main kernel's tiles and axes */
@@ -1271,17 +1270,6 @@ typedef struct fj_bwd_plan {
   unsigned threads;        /* its block */
   unsigned smem_bytes;     /* its dynamic shared memory */
   unsigned rows_grid;      /* the pre- and postprocess' blocks (16 rows each) */
-  unsigned dq_fused;       /* 1: the main kernel converts each dQ tile into
-                              dq as its last addition completes, and no
-                              postprocess runs (the wgmma kernel up to head
-                              dim 128, without varlen, a block mask or
-                              sinks).  Off by default: slower than the
-                              postprocess so far (docs/PERF.md;
-                              FLASHJIT_BWD_FUSE=1, read at each plan,
-                              turns it on); a caller may clear it (the
-                              postprocess runs) or set it in its plan
-                              (ignored where the problem does not allow
-                              it) */
   size_t workspace_bytes;  /* delta, LSE2 and dQ's accumulator, float32,
                               over rows padded to 64, a counter per
                               64 x 64 tile of dQ (deterministic turns),
@@ -1340,8 +1328,8 @@ FJ_API fj_status fj_attention_bwd_plan(fj_ctx *ctx, const fj_problem *p,
 FJ_API fj_status fj_attention_bwd_prefetch(fj_ctx *ctx, const fj_problem *p);
 
 /* The backward's kernels, for inspection (no GPU needed): which 0 is the
- * preprocess, 1 the main kernel, 2 the postprocess (which a plan with
- * dq_fused does not launch), of the plan's variant for p.  Built (compiled or fetched from the caches) like fj_kernel_get's;
+ * preprocess, 1 the main kernel, 2 the postprocess, of the plan's variant
+ * for p.  Built (compiled or fetched from the caches) like fj_kernel_get's;
  * the kernel belongs to the context.  FJ_ERR_INVALID_ARG for which outside
  * 0..2. */
 #define FJ_BWD_KERNELS 3

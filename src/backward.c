@@ -192,11 +192,8 @@ static void set_param(fj_vparams *vp, const char *key, const char *s)
 }
 
 /* The main kernel's template parameters: the forward variant's, with the
- * backward's template, symbol and parameter block, and conv: the kernel
- * converts dQ (the template's dq_convert: a plan or launch with dq_fused;
- * named "_cv", its buffers more shared memory); ctx->lock held. */
-static fj_status main_params(fj_ctx *ctx, const fj_variant *v, int conv,
-                             fj_vparams *vp)
+ * backward's template, symbol and parameter block; ctx->lock held. */
+static fj_status main_params(fj_ctx *ctx, const fj_variant *v, fj_vparams *vp)
 {
   fj_status st = fj__variant_params(ctx, v, vp);
   if (st != FJ_OK)
@@ -220,19 +217,13 @@ static fj_status main_params(fj_ctx *ctx, const fj_variant *v, int conv,
     size_t len = strlen(vp->symbol);
     snprintf(vp->symbol + len, sizeof vp->symbol - len, "_pg%x", grads);
   }
-  if (conv) {
-    size_t len = strlen(vp->symbol);
-    snprintf(vp->symbol + len, sizeof vp->symbol - len, "_cv");
-  }
   set_param(vp, "template", vp->template_name);
   set_param(vp, "symbol", vp->symbol);
-  if (vp->n + 2 > FJ_ARRAY_LEN(vp->p))
+  if (vp->n >= FJ_ARRAY_LEN(vp->p))
     return fj__fail(ctx, FJ_ERR_TEMPLATE, "too many template parameters");
-  fj_param extra[2] = {{"bwd_params_bytes", FJ_PARAM_INT,
-                        (long long)sizeof(fj_bwd_kparams), NULL, NULL},
-                       {"dq_convert", FJ_PARAM_BOOL, conv, NULL, NULL}};
-  vp->p[vp->n++] = extra[0];
-  vp->p[vp->n++] = extra[1];
+  fj_param extra = {"bwd_params_bytes", FJ_PARAM_INT,
+                    (long long)sizeof(fj_bwd_kparams), NULL, NULL};
+  vp->p[vp->n++] = extra;
   return FJ_OK;
 }
 
@@ -241,11 +232,11 @@ static fj_status main_params(fj_ctx *ctx, const fj_variant *v, int conv,
 enum { BWD_RENDER, BWD_BUILD, BWD_AHEAD };
 
 /* The main kernel, made as `how` says; ctx->lock held. */
-static fj_status main_kernel(fj_ctx *ctx, const fj_variant *v, int conv,
-                             int how, fj_kmeta *meta, fj_kernel **k)
+static fj_status main_kernel(fj_ctx *ctx, const fj_variant *v, int how,
+                             fj_kmeta *meta, fj_kernel **k)
 {
   fj_vparams vp;
-  fj_status st = main_params(ctx, v, conv, &vp);
+  fj_status st = main_params(ctx, v, &vp);
   if (st != FJ_OK)
     return st;
   if (how == BWD_AHEAD)
@@ -371,44 +362,11 @@ static int bwd_table_inside(const fj_problem *p, const fj_variant *v)
                                ((long long)p->seq_kv + tn - 1) / tn * tn);
 }
 
-/* Whether the main kernel v can convert p's dQ itself (fj_bwd_plan.dq_fused):
- * the wgmma kernel whose consumers both own 64 keys (head dims up to 128:
- * the template's CONV), without varlen or a block mask, whose walks count
- * a dQ tile's key tiles as the plain rule gives them, nor sinks (the
- * postprocess sums their gradient).  The template refuses dq_convert
- * elsewhere, and a kernel without it traps a launch that sets g.fuse. */
-static int dq_fusable(const fj_problem *p, const fj_variant *v)
-{
-  fj_mods_info mi;
-  fj__mods_info(p->mods, &mi);
-  return v->mma == FJ_MMA_WGMMA && v->head_dim <= 128 &&
-         !fj__problem_varlen(p) && !mi.blocks && !mi.sinks &&
-         pgrad_elems(p) == 0;
-}
-
-/* Whether a launch of plan converts p's dQ in the main kernel: the plan's
- * dq_fused (a caller may set or clear it; a plan of another problem may
- * claim it) where the problem allows it. */
-static int plan_converts(const fj_problem *p, const fj_bwd_plan *plan)
-{
-  return plan->dq_fused && dq_fusable(p, &plan->variant);
-}
-
-/* Whether plans convert dQ in the main kernel where it can: off by default
- * (BWD_FUSE_DEFAULT; 1.1-1.2x slower than the postprocess on an H100,
- * docs/PERF.md's T16); FLASHJIT_BWD_FUSE=1 on, =0 off, read at each plan. */
-#define BWD_FUSE_DEFAULT 0
-static int fuse_on(void)
-{
-  const char *e = getenv("FLASHJIT_BWD_FUSE");
-  return e && *e ? strcmp(e, "0") != 0 : BWD_FUSE_DEFAULT;
-}
-
 /* The plan's sizes for main kernel v, its kernel's metadata given, and
  * its table_inside proved for p (the memo keeps choices without it: they
  * hold for problems of other lengths and tables). */
 static void fill_plan(const fj_problem *p, const fj_variant *v,
-                      const fj_kmeta *meta, int conv, fj_bwd_plan *plan)
+                      const fj_kmeta *meta, fj_bwd_plan *plan)
 {
   size_t rows = pad_rows(p);
   memset(plan, 0, sizeof *plan);
@@ -423,7 +381,6 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
   plan->threads = (unsigned)meta->threads;
   plan->smem_bytes = (unsigned)meta->smem_bytes;
   plan->rows_grid = (unsigned)((rows + BWD_ROWS - 1) / BWD_ROWS);
-  plan->dq_fused = (unsigned)conv;
   /* delta, LSE2, dQ's accumulator, then its tiles' turns, each 16-byte
    * aligned (rows are multiples of 64), then in the deterministic mode the
    * parameters' gradients' words */
@@ -447,10 +404,8 @@ typedef struct bwd_key {
   int varlen;  /* 1 varlen; 2 varlen whose packed tensors lack a total */
   int q_log2, kv_log2, gqa;
   int pair;  /* pair_ok: the wide kernel's tiles in pairs */
-  int fuse;  /* the plan's key: fuse_on(), plans convert dQ in the main
-                kernel where they can (its kernel and shared memory
-                differ); 0 in the recent launches', which keep the
-                launch's own (bwd_hot.fused) */
+  int pad_;  /* zero (key_of's memset): no padding before mods, which
+                memo_find compares with the rest */
   /* the form's hash, as the tuning database's class has it (|mods=):
    * expressions of one presence may be tuned apart */
   uint64_t mods;
@@ -467,8 +422,6 @@ typedef struct bwd_key {
 typedef struct bwd_hot {
   bwd_key key;
   fj_variant v;  /* mods: the problem's pointer, as launched */
-  int fused;     /* the main kernel converts dQ; no postprocess */
-  unsigned smem; /* the main kernel's dynamic shared memory */
   void *fn[FJ_BWD_KERNELS];
 } bwd_hot;
 struct fj_bwd_memo {
@@ -478,7 +431,6 @@ struct fj_bwd_memo {
     bwd_key key;
     fj_variant v;  /* mods NULL */
     fj_kmeta meta;
-    int conv;      /* the kernel converts dQ (the plan's dq_fused) */
   } e[BWD_MEMO];
   int nhot;
   bwd_hot hot[BWD_HOT];  /* most recent first */
@@ -525,7 +477,7 @@ static bwd_key key_of(const fj_problem *p)
 
 /* The memo's entry for p, or NULL; ctx->lock held. */
 static int memo_find(const fj_ctx *ctx, const bwd_key *k, fj_variant *v,
-                     fj_kmeta *meta, int *conv)
+                     fj_kmeta *meta)
 {
   const fj_bwd_memo *m = ctx->bwd_memo;
   if (m && m->generation != ctx->tunedb_generation)
@@ -534,7 +486,6 @@ static int memo_find(const fj_ctx *ctx, const bwd_key *k, fj_variant *v,
     if (!memcmp(&m->e[i].key, k, sizeof *k)) {
       *v = m->e[i].v;
       *meta = m->e[i].meta;
-      *conv = m->e[i].conv;
       return 1;
     }
   return 0;
@@ -543,7 +494,7 @@ static int memo_find(const fj_ctx *ctx, const bwd_key *k, fj_variant *v,
 /* Remembers a choice (the oldest goes when the memo is full); ctx->lock
  * held.  Without memory the plan is only slower. */
 static void memo_add(fj_ctx *ctx, const bwd_key *k, const fj_variant *v,
-                     const fj_kmeta *meta, int conv)
+                     const fj_kmeta *meta)
 {
   if (!ctx->bwd_memo && !(ctx->bwd_memo = calloc(1, sizeof *ctx->bwd_memo)))
     return;
@@ -560,7 +511,6 @@ static void memo_add(fj_ctx *ctx, const bwd_key *k, const fj_variant *v,
   m->e[m->n].v = *v;
   m->e[m->n].v.mods = NULL;
   m->e[m->n].meta = *meta;
-  m->e[m->n].conv = conv;
   m->n++;
 }
 
@@ -578,23 +528,13 @@ static int wgmma_may(const fj_ctx *ctx, const fj_problem *p, const bwd_key *k)
 
 /* The main kernel of family mma with `stages` for p, rendered (not
  * built) and checked against the target's shared memory (the kernel's
- * own check), converting dQ (*conv) where plans do (fuse_on) and it can,
- * else not; ctx->lock held. */
+ * own check); ctx->lock held. */
 static fj_status try_main(fj_ctx *ctx, const fj_problem *p, fj_mma mma,
-                          int stages, fj_variant *v, fj_kmeta *meta,
-                          int *conv)
+                          int stages, fj_variant *v, fj_kmeta *meta)
 {
   main_variant(p, mma, stages, v);
-  fj_status st = FJ_ERR_UNSUPPORTED;
-  for (int c = fuse_on() && dq_fusable(p, v); c >= 0; c--) {
-    st = main_kernel(ctx, v, c, BWD_RENDER, meta, NULL);
-    if (st == FJ_OK)
-      st = fj__check_smem(ctx, meta);
-    *conv = c;
-    if (st == FJ_OK || st == FJ_ERR_NOMEM)
-      break;
-  }
-  return st;
+  fj_status st = main_kernel(ctx, v, BWD_RENDER, meta, NULL);
+  return st == FJ_OK ? fj__check_smem(ctx, meta) : st;
 }
 
 /* The tuning database's pick where it has one for p (fj_tune_bwd's; only
@@ -610,12 +550,10 @@ static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
 {
   fj_variant v;
   fj_kmeta meta;
-  int conv = 0;
   fj_status st = FJ_ERR_UNSUPPORTED;
   bwd_key key = key_of(p);
-  key.fuse = fuse_on();
-  if (memo_find(ctx, &key, &v, &meta, &conv)) {
-    fill_plan(p, &v, &meta, conv, plan);
+  if (memo_find(ctx, &key, &v, &meta)) {
+    fill_plan(p, &v, &meta, plan);
     return FJ_OK;
   }
   fj_mma mma;
@@ -624,14 +562,14 @@ static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
   if (fj__tune_lookup_bwd(ctx, p, &mma, &stages) &&
       (mma == FJ_MMA_SYNC || (mma == FJ_MMA_WGMMA && wgmma)) &&
       stages >= 1 && stages <= 2)
-    st = try_main(ctx, p, mma, stages, &v, &meta, &conv);
+    st = try_main(ctx, p, mma, stages, &v, &meta);
   if (st != FJ_OK && st != FJ_ERR_NOMEM && wgmma)
-    st = try_main(ctx, p, FJ_MMA_WGMMA, 2, &v, &meta, &conv);
+    st = try_main(ctx, p, FJ_MMA_WGMMA, 2, &v, &meta);
   for (stages = 2; stages >= 1 && st != FJ_OK && st != FJ_ERR_NOMEM; stages--)
-    st = try_main(ctx, p, FJ_MMA_SYNC, stages, &v, &meta, &conv);
+    st = try_main(ctx, p, FJ_MMA_SYNC, stages, &v, &meta);
   if (st == FJ_OK) {
-    memo_add(ctx, &key, &v, &meta, conv);
-    fill_plan(p, &v, &meta, conv, plan);
+    memo_add(ctx, &key, &v, &meta);
+    fill_plan(p, &v, &meta, plan);
   }
   return st;
 }
@@ -657,14 +595,13 @@ fj_status fj__bwd_plan_candidate(fj_ctx *ctx, const fj_problem *p,
 {
   fj_variant v;
   fj_kmeta meta;
-  int conv = 0;
   fj_status st = check_problem(ctx, p);
   if (st != FJ_OK)
     return st;
   pthread_mutex_lock(&ctx->lock);
-  st = try_main(ctx, p, mma, stages, &v, &meta, &conv);
+  st = try_main(ctx, p, mma, stages, &v, &meta);
   if (st == FJ_OK)
-    fill_plan(p, &v, &meta, conv, plan);
+    fill_plan(p, &v, &meta, plan);
   pthread_mutex_unlock(&ctx->lock);
   return st;
 }
@@ -674,7 +611,7 @@ fj_status fj__bwd_main_params(fj_ctx *ctx, const fj_problem *p,
 {
   fj_variant v = plan->variant;
   v.mods = p->mods;
-  return main_params(ctx, &v, plan_converts(p, plan), vp);
+  return main_params(ctx, &v, vp);
 }
 
 /* ---- the call ---------------------------------------------------------------------- */
@@ -864,7 +801,7 @@ static fj_status bwd_kernel(fj_ctx *ctx, const fj_problem *p,
   fj_variant v = plan->variant;
   v.mods = p->mods;
   if (which == 1)
-    return main_kernel(ctx, &v, plan_converts(p, plan), how, NULL, k);
+    return main_kernel(ctx, &v, how, NULL, k);
   /* The wgmma kernel adds dQ in tiles (templates/bwd_common.cuh), the
    * wide one (head dims above 128) with the columns of each 16 permuted. */
   int tiled = plan->variant.mma != FJ_MMA_WGMMA ? 0
@@ -905,10 +842,9 @@ fj_status fj_attention_bwd_prefetch(fj_ctx *ctx, const fj_problem *p)
   fj_bwd_plan plan;
   pthread_mutex_lock(&ctx->lock);
   st = plan_locked(ctx, p, &plan);
-  /* The main kernel first: the longest compile; no postprocess where the
-   * main kernel converts dQ. */
+  /* The main kernel first: the longest compile. */
   static const int order[FJ_BWD_KERNELS] = {1, 0, 2};
-  for (int i = 0; i < FJ_BWD_KERNELS - (int)plan.dq_fused && st == FJ_OK; i++)
+  for (int i = 0; i < FJ_BWD_KERNELS && st == FJ_OK; i++)
     st = bwd_kernel(ctx, p, &plan, order[i], BWD_AHEAD, NULL);
   pthread_mutex_unlock(&ctx->lock);
   return st;
@@ -916,11 +852,9 @@ fj_status fj_attention_bwd_prefetch(fj_ctx *ctx, const fj_problem *p)
 
 /* The three kernels' functions, from the recent launches' where p's key
  * and the plan's variant are there (moved to the front), else built and
- * remembered (the postprocess's NULL where the main kernel converts dQ:
- * fused); ctx->lock held. */
+ * remembered; ctx->lock held. */
 static fj_status ready(fj_ctx *ctx, const fj_problem *p,
-                       const fj_bwd_plan *plan, int fused, void *fn[3],
-                       unsigned *smem)
+                       const fj_bwd_plan *plan, void *fn[3])
 {
   bwd_key key = key_of(p);
   fj_variant v = plan->variant;
@@ -928,9 +862,8 @@ static fj_status ready(fj_ctx *ctx, const fj_problem *p,
   fj_bwd_memo *m = ctx->bwd_memo;
   for (int i = 0; m && i < m->nhot; i++)
     if (!memcmp(&m->hot[i].key, &key, sizeof key) &&
-        !memcmp(&m->hot[i].v, &v, sizeof v) && m->hot[i].fused == fused) {
+        !memcmp(&m->hot[i].v, &v, sizeof v)) {
       memcpy(fn, m->hot[i].fn, sizeof m->hot[i].fn);
-      *smem = m->hot[i].smem;
       if (i) {
         bwd_hot h = m->hot[i];
         memmove(&m->hot[1], &m->hot[0], (size_t)i * sizeof m->hot[0]);
@@ -939,22 +872,17 @@ static fj_status ready(fj_ctx *ctx, const fj_problem *p,
       return FJ_OK;
     }
   fj_status st = FJ_OK;
-  fn[2] = NULL;
-  for (int i = 0; i < FJ_BWD_KERNELS - fused && st == FJ_OK; i++) {
+  for (int i = 0; i < FJ_BWD_KERNELS && st == FJ_OK; i++) {
     fj_kernel *k = NULL;
     st = bwd_kernel(ctx, p, plan, i, BWD_BUILD, &k);
     if (st == FJ_OK)
       st = fj__kernel_function(ctx, k, &fn[i]);
-    if (st == FJ_OK && i == 1)
-      *smem = (unsigned)k->meta.smem_bytes;
   }
   if (st == FJ_OK && m) {
     int keep = m->nhot < BWD_HOT ? m->nhot++ : BWD_HOT - 1;
     memmove(&m->hot[1], &m->hot[0], (size_t)keep * sizeof m->hot[0]);
     m->hot[0].key = key;
     m->hot[0].v = v;
-    m->hot[0].fused = fused;
-    m->hot[0].smem = *smem;
     memcpy(m->hot[0].fn, fn, sizeof m->hot[0].fn);
   }
   return st;
@@ -964,7 +892,7 @@ static fj_status ready(fj_ctx *ctx, const fj_problem *p,
  * and V of a key tile. */
 static fj_status bwd_maps(fj_ctx *ctx, const fj_problem *p,
                           const fj_bwd_plan *plan, const bwd_args *a,
-                          int fused, fj_bwd_tmaps *m)
+                          fj_bwd_tmaps *m)
 {
   const int d = p->head_dim, tm = plan->variant.tile_m,
             tn = block_keys(&plan->variant);
@@ -984,12 +912,6 @@ static fj_status bwd_maps(fj_ctx *ctx, const fj_problem *p,
   if (st == FJ_OK)
     st = fj__tensor_map(ctx, a->dout, p->dtype, p->o_stride, d, sq,
                         p->heads_q, bq, tm, &m->dout);
-  /* dQ's, where the main kernel stores it (one 64-row tile at a time) */
-  if (st == FJ_OK && fused)
-    st = fj__tensor_map(ctx, a->dq, p->dtype, p->q_stride, d, sq,
-                        p->heads_q, bq, 64, &m->dq);
-  else
-    memset(&m->dq, 0, sizeof m->dq);
   return st;
 }
 
@@ -1051,13 +973,9 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   }
   if (st == FJ_OK)
     st = check_grads(ctx, who, p->mods);
-  int fused = plan_converts(p, plan);
-  /* The main kernel's own shared memory: a caller's plan may have set or
-   * cleared dq_fused, whose kernel's differs. */
-  unsigned smem = plan->smem_bytes;
   if (st == FJ_OK) {
     pthread_mutex_lock(&ctx->lock);
-    st = ready(ctx, p, plan, fused, fn, &smem);
+    st = ready(ctx, p, plan, fn);
     pthread_mutex_unlock(&ctx->lock);
   }
   if (st == FJ_OK && !ws)
@@ -1073,13 +991,12 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   fj_bwd_tmaps maps;
   int wg = plan->variant.mma == FJ_MMA_WGMMA;
   if (st == FJ_OK && wg)
-    st = bwd_maps(ctx, p, plan, a, fused, &maps);
+    st = bwd_maps(ctx, p, plan, a, &maps);
   if (st == FJ_OK) {
     fj__fill_params(&kp, p, a->q, a->k, a->v, (void *)(uintptr_t)a->o, NULL);
     fill_bwd_blocks(&kp, p);
     fill_bwd_params(&g, p, a, base);
     g.section = section_of(ctx, p, plan);
-    g.fuse = fused;
     if (rotates(ctx, p, plan, g.section, fn[1]))
       g.deterministic = 2;
     /* The mma kernel takes the parameters' gradients last where it has
@@ -1094,10 +1011,10 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     fj_launch l[3] = {
         {fn[0], {rows, 1, 1}, {32 * BWD_ROW_WARPS, 1, 1}, 0, stream, args, 0},
         {fn[1], {plan->grid[0], plan->grid[1], plan->grid[2]},
-         {plan->threads, 1, 1}, smem, stream,
+         {plan->threads, 1, 1}, plan->smem_bytes, stream,
          wg ? wg_args : args, 0},
         {fn[2], {rows, 1, 1}, {32 * BWD_ROW_WARPS, 1, 1}, 0, stream, args, 0}};
-    for (int i = 0; i < 3 - g.fuse && st == FJ_OK; i++)
+    for (int i = 0; i < 3 && st == FJ_OK; i++)
       st = fj__cu_launch(ctx, &l[i]);
   }
   fj__cu_leave(ctx);

@@ -92,7 +92,7 @@ typedef struct fj_bwd_kparams {
   int deterministic;  /* 1: dQ added in a fixed order; 2: in the rotation's
                          (backward.c's rotates) */
   int section;  /* (batch, KV head)s a section of the main kernel's order */
-  int fuse;  /* 1: the main kernel converts dQ (fj_bwd_plan.dq_fused) */
+  int pad_;     /* zero: the size a multiple of 8, as fj::BwdParams' */
 } fj_bwd_kparams;
 
 /* CUtensorMap: 128 opaque bytes, 64-byte aligned (cuda.h's own type is not
@@ -111,7 +111,6 @@ typedef struct fj_tmaps {
  * key tile's. */
 typedef struct fj_bwd_tmaps {
   fj_tmap q, k, v, dout;
-  fj_tmap dq;  /* where the main kernel converts dQ (fj_bwd_kparams.fuse) */
 } fj_bwd_tmaps;
 
 #endif /* FJ_KPARAMS_H */

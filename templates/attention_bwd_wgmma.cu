@@ -103,19 +103,6 @@
   add a pair (its 64 columns are one consumer's of one block), in the
   pairs' turns (kv_rank over tiles of 128 keys: nt / 2 of half the
   grid's width; a pair rotates as one key tile).  Not with a block mask.
-  dQ converted here (CONV, where the host sets g.fuse: its plan's
-  dq_fused): instead of the postprocess reading the whole accumulator
-  back from memory, each dQ tile is converted once its last key tile's
-  addition has completed -- in the default mode the key tile whose
-  arrival on the tile's counter (its first turn word, which the
-  preprocess clears) makes the count of key tiles that walk it
-  (scheduler.cuh's kv_count), in the deterministic mode the last turn's
-  --, while it is still in L2: the writer queues each step's tile with
-  its arrival (or turn), and the producer warpgroup's idle warps 2 and 3
-  count, and where it was the last, copy the tile in, convert it and
-  store dQ by TMA, beside the consumers' work.  The preprocess writes dQ
-  0 for rows that see no key (a tile no key tile walks is converted by
-  none).
   Score and mask expressions (mods.lua: the user's, with their
   parameters) run on S^T tile by tile of 16 queries, in the loop that
   makes P^T: each element's derivative of the score expression at its raw
@@ -419,33 +406,6 @@
   if not WIDE then
     -- dQ's staging handoff: full (staged) and empty (read) per consumer.
     OFF_DQBAR = B.region("dq_barriers", 8 * 2 * C, 8)
-  end
-  -- CONV: the narrow kernel converts dQ itself where it can (g.fuse: the
-  -- host's dq_fused, then no postprocess runs): the writer queues each
-  -- step's tile (h, m0: the block's batch and group), once its addition
-  -- has completed, for the producer warpgroup's warps 2 and 3, which take
-  -- the tiles whose last addition it was, load each 64 x 64 panel of them
-  -- (float32, from L2) into a buffer, convert it into another (dQ = scale
-  -- * it in the inputs' dtype) and store that by TMA (maps.dq).  Not with
-  -- a block mask or varlen (the count of a tile's key tiles is the plain
-  -- walk's), nor where the buffers do not fit; only where the host asks
-  -- for it (dq_convert: a plan or launch with dq_fused), so that other
-  -- kernels keep their shared memory and compile (the code is some 15% of
-  -- the kernel's compile at head dim 128).
-  local CONV_Q = 8  -- the queue's entries (a step each)
-  local CONV_OK = not WIDE and not BMASK and not varlen and
-                  B.fits(64 * 64 * 4 + 64 * 64 * ELEM + 16 * CONV_Q + 16 + 8 * (2 * CONV_Q + 2) + 1024 + 128)
-  if dq_convert and not CONV_OK then
-    no("dq_convert: this kernel cannot convert dQ (head_dim %d%s%s, or its buffers do not fit)", D,
-       BMASK and ", a block mask" or "", varlen and ", varlen" or "")
-  end
-  local CONV = CONV_OK and dq_convert and true or false
-  local OFF_CONV, OFF_COUT, OFF_CQ, OFF_CBAR = 0, 0, 0, 0
-  if CONV then
-    OFF_COUT = B.region("dq_out", 64 * 64 * ELEM, 1024)
-    OFF_CONV = B.region("dq_convert", 64 * 64 * 4, 128)  -- two buffers of half a panel
-    OFF_CQ = B.region("convert_queue", 16 * CONV_Q + 16, 16)  -- the entries, the count, the late step
-    OFF_CBAR = B.region("convert_barriers", 8 * (2 * CONV_Q + 2), 8)
   end
   meta.symbol = symbol
   meta.threads = THREADS
@@ -813,7 +773,7 @@
 %}
 {{ include("wgmma.cuh", { spin_limit = WGMMA_SPIN_LIMIT or 0, forms = forms }) }}
 {{ B.comment() }}
-// registers: producer {{ REGS[1] }}, consumers {{ REGS[2] }}; dQ split {{ WIDE and ("by role: columns 0-127 and 128-%d"):format(DR - 1) or DQ_COLS and "by columns" or "by turns" }}{{ CONV and "; dQ converted in the kernel where g.fuse" or "" }}
+// registers: producer {{ REGS[1] }}, consumers {{ REGS[2] }}; dQ split {{ WIDE and ("by role: columns 0-127 and 128-%d"):format(DR - 1) or DQ_COLS and "by columns" or "by turns" }}
 // pieces: tma_ring.lua (producer), scheduler.cuh (kv_head), mask.lua, budget.lua, wgmma.cuh
 {% if KV_REGS then %}
 // K and V of each consumer's 64 keys held as A operands (loaded once): S^T and dP^T read only Q and dO from shared memory
@@ -827,7 +787,7 @@ __constant__ unsigned char fj_base_acc[32] = { {{ L.base_bytes(acc) }} };
 namespace fj {
 struct __align__(64) TensorMap { unsigned long long opaque[16]; };
 // The backward's tensor maps: Q, K, V, dO (src/backward.c's fj_bwd_tmaps).
-struct BwdMaps { TensorMap q, k, v, dout, dq; };  // dq: where g.fuse (CONV)
+struct BwdMaps { TensorMap q, k, v, dout; };
 
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {
   const elem2_t e = to_elem2(lo, hi);
@@ -907,76 +867,6 @@ __device__ __forceinline__ void bulk_to_peer(unsigned dst, unsigned src, unsigne
                :: "r"(dst), "r"(src), "r"(bytes), "r"(bar) : "memory");
 }
 {% end %}
-{% if CONV then %}
-// The conversion's queue entries (h, m0, seen), count and buffers, and the
-// thread's index and the grid's width read where they are used (volatile:
-// not kept in a register over a loop).
-__device__ __forceinline__ unsigned tid_x() {
-  unsigned t;
-  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
-  return t;
-}
-__device__ __forceinline__ unsigned nctaid_x() {
-  unsigned n;
-  asm volatile("mov.u32 %0, %%nctaid.x;\n" : "=r"(n));
-  return n;
-}
-__device__ __forceinline__ void st_shared_v2_s32(unsigned a, int x, int y) {
-  asm volatile("st.shared.v2.s32 [%0], { %1, %2 };\n" :: "r"(a), "r"(x), "r"(y) : "memory");
-}
-__device__ __forceinline__ int2 ld_shared_v2_s32(unsigned a) {
-  int2 v;
-  asm volatile("ld.shared.v2.s32 { %0, %1 }, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(a) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_shared_v4_b32(unsigned a, unsigned x, unsigned y, unsigned z, unsigned w) {
-  asm volatile("st.shared.v4.b32 [%0], { %1, %2, %3, %4 };\n" :: "r"(a), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
-}
-// A box of a rank-4 tensor map stored from shared memory (a bulk group).
-__device__ __forceinline__ void tma_store4(const void *map, unsigned src, int c0, int c1, int c2, int c3) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, { %2, %3, %4, %5 }], [%1];\n"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-__device__ __forceinline__ float4 ld_shared_v4_f32(unsigned a) {
-  float4 v;
-  asm volatile("ld.shared.v4.f32 { %0, %1, %2, %3 }, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a) : "memory");
-  return v;
-}
-// Queues a step (h, m0, seen) for the conversion: entry n % Q of the
-// queue at scq (16 bytes each), n (the steps queued so far) kept after its
-// Q entries, beside the block's key tile (shared memory rather than a
-// register: the writer has 24), once the entry's last use has been read
-// (its empty barrier, Q after its full one).
-__device__ __forceinline__ void conv_push(unsigned scq, unsigned full, int h, int m0, int seen) {
-  const unsigned n = (unsigned)ld_shared_v2_s32(scq + {{ 16 * CONV_Q }}u).x, e = n % {{ CONV_Q }}u;
-  mbar_wait(full + {{ 8 * CONV_Q }}u + 8u * e, ((n / {{ CONV_Q }}u) & 1u) ^ 1u);
-  st_shared_v4_b32(scq + 16u * e, (unsigned)h, (unsigned)m0, (unsigned)seen, 0u);
-  mbar_arrive(full + 8u * e);
-  asm volatile("st.shared.s32 [%0], %1;\n" :: "r"(scq + {{ 16 * CONV_Q }}u), "r"((int)n + 1) : "memory");
-}
-// A dQ tile's arrival in the default mode: the count before this one
-// (acq_rel: the tile's additions, this block's complete before it, others'
-// seen by the last).
-__device__ __forceinline__ int dq_arrive(int *count) {
-  int old;
-  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n" : "=r"(old) : "l"(count) : "memory");
-  return old;
-}
-// The default mode's late step (h, m0; h < 0 for none, kept after the
-// queue's count), queued with its arrival once its additions (the bulk
-// groups issued so far) have completed.  bh0: the block's batch times
-// heads_q.
-__device__ __forceinline__ void conv_late(unsigned scq, unsigned full, const BwdParams &g, int bh0) {
-  const int2 late = ld_shared_v2_s32(scq + {{ 16 * CONV_Q + 8 }}u);
-  if (late.x < 0) return;
-  bulk_wait<0>();
-  fence_async_global();
-  // The tile's first turn word (dq_tile_base / 4096, in 32 bits: the
-  // count of tiles is far below 2^31).
-  const int turn = ((bh0 + late.x) * (g.seq_pad >> 6) + (late.y >> 6)) * {{ (D + 63) // 64 }};
-  conv_push(scq, full, late.x, late.y, dq_arrive(g.dq_turns + turn));
-}
-{% end %}
 {% if WIDE then %}
 // Adds four floats at a 16-byte-aligned global address (sm_90's vector
 // reduction: dQ's additions from the consumers' registers).
@@ -1000,18 +890,7 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
   const unsigned bars = base + {{ OFF_BAR }};
   const unsigned dq_full = base + {{ OFF_DQBAR }}, dq_empty = dq_full + {{ 8 * C }}u;  // + 8 cw
 {% end %}
-{% if CONV then %}
-  // The conversion's buffers, queue and barriers: full and empty an entry
-  // (+ 8 e), then each buffer's load (+ 8 b).
-  const unsigned sconv = base + {{ OFF_CONV }}, sout = base + {{ OFF_COUT }}, scq = base + {{ OFF_CQ }};
-  const unsigned cv_full = base + {{ OFF_CBAR }}, cv_empty = cv_full + {{ 8 * CONV_Q }}u, cv_load = cv_full + {{ 16 * CONV_Q }}u;
-{% end %}
   {{ PC.indent(TR.decls({ k, v, q, dout }, bars), 2) }}
-{% if not CONV then %}
-  // The host sets g.fuse only for kernels that convert dQ (backward.c's
-  // dq_fusable): a mismatch fails the launch instead of leaving dQ unwritten.
-  if (g.fuse) __trap();
-{% end %}
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
   const fj::KvTile kt = fj::kv_tile(g.section, {{ mrule.bounded and "g.deterministic" or "false" }}{{ PAIR and ", 2" or "" }});  // bwd_common.cuh's launch order
   const int nt = kt.n, n0 = nt * {{ BK }}, hk = kt.hk, b = kt.b;
@@ -1051,25 +930,8 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
   end
 %}
   if (threadIdx.x == 0) {
-{%
-  local extra = PAIR and { { "in_full", 1 }, { "out_free", 4 * C } } or WIDE and {}
-                or { { "dq_full", 1 }, { "dq_full + 8u", 1 }, { "dq_empty", 1 }, { "dq_empty + 8u", 1 } }
-  if CONV then
-    for e = 0, CONV_Q - 1 do
-      extra[#extra + 1] = { ("cv_full + %du"):format(8 * e), 1 }
-      extra[#extra + 1] = { ("cv_empty + %du"):format(8 * e), 64 }
-    end
-    extra[#extra + 1] = { "cv_load", 1 }
-    extra[#extra + 1] = { "cv_load + 8u", 1 }
-  end
-%}
-    {{ PC.indent(TR.init({ k, v, q, dout }, extra), 4) }}
-{% if CONV then %}
-    // No step queued yet; this block's key tile (the converter's count
-    // reads it here rather than keep it in a register); no late step.
-    fj::st_shared_v2_s32(scq + {{ 16 * CONV_Q }}u, 0, nt);
-    fj::st_shared_v2_s32(scq + {{ 16 * CONV_Q + 8 }}u, -1, 0);
-{% end %}
+    {{ PC.indent(TR.init({ k, v, q, dout }, PAIR and { { "in_full", 1 }, { "out_free", 4 * C } } or WIDE and {}
+                         or { { "dq_full", 1 }, { "dq_full + 8u", 1 }, { "dq_empty", 1 }, { "dq_empty + 8u", 1 } }), 4) }}
   }
 {% if PAIR then %}
   fj::cluster_sync();  // both blocks' barriers ready before either signals the other's
@@ -1125,17 +987,6 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
 {% end %}
       {{ STEP_FOR }}
         {{ ROT and STEP_AT_ROT or STEP_AT }}
-{% if CONV then %}
-        if (g.fuse && !g.deterministic) {
-          // The step before, once its additions have completed (they ran
-          // while this step's tile was computed: waiting for a step's own
-          // right after its issue would stall the writer, and the
-          // consumers behind it, each step); this one kept in shared
-          // memory (the writer has 24 registers).
-          fj::conv_late(scq, cv_full, g, b * p.heads_q);
-          fj::st_shared_v2_s32(scq + {{ 16 * CONV_Q + 8 }}u, h, m0);
-        }
-{% end %}
         const long long bh = (long long)b * p.heads_q + h;
 {% if not BMASK then %}
         int *const turn = g.dq_turns + fj::dq_tile_base(bh, m0, 0, g.seq_pad, {{ D }}) / 4096;
@@ -1172,126 +1023,12 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
 {%   end %}
         }
 {% end %}
-{% if CONV then %}
-        if (g.fuse) {
-          // A step's tile, once its addition has completed, to the
-          // conversion with what says whether it was the last: in the
-          // deterministic mode its turn (rank: the addition has completed
-          // above), else the count of key tiles that had arrived on the
-          // tile's counter (its first turn word, which only the
-          // deterministic mode uses otherwise) before, taken a step late
-          // (at the next step's start).
-          if (g.deterministic) fj::conv_push(scq, cv_full, h, m0, rank);
-        }
-{% end %}
 {% if BMASK then %}
         {{ STEP_NEXT }}
 {% end %}
       }
       // The last reductions complete before the block ends.
       fj::bulk_wait();
-{% if CONV then %}
-      if (g.fuse) {
-        if (!g.deterministic) fj::conv_late(scq, cv_full, g, b * p.heads_q);  // the last step's tile
-        fj::conv_push(scq, cv_full, -1, 0, 0);  // the end of the queue
-      }
-{% end %}
-{% if CONV then %}
-    } else if (warp >= 2 && g.fuse) {
-      // ---- dQ's conversion: each queued step whose tile it completed, a
-      // panel of 64 columns at a time, loaded into the buffers (bulk
-      // copies: float32 from L2, where the additions completed),
-      // converted to dQ = scale * it in the inputs' dtype into the out
-      // buffer (maps.dq's box: 64 rows of 128 bytes, 16-byte chunk j of
-      // row r at j ^ (r % 8)), stored by TMA (which leaves out rows past
-      // the sequence and columns past the head dim).  8 threads a row, a
-      // 16-byte chunk (8 columns) each, 8 rows at a time: a thread's rows
-      // are 8 apart, so its chunks lie 2048 bytes apart in a buffer
-      // (dq_tile_off's swizzle is the row's % 8) and 1024 in the out
-      // buffer.  Its first thread issues the copies.
-      {{ PC.bwd_seq(mrule) }}
-      const bool t0 = threadIdx.x == 64;  // the copies' thread
-      // The entries taken (from bit 1 on) and the buffers' load phase (bit
-      // 0), in one register (the warpgroup has 24).
-      for (unsigned st = 0;; st += 2u) {
-        const unsigned e = st >> 1, s = e % {{ CONV_Q }}u;
-        fj::mbar_wait(cv_full + 8u * s, (e / {{ CONV_Q }}u) & 1u);
-        // The entry stays in its slot while its tile is converted (h and m0
-        // read there where they are used: the warpgroup has 24 registers).
-        const unsigned ent = scq + 16u * s;
-        const uint4 q4 = fj::ld_shared_v4(ent);
-        if ((int)q4.x < 0) {
-          fj::mbar_arrive(cv_empty + 8u * s);
-          break;
-        }
-        // The step's tile is converted where it was the last key tile's.
-        const int m0 = (int)q4.y;
-        int count;
-{{ PC.piece(include("scheduler.cuh", { part = "kv_count", mrule = mrule, BM = BM, BN = BN,
-                                       NT = ("fj::ld_shared_v2_s32(scq + %du).y"):format(16 * CONV_Q), TILES = "(int)fj::nctaid_x()" })) }}
-        if ((int)q4.z + 1 != count) {
-          fj::mbar_arrive(cv_empty + 8u * s);
-          continue;
-        }
-        // In units of half a panel (32 rows of 64 columns, 8 KB of the
-        // tile, contiguous), one a buffer at a time, so that a unit's copy
-        // runs while the one before is converted: unit u (panel u / 2,
-        // rows 32 (u % 2)) into buffer u % 2.  A buffer's load completes
-        // once a use, NP (panels) uses a tile: its phase is bit 0 of st at
-        // the tile's start, plus u / 2.
-        auto issue = [&](int u) {
-          // The other threads' reads of the buffer (bar 4) before the copy's
-          // writes; the writer's acquire before the copy's reads.
-          fj::fence_async_smem();
-          fj::fence_async_global();
-          fj::mbar_expect(cv_load + 8u * (u & 1), 8192u);
-          const int2 hm = fj::ld_shared_v2_s32(ent);
-          fj::bulk_load(sconv + 8192u * (u & 1),
-                        g.dq_acc + fj::dq_tile_base((long long)b * p.heads_q + hm.x, hm.y, 64 * (u >> 1), g.seq_pad, {{ D }}) + 2048 * (u & 1),
-                        8192u, cv_load + 8u * (u & 1));
-        };
-        if (t0) {
-          fj::bulk_wait_read<0>();  // the last tile's store has read the out buffer
-          issue(0);
-          issue(1);
-        }
-#pragma unroll 1
-        for (int u = 0; u < {{ 2 * (DR // 64) }}; ++u) {
-          fj::mbar_wait(cv_load + 8u * (u & 1), ((st & 1u) + (unsigned)(u >> 1)) & 1u);
-          // This thread's chunks (its place read here, not kept over the
-          // loop: the warpgroup has 24 registers).
-          const int t = (int)fj::tid_x() - 64;
-          const unsigned sat = sconv + 8192u * (u & 1) + 4u * (unsigned)fj::dq_tile_off(t >> 3, (t & 7) * 8);
-          const unsigned sot = sout + 4096u * (u & 1) + (unsigned)(t >> 3) * 128u + (unsigned)(((t & 7) ^ (t >> 3)) << 4);
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const float4 x = fj::ld_shared_v4_f32(sat + 2048u * k), y = fj::ld_shared_v4_f32(sat + 2048u * k + 16u);
-            const fj::elem2_t e0 = fj::to_elem2(x.x * g.scale, x.y * g.scale), e1 = fj::to_elem2(x.z * g.scale, x.w * g.scale);
-            const fj::elem2_t e2 = fj::to_elem2(y.x * g.scale, y.y * g.scale), e3 = fj::to_elem2(y.z * g.scale, y.w * g.scale);
-            fj::st_shared_v4_b32(sot + 1024u * k, *reinterpret_cast<const unsigned *>(&e0), *reinterpret_cast<const unsigned *>(&e1),
-                                 *reinterpret_cast<const unsigned *>(&e2), *reinterpret_cast<const unsigned *>(&e3));
-          }
-          if (u & 1) fj::fence_async_smem();
-          fj::bar_sync(4, 64);  // the buffer read (after a panel's second half, the out buffer written)
-          if (t0) {
-            if (u & 1) {
-              const int2 hm = fj::ld_shared_v2_s32(ent);
-              fj::tma_store4(&maps.dq, sout, 64 * (u >> 1), hm.y, hm.x, b);
-              fj::bulk_commit();
-            }
-            if (u + 2 < {{ 2 * (DR // 64) }}) issue(u + 2);
-          }
-          if ((u & 1) && u + 1 < {{ 2 * (DR // 64) }}) {
-            // The next panel writes the out buffer once the store has read it.
-            if (t0) fj::bulk_wait_read<0>();
-            fj::bar_sync(4, 64);
-          }
-        }
-        fj::mbar_arrive(cv_empty + 8u * s);
-        st ^= {{ (DR // 64) % 2 }}u;
-      }
-      if (t0) fj::bulk_wait();  // the stores complete before the block ends
-{% end %}
 {% end %}
     }
   } else {

@@ -64,7 +64,7 @@ struct BwdParams {
   int seq_pad;
   int deterministic;       // dQ's additions in key-tile order (dq_turns); 2: rotated (ROT)
   int section;             // (batch, KV head)s a section of the launch order (kv_tile)
-  int fuse;                // 1: the main kernel converts dQ (its CONV; the plan's dq_fused): no postprocess
+  int pad_;
 };
 // dQ's accumulator in tiles (the wgmma backward's layout, where
 // BwdParams' dq is "tiled"): per (batch, head), per 64 padded rows, per 64

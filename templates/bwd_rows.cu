@@ -12,12 +12,9 @@
           row's LSE * log2(e) (LSE2; +inf where the row saw no key), the
           row's dQ accumulator cleared (the main kernel adds into it), and
           the first row of each 64 clears its dQ tiles' turns (the
-          deterministic mode's, and the counts of the key tiles that
-          added where the main kernel converts dQ: g.fuse), where g.fuse
-          a row that saw no key gets dQ 0 (it may lie in no tile the main
-          kernel converts).  Rows past a sequence's end (varlen) get
+          deterministic mode's).  Rows past a sequence's end (varlen) get
           delta 0 and LSE2 +inf, as do the padding rows up to g.seq_pad.
-    post  after it (not where g.fuse): dQ = scale * the accumulator, in the inputs' dtype at
+    post  after it: dQ = scale * the accumulator, in the inputs' dtype at
           dQ's strides; rows past a sequence's end are not written.  The
           accumulator is read row by row, or in tiles (tiled: the wgmma
           backward's layout, bwd_common.cuh's dq_tile_off; tiled 2: the
@@ -262,15 +259,6 @@ extern "C" __global__ void __launch_bounds__({{ 32 * WARPS }})
     }
     if ((row & 63) == 0 && lane < {{ (D + 63) // 64 }})
       g.dq_turns[fj::dq_tile_base(bh, row, 0, g.seq_pad, {{ D }}) / 4096 + lane] = 0;
-    // Where the main kernel converts dQ (g.fuse), it converts the tiles
-    // that key tiles walk: a row that saw no key may lie in none, so its
-    // dQ (0) is written here.
-    if (g.fuse && at[k].live && g.lse[bh * p.seq_q + row] == FJ_NEG_INF) {
-      elem_t *dq = fj::head_rows<elem_t>(g.dq, g.dq_stride, at[k].b, at[k].h) + at[k].r * g.dq_stride[2];
-#pragma unroll
-      for (int i = 0; i < {{ PER }}; ++i)
-        if ({{ GUARD }}) dq[lane + 32 * i] = fj::to_elem(0.f);
-    }
   }
 {% else %}
 {%   -- Vector c4 (columns 4 c4 .. 4 c4 + 3) of row k's accumulator, a float4:

@@ -49,10 +49,6 @@
                     the grid's width unless given): this key tile's index
                     and how many a head has (a pair's: nt / 2, half the
                     grid's width)
-  part = "kv_count" (the backward's dQ converted in its main kernel) sets
-                    the caller's int count: how many key tiles add into
-                    query tile m0 (the same walks, key tile NT one of
-                    them; without a mask with a side all TILES)
   Parameters: mrule, BM, BN, N0, NT, TILES, BMASK, VL, DYNAMIC, PERSISTENT, and sched
   (the same fields as a table, for the parts that include others).
 #}
@@ -238,31 +234,5 @@ __device__ __forceinline__ Item get_item(const Params &p) {
 {%     if rot then %}
         }
 {%     end %}
-{%   end %}
-{% elseif part == "kv_count" then %}
-{%   local NT, TILES = NT or "nt", TILES or "(int)gridDim.x" %}
-{%   if not mrule.bounded and not mrule.left and not VL then %}
-        count = {{ TILES }};  // no mask with a side: every key tile walks every query tile
-{%   else %}
-        {
-          // The key tiles that walk query tile m0 run from the first whose
-          // query range has not ended by m0 to the last whose range has
-          // begun by it (kv_rank's walks, split in two: both ends of a key
-          // tile's range grow with it), this one among them: each end found
-          // by bisection on its side of it.
-          int a = 0, z = {{ NT }};
-          while (a < z) {
-            const int t = (a + z) >> 1;
-            if (m0 < {{ mrule.rows_end("t * " .. BN .. " + " .. BN) }}) z = t; else a = t + 1;
-          }
-          count = -a;
-          a = {{ NT }};
-          z = {{ TILES }} - 1;
-          while (a < z) {
-            const int t = (a + z + 1) >> 1;
-            if (t * {{ BN }} < {{ mrule.kv }} && {{ mrule.rows_begin("t * " .. BN) }} / {{ BM }} * {{ BM }} <= m0) a = t; else z = t - 1;
-          }
-          count += a + 1;
-        }
 {%   end %}
 {% end %}

@@ -415,7 +415,7 @@ int test_backward_block_mask_compile(void)
  * int tensor's or a scalar's gradient is refused with what it is.  In the
  * deterministic mode the same kernel adds them as fixed point into the
  * workspace (16 bytes an element of each parameter with a gradient, after
- * the rest) and dQ is not converted in the main kernel. */
+ * the rest). */
 int test_backward_param_grads_compile(void)
 {
   static float slope[4], rel[4 * 64], grads_s[4], grads_r[4 * 64];
@@ -477,7 +477,6 @@ int test_backward_param_grads_compile(void)
       CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
       CHECK(plan.workspace_bytes >= ws + 16 * (4 + 4 * 64) &&
             plan.workspace_bytes <= ws + 16 + 16 * (4 + 4 * 64));
-      CHECK(!plan.dq_fused);
       CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
       CHECK(strcmp(fj_kernel_name(k), name) == 0);
       p.deterministic = 0;
@@ -492,107 +491,6 @@ int test_backward_param_grads_compile(void)
     }
     fj_ctx_destroy(ctx);
   }
-  return 0;
-}
-
-/* The plan's dq_fused (the main kernel converts dQ, no postprocess):
- * FLASHJIT_BWD_FUSE, read at each plan, turns it on or off where the
- * problem allows it -- the wgmma kernel up to head dim 128 (padded 96
- * too), masks of either side, GQA, the deterministic mode -- and never
- * at head dims above 128 (the wide kernel), with varlen, a block mask or
- * sinks; a fused plan's main kernel holds the conversion (its queue; no
- * spills) in the shared memory the plan says, an unfused one's neither
- * (less), and the preprocess reads g.fuse. */
-int test_backward_dq_fused(void)
-{
-  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
-  CHECK(ctx != NULL);
-  static const struct {
-    int d, hkv, window_left, varlen, blocks, sinks, deterministic;
-    fj_causal causal;
-    int fusable;
-  } cases[] = {
-      {128, 2, -1, 0, 0, 0, 0, FJ_CAUSAL_TOP_LEFT, 1},
-      {64, 8, -1, 0, 0, 0, 0, FJ_CAUSAL_NONE, 1},
-      {96, 8, 100, 0, 0, 0, 1, FJ_CAUSAL_BOTTOM_RIGHT, 1},
-      {112, 1, -1, 0, 0, 0, 1, FJ_CAUSAL_NONE, 1},
-      {192, 8, -1, 0, 0, 0, 0, FJ_CAUSAL_TOP_LEFT, 0},
-      {256, 2, -1, 0, 0, 0, 0, FJ_CAUSAL_NONE, 0},
-      {128, 2, -1, 1, 0, 0, 0, FJ_CAUSAL_TOP_LEFT, 0},
-      {128, 2, -1, 0, 1, 0, 0, FJ_CAUSAL_TOP_LEFT, 0},
-      {64, 2, -1, 0, 0, 1, 0, FJ_CAUSAL_NONE, 0},
-  };
-  int32_t cu[3] = {0, 300, 700};
-  int32_t z[64] = {0};
-  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    fj_problem p;
-    fj_mods m;
-    fj_block_mask bm;
-    float sinks[8] = {0};
-    fj_problem_init(&p, 2, 8, cases[c].hkv, 700, 700, cases[c].d, FJ_BF16,
-                    cases[c].varlen ? FJ_THD : FJ_BSHD);
-    p.causal = cases[c].causal;
-    p.deterministic = cases[c].deterministic;
-    fj_mods_init(&m);
-    if (cases[c].window_left >= 0) {
-      m.window_left = cases[c].window_left;
-      m.window_right = 0;
-      p.mods = &m;
-    }
-    if (cases[c].varlen) {
-      p.cu_seqlens_q = p.cu_seqlens_kv = cu;
-      p.total_q = p.total_kv = 700;
-    }
-    if (cases[c].sinks) {
-      m.sinks = sinks;
-      p.mods = &m;
-    }
-    if (cases[c].blocks) {
-      /* 128 x 128 blocks of 700: 6 each way, every list empty (the plan
-       * reads only the sizes) */
-      memset(&bm, 0, sizeof bm);
-      bm.batch = bm.heads = 1;
-      bm.block_q = bm.block_kv = 128;
-      bm.q_blocks = bm.kv_blocks = 6;
-      bm.kv_num = bm.full_num = bm.q_num = bm.full_q_num = z;
-      bm.kv_indices = bm.full_indices = bm.q_indices = bm.full_q_indices = z;
-      m.block_mask = &bm;
-      p.mods = &m;
-    }
-    for (int on = 0; on < 2; on++) {
-      CHECK(setenv("FLASHJIT_BWD_FUSE", on ? "1" : "0", 1) == 0);
-      fj_bwd_plan plan;
-      CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
-      printf("d%d h8/%d%s%s%s%s%s %s: dq_fused %u\n", cases[c].d, cases[c].hkv,
-             cases[c].window_left >= 0 ? " window" : "", cases[c].varlen ? " varlen" : "",
-             cases[c].blocks ? " block mask" : "", cases[c].sinks ? " sinks" : "",
-             cases[c].deterministic ? " deterministic" : "", on ? "on" : "off", plan.dq_fused);
-      CHECK(plan.dq_fused == (unsigned)(on && cases[c].fusable));
-      if (plan.dq_fused) {
-        fj_kernel *k;
-        CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
-        CHECK(strstr(fj_kernel_source(k, NULL), "fj::conv_push(") != NULL);
-        /* the conversion's warps have 24 registers: none spilled there */
-        fj_resources r;
-        fj_kernel_resources(k, &r);
-        printf("  %s: spill %d/%d\n", fj_kernel_name(k), r.spill_store_bytes, r.spill_load_bytes);
-        CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
-        /* and without dq_fused, a kernel without it (nor its buffers) */
-        fj_bwd_plan off = plan;
-        fj_kernel *k0;
-        off.dq_fused = 0;
-        CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &off, 1, &k0));
-        CHECK(strstr(fj_kernel_source(k0, NULL), "fj::conv_push(") == NULL);
-        fj_resources r0;
-        fj_kernel_resources(k0, &r0);
-        CHECK(r.shared_dynamic == (int)plan.smem_bytes && r0.shared_dynamic < r.shared_dynamic);
-        CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 0, &k));
-        CHECK(strstr(fj_kernel_source(k, NULL), "g.fuse") != NULL);
-      }
-    }
-  }
-  unsetenv("FLASHJIT_BWD_FUSE");
-  fj_ctx_destroy(ctx);
   return 0;
 }
 
@@ -629,15 +527,12 @@ int test_backward_prefetch(void)
   fj_mods_init(&m);
   m.score = "s * 0.5f";
   p.mods = &m;
-  /* Where the main kernel converts dQ (dq_fused) no postprocess is
-   * prefetched. */
   fj_bwd_plan plan;
   CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
-  const int kernels = FJ_BWD_KERNELS - (int)plan.dq_fused;
   double t0 = fj__now_ms();
   CHECK_OK(ctx, fj_attention_bwd_prefetch(ctx, &p));
   double t_prefetch = fj__now_ms() - t0;
-  CHECK(started == kernels);
+  CHECK(started == FJ_BWD_KERNELS);
   for (int i = 0; i < FJ_BWD_KERNELS; i++) {
     fj_kernel *k, *want;
     CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, i, &k));
@@ -647,10 +542,10 @@ int test_backward_prefetch(void)
   }
   double t_all = fj__now_ms() - t0;
   printf("prefetch returned after %.0f ms; its %d kernels ready after %.0f ms\n",
-         t_prefetch, kernels, t_all);
+         t_prefetch, FJ_BWD_KERNELS, t_all);
   CHECK(t_prefetch < t_all / 2);
   CHECK_OK(ctx, fj_attention_bwd_prefetch(ctx, &p));
-  CHECK(started == kernels);
+  CHECK(started == FJ_BWD_KERNELS);
   p.head_dim_v = 64;
   CHECK_ST(ctx, fj_attention_bwd_prefetch(ctx, &p), FJ_ERR_UNSUPPORTED);
   CHECK_MSG(ctx, "the backward does not take head_dim_v 64 with head_dim 128");

@@ -123,11 +123,6 @@ static void run_free(bwd_run *r)
     free(host[i]);
 }
 
-/* -1: the library's plans as they come; 0 or 1: their dq_fused set so
- * (gpu_backward_fused: the main kernel's own dQ conversion, whatever the
- * library's default). */
-static int force_fused = -1;
-
 /* The inputs of r's problem (rows_q and rows_kv rows: packed or batch x
  * sequence; Q scaled by q_scale), its gradients' buffers, its forward's
  * O and LSE and the backward's plan.  0: ready. */
@@ -160,8 +155,6 @@ static int run_tensors(fj_ctx *ctx, bwd_run *r, size_t rows_q, size_t rows_kv,
     st = fj_attention_bwd_plan(ctx, p, &r->plan);
   if (st != FJ_OK)
     fprintf(stderr, "forward or plan: %s\n", fj_errmsg(ctx));
-  else if (force_fused >= 0)
-    r->plan.dq_fused = (unsigned)force_fused;
   return st != FJ_OK;
 }
 
@@ -237,12 +230,9 @@ static int run_pass(fj_ctx *ctx, bwd_run *r)
   cudaMemset(r->gv, 0xff, r->nk * 2);
   if (r->gs)
     cudaMemset(r->gs, 0xff, (size_t)p->heads_q * 4);
-  fj_status st = force_fused < 0
-      ? fj_attention_bwd(ctx, p, r->q_d, r->k_d, r->v_d, r->o_d, r->do_d,
-                         r->lse_d, r->gq, r->gk, r->gv, r->gs, NULL)
-      : fj_attention_bwd_run(ctx, p, &r->plan, r->q_d, r->k_d, r->v_d,
-                             r->o_d, r->do_d, r->lse_d, r->gq, r->gk, r->gv,
-                             r->gs, NULL, 0, NULL);
+  fj_status st = fj_attention_bwd(ctx, p, r->q_d, r->k_d, r->v_d, r->o_d,
+                                  r->do_d, r->lse_d, r->gq, r->gk, r->gv,
+                                  r->gs, NULL);
   if (st != FJ_OK) {
     fprintf(stderr, "backward: %s\n", fj_errmsg(ctx));
     return 1;
@@ -258,10 +248,6 @@ static int run_pass(fj_ctx *ctx, bwd_run *r)
     cudaMemcpy(r->hs, r->gs, (size_t)p->heads_q * 4, cudaMemcpyDeviceToHost);
   return 0;
 }
-
-/* How many of run_backward's plans converted dQ in the main kernel
- * (fj_bwd_plan.dq_fused). */
-static int fused_plans;
 
 /* One case: forward, backward, reference, the verdict.  0: right. */
 static int run_backward(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed)
@@ -307,14 +293,13 @@ static int run_backward(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed)
      * reference are of the order of 1e-2 there. */
     double tol = bc->dt == FJ_BF16 ? 3e-2 : 1e-2;
     rc = !(eq < tol && ek < tol && ev < tol && es < tol);
-    fused_plans += r.plan.dq_fused && r.plan.variant.mma == FJ_MMA_WGMMA && bc->d <= 128;
-    printf("%s %-5s d%-3d %s b%d h%d/%d s%d/%d %s%s%s%s%s x%.0f%s: dq %.2e dk %.2e dv %.2e\n",
+    printf("%s %-5s d%-3d %s b%d h%d/%d s%d/%d %s%s%s%s%s x%.0f: dq %.2e dk %.2e dv %.2e\n",
            rc ? "FAIL" : "ok  ", fj_mma_name(r.plan.variant.mma), bc->d, fj_dtype_name(bc->dt), bc->b, bc->hq,
            bc->hkv, bc->sq, bc->skv, fj_causal_name(bc->causal),
            bc->window_left >= 0 ? " window" : "", bc->softcap > 0 ? " softcap" : "",
            bc->sinks ? " sinks" : "",
            bc->deterministic ? " deterministic" : bc->lq[0] ? " varlen" : bc->dlse ? " dlse" : "",
-           (double)bc->in_scale, r.plan.dq_fused ? " (dQ in the main kernel)" : "", eq, ek, ev);
+           (double)bc->in_scale, eq, ek, ev);
     if (r.gs)
       printf("       dsinks %.2e\n", es);
   }
@@ -333,30 +318,6 @@ static int same_bits(const bwd_run *r, void *const first[4])
          !memcmp(first[1], r->hk, r->nk * 2) &&
          !memcmp(first[2], r->hv, r->nk * 2) &&
          (!r->gs || !memcmp(first[3], r->hs, (size_t)r->p.heads_q * 4));
-}
-
-/* Where r's plan converts dQ in the main kernel (dq_fused), the same
- * backward with the plan's dq_fused cleared, so that the postprocess
- * converts it: in the deterministic mode the two must give the same bits.
- * 1: they differ (or the call failed); -1: the plan does not fuse. */
-static int fused_differs(fj_ctx *ctx, bwd_run *r, const void *first_dq)
-{
-  if (!r->plan.dq_fused)
-    return -1;
-  const fj_problem *p = &r->p;
-  fj_bwd_plan post = r->plan;
-  post.dq_fused = 0;
-  void *dq = upload(NULL, r->nq * 2), *hq = malloc(r->nq * 2);
-  int rc = 1;
-  if (fj_attention_bwd_run(ctx, p, &post, r->q_d, r->k_d, r->v_d, r->o_d,
-                           r->do_d, r->lse_d, dq, r->gk, r->gv, r->gs, NULL, 0,
-                           NULL) != FJ_OK)
-    fprintf(stderr, "backward (the postprocess's dQ): %s\n", fj_errmsg(ctx));
-  else if (cudaMemcpy(hq, dq, r->nq * 2, cudaMemcpyDeviceToHost) == cudaSuccess)
-    rc = memcmp(hq, first_dq, r->nq * 2) != 0;
-  free(hq);
-  cudaFree(dq);
-  return rc;
 }
 
 /* The case's backward `runs` times on the same inputs: in the
@@ -384,15 +345,12 @@ static int run_repeats(fj_ctx *ctx, const bwd_case *bc, uint64_t *seed,
       goto out;
     differ += !same_bits(&r, first);
   }
-  int unfused = bc->deterministic ? fused_differs(ctx, &r, first[0]) : -1;
-  rc = bc->deterministic && (differ > 0 || unfused > 0);
-  printf("%s %-5s d%-3d %s h%d/%d s%d %s%s%s %s: %d of %d runs differ from the first%s\n",
+  rc = bc->deterministic && differ > 0;
+  printf("%s %-5s d%-3d %s h%d/%d s%d %s%s%s %s: %d of %d runs differ from the first\n",
          rc ? "FAIL" : "ok  ", fj_mma_name(r.plan.variant.mma), bc->d,
          fj_dtype_name(bc->dt), bc->hq, bc->hkv, bc->sq, fj_causal_name(bc->causal),
          bc->window_left >= 0 ? " window" : "", bc->sinks ? " sinks" : "",
-         bc->deterministic ? "deterministic" : "default", differ, runs - 1,
-         unfused < 0 ? "" : unfused ? "; dQ converted by the postprocess differs from the main kernel's"
-                                    : "; dQ by the postprocess the same bits as the main kernel's");
+         bc->deterministic ? "deterministic" : "default", differ, runs - 1);
 out:
   for (int i = 0; i < 4; i++)
     free(first[i]);
@@ -597,69 +555,6 @@ int test_gpu_backward_deterministic(void)
       {1, 4, 4, 400, 600, 72, FJ_F16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
   };
   return run_deterministic(cases, sizeof cases / sizeof cases[0], 2);
-}
-
-/* The main kernel's own dQ conversion (fj_bwd_plan.dq_fused: the narrow
- * wgmma kernel, head dims up to 128, where no postprocess runs), set in
- * each case's plan whatever the library's default: every case must plan
- * the wgmma kernel and be right against the reference -- masks of both sides (each dQ tile converted by the last
- * of the key tiles that walk it: scheduler.cuh's kv_count), rows that see
- * no key (the preprocess writes their dQ), GQA and MQA, padded head dims,
- * the LSE's gradient --, and in the deterministic mode give the same bits
- * run to run and as the postprocess (dQ placed where the conversion's
- * 16-byte stores cannot go). */
-int test_gpu_backward_fused(void)
-{
-  static const bwd_case cases[] = {
-      {2, 4, 4, 256, 256, 64, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
-      {1, 4, 4, 300, 300, 128, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
-      {1, 4, 4, 300, 300, 128, FJ_F16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
-      {1, 2, 2, 100, 257, 128, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
-      {1, 2, 2, 257, 100, 128, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},  /* rows that see no key */
-      {1, 2, 2, 257, 100, 64, FJ_F16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
-      {1, 2, 2, 17, 17, 64, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
-      {2, 16, 2, 200, 200, 64, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
-      {1, 8, 1, 150, 333, 128, FJ_F16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
-      {1, 4, 4, 400, 400, 64, FJ_BF16, TL, 100, 0, 0, 1, 0, {0}, {0}, {0}, 0},
-      {1, 6, 2, 200, 517, 96, FJ_BF16, NC, 64, 0, 0, 1, 0, {0}, {0}, {0}, 0},
-      {1, 4, 4, 400, 400, 128, FJ_BF16, NC, -1, 30.f, 0, 1, 0, {0}, {0}, {0}, 0},
-      {1, 4, 4, 256, 256, 128, FJ_BF16, NC, -1, 0, 0, 30, 0, {0}, {0}, {0}, 0},
-      {1, 4, 2, 300, 300, 80, FJ_BF16, TL, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
-      {1, 4, 4, 257, 200, 112, FJ_F16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
-      {2, 4, 2, 256, 256, 64, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 1},
-      {1, 4, 2, 257, 100, 64, FJ_BF16, BR, -1, 0, 0, 1, 0, {0}, {0}, {0}, 2},
-      {1, 8, 8, 2048, 2048, 128, FJ_BF16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
-      {2, 8, 2, 700, 1000, 64, FJ_F16, NC, -1, 30.f, 0, 1, 1, {0}, {0}, {0}, 0},
-      {1, 8, 2, 1500, 1500, 64, FJ_F16, TL, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
-      {1, 4, 4, 1100, 1100, 64, FJ_BF16, BR, 300, 0, 0, 1, 1, {0}, {0}, {0}, 0},
-  };
-  const int n = (int)(sizeof cases / sizeof cases[0]);
-  fj_ctx *ctx;
-  int rc = fjt_gpu_ctx(NULL, &ctx);
-  if (rc)
-    return rc;
-  if (strcmp(fj_ctx_arch(ctx), "sm_90a")) {
-    rc = fjt_skip("the main kernel converts dQ on sm_90a only (this device: %s)", fj_ctx_arch(ctx));
-    fj_ctx_destroy(ctx);
-    return rc;
-  }
-  uint64_t seed = 20261206;
-  int fails = 0;
-  fused_plans = 0;
-  force_fused = 1;
-  for (int i = 0; i < n; i++) {
-    fails += run_backward(ctx, &cases[i], &seed);
-    if (cases[i].deterministic)
-      fails += run_repeats(ctx, &cases[i], &seed, 3);
-  }
-  force_fused = -1;
-  fj_ctx_destroy(ctx);
-  if (fused_plans != n) {
-    printf("FAIL %d of %d cases planned the wgmma kernel, which converts dQ (up to head dim 128)\n", fused_plans, n);
-    fails++;
-  }
-  printf("fused backward: %d failed\n", fails);
-  return fails != 0;
 }
 
 /* The wide kernel in turns (above head dim 128 on sm_90a; its consumers

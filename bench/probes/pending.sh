@@ -67,11 +67,12 @@
 # twenty-sixth got H100 calls only: s25.sh's fuse (gpu_backward_fused 26
 # ok at 144c8eb and 98eee77, gpu_backward 101 ok; the conversion 1.06-
 # 1.24x slower than the postprocess: PERF.md T16, C40; off by default).
-# Next, on any GPU first: S26_PARTS="py pad fuseparts" bash bench/probes/s26.sh
+# The twenty-seventh removed the conversion (its own work cost 340-490
+# us in the main kernel against the postprocess's 64: PERF.md T16), and
+# s26.sh's fuseparts with it, unrun.
+# Next, on any GPU first: S26_PARTS="py pad" bash bench/probes/s26.sh
 # (the Python's FP8 k/v and padded head dims against float32, the mma
-# backward's padded head dims (736cc8f), all unrun;
-# which part of the conversion's work costs it: where none can be made
-# cheap, the conversion goes); then on
+# backward's padded head dims (736cc8f), all unrun); then on
 # the H200: S24_BWD_DIMS=64,128,256 S24_PARTS=bwd bash
 # bench/probes/s24.sh (the backward's whole table since 518bcca: T12
 # again, d256's bar), S24_PARTS=train (issue 33's table: R2 again, the

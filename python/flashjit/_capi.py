@@ -164,7 +164,7 @@ class Plan(C.Structure):
 class BwdPlan(C.Structure):
     _fields_ = [("variant", Variant), ("grid", C.c_uint * 3), ("threads", C.c_uint),
                 ("smem_bytes", C.c_uint), ("rows_grid", C.c_uint),
-                ("dq_fused", C.c_uint), ("workspace_bytes", C.c_size_t)]
+                ("workspace_bytes", C.c_size_t)]
 
 
 class TuneOpts(C.Structure):
@@ -320,7 +320,7 @@ SIGNATURES = {
 
 
 # FJ_ABI_VERSION of the header these structs mirror.
-ABI_VERSION = 12
+ABI_VERSION = 13
 
 
 def open_library(path):

@@ -111,7 +111,6 @@ static int plan_backward(cli *c, fj_ctx *ctx, const fj_problem *p)
   printf("threads=%u\n", plan.threads);
   printf("smem_bytes=%u\n", plan.smem_bytes);
   printf("rows_grid=%u\n", plan.rows_grid);
-  printf("dq_fused=%u\n", plan.dq_fused);
   printf("workspace_bytes=%zu\n", plan.workspace_bytes);
   return 0;
 }

@@ -98,14 +98,13 @@ static double ms_since(const struct timespec *a)
          (double)(z.tv_nsec - a->tv_nsec) * 1e-6;
 }
 
-/* The plan's lines: its kernels (the main one's family and tiles; no
- * postprocess where the main kernel converts dQ), grid, block, shared
- * memory and workspace. */
+/* The plan's lines: its three kernels (the main one's family and tiles),
+ * grid, block, shared memory and workspace. */
 static int print_plan(cli *c, fj_ctx *ctx, const run_data *d,
                       const fj_bwd_plan *plan)
 {
-  const char *names[FJ_BWD_KERNELS] = {"", "", "none (dQ converted in the main kernel)"};
-  for (int i = 0; i < FJ_BWD_KERNELS - (int)plan->dq_fused; i++) {
+  const char *names[FJ_BWD_KERNELS];
+  for (int i = 0; i < FJ_BWD_KERNELS; i++) {
     fj_kernel *k;
     fj_status st = fj_attention_bwd_kernel(ctx, &d->p, plan, i, &k);
     if (st != FJ_OK)
