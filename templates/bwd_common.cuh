@@ -81,8 +81,6 @@ __device__ __forceinline__ int dq_tile_off(int r, int c) {
 __device__ __forceinline__ int dq_tile_off4(int r, int c) {
   return dq_tile_off(r, (c & ~15) | (((c & 7) >> 1) << 2) | ((c & 8) >> 2) | (c & 1));
 }
-// The first float of the tile holding padded row m (a multiple of 64) and
-// column c0 (a multiple of 64) of (batch, head) bh.
 // The parameters' gradients in the deterministic mode: a value v adds
 // trunc(v 2^24) to word 0 and the rest, times 2^32 and rounded, to word 1,
 // as 64-bit integers, whose sums do not depend on the order of the
@@ -105,6 +103,8 @@ __device__ __forceinline__ bool pgrad_fixed(float v) {
 __device__ __forceinline__ double pgrad_value(const long long *w) {
   return (double)w[0] * 0x1p-24 + (double)w[1] * 0x1p-56;
 }
+// The first float of the tile holding padded row m (a multiple of 64) and
+// column c0 (a multiple of 64) of (batch, head) bh.
 __device__ __forceinline__ long long dq_tile_base(long long bh, int m, int c0, int seq_pad, int d) {
   return ((bh * (seq_pad >> 6) + (m >> 6)) * ((d + 63) >> 6) + (c0 >> 6)) * 4096;
 }
