@@ -720,10 +720,12 @@ typedef struct fj_problem {
    *     v_stride = k_stride), and only K's rows are read.  GQA packing,
    *     split-KV and paged K/V (16-bit) are taken there.
    * Refused with FJ_ERR_UNSUPPORTED, naming the value and the limit,
-   * elsewhere: the wmma family, FP8 (dtype or kv_dtype e4m3), the
-   * backward, and fj_tune (for now).  The tiered JIT's portable first
-   * kernel does not serve such a problem (its chosen kernel answers at
-   * once).  fj_reference_fwd takes it (out rows of head_dim_v). */
+   * elsewhere: the wmma family, FP8 (dtype or kv_dtype e4m3) and the
+   * backward.  fj_tune tunes it as a class of its own (with v_stride =
+   * k_stride, its inputs put V in K's rows, as the mma family reads it).
+   * The tiered JIT's portable first kernel does not serve such a problem
+   * (its chosen kernel answers at once).  fj_reference_fwd takes it (out
+   * rows of head_dim_v). */
   int head_dim_v;
   /* FP8 only (dtype or kv_dtype e4m3): how q_scale, k_scale and v_scale
    * hold their descales, the three alike.  FJ_SCALE_PER_HEAD (0,

@@ -41,6 +41,7 @@ typedef struct tune_run {
   const fj_tune_opts *o;
   uint64_t q, k, v, out, ref, sums, scales;
   size_t nout;           /* elements of the output span */
+  int v_is_k;            /* split head dims with V in K's rows (MLA): v = k */
   void *compare_fn, *e0, *e1;
   fj_tune_steps steps;
 } tune_run;
@@ -126,17 +127,26 @@ static fj_status inputs_make(tune_run *t)
 {
   const fj_problem *p = &t->prob;
   fj_dtype kv = p->kv_dtype ? p->kv_dtype : p->dtype;
+  const int dv = fj__problem_dv(p);
   size_t nq = span(p->q_stride, p->batch, p->heads_q, p->seq_q, p->head_dim);
   size_t nk = span(p->k_stride, p->batch, p->heads_kv, p->seq_kv, p->head_dim);
-  t->nout = span(p->o_stride, p->batch, p->heads_q, p->seq_q, p->head_dim);
+  size_t nv = span(p->v_stride, p->batch, p->heads_kv, p->seq_kv, dv);
+  t->nout = span(p->o_stride, p->batch, p->heads_q, p->seq_q, dv);
+  /* Split head dims whose V has K's strides are MLA's latent cache: V the
+   * first head_dim_v columns of K's rows, as the mma family requires
+   * (variant.c); the candidates of both families read it so. */
+  t->v_is_k = dv < p->head_dim &&
+              !memcmp(p->v_stride, p->k_stride, sizeof p->k_stride);
   uint64_t state = UINT64_C(0x2545f4914f6cdd1d);
   float kvs = kv == FJ_E4M3 ? 64.f : 1.f;
   fj_status st = fj__tune_upload_random(t->ctx, &t->q, p->dtype, nq,
                                         p->dtype == FJ_E4M3 ? 64.f : 1.f, &state);
   if (st == FJ_OK)
     st = fj__tune_upload_random(t->ctx, &t->k, kv, nk, kvs, &state);
-  if (st == FJ_OK)
-    st = fj__tune_upload_random(t->ctx, &t->v, kv, nk, kvs, &state);
+  if (st == FJ_OK && t->v_is_k)
+    t->v = t->k;
+  else if (st == FJ_OK)
+    st = fj__tune_upload_random(t->ctx, &t->v, kv, nv, kvs, &state);
   if (st == FJ_OK)
     st = fj__cu_alloc(t->ctx, t->nout * 2, &t->out);
   if (st == FJ_OK)
@@ -150,6 +160,8 @@ static fj_status inputs_make(tune_run *t)
 
 static void inputs_free(tune_run *t)
 {
+  if (t->v_is_k)
+    t->v = 0;  /* k's */
   uint64_t *all[] = {&t->q, &t->k, &t->v, &t->out, &t->ref, &t->sums, &t->scales};
   for (size_t i = 0; i < FJ_ARRAY_LEN(all); i++)
     fj__cu_free(*all[i]);
@@ -430,8 +442,7 @@ fj_status fj_tune(fj_ctx *ctx, const fj_problem *p, const fj_tune_opts *opts,
   fj_status st = fj__tune_check_opts(ctx, "fj_tune", opts);
   if (st != FJ_OK)
     return st;
-  tune_run t = {ctx, p, *p, opts, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL,
-                {opts, 0, 0}};
+  tune_run t = {.ctx = ctx, .p = p, .prob = *p, .o = opts, .steps = {opts, 0, 0}};
   double t0 = fj__now_ms();
   t.prob.o_amax = NULL;  /* the candidates' amax is nobody's */
   /* FP8 scales come from the tuner's own inputs. */
@@ -448,12 +459,6 @@ fj_status fj_tune(fj_ctx *ctx, const fj_problem *p, const fj_tune_opts *opts,
     st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                   "tuning a varlen or paged problem is not implemented: "
                   "tune the dense problem of its longest sequence");
-  /* The tuning database's classes have one head dim (tunedb.c). */
-  if (st == FJ_OK && fj__problem_dv(p) != p->head_dim)
-    st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                  "tuning head_dim_v %d with head_dim %d is not implemented "
-                  "yet: the tuning database keeps one head dim a problem",
-                  fj__problem_dv(p), p->head_dim);
   /* Its outputs are 16-bit; FP8 attention's tiles are O's element's
    * alike. */
   if (st == FJ_OK && fj__o_dtype(p) != fj__default_o_dtype(p->dtype))

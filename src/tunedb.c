@@ -53,6 +53,9 @@ static void class_key(const fj_ctx *ctx, const fj_problem *p, int backward,
                    fj_dtype_name(p->dtype), fj_dtype_name(kv),
                    fj_causal_name(p->causal), fj__log2_floor(p->seq_q), fj__log2_floor(p->seq_kv),
                    p->heads_q / p->heads_kv);
+  /* Split head dims: V's and O's (MLA's prefill: 192 / 128). */
+  if (fj__problem_dv(p) != p->head_dim && n > 0 && (size_t)n < size)
+    n += snprintf(out + n, size - (size_t)n, "|dv=%d", fj__problem_dv(p));
   if (mi.on && n > 0 && (size_t)n < size)
     n += snprintf(out + n, size - (size_t)n, "|mods=%016llx",
                   (unsigned long long)fj__mods_hash(p->mods));
@@ -196,7 +199,7 @@ static const char *causal_name(int c) { return fj_causal_name((fj_causal)c); }
  * (|mods=<hash>) gives its fields too, but not the expressions, which the
  * key names by their hash alone: v is the plain dense kernel of the
  * class, which the prewarm skips (cli_cache.c's key_extra), as it skips
- * any key with fields after gqa= (a head_dim_v, were one ever tuned). */
+ * any key with fields after gqa= (|dv=: a split head_dim_v). */
 static void class_from_key(const char *key, fj_variant *v)
 {
   const char *p = key;
@@ -233,11 +236,7 @@ static int lookup(fj_ctx *ctx, const fj_problem *p, int backward,
 
 int fj__tune_lookup(fj_ctx *ctx, const fj_problem *p, fj_variant *v)
 {
-  fj_variant tuned = *v;
-  /* Its classes have one head dim: a split one (head_dim_v) is never
-   * tuned (fj_tune refuses it). */
-  if (fj__problem_dv(p) != p->head_dim)
-    return 0;
+  fj_variant tuned = *v;  /* head_dim_v as the problem's (class |dv=) */
   if (!lookup(ctx, p, 0, &tuned) || fj__variant_validate(ctx, &tuned) != FJ_OK)
     return 0;
   /* A class tuned on dense tensors to wgmma does not fit a member whose

@@ -895,6 +895,19 @@ static int tune_visit_last(void *user, const fj_tune_entry *e)
   return 0;
 }
 
+/* Counts the entries and keeps the one of a split head dim (|dv=). */
+static int tune_visit_dv(void *user, const fj_tune_entry *e)
+{
+  tune_seen *s = user;
+  s->n++;
+  if (strstr(e->key, "|dv=")) {
+    s->v = e->variant;
+    s->ms = e->ms;
+    snprintf(s->key, sizeof s->key, "%s", e->key);
+  }
+  return 0;
+}
+
 int test_tune_database(void)
 {
   const char *dir = fjt_tmpdir();
@@ -965,6 +978,20 @@ int test_tune_database(void)
   const char *mods = strstr(last.key, "|gqa=4|mods=");
   CHECK(last.n == 2 && mods && strlen(mods) == strlen("|gqa=4|mods=") + 16);
   CHECK(last.v.head_dim == 96 && last.ms == 1.25);
+  /* Split head dims (MLA's prefill): |dv= after gqa=, a class of its own
+   * that the prewarm skips (its variant would lose head_dim_v). */
+  fj_problem split = rec;
+  split.mods = NULL;
+  split.head_dim = 192;
+  split.head_dim_v = 128;
+  fj_variant sv;
+  fj_variant_default(&sv, 192, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT);
+  sv.head_dim_v = 128;
+  CHECK_OK(ctx, fj__tune_record(ctx, &split, &sv, 1.0, 1.25));
+  memset(&last, 0, sizeof last);
+  CHECK_OK(ctx, fj_tune_list(ctx, tune_visit_dv, &last));
+  CHECK(last.n == 3 && last.ms == 1.0 && strstr(last.key, "|d192|bf16|") &&
+        strstr(last.key, "|gqa=4|dv=128") && !strstr(last.key, "mods="));
   /* Tuning needs a device. */
   fj_problem p;
   fj_problem_init(&p, 1, 2, 2, 64, 64, 64, FJ_F16, FJ_BHSD);

@@ -2140,6 +2140,51 @@ int test_gpu_tune(void)
   return failed != 0;
 }
 
+/* Split head dims (MLA's prefill, 192 / 128) tune as a class of their own
+ * (|dv=128): the winner right against the reference, then found by a new
+ * context; on sm_90a the wgmma family's candidates. */
+int test_gpu_tune_split(void)
+{
+  const char *dir = fjt_tmpdir();
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(dir, &ctx);
+  if (rc)
+    return rc;
+  if (strcmp(fj_ctx_arch(ctx), "sm_90a") != 0) {
+    fj_ctx_destroy(ctx);
+    return fjt_skip("split head dims tune on sm_90a's wgmma family");
+  }
+  fj_problem p;
+  fjt_split_problem(&p, 1, 4, 4, 512, 512, 192, 128, FJ_BF16, FJ_BSHD);
+  p.causal = FJ_CAUSAL_TOP_LEFT;
+  fj_tune_opts o;
+  fj_tune_opts_init(&o);
+  o.iters = 3;
+  fj_variant best;
+  fj_tune_report r;
+  CHECK_OK(ctx, fj_tune(ctx, &p, &o, &best, &r));
+  char name[160];
+  fj_variant_name(&best, name, sizeof name);
+  printf("tuned %s: %.3f ms (default %.3f ms); %d candidates, %d refused, %d failed, "
+         "%d wrong, %d timed\n", name, r.best_ms, r.default_ms, r.candidates,
+         r.refused, r.failed, r.wrong, r.timed);
+  CHECK(best.head_dim_v == 128 && r.timed >= 1 && r.best_ms <= r.default_ms);
+  CHECK(r.failed == 0 && r.wrong == 0);
+  fj_ctx_destroy(ctx);
+  CHECK(fjt_gpu_ctx(dir, &ctx) == 0);
+  fj_variant chosen;
+  fj_choice from;
+  CHECK_OK(ctx, fj_attention_variant(ctx, &p, &chosen, &from));
+  CHECK(from == FJ_CHOICE_TUNED && memcmp(&chosen, &best, sizeof best) == 0);
+  uint64_t seed = 12;
+  gpu_case c;
+  memset(&c, 0, sizeof c);
+  c.p = p;
+  int failed = run_case(ctx, &c, NULL, NULL, &seed, "tuned split variant, checked", "tuned");
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
 /* ---- serving shapes: GQA packing and split-KV ------------------------------------ */
 
 /* One decode-shaped case through the library's plan (splits as given: 0

@@ -173,6 +173,7 @@ TEST(gpu_sanitize_set, gpu)
 TEST(gpu_sanitize_wgmma, gpu)
 TEST(gpu_sanitize_pad, gpu)
 TEST(gpu_tune, gpu)
+TEST(gpu_tune_split, gpu)
 /* expr.c */
 TEST(expr_refusals, cpu)
 TEST(expr_limits, cpu)
