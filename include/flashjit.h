@@ -689,7 +689,9 @@ typedef struct fj_problem {
   /* The backward only: nonzero makes dq, dk, dv and dsinks bit-identical
    * from run to run (same problem, inputs and context target): each query
    * tile's dq is added by the key tiles that see it one after another in
-   * ascending key order, and the sinks' gradient is summed in row order.
+   * a fixed key order, the parameters' gradients (fj_mods.param_grads) are
+   * summed as integers (fixed point), and the sinks' gradient is summed
+   * in row order.
    * It costs the waits between those additions.  0: dq's additions run in
    * whatever order the GPU makes them.  The forward's kernels are
    * deterministic either way; for the forward it keeps the tiered JIT
@@ -1306,8 +1308,10 @@ typedef struct fj_bwd_plan {
  * up to head dim 128, of 64 above), else on the mma family; either
  * walks each key tile's query blocks from the mask's transposed
  * lists (q_num, q_indices; fj_attention_bwd and _run refuse a mask
- * without them, FJ_ERR_INVALID_ARG); not in deterministic mode
- * (FJ_ERR_UNSUPPORTED).  Refused, FJ_ERR_UNSUPPORTED
+ * without them, FJ_ERR_INVALID_ARG); in deterministic mode on the mma
+ * family (each key tile's turn counts the visits of its query tile by the
+ * key tiles before it, replaying their walks of the same lists; _run
+ * refuses a wgmma plan there, FJ_ERR_UNSUPPORTED).  Refused, FJ_ERR_UNSUPPORTED
  * with the reason: paged problems, FP8, head dims above 256, architectures
  * before sm_80 (head dims that are not multiples of 32 run padded to the
  * next one on the mma family, 64-column panels on wgmma).  Varlen problems (cu_seqlens,

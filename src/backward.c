@@ -94,15 +94,6 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
   st = fj__mods_check_grads(ctx, p->mods, "fj_attention_bwd");
   if (st != FJ_OK)
     return st;
-  /* One order of dQ's additions is not kept under a block mask: the
-   * deterministic mode's turns count the key tiles the mask rule sends to
-   * a query tile, not those a block mask lists. */
-  if (mi.blocks && p->deterministic)
-    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                    "the backward does not take deterministic with "
-                    "mods.block_mask yet: dQ's additions in a fixed order "
-                    "follow the mask rule's key tiles, not a block mask's "
-                    "(deterministic 0)");
   if (p->block_table)
     return unsupported(ctx, "paged K/V (block_table)");
   if (fj__problem_dv(p) != p->head_dim)
@@ -404,6 +395,8 @@ typedef struct bwd_key {
   int varlen;  /* 1 varlen; 2 varlen whose packed tensors lack a total */
   int q_log2, kv_log2, gqa;
   int pair;  /* pair_ok: the wide kernel's tiles in pairs */
+  int det_blocks;  /* deterministic under a block mask: the mma family's
+                      turns alone count a block mask's walks */
   int pad_;  /* zero (key_of's memset): no padding before mods, which
                 memo_find compares with the rest */
   /* the form's hash, as the tuning database's class has it (|mods=):
@@ -471,6 +464,7 @@ static bwd_key key_of(const fj_problem *p)
   k.kv_log2 = fj__log2_floor(p->seq_kv);
   k.gqa = p->heads_q / p->heads_kv;
   k.pair = pair_ok(p, &mi);  /* the mods' facts key_of has read */
+  k.det_blocks = mi.blocks && p->deterministic;
   k.mods = fj__mods_hash(p->mods);
   return k;
 }
@@ -516,14 +510,18 @@ static void memo_add(fj_ctx *ctx, const bwd_key *k, const fj_variant *v,
 
 /* Whether the wgmma kernel may take p (k its key): TMA must know where the
  * packed tensors end, the parameters' gradients above head dim 128 only
- * the mma family adds, and a block mask's key blocks must be whole key
- * tiles (128 keys; 64 above head dim 128) -- the wgmma template refuses
- * the rest too; asked here, the plan does not render it to learn that. */
+ * the mma family adds, a block mask's key blocks must be whole key tiles
+ * (128 keys; 64 above head dim 128) -- the wgmma template refuses the
+ * rest too; asked here, the plan does not render it to learn that --, and
+ * the deterministic mode under a block mask is the mma family's (its
+ * turns replay each key tile's walk of the lists: bwd_common.cuh's
+ * qlist_visits; checked refuses a wgmma plan for it). */
 static int wgmma_may(const fj_ctx *ctx, const fj_problem *p, const bwd_key *k)
 {
   int tile_n = p->head_dim <= 128 ? BWD_WG_TILE_N : BWD_TILE;
   return fj__arch_has(ctx, FJ_ARCH_WGMMA) && !untotalled(p) &&
-         !(k->pgrads && p->head_dim > 128) && k->block_kv % tile_n == 0;
+         !(k->pgrads && p->head_dim > 128) && k->block_kv % tile_n == 0 &&
+         !k->det_blocks;
 }
 
 /* The main kernel of family mma with `stages` for p, rendered (not
@@ -1026,6 +1024,15 @@ static fj_status checked(fj_ctx *ctx, const char *who, const fj_problem *p,
                          void *ws, size_t ws_bytes, void *stream)
 {
   fj_status st = check_args(ctx, who, p, a);
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
+  if (st == FJ_OK && mi.blocks && p->deterministic &&
+      plan->variant.mma == FJ_MMA_WGMMA)
+    st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                  "%s: the wgmma backward does not take deterministic with "
+                  "mods.block_mask: the mma family's does (a plan made with "
+                  "deterministic 1 has it)",
+                  who);
   if (st == FJ_OK && !ctx->has_device)
     st = fj__fail(ctx, FJ_ERR_COMPILE_ONLY,
                   "cannot launch on a compile-only context (arch %s)",

@@ -42,8 +42,11 @@
   transposed lists name (bwd_common.cuh's QWalk: partial blocks, then full
   ones) that lie in the mask rule's query range; the mask expression runs
   on a partial block's tiles only (mods.mask_guard), the built-in rules on
-  every tile.  Not in the deterministic mode (the host refuses it: the
-  turns count the rule's key tiles).
+  every tile.  In the deterministic mode a query tile's turn waits for the
+  visits of it by the key tiles launched before this one, which warp 0's
+  lanes count by replaying those tiles' walks of the same lists
+  (bwd_common.cuh's qlist_visits): the count matches the additions that
+  will come whatever the lists hold.
   Parameters: the forward's mma variant axes (head_dim, tile_m, tile_n,
   warps 8, stages 1 or 2, swizzle), causal, window, softcap, dtype, the
   modifications (score_mod, mask_mod, mod_params), and a block mask's
@@ -392,20 +395,35 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       }
     }
 
-{% if BMASK then %}
-    // dQ += dS K: rows wr.., columns dc.., {{ DQT * 16 }} at a time, into the
-    // float32 accumulator (in any order: the host refuses the deterministic
-    // mode with a block mask).
-{% else %}
     // dQ += dS K: rows wr.., columns dc.., {{ DQT * 16 }} at a time, into the
     // float32 accumulator; in the deterministic mode once the key tiles
     // before this one that walk these rows have added theirs (their turn
     // counter, bwd_common.cuh), so every element's sum has one order.
-{% end %}
     const long long bh = (long long)b * p.heads_q + h;
     float *dq_rows = g.dq_acc + bh * g.seq_pad * {{ D }};
-{% if not BMASK then %}
     int *const turn = g.dq_turns + fj::dq_tile_base(bh, m0, 0, g.seq_pad, {{ D }}) / 4096;
+{% if BMASK then %}
+    if (g.deterministic) {
+      // Under a block mask, the visits of this query tile by the key tiles
+      // launched before this one (kv_tile's order: later ones first under
+      // a mask with a right side), each tile's walk replayed from its own
+      // lists (qlist_visits), warp 0's lanes a tile each.
+      if (warp == 0) {
+        int rank = 0;
+        for (int t = lane; t < (int)gridDim.x; t += 32) {
+          if ({{ mrule.bounded and "t <= nt" or "t >= nt" }}) continue;
+          const int t0 = t * {{ BN }};
+          const int tf = {{ mrule.rows_begin("t0") }} / {{ BM }} * {{ BM }};
+          const int te = {{ mrule.rows_end("t0 + " .. BN) }};
+          const int tq = te > tf && t0 < {{ mrule.kv }} ? (te - tf + {{ BM - 1 }}) / {{ BM }} : 0;
+          rank += fj::qlist_visits(p, b, h, t0, tf, tf + tq * {{ BM }}, m0);
+        }
+        rank = __reduce_add_sync(0xffffffffu, rank);
+        if (lane == 0) fj::dq_turn_wait(turn, rank);
+      }
+      __syncthreads();
+    }
+{% else %}
     if (g.deterministic) {
       if (threadIdx.x == 0) {
         int rank = 0;
@@ -449,7 +467,10 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       }
     }
 {% if BMASK then %}
+    // Every thread's additions done at the GPU before the turn passes on.
+    if (g.deterministic) __threadfence();
     __syncthreads();  // P, dS and this stage are read before they are written again
+    if (g.deterministic && threadIdx.x == 0) fj::dq_turn_done(turn);
 {%   if S > 1 then %}
     cur = nxt;
     have = more;

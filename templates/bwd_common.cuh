@@ -246,6 +246,21 @@ __device__ __forceinline__ bool qwalk_next(const Params &p, int b, int hk, int n
     }
   }
 }
+
+// The deterministic mode's turns under a block mask: how many steps of the
+// walk of the key tile at n0 (qwalk_next's, with its m_lo and m_hi) visit
+// query tile m0 of query head h -- its lists read with the same clamps and
+// the same tile arithmetic as the walk's, so that a turn counts exactly
+// the additions that will come, whatever the lists hold (a block listed
+// twice is walked twice).
+__device__ __forceinline__ int qlist_visits(const Params &p, int b, int h, int n0, int m_lo, int m_hi, int m0) {
+  if (m0 < m_lo || m0 >= m_hi) return 0;
+  const QList l = q_list(p, b, h, n0);
+  const int sub = (m0 % {{ BMASK.q }}) / {{ BM }};
+  int n = 0;
+  for (int e = 0; e < l.n; ++e) n += qlist_m0(l, e * {{ BMASK.q // BM }} + sub) == m0;
+  return n;
+}
 {% end %}
 
 // Asks for the 128-byte line holding p in L1 (and L2), and returns at once:

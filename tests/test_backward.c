@@ -392,8 +392,13 @@ int test_backward_block_mask_compile(void)
     CHECK(strstr(src, "const bool bm_part = cur.part;") != NULL);
     /* The mask expression behind the partial tiles' guard, if any. */
     CHECK(!strstr(src, "if (bm_part) {") == !cases[c].mask);
-    /* The deterministic mode's turns are not in it (the host refuses). */
-    CHECK(strstr(src, "fj::dq_turn_wait(turn") == NULL);
+    /* The deterministic mode's turns: the mma family's replay each key
+     * tile's walk (qlist_visits); the wgmma family's has none (the host
+     * plans mma for it and refuses a wgmma plan). */
+    CHECK((strstr(src, "fj::qlist_visits(p, b, h, t0, ") != NULL) ==
+          (cases[c].mma == FJ_MMA_SYNC));
+    CHECK((strstr(src, "fj::dq_turn_wait(turn, rank)") != NULL) ==
+          (cases[c].mma == FJ_MMA_SYNC));
     fj_resources r;
     fj_kernel_resources(k, &r);
     printf("%-7s %-60s regs=%3d spill=%d/%d\n", cases[c].arch, fj_kernel_name(k),
@@ -688,14 +693,29 @@ int test_backward_refusals(void)
   bm.batch = bm.heads = bm.q_blocks = bm.kv_blocks = 1;
   bm.kv_num = bm.kv_indices = cu_dummy;
   m.block_mask = &bm;
-  /* A block mask: not in deterministic mode; a call needs its transposed
-   * lists (full ones where the rows' lists have full ones), named before
-   * anything launches. */
+  /* A block mask in the deterministic mode: the mma family's (a wgmma
+   * plan of the same problem is refused at the call, in one line); a call
+   * needs the transposed lists (full ones where the rows' lists have full
+   * ones), named before anything launches. */
   p.deterministic = 1;
-  CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_UNSUPPORTED);
-  CHECK_MSG(ctx, "the backward does not take deterministic with "
-                 "mods.block_mask yet");
-  CHECK(!strchr(fj_errmsg(ctx), '\n'));
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+  CHECK(plan.variant.mma == FJ_MMA_SYNC);
+  p.deterministic = 0;
+  fj_bwd_plan wg;
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &wg));
+  p.deterministic = 1;
+  if (wg.variant.mma == FJ_MMA_WGMMA) {
+    bm.q_num = bm.q_indices = cu_dummy;
+    char cargs[64];
+    void *ca = cargs;
+    CHECK_ST(ctx, fj_attention_bwd_run(ctx, &p, &wg, ca, ca, ca, ca, ca, (float *)ca, ca, ca,
+                                       ca, NULL, NULL, 0, NULL),
+             FJ_ERR_UNSUPPORTED);
+    CHECK_MSG(ctx, "fj_attention_bwd_run: the wgmma backward does not take "
+                   "deterministic with mods.block_mask");
+    CHECK(!strchr(fj_errmsg(ctx), '\n'));
+    bm.q_num = bm.q_indices = NULL;
+  }
   p.deterministic = 0;
   char args[64];
   void *a = args;

@@ -1145,6 +1145,8 @@ typedef struct bm_case {
   const char *mask;
   int bq, bkv;
   int heads;  /* the mask's heads the builder should give (1 or hq) */
+  int det;    /* the deterministic mode: on the mma family, and the same
+                 bits over three more runs */
 } bm_case;
 
 /* One direction's lists of (batch, head) bh as states [q_blocks][kv_blocks]
@@ -1239,12 +1241,13 @@ static int run_bm_case(fj_ctx *ctx, const bm_case *bc, const mods_params *mp,
   if (bm_build(ctx, p, bc, &dm, &hm, &buf, &hbuf))
     goto out;
   r.m.block_mask = &dm;
+  p->deterministic = bc->det;
   if (run_tensors(ctx, &r, (size_t)bc->b * (size_t)bc->sq,
                   (size_t)bc->b * (size_t)bc->skv, 1.f, seed))
     goto out;
   /* wgmma on sm_90a where the key blocks are whole key tiles, else mma */
   int wg_tile = bc->d <= 128 ? 128 : 64;
-  int want_wg = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0 && bc->bkv % wg_tile == 0;
+  int want_wg = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0 && bc->bkv % wg_tile == 0 && !bc->det;
   if (r.plan.variant.mma != (want_wg ? FJ_MMA_WGMMA : FJ_MMA_SYNC)) {
     fprintf(stderr, "the plan's backward is %s's, not %s's\n", fj_mma_name(r.plan.variant.mma),
             want_wg ? "wgmma" : "mma");
@@ -1267,11 +1270,28 @@ static int run_bm_case(fj_ctx *ctx, const bm_case *bc, const mods_params *mp,
     double ev = rel_err(bc->dt, r.hv, rv, r.nk);
     double tol = bc->dt == FJ_BF16 ? 3e-2 : 1e-2;  /* as run_backward's */
     rc = !(eq < tol && ek < tol && ev < tol);
-    printf("%s %-5s %s d%-3d %s b%d h%d/%d s%d/%d %s mask '%s' bm%dx%d: dq %.2e dk %.2e "
-           "dv %.2e\n",
+    /* The deterministic mode: three more runs, the first one's bits. */
+    int differ = 0;
+    void *first[4] = {malloc(r.nq * 2), malloc(r.nk * 2), malloc(r.nk * 2), NULL};
+    if (bc->det && first[0] && first[1] && first[2]) {
+      memcpy(first[0], r.hq, r.nq * 2);
+      memcpy(first[1], r.hk, r.nk * 2);
+      memcpy(first[2], r.hv, r.nk * 2);
+      for (int i = 0; i < 3; i++)
+        differ += run_pass(ctx, &r) || !same_bits(&r, first);
+    } else if (bc->det) {
+      differ = 1;
+    }
+    for (int i = 0; i < 3; i++)
+      free(first[i]);
+    rc |= differ != 0;
+    printf("%s %-5s %s d%-3d %s b%d h%d/%d s%d/%d %s mask '%s' bm%dx%d%s: dq %.2e dk %.2e "
+           "dv %.2e%s\n",
            rc ? "FAIL" : "ok  ", fj_mma_name(r.plan.variant.mma), fj_ctx_arch(ctx), bc->d,
            fj_dtype_name(bc->dt), bc->b, bc->hq, bc->hkv, bc->sq, bc->skv,
-           fj_causal_name(bc->causal), bc->mask, bc->bq, bc->bkv, eq, ek, ev);
+           fj_causal_name(bc->causal), bc->mask, bc->bq, bc->bkv,
+           bc->det ? " deterministic" : "", eq, ek, ev,
+           bc->det ? (differ ? "; reruns DIFFER" : "; 3 reruns the same bits") : "");
   }
   free(rq);
   free(rk);
@@ -1306,19 +1326,40 @@ int test_gpu_backward_block_mask(void)
   static const bm_case cases[] = {
       /* documents of 37 positions under a causal mask: both dtypes, d64
        * and d128, lengths not multiples of the blocks, GQA 4:1 */
-      {2, 4, 4, 500, 500, 64, FJ_BF16, BR, DOCS, 128, 128, 1},
-      {1, 8, 2, 333, 333, 128, FJ_F16, TL, DOCS, 128, 128, 1},
-      {1, 8, 2, 300, 450, 64, FJ_F16, BR, DOCS, 64, 256, 1},
+      {2, 4, 4, 500, 500, 64, FJ_BF16, BR, DOCS, 128, 128, 1, 0},
+      {1, 8, 2, 333, 333, 128, FJ_F16, TL, DOCS, 128, 128, 1, 0},
+      {1, 8, 2, 300, 450, 64, FJ_F16, BR, DOCS, 64, 256, 1, 0},
       /* a window written as an expression (no built-in mask): blocks of
        * the diagonal partial, those inside the window full */
-      {1, 4, 4, 512, 512, 128, FJ_BF16, NC, WINDOW, 64, 64, 1},
-      {2, 8, 2, 400, 300, 64, FJ_F16, NC, WINDOW, 256, 128, 1},
+      {1, 4, 4, 512, 512, 128, FJ_BF16, NC, WINDOW, 64, 64, 1, 0},
+      {2, 8, 2, 400, 300, 64, FJ_F16, NC, WINDOW, 256, 128, 1, 0},
       /* a mask that reads h: one list per query head, GQA 4:1 */
-      {1, 8, 2, 257, 257, 64, FJ_BF16, NC, PER_HEAD, 64, 64, 8},
-      {1, 4, 1, 200, 300, 128, FJ_F16, BR, PER_HEAD, 128, 64, 4},
+      {1, 8, 2, 257, 257, 64, FJ_BF16, NC, PER_HEAD, 64, 64, 8, 0},
+      {1, 4, 1, 200, 300, 128, FJ_F16, BR, PER_HEAD, 128, 64, 4, 0},
       /* wide heads (the wgmma kernel's 64-key tiles on sm_90a) */
-      {1, 4, 2, 300, 300, 192, FJ_BF16, TL, DOCS, 128, 64, 1},
-      {1, 4, 4, 260, 260, 256, FJ_F16, NC, PER_HEAD, 64, 128, 4},
+      {1, 4, 2, 300, 300, 192, FJ_BF16, TL, DOCS, 128, 64, 1, 0},
+      {1, 4, 4, 260, 260, 256, FJ_F16, NC, PER_HEAD, 64, 128, 4, 0},
+  };
+  return run_bm_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* The deterministic mode under a block mask (the mma family: each key
+ * tile's turn counts the earlier key tiles' visits of its query tile by
+ * replaying their walks of the lists): right against the reference and the
+ * same bits over reruns -- under causal masks (later key tiles first), a
+ * mask every key tile of which adds into every query tile, GQA with a
+ * list per query head, blocks of several tiles each way. */
+#define DENSE "kv % 3 != 1"
+
+int test_gpu_backward_block_mask_deterministic(void)
+{
+  static const bm_case cases[] = {
+      {2, 4, 4, 500, 500, 64, FJ_BF16, BR, DOCS, 128, 128, 1, 1},
+      {1, 8, 2, 700, 700, 128, FJ_F16, TL, DOCS, 64, 256, 1, 1},
+      {1, 4, 4, 1024, 1024, 64, FJ_BF16, NC, DENSE, 128, 128, 1, 1},
+      {1, 4, 2, 1100, 900, 128, FJ_BF16, NC, WINDOW, 64, 64, 1, 1},
+      {1, 8, 2, 600, 600, 64, FJ_F16, BR, PER_HEAD, 64, 128, 8, 1},
+      {1, 4, 2, 300, 300, 192, FJ_BF16, TL, DOCS, 128, 64, 1, 1},
   };
   return run_bm_cases(cases, sizeof cases / sizeof cases[0]);
 }
@@ -1328,7 +1369,7 @@ int test_gpu_backward_block_mask(void)
 int test_gpu_sanitize_backward_block_mask(void)
 {
   static const bm_case cases[] = {
-      {1, 4, 2, 100, 130, 64, FJ_BF16, TL, PER_HEAD, 64, 128, 4},
+      {1, 4, 2, 100, 130, 64, FJ_BF16, TL, PER_HEAD, 64, 128, 4, 0},
   };
   return run_bm_cases(cases, 1);
 }

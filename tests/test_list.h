@@ -45,6 +45,7 @@ TEST(gpu_backward_param_grads, gpu)
 TEST(gpu_backward_param_grads_sets, gpu)
 TEST(gpu_backward_param_grads_deterministic, gpu)
 TEST(gpu_backward_block_mask, gpu)
+TEST(gpu_backward_block_mask_deterministic, gpu)
 TEST(gpu_sanitize_backward_block_mask, gpu)
 /* the library's choice on every target NVRTC has (test_everyarch.c) */
 TEST(everyarch_picks, cpu)

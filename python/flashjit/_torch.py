@@ -1368,8 +1368,8 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     bit-identical run to run; an int tensor has no gradient), and
     with block_mask where it has the transposed lists (flashjit.block_mask()
     builds them; a BlockMask without them is refused when an input requires
-    grad; not under torch.use_deterministic_algorithms, which the library
-    refuses with it).  A call with checked=True runs forward, and its
+    grad; under torch.use_deterministic_algorithms on the library's mma
+    family).  A call with checked=True runs forward, and its
     backward raises.  Under
     torch.use_deterministic_algorithms(True) (warn_only or not) the
     backward runs the library's deterministic mode (fj_problem's
