@@ -363,23 +363,46 @@ class TuneResult:
     total_s: float
 
 
+def tune_problem(lib, batch, heads_q, seq_q, head_dim, heads_kv=None, seq_kv=None,
+                 dtype="bf16", causal=None, head_dim_v=None, latent=False):
+    """tune()'s fj_problem: contiguous bhsd tensors; with head_dim_v, V and
+    O of that head dim (latent: V as K's first head_dim_v columns, v_stride
+    k_stride, as MLA's cache and the mma family have it)."""
+    p = pr.shape_problem(lib, batch, heads_q, heads_q if heads_kv is None else heads_kv,
+                         seq_q, seq_q if seq_kv is None else seq_kv, head_dim, dtype,
+                         None, causal, "bhsd", None, 0)
+    if head_dim_v is not None:
+        dv = p.head_dim_v = pr.int_arg("head_dim_v", head_dim_v)
+        if latent:
+            p.v_stride[:] = list(p.k_stride)
+        else:
+            p.v_stride[:] = [p.heads_kv * p.seq_kv * dv, p.seq_kv * dv, dv]
+        p.o_stride[:] = [p.heads_q * p.seq_q * dv, p.seq_q * dv, dv]
+    elif latent:
+        raise ValueError("flashjit.tune: latent=True reads V as K's first head_dim_v "
+                         "columns: give head_dim_v")
+    return p
+
+
 def tune(batch, heads_q, seq_q, head_dim, *, heads_kv=None, seq_kv=None, dtype="bf16",
-         causal=None, device=None, iters=10, warmup=2, workers=0, save=True, progress=True):
+         causal=None, head_dim_v=None, latent=False, device=None, iters=10, warmup=2,
+         workers=0, save=True, progress=True):
     """Autotunes a problem class on a GPU (fj_tune): compiles the candidate
     variants in parallel, times them, and records the winner, which
     attention() then uses for problems of that class.  progress: True
     draws a tqdm-style bar on stderr, False nothing, or a callable
     progress(done, total).  Raises flashjit.NoDevice without a GPU.
     dtype "e4m3" tunes FP8 attention (sm_90a) on the tuner's own inputs
-    and descales."""
+    and descales.  head_dim_v: V's and O's head dim where it differs
+    (MLA's prefill, 192 / 128: a class of its own); latent=True with it
+    reads V as K's first head_dim_v columns (MLA's cache)."""
+    lib = core.lib()
+    p = tune_problem(lib, batch, heads_q, seq_q, head_dim, heads_kv, seq_kv, dtype, causal,
+                     head_dim_v, latent)
     try:
         ctx = core.context(device=device)
     except core.NoDevice as e:
         raise core.NoDevice(e.status, f"flashjit.tune runs on a GPU: {e}") from None
-    lib = core.lib()
-    p = pr.shape_problem(lib, batch, heads_q, heads_q if heads_kv is None else heads_kv,
-                         seq_q, seq_q if seq_kv is None else seq_kv, head_dim, dtype,
-                         None, causal, "bhsd", None, 0)
     o = capi.TuneOpts()
     lib.fj_tune_opts_init(C.byref(o))
     o.iters = pr.int_arg("iters", iters)

@@ -1333,6 +1333,16 @@ class Inspection(GpuCase):
         self.assertTrue(r.name.startswith("fj_attn_d64_"), r.name)
         self.assertTrue(seen and seen[-1][0] == seen[-1][1], seen[-3:])
 
+    def test_tune_split_head_dims(self):
+        """MLA's prefill head dims (192 / 128) tune as a class of their
+        own: the winner's name carries _v128."""
+        if flashjit.device_info(0)["arch"] != "sm_90a":
+            self.skipTest("split head dims tune on sm_90a's wgmma family")
+        r = flashjit.tune(1, 4, 512, 192, head_dim_v=128, dtype="bf16", causal="top_left",
+                          iters=2, warmup=1, save=False, progress=False)
+        self.assertGreater(r.timed, 0)
+        self.assertIn("_v128", r.name)
+
 
 if __name__ == "__main__":
     unittest.main()

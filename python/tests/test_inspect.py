@@ -433,6 +433,28 @@ class ProgressBar(unittest.TestCase):
         self.assertRegex(lines[5], r"^tune:  50%\|█{10} {10}\| 20/40 ")
 
 
+class TuneProblem(unittest.TestCase):
+    def test_split_head_dims(self):
+        """tune(head_dim_v=): V and O of that head dim, contiguous; with
+        latent=True V has K's strides (MLA's cache), and latent without a
+        head_dim_v is refused."""
+        from flashjit._inspect import tune_problem
+        lib = flashjit._core.lib()
+        p = tune_problem(lib, 2, 16, 1024, 192, heads_kv=4, head_dim_v=128)
+        self.assertEqual((p.head_dim, p.head_dim_v), (192, 128))
+        self.assertEqual(list(p.k_stride), [4 * 1024 * 192, 1024 * 192, 192])
+        self.assertEqual(list(p.v_stride), [4 * 1024 * 128, 1024 * 128, 128])
+        self.assertEqual(list(p.o_stride), [16 * 1024 * 128, 1024 * 128, 128])
+        m = tune_problem(lib, 1, 16, 1, 576, heads_kv=1, seq_kv=4096, head_dim_v=512,
+                         latent=True)
+        self.assertEqual(list(m.v_stride), list(m.k_stride))
+        self.assertEqual(list(m.o_stride), [16 * 512, 512, 512])
+        plain = tune_problem(lib, 1, 8, 512, 64)
+        self.assertEqual((plain.head_dim_v, list(plain.v_stride)), (0, list(plain.k_stride)))
+        with self.assertRaisesRegex(ValueError, r"latent=True .* give head_dim_v"):
+            tune_problem(lib, 1, 8, 512, 64, latent=True)
+
+
 class NoGpu(unittest.TestCase):
     def test_tune_needs_gpu(self):
         if fjtest.library_has_gpu():
