@@ -299,8 +299,10 @@ static int target_allows(const fj_ctx *ctx, const fj_variant *v)
 
 /* The candidates: the heuristic's choice first (ties go to it), then every
  * tile/warps/stages/swizzle/softmax combination of the family without TMA
- * (for decode shapes also 16-row tiles, whose warps split the keys), then,
- * on sm_90a, the wgmma family's space. */
+ * (for decode shapes also 16-row tiles, whose warps split the keys) --
+ * not for split head dims whose V is not in K's rows, which that family
+ * cannot read (variant.c; its launches would be refused) --, then, on
+ * sm_90a, the wgmma family's space. */
 size_t fj__tune_candidates(fj_ctx *ctx, const fj_problem *p, fj_variant *out,
                            size_t max)
 {
@@ -309,7 +311,11 @@ size_t fj__tune_candidates(fj_ctx *ctx, const fj_problem *p, fj_variant *out,
   fj_variant base;
   fj__heuristic(ctx, p, &out[n++]);
   fj__heuristic_sync(ctx, p, &base);
-  for (int a = fj__decode_rows(p) ? 0 : 1; a < 3; a++)
+  const int dv = fj__problem_dv(p);
+  const int sync_reads = dv == p->head_dim ||
+                         (dv < p->head_dim &&
+                          !memcmp(p->v_stride, p->k_stride, sizeof p->k_stride));
+  for (int a = !sync_reads ? 3 : fj__decode_rows(p) ? 0 : 1; a < 3; a++)
     for (int b = 0; b < 3; b++)
       for (int c = 0; c < 2; c++)
         for (int st = 1; st <= 3; st++)

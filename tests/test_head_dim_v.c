@@ -16,6 +16,7 @@
 #include "gpu_case.h"
 #include "runner.h"
 #include "tier.h"
+#include "tune.h"
 #include "variant.h"
 
 /* V and O contiguous in the problem's order with head_dim_v columns. */
@@ -228,9 +229,23 @@ static int other_refusals(fj_ctx *ctx)
   CHECK_MSG(NULL, "head_dim_v 8 with head_dim 16 is not implemented in the "
                   "backward");
   /* Tuned as any problem (the database's class says |dv=128): only a GPU
-   * context tunes. */
+   * context tunes.  Its candidates: the wgmma family's alone where V is
+   * not in K's rows (the mma family's launches would be refused), both
+   * families' with V as K's first columns (MLA's latent cache). */
   fj_variant best;
   CHECK_ST(ctx, fj_tune(ctx, &p, NULL, &best, NULL), FJ_ERR_COMPILE_ONLY);
+  static fj_variant cands[384];
+  size_t nc = fj__tune_candidates(ctx, &p, cands, 384), sync = 0;
+  for (size_t i = 0; i < nc; i++)
+    sync += cands[i].mma != FJ_MMA_WGMMA;
+  CHECK(nc > 1 && sync == 0 && cands[0].head_dim_v == 128);
+  fj_problem lat = p;
+  memcpy(lat.v_stride, lat.k_stride, sizeof lat.k_stride);
+  nc = fj__tune_candidates(ctx, &lat, cands, 384);
+  sync = 0;
+  for (size_t i = 0; i < nc; i++)
+    sync += cands[i].mma == FJ_MMA_SYNC;
+  CHECK(sync > 0);
   /* The portable first kernel has one head dim: it never serves. */
   fj_ctx_opts o;
   fj_ctx_opts_init(&o);
