@@ -69,10 +69,15 @@
 # 1.24x slower than the postprocess: PERF.md T16, C40; off by default).
 # The twenty-seventh removed the conversion (its own work cost 340-490
 # us in the main kernel against the postprocess's 64: PERF.md T16), and
-# s26.sh's fuseparts with it, unrun.
-# Next, on any GPU first: S26_PARTS="py pad" bash bench/probes/s26.sh
-# (the Python's FP8 k/v and padded head dims against float32, the mma
-# backward's padded head dims (736cc8f), all unrun); then on
+# s26.sh's fuseparts with it, unrun; on H100s (PERF.md C41, C42, R8) it
+# ran s26.sh's py, gpu_backward whole (the padded head dims: pad's
+# first half), bench/probes/s27.sh's detpg (the deterministic parameter
+# gradients) and the deterministic block-mask tests; gpu_tune_split
+# failed (mma candidates offered for split dims; fixed after, unrun).
+# Next, on any GPU first: gpu_tune_split and the package's
+# test_gpu.Inspection.test_tune_split_head_dims (the fix), then
+# gpu_backward_deterministic (its d40/d72 cases: pad's second half);
+# then on
 # the H200: S24_BWD_DIMS=64,128,256 S24_PARTS=bwd bash
 # bench/probes/s24.sh (the backward's whole table since 518bcca: T12
 # again, d256's bar), S24_PARTS=train (issue 33's table: R2 again, the
