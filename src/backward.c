@@ -337,6 +337,17 @@ static size_t pgrad_offset(const fj_problem *p)
   return (at + 15) / 16 * 16;
 }
 
+/* The workspace p's launches use: delta, LSE2, dQ's accumulator, then its
+ * tiles' turns, each 16-byte aligned (rows are multiples of 64), then in
+ * the deterministic mode the parameters' gradients' words. */
+static size_t workspace_of(const fj_problem *p)
+{
+  size_t pg = pgrad_elems(p);
+  return pg ? pgrad_offset(p) + pg * 2 * sizeof(long long)
+            : pad_rows(p) * sizeof(float) * (2 + acc_width(p)) +
+                  dq_tiles(p) * sizeof(int);
+}
+
 /* Whether the wgmma backward's main kernel (v) reads p's distance table
  * within its extents (fj__mods_table_inside) at every position its tiles
  * reach: query tiles of tile_m rows from each sequence's start, key tiles
@@ -372,13 +383,7 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
   plan->threads = (unsigned)meta->threads;
   plan->smem_bytes = (unsigned)meta->smem_bytes;
   plan->rows_grid = (unsigned)((rows + BWD_ROWS - 1) / BWD_ROWS);
-  /* delta, LSE2, dQ's accumulator, then its tiles' turns, each 16-byte
-   * aligned (rows are multiples of 64), then in the deterministic mode the
-   * parameters' gradients' words */
-  size_t pg = pgrad_elems(p);
-  plan->workspace_bytes = pg ? pgrad_offset(p) + pg * 2 * sizeof(long long)
-                             : rows * sizeof(float) * (2 + acc_width(p)) +
-                                   dq_tiles(p) * sizeof(int);
+  plan->workspace_bytes = workspace_of(p);
 }
 
 /* What shapes the main kernel's choice and source (the built-in
@@ -976,13 +981,18 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     st = ready(ctx, p, plan, fn);
     pthread_mutex_unlock(&ctx->lock);
   }
+  /* What p itself needs, should the plan be another problem's (a plan
+   * made without the deterministic mode's words, say): never less. */
+  size_t need = workspace_of(p);
+  if (need < plan->workspace_bytes)
+    need = plan->workspace_bytes;
   if (st == FJ_OK && !ws)
-    st = fj__workspace(ctx, stream, plan->workspace_bytes, &base);
-  else if (st == FJ_OK && ws_bytes < plan->workspace_bytes)
+    st = fj__workspace(ctx, stream, need, &base);
+  else if (st == FJ_OK && ws_bytes < need)
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
                   "%s: workspace_bytes %zu is too small: delta and dQ's "
                   "accumulator need %zu",
-                  who, ws_bytes, plan->workspace_bytes);
+                  who, ws_bytes, need);
   else if (st == FJ_OK && base % 16)
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
                   "%s: workspace %p is not 16-byte aligned", who, ws);

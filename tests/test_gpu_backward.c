@@ -906,6 +906,25 @@ static int run_mods_case_det(fj_ctx *ctx, const mods_case *mc,
         memcpy(first[0], r.hq, r.nq * 2);
         memcpy(first[1], r.hk, r.nk * 2);
         memcpy(first[2], r.hv, r.nk * 2);
+        /* A plan made without the deterministic mode has no room for the
+         * parameters' words: a caller's workspace of its size is refused,
+         * named, before anything launches. */
+        if (pgrads) {
+          fj_bwd_plan loose;
+          r.p.deterministic = 0;
+          fj_status pst = fj_attention_bwd_plan(ctx, &r.p, &loose);
+          r.p.deterministic = 1;
+          void *ws = NULL;
+          if (pst != FJ_OK || cudaMalloc(&ws, loose.workspace_bytes) != cudaSuccess ||
+              fj_attention_bwd_run(ctx, &r.p, &loose, r.q_d, r.k_d, r.v_d, r.o_d, r.do_d,
+                                   r.lse_d, r.gq, r.gk, r.gv, NULL, ws, loose.workspace_bytes,
+                                   NULL) != FJ_ERR_INVALID_ARG ||
+              !strstr(fj_errmsg(ctx), "is too small")) {
+            printf("       a loose plan's workspace was not refused: %s\n", fj_errmsg(ctx));
+            rc = 1;
+          }
+          cudaFree(ws);
+        }
         for (int t = 0; pgrads && t < 2; t++)
           cudaMemset(mg->dev[t], 0, grad_count[t] * 4);
         int again = run_pass(ctx, &r) == 0 && !memcmp(first[0], r.hq, r.nq * 2) &&
@@ -916,7 +935,7 @@ static int run_mods_case_det(fj_ctx *ctx, const mods_case *mc,
           again = !memcmp(twice, mg->got[t], grad_count[t] * 4);
         }
         printf("       deterministic: the second run's bits %s\n", again ? "the same" : "DIFFER");
-        rc = !again;
+        rc |= !again;
       } else {
         rc = 1;
       }
