@@ -74,10 +74,10 @@
 # first half), bench/probes/s27.sh's detpg (the deterministic parameter
 # gradients) and the deterministic block-mask tests; gpu_tune_split
 # failed (mma candidates offered for split dims; fixed after, unrun).
-# Next, on any GPU first: gpu_tune_split and the package's
-# test_gpu.Inspection.test_tune_split_head_dims (the fix), then
-# gpu_backward_deterministic (its d40/d72 cases: pad's second half);
-# then on
+# Next, on any GPU first: S27_PARTS=tune bash bench/probes/s27.sh
+# (gpu_tune_split and the package's split-dims tune test with e407ea2's
+# fix, f1f85d8's loose-plan refusal, gpu_backward_deterministic's padded
+# d40/d72 cases: pad's second half); then on
 # the H200: S24_BWD_DIMS=64,128,256 S24_PARTS=bwd bash
 # bench/probes/s24.sh (the backward's whole table since 518bcca: T12
 # again, d256's bar), S24_PARTS=train (issue 33's table: R2 again, the

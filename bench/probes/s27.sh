@@ -11,10 +11,12 @@
 #          bench/probes/detpg_time.py (its cost: predicted about 1.0-1.1x
 #          the default mode's relbias call beside the plain call's own
 #          deterministic cost, two 64-bit atomics where one float32 was).
-#   tune   gpu_tune_split (fj_tune on 192 / 128: 5b6aa99), then gpu_backward
-#          (a regression check of 9946879's removal of the dQ conversion,
-#          and the mma backward's padded head dims of 736cc8f, all on
-#          plain sm_90 too) and gpu_backward_deterministic.
+#   tune   gpu_tune_split (fj_tune on 192 / 128 with e407ea2's fix: wgmma
+#          candidates alone), gpu_backward_param_grads_deterministic (with
+#          f1f85d8's loose-plan refusal), gpu_backward_deterministic (its
+#          padded d40/d72 cases), the package's tune test for split dims.
+#          (detpg ran on an H100: PERF.md C41, R8; gpu_backward whole at
+#          2caa448: C42.)
 set -u
 . bench/probes/parts_lib.sh
 parts_start s27 "${1:-}" ${S27_SECONDS:-570}
@@ -30,7 +32,10 @@ part_detpg() {
     timeout $(bound 150) python3 bench/probes/detpg_time.py 2>&1 | tail -5
 }
 part_tune() {
-  gpu_tests /tmp/s27-tune 'FAIL|failed|differ|tuned' gpu_tune_split:150 gpu_backward:330 \
-    gpu_backward_deterministic:150
+  gpu_tests /tmp/s27-tune 'FAIL|failed|differ|tuned|refused' gpu_tune_split:150 \
+    gpu_backward_param_grads_deterministic:150 gpu_backward_deterministic:150
+  (cd python/tests && PYTHONPATH=..:. FLASHJIT_LIB=$root/build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s27-py \
+    timeout $(bound 100) python3 -m unittest test_gpu.Inspection.test_tune_split_head_dims >"$out/pytune.log" 2>&1
+   echo "pytune: exit $?"; tail -3 "$out/pytune.log")
 }
 parts_run s27 ${S27_PARTS:-detpg tune}
