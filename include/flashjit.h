@@ -911,7 +911,7 @@ struct fj_mods {
    * sum is the same in any order), added to the gradient once at the end:
    * bit-identical run to run, exact to 2^-56 of each value, for values and
    * sums below 2^38 in magnitude (a value beyond, or inf or NaN, is added
-   * as float32, as in the other mode).  Which parameters have a gradient
+   * as float32, as in the other mode; a sum past 2^39 wraps, undetected).  Which parameters have a gradient
    * belongs to the backward's kernel. */
   float *const *param_grads;
 };

@@ -402,8 +402,8 @@ typedef struct bwd_key {
   int pair;  /* pair_ok: the wide kernel's tiles in pairs */
   int det_blocks;  /* deterministic under a block mask: the mma family's
                       turns alone count a block mask's walks */
-  int pad_;  /* zero (key_of's memset): no padding before mods, which
-                memo_find compares with the rest */
+  /* 18 ints: no padding before mods, which memo_find compares with the
+   * rest (key_of's memset zeroes it all the same) */
   /* the form's hash, as the tuning database's class has it (|mods=):
    * expressions of one presence may be tuned apart */
   uint64_t mods;
@@ -421,6 +421,7 @@ typedef struct bwd_hot {
   bwd_key key;
   fj_variant v;  /* mods: the problem's pointer, as launched */
   void *fn[FJ_BWD_KERNELS];
+  unsigned smem;  /* the main kernel's own shared memory */
 } bwd_hot;
 struct fj_bwd_memo {
   int n;
@@ -601,6 +602,11 @@ fj_status fj__bwd_plan_candidate(fj_ctx *ctx, const fj_problem *p,
   fj_status st = check_problem(ctx, p);
   if (st != FJ_OK)
     return st;
+  bwd_key key = key_of(p);
+  if (mma == FJ_MMA_WGMMA && key.det_blocks)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "the wgmma backward does not take deterministic with "
+                    "mods.block_mask: the mma family's does");
   pthread_mutex_lock(&ctx->lock);
   st = try_main(ctx, p, mma, stages, &v, &meta);
   if (st == FJ_OK)
@@ -857,7 +863,7 @@ fj_status fj_attention_bwd_prefetch(fj_ctx *ctx, const fj_problem *p)
  * and the plan's variant are there (moved to the front), else built and
  * remembered; ctx->lock held. */
 static fj_status ready(fj_ctx *ctx, const fj_problem *p,
-                       const fj_bwd_plan *plan, void *fn[3])
+                       const fj_bwd_plan *plan, void *fn[3], unsigned *smem)
 {
   bwd_key key = key_of(p);
   fj_variant v = plan->variant;
@@ -867,6 +873,7 @@ static fj_status ready(fj_ctx *ctx, const fj_problem *p,
     if (!memcmp(&m->hot[i].key, &key, sizeof key) &&
         !memcmp(&m->hot[i].v, &v, sizeof v)) {
       memcpy(fn, m->hot[i].fn, sizeof m->hot[i].fn);
+      *smem = m->hot[i].smem;
       if (i) {
         bwd_hot h = m->hot[i];
         memmove(&m->hot[1], &m->hot[0], (size_t)i * sizeof m->hot[0]);
@@ -880,6 +887,8 @@ static fj_status ready(fj_ctx *ctx, const fj_problem *p,
     st = bwd_kernel(ctx, p, plan, i, BWD_BUILD, &k);
     if (st == FJ_OK)
       st = fj__kernel_function(ctx, k, &fn[i]);
+    if (st == FJ_OK && i == 1)
+      *smem = (unsigned)k->meta.smem_bytes;
   }
   if (st == FJ_OK && m) {
     int keep = m->nhot < BWD_HOT ? m->nhot++ : BWD_HOT - 1;
@@ -887,6 +896,7 @@ static fj_status ready(fj_ctx *ctx, const fj_problem *p,
     m->hot[0].key = key;
     m->hot[0].v = v;
     memcpy(m->hot[0].fn, fn, sizeof m->hot[0].fn);
+    m->hot[0].smem = *smem;
   }
   return st;
 }
@@ -976,9 +986,12 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   }
   if (st == FJ_OK)
     st = check_grads(ctx, who, p->mods);
+  /* The main kernel's own shared memory (its meta's): a caller's plan may
+   * be another problem's, whose modifications size it otherwise. */
+  unsigned smem = plan->smem_bytes;
   if (st == FJ_OK) {
     pthread_mutex_lock(&ctx->lock);
-    st = ready(ctx, p, plan, fn);
+    st = ready(ctx, p, plan, fn, &smem);
     pthread_mutex_unlock(&ctx->lock);
   }
   /* What p itself needs, should the plan be another problem's (a plan
@@ -1019,7 +1032,7 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     fj_launch l[3] = {
         {fn[0], {rows, 1, 1}, {32 * BWD_ROW_WARPS, 1, 1}, 0, stream, args, 0},
         {fn[1], {plan->grid[0], plan->grid[1], plan->grid[2]},
-         {plan->threads, 1, 1}, plan->smem_bytes, stream,
+         {plan->threads, 1, 1}, smem, stream,
          wg ? wg_args : args, 0},
         {fn[2], {rows, 1, 1}, {32 * BWD_ROW_WARPS, 1, 1}, 0, stream, args, 0}};
     for (int i = 0; i < 3 && st == FJ_OK; i++)

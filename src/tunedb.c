@@ -42,6 +42,13 @@
  * parameters' names, types and ranks, the built-ins on, the block sizes:
  * what the kernel is compiled for, not the values); the backward's
  * entries end in |bwd, so that no forward lookup can find one. */
+/* Whether p's V has K's strides (split head dims: V as K's first
+ * head_dim_v columns). */
+static int v_in_k(const fj_problem *p)
+{
+  return !memcmp(p->v_stride, p->k_stride, sizeof p->k_stride);
+}
+
 static void class_key(const fj_ctx *ctx, const fj_problem *p, int backward,
                       char *out, size_t size)
 {
@@ -53,9 +60,12 @@ static void class_key(const fj_ctx *ctx, const fj_problem *p, int backward,
                    fj_dtype_name(p->dtype), fj_dtype_name(kv),
                    fj_causal_name(p->causal), fj__log2_floor(p->seq_q), fj__log2_floor(p->seq_kv),
                    p->heads_q / p->heads_kv);
-  /* Split head dims: V's and O's (MLA's prefill: 192 / 128). */
+  /* Split head dims: V's and O's (MLA's prefill: 192 / 128), and |vk
+   * where V is K's first columns (K's strides, MLA's cache): only there
+   * may the mma family win, which reads V so. */
   if (fj__problem_dv(p) != p->head_dim && n > 0 && (size_t)n < size)
-    n += snprintf(out + n, size - (size_t)n, "|dv=%d", fj__problem_dv(p));
+    n += snprintf(out + n, size - (size_t)n, "|dv=%d%s", fj__problem_dv(p),
+                  v_in_k(p) ? "|vk" : "");
   if (mi.on && n > 0 && (size_t)n < size)
     n += snprintf(out + n, size - (size_t)n, "|mods=%016llx",
                   (unsigned long long)fj__mods_hash(p->mods));
@@ -240,8 +250,12 @@ int fj__tune_lookup(fj_ctx *ctx, const fj_problem *p, fj_variant *v)
   if (!lookup(ctx, p, 0, &tuned) || fj__variant_validate(ctx, &tuned) != FJ_OK)
     return 0;
   /* A class tuned on dense tensors to wgmma does not fit a member whose
-   * strides TMA cannot encode (a broadcast Q, K or V): the heuristic's. */
+   * strides TMA cannot encode (a broadcast Q, K or V): the heuristic's.
+   * Nor does an mma pick of split head dims one whose V is not in K's
+   * rows (the class says |vk; a database edited by hand may not). */
   if (tuned.mma == FJ_MMA_WGMMA && !fj__plan_wgmma_fits(ctx, p))
+    return 0;
+  if (tuned.mma == FJ_MMA_SYNC && fj__problem_dv(p) != p->head_dim && !v_in_k(p))
     return 0;
   *v = tuned;
   return 1;

@@ -86,8 +86,9 @@ __device__ __forceinline__ int dq_tile_off4(int r, int c) {
 // as 64-bit integers, whose sums do not depend on the order of the
 // additions; the element's gradient is word 0 2^-24 + word 1 2^-56
 // (pgrad_value).  Exact but for what lies below 2^-56 of each value, for
-// |v| < 2^38 and sums below 2^39 in magnitude; a value beyond that, or
-// not finite, is added to the gradient itself in float32 (an infinity or a
+// |v| < 2^38 and sums below 2^38 in magnitude (a sum past 2^39 wraps word
+// 0: a wrong value, the same every run); a value beyond 2^38, or not
+// finite, is added to the gradient itself in float32 (an infinity or a
 // NaN gives the same result in any order; a finite value that large does
 // not).
 __device__ __forceinline__ void pgrad_words_add(long long *w, float v) {

@@ -980,10 +980,13 @@ int test_tune_database(void)
   CHECK(last.v.head_dim == 96 && last.ms == 1.25);
   /* Split head dims (MLA's prefill): |dv= after gqa=, a class of its own
    * that the prewarm skips (its variant would lose head_dim_v). */
-  fj_problem split = rec;
-  split.mods = NULL;
-  split.head_dim = 192;
+  fj_problem split;
+  fj_problem_init(&split, 2, 8, 2, 1024, 2048, 192, FJ_BF16, FJ_BSHD);
+  split.causal = FJ_CAUSAL_BOTTOM_RIGHT;
   split.head_dim_v = 128;
+  const int64_t vs[3] = {2048 * 2 * 128, 128, 2 * 128}, os[3] = {1024 * 8 * 128, 128, 8 * 128};
+  memcpy(split.v_stride, vs, sizeof vs);
+  memcpy(split.o_stride, os, sizeof os);
   fj_variant sv;
   fj_variant_default(&sv, 192, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT);
   sv.head_dim_v = 128;
@@ -991,7 +994,16 @@ int test_tune_database(void)
   memset(&last, 0, sizeof last);
   CHECK_OK(ctx, fj_tune_list(ctx, tune_visit_dv, &last));
   CHECK(last.n == 3 && last.ms == 1.0 && strstr(last.key, "|d192|bf16|") &&
-        strstr(last.key, "|gqa=4|dv=128") && !strstr(last.key, "mods="));
+        strstr(last.key, "|gqa=4|dv=128") && !strstr(last.key, "mods=") &&
+        !strstr(last.key, "|vk"));
+  /* V in K's rows (MLA's cache: K's strides) is a class apart, |vk: only
+   * there may the mma family's pick serve. */
+  memcpy(split.v_stride, split.k_stride, sizeof split.k_stride);
+  split.seq_q = 512;
+  CHECK_OK(ctx, fj__tune_record(ctx, &split, &sv, 0.5, 0.75));
+  memset(&last, 0, sizeof last);
+  CHECK_OK(ctx, fj_tune_list(ctx, tune_visit_dv, &last));
+  CHECK(last.n == 4 && strstr(last.key, "|gqa=4|dv=128|vk"));
   /* Tuning needs a device. */
   fj_problem p;
   fj_problem_init(&p, 1, 2, 2, 64, 64, 64, FJ_F16, FJ_BHSD);
