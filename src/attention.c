@@ -1113,7 +1113,7 @@ static fj_status checked_launch(fj_ctx *ctx, const char *who,
   /* The mma family's split head dims read V from K's rows (MLA). */
   const fj_variant *v = &plan->variant;
   if (st == FJ_OK && v->mma == FJ_MMA_SYNC && fj__head_dim_v(v) != v->head_dim &&
-      (vp != k || memcmp(p->v_stride, p->k_stride, sizeof p->k_stride)))
+      (vp != k || !fj__problem_v_in_k(p)))
     st = fj__fail(ctx, FJ_ERR_INVALID_ARG,
                   "%s: head_dim_v %d with head_dim %d on mma mma reads V as "
                   "the first %d columns of K's rows (MLA's latent cache): v "

@@ -308,6 +308,15 @@ static size_t dq_tiles(const fj_problem *p)
   return pad_rows(p) / BWD_TILE * (acc_width(p) / 64);
 }
 
+/* A tensor parameter's elements. */
+static size_t param_elems(const fj_mod_param *t)
+{
+  size_t e = 1;
+  for (int d = 0; d < t->rank && d < 4; d++)
+    e *= (size_t)t->extents[d];
+  return e;
+}
+
 /* The elements of the parameters with a gradient, in the deterministic
  * mode (0 in the other, whose atomics add into the gradients directly):
  * two int64 words each in the workspace (bwd_common.cuh's
@@ -318,34 +327,40 @@ static size_t pgrad_elems(const fj_problem *p)
   for (int i = 0; p->deterministic && p->mods && i < p->mods->num_params &&
                   i < FJ_MOD_PARAMS_MAX;
        i++)
-    if (fj__mods_has_grad(p->mods, i)) {
-      const fj_mod_param *t = &p->mods->params[i];
-      size_t e = 1;
-      for (int d = 0; d < t->rank && d < 4; d++)
-        e *= (size_t)t->extents[d];
-      n += e;
-    }
+    if (fj__mods_has_grad(p->mods, i))
+      n += param_elems(&p->mods->params[i]);
   return n;
 }
 
-/* Where the parameters' words start in the workspace: after delta, LSE2,
- * dQ's accumulator and its tiles' turns, 16-byte aligned. */
-static size_t pgrad_offset(const fj_problem *p)
+/* delta, LSE2 and dQ's accumulator, then its tiles' turns, each 16-byte
+ * aligned (rows are multiples of 64). */
+static size_t rows_bytes(const fj_problem *p)
 {
-  size_t at = pad_rows(p) * sizeof(float) * (2 + acc_width(p)) +
-              dq_tiles(p) * sizeof(int);
-  return (at + 15) / 16 * 16;
+  return pad_rows(p) * sizeof(float) * (2 + acc_width(p)) +
+         dq_tiles(p) * sizeof(int);
 }
 
-/* The workspace p's launches use: delta, LSE2, dQ's accumulator, then its
- * tiles' turns, each 16-byte aligned (rows are multiples of 64), then in
- * the deterministic mode the parameters' gradients' words. */
+/* Where the parameters' words start in the workspace: after the rest,
+ * 16-byte aligned. */
+static size_t pgrad_offset(const fj_problem *p)
+{
+  return (rows_bytes(p) + 15) / 16 * 16;
+}
+
+/* The workspace p's launches use: rows_bytes, then in the deterministic
+ * mode the parameters' gradients' words. */
 static size_t workspace_of(const fj_problem *p)
 {
   size_t pg = pgrad_elems(p);
-  return pg ? pgrad_offset(p) + pg * 2 * sizeof(long long)
-            : pad_rows(p) * sizeof(float) * (2 + acc_width(p)) +
-                  dq_tiles(p) * sizeof(int);
+  return pg ? pgrad_offset(p) + pg * 2 * sizeof(long long) : rows_bytes(p);
+}
+
+/* The deterministic mode under a block mask: the mma family's alone (its
+ * turns replay each key tile's walk of the lists: bwd_common.cuh's
+ * qlist_visits). */
+static int det_blocks(const fj_problem *p)
+{
+  return p->deterministic && p->mods && p->mods->block_mask;
 }
 
 /* Whether the wgmma backward's main kernel (v) reads p's distance table
@@ -470,7 +485,7 @@ static bwd_key key_of(const fj_problem *p)
   k.kv_log2 = fj__log2_floor(p->seq_kv);
   k.gqa = p->heads_q / p->heads_kv;
   k.pair = pair_ok(p, &mi);  /* the mods' facts key_of has read */
-  k.det_blocks = mi.blocks && p->deterministic;
+  k.det_blocks = det_blocks(p);
   k.mods = fj__mods_hash(p->mods);
   return k;
 }
@@ -602,8 +617,7 @@ fj_status fj__bwd_plan_candidate(fj_ctx *ctx, const fj_problem *p,
   fj_status st = check_problem(ctx, p);
   if (st != FJ_OK)
     return st;
-  bwd_key key = key_of(p);
-  if (mma == FJ_MMA_WGMMA && key.det_blocks)
+  if (mma == FJ_MMA_WGMMA && det_blocks(p))
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                     "the wgmma backward does not take deterministic with "
                     "mods.block_mask: the mma family's does");
@@ -774,12 +788,8 @@ static void fill_bwd_params(fj_bwd_kparams *g, const fj_problem *p,
     long long end = 0;
     for (int i = 0; i < FJ_MOD_PARAMS_MAX; i++) {
       if (i < p->mods->num_params && fj__mods_has_grad(p->mods, i)) {
-        const fj_mod_param *t = &p->mods->params[i];
-        long long e = 1;
-        for (int d = 0; d < t->rank && d < 4; d++)
-          e *= t->extents[d];
         g->pg_out[i] = p->mods->param_grads[i];
-        end += e;
+        end += (long long)param_elems(&p->mods->params[i]);
       }
       g->pg_end[i] = end;
     }
@@ -1047,10 +1057,7 @@ static fj_status checked(fj_ctx *ctx, const char *who, const fj_problem *p,
                          void *ws, size_t ws_bytes, void *stream)
 {
   fj_status st = check_args(ctx, who, p, a);
-  fj_mods_info mi;
-  fj__mods_info(p->mods, &mi);
-  if (st == FJ_OK && mi.blocks && p->deterministic &&
-      plan->variant.mma == FJ_MMA_WGMMA)
+  if (st == FJ_OK && det_blocks(p) && plan->variant.mma == FJ_MMA_WGMMA)
     st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
                   "%s: the wgmma backward does not take deterministic with "
                   "mods.block_mask: the mma family's does (a plan made with "

@@ -200,6 +200,11 @@ int fj__problem_dv(const fj_problem *p)
   return p->head_dim_v ? p->head_dim_v : p->head_dim;
 }
 
+int fj__problem_v_in_k(const fj_problem *p)
+{
+  return !memcmp(p->v_stride, p->k_stride, sizeof p->k_stride);
+}
+
 fj_dtype fj__default_o_dtype(fj_dtype dtype)
 {
   return dtype == FJ_E4M3 ? FJ_BF16 : dtype;

@@ -30,6 +30,10 @@ fj_status fj__check_o_dtype(const fj_ctx *ctx, fj_dtype dtype, fj_dtype o);
 /* The problem's head_dim_v with 0 resolved to head_dim: V's and O's
  * columns. */
 int fj__problem_dv(const fj_problem *p);
+/* Whether V has K's strides: with split head dims, V as the first
+ * head_dim_v columns of K's rows (MLA's latent cache, as the mma family
+ * reads it). */
+int fj__problem_v_in_k(const fj_problem *p);
 
 /* The element types and the mask: f16 or bf16 for Q and O, K and V the
  * same or e4m3 (kv_dtype resolved: never 0), a known causal mode.  The

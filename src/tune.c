@@ -135,8 +135,7 @@ static fj_status inputs_make(tune_run *t)
   /* Split head dims whose V has K's strides are MLA's latent cache: V the
    * first head_dim_v columns of K's rows, as the mma family requires
    * (variant.c); the candidates of both families read it so. */
-  t->v_is_k = dv < p->head_dim &&
-              !memcmp(p->v_stride, p->k_stride, sizeof p->k_stride);
+  t->v_is_k = dv < p->head_dim && fj__problem_v_in_k(p);
   uint64_t state = UINT64_C(0x2545f4914f6cdd1d);
   float kvs = kv == FJ_E4M3 ? 64.f : 1.f;
   fj_status st = fj__tune_upload_random(t->ctx, &t->q, p->dtype, nq,
@@ -313,8 +312,7 @@ size_t fj__tune_candidates(fj_ctx *ctx, const fj_problem *p, fj_variant *out,
   fj__heuristic_sync(ctx, p, &base);
   const int dv = fj__problem_dv(p);
   const int sync_reads = dv == p->head_dim ||
-                         (dv < p->head_dim &&
-                          !memcmp(p->v_stride, p->k_stride, sizeof p->k_stride));
+                         (dv < p->head_dim && fj__problem_v_in_k(p));
   for (int a = !sync_reads ? 3 : fj__decode_rows(p) ? 0 : 1; a < 3; a++)
     for (int b = 0; b < 3; b++)
       for (int c = 0; c < 2; c++)

@@ -42,13 +42,6 @@
  * parameters' names, types and ranks, the built-ins on, the block sizes:
  * what the kernel is compiled for, not the values); the backward's
  * entries end in |bwd, so that no forward lookup can find one. */
-/* Whether p's V has K's strides (split head dims: V as K's first
- * head_dim_v columns). */
-static int v_in_k(const fj_problem *p)
-{
-  return !memcmp(p->v_stride, p->k_stride, sizeof p->k_stride);
-}
-
 static void class_key(const fj_ctx *ctx, const fj_problem *p, int backward,
                       char *out, size_t size)
 {
@@ -65,7 +58,7 @@ static void class_key(const fj_ctx *ctx, const fj_problem *p, int backward,
    * may the mma family win, which reads V so. */
   if (fj__problem_dv(p) != p->head_dim && n > 0 && (size_t)n < size)
     n += snprintf(out + n, size - (size_t)n, "|dv=%d%s", fj__problem_dv(p),
-                  v_in_k(p) ? "|vk" : "");
+                  fj__problem_v_in_k(p) ? "|vk" : "");
   if (mi.on && n > 0 && (size_t)n < size)
     n += snprintf(out + n, size - (size_t)n, "|mods=%016llx",
                   (unsigned long long)fj__mods_hash(p->mods));
@@ -255,7 +248,7 @@ int fj__tune_lookup(fj_ctx *ctx, const fj_problem *p, fj_variant *v)
    * rows (the class says |vk; a database edited by hand may not). */
   if (tuned.mma == FJ_MMA_WGMMA && !fj__plan_wgmma_fits(ctx, p))
     return 0;
-  if (tuned.mma == FJ_MMA_SYNC && fj__problem_dv(p) != p->head_dim && !v_in_k(p))
+  if (tuned.mma == FJ_MMA_SYNC && fj__problem_dv(p) != p->head_dim && !fj__problem_v_in_k(p))
     return 0;
   *v = tuned;
   return 1;

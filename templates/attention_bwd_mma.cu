@@ -410,15 +410,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
       // lists (qlist_visits), warp 0's lanes a tile each.
       if (warp == 0) {
         int rank = 0;
-        for (int t = lane; t < (int)gridDim.x; t += 32) {
-          if ({{ mrule.bounded and "t <= nt" or "t >= nt" }}) continue;
-          const int t0 = t * {{ BN }};
-          const int tf = {{ mrule.rows_begin("t0") }} / {{ BM }} * {{ BM }};
-          const int te = {{ mrule.rows_end("t0 + " .. BN) }};
-          const int tq = te > tf && t0 < {{ mrule.kv }} ? (te - tf + {{ BM - 1 }}) / {{ BM }} : 0;
-          rank += fj::qlist_visits(p, b, h, t0, tf, tf + tq * {{ BM }}, m0);
-        }
-        rank = __reduce_add_sync(0xffffffffu, rank);
+{{ PC.piece(include("scheduler.cuh", { part = "kv_rank", mrule = mrule, BM = BM, BN = BN, BMASK = BMASK })) }}
         if (lane == 0) fj::dq_turn_wait(turn, rank);
       }
       __syncthreads();

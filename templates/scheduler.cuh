@@ -48,7 +48,13 @@
                     rotation.  NT and TILES (C expressions; "nt" and
                     the grid's width unless given): this key tile's index
                     and how many a head has (a pair's: nt / 2, half the
-                    grid's width)
+                    grid's width).  Under a block mask (BMASK) the walks
+                    are the lists': each lane of the calling warp counts
+                    the visits of query tile m0 of head h by the key
+                    tiles lane, lane + 32, ... launched before this one,
+                    replaying each one's walk (bwd_common.cuh's
+                    qlist_visits, in that tile's query range as kv_head
+                    gives it), and rank is their sum over the warp
   Parameters: mrule, BM, BN, N0, NT, TILES, BMASK, VL, DYNAMIC, PERSISTENT, and sched
   (the same fields as a table, for the parts that include others).
 #}
@@ -198,6 +204,16 @@ __device__ __forceinline__ Item get_item(const Params &p) {
   const int m_first = {{ mrule.rows_begin(n0) }} / {{ BM }} * {{ BM }};
   const int m_end = {{ mrule.rows_end(n0 .. " + " .. BN) }};
   const int nq = m_end > m_first && {{ n0 }} < {{ mrule.kv }} ? (m_end - m_first + {{ BM - 1 }}) / {{ BM }} : 0;
+{% elseif part == "kv_rank" and BMASK then %}
+        for (int t = lane; t < (int)gridDim.x; t += 32) {
+          if ({{ mrule.bounded and "t <= nt" or "t >= nt" }}) continue;
+          const int t0 = t * {{ BN }};
+          const int tf = {{ mrule.rows_begin("t0") }} / {{ BM }} * {{ BM }};
+          const int te = {{ mrule.rows_end("t0 + " .. BN) }};
+          const int tq = te > tf && t0 < {{ mrule.kv }} ? (te - tf + {{ BM - 1 }}) / {{ BM }} : 0;
+          rank += fj::qlist_visits(p, b, h, t0, tf, tf + tq * {{ BM }}, m0);
+        }
+        rank = __reduce_add_sync(0xffffffffu, rank);
 {% elseif part == "kv_rank" then %}
 {%   local NT, TILES = NT or "nt", TILES or "(int)gridDim.x" %}
         // The key tiles whose walks hold m0 are consecutive: edge, kept

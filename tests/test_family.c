@@ -868,6 +868,7 @@ typedef struct tune_seen {
   fj_variant v;
   double ms, default_ms;
   char key[256];
+  const char *match;  /* tune_visit_match's */
 } tune_seen;
 
 static int tune_visit(void *user, const fj_tune_entry *e)
@@ -882,25 +883,13 @@ static int tune_visit(void *user, const fj_tune_entry *e)
   return 0;
 }
 
-/* Keeps the entry with a |mods= key (the last one visited that has it). */
-static int tune_visit_last(void *user, const fj_tune_entry *e)
+/* Counts the entries and keeps the last one visited whose key holds
+ * s->match (|mods=, |dv=). */
+static int tune_visit_match(void *user, const fj_tune_entry *e)
 {
   tune_seen *s = user;
   s->n++;
-  if (strstr(e->key, "|mods=")) {
-    s->v = e->variant;
-    s->ms = e->ms;
-    snprintf(s->key, sizeof s->key, "%s", e->key);
-  }
-  return 0;
-}
-
-/* Counts the entries and keeps the one of a split head dim (|dv=). */
-static int tune_visit_dv(void *user, const fj_tune_entry *e)
-{
-  tune_seen *s = user;
-  s->n++;
-  if (strstr(e->key, "|dv=")) {
+  if (strstr(e->key, s->match)) {
     s->v = e->variant;
     s->ms = e->ms;
     snprintf(s->key, sizeof s->key, "%s", e->key);
@@ -973,8 +962,8 @@ int test_tune_database(void)
   rec.mods = &m;
   rec.seq_q = 16384;  /* a class of its own */
   CHECK_OK(ctx, fj__tune_record(ctx, &rec, &rv, 1.25, 1.5));
-  tune_seen last = {0};
-  CHECK_OK(ctx, fj_tune_list(ctx, tune_visit_last, &last));
+  tune_seen last = {.match = "|mods="};
+  CHECK_OK(ctx, fj_tune_list(ctx, tune_visit_match, &last));
   const char *mods = strstr(last.key, "|gqa=4|mods=");
   CHECK(last.n == 2 && mods && strlen(mods) == strlen("|gqa=4|mods=") + 16);
   CHECK(last.v.head_dim == 96 && last.ms == 1.25);
@@ -991,8 +980,8 @@ int test_tune_database(void)
   fj_variant_default(&sv, 192, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT);
   sv.head_dim_v = 128;
   CHECK_OK(ctx, fj__tune_record(ctx, &split, &sv, 1.0, 1.25));
-  memset(&last, 0, sizeof last);
-  CHECK_OK(ctx, fj_tune_list(ctx, tune_visit_dv, &last));
+  last = (tune_seen){.match = "|dv="};
+  CHECK_OK(ctx, fj_tune_list(ctx, tune_visit_match, &last));
   CHECK(last.n == 3 && last.ms == 1.0 && strstr(last.key, "|d192|bf16|") &&
         strstr(last.key, "|gqa=4|dv=128") && !strstr(last.key, "mods=") &&
         !strstr(last.key, "|vk"));
@@ -1001,8 +990,8 @@ int test_tune_database(void)
   memcpy(split.v_stride, split.k_stride, sizeof split.k_stride);
   split.seq_q = 512;
   CHECK_OK(ctx, fj__tune_record(ctx, &split, &sv, 0.5, 0.75));
-  memset(&last, 0, sizeof last);
-  CHECK_OK(ctx, fj_tune_list(ctx, tune_visit_dv, &last));
+  last = (tune_seen){.match = "|dv="};
+  CHECK_OK(ctx, fj_tune_list(ctx, tune_visit_match, &last));
   CHECK(last.n == 4 && strstr(last.key, "|gqa=4|dv=128|vk"));
   /* Tuning needs a device. */
   fj_problem p;

@@ -2099,6 +2099,42 @@ int test_gpu_sanitize_set(void)
 
 /* ---- the tuner ---------------------------------------------------------------------------- */
 
+/* Tunes p on ctx (iters 3, `workers` compilers), which it destroys:
+ * the report's counts printed, at least min_timed candidates timed, none
+ * failed or wrong, the winner no slower than the heuristic's; then a new
+ * context on dir finds the winner in the database and computes with it,
+ * checked against the reference (run_case).  The winner in *best. */
+static int tune_then_use(const char *dir, fj_ctx *ctx, const fj_problem *p, int workers,
+                         int min_timed, uint64_t seed, const char *label, fj_variant *best)
+{
+  fj_tune_opts o;
+  fj_tune_opts_init(&o);
+  o.iters = 3;
+  o.workers = workers;
+  fj_tune_report r;
+  CHECK_OK(ctx, fj_tune(ctx, p, &o, best, &r));
+  char name[160];
+  fj_variant_name(best, name, sizeof name);
+  printf("tuned %s: %.3f ms (default %.3f ms); %d candidates, %d refused, %d failed, "
+         "%d wrong, %d timed; compile %.1f s, total %.1f s\n",
+         name, r.best_ms, r.default_ms, r.candidates, r.refused, r.failed, r.wrong,
+         r.timed, r.compile_s, r.total_s);
+  CHECK(r.timed >= min_timed && r.best_ms > 0 && r.best_ms <= r.default_ms);
+  CHECK(r.failed == 0 && r.wrong == 0);
+  fj_ctx_destroy(ctx);
+  CHECK(fjt_gpu_ctx(dir, &ctx) == 0);
+  fj_variant chosen;
+  fj_choice from;
+  CHECK_OK(ctx, fj_attention_variant(ctx, p, &chosen, &from));
+  CHECK(from == FJ_CHOICE_TUNED && memcmp(&chosen, best, sizeof *best) == 0);
+  gpu_case c;
+  memset(&c, 0, sizeof c);
+  c.p = *p;
+  int failed = run_case(ctx, &c, NULL, NULL, &seed, label, "tuned");
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
 int test_gpu_tune(void)
 {
   const char *dir = fjt_tmpdir();
@@ -2109,35 +2145,8 @@ int test_gpu_tune(void)
   fj_problem p;
   fj_problem_init(&p, 1, 4, 4, 256, 256, 64, FJ_BF16, FJ_BHSD);
   p.causal = FJ_CAUSAL_TOP_LEFT;
-  fj_tune_opts o;
-  fj_tune_opts_init(&o);
-  o.iters = 3;
-  o.workers = 16;
   fj_variant best;
-  fj_tune_report r;
-  CHECK_OK(ctx, fj_tune(ctx, &p, &o, &best, &r));
-  char name[160];
-  fj_variant_name(&best, name, sizeof name);
-  printf("tuned %s: %.3f ms (default %.3f ms); %d candidates, %d refused, %d failed, "
-         "%d wrong, %d timed; compile %.1f s, total %.1f s\n",
-         name, r.best_ms, r.default_ms, r.candidates, r.refused, r.failed, r.wrong,
-         r.timed, r.compile_s, r.total_s);
-  CHECK(r.timed > 1 && r.best_ms > 0 && r.best_ms <= r.default_ms);
-  CHECK(r.failed == 0 && r.wrong == 0);
-  fj_ctx_destroy(ctx);
-  /* A new context finds the winner in the database and computes with it. */
-  CHECK(fjt_gpu_ctx(dir, &ctx) == 0);
-  fj_variant chosen;
-  fj_choice from;
-  CHECK_OK(ctx, fj_attention_variant(ctx, &p, &chosen, &from));
-  CHECK(from == FJ_CHOICE_TUNED && memcmp(&chosen, &best, sizeof best) == 0);
-  uint64_t seed = 11;
-  gpu_case c;
-  memset(&c, 0, sizeof c);
-  c.p = p;
-  int failed = run_case(ctx, &c, NULL, NULL, &seed, "tuned variant, checked", "tuned");
-  fj_ctx_destroy(ctx);
-  return failed != 0;
+  return tune_then_use(dir, ctx, &p, 16, 2, 11, "tuned variant, checked", &best);
 }
 
 /* Split head dims (MLA's prefill, 192 / 128) tune as a class of their own
@@ -2157,32 +2166,12 @@ int test_gpu_tune_split(void)
   fj_problem p;
   fjt_split_problem(&p, 1, 4, 4, 512, 512, 192, 128, FJ_BF16, FJ_BSHD);
   p.causal = FJ_CAUSAL_TOP_LEFT;
-  fj_tune_opts o;
-  fj_tune_opts_init(&o);
-  o.iters = 3;
   fj_variant best;
-  fj_tune_report r;
-  CHECK_OK(ctx, fj_tune(ctx, &p, &o, &best, &r));
-  char name[160];
-  fj_variant_name(&best, name, sizeof name);
-  printf("tuned %s: %.3f ms (default %.3f ms); %d candidates, %d refused, %d failed, "
-         "%d wrong, %d timed\n", name, r.best_ms, r.default_ms, r.candidates,
-         r.refused, r.failed, r.wrong, r.timed);
-  CHECK(best.head_dim_v == 128 && r.timed >= 1 && r.best_ms <= r.default_ms);
-  CHECK(r.failed == 0 && r.wrong == 0);
-  fj_ctx_destroy(ctx);
-  CHECK(fjt_gpu_ctx(dir, &ctx) == 0);
-  fj_variant chosen;
-  fj_choice from;
-  CHECK_OK(ctx, fj_attention_variant(ctx, &p, &chosen, &from));
-  CHECK(from == FJ_CHOICE_TUNED && memcmp(&chosen, &best, sizeof best) == 0);
-  uint64_t seed = 12;
-  gpu_case c;
-  memset(&c, 0, sizeof c);
-  c.p = p;
-  int failed = run_case(ctx, &c, NULL, NULL, &seed, "tuned split variant, checked", "tuned");
-  fj_ctx_destroy(ctx);
-  return failed != 0;
+  rc = tune_then_use(dir, ctx, &p, 0, 1, 12, "tuned split variant, checked", &best);
+  if (rc)
+    return rc;
+  CHECK(best.head_dim_v == 128);
+  return 0;
 }
 
 /* ---- serving shapes: GQA packing and split-KV ------------------------------------ */
