@@ -77,7 +77,10 @@
 # Next, on any GPU first: S27_PARTS=tune bash bench/probes/s27.sh
 # (gpu_tune_split and the package's split-dims tune test with e407ea2's
 # fix, f1f85d8's loose-plan refusal, gpu_backward_deterministic's padded
-# d40/d72 cases: pad's second half); then on
+# d40/d72 cases: pad's second half), then gpu_backward and
+# gpu_backward_block_mask_deterministic again (c38e0b5's launch and
+# 48f5f31's moves ran on no GPU; C42 was 2caa448), on the H100 and the
+# H200; then on
 # the H200: S24_BWD_DIMS=64,128,256 S24_PARTS=bwd bash
 # bench/probes/s24.sh (the backward's whole table since 518bcca: T12
 # again, d256's bar), S24_PARTS=train (issue 33's table: R2 again, the
