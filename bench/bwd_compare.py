@@ -14,7 +14,11 @@ per (head dim, mask); writes bwd_compare.json to $OUT (or --out).
 
 Run on the GPU machine from the repository root with the package importable
 (PYTHONPATH=python and FLASHJIT_LIB=build/libflashjit.so, or the wheel):
-    python3 bench/bwd_compare.py [--quick] [--dims 64,128] [--iters 20]
+    python3 bench/bwd_compare.py [--quick] [--dims 64,128] [--dtypes bf16,f16]
+        [--gqa B,H,HKV,S,D[,causal];...] [--iters 20]
+
+--gqa replaces the one GQA case of the full sweep ((1, 32/8, 8192, 128)
+causal) with its list (with --quick too).
 """
 import argparse
 import json
@@ -29,6 +33,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import flashjit
 from flashjit import _torch as fjt
 
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
 
 
@@ -110,32 +115,42 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--dims", default="64,128")
+    ap.add_argument("--dtypes", default="bf16", help="bf16, f16 or both (comma-separated)")
+    ap.add_argument("--gqa", default=None, help="B,H,HKV,S,D[,causal];... GQA cases")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     rows = []
     seqs = (2048, 8192) if a.quick else (2048, 4096, 8192, 16384)
-    for D in (int(x) for x in a.dims.split(",")):
-        H = 2048 // D
-        for causal in (False, True):
-            for S in seqs:
-                r = case(16384 // S, H, S, D, causal, torch.bfloat16, a.iters)
-                rows.append(r)
-                print("bwd", " ".join(f"{k}={v}" for k, v in r.items()), flush=True)
-    if not a.quick:
-        r = case(1, 32, 8192, 128, True, torch.bfloat16, a.iters, Hkv=8)
-        rows.append(r)
-        print("bwd gqa", " ".join(f"{k}={v}" for k, v in r.items()), flush=True)
-    for D in sorted({r["D"] for r in rows}):
-        for causal in (False, True):
-            sel = [r for r in rows if r["D"] == D and r["causal"] == causal and r["Hkv"] == r["H"]
-                   and "cudnn_over_fj" in r]
-            if sel:
-                gm = math.exp(sum(math.log(r["cudnn_over_fj"]) for r in sel) / len(sel))
-                dm = math.exp(sum(math.log(r["det_over_default"]) for r in sel) / len(sel))
-                print(f"geomean D={D} causal={causal}: cuDNN time / flashjit time {gm:.3f} "
-                      f"over S={[r['S'] for r in sel]}; deterministic / default time {dm:.3f}",
-                      flush=True)
+    dtypes = [DTYPES[x] for x in a.dtypes.split(",") if x]
+    dims = [int(x) for x in a.dims.split(",") if x]
+    for dtype in dtypes:
+        for D in dims:
+            H = 2048 // D
+            for causal in (False, True):
+                for S in seqs:
+                    r = case(16384 // S, H, S, D, causal, dtype, a.iters)
+                    rows.append(r)
+                    print("bwd", " ".join(f"{k}={v}" for k, v in r.items()), flush=True)
+    gqa = ([[int(x) for x in c.split(",")] for c in a.gqa.split(";") if c] if a.gqa is not None
+           else [] if a.quick else [[1, 32, 8, 8192, 128, 1]])
+    for dtype in dtypes:
+        for c in gqa:
+            B, H, Hkv, S, D = c[:5]
+            r = case(B, H, S, D, bool(c[5]) if len(c) > 5 else True, dtype, a.iters, Hkv=Hkv)
+            rows.append(r)
+            print("bwd gqa", " ".join(f"{k}={v}" for k, v in r.items()), flush=True)
+    for dt in sorted({r["dtype"] for r in rows}):
+        for D in sorted({r["D"] for r in rows}):
+            for causal in (False, True):
+                sel = [r for r in rows if r["D"] == D and r["causal"] == causal and r["Hkv"] == r["H"]
+                       and r["dtype"] == dt and "cudnn_over_fj" in r]
+                if sel:
+                    gm = math.exp(sum(math.log(r["cudnn_over_fj"]) for r in sel) / len(sel))
+                    dm = math.exp(sum(math.log(r["det_over_default"]) for r in sel) / len(sel))
+                    print(f"geomean {dt} D={D} causal={causal}: cuDNN time / flashjit time {gm:.3f} "
+                          f"over S={[r['S'] for r in sel]}; deterministic / default time {dm:.3f}",
+                          flush=True)
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "bwd_compare.json"), "w") as f:
         json.dump(rows, f, indent=1)

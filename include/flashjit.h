@@ -1546,8 +1546,10 @@ typedef struct fj_tune_opts {
 
 typedef struct fj_tune_report {
   int candidates;      /* variants enumerated */
-  int refused;         /* refused before compiling (resources, rules) */
-  int failed;          /* failed to compile or to launch */
+  int refused;         /* refused (the rules, shared memory, a launch the
+                          driver refuses); the log (FJ_LOG_INFO) says why */
+  int failed;          /* failed to compile or to run otherwise; the log
+                          (FJ_LOG_WARN) says which and why */
   int wrong;           /* output differed from the default variant's */
   int timed;           /* candidates that ran and could win */
   double best_ms;      /* median time of the winner */

@@ -341,6 +341,19 @@ void fj__tune_step(fj_tune_steps *s)
     s->o->progress(s->o->user, s->done, s->total);
 }
 
+void fj__tune_count(const fj_ctx *ctx, fj_tune_report *r, fj_status st,
+                    const char *what, const char *why)
+{
+  int refused = st == FJ_ERR_UNSUPPORTED || st == FJ_ERR_RESOURCES;
+  if (refused)
+    r->refused++;
+  else
+    r->failed++;
+  fj__log(ctx, refused ? FJ_LOG_INFO : FJ_LOG_WARN, "tune: %s %s: %s",
+          what && *what ? what : "a candidate", refused ? "refused" : "failed",
+          why && *why ? why : fj_status_str(st));
+}
+
 void fj__tune_compile_progress(void *steps, size_t done, size_t total)
 {
   fj_tune_steps *s = steps;
@@ -375,7 +388,9 @@ static fj_status measure(tune_run *t, const fj_variant *vs, const fj_status *ok,
     if (st != FJ_OK) {
       if (i == 0)
         return st;  /* without the reference nothing can be checked */
-      r->failed++;
+      char name[160];
+      fj_variant_name(&vs[i], name, sizeof name);
+      fj__tune_count(t->ctx, r, st, name, fj_errmsg(t->ctx));
       continue;
     }
     r->timed++;
@@ -413,9 +428,11 @@ static fj_status tune_body(tune_run *t, fj_variant *best, fj_tune_report *r)
   fj_kernel_prepare(t->ctx, vs, n, &po, ok);
   r->compile_s = (fj__now_ms() - t0) / 1e3;
   for (size_t i = 0; i < n; i++) {
-    r->refused += ok[i] == FJ_ERR_UNSUPPORTED || ok[i] == FJ_ERR_RESOURCES;
-    r->failed += ok[i] != FJ_OK && ok[i] != FJ_ERR_UNSUPPORTED &&
-                 ok[i] != FJ_ERR_RESOURCES;
+    char name[160];
+    if (ok[i] == FJ_OK)
+      continue;
+    fj_variant_name(&vs[i], name, sizeof name);
+    fj__tune_count(t->ctx, r, ok[i], name, NULL);
   }
   t->steps.done = n;
   fj_status st = ok[0] == FJ_OK ? measure(t, vs, ok, n, r, &win)

@@ -40,6 +40,15 @@ typedef struct fj_tune_steps {
   size_t done, total;
 } fj_tune_steps;
 void fj__tune_step(fj_tune_steps *s);
+
+/* Counts candidate `what`'s status st (not FJ_OK) in r: a refusal
+ * (FJ_ERR_UNSUPPORTED, FJ_ERR_RESOURCES: the template's rules, shared
+ * memory, a launch the driver or the library refuses) as refused, anything
+ * else as failed; either way the library's log says which and why (ctx's
+ * last message: info for a refusal, a warning for a failure), so no
+ * candidate drops out silently. */
+void fj__tune_count(const fj_ctx *ctx, fj_tune_report *r, fj_status st,
+                    const char *what, const char *why);
 void fj__tune_compile_progress(void *steps, size_t done, size_t total);
 
 /* The median time of `iters` (0: 10; at most 256, as

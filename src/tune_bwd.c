@@ -28,7 +28,10 @@
 static const struct {
   fj_mma mma;
   int stages;
-} space[] = {{FJ_MMA_WGMMA, 2}, {FJ_MMA_SYNC, 2}, {FJ_MMA_SYNC, 1}};
+  const char *name;  /* as the log names the candidate */
+} space[] = {{FJ_MMA_WGMMA, 2, "the wgmma backward, 2 stages"},
+             {FJ_MMA_SYNC, 2, "the mma backward, 2 stages"},
+             {FJ_MMA_SYNC, 1, "the mma backward, 1 stage"}};
 enum { NSPACE = sizeof space / sizeof space[0] };
 
 typedef struct bwd_tune {
@@ -49,6 +52,7 @@ typedef struct bwd_cand {
   fj_bwd_plan plan;
   fj_vparams vp;
   fj_status st;
+  const char *name;  /* space's */
 } bwd_cand;
 
 static size_t span(const int64_t s[3], int b, int h, int seq, int d)
@@ -129,11 +133,12 @@ static int candidates(bwd_tune *t, bwd_cand *c, fj_tune_report *r)
   for (int i = 0; i < NSPACE; i++) {
     if (space[i].mma == FJ_MMA_WGMMA && !fj__arch_has(t->ctx, FJ_ARCH_WGMMA))
       continue;
+    c[n].name = space[i].name;
     c[n].st = fj__bwd_plan_candidate(t->ctx, t->p, space[i].mma,
                                      space[i].stages, &c[n].plan);
-    r->refused += c[n].st == FJ_ERR_UNSUPPORTED || c[n].st == FJ_ERR_RESOURCES;
-    r->failed += c[n].st != FJ_OK && c[n].st != FJ_ERR_UNSUPPORTED &&
-                 c[n].st != FJ_ERR_RESOURCES;
+    if (c[n].st != FJ_OK)
+      fj__tune_count(t->ctx, r, c[n].st, space[i].name,
+                     fj_errmsg(t->ctx));
     n++;
   }
   return n;
@@ -163,7 +168,7 @@ static void compile(bwd_tune *t, bwd_cand *c, int n, fj_tune_report *r)
   for (int i = 0; i < n; i++) {
     if (c[i].st == FJ_OK && b[i].status != FJ_OK) {
       c[i].st = b[i].status;
-      r->failed++;
+      fj__tune_count(t->ctx, r, c[i].st, c[i].name, b[i].message);
     }
     free(b[i].message);
   }
@@ -248,7 +253,7 @@ static fj_status measure(bwd_tune *t, const bwd_cand *c, int n,
     if (st != FJ_OK && ref < 0)
       return st;  /* without the reference nothing can be checked */
     if (st != FJ_OK) {
-      r->failed++;
+      fj__tune_count(t->ctx, r, st, c[i].name, fj_errmsg(t->ctx));
       continue;
     }
     r->timed++;

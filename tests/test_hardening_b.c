@@ -17,6 +17,7 @@
 
 #include "runner.h"
 #include "template.h"
+#include "tune.h"
 #include "util.h"
 
 /* ---- class 7: template development is bounded too ----------------------------- */
@@ -645,6 +646,57 @@ int test_hostile_b_export_target(void)
   /* A regular file is replaced, as before. */
   fj_cache_pack_report r;
   CHECK_OK(ctx, fj_cache_export(ctx, target, &r));
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* ---- a tune's candidates never drop out silently ------------------------------ */
+
+static struct {
+  int info, warn;
+  char last[512];
+} tune_log;
+
+static void tune_capture(void *user, fj_log_level level, const char *msg)
+{
+  (void)user;
+  if (strncmp(msg, "tune: ", 6))
+    return;
+  tune_log.info += level == FJ_LOG_INFO;
+  tune_log.warn += level == FJ_LOG_WARN;
+  snprintf(tune_log.last, sizeof tune_log.last, "%s", msg);
+}
+
+/* fj__tune_count (both tuners' counter): a refusal (the rules, shared
+ * memory, a launch refused) is counted as refused and logged as info, any
+ * other status as failed and logged as a warning, each line naming the
+ * candidate and the reason. */
+int test_hostile_b_tune_counts(void)
+{
+  fj_ctx_opts o;
+  fj_ctx_opts_init(&o);
+  o.device = -1;
+  o.arch = "sm_90a";
+  o.cache_dir = fjt_tmpdir();
+  o.log = tune_capture;
+  fj_ctx *ctx = NULL;
+  CHECK(fj_ctx_create(&ctx, &o) == FJ_OK);
+  memset(&tune_log, 0, sizeof tune_log);
+  fj_tune_report r;
+  memset(&r, 0, sizeof r);
+  fj__tune_count(ctx, &r, FJ_ERR_UNSUPPORTED, "fj_attn_d192_v128_mma",
+                 "the mma family needs V in K's rows");
+  CHECK(r.refused == 1 && r.failed == 0 && tune_log.info == 1 && tune_log.warn == 0);
+  CHECK(strstr(tune_log.last, "fj_attn_d192_v128_mma refused") &&
+        strstr(tune_log.last, "needs V in K's rows"));
+  fj__tune_count(ctx, &r, FJ_ERR_RESOURCES, "big", NULL);
+  CHECK(r.refused == 2 && strstr(tune_log.last, "big refused: "));
+  fj__tune_count(ctx, &r, FJ_ERR_COMPILE, "the mma backward, 1 stage", NULL);
+  CHECK(r.refused == 2 && r.failed == 1 && tune_log.warn == 1);
+  CHECK(strstr(tune_log.last, "the mma backward, 1 stage failed: ") &&
+        strstr(tune_log.last, fj_status_str(FJ_ERR_COMPILE)));
+  fj__tune_count(ctx, &r, FJ_ERR_CUDA, NULL, "launch timed out");
+  CHECK(r.failed == 2 && strstr(tune_log.last, "a candidate failed: launch timed out"));
   fj_ctx_destroy(ctx);
   return 0;
 }

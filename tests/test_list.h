@@ -270,6 +270,7 @@ TEST(hostile_b_index_load, cpu)
 TEST(hostile_b_package_load, cpu)
 TEST(hostile_b_export_target, cpu)
 TEST(hostile_b_reference_exact, cpu)
+TEST(hostile_b_tune_counts, cpu)
 TEST(gpu_exact_single_key, gpu)
 /* partial results merged (test_merge.c); ring attention's schedule run
  * with the float64 reference (test_ring.c) */
