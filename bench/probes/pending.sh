@@ -74,17 +74,20 @@
 # first half), bench/probes/s27.sh's detpg (the deterministic parameter
 # gradients) and the deterministic block-mask tests; gpu_tune_split
 # failed (mma candidates offered for split dims; fixed after, unrun).
-# Next, on any GPU first: S27_PARTS=tune bash bench/probes/s27.sh
-# (gpu_tune_split and the package's split-dims tune test with e407ea2's
-# fix, f1f85d8's loose-plan refusal, gpu_backward_deterministic's padded
-# d40/d72 cases: pad's second half), then gpu_backward and
-# gpu_backward_block_mask_deterministic again (c38e0b5's launch and
-# 48f5f31's moves ran on no GPU; C42 was 2caa448), on the H100 and the
-# H200; then on
-# the H200: S24_BWD_DIMS=64,128,256 S24_PARTS=bwd bash
-# bench/probes/s24.sh (the backward's whole table since 518bcca: T12
-# again, d256's bar), S24_PARTS=train (issue 33's table: R2 again, the
-# bias table's bar), then, as before:
+# The twenty-eighth got four H200 calls at its start (then every start
+# failed or was refused): s28.sh's bwd (the --quick table), train
+# (issue 33's table: PERF.md R9), check (s27.sh's tune part,
+# gpu_backward, gpu_backward_block_mask_deterministic: C43) and the full
+# backward sweep (T17: every head dim at its speed bar; the deterministic
+# mode's misses at d96, d192 and GQA).  Branch gqadet (the deterministic
+# mode's descending walk under GQA, FLASHJIT_BWD_DESCEND=1, off; built
+# by a helper, its CPU tests pass) did not run.
+# Next, on any GPU first: bench/probes/s28b.sh with build/ (main) and
+# build-gq/ (gqadet's build, slimmed) carried: gqcheck, gqtime (is the
+# descending walk right, faster, and the default mode unchanged?), then
+# on the H200 its f16 (the bar's fp16 half) and gpt (the GPT example's
+# attention call and step beside SDPA's); then, as before (s24.sh's
+# bwd and train ran as T17 and R9):
 # S23_PARTS=det bash bench/probes/s23.sh (T14's figures there, with
 # the templates of 6f2a9f7 as build/tmpl-old), then the backward's whole
 # table (s19.sh's bwd: T12 again, d256's default since the relaxed
