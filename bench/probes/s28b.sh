@@ -2,7 +2,9 @@
 # s28b.sh OUTDIR -- the twenty-eighth session's second device call, from
 # the repository root with build/ (main's build) and build-gq/ (branch
 # gqadet's: the deterministic mode's descending walk under GQA,
-# FLASHJIT_BWD_DESCEND=1, off by default) carried.  Parts (S28B_PARTS;
+# FLASHJIT_BWD_DESCEND=1, off by default) carried.  build-gq: a worktree
+# of main with bench/probes/gqadet.patch applied (`git apply`), built
+# (cmake -DCMAKE_BUILD_TYPE=Release) and slimmed as pending.sh says.  Parts (S28B_PARTS;
 # S28B_SECONDS bounds the whole, default 560):
 #   gqcheck  one small checked run of the descending walk under build-gq
 #            (a hang ends at 60 s, and the call's gq parts with it), then
