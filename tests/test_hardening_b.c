@@ -686,7 +686,8 @@ int test_hostile_b_tune_counts(void)
   memset(&r, 0, sizeof r);
   fj__tune_count(ctx, &r, FJ_ERR_UNSUPPORTED, "fj_attn_d192_v128_mma",
                  "the mma family needs V in K's rows");
-  CHECK(r.refused == 1 && r.failed == 0 && tune_log.info == 1 && tune_log.warn == 0);
+  CHECK(r.refused == 1 && r.failed == 0 && tune_log.info == 1 &&
+        tune_log.warn == 0);
   CHECK(strstr(tune_log.last, "fj_attn_d192_v128_mma refused") &&
         strstr(tune_log.last, "needs V in K's rows"));
   fj__tune_count(ctx, &r, FJ_ERR_RESOURCES, "big", NULL);
@@ -696,7 +697,8 @@ int test_hostile_b_tune_counts(void)
   CHECK(strstr(tune_log.last, "the mma backward, 1 stage failed: ") &&
         strstr(tune_log.last, fj_status_str(FJ_ERR_COMPILE)));
   fj__tune_count(ctx, &r, FJ_ERR_CUDA, NULL, "launch timed out");
-  CHECK(r.failed == 2 && strstr(tune_log.last, "a candidate failed: launch timed out"));
+  CHECK(r.failed == 2 &&
+        strstr(tune_log.last, "a candidate failed: launch timed out"));
   fj_ctx_destroy(ctx);
   return 0;
 }

@@ -20,6 +20,16 @@ static double wall_s(void)
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* The candidates' counts; the refusals' reasons are in the library's
+ * log (info: --verbose), the failures' always (warnings). */
+static void print_counts(const cli *c, const fj_tune_report *r)
+{
+  printf("candidates %d: refused %d, failed %d, wrong output %d, timed %d%s\n",
+         r->candidates, r->refused, r->failed, r->wrong, r->timed,
+         r->refused && !c->verbose ? " (--verbose says why each was refused)"
+                                   : "");
+}
+
 /* A bar with an ETA on a terminal; a plain line every tenth otherwise. */
 static void tune_progress(void *user, size_t done, size_t total)
 {
@@ -67,7 +77,7 @@ static int tune_show(cli *c)
   return rc;
 }
 
-static void tune_print(const run_data *d, const fj_variant *best,
+static void tune_print(const cli *c, const run_data *d, const fj_variant *best,
                        const fj_tune_report *r, fj_ctx *ctx, int saved)
 {
   char name[160], heur[160];
@@ -80,8 +90,7 @@ static void tune_print(const run_data *d, const fj_variant *best,
   printf("heuristic: %.3f ms (%.1f TFLOP/s): the best is %.2fx faster\n",
          r->default_ms, cli_tflops(d, r->default_ms),
          r->default_ms / r->best_ms);
-  printf("candidates %d: refused %d, failed %d, wrong output %d, timed %d\n",
-         r->candidates, r->refused, r->failed, r->wrong, r->timed);
+  print_counts(c, r);
   printf("compile %.1f s, total %.1f s%s%s\n", r->compile_s, r->total_s,
          saved ? "; recorded in " : "", saved ? fj_cache_dir(ctx) : "");
   (void)heur;
@@ -89,8 +98,9 @@ static void tune_print(const run_data *d, const fj_variant *best,
 
 /* tune --backward's report: the winner's main kernel, against the
  * plan's own choice; TFLOP/s as run --backward counts them. */
-static void tune_print_bwd(const run_data *d, const fj_bwd_plan *best,
-                           const fj_tune_report *r, fj_ctx *ctx, int saved)
+static void tune_print_bwd(const cli *c, const run_data *d,
+                           const fj_bwd_plan *best, const fj_tune_report *r,
+                           fj_ctx *ctx, int saved)
 {
   fj_kernel *k;
   const fj_variant *v = &best->variant;
@@ -102,8 +112,7 @@ static void tune_print_bwd(const run_data *d, const fj_bwd_plan *best,
   printf("heuristic: %.3f ms (%.1f TFLOP/s): the best is %.2fx faster\n",
          r->default_ms, 2.5 * cli_tflops(d, r->default_ms),
          r->default_ms / r->best_ms);
-  printf("candidates %d: refused %d, failed %d, wrong output %d, timed %d\n",
-         r->candidates, r->refused, r->failed, r->wrong, r->timed);
+  print_counts(c, r);
   printf("compile %.1f s, total %.1f s%s%s\n", r->compile_s, r->total_s,
          saved ? "; recorded in " : "", saved ? fj_cache_dir(ctx) : "");
 }
@@ -131,9 +140,9 @@ static int tune_run(cli *c, fj_ctx *ctx, run_data *d)
     return cli_fj_error(c, ctx, st);
   int saved = o.save && fj_cache_dir(ctx);
   if (c->backward)
-    tune_print_bwd(d, &best_bwd, &r, ctx, saved);
+    tune_print_bwd(c, d, &best_bwd, &r, ctx, saved);
   else
-    tune_print(d, &best, &r, ctx, saved);
+    tune_print(c, d, &best, &r, ctx, saved);
   return 0;
 }
 
