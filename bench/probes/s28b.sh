@@ -31,8 +31,9 @@ cache=/tmp/s28b-gq
 gq_ok=1
 part_gqcheck() {
   (cd build-gq && FLASHJIT_BWD_DESCEND=1 FLASHJIT_CACHE_DIR=$cache timeout $(bound 60) ./flashjit run --backward \
-     --deterministic --shape 1,8,700,64 --heads-kv 2 --causal --dtype bf16 --check) >"$out/first.log" 2>&1
-  echo "gq first check: exit $?; $(grep -cE -- '-> PASS' "$out/first.log") PASS, $(grep -cE -- '-> FAIL' "$out/first.log") FAIL"
+     --deterministic --shape 1,8,700,64 --heads-kv 2 --causal --dtype bf16 --check --verbose) >"$out/first.log" 2>&1
+  echo "gq first check: exit $?; $(grep -cE -- '-> PASS' "$out/first.log") PASS, $(grep -cE -- '-> FAIL' "$out/first.log") FAIL;" \
+       "the descending walk's trace $(grep -c 'descending walk' "$out/first.log") times (0: mode 3 never engaged)"
   if ! grep -q -- '-> PASS' "$out/first.log" || grep -q -- '-> FAIL' "$out/first.log"; then
     tail -n 3 "$out/first.log" | cut -c1-200
     echo "gq: the first check did not pass; no more gq parts"
