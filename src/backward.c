@@ -363,6 +363,20 @@ static int det_blocks(const fj_problem *p)
   return p->deterministic && p->mods && p->mods->block_mask;
 }
 
+/* FJ_ERR_UNSUPPORTED where main kernel family mma is wgmma and p is
+ * det_blocks' (a tuner's candidate, a caller's plan), else FJ_OK. */
+static fj_status det_blocks_refuse(const fj_ctx *ctx, const char *who,
+                                   const fj_problem *p, fj_mma mma)
+{
+  if (mma != FJ_MMA_WGMMA || !det_blocks(p))
+    return FJ_OK;
+  return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                  "%s: the wgmma backward does not take deterministic with "
+                  "mods.block_mask: the mma family's does (the library's "
+                  "own plan for the problem takes it)",
+                  who);
+}
+
 /* Whether the wgmma backward's main kernel (v) reads p's distance table
  * within its extents (fj__mods_table_inside) at every position its tiles
  * reach: query tiles of tile_m rows from each sequence's start, key tiles
@@ -615,12 +629,10 @@ fj_status fj__bwd_plan_candidate(fj_ctx *ctx, const fj_problem *p,
   fj_variant v;
   fj_kmeta meta;
   fj_status st = check_problem(ctx, p);
+  if (st == FJ_OK)
+    st = det_blocks_refuse(ctx, "fj_tune_bwd", p, mma);
   if (st != FJ_OK)
     return st;
-  if (mma == FJ_MMA_WGMMA && det_blocks(p))
-    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                    "the wgmma backward does not take deterministic with "
-                    "mods.block_mask: the mma family's does");
   pthread_mutex_lock(&ctx->lock);
   st = try_main(ctx, p, mma, stages, &v, &meta);
   if (st == FJ_OK)
@@ -1057,12 +1069,8 @@ static fj_status checked(fj_ctx *ctx, const char *who, const fj_problem *p,
                          void *ws, size_t ws_bytes, void *stream)
 {
   fj_status st = check_args(ctx, who, p, a);
-  if (st == FJ_OK && det_blocks(p) && plan->variant.mma == FJ_MMA_WGMMA)
-    st = fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                  "%s: the wgmma backward does not take deterministic with "
-                  "mods.block_mask: the mma family's does (a plan made with "
-                  "deterministic 1 has it)",
-                  who);
+  if (st == FJ_OK)
+    st = det_blocks_refuse(ctx, who, p, plan->variant.mma);
   if (st == FJ_OK && !ctx->has_device)
     st = fj__fail(ctx, FJ_ERR_COMPILE_ONLY,
                   "cannot launch on a compile-only context (arch %s)",

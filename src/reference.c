@@ -205,6 +205,12 @@ int fj__problem_v_in_k(const fj_problem *p)
   return !memcmp(p->v_stride, p->k_stride, sizeof p->k_stride);
 }
 
+int fj__problem_mma_reads_v(const fj_problem *p)
+{
+  const int dv = fj__problem_dv(p);
+  return dv == p->head_dim || (dv < p->head_dim && fj__problem_v_in_k(p));
+}
+
 fj_dtype fj__default_o_dtype(fj_dtype dtype)
 {
   return dtype == FJ_E4M3 ? FJ_BF16 : dtype;

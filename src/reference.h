@@ -34,6 +34,9 @@ int fj__problem_dv(const fj_problem *p);
  * head_dim_v columns of K's rows (MLA's latent cache, as the mma family
  * reads it). */
 int fj__problem_v_in_k(const fj_problem *p);
+/* Whether the mma family can read p's V: one head dim, or split head
+ * dims with V in K's rows (fj__problem_v_in_k; variant.c's rule). */
+int fj__problem_mma_reads_v(const fj_problem *p);
 
 /* The element types and the mask: f16 or bf16 for Q and O, K and V the
  * same or e4m3 (kv_dtype resolved: never 0), a known causal mode.  The

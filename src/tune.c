@@ -310,10 +310,8 @@ size_t fj__tune_candidates(fj_ctx *ctx, const fj_problem *p, fj_variant *out,
   fj_variant base;
   fj__heuristic(ctx, p, &out[n++]);
   fj__heuristic_sync(ctx, p, &base);
-  const int dv = fj__problem_dv(p);
-  const int sync_reads = dv == p->head_dim ||
-                         (dv < p->head_dim && fj__problem_v_in_k(p));
-  for (int a = !sync_reads ? 3 : fj__decode_rows(p) ? 0 : 1; a < 3; a++)
+  for (int a = !fj__problem_mma_reads_v(p) ? 3 : fj__decode_rows(p) ? 0 : 1;
+       a < 3; a++)
     for (int b = 0; b < 3; b++)
       for (int c = 0; c < 2; c++)
         for (int st = 1; st <= 3; st++)
@@ -362,6 +360,15 @@ void fj__tune_compile_progress(void *steps, size_t done, size_t total)
     s->o->progress(s->o->user, done, s->total);
 }
 
+/* fj__tune_count for candidate v, named as fj_variant_name names it. */
+static void count_variant(tune_run *t, fj_tune_report *r, const fj_variant *v,
+                          fj_status st, const char *why)
+{
+  char name[160];
+  fj_variant_name(v, name, sizeof name);
+  fj__tune_count(t->ctx, r, st, name, why);
+}
+
 /* Checks and times every compiled candidate; the first (the heuristic's)
  * becomes the reference.  *best gets the fastest index. */
 static fj_status measure(tune_run *t, const fj_variant *vs, const fj_status *ok,
@@ -388,9 +395,7 @@ static fj_status measure(tune_run *t, const fj_variant *vs, const fj_status *ok,
     if (st != FJ_OK) {
       if (i == 0)
         return st;  /* without the reference nothing can be checked */
-      char name[160];
-      fj_variant_name(&vs[i], name, sizeof name);
-      fj__tune_count(t->ctx, r, st, name, fj_errmsg(t->ctx));
+      count_variant(t, r, &vs[i], st, fj_errmsg(t->ctx));
       continue;
     }
     r->timed++;
@@ -427,13 +432,9 @@ static fj_status tune_body(tune_run *t, fj_variant *best, fj_tune_report *r)
   fj_prepare_opts po = {t->o->workers, fj__tune_compile_progress, &t->steps};
   fj_kernel_prepare(t->ctx, vs, n, &po, ok);
   r->compile_s = (fj__now_ms() - t0) / 1e3;
-  for (size_t i = 0; i < n; i++) {
-    char name[160];
-    if (ok[i] == FJ_OK)
-      continue;
-    fj_variant_name(&vs[i], name, sizeof name);
-    fj__tune_count(t->ctx, r, ok[i], name, NULL);
-  }
+  for (size_t i = 0; i < n; i++)
+    if (ok[i] != FJ_OK)
+      count_variant(t, r, &vs[i], ok[i], NULL);
   t->steps.done = n;
   fj_status st = ok[0] == FJ_OK ? measure(t, vs, ok, n, r, &win)
                                 : fj__fail(t->ctx, FJ_ERR_TUNE,

@@ -248,7 +248,7 @@ int fj__tune_lookup(fj_ctx *ctx, const fj_problem *p, fj_variant *v)
    * rows (the class says |vk; a database edited by hand may not). */
   if (tuned.mma == FJ_MMA_WGMMA && !fj__plan_wgmma_fits(ctx, p))
     return 0;
-  if (tuned.mma == FJ_MMA_SYNC && fj__problem_dv(p) != p->head_dim && !fj__problem_v_in_k(p))
+  if (tuned.mma == FJ_MMA_SYNC && !fj__problem_mma_reads_v(p))
     return 0;
   *v = tuned;
   return 1;

@@ -20,14 +20,18 @@ static double wall_s(void)
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* The candidates' counts; the refusals' reasons are in the library's
- * log (info: --verbose), the failures' always (warnings). */
-static void print_counts(const cli *c, const fj_tune_report *r)
+/* Both reports' last lines: the candidates' counts (the refusals'
+ * reasons are in the library's log: info, --verbose; the failures'
+ * always: warnings), then the times and where the result went. */
+static void print_tail(const cli *c, const fj_tune_report *r, fj_ctx *ctx,
+                       int saved)
 {
   printf("candidates %d: refused %d, failed %d, wrong output %d, timed %d%s\n",
          r->candidates, r->refused, r->failed, r->wrong, r->timed,
          r->refused && !c->verbose ? " (--verbose says why each was refused)"
                                    : "");
+  printf("compile %.1f s, total %.1f s%s%s\n", r->compile_s, r->total_s,
+         saved ? "; recorded in " : "", saved ? fj_cache_dir(ctx) : "");
 }
 
 /* A bar with an ETA on a terminal; a plain line every tenth otherwise. */
@@ -80,20 +84,14 @@ static int tune_show(cli *c)
 static void tune_print(const cli *c, const run_data *d, const fj_variant *best,
                        const fj_tune_report *r, fj_ctx *ctx, int saved)
 {
-  char name[160], heur[160];
-  fj_variant h;
+  char name[160];
   fj_variant_name(best, name, sizeof name);
-  fj_attention_variant(ctx, &d->p, &h, NULL);
-  fj_variant_name(&h, heur, sizeof heur);
   printf("best:      %s %.3f ms (%.1f TFLOP/s)\n", name, r->best_ms,
          cli_tflops(d, r->best_ms));
   printf("heuristic: %.3f ms (%.1f TFLOP/s): the best is %.2fx faster\n",
          r->default_ms, cli_tflops(d, r->default_ms),
          r->default_ms / r->best_ms);
-  print_counts(c, r);
-  printf("compile %.1f s, total %.1f s%s%s\n", r->compile_s, r->total_s,
-         saved ? "; recorded in " : "", saved ? fj_cache_dir(ctx) : "");
-  (void)heur;
+  print_tail(c, r, ctx, saved);
 }
 
 /* tune --backward's report: the winner's main kernel, against the
@@ -112,9 +110,7 @@ static void tune_print_bwd(const cli *c, const run_data *d,
   printf("heuristic: %.3f ms (%.1f TFLOP/s): the best is %.2fx faster\n",
          r->default_ms, 2.5 * cli_tflops(d, r->default_ms),
          r->default_ms / r->best_ms);
-  print_counts(c, r);
-  printf("compile %.1f s, total %.1f s%s%s\n", r->compile_s, r->total_s,
-         saved ? "; recorded in " : "", saved ? fj_cache_dir(ctx) : "");
+  print_tail(c, r, ctx, saved);
 }
 
 /* Runs the tuner (the forward's, or with --backward the backward's) with
