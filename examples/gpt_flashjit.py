@@ -83,9 +83,14 @@ class FlashjitAttention(CausalSelfAttention):
 
 
 class ReferenceAttention(CausalSelfAttention):
-    """The same module, attention written out in float32."""
+    """The same module, attention written out in float32 (under autocast
+    too: its matmuls would run in bfloat16 there)."""
 
     def attend(self, q, k, v):
+        with torch.autocast(q.device.type, enabled=False):
+            return self.attend_f32(q, k, v)
+
+    def attend_f32(self, q, k, v):
         q, k, v = (t.float().transpose(1, 2) for t in (q, k, v))
         g = self.h // self.hkv
         k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)

@@ -90,7 +90,8 @@ typedef struct fj_bwd_kparams {
   float scale;
   int seq_pad;
   int deterministic;  /* 1: dQ added in a fixed order; 2: in the rotation's
-                         (backward.c's rotates) */
+                         (backward.c's rotates); 3: over the descending
+                         walk (backward.c's descends) */
   int section;  /* (batch, KV head)s a section of the main kernel's order */
   int pad_;     /* zero: the size a multiple of 8, as fj::BwdParams' */
 } fj_bwd_kparams;

@@ -41,8 +41,10 @@
   (scheduler.cuh's kv_rank: later key tiles first under a causal mask or
   a window's right side, earlier ones first otherwise -- or, with
   g.deterministic 2 where ROT holds, in the order a rotation of the walks
-  brings them (ROT below); bwd_common.cuh's dq_turn_wait) and passes the
-  turn on once the add has completed.  Blocks start in bwd_common.cuh's
+  brings them (ROT below), or with g.deterministic 3 under a mask with a
+  right side, earlier ones first over a descending walk (DESC below);
+  bwd_common.cuh's dq_turn_wait) and passes the turn on once the add has
+  completed.  Blocks start in bwd_common.cuh's
   kv_tile order (first key tiles first: the longest walks under a causal
   mask, a section at a time).  dK (times the softmax scale) and dV stay in registers over the
   walk, summed over the group's query heads, so GQA needs no reduction.
@@ -450,11 +452,33 @@
   -- where the registers hold two more: the wide kernel and head dim 64
   -- (at 96-128 they spill 4 bytes).
   local COUNT = not BMASK and (WIDE or DR == 64)
+  -- DESC: under a mask with a right side (no block mask), the
+  -- deterministic mode's descending walk, a runtime choice (desc:
+  -- g.deterministic 3, which the host sets with GQA:
+  -- backward.c's descends).  Every role then
+  -- walks its query tiles from the last to the first, the group's heads
+  -- inner (query tile iq of head hq: kv_next), the dQ tiles' turns go to
+  -- earlier key tiles first (scheduler.cuh's kv_rank with desc) and the
+  -- blocks launch first key tiles first (kv_tile): a key tile waits only
+  -- on tiles launched before it, the longest walks under a causal mask
+  -- (the first key tiles', group x their query tiles) start first instead
+  -- of last, and the key tiles of a head reach a query tile at the same
+  -- step (under a window's left side the earlier ones sooner), so that
+  -- each add waits for the one before it alone.  Without a
+  -- count (96-128) the step is divided out of i by wn, the walk's inner
+  -- count (the group, or nq in the plain walk), from m_from, its first
+  -- row: in place of nq and m_first, which the producer's 24 registers
+  -- then no longer hold (the walk from nq and m_first spilled 4 bytes
+  -- there), and the writer's kv_rank takes wc == 0 for a head's first step
+  -- of the plain walk, not i % nq (which spilled 4 bytes under a window).
+  local DESC = not BMASK and mrule.bounded
   local STEP_FOR = BMASK and "for (int i = 0; have; ++i) {"
+                   or COUNT and DESC and "for (int i = 0, iq = desc ? nq - 1 : 0, hq = 0; i < steps; ++i, fj::kv_next(iq, hq, nq, p.group, desc)) {"
                    or COUNT and "for (int i = 0, iq = 0, hq = 0; i < steps; ++i, hq += iq + 1 == nq, iq = iq + 1 == nq ? 0 : iq + 1) {"
                    or "for (int i = 0; i < steps; ++i) {"
   local STEP_AT = BMASK and "const int h = hk * p.group + cur.g, m0 = cur.m0;"
                   or COUNT and ("const int h = hk * p.group + hq, m0 = m_first + iq * %d;"):format(BM)
+                  or DESC and ("const int wa = i / wn, wc = i - wa * wn, h = hk * p.group + (desc ? wc : wa), m0 = desc ? m_from - wa * %d : m_from + wc * %d;"):format(BM, BM)
                   or ("const int h = hk * p.group + i / nq, m0 = m_first + (i %% nq) * %d;"):format(BM)
   -- ROT: where every key tile walks every query tile (no causal mask, no
   -- window, dense, no expressions: the narrow kernel's consumers then
@@ -475,8 +499,10 @@
   -- The wide kernel's deterministic turns pass a step late (pass_turns)
   -- under a mask with a right side, or rotated where the rotation's
   -- starts are all different (T <= nq: tiles that start at one query tile
-  -- would each wait a step for the one before); else at once.
-  local LATE = mrule.bounded and "true"
+  -- would each wait a step for the one before); else at once (the
+  -- descending walk too: the key tile before reaches a query tile at the
+  -- same step, or sooner).
+  local LATE = mrule.bounded and (DESC and "!desc" or "true")
                or ROT and ("g.deterministic == 2 && (int)%s <= nq"):format(PAIR and "(gridDim.x >> 1)" or "gridDim.x")
                or "false"
   -- (qt, the step's query tile, is carried from step to step: the
@@ -867,6 +893,20 @@ __device__ __forceinline__ void bulk_to_peer(unsigned dst, unsigned src, unsigne
                :: "r"(dst), "r"(src), "r"(bytes), "r"(bar) : "memory");
 }
 {% end %}
+{% if DESC and COUNT then %}
+// The next step of a key tile's walk, query tile iq of head hq of the
+// group: the heads outer, the query tiles ascending; or (desc, DESC) the
+// query tiles descending, the heads inner.
+__device__ __forceinline__ void kv_next(int &iq, int &hq, int nq, int group, bool desc) {
+  if (desc) {
+    hq = hq + 1 == group ? 0 : hq + 1;
+    iq -= hq == 0;
+  } else {
+    hq += iq + 1 == nq;
+    iq = iq + 1 == nq ? 0 : iq + 1;
+  }
+}
+{% end %}
 {% if WIDE then %}
 // Adds four floats at a 16-byte-aligned global address (sm_90's vector
 // reduction: dQ's additions from the consumers' registers).
@@ -892,7 +932,7 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
 {% end %}
   {{ PC.indent(TR.decls({ k, v, q, dout }, bars), 2) }}
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
-  const fj::KvTile kt = fj::kv_tile(g.section, {{ mrule.bounded and "g.deterministic" or "false" }}{{ PAIR and ", 2" or "" }});  // bwd_common.cuh's launch order
+  const fj::KvTile kt = fj::kv_tile(g.section, {{ DESC and "g.deterministic && g.deterministic != 3" or mrule.bounded and "g.deterministic" or "false" }}{{ PAIR and ", 2" or "" }});  // bwd_common.cuh's launch order
   const int nt = kt.n, n0 = nt * {{ BK }}, hk = kt.hk, b = kt.b;
 {% if PAIR then %}
   // The pair: this block's rank in the cluster (its key tile's parity),
@@ -925,6 +965,12 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
     bool have = fj::qwalk_next(p, b, hk, n0, m_first, m_first + nq * {{ BM }}, cur);
 {% else %}
     const int steps = nq * p.group;  // (query head of the group, row tile) pairs
+{% end %}
+{% if DESC then %}
+    const bool desc = g.deterministic == 3;  // the descending walk (DESC)
+{%   if not COUNT then %}
+    const int wn = desc ? p.group : nq, m_from = desc ? m_first + (nq - 1) * {{ BM }} : m_first;  // the walk's inner count and first row
+{%   end %}
 {% end %}
 {%
   end
@@ -992,7 +1038,8 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
         int *const turn = g.dq_turns + fj::dq_tile_base(bh, m0, 0, g.seq_pad, {{ D }}) / 4096;
         int rank = 0;
         if (g.deterministic) {
-{{ PC.piece(include("scheduler.cuh", { part = "kv_rank", mrule = mrule, BM = BM, BN = BN, rot = ROT })) }}
+{{ PC.piece(include("scheduler.cuh", { part = "kv_rank", mrule = mrule, BM = BM, BN = BN, rot = ROT, desc = DESC,
+                                       FIRST = DESC and not COUNT and "wc == 0" or nil })) }}
         }
 {% end %}
 {% local adders = DQ_COLS and { "0", "1" } or { "(i & 1)" } %}
@@ -1200,7 +1247,7 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
         int *const turn = g.dq_turns + fj::dq_tile_base(bh, m0, 0, g.seq_pad, {{ D }}) / 4096;
         int rank = 0;
         if (g.deterministic) {
-{{ PC.piece(include("scheduler.cuh", { part = "kv_rank", mrule = mrule, BM = BM, BN = BN, rot = ROT,
+{{ PC.piece(include("scheduler.cuh", { part = "kv_rank", mrule = mrule, BM = BM, BN = BN, rot = ROT, desc = DESC,
                                        NT = PAIR and "(nt >> 1)" or nil, TILES = PAIR and "((int)gridDim.x >> 1)" or nil })) }}
         }
 {%   end %}

@@ -62,7 +62,7 @@ struct BwdParams {
   long long do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];  // b, h, s
   float scale;             // the softmax scale (dQ and dK carry it)
   int seq_pad;
-  int deterministic;       // dQ's additions in key-tile order (dq_turns); 2: rotated (ROT)
+  int deterministic;       // dQ's additions in key-tile order (dq_turns); 2: rotated (ROT); 3: the descending walk (DESC)
   int section;             // (batch, KV head)s a section of the launch order (kv_tile)
   int pad_;
 };

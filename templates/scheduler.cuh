@@ -45,7 +45,15 @@
                     from step to step.  rot (a template flag): under
                     g.deterministic 2 every key tile t walks every query
                     tile from t nq / T on, and the rank follows that
-                    rotation.  NT and TILES (C expressions; "nt" and
+                    rotation.  desc (a template flag, under a mask with a
+                    right side): where the caller's bool desc holds (the
+                    descending walk: query tiles last to first, the
+                    group's heads inner; kv_tile launches first key tiles
+                    first), earlier key tiles first, edge carried from
+                    the walk's first step.  FIRST (a C expression; "i %
+                    nq == 0" unless given): whether step i is the first of
+                    its head's under a mask with a right side, the plain
+                    walk.  NT and TILES (C expressions; "nt" and
                     the grid's width unless given): this key tile's index
                     and how many a head has (a pair's: nt / 2, half the
                     grid's width).  Under a block mask (BMASK) the walks
@@ -55,7 +63,7 @@
                     replaying each one's walk (bwd_common.cuh's
                     qlist_visits, in that tile's query range as kv_head
                     gives it), and rank is their sum over the warp
-  Parameters: mrule, BM, BN, N0, NT, TILES, BMASK, VL, DYNAMIC, PERSISTENT, and sched
+  Parameters: mrule, BM, BN, N0, NT, TILES, BMASK, VL, DYNAMIC, PERSISTENT, rot, desc, FIRST, and sched
   (the same fields as a table, for the parts that include others).
 #}
 {%
@@ -224,11 +232,27 @@ __device__ __forceinline__ Item get_item(const Params &p) {
           return t0 < {{ mrule.kv }} && {{ mrule.rows_begin("t0") }} / {{ BM }} * {{ BM }} <= m0 && m0 < {{ mrule.rows_end("t0 + " .. BN) }};
         };
 {%   if mrule.bounded then %}
+{%     if desc then %}
+        if (desc) {
+          // The descending walk (the caller's desc): earlier key tiles
+          // first -- each reaches m0 at the same step as this one (or
+          // sooner, a window's left side ending its walk earlier), and
+          // was launched before it.  m0 only falls over the walk (the
+          // heads are inner), and so does the near end of the key tiles
+          // that walk it: edge, carried from the walk's first step.
+          if (i == 0) edge = {{ NT }};
+          while (edge > 0 && walks(edge - 1)) --edge;
+          rank = {{ NT }} - edge;
+        } else {
+{%     end %}
         // Later key tiles first: each starts its walk at a later query tile,
         // so it reaches m0 sooner.
-        if (i % nq == 0) edge = {{ NT }};
+        if ({{ FIRST or "i % nq == 0" }}) edge = {{ NT }};
         while (edge + 1 < {{ TILES }} && walks(edge + 1)) ++edge;
         rank = edge - {{ NT }};
+{%     if desc then %}
+        }
+{%     end %}
 {%   else %}
 {%     if rot then %}
         if (g.deterministic == 2) {

@@ -560,6 +560,265 @@ int test_backward_prefetch(void)
   return 0;
 }
 
+/* ---- the deterministic mode's descending walk -------------------------------
+ * A host replica of the wgmma backward's walks and dQ ranks under a mask
+ * with a right side (attention_bwd_wgmma.cu's STEP_AT and DESC,
+ * scheduler.cuh's kv_rank, mask.lua's query range of a key tile), one KV
+ * head of `group` query heads: the plain walk (heads outer, query tiles
+ * ascending, later key tiles first, launched last first) and the
+ * descending one (g.deterministic 3: query tiles descending, heads inner,
+ * earlier key tiles first, launched first first). */
+typedef struct walk_case {
+  int q, kv, off;     /* lengths; the diagonal's offset (p.causal_offset) */
+  int right, left;    /* the window's sides (a causal mask: right 0); left -1: none */
+  int bm, bn, group;  /* query tile, key tile (a pair's 128), heads a KV head */
+} walk_case;
+
+/* mask.lua's rows_begin and rows_end. */
+static int walk_rows_begin(const walk_case *c, int n0)
+{
+  long long f = (long long)n0 - c->off - c->right;
+  return f > 0 ? (int)f : 0;
+}
+
+static int walk_rows_end(const walk_case *c, int n_end)
+{
+  long long l = (long long)n_end - c->off + c->left;
+  return c->left < 0 || l > c->q ? c->q : (int)l;
+}
+
+/* Key tile t's query range (scheduler.cuh's kv_head): nq tiles from m_first. */
+static int walk_range(const walk_case *c, int t, int *m_first)
+{
+  int t0 = t * c->bn, m_end = walk_rows_end(c, t0 + c->bn);
+  *m_first = walk_rows_begin(c, t0) / c->bm * c->bm;
+  return m_end > *m_first && t0 < c->kv ? (m_end - *m_first + c->bm - 1) / c->bm : 0;
+}
+
+/* kv_rank's walks: whether key tile t walks query tile m0. */
+static int walk_holds(const walk_case *c, int t, int m0)
+{
+  int t0 = t * c->bn;
+  return t0 < c->kv && walk_rows_begin(c, t0) / c->bm * c->bm <= m0 &&
+         m0 < walk_rows_end(c, t0 + c->bn);
+}
+
+typedef struct walk_step { int h, qt, rank; } walk_step;
+
+/* Key tile t's steps (nq * group of them, into s) as its kernel walks
+ * them, each with the rank kv_rank gives it: edge carried as the kernel
+ * carries it.  Returns the steps. */
+static int walk_steps(const walk_case *c, int tiles, int t, int desc, walk_step *s)
+{
+  int m_first, nq = walk_range(c, t, &m_first), steps = nq * c->group;
+  int wn = desc ? c->group : nq, m_from = desc ? m_first + (nq - 1) * c->bm : m_first;
+  int edge = 0;
+  for (int i = 0; i < steps; i++) {
+    int wa = i / wn, wc = i - wa * wn;
+    int m0 = desc ? m_from - wa * c->bm : m_from + wc * c->bm;
+    s[i].h = desc ? wc : wa;
+    s[i].qt = m0 / c->bm;
+    if (desc) {
+      if (i == 0)
+        edge = t;
+      while (edge > 0 && walk_holds(c, edge - 1, m0))
+        --edge;
+      s[i].rank = t - edge;
+    } else {
+      if (wc == 0)
+        edge = t;
+      while (edge + 1 < tiles && walk_holds(c, edge + 1, m0))
+        ++edge;
+      s[i].rank = edge - t;
+    }
+  }
+  return steps;
+}
+
+#define WALK_MAX_TILES 40
+#define WALK_MAX_STEPS 512
+
+/* The key tiles' blocks, launched in kv_tile's order (last_first: the last
+ * key tile first) with at most `resident` at once, each taking a step a
+ * round where its dQ tile's turn has come (dq_turn_wait: as many adds as
+ * its rank, made in earlier rounds), then counting its add
+ * (dq_turn_done).  The rounds it takes, or -1 where no resident block can
+ * move (a deadlock); *bad set where a dQ tile's adds did not come in its
+ * ranks' order or a turn ends short of its key tiles. */
+static int walk_simulate(const walk_case *c, int desc, int last_first, int resident, int *bad)
+{
+  static walk_step s[WALK_MAX_TILES][WALK_MAX_STEPS];
+  static int turn[8][64], next_turn[8][64];
+  int tiles = (c->kv + c->bn - 1) / c->bn, n[WALK_MAX_TILES], at[WALK_MAX_TILES];
+  int slot[WALK_MAX_TILES], launched = 0, done = 0, visits[8][64];
+  memset(turn, 0, sizeof turn);
+  memset(visits, 0, sizeof visits);
+  for (int t = 0; t < tiles; t++) {
+    n[t] = walk_steps(c, tiles, t, desc, s[t]);
+    at[t] = 0;
+    for (int i = 0; i < n[t]; i++)
+      visits[s[t][i].h][s[t][i].qt]++;
+  }
+  for (int r = 0; r < resident; r++)
+    slot[r] = -1;
+  int rounds = 0;
+  while (done < tiles) {
+    memcpy(next_turn, turn, sizeof turn);
+    int moved = 0;
+    for (int r = 0; r < resident; r++) {
+      if (slot[r] < 0 && launched < tiles)
+        slot[r] = last_first ? tiles - 1 - launched++ : launched++;
+      int t = slot[r];
+      if (t < 0)
+        continue;
+      if (at[t] < n[t]) {
+        const walk_step *w = &s[t][at[t]];
+        if (turn[w->h][w->qt] < w->rank)
+          continue;
+        *bad |= turn[w->h][w->qt] != w->rank;
+        next_turn[w->h][w->qt]++;
+        at[t]++;
+        moved = 1;
+      }
+      if (at[t] == n[t]) {
+        slot[r] = -1;
+        done++;
+        moved = 1;
+      }
+    }
+    memcpy(turn, next_turn, sizeof turn);
+    rounds++;
+    if (!moved)
+      return -1;
+  }
+  for (int h = 0; h < c->group; h++)
+    for (int qt = 0; qt < 64; qt++)
+      *bad |= turn[h][qt] != visits[h][qt];
+  return rounds;
+}
+
+/* One case of the descending walk's ranks: at every dQ tile, those of
+ * the key tiles that add into it are 0..n-1, each the number of those
+ * before it (a key tile waits only on lower-indexed ones, which kv_tile
+ * launches before it), edge carried over the walk as the kernel carries
+ * it; the blocks finish one resident at a time in the first-first order
+ * (and, where some dQ tile takes two key tiles' adds, deadlock in the
+ * last-first one: the simulation sees a deadlock), as the plain walk's do
+ * in its own order. */
+static int walk_check(const walk_case *c)
+{
+  static walk_step s[WALK_MAX_STEPS];
+  static int seen[8][64][WALK_MAX_TILES];
+  int tiles = (c->kv + c->bn - 1) / c->bn, qtiles = (c->q + c->bm - 1) / c->bm, m_first;
+  CHECK(tiles <= WALK_MAX_TILES && qtiles <= 64 && c->group <= 8);
+  memset(seen, 0, sizeof seen);
+  for (int t = 0; t < tiles; t++) {
+    CHECK(walk_range(c, t, &m_first) * c->group <= WALK_MAX_STEPS);
+    int n = walk_steps(c, tiles, t, 1, s);
+    for (int i = 0; i < n; i++) {
+      /* the query tiles descend, the heads inner */
+      CHECK(s[i].h == i % c->group);
+      CHECK(i == 0 || s[i].qt == s[i - 1].qt - (s[i].h == 0));
+      int before = 0;
+      for (int u = 0; u < t; u++)
+        before += walk_holds(c, u, s[i].qt * c->bm);
+      CHECK(walk_holds(c, t, s[i].qt * c->bm) && s[i].rank == before);
+      CHECK(!seen[s[i].h][s[i].qt][s[i].rank]);
+      seen[s[i].h][s[i].qt][s[i].rank] = 1;
+    }
+  }
+  /* every dQ tile's ranks 0..n-1 without a gap */
+  int shared = 0;  /* some dQ tile takes two key tiles' adds */
+  for (int h = 0; h < c->group; h++)
+    for (int qt = 0; qt < qtiles; qt++) {
+      int n = 0;
+      for (int t = 0; t < tiles; t++)
+        n += walk_holds(c, t, qt * c->bm);
+      shared |= n > 1;
+      for (int r = 0; r < WALK_MAX_TILES; r++)
+        CHECK(seen[h][qt][r] == (r < n));
+    }
+  /* One block resident at a time: each finishes on the turns of those
+   * before it alone.  A quarter of the key tiles resident (waves): the
+   * rounds each order takes, for the record. */
+  int bad = 0, quarter = tiles > 4 ? tiles / 4 : 1;
+  int one = walk_simulate(c, 1, 0, 1, &bad), waves = walk_simulate(c, 1, 0, quarter, &bad);
+  int plain_one = walk_simulate(c, 0, 1, 1, &bad), plain_waves = walk_simulate(c, 0, 1, quarter, &bad);
+  CHECK(one > 0 && waves > 0 && plain_one > 0 && plain_waves > 0 && !bad);
+  CHECK((walk_simulate(c, 1, 1, 1, &bad) < 0) == shared);
+  printf("descending walk q%d kv%d off%d right%d left%d bn%d group%d: %d key tiles; "
+         "rounds with %d resident %d (plain %d)\n",
+         c->q, c->kv, c->off, c->right, c->left, c->bn, c->group, tiles, quarter,
+         waves, plain_waves);
+  return 0;
+}
+
+/* The kernel's text that the replica follows, causal with GQA in the
+ * deterministic mode: the narrow kernel's (a division a step), the wide
+ * one's (counted: kv_next; its turns passed at once) and the pair's
+ * (ranks over tiles of 128). */
+static int walk_text(void)
+{
+  unsetenv("FLASHJIT_BWD_PAIR");
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx != NULL);
+  static const int dims[3] = {128, 192, 256};
+  for (int d = 0; d < 3; d++) {
+    fj_problem p;
+    fj_problem_init(&p, 1, 8, 2, 700, 700, dims[d], FJ_BF16, FJ_BSHD);
+    p.causal = FJ_CAUSAL_TOP_LEFT;
+    p.deterministic = 1;
+    fj_bwd_plan plan;
+    fj_kernel *k;
+    CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+    CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
+    const char *src = fj_kernel_source(k, NULL);
+    const char *nt = dims[d] == 256 ? "(nt >> 1)" : "nt";
+    char want[3][96];
+    snprintf(want[0], sizeof want[0], "if (i == 0) edge = %s;", nt);
+    snprintf(want[1], sizeof want[1], "rank = %s - edge;", nt);
+    snprintf(want[2], sizeof want[2], "rank = edge - %s;", nt);
+    for (int i = 0; i < 3; i++)
+      CHECK(strstr(src, want[i]) != NULL);
+    CHECK(strstr(src, "const bool desc = g.deterministic == 3;") != NULL);
+    CHECK(strstr(src, "while (edge > 0 && walks(edge - 1)) --edge;") != NULL);
+    CHECK(strstr(src, "fj::kv_tile(g.section, g.deterministic && g.deterministic != 3") != NULL);
+    if (dims[d] == 128) {
+      CHECK(strstr(src, "const int wn = desc ? p.group : nq, m_from = desc ? m_first + (nq - 1) * 64 : m_first;") != NULL);
+      CHECK(strstr(src, "const int wa = i / wn, wc = i - wa * wn, h = hk * p.group + (desc ? wc : wa), "
+                        "m0 = desc ? m_from - wa * 64 : m_from + wc * 64;") != NULL);
+      CHECK(strstr(src, "if (wc == 0) edge = nt;") != NULL);
+    } else {
+      CHECK(strstr(src, "iq = desc ? nq - 1 : 0, hq = 0; i < steps; ++i, fj::kv_next(iq, hq, nq, p.group, desc)") != NULL);
+      CHECK(strstr(src, "const bool late = !desc;") != NULL);
+    }
+  }
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* The descending walk's ranks (walk_check) under causal masks of both
+ * alignments with unequal lengths, windows with and without a left side,
+ * key tiles of 128 and 64; then the kernel's text (walk_text). */
+int test_backward_descend_ranks(void)
+{
+  static const walk_case cases[] = {
+      {700, 700, 0, 0, -1, 64, 128, 4},         /* causal top-left */
+      {500, 900, 400, 0, -1, 64, 128, 2},       /* bottom-right, more keys */
+      {900, 500, 0, 0, -1, 64, 128, 4},         /* top-left, more queries */
+      {900, 500, -400, 0, -1, 64, 64, 3},       /* bottom-right: rows that see no key */
+      {1100, 1100, 0, 0, 300, 64, 128, 4},      /* a window of 300 on the left */
+      {2048, 2048, 0, 200, 100, 64, 128, 2},    /* both sides */
+      {1500, 1300, -200, 50, -1, 64, 64, 8},    /* a right side alone */
+      {2048, 2048, 0, 0, 0, 64, 128, 4},        /* the diagonal alone */
+      {777, 1000, 223, 0, -1, 64, 128, 2},      /* a pair's tiles of 128 */
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    if (walk_check(&cases[k]))
+      return 1;
+  return walk_text();
+}
+
 /* A plan remembers its choice per context (backward.c's memo), never its
  * sizes: problems that differ in lengths, heads or modifications each get
  * their own grid, workspace and kernel. */
@@ -637,7 +896,7 @@ int test_backward_memo(void)
   src = fj_kernel_source(pk, NULL);
   CHECK(strstr(src, "while (edge + 1 < ((int)gridDim.x >> 1) && walks(edge + 1)) ++edge;") != NULL);
   CHECK(strstr(src, "rank = edge - (nt >> 1);") != NULL);
-  CHECK(strstr(src, "const bool late = true;") != NULL);  /* later pairs start their walks later */
+  CHECK(strstr(src, "const bool late = !desc;") != NULL);  /* later pairs start their walks later (not in the descending walk) */
   CHECK(strstr(src, "int qt =") == NULL);                 /* no rotation under a mask */
   fj_mods wm;
   fj_mods_init(&wm);

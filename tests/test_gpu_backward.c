@@ -554,7 +554,32 @@ int test_gpu_backward_deterministic(void)
       {1, 4, 2, 500, 500, 40, FJ_BF16, TL, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
       {1, 4, 4, 400, 600, 72, FJ_F16, NC, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
   };
-  return run_deterministic(cases, sizeof cases / sizeof cases[0], 2);
+  /* GQA under a mask with a right side, where the wgmma family takes the
+   * descending walk (backward.c's descends, g.deterministic 3): causal
+   * top-left at head dims 64 and 128, a window bottom-right at 96,
+   * bottom-right with more keys and sinks, varlen, the wide kernel at 192
+   * and the pair at 256 (ranked over 128-key tiles); run twice, the
+   * descending walk and then the plain order (FLASHJIT_BWD_DESCEND=0). */
+  static const bwd_case bounded_gqa[] = {
+      {1, 8, 2, 700, 700, 64, FJ_BF16, TL, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+      {1, 8, 2, 2048, 2048, 128, FJ_BF16, TL, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+      {1, 8, 2, 1100, 1100, 96, FJ_F16, BR, 300, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+      {1, 4, 2, 777, 1000, 64, FJ_F16, BR, -1, 0, 1, 1, 1, {0}, {0}, {0}, 0},
+      {3, 4, 2, 900, 1000, 128, FJ_BF16, TL, -1, 0, 0, 1, 1, {900, 1, 600}, {1000, 700, 600}, {0}, 0},
+      {1, 8, 2, 700, 700, 192, FJ_BF16, TL, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+      {1, 4, 2, 777, 1000, 256, FJ_F16, BR, -1, 0, 0, 1, 1, {0}, {0}, {0}, 0},
+  };
+  int rc = run_deterministic(cases, sizeof cases / sizeof cases[0], 2);
+  if (rc == FJT_SKIP)
+    return rc;
+  size_t nb = sizeof bounded_gqa / sizeof bounded_gqa[0];
+  printf("GQA under a bounded mask, the descending walk:\n");
+  int rd = run_deterministic(bounded_gqa, nb, 1);
+  printf("the same, the plain order (FLASHJIT_BWD_DESCEND=0):\n");
+  setenv("FLASHJIT_BWD_DESCEND", "0", 1);
+  int rp = run_deterministic(bounded_gqa, nb, 1);
+  unsetenv("FLASHJIT_BWD_DESCEND");
+  return rc || rd || rp;
 }
 
 /* The wide kernel in turns (above head dim 128 on sm_90a; its consumers
