@@ -13,20 +13,21 @@ loss from ln(vocab) towards ln(branch).
 
 A third copy trains with the attention written out in float32
 (gpt_flashjit.py's ReferenceAttention): the same attention rounded
-differently, whose distance from SDPA's curve shows how far rounding alone
-carries a run here.  Where the model finds the position before the last,
-a stretch of the curve is chaotic: small differences move the step where
-the loss falls (measured on an H100 at 300 steps: flashjit's fell some 60
-steps before SDPA's, the curves 2.0 nats apart at step 217, both at
-1.5-2.0 by the end).  So the check is in three parts:
-  - the first step's gradients (the same weights and batch): for every
-    parameter, the relative difference between flashjit's and the float32
-    run's at most twice SDPA's from the float32 run's, plus 0.001 (a
-    wrong gradient shows there: the loss curves part only later);
-  - at the end (the mean of the last 10 steps) flashjit's loss is at most
-    --tol above the higher of the other two (it learns what they learn);
-  - and at least ln(--branch) - --tol, the data's entropy, which no causal
-    model beats (a mask that leaks later tokens does).
+differently.  Where the model finds the position before the last, the
+loss curve is chaotic: small rounding differences move the step where
+the loss falls by a hundred steps either way (three runs on H100s at 300
+steps: flashjit's fell first in two, 2.0 nats below SDPA's at step 217,
+and last in one; SDPA's ended at 1.96, 3.89 and 1.62), so neither the
+curves nor their ends are a test.  The checks are:
+  - the gradients at the first step (the same weights and batch) and at
+    the last (flashjit's trained weights, the last batch, each attention
+    in turn): for every parameter, the relative difference between
+    flashjit's gradient and the float32 run's at most twice SDPA's from
+    the float32 run's, plus 0.001 -- a wrong backward shows there;
+  - every loss finite, and flashjit's last 10 steps' mean at least
+    ln(--branch) - --tol, the data's entropy, which no causal model
+    beats (a mask that leaks later tokens does).
+The three runs' losses at the end are printed beside them.
 Measured on the CPU with a smaller model (dim 256, 2 layers, seq 128;
 vocab, branch, lag as here), whose loss fell from 4.90 to 1.52 in 300
 steps, steepest near step 110: gpt_flashjit.py's written-out attention
@@ -39,8 +40,7 @@ AdamW; after --warmup steps) of each.
 
 Needs PyTorch and a CUDA GPU; the package (pip install ./python, or
 PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so from a build).  Exits
-0 when the three checks pass, 1 when one does not, 2 when it cannot run
-here.
+0 when the checks pass, 1 when one does not, 2 when it cannot run here.
 """
 import argparse
 import copy
@@ -77,7 +77,7 @@ def parse(argv):
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tol", type=float, default=0.1,
-                    help="largest |loss difference| allowed (nats; the checks above)")
+                    help="how far below ln(--branch) flashjit's end may be (nats)")
     ap.add_argument("--log-every", type=int, default=0, help="default: about 15 lines")
     ap.add_argument("--warmup", type=int, default=-1,
                     help="steps left out of the median time (default min(10, steps/4))")
@@ -187,11 +187,12 @@ def models(gf, a, device):
     return {"sdpa": base.train(), "flashjit": fj.train(), "float32": ref.train()}
 
 
-def first_grads(model, inputs, targets, a, device):
-    """{parameter name: its gradient} for the first batch, before training."""
+def grads_at(model, inputs, targets, step, a, device):
+    """{parameter name: its gradient} for batch `step`, the weights left
+    as they are."""
     with torch.autocast(device.type, dtype=torch.bfloat16):
-        logits = model(inputs[0])
-    F.cross_entropy(logits.float().view(-1, a.vocab), targets[0].view(-1)).backward()
+        logits = model(inputs[step])
+    F.cross_entropy(logits.float().view(-1, a.vocab), targets[step].view(-1)).backward()
     grads = {n: p.grad.detach().float().clone() for n, p in model.named_parameters()}
     model.zero_grad(set_to_none=True)
     return grads
@@ -203,30 +204,40 @@ def rel(x, y):
     return d / n if n else d
 
 
-def checks(a, curves, grads):
-    """[(passed, line)]: the three checks of the docstring.  grads: {run:
-    {parameter: relative difference from the float32 run's gradient}}."""
-    worst = max(grads["flashjit"], key=lambda n: grads["flashjit"][n] -
-                2 * grads["sdpa"][n])
-    fj, sd = grads["flashjit"][worst], grads["sdpa"][worst]
-    bad = [n for n in grads["flashjit"] if grads["flashjit"][n] > 2 * grads["sdpa"][n] + 1e-3]
-    out = [(not bad, f"the first step's gradients against float32's, relative: flashjit's "
-            f"{max(grads['flashjit'].values()):.2e} at most, SDPA's "
-            f"{max(grads['sdpa'].values()):.2e}; nearest the bound {worst} "
-            f"(flashjit {fj:.2e}, SDPA {sd:.2e})" +
-            (f"; {len(bad)} over 2 x SDPA's + 0.001: {', '.join(bad[:4])}" if bad else ""))]
-    end = {n: statistics.mean(c[-10:]) for n, c in curves.items()}
-    high = max(end["sdpa"], end["float32"]) + a.tol
-    out.append((end["flashjit"] <= high, "the last 10 steps' mean loss: " +
-                ", ".join(f"{n} {x:.3f}" for n, x in end.items()) +
-                f"; flashjit's at most {high:.3f}"))
+def grad_diffs(runs, inputs, targets, step, a, device):
+    """{"sdpa" or "flashjit": {parameter: relative difference of its
+    gradient from the float32 run's}} at batch `step`, the runs' weights
+    as they are."""
+    g = {n: grads_at(m, inputs, targets, step, a, device) for n, m in runs.items()}
+    return {n: {p: rel(g[n][p], g["float32"][p]) for p in g[n]} for n in ("sdpa", "flashjit")}
+
+
+def grad_check(when, grads):
+    """(passed, line): flashjit's gradients against float32's, beside SDPA's."""
+    fjg, sdg = grads["flashjit"], grads["sdpa"]
+    worst = max(fjg, key=lambda n: fjg[n] - 2 * sdg[n])
+    bad = [n for n in fjg if fjg[n] > 2 * sdg[n] + 1e-3]
+    return (not bad, f"{when}: gradients against float32's, relative: flashjit's "
+            f"{max(fjg.values()):.2e} at most, SDPA's {max(sdg.values()):.2e}; nearest the "
+            f"bound {worst} (flashjit {fjg[worst]:.2e}, SDPA {sdg[worst]:.2e})" +
+            (f"; {len(bad)} over 2 x SDPA's + 0.001: {', '.join(bad[:4])}" if bad else ""))
+
+
+def checks(a, curves, first, last):
+    """[(passed, line)]: the checks of the docstring.  first, last:
+    grad_diffs at the first step and at flashjit's trained weights."""
+    out = [grad_check("the first step", first),
+           grad_check("flashjit's trained weights, the last batch", last)]
+    finite = all(math.isfinite(x) for c in curves.values() for x in c)
+    end = statistics.mean(curves["flashjit"][-10:])
     floor = math.log(a.branch) - a.tol
-    out.append((end["flashjit"] >= floor, f"flashjit's end {end['flashjit']:.3f} at least "
-                f"ln(branch) - tol = {floor:.3f} (no causal model goes lower)"))
+    out.append((finite and end >= floor, ("every loss finite; " if finite else "a loss is not "
+                "finite; ") + f"flashjit's last 10 steps' mean {end:.3f}, at least ln(branch) - "
+                f"tol = {floor:.3f} (no causal model goes lower)"))
     return out
 
 
-def report(a, curves, times, grads):
+def report(a, curves, times, first, last):
     names = list(curves)
     print(f"{'step':>6} " + " ".join(f"{n + ' loss':>14}" for n in names) +
           f" {'|fj-sdpa|':>10} {'|f32-sdpa|':>10}")
@@ -241,17 +252,16 @@ def report(a, curves, times, grads):
         ratio = "" if n == "sdpa" else f"  {med[n] / med['sdpa']:.2f}x sdpa's"
         print(f"{n:9s} median step {med[n]:8.2f} ms (forward, backward, AdamW; steps "
               f"{a.warmup}-{a.steps - 1}){ratio}")
-    print(f"sdpa's loss: {curves['sdpa'][0]:.3f} at step 0 "
-          f"(ln(vocab) {math.log(a.vocab):.3f}, ln(branch) {math.log(a.branch):.3f})")
-    if not all(math.isfinite(x) for c in curves.values() for x in c):
-        print("FAIL: a loss is not finite")
-        return 1
-    results = checks(a, curves, grads)
+    end = {n: statistics.mean(c[-10:]) for n, c in curves.items()}
+    print("the last 10 steps' mean loss: " + ", ".join(f"{n} {x:.3f}" for n, x in end.items()) +
+          f" (ln(vocab) {math.log(a.vocab):.3f}, ln(branch) {math.log(a.branch):.3f}; "
+          "where the loss falls is chaotic: not a check)")
+    results = checks(a, curves, first, last)
     for ok, line in results:
         print(("  ok    " if ok else "  FAIL  ") + line)
     ok = all(r[0] for r in results)
-    print("PASS: flashjit trains as SDPA and the float32 attention do" if ok else
-          "FAIL: flashjit's loss curve leaves SDPA's")
+    print("PASS: flashjit's gradients are as near float32's as SDPA's, at the start and trained"
+          if ok else "FAIL: a check above failed")
     return 0 if ok else 1
 
 
@@ -269,13 +279,16 @@ def main(argv=None):
           f"{torch.cuda.get_device_name(device)}")
     curves, times = {}, {}
     try:
-        g = {n: first_grads(m, inputs, targets, a, device) for n, m in runs.items()}
+        first = grad_diffs(runs, inputs, targets, 0, a, device)
         for name, model in runs.items():
             curves[name], times[name] = train(model, inputs, targets, a, device)
+        trained = runs["flashjit"].state_dict()
+        for m in runs.values():
+            m.load_state_dict(trained)
+        last = grad_diffs(runs, inputs, targets, a.steps - 1, a, device)
     except (gf.flashjit.NoDevice, gf.flashjit.LibraryNotFound) as e:
         return cannot_run(f"flashjit cannot run here: {e}")
-    grads = {n: {p: rel(g[n][p], g["float32"][p]) for p in g[n]} for n in ("sdpa", "flashjit")}
-    return report(a, curves, times, grads)
+    return report(a, curves, times, first, last)
 
 
 if __name__ == "__main__":
