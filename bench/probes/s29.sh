@@ -75,4 +75,20 @@ part_gpt() {
      timeout $(bound 150) python3 -m unittest test_train >"$out/test_train.log" 2>&1
    echo "test_train: exit $?"; tail -3 "$out/test_train.log")
 }
+# Part prof (S29_PARTS=prof): bench/probes/train_prof.py full,causal --
+# where the harness's autograd call spends the 380-480 us a call more
+# than the backward op alone (PERF.md R9).
+part_prof() {
+  PROF_NO_FLEX=1 PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s29-prof timeout $(bound 200) \
+    python3 bench/probes/train_prof.py full,causal 10 >"$out/prof.log" 2>&1
+  echo "prof: exit $?"; grep -A9 "^prof" "$out/prof.log" | cut -c1-150
+}
+# Part gap (S29_PARTS=gap): bench/probes/bwd_gap.py -- the backward
+# through autograd against the op alone, in one process, and both under
+# the profiler (kernels, host ops).
+part_gap() {
+  PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s29-gap timeout $(bound 120) \
+    python3 bench/probes/bwd_gap.py 20 >"$out/gap.log" 2>&1
+  echo "gap: exit $?"; cut -c1-140 "$out/gap.log" | grep -v Warning | head -70
+}
 parts_run s29 ${S29_PARTS:-det mha gqa f16 gpt}

@@ -10,6 +10,7 @@ time, and each kernel's mean time and count, so that the host's share
         python3 bench/probes/train_prof.py [causal,full,window,document] [iters]
 
 PROF_FJ_ONLY=1: flashjit's side alone (an A/B of two builds).
+PROF_NO_FLEX=1: flashjit and cuDNN, no FlexAttention (no compile).
 """
 import os
 import sys
@@ -76,6 +77,8 @@ def main():
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     return F.scaled_dot_product_attention(a, b, d, is_causal=causal)
             report(f"{c.key} cudnn", lambda: step(sdpa, q, k, v, do), iters)
+        if os.environ.get("PROF_NO_FLEX"):
+            continue
         bm = (create_block_mask(c.flex_mask, B, H, S, S, device="cuda")
               if c.flex_mask is not None else None)
         report(f"{c.key} flex", lambda: step(
