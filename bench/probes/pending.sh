@@ -82,12 +82,23 @@
 # mode's misses at d96, d192 and GQA).  Branch gqadet (the deterministic
 # mode's descending walk under GQA, FLASHJIT_BWD_DESCEND=1, off; built
 # by a helper, its CPU tests pass) did not run.
-# Next, on any GPU first: bench/probes/s28b.sh with build/ (main) and
-# build-gq/ (gqadet's build, slimmed) carried: gqcheck, gqtime (is the
-# descending walk right, faster, and the default mode unchanged?), then
-# on the H200 its f16 (the bar's fp16 half) and gpt (the GPT example's
-# attention call and step beside SDPA's); then, as before (s24.sh's
-# bwd and train ran as T17 and R9):
+# The twenty-ninth got three H100 calls (both that named the H200 got
+# an H100 or none; two failed starts spent 330 s): s28b.sh's gqcheck and
+# gqtime (the descending walk right, 1.30x the default where the plain
+# order took 2.27x: landed on by default, PERF.md T18), s29.sh's det,
+# mha (the walk without GQA: slower, dropped), gqa and gpt (the example's
+# new checks).  Unrun: s29.sh's f16 (H200 only), prof and gap.
+# Next, on the H200 first: S29_PARTS="f16 gqa gap prof" bash
+# bench/probes/s29.sh (the bar's fp16 half, the GQA deterministic ratio
+# there, where the harness's autograd backward spends 380-480 us more
+# than the op: issue 33's full and causal rows); then, on any GPU:
+# bench/probes/qkvviews.sh (the fused QKV's backward without copies:
+# Python only, qkvviews.patch applied to a copy of python/) and
+# bench/probes/defer.sh with build-df/ (defer.patch's build, slimmed)
+# carried (the deterministic writer's deferred turns: check, then
+# deterministic / default at d64-d128); land each where its check
+# passes and it is faster; then, as before (s24.sh's bwd and train ran
+# as T17 and R9):
 # S23_PARTS=det bash bench/probes/s23.sh (T14's figures there, with
 # the templates of 6f2a9f7 as build/tmpl-old), then the backward's whole
 # table (s19.sh's bwd: T12 again, d256's default since the relaxed
