@@ -562,6 +562,33 @@ class CachedCalls(Stubbed):
         # The call itself reaches the library, which starts the compiles.
         self.assertEqual(REAL_PREFETCH(e), 0)
 
+    def test_autograd_and_op_send_one_call(self):
+        """The backward through autograd (the training forward's saved
+        tensors) and the op's function called on the inference forward's O
+        and lse (as bench/bwd_compare.py times it) send the library the same problem (every field) and arguments:
+        a difference in their times is no difference of call."""
+        for causal in (None, "top_left"):
+            q, k, v = qkv(b=2, hq=4, hk=2, s=256, d=128)
+            dout = torch.randn_like(q)
+            for t in (q, k, v):
+                t.requires_grad_(True)
+            o = flashjit.attention(q, k, v, causal=causal)
+            torch.autograd.grad(o, (q, k, v), dout)
+            auto = [c for c in self.rec.calls if c[0] == "bwd"][-1]
+            qd, kd, vd = (t.detach() for t in (q, k, v))
+            out, lse = flashjit.attention(qd, kd, vd, causal=causal, return_lse=True)
+            # The op's function (its CUDA kernel; the op has none on the CPU).
+            fjt._attention_bwd(dout, qd, kd, vd, out, lse, int(causal is not None), 0.0, 0,
+                               -1, -1, 0.0, None, False)
+            op = [c for c in self.rec.calls if c[0] == "bwd"][-1]
+            self.assertIsNot(auto, op)
+
+            def fields(p):
+                return [(f, getattr(p, f) if not hasattr(getattr(p, f), "__len__")
+                         else list(getattr(p, f))) for f, _ in capi.Problem._fields_]
+            self.assertEqual(fields(auto[2]), fields(op[2]))
+            self.assertEqual([x is None for x in auto[1]], [x is None for x in op[1]])
+
     def test_backward_table(self):
         q, k, v = qkv()
         out, lse = torch.empty_like(q), torch.empty(1, 8, 128)
