@@ -999,6 +999,8 @@ class _GradPtrs(C.Structure):
 def _pgrad_params(o, pgrads):
     """The (parameter index, its role's index among the extras) of each
     parameter whose gradient pgrads asks for."""
+    if not pgrads:
+        return ()
     role = {r: i for i, r in enumerate(o.roles)}
     return tuple((i, role["param:" + name]) for i, (name, kind, _) in enumerate(o.params)
                  if pgrads >> i & 1 and kind == "t")
@@ -1026,9 +1028,19 @@ def _build_bwd_mods(o, q, k, v, extras, deterministic, pgrads):
                                 zero=o.kind != "dense")
 
 
-def _dparams_views(o, extras, pgrads, device):
+_NO_DPARAMS = {}  # device: the empty dparams of eager calls without parameters' gradients
+
+
+def _dparams_views(o, extras, pgrads, device, shared=False):
     """dparams, zeroed (the library adds), and its part for each
-    parameter with a gradient, in _pgrad_params' order."""
+    parameter with a gradient, in _pgrad_params' order.  shared: where
+    none has a gradient, one empty tensor a device for every call (an
+    eager call's, which nothing writes; the op's outputs are its own)."""
+    if shared and not pgrads:
+        e = _NO_DPARAMS.get(device)
+        if e is None:
+            e = _NO_DPARAMS[device] = torch.zeros(0, dtype=torch.float32, device=device)
+        return e, ()
     sizes = [extras[r].numel() for _, r in _pgrad_params(o, pgrads)]
     dparams = torch.zeros(sum(sizes), dtype=torch.float32, device=device)
     return dparams, tuple(dparams.split(sizes)) if sizes else ()
@@ -1041,17 +1053,20 @@ def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrad
     ModsCall's own entries by mode and gradients (its signature fixes
     every tensor's metadata but dO's, read contiguous), or None."""
     o = calls.decode(opts)
-    q, k, v = (t if _dense(t) else t.contiguous() for t in (q, k, v))
+    mode = (bool(deterministic), int(pgrads))
+    hit = None if mine is None else mine.get(mode)
+    # Which of q, k and v become dense copies: a ModsCall's (mine) once.
+    copy = hit[1] if hit is not None else tuple(not _dense(t) for t in (q, k, v))
+    if copy[0] or copy[1] or copy[2]:
+        q, k, v = (t.contiguous() if c else t for t, c in zip((q, k, v), copy))
     out, dout = out.contiguous(), dout.contiguous()
-    dparams, views = _dparams_views(o, extras, pgrads, q.device)
+    dparams, views = _dparams_views(o, extras, pgrads, q.device, shared=mine is not None)
     if q.numel() == 0:
         hq = _heads_q(q, o.layout)
         return (grad_like(q), grad_like(k).zero_(), grad_like(v).zero_(),
                 torch.zeros((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32,
                             device=q.device), dparams)
-    mode = (bool(deterministic), int(pgrads))
-    e = None if mine is None else mine.get(mode)
-    if e is None:
+    if hit is None:
         meta = calls.meta
         key = ("mods", opts, bool(deterministic), int(pgrads), meta(q), meta(k), meta(v),
                meta(out), meta(dout), meta(lse)) + tuple(meta(t) for t in extras)
@@ -1059,9 +1074,10 @@ def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrad
         if e is None:
             e = _build_bwd_mods(o, q, k, v, extras, deterministic, pgrads)
             calls.remember(calls.tables.bwd, key, e)
+        hit = (e, copy)
         if mine is not None:
-            mine[mode] = e
-    return calls.backward(e, dout, q, k, v, out, lse, tuple(extras) + views,
+            mine[mode] = hit
+    return calls.backward(hit[0], dout, q, k, v, out, lse, tuple(extras) + views,
                           _dlse_arg(dlse)) + (dparams,)
 
 

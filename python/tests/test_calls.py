@@ -562,6 +562,26 @@ class CachedCalls(Stubbed):
         # The call itself reaches the library, which starts the compiles.
         self.assertEqual(REAL_PREFETCH(e), 0)
 
+    def test_expression_backward_repeats(self):
+        """A call with an expression, twice, on packed (not dense) q, k, v:
+        the second backward copies them dense as the first did (the call's
+        own entry keeps which), and a call without parameters' gradients
+        shares one empty dparams."""
+        x = torch.randn(2, 64, 3, 4, 64, dtype=BF16, requires_grad=True)
+        q, k, v = (t.transpose(1, 2) for t in x.unbind(2))
+        grads = []
+        for _ in range(2):
+            out = flashjit.attention(q, k, v, score_mod="s * 0.5f")
+            grads.append(torch.autograd.grad(out.sum(), x)[0])
+        bwd = [p for n, a, p in self.rec.calls if n == "bwd"]
+        self.assertEqual(len(bwd), 2)
+        for p in bwd:
+            self.assertEqual(list(p.q_stride), [4 * 64 * 64, 64 * 64, 64])  # dense copies
+        self.assertEqual(grads[0].shape, x.shape)
+        e = fjt._dparams_views(None, (), 0, x.device, shared=True)
+        self.assertIs(e[0], fjt._dparams_views(None, (), 0, x.device, shared=True)[0])
+        self.assertEqual((e[0].numel(), e[1]), (0, ()))
+
     def test_autograd_and_op_send_one_call(self):
         """The backward through autograd (the training forward's saved
         tensors) and the op's function called on the inference forward's O
