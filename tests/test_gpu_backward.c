@@ -501,12 +501,38 @@ int test_gpu_backward(void)
  * over 10 runs; the default mode's run-to-run differences on the same
  * shapes, for comparison.  On the device's own family, then (families 2)
  * on an sm_90a device the mma family too (plain sm_90). */
-static int run_deterministic(const bwd_case *cases, size_t n, int families)
+/* Counts the launches that took the deterministic mode's descending walk
+ * (backward.c's debug line). */
+static void count_walks(void *user, fj_log_level level, const char *msg)
+{
+  if (level == FJ_LOG_DEBUG && strstr(msg, "descending walk"))
+    ++*(int *)user;
+}
+
+/* run_deterministic's cases on the wgmma family (and, families 2, the mma
+ * family's plain sm_90 context); walks, if not NULL, counts the launches
+ * that took the descending walk. */
+static int run_deterministic_counting(const bwd_case *cases, size_t n, int families,
+                                      int *walks)
 {
   fj_ctx *ctx;
   int rc = fjt_gpu_ctx(NULL, &ctx);
   if (rc)
     return rc;
+  if (walks) {
+    /* The same context, logging: fjt_gpu_ctx's options and a sink. */
+    fj_ctx_destroy(ctx);
+    fj_ctx_opts o;
+    fj_ctx_opts_init(&o);
+    o.disk_cache = 0;
+    o.jit_tiers = 0;
+    o.log = count_walks;
+    o.log_user = walks;
+    if (fj_ctx_create(&ctx, &o) != FJ_OK) {
+      fprintf(stderr, "GPU context: %s\n", fj_errmsg(NULL));
+      return 1;
+    }
+  }
   uint64_t seed = 20261127;
   int fails = 0;
   for (int fam = 0; fam < families; fam++) {
@@ -531,6 +557,11 @@ static int run_deterministic(const bwd_case *cases, size_t n, int families)
     fj_ctx_destroy(ctx);
   printf("deterministic backward: %d failed\n", fails);
   return fails != 0;
+}
+
+static int run_deterministic(const bwd_case *cases, size_t n, int families)
+{
+  return run_deterministic_counting(cases, n, families, NULL);
 }
 
 int test_gpu_backward_deterministic(void)
@@ -574,13 +605,30 @@ int test_gpu_backward_deterministic(void)
   if (rc == FJT_SKIP)
     return rc;
   size_t nb = sizeof bounded_gqa / sizeof bounded_gqa[0];
+  /* The caller's FLASHJIT_BWD_DESCEND, restored after. */
+  const char *had = getenv("FLASHJIT_BWD_DESCEND");
+  char *saved = had ? strdup(had) : NULL;
+  unsetenv("FLASHJIT_BWD_DESCEND");
+  int walks = 0, plain_walks = 0;
   printf("GQA under a bounded mask, the descending walk:\n");
-  int rd = run_deterministic(bounded_gqa, nb, 1);
+  int rd = run_deterministic_counting(bounded_gqa, nb, 1, &walks);
   printf("the first four, the plain order (FLASHJIT_BWD_DESCEND=0):\n");
   setenv("FLASHJIT_BWD_DESCEND", "0", 1);
-  int rp = run_deterministic(bounded_gqa, 4, 1);
-  unsetenv("FLASHJIT_BWD_DESCEND");
-  return rc || rd || rp;
+  int rp = run_deterministic_counting(bounded_gqa, 4, 1, &plain_walks);
+  if (saved)
+    setenv("FLASHJIT_BWD_DESCEND", saved, 1);
+  else
+    unsetenv("FLASHJIT_BWD_DESCEND");
+  free(saved);
+  /* Every case's deterministic launches took the walk (its checked run
+   * and ten repeats: at least 11 a case), and none in the plain order. */
+  printf("descending walks: %d launches (at least %zu), %d in the plain order (none)\n",
+         walks, 11 * nb, plain_walks);
+  int rw = walks < (int)(11 * nb) || plain_walks != 0;
+  if (rw)
+    printf("FAIL: the descending walk was not taken where it should be, or was where it "
+           "should not\n");
+  return rc || rd || rp || rw;
 }
 
 /* The wide kernel in turns (above head dim 128 on sm_90a; its consumers

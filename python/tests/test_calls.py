@@ -569,18 +569,29 @@ class CachedCalls(Stubbed):
         shares one empty dparams."""
         x = torch.randn(2, 64, 3, 4, 64, dtype=BF16, requires_grad=True)
         q, k, v = (t.transpose(1, 2) for t in x.unbind(2))
-        grads = []
-        for _ in range(2):
-            out = flashjit.attention(q, k, v, score_mod="s * 0.5f")
-            grads.append(torch.autograd.grad(out.sum(), x)[0])
-        bwd = [p for n, a, p in self.rec.calls if n == "bwd"]
+        grads, made = [], []
+        real = fjt._dparams_views
+
+        def spy(*args, **kw):
+            made.append((kw.get("shared"), real(*args, **kw)[0]))
+            return made[-1][1], ()
+
+        with mock.patch.object(fjt, "_dparams_views", spy):
+            for _ in range(2):
+                out = flashjit.attention(q, k, v, score_mod="s * 0.5f")
+                grads.append(torch.autograd.grad(out.sum(), x)[0])
+        bwd = [(a, p) for n, a, p in self.rec.calls if n == "bwd"]
         self.assertEqual(len(bwd), 2)
-        for p in bwd:
-            self.assertEqual(list(p.q_stride), [4 * 64 * 64, 64 * 64, 64])  # dense copies
+        for a, p in bwd:
+            self.assertEqual(list(p.q_stride), [4 * 64 * 64, 64 * 64, 64])
+            # Dense copies passed, not the packed views, both times.
+            self.assertNotIn(a[2], (q.data_ptr(), k.data_ptr(), v.data_ptr()))
+            self.assertNotIn(a[3], (q.data_ptr(), k.data_ptr(), v.data_ptr()))
         self.assertEqual(grads[0].shape, x.shape)
-        e = fjt._dparams_views(None, (), 0, x.device, shared=True)
-        self.assertIs(e[0], fjt._dparams_views(None, (), 0, x.device, shared=True)[0])
-        self.assertEqual((e[0].numel(), e[1]), (0, ()))
+        # One empty dparams for both calls (no parameters' gradients).
+        self.assertEqual([m[0] for m in made], [True, True])
+        self.assertIs(made[0][1], made[1][1])
+        self.assertEqual(made[0][1].numel(), 0)
 
     def test_autograd_and_op_send_one_call(self):
         """The backward through autograd (the training forward's saved

@@ -185,11 +185,15 @@ class ExampleChecks(unittest.TestCase):
 
     def test_wrong_gradient_fails(self):
         """One parameter's gradient 3x SDPA's difference from float32's, at
-        the first step or at the trained weights: that check fails."""
+        the first step or at the trained weights, or NaN there (weights gone
+        NaN after the last loss): that check fails."""
         bad = {"sdpa": {"qkv": 0.010, "head": 0.004}, "flashjit": {"qkv": 0.031, "head": 0.004}}
         c = self.fall(150)
         self.assertEqual(self.run_checks(c, c, c, first=bad), [False, True, True])
         self.assertEqual(self.run_checks(c, c, c, last=bad), [True, False, True])
+        nan = {"sdpa": {"qkv": 0.010, "head": 0.004},
+               "flashjit": {"qkv": float("nan"), "head": 0.004}}
+        self.assertEqual(self.run_checks(c, c, c, last=nan), [True, False, True])
 
     def test_below_the_entropy_fails(self):
         """Below ln(branch) at the end (a mask that leaks later tokens)."""
