@@ -1,9 +1,9 @@
 #!/bin/bash
 # qkvviews.sh OUTDIR -- bench/probes/qkvviews.patch (prepared without a
-# GPU on 2026-12-07; Python only): an eager backward reads q, k and v of
-# a fused QKV projection where they are (no dense copies; strided views
-# whose elements do not overlap) and lays dq, dk, dv out as views of one
-# buffer the projection's size.  No GPU has run a backward on such
+# GPU on 2026-12-07; Python only): an eager backward (the built-in masks'
+# and the expressions') reads q, k and v of a fused QKV projection where
+# they are (no dense copies; strided views whose elements do not overlap)
+# and lays dq, dk, dv out as views of one buffer the projection's size.  No GPU has run a backward on such
 # strided inputs (the package copied them dense): this checks it.  From
 # the repository root with build/ carried.  Parts (QV_PARTS; QV_SECONDS
 # bounds the whole, default 560):
