@@ -20,7 +20,7 @@
 #include "launch_record.h"
 #include "mods.h"
 #include "plan.h"
-#include "reference.h"
+#include "problem.h"
 #include "tier.h"
 #include "tunedb.h"
 #include "variant.h"
@@ -157,7 +157,7 @@ void fj_problem_init(fj_problem *p, int batch, int heads_q, int heads_kv,
   contiguous(p->v_stride, heads_kv, seq_kv, head_dim, order);
 }
 
-/* The checks that need no context come from reference.c, shared with
+/* The checks that need no context come from problem.c, shared with
  * fj_reference_fwd; the target's rules (head dims, dtypes on this arch)
  * are the variant rules of the default variant. */
 fj_status fj_problem_check(fj_ctx *ctx, const fj_problem *p)

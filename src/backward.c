@@ -20,7 +20,7 @@
 #include "mods.h"
 #include "mods_kernel.h"
 #include "plan.h"
-#include "reference.h"
+#include "problem.h"
 #include "tunedb.h"
 #include "util.h"
 #include "variant.h"

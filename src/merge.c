@@ -18,7 +18,7 @@
 #include "kparams.h"
 #include "mods.h"
 #include "plan.h"
-#include "reference.h"
+#include "problem.h"
 
 /* The part count both forms check (1..FJ_SPLITS_MAX); fn names the
  * call. */

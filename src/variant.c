@@ -13,7 +13,7 @@
 #include "kernel.h"
 #include "kparams.h"
 #include "layout.h"
-#include "reference.h"
+#include "problem.h"
 #include "template.h"
 #include "util.h"
 #include "variant.h"

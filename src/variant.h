@@ -12,7 +12,7 @@
 #include "kernel.h"
 #include "mods.h"
 #include "mods_kernel.h"
-#include "reference.h"
+#include "problem.h"
 #include "template.h"
 
 /* Axis rules and what is implemented; the message names axis and limit. */

@@ -10,9 +10,9 @@
 # The order, lowest first (README's "Layout of the source" explains each):
 layers="util
 ctx kparams expr mods_memo
-mods axes expr_grad
-driver template compile reference
-cache entry workspace devptr launch_record mods_kernel
+mods axes expr_grad numbers
+driver template compile problem
+reference cache entry workspace devptr launch_record mods_kernel
 package
 kernel
 layout

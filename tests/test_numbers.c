@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "layout.h"
-#include "reference.h"
+#include "numbers.h"
 #include "runner.h"
 
 int test_lut_reference(void)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "numbers.h"
 #include "reference.h"
 #include "runner.h"
 
