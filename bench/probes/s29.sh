@@ -3,7 +3,8 @@
 # repository root with build/ (main's build) carried, and for part mha
 # build-mha/ too (main with backward.c's descends taking heads_q ==
 # heads_kv as well: the descending walk without GQA, an experiment).
-# Parts (S29_PARTS; S29_SECONDS bounds the whole, default 560):
+# Parts (S29_PARTS, default "f16 gqa gap gpt prof": what the next H200
+# call should run; S29_SECONDS bounds the whole, default 560):
 #   det    gpu_backward_deterministic (the descending walk now the default
 #          for GQA under a bounded mask; its cases again with
 #          FLASHJIT_BWD_DESCEND=0), bounded 240 s.
@@ -91,4 +92,4 @@ part_gap() {
     python3 bench/probes/bwd_gap.py 20 >"$out/gap.log" 2>&1
   echo "gap: exit $?"; cut -c1-140 "$out/gap.log" | grep -v Warning | head -70
 }
-parts_run s29 ${S29_PARTS:-det mha gqa f16 gpt}
+parts_run s29 ${S29_PARTS:-f16 gqa gap gpt prof}
