@@ -785,13 +785,11 @@ static int descends(const fj_problem *p, const fj_bwd_plan *plan)
 {
   const char *e = getenv("FLASHJIT_BWD_DESCEND");
   if ((e && strcmp(e, "0") == 0) || !p->deterministic ||
-      p->heads_q == p->heads_kv || plan->variant.mma != FJ_MMA_WGMMA)
+      p->heads_q == p->heads_kv || plan->variant.mma != FJ_MMA_WGMMA ||
+      det_blocks(p))
     return 0;
-  fj_mods_info mi;
-  fj__mods_info(p->mods, &mi);
-  int right = p->causal != FJ_CAUSAL_NONE ||
-              (p->mods && p->mods->window_right >= 0);
-  return right && !mi.blocks;
+  return p->causal != FJ_CAUSAL_NONE ||
+         (p->mods && p->mods->window_right >= 0);
 }
 
 static void fill_bwd_params(fj_bwd_kparams *g, const fj_problem *p,

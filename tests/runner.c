@@ -87,8 +87,15 @@ fj_ctx *fjt_ctx(const char *arch, const char *dir)
 
 int fjt_gpu_ctx(const char *dir, fj_ctx **ctx)
 {
+  return fjt_gpu_ctx_log(dir, NULL, NULL, ctx);
+}
+
+int fjt_gpu_ctx_log(const char *dir, fj_log_fn log, void *user, fj_ctx **ctx)
+{
   fj_ctx_opts o;
   fj_ctx_opts_init(&o);
+  o.log = log;
+  o.log_user = user;
   o.cache_dir = dir;
   o.disk_cache = dir != NULL;
   /* The GPU tests check the chosen kernels; test_tier.c's cases check the

@@ -60,6 +60,8 @@ fj_ctx *fjt_ctx(const char *arch, const char *dir);
 /* A GPU context on device 0: 0, or FJT_SKIP (no device, reason given),
  * or 1 (another failure, printed). */
 int fjt_gpu_ctx(const char *dir, fj_ctx **ctx);
+/* The same, the library's diagnostics to log (with user). */
+int fjt_gpu_ctx_log(const char *dir, fj_log_fn log, void *user, fj_ctx **ctx);
 /* Skips the running test for the reason printf would print from fmt: prints
  * "SKIP: reason" (ctest's summary lists it, tests/skip_reasons.sh) and
  * returns FJT_SKIP.  A test that returns FJT_SKIP without calling it

@@ -516,23 +516,9 @@ static int run_deterministic_counting(const bwd_case *cases, size_t n, int famil
                                       int *walks)
 {
   fj_ctx *ctx;
-  int rc = fjt_gpu_ctx(NULL, &ctx);
+  int rc = fjt_gpu_ctx_log(NULL, walks ? count_walks : NULL, walks, &ctx);
   if (rc)
     return rc;
-  if (walks) {
-    /* The same context, logging: fjt_gpu_ctx's options and a sink. */
-    fj_ctx_destroy(ctx);
-    fj_ctx_opts o;
-    fj_ctx_opts_init(&o);
-    o.disk_cache = 0;
-    o.jit_tiers = 0;
-    o.log = count_walks;
-    o.log_user = walks;
-    if (fj_ctx_create(&ctx, &o) != FJ_OK) {
-      fprintf(stderr, "GPU context: %s\n", fj_errmsg(NULL));
-      return 1;
-    }
-  }
   uint64_t seed = 20261127;
   int fails = 0;
   for (int fam = 0; fam < families; fam++) {

@@ -10,7 +10,6 @@ CUDA events) and the kernels of one call (torch.profiler).
     PYTHONPATH=<package> FLASHJIT_LIB=build/libflashjit.so python3 bench/probes/qkv_views.py
 """
 import os
-import statistics
 import sys
 from collections import defaultdict
 
@@ -19,20 +18,8 @@ from torch.profiler import ProfilerActivity, profile
 
 import flashjit
 
-
-def bench(fn, iters=20, warm=3):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e) * 1e3)
-    return statistics.median(ts)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from mods_cases import bench  # noqa: E402  (each call alone between CUDA events, us)
 
 
 def main():
@@ -49,7 +36,7 @@ def main():
             return torch.autograd.grad(o, x, dout)
 
         g = step()[0]
-        us = bench(step)
+        us = bench(step, 20)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             step()
