@@ -34,7 +34,13 @@ steps, steepest near step 110: gpt_flashjit.py's written-out attention
 left SDPA's curve by at most 0.031 (at the steep part, 0.003 elsewhere).
 The script prints the three loss curves (every --log-every steps) and the
 median time of a training step (forward, backward, gradient clipping and
-AdamW; after --warmup steps) of each.
+AdamW; after --warmup steps) of each.  Those times come from runs one
+after the other, minutes apart, and a host-bound step's time drifts with
+the host (H100 runs of the same code: flashjit's step 0.96x, 1.00x and
+1.34x SDPA's); the step is then timed again with the runs interleaved
+(--time-rounds rounds of --time-steps steps each, SDPA's and flashjit's
+in the order ABBA, on the trained weights, every kernel already built):
+the median of the rounds' ratios is the comparison to read.
 
     python3 examples/gpt_train.py [--steps 300] [--compile] [--device cuda:0]
 
@@ -79,12 +85,17 @@ def parse(argv):
     ap.add_argument("--tol", type=float, default=0.1,
                     help="how far below ln(--branch) flashjit's end may be (nats)")
     ap.add_argument("--log-every", type=int, default=0, help="default: about 15 lines")
+    ap.add_argument("--time-rounds", type=int, default=6,
+                    help="interleaved timing rounds after training (default 6; 0: none)")
+    ap.add_argument("--time-steps", type=int, default=20,
+                    help="steps a run takes in each timing round (default 20)")
     ap.add_argument("--warmup", type=int, default=-1,
                     help="steps left out of the median time (default min(10, steps/4))")
     a = ap.parse_args(argv)
-    if min(a.steps, a.batch, a.branch, a.lag) < 1 or min(a.seq, a.vocab) < 2:
-        ap.error("--steps, --batch, --branch and --lag must be at least 1, --seq and --vocab "
-                 "at least 2")
+    if min(a.steps, a.batch, a.branch, a.lag, a.time_steps) < 1 or min(a.seq, a.vocab) < 2 \
+            or a.time_rounds < 0:
+        ap.error("--steps, --batch, --branch, --lag and --time-steps must be at least 1, --seq "
+                 "and --vocab at least 2, --time-rounds at least 0")
     if a.dim % a.heads or a.heads % a.kv_heads:
         ap.error(f"--dim {a.dim} must be a multiple of --heads {a.heads}, and --heads of "
                  f"--kv-heads {a.kv_heads}")
@@ -150,19 +161,22 @@ def lr_factor(step, a):
     return 0.1 + 0.45 * (1 + math.cos(math.pi * t))
 
 
-def train(model, inputs, targets, a, device):
-    """Trains model in place; returns (losses, seconds a step)."""
+def train(model, inputs, targets, a, device, steps=None, first=0):
+    """Trains model in place over batches first .. first + steps - 1 (all
+    --steps by default; past the last batch, the first again); returns
+    (losses, seconds a step)."""
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95),
                             weight_decay=0.01, fused=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, a))
     run = torch.compile(model) if a.compile else model
     losses, seconds = [], []
-    for step in range(a.steps):
+    for step in range(first, first + (a.steps if steps is None else steps)):
         torch.cuda.synchronize(device)
         t = time.perf_counter()
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            logits = run(inputs[step])
-        loss = F.cross_entropy(logits.float().view(-1, a.vocab), targets[step].view(-1))
+            logits = run(inputs[step % len(inputs)])
+        loss = F.cross_entropy(logits.float().view(-1, a.vocab),
+                               targets[step % len(inputs)].view(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -197,6 +211,34 @@ def grads_at(model, inputs, targets, step, a, device):
     grads = {n: p.grad.detach().float().clone() for n, p in model.named_parameters()}
     model.zero_grad(set_to_none=True)
     return grads
+
+
+def interleaved_times(runs, inputs, targets, a, device):
+    """[(sdpa ms, flashjit ms)] a round: each run's median step over
+    --time-steps steps (after one untimed step), the two in the order
+    ABBA round by round, so that a drift of the host's speed falls on
+    both alike."""
+    rounds = []
+    for r in range(a.time_rounds):
+        order = ("sdpa", "flashjit") if r % 2 == 0 else ("flashjit", "sdpa")
+        med = {}
+        for name in order:
+            _, sec = train(runs[name], inputs, targets, a, device, steps=a.time_steps + 1,
+                           first=r * (a.time_steps + 1))
+            med[name] = statistics.median(sec[1:]) * 1e3
+        rounds.append((med["sdpa"], med["flashjit"]))
+    return rounds
+
+
+def interleaved_report(rounds):
+    """The lines that print interleaved_times' rounds."""
+    if not rounds:
+        return []
+    ratios = [f / s for s, f in rounds]
+    return [f"interleaved ({len(rounds)} rounds, ABBA): median step sdpa "
+            f"{statistics.median(s for s, _ in rounds):.2f} ms, flashjit "
+            f"{statistics.median(f for _, f in rounds):.2f} ms; flashjit / sdpa per round "
+            + " ".join(f"{x:.2f}" for x in ratios) + f", median {statistics.median(ratios):.2f}x"]
 
 
 def rel(x, y):
@@ -239,7 +281,7 @@ def checks(a, curves, first, last):
     return out
 
 
-def report(a, curves, times, first, last):
+def report(a, curves, times, first, last, rounds=()):
     names = list(curves)
     print(f"{'step':>6} " + " ".join(f"{n + ' loss':>14}" for n in names) +
           f" {'|fj-sdpa|':>10} {'|f32-sdpa|':>10}")
@@ -254,6 +296,8 @@ def report(a, curves, times, first, last):
         ratio = "" if n == "sdpa" else f"  {med[n] / med['sdpa']:.2f}x sdpa's"
         print(f"{n:9s} median step {med[n]:8.2f} ms (forward, backward, AdamW; steps "
               f"{a.warmup}-{a.steps - 1}){ratio}")
+    for line in interleaved_report(rounds):
+        print(line)
     end = {n: statistics.mean(c[-10:]) for n, c in curves.items()}
     print("the last 10 steps' mean loss: " + ", ".join(f"{n} {x:.3f}" for n, x in end.items()) +
           f" (ln(vocab) {math.log(a.vocab):.3f}, ln(branch) {math.log(a.branch):.3f}; "
@@ -288,9 +332,10 @@ def main(argv=None):
         for m in runs.values():
             m.load_state_dict(trained)
         last = grad_diffs(runs, inputs, targets, a.steps - 1, a, device)
+        rounds = interleaved_times(runs, inputs, targets, a, device)
     except (gf.flashjit.NoDevice, gf.flashjit.LibraryNotFound) as e:
         return cannot_run(f"flashjit cannot run here: {e}")
-    return report(a, curves, times, first, last)
+    return report(a, curves, times, first, last, rounds)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ The CPU tests need PyTorch (any build); the GPU tests PyTorch with a CUDA
 GPU.  Each skips, saying why, where that is missing."""
 import copy
 import inspect
+import io
 import os
 import re
 import subprocess
@@ -200,6 +201,27 @@ class ExampleChecks(unittest.TestCase):
         self.assertEqual(self.run_checks(self.fall(150, bottom=0.5), self.fall(150),
                                          self.fall(150)), [True, True, False])
 
+    def test_interleaved_report(self):
+        """The interleaved rounds' line: each run's median over the rounds
+        and the median of the per-round ratios (flashjit / SDPA), which
+        a drift common to both leaves alone; nothing without rounds."""
+        ex = load_example()
+        line, = ex.interleaved_report([(8.0, 8.8), (10.0, 10.0), (12.0, 10.8), (9.0, 9.0)])
+        self.assertIn("median step sdpa 9.50 ms, flashjit 9.50 ms", line)
+        self.assertIn("per round 1.10 1.00 0.90 1.00, median 1.00x", line)
+        self.assertEqual(ex.interleaved_report([]), [])
+
+    def test_bad_timing_options_refused(self):
+        """--time-steps below 1 or --time-rounds below 0: argparse's error
+        naming them (exit 2)."""
+        ex = load_example()
+        for args in (["--time-steps", "0"], ["--time-rounds", "-1"]):
+            with self.assertRaises(SystemExit) as cm, \
+                    mock.patch("sys.stderr", new=io.StringIO()) as err:
+                ex.parse(args)
+            self.assertEqual(cm.exception.code, 2)
+            self.assertIn("--time-rounds at least 0", err.getvalue())
+
     def test_not_finite_fails(self):
         """A NaN loss anywhere fails the last check."""
         c = self.fall(150)
@@ -224,13 +246,16 @@ class Training(unittest.TestCase, DeterministicState):
         """examples/gpt_train.py, 20 steps: its checks pass (the
         gradients at the first step and at the trained weights beside
         SDPA's and float32's)."""
-        out = subprocess.run([sys.executable, EXAMPLE, "--steps", "20"], env=example_env(),
+        out = subprocess.run([sys.executable, EXAMPLE, "--steps", "20", "--time-rounds", "2",
+                              "--time-steps", "3"], env=example_env(),
                              capture_output=True, text=True, timeout=600)
         log = out.stdout + out.stderr
         self.assertEqual(out.returncode, 0, log)
         self.assertRegex(log, r"ok +the first step: gradients against float32's", log)
         self.assertRegex(log, r"ok +flashjit's trained weights, the last batch: gradients", log)
         self.assertIn("PASS: flashjit's gradients are as near float32's as SDPA's", log)
+        self.assertRegex(log, r"interleaved \(2 rounds, ABBA\): median step sdpa [0-9.]+ ms, "
+                         r"flashjit [0-9.]+ ms; flashjit / sdpa per round [0-9.]+ [0-9.]+, median", log)
 
     def test_cuda_graph_training_step(self):
         """Forward, backward and SGD captured in one CUDA graph: each replay
