@@ -33,7 +33,7 @@ cache=/tmp/defer-cache
 df_ok=1
 part_check() {
   local args
-  for args in "1,8,700,64 --heads-kv 2 --causal" "2,4,900,128"; do
+  for args in "1,8,700,64 --heads-kv 2 --causal" "1,4,700,128"; do
     (cd build-df && FLASHJIT_BWD_DEFER=1 FLASHJIT_CACHE_DIR=$cache timeout $(bound 60) ./flashjit run --backward \
        --deterministic --shape $args --dtype bf16 --check --verbose) >"$out/check.log" 2>&1
     echo "defer check $args: exit $?; $(grep -cE -- '-> PASS' "$out/check.log") PASS, $(grep -cE -- '-> FAIL' "$out/check.log") FAIL," \

@@ -24,7 +24,7 @@ parts_start qkvviews "${1:-}" ${QV_SECONDS:-560}
 out=$(cd "$out" && pwd)
 echo "qkvviews gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
 qv=/tmp/qv-root
-rm -rf $qv && mkdir -p $qv && cp -r python $qv/ && (cd $qv && { git apply "$root/bench/probes/qkvviews.patch" 2>/dev/null || patch -p1 -s <"$root/bench/probes/qkvviews.patch"; }) ||
+rm -rf $qv && mkdir -p $qv && cp -r python examples $qv/ && (cd $qv && { git apply "$root/bench/probes/qkvviews.patch" 2>/dev/null || patch -p1 -s <"$root/bench/probes/qkvviews.patch"; }) ||
   { echo "qkvviews: the patch does not apply"; exit 1; }
 part_tests() {
   (cd $qv/python/tests && PYTHONPATH=$qv/python FLASHJIT_LIB=$root/build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/qv-cache \

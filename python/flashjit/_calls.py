@@ -402,16 +402,20 @@ def prefetch_bwd(e):
     return core.lib().fj_attention_bwd_prefetch(e.ctx, C.byref(e.p))
 
 
-def backward(e, dout, q, k, v, out, lse, extras, dlse=None):
+def backward(e, dout, q, k, v, out, lse, extras, dlse=None, grads=None):
     """Runs backward entry e: (dq, dk, dv, dsinks), the gradients in q's,
     k's and v's strides, dsinks float32 (heads_q,) or empty.  dlse: the
     loss's gradient at lse, float32 contiguous in lse's layout
-    (fj_problem.dlse), or None."""
+    (fj_problem.dlse), or None.  grads: (dq, dk, dv) made by the caller in
+    those strides (zeroed where e.zero says), or None: made here, as q, k
+    and v (which must then be dense)."""
     for obj, field, i in e.slots:
         setattr(obj, field, extras[i].data_ptr())
     e.p.dlse = None if dlse is None else dlse.data_ptr()
-    alloc = torch.zeros_like if e.zero else torch.empty_like
-    dq, dk, dv = alloc(q), alloc(k), alloc(v)
+    if grads is None:
+        alloc = torch.zeros_like if e.zero else torch.empty_like
+        grads = alloc(q), alloc(k), alloc(v)
+    dq, dk, dv = grads
     dsinks = torch.empty(size=(e.p.heads_q if e.sinks else 0,), dtype=torch.float32,
                          device=e.device)
     f = _fns or fns()

@@ -620,6 +620,49 @@ def _dense(t):
     return True
 
 
+def _disjoint(t):
+    """Whether no two of t's elements share an address: its dimensions,
+    by stride, each step past all the smaller ones' span (a slice of a
+    packed projection, as q, k and v of a fused QKV are).  Such a tensor's
+    gradient can take its strides (gaps and all)."""
+    span = 1
+    for s, n in sorted((s, n) for s, n in zip(t.stride(), t.shape) if n > 1):
+        if s < span:
+            return False
+        span += s * (n - 1)
+    return True
+
+
+def _grads_as_laid_out(q, k, v, zero):
+    """dq, dk, dv in q's, k's and v's strides, for a backward that reads
+    q, k and v where they are (dense or _disjoint): a dense one's as
+    torch.empty_like makes it; the others' as views of one new buffer
+    that mirrors the storage they share (the fused projection's: q, k and
+    v of a QKV at their own offsets, so that the three gradients take the
+    projection's size once), or of a buffer of each one's own span where
+    they share none or a storage more than twice their size."""
+    alloc = torch.zeros if zero else torch.empty
+    out, shared = [None] * 3, {}
+    for i, t in enumerate((q, k, v)):
+        if _dense(t):
+            out[i] = torch.zeros_like(t) if zero else torch.empty_like(t)
+        else:
+            shared.setdefault(t.untyped_storage().data_ptr(), []).append(i)
+    for idx in shared.values():
+        ts = [(q, k, v)[i] for i in idx]
+        size = ts[0].untyped_storage().nbytes() // ts[0].element_size()
+        if size <= 2 * sum(t.numel() for t in ts):
+            buf = alloc(size, dtype=ts[0].dtype, device=ts[0].device)
+            for i, t in zip(idx, ts):
+                out[i] = buf.as_strided(t.shape, t.stride(), t.storage_offset())
+        else:
+            for i, t in zip(idx, ts):
+                span = 1 + sum(s * (n - 1) for s, n in zip(t.stride(), t.shape))
+                out[i] = alloc(span, dtype=t.dtype, device=t.device).as_strided(t.shape,
+                                                                                   t.stride())
+    return tuple(out)
+
+
 def grad_like(t):
     """An empty gradient of q, k or v as the backward lays it out: in t's
     strides where t is dense, else contiguous (the backward runs on a
@@ -665,7 +708,7 @@ def _build_bwd(o, q, k, v, extras, deterministic):
 
 
 def _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic=False, dlse=None,
-                mine=None):
+                mine=None, views=False):
     """fj_attention_bwd of a training call (_train_opts's o and extras):
     (dq, dk, dv, dsinks), the gradients in q's, k's and v's strides (dense
     copies of inputs that are not: broadcasts), dsinks float32 (heads_q,)
@@ -673,36 +716,44 @@ def _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic=False, dlse=No
     fj_problem.deterministic (bit-identical gradients run to run).  dlse:
     the loss's gradient at lse (lse's shape), or None.  mine: a TrainCall's
     own entries by mode (its signature fixes every tensor's metadata but
-    dO's, which is read as O's), or None."""
+    dO's, which is read as O's), or None.  views: q, k and v that are
+    strided views without overlaps (_disjoint: a fused QKV projection's)
+    are read where they are, their gradients laid out as they are
+    (_grads_as_laid_out: views of one buffer) -- eagerly; the op keeps
+    its fake's layout (grad_like: dense copies)."""
     if q.numel() == 0 or k.numel() == 0:
         # No rows, or no keys: the output depends on no input.
         hq = _heads_q(q, o.layout)
         return (grad_like(q).zero_(), grad_like(k).zero_(), grad_like(v).zero_(),
                 torch.zeros((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32,
                             device=q.device))
-    hit = None if mine is None else mine.get(bool(deterministic))
+    mode = (bool(deterministic), bool(views))
+    hit = None if mine is None else mine.get(mode)
     if hit is None:
-        hit = _bwd_entry(dout, q, k, v, out, lse, o, extras, deterministic)
+        hit = _bwd_entry(dout, q, k, v, out, lse, o, extras, deterministic, views)
         if mine is not None:
-            mine[bool(deterministic)] = hit
+            mine[mode] = hit
     if hit[1][0] or hit[1][1] or hit[1][2]:
         q, k, v = (t.contiguous() if c else t for t, c in zip((q, k, v), hit[1]))
+    grads = _grads_as_laid_out(q, k, v, hit[0].zero) if hit[2] else None
     # O and dO are read with one set of strides: O's, which the forward made contiguous.
     return calls.backward(hit[0], dout.contiguous(), q, k, v, out.contiguous(), lse, extras,
-                          _dlse_arg(dlse))
+                          _dlse_arg(dlse), grads)
 
 
-def _bwd_entry(dout, q, k, v, out, lse, o, extras, deterministic):
-    """_launch_bwd's (entry, which of q, k and v become dense copies), by
-    the tensors as given: their metadata decide it."""
+def _bwd_entry(dout, q, k, v, out, lse, o, extras, deterministic, views=False):
+    """_launch_bwd's (entry, which of q, k and v become dense copies,
+    whether the gradients are laid out as strided inputs are), by the
+    tensors as given: their metadata decide it."""
     meta = calls.meta
-    key = (o, bool(deterministic), meta(q), meta(k), meta(v), meta(out), meta(dout),
-           meta(lse)) + tuple(map(meta, extras))
+    key = (o, bool(deterministic), bool(views), meta(q), meta(k), meta(v), meta(out),
+           meta(dout), meta(lse)) + tuple(map(meta, extras))
     hit = calls.tables.bwd.get(key)
     if hit is None:
-        copy = tuple(not _dense(t) for t in (q, k, v))
+        copy = tuple(not (_dense(t) or views and _disjoint(t)) for t in (q, k, v))
+        kept = any(not c and not _dense(t) for t, c in zip((q, k, v), copy))
         q, k, v = (t.contiguous() if c else t for t, c in zip((q, k, v), copy))
-        hit = (_build_bwd(o, q, k, v, extras, deterministic), copy)
+        hit = (_build_bwd(o, q, k, v, extras, deterministic), copy, kept)
         calls.remember(calls.tables.bwd, key, hit)
     return hit
 
@@ -857,7 +908,7 @@ def _train_grads(saved, args, max_seqlens, dout, dlse, bwd, opts=None):
     if opts is not None:
         o, extras, mine = opts
         dq, dk, dv, dsinks = _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic, dlse,
-                                         mine)
+                                         mine, views=True)
         return dq, dk, dv, dsinks if sinks is not None else None
     varlen = () if cu_q is None else (cu_q, cu_k, used) + tuple(max_seqlens)
     dq, dk, dv, dsinks = bwd(dout, q, k, v, out, lse, *args, sinks, deterministic, *varlen,
@@ -1051,12 +1102,21 @@ def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrad
     """_launch_bwd's counterpart for a call with expressions (opts: the
     forward's options text): (dq, dk, dv, dsinks, dparams).  mine: a
     ModsCall's own entries by mode and gradients (its signature fixes
-    every tensor's metadata but dO's, read contiguous), or None."""
+    every tensor's metadata but dO's, read contiguous), or None.  Eagerly
+    (mine), q, k and v that are strided views without overlaps are read
+    where they are and their gradients laid out as they are, as
+    _launch_bwd's views; the op keeps its fake's dense gradients."""
     o = calls.decode(opts)
     mode = (bool(deterministic), int(pgrads))
     hit = None if mine is None else mine.get(mode)
-    # Which of q, k and v become dense copies: a ModsCall's (mine) once.
-    copy = hit[1] if hit is not None else tuple(not _dense(t) for t in (q, k, v))
+    # Which of q, k and v become dense copies, and whether any is read in
+    # place though not dense: a ModsCall's (mine) once.
+    if hit is None:
+        eager = mine is not None
+        copy = tuple(not (_dense(t) or eager and _disjoint(t)) for t in (q, k, v))
+        kept = any(not c and not _dense(t) for t, c in zip((q, k, v), copy))
+    else:
+        copy, kept = hit[1], hit[2]
     if copy[0] or copy[1] or copy[2]:
         q, k, v = (t.contiguous() if c else t for t, c in zip((q, k, v), copy))
     out, dout = out.contiguous(), dout.contiguous()
@@ -1074,11 +1134,12 @@ def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrad
         if e is None:
             e = _build_bwd_mods(o, q, k, v, extras, deterministic, pgrads)
             calls.remember(calls.tables.bwd, key, e)
-        hit = (e, copy)
+        hit = (e, copy, kept)
         if mine is not None:
             mine[mode] = hit
+    grads = _grads_as_laid_out(q, k, v, hit[0].zero) if kept else None
     return calls.backward(hit[0], dout, q, k, v, out, lse, tuple(extras) + views,
-                          _dlse_arg(dlse)) + (dparams,)
+                          _dlse_arg(dlse), grads) + (dparams,)
 
 
 def _attention_bwd_mods(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,

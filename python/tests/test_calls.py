@@ -564,9 +564,9 @@ class CachedCalls(Stubbed):
 
     def test_expression_backward_repeats(self):
         """A call with an expression, twice, on packed (not dense) q, k, v:
-        the second backward copies them dense as the first did (the call's
-        own entry keeps which), and a call without parameters' gradients
-        shares one empty dparams."""
+        the second backward reads them in place as the first did (the
+        call's own entry keeps which), and a call without parameters'
+        gradients shares one empty dparams."""
         x = torch.randn(2, 64, 3, 4, 64, dtype=BF16, requires_grad=True)
         q, k, v = (t.transpose(1, 2) for t in x.unbind(2))
         grads, made = [], []
@@ -583,10 +583,12 @@ class CachedCalls(Stubbed):
         bwd = [(a, p) for n, a, p in self.rec.calls if n == "bwd"]
         self.assertEqual(len(bwd), 2)
         for a, p in bwd:
-            self.assertEqual(list(p.q_stride), [4 * 64 * 64, 64 * 64, 64])
-            # Dense copies passed, not the packed views, both times.
-            self.assertNotIn(a[2], (q.data_ptr(), k.data_ptr(), v.data_ptr()))
-            self.assertNotIn(a[3], (q.data_ptr(), k.data_ptr(), v.data_ptr()))
+            # The packed views read in place (qkvviews), both times, and
+            # their gradients views of one buffer laid out as x.
+            self.assertEqual(list(p.q_stride), list(q.stride()[:3]))
+            self.assertEqual(a[2:5], (q.data_ptr(), k.data_ptr(), v.data_ptr()))
+            self.assertEqual((a[9] - a[8], a[10] - a[8]), (k.data_ptr() - q.data_ptr(),
+                                                           v.data_ptr() - q.data_ptr()))
         self.assertEqual(grads[0].shape, x.shape)
         # One empty dparams for both calls (no parameters' gradients).
         self.assertEqual([m[0] for m in made], [True, True])
@@ -639,6 +641,63 @@ class CachedCalls(Stubbed):
         name, a, p = self.rec.calls[-1]
         self.assertEqual(name, "bwd_run")
         self.assertEqual(capi.Mods.from_address(p.mods).sinks, sinks.data_ptr())
+
+
+@unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
+class FusedQKVBackward(Stubbed):
+    """An eager backward reads q, k and v of a fused QKV projection where
+    they are (no dense copies) and lays their gradients out as they are:
+    views of one buffer the projection's size, at q's, k's and v's
+    offsets.  Inputs whose elements overlap (a broadcast) are still
+    copied; the op (torch.compile's) keeps its fake's dense gradients."""
+
+    def launched(self):
+        return [(a, p) for n, a, p in self.rec.calls if n == "bwd"]
+
+    def test_packed_bshd_views(self):
+        # GQA: (batch, seq, 8 + 2 + 2 heads, d), viewed as BHSD.
+        x = torch.randn(2, 64, 12, 64, dtype=BF16, requires_grad=True)
+        q, k, v = (t.transpose(1, 2) for t in x.split([8, 2, 2], dim=2))
+        flashjit.attention(q, k, v, causal="top_left").sum().backward()
+        (a, p), = self.launched()
+        self.assertEqual([list(p.q_stride), list(p.k_stride)],
+                         [list(q.stride()[:3]), list(k.stride()[:3])])
+        self.assertEqual(a[2:5], (q.data_ptr(), k.data_ptr(), v.data_ptr()))
+        dq, dk, dv = a[8:11]
+        self.assertEqual((dk - dq, dv - dq), (k.data_ptr() - q.data_ptr(),
+                                              v.data_ptr() - q.data_ptr()))
+        self.assertEqual((x.grad.shape, x.grad.dtype), (x.shape, BF16))
+        # Again: the same entry, no new plan.
+        plans = calls.counts["bwd_plans"]
+        flashjit.attention(q, k, v, causal="top_left").sum().backward()
+        self.assertEqual(calls.counts["bwd_plans"], plans)
+
+    def test_grads_as_laid_out(self):
+        x = torch.randn(2, 64, 3, 4, 64, dtype=BF16)
+        q, k, v = (t.transpose(1, 2) for t in x.unbind(2))
+        dq, dk, dv = fjt._grads_as_laid_out(q, k, v, zero=True)
+        for g, t in zip((dq, dk, dv), (q, k, v)):
+            self.assertEqual((g.shape, g.stride(), g.dtype), (t.shape, t.stride(), t.dtype))
+            self.assertFalse(g.any().item())
+        self.assertEqual(dq.untyped_storage().data_ptr(), dv.untyped_storage().data_ptr())
+        self.assertEqual(dq.untyped_storage().nbytes(), x.untyped_storage().nbytes())
+        # A view of a storage far larger than itself: a buffer of its own span.
+        big = torch.randn(64, 3, 4, 64, dtype=BF16)
+        q1 = big[:2, 0].transpose(1, 2)
+        g, _, _ = fjt._grads_as_laid_out(q1, *qkv()[1:], zero=False)
+        self.assertEqual(g.stride(), q1.stride())
+        self.assertLess(g.untyped_storage().nbytes(), big.untyped_storage().nbytes() // 4)
+
+    def test_overlaps_copied(self):
+        self.assertTrue(fjt._disjoint(torch.randn(2, 64, 3, 4, 64)[:, :, 0].transpose(1, 2)))
+        self.assertFalse(fjt._disjoint(torch.randn(2, 1, 64, 64).expand(2, 4, 64, 64)))
+        self.assertFalse(fjt._disjoint(torch.randn(200).as_strided((4, 64), (16, 1))))
+        q = torch.randn(1, 4, 64, 64, dtype=BF16, requires_grad=True)
+        k = torch.randn(1, 1, 64, 64, dtype=BF16, requires_grad=True)
+        flashjit.attention(q, k.expand(1, 4, 64, 64), k.expand(1, 4, 64, 64)).sum().backward()
+        (a, p), = self.launched()
+        self.assertEqual(list(p.k_stride), [4 * 64 * 64, 64 * 64, 64])  # a dense copy
+        self.assertEqual(k.grad.shape, k.shape)
 
 
 @unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)

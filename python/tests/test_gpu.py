@@ -1240,9 +1240,12 @@ class Fp8(GpuCase):
 
     def test_refusals(self):
         (q, k, v), ds = fp8_inputs(1, 4, 4, 128, 128, 128)
-        with self.assertRaisesRegex(flashjit.Unsupported, r"16-bit q over FP8 k and v is not "
-                                    r"implemented yet"):
-            flashjit.attention(q.to(torch.bfloat16), k, v)
+        # A 16-bit q over FP8 k and v is the KV cache's call (Fp8KV), forward
+        # only as FP8 attention is.
+        with self.assertRaisesRegex(flashjit.Unsupported, r"^flashjit.attention: torch.bfloat16 "
+                                    r"q over FP8 k and v runs forward only: q requires grad"):
+            flashjit.attention(q.to(torch.bfloat16).requires_grad_(), k, v,
+                               k_descale=ds[1], v_descale=ds[2])
         with self.assertRaisesRegex(flashjit.Unsupported, r"^flashjit.attention: FP8 "
                                     r"attention runs forward only: k_descale requires grad"):
             flashjit.attention(q, k, v, k_descale=ds[1].requires_grad_())

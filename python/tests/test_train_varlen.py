@@ -144,14 +144,20 @@ class VarlenGradPlumbing(Stubbed, DeterministicState):
         flashjit.attention_varlen(q, k, v, cu_q, cu_k, 70, 70).sum().backward()
         self.assertEqual((q.grad.shape, k.grad, v.grad), (q.shape, None, None))
 
-    def test_views_get_dense_gradients(self):
-        # Packed qkv (total, 3, heads, d): views whose rows are not dense.
+    def test_views_read_in_place(self):
+        # Packed qkv (total, 3, heads, d): views whose rows are not dense,
+        # read where they are; their gradients views of one zeroed buffer
+        # laid out as x (the gaps of each are the others' rows).
         x = torch.randn(101, 3, 4, 64, dtype=BF16, requires_grad=True)
         cu = torch.tensor(starts((0, 30, 70, 1, 0)), dtype=torch.int32)
         q, k, v = x.unbind(1)
         flashjit.attention_varlen(q, k, v, cu, cu, 70, 70).sum().backward()
         args, p = self.launched("bwd")[-1]
-        self.assertEqual(list(p.q_stride), [0, 64, 256])  # a dense copy
+        self.assertEqual(list(p.q_stride), [0, 64, 768])
+        self.assertEqual(args[2:5], (q.data_ptr(), k.data_ptr(), v.data_ptr()))
+        dq, dk, dv = args[8:11]
+        self.assertEqual((dk - dq, dv - dq), (k.data_ptr() - q.data_ptr(),
+                                              v.data_ptr() - q.data_ptr()))
         self.assertEqual(x.grad.shape, x.shape)
 
     def test_empty_batch(self):
