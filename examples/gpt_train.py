@@ -39,8 +39,9 @@ after the other, minutes apart, and a host-bound step's time drifts with
 the host (H100 runs of the same code: flashjit's step 0.96x, 1.00x and
 1.34x SDPA's); the step is then timed again with the runs interleaved
 (--time-rounds rounds of --time-steps steps each, SDPA's and flashjit's
-in the order ABBA, on the trained weights, every kernel already built):
-the median of the rounds' ratios is the comparison to read.
+steps alternating one by one, on the trained weights, every kernel
+already built): the median of the rounds' ratios is the comparison to
+read.
 
     python3 examples/gpt_train.py [--steps 300] [--compile] [--device cuda:0]
 
@@ -161,31 +162,41 @@ def lr_factor(step, a):
     return 0.1 + 0.45 * (1 + math.cos(math.pi * t))
 
 
-def train(model, inputs, targets, a, device, steps=None, first=0):
-    """Trains model in place over batches first .. first + steps - 1 (all
-    --steps by default; past the last batch, the first again); returns
-    (losses, seconds a step)."""
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95),
-                            weight_decay=0.01, fused=True)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, a))
-    run = torch.compile(model) if a.compile else model
-    losses, seconds = [], []
-    for step in range(first, first + (a.steps if steps is None else steps)):
-        torch.cuda.synchronize(device)
+class Trainer:
+    """A model with its AdamW and schedule; step(i) trains on batch i (past
+    the last batch, the first again)."""
+
+    def __init__(self, model, inputs, targets, a, device):
+        self.model, self.inputs, self.targets, self.a, self.device = (
+            model, inputs, targets, a, device)
+        self.opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95),
+                                     weight_decay=0.01, fused=True)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: lr_factor(s, a))
+        self.run = torch.compile(model) if a.compile else model
+
+    def step(self, i):
+        """(loss, seconds): one synchronised training step on batch i."""
+        a, n = self.a, len(self.inputs)
+        torch.cuda.synchronize(self.device)
         t = time.perf_counter()
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            logits = run(inputs[step % len(inputs)])
-        loss = F.cross_entropy(logits.float().view(-1, a.vocab),
-                               targets[step % len(inputs)].view(-1))
+        with torch.autocast(self.device.type, dtype=torch.bfloat16):
+            logits = self.run(self.inputs[i % n])
+        loss = F.cross_entropy(logits.float().view(-1, a.vocab), self.targets[i % n].view(-1))
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        sched.step()
-        torch.cuda.synchronize(device)
-        seconds.append(time.perf_counter() - t)
-        losses.append(loss.item())
-    return losses, seconds
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.sched.step()
+        torch.cuda.synchronize(self.device)
+        return loss.item(), time.perf_counter() - t
+
+
+def train(model, inputs, targets, a, device):
+    """Trains model in place over the --steps batches; returns (losses,
+    seconds a step)."""
+    tr = Trainer(model, inputs, targets, a, device)
+    out = [tr.step(i) for i in range(a.steps)]
+    return [x for x, _ in out], [t for _, t in out]
 
 
 def models(gf, a, device):
@@ -215,18 +226,21 @@ def grads_at(model, inputs, targets, step, a, device):
 
 def interleaved_times(runs, inputs, targets, a, device):
     """[(sdpa ms, flashjit ms)] a round: each run's median step over
-    --time-steps steps (after one untimed step), the two in the order
-    ABBA round by round, so that a drift of the host's speed falls on
-    both alike."""
-    rounds = []
-    for r in range(a.time_rounds):
-        order = ("sdpa", "flashjit") if r % 2 == 0 else ("flashjit", "sdpa")
-        med = {}
-        for name in order:
-            _, sec = train(runs[name], inputs, targets, a, device, steps=a.time_steps + 1,
-                           first=r * (a.time_steps + 1))
-            med[name] = statistics.median(sec[1:]) * 1e3
-        rounds.append((med["sdpa"], med["flashjit"]))
+    --time-steps steps, SDPA's and flashjit's steps alternating one by
+    one (AB, then BA, ...), after one untimed step each, so that a drift
+    of the host's speed falls on both alike."""
+    names = ("sdpa", "flashjit")
+    tr = {n: Trainer(runs[n], inputs, targets, a, device) for n in names}
+    for n in names:
+        tr[n].step(0)
+    rounds, i = [], 1
+    for _ in range(a.time_rounds):
+        sec = {n: [] for n in names}
+        for j in range(a.time_steps):
+            for n in (names if j % 2 == 0 else names[::-1]):
+                sec[n].append(tr[n].step(i)[1])
+            i += 1
+        rounds.append(tuple(statistics.median(sec[n]) * 1e3 for n in names))
     return rounds
 
 
@@ -235,7 +249,7 @@ def interleaved_report(rounds):
     if not rounds:
         return []
     ratios = [f / s for s, f in rounds]
-    return [f"interleaved ({len(rounds)} rounds, ABBA): median step sdpa "
+    return [f"interleaved ({len(rounds)} rounds, steps alternating): median step sdpa "
             f"{statistics.median(s for s, _ in rounds):.2f} ms, flashjit "
             f"{statistics.median(f for _, f in rounds):.2f} ms; flashjit / sdpa per round "
             + " ".join(f"{x:.2f}" for x in ratios) + f", median {statistics.median(ratios):.2f}x"]

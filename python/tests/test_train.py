@@ -211,6 +211,36 @@ class ExampleChecks(unittest.TestCase):
         self.assertIn("per round 1.10 1.00 0.90 1.00, median 1.00x", line)
         self.assertEqual(ex.interleaved_report([]), [])
 
+    @unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)
+    def test_interleaved_times_on_the_cpu(self):
+        """interleaved_times with two tiny copies of the SDPA model on the
+        CPU (synchronisation stubbed): a (sdpa, flashjit) pair of positive
+        milliseconds a round, and both models trained by its steps (their
+        weights moved, alike: the same batches from the same weights)."""
+        ex = load_example()
+        sys.path.insert(0, os.path.dirname(EXAMPLE))
+        # The model's module refuses to import without a GPU: its classes
+        # run on the CPU all the same (the attention through SDPA).
+        with mock.patch.object(torch.cuda, "is_available", lambda: True):
+            import gpt_flashjit as gf
+        a = ex.parse(["--steps", "4", "--dim", "32", "--heads", "4", "--kv-heads", "2",
+                      "--layers", "1", "--seq", "16", "--vocab", "16", "--batch", "2",
+                      "--time-rounds", "3", "--time-steps", "2"])
+        dev = torch.device("cpu")
+        inputs, targets = ex.dataset(a, dev)
+        torch.manual_seed(0)
+        base = gf.GPT(gf.Config(a))
+        runs = {"sdpa": base.train(), "flashjit": copy.deepcopy(base).train()}
+        before = [p.detach().clone() for p in base.parameters()]
+        with mock.patch.object(torch.cuda, "synchronize", lambda device=None: None):
+            rounds = ex.interleaved_times(runs, inputs, targets, a, dev)
+        self.assertEqual(len(rounds), 3)
+        self.assertTrue(all(x > 0 for r in rounds for x in r), rounds)
+        moved = [p.detach() for p in runs["sdpa"].parameters()]
+        self.assertTrue(any(not torch.equal(x, y) for x, y in zip(before, moved)))
+        for x, y in zip(runs["sdpa"].parameters(), runs["flashjit"].parameters()):
+            self.assertTrue(torch.equal(x, y))
+
     def test_bad_timing_options_refused(self):
         """--time-steps below 1 or --time-rounds below 0: argparse's error
         naming them (exit 2)."""
@@ -254,7 +284,7 @@ class Training(unittest.TestCase, DeterministicState):
         self.assertRegex(log, r"ok +the first step: gradients against float32's", log)
         self.assertRegex(log, r"ok +flashjit's trained weights, the last batch: gradients", log)
         self.assertIn("PASS: flashjit's gradients are as near float32's as SDPA's", log)
-        self.assertRegex(log, r"interleaved \(2 rounds, ABBA\): median step sdpa [0-9.]+ ms, "
+        self.assertRegex(log, r"interleaved \(2 rounds, steps alternating\): median step sdpa [0-9.]+ ms, "
                          r"flashjit [0-9.]+ ms; flashjit / sdpa per round [0-9.]+ [0-9.]+, median", log)
 
     def test_cuda_graph_training_step(self):
