@@ -88,16 +88,18 @@
 # order took 2.27x: landed on by default, PERF.md T18), s29.sh's det,
 # mha (the walk without GQA: slower, dropped), gqa and gpt (the example's
 # new checks).  Unrun: s29.sh's f16 (H200 only), prof and gap.
+# The thirtieth got five H100 calls (both that named nvidia-h200 got an
+# H100; four failed starts spent 586 s): qkvviews ran and landed (5f384ca;
+# PERF.md Q1, C44), defer.patch missed (slower at every head dim; kept
+# as the record), s29.sh's gqa and gpt (T19, G2: the GPT step 1.02-1.06x
+# SDPA's interleaved), gpu_backward_deterministic whole (100 ok).
 # Next, on the H200 first: S29_PARTS="f16 gqa gap prof" bash
 # bench/probes/s29.sh (the bar's fp16 half, the GQA deterministic ratio
 # there, where the harness's autograd backward spends 380-480 us more
-# than the op: issue 33's full and causal rows); then, on any GPU:
-# bench/probes/qkvviews.sh (the fused QKV's backward without copies:
-# Python only, qkvviews.patch applied to a copy of python/) and
-# bench/probes/defer.sh with build-df/ (defer.patch's build, slimmed)
-# carried (the deterministic writer's deferred turns: check, then
-# deterministic / default at d64-d128); land each where its check
-# passes and it is faster; then, as before (s24.sh's bwd and train ran
+# than the op: issue 33's full and causal rows); then bash
+# bench/probes/s30c.sh (on an H200 the fp16 sweep; elsewhere the GPT step
+# under torch.compile, with gpt_train.py's steps now alternating one by
+# one in its timing rounds); then, as before (s24.sh's bwd and train ran
 # as T17 and R9):
 # S23_PARTS=det bash bench/probes/s23.sh (T14's figures there, with
 # the templates of 6f2a9f7 as build/tmpl-old), then the backward's whole
