@@ -188,7 +188,8 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         self.sched.step()
         torch.cuda.synchronize(self.device)
-        return loss.item(), time.perf_counter() - t
+        seconds = time.perf_counter() - t
+        return loss.item(), seconds
 
 
 def train(model, inputs, targets, a, device):
@@ -229,6 +230,8 @@ def interleaved_times(runs, inputs, targets, a, device):
     --time-steps steps, SDPA's and flashjit's steps alternating one by
     one (AB, then BA, ...), after one untimed step each, so that a drift
     of the host's speed falls on both alike."""
+    if a.time_rounds == 0:
+        return []
     names = ("sdpa", "flashjit")
     tr = {n: Trainer(runs[n], inputs, targets, a, device) for n in names}
     for n in names:
@@ -236,8 +239,8 @@ def interleaved_times(runs, inputs, targets, a, device):
     rounds, i = [], 1
     for _ in range(a.time_rounds):
         sec = {n: [] for n in names}
-        for j in range(a.time_steps):
-            for n in (names if j % 2 == 0 else names[::-1]):
+        for _ in range(a.time_steps):
+            for n in (names if i % 2 else names[::-1]):
                 sec[n].append(tr[n].step(i)[1])
             i += 1
         rounds.append(tuple(statistics.median(sec[n]) * 1e3 for n in names))

@@ -625,11 +625,57 @@ def _disjoint(t):
     by stride, each step past all the smaller ones' span (a slice of a
     packed projection, as q, k and v of a fused QKV are).  Such a tensor's
     gradient can take its strides (gaps and all)."""
+    return _nests(tuple(t.shape), t.stride())
+
+
+def _nests(shape, stride):
+    """_disjoint's test on a shape and its strides."""
     span = 1
-    for s, n in sorted((s, n) for s, n in zip(t.stride(), t.shape) if n > 1):
+    for s, n in sorted((s, n) for s, n in zip(stride, shape) if n > 1):
         if s < span:
             return False
         span += s * (n - 1)
+    return True
+
+
+@functools.lru_cache(maxsize=256)
+def _apart(shape_a, stride_a, shape_b, stride_b, delta):
+    """Whether two _disjoint views of one storage, b's first element delta
+    elements after a's, have no element in common, in the fused
+    projection's pattern: the same strides, the same sizes but along one
+    dimension d, and b a's shift along d to a range apart from a's, so
+    that both are parts of one view over the two ranges and what lies
+    between -- checked to be _disjoint itself, which makes its parts so
+    (q, k and v as slices of a QKV's heads, unbind's halves).  False for
+    anything else (the same view twice, overlapping slices)."""
+    if stride_a != stride_b or delta == 0:
+        return False
+    differ = [i for i, (x, y) in enumerate(zip(shape_a, shape_b)) if x != y]
+    if len(differ) > 1:
+        return False
+    for d in differ or range(len(shape_a)):
+        s = stride_a[d]
+        if s <= 0 or delta % s:
+            continue
+        m = delta // s
+        if m < shape_a[d] and m + shape_b[d] > 0:
+            continue  # their ranges along d overlap
+        union = list(shape_a)
+        union[d] = max(shape_a[d], m + shape_b[d]) - min(0, m)
+        if _nests(union, stride_a):
+            return True
+    return False
+
+
+def _share_ok(ts):
+    """Whether the _disjoint views ts of one storage are pairwise apart
+    (_apart): then their gradients may be views of one buffer laid out as
+    that storage is."""
+    for i, a in enumerate(ts):
+        for b in ts[i + 1:]:
+            if not _apart(tuple(a.shape), a.stride(), tuple(b.shape), b.stride(),
+                          b.storage_offset() - a.storage_offset()):
+                return False
     return True
 
 
@@ -639,8 +685,10 @@ def _grads_as_laid_out(q, k, v, zero):
     torch.empty_like makes it; the others' as views of one new buffer
     that mirrors the storage they share (the fused projection's: q, k and
     v of a QKV at their own offsets, so that the three gradients take the
-    projection's size once), or of a buffer of each one's own span where
-    they share none or a storage more than twice their size."""
+    projection's size once) where they are apart (_share_ok), or of a
+    buffer of each one's own span where they share none, overlap (the same
+    view as q and k, say: two gradients must not share addresses) or share
+    a storage more than twice their size."""
     alloc = torch.zeros if zero else torch.empty
     out, shared = [None] * 3, {}
     for i, t in enumerate((q, k, v)):
@@ -651,7 +699,7 @@ def _grads_as_laid_out(q, k, v, zero):
     for idx in shared.values():
         ts = [(q, k, v)[i] for i in idx]
         size = ts[0].untyped_storage().nbytes() // ts[0].element_size()
-        if size <= 2 * sum(t.numel() for t in ts):
+        if size <= 2 * sum(t.numel() for t in ts) and _share_ok(ts):
             buf = alloc(size, dtype=ts[0].dtype, device=ts[0].device)
             for i, t in zip(idx, ts):
                 out[i] = buf.as_strided(t.shape, t.stride(), t.storage_offset())

@@ -688,6 +688,33 @@ class FusedQKVBackward(Stubbed):
         self.assertEqual(g.stride(), q1.stride())
         self.assertLess(g.untyped_storage().nbytes(), big.untyped_storage().nbytes() // 4)
 
+    def test_shared_views_get_their_own_gradients(self):
+        """q and k the same strided view (shared-QK attention), or k and v
+        (one tensor passed for both): read in place, but no two gradients
+        at one address -- each a buffer of its own; q, k and v apart (a
+        QKV's slices, unbind's parts, a gap between them) share one."""
+        x = torch.randn(2, 64, 2, 4, 64, dtype=BF16, requires_grad=True)
+        qk, v = (t.transpose(1, 2) for t in x.unbind(2))
+        flashjit.attention(qk, qk, v, causal="top_left").sum().backward()
+        y = torch.randn(2, 64, 12, 64, dtype=BF16, requires_grad=True)
+        q, kv = (t.transpose(1, 2) for t in y.split([8, 4], dim=2))
+        flashjit.attention(q, kv, kv).sum().backward()
+        for (a, p), name in zip(self.launched(), ("q is k", "k is v")):
+            with self.subTest(name):
+                self.assertEqual(len(set(a[8:11])), 3, a[8:11])
+        self.assertEqual((x.grad.shape, y.grad.shape), (x.shape, y.shape))
+        ts = [t.transpose(1, 2) for t in y.split([4, 4, 4], dim=2)]
+        self.assertTrue(fjt._share_ok(ts))
+        self.assertTrue(fjt._share_ok([ts[0], ts[2]]))  # a gap between
+        self.assertFalse(fjt._share_ok([ts[0], ts[0]]))
+        self.assertFalse(fjt._share_ok([y[:, :, :6].transpose(1, 2), ts[1]]))  # overlap
+        # Apart along one dimension, but its union wraps into the next
+        # batch's rows (a batch stride just past the last row): not shared.
+        base = torch.zeros(4096, dtype=BF16)
+        a = base.as_strided((2, 5, 8, 4), (4 * 48 + 32, 48, 4, 1), 0)
+        b = base.as_strided((2, 5, 2, 4), (4 * 48 + 32, 48, 4, 1), 32)
+        self.assertFalse(fjt._share_ok([a, b]))
+
     def test_overlaps_copied(self):
         self.assertTrue(fjt._disjoint(torch.randn(2, 64, 3, 4, 64)[:, :, 0].transpose(1, 2)))
         self.assertFalse(fjt._disjoint(torch.randn(2, 1, 64, 64).expand(2, 4, 64, 64)))
