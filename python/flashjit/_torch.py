@@ -1500,7 +1500,13 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     backward runs the library's deterministic mode (fj_problem's
     deterministic: q.grad, k.grad, v.grad, sinks.grad and the params'
     gradients bit-identical run to run); otherwise dq's float32 additions
-    run in any order.  The flag
+    run in any order.  Eagerly the backward reads q, k and v where they
+    are, strided views of a fused QKV projection included, and lays
+    their gradients out in their strides -- one buffer the projection's
+    size where q, k and v are its slices, so that the projection's
+    gradient takes no copies; inputs whose elements overlap (a broadcast)
+    are copied dense first, and under torch.compile the gradients are
+    dense.  The flag
     is read when the backward runs, or under torch.compile when it is
     traced (a change recompiles).  Under CUDA-graph capture, run the call
     once before capturing (compile, layout probe).  torch.compile traces it
