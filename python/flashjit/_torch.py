@@ -684,7 +684,7 @@ def _grads_as_laid_out(q, k, v, zero):
     q, k and v where they are (dense or _disjoint): a dense one's as
     torch.empty_like makes it; the others' as views of one new buffer
     that mirrors the storage they share (the fused projection's: q, k and
-    v of a QKV at their own offsets, so that the three gradients take the
+    v of a QKV at their own offsets, the three gradients in the
     projection's size once) where they are apart (_share_ok), or of a
     buffer of each one's own span where they share none, overlap (the same
     view as q and k, say: two gradients must not share addresses) or share
@@ -1501,12 +1501,11 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     deterministic: q.grad, k.grad, v.grad, sinks.grad and the params'
     gradients bit-identical run to run); otherwise dq's float32 additions
     run in any order.  Eagerly the backward reads q, k and v where they
-    are, strided views of a fused QKV projection included, and lays
-    their gradients out in their strides -- one buffer the projection's
-    size where q, k and v are its slices, so that the projection's
-    gradient takes no copies; inputs whose elements overlap (a broadcast)
-    are copied dense first, and under torch.compile the gradients are
-    dense.  The flag
+    are, strided views of a fused QKV projection included (no dense
+    copies first), and lays their gradients out in their strides -- one
+    buffer the projection's size where q, k and v are its slices; inputs
+    whose elements overlap (a broadcast) are copied dense first, and
+    under torch.compile the gradients are dense.  The flag
     is read when the backward runs, or under torch.compile when it is
     traced (a change recompiles).  Under CUDA-graph capture, run the call
     once before capturing (compile, layout probe).  torch.compile traces it
