@@ -96,11 +96,11 @@
 # Next, on the H200 first: S29_PARTS="f16 gqa gap prof" bash
 # bench/probes/s29.sh (the bar's fp16 half, the GQA deterministic ratio
 # there, where the harness's autograd backward spends 380-480 us more
-# than the op: issue 33's full and causal rows); then bash
-# bench/probes/s30c.sh (on an H200 the fp16 sweep; elsewhere the GPT step
-# under torch.compile, with gpt_train.py's steps now alternating one by
-# one in its timing rounds); then, as before (s24.sh's bwd and train ran
-# as T17 and R9):
+# than the op: issue 33's full and causal rows) -- or, where one call is
+# all there is, bash bench/probes/s30c.sh (the fp16 sweep on an H200, the
+# GQA rows, the GPT step twice eagerly and once under torch.compile, with
+# gpt_train.py's steps alternating one by one); then, as before (s24.sh's
+# bwd and train ran as T17 and R9):
 # S23_PARTS=det bash bench/probes/s23.sh (T14's figures there, with
 # the templates of 6f2a9f7 as build/tmpl-old), then the backward's whole
 # table (s19.sh's bwd: T12 again, d256's default since the relaxed
