@@ -99,8 +99,13 @@
 # than the op: issue 33's full and causal rows) -- or, where one call is
 # all there is, bash bench/probes/s30c.sh (the fp16 sweep on an H200, the
 # GQA rows, the GPT step twice eagerly and once under torch.compile, with
-# gpt_train.py's steps alternating one by one); then, as before (s24.sh's
-# bwd and train ran as T17 and R9):
+# gpt_train.py's steps alternating one by one); then, on any GPU,
+# bench/probes/turnclock.sh with build-tc/ (turnclock.patch's build,
+# slimmed: its header says how) carried: the share of the deterministic
+# backward's main loop spent spinning in dQ's turn waits, per head dim
+# and mask (d96/d128 without a mask spill 8 bytes when instrumented),
+# before anything more is tried on the deterministic bars; then, as
+# before (s24.sh's bwd and train ran as T17 and R9):
 # S23_PARTS=det bash bench/probes/s23.sh (T14's figures there, with
 # the templates of 6f2a9f7 as build/tmpl-old), then the backward's whole
 # table (s19.sh's bwd: T12 again, d256's default since the relaxed
