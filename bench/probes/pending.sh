@@ -89,7 +89,7 @@
 # mha (the walk without GQA: slower, dropped), gqa and gpt (the example's
 # new checks).  Unrun: s29.sh's f16 (H200 only), prof and gap.
 # The thirtieth got five H100 calls (both that named nvidia-h200 got an
-# H100; four failed starts spent 586 s): qkvviews ran and landed (5f384ca;
+# H100; failed or refused starts spent 676 s): qkvviews ran and landed (5f384ca;
 # PERF.md Q1, C44), defer.patch missed (slower at every head dim; kept
 # as the record), s29.sh's gqa and gpt (T19, G2: the GPT step 1.02-1.06x
 # SDPA's interleaved), gpu_backward_deterministic whole (100 ok).
