@@ -88,7 +88,7 @@
 # order took 2.27x: landed on by default, PERF.md T18), s29.sh's det,
 # mha (the walk without GQA: slower, dropped), gqa and gpt (the example's
 # new checks).  Unrun: s29.sh's f16 (H200 only), prof and gap.
-# The thirtieth got five H100 calls (both that named nvidia-h200 got an
+# The thirtieth got five H100 calls (each named nvidia-h200 and got an
 # H100; failed or refused starts spent 676 s): qkvviews ran and landed (5f384ca;
 # PERF.md Q1, C44), defer.patch missed (slower at every head dim; kept
 # as the record), s29.sh's gqa and gpt (T19, G2: the GPT step 1.02-1.06x
