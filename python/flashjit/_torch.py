@@ -679,6 +679,14 @@ def _share_ok(ts):
     return True
 
 
+def _copies(q, k, v, views):
+    """(which of q, k and v a backward copies dense, whether any is read in
+    place though not dense): with views, _disjoint ones are read where
+    they are; without, every one not dense is copied."""
+    copy = tuple(not (_dense(t) or views and _disjoint(t)) for t in (q, k, v))
+    return copy, any(not c and not _dense(t) for t, c in zip((q, k, v), copy))
+
+
 def _grads_as_laid_out(q, k, v, zero):
     """dq, dk, dv in q's, k's and v's strides, for a backward that reads
     q, k and v where they are (dense or _disjoint): a dense one's as
@@ -798,8 +806,7 @@ def _bwd_entry(dout, q, k, v, out, lse, o, extras, deterministic, views=False):
            meta(dout), meta(lse)) + tuple(map(meta, extras))
     hit = calls.tables.bwd.get(key)
     if hit is None:
-        copy = tuple(not (_dense(t) or views and _disjoint(t)) for t in (q, k, v))
-        kept = any(not c and not _dense(t) for t, c in zip((q, k, v), copy))
+        copy, kept = _copies(q, k, v, views)
         q, k, v = (t.contiguous() if c else t for t, c in zip((q, k, v), copy))
         hit = (_build_bwd(o, q, k, v, extras, deterministic), copy, kept)
         calls.remember(calls.tables.bwd, key, hit)
@@ -1159,12 +1166,7 @@ def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrad
     hit = None if mine is None else mine.get(mode)
     # Which of q, k and v become dense copies, and whether any is read in
     # place though not dense: a ModsCall's (mine) once.
-    if hit is None:
-        eager = mine is not None
-        copy = tuple(not (_dense(t) or eager and _disjoint(t)) for t in (q, k, v))
-        kept = any(not c and not _dense(t) for t, c in zip((q, k, v), copy))
-    else:
-        copy, kept = hit[1], hit[2]
+    copy, kept = _copies(q, k, v, mine is not None) if hit is None else hit[1:]
     if copy[0] or copy[1] or copy[2]:
         q, k, v = (t.contiguous() if c else t for t, c in zip((q, k, v), copy))
     out, dout = out.contiguous(), dout.contiguous()
