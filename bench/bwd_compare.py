@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashjit
-from flashjit import _torch as fjt
+from flashjit import _train as tr
 
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
@@ -71,8 +71,8 @@ def case(B, H, S, D, causal, dtype, iters, Hkv=None):
     scale = 1 / math.sqrt(D)
 
     def fj_bwd(deterministic=False):
-        return fjt.attention_bwd_op(do, q, k, v, out, lse, c, 0.0, 0, -1, -1, 0.0, None,
-                                    deterministic)
+        return tr.attention_bwd_op(do, q, k, v, out, lse, c, 0.0, 0, -1, -1, 0.0, None,
+                                   deterministic)
 
     grads = fj_bwd()
     torch.cuda.synchronize()

@@ -47,6 +47,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 import flashjit  # noqa: E402
+from flashjit import _args as ar  # noqa: E402
 from flashjit import _calls as calls  # noqa: E402
 from flashjit import _torch as fjt  # noqa: E402
 
@@ -149,7 +150,7 @@ def phases(a):
     lib = flashjit._core.lib()
     plan = flashjit._capi.Plan()
     ctx = flashjit._core.gpu_context(0)
-    p = fjt._problem(q, k, v, 0, 0.0, 0)
+    p = ar._problem(q, k, v, 0, 0.0, 0)
 
     def lookup():  # attention() with its launch stubbed
         with mock.patch.object(calls, "forward", lambda *args: (None, None)):
@@ -173,8 +174,8 @@ def phases(a):
         ("  options text decoded (remembered)", lambda: calls.decode(text)),
         ("  the call's entry found by its signature",
          lambda: calls.entry(o, False, q, k, v, ())),
-        ("first call of a signature: the checks", lambda: fjt.check_inputs(q, k, v, 0)),
-        ("  the problem (fj_problem_init, strides)", lambda: fjt._problem(q, k, v, 0, 0.0, 0)),
+        ("first call of a signature: the checks", lambda: ar.check_inputs(q, k, v, 0)),
+        ("  the problem (fj_problem_init, strides)", lambda: ar._problem(q, k, v, 0, 0.0, 0)),
         ("  the plan (fj_attention_plan)",
          lambda: lib.fj_attention_plan(ctx, C.byref(p), C.byref(plan))),
         ("  the whole entry (checks, problem, plan)",

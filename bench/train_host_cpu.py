@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 import torch  # noqa: E402
 
 import flashjit  # noqa: E402
-from flashjit import _calls as calls, _core as core, _torch as fjt  # noqa: E402
+from flashjit import _args as ar, _calls as calls, _core as core, _train as tr  # noqa: E402
 
 
 class _Null:
@@ -37,13 +37,13 @@ def main():
             (calls, "_fns", _Null()), (calls, "context", lambda index: ctx),
             (calls, "stream", lambda index: 77), (calls, "capturing", lambda: False),
             (calls, "ones_of", lambda dev, b, h: torch.ones(b, h)),
-            (calls, "prefetch_bwd", lambda e: 0), (fjt, "_device_error", lambda *a: None)):
+            (calls, "prefetch_bwd", lambda e: 0), (ar, "_device_error", lambda *a: None)):
         mock.patch.object(obj, name, value).start()
     # The ops' CPU kernels: where torch.compile or a caller reaches them.
-    fjt.attention_train_op.register_kernel("cpu")(fjt._attention_train)
-    fjt.attention_bwd_op.register_kernel("cpu")(fjt._attention_bwd)
-    fjt.attention_train_mods_op.register_kernel("cpu")(fjt._attention_train_mods)
-    fjt.attention_bwd_mods_op.register_kernel("cpu")(fjt._attention_bwd_mods)
+    tr.attention_train_op.register_kernel("cpu")(tr._attention_train)
+    tr.attention_bwd_op.register_kernel("cpu")(tr._attention_bwd)
+    tr.attention_train_mods_op.register_kernel("cpu")(tr._attention_train_mods)
+    tr.attention_bwd_mods_op.register_kernel("cpu")(tr._attention_bwd_mods)
     bf = torch.bfloat16
     # One layer of examples/gpt_train.py: batch 2, 8/2 heads, 512, head dim 64.
     q = torch.randn(2, 8, 512, 64, dtype=bf, requires_grad=True)

@@ -16,7 +16,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import flashjit
-from flashjit import _torch as fjt
+from flashjit import _train as tr
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from mods_cases import bench  # noqa: E402
@@ -56,14 +56,14 @@ def main():
         auto = bench(lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True), iters)
         qd, kd, vd = (t.detach() for t in (q, k, v))
         out, lse = flashjit.attention(qd, kd, vd, causal=c, return_lse=True)
-        op = bench(lambda: fjt.attention_bwd_op(do, qd, kd, vd, out, lse, int(causal), 0.0, 0,
-                                                -1, -1, 0.0, None, False), iters)
+        op = bench(lambda: tr.attention_bwd_op(do, qd, kd, vd, out, lse, int(causal), 0.0, 0,
+                                               -1, -1, 0.0, None, False), iters)
         print(f"bwd_gap causal={causal}: autograd.grad {auto:.1f} us, the op alone {op:.1f} us, "
               f"gap {auto - op:.1f}")
         profile_call("autograd.grad", lambda: torch.autograd.grad(o, (q, k, v), do,
                                                                   retain_graph=True), 5)
-        profile_call("the op", lambda: fjt.attention_bwd_op(do, qd, kd, vd, out, lse, int(causal),
-                                                            0.0, 0, -1, -1, 0.0, None, False), 5)
+        profile_call("the op", lambda: tr.attention_bwd_op(do, qd, kd, vd, out, lse, int(causal),
+                                                           0.0, 0, -1, -1, 0.0, None, False), 5)
 
 
 if __name__ == "__main__":

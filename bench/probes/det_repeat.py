@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import flashjit  # noqa: F401
-from flashjit import _torch as fjt
+from flashjit import _train as tr
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 6
 SHAPES = [  # B, Hq, Hkv, S, D, causal
@@ -30,7 +30,7 @@ for B, H, Hkv, S, D, causal in SHAPES:
     c = 1 if causal else 0
     line = f"det_repeat B={B} H={H}/{Hkv} S={S} D={D} causal={causal}:"
     for det in (True, False):
-        runs = [fjt.attention_bwd_op(do, q, k, v, out, lse, c, 0.0, 0, -1, -1, 0.0, None, det)
+        runs = [tr.attention_bwd_op(do, q, k, v, out, lse, c, 0.0, 0, -1, -1, 0.0, None, det)
                 for _ in range(N)]
         first = runs[0]
         if det:

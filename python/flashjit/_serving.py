@@ -12,9 +12,9 @@ CUDA graph replays correctly after their contents change.  Under
 torch.compile they are the ops flashjit::attention and
 flashjit::attention_lse, their options' kind "varlen" or "kvcache".
 A varlen call whose inputs require grad goes through attention()'s
-training op, flashjit::attention_train, with its varlen arguments (its
-backward flashjit::attention_bwd: the same problem, BWD_PROBLEMS);
-attention_with_kvcache() runs forward only.
+training op (_train.py), flashjit::attention_train, with its varlen
+arguments (its backward flashjit::attention_bwd: the same problem,
+BWD_PROBLEMS); attention_with_kvcache() runs forward only.
 
 Imported only where torch imports.
 """
@@ -23,11 +23,13 @@ import operator
 
 import torch
 
+from . import _args as ar
 from . import _calls as calls
 from . import _capi as capi
 from . import _core as core
 from . import _problem as pr
 from . import _torch as fjt
+from . import _train as tr
 
 _VARLEN = "flashjit.attention_varlen"
 _KVCACHE = "flashjit.attention_with_kvcache"
@@ -65,7 +67,7 @@ def _check_qkv(who, q, k, v, q_dims, kv_dims, latent=False):
     if q.dtype not in _16BIT:
         raise TypeError(f"{who}: q has dtype {q.dtype}; it takes torch.float16 or "
                         "torch.bfloat16 queries (FP8 k and v with their descales)")
-    fp8 = fjt._FP8 is not None and k.dtype == fjt._FP8
+    fp8 = ar._FP8 is not None and k.dtype == ar._FP8
     if k.dtype != v.dtype or (k.dtype != q.dtype and not fp8):
         raise TypeError(f"{who}: k and v must both be q's dtype {q.dtype} or both "
                         f"torch.float8_e4m3fn; got {k.dtype}, {v.dtype}")
@@ -82,7 +84,7 @@ def _check_qkv(who, q, k, v, q_dims, kv_dims, latent=False):
                          "a multiple of the KV heads (GQA)")
     dev = q.device
     if dev.type != "cuda" or k.device != dev or v.device != dev:
-        fjt._device_error(q, k, v, who)
+        ar._device_error(q, k, v, who)
     return fp8
 
 
@@ -112,9 +114,9 @@ def _check_rank(who, name, t, dims, shape):
 
 def _check_common(who, q, batch, heads_q, heads_kv, fp8, x):
     """What both calls take alike: sinks and the K/V descales."""
-    fjt._check_sinks(x.get("sinks"), q, heads_q, who)
-    fjt.check_descales(q, batch, heads_kv, (None, x.get("k_descale"), x.get("v_descale")),
-                       fp8, who)
+    ar._check_sinks(x.get("sinks"), q, heads_q, who)
+    ar.check_descales(q, batch, heads_kv, (None, x.get("k_descale"), x.get("v_descale")),
+                      fp8, who)
 
 
 def _splits(num_splits, who):
@@ -130,13 +132,13 @@ def _options(who, kind, causal, scale, window, softcap, score_mod, mask_mod, par
     """The Opts of a serving call and its extras: roles and tensors given
     (the call's own arrays) first, then sinks, the tensor parameters and
     the descales given."""
-    c = fjt.causal_code(causal, capi.CAUSAL_BOTTOM_RIGHT)
+    c = ar.causal_code(causal, capi.CAUSAL_BOTTOM_RIGHT)
     sc = pr.scale_value(scale)
-    wl, wr = fjt.window_arg(window, who)
-    cap = fjt.softcap_arg(softcap, who)
-    fjt.check_exprs(score_mod, mask_mod, who)
+    wl, wr = ar.window_arg(window, who)
+    cap = ar.softcap_arg(softcap, who)
+    ar.check_exprs(score_mod, mask_mod, who)
     splits = _splits(num_splits, who)
-    spec, param_roles, param_tensors = fjt.params_opts(params, who)
+    spec, param_roles, param_tensors = ar.params_opts(params, who)
     roles, extras = list(roles), list(tensors)
     if sinks is not None:
         roles.append("sinks")
@@ -274,7 +276,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
             return (out, lse) if return_lse else out
     else:
         key = None
-    fjt.bool_arg("return_lse", return_lse, _VARLEN)
+    ar.bool_arg("return_lse", return_lse, _VARLEN)
     o, extras = _options(_VARLEN, "varlen", causal, scale, window, softcap, score_mod,
                          mask_mod, params, sinks, (k_descale, v_descale), num_splits,
                          ("cu_seqlens_q", "cu_seqlens_k") + (
@@ -306,9 +308,9 @@ def _varlen_grad(o, x, grad, fp8, lse, q, k, v, extras):
             "inputs or call it under torch.no_grad())"))
     cu_q = x["cu_seqlens_q"]
     if o.score_mod or o.mask_mod or o.params:
-        out, lib_lse = fjt.train_mods(q, k, v, extras, calls.encode(o))
+        out, lib_lse = tr.train_mods(q, k, v, extras, calls.encode(o))
         return out, packed_lse(lib_lse, cu_q, q.shape[0]) if lse else None
-    out, lib_lse = fjt.train(
+    out, lib_lse = tr.train(
         q, k, v, x.get("sinks"), o.causal, o.scale, capi.THD, o.window_left, o.window_right,
         o.softcap, cu_q, x["cu_seqlens_k"], x.get("seqused_k"), o.max_seqlen_q,
         o.max_seqlen_k, o.num_splits)
@@ -356,7 +358,7 @@ def _varlen_problem(o, q, k, v, batch, fp8):
     (total_q, hq, d), (total_k, hk, _) = q.shape, k.shape
     p = capi.Problem()
     core.lib().fj_problem_init(C.byref(p), batch, hq, hk, o.max_seqlen_q, o.max_seqlen_k, d,
-                               fjt._DTYPES[q.dtype], capi.THD)
+                               ar._DTYPES[q.dtype], capi.THD)
     _fill_common(p, o, fp8)
     # Packed rows: batch strides 0, then the head's and the row's.
     p.q_stride[:] = (0, q.stride(1), q.stride(0))
@@ -464,7 +466,7 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_tab
             return (out, lse) if return_lse else out
     else:
         key = None
-    fjt.bool_arg("return_lse", return_lse, _KVCACHE)
+    ar.bool_arg("return_lse", return_lse, _KVCACHE)
     if seqlen_k is not None and (isinstance(cache_seqlens, bool) or seqlen_k < 1):
         raise ValueError(f"{_KVCACHE}: cache_seqlens={cache_seqlens!r}: an int is the keys "
                          "of every sequence, 1 or more (a tensor's lengths may be 0)")
@@ -531,7 +533,7 @@ def _build_kvcache(o, lse, q, k, v, extras):
     if b * sq * hq == 0:  # no rows (a head dim of 0 with rows: the library refuses it)
         return calls.make_entry(None, q.device, q.dtype, lse_shape, idle=True)
     p = capi.Problem()
-    core.lib().fj_problem_init(C.byref(p), b, hq, hk, sq, keys, d, fjt._DTYPES[q.dtype],
+    core.lib().fj_problem_init(C.byref(p), b, hq, hk, sq, keys, d, ar._DTYPES[q.dtype],
                                capi.BSHD)
     _fill_common(p, o, fp8)
     p.q_stride[:] = (q.stride(0), q.stride(2), q.stride(1))
@@ -575,11 +577,11 @@ def _pointer_slots(p, o, fields):
 def _entry(p, o, x, q, batch, heads_kv, fp8, lse_shape, slots, post):
     ones = None
     if fp8:
-        more, ones = fjt.descale_slots(p, o, x, batch, heads_kv, (("k_descale", "k_scale"),
-                                                                  ("v_descale", "v_scale")))
-        p.scale_layout = fjt.scale_layout((None, x.get("k_descale"), x.get("v_descale")))
+        more, ones = ar.descale_slots(p, o, x, batch, heads_kv, (("k_descale", "k_scale"),
+                                                                 ("v_descale", "v_scale")))
+        p.scale_layout = ar.scale_layout((None, x.get("k_descale"), x.get("v_descale")))
         slots = slots + more
-    mods, mod_slots = fjt.mods_of(o, x, q.device)
+    mods, mod_slots = ar.mods_of(o, x, q.device)
     p.mods = mods.ptr
     return calls.make_entry(p, q.device, q.dtype, lse_shape, slots + mod_slots, (mods,),
                             ones, post)

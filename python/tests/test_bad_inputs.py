@@ -16,7 +16,7 @@ from test_calls import Stubbed
 from test_errors import one_line
 
 if fjtest.HAS_TORCH:
-    from flashjit import _torch as fjt
+    from flashjit import _train as tr
 
     F8 = torch.float8_e4m3fn
     I32 = torch.int32
@@ -100,7 +100,7 @@ class BadInputs(Stubbed):
         self.assertEqual(self.launches(), n)
         # varlen with a param that requires grad: the expressions' training
         # call (eagerly _TrainMods; test_train_varlen checks its backward).
-        with mock.patch.object(fjt, "train_mods", return_value=(None, None)) as op:
+        with mock.patch.object(tr, "train_mods", return_value=(None, None)) as op:
             flashjit.attention_varlen(*self.varlen(), score_mod="s + x(h)",
                                       params={"x": z(4, requires_grad=True)})
         self.assertEqual(op.call_count, 1)

@@ -19,10 +19,11 @@ from fjtest import torch
 
 if fjtest.HAS_TORCH:
     import torch.nn.functional as F
+    from flashjit import _args as ar
     from flashjit import _calls as calls
     from flashjit import _capi as capi
     from flashjit import _core as core
-    from flashjit import _torch as fjt
+    from flashjit import _train as tr
 
 BF16 = torch.bfloat16 if fjtest.HAS_TORCH else None
 # The library's prefetch, which Stubbed replaces.
@@ -77,7 +78,7 @@ class Stubbed(unittest.TestCase):
                 # A training call's backward compiles ahead: not here (its
                 # own test calls the library's).
                 (calls, "prefetch_bwd", lambda e: 0),
-                (fjt, "_device_error", lambda *args: None)):
+                (ar, "_device_error", lambda *args: None)):
             patcher = mock.patch.object(obj, name, value)
             patcher.start()
             self.addCleanup(patcher.stop)
@@ -310,7 +311,7 @@ class CachedCalls(Stubbed):
             return flashjit.BlockMask(z[0], z[1], block_q=64, block_kv=64,
                                       q_num=z[0].clone(), q_indices=z[1].clone())
 
-        with mock.patch.object(fjt, "check_inputs", wraps=fjt.check_inputs) as checks:
+        with mock.patch.object(ar, "check_inputs", wraps=ar.check_inputs) as checks:
             first = None
             for _ in range(3):
                 t, bm = torch.zeros(8), mask()
@@ -348,7 +349,7 @@ class CachedCalls(Stubbed):
                 m = capi.Mods.from_address(self.rec.calls[-1][2].mods)
                 self.assertEqual(m.params[0].data, t.data_ptr())
             self.assertEqual(checks.call_count, 2)  # the first call's, and its entry's build
-            self.assertEqual([type(e) for e in calls.tables.train.values()], [fjt.ModsCall])
+            self.assertEqual([type(e) for e in calls.tables.train.values()], [tr.ModsCall])
             # The forward's entry is the call's own after its first call.
             self.assertIs(next(iter(calls.tables.train.values())).entry,
                           list(calls.tables.calls.values())[-1])
@@ -456,8 +457,8 @@ class CachedCalls(Stubbed):
         q, k, v = qkv()
         flashjit.attention(q, k, v)
         q.requires_grad_()
-        with mock.patch.object(fjt, "train_call", return_value=(q, q)) as op, \
-                mock.patch.object(fjt, "check_inputs", wraps=fjt.check_inputs) as checks:
+        with mock.patch.object(tr, "train_call", return_value=(q, q)) as op, \
+                mock.patch.object(ar, "check_inputs", wraps=ar.check_inputs) as checks:
             # The first call with grad is checked, the next ones come from the
             # training table with the call the checks made.
             for _ in range(3):
@@ -466,7 +467,7 @@ class CachedCalls(Stubbed):
             self.assertEqual(len(calls.tables.train), 1)
             self.assertIsNone(op.call_args[0][3])
             call = op.call_args[0][4]
-            self.assertIsInstance(call, fjt.TrainCall)
+            self.assertIsInstance(call, tr.TrainCall)
             self.assertEqual(call.args, (capi.CAUSAL_TOP_LEFT, 0.0, capi.BHSD, -1, -1, 0.0))
             self.assertIs(op.call_args_list[0][0][4], call)  # one call object throughout
             # Without grad, the plain table, never the training call.
@@ -485,8 +486,8 @@ class CachedCalls(Stubbed):
         its backward's entries as it kept them: options, entry keys and
         the backward's plan are made once, the deterministic mode's apart."""
         q, k, v = (t.requires_grad_() for t in qkv(hk=2))
-        with mock.patch.object(fjt, "_train_opts", wraps=fjt._train_opts) as opts, \
-                mock.patch.object(fjt, "_bwd_entry", wraps=fjt._bwd_entry) as entry:
+        with mock.patch.object(tr, "_train_opts", wraps=tr._train_opts) as opts, \
+                mock.patch.object(tr, "_bwd_entry", wraps=tr._bwd_entry) as entry:
             for _ in range(3):
                 flashjit.attention(q, k, v, causal="top_left").float().sum().backward()
             self.assertEqual((opts.call_count, entry.call_count), (1, 1))
@@ -505,8 +506,8 @@ class CachedCalls(Stubbed):
         over the same forward and backward), not the custom ops, whose
         dispatch fills their defaults from the schema at every call."""
         q, k, v = (t.requires_grad_() for t in qkv(hk=2))
-        with mock.patch.object(fjt, "attention_train_op") as op, \
-                mock.patch.object(fjt, "attention_bwd_op") as bwd_op:
+        with mock.patch.object(tr, "attention_train_op") as op, \
+                mock.patch.object(tr, "attention_bwd_op") as bwd_op:
             out = flashjit.attention(q, k, v, causal="top_left")
             self.assertEqual(type(out.grad_fn).__name__, "_TrainCallBackward")
             out.backward(torch.ones_like(out))
@@ -536,7 +537,7 @@ class CachedCalls(Stubbed):
         q = torch.randn(256, 8, 64, dtype=BF16, requires_grad=True)
         k, v = (torch.randn(256, 2, 64, dtype=BF16, requires_grad=True) for _ in range(2))
         cu = torch.tensor([0, 100, 256], dtype=torch.int32)
-        with mock.patch.object(fjt, "attention_train_op") as op:
+        with mock.patch.object(tr, "attention_train_op") as op:
             for _ in range(2):
                 out = flashjit.attention_varlen(q, k, v, cu, cu, 156, 156, causal=True)
                 out.backward(torch.ones_like(out))
@@ -553,7 +554,7 @@ class CachedCalls(Stubbed):
         args = (None, capi.CAUSAL_TOP_LEFT, 0.0, capi.BHSD, -1, -1, 0.0)
         with mock.patch.object(calls, "prefetch_bwd") as pf:
             for _ in range(2):
-                fjt._attention_train(q, k, v, *args)
+                tr._attention_train(q, k, v, *args)
         # Once, for the new call, with the backward's problem of it.
         self.assertEqual(pf.call_count, 1)
         e = pf.call_args[0][0]
@@ -570,13 +571,13 @@ class CachedCalls(Stubbed):
         x = torch.randn(2, 64, 3, 4, 64, dtype=BF16, requires_grad=True)
         q, k, v = (t.transpose(1, 2) for t in x.unbind(2))
         grads, made = [], []
-        real = fjt._dparams_views
+        real = tr._dparams_views
 
         def spy(*args, **kw):
             made.append((kw.get("shared"), real(*args, **kw)[0]))
             return made[-1][1], ()
 
-        with mock.patch.object(fjt, "_dparams_views", spy):
+        with mock.patch.object(tr, "_dparams_views", spy):
             for _ in range(2):
                 out = flashjit.attention(q, k, v, score_mod="s * 0.5f")
                 grads.append(torch.autograd.grad(out.sum(), x)[0])
@@ -611,8 +612,8 @@ class CachedCalls(Stubbed):
             qd, kd, vd = (t.detach() for t in (q, k, v))
             out, lse = flashjit.attention(qd, kd, vd, causal=causal, return_lse=True)
             # The op's function (its CUDA kernel; the op has none on the CPU).
-            fjt._attention_bwd(dout, qd, kd, vd, out, lse, int(causal is not None), 0.0, 0,
-                               -1, -1, 0.0, None, False)
+            tr._attention_bwd(dout, qd, kd, vd, out, lse, int(causal is not None), 0.0, 0,
+                              -1, -1, 0.0, None, False)
             op = [c for c in self.rec.calls if c[0] == "bwd"][-1]
             self.assertIsNot(auto, op)
 
@@ -627,8 +628,8 @@ class CachedCalls(Stubbed):
         out, lse = torch.empty_like(q), torch.empty(1, 8, 128)
         args = (capi.CAUSAL_TOP_LEFT, 0.0, capi.BHSD, -1, -1, 0.0)
         for det in (False, False, True, True):
-            dq, dk, dv, ds = fjt._launch_bwd(torch.randn_like(q), q, k, v, out, lse,
-                                             *fjt._train_opts(None, *args), deterministic=det)
+            dq, dk, dv, ds = tr._launch_bwd(torch.randn_like(q), q, k, v, out, lse,
+                                            *tr._train_opts(None, *args), deterministic=det)
         self.assertEqual(calls.counts["bwd_plans"], 2)
         self.assertEqual((dq.shape, dk.shape, ds.shape), (q.shape, k.shape, (0,)))
         name, a, p = self.rec.calls[-1]
@@ -637,7 +638,7 @@ class CachedCalls(Stubbed):
                                    a[6], lse.data_ptr(), dq.data_ptr(), dk.data_ptr()))
         self.capturing = True
         sinks = torch.zeros(8)
-        fjt._launch_bwd(torch.randn_like(q), q, k, v, out, lse, *fjt._train_opts(sinks, *args))
+        tr._launch_bwd(torch.randn_like(q), q, k, v, out, lse, *tr._train_opts(sinks, *args))
         name, a, p = self.rec.calls[-1]
         self.assertEqual(name, "bwd_run")
         self.assertEqual(capi.Mods.from_address(p.mods).sinks, sinks.data_ptr())
@@ -675,7 +676,7 @@ class FusedQKVBackward(Stubbed):
     def test_grads_as_laid_out(self):
         x = torch.randn(2, 64, 3, 4, 64, dtype=BF16)
         q, k, v = (t.transpose(1, 2) for t in x.unbind(2))
-        dq, dk, dv = fjt._grads_as_laid_out(q, k, v, zero=True)
+        dq, dk, dv = tr._grads_as_laid_out(q, k, v, zero=True)
         for g, t in zip((dq, dk, dv), (q, k, v)):
             self.assertEqual((g.shape, g.stride(), g.dtype), (t.shape, t.stride(), t.dtype))
             self.assertFalse(g.any().item())
@@ -684,7 +685,7 @@ class FusedQKVBackward(Stubbed):
         # A view of a storage far larger than itself: a buffer of its own span.
         big = torch.randn(64, 3, 4, 64, dtype=BF16)
         q1 = big[:2, 0].transpose(1, 2)
-        g, _, _ = fjt._grads_as_laid_out(q1, *qkv()[1:], zero=False)
+        g, _, _ = tr._grads_as_laid_out(q1, *qkv()[1:], zero=False)
         self.assertEqual(g.stride(), q1.stride())
         self.assertLess(g.untyped_storage().nbytes(), big.untyped_storage().nbytes() // 4)
 
@@ -704,21 +705,21 @@ class FusedQKVBackward(Stubbed):
                 self.assertEqual(len(set(a[8:11])), 3, a[8:11])
         self.assertEqual((x.grad.shape, y.grad.shape), (x.shape, y.shape))
         ts = [t.transpose(1, 2) for t in y.split([4, 4, 4], dim=2)]
-        self.assertTrue(fjt._share_ok(ts))
-        self.assertTrue(fjt._share_ok([ts[0], ts[2]]))  # a gap between
-        self.assertFalse(fjt._share_ok([ts[0], ts[0]]))
-        self.assertFalse(fjt._share_ok([y[:, :, :6].transpose(1, 2), ts[1]]))  # overlap
+        self.assertTrue(tr._share_ok(ts))
+        self.assertTrue(tr._share_ok([ts[0], ts[2]]))  # a gap between
+        self.assertFalse(tr._share_ok([ts[0], ts[0]]))
+        self.assertFalse(tr._share_ok([y[:, :, :6].transpose(1, 2), ts[1]]))  # overlap
         # Apart along one dimension, but its union wraps into the next
         # batch's rows (a batch stride just past the last row): not shared.
         base = torch.zeros(4096, dtype=BF16)
         a = base.as_strided((2, 5, 8, 4), (4 * 48 + 32, 48, 4, 1), 0)
         b = base.as_strided((2, 5, 2, 4), (4 * 48 + 32, 48, 4, 1), 32)
-        self.assertFalse(fjt._share_ok([a, b]))
+        self.assertFalse(tr._share_ok([a, b]))
 
     def test_overlaps_copied(self):
-        self.assertTrue(fjt._disjoint(torch.randn(2, 64, 3, 4, 64)[:, :, 0].transpose(1, 2)))
-        self.assertFalse(fjt._disjoint(torch.randn(2, 1, 64, 64).expand(2, 4, 64, 64)))
-        self.assertFalse(fjt._disjoint(torch.randn(200).as_strided((4, 64), (16, 1))))
+        self.assertTrue(tr._disjoint(torch.randn(2, 64, 3, 4, 64)[:, :, 0].transpose(1, 2)))
+        self.assertFalse(tr._disjoint(torch.randn(2, 1, 64, 64).expand(2, 4, 64, 64)))
+        self.assertFalse(tr._disjoint(torch.randn(200).as_strided((4, 64), (16, 1))))
         q = torch.randn(1, 4, 64, 64, dtype=BF16, requires_grad=True)
         k = torch.randn(1, 1, 64, 64, dtype=BF16, requires_grad=True)
         flashjit.attention(q, k.expand(1, 4, 64, 64), k.expand(1, 4, 64, 64)).sum().backward()
@@ -750,12 +751,12 @@ class FakeStridesMatch(Stubbed):
 
     def test_attention_bwd(self):
         args = self.inputs() + (capi.CAUSAL_TOP_LEFT, 0.0, capi.BHSD, -1, -1, 0.0)
-        self.same(fjt._attention_bwd(*args), fjt._attention_bwd_fake(*args))
+        self.same(tr._attention_bwd(*args), tr._attention_bwd_fake(*args))
         self.assertEqual(self.launches(), 1)
 
     def test_attention_bwd_mods(self):
         args = self.inputs() + ([], calls.encode(calls.opts("dense", score_mod="s * 0.5f")))
-        self.same(fjt._attention_bwd_mods(*args), fjt._attention_bwd_mods_fake(*args))
+        self.same(tr._attention_bwd_mods(*args), tr._attention_bwd_mods_fake(*args))
         self.assertEqual(self.launches(), 1)
 
     def test_no_rows(self):
@@ -763,9 +764,9 @@ class FakeStridesMatch(Stubbed):
         dout, q, k, v, out, lse = self.inputs()
         args = (dout[:, :, :0], q[:, :, :0], k, v, out[:, :, :0], lse[:, :, :0])
         dense = args + (capi.CAUSAL_NONE, 0.0, capi.BHSD, -1, -1, 0.0)
-        self.same(fjt._attention_bwd(*dense), fjt._attention_bwd_fake(*dense))
+        self.same(tr._attention_bwd(*dense), tr._attention_bwd_fake(*dense))
         mods = args + ([], calls.encode(calls.opts("dense", score_mod="s * 0.5f")))
-        self.same(fjt._attention_bwd_mods(*mods), fjt._attention_bwd_mods_fake(*mods))
+        self.same(tr._attention_bwd_mods(*mods), tr._attention_bwd_mods_fake(*mods))
         self.assertEqual(self.launches(), 0)
 
 
@@ -1067,7 +1068,7 @@ def reference_kernels(test):
         return t(out).contiguous()
 
     def with_lse(q, k, v, extra, opts):
-        return out_of(q, k, v, extra, opts), torch.zeros(fjt.lse_shape(calls.decode(opts), q))
+        return out_of(q, k, v, extra, opts), torch.zeros(ar.lse_shape(calls.decode(opts), q))
 
     lib.impl("attention", out_of, "CPU")
     lib.impl("attention_lse", with_lse, "CPU")
@@ -1088,7 +1089,7 @@ def mods_kernels(test):
     def train(q, k, v, extra, opts):
         o = calls.decode(opts)
         out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-        return out.contiguous(), torch.zeros(fjt.lse_shape(o, q))
+        return out.contiguous(), torch.zeros(ar.lse_shape(o, q))
 
     def bwd(dout, q, k, v, out, lse, extra, opts, deterministic=False, pgrads=0, dlse=None):
         o = calls.decode(opts)
@@ -1096,7 +1097,7 @@ def mods_kernels(test):
         test.bwd_dlse.append(dlse)
         hq = q.shape[1]
         parts = [torch.full((extra[r].numel(),), 6.0 + j)
-                 for j, (_, r) in enumerate(fjt._pgrad_params(o, pgrads))]
+                 for j, (_, r) in enumerate(tr._pgrad_params(o, pgrads))]
         return (torch.full_like(q, 2.0), torch.full_like(k, 3.0), torch.full_like(v, 4.0),
                 torch.full((hq,) if "sinks" in o.roles else (0,), 5.0),
                 torch.cat(parts) if parts else torch.zeros(0))
@@ -1109,7 +1110,7 @@ def mods_kernels(test):
         return bwd(*args)
 
     for name, f in (("_attention_train_mods", train), ("_launch_bwd_mods", launch)):
-        p = mock.patch.object(fjt, name, f)
+        p = mock.patch.object(tr, name, f)
         p.start()
         test.addCleanup(p.stop)
 
@@ -1122,7 +1123,7 @@ class ExpressionBackward(unittest.TestCase):
 
     def setUp(self):
         mods_kernels(self)
-        p = mock.patch.object(fjt, "_device_error", lambda *args: None)
+        p = mock.patch.object(ar, "_device_error", lambda *args: None)
         p.start()
         self.addCleanup(p.stop)
 
@@ -1150,8 +1151,8 @@ class ExpressionBackward(unittest.TestCase):
         """Eagerly, autograd runs through _TrainMods, not the custom ops
         (as _Train for the built-in masks)."""
         q, k, v = self.inputs()
-        with mock.patch.object(fjt, "attention_train_mods_op") as op, \
-                mock.patch.object(fjt, "attention_bwd_mods_op") as bwd_op:
+        with mock.patch.object(tr, "attention_train_mods_op") as op, \
+                mock.patch.object(tr, "attention_bwd_mods_op") as bwd_op:
             out = flashjit.attention(q, k, v, score_mod="s * 0.5f")
             self.assertEqual(type(out.grad_fn).__name__, "_TrainModsBackward")
             out.float().sum().backward()
@@ -1232,7 +1233,7 @@ class Traced(unittest.TestCase):
 
     def setUp(self):
         reference_kernels(self)
-        p = mock.patch.object(fjt, "_device_error", lambda *args: None)
+        p = mock.patch.object(ar, "_device_error", lambda *args: None)
         p.start()
         self.addCleanup(p.stop)
         torch._dynamo.reset()

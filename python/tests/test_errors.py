@@ -231,7 +231,7 @@ class AttentionErrors(Case):
     def test_fp8_descales(self):
         # attention() checks them after the device (CPU tensors stop there),
         # so its check is called directly.
-        from flashjit._torch import _check_descales
+        from flashjit._args import _check_descales
         q = torch.zeros((2, 8, 16, 64), dtype=torch.float8_e4m3fn)
         ok = torch.ones((2, 4))
         self.assertTrue(_check_descales(q, q, 2, 4, (ok, None, ok)))
@@ -269,7 +269,7 @@ class AttentionErrors(Case):
         # out_dtype, o_scale and return_amax: FP8 attention's, checked
         # after the device (called directly: CPU tensors stop there).
         from flashjit import _capi as capi
-        from flashjit._torch import _check_out
+        from flashjit._args import _check_out
         f8 = torch.float8_e4m3fn
         q = torch.zeros((2, 8, 16, 64), dtype=f8)
         one = torch.ones(1)
@@ -309,7 +309,7 @@ class AttentionErrors(Case):
         # expanded from one (vLLM's k_scale.expand(...)); the given ones
         # alike, else refused by name.
         from flashjit import _capi as capi
-        from flashjit._torch import _check_descales, scale_layout
+        from flashjit._args import _check_descales, scale_layout
         q = torch.zeros((2, 8, 16, 64), dtype=torch.float8_e4m3fn)
         head, one = torch.ones((2, 4)), torch.ones(())
         for descales, want in (((head, None, head), capi.SCALE_PER_HEAD),
@@ -380,16 +380,16 @@ class AttentionErrors(Case):
                      q, k, v, checked=1)
 
     def test_params_options(self):
-        from flashjit import _torch
-        self.assertEqual(_torch.params_opts({"a": 1, "b": 2.5}),
+        from flashjit import _args
+        self.assertEqual(_args.params_opts({"a": 1, "b": 2.5}),
                          ((("a", "i", 1), ("b", "f", 2.5)), (), ()))
         t = torch.zeros(4)
-        spec, roles, tensors = _torch.params_opts({"t": t, "n": 3})
+        spec, roles, tensors = _args.params_opts({"t": t, "n": 3})
         self.assertEqual((spec, roles), ((("t", "t", None), ("n", "i", 3)), ("param:t",)))
         self.assertIs(tensors[0], t)
         self.refuses(ValueError, r"params: 'a b' is not a C identifier",
-                     _torch.params_opts, {"a b": 1})
-        self.refuses(TypeError, r"tensor", _torch.params_opts, {"x": True})
+                     _args.params_opts, {"a b": 1})
+        self.refuses(TypeError, r"tensor", _args.params_opts, {"x": True})
 
 
 @unittest.skipUnless(fjtest.HAS_TORCH, fjtest.NO_TORCH)

@@ -25,8 +25,9 @@ from fjtest import torch
 
 if fjtest.HAS_TORCH:
     import torch.nn as nn
+    from flashjit import _args as ar
     from flashjit import _capi as capi
-    from flashjit import _torch as fjt
+    from flashjit import _train as tr
 
 EXAMPLE = os.path.join(fjtest.REPO, "examples", "gpt_train.py")
 
@@ -69,12 +70,12 @@ class DeterministicPlumbing(unittest.TestCase, DeterministicState):
         k = v = torch.empty(2, 2, 1024, 128, dtype=torch.bfloat16)
         args = (q, k, v, capi.CAUSAL_NONE, 0.0, capi.BHSD)
         for flag in (True, False, True):
-            p = fjt._bwd_problem(*args, flag)
+            p = tr._bwd_problem(*args, flag)
             self.assertEqual(p.deterministic, int(flag))
             self.assertEqual((p.batch, p.heads_q, p.heads_kv, p.seq_q, p.head_dim),
                              (2, 8, 2, 1024, 128))
         # The forward's cached problem is copied, never switched.
-        self.assertEqual(fjt._problem(*args).deterministic, 0)
+        self.assertEqual(ar._problem(*args).deterministic, 0)
 
     def test_backward_formula_passes_the_flag(self):
         self.keep_deterministic_state()
@@ -90,10 +91,10 @@ class DeterministicPlumbing(unittest.TestCase, DeterministicState):
             seen.append(args[-1])
             return q, q, q, lse.new_empty(0)
 
-        with mock.patch.object(fjt, "attention_bwd_op", bwd_op):
+        with mock.patch.object(tr, "attention_bwd_op", bwd_op):
             for det, warn_only in ((False, False), (True, False), (True, True)):
                 torch.use_deterministic_algorithms(det, warn_only=warn_only)
-                grads = fjt._train_backward(ctx, q, None)  # no alert raises
+                grads = tr._train_backward(ctx, q, None)  # no alert raises
                 self.assertEqual(len(grads), inputs)
                 self.assertIs(seen[-1], det, f"deterministic={det} warn_only={warn_only}")
 
@@ -118,8 +119,8 @@ class DeterministicPlumbing(unittest.TestCase, DeterministicState):
             return make_boxed_func(gm.forward)
 
         def f(q, k, v):
-            out, _ = fjt.attention_train_op(q, k, v, None, capi.CAUSAL_TOP_LEFT, 0.0,
-                                            capi.BHSD, -1, -1, 0.0)
+            out, _ = tr.attention_train_op(q, k, v, None, capi.CAUSAL_TOP_LEFT, 0.0,
+                                           capi.BHSD, -1, -1, 0.0)
             return out
 
         for det in (False, True):
@@ -346,7 +347,7 @@ class Training(unittest.TestCase, DeterministicState):
         torch.use_deterministic_algorithms reaching the launch (a change
         recompiles: Dynamo guards the flag)."""
         self.keep_deterministic_state()
-        modes, launch = [], fjt._launch_bwd
+        modes, launch = [], tr._launch_bwd
 
         def spy(*args, **kwargs):
             # The mode by name: dlse follows it (the launch's last argument).
@@ -360,7 +361,7 @@ class Training(unittest.TestCase, DeterministicState):
 
         compiled = torch.compile(step, fullgraph=True)
         q, k, v = randn(2, 256, 8, 64), randn(2, 256, 2, 64), randn(2, 256, 2, 64)
-        with mock.patch.object(fjt, "_launch_bwd", spy):
+        with mock.patch.object(tr, "_launch_bwd", spy):
             for det in (False, True):
                 torch.use_deterministic_algorithms(det)
                 got = [t.clone().requires_grad_() for t in (q, k, v)]

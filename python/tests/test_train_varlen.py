@@ -34,6 +34,7 @@ if fjtest.HAS_TORCH:
     from flashjit import _capi as capi
     from flashjit import _serving as sv
     from flashjit import _torch as fjt
+    from flashjit import _train as tr
 
 BF16 = torch.bfloat16 if fjtest.HAS_TORCH else None
 BR = "bottom_right"
@@ -51,10 +52,10 @@ def cpu_kernels(test):
     Python bodies, which reach the stubbed launches (Stubbed)."""
     lib = torch.library.Library("flashjit", "IMPL")
     test.addCleanup(lib._destroy)
-    lib.impl("attention_train", fjt._attention_train, "CPU")
-    lib.impl("attention_bwd", fjt._attention_bwd, "CPU")
-    lib.impl("attention_train_mods", fjt._attention_train_mods, "CPU")
-    lib.impl("attention_bwd_mods", fjt._attention_bwd_mods, "CPU")
+    lib.impl("attention_train", tr._attention_train, "CPU")
+    lib.impl("attention_bwd", tr._attention_bwd, "CPU")
+    lib.impl("attention_train_mods", tr._attention_train_mods, "CPU")
+    lib.impl("attention_bwd_mods", tr._attention_bwd_mods, "CPU")
     lib.impl("attention", fjt._op, "CPU")
     lib.impl("attention_lse", fjt._op_lse, "CPU")
 
@@ -301,13 +302,13 @@ class VarlenOps(unittest.TestCase, DeterministicState):
         q = torch.empty(1000, 8, 128, dtype=BF16, **m)
         k = torch.empty(3000, 2, 128, dtype=BF16, **m)
         cu = torch.empty(5, dtype=torch.int32, **m)
-        out, lse = fjt.attention_train_op(q, k, k, None, capi.CAUSAL_BOTTOM_RIGHT, 0.0,
-                                          capi.THD, -1, -1, 0.0, cu, cu, None, 300, 900)
+        out, lse = tr.attention_train_op(q, k, k, None, capi.CAUSAL_BOTTOM_RIGHT, 0.0,
+                                         capi.THD, -1, -1, 0.0, cu, cu, None, 300, 900)
         self.assertEqual((out.shape, out.dtype, lse.shape, lse.dtype),
                          (q.shape, BF16, (4, 8, 300), torch.float32))
         sinks = torch.empty(8, **m)
-        grads = fjt.attention_bwd_op(out, q, k, k, out, lse, capi.CAUSAL_BOTTOM_RIGHT, 0.0,
-                                     capi.THD, -1, -1, 0.0, sinks, True, cu, cu, None, 300, 900)
+        grads = tr.attention_bwd_op(out, q, k, k, out, lse, capi.CAUSAL_BOTTOM_RIGHT, 0.0,
+                                    capi.THD, -1, -1, 0.0, sinks, True, cu, cu, None, 300, 900)
         self.assertEqual([g.shape for g in grads], [q.shape, k.shape, k.shape, (8,)])
 
     def test_fake_shapes_expressions(self):
@@ -322,18 +323,18 @@ class VarlenOps(unittest.TestCase, DeterministicState):
                                 None, sinks, (None, None), 0, ("cu_seqlens_q", "cu_seqlens_k"),
                                 (cu, cu), layout=capi.THD, max_seqlen_q=64, max_seqlen_k=64)
         opts = calls.encode(o)
-        out, lse = fjt.attention_train_mods_op(q, k, k, list(extras), opts)
+        out, lse = tr.attention_train_mods_op(q, k, k, list(extras), opts)
         self.assertEqual((out.shape, lse.shape), (q.shape, (3, 8, 64)))
-        grads = fjt.attention_bwd_mods_op(out, q, k, k, out, lse, list(extras), opts, False, 0,
-                                          lse)
+        grads = tr.attention_bwd_mods_op(out, q, k, k, out, lse, list(extras), opts, False, 0,
+                                         lse)
         self.assertEqual([g.shape for g in grads], [q.shape, k.shape, k.shape, (8,), (0,)])
 
     def test_mismatched_lengths_refused(self):
         q = torch.empty(10, 2, 64, dtype=BF16, device="meta")
         cu = torch.empty(3, dtype=torch.int32, device="meta")
         with self.assertRaisesRegex(ValueError, r"cu_seqlens_q and cu_seqlens_k go together"):
-            fjt._train_opts(None, 0, 0.0, capi.THD, -1, -1, 0.0, cu, None)
-        fjt._train_opts(None, 0, 0.0, capi.THD, -1, -1, 0.0, cu, cu)
+            tr._train_opts(None, 0, 0.0, capi.THD, -1, -1, 0.0, cu, None)
+        tr._train_opts(None, 0, 0.0, capi.THD, -1, -1, 0.0, cu, cu)
         del q
 
     def test_traced_backward_shows_the_mode(self):
@@ -349,8 +350,8 @@ class VarlenOps(unittest.TestCase, DeterministicState):
             return make_boxed_func(gm.forward)
 
         def f(q, k, v, cu):
-            out, _ = fjt.attention_train_op(q, k, v, None, capi.CAUSAL_BOTTOM_RIGHT, 0.0,
-                                            capi.THD, -1, -1, 0.0, cu, cu, None, 64, 64)
+            out, _ = tr.attention_train_op(q, k, v, None, capi.CAUSAL_BOTTOM_RIGHT, 0.0,
+                                           capi.THD, -1, -1, 0.0, cu, cu, None, 64, 64)
             return out
 
         m = dict(dtype=BF16, device="meta", requires_grad=True)
@@ -579,7 +580,7 @@ class VarlenBackward(GpuCase, DeterministicState):
         self.keep_deterministic_state()
         torch._dynamo.reset()
         self.addCleanup(torch._dynamo.reset)
-        modes, launch = [], fjt._launch_bwd
+        modes, launch = [], tr._launch_bwd
 
         def spy(*args, **kwargs):
             # The mode by name: dlse follows it (the launch's last argument).
@@ -596,7 +597,7 @@ class VarlenBackward(GpuCase, DeterministicState):
             return (out.float() * dout.float()).sum()
 
         compiled = torch.compile(step, fullgraph=True)
-        with mock.patch.object(fjt, "_launch_bwd", spy):
+        with mock.patch.object(tr, "_launch_bwd", spy):
             for det in (False, True):
                 torch.use_deterministic_algorithms(det)
                 got = [t.detach().clone().requires_grad_() for t in (q, k, v, sinks)]
