@@ -779,14 +779,15 @@ static int rotates(const fj_ctx *ctx, const fj_problem *p,
  * launched before it and the longest walks start first: 1.30x there
  * (3386 us).  The wgmma kernels without a block mask (whose deterministic
  * mode is the mma family's).  FLASHJIT_BWD_DESCEND=0 in the environment
- * returns to the plain order (read at every launch, for A/B runs in one
- * process). */
+ * returns to the plain order (read at every launch that could descend,
+ * for A/B runs in one process; no other launch reads it). */
 static int descends(const fj_problem *p, const fj_bwd_plan *plan)
 {
+  if (!p->deterministic || p->heads_q == p->heads_kv ||
+      plan->variant.mma != FJ_MMA_WGMMA || det_blocks(p))
+    return 0;
   const char *e = getenv("FLASHJIT_BWD_DESCEND");
-  if ((e && strcmp(e, "0") == 0) || !p->deterministic ||
-      p->heads_q == p->heads_kv || plan->variant.mma != FJ_MMA_WGMMA ||
-      det_blocks(p))
+  if (e && strcmp(e, "0") == 0)
     return 0;
   return p->causal != FJ_CAUSAL_NONE ||
          (p->mods && p->mods->window_right >= 0);
