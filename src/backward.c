@@ -84,6 +84,37 @@ static fj_status check_block_lists(const fj_ctx *ctx, const char *who,
  * gradients where fj_mods.param_grads asks (in the deterministic mode
  * through the workspace's fixed-point words: pgrad_elems);
  * block masks (their arrays: check_block_lists, at a call). */
+static size_t pad_rows(const fj_problem *p);
+static size_t pgrad_offset(const fj_problem *p);
+static size_t pgrad_elems(const fj_problem *p);
+
+/* What the backward counts in 32-bit ints whatever its kernel, and its
+ * workspace's bytes: a problem past them is refused with the value and
+ * the limit (fj__plan_fill refuses the forward's; fill_plan the main
+ * kernel's own counts). */
+static fj_status check_counts(fj_ctx *ctx, const fj_problem *p)
+{
+  uint64_t rows = pad_rows(p), blocks = (rows + BWD_ROWS - 1) / BWD_ROWS;
+  if (blocks > INT32_MAX)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "batch %d x heads_q %d x seq_q %d (in query tiles of %d) "
+                    "= %llu rows: the backward's row kernels take at most "
+                    "%llu (%d blocks of %d)",
+                    p->batch, p->heads_q, p->seq_q, BWD_TILE,
+                    (unsigned long long)rows,
+                    (unsigned long long)INT32_MAX * BWD_ROWS, INT32_MAX,
+                    BWD_ROWS);
+  size_t pg = pgrad_elems(p), bytes;
+  if (pg && (__builtin_mul_overflow(pg, 2 * sizeof(long long), &bytes) ||
+             __builtin_add_overflow(bytes, pgrad_offset(p), &bytes) ||
+             bytes > (size_t)INT64_MAX))
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "the deterministic mode's parameter gradients: %llu "
+                    "elements of 16 bytes of workspace each, past 2^63 bytes",
+                    (unsigned long long)pg);
+  return FJ_OK;
+}
+
 static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
 {
   fj_status st = fj_problem_check(ctx, p);
@@ -115,7 +146,7 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
                     "the backward needs sm_80 or newer (mma.sync); the "
                     "target is %s",
                     ctx->arch);
-  return FJ_OK;
+  return check_counts(ctx, p);
 }
 
 /* Whether the wide wgmma kernel takes p's key tiles in pairs (a cluster
@@ -308,12 +339,13 @@ static size_t dq_tiles(const fj_problem *p)
   return pad_rows(p) / BWD_TILE * (acc_width(p) / 64);
 }
 
-/* A tensor parameter's elements. */
+/* A tensor parameter's elements (SIZE_MAX where they overflow it). */
 static size_t param_elems(const fj_mod_param *t)
 {
   size_t e = 1;
   for (int d = 0; d < t->rank && d < 4; d++)
-    e *= (size_t)t->extents[d];
+    if (__builtin_mul_overflow(e, (size_t)t->extents[d], &e))
+      return SIZE_MAX;
   return e;
 }
 
@@ -327,8 +359,9 @@ static size_t pgrad_elems(const fj_problem *p)
   for (int i = 0; p->deterministic && p->mods && i < p->mods->num_params &&
                   i < FJ_MOD_PARAMS_MAX;
        i++)
-    if (fj__mods_has_grad(p->mods, i))
-      n += param_elems(&p->mods->params[i]);
+    if (fj__mods_has_grad(p->mods, i) &&
+        __builtin_add_overflow(n, param_elems(&p->mods->params[i]), &n))
+      return SIZE_MAX;
   return n;
 }
 
@@ -396,9 +429,24 @@ static int bwd_table_inside(const fj_problem *p, const fj_variant *v)
 /* The plan's sizes for main kernel v, its kernel's metadata given, and
  * its table_inside proved for p (the memo keeps choices without it: they
  * hold for problems of other lengths and tables). */
-static void fill_plan(const fj_problem *p, const fj_variant *v,
-                      const fj_kmeta *meta, fj_bwd_plan *plan)
+static fj_status fill_plan(fj_ctx *ctx, const fj_problem *p,
+                           const fj_variant *v, const fj_kmeta *meta,
+                           fj_bwd_plan *plan)
 {
+  /* The main kernel counts its blocks (bwd_common.cuh's kv_tile) in
+   * 32-bit ints; a key tile's steps too (query tiles of 64 rows times the
+   * group's heads), whose count check_counts' bound on the rows keeps
+   * under 2^29. */
+  uint64_t tn = (uint64_t)v->tile_n;
+  uint64_t tiles = ((uint64_t)p->seq_kv + tn - 1) / tn *
+                   (uint64_t)(v->tile_n / block_keys(v));
+  uint64_t blocks = tiles * (uint64_t)p->heads_kv * (uint64_t)p->batch;
+  if (blocks > INT32_MAX)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "%llu key tiles x heads_kv %d x batch %d = %llu blocks: "
+                    "the backward's main kernel counts at most %d",
+                    (unsigned long long)tiles, p->heads_kv, p->batch,
+                    (unsigned long long)blocks, INT32_MAX);
   size_t rows = pad_rows(p);
   memset(plan, 0, sizeof *plan);
   plan->variant = *v;
@@ -413,6 +461,7 @@ static void fill_plan(const fj_problem *p, const fj_variant *v,
   plan->smem_bytes = (unsigned)meta->smem_bytes;
   plan->rows_grid = (unsigned)((rows + BWD_ROWS - 1) / BWD_ROWS);
   plan->workspace_bytes = workspace_of(p);
+  return FJ_OK;
 }
 
 /* What shapes the main kernel's choice and source (the built-in
@@ -585,10 +634,8 @@ static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
   fj_kmeta meta;
   fj_status st = FJ_ERR_UNSUPPORTED;
   bwd_key key = key_of(p);
-  if (memo_find(ctx, &key, &v, &meta)) {
-    fill_plan(p, &v, &meta, plan);
-    return FJ_OK;
-  }
+  if (memo_find(ctx, &key, &v, &meta))
+    return fill_plan(ctx, p, &v, &meta, plan);
   fj_mma mma;
   int stages;
   int wgmma = wgmma_may(ctx, p, &key);
@@ -602,7 +649,7 @@ static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
     st = try_main(ctx, p, FJ_MMA_SYNC, stages, &v, &meta);
   if (st == FJ_OK) {
     memo_add(ctx, &key, &v, &meta);
-    fill_plan(p, &v, &meta, plan);
+    st = fill_plan(ctx, p, &v, &meta, plan);
   }
   return st;
 }
@@ -636,7 +683,7 @@ fj_status fj__bwd_plan_candidate(fj_ctx *ctx, const fj_problem *p,
   pthread_mutex_lock(&ctx->lock);
   st = try_main(ctx, p, mma, stages, &v, &meta);
   if (st == FJ_OK)
-    fill_plan(p, &v, &meta, plan);
+    st = fill_plan(ctx, p, &v, &meta, plan);
   pthread_mutex_unlock(&ctx->lock);
   return st;
 }

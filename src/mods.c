@@ -485,6 +485,17 @@ static fj_status check_block_mask(const fj_ctx *ctx, const fj_block_mask *bm)
     if (dims[i] < 1)
       return fj__fail(ctx, FJ_ERR_INVALID_ARG,
                       "mods.block_mask->%s %d is below 1", names[i], dims[i]);
+  /* The kernels step from one batch index's lists to the next by heads x
+   * q_blocks entries (the transposed lists': heads x kv_blocks), a 32-bit
+   * stride (fj_kparams' bm_stride_b). */
+  const int blocks = bm->q_blocks > bm->kv_blocks ? bm->q_blocks : bm->kv_blocks;
+  const int64_t per_b = (int64_t)bm->heads * blocks;
+  if (bm->batch > 1 && per_b > INT32_MAX)
+    return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
+                    "mods.block_mask->heads %d x %d blocks = %lld entries a "
+                    "batch index: the kernels step at most %d (batch 1, one "
+                    "mask for every batch index, takes any)",
+                    bm->heads, blocks, (long long)per_b, INT32_MAX);
   return FJ_OK;
 }
 

@@ -815,16 +815,17 @@ static fj_status bwd_blocks_agree(const char *fn, const fj_block_mask *bm)
                  : fj__fail(NULL, FJ_ERR_NOMEM,
                             "%s: out of memory for a block mask of %zu blocks",
                             fn, n);
-  for (int bh = 0; st == FJ_OK && bh < bm->batch * bm->heads; bh++) {
-    block_states(bm, (int64_t)bh * bm->q_blocks, 0, rows);
-    block_states(bm, (int64_t)bh * bm->kv_blocks, 1, cols);
+  const int64_t lists = (int64_t)bm->batch * bm->heads;
+  for (int64_t bh = 0; st == FJ_OK && bh < lists; bh++) {
+    block_states(bm, bh * bm->q_blocks, 0, rows);
+    block_states(bm, bh * bm->kv_blocks, 1, cols);
     for (size_t i = 0; i < n; i++)
       if (rows[i] != cols[i]) {
         st = fj__fail(NULL, FJ_ERR_INVALID_ARG,
                       "%s: mods.block_mask's lists disagree at batch %d, head "
                       "%d, query block %d, key block %d: %s by kv_num and "
                       "kv_indices, %s by q_num and q_indices",
-                      fn, bh / bm->heads, bh % bm->heads,
+                      fn, (int)(bh / bm->heads), (int)(bh % bm->heads),
                       (int)(i / (size_t)bm->kv_blocks),
                       (int)(i % (size_t)bm->kv_blocks), kind[(int)rows[i]],
                       kind[(int)cols[i]]);

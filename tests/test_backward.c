@@ -1208,3 +1208,73 @@ int test_backward_tune(void)
   fj_ctx_destroy(ctx);
   return 0;
 }
+
+/* What the backward's kernels count in 32-bit ints, and its workspace's
+ * bytes: a problem past them is refused at the plan in one line naming
+ * the count and the limit, where the kernels would have wrapped (the row
+ * kernels' grid, the main kernel's block count, the deterministic
+ * parameter gradients' words), and the block mask's stride between batch
+ * indices, forward and backward alike; a problem just inside is planned.
+ * Only sizes are read: no memory is touched. */
+int test_backward_counts(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx != NULL);
+  fj_problem p;
+  fj_bwd_plan plan;
+  /* 32 x 1024 x 2^20 rows: 2^31 blocks of 16 rows for the row kernels. */
+  fj_problem_init(&p, 32, 1024, 1024, 1 << 20, 1 << 20, 64, FJ_BF16, FJ_BHSD);
+  CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "batch 32 x heads_q 1024 x seq_q 1048576 (in query tiles of 64) = "
+                 "34359738368 rows: the backward's row kernels take at most 34359738352 "
+                 "(2147483647 blocks of 16)");
+  CHECK(!strchr(fj_errmsg(ctx), '\n'));
+  p.batch = 31;
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+  CHECK(plan.rows_grid == (unsigned)(31ull * 1024 * (1 << 20) / 16));
+  /* 2^30 keys in tiles of 128 over 256 heads: 2^31 blocks. */
+  fj_problem_init(&p, 1, 256, 256, 256, 1 << 30, 64, FJ_BF16, FJ_BHSD);
+  CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "8388608 key tiles x heads_kv 256 x batch 1 = 2147483648 blocks: the "
+                 "backward's main kernel counts at most 2147483647");
+  /* The deterministic mode's words for a float table of 2^60 elements
+   * with a gradient: 2^64 bytes. */
+  static const int32_t dummy[4] = {0, 0, 0, 0};
+  float *grads[1] = {(float *)(uintptr_t)dummy};
+  fj_mod_param t = {"t", FJ_MOD_F32, 2, {1 << 30, 1 << 30, 0, 0}, dummy, 0};
+  fj_mods m;
+  fj_mods_init(&m);
+  m.score = "s + t(q, kv)";
+  m.params = &t;
+  m.num_params = 1;
+  m.param_grads = grads;
+  fj_problem_init(&p, 1, 4, 4, 128, 128, 64, FJ_BF16, FJ_BHSD);
+  p.mods = &m;
+  p.deterministic = 1;
+  CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "the deterministic mode's parameter gradients: 1152921504606846976 "
+                 "elements of 16 bytes of workspace each, past 2^63 bytes");
+  /* A block mask of 128 heads x 2^24 query blocks a batch index of 2:
+   * its stride, 2^31 entries, is refused by both directions' plans. */
+  fj_block_mask bm;
+  memset(&bm, 0, sizeof bm);
+  bm.block_q = bm.block_kv = 64;
+  bm.batch = 2;
+  bm.heads = 128;
+  bm.q_blocks = 1 << 24;
+  bm.kv_blocks = 1;
+  bm.kv_num = bm.kv_indices = bm.q_num = bm.q_indices = dummy;
+  fj_mods_init(&m);
+  m.mask = "q + b + h >= kv";
+  m.block_mask = &bm;
+  fj_problem_init(&p, 2, 128, 128, 1 << 30, 64, 64, FJ_BF16, FJ_BHSD);
+  p.mods = &m;
+  fj_plan fwd;
+  CHECK_ST(ctx, fj_attention_plan(ctx, &p, &fwd), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "mods.block_mask->heads 128 x 16777216 blocks = 2147483648 entries a "
+                 "batch index: the kernels step at most 2147483647");
+  CHECK_ST(ctx, fj_attention_bwd_plan(ctx, &p, &plan), FJ_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "mods.block_mask->heads 128 x 16777216 blocks");
+  fj_ctx_destroy(ctx);
+  return 0;
+}

@@ -25,6 +25,7 @@ TEST(template_wgmma_forms, cpu)
 /* the backward without a GPU (backward.c) */
 TEST(backward_compile, cpu)
 TEST(backward_refusals, cpu)
+TEST(backward_counts, cpu)
 TEST(backward_prefetch, cpu)
 TEST(backward_memo, cpu)
 TEST(backward_prewarm, cpu)

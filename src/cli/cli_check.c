@@ -158,9 +158,10 @@ static void compare_block(const run_data *d, const check_block *k, err_sum *e)
         /* An e4m3 O carries its scale. */
         for (int x = 0; p->o_scale && x < dim; x++)
           row[x] /= d->o_scale;
-        size_t ri = (size_t)((b - k->b0) * p->heads_q + h) * (size_t)rows +
-                    (size_t)(r - k->r0);
-        size_t li = (size_t)(b * p->heads_q + h) * (size_t)p->seq_q + (size_t)r;
+        size_t ri = ((size_t)(b - k->b0) * (size_t)p->heads_q + (size_t)h) *
+                        (size_t)rows + (size_t)(r - k->r0);
+        size_t li = ((size_t)b * (size_t)p->heads_q + (size_t)h) * (size_t)p->seq_q +
+                    (size_t)r;
         compare_row(row, k->ref + ri * (size_t)dim, dim, d->hlse[li],
                     k->lse[ri], e);
       }
