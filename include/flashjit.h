@@ -1314,7 +1314,11 @@ typedef struct fj_bwd_plan {
  * refuses a wgmma plan there, FJ_ERR_UNSUPPORTED).  Refused, FJ_ERR_UNSUPPORTED
  * with the reason: paged problems, FP8, head dims above 256, architectures
  * before sm_80 (head dims that are not multiples of 32 run padded to the
- * next one on the mma family, 64-column panels on wgmma).  Varlen problems (cu_seqlens,
+ * next one on the mma family, 64-column panels on wgmma), and sizes its
+ * kernels cannot count in 32-bit ints: batch x heads_q x seq_q rounded up
+ * to 64 above (2^31 - 1) x 16 rows, key tiles x heads_kv x batch above
+ * 2^31 - 1 blocks, a deterministic mode's parameter gradients past 2^63
+ * bytes of workspace.  Varlen problems (cu_seqlens,
  * seqused_kv) run on either family; on wgmma only with total_q and
  * total_kv given where Q or K is packed.  ctx, p and plan may not be
  * NULL. */
