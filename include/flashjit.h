@@ -107,7 +107,11 @@ typedef enum fj_log_level {
 
 /* Receives the library's diagnostics (for example "disk cache is read-only:
  * using memory only").  Called from whichever thread made the call; the
- * message is only valid during the call. */
+ * message is only valid during the call.  It may run while the context's
+ * lock is held: it must not call flashjit on the same context (that call
+ * would wait for the lock forever), and a slow one holds up the context's
+ * other threads -- hand the message on (copy it to a queue) rather than
+ * write it out there. */
 typedef void (*fj_log_fn)(void *user, fj_log_level level, const char *msg);
 
 typedef struct fj_ctx_opts {
@@ -215,7 +219,8 @@ FJ_API fj_status fj_ctx_tiers_wait(fj_ctx *ctx);
  * ctx NULL: of the thread's last failed call without a context --
  * fj_ctx_create, fj_reference_fwd, fj_reference_bwd, fj_reference_merge,
  * fj_convert, or any call that was given a NULL context.  Empty if that
- * call succeeded.
+ * call succeeded.  A thread keeps one message: a failed call on another
+ * context (or without one) replaces it, and fj_errmsg(ctx) is then empty.
  * Never NULL.  Valid until the thread's next call into flashjit.
  */
 FJ_API const char *fj_errmsg(const fj_ctx *ctx);
@@ -523,7 +528,9 @@ typedef struct fj_resources {
   size_t cubin_bytes;
   size_t ptx_bytes;
   double compile_ms;       /* NVRTC wall time when it was compiled */
-  fj_cache_origin cache;   /* how this fj_kernel_get found it */
+  fj_cache_origin cache;   /* how the kernel's last lookup found it (a
+                              lookup on another thread may have been
+                              the last) */
 } fj_resources;
 
 /*

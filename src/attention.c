@@ -704,10 +704,10 @@ static fj_status ready_tiered(fj_ctx *ctx, const fj_problem *p,
   /* The first kernel's compile, then the chosen one's, not both at once. */
   if ((st = fj__tier_first(ctx, v, k)) == FJ_OK)
     st = fj__kernel_function(ctx, *k, fn);
-  if (st == FJ_OK && (*k)->res.cache != FJ_CACHE_MEMORY)
+  int origin = *k ? __atomic_load_n(&(*k)->origin, __ATOMIC_RELAXED) : 0;
+  if (st == FJ_OK && origin != FJ_CACHE_MEMORY)
     fj__log(ctx, FJ_LOG_INFO, "tiered JIT: %s answers (%s)", (*k)->meta.symbol,
-            (*k)->res.cache == FJ_CACHE_DISK ? "from the disk cache"
-                                             : "compiled");
+            origin == FJ_CACHE_DISK ? "from the disk cache" : "compiled");
   fj_status st2 = fresh ? fj__tier_start(ctx, v, fresh) : FJ_OK;
   if (st != FJ_OK || st2 != FJ_OK)
     return st != FJ_OK ? st : st2;

@@ -6,6 +6,7 @@
  * public functions are in flashjit.h.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -773,6 +774,16 @@ static int section_of(const fj_ctx *ctx, const fj_problem *p,
   return (int)(s < 1 ? 1 : s > heads ? heads : s);
 }
 
+/* FLASHJIT_BWD_ROTATE=0 in the environment, read once a process. */
+static int rotate_off;
+static pthread_once_t rotate_once = PTHREAD_ONCE_INIT;
+
+static void rotate_read(void)
+{
+  const char *e = getenv("FLASHJIT_BWD_ROTATE");
+  rotate_off = e && !strcmp(e, "0");
+}
+
 /* The deterministic mode's rotation (attention_bwd_wgmma.cu's ROT):
  * where every key tile walks every query tile -- no causal mask, no
  * window, dense, no expressions or softcap (the kernel's ROT); the wgmma
@@ -793,11 +804,8 @@ static int section_of(const fj_ctx *ctx, const fj_problem *p,
 static int rotates(const fj_ctx *ctx, const fj_problem *p,
                    const fj_bwd_plan *plan, int section, void *fn)
 {
-  static int off = -1;
-  if (off < 0) {
-    const char *e = getenv("FLASHJIT_BWD_ROTATE");
-    off = e && !strcmp(e, "0");
-  }
+  pthread_once(&rotate_once, rotate_read);
+  int off = rotate_off;
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
   int64_t tiles = plan->grid[0], nq = ((int64_t)p->seq_q + 63) / 64;

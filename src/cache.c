@@ -394,8 +394,8 @@ static int write_atomic(const fj_cache *c, const char *name,
 {
   char tmp[4400], path[4300];
   /* Only the name's hash: a temporary must not end as an entry does. */
-  snprintf(tmp, sizeof tmp, "%s/" TEMP_PREFIX "%ld-%llu-%.32s", c->dir,
-           (long)getpid(),
+  snprintf(tmp, sizeof tmp, "%s/" TEMP_PREFIX "%ld-%016llx-%llu-%.32s",
+           c->dir, (long)getpid(), (unsigned long long)fj__process_tag(),
            (unsigned long long)__atomic_add_fetch(&temp_counter, 1,
                                                   __ATOMIC_RELAXED),
            name);

@@ -294,7 +294,8 @@ static fj_status write_pack(fj_ctx *ctx, const char *path,
 {
   static unsigned counter;
   char tmp[4400];
-  snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%u", path, (long)getpid(),
+  snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%016llx-%u", path, (long)getpid(),
+           (unsigned long long)fj__process_tag(),
            __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
   int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   int bad = fd < 0 || fj__write_all(fd, h, sizeof *h) ||

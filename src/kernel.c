@@ -396,7 +396,7 @@ static int from_disk(fj_ctx *ctx, fj_kernel *k, const fj_cache_key *key)
             from_where(from), why);
     return 0;
   }
-  k->res.cache = FJ_CACHE_DISK;
+  __atomic_store_n(&k->origin, FJ_CACHE_DISK, __ATOMIC_RELAXED);
   if (from == FROM_PACKAGE)
     fj__cache_count_package(ctx);
   return 1;
@@ -405,7 +405,7 @@ static int from_disk(fj_ctx *ctx, fj_kernel *k, const fj_cache_key *key)
 static void to_disk(fj_ctx *ctx, fj_kernel *k, const fj_cache_key *key)
 {
   fj_buf b = {0};
-  k->res.cache = FJ_CACHE_MISS;
+  __atomic_store_n(&k->origin, FJ_CACHE_MISS, __ATOMIC_RELAXED);
   if (fj__kernel_payload(&k->out, &b) == 0)
     fj__cache_store(ctx, "kernel", k->meta.symbol, key, b.data, b.len);
   else
@@ -423,7 +423,7 @@ static void finish(fj_ctx *ctx, fj_kernel *k)
   r->cubin_bytes = k->out.cubin_len;
   r->ptx_bytes = k->out.ptx_len;
   r->compile_ms = k->out.ms;
-  fj__cache_count(ctx, r->cache);
+  fj__cache_count(ctx, (fj_cache_origin)__atomic_load_n(&k->origin, __ATOMIC_RELAXED));
 }
 
 /* Inserts a finished kernel under key, unless another thread got there
@@ -454,7 +454,7 @@ fj_status fj__kernel_build(fj_ctx *ctx, const char *name,
                      ? fj__fail(ctx, FJ_ERR_NOMEM, "out of memory")
                      : FJ_OK;
   if (st == FJ_OK && (k = kmap_find(ctx->kernels, &key)) != NULL) {
-    k->res.cache = FJ_CACHE_MEMORY;
+    __atomic_store_n(&k->origin, FJ_CACHE_MEMORY, __ATOMIC_RELAXED);
     fj__cache_count(ctx, FJ_CACHE_MEMORY);
   } else if (st == FJ_OK && (job = ahead_take(ctx, &key)) != NULL) {
     st = fj__kjob_finish(ctx, job, &k);  /* its compile, started ahead */
@@ -526,7 +526,7 @@ fj_status fj__kernel_build_async(fj_ctx *ctx, const char *name,
   }
   fj_status st = FJ_OK;
   if ((*out = kmap_find(ctx->kernels, &j->key)) != NULL) {
-    (*out)->res.cache = FJ_CACHE_MEMORY;
+    __atomic_store_n(&(*out)->origin, FJ_CACHE_MEMORY, __ATOMIC_RELAXED);
     fj__cache_count(ctx, FJ_CACHE_MEMORY);
   } else if ((st = kernel_render(ctx, name, params, n, &j->key, &j->k)) ==
              FJ_OK) {
@@ -786,8 +786,10 @@ const char *fj_kernel_name(const fj_kernel *k)
 
 void fj_kernel_resources(const fj_kernel *k, fj_resources *res)
 {
-  if (k && res)
+  if (k && res) {
     *res = k->res;
+    res->cache = (fj_cache_origin)__atomic_load_n(&k->origin, __ATOMIC_RELAXED);
+  }
 }
 
 /* ---- compiles ahead of use ------------------------------------------------------------ */

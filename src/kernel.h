@@ -18,7 +18,11 @@ struct fj_kernel {
   char *source;
   size_t source_len;
   fj_compiled out;
-  fj_resources res;
+  fj_resources res;  /* res.cache unused: origin */
+  /* How the last lookup found the kernel (fj_cache_origin), atomic:
+   * lookups on any thread set it under the lock, fj_kernel_resources
+   * reads it without. */
+  int origin;
   void *module;    /* CUmodule, loaded on first launch */
   void *function;  /* CUfunction */
   void *vt_function;  /* FP8 attention's <symbol>_vt pass, on first use */

@@ -6,6 +6,7 @@
 #include "mods.h"
 
 #include <float.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,16 +33,23 @@ static int user_on(const fj_mods *m)
   return has_text(m->score) || has_text(m->mask) || m->num_params > 0;
 }
 
-/* Checked mode asked for, by m or (read once) the environment, and a
- * tensor parameter for it to check. */
+/* FLASHJIT_CHECK_BOUNDS=1 in the environment, read once a process (by
+ * whichever thread plans first). */
+static int check_bounds_env;
+static pthread_once_t check_bounds_once = PTHREAD_ONCE_INIT;
+
+static void check_bounds_read(void)
+{
+  const char *e = getenv("FLASHJIT_CHECK_BOUNDS");
+  check_bounds_env = e && strcmp(e, "1") == 0;
+}
+
+/* Checked mode asked for, by m or the environment, and a tensor
+ * parameter for it to check. */
 static int checked_on(const fj_mods *m)
 {
-  static int env = -1;  /* FLASHJIT_CHECK_BOUNDS, read once */
-  if (env < 0) {
-    const char *e = getenv("FLASHJIT_CHECK_BOUNDS");
-    env = e && strcmp(e, "1") == 0;
-  }
-  if (!m->checked && !env)
+  pthread_once(&check_bounds_once, check_bounds_read);
+  if (!m->checked && !check_bounds_env)
     return 0;
   for (int i = 0; m->params && i < m->num_params && i < FJ_MOD_PARAMS_MAX; i++)
     if (m->params[i].rank > 0)

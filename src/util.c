@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -132,10 +134,32 @@ int fj__write_replace(const char *tmp, const char *path, int mode,
     err = errno;
   }
   if (bad) {
-    unlink(tmp);
+    if (fd >= 0)
+      unlink(tmp);
     errno = err;
   }
   return bad ? -1 : 0;
+}
+
+static uint64_t process_tag;
+static pthread_once_t process_tag_once = PTHREAD_ONCE_INIT;
+
+static void process_tag_draw(void)
+{
+  uint64_t t = 0;
+  if (getrandom(&t, sizeof t, GRND_NONBLOCK) != (ssize_t)sizeof t) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    t = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
+        ((uint64_t)getpid() << 12);
+  }
+  process_tag = t;
+}
+
+uint64_t fj__process_tag(void)
+{
+  pthread_once(&process_tag_once, process_tag_draw);
+  return process_tag;
 }
 
 double fj__now_ms(void)

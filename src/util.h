@@ -32,10 +32,16 @@ void *fj__memdup(const void *p, size_t n);
 double fj__now_ms(void);
 /* write() until done (EINTR retried); 0 on success, -1 with errno. */
 int fj__write_all(int fd, const void *data, size_t len);
+/* A random 64-bit tag drawn once a process (getrandom; the clock and the
+ * pid where that fails), for temporary files' names beside the pid: two
+ * processes of one pid (containers in their own pid namespaces sharing a
+ * cache directory) do not pick the same name. */
+uint64_t fj__process_tag(void);
 /* Writes n parts to `path` through the temporary file `tmp`, created new
  * (O_EXCL: never an existing file, nor a planted link) with `mode`, and a
  * rename, so that a reader sees the whole file or none; 0, or -1 with
- * errno (the temporary removed). */
+ * errno (the temporary removed where this call created it: never another
+ * writer's of the same name). */
 int fj__write_replace(const char *tmp, const char *path, int mode,
                       const void *const *parts, const size_t *sizes,
                       size_t n);

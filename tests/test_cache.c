@@ -655,3 +655,29 @@ int test_cache_pack_refusals(void)
   fj_ctx_destroy(m);
   return 0;
 }
+
+/* A temporary file of the same name as another writer's (two processes
+ * of one pid in their own pid namespaces): the write fails and leaves
+ * the other's file alone; a name of its own is written and renamed into
+ * place.  The cache's temporaries carry the process's random tag beside
+ * the pid (fj__process_tag: drawn once, the same every call). */
+int test_cache_temp_names(void)
+{
+  const char *dir = fjt_tmpdir();
+  char tmp[4300], path[4300];
+  snprintf(tmp, sizeof tmp, "%s/.tmp-theirs", dir);
+  snprintf(path, sizeof path, "%s/entry", dir);
+  CHECK(fjt_write_file(tmp, "theirs", 6) == 0);
+  const void *parts[1] = {"mine"};
+  size_t sizes[1] = {4};
+  CHECK(fj__write_replace(tmp, path, 0644, parts, sizes, 1) == -1);
+  struct stat st;
+  CHECK(stat(tmp, &st) == 0 && st.st_size == 6);
+  CHECK(stat(path, &st) != 0);
+  /* Created here, renamed into place. */
+  unlink(tmp);
+  CHECK(fj__write_replace(tmp, path, 0644, parts, sizes, 1) == 0);
+  CHECK(stat(path, &st) == 0 && st.st_size == 4 && stat(tmp, &st) != 0);
+  CHECK(fj__process_tag() == fj__process_tag());
+  return 0;
+}
