@@ -1778,9 +1778,11 @@ typedef int (*fj_cache_visit_fn)(void *user, const fj_cache_entry *entry);
  * could not be read whole, never an entry left out. */
 FJ_API fj_status fj_cache_list(fj_ctx *ctx, fj_cache_visit_fn fn, void *user);
 
-/* Removes every entry (and stray temporary file) from the disk cache.  The
- * memory cache is kept: kernels already handed out stay valid.  *removed
- * (optional: removed may be NULL) gets the number of files removed. */
+/* Removes every entry (and stray temporary file: one left for ten minutes
+ * or more -- a younger one may be another process's write in progress)
+ * from the disk cache.  The memory cache is kept: kernels already handed
+ * out stay valid.  *removed (optional: removed may be NULL) gets the
+ * number of files removed. */
 FJ_API fj_status fj_cache_clear(fj_ctx *ctx, int *removed);
 
 /* Removes the entries this process cannot use -- corrupt, truncated, not

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -32,6 +33,9 @@
 #define ENTRY_MAGIC "FJCACHE1"
 #define ENTRY_SUFFIX ".fjc"
 #define TEMP_PREFIX ".tmp-"
+/* A temporary file this old is a stray (its writer died before the
+ * rename): fj_cache_clear removes it, not younger ones. */
+#define TEMP_STALE_S 600
 /* The largest entry read: a kernel's cubin, PTX and log take a few MB. */
 #define ENTRY_MAX FJ_CACHE_ENTRY_MAX
 
@@ -626,11 +630,18 @@ static fj_status remove_files(fj_ctx *ctx, const char *who, int prune,
   if (st != FJ_OK)
     return st;
   int count = 0;
+  time_t now = time(NULL);
   for (size_t i = 0; i < n; i++) {
     if (prune && entry_usable(ctx, names[i], &st))
       continue;  /* usable, or kept unchecked */
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", c->dir, names[i]);
+    /* A young temporary may be another process's write on its way to a
+     * rename: only strays left for TEMP_STALE_S go. */
+    struct stat sb;
+    if (strncmp(names[i], TEMP_PREFIX, 5) == 0 && lstat(path, &sb) == 0 &&
+        now - sb.st_mtime < TEMP_STALE_S)
+      continue;
     if (unlink(path) == 0)
       count++;
     else if (errno != ENOENT && st == FJ_OK)

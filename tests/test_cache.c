@@ -9,10 +9,12 @@
  * pack.
  */
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "attention.h"
@@ -271,15 +273,23 @@ int test_cache_list_clear(void)
   fj_ctx *ctx = logged_ctx("sm_90", dir);
   CHECK(origin_of(ctx, 64) == FJ_CACHE_MISS);
   CHECK(origin_of(ctx, 32) == FJ_CACHE_MISS);
-  char stray[4300];
+  /* A stray temporary an hour old goes; a young one (another process's
+   * write on its way to a rename) stays. */
+  char stray[4300], young[4300];
   snprintf(stray, sizeof stray, "%s/.tmp-1-2-abc", dir);
+  snprintf(young, sizeof young, "%s/.tmp-1-3-abc", dir);
   CHECK(fjt_write_file(stray, "partial", 7) == 0);
+  CHECK(fjt_write_file(young, "partial", 7) == 0);
+  struct timespec old_times[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+  CHECK(utimensat(AT_FDCWD, stray, old_times, 0) == 0);
   seen s = {0};
   CHECK_OK(ctx, fj_cache_list(ctx, visit, &s));
   CHECK(s.entries == 4 && s.valid == 4 && s.kernels == 2);
   int removed = -1;
   CHECK_OK(ctx, fj_cache_clear(ctx, &removed));
   CHECK(removed == 5);
+  struct stat sb;
+  CHECK(lstat(stray, &sb) != 0 && lstat(young, &sb) == 0);
   memset(&s, 0, sizeof s);
   CHECK_OK(ctx, fj_cache_list(ctx, visit, &s));
   CHECK(s.entries == 0);
