@@ -93,7 +93,15 @@
 # PERF.md Q1, C44), defer.patch missed (slower at every head dim; kept
 # as the record), s29.sh's gqa and gpt (T19, G2: the GPT step 1.02-1.06x
 # SDPA's interleaved), gpu_backward_deterministic whole (100 ok).
-# Next, on the H200 first: S29_PARTS="f16 gqa gap prof" bash
+# The thirty-first got no machine (every start failed or was refused:
+# 1606 of 1800 s); it split the package (_args.py, _train.py), refused
+# the backward's sizes past its 32-bit counts and fixed the review's
+# concurrency findings, none of it run on a GPU.
+# Next, first: bash bench/probes/s31a.sh $OUT with build/ and build-tc/
+# carried (the fp16 sweep on an H200, gpt_train.py --compile interleaved,
+# the package's backward tests on the split package -- test_gpu as a
+# whole soon after --, turnclock.sh, train_prof.py over issue 33's four
+# mask cases); or, the older plan: S29_PARTS="f16 gqa gap prof" bash
 # bench/probes/s29.sh (the bar's fp16 half, the GQA deterministic ratio
 # there, where the harness's autograd backward spends 380-480 us more
 # than the op: issue 33's full and causal rows) -- or, where one call is
