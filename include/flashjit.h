@@ -200,8 +200,9 @@ FJ_API void fj_ctx_opts_init(fj_ctx_opts *opts);
 FJ_API fj_status fj_ctx_create(fj_ctx **ctx, const fj_ctx_opts *opts);
 
 /* Destroys a context, its kernels and modules.  NULL is a no-op.  No other
- * thread may use the context during or after this call.  The tiered JIT's
- * compiles still running (fj_ctx_opts.jit_tiers) are waited for, and
+ * thread may use the context during or after this call.  The compiles
+ * still running -- the tiered JIT's (fj_ctx_opts.jit_tiers) and those
+ * started ahead (fj_attention_bwd_prefetch's) -- are waited for, and
  * their kernels written to the disk cache, so the next run finds them. */
 FJ_API void fj_ctx_destroy(fj_ctx *ctx);
 

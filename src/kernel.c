@@ -593,17 +593,6 @@ fj_status fj__kjob_finish(fj_ctx *ctx, fj_kjob *j, fj_kernel **out)
   return st;
 }
 
-void fj__kjob_abandon(fj_kjob *j)
-{
-  if (!j)
-    return;
-  pthread_join(j->thread, NULL);
-  fj__kernel_free(j->k);
-  free(j->message);
-  fj__buf_free(&j->key);
-  free(j);
-}
-
 /* ---- building many at once ----------------------------------------------------------- */
 
 typedef struct batch_item {
@@ -874,9 +863,17 @@ fj_status fj__kernel_ahead(fj_ctx *ctx, const char *name,
 
 void fj__kernel_ahead_free(fj_ctx *ctx)
 {
+  /* Each compile is joined and finished, as the tiered JIT's are: a
+   * program that ends while a kernel compiles ahead (a backward
+   * prefetched, never run) still leaves it in the disk cache. */
   fj_ahead *a = ctx->ahead;
-  for (int i = 0; a && i < a->n; i++)
-    fj__kjob_abandon(a->jobs[i]);
+  pthread_mutex_lock(&ctx->lock);
+  for (int i = 0; a && i < a->n; i++) {
+    fj_kernel *k;
+    if (fj__kjob_finish(ctx, a->jobs[i], &k) != FJ_OK)
+      fj__clear_error(ctx);
+  }
+  pthread_mutex_unlock(&ctx->lock);
   free(a);
   ctx->ahead = NULL;
 }

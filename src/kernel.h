@@ -83,8 +83,6 @@ const char *fj__kjob_symbol(const fj_kjob *job);
  * memory and disk caches as fj__kernel_build does, or returns its
  * failure with the compiler's message; frees the job.  ctx->lock held. */
 fj_status fj__kjob_finish(fj_ctx *ctx, fj_kjob *job, fj_kernel **out);
-/* Waits for the job and frees it and its kernel (the context is going). */
-void fj__kjob_abandon(fj_kjob *job);
 
 /* Compiles ahead of use: a kernel the caches lack starts compiling on a
  * thread of its own (fj__kernel_build_async, fj__kjob_start), and a later
@@ -94,7 +92,8 @@ void fj__kjob_abandon(fj_kjob *job);
  * is reported by the build that waits for it.  ctx->lock held. */
 fj_status fj__kernel_ahead(fj_ctx *ctx, const char *template_name,
                            const fj_param *params, size_t nparams);
-/* Waits for the compiles ahead and frees them (the context is going). */
+/* Waits for the compiles ahead and keeps their kernels in the caches, as
+ * a build would (the context is going: its disk cache keeps them). */
 void fj__kernel_ahead_free(fj_ctx *ctx);
 
 /* FJ_ERR_RESOURCES when the rendered kernel needs more shared memory than

@@ -1278,3 +1278,32 @@ int test_backward_counts(void)
   fj_ctx_destroy(ctx);
   return 0;
 }
+
+/* A context destroyed while its prefetched backward compiles leaves the
+ * kernels in its disk cache (its compiles are joined and kept, as the
+ * tiered JIT's are): the next context on the directory finds all three
+ * there without compiling. */
+int test_backward_prefetch_kept(void)
+{
+  const char *dir = fjt_tmpdir();
+  fj_ctx *ctx = fjt_ctx("sm_90a", dir);
+  CHECK(ctx != NULL);
+  fj_problem p;
+  fj_problem_init(&p, 1, 4, 2, 300, 300, 64, FJ_BF16, FJ_BSHD);
+  p.causal = FJ_CAUSAL_TOP_LEFT;
+  CHECK_OK(ctx, fj_attention_bwd_prefetch(ctx, &p));
+  fj_ctx_destroy(ctx);
+  fj_ctx *next = fjt_ctx("sm_90a", dir);
+  CHECK(next != NULL);
+  fj_bwd_plan plan;
+  CHECK_OK(next, fj_attention_bwd_plan(next, &p, &plan));
+  for (int i = 0; i < FJ_BWD_KERNELS; i++) {
+    fj_kernel *k;
+    CHECK_OK(next, fj_attention_bwd_kernel(next, &p, &plan, i, &k));
+    fj_resources r;
+    fj_kernel_resources(k, &r);
+    CHECK(r.cache == FJ_CACHE_DISK);
+  }
+  fj_ctx_destroy(next);
+  return 0;
+}
