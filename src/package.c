@@ -172,9 +172,9 @@ static int manifest_text(const manifest *m, const char *arch, fj_buf *b)
 static int write_file(const char *dir, const char *text, size_t len)
 {
   char tmp[DIR_MAX + 96], path[DIR_MAX + 64];
-  snprintf(tmp, sizeof tmp, "%s/.tmp-manifest-%ld", dir, (long)getpid());
+  snprintf(tmp, sizeof tmp, "%s/.tmp-manifest-%ld-%016llx", dir, (long)getpid(),
+           (unsigned long long)fj__process_tag());
   snprintf(path, sizeof path, "%s/%s", dir, FJ_PACKAGE_MANIFEST);
-  unlink(tmp);  /* a crashed writer's of the same pid */
   const void *parts[1] = {text};
   return fj__write_replace(tmp, path, 0444, parts, &len, 1);
 }
