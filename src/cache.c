@@ -56,8 +56,6 @@ struct fj_cache {
   fj_cache_stats stats;
 };
 
-static uint64_t temp_counter;
-
 /* ---- opening ------------------------------------------------------------------ */
 
 /* The default directory from the environment: 0, -1 when none is set,
@@ -398,11 +396,9 @@ static int write_atomic(const fj_cache *c, const char *name,
 {
   char tmp[4400], path[4300];
   /* Only the name's hash: a temporary must not end as an entry does. */
-  snprintf(tmp, sizeof tmp, "%s/" TEMP_PREFIX "%ld-%016llx-%llu-%.32s",
-           c->dir, (long)getpid(), (unsigned long long)fj__process_tag(),
-           (unsigned long long)__atomic_add_fetch(&temp_counter, 1,
-                                                  __ATOMIC_RELAXED),
-           name);
+  char id[FJ_TEMP_ID_MAX];
+  fj__temp_id(id);
+  snprintf(tmp, sizeof tmp, "%s/" TEMP_PREFIX "%s-%.32s", c->dir, id, name);
   snprintf(path, sizeof path, "%s/%s", c->dir, name);
   return fj__write_replace(tmp, path, 0644, parts, sizes, n);
 }

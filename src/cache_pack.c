@@ -292,11 +292,9 @@ static fj_status export_target(fj_ctx *ctx, const char *path)
 static fj_status write_pack(fj_ctx *ctx, const char *path,
                             const pack_header *h, const fj_buf *body)
 {
-  static unsigned counter;
-  char tmp[4400];
-  snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%016llx-%u", path, (long)getpid(),
-           (unsigned long long)fj__process_tag(),
-           __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
+  char tmp[4400], id[FJ_TEMP_ID_MAX];
+  fj__temp_id(id);
+  snprintf(tmp, sizeof tmp, "%s.tmp-%s", path, id);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   int bad = fd < 0 || fj__write_all(fd, h, sizeof *h) ||
             fj__write_all(fd, body->data, body->len);

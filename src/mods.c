@@ -6,8 +6,8 @@
 #include "mods.h"
 
 #include <float.h>
-#include <pthread.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -172,8 +172,9 @@ static int manifest_text(const manifest *m, const char *arch, fj_buf *b)
 static int write_file(const char *dir, const char *text, size_t len)
 {
   char tmp[DIR_MAX + 96], path[DIR_MAX + 64];
-  snprintf(tmp, sizeof tmp, "%s/.tmp-manifest-%ld-%016llx", dir, (long)getpid(),
-           (unsigned long long)fj__process_tag());
+  char id[FJ_TEMP_ID_MAX];
+  fj__temp_id(id);
+  snprintf(tmp, sizeof tmp, "%s/.tmp-manifest-%s", dir, id);
   snprintf(path, sizeof path, "%s/%s", dir, FJ_PACKAGE_MANIFEST);
   const void *parts[1] = {text};
   return fj__write_replace(tmp, path, 0444, parts, &len, 1);

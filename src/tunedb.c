@@ -300,8 +300,9 @@ static fj_status db_store(fj_ctx *ctx, const char *key, json_t *entry)
   if (db_path(ctx, path, sizeof path) != 0)
     return FJ_OK;  /* memory only: kept in the context */
   snprintf(lock, sizeof lock, "%s.lock", path);
-  snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%016llx", path, (long)getpid(),
-           (unsigned long long)fj__process_tag());
+  char id[FJ_TEMP_ID_MAX];
+  fj__temp_id(id);
+  snprintf(tmp, sizeof tmp, "%s.tmp-%s", path, id);
   int fd = open(lock, O_CREAT | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0 || flock(fd, LOCK_EX) != 0) {
     fj__log(ctx, FJ_LOG_WARN, "cannot lock %s (%s): tuning result kept in "

@@ -156,10 +156,13 @@ static void process_tag_draw(void)
   process_tag = t;
 }
 
-uint64_t fj__process_tag(void)
+void fj__temp_id(char id[FJ_TEMP_ID_MAX])
 {
+  static uint64_t count;
   pthread_once(&process_tag_once, process_tag_draw);
-  return process_tag;
+  snprintf(id, FJ_TEMP_ID_MAX, "%ld-%016llx-%llu", (long)getpid(),
+           (unsigned long long)process_tag,
+           (unsigned long long)__atomic_add_fetch(&count, 1, __ATOMIC_RELAXED));
 }
 
 double fj__now_ms(void)

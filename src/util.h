@@ -32,11 +32,13 @@ void *fj__memdup(const void *p, size_t n);
 double fj__now_ms(void);
 /* write() until done (EINTR retried); 0 on success, -1 with errno. */
 int fj__write_all(int fd, const void *data, size_t len);
-/* A random 64-bit tag drawn once a process (getrandom; the clock and the
- * pid where that fails), for temporary files' names beside the pid: two
- * processes of one pid (containers in their own pid namespaces sharing a
- * cache directory) do not pick the same name. */
-uint64_t fj__process_tag(void);
+/* A temporary file's name part, unique to this call: "<pid>-<tag>-<n>",
+ * tag a random 64-bit number drawn once a process (getrandom; the clock
+ * and the pid where that fails), n a process-wide count.  Two processes
+ * of one pid (containers in their own pid namespaces sharing a cache
+ * directory) do not pick the same name. */
+#define FJ_TEMP_ID_MAX 64
+void fj__temp_id(char id[FJ_TEMP_ID_MAX]);
 /* Writes n parts to `path` through the temporary file `tmp`, created new
  * (O_EXCL: never an existing file, nor a planted link) with `mode`, and a
  * rename, so that a reader sees the whole file or none; 0, or -1 with

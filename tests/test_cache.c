@@ -669,8 +669,8 @@ int test_cache_pack_refusals(void)
 /* A temporary file of the same name as another writer's (two processes
  * of one pid in their own pid namespaces): the write fails and leaves
  * the other's file alone; a name of its own is written and renamed into
- * place.  The cache's temporaries carry the process's random tag beside
- * the pid (fj__process_tag: drawn once, the same every call). */
+ * place.  Temporaries are named by fj__temp_id: the pid, the process's
+ * random tag (drawn once), then a count of its own. */
 int test_cache_temp_names(void)
 {
   const char *dir = fjt_tmpdir();
@@ -688,6 +688,13 @@ int test_cache_temp_names(void)
   unlink(tmp);
   CHECK(fj__write_replace(tmp, path, 0644, parts, sizes, 1) == 0);
   CHECK(stat(path, &st) == 0 && st.st_size == 4 && stat(tmp, &st) != 0);
-  CHECK(fj__process_tag() == fj__process_tag());
+  /* Two names of one process: its pid and tag, then their own counts. */
+  char a[FJ_TEMP_ID_MAX], b[FJ_TEMP_ID_MAX];
+  fj__temp_id(a);
+  fj__temp_id(b);
+  char pid[32];
+  snprintf(pid, sizeof pid, "%ld-", (long)getpid());
+  CHECK(strncmp(a, pid, strlen(pid)) == 0 && strcmp(a, b) != 0);
+  CHECK(strlen(a) > strlen(pid) + 17 && strncmp(a, b, strlen(pid) + 17) == 0);
   return 0;
 }
