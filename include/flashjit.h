@@ -15,6 +15,9 @@
  *    the failing call).
  *  - Objects come in create/destroy pairs; destroy accepts NULL.
  *  - A context is thread-safe: any number of threads may use one context.
+ *    A call that compiles a kernel (NVRTC: 0.2-2 s) holds up only the
+ *    calls that need that same kernel, which wait for its compile rather
+ *    than start another; the context's other calls go on meanwhile.
  *  - Nothing here prints, exits or aborts; diagnostics go to the optional log
  *    callback of fj_ctx_opts.
  *  - A NULL pointer never crashes a call.  Where a pointer is required, a

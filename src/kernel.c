@@ -29,6 +29,9 @@
 
 enum { KMAP_BUCKETS = 512 };
 
+/* A kernel under its memory key, or (kernel NULL) a mark that one thread
+ * compiles that key with the context's lock released (fj__kernel_build):
+ * a build of the same key waits for it, on `compiled`. */
 typedef struct kentry {
   char *key;
   fj_kernel *kernel;
@@ -37,6 +40,7 @@ typedef struct kentry {
 
 struct fj_kmap {
   kentry *buckets[KMAP_BUCKETS];
+  pthread_cond_t compiled;  /* a mark went: its kernel is in, or failed */
 };
 
 /* ---- the memory cache ----------------------------------------------------------- */
@@ -142,30 +146,66 @@ static int memory_key(fj_buf *key, const char *name, const fj_param *p,
   return bad;
 }
 
-static fj_kernel *kmap_find(const fj_kmap *m, const fj_buf *key)
+/* The kernel's entry under key (compiling 0), or the mark of its compile
+ * (compiling 1); NULL if none. */
+static kentry *kmap_entry(const fj_kmap *m, const fj_buf *key, int compiling)
 {
   if (!m)
     return NULL;
   for (kentry *e = m->buckets[fj__hash64(key->data, key->len) % KMAP_BUCKETS];
        e; e = e->next)
-    if (strcmp(e->key, key->data) == 0)
-      return e->kernel;
+    if ((e->kernel == NULL) == compiling && strcmp(e->key, key->data) == 0)
+      return e;
   return NULL;
 }
 
-static int kmap_insert(fj_ctx *ctx, fj_buf *key, fj_kernel *k)
+static fj_kernel *kmap_find(const fj_kmap *m, const fj_buf *key)
 {
-  if (!ctx->kernels && !(ctx->kernels = calloc(1, sizeof *ctx->kernels)))
-    return -1;
-  kentry *e = malloc(sizeof *e);
-  if (!e)
-    return -1;
+  kentry *e = kmap_entry(m, key, 0);
+  return e ? e->kernel : NULL;
+}
+
+static fj_kmap *kmap(fj_ctx *ctx)
+{
+  if (!ctx->kernels && (ctx->kernels = calloc(1, sizeof *ctx->kernels)) &&
+      pthread_cond_init(&ctx->kernels->compiled, NULL) != 0) {
+    free(ctx->kernels);
+    ctx->kernels = NULL;
+  }
+  return ctx->kernels;
+}
+
+/* Enters k (NULL: a compile's mark) under a copy of key; NULL without
+ * memory. */
+static kentry *kmap_add(fj_ctx *ctx, const fj_buf *key, fj_kernel *k)
+{
+  fj_kmap *m = kmap(ctx);
+  kentry *e = m ? malloc(sizeof *e) : NULL;
+  if (!e || !(e->key = fj__strdup(key->data))) {
+    free(e);
+    return NULL;
+  }
   size_t b = fj__hash64(key->data, key->len) % KMAP_BUCKETS;
-  e->key = fj__buf_take(key);
   e->kernel = k;
-  e->next = ctx->kernels->buckets[b];
-  ctx->kernels->buckets[b] = e;
-  return 0;
+  e->next = m->buckets[b];
+  m->buckets[b] = e;
+  return e;
+}
+
+/* Takes a compile's mark out and wakes the builds waiting on it. */
+static void kmap_unmark(fj_ctx *ctx, kentry *mark)
+{
+  fj_kmap *m = ctx->kernels;
+  for (kentry **e = &m->buckets[fj__hash64(mark->key, strlen(mark->key)) %
+                                KMAP_BUCKETS];
+       *e; e = &(*e)->next)
+    if (*e == mark) {
+      *e = mark->next;
+      break;
+    }
+  free(mark->key);
+  free(mark);
+  pthread_cond_broadcast(&m->compiled);
 }
 
 void fj__kmap_free(fj_kmap *m)
@@ -179,6 +219,7 @@ void fj__kmap_free(fj_kmap *m)
       free(e->key);
       free(e);
     }
+  pthread_cond_destroy(&m->compiled);
   free(m);
 }
 
@@ -435,7 +476,7 @@ static fj_kernel *keep(fj_ctx *ctx, fj_buf *key, fj_kernel *k)
     fj__kernel_free(k);
     return there;
   }
-  if (kmap_insert(ctx, key, k) != 0) {
+  if (!kmap_add(ctx, key, k)) {
     fj__kernel_free(k);
     return NULL;
   }
@@ -444,6 +485,27 @@ static fj_kernel *keep(fj_ctx *ctx, fj_buf *key, fj_kernel *k)
 
 static fj_kjob *ahead_take(fj_ctx *ctx, const fj_buf *key);
 
+/* NVRTC on k with ctx->lock released, so that the context's other threads
+ * launch meanwhile: the key marked as compiling, a build of the same key
+ * waits for this one instead of compiling it too (without memory for the
+ * mark, compiled with the lock held). */
+static fj_status compile_unlocked(fj_ctx *ctx, const fj_buf *key, fj_kernel *k)
+{
+  kentry *mark = kmap_add(ctx, key, NULL);
+  if (mark)
+    pthread_mutex_unlock(&ctx->lock);
+  fj__log(ctx, FJ_LOG_DEBUG, "compiling %s (NVRTC%s)", k->meta.symbol,
+          mark ? "" : ", the context's lock held");
+  fj_status st = fj__compile(ctx, k->meta.symbol, k->source, ctx->arch,
+                             compile_flags(ctx, k), &k->out);
+  if (mark) {
+    pthread_mutex_lock(&ctx->lock);
+    kmap_unmark(ctx, mark);
+  }
+  return st;
+}
+
+/* ctx->lock held; released while NVRTC runs (compile_unlocked). */
 fj_status fj__kernel_build(fj_ctx *ctx, const char *name,
                            const fj_param *params, size_t n, fj_kernel **out)
 {
@@ -453,6 +515,10 @@ fj_status fj__kernel_build(fj_ctx *ctx, const char *name,
   fj_status st = memory_key(&key, name, params, n)
                      ? fj__fail(ctx, FJ_ERR_NOMEM, "out of memory")
                      : FJ_OK;
+  /* Another thread compiling this kernel: its result, once it is in. */
+  while (st == FJ_OK && !kmap_find(ctx->kernels, &key) &&
+         kmap_entry(ctx->kernels, &key, 1))
+    pthread_cond_wait(&ctx->kernels->compiled, &ctx->lock);
   if (st == FJ_OK && (k = kmap_find(ctx->kernels, &key)) != NULL) {
     __atomic_store_n(&k->origin, FJ_CACHE_MEMORY, __ATOMIC_RELAXED);
     fj__cache_count(ctx, FJ_CACHE_MEMORY);
@@ -463,8 +529,7 @@ fj_status fj__kernel_build(fj_ctx *ctx, const char *name,
     fj_cache_key dk;
     disk_key(ctx, k, &dk);
     if (!from_disk(ctx, k, &dk)) {
-      st = fj__compile(ctx, k->meta.symbol, k->source, ctx->arch,
-                       compile_flags(ctx, k), &k->out);
+      st = compile_unlocked(ctx, &key, k);
       if (st == FJ_OK)
         to_disk(ctx, k, &dk);
     }
@@ -528,6 +593,8 @@ fj_status fj__kernel_build_async(fj_ctx *ctx, const char *name,
   if ((*out = kmap_find(ctx->kernels, &j->key)) != NULL) {
     __atomic_store_n(&(*out)->origin, FJ_CACHE_MEMORY, __ATOMIC_RELAXED);
     fj__cache_count(ctx, FJ_CACHE_MEMORY);
+  } else if (kmap_entry(ctx->kernels, &j->key, 1)) {
+    /* another thread compiles it now (fj__kernel_build): neither */
   } else if ((st = kernel_render(ctx, name, params, n, &j->key, &j->k)) ==
              FJ_OK) {
     disk_key(ctx, j->k, &j->dk);
@@ -563,6 +630,13 @@ fj_status fj__kjob_start(fj_ctx *ctx, fj_kjob *j)
   return fj__kjob_finish(ctx, j, &k);
 }
 
+void fj__kjob_drop(fj_kjob *j)
+{
+  fj__kernel_free(j->k);
+  fj__buf_free(&j->key);
+  free(j);
+}
+
 int fj__kjob_done(const fj_kjob *job)
 {
   return atomic_load(&((fj_kjob *)job)->done);
@@ -575,8 +649,21 @@ const char *fj__kjob_symbol(const fj_kjob *job)
 
 fj_status fj__kjob_finish(fj_ctx *ctx, fj_kjob *j, fj_kernel **out)
 {
-  if (!j->joined)
+  if (!j->joined) {
+    /* A compile still running is waited for with ctx->lock released, its
+     * key marked as compile_unlocked marks it. */
+    kentry *mark = fj__kjob_done(j) ? NULL : kmap_add(ctx, &j->key, NULL);
+    if (mark) {
+      pthread_mutex_unlock(&ctx->lock);
+      fj__log(ctx, FJ_LOG_DEBUG, "waiting for %s's compile",
+              j->k->meta.symbol);
+    }
     pthread_join(j->thread, NULL);
+    if (mark) {
+      pthread_mutex_lock(&ctx->lock);
+      kmap_unmark(ctx, mark);
+    }
+  }
   fj_status st = j->status;
   if (st == FJ_OK) {
     to_disk(ctx, j->k, &j->dk);

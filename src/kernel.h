@@ -39,7 +39,11 @@ fj_status fj__kernel_symbol(fj_ctx *ctx, fj_kernel *k, const char *symbol,
  * ctx->lock held, the CUDA context entered. */
 fj_status fj__kernel_vt_function(fj_ctx *ctx, fj_kernel *k, void **function);
 /* Compile-and-cache for any template, shared by attention kernels and the
- * layout probe: renders name with params, then memory/disk/NVRTC. */
+ * layout probe: renders name with params, then memory/disk/NVRTC.
+ * ctx->lock held, and released while NVRTC runs: the context's other
+ * threads go on meanwhile (a build of the same kernel waits for this
+ * one), so what the caller read under the lock before may have changed
+ * when this returns. */
 fj_status fj__kernel_build(fj_ctx *ctx, const char *template_name,
                            const fj_param *params, size_t nparams,
                            fj_kernel **out);
@@ -68,20 +72,25 @@ typedef struct fj_kjob fj_kjob;
 /* fj__kernel_build without the wait: a kernel the memory or disk cache
  * has comes back in *out; for one that needs NVRTC, *out is NULL and *job
  * its compile, rendered now (the parameters need not outlive the call),
- * to start with fj__kjob_start.  ctx->lock held. */
+ * to start with fj__kjob_start; both NULL where another thread's
+ * fj__kernel_build compiles it now.  ctx->lock held. */
 fj_status fj__kernel_build_async(fj_ctx *ctx, const char *template_name,
                                  const fj_param *params, size_t nparams,
                                  fj_kernel **out, fj_kjob **job);
 /* Starts the job's compile on a thread of its own; where no thread can
  * start, the job is finished and freed here, and its failure returned. */
 fj_status fj__kjob_start(fj_ctx *ctx, fj_kjob *job);
+/* Frees a job never started (its rendered kernel with it). */
+void fj__kjob_drop(fj_kjob *job);
 /* Whether the job's compile has ended; never blocks. */
 int fj__kjob_done(const fj_kjob *job);
 /* The kernel's symbol (the variant's name). */
 const char *fj__kjob_symbol(const fj_kjob *job);
 /* Waits for the job (if it has not ended), then keeps its kernel in the
  * memory and disk caches as fj__kernel_build does, or returns its
- * failure with the compiler's message; frees the job.  ctx->lock held. */
+ * failure with the compiler's message; frees the job.  ctx->lock held,
+ * and released during the wait as fj__kernel_build releases it (the job
+ * must be the caller's alone: taken out of any table first). */
 fj_status fj__kjob_finish(fj_ctx *ctx, fj_kjob *job, fj_kernel **out);
 
 /* Compiles ahead of use: a kernel the caches lack starts compiling on a

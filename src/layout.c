@@ -598,8 +598,8 @@ static fj_status probe_device(fj_ctx *ctx)
 {
   fj_kernel *k;
   fj_status st = fj__layout_probe_kernel(ctx, &k);
-  if (st != FJ_OK)
-    return st;
+  if (st != FJ_OK || ctx->lut_ready[1])
+    return st;  /* (another thread probed while the probe compiled) */
   fj_cache_key key;
   fj_lut luts[FJ_FRAG_COUNT + 1];
   lut_key(ctx, k, &key);

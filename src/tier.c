@@ -130,6 +130,14 @@ fj_status fj__tier_wait(fj_ctx *ctx, const fj_variant *v, fj_kernel **k)
 fj_status fj__tier_start(fj_ctx *ctx, const fj_variant *v, fj_kjob *job)
 {
   fj_tier *t = ctx->tier;
+  /* The first kernel's compile let the context's other threads in
+   * (fj__kernel_build): one of them may have started v's compile, or
+   * filled the table.  This one is dropped then; a later call of v finds
+   * that compile, or (the table full) compiles v and waits. */
+  if (!t || t->n == TIER_JOBS || pending(t, v, fj__mods_hash(v->mods)) >= 0) {
+    fj__kjob_drop(job);
+    return FJ_OK;
+  }
   fj__log(ctx, FJ_LOG_INFO, "tiered JIT: %s compiles in the background",
           fj__kjob_symbol(job));
   fj_status st = fj__kjob_start(ctx, job);
@@ -182,16 +190,21 @@ fj_status fj_ctx_tiers_wait(fj_ctx *ctx)
   fj_status first = FJ_OK;
   char *why = NULL;  /* the first failure's message */
   fj_tier *t = ctx->tier;
-  for (int i = 0; t && i < t->n; i++) {
+  /* Taken out first: each wait lets the context's other threads in. */
+  fj_kjob *jobs[TIER_JOBS];
+  int n = t ? t->n : 0;
+  for (int i = 0; i < n; i++)
+    jobs[i] = t->jobs[i].job;
+  if (t)
+    t->n = 0;
+  for (int i = 0; i < n; i++) {
     fj_kernel *k;
-    fj_status st = fj__kjob_finish(ctx, t->jobs[i].job, &k);
+    fj_status st = fj__kjob_finish(ctx, jobs[i], &k);
     if (st != FJ_OK && first == FJ_OK) {
       first = st;
       why = strdup(fj_errmsg(ctx));
     }
   }
-  if (t)
-    t->n = 0;
   if (first != FJ_OK)
     fj__fail(ctx, first, "%s", why ? why : "compile failed");
   free(why);

@@ -22,6 +22,7 @@
 #include "compile.h"
 #include "template.h"
 #include "util.h"
+#include "locked.h"
 #include "runner.h"
 
 static char warning[1024];
@@ -432,7 +433,7 @@ static long render_with_facts(fj_ctx *ctx, const char *cuda)
                              fj_param_table("mod_facts", facts, 2)};
   fj_kernel *k;
   long before = ctx->renders;
-  if (fj__kernel_build(ctx, "lut_probe.cu", params, 4, &k) != FJ_OK) {
+  if (FJT_LOCKED(ctx, fj__kernel_build(ctx, "lut_probe.cu", params, 4, &k)) != FJ_OK) {
     fprintf(stderr, "render_with_facts: %s\n", fj_errmsg(ctx));
     return -1;
   }
@@ -525,9 +526,7 @@ int test_cache_pack_round_trip(void)
   fj_kernel *k;
   for (int i = 0; i < 2; i++)
     CHECK_OK(b, fj_kernel_get(b, &vs[i], &k));
-  pthread_mutex_lock(&b->lock);
-  CHECK_OK(b, fj__combine_kernel(b, &vs[0], 64, &k));  /* d64: one slice */
-  pthread_mutex_unlock(&b->lock);
+  CHECK_OK(b, FJT_LOCKED(b, fj__combine_kernel(b, &vs[0], 64, &k)));  /* d64: one slice */
   fj_cache_stats s;
   fj_cache_stats_get(b, &s);
   CHECK(s.misses == 0 && s.disk_hits == 3 && s.disk_rejects == 0);

@@ -2,11 +2,15 @@
  * test_compile.c -- NVRTC without a GPU: attention kernels for sm_80 and
  * sm_90, the layout probe module, the compile log on failure, a compiler
  * crash contained in a child process, a child's pipe held open by another
- * process, and the resource report.
+ * process, one thread's compile beside the context's other threads, and
+ * the resource report.
  */
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "compile.h"
@@ -14,6 +18,7 @@
 #include "kernel.h"
 #include "template.h"
 #include "util.h"
+#include "locked.h"
 #include "runner.h"
 
 static int check_kernel(fj_ctx *ctx, const fj_variant *v, const char *sm)
@@ -94,7 +99,7 @@ int test_compile_lut_probe(void)
         {"sm", FJ_PARAM_INT, ctx->sm, NULL, NULL},
     };
     fj_kernel *k;
-    CHECK_OK(ctx, fj__kernel_build(ctx, "lut_probe.cu", params, 3, &k));
+    CHECK_OK(ctx, FJT_LOCKED(ctx, fj__kernel_build(ctx, "lut_probe.cu", params, 3, &k)));
     const char *ptx = fj_kernel_ptx(k, NULL);
     for (int f = 1; f <= FJ_FRAG_COUNT; f++) {
       char symbol[64];
@@ -217,6 +222,87 @@ int test_compile_child_pipe_held(void)
     CHECK(ms < 4000);
     fj__compiled_free(&out);
   }
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* One thread's compile does not hold up the context's others: a thread
+ * gets a kernel from the memory cache while another's NVRTC runs, and a
+ * third that asks for the kernel being compiled waits for that compile
+ * instead of starting its own (before, NVRTC ran under the context's
+ * lock: every other call on the context waited for it). */
+typedef struct compiling_seen {
+  _Atomic int in_nvrtc;  /* the log said a compile started */
+  _Atomic int done;      /* the compiling thread's call returned */
+  fj_ctx *ctx;
+  const fj_variant *v;
+  fj_kernel *k;
+  fj_status st;
+} compiling_seen;
+
+static void compile_log(void *user, fj_log_level level, const char *msg)
+{
+  (void)level;
+  if (strstr(msg, "compiling fj_attn_"))
+    atomic_store(&((compiling_seen *)user)->in_nvrtc, 1);
+}
+
+static void *get_kernel(void *arg)
+{
+  compiling_seen *c = arg;
+  c->st = fj_kernel_get(c->ctx, c->v, &c->k);
+  atomic_store(&c->done, 1);
+  return NULL;
+}
+
+int test_compile_threads(void)
+{
+  compiling_seen seen = {0};
+  fj_ctx_opts o;
+  fj_ctx_opts_init(&o);
+  o.device = -1;
+  o.arch = "sm_80";
+  o.disk_cache = 0;
+  o.log = compile_log;
+  o.log_user = &seen;
+  fj_ctx *ctx = NULL;
+  CHECK_OK(NULL, fj_ctx_create(&ctx, &o));
+  fj_variant small, big;
+  fj_variant_default(&small, 64, FJ_F16, FJ_CAUSAL_NONE);
+  fj_variant_default(&big, 128, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT);
+  fj_kernel *ks, *again;
+  CHECK_OK(ctx, fj_kernel_get(ctx, &small, &ks));
+  atomic_store(&seen.in_nvrtc, 0);
+  seen.ctx = ctx;
+  seen.v = &big;
+  pthread_t compiler, waiter;
+  CHECK(pthread_create(&compiler, NULL, get_kernel, &seen) == 0);
+  while (!atomic_load(&seen.in_nvrtc) && !atomic_load(&seen.done))
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  double t0 = fj__now_ms();
+  fj_status st = fj_kernel_get(ctx, &small, &again);
+  double ms = fj__now_ms() - t0;
+  int during = !atomic_load(&seen.done);
+  compiling_seen second = {0};
+  second.ctx = ctx;
+  second.v = &big;
+  int started = pthread_create(&waiter, NULL, get_kernel, &second) == 0;
+  pthread_join(compiler, NULL);
+  if (started)
+    pthread_join(waiter, NULL);
+  printf("a memory hit while another thread compiles: %.2f ms (compile "
+         "still running: %s)\n", ms, during ? "yes" : "no");
+  CHECK_OK(ctx, st);
+  CHECK(again == ks);
+  CHECK(during);
+  CHECK(started);
+  CHECK_OK(ctx, seen.st);
+  CHECK_OK(ctx, second.st);
+  CHECK(seen.k && second.k == seen.k);
+  fj_cache_stats cs;
+  fj_cache_stats_get(ctx, &cs);
+  CHECK(cs.misses == 2);  /* small, big: the waiter compiled nothing */
+  CHECK(cs.memory_hits == 2);
   fj_ctx_destroy(ctx);
   return 0;
 }

@@ -15,6 +15,7 @@
 #include "attention.h"
 #include "mods.h"
 #include "mods_cases.h"
+#include "locked.h"
 #include "runner.h"
 
 /* ---- refusals ------------------------------------------------------------------- */
@@ -813,7 +814,7 @@ int test_mods_compile_sinks(void)
   CHECK(plan.variant.pack_gqa && plan.variant.split_kv);
   CHECK(strstr(fj_kernel_name(k), "_gqa_split_sink"));
   CHECK(!strstr(fj_kernel_source(k, NULL), "sinks["));
-  CHECK_OK(ctx, fj__combine_kernel(ctx, &plan.variant, plan.combine_cols, &c));
+  CHECK_OK(ctx, FJT_LOCKED(ctx, fj__combine_kernel(ctx, &plan.variant, plan.combine_cols, &c)));
   CHECK(strstr(fj_kernel_name(c), "_sink"));
   CHECK(strstr(fj_kernel_source(c, NULL), "p.sinks[h]"));
   /* The same decode without splits: the packed rows' heads. */

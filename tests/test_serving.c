@@ -9,6 +9,7 @@
 
 #include "attention.h"
 #include "gpu_case.h"
+#include "locked.h"
 #include "runner.h"
 
 static void decode_problem(fj_problem *p, int b, int hq, int hkv, int sq,
@@ -87,7 +88,7 @@ int test_serving_plan(void)
     CHECK(planm.splits == 128 && planm.combine_grid[0] == 16 &&
           planm.combine_grid[1] == 4 && planm.combine_grid[2] == 1 &&
           planm.combine_cols == 128);
-    CHECK_OK(ctx, fj__combine_kernel(ctx, &planm.variant, planm.combine_cols, &c));
+    CHECK_OK(ctx, FJT_LOCKED(ctx, fj__combine_kernel(ctx, &planm.variant, planm.combine_cols, &c)));
     CHECK(!strcmp(fj_kernel_name(c), "fj_combine_d512_bf16_c128"));
     fj_kernel_resources(c, &r);
     CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
@@ -96,7 +97,7 @@ int test_serving_plan(void)
     memcpy(pm.v_stride, pm.k_stride, sizeof pm.v_stride);
     CHECK_OK(ctx, fj_attention_plan(ctx, &pm, &planm));
     CHECK(planm.combine_grid[1] == 4 && planm.combine_cols == 128);
-    CHECK_OK(ctx, fj__combine_kernel(ctx, &planm.variant, planm.combine_cols, &c));
+    CHECK_OK(ctx, FJT_LOCKED(ctx, fj__combine_kernel(ctx, &planm.variant, planm.combine_cols, &c)));
     CHECK(strstr(fj_kernel_source(c, NULL), "c0 + lane + 32 * i < 496"));
     /* Batched, 2 splits (a warp a row, 4 rows a block): 64 x 16 rows,
      * 256 blocks, fill the GPU: one slice, the plain kernel with no
@@ -109,7 +110,7 @@ int test_serving_plan(void)
     CHECK(planm.splits == 2 && planm.combine_grid[0] == 256 &&
           planm.combine_grid[1] == 1 && planm.combine_grid[2] == 1 &&
           planm.combine_cols == 512);
-    CHECK_OK(ctx, fj__combine_kernel(ctx, &planm.variant, planm.combine_cols, &c));
+    CHECK_OK(ctx, FJT_LOCKED(ctx, fj__combine_kernel(ctx, &planm.variant, planm.combine_cols, &c)));
     CHECK(!strcmp(fj_kernel_name(c), "fj_combine_d512_bf16"));
     CHECK(!strstr(fj_kernel_source(c, NULL), "blockIdx.y"));
     pm.batch = 33;
@@ -233,7 +234,7 @@ int test_serving_compile(void)
     const int d = dims[i / 2], cols[2] = {d, 128};
     for (int j = 0; j < (d > 128 ? 2 : 1); j++) {
       fj_kernel *c;
-      CHECK_OK(ctx, fj__combine_kernel(ctx, &vs[i], cols[j], &c));
+      CHECK_OK(ctx, FJT_LOCKED(ctx, fj__combine_kernel(ctx, &vs[i], cols[j], &c)));
       fj_kernel_resources(c, &r);
       printf("%s: %d registers, %d bytes spilled\n", fj_kernel_name(c),
              r.registers, r.spill_store_bytes);
@@ -575,7 +576,7 @@ int test_serving_varlen_compile(void)
       if (!vs[i].split_kv)
         continue;
       fj_kernel *c;
-      CHECK_OK(ctx, fj__combine_kernel(ctx, &vs[i], cols[i], &c));
+      CHECK_OK(ctx, FJT_LOCKED(ctx, fj__combine_kernel(ctx, &vs[i], cols[i], &c)));
       CHECK(strstr(fj_kernel_name(c), "_vl") && strstr(fj_kernel_source(c, NULL), "seq_of"));
     }
     fj_ctx_destroy(ctx);
