@@ -3,7 +3,7 @@
  * on a compile-only context (no GPU needed): the problem check, the plan,
  * the variant's match and the pointers' checks, then the refusal to
  * launch (whose message is formatted each call, a cost the GPU path does
- * not have).  Public API only, so one binary times any build of the
+ * not have); fj_attention_bwd's the same way where a case says so.  Public API only, so one binary times any build of the
  * library: before and after a change, by LD_LIBRARY_PATH, alternately.
  *
  *   cc -O2 bench/host_loop.c -Iinclude -Lbuild -lflashjit -o /tmp/host_loop
@@ -22,11 +22,16 @@
 /* Stand-ins for device memory, aligned as the checks want; never read. */
 static _Alignas(16) int32_t fake[64];
 
+enum { NCASES = 7 };
+
 typedef struct hcase {
   const char *name;
   const char *arch;
   fj_problem p;
   fj_mods m;
+  fj_mod_param param;
+  fj_block_mask bm;
+  int backward;  /* time fj_attention_bwd instead */
 } hcase;
 
 static double now_us(void)
@@ -37,8 +42,10 @@ static double now_us(void)
 }
 
 /* Plain on sm_90a (the wgmma family) and on sm_80 (mma), a split decode,
- * and a softcap (modifications). */
-static void make_cases(hcase c[4])
+ * a softcap (modifications), and issue 33's documents (a mask expression
+ * over a tensor parameter, a block mask with its transposed lists:
+ * python/flashjit's call) beside plain causal, forward and backward. */
+static void make_cases(hcase c[NCASES])
 {
   c[0].name = "plain sm_90a (2,8,2048,128) bf16";
   c[0].arch = "sm_90a";
@@ -54,16 +61,43 @@ static void make_cases(hcase c[4])
   fj_mods_init(&c[3].m);
   c[3].m.softcap = 30.f;
   c[3].p.mods = &c[3].m;
+  c[4].name = "documents sm_90a (4,16,4096,128) fwd";
+  c[4].arch = "sm_90a";
+  fj_problem_init(&c[4].p, 4, 16, 16, 4096, 4096, 128, FJ_BF16, FJ_BHSD);
+  c[4].p.causal = FJ_CAUSAL_TOP_LEFT;
+  fj_mods_init(&c[4].m);
+  c[4].m.mask = "doc(q) == doc(kv)";
+  c[4].param = (fj_mod_param){"doc", FJ_MOD_I32, 1, {4096, 0, 0, 0}, fake, 0};
+  c[4].m.params = &c[4].param;
+  c[4].m.num_params = 1;
+  c[4].bm = (fj_block_mask){128, 128, 1, 1, 32, 32, fake, fake, fake, fake,
+                            fake, fake, fake, fake};
+  c[4].m.block_mask = &c[4].bm;
+  c[5] = c[4];
+  c[5].name = "documents sm_90a (4,16,4096,128) bwd";
+  c[5].backward = 1;
+  c[6].name = "causal sm_90a (4,16,4096,128) bwd";
+  c[6].arch = "sm_90a";
+  fj_problem_init(&c[6].p, 4, 16, 16, 4096, 4096, 128, FJ_BF16, FJ_BHSD);
+  c[6].p.causal = FJ_CAUSAL_TOP_LEFT;
+  c[6].backward = 1;
 }
 
-static double time_case(fj_ctx *ctx, const fj_problem *p, int calls,
-                        int rounds)
+static fj_status call(fj_ctx *ctx, const hcase *c)
+{
+  if (c->backward)
+    return fj_attention_bwd(ctx, &c->p, fake, fake, fake, fake, fake,
+                            (float *)fake, fake, fake, fake, NULL, NULL);
+  return fj_attention_fwd(ctx, &c->p, fake, fake, fake, fake, NULL, NULL);
+}
+
+static double time_case(fj_ctx *ctx, const hcase *c, int calls, int rounds)
 {
   double best = 1e30;
   for (int r = 0; r < rounds; r++) {
     double t0 = now_us();
     for (int i = 0; i < calls; i++)
-      fj_attention_fwd(ctx, p, fake, fake, fake, fake, NULL, NULL);
+      call(ctx, c);
     double us = (now_us() - t0) / calls;
     best = us < best ? us : best;
   }
@@ -74,9 +108,9 @@ int main(int argc, char **argv)
 {
   int calls = argc > 1 ? atoi(argv[1]) : 200000;
   int rounds = argc > 2 ? atoi(argv[2]) : 5;
-  hcase c[4];
+  static hcase c[NCASES];
   make_cases(c);
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < NCASES; i++) {
     fj_ctx_opts o;
     fj_ctx_opts_init(&o);
     o.device = -1;
@@ -88,13 +122,12 @@ int main(int argc, char **argv)
       return 1;
     }
     /* The first call renders the template; it must reach the launch. */
-    if (fj_attention_fwd(ctx, &c[i].p, fake, fake, fake, fake, NULL, NULL) !=
-        FJ_ERR_COMPILE_ONLY) {
+    if (call(ctx, &c[i]) != FJ_ERR_COMPILE_ONLY) {
       fprintf(stderr, "host_loop: %s: %s\n", c[i].name, fj_errmsg(ctx));
       return 1;
     }
     printf("%-36s %.3f us\n", c[i].name,
-           time_case(ctx, &c[i].p, calls, rounds));
+           time_case(ctx, &c[i], calls, rounds));
     fj_ctx_destroy(ctx);
   }
   return 0;

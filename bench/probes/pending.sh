@@ -97,11 +97,16 @@
 # 1606 of 1800 s); it split the package (_args.py, _train.py), refused
 # the backward's sizes past its 32-bit counts and fixed the review's
 # concurrency findings, none of it run on a GPU.
-# Next, first: bash bench/probes/s31a.sh $OUT with build/ and build-tc/
-# carried (the fp16 sweep on an H200, gpt_train.py --compile interleaved,
-# the package's backward tests on the split package -- test_gpu as a
-# whole soon after --, turnclock.sh, train_prof.py over issue 33's four
-# mask cases); or, the older plan: S29_PARTS="f16 gqa gap prof" bash
+# The thirty-second got one H100 for five calls (three calls before got
+# no machine: 286 s): s31a.sh's gptc, py, tc and prof (f16 skipped: not an
+# H200; PERF.md G3, T20, R10), then ctest -L gpu whole (72: every one
+# passed or skipped, on the library of 9a02db3) and the package's tests
+# whole (318 OK).  turnclock.patch's wide-kernel walk clocks were
+# unbalanced there (fixed since: one start a finishing lane).
+# Next, first: bash bench/probes/s32a.sh $OUT with build/ and build-tc/
+# carried (the fp16 sweep on an H200, turnclock.sh with d192/d256
+# counted, train_prof.py's host ops for the documents case's gap,
+# gpt_train.py --compile on the H200); or, the older plan: S29_PARTS="f16 gqa gap prof" bash
 # bench/probes/s29.sh (the bar's fp16 half, the GQA deterministic ratio
 # there, where the harness's autograd backward spends 380-480 us more
 # than the op: issue 33's full and causal rows) -- or, where one call is

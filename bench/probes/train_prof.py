@@ -11,6 +11,8 @@ time, and each kernel's mean time and count, so that the host's share
 
 PROF_FJ_ONLY=1: flashjit's side alone (an A/B of two builds).
 PROF_NO_FLEX=1: flashjit and cuDNN, no FlexAttention (no compile).
+PROF_CPU=1: the host side's ops too, by self time (where the gap between
+the event time and the kernels' goes).
 """
 import os
 import sys
@@ -51,6 +53,16 @@ def report(label, fn, iters):
           f"gap {us - total:.1f}")
     for name, (n, t) in sorted(per.items(), key=lambda x: -x[1][1]):
         print(f"    {t / n:9.1f} us x{n / iters:4.1f}  {name[:110]}")
+    if os.environ.get("PROF_CPU"):
+        # Where the host's time goes: the CPU side's ops by self time.
+        cpu = defaultdict(lambda: [0, 0.0])
+        for ev in prof.events():
+            if ev.device_type == torch.autograd.DeviceType.CPU:
+                cpu[ev.name][0] += 1
+                cpu[ev.name][1] += ev.self_cpu_time_total
+        print(f"  host, self time a call, top 12 of {len(cpu)} ops:")
+        for name, (n, t) in sorted(cpu.items(), key=lambda x: -x[1][1])[:12]:
+            print(f"    {t / iters:9.1f} us x{n / iters:4.1f}  {name[:110]}")
 
 
 def main():

@@ -1,0 +1,33 @@
+#!/bin/bash
+# s32a.sh OUTDIR -- the thirty-second session's next call, from the
+# repository root with build/ (main's) and build-tc/ (turnclock.patch's
+# build, slimmed; the patch as of this commit) carried.  S32A_PARTS
+# (default "f16 tc prof gptc"), the whole bounded by S32A_SECONDS (470):
+#   f16   s29.sh's f16 part: the backward's fp16 sweep and GQA rows (issue
+#         31's bar, its fp16 half; H200 only, skipped elsewhere).
+#   tc    turnclock.sh with the wide kernel's walk clocks counted once a
+#         finishing thread (the 2026-12-07 H100 run summed a start for
+#         every consumer thread and a finish for lane 0 only: d192 and
+#         d256 printed an overflowed loop_cycles).
+#   prof  train_prof.py document,causal,window with PROF_NO_FLEX=1 and
+#         PROF_CPU=1: the host side's ops by self time, where the
+#         documents case's 328 us gap (event - kernels, H100) goes.
+#   gptc  s30c.sh's gptc part (examples/gpt_train.py --compile,
+#         interleaved), for the H200's figure beside the H100's 1.14x.
+set -u
+. bench/probes/parts_lib.sh
+parts_start s32a "${1:-}" ${S32A_SECONDS:-470}
+out=$(cd "$out" && pwd)
+nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s32a gpu: /'
+part_f16() { S29_PARTS=f16 S29_SECONDS=$(bound 220) bash bench/probes/s29.sh "$out/s29"; }
+part_gptc() { S30C_PARTS=gptc S30C_SECONDS=$(bound 160) bash bench/probes/s30c.sh "$out/s30c"; }
+part_tc() {
+  TURNCLOCK_BUDGET=$(bound 200) timeout $(bound 230) bash bench/probes/turnclock.sh >"$out/turnclock.log" 2>&1
+  echo "tc: exit $?"; cat "$out/turnclock.log"
+}
+part_prof() {
+  PROF_CPU=1 PROF_NO_FLEX=1 PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s32-prof \
+    timeout $(bound 150) python3 bench/probes/train_prof.py document,causal,window 10 >"$out/prof.log" 2>&1
+  echo "prof: exit $?"; grep -v Warning "$out/prof.log" | cut -c1-150 | head -120
+}
+parts_run s32a ${S32A_PARTS:-f16 tc prof gptc}
