@@ -104,9 +104,11 @@
 # whole (318 OK).  turnclock.patch's wide-kernel walk clocks were
 # unbalanced there (fixed since: one start a finishing lane).
 # Next, first: bash bench/probes/s32a.sh $OUT with build/ and build-tc/
-# carried (the fp16 sweep on an H200, turnclock.sh with d192/d256
-# counted, train_prof.py's host ops for the documents case's gap,
-# gpt_train.py --compile on the H200); or, the older plan: S29_PARTS="f16 gqa gap prof" bash
+# carried (the fp16 sweep on an H200, gpt_attn_prof.py: the GPT
+# example's attention call alone, kernels against host time,
+# train_prof.py's host ops for the documents case's gap, turnclock.sh
+# with d192/d256 counted; then S32A_PARTS=gptc: gpt_train.py --compile
+# on the H200); or, the older plan: S29_PARTS="f16 gqa gap prof" bash
 # bench/probes/s29.sh (the bar's fp16 half, the GQA deterministic ratio
 # there, where the harness's autograd backward spends 380-480 us more
 # than the op: issue 33's full and causal rows) -- or, where one call is

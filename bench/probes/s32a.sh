@@ -2,7 +2,8 @@
 # s32a.sh OUTDIR -- the thirty-second session's next call, from the
 # repository root with build/ (main's) and build-tc/ (turnclock.patch's
 # build, slimmed; the patch as of this commit) carried.  S32A_PARTS
-# (default "f16 tc prof gptc"), the whole bounded by S32A_SECONDS (470):
+# (default "f16 gattn prof tc"; gptc in a second call), the whole bounded
+# by S32A_SECONDS (470):
 #   f16   s29.sh's f16 part: the backward's fp16 sweep and GQA rows (issue
 #         31's bar, its fp16 half; H200 only, skipped elsewhere).
 #   tc    turnclock.sh with the wide kernel's walk clocks counted once a
@@ -12,6 +13,9 @@
 #   prof  train_prof.py document,causal,window with PROF_NO_FLEX=1 and
 #         PROF_CPU=1: the host side's ops by self time, where the
 #         documents case's 328 us gap (event - kernels, H100) goes.
+#   gattn bench/probes/gpt_attn_prof.py (never run): the GPT example's
+#         attention call alone, flashjit's and SDPA's event, host and
+#         kernel time -- whether G3's gap is kernels or host.
 #   gptc  s30c.sh's gptc part (examples/gpt_train.py --compile,
 #         interleaved), for the H200's figure beside the H100's 1.14x.
 set -u
@@ -30,4 +34,9 @@ part_prof() {
     timeout $(bound 150) python3 bench/probes/train_prof.py document,causal,window 10 >"$out/prof.log" 2>&1
   echo "prof: exit $?"; grep -v Warning "$out/prof.log" | cut -c1-150 | head -120
 }
-parts_run s32a ${S32A_PARTS:-f16 tc prof gptc}
+part_gattn() {
+  PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s32-gattn \
+    timeout $(bound 90) python3 bench/probes/gpt_attn_prof.py 8,512,8,2,64 200 >"$out/gattn.log" 2>&1
+  echo "gattn: exit $?"; grep -v Warning "$out/gattn.log" | cut -c1-150 | head -50
+}
+parts_run s32a ${S32A_PARTS:-f16 gattn prof tc}
