@@ -4,13 +4,16 @@
  * the float64 reference across the variant space: every axis value, the
  * cross product head_dim x dtype x causal x softmax x stages, sequence
  * lengths that are not multiples of the tiles, GQA, FP8 K/V, large logits,
- * rows that see no key.  Output and log-sum-exp are poisoned with NaN
+ * rows that see no key, two threads on one context (their workspaces; a
+ * compile beside launches).  Output and log-sum-exp are poisoned with NaN
  * before every run; inputs are fresh random normals.
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 
@@ -2427,6 +2430,77 @@ int test_gpu_threads_workspace(void)
   int failed = jobs[0].failed + jobs[1].failed;
   printf("two threads on one stream: %d of 24 calls failed\n", failed);
   return failed != 0;
+}
+
+/* ---- a compile beside another thread's launches ------------------------------------ */
+
+typedef struct compile_job {
+  fj_ctx *ctx;
+  _Atomic int in_nvrtc, done;
+  int failed;
+} compile_job;
+
+static void compile_seen(void *user, fj_log_level level, const char *msg)
+{
+  (void)level;
+  if (strstr(msg, "compiling fj_attn_d128"))
+    atomic_store(&((compile_job *)user)->in_nvrtc, 1);
+}
+
+/* A problem whose kernel no call has built: compiled (NVRTC) on this
+ * thread, checked against the reference. */
+static void *compile_thread(void *arg)
+{
+  compile_job *j = arg;
+  uint64_t seed = 515;
+  gpu_case c;
+  memset(&c, 0, sizeof c);
+  fj_problem_init(&c.p, 1, 4, 4, 200, 300, 128, FJ_BF16, FJ_BHSD);
+  c.p.causal = FJ_CAUSAL_BOTTOM_RIGHT;
+  j->failed = run_case(j->ctx, &c, NULL, NULL, &seed, "compiling thread (d128)",
+                       "threads: compile");
+  atomic_store(&j->done, 1);
+  return NULL;
+}
+
+/* One thread's compile holds up only the calls that need its kernel
+ * (flashjit.h): while a thread compiles (NVRTC, without the context's
+ * lock), another launches a kernel built before, checked, again and
+ * again; at least one of those calls ends before the compile does. */
+int test_gpu_threads_compile(void)
+{
+  compile_job j = {0};
+  int rc = fjt_gpu_ctx_log(NULL, compile_seen, &j, &j.ctx);
+  if (rc)
+    return rc;
+  uint64_t seed = 99;
+  gpu_case c;
+  memset(&c, 0, sizeof c);
+  fj_problem_init(&c.p, 1, 2, 2, 64, 64, 64, FJ_F16, FJ_BHSD);
+  int failed = run_case(j.ctx, &c, NULL, NULL, &seed, "built first (d64)",
+                        "threads: launch");
+  pthread_t t;
+  if (failed || pthread_create(&t, NULL, compile_thread, &j) != 0) {
+    fj_ctx_destroy(j.ctx);
+    return 1;
+  }
+  while (!atomic_load(&j.in_nvrtc) && !atomic_load(&j.done))
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  int during = 0, calls = 0;
+  while (!atomic_load(&j.done) && calls < 1000) {
+    memset(&c, 0, sizeof c);
+    fj_problem_init(&c.p, 1, 2, 2, 64, 64, 64, FJ_F16, FJ_BHSD);
+    failed += run_case(j.ctx, &c, NULL, NULL, &seed, "launched during the compile",
+                       "threads: launch");
+    calls++;
+    during += !atomic_load(&j.done);
+  }
+  pthread_join(t, NULL);
+  fj_ctx_destroy(j.ctx);
+  printf("a compile on one thread: %d checked calls of a built kernel ended "
+         "during it on another (%d failed; the compile's own call %s)\n",
+         during, failed, j.failed ? "FAILED" : "ok");
+  return failed || j.failed || during < 1;
 }
 
 int fjt_gpu_run(fj_ctx *ctx, gpu_case *c, const fj_variant *v, void *stream,
