@@ -133,7 +133,12 @@ typedef struct fj_ctx_opts {
   int disk_cache;
   /* 1 compiles every kernel in a child process, so that a crash of NVRTC
    * becomes FJ_ERR_COMPILE instead of taking the caller down.  Default 0;
-   * tuning sweeps isolate their compiles regardless. */
+   * tuning sweeps and fj_kernel_prepare isolate their compiles
+   * regardless.  A child that uses no CPU for 10 s before it answers is
+   * stuck (forked while a thread of the host that had used NVRTC was
+   * exiting, it waits for ever on NVRTC's lock): it is stopped and the
+   * compile started in a new one, twice at most; a child gets 600 s in
+   * all. */
   int isolate_compile;
   /* Optional diagnostics sink and its user pointer. */
   fj_log_fn log;

@@ -226,12 +226,16 @@ static fj_status choose(fj_ctx *ctx, const fj_problem *p, fj_variant *v,
     }
   fj__heuristic(ctx, p, v);
   /* Splits asked for need the family the heuristic chose for them. */
+  unsigned gen = ctx->tunedb_generation;
   fj_choice c = p->splits < 2 && !v->varlen && !v->paged &&
                        fj__tune_lookup(ctx, p, v)
                     ? FJ_CHOICE_TUNED
                     : FJ_CHOICE_HEURISTIC;
   fj_status st = fj__variant_meta(ctx, v, meta);
-  if (st == FJ_OK && d) {
+  /* Kept only if no tuning result came in meanwhile (the layout probe's
+   * build releases the lock: fj__kernel_build): a pick of the database
+   * before it must not pass for one of the database after. */
+  if (st == FJ_OK && d && d->generation == gen && ctx->tunedb_generation == gen) {
     fj_pick *pk = &d->picks[d->npicks < FJ_HOT ? d->npicks++ : FJ_HOT - 1];
     memcpy(pk->key, key, sizeof key);
     pk->v = *v;

@@ -639,6 +639,7 @@ static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
     return fill_plan(ctx, p, &v, &meta, plan);
   fj_mma mma;
   int stages;
+  unsigned gen = ctx->tunedb_generation;
   int wgmma = wgmma_may(ctx, p, &key);
   if (fj__tune_lookup_bwd(ctx, p, &mma, &stages) &&
       (mma == FJ_MMA_SYNC || (mma == FJ_MMA_WGMMA && wgmma)) &&
@@ -649,7 +650,10 @@ static fj_status plan_locked(fj_ctx *ctx, const fj_problem *p,
   for (stages = 2; stages >= 1 && st != FJ_OK && st != FJ_ERR_NOMEM; stages--)
     st = try_main(ctx, p, FJ_MMA_SYNC, stages, &v, &meta);
   if (st == FJ_OK) {
-    memo_add(ctx, &key, &v, &meta);
+    /* Remembered only if no tuning result came in while try_main's
+     * layout probe (a context's first) had the lock released. */
+    if (ctx->tunedb_generation == gen)
+      memo_add(ctx, &key, &v, &meta);
     st = fill_plan(ctx, p, &v, &meta, plan);
   }
   return st;

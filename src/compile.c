@@ -34,10 +34,15 @@ enum {
   CHILD_TIMEOUT_MS = 600 * 1000,
   /* How often the parent also asks whether a child has exited: its pipe's
    * EOF can be late (below, service). */
-  CHILD_POLL_MS = 200
+  CHILD_POLL_MS = 200,
+  /* Starts of one job's child, the first included, when a child is stuck
+   * (below, child_stuck). */
+  CHILD_TRIES = 3
 };
 
 void (*fj__compile_child_hook)(void);
+/* A child that has used no CPU time for this long is stuck (child_stuck). */
+int fj__compile_stuck_ms = 10 * 1000;
 
 /* ---- options ------------------------------------------------------------- */
 
@@ -307,6 +312,9 @@ typedef struct child {
   size_t index;    /* the job it compiles */
   double deadline;
   fj_buf bytes;    /* everything it sent */
+  int tries;       /* children started for the job, this one included */
+  long long ticks; /* its CPU time when last read (clock ticks), or -1 */
+  double ticked;   /* when that CPU time last grew */
 } child;
 
 static int take(const char **p, const char *end, void *dst, size_t n)
@@ -393,7 +401,9 @@ static void child_finish(child *c, const char *name, job *j)
  * compiles ahead, kernel.c, run in-process and isolated compiles on
  * threads side by side).  An in-process compile holds the guard shared;
  * a fork holds it alone, around the fork only.  The child never takes it
- * (its copy stays held by the forking thread). */
+ * (its copy stays held by the forking thread).  A host thread that used
+ * NVRTC takes NVRTC's lock again as it exits, which no guard here covers:
+ * a child forked then is stuck, and started again (child_stuck). */
 static pthread_rwlock_t fork_guard = PTHREAD_RWLOCK_INITIALIZER;
 
 static int child_start(child *c, size_t index, const fj_compile_job *jb)
@@ -417,7 +427,77 @@ static int child_start(child *c, size_t index, const fj_compile_job *jb)
   c->pid = pid;
   c->fd = fds[0];
   c->index = index;
-  c->deadline = fj__now_ms() + CHILD_TIMEOUT_MS;
+  c->tries = 1;
+  c->ticks = -1;
+  c->ticked = fj__now_ms();
+  c->deadline = c->ticked + CHILD_TIMEOUT_MS;
+  return 0;
+}
+
+/* The child's CPU time, user and system, in clock ticks (Linux's
+ * /proc/PID/stat, fields 14 and 15); -1 where it cannot be read. */
+static long long child_ticks(pid_t pid)
+{
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return -1;
+  buf[n] = '\0';
+  /* After the command's name, in parentheses that it may itself contain:
+   * state, then fields 4 to 13, then utime and stime. */
+  const char *p = strrchr(buf, ')');
+  unsigned long long utime, stime;
+  if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+                   &utime, &stime) != 2)
+    return -1;
+  return (long long)(utime + stime);
+}
+
+/* Whether a child that has sent nothing yet is stuck: its CPU time has not
+ * grown for fj__compile_stuck_ms.  NVRTC takes a lock of its own when a
+ * thread that used it exits (its thread-local data's destructor): a child
+ * forked at that moment -- the host's threads come and go as they like;
+ * fork_guard covers compiles, not exits -- inherits the lock held by a
+ * thread it does not have, and waits for it for ever, using no CPU.  A
+ * compile uses CPU all along, even when it shares the machine with many. */
+static int child_stuck(child *c, double now)
+{
+  if (c->bytes.len || c->fd < 0)
+    return 0;
+  long long t = child_ticks(c->pid);
+  if (t < 0)
+    return 0;  /* no /proc: the deadline alone */
+  if (t != c->ticks) {
+    c->ticks = t;
+    c->ticked = now;
+    return 0;
+  }
+  return now - c->ticked >= fj__compile_stuck_ms;
+}
+
+/* Stops a stuck child and starts the job's next; 0 when one started. */
+static int child_restart(child *c, const fj_compile_job *jb)
+{
+  kill(c->pid, SIGKILL);
+  close(c->fd);
+  int ws;
+  while (!c->reaped && waitpid(c->pid, &ws, 0) < 0 && errno == EINTR)
+    ;
+  fj__buf_free(&c->bytes);
+  int tries = c->tries;
+  if (child_start(c, c->index, jb) != 0) {
+    /* Nothing to read: finished now, as a child without a result. */
+    c->fd = -1;
+    c->reaped = 1;
+    c->deadline = 0;
+    return -1;
+  }
+  c->tries = tries + 1;
   return 0;
 }
 
@@ -497,6 +577,13 @@ static size_t service(child *run, size_t *nrun, fj_compile_job *jobs)
     int closed = (pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) ? child_read(c) : 0;
     if (closed == 0 && !pfd[i].revents)
       closed = child_exited(c);
+    if (closed == 0 && c->tries < CHILD_TRIES && child_stuck(c, now) &&
+        child_restart(c, &jobs[c->index]) == 0) {
+      pfd[i].fd = c->fd;
+      pfd[i].revents = 0;
+      i++;
+      continue;
+    }
     if (closed == 0 && now < c->deadline) {
       i++;
       continue;

@@ -60,6 +60,10 @@ void fj__compile_many(fj_compile_job *jobs, size_t n, int workers,
 /* Tests only: called in each compile child before it compiles (a test
  * makes the child leave a process holding its pipe). */
 extern void (*fj__compile_child_hook)(void);
+/* Milliseconds without CPU time after which a compiler process that has
+ * sent nothing is stuck: stopped, and the job's compile started again in
+ * a new one, twice at most (10 s; tests shorten it). */
+extern int fj__compile_stuck_ms;
 /* fj__compile's flags. */
 enum {
   FJ_COMPILE_ISOLATE = 1,  /* NVRTC in a child process */

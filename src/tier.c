@@ -110,6 +110,9 @@ fj_status fj__tier_kernel(fj_ctx *ctx, const fj_variant *v, fj_kernel **k,
     st = fj__kernel_build_async(ctx, vp.template_name, vp.p, vp.n, k, &job);
   if (st != FJ_OK || !job)
     return st;
+  /* Read again: the layout probe's build (fj__variant_params, a context's
+   * first) may have let another thread make the table. */
+  t = ctx->tier;
   if (!t)
     t = ctx->tier = calloc(1, sizeof *t);
   if (!t || t->n == TIER_JOBS) {  /* no room: compile and wait */

@@ -2,9 +2,10 @@
  * test_compile.c -- NVRTC without a GPU: attention kernels for sm_80 and
  * sm_90, the layout probe module, the compile log on failure, a compiler
  * crash contained in a child process, a child's pipe held open by another
- * process, one thread's compile beside the context's other threads, and
+ * process, a stuck child started again, one thread's compile beside the context's other threads, and
  * the resource report.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -222,6 +223,50 @@ int test_compile_child_pipe_held(void)
     CHECK(ms < 4000);
     fj__compiled_free(&out);
   }
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
+/* The first compile child of a run blocks for good without using CPU, as
+ * one forked while a host thread that used NVRTC was exiting would (it
+ * inherits NVRTC's lock held by a thread it does not have); later
+ * children compile. */
+static char stuck_marker[4200];
+
+static void stuck_hook(void)
+{
+  int fd = open(stuck_marker, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0)
+    return;
+  close(fd);
+  for (;;)
+    pause();
+}
+
+/* A stuck compile child is stopped after fj__compile_stuck_ms without CPU
+ * time and the compile started again in a new one (before, the call
+ * waited for the 600 s timeout and failed). */
+int test_compile_child_stuck(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_80", NULL);
+  CHECK(ctx);
+  snprintf(stuck_marker, sizeof stuck_marker, "%s/stuck", fjt_tmpdir());
+  const char *good = "extern \"C\" __global__ void k(float *x) { x[threadIdx.x] *= 2.f; }\n";
+  int was = fj__compile_stuck_ms;
+  fj__compile_stuck_ms = 1000;
+  fj__compile_child_hook = stuck_hook;
+  fj_compiled out = {0};
+  double t0 = fj__now_ms();
+  fj_status st = fj__compile(ctx, "stuck.cu", good, "sm_80", FJ_COMPILE_ISOLATE, &out);
+  double ms = fj__now_ms() - t0;
+  fj__compile_child_hook = NULL;
+  fj__compile_stuck_ms = was;
+  printf("isolated compile whose first child was stuck: %.0f ms\n", ms);
+  CHECK_OK(ctx, st);
+  CHECK(access(stuck_marker, F_OK) == 0);  /* the first child did block */
+  CHECK(out.cubin_len > 0 && out.ptx && strstr(out.ptx, ".entry k"));
+  CHECK(ms >= 1000 && ms < 30000);
+  fj__compiled_free(&out);
   fj_ctx_destroy(ctx);
   return 0;
 }

@@ -64,6 +64,7 @@ TEST(compile_lut_probe, cpu)
 TEST(compile_error_log, cpu)
 TEST(compile_isolated_crash, cpu)
 TEST(compile_child_pipe_held, cpu)
+TEST(compile_child_stuck, cpu)
 TEST(compile_threads, cpu)
 TEST(resources_parse, cpu)
 /* cache.c */
