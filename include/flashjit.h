@@ -137,8 +137,8 @@ typedef struct fj_ctx_opts {
    * regardless.  A child that uses no CPU for 10 s before it answers is
    * stuck (forked while a thread of the host that had used NVRTC was
    * exiting, it waits for ever on NVRTC's lock): it is stopped and the
-   * compile started in a new one, twice at most; a child gets 600 s in
-   * all. */
+   * compile started in a new one, twice at most; each child has 600 s
+   * to answer. */
   int isolate_compile;
   /* Optional diagnostics sink and its user pointer. */
   fj_log_fn log;
