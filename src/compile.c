@@ -449,11 +449,19 @@ static long long child_ticks(pid_t pid)
     return -1;
   buf[n] = '\0';
   /* After the command's name, in parentheses that it may itself contain:
-   * state, then fields 4 to 13, then utime and stime. */
+   * fields 3 (the state) to 13, then utime and stime. */
   const char *p = strrchr(buf, ')');
-  unsigned long long utime, stime;
-  if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
-                   &utime, &stime) != 2)
+  for (int field = 2; p && field < 14; field++)
+    p = strchr(p + 1, ' ');
+  if (!p)
+    return -1;
+  char *end;
+  unsigned long long utime = strtoull(p + 1, &end, 10);
+  if (end == p + 1 || *end != ' ')
+    return -1;
+  const char *q = end + 1;
+  unsigned long long stime = strtoull(q, &end, 10);
+  if (end == q)
     return -1;
   return (long long)(utime + stime);
 }
