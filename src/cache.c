@@ -635,7 +635,8 @@ static fj_status remove_files(fj_ctx *ctx, const char *who, int prune,
     /* A young temporary may be another process's write on its way to a
      * rename: only strays left for TEMP_STALE_S go. */
     struct stat sb;
-    if (strncmp(names[i], TEMP_PREFIX, 5) == 0 && lstat(path, &sb) == 0 &&
+    if (strncmp(names[i], TEMP_PREFIX, sizeof TEMP_PREFIX - 1) == 0 &&
+        lstat(path, &sb) == 0 &&
         now - sb.st_mtime < TEMP_STALE_S)
       continue;
     if (unlink(path) == 0)

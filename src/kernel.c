@@ -208,6 +208,26 @@ static void kmap_unmark(fj_ctx *ctx, kentry *mark)
   pthread_cond_broadcast(&m->compiled);
 }
 
+/* Marks key as compiling and releases ctx->lock, for a wait on NVRTC
+ * (compile_unlocked, fj__kjob_finish): a build of the same key waits for
+ * the mark to go.  NULL, the lock kept, without memory for the mark. */
+static kentry *unlock_marked(fj_ctx *ctx, const fj_buf *key)
+{
+  kentry *mark = kmap_add(ctx, key, NULL);
+  if (mark)
+    pthread_mutex_unlock(&ctx->lock);
+  return mark;
+}
+
+/* unlock_marked's end: the lock taken again, the mark gone. */
+static void relock_unmark(fj_ctx *ctx, kentry *mark)
+{
+  if (mark) {
+    pthread_mutex_lock(&ctx->lock);
+    kmap_unmark(ctx, mark);
+  }
+}
+
 void fj__kmap_free(fj_kmap *m)
 {
   if (!m)
@@ -491,17 +511,12 @@ static fj_kjob *ahead_take(fj_ctx *ctx, const fj_buf *key);
  * mark, compiled with the lock held). */
 static fj_status compile_unlocked(fj_ctx *ctx, const fj_buf *key, fj_kernel *k)
 {
-  kentry *mark = kmap_add(ctx, key, NULL);
-  if (mark)
-    pthread_mutex_unlock(&ctx->lock);
+  kentry *mark = unlock_marked(ctx, key);
   fj__log(ctx, FJ_LOG_DEBUG, "compiling %s (NVRTC%s)", k->meta.symbol,
           mark ? "" : ", the context's lock held");
   fj_status st = fj__compile(ctx, k->meta.symbol, k->source, ctx->arch,
                              compile_flags(ctx, k), &k->out);
-  if (mark) {
-    pthread_mutex_lock(&ctx->lock);
-    kmap_unmark(ctx, mark);
-  }
+  relock_unmark(ctx, mark);
   return st;
 }
 
@@ -516,10 +531,10 @@ fj_status fj__kernel_build(fj_ctx *ctx, const char *name,
                      ? fj__fail(ctx, FJ_ERR_NOMEM, "out of memory")
                      : FJ_OK;
   /* Another thread compiling this kernel: its result, once it is in. */
-  while (st == FJ_OK && !kmap_find(ctx->kernels, &key) &&
+  while (st == FJ_OK && !(k = kmap_find(ctx->kernels, &key)) &&
          kmap_entry(ctx->kernels, &key, 1))
     pthread_cond_wait(&ctx->kernels->compiled, &ctx->lock);
-  if (st == FJ_OK && (k = kmap_find(ctx->kernels, &key)) != NULL) {
+  if (k) {
     __atomic_store_n(&k->origin, FJ_CACHE_MEMORY, __ATOMIC_RELAXED);
     fj__cache_count(ctx, FJ_CACHE_MEMORY);
   } else if (st == FJ_OK && (job = ahead_take(ctx, &key)) != NULL) {
@@ -652,17 +667,11 @@ fj_status fj__kjob_finish(fj_ctx *ctx, fj_kjob *j, fj_kernel **out)
   if (!j->joined) {
     /* A compile still running is waited for with ctx->lock released, its
      * key marked as compile_unlocked marks it. */
-    kentry *mark = fj__kjob_done(j) ? NULL : kmap_add(ctx, &j->key, NULL);
-    if (mark) {
-      pthread_mutex_unlock(&ctx->lock);
-      fj__log(ctx, FJ_LOG_DEBUG, "waiting for %s's compile",
-              j->k->meta.symbol);
-    }
+    kentry *mark = fj__kjob_done(j) ? NULL : unlock_marked(ctx, &j->key);
+    if (mark)
+      fj__log(ctx, FJ_LOG_DEBUG, "waiting for %s's compile", j->k->meta.symbol);
     pthread_join(j->thread, NULL);
-    if (mark) {
-      pthread_mutex_lock(&ctx->lock);
-      kmap_unmark(ctx, mark);
-    }
+    relock_unmark(ctx, mark);
   }
   fj_status st = j->status;
   if (st == FJ_OK) {

@@ -73,12 +73,20 @@ int fjt_write_file(const char *path, const void *data, size_t len)
 
 fj_ctx *fjt_ctx(const char *arch, const char *dir)
 {
+  return fjt_ctx_log(arch, dir, NULL, NULL);
+}
+
+fj_ctx *fjt_ctx_log(const char *arch, const char *dir, fj_log_fn log,
+                    void *user)
+{
   fj_ctx_opts o;
   fj_ctx_opts_init(&o);
   o.device = -1;
   o.arch = arch;
   o.cache_dir = dir;
   o.disk_cache = dir != NULL;
+  o.log = log;
+  o.log_user = user;
   fj_ctx *ctx = NULL;
   if (fj_ctx_create(&ctx, &o) != FJ_OK)
     fprintf(stderr, "fjt_ctx(%s): %s\n", arch, fj_errmsg(NULL));

@@ -57,6 +57,9 @@ const char *fjt_tmpdir(void);
 int fjt_write_file(const char *path, const void *data, size_t len);
 /* A compile-only context for arch with its cache in dir (NULL: memory). */
 fj_ctx *fjt_ctx(const char *arch, const char *dir);
+/* fjt_ctx with a log callback (log NULL: none). */
+fj_ctx *fjt_ctx_log(const char *arch, const char *dir, fj_log_fn log,
+                    void *user);
 /* A GPU context on device 0: 0, or FJT_SKIP (no device, reason given),
  * or 1 (another failure, printed). */
 int fjt_gpu_ctx(const char *dir, fj_ctx **ctx);

@@ -516,16 +516,10 @@ static void count_ahead(void *user, fj_log_level level, const char *msg)
 int test_backward_prefetch(void)
 {
   int started = 0;
-  fj_ctx_opts o;
-  fj_ctx_opts_init(&o);
-  o.device = -1;
-  o.arch = "sm_90a";
-  o.disk_cache = 0;
-  o.log = count_ahead;
-  o.log_user = &started;
-  fj_ctx *ctx, *plain = fjt_ctx("sm_90a", NULL);
+  fj_ctx *ctx = fjt_ctx_log("sm_90a", NULL, count_ahead, &started);
+  fj_ctx *plain = fjt_ctx("sm_90a", NULL);
   CHECK(plain != NULL);
-  CHECK(fj_ctx_create(&ctx, &o) == FJ_OK);
+  CHECK(ctx != NULL);
   fj_problem p;
   fj_mods m;
   fj_problem_init(&p, 1, 4, 2, 300, 300, 128, FJ_BF16, FJ_BSHD);

@@ -303,15 +303,8 @@ static void *get_kernel(void *arg)
 int test_compile_threads(void)
 {
   compiling_seen seen = {0};
-  fj_ctx_opts o;
-  fj_ctx_opts_init(&o);
-  o.device = -1;
-  o.arch = "sm_80";
-  o.disk_cache = 0;
-  o.log = compile_log;
-  o.log_user = &seen;
-  fj_ctx *ctx = NULL;
-  CHECK_OK(NULL, fj_ctx_create(&ctx, &o));
+  fj_ctx *ctx = fjt_ctx_log("sm_80", NULL, compile_log, &seen);
+  CHECK(ctx);
   fj_variant small, big;
   fj_variant_default(&small, 64, FJ_F16, FJ_CAUSAL_NONE);
   fj_variant_default(&big, 128, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT);

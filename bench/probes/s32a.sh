@@ -10,9 +10,10 @@
 #         finishing thread (the 2026-12-07 H100 run summed a start for
 #         every consumer thread and a finish for lane 0 only: d192 and
 #         d256 printed an overflowed loop_cycles).
-#   prof  train_prof.py document,causal,window with PROF_NO_FLEX=1 and
-#         PROF_CPU=1: the host side's ops by self time, where the
-#         documents case's 328 us gap (event - kernels, H100) goes.
+#   prof  s31a.sh's prof (train_prof.py full,causal,window,document,
+#         PROF_NO_FLEX=1) with PROF_CPU=1: the host side's ops by self
+#         time, where the documents case's 328 us gap (event - kernels,
+#         H100) goes.
 #   gattn bench/probes/gpt_attn_prof.py (never run): the GPT example's
 #         attention call alone, flashjit's and SDPA's event, host and
 #         kernel time -- whether G3's gap is kernels or host.
@@ -23,17 +24,12 @@ set -u
 parts_start s32a "${1:-}" ${S32A_SECONDS:-470}
 out=$(cd "$out" && pwd)
 nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s32a gpu: /'
-part_f16() { S29_PARTS=f16 S29_SECONDS=$(bound 220) bash bench/probes/s29.sh "$out/s29"; }
-part_gptc() { S30C_PARTS=gptc S30C_SECONDS=$(bound 160) bash bench/probes/s30c.sh "$out/s30c"; }
-part_tc() {
-  TURNCLOCK_BUDGET=$(bound 200) timeout $(bound 230) bash bench/probes/turnclock.sh >"$out/turnclock.log" 2>&1
-  echo "tc: exit $?"; cat "$out/turnclock.log"
-}
-part_prof() {
-  PROF_CPU=1 PROF_NO_FLEX=1 PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s32-prof \
-    timeout $(bound 150) python3 bench/probes/train_prof.py document,causal,window 10 >"$out/prof.log" 2>&1
-  echo "prof: exit $?"; grep -v Warning "$out/prof.log" | cut -c1-150 | head -120
-}
+# Every part but gattn is s31a.sh's (prof with PROF_CPU=1).
+s31a() { S31A_PARTS=$1 S31A_SECONDS=$2 bash bench/probes/s31a.sh "$out/s31a"; }
+part_f16() { s31a f16 $(bound 230); }
+part_tc() { s31a tc $(bound 240); }
+part_prof() { PROF_CPU=1 s31a prof $(bound 160); }
+part_gptc() { s31a gptc $(bound 170); }
 part_gattn() {
   PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s32-gattn \
     timeout $(bound 90) python3 bench/probes/gpt_attn_prof.py 8,512,8,2,64 200 >"$out/gattn.log" 2>&1
