@@ -7,7 +7,12 @@ timed.  Beside them the same call without grad (the cached call).  Best
 of 20 rounds of 300 calls, microseconds a call (a process of a busy
 machine may run all of them slow: compare the best of a few processes).
 
-    FLASHJIT_LIB=build/libflashjit.so python3 bench/train_host_cpu.py
+    FLASHJIT_LIB=build/libflashjit.so python3 bench/train_host_cpu.py [--native]
+
+--native: the training calls' repeats through the C++ training call
+(libflashjit_torch.so, _native.py), its launching calls no-op C
+callbacks (each one a ctypes callback's cost, which the library's own
+functions do not have).
 
 Needs PyTorch (any build).  The figures are this machine's host time,
 not a GPU's: on a GPU machine the launches add their own.
@@ -22,6 +27,7 @@ import torch  # noqa: E402
 
 import flashjit  # noqa: E402
 from flashjit import _args as ar, _calls as calls, _core as core, _train as tr  # noqa: E402
+from flashjit import _native as native  # noqa: E402
 
 
 class _Null:
@@ -39,6 +45,17 @@ def main():
             (calls, "ones_of", lambda dev, b, h: torch.ones(b, h)),
             (calls, "prefetch_bwd", lambda e: 0), (ar, "_device_error", lambda *a: None)):
         mock.patch.object(obj, name, value).start()
+    if "--native" in sys.argv:
+        if not native.available():
+            sys.exit(f"train_host_cpu: no C++ training call: {native.why}")
+        import ctypes as C
+        V = C.c_void_p
+        cbs = [C.CFUNCTYPE(C.c_int, *[V] * n)(lambda *a: 0) for n in (8, 11, 13, 16)]
+        cbs.append(C.CFUNCTYPE(C.c_int, V, C.POINTER(C.c_int))(lambda s, st: 0))
+        fns = dict(zip(("fj_attention_fwd", "fj_attention_fwd_plan", "fj_attention_bwd",
+                        "fj_attention_bwd_run", "capturing"), (C.cast(f, V).value for f in cbs)))
+        fns["fj_errmsg"] = native._FNS["fj_errmsg"]
+        mock.patch.object(native, "launchers", lambda: fns).start()
     # The ops' CPU kernels: where torch.compile or a caller reaches them.
     tr.attention_train_op.register_kernel("cpu")(tr._attention_train)
     tr.attention_bwd_op.register_kernel("cpu")(tr._attention_bwd)

@@ -22,6 +22,8 @@ import torch
 from . import _args as ar
 from . import _calls as calls
 from . import _capi as capi
+from . import _core as core
+from . import _native as native
 from . import _problem as pr
 
 
@@ -444,15 +446,18 @@ class TrainCall:
     options (_train_opts' Opts: the roles depend only on whether sinks are
     given, which the table's key fixes), the forward's entry once the
     first call made it, and the backward's entries by mode (_launch_bwd's
-    mine): a repeat builds no options and looks up no entry."""
+    mine): a repeat builds no options and looks up no entry.  native: its
+    record for the C++ training call (_native.py) once its first backward
+    made one, 0 where it stays on the package's path, None before."""
 
-    __slots__ = ("args", "o", "entry", "bwd")
+    __slots__ = ("args", "o", "entry", "bwd", "native")
 
     def __init__(self, args, sinks):
         self.args = args
         self.o = _train_opts(sinks, *args)[0]
         self.entry = None
         self.bwd = {}
+        self.native = None
 
 
 class _TrainCall(torch.autograd.Function):
@@ -482,7 +487,29 @@ class _TrainCall(torch.autograd.Function):
             opts = (call.o, () if sinks is None else (sinks,), call.bwd)
         grads = _train_grads((q, k, v, out, lse, sinks, None, None, None), call.args, (0, 0),
                              dout, dlse, attention_bwd_op, opts)
+        if call.native is None and opts is not None and sinks is None and grads is not None:
+            _offer_native(call, dout, q, k, v, out, lse)
         return (None,) * 5 if grads is None else grads + (None,)
+
+
+def _offer_native(call, dout, q, k, v, out, lse):
+    """After a TrainCall's first backward: its record for the C++ training
+    call (_native.offer), with the backward's entry of the other
+    deterministic mode made now, so that the node has both."""
+    det = torch.are_deterministic_algorithms_enabled()
+    hit = call.bwd.get((det, True))
+    other = call.bwd.get((not det, True))
+    call.native = 0
+    if hit is None or not native.available() or native.launchers() is None:
+        return
+    if other is None:
+        try:
+            other = _bwd_entry(dout if dout is not None else out, q, k, v, out, lse, call.o, (),
+                               not det, True)
+        except (core.Error, ValueError, NotImplementedError):
+            return
+        call.bwd[(not det, True)] = other
+    native.offer(call, hit, other, q, k, v)
 
 
 def train_call(q, k, v, sinks, call):
@@ -491,6 +518,10 @@ def train_call(q, k, v, sinks, call):
     through _TrainCall."""
     if torch.compiler.is_compiling():
         return attention_train_op(q, k, v, sinks, *call.args)
+    if call.native:
+        got = native.train(q, k, v, call.native)
+        if got is not None:
+            return got
     return _TrainCall.apply(q, k, v, sinks, call)
 
 
@@ -747,10 +778,11 @@ class ModsCall:
     backward's entries (_launch_bwd_mods' mine), and which extras are
     floating-point (_TrainMods' inputs; None until the first call)."""
 
-    __slots__ = ("opts", "entry", "bwd", "floats")
+    __slots__ = ("opts", "entry", "bwd", "floats", "native")
 
     def __init__(self, opts):
         self.opts, self.entry, self.bwd, self.floats = opts, None, {}, None
+        self.native = None  # as TrainCall's
 
 
 class _TrainMods(torch.autograd.Function):
@@ -782,12 +814,35 @@ class _TrainMods(torch.autograd.Function):
         def bwd(*args):
             return _launch_bwd_mods(*args, mine=mine)
 
+        compiling = torch.compiler.is_compiling()
         grads = _mods_grads(ctx.saved_tensors, ctx.opts, ctx.pgrads, dout, dlse,
-                            _attention_bwd_mods if torch.compiler.is_compiling() else bwd)
+                            _attention_bwd_mods if compiling else bwd)
+        if ctx.call.native is None and not compiling and not ctx.pgrads and grads is not None:
+            _offer_native_mods(ctx.call, dout, ctx.saved_tensors)
         at = ctx.call.floats
         if grads is None:
             return (None,) * (5 + len(at))
         return grads[:3] + (None, None) + tuple(grads[3][i] for i in at)
+
+
+def _offer_native_mods(call, dout, saved):
+    """_offer_native for a ModsCall after its first backward without
+    parameters' gradients: the other deterministic mode's entry made now
+    (_launch_bwd_mods' way, the same tensors' copies and layout)."""
+    q, k, v, out, lse, *extras = saved
+    det = torch.are_deterministic_algorithms_enabled()
+    hit = call.bwd.get((det, 0))
+    other = call.bwd.get((not det, 0))
+    call.native = 0
+    if hit is None or not native.available() or native.launchers() is None:
+        return
+    if other is None:
+        try:
+            e = _build_bwd_mods(calls.decode(call.opts), q, k, v, extras, not det, 0)
+        except (core.Error, ValueError, NotImplementedError):
+            return
+        other = call.bwd[(not det, 0)] = (e,) + tuple(hit[1:])
+    native.offer(call, hit, other, q, k, v, extras)
 
 
 def train_mods(q, k, v, extras, call):
@@ -799,6 +854,10 @@ def train_mods(q, k, v, extras, call):
     if torch.compiler.is_compiling():
         return attention_train_mods_op(q, k, v, list(extras), call.opts)
     extras = tuple(extras)
+    if call.native:
+        got = native.train(q, k, v, call.native, extras)
+        if got is not None:
+            return got
     if call.floats is None:  # the call table's key fixes the extras' dtypes
         call.floats = tuple(i for i, t in enumerate(extras) if t.is_floating_point())
     return _TrainMods.apply(q, k, v, call, extras, *(extras[i] for i in call.floats))

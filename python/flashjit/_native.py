@@ -1,0 +1,186 @@
+"""The training call in C++ (csrc/native.cpp, built as libflashjit_torch.so
+where CMake finds PyTorch): a TrainCall's forward and a C++ autograd node
+for its backward, which PyTorch's device thread runs without the GIL.
+
+A TrainCall takes it once the package's own path has run its forward and
+backward (offer(), from _TrainCall.backward): the package has then made
+every decision the node repeats -- the forward's entry, the backward's for
+both deterministic modes, where the gradients go -- and records them in a
+Call for the node to read.  Calls the record cannot express stay on the
+package's path: sinks, varlen, split head dims, inputs copied dense for the
+backward, gradients that are not dense or views of one storage.  Under
+torch.compile the package's Python ops run, never this one.
+
+FLASHJIT_NATIVE=0 turns it off; FLASHJIT_NATIVE_LIB names the library
+(default: libflashjit_torch.so beside the library the package loaded)."""
+import ctypes as C
+import os
+
+import torch
+
+from . import _calls as calls, _capi as capi, _core as core
+
+# Records made (with what they point at), kept for the process: an autograd
+# graph's node reads its record at backward, whenever that comes.  At most
+# MAX_RECORDS; later calls stay on the package's path.
+MAX_RECORDS = 4096
+_records = []
+_op = None
+_state = None  # None: not tried; False: unavailable; True: loaded
+why = ""       # why the library is unavailable, for inspection
+
+
+SLOTS = 24
+
+
+class Slots(C.Structure):
+    """csrc/native.cpp's fjn_slots: pointer field at[i] takes extras[of[i]]."""
+    _fields_ = [("n", C.c_int64), ("at", C.c_void_p * SLOTS), ("of", C.c_int64 * SLOTS)]
+
+
+class Call(C.Structure):
+    """csrc/native.cpp's fjn_call, field for field."""
+    _fields_ = [("fwd", C.c_void_p), ("fwd_plan", C.c_void_p), ("bwd", C.c_void_p),
+                ("bwd_run", C.c_void_p), ("capturing", C.c_void_p), ("message", C.c_void_p),
+                ("extras", C.c_int64),
+                ("ctx", C.c_void_p), ("p", C.c_void_p), ("plan", C.c_void_p),
+                ("ws", C.c_int64), ("lse_shape", C.c_int64 * 3), ("slots", Slots),
+                ("bctx", C.c_void_p * 2), ("bp", C.c_void_p * 2), ("bplan", C.c_void_p * 2),
+                ("bws", C.c_int64 * 2), ("bzero", C.c_int64 * 2), ("bslots", Slots * 2),
+                ("dense", C.c_int64 * 3), ("shared_elems", C.c_int64),
+                ("shared_offset", C.c_int64 * 3)]
+
+
+_FNS = {}
+
+
+def _path():
+    given = os.environ.get("FLASHJIT_NATIVE_LIB")
+    if given:
+        return given
+    return os.path.join(os.path.dirname(os.path.abspath(core.lib()._name)),
+                        "libflashjit_torch.so")
+
+
+def available():
+    """Whether the C++ training call is loaded (loading it on first ask)."""
+    global _state, _op, why
+    if _state is not None:
+        return _state
+    _state = False
+    if os.environ.get("FLASHJIT_NATIVE", "1") == "0":
+        why = "FLASHJIT_NATIVE=0"
+        return False
+    path = _path()
+    if not os.path.exists(path):
+        why = f"no {path}"
+        return False
+    try:
+        torch.ops.load_library(path)
+        ops = torch.ops.flashjit_native
+        if ops.record_bytes() != C.sizeof(Call):
+            why = f"{path}: its record is {ops.record_bytes()} bytes, the package's {C.sizeof(Call)}"
+            return False
+        if ops.dlse_offset() != capi.Problem.dlse.offset:
+            why = f"{path}: built against another flashjit.h (fj_problem.dlse)"
+            return False
+        _op = ops.train.default
+    except (OSError, RuntimeError, AttributeError) as ex:
+        why = f"{path}: {ex}"
+        return False
+    lib = core.lib()
+    for name in ("fj_attention_fwd", "fj_attention_fwd_plan", "fj_attention_bwd",
+                 "fj_attention_bwd_run", "fj_errmsg"):
+        _FNS[name] = C.cast(lib[name], C.c_void_p).value
+    try:
+        _FNS["capturing"] = C.cast(C.CDLL("libcuda.so.1").cuStreamIsCapturing,
+                                   C.c_void_p).value
+    except (OSError, AttributeError):
+        _FNS["capturing"] = None  # no driver: nothing runs anyway
+    _state = True
+    return True
+
+
+def launchers():
+    """The addresses a record calls (fj_attention_fwd, _fwd_plan, _bwd,
+    _bwd_run, fj_errmsg, cuStreamIsCapturing by those names), or None where
+    the package's launching calls are replaced (calls._fns: the tests'
+    recorder), which a record would bypass."""
+    if calls._fns is not None and not isinstance(calls._fns, calls.Fns):
+        return None
+    return _FNS
+
+
+def train(q, k, v, addr, extras=()):
+    """(out, lse) through the C++ op for record addr, or None where the
+    record does not hold (q, k and v not sharing storage as the record's
+    first call's did, an extra tensor requiring grad)."""
+    got = _op(q, k, v, extras, addr)
+    return (got[0], got[1]) if got else None
+
+
+def _slots(slots, into):
+    """An entry's slots ((struct, field, index) triples) as into's (a Slots)
+    addresses; False where there are too many."""
+    if len(slots) > SLOTS:
+        return False
+    into.n = len(slots)
+    for i, (obj, field, of) in enumerate(slots):
+        into.at[i] = C.addressof(obj) + getattr(type(obj), field).offset
+        into.of[i] = of
+    return True
+
+
+def offer(call, hit, other, q, k, v, extras=()):
+    """Records call (a TrainCall or a ModsCall) for the C++ path, or marks it
+    as staying on the package's (call.native = 0).  hit, other: the
+    backward's (entry, copies, kept) for the current deterministic mode and
+    the other one, no parameter's gradient; q, k, v, extras: the tensors of
+    the backward that made them."""
+    from . import _train as tr
+    call.native = 0
+    e = call.entry
+    fns = launchers() if available() else None
+    if (fns is None or len(_records) >= MAX_RECORDS or e is None or e.idle or
+            e.post is not None or e.out_dv or e.ones is not None or
+            e.lse_shape is None or len(e.lse_shape) != 3 or e.out_dtype != q.dtype or
+            q.numel() == 0 or k.numel() == 0):
+        return
+    det = torch.are_deterministic_algorithms_enabled()
+    modes = (other, hit) if det else (hit, other)
+    for h in modes:
+        b = h[0]
+        if any(h[1]) or b.sinks:
+            return
+    r = Call()
+    r.extras = len(extras)
+    if not _slots(e.slots, r.slots):
+        return
+    r.fwd, r.fwd_plan = fns["fj_attention_fwd"], fns["fj_attention_fwd_plan"]
+    r.bwd, r.bwd_run = fns["fj_attention_bwd"], fns["fj_attention_bwd_run"]
+    r.capturing, r.message = fns["capturing"], fns["fj_errmsg"]
+    r.ctx, r.p, r.plan, r.ws = e.ctx, e.p_addr, e.plan_addr, e.ws
+    r.lse_shape[:] = list(e.lse_shape)
+    for i, h in enumerate(modes):
+        b = h[0]
+        r.bctx[i], r.bp[i], r.bplan[i], r.bws[i] = b.ctx, b.p_addr, b.plan_addr, b.ws
+        r.bzero[i] = int(b.zero)
+        if not _slots(b.slots, r.bslots[i]):
+            return
+    ts = (q, k, v)
+    dense = [tr._dense(t) for t in ts]
+    rest = [t for t, d in zip(ts, dense) if not d]
+    if rest:
+        # The gradients as _grads_as_laid_out makes them: one buffer
+        # mirroring the storage the strided ones share, or no record.
+        if not hit[2] or len({t.untyped_storage().data_ptr() for t in rest}) != 1:
+            return
+        size = rest[0].untyped_storage().nbytes() // rest[0].element_size()
+        if size > 2 * sum(t.numel() for t in rest) or not tr._share_ok(rest):
+            return
+        r.shared_elems = size
+    r.dense[:] = [int(d) for d in dense]
+    r.shared_offset[:] = [0 if d else t.storage_offset() for t, d in zip(ts, dense)]
+    _records.append((r, e, modes))
+    call.native = C.addressof(r)
+

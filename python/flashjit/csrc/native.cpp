@@ -1,0 +1,251 @@
+// native.cpp -- the package's training call in C++ (libflashjit_torch.so):
+// the op flashjit_native::train, an eager forward whose backward is a C++
+// autograd node, for the calls whose every decision the package made once
+// (python/flashjit/_native.py builds the record below).
+//
+// Why: a Python autograd.Function's backward runs on PyTorch's device
+// thread, which must take the GIL, wrap every tensor for Python and hand
+// the result back; on an H100's host that is some 100-180 us of a layer's
+// forward + backward that cuDNN's SDPA (a C++ node) does not pay
+// (bench/probes/mods_host.py).  This node does what _TrainCall's backward
+// does for such a call -- the same library calls with the same arguments
+// -- and nothing else: every choice (the entries, which gradients are
+// views of one buffer) is the package's, recorded in a fjn_call.
+//
+// The library's functions come as addresses from the package's own
+// binding (the same library instance the package loaded), so this file
+// links only PyTorch.  The op is eager only: under torch.compile the
+// package calls its Python ops (flashjit::attention_train).
+#include <ATen/Context.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "flashjit.h"
+}
+
+namespace {
+
+typedef int (*fwd_fn)(void *ctx, const void *p, const void *q, const void *k, const void *v,
+                      void *o, void *lse, void *stream);
+typedef int (*fwd_plan_fn)(void *ctx, const void *p, const void *plan, const void *q,
+                           const void *k, const void *v, void *o, void *lse, void *ws,
+                           size_t ws_bytes, void *stream);
+typedef int (*bwd_fn)(void *ctx, const void *p, const void *q, const void *k, const void *v,
+                      const void *o, const void *dout, const void *lse, void *dq, void *dk,
+                      void *dv, void *dsinks, void *stream);
+typedef int (*bwd_run_fn)(void *ctx, const void *p, const void *plan, const void *q,
+                          const void *k, const void *v, const void *o, const void *dout,
+                          const void *lse, void *dq, void *dk, void *dv, void *dsinks, void *ws,
+                          size_t ws_bytes, void *stream);
+typedef int (*capturing_fn)(void *stream, int *status);  // cuStreamIsCapturing
+typedef const char *(*message_fn)(void *ctx);            // fj_ctx_last_error
+
+// Where a call's extra tensors go: slot i's pointer field (at[i], in a
+// struct the package keeps) takes extras[of[i]]'s address.
+enum { FJN_SLOTS = 24 };
+struct fjn_slots {
+  int64_t n;
+  void *at[FJN_SLOTS];
+  int64_t of[FJN_SLOTS];
+};
+
+// One training call as the package decided it (python/flashjit/_native.py's
+// Call mirrors this layout; every field is set there before the first use).
+struct fjn_call {
+  fwd_fn fwd;
+  fwd_plan_fn fwd_plan;
+  bwd_fn bwd;
+  bwd_run_fn bwd_run;
+  capturing_fn capturing;
+  message_fn message;
+  int64_t extras;       // how many extra tensors a call passes
+  // The forward's entry: context, problem, plan, its workspace bytes, its
+  // slots.  O is q's dtype, contiguous in q's shape.
+  void *ctx;
+  void *p;
+  void *plan;
+  int64_t ws;
+  int64_t lse_shape[3]; // [batch][heads_q][seq_q]
+  fjn_slots slots;
+  // The backward's entries by mode (0, 1: torch's deterministic flag), and
+  // whether their gradients start as zeros.
+  void *bctx[2];
+  void *bp[2];
+  void *bplan[2];
+  int64_t bws[2];
+  int64_t bzero[2];
+  fjn_slots bslots[2];
+  // The gradients' layout: which of q, k, v are dense (their gradient is
+  // empty_like); the others are views of one new buffer of `shared_elems`
+  // elements at the offsets they have in the storage they share, which a
+  // call must share as the first did (else the package's own path runs).
+  int64_t dense[3];
+  int64_t shared_elems;
+  int64_t shared_offset[3];
+};
+
+void fill(const fjn_slots &s, const at::Tensor *extras) {
+  for (int64_t i = 0; i < s.n; i++)
+    *static_cast<void **>(s.at[i]) = extras[s.of[i]].data_ptr();
+}
+
+void check(int st, const fjn_call *c, void *ctx, const char *what) {
+  if (st != 0) {
+    const char *m = c->message ? c->message(ctx) : nullptr;
+    throw std::runtime_error(std::string("flashjit: ") + what + ": " +
+                             (m && *m ? m : "error " + std::to_string(st)));
+  }
+}
+
+// PyTorch's current stream on t's device; NULL for CPU tensors (the
+// package's tests, with the library's calls stubbed).
+void *stream_of(const at::Tensor &t) {
+  if (!t.is_cuda())
+    return nullptr;
+  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+}
+
+bool capturing(const fjn_call *c, void *stream) {
+  int s = 0;
+  return c->capturing && c->capturing(stream, &s) == 0 && s != 0;
+}
+
+// Whether q, k and v are laid out as the call's first ones were for its
+// gradients: the non-dense ones in one storage at the recorded offsets.
+bool layout_holds(const fjn_call *c, const at::Tensor *t) {
+  const void *base = nullptr;
+  for (int i = 0; i < 3; i++) {
+    if (c->dense[i])
+      continue;
+    const void *s = t[i].storage().data();
+    if (base && s != base)
+      return false;
+    base = s;
+    if (t[i].storage_offset() != c->shared_offset[i] ||
+        (int64_t)t[i].storage().nbytes() != c->shared_elems * (int64_t)t[i].element_size())
+      return false;
+  }
+  return true;
+}
+
+struct Train : public torch::autograd::Function<Train> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext *ctx,
+                                                const at::Tensor &q, const at::Tensor &k,
+                                                const at::Tensor &v,
+                                                std::vector<at::Tensor> extras, int64_t addr) {
+    auto *c = reinterpret_cast<const fjn_call *>(addr);
+    fill(c->slots, extras.data());
+    auto out = at::empty(q.sizes(), q.options());
+    auto lse = at::empty({c->lse_shape[0], c->lse_shape[1], c->lse_shape[2]},
+                         q.options().dtype(at::kFloat));
+    void *stream = stream_of(q);
+    if (c->ws && capturing(c, stream)) {
+      // The graph's own workspace, from its pool (the package's rule).
+      auto ws = at::empty({c->ws}, q.options().dtype(at::kByte));
+      check(c->fwd_plan(c->ctx, c->p, c->plan, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                        out.data_ptr(), lse.data_ptr(), ws.data_ptr(), (size_t)c->ws, stream),
+            c, c->ctx, "attention");
+    } else {
+      check(c->fwd(c->ctx, c->p, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                   lse.data_ptr(), stream),
+            c, c->ctx, "attention");
+    }
+    torch::autograd::variable_list keep = {q, k, v, out, lse};
+    keep.insert(keep.end(), extras.begin(), extras.end());
+    ctx->save_for_backward(keep);
+    ctx->saved_data["call"] = addr;
+    ctx->set_materialize_grads(false);
+    return {out, lse};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto *c = reinterpret_cast<const fjn_call *>(ctx->saved_data["call"].toInt());
+    auto saved = ctx->get_saved_variables();
+    at::Tensor q = saved[0], k = saved[1], v = saved[2], out = saved[3], lse = saved[4];
+    at::Tensor dout = grads[0], dlse = grads[1];
+    if (!dout.defined() && !dlse.defined())
+      return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    if (!dout.defined())  // a loss of the log-sum-exp alone
+      dout = at::zeros_like(out);
+    dout = dout.contiguous();
+    int mode = at::globalContext().deterministicAlgorithms() ? 1 : 0;
+    // The loss's gradient at the log-sum-exp: float32, contiguous (a sum's
+    // comes expanded), in the problem's dlse; NULL where none.
+    if (dlse.defined())
+      dlse = dlse.to(at::kFloat).contiguous();
+    auto *p = static_cast<fj_problem *>(c->bp[mode]);
+    fill(c->bslots[mode], saved.data() + 5);
+    p->dlse = dlse.defined() ? dlse.data_ptr<float>() : nullptr;
+    // The gradients in q's, k's and v's strides (_grads_as_laid_out).
+    const at::Tensor in[3] = {q, k, v};
+    at::Tensor g[3], buf;
+    bool zero = c->bzero[mode] != 0;
+    for (int i = 0; i < 3; i++) {
+      if (c->dense[i]) {
+        g[i] = zero ? at::zeros_like(in[i]) : at::empty_like(in[i]);
+      } else {
+        if (!buf.defined())
+          buf = zero ? at::zeros({c->shared_elems}, in[i].options())
+                     : at::empty({c->shared_elems}, in[i].options());
+        g[i] = buf.as_strided(in[i].sizes(), in[i].strides(), in[i].storage_offset());
+      }
+    }
+    void *stream = stream_of(q);
+    at::Tensor o = out.contiguous();
+    if (capturing(c, stream)) {
+      auto ws = at::empty({c->bws[mode]}, q.options().dtype(at::kByte));
+      check(c->bwd_run(c->bctx[mode], p, c->bplan[mode], q.data_ptr(), k.data_ptr(),
+                       v.data_ptr(), o.data_ptr(), dout.data_ptr(), lse.data_ptr(),
+                       g[0].data_ptr(), g[1].data_ptr(), g[2].data_ptr(), nullptr, ws.data_ptr(),
+                       (size_t)c->bws[mode], stream),
+            c, c->bctx[mode], "attention backward");
+    } else {
+      check(c->bwd(c->bctx[mode], p, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                   dout.data_ptr(), lse.data_ptr(), g[0].data_ptr(), g[1].data_ptr(),
+                   g[2].data_ptr(), nullptr, stream),
+            c, c->bctx[mode], "attention backward");
+    }
+    return {g[0], g[1], g[2], at::Tensor(), at::Tensor()};
+  }
+};
+
+// (out, lse) of a recorded call, or an empty list where the record does
+// not hold: q, k and v not sharing storage as the call's first did, or an
+// extra tensor requiring grad (the package's path runs then).
+std::vector<at::Tensor> train(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                              at::TensorList extras, int64_t addr) {
+  auto *c = reinterpret_cast<const fjn_call *>(addr);
+  const at::Tensor in[3] = {q, k, v};
+  if ((int64_t)extras.size() != c->extras || !layout_holds(c, in))
+    return {};
+  for (const auto &t : extras)
+    if (t.requires_grad())
+      return {};
+  return Train::apply(q, k, v, extras.vec(), addr);
+}
+
+// The record's size, for the package's check of its own layout.
+int64_t record_bytes() { return (int64_t)sizeof(fjn_call); }
+int64_t dlse_offset() { return (int64_t)offsetof(fj_problem, dlse); }
+
+}  // namespace
+
+TORCH_LIBRARY(flashjit_native, m) {
+  m.def("train(Tensor q, Tensor k, Tensor v, Tensor[] extras, int call) -> Tensor[]", &train);
+  m.def("record_bytes() -> int", &record_bytes);
+  m.def("dlse_offset() -> int", &dlse_offset);
+}

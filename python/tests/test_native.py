@@ -1,0 +1,331 @@
+"""The training call in C++ (libflashjit_torch.so, _native.py) without a
+GPU: after a training call's first forward and backward on the package's
+path, its repeats run through the C++ op and node, which must make the
+library calls the package makes -- the same problems, tensors and
+gradients' layout -- and fall back to the package's path where the record
+does not hold.
+
+As test_calls.py's Stubbed: CPU tensors, a compile-only context, the
+launching calls a recorder (here C callbacks, since the C++ side calls
+addresses).  Skipped, saying so, without PyTorch or where the C++ library
+was not built (CMake builds it where its Python imports a PyTorch with
+CUDA: python/flashjit/csrc/CMakeLists.txt)."""
+import ctypes as C
+import unittest
+from unittest import mock
+
+import fjtest
+import flashjit
+from fjtest import torch
+
+if fjtest.HAS_TORCH:
+    from flashjit import _calls as calls
+    from flashjit import _capi as capi
+    from flashjit import _native as native
+    from flashjit import _train as tr
+from test_calls import BF16, Stubbed, qkv  # noqa: E402 (PyTorch or not)
+
+HAVE = fjtest.HAS_TORCH and native.available()
+WHY = fjtest.NO_TORCH if not fjtest.HAS_TORCH else f"no C++ training call ({native.why})"
+
+V = C.c_void_p
+FWD = C.CFUNCTYPE(C.c_int, *[V] * 8)
+FWD_PLAN = C.CFUNCTYPE(C.c_int, *[V] * 9, C.c_size_t, V)
+BWD = C.CFUNCTYPE(C.c_int, *[V] * 13)
+BWD_RUN = C.CFUNCTYPE(C.c_int, *[V] * 14, C.c_size_t, V)
+CAPTURING = C.CFUNCTYPE(C.c_int, V, C.POINTER(C.c_int))
+
+
+@unittest.skipUnless(HAVE, WHY)
+class NativeCalls(Stubbed):
+    """Stubbed, with the records' launching calls the same recorder."""
+
+    def setUp(self):
+        super().setUp()
+        rec = self.rec
+
+        def capturing(stream, status):
+            status[0] = int(self.capturing)
+            return 0
+        # Kept alive for the test: the records hold their addresses.
+        self.cbs = (FWD(lambda *a: rec.fwd(*a)), FWD_PLAN(lambda *a: rec.fwd_plan(*a)),
+                    BWD(lambda *a: rec.bwd(*a)), BWD_RUN(lambda *a: rec.bwd_run(*a)),
+                    CAPTURING(capturing))
+        fns = dict(zip(("fj_attention_fwd", "fj_attention_fwd_plan", "fj_attention_bwd",
+                        "fj_attention_bwd_run", "capturing"),
+                       (C.cast(f, V).value for f in self.cbs)))
+        fns["fj_errmsg"] = native._FNS["fj_errmsg"]
+        p = mock.patch.object(native, "launchers", lambda: fns)
+        p.start()
+        self.addCleanup(p.stop)
+        self.python = mock.patch.object(tr._TrainCall, "apply", wraps=tr._TrainCall.apply)
+        self.apply = self.python.start()
+        self.addCleanup(self.python.stop)
+
+    def step(self, q, k, v, g, **kw):
+        out = flashjit.attention(q, k, v, causal="top_left", **kw)
+        return out, torch.autograd.grad(out, (q, k, v), g)
+
+    def test_repeats_take_the_cpp_path(self):
+        q, k, v = (t.requires_grad_() for t in qkv(hk=2))
+        g = torch.randn_like(q)
+        out0, grads0 = self.step(q, k, v, g)
+        first = list(self.rec.calls)
+        self.assertEqual([n for n, _, _ in first], ["fwd", "bwd"])
+        call, = calls.tables.train.values()
+        self.assertTrue(call.native)
+        self.assertEqual(self.apply.call_count, 1)
+        out, (dq, dk, dv) = self.step(q, k, v, g)
+        self.assertEqual(self.apply.call_count, 1)  # not the package's Function
+        (nf, af, pf), (nb, ab, pb) = self.rec.calls[2:]
+        self.assertEqual((nf, nb), ("fwd", "bwd"))
+        # The same problems, the same arguments but for the outputs.
+        self.assertEqual((af[1], ab[1]), (first[0][1][1], first[1][1][1]))
+        self.assertEqual(af[2:5], (q.data_ptr(), k.data_ptr(), v.data_ptr()))
+        self.assertEqual(af[5], out.data_ptr())
+        self.assertEqual((out.shape, out.stride(), out.dtype),
+                         (out0.shape, out0.stride(), out0.dtype))
+        self.assertEqual(ab[2:5], (q.data_ptr(), k.data_ptr(), v.data_ptr()))
+        self.assertEqual(ab[5], out.data_ptr())
+        self.assertEqual(ab[6], g.data_ptr())
+        self.assertEqual(ab[7], af[6])  # the forward's lse
+        self.assertEqual(ab[8:11], (dq.data_ptr(), dk.data_ptr(), dv.data_ptr()))
+        self.assertIsNone(ab[11])       # no sinks
+        for a, b in zip((dq, dk, dv), grads0):
+            self.assertEqual((a.shape, a.stride(), a.dtype), (b.shape, b.stride(), b.dtype))
+        self.assertEqual((pb.deterministic, pb.dlse), (0, None))
+        self.assertEqual(bytes(pb), bytes(first[1][2]))
+
+    def test_deterministic_mode(self):
+        q, k, v = (t.requires_grad_() for t in qkv())
+        g = torch.randn_like(q)
+        self.step(q, k, v, g)
+        torch.use_deterministic_algorithms(True)
+        try:
+            self.step(q, k, v, g)
+        finally:
+            torch.use_deterministic_algorithms(False)
+        self.assertEqual(self.apply.call_count, 1)
+        (_, a0, p0), (_, a1, p1) = [c for c in self.rec.calls if c[0] == "bwd"]
+        self.assertEqual((p0.deterministic, p1.deterministic), (0, 1))
+        self.assertNotEqual(a0[1], a1[1])
+        # The deterministic entry is the package's own: its path takes it too.
+        call, = calls.tables.train.values()
+        self.assertEqual(call.bwd[(True, True)][0].p_addr, a1[1])
+
+    def test_fused_qkv_gradients_are_views_of_one_buffer(self):
+        x = torch.randn(2, 64, 12, 64, dtype=BF16, requires_grad=True)
+        q, k, v = (t.transpose(1, 2) for t in x.split([8, 2, 2], dim=2))
+        g = torch.randn(q.shape, dtype=BF16)
+        self.step(q, k, v, g)
+        out, (dq, dk, dv) = self.step(q, k, v, g)
+        self.assertEqual(self.apply.call_count, 1)
+        for a, t in zip((dq, dk, dv), (q, k, v)):
+            self.assertEqual((a.shape, a.stride(), a.storage_offset()),
+                             (t.shape, t.stride(), t.storage_offset()))
+        self.assertEqual({t.untyped_storage().data_ptr() for t in (dq, dk, dv)},
+                         {dq.untyped_storage().data_ptr()})
+        self.assertEqual(dq.untyped_storage().nbytes(), x.untyped_storage().nbytes())
+        # Through the projection, as a model's step takes it.
+        (gx,) = torch.autograd.grad(flashjit.attention(q, k, v, causal="top_left"), (x,), g)
+        self.assertEqual(gx.shape, x.shape)
+        # Views of the same strides in other storages: the package's path.
+        y = torch.randn(2, 64, 12, 64, dtype=BF16, requires_grad=True)
+        q2 = y.split([8, 2, 2], dim=2)[0].transpose(1, 2)
+        self.step(q2, k, v, g)
+        self.assertEqual(self.apply.call_count, 2)
+
+    def test_gradient_at_the_log_sum_exp(self):
+        q, k, v = (t.requires_grad_() for t in qkv())
+        for i in range(2):
+            out, lse = flashjit.attention(q, k, v, causal="top_left", return_lse=True)
+            w = torch.randn(lse.shape)
+            (out.float().sum() + (lse * w).sum()).backward()
+            self.assertTrue(torch.equal(self.rec.dlse[-1], w))
+        out, lse = flashjit.attention(q, k, v, causal="top_left", return_lse=True)
+        lse.sum().backward()  # O unused: dO zeros
+        self.assertTrue(torch.equal(self.rec.dlse[-1], torch.ones(lse.shape)))
+        self.assertEqual(self.apply.call_count, 1)
+        # The problem's dlse is cleared where a later loss has none.
+        flashjit.attention(q, k, v, causal="top_left").float().sum().backward()
+        self.assertIsNone(self.rec.dlse[-1])
+
+    def test_capture_takes_the_graphs_workspace(self):
+        q, k, v = (t.requires_grad_() for t in qkv())
+        g = torch.randn_like(q)
+        self.step(q, k, v, g)
+        self.capturing = True
+        self.step(q, k, v, g)
+        names = [n for n, _, _ in self.rec.calls]
+        call, = calls.tables.train.values()
+        self.assertEqual(names[2:], ["fwd_plan" if call.entry.ws else "fwd", "bwd_run"])
+        _, a, _ = self.rec.calls[-1]
+        self.assertEqual(a[2], call.bwd[(False, True)][0].plan_addr)
+        self.assertEqual(a[14], call.bwd[(False, True)][0].ws)
+
+    def test_no_record_for_sinks_or_stubbed_calls(self):
+        q, k, v = (t.requires_grad_() for t in qkv())
+        sinks = torch.zeros(q.shape[1], dtype=torch.float32, requires_grad=True)
+        for _ in range(2):
+            flashjit.attention(q, k, v, causal="top_left", sinks=sinks).float().sum().backward()
+        call, = calls.tables.train.values()
+        self.assertFalse(call.native)
+        self.assertEqual(self.apply.call_count, 2)
+        with mock.patch.object(native, "launchers", lambda: None):
+            calls.tables.train.clear()
+            for _ in range(2):
+                flashjit.attention(q, k, v).float().sum().backward()
+        self.assertEqual([c.native for c in calls.tables.train.values()], [0])
+
+    def mods_slots(self, e, extras):
+        """What entry e's slots hold now, and what they would hold for extras."""
+        return ([getattr(obj, field) for obj, field, _ in e.slots],
+                [extras[i].data_ptr() for _, _, i in e.slots])
+
+    def test_expressions_and_a_block_mask(self):
+        q, k, v = (t.requires_grad_() for t in qkv(s=512))
+        g = torch.randn_like(q)
+
+        def kw():
+            doc = torch.zeros(512, dtype=torch.int32)
+            z = [torch.zeros(sh, dtype=torch.int32) for sh in ((1, 1, 4), (1, 1, 4, 4))]
+            bm = flashjit.BlockMask(z[0], z[1], z[0].clone(), z[1].clone(), q_num=z[0].clone(),
+                                    q_indices=z[1].clone(), full_q_num=z[0].clone(),
+                                    full_q_indices=z[1].clone())
+            return dict(mask_mod="doc(q) == doc(kv)", params={"doc": doc}, block_mask=bm)
+        mods = mock.patch.object(tr._TrainMods, "apply", wraps=tr._TrainMods.apply)
+        apply = mods.start()
+        self.addCleanup(mods.stop)
+        self.step(q, k, v, g, **kw())
+        call, = calls.tables.train.values()
+        self.assertIsInstance(call, tr.ModsCall)
+        self.assertTrue(call.native)
+        first = list(self.rec.calls)
+        # Other tensors of the same signature: the C++ path writes their
+        # addresses where the entries' slots are.
+        again = kw()
+        out, grads = self.step(q, k, v, g, **again)
+        self.assertEqual(apply.call_count, 1)
+        self.assertEqual([n for n, _, _ in self.rec.calls[2:]], ["fwd", "bwd"])
+        self.assertEqual(self.rec.calls[2][1][1], first[0][1][1])
+        self.assertEqual(self.rec.calls[3][1][1], first[1][1][1])
+        from flashjit import _torch as ft
+        extras, _ = ft._given_extras(None, again["params"], again["block_mask"], (None,) * 3)
+        have, want = self.mods_slots(call.entry, extras)
+        self.assertEqual(have, want)
+        have, want = self.mods_slots(call.bwd[(False, 0)][0], extras)
+        self.assertEqual(have, want)
+        self.assertGreater(len(have), 4)
+
+    def test_parameter_gradients_stay_on_the_packages_path(self):
+        q, k, v = (t.requires_grad_() for t in qkv())
+        g = torch.randn_like(q)
+        t = torch.zeros(q.shape[1], dtype=torch.float32)
+        mods = mock.patch.object(tr._TrainMods, "apply", wraps=tr._TrainMods.apply)
+        apply = mods.start()
+        self.addCleanup(mods.stop)
+        for _ in range(2):
+            self.step(q, k, v, g, score_mod="s + t(h)", params={"t": t})
+        self.assertEqual(apply.call_count, 1)  # the repeat: C++
+        t.requires_grad_()
+        out = flashjit.attention(q, k, v, causal="top_left", score_mod="s + t(h)",
+                                 params={"t": t})
+        self.assertEqual(apply.call_count, 2)
+        out.float().sum().backward()
+        self.assertEqual(t.grad.shape, t.shape)
+
+    def test_record_layout(self):
+        self.assertEqual(torch.ops.flashjit_native.record_bytes(), C.sizeof(native.Call))
+        self.assertEqual(torch.ops.flashjit_native.dlse_offset(), capi.Problem.dlse.offset)
+
+
+@unittest.skipUnless(HAVE and fjtest.HAS_CUDA, WHY if not HAVE else fjtest.NO_CUDA)
+class NativeGPU(unittest.TestCase):
+    """On a GPU: a training call's repeats (the C++ path) give what its first
+    call (the package's path) gave -- the output's bits, and in the
+    deterministic mode the gradients' bits."""
+
+    def setUp(self):
+        calls.tables.train.clear()
+
+    def run_twice(self, q, k, v, g, inputs, **kw):
+        got = []
+        for _ in range(2):
+            out = flashjit.attention(q, k, v, causal="top_left", **kw)
+            got.append((out,) + torch.autograd.grad(out, inputs, g))
+        call, = calls.tables.train.values()
+        self.assertTrue(call.native, native.why)
+        return got
+
+    def test_repeat_matches_first_call(self):
+        torch.manual_seed(0)
+        q = torch.randn(2, 8, 384, 64, device="cuda", dtype=BF16, requires_grad=True)
+        k, v = (torch.randn(2, 2, 384, 64, device="cuda", dtype=BF16, requires_grad=True)
+                for _ in range(2))
+        g = torch.randn_like(q)
+        torch.use_deterministic_algorithms(True)
+        try:
+            first, again = self.run_twice(q, k, v, g, (q, k, v))
+        finally:
+            torch.use_deterministic_algorithms(False)
+        for a, b in zip(first, again):
+            self.assertTrue(torch.equal(a, b))
+            self.assertEqual(a.stride(), b.stride())
+        # The default mode: the output's bits, gradients within bf16's rounding.
+        calls.tables.train.clear()
+        first, again = self.run_twice(q, k, v, g, (q, k, v))
+        self.assertTrue(torch.equal(first[0], again[0]))
+        for a, b in zip(first[1:], again[1:]):
+            torch.testing.assert_close(a, b, atol=2e-2, rtol=2e-2)
+
+    def test_fused_qkv_projection(self):
+        torch.manual_seed(1)
+        x = torch.randn(4, 256, 12, 64, device="cuda", dtype=BF16, requires_grad=True)
+        q, k, v = x.split([8, 2, 2], dim=2)
+        g = torch.randn(q.shape, device="cuda", dtype=BF16)
+        torch.use_deterministic_algorithms(True)
+        try:
+            first, again = self.run_twice(q, k, v, g, (x,), layout="bshd")
+        finally:
+            torch.use_deterministic_algorithms(False)
+        self.assertTrue(torch.equal(first[0], again[0]))
+        self.assertTrue(torch.equal(first[1], again[1]))
+
+    def test_document_mask(self):
+        torch.manual_seed(3)
+        q, k, v = (torch.randn(2, 4, 1024, 64, device="cuda", dtype=BF16, requires_grad=True)
+                   for _ in range(3))
+        doc = torch.sort(torch.randint(0, 5, (1024,), device="cuda")).values.int()
+        kw = dict(mask_mod="doc(q) == doc(kv)", params={"doc": doc})
+        kw["block_mask"] = flashjit.block_mask(q, k, causal=True, **kw)
+        g = torch.randn_like(q)
+        torch.use_deterministic_algorithms(True)
+        try:
+            first, again = self.run_twice(q, k, v, g, (q, k, v), **kw)
+        finally:
+            torch.use_deterministic_algorithms(False)
+        self.assertIsInstance(next(iter(calls.tables.train.values())), tr.ModsCall)
+        for a, b in zip(first, again):
+            self.assertTrue(torch.equal(a, b))
+
+    def test_lse_gradient(self):
+        torch.manual_seed(2)
+        q, k, v = (torch.randn(1, 4, 256, 128, device="cuda", dtype=BF16, requires_grad=True)
+                   for _ in range(3))
+        w = torch.randn(1, 4, 256, device="cuda")
+        torch.use_deterministic_algorithms(True)
+        try:
+            got = []
+            for _ in range(2):
+                out, lse = flashjit.attention(q, k, v, causal="top_left", return_lse=True)
+                got.append(torch.autograd.grad(out.float().sum() + (lse * w).sum(), (q, k, v)))
+        finally:
+            torch.use_deterministic_algorithms(False)
+        call, = calls.tables.train.values()
+        self.assertTrue(call.native)
+        for a, b in zip(*got):
+            self.assertTrue(torch.equal(a, b))
+
+
+if __name__ == "__main__":
+    unittest.main()
