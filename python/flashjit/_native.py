@@ -48,7 +48,7 @@ class Call(C.Structure):
                 ("bctx", C.c_void_p * 2), ("bp", C.c_void_p * 2), ("bplan", C.c_void_p * 2),
                 ("bws", C.c_int64 * 2), ("bzero", C.c_int64 * 2), ("bslots", Slots * 2),
                 ("dense", C.c_int64 * 3), ("shared_elems", C.c_int64),
-                ("shared_offset", C.c_int64 * 3)]
+                ("shared_offset", C.c_int64 * 3), ("strides", (C.c_int64 * 4) * 3)]
 
 
 _FNS = {}
@@ -144,7 +144,7 @@ def offer(call, hit, other, q, k, v, extras=()):
     if (fns is None or len(_records) >= MAX_RECORDS or e is None or e.idle or
             e.post is not None or e.out_dv or e.ones is not None or
             e.lse_shape is None or len(e.lse_shape) != 3 or e.out_dtype != q.dtype or
-            q.numel() == 0 or k.numel() == 0):
+            q.numel() == 0 or k.numel() == 0 or q.dim() != 4 or k.dim() != 4 or v.dim() != 4):
         return
     det = torch.are_deterministic_algorithms_enabled()
     modes = (other, hit) if det else (hit, other)
@@ -180,6 +180,8 @@ def offer(call, hit, other, q, k, v, extras=()):
             return
         r.shared_elems = size
     r.dense[:] = [int(d) for d in dense]
+    for i, t in enumerate(ts):
+        r.strides[i][:] = list(t.stride())
     r.shared_offset[:] = [0 if d else t.storage_offset() for t, d in zip(ts, dense)]
     _records.append((r, e, modes))
     call.native = C.addressof(r)

@@ -193,8 +193,10 @@ def _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic=False, dlse=No
     or empty.  lse: the library's (calls.RAW_LSE).  deterministic:
     fj_problem.deterministic (bit-identical gradients run to run).  dlse:
     the loss's gradient at lse (lse's shape), or None.  mine: a TrainCall's
-    own entries by mode (its signature fixes every tensor's metadata but
-    dO's, which is read as O's), or None.  views: q, k and v that are
+    own entries by mode, (entry, copies, kept, q's, k's and v's strides):
+    its signature fixes the forward's tensors' metadata but dO's (read as
+    O's); an entry whose strides are not the saved tensors' (a
+    saved-tensor hook's copies) is looked up again.  Or None.  views: q, k and v that are
     strided views without overlaps (_disjoint: a fused QKV projection's)
     are read where they are, their gradients laid out as they are
     (_grads_as_laid_out: views of one buffer) -- eagerly; the op keeps
@@ -206,11 +208,16 @@ def _launch_bwd(dout, q, k, v, out, lse, o, extras, deterministic=False, dlse=No
                 torch.zeros((hq,) if "sinks" in o.roles else (0,), dtype=torch.float32,
                             device=q.device))
     mode = (bool(deterministic), bool(views))
+    strides = (q.stride(), k.stride(), v.stride())
     hit = None if mine is None else mine.get(mode)
+    if hit is not None and hit[3] != strides:
+        # Not the strides the entry was made for (a saved-tensor hook
+        # gave the backward other tensors than the forward's): the table's.
+        hit = None
     if hit is None:
         hit = _bwd_entry(dout, q, k, v, out, lse, o, extras, deterministic, views)
         if mine is not None:
-            mine[mode] = hit
+            mine[mode] = hit = hit + (strides,)
     if hit[1][0] or hit[1][1] or hit[1][2]:
         q, k, v = (t.contiguous() if c else t for t, c in zip((q, k, v), hit[1]))
     grads = _grads_as_laid_out(q, k, v, hit[0].zero) if hit[2] else None
@@ -607,17 +614,20 @@ def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrad
                      mine=None):
     """_launch_bwd's counterpart for a call with expressions (opts: the
     forward's options text): (dq, dk, dv, dsinks, dparams).  mine: a
-    ModsCall's own entries by mode and gradients (its signature fixes
-    every tensor's metadata but dO's, read contiguous), or None.  Eagerly
+    ModsCall's own entries by mode and gradients, as _launch_bwd's, or
+    None.  Eagerly
     (mine), q, k and v that are strided views without overlaps are read
     where they are and their gradients laid out as they are, as
     _launch_bwd's views; the op keeps its fake's dense gradients."""
     o = calls.decode(opts)
     mode = (bool(deterministic), int(pgrads))
+    strides = (q.stride(), k.stride(), v.stride())
     hit = None if mine is None else mine.get(mode)
+    if hit is not None and hit[3] != strides:  # as _launch_bwd's
+        hit = None
     # Which of q, k and v become dense copies, and whether any is read in
     # place though not dense: a ModsCall's (mine) once.
-    copy, kept = _copies(q, k, v, mine is not None) if hit is None else hit[1:]
+    copy, kept = _copies(q, k, v, mine is not None) if hit is None else hit[1:3]
     if copy[0] or copy[1] or copy[2]:
         q, k, v = (t.contiguous() if c else t for t, c in zip((q, k, v), copy))
     out, dout = out.contiguous(), dout.contiguous()
@@ -635,7 +645,7 @@ def _launch_bwd_mods(dout, q, k, v, out, lse, extras, opts, deterministic, pgrad
         if e is None:
             e = _build_bwd_mods(o, q, k, v, extras, deterministic, pgrads)
             calls.remember(calls.tables.bwd, key, e)
-        hit = (e, copy, kept)
+        hit = (e, copy, kept, strides)
         if mine is not None:
             mine[mode] = hit
     grads = _grads_as_laid_out(q, k, v, hit[0].zero) if kept else None

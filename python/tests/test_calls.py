@@ -673,6 +673,23 @@ class FusedQKVBackward(Stubbed):
         flashjit.attention(q, k, v, causal="top_left").sum().backward()
         self.assertEqual(calls.counts["bwd_plans"], plans)
 
+    def test_saved_tensors_hooks_that_change_the_layout(self):
+        """A saved-tensor hook (activation offloading, say) may give the
+        backward q, k and v in other strides than the first backward's:
+        the backward then plans for the strides it is given."""
+        x = torch.randn(2, 64, 12, 64, dtype=BF16, requires_grad=True)
+        q, k, v = (t.transpose(1, 2) for t in x.split([8, 2, 2], dim=2))
+        flashjit.attention(q, k, v, causal="top_left").sum().backward()
+
+        def pack(t):
+            return t.contiguous().clone() if t.dim() == 4 else t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            flashjit.attention(q, k, v, causal="top_left").sum().backward()
+        (a, p) = self.launched()[-1]
+        self.assertEqual([list(p.q_stride), list(p.k_stride)],
+                         [[8 * 64 * 64, 64 * 64, 64], [2 * 64 * 64, 64 * 64, 64]])
+        self.assertEqual((x.grad.shape, x.grad.dtype), (x.shape, BF16))
+
     def test_grads_as_laid_out(self):
         x = torch.randn(2, 64, 3, 4, 64, dtype=BF16)
         q, k, v = (t.transpose(1, 2) for t in x.unbind(2))

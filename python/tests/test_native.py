@@ -135,6 +135,41 @@ class NativeCalls(Stubbed):
         self.step(q2, k, v, g)
         self.assertEqual(self.apply.call_count, 2)
 
+    def test_saved_tensors_hooks_that_change_the_layout(self):
+        """A saved-tensor hook's copies in other strides reach the node:
+        it copies them into the layout its entries were made for."""
+        x = torch.randn(2, 64, 12, 64, dtype=BF16, requires_grad=True)
+        q, k, v = (t.transpose(1, 2) for t in x.split([8, 2, 2], dim=2))
+        g = torch.randn(q.shape, dtype=BF16)
+        self.step(q, k, v, g)
+
+        def pack(t):
+            return t.contiguous().clone() if t.dim() == 4 else t
+        # What the library would read at the call's addresses with its
+        # problem's strides (the rows, as the call sees them).
+        seen, bwd = [], self.rec.bwd
+
+        def reading(*a):
+            for t, addr in zip((q, k, v), a[2:5]):
+                for idx in ((0, 0, 0), (1, 1, 63), (1, t.shape[1] - 1, 17)):
+                    at = addr + 2 * sum(i * s for i, s in zip(idx, t.stride()))
+                    seen.append((t[idx].detach(), torch.frombuffer(
+                        bytearray((C.c_char * 128).from_address(at)), dtype=BF16)))
+            return bwd(*a)
+        self.rec.bwd = reading
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out, (dq, dk, dv) = self.step(q, k, v, g)
+        self.assertEqual(self.apply.call_count, 1)
+        _, a, p = self.rec.calls[-1]
+        self.assertEqual([list(p.q_stride), list(p.k_stride)],
+                         [list(q.stride()[:3]), list(k.stride()[:3])])
+        self.assertEqual(len(seen), 9)
+        for want, got in seen:
+            self.assertTrue(torch.equal(want, got))
+        self.assertEqual(a[3] - a[2], 2 * (k.storage_offset() - q.storage_offset()))
+        for a_, t in zip((dq, dk, dv), (q, k, v)):
+            self.assertEqual(a_.stride(), t.stride())
+
     def test_gradient_at_the_log_sum_exp(self):
         q, k, v = (t.requires_grad_() for t in qkv())
         for i in range(2):
@@ -290,6 +325,24 @@ class NativeGPU(unittest.TestCase):
             torch.use_deterministic_algorithms(False)
         self.assertTrue(torch.equal(first[0], again[0]))
         self.assertTrue(torch.equal(first[1], again[1]))
+
+    def test_offloaded_activations(self):
+        """torch.autograd.graph.save_on_cpu: the backward's q, k and v come
+        back as dense copies of the fused projection's views."""
+        torch.manual_seed(4)
+        x = torch.randn(2, 256, 12, 64, device="cuda", dtype=BF16, requires_grad=True)
+        q, k, v = x.split([8, 2, 2], dim=2)
+        g = torch.randn(q.shape, device="cuda", dtype=BF16)
+        torch.use_deterministic_algorithms(True)
+        try:
+            first, again = self.run_twice(q, k, v, g, (x,), layout="bshd")
+            with torch.autograd.graph.save_on_cpu():
+                out = flashjit.attention(q, k, v, causal="top_left", layout="bshd")
+                (gx,) = torch.autograd.grad(out, (x,), g)
+        finally:
+            torch.use_deterministic_algorithms(False)
+        self.assertTrue(torch.equal(out, first[0]))
+        self.assertTrue(torch.equal(gx, first[1]))
 
     def test_document_mask(self):
         torch.manual_seed(3)

@@ -20,6 +20,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/cuda/CUDAStream.h>
@@ -95,6 +96,9 @@ struct fjn_call {
   int64_t dense[3];
   int64_t shared_elems;
   int64_t shared_offset[3];
+  // q's, k's and v's strides (4 dimensions), those the backward's entries
+  // were made for.
+  int64_t strides[3][4];
 };
 
 void fill(const fjn_slots &s, const at::Tensor *extras) {
@@ -141,6 +145,32 @@ bool layout_holds(const fjn_call *c, const at::Tensor *t) {
   return true;
 }
 
+// The backward's q, k and v in the layout its entries were made for: as
+// they are where they already are (the forward's own tensors), else copied
+// into it (a saved-tensor hook gave the backward copies in other strides:
+// offloaded activations, say).
+void conform(const fjn_call *c, at::Tensor *t) {
+  bool same = true;
+  for (int i = 0; i < 3 && same; i++)
+    same = t[i].strides().equals(c10::IntArrayRef(c->strides[i], 4));
+  if (same && layout_holds(c, t))
+    return;
+  at::Tensor buf;
+  for (int i = 0; i < 3; i++) {
+    c10::IntArrayRef st(c->strides[i], 4);
+    at::Tensor to;
+    if (c->dense[i]) {
+      to = at::empty_strided(t[i].sizes(), st, t[i].options());
+    } else {
+      if (!buf.defined())
+        buf = at::empty({c->shared_elems}, t[i].options());
+      to = buf.as_strided(t[i].sizes(), st, c->shared_offset[i]);
+    }
+    to.copy_(t[i]);
+    t[i] = to;
+  }
+}
+
 struct Train : public torch::autograd::Function<Train> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext *ctx,
                                                 const at::Tensor &q, const at::Tensor &k,
@@ -175,7 +205,9 @@ struct Train : public torch::autograd::Function<Train> {
                                                  torch::autograd::variable_list grads) {
     auto *c = reinterpret_cast<const fjn_call *>(ctx->saved_data["call"].toInt());
     auto saved = ctx->get_saved_variables();
-    at::Tensor q = saved[0], k = saved[1], v = saved[2], out = saved[3], lse = saved[4];
+    at::Tensor in[3] = {saved[0], saved[1], saved[2]};
+    conform(c, in);
+    at::Tensor q = in[0], k = in[1], v = in[2], out = saved[3], lse = saved[4];
     at::Tensor dout = grads[0], dlse = grads[1];
     if (!dout.defined() && !dlse.defined())
       return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
@@ -191,7 +223,6 @@ struct Train : public torch::autograd::Function<Train> {
     fill(c->bslots[mode], saved.data() + 5);
     p->dlse = dlse.defined() ? dlse.data_ptr<float>() : nullptr;
     // The gradients in q's, k's and v's strides (_grads_as_laid_out).
-    const at::Tensor in[3] = {q, k, v};
     at::Tensor g[3], buf;
     bool zero = c->bzero[mode] != 0;
     for (int i = 0; i < 3; i++) {
