@@ -7,8 +7,9 @@ backward (offer(), from _TrainCall.backward): the package has then made
 every decision the node repeats -- the forward's entry, the backward's for
 both deterministic modes, where the gradients go -- and records them in a
 Call for the node to read.  Calls the record cannot express stay on the
-package's path: sinks, varlen, split head dims, inputs copied dense for the
-backward, gradients that are not dense or views of one storage.  Under
+package's path: parameters' gradients, varlen, split head dims, inputs
+copied dense for the backward, gradients that are not dense or views of
+one storage.  Under
 torch.compile the package's Python ops run, never this one.
 
 FLASHJIT_NATIVE=0 turns it off; FLASHJIT_NATIVE_LIB names the library
@@ -42,7 +43,7 @@ class Call(C.Structure):
     """csrc/native.cpp's fjn_call, field for field."""
     _fields_ = [("fwd", C.c_void_p), ("fwd_plan", C.c_void_p), ("bwd", C.c_void_p),
                 ("bwd_run", C.c_void_p), ("capturing", C.c_void_p), ("message", C.c_void_p),
-                ("extras", C.c_int64),
+                ("extras", C.c_int64), ("sinks_at", C.c_int64), ("heads_q", C.c_int64),
                 ("ctx", C.c_void_p), ("p", C.c_void_p), ("plan", C.c_void_p),
                 ("ws", C.c_int64), ("lse_shape", C.c_int64 * 3), ("slots", Slots),
                 ("bctx", C.c_void_p * 2), ("bp", C.c_void_p * 2), ("bplan", C.c_void_p * 2),
@@ -131,12 +132,13 @@ def _slots(slots, into):
     return True
 
 
-def offer(call, hit, other, q, k, v, extras=()):
+def offer(call, hit, other, q, k, v, extras=(), roles=()):
     """Records call (a TrainCall or a ModsCall) for the C++ path, or marks it
     as staying on the package's (call.native = 0).  hit, other: the
-    backward's (entry, copies, kept) for the current deterministic mode and
-    the other one, no parameter's gradient; q, k, v, extras: the tensors of
-    the backward that made them."""
+    backward's (entry, copies, kept, strides) for the current deterministic
+    mode and the other one, no parameter's gradient; q, k, v, extras: the
+    tensors of the backward that made them, roles: the extras' (the
+    call's options'; the sinks' gradient is the node's to return)."""
     from . import _train as tr
     call.native = 0
     e = call.entry
@@ -149,11 +151,14 @@ def offer(call, hit, other, q, k, v, extras=()):
     det = torch.are_deterministic_algorithms_enabled()
     modes = (other, hit) if det else (hit, other)
     for h in modes:
-        b = h[0]
-        if any(h[1]) or b.sinks:
+        if any(h[1]):
             return
     r = Call()
     r.extras = len(extras)
+    r.sinks_at = list(roles).index("sinks") if "sinks" in roles else -1
+    if (r.sinks_at >= 0) != bool(hit[0].sinks) or (r.sinks_at >= 0) != bool(other[0].sinks):
+        return
+    r.heads_q = hit[0].p.heads_q
     if not _slots(e.slots, r.slots):
         return
     r.fwd, r.fwd_plan = fns["fj_attention_fwd"], fns["fj_attention_fwd_plan"]

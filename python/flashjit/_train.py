@@ -494,12 +494,12 @@ class _TrainCall(torch.autograd.Function):
             opts = (call.o, () if sinks is None else (sinks,), call.bwd)
         grads = _train_grads((q, k, v, out, lse, sinks, None, None, None), call.args, (0, 0),
                              dout, dlse, attention_bwd_op, opts)
-        if call.native is None and opts is not None and sinks is None and grads is not None:
-            _offer_native(call, dout, q, k, v, out, lse)
+        if call.native is None and opts is not None and grads is not None:
+            _offer_native(call, dout, q, k, v, out, lse, opts[1])
         return (None,) * 5 if grads is None else grads + (None,)
 
 
-def _offer_native(call, dout, q, k, v, out, lse):
+def _offer_native(call, dout, q, k, v, out, lse, extras):
     """After a TrainCall's first backward: its record for the C++ training
     call (_native.offer), with the backward's entry of the other
     deterministic mode made now, so that the node has both."""
@@ -511,12 +511,12 @@ def _offer_native(call, dout, q, k, v, out, lse):
         return
     if other is None:
         try:
-            other = _bwd_entry(dout if dout is not None else out, q, k, v, out, lse, call.o, (),
-                               not det, True)
+            other = _bwd_entry(dout if dout is not None else out, q, k, v, out, lse, call.o,
+                               extras, not det, True)
         except (core.Error, ValueError, NotImplementedError):
             return
-        call.bwd[(not det, True)] = other
-    native.offer(call, hit, other, q, k, v)
+        other = call.bwd[(not det, True)] = other + (hit[3],)
+    native.offer(call, hit, other, q, k, v, extras, call.o.roles)
 
 
 def train_call(q, k, v, sinks, call):
@@ -526,7 +526,7 @@ def train_call(q, k, v, sinks, call):
     if torch.compiler.is_compiling():
         return attention_train_op(q, k, v, sinks, *call.args)
     if call.native:
-        got = native.train(q, k, v, call.native)
+        got = native.train(q, k, v, call.native, () if sinks is None else (sinks,))
         if got is not None:
             return got
     return _TrainCall.apply(q, k, v, sinks, call)
@@ -852,7 +852,7 @@ def _offer_native_mods(call, dout, saved):
         except (core.Error, ValueError, NotImplementedError):
             return
         other = call.bwd[(not det, 0)] = (e,) + tuple(hit[1:])
-    native.offer(call, hit, other, q, k, v, extras)
+    native.offer(call, hit, other, q, k, v, extras, calls.decode(call.opts).roles)
 
 
 def train_mods(q, k, v, extras, call):

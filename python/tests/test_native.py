@@ -198,19 +198,69 @@ class NativeCalls(Stubbed):
         self.assertEqual(a[2], call.bwd[(False, True)][0].plan_addr)
         self.assertEqual(a[14], call.bwd[(False, True)][0].ws)
 
-    def test_no_record_for_sinks_or_stubbed_calls(self):
-        q, k, v = (t.requires_grad_() for t in qkv())
-        sinks = torch.zeros(q.shape[1], dtype=torch.float32, requires_grad=True)
+    def test_sinks(self):
+        q, k, v = (t.requires_grad_() for t in qkv(hk=2))
+        sinks = torch.randn(q.shape[1], dtype=torch.float32, requires_grad=True)
+        g = torch.randn_like(q)
         for _ in range(2):
-            flashjit.attention(q, k, v, causal="top_left", sinks=sinks).float().sum().backward()
+            out = flashjit.attention(q, k, v, causal="top_left", sinks=sinks)
+            grads = torch.autograd.grad(out, (q, k, v, sinks), g)
+        self.assertEqual(self.apply.call_count, 1)
+        (_, af, _), (_, ab, _) = self.rec.calls[2:]
         call, = calls.tables.train.values()
-        self.assertFalse(call.native)
-        self.assertEqual(self.apply.call_count, 2)
+        e = call.entry
+        (obj, field, _), = e.slots
+        self.assertEqual(getattr(obj, field), sinks.data_ptr())
+        self.assertEqual(ab[11], grads[3].data_ptr())
+        self.assertEqual((grads[3].shape, grads[3].dtype), (sinks.shape, torch.float32))
+        # Sinks that do not require grad: no dsinks asked of the node's caller.
+        sinks.requires_grad_(False)
+        out = flashjit.attention(q, k, v, causal="top_left", sinks=sinks)
+        self.assertEqual(len(torch.autograd.grad(out, (q, k, v), g)), 3)
+        self.assertEqual(self.apply.call_count, 1)
+
+    def test_sinks_with_an_expression(self):
+        q, k, v = (t.requires_grad_() for t in qkv())
+        sinks = torch.randn(q.shape[1], dtype=torch.float32, requires_grad=True)
+        g = torch.randn_like(q)
+        mods = mock.patch.object(tr._TrainMods, "apply", wraps=tr._TrainMods.apply)
+        apply = mods.start()
+        self.addCleanup(mods.stop)
+        for _ in range(2):
+            out = flashjit.attention(q, k, v, causal="top_left", sinks=sinks,
+                                     score_mod="s * 0.5f")
+            grads = torch.autograd.grad(out, (q, k, v, sinks), g)
+        self.assertEqual(apply.call_count, 1)
+        _, ab, pb = self.rec.calls[-1]
+        self.assertEqual(ab[11], grads[3].data_ptr())
+        self.assertEqual(grads[3].shape, sinks.shape)
+
+    def test_other_mode_where_no_record_is_made(self):
+        """A call the record cannot express (k broadcast: copied dense) keeps
+        the other mode's entry that offer() made, usable by the package's
+        path."""
+        q, v = (t.requires_grad_() for t in qkv(b=2)[::2])
+        k = torch.randn(1, 8, 128, 64, dtype=BF16).expand(2, 8, 128, 64).requires_grad_()
+        g = torch.randn_like(q)
+        for _ in range(2):
+            self.step(q, k, v, g)
+        call, = calls.tables.train.values()
+        self.assertEqual(call.native, 0)
+        torch.use_deterministic_algorithms(True)
+        try:
+            self.step(q, k, v, g)
+        finally:
+            torch.use_deterministic_algorithms(False)
+        self.assertEqual(self.apply.call_count, 3)
+        self.assertEqual(self.rec.calls[-1][2].deterministic, 1)
+
+    def test_no_record_for_stubbed_calls(self):
+        q, k, v = (t.requires_grad_() for t in qkv())
         with mock.patch.object(native, "launchers", lambda: None):
-            calls.tables.train.clear()
             for _ in range(2):
                 flashjit.attention(q, k, v).float().sum().backward()
         self.assertEqual([c.native for c in calls.tables.train.values()], [0])
+        self.assertEqual(self.apply.call_count, 2)
 
     def mods_slots(self, e, extras):
         """What entry e's slots hold now, and what they would hold for extras."""
@@ -359,6 +409,26 @@ class NativeGPU(unittest.TestCase):
             torch.use_deterministic_algorithms(False)
         self.assertIsInstance(next(iter(calls.tables.train.values())), tr.ModsCall)
         for a, b in zip(first, again):
+            self.assertTrue(torch.equal(a, b))
+
+    def test_sinks(self):
+        torch.manual_seed(5)
+        q = torch.randn(2, 8, 384, 64, device="cuda", dtype=BF16, requires_grad=True)
+        k, v = (torch.randn(2, 2, 384, 64, device="cuda", dtype=BF16, requires_grad=True)
+                for _ in range(2))
+        sinks = torch.randn(8, device="cuda", requires_grad=True)
+        g = torch.randn_like(q)
+        torch.use_deterministic_algorithms(True)
+        try:
+            got = []
+            for _ in range(2):
+                out = flashjit.attention(q, k, v, causal="top_left", sinks=sinks)
+                got.append((out,) + torch.autograd.grad(out, (q, k, v, sinks), g))
+        finally:
+            torch.use_deterministic_algorithms(False)
+        call, = calls.tables.train.values()
+        self.assertTrue(call.native)
+        for a, b in zip(*got):
             self.assertTrue(torch.equal(a, b))
 
     def test_lse_gradient(self):

@@ -29,6 +29,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -73,6 +74,8 @@ struct fjn_call {
   capturing_fn capturing;
   message_fn message;
   int64_t extras;       // how many extra tensors a call passes
+  int64_t sinks_at;     // which of them are the sinks (their gradient: dsinks), or -1
+  int64_t heads_q;      // dsinks' size
   // The forward's entry: context, problem, plan, its workspace bytes, its
   // slots.  O is q's dtype, contiguous in q's shape.
   void *ctx;
@@ -175,7 +178,9 @@ struct Train : public torch::autograd::Function<Train> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext *ctx,
                                                 const at::Tensor &q, const at::Tensor &k,
                                                 const at::Tensor &v,
+                                                const std::optional<at::Tensor> &sinks,
                                                 std::vector<at::Tensor> extras, int64_t addr) {
+    (void)sinks;  // an input for its gradient; the library reads extras[sinks_at]
     auto *c = reinterpret_cast<const fjn_call *>(addr);
     fill(c->slots, extras.data());
     auto out = at::empty(q.sizes(), q.options());
@@ -210,7 +215,8 @@ struct Train : public torch::autograd::Function<Train> {
     at::Tensor q = in[0], k = in[1], v = in[2], out = saved[3], lse = saved[4];
     at::Tensor dout = grads[0], dlse = grads[1];
     if (!dout.defined() && !dlse.defined())
-      return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+      return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+              at::Tensor()};
     if (!dout.defined())  // a loss of the log-sum-exp alone
       dout = at::zeros_like(out);
     dout = dout.contiguous();
@@ -235,38 +241,45 @@ struct Train : public torch::autograd::Function<Train> {
         g[i] = buf.as_strided(in[i].sizes(), in[i].strides(), in[i].storage_offset());
       }
     }
+    at::Tensor dsinks;
+    if (c->sinks_at >= 0)
+      dsinks = at::empty({c->heads_q}, q.options().dtype(at::kFloat));
+    void *ds = dsinks.defined() ? dsinks.data_ptr() : nullptr;
     void *stream = stream_of(q);
     at::Tensor o = out.contiguous();
     if (capturing(c, stream)) {
       auto ws = at::empty({c->bws[mode]}, q.options().dtype(at::kByte));
       check(c->bwd_run(c->bctx[mode], p, c->bplan[mode], q.data_ptr(), k.data_ptr(),
                        v.data_ptr(), o.data_ptr(), dout.data_ptr(), lse.data_ptr(),
-                       g[0].data_ptr(), g[1].data_ptr(), g[2].data_ptr(), nullptr, ws.data_ptr(),
+                       g[0].data_ptr(), g[1].data_ptr(), g[2].data_ptr(), ds, ws.data_ptr(),
                        (size_t)c->bws[mode], stream),
             c, c->bctx[mode], "attention backward");
     } else {
       check(c->bwd(c->bctx[mode], p, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
                    dout.data_ptr(), lse.data_ptr(), g[0].data_ptr(), g[1].data_ptr(),
-                   g[2].data_ptr(), nullptr, stream),
+                   g[2].data_ptr(), ds, stream),
             c, c->bctx[mode], "attention backward");
     }
-    return {g[0], g[1], g[2], at::Tensor(), at::Tensor()};
+    return {g[0], g[1], g[2], dsinks, at::Tensor(), at::Tensor()};
   }
 };
 
 // (out, lse) of a recorded call, or an empty list where the record does
 // not hold: q, k and v not sharing storage as the call's first did, or an
-// extra tensor requiring grad (the package's path runs then).
+// extra tensor but the sinks requiring grad (the package's path runs then).
 std::vector<at::Tensor> train(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
                               at::TensorList extras, int64_t addr) {
   auto *c = reinterpret_cast<const fjn_call *>(addr);
   const at::Tensor in[3] = {q, k, v};
   if ((int64_t)extras.size() != c->extras || !layout_holds(c, in))
     return {};
-  for (const auto &t : extras)
-    if (t.requires_grad())
+  for (size_t i = 0; i < extras.size(); i++)
+    if (extras[i].requires_grad() && (int64_t)i != c->sinks_at)
       return {};
-  return Train::apply(q, k, v, extras.vec(), addr);
+  std::optional<at::Tensor> sinks;
+  if (c->sinks_at >= 0)
+    sinks = extras[c->sinks_at];
+  return Train::apply(q, k, v, sinks, extras.vec(), addr);
 }
 
 // The record's size, for the package's check of its own layout.
