@@ -132,6 +132,22 @@ def _slots(slots, into):
     return True
 
 
+def worth_offering(call, hit, q, k, v):
+    """Whether call could take a record, by what is known before the other
+    deterministic mode's entry is made for it (offer() checks the rest):
+    the library loaded, its calls not replaced, the forward's entry one a
+    record expresses, four-dimensional q, k and v (not varlen's packed
+    ones) that the backward reads where they are (hit: the current
+    mode's (entry, copies, kept, strides))."""
+    e = call.entry
+    return bool(available() and launchers() is not None and len(_records) < MAX_RECORDS and
+                e is not None and not e.idle and
+                e.post is None and not e.out_dv and e.ones is None and
+                e.lse_shape is not None and len(e.lse_shape) == 3 and
+                e.out_dtype == q.dtype and q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and
+                q.numel() and k.numel() and not any(hit[1]))
+
+
 def offer(call, hit, other, q, k, v, extras=(), roles=()):
     """Records call (a TrainCall or a ModsCall) for the C++ path, or marks it
     as staying on the package's (call.native = 0).  hit, other: the
@@ -142,12 +158,9 @@ def offer(call, hit, other, q, k, v, extras=(), roles=()):
     from . import _train as tr
     call.native = 0
     e = call.entry
-    fns = launchers() if available() else None
-    if (fns is None or len(_records) >= MAX_RECORDS or e is None or e.idle or
-            e.post is not None or e.out_dv or e.ones is not None or
-            e.lse_shape is None or len(e.lse_shape) != 3 or e.out_dtype != q.dtype or
-            q.numel() == 0 or k.numel() == 0 or q.dim() != 4 or k.dim() != 4 or v.dim() != 4):
+    if not worth_offering(call, hit, q, k, v):
         return
+    fns = launchers()
     det = torch.are_deterministic_algorithms_enabled()
     modes = (other, hit) if det else (hit, other)
     for h in modes:

@@ -507,7 +507,7 @@ def _offer_native(call, dout, q, k, v, out, lse, extras):
     hit = call.bwd.get((det, True))
     other = call.bwd.get((not det, True))
     call.native = 0
-    if hit is None or not native.available() or native.launchers() is None:
+    if hit is None or not native.worth_offering(call, hit, q, k, v):
         return
     if other is None:
         try:
@@ -825,10 +825,12 @@ class _TrainMods(torch.autograd.Function):
             return _launch_bwd_mods(*args, mine=mine)
 
         compiling = torch.compiler.is_compiling()
-        grads = _mods_grads(ctx.saved_tensors, ctx.opts, ctx.pgrads, dout, dlse,
+        # Unpacked once: a non-reentrant checkpoint allows no second unpack.
+        saved = ctx.saved_tensors
+        grads = _mods_grads(saved, ctx.opts, ctx.pgrads, dout, dlse,
                             _attention_bwd_mods if compiling else bwd)
         if ctx.call.native is None and not compiling and not ctx.pgrads and grads is not None:
-            _offer_native_mods(ctx.call, dout, ctx.saved_tensors)
+            _offer_native_mods(ctx.call, dout, saved)
         at = ctx.call.floats
         if grads is None:
             return (None,) * (5 + len(at))
@@ -844,7 +846,7 @@ def _offer_native_mods(call, dout, saved):
     hit = call.bwd.get((det, 0))
     other = call.bwd.get((not det, 0))
     call.native = 0
-    if hit is None or not native.available() or native.launchers() is None:
+    if hit is None or not native.worth_offering(call, hit, q, k, v):
         return
     if other is None:
         try:

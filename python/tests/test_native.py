@@ -189,28 +189,43 @@ class NativeCalls(Stubbed):
         q, k, v = (t.requires_grad_() for t in qkv())
         g = torch.randn_like(q)
         self.step(q, k, v, g)
+        call, = calls.tables.train.values()
+        # A forward with a workspace (the persistent scheduler's counter on
+        # a GPU; none on the compile-only context): 256 bytes.
+        native.Call.from_address(call.native).ws = 256
         self.capturing = True
         self.step(q, k, v, g)
-        names = [n for n, _, _ in self.rec.calls]
-        call, = calls.tables.train.values()
-        self.assertEqual(names[2:], ["fwd_plan" if call.entry.ws else "fwd", "bwd_run"])
-        _, a, _ = self.rec.calls[-1]
-        self.assertEqual(a[2], call.bwd[(False, True)][0].plan_addr)
-        self.assertEqual(a[14], call.bwd[(False, True)][0].ws)
+        self.assertEqual([n for n, _, _ in self.rec.calls[2:]], ["fwd_plan", "bwd_run"])
+        (_, af, _), (_, ab, _) = self.rec.calls[2:]
+        self.assertEqual((af[2], af[9]), (call.entry.plan_addr, 256))
+        self.assertIsNotNone(af[8])
+        self.assertEqual(ab[2], call.bwd[(False, True)][0].plan_addr)
+        self.assertEqual(ab[14], call.bwd[(False, True)][0].ws)
+        self.capturing = False
+        self.step(q, k, v, g)
+        self.assertEqual([n for n, _, _ in self.rec.calls[4:]], ["fwd", "bwd"])
 
     def test_sinks(self):
         q, k, v = (t.requires_grad_() for t in qkv(hk=2))
         sinks = torch.randn(q.shape[1], dtype=torch.float32, requires_grad=True)
         g = torch.randn_like(q)
-        for _ in range(2):
+        seen, bwd = [], self.rec.bwd
+
+        def reading(*a):  # the backward's sinks pointer as the library reads it
+            (obj, field, _), = call.bwd[(False, True)][0].slots
+            seen.append(getattr(obj, field))
+            return bwd(*a)
+        self.rec.bwd = reading
+        for i in range(2):
+            sinks = sinks.detach().clone().requires_grad_()  # new tensors, one signature
             out = flashjit.attention(q, k, v, causal="top_left", sinks=sinks)
+            call, = calls.tables.train.values()
+            (obj, field, _), = call.entry.slots
+            self.assertEqual(getattr(obj, field), sinks.data_ptr())
             grads = torch.autograd.grad(out, (q, k, v, sinks), g)
+            self.assertEqual(seen[-1], sinks.data_ptr())
         self.assertEqual(self.apply.call_count, 1)
         (_, af, _), (_, ab, _) = self.rec.calls[2:]
-        call, = calls.tables.train.values()
-        e = call.entry
-        (obj, field, _), = e.slots
-        self.assertEqual(getattr(obj, field), sinks.data_ptr())
         self.assertEqual(ab[11], grads[3].data_ptr())
         self.assertEqual((grads[3].shape, grads[3].dtype), (sinks.shape, torch.float32))
         # Sinks that do not require grad: no dsinks asked of the node's caller.
@@ -253,6 +268,50 @@ class NativeCalls(Stubbed):
             torch.use_deterministic_algorithms(False)
         self.assertEqual(self.apply.call_count, 3)
         self.assertEqual(self.rec.calls[-1][2].deterministic, 1)
+
+    def test_expressions_other_mode_where_no_record_is_made(self):
+        """test_other_mode_where_no_record_is_made with an expression: the
+        deterministic backward reads the dense copy of k with its own
+        strides."""
+        q, v = (t.requires_grad_() for t in qkv(b=2)[::2])
+        k = torch.randn(1, 8, 128, 64, dtype=BF16).expand(2, 8, 128, 64).requires_grad_()
+        g = torch.randn_like(q)
+        for det in (False, False, True):
+            torch.use_deterministic_algorithms(det)
+            try:
+                self.step(q, k, v, g, score_mod="s * 0.5f")
+            finally:
+                torch.use_deterministic_algorithms(False)
+            _, _, p = self.rec.calls[-1]
+            self.assertEqual((p.deterministic, list(p.k_stride)), (det, [8 * 128 * 64, 128 * 64, 64]))
+        call, = calls.tables.train.values()
+        self.assertEqual(call.native, 0)
+
+    def test_checkpoint_without_reentry(self):
+        """torch.utils.checkpoint(use_reentrant=False) unpacks each saved
+        tensor once: the backward must too, on both paths."""
+        from torch.utils.checkpoint import checkpoint
+        q, k, v = (t.requires_grad_() for t in qkv())
+        for kw in ({}, {"score_mod": "s * 0.5f"}):
+            for _ in range(3):
+                out = checkpoint(lambda a, b, c: flashjit.attention(a, b, c, causal="top_left",
+                                                                     **kw),
+                                 q, k, v, use_reentrant=False)
+                out.float().sum().backward()
+        self.assertTrue(all(c.native for c in calls.tables.train.values()))
+
+    def test_varlen_with_expressions_plans_once(self):
+        """attention_varlen's training call with an expression makes a new
+        call object each time: no record, and no backward plan for the
+        other mode each step."""
+        q, k, v = (torch.randn(140, 4, 64, dtype=BF16, requires_grad=True) for _ in range(3))
+        cu = torch.tensor([0, 70, 140], dtype=torch.int32)
+        plans = []
+        for _ in range(4):
+            flashjit.attention_varlen(q, k, v, cu, cu, 70, 70, causal=True,
+                                      score_mod="s * 0.5f").float().sum().backward()
+            plans.append(calls.counts["bwd_plans"])
+        self.assertEqual(plans[1:], plans[:1] * 3)
 
     def test_no_record_for_stubbed_calls(self):
         q, k, v = (t.requires_grad_() for t in qkv())
@@ -319,9 +378,6 @@ class NativeCalls(Stubbed):
         out.float().sum().backward()
         self.assertEqual(t.grad.shape, t.shape)
 
-    def test_record_layout(self):
-        self.assertEqual(torch.ops.flashjit_native.record_bytes(), C.sizeof(native.Call))
-        self.assertEqual(torch.ops.flashjit_native.dlse_offset(), capi.Problem.dlse.offset)
 
 
 @unittest.skipUnless(HAVE and fjtest.HAS_CUDA, WHY if not HAVE else fjtest.NO_CUDA)
@@ -332,6 +388,13 @@ class NativeGPU(unittest.TestCase):
 
     def setUp(self):
         calls.tables.train.clear()
+        for cls in (tr._TrainCall, tr._TrainMods):
+            p = mock.patch.object(cls, "apply", wraps=cls.apply)
+            setattr(self, cls.__name__, p.start())
+            self.addCleanup(p.stop)
+
+    def python_calls(self):
+        return self._TrainCall.call_count + self._TrainMods.call_count
 
     def run_twice(self, q, k, v, g, inputs, **kw):
         got = []
@@ -340,6 +403,7 @@ class NativeGPU(unittest.TestCase):
             got.append((out,) + torch.autograd.grad(out, inputs, g))
         call, = calls.tables.train.values()
         self.assertTrue(call.native, native.why)
+        self.assertEqual(self.python_calls(), 1)  # the repeat: the C++ op
         return got
 
     def test_repeat_matches_first_call(self):
@@ -358,6 +422,7 @@ class NativeGPU(unittest.TestCase):
             self.assertEqual(a.stride(), b.stride())
         # The default mode: the output's bits, gradients within bf16's rounding.
         calls.tables.train.clear()
+        self._TrainCall.reset_mock()
         first, again = self.run_twice(q, k, v, g, (q, k, v))
         self.assertTrue(torch.equal(first[0], again[0]))
         for a, b in zip(first[1:], again[1:]):
