@@ -482,16 +482,18 @@ class CachedCalls(Stubbed):
                              (5, 1, 2))
 
     def test_checkpoint_without_reentry(self):
-        """torch.utils.checkpoint(use_reentrant=False) unpacks each saved
-        tensor once; the training calls' backwards unpack once too."""
+        """torch.utils.checkpoint: use_reentrant=False unpacks each saved
+        tensor once (the training calls' backwards unpack once too); the
+        reentrant form recomputes the forward inside the backward."""
         from torch.utils.checkpoint import checkpoint
         q, k, v = (t.requires_grad_() for t in qkv())
-        for kw in ({}, {"score_mod": "s * 0.5f"}, {"mask_mod": "kv <= q + 3"}):
-            for _ in range(2):
-                out = checkpoint(lambda a, b, c: flashjit.attention(a, b, c, **kw), q, k, v,
-                                 use_reentrant=False)
-                out.float().sum().backward()
-        self.assertEqual(sum(n == "bwd" for n, _, _ in self.rec.calls), 6)
+        for reentrant in (False, True):
+            for kw in ({}, {"score_mod": "s * 0.5f"}, {"mask_mod": "kv <= q + 3"}):
+                for _ in range(2):
+                    out = checkpoint(lambda a, b, c: flashjit.attention(a, b, c, **kw), q, k, v,
+                                     use_reentrant=reentrant)
+                    out.float().sum().backward()
+        self.assertEqual(sum(n == "bwd" for n, _, _ in self.rec.calls), 12)
 
     def test_training_call_keeps_its_entries(self):
         """A repeated training call (a TrainCall) takes its forward's and

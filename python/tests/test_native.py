@@ -293,12 +293,13 @@ class NativeCalls(Stubbed):
         from torch.utils.checkpoint import checkpoint
         q, k, v = (t.requires_grad_() for t in qkv())
         for kw in ({}, {"score_mod": "s * 0.5f"}):
-            for _ in range(3):
+            for reentrant in (False, False, False, True, True):
                 out = checkpoint(lambda a, b, c: flashjit.attention(a, b, c, causal="top_left",
                                                                      **kw),
-                                 q, k, v, use_reentrant=False)
+                                 q, k, v, use_reentrant=reentrant)
                 out.float().sum().backward()
         self.assertTrue(all(c.native for c in calls.tables.train.values()))
+        self.assertEqual(sum(n == "bwd" for n, _, _ in self.rec.calls), 10)
 
     def test_varlen_with_expressions_plans_once(self):
         """attention_varlen's training call with an expression makes a new
