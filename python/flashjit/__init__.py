@@ -44,6 +44,7 @@ if _torch is not None:
     from ._torch import attention, block_mask  # first: it replaces the name _torch above
     from ._serving import attention_varlen, attention_with_kvcache
     from ._merge import merge
+    from ._native import status as native_training
 else:
     def _needs_torch(what):
         def fn(*args, **kwargs):
@@ -60,8 +61,13 @@ else:
     BlockMask = _needs_torch("BlockMask")
     merge = _needs_torch("merge")
 
+    def native_training():
+        """(False, why): the C++ training call is PyTorch's."""
+        return (False, "PyTorch is not installed")
+
 __all__ = ["attention", "attention_varlen", "attention_with_kvcache", "block_mask",
            "BlockMask", "merge", "Kernel", "plan", "layout", "fragments", "tune", "Plan",
            "Layout", "Resources", "TuneResult", "TensorParam", "Error", "InvalidArgument",
            "Unsupported", "ResourceLimit", "NoDevice", "CompileError", "LibraryNotFound",
-           "device_info", "library_path", "library_version", "cache_dir", "builtin_mods"]
+           "device_info", "library_path", "library_version", "cache_dir", "builtin_mods",
+           "native_training"]

@@ -102,6 +102,12 @@ def available():
     return True
 
 
+def status():
+    """flashjit.native_training(): (True, the library's path) where the C++
+    training call is loaded, else (False, why not)."""
+    return (True, _path()) if available() else (False, why)
+
+
 def launchers():
     """The addresses a record calls (fj_attention_fwd, _fwd_plan, _bwd,
     _bwd_run, fj_errmsg, cuStreamIsCapturing by those names), or None where

@@ -314,6 +314,21 @@ class NativeCalls(Stubbed):
             plans.append(calls.counts["bwd_plans"])
         self.assertEqual(plans[1:], plans[:1] * 3)
 
+    def test_status(self):
+        ok, where = flashjit.native_training()
+        self.assertEqual((ok, where), (True, native._path()))
+        self.assertTrue(where.endswith("libflashjit_torch.so"))
+        with mock.patch.object(native, "_state", None), \
+                mock.patch.dict("os.environ", {"FLASHJIT_NATIVE": "0"}):
+            self.assertEqual(flashjit.native_training(), (False, "FLASHJIT_NATIVE=0"))
+            q, k, v = (t.requires_grad_() for t in qkv())
+            for _ in range(2):
+                flashjit.attention(q, k, v).float().sum().backward()
+            self.assertEqual(self.apply.call_count, 2)
+        with mock.patch.object(native, "_state", None), \
+                mock.patch.dict("os.environ", {"FLASHJIT_NATIVE_LIB": "/nonexistent/lib.so"}):
+            self.assertEqual(flashjit.native_training(), (False, "no /nonexistent/lib.so"))
+
     def test_no_record_for_stubbed_calls(self):
         q, k, v = (t.requires_grad_() for t in qkv())
         with mock.patch.object(native, "launchers", lambda: None):
