@@ -58,6 +58,51 @@ def wrap_backward(cls):
     cls.backward = staticmethod(backward)
 
 
+def host_times(fwd, bwd, steps, event=True):
+    """Medians over steps of the host times (us): the forward (the GPU idle
+    before it), the backward after a synchronisation, the backward right
+    after the forward returned; the CUDA-event time of a step where event;
+    and where an autograd Function's backward ran (MARKS), its split:
+    (pre, py, post, on the calling thread or not) per step."""
+    sync = torch.cuda.synchronize
+    for _ in range(5):
+        bwd(fwd())
+    sync()
+    f_us, b_us, bo_us, st_us, split = [], [], [], [], []
+    for _ in range(steps):
+        sync()
+        t0 = time.perf_counter()
+        out = fwd()
+        t1 = time.perf_counter()
+        sync()
+        t2 = time.perf_counter()
+        MARKS.clear()
+        bwd(out)
+        t3 = time.perf_counter()
+        if MARKS:
+            a, b, th = MARKS[0]
+            split.append(((a - t2) * 1e6, (b - a) * 1e6, (t3 - b) * 1e6,
+                          th == threading.get_ident()))
+        sync()
+        out = fwd()
+        t4 = time.perf_counter()
+        bwd(out)
+        t5 = time.perf_counter()
+        sync()
+        if event:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            bwd(fwd())
+            e.record()
+            sync()
+            st_us.append(s.elapsed_time(e) * 1e3)
+        f_us.append((t1 - t0) * 1e6)
+        b_us.append((t3 - t2) * 1e6)
+        bo_us.append((t5 - t4) * 1e6)
+    med = statistics.median
+    return (med(f_us), med(b_us), med(bo_us), med(st_us) if st_us else None, split)
+
+
 def main():
     for cls in (tr._TrainCall, tr._TrainMods):
         wrap_backward(cls)
@@ -69,6 +114,11 @@ def main():
     for t in (q, k, v):
         t.requires_grad_(True)
     sync = torch.cuda.synchronize
+    med = statistics.median
+
+    def bwd(out):
+        return torch.autograd.grad(out, (q, k, v), do)
+
     for c in pick(make_cases(B, H, S, "cuda"), wanted):
         kw = attention_kwargs(c)
         if c.block_mask:
@@ -78,53 +128,20 @@ def main():
         def fwd():
             return flashjit.attention(q, k, v, **kw)
 
-        def bwd(out):
-            return torch.autograd.grad(out, (q, k, v), do)
-
-        for _ in range(5):
-            bwd(fwd())
-        sync()
-        f_us, b_us, bo_us, st_us, split = [], [], [], [], []
-        for _ in range(steps):
-            sync()
-            t0 = time.perf_counter()
-            out = fwd()
-            t1 = time.perf_counter()
-            sync()
-            t2 = time.perf_counter()
-            MARKS.clear()
-            bwd(out)
-            t3 = time.perf_counter()
-            if MARKS:
-                a, b, th = MARKS[0]
-                split.append(((a - t2) * 1e6, (b - a) * 1e6, (t3 - b) * 1e6,
-                              th == threading.get_ident()))
-            sync()
-            out = fwd()
-            t4 = time.perf_counter()
-            bwd(out)
-            t5 = time.perf_counter()
-            sync()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            bwd(fwd())
-            e.record()
-            sync()
-            f_us.append((t1 - t0) * 1e6)
-            b_us.append((t3 - t2) * 1e6)
-            bo_us.append((t5 - t4) * 1e6)
-            st_us.append(s.elapsed_time(e) * 1e3)
-        med = statistics.median
+        f, b, bo, st, split = host_times(fwd, bwd, steps)
         call = next(iter(_calls.tables.train.values()), None)
         print(f"mods_host {c.key}: native record {bool(getattr(call, 'native', 0))}")
-        print(f"mods_host {c.key}: fwd {med(f_us):.1f} bwd {med(b_us):.1f} "
-              f"bwd_ov {med(bo_us):.1f} step {med(st_us):.1f} us")
+        print(f"mods_host {c.key}: fwd {f:.1f} bwd {b:.1f} bwd_ov {bo:.1f} step {st:.1f} us")
         if split:
             print(f"mods_host {c.key} bwd split: pre {med(x[0] for x in split):.1f} "
                   f"py {med(x[1] for x in split):.1f} post {med(x[2] for x in split):.1f} us, "
                   f"on the calling thread {sum(x[3] for x in split)}/{len(split)}")
         if c.key == "causal":
-            sdpa_host(q, k, v, do, steps)
+            def sdpa():
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            f, b, bo, _, _ = host_times(sdpa, bwd, steps, event=False)
+            print(f"mods_host cudnn causal: fwd {f:.1f} bwd {b:.1f} bwd_ov {bo:.1f} us")
         prof = cProfile.Profile()
         for _ in range(steps):
             prof.enable()
@@ -141,38 +158,6 @@ def main():
         for line in text.getvalue().splitlines():
             if line.strip() and not line.startswith(("   Ordered", "   List")):
                 print("   ", line[:150])
-
-
-def sdpa_host(q, k, v, do, steps):
-    """cuDNN's SDPA (causal): the backward's host time, as the cases'."""
-    def fwd():
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    sync = torch.cuda.synchronize
-    for _ in range(5):
-        torch.autograd.grad(fwd(), (q, k, v), do)
-    f_us, b_us, bo_us = [], [], []
-    for _ in range(steps):
-        sync()
-        t0 = time.perf_counter()
-        out = fwd()
-        t1 = time.perf_counter()
-        sync()
-        t2 = time.perf_counter()
-        torch.autograd.grad(out, (q, k, v), do)
-        t3 = time.perf_counter()
-        sync()
-        out = fwd()
-        t4 = time.perf_counter()
-        torch.autograd.grad(out, (q, k, v), do)
-        t5 = time.perf_counter()
-        sync()
-        f_us.append((t1 - t0) * 1e6)
-        b_us.append((t3 - t2) * 1e6)
-        bo_us.append((t5 - t4) * 1e6)
-    med = statistics.median
-    print(f"mods_host cudnn causal: fwd {med(f_us):.1f} bwd {med(b_us):.1f} "
-          f"bwd_ov {med(bo_us):.1f} us")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ launching calls a recorder (here C callbacks, since the C++ side calls
 addresses).  Skipped, saying so, without PyTorch or where the C++ library
 was not built (CMake builds it where its Python imports a PyTorch with
 CUDA: python/flashjit/csrc/CMakeLists.txt)."""
+import contextlib
 import ctypes as C
 import unittest
 from unittest import mock
@@ -27,6 +28,25 @@ from test_calls import BF16, Stubbed, qkv  # noqa: E402 (PyTorch or not)
 
 HAVE = fjtest.HAS_TORCH and native.available()
 WHY = fjtest.NO_TORCH if not fjtest.HAS_TORCH else f"no C++ training call ({native.why})"
+
+@contextlib.contextmanager
+def deterministic(on=True):
+    """torch.use_deterministic_algorithms(on) for a block."""
+    torch.use_deterministic_algorithms(on)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+def fused(seed, batch):
+    """(x, q, k, v, dO): q, k, v the bshd views of a fused QKV projection x
+    (batch, 256, 8 + 2 + 2 heads, 64) on the GPU."""
+    torch.manual_seed(seed)
+    x = torch.randn(batch, 256, 12, 64, device="cuda", dtype=BF16, requires_grad=True)
+    q, k, v = x.split([8, 2, 2], dim=2)
+    return x, q, k, v, torch.randn(q.shape, device="cuda", dtype=BF16)
+
 
 V = C.c_void_p
 FWD = C.CFUNCTYPE(C.c_int, *[V] * 8)
@@ -100,11 +120,8 @@ class NativeCalls(Stubbed):
         q, k, v = (t.requires_grad_() for t in qkv())
         g = torch.randn_like(q)
         self.step(q, k, v, g)
-        torch.use_deterministic_algorithms(True)
-        try:
+        with deterministic():
             self.step(q, k, v, g)
-        finally:
-            torch.use_deterministic_algorithms(False)
         self.assertEqual(self.apply.call_count, 1)
         (_, a0, p0), (_, a1, p1) = [c for c in self.rec.calls if c[0] == "bwd"]
         self.assertEqual((p0.deterministic, p1.deterministic), (0, 1))
@@ -261,11 +278,8 @@ class NativeCalls(Stubbed):
             self.step(q, k, v, g)
         call, = calls.tables.train.values()
         self.assertEqual(call.native, 0)
-        torch.use_deterministic_algorithms(True)
-        try:
+        with deterministic():
             self.step(q, k, v, g)
-        finally:
-            torch.use_deterministic_algorithms(False)
         self.assertEqual(self.apply.call_count, 3)
         self.assertEqual(self.rec.calls[-1][2].deterministic, 1)
 
@@ -277,11 +291,8 @@ class NativeCalls(Stubbed):
         k = torch.randn(1, 8, 128, 64, dtype=BF16).expand(2, 8, 128, 64).requires_grad_()
         g = torch.randn_like(q)
         for det in (False, False, True):
-            torch.use_deterministic_algorithms(det)
-            try:
+            with deterministic(det):
                 self.step(q, k, v, g, score_mod="s * 0.5f")
-            finally:
-                torch.use_deterministic_algorithms(False)
             _, _, p = self.rec.calls[-1]
             self.assertEqual((p.deterministic, list(p.k_stride)), (det, [8 * 128 * 64, 128 * 64, 64]))
         call, = calls.tables.train.values()
@@ -428,11 +439,8 @@ class NativeGPU(unittest.TestCase):
         k, v = (torch.randn(2, 2, 384, 64, device="cuda", dtype=BF16, requires_grad=True)
                 for _ in range(2))
         g = torch.randn_like(q)
-        torch.use_deterministic_algorithms(True)
-        try:
+        with deterministic():
             first, again = self.run_twice(q, k, v, g, (q, k, v))
-        finally:
-            torch.use_deterministic_algorithms(False)
         for a, b in zip(first, again):
             self.assertTrue(torch.equal(a, b))
             self.assertEqual(a.stride(), b.stride())
@@ -445,33 +453,21 @@ class NativeGPU(unittest.TestCase):
             torch.testing.assert_close(a, b, atol=2e-2, rtol=2e-2)
 
     def test_fused_qkv_projection(self):
-        torch.manual_seed(1)
-        x = torch.randn(4, 256, 12, 64, device="cuda", dtype=BF16, requires_grad=True)
-        q, k, v = x.split([8, 2, 2], dim=2)
-        g = torch.randn(q.shape, device="cuda", dtype=BF16)
-        torch.use_deterministic_algorithms(True)
-        try:
+        x, q, k, v, g = fused(1, 4)
+        with deterministic():
             first, again = self.run_twice(q, k, v, g, (x,), layout="bshd")
-        finally:
-            torch.use_deterministic_algorithms(False)
         self.assertTrue(torch.equal(first[0], again[0]))
         self.assertTrue(torch.equal(first[1], again[1]))
 
     def test_offloaded_activations(self):
         """torch.autograd.graph.save_on_cpu: the backward's q, k and v come
         back as dense copies of the fused projection's views."""
-        torch.manual_seed(4)
-        x = torch.randn(2, 256, 12, 64, device="cuda", dtype=BF16, requires_grad=True)
-        q, k, v = x.split([8, 2, 2], dim=2)
-        g = torch.randn(q.shape, device="cuda", dtype=BF16)
-        torch.use_deterministic_algorithms(True)
-        try:
+        x, q, k, v, g = fused(4, 2)
+        with deterministic():
             first, again = self.run_twice(q, k, v, g, (x,), layout="bshd")
             with torch.autograd.graph.save_on_cpu():
                 out = flashjit.attention(q, k, v, causal="top_left", layout="bshd")
                 (gx,) = torch.autograd.grad(out, (x,), g)
-        finally:
-            torch.use_deterministic_algorithms(False)
         self.assertTrue(torch.equal(out, first[0]))
         self.assertTrue(torch.equal(gx, first[1]))
 
@@ -483,11 +479,8 @@ class NativeGPU(unittest.TestCase):
         kw = dict(mask_mod="doc(q) == doc(kv)", params={"doc": doc})
         kw["block_mask"] = flashjit.block_mask(q, k, causal=True, **kw)
         g = torch.randn_like(q)
-        torch.use_deterministic_algorithms(True)
-        try:
+        with deterministic():
             first, again = self.run_twice(q, k, v, g, (q, k, v), **kw)
-        finally:
-            torch.use_deterministic_algorithms(False)
         self.assertIsInstance(next(iter(calls.tables.train.values())), tr.ModsCall)
         for a, b in zip(first, again):
             self.assertTrue(torch.equal(a, b))
@@ -499,14 +492,11 @@ class NativeGPU(unittest.TestCase):
                 for _ in range(2))
         sinks = torch.randn(8, device="cuda", requires_grad=True)
         g = torch.randn_like(q)
-        torch.use_deterministic_algorithms(True)
-        try:
+        with deterministic():
             got = []
             for _ in range(2):
                 out = flashjit.attention(q, k, v, causal="top_left", sinks=sinks)
                 got.append((out,) + torch.autograd.grad(out, (q, k, v, sinks), g))
-        finally:
-            torch.use_deterministic_algorithms(False)
         call, = calls.tables.train.values()
         self.assertTrue(call.native)
         for a, b in zip(*got):
@@ -517,14 +507,11 @@ class NativeGPU(unittest.TestCase):
         q, k, v = (torch.randn(1, 4, 256, 128, device="cuda", dtype=BF16, requires_grad=True)
                    for _ in range(3))
         w = torch.randn(1, 4, 256, device="cuda")
-        torch.use_deterministic_algorithms(True)
-        try:
+        with deterministic():
             got = []
             for _ in range(2):
                 out, lse = flashjit.attention(q, k, v, causal="top_left", return_lse=True)
                 got.append(torch.autograd.grad(out.float().sum() + (lse * w).sum(), (q, k, v)))
-        finally:
-            torch.use_deterministic_algorithms(False)
         call, = calls.tables.train.values()
         self.assertTrue(call.native)
         for a, b in zip(*got):
