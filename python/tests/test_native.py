@@ -268,9 +268,9 @@ class NativeCalls(Stubbed):
         self.assertEqual(grads[3].shape, sinks.shape)
 
     def test_other_mode_where_no_record_is_made(self):
-        """A call the record cannot express (k broadcast: copied dense) keeps
-        the other mode's entry that offer() made, usable by the package's
-        path."""
+        """A call the record cannot express (k broadcast: copied dense) stays
+        on the package's path, whose deterministic backward then makes its
+        own entry."""
         q, v = (t.requires_grad_() for t in qkv(b=2)[::2])
         k = torch.randn(1, 8, 128, 64, dtype=BF16).expand(2, 8, 128, 64).requires_grad_()
         g = torch.randn_like(q)
@@ -294,7 +294,8 @@ class NativeCalls(Stubbed):
             with deterministic(det):
                 self.step(q, k, v, g, score_mod="s * 0.5f")
             _, _, p = self.rec.calls[-1]
-            self.assertEqual((p.deterministic, list(p.k_stride)), (det, [8 * 128 * 64, 128 * 64, 64]))
+            self.assertEqual((p.deterministic, list(p.k_stride)),
+                             (det, [8 * 128 * 64, 128 * 64, 64]))
         call, = calls.tables.train.values()
         self.assertEqual(call.native, 0)
 
