@@ -80,7 +80,8 @@ def available():
         torch.ops.load_library(path)
         ops = torch.ops.flashjit_native
         if ops.record_bytes() != C.sizeof(Call):
-            why = f"{path}: its record is {ops.record_bytes()} bytes, the package's {C.sizeof(Call)}"
+            why = (f"{path}: its record is {ops.record_bytes()} bytes, the package's "
+                   f"{C.sizeof(Call)} (a build of another version)")
             return False
         if ops.dlse_offset() != capi.Problem.dlse.offset:
             why = f"{path}: built against another flashjit.h (fj_problem.dlse)"
