@@ -10,9 +10,12 @@ machine may run all of them slow: compare the best of a few processes).
     FLASHJIT_LIB=build/libflashjit.so python3 bench/train_host_cpu.py [--native]
 
 --native: the training calls' repeats through the C++ training call
-(libflashjit_torch.so, _native.py), its launching calls no-op C
-callbacks (each one a ctypes callback's cost, which the library's own
-functions do not have).
+(libflashjit_torch.so, _native.py), and the compiled graph's through its
+C++ ops (csrc/compiled.cpp), their launching calls no-op C callbacks
+(each one a ctypes callback's cost, which the library's own functions do
+not have).  The last case, "compiled: forward + autograd.grad", is the
+call in a torch.compile'd function (aot_eager: the graph as AOTAutograd
+makes it, no code generated), the package's Python ops without --native.
 
 Needs PyTorch (any build).  The figures are this machine's host time,
 not a GPU's: on a GPU machine the launches add their own.
@@ -56,6 +59,7 @@ def main():
                         "fj_attention_bwd_run", "capturing"), (C.cast(f, V).value for f in cbs)))
         fns["fj_errmsg"] = native._FNS["fj_errmsg"]
         mock.patch.object(native, "launchers", lambda: fns).start()
+        mock.patch.object(native, "CPU_OPS", True).start()
     # The ops' CPU kernels: where torch.compile or a caller reaches them.
     tr.attention_train_op.register_kernel("cpu")(tr._attention_train)
     tr.attention_bwd_op.register_kernel("cpu")(tr._attention_bwd)
@@ -78,6 +82,12 @@ def main():
     def fwd_bwd():
         out = flashjit.attention(q, k, v, causal="top_left")
         torch.autograd.grad(out, (q, k, v), g)
+
+    compiled_attn = torch.compile(lambda a, b, c: flashjit.attention(a, b, c, causal="top_left"),
+                                  backend="aot_eager", fullgraph=True)
+
+    def compiled():
+        torch.autograd.grad(compiled_attn(q, k, v), (q, k, v), g)
 
     # Issue 33's document case in small: a mask expression over a tensor
     # parameter and a block mask with its transposed lists.
@@ -104,7 +114,8 @@ def main():
                     ("forward + autograd.grad", fwd_bwd),
                     ("documents: forward, no grad", doc_no_grad),
                     ("documents: forward with grad", doc_fwd),
-                    ("documents: forward + autograd.grad", doc_fwd_bwd)):
+                    ("documents: forward + autograd.grad", doc_fwd_bwd),
+                    ("compiled: forward + autograd.grad", compiled)):
         for _ in range(5):
             f()
         best = float("inf")

@@ -1,18 +1,26 @@
-"""The training call in C++ (csrc/native.cpp, built as libflashjit_torch.so
-where CMake finds PyTorch): a TrainCall's forward and a C++ autograd node
-for its backward, which PyTorch's device thread runs without the GIL.
+"""The training call in C++ (libflashjit_torch.so, built where CMake finds
+PyTorch with CUDA), in two parts.
 
-A TrainCall takes it once the package's own path has run its forward and
-backward (offer(), from _TrainCall.backward): the package has then made
-every decision the node repeats -- the forward's entry, the backward's for
-both deterministic modes, where the gradients go -- and records them in a
-Call for the node to read.  Calls the record cannot express stay on the
-package's path: parameters' gradients, varlen, split head dims, inputs
-copied dense for the backward, gradients that are not dense or views of
-one storage.  Under
-torch.compile the package's Python ops run, never this one.
+Eager (csrc/native.cpp): a TrainCall's or ModsCall's forward as a C++ op
+and a C++ autograd node for its backward, which PyTorch's device thread
+runs without the GIL.  A call takes it once the package's own path has run
+its forward and backward (offer(), from the Functions' backward): the
+package has then made every decision the node repeats -- the forward's
+entry, the backward's for both deterministic modes, where the gradients go
+-- and records them in a Call for the node to read.  Calls the record
+cannot express stay on the package's path: parameters' gradients, varlen,
+split head dims, inputs copied dense for the backward, gradients that are
+not dense or views of one storage.
 
-FLASHJIT_NATIVE=0 turns it off; FLASHJIT_NATIVE_LIB names the library
+Compiled (csrc/compiled.cpp): the ops flashjit_native::attention_train and
+::attention_bwd, which a torch.compile'd graph calls for the dense
+training call with the built-in masks (_train.train_call) instead of the
+package's Python ops, with their autograd in C++ too: a new signature asks
+prepare_fwd / prepare_bwd below once for its entry's record (an Entry),
+made as the package's op makes it; expressions and varlen keep the Python
+ops.
+
+FLASHJIT_NATIVE=0 turns both off; FLASHJIT_NATIVE_LIB names the library
 (default: libflashjit_torch.so beside the library the package loaded)."""
 import ctypes as C
 import os
@@ -52,6 +60,21 @@ class Call(C.Structure):
                 ("shared_offset", C.c_int64 * 3), ("strides", (C.c_int64 * 4) * 3)]
 
 
+class Entry(C.Structure):
+    """csrc/compiled.cpp's fjn_entry: one library entry of a compiled
+    graph's training op."""
+    _fields_ = [("fn", C.c_void_p), ("fn_plan", C.c_void_p), ("capturing", C.c_void_p),
+                ("message", C.c_void_p), ("ctx", C.c_void_p), ("p", C.c_void_p),
+                ("plan", C.c_void_p), ("ws", C.c_int64), ("lse_shape", C.c_int64 * 3),
+                ("heads_q", C.c_int64), ("copy", C.c_int64 * 3), ("zero", C.c_int64),
+                ("slots", Slots)]
+
+
+# The compiled graphs' C++ ops (csrc/compiled.cpp) take CUDA tensors only;
+# the tests set this to trace CPU tensors into them too.
+CPU_OPS = False
+compiled = False  # whether they are registered (available() registers them)
+
 _FNS = {}
 
 
@@ -86,6 +109,9 @@ def available():
         if ops.dlse_offset() != capi.Problem.dlse.offset:
             why = f"{path}: built against another flashjit.h (fj_problem.dlse)"
             return False
+        if ops.entry_bytes() != C.sizeof(Entry):
+            why = f"{path}: its entry is {ops.entry_bytes()} bytes, the package's {C.sizeof(Entry)}"
+            return False
         _op = ops.train.default
     except (OSError, RuntimeError, AttributeError) as ex:
         why = f"{path}: {ex}"
@@ -99,8 +125,87 @@ def available():
                                    C.c_void_p).value
     except (OSError, AttributeError):
         _FNS["capturing"] = None  # no driver: nothing runs anyway
+    _register_compiled()
     _state = True
     return True
+
+
+def _register_compiled():
+    """The compiled graphs' ops' Python parts: their fakes (the package's
+    own ops' shapes and strides) and the preparation of a new signature's
+    entry (prepare_fwd, prepare_bwd: the record's address, or 0)."""
+    global compiled
+    from . import _train as tr
+
+    @torch.library.register_fake("flashjit_native::attention_train")
+    def _fwd_fake(q, k, v, sinks, causal, scale, layout, window_left, window_right, softcap):
+        return tr._attention_train_fake(q, k, v, sinks, causal, scale, layout, window_left,
+                                        window_right, softcap)
+
+    @torch.library.register_fake("flashjit_native::attention_bwd")
+    def _bwd_fake(dout, q, k, v, out, lse, sinks, causal, scale, layout, window_left,
+                  window_right, softcap, deterministic, dlse):
+        return tr._attention_bwd_fake(dout, q, k, v, out, lse, causal, scale, layout,
+                                      window_left, window_right, softcap, sinks)
+
+    torch.library.impl("flashjit_native::prepare_fwd", ("cpu", "cuda"), _prepare_fwd)
+    torch.library.impl("flashjit_native::prepare_bwd", ("cpu", "cuda"), _prepare_bwd)
+    compiled = True
+
+
+def _entry_record(e, fn, fn_plan, fns):
+    """An Entry for library entry e (its slots: the sinks'), or None where
+    there are too many slots."""
+    r = Entry()
+    r.fn, r.fn_plan = fns[fn], fns[fn_plan]
+    r.capturing, r.message = fns["capturing"], fns["fj_errmsg"]
+    r.ctx, r.p, r.plan, r.ws = e.ctx, e.p_addr, e.plan_addr, e.ws
+    return r if _slots(e.slots, r.slots) else None
+
+
+def _prepare_fwd(q, k, v, sinks, causal, scale, layout, window_left, window_right, softcap):
+    """flashjit_native::prepare_fwd: the forward entry's record of a compiled
+    graph's training call (flashjit::attention_train's, made as that op
+    makes it), or 0 where a record does not express it."""
+    from . import _train as tr
+    fns = launchers()
+    if fns is None or len(_records) >= MAX_RECORDS:
+        return 0
+    o, extras = tr._train_opts(sinks, causal, scale, layout, window_left, window_right, softcap)
+    det = torch.are_deterministic_algorithms_enabled()
+    e = calls.entry(o, calls.RAW_LSE, q, k, v, extras,
+                    ahead=lambda: calls.prefetch_bwd(tr._build_bwd(o, q, k, v, extras, det)))
+    if (e.idle or e.post is not None or e.out_dv or e.ones is not None or
+            e.lse_shape is None or len(e.lse_shape) != 3 or e.out_dtype != q.dtype):
+        return 0
+    r = _entry_record(e, "fj_attention_fwd", "fj_attention_fwd_plan", fns)
+    if r is None:
+        return 0
+    r.lse_shape[:] = list(e.lse_shape)
+    _records.append((r, e))
+    return C.addressof(r)
+
+
+def _prepare_bwd(dout, q, k, v, out, lse, sinks, causal, scale, layout, window_left,
+                 window_right, softcap, deterministic):
+    """flashjit_native::prepare_bwd: the backward entry's record
+    (flashjit::attention_bwd's: q, k and v that are not dense read as
+    dense copies, the gradients dense), or 0."""
+    from . import _train as tr
+    fns = launchers()
+    if fns is None or len(_records) >= MAX_RECORDS or q.numel() == 0 or k.numel() == 0:
+        return 0
+    o, extras = tr._train_opts(sinks, causal, scale, layout, window_left, window_right, softcap)
+    e, copy, kept = tr._bwd_entry(dout, q, k, v, out, lse, o, extras, deterministic)
+    if kept:
+        return 0
+    r = _entry_record(e, "fj_attention_bwd", "fj_attention_bwd_run", fns)
+    if r is None:
+        return 0
+    r.heads_q, r.zero = e.p.heads_q, int(e.zero)
+    r.copy[:] = [int(c) for c in copy]
+    _records.append((r, e))
+    return C.addressof(r)
 
 
 def status():

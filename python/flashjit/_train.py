@@ -519,11 +519,21 @@ def _offer_native(call, dout, q, k, v, out, lse, extras):
     native.offer(call, hit, other, q, k, v, extras, call.o.roles)
 
 
+@torch.compiler.assume_constant_result
+def _compiled_ops():
+    """Whether the compiled graphs' C++ training ops are loaded (loading
+    them; a constant of the trace)."""
+    return native.available() and native.compiled
+
+
 def train_call(q, k, v, sinks, call):
     """attention()'s training call with the built-in masks (call: a
     TrainCall): (out, lse).  Through the op under torch.compile, eagerly
     through _TrainCall."""
     if torch.compiler.is_compiling():
+        if (q.is_cuda or native.CPU_OPS) and _compiled_ops():
+            # The C++ ops (csrc/compiled.cpp): no Python in the graph's call.
+            return torch.ops.flashjit_native.attention_train(q, k, v, sinks, *call.args)
         return attention_train_op(q, k, v, sinks, *call.args)
     if call.native:
         got = native.train(q, k, v, call.native, () if sinks is None else (sinks,))

@@ -12,6 +12,7 @@ was not built (CMake builds it where its Python imports a PyTorch with
 CUDA: python/flashjit/csrc/CMakeLists.txt)."""
 import contextlib
 import ctypes as C
+import threading
 import unittest
 from unittest import mock
 
@@ -326,6 +327,102 @@ class NativeCalls(Stubbed):
             plans.append(calls.counts["bwd_plans"])
         self.assertEqual(plans[1:], plans[:1] * 3)
 
+    def test_compiled_graph_calls_the_cpp_ops(self):
+        """Under torch.compile the training call traces into the C++ ops
+        (flashjit_native::attention_train and its backward op), which make
+        the package's entries once and launch them."""
+        p = mock.patch.object(native, "CPU_OPS", True)
+        p.start()
+        self.addCleanup(p.stop)
+        torch._dynamo.reset()
+        self.addCleanup(torch._dynamo.reset)
+        q, k, v = (t.requires_grad_() for t in qkv(hk=2))
+        g = torch.randn_like(q)
+        graphs = []
+
+        def backend(gm, inputs):
+            graphs.append(gm)
+            return torch._dynamo.backends.debugging.aot_eager(gm, inputs)
+        f = torch.compile(lambda a, b, c: flashjit.attention(a, b, c, causal="top_left"),
+                          backend=backend, fullgraph=True)
+        before = torch.ops.flashjit_native.signatures()
+        for _ in range(3):
+            out = f(q, k, v)
+            grads = torch.autograd.grad(out, (q, k, v), g)
+        self.assertIn("flashjit_native.attention_train", graphs[0].code)
+        self.assertEqual(torch.ops.flashjit_native.signatures() - before, 2)
+        self.assertEqual([n for n, _, _ in self.rec.calls], ["fwd", "bwd"] * 3)
+        self.assertEqual(len({a[1] for n, a, _ in self.rec.calls if n == "fwd"}), 1)
+        self.assertEqual(len({a[1] for n, a, _ in self.rec.calls if n == "bwd"}), 1)
+        _, a, pb = self.rec.calls[-1]
+        self.assertEqual(a[2:5], (q.data_ptr(), k.data_ptr(), v.data_ptr()))
+        self.assertEqual(a[8:11], tuple(t.data_ptr() for t in grads))
+        self.assertEqual((out.shape, grads[1].shape), (q.shape, k.shape))
+        self.assertEqual(self.apply.call_count, 0)  # never the eager Function
+        # The deterministic mode, read when the backward is traced: a new graph.
+        with deterministic():
+            torch.autograd.grad(f(q, k, v), (q, k, v), g)
+        self.assertEqual(self.rec.calls[-1][2].deterministic, 1)
+
+    def test_compiled_ops_by_thread(self):
+        """Another thread's compiled calls of the same signature take entries
+        of their own (the package's tables are by thread: a call writes its
+        pointers into its entry's problem)."""
+        p = mock.patch.object(native, "CPU_OPS", True)
+        p.start()
+        self.addCleanup(p.stop)
+        torch._dynamo.reset()
+        self.addCleanup(torch._dynamo.reset)
+        q, k, v = (t.requires_grad_() for t in qkv())
+        g = torch.randn_like(q)
+        f = torch.compile(lambda a, b, c: flashjit.attention(a, b, c, causal="top_left"),
+                          backend="aot_eager", fullgraph=True)
+
+        def run():
+            torch.autograd.grad(f(q, k, v), (q, k, v), g)
+        before = torch.ops.flashjit_native.signatures()
+        run()
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+        self.assertEqual(torch.ops.flashjit_native.signatures() - before, 4)
+        fwd = [a[1] for n, a, _ in self.rec.calls if n == "fwd"]
+        self.assertEqual(len(fwd), 2)
+        self.assertNotEqual(fwd[0], fwd[1])
+
+    def test_compiled_strided_inputs_and_sinks(self):
+        """The compiled backward reads q, k and v that are not dense as dense
+        copies and returns dense gradients (the op's fake), and the sinks'
+        gradient."""
+        p = mock.patch.object(native, "CPU_OPS", True)
+        p.start()
+        self.addCleanup(p.stop)
+        torch._dynamo.reset()
+        self.addCleanup(torch._dynamo.reset)
+        x = torch.randn(2, 64, 12, 64, dtype=BF16, requires_grad=True)
+        sinks = torch.randn(8, dtype=torch.float32, requires_grad=True)
+
+        def step(x, sinks):
+            q, k, v = x.split([8, 2, 2], dim=2)
+            return flashjit.attention(q, k, v, causal="top_left", layout="bshd", sinks=sinks)
+        f = torch.compile(step, backend="aot_eager", fullgraph=True)
+        seen, bwd = [], self.rec.bwd
+
+        def reading(*a):  # the q the library is given: dense, x's values
+            seen.append(torch.frombuffer(bytearray((C.c_char * 128).from_address(a[2])),
+                                         dtype=BF16))
+            return bwd(*a)
+        self.rec.bwd = reading
+        g = torch.randn(2, 64, 8, 64, dtype=BF16)
+        for _ in range(2):
+            gx, gs = torch.autograd.grad(f(x, sinks), (x, sinks), g)
+        _, a, pb = self.rec.calls[-1]
+        # Dense bshd: (batch, head, row) strides.
+        self.assertEqual(list(pb.q_stride), [64 * 8 * 64, 64, 8 * 64])
+        self.assertTrue(torch.equal(seen[-1], x[0, 0, 0].detach()))
+        self.assertEqual(a[11], gs.data_ptr())
+        self.assertEqual((gx.shape, gs.shape), (x.shape, sinks.shape))
+
     def test_status(self):
         ok, where = flashjit.native_training()
         self.assertEqual((ok, where), (True, native._path()))
@@ -459,6 +556,28 @@ class NativeGPU(unittest.TestCase):
             first, again = self.run_twice(q, k, v, g, (x,), layout="bshd")
         self.assertTrue(torch.equal(first[0], again[0]))
         self.assertTrue(torch.equal(first[1], again[1]))
+
+    def test_compiled(self):
+        """torch.compile's graph through the C++ ops (default backend:
+        Inductor) gives the eager call's result."""
+        x, q, k, v, g = fused(6, 2)
+
+        def step(x):
+            q, k, v = x.split([8, 2, 2], dim=2)
+            return flashjit.attention(q, k, v, causal="top_left", layout="bshd")
+        torch._dynamo.reset()
+        self.addCleanup(torch._dynamo.reset)
+        f = torch.compile(step, fullgraph=True)
+        before = torch.ops.flashjit_native.signatures()
+        with deterministic():
+            out0 = step(x)
+            (g0,) = torch.autograd.grad(out0, (x,), g)
+            for _ in range(2):
+                out = f(x)
+                (gx,) = torch.autograd.grad(out, (x,), g)
+        self.assertEqual(torch.ops.flashjit_native.signatures() - before, 2)
+        torch.testing.assert_close(out, out0, atol=0, rtol=0)
+        torch.testing.assert_close(gx, g0, atol=2e-2, rtol=2e-2)
 
     def test_offloaded_activations(self):
         """torch.autograd.graph.save_on_cpu: the backward's q, k and v come

@@ -15,54 +15,24 @@
 // The library's functions come as addresses from the package's own
 // binding (the same library instance the package loaded), so this file
 // links only PyTorch.  The op is eager only: under torch.compile the
-// package calls its Python ops (flashjit::attention_train).
+// graphs call compiled.cpp's ops.
+#include "native.h"
+
 #include <ATen/Context.h>
-#include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
-#include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
-#include <cstddef>
-#include <cstdint>
 #include <optional>
-#include <stdexcept>
-#include <string>
 #include <vector>
-
-extern "C" {
-#include "flashjit.h"
-}
 
 namespace {
 
-typedef int (*fwd_fn)(void *ctx, const void *p, const void *q, const void *k, const void *v,
-                      void *o, void *lse, void *stream);
-typedef int (*fwd_plan_fn)(void *ctx, const void *p, const void *plan, const void *q,
-                           const void *k, const void *v, void *o, void *lse, void *ws,
-                           size_t ws_bytes, void *stream);
-typedef int (*bwd_fn)(void *ctx, const void *p, const void *q, const void *k, const void *v,
-                      const void *o, const void *dout, const void *lse, void *dq, void *dk,
-                      void *dv, void *dsinks, void *stream);
-typedef int (*bwd_run_fn)(void *ctx, const void *p, const void *plan, const void *q,
-                          const void *k, const void *v, const void *o, const void *dout,
-                          const void *lse, void *dq, void *dk, void *dv, void *dsinks, void *ws,
-                          size_t ws_bytes, void *stream);
-typedef int (*capturing_fn)(void *stream, int *status);  // cuStreamIsCapturing
-typedef const char *(*message_fn)(void *ctx);            // fj_ctx_last_error
-
-// Where a call's extra tensors go: slot i's pointer field (at[i], in a
-// struct the package keeps) takes extras[of[i]]'s address.
-enum { FJN_SLOTS = 24 };
-struct fjn_slots {
-  int64_t n;
-  void *at[FJN_SLOTS];
-  int64_t of[FJN_SLOTS];
-};
+using namespace fjn;
 
 // One training call as the package decided it (python/flashjit/_native.py's
 // Call mirrors this layout; every field is set there before the first use).
@@ -104,31 +74,12 @@ struct fjn_call {
   int64_t strides[3][4];
 };
 
-void fill(const fjn_slots &s, const at::Tensor *extras) {
-  for (int64_t i = 0; i < s.n; i++)
-    *static_cast<void **>(s.at[i]) = extras[s.of[i]].data_ptr();
-}
-
+// The call's library failure as an exception (fjn::check).
 void check(int st, const fjn_call *c, void *ctx, const char *what) {
-  if (st != 0) {
-    const char *m = c->message ? c->message(ctx) : nullptr;
-    throw std::runtime_error(std::string("flashjit: ") + what + ": " +
-                             (m && *m ? m : "error " + std::to_string(st)));
-  }
+  fjn::check(st, c->message, ctx, what);
 }
 
-// PyTorch's current stream on t's device; NULL for CPU tensors (the
-// package's tests, with the library's calls stubbed).
-void *stream_of(const at::Tensor &t) {
-  if (!t.is_cuda())
-    return nullptr;
-  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
-}
-
-bool capturing(const fjn_call *c, void *stream) {
-  int s = 0;
-  return c->capturing && c->capturing(stream, &s) == 0 && s != 0;
-}
+bool capturing(const fjn_call *c, void *stream) { return fjn::capturing(c->capturing, stream); }
 
 // Whether q, k and v are laid out as the call's first ones were for its
 // gradients: the non-dense ones in one storage at the recorded offsets.
