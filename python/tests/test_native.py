@@ -364,6 +364,39 @@ class NativeCalls(Stubbed):
             torch.autograd.grad(f(q, k, v), (q, k, v), g)
         self.assertEqual(self.rec.calls[-1][2].deterministic, 1)
 
+    def test_compiled_empty_call_runs_the_packages_op(self):
+        """A signature no record expresses (no query rows: nothing to
+        launch) runs the package's own op, through the dispatcher."""
+        p = mock.patch.object(native, "CPU_OPS", True)
+        p.start()
+        self.addCleanup(p.stop)
+        torch._dynamo.reset()
+        self.addCleanup(torch._dynamo.reset)
+        lib = torch.library.Library("flashjit", "IMPL")  # the ops' CPU kernels, for this test
+        self.addCleanup(lib._destroy)
+        ran = []
+
+        def fwd(*args):
+            ran.append("fwd")
+            return tr._attention_train(*args)
+
+        def bwd(*args, **kw):
+            ran.append("bwd")
+            return tr._attention_bwd(*args, **kw)
+        lib.impl("attention_train", fwd, "CPU")
+        lib.impl("attention_bwd", bwd, "CPU")
+        q = torch.randn(1, 8, 0, 64, dtype=BF16, requires_grad=True)
+        k, v = (torch.randn(1, 8, 128, 64, dtype=BF16, requires_grad=True) for _ in range(2))
+        f = torch.compile(lambda a, b, c: flashjit.attention(a, b, c, causal="top_left"),
+                          backend="aot_eager", fullgraph=True)
+        for _ in range(2):
+            out = f(q, k, v)
+            dq, dk, dv = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+        self.assertEqual(ran, ["fwd", "bwd"] * 2)
+        self.assertEqual((out.shape, dq.shape, dk.shape), (q.shape, q.shape, k.shape))
+        self.assertFalse(dk.any())
+        self.assertEqual(self.rec.calls, [])
+
     def test_compiled_ops_by_thread(self):
         """Another thread's compiled calls of the same signature take entries
         of their own (the package's tables are by thread: a call writes its

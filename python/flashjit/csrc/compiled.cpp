@@ -123,10 +123,13 @@ int64_t record_of(const std::string &key, const char *prepare, torch::jit::Stack
   return rec;
 }
 
-// The package's own op (name) on these arguments, for a signature no record
-// expresses.
+// The package's own op (name) on these arguments, its defaults after them,
+// for a signature no record expresses.
 torch::jit::Stack package_op(const char *name, torch::jit::Stack args) {
   auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
+  const auto &params = op.schema().arguments();
+  for (size_t i = args.size(); i < params.size(); i++)
+    args.push_back(*params[i].default_value());
   op.callBoxed(&args);
   return args;
 }
@@ -187,11 +190,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_bwd(
   if (!addr) {
     // flashjit::attention_bwd's order: ..., softcap, sinks, deterministic,
     // the varlen arguments (none), dlse.
-    torch::jit::Stack pkg = {dout,   q_in,   k_in,        v_in,         out,
-                             lse,    causal, scale,       layout,       window_left,
-                             window_right,   softcap,     sinks,        deterministic,
-                             c10::IValue(),  c10::IValue(), c10::IValue(), (int64_t)0,
-                             (int64_t)0,     dlse};
+    torch::jit::Stack pkg = {dout,          q_in,          k_in,          v_in,
+                             out,           lse,           causal,        scale,
+                             layout,        window_left,   window_right,  softcap,
+                             sinks,         deterministic, c10::IValue(), c10::IValue(),
+                             c10::IValue(), (int64_t)0,    (int64_t)0,    dlse};
     auto got = package_op("flashjit::attention_bwd", pkg);
     return {got.at(0).toTensor(), got.at(1).toTensor(), got.at(2).toTensor(),
             got.at(3).toTensor()};
