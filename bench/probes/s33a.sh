@@ -18,6 +18,9 @@
 #          time against its kernels'.
 #   cmp    bench/train_mods_compare.py --cases full,causal,window,document
 #          (issue 33's table beside FlexAttention), native on.
+#   gptc   examples/gpt_train.py --compile, interleaved (G3's run), with
+#          FLASHJIT_NATIVE=0 (the package's Python ops) then with the
+#          compiled graphs' C++ ops (csrc/compiled.cpp).
 set -u
 . bench/probes/parts_lib.sh
 parts_start s33a "${1:-}" ${S33A_SECONDS:-520}
@@ -64,5 +67,13 @@ part_cmp() {
   env_py timeout $(bound 300) python3 bench/train_mods_compare.py --cases full,causal,window,document \
     --out "$out/cmp" >"$out/cmp.log" 2>&1
   echo "cmp: exit $?"; grep -E "^train|Error" "$out/cmp.log" | cut -c1-400 | head -12
+}
+part_gptc() {
+  for n in 0 1; do
+    FLASHJIT_NATIVE=$n env_py timeout $(bound 200) python3 examples/gpt_train.py --steps 100 \
+      --compile --time-rounds 16 --time-steps 10 >"$out/gptc$n.log" 2>&1
+    echo "gptc native=$n: exit $?"
+    grep -E "median step|interleaved|PASS|FAIL|Error" "$out/gptc$n.log" | cut -c1-300
+  done
 }
 parts_run s33a ${S33A_PARTS:-test host gattn gpt}

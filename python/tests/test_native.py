@@ -82,6 +82,10 @@ class NativeCalls(Stubbed):
         self.python = mock.patch.object(tr._TrainCall, "apply", wraps=tr._TrainCall.apply)
         self.apply = self.python.start()
         self.addCleanup(self.python.stop)
+        # The compiled ops' table of this thread: records that call this
+        # test's stubs only.
+        torch.ops.flashjit_native.forget()
+        self.addCleanup(torch.ops.flashjit_native.forget)
 
     def step(self, q, k, v, g, **kw):
         out = flashjit.attention(q, k, v, causal="top_left", **kw)
@@ -358,11 +362,51 @@ class NativeCalls(Stubbed):
         self.assertEqual(a[2:5], (q.data_ptr(), k.data_ptr(), v.data_ptr()))
         self.assertEqual(a[8:11], tuple(t.data_ptr() for t in grads))
         self.assertEqual((out.shape, grads[1].shape), (q.shape, k.shape))
-        self.assertEqual(self.apply.call_count, 0)  # never the eager Function
         # The deterministic mode, read when the backward is traced: a new graph.
         with deterministic():
             torch.autograd.grad(f(q, k, v), (q, k, v), g)
         self.assertEqual(self.rec.calls[-1][2].deterministic, 1)
+
+    def compiled_setup(self):
+        p = mock.patch.object(native, "CPU_OPS", True)
+        p.start()
+        self.addCleanup(p.stop)
+        torch._dynamo.reset()
+        self.addCleanup(torch._dynamo.reset)
+
+    def test_compiled_lse_gradient(self):
+        """The compiled backward takes the log-sum-exp's gradient (dlse), with
+        O's or without it (dO zeros)."""
+        self.compiled_setup()
+        q, k, v = (t.requires_grad_() for t in qkv(s=64))
+        f = torch.compile(lambda a, b, c: flashjit.attention(a, b, c, causal="top_left",
+                                                             return_lse=True),
+                          backend="aot_eager", fullgraph=True)
+        for both in (True, False):
+            out, lse = f(q, k, v)
+            w = torch.randn(lse.shape)
+            loss = (lse * w).sum() + (out.float().sum() if both else 0)
+            loss.backward()
+            self.assertTrue(torch.equal(self.rec.dlse[-1], w))
+        self.assertEqual([n for n, _, _ in self.rec.calls], ["fwd", "bwd"] * 2)
+
+    def test_compiled_capture(self):
+        """Under CUDA-graph capture the compiled ops take the graph's
+        workspace (fj_attention_fwd_plan, fj_attention_bwd_run)."""
+        self.compiled_setup()
+        q, k, v = (t.requires_grad_() for t in qkv(s=192))
+        g = torch.randn_like(q)
+        f = torch.compile(lambda a, b, c: flashjit.attention(a, b, c, causal="top_left"),
+                          backend="aot_eager", fullgraph=True)
+        torch.autograd.grad(f(q, k, v), (q, k, v), g)
+        fwd, = [r for r, _ in native._records[-2:] if r.lse_shape[0]]
+        fwd.ws = 256  # a forward with a workspace (a GPU's persistent scheduler)
+        self.capturing = True
+        torch.autograd.grad(f(q, k, v), (q, k, v), g)
+        self.assertEqual([n for n, _, _ in self.rec.calls[2:]], ["fwd_plan", "bwd_run"])
+        (_, af, _), (_, ab, _) = self.rec.calls[2:]
+        self.assertEqual((af[2], af[9]), (fwd.plan, 256))
+        self.assertIsNotNone(af[8])
 
     def test_compiled_empty_call_runs_the_packages_op(self):
         """A signature no record expresses (no query rows: nothing to
@@ -441,8 +485,9 @@ class NativeCalls(Stubbed):
         f = torch.compile(step, backend="aot_eager", fullgraph=True)
         seen, bwd = [], self.rec.bwd
 
-        def reading(*a):  # the q the library is given: dense, x's values
-            seen.append(torch.frombuffer(bytearray((C.c_char * 128).from_address(a[2])),
+        def reading(*a):  # the q the library is given, q[1, 1, 0]: dense, x's values
+            at = a[2] + 2 * (64 * 8 * 64 + 8 * 64)
+            seen.append(torch.frombuffer(bytearray((C.c_char * 128).from_address(at)),
                                          dtype=BF16))
             return bwd(*a)
         self.rec.bwd = reading
@@ -450,9 +495,10 @@ class NativeCalls(Stubbed):
         for _ in range(2):
             gx, gs = torch.autograd.grad(f(x, sinks), (x, sinks), g)
         _, a, pb = self.rec.calls[-1]
-        # Dense bshd: (batch, head, row) strides.
+        # Dense bshd: (batch, head, row) strides, a copy of x's q.
         self.assertEqual(list(pb.q_stride), [64 * 8 * 64, 64, 8 * 64])
-        self.assertTrue(torch.equal(seen[-1], x[0, 0, 0].detach()))
+        self.assertNotEqual(a[2], x.data_ptr())
+        self.assertTrue(torch.equal(seen[-1], x[1, 1, 0].detach()))
         self.assertEqual(a[11], gs.data_ptr())
         self.assertEqual((gx.shape, gs.shape), (x.shape, sinks.shape))
 

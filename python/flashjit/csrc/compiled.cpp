@@ -32,6 +32,7 @@
 #include <ATen/ops/zeros_like.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <ATen/Context.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
@@ -252,9 +253,8 @@ struct TrainOp : public torch::autograd::Function<TrainOp> {
                                    window_right, softcap);
     }
     ctx->save_for_backward({q, k, v, out, lse, sinks ? *sinks : at::Tensor()});
-    ctx->saved_data["args"] = std::vector<double>{(double)causal, scale, (double)layout,
-                                                  (double)window_left, (double)window_right,
-                                                  softcap};
+    ctx->saved_data["ints"] = std::vector<int64_t>{causal, layout, window_left, window_right};
+    ctx->saved_data["floats"] = std::vector<double>{scale, softcap};
     ctx->set_materialize_grads(false);
     return {out, lse};
   }
@@ -271,7 +271,8 @@ struct TrainOp : public torch::autograd::Function<TrainOp> {
       return none;
     if (!dout.defined())  // a loss of the log-sum-exp alone
       dout = at::zeros_like(saved[3]);
-    auto a = ctx->saved_data["args"].toDoubleVector();
+    auto n = ctx->saved_data["ints"].toIntVector();
+    auto f = ctx->saved_data["floats"].toDoubleVector();
     std::optional<at::Tensor> sinks;
     if (saved[5].defined())
       sinks = saved[5];
@@ -279,9 +280,8 @@ struct TrainOp : public torch::autograd::Function<TrainOp> {
     if (dlse.defined())
       dl = dlse;
     auto [dq, dk, dv, dsinks] =
-        op.call(dout, saved[0], saved[1], saved[2], saved[3], saved[4], sinks, (int64_t)a[0],
-                a[1], (int64_t)a[2], (int64_t)a[3], (int64_t)a[4], a[5],
-                at::globalContext().deterministicAlgorithms(), dl);
+        op.call(dout, saved[0], saved[1], saved[2], saved[3], saved[4], sinks, n[0], f[0], n[1],
+                n[2], n[3], f[1], at::globalContext().deterministicAlgorithms(), dl);
     none[0] = dq;
     none[1] = dk;
     none[2] = dv;
@@ -295,6 +295,20 @@ std::tuple<at::Tensor, at::Tensor> attention_train_autograd(
     const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
     const std::optional<at::Tensor> &sinks, int64_t causal, double scale, int64_t layout,
     int64_t window_left, int64_t window_right, double softcap) {
+  bool grad = false;
+  if (at::GradMode::is_enabled())
+    for (const at::Tensor *t : {&q, &k, &v})
+      grad = grad || t->requires_grad();
+  if (!grad && !(sinks && sinks->requires_grad() && at::GradMode::is_enabled())) {
+    // No graph to record (a compiled graph's call runs so): no node, the
+    // op below autograd (through the dispatcher: a fake tensor mode, say,
+    // takes it there).
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("flashjit_native::attention_train", "")
+                         .typed<decltype(attention_train)>();
+    at::AutoDispatchBelowADInplaceOrView below;
+    return op.call(q, k, v, sinks, causal, scale, layout, window_left, window_right, softcap);
+  }
   auto r = TrainOp::apply(q, k, v, sinks, causal, scale, layout, window_left, window_right,
                           softcap);
   return {r[0], r[1]};
@@ -305,6 +319,14 @@ int64_t entry_bytes() { return (int64_t)sizeof(fjn_entry); }
 // How many signatures the threads' tables have taken (the package's tests
 // count them).
 int64_t signatures() { return made.load(); }
+
+// Empties this thread's table (the package's tests: their records call
+// their own stubs).
+int64_t forget() {
+  int64_t n = (int64_t)table.size();
+  table.clear();
+  return n;
+}
 
 }  // namespace
 
@@ -323,6 +345,7 @@ TORCH_LIBRARY_FRAGMENT(flashjit_native, m) {
         "int window_right, float softcap, bool deterministic) -> int");
   m.def("entry_bytes() -> int", &entry_bytes);
   m.def("signatures() -> int", &signatures);
+  m.def("forget() -> int", &forget);
 }
 
 TORCH_LIBRARY_IMPL(flashjit_native, Autograd, m) {
