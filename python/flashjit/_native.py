@@ -43,7 +43,7 @@ SLOTS = 24
 
 
 class Slots(C.Structure):
-    """csrc/native.cpp's fjn_slots: pointer field at[i] takes extras[of[i]]."""
+    """csrc/native.h's fjn_slots: pointer field at[i] takes extras[of[i]]."""
     _fields_ = [("n", C.c_int64), ("at", C.c_void_p * SLOTS), ("of", C.c_int64 * SLOTS)]
 
 
@@ -102,6 +102,11 @@ def available():
     try:
         torch.ops.load_library(path)
         ops = torch.ops.flashjit_native
+        built, have = ops.torch_version(), _torch_version()
+        if built != have:
+            why = (f"{path}: built for PyTorch {built // 100}.{built % 100}, this is "
+                   f"{torch.__version__} (rebuild it: cmake --build)")
+            return False
         if ops.record_bytes() != C.sizeof(Call):
             why = (f"{path}: its record is {ops.record_bytes()} bytes, the package's "
                    f"{C.sizeof(Call)} (a build of another version)")
@@ -212,6 +217,12 @@ def status():
     """flashjit.native_training(): (True, the library's path) where the C++
     training call is loaded, else (False, why not)."""
     return (True, _path()) if available() else (False, why)
+
+
+def _torch_version():
+    """This PyTorch's major * 100 + minor."""
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major) * 100 + int("".join(c for c in minor if c.isdigit()) or 0)
 
 
 def launchers():

@@ -516,6 +516,13 @@ class NativeCalls(Stubbed):
         with mock.patch.object(native, "_state", None), \
                 mock.patch.dict("os.environ", {"FLASHJIT_NATIVE_LIB": "/nonexistent/lib.so"}):
             self.assertEqual(flashjit.native_training(), (False, "no /nonexistent/lib.so"))
+        # A library built for another PyTorch is refused, saying so.
+        with mock.patch.object(native, "_state", None), \
+                mock.patch.object(native, "_torch_version", lambda: 199):
+            ok, why = flashjit.native_training()
+            self.assertFalse(ok)
+            self.assertIn("built for PyTorch 2.", why)
+            self.assertIn(torch.__version__, why)
 
     def test_no_record_for_stubbed_calls(self):
         q, k, v = (t.requires_grad_() for t in qkv())

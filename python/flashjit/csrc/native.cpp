@@ -25,6 +25,7 @@
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/headeronly/version.h>
 #include <torch/library.h>
 
 #include <optional>
@@ -235,6 +236,9 @@ std::vector<at::Tensor> train(const at::Tensor &q, const at::Tensor &k, const at
 
 // The record's size, for the package's check of its own layout.
 int64_t record_bytes() { return (int64_t)sizeof(fjn_call); }
+// The PyTorch this library was built against, major * 100 + minor (the
+// package refuses the library under another: its C++ ABI is not kept).
+int64_t torch_version() { return TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR; }
 int64_t dlse_offset() { return (int64_t)offsetof(fj_problem, dlse); }
 
 }  // namespace
@@ -242,5 +246,6 @@ int64_t dlse_offset() { return (int64_t)offsetof(fj_problem, dlse); }
 TORCH_LIBRARY(flashjit_native, m) {
   m.def("train(Tensor q, Tensor k, Tensor v, Tensor[] extras, int call) -> Tensor[]", &train);
   m.def("record_bytes() -> int", &record_bytes);
+  m.def("torch_version() -> int", &torch_version);
   m.def("dlse_offset() -> int", &dlse_offset);
 }
