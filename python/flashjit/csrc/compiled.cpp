@@ -7,9 +7,10 @@
 // Why: a compiled graph calls a Python custom op through PyTorch's Python
 // dispatch and the op's Python body (the call's options, its entry's
 // lookup, the launch through ctypes): 24.5 us forward and 30.2 us backward
-// a call on the build machine; an H100's host, where the compiled GPT step
-// ran 1.14x SDPA's (PERF.md G3), ran the package's eager Python some four
-// times slower than that machine (not measured for these ops there).  These ops
+// a call on the build machine; on an H100's host, where the compiled GPT
+// step ran 1.14x SDPA's (PERF.md G3), the package's eager training call
+// took some four times the build machine's host time, launches included
+// (these ops' host time there is not measured).  These ops
 // find the call's library entry in a table of their own, keyed by the
 // arguments and the tensors' metadata, and launch it; a signature they
 // have not seen asks the package once (flashjit_native::prepare_fwd /
