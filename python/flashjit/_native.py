@@ -130,7 +130,11 @@ def available():
                                    C.c_void_p).value
     except (OSError, AttributeError):
         _FNS["capturing"] = None  # no driver: nothing runs anyway
-    _register_compiled()
+    try:
+        _register_compiled()
+    except (RuntimeError, AttributeError, TypeError) as ex:
+        # The eager call stands without the compiled graphs' ops.
+        why = f"{path}: the compiled graphs' ops not registered: {ex}"
     _state = True
     return True
 
