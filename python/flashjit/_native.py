@@ -47,27 +47,21 @@ class Slots(C.Structure):
     _fields_ = [("n", C.c_int64), ("at", C.c_void_p * SLOTS), ("of", C.c_int64 * SLOTS)]
 
 
-class Call(C.Structure):
-    """csrc/native.cpp's fjn_call, field for field."""
-    _fields_ = [("fwd", C.c_void_p), ("fwd_plan", C.c_void_p), ("bwd", C.c_void_p),
-                ("bwd_run", C.c_void_p), ("capturing", C.c_void_p), ("message", C.c_void_p),
-                ("extras", C.c_int64), ("sinks_at", C.c_int64), ("heads_q", C.c_int64),
-                ("ctx", C.c_void_p), ("p", C.c_void_p), ("plan", C.c_void_p),
-                ("ws", C.c_int64), ("lse_shape", C.c_int64 * 3), ("slots", Slots),
-                ("bctx", C.c_void_p * 2), ("bp", C.c_void_p * 2), ("bplan", C.c_void_p * 2),
-                ("bws", C.c_int64 * 2), ("bzero", C.c_int64 * 2), ("bslots", Slots * 2),
-                ("dense", C.c_int64 * 3), ("shared_elems", C.c_int64),
-                ("shared_offset", C.c_int64 * 3), ("strides", (C.c_int64 * 4) * 3)]
-
-
 class Entry(C.Structure):
-    """csrc/compiled.cpp's fjn_entry: one library entry of a compiled
-    graph's training op."""
+    """csrc/native.h's fjn_entry: one library entry, a forward's or a
+    backward's, as a record holds it (_entry fills it)."""
     _fields_ = [("fn", C.c_void_p), ("fn_plan", C.c_void_p), ("capturing", C.c_void_p),
                 ("message", C.c_void_p), ("ctx", C.c_void_p), ("p", C.c_void_p),
                 ("plan", C.c_void_p), ("ws", C.c_int64), ("lse_shape", C.c_int64 * 3),
                 ("heads_q", C.c_int64), ("copy", C.c_int64 * 3), ("zero", C.c_int64),
                 ("slots", Slots)]
+
+
+class Call(C.Structure):
+    """csrc/native.cpp's fjn_call, field for field: the eager call's record."""
+    _fields_ = [("extras", C.c_int64), ("sinks_at", C.c_int64), ("fwd", Entry),
+                ("bwd", Entry * 2), ("dense", C.c_int64 * 3), ("shared_elems", C.c_int64),
+                ("shared_offset", C.c_int64 * 3), ("strides", (C.c_int64 * 4) * 3)]
 
 
 # The compiled graphs' C++ ops (csrc/compiled.cpp) take CUDA tensors only;
@@ -162,14 +156,30 @@ def _register_compiled():
     compiled = True
 
 
-def _entry_record(e, fn, fn_plan, fns):
-    """An Entry for library entry e (its slots: the sinks'), or None where
-    there are too many slots."""
-    r = Entry()
-    r.fn, r.fn_plan = fns[fn], fns[fn_plan]
-    r.capturing, r.message = fns["capturing"], fns["fj_errmsg"]
-    r.ctx, r.p, r.plan, r.ws = e.ctx, e.p_addr, e.plan_addr, e.ws
-    return r if _slots(e.slots, r.slots) else None
+def _entry(into, e, fns, copy=None):
+    """Fills into (an Entry) for library entry e: a forward's where copy is
+    None, else a backward's (copy: which of q, k, v it reads as dense
+    copies).  False where e has more slots than a record holds."""
+    bwd = copy is not None
+    into.fn = fns["fj_attention_bwd" if bwd else "fj_attention_fwd"]
+    into.fn_plan = fns["fj_attention_bwd_run" if bwd else "fj_attention_fwd_plan"]
+    into.capturing, into.message = fns["capturing"], fns["fj_errmsg"]
+    into.ctx, into.p, into.plan, into.ws = e.ctx, e.p_addr, e.plan_addr, e.ws
+    if bwd:
+        into.heads_q, into.zero = e.p.heads_q, int(e.zero)
+        into.copy[:] = [int(c) for c in copy]
+    else:
+        into.lse_shape[:] = list(e.lse_shape)
+    return _slots(e.slots, into.slots)
+
+
+def _fwd_recordable(e, q):
+    """Whether forward entry e of a training call on q is one a record
+    expresses: it launches, returns the library's log-sum-exp and O in q's
+    dtype and shape."""
+    return (e is not None and not e.idle and e.post is None and not e.out_dv and
+            e.ones is None and e.lse_shape is not None and len(e.lse_shape) == 3 and
+            e.out_dtype == q.dtype)
 
 
 def _prepare_fwd(q, k, v, sinks, causal, scale, layout, window_left, window_right, softcap):
@@ -184,13 +194,9 @@ def _prepare_fwd(q, k, v, sinks, causal, scale, layout, window_left, window_righ
     det = torch.are_deterministic_algorithms_enabled()
     e = calls.entry(o, calls.RAW_LSE, q, k, v, extras,
                     ahead=lambda: calls.prefetch_bwd(tr._build_bwd(o, q, k, v, extras, det)))
-    if (e.idle or e.post is not None or e.out_dv or e.ones is not None or
-            e.lse_shape is None or len(e.lse_shape) != 3 or e.out_dtype != q.dtype):
+    r = Entry()
+    if not _fwd_recordable(e, q) or not _entry(r, e, fns):
         return 0
-    r = _entry_record(e, "fj_attention_fwd", "fj_attention_fwd_plan", fns)
-    if r is None:
-        return 0
-    r.lse_shape[:] = list(e.lse_shape)
     _records.append((r, e))
     return C.addressof(r)
 
@@ -206,13 +212,9 @@ def _prepare_bwd(dout, q, k, v, out, lse, sinks, causal, scale, layout, window_l
         return 0
     o, extras = tr._train_opts(sinks, causal, scale, layout, window_left, window_right, softcap)
     e, copy, kept = tr._bwd_entry(dout, q, k, v, out, lse, o, extras, deterministic)
-    if kept:
+    r = Entry()
+    if kept or not _entry(r, e, fns, copy):
         return 0
-    r = _entry_record(e, "fj_attention_bwd", "fj_attention_bwd_run", fns)
-    if r is None:
-        return 0
-    r.heads_q, r.zero = e.p.heads_q, int(e.zero)
-    r.copy[:] = [int(c) for c in copy]
     _records.append((r, e))
     return C.addressof(r)
 
@@ -266,13 +268,9 @@ def worth_offering(call, hit, q, k, v):
     record expresses, four-dimensional q, k and v (not varlen's packed
     ones) that the backward reads where they are (hit: the current
     mode's (entry, copies, kept, strides))."""
-    e = call.entry
     return bool(available() and launchers() is not None and len(_records) < MAX_RECORDS and
-                e is not None and not e.idle and
-                e.post is None and not e.out_dv and e.ones is None and
-                e.lse_shape is not None and len(e.lse_shape) == 3 and
-                e.out_dtype == q.dtype and q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and
-                q.numel() and k.numel() and not any(hit[1]))
+                _fwd_recordable(call.entry, q) and q.dim() == 4 and k.dim() == 4 and
+                v.dim() == 4 and q.numel() and k.numel() and not any(hit[1]))
 
 
 def offer(call, hit, other, q, k, v, extras=(), roles=()):
@@ -284,33 +282,19 @@ def offer(call, hit, other, q, k, v, extras=(), roles=()):
     call's options'; the sinks' gradient is the node's to return)."""
     from . import _train as tr
     call.native = 0
-    e = call.entry
     if not worth_offering(call, hit, q, k, v):
         return
     fns = launchers()
-    det = torch.are_deterministic_algorithms_enabled()
-    modes = (other, hit) if det else (hit, other)
-    for h in modes:
-        if any(h[1]):
-            return
+    modes = (other, hit) if torch.are_deterministic_algorithms_enabled() else (hit, other)
     r = Call()
     r.extras = len(extras)
     r.sinks_at = list(roles).index("sinks") if "sinks" in roles else -1
-    if (r.sinks_at >= 0) != bool(hit[0].sinks) or (r.sinks_at >= 0) != bool(other[0].sinks):
+    if any((r.sinks_at >= 0) != bool(h[0].sinks) for h in modes):
         return
-    r.heads_q = hit[0].p.heads_q
-    if not _slots(e.slots, r.slots):
+    if not _entry(r.fwd, call.entry, fns):
         return
-    r.fwd, r.fwd_plan = fns["fj_attention_fwd"], fns["fj_attention_fwd_plan"]
-    r.bwd, r.bwd_run = fns["fj_attention_bwd"], fns["fj_attention_bwd_run"]
-    r.capturing, r.message = fns["capturing"], fns["fj_errmsg"]
-    r.ctx, r.p, r.plan, r.ws = e.ctx, e.p_addr, e.plan_addr, e.ws
-    r.lse_shape[:] = list(e.lse_shape)
-    for i, h in enumerate(modes):
-        b = h[0]
-        r.bctx[i], r.bp[i], r.bplan[i], r.bws[i] = b.ctx, b.p_addr, b.plan_addr, b.ws
-        r.bzero[i] = int(b.zero)
-        if not _slots(b.slots, r.bslots[i]):
+    for into, h in zip(r.bwd, modes):
+        if not _entry(into, h[0], fns, h[1]):
             return
     ts = (q, k, v)
     dense = [tr._dense(t) for t in ts]
@@ -328,6 +312,6 @@ def offer(call, hit, other, q, k, v, extras=(), roles=()):
     for i, t in enumerate(ts):
         r.strides[i][:] = list(t.stride())
     r.shared_offset[:] = [0 if d else t.storage_offset() for t, d in zip(ts, dense)]
-    _records.append((r, e, modes))
+    _records.append((r, call.entry, modes))
     call.native = C.addressof(r)
 

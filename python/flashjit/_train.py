@@ -500,23 +500,33 @@ class _TrainCall(torch.autograd.Function):
 
 
 def _offer_native(call, dout, q, k, v, out, lse, extras):
-    """After a TrainCall's first backward: its record for the C++ training
-    call (_native.offer), with the backward's entry of the other
-    deterministic mode made now, so that the node has both."""
+    """After a TrainCall's first backward: _offer's, its entries by
+    (deterministic, views=True)."""
+    _offer(call, True, lambda det: _bwd_entry(dout if dout is not None else out, q, k, v, out,
+                                              lse, call.o, extras, det, True)[0],
+           q, k, v, extras, call.o.roles)
+
+
+def _offer(call, second, build, q, k, v, extras, roles):
+    """After a training call's first backward (call: a TrainCall or a
+    ModsCall, whose backward entries go by (deterministic, second)): its
+    record for the C++ training call (_native.offer), with the other
+    deterministic mode's entry made now (build(deterministic): the entry,
+    for the same tensors), so that the node has both."""
     det = torch.are_deterministic_algorithms_enabled()
-    hit = call.bwd.get((det, True))
-    other = call.bwd.get((not det, True))
+    hit = call.bwd.get((det, second))
+    other = call.bwd.get((not det, second))
     call.native = 0
     if hit is None or not native.worth_offering(call, hit, q, k, v):
         return
     if other is None:
         try:
-            other = _bwd_entry(dout if dout is not None else out, q, k, v, out, lse, call.o,
-                               extras, not det, True)
+            e = build(not det)
         except (core.Error, ValueError, NotImplementedError):
             return
-        other = call.bwd[(not det, True)] = other + (hit[3],)
-    native.offer(call, hit, other, q, k, v, extras, call.o.roles)
+        # The same tensors: the current mode's copies, layout and strides.
+        other = call.bwd[(not det, second)] = (e,) + tuple(hit[1:])
+    native.offer(call, hit, other, q, k, v, extras, roles)
 
 
 @torch.compiler.assume_constant_result
@@ -840,31 +850,20 @@ class _TrainMods(torch.autograd.Function):
         grads = _mods_grads(saved, ctx.opts, ctx.pgrads, dout, dlse,
                             _attention_bwd_mods if compiling else bwd)
         if ctx.call.native is None and not compiling and not ctx.pgrads and grads is not None:
-            _offer_native_mods(ctx.call, dout, saved)
+            _offer_native_mods(ctx.call, saved)
         at = ctx.call.floats
         if grads is None:
             return (None,) * (5 + len(at))
         return grads[:3] + (None, None) + tuple(grads[3][i] for i in at)
 
 
-def _offer_native_mods(call, dout, saved):
-    """_offer_native for a ModsCall after its first backward without
-    parameters' gradients: the other deterministic mode's entry made now
-    (_launch_bwd_mods' way, the same tensors' copies and layout)."""
+def _offer_native_mods(call, saved):
+    """_offer's for a ModsCall after its first backward without parameters'
+    gradients (entries by (deterministic, pgrads=0))."""
     q, k, v, out, lse, *extras = saved
-    det = torch.are_deterministic_algorithms_enabled()
-    hit = call.bwd.get((det, 0))
-    other = call.bwd.get((not det, 0))
-    call.native = 0
-    if hit is None or not native.worth_offering(call, hit, q, k, v):
-        return
-    if other is None:
-        try:
-            e = _build_bwd_mods(calls.decode(call.opts), q, k, v, extras, not det, 0)
-        except (core.Error, ValueError, NotImplementedError):
-            return
-        other = call.bwd[(not det, 0)] = (e,) + tuple(hit[1:])
-    native.offer(call, hit, other, q, k, v, extras, calls.decode(call.opts).roles)
+    o = calls.decode(call.opts)
+    _offer(call, 0, lambda det: _build_bwd_mods(o, q, k, v, extras, det, 0), q, k, v, extras,
+           o.roles)
 
 
 def train_mods(q, k, v, extras, call):

@@ -214,7 +214,7 @@ class NativeCalls(Stubbed):
         call, = calls.tables.train.values()
         # A forward with a workspace (the persistent scheduler's counter on
         # a GPU; none on the compile-only context): 256 bytes.
-        native.Call.from_address(call.native).ws = 256
+        native.Call.from_address(call.native).fwd.ws = 256
         self.capturing = True
         self.step(q, k, v, g)
         self.assertEqual([n for n, _, _ in self.rec.calls[2:]], ["fwd_plan", "bwd_run"])

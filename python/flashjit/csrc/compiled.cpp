@@ -50,24 +50,6 @@ namespace {
 
 using namespace fjn;
 
-// One library entry of a signature, as the package made it (_native.py's
-// Entry mirrors this layout).
-struct fjn_entry {
-  void *fn;        // fj_attention_fwd, or fj_attention_bwd
-  void *fn_plan;   // fj_attention_fwd_plan, or fj_attention_bwd_run
-  capturing_fn capturing;
-  message_fn message;
-  void *ctx;
-  void *p;
-  void *plan;
-  int64_t ws;
-  int64_t lse_shape[3];  // the forward's
-  int64_t heads_q;       // the backward's dsinks size where sinks are given
-  int64_t copy[3];       // the backward reads these of q, k, v as dense copies
-  int64_t zero;          // the backward's gradients start as zeros
-  fjn_slots slots;       // the sinks' (the dense training call's one extra)
-};
-
 // The signatures this thread has seen: the key's bytes -> the record (0:
 // the package's op).  By thread, as the package's call tables are: a call
 // writes its pointers into its entry's problem, which another thread's
@@ -160,18 +142,7 @@ std::tuple<at::Tensor, at::Tensor> attention_train(const at::Tensor &q, const at
   auto out = at::empty(q.sizes(), q.options());
   auto lse = at::empty({e->lse_shape[0], e->lse_shape[1], e->lse_shape[2]},
                        q.options().dtype(at::kFloat));
-  void *stream = stream_of(q);
-  if (e->ws && capturing(e->capturing, stream)) {
-    auto ws = at::empty({e->ws}, q.options().dtype(at::kByte));
-    check(reinterpret_cast<fwd_plan_fn>(e->fn_plan)(
-              e->ctx, e->p, e->plan, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-              lse.data_ptr(), ws.data_ptr(), (size_t)e->ws, stream),
-          e->message, e->ctx, "attention");
-  } else {
-    check(reinterpret_cast<fwd_fn>(e->fn)(e->ctx, e->p, q.data_ptr(), k.data_ptr(),
-                                          v.data_ptr(), out.data_ptr(), lse.data_ptr(), stream),
-          e->message, e->ctx, "attention");
-  }
+  run_fwd(*e, q, k, v, out, lse);
   return {out, lse};
 }
 
@@ -208,32 +179,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_bwd(
   at::Tensor v = e->copy[2] ? v_in.contiguous() : v_in;
   if (sinks)
     fill(e->slots, &*sinks);
-  auto *p = static_cast<fj_problem *>(e->p);
-  at::Tensor dl;
-  if (dlse)
-    dl = dlse->to(at::kFloat).contiguous();
-  p->dlse = dl.defined() ? dl.data_ptr<float>() : nullptr;
   at::Tensor dq = e->zero ? at::zeros_like(q) : at::empty_like(q);
   at::Tensor dk = e->zero ? at::zeros_like(k) : at::empty_like(k);
   at::Tensor dv = e->zero ? at::zeros_like(v) : at::empty_like(v);
   at::Tensor dsinks = at::empty({sinks ? e->heads_q : 0}, q.options().dtype(at::kFloat));
-  void *ds = sinks ? dsinks.data_ptr() : nullptr;
-  at::Tensor d = dout.contiguous(), o = out.contiguous();
-  void *stream = stream_of(q);
-  if (capturing(e->capturing, stream)) {
-    auto ws = at::empty({e->ws}, q.options().dtype(at::kByte));
-    check(reinterpret_cast<bwd_run_fn>(e->fn_plan)(
-              e->ctx, e->p, e->plan, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-              d.data_ptr(), lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), ds,
-              ws.data_ptr(), (size_t)e->ws, stream),
-          e->message, e->ctx, "attention backward");
-  } else {
-    check(reinterpret_cast<bwd_fn>(e->fn)(e->ctx, e->p, q.data_ptr(), k.data_ptr(),
-                                          v.data_ptr(), o.data_ptr(), d.data_ptr(),
-                                          lse.data_ptr(), dq.data_ptr(), dk.data_ptr(),
-                                          dv.data_ptr(), ds, stream),
-          e->message, e->ctx, "attention backward");
-  }
+  run_bwd(*e, q, k, v, out.contiguous(), dout.contiguous(), lse, dlse ? *dlse : at::Tensor(),
+          dq, dk, dv, sinks ? dsinks.data_ptr() : nullptr);
   return {dq, dk, dv, dsinks};
 }
 

@@ -38,31 +38,12 @@ using namespace fjn;
 // One training call as the package decided it (python/flashjit/_native.py's
 // Call mirrors this layout; every field is set there before the first use).
 struct fjn_call {
-  fwd_fn fwd;
-  fwd_plan_fn fwd_plan;
-  bwd_fn bwd;
-  bwd_run_fn bwd_run;
-  capturing_fn capturing;
-  message_fn message;
-  int64_t extras;       // how many extra tensors a call passes
-  int64_t sinks_at;     // which of them are the sinks (their gradient: dsinks), or -1
-  int64_t heads_q;      // dsinks' size
-  // The forward's entry: context, problem, plan, its workspace bytes, its
-  // slots.  O is q's dtype, contiguous in q's shape.
-  void *ctx;
-  void *p;
-  void *plan;
-  int64_t ws;
-  int64_t lse_shape[3]; // [batch][heads_q][seq_q]
-  fjn_slots slots;
-  // The backward's entries by mode (0, 1: torch's deterministic flag), and
-  // whether their gradients start as zeros.
-  void *bctx[2];
-  void *bp[2];
-  void *bplan[2];
-  int64_t bws[2];
-  int64_t bzero[2];
-  fjn_slots bslots[2];
+  int64_t extras;    // how many extra tensors a call passes
+  int64_t sinks_at;  // which of them are the sinks (their gradient: dsinks), or -1
+  // The forward's entry (O is q's dtype, contiguous in q's shape), and the
+  // backward's by mode (0, 1: torch's deterministic flag).
+  fjn_entry fwd;
+  fjn_entry bwd[2];
   // The gradients' layout: which of q, k, v are dense (their gradient is
   // empty_like); the others are views of one new buffer of `shared_elems`
   // elements at the offsets they have in the storage they share, which a
@@ -74,13 +55,6 @@ struct fjn_call {
   // were made for.
   int64_t strides[3][4];
 };
-
-// The call's library failure as an exception (fjn::check).
-void check(int st, const fjn_call *c, void *ctx, const char *what) {
-  fjn::check(st, c->message, ctx, what);
-}
-
-bool capturing(const fjn_call *c, void *stream) { return fjn::capturing(c->capturing, stream); }
 
 // Whether q, k and v are laid out as the call's first ones were for its
 // gradients: the non-dense ones in one storage at the recorded offsets.
@@ -134,22 +108,11 @@ struct Train : public torch::autograd::Function<Train> {
                                                 std::vector<at::Tensor> extras, int64_t addr) {
     (void)sinks;  // an input for its gradient; the library reads extras[sinks_at]
     auto *c = reinterpret_cast<const fjn_call *>(addr);
-    fill(c->slots, extras.data());
+    fill(c->fwd.slots, extras.data());
     auto out = at::empty(q.sizes(), q.options());
-    auto lse = at::empty({c->lse_shape[0], c->lse_shape[1], c->lse_shape[2]},
+    auto lse = at::empty({c->fwd.lse_shape[0], c->fwd.lse_shape[1], c->fwd.lse_shape[2]},
                          q.options().dtype(at::kFloat));
-    void *stream = stream_of(q);
-    if (c->ws && capturing(c, stream)) {
-      // The graph's own workspace, from its pool (the package's rule).
-      auto ws = at::empty({c->ws}, q.options().dtype(at::kByte));
-      check(c->fwd_plan(c->ctx, c->p, c->plan, q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                        out.data_ptr(), lse.data_ptr(), ws.data_ptr(), (size_t)c->ws, stream),
-            c, c->ctx, "attention");
-    } else {
-      check(c->fwd(c->ctx, c->p, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                   lse.data_ptr(), stream),
-            c, c->ctx, "attention");
-    }
+    run_fwd(c->fwd, q, k, v, out, lse);
     torch::autograd::variable_list keep = {q, k, v, out, lse};
     keep.insert(keep.end(), extras.begin(), extras.end());
     ctx->save_for_backward(keep);
@@ -171,47 +134,25 @@ struct Train : public torch::autograd::Function<Train> {
               at::Tensor()};
     if (!dout.defined())  // a loss of the log-sum-exp alone
       dout = at::zeros_like(out);
-    dout = dout.contiguous();
-    int mode = at::globalContext().deterministicAlgorithms() ? 1 : 0;
-    // The loss's gradient at the log-sum-exp: float32, contiguous (a sum's
-    // comes expanded), in the problem's dlse; NULL where none.
-    if (dlse.defined())
-      dlse = dlse.to(at::kFloat).contiguous();
-    auto *p = static_cast<fj_problem *>(c->bp[mode]);
-    fill(c->bslots[mode], saved.data() + 5);
-    p->dlse = dlse.defined() ? dlse.data_ptr<float>() : nullptr;
+    const fjn_entry &e = c->bwd[at::globalContext().deterministicAlgorithms() ? 1 : 0];
+    fill(e.slots, saved.data() + 5);
     // The gradients in q's, k's and v's strides (_grads_as_laid_out).
     at::Tensor g[3], buf;
-    bool zero = c->bzero[mode] != 0;
     for (int i = 0; i < 3; i++) {
       if (c->dense[i]) {
-        g[i] = zero ? at::zeros_like(in[i]) : at::empty_like(in[i]);
+        g[i] = e.zero ? at::zeros_like(in[i]) : at::empty_like(in[i]);
       } else {
         if (!buf.defined())
-          buf = zero ? at::zeros({c->shared_elems}, in[i].options())
-                     : at::empty({c->shared_elems}, in[i].options());
+          buf = e.zero ? at::zeros({c->shared_elems}, in[i].options())
+                       : at::empty({c->shared_elems}, in[i].options());
         g[i] = buf.as_strided(in[i].sizes(), in[i].strides(), in[i].storage_offset());
       }
     }
     at::Tensor dsinks;
     if (c->sinks_at >= 0)
-      dsinks = at::empty({c->heads_q}, q.options().dtype(at::kFloat));
-    void *ds = dsinks.defined() ? dsinks.data_ptr() : nullptr;
-    void *stream = stream_of(q);
-    at::Tensor o = out.contiguous();
-    if (capturing(c, stream)) {
-      auto ws = at::empty({c->bws[mode]}, q.options().dtype(at::kByte));
-      check(c->bwd_run(c->bctx[mode], p, c->bplan[mode], q.data_ptr(), k.data_ptr(),
-                       v.data_ptr(), o.data_ptr(), dout.data_ptr(), lse.data_ptr(),
-                       g[0].data_ptr(), g[1].data_ptr(), g[2].data_ptr(), ds, ws.data_ptr(),
-                       (size_t)c->bws[mode], stream),
-            c, c->bctx[mode], "attention backward");
-    } else {
-      check(c->bwd(c->bctx[mode], p, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-                   dout.data_ptr(), lse.data_ptr(), g[0].data_ptr(), g[1].data_ptr(),
-                   g[2].data_ptr(), ds, stream),
-            c, c->bctx[mode], "attention backward");
-    }
+      dsinks = at::empty({e.heads_q}, q.options().dtype(at::kFloat));
+    run_bwd(e, q, k, v, out.contiguous(), dout.contiguous(), lse, dlse, g[0], g[1], g[2],
+            dsinks.defined() ? dsinks.data_ptr() : nullptr);
     return {g[0], g[1], g[2], dsinks, at::Tensor(), at::Tensor()};
   }
 };

@@ -1,11 +1,12 @@
 // native.h -- what the package's C++ training calls share (native.cpp:
 // the eager call and its autograd node; compiled.cpp: the ops that
 // torch.compile's graphs call): the library's functions as the package
-// passes their addresses, the slots that take a call's extra tensors, and
-// the stream, capture and error helpers.
+// passes their addresses, a library entry as the package records it, the
+// slots that take a call's extra tensors, and the launches.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <cstddef>
@@ -71,6 +72,74 @@ inline void *stream_of(const at::Tensor &t) {
 inline bool capturing(capturing_fn fn, void *stream) {
   int s = 0;
   return fn && fn(stream, &s) == 0 && s != 0;
+}
+
+// One library entry -- a forward's or a backward's -- as the package made
+// it (python/flashjit/_native.py's Entry mirrors this layout; _entry fills
+// it): the functions it runs with, the context, problem, plan and
+// workspace bytes, and the slots that take a call's extra tensors.
+struct fjn_entry {
+  void *fn;              // fj_attention_fwd, or fj_attention_bwd
+  void *fn_plan;         // fj_attention_fwd_plan, or fj_attention_bwd_run
+  capturing_fn capturing;
+  message_fn message;
+  void *ctx;
+  void *p;
+  void *plan;
+  int64_t ws;
+  int64_t lse_shape[3];  // a forward's: [batch][heads_q][seq_q]
+  int64_t heads_q;       // a backward's dsinks size where sinks are given
+  int64_t copy[3];       // a backward's q, k, v read as dense copies
+  int64_t zero;          // a backward's gradients start as zeros
+  fjn_slots slots;
+};
+
+// Forward entry e on q, k, v into out and lse, on PyTorch's current stream;
+// under CUDA-graph capture with the graph's own workspace (from PyTorch's
+// allocator: the context's cannot grow there), as the package's calls do.
+inline void run_fwd(const fjn_entry &e, const at::Tensor &q, const at::Tensor &k,
+                    const at::Tensor &v, const at::Tensor &out, const at::Tensor &lse) {
+  void *stream = stream_of(q);
+  int st;
+  if (e.ws && capturing(e.capturing, stream)) {
+    auto ws = at::empty({e.ws}, q.options().dtype(at::kByte));
+    st = reinterpret_cast<fwd_plan_fn>(e.fn_plan)(e.ctx, e.p, e.plan, q.data_ptr(),
+                                                  k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                                                  lse.data_ptr(), ws.data_ptr(),
+                                                  (size_t)e.ws, stream);
+  } else {
+    st = reinterpret_cast<fwd_fn>(e.fn)(e.ctx, e.p, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                        out.data_ptr(), lse.data_ptr(), stream);
+  }
+  check(st, e.message, e.ctx, "attention");
+}
+
+// Backward entry e: the loss's gradient at the log-sum-exp (dlse, float32
+// and contiguous as fj_problem.dlse reads it; undefined: none) set in its
+// problem, then the gradients written (dsinks NULL without sinks), as
+// run_fwd launches.
+inline void run_bwd(const fjn_entry &e, const at::Tensor &q, const at::Tensor &k,
+                    const at::Tensor &v, const at::Tensor &o, const at::Tensor &dout,
+                    const at::Tensor &lse, at::Tensor dlse, const at::Tensor &dq,
+                    const at::Tensor &dk, const at::Tensor &dv, void *dsinks) {
+  if (dlse.defined())
+    dlse = dlse.to(at::kFloat).contiguous();
+  static_cast<fj_problem *>(e.p)->dlse = dlse.defined() ? dlse.data_ptr<float>() : nullptr;
+  void *stream = stream_of(q);
+  int st;
+  if (capturing(e.capturing, stream)) {
+    auto ws = at::empty({e.ws}, q.options().dtype(at::kByte));
+    st = reinterpret_cast<bwd_run_fn>(e.fn_plan)(
+        e.ctx, e.p, e.plan, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+        dout.data_ptr(), lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), dsinks,
+        ws.data_ptr(), (size_t)e.ws, stream);
+  } else {
+    st = reinterpret_cast<bwd_fn>(e.fn)(e.ctx, e.p, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                        o.data_ptr(), dout.data_ptr(), lse.data_ptr(),
+                                        dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), dsinks,
+                                        stream);
+  }
+  check(st, e.message, e.ctx, "attention backward");
 }
 
 }  // namespace fjn
