@@ -344,33 +344,50 @@ class Training(unittest.TestCase, DeterministicState):
     def test_compile_fullgraph_backward(self):
         """torch.compile(fullgraph=True) of attention and a loss, then
         .backward(): no graph break, eager's gradients, and the mode of
-        torch.use_deterministic_algorithms reaching the launch (a change
-        recompiles: Dynamo guards the flag)."""
+        torch.use_deterministic_algorithms reaching the backward's entry (a
+        change recompiles: Dynamo guards the flag) -- through the package's
+        Python ops, and through the compiled graphs' C++ ops where they are
+        built (their backward asks for an entry once per mode: the C++
+        table is emptied first so that it asks here)."""
         self.keep_deterministic_state()
-        modes, launch = [], tr._launch_bwd
+        paths = [False] + ([True] if tr._compiled_ops() else [])
+        for cpp in paths:
+            with self.subTest(cpp_ops=cpp):
+                if cpp:
+                    torch.ops.flashjit_native.forget()
+                    self.addCleanup(torch.ops.flashjit_native.forget)
+                self.compiled_modes(cpp)
+
+    def compiled_modes(self, cpp):
+        modes, entry = [], tr._bwd_entry
 
         def spy(*args, **kwargs):
-            # The mode by name: dlse follows it (the launch's last argument).
-            bound = inspect.signature(launch).bind(*args, **kwargs)
-            modes.append(bound.arguments.get("deterministic", False))
-            return launch(*args, **kwargs)
+            bound = inspect.signature(entry).bind(*args, **kwargs)
+            modes.append(bool(bound.arguments["deterministic"]))
+            return entry(*args, **kwargs)
 
         def step(q, k, v):
             o = flashjit.attention(q, k, v, causal="top_left", layout="bshd")
             return o.float().square().sum()
 
+        torch._dynamo.reset()
         compiled = torch.compile(step, fullgraph=True)
-        q, k, v = randn(2, 256, 8, 64), randn(2, 256, 2, 64), randn(2, 256, 2, 64)
-        with mock.patch.object(tr, "_launch_bwd", spy):
+        # A shape of this test's own, so that no other test made its entries.
+        q, k, v = randn(2, 192, 8, 64), randn(2, 192, 2, 64), randn(2, 192, 2, 64)
+        with mock.patch.object(tr, "_bwd_entry", spy), \
+                mock.patch.object(tr, "_compiled_ops", lambda: cpp):
             for det in (False, True):
                 torch.use_deterministic_algorithms(det)
+                del modes[:]
                 got = [t.clone().requires_grad_() for t in (q, k, v)]
                 compiled(*got).backward()
-                self.assertIs(modes[-1], det)
+                self.assertIn(det, modes, f"cpp={cpp}: the backward's entries' modes {modes}")
+                self.assertNotIn(not det, modes, f"cpp={cpp}")
                 want = [t.clone().requires_grad_() for t in (q, k, v)]
                 step(*want).backward()
                 for name, g, w in zip("qkv", got, want):
-                    self.assertLess(rel(g.grad, w.grad), 1e-2, f"d{name} deterministic={det}")
+                    self.assertLess(rel(g.grad, w.grad), 1e-2,
+                                    f"d{name} deterministic={det} cpp={cpp}")
 
     def test_deterministic_bits(self):
         """Under torch.use_deterministic_algorithms(True) ten backward runs

@@ -1,0 +1,28 @@
+#!/bin/bash
+# s34a.sh OUTDIR -- the thirty-fourth session's calls, from the repository
+# root with build/ carried (main's build, slimmed, with
+# libflashjit_torch.so).  S34A_PARTS (default "ttest f16 gptc gpt"), the
+# whole bounded by S34A_SECONDS (540):
+#   ttest  the package's test_train (test_compile_fullgraph_backward now
+#          runs both the Python ops and the compiled graphs' C++ ops).
+#   f16    s29.sh's f16 part: the backward's fp16 sweep and GQA rows (issue
+#          31's bar, its fp16 half; H200 only, skipped elsewhere).
+#   gptc   s33a.sh's gptc: the compiled GPT step, Python ops then C++ ops.
+#   gpt    s33a.sh's gpt: the eager GPT step, the C++ call.
+#   cmp    s33a.sh's cmp: issue 33's table beside FlexAttention.
+set -u
+. bench/probes/parts_lib.sh
+parts_start s34a "${1:-}" ${S34A_SECONDS:-540}
+out=$(cd "$out" && pwd)
+nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s34a gpu: /'
+part_ttest() {
+  (cd python/tests && PYTHONPATH=../ FLASHJIT_LIB=../../build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s34a \
+    timeout $(bound 120) python3 -m unittest -v test_train >"$out/ttest.log" 2>&1)
+  echo "ttest: exit $?"; grep -E "^(Ran|OK|FAIL|ERROR)|Error" "$out/ttest.log" | cut -c1-200 | tail -20
+}
+part_f16() { S29_PARTS=f16 S29_SECONDS=$(bound 220) bash bench/probes/s29.sh "$out/s29"; }
+s33a() { S33A_PARTS=$1 S33A_SECONDS=$2 bash bench/probes/s33a.sh "$out/s33a"; }
+part_gptc() { s33a gptc $(bound 170); }
+part_gpt() { s33a gpt $(bound 120); }
+part_cmp() { s33a cmp $(bound 320); }
+parts_run s34a ${S34A_PARTS:-ttest f16 gptc gpt}
