@@ -7,6 +7,8 @@
 #          runs both the Python ops and the compiled graphs' C++ ops).
 #   f16    s29.sh's f16 part: the backward's fp16 sweep and GQA rows (issue
 #          31's bar, its fp16 half; H200 only, skipped elsewhere).
+#   f16any the same sweep on whatever GPU came (an H100's figures: not the
+#          bar's, which is the H200's).
 #   gptc   s33a.sh's gptc: the compiled GPT step, Python ops then C++ ops.
 #   gpt    s33a.sh's gpt: the eager GPT step, the C++ call.
 #   cmp    s33a.sh's cmp: issue 33's table beside FlexAttention.
@@ -21,6 +23,13 @@ part_ttest() {
   echo "ttest: exit $?"; grep -E "^(Ran|OK|FAIL|ERROR)|Error" "$out/ttest.log" | cut -c1-200 | tail -20
 }
 part_f16() { S29_PARTS=f16 S29_SECONDS=$(bound 220) bash bench/probes/s29.sh "$out/s29"; }
+part_f16any() {
+  PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s34a-f16 timeout $(bound 220) \
+    python3 bench/bwd_compare.py --dims 64,96,128,192,256 --dtypes f16 \
+    --gqa "1,32,8,8192,128,1;4,32,8,2048,128,1;2,16,4,8192,128,1;1,32,8,8192,128,0" \
+    --out "$out/f16" >"$out/f16.log" 2>&1
+  echo "f16any: exit $?"; grep -E "geomean|gqa|Error" "$out/f16.log" | cut -c1-400
+}
 s33a() { S33A_PARTS=$1 S33A_SECONDS=$2 bash bench/probes/s33a.sh "$out/s33a"; }
 part_gptc() { s33a gptc $(bound 170); }
 part_gpt() { s33a gpt $(bound 120); }
