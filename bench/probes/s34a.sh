@@ -11,6 +11,8 @@
 #          bar's, which is the H200's).
 #   gptc   s33a.sh's gptc: the compiled GPT step, Python ops then C++ ops.
 #   gpt    s33a.sh's gpt: the eager GPT step, the C++ call.
+#   varlen bench/varlen_py.py: attention_varlen against the equal-FLOP
+#          dense attention() (issue 34's 5% bar, through the package).
 #   cmp    s33a.sh's cmp: issue 33's table beside FlexAttention.
 set -u
 . bench/probes/parts_lib.sh
@@ -29,6 +31,11 @@ part_f16any() {
     --gqa "1,32,8,8192,128,1;4,32,8,2048,128,1;2,16,4,8192,128,1;1,32,8,8192,128,0" \
     --out "$out/f16" >"$out/f16.log" 2>&1
   echo "f16any: exit $?"; grep -E "geomean|gqa|Error" "$out/f16.log" | cut -c1-400
+}
+part_varlen() {
+  PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s34a \
+    timeout $(bound 60) python3 bench/varlen_py.py >"$out/varlen.log" 2>&1
+  echo "varlen: exit $?"; grep -E "varlen_py|Error" "$out/varlen.log" | cut -c1-300
 }
 s33a() { S33A_PARTS=$1 S33A_SECONDS=$2 bash bench/probes/s33a.sh "$out/s33a"; }
 part_gptc() { s33a gptc $(bound 170); }
