@@ -38,6 +38,8 @@ from . import _problem as pr
 _WHO = "flashjit.BlockMask"
 _NAMES = ("kv_num", "kv_indices", "full_num", "full_indices",
           "q_num", "q_indices", "full_q_num", "full_q_indices")
+# BlockMask._key's tokens: what of a mask a call's key holds -> its int.
+_TOKENS = {}
 
 
 class BlockMask:
@@ -61,6 +63,11 @@ class BlockMask:
     the same shapes where full_num and full_indices are given; they must
     describe the same blocks (the backward walks them, the forward the
     others).
+
+    A repeated attention() call finds the mask's part of its key once
+    (_key: the lists' shapes, strides, dtypes, devices), again after an
+    attribute is set or a list changes in place (its version counter
+    moves); a list's .data replaced is not seen -- set the attribute.
 
     flashjit.block_mask(...) builds one from a mask expression on the GPU.
     Attributes: block_q, block_kv, batch, heads, q_blocks, kv_blocks, the
@@ -130,6 +137,36 @@ class BlockMask:
         """The eight lists in _NAMES' order (None where absent)."""
         return (self.kv_num, self.kv_indices, self.full_num, self.full_indices,
                 self.q_num, self.q_indices, self.full_q_num, self.full_q_indices)
+
+    def __setattr__(self, name, value):
+        # Any attribute set: _key finds the mask's part of a key again.
+        if name != "_sig":
+            object.__setattr__(self, "_sig", None)
+        object.__setattr__(self, name, value)
+
+    def _key(self):
+        """(token, lists): what a repeated attention() call's key holds of
+        this mask -- an int that stands for its block sizes and each
+        list's presence, shape, strides, dtype and device (masks alike in
+        these share it) -- and the lists present, in _NAMES' order.  Kept
+        until an attribute is set or a list's version counter moves (any
+        in-place change: resize_, set_ and transpose_ among them, values
+        too); masks of inference-mode tensors (no version counter) find it
+        each call."""
+        lists = self._tensors()
+        try:
+            versions = tuple(-1 if t is None else t._version for t in lists)
+        except RuntimeError:  # inference tensors
+            versions = None
+        sig = self._sig
+        if sig is None or versions is None or sig[0] != versions:
+            what = (self.block_q, self.block_kv) + tuple(
+                None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in lists)
+            token = _TOKENS.setdefault(what, len(_TOKENS))
+            sig = (versions, token, tuple(t for t in lists if t is not None))
+            if versions is not None:
+                self._sig = sig
+        return sig[1], sig[2]
 
     @property
     def has_backward(self):

@@ -359,7 +359,7 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
                 # the parameters and the block mask the checks read.
                 extras, more = _given_extras(sinks, params, block_mask,
                                              (q_descale, k_descale, v_descale))
-                key += more + tuple(calls.meta(t) for t in extras)
+                key += more
             # Any tensor that requires grad: a descale's makes an FP8 call
             # refused (_attention), as its first call was.
             grad = torch.is_grad_enabled() and (
@@ -386,32 +386,39 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
 def _given_extras(sinks, params, block_mask, descales):
     """The extra tensors of an attention() call as given, in its roles'
     order (_dense_opts': the sinks, the tensor parameters, the block mask's
-    lists, the descales), and what else of them the cached call's key
-    holds: which are given, the parameters' names and scalar values (their
-    types and reprs: 1, 1.0, True, 0.0 and -0.0 stay apart), the block
-    mask's sizes.  Raises TypeError where the checks would refuse the
-    arguments' kinds: the call goes the checked way then."""
-    extras = [] if sinks is None else [sinks]
-    more = [sinks is None]
+    lists, the descales), and what the cached call's key holds of them:
+    which are given, each tensor's metadata (calls.meta), the parameters'
+    names and scalar values (their types and reprs: 1, 1.0, True, 0.0 and
+    -0.0 stay apart), the block mask's token (BlockMask._key: its sizes
+    and its lists' metadata, found once a mask).  Raises TypeError where
+    the checks would refuse the arguments' kinds: the call goes the
+    checked way then."""
+    meta = calls.meta
+    if sinks is None:
+        extras, more = [], [None]
+    else:
+        extras, more = [sinks], [meta(sinks)]
     if params is not None:
         if type(params) is not dict:
             raise TypeError("params")
         for name, value in params.items():
             if isinstance(value, torch.Tensor):
                 extras.append(value)
-                more.append(name)
+                more.append((name, meta(value)))
             else:
                 more.append((name, type(value), repr(value)))
     more.append(len(extras))
     if block_mask is not None:
         if type(block_mask) is not BlockMask:
             raise TypeError("block_mask")
-        lists = block_mask._tensors()
-        extras += [t for t in lists if t is not None]
-        more.append((block_mask.block_q, block_mask.block_kv) +
-                    tuple(t is None for t in lists))
-    extras += [t for t in descales if t is not None]
+        token, lists = block_mask._key()
+        extras += lists
+        more.append(token)
     more.append(tuple(t is None for t in descales))
+    for t in descales:
+        if t is not None:
+            extras.append(t)
+            more.append(meta(t))
     return tuple(extras), tuple(more)
 
 

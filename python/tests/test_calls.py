@@ -354,6 +354,52 @@ class CachedCalls(Stubbed):
             self.assertIs(next(iter(calls.tables.train.values())).entry,
                           list(calls.tables.calls.values())[-1])
 
+    def test_block_mask_key_follows_its_lists(self):
+        # A mask's part of a call's key (BlockMask._key) is found once and
+        # kept while its lists stay as they are: masks alike share it, a
+        # change of values keeps it, and a list replaced, resized or
+        # transposed in place makes the call go the checked way again.
+        q, k, v = qkv(s=128)
+
+        def mask():
+            z = [torch.zeros(sh, dtype=torch.int32) for sh in ((1, 1, 2), (1, 1, 2, 2))]
+            return flashjit.BlockMask(z[0], z[1], block_q=64, block_kv=64)
+
+        def call(bm):
+            flashjit.attention(q, k, v, mask_mod="kv <= q", block_mask=bm)
+
+        bm = mask()
+        self.assertEqual(bm._key()[0], mask()._key()[0])
+        self.assertEqual(bm._key()[1], (bm.kv_num, bm.kv_indices))
+        with mock.patch.object(ar, "check_inputs", wraps=ar.check_inputs) as checks:
+            call(bm)
+            first = checks.call_count
+            call(bm)
+            call(mask())
+            bm.kv_indices.fill_(1)  # values: the same key
+            call(bm)
+            self.assertEqual(checks.call_count, first)
+            steps = (("replaced", lambda m: setattr(m, "kv_indices", m.kv_indices.clone().transpose(2, 3))),
+                     ("resized", lambda m: m.kv_num.resize_(1, 1, 1)),
+                     ("transposed", lambda m: m.kv_indices.transpose_(2, 3)))
+            for what, change in steps:
+                bm = mask()
+                call(bm)
+                seen = checks.call_count
+                before = bm._key()[0]
+                change(bm)
+                self.assertNotEqual(bm._key()[0], before, what)
+                try:
+                    call(bm)
+                except (ValueError, RuntimeError):
+                    pass  # refused: what matters is that the checks ran
+                self.assertGreater(checks.call_count, seen, what)
+        # Inference-mode lists have no version counter: found each call.
+        with torch.inference_mode():
+            inf = mask()
+        self.assertEqual(inf._key()[0], mask()._key()[0])
+        self.assertIsNone(inf._sig)
+
     def test_fp8_scales_and_output(self):
         # One descale a tensor (a 0-dim tensor, vLLM's expand()) sets
         # scale_layout; out_dtype, o_scale and return_amax set o_dtype,
