@@ -9,6 +9,7 @@
 #          31's bar, its fp16 half; H200 only, skipped elsewhere).
 #   f16any the same sweep on whatever GPU came (an H100's figures: not the
 #          bar's, which is the H200's).
+#   ntest  s33a.sh's ntest: the package's test_native (the C++ paths).
 #   gptc   s33a.sh's gptc: the compiled GPT step, Python ops then C++ ops.
 #   gpt    s33a.sh's gpt: the eager GPT step, the C++ call.
 #   varlen bench/varlen_py.py: attention_varlen against the equal-FLOP
@@ -39,6 +40,7 @@ part_varlen() {
 }
 s33a() { S33A_PARTS=$1 S33A_SECONDS=$2 bash bench/probes/s33a.sh "$out/s33a"; }
 part_gptc() { s33a gptc $(bound 170); }
+part_ntest() { s33a ntest $(bound 60); }
 part_gpt() { s33a gpt $(bound 120); }
 part_cmp() { s33a cmp $(bound 320); }
 parts_run s34a ${S34A_PARTS:-ttest f16 gptc gpt}
