@@ -15,6 +15,7 @@
 #   varlen bench/varlen_py.py: attention_varlen against the equal-FLOP
 #          dense attention() (issue 34's 5% bar, through the package).
 #   cmp    s33a.sh's cmp: issue 33's table beside FlexAttention.
+#   cmpd   the same, the document and causal cases only.
 set -u
 . bench/probes/parts_lib.sh
 parts_start s34a "${1:-}" ${S34A_SECONDS:-540}
@@ -43,4 +44,10 @@ part_gptc() { s33a gptc $(bound 170); }
 part_ntest() { s33a ntest $(bound 60); }
 part_gpt() { s33a gpt $(bound 120); }
 part_cmp() { s33a cmp $(bound 320); }
+part_cmpd() {
+  PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s34a \
+    timeout $(bound 200) python3 bench/train_mods_compare.py --cases document,causal \
+    --out "$out/cmpd" >"$out/cmpd.log" 2>&1
+  echo "cmpd: exit $?"; grep -E "^train|Error" "$out/cmpd.log" | cut -c1-400 | head -12
+}
 parts_run s34a ${S34A_PARTS:-ttest f16 gptc gpt}
