@@ -144,6 +144,16 @@ class BlockMask:
             object.__setattr__(self, "_sig", None)
         object.__setattr__(self, name, value)
 
+    def __getstate__(self):
+        # A token is this process's (_TOKENS): never pickled or copied.
+        state = dict(self.__dict__)
+        state["_sig"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        object.__setattr__(self, "_sig", None)
+
     def _key(self):
         """(token, lists): what a repeated attention() call's key holds of
         this mask -- an int that stands for its block sizes and each

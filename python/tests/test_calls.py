@@ -394,6 +394,15 @@ class CachedCalls(Stubbed):
                 except (ValueError, RuntimeError):
                     pass  # refused: what matters is that the checks ran
                 self.assertGreater(checks.call_count, seen, what)
+        # A token is the process's own: a pickled or copied mask finds its
+        # key again.
+        import copy
+        import pickle
+        bm = mask()
+        bm._key()
+        for other in (pickle.loads(pickle.dumps(bm)), copy.deepcopy(bm), copy.copy(bm)):
+            self.assertIsNone(other._sig)
+            self.assertEqual(other._key()[0], bm._key()[0])
         # Inference-mode lists have no version counter: found each call.
         with torch.inference_mode():
             inf = mask()
