@@ -38,8 +38,11 @@ from . import _problem as pr
 _WHO = "flashjit.BlockMask"
 _NAMES = ("kv_num", "kv_indices", "full_num", "full_indices",
           "q_num", "q_indices", "full_q_num", "full_q_indices")
-# BlockMask._key's tokens: what of a mask a call's key holds -> its int.
+# BlockMask._key's tokens: what of a mask a call's key holds -> an object
+# of its own (unique however threads interleave; cleared past _TOKENS_MAX,
+# when a token still in a key stays unique: no other object has it).
 _TOKENS = {}
+_TOKENS_MAX = 4096
 
 
 class BlockMask:
@@ -65,9 +68,10 @@ class BlockMask:
     others).
 
     A repeated attention() call finds the mask's part of its key once
-    (_key: the lists' shapes, strides, dtypes, devices), again after an
-    attribute is set or a list changes in place (its version counter
-    moves); a list's .data replaced is not seen -- set the attribute.
+    (_key: the lists' shapes, strides, dtypes, devices), again where a list
+    is another tensor or has changed in place (its version counter moved;
+    inference-mode lists, which have none, each call); a list's .data
+    replaced is not seen -- set the attribute.
 
     flashjit.block_mask(...) builds one from a mask expression on the GPU.
     Attributes: block_q, block_kv, batch, heads, q_blocks, kv_blocks, the
@@ -156,27 +160,35 @@ class BlockMask:
 
     def _key(self):
         """(token, lists): what a repeated attention() call's key holds of
-        this mask -- an int that stands for its block sizes and each
+        this mask -- an object that stands for its block sizes and each
         list's presence, shape, strides, dtype and device (masks alike in
-        these share it) -- and the lists present, in _NAMES' order.  Kept
-        until an attribute is set or a list's version counter moves (any
-        in-place change: resize_, set_ and transpose_ among them, values
-        too); masks of inference-mode tensors (no version counter) find it
-        each call."""
+        these share it: _token) -- and the lists present, in _NAMES'
+        order.  Kept while each list is the same tensor (its TensorImpl:
+        an attribute set, vars() written or torch.utils.swap_tensors are
+        seen) at the same version (any in-place change: resize_, set_ and
+        transpose_ among them, values too).  Lists with an inference-mode
+        tensor have no version counter: their token is found each call."""
         lists = self._tensors()
-        try:
-            versions = tuple(-1 if t is None else t._version for t in lists)
-        except RuntimeError:  # inference tensors
-            versions = None
         sig = self._sig
-        if sig is None or versions is None or sig[0] != versions:
-            what = (self.block_q, self.block_kv) + tuple(
-                None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in lists)
-            token = _TOKENS.setdefault(what, len(_TOKENS))
-            sig = (versions, token, tuple(t for t in lists if t is not None))
-            if versions is not None:
-                self._sig = sig
-        return sig[1], sig[2]
+        if sig is not None and sig[0] is None:
+            # Inference lists last time: while they are the same tensors
+            # (no version counter to read: reading one raises, slowly),
+            # the token each call.
+            ids = tuple(None if t is None else t._cdata for t in lists)
+            state = None if ids == sig[1] else _state(lists)
+        else:
+            state = _state(lists)
+            if sig is not None and state == sig[0]:
+                return sig[1], sig[2]
+            ids = None
+        token = _token(self.block_q, self.block_kv, lists)
+        present = tuple(t for t in lists if t is not None)
+        if state is None:
+            ids = ids or tuple(None if t is None else t._cdata for t in lists)
+            self._sig = (None, ids, present)
+        else:
+            self._sig = (state, token, present)
+        return token, present
 
     @property
     def has_backward(self):
@@ -234,6 +246,28 @@ class BlockMask:
                    **_transposed(tensors[4:]))
         self._buf, self.seq_q, self.seq_kv = buf, seq_q, seq_kv
         return self
+
+
+def _state(lists):
+    """What BlockMask._key compares of its lists: per list None, or its
+    TensorImpl's address and version counter; None where one is an
+    inference tensor (no version counter)."""
+    try:
+        return tuple(None if t is None else (t._cdata, t._version) for t in lists)
+    except RuntimeError:
+        return None
+
+
+def _token(block_q, block_kv, lists):
+    """The token of a mask of these block sizes and lists (_TOKENS)."""
+    what = (block_q, block_kv) + tuple(
+        None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in lists)
+    token = _TOKENS.get(what)
+    if token is None:
+        if len(_TOKENS) >= _TOKENS_MAX:
+            _TOKENS.clear()
+        token = _TOKENS.setdefault(what, object())
+    return token
 
 
 def _block_size(what, value):

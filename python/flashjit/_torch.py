@@ -320,7 +320,9 @@ def attention(q, k, v, *, causal=None, scale=None, return_lse=False, layout="bhs
     A call repeats its thread's first call of the same signature -- the
     tensors' shapes, strides, dtypes and devices, and the options as given
     -- without its checks or planning: one lookup, the output's allocation
-    and one launch.
+    and one launch.  A block mask's lists are looked at again only where
+    one is another tensor or has changed in place (flashjit.BlockMask: a
+    list's .data replaced is not seen).
     """
     if _needs_pad(q, k, v):
         # A head dim that is not a multiple of 8: zero columns to the next

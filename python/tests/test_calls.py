@@ -20,7 +20,7 @@ from fjtest import torch
 if fjtest.HAS_TORCH:
     import torch.nn.functional as F
     from flashjit import _args as ar
-    from flashjit import _calls as calls
+    from flashjit import _blockmask as bmk, _calls as calls
     from flashjit import _capi as capi
     from flashjit import _core as core
     from flashjit import _train as tr
@@ -381,7 +381,11 @@ class CachedCalls(Stubbed):
             self.assertEqual(checks.call_count, first)
             steps = (("replaced", lambda m: setattr(m, "kv_indices", m.kv_indices.clone().transpose(2, 3))),
                      ("resized", lambda m: m.kv_num.resize_(1, 1, 1)),
-                     ("transposed", lambda m: m.kv_indices.transpose_(2, 3)))
+                     ("transposed", lambda m: m.kv_indices.transpose_(2, 3)),
+                     ("swapped", lambda m: torch.utils.swap_tensors(
+                         m.kv_num, torch.zeros(1, 1, 1, dtype=torch.int32))),
+                     ("written past setattr",
+                      lambda m: vars(m).__setitem__("kv_num", m.kv_num[:, :, :1].clone())))
             for what, change in steps:
                 bm = mask()
                 call(bm)
@@ -403,11 +407,19 @@ class CachedCalls(Stubbed):
         for other in (pickle.loads(pickle.dumps(bm)), copy.deepcopy(bm), copy.copy(bm)):
             self.assertIsNone(other._sig)
             self.assertEqual(other._key()[0], bm._key()[0])
-        # Inference-mode lists have no version counter: found each call.
+        # Inference-mode lists have no version counter: the token found
+        # each call (their in-place changes seen), without reading one
+        # after the first call (the refusal is slow).
         with torch.inference_mode():
             inf = mask()
         self.assertEqual(inf._key()[0], mask()._key()[0])
-        self.assertIsNone(inf._sig)
+        self.assertIsNone(inf._sig[0])
+        with mock.patch.object(bmk, "_state", wraps=bmk._state) as state:
+            inf._key()
+            self.assertEqual(state.call_count, 0)
+        with torch.inference_mode():
+            inf.kv_indices.transpose_(2, 3)
+        self.assertNotEqual(inf._key()[0], mask()._key()[0])
 
     def test_fp8_scales_and_output(self):
         # One descale a tensor (a 0-dim tensor, vLLM's expand()) sets
