@@ -1,8 +1,9 @@
 #!/bin/bash
 # s34a.sh OUTDIR -- the thirty-fourth session's calls, from the repository
 # root with build/ carried (main's build, slimmed, with
-# libflashjit_torch.so).  S34A_PARTS (default "ttest f16 gptc gpt"), the
-# whole bounded by S34A_SECONDS (540):
+# libflashjit_torch.so).  S34A_PARTS (default "f16 cmp gptc gpt varlen":
+# what the thirty-fourth session could not run on an H200, about 450 s
+# there), the whole bounded by S34A_SECONDS (540):
 #   ttest  the package's test_train (test_compile_fullgraph_backward now
 #          runs both the Python ops and the compiled graphs' C++ ops).
 #   f16    s29.sh's f16 part: the backward's fp16 sweep and GQA rows (issue
@@ -50,4 +51,4 @@ part_cmpd() {
     --out "$out/cmpd" >"$out/cmpd.log" 2>&1
   echo "cmpd: exit $?"; grep -E "^train|Error" "$out/cmpd.log" | cut -c1-400 | head -12
 }
-parts_run s34a ${S34A_PARTS:-ttest f16 gptc gpt}
+parts_run s34a ${S34A_PARTS:-f16 cmp gptc gpt varlen}
