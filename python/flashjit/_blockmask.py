@@ -169,25 +169,19 @@ class BlockMask:
         transpose_ among them, values too).  Lists with an inference-mode
         tensor have no version counter: their token is found each call."""
         lists = self._tensors()
-        sig = self._sig
-        if sig is not None and sig[0] is None:
-            # Inference lists last time: while they are the same tensors
-            # (no version counter to read: reading one raises, slowly),
-            # the token each call.
-            ids = tuple(None if t is None else t._cdata for t in lists)
-            state = None if ids == sig[1] else _state(lists)
+        ids = tuple(None if t is None else t._cdata for t in lists)
+        sig = self._sig  # (ids, versions or None, token, present)
+        if sig is not None and sig[0] == ids:
+            if sig[1] is None:  # inference lists: nothing to compare
+                return _token(self.block_q, self.block_kv, lists), sig[3]
+            versions = _versions(lists)
+            if versions == sig[1]:
+                return sig[2], sig[3]
         else:
-            state = _state(lists)
-            if sig is not None and state == sig[0]:
-                return sig[1], sig[2]
-            ids = None
+            versions = _versions(lists)
         token = _token(self.block_q, self.block_kv, lists)
         present = tuple(t for t in lists if t is not None)
-        if state is None:
-            ids = ids or tuple(None if t is None else t._cdata for t in lists)
-            self._sig = (None, ids, present)
-        else:
-            self._sig = (state, token, present)
+        self._sig = (ids, versions, token, present)
         return token, present
 
     @property
@@ -248,12 +242,13 @@ class BlockMask:
         return self
 
 
-def _state(lists):
-    """What BlockMask._key compares of its lists: per list None, or its
-    TensorImpl's address and version counter; None where one is an
-    inference tensor (no version counter)."""
+def _versions(lists):
+    """The lists' version counters (None for an absent list), or None where
+    one is an inference tensor (it has none: reading it raises, slowly --
+    BlockMask._key reads them again only where the lists are other
+    tensors)."""
     try:
-        return tuple(None if t is None else (t._cdata, t._version) for t in lists)
+        return tuple(None if t is None else t._version for t in lists)
     except RuntimeError:
         return None
 

@@ -413,10 +413,10 @@ class CachedCalls(Stubbed):
         with torch.inference_mode():
             inf = mask()
         self.assertEqual(inf._key()[0], mask()._key()[0])
-        self.assertIsNone(inf._sig[0])
-        with mock.patch.object(bmk, "_state", wraps=bmk._state) as state:
+        self.assertIsNone(inf._sig[1])
+        with mock.patch.object(bmk, "_versions", wraps=bmk._versions) as versions:
             inf._key()
-            self.assertEqual(state.call_count, 0)
+            self.assertEqual(versions.call_count, 0)
         with torch.inference_mode():
             inf.kv_indices.transpose_(2, 3)
         self.assertNotEqual(inf._key()[0], mask()._key()[0])
