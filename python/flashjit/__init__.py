@@ -36,7 +36,16 @@ __version__ = "0.1.0"
 
 try:
     import torch as _torch  # noqa: F401
+    _NO_TORCH = None
 except ImportError:
+    _torch = None
+    _NO_TORCH = "needs PyTorch, which is not installed"
+# The PyTorch calls are custom operators (torch.library.custom_op, PyTorch
+# 2.4): an older PyTorch is treated as none, by name and version, so that
+# the package still imports and Kernel, plan and layout still work.
+if _torch is not None and not hasattr(getattr(_torch, "library", None), "custom_op"):
+    _NO_TORCH = (f"needs PyTorch 2.4 or newer (torch.library.custom_op); this is "
+                 f"PyTorch {getattr(_torch, '__version__', '(unknown version)')}")
     _torch = None
 
 if _torch is not None:
@@ -48,10 +57,10 @@ if _torch is not None:
 else:
     def _needs_torch(what):
         def fn(*args, **kwargs):
-            raise ImportError(f"flashjit.{what} needs PyTorch, which is not installed; "
+            raise ImportError(f"flashjit.{what} {_NO_TORCH}; "
                               "Kernel, plan and layout work without it")
         fn.__name__ = fn.__qualname__ = what
-        fn.__doc__ = f"flashjit.{what} needs PyTorch (pip install torch)."
+        fn.__doc__ = f"flashjit.{what} needs PyTorch 2.4 or newer (pip install torch)."
         return fn
 
     attention = _needs_torch("attention")
@@ -63,7 +72,7 @@ else:
 
     def native_training():
         """(False, why): the C++ training call is PyTorch's."""
-        return (False, "PyTorch is not installed")
+        return (False, "flashjit " + _NO_TORCH)
 
 __all__ = ["attention", "attention_varlen", "attention_with_kvcache", "block_mask",
            "BlockMask", "merge", "Kernel", "plan", "layout", "fragments", "tune", "Plan",

@@ -32,6 +32,9 @@ try:
 except ImportError as e:  # the schedule alone (flashjit._ring) needs no torch
     raise ImportError("flashjit.distributed needs PyTorch with torch.distributed "
                       f"({e})") from None
+if not hasattr(torch.library, "custom_op"):
+    raise ImportError("flashjit.distributed needs PyTorch 2.4 or newer "
+                      f"(torch.library.custom_op); this is PyTorch {torch.__version__}")
 
 from . import _capi as capi
 from . import _merge

@@ -15,9 +15,13 @@ try:
 except ImportError:
     torch = None
 
+# The package takes a PyTorch older than 2.4 as none (flashjit/__init__.py).
+NO_TORCH = ("PyTorch is not installed" if torch is None else
+            f"PyTorch {torch.__version__} is older than the package's 2.4")
+if torch is not None and not hasattr(torch.library, "custom_op"):
+    torch = None
 HAS_TORCH = torch is not None
 HAS_CUDA = HAS_TORCH and torch.cuda.is_available()
-NO_TORCH = "PyTorch is not installed"
 NO_CUDA = "needs PyTorch with a CUDA GPU"
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -88,6 +88,30 @@ class Import(unittest.TestCase):
             flashjit.BlockMask(None, None)
 
 
+    def test_old_torch_is_taken_as_none(self):
+        # A PyTorch without torch.library.custom_op (before 2.4), here a
+        # stand-in module in a child process: the package imports, names the
+        # version it needs and the one it found, and inspection still works.
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(PKG))
+        code = ("import sys, types\n"
+                "t = types.ModuleType('torch'); t.__version__ = '1.13.1'\n"
+                "t.library = types.ModuleType('torch.library')\n"
+                "sys.modules['torch'] = t; sys.modules['torch.library'] = t.library\n"
+                "import flashjit\n"
+                "for f in (lambda: flashjit.attention(None, None, None), lambda: flashjit.merge([], [])):\n"
+                "    try:\n        f()\n    except ImportError as e:\n        print('ImportError', e)\n"
+                "print(flashjit.native_training())\n"
+                "print(flashjit.plan(1, 8, 128, 64, arch='sm_80').kernel)\n")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("ImportError flashjit.attention needs PyTorch 2.4 or newer "
+                      "(torch.library.custom_op); this is PyTorch 1.13.1; Kernel, plan "
+                      "and layout work without it", r.stdout)
+        self.assertIn("ImportError flashjit.merge needs PyTorch 2.4 or newer", r.stdout)
+        self.assertIn("(False, 'flashjit needs PyTorch 2.4 or newer", r.stdout)
+        self.assertIn("fj_attn_", r.stdout)
+
+
 class KernelInspection(unittest.TestCase):
     def check_kernel(self, k):
         self.assertIn('extern "C" __global__', k.source)
