@@ -1044,11 +1044,21 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
 {% end %}
 {% local adders = DQ_COLS and { "0", "1" } or { "(i & 1)" } %}
 {% local uses = DQ_COLS and "(unsigned)i" or "(unsigned)(i >> 1)" %}
+{% if not BMASK then %}
+        // The step's turns read ahead, together (relaxed: their latencies
+        // run beside each other and beside the wait for the consumers'
+        // tiles), then waited for from what was seen (bwd_common.cuh's
+        // dq_turn_wait_from: an acquire only where it must spin).
+        int seen[{{ #adders }}];
+{%   for j, cw in ipairs(adders) do %}
+        seen[{{ j - 1 }}] = g.deterministic ? fj::dq_turn_peek(turn + {{ DQ_COLS and cw or "0" }}) : 0;
+{%   end %}
+{% end %}
 {% for j, cw in ipairs(adders) do %}
         fj::mbar_wait(dq_full + 8u * {{ cw }}, {{ uses }} & 1u);
 {%   if not BMASK then %}
         if (g.deterministic) {
-          fj::dq_turn_wait(turn + {{ DQ_COLS and cw or "0" }}, rank);
+          fj::dq_turn_wait_from(turn + {{ DQ_COLS and cw or "0" }}, rank, seen[{{ j - 1 }}]);
           fj::fence_async_global();
         }
 {%   end %}
@@ -1062,11 +1072,15 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
 {% end %}
 {% if not BMASK then %}
         if (g.deterministic) {
-          // Complete, then visible to the next key tile's acquire.
+          // Complete, then visible to the next key tile's acquire: one
+          // fence for the step's turns, then each passed relaxed (a
+          // release apiece cost a MEMBAR.ALL.GPU each, the writer's
+          // largest stall where two columns' turns pass a step: ncu, d96).
           fj::bulk_wait();
           fj::fence_async_global();
+          fj::fence_gpu();
 {%   for j, cw in ipairs(adders) do %}
-          fj::dq_turn_done(turn + {{ DQ_COLS and cw or "0" }});
+          fj::dq_turn_pass(turn + {{ DQ_COLS and cw or "0" }});
 {%   end %}
         }
 {% end %}

@@ -1,0 +1,71 @@
+#!/bin/bash
+# s35a.sh OUTDIR -- the thirty-fifth session's calls, from the repository
+# root with build/ carried (main's build, slimmed).  S35A_PARTS (default
+# "detab dettest bwdtest"), the whole bounded by S35A_SECONDS (540):
+#   detncu where the deterministic mode's extra time goes where it misses
+#          its bar (issue 31: deterministic / default <= 1.25; 1.28 at d96,
+#          1.34 at d192 on the H200) beside d128, where it meets it: the
+#          main kernel of each S35A_DET case ("B H S D causal", default
+#          (8, 21, 2048, 96), (8, 16, 2048, 128), (8, 10, 2048, 192), no
+#          mask), deterministic and default, under ncu (duration, warp
+#          states; the stall samples per SASS instruction in
+#          OUTDIR/det_<D>_<mode>.csv).
+#   detab  the narrow kernel's dQ writer reading a step's turns ahead,
+#          together (this change) against main's templates (build/tmpl-old,
+#          FLASHJIT_TEMPLATE_DIR), default and deterministic, alternately,
+#          two rounds: `flashjit run --backward` medians of S35A_SHAPES.
+#          Predicted: deterministic / default at d96 1.28 -> 1.18-1.22, d128
+#          1.23 -> 1.15-1.20, d64 about as before; the default unchanged.
+#   dettest gpu_backward_deterministic (bits repeated, gradients against
+#          the reference) under this build, bounded.
+#   bwdtest gpu_backward (with its new S = 4097 tail), bounded.
+set -u
+. bench/probes/parts_lib.sh
+parts_start s35a "${1:-}" ${S35A_SECONDS:-540}
+out=$(cd "$out" && pwd)
+nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s35a gpu: /'
+part_detncu() {
+  local c m tag
+  local -a cases
+  IFS=';' read -ra cases <<<"${S35A_DET:-8 21 2048 96 0;8 16 2048 128 0;8 10 2048 192 0}"
+  for c in "${cases[@]}"; do
+    # shellcheck disable=SC2086
+    set -- $c
+    tag=d$4$([ "$5" = 1 ] && echo c)
+    for m in 1 0; do
+      # shellcheck disable=SC2086
+      PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s35-det timeout $(bound 100) \
+        ncu -f -o /tmp/det_${tag}_$m --section SourceCounters --section WarpStateStats --section SpeedOfLight \
+        -k regex:fj_bwd_attn -s 1 -c 1 python3 bench/bwd_one.py $c 2 $m 2>&1 | grep -vE '^==PROF==' | tail -2
+      echo "detncu $tag det=$m:"
+      ncu --import /tmp/det_${tag}_$m.ncu-rep --page details 2>&1 |
+        grep -E 'Duration|Stall|Warp Cycles|Issued Warp|No Eligible|Active Warps|Registers|Block Size|Grid Size' | head -20
+      ncu --import /tmp/det_${tag}_$m.ncu-rep --page source --csv --print-source sass >"$out/det_${tag}_$m.csv" 2>&1
+    done
+  done
+}
+part_detab() {
+  local shape round cfg det env us line
+  local -a shapes
+  IFS=';' read -ra shapes <<<"${S35A_SHAPES:-8,21,2048,96;2,21,8192,96;8,21,2048,96 --causal;8,16,2048,128;8,32,2048,64;1,32,8192,128 --heads-kv 8 --causal}"
+  for shape in "${shapes[@]}"; do
+    line="detab $shape:"
+    for round in 1 2; do
+      for cfg in old new; do
+        env=FLASHJIT_TEMPLATE_DIR=$root/build/tmpl-old
+        [ $cfg = new ] && env=FJ_UNUSED=1
+        for det in 0 1; do
+          # shellcheck disable=SC2086
+          us=$(cd build && env $env FLASHJIT_CACHE_DIR=/tmp/s35-$cfg timeout $(bound 60) ./flashjit run --backward \
+            --shape $shape --dtype bf16 --iters 30 $([ $det = 1 ] && echo --deterministic) 2>&1 |
+            grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+          line="$line $cfg/$det=${us:-?}"
+        done
+      done
+    done
+    echo "$line"
+  done
+}
+part_dettest() { gpu_tests /tmp/s35-new 'FAIL|failed|differ' gpu_backward_deterministic:${S35A_TEST_S:-150}; }
+part_bwdtest() { gpu_tests /tmp/s35-new 'FAIL|failed' gpu_backward:${S35A_BWD_S:-200}; }
+parts_run s35a ${S35A_PARTS:-detab dettest bwdtest}
