@@ -159,15 +159,21 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
  * time without a mask, 0.89-0.91 under a causal one, 1.03 under a window
  * of 512 without one; mask expressions take it), in the deterministic
  * mode too (its turns then count pairs), but not under a block mask
- * (whose walks differ per key block).  FLASHJIT_BWD_PAIR=0 in
- * the environment turns it off, =1 on under a window too (A/B runs). */
+ * (whose walks differ per key block).  FLASHJIT_BWD_PAIR=0 in the
+ * environment turns it off, =1 on under a window too, and at head dims
+ * 129-192 (three panels: block 1's consumer 1 adds none), which the
+ * templates render since 2026-12-07 but no GPU has run yet: meant for
+ * the deterministic mode there (half the 64-key kernel's dQ turns a
+ * step, as at 256, where the pair took its time to 0.71-0.82 of the
+ * 64-key one's), which takes it once its tests and times are in. */
 static int pair_ok(const fj_problem *p, const fj_mods_info *mi)
 {
   const char *e = getenv("FLASHJIT_BWD_PAIR");
-  if (p->head_dim <= 192 || mi->block_kv != 0 ||
-      (e && strcmp(e, "0") == 0))
+  int forced = e && strcmp(e, "1") == 0;
+  if (p->head_dim <= 128 || mi->block_kv != 0 ||
+      (p->head_dim <= 192 && !forced) || (e && strcmp(e, "0") == 0))
     return 0;
-  return !mi->window || (e && strcmp(e, "1") == 0);
+  return !mi->window || forced;
 }
 
 /* Whether variant v is the wide wgmma kernel's pair (its tile_n 128). */

@@ -85,7 +85,9 @@
   order is a step or more behind (a mask's right side, the rotation), a
   step late, when its additions are complete (pass_turns).  Each role
   walks the steps in a loop of its own.
-  The pair (tile_n 128 at head dims above 192, PAIR): a cluster of two
+  The pair (tile_n 128 at head dims above 128, PAIR; the host takes it
+  above 192, and at 129-192 only where FLASHJIT_BWD_PAIR=1 asks: no GPU
+  has run it there yet): a cluster of two
   blocks splits a key tile of 128, 64 keys each (block rank r, kv_tile's
   width 2), both walking the query range of the whole tile, so that each
   adds dQ over all 128 keys for half of its columns -- half the float32
@@ -94,8 +96,10 @@
   block's in_full barrier, which its own consumer 1 expects), and consumer
   c adds columns 128 r + 64 c: dS K over its own keys, then, once in_full
   completes, over the other's (their columns of this half loaded once
-  into k_peer).  Each consumer warp that has read ds_in arrives on the
-  other block's out_free; consumer 1 waits for its own out_free (the copy
+  into k_peer; at head dims 129-192, three panels, block 1's consumer 1
+  adds none and block 1 loads the other tile's panel 2 twice, so that
+  both blocks expect as many bytes).  Each consumer warp that has read
+  ds_in (or, adding none, at once) arrives on the other block's out_free; consumer 1 waits for its own out_free (the copy
   it sent read, the other's ds_in free) before it writes dS^T again.  dO
   has one slot (its shared memory holds ds_in and k_peer), released as
   soon as dP^T and dV have read it.  The blocks meet at cluster barriers
@@ -163,12 +167,14 @@
   end
   -- The pair (PAIR): a cluster of two blocks splits a key tile of 128,
   -- 64 keys each; each hands the other its dS^T and adds dQ over all 128
-  -- keys for half of the columns (DR 256: a panel per consumer).
+  -- keys for half of the columns (DR 256: a panel per consumer; DR 192:
+  -- block 0's consumers the first two panels, block 1's consumer 0 the
+  -- third, its consumer 1 none).
   local PAIR = WIDE and BN == 128
   if WIDE and BN ~= 64 and not PAIR then
     no("tile_n %d: at head_dim %d the consumers split one key tile of 64 by role (128: a pair of blocks)", BN, D)
   end
-  if PAIR and DR ~= 256 then no("tile_n 128 at head_dim %d: a pair of blocks splits dQ's four panels (head dims above 192)", D) end
+  if PAIR and DR ~= 256 and DR ~= 192 then no("tile_n 128 at head_dim %d: a pair of blocks splits dQ's three or four panels (head dims above 128)", D) end
   if PAIR and BMASK then no("tile_n 128: a pair of blocks walks one query range, not a block mask's lists (tile_n 64)") end
   local BK = PAIR and 64 or BN       -- the keys a block keeps
   if not WIDE and BN ~= 64 * C then no("tile_n %d: each of the %d consumer warpgroups owns 64 keys, so tile_n is %d", BN, C, 64 * C) end
@@ -994,10 +1000,10 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
       {{ PC.indent(k.fill(0, function(pn) return (KC):format(pn, k.panel_cols) end, PAIR and 2 * k.panel_bytes or nil), 6) }}
 {% if PAIR then %}
       // The other key tile's columns of this block's half of dQ (panels
-      // 2 rank and 2 rank + 1), on K's barrier.
+      // 2 rank and 2 rank + 1), on K's barrier.{{ DR == 192 and " At head dim 192 block 1\n      // has one (panel 2), loaded twice so that both blocks expect as many\n      // bytes: its consumer 1 adds no dQ." or "" }}
 #pragma unroll
       for (int pn = 0; pn < 2; ++pn)
-        fj::tma_load4(skp + pn * {{ k.panel_bytes }}u, mk, {{ k.full(0) }}, {{ (KC:gsub("n0", "(n0 ^ 64)")):format("(2 * (int)crank + pn)", k.panel_cols) }});
+        fj::tma_load4(skp + pn * {{ k.panel_bytes }}u, mk, {{ k.full(0) }}, {{ (KC:gsub("n0", "(n0 ^ 64)")):format(DR == 192 and "min(2 * (int)crank + pn, 2)" or "(2 * (int)crank + pn)", k.panel_cols) }});
 {% end %}
       {{ PC.indent(v.fill(0, function(pn) return (KC):format(pn, v.panel_cols) end), 6) }}
 {% if ROT then %}
@@ -1266,6 +1272,14 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
         }
 {%   end %}
 {%   if PAIR then %}
+{%     if DR == 192 and role == 1 then %}
+        // Head dim 192: block 1's consumer 1 has no panel of dQ (columns
+        // 192-255); it only tells the other block its dS^T is not read here.
+        if (crank != 0u) {
+          __syncwarp();
+          if (lane == 0) fj::mbar_arrive_peer(fj::peer_addr(out_free, crank ^ 1u));
+        } else
+{%     end %}
         {
           // dQ += dS K over the pair's 128 keys, columns c0..c0 + 63: this
           // block's keys, then the other's (its dS^T, once copied here).

@@ -176,6 +176,45 @@ int test_backward_kv_regs(void)
     const char *log = fj_kernel_log(k);
     CHECK(log != NULL && strstr(log, "serialized") == NULL);
   }
+  /* The pair at head dims 129-192 (three panels of dQ: block 1's
+   * consumer 1 adds none, and loads the other tile's panel 2 twice so
+   * that both blocks expect as many bytes), taken only where
+   * FLASHJIT_BWD_PAIR=1 asks until a GPU has run it: rendered, without
+   * spills or serialised wgmmas. */
+  setenv("FLASHJIT_BWD_PAIR", "1", 1);
+  static const int pair_dims[] = {192, 160};
+  for (size_t c = 0; c < sizeof pair_dims / sizeof pair_dims[0]; c++) {
+    fj_problem p;
+    fj_problem_init(&p, 2, 8, 2, 700, 700, pair_dims[c], FJ_BF16, FJ_BSHD);
+    p.causal = c ? FJ_CAUSAL_NONE : FJ_CAUSAL_TOP_LEFT;
+    p.deterministic = 1;
+    fj_bwd_plan plan;
+    CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+    CHECK(plan.variant.mma == FJ_MMA_WGMMA && plan.variant.tile_n == 128);
+    fj_kernel *k;
+    CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
+    const char *src = fj_kernel_source(k, NULL);
+    CHECK(strstr(src, "__cluster_dims__") != NULL);
+    CHECK(strstr(src, "Head dim 192: block 1's consumer 1 has no panel of dQ") != NULL);
+    CHECK(strstr(src, "min(2 * (int)crank + pn, 2)") != NULL);
+    fj_resources r;
+    fj_kernel_resources(k, &r);
+    printf("%-60s regs=%3d spill=%d/%d (pair)\n", fj_kernel_name(k), r.registers,
+           r.spill_store_bytes, r.spill_load_bytes);
+    CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+    const char *log = fj_kernel_log(k);
+    CHECK(log != NULL && strstr(log, "serialized") == NULL);
+  }
+  unsetenv("FLASHJIT_BWD_PAIR");
+  /* and without it the library keeps 64-key tiles there */
+  {
+    fj_problem p;
+    fj_problem_init(&p, 2, 8, 2, 700, 700, 192, FJ_BF16, FJ_BSHD);
+    p.deterministic = 1;
+    fj_bwd_plan plan;
+    CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
+    CHECK(plan.variant.tile_n == 64);
+  }
   fj_ctx_destroy(ctx);
   return 0;
 }

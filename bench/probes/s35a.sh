@@ -19,6 +19,15 @@
 #   dettest gpu_backward_deterministic (bits repeated, gradients against
 #          the reference) under this build, bounded.
 #   bwdtest gpu_backward (with its new S = 4097 tail), bounded.
+#   pair192 the cluster pair at head dims 129-192 (FLASHJIT_BWD_PAIR=1;
+#          rendered since the thirty-fifth session, never run): checked
+#          calls (d192 and d160, both modes, causal, GQA, a tail), then
+#          gpu_backward_deterministic and gpu_backward under it, bounded,
+#          then deterministic and default medians with and without it,
+#          alternately, two rounds.  Predicted: the deterministic mode at
+#          d192 0.75-0.85 of its 64-key time (as the pair did at 256), so
+#          deterministic / default 1.27-1.36 -> 1.05-1.15; the default
+#          mode with the pair 0.95-1.05 of the 64-key one's.
 set -u
 . bench/probes/parts_lib.sh
 parts_start s35a "${1:-}" ${S35A_SECONDS:-540}
@@ -68,4 +77,33 @@ part_detab() {
 }
 part_dettest() { gpu_tests /tmp/s35-new 'FAIL|failed|differ' gpu_backward_deterministic:${S35A_TEST_S:-150}; }
 part_bwdtest() { gpu_tests /tmp/s35-new 'FAIL|failed' gpu_backward:${S35A_BWD_S:-200}; }
+part_pair192() {
+  local a m round shape line us pair det
+  for a in "2,4,1000,192" "2,4,1000,192 --causal" "2,8,1000,192 --heads-kv 2 --causal" "1,4,777,160" "2,4,1000,192 --causal=bottom-right --seq-kv 1300"; do
+    for m in "" --deterministic; do
+      # shellcheck disable=SC2086
+      echo "pair192 check $a $m: $(cd build && FLASHJIT_BWD_PAIR=1 FLASHJIT_CACHE_DIR=/tmp/s35-pair timeout $(bound 60) \
+        ./flashjit run --backward --check --dtype bf16 --shape $a $m --iters 3 2>&1 | grep -E 'PASS|FAIL|rror' | tr '\n' ' ')"
+    done
+  done
+  (cd build && FLASHJIT_BWD_PAIR=1 FLASHJIT_CACHE_DIR=/tmp/s35-pair timeout $(bound 120) ./tests/fj_tests gpu_backward_deterministic \
+     >"$out/pair_det.log" 2>&1; echo "pair192 gpu_backward_deterministic: exit $? ($(grep -c '^ok' "$out/pair_det.log") ok, $(grep -c FAIL "$out/pair_det.log") FAIL)")
+  (cd build && FLASHJIT_BWD_PAIR=1 FLASHJIT_CACHE_DIR=/tmp/s35-pair timeout $(bound 120) ./tests/fj_tests gpu_backward \
+     >"$out/pair_bwd.log" 2>&1; echo "pair192 gpu_backward: exit $? ($(grep -c '^ok' "$out/pair_bwd.log") ok, $(grep -c FAIL "$out/pair_bwd.log") FAIL)")
+  for shape in "8,10,2048,192" "2,10,8192,192" "8,10,2048,192 --causal" "2,16,4096,192 --heads-kv 4 --causal"; do
+    line="pair192 $shape:"
+    for round in 1 2; do
+      for pair in 0 1; do
+        for det in 0 1; do
+          # shellcheck disable=SC2086
+          us=$(cd build && env $([ $pair = 1 ] && echo FLASHJIT_BWD_PAIR=1 || echo FJ_UNUSED=1) FLASHJIT_CACHE_DIR=/tmp/s35-pair \
+            timeout $(bound 60) ./flashjit run --backward --shape $shape --dtype bf16 --iters 30 \
+            $([ $det = 1 ] && echo --deterministic) 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+          line="$line pair$pair/$det=${us:-?}"
+        done
+      done
+    done
+    echo "$line"
+  done
+}
 parts_run s35a ${S35A_PARTS:-detab dettest bwdtest}
