@@ -30,8 +30,9 @@
 /* The main kernel's tiles: 64 query rows by 64 keys, 8 warps (mma); 64
  * query rows by 128 keys, a producer and two consumer warpgroups (wgmma;
  * 64 keys for head dims above 128, whose consumers split by role -- or,
- * above 192, 128 keys split over a pair of blocks, a cluster of two that
- * share dS so that each adds half of dQ's columns: bwd_pair).
+ * above 192 (and at 129-192 where FLASHJIT_BWD_PAIR=1 asks), 128 keys
+ * split over a pair of blocks, a cluster of two that share dS so that
+ * each adds half of dQ's columns: bwd_pair).
  * The workspace's rows are padded to whole query tiles (BWD_TILE). */
 #define BWD_TILE 64
 #define BWD_WARPS 8

@@ -128,7 +128,7 @@
   partial block's tiles only.  Not in the deterministic mode (the host
   refuses it; the turns count the rule's key tiles).
   Parameters: head_dim (a multiple of 16 from 64 to 256), tile_m 64,
-  tile_n 128 (wide heads: 64, or 128 above 192 for the pair), warps 12,
+  tile_n 128 (wide heads: 64, or 128 for the pair), warps 12,
   stages 2, causal, window,
   softcap, dtype (f16, bf16), varlen, the modifications (score_mod,
   mask_mod, mod_params), a block mask's block_q and block_kv (0: none).

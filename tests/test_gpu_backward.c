@@ -647,6 +647,9 @@ int test_gpu_sanitize_backward(void)
       {1, 4, 2, 100, 130, 256, FJ_BF16, TL, -1, 0, 1, 1, 0, {0}, {0}, {0}, 0},
       /* the cluster pair (no mask): its exchange of dS^T between blocks */
       {1, 4, 2, 100, 130, 256, FJ_BF16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
+      /* head dim 192: the 64-key wide kernel, or the pair of three
+       * panels where FLASHJIT_BWD_PAIR=1 asks */
+      {1, 4, 2, 100, 130, 192, FJ_F16, NC, -1, 0, 0, 1, 0, {0}, {0}, {0}, 0},
   };
   return run_cases(cases, sizeof cases / sizeof cases[0]);
 }
