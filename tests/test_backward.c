@@ -114,6 +114,20 @@ int test_backward_compile(void)
  * either (the pair was, by a fence ptxas put after a spin, until its
  * own; the padded ones were, by their last tiles of dK and dV never
  * stored, until the epilogue held them). */
+/* Prints k's registers and spills; 0 where it spills nothing and ptxas
+ * serialised none of its wgmmas. */
+static int compiled_clean(fj_kernel *k)
+{
+  fj_resources r;
+  fj_kernel_resources(k, &r);
+  printf("%-60s regs=%3d spill=%d/%d\n", fj_kernel_name(k), r.registers,
+         r.spill_store_bytes, r.spill_load_bytes);
+  CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+  const char *log = fj_kernel_log(k);
+  CHECK(log != NULL && strstr(log, "serialized") == NULL);
+  return 0;
+}
+
 int test_backward_kv_regs(void)
 {
   unsetenv("FLASHJIT_BWD_PAIR");
@@ -168,13 +182,7 @@ int test_backward_kv_regs(void)
     CHECK(strstr(src, "#define FJ_KA(kk) fj::wg_desc_at(") != NULL);
     /* the pair above head dim 192 without a window */
     CHECK(!strstr(src, "__cluster_dims__") == !(cases[c].d > 192 && cases[c].window_left < 0));
-    fj_resources r;
-    fj_kernel_resources(k, &r);
-    printf("%-60s regs=%3d spill=%d/%d\n", fj_kernel_name(k), r.registers,
-           r.spill_store_bytes, r.spill_load_bytes);
-    CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
-    const char *log = fj_kernel_log(k);
-    CHECK(log != NULL && strstr(log, "serialized") == NULL);
+    CHECK(compiled_clean(k) == 0);
   }
   /* The pair at head dims 129-192 (three panels of dQ: block 1's
    * consumer 1 adds none, and loads the other tile's panel 2 twice so
@@ -197,13 +205,7 @@ int test_backward_kv_regs(void)
     CHECK(strstr(src, "__cluster_dims__") != NULL);
     CHECK(strstr(src, "Head dim 192: block 1's consumer 1 has no panel of dQ") != NULL);
     CHECK(strstr(src, "min(2 * (int)crank + pn, 2)") != NULL);
-    fj_resources r;
-    fj_kernel_resources(k, &r);
-    printf("%-60s regs=%3d spill=%d/%d (pair)\n", fj_kernel_name(k), r.registers,
-           r.spill_store_bytes, r.spill_load_bytes);
-    CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
-    const char *log = fj_kernel_log(k);
-    CHECK(log != NULL && strstr(log, "serialized") == NULL);
+    CHECK(compiled_clean(k) == 0);
   }
   unsetenv("FLASHJIT_BWD_PAIR");
   /* and without it the library keeps 64-key tiles there */
