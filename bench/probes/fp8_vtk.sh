@@ -11,7 +11,8 @@
 # (540):
 #   check  `flashjit run --check` with --fp8-vt-kernel at the library's
 #          FP8 tiles (d128 n192, d64 n256 and n192, d128 n128), every
-#          mask, GQA, a tail, e4m3 O; each bounded (a hang is a FAIL).
+#          mask, GQA, a tail, e4m3 O, blocks of one and two key tiles (the
+#          end of the transposers' walk); each bounded (a hang is a FAIL).
 #   time   the forward's median, the same tiles with the _vt pass and with
 #          V^T made in the kernel, alternately, two rounds (build-vtk/'s
 #          binary both ways), and main's pick beside them.  Predicted: in
@@ -30,7 +31,8 @@ part_check() {
   for a in "--head-dim 128 --tile-n 192 --shape 2,8,2048,128" "--head-dim 128 --tile-n 192 --shape 2,8,1000,128 --causal" \
            "--head-dim 128 --tile-n 192 --shape 1,8,700,128 --heads-kv 2 --causal=bottom-right --seq-kv 1300" \
            "--head-dim 64 --tile-n 256 --shape 2,8,2048,64" "--head-dim 64 --tile-n 192 --shape 2,8,1111,64 --causal" \
-           "--head-dim 128 --tile-n 128 --shape 2,4,777,128" "--head-dim 128 --tile-n 192 --shape 2,8,1000,128 --o-dtype e4m3"; do
+           "--head-dim 128 --tile-n 128 --shape 2,4,777,128" "--head-dim 128 --tile-n 192 --shape 2,8,1000,128 --o-dtype e4m3" \
+           "--head-dim 128 --tile-n 192 --shape 1,2,100,128" "--head-dim 64 --tile-n 256 --shape 3,2,300,64 --causal"; do
     # shellcheck disable=SC2086
     echo "fp8vtk check $a: $(cd build-vtk && FLASHJIT_CACHE_DIR=/tmp/fp8vtk timeout $(bound 60) ./flashjit run --check $V \
       --fp8-vt-kernel $a --iters 3 2>&1 | grep -E 'PASS|FAIL|rror' | tr '\n' ' ') (exit ${PIPESTATUS[0]})"
