@@ -99,8 +99,9 @@
   into k_peer; at head dims 129-192, three panels, block 1's consumer 1
   adds none and block 1 loads the other tile's panel 2 twice, so that
   both blocks expect as many bytes).  Each consumer warp that has read
-  ds_in (or, adding none, at once) arrives on the other block's out_free; consumer 1 waits for its own out_free (the copy
-  it sent read, the other's ds_in free) before it writes dS^T again.  dO
+  ds_in (or, adding none, at once) arrives on the other block's
+  out_free; consumer 1 waits for its own out_free (the copy it sent
+  read, the other's ds_in free) before it writes dS^T again.  dO
   has one slot (its shared memory holds ds_in and k_peer), released as
   soon as dP^T and dV have read it.  The blocks meet at cluster barriers
   at the start (each one's barriers initialised before the other

@@ -27,7 +27,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start defer "${1:-}" ${DF_SECONDS:-560}
-out=$(cd "$out" && pwd)
 echo "defer gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
 cache=/tmp/defer-cache
 df_ok=1

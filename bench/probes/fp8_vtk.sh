@@ -23,8 +23,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start fp8vtk "${1:-}" ${FP8_VTK_SECONDS:-540}
-out=$(cd "$out" && pwd)
-nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/fp8vtk gpu: /'
 V="--dtype e4m3 --mma wgmma --tile-m 128 --warps 12 --stages 2 --fp8-flush -1"
 part_check() {
   local a

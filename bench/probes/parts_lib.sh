@@ -1,7 +1,8 @@
 # parts_lib.sh -- sourced by the sessions' probes (s15.sh .. s19.sh), from
 # the repository root: one time bound over a device call's parts.
-#   parts_start TAG OUTDIR SECONDS  out (OUTDIR, or /tmp/fj-TAG; made),
-#                                   root (the repository root), the deadline
+#   parts_start TAG OUTDIR SECONDS  out (OUTDIR, or /tmp/fj-TAG; made,
+#                                   absolute), root (the repository root),
+#                                   the deadline; prints "TAG gpu: NAME"
 #   bound N                         a part's seconds: N, or what is left
 #                                   (at least 1)
 #   parts_run TAG PART...           part_<PART> in turn while time is left
@@ -15,8 +16,12 @@
 parts_start() {
   out=${2:-/tmp/fj-$1}
   mkdir -p "$out"
+  out=$(cd "$out" && pwd)
   root=$(pwd)
   deadline=$((SECONDS + $3))
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=name --format=csv,noheader | sed "s/^/$1 gpu: /"
+  fi
 }
 bound() { local b=$(( deadline - SECONDS )); [ $b -gt $1 ] && b=$1; [ $b -lt 1 ] && b=1; echo $b; }
 parts_run() {

@@ -21,7 +21,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start qkvviews "${1:-}" ${QV_SECONDS:-560}
-out=$(cd "$out" && pwd)
 echo "qkvviews gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
 qv=/tmp/qv-root
 rm -rf $qv && mkdir -p $qv && cp -r python examples $qv/ && (cd $qv && { git apply "$root/bench/probes/qkvviews.patch" 2>/dev/null || patch -p1 -s <"$root/bench/probes/qkvviews.patch"; }) ||

@@ -19,7 +19,6 @@ set -u
 . bench/probes/parts_lib.sh
 parts_start s15 "${1:-}" ${S15_SECONDS:-540}
 . bench/device_env.sh
-nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s15 gpu: /'
 part_l() {
 (cd /work/main/python/tests && PYTHONPATH=.. FLASHJIT_LIB=/work/main/build/libflashjit.so timeout $(bound 170) \
   python3 -m unittest -v test_gpu.Backward test_ring test_train_varlen.VarlenBackward) >"$out/l_python.log" 2>&1

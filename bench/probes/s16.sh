@@ -49,6 +49,5 @@ part_ncuf() {
   done
 }
 part_a() { (cd "$root" && S15_PARTS=a S15_SECONDS=$(bound 300) bash bench/probes/s15.sh "$out") 2>&1 | grep -vE "^s15 gpu"; }
-nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s16 gpu: /'
 parts_run s16 ${S16_PARTS:-pchk t san l fd}
 echo "s16 done at ${SECONDS}s"

@@ -49,5 +49,4 @@ part_fdpwl() { s16 fdpwl; }
 part_pair() { s16 pair 120; }
 part_ncuf() { s16 ncuf 200; }
 part_l() { s16 l 170; }
-nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s17 gpu: /'
 parts_run s17 ${S17_PARTS:-rows cmp cmprows}

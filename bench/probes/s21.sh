@@ -23,7 +23,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s21 "${1:-}" ${S21_SECONDS:-570}
-out=$(cd "$out" && pwd)
 echo "s21 gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
 part_det() {
   (cd build && timeout $(bound 240) ./tests/fj_tests gpu_backward_deterministic_pair >"$out/det_test.log" 2>&1

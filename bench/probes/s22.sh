@@ -21,7 +21,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s22 "${1:-}" ${S22_SECONDS:-570}
-out=$(cd "$out" && pwd)
 echo "s22 gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
 doc="--mod documents --param doc:i32[4096]@$root/bench/probes/doc8_4096.i32"
 base="--shape 4,16,4096,128 --dtype bf16 --causal"

@@ -59,7 +59,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s23 "${1:-}" ${S23_SECONDS:-570}
-out=$(cd "$out" && pwd)
 echo "s23 gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
 part_det() {
   # shellcheck disable=SC2086

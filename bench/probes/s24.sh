@@ -34,7 +34,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s24 "${1:-}" ${S24_SECONDS:-570}
-out=$(cd "$out" && pwd)
 echo "s24 gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
 part_host() {
   # shellcheck disable=SC2086

@@ -15,7 +15,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s25 "${1:-}" ${S25_SECONDS:-570}
-out=$(cd "$out" && pwd)
 echo "s25 gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
 part_unrun() {
   # shellcheck disable=SC2086

@@ -16,7 +16,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s26 "${1:-}" ${S26_SECONDS:-570}
-out=$(cd "$out" && pwd)
 echo "s26 gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
 part_py() {
   (cd python/tests && PYTHONPATH=..:. FLASHJIT_LIB=$root/build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s26-py \

@@ -20,7 +20,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s27 "${1:-}" ${S27_SECONDS:-570}
-out=$(cd "$out" && pwd)
 echo "s27 gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
 part_detpg() {
   gpu_tests /tmp/s27-pg 'FAIL|failed|differ|DIFFER|deterministic:' gpu_backward_param_grads_deterministic:200 \

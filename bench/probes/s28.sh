@@ -13,7 +13,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s28 "${1:-}" ${S28_SECONDS:-570}
-out=$(cd "$out" && pwd)
 echo "s28 gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
 part_check() {
   S27_PARTS=tune S27_SECONDS=$(bound 330) bash bench/probes/s27.sh "$out/s27"

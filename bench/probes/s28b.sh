@@ -24,7 +24,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s28b "${1:-}" ${S28B_SECONDS:-560}
-out=$(cd "$out" && pwd)
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)
 echo "s28b gpu: $gpu"
 cache=/tmp/s28b-gq

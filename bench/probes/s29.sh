@@ -23,7 +23,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s29 "${1:-}" ${S29_SECONDS:-560}
-out=$(cd "$out" && pwd)
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)
 echo "s29 gpu: $gpu"
 GQA="1,32,8,8192,128,1;4,32,8,2048,128,1;2,16,4,8192,128,1;1,32,8,8192,128,0"

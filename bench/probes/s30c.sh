@@ -14,7 +14,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s30c "${1:-}" ${S30C_SECONDS:-560}
-out=$(cd "$out" && pwd)
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)
 echo "s30c gpu: $gpu"
 part_f16() { S29_PARTS=f16 S29_SECONDS=$(bound 220) bash bench/probes/s29.sh "$out/s29"; }

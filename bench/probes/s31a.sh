@@ -22,8 +22,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s31a "${1:-}" ${S31A_SECONDS:-470}
-out=$(cd "$out" && pwd)
-nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s31a gpu: /'
 part_f16() { S29_PARTS=f16 S29_SECONDS=$(bound 220) bash bench/probes/s29.sh "$out/s29"; }
 part_gptc() { S30C_PARTS=gptc S30C_SECONDS=$(bound 160) bash bench/probes/s30c.sh "$out/s30c"; }
 part_gap() { S29_PARTS=gap S29_SECONDS=$(bound 120) bash bench/probes/s29.sh "$out/s29"; }

@@ -22,8 +22,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s32a "${1:-}" ${S32A_SECONDS:-470}
-out=$(cd "$out" && pwd)
-nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s32a gpu: /'
 # Every part but gattn is s31a.sh's (prof with PROF_CPU=1).
 s31a() { S31A_PARTS=$1 S31A_SECONDS=$2 bash bench/probes/s31a.sh "$out/s31a"; }
 part_f16() { s31a f16 $(bound 230); }

@@ -24,8 +24,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s33a "${1:-}" ${S33A_SECONDS:-520}
-out=$(cd "$out" && pwd)
-nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s33a gpu: /'
 env_py() { PYTHONPATH=python FLASHJIT_LIB=build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s33a "$@"; }
 part_test() {
   (cd python/tests && PYTHONPATH=../ FLASHJIT_LIB=../../build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s33a \

@@ -20,8 +20,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s34a "${1:-}" ${S34A_SECONDS:-540}
-out=$(cd "$out" && pwd)
-nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s34a gpu: /'
 part_ttest() {
   (cd python/tests && PYTHONPATH=../ FLASHJIT_LIB=../../build/libflashjit.so FLASHJIT_CACHE_DIR=/tmp/s34a \
     timeout $(bound 120) python3 -m unittest -v test_train >"$out/ttest.log" 2>&1)

@@ -38,8 +38,6 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s35a "${1:-}" ${S35A_SECONDS:-540}
-out=$(cd "$out" && pwd)
-nvidia-smi --query-gpu=name --format=csv,noheader | sed 's/^/s35a gpu: /'
 part_detncu() {
   local c m tag
   local -a cases
