@@ -1303,9 +1303,8 @@ typedef struct fj_bwd_plan {
  * recorded one for p's class on this GPU (its family and stages, where
  * the target still takes them), else the wgmma family's
  * (warp-specialised, TMA, 64 x 128 tiles; 64 x 64 above head dim 128,
- * and above 192 without a window or block mask 64 x 128 split over a
- * cluster of two blocks -- not in the deterministic mode -- grid[0]
- * counting blocks) on
+ * and without a window or block mask there 64 x 128 split over a
+ * cluster of two blocks, grid[0] counting blocks) on
  * sm_90a for head dims 64 to 256 in multiples of 16, else the mma
  * family's (64 x 64 tiles, two stages of Q and dO where the shared memory
  * holds them, else one).  Score and mask expressions (fj_mods.score,

@@ -30,9 +30,9 @@
 /* The main kernel's tiles: 64 query rows by 64 keys, 8 warps (mma); 64
  * query rows by 128 keys, a producer and two consumer warpgroups (wgmma;
  * 64 keys for head dims above 128, whose consumers split by role -- or,
- * above 192 (and at 129-192 where FLASHJIT_BWD_PAIR=1 asks), 128 keys
- * split over a pair of blocks, a cluster of two that share dS so that
- * each adds half of dQ's columns: bwd_pair).
+ * without a window or a block mask, 128 keys split over a pair of blocks,
+ * a cluster of two that share dS so that each adds part of dQ's columns:
+ * pair_ok, bwd_pair).
  * The workspace's rows are padded to whole query tiles (BWD_TILE). */
 #define BWD_TILE 64
 #define BWD_WARPS 8
@@ -153,28 +153,23 @@ static fj_status check_problem(fj_ctx *ctx, const fj_problem *p)
 
 /* Whether the wide wgmma kernel takes p's key tiles in pairs (a cluster
  * of two blocks, 64 keys each, exchanging dS: each adds dQ over both
- * tiles' 128 keys for half of its columns, half the float32 additions):
- * head dims above 192 (four panels of dQ's columns, one per consumer of
- * the pair), with or without a causal mask, but not under a window
- * (measured on the H100, docs/PERF.md: 0.89-0.92 of the 64-key kernel's
- * time without a mask, 0.89-0.91 under a causal one, 1.03 under a window
- * of 512 without one; mask expressions take it), in the deterministic
- * mode too (its turns then count pairs), but not under a block mask
- * (whose walks differ per key block).  FLASHJIT_BWD_PAIR=0 in the
- * environment turns it off, =1 on under a window too, and at head dims
- * 129-192 (three panels: block 1's consumer 1 adds none), which the
- * templates render since 2026-12-07 but no GPU has run yet: meant for
- * the deterministic mode there (half the 64-key kernel's dQ turns a
- * step, as at 256, where the pair took its time to 0.71-0.82 of the
- * 64-key one's), which takes it once its tests and times are in. */
+ * tiles' 128 keys for part of its columns, half the float32 additions):
+ * every head dim above 128 (at 129-192 three panels of dQ's columns, block
+ * 1's consumer 1 adding none; above 192 four, one per consumer of the
+ * pair), with or without a causal mask, in the deterministic mode too
+ * (its turns then count pairs), but not under a window (at 256 1.03 of
+ * the 64-key kernel's time under one of 512) nor a block mask (whose walks
+ * differ per key block).  Measured on the H100 (docs/PERF.md T21): at 192
+ * 0.87-0.90 of the 64-key kernel's time without a mask or under a causal
+ * one, 0.71 with GQA, 0.75-0.85 in the deterministic mode; at 256
+ * 0.89-0.92, 0.71-0.82 deterministic.  FLASHJIT_BWD_PAIR=0 in the
+ * environment turns it off, =1 on under a window too. */
 static int pair_ok(const fj_problem *p, const fj_mods_info *mi)
 {
   const char *e = getenv("FLASHJIT_BWD_PAIR");
-  int forced = e && strcmp(e, "1") == 0;
-  if (p->head_dim <= 128 || mi->block_kv != 0 ||
-      (p->head_dim <= 192 && !forced) || (e && strcmp(e, "0") == 0))
+  if (p->head_dim <= 128 || mi->block_kv != 0 || (e && strcmp(e, "0") == 0))
     return 0;
-  return !mi->window || forced;
+  return !mi->window || (e && strcmp(e, "1") == 0);
 }
 
 /* Whether variant v is the wide wgmma kernel's pair (its tile_n 128). */

@@ -73,8 +73,9 @@
   consumer 0 to consumer 1 through shared memory, float32, each thread's
   values at its own places (the two accumulators' layouts are the same),
   behind named barrier 1; dS^T is written by consumer 1 and read by both
-  for dQ behind named barrier 2 (one dS^T buffer: neither consumer starts
-  the next step's before both have passed barrier 1 again).  dQ goes by
+  for dQ behind named barriers 2 and 4 (each consumer arrives at the one
+  the other waits at; one dS^T buffer: neither consumer starts the next
+  step's before both have passed barrier 1 again).  dQ goes by
   columns (consumer 0 the first 128, consumer 1 the rest; 64 columns at a
   time), each consumer adding its part into g.dq_acc from its registers
   (red.global.add.v4.f32 in the permuted tiles of bwd_common.cuh's
@@ -1256,8 +1257,13 @@ extern "C" __global__ void {{ PAIR and "__cluster_dims__(2, 1, 1) " or "" }}__la
         }
 {%     end %}
 {%   end %}
-        // dS^T written (and visible to wgmma) before either reads it.
-        fj::bar_sync(2, 256);
+        // dS^T written (and visible to wgmma) before either reads it: each
+        // role arrives at the barrier the other waits at (named barriers 2
+        // and 4), so that no barrier is waited at from two places in the
+        // code, which an aligned bar.sync forbids (synccheck's "divergent
+        // threads in block").
+        fj::bar_arrive({{ role == 0 and 2 or 4 }}, 256);
+        fj::bar_sync({{ role == 0 and 4 or 2 }}, 256);
 {%   if PAIR and role == 1 then %}
         if (g.deterministic && tid == 0) {
           {{ send_ds(10) }}

@@ -30,10 +30,10 @@ static int compile_all(fj_ctx *ctx, const fj_problem *p, const char *what)
   int wg = strcmp(fj_ctx_arch(ctx), "sm_90a") == 0 && p->head_dim >= 64 &&
            !(pgrads && p->head_dim > 128) &&
            !(m && m->block_mask && m->block_mask->block_kv % tile_n);
-  /* Above head dim 192 a pair of blocks (a cluster of two) splits a key
+  /* Above head dim 128 a pair of blocks (a cluster of two) splits a key
    * tile of 128, causal or not, deterministic or not, but under a window
    * or a block mask. */
-  int pair = wg && p->head_dim > 192 &&
+  int pair = wg && p->head_dim > 128 &&
              !(m && (m->block_mask || m->window_left != -1 || m->window_right != -1));
   CHECK(plan.variant.mma == (wg ? FJ_MMA_WGMMA : FJ_MMA_SYNC));
   CHECK(plan.variant.tile_n == (wg && (p->head_dim <= 128 || pair) ? 128 : 64));
@@ -180,16 +180,14 @@ int test_backward_kv_regs(void)
     /* every consumer's descriptors as a base's plus the k step's offset
      * (one uniform add a step, not wg_desc's masks and shifts) */
     CHECK(strstr(src, "#define FJ_KA(kk) fj::wg_desc_at(") != NULL);
-    /* the pair above head dim 192 without a window */
-    CHECK(!strstr(src, "__cluster_dims__") == !(cases[c].d > 192 && cases[c].window_left < 0));
+    /* the pair above head dim 128 without a window */
+    CHECK(!strstr(src, "__cluster_dims__") == !(cases[c].d > 128 && cases[c].window_left < 0));
     CHECK(compiled_clean(k) == 0);
   }
   /* The pair at head dims 129-192 (three panels of dQ: block 1's
    * consumer 1 adds none, and loads the other tile's panel 2 twice so
-   * that both blocks expect as many bytes), taken only where
-   * FLASHJIT_BWD_PAIR=1 asks until a GPU has run it: rendered, without
-   * spills or serialised wgmmas. */
-  setenv("FLASHJIT_BWD_PAIR", "1", 1);
+   * that both blocks expect as many bytes): the library's choice,
+   * rendered without spills or serialised wgmmas. */
   static const int pair_dims[] = {192, 160};
   for (size_t c = 0; c < sizeof pair_dims / sizeof pair_dims[0]; c++) {
     fj_problem p;
@@ -207,8 +205,8 @@ int test_backward_kv_regs(void)
     CHECK(strstr(src, "min(2 * (int)crank + pn, 2)") != NULL);
     CHECK(compiled_clean(k) == 0);
   }
-  unsetenv("FLASHJIT_BWD_PAIR");
-  /* and without it the library keeps 64-key tiles there */
+  /* and FLASHJIT_BWD_PAIR=0 keeps 64-key tiles there */
+  setenv("FLASHJIT_BWD_PAIR", "0", 1);
   {
     fj_problem p;
     fj_problem_init(&p, 2, 8, 2, 700, 700, 192, FJ_BF16, FJ_BSHD);
@@ -217,6 +215,7 @@ int test_backward_kv_regs(void)
     CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
     CHECK(plan.variant.tile_n == 64);
   }
+  unsetenv("FLASHJIT_BWD_PAIR");
   fj_ctx_destroy(ctx);
   return 0;
 }
@@ -808,7 +807,7 @@ static int walk_text(void)
     CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &plan));
     CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &plan, 1, &k));
     const char *src = fj_kernel_source(k, NULL);
-    const char *nt = dims[d] == 256 ? "(nt >> 1)" : "nt";
+    const char *nt = dims[d] > 128 ? "(nt >> 1)" : "nt";  /* pairs above 128 */
     char want[3][96];
     snprintf(want[0], sizeof want[0], "if (i == 0) edge = %s;", nt);
     snprintf(want[1], sizeof want[1], "rank = %s - edge;", nt);
