@@ -21,6 +21,7 @@
 #include "mods.h"
 #include "plan.h"
 #include "problem.h"
+#include "rel_table.h"
 #include "tier.h"
 #include "tunedb.h"
 #include "variant.h"
@@ -921,7 +922,7 @@ static fj_status vt_pass(fj_ctx *ctx, const fj_problem *p, void *vt_fn,
  * log-sum-exp.  A dynamic walk: its counter, zeroed in stream order. */
 static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
                            const fj_plan *plan, void *ws, size_t ws_bytes,
-                           void *stream, fj_kparams *kp)
+                           void *stream, fj_kparams *kp, uint64_t *table)
 {
   uint64_t base = (uint64_t)(uintptr_t)ws;
   fj_status st = FJ_OK;
@@ -933,6 +934,7 @@ static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
                   ws_bytes,
                   plan->variant.split_kv            ? "the splits"
                   : plan->variant.dtype == FJ_E4M3 ? "FP8 attention's V^T"
+                  : fj__rt_bytes(p)                 ? "the score's relative table"
                                                     : "the work counter",
                   plan->workspace_bytes);
   else if (base % 16)
@@ -940,11 +942,15 @@ static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
                   "workspace %p is not 16-byte aligned", ws);
   if (st != FJ_OK)
     return st;
+  /* The score expression's relative table last (fj__plan_fill), the rest
+   * before it. */
+  size_t rt = fj__rt_bytes(p), rest = plan->workspace_bytes - rt;
+  *table = rt ? base + rest : 0;
   /* FP8 attention: V^T first (fj__plan_vt_bytes). */
   size_t vt = fj__plan_vt_bytes(p, &plan->variant);
   kp->vt = vt ? (unsigned char *)(uintptr_t)base : NULL;
   base += vt;
-  if (!plan->variant.split_kv && plan->workspace_bytes == vt)
+  if (!plan->variant.split_kv && fj__plan_rt_offset(vt) >= rest)
     return FJ_OK;
   if (!plan->variant.split_kv) {
     kp->work = (unsigned *)(uintptr_t)base;
@@ -1046,6 +1052,12 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   void *vt_fn = NULL;
   if (st == FJ_OK && v->dtype == FJ_E4M3)
     st = fj__kernel_vt_function(ctx, kern, &vt_fn);
+  /* The score expression's relative table: its own kernel, first. */
+  void *rt_fn = NULL;
+  fj_kernel *rt_kern;
+  if (st == FJ_OK && fj__rt_bytes(p) &&
+      (st = fj__rt_kernel(ctx, p, &rt_kern)) == FJ_OK)
+    st = fj__kernel_function(ctx, rt_kern, &rt_fn);
   pthread_mutex_unlock(&ctx->lock);
   if (st == FJ_OK && kern->meta.tma)
     st = tensor_maps(ctx, p, v, kern, q, k, vp, &maps);
@@ -1058,18 +1070,22 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     st = oob_start(ctx, who, stream, &oob);
   /* The parameters' values follow the Params (and the tensor maps); kern
    * is unset where an earlier step failed. */
-  if (st == FJ_OK && fj__mods_args(p->mods, oob, mod_args) > 0 && !kern->meta.tma)
+  size_t used = st == FJ_OK ? fj__mods_args(p->mods, oob, mod_args) : 0;
+  if (used > 0 && !kern->meta.tma)
     args[1] = mod_args;
+  uint64_t table = 0;
   if (st == FJ_OK) {
     fj__fill_params(&kp, p, q, k, vp, o, lse);
     if (plan.workspace_bytes)
-      st = workspace(ctx, p, &plan, ws, ws_bytes, stream, &kp);
+      st = workspace(ctx, p, &plan, ws, ws_bytes, stream, &kp, &table);
   }
   /* FP8 attention's max |O|: raised by the kernel from 0. */
   if (st == FJ_OK && kp.o_amax)
     st = fj__cu_memset32_async(ctx, (uint64_t)(uintptr_t)kp.o_amax, 0, 1, stream);
   if (st == FJ_OK && vt_fn)
     st = vt_pass(ctx, p, vt_fn, &kp, &maps, stream);
+  if (st == FJ_OK && rt_fn)
+    st = fj__rt_pass(ctx, p, rt_fn, table, used, mod_args, &kp, stream);
   if (st == FJ_OK) {
     fj_launch l = {fn, {plan.grid[0], plan.grid[1], plan.grid[2]},
                    {plan.threads, 1, 1}, plan.smem_bytes, stream, args, 0};
@@ -1083,8 +1099,9 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     st = fj__cu_launch(ctx, &l);
   }
   /* The record of what was launched: only where every launch was queued
-   * (the public calls cleared it on entry). */
-  if (st == FJ_OK && !oob && fj__launch_recording()) {
+   * (the public calls cleared it on entry), and not a relative table's
+   * pass, which a record does not hold. */
+  if (st == FJ_OK && !oob && !rt_fn && fj__launch_recording()) {
     fj_launch_note n = {&plan, fn, combine_fn, vt_fn,
                         {(unsigned)(kp.vt_keys / 128), (unsigned)(p->head_dim / 64),
                          (unsigned)(p->batch * p->heads_kv)},

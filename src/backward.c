@@ -22,6 +22,7 @@
 #include "mods_kernel.h"
 #include "plan.h"
 #include "problem.h"
+#include "rel_table.h"
 #include "tunedb.h"
 #include "util.h"
 #include "variant.h"
@@ -388,7 +389,10 @@ static size_t pgrad_offset(const fj_problem *p)
 static size_t workspace_of(const fj_problem *p)
 {
   size_t pg = pgrad_elems(p);
-  return pg ? pgrad_offset(p) + pg * 2 * sizeof(long long) : rows_bytes(p);
+  size_t rest = pg ? pgrad_offset(p) + pg * 2 * sizeof(long long) : rows_bytes(p);
+  /* The score expression's relative table last (rel_table.h). */
+  size_t rt = fj__rt_bytes(p);
+  return rt ? fj__plan_rt_offset(rest) + rt : rest;
 }
 
 /* The deterministic mode under a block mask: the mma family's alone (its
@@ -1099,9 +1103,15 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   /* The main kernel's own shared memory (its meta's): a caller's plan may
    * be another problem's, whose modifications size it otherwise. */
   unsigned smem = plan->smem_bytes;
+  void *rt_fn = NULL;
+  fj_kernel *rt_kern;
   if (st == FJ_OK) {
     pthread_mutex_lock(&ctx->lock);
     st = ready(ctx, p, plan, fn, &smem);
+    /* The score expression's relative table: its own kernel, first. */
+    if (st == FJ_OK && fj__rt_bytes(p) &&
+        (st = fj__rt_kernel(ctx, p, &rt_kern)) == FJ_OK)
+      st = fj__kernel_function(ctx, rt_kern, &rt_fn);
     pthread_mutex_unlock(&ctx->lock);
   }
   /* What p itself needs, should the plan be another problem's (a plan
@@ -1143,7 +1153,10 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     void *args[4] = {&kp, &g, mod_args, &mg};
     /* The wgmma kernel takes its tensor maps before the modifications'. */
     void *wg_args[5] = {&kp, &g, &maps, mod_args, &mg};
-    fj__mods_args(p->mods, 0, mod_args);
+    size_t used = fj__mods_args(p->mods, 0, mod_args);
+    if (rt_fn)
+      st = fj__rt_pass(ctx, p, rt_fn, base + workspace_of(p) - fj__rt_bytes(p),
+                       used, mod_args, &kp, stream);
     const unsigned rows = plan->rows_grid;
     fj_launch l[3] = {
         {fn[0], {rows, 1, 1}, {32 * BWD_ROW_WARPS, 1, 1}, 0, stream, args, 0},

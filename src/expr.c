@@ -1063,6 +1063,20 @@ int fj__expr_reads_using(const fj_expr *e, int name)
   return reads;
 }
 
+static int in_subtree(const fj_expr *e, int k, int j);
+
+int fj__expr_reads_using_in(const fj_expr *e, int k, int name)
+{
+  unsigned char *uses = e && e->n && k >= 0 && k < e->n ? uses_of(e, &name, 1) : NULL;
+  if (!uses)
+    return 0;
+  int reads = 0;
+  for (int i = 0; i < e->n; i++)
+    reads += e->nodes[i].op == OP_TENSOR && uses[i] && in_subtree(e, k, i);
+  free(uses);
+  return reads;
+}
+
 /* Whether node k is q - kv or kv - q. */
 static int is_distance(const fj_expr *e, int k, int q, int kv)
 {
@@ -1214,10 +1228,102 @@ static int rel_only(const fj_expr *e, const fj_expr_vars *v)
   return r;
 }
 
-int fj__expr_facts(const fj_expr *e, const fj_expr_vars *v, fj_expr_facts *f)
+/* Where the subtree at node k starts in the text, as near as the tree
+ * knows: its first tensor read's name in pre-order, else 0. */
+static int first_pos(const fj_expr *e, int k)
+{
+  const node *nd = &e->nodes[k];
+  if (nd->op == OP_TENSOR)
+    return nd->pos;
+  for (int i = 0; i < nd->nkids; i++) {
+    int p = first_pos(e, nd->kid[i]);
+    if (p > 0)
+      return p;
+  }
+  return 0;
+}
+
+/* Whether node j lies in the subtree at node k. */
+static int in_subtree(const fj_expr *e, int k, int j)
+{
+  if (k == j)
+    return 1;
+  const node *nd = &e->nodes[k];
+  for (int i = 0; i < nd->nkids; i++)
+    if (in_subtree(e, nd->kid[i], j))
+      return 1;
+  return 0;
+}
+
+/* The relative table's subtree (fj_expr_facts' rt): the first node in
+ * pre-order whose value is a float, whose q and kv appear only in
+ * distances (kv - q, q - kv) and which reads none of s, b and hkv
+ * (table[i] from rel), which uses a distance (dist), and which costs more
+ * per element than the kernels' own forms of it (cost): a function
+ * called on something that uses a distance, or a tensor read at indices
+ * that use one, other than in dg's form (T(A..., q - kv + X), which the
+ * kernels read at a row pointer). */
+static int find_rt(const fj_expr *e, int k, const unsigned char *table,
+                   const unsigned char *dist, const unsigned char *cost)
+{
+  const node *nd = &e->nodes[k];
+  if (!nd->is_int && table[k] && dist[k] && cost[k])
+    return k;
+  for (int i = 0; i < nd->nkids; i++) {
+    int r = find_rt(e, nd->kid[i], table, dist, cost);
+    if (r >= 0)
+      return r;
+  }
+  return -1;
+}
+
+static int rel_table(const fj_expr *e, const fj_expr_vars *v,
+                     const unsigned char *uses)
+{
+  unsigned char *m = calloc((size_t)e->n * 4, 1);
+  if (!m)
+    return -1;
+  unsigned char *table = m, *dist = m + e->n, *cost = m + 2 * e->n;
+  unsigned char *reads = m + 3 * e->n;  /* tensor reads that use a distance, up to 2 */
+  for (int i = 0; i < e->n; i++) {
+    const node *nd = &e->nodes[i];
+    int t = 1, d = 0, c = 0, r = 0;
+    if (nd->op == OP_VAR)
+      t = nd->ref != v->q && nd->ref != v->kv && nd->ref != v->b &&
+          nd->ref != v->hkv && nd->ref != v->s;
+    for (int k = 0; k < nd->nkids; k++) {
+      t &= table[nd->kid[k]];
+      d |= dist[nd->kid[k]];
+      c |= cost[nd->kid[k]];
+      r += reads[nd->kid[k]];
+    }
+    if (is_distance(e, i, v->q, v->kv))
+      t = d = 1;
+    if (nd->op == OP_CALL && d)
+      c = 1;
+    if (nd->op == OP_TENSOR && d) {
+      fj_expr_facts scratch;
+      c |= !dg_read(e, i, v, uses, &scratch);
+      r++;
+    }
+    /* Two reads at distances: the kernels read one at a row pointer. */
+    c |= r >= 2;
+    table[i] = (unsigned char)t;
+    dist[i] = (unsigned char)d;
+    cost[i] = (unsigned char)c;
+    reads[i] = (unsigned char)(r > 2 ? 2 : r);
+  }
+  int r = find_rt(e, e->root, table, dist, cost);
+  free(m);
+  return r;
+}
+
+static int facts(const fj_expr *e, const fj_expr_vars *v, fj_expr_facts *f,
+                 int want_rt)
 {
   memset(f, 0, sizeof *f);
   f->kvq_scale = f->kvq_factor = f->dg = f->dg_name = f->dg_x = f->dg_dist = -1;
+  f->rt = -1;
   if (!e)
     return 0;
   const int varying[3] = {v->q, v->kv, v->s};
@@ -1226,10 +1332,36 @@ int fj__expr_facts(const fj_expr *e, const fj_expr_vars *v, fj_expr_facts *f)
     return -1;
   find_kvq_scale(e, v, uses, f);
   find_dg(e, e->root, v, uses, f);
+  f->rt = want_rt && v->s >= 0 ? rel_table(e, v, uses) : -1;
   free(uses);
+  /* The table takes dg's place: not beside a distance read outside it
+   * (kept as dg); ALiBi's forms inside it are the table's. */
+  if (f->rt >= 0 && f->dg >= 0 && !in_subtree(e, f->rt, f->dg))
+    f->rt = -1;
+  if (f->rt >= 0) {
+    f->dg = f->dg_name = f->dg_x = f->dg_dist = -1;
+    f->dg_rank = f->dg_sign = f->dg_pos = 0;
+    if (f->kvq_scale >= 0 && in_subtree(e, f->rt, f->kvq_scale))
+      f->kvq_scale = f->kvq_factor = -1;
+    for (int i = 0; i < e->n; i++)
+      if (fj__expr_kvq_sign(e, i, v) && in_subtree(e, f->rt, i))
+        f->kvq--;
+    f->rt_pos = first_pos(e, f->rt);
+  }
   f->uses_s = fj__expr_uses(e, v->s);
   f->rel_only = rel_only(e, v);
   return 0;
+}
+
+int fj__expr_facts(const fj_expr *e, const fj_expr_vars *v, fj_expr_facts *f)
+{
+  return facts(e, v, f, 1);
+}
+
+int fj__expr_facts_no_rt(const fj_expr *e, const fj_expr_vars *v,
+                         fj_expr_facts *f)
+{
+  return facts(e, v, f, 0);
 }
 
 int fj__expr_kid(const fj_expr *e, int k, int i)

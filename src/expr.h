@@ -85,6 +85,8 @@ int fj__expr_uses(const fj_expr *e, int name);
 int fj__expr_subtree_uses(const fj_expr *e, int k, int name);
 /* Tensor reads (calls) of e whose indices use variable `name`. */
 int fj__expr_reads_using(const fj_expr *e, int name);
+/* Those of them in the subtree at node k (k outside e: 0). */
+int fj__expr_reads_using_in(const fj_expr *e, int k, int name);
 /* Tensor reads of e at a distance: T(A..., q - kv + X) or T(A..., kv - q
  * + X), with X a chain of + and - (possibly none) and the other indices,
  * like X, free of variables q, kv and s (name indices) -- a
@@ -133,10 +135,27 @@ typedef struct fj_expr_facts {
    * nothing but s, h, the parameters and kv - q (q and kv appear only as
    * q - kv or kv - q; b and hkv never). */
   int uses_s, rel_only;
+  /* A score's relative table: the first subtree in pre-order that is a
+   * float of h, the parameters and the distance alone (q and kv only as kv
+   * - q or q - kv; no s, b or hkv), uses the distance, and costs more per
+   * element than the kernels' own forms -- a function of the distance, or
+   * a tensor read at indices that use it other than in dg's form: a
+   * bucketed bias bias(h, bkt(kv - q + 128)), a log-distance bias.  Its
+   * values per (query head, distance) can be computed once per launch into
+   * a table that the kernels read in dg's place (mods_kernel.h).  -1: none,
+   * for the mask, and where a read in dg's form lies outside it (dg keeps
+   * it).  Where it is taken, dg is -1 and kvq and kvq_scale count only
+   * what lies outside it.  rt_pos: where it starts in the text (its first
+   * tensor read's name; 0 if it reads none). */
+  int rt, rt_pos;
 } fj_expr_facts;
 
 /* Fills f for e (NULL: no facts); 0, or -1 out of memory. */
 int fj__expr_facts(const fj_expr *e, const fj_expr_vars *v, fj_expr_facts *f);
+/* The same without the relative table (rt -1; dg, kvq and kvq_scale as
+ * the whole expression has them): for kernels that cannot take it. */
+int fj__expr_facts_no_rt(const fj_expr *e, const fj_expr_vars *v,
+                         fj_expr_facts *f);
 
 /* A subtree printed as the given text instead (a name the kernel passes). */
 typedef struct fj_expr_subst {

@@ -123,6 +123,11 @@ static int parse_expr(const fj_mods *m, int score, int *reads, char *err,
   *reads += fj__expr_reads_using(e, 4) * (score ? 1 << 10 | 1 : 1);
   if (score)
     *reads += fj__expr_distance_reads(e, 3, 4, 5) << 20;
+  /* Bit 30: the score has a relative table's subtree (fj_expr_facts' rt). */
+  fj_expr_vars v = {0, 1, 2, 3, 4, 5};
+  fj_expr_facts f;
+  if (score && fj__expr_facts(e, &v, &f) == 0 && f.rt >= 0)
+    *reads |= 1 << 30;
   fj__expr_free(e);
   return 0;
 }
@@ -131,7 +136,7 @@ static int parse_expr(const fj_mods *m, int score, int *reads, char *err,
  * one it did not is parsed here (an expression refused counts none). */
 static int packed_reads(const fj_mods *m)
 {
-  if (!m || !m->params)
+  if (!m || (!m->params && !has_text(m->score)))
     return 0;
   int reads = 0;
   if (fj__mods_memo_find(m, &reads))
@@ -142,6 +147,26 @@ static int packed_reads(const fj_mods *m)
   return reads;
 }
 
+static int rt_refused(void);
+
+/* With a relative table (fj__mods_rt_on) the kernels' reads by key: the
+ * table's at a distance in place of those of its subtree. */
+static void rt_reads(const fj_mods *m, fj_mods_info *out)
+{
+  fj_expr_name names[FJ_MOD_NAMES_MAX];
+  int n = fj__mods_names(m, 1, names);
+  fj_expr *e = fj__expr_parse(m->score, "score", names, n, NULL, 0);
+  fj_expr_vars v = {0, 1, 2, 3, 4, 5};
+  fj_expr_facts f;
+  if (e && fj__expr_facts(e, &v, &f) == 0 && f.rt >= 0) {
+    int inside = fj__expr_reads_using_in(e, f.rt, 4);
+    out->reads += 1 - inside;
+    out->score_reads += 1 - inside;
+    out->distance_reads = 1;
+  }
+  fj__expr_free(e);
+}
+
 void fj__mods_info_reads(const fj_mods *m, fj_mods_info *out)
 {
   fj__mods_info(m, out);
@@ -149,6 +174,27 @@ void fj__mods_info_reads(const fj_mods *m, fj_mods_info *out)
   out->reads = reads & 0x3ff;
   out->score_reads = reads >> 10 & 0x3ff;
   out->distance_reads = reads >> 20 & 0x3ff;
+  if (reads >> 30 & 1 && fj__mods_rt_on(m))
+    rt_reads(m, out);
+}
+
+/* FLASHJIT_REL_TABLE=0 in the environment: no relative tables (for A/B
+ * runs; the form's hash says so, so that kernels of either kind never
+ * meet in a cache). */
+static int rt_refused(void)
+{
+  const char *e = getenv("FLASHJIT_REL_TABLE");
+  return e && strcmp(e, "0") == 0;
+}
+
+int fj__mods_rt_on(const fj_mods *m)
+{
+  fj_mods_info mi;
+  fj__mods_info(m, &mi);
+  if (!mi.user || !has_text(m->score) || mi.checked ||
+      m->num_params >= FJ_MOD_PARAMS_MAX || rt_refused())
+    return 0;
+  return packed_reads(m) >> 30 & 1;
 }
 
 /* ---- built-ins ------------------------------------------------------------------ */
@@ -164,6 +210,13 @@ static const fj_mod_builtin builtins[] = {
      "bias:f32[heads_q,2*max_distance+1], max_distance:i32", NULL,
      "a learned bias per query head and distance; distances past the table "
      "read 0"},
+    {"t5",
+     "s + bias(h, (kv - q > 0 ? 16 : 0) + (abs(kv - q) < 8 ? abs(kv - q) : "
+     "min(15, 8 + (int)(logf((float)abs(kv - q) / 8.f) / logf(16.f) * 8.f))))",
+     NULL, "bias:f32[heads_q,32]", NULL,
+     "T5's bucketed relative position bias (bidirectional: 32 buckets, 8 "
+     "exact distances a side, logarithmic to 128); the kernels read it from "
+     "a table of every distance built once a launch"},
     {"documents", NULL, "doc(q) == doc(kv)", "doc:i32[seq_kv]", NULL,
      "document masking: a query sees the keys of its own document (ids per "
      "position; with fj_block_mask_build, only the blocks on the diagonal "
@@ -692,6 +745,8 @@ uint64_t fj__mods_hash(const fj_mods *m)
   }
   if (mi.checked)
     h = fj__hash64_seed("checked", 8, h);
+  if (has_text(m->score) && rt_refused())
+    h = fj__hash64_seed("no relative table", 18, h);
   return h ? h : 1;
 }
 

@@ -33,9 +33,11 @@ typedef struct fj_mods_info {
    * counts the score expression's alone (a bias table's: __ldg per score;
    * the mask's share a key column's load); distance_reads, of the score's,
    * those at a distance, T(A..., q - kv + X): a relative-position bias
-   * (expr.h's fj__expr_distance_reads).  Counting them takes a parse
-   * where this thread has not checked the form (mods_memo.h), so only
-   * fj__mods_info_reads counts them; fj__mods_info leaves them -1. */
+   * (expr.h's fj__expr_distance_reads); with a relative table
+   * (fj__mods_rt_on) the table's read, at a distance, counts in place of
+   * its subtree's.  Counting them takes a parse where this thread has not
+   * checked the form (mods_memo.h), so only fj__mods_info_reads counts
+   * them; fj__mods_info leaves them -1. */
   int reads, score_reads, distance_reads;
 } fj_mods_info;
 
@@ -45,6 +47,14 @@ void fj__mods_info(const fj_mods *m, fj_mods_info *out);
 /* fj__mods_info with the reads counted (NULL m, or no parameters: 0);
  * for the plan, which runs once per problem. */
 void fj__mods_info_reads(const fj_mods *m, fj_mods_info *out);
+
+/* Whether the kernels of m's form read a relative table (expr.h's
+ * fj_expr_facts rt: a score subtree of the query head and the distance
+ * alone, computed once a launch by templates/rel_table.cu into the
+ * workspace, mods_kernel.h's FJ_MODS_RT_NAME): the score has one, m is not
+ * checked (its reads record what they miss) and leaves a parameter's
+ * place free.  A form this thread checked is looked up, not parsed. */
+int fj__mods_rt_on(const fj_mods *m);
 
 /* The softcap's fixed shift of the exponentials, in score units, or 0 for
  * the running max (see mods.c); 0 for a NULL m. */

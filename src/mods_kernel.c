@@ -163,6 +163,8 @@ static int print_kernel(fj_mods_kform *k, const fj_expr *e,
   int n = 0;
   if (x->f.dg >= 0)
     subs[n++] = (fj_expr_subst){x->f.dg, "fj_dg"};
+  if (x->f.rt >= 0)
+    subs[n++] = (fj_expr_subst){x->f.rt, "fj_dg"};
   if (x->f.kvq_scale >= 0)
     subs[n++] = (fj_expr_subst){x->f.kvq_scale, "fj_skvq"};
   fj_expr_print o = {names, score ? &v : NULL, subs, n, 0};
@@ -174,6 +176,28 @@ static int print_kernel(fj_mods_kform *k, const fj_expr *e,
   if (!x->cuda || nomem || (x->f.kvq_scale >= 0 && !x->factor))
     return -1;
   return 0;
+}
+
+/* The relative table (fj_expr_facts' rt) in dg's place: its subtree as
+ * CUDA for the kernel that fills the table (rt_cuda: of h, q, kv and the
+ * parameters, which templates/rel_table.cu evaluates at q 0, kv the
+ * distance), and dg's pieces for a read of the table, the parameter
+ * FJ_MODS_RT_NAME after the user's: [heads_q][seq_q + seq_kv - 1], the
+ * distance kv - q at column kv - q + seq_q - 1. */
+static int print_rt(fj_mods_kform *k, const fj_mods *m, const fj_expr *e,
+                    const fj_expr_name *names, fj_mods_kexpr *x)
+{
+  static const char call[] =
+      FJ_MODS_RT_NAME "(h, fj::isub(fj_p.seq_q - 1, fj::isub(q, kv)))";
+  x->rt_cuda = print(k, e, x->f.rt, &(fj_expr_print){names, NULL, NULL, 0, 0});
+  x->dg_call = keep(k, call, sizeof call - 1);
+  x->dg_x = keep(k, "(fj_p.seq_q - 1)", 16);
+  x->dg_uniform[0] = keep(k, "h", 1);
+  x->dg_param = m->num_params;
+  x->f.dg_rank = 2;
+  x->f.dg_sign = -1;
+  line_col(m->score, x->f.rt_pos, &x->dg_line, &x->dg_col);
+  return x->rt_cuda && x->dg_call && x->dg_x && x->dg_uniform[0] ? 0 : -1;
 }
 
 /* One expression: parsed, its facts, its texts; the score's per-score
@@ -191,6 +215,10 @@ static int kexpr(const fj_mods *m, int score, int checked, fj_mods_kform *k,
     return -1;
   fj_expr_vars v = vars_of(score);
   int rc = fj__expr_facts(e, &v, &x->f);
+  /* The relative table takes a parameter's place after the user's, and
+   * none in checked mode (fj__mods_rt_on). */
+  if (rc == 0 && x->f.rt >= 0 && !fj__mods_rt_on(m))
+    rc = fj__expr_facts_no_rt(e, &v, &x->f);
   /* Checked mode's reads record what they miss: each read stays a read
    * of the accessor, where the record is made. */
   if (!score || checked)
@@ -201,6 +229,8 @@ static int kexpr(const fj_mods *m, int score, int checked, fj_mods_kform *k,
     rc = print_kernel(k, e, names, score, x);
   if (rc == 0 && x->f.dg >= 0)
     rc = print_dg(k, m, e, &(fj_expr_print){names, &v, NULL, 0, 0}, x);
+  else if (rc == 0 && x->f.rt >= 0)
+    rc = print_rt(k, m, e, names, x);
   /* Reads past the limit or out of room leave npg -1, which only the
    * backward refuses. */
   if (rc == 0 && score)
@@ -317,7 +347,7 @@ static int pgrads_table(fj_mods_kparam *out, const fj_mods_kexpr *x,
 static int expr_table(fj_mods_kparam *out, const fj_mods_kexpr *x,
                       const char *key, fj_param *at)
 {
-  fj_param *t = take(out, 9);
+  fj_param *t = take(out, 10);
   if (!t)
     return -1;
   t[0] = str("text1", x->text1);
@@ -329,32 +359,35 @@ static int expr_table(fj_mods_kparam *out, const fj_mods_kexpr *x,
   t[6] = num("rel_only", FJ_PARAM_BOOL, x->f.rel_only);
   t[7] = str("grad", x->grad);
   t[8] = str("pgrads", NULL);
-  *at = table(key, t, 9);
+  t[9] = str("rt", x->rt_cuda);
+  *at = table(key, t, 10);
   if (x->npg != 0 && pgrads_table(out, x, &t[8]))
     return -1;
-  return x->f.dg >= 0 ? dg_table(out, x, &t[4]) : 0;
+  return x->f.dg >= 0 || x->f.rt >= 0 ? dg_table(out, x, &t[4]) : 0;
 }
 
-/* params = { { name, type, rank, index, shared }, ... } */
+/* params = { { name, type, rank, index, shared }, ... }: the user's, then
+ * the relative table where the score takes one (a float32 tensor of rank
+ * 2, read per score). */
 static int params_table(fj_mods_kparam *out, const fj_mods *m, fj_param *at)
 {
-  int n = m ? m->num_params : 0;
-  fj_param *list = take(out, (size_t)n);
+  int n = m ? m->num_params : 0, rt = out->form.score.f.rt >= 0;
+  fj_param *list = take(out, (size_t)(n + rt));
   if (!list)
     return -1;
-  for (int i = 0; i < n; i++) {
-    const fj_mod_param *p = &m->params[i];
+  for (int i = 0; i < n + rt; i++) {
+    const fj_mod_param *p = i < n ? &m->params[i] : NULL;
     fj_param *f = take(out, 5);
     if (!f)
       return -1;
-    f[0] = str("name", p->name);
-    f[1] = str("type", fj__mods_type_name(p->type));
-    f[2] = num("rank", FJ_PARAM_INT, p->rank);
+    f[0] = str("name", p ? p->name : FJ_MODS_RT_NAME);
+    f[1] = str("type", p ? fj__mods_type_name(p->type) : "f32");
+    f[2] = num("rank", FJ_PARAM_INT, p ? p->rank : 2);
     f[3] = num("index", FJ_PARAM_INT, i);
-    f[4] = num("shared", FJ_PARAM_BOOL, !out->form.per_score[i]);
+    f[4] = num("shared", FJ_PARAM_BOOL, p && !out->form.per_score[i]);
     list[i] = table(NULL, f, 5);
   }
-  *at = table("params", list, (size_t)n);
+  *at = table("params", list, (size_t)(n + rt));
   return 0;
 }
 

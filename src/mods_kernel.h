@@ -69,7 +69,18 @@ typedef struct fj_mods_kexpr {
    * in the user's text (line and column from 1). */
   const char *dg_call, *dg_x, *dg_uniform[FJ_EXPR_RANK_MAX - 1];
   int dg_param, dg_line, dg_col;
+  /* The relative table (f.rt >= 0, where fj__mods_rt_on): its subtree as
+   * CUDA, of h, q, kv and the parameters, which templates/rel_table.cu
+   * evaluates per query head and distance into the table; the kernels
+   * read the table in dg's place (the dg pieces above name it: parameter
+   * FJ_MODS_RT_NAME, index m->num_params). */
+  const char *rt_cuda;
 } fj_mods_kexpr;
+
+/* The relative table's parameter: after the user's (whose names may not
+ * start with fj), a float32 tensor [heads_q][seq_q + seq_kv - 1] in the
+ * workspace, the distance kv - q at column kv - q + seq_q - 1. */
+#define FJ_MODS_RT_NAME "fj_rt"
 
 typedef struct fj_mods_kform {
   fj_mods_kexpr score, mask;
@@ -94,7 +105,7 @@ int fj__mods_kform(const fj_mods *m, fj_mods_kform *k, char *err,
  *     mask = { text1, cuda }, params = { { name, type, rank, index,
  *     shared }, ... } }
  * (score, mask absent where not given). */
-#define FJ_MODS_KPARAMS (48 + 6 * FJ_MOD_PARAMS_MAX + 10 * FJ_MODS_PGRADS_MAX)
+#define FJ_MODS_KPARAMS (56 + 6 * FJ_MOD_PARAMS_MAX + 10 * FJ_MODS_PGRADS_MAX)
 typedef struct fj_mods_kparam {
   fj_mods_kform form;
   fj_param kids[FJ_MODS_KPARAMS];

@@ -11,6 +11,7 @@
 #include "ctx.h"
 #include "mods.h"
 #include "plan.h"
+#include "rel_table.h"
 #include "template.h"
 #include "variant.h"
 
@@ -695,9 +696,29 @@ static int split_rule(long blocks, int slots, int tiles_kv)
   return splits;
 }
 
+static fj_status fill(const fj_ctx *ctx, const fj_problem *p,
+                      const fj_variant *v, const fj_kmeta *m, fj_plan *plan);
+
 fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
                         const fj_variant *v, const fj_kmeta *m,
                         fj_plan *plan)
+{
+  fj_status st = fill(ctx, p, v, m, plan);
+  /* The score expression's relative table last (rel_table.h), 16-byte
+   * aligned: fj__plan_rt_offset. */
+  size_t rt = st == FJ_OK ? fj__rt_bytes(p) : 0;
+  if (rt)
+    plan->workspace_bytes = fj__plan_rt_offset(plan->workspace_bytes) + rt;
+  return st;
+}
+
+size_t fj__plan_rt_offset(size_t before)
+{
+  return (before + 15) / 16 * 16;
+}
+
+static fj_status fill(const fj_ctx *ctx, const fj_problem *p,
+                      const fj_variant *v, const fj_kmeta *m, fj_plan *plan)
 {
   /* The kernel's metadata may come from a cache directory or a pack,
    * not from this process's render: what divides is checked here. */

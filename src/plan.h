@@ -53,10 +53,14 @@ int fj__combine_slices(int head_dim_v, int cols);
  * with (kparams.h's vt); 0 for other variants. */
 size_t fj__plan_vt_bytes(const fj_problem *p, const fj_variant *v);
 /* The plan of variant v for p, its kernel's template having said m: splits
- * (problem.splits, else the rule), grids, workspace.  The caller fills
+ * (problem.splits, else the rule), grids, workspace (the score
+ * expression's relative table last, rel_table.h).  The caller fills
  * plan->from. */
 fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
                         const fj_variant *v, const fj_kmeta *m,
                         fj_plan *plan);
+/* Where a workspace's relative table starts after `before` bytes of the
+ * rest: rounded up to 16. */
+size_t fj__plan_rt_offset(size_t before);
 
 #endif /* FJ_PLAN_H */

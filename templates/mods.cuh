@@ -151,6 +151,9 @@ __device__ __forceinline__ {{ mods.dg.value }} fj_dg_read(int b, int h, int hkv,
 {%   if mods.mask then %}
 __device__ __forceinline__ bool fj_mask_mod(int b, int h, int hkv, int q, int kv{{ mods.args and ", const fj::ModArgs &fj_ma" or "" }});
 {%   end %}
+{%   if mods.rt_fill then %}
+__device__ __forceinline__ float fj_rt_value(int h, int q, int kv, const fj::Params &fj_p, const fj::ModArgs &fj_ma);
+{%   end %}
 {% else %}
 {%
   -- The parameters as locals of a function, read from the launch block.
@@ -227,6 +230,19 @@ __device__ __forceinline__ {{ dg.value }} fj_dg_read(int b, int h, int hkv, int 
 #line {{ dg.line }} "score"
 {{ (" "):rep(dg.col - 1) }}{{ dg.call }}
   ;
+}
+{%   end %}
+{%   if mods.rt_fill then %}
+// The relative table's element (src/mods_kernel.h): the score
+// expression's subtree that depends on the query head and the distance
+// kv - q alone, as its tree prints it.
+__device__ __forceinline__ float fj_rt_value(int h, int q, int kv, const fj::Params &fj_p, const fj::ModArgs &fj_ma) {
+  (void)h; (void)q; (void)kv; (void)fj_p;
+{%     locals() %}
+  return (float)(
+#line 1 "score (its relative table)"
+{{ mods.rt }}
+  );
 }
 {%   end %}
 {%   if mods.score then %}

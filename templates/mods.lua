@@ -66,6 +66,15 @@
 --                          fj_kvq (ALiBi's slope), which the kernel text
 --                          reads as fj_skvq: the family passes `kvq` as
 --                          that product (fj_kvq_scale, mods.cuh, gives F)
+--   mods.rt                the score's relative table (src/mods_kernel.h):
+--                          the CUDA of its subtree of h, q, kv and the
+--                          parameters (they appear only as kv - q or q -
+--                          kv), which templates/rel_table.cu evaluates into
+--                          the table, the parameter fj_rt after the user's;
+--                          the kernels read the table as mods.dg (nil:
+--                          none).  new{ rt_fill = true } (rel_table.cu)
+--                          defines fj_rt_value(h, q, kv, fj_p, fj_ma), the
+--                          subtree's value
 --   mods.dg                the score expression reads a distance table,
 --                          T(A..., q - kv + X) (or kv - q), as the value
 --                          fj_dg, which the family passes to apply_score
@@ -170,6 +179,9 @@ function M.new(o)
              value = t.type == "i32" and "int" or "float",
              inside = table_inside and true or false }
   end
+  -- The relative table's subtree (its read is mods.dg, above).
+  R.rt = SF and SF.rt or nil
+  R.rt_fill = o.rt_fill and R.rt ~= nil
   -- Facts for later use: whether the score reads s, and whether it
   -- depends on nothing but s, h, the parameters and kv - q.
   R.uses_s = SF and SF.uses_s or false

@@ -15,7 +15,7 @@ driver template compile problem
 reference cache entry workspace devptr launch_record mods_kernel
 package
 kernel
-layout
+layout rel_table
 variant
 plan
 tunedb tier

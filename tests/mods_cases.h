@@ -16,7 +16,7 @@ typedef struct fjt_builtin_case {
   int n;
 } fjt_builtin_case;
 
-enum { FJT_BUILTIN_CASES = 5 };
+enum { FJT_BUILTIN_CASES = 6 };
 extern const fjt_builtin_case fjt_builtin_cases[FJT_BUILTIN_CASES];
 
 #endif

@@ -746,7 +746,7 @@ int test_expr_facts_dg(void)
     fj_expr *e = parse_ok(cases[i].text);
     CHECK(e);
     fj_expr_facts f;
-    CHECK(fj__expr_facts(e, &vars, &f) == 0);
+    CHECK(fj__expr_facts_no_rt(e, &vars, &f) == 0);
     int ok = (f.dg >= 0) == (cases[i].sign != 0);
     if (ok && f.dg >= 0) {
       fj_expr_subst zero = {f.dg_dist, "0"};
@@ -806,7 +806,7 @@ int test_expr_facts_kvq(void)
     fj_expr *e = parse_ok(cases[i].text);
     CHECK(e);
     fj_expr_facts f;
-    CHECK(fj__expr_facts(e, &vars, &f) == 0);
+    CHECK(fj__expr_facts_no_rt(e, &vars, &f) == 0);
     char *factor = f.kvq_factor >= 0 ? printed(e, f.kvq_factor, 1, NULL, 0) : NULL;
     char *cuda = printed(e, -1, 1, NULL, 0);
     int ok = f.kvq == cases[i].kvq && (f.kvq_scale >= 0) == (cases[i].factor != NULL) &&
@@ -853,6 +853,64 @@ int test_expr_facts_rel(void)
       return 1;
     }
   }
+  return 0;
+}
+
+/* The relative table's subtree (rt): a float of h, the parameters and
+ * the distance alone that costs more than the kernels' own forms -- a
+ * read through a bucket table, a clamp, a function of the distance, two
+ * distance reads -- and none for ALiBi, a plain distance read, a subtree
+ * that reads s, b, hkv, q or kv outside a distance, or beside a distance
+ * read outside it (dg keeps that); where taken, dg is -1 and kvq counts
+ * the distances outside it. */
+int test_expr_facts_rt(void)
+{
+  static const struct {
+    const char *text;
+    const char *rt; /* the subtree, printed plain; NULL: none */
+    int kvq;
+  } cases[] = {
+      {"s + bias(h, doc(kv - q + 128))", "bias(h, doc(((kv - q) + 128)))", 0},
+      {"s + bias(h, min(max(kv - q, -64), 64) + 64)", "bias(h, (min(max((kv - q), (-64)), 64) + 64))", 0},
+      {"s + logf(1.f + fabsf((float)(kv - q)))", "logf((1.0f + fabsf(((float)(kv - q)))))", 0},
+      {"s * expf(0.1f * (float)(q - kv))", "expf((0.1f * ((float)(q - kv))))", 0},
+      {"bias(h, q - kv) + bias(h, kv - q)", "(bias(h, (q - kv)) + bias(h, (kv - q)))", 0},
+      {"s + (float)doc(kv) + bias(h, doc(kv - q))", "bias(h, doc((kv - q)))", 0},
+      {"s + (float)b * bias(h, doc(kv - q)) + slope * (float)(kv - q)", "bias(h, doc((kv - q)))", 1},
+      {"s + slope * (float)(kv - q)", NULL, 1},
+      {"s + bias(h, q - kv + 64)", NULL, 0},
+      {"s + bias(h, q - kv) + bias(h, kv - q)", NULL, 0},
+      {"s + bias(h, q - kv) + bias(h, doc(kv - q))", NULL, 0},
+      {"s + bias(h, doc(kv - q + (int)s))", NULL, 0},
+      {"s + bias(hkv, doc(kv - q))", NULL, 0},
+      {"s + bias(h, doc(kv - q + q))", NULL, 0},
+      {"s + (float)doc(kv - q)", NULL, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fj_expr *e = parse_ok(cases[i].text);
+    CHECK(e);
+    fj_expr_facts f, plain;
+    CHECK(fj__expr_facts(e, &vars, &f) == 0);
+    CHECK(fj__expr_facts_no_rt(e, &vars, &plain) == 0);
+    char *rt = f.rt >= 0 ? printed_as(e, f.rt, 0, NULL, 0, 1) : NULL;
+    int ok = (f.rt >= 0) == (cases[i].rt != NULL) && f.kvq == cases[i].kvq &&
+             (!rt || !strcmp(rt, cases[i].rt)) && (f.rt < 0 || f.dg < 0) &&
+             plain.rt < 0 && (f.rt >= 0 || f.dg == plain.dg);
+    if (!ok)
+      fprintf(stderr, "%s: rt %s, kvq %d, dg %d (without the table %d)\n", cases[i].text,
+              rt ? rt : "none", f.kvq, f.dg, plain.dg);
+    free(rt);
+    fj__expr_free(e);
+    CHECK(ok);
+  }
+  /* The mask takes none (no s among its names). */
+  fj_expr *e = parse_ok("bias(h, doc(kv - q)) > 0.f");
+  CHECK(e);
+  fj_expr_vars mask_vars = vars;
+  mask_vars.s = -1;
+  fj_expr_facts f;
+  CHECK(fj__expr_facts(e, &mask_vars, &f) == 0 && f.rt == -1);
+  fj__expr_free(e);
   return 0;
 }
 

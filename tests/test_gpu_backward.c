@@ -1094,6 +1094,11 @@ static int run_mods_cases(const mods_case *cases, size_t n, int pgrads)
 #define RELBIAS "s + rel(h, q - kv + 512)"
 #define INVERSE "s - 2.0f / (s * s + 1.0f)"
 #define BRANCH "q >= kv ? s * 1.5f : powf(fabsf(s) + 1.0f, 1.25f)"
+/* T5's buckets (the built-in t5 over rel): a relative table's subtree,
+ * evaluated once a launch into the workspace (rel_table.h). */
+#define T5REL                                                              \
+  "s + rel(h, (kv - q > 0 ? 16 : 0) + (abs(kv - q) < 8 ? abs(kv - q) : " \
+  "min(15, 8 + (int)(logf((float)abs(kv - q) / 8.f) / logf(16.f) * 8.f))))"
 
 int test_gpu_backward_mods(void)
 {
@@ -1127,6 +1132,13 @@ int test_gpu_backward_mods(void)
       {3, 4, 2, 300, 400, 64, FJ_BF16, TL, ALIBI, "doc(q) == doc(kv)", 0, {300, 1, 130}, {200, 400, 130}},
       {3, 4, 4, 257, 257, 128, FJ_F16, BR, RELBIAS, NULL, 0, {257, 0, 100}, {100, 50, 257}},
       {2, 2, 2, 200, 300, 256, FJ_BF16, BR, SOFTCAP, "doc(q) == doc(kv)", 0, {200, 77}, {300, 100}},
+      /* relative tables: T5's buckets on the narrow, the wide and the mma
+       * kernels, varlen; a bias read through a bucket table */
+      {1, 4, 2, 300, 333, 128, FJ_BF16, BR, T5REL, NULL, 0, {0}, {0}},
+      {1, 2, 2, 200, 200, 192, FJ_F16, NC, T5REL, NULL, 0, {0}, {0}},
+      {1, 2, 2, 100, 130, 32, FJ_BF16, BR, T5REL, NULL, 0, {0}, {0}},
+      {3, 4, 4, 257, 257, 128, FJ_F16, BR, T5REL, NULL, 0, {257, 0, 100}, {100, 50, 257}},
+      {2, 4, 4, 257, 257, 64, FJ_BF16, TL, "s + rel(h, doc(abs(kv - q)) % 64)", NULL, 0, {0}, {0}},
   };
   return run_mods_cases(cases, sizeof cases / sizeof cases[0], 0);
 }
@@ -1147,6 +1159,9 @@ int test_gpu_backward_param_grads(void)
       {1, 2, 2, 130, 130, 192, FJ_BF16, TL, ALIBI, NULL, 0, {0}, {0}},
       /* varlen */
       {2, 4, 2, 300, 300, 64, FJ_BF16, TL, ALIBI, NULL, 0, {300, 41}, {200, 300}},
+      /* T5's buckets: the score read from the relative table, the table's
+       * gradient added at the buckets the expression reads */
+      {1, 4, 4, 300, 300, 64, FJ_BF16, TL, T5REL, NULL, 0, {0}, {0}},
   };
   return run_mods_cases(cases, sizeof cases / sizeof cases[0], 1);
 }

@@ -345,6 +345,26 @@ int test_gpu_mods_user(void)
    * sequences' ends included (from -1163 to 1151 on either family). */
   const mod_case ti = {"table inside", 2, 16, 16, 1100, 1100, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1};
   bad |= inside_case(ctx, &ti, "s + bias(h, q - kv + 1200)", 16, 2400, &seed);
+  /* Relative tables (rel_table.h): T5's buckets (the built-in) with GQA,
+   * Sq < Skv bottom-right, and a decode row; a log-distance bias times a
+   * scalar -- each evaluated once a launch per head and distance into
+   * the workspace and read in the expression's place. */
+  float t5b[16 * 32];
+  for (int i = 0; i < 16 * 32; i++)
+    t5b[i] = (float)((i * 29) % 61) / 20.f - 1.5f;
+  const mod_case t5c[] = {{"t5", 2, 16, 4, 700, 1000, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1},
+                          {"t5 decode", 3, 16, 4, 1, 1500, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1}};
+  for (int i = 0; i < 2; i++) {
+    twin_init(&w, fj_mod_builtin_find("t5")->score, NULL);
+    bad |= twin_tensor(&w, "bias", FJ_MOD_F32, 2, (int64_t[]){16, 32}, t5b);
+    bad |= run_mod_case(ctx, &t5c[i], &w, &seed);
+    twin_free(&w);
+  }
+  const mod_case lg = {"log distance", 1, 8, 8, 333, 333, 64, FJ_F16, FJ_CAUSAL_NONE, 1};
+  twin_init(&w, "s - slope * logf(1.f + fabsf((float)(kv - q)))", NULL);
+  twin_scalar(&w, "slope", FJ_MOD_F32, 0.5);
+  bad |= run_mod_case(ctx, &lg, &w, &seed);
+  twin_free(&w);
   /* Integer arithmetic, a ternary, tanhf; a scalar int. */
   const mod_case ar = {"arith", 1, 8, 8, 400, 400, 128, FJ_F16, FJ_CAUSAL_TOP_LEFT, 3};
   twin_init(&w, "(q - kv) % period == 0 ? s * 0.5f : s + tanhf(s)", "(q ^ kv) != 7");

@@ -15,6 +15,7 @@
 #include "attention.h"
 #include "mods.h"
 #include "mods_cases.h"
+#include "rel_table.h"
 #include "locked.h"
 #include "runner.h"
 
@@ -897,9 +898,86 @@ const fjt_builtin_case fjt_builtin_cases[FJT_BUILTIN_CASES] = {
       {"alibi-standard", {{"heads", FJ_MOD_I32, 0, {0}, NULL, 16}}, 1},
       {"relative-bias", {{"bias", FJ_MOD_F32, 2, {16, 8193}, NULL, 0},
                          {"max_distance", FJ_MOD_I32, 0, {0}, NULL, 4096}}, 2},
+      {"t5", {{"bias", FJ_MOD_F32, 2, {16, 32}, NULL, 0}}, 1},
       {"documents", {{"doc", FJ_MOD_I32, 1, {4096}, NULL, 0}}, 1},
       {"prefix-lm", {{"prefix", FJ_MOD_I32, 1, {4}, NULL, 0}}, 1},
 };
+
+/* The relative table (issue 33, item 5): T5's bucketed bias is a subtree
+ * of the query head and the distance alone, which the library evaluates
+ * once a launch into a table at the end of the workspace
+ * (templates/rel_table.cu) and the kernels read in its place: the
+ * forward's on both families and the backward's, each with the table's
+ * parameter after the user's; the table's own kernel compiles clean.
+ * Checked mode, eight parameters and ALiBi take none. */
+int test_mods_rel_table(void)
+{
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL), *ctx80 = fjt_ctx("sm_80", NULL);
+  CHECK(ctx && ctx80);
+  const fj_mod_builtin *t5 = fj_mod_builtin_find("t5");
+  CHECK(t5 && t5->score);
+  fj_mod_param prm[FJ_MOD_PARAMS_MAX] = {{"bias", FJ_MOD_F32, 2, {16, 32}, NULL, 0}};
+  fj_problem p;
+  fj_mods m;
+  prefill_mods(&p, &m, t5->score, prm, 1);
+  CHECK(fj__mods_rt_on(&m));
+  size_t table = ((size_t)16 * (4096 + 4096 - 1) * 4 + 15) / 16 * 16;
+  CHECK(fj__rt_bytes(&p) == table);
+  fj_plan plan;
+  size_t ws = 0;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &plan));
+  CHECK_OK(ctx, fj_attention_workspace_size(ctx, &p, &ws));
+  CHECK(ws == plan.workspace_bytes && ws >= table && (ws - table) % 16 == 0);
+  /* The forward on both families: the subtree is the table's read. */
+  for (int a = 0; a < 2; a++) {
+    fj_ctx *c = a ? ctx80 : ctx;
+    fj_kernel *k;
+    CHECK_OK(c, fj_attention_plan(c, &p, &plan));
+    CHECK(plan.variant.mma == (a ? FJ_MMA_SYNC : FJ_MMA_WGMMA));
+    /* The table's read counts as one at a distance: 128-key tiles at
+     * head dim 128 on wgmma, as the relative bias's (not T5's 96). */
+    CHECK(a || plan.variant.tile_n == 128);
+    CHECK_OK(c, fj_kernel_get(c, &plan.variant, &k));
+    const char *src = fj_kernel_source(k, NULL);
+    CHECK(strstr(src, "ModTensor_fj_rt fj_rt;") && strstr(src, "(s + fj_dg)"));
+    CHECK(strstr(src, "fj_rt(h, fj::isub(fj_p.seq_q - 1, fj::isub(q, kv)))"));
+    fj_resources r;
+    fj_kernel_resources(k, &r);
+    CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+  }
+  /* The table's kernel: the subtree, evaluated per head and distance. */
+  fj_kernel *rk;
+  CHECK_OK(ctx, FJT_LOCKED(ctx, fj__rt_kernel(ctx, &p, &rk)));
+  const char *rsrc = fj_kernel_source(rk, NULL);
+  CHECK(strstr(rsrc, "fj_rt_value(h, 0, i - (p.seq_q - 1), p, fj_ma)") && strstr(rsrc, "logf("));
+  fj_resources rr;
+  fj_kernel_resources(rk, &rr);
+  CHECK(rr.spill_store_bytes == 0);
+  /* The backward reads it too, its workspace holding it last. */
+  fj_bwd_plan bp;
+  fj_kernel *bk;
+  CHECK_OK(ctx, fj_attention_bwd_plan(ctx, &p, &bp));
+  CHECK(bp.workspace_bytes >= table && (bp.workspace_bytes - table) % 16 == 0);
+  CHECK_OK(ctx, fj_attention_bwd_kernel(ctx, &p, &bp, 1, &bk));
+  CHECK(strstr(fj_kernel_source(bk, NULL), "ModTensor_fj_rt fj_rt;"));
+  /* None in checked mode, with eight parameters, or for ALiBi. */
+  m.checked = 1;
+  CHECK(!fj__mods_rt_on(&m) && fj__rt_bytes(&p) == 0);
+  m.checked = 0;
+  for (int i = 1; i < FJ_MOD_PARAMS_MAX; i++) {
+    static const char *const names[] = {"", "u1", "u2", "u3", "u4", "u5", "u6", "u7"};
+    prm[i] = (fj_mod_param){names[i], FJ_MOD_I32, 0, {0}, NULL, 1};
+  }
+  m.num_params = FJ_MOD_PARAMS_MAX;
+  CHECK(!fj__mods_rt_on(&m));
+  m.num_params = 1;
+  prm[0] = (fj_mod_param){"slopes", FJ_MOD_F32, 1, {16}, NULL, 0};
+  m.score = "s + slopes(h) * (float)(kv - q)";
+  CHECK(!fj__mods_rt_on(&m));
+  fj_ctx_destroy(ctx);
+  fj_ctx_destroy(ctx80);
+  return 0;
+}
 
 /* The named built-ins written as expressions (fj_mod_builtins) compile on
  * both fast families without spills, with the parameters they list. */
@@ -1119,8 +1197,10 @@ int test_mods_distance(void)
       /* A parameter named like the row function's own arguments. */
       {"s + bias(h, q - kv) * hi", "(s + (fj_dg * hi))", 1, "bias(h, fj::isub(q, kv))", 128},
       {"s + bias(h, q - kv * 2)", "(s + bias(h, fj::isub(q, fj::imul(kv, 2))))", 0, NULL, 96},
-      /* A distance inside X: ALiBi's float distance (kvq) is not uniform. */
-      {"s + bias(h, q - kv + (int)(float)(kv - q))", "(s + bias(h, fj::iadd(fj::isub(q, kv), __float2int_rz(fj_kvq))))", 0, NULL, 96},
+      /* A distance inside X (ALiBi's float distance, not uniform): a
+       * subtree of the distance alone, the relative table's read. */
+      {"s + bias(h, q - kv + (int)(float)(kv - q))", "(s + fj_dg)", 1,
+       "fj_rt(h, fj::isub(fj_p.seq_q - 1, fj::isub(q, kv)))", 128},
       {"s + bias(h, q - kv +\n 1)", "(s + fj_dg)", 1, "bias(h, fj::iadd(fj::isub(q, kv), 1))", 128},
   };
   static const char *const archs[] = {"sm_80", "sm_90a"};
@@ -1205,7 +1285,8 @@ int test_mods_kvq(void)
       {"s + slopes(h) * (float)(kv) - (float)(q)", "((s + (slopes(h) * ((float)kv))) - ((float)q))", NULL},
       {"s + slopes(h) * (float)(kv\n - q)", "(s + fj_skvq)", "slopes(h)"},
       /* Inside a call, and a distance on the product's left: no F. */
-      {"s + expf((float)(kv - q))", "(s + expf(fj_kvq))", NULL},
+      /* a function of the distance alone: the relative table's read */
+      {"s + expf((float)(kv - q))", "(s + fj_dg)", NULL},
       {"s + (float)(kv - q) * slopes(h)", "(s + (fj_kvq * slopes(h)))", NULL},
   };
   static const char *const archs[] = {"sm_80", "sm_90a"};

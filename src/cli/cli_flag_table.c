@@ -162,7 +162,7 @@ const flag_def cli_flags[] = {
              "none)"},
     {"mod", 1, CMD_MODS, cli_set_mod, 0, .arg = "NAME",
      .help = "a built-in written as an expression: alibi, alibi-standard, "
-             "relative-bias, documents, prefix-lm (its parameters by "
+             "relative-bias, t5, documents, prefix-lm (its parameters by "
              "--param); --mod list prints each with its expression"},
     {"checked", 0, CMD_MODS, cli_set_checked, 0,
      .help = "checked mode: a tensor --param read outside its extents is "
