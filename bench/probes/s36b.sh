@@ -11,7 +11,8 @@
 #          gpu_backward_param_grads (T5's table's gradient), at once in
 #          the background (compile-bound), waited for before ab.
 #   checks flashjit run --check (forward, then --backward) of a two-level
-#          lookup and of --mod t5, with and without the table.
+#          lookup and of --mod t5 with the table (S36B_CHECK_ENVS, default
+#          FJ_UNUSED=1; FLASHJIT_REL_TABLE=0: without).
 #   ab     forward and backward medians of (2, 16, 2048, 128) bf16 and
 #          (2, 16, 4096, 128) causal: no expression, the two-level lookup
 #          s + bias(h, bkt(kv - q + 2047)) and T5, each with the table and
@@ -37,7 +38,7 @@ part_tests() {
 }
 part_checks() {
   local env bwd
-  for env in FJ_UNUSED=1 FLASHJIT_REL_TABLE=0; do
+  for env in ${S36B_CHECK_ENVS:-FJ_UNUSED=1}; do
     for bwd in "" --backward; do
       echo "checks lookup $env $bwd: $(cd build && env $env FLASHJIT_CACHE_DIR=/tmp/s36b-c timeout $(bound 90) ./flashjit run $bwd --check \
         --dtype bf16 --shape 1,16,400,128 --seq-kv 500 --causal=bottom-right "${LOOKUP[@]}" --iters 3 2>&1 | grep -E 'PASS|FAIL|rror' | tr '\n' ' ')"
