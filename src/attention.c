@@ -78,6 +78,12 @@ typedef struct fj_hot_map {
   fj_tmap_desc desc;
 } fj_hot_map;
 
+/* Relative tables' kernels (rel_table.h) by their mods' form's hash. */
+typedef struct fj_hot_rt {
+  uint64_t mods;
+  void *function;
+} fj_hot_rt;
+
 struct fj_dispatch {
   fj_hot_map maps[FJ_MAPS];  /* most recent first; first for alignment */
   int nmaps;
@@ -85,6 +91,8 @@ struct fj_dispatch {
   int nhot;
   fj_hot_combine combine[FJ_HOT];
   int ncombine;
+  fj_hot_rt rt[FJ_HOT];  /* a form's relative table -> its kernel's function */
+  int nrt;
   fj_pick picks[FJ_HOT]; /* problem class -> chosen variant */
   int npicks;
   fj_hot_plan plans[FJ_PLANS];  /* problem -> plan, most recent first */
@@ -667,6 +675,27 @@ static fj_status keep_hot(fj_ctx *ctx, const fj_variant *v, uint64_t mods,
   return st;
 }
 
+fj_status fj__rt_function(fj_ctx *ctx, const fj_problem *p, void **fn)
+{
+  fj_dispatch *d = dispatch(ctx);
+  uint64_t mods = fj__mods_hash(p->mods);
+  for (int i = 0; d && i < d->nrt; i++)
+    if (d->rt[i].mods == mods) {
+      *fn = d->rt[i].function;
+      return FJ_OK;
+    }
+  fj_kernel *k;
+  fj_status st = fj__rt_kernel(ctx, p, &k);
+  if (st == FJ_OK)
+    st = fj__kernel_function(ctx, k, fn);
+  if (st == FJ_OK && d) {
+    int at = d->nrt < FJ_HOT ? d->nrt++ : FJ_HOT - 1;
+    memmove(&d->rt[1], &d->rt[0], (size_t)at * sizeof d->rt[0]);
+    d->rt[0] = (fj_hot_rt){mods, *fn};
+  }
+  return st;
+}
+
 static fj_status ready_kernel(fj_ctx *ctx, const fj_variant *v,
                               fj_kernel **k, void **fn)
 {
@@ -1054,10 +1083,8 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     st = fj__kernel_vt_function(ctx, kern, &vt_fn);
   /* The score expression's relative table: its own kernel, first. */
   void *rt_fn = NULL;
-  fj_kernel *rt_kern;
-  if (st == FJ_OK && fj__rt_bytes(p) &&
-      (st = fj__rt_kernel(ctx, p, &rt_kern)) == FJ_OK)
-    st = fj__kernel_function(ctx, rt_kern, &rt_fn);
+  if (st == FJ_OK && fj__rt_bytes(p))
+    st = fj__rt_function(ctx, p, &rt_fn);
   pthread_mutex_unlock(&ctx->lock);
   if (st == FJ_OK && kern->meta.tma)
     st = tensor_maps(ctx, p, v, kern, q, k, vp, &maps);

@@ -24,6 +24,13 @@ fj_status fj__combine_kernel(fj_ctx *ctx, const fj_variant *v, int cols,
  * launches and fj_attention_merge (merge.c) take it from here. */
 fj_status fj__combine_function(fj_ctx *ctx, const fj_variant *v, int cols,
                                void **fn);
+/* The function of p's relative table's kernel (rel_table.h), built and
+ * loaded if needed and remembered by the form's hash in the dispatch
+ * caches, so that a launch that repeats a form costs a comparison (the
+ * kernel's parameters take a parse and the expressions' printing);
+ * ctx->lock held and the CUDA context entered.  The forward's and the
+ * backward's launches take it from here. */
+fj_status fj__rt_function(fj_ctx *ctx, const fj_problem *p, void **fn);
 /* The kernels' parameter block for p and the given tensors: sizes,
  * strides, the mask's offset, the built-in modifications' values, the
  * varlen, paged and block-mask arrays (block_mask.c's kernel reads the

@@ -1104,14 +1104,12 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
    * be another problem's, whose modifications size it otherwise. */
   unsigned smem = plan->smem_bytes;
   void *rt_fn = NULL;
-  fj_kernel *rt_kern;
   if (st == FJ_OK) {
     pthread_mutex_lock(&ctx->lock);
     st = ready(ctx, p, plan, fn, &smem);
     /* The score expression's relative table: its own kernel, first. */
-    if (st == FJ_OK && fj__rt_bytes(p) &&
-        (st = fj__rt_kernel(ctx, p, &rt_kern)) == FJ_OK)
-      st = fj__kernel_function(ctx, rt_kern, &rt_fn);
+    if (st == FJ_OK && fj__rt_bytes(p))
+      st = fj__rt_function(ctx, p, &rt_fn);
     pthread_mutex_unlock(&ctx->lock);
   }
   /* What p itself needs, should the plan be another problem's (a plan

@@ -13,6 +13,8 @@
 #   checks flashjit run --check (forward, then --backward) of a two-level
 #          lookup and of --mod t5 with the table (S36B_CHECK_ENVS, default
 #          FJ_UNUSED=1; FLASHJIT_REL_TABLE=0: without).
+#   ab2    (below) plain, relative bias, lookup, T5, the table's function
+#          remembered per form.
 #   ab     forward and backward medians of (2, 16, 2048, 128) bf16 and
 #          (2, 16, 4096, 128) causal: no expression, the two-level lookup
 #          s + bias(h, bkt(kv - q + 2047)) and T5, each with the table and
@@ -72,6 +74,36 @@ part_ab() {
         done
         echo "$line"
       done
+    done
+  done
+}
+# ab2: after the table's kernel function was remembered per form (the
+# first ab's T5 rows paid a parse and the expressions' printing a call on
+# the host): plain, the relative bias read at a distance (the same kernel
+# form as a table's read), the lookup and T5 with the table, forward and
+# backward, two rounds.  Predicted: T5 as the lookup, both as the
+# relative bias.
+RELB=(--score-mod 's + bias(h, q - kv + 2047)' --param 'bias:f32[16,4095]')
+part_ab2() {
+  local shape round us line bwd what
+  local -a shapes args
+  IFS=';' read -ra shapes <<<"${S36B_SHAPES:-2,16,2048,128;2,16,4096,128 --causal}"
+  for bwd in "" --backward; do
+    for shape in "${shapes[@]}"; do
+      line="ab2$bwd $shape:"
+      for round in 1 2; do
+        for what in plain relbias lookup t5; do
+          args=()
+          [ $what = relbias ] && args=("${RELB[@]}")
+          [ $what = lookup ] && args=("${LOOKUP[@]}")
+          [ $what = t5 ] && args=("${T5[@]}")
+          # shellcheck disable=SC2086
+          us=$(cd build && FLASHJIT_CACHE_DIR=/tmp/s36b-ab timeout $(bound 60) ./flashjit run $bwd \
+            --shape $shape --dtype bf16 --iters 30 "${args[@]}" 2>&1 | grep -oE 'median [0-9.]+ us' | grep -oE '[0-9.]+')
+          line="$line $what=${us:-?}"
+        done
+      done
+      echo "$line"
     done
   done
 }
