@@ -31,7 +31,7 @@ LOOKUP=(--score-mod 's + bias(h, bkt(kv - q + 2047))' --param 'bias:f32[16,4095]
 T5=(--mod t5 --param 'bias:f32[16,32]')
 part_tests() {
   local t
-  for t in gpu_mods_user gpu_backward_mods gpu_backward_param_grads; do
+  for t in ${S36B_TESTS:-gpu_mods_user gpu_backward_mods gpu_backward_param_grads}; do
     (cd build && FLASHJIT_CACHE_DIR=/tmp/s36b-$t timeout $(bound ${S36B_TEST_S:-240}) ./tests/fj_tests $t >"$out/$t.log" 2>&1
      echo "tests $t: exit $? ($(grep -c '^ok' "$out/$t.log") ok, $(grep -c 'FAIL' "$out/$t.log") FAIL)"
      grep -E 'FAIL|failed|t5|log distance|rel\(h' "$out/$t.log" | head -12 | cut -c1-200) &
