@@ -85,8 +85,9 @@ part_ab() {
 # relative bias.
 RELB=(--score-mod 's + bias(h, q - kv + 2047)' --param 'bias:f32[16,4095]')
 part_ab2() {
-  local shape round us line bwd what
+  local p shape round us line bwd what
   local -a shapes args
+  for p in $bg_pids; do wait $p; done
   IFS=';' read -ra shapes <<<"${S36B_SHAPES:-2,16,2048,128;2,16,4096,128 --causal}"
   for bwd in "" --backward; do
     for shape in "${shapes[@]}"; do
