@@ -17,11 +17,11 @@
 #include "rel_table.h"
 #include "util.h"
 
-/* Columns a head's row of the table has: every distance kv - q of tiles
- * over the lengths rounded up to FJ_MODS_RT_PAD (mods_kernel.h). */
+/* Columns a head's row of the table has: every distance kv - q of the
+ * problem, -(seq_q - 1) .. seq_kv - 1. */
 static int64_t columns(const fj_problem *p)
 {
-  return fj__mods_rt_pad(p->seq_q) + fj__mods_rt_pad(p->seq_kv) + FJ_MODS_RT_PAD - 1;
+  return (int64_t)p->seq_q + p->seq_kv - 1;
 }
 
 size_t fj__rt_bytes(const fj_problem *p)
@@ -54,7 +54,6 @@ fj_status fj__rt_kernel(fj_ctx *ctx, const fj_problem *p, fj_kernel **k)
       {"params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_kparams), NULL, NULL},
       {"dtype", FJ_PARAM_STR, 0, "f16", NULL},  /* common.cuh's; no tensor is read */
       {"score_mod", FJ_PARAM_STR, 0, m->score, NULL},
-      {"pad", FJ_PARAM_INT, FJ_MODS_RT_PAD, NULL, NULL},
       {"mod_params", FJ_PARAM_STR, 0, params, NULL},
       facts->param,
   };
@@ -70,8 +69,8 @@ fj_status fj__rt_pass(fj_ctx *ctx, const fj_problem *p, void *fn,
   int64_t n = columns(p);
   if (n > INT32_MAX)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                    "seq_q %d + seq_kv %d: the score expression's relative "
-                    "table counts at most %d distances",
+                    "seq_q %d + seq_kv %d - 1 distances: the score "
+                    "expression's relative table counts at most %d",
                     p->seq_q, p->seq_kv, INT32_MAX);
   /* templates/mods.cuh's ModTensor: the pointer, then 4 int32 extents. */
   const int32_t e[4] = {p->heads_q, (int32_t)n, 0, 0};
