@@ -1418,11 +1418,12 @@ typedef struct fj_launch_rec {
 /* What one attention call launched, filled by the calls of a thread that
  * records (fj_launch_record). */
 typedef struct fj_launches {
-  int count;             /* 0: nothing launched (a failed or checked call);
-                            1; 2: a split-KV call, the attention kernel and
-                            then the combine, or FP8 attention (dtype
-                            e4m3), its V^T pass and then the attention
-                            kernel */
+  int count;             /* 0: nothing recorded (a failed or checked call,
+                            or one whose score expression's relative
+                            table was built first: README); 1; 2: a
+                            split-KV call, the attention kernel and then
+                            the combine, or FP8 attention (dtype e4m3),
+                            its V^T pass and then the attention kernel */
   uint64_t zero_at;      /* not 0: before the launches the call set
                             zero_words 32-bit words at this device address
                             to 0 on the stream (a dynamic walk's counter,
@@ -1445,7 +1446,9 @@ typedef struct fj_launches {
  * shared with others.  A call that fails, whether refused before its
  * launches or at one of them, leaves count 0 and zero_at 0.  A call in
  * checked mode (fj_mods.checked) records count 0: its record
- * of out-of-range reads is freed when it returns.  The arguments name the
+ * of out-of-range reads is freed when it returns; so does a call that
+ * builds its score expression's relative table (a kernel of its own
+ * before the attention kernel, README's "Relative tables").  The arguments name the
  * call's memory (tensors, and the context's workspace for split-KV, which
  * stays while the context lives and the stream's workspace is not grown),
  * so a replay is valid while that memory is.  Recording costs a copy of

@@ -761,6 +761,8 @@ static fj_status ready_tiered(fj_ctx *ctx, const fj_problem *p,
   first->grid[2] = (unsigned)p->batch;
   first->threads = (unsigned)(*k)->meta.threads;
   first->smem_bytes = (unsigned)(*k)->meta.smem_bytes;
+  /* Its workspace: a relative table alone (rel_table.h). */
+  first->workspace_bytes = fj__rt_bytes(p);
   *is_first = 1;
   return FJ_OK;
 }
@@ -979,7 +981,9 @@ static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
   size_t vt = fj__plan_vt_bytes(p, &plan->variant);
   kp->vt = vt ? (unsigned char *)(uintptr_t)base : NULL;
   base += vt;
-  if (!plan->variant.split_kv && fj__plan_rt_offset(vt) >= rest)
+  /* A table alone (the tiered JIT's first kernel's plan: ready_tiered),
+   * or with V^T alone. */
+  if (rest == 0 || (!plan->variant.split_kv && fj__plan_rt_offset(vt) >= rest))
     return FJ_OK;
   if (!plan->variant.split_kv) {
     kp->work = (unsigned *)(uintptr_t)base;
@@ -1097,8 +1101,10 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     st = oob_start(ctx, who, stream, &oob);
   /* The parameters' values follow the Params (and the tensor maps); kern
    * is unset where an earlier step failed. */
+  /* A relative table's argument follows the user's (fj__rt_pass), even
+   * where they have none. */
   size_t used = st == FJ_OK ? fj__mods_args(p->mods, oob, mod_args) : 0;
-  if (used > 0 && !kern->meta.tma)
+  if ((used > 0 || rt_fn) && !kern->meta.tma)
     args[1] = mod_args;
   uint64_t table = 0;
   if (st == FJ_OK) {

@@ -21,7 +21,6 @@
 #include "expr.h"
 #include "kernel.h"
 #include "mods.h"
-#include "mods_kernel.h"
 #include "util.h"
 
 /* The problem as the builder reads it: p without a block mask of its own
@@ -144,7 +143,7 @@ static fj_status builder(fj_ctx *ctx, const fj_problem *p, int block_q,
   const fj_mods *m = p->mods;
   fj_mods_info mi;
   fj__mods_info(m, &mi);
-  char symbol[96], params[FJ_MOD_PARAMS_MAX * (FJ_MOD_NAME_MAX + 8) + 1];
+  char symbol[96];
   int user = m && ((m->mask && m->mask[0]) || m->num_params > 0);
   char hash[16] = "";
   if (user)
@@ -155,33 +154,15 @@ static fj_status builder(fj_ctx *ctx, const fj_problem *p, int block_q,
            : p->causal == FJ_CAUSAL_BOTTOM_RIGHT ? "br"
                                                  : "nc",
            mi.window ? "_win" : "", hash);
-  fj__mods_param_list(m, params, sizeof params);
-  /* The mask's facts (mods_kernel.h): heap, for their texts' room. */
-  fj_mods_kparam *facts = malloc(sizeof *facts);
-  char err[512] = "out of memory";
-  if (!facts || fj__mods_kparam(m, facts, err, sizeof err)) {
-    free(facts);
-    return fj__fail(ctx, FJ_ERR_NOMEM, "%s", err);
-  }
-  fj_param list[] = {
-      {"template", FJ_PARAM_STR, 0, "block_mask.cu", NULL},
-      {"symbol", FJ_PARAM_STR, 0, symbol, NULL},
-      {"arch", FJ_PARAM_STR, 0, ctx->arch, NULL},
-      {"sm", FJ_PARAM_INT, ctx->sm, NULL, NULL},
-      {"version", FJ_PARAM_STR, 0, fj_version(), NULL},
-      {"params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_kparams), NULL, NULL},
-      {"dtype", FJ_PARAM_STR, 0, "f16", NULL},  /* common.cuh's; no tensor is read */
+  const fj_param own[] = {
       {"causal", FJ_PARAM_STR, 0, fj_causal_name(p->causal), NULL},
       {"window", FJ_PARAM_BOOL, mi.window, NULL, NULL},
       {"mask_mod", FJ_PARAM_STR, 0, m && m->mask ? m->mask : "", NULL},
-      {"mod_params", FJ_PARAM_STR, 0, params, NULL},
       {"block_q", FJ_PARAM_INT, block_q, NULL, NULL},
       {"block_kv", FJ_PARAM_INT, block_kv, NULL, NULL},
-      facts->param,
   };
-  fj_status st = fj__kernel_build(ctx, "block_mask.cu", list, FJ_ARRAY_LEN(list), k);
-  free(facts);
-  return st;
+  return fj__kernel_build_mods(ctx, "block_mask.cu", symbol, m, own,
+                               FJ_ARRAY_LEN(own), k);
 }
 
 fj_status fj__block_mask_kernel(fj_ctx *ctx, const fj_problem *p, int block_q,

@@ -23,6 +23,9 @@
 #include "driver.h"
 #include "entry.h"
 #include "kernel.h"
+#include "kparams.h"
+#include "mods.h"
+#include "mods_kernel.h"
 #include "package.h"
 #include "template.h"
 #include "util.h"
@@ -972,4 +975,39 @@ void fj__kernel_ahead_free(fj_ctx *ctx)
   pthread_mutex_unlock(&ctx->lock);
   free(a);
   ctx->ahead = NULL;
+}
+
+fj_status fj__kernel_build_mods(fj_ctx *ctx, const char *name,
+                                const char *symbol, const fj_mods *m,
+                                const fj_param *extra, size_t n,
+                                fj_kernel **out)
+{
+  enum { COMMON = 9, EXTRA_MAX = 8 };
+  if (n > EXTRA_MAX)
+    return fj__fail(ctx, FJ_ERR_INVALID_ARG, "%s: %zu parameters of its own, "
+                    "more than %d", name, n, (int)EXTRA_MAX);
+  char params[FJ_MOD_PARAMS_MAX * (FJ_MOD_NAME_MAX + 8) + 1];
+  fj__mods_param_list(m, params, sizeof params);
+  /* The expressions' facts (mods_kernel.h): heap, for their texts' room. */
+  fj_mods_kparam *facts = malloc(sizeof *facts);
+  char err[512] = "out of memory";
+  if (!facts || fj__mods_kparam(m, facts, err, sizeof err)) {
+    free(facts);
+    return fj__fail(ctx, FJ_ERR_NOMEM, "%s", err);
+  }
+  fj_param list[COMMON + EXTRA_MAX] = {
+      {"template", FJ_PARAM_STR, 0, name, NULL},
+      {"symbol", FJ_PARAM_STR, 0, symbol, NULL},
+      {"arch", FJ_PARAM_STR, 0, ctx->arch, NULL},
+      {"sm", FJ_PARAM_INT, ctx->sm, NULL, NULL},
+      {"version", FJ_PARAM_STR, 0, fj_version(), NULL},
+      {"params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_kparams), NULL, NULL},
+      {"dtype", FJ_PARAM_STR, 0, "f16", NULL},  /* common.cuh's; no tensor is read */
+      {"mod_params", FJ_PARAM_STR, 0, params, NULL},
+      facts->param,
+  };
+  memcpy(list + COMMON, extra, n * sizeof *extra);
+  fj_status st = fj__kernel_build(ctx, name, list, COMMON + n, out);
+  free(facts);
+  return st;
 }

@@ -48,6 +48,16 @@ fj_status fj__kernel_build(fj_ctx *ctx, const char *template_name,
                            const fj_param *params, size_t nparams,
                            fj_kernel **out);
 void fj__kernel_free(fj_kernel *k);
+/* A kernel of template `name` that evaluates m's expressions outside the
+ * attention kernels (block_mask.cu, rel_table.cu): the parameters each
+ * such template takes -- template, symbol, arch, sm, version,
+ * params_bytes, dtype (common.cuh's: f16, no tensor is read), mod_params
+ * and mod_facts (mods_kernel.h) -- then its own `extra` (n, at most 8),
+ * built as fj__kernel_build builds; ctx->lock held. */
+fj_status fj__kernel_build_mods(fj_ctx *ctx, const char *name,
+                                const char *symbol, const fj_mods *m,
+                                const fj_param *extra, size_t n,
+                                fj_kernel **out);
 
 /* One kernel of a batch: the template and parameters in, the kernel (or a
  * failed status, message on the thread) out.  A status other than FJ_OK on

@@ -254,8 +254,8 @@ int fj__mods_kform(const fj_mods *m, fj_mods_kform *k, char *err,
 {
   memset(k, 0, offsetof(fj_mods_kform, arena));
   k->used = 0;
-  k->score.f.dg = k->score.f.kvq_scale = -1;
-  k->mask.f.dg = k->mask.f.kvq_scale = -1;
+  k->score.f.dg = k->score.f.kvq_scale = k->score.f.rt = -1;
+  k->mask.f.dg = k->mask.f.kvq_scale = k->mask.f.rt = -1;
   fj_mods_info mi;
   fj__mods_info(m, &mi);
   if (m && has_text(m->score) && kexpr(m, 1, mi.checked, k, err, errsize))
@@ -371,7 +371,8 @@ static int expr_table(fj_mods_kparam *out, const fj_mods_kexpr *x,
  * 2, read per score). */
 static int params_table(fj_mods_kparam *out, const fj_mods *m, fj_param *at)
 {
-  int n = m ? m->num_params : 0, rt = out->form.score.f.rt >= 0;
+  int n = m ? m->num_params : 0;
+  int rt = out->form.score.on && out->form.score.f.rt >= 0;
   fj_param *list = take(out, (size_t)(n + rt));
   if (!list)
     return -1;
@@ -604,7 +605,9 @@ static const fj_expr *inside_tree(inside_cache *c, const fj_mods *m, fj_expr_fac
   int n = fj__mods_names(m, 1, names);
   fj_expr *e = fj__expr_parse(m->score, "score", names, n, NULL, 0);
   fj_expr_vars vars = vars_of(1);
-  if (!e || fj__expr_facts(e, &vars, f)) {
+  /* The facts the kernel takes: dg inside a relative table's subtree is
+   * the kernel's own read where the table is off (fj__mods_rt_on). */
+  if (!e || (fj__mods_rt_on(m) ? fj__expr_facts : fj__expr_facts_no_rt)(e, &vars, f)) {
     fj__expr_free(e);
     return NULL;
   }

@@ -5,7 +5,6 @@
  */
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "flashjit.h"
@@ -13,7 +12,6 @@
 #include "driver.h"
 #include "kernel.h"
 #include "mods.h"
-#include "mods_kernel.h"
 #include "rel_table.h"
 #include "util.h"
 
@@ -34,32 +32,12 @@ size_t fj__rt_bytes(const fj_problem *p)
 fj_status fj__rt_kernel(fj_ctx *ctx, const fj_problem *p, fj_kernel **k)
 {
   const fj_mods *m = p->mods;
-  char symbol[64], params[FJ_MOD_PARAMS_MAX * (FJ_MOD_NAME_MAX + 8) + 1];
+  char symbol[64];
   snprintf(symbol, sizeof symbol, "fj_rel_table_x%08x",
            (unsigned)(fj__mods_hash(m) & 0xffffffffu));
-  fj__mods_param_list(m, params, sizeof params);
-  /* The score's facts (mods_kernel.h): heap, for their texts' room. */
-  fj_mods_kparam *facts = malloc(sizeof *facts);
-  char err[512] = "out of memory";
-  if (!facts || fj__mods_kparam(m, facts, err, sizeof err)) {
-    free(facts);
-    return fj__fail(ctx, FJ_ERR_NOMEM, "%s", err);
-  }
-  fj_param list[] = {
-      {"template", FJ_PARAM_STR, 0, "rel_table.cu", NULL},
-      {"symbol", FJ_PARAM_STR, 0, symbol, NULL},
-      {"arch", FJ_PARAM_STR, 0, ctx->arch, NULL},
-      {"sm", FJ_PARAM_INT, ctx->sm, NULL, NULL},
-      {"version", FJ_PARAM_STR, 0, fj_version(), NULL},
-      {"params_bytes", FJ_PARAM_INT, (long long)sizeof(fj_kparams), NULL, NULL},
-      {"dtype", FJ_PARAM_STR, 0, "f16", NULL},  /* common.cuh's; no tensor is read */
-      {"score_mod", FJ_PARAM_STR, 0, m->score, NULL},
-      {"mod_params", FJ_PARAM_STR, 0, params, NULL},
-      facts->param,
-  };
-  fj_status st = fj__kernel_build(ctx, "rel_table.cu", list, FJ_ARRAY_LEN(list), k);
-  free(facts);
-  return st;
+  const fj_param own[] = {{"score_mod", FJ_PARAM_STR, 0, m->score, NULL}};
+  return fj__kernel_build_mods(ctx, "rel_table.cu", symbol, m, own,
+                               FJ_ARRAY_LEN(own), k);
 }
 
 fj_status fj__rt_pass(fj_ctx *ctx, const fj_problem *p, void *fn,

@@ -28,11 +28,11 @@
 
 extern "C" __global__ void __launch_bounds__({{ THREADS }})
 {{ symbol }}(const fj::Params p{{ mods.kernel_param }}) {
-  const int n = fj_ma.{{ mods.dg.name }}.e[1];
+  const long long n = fj_ma.{{ mods.dg.name }}.e[1];  // at most 2^31 - 1 (src/rel_table.c)
   for (int h = blockIdx.y; h < fj_ma.{{ mods.dg.name }}.e[0]; h += gridDim.y) {
-    float *const row = const_cast<float *>(fj_ma.{{ mods.dg.name }}.data) + (long long)h * n;
-    for (int i = blockIdx.x * {{ THREADS }} + threadIdx.x; i < n; i += gridDim.x * {{ THREADS }})
-      row[i] = fj_rt_value(h, 0, i - (p.seq_q - 1), p, fj_ma);
+    float *const row = const_cast<float *>(fj_ma.{{ mods.dg.name }}.data) + h * n;
+    for (long long i = blockIdx.x * {{ THREADS }} + threadIdx.x; i < n; i += (long long)gridDim.x * {{ THREADS }})
+      row[i] = fj_rt_value(h, 0, (int)(i - (p.seq_q - 1)), p, fj_ma);
   }
 }
 {{ include("mods.cuh", { mods = mods, part = "defs" }) }}

@@ -365,6 +365,11 @@ int test_gpu_mods_user(void)
   twin_scalar(&w, "slope", FJ_MOD_F32, 0.5);
   bad |= run_mod_case(ctx, &lg, &w, &seed);
   twin_free(&w);
+  /* No parameters of the user's: the table is the kernels' only one. */
+  const mod_case ln = {"log distance, no parameters", 1, 8, 2, 300, 400, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1};
+  twin_init(&w, "s - logf(1.f + (float)abs(kv - q))", NULL);
+  bad |= run_mod_case(ctx, &ln, &w, &seed);
+  twin_free(&w);
   /* Integer arithmetic, a ternary, tanhf; a scalar int. */
   const mod_case ar = {"arith", 1, 8, 8, 400, 400, 128, FJ_F16, FJ_CAUSAL_TOP_LEFT, 3};
   twin_init(&w, "(q - kv) % period == 0 ? s * 0.5f : s + tanhf(s)", "(q ^ kv) != 7");

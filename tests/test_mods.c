@@ -949,7 +949,7 @@ int test_mods_rel_table(void)
   fj_kernel *rk;
   CHECK_OK(ctx, FJT_LOCKED(ctx, fj__rt_kernel(ctx, &p, &rk)));
   const char *rsrc = fj_kernel_source(rk, NULL);
-  CHECK(strstr(rsrc, "fj_rt_value(h, 0, i - (p.seq_q - 1), p, fj_ma)") && strstr(rsrc, "logf("));
+  CHECK(strstr(rsrc, "fj_rt_value(h, 0, (int)(i - (p.seq_q - 1)), p, fj_ma)") && strstr(rsrc, "logf("));
   fj_resources rr;
   fj_kernel_resources(rk, &rr);
   CHECK(rr.spill_store_bytes == 0);
@@ -974,6 +974,28 @@ int test_mods_rel_table(void)
   prm[0] = (fj_mod_param){"slopes", FJ_MOD_F32, 1, {16}, NULL, 0};
   m.score = "s + slopes(h) * (float)(kv - q)";
   CHECK(!fj__mods_rt_on(&m));
+  /* A score without parameters takes one: the table, its kernels' only
+   * parameter. */
+  m.score = "s - logf(1.f + (float)abs(kv - q))";
+  m.params = NULL;
+  m.num_params = 0;
+  CHECK(fj__mods_rt_on(&m));
+  CHECK_OK(ctx80, fj_attention_plan(ctx80, &p, &plan));
+  fj_kernel *k0;
+  CHECK_OK(ctx80, fj_kernel_get(ctx80, &plan.variant, &k0));
+  CHECK(strstr(fj_kernel_source(k0, NULL), "ModTensor_fj_rt fj_rt;\n};"));
+  /* A mask alone takes none: no parameter after the user's, where checked
+   * mode's record must follow them. */
+  fj_mod_param doc = {"doc", FJ_MOD_I32, 1, {4096}, NULL, 0};
+  fj_mods_init(&m);
+  m.mask = "doc(q) == doc(kv)";
+  m.params = &doc;
+  m.num_params = 1;
+  m.checked = 1;
+  CHECK(!fj__mods_rt_on(&m));
+  CHECK_OK(ctx80, fj_attention_plan(ctx80, &p, &plan));
+  CHECK_OK(ctx80, fj_kernel_get(ctx80, &plan.variant, &k0));
+  CHECK(!strstr(fj_kernel_source(k0, NULL), "fj_rt"));
   fj_ctx_destroy(ctx);
   fj_ctx_destroy(ctx80);
   return 0;

@@ -437,6 +437,13 @@ int test_gpu_jit_tiers(void)
        "s + bias(h, q - kv + 100)", "q % 7 != 3", 0, -1, -1, 0},
       {"ALiBi product, window", 1, 8, 8, 400, 400, 64, FJ_F16, FJ_CAUSAL_BOTTOM_RIGHT, 1,
        "s + slopes(h) * (float)(kv - q)", NULL, 0, 200, -1, 0},
+      /* relative tables (rel_table.h): the first kernel reads the table
+       * too, built in a workspace of its own plan; one with parameters,
+       * one whose table is the kernels' only parameter */
+      {"relative table, clamped bias", 1, 8, 8, 300, 350, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1,
+       "s + bias(h, min(max(kv - q, -100), 99) + 100)", NULL, 0, -1, -1, 0},
+      {"relative table, no parameters", 2, 8, 4, 257, 257, 64, FJ_F16, FJ_CAUSAL_NONE, 1,
+       "s - logf(1.f + (float)abs(kv - q))", NULL, 0, -1, -1, 0},
   };
   uint64_t seed = 5;
   int bad = 0;
