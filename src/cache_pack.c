@@ -26,6 +26,8 @@
 #include "compile.h"
 #include "ctx.h"
 #include "entry.h"
+#include "mods.h"
+#include "rel_table.h"
 #include "template.h"
 #include "util.h"
 #include "variant.h"
@@ -123,6 +125,39 @@ static fj_status prewarm_combines(fj_ctx *ctx, const fj_variant *vs,
   return first;
 }
 
+/* The relative tables' kernels (rel_table.h) of the variants made ready
+ * whose score expressions take one, once a form, counted in *ready: a
+ * call with such an expression launches its table's kernel first. */
+static fj_status prewarm_tables(fj_ctx *ctx, const fj_variant *vs,
+                                const fj_status *each, size_t n, int *ready)
+{
+  fj_status first = FJ_OK;
+  for (size_t i = 0; i < n; i++) {
+    if (each[i] != FJ_OK || !fj__mods_rt_on(vs[i].mods))
+      continue;
+    uint64_t form = fj__mods_hash(vs[i].mods);
+    int again = 0;
+    for (size_t j = 0; j < i && !again; j++)
+      again = each[j] == FJ_OK && fj__mods_rt_on(vs[j].mods) &&
+              fj__mods_hash(vs[j].mods) == form;
+    if (again)
+      continue;
+    /* The table's kernel reads nothing of the problem but its mods. */
+    fj_problem p;
+    memset(&p, 0, sizeof p);
+    p.mods = vs[i].mods;
+    fj_kernel *k;
+    pthread_mutex_lock(&ctx->lock);
+    fj_status st = fj__rt_kernel(ctx, &p, &k);
+    pthread_mutex_unlock(&ctx->lock);
+    if (st == FJ_OK)
+      (*ready)++;
+    else if (first == FJ_OK)
+      first = st;
+  }
+  return first;
+}
+
 static fj_status prewarm_unique(fj_ctx *ctx, const fj_variant *vs, size_t n,
                                 const fj_prepare_opts *opts, fj_status *each,
                                 fj_prewarm_report *r)
@@ -138,6 +173,8 @@ static fj_status prewarm_unique(fj_ctx *ctx, const fj_variant *vs, size_t n,
   /* The split variants that were made ready need their combine kernels
    * whatever happened to the others. */
   fj_status cst = prewarm_combines(ctx, vs, each, n, &ready);
+  st = st == FJ_OK ? cst : st;
+  cst = prewarm_tables(ctx, vs, each, n, &ready);
   st = st == FJ_OK ? cst : st;
   fj_cache_stats_get(ctx, &after);
   r->kernels = ready;

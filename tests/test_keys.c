@@ -97,6 +97,59 @@ int test_keys_prewarm_slices(void)
   return 0;
 }
 
+/* The relative tables' kernels in a cache, as combine_visit's. */
+static int table_visit(void *user, const fj_cache_entry *e)
+{
+  combines_seen *s = user;
+  if (e->valid && !strcmp(e->kind, "kernel") &&
+      !strncmp(e->label, "fj_rel_table_", 13)) {
+    size_t n = strlen(s->labels);
+    snprintf(s->labels + n, sizeof s->labels - n, "|%s|", e->label);
+  }
+  return 0;
+}
+
+/* A score expression that takes a relative table (rel_table.h): its call
+ * launches the table's kernel first, so the prewarm makes it too, once a
+ * form (T5 at two head dims: two variants, their combines where they
+ * split, one table kernel). */
+int test_keys_prewarm_tables(void)
+{
+  const char *dir = fjt_tmpdir();
+  fj_ctx *ctx = fjt_ctx("sm_80", dir);
+  CHECK(ctx);
+  const fj_mod_builtin *t5 = fj_mod_builtin_find("t5");
+  CHECK(t5 && t5->score);
+  fj_mod_param bias = {"bias", FJ_MOD_F32, 2, {8, 32}, NULL, 0};
+  fj_mods m;
+  fj_mods_init(&m);
+  m.score = t5->score;
+  m.params = &bias;
+  m.num_params = 1;
+  fj_problem p;
+  fj_plan a, b;
+  fj_problem_init(&p, 2, 8, 8, 512, 512, 64, FJ_F16, FJ_BHSD);
+  p.mods = &m;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &a));
+  fj_problem_init(&p, 2, 8, 8, 512, 512, 128, FJ_F16, FJ_BHSD);
+  p.mods = &m;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &b));
+  fj_variant vs[2] = {a.variant, b.variant};
+  fj_status each[2];
+  fj_prewarm_report r;
+  CHECK_OK(ctx, fj_cache_prewarm(ctx, vs, 2, NULL, each, &r));
+  CHECK(each[0] == FJ_OK && each[1] == FJ_OK);
+  CHECK(r.variants == 2 && r.failed == 0);
+  /* The variants, a combine each that splits, the one table kernel. */
+  int want = 2 + a.variant.split_kv + b.variant.split_kv + 1;
+  CHECK(r.kernels == want && r.compiled == want);
+  combines_seen s = {""};
+  CHECK_OK(ctx, fj_cache_list(ctx, table_visit, &s));
+  CHECK(strstr(s.labels, "|fj_rel_table_x"));
+  fj_ctx_destroy(ctx);
+  return 0;
+}
+
 /* ---- the backward's main kernel -------------------------------------------------- */
 
 /* One score expression reading two float tensors, gradients for a alone

@@ -297,6 +297,7 @@ TEST(gpu_mods_int_ops, gpu)
  * (test_keys.c) */
 TEST(keys_prewarm_sinks, cpu)
 TEST(keys_prewarm_slices, cpu)
+TEST(keys_prewarm_tables, cpu)
 TEST(keys_backward_param_grads, cpu)
 TEST(keys_decode_ks_class, cpu)
 TEST(keys_tuned_broadcast, cpu)
