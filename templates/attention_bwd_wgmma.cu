@@ -87,8 +87,8 @@
   step late, when its additions are complete (pass_turns).  Each role
   walks the steps in a loop of its own.
   The pair (tile_n 128 at head dims above 128, PAIR; the host takes it
-  above 192, and at 129-192 only where FLASHJIT_BWD_PAIR=1 asks: no GPU
-  has run it there yet): a cluster of two
+  there without a window or a block mask: src/backward.c's pair_ok): a
+  cluster of two
   blocks splits a key tile of 128, 64 keys each (block rank r, kv_tile's
   width 2), both walking the query range of the whole tile, so that each
   adds dQ over all 128 keys for half of its columns -- half the float32
