@@ -10,8 +10,9 @@
 # relative bias's, 385-400 us at (2, 16, 2048, 128) bf16.
 # Build on the CPU first:  git apply bench/probes/rt_inside.patch && cmake
 # --build build && (slim build/ as build-c, carry it) && git checkout .
-# Then, from the repository root with that build as build/:
-#   S36B_TESTS="gpu_mods_user gpu_backward_mods" S36B_PARTS="tests checks ab2" bash bench/probes/s36b.sh $OUT
-# and land the patch where the tests pass and ab2's backward meets the
+# Then, from the repository root with main's build as build/ and that one
+# as build-rt/ (both slimmed; about 38 MB carried):
+#   bash bench/probes/s37a.sh $OUT      # fix, rtin, ab
+# and land the patch where the tests pass and the backward meets the
 # prediction.
-exec bash bench/probes/s36b.sh "$@"
+exec bash bench/probes/s37a.sh "$@"
