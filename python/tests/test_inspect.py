@@ -31,6 +31,13 @@ class Import(unittest.TestCase):
                             mask_mod=b["prefix-lm"]["mask_mod"],
                             params={"prefix": flashjit.TensorParam("i32", (4,))})
         self.assertIn("kv < prefix(b) || kv <= q", k.source)
+        # T5's buckets: a relative table (README), read in the expression's
+        # place as the parameter after the user's.
+        t5 = flashjit.Kernel(head_dim=64, arch="sm_80", mma="mma",
+                             score_mod=b["t5"]["score_mod"],
+                             params={"bias": flashjit.TensorParam("f32", (8, 32))})
+        self.assertIn("ModTensor_fj_rt fj_rt;", t5.source)
+        self.assertIn("(s + fj_dg)", t5.source)
 
     def test_library_path(self):
         self.assertTrue(os.path.isfile(flashjit.library_path()), flashjit.library_path())
