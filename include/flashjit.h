@@ -1363,6 +1363,19 @@ FJ_API fj_status fj_attention_bwd_kernel(fj_ctx *ctx, const fj_problem *p,
                                          fj_kernel **kernel);
 
 /*
+ * The kernel that fills p's score expression's relative table before the
+ * attention kernels of p's forward and backward (README, "Relative
+ * tables": the score's subtree of the query head and the distance alone,
+ * evaluated once a launch into the workspace), compiled or fetched from
+ * the caches (no GPU needed), for reading (fj_kernel_source, ...).
+ * FJ_ERR_NOT_FOUND where p's kernels read none (no such subtree, checked
+ * mode, eight parameters of the user's, FLASHJIT_REL_TABLE=0).  CLI:
+ * flashjit emit --rel-table.
+ */
+FJ_API fj_status fj_rel_table_kernel(fj_ctx *ctx, const fj_problem *p,
+                                     fj_kernel **k);
+
+/*
  * The gradients of attention: given the forward's inputs q, k, v, its
  * output o and log-sum-exp lse (fj_attention_fwd's, natural log,
  * [batch][heads_q][seq_q] float32) and dout, the gradient of the loss at

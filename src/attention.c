@@ -675,6 +675,28 @@ static fj_status keep_hot(fj_ctx *ctx, const fj_variant *v, uint64_t mods,
   return st;
 }
 
+fj_status fj_rel_table_kernel(fj_ctx *ctx, const fj_problem *p, fj_kernel **k)
+{
+  if (!ctx || !p || !k)
+    return fj__null_arg(ctx, "fj_rel_table_kernel",
+                        !ctx ? "ctx" : !p ? "p" : "k");
+  fj__clear_error(ctx);
+  fj_status st = fj_problem_check(ctx, p);
+  if (st != FJ_OK)
+    return st;
+  if (!fj__rt_bytes(p))
+    return fj__fail(ctx, FJ_ERR_NOT_FOUND,
+                    "fj_rel_table_kernel: the problem's kernels read no "
+                    "relative table (its score expression has no subtree of "
+                    "the query head and the distance alone that costs more "
+                    "than a read at a distance, or it is checked, has eight "
+                    "parameters, or FLASHJIT_REL_TABLE=0)");
+  pthread_mutex_lock(&ctx->lock);
+  st = fj__rt_kernel(ctx, p, k);
+  pthread_mutex_unlock(&ctx->lock);
+  return st;
+}
+
 fj_status fj__rt_function(fj_ctx *ctx, const fj_problem *p, void **fn)
 {
   fj_dispatch *d = dispatch(ctx);

@@ -945,9 +945,13 @@ int test_mods_rel_table(void)
     fj_kernel_resources(k, &r);
     CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
   }
-  /* The table's kernel: the subtree, evaluated per head and distance. */
-  fj_kernel *rk;
+  /* The table's kernel: the subtree, evaluated per head and distance;
+   * the public door to it names the same. */
+  fj_kernel *rk, *pk;
   CHECK_OK(ctx, FJT_LOCKED(ctx, fj__rt_kernel(ctx, &p, &rk)));
+  CHECK_OK(ctx, fj_rel_table_kernel(ctx, &p, &pk));
+  CHECK(!strcmp(fj_kernel_name(pk), fj_kernel_name(rk)));
+  CHECK(fj_rel_table_kernel(ctx, &p, NULL) == FJ_ERR_INVALID_ARG);
   const char *rsrc = fj_kernel_source(rk, NULL);
   CHECK(strstr(rsrc, "fj_rt_value(h, 0, (int)(i - (p.seq_q - 1)), p, fj_ma)") && strstr(rsrc, "logf("));
   fj_resources rr;
@@ -974,6 +978,8 @@ int test_mods_rel_table(void)
   prm[0] = (fj_mod_param){"slopes", FJ_MOD_F32, 1, {16}, NULL, 0};
   m.score = "s + slopes(h) * (float)(kv - q)";
   CHECK(!fj__mods_rt_on(&m));
+  CHECK(fj_rel_table_kernel(ctx, &p, &pk) == FJ_ERR_NOT_FOUND);
+  CHECK(strstr(fj_errmsg(ctx), "read no relative table"));
   /* A score without parameters takes one: the table, its kernels' only
    * parameter. */
   m.score = "s - logf(1.f + (float)abs(kv - q))";

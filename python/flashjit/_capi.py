@@ -282,6 +282,7 @@ SIGNATURES = {
     "fj_attention_bwd_plan": (_I, [_VP, _P(Problem), _P(BwdPlan)]),
     "fj_attention_bwd_prefetch": (_I, [_VP, _P(Problem)]),
     "fj_attention_bwd_kernel": (_I, [_VP, _P(Problem), _P(BwdPlan), _I, _P(_VP)]),
+    "fj_rel_table_kernel": (_I, [_VP, _P(Problem), _P(_VP)]),
     "fj_attention_bwd": (_I, [_VP, _P(Problem), _VP, _VP, _VP, _VP, _VP, _VP, _VP, _VP, _VP,
                               _VP, _VP]),
     "fj_attention_bwd_run": (_I, [_VP, _P(Problem), _P(BwdPlan), _VP, _VP, _VP, _VP, _VP,

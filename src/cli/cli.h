@@ -60,6 +60,7 @@ typedef struct cli {
   int isolate;
   int jit_tiers;          /* --jit-tiers (run) */
   int first;              /* --first (emit): the tiered JIT's first kernel */
+  int rel_table;          /* --rel-table (emit): the relative table's kernel */
   int backward;           /* --backward (emit, plan): the backward's kernels */
   int deterministic;      /* --deterministic (run, plan with --backward):
                              fj_problem.deterministic */

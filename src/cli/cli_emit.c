@@ -430,6 +430,35 @@ static int emit_backward(cli *c, fj_ctx *ctx)
   return st == FJ_OK ? 0 : cli_fj_error(c, ctx, st);
 }
 
+/* emit --rel-table: the kernel that fills the score expression's
+ * relative table for --shape's problem (fj_rel_table_kernel). */
+static int emit_rel_table(cli *c, fj_ctx *ctx)
+{
+  if (cli_flag_given(c, "tile-m") || cli_flag_given(c, "tile-n") ||
+      cli_flag_given(c, "warps") || cli_flag_given(c, "stages") ||
+      cli_flag_given(c, "mma") || cli_flag_given(c, "swizzle") ||
+      cli_flag_given(c, "softmax") || c->first || c->sweep || c->backward)
+    return cli_usage_error(c, "--rel-table emits the relative table's kernel "
+                              "for --shape's problem: it takes no variant "
+                              "flags, --first, --sweep or --backward");
+  emit_choice ch;
+  memset(&ch, 0, sizeof ch);
+  ch.planned = 1;
+  int rc = cli_problem(c, &ch.p);
+  if (rc)
+    return rc;
+  fj_kernel *k;
+  fj_status st = fj_rel_table_kernel(ctx, &ch.p, &k);
+  if (st != FJ_OK)
+    return cli_fj_error(c, ctx, st);
+  fprintf(stderr, "flashjit emit: %s fills the score expression's relative "
+                  "table for B,H/Hkv,S/Skv,D = %d,%d/%d,%d/%d,%d on %s (once "
+                  "a launch, before the attention kernels)\n",
+          fj_kernel_name(k), ch.p.batch, ch.p.heads_q, ch.p.heads_kv,
+          ch.p.seq_q, ch.p.seq_kv, ch.p.head_dim, fj_ctx_arch(ctx));
+  return emit_what(c, k, fj_ctx_arch(ctx), &ch);
+}
+
 static int emit_one(cli *c, fj_ctx *ctx)
 {
   fj_variant v;
@@ -456,9 +485,10 @@ int cli_cmd_emit(cli *c)
   if (c->sweep && cli_flag_given(c, "page-size"))
     rc = emit_check_page_size(c, ctx);
   if (!rc)
-    rc = c->backward ? emit_backward(c, ctx)
-         : c->sweep  ? emit_sweep(c, ctx)
-                     : emit_one(c, ctx);
+    rc = c->rel_table  ? emit_rel_table(c, ctx)
+         : c->backward ? emit_backward(c, ctx)
+         : c->sweep    ? emit_sweep(c, ctx)
+                       : emit_one(c, ctx);
   fj_ctx_destroy(ctx);
   return rc;
 }

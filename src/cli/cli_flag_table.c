@@ -249,6 +249,11 @@ const flag_def cli_flags[] = {
              "(fj_ctx_opts.jit_tiers, which the library turns on by default; "
              "the CLI keeps it off without this flag, so run times the "
              "chosen kernel)"},
+    {"rel-table", 0, CMD_EMIT, cli_set_switch, OFF(rel_table),
+     .help = "the kernel that fills the score expression's relative table "
+             "(fj_rel_table_kernel: its subtree of the query head and the "
+             "distance alone, evaluated once a launch) for --shape's "
+             "problem, instead of the attention kernel"},
     {"first", 0, CMD_EMIT, cli_set_switch, OFF(first),
      .help = "the tiered JIT's first kernel for the problem or variant "
              "(CUDA cores, loops not unrolled) instead of the kernel itself"},
