@@ -86,6 +86,15 @@ static void print_grid(const char *key, const unsigned g[3])
   printf("%s=%u,%u,%u\n", key, g[0], g[1], g[2]);
 }
 
+/* The relative table's kernel, where p's kernels read one (its bytes are
+ * the workspace's last). */
+static void print_rel_table(fj_ctx *ctx, const fj_problem *p)
+{
+  fj_kernel *k;
+  if (fj_rel_table_kernel(ctx, p, &k) == FJ_OK)
+    printf("rel_table=%s\n", fj_kernel_name(k));
+}
+
 /* plan --backward: fj_attention_bwd_plan's choice, a key=value a line. */
 static int plan_backward(cli *c, fj_ctx *ctx, const fj_problem *p)
 {
@@ -111,6 +120,7 @@ static int plan_backward(cli *c, fj_ctx *ctx, const fj_problem *p)
   printf("threads=%u\n", plan.threads);
   printf("smem_bytes=%u\n", plan.smem_bytes);
   printf("rows_grid=%u\n", plan.rows_grid);
+  print_rel_table(ctx, p);
   printf("workspace_bytes=%zu\n", plan.workspace_bytes);
   return 0;
 }
@@ -187,6 +197,7 @@ int cli_cmd_plan(cli *c)
     print_grid("combine_grid", plan.combine_grid);
     printf("combine_threads=%u\n", plan.combine_threads);
   }
+  print_rel_table(ctx, &p);
   printf("workspace_bytes=%zu\n", plan.workspace_bytes);
   fj_ctx_destroy(ctx);
   return 0;
