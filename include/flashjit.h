@@ -1367,10 +1367,13 @@ FJ_API fj_status fj_attention_bwd_kernel(fj_ctx *ctx, const fj_problem *p,
  * attention kernels of p's forward and backward (README, "Relative
  * tables": the score's subtree of the query head and the distance alone,
  * evaluated once a launch into the workspace), compiled or fetched from
- * the caches (no GPU needed), for reading (fj_kernel_source, ...).
+ * the caches (no GPU needed), for reading (fj_kernel_source, ...).  The
+ * kernel belongs to ctx (valid until fj_ctx_destroy; never freed by the
+ * caller); threads may call this at once on one context.
  * FJ_ERR_NOT_FOUND where p's kernels read none (no such subtree, checked
- * mode, eight parameters of the user's, FLASHJIT_REL_TABLE=0).  CLI:
- * flashjit emit --rel-table.
+ * mode, eight parameters of the user's, FLASHJIT_REL_TABLE=0);
+ * FJ_ERR_INVALID_ARG for a NULL argument or a problem fj_problem_check
+ * refuses, with one line naming it.  CLI: flashjit emit --rel-table.
  */
 FJ_API fj_status fj_rel_table_kernel(fj_ctx *ctx, const fj_problem *p,
                                      fj_kernel **k);
@@ -1825,8 +1828,10 @@ FJ_API fj_status fj_cache_prune(fj_ctx *ctx, int *removed);
 
 typedef struct fj_prewarm_report {
   int variants;  /* distinct variants asked for (duplicates counted once) */
-  int kernels;   /* kernels made ready: the variants', and the split-KV
-                    combine kernels their split variants launch */
+  int kernels;   /* kernels made ready: the variants', the split-KV
+                    combine kernels their split variants launch, and the
+                    relative tables' kernels of those whose score
+                    expressions take one (README) */
   int compiled;  /* kernels NVRTC compiled during the call */
   int cached;    /* kernels the memory or disk cache already had */
   int failed;    /* variants refused or failed to compile */
@@ -1838,7 +1843,9 @@ typedef struct fj_prewarm_report {
  * or compiled in child processes, `opts->workers` at once), and for each
  * split_kv variant also the combine kernel its launches need (one per head
  * dim, dtype and varlen; compiled in this process, or in a child one
- * with fj_ctx_opts.isolate_compile).  Duplicate variants (by name) are
+ * with fj_ctx_opts.isolate_compile), and for each variant whose score
+ * expression takes a relative table that table's kernel (one per
+ * expression's form, likewise).  Duplicate variants (by name) are
  * prepared once.  Works on compile-only contexts: no GPU is needed.
  * each (optional: n entries) gets every variant's status; report
  * (optional) the counts above -- compiled and cached come from the
@@ -1860,7 +1867,8 @@ FJ_API fj_status fj_cache_prewarm(fj_ctx *ctx, const fj_variant *variants,
  * fj_attention_bwd_kernel gives): the distinct main kernels compiled in
  * child processes, `opts->workers` at once (progress once per main
  * kernel), then the preprocess and postprocess kernels in this process
- * (or a child one with fj_ctx_opts.isolate_compile).  Works on
+ * (or a child one with fj_ctx_opts.isolate_compile), and a relative
+ * table's kernel where a problem's score expression takes one.  Works on
  * compile-only contexts: no GPU is needed.  Problems whose three kernels
  * are the same (only their sizes differ) are prepared once.  each
  * (optional: n entries) gets every problem's status; report (optional):

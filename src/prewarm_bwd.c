@@ -14,6 +14,7 @@
 #include "backward.h"
 #include "ctx.h"
 #include "kernel.h"
+#include "rel_table.h"
 #include "util.h"
 #include "variant.h"
 
@@ -115,7 +116,9 @@ static void build_mains(warm_run *w, const fj_prepare_opts *opts)
 }
 
 /* Each problem's preprocess and postprocess, built (or found) in this
- * process: a handful of small kernels that many problems share. */
+ * process: a handful of small kernels that many problems share; and its
+ * score expression's relative table's kernel, where its kernels read one
+ * (fj_attention_bwd launches it first). */
 static void build_rows(warm_run *w)
 {
   for (size_t i = 0; i < w->n; i++) {
@@ -130,6 +133,14 @@ static void build_rows(warm_run *w)
       else
         fail_item(w->ctx, it, st);
     }
+    fj_kernel *t;
+    fj_status st = it->st == FJ_OK && fj__rt_bytes(&w->p[i])
+                       ? fj_rel_table_kernel(w->ctx, &w->p[i], &t)
+                       : FJ_ERR_NOT_FOUND;
+    if (st == FJ_OK)
+      add_ready(w, t);
+    else if (st != FJ_ERR_NOT_FOUND)
+      fail_item(w->ctx, it, st);
   }
 }
 

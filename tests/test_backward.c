@@ -1148,6 +1148,21 @@ int test_backward_prewarm(void)
                  "with head_dim 64");
   CHECK(each[0] == FJ_OK && each[1] == FJ_ERR_UNSUPPORTED);
   CHECK(r.variants == 2 && r.failed == 1 && r.kernels == 3);
+  /* T5's buckets: the backward launches its relative table's kernel
+   * first, so the prewarm makes it beside the three. */
+  fj_mod_param bias = {"bias", FJ_MOD_F32, 2, {4, 32}, NULL, 0};
+  fj_mods t5;
+  fj_mods_init(&t5);
+  t5.score = fj_mod_builtin_find("t5")->score;
+  t5.params = &bias;
+  t5.num_params = 1;
+  fj_problem_init(&ps[2], 1, 4, 4, 300, 300, 64, FJ_F16, FJ_BSHD);
+  ps[2].mods = &t5;
+  CHECK_OK(ctx, fj_cache_prewarm_bwd(ctx, &ps[2], 1, NULL, each, &r));
+  CHECK(each[0] == FJ_OK && r.variants == 1 && r.kernels == 4);
+  fj_kernel *table;
+  CHECK_OK(ctx, fj_rel_table_kernel(ctx, &ps[2], &table));
+  CHECK(hit(table));
   /* Arguments. */
   CHECK_ST(NULL, fj_cache_prewarm_bwd(NULL, ps, 1, NULL, NULL, NULL),
            FJ_ERR_INVALID_ARG);

@@ -865,6 +865,24 @@ int test_gpu_mods_checked(void)
     printf("checked %s, table of %d: %s %s\n", name, 2 * S, fj_status_str(st),
            st == FJ_OK ? "" : fj_errmsg(ctx));
     bad |= st != FJ_OK;
+    /* A mask alone (documents; no score, so no relative table's parameter
+     * before the record, which follows the user's): a read past the ids
+     * is reported. */
+    int32_t *doc;
+    CHECK(cudaMalloc((void **)&doc, 100 * 4) == cudaSuccess);
+    CHECK(cudaMemset(doc, 0, 100 * 4) == cudaSuccess);
+    fj_mod_param ids = {"doc", FJ_MOD_I32, 1, {100}, doc, 0};
+    fj_mods_init(&m);
+    m.mask = "doc(q) == doc(kv)";
+    m.params = &ids;
+    m.num_params = 1;
+    m.checked = 1;
+    st = fj_attention_fwd(ctx, &p, q, q, q, o, NULL, NULL);
+    printf("checked mask alone, ids of 100: %s: %s\n", fj_status_str(st),
+           st == FJ_OK ? "" : fj_errmsg(ctx));
+    bad |= st != FJ_ERR_INVALID_ARG ||
+           !strstr(fj_errmsg(ctx), "checked mode: mods.params[0] (doc): read at (");
+    cudaFree(doc);
     cudaFree(q);
     cudaFree(o);
     cudaFree(bias);

@@ -952,6 +952,14 @@ int test_mods_rel_table(void)
   CHECK_OK(ctx, fj_rel_table_kernel(ctx, &p, &pk));
   CHECK(!strcmp(fj_kernel_name(pk), fj_kernel_name(rk)));
   CHECK(fj_rel_table_kernel(ctx, &p, NULL) == FJ_ERR_INVALID_ARG);
+  CHECK(strstr(fj_errmsg(ctx), "fj_rel_table_kernel") && strstr(fj_errmsg(ctx), "k"));
+  /* FLASHJIT_REL_TABLE=0: none, under a form of its own (its kernels
+   * never meet the table's in a cache). */
+  uint64_t with = fj__mods_hash(&m);
+  setenv("FLASHJIT_REL_TABLE", "0", 1);
+  CHECK(!fj__mods_rt_on(&m) && fj__rt_bytes(&p) == 0 && fj__mods_hash(&m) != with);
+  unsetenv("FLASHJIT_REL_TABLE");
+  CHECK(fj__mods_rt_on(&m) && fj__mods_hash(&m) == with);
   const char *rsrc = fj_kernel_source(rk, NULL);
   CHECK(strstr(rsrc, "fj_rt_value(h, 0, (int)(i - (p.seq_q - 1)), p, fj_ma)") && strstr(rsrc, "logf("));
   fj_resources rr;

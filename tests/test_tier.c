@@ -444,6 +444,10 @@ int test_gpu_jit_tiers(void)
        "s + bias(h, min(max(kv - q, -100), 99) + 100)", NULL, 0, -1, -1, 0},
       {"relative table, no parameters", 2, 8, 4, 257, 257, 64, FJ_F16, FJ_CAUSAL_NONE, 1,
        "s - logf(1.f + (float)abs(kv - q))", NULL, 0, -1, -1, 0},
+      /* a decode row: the chosen variant splits, the first kernel's plan
+       * holds the table alone */
+      {"relative table, decode", 4, 8, 2, 1, 2000, 128, FJ_BF16, FJ_CAUSAL_BOTTOM_RIGHT, 1,
+       "s + bias(h, min(max(kv - q, -100), 99) + 100)", NULL, 0, -1, -1, 0},
   };
   uint64_t seed = 5;
   int bad = 0;

@@ -40,7 +40,8 @@ static int write_out(const cli *c, const void *data, size_t len, int binary)
  * variant flags. */
 typedef struct emit_choice {
   int planned;
-  int backward;  /* a kernel of the library's backward (fj_attention_bwd) */
+  int backward;   /* a kernel of the library's backward (fj_attention_bwd) */
+  int rel_table;  /* the relative table's kernel (fj_rel_table_kernel) */
   fj_problem p;
 } emit_choice;
 
@@ -54,8 +55,11 @@ static int print_resources(const cli *c, const fj_kernel *k, const char *arch,
   if (ch->planned)
     snprintf(chosen, sizeof chosen,
              "chosen=library%s\nproblem=%d,%d/%d,%d/%d,%d\n",
-             ch->backward ? "\ndirection=backward" : "", p->batch,
-             p->heads_q, p->heads_kv, p->seq_q, p->seq_kv, p->head_dim);
+             ch->backward    ? "\ndirection=backward"
+             : ch->rel_table ? "\nkernel=rel_table"
+                             : "",
+             p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_kv,
+             p->head_dim);
   int n = snprintf(
       text, sizeof text,
       "variant=%s\n%sarch=%s\nregisters=%d\nshared_bytes=%d\n"
@@ -93,6 +97,14 @@ static void say_planned(const cli *c, const fj_kernel *k, const char *arch,
                         const emit_choice *ch)
 {
   const fj_problem *p = &ch->p;
+  if (ch->rel_table) {
+    fprintf(stderr, "flashjit emit: %s fills the score expression's relative "
+                    "table for B,H/Hkv,S/Skv,D = %d,%d/%d,%d/%d,%d on %s (once "
+                    "a launch, before the attention kernels)\n",
+            fj_kernel_name(k), p->batch, p->heads_q, p->heads_kv, p->seq_q,
+            p->seq_kv, p->head_dim, arch);
+    return;
+  }
   fprintf(stderr, "flashjit emit: %s is %s for B,H/Hkv,"
                   "S/Skv,D = %d,%d/%d,%d/%d,%d on %s (%s%s)\n",
           fj_kernel_name(k),
@@ -443,7 +455,7 @@ static int emit_rel_table(cli *c, fj_ctx *ctx)
                               "flags, --first, --sweep or --backward");
   emit_choice ch;
   memset(&ch, 0, sizeof ch);
-  ch.planned = 1;
+  ch.planned = ch.rel_table = 1;
   int rc = cli_problem(c, &ch.p);
   if (rc)
     return rc;
@@ -451,11 +463,6 @@ static int emit_rel_table(cli *c, fj_ctx *ctx)
   fj_status st = fj_rel_table_kernel(ctx, &ch.p, &k);
   if (st != FJ_OK)
     return cli_fj_error(c, ctx, st);
-  fprintf(stderr, "flashjit emit: %s fills the score expression's relative "
-                  "table for B,H/Hkv,S/Skv,D = %d,%d/%d,%d/%d,%d on %s (once "
-                  "a launch, before the attention kernels)\n",
-          fj_kernel_name(k), ch.p.batch, ch.p.heads_q, ch.p.heads_kv,
-          ch.p.seq_q, ch.p.seq_kv, ch.p.head_dim, fj_ctx_arch(ctx));
   return emit_what(c, k, fj_ctx_arch(ctx), &ch);
 }
 

@@ -87,12 +87,15 @@ static void print_grid(const char *key, const unsigned g[3])
 }
 
 /* The relative table's kernel, where p's kernels read one (its bytes are
- * the workspace's last). */
-static void print_rel_table(fj_ctx *ctx, const fj_problem *p)
+ * the workspace's last; naming it compiles it): 0, or the exit status of
+ * a failure other than there being none. */
+static int print_rel_table(cli *c, fj_ctx *ctx, const fj_problem *p)
 {
   fj_kernel *k;
-  if (fj_rel_table_kernel(ctx, p, &k) == FJ_OK)
+  fj_status st = fj_rel_table_kernel(ctx, p, &k);
+  if (st == FJ_OK)
     printf("rel_table=%s\n", fj_kernel_name(k));
+  return st == FJ_OK || st == FJ_ERR_NOT_FOUND ? 0 : cli_fj_error(c, ctx, st);
 }
 
 /* plan --backward: fj_attention_bwd_plan's choice, a key=value a line. */
@@ -120,7 +123,9 @@ static int plan_backward(cli *c, fj_ctx *ctx, const fj_problem *p)
   printf("threads=%u\n", plan.threads);
   printf("smem_bytes=%u\n", plan.smem_bytes);
   printf("rows_grid=%u\n", plan.rows_grid);
-  print_rel_table(ctx, p);
+  int rc = print_rel_table(c, ctx, p);
+  if (rc)
+    return rc;
   printf("workspace_bytes=%zu\n", plan.workspace_bytes);
   return 0;
 }
@@ -197,8 +202,9 @@ int cli_cmd_plan(cli *c)
     print_grid("combine_grid", plan.combine_grid);
     printf("combine_threads=%u\n", plan.combine_threads);
   }
-  print_rel_table(ctx, &p);
-  printf("workspace_bytes=%zu\n", plan.workspace_bytes);
+  rc = print_rel_table(c, ctx, &p);
+  if (!rc)
+    printf("workspace_bytes=%zu\n", plan.workspace_bytes);
   fj_ctx_destroy(ctx);
-  return 0;
+  return rc;
 }
