@@ -33,7 +33,7 @@ tests_in() {  # tests_in DIR SECONDS TEST...: each GPU test of DIR's fj_tests, a
   done
   wait "${pids[@]}"
 }
-part_fix() { tests_in build ${S37A_TEST_S:-200} gpu_tier gpu_mods_user; }
+part_fix() { tests_in build ${S37A_TEST_S:-200} gpu_tier gpu_mods_user gpu_mods_checked; }
 part_rtin() { tests_in build-rt ${S37A_TEST_S:-200} gpu_mods_user gpu_backward_mods; }
 part_ab() {
   local shape round dir us line bwd what
