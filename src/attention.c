@@ -974,8 +974,9 @@ static fj_status vt_pass(fj_ctx *ctx, const fj_problem *p, void *vt_fn,
  * stream.  Split-KV partials: O's partial rows first, then their
  * log-sum-exp.  A dynamic walk: its counter, zeroed in stream order. */
 static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
-                           const fj_plan *plan, void *ws, size_t ws_bytes,
-                           void *stream, fj_kparams *kp, uint64_t *table)
+                           const fj_plan *plan, size_t rt, void *ws,
+                           size_t ws_bytes, void *stream, fj_kparams *kp,
+                           uint64_t *table)
 {
   uint64_t base = (uint64_t)(uintptr_t)ws;
   fj_status st = FJ_OK;
@@ -987,7 +988,7 @@ static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
                   ws_bytes,
                   plan->variant.split_kv            ? "the splits"
                   : plan->variant.dtype == FJ_E4M3 ? "FP8 attention's V^T"
-                  : fj__rt_bytes(p)                 ? "the score's relative table"
+                  : rt                              ? "the score's relative table"
                                                     : "the work counter",
                   plan->workspace_bytes);
   else if (base % 16)
@@ -995,9 +996,9 @@ static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
                   "workspace %p is not 16-byte aligned", ws);
   if (st != FJ_OK)
     return st;
-  /* The score expression's relative table last (fj__plan_fill), the rest
-   * before it. */
-  size_t rt = fj__rt_bytes(p), rest = plan->workspace_bytes - rt;
+  /* The score expression's relative table last (fj__plan_fill: rt of
+   * its bytes), the rest before it. */
+  size_t rest = plan->workspace_bytes - rt;
   *table = rt ? base + rest : 0;
   /* FP8 attention: V^T first (fj__plan_vt_bytes). */
   size_t vt = fj__plan_vt_bytes(p, &plan->variant);
@@ -1109,7 +1110,8 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     st = fj__kernel_vt_function(ctx, kern, &vt_fn);
   /* The score expression's relative table: its own kernel, first. */
   void *rt_fn = NULL;
-  if (st == FJ_OK && fj__rt_bytes(p))
+  size_t rt = st == FJ_OK ? fj__rt_bytes(p) : 0;
+  if (rt)
     st = fj__rt_function(ctx, p, &rt_fn);
   pthread_mutex_unlock(&ctx->lock);
   if (st == FJ_OK && kern->meta.tma)
@@ -1132,7 +1134,7 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   if (st == FJ_OK) {
     fj__fill_params(&kp, p, q, k, vp, o, lse);
     if (plan.workspace_bytes)
-      st = workspace(ctx, p, &plan, ws, ws_bytes, stream, &kp, &table);
+      st = workspace(ctx, p, &plan, rt, ws, ws_bytes, stream, &kp, &table);
   }
   /* FP8 attention's max |O|: raised by the kernel from 0. */
   if (st == FJ_OK && kp.o_amax)

@@ -386,13 +386,23 @@ static size_t pgrad_offset(const fj_problem *p)
 
 /* The workspace p's launches use: rows_bytes, then in the deterministic
  * mode the parameters' gradients' words. */
-static size_t workspace_of(const fj_problem *p)
+static size_t rest_of(const fj_problem *p)
 {
   size_t pg = pgrad_elems(p);
-  size_t rest = pg ? pgrad_offset(p) + pg * 2 * sizeof(long long) : rows_bytes(p);
-  /* The score expression's relative table last (rel_table.h). */
-  size_t rt = fj__rt_bytes(p);
+  return pg ? pgrad_offset(p) + pg * 2 * sizeof(long long) : rows_bytes(p);
+}
+
+/* With the score expression's relative table last (rel_table.h: rt of
+ * its bytes). */
+static size_t with_table(size_t rest, size_t rt)
+{
   return rt ? fj__plan_rt_offset(rest) + rt : rest;
+}
+
+/* The workspace p's launches use, its relative table included. */
+static size_t workspace_of(const fj_problem *p)
+{
+  return with_table(rest_of(p), fj__rt_bytes(p));
 }
 
 /* The deterministic mode under a block mask: the mma family's alone (its
@@ -1104,17 +1114,18 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
    * be another problem's, whose modifications size it otherwise. */
   unsigned smem = plan->smem_bytes;
   void *rt_fn = NULL;
+  size_t rest = rest_of(p), rt = st == FJ_OK ? fj__rt_bytes(p) : 0;
   if (st == FJ_OK) {
     pthread_mutex_lock(&ctx->lock);
     st = ready(ctx, p, plan, fn, &smem);
     /* The score expression's relative table: its own kernel, first. */
-    if (st == FJ_OK && fj__rt_bytes(p))
+    if (st == FJ_OK && rt)
       st = fj__rt_function(ctx, p, &rt_fn);
     pthread_mutex_unlock(&ctx->lock);
   }
   /* What p itself needs, should the plan be another problem's (a plan
    * made without the deterministic mode's words, say): never less. */
-  size_t need = workspace_of(p);
+  size_t need = with_table(rest, rt);
   if (need < plan->workspace_bytes)
     need = plan->workspace_bytes;
   if (st == FJ_OK && !ws)
@@ -1153,8 +1164,8 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     void *wg_args[5] = {&kp, &g, &maps, mod_args, &mg};
     size_t used = fj__mods_args(p->mods, 0, mod_args);
     if (rt_fn)
-      st = fj__rt_pass(ctx, p, rt_fn, base + workspace_of(p) - fj__rt_bytes(p),
-                       used, mod_args, &kp, stream);
+      st = fj__rt_pass(ctx, p, rt_fn, base + fj__plan_rt_offset(rest), used,
+                       mod_args, &kp, stream);
     const unsigned rows = plan->rows_grid;
     fj_launch l[3] = {
         {fn[0], {rows, 1, 1}, {32 * BWD_ROW_WARPS, 1, 1}, 0, stream, args, 0},

@@ -17,8 +17,10 @@
 
 /* ---- the prewarm's combines ------------------------------------------------------ */
 
-/* The combine kernels' labels in a disk cache, concatenated with '|'. */
+/* The labels in a disk cache of the kernels whose names start with
+ * prefix (the combines', the relative tables'), concatenated with '|'. */
 typedef struct combines_seen {
+  const char *prefix;
   char labels[512];
 } combines_seen;
 
@@ -26,7 +28,7 @@ static int combine_visit(void *user, const fj_cache_entry *e)
 {
   combines_seen *s = user;
   if (e->valid && !strcmp(e->kind, "kernel") &&
-      !strncmp(e->label, "fj_combine_", 11)) {
+      !strncmp(e->label, s->prefix, strlen(s->prefix))) {
     size_t n = strlen(s->labels);
     snprintf(s->labels + n, sizeof s->labels - n, "|%s|", e->label);
   }
@@ -61,7 +63,7 @@ int test_keys_prewarm_sinks(void)
   /* Two variants and a combine each. */
   CHECK(r.variants == 2 && r.failed == 0);
   CHECK(r.kernels == 4 && r.compiled == 4);
-  combines_seen s = {""};
+  combines_seen s = {"fj_combine_", ""};
   CHECK_OK(ctx, fj_cache_list(ctx, combine_visit, &s));
   CHECK(strstr(s.labels, "|fj_combine_d64_f16|") &&
         strstr(s.labels, "|fj_combine_d64_f16_sink|"));
@@ -89,23 +91,11 @@ int test_keys_prewarm_slices(void)
   CHECK(each[0] == FJ_OK && r.variants == 1 && r.failed == 0);
   /* The variant and its two combines. */
   CHECK(r.kernels == 3 && r.compiled == 3);
-  combines_seen s = {""};
+  combines_seen s = {"fj_combine_", ""};
   CHECK_OK(ctx, fj_cache_list(ctx, combine_visit, &s));
   CHECK(strstr(s.labels, "|fj_combine_d256_f16|") &&
         strstr(s.labels, "|fj_combine_d256_f16_c128|"));
   fj_ctx_destroy(ctx);
-  return 0;
-}
-
-/* The relative tables' kernels in a cache, as combine_visit's. */
-static int table_visit(void *user, const fj_cache_entry *e)
-{
-  combines_seen *s = user;
-  if (e->valid && !strcmp(e->kind, "kernel") &&
-      !strncmp(e->label, "fj_rel_table_", 13)) {
-    size_t n = strlen(s->labels);
-    snprintf(s->labels + n, sizeof s->labels - n, "|%s|", e->label);
-  }
   return 0;
 }
 
@@ -143,8 +133,8 @@ int test_keys_prewarm_tables(void)
   /* The variants, a combine each that splits, the one table kernel. */
   int want = 2 + a.variant.split_kv + b.variant.split_kv + 1;
   CHECK(r.kernels == want && r.compiled == want);
-  combines_seen s = {""};
-  CHECK_OK(ctx, fj_cache_list(ctx, table_visit, &s));
+  combines_seen s = {"fj_rel_table_", ""};
+  CHECK_OK(ctx, fj_cache_list(ctx, combine_visit, &s));
   CHECK(strstr(s.labels, "|fj_rel_table_x"));
   fj_ctx_destroy(ctx);
   return 0;

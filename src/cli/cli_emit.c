@@ -413,14 +413,21 @@ static int emit_variant(cli *c, fj_ctx *ctx, fj_variant *v, emit_choice *ch)
   return 0;
 }
 
+/* Whether a flag that picks a variant, or --first or --sweep, was given:
+ * the kernels of --shape's problem (--backward, --rel-table) take none. */
+static int variant_flags_given(cli *c)
+{
+  return cli_flag_given(c, "tile-m") || cli_flag_given(c, "tile-n") ||
+         cli_flag_given(c, "warps") || cli_flag_given(c, "stages") ||
+         cli_flag_given(c, "mma") || cli_flag_given(c, "swizzle") ||
+         cli_flag_given(c, "softmax") || c->first || c->sweep;
+}
+
 /* emit --backward: the main kernel of the backward of --shape's problem
  * (fj_attention_bwd_plan's), or each kernel's resources. */
 static int emit_backward(cli *c, fj_ctx *ctx)
 {
-  if (cli_flag_given(c, "tile-m") || cli_flag_given(c, "tile-n") ||
-      cli_flag_given(c, "warps") || cli_flag_given(c, "stages") ||
-      cli_flag_given(c, "mma") || cli_flag_given(c, "swizzle") ||
-      cli_flag_given(c, "softmax") || c->first || c->sweep)
+  if (variant_flags_given(c))
     return cli_usage_error(c, "--backward emits the library's backward for "
                               "--shape's problem: it takes no variant flags, "
                               "--first or --sweep");
@@ -446,10 +453,7 @@ static int emit_backward(cli *c, fj_ctx *ctx)
  * relative table for --shape's problem (fj_rel_table_kernel). */
 static int emit_rel_table(cli *c, fj_ctx *ctx)
 {
-  if (cli_flag_given(c, "tile-m") || cli_flag_given(c, "tile-n") ||
-      cli_flag_given(c, "warps") || cli_flag_given(c, "stages") ||
-      cli_flag_given(c, "mma") || cli_flag_given(c, "swizzle") ||
-      cli_flag_given(c, "softmax") || c->first || c->sweep || c->backward)
+  if (variant_flags_given(c) || c->backward)
     return cli_usage_error(c, "--rel-table emits the relative table's kernel "
                               "for --shape's problem: it takes no variant "
                               "flags, --first, --sweep or --backward");
