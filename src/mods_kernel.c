@@ -187,11 +187,13 @@ static int print_kernel(fj_mods_kform *k, const fj_expr *e,
 static int print_rt(fj_mods_kform *k, const fj_mods *m, const fj_expr *e,
                     const fj_expr_name *names, fj_mods_kexpr *x)
 {
-  static const char call[] =
-      FJ_MODS_RT_NAME "(h, fj::isub(fj_p.seq_q - 1, fj::isub(q, kv)))";
+  char off[64], call[128];
+  int no = snprintf(off, sizeof off, "((fj_p.seq_q + %d) / %d * %d - 1)",
+                    FJ_MODS_RT_PAD - 1, FJ_MODS_RT_PAD, FJ_MODS_RT_PAD);
+  int nc = snprintf(call, sizeof call, FJ_MODS_RT_NAME "(h, fj::isub(%s, fj::isub(q, kv)))", off);
   x->rt_cuda = print(k, e, x->f.rt, &(fj_expr_print){names, NULL, NULL, 0, 0});
-  x->dg_call = keep(k, call, sizeof call - 1);
-  x->dg_x = keep(k, "(fj_p.seq_q - 1)", 16);
+  x->dg_call = keep(k, call, (size_t)nc);
+  x->dg_x = keep(k, off, (size_t)no);
   x->dg_uniform[0] = keep(k, "h", 1);
   x->dg_param = m->num_params;
   x->f.dg_rank = 2;
@@ -627,6 +629,11 @@ static const fj_expr *inside_tree(inside_cache *c, const fj_mods *m, fj_expr_fac
   return e;
 }
 
+long long fj__mods_rt_pad(long long n)
+{
+  return (n + FJ_MODS_RT_PAD - 1) / FJ_MODS_RT_PAD * FJ_MODS_RT_PAD;
+}
+
 int fj__mods_table_inside(const fj_problem *p, long long q_end, long long kv_end)
 {
   const fj_mods *m = p ? p->mods : NULL;
@@ -636,6 +643,11 @@ int fj__mods_table_inside(const fj_problem *p, long long q_end, long long kv_end
       m->num_params < 0 || m->num_params > FJ_MOD_PARAMS_MAX ||
       (m->num_params && !m->params) || strlen(m->score) > FJ_MOD_EXPR_MAX)
     return 0;
+  /* A relative table holds every distance of tiles up to its padding
+   * (FJ_MODS_RT_NAME): its reads lie within at every head. */
+  if (fj__mods_rt_on(m))
+    return q_end <= fj__mods_rt_pad(p->seq_q) &&
+           kv_end <= fj__mods_rt_pad(p->seq_kv) + FJ_MODS_RT_PAD;
   inside_cache *c = inside_cache_get();
   long long dims[5] = {p->batch, p->heads_q, p->heads_kv, q_end, kv_end};
   for (int i = 0; c && i < INSIDE_PROOFS; i++) {

@@ -78,9 +78,14 @@ typedef struct fj_mods_kexpr {
 } fj_mods_kexpr;
 
 /* The relative table's parameter: after the user's (whose names may not
- * start with fj), a float32 tensor [heads_q][seq_q + seq_kv - 1] in the
- * workspace, the distance kv - q at column kv - q + seq_q - 1. */
+ * start with fj), a float32 tensor [heads_q][Q + K - 1] in the workspace,
+ * Q seq_q rounded up to FJ_MODS_RT_PAD and K seq_kv rounded up to it and
+ * one more FJ_MODS_RT_PAD (the mma family's tiles read a tile past the
+ * keys), the distance kv - q at column kv - q + Q - 1: every read of tiles
+ * of up to FJ_MODS_RT_PAD rows and keys lies in it (fj__mods_table_inside
+ * says so at once). */
 #define FJ_MODS_RT_NAME "fj_rt"
+#define FJ_MODS_RT_PAD 256
 
 typedef struct fj_mods_kform {
   fj_mods_kexpr score, mask;
@@ -133,6 +138,9 @@ int fj__mods_kparam(const fj_mods *m, fj_mods_kparam *out, char *err,
  * and values, these sizes): 2 us a proof, under 1 us repeated.
  */
 int fj__mods_table_inside(const fj_problem *p, long long q_end, long long kv_end);
+/* FJ_MODS_RT_PAD's multiple of n: the relative table's Q, and K less a
+ * FJ_MODS_RT_PAD. */
+long long fj__mods_rt_pad(long long n);
 /* FJ_ERR_INVALID_ARG for a launch whose `what` ("variant", "...: the
  * plan") claims table_inside where the problem fails the proof; `setter`
  * names the call that sets it from the problem. */

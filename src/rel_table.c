@@ -12,14 +12,15 @@
 #include "driver.h"
 #include "kernel.h"
 #include "mods.h"
+#include "mods_kernel.h"
 #include "rel_table.h"
 #include "util.h"
 
-/* Columns a head's row of the table has: every distance kv - q of the
- * problem, -(seq_q - 1) .. seq_kv - 1. */
+/* Columns a head's row of the table has: every distance kv - q of tiles
+ * over the lengths rounded up to FJ_MODS_RT_PAD (mods_kernel.h). */
 static int64_t columns(const fj_problem *p)
 {
-  return (int64_t)p->seq_q + p->seq_kv - 1;
+  return fj__mods_rt_pad(p->seq_q) + fj__mods_rt_pad(p->seq_kv) + FJ_MODS_RT_PAD - 1;
 }
 
 size_t fj__rt_bytes(const fj_problem *p)
@@ -35,7 +36,8 @@ fj_status fj__rt_kernel(fj_ctx *ctx, const fj_problem *p, fj_kernel **k)
   char symbol[64];
   snprintf(symbol, sizeof symbol, "fj_rel_table_x%08x",
            (unsigned)(fj__mods_hash(m) & 0xffffffffu));
-  const fj_param own[] = {{"score_mod", FJ_PARAM_STR, 0, m->score, NULL}};
+  const fj_param own[] = {{"score_mod", FJ_PARAM_STR, 0, m->score, NULL},
+                         {"pad", FJ_PARAM_INT, FJ_MODS_RT_PAD, NULL, NULL}};
   return fj__kernel_build_mods(ctx, "rel_table.cu", symbol, m, own,
                                FJ_ARRAY_LEN(own), k);
 }
@@ -47,8 +49,8 @@ fj_status fj__rt_pass(fj_ctx *ctx, const fj_problem *p, void *fn,
   int64_t n = columns(p);
   if (n > INT32_MAX)
     return fj__fail(ctx, FJ_ERR_UNSUPPORTED,
-                    "seq_q %d + seq_kv %d - 1 distances: the score "
-                    "expression's relative table counts at most %d",
+                    "seq_q %d + seq_kv %d: the score expression's relative "
+                    "table counts at most %d distances",
                     p->seq_q, p->seq_kv, INT32_MAX);
   /* templates/mods.cuh's ModTensor: the pointer, then 4 int32 extents. */
   const int32_t e[4] = {p->heads_q, (int32_t)n, 0, 0};

@@ -14,8 +14,9 @@
 #include "ctx.h"
 #include "kparams.h"
 
-/* The table's bytes for p (float32 [heads_q][seq_q + seq_kv - 1],
- * rounded up to 16), 0 where p's kernels read none. */
+/* The table's bytes for p (float32 [heads_q][Q + K - 1], Q and K the
+ * lengths rounded up to mods_kernel.h's FJ_MODS_RT_PAD; rounded up to 16),
+ * 0 where p's kernels read none. */
 size_t fj__rt_bytes(const fj_problem *p);
 
 /* The kernel that fills p's table, compiled or fetched from the caches;

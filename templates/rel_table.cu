@@ -7,10 +7,12 @@
   the table the attention kernels then read per score in its place
   (mods.lua's dg: a row pointer and constant offsets along a key tile):
   the parameter fj_rt after the user's, float32 [heads_q][seq_q + seq_kv
-  - 1], distance d at column d + seq_q - 1.  The subtree uses q and kv
+  - 1] (Q seq_q rounded up to pad, src/mods_kernel.h's FJ_MODS_RT_PAD,
+  K seq_kv rounded up to it, plus pad), distance d at column d + Q - 1.
+  The subtree uses q and kv
   only as kv - q or q - kv, so it is taken at q 0 and kv d.  One thread a
   column, grid-stride over columns (x) and heads (y).
-  Parameters: score_mod, mod_params, mod_facts, symbol.
+  Parameters: score_mod, mod_params, mod_facts, pad, symbol.
 #}
 {%
   local mods = import("mods.lua").new{ score = score_mod, params = mod_params, rt_fill = true }
@@ -32,7 +34,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }})
   for (int h = blockIdx.y; h < fj_ma.{{ mods.dg.name }}.e[0]; h += gridDim.y) {
     float *const row = const_cast<float *>(fj_ma.{{ mods.dg.name }}.data) + h * n;
     for (long long i = blockIdx.x * {{ THREADS }} + threadIdx.x; i < n; i += (long long)gridDim.x * {{ THREADS }})
-      row[i] = fj_rt_value(h, 0, (int)(i - (p.seq_q - 1)), p, fj_ma);
+      row[i] = fj_rt_value(h, 0, (int)(i - ((p.seq_q + {{ pad - 1 }}) / {{ pad }} * {{ pad }} - 1)), p, fj_ma);
   }
 }
 {{ include("mods.cuh", { mods = mods, part = "defs" }) }}
