@@ -106,7 +106,7 @@ static void mma_choice(const fj_ctx *ctx, const fj_problem *p, fj_variant *v)
 }
 
 static int blocks_per_sm(const fj_ctx *ctx, unsigned threads, unsigned smem);
-static int split_rule(long blocks, int slots, int tiles_kv);
+static int split_rule(long blocks, int sms, int slots, int tiles_kv);
 
 /* Wide and split head dims on the mma family (head_dim above 256, or
  * head_dim_v below head_dim: MLA, V read from K's rows): 16-row tiles
@@ -157,7 +157,7 @@ static int ks_walk(const fj_ctx *ctx, const fj_problem *p, const fj_variant *v,
   int tiles_kv = (p->seq_kv + v->tile_n - 1) / v->tile_n;
   int splits = p->splits >= 1
                    ? p->splits
-                   : split_rule((long)p->batch * p->heads_kv,
+                   : split_rule((long)p->batch * p->heads_kv, fj__sm_count(ctx),
                                 fj__sm_count(ctx) * blocks_per_sm(ctx, 128, smem),
                                 tiles_kv);
   return tiles_kv / splits;
@@ -652,13 +652,24 @@ int fj__combine_slices(int head_dim_v, int cols)
 }
 
 /* FlashAttention's rule: no split when the grid fills 80% of a wave or
- * the keys are 4 tiles or fewer; otherwise, of the counts up to 128 and the key tiles that change the
- * tiles per split, the smallest whose waves are at least 85% as full as
- * the best count's. */
-static int split_search(long blocks, int slots, int tiles_kv)
+ * the keys are 4 tiles or fewer; long walks one block a multiprocessor
+ * (below); otherwise, of the counts up to 128 and the key tiles that
+ * change the tiles per split, the smallest whose waves are at least 85%
+ * as full as the best count's. */
+static int split_search(long blocks, int sms, int slots, int tiles_kv)
 {
   if (blocks >= 0.8 * slots || tiles_kv <= 4)
     return 1;
+  /* Long walks one block a multiprocessor where that fills 90% of them:
+   * the blocks then end together, where at two a multiprocessor those
+   * that share one end last.  (1, 32/8, 1/32768, 128) bf16: 16 splits
+   * 50.7 us against the 29 below's 52.7 on an H100, 38.8 against 40.3
+   * on the H200 (graph replays, bench/decode_probe.py --long); at 4096
+   * keys 16 and 32 tie (12.0, 12.2 us).  Walks under 32 key tiles a
+   * block (measured at 4 and 32 to 64) keep the count below. */
+  long one = sms / blocks;
+  if (one > 1 && blocks * one >= 0.9 * sms && tiles_kv / one >= 32)
+    return (int)(one < 128 ? one : 128);
   int top = tiles_kv < 128 ? tiles_kv : 128;
   double eff[129] = {0}, best = 0;
   for (int s = 1; s <= top; s++) {
@@ -679,17 +690,18 @@ static int split_search(long blocks, int slots, int tiles_kv)
  * of its three numbers, and every call of one shape asks it the same:
  * a thread keeps its last answer (a decode call's host time was a third
  * this loop). */
-static int split_rule(long blocks, int slots, int tiles_kv)
+static int split_rule(long blocks, int sms, int slots, int tiles_kv)
 {
   static _Thread_local struct {
     long blocks;
-    int slots, tiles_kv, splits;
+    int sms, slots, tiles_kv, splits;
   } last;
-  if (last.splits && last.blocks == blocks && last.slots == slots &&
-      last.tiles_kv == tiles_kv)
+  if (last.splits && last.blocks == blocks && last.sms == sms &&
+      last.slots == slots && last.tiles_kv == tiles_kv)
     return last.splits;
-  int splits = split_search(blocks, slots, tiles_kv);
+  int splits = split_search(blocks, sms, slots, tiles_kv);
   last.blocks = blocks;
+  last.sms = sms;
   last.slots = slots;
   last.tiles_kv = tiles_kv;
   last.splits = splits;
@@ -796,7 +808,8 @@ static fj_status fill(const fj_ctx *ctx, const fj_problem *p,
     int tiles_kv = (p->seq_kv + v->tile_n - 1) / v->tile_n;
     long blocks = (long)tiles_m * heads * p->batch;
     plan->splits = p->splits >= 1 ? p->splits
-                                  : split_rule(blocks, plan->sm_count * plan->blocks_per_sm,
+                                  : split_rule(blocks, plan->sm_count,
+                                               plan->sm_count * plan->blocks_per_sm,
                                                tiles_kv);
   }
   uint64_t gx = tiles_m * (uint64_t)plan->splits;

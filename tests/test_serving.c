@@ -126,7 +126,9 @@ int test_serving_plan(void)
   CHECK_OK(ctx, fj_attention_workspace_size(ctx, &p, &ws));
   CHECK(ws == plan.workspace_bytes);
   /* The split rule fills the multiprocessors it plans for: fewer splits
-   * for fewer of them. */
+   * for fewer of them -- at 16, one block each (8 heads x 2 splits: 32
+   * of the 64 key tiles a block, a walk long enough for one a
+   * multiprocessor). */
   int splits132 = plan.splits;
   fj_ctx_opts o;
   fj_ctx_opts_init(&o);
@@ -138,7 +140,25 @@ int test_serving_plan(void)
   CHECK_OK(NULL, fj_ctx_create(&small, &o));
   CHECK_OK(small, fj_attention_plan(small, &p, &plan));
   CHECK(plan.sm_count == 16 && plan.splits < splits132 &&
-        plan.splits * 8 >= 16 * plan.blocks_per_sm * 8 / 10);
+        plan.splits == 2);
+  /* Long single decodes one block a multiprocessor: 16 splits of 8
+   * heads on 132 (32768 keys, 512 tiles of 64), where the slots' rule
+   * took 29. */
+  {
+    fj_problem pl;
+    fj_plan planl;
+    decode_problem(&pl, 1, 32, 8, 1, 32768, 128, FJ_BF16);
+    CHECK_OK(ctx, fj_attention_plan(ctx, &pl, &planl));
+    CHECK(planl.sm_count == 132 && planl.variant.tile_n == 64 && planl.splits == 16 &&
+          planl.grid[0] == 16 && planl.variant.stages == 3);
+    pl.batch = 2;  /* 16 blocks: 8 splits */
+    CHECK_OK(ctx, fj_attention_plan(ctx, &pl, &planl));
+    CHECK(planl.splits == 8);
+    pl.batch = 1;
+    pl.seq_kv = 4096;  /* 64 tiles: 4 a block at 16, the slots' rule */
+    CHECK_OK(ctx, fj_attention_plan(ctx, &pl, &planl));
+    CHECK(planl.splits > 16);
+  }
   fj_ctx_destroy(small);
   /* Batched decode fills the GPU by itself: packed, no split, no workspace. */
   decode_problem(&p, 64, 32, 8, 1, 4096, 128, FJ_BF16);

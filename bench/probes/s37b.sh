@@ -18,7 +18,7 @@ part_dprof() {
   local s kv
   for kv in 32768 65536; do
     for s in 16 29 auto; do
-      (cd build && timeout $(bound 60) ncu --metrics $M --clock-control none --cache-control none -k regex:fj_ -c 4 \
+      (cd build && timeout $(bound 60) ncu --metrics $M --clock-control none --cache-control none -k regex:"fj_attn|fj_combine" -c 4 \
         ./flashjit run --shape 1,32,1,128 --seq-kv $kv --heads-kv 8 --dtype bf16 --splits $s --iters 2 --warmup 1 \
         >"$out/dprof_${kv}_$s.log" 2>&1)
       echo "dprof kv=$kv splits=$s: $(grep -E '^  fj_|gpu__time|dram__|sm__cycles|waves|grid_size|occupancy_limit|warps_active' "$out/dprof_${kv}_$s.log" | tail -22 | awk '{print $1, $NF}' | tr '\n' ' ')"
