@@ -1122,7 +1122,10 @@ FJ_API fj_status fj_attention_variant(fj_ctx *ctx, const fj_problem *p,
  * for); head dims above 256 and the other split ones the mma family's
  * 16-row tiles whose warps split the keys (and V's columns above 256),
  * V read from K's rows where head_dim_v is below head_dim.  Splits (problem.splits 0): none when the
- * grid already fills the multiprocessors (0.8 of a wave or more);
+ * grid already fills the multiprocessors (0.8 of a wave or more); one
+ * block a multiprocessor where that fills 90% of them and leaves each
+ * block 32 key tiles or more (a long decode: 16 splits for 8 KV heads
+ * on 132 multiprocessors);
  * otherwise the fewest (for decode shapes, or 16 key tiles or more; none for 4 or
  * fewer), at most 128 and at most the key tiles, whose
  * waves are at least 85% as full as the best count's -- FlashAttention's
