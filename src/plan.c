@@ -667,9 +667,9 @@ static int split_search(long blocks, int sms, int slots, int tiles_kv)
    * on the H200 (graph replays, bench/decode_probe.py --long); at 4096
    * keys 16 and 32 tie (12.0, 12.2 us).  Walks under 32 key tiles a
    * block (measured at 4 and 32 to 64) keep the count below. */
-  long one = sms / blocks;
+  long one = sms / blocks < 128 ? sms / blocks : 128;
   if (one > 1 && blocks * one >= 0.9 * sms && tiles_kv / one >= 32)
-    return (int)(one < 128 ? one : 128);
+    return (int)one;
   int top = tiles_kv < 128 ? tiles_kv : 128;
   double eff[129] = {0}, best = 0;
   for (int s = 1; s <= top; s++) {
