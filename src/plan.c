@@ -6,6 +6,7 @@
  * touches a device.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ctx.h"
@@ -848,5 +849,50 @@ static fj_status fill(const fj_ctx *ctx, const fj_problem *p,
                     "64-bit sizes count",
                     plan->splits, (unsigned long long)all);
   plan->workspace_bytes = (size_t)floats * sizeof(float);
+  /* Where the kernel combines its own partials: no combine kernel, and
+   * its counters after the partials, for a caller's workspace (the
+   * context's own keep them apart: fj__workspace_counters). */
+  if (fj__plan_fused(p, plan, m->rows_per_block)) {
+    memset(plan->combine_grid, 0, sizeof plan->combine_grid);
+    plan->combine_threads = 0;
+    plan->combine_cols = 0;
+    plan->workspace_bytes = fj__plan_rt_offset(plan->workspace_bytes) +
+                            fj__plan_counters(plan) * sizeof(unsigned);
+  }
   return FJ_OK;
+}
+
+/* FLASHJIT_FUSED_COMBINE=1 in the environment fuses where the rule below
+ * allows, =0 never; unset: not yet the default (its first GPU run is
+ * pending: bench/probes/fused_combine.md). */
+static int fused_wanted(void)
+{
+  const char *e = getenv("FLASHJIT_FUSED_COMBINE");
+  return e && strcmp(e, "1") == 0;
+}
+
+int fj__plan_fused(const fj_problem *p, const fj_plan *plan,
+                   int rows_per_block)
+{
+  const fj_variant *v = &plan->variant;
+  int dv = fj__problem_dv(p);
+  if (!v->split_kv || plan->splits < 2 || v->stages < 2 || dv % 4 || (v->dtype != FJ_F16 && v->dtype != FJ_BF16) ||
+      !fused_wanted())
+    return 0;
+  fj_mods_info mi;
+  fj__mods_info(p->mods, &mi);
+  if (mi.sinks)
+    return 0;
+  /* The rows a row tile holds at most. */
+  uint64_t rows = (uint64_t)(plan->rows < rows_per_block ? plan->rows
+                                                        : rows_per_block);
+  uint64_t bytes = (uint64_t)plan->splits * rows * (uint64_t)(dv + 1) *
+                   sizeof(float);
+  return bytes <= FJ_FUSED_COMBINE_BYTES && bytes <= plan->smem_bytes;
+}
+
+size_t fj__plan_counters(const fj_plan *plan)
+{
+  return (size_t)(plan->grid[0] / (unsigned)plan->splits) * plan->grid[1] *
+         plan->grid[2];
 }

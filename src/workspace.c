@@ -15,6 +15,10 @@ typedef struct fj_wbuf {
   pthread_t thread;  /* whose calls on the stream take it */
   uint64_t ptr;
   size_t bytes;
+  /* The fused combine's counters (fj__workspace_counters): apart from the
+   * buffer above, which every kind of call writes, and 0 between calls. */
+  uint64_t counters;
+  size_t words;
 } fj_wbuf;
 
 struct fj_wspace {
@@ -54,6 +58,8 @@ static fj_wbuf *entry(fj_wspace *w, void *stream)
   b->thread = pthread_self();
   b->ptr = 0;
   b->bytes = 0;
+  b->counters = 0;
+  b->words = 0;
   return b;
 }
 
@@ -107,14 +113,67 @@ fj_status fj__workspace(fj_ctx *ctx, void *stream, size_t bytes,
   return st;
 }
 
+/* The retired list takes one more buffer (grown before the allocation,
+ * so that a failure leaks nothing). */
+static fj_status retire_room(fj_ctx *ctx, fj_wspace *w)
+{
+  uint64_t *r = realloc(w->retired, (w->nretired + 1) * sizeof *r);
+  if (!r)
+    return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  w->retired = r;
+  return FJ_OK;
+}
+
+fj_status fj__workspace_counters(fj_ctx *ctx, void *stream, size_t words,
+                                 uint64_t *dptr)
+{
+  *dptr = 0;
+  pthread_mutex_lock(&ctx->lock);
+  fj_status st = FJ_OK;
+  if (!ctx->workspaces && !(ctx->workspaces = calloc(1, sizeof *ctx->workspaces)))
+    st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  fj_wbuf *b = st == FJ_OK ? entry(ctx->workspaces, stream) : NULL;
+  if (st == FJ_OK && !b)
+    st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  if (st == FJ_OK && b->words < words) {
+    int capturing = 0;
+    st = fj__cu_capturing(ctx, stream, &capturing);
+    size_t want = b->words ? b->words : 1024;
+    while (want < words)
+      want *= 2;
+    uint64_t ptr = 0;
+    if (st == FJ_OK && !capturing)
+      st = retire_room(ctx, ctx->workspaces);
+    if (st == FJ_OK && !capturing)
+      st = fj__cu_alloc(ctx, want * sizeof(unsigned), &ptr);
+    /* Zeroed in stream order, before the call's kernel counts. */
+    if (st == FJ_OK && ptr)
+      st = fj__cu_memset32_async(ctx, ptr, 0, want, stream);
+    if (st == FJ_OK && ptr) {
+      if (b->counters)
+        ctx->workspaces->retired[ctx->workspaces->nretired++] = b->counters;
+      b->counters = ptr;
+      b->words = want;
+    } else if (ptr) {
+      fj__cu_free(ptr);
+    }
+  }
+  if (st == FJ_OK && b->words >= words)
+    *dptr = b->counters;
+  pthread_mutex_unlock(&ctx->lock);
+  return st;
+}
+
 void fj__workspace_free(fj_ctx *ctx)
 {
   fj_wspace *w = ctx->workspaces;
   if (!w)
     return;
   if (fj__cu_enter(ctx) == FJ_OK) {
-    for (size_t i = 0; i < w->nlive; i++)
+    for (size_t i = 0; i < w->nlive; i++) {
       fj__cu_free(w->live[i].ptr);
+      fj__cu_free(w->live[i].counters);
+    }
     for (size_t i = 0; i < w->nretired; i++)
       fj__cu_free(w->retired[i]);
     fj__cu_leave(ctx);

@@ -379,13 +379,13 @@
   -- rows of O, up to LEN_Q) unless rows are packed or the block writes
   -- partials.
   local out
+  -- A (packed) row's query head, and its index in [batch][heads_q][seq_q].
+  local function head(r) return PACK and ("blk.h + (%s) %% p.group"):format(r) or "blk.h" end
+  local function flat(r)
+    return ("((long long)blk.b * p.heads_q + %s) * p.seq_q + %s"):format(head(r), mrule.pos(r))
+  end
   if PACK or SPLIT then
     local rows_end = PACK and LEN_Q .. " * p.group" or LEN_Q
-    local function head(r) return PACK and ("blk.h + (%s) %% p.group"):format(r) or "blk.h" end
-    -- The row's index in [batch][heads_q][seq_q].
-    local function flat(r)
-      return ("((long long)blk.b * p.heads_q + %s) * p.seq_q + %s"):format(head(r), mrule.pos(r))
-    end
     out = { valid = function(r) return ("%s < %s"):format(r, rows_end) end }
     if SPLIT then
       out.f32, out.lse_always = true, true
@@ -915,7 +915,13 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, {{ MINB }})
     for (int c = 0; c < {{ NC }}; ++c) x_o[((warp - 1) * {{ DVP // 2 + NC }} + {{ DVP // 2 }} + c) * 32 + lane] = row_l[0][c];
   }
   __syncthreads();
+{% if SPLIT then %}
+  // Warp 0 goes on with the rows; the others wait for a fused combine at
+  // the end.
+  if (warp == 0) {
+{% else %}
   if (warp > 0) return;
+{% end %}
 #pragma unroll
   for (int w = 0; w < {{ W - 1 }}; ++w) {
 #pragma unroll
@@ -964,6 +970,15 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, {{ MINB }})
      cols = DV < DVP and DV or nil, cols_split = CS,
      sinks = mods.sinks and not SPLIT,
      O = function(mi, d, i) return ("o[%s][%s][%d]"):format(mi, d, i) end })) }}
+{% if KS and SPLIT then %}
+  }  // warp 0
+{% end %}
+{% if SPLIT and S > 1 then %}
+{{ include("combine_fused.cuh", { BM = BM, W = W, DV = DV, THREADS = THREADS,
+                                 rows_end = PACK and LEN_Q .. " * p.group" or LEN_Q,
+                                 row0 = VL and "seq.q_row0" or nil,
+                                 flat = flat, head = head, pos = mrule.pos }) }}
+{% end %}
 }
 {% if mods.any then %}
 {{ include("mods.cuh", { mods = mods, part = "defs" }) }}

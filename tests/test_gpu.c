@@ -2355,6 +2355,170 @@ int test_gpu_serving_graph(void)
   return 0;
 }
 
+/* O and the LSE of c (launched) against saved copies: bit for bit where
+ * exact, else within float32 rounding carried into O's dtype (2^-7 of the
+ * larger, bf16's step, and 1e-6 absolute) and 1e-5 in the LSE. */
+static int same_result(const gpu_case *c, const void *o, const float *lse,
+                       int exact, const char *what)
+{
+  if (exact)
+    return memcmp(c->o, o, c->qbytes) || memcmp(c->lse, lse, c->nlse * sizeof(float))
+               ? (fprintf(stderr, "%s: not bit-identical\n", what), 1)
+               : 0;
+  size_t n = c->qbytes / 2, bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    float a, b;
+    fj_convert(FJ_F32, &a, c->p.dtype, (const uint16_t *)c->o + i, 1);
+    fj_convert(FJ_F32, &b, c->p.dtype, (const uint16_t *)o + i, 1);
+    bad += !(fabsf(a - b) <= 0x1p-7f * fmaxf(fabsf(a), fabsf(b)) + 1e-6f) && !(a != a && b != b);
+  }
+  for (size_t i = 0; i < c->nlse; i++)
+    bad += !(fabsf(c->lse[i] - lse[i]) <= 1e-5f * fmaxf(1.f, fabsf(lse[i]))) &&
+           !(c->lse[i] == lse[i]);
+  if (bad)
+    fprintf(stderr, "%s: %zu values differ\n", what, bad);
+  return bad != 0;
+}
+
+/* The split kernel's own combine (FLASHJIT_FUSED_COMBINE=1: plan.h's
+ * fj__plan_fused, templates/combine_fused.cuh) beside the combine kernel,
+ * in one process: where the rule takes a case its plan's workspace grows
+ * by the counters and the call records one launch, not two; O and the
+ * LSE are those of the combine kernel bit for bit where that gives a row
+ * one warp (4 splits or fewer), else within rounding, and right against
+ * the reference; three calls in a row (each must leave its counters 0),
+ * a captured graph replayed three times and a caller's workspace (left
+ * 0xff: its counters must be zeroed by the call) repeat the first result
+ * bit for bit.  A case the rule leaves to the combine kernel says so. */
+int test_gpu_fused_combine(void)
+{
+  fj_ctx *ctx;
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  if (rc)
+    return rc;
+  /* batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, splits (0: the
+   * rule's), causal, bf16, fused expected. */
+  static const int cases[][10] = {
+      {1, 32, 8, 1, 32768, 128, 0, FJ_CAUSAL_NONE, 1, 1},
+      {2, 32, 8, 1, 4096, 128, 4, FJ_CAUSAL_NONE, 0, 1},
+      {3, 8, 8, 1, 4097, 64, 3, FJ_CAUSAL_NONE, 1, 1},
+      {1, 32, 8, 4, 4096, 128, 4, FJ_CAUSAL_BOTTOM_RIGHT, 0, 1},
+      {2, 16, 2, 1, 2000, 256, 7, FJ_CAUSAL_NONE, 1, 1},
+      {1, 32, 8, 16, 300, 128, 16, FJ_CAUSAL_TOP_LEFT, 1, 0},
+      {1, 32, 8, 1, 17, 128, 64, FJ_CAUSAL_NONE, 0, 0},
+  };
+  const char *was = getenv("FLASHJIT_FUSED_COMBINE");
+  char *saved = was ? strdup(was) : NULL;
+  uint64_t seed = 41;
+  int failed = 0;
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s) == cudaSuccess);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const int *k = cases[i];
+    gpu_case c;
+    memset(&c, 0, sizeof c);
+    fj_problem_init(&c.p, k[0], k[1], k[2], k[3], k[4], k[5], k[8] ? FJ_BF16 : FJ_F16, FJ_BHSD);
+    c.p.splits = k[6];
+    c.p.causal = (fj_causal)k[7];
+    fj_plan separate, fused;
+    setenv("FLASHJIT_FUSED_COMBINE", "0", 1);
+    int bad = fj_attention_plan(ctx, &c.p, &separate) != FJ_OK;
+    setenv("FLASHJIT_FUSED_COMBINE", "1", 1);
+    bad = bad || fj_attention_plan(ctx, &c.p, &fused) != FJ_OK;
+    char label[160];
+    snprintf(label, sizeof label, "(%d,%d/%d,%d/%d,%d) splits=%d causal=%d %s", k[0], k[1],
+             k[2], k[3], k[4], k[5], bad ? -1 : fused.splits, k[7], k[8] ? "bf16" : "f16");
+    int is_fused = !bad && fused.workspace_bytes > separate.workspace_bytes;
+    if (bad || is_fused != k[9] || case_setup(&c, &seed)) {
+      fprintf(stderr, "%s: plan or setup failed, or fused %d (want %d): %s\n", label,
+              is_fused, k[9], fj_errmsg(ctx));
+      failed++;
+      continue;
+    }
+    /* The combine kernel's result, then the fused one's. */
+    setenv("FLASHJIT_FUSED_COMBINE", "0", 1);
+    bad = launch_case(ctx, &c, NULL, s, label);
+    void *o0 = malloc(c.qbytes), *o1 = malloc(c.qbytes);
+    float *lse0 = malloc(c.nlse * sizeof(float)), *lse1 = malloc(c.nlse * sizeof(float));
+    memcpy(o0, c.o, c.qbytes);
+    memcpy(lse0, c.lse, c.nlse * sizeof(float));
+    setenv("FLASHJIT_FUSED_COMBINE", "1", 1);
+    fj_launches rec;
+    fj_launch_record(&rec);
+    bad = bad || launch_case(ctx, &c, NULL, s, label);
+    fj_launch_record(NULL);
+    if (!bad && rec.count != (is_fused ? 1 : 2)) {
+      fprintf(stderr, "%s: %d launches recorded (fused %d)\n", label, rec.count, is_fused);
+      bad = 1;
+    }
+    bad = bad || same_result(&c, o0, lse0, fused.splits <= 4 || !is_fused, label);
+    memcpy(o1, c.o, c.qbytes);
+    memcpy(lse1, c.lse, c.nlse * sizeof(float));
+    errors e;
+    if (!bad && !(bad = check_case(&c, &e)))
+      bad = verdict(&c, &e, label);
+    for (int r = 0; r < 2 && !bad; r++)
+      bad = launch_case(ctx, &c, NULL, s, label) || same_result(&c, o1, lse1, 1, "again");
+    /* Captured on s (its workspace and counters exist), replayed. */
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    if (!bad) {
+      fj_status st = FJ_OK;
+      bad = cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) != cudaSuccess ||
+            (st = fj_attention_fwd(ctx, &c.p, c.dq, c.dk, c.dv, c.dout, c.dlse, s)) != FJ_OK;
+      bad = cudaStreamEndCapture(s, &g) != cudaSuccess || bad ||
+            cudaGraphInstantiate(&ge, g, 0) != cudaSuccess;
+      for (int r = 0; r < 3 && !bad; r++) {
+        cudaMemset(c.dout, 0xff, c.qbytes);
+        cudaMemset(c.dlse, 0xff, c.nlse * sizeof(float));
+        bad = cudaGraphLaunch(ge, s) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess;
+        cudaMemcpy(c.o, c.dout, c.qbytes, cudaMemcpyDeviceToHost);
+        cudaMemcpy(c.lse, c.dlse, c.nlse * sizeof(float), cudaMemcpyDeviceToHost);
+        bad = bad || same_result(&c, o1, lse1, 1, "graph replay");
+      }
+      if (bad)
+        fprintf(stderr, "%s: graph: %s\n", label, fj_errmsg(ctx));
+      if (ge)
+        cudaGraphExecDestroy(ge);
+      if (g)
+        cudaGraphDestroy(g);
+    }
+    /* A caller's workspace of the fused plan's size, its counters 0xff. */
+    void *ws = NULL;
+    if (!bad) {
+      bad = cudaMalloc(&ws, fused.workspace_bytes) != cudaSuccess ||
+            cudaMemset(ws, 0xff, fused.workspace_bytes) != cudaSuccess;
+      cudaMemset(c.dout, 0xff, c.qbytes);
+      cudaMemset(c.dlse, 0xff, c.nlse * sizeof(float));
+      bad = bad || fj_attention_fwd_plan(ctx, &c.p, &fused, c.dq, c.dk, c.dv, c.dout, c.dlse,
+                                         ws, fused.workspace_bytes, s) != FJ_OK ||
+            cudaStreamSynchronize(s) != cudaSuccess;
+      cudaMemcpy(c.o, c.dout, c.qbytes, cudaMemcpyDeviceToHost);
+      cudaMemcpy(c.lse, c.dlse, c.nlse * sizeof(float), cudaMemcpyDeviceToHost);
+      bad = bad || same_result(&c, o1, lse1, 1, "caller's workspace");
+      cudaFree(ws);
+    }
+    printf("%s %s: %s (%s)\n", bad ? "FAIL" : "ok", label,
+           is_fused ? "fused" : "combine kernel",
+           is_fused && fused.splits <= 4 ? "bit-identical to the combine kernel" : "within rounding");
+    failed += bad;
+    free(o0);
+    free(o1);
+    free(lse0);
+    free(lse1);
+    case_free(&c);
+  }
+  if (saved) {
+    setenv("FLASHJIT_FUSED_COMBINE", saved, 1);
+    free(saved);
+  } else {
+    unsetenv("FLASHJIT_FUSED_COMBINE");
+  }
+  cudaStreamDestroy(s);
+  fj_ctx_destroy(ctx);
+  return failed != 0;
+}
+
 /* A small set for compute-sanitizer (memcheck, racecheck): GQA packing
  * with and without split-KV, empty and fully masked ranges, both layouts. */
 int test_gpu_sanitize_serving(void)

@@ -5,6 +5,7 @@
  * Their results on a GPU are test_gpu.c's gpu_serving_* tests.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attention.h"
@@ -601,5 +602,87 @@ int test_serving_varlen_compile(void)
     }
     fj_ctx_destroy(ctx);
   }
+  return 0;
+}
+
+/* The split kernel's own combine (FLASHJIT_FUSED_COMBINE=1; plan.h's
+ * fj__plan_fused): where the rule takes a plan, no combine kernel (its
+ * grid, threads and columns 0) and the workspace grows by one counter a
+ * row tile after the partials, 16-byte aligned; the kernel it names
+ * renders the counting and compiles without spills.  Not where a block
+ * would read too much (64 splits of 4 rows, MLA's 576/512 at 2 splits),
+ * nor with sinks, nor with FLASHJIT_FUSED_COMBINE=0; paged and varlen
+ * problems too. */
+int test_serving_fused_plan(void)
+{
+  const char *was = getenv("FLASHJIT_FUSED_COMBINE");
+  char *saved = was ? strdup(was) : NULL;
+  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
+  CHECK(ctx);
+  fj_problem p;
+  fj_plan off, on;
+  decode_problem(&p, 1, 32, 8, 1, 32768, 128, FJ_BF16);
+  setenv("FLASHJIT_FUSED_COMBINE", "0", 1);
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &off));
+  setenv("FLASHJIT_FUSED_COMBINE", "1", 1);
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &on));
+  CHECK(off.splits == 16 && on.splits == 16 && off.combine_threads == 128);
+  CHECK(on.combine_threads == 0 && on.combine_cols == 0 && on.combine_grid[0] == 0 &&
+        on.combine_grid[1] == 0 && on.combine_grid[2] == 0);
+  /* 16 splits x 32 rows x 129 floats, then 8 counters (8 KV heads, one
+   * row tile each). */
+  CHECK(off.workspace_bytes == (size_t)16 * 32 * 129 * 4);
+  CHECK(on.workspace_bytes == off.workspace_bytes + 8 * 4);
+  size_t ws = 0;
+  CHECK_OK(ctx, fj_attention_workspace_size(ctx, &p, &ws));
+  CHECK(ws == on.workspace_bytes);
+  fj_kernel *k;
+  fj_resources r;
+  CHECK_OK(ctx, fj_kernel_get(ctx, &on.variant, &k));
+  CHECK(strstr(fj_kernel_source(k, NULL), "atomicAdd(count, 1u) == (unsigned)p.splits - 1"));
+  CHECK(strstr(fj_kernel_source(k, NULL), "fj::cp_async16(x + 4 * c"));
+  fj_kernel_resources(k, &r);
+  CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+  /* 64 splits of 4 packed rows: 132 KB for one block to read. */
+  p.splits = 64;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &on));
+  CHECK(on.splits == 64 && on.combine_threads == 128);
+  /* 4 splits at batch 2: 2 x 8 row tiles, 16 counters. */
+  decode_problem(&p, 2, 32, 8, 1, 4096, 128, FJ_F16);
+  p.splits = 4;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &on));
+  CHECK(on.combine_threads == 0 && on.workspace_bytes == (size_t)4 * 64 * 129 * 4 + 16 * 4);
+  /* Sinks join in the combine kernel. */
+  fj_mods m;
+  fj_mods_init(&m);
+  static const float sink = 0.5f;
+  m.sinks = &sink;
+  p.mods = &m;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &on));
+  CHECK(on.combine_threads == 128);
+  /* MLA's 576/512 at 2 splits: 2 x 16 rows x 513 floats, over 64 KB. */
+  fjt_split_problem(&p, 64, 16, 1, 1, 4096, 576, 512, FJ_BF16, FJ_BSHD);
+  memcpy(p.v_stride, p.k_stride, sizeof p.v_stride);
+  p.splits = 2;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &on));
+  CHECK(on.splits == 2 && on.combine_threads == 128);
+  /* Paged K/V and varlen sequences too: a sequence's rows of O start at
+   * its own first. */
+  paged_problem(&p, 1, 32, 8, 1, 32768, 128, 16);
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &on));
+  CHECK(on.splits > 1 && on.combine_threads == 0 && on.variant.paged);
+  varlen_problem(&p, 3, 32, 8, 1, 32768, 128);
+  p.total_q = 3;
+  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &on));
+  CHECK(on.splits > 1 && on.combine_threads == 0 && on.variant.varlen);
+  CHECK_OK(ctx, fj_kernel_get(ctx, &on.variant, &k));
+  CHECK(strstr(fj_kernel_source(k, NULL), "(seq.q_row0 + (long long)("));
+  if (saved) {
+    setenv("FLASHJIT_FUSED_COMBINE", saved, 1);
+    free(saved);
+  } else {
+    unsetenv("FLASHJIT_FUSED_COMBINE");
+  }
+  fj_ctx_destroy(ctx);
   return 0;
 }

@@ -753,4 +753,60 @@ fj_attn_d128_m64_n64_w4_s2_xor_regs_mma_nc_f16_gqa_split_vl_paged(const fj::Para
     }
   }
 
+  if (p.work) {
+    unsigned *const count = p.work + ((long long)blockIdx.z * gridDim.y + blockIdx.y) * (gridDim.x / p.splits) + blockIdx.x / p.splits;
+    __threadfence();  // this thread's partials, before the count
+    __syncthreads();
+    if (!__syncthreads_or(threadIdx.x == 0 && atomicAdd(count, 1u) == (unsigned)p.splits - 1)) return;
+    __threadfence();  // the other blocks' partials, after it
+    const int nr = min(64, len_q * p.group - m0), ns = p.splits;
+    const long long rows = (long long)p.batch * p.heads_q * p.seq_q;
+    float *const x = reinterpret_cast<float *>(smem);  // [row][split][128]
+    float *const w = x + nr * ns * 128;            // [row][split]
+    for (int c = threadIdx.x; c < nr * ns * 32; c += 128) {
+      const int j = c % 32, rs = c / 32, s = rs % ns, r = m0 + rs / ns;
+      fj::cp_async16(x + 4 * c, p.o_part + (s * rows + ((long long)blk.b * p.heads_q + blk.h + (r) % p.group) * p.seq_q + (r) / p.group) * 128 + 4 * j, 16);
+    }
+    fj::cp_async_commit();
+    // A warp a row: the splits' log-sum-exps (a lane each), the row's, and
+    // each split's weight.
+    for (int t = warp; t < nr; t += 4) {
+      const int r = m0 + t;
+      const long long f = ((long long)blk.b * p.heads_q + blk.h + (r) % p.group) * p.seq_q + (r) / p.group;
+      float mx = FJ_NEG_INF;
+      for (int s = lane; s < ns; s += 32) {
+        w[t * ns + s] = __ldcg(p.lse_part + s * rows + f);
+        mx = fmaxf(mx, w[t * ns + s]);
+      }
+      mx = fj::warp_max(mx);
+      float sum = 0.f;
+      if (mx != FJ_NEG_INF)
+        for (int s = lane; s < ns; s += 32) sum += expf(w[t * ns + s] - mx);
+      sum = fj::warp_sum(sum);
+      const float lse = sum > 0.f ? mx + logf(sum) : FJ_NEG_INF;
+      for (int s = lane; s < ns; s += 32)
+        w[t * ns + s] = w[t * ns + s] == FJ_NEG_INF ? 0.f : expf(w[t * ns + s] - lse);
+      if (p.lse && lane == 0) p.lse[f] = lse;
+    }
+    fj::cp_async_wait<0>();
+    __syncthreads();
+    for (int t = warp; t < nr; t += 4) {
+      const int r = m0 + t;
+      float acc[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[i] = 0.f;
+      for (int s = 0; s < ns; ++s) {
+        const float ws = w[t * ns + s], *const xs = x + (t * ns + s) * 128 + lane;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          acc[i] = fmaf(ws, xs[32 * i], acc[i]);
+      }
+      elem_t *const dst = fj::head_rows<elem_t>(p.o, p.o_stride, blk.b, blk.h + (r) % p.group) + (seq.q_row0 + (long long)((r) / p.group)) * p.o_stride[2];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        dst[lane + 32 * i] = fj::to_elem(acc[i]);
+    }
+    if (threadIdx.x == 0) atomicExch(count, 0u);
+  }
+
 }
