@@ -108,10 +108,16 @@ def main():
 
 def fused_ab(iters):
     """Graph times of the split decode with the combine kernel and with the
-    split kernel's own combine, alternately in one process (the rule reads
-    FLASHJIT_FUSED_COMBINE at each plan), against the copy's rate."""
+    split kernel's own combine, alternately in one process (two contexts:
+    a context reads FLASHJIT_FUSED_COMBINE when it is made), against the
+    copy's rate."""
     torch.manual_seed(0)
-    fj = fjc.Flashjit(fjc.load(), 0)
+    lib = fjc.load()
+    ctxs = {}
+    for mode in ("0", "1"):
+        os.environ["FLASHJIT_FUSED_COMBINE"] = mode
+        ctxs[mode] = fjc.Flashjit(lib, 0)
+    os.environ.pop("FLASHJIT_FUSED_COMBINE", None)
     for B, H, Hkv, Sq, Skv, D, dt, _ in LONG:
         tdt = torch.float16 if dt == "f16" else torch.bfloat16
         q = torch.randn(B, H, Sq, D, device="cuda", dtype=tdt)
@@ -128,7 +134,7 @@ def fused_ab(iters):
             times = {"0": [], "1": []}
             for rnd in range(3):
                 for mode in ("0", "1"):
-                    os.environ["FLASHJIT_FUSED_COMBINE"] = mode
+                    fj = ctxs[mode]
                     p = fj.problem(B, H, Hkv, Sq, Skv, D, fjc.F16 if dt == "f16" else fjc.BF16)
                     p.splits = s
                     plan, name = fj.plan(p)
@@ -148,8 +154,8 @@ def fused_ab(iters):
             print(f"fusedab {shape} splits={s}: median graph {m0:.2f} -> {m1:.2f} us "
                   f"({m1 / m0:.3f}); copy's rate {copy_us / m0:.3f} -> {copy_us / m1:.3f}", flush=True)
         del q, k, v, o
-    os.environ.pop("FLASHJIT_FUSED_COMBINE", None)
-    fj.close()
+    for fj in ctxs.values():
+        fj.close()
 
 
 if __name__ == "__main__":

@@ -1130,8 +1130,9 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     st = fj__plan_fill(ctx, &pp, v, &kern->meta, &plan);
   /* The combine of the plan's columns: planned before it is fetched
    * (none where the kernel combines its own partials). */
-  int fused = st == FJ_OK && v->split_kv && !first &&
-              fj__plan_fused(&pp, &plan, kern->meta.rows_per_block);
+  /* As the plan says (fj__plan_fused): its combine grid 0. */
+  int fused = st == FJ_OK && v->split_kv && !first && plan.splits > 1 &&
+              plan.combine_threads == 0;
   if (st == FJ_OK && v->split_kv && !first && !fused)
     st = fj__combine_function(ctx, v, plan.combine_cols, &combine_fn);
   /* FP8 attention: the module's pass that writes V^T (the template's

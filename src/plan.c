@@ -6,7 +6,6 @@
  * touches a device.
  */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "ctx.h"
@@ -852,7 +851,7 @@ static fj_status fill(const fj_ctx *ctx, const fj_problem *p,
   /* Where the kernel combines its own partials: no combine kernel, and
    * its counters after the partials, for a caller's workspace (the
    * context's own keep them apart: fj__workspace_counters). */
-  if (fj__plan_fused(p, plan, m->rows_per_block)) {
+  if (fj__plan_fused(ctx, p, plan, m->rows_per_block)) {
     memset(plan->combine_grid, 0, sizeof plan->combine_grid);
     plan->combine_threads = 0;
     plan->combine_cols = 0;
@@ -862,22 +861,13 @@ static fj_status fill(const fj_ctx *ctx, const fj_problem *p,
   return FJ_OK;
 }
 
-/* FLASHJIT_FUSED_COMBINE=1 in the environment fuses where the rule below
- * allows, =0 never; unset: not yet the default (its first GPU run is
- * pending: bench/probes/fused_combine.md). */
-static int fused_wanted(void)
-{
-  const char *e = getenv("FLASHJIT_FUSED_COMBINE");
-  return e && strcmp(e, "1") == 0;
-}
-
-int fj__plan_fused(const fj_problem *p, const fj_plan *plan,
-                   int rows_per_block)
+int fj__plan_fused(const fj_ctx *ctx, const fj_problem *p,
+                   const fj_plan *plan, int rows_per_block)
 {
   const fj_variant *v = &plan->variant;
   int dv = fj__problem_dv(p);
   if (!v->split_kv || plan->splits < 2 || v->stages < 2 || dv % 4 || (v->dtype != FJ_F16 && v->dtype != FJ_BF16) ||
-      !fused_wanted())
+      !ctx->fused_combine)
     return 0;
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);

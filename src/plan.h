@@ -59,7 +59,9 @@ size_t fj__plan_vt_bytes(const fj_problem *p, const fj_variant *v);
 fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
                         const fj_variant *v, const fj_kmeta *m,
                         fj_plan *plan);
-/* Whether a split plan's kernel combines its own partials
+/* Whether a split plan's kernel combines its own partials, on a context
+ * made with FLASHJIT_FUSED_COMBINE=1 (not yet the default: its first GPU
+ * run is pending, bench/probes/s38b.sh)
  * (templates/combine_fused.cuh: the block of a row tile that ends last
  * merges the tile's rows, so no combine kernel is launched): 16-bit O,
  * no sinks, 2 or more stages (cp.async),
@@ -72,8 +74,8 @@ fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
  * 32-bit word a row tile (grid[0] / splits x grid[1] x grid[2]), 0 before
  * the launch, which the kernel leaves 0. */
 #define FJ_FUSED_COMBINE_BYTES (64 * 1024)
-int fj__plan_fused(const fj_problem *p, const fj_plan *plan,
-                   int rows_per_block);
+int fj__plan_fused(const fj_ctx *ctx, const fj_problem *p,
+                   const fj_plan *plan, int rows_per_block);
 size_t fj__plan_counters(const fj_plan *plan);
 /* Where a workspace's relative table starts after `before` bytes of the
  * rest: rounded up to 16. */

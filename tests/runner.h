@@ -63,6 +63,9 @@ fj_ctx *fjt_ctx_log(const char *arch, const char *dir, fj_log_fn log,
 /* A GPU context on device 0: 0, or FJT_SKIP (no device, reason given),
  * or 1 (another failure, printed). */
 int fjt_gpu_ctx(const char *dir, fj_ctx **ctx);
+/* fjt_ctx(arch, NULL) made with FLASHJIT_FUSED_COMBINE set to value
+ * (NULL: unset), the variable then put back as it was (test_serving.c). */
+fj_ctx *fjt_ctx_fused(const char *arch, const char *value);
 /* The same, the library's diagnostics to log (with user). */
 int fjt_gpu_ctx_log(const char *dir, fj_log_fn log, void *user, fj_ctx **ctx);
 /* Skips the running test for the reason printf would print from fmt: prints

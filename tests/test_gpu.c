@@ -2380,22 +2380,79 @@ static int same_result(const gpu_case *c, const void *o, const float *lse,
   return bad != 0;
 }
 
-/* The split kernel's own combine (FLASHJIT_FUSED_COMBINE=1: plan.h's
- * fj__plan_fused, templates/combine_fused.cuh) beside the combine kernel,
- * in one process: where the rule takes a case its plan's workspace grows
- * by the counters and the call records one launch, not two; O and the
- * LSE are those of the combine kernel bit for bit where that gives a row
- * one warp (4 splits or fewer), else within rounding, and right against
- * the reference; three calls in a row (each must leave its counters 0),
- * a captured graph replayed three times and a caller's workspace (left
- * 0xff: its counters must be zeroed by the call) repeat the first result
- * bit for bit.  A case the rule leaves to the combine kernel says so. */
+/* A GPU context made with FLASHJIT_FUSED_COMBINE=value, the variable then
+ * put back as it was. */
+static int fused_ctx(const char *value, fj_ctx **ctx)
+{
+  const char *was = getenv("FLASHJIT_FUSED_COMBINE");
+  char *saved = was ? strdup(was) : NULL;
+  setenv("FLASHJIT_FUSED_COMBINE", value, 1);
+  int rc = fjt_gpu_ctx(fjt_tmpdir(), ctx);
+  if (saved)
+    setenv("FLASHJIT_FUSED_COMBINE", saved, 1);
+  else
+    unsetenv("FLASHJIT_FUSED_COMBINE");
+  free(saved);
+  return rc;
+}
+
+/* Replays graph g's instance on s three times, O and the LSE poisoned
+ * before each, against o1 and lse1 bit for bit. */
+static int replays_match(gpu_case *c, cudaGraph_t g, cudaStream_t s, const void *o1,
+                         const float *lse1, const char *what)
+{
+  cudaGraphExec_t ge;
+  if (cudaGraphInstantiate(&ge, g, 0) != cudaSuccess)
+    return 1;
+  int bad = 0;
+  for (int r = 0; r < 3 && !bad; r++) {
+    cudaMemset(c->dout, 0xff, c->qbytes);
+    cudaMemset(c->dlse, 0xff, c->nlse * sizeof(float));
+    bad = cudaGraphLaunch(ge, s) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess;
+    cudaMemcpy(c->o, c->dout, c->qbytes, cudaMemcpyDeviceToHost);
+    cudaMemcpy(c->lse, c->dlse, c->nlse * sizeof(float), cudaMemcpyDeviceToHost);
+    bad = bad || same_result(c, o1, lse1, 1, what);
+  }
+  cudaGraphExecDestroy(ge);
+  return bad;
+}
+
+/* Captures fj_attention_fwd of c on s; 1 where the capture or the call
+ * failed. */
+static int capture_call(fj_ctx *ctx, gpu_case *c, cudaStream_t s, cudaGraph_t *g)
+{
+  *g = NULL;
+  fj_status st = FJ_OK;
+  int bad = cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) != cudaSuccess ||
+            (st = fj_attention_fwd(ctx, &c->p, c->dq, c->dk, c->dv, c->dout, c->dlse, s)) != FJ_OK;
+  bad = cudaStreamEndCapture(s, g) != cudaSuccess || bad;
+  if (st != FJ_OK)
+    fprintf(stderr, "captured call: %s\n", fj_errmsg(ctx));
+  return bad;
+}
+
+/* The split kernel's own combine (plan.h's fj__plan_fused on a context
+ * made with FLASHJIT_FUSED_COMBINE=1; templates/combine_fused.cuh) beside
+ * the combine kernel (a context made with it 0), in one process: where
+ * the rule takes a case its plan's workspace grows by the counters and
+ * the call records one launch, not two; O and the LSE are those of the
+ * combine kernel bit for bit where that gives a row one warp (4 splits
+ * or fewer), else within rounding, and right against the reference;
+ * three calls in a row (each must leave its counters 0), the other
+ * context's call after them (its result again), a captured graph
+ * replayed three times and a caller's workspace (left 0xff: its
+ * counters must be zeroed by the call) repeat the first result bit for
+ * bit.  The first case is also captured on a stream whose workspace a
+ * call with sinks made (combine kernel) and that has no counters yet:
+ * the captured call zeroes counters in the workspace instead.  A case
+ * the rule leaves to the combine kernel says so. */
 int test_gpu_fused_combine(void)
 {
-  fj_ctx *ctx;
-  int rc = fjt_gpu_ctx(fjt_tmpdir(), &ctx);
+  fj_ctx *ctx0, *ctx1;
+  int rc = fused_ctx("0", &ctx0);
   if (rc)
     return rc;
+  CHECK(fused_ctx("1", &ctx1) == 0);
   /* batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, splits (0: the
    * rule's), causal, bf16, fused expected. */
   static const int cases[][10] = {
@@ -2404,11 +2461,10 @@ int test_gpu_fused_combine(void)
       {3, 8, 8, 1, 4097, 64, 3, FJ_CAUSAL_NONE, 1, 1},
       {1, 32, 8, 4, 4096, 128, 4, FJ_CAUSAL_BOTTOM_RIGHT, 0, 1},
       {2, 16, 2, 1, 2000, 256, 7, FJ_CAUSAL_NONE, 1, 1},
+      {1, 32, 8, 1, 17, 128, 8, FJ_CAUSAL_NONE, 0, 1},
       {1, 32, 8, 16, 300, 128, 16, FJ_CAUSAL_TOP_LEFT, 1, 0},
       {1, 32, 8, 1, 17, 128, 64, FJ_CAUSAL_NONE, 0, 0},
   };
-  const char *was = getenv("FLASHJIT_FUSED_COMBINE");
-  char *saved = was ? strdup(was) : NULL;
   uint64_t seed = 41;
   int failed = 0;
   cudaStream_t s;
@@ -2421,34 +2477,33 @@ int test_gpu_fused_combine(void)
     c.p.splits = k[6];
     c.p.causal = (fj_causal)k[7];
     fj_plan separate, fused;
-    setenv("FLASHJIT_FUSED_COMBINE", "0", 1);
-    int bad = fj_attention_plan(ctx, &c.p, &separate) != FJ_OK;
-    setenv("FLASHJIT_FUSED_COMBINE", "1", 1);
-    bad = bad || fj_attention_plan(ctx, &c.p, &fused) != FJ_OK;
+    int bad = fj_attention_plan(ctx0, &c.p, &separate) != FJ_OK ||
+              fj_attention_plan(ctx1, &c.p, &fused) != FJ_OK;
     char label[160];
     snprintf(label, sizeof label, "(%d,%d/%d,%d/%d,%d) splits=%d causal=%d %s", k[0], k[1],
              k[2], k[3], k[4], k[5], bad ? -1 : fused.splits, k[7], k[8] ? "bf16" : "f16");
-    int is_fused = !bad && fused.workspace_bytes > separate.workspace_bytes;
-    if (bad || is_fused != k[9] || case_setup(&c, &seed)) {
+    int is_fused = !bad && fused.splits > 1 && fused.combine_threads == 0;
+    if (bad || is_fused != k[9] || separate.combine_threads == 0 ||
+        (is_fused && fused.workspace_bytes <= separate.workspace_bytes) ||
+        case_setup(&c, &seed)) {
       fprintf(stderr, "%s: plan or setup failed, or fused %d (want %d): %s\n", label,
-              is_fused, k[9], fj_errmsg(ctx));
+              is_fused, k[9], fj_errmsg(NULL));
       failed++;
       continue;
     }
     /* The combine kernel's result, then the fused one's. */
-    setenv("FLASHJIT_FUSED_COMBINE", "0", 1);
-    bad = launch_case(ctx, &c, NULL, s, label);
+    bad = launch_case(ctx0, &c, NULL, s, label);
     void *o0 = malloc(c.qbytes), *o1 = malloc(c.qbytes);
     float *lse0 = malloc(c.nlse * sizeof(float)), *lse1 = malloc(c.nlse * sizeof(float));
     memcpy(o0, c.o, c.qbytes);
     memcpy(lse0, c.lse, c.nlse * sizeof(float));
-    setenv("FLASHJIT_FUSED_COMBINE", "1", 1);
     fj_launches rec;
     fj_launch_record(&rec);
-    bad = bad || launch_case(ctx, &c, NULL, s, label);
+    bad = bad || launch_case(ctx1, &c, NULL, s, label);
     fj_launch_record(NULL);
-    if (!bad && rec.count != (is_fused ? 1 : 2)) {
-      fprintf(stderr, "%s: %d launches recorded (fused %d)\n", label, rec.count, is_fused);
+    if (!bad && (rec.count != (is_fused ? 1 : 2) || (is_fused && rec.zero_words))) {
+      fprintf(stderr, "%s: %d launches recorded, %zu words zeroed (fused %d)\n", label,
+              rec.count, rec.zero_words, is_fused);
       bad = 1;
     }
     bad = bad || same_result(&c, o0, lse0, fused.splits <= 4 || !is_fused, label);
@@ -2458,28 +2513,13 @@ int test_gpu_fused_combine(void)
     if (!bad && !(bad = check_case(&c, &e)))
       bad = verdict(&c, &e, label);
     for (int r = 0; r < 2 && !bad; r++)
-      bad = launch_case(ctx, &c, NULL, s, label) || same_result(&c, o1, lse1, 1, "again");
+      bad = launch_case(ctx1, &c, NULL, s, label) || same_result(&c, o1, lse1, 1, "again");
+    bad = bad || launch_case(ctx0, &c, NULL, s, label) ||
+          same_result(&c, o0, lse0, 1, "the combine kernel again");
     /* Captured on s (its workspace and counters exist), replayed. */
     cudaGraph_t g = NULL;
-    cudaGraphExec_t ge = NULL;
     if (!bad) {
-      fj_status st = FJ_OK;
-      bad = cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) != cudaSuccess ||
-            (st = fj_attention_fwd(ctx, &c.p, c.dq, c.dk, c.dv, c.dout, c.dlse, s)) != FJ_OK;
-      bad = cudaStreamEndCapture(s, &g) != cudaSuccess || bad ||
-            cudaGraphInstantiate(&ge, g, 0) != cudaSuccess;
-      for (int r = 0; r < 3 && !bad; r++) {
-        cudaMemset(c.dout, 0xff, c.qbytes);
-        cudaMemset(c.dlse, 0xff, c.nlse * sizeof(float));
-        bad = cudaGraphLaunch(ge, s) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess;
-        cudaMemcpy(c.o, c.dout, c.qbytes, cudaMemcpyDeviceToHost);
-        cudaMemcpy(c.lse, c.dlse, c.nlse * sizeof(float), cudaMemcpyDeviceToHost);
-        bad = bad || same_result(&c, o1, lse1, 1, "graph replay");
-      }
-      if (bad)
-        fprintf(stderr, "%s: graph: %s\n", label, fj_errmsg(ctx));
-      if (ge)
-        cudaGraphExecDestroy(ge);
+      bad = capture_call(ctx1, &c, s, &g) || replays_match(&c, g, s, o1, lse1, "graph replay");
       if (g)
         cudaGraphDestroy(g);
     }
@@ -2490,13 +2530,36 @@ int test_gpu_fused_combine(void)
             cudaMemset(ws, 0xff, fused.workspace_bytes) != cudaSuccess;
       cudaMemset(c.dout, 0xff, c.qbytes);
       cudaMemset(c.dlse, 0xff, c.nlse * sizeof(float));
-      bad = bad || fj_attention_fwd_plan(ctx, &c.p, &fused, c.dq, c.dk, c.dv, c.dout, c.dlse,
+      bad = bad || fj_attention_fwd_plan(ctx1, &c.p, &fused, c.dq, c.dk, c.dv, c.dout, c.dlse,
                                          ws, fused.workspace_bytes, s) != FJ_OK ||
             cudaStreamSynchronize(s) != cudaSuccess;
       cudaMemcpy(c.o, c.dout, c.qbytes, cudaMemcpyDeviceToHost);
       cudaMemcpy(c.lse, c.dlse, c.nlse * sizeof(float), cudaMemcpyDeviceToHost);
       bad = bad || same_result(&c, o1, lse1, 1, "caller's workspace");
       cudaFree(ws);
+    }
+    /* A stream with a workspace (a call with sinks: the combine kernel)
+     * but no counters, captured. */
+    if (!bad && i == 0) {
+      cudaStream_t s3;
+      float *sinks = NULL;
+      fj_mods m;
+      fj_mods_init(&m);
+      bad = cudaStreamCreate(&s3) != cudaSuccess ||
+            cudaMalloc((void **)&sinks, (size_t)k[1] * sizeof(float)) != cudaSuccess ||
+            cudaMemset(sinks, 0, (size_t)k[1] * sizeof(float)) != cudaSuccess;
+      m.sinks = sinks;
+      fj_problem plain = c.p;
+      c.p.mods = &m;
+      bad = bad || fj_attention_fwd(ctx1, &c.p, c.dq, c.dk, c.dv, c.dout, c.dlse, s3) != FJ_OK ||
+            cudaStreamSynchronize(s3) != cudaSuccess;
+      c.p = plain;
+      bad = bad || capture_call(ctx1, &c, s3, &g) ||
+            replays_match(&c, g, s3, o1, lse1, "graph, counters in the workspace");
+      if (g)
+        cudaGraphDestroy(g);
+      cudaFree(sinks);
+      cudaStreamDestroy(s3);
     }
     printf("%s %s: %s (%s)\n", bad ? "FAIL" : "ok", label,
            is_fused ? "fused" : "combine kernel",
@@ -2508,14 +2571,9 @@ int test_gpu_fused_combine(void)
     free(lse1);
     case_free(&c);
   }
-  if (saved) {
-    setenv("FLASHJIT_FUSED_COMBINE", saved, 1);
-    free(saved);
-  } else {
-    unsetenv("FLASHJIT_FUSED_COMBINE");
-  }
   cudaStreamDestroy(s);
-  fj_ctx_destroy(ctx);
+  fj_ctx_destroy(ctx0);
+  fj_ctx_destroy(ctx1);
   return failed != 0;
 }
 

@@ -605,28 +605,49 @@ int test_serving_varlen_compile(void)
   return 0;
 }
 
-/* The split kernel's own combine (FLASHJIT_FUSED_COMBINE=1; plan.h's
- * fj__plan_fused): where the rule takes a plan, no combine kernel (its
- * grid, threads and columns 0) and the workspace grows by one counter a
- * row tile after the partials, 16-byte aligned; the kernel it names
- * renders the counting and compiles without spills.  Not where a block
- * would read too much (64 splits of 4 rows, MLA's 576/512 at 2 splits),
- * nor with sinks, nor with FLASHJIT_FUSED_COMBINE=0; paged and varlen
- * problems too. */
-int test_serving_fused_plan(void)
+/* A context made with FLASHJIT_FUSED_COMBINE set to value (NULL:
+ * unset), the variable then put back as it was. */
+fj_ctx *fjt_ctx_fused(const char *arch, const char *value)
 {
   const char *was = getenv("FLASHJIT_FUSED_COMBINE");
   char *saved = was ? strdup(was) : NULL;
-  fj_ctx *ctx = fjt_ctx("sm_90a", NULL);
-  CHECK(ctx);
+  if (value)
+    setenv("FLASHJIT_FUSED_COMBINE", value, 1);
+  else
+    unsetenv("FLASHJIT_FUSED_COMBINE");
+  fj_ctx *ctx = fjt_ctx(arch, NULL);
+  if (saved)
+    setenv("FLASHJIT_FUSED_COMBINE", saved, 1);
+  else
+    unsetenv("FLASHJIT_FUSED_COMBINE");
+  free(saved);
+  return ctx;
+}
+
+/* The split kernel's own combine (a context made with
+ * FLASHJIT_FUSED_COMBINE=1; plan.h's fj__plan_fused): where the rule takes
+ * a plan, no combine kernel (its grid, threads and columns 0) and the
+ * workspace grows by one counter a row tile after the partials, 16-byte
+ * aligned; the kernel it names renders the counting and compiles without
+ * spills.  Not where a block would read too much (64 splits of 4 rows,
+ * MLA's 576/512 at 2 splits), nor with sinks, nor on a context made
+ * without the variable or with it 0; paged and varlen problems too.  A
+ * value other than 0 or 1 is refused when the context is made. */
+int test_serving_fused_plan(void)
+{
+  fj_ctx *ctx = fjt_ctx_fused("sm_90a", "1"), *ctx0 = fjt_ctx_fused("sm_90a", "0");
+  fj_ctx *unset = fjt_ctx_fused("sm_90a", NULL);
+  CHECK(ctx && ctx0 && unset);
+  CHECK(!fjt_ctx_fused("sm_90a", "yes"));
+  CHECK(strstr(fj_errmsg(NULL), "FLASHJIT_FUSED_COMBINE=yes is invalid: 0 or 1"));
   fj_problem p;
-  fj_plan off, on;
+  fj_plan off, on, dflt;
   decode_problem(&p, 1, 32, 8, 1, 32768, 128, FJ_BF16);
-  setenv("FLASHJIT_FUSED_COMBINE", "0", 1);
-  CHECK_OK(ctx, fj_attention_plan(ctx, &p, &off));
-  setenv("FLASHJIT_FUSED_COMBINE", "1", 1);
+  CHECK_OK(ctx0, fj_attention_plan(ctx0, &p, &off));
+  CHECK_OK(unset, fj_attention_plan(unset, &p, &dflt));
   CHECK_OK(ctx, fj_attention_plan(ctx, &p, &on));
   CHECK(off.splits == 16 && on.splits == 16 && off.combine_threads == 128);
+  CHECK(dflt.combine_threads == 128 && dflt.workspace_bytes == off.workspace_bytes);
   CHECK(on.combine_threads == 0 && on.combine_cols == 0 && on.combine_grid[0] == 0 &&
         on.combine_grid[1] == 0 && on.combine_grid[2] == 0);
   /* 16 splits x 32 rows x 129 floats, then 8 counters (8 KV heads, one
@@ -677,12 +698,8 @@ int test_serving_fused_plan(void)
   CHECK(on.splits > 1 && on.combine_threads == 0 && on.variant.varlen);
   CHECK_OK(ctx, fj_kernel_get(ctx, &on.variant, &k));
   CHECK(strstr(fj_kernel_source(k, NULL), "(seq.q_row0 + (long long)("));
-  if (saved) {
-    setenv("FLASHJIT_FUSED_COMBINE", saved, 1);
-    free(saved);
-  } else {
-    unsetenv("FLASHJIT_FUSED_COMBINE");
-  }
   fj_ctx_destroy(ctx);
+  fj_ctx_destroy(ctx0);
+  fj_ctx_destroy(unset);
   return 0;
 }
