@@ -27,7 +27,10 @@
   head R % group, so K and V are read once for all of them.  split_kv: the
   p.splits blocks of one row tile each take an equal share of its key
   tiles and write O / l and the log-sum-exp as float32 partials
-  (p.o_part, p.lse_part), which combine.cu merges.
+  (p.o_part, p.lse_part), which combine.cu merges -- or, with
+  fused_combine (a context made with FLASHJIT_FUSED_COMBINE=1) and 2 or
+  more stages, where the host passes counters in p.work, the row tile's
+  block that finishes last (combine_fused.cuh).
 
   Wide heads (head_dim_v above 256: CS) keep no warp's O whole: with
   tile_m 16 or 32 every warp has all the rows, computes S for its share
@@ -67,6 +70,9 @@
 {%
   local L = import("lut.lua")
   local PACK, SPLIT, PAGED = pack_gqa, split_kv, paged
+  -- FUSED: the last block of a row tile combines the splits' partials
+  -- (combine_fused.cuh), on a context made with FLASHJIT_FUSED_COMBINE=1.
+  local FUSED = SPLIT and fused_combine and stages > 1
   local VL = varlen or paged
   -- A varlen block's sequence lengths and mask offset are locals.
   local LEN_Q, LEN_KV = VL and "len_q" or "p.seq_q", VL and "len_kv" or "p.seq_kv"
@@ -915,7 +921,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, {{ MINB }})
     for (int c = 0; c < {{ NC }}; ++c) x_o[((warp - 1) * {{ DVP // 2 + NC }} + {{ DVP // 2 }} + c) * 32 + lane] = row_l[0][c];
   }
   __syncthreads();
-{% if SPLIT then %}
+{% if FUSED then %}
   // Warp 0 goes on with the rows; the others wait for a fused combine at
   // the end.
   if (warp == 0) {
@@ -970,10 +976,10 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, {{ MINB }})
      cols = DV < DVP and DV or nil, cols_split = CS,
      sinks = mods.sinks and not SPLIT,
      O = function(mi, d, i) return ("o[%s][%s][%d]"):format(mi, d, i) end })) }}
-{% if KS and SPLIT then %}
+{% if KS and FUSED then %}
   }  // warp 0
 {% end %}
-{% if SPLIT and S > 1 then %}
+{% if FUSED then %}
 {{ include("combine_fused.cuh", { BM = BM, W = W, DV = DV, THREADS = THREADS,
                                  rows_end = PACK and LEN_Q .. " * p.group" or LEN_Q,
                                  row0 = VL and "seq.q_row0" or nil,

@@ -664,6 +664,9 @@ int test_serving_fused_plan(void)
   CHECK(strstr(fj_kernel_source(k, NULL), "fj::cp_async16(x + 4 * c"));
   fj_kernel_resources(k, &r);
   CHECK(r.spill_store_bytes == 0 && r.spill_load_bytes == 0);
+  /* Elsewhere the split kernels render as before: no counting. */
+  CHECK_OK(unset, fj_kernel_get(unset, &dflt.variant, &k));
+  CHECK(!strstr(fj_kernel_source(k, NULL), "atomicAdd(count"));
   /* 64 splits of 4 packed rows: 132 KB for one block to read. */
   p.splits = 64;
   CHECK_OK(ctx, fj_attention_plan(ctx, &p, &on));
