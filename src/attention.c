@@ -1128,9 +1128,9 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
       (!fresh || kern->meta.threads != (int)plan.threads ||
        kern->meta.smem_bytes != (int)plan.smem_bytes))
     st = fj__plan_fill(ctx, &pp, v, &kern->meta, &plan);
-  /* The combine of the plan's columns: planned before it is fetched
-   * (none where the kernel combines its own partials). */
-  /* As the plan says (fj__plan_fused): its combine grid 0. */
+  /* The combine of the plan's columns: planned before it is fetched;
+   * none where the plan has the kernel combine its own partials
+   * (fj__plan_fused: its combine grid 0). */
   int fused = st == FJ_OK && v->split_kv && !first && plan.splits > 1 &&
               plan.combine_threads == 0;
   if (st == FJ_OK && v->split_kv && !first && !fused)

@@ -866,8 +866,8 @@ int fj__plan_fused(const fj_ctx *ctx, const fj_problem *p,
 {
   const fj_variant *v = &plan->variant;
   int dv = fj__problem_dv(p);
-  if (!v->split_kv || plan->splits < 2 || v->stages < 2 || dv % 4 || (v->dtype != FJ_F16 && v->dtype != FJ_BF16) ||
-      !ctx->fused_combine)
+  if (!ctx->fused_combine || !v->split_kv || plan->splits < 2 ||
+      v->stages < 2 || dv % 4 || (v->dtype != FJ_F16 && v->dtype != FJ_BF16))
     return 0;
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
