@@ -34,6 +34,17 @@ LONG = [
 ]
 
 
+def inputs(B, H, Hkv, Sq, Skv, D, dt):
+    """A case's dtype, random Q, K, V, O's buffer, the float32 reference
+    and the shape's label."""
+    tdt = torch.float16 if dt == "f16" else torch.bfloat16
+    q = torch.randn(B, H, Sq, D, device="cuda", dtype=tdt)
+    k = torch.randn(B, Hkv, Skv, D, device="cuda", dtype=tdt)
+    v = torch.randn(B, Hkv, Skv, D, device="cuda", dtype=tdt)
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+    return tdt, q, k, v, torch.empty_like(q), ref, f"({B},{H}/{Hkv},{Sq}/{Skv},{D}) {dt}"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=50)
@@ -48,13 +59,7 @@ def main():
     torch.manual_seed(0)
     fj = fjc.Flashjit(fjc.load(), 0)
     for B, H, Hkv, Sq, Skv, D, dt, tries in cases:
-        tdt = torch.float16 if dt == "f16" else torch.bfloat16
-        q = torch.randn(B, H, Sq, D, device="cuda", dtype=tdt)
-        k = torch.randn(B, Hkv, Skv, D, device="cuda", dtype=tdt)
-        v = torch.randn(B, Hkv, Skv, D, device="cuda", dtype=tdt)
-        o = torch.empty_like(q)
-        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
-        shape = f"({B},{H}/{Hkv},{Sq}/{Skv},{D}) {dt}"
+        tdt, q, k, v, o, ref, shape = inputs(B, H, Hkv, Sq, Skv, D, dt)
         copy_us = None
         if a.long:
             src = torch.empty(2 * k.numel(), device="cuda", dtype=tdt)
@@ -119,13 +124,7 @@ def fused_ab(iters):
         ctxs[mode] = fjc.Flashjit(lib, 0)
     os.environ.pop("FLASHJIT_FUSED_COMBINE", None)
     for B, H, Hkv, Sq, Skv, D, dt, _ in LONG:
-        tdt = torch.float16 if dt == "f16" else torch.bfloat16
-        q = torch.randn(B, H, Sq, D, device="cuda", dtype=tdt)
-        k = torch.randn(B, Hkv, Skv, D, device="cuda", dtype=tdt)
-        v = torch.randn(B, Hkv, Skv, D, device="cuda", dtype=tdt)
-        o = torch.empty_like(q)
-        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
-        shape = f"({B},{H}/{Hkv},{Sq}/{Skv},{D}) {dt}"
+        tdt, q, k, v, o, ref, shape = inputs(B, H, Hkv, Sq, Skv, D, dt)
         src = torch.empty(2 * k.numel(), device="cuda", dtype=tdt)
         dst = torch.empty_like(src)
         copy_us = graph_time(lambda: dst.copy_(src), iters) * 1e3

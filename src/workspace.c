@@ -63,17 +63,38 @@ static fj_wbuf *entry(fj_wspace *w, void *stream)
   return b;
 }
 
+/* The retired list takes one more buffer (grown before the allocation,
+ * so that a failure leaks nothing). */
+static fj_status retire_room(fj_ctx *ctx, fj_wspace *w)
+{
+  uint64_t *r = realloc(w->retired, (w->nretired + 1) * sizeof *r);
+  if (!r)
+    return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  w->retired = r;
+  return FJ_OK;
+}
+
+/* The calling thread's entry for stream, the context's list made on
+ * first use; NULL (and *st set) when out of memory.  ctx->lock held. */
+static fj_wbuf *stream_entry(fj_ctx *ctx, void *stream, fj_status *st)
+{
+  fj_wbuf *b = NULL;
+  if (ctx->workspaces || (ctx->workspaces = calloc(1, sizeof *ctx->workspaces)))
+    b = entry(ctx->workspaces, stream);
+  *st = b ? FJ_OK : fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  return b;
+}
+
 static fj_status grow(fj_ctx *ctx, fj_wspace *w, fj_wbuf *b, size_t bytes)
 {
   size_t want = b->bytes ? b->bytes : 1u << 20;
   while (want < bytes)
     want = want > SIZE_MAX / 2 ? bytes : want * 2;
-  uint64_t *r = realloc(w->retired, (w->nretired + 1) * sizeof *r);
-  if (!r)
-    return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
-  w->retired = r;
+  fj_status st = retire_room(ctx, w);
+  if (st != FJ_OK)
+    return st;
   uint64_t ptr;
-  fj_status st = fj__cu_alloc(ctx, want, &ptr);
+  st = fj__cu_alloc(ctx, want, &ptr);
   if (st != FJ_OK)
     return st;
   if (b->ptr)
@@ -87,12 +108,8 @@ fj_status fj__workspace(fj_ctx *ctx, void *stream, size_t bytes,
                         uint64_t *dptr)
 {
   pthread_mutex_lock(&ctx->lock);
-  fj_status st = FJ_OK;
-  if (!ctx->workspaces && !(ctx->workspaces = calloc(1, sizeof *ctx->workspaces)))
-    st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
-  fj_wbuf *b = st == FJ_OK ? entry(ctx->workspaces, stream) : NULL;
-  if (st == FJ_OK && !b)
-    st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  fj_status st;
+  fj_wbuf *b = stream_entry(ctx, stream, &st);
   if (st == FJ_OK && b->bytes < bytes) {
     int capturing = 0;
     st = fj__cu_capturing(ctx, stream, &capturing);
@@ -113,28 +130,13 @@ fj_status fj__workspace(fj_ctx *ctx, void *stream, size_t bytes,
   return st;
 }
 
-/* The retired list takes one more buffer (grown before the allocation,
- * so that a failure leaks nothing). */
-static fj_status retire_room(fj_ctx *ctx, fj_wspace *w)
-{
-  uint64_t *r = realloc(w->retired, (w->nretired + 1) * sizeof *r);
-  if (!r)
-    return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
-  w->retired = r;
-  return FJ_OK;
-}
-
 fj_status fj__workspace_counters(fj_ctx *ctx, void *stream, size_t words,
                                  uint64_t *dptr)
 {
   *dptr = 0;
   pthread_mutex_lock(&ctx->lock);
-  fj_status st = FJ_OK;
-  if (!ctx->workspaces && !(ctx->workspaces = calloc(1, sizeof *ctx->workspaces)))
-    st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
-  fj_wbuf *b = st == FJ_OK ? entry(ctx->workspaces, stream) : NULL;
-  if (st == FJ_OK && !b)
-    st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  fj_status st;
+  fj_wbuf *b = stream_entry(ctx, stream, &st);
   if (st == FJ_OK && b->words < words) {
     int capturing = 0;
     st = fj__cu_capturing(ctx, stream, &capturing);

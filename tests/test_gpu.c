@@ -2380,22 +2380,6 @@ static int same_result(const gpu_case *c, const void *o, const float *lse,
   return bad != 0;
 }
 
-/* A GPU context made with FLASHJIT_FUSED_COMBINE=value, the variable then
- * put back as it was. */
-static int fused_ctx(const char *value, fj_ctx **ctx)
-{
-  const char *was = getenv("FLASHJIT_FUSED_COMBINE");
-  char *saved = was ? strdup(was) : NULL;
-  setenv("FLASHJIT_FUSED_COMBINE", value, 1);
-  int rc = fjt_gpu_ctx(fjt_tmpdir(), ctx);
-  if (saved)
-    setenv("FLASHJIT_FUSED_COMBINE", saved, 1);
-  else
-    unsetenv("FLASHJIT_FUSED_COMBINE");
-  free(saved);
-  return rc;
-}
-
 /* Replays graph g's instance on s three times, O and the LSE poisoned
  * before each, against o1 and lse1 bit for bit. */
 static int replays_match(gpu_case *c, cudaGraph_t g, cudaStream_t s, const void *o1,
@@ -2449,10 +2433,10 @@ static int capture_call(fj_ctx *ctx, gpu_case *c, cudaStream_t s, cudaGraph_t *g
 int test_gpu_fused_combine(void)
 {
   fj_ctx *ctx0, *ctx1;
-  int rc = fused_ctx("0", &ctx0);
+  int rc = fjt_ctx_fused(NULL, "0", &ctx0);
   if (rc)
     return rc;
-  CHECK(fused_ctx("1", &ctx1) == 0);
+  CHECK(fjt_ctx_fused(NULL, "1", &ctx1) == 0);
   /* batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, splits (0: the
    * rule's), causal, bf16, fused expected. */
   static const int cases[][10] = {

@@ -605,25 +605,6 @@ int test_serving_varlen_compile(void)
   return 0;
 }
 
-/* A context made with FLASHJIT_FUSED_COMBINE set to value (NULL:
- * unset), the variable then put back as it was. */
-fj_ctx *fjt_ctx_fused(const char *arch, const char *value)
-{
-  const char *was = getenv("FLASHJIT_FUSED_COMBINE");
-  char *saved = was ? strdup(was) : NULL;
-  if (value)
-    setenv("FLASHJIT_FUSED_COMBINE", value, 1);
-  else
-    unsetenv("FLASHJIT_FUSED_COMBINE");
-  fj_ctx *ctx = fjt_ctx(arch, NULL);
-  if (saved)
-    setenv("FLASHJIT_FUSED_COMBINE", saved, 1);
-  else
-    unsetenv("FLASHJIT_FUSED_COMBINE");
-  free(saved);
-  return ctx;
-}
-
 /* The split kernel's own combine (a context made with
  * FLASHJIT_FUSED_COMBINE=1; plan.h's fj__plan_fused): where the rule takes
  * a plan, no combine kernel (its grid, threads and columns 0) and the
@@ -635,10 +616,10 @@ fj_ctx *fjt_ctx_fused(const char *arch, const char *value)
  * value other than 0 or 1 is refused when the context is made. */
 int test_serving_fused_plan(void)
 {
-  fj_ctx *ctx = fjt_ctx_fused("sm_90a", "1"), *ctx0 = fjt_ctx_fused("sm_90a", "0");
-  fj_ctx *unset = fjt_ctx_fused("sm_90a", NULL);
-  CHECK(ctx && ctx0 && unset);
-  CHECK(!fjt_ctx_fused("sm_90a", "yes"));
+  fj_ctx *ctx, *ctx0, *unset, *bad;
+  CHECK(fjt_ctx_fused("sm_90a", "1", &ctx) == 0 && fjt_ctx_fused("sm_90a", "0", &ctx0) == 0 &&
+        fjt_ctx_fused("sm_90a", NULL, &unset) == 0);
+  CHECK(fjt_ctx_fused("sm_90a", "yes", &bad) != 0 && !bad);
   CHECK(strstr(fj_errmsg(NULL), "FLASHJIT_FUSED_COMBINE=yes is invalid: 0 or 1"));
   fj_problem p;
   fj_plan off, on, dflt;
