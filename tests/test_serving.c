@@ -5,7 +5,6 @@
  * Their results on a GPU are test_gpu.c's gpu_serving_* tests.
  */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "attention.h"
