@@ -1039,8 +1039,7 @@ static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
   if (!ws)
     st = fj__workspace_counters(ctx, stream, words, &counters);
   if (st == FJ_OK && !counters) {
-    counters = base + fj__plan_rt_offset(rows * (size_t)(fj__problem_dv(p) + 1) *
-                                         sizeof(float));
+    counters = base + fj__plan_counters_at(p, plan);
     *zero_at = counters;
     *zero_words = words;
     st = fj__cu_memset32_async(ctx, counters, 0, words, stream);

@@ -855,7 +855,7 @@ static fj_status fill(const fj_ctx *ctx, const fj_problem *p,
     memset(plan->combine_grid, 0, sizeof plan->combine_grid);
     plan->combine_threads = 0;
     plan->combine_cols = 0;
-    plan->workspace_bytes = fj__plan_rt_offset(plan->workspace_bytes) +
+    plan->workspace_bytes = fj__plan_counters_at(p, plan) +
                             fj__plan_counters(plan) * sizeof(unsigned);
   }
   return FJ_OK;
@@ -865,9 +865,7 @@ int fj__plan_fused(const fj_ctx *ctx, const fj_problem *p,
                    const fj_plan *plan, int rows_per_block)
 {
   const fj_variant *v = &plan->variant;
-  int dv = fj__problem_dv(p);
-  if (!ctx->fused_combine || !v->split_kv || plan->splits < 2 ||
-      v->stages < 2 || dv % 4 || (v->dtype != FJ_F16 && v->dtype != FJ_BF16))
+  if (!ctx->fused_combine || !v->split_kv || plan->splits < 2 || v->stages < 2)
     return 0;
   fj_mods_info mi;
   fj__mods_info(p->mods, &mi);
@@ -876,9 +874,16 @@ int fj__plan_fused(const fj_ctx *ctx, const fj_problem *p,
   /* The rows a row tile holds at most. */
   uint64_t rows = (uint64_t)(plan->rows < rows_per_block ? plan->rows
                                                         : rows_per_block);
-  uint64_t bytes = (uint64_t)plan->splits * rows * (uint64_t)(dv + 1) *
-                   sizeof(float);
+  uint64_t bytes = (uint64_t)plan->splits * rows *
+                   (uint64_t)(fj__problem_dv(p) + 1) * sizeof(float);
   return bytes <= FJ_FUSED_COMBINE_BYTES && bytes <= plan->smem_bytes;
+}
+
+size_t fj__plan_counters_at(const fj_problem *p, const fj_plan *plan)
+{
+  return fj__plan_rt_offset((size_t)plan->splits * (size_t)p->batch *
+                            (size_t)p->heads_q * (size_t)p->seq_q *
+                            (size_t)(fj__problem_dv(p) + 1) * sizeof(float));
 }
 
 size_t fj__plan_counters(const fj_plan *plan)

@@ -18,7 +18,7 @@ typedef struct fj_wbuf {
   /* The fused combine's counters (fj__workspace_counters): apart from the
    * buffer above, which every kind of call writes, and 0 between calls. */
   uint64_t counters;
-  size_t words;
+  size_t counter_bytes;
 } fj_wbuf;
 
 struct fj_wspace {
@@ -59,19 +59,8 @@ static fj_wbuf *entry(fj_wspace *w, void *stream)
   b->ptr = 0;
   b->bytes = 0;
   b->counters = 0;
-  b->words = 0;
+  b->counter_bytes = 0;
   return b;
-}
-
-/* The retired list takes one more buffer (grown before the allocation,
- * so that a failure leaks nothing). */
-static fj_status retire_room(fj_ctx *ctx, fj_wspace *w)
-{
-  uint64_t *r = realloc(w->retired, (w->nretired + 1) * sizeof *r);
-  if (!r)
-    return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
-  w->retired = r;
-  return FJ_OK;
 }
 
 /* The calling thread's entry for stream, the context's list made on
@@ -85,22 +74,26 @@ static fj_wbuf *stream_entry(fj_ctx *ctx, void *stream, fj_status *st)
   return b;
 }
 
-static fj_status grow(fj_ctx *ctx, fj_wspace *w, fj_wbuf *b, size_t bytes)
+/* Grows the buffer *ptr of *have bytes to `bytes` or more, doubling from
+ * *have (or `first`); the old buffer is retired, not freed. */
+static fj_status grow(fj_ctx *ctx, fj_wspace *w, uint64_t *ptr, size_t *have,
+                      size_t bytes, size_t first)
 {
-  size_t want = b->bytes ? b->bytes : 1u << 20;
+  size_t want = *have ? *have : first;
   while (want < bytes)
     want = want > SIZE_MAX / 2 ? bytes : want * 2;
-  fj_status st = retire_room(ctx, w);
+  uint64_t *r = realloc(w->retired, (w->nretired + 1) * sizeof *r);
+  if (!r)
+    return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  w->retired = r;
+  uint64_t fresh;
+  fj_status st = fj__cu_alloc(ctx, want, &fresh);
   if (st != FJ_OK)
     return st;
-  uint64_t ptr;
-  st = fj__cu_alloc(ctx, want, &ptr);
-  if (st != FJ_OK)
-    return st;
-  if (b->ptr)
-    w->retired[w->nretired++] = b->ptr;
-  b->ptr = ptr;
-  b->bytes = want;
+  if (*ptr)
+    w->retired[w->nretired++] = *ptr;
+  *ptr = fresh;
+  *have = want;
   return FJ_OK;
 }
 
@@ -122,7 +115,7 @@ fj_status fj__workspace(fj_ctx *ctx, void *stream, size_t bytes,
                     "capturing, or pass a workspace to fj_attention_fwd_plan",
                     bytes, stream, b->bytes);
     if (st == FJ_OK)
-      st = grow(ctx, ctx->workspaces, b, bytes);
+      st = grow(ctx, ctx->workspaces, &b->ptr, &b->bytes, bytes, 1u << 20);
   }
   if (st == FJ_OK)
     *dptr = b->ptr;
@@ -137,30 +130,20 @@ fj_status fj__workspace_counters(fj_ctx *ctx, void *stream, size_t words,
   pthread_mutex_lock(&ctx->lock);
   fj_status st;
   fj_wbuf *b = stream_entry(ctx, stream, &st);
-  if (st == FJ_OK && b->words < words) {
+  size_t bytes = words * sizeof(unsigned);
+  if (st == FJ_OK && b->counter_bytes < bytes) {
     int capturing = 0;
     st = fj__cu_capturing(ctx, stream, &capturing);
-    size_t want = b->words ? b->words : 1024;
-    while (want < words)
-      want *= 2;
-    uint64_t ptr = 0;
     if (st == FJ_OK && !capturing)
-      st = retire_room(ctx, ctx->workspaces);
-    if (st == FJ_OK && !capturing)
-      st = fj__cu_alloc(ctx, want * sizeof(unsigned), &ptr);
-    /* Zeroed in stream order, before the call's kernel counts. */
-    if (st == FJ_OK && ptr)
-      st = fj__cu_memset32_async(ctx, ptr, 0, want, stream);
-    if (st == FJ_OK && ptr) {
-      if (b->counters)
-        ctx->workspaces->retired[ctx->workspaces->nretired++] = b->counters;
-      b->counters = ptr;
-      b->words = want;
-    } else if (ptr) {
-      fj__cu_free(ptr);
-    }
+      st = grow(ctx, ctx->workspaces, &b->counters, &b->counter_bytes, bytes, 4096);
+    /* Zeroed in stream order, before the call's kernel counts (a failed
+     * zeroing leaves none, so the next call grows them again). */
+    if (st == FJ_OK && !capturing &&
+        (st = fj__cu_memset32_async(ctx, b->counters, 0, b->counter_bytes / 4,
+                                    stream)) != FJ_OK)
+      b->counter_bytes = 0;
   }
-  if (st == FJ_OK && b->words >= words)
+  if (st == FJ_OK && b->counter_bytes >= bytes)
     *dptr = b->counters;
   pthread_mutex_unlock(&ctx->lock);
   return st;
