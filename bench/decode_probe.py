@@ -34,32 +34,22 @@ LONG = [
 ]
 
 
-def inputs(B, H, Hkv, Sq, Skv, D, dt):
-    """A case's dtype, random Q, K, V, O's buffer, the float32 reference
-    and the shape's label."""
-    tdt = torch.float16 if dt == "f16" else torch.bfloat16
-    q = torch.randn(B, H, Sq, D, device="cuda", dtype=tdt)
-    k = torch.randn(B, Hkv, Skv, D, device="cuda", dtype=tdt)
-    v = torch.randn(B, Hkv, Skv, D, device="cuda", dtype=tdt)
-    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
-    return tdt, q, k, v, torch.empty_like(q), ref, f"({B},{H}/{Hkv},{Sq}/{Skv},{D}) {dt}"
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--long", action="store_true", help="the long single decodes only, with the copy's rate")
-    ap.add_argument("--fused-ab", action="store_true",
-                    help="the long decodes' own picks (and 16 and 29 splits) with the combine kernel "
-                         "and fused (FLASHJIT_FUSED_COMBINE=0 / 1) alternately, three rounds")
     a = ap.parse_args()
-    if a.fused_ab:
-        return fused_ab(a.iters)
     cases = LONG if a.long else CASES
     torch.manual_seed(0)
     fj = fjc.Flashjit(fjc.load(), 0)
     for B, H, Hkv, Sq, Skv, D, dt, tries in cases:
-        tdt, q, k, v, o, ref, shape = inputs(B, H, Hkv, Sq, Skv, D, dt)
+        tdt = torch.float16 if dt == "f16" else torch.bfloat16
+        q = torch.randn(B, H, Sq, D, device="cuda", dtype=tdt)
+        k = torch.randn(B, Hkv, Skv, D, device="cuda", dtype=tdt)
+        v = torch.randn(B, Hkv, Skv, D, device="cuda", dtype=tdt)
+        o = torch.empty_like(q)
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+        shape = f"({B},{H}/{Hkv},{Sq}/{Skv},{D}) {dt}"
         copy_us = None
         if a.long:
             src = torch.empty(2 * k.numel(), device="cuda", dtype=tdt)
@@ -109,52 +99,6 @@ def main():
                           f"{copy_us / g:.2f} of the copy's rate, err {err:.1e}", flush=True)
         del q, k, v, o
     fj.close()
-
-
-def fused_ab(iters):
-    """Graph times of the split decode with the combine kernel and with the
-    split kernel's own combine, alternately in one process (two contexts:
-    a context reads FLASHJIT_FUSED_COMBINE when it is made), against the
-    copy's rate."""
-    torch.manual_seed(0)
-    lib = fjc.load()
-    ctxs = {}
-    for mode in ("0", "1"):
-        os.environ["FLASHJIT_FUSED_COMBINE"] = mode
-        ctxs[mode] = fjc.Flashjit(lib, 0)
-    os.environ.pop("FLASHJIT_FUSED_COMBINE", None)
-    for B, H, Hkv, Sq, Skv, D, dt, _ in LONG:
-        tdt, q, k, v, o, ref, shape = inputs(B, H, Hkv, Sq, Skv, D, dt)
-        src = torch.empty(2 * k.numel(), device="cuda", dtype=tdt)
-        dst = torch.empty_like(src)
-        copy_us = graph_time(lambda: dst.copy_(src), iters) * 1e3
-        del src, dst
-        for s in (0, 16, 29):
-            times = {"0": [], "1": []}
-            for rnd in range(3):
-                for mode in ("0", "1"):
-                    fj = ctxs[mode]
-                    p = fj.problem(B, H, Hkv, Sq, Skv, D, fjc.F16 if dt == "f16" else fjc.BF16)
-                    p.splits = s
-                    plan, name = fj.plan(p)
-
-                    def run():
-                        fj.fwd(p, q, k, v, o, stream=torch.cuda.current_stream().cuda_stream)
-                    o.fill_(float("nan"))
-                    run()
-                    torch.cuda.synchronize()
-                    err = float((o.float() - ref).norm() / ref.norm())
-                    g = graph_time(run, iters) * 1e3
-                    times[mode].append(g)
-                    print(f"fusedab {shape} splits={s} (plan {plan.splits}, combine threads "
-                          f"{plan.combine_threads}) fused={mode} round {rnd}: graph {g:.2f} us, "
-                          f"{copy_us / g:.3f} of the copy's rate, err {err:.1e}", flush=True)
-            m0, m1 = sorted(times["0"])[1], sorted(times["1"])[1]
-            print(f"fusedab {shape} splits={s}: median graph {m0:.2f} -> {m1:.2f} us "
-                  f"({m1 / m0:.3f}); copy's rate {copy_us / m0:.3f} -> {copy_us / m1:.3f}", flush=True)
-        del q, k, v, o
-    for fj in ctxs.values():
-        fj.close()
 
 
 if __name__ == "__main__":

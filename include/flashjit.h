@@ -1149,22 +1149,14 @@ typedef struct fj_plan {
   int blocks_per_sm;       /* how many of its blocks a multiprocessor holds
                               (what the split rule counted) */
   int sm_count;            /* the multiprocessors planned for */
-  unsigned combine_grid[3];    /* splits > 1: the combine kernel's grid;
-                                  all 0 (and combine_threads,
-                                  combine_cols) where the attention
-                                  kernel combines its own partials
-                                  (README: FLASHJIT_FUSED_COMBINE) */
+  unsigned combine_grid[3];    /* splits > 1: the combine kernel's grid */
   unsigned combine_threads;
   int combine_cols;        /* splits > 1: O's columns a combine block takes
                               (combine_grid[1] slices of them): head_dim_v,
                               or 128 where O is wider and the row blocks
                               (combine_grid[0]) are fewer than sm_count */
   size_t workspace_bytes;  /* splits > 1: float32 partial rows and their
-                              log-sum-exp (where the kernel combines them,
-                              then from a 16-byte boundary a 32-bit counter
-                              a row tile, which a call with a caller's
-                              workspace zeroes in stream order); the
-                              wgmma family's varlen
+                              log-sum-exp; the wgmma family's varlen
                               kernels: 16 + 4 x grid[0], the counter their
                               blocks claim work tiles from (zeroed by each
                               call, in stream order) and each block's
@@ -1447,20 +1439,15 @@ typedef struct fj_launch_rec {
 typedef struct fj_launches {
   int count;             /* 0: nothing recorded (a failed or checked call,
                             or one whose score expression's relative
-                            table was built first: README); 1 (a
-                            split-KV kernel that combines its own
-                            partials too); 2: a split-KV call, the
-                            attention kernel and then the combine, or FP8
-                            attention (dtype e4m3),
+                            table was built first: README); 1; 2: a
+                            split-KV call, the attention kernel and then
+                            the combine, or FP8 attention (dtype e4m3),
                             its V^T pass and then the attention kernel */
   uint64_t zero_at;      /* not 0: before the launches the call set
                             zero_words 32-bit words at this device address
                             to 0 on the stream (a dynamic walk's counter,
-                            a fused split-KV combine's counters in a
-                            caller's workspace, or FP8 attention's o_amax:
-                            never two; cuMemsetD32Async); a replay must
-                            too.  The context's own counters for a fused
-                            combine need none: each launch leaves them 0 */
+                            or FP8 attention's o_amax: never both;
+                            cuMemsetD32Async); a replay must too */
   size_t zero_words;
   fj_launch_rec launch[2];
   unsigned char params[FJ_LAUNCH_PARAMS_BYTES];  /* what args point at */

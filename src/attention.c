@@ -978,15 +978,11 @@ static fj_status vt_pass(fj_ctx *ctx, const fj_problem *p, void *vt_fn,
 
 /* The workspace of a launch: the caller's, or the context's for the
  * stream.  Split-KV partials: O's partial rows first, then their
- * log-sum-exp, then where the kernel combines them (fj__plan_fused) its
- * counters, which the context keeps apart for its own workspaces.  A
- * dynamic walk: its counter.  What this zeroed in stream order goes to
- * *zero_at (zero_words words), for a launch record. */
+ * log-sum-exp.  A dynamic walk: its counter, zeroed in stream order. */
 static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
                            const fj_plan *plan, size_t rt, void *ws,
                            size_t ws_bytes, void *stream, fj_kparams *kp,
-                           int fused, uint64_t *table, uint64_t *zero_at,
-                           size_t *zero_words)
+                           uint64_t *table)
 {
   uint64_t base = (uint64_t)(uintptr_t)ws;
   fj_status st = FJ_OK;
@@ -1020,8 +1016,6 @@ static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
     return FJ_OK;
   if (!plan->variant.split_kv) {
     kp->work = (unsigned *)(uintptr_t)base;
-    *zero_at = base;
-    *zero_words = 1;
     return fj__cu_memset32_async(ctx, base, 0, 1, stream);
   }
   size_t rows = (size_t)plan->splits * (size_t)p->batch *
@@ -1030,22 +1024,7 @@ static fj_status workspace(fj_ctx *ctx, const fj_problem *p,
   kp->combine_warps = fj__combine_warps(plan->splits);
   kp->o_part = (float *)(uintptr_t)base;
   kp->lse_part = kp->o_part + rows * (size_t)fj__problem_dv(p);
-  if (!fused)
-    return FJ_OK;
-  /* The stream's counters (0 between calls); with a caller's workspace,
-   * or while a capture cannot allocate them, the workspace's, zeroed. */
-  size_t words = fj__plan_counters(plan);
-  uint64_t counters = 0;
-  if (!ws)
-    st = fj__workspace_counters(ctx, stream, words, &counters);
-  if (st == FJ_OK && !counters) {
-    counters = base + fj__plan_counters_at(p, plan);
-    *zero_at = counters;
-    *zero_words = words;
-    st = fj__cu_memset32_async(ctx, counters, 0, words, stream);
-  }
-  kp->work = (unsigned *)(uintptr_t)counters;
-  return st;
+  return FJ_OK;
 }
 
 /* Checked mode (fj_mods.checked): a record of 6 words for the kernel,
@@ -1127,12 +1106,8 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
       (!fresh || kern->meta.threads != (int)plan.threads ||
        kern->meta.smem_bytes != (int)plan.smem_bytes))
     st = fj__plan_fill(ctx, &pp, v, &kern->meta, &plan);
-  /* The combine of the plan's columns: planned before it is fetched;
-   * none where the plan has the kernel combine its own partials
-   * (fj__plan_fused: its combine grid 0). */
-  int fused = st == FJ_OK && v->split_kv && !first && plan.splits > 1 &&
-              plan.combine_threads == 0;
-  if (st == FJ_OK && v->split_kv && !first && !fused)
+  /* The combine of the plan's columns: planned before it is fetched. */
+  if (st == FJ_OK && v->split_kv && !first)
     st = fj__combine_function(ctx, v, plan.combine_cols, &combine_fn);
   /* FP8 attention: the module's pass that writes V^T (the template's
    * second kernel, <symbol>_vt). */
@@ -1161,21 +1136,15 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
   size_t used = st == FJ_OK ? fj__mods_args(p->mods, oob, mod_args) : 0;
   if ((used > 0 || rt_fn) && !kern->meta.tma)
     args[1] = mod_args;
-  uint64_t table = 0, zero_at = 0;
-  size_t zero_words = 0;
+  uint64_t table = 0;
   if (st == FJ_OK) {
     fj__fill_params(&kp, p, q, k, vp, o, lse);
     if (plan.workspace_bytes)
-      st = workspace(ctx, p, &plan, rt, ws, ws_bytes, stream, &kp, fused,
-                     &table, &zero_at, &zero_words);
+      st = workspace(ctx, p, &plan, rt, ws, ws_bytes, stream, &kp, &table);
   }
-  /* FP8 attention's max |O|: raised by the kernel from 0 (FP8 attention
-   * has no split or dynamic walk: nothing else was zeroed). */
-  if (st == FJ_OK && kp.o_amax) {
-    zero_at = (uint64_t)(uintptr_t)kp.o_amax;
-    zero_words = 1;
-    st = fj__cu_memset32_async(ctx, zero_at, 0, 1, stream);
-  }
+  /* FP8 attention's max |O|: raised by the kernel from 0. */
+  if (st == FJ_OK && kp.o_amax)
+    st = fj__cu_memset32_async(ctx, (uint64_t)(uintptr_t)kp.o_amax, 0, 1, stream);
   if (st == FJ_OK && vt_fn)
     st = vt_pass(ctx, p, vt_fn, &kp, &maps, stream);
   if (st == FJ_OK && rt_fn)
@@ -1199,7 +1168,7 @@ static fj_status launch(fj_ctx *ctx, const char *who, const fj_problem *p,
     fj_launch_note n = {&plan, fn, combine_fn, vt_fn,
                         {(unsigned)(kp.vt_keys / 128), (unsigned)(p->head_dim / 64),
                          (unsigned)(p->batch * p->heads_kv)},
-                        stream, args, &kp, &maps, mod_args, zero_at, zero_words};
+                        stream, args, &kp, &maps, mod_args};
     fj__launch_record_note(&n);
   }
   if (oob)

@@ -30,9 +30,6 @@ struct fj_ctx {
   int sm;           /* 90 */
   int arch_specific; /* 1 for the "a" targets */
   int has_device;
-  int fused_combine; /* FLASHJIT_FUSED_COMBINE=1 when the context was made:
-                        split kernels may combine their own partials
-                        (plan.c's fj__plan_fused) */
   fj_device_info dev;
   void *cu_ctx;     /* CUcontext: the device's primary context */
   int devices;      /* CUDA devices the process sees (driver.c); with two or

@@ -89,9 +89,10 @@ void fj__launch_record_note(const fj_launch_note *n)
   if (n->combine)
     one(&rec->launch[i++], n->combine, p->combine_grid, p->combine_threads, 0,
         n->stream, args);
-  /* A dynamic walk's counter, a fused combine's counters in a caller's
-   * workspace, or FP8 attention's o_amax: never two of them. */
-  rec->zero_at = n->zero_words ? n->zero_at : 0;
-  rec->zero_words = n->zero_words;
+  /* A dynamic walk's counter, or FP8 attention's o_amax: never both
+   * (FP8 attention walks statically). */
+  const void *zero = n->kp->work ? (const void *)n->kp->work : n->kp->o_amax;
+  rec->zero_at = (uint64_t)(uintptr_t)zero;
+  rec->zero_words = zero ? 1 : 0;
   rec->count = i;
 }

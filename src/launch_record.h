@@ -25,8 +25,6 @@ typedef struct fj_launch_note {
   const fj_kparams *kp;
   const fj_tmaps *maps;
   const unsigned char *mod_args;
-  uint64_t zero_at;          /* what the call zeroed before its launches */
-  size_t zero_words;         /* (32-bit words; 0: nothing) */
 } fj_launch_note;
 
 /* Whether this thread records; the cheap test before building a note. */

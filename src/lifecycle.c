@@ -73,12 +73,6 @@ static fj_status ctx_init(fj_ctx *ctx, const fj_ctx_opts *opts)
   else if (tiers && *tiers)
     return fj__fail(NULL, FJ_ERR_INVALID_ARG,
                     "FLASHJIT_JIT_TIERS=%s is invalid: 0 or 1", tiers);
-  const char *fused = getenv("FLASHJIT_FUSED_COMBINE");
-  if (fused && (!strcmp(fused, "0") || !strcmp(fused, "1")))
-    ctx->fused_combine = fused[0] == '1';
-  else if (fused && *fused)
-    return fj__fail(NULL, FJ_ERR_INVALID_ARG,
-                    "FLASHJIT_FUSED_COMBINE=%s is invalid: 0 or 1", fused);
   ctx->opts.arch = NULL;
   ctx->opts.cache_dir = NULL;
   if (opts->device >= 0) {

@@ -848,46 +848,5 @@ static fj_status fill(const fj_ctx *ctx, const fj_problem *p,
                     "64-bit sizes count",
                     plan->splits, (unsigned long long)all);
   plan->workspace_bytes = (size_t)floats * sizeof(float);
-  /* Where the kernel combines its own partials: no combine kernel, and
-   * its counters after the partials, for a caller's workspace (the
-   * context's own keep them apart: fj__workspace_counters). */
-  if (fj__plan_fused(ctx, p, plan, m->rows_per_block)) {
-    memset(plan->combine_grid, 0, sizeof plan->combine_grid);
-    plan->combine_threads = 0;
-    plan->combine_cols = 0;
-    plan->workspace_bytes = fj__plan_counters_at(p, plan) +
-                            fj__plan_counters(plan) * sizeof(unsigned);
-  }
   return FJ_OK;
-}
-
-int fj__plan_fused(const fj_ctx *ctx, const fj_problem *p,
-                   const fj_plan *plan, int rows_per_block)
-{
-  const fj_variant *v = &plan->variant;
-  if (!ctx->fused_combine || !v->split_kv || plan->splits < 2 || v->stages < 2)
-    return 0;
-  fj_mods_info mi;
-  fj__mods_info(p->mods, &mi);
-  if (mi.sinks)
-    return 0;
-  /* The rows a row tile holds at most. */
-  uint64_t rows = (uint64_t)(plan->rows < rows_per_block ? plan->rows
-                                                        : rows_per_block);
-  uint64_t bytes = (uint64_t)plan->splits * rows *
-                   (uint64_t)(fj__problem_dv(p) + 1) * sizeof(float);
-  return bytes <= FJ_FUSED_COMBINE_BYTES && bytes <= plan->smem_bytes;
-}
-
-size_t fj__plan_counters_at(const fj_problem *p, const fj_plan *plan)
-{
-  return fj__plan_rt_offset((size_t)plan->splits * (size_t)p->batch *
-                            (size_t)p->heads_q * (size_t)p->seq_q *
-                            (size_t)(fj__problem_dv(p) + 1) * sizeof(float));
-}
-
-size_t fj__plan_counters(const fj_plan *plan)
-{
-  return (size_t)(plan->grid[0] / (unsigned)plan->splits) * plan->grid[1] *
-         plan->grid[2];
 }

@@ -59,26 +59,6 @@ size_t fj__plan_vt_bytes(const fj_problem *p, const fj_variant *v);
 fj_status fj__plan_fill(const fj_ctx *ctx, const fj_problem *p,
                         const fj_variant *v, const fj_kmeta *m,
                         fj_plan *plan);
-/* Whether a split plan's kernel combines its own partials
- * (templates/combine_fused.cuh: the block of a row tile that ends last
- * merges the tile's rows, so no combine kernel is launched), on a context
- * made with FLASHJIT_FUSED_COMBINE=1 (not yet the default: its first GPU
- * run is pending, bench/probes/s38b.sh): no sinks, 2 or more stages
- * (cp.async), and the partials one such block reads, splits x the rows
- * of a tile (at most rows_per_block, the kernel's meta) x (head_dim_v +
- * 1) floats, at most FJ_FUSED_COMBINE_BYTES and the kernel's shared
- * memory (MLA's 128 splits of 512 columns would load one block with
- * megabytes: combine.cu spreads them over many).  Split variants are the
- * mma family's, whose O is 16-bit and head dims multiples of 8.  Its
- * counters: one 32-bit word a row tile (fj__plan_counters: grid[0] /
- * splits x grid[1] x grid[2]), 0 before the launch, which the kernel
- * leaves 0; in a caller's workspace at fj__plan_counters_at, the first
- * 16-byte boundary after the partials. */
-#define FJ_FUSED_COMBINE_BYTES (64 * 1024)
-int fj__plan_fused(const fj_ctx *ctx, const fj_problem *p,
-                   const fj_plan *plan, int rows_per_block);
-size_t fj__plan_counters(const fj_plan *plan);
-size_t fj__plan_counters_at(const fj_problem *p, const fj_plan *plan);
 /* Where a workspace's relative table starts after `before` bytes of the
  * rest: rounded up to 16. */
 size_t fj__plan_rt_offset(size_t before);

@@ -632,11 +632,6 @@ fj_status fj__variant_params(fj_ctx *ctx, const fj_variant *v,
    * stay as they were). */
   if (v->table_inside)
     add(o, "table_inside", FJ_PARAM_BOOL, 1, NULL, NULL);
-  /* Split kernels that may combine their own partials, on a context made
-   * with FLASHJIT_FUSED_COMBINE=1 (the others' sources stay as they
-   * were). */
-  if (v->split_kv && ctx->fused_combine)
-    add(o, "fused_combine", FJ_PARAM_BOOL, 1, NULL, NULL);
   fj_status st = add_mods(ctx, o, v->mods);
   if (st != FJ_OK)
     return st;

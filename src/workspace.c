@@ -15,10 +15,6 @@ typedef struct fj_wbuf {
   pthread_t thread;  /* whose calls on the stream take it */
   uint64_t ptr;
   size_t bytes;
-  /* The fused combine's counters (fj__workspace_counters): apart from the
-   * buffer above, which every kind of call writes, and 0 between calls. */
-  uint64_t counters;
-  size_t counter_bytes;
 } fj_wbuf;
 
 struct fj_wspace {
@@ -58,42 +54,26 @@ static fj_wbuf *entry(fj_wspace *w, void *stream)
   b->thread = pthread_self();
   b->ptr = 0;
   b->bytes = 0;
-  b->counters = 0;
-  b->counter_bytes = 0;
   return b;
 }
 
-/* The calling thread's entry for stream, the context's list made on
- * first use; NULL (and *st set) when out of memory.  ctx->lock held. */
-static fj_wbuf *stream_entry(fj_ctx *ctx, void *stream, fj_status *st)
+static fj_status grow(fj_ctx *ctx, fj_wspace *w, fj_wbuf *b, size_t bytes)
 {
-  fj_wbuf *b = NULL;
-  if (ctx->workspaces || (ctx->workspaces = calloc(1, sizeof *ctx->workspaces)))
-    b = entry(ctx->workspaces, stream);
-  *st = b ? FJ_OK : fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
-  return b;
-}
-
-/* Grows the buffer *ptr of *have bytes to `bytes` or more, doubling from
- * *have (or `first`); the old buffer is retired, not freed. */
-static fj_status grow(fj_ctx *ctx, fj_wspace *w, uint64_t *ptr, size_t *have,
-                      size_t bytes, size_t first)
-{
-  size_t want = *have ? *have : first;
+  size_t want = b->bytes ? b->bytes : 1u << 20;
   while (want < bytes)
     want = want > SIZE_MAX / 2 ? bytes : want * 2;
   uint64_t *r = realloc(w->retired, (w->nretired + 1) * sizeof *r);
   if (!r)
     return fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
   w->retired = r;
-  uint64_t fresh;
-  fj_status st = fj__cu_alloc(ctx, want, &fresh);
+  uint64_t ptr;
+  fj_status st = fj__cu_alloc(ctx, want, &ptr);
   if (st != FJ_OK)
     return st;
-  if (*ptr)
-    w->retired[w->nretired++] = *ptr;
-  *ptr = fresh;
-  *have = want;
+  if (b->ptr)
+    w->retired[w->nretired++] = b->ptr;
+  b->ptr = ptr;
+  b->bytes = want;
   return FJ_OK;
 }
 
@@ -101,8 +81,12 @@ fj_status fj__workspace(fj_ctx *ctx, void *stream, size_t bytes,
                         uint64_t *dptr)
 {
   pthread_mutex_lock(&ctx->lock);
-  fj_status st;
-  fj_wbuf *b = stream_entry(ctx, stream, &st);
+  fj_status st = FJ_OK;
+  if (!ctx->workspaces && !(ctx->workspaces = calloc(1, sizeof *ctx->workspaces)))
+    st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
+  fj_wbuf *b = st == FJ_OK ? entry(ctx->workspaces, stream) : NULL;
+  if (st == FJ_OK && !b)
+    st = fj__fail(ctx, FJ_ERR_NOMEM, "out of memory");
   if (st == FJ_OK && b->bytes < bytes) {
     int capturing = 0;
     st = fj__cu_capturing(ctx, stream, &capturing);
@@ -115,36 +99,10 @@ fj_status fj__workspace(fj_ctx *ctx, void *stream, size_t bytes,
                     "capturing, or pass a workspace to fj_attention_fwd_plan",
                     bytes, stream, b->bytes);
     if (st == FJ_OK)
-      st = grow(ctx, ctx->workspaces, &b->ptr, &b->bytes, bytes, 1u << 20);
+      st = grow(ctx, ctx->workspaces, b, bytes);
   }
   if (st == FJ_OK)
     *dptr = b->ptr;
-  pthread_mutex_unlock(&ctx->lock);
-  return st;
-}
-
-fj_status fj__workspace_counters(fj_ctx *ctx, void *stream, size_t words,
-                                 uint64_t *dptr)
-{
-  *dptr = 0;
-  pthread_mutex_lock(&ctx->lock);
-  fj_status st;
-  fj_wbuf *b = stream_entry(ctx, stream, &st);
-  size_t bytes = words * sizeof(unsigned);
-  if (st == FJ_OK && b->counter_bytes < bytes) {
-    int capturing = 0;
-    st = fj__cu_capturing(ctx, stream, &capturing);
-    if (st == FJ_OK && !capturing)
-      st = grow(ctx, ctx->workspaces, &b->counters, &b->counter_bytes, bytes, 4096);
-    /* Zeroed in stream order, before the call's kernel counts (a failed
-     * zeroing leaves none, so the next call grows them again). */
-    if (st == FJ_OK && !capturing &&
-        (st = fj__cu_memset32_async(ctx, b->counters, 0, b->counter_bytes / 4,
-                                    stream)) != FJ_OK)
-      b->counter_bytes = 0;
-  }
-  if (st == FJ_OK && b->counter_bytes >= bytes)
-    *dptr = b->counters;
   pthread_mutex_unlock(&ctx->lock);
   return st;
 }
@@ -155,10 +113,8 @@ void fj__workspace_free(fj_ctx *ctx)
   if (!w)
     return;
   if (fj__cu_enter(ctx) == FJ_OK) {
-    for (size_t i = 0; i < w->nlive; i++) {
+    for (size_t i = 0; i < w->nlive; i++)
       fj__cu_free(w->live[i].ptr);
-      fj__cu_free(w->live[i].counters);
-    }
     for (size_t i = 0; i < w->nretired; i++)
       fj__cu_free(w->retired[i]);
     fj__cu_leave(ctx);

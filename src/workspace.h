@@ -21,15 +21,6 @@
  * the stream's buffer cannot hold fails with FJ_ERR_INVALID_ARG. */
 fj_status fj__workspace(fj_ctx *ctx, void *stream, size_t bytes,
                         uint64_t *dptr);
-/* The fused split-KV combine's counters (plan.h's fj__plan_fused) for
- * the calling thread's work on `stream`: at least `words` 32-bit words,
- * all 0 once the stream's earlier work has run (zeroed when allocated;
- * each launch leaves them 0), and written by nothing else.  While the
- * stream is being captured nothing is allocated: *dptr is 0 where the
- * stream's counters are too few (the caller then zeroes counters of its
- * own).  The caller has entered the CUDA context. */
-fj_status fj__workspace_counters(fj_ctx *ctx, void *stream, size_t words,
-                                 uint64_t *dptr);
 /* Frees every buffer (fj_ctx_destroy). */
 void fj__workspace_free(fj_ctx *ctx);
 

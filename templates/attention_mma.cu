@@ -27,10 +27,7 @@
   head R % group, so K and V are read once for all of them.  split_kv: the
   p.splits blocks of one row tile each take an equal share of its key
   tiles and write O / l and the log-sum-exp as float32 partials
-  (p.o_part, p.lse_part), which combine.cu merges -- or, with
-  fused_combine (a context made with FLASHJIT_FUSED_COMBINE=1) and 2 or
-  more stages, where the host passes counters in p.work, the row tile's
-  block that finishes last (combine_fused.cuh).
+  (p.o_part, p.lse_part), which combine.cu merges.
 
   Wide heads (head_dim_v above 256: CS) keep no warp's O whole: with
   tile_m 16 or 32 every warp has all the rows, computes S for its share
@@ -70,9 +67,6 @@
 {%
   local L = import("lut.lua")
   local PACK, SPLIT, PAGED = pack_gqa, split_kv, paged
-  -- FUSED: the last block of a row tile combines the splits' partials
-  -- (combine_fused.cuh), on a context made with FLASHJIT_FUSED_COMBINE=1.
-  local FUSED = SPLIT and fused_combine and stages > 1
   local VL = varlen or paged
   -- A varlen block's sequence lengths and mask offset are locals.
   local LEN_Q, LEN_KV = VL and "len_q" or "p.seq_q", VL and "len_kv" or "p.seq_kv"
@@ -385,13 +379,13 @@
   -- rows of O, up to LEN_Q) unless rows are packed or the block writes
   -- partials.
   local out
-  -- A (packed) row's query head, and its index in [batch][heads_q][seq_q].
-  local function head(r) return PACK and ("blk.h + (%s) %% p.group"):format(r) or "blk.h" end
-  local function flat(r)
-    return ("((long long)blk.b * p.heads_q + %s) * p.seq_q + %s"):format(head(r), mrule.pos(r))
-  end
   if PACK or SPLIT then
     local rows_end = PACK and LEN_Q .. " * p.group" or LEN_Q
+    local function head(r) return PACK and ("blk.h + (%s) %% p.group"):format(r) or "blk.h" end
+    -- The row's index in [batch][heads_q][seq_q].
+    local function flat(r)
+      return ("((long long)blk.b * p.heads_q + %s) * p.seq_q + %s"):format(head(r), mrule.pos(r))
+    end
     out = { valid = function(r) return ("%s < %s"):format(r, rows_end) end }
     if SPLIT then
       out.f32, out.lse_always = true, true
@@ -921,13 +915,7 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, {{ MINB }})
     for (int c = 0; c < {{ NC }}; ++c) x_o[((warp - 1) * {{ DVP // 2 + NC }} + {{ DVP // 2 }} + c) * 32 + lane] = row_l[0][c];
   }
   __syncthreads();
-{% if FUSED then %}
-  // Warp 0 goes on with the rows; the others wait for a fused combine at
-  // the end.
-  if (warp == 0) {
-{% else %}
   if (warp > 0) return;
-{% end %}
 #pragma unroll
   for (int w = 0; w < {{ W - 1 }}; ++w) {
 #pragma unroll
@@ -976,15 +964,6 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}, {{ MINB }})
      cols = DV < DVP and DV or nil, cols_split = CS,
      sinks = mods.sinks and not SPLIT,
      O = function(mi, d, i) return ("o[%s][%s][%d]"):format(mi, d, i) end })) }}
-{% if KS and FUSED then %}
-  }  // warp 0
-{% end %}
-{% if FUSED then %}
-{{ include("combine_fused.cuh", { BM = BM, W = W, DV = DV, THREADS = THREADS,
-                                 rows_end = PACK and LEN_Q .. " * p.group" or LEN_Q,
-                                 row0 = VL and "seq.q_row0" or nil,
-                                 flat = flat, head = head, pos = mrule.pos }) }}
-{% end %}
 }
 {% if mods.any then %}
 {{ include("mods.cuh", { mods = mods, part = "defs" }) }}

@@ -164,17 +164,6 @@ grep -qx "combine=fj_combine_d512_bf16" "$tmp/mla" && grep -qx "combine_grid=8,1
   || fail "MLA plan of 8 combine blocks on 8 multiprocessors: not one slice: $(tr '\n' ' ' <"$tmp/mla")"
 "$FJ" plan --shape 2,32,1,128 --heads-kv 8 --seq-kv 8000 --dtype bf16 --splits 4 --sinks 0.5 \
   | grep -qx "combine=fj_combine_d128_bf16_sink" || fail "plan with sinks: the combine is not the _sink one"
-# A context made with FLASHJIT_FUSED_COMBINE=1: the split kernel combines
-# (no combine kernel; 16 splits x 32 rows x 129 floats, then 8 counters);
-# with sinks the combine kernel still; a bad value refused in one line.
-FLASHJIT_FUSED_COMBINE=1 "$FJ" plan --shape 1,32,1,128 --heads-kv 8 --seq-kv 32768 --dtype bf16 >"$tmp/fused" \
-  || fail "plan with FLASHJIT_FUSED_COMBINE=1"
-grep -qx "combine=fused" "$tmp/fused" && ! grep -q "combine_grid" "$tmp/fused" \
-  && grep -qx "workspace_bytes=$((16 * 32 * 129 * 4 + 8 * 4))" "$tmp/fused" \
-  || fail "fused plan: $(tr '\n' ' ' <"$tmp/fused")"
-FLASHJIT_FUSED_COMBINE=1 "$FJ" plan --shape 1,32,1,128 --heads-kv 8 --seq-kv 32768 --dtype bf16 --sinks 0.5 \
-  | grep -qx "combine=fj_combine_d128_bf16_sink" || fail "fused context, sinks: not the _sink combine"
-FLASHJIT_FUSED_COMBINE=yes expect 2 "FLASHJIT_FUSED_COMBINE=yes is invalid: 0 or 1" plan --shape 1,32,1,128
 splits=$(sed -n 's/^splits=//p' "$tmp/plan")
 [ "${splits:-1}" -gt 1 ] && grep -qx "grid=$splits,8,1" "$tmp/plan" \
   && grep -qx "combine_grid=[0-9]*,1,1" "$tmp/plan" \

@@ -93,27 +93,6 @@ fj_ctx *fjt_ctx_log(const char *arch, const char *dir, fj_log_fn log,
   return ctx;
 }
 
-int fjt_ctx_fused(const char *arch, const char *value, fj_ctx **ctx)
-{
-  const char *was = getenv("FLASHJIT_FUSED_COMBINE");
-  char *saved = was ? strdup(was) : NULL;
-  if (value)
-    setenv("FLASHJIT_FUSED_COMBINE", value, 1);
-  else
-    unsetenv("FLASHJIT_FUSED_COMBINE");
-  int rc = 0;
-  if (arch)
-    rc = (*ctx = fjt_ctx(arch, NULL)) == NULL;
-  else
-    rc = fjt_gpu_ctx(fjt_tmpdir(), ctx);
-  if (saved)
-    setenv("FLASHJIT_FUSED_COMBINE", saved, 1);
-  else
-    unsetenv("FLASHJIT_FUSED_COMBINE");
-  free(saved);
-  return rc;
-}
-
 int fjt_gpu_ctx(const char *dir, fj_ctx **ctx)
 {
   return fjt_gpu_ctx_log(dir, NULL, NULL, ctx);

@@ -63,11 +63,6 @@ fj_ctx *fjt_ctx_log(const char *arch, const char *dir, fj_log_fn log,
 /* A GPU context on device 0: 0, or FJT_SKIP (no device, reason given),
  * or 1 (another failure, printed). */
 int fjt_gpu_ctx(const char *dir, fj_ctx **ctx);
-/* A context made with FLASHJIT_FUSED_COMBINE set to value (NULL: unset),
- * the variable then put back as it was: fjt_ctx(arch, NULL) (1 where it
- * failed), or with arch NULL the GPU's, fjt_gpu_ctx(fjt_tmpdir()) (its
- * status: FJT_SKIP without a GPU). */
-int fjt_ctx_fused(const char *arch, const char *value, fj_ctx **ctx);
 /* The same, the library's diagnostics to log (with user). */
 int fjt_gpu_ctx_log(const char *dir, fj_log_fn log, void *user, fj_ctx **ctx);
 /* Skips the running test for the reason printf would print from fmt: prints

@@ -211,7 +211,7 @@ class Plan:
     threads: int
     smem_bytes: int
     blocks_per_sm: int
-    combine_grid: tuple     # splits > 1: the combine kernel's grid (0s: the kernel combines)
+    combine_grid: tuple     # splits > 1: the combine kernel's grid
     combine_threads: int
     combine_cols: int       # splits > 1: O's columns a combine block takes
     workspace_bytes: int    # splits > 1: the scratch the launch needs

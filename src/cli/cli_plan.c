@@ -188,9 +188,7 @@ int cli_cmd_plan(cli *c)
   printf("smem_bytes=%u\n", plan.smem_bytes);
   printf("blocks_per_sm=%d\n", plan.blocks_per_sm);
   printf("splits=%d\n", plan.splits);
-  if (v->split_kv && plan.splits > 1 && !plan.combine_threads) {
-    printf("combine=fused\n");  /* the kernel's last blocks combine */
-  } else if (v->split_kv) {
+  if (v->split_kv) {
     /* As the library names it (attention.c's fj__combine_kernel): O's
      * head dim, the dtype, varlen, sinks, and a block's columns where
      * they are a slice of O's. */
