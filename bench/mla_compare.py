@@ -14,7 +14,8 @@ against float32 attention of the same latent rows, first batch item.
 With --tile-m 32, the 32-row variant (two row slices a warp) is timed too.
 
 Run on the GPU machine from the repository root, with build/ configured with
--DFLASHJIT_SHARED=ON:  python3 bench/mla_compare.py [--iters N] [--out DIR]
+-DFLASHJIT_SHARED=ON:  python3 bench/mla_compare.py [--iters N] [--cases 0,1]
+[--out DIR]
 """
 import argparse
 import ctypes as C
@@ -140,6 +141,8 @@ def main():
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--page", type=int, default=64)
     ap.add_argument("--tile-m", type=int, default=0)
+    ap.add_argument("--cases", default="",
+                    help="comma-separated indices into CASES (default: all)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     torch.manual_seed(0)
@@ -147,7 +150,8 @@ def main():
     fj = fjc.Flashjit(lib, 0)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     rows = []
-    for c in CASES:
+    picked = [CASES[int(i)] for i in a.cases.split(",")] if a.cases else CASES
+    for c in picked:
         r = case(fj, *c, a.page, a.iters, a.tile_m == 32)
         rows.append(r)
         extra = (f" | m32 {r['m32_graph_us']} = {r['m32_of_copy']:.2f} diff {r['m32_max_diff']}"
