@@ -37,11 +37,18 @@
   end
   local PER = (C + 31) // 32
   local WARPS = 4
-  local UNROLL = 8  -- a warp's splits whose partials are loaded at once
   -- Sliced: columns c0 + lane + 32 i of the slice that starts at c0, and
   -- the LSE written by slice 0; one slice: columns lane + 32 i, the code
   -- the same as before slices were (no c0).
   local SLICED = C < D
+  -- A warp's splits whose partials are loaded at once: 8, or 32 where the
+  -- combine is sliced -- there the row blocks are fewer than the
+  -- multiprocessors (plan.c's fj__combine_cols), so the loads in flight
+  -- set the pace: MLA's single decode over 32k keys, 128 splits of 16
+  -- rows x 512 floats (4 MB), took 23.7-23.9 us a call with 8 and
+  -- 20.9-21.1 with 32 on an H100 (bench/probes/s39b.sh).  The sums' order
+  -- is the same either way.
+  local UNROLL = SLICED and 32 or 8
   local C0 = SLICED and "c0 + " or ""
   local LSE_LANE = SLICED and "lane == 0 && blockIdx.y == 0" or "lane == 0"
   -- Guarded where the slice is not a multiple of 32 wide, or the last one
