@@ -78,7 +78,7 @@ def timed(fj, p, q, kv, o, iters, variant=None):
                 graph_us=round(graph_time(run, iters) * 1e3, 2))
 
 
-def case(fj, B, H, Sq, Skv, page, iters, tile_m32):
+def case(fj, B, H, Sq, Skv, page, iters, tile_m32, dump=None):
     dev = torch.device("cuda")
     bf = torch.bfloat16
     q = torch.randn(B, Sq, H, D, device=dev, dtype=bf)
@@ -98,6 +98,8 @@ def case(fj, B, H, Sq, Skv, page, iters, tile_m32):
     row["rel_err"] = float((got - ref).norm() / ref.norm())
     row["nan"] = int(torch.isnan(o).sum())
     o0 = o.clone()
+    if dump:  # the contiguous call's output, for a bitwise comparison between builds
+        torch.save(o0.cpu(), os.path.join(dump, f"mla_{B}_{H}_{Sq}_{Skv}.pt"))
     # Paged: the same rows in shuffled pages; the output must equal o0's.
     per = (Skv + page - 1) // page
     n = B * per
@@ -143,6 +145,8 @@ def main():
     ap.add_argument("--tile-m", type=int, default=0)
     ap.add_argument("--cases", default="",
                     help="comma-separated indices into CASES (default: all)")
+    ap.add_argument("--dump", default="",
+                    help="a folder to save each case's contiguous output in (torch.save)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     torch.manual_seed(0)
@@ -152,7 +156,7 @@ def main():
     rows = []
     picked = [CASES[int(i)] for i in a.cases.split(",")] if a.cases else CASES
     for c in picked:
-        r = case(fj, *c, a.page, a.iters, a.tile_m == 32)
+        r = case(fj, *c, a.page, a.iters, a.tile_m == 32, a.dump or None)
         rows.append(r)
         extra = (f" | m32 {r['m32_graph_us']} = {r['m32_of_copy']:.2f} diff {r['m32_max_diff']}"
                  if "m32_graph_us" in r else "")
