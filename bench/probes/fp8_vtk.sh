@@ -1,6 +1,8 @@
 #!/bin/bash
 # fp8_vtk.sh OUTDIR -- FP8's V^T made in the kernel (issue 32; the
-# thirty-fifth session's bench/probes/fp8_vtk.patch, never run on a GPU:
+# thirty-fifth session's bench/probes/fp8_vtk.patch; run on an H100 on
+# 2026-12-07: right, but 1.13-1.49x slower than the pass, not taken --
+# docs/perf-history.md, F6:
 # fj_variant.fp8_vt_kernel, `--fp8-vt-kernel`, ABI 14), from the repository
 # root with main's build as build/ and the patched tree's build as
 # build-vtk/ (both slimmed).  To make build-vtk/ here:
