@@ -38,8 +38,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--long", action="store_true", help="the long single decodes only, with the copy's rate")
+    ap.add_argument("--splits", default="",
+                    help="comma-separated split counts to try in every case (0: the rule's) instead of each case's own")
+    ap.add_argument("--no-tiles", action="store_true", help="--long: skip the key tiles and stages varied")
     a = ap.parse_args()
     cases = LONG if a.long else CASES
+    if a.splits:
+        cases = [c[:7] + (tuple(int(x) for x in a.splits.split(",")),) for c in cases]
     torch.manual_seed(0)
     fj = fjc.Flashjit(fjc.load(), 0)
     for B, H, Hkv, Sq, Skv, D, dt, tries in cases:
@@ -77,7 +82,7 @@ def main():
             print(f"decode {shape} splits={s} (plan {plan.splits}): "
                   f"{bench(run, a.iters, warm=10) * 1e3:.1f} us, graph "
                   f"{g:.1f} us{rate}, err {err:.1e} {name}", flush=True)
-        if a.long:
+        if a.long and not a.no_tiles:
             # The pick's key tiles and stages varied, at two split counts.
             for s in (16, 29):
                 for tn, st in ((64, 2), (64, 3), (128, 2), (128, 3)):
