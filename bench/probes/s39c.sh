@@ -34,15 +34,6 @@ part_ab() {
       grep -E '^mla|Error' "$out/ab_${lib}_$round.log" | cut -c1-120
     done
   done
-  python3 - "$out" <<'PY'
-import glob, os, sys, torch
-out = sys.argv[1]
-for f in sorted(glob.glob(os.path.join(out, "dump_build_1", "*.pt"))):
-    ref = torch.load(f)
-    for other in ("build-vec_1", "build-cc_1", "build_2"):
-        g = os.path.join(out, "dump_" + other, os.path.basename(f))
-        if os.path.exists(g):
-            print(f"bits {os.path.basename(f)} main vs {other}: {'identical' if torch.equal(ref, torch.load(g)) else 'DIFFER'}")
-PY
+  python3 bench/probes/compare_dumps.py "$out" build_1 build-vec_1 build-cc_1 build_2
 }
 parts_run s39c ${S39C_PARTS:-tests ab}

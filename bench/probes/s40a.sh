@@ -45,15 +45,6 @@ part_ab() {
       echo "$lib round $round decode: exit $?"; grep -E '^decode' "$out/decode_${lib}_$round.log" | grep -v tile_n | cut -c1-140
     done
   done
-  python3 - "$out" <<'PY'
-import glob, os, sys, torch
-out = sys.argv[1]
-for f in sorted(glob.glob(os.path.join(out, "dump_build_1", "*.pt"))):
-    ref = torch.load(f)
-    for other in ("build-once_1", "build-once_2", "build_2"):
-        g = os.path.join(out, "dump_" + other, os.path.basename(f))
-        if os.path.exists(g):
-            print(f"bits {os.path.basename(f)} main vs {other}: {'identical' if torch.equal(ref, torch.load(g)) else 'DIFFER'}")
-PY
+  python3 bench/probes/compare_dumps.py "$out" build_1 build-once_1 build-once_2 build_2
 }
 parts_run s40a ${S40A_PARTS:-tests ab}

@@ -52,16 +52,6 @@ part_ab() {
       echo "C=$c round $round decode: exit $?"; grep -E '^decode.*splits|Error' "$out/decode_${c}_$round.log" | cut -c1-150
     done
   done
-  python3 - "$out" <<'PY'
-import glob, os, sys, torch
-out = sys.argv[1]
-for f in sorted(glob.glob(os.path.join(out, "dump_0_1", "*.pt"))):
-    ref = torch.load(f).float()
-    for other in ("8_1", "4_1", "0_2"):
-        g = os.path.join(out, "dump_" + other, os.path.basename(f))
-        if os.path.exists(g):
-            d = (torch.load(g).float() - ref).abs().max().item()
-            print(f"outputs {os.path.basename(f)} C=0 vs {other}: max |diff| {d:.3e} (|O| max {ref.abs().max().item():.3e})")
-PY
+  python3 bench/probes/compare_dumps.py "$out" 0_1 8_1 4_1 0_2
 }
 parts_run s40b ${S40B_PARTS:-check ab}
