@@ -12,6 +12,7 @@
 # build-clu/ (slimmed, with -DFLASHJIT_SHARED=ON's library):
 #   git worktree add /tmp/clu HEAD && (cd /tmp/clu && git apply $PWD/bench/probes/split_cluster.patch &&
 #   cmake -S . -B build -DFLASHJIT_WERROR=ON && cmake --build build -j2) && cp -a /tmp/clu/build build-clu
+# Design and what a landing needs: bench/probes/split_cluster.md.
 # Parts (S40B_PARTS, default "check ab"), bounded by S40B_SECONDS (300):
 #   check  `flashjit run --check` with C = 8 and 4: MLA's decode (16 and
 #          128 heads, splits 8-128), the d128 GQA decode (splits 16, 32),
