@@ -13,6 +13,9 @@
 #                                   fj_tests within its bound, its log
 #                                   $out/NAME.log; a line each, then its
 #                                   lines matching PATTERN
+#   gpu_tests_at DIR CACHE PATTERN NAME:SECONDS...  the same from DIR's
+#                                   fj_tests, all at once (one GPU), each
+#                                   with its cache CACHE-NAME
 parts_start() {
   out=${2:-/tmp/fj-$1}
   mkdir -p "$out"
@@ -56,6 +59,18 @@ rows() {
   done
 }
 fp8_rows() { local tag=$1; shift; rows "$tag" e4m3 "$@"; }
+gpu_tests_at() {
+  local dir=$1 cache=$2 pattern=$3 t name pids=()
+  shift 3
+  for t in "$@"; do
+    name=${t%%:*}
+    (cd "$dir" && FLASHJIT_CACHE_DIR=$cache-$name timeout $(bound ${t#*:}) ./tests/fj_tests $name >"$out/$name.log" 2>&1
+     echo "$name: exit $? ($(grep -c '^ok' "$out/$name.log") ok, $(grep -c 'FAIL' "$out/$name.log") FAIL)"
+     grep -E "$pattern" "$out/$name.log" | head -6 | cut -c1-200) &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+}
 gpu_tests() {
   local cache=$1 pattern=$2 t name
   shift 2

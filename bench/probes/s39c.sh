@@ -12,16 +12,7 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s39c "${1:-}" ${S39C_SECONDS:-280}
-part_tests() {
-  local t pids=()
-  for t in gpu_mla_paged:70 gpu_merge:50 gpu_serving_decode:70 gpu_wide_heads:70; do
-    (cd build && FLASHJIT_CACHE_DIR=/tmp/s39c-${t%%:*} timeout $(bound ${t#*:}) ./tests/fj_tests ${t%%:*} >"$out/${t%%:*}.log" 2>&1
-     echo "${t%%:*}: exit $? ($(grep -c '^ok' "$out/${t%%:*}.log") ok, $(grep -c 'FAIL' "$out/${t%%:*}.log") FAIL)"
-     grep -E 'FAIL|cases passed' "$out/${t%%:*}.log" | head -6 | cut -c1-200) &
-    pids+=($!)
-  done
-  wait "${pids[@]}"
-}
+part_tests() { gpu_tests_at build /tmp/s39c 'FAIL|cases passed' gpu_mla_paged:70 gpu_merge:50 gpu_serving_decode:70 gpu_wide_heads:70; }
 part_ab() {
   local round lib
   for round in 1 2; do

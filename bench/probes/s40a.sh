@@ -21,16 +21,7 @@
 set -u
 . bench/probes/parts_lib.sh
 parts_start s40a "${1:-}" ${S40A_SECONDS:-300}
-part_tests() {
-  local t pids=()
-  for t in gpu_merge:50 gpu_mla_paged:70 gpu_serving_decode:70 gpu_serving_varlen:70 gpu_wide_heads:70 gpu_fp8_kv:70; do
-    (cd build-once && FLASHJIT_CACHE_DIR=/tmp/s40a-${t%%:*} timeout $(bound ${t#*:}) ./tests/fj_tests ${t%%:*} >"$out/${t%%:*}.log" 2>&1
-     echo "${t%%:*}: exit $? ($(grep -c '^ok' "$out/${t%%:*}.log") ok, $(grep -c 'FAIL' "$out/${t%%:*}.log") FAIL)"
-     grep -E 'FAIL|cases passed' "$out/${t%%:*}.log" | head -6 | cut -c1-200) &
-    pids+=($!)
-  done
-  wait "${pids[@]}"
-}
+part_tests() { gpu_tests_at build-once /tmp/s40a 'FAIL|cases passed' gpu_merge:50 gpu_mla_paged:70 gpu_serving_decode:70 gpu_serving_varlen:70 gpu_wide_heads:70 gpu_fp8_kv:70; }
 part_ab() {
   local round lib
   for round in 1 2; do
